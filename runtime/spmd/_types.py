@@ -1,0 +1,158 @@
+"""The annotation markers at runtime: ``Tensor[R["tp"], V["dp"]]``, ``dst=R``, ``S(0)``.
+
+Types are erasable: ``Tensor[...]`` evaluates once, at definition, to
+``typing.Annotated[torch.Tensor, <SpmdType>]`` so that code runs unchanged and
+the runtime check mode can still read the type.  ``R``/``I``/``V``/``P`` are
+values (``dst=R``) that are subscriptable (``R["tp"]``); ``S(0)`` is a shard
+value and ``S[0, "tp"]`` the annotation entry; ``PS[None, "tp"]`` a partition spec.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import torch
+
+from spmd_mypy.engine.annotations import Entry, build
+from spmd_mypy.engine.types import Kind, LocalType, SpmdType, format_type
+
+
+class _Marker:
+    """``R``, ``I``, ``V``, ``P``: a local type usable as a value and subscriptable."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+
+    def __getitem__(self, axes: Any) -> Entry:
+        axes = axes if isinstance(axes, tuple) else (axes,)
+        return Entry(self.kind.value, tuple(_axis_name(a) for a in axes))
+
+    @property
+    def local_type(self) -> LocalType:
+        return LocalType(self.kind)
+
+    def __repr__(self) -> str:
+        return self.kind.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Marker) and other.kind is self.kind
+
+    def __hash__(self) -> int:
+        return hash(self.kind)
+
+
+R = _Marker(Kind.R)
+I = _Marker(Kind.I)  # noqa: E741
+V = _Marker(Kind.V)
+P = _Marker(Kind.P)
+
+
+class _ShardMeta(type):
+    def __getitem__(cls, item: Any) -> Entry:
+        if not isinstance(item, tuple) or len(item) < 2 or not isinstance(item[0], int):
+            raise TypeError('write S[dim, "axis", ...], e.g. S[0, "tp"]')
+        return Entry("S", tuple(_axis_name(a) for a in item[1:]), dim=item[0])
+
+
+class S(metaclass=_ShardMeta):
+    """``S(i)``: Shard on tensor dim ``i`` (Varying, the locals concatenate on ``i``)."""
+
+    __slots__ = ("dim",)
+
+    def __init__(self, dim: int) -> None:
+        if not isinstance(dim, int):
+            raise TypeError(f"S(dim) takes an int dim, not {dim!r}")
+        self.dim = dim
+
+    @property
+    def local_type(self) -> LocalType:
+        return LocalType(Kind.V, self.dim)
+
+    def __repr__(self) -> str:
+        return f"S({self.dim})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, S) and other.dim == self.dim
+
+    def __hash__(self) -> int:
+        return hash(("S", self.dim))
+
+
+Shard = S
+
+
+class _PSMeta(type):
+    def __getitem__(cls, item: Any) -> Entry:
+        items = item if isinstance(item, tuple) else (item,)
+        spec = []
+        for it in items:
+            if it is None:
+                spec.append(())
+            elif isinstance(it, tuple):
+                spec.append(tuple(_axis_name(a) for a in it))
+            else:
+                spec.append((_axis_name(it),))
+        return Entry("PS", spec=tuple(spec))
+
+
+class PS(metaclass=_PSMeta):
+    """A partition spec: one entry per tensor dim, the mesh axes sharding it outermost first."""
+
+
+def _axis_name(a: Any) -> str:
+    # R[Literal["tp"]] evaluates to a Literal form; accept it as the string.
+    args = typing.get_args(a)
+    if args and typing.get_origin(a) is typing.Literal:
+        a = args[0]
+    if not isinstance(a, str):
+        raise TypeError(f"a mesh axis is a string, not {a!r}")
+    return a
+
+
+def local_type_of(value: Any) -> LocalType:
+    """``R`` / ``I`` / ``V`` / ``P`` / ``S(i)`` -> the engine's LocalType."""
+    lt = getattr(value, "local_type", None)
+    if not isinstance(lt, LocalType):
+        raise TypeError(f"expected one of R, I, V, P, S(i), not {value!r}")
+    return lt
+
+
+class Tensor(torch.Tensor):
+    """``Tensor[R["tp"], V["dp"]]``: a torch.Tensor with an SPMD type (erased at runtime)."""
+
+    def __class_getitem__(cls, entries: Any) -> Any:  # type: ignore[override]
+        return typing.Annotated[torch.Tensor, spmd_type_of_entries(entries)]
+
+
+def spmd_type_of_entries(entries: Any) -> SpmdType:
+    entries = entries if isinstance(entries, tuple) else (entries,)
+    for e in entries:
+        if not isinstance(e, Entry):
+            raise TypeError(f'Tensor[...] takes entries like R["tp"], not {e!r}')
+    t, errors = build(entries, None)
+    if errors:
+        raise TypeError("; ".join(err.message for err in errors))
+    return t
+
+
+def spmd_type_of_annotation(annotation: Any) -> SpmdType | None:
+    """The SpmdType carried by ``Tensor[...]``, or None for anything else."""
+    for meta in getattr(annotation, "__metadata__", ()):
+        if isinstance(meta, SpmdType):
+            return meta
+    return None
+
+
+def grad_type(annotation: Any) -> Any:
+    """``spmd.grad_type(Tensor[R["tp"]])`` is ``Tensor[P["tp"]]``: the gradient's type."""
+    t = spmd_type_of_annotation(annotation)
+    if t is None:
+        return annotation
+    return typing.Annotated[torch.Tensor, t.dual()]
+
+
+__all__ = ["R", "I", "V", "P", "S", "Shard", "PS", "Tensor", "grad_type", "local_type_of",
+           "format_type", "spmd_type_of_annotation"]

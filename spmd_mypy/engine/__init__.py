@@ -1,0 +1,31 @@
+"""The rule engine: the SPMD type algebra, pure Python (no mypy, no torch).
+
+- :mod:`.types`        per-axis local types, whole-tensor types, duality, printing
+- :mod:`.annotations`  entries of an annotation -> a type, with validation
+- :mod:`.ops`          the classification of torch ops and the local SPMD rule
+- :mod:`.collectives`  the collective/conversion table with each backward
+
+The mypy plugin (:mod:`spmd_mypy.plugin`) and the runtime checker
+(``spmd.checking``) are adapters over this package: a rule lives here once.
+"""
+
+from .errors import CODES, SpmdError, SpmdTypeError
+from .types import (
+    INVARIANT,
+    PARTIAL,
+    REPLICATE,
+    UNTYPED,
+    VARYING,
+    Kind,
+    LocalType,
+    SpmdType,
+    dual,
+    format_type,
+    grad_type,
+    shard,
+)
+
+__all__ = [
+    "CODES", "SpmdError", "SpmdTypeError", "INVARIANT", "PARTIAL", "REPLICATE", "UNTYPED",
+    "VARYING", "Kind", "LocalType", "SpmdType", "dual", "format_type", "grad_type", "shard",
+]

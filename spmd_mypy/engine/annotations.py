@@ -1,0 +1,107 @@
+"""Building a type from the entries of an annotation, with its validation.
+
+Both adapters read ``Tensor[R["tp"], V["dp"]]`` in their own way (mypy's
+unanalyzed types, runtime objects) into a list of :class:`Entry`, then call
+:func:`build`, so the rules about annotations live here once:
+
+- every axis must be a configured mesh axis (else an error naming the known
+  ones and the closest match);
+- an axis may appear once in the whole annotation;
+- a partition spec ``PS[...]`` names only Varying axes: an axis in it may not
+  also be typed R, I or P.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import SpmdError
+from .types import Kind, LocalType, SpmdType, VARYING
+
+MARKERS = ("R", "I", "V", "P", "S", "PS")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry: ``R["tp", "dp"]`` is ``Entry("R", ("tp", "dp"))``; ``S[0, "tp"]`` has dim 0;
+    ``PS[None, ("dp", "tp")]`` is ``Entry("PS", spec=((), ("dp", "tp")))``."""
+
+    marker: str
+    axes: tuple[str, ...] = ()
+    dim: int | None = None
+    spec: tuple[tuple[str, ...], ...] | None = None
+
+
+def closest(name: str, known: Sequence[str]) -> str:
+    """' (did you mean "tp"?)' or ''."""
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f' (did you mean "{match[0]}"?)' if match else ""
+
+
+def unknown_axis_error(name: str, known: Sequence[str]) -> SpmdError:
+    known_text = ", ".join(f'"{a}"' for a in known) if known else "none configured"
+    return SpmdError(
+        "spmd-annotation",
+        f'unknown mesh axis "{name}"{closest(name, known)}; the mesh axes are {known_text} '
+        f"([tool.spmd_mypy] mesh_axes)",
+    )
+
+
+def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None) -> tuple[SpmdType, list[SpmdError]]:
+    """The type the entries denote, and the annotation errors (the type drops bad parts).
+
+    ``mesh_axes=None`` accepts any axis name (no configuration, e.g. at runtime
+    before a mesh is set).
+    """
+    errors: list[SpmdError] = []
+    seen: dict[str, str] = {}
+    types: dict[str, LocalType] = {}
+    spec: tuple[tuple[str, ...], ...] | None = None
+
+    def claim(axis: str, where: str) -> bool:
+        if mesh_axes is not None and axis not in mesh_axes:
+            errors.append(unknown_axis_error(axis, mesh_axes))
+            return False
+        if axis in seen and (where.startswith("PS") or seen[axis].startswith("PS")):
+            marker = (seen[axis] if where.startswith("PS") else where).split("[")[0]
+            errors.append(SpmdError(
+                "spmd-annotation",
+                f'mesh axis "{axis}" is in the partition spec (so Varying) and also typed '
+                f"{marker}; a partition spec names only Varying axes: drop it from PS or "
+                f"from {marker}[...]",
+            ))
+            return False
+        if axis in seen:
+            errors.append(SpmdError(
+                "spmd-annotation",
+                f'mesh axis "{axis}" appears twice ({seen[axis]} and {where}); give each axis '
+                f"one type",
+            ))
+            return False
+        seen[axis] = where
+        return True
+
+    for e in entries:
+        if e.marker == "PS":
+            if spec is not None:
+                errors.append(SpmdError("spmd-annotation", "only one PS[...] entry per type"))
+                continue
+            kept: list[tuple[str, ...]] = []
+            for dim, axes in enumerate(e.spec or ()):
+                ok = tuple(a for a in axes if claim(a, f"PS dim {dim}"))
+                for a in ok:
+                    types[a] = LocalType(Kind.V, dim)
+                kept.append(ok)
+            spec = tuple(kept)
+            continue
+        for axis in e.axes:
+            where = f"S[{e.dim}]" if e.marker == "S" else f"{e.marker}[...]"
+            if not claim(axis, where):
+                continue
+            if e.marker == "S":
+                types[axis] = LocalType(Kind.V, e.dim)
+            else:
+                types[axis] = LocalType(Kind(e.marker)) if e.marker != "V" else VARYING
+    return SpmdType.of(types, spec), errors

@@ -1,0 +1,327 @@
+"""Collectives and conversions: the valid src/dst pairs and the backward of each.
+
+Forward and backward by state transition (the gradient's type is the dual of
+the forward's: R <-> P, I <-> I, V <-> V, S(i) <-> S(i))::
+
+    forward  op                           backward  op
+    R -> I   reinterpret(R,I)             I -> P    convert(I,P)
+    R -> V   reinterpret(R,V)|convert     V -> P    reinterpret(V,P)|convert
+    R -> P   reinterpret(R,P)|convert     R -> P    the same op (self-dual)
+    I -> R   reinterpret(I,R)             P -> I    all_reduce(P,I)
+    I -> V   convert(I,V)                 V -> I    all_gather(V,I)
+    I -> P   convert(I,P)                 R -> I    reinterpret(R,I)
+    V -> R   all_gather(V,R)              P -> V    reduce_scatter(P,V)
+    V -> I   all_gather(V,I)              I -> V    convert(I,V)
+    V -> V   all_to_all(V,V)              V -> V    all_to_all, dims swapped
+    V -> P   reinterpret(V,P)|convert     R -> V    reinterpret(R,V)|convert
+    P -> R   all_reduce(P,R)              P -> R    all_reduce(P,R) (self-dual)
+    P -> I   all_reduce(P,I)              I -> R    reinterpret(I,R)
+    P -> V   reduce_scatter(P,V)          V -> R    all_gather(V,R)
+
+S(i) stands wherever V does in ``convert`` and the collectives, the dim carried
+through (``all_gather(S(i),R)`` concatenates on dim i; its backward is
+``reduce_scatter(P,S(i))``).  ``reinterpret`` takes only R, I, V, P.  An
+all-gather on three ranks, in the seeds' notation::
+
+    [A]
+    [B]  =>  [A, B, C]          (S(0) -> R: concatenate on dim 0)
+    [C]
+
+The table is data (:data:`TRANSITIONS`); the mypy plugin, the runtime
+collectives, the runtime checker and the report all read it from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .errors import SpmdError
+from .types import Kind, LocalType, SpmdType, format_axis, format_type
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+CONVERSIONS = ("reinterpret", "convert")
+OPS = COLLECTIVES + CONVERSIONS + ("redistribute",)
+
+# A "form" is a local type with the shard dim abstracted: R, I, V, S (V with a dim), P.
+Form = str
+
+
+def form(t: LocalType) -> Form:
+    return "S" if t.dim is not None else t.kind.value
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a forward or backward: ``all_reduce(P,I)``; ``S`` forms carry the dim."""
+
+    op: str
+    src: Form
+    dst: Form
+    note: str = ""
+
+    @property
+    def communicates(self) -> bool:
+        return self.op in COLLECTIVES
+
+    def render(self, src_dim: int | None = None, dst_dim: int | None = None) -> str:
+        s = f"S({src_dim})" if self.src == "S" and src_dim is not None else self.src
+        d = f"S({dst_dim})" if self.dst == "S" and dst_dim is not None else self.dst
+        return f"{self.op}({s},{d})" + (f" {self.note}" if self.note else "")
+
+
+@dataclass(frozen=True)
+class Transition:
+    op: str
+    src: Form
+    dst: Form
+    backward: tuple[Step, ...]
+    expert: bool = False  # needs expert_mode=True
+    alias_of: str | None = None  # convert(I,R) is a spelling of reinterpret(I,R)
+    swaps_dims: bool = False  # the backward's src/dst dims are the forward's dst/src
+
+    @property
+    def forward(self) -> Step:
+        return Step(self.alias_of or self.op, self.src, self.dst)
+
+
+def _t(op: str, src: Form, dst: Form, *backward: Step, **kw: object) -> Transition:
+    return Transition(op, src, dst, tuple(backward), **kw)  # type: ignore[arg-type]
+
+
+S_ = Step
+TRANSITIONS: dict[tuple[str, Form, Form], Transition] = {
+    (t.op, t.src, t.dst): t
+    for t in [
+        # all_reduce: P -> R | I
+        _t("all_reduce", "P", "R", S_("all_reduce", "P", "R")),
+        _t("all_reduce", "P", "I", S_("reinterpret", "I", "R")),
+        # all_gather: V -> R | I (stack, new dim 0); S(i) -> R | I (concat on i)
+        _t("all_gather", "V", "R", S_("reduce_scatter", "P", "V")),
+        _t("all_gather", "V", "I", S_("convert", "I", "V")),
+        _t("all_gather", "S", "R", S_("reduce_scatter", "P", "S")),
+        _t("all_gather", "S", "I", S_("convert", "I", "S")),
+        # reduce_scatter: P -> V (unbind dim 0) | S(i) (chunk dim i)
+        _t("reduce_scatter", "P", "V", S_("all_gather", "V", "R")),
+        _t("reduce_scatter", "P", "S", S_("all_gather", "S", "R")),
+        # all_to_all: V | S(i) -> V | S(j); backward swaps the dims
+        _t("all_to_all", "V", "V", S_("all_to_all", "V", "V"), swaps_dims=True),
+        _t("all_to_all", "V", "S", S_("all_to_all", "S", "V"), swaps_dims=True),
+        _t("all_to_all", "S", "V", S_("all_to_all", "V", "S"), swaps_dims=True),
+        _t("all_to_all", "S", "S", S_("all_to_all", "S", "S"), swaps_dims=True),
+        # reinterpret: local data kept, meaning may change
+        _t("reinterpret", "R", "I", S_("convert", "I", "P")),
+        _t("reinterpret", "R", "V", S_("reinterpret", "V", "P")),
+        _t("reinterpret", "R", "P", S_("reinterpret", "R", "P"), expert=True),
+        _t("reinterpret", "I", "R", S_("all_reduce", "P", "I")),
+        _t("reinterpret", "I", "V", S_("reinterpret", "V", "P"), S_("all_reduce", "P", "I")),
+        _t("reinterpret", "I", "P", S_("reinterpret", "R", "P"), S_("all_reduce", "P", "I"),
+           expert=True),
+        _t("reinterpret", "V", "P", S_("reinterpret", "R", "V")),
+        # convert: meaning kept, local data may change
+        _t("convert", "R", "V", S_("convert", "V", "P")),
+        _t("convert", "R", "S", S_("convert", "S", "P")),
+        _t("convert", "R", "P", S_("convert", "R", "P")),
+        _t("convert", "I", "V", S_("all_gather", "V", "I")),
+        _t("convert", "I", "S", S_("all_gather", "S", "I")),
+        _t("convert", "I", "P", S_("reinterpret", "R", "I")),
+        _t("convert", "V", "P", S_("convert", "R", "V")),
+        _t("convert", "S", "P", S_("convert", "R", "S")),
+        _t("convert", "I", "R", S_("all_reduce", "P", "I"), alias_of="reinterpret"),
+        _t("convert", "R", "I", S_("convert", "I", "P"), alias_of="reinterpret"),
+    ]
+}
+
+# all_reduce with op="max"/"min": V -> R | I, no gradient.
+NO_GRAD_REDUCE_OPS = ("max", "min")
+REDUCE_OPS = ("sum", "avg") + NO_GRAD_REDUCE_OPS
+
+
+def route(src: LocalType, dst: LocalType) -> tuple[str, Form, Form] | None:
+    """Which op implements ``src -> dst`` keeping the meaning (what redistribute runs).
+
+    Returns ``None`` for the identity (same type).
+    """
+    s, d = form(src), form(dst)
+    if src == dst:
+        return None
+    if s == "P":
+        op = "all_reduce" if d in ("R", "I") else "reduce_scatter"
+    elif s in ("V", "S"):
+        if d in ("R", "I"):
+            op = "all_gather"
+        elif d in ("V", "S"):
+            op = "all_to_all"
+        else:
+            op = "convert"
+    elif (s, d) in (("I", "R"), ("R", "I")):
+        op = "reinterpret"
+    else:
+        op = "convert"
+    return (op, s, d) if (op, s, d) in TRANSITIONS else None
+
+
+_PURPOSE = {
+    "all_reduce": "a reduction",
+    "all_gather": "a gather",
+    "reduce_scatter": "a reduce-scatter",
+    "all_to_all": "an all-to-all",
+    "convert": "a local conversion",
+    "reinterpret": "a reinterpretation",
+}
+
+
+def _arg(t: LocalType) -> str:
+    return str(t)
+
+
+def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, ...]) -> str:
+    """'P to R is a reduction: use all_reduce(x, "tp", src=P, dst=R)'."""
+    r = route(src, dst)
+    if r is None:
+        return f"{_arg(src)} to {_arg(dst)} needs no op"
+    op = r[0]
+    return (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
+            f"{op}({x_text}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
+
+
+@dataclass
+class CollectiveResult:
+    type: SpmdType
+    errors: list[SpmdError] = field(default_factory=list)
+    transition: Transition | None = None
+
+
+def lookup(op: str, src: LocalType, dst: LocalType) -> Transition | None:
+    if op == "redistribute":
+        r = route(src, dst)
+        return TRANSITIONS.get(r) if r else None
+    return TRANSITIONS.get((op, form(src), form(dst)))
+
+
+def _default_src(op: str) -> LocalType | None:
+    return LocalType(Kind.P) if op in ("all_reduce", "reduce_scatter") else None
+
+
+def check_collective(
+    op: str,
+    x: SpmdType,
+    axes: Sequence[str],
+    src: LocalType | None,
+    dst: LocalType | None,
+    *,
+    expert_mode: bool = False,
+    reduce_op: str = "sum",
+    x_text: str = "x",
+    can_grad: bool = True,
+) -> CollectiveResult:
+    """Type ``op(x, axes, src=src, dst=dst)``: the result type and every violation.
+
+    ``src`` must match ``x`` on each axis (an unknown axis is taken on trust);
+    the result is ``x`` with each axis replaced by ``dst``.
+    """
+    axis_arg: str | tuple[str, ...] = axes[0] if len(axes) == 1 else tuple(axes)
+    call = f"{op}({x_text}, {format_axis(axis_arg)}"
+    errors: list[SpmdError] = []
+    if src is None:
+        src = _default_src(op)
+    if src is None or dst is None:
+        missing = "src" if src is None else "dst"
+        return CollectiveResult(x, [SpmdError(
+            "spmd-collective",
+            f"{call}, ...) needs {missing}= (one of R, I, V, P, S(i)): the backward depends on it",
+        )])
+    if op == "reinterpret" and (src.dim is not None or dst.dim is not None):
+        return CollectiveResult(x, [SpmdError(
+            "spmd-collective",
+            f"reinterpret cannot claim a shard dim ({call}, src={src}, dst={dst})); use V, or "
+            f"convert(..., dst=S(i)) to take this rank's chunk",
+        )])
+    transition: Transition | None
+    if op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
+        transition = None
+        if form(src) not in ("V", "S", "P") or form(dst) not in ("R", "I"):
+            errors.append(SpmdError(
+                "spmd-collective",
+                f'all_reduce with op="{reduce_op}" takes src=V and gives R or I, not '
+                f"src={src}, dst={dst}",
+            ))
+        elif can_grad:
+            errors.append(SpmdError(
+                "spmd-no-grad",
+                f'all_reduce({x_text}, {format_axis(axis_arg)}, op="{reduce_op}") has no gradient '
+                f"but {x_text} can carry one; call it on {x_text}.detach() or under torch.no_grad()",
+            ))
+    elif op == "all_reduce" and reduce_op not in REDUCE_OPS:
+        return CollectiveResult(x, [SpmdError(
+            "spmd-collective", f'all_reduce op="{reduce_op}" is not one of {", ".join(REDUCE_OPS)}')])
+    else:
+        transition = lookup(op, src, dst)
+        if transition is None:
+            if src == dst and op == "redistribute":
+                pass  # identity
+            else:
+                errors.append(SpmdError(
+                    "spmd-collective",
+                    f"{op}(src={src}, dst={dst}) is not a valid transition; "
+                    + suggest(src, dst, x_text, axis_arg),
+                ))
+        elif transition.expert and not expert_mode:
+            errors.append(SpmdError(
+                "spmd-expert-mode",
+                f"{call}, src={src}, dst={dst}) multiplies the value by the size of "
+                f"{format_axis(axis_arg)}; pass expert_mode=True if that is meant, or "
+                f"convert({x_text}, {format_axis(axis_arg)}, src={src}, dst={dst}) to keep the value",
+            ))
+    for axis in axes:
+        have = x.get(axis)
+        if have is None:
+            continue
+        if not _matches(have, src):
+            errors.append(SpmdError(
+                "spmd-src-mismatch",
+                f'{call}, src={src}, ...) but {x_text} is {have} on "{axis}" ({x_text}: '
+                f"{format_type(x)})" + _mismatch_fix(have, src, dst, x_text, axis_arg),
+            ))
+    out = x
+    for axis in axes:
+        out = out.replace(axis, dst)
+    return CollectiveResult(out, errors, transition)
+
+
+def _matches(have: LocalType, src: LocalType) -> bool:
+    if have.kind is not src.kind:
+        return False
+    return have.dim is None or src.dim is None or have.dim == src.dim
+
+
+def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
+                  axis: str | tuple[str, ...]) -> str:
+    if have.kind is src.kind:  # shard dims differ
+        return f"; pass src={have}"
+    s = suggest(have, dst, x_text, axis)
+    return "; " + s if "needs no op" not in s else f"; it is already {dst}: drop the call"
+
+
+def forward_comms(op: str, axes: Sequence[str], src: LocalType, dst: LocalType,
+                  reduce_op: str = "sum") -> list[str]:
+    """The collectives the forward issues (for the report)."""
+    t = lookup(op, src, dst)
+    if op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
+        return [f"all_reduce({reduce_op}) on {format_axis(tuple(axes) if len(axes) > 1 else axes[0])}"]
+    if t is None:
+        return []
+    step = t.forward
+    ax = format_axis(tuple(axes) if len(axes) > 1 else axes[0])
+    return [f"{step.op} on {ax}"] if step.communicates else []
+
+
+def backward_steps(op: str, src: LocalType, dst: LocalType) -> tuple[Step, ...]:
+    t = lookup(op, src, dst)
+    return t.backward if t else ()
+
+
+def backward_comms(op: str, axes: Sequence[str], src: LocalType, dst: LocalType) -> list[str]:
+    """The collectives the backward issues (for the report)."""
+    ax = format_axis(tuple(axes) if len(axes) > 1 else axes[0])
+    return [f"{s.op} on {ax}" for s in backward_steps(op, src, dst) if s.communicates]

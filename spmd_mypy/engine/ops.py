@@ -1,0 +1,423 @@
+"""Non-collective ops in local SPMD: the classification and the typing rule.
+
+No comms ever happen in these ops, so per mesh axis the rule forbids every
+combination whose backward would need comms::
+
+    op(R..) -> R      op(I..) -> I      op(V..) -> V      op(R, V..) -> V
+    I mixed with R, V or P: error
+    P with V: error
+    linear op:        all operands P -> P;  P with R or a scalar: error (affine)
+    multilinear op:   exactly one P factor, the others R or scalars -> P
+                      two P factors: error   (+[a] * +[b] != +[a * b])
+    any other op:     P is an error (non-linear of a pending sum)
+
+Why two Partial factors fail, on two ranks holding ``+[1]`` each::
+
+    +[1]   *  +[1]    =>   +[1]     denotes 1 + 1 = 2,  but (1+1) * (1+1) = 4
+    +[1]      +[1]         +[1]
+
+Each operand of an op has a *role*: a ``SUMMAND`` enters the result
+additively (``a + b``, ``cat``, a bias), a ``FACTOR`` multiplicatively
+(``a * b``, ``a @ b``, a numerator), a ``NONLINEAR`` operand any other way (a
+denominator, an exponent, a ``where`` condition).  An op the table does not
+know is non-linear in every operand: the safe default.
+
+Operands that cannot carry a gradient (under ``no_grad``, ``.detach()``, a
+custom Function's forward) relax the I rule: an I operand of that kind mixes
+with R or V as if it were R.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .errors import SpmdError
+from .types import INVARIANT, Kind, LocalType, REPLICATE, SpmdType, VARYING, format_type
+
+
+class OpClass(enum.Enum):
+    LINEAR = "linear"
+    MULTILINEAR = "multilinear"
+    NONLINEAR = "non-linear"
+
+
+class Role(enum.Enum):
+    SUMMAND = "summand"
+    FACTOR = "factor"
+    NONLINEAR = "non-linear"
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How an op treats its operands.
+
+    ``roles`` gives the role of the operand at each position (by the adapter's
+    operand order); positions past its end take ``default_role``.
+    ``keeps_shard_dims``: an elementwise op keeps S(i) when every Varying
+    operand agrees on i; every other op forgets the dim (still V).
+    """
+
+    name: str
+    op_class: OpClass
+    roles: tuple[Role, ...] = ()
+    keeps_shard_dims: bool = False
+
+    @property
+    def default_role(self) -> Role:
+        return {
+            OpClass.LINEAR: Role.SUMMAND,
+            OpClass.MULTILINEAR: Role.FACTOR,
+            OpClass.NONLINEAR: Role.NONLINEAR,
+        }[self.op_class]
+
+    def role(self, position: int) -> Role:
+        return self.roles[position] if position < len(self.roles) else self.default_role
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand as the rule sees it.
+
+    ``type`` is ``None`` for a Python scalar; an untyped tensor is ``SpmdType()``
+    (unknown on every axis).  ``text`` is the operand's source text for messages.
+    """
+
+    type: SpmdType | None
+    text: str = "x"
+    can_grad: bool = True
+    role: Role | None = None  # overrides the spec's role for this position
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.type is None
+
+
+# --------------------------------------------------------------------------------------
+# The classification.  Names are torch's: functions of ``torch``, ``torch.nn.functional``,
+# ``torch.linalg``, Tensor methods (operators map to their method: ``a + b`` is ``add``,
+# ``b + a`` reflected is ``add`` with the operands swapped, ``a += b`` is ``add_``).
+
+_ELEMENTWISE_LINEAR = """
+add sub subtract neg negative positive clone contiguous detach detach_ real imag conj
+resolve_conj resolve_neg to float double half bfloat16 type type_as cpu cuda
+requires_grad_ zero_
+""".split()
+
+_LINEAR = """
+sum nansum mean nanmean cumsum trace diff
+cat concat concatenate stack hstack vstack dstack column_stack row_stack
+view view_as reshape reshape_as flatten unflatten ravel squeeze unsqueeze
+transpose t T mT permute movedim moveaxis swapaxes swapdims adjoint H mH
+narrow narrow_copy select split split_with_sizes chunk tensor_split unbind
+expand expand_as broadcast_to repeat tile repeat_interleave flip fliplr flipud roll rot90
+diagonal diag diag_embed diagflat tril triu
+gather index_select take take_along_dim masked_select __getitem__ __setitem__
+index_add index_copy index_fill index_put scatter scatter_add scatter_reduce_sum
+unfold as_strided pad constant_pad_nd
+fold embedding_bag_sum
+""".split()
+
+_MULTILINEAR_FACTORS = """
+mul multiply matmul mm bmm mv dot vdot inner outer ger einsum tensordot kron cross
+chain_matmul multi_dot bilinear
+""".split()
+
+_NONLINEAR = """
+relu relu_ relu6 gelu silu mish elu selu celu leaky_relu prelu rrelu hardtanh hardswish
+hardsigmoid sigmoid logsigmoid tanh tanhshrink softplus softsign softshrink hardshrink threshold
+glu exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square pow float_power abs sign sgn
+sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh erf erfc erfinv
+softmax log_softmax softmin gumbel_softmax
+layer_norm rms_norm group_norm batch_norm instance_norm local_response_norm normalize
+dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout
+max min amax amin argmax argmin maximum minimum fmax fmin clamp clip clamp_min clamp_max
+norm vector_norm matrix_norm std var std_mean var_mean prod cumprod logsumexp logcumsumexp
+median nanmedian mode topk sort argsort kthvalue quantile nanquantile
+eq ne lt le gt ge equal allclose isclose isnan isinf isfinite logical_and logical_or
+logical_not logical_xor bitwise_and bitwise_or bitwise_xor bitwise_not
+floor ceil round trunc frac fmod remainder reciprocal
+cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss kl_div
+binary_cross_entropy binary_cross_entropy_with_logits
+embedding one_hot scaled_dot_product_attention interpolate
+any all count_nonzero nonzero unique bincount histc
+""".split()
+
+# Factories: no tensor operands; their result is untyped until annotated.
+FACTORIES = frozenset(
+    """
+zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor
+as_tensor from_numpy zeros_like ones_like empty_like full_like rand_like randn_like
+randint_like new_zeros new_ones new_empty new_full new_tensor scalar_tensor
+""".split()
+)
+
+
+def _spec_table() -> dict[str, OpSpec]:
+    table: dict[str, OpSpec] = {}
+    for name in _LINEAR:
+        table[name] = OpSpec(name, OpClass.LINEAR)
+    for name in _ELEMENTWISE_LINEAR:
+        table[name] = OpSpec(name, OpClass.LINEAR, keeps_shard_dims=True)
+    for name in _MULTILINEAR_FACTORS:
+        table[name] = OpSpec(name, OpClass.MULTILINEAR, keeps_shard_dims=name in ("mul", "multiply"))
+    for name in _NONLINEAR:
+        table[name] = OpSpec(name, OpClass.NONLINEAR)
+    # ops whose operands play different roles
+    s, f, n = Role.SUMMAND, Role.FACTOR, Role.NONLINEAR
+    special = [
+        OpSpec("div", OpClass.MULTILINEAR, (f, n), keeps_shard_dims=True),
+        OpSpec("divide", OpClass.MULTILINEAR, (f, n), keeps_shard_dims=True),
+        OpSpec("true_divide", OpClass.MULTILINEAR, (f, n), keeps_shard_dims=True),
+        OpSpec("linear", OpClass.MULTILINEAR, (f, f, s)),
+        OpSpec("addmm", OpClass.MULTILINEAR, (s, f, f)),
+        OpSpec("addbmm", OpClass.MULTILINEAR, (s, f, f)),
+        OpSpec("baddbmm", OpClass.MULTILINEAR, (s, f, f)),
+        OpSpec("addmv", OpClass.MULTILINEAR, (s, f, f)),
+        OpSpec("addr", OpClass.MULTILINEAR, (s, f, f)),
+        OpSpec("where", OpClass.LINEAR, (n, s, s), keeps_shard_dims=True),
+        OpSpec("masked_fill", OpClass.LINEAR, (s, n, s), keeps_shard_dims=True),
+        OpSpec("index_add", OpClass.LINEAR, (s, s)),
+        OpSpec("scatter_add", OpClass.LINEAR, (s, s)),
+        OpSpec("scatter", OpClass.LINEAR, (s, s)),
+    ]
+    for spec in special:
+        table[spec.name] = spec
+    for name in ("add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
+                 "masked_fill", "index_add", "scatter_add", "scatter", "clamp", "pow", "relu",
+                 "zero", "neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "copy", "fill",
+                 "normal", "uniform", "transpose", "t", "unsqueeze", "squeeze", "clip",
+                 "addmm", "baddbmm", "silu", "gelu"):
+        base = table.get(name)
+        if base is not None and name + "_" not in table:
+            table[name + "_"] = OpSpec(name + "_", base.op_class, base.roles, base.keeps_shard_dims)
+    # in-place fills overwrite: the result is the filled value's type
+    table["copy_"] = OpSpec("copy_", OpClass.LINEAR, (Role.NONLINEAR, Role.SUMMAND))
+    return table
+
+
+OP_SPECS: dict[str, OpSpec] = _spec_table()
+
+# Methods/functions that are not ops on tensor values (metadata, no tensor result).
+NOT_OPS = frozenset(
+    """
+size dim ndim numel nelement element_size shape dtype device is_contiguous is_floating_point
+is_complex data_ptr stride storage_offset item tolist numpy backward register_hook
+retain_grad requires_grad get_device nbytes itemsize __len__ __bool__ __int__ __float__
+__index__ __repr__ __str__ __format__ __hash__ __iter__ __contains__ __array__ __reduce_ex__
+""".split()
+)
+
+
+def classify(name: str) -> OpSpec:
+    """The spec of an op by torch's name; an unknown op is non-linear (the safe default)."""
+    spec = OP_SPECS.get(name)
+    if spec is None:
+        spec = OpSpec(name, OpClass.NONLINEAR)
+    return spec
+
+
+def is_known(name: str) -> bool:
+    return name in OP_SPECS
+
+
+# --------------------------------------------------------------------------------------
+# The rule
+
+
+def _describe(op: Operand, lt: LocalType, axis: str) -> str:
+    return f"{op.text}: {format_type(op.type) if op.type is not None else 'scalar'}"
+
+
+def _fix_reduce(text: str, axis: str, dst: str = "R") -> str:
+    return f'all_reduce({text}, "{axis}", src=P, dst={dst})'
+
+
+_KIND_WORD = {Kind.R: "Replicate", Kind.I: "Invariant", Kind.V: "Varying", Kind.P: "Partial"}
+
+
+def _word(lt: LocalType) -> str:
+    return f"Shard({lt.dim})" if lt.dim is not None else _KIND_WORD[lt.kind]
+
+
+@dataclass
+class Result:
+    """The outcome of typing one op: the result type and the violations."""
+
+    type: SpmdType
+    errors: list[SpmdError] = field(default_factory=list)
+
+
+def _rule_on_axis(
+    spec: OpSpec, axis: str, typed: list[tuple[Operand, Role, LocalType]], scalar_roles: set[Role]
+) -> tuple[LocalType | None, SpmdError | None]:
+    name = spec.name
+    # I operands that cannot carry a gradient act as R.
+    eff = [(o, r, REPLICATE if (lt.kind is Kind.I and not o.can_grad) else lt) for o, r, lt in typed]
+    kinds = {lt.kind for _, _, lt in eff}
+
+    if Kind.I in kinds and len(kinds) > 1:
+        inv = next(o for o, _, lt in eff if lt.kind is Kind.I)
+        other_o, _, other = next((o, r, lt) for o, r, lt in eff if lt.kind is not Kind.I)
+        if other.kind is Kind.P:
+            fix = (f'reinterpret({inv.text}, "{axis}", src=I, dst=R) first (its backward '
+                   f'all-reduces the gradient), or {_fix_reduce(other_o.text, axis, "I")}')
+        else:
+            fix = (f'reinterpret({inv.text}, "{axis}", src=I, dst=R) first, so the backward '
+                   f"all-reduces its gradient")
+        return None, SpmdError(
+            "spmd-invariant-mix",
+            f'Invariant on "{axis}" ({_describe(inv, INVARIANT, axis)}) cannot mix with '
+            f"{_word(other)} ({_describe(other_o, other, axis)}) in {name}: its gradient would "
+            f"need an all-reduce that {name} never issues; {fix}",
+        )
+
+    if Kind.P in kinds:
+        p_ops = [(o, r) for o, r, lt in eff if lt.kind is Kind.P]
+        p0 = p_ops[0][0]
+        nonlin = [o for o, r in p_ops if r is Role.NONLINEAR]
+        if spec.op_class is OpClass.NONLINEAR or nonlin:
+            who = (nonlin or [p0])[0]
+            where = "" if spec.op_class is OpClass.NONLINEAR else " in a non-linear position"
+            return None, SpmdError(
+                "spmd-partial-nonlinear",
+                f'Partial on "{axis}" ({_describe(who, VARYING, axis)}) cannot go through '
+                f"{name}{where} (a non-linear op of a pending sum); {_fix_reduce(who.text, axis)} first",
+            )
+        if Kind.V in kinds:
+            v_o, _, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)
+            return None, SpmdError(
+                "spmd-partial-varying",
+                f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) cannot mix with '
+                f"{_word(v_lt)} ({_describe(v_o, v_lt, axis)}) in {name}: a pending sum combined "
+                f"with per-rank values has no meaning; {_fix_reduce(p0.text, axis)} or "
+                f'reduce_scatter({p0.text}, "{axis}", src=P, dst=V) first',
+            )
+        factors_p = [o for o, r in p_ops if r is Role.FACTOR]
+        if len(factors_p) > 1:
+            a, b = factors_p[0], factors_p[1]
+            return None, SpmdError(
+                "spmd-partial-product",
+                f'Partial * Partial on "{axis}" in {name} ({_describe(a, VARYING, axis)}, '
+                f"{_describe(b, VARYING, axis)}): the product of two pending sums is not the sum "
+                f"of the products; all_reduce one operand first: {_fix_reduce(a.text, axis)}",
+            )
+        # Additive terms: every summand, plus the product of the factors if there are any.
+        product_is_p = bool(factors_p)
+        has_factor_terms = any(r is Role.FACTOR for _, r, _ in eff) or Role.FACTOR in scalar_roles
+        terms: list[tuple[str, bool]] = []  # (description, is_partial)
+        if has_factor_terms:
+            desc = "the product" if not product_is_p else factors_p[0].text
+            terms.append((desc, product_is_p))
+        for o, r, lt in eff:
+            if r is Role.SUMMAND:
+                terms.append((_describe(o, lt, axis), lt.kind is Kind.P))
+        if Role.SUMMAND in scalar_roles:
+            terms.append(("a scalar", False))
+        non_p = [d for d, is_p in terms if not is_p]
+        if non_p:
+            p_text = p0.text
+            other = non_p[0]
+            what = "a scalar" if other == "a scalar" else f"a Replicate value ({other})"
+            return None, SpmdError(
+                "spmd-partial-affine",
+                f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) added to {what} in {name}: '
+                f"the other term would be summed once per rank; {_fix_reduce(p_text, axis)} first, "
+                f"or add it after the reduction",
+            )
+        return LocalType(Kind.P), None
+
+    if kinds == {Kind.I}:
+        return INVARIANT, None
+    if kinds == {Kind.R}:
+        return REPLICATE, None
+    # V, or R with V
+    dims = {lt.dim for _, _, lt in eff if lt.kind is Kind.V}
+    if spec.keeps_shard_dims and len(dims) == 1:
+        (d,) = dims
+        return LocalType(Kind.V, d), None
+    return VARYING, None
+
+
+def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False) -> Result:
+    """Type one op: the result's type per axis, and every violation.
+
+    Axes an operand does not mention are skipped for that operand (gradual); an
+    axis no operand mentions is unknown in the result.  On an axis with an error
+    the result is unknown there, so one mistake is reported once.
+    """
+    if isinstance(spec, str):
+        spec = classify(spec)
+    errors: list[SpmdError] = []
+    axes: dict[str, None] = {}
+    scalar_roles: set[Role] = set()
+    tensor_ops: list[tuple[Operand, Role]] = []
+    for i, o in enumerate(operands):
+        role = o.role or spec.role(i)
+        if o.type is None:
+            scalar_roles.add(role)
+            continue
+        tensor_ops.append((o, role))
+        for a, _ in o.type.axes:
+            axes[a] = None
+    if strict and axes:
+        for o, _ in tensor_ops:
+            if not o.type:
+                errors.append(SpmdError(
+                    "spmd-untyped",
+                    f"untyped tensor {o.text} in {spec.name} with typed operands (strict mode); "
+                    f"annotate it or spmd.declare({o.text}, Tensor[...])",
+                ))
+                break
+    out: dict[str, LocalType] = {}
+    for axis in sorted(axes):
+        typed = [(o, r, lt) for o, r in tensor_ops if (lt := o.type.get(axis)) is not None]  # type: ignore[union-attr]
+        lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
+        if err is not None:
+            errors.append(err)
+        elif lt is not None:
+            out[axis] = lt
+    return Result(SpmdType.of(out), errors)
+
+
+def check_inplace(name: str, target: Operand, result: SpmdType) -> SpmdError | None:
+    """An in-place op (or ``out=``) may not change the mutated tensor's type."""
+    assert target.type is not None
+    changed = []
+    for axis, lt in target.type.axes:
+        new = result.get(axis)
+        if new is not None and new.forget_dim() != lt.forget_dim():
+            changed.append((axis, lt, new))
+    if not changed:
+        return None
+    axis, old, new = changed[0]
+    return SpmdError(
+        "spmd-inplace",
+        f'{name} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
+        f"({format_type(target.type)} -> {format_type(result)}); an in-place op cannot change a "
+        f"type: use the out-of-place op and a new name",
+    )
+
+
+def check_backward(loss: Operand) -> list[SpmdError]:
+    """``loss.backward()`` seeds a gradient of 1: the loss must be I or P on every axis."""
+    errors = []
+    assert loss.type is not None
+    for axis, lt in loss.type.axes:
+        if lt.kind is Kind.R:
+            fix = (f'all_reduce to I instead of R where the loss is computed, or '
+                   f'reinterpret({loss.text}, "{axis}", src=R, dst=I)')
+            why = "every rank would seed its own gradient of 1, so the gradient is counted once per rank"
+        elif lt.kind is Kind.V:
+            fix = (f'reinterpret({loss.text}, "{axis}", src=V, dst=P) to mean the sum of the '
+                   f'per-rank losses, or all_gather it first')
+            why = "each rank holds a different loss, so there is no single value to differentiate"
+        else:
+            continue
+        errors.append(SpmdError(
+            "spmd-backward",
+            f'{loss.text}.backward() needs the loss Invariant or Partial on "{axis}", but it is '
+            f"{_word(lt)} ({format_type(loss.type)}): {why}; {fix}",
+        ))
+    return errors

@@ -1,0 +1,227 @@
+"""The per-axis local SPMD types and their algebra.
+
+Per mesh axis a tensor has one local SPMD type::
+
+    type          forward meaning                                   gradient type
+    R Replicate   same value on every rank; each rank's use separate   P
+    I Invariant   same value; one logical computation (parameters)     I
+    V Varying     a different value per rank                           V
+    P Partial     the value is the pending sum over the axis' ranks    R
+    S(i) Shard    V, and the global tensor concatenates dim i          S(i)
+
+A whole tensor type (:class:`SpmdType`) maps mesh axis names to local types;
+an axis the type does not mention is unknown (unchecked).
+
+This module is pure: no mypy, no torch.  The mypy plugin and the runtime
+checker both translate their own representation to and from these classes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
+
+
+class Kind(enum.Enum):
+    """The four local SPMD types (Shard is V with a known dim)."""
+
+    R = "R"
+    I = "I"  # noqa: E741 - the name is the type system's
+    V = "V"
+    P = "P"
+
+    def __repr__(self) -> str:
+        return self.value
+
+
+_KIND_ORDER = {Kind.R: 0, Kind.I: 1, Kind.V: 2, Kind.P: 3}
+
+
+@dataclass(frozen=True)
+class LocalType:
+    """The type of a tensor on one mesh axis: R, I, V, P, or S(dim) (= V on dim)."""
+
+    kind: Kind
+    dim: int | None = None  # the shard dim; only with Kind.V
+
+    def __post_init__(self) -> None:
+        if self.dim is not None and self.kind is not Kind.V:
+            raise ValueError("only a Varying type can carry a shard dim")
+
+    @property
+    def is_shard(self) -> bool:
+        return self.dim is not None
+
+    def forget_dim(self) -> LocalType:
+        return VARYING if self.dim is not None else self
+
+    def __str__(self) -> str:
+        return f"S({self.dim})" if self.dim is not None else self.kind.value
+
+    __repr__ = __str__
+
+
+REPLICATE = LocalType(Kind.R)
+INVARIANT = LocalType(Kind.I)
+VARYING = LocalType(Kind.V)
+PARTIAL = LocalType(Kind.P)
+
+
+def shard(dim: int) -> LocalType:
+    """``S(dim)``: Varying, and the locals concatenate on ``dim``."""
+    return LocalType(Kind.V, dim)
+
+
+def dual(t: LocalType) -> LocalType:
+    """The gradient's type: R <-> P, I <-> I, V <-> V, S(i) <-> S(i)."""
+    if t.kind is Kind.R:
+        return PARTIAL
+    if t.kind is Kind.P:
+        return REPLICATE
+    return t
+
+
+def shard_dims_match(a: LocalType, b: LocalType) -> bool:
+    """Whether a tensor of type ``a`` may be used where ``b`` is claimed (``src=b``).
+
+    V and S(i) are both Varying: a V of unknown dim may be claimed as S(i)
+    (the user tells which dim), an S(i) may be claimed as V, but S(i) is not S(j).
+    """
+    if a.kind is not b.kind:
+        return False
+    if a.dim is None or b.dim is None:
+        return True
+    return a.dim == b.dim
+
+
+@dataclass(frozen=True)
+class SpmdType:
+    """A tensor's type: a local type per mesh axis (axes not listed are unknown).
+
+    ``axes`` is kept sorted by axis name so that equal types compare and hash
+    equal whatever order the annotation listed them in.
+    """
+
+    axes: tuple[tuple[str, LocalType], ...] = ()
+    # Global SPMD: the partition spec, one entry per tensor dim, each the mesh axes
+    # sharding that dim outermost first (``PS[("dp", "tp"), None]``); None in local SPMD.
+    spec: tuple[tuple[str, ...], ...] | None = None
+
+    @staticmethod
+    def of(
+        mapping: Mapping[str, LocalType] | Iterable[tuple[str, LocalType]],
+        spec: tuple[tuple[str, ...], ...] | None = None,
+    ) -> SpmdType:
+        items = mapping.items() if isinstance(mapping, Mapping) else mapping
+        return SpmdType(tuple(sorted(dict(items).items())), spec)
+
+    def get(self, axis: str) -> LocalType | None:
+        for name, t in self.axes:
+            if name == axis:
+                return t
+        return None
+
+    def replace(self, axis: str, t: LocalType | None) -> SpmdType:
+        d = dict(self.axes)
+        if t is None:
+            d.pop(axis, None)
+        else:
+            d[axis] = t
+        spec = self.spec
+        if spec is not None and (t is None or t.kind is not Kind.V):
+            spec = tuple(tuple(a for a in entry if a != axis) for entry in spec)
+        return SpmdType.of(d, spec)
+
+    def local(self) -> SpmdType:
+        """The same type with the partition spec forgotten (local SPMD)."""
+        return SpmdType(self.axes) if self.spec is not None else self
+
+    def as_dict(self) -> dict[str, LocalType]:
+        return dict(self.axes)
+
+    def __iter__(self) -> Iterator[tuple[str, LocalType]]:
+        return iter(self.axes)
+
+    def __bool__(self) -> bool:
+        return bool(self.axes)
+
+    def dual(self) -> SpmdType:
+        return SpmdType(tuple((a, dual(t)) for a, t in self.axes), self.spec)
+
+    def format(self, axis_order: Iterable[str] | None = None) -> str:
+        return format_type(self, axis_order)
+
+    def __str__(self) -> str:
+        return format_type(self)
+
+
+UNTYPED = SpmdType()
+
+
+def _quote(axis: str) -> str:
+    return '"' + axis + '"'
+
+
+def format_entries(t: SpmdType, axis_order: Iterable[str] | None = None) -> list[str]:
+    """The entries of a type as users write them, grouped by local type.
+
+    ``{tp: R, dp: V}`` prints ``R["tp"], V["dp"]``; ``{dp: R, cp: R}`` prints
+    ``R["dp", "cp"]`` (axes in mesh order when ``axis_order`` is given).
+    """
+    order = {a: i for i, a in enumerate(axis_order or ())}
+    groups: dict[LocalType, list[str]] = {}
+    in_spec = {a for entry in t.spec or () for a in entry}
+    for axis, lt in t.axes:
+        if axis not in in_spec:
+            groups.setdefault(lt, []).append(axis)
+
+    def key(lt: LocalType) -> tuple[int, int]:
+        return (_KIND_ORDER[lt.kind] + (1 if lt.dim is not None else 0) * 4, lt.dim or 0)
+
+    out = []
+    if t.spec is not None:
+        out.append(format_spec(t.spec))
+    for lt in sorted(groups, key=key):
+        axes = sorted(groups[lt], key=lambda a: (order.get(a, len(order)), a))
+        names = ", ".join(_quote(a) for a in axes)
+        if lt.dim is not None:
+            out.append(f"S[{lt.dim}, {names}]")
+        else:
+            out.append(f"{lt.kind.value}[{names}]")
+    return out
+
+
+def format_spec(spec: tuple[tuple[str, ...], ...]) -> str:
+    """``PS[None, "tp"]``, ``PS[("dp", "tp"), None]``."""
+
+    def entry(axes: tuple[str, ...]) -> str:
+        if not axes:
+            return "None"
+        if len(axes) == 1:
+            return _quote(axes[0])
+        return "(" + ", ".join(_quote(a) for a in axes) + ")"
+
+    return "PS[" + ", ".join(entry(e) for e in spec) + "]" if spec else "PS[()]"
+
+
+def format_type(t: SpmdType, axis_order: Iterable[str] | None = None) -> str:
+    """``Tensor[R["tp"], V["dp"]]``; an untyped tensor prints ``Tensor``."""
+    entries = format_entries(t, axis_order)
+    return f"Tensor[{', '.join(entries)}]" if entries else "Tensor"
+
+
+def grad_type(t: SpmdType) -> SpmdType:
+    """``spmd.grad_type(T)``: the gradient's type, the dual on every axis."""
+    return t.dual()
+
+
+def format_local(lt: LocalType) -> str:
+    """How a src/dst argument is written: ``R``, ``I``, ``V``, ``P`` or ``S(0)``."""
+    return str(lt)
+
+
+def format_axis(axis: str | tuple[str, ...]) -> str:
+    if isinstance(axis, tuple):
+        return "(" + ", ".join(_quote(a) for a in axis) + ("," if len(axis) == 1 else "") + ")"
+    return _quote(axis)
