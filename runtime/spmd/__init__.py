@@ -7,4 +7,23 @@ differentiable ops on torch.distributed whose backward is the table's.
 
 from ._types import I, P, PS, R, S, Shard, Tensor, V, grad_type
 
-__all__ = ["Tensor", "R", "I", "V", "P", "S", "Shard", "PS", "grad_type"]
+# collectives, conversions, mesh, einsum family
+from ._collectives import (
+    all_gather,
+    all_reduce,
+    all_to_all,
+    convert,
+    redistribute,
+    reduce_scatter,
+    reinterpret,
+)
+from ._einsum import einsum, linear, matmul, sum
+from ._mesh import get_mesh, set_mesh
+
+# the runtime check mode
+from ._checking import checked, declare, reveal, typecheck, typeof
+
+__all__ = ["Tensor", "R", "I", "V", "P", "S", "Shard", "PS", "grad_type",
+           "set_mesh", "get_mesh", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+           "reinterpret", "convert", "redistribute", "einsum", "matmul", "linear", "sum",
+           "typecheck", "declare", "reveal", "typeof", "checked"]

@@ -154,6 +154,21 @@ randint_like new_zeros new_ones new_empty new_full new_tensor scalar_tensor
 )
 
 
+# Non-linear ops that keep the shape (elementwise, or normalising over the last
+# dims): a Shard(i) operand stays Shard(i) in local SPMD.
+_SHAPE_PRESERVING_NONLINEAR = frozenset("""
+relu relu_ relu6 gelu silu mish elu selu celu leaky_relu prelu rrelu hardtanh hardswish
+hardsigmoid sigmoid logsigmoid tanh tanhshrink softplus softsign softshrink hardshrink threshold
+exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square pow float_power abs sign sgn
+sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh erf erfc erfinv
+softmax log_softmax softmin layer_norm rms_norm group_norm normalize
+dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout
+maximum minimum fmax fmin clamp clip clamp_min clamp_max
+eq ne lt le gt ge isclose isnan isinf isfinite logical_and logical_or logical_not logical_xor
+floor ceil round trunc frac fmod remainder reciprocal
+""".split())
+
+
 def _spec_table() -> dict[str, OpSpec]:
     table: dict[str, OpSpec] = {}
     for name in _LINEAR:
@@ -163,7 +178,8 @@ def _spec_table() -> dict[str, OpSpec]:
     for name in _MULTILINEAR_FACTORS:
         table[name] = OpSpec(name, OpClass.MULTILINEAR, keeps_shard_dims=name in ("mul", "multiply"))
     for name in _NONLINEAR:
-        table[name] = OpSpec(name, OpClass.NONLINEAR)
+        table[name] = OpSpec(name, OpClass.NONLINEAR,
+                             keeps_shard_dims=name in _SHAPE_PRESERVING_NONLINEAR)
     # ops whose operands play different roles
     s, f, n = Role.SUMMAND, Role.FACTOR, Role.NONLINEAR
     special = [

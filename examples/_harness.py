@@ -1,0 +1,176 @@
+"""Run-equivalence of the examples: each sharded module against its unsharded reference.
+
+Every example module provides::
+
+    full_weights(seed) -> {name: tensor}      the unsharded weights, float64
+    make_batch(seed) -> {name: tensor}        one batch (whole, as loaded)
+    build(weights, mesh) -> nn.Module         this rank's shards, parameter names = weight names
+    step(model, batch) -> loss                forward, backward, gradient finalisation
+    reference(weights, batch) -> loss         the same network on one process, plain torch
+    SHARDING = {name: {axis: dim}}            how a parameter is sharded (absent axis: whole)
+    DATA_PARALLEL                             whether step() splits the batch over "dp" itself
+
+On every rank of a ("dp", "tp") mesh, :func:`check_example` builds the model,
+runs one step, gathers each sharded gradient over its axes (concatenating the
+shards on their dim) and compares loss and gradients with the reference run on
+the same batch.  Examples that ignore "dp" get a different batch on each dp
+replica, so both replicas are checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+EXAMPLES = ("tp_mlp", "sequence_parallel", "tp_attention", "vocab_parallel", "dp_tp_train")
+SEED = 1234
+TOLERANCE = 1e-10
+
+
+@dataclass
+class Result:
+    name: str
+    loss_diff: float = float("nan")
+    grad_diff: float = float("nan")
+    params: int = 0
+    loss: float = float("nan")
+    seconds: float = 0.0
+    worst: str = ""  # the parameter with the largest gradient difference on this rank
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return (not self.errors and self.loss_diff <= TOLERANCE and self.grad_diff <= TOLERANCE
+                and self.params > 0)
+
+
+def gather_full(t: torch.Tensor, sharding: dict[str, int], mesh: DeviceMesh) -> torch.Tensor:
+    """The whole tensor from its shards: all-gather over each sharding axis, concat on its dim."""
+    for axis, dim in sharding.items():
+        group = mesh.get_group(axis)
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, t.contiguous(), group=group)
+        t = torch.cat(parts, dim=dim)
+    return t
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        raise ValueError(f"shape {tuple(a.shape)} != reference {tuple(b.shape)}")
+    d = float((a.detach() - b.detach()).abs().max())
+    return float("inf") if d != d else d  # a NaN is a failure, never a small difference
+
+
+def _all_ok(ok: bool) -> bool:
+    """Whether every rank is ok: the ranks agree before collectives that must pair up."""
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag[0])
+
+
+def _fail(result: Result, error: str) -> None:
+    """Record an error and print it now: a later collective may not return."""
+    result.errors.append(error)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    print(f"[rank {rank}] {result.name}: {error}", file=sys.stderr, flush=True)
+
+
+def check_example(name: str, mesh: DeviceMesh) -> Result:
+    """Run one example on this rank; the result holds this rank's differences."""
+    result = Result(name)
+    start = time.perf_counter()
+    try:
+        mod: ModuleType = importlib.import_module(name)
+        weights: dict[str, torch.Tensor] = mod.full_weights(SEED)
+        dp_rank = mesh.get_local_rank("dp")
+        batch_seed = SEED + 1 if mod.DATA_PARALLEL else SEED + 1 + 100 * (dp_rank + 1)
+        batch: dict[str, torch.Tensor] = mod.make_batch(batch_seed)
+
+        model: torch.nn.Module = mod.build(weights, mesh)
+        loss = mod.step(model, batch)
+
+        ref_w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
+        ref_loss = mod.reference(ref_w, batch)
+        ref_loss.backward()
+
+        result.loss = float(loss)
+        result.loss_diff = _max_diff(loss.reshape(()), ref_loss.reshape(()))
+        params = dict(model.named_parameters())
+        if set(params) != set(weights):
+            _fail(result, f"parameters {sorted(params)} != weights {sorted(weights)}")
+        result.params = len(params)
+    except Exception:  # reported, and the other examples still run
+        _fail(result, traceback.format_exc())
+    if _all_ok(not result.errors):
+        try:
+            sharding: dict[str, dict[str, int]] = mod.SHARDING
+            grad_diff = -1.0
+            for pname in sorted(params):  # the same order on every rank: the gathers pair up
+                p = params[pname]
+                grad = p.grad
+                if grad is None:
+                    _fail(result, f"{pname}: no gradient")
+                    grad = torch.full_like(p, float("nan"))
+                full = gather_full(grad.detach(), sharding[pname], mesh)
+                ref_grad = ref_w[pname].grad
+                assert ref_grad is not None
+                diff = _max_diff(full, ref_grad)
+                if diff > grad_diff:
+                    grad_diff, result.worst = diff, pname
+            result.grad_diff = grad_diff
+        except Exception:
+            _fail(result, traceback.format_exc())
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def combine(result: Result) -> Result:
+    """The worst result over all ranks (max of the differences; errors stay per rank)."""
+    worst = torch.tensor(
+        [_nan_to_inf(result.loss_diff), _nan_to_inf(result.grad_diff), float(bool(result.errors)),
+         result.seconds],
+        dtype=torch.float64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    params = torch.tensor([result.params], dtype=torch.int64)
+    dist.all_reduce(params, op=dist.ReduceOp.MIN)
+    out = Result(result.name, float(worst[0]), float(worst[1]), int(params[0]), result.loss,
+                 float(worst[3]), result.worst, list(result.errors))
+    if worst[2] > 0 and not out.errors:
+        out.errors.append("failed on another rank (see that rank's output)")
+    return out
+
+
+def _nan_to_inf(x: float) -> float:
+    return float("inf") if x != x else x
+
+
+def run_all(mesh: DeviceMesh, names: tuple[str, ...] = EXAMPLES) -> list[Result]:
+    """Every example on this rank, each combined over all ranks."""
+    return [combine(check_example(name, mesh)) for name in names]
+
+
+def format_table(results: list[Result]) -> str:
+    lines = [f"{'example':<20} {'loss':>12} {'loss diff':>10} {'grad diff':>10} {'params':>6} "
+             f"{'s':>5}  result"]
+    for r in results:
+        lines.append(f"{r.name:<20} {r.loss:>12.6f} {r.loss_diff:>10.1e} {r.grad_diff:>10.1e} "
+                     f"{r.params:>6} {r.seconds:>5.2f}  {'PASS' if r.passed else 'FAIL'}"
+                     + ("" if r.passed or not r.worst else f" (worst on rank 0: {r.worst})"))
+    lines.append(f"tolerance {TOLERANCE:.0e} (float64); loss diff and grad diff are the max abs "
+                 f"difference to the unsharded reference over all ranks")
+    return "\n".join(lines)
+
+
+def as_json(results: list[Result]) -> list[dict[str, Any]]:
+    return [dict(name=r.name, loss=r.loss, loss_diff=r.loss_diff, grad_diff=r.grad_diff,
+                 params=r.params, seconds=r.seconds, worst=r.worst, passed=r.passed, errors=r.errors)
+            for r in results]

@@ -1,0 +1,672 @@
+"""The runtime check mode: ``with spmd.typecheck():`` tracks SPMD types on live tensors.
+
+Inside the block every torch op, Tensor method, operator and
+``torch.nn.functional`` call is typed by the same rule engine as the mypy
+plugin (:mod:`spmd_mypy.engine`), and the first op or collective that breaks
+the rules raises :class:`SpmdTypeError` -- before the op runs, so nothing is
+mutated -- with the engine's code and message::
+
+    with spmd.typecheck():
+        h = spmd.declare(h, Tensor[P["tp"]])
+        torch.relu(h)   # SpmdTypeError: Partial on "tp" (h: Tensor[P["tp"]]) cannot go
+                        # through relu ...  [spmd-partial-nonlinear]
+
+How types are tracked
+    A tensor's type lives in a side table keyed by the tensor object (weakly:
+    the entry goes when the tensor does), not in the tensor's ``__dict__`` --
+    an attribute would be pickled with the tensor and break ``torch.load``
+    with ``weights_only=True``.  Types stay on the tensors after the block
+    (``spmd.typeof`` reads them) and are seen again by a later block.
+
+What is typed
+    ``spmd.declare(x, Tensor[...])`` stamps a type; factories (``torch.zeros``,
+    ``randn``, ``*_like``, ``new_*``) make untyped tensors, gradual (unknown on
+    every axis) unless ``typecheck(strict=True)``; every other op's result gets
+    the engine's type, on each tensor output (``split``/``chunk``/``unbind``
+    too).  The typed collectives (``spmd.all_reduce``...) call
+    :func:`on_collective`, which checks ``src`` against the input's tracked type
+    and the pair against the table, and stamps ``dst``.
+
+Operands
+    Read from the call the way the plugin reads them from torch's stubs (see
+    :mod:`._torch_ops`): tensors are operands; Python scalars where they are
+    summands or factors (``x + 1``, ``x * 2``, ``where(c, x, 0.)``); dims,
+    shapes, dtypes and ``alpha=`` never; index/mask/condition tensors are
+    operands in a non-linear role that carry no gradient.
+
+No-gradient relaxation (SPEC section 3)
+    An operand can carry a gradient iff ``torch.is_grad_enabled() and
+    t.requires_grad`` at the time of the op.  This covers ``torch.no_grad()``,
+    ``torch.inference_mode()``, the body of a custom autograd Function's
+    ``forward`` (autograd runs it with grad disabled), ``.detach()`` and
+    ``.data`` (their results do not require grad) -- and, more generally than
+    the static checker can see, any tensor that does not require grad (a
+    buffer, a frozen parameter, a tensor made by a factory).  An Invariant
+    operand that cannot carry a gradient mixes with R or V as if it were R.
+
+In-place ops (``add_``, ``x += y``, ``x[i] = y``, ``out=``, ``F.relu(x, inplace=True)``)
+    may not change the mutated tensor's type (engine ``check_inplace``); an
+    untyped target learns the result's type on the axes it did not know.
+
+``loss.backward()`` / ``torch.autograd.backward`` / ``torch.autograd.grad``
+    without an explicit gradient check the loss (I or P on every known axis);
+    ``torch.autograd.grad``'s results and ``x.grad`` get the dual type.
+
+Cost
+    Outside the block nothing is installed: ``spmd.declare``/``spmd.reveal``
+    are a global read.  Inside, each call costs a cached plan lookup, a side
+    table lookup per tensor operand, and when an operand is typed a cached
+    engine result; ops on untyped tensors only (library code, data loading)
+    take the short path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import weakref
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from spmd_mypy.engine.collectives import check_collective
+from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
+from spmd_mypy.engine.ops import Operand, Role, check_backward, check_inplace, propagate
+from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
+
+from . import _torch_ops
+from ._torch_ops import Kind, Plan, build_plan, extract
+from ._types import local_type_of, spmd_type_of_annotation
+
+# True while a ``typecheck()`` block is open (the collectives read it before calling
+# on_collective; declare/reveal read it to do nothing outside).
+ACTIVE: bool = False
+
+_T = TypeVar("_T")
+
+# --------------------------------------------------------------------------------------
+# The side table: id(tensor) -> (weakref to it, its type).
+
+
+_TYPES: dict[int, tuple[weakref.ref, SpmdType]] = {}
+
+# Types are interned: every type in the side table is the canonical instance of its
+# value, so the engine-result cache can key on ``id(type)`` (hashing an SpmdType walks
+# dataclasses and enums: slow on the per-op path).  Canonical instances live forever;
+# a program has few distinct types.
+_CANON: dict[SpmdType, SpmdType] = {}
+_CANON_IDS: set[int] = set()
+
+
+def _canon(t: SpmdType) -> SpmdType:
+    if id(t) in _CANON_IDS:
+        return t
+    c = _CANON.get(t)
+    if c is None:
+        c = _CANON[t] = t
+        _CANON_IDS.add(id(t))
+    return c
+
+
+class _Ref(weakref.ref):
+    __slots__ = ("key",)
+
+
+def _forget(ref: _Ref) -> None:
+    entry = _TYPES.get(ref.key)
+    if entry is not None and entry[0] is ref:
+        del _TYPES[ref.key]
+
+
+def _get(t: Any) -> SpmdType | None:
+    entry = _TYPES.get(id(t))
+    if entry is not None and entry[0]() is t:
+        return entry[1]
+    return None
+
+
+def _set(t: torch.Tensor, typ: SpmdType) -> None:
+    if id(typ) not in _CANON_IDS:
+        typ = _canon(typ)
+    key = id(t)
+    entry = _TYPES.get(key)
+    if entry is not None and entry[0]() is t:
+        _TYPES[key] = (entry[0], typ)
+        return
+    ref = _Ref(t, _forget)
+    ref.key = key
+    _TYPES[key] = (ref, typ)
+
+
+def _stamp_outputs(result: Any, typ: SpmdType, skip: Sequence[Any] = ()) -> None:
+    if isinstance(result, torch.Tensor):
+        if not skip or not any(result is s for s in skip):
+            _set(result, typ)
+    elif isinstance(result, (tuple, list)):
+        for r in result:
+            if isinstance(r, torch.Tensor) and (not skip or not any(r is s for s in skip)):
+                _set(r, typ)
+
+
+def _merge(old: SpmdType, new: SpmdType) -> SpmdType:
+    """``old`` with the axes only ``new`` knows added (an in-place target's type)."""
+    if not new:
+        return old
+    if not old:
+        return new
+    d = new.as_dict()
+    d.update(old.as_dict())
+    return SpmdType.of(d, old.spec)
+
+
+# --------------------------------------------------------------------------------------
+# Operand texts for messages: the caller's variable names (only computed on an error).
+
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_SKIP_DIRS = (_RUNTIME_DIR + os.sep, _TORCH_DIR + os.sep, os.path.dirname(contextlib.__file__) + os.sep)
+
+
+def _user_frame() -> Any:
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_SKIP_DIRS):
+            return f
+        f = f.f_back
+    return None
+
+
+def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
+    frame = _user_frame()
+    names: dict[int, str] = {}
+    if frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            for k, v in scope.items():
+                if isinstance(v, torch.Tensor) and id(v) not in names and not k.startswith("_"):
+                    names[id(v)] = k
+    out = []
+    for v, d in zip(values, defaults):
+        if isinstance(v, torch.Tensor):
+            out.append(names.get(id(v), d))
+        else:
+            out.append(repr(v))
+    return out
+
+
+_DEFAULT_TEXTS = ("x", "y", "z", "w", "u", "v")
+
+
+def _default_text(i: int) -> str:
+    return _DEFAULT_TEXTS[i] if i < len(_DEFAULT_TEXTS) else f"arg{i}"
+
+
+# --------------------------------------------------------------------------------------
+# The mode.
+
+_PLANS: dict[Any, Plan] = {}
+_RESULTS: dict[tuple, Any] = {}  # (op, strict, operand keys) -> engine Result
+_RESULTS_MAX = 8192
+
+
+def _plan(func: Any) -> Plan:
+    try:
+        plan = _PLANS.get(func)
+    except TypeError:  # unhashable func
+        return build_plan(func)
+    if plan is None:
+        plan = build_plan(func)
+        _PLANS[func] = plan
+    return plan
+
+
+class _Mode(TorchFunctionMode):
+    def __init__(self, strict: bool) -> None:
+        super().__init__()
+        self.strict = strict
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if kwargs is None:
+            kwargs = {}
+        plan = _plan(func)
+        kind = plan.kind
+        if kind is Kind.OP:
+            return self._op(plan, func, args, kwargs)
+        if kind is Kind.PASS or kind is Kind.FACTORY:
+            return func(*args, **kwargs)
+        if kind is Kind.GRAD:
+            g = func(*args, **kwargs)
+            if isinstance(g, torch.Tensor) and args:
+                t = _get(args[0])
+                if t:
+                    _set(g, t.dual())
+            return g
+        if kind is Kind.BACKWARD:
+            gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
+            if gradient is None and args:
+                _check_loss(args[0])
+            return func(*args, **kwargs)
+        if kind is Kind.AUTOGRAD_BACKWARD:
+            tensors = args[0] if args else kwargs.get("tensors")
+            grads = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
+            _check_losses(tensors, grads)
+            return func(*args, **kwargs)
+        if kind is Kind.AUTOGRAD_GRAD:
+            outputs = args[0] if args else kwargs.get("outputs")
+            inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+            grads = args[2] if len(args) > 2 else kwargs.get("grad_outputs")
+            _check_losses(outputs, grads)
+            result = func(*args, **kwargs)
+            ins = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
+            if isinstance(result, (tuple, list)):
+                for x, g in zip(ins, result):
+                    t = _get(x) if isinstance(x, torch.Tensor) else None
+                    if t and isinstance(g, torch.Tensor):
+                        _set(g, t.dual())
+            return result
+        return func(*args, **kwargs)  # pragma: no cover
+
+    def _op(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
+        ops, outs = extract(plan, args, kwargs)
+        # Types of the operands; the short path when nothing is typed.
+        types: list[SpmdType | None] = []
+        any_typed = False
+        for v, _ in ops:
+            if isinstance(v, torch.Tensor):
+                t = _get(v)
+                if t is None:
+                    t = _UNTYPED
+                elif t:
+                    any_typed = True
+                types.append(t)
+            else:
+                types.append(None)
+        if not any_typed:
+            if outs or plan.inplace or plan.inplace_kw:
+                self._untyped_targets(plan, ops, outs, kwargs)
+            return func(*args, **kwargs)
+        inplace_target = None
+        if plan.inplace or (plan.inplace_kw and kwargs.get("inplace")):
+            first = ops[0][0] if ops else None
+            inplace_target = first if isinstance(first, torch.Tensor) else None
+        grad_on = torch.is_grad_enabled()
+        # The cache key: per operand, its (interned) type's id and whether it is an
+        # index and can carry a gradient; roles follow from the plan and the position.
+        key: list[Any] = [plan.name, self.strict]
+        for (v, is_index), t in zip(ops, types):
+            if t is None:
+                key.append(0)
+            else:
+                key.append(id(t))
+                key.append(is_index or not (grad_on and v.requires_grad))
+        key_t = tuple(key)
+        res = _RESULTS.get(key_t)
+        if res is None:
+            res = self._propagate(plan, ops, types, grad_on, None)
+            if len(_RESULTS) >= _RESULTS_MAX:
+                _RESULTS.clear()
+            _RESULTS[key_t] = res
+        if res.errors:
+            values = [v for v, _ in ops]
+            texts = _texts(values, [_default_text(i) for i in range(len(values))])
+            res = self._propagate(plan, ops, types, grad_on, texts)
+            raise SpmdTypeError(res.errors[0])
+        rtype = res.type
+        targets: list[torch.Tensor] = []
+        if inplace_target is not None:
+            targets.append(inplace_target)
+        if outs:
+            targets.extend(outs)
+        if targets:
+            new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype)
+                         for tgt in targets]
+            result = func(*args, **kwargs)
+            for tgt, t in zip(targets, new_types):
+                if t:
+                    _set(tgt, t)
+            if rtype:
+                _stamp_outputs(result, rtype, targets)
+            return result
+        result = func(*args, **kwargs)
+        if rtype:
+            _stamp_outputs(result, rtype)
+        return result
+
+    def _propagate(self, plan: Plan, ops: list, types: list, grad_on: bool,
+                   texts: list[str] | None) -> Any:
+        spec = plan.spec
+        operands = []
+        for i, ((v, is_index), t) in enumerate(zip(ops, types)):
+            text = texts[i] if texts is not None else _default_text(i)
+            role = Role.NONLINEAR if is_index else spec.role(i)
+            if t is None:
+                operands.append(Operand(None, text, True, role))
+            else:
+                can_grad = (not is_index) and grad_on and bool(v.requires_grad)
+                operands.append(Operand(t, text, can_grad, role))
+        return propagate(spec, operands, strict=self.strict)
+
+    @staticmethod
+    def _check_target(plan: Plan, tgt: torch.Tensor, inplace: bool, rtype: SpmdType) -> SpmdType:
+        """The mutated tensor's type after the op (raises if the op would change it)."""
+        old = _get(tgt)
+        if old:
+            where = plan.name if inplace else f"{plan.name}(..., out=)"
+            err = check_inplace(where, Operand(old, "x"), rtype)
+            if err is not None:
+                err = check_inplace(where, Operand(old, _texts([tgt], ["x"])[0]), rtype)
+                raise SpmdTypeError(err)  # type: ignore[arg-type]
+        return _merge(old or _UNTYPED, rtype)
+
+    @staticmethod
+    def _untyped_targets(plan: Plan, ops: list, outs: list, kwargs: dict) -> None:
+        """No typed operand: a typed in-place/out= target would become unknown -- allowed
+        (gradual), the target keeps its type."""
+        return None
+
+
+_UNTYPED = SpmdType()
+
+
+def _loss_text(loss: torch.Tensor) -> str:
+    return _texts([loss], ["loss"])[0]
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, torch.Tensor):
+        return
+    t = _get(loss)
+    if not t:
+        return
+    errors = check_backward(Operand(t, "loss"))
+    if errors:
+        errors = check_backward(Operand(t, _loss_text(loss)))
+        raise SpmdTypeError(errors[0])
+
+
+def _check_losses(tensors: Any, grads: Any) -> None:
+    ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
+    if grads is None:
+        gs: list[Any] = [None] * len(ts)
+    elif isinstance(grads, torch.Tensor):
+        gs = [grads]
+    else:
+        gs = list(grads)
+    for i, t in enumerate(ts):
+        if i >= len(gs) or gs[i] is None:
+            _check_loss(t)
+
+
+# --------------------------------------------------------------------------------------
+# The public API.
+
+_STACK: list[tuple[_Mode, bool]] = []
+
+
+class typecheck(contextlib.ContextDecorator):
+    """``with spmd.typecheck():`` -- check SPMD types on live tensors inside the block.
+
+    ``strict=True`` makes an untyped tensor used with typed ones an error
+    (``spmd-untyped``), like ``strict = true`` in the plugin's config.  Blocks
+    nest (the innermost one's ``strict`` applies); usable as a decorator.
+    """
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._modes: list[_Mode] = []
+
+    def __enter__(self) -> typecheck:
+        global ACTIVE
+        mode = _Mode(self.strict)
+        mode.__enter__()
+        _STACK.append((mode, ACTIVE))
+        self._modes.append(mode)
+        ACTIVE = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global ACTIVE
+        mode = self._modes.pop()
+        mode.__exit__(*exc)
+        for i in range(len(_STACK) - 1, -1, -1):
+            if _STACK[i][0] is mode:
+                _, previous = _STACK.pop(i)
+                ACTIVE = previous if i == len(_STACK) else ACTIVE
+                break
+        if not _STACK:
+            ACTIVE = False
+
+
+def _as_spmd_type(t: Any) -> SpmdType:
+    if isinstance(t, SpmdType):
+        return t
+    st = spmd_type_of_annotation(t)
+    if st is None:
+        if t is torch.Tensor or getattr(t, "__name__", None) == "Tensor":
+            return _UNTYPED
+        raise TypeError(f'spmd.declare takes a type like Tensor[R["tp"]], not {t!r}')
+    return st
+
+
+def _conflict(have: SpmdType, want: SpmdType) -> tuple[str, LocalType, LocalType] | None:
+    for axis, lt in want.axes:
+        old = have.get(axis)
+        if old is not None and not shard_dims_match(old, lt):
+            return axis, old, lt
+    return None
+
+
+def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str) -> None:
+    have = _get(x)
+    if not have:
+        _set(x, want)
+        return
+    bad = _conflict(have, want)
+    if bad is not None:
+        axis, old, new = bad
+        text = _texts([x], ["x"])[0]
+        raise SpmdTypeError(SpmdError(
+            "spmd-annotation",
+            f'{what} says {text} is {format_type(want)} but it is {old} on "{axis}", not {new} '
+            f"({text}: {format_type(have)}); a declaration cannot change a type: use "
+            f'spmd.reinterpret/convert or a collective (e.g. src={old}, dst={new} on "{axis}")',
+        ))
+    # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew.
+    d = have.as_dict()
+    for axis, lt in want.axes:
+        old = d.get(axis)
+        if old is None or old.dim is None:
+            d[axis] = lt
+    _set(x, SpmdType.of(d, want.spec if want.spec is not None else have.spec))
+
+
+def declare(x: _T, t: Any) -> _T:
+    """``spmd.declare(x, Tensor[R["tp"]])``: ``x``, given that type in check mode.
+
+    Outside ``spmd.typecheck()`` it returns ``x`` and does nothing.  Inside, it
+    stamps the type on ``x``; if ``x`` is already tracked, the declared type
+    must agree with it on the axes both know (``V`` may be declared ``S(i)``):
+    a declaration states a fact, it does not convert (use ``spmd.reinterpret``
+    / ``spmd.convert`` for that).  Axes ``x`` knows and the declaration does
+    not mention are kept.
+    """
+    if not ACTIVE:
+        return x
+    want = _as_spmd_type(t)
+    if isinstance(x, torch.Tensor):
+        _stamp_declared(x, want, f"spmd.declare(..., {format_type(want, _axis_order())})")
+    return x
+
+
+def _axis_order() -> tuple[str, ...] | None:
+    try:
+        from . import _mesh
+    except ImportError:  # pragma: no cover
+        return None
+    binding = getattr(_mesh, "_current", None)
+    return tuple(binding.names) if binding is not None else None
+
+
+def reveal(x: _T) -> _T:
+    """``spmd.reveal(x)``: ``x``; in check mode, prints its live type to stderr.
+
+    The line reads ``file:line: spmd.reveal: Tensor[R["tp"], V["dp"]]`` (the
+    caller's location; ``Tensor`` for an untyped tensor).  Printed with
+    ``print(..., file=sys.stderr)`` so that it shows under ``torchrun`` next to
+    tracebacks; capture it with pytest's ``capsys`` or redirect stderr.
+    """
+    if not ACTIVE:
+        return x
+    if isinstance(x, torch.Tensor):
+        shown = format_type(_get(x) or _UNTYPED, _axis_order())
+    else:
+        shown = f"not a tensor ({type(x).__name__})"
+    frame = sys._getframe(1)
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    print(f"{where}: spmd.reveal: {shown}", file=sys.stderr)
+    return x
+
+
+def typeof(x: Any) -> SpmdType | None:
+    """The type check mode tracks on ``x`` (an engine ``SpmdType``), or None if untracked."""
+    if not isinstance(x, torch.Tensor):
+        return None
+    return _get(x)
+
+
+# --------------------------------------------------------------------------------------
+# Collectives.
+
+
+def _resolve_axes(axes: Any) -> tuple[str, ...] | None:
+    if isinstance(axes, str):
+        return (axes,)
+    if isinstance(axes, (tuple, list)) and all(isinstance(a, str) for a in axes):
+        return tuple(axes)
+    try:  # a ProcessGroup: known by the names of its mesh dims (spmd.set_mesh)
+        from . import _mesh
+
+        names = tuple(_mesh.axis_names(axes))
+    except Exception:
+        return None
+    return names or None
+
+
+def _lt(value: Any) -> LocalType | None:
+    if value is None:
+        return None
+    if isinstance(value, LocalType):
+        return value
+    return local_type_of(value)
+
+
+def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
+                  expert_mode: bool = False, reduce_op: str = "sum") -> Any:
+    """Type a typed collective/conversion that ran in check mode; returns ``out``.
+
+    ``axes``: a tuple of mesh axis names, or the ProcessGroup passed; ``src``/
+    ``dst``: the user's R/I/V/P/S(i) (``src`` None takes the op's default);
+    ``out``: the result tensor(s).  Raises SpmdTypeError when ``src`` does not
+    match ``x``'s tracked type, the pair is not in the table, or a reinterpret
+    needs ``expert_mode``; else stamps the result type on ``out``.
+    """
+    names = _resolve_axes(axes)
+    if names is None or not isinstance(x, torch.Tensor):
+        return out  # an axis the checker cannot name: the result stays untyped
+    have = _get(x) or _UNTYPED
+    with torch._C.DisableTorchFunction():
+        can_grad = torch.is_grad_enabled() and x.requires_grad
+    src_lt, dst_lt = _lt(src), _lt(dst)
+    res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
+                           reduce_op=reduce_op, x_text="x", can_grad=can_grad)
+    if res.errors:
+        text = _texts([x], ["x"])[0]
+        res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
+                               reduce_op=reduce_op, x_text=text, can_grad=can_grad)
+        raise SpmdTypeError(res.errors[0])
+    if res.type:
+        _stamp_outputs(out, res.type)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Function boundaries (optional): @spmd.checked
+
+
+def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
+    """Check a function's ``Tensor[...]`` annotations at its boundary in check mode.
+
+    On each call inside ``spmd.typecheck()``, every argument annotated
+    ``Tensor[...]`` is declared with its annotation (an argument whose tracked
+    type disagrees is an error, ``spmd-annotation``), and a result annotated
+    ``Tensor[...]`` (or a tuple of them) must agree with its annotation and is
+    given it.  Outside check mode the wrapper only forwards the call.
+    """
+    import inspect
+    import typing
+
+    sig = inspect.signature(fn)
+    cache: list[tuple[dict[str, SpmdType], Any]] = []
+
+    def hints() -> tuple[dict[str, SpmdType], Any]:
+        if not cache:
+            try:
+                h = typing.get_type_hints(fn, include_extras=True)
+            except Exception:
+                h = dict(getattr(fn, "__annotations__", {}))
+            params = {}
+            for name, ann in h.items():
+                if name == "return":
+                    continue
+                st = spmd_type_of_annotation(ann)
+                if st is not None:
+                    params[name] = st
+            ret = h.get("return")
+            rets: Any = None
+            st = spmd_type_of_annotation(ret)
+            if st is not None:
+                rets = st
+            elif typing.get_origin(ret) is tuple:
+                items = [spmd_type_of_annotation(a) for a in typing.get_args(ret)]
+                if any(i is not None for i in items):
+                    rets = tuple(items)
+            cache.append((params, rets))
+        return cache[0]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not ACTIVE:
+            return fn(*args, **kwargs)
+        params, rets = hints()
+        if params:
+            bound = sig.bind(*args, **kwargs)
+            for name, value in bound.arguments.items():
+                st = params.get(name)
+                if st is not None and isinstance(value, torch.Tensor):
+                    _stamp_declared(value, st, f"argument {name!r} of {fn.__qualname__}")
+        result = fn(*args, **kwargs)
+        if rets is not None:
+            what = f"the result of {fn.__qualname__}"
+            if isinstance(rets, SpmdType):
+                if isinstance(result, torch.Tensor):
+                    _stamp_declared(result, rets, what)
+            elif isinstance(result, (tuple, list)):
+                for st, r in zip(rets, result):
+                    if st is not None and isinstance(r, torch.Tensor):
+                        _stamp_declared(r, st, what)
+        return result
+
+    return wrapper
+
+
+def _reset_caches() -> None:
+    """Forget cached plans and engine results (tests; after the engine tables change)."""
+    _PLANS.clear()
+    _RESULTS.clear()
+    _torch_ops._OVERRIDES = None
+
+
+__all__ = ["ACTIVE", "typecheck", "declare", "reveal", "typeof", "checked", "on_collective"]

@@ -1,0 +1,612 @@
+"""Typed collectives and conversions: differentiable ops whose backward is the table's.
+
+Communication layer: raw c10d calls (``dist.all_reduce``, ``dist.all_gather_single``,
+``dist.reduce_scatter_single``, ``dist.all_to_all_single``) on flattened contiguous
+buffers, not the functional collectives.  Measured on this machine, gloo, 2 ranks,
+float64, medians of 200 (1 KB) / 40 (1 MB) interleaved calls, microseconds per call:
+
+    op               raw c10d 1KB   functional 1KB   raw c10d 1MB   functional 1MB
+    all_reduce          775            1332             2979           2925
+    all_gather          815            1207             2949           4740
+    reduce_scatter      927            1444             3242           4289
+    all_to_all          612            1054             1136           2499
+
+The raw calls win everywhere except all_reduce at 1 MB (a tie within the ~3 % noise).
+Both forms run on gloo and NCCL; nothing here assumes a CPU tensor.
+
+The ops (``x`` on each rank, ``N`` ranks on the axis, ``k`` this rank's index)::
+
+    all_reduce(P -> R | I)      op="sum" | "avg"; op="max" | "min": V -> R | I, no gradient
+    all_gather(V -> R | I)      stack on a new dim 0        [A] [B] [C]  =>  [[A], [B], [C]]
+    all_gather(S(i) -> R | I)   concatenate on dim i        [A] [B] [C]  =>  [A, B, C]
+    reduce_scatter(P -> V)      sum, then unbind dim 0      (x.shape[0] == N)
+    reduce_scatter(P -> S(i))   sum, then chunk dim i
+    all_to_all(V|S(i) -> V|S(j))  split on dst's dim, concatenate on src's dim (V = dim 0)
+    reinterpret(...)            the local data as is, the meaning changes
+    convert(...)                the meaning as is, the local data changes (no comms)
+    redistribute(...)           the meaning-preserving one of the above (the engine's route())
+
+Each is a :class:`torch.autograd.Function` (:class:`_Collective`) whose backward is
+the list of steps the engine's :data:`TRANSITIONS` table gives for the transition,
+each step run through the same Function: the backward is differentiable in turn,
+so double backward works (backward of backward is the forward).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from spmd_mypy.engine.collectives import TRANSITIONS, Transition, check_collective, form, route
+from spmd_mypy.engine.errors import SpmdTypeError
+from spmd_mypy.engine.types import UNTYPED, LocalType
+
+from . import _dist_utils as du
+from . import _mesh
+from ._types import P, local_type_of
+
+# ------------------------------------------------------------------------------------
+# Steps: one op bound to an axis group, with its local effect and its backward
+# ------------------------------------------------------------------------------------
+
+Impl = Callable[["_Step", torch.Tensor, "tuple[int, ...] | None"], torch.Tensor]
+
+
+class _Step:
+    """``op(src, dst)`` on one axis group; S forms carry their dims (as written, maybe < 0).
+
+    ``scale`` multiplies the result (``op="avg"`` and its backward).
+    """
+
+    __slots__ = ("op", "src", "dst", "src_dim", "dst_dim", "group", "scale", "transition",
+                 "impl", "_backward")
+
+    def __init__(self, transition: Transition, src_dim: int | None, dst_dim: int | None,
+                 group: du.AxisGroup | None, scale: float | None = None) -> None:
+        self.transition = transition
+        self.op, self.src, self.dst = transition.forward.op, transition.src, transition.dst
+        self.src_dim, self.dst_dim = src_dim, dst_dim
+        self.group = group
+        self.scale = scale
+        self.impl: Impl = _IMPLS[(self.op, self.src, self.dst)]
+        self._backward: tuple[_Step, ...] | None = None
+
+    def backward_steps(self) -> tuple[_Step, ...]:
+        """The table's backward for this step, with dims, group and scale carried through."""
+        steps = self._backward
+        if steps is None:
+            t = self.transition
+            dim = self.src_dim if self.src_dim is not None else self.dst_dim
+            out = []
+            for n, s in enumerate(t.backward):
+                if t.swaps_dims:
+                    sd, dd = self.dst_dim, self.src_dim
+                else:
+                    sd = dim if s.src == "S" else None
+                    dd = dim if s.dst == "S" else None
+                scale = self.scale if n == 0 else None
+                out.append(_Step(TRANSITIONS[(s.op, s.src, s.dst)], sd, dd, self.group, scale))
+            steps = self._backward = tuple(out)
+        return steps
+
+    def describe(self) -> str:
+        s = f"S({self.src_dim})" if self.src == "S" else self.src
+        d = f"S({self.dst_dim})" if self.dst == "S" else self.dst
+        axes = self.group.axes if self.group is not None else ()
+        ax = repr(axes[0]) if len(axes) == 1 else repr(axes)
+        return f"{self.op}(x, {ax}, src={s}, dst={d})"
+
+
+class _Collective(torch.autograd.Function):
+    """One step forward; the table's backward steps, each through this Function again."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, step: _Step, sizes: tuple[int, ...] | None) -> torch.Tensor:
+        ctx.step = step
+        ctx.sizes = sizes
+        return step.impl(step, x, sizes)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        for step in ctx.step.backward_steps():
+            grad = _apply(step, grad, ctx.sizes)
+        return grad, None, None
+
+
+def _apply(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    if x.requires_grad and torch.is_grad_enabled():
+        return _Collective.apply(x, step, sizes)
+    return step.impl(step, x, sizes)
+
+
+# ------------------------------------------------------------------------------------
+# Local effects
+# ------------------------------------------------------------------------------------
+
+def _dim(step: _Step, d: int, ndim: int) -> int:
+    if not -ndim <= d < ndim:
+        raise ValueError(f"{step.describe()}: dim {d} is out of range for a tensor of {ndim} dims")
+    return d % ndim
+
+
+def _group(step: _Step) -> du.AxisGroup:
+    g = step.group
+    assert g is not None, step.describe()
+    return g
+
+
+def _check_sizes(step: _Step, sizes: Sequence[int], n: int) -> None:
+    if len(sizes) != n:
+        raise ValueError(f"{step.describe()}: sizes={list(sizes)} has {len(sizes)} entries, "
+                         f"the axis has {n} ranks")
+
+
+def _even(step: _Step, length: int, n: int, dim: int) -> int:
+    if length % n:
+        hint = ("" if step.op == "all_to_all" else
+                "; pass sizes=[...] (the per-rank lengths) for uneven shards")
+        raise ValueError(f"{step.describe()}: dim {dim} has size {length}, not a multiple of the "
+                         f"axis size {n}{hint}")
+    return length // n
+
+
+def _with_dim(shape: torch.Size, i: int, size: int) -> list[int]:
+    out = list(shape)
+    out[i] = size
+    return out
+
+
+def _identity(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    if step.scale is not None:
+        return x * step.scale
+    return x.view_as(x)
+
+
+def _all_reduce_sum(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    y = du.all_reduce(x, _group(step))
+    if step.scale is not None:
+        y.mul_(step.scale)
+    return y
+
+
+def _all_gather_stack(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    return du.all_gather_stacked(x, _group(step))
+
+
+def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    g = _group(step)
+    i = _dim(step, step.src_dim, x.ndim)  # type: ignore[arg-type]
+    if sizes is None:
+        stacked = du.all_gather_stacked(x, g)  # [N, ..., s_i, ...]
+        return stacked.movedim(0, i).flatten(i, i + 1)  # [..., N * s_i, ...]
+    _check_sizes(step, sizes, g.size)
+    if x.shape[i] != sizes[g.index]:
+        raise ValueError(f"{step.describe()}: sizes[{g.index}] is {sizes[g.index]} but this "
+                         f"rank's shard has {x.shape[i]} on dim {i}")
+    longest = max(sizes)
+    padded = x.new_zeros(_with_dim(x.shape, i, longest))
+    padded.narrow(i, 0, x.shape[i]).copy_(x)
+    stacked = du.all_gather_stacked(padded, g)
+    return torch.cat([stacked[k].narrow(i, 0, sizes[k]) for k in range(g.size)], dim=i)
+
+
+def _reduce_scatter_unbind(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    g = _group(step)
+    if x.ndim == 0 or x.shape[0] != g.size:
+        raise ValueError(f"{step.describe()} unbinds dim 0, which must have the axis size "
+                         f"{g.size}; x has shape {tuple(x.shape)}")
+    return du.reduce_scatter_stacked(x, g)
+
+
+def _reduce_scatter_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    g = _group(step)
+    n = g.size
+    i = _dim(step, step.dst_dim, x.ndim)  # type: ignore[arg-type]
+    if sizes is None:
+        c = _even(step, x.shape[i], n, i)
+        return du.reduce_scatter_stacked(x.unflatten(i, (n, c)).movedim(i, 0), g)
+    _check_sizes(step, sizes, n)
+    if sum(sizes) != x.shape[i]:
+        raise ValueError(f"{step.describe()}: sizes={list(sizes)} sum to {sum(sizes)}, dim {i} "
+                         f"has {x.shape[i]}")
+    longest = max(sizes)
+    stacked = x.new_zeros([n] + _with_dim(x.shape, i, longest))
+    for k, piece in enumerate(x.split(list(sizes), dim=i)):
+        stacked[k].narrow(i, 0, sizes[k]).copy_(piece)
+    mine = du.reduce_scatter_stacked(stacked, g)
+    return mine.narrow(i, 0, sizes[g.index]).contiguous()
+
+
+def _all_to_all(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    g = _group(step)
+    n = g.size
+    split = _dim(step, step.dst_dim, x.ndim) if step.dst == "S" else 0  # type: ignore[arg-type]
+    concat = _dim(step, step.src_dim, x.ndim) if step.src == "S" else 0  # type: ignore[arg-type]
+    if x.ndim == 0:
+        raise ValueError(f"{step.describe()} needs a tensor with at least one dim")
+    c = _even(step, x.shape[split], n, split)
+    received = du.all_to_all_stacked(x.unflatten(split, (n, c)).movedim(split, 0), g)
+    return received.movedim(0, concat).flatten(concat, concat + 1)
+
+
+def _take_slot(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    g = _group(step)
+    if x.ndim == 0 or x.shape[0] != g.size:
+        raise ValueError(f"{step.describe()} keeps this rank's slot of dim 0, which must have the "
+                         f"axis size {g.size}; x has shape {tuple(x.shape)}")
+    return x[g.index].clone(memory_format=torch.contiguous_format)
+
+
+def _take_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    g = _group(step)
+    i = _dim(step, step.dst_dim, x.ndim)  # type: ignore[arg-type]
+    if sizes is None:
+        length = _even(step, x.shape[i], g.size, i)
+        start = g.index * length
+    else:
+        _check_sizes(step, sizes, g.size)
+        if sum(sizes) != x.shape[i]:
+            raise ValueError(f"{step.describe()}: sizes={list(sizes)} sum to {sum(sizes)}, dim {i} "
+                             f"has {x.shape[i]}")
+        start, length = sum(sizes[: g.index]), sizes[g.index]
+    return x.narrow(i, start, length).clone(memory_format=torch.contiguous_format)
+
+
+def _keep_on_first(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    if _group(step).index == 0:
+        return x.clone()
+    return torch.zeros_like(x)
+
+
+def _pad_slot(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+    g = _group(step)
+    y = x.new_zeros((g.size,) + tuple(x.shape))
+    y[g.index] = x
+    return y
+
+
+def _pad_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    g = _group(step)
+    i = _dim(step, step.src_dim, x.ndim)  # type: ignore[arg-type]
+    length = x.shape[i]
+    if sizes is None:
+        full, start = g.size * length, g.index * length
+    else:
+        _check_sizes(step, sizes, g.size)
+        if sizes[g.index] != length:
+            raise ValueError(f"{step.describe()}: sizes[{g.index}] is {sizes[g.index]} but this "
+                             f"rank's shard has {length} on dim {i}")
+        full, start = sum(sizes), sum(sizes[: g.index])
+    y = x.new_zeros(_with_dim(x.shape, i, full))
+    y.narrow(i, start, length).copy_(x)
+    return y
+
+
+_IMPLS: dict[tuple[str, str, str], Impl] = {
+    ("all_reduce", "P", "R"): _all_reduce_sum,
+    ("all_reduce", "P", "I"): _all_reduce_sum,
+    ("all_gather", "V", "R"): _all_gather_stack,
+    ("all_gather", "V", "I"): _all_gather_stack,
+    ("all_gather", "S", "R"): _all_gather_concat,
+    ("all_gather", "S", "I"): _all_gather_concat,
+    ("reduce_scatter", "P", "V"): _reduce_scatter_unbind,
+    ("reduce_scatter", "P", "S"): _reduce_scatter_chunk,
+    ("all_to_all", "V", "V"): _all_to_all,
+    ("all_to_all", "V", "S"): _all_to_all,
+    ("all_to_all", "S", "V"): _all_to_all,
+    ("all_to_all", "S", "S"): _all_to_all,
+    ("convert", "R", "V"): _take_slot,
+    ("convert", "I", "V"): _take_slot,
+    ("convert", "R", "S"): _take_chunk,
+    ("convert", "I", "S"): _take_chunk,
+    ("convert", "R", "P"): _keep_on_first,
+    ("convert", "I", "P"): _keep_on_first,
+    ("convert", "V", "P"): _pad_slot,
+    ("convert", "S", "P"): _pad_chunk,
+}
+for _key in TRANSITIONS:
+    if _key[0] == "reinterpret" or (_key[0] == "convert" and TRANSITIONS[_key].alias_of):
+        _IMPLS[(TRANSITIONS[_key].forward.op, _key[1], _key[2])] = _identity
+        _IMPLS[_key] = _identity
+_missing = [k for k in TRANSITIONS if (TRANSITIONS[k].forward.op, k[1], k[2]) not in _IMPLS]
+assert not _missing, f"transitions without a local effect: {_missing}"
+
+
+# ------------------------------------------------------------------------------------
+# Plans: one validated public call (op, axis, src, dst, ...), cached per mesh
+# ------------------------------------------------------------------------------------
+
+class _Plan:
+    __slots__ = ("op", "axes", "src", "dst", "expert_mode", "reduce_op", "step", "group",
+                 "no_grad_op", "uses_sizes")
+
+    def __init__(self, op: str, axes: tuple[str, ...], src: LocalType, dst: LocalType,
+                 expert_mode: bool, reduce_op: str, step: _Step | None, group: du.AxisGroup,
+                 no_grad_op: Any = None) -> None:
+        self.op, self.axes, self.src, self.dst = op, axes, src, dst
+        self.expert_mode, self.reduce_op = expert_mode, reduce_op
+        self.step, self.group, self.no_grad_op = step, group, no_grad_op
+        self.uses_sizes = form(src) == "S" or form(dst) == "S"
+
+
+def _axes_for_message(axis: Any) -> tuple[str, ...]:
+    if isinstance(axis, str):
+        return (axis,)
+    if isinstance(axis, tuple) and axis and all(isinstance(a, str) for a in axis):
+        return axis
+    return (f"<{type(axis).__name__}>",)
+
+
+def _local(value: Any, what: str) -> LocalType | None:
+    if value is None:
+        return None
+    try:
+        return local_type_of(value)
+    except TypeError:
+        raise TypeError(f"{what}= takes one of R, I, V, P, S(i) (from spmd), not {value!r}") from None
+
+
+def _make_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, reduce_op: str) -> _Plan:
+    src_lt, dst_lt = _local(src, "src"), _local(dst, "dst")
+    result = check_collective(op, UNTYPED, _axes_for_message(axis), src_lt, dst_lt,
+                              expert_mode=expert_mode, reduce_op=reduce_op, can_grad=False)
+    if result.errors:
+        raise SpmdTypeError(result.errors[0])
+    assert src_lt is not None and dst_lt is not None
+    group = _mesh.resolve_axis(axis)
+    if op == "all_reduce" and reduce_op in ("max", "min"):
+        return _Plan(op, group.axes, src_lt, dst_lt, expert_mode, reduce_op, None, group,
+                     du.MAX if reduce_op == "max" else du.MIN)
+    if op == "redistribute":
+        routed = route(src_lt, dst_lt)
+        if routed is not None and routed[0] == "all_to_all" and {src_lt.dim, dst_lt.dim} == {None, 0}:
+            routed = None  # V and S(0) both concatenate on dim 0: nothing to move
+        transition = TRANSITIONS[routed] if routed is not None else None
+    else:
+        transition = result.transition
+    step = None
+    if transition is not None:
+        scale = 1.0 / group.size if reduce_op == "avg" else None
+        step = _Step(transition, src_lt.dim, dst_lt.dim, group, scale)
+    return _Plan(op, group.axes, src_lt, dst_lt, expert_mode, reduce_op, step, group)
+
+
+def _plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
+          reduce_op: str = "sum") -> _Plan:
+    if type(axis) is list:
+        axis = tuple(axis)
+    binding = _mesh._current
+    cache = binding.plans if binding is not None else _mesh._bare_plans
+    key = (op, axis, src, dst, expert_mode, reduce_op)
+    try:
+        plan = cache.get(key)
+    except TypeError:  # an unhashable src/dst/axis: no caching, the checks say what is wrong
+        return _make_plan(op, axis, src, dst, expert_mode, reduce_op)
+    if plan is None:
+        plan = cache[key] = _make_plan(op, axis, src, dst, expert_mode, reduce_op)
+    return plan
+
+
+def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Tensor:
+    if sizes is not None:
+        if not plan.uses_sizes:
+            raise ValueError(f"{plan.op}: sizes= gives the per-rank lengths of an uneven S(i) shard; "
+                             f"src={plan.src}, dst={plan.dst} has no shard")
+        sizes = tuple(int(s) for s in sizes)
+    if plan.no_grad_op is not None:
+        if x.requires_grad and torch.is_grad_enabled():
+            errors = check_collective("all_reduce", UNTYPED, plan.axes or ("<group>",), plan.src,
+                                      plan.dst, reduce_op=plan.reduce_op, can_grad=True).errors
+            raise SpmdTypeError(errors[0])
+        return du.all_reduce(x, plan.group, plan.no_grad_op)
+    step = plan.step
+    if step is None:  # redistribute to the same type
+        return x
+    if x.requires_grad and torch.is_grad_enabled():
+        return _Collective.apply(x, step, sizes)
+    return step.impl(step, x, sizes)
+
+
+def _finish(plan: _Plan, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    result = _checking.on_collective(plan.op, x, plan.axes, plan.src, plan.dst, out,
+                                     expert_mode=plan.expert_mode, reduce_op=plan.reduce_op)
+    return out if result is None else result
+
+
+# ------------------------------------------------------------------------------------
+# The public ops
+# ------------------------------------------------------------------------------------
+
+def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
+               op: str = "sum") -> torch.Tensor:
+    """Sum a pending sum: ``P -> R`` or ``P -> I``.  Three ranks::
+
+        +A
+        +B  =>  A + B + C
+        +C
+
+    Spec: ``all_reduce_spec(x) = x`` (a P input arrives already summed).
+
+    ``op="avg"``: the sum divided by the axis size; the backward is scaled the same way.
+    ``op="max"`` / ``"min"``: the elementwise max/min of the ranks' values, ``src=V``
+    (or S(i), P) -> R | I; it has no gradient, so ``x`` must not require grad under grad
+    mode (call it on ``x.detach()`` or under ``torch.no_grad()``).
+
+    Backward (the table): ``all_reduce(P,R)`` <- ``all_reduce(P,R)``: the R output's
+    gradient is P, summed::
+
+        A + B + C  <=  +A
+                       +B
+                       +C
+
+    ``all_reduce(P,I)`` <- ``reinterpret(I,R)``: the I gradient is every rank's gradient
+    of the pending sum as is.
+    """
+    plan = _plan("all_reduce", axis, src, dst, False, op)
+    out = _run(plan, x, None)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
+               sizes: Sequence[int] | None = None) -> torch.Tensor:
+    """Gather the ranks' values: ``V -> R | I`` stacks, ``S(i) -> R | I`` concatenates.
+
+    ``src=V``: stack on a new dim 0 of the axis size (``out[k]`` is rank ``k``'s x)::
+
+        [A]
+        [B]  =>  [[A], [B], [C]]
+        [C]
+
+    ``src=S(i)``: concatenate on dim ``i`` (``i`` may be negative)::
+
+        [A]
+        [B]  =>  [A, B, C]
+        [C]
+
+    Uneven shards: ``sizes=[...]`` the length of dim ``i`` on each rank of the axis.
+
+    Backward: ``dst=R`` (gradient P) -> ``reduce_scatter(P,V)`` / ``reduce_scatter(P,S(i))``
+    (sum, then each rank keeps its slot/chunk); ``dst=I`` (gradient I) ->
+    ``convert(I,V)`` / ``convert(I,S(i))`` (each rank keeps its slot/chunk, no comms).
+    """
+    plan = _plan("all_gather", axis, src, dst)
+    out = _run(plan, x, sizes)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
+                   sizes: Sequence[int] | None = None) -> torch.Tensor:
+    """Sum a pending sum and keep this rank's part: ``P -> V`` or ``P -> S(i)``.
+
+    ``dst=V``: dim 0 has the axis size and rank ``k`` keeps slot ``k`` (unbind dim 0).
+    ``dst=S(i)``: rank ``k`` keeps chunk ``k`` of dim ``i``; three ranks::
+
+        +[A0, A1, A2]       [A0 + B0 + C0]
+        +[B0, B1, B2]  =>   [A1 + B1 + C1]
+        +[C0, C1, C2]       [A2 + B2 + C2]
+
+    Uneven chunks: ``sizes=[...]``, the length of dim ``i`` each rank keeps.
+
+    Backward: ``all_gather(V,R)`` / ``all_gather(S(i),R)`` (the gradient is V/S(i) in,
+    R out: the gradient of a pending sum is the same on every rank).
+    """
+    plan = _plan("reduce_scatter", axis, src, dst)
+    out = _run(plan, x, sizes)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) -> torch.Tensor:
+    """Transpose the mesh axis with a tensor dim: ``V | S(i) -> V | S(j)``.
+
+    Exactly: the input is split into N equal blocks along the *split dim* (``j`` for
+    ``dst=S(j)``, 0 for ``dst=V``), block ``k`` is sent to rank ``k``, and the N blocks
+    received are concatenated in rank order along the *concat dim* (``i`` for
+    ``src=S(i)``, 0 for ``src=V``).  The number of dims never changes::
+
+        spec(xs)[r] = cat([xs[k].chunk(N, split)[r] for k in range(N)], concat)
+
+    - ``S(i) -> S(j)``, ``i != j``: keeps the global tensor (concatenation of the
+      locals on ``i`` before, on ``j`` after); ``V -> S(j)`` and ``S(i) -> V`` are the
+      same with V meaning dim 0.
+    - ``V -> V``: the block exchange on dim 0 (Megatron's ``all_to_all``, MoE token
+      dispatch).  When dim 0 has the axis size it is V's stacking semantics: rank ``r``
+      gets ``stack([xs[k][r] for k])``, the mesh axis transposed with dim 0::
+
+            [A0, A1, A2]      [A0, B0, C0]
+            [B0, B1, B2]  =>  [A1, B1, C1]
+            [C0, C1, C2]      [A2, B2, C2]
+
+      ``S(i) -> S(i)`` is the same block exchange on dim ``i``.
+
+    Backward: the all_to_all with src and dst (so split and concat dims) swapped, its
+    inverse.
+    """
+    plan = _plan("all_to_all", axis, src, dst)
+    out = _run(plan, x, None)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def reinterpret(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
+                expert_mode: bool = False) -> torch.Tensor:
+    """Keep the local data, change its meaning (no comms forward; the backward may have some).
+
+    The result is a view of ``x`` (as Megatron's mapping functions return their input):
+    under autograd, clone it before modifying it in place.
+
+    ======================  ============================================================
+    ``R -> I``              backward ``convert(I,P)``: the gradient on rank 0, zeros elsewhere
+    ``R -> V``              backward ``reinterpret(V,P)``: each rank's gradient as a pending sum
+    ``R -> P`` (expert)     the value becomes N times itself; backward ``reinterpret(R,P)``
+    ``I -> R``              backward ``all_reduce(P,I)`` (Megatron's copy-to-region)
+    ``I -> V``              backward ``reinterpret(V,P)`` then ``all_reduce(P,I)``
+    ``I -> P`` (expert)     backward ``reinterpret(R,P)`` then ``all_reduce(P,I)``
+    ``V -> P``              the locals become a pending sum; backward ``reinterpret(R,V)``
+    ======================  ============================================================
+
+    ``R -> P`` and ``I -> P`` multiply the value by the axis size (``[3.0]`` replicated
+    on 4 ranks, as a pending sum, is ``[12.0]``): they need ``expert_mode=True``.
+    """
+    plan = _plan("reinterpret", axis, src, dst, expert_mode)
+    out = _run(plan, x, None)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def convert(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
+            expert_mode: bool = False, sizes: Sequence[int] | None = None) -> torch.Tensor:
+    """Keep the meaning, change the local data (never any comms forward).
+
+    V means a stack on dim 0 (the value of a V tensor is ``stack(xs)``)::
+
+        R|I -> V      keep slot k of dim 0 (which has the axis size)      [A,B,C] => A | B | C
+        R|I -> S(i)   keep chunk k of dim i (``sizes=`` for uneven chunks)
+        R|I -> P      rank 0 keeps x, the others hold zeros               A => +A | +0 | +0
+        V -> P        a new dim 0 of the axis size, slot k is x, zeros elsewhere
+                        A | B | C  =>  +[A,0,0] | +[0,B,0] | +[0,0,C]
+        S(i) -> P     dim i padded with zeros to the full length, x at chunk k
+        I -> R, R -> I   the data as is (spellings of reinterpret)
+
+    Backward (the table): ``convert(R,V)``/``convert(R,S)`` <- ``convert(V,P)``/``convert(S,P)``
+    and the reverse; ``convert(R,P)`` <- ``convert(R,P)``; ``convert(I,V)``/``convert(I,S(i))``
+    <- ``all_gather(V,I)``/``all_gather(S(i),I)``; ``convert(I,P)`` <- ``reinterpret(R,I)``.
+    """
+    plan = _plan("convert", axis, src, dst, expert_mode)
+    out = _run(plan, x, sizes)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def redistribute(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
+                 sizes: Sequence[int] | None = None) -> torch.Tensor:
+    """Go from ``src`` to ``dst`` keeping the meaning, with the op the engine's ``route()`` picks.
+
+    ``P -> R|I`` all_reduce; ``P -> V|S`` reduce_scatter; ``V|S -> R|I`` all_gather;
+    ``V|S -> V|S`` all_to_all; ``I <-> R`` reinterpret; anything else convert.  The same
+    type is returned as is, and so is ``V <-> S(0)``: V read as a concatenation on dim 0
+    (the seed's convention for V, and all_to_all's) is S(0).
+    """
+    plan = _plan("redistribute", axis, src, dst)
+    out = _run(plan, x, sizes)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def _declare_partial(y: torch.Tensor, axis: Any) -> torch.Tensor:
+    """``reinterpret(y, axis, src=V, dst=P)`` for out_partial_axes (see :mod:`._einsum`).
+
+    The local data is kept, and the table's backward, ``reinterpret(R,V)``, keeps the
+    local gradient: nothing to record for autograd, so ``y`` itself is returned (and
+    stays modifiable in place).
+    """
+    axes = _mesh.axis_names(axis)
+    if _checking.ACTIVE:
+        from spmd_mypy.engine.types import PARTIAL, VARYING
+        result = _checking.on_collective("reinterpret", y, axes, VARYING, PARTIAL, y,
+                                         expert_mode=False, reduce_op="sum")
+        return y if result is None else result
+    return y
+
+
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "reinterpret", "convert",
+           "redistribute"]
+
+# Imported last: the check mode may import this module (no import cycle at load time).
+from . import _checking  # noqa: E402

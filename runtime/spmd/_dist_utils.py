@@ -1,0 +1,142 @@
+"""The communication primitives under the typed collectives, on raw torch.distributed.
+
+Every primitive works on a *stacked* tensor: a leading dim of the axis size ``N``
+whose slot ``k`` belongs to (or comes from) the rank of logical index ``k`` on the
+axis.  The typed collectives in :mod:`._collectives` reshape to and from this
+form (concatenation on dim ``i``, chunks of dim ``i``, stacking on a new dim 0).
+
+Logical vs physical order.  The logical index of a rank on an axis is its mesh
+coordinate (for a tuple of axes, the row-major index over those mesh dims in the
+order given).  torch.distributed numbers the ranks of a group in increasing
+global rank, which is usually, not always, the same order (a transposed mesh,
+or a tuple of axes not in mesh order).  :class:`AxisGroup` keeps both and the
+primitives permute the slots when they differ, so that the typed collectives
+always speak in logical order.
+
+Every primitive keeps the dtype and the device of its input: buffers are made
+with ``new_empty``/``empty_like`` and the same code runs on gloo (CPU) and NCCL
+(CUDA).  Inputs are made contiguous and flattened, the form both backends accept.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+# torch >= 2.12 names the single-tensor forms all_gather_single / reduce_scatter_single
+# and deprecates the *_into_tensor / *_tensor spellings; older torch has only those.
+_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+SUM = dist.ReduceOp.SUM
+MAX = dist.ReduceOp.MAX
+MIN = dist.ReduceOp.MIN
+
+
+class AxisGroup:
+    """A mesh axis (or a tuple of axes, flattened) resolved to a process group.
+
+    ``size``        number of ranks on the axis
+    ``index``       this rank's logical index on the axis (its mesh coordinate)
+    ``axes``        the mesh axis names (``()`` for a bare ProcessGroup off any mesh)
+    ``ranks``       global ranks in logical order
+    ``physical``    ``None`` when the group's rank order is the logical order; else
+                    ``physical[k]`` is the group rank of logical index ``k``
+    """
+
+    __slots__ = ("pg", "size", "index", "axes", "ranks", "physical", "logical", "_perm_cache")
+
+    def __init__(self, pg: dist.ProcessGroup, axes: tuple[str, ...], ranks: Sequence[int]) -> None:
+        self.pg = pg
+        self.axes = axes
+        self.ranks = tuple(int(r) for r in ranks)
+        self.size = len(self.ranks)
+        me = dist.get_rank()
+        if me not in self.ranks:
+            raise ValueError(f"rank {me} is not in the group of {axes or 'the ProcessGroup'} "
+                             f"(ranks {list(self.ranks)})")
+        self.index = self.ranks.index(me)
+        group_ranks = list(dist.get_process_group_ranks(pg))
+        if sorted(group_ranks) != sorted(self.ranks):
+            raise ValueError(f"the process group of {axes} has ranks {group_ranks}, "
+                             f"the mesh says {list(self.ranks)}")
+        physical = [group_ranks.index(r) for r in self.ranks]
+        if physical == list(range(self.size)):
+            self.physical = self.logical = None
+        else:
+            self.physical = physical
+            self.logical = [0] * self.size
+            for k, p in enumerate(physical):
+                self.logical[p] = k
+        self._perm_cache: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+    def __repr__(self) -> str:
+        return f"AxisGroup(axes={self.axes}, size={self.size}, index={self.index})"
+
+    # -- permutations between logical and physical slot order -------------------------
+    def _perm(self, which: str, device: torch.device) -> torch.Tensor:
+        key = (which, device)
+        t = self._perm_cache.get(key)
+        if t is None:
+            order = self.physical if which == "physical" else self.logical
+            t = torch.tensor(order, dtype=torch.long, device=device)
+            self._perm_cache[key] = t
+        return t
+
+    def to_physical(self, stacked: torch.Tensor) -> torch.Tensor:
+        """Slot ``p`` of the result is logical slot ``logical[p]`` (for sending)."""
+        if self.logical is None:
+            return stacked
+        return stacked.index_select(0, self._perm("logical", stacked.device))
+
+    def to_logical(self, stacked: torch.Tensor) -> torch.Tensor:
+        """Slot ``k`` of the result is physical slot ``physical[k]`` (after receiving)."""
+        if self.physical is None:
+            return stacked
+        return stacked.index_select(0, self._perm("physical", stacked.device))
+
+
+def all_reduce(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> torch.Tensor:
+    """A new tensor: the elementwise reduction of ``x`` over the axis."""
+    y = x.clone(memory_format=torch.contiguous_format)
+    if group.size > 1:
+        dist.all_reduce(y, op=op, group=group.pg)
+    return y
+
+
+def all_gather_stacked(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
+    """``[N, *x.shape]``: slot ``k`` is logical rank ``k``'s ``x`` (same shape on all ranks)."""
+    n = group.size
+    out = x.new_empty((n * x.numel(),))
+    if n == 1:
+        out.copy_(x.reshape(-1))
+    else:
+        _all_gather_flat(out, x.contiguous().view(-1), group=group.pg)
+    return group.to_logical(out.view((n,) + tuple(x.shape)))
+
+
+def reduce_scatter_stacked(stacked: torch.Tensor, group: AxisGroup) -> torch.Tensor:
+    """``sum over ranks of stacked[index]``: slot ``k`` of every rank is summed into rank ``k``."""
+    n = group.size
+    assert stacked.shape[0] == n, (stacked.shape, n)
+    piece_shape = tuple(stacked.shape[1:])
+    if n == 1:
+        return stacked[0].clone(memory_format=torch.contiguous_format)
+    send = group.to_physical(stacked).contiguous().view(-1)
+    out = stacked.new_empty((send.numel() // n,))
+    _reduce_scatter_flat(out, send, op=SUM, group=group.pg)
+    return out.view(piece_shape)
+
+
+def all_to_all_stacked(stacked: torch.Tensor, group: AxisGroup) -> torch.Tensor:
+    """Slot ``k`` goes to logical rank ``k``; slot ``k`` of the result came from rank ``k``."""
+    n = group.size
+    assert stacked.shape[0] == n, (stacked.shape, n)
+    if n == 1:
+        return stacked.clone(memory_format=torch.contiguous_format)
+    send = group.to_physical(stacked).contiguous()
+    out = torch.empty_like(send)
+    dist.all_to_all_single(out.view(-1), send.view(-1), group=group.pg)
+    return group.to_logical(out)

@@ -1,0 +1,202 @@
+"""The current mesh: mesh axis names -> process groups.
+
+::
+
+    mesh = init_device_mesh("cuda", (2, 4), mesh_dim_names=("dp", "tp"))
+    spmd.set_mesh(mesh)                 # from now on "dp" and "tp" name process groups
+    with spmd.set_mesh(other_mesh):     # ... or only inside the block
+        ...
+
+A collective's ``axis`` is resolved here, once per (mesh, axis) and cached:
+
+- a name (``"tp"``): the mesh's process group of that dim;
+- a tuple of names (``("dp", "tp")``): ONE collective over the flattened group of
+  those dims, the ranks ordered row-major over the dims in the order written
+  (``("dp", "tp")`` is dp-major, as in ``PS[("dp", "tp"), None]``); the group is
+  the mesh's own flattened group (``DeviceMesh._flatten``), created the first
+  time the tuple is used -- creating a group is collective over the whole world,
+  so every rank must reach that first use (SPMD code does);
+- a ``torch.distributed.ProcessGroup``: used as is; with a mesh set it must be
+  the group of some of the mesh's dims (it is then known by those names).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from typing import Any
+
+import torch.distributed as dist
+
+from ._dist_utils import AxisGroup
+
+try:  # torch without distributed support has no DeviceMesh
+    from torch.distributed.device_mesh import DeviceMesh
+except ImportError:  # pragma: no cover
+    DeviceMesh = None  # type: ignore[assignment,misc]
+
+
+class _Binding:
+    """A mesh made current: its names and the axis -> AxisGroup cache."""
+
+    __slots__ = ("mesh", "names", "coordinate", "cache", "plans")
+
+    def __init__(self, mesh: Any) -> None:
+        if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
+            raise TypeError(f"spmd.set_mesh takes a torch.distributed DeviceMesh, not {type(mesh).__name__}")
+        names = mesh.mesh_dim_names
+        if not names:
+            raise ValueError(
+                "spmd.set_mesh needs a DeviceMesh with dim names, e.g. "
+                'init_device_mesh("cuda", (2, 4), mesh_dim_names=("dp", "tp"))')
+        coordinate = mesh.get_coordinate()
+        if coordinate is None:
+            raise ValueError(f"rank {dist.get_rank()} is not in the mesh {mesh}")
+        self.mesh = mesh
+        self.names: tuple[str, ...] = tuple(names)
+        self.coordinate: tuple[int, ...] = tuple(coordinate)
+        self.cache: dict[Any, AxisGroup] = {}
+        self.plans: dict[Any, Any] = {}  # the collectives' per-call plans (see _collectives)
+
+    # -- resolution -------------------------------------------------------------------
+    def ranks_of(self, names: tuple[str, ...]) -> list[int]:
+        """Global ranks of the sub-mesh through this rank over ``names``, in logical order."""
+        dims = [self.names.index(n) for n in names]
+        index: list[Any] = list(self.coordinate)
+        for d in dims:
+            index[d] = slice(None)
+        sub = self.mesh.mesh[tuple(index)]  # the remaining dims, in mesh order
+        in_mesh_order = sorted(dims)
+        sub = sub.permute([in_mesh_order.index(d) for d in dims])
+        return [int(r) for r in sub.reshape(-1).tolist()]
+
+    def group_of(self, names: tuple[str, ...]) -> dist.ProcessGroup:
+        if len(names) == 1:
+            return self.mesh.get_group(names[0])
+        in_mesh_order = tuple(sorted(names, key=self.names.index))
+        sub = self.mesh[in_mesh_order]
+        try:
+            flat = sub._flatten()
+        except ValueError:  # the default name is taken by a different flattening
+            flat = sub._flatten("_spmd_" + "_".join(in_mesh_order))
+        return flat.get_group()
+
+    def resolve(self, axis: Any) -> AxisGroup:
+        group = self.cache.get(axis)
+        if group is not None:
+            return group
+        if isinstance(axis, dist.ProcessGroup):
+            group = self._resolve_process_group(axis)
+        else:
+            names = self._check_names(axis)
+            group = AxisGroup(self.group_of(names), names, self.ranks_of(names))
+        self.cache[axis] = group
+        return group
+
+    def _check_names(self, axis: Any) -> tuple[str, ...]:
+        names = (axis,) if isinstance(axis, str) else axis
+        if not isinstance(names, tuple) or not names or not all(isinstance(n, str) for n in names):
+            raise TypeError(f"a collective's axis is a mesh axis name, a tuple of names or a "
+                            f"ProcessGroup, not {axis!r}")
+        for n in names:
+            if n not in self.names:
+                raise ValueError(unknown_axis_message(n, self.names))
+        if len(set(names)) != len(names):
+            raise ValueError(f"mesh axis named twice in {axis!r}")
+        return names
+
+    def _resolve_process_group(self, pg: dist.ProcessGroup) -> AxisGroup:
+        pg_ranks = list(dist.get_process_group_ranks(pg))
+        for k in range(1, len(self.names) + 1):
+            for names in itertools.combinations(self.names, k):
+                if sorted(self.ranks_of(names)) == sorted(pg_ranks):
+                    # a group passed directly keeps its own rank order
+                    return AxisGroup(pg, names, pg_ranks)
+        raise ValueError(
+            f"the ProcessGroup {pg.group_name!r} (ranks {pg_ranks}) is not a group of the current "
+            f"mesh (dims {', '.join(map(repr, self.names))}, through rank {dist.get_rank()}): pass a "
+            f"mesh axis name or a tuple of them, or spmd.set_mesh() a mesh that has this group")
+
+
+def unknown_axis_message(name: str, known: tuple[str, ...]) -> str:
+    msg = f"unknown mesh axis {name!r}: the current mesh has axes {', '.join(map(repr, known))}"
+    close = difflib.get_close_matches(name, known, n=1)
+    return msg + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+_current: _Binding | None = None
+_bare_groups: dict[Any, AxisGroup] = {}  # ProcessGroups used without a mesh
+_bare_plans: dict[Any, Any] = {}  # plans of collectives called without a mesh
+
+
+class _MeshScope:
+    """What set_mesh returns: already in effect; as a context manager, undone on exit."""
+
+    __slots__ = ("mesh", "_previous")
+
+    def __init__(self, mesh: Any, previous: _Binding | None) -> None:
+        self.mesh = mesh
+        self._previous = previous
+
+    def __enter__(self) -> Any:
+        return self.mesh
+
+    def __exit__(self, *exc: object) -> None:
+        global _current
+        _current = self._previous
+
+
+def set_mesh(mesh: Any) -> _MeshScope:
+    """Make ``mesh`` (a DeviceMesh with dim names) the current mesh; ``None`` unsets it.
+
+    Takes effect at once.  Used as a context manager, the previous mesh comes back
+    on exit::
+
+        spmd.set_mesh(mesh)
+        with spmd.set_mesh(mesh2):
+            spmd.all_reduce(x, "tp", src=P, dst=R)   # "tp" of mesh2
+    """
+    global _current
+    previous = _current
+    _current = None if mesh is None else _Binding(mesh)
+    return _MeshScope(mesh, previous)
+
+
+def get_mesh() -> Any:
+    """The current DeviceMesh, or None."""
+    return _current.mesh if _current is not None else None
+
+
+def resolve_axis(axis: Any) -> AxisGroup:
+    """``axis`` (a name, a tuple of names or a ProcessGroup) -> its AxisGroup (cached)."""
+    if type(axis) is list:
+        axis = tuple(axis)
+    binding = _current
+    if binding is not None:
+        group = binding.cache.get(axis)
+        return group if group is not None else binding.resolve(axis)
+    if isinstance(axis, dist.ProcessGroup):
+        group = _bare_groups.get(axis)
+        if group is None:
+            group = AxisGroup(axis, (), dist.get_process_group_ranks(axis))
+            _bare_groups[axis] = group
+        return group
+    raise RuntimeError(
+        f"no mesh is set, so the axis {axis!r} names nothing: call spmd.set_mesh(mesh) with a "
+        f"DeviceMesh that has dim names (init_device_mesh(device, shape, mesh_dim_names=(...))), "
+        f"or pass a ProcessGroup as the axis")
+
+
+def axis_names(axis: Any) -> tuple[str, ...]:
+    """The names of ``axis`` without resolving a group (validated if a mesh is set)."""
+    if isinstance(axis, dist.ProcessGroup):
+        return resolve_axis(axis).axes
+    names = (axis,) if isinstance(axis, str) else tuple(axis)
+    if _current is not None:
+        return _current._check_names(names)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"out_partial_axes takes a mesh axis name or a tuple of names, not {axis!r}")
+    return names
+
+
+__all__ = ["set_mesh", "get_mesh", "resolve_axis", "axis_names", "unknown_axis_message"]

@@ -1,0 +1,374 @@
+"""Which torch call is which engine op, and which of its arguments are operands.
+
+The runtime check mode (:mod:`._checking`) sees every torch function, Tensor
+method, operator and ``torch.nn.functional`` call through a
+``TorchFunctionMode``.  This module turns the ``func`` it receives into a
+:class:`Plan` (computed once per ``func`` and cached):
+
+- the engine's op name (``Tensor.__rsub__`` is ``sub`` with its operands
+  swapped, ``torch.rsub`` too; ``x += y`` arrives as ``add_``; ``x.T`` is ``T``;
+  an OpOverload ``aten.add.Tensor`` is ``add``);
+- what kind of call it is: an op the engine types, a factory (untyped result),
+  ``backward``/``torch.autograd.grad`` (the loss check), ``.grad`` (the dual
+  type), or a call that is not an op on tensor values (metadata, autograd
+  bookkeeping, torch.distributed internals), which passes through;
+- the formal name of each positional argument, from which the operands are
+  read the way the mypy plugin reads them from torch's stubs, so that both
+  modes agree:
+
+  * a formal in :data:`NON_OPERAND_NAMES` (dims, shapes, dtypes, ``alpha``...)
+    is never an operand;
+  * a formal in :data:`INDEX_NAMES` (``index``, ``mask``, ``condition``,
+    ``target``...) holds index/mask tensors: operands in a non-linear role that
+    cannot carry a gradient (not differentiated, but a varying index makes a
+    varying result);
+  * a Python scalar is an operand only for a formal in
+    :data:`SCALAR_OPERAND_NAMES` (``x + 1``, ``x * 2``, ``where(c, x, 0.)``,
+    ``masked_fill(m, 0.)``, ``x[i] = 0.``);
+  * every other tensor argument (and each tensor of a list/tuple argument,
+    ``torch.cat([a, b])``) is an operand.
+
+This module is data plus the plan builder; it does not track anything.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from spmd_mypy.engine import ops as _engine_ops
+from spmd_mypy.engine.ops import FACTORIES, NOT_OPS, OpSpec, Role, classify
+
+# --------------------------------------------------------------------------------------
+# Formal-name classes (the same as the mypy plugin's, spmd_mypy/plugin/calls.py; taken
+# from the engine when it defines them).
+
+NON_OPERAND_NAMES: frozenset[str] = getattr(_engine_ops, "NON_OPERAND_NAMES", None) or frozenset(
+    """dim dims dim0 dim1 dimension size sizes shape dtype device layout memory_format
+    requires_grad pin_memory non_blocking copy keepdim alpha beta eps momentum training
+    inplace reduction ignore_index label_smoothing p approximate negative_slope start end
+    step chunks split_size split_size_or_sections sections indices_or_sections
+    destination repeats diagonal offset lambd threshold generator correction unbiased
+    normalized_shape num_classes padding_idx max_norm norm_type scale_grad_by_freq sparse
+    mode value_or_none descending stable sorted largest k q interpolation names
+    equation rounding_mode reduce include_self accumulate pad""".split()
+)
+# NB: unlike the plugin's list, ``source`` (index_add's added tensor), ``min`` and ``max``
+# (clamp's bounds) are operands here when they are tensors: a Partial ``source`` added into
+# a tensor is a summand like any other.  Python ints passed as ``source`` (movedim) are not
+# operands anyway (not a scalar-operand name).
+
+INDEX_NAMES: frozenset[str] = getattr(_engine_ops, "INDEX_NAMES", None) or frozenset(
+    "index indices mask condition target labels idx".split()
+)
+SCALAR_OPERAND_NAMES: frozenset[str] = getattr(_engine_ops, "SCALAR_OPERAND_NAMES", None) or frozenset(
+    "other input self value exponent scalar tensor1 tensor2".split()
+)
+
+# Operators (Tensor dunders) -> (engine op, operands swapped).  torch 2.x reports most
+# operators by their method (``x + 1`` arrives as ``add``, ``x += 1`` as ``add_``); the
+# reflected ones written in Python (``1 - x``, ``2 / x``, ``2 ** x``) arrive as dunders.
+OPERATORS: dict[str, tuple[str, bool]] = {
+    "__add__": ("add", False), "__radd__": ("add", True), "__iadd__": ("add_", False),
+    "__sub__": ("sub", False), "__rsub__": ("sub", True), "__isub__": ("sub_", False),
+    "__mul__": ("mul", False), "__rmul__": ("mul", True), "__imul__": ("mul_", False),
+    "__truediv__": ("div", False), "__rtruediv__": ("div", True), "__itruediv__": ("div_", False),
+    "__div__": ("div", False), "__rdiv__": ("div", True), "__idiv__": ("div_", False),
+    "__floordiv__": ("floor_divide", False), "__rfloordiv__": ("floor_divide", True),
+    "__ifloordiv__": ("floor_divide_", False),
+    "__matmul__": ("matmul", False), "__rmatmul__": ("matmul", True),
+    "__pow__": ("pow", False), "__rpow__": ("pow", True), "__ipow__": ("pow_", False),
+    "__mod__": ("remainder", False), "__rmod__": ("remainder", True),
+    "__imod__": ("remainder_", False),
+    "__neg__": ("neg", False), "__pos__": ("positive", False), "__abs__": ("abs", False),
+    "__invert__": ("bitwise_not", False),
+    "__and__": ("bitwise_and", False), "__rand__": ("bitwise_and", True),
+    "__iand__": ("bitwise_and_", False),
+    "__or__": ("bitwise_or", False), "__ror__": ("bitwise_or", True),
+    "__ior__": ("bitwise_or_", False),
+    "__xor__": ("bitwise_xor", False), "__rxor__": ("bitwise_xor", True),
+    "__ixor__": ("bitwise_xor_", False),
+    "__lshift__": ("bitwise_left_shift", False), "__rlshift__": ("bitwise_left_shift", True),
+    "__rshift__": ("bitwise_right_shift", False), "__rrshift__": ("bitwise_right_shift", True),
+    "__eq__": ("eq", False), "__ne__": ("ne", False), "__lt__": ("lt", False),
+    "__le__": ("le", False), "__gt__": ("gt", False), "__ge__": ("ge", False),
+    "__getitem__": ("__getitem__", False), "__setitem__": ("__setitem__", False),
+    # functions spelled differently from the engine's names
+    "rsub": ("sub", True),  # torch.rsub(input, other) = other - input
+}
+
+# Properties read through ``Tensor.<name>.__get__`` that are ops on the value.
+PROPERTY_OPS: dict[str, str] = {
+    "T": "T", "mT": "mT", "H": "H", "mH": "mH", "real": "real", "imag": "imag",
+    "data": "detach",  # x.data: the same value, no gradient
+}
+
+# Tensor methods that are not ops on tensor values (besides the engine's NOT_OPS).
+EXTRA_PASSTHROUGH = frozenset(
+    """apply_ map_ map2_ share_memory_ resize_ resize_as_ set_ record_stream
+    register_post_accumulate_grad_hook storage untyped_storage is_shared is_pinned
+    is_set_to is_inference is_nonzero has_names align_to refine_names rename rename_
+    __deepcopy__ __reduce_ex__ __setstate__ __getstate__ __dlpack__ __dlpack_device__
+    __array_wrap__ __array_priority__ __sizeof__ __dir__ __reversed__ __repr__ __format__
+    __get__ __set__ __delete__""".split()
+)
+
+# torch.distributed namespaces of OpOverloads: the implementation of collectives, which
+# the typed collectives type themselves (_checking.on_collective).
+_DIST_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor"})
+
+
+class Kind(enum.Enum):
+    PASS = "pass"            # not an op on tensor values: run it, track nothing
+    FACTORY = "factory"      # a new tensor: untyped until annotated
+    OP = "op"                # typed by the engine
+    BACKWARD = "backward"    # Tensor.backward: the loss check
+    AUTOGRAD_BACKWARD = "autograd.backward"
+    AUTOGRAD_GRAD = "autograd.grad"  # the loss check; results get the inputs' duals
+    GRAD = "grad"            # x.grad: the dual of x's type
+
+
+# Argument classes (per formal).
+SKIP, OPERAND, SCALAR_OK, INDEX, OUT = 0, 1, 2, 3, 4
+
+
+def _formal_class(name: str) -> int:
+    if name == "out":
+        return OUT
+    if name in NON_OPERAND_NAMES:
+        return SKIP
+    if name in INDEX_NAMES:
+        return INDEX
+    if name in SCALAR_OPERAND_NAMES:
+        return SCALAR_OK
+    return OPERAND
+
+
+class Plan:
+    """How the check mode handles one ``func`` (built once, cached)."""
+
+    __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
+                 "varargs", "canon", "inplace_kw")
+
+    def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
+                 swap: bool = False, inplace: bool = False,
+                 params: tuple[str, ...] | None = None, varargs: str | None = None,
+                 canon: Callable[[tuple, dict], tuple[tuple, dict]] | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.spec = spec
+        self.swap = swap
+        self.inplace = inplace
+        # argument classes by position, and by keyword
+        self.positional: tuple[int, ...] | None = (
+            tuple(_formal_class(p) for p in params) if params is not None else None)
+        self.keyword: dict[str, int] = (
+            {p: _formal_class(p) for p in params} if params is not None else {})
+        self.varargs = varargs
+        self.canon = canon
+        self.inplace_kw = params is not None and "inplace" in params
+
+    def __repr__(self) -> str:
+        return f"Plan({self.kind.value}, {self.name!r}, swap={self.swap}, inplace={self.inplace})"
+
+
+PASS_PLAN = Plan(Kind.PASS)
+FACTORY_PLAN = Plan(Kind.FACTORY)
+
+# --------------------------------------------------------------------------------------
+# Signatures: the formal names torch's stubs give (what the mypy plugin reads).
+
+
+def _tensor_where_canon(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``x.where(condition, y)`` is ``torch.where(condition, x, y)``."""
+    if len(args) >= 2:
+        return (args[1], args[0]) + tuple(args[2:]), kwargs
+    kwargs = dict(kwargs)
+    cond = kwargs.pop("condition", None)
+    return (cond, args[0]) + tuple(args[1:]), kwargs
+
+
+def _signature_overrides() -> dict[Any, tuple[tuple[str, ...], Callable | None]]:
+    import torch.nn.functional as F
+
+    where_params = ("condition", "input", "other")
+    table: dict[Any, tuple[tuple[str, ...], Callable | None]] = {
+        torch.where: (where_params, None),
+        torch.Tensor.where: (where_params, _tensor_where_canon),
+        torch.Tensor.__getitem__: (("self", "indices"), None),
+        torch.Tensor.__setitem__: (("self", "indices", "value"), None),
+        # torch.embedding(weight, indices) vs F.embedding(input=indices, weight)
+        torch.embedding: (("weight", "indices", "padding_idx", "scale_grad_by_freq", "sparse"), None),
+        F.embedding: (("indices", "weight", "padding_idx", "max_norm", "norm_type",
+                       "scale_grad_by_freq", "sparse"), None),
+        torch.Tensor.to: (("self", "dtype", "non_blocking", "copy", "memory_format"), None),
+    }
+    return table
+
+
+_OVERRIDES: dict[Any, tuple[tuple[str, ...], Callable | None]] | None = None
+_TESTING: dict[Any, Callable] | None = None
+
+
+def _params_of(func: Any) -> tuple[tuple[str, ...] | None, str | None]:
+    """(positional formal names, the *varargs name) of ``func``, or (None, None)."""
+    global _TESTING
+    if isinstance(func, torch._ops.OpOverload):
+        try:
+            return tuple(a.name for a in func._schema.arguments), None
+        except Exception:  # pragma: no cover - schema always there in practice
+            return None, None
+    target = func
+    if not inspect.isfunction(func):
+        if _TESTING is None:
+            _TESTING = torch.overrides.get_testing_overrides()
+        target = _TESTING.get(func)
+        if target is None:
+            return None, None
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None, None
+    names: list[str] = []
+    varargs = None
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            varargs = p.name
+        elif p.kind is not p.VAR_KEYWORD:
+            names.append(p.name)
+    return tuple(names), varargs
+
+
+def _name_of(func: Any) -> tuple[str, str | None]:
+    """(name, the property name for ``__get__``/``__set__``)."""
+    if isinstance(func, torch._ops.OpOverload):
+        return func._schema.name.split("::")[-1], None
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        return func._qualified_op_name.split("::")[-1], None
+    name = getattr(func, "__name__", "") or ""
+    if name in ("__get__", "__set__", "__delete__"):
+        owner = getattr(func, "__self__", None)
+        return name, getattr(owner, "__name__", None)
+    return name, None
+
+
+def build_plan(func: Any) -> Plan:
+    """The plan of ``func`` (what the check mode does with it)."""
+    global _OVERRIDES
+    # torch.distributed internals: the typed collectives type their own result.
+    if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        ns = getattr(func, "namespace", None) or getattr(func, "_qualified_op_name", "").split("::")[0]
+        if ns in _DIST_NAMESPACES:
+            return PASS_PLAN
+    module = getattr(func, "__module__", None) or ""
+    if module.startswith("torch.distributed"):
+        return PASS_PLAN
+
+    name, prop = _name_of(func)
+    if func is torch.Tensor.backward:
+        return Plan(Kind.BACKWARD, "backward")
+    if func is torch.autograd.backward:
+        return Plan(Kind.AUTOGRAD_BACKWARD, "backward")
+    if func is torch.autograd.grad:
+        return Plan(Kind.AUTOGRAD_GRAD, "grad")
+    if name == "__get__":
+        if prop == "grad":
+            return Plan(Kind.GRAD, "grad")
+        op = PROPERTY_OPS.get(prop or "")
+        if op is None:
+            return PASS_PLAN
+        return Plan(Kind.OP, op, spec=classify(op), params=("self",))
+    if name in FACTORIES:
+        return FACTORY_PLAN
+    swap = False
+    if name in OPERATORS:
+        name, swap = OPERATORS[name]
+    elif name in NOT_OPS or name in EXTRA_PASSTHROUGH or name.startswith("_") or not name:
+        # dunders not listed above, private helpers, metadata: not ops on values
+        return PASS_PLAN
+
+    if _OVERRIDES is None:
+        _OVERRIDES = _signature_overrides()
+    try:
+        override = _OVERRIDES.get(func)
+    except TypeError:  # unhashable
+        override = None
+    canon = None
+    if override is not None:
+        params, canon = override
+        varargs = None
+    else:
+        params, varargs = _params_of(func)
+    inplace = (name.endswith("_") and not name.startswith("_")) or name == "__setitem__"
+    return Plan(Kind.OP, name, spec=classify(name), swap=swap, inplace=inplace,
+                params=params, varargs=varargs, canon=canon)
+
+
+# --------------------------------------------------------------------------------------
+# Operand extraction.
+
+_SCALARS = (int, float, complex)  # bool is an int
+
+
+def extract(plan: Plan, args: tuple, kwargs: dict) -> tuple[list[tuple[Any, bool]], list[torch.Tensor]]:
+    """(operands in engine order as ``(value, is_index)``, the ``out=`` tensors).
+
+    A value is a tensor or a Python scalar (scalars only where they are operands).
+    """
+    if plan.canon is not None:
+        args, kwargs = plan.canon(args, kwargs)
+    if plan.swap and len(args) >= 2:
+        args = (args[1], args[0]) + tuple(args[2:])
+    ops: list[tuple[Any, bool]] = []
+    outs: list[torch.Tensor] = []
+    positional = plan.positional
+    n_formal = len(positional) if positional is not None else 0
+    for i, a in enumerate(args):
+        if positional is None:
+            # no signature known: every tensor is an operand, scalars are not
+            cls = OPERAND
+        elif i < n_formal:
+            cls = positional[i]
+        else:
+            cls = OPERAND  # *varargs (einsum's operands) or unknown extras
+        _add(ops, outs, a, cls)
+    if kwargs:
+        keyword = plan.keyword
+        for k, v in kwargs.items():
+            cls = keyword.get(k)
+            if cls is None:
+                cls = _formal_class(k)
+            _add(ops, outs, v, cls)
+    return ops, outs
+
+
+def _add(ops: list, outs: list, a: Any, cls: int) -> None:
+    if cls == SKIP or a is None:
+        return
+    if isinstance(a, torch.Tensor):
+        if cls == OUT:
+            outs.append(a)
+        else:
+            ops.append((a, cls == INDEX))
+        return
+    if isinstance(a, (list, tuple)):
+        for item in a:
+            if isinstance(item, torch.Tensor):
+                if cls == OUT:
+                    outs.append(item)
+                else:
+                    ops.append((item, cls == INDEX))
+        return
+    if cls == SCALAR_OK and isinstance(a, _SCALARS):
+        ops.append((a, False))
+
+
+def role_of(spec: OpSpec, position: int, is_index: bool) -> Role:
+    return Role.NONLINEAR if is_index else spec.role(position)
+
+
+__all__ = ["Plan", "Kind", "build_plan", "extract", "role_of", "OPERATORS", "PROPERTY_OPS",
+           "NON_OPERAND_NAMES", "INDEX_NAMES", "SCALAR_OPERAND_NAMES"]

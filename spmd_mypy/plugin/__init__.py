@@ -1,0 +1,256 @@
+"""The mypy plugin: ``plugins = spmd_mypy.plugin``.
+
+A thin adapter between mypy and the rule engine (:mod:`spmd_mypy.engine`):
+
+- annotations: ``Tensor[R["tp"], V["dp"]]`` is analysed into a canonical
+  instance (:mod:`.mypy_types`), with errors at the annotation;
+- calls: torch ops, operators, the spmd collectives and helpers are typed by
+  the engine (:mod:`.calls`);
+- gradual typing: a plain ``torch.Tensor`` is accepted wherever a typed tensor
+  is expected (mypy "promotes" it to ``Tensor[Any, ...]``), so unannotated code
+  gets no new errors.
+
+Imports only mypy and the stdlib (plus the pure engine): no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Callable
+
+from mypy.nodes import MypyFile, TypeInfo
+from mypy.plugin import (
+    AnalyzeTypeContext,
+    AttributeContext,
+    FunctionContext,
+    MethodContext,
+    Plugin,
+    ReportConfigContext,
+)
+from mypy.options import Options
+from mypy.types import AnyType, Instance, Type, TypeOfAny, UnboundType
+
+from ..engine.annotations import Entry, build
+from ..engine.errors import SpmdError
+from . import calls
+from .codes import ERROR_CODES
+from .config import Config, load
+from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, AnnotationError, TypeBuilder, read_entry
+from .rewrite import prepare_file
+
+
+def _source_hash() -> str:
+    """The plugin's version for mypy's cache key: a hash of every plugin and engine file,
+    so any change to the rules invalidates cached results (mypy and dmypy)."""
+    h = hashlib.sha256()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for sub in ("plugin", "engine"):
+        folder = os.path.join(root, sub)
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+__version__ = _source_hash()
+
+_TORCH_TENSOR = "torch._tensor.Tensor"
+_PROMOTED = (_TORCH_TENSOR, "torch.nn.parameter.Parameter")
+_GRAD_ATTRS = {f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", "spmd.Tensor")}
+_TRANSPOSE_ATTRS = {f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", "spmd.Tensor")
+                    for a in ("T", "mT", "H", "mH")}
+_SPMD_HELPERS = {"spmd.reveal", "spmd.declare"}
+_PARTIAL_OPS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
+                "spmd.sum": "sum"}
+_NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch.utils.",
+                  "torch.jit.", "torch.compile", "torch.fx.", "torch.onnx.", "torch.backends.",
+                  "torch.testing.", "torch.multiprocessing.", "torch.optim.")
+
+
+class SpmdPlugin(Plugin):
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.config: Config = load(options.config_file)
+        self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
+        self.calls = calls.CallTyper(self)
+        self._no_grad: dict[str, list[tuple[int, int]]] = {}
+        self._promoted: TypeInfo | None = None
+        self._hook_cache: dict[str, Callable | None] = {}
+        self._method_cache: dict[str, Callable | None] = {}
+
+    # -- plumbing --------------------------------------------------------------------
+    def _lookup_info(self, fullname: str) -> TypeInfo | None:
+        module, _, name = fullname.rpartition(".")
+        mod = self._modules.get(module) if self._modules is not None else None
+        if mod is None:
+            return None
+        sym = mod.names.get(name)
+        node = sym.node if sym is not None else None
+        return node if isinstance(node, TypeInfo) else None
+
+    def _ensure_promotion(self) -> None:
+        """Let a plain torch.Tensor (or Parameter) flow into typed positions: gradual typing.
+
+        mypy's "alt promotion" (the mechanism behind ``int`` -> native ``i64``) makes
+        ``torch.Tensor`` a subtype of ``spmd.Tensor[...]`` with any arguments.  (A
+        ``_promote`` would recurse: spmd.Tensor subclasses torch.Tensor.)  Done lazily once
+        spmd's stub is loaded, i.e. after torch was analysed and written to the cache, so
+        torch's cache never records it.  Side effect: an ``isinstance`` check does not
+        narrow a declared ``torch.Tensor`` to a subclass while the plugin is active.
+        """
+        info = self._lookup_info(_TORCH_TENSOR)
+        if info is None or info is self._promoted:
+            return
+        untyped = self.types.to_instance(calls.UNTYPED)
+        if untyped is None:
+            return
+        for name in _PROMOTED:
+            target = self._lookup_info(name)
+            if target is not None and target.alt_promote is None:
+                target.alt_promote = untyped
+        self._promoted = info
+
+    def in_no_grad(self, api: object, line: int) -> bool:
+        path = getattr(api, "path", None)
+        ranges = self._no_grad.get(path) if path else None
+        return bool(ranges) and any(a <= line <= b for a, b in ranges)
+
+    # -- configuration and caches --------------------------------------------------
+    def report_config_data(self, ctx: ReportConfigContext) -> object:
+        # Only the user's modules depend on the mesh axes: answering for every module
+        # (torch included) would throw the whole cache away on each config edit.
+        if "site-packages" in ctx.path or "typeshed" in ctx.path:
+            return None
+        return self.config.as_cache_key()
+
+    def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
+        uses_spmd = any(
+            getattr(imp, "id", "") == "spmd" or getattr(imp, "id", "").startswith("spmd.")
+            or any(i == "spmd" or i.startswith("spmd.") for i, _ in getattr(imp, "ids", ()))
+            for imp in file.imports
+        )
+        if uses_spmd:
+            try:
+                self._no_grad[file.path] = prepare_file(file)
+            except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
+                self._no_grad[file.path] = []
+        return []
+
+    # -- annotations -------------------------------------------------------------------
+    def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        if fullname == "spmd.Tensor":
+            return self._analyze_tensor
+        if fullname in MARKER_FULLNAMES:
+            return self._analyze_lone_marker
+        return None
+
+    def _marker_of(self, ctx: AnalyzeTypeContext, t: UnboundType) -> str | None:
+        api = ctx.api
+        try:
+            sym = api.lookup_qualified(t.name, ctx.context, suppress_errors=True)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - never crash mypy on a lookup
+            sym = None
+        if sym is not None and sym.node is not None:
+            return MARKER_FULLNAMES.get(sym.node.fullname)
+        return None
+
+    def _fail(self, ctx: AnalyzeTypeContext, message: str) -> None:
+        ctx.api.fail(message, ctx.context, code=ERROR_CODES["spmd-annotation"])
+
+    def _analyze_tensor(self, ctx: AnalyzeTypeContext) -> Type:
+        self._ensure_promotion()
+        entries: list[Entry] = []
+        for arg in ctx.type.args:
+            marker = self._marker_of(ctx, arg) if isinstance(arg, UnboundType) else None
+            if marker is None:
+                shown = arg.name if isinstance(arg, UnboundType) else str(arg)
+                self._fail(ctx, f'Tensor[...] takes entries R["axis"], I[...], V[...], P[...], '
+                                f'S[dim, "axis"] or PS[...], not {shown}')
+                continue
+            try:
+                entries.append(read_entry(marker, arg))  # type: ignore[arg-type]
+            except AnnotationError as e:
+                self._fail(ctx, str(e))
+        t, errors = build(entries, self.config.mesh_axes)
+        for err in errors:
+            self._fail(ctx, err.message)
+        inst = self.types.to_instance(t)
+        return inst if inst is not None else AnyType(TypeOfAny.from_error)
+
+    def _analyze_lone_marker(self, ctx: AnalyzeTypeContext) -> Type:
+        name = ctx.type.name.rsplit(".", 1)[-1]
+        if not ctx.type.args:  # `src: type[R]` and the like in stubs
+            info = self._lookup_info(MARKER_NAME_TO_FULLNAME.get(name, ""))
+            return Instance(info, []) if info is not None else AnyType(TypeOfAny.special_form)
+        if getattr(ctx.api, "allow_unbound_tvars", False):
+            # `Act = Tensor[V["tp"]]` is also analysed as a value expression (a type
+            # application of Tensor); the alias itself goes through _analyze_tensor.
+            return AnyType(TypeOfAny.special_form)
+        example = 'S[0, "tp"]' if name in ("S", "Shard") else f'{name}["tp"]'
+        self._fail(ctx, f"{name}[...] is an entry of a tensor type: write Tensor[{example}]")
+        return AnyType(TypeOfAny.from_error)
+
+    # -- calls -------------------------------------------------------------------------
+    def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        if fullname in self._hook_cache:
+            self._ensure_promotion()
+            return self._hook_cache[fullname]
+        hook = self._function_hook(fullname)
+        self._hook_cache[fullname] = hook
+        return hook
+
+    def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        if fullname.startswith("spmd."):
+            name = fullname[5:]
+            if name in calls.SPMD_COLLECTIVES:
+                return self.calls.collective_hook(name)
+            if fullname == "spmd.reveal":
+                return self.calls.reveal_hook
+            if fullname == "spmd.declare":
+                return self.calls.declare_hook
+            if fullname in _PARTIAL_OPS:
+                return self.calls.partial_op_hook(_PARTIAL_OPS[fullname])
+            return None
+        if not fullname.startswith("torch."):
+            return None
+        name = fullname.rsplit(".", 1)[-1]
+        if fullname.startswith("torch.distributed."):
+            if name in calls.RAW_COLLECTIVES:
+                return self.calls.raw_collective_hook(name)
+            return None
+        if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):
+            return None
+        if name in calls.FACTORIES or name in calls.NOT_OPS:
+            return None
+        return self.calls.op_hook(name, method=False)
+
+    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        if fullname in self._method_cache:
+            return self._method_cache[fullname]
+        cls, _, method = fullname.rpartition(".")
+        hook: Callable | None = None
+        if calls.is_tensor_method_class(cls):
+            if method == "backward":
+                hook = self.calls.backward_hook
+            else:
+                op = calls.method_op_name(method)
+                if op is not None:
+                    hook = self.calls.op_hook(op[0], method=True, reflected=op[1])
+        self._method_cache[fullname] = hook
+        return hook
+
+    def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
+        if fullname in _GRAD_ATTRS:
+            return self.calls.grad_attribute_hook
+        if fullname in _TRANSPOSE_ATTRS:
+            return self.calls.transpose_attribute_hook
+        return None
+
+
+def plugin(version: str) -> type[SpmdPlugin]:
+    return SpmdPlugin
+
+
+__all__ = ["SpmdPlugin", "plugin", "SpmdError"]

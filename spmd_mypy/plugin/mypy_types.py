@@ -1,0 +1,213 @@
+"""Translation between mypy's types and the engine's :class:`SpmdType`.
+
+Canonical form.  ``Tensor[R["tp"], V["dp"]]`` with ``mesh_axes = ["dp", "tp"]``
+becomes ``spmd.Tensor[V[Literal["dp"]], R[Literal["tp"]]]``: one slot per mesh
+axis, in mesh order, ``Any`` where the type says nothing.  So entry order does
+not matter, ``assert_type`` sees equal types as equal, and an unknown axis is
+compatible with anything (gradual).  ``S[0, "tp"]`` is ``S[Literal[0], Literal["tp"]]``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from mypy.nodes import TypeInfo
+from mypy.types import (
+    AnyType,
+    Instance,
+    LiteralType,
+    ProperType,
+    RawExpressionType,
+    TupleType,
+    Type,
+    TypeOfAny,
+    UnboundType,
+    UnpackType,
+    get_proper_type,
+)
+
+from ..engine.annotations import Entry
+from ..engine.types import Kind, LocalType, SpmdType, UNTYPED
+from .rewrite import axis_from_raw
+
+TENSOR = "spmd.Tensor"
+MARKER_FULLNAMES = {f"spmd.{k}": k for k in ("R", "I", "V", "P", "S", "Shard", "PS")}
+MARKER_NAME_TO_FULLNAME = {k: "spmd.S" if k == "Shard" else f"spmd.{k}" for k in MARKER_FULLNAMES.values()}
+TORCH_TENSOR_BASES = ("torch._tensor.Tensor", "torch._C.TensorBase")
+
+
+class TypeBuilder:
+    """Builds and reads canonical Tensor instances for one configuration."""
+
+    def __init__(self, mesh_axes: Sequence[str], lookup: Callable[[str], TypeInfo | None]) -> None:
+        self.mesh_axes = tuple(mesh_axes)
+        self._lookup = lookup
+        self._infos: dict[str, TypeInfo] | None = None
+        self._to_cache: dict[SpmdType, Instance] = {}
+
+    # -- TypeInfos ---------------------------------------------------------------------
+    def infos(self) -> dict[str, TypeInfo] | None:
+        infos = self._infos
+        if infos is not None and self._lookup("spmd.Tensor") is infos["Tensor"]:
+            return infos
+        found = {}
+        for name in ("Tensor", "R", "I", "V", "P", "S"):
+            info = self._lookup(TENSOR if name == "Tensor" else f"spmd._slots.{name}")
+            if info is None:
+                return None
+            found[name] = info
+        str_info = self._lookup("builtins.str")
+        int_info = self._lookup("builtins.int")
+        if str_info is None or int_info is None:
+            return None
+        found["str"], found["int"] = str_info, int_info
+        self._infos = found
+        self._to_cache = {}
+        return found
+
+    def is_tensor_info(self, info: TypeInfo) -> bool:
+        return info.fullname == TENSOR
+
+    # -- engine -> mypy ----------------------------------------------------------------
+    def to_instance(self, t: SpmdType) -> Instance | None:
+        cached = self._to_cache.get(t)
+        if cached is not None:
+            return cached
+        infos = self.infos()
+        if infos is None:
+            return None
+        str_t = Instance(infos["str"], [])
+        int_t = Instance(infos["int"], [])
+        slots: list[Type] = []
+        for axis in self.mesh_axes:
+            lt = t.get(axis)
+            if lt is None:
+                slots.append(AnyType(TypeOfAny.special_form))
+                continue
+            lit = LiteralType(axis, str_t)
+            if lt.dim is not None:
+                slots.append(Instance(infos["S"], [LiteralType(lt.dim, int_t), lit]))
+            else:
+                slots.append(Instance(infos[lt.kind.value], [lit]))
+        inst = Instance(infos["Tensor"], slots)
+        self._to_cache[t] = inst
+        return inst
+
+    # -- mypy -> engine ----------------------------------------------------------------
+    def from_type(self, typ: Type | None) -> SpmdType | None:
+        """The SPMD type of a tensor-typed value; UNTYPED for a plain torch.Tensor;
+        None when the value is not (known to be) a tensor."""
+        if typ is None:
+            return None
+        p = get_proper_type(typ)
+        if not isinstance(p, Instance):
+            return None
+        info = p.type
+        if info.fullname == TENSOR:
+            return self._read_slots(p.args)
+        for base in TORCH_TENSOR_BASES:
+            if info.fullname == base or info.has_base(base):
+                # a subclass of spmd.Tensor (e.g. Parameter-like) is read through its base
+                for b in info.mro:
+                    if b.fullname == TENSOR:
+                        break
+                return UNTYPED
+        return None
+
+    def _read_slots(self, args: Sequence[Type]) -> SpmdType:
+        flat: list[Type] = []
+        for a in args:
+            if isinstance(a, UnpackType):
+                inner = get_proper_type(a.type)
+                if isinstance(inner, TupleType):
+                    flat.extend(inner.items)
+                    continue
+                return UNTYPED
+            flat.append(a)
+        out: dict[str, LocalType] = {}
+        for slot in flat:
+            s = get_proper_type(slot)
+            if not isinstance(s, Instance) or not s.args:
+                continue
+            name = s.type.name
+            lits = [get_proper_type(x) for x in s.args]
+            if not all(isinstance(x, LiteralType) for x in lits):
+                continue
+            if name == "S" and len(lits) == 2:
+                dim, axis = lits[0].value, lits[1].value  # type: ignore[union-attr]
+                if isinstance(dim, int) and isinstance(axis, str):
+                    out[axis] = LocalType(Kind.V, dim)
+            elif name in ("R", "I", "V", "P"):
+                axis = lits[0].value  # type: ignore[union-attr]
+                if isinstance(axis, str):
+                    out[axis] = LocalType(Kind(name))
+        return SpmdType.of(out)
+
+
+# -- reading annotations (unanalyzed types) -------------------------------------------
+
+
+class AnnotationError(Exception):
+    pass
+
+
+def read_axis(t: Type) -> str:
+    """``"tp"`` in any of the forms mypy hands us: a raw literal (rewritten), a forward
+    reference, ``Literal["tp"]``."""
+    if isinstance(t, RawExpressionType):
+        v = axis_from_raw(t.literal_value)
+        if isinstance(v, str):
+            return v
+        raise AnnotationError(f"a mesh axis is a string literal such as \"tp\", not {t.literal_value!r}")
+    if isinstance(t, UnboundType):
+        if t.original_str_expr is not None and not t.args:
+            return t.original_str_expr
+        if t.name.rsplit(".", 1)[-1] == "Literal" and len(t.args) == 1:
+            return read_axis(t.args[0])
+        raise AnnotationError(f"a mesh axis is a string literal such as \"tp\", not {t.name}")
+    if isinstance(t, LiteralType) and isinstance(t.value, str):
+        return t.value
+    raise AnnotationError("a mesh axis is a string literal such as \"tp\"")
+
+
+def read_int(t: Type) -> int:
+    if isinstance(t, RawExpressionType) and isinstance(t.literal_value, int) and not isinstance(t.literal_value, bool):
+        return t.literal_value
+    if isinstance(t, UnboundType) and t.name.rsplit(".", 1)[-1] == "Literal" and len(t.args) == 1:
+        return read_int(t.args[0])
+    raise AnnotationError("S[dim, \"axis\"] takes an int dim first, e.g. S[0, \"tp\"]")
+
+
+def read_spec_item(t: Type) -> tuple[str, ...]:
+    if isinstance(t, UnboundType) and t.name in ("None", "builtins.None") and not t.args:
+        return ()
+    p = t
+    items = getattr(p, "items", None)
+    if items is not None and not isinstance(p, (RawExpressionType,)):  # TypeList / tuple
+        return tuple(read_axis(i) for i in items)
+    if isinstance(p, UnboundType) and p.name in ("tuple", "builtins.tuple", "Tuple", "typing.Tuple"):
+        return tuple(read_axis(i) for i in p.args)
+    cls = type(p).__name__
+    if cls == "NoneType":
+        return ()
+    return (read_axis(p),)
+
+
+def read_entry(marker: str, t: UnboundType) -> Entry:
+    """One ``R["tp", "dp"]`` / ``S[0, "tp"]`` / ``PS[None, "tp"]`` entry."""
+    if marker == "PS":
+        return Entry("PS", spec=tuple(read_spec_item(a) for a in t.args))
+    if not t.args:
+        example = 'S[0, "tp"]' if marker in ("S", "Shard") else f'{marker}["tp"]'
+        raise AnnotationError(f"{marker} needs the mesh axes it applies to: write {example}")
+    if marker in ("S", "Shard"):
+        if len(t.args) < 2:
+            raise AnnotationError("S[dim, \"axis\"] takes a dim and at least one axis: S[0, \"tp\"]")
+        return Entry("S", tuple(read_axis(a) for a in t.args[1:]), dim=read_int(t.args[0]))
+    return Entry(marker, tuple(read_axis(a) for a in t.args))
+
+
+def is_proper_tensor(p: ProperType) -> bool:
+    return isinstance(p, Instance) and (
+        p.type.fullname == TENSOR or any(p.type.has_base(b) for b in TORCH_TENSOR_BASES)
+    )

@@ -1,0 +1,199 @@
+"""A pre-semantic-analysis pass over each parsed file.
+
+1. Axis strings.  In ``R["tp"]`` mypy parses ``"tp"`` as a forward reference,
+   and the pass that collects a signature's or alias's type variables looks it
+   up before any plugin hook runs: ``Name "tp" is not defined``.  We rewrite
+   every string inside ``R/I/V/P/S/PS[...]`` into a raw literal that pass skips
+   (the type-analyze hook reads it back).  ``R[Literal["tp"]]`` needs nothing.
+
+2. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
+   ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
+   ``forward`` of custom autograd Functions, where an Invariant operand relaxes
+   to Replicate (SPEC section 3).  Stored per file for the op hooks.
+"""
+
+from __future__ import annotations
+
+from mypy.nodes import (
+    AssignmentStmt,
+    Block,
+    ExpressionStmt,
+    ForStmt,
+    IfStmt,
+    ReturnStmt,
+    Statement,
+    TryStmt,
+    WhileStmt,
+    CallExpr,
+    ClassDef,
+    Decorator,
+    Expression,
+    FuncDef,
+    IndexExpr,
+    ListExpr,
+    MemberExpr,
+    MypyFile,
+    NameExpr,
+    OverloadedFuncDef,
+    StrExpr,
+    TupleExpr,
+    WithStmt,
+)
+from mypy.types import CallableType, RawExpressionType, Type, UnboundType
+
+MARKER_NAMES = frozenset({"R", "I", "V", "P", "S", "PS", "Shard"})
+NO_GRAD_CALLS = frozenset({"no_grad", "inference_mode"})
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+# --- 1. types (function signatures, variable annotations) ---------------------------
+
+
+def rewrite_type(t: Type | None) -> None:
+    """In place: UnboundType("tp", original_str_expr="tp") under a marker -> raw literal."""
+    if isinstance(t, CallableType):
+        for a in t.arg_types:
+            rewrite_type(a)
+        rewrite_type(t.ret_type)
+    elif isinstance(t, UnboundType):
+        marker = _short(t.name) in MARKER_NAMES
+        new_args = []
+        for a in t.args:
+            if marker:
+                a = _raw_axis(a)
+            rewrite_type(a)
+            new_args.append(a)
+        t.args = tuple(new_args)
+
+
+def _raw_axis(a: Type) -> Type:
+    if isinstance(a, UnboundType) and a.original_str_expr is not None and not a.args:
+        return RawExpressionType(a.original_str_expr, "builtins.str", a.line, a.column)
+    if isinstance(a, UnboundType) and a.name == "tuple" or type(a).__name__ == "TypeList":
+        for i, item in enumerate(getattr(a, "items", ()) or ()):
+            a.items[i] = _raw_axis(item)  # type: ignore[attr-defined]
+    return a
+
+
+# --- alias right-hand sides are expressions --------------------------------------------
+
+_RAW_PREFIX = "\x00spmd-axis:"  # not a valid expression: mypy keeps it as a raw literal
+
+
+def _rewrite_index_expr(e: Expression) -> None:
+    if isinstance(e, IndexExpr):
+        base = e.base
+        name = base.name if isinstance(base, (NameExpr, MemberExpr)) else ""
+        if name in MARKER_NAMES:
+            _mark_strings(e.index)
+        _rewrite_index_expr(e.base)
+        _rewrite_index_expr(e.index)
+    elif isinstance(e, (TupleExpr, ListExpr)):
+        for item in e.items:
+            _rewrite_index_expr(item)
+
+
+def _mark_strings(e: Expression) -> None:
+    if isinstance(e, StrExpr):
+        if not e.value.startswith(_RAW_PREFIX):
+            e.value = _RAW_PREFIX + e.value
+    elif isinstance(e, TupleExpr):
+        for item in e.items:
+            _mark_strings(item)
+
+
+def axis_from_raw(value: object) -> object:
+    if isinstance(value, str) and value.startswith(_RAW_PREFIX):
+        return value[len(_RAW_PREFIX):]
+    return value
+
+
+# --- 2. gradient-free regions -------------------------------------------------------------
+
+
+def _is_no_grad(e: Expression) -> bool:
+    if isinstance(e, CallExpr):
+        e = e.callee
+    return isinstance(e, (NameExpr, MemberExpr)) and e.name in NO_GRAD_CALLS
+
+
+def _is_autograd_function(c: ClassDef) -> bool:
+    for b in c.base_type_exprs:
+        if isinstance(b, (NameExpr, MemberExpr)) and b.name == "Function":
+            return True
+    return False
+
+
+class _Walker:
+    """A plain walk over statements (mypy's compiled visitors cannot be subclassed)."""
+
+    def __init__(self) -> None:
+        self.no_grad: list[tuple[int, int]] = []
+
+    def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
+        for st in stmts or ():
+            self.stmt(st, in_function_class)
+
+    def stmt(self, st: Statement, in_function_class: bool = False) -> None:
+        if isinstance(st, FuncDef):
+            rewrite_type(st.type)
+            rewrite_type(st.unanalyzed_type)
+            if in_function_class and st.name == "forward":
+                self.no_grad.append((st.line, st.end_line or st.line))
+            self.block(st.body.body)
+        elif isinstance(st, Decorator):
+            if any(_is_no_grad(d) for d in st.original_decorators):
+                self.no_grad.append((st.func.line, st.func.end_line or st.func.line))
+            self.stmt(st.func, in_function_class)
+        elif isinstance(st, OverloadedFuncDef):
+            for item in st.items:
+                self.stmt(item, in_function_class)
+        elif isinstance(st, ClassDef):
+            self.block(st.defs.body, _is_autograd_function(st))
+        elif isinstance(st, WithStmt):
+            if any(_is_no_grad(e) for e in st.expr):
+                self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
+            self.block(st.body.body)
+        elif isinstance(st, AssignmentStmt):
+            rewrite_type(st.type)
+            rewrite_type(st.unanalyzed_type)
+            _rewrite_index_expr(st.rvalue)
+            self.expr(st.rvalue)
+        elif isinstance(st, (ExpressionStmt, ReturnStmt)):
+            self.expr(st.expr)
+        elif isinstance(st, Block):
+            self.block(st.body)
+        elif isinstance(st, IfStmt):
+            for b in st.body:
+                self.block(b.body)
+            if st.else_body is not None:
+                self.block(st.else_body.body)
+        elif isinstance(st, (ForStmt, WhileStmt)):
+            self.block(st.body.body)
+            if st.else_body is not None:
+                self.block(st.else_body.body)
+        elif isinstance(st, TryStmt):
+            self.block(st.body.body)
+            for h in st.handlers:
+                self.block(h.body)
+            for b in (st.else_body, st.finally_body):
+                if b is not None:
+                    self.block(b.body)
+
+    def expr(self, e: Expression | None) -> None:
+        # cast(Tensor[R["tp"]], x), declare(x, Tensor[...]): type expressions in calls
+        while isinstance(e, CallExpr):
+            for a in e.args:
+                _rewrite_index_expr(a)
+                self.expr(a)
+            e = e.callee.expr if isinstance(e.callee, MemberExpr) else None
+
+
+def prepare_file(file: MypyFile) -> list[tuple[int, int]]:
+    """Rewrite the file's axis strings in place; return its gradient-free line ranges."""
+    w = _Walker()
+    w.block(file.defs)
+    return w.no_grad

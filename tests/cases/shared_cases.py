@@ -1,0 +1,389 @@
+"""Small SPMD programs as data, with the verdict both checkers must give.
+
+The runtime check mode (tests/checking/test_check_shared_cases.py) runs every
+case under ``spmd.typecheck()``; the mypy plugin runs the same table (render
+each case with :func:`render_function`), so that both modes agree.
+
+A case is a function body over typed inputs::
+
+    Case("add-P-R",
+         inputs=(("a", 'Tensor[P["tp"]]'), ("b", 'Tensor[R["tp"]]')),
+         lines=("out = torch.add(a, b)",),
+         error="spmd-partial-affine")
+
+- ``inputs``: ``(name, annotation)`` pairs, in order; an annotation is source
+  text evaluated with ``from spmd import Tensor, R, I, V, P, S, PS`` and
+  ``import torch`` in scope; ``torch.Tensor`` is an untyped input.
+- ``lines``: Python statements over the inputs (``torch``, ``F`` =
+  ``torch.nn.functional`` and ``spmd`` are in scope); blocks are written with
+  4-space indentation inside the lines (``with torch.no_grad():`` then
+  ``"    out = w + r"``).
+- verdict, exactly one of:
+  ``expect``: the program is accepted and ``out`` has this type (annotation
+  source; ``torch.Tensor`` means untyped, i.e. unknown on every axis);
+  ``error``: the ``spmd-...`` code of the first error, which is on the LAST
+  line of ``lines`` (no earlier line has an error).
+- ``strict``: checked with ``strict = true`` (runtime: ``typecheck(strict=True)``).
+- ``collective``: uses the typed collectives; needs a mesh with axes
+  ``("dp", "tp")`` (runtime: the ``fake`` process group, world of 4, 2 x 2).
+- ``make``: runtime only: how to build an input (default
+  ``torch.randn(4, 4, requires_grad=True).clone()``, a non-leaf that carries a
+  gradient, so in-place ops are allowed); the static checker ignores it.
+- ``xfail``: a known engine issue that makes both checkers give another
+  verdict today (the reason names it); remove the field when it is fixed.
+
+Axes used: ``tp`` (one-axis cases) and ``dp`` (two-axis and collective cases).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    inputs: tuple[tuple[str, str], ...]
+    lines: tuple[str, ...]
+    expect: str | None = None
+    error: str | None = None
+    desc: str = ""
+    strict: bool = False
+    collective: bool = False
+    make: dict[str, str] = field(default_factory=dict)
+    xfail: str | None = None
+
+    def __post_init__(self) -> None:
+        assert (self.expect is None) != (self.error is None), self.id
+
+
+DEFAULT_MAKE = "torch.randn(4, 4, requires_grad=True).clone()"
+
+# one-axis types by short name
+T = {
+    "R": 'Tensor[R["tp"]]',
+    "I": 'Tensor[I["tp"]]',
+    "V": 'Tensor[V["tp"]]',
+    "P": 'Tensor[P["tp"]]',
+    "S0": 'Tensor[S[0, "tp"]]',
+    "S1": 'Tensor[S[1, "tp"]]',
+    "U": "torch.Tensor",
+}
+
+INV = "spmd-invariant-mix"
+PV = "spmd-partial-varying"
+AFF = "spmd-partial-affine"
+PROD = "spmd-partial-product"
+NL = "spmd-partial-nonlinear"
+INPL = "spmd-inplace"
+BWD = "spmd-backward"
+UNT = "spmd-untyped"
+
+ENGINE_RELAXED_I = ("engine: an Invariant operand that cannot carry a gradient is read as R even "
+                    "when every operand is I (ops._rule_on_axis), so an all-I op under no_grad "
+                    "gives R instead of I")
+
+
+def _v(kind: str | None) -> dict[str, str]:
+    return {"expect": T[kind]} if kind in T else {"error": kind}  # type: ignore[dict-item]
+
+
+def _verdict(result: str) -> dict[str, str]:
+    """'R'/'P'/... -> expect that type; 'spmd-...' -> that error."""
+    if result.startswith("spmd-"):
+        return {"error": result}
+    return {"expect": T[result]}
+
+
+CASES: list[Case] = []
+
+
+def case(id: str, inputs: dict[str, str], lines: str | tuple[str, ...], result: str, *,
+         desc: str = "", strict: bool = False, collective: bool = False,
+         make: dict[str, str] | None = None, xfail: str | None = None) -> None:
+    ins = tuple((n, T.get(a, a)) for n, a in inputs.items())
+    ls = (lines,) if isinstance(lines, str) else tuple(lines)
+    verdict = _verdict(result) if result in T or result.startswith("spmd-") else {"expect": result}
+    CASES.append(Case(id, ins, ls, desc=desc, strict=strict, collective=collective,
+                      make=dict(make or {}), xfail=xfail, **verdict))
+
+
+# --------------------------------------------------------------------------------------
+# 1. Binary ops on one axis: every pair of R, I, V, P, for each op class.
+#    (function forms; the operator section below uses the operators)
+
+_PAIRS = [("R", "R"), ("R", "I"), ("R", "V"), ("R", "P"), ("I", "I"), ("I", "V"), ("I", "P"),
+          ("V", "V"), ("V", "P"), ("P", "P")]
+
+_LINEAR = {("R", "R"): "R", ("R", "I"): INV, ("R", "V"): "V", ("R", "P"): AFF, ("I", "I"): "I",
+           ("I", "V"): INV, ("I", "P"): INV, ("V", "V"): "V", ("V", "P"): PV, ("P", "P"): "P"}
+_MULTI = {("R", "R"): "R", ("R", "I"): INV, ("R", "V"): "V", ("R", "P"): "P", ("I", "I"): "I",
+          ("I", "V"): INV, ("I", "P"): INV, ("V", "V"): "V", ("V", "P"): PV, ("P", "P"): PROD}
+_NONLIN = {("R", "R"): "R", ("R", "I"): INV, ("R", "V"): "V", ("R", "P"): NL, ("I", "I"): "I",
+           ("I", "V"): INV, ("I", "P"): INV, ("V", "V"): "V", ("V", "P"): NL, ("P", "P"): NL}
+
+for (x, y) in _PAIRS:
+    case(f"linear-add-{x}-{y}", {"a": x, "b": y}, "out = torch.add(a, b)", _LINEAR[x, y],
+         desc="linear op (add)")
+    case(f"multilinear-mul-{x}-{y}", {"a": x, "b": y}, "out = torch.mul(a, b)", _MULTI[x, y],
+         desc="multilinear op (mul)")
+    case(f"nonlinear-maximum-{x}-{y}", {"a": x, "b": y}, "out = torch.maximum(a, b)",
+         _NONLIN[x, y], desc="non-linear op (maximum)")
+
+# reversed operand order for the asymmetric-looking pairs
+for (x, y), res in [(("P", "R"), AFF), (("V", "R"), "V"), (("P", "V"), PV), (("V", "I"), INV)]:
+    case(f"linear-add-{x}-{y}", {"a": x, "b": y}, "out = torch.add(a, b)", res)
+case("multilinear-mul-P-R", {"a": "P", "b": "R"}, "out = torch.mul(a, b)", "P")
+case("multilinear-matmul-P-R", {"a": "P", "b": "R"}, "out = torch.matmul(a, b)", "P")
+case("multilinear-matmul-R-P", {"a": "R", "b": "P"}, "out = torch.matmul(a, b)", "P")
+case("multilinear-matmul-P-P", {"a": "P", "b": "P"}, "out = torch.matmul(a, b)", PROD)
+case("multilinear-matmul-V-R", {"a": "V", "b": "R"}, "out = torch.matmul(a, b)", "V")
+case("multilinear-einsum-P-R", {"a": "P", "b": "R"}, 'out = torch.einsum("ij,jk->ik", a, b)', "P")
+case("multilinear-einsum-P-P", {"a": "P", "b": "P"}, 'out = torch.einsum("ij,jk->ik", a, b)', PROD)
+
+# --------------------------------------------------------------------------------------
+# 2. Unary ops: each type through a linear, an elementwise linear and a non-linear op.
+
+for k in ("R", "I", "V", "P"):
+    case(f"unary-sum-{k}", {"a": k}, "out = a.sum(0)", k, desc="linear reduction")
+    case(f"unary-neg-{k}", {"a": k}, "out = torch.neg(a)", k, desc="elementwise linear")
+    case(f"unary-relu-{k}", {"a": k}, "out = torch.relu(a)", NL if k == "P" else k,
+         desc="non-linear")
+    case(f"unary-exp-{k}", {"a": k}, "out = a.exp()", NL if k == "P" else k)
+case("unary-softmax-P", {"a": "P"}, "out = F.softmax(a, dim=-1)", NL)
+case("unary-layer_norm-P", {"a": "P"}, "out = F.layer_norm(a, (4,))", NL)
+case("unary-mean-P", {"a": "P"}, "out = a.mean()", "P")
+case("unary-max-P", {"a": "P"}, "out = a.amax()", NL)
+case("unary-gelu-V", {"a": "V"}, "out = F.gelu(a)", "V")
+
+# views, casts, shapes: linear
+case("view-reshape-P", {"a": "P"}, "out = a.reshape(16)", "P")
+case("view-transpose-P", {"a": "P"}, "out = a.transpose(0, 1)", "P")
+case("view-T-P", {"a": "P"}, "out = a.T", "P")
+case("view-to-P", {"a": "P"}, "out = a.to(torch.float64)", "P")
+case("view-cat-P-P", {"a": "P", "b": "P"}, "out = torch.cat([a, b], dim=0)", "P")
+case("view-cat-P-R", {"a": "P", "b": "R"}, "out = torch.cat([a, b], dim=0)", AFF)
+case("view-stack-V-R", {"a": "V", "b": "R"}, "out = torch.stack([a, b])", "V")
+case("view-split-P", {"a": "P"}, "out = a.split(2)[1]", "P", desc="every output typed")
+case("view-chunk-V", {"a": "V"}, "out = torch.chunk(a, 2, dim=1)[0]", "V")
+case("view-unbind-R", {"a": "R"}, "out = a.unbind(0)[3]", "R")
+
+# --------------------------------------------------------------------------------------
+# 3. Scalars: summands are affine on P, factors are not; a P denominator is non-linear.
+
+case("scalar-add-P", {"a": "P"}, "out = torch.add(a, 1.0)", AFF)
+case("scalar-add-R", {"a": "R"}, "out = torch.add(a, 1.0)", "R")
+case("scalar-add-I", {"a": "I"}, "out = torch.add(a, 1)", "I")
+case("scalar-mul-P", {"a": "P"}, "out = torch.mul(a, 2)", "P")
+case("scalar-mul-V", {"a": "V"}, "out = torch.mul(a, 2)", "V")
+case("scalar-div-P-num", {"a": "P"}, "out = torch.div(a, 2)", "P")
+case("scalar-alpha-P", {"a": "P", "b": "P"}, "out = torch.add(a, b, alpha=2)", "P",
+     desc="alpha= is not an operand")
+case("div-P-R", {"a": "P", "b": "R"}, "out = torch.div(a, b)", "P", desc="R denominator")
+case("div-R-P", {"a": "R", "b": "P"}, "out = torch.div(a, b)", NL, desc="P denominator")
+case("div-P-P", {"a": "P", "b": "P"}, "out = torch.div(a, b)", NL)
+
+# --------------------------------------------------------------------------------------
+# 4. Operators, reflected operators, in-place operators.
+
+case("op-add-P-P", {"a": "P", "b": "P"}, "out = a + b", "P")
+case("op-add-P-1", {"a": "P"}, "out = a + 1", AFF)
+case("op-radd-1-P", {"a": "P"}, "out = 1 + a", AFF)
+case("op-rsub-1-P", {"a": "P"}, "out = 1 - a", AFF)
+case("op-sub-R-V", {"a": "R", "b": "V"}, "out = a - b", "V")
+case("op-mul-P-P", {"a": "P", "b": "P"}, "out = a * b", PROD)
+case("op-rmul-2-P", {"a": "P"}, "out = 2 * a", "P")
+case("op-div-P-2", {"a": "P"}, "out = a / 2", "P")
+case("op-rdiv-2-P", {"a": "P"}, "out = 2 / a", NL, desc="reflected: P is the denominator")
+case("op-matmul-R-P", {"a": "R", "b": "P"}, "out = a @ b", "P")
+case("op-matmul-I-R", {"a": "I", "b": "R"}, "out = a @ b", INV)
+case("op-neg-P", {"a": "P"}, "out = -a", "P")
+case("op-pow-P", {"a": "P"}, "out = a ** 2", NL)
+case("op-rpow-P", {"a": "P"}, "out = 2 ** a", NL)
+case("op-gt-V", {"a": "V"}, "out = a > 0", "V")
+case("op-iadd-V-R", {"a": "V", "b": "R"}, ("a += b", "out = a"), "V")
+case("op-iadd-R-V", {"a": "R", "b": "V"}, "a += b", INPL)
+case("op-imul-P-2", {"a": "P"}, ("a *= 2", "out = a"), "P")
+case("op-iadd-P-1", {"a": "P"}, "a += 1", AFF)
+
+# --------------------------------------------------------------------------------------
+# 5. Special roles: where, masked_fill, linear with bias, addmm.
+
+case("where-R-P-P", {"c": "R", "a": "P", "b": "P"}, "out = torch.where(c > 0, a, b)", "P")
+case("where-V-P-P", {"c": "V", "a": "P", "b": "P"}, "out = torch.where(c > 0, a, b)", PV)
+case("where-P-R-R", {"c": "P", "a": "R", "b": "R"}, "out = torch.where(c > 0, a, b)", NL,
+     desc="the P condition goes through gt (non-linear) first")
+case("where-R-P-scalar", {"c": "R", "a": "P"}, "out = torch.where(c > 0, a, 0.0)", AFF)
+case("where-U-V-R", {"c": "U", "a": "V", "b": "R"}, "out = torch.where(c > 0, a, b)", "V")
+case("masked_fill-P", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 0.0)", AFF)
+case("masked_fill-R-Vmask", {"a": "R", "m": "V"}, "out = a.masked_fill(m > 0, 0.0)", "V",
+     desc="a varying mask makes a varying result")
+case("linear-P-R", {"x": "P", "w": "R"}, "out = F.linear(x, w)", "P")
+case("linear-P-R-biasR", {"x": "P", "w": "R", "b": "R"}, "out = F.linear(x, w, b[0])", AFF)
+case("linear-P-R-biasP", {"x": "P", "w": "R", "b": "P"}, "out = F.linear(x, w, b[0])", "P")
+case("linear-V-R", {"x": "V", "w": "R"}, "out = F.linear(x, w)", "V")
+case("linear-R-I", {"x": "R", "w": "I"}, "out = F.linear(x, w)", INV)
+case("addmm-P-P-R", {"c": "P", "a": "P", "b": "R"}, "out = torch.addmm(c, a, b)", "P")
+case("addmm-R-P-R", {"c": "R", "a": "P", "b": "R"}, "out = torch.addmm(c, a, b)", AFF)
+
+# --------------------------------------------------------------------------------------
+# 6. Indexing: the index is not differentiated, but a varying index varies the result.
+
+case("getitem-P-slice", {"a": "P"}, "out = a[1:3]", "P")
+case("getitem-P-untyped-index", {"a": "P"}, ("idx = torch.tensor([0, 2])", "out = a[idx]"), "P")
+case("getitem-R-V-index", {"a": "R", "i": "V"}, "out = a[i]", "V",
+     make={"i": "torch.tensor([0, 1, 3])"})
+case("getitem-P-V-index", {"a": "P", "i": "V"}, "out = a[i]", PV,
+     make={"i": "torch.tensor([0, 1, 3])"})
+case("gather-R-V-index", {"a": "R", "i": "V"}, "out = torch.gather(a, 1, i)", "V",
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
+case("setitem-V-R", {"a": "V", "b": "R"}, ("a[0] = b[0]", "out = a"), "V")
+case("setitem-R-V", {"a": "R", "b": "V"}, "a[0] = b[0]", INPL)
+case("setitem-P-scalar", {"a": "P"}, "a[0] = 0.0", AFF)
+case("setitem-P-P", {"a": "P", "b": "P"}, ("a[1:] = b[1:]", "out = a"), "P")
+case("embedding-U-V", {"w": "V"}, ("ids = torch.tensor([0, 3])", "out = F.embedding(ids, w)"),
+     "V")
+
+# --------------------------------------------------------------------------------------
+# 7. In-place methods and out=.
+
+case("inplace-add_-V-R", {"a": "V", "b": "R"}, ("a.add_(b)", "out = a"), "V")
+case("inplace-add_-R-V", {"a": "R", "b": "V"}, "a.add_(b)", INPL)
+case("inplace-mul_-P-R", {"a": "P", "b": "R"}, ("a.mul_(b)", "out = a"), "P")
+case("inplace-relu_-P", {"a": "P"}, "a.relu_()", NL)
+case("inplace-out-R-into-V", {"a": "R", "o": "V"},
+     ("with torch.no_grad():", "    torch.add(a, a, out=o)"), INPL)
+case("inplace-out-V-into-V", {"a": "V", "o": "V"},
+     ("with torch.no_grad():", "    torch.add(a, a, out=o)", "out = o"), "V")
+
+# --------------------------------------------------------------------------------------
+# 8. Shard dims: elementwise ops keep S(i) when the operands agree; others forget it.
+
+case("shard-add-S0-S0", {"a": "S0", "b": "S0"}, "out = torch.add(a, b)", "S0")
+case("shard-add-S0-S1", {"a": "S0", "b": "S1"}, "out = torch.add(a, b)", "V")
+case("shard-mul-S0-R", {"a": "S0", "b": "R"}, "out = torch.mul(a, b)", "S0")
+case("shard-matmul-S0-R", {"a": "S0", "b": "R"}, "out = torch.matmul(a, b)", "V")
+case("shard-sum-S0", {"a": "S0"}, "out = a.sum(1)", "V")
+case("shard-relu-S1", {"a": "S1"}, "out = torch.relu(a)", "S1")
+
+# --------------------------------------------------------------------------------------
+# 9. No-gradient relaxation: an I operand that cannot carry a gradient acts as R.
+
+case("nograd-I-R", {"w": "I", "r": "R"}, ("with torch.no_grad():", "    out = torch.add(w, r)"), "R")
+case("nograd-I-V", {"w": "I", "v": "V"}, ("with torch.no_grad():", "    out = torch.mul(w, v)"), "V")
+case("nograd-I-P", {"w": "I", "p": "P"}, ("with torch.no_grad():", "    out = torch.add(w, p)"), AFF,
+     desc="relaxed I acts as R: added to P it is affine")
+case("detach-I-R", {"w": "I", "r": "R"}, "out = torch.add(w.detach(), r)", "R")
+case("detach-I-V", {"w": "I", "v": "V"}, "out = torch.mul(w.detach(), v)", "V")
+case("grad-I-R", {"w": "I", "r": "R"}, "out = torch.add(w, r)", INV, desc="with grad: an error")
+case("inference-I-V", {"w": "I", "v": "V"},
+     ("with torch.inference_mode():", "    out = torch.mul(w, v)"), "V")
+case("nograd-I-alone", {"w": "I"}, ("with torch.no_grad():", "    out = torch.mul(w, 2)"), "I",
+     xfail=ENGINE_RELAXED_I)
+case("nograd-I-inplace", {"w": "I", "g": "I"},
+     ("with torch.no_grad():", "    w.add_(g, alpha=-0.1)", "out = w"), "I",
+     desc="an optimizer step on an I parameter", xfail=ENGINE_RELAXED_I)
+
+# --------------------------------------------------------------------------------------
+# 10. backward: the loss must be I or P on every axis.
+
+case("backward-P", {"a": "P"}, ("out = a.sum()", "out.backward()"), "P")
+case("backward-I", {"a": "I"}, ("out = a.sum()", "out.backward()"), "I")
+case("backward-R", {"a": "R"}, ("loss = a.sum()", "loss.backward()"), BWD)
+case("backward-V", {"a": "V"}, ("loss = a.sum()", "loss.backward()"), BWD)
+case("backward-R-with-gradient", {"a": "R"},
+     ("out = a.sum()", "out.backward(torch.ones_like(out))"), "R",
+     desc="an explicit gradient: no check")
+
+# --------------------------------------------------------------------------------------
+# 11. Untyped tensors: gradual, unless strict.
+
+case("untyped-add-U-P", {"u": "U", "a": "P"}, "out = torch.add(u, a)", "P")
+case("untyped-mul-U-U", {"u": "U", "w": "U"}, "out = torch.mul(u, w)", "U")
+case("untyped-factory-R", {"a": "R"}, "out = torch.add(torch.zeros(4, 4), a)", "R")
+case("strict-add-U-P", {"u": "U", "a": "P"}, "out = torch.add(u, a)", UNT, strict=True)
+case("strict-factory-R", {"a": "R"}, "out = torch.add(torch.zeros(4, 4), a)", UNT, strict=True)
+case("strict-typed-R-V", {"a": "R", "b": "V"}, "out = torch.add(a, b)", "V", strict=True)
+
+# --------------------------------------------------------------------------------------
+# 12. Two axes.
+
+TP_V_DP = 'Tensor[P["tp"], V["dp"]]'
+case("2ax-add-PV-PV", {"a": TP_V_DP, "b": TP_V_DP}, "out = torch.add(a, b)", TP_V_DP)
+case("2ax-mul-PV-RR", {"a": TP_V_DP, "b": 'Tensor[R["tp", "dp"]]'}, "out = torch.mul(a, b)",
+     TP_V_DP)
+case("2ax-relu-RP", {"a": 'Tensor[R["tp"], P["dp"]]'}, "out = torch.relu(a)", NL)
+case("2ax-add-RV-VR", {"a": 'Tensor[R["tp"], V["dp"]]', "b": 'Tensor[V["tp"], R["dp"]]'},
+     "out = torch.add(a, b)", 'Tensor[V["tp", "dp"]]')
+case("2ax-disjoint", {"a": 'Tensor[R["tp"]]', "b": 'Tensor[V["dp"]]'}, "out = torch.add(a, b)",
+     'Tensor[R["tp"], V["dp"]]', desc="each axis checked on the operands that know it")
+case("2ax-I-on-one-axis", {"a": 'Tensor[I["dp"], R["tp"]]', "b": 'Tensor[V["dp"], R["tp"]]'},
+     "out = torch.matmul(a, b)", INV)
+case("2ax-backward-IP", {"a": 'Tensor[I["dp"], P["tp"]]'}, ("out = a.sum()", "out.backward()"),
+     'Tensor[I["dp"], P["tp"]]')
+case("2ax-backward-PR", {"a": 'Tensor[P["dp"], R["tp"]]'}, ("loss = a.sum()", "loss.backward()"),
+     BWD)
+
+# --------------------------------------------------------------------------------------
+# 13. Collectives (mesh ("dp", "tp"), 2 x 2).
+
+CX = {"collective": True}
+case("coll-all_reduce-P-R", {"a": "P"}, 'out = spmd.all_reduce(a, "tp", src=P, dst=R)', "R", **CX)
+case("coll-all_reduce-P-I", {"a": "P"}, 'out = spmd.all_reduce(a, "tp", src=P, dst=I)', "I", **CX)
+case("coll-all_reduce-R-src-mismatch", {"a": "R"}, 'out = spmd.all_reduce(a, "tp", src=P, dst=R)',
+     "spmd-src-mismatch", **CX)
+case("coll-all_reduce-then-relu", {"a": "P"},
+     ('h = spmd.all_reduce(a, "tp", src=P, dst=R)', "out = torch.relu(h)"), "R", **CX)
+case("coll-reduce_scatter-P-S0", {"a": "P"}, 'out = spmd.reduce_scatter(a, "tp", src=P, dst=S(0))',
+     "S0", **CX)
+case("coll-all_gather-S0-R", {"a": "S0"}, 'out = spmd.all_gather(a, "tp", src=S(0), dst=R)', "R", **CX)
+case("coll-all_gather-S1-mismatch", {"a": "S0"},
+     'out = spmd.all_gather(a, "tp", src=S(1), dst=R)', "spmd-src-mismatch", **CX)
+case("coll-reinterpret-R-P-expert", {"a": "R"}, 'out = spmd.reinterpret(a, "tp", src=R, dst=P)',
+     "spmd-expert-mode", **CX)
+case("coll-convert-R-P", {"a": "R"}, 'out = spmd.convert(a, "tp", src=R, dst=P)', "P", **CX)
+case("coll-reinterpret-V-P", {"a": "V"}, 'out = spmd.reinterpret(a, "tp", src=V, dst=P)', "P", **CX)
+case("coll-reinterpret-I-R", {"a": "I"}, 'out = spmd.reinterpret(a, "tp", src=I, dst=R)', "R", **CX)
+case("coll-all_reduce-pair-P-V", {"a": "P"}, 'out = spmd.all_reduce(a, "tp", src=P, dst=V)',
+     "spmd-collective", **CX)
+case("coll-2ax-keeps-other", {"a": TP_V_DP}, 'out = spmd.all_reduce(a, "tp", src=P, dst=R)',
+     'Tensor[R["tp"], V["dp"]]', **CX)
+case("coll-flattened-dp-tp", {"a": 'Tensor[P["dp", "tp"]]'},
+     'out = spmd.all_reduce(a, ("dp", "tp"), src=P, dst=R)', 'Tensor[R["dp", "tp"]]', **CX)
+case("coll-max-needs-no-grad", {"a": "V"}, 'out = spmd.all_reduce(a, "tp", src=V, dst=R, op="max")',
+     "spmd-no-grad", **CX)
+case("coll-max-detached", {"a": "V"},
+     'out = spmd.all_reduce(a.detach(), "tp", src=V, dst=R, op="max")', "R", **CX)
+case("coll-megatron-row-parallel", {"x": "V", "w": "V"},
+     ("h = torch.matmul(x, w)", 'h = spmd.reinterpret(h, "tp", src=V, dst=P)',
+      'out = spmd.all_reduce(h, "tp", src=P, dst=R)'), "R", **CX)
+case("coll-relu-before-reduce", {"x": "V", "w": "V"},
+     ("h = torch.matmul(x, w)", 'h = spmd.reinterpret(h, "tp", src=V, dst=P)',
+      "out = torch.relu(h)"), NL, **CX)
+
+
+def render_function(c: Case, name: str | None = None) -> str:
+    """The case as a typed function for the static checker.
+
+    The error line (the last one) carries a ``# E: <code>`` comment; an accepted
+    case ends with ``assert_type(out, <expect>)``.
+    """
+    fname = name or "case_" + "".join(ch if ch.isalnum() else "_" for ch in c.id)
+    params = ", ".join(f"{n}: {a}" for n, a in c.inputs)
+    body = [f"    {line}" for line in c.lines]
+    if c.error is not None:
+        body[-1] += f"  # E: {c.error}"
+    else:
+        body.append(f"    assert_type(out, {c.expect})")
+    return f"def {fname}({params}) -> None:\n" + "\n".join(body) + "\n"
+
+
+PRELUDE = (
+    "import torch\n"
+    "import torch.nn.functional as F\n"
+    "from typing_extensions import assert_type\n"
+    "import spmd\n"
+    "from spmd import Tensor, R, I, V, P, S, PS\n"
+)
+
+__all__ = ["Case", "CASES", "DEFAULT_MAKE", "render_function", "PRELUDE"]

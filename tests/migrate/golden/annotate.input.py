@@ -1,0 +1,84 @@
+"""--annotate: the types the mapping calls fix at function boundaries."""
+from typing import Optional
+
+import torch
+from megatron.core.tensor_parallel import (
+    copy_to_tensor_model_parallel_region,
+    gather_from_tensor_model_parallel_region,
+    reduce_from_tensor_model_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+    scatter_to_tensor_model_parallel_region,
+)
+
+
+def returns_the_call(x):
+    return reduce_from_tensor_model_parallel_region(x)
+
+
+def returns_a_variable(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    out = reduce_from_tensor_model_parallel_region(x @ weight)
+    return out
+
+
+def shard_types(x):
+    return gather_from_tensor_model_parallel_region(scatter_to_tensor_model_parallel_region(x))
+
+
+def both_branches(x, sequence_parallel: bool):
+    if sequence_parallel:
+        return reduce_scatter_to_sequence_parallel_region(x)
+    else:
+        return reduce_scatter_to_sequence_parallel_region(x * 2)
+
+
+class Linear(torch.nn.Module):
+    def forward(self, input_: torch.Tensor):
+        return copy_to_tensor_model_parallel_region(input_) @ self.weight
+
+
+# Left alone:
+def reassigned_parameter(x):
+    x = x * 2
+    return copy_to_tensor_model_parallel_region(x)
+
+
+def reassigned_result(x):
+    y = copy_to_tensor_model_parallel_region(x)
+    y = y * 2
+    return y
+
+
+def returns_differ(x, flag):
+    if flag:
+        return copy_to_tensor_model_parallel_region(x)
+    return reduce_from_tensor_model_parallel_region(x)
+
+
+def may_return_none(x, flag):
+    if flag:
+        return copy_to_tensor_model_parallel_region(x)
+
+
+def default_none(x=None):
+    return copy_to_tensor_model_parallel_region(x)
+
+
+def typed_already(x: Optional[torch.Tensor]) -> "torch.Tensor":
+    return copy_to_tensor_model_parallel_region(x)
+
+
+def generator(x):
+    yield copy_to_tensor_model_parallel_region(x)
+
+
+def two_types_for_one_parameter(x):
+    a = copy_to_tensor_model_parallel_region(x)
+    b = reduce_from_tensor_model_parallel_region(x)
+    return a, b
+
+
+def outer(x):
+    def inner(y):
+        return copy_to_tensor_model_parallel_region(y)
+
+    return inner(x)

@@ -1,0 +1,604 @@
+"""The numerical checks run inside gloo worlds (see rt_world.py).
+
+Every check of a collective or conversion ``op(x, axis, src=A, dst=B)``:
+
+1. builds every rank's input from a seed (the check's name and the rank's logical
+   index on the axis), so each rank knows all ranks' inputs ``xs``;
+2. forward: this rank's output equals ``spec(xs)[me]``, where ``spec`` is written
+   here independently of the runtime, on the list of all ranks' tensors (the seeds'
+   ``*_spec`` functions); for the ops that keep the meaning, the denotation of the
+   spec's outputs equals the denotation of the inputs;
+3. backward, by the adjoint identity with type-aware inner products:
+   ``<g, F(dx)>_B == <backward(g), dx>_A`` where ``F(dx)`` is the spec on another
+   input and the pairing of a value of type T with a gradient of type dual(T) is
+
+       R: <sum of the ranks' gradients, the common value>
+       I: <the common gradient, the common value>
+       V, S(i): sum over ranks of <gradient_r, value_r>
+       P: <the common gradient, the sum of the ranks' values>
+
+   (a P value denotes the sum over ranks, R/I the common value, V/S the list); the
+   backward's output is gathered from every rank of the axis, and an I or R gradient
+   (of an I or P input) must be the same on every rank;
+4. double backward: the gradient of ``<backward(g), v>`` with respect to ``g`` is
+   ``F(v)`` on every rank (the backward of the backward is the forward).
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.testing import assert_close
+
+import spmd
+from spmd import I, P, R, S, V
+from spmd_mypy.engine.collectives import TRANSITIONS, route
+from spmd_mypy.engine.types import LocalType, Kind
+
+F64 = torch.float64
+DIMS = (0, 1, -1)
+
+
+# ------------------------------------------------------------------------------------
+# World context: meshes and axis membership, computed without the runtime
+# ------------------------------------------------------------------------------------
+
+class Ctx:
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self._meshes: dict[str, DeviceMesh] = {}
+
+    def mesh(self, key: str) -> DeviceMesh:
+        """Meshes are made on first use; every rank runs the suite in the same order."""
+        m = self._meshes.get(key)
+        if m is None:
+            if key == "1d":
+                m = init_device_mesh("cpu", (self.world,), mesh_dim_names=("x",))
+            elif key == "2x2":
+                m = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+            elif key == "2x2T":  # transposed: rank order is not the flattened mesh order
+                m = DeviceMesh("cpu", torch.tensor([[0, 2], [1, 3]]), mesh_dim_names=("dp", "tp"))
+            else:
+                raise KeyError(key)
+            self._meshes[key] = m
+        return m
+
+    def axis_ranks(self, mesh: DeviceMesh, axis: Any) -> list[int]:
+        """Global ranks of this rank's group on ``axis``, in logical order."""
+        names = (axis,) if isinstance(axis, str) else tuple(axis)
+        dims = [mesh.mesh_dim_names.index(n) for n in names]
+        table = mesh.mesh
+        coords = {int(table[idx]): idx for idx in itertools_product(table.shape)}
+        mine = coords[self.rank]
+        same = [r for r, c in coords.items()
+                if all(c[d] == mine[d] for d in range(table.ndim) if d not in dims)]
+        return sorted(same, key=lambda r: tuple(coords[r][d] for d in dims))
+
+    def gather(self, t: torch.Tensor, ranks: list[int]) -> list[torch.Tensor]:
+        """Every rank's ``t`` (any shapes), those of ``ranks`` in that order (world collectives)."""
+        header = torch.zeros(9, dtype=torch.long)
+        header[0] = t.ndim
+        header[1:1 + t.ndim] = torch.tensor(t.shape, dtype=torch.long)
+        headers = [torch.zeros_like(header) for _ in range(self.world)]
+        dist.all_gather(headers, header)
+        shapes = [tuple(h[1:1 + int(h[0])].tolist()) for h in headers]
+        longest = max(1, max(int(torch.tensor(s).prod()) if s else 1 for s in shapes))
+        flat = torch.zeros(longest, dtype=t.dtype)
+        flat[: t.numel()] = t.detach().reshape(-1)
+        flats = [torch.zeros_like(flat) for _ in range(self.world)]
+        dist.all_gather(flats, flat)
+        out = []
+        for r in ranks:
+            n = int(torch.tensor(shapes[r]).prod()) if shapes[r] else 1
+            out.append(flats[r][:n].reshape(shapes[r]))
+        return out
+
+
+def itertools_product(shape: torch.Size) -> Iterator[tuple[int, ...]]:
+    import itertools
+    return itertools.product(*(range(n) for n in shape))
+
+
+# ------------------------------------------------------------------------------------
+# Types as strings: "R", "I", "V", "P", "S0", "S1", "S-1"
+# ------------------------------------------------------------------------------------
+
+def kind(t: str) -> str:
+    return t[0]
+
+
+def sdim(t: str) -> int:
+    return int(t[1:])
+
+
+def marker(t: str) -> Any:
+    return {"R": R, "I": I, "V": V, "P": P}[t] if t[0] != "S" else S(sdim(t))
+
+
+def dual(t: str) -> str:
+    return {"R": "P", "P": "R"}.get(t, t)
+
+
+def local_type(t: str) -> LocalType:
+    return LocalType(Kind.V, sdim(t)) if t[0] == "S" else LocalType(Kind(t))
+
+
+def tensor(seed_text: str, shape: tuple[int, ...], dtype: torch.dtype = F64) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(zlib.crc32(seed_text.encode()))
+    return torch.randn(shape, generator=gen, dtype=F64).to(dtype)
+
+
+def values(t: str, shapes: list[tuple[int, ...]], tag: str, dtype: torch.dtype = F64
+           ) -> list[torch.Tensor]:
+    """One tensor per rank; R and I values are the same tensor on every rank."""
+    if kind(t) in "RI":
+        one = tensor(f"{tag}/common", shapes[0], dtype)
+        return [one.clone() for _ in shapes]
+    return [tensor(f"{tag}/{k}", s, dtype) for k, s in enumerate(shapes)]
+
+
+# ------------------------------------------------------------------------------------
+# Specifications, on the list of every rank's local tensor
+# ------------------------------------------------------------------------------------
+
+def spec(op: str, src: str, dst: str, xs: list[torch.Tensor], *, sizes: list[int] | None = None,
+         reduce_op: str = "sum") -> list[torch.Tensor]:
+    n = len(xs)
+    s, d = kind(src), kind(dst)
+    if op == "redistribute":
+        routed = route(local_type(src), local_type(dst))
+        if routed is None or (routed[0] == "all_to_all" and {s, d} == {"V", "S"}
+                              and (sdim(src) if s == "S" else sdim(dst)) == 0):
+            return [x.clone() for x in xs]
+        op = routed[0]
+    if op == "all_reduce":
+        if reduce_op == "max":
+            total = torch.stack(xs).amax(0)
+        elif reduce_op == "min":
+            total = torch.stack(xs).amin(0)
+        else:
+            total = functools.reduce(torch.add, xs)
+            if reduce_op == "avg":
+                total = total / n
+        return [total.clone() for _ in xs]
+    if op == "all_gather":
+        whole = torch.stack(xs) if s == "V" else torch.cat(xs, sdim(src))
+        return [whole.clone() for _ in xs]
+    if op == "reduce_scatter":
+        total = functools.reduce(torch.add, xs)
+        if d == "V":
+            return list(total.unbind(0))
+        parts = total.split(sizes, sdim(dst)) if sizes else total.chunk(n, sdim(dst))
+        return list(parts)
+    if op == "all_to_all":
+        split = sdim(dst) if d == "S" else 0
+        concat = sdim(src) if s == "S" else 0
+        return [torch.cat([xs[k].chunk(n, split)[r] for k in range(n)], concat) for r in range(n)]
+    if op == "reinterpret" or (op == "convert" and {s, d} == {"R", "I"}):
+        return [x.clone() for x in xs]
+    if op == "convert":
+        if s in "RI" and d == "V":
+            return [xs[r][r].clone() for r in range(n)]
+        if s in "RI" and d == "S":
+            parts = xs[0].split(sizes, sdim(dst)) if sizes else xs[0].chunk(n, sdim(dst))
+            return [p.clone() for p in parts]
+        if s in "RI" and d == "P":
+            return [xs[0].clone()] + [torch.zeros_like(xs[0]) for _ in range(n - 1)]
+        if s == "V" and d == "P":
+            return [torch.stack([xs[r] if k == r else torch.zeros_like(xs[r]) for k in range(n)])
+                    for r in range(n)]
+        if s == "S" and d == "P":
+            return [torch.cat([xs[r] if k == r else torch.zeros_like(xs[k]) for k in range(n)],
+                              sdim(src)) for r in range(n)]
+    raise AssertionError(f"no spec for {op}({src},{dst})")
+
+
+def denote(t: str, ys: list[torch.Tensor], v_as: str = "stack") -> torch.Tensor:
+    k = kind(t)
+    if k in "RI":
+        for y in ys[1:]:
+            assert_close(y, ys[0])
+        return ys[0]
+    if k == "P":
+        return functools.reduce(torch.add, ys)
+    if k == "S":
+        return torch.cat(ys, sdim(t))
+    return torch.stack(ys) if v_as == "stack" else torch.cat(ys, 0)
+
+
+def keeps_meaning(op: str, src: str, dst: str, reduce_op: str) -> str | None:
+    """How V is read when op(src, dst) keeps the meaning ("stack"/"cat0"), None if it does not."""
+    s, d = kind(src), kind(dst)
+    if op in ("reinterpret",) or reduce_op in ("max", "min"):
+        return None
+    if op == "all_reduce":
+        return "stack" if reduce_op == "sum" else None
+    if op in ("all_gather", "reduce_scatter", "convert"):
+        return "stack"
+    if op == "all_to_all":  # on 3-dim tensors; V concatenates on dim 0 there
+        concat = sdim(src) % 3 if s == "S" else 0
+        split = sdim(dst) % 3 if d == "S" else 0
+        return None if concat == split else "cat0"  # the block exchanges do not
+    if op == "redistribute":
+        return "cat0" if {s, d} <= {"V", "S"} else "stack"
+    return None
+
+
+def pair(t: str, vals: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
+    """The pairing of a value of type ``t`` (per rank) with its gradient (type dual(t))."""
+    k = kind(t)
+    if k == "R":
+        for v in vals[1:]:
+            assert_close(v, vals[0])
+        return (functools.reduce(torch.add, grads) * vals[0]).sum()
+    if k == "I":
+        for v in vals[1:]:
+            assert_close(v, vals[0])
+        for g in grads[1:]:
+            assert_close(g, grads[0], msg=lambda m: f"an I gradient differs across ranks: {m}")
+        return (grads[0] * vals[0]).sum()
+    if k == "P":
+        for g in grads[1:]:
+            assert_close(g, grads[0], msg=lambda m: f"an R gradient differs across ranks: {m}")
+        return (grads[0] * functools.reduce(torch.add, vals)).sum()
+    return functools.reduce(torch.add, [(g * v).sum() for g, v in zip(grads, vals)])
+
+
+# ------------------------------------------------------------------------------------
+# Shapes
+# ------------------------------------------------------------------------------------
+
+def _with(shape: list[int], i: int, size: int) -> tuple[int, ...]:
+    out = list(shape)
+    out[i] = size
+    return tuple(out)
+
+
+def input_shapes(op: str, src: str, dst: str, n: int, sizes: list[int] | None
+                 ) -> list[tuple[int, ...]]:
+    s, d = kind(src), kind(dst)
+    base = [2, 3, 2]
+    if op == "redistribute":
+        routed = route(local_type(src), local_type(dst))
+        op = routed[0] if routed else "reinterpret"
+    if op == "all_to_all":
+        shape: tuple[int, ...] = (n, 2 * n, n)
+    elif op == "all_gather" and s == "S":
+        if sizes:
+            return [_with(base, sdim(src), sz) for sz in sizes]
+        shape = tuple(base)
+    elif op == "all_gather":
+        shape = (3, 2)
+    elif op == "reduce_scatter" and d == "V":
+        shape = (n, 3, 2)
+    elif op in ("reduce_scatter", "convert") and d == "S":
+        shape = _with(base, sdim(dst), sum(sizes) if sizes else n * base[sdim(dst)])
+    elif op == "convert" and d == "V":
+        shape = (n, 3)
+    elif op == "convert" and s == "S" and sizes:
+        return [_with(base, sdim(src), sz) for sz in sizes]
+    elif s == "S" or d == "S":
+        shape = tuple(base)
+    else:
+        shape = (3, 2 * n)
+    return [shape] * n
+
+
+# ------------------------------------------------------------------------------------
+# The checks
+# ------------------------------------------------------------------------------------
+
+def check_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str, dst: str, *,
+             reduce_op: str = "sum", expert: bool = False, sizes: list[int] | None = None,
+             pass_group: bool = False, dtype: torch.dtype = F64, double: bool = True) -> None:
+    mesh = ctx.mesh(mesh_key)
+    ranks = ctx.axis_ranks(mesh, axis)
+    n, me = len(ranks), ranks.index(ctx.rank)
+    with spmd.set_mesh(mesh):
+        call_axis = mesh.get_group(axis) if pass_group else axis
+        shapes = input_shapes(op, src, dst, n, sizes)
+        xs = values(src, shapes, f"{name}/x", dtype)
+        kwargs: dict[str, Any] = {"src": marker(src), "dst": marker(dst)}
+        if op == "all_reduce":
+            kwargs["op"] = reduce_op
+        if expert:
+            kwargs["expert_mode"] = True
+        if sizes is not None:
+            kwargs["sizes"] = sizes
+        fn = getattr(spmd, op)
+        x = xs[me].clone().requires_grad_(True)
+        out = fn(x, call_axis, **kwargs)
+        expected = spec(op, src, dst, xs, sizes=sizes, reduce_op=reduce_op)
+        assert out.dtype == dtype and out.device == x.device
+        assert_close(out, expected[me])
+        v_as = keeps_meaning(op, src, dst, reduce_op)
+        if v_as is not None:
+            assert_close(denote(dst, expected, v_as), denote(src, xs, v_as),
+                         msg=lambda m: f"the spec does not keep the meaning: {m}")
+        # backward: <g, F(dx)> == <backward(g), dx>, type-aware
+        gs = values(dual(dst), [tuple(e.shape) for e in expected], f"{name}/g", dtype)
+        g = gs[me].clone().requires_grad_(True)
+        (gx,) = torch.autograd.grad(out, x, g, create_graph=double)
+        assert gx.dtype == dtype and gx.shape == x.shape
+        grads = ctx.gather(gx, ranks)
+        dxs = values(src, shapes, f"{name}/dx", dtype)
+        lhs = pair(dst, spec(op, src, dst, dxs, sizes=sizes, reduce_op=reduce_op), gs)
+        rhs = pair(src, dxs, grads)
+        tol = 1e-10 if dtype == F64 else 1e-4
+        assert_close(rhs, lhs, rtol=tol, atol=tol,
+                     msg=lambda m: f"adjoint identity fails: <B(g), dx> != <g, F(dx)>: {m}")
+        # double backward: d<B(g), v>/dg == F(v)
+        if double:
+            vs = values(src, shapes, f"{name}/v", dtype)
+            (gg,) = torch.autograd.grad(gx, g, vs[me])
+            assert_close(gg, spec(op, src, dst, vs, sizes=sizes, reduce_op=reduce_op)[me])
+
+
+def check_no_grad_reduce(ctx: Ctx, name: str, mesh_key: str, axis: Any, src: str, dst: str,
+                         reduce_op: str) -> None:
+    mesh = ctx.mesh(mesh_key)
+    ranks = ctx.axis_ranks(mesh, axis)
+    n, me = len(ranks), ranks.index(ctx.rank)
+    with spmd.set_mesh(mesh):
+        xs = values(src, input_shapes("all_reduce", src, dst, n, None), f"{name}/x")
+        expected = spec("all_reduce", src, dst, xs, reduce_op=reduce_op)[me]
+        x = xs[me].clone().requires_grad_(True)
+        with torch.no_grad():
+            out = spmd.all_reduce(x, axis, src=marker(src), dst=marker(dst), op=reduce_op)
+        assert_close(out, expected)
+        out = spmd.all_reduce(x.detach(), axis, src=marker(src), dst=marker(dst), op=reduce_op)
+        assert_close(out, expected)
+        assert not out.requires_grad
+        try:
+            spmd.all_reduce(x, axis, src=marker(src), dst=marker(dst), op=reduce_op)
+        except TypeError as e:
+            assert "no gradient" in str(e) and "detach" in str(e), e
+        else:
+            raise AssertionError(f'all_reduce op="{reduce_op}" accepted a tensor that requires grad')
+
+
+# ------------------------------------------------------------------------------------
+# Mesh behaviour and errors (in a world)
+# ------------------------------------------------------------------------------------
+
+def _raises(exc: type, needle: str, fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except exc as e:
+        assert needle in str(e), f"{needle!r} not in {str(e)!r}"
+    else:
+        raise AssertionError(f"expected {exc.__name__} with {needle!r}")
+
+
+def check_mesh_errors(ctx: Ctx, name: str) -> None:
+    mesh = ctx.mesh("2x2" if ctx.world == 4 else "1d")
+    axis = "tp" if ctx.world == 4 else "x"
+    x = torch.ones(4, dtype=F64)
+    prev = spmd.get_mesh()
+    spmd.set_mesh(None)
+    try:
+        _raises(RuntimeError, "spmd.set_mesh", lambda: spmd.all_reduce(x, axis, src=P, dst=R))
+        spmd.set_mesh(mesh)
+        assert spmd.get_mesh() is mesh
+        with spmd.set_mesh(None):
+            assert spmd.get_mesh() is None
+            _raises(RuntimeError, "no mesh is set", lambda: spmd.all_gather(x, axis, src=V, dst=R))
+        assert spmd.get_mesh() is mesh  # restored on exit
+        _raises(ValueError, "did you mean", lambda: spmd.all_reduce(x, axis + "p", src=P, dst=R))
+        _raises(ValueError, repr(axis), lambda: spmd.all_reduce(x, "nope", src=P, dst=R))
+        # invalid pairs and expert mode: TypeErrors whose text comes from the engine
+        _raises(TypeError, "all_gather", lambda: spmd.all_reduce(x, axis, src=V, dst=R))
+        _raises(TypeError, "expert_mode=True",
+                lambda: spmd.reinterpret(x, axis, src=R, dst=P))
+        _raises(TypeError, "convert", lambda: spmd.reinterpret(x, axis, src=I, dst=S(0)))
+        _raises(TypeError, "needs dst", lambda: spmd.all_gather(x, axis, src=V))
+        _raises(TypeError, "src=", lambda: spmd.all_gather(x, axis, src="V", dst=R))
+        _raises(ValueError, "sizes", lambda: spmd.all_gather(
+            x, axis, src=S(0), dst=R, sizes=[1] * (ctx.world + 1)))
+        _raises(ValueError, "multiple of the axis size",
+                lambda: spmd.convert(torch.ones(3), axis, src=R, dst=S(0)))
+        _raises(ValueError, "has no shard",
+                lambda: spmd.redistribute(x, axis, src=P, dst=R, sizes=[2] * ctx.world))
+        # a ProcessGroup of the mesh is accepted and known by its axis name
+        pg = mesh.get_group(axis)
+        y = spmd.all_reduce(x, pg, src=P, dst=R)
+        n = len(ctx.axis_ranks(mesh, axis))
+        assert_close(y, x * n)
+        if ctx.world == 4:
+            # a group that is not on the mesh: refused, the message says what to do
+            g03 = dist.new_group([0, 3])
+            g12 = dist.new_group([1, 2])
+            mine = g03 if ctx.rank in (0, 3) else g12
+            _raises(ValueError, "not a group of the current mesh",
+                    lambda: spmd.all_reduce(x, mine, src=P, dst=R))
+            # ... but usable without a mesh
+            with spmd.set_mesh(None):
+                assert_close(spmd.all_reduce(x, mine, src=P, dst=R), x * 2)
+            # a tuple of axes out of mesh order still works (ranks in the order written)
+            assert_close(spmd.all_reduce(x, ("tp", "dp"), src=P, dst=R), x * 4)
+        _raises(TypeError, "DeviceMesh", lambda: spmd.set_mesh("tp"))
+        assert spmd.get_mesh() is mesh  # a failed set_mesh changes nothing
+    finally:
+        spmd.set_mesh(prev)
+
+
+def check_redistribute_routes(ctx: Ctx, name: str) -> None:
+    """redistribute calls what route() says: compare with the direct call."""
+    mesh = ctx.mesh("1d")
+    with spmd.set_mesh(mesh):
+        x = tensor(f"{name}/{ctx.rank}", (ctx.world, 2 * ctx.world))
+        assert_close(spmd.redistribute(x, "x", src=P, dst=R), spmd.all_reduce(x, "x", src=P, dst=R))
+        assert spmd.redistribute(x, "x", src=V, dst=V) is x
+        assert spmd.redistribute(x, "x", src=S(1), dst=S(1)) is x
+        assert_close(spmd.redistribute(x, "x", src=V, dst=S(0)), x)
+
+
+def check_dtype_kept(ctx: Ctx, name: str) -> None:
+    mesh = ctx.mesh("1d")
+    with spmd.set_mesh(mesh):
+        for dt in (torch.float32, torch.bfloat16):
+            x = torch.ones(2 * ctx.world, 2 * ctx.world, dtype=dt, requires_grad=True)
+            for out in (spmd.all_reduce(x, "x", src=P, dst=R),
+                        spmd.all_gather(x, "x", src=S(0), dst=R),
+                        spmd.reduce_scatter(x, "x", src=P, dst=S(0)),
+                        spmd.all_to_all(x, "x", src=S(0), dst=S(1)) if dt == torch.float32 else x,
+                        spmd.convert(x, "x", src=R, dst=P),
+                        spmd.reinterpret(x, "x", src=V, dst=P)):
+                assert out.dtype == dt, (out.dtype, dt)
+                out.sum().backward()
+                assert x.grad is not None and x.grad.dtype == dt
+                x.grad = None
+
+
+# ------------------------------------------------------------------------------------
+# The einsum family with out_partial_axes, against one process computing it all
+# ------------------------------------------------------------------------------------
+
+def check_einsum_family(ctx: Ctx, name: str, mesh_key: str, axis: Any) -> None:
+    mesh = ctx.mesh(mesh_key)
+    ranks = ctx.axis_ranks(mesh, axis)
+    n, me = len(ranks), ranks.index(ctx.rank)
+    b, h, d = 3, 2 * n, 5
+    X = tensor(f"{name}/X", (b, h))
+    W = tensor(f"{name}/W", (d, h))
+    bias = tensor(f"{name}/b", (d,))
+    G = tensor(f"{name}/G", (b, d))
+    cols = slice(me * 2, me * 2 + 2)
+
+    def reference(f: Callable[..., torch.Tensor], *full: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = [t.clone().requires_grad_(True) for t in full]
+        y = f(*leaves)
+        y.backward(G if y.shape == G.shape else tensor(f"{name}/G{y.ndim}", tuple(y.shape)))
+        return (y.detach(),) + tuple(t.grad for t in leaves)
+
+    with spmd.set_mesh(mesh):
+        cases: list[tuple[str, Callable[..., torch.Tensor], Callable[..., torch.Tensor]]] = [
+            ("linear", lambda x, w: spmd.linear(x, w, out_partial_axes=axis),
+             lambda x, w: torch.nn.functional.linear(x, w)),
+            ("matmul", lambda x, w: spmd.matmul(x, w.t(), out_partial_axes=axis),
+             lambda x, w: x @ w.t()),
+            ("einsum", lambda x, w: spmd.einsum("bh,dh->bd", x, w, out_partial_axes=axis),
+             lambda x, w: torch.einsum("bh,dh->bd", x, w)),
+        ]
+        for label, sharded, full in cases:
+            y_ref, gx_ref, gw_ref = reference(full, X, W)
+            x = X[:, cols].clone().requires_grad_(True)
+            w = W[:, cols].clone().requires_grad_(True)
+            y = spmd.all_reduce(sharded(x, w), axis, src=P, dst=I)
+            assert_close(y, y_ref, msg=lambda m: f"{label} forward: {m}")
+            y.backward(G)  # an I gradient: the loss's gradient, the same on every rank
+            assert_close(x.grad, gx_ref[:, cols], msg=lambda m: f"{label} grad x: {m}")
+            assert_close(w.grad, gw_ref[:, cols], msg=lambda m: f"{label} grad w: {m}")
+        # a bias with out_partial_axes must be P there: convert(R,P) keeps it on one rank
+        y_ref, gx_ref, gw_ref, gb_ref = reference(
+            lambda x, w, bb: torch.nn.functional.linear(x, w, bb), X, W, bias)
+        x = X[:, cols].clone().requires_grad_(True)
+        w = W[:, cols].clone().requires_grad_(True)
+        bb = bias.clone().requires_grad_(True)
+        b_p = spmd.convert(bb, axis, src=R, dst=P)
+        y = spmd.all_reduce(spmd.linear(x, w, b_p, out_partial_axes=axis), axis, src=P, dst=I)
+        assert_close(y, y_ref)
+        y.backward(G)
+        assert_close(x.grad, gx_ref[:, cols])
+        # bb is R: its gradient is P, the sum over ranks is the full gradient
+        assert_close(functools.reduce(torch.add, ctx.gather(bb.grad, ranks)), gb_ref)
+        # sum over a sharded dim
+        x = X[:, cols].clone().requires_grad_(True)
+        y = spmd.all_reduce(spmd.sum(x, 1, out_partial_axes=axis), axis, src=P, dst=I)
+        assert_close(y, X.sum(1))
+        y.backward(G[:, 0])
+        assert_close(x.grad, G[:, :1].expand(b, 2))
+
+
+# ------------------------------------------------------------------------------------
+# Suites
+# ------------------------------------------------------------------------------------
+
+def transition_cases() -> Iterator[tuple[str, str, str, bool]]:
+    """Every (op, src, dst) of the engine's table, S forms expanded to dims 0, 1, -1."""
+    for (op, s, d), t in TRANSITIONS.items():
+        srcs = [f"S{i}" for i in DIMS] if s == "S" else [s]
+        dsts = [f"S{j}" for j in DIMS] if d == "S" else [d]
+        for src in srcs:
+            for dst in dsts:
+                yield op, src, dst, t.expert
+
+
+def _op_checks(prefix: str, mesh_key: str, axis: Any, *, full: bool = True
+               ) -> Iterator[tuple[str, Callable[[Ctx], None]]]:
+    for op, src, dst, expert in transition_cases():
+        if not full and "S1" in (src, dst):
+            continue
+        name = f"{prefix}/{op}({src},{dst})"
+        yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis, op=op,
+                                      src=src, dst=dst, expert=expert)
+
+
+def _extra_checks(prefix: str, mesh_key: str, axis: Any, n: int
+                  ) -> Iterator[tuple[str, Callable[[Ctx], None]]]:
+    for dst in ("R", "I"):
+        name = f"{prefix}/all_reduce(P,{dst},avg)"
+        yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis,
+                                      op="all_reduce", src="P", dst=dst, reduce_op="avg")
+    for reduce_op in ("max", "min"):
+        for src, dst in (("V", "R"), ("V", "I"), ("S0", "R")):
+            name = f"{prefix}/all_reduce({src},{dst},{reduce_op})"
+            yield name, functools.partial(check_no_grad_reduce, name=name, mesh_key=mesh_key,
+                                          axis=axis, src=src, dst=dst, reduce_op=reduce_op)
+    sizes = [1, 3] if n == 2 else [1, 3, 0, 2]
+    uneven = [("all_gather", f"S{i}", d) for i in DIMS for d in ("R", "I")]
+    uneven += [("reduce_scatter", "P", f"S{i}") for i in DIMS]
+    uneven += [("convert", s, f"S{i}") for i in DIMS for s in ("R", "I")]
+    uneven += [("convert", f"S{i}", "P") for i in DIMS]
+    for op, src, dst in uneven:
+        name = f"{prefix}/{op}({src},{dst},sizes={sizes})"
+        yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis, op=op,
+                                      src=src, dst=dst, sizes=sizes)
+    forms = ["R", "I", "V", "P", "S0", "S1"]
+    for src in forms:
+        for dst in forms:
+            if src == dst or route(local_type(src), local_type(dst)) is None:
+                continue
+            name = f"{prefix}/redistribute({src},{dst})"
+            yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis,
+                                          op="redistribute", src=src, dst=dst)
+
+
+def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    """The checks of a world, in the order every rank runs them."""
+    checks: list[tuple[str, Callable[[Ctx], None]]] = []
+
+    def add(check_name: str, fn: Callable[..., None], **kw: Any) -> None:
+        checks.append((check_name, functools.partial(fn, name=check_name, **kw)))
+
+    if name != "main":
+        raise KeyError(name)
+    p = f"w{world}"
+    checks += list(_op_checks(f"{p}/x", "1d", "x"))
+    checks += list(_extra_checks(f"{p}/x", "1d", "x", world))
+    for op, src, dst in (("all_reduce", "P", "R"), ("all_gather", "S1", "R"),
+                         ("reinterpret", "I", "R"), ("convert", "I", "S0")):
+        n = f"{p}/x/pg/{op}({src},{dst})"
+        checks.append((n, functools.partial(check_op, name=n, mesh_key="1d", axis="x", op=op,
+                                            src=src, dst=dst, pass_group=True)))
+    add(f"{p}/mesh-errors", check_mesh_errors)
+    add(f"{p}/redistribute-routes", check_redistribute_routes)
+    add(f"{p}/dtype-kept", check_dtype_kept)
+    add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
+    if world == 4:
+        checks += list(_op_checks(f"{p}/2x2/tp", "2x2", "tp", full=False))
+        checks += list(_op_checks(f"{p}/2x2/(dp,tp)", "2x2", ("dp", "tp")))
+        checks += list(_op_checks(f"{p}/2x2/(tp,dp)", "2x2", ("tp", "dp"), full=False))
+        checks += list(_op_checks(f"{p}/2x2T/(dp,tp)", "2x2T", ("dp", "tp"), full=False))
+        checks += list(_op_checks(f"{p}/2x2T/dp", "2x2T", "dp", full=False))
+        checks += list(_extra_checks(f"{p}/2x2/(dp,tp)", "2x2", ("dp", "tp"), 4))
+        add(f"{p}/einsum-family/(dp,tp)", check_einsum_family, mesh_key="2x2", axis=("dp", "tp"))
+        add(f"{p}/einsum-family/tp", check_einsum_family, mesh_key="2x2", axis="tp")
+    names = [c[0] for c in checks]
+    assert len(names) == len(set(names)), "duplicate check names"
+    return checks

@@ -1,0 +1,149 @@
+"""Run a suite of checks on a real gloo world of N processes, without ever hanging.
+
+The parent (pytest) calls :func:`run_world`; it starts N ``python rt_world.py``
+processes on 127.0.0.1 and a free port, each of which initialises gloo, runs every
+check of the suite in order and appends one JSON line per check to its result
+file.  The parent waits with a deadline: a world that has not finished in time
+is killed and every check without a result on every rank fails with the ranks'
+stderr tails.  A check passes when it passed on every rank.
+
+Inside a world a failing check raises on its rank only; gloo's own timeout
+(``COLLECTIVE_TIMEOUT``) turns a rank left waiting in a collective into an error
+instead of a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+COLLECTIVE_TIMEOUT = 30.0  # seconds a rank waits in one collective before gloo gives up
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    message: str = ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(world_size: int, suite: str, timeout: float = 150.0) -> dict[str, CheckResult]:
+    """Run ``rt_checks.SUITES[suite]`` on ``world_size`` gloo ranks; results per check name."""
+    import rt_checks
+
+    names = [name for name, _ in rt_checks.suite(suite, world_size)]
+    for attempt in range(2):
+        results, stderr, retry = _launch(world_size, suite, timeout)
+        if not retry:
+            break
+    final: dict[str, CheckResult] = {}
+    for name in names:
+        per_rank = [results[r].get(name) for r in range(world_size)]
+        failures = [f"rank {r}:\n{res['error']}" for r, res in enumerate(per_rank)
+                    if res is not None and not res["ok"]]
+        missing = [r for r, res in enumerate(per_rank) if res is None]
+        if failures:
+            final[name] = CheckResult(False, "\n".join(failures))
+        elif missing:
+            tails = "\n".join(f"--- rank {r} stderr (tail) ---\n{stderr[r][-3000:]}" for r in missing)
+            final[name] = CheckResult(False, f"no result from ranks {missing} (crashed or timed "
+                                             f"out after {timeout:.0f} s)\n{tails}")
+        else:
+            final[name] = CheckResult(True)
+    return final
+
+
+def _launch(world_size: int, suite: str, timeout: float
+            ) -> tuple[list[dict[str, dict]], list[str], bool]:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="spmd-world-") as tmp:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONWARNINGS"] = "ignore"
+        procs = []
+        errs = []
+        for rank in range(world_size):
+            err = open(Path(tmp) / f"stderr{rank}", "w+")
+            errs.append(err)
+            procs.append(subprocess.Popen(
+                [sys.executable, str(HERE / "rt_world.py"), str(rank), str(world_size), str(port),
+                 suite, str(Path(tmp) / f"rank{rank}.jsonl")],
+                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=str(HERE)))
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        stderr = []
+        for err in errs:
+            err.seek(0)
+            stderr.append(err.read())
+            err.close()
+        results: list[dict[str, dict]] = []
+        for rank in range(world_size):
+            path = Path(tmp) / f"rank{rank}.jsonl"
+            rank_results = {}
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    rec = json.loads(line)
+                    rank_results[rec["name"]] = rec
+            results.append(rank_results)
+    retry = (all(not r for r in results) and any("address already in use" in s.lower()
+                                                  for s in stderr))
+    return results, stderr, retry
+
+
+def _worker_main(rank: int, world_size: int, port: int, suite_name: str, out_path: str) -> None:
+    import datetime
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size,
+                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))
+    import rt_checks
+
+    with open(out_path, "w") as out:
+        ctx = rt_checks.Ctx(rank, world_size)
+        start = time.perf_counter()
+        for name, fn in rt_checks.suite(suite_name, world_size):
+            try:
+                fn(ctx)
+                rec: dict = {"name": name, "ok": True}
+            except BaseException:  # noqa: BLE001 - report everything
+                rec = {"name": name, "ok": False, "error": traceback.format_exc()}
+            now = time.perf_counter()
+            rec["seconds"] = round(now - start, 4)
+            start = now
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _worker_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
