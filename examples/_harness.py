@@ -20,12 +20,14 @@ replica, so both replicas are checked.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import time
 import traceback
+import typing
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
+from types import FunctionType, ModuleType
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -46,6 +48,8 @@ class Result:
     seconds: float = 0.0
     worst: str = ""  # the parameter with the largest gradient difference on this rank
     errors: list[str] = field(default_factory=list)
+    # the same step under ``spmd.typecheck()`` (the runtime check mode): the errors it raised
+    check_errors: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -133,6 +137,84 @@ def check_example(name: str, mesh: DeviceMesh) -> Result:
     return result
 
 
+def _is_spmd_annotation(ann: Any) -> bool:
+    import spmd._types as spmd_types
+
+    return spmd_types.spmd_type_of_annotation(ann) is not None
+
+
+def _has_spmd_annotations(fn: Any) -> bool:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return False
+    return any(_is_spmd_annotation(a) or any(_is_spmd_annotation(x) for x in typing.get_args(a))
+               for a in hints.values())
+
+
+def _checked(fn: Any) -> Any:
+    """``spmd.checked(fn)`` (runtime check mode: declare the annotated arguments and result)."""
+    import spmd
+
+    return getattr(spmd, "checked")(fn)  # looked up: not in the stubs (runtime-only helper)
+
+
+def _declare_parameters(model: torch.nn.Module) -> None:
+    """Give every parameter the type its class annotates (``w1: Tensor[S[0, "tp"]]``)."""
+    import spmd
+
+    for sub in model.modules():
+        try:
+            hints = typing.get_type_hints(type(sub), include_extras=True)
+        except Exception:
+            hints = dict(getattr(type(sub), "__annotations__", {}))
+        for pname, param in sub.named_parameters(recurse=False):
+            ann = hints.get(pname)
+            if ann is not None and _is_spmd_annotation(ann):
+                spmd.declare(param, ann)
+        if _has_spmd_annotations(sub.forward):
+            setattr(sub, "forward", _checked(sub.forward))
+
+
+class _CheckedFunctions:
+    """Wrap the example module's annotated functions in ``spmd.checked`` while in use."""
+
+    def __init__(self, mod: ModuleType) -> None:
+        self.mod = mod
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        for fname, fn in list(vars(self.mod).items()):
+            if (isinstance(fn, FunctionType) and fn.__module__ == self.mod.__name__
+                    and fname not in ("build", "step", "reference") and _has_spmd_annotations(fn)):
+                self.saved[fname] = fn
+                setattr(self.mod, fname, _checked(fn))
+
+    def __exit__(self, *exc: object) -> None:
+        for fname, fn in self.saved.items():
+            setattr(self.mod, fname, fn)
+
+
+def check_types(name: str, mesh: DeviceMesh) -> list[str]:
+    """One more step of the example under ``spmd.typecheck()``, its parameters and annotated
+    functions declared with their annotations; the type errors the runtime check mode raised."""
+    import spmd
+
+    mod = importlib.import_module(name)
+    weights: dict[str, torch.Tensor] = mod.full_weights(SEED)
+    dp_rank = mesh.get_local_rank("dp")
+    batch = mod.make_batch(SEED + 1 if mod.DATA_PARALLEL else SEED + 1 + 100 * (dp_rank + 1))
+    model: torch.nn.Module = mod.build(weights, mesh)
+    try:
+        with spmd.typecheck(), _CheckedFunctions(mod):
+            _declare_parameters(model)
+            mod.step(model, batch)
+    except TypeError as e:  # SpmdTypeError is a TypeError
+        code = getattr(e, "code", type(e).__name__)
+        return [f"{code}: {e}\n{traceback.format_exc(limit=-4)}"]
+    return []
+
+
 def combine(result: Result) -> Result:
     """The worst result over all ranks (max of the differences; errors stay per rank)."""
     worst = torch.tensor(
@@ -143,7 +225,7 @@ def combine(result: Result) -> Result:
     params = torch.tensor([result.params], dtype=torch.int64)
     dist.all_reduce(params, op=dist.ReduceOp.MIN)
     out = Result(result.name, float(worst[0]), float(worst[1]), int(params[0]), result.loss,
-                 float(worst[3]), result.worst, list(result.errors))
+                 float(worst[3]), result.worst, list(result.errors), list(result.check_errors))
     if worst[2] > 0 and not out.errors:
         out.errors.append("failed on another rank (see that rank's output)")
     return out
@@ -153,17 +235,29 @@ def _nan_to_inf(x: float) -> float:
     return float("inf") if x != x else x
 
 
-def run_all(mesh: DeviceMesh, names: tuple[str, ...] = EXAMPLES) -> list[Result]:
-    """Every example on this rank, each combined over all ranks."""
-    return [combine(check_example(name, mesh)) for name in names]
+def run_all(mesh: DeviceMesh, names: tuple[str, ...] = EXAMPLES, *,
+            typecheck: bool = True) -> list[Result]:
+    """Every example on this rank, each combined over all ranks; with ``typecheck`` each is run
+    once more under the runtime check mode."""
+    results = []
+    for name in names:
+        result = check_example(name, mesh)
+        if typecheck and not result.errors:
+            result.check_errors = check_types(name, mesh)
+            for err in result.check_errors:
+                print(f"[rank {dist.get_rank()}] {name} (spmd.typecheck): {err}", file=sys.stderr,
+                      flush=True)
+        results.append(combine(result))
+    return results
 
 
 def format_table(results: list[Result]) -> str:
     lines = [f"{'example':<20} {'loss':>12} {'loss diff':>10} {'grad diff':>10} {'params':>6} "
-             f"{'s':>5}  result"]
+             f"{'s':>5}  {'typecheck':<22} result"]
     for r in results:
+        check = "ok" if not r.check_errors else r.check_errors[0].split(":")[0]
         lines.append(f"{r.name:<20} {r.loss:>12.6f} {r.loss_diff:>10.1e} {r.grad_diff:>10.1e} "
-                     f"{r.params:>6} {r.seconds:>5.2f}  {'PASS' if r.passed else 'FAIL'}"
+                     f"{r.params:>6} {r.seconds:>5.2f}  {check:<22} {'PASS' if r.passed else 'FAIL'}"
                      + ("" if r.passed or not r.worst else f" (worst on rank 0: {r.worst})"))
     lines.append(f"tolerance {TOLERANCE:.0e} (float64); loss diff and grad diff are the max abs "
                  f"difference to the unsharded reference over all ranks")
@@ -172,5 +266,6 @@ def format_table(results: list[Result]) -> str:
 
 def as_json(results: list[Result]) -> list[dict[str, Any]]:
     return [dict(name=r.name, loss=r.loss, loss_diff=r.loss_diff, grad_diff=r.grad_diff,
-                 params=r.params, seconds=r.seconds, worst=r.worst, passed=r.passed, errors=r.errors)
+                 params=r.params, seconds=r.seconds, worst=r.worst, passed=r.passed, errors=r.errors,
+                check_errors=r.check_errors)
             for r in results]

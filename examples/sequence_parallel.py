@@ -9,9 +9,10 @@ chunk of the sequence with whole (Replicate) weights.  A block is
       --gelu--> V --linear(w2: S(1), out_partial_axes="tp")--> P
       --reduce_scatter(P,S(0))--> S(0) --+ b2: R--> S(0) --layer_norm(w: R)--> S(0) --+ x--> S(0)
 
-The model projects its input with an Invariant weight (whole activations) and
+The model projects its input with an Invariant weight (whole activations),
 enters the sequence-parallel region with ``convert(I,S(0))`` (Megatron's
-``scatter_to_sequence_parallel_region``, whose backward all-gathers).
+``scatter_to_sequence_parallel_region``, whose backward all-gathers) and
+normalises the embeddings there (BLOOM's ``word_embeddings_layernorm``).
 
 The all_gather's backward is ``reduce_scatter(P,S(0))``, the reduce_scatter's is
 ``all_gather(S(0),R)``: Megatron's ``gather_from_sequence_parallel_region`` and
@@ -36,7 +37,8 @@ BLOCKS = ("block1", "block2")
 
 DATA_PARALLEL = False
 
-SHARDING: dict[str, dict[str, int]] = {"w_in": {}, "ln_f_w": {}, "ln_f_b": {}}
+SHARDING: dict[str, dict[str, int]] = {
+    "w_in": {}, "ln_emb_w": {}, "ln_emb_b": {}, "ln_f_w": {}, "ln_f_b": {}}
 for _b in BLOCKS:
     SHARDING.update({f"{_b}.ln_w": {}, f"{_b}.ln_b": {}, f"{_b}.w1": {"tp": 0},
                      f"{_b}.b1": {"tp": 0}, f"{_b}.w2": {"tp": 1}, f"{_b}.b2": {},
@@ -93,14 +95,19 @@ class SequenceParallelModel(nn.Module):
     """Project, scatter the sequence, two blocks, a final LayerNorm (still sequence-parallel)."""
 
     w_in: Tensor[I["tp"]]  # [HIDDEN, HIDDEN], whole on every rank
+    ln_emb_w: Tensor[R["tp"]]
+    ln_emb_b: Tensor[R["tp"]]
     ln_f_w: Tensor[R["tp"]]
     ln_f_b: Tensor[R["tp"]]
 
-    def __init__(self, w_in: Tensor[I["tp"]], block1: SequenceParallelMLPBlock,
+    def __init__(self, w_in: Tensor[I["tp"]], ln_emb_w: Tensor[R["tp"]],
+                 ln_emb_b: Tensor[R["tp"]], block1: SequenceParallelMLPBlock,
                  block2: SequenceParallelMLPBlock, ln_f_w: Tensor[R["tp"]],
                  ln_f_b: Tensor[R["tp"]]) -> None:
         super().__init__()
         self.w_in = nn.Parameter(w_in)
+        self.ln_emb_w = nn.Parameter(ln_emb_w)
+        self.ln_emb_b = nn.Parameter(ln_emb_b)
         self.block1 = block1
         self.block2 = block2
         self.ln_f_w = nn.Parameter(ln_f_w)
@@ -109,6 +116,7 @@ class SequenceParallelModel(nn.Module):
     def forward(self, x: Tensor[I["tp"]]) -> Tensor[S[0, "tp"]]:
         emb = F.linear(x, self.w_in)
         h = spmd.convert(emb, "tp", src=I, dst=S(0))  # scatter_to_sequence_parallel_region
+        h = F.layer_norm(h, (HIDDEN,), self.ln_emb_w, self.ln_emb_b)
         h1: Tensor[S[0, "tp"]] = self.block1(h)
         h2: Tensor[S[0, "tp"]] = self.block2(h1)
         return F.layer_norm(h2, (HIDDEN,), self.ln_f_w, self.ln_f_b)
@@ -116,13 +124,13 @@ class SequenceParallelModel(nn.Module):
     def finalize_grads(self) -> None:
         self.block1.finalize_grads()
         self.block2.finalize_grads()
-        allreduce_sequence_parallel_grad(self.ln_f_w)
-        allreduce_sequence_parallel_grad(self.ln_f_b)
+        for param in (self.ln_emb_w, self.ln_emb_b, self.ln_f_w, self.ln_f_b):
+            allreduce_sequence_parallel_grad(param)
 
 
 def train_step(model: SequenceParallelModel, x: Tensor[I["tp"]], y: Tensor[I["tp"]]) -> torch.Tensor:
     """Forward, loss, backward, the "tp" all-reduce of the Replicate weights' gradients."""
-    out = model(x)
+    out: Tensor[S[0, "tp"]] = model(x)
     y_local = spmd.convert(y, "tp", src=I, dst=S(0))
     sq: Tensor[S[0, "tp"]] = (out - y_local) ** 2
     local_loss = sq.sum() / y.numel()  # Varying: this rank's share of the mean
@@ -139,7 +147,9 @@ def full_weights(seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
     w: dict[str, torch.Tensor] = {
-        "w_in": torch.randn(HIDDEN, HIDDEN, generator=g, dtype=f64) / HIDDEN**0.5}
+        "w_in": torch.randn(HIDDEN, HIDDEN, generator=g, dtype=f64) / HIDDEN**0.5,
+        "ln_emb_w": 1.0 + 0.1 * torch.randn(HIDDEN, generator=g, dtype=f64),
+        "ln_emb_b": 0.1 * torch.randn(HIDDEN, generator=g, dtype=f64)}
     for b in BLOCKS:
         w[f"{b}.ln_w"] = 1.0 + 0.1 * torch.randn(HIDDEN, generator=g, dtype=f64)
         w[f"{b}.ln_b"] = 0.1 * torch.randn(HIDDEN, generator=g, dtype=f64)
@@ -182,8 +192,8 @@ def build(weights: dict[str, torch.Tensor], mesh: DeviceMesh) -> SequenceParalle
         )
 
     w_in: Tensor[I["tp"]] = weights["w_in"].clone()
-    return SequenceParallelModel(w_in, block("block1"), block("block2"), whole("ln_f_w"),
-                                 whole("ln_f_b"))
+    return SequenceParallelModel(w_in, whole("ln_emb_w"), whole("ln_emb_b"), block("block1"),
+                                 block("block2"), whole("ln_f_w"), whole("ln_f_b"))
 
 
 def step(model: SequenceParallelModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -191,7 +201,7 @@ def step(model: SequenceParallelModel, batch: dict[str, torch.Tensor]) -> torch.
 
 
 def reference(w: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    x = F.linear(batch["x"], w["w_in"])
+    x = F.layer_norm(F.linear(batch["x"], w["w_in"]), (HIDDEN,), w["ln_emb_w"], w["ln_emb_b"])
     for b in BLOCKS:
         h = F.layer_norm(x, (HIDDEN,), w[f"{b}.ln_w"], w[f"{b}.ln_b"])
         a = F.gelu(F.linear(h, w[f"{b}.w1"], w[f"{b}.b1"]))

@@ -80,7 +80,7 @@ class TensorParallelMLP(nn.Module):
 
 def train_step(model: TensorParallelMLP, x: Tensor[I["tp"]], y: Tensor[I["tp"]]) -> torch.Tensor:
     """Forward, loss, backward; returns the loss (the same on every rank)."""
-    out = model(x)
+    out: Tensor[I["tp"]] = model(x)
     loss: Tensor[I["tp"]] = F.mse_loss(out, y)  # I: one logical loss, computed on every rank
     loss.backward()
     return loss.detach()

@@ -72,7 +72,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import check_collective
+from spmd_mypy.engine.collectives import check_collective, suggest
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import Operand, Role, check_backward, check_inplace, propagate
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
@@ -204,6 +204,39 @@ def _default_text(i: int) -> str:
     return _DEFAULT_TEXTS[i] if i < len(_DEFAULT_TEXTS) else f"arg{i}"
 
 
+# The implementation of the typed collectives: the ops on their internal buffers are
+# not the user's (on_collective types the collective as a whole), so an op issued from
+# these files never raises (checked on the error path only, so free otherwise).
+_INTERNAL_FILES = frozenset(os.path.join(_RUNTIME_DIR, f) for f in ("_collectives.py", "_dist_utils.py"))
+
+
+def _in_collective_internals() -> bool:
+    f = sys._getframe(2)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if fn in _INTERNAL_FILES:
+            return True
+        if not fn.startswith(_SKIP_DIRS):
+            return False  # reached user code
+        f = f.f_back
+    return False
+
+
+_PAUSED = 0
+
+
+@contextlib.contextmanager
+def suspended() -> Iterable[None]:
+    """Pause checking (and tracking) inside the block: for the implementation of ops that
+    type their result themselves (the collectives call on_collective afterwards)."""
+    global _PAUSED
+    _PAUSED += 1
+    try:
+        yield
+    finally:
+        _PAUSED -= 1
+
+
 # --------------------------------------------------------------------------------------
 # The mode.
 
@@ -231,6 +264,8 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         if kwargs is None:
             kwargs = {}
+        if _PAUSED:
+            return func(*args, **kwargs)
         plan = _plan(func)
         kind = plan.kind
         if kind is Kind.OP:
@@ -285,8 +320,7 @@ class _Mode(TorchFunctionMode):
             else:
                 types.append(None)
         if not any_typed:
-            if outs or plan.inplace or plan.inplace_kw:
-                self._untyped_targets(plan, ops, outs, kwargs)
+            # Nothing typed (gradual): a typed in-place/out= target keeps its type.
             return func(*args, **kwargs)
         inplace_target = None
         if plan.inplace or (plan.inplace_kw and kwargs.get("inplace")):
@@ -310,6 +344,8 @@ class _Mode(TorchFunctionMode):
                 _RESULTS.clear()
             _RESULTS[key_t] = res
         if res.errors:
+            if _in_collective_internals():
+                return func(*args, **kwargs)  # on_collective types the collective's result
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts)
@@ -361,12 +397,6 @@ class _Mode(TorchFunctionMode):
                 raise SpmdTypeError(err)  # type: ignore[arg-type]
         return _merge(old or _UNTYPED, rtype)
 
-    @staticmethod
-    def _untyped_targets(plan: Plan, ops: list, outs: list, kwargs: dict) -> None:
-        """No typed operand: a typed in-place/out= target would become unknown -- allowed
-        (gradual), the target keeps its type."""
-        return None
-
 
 _UNTYPED = SpmdType()
 
@@ -403,7 +433,7 @@ def _check_losses(tensors: Any, grads: Any) -> None:
 # --------------------------------------------------------------------------------------
 # The public API.
 
-_STACK: list[tuple[_Mode, bool]] = []
+_STACK: list[_Mode] = []  # the open blocks' modes, innermost last
 
 
 class typecheck(contextlib.ContextDecorator):
@@ -411,7 +441,8 @@ class typecheck(contextlib.ContextDecorator):
 
     ``strict=True`` makes an untyped tensor used with typed ones an error
     (``spmd-untyped``), like ``strict = true`` in the plugin's config.  Blocks
-    nest (the innermost one's ``strict`` applies); usable as a decorator.
+    nest (the innermost one's ``strict`` applies); usable as a decorator
+    (``@spmd.typecheck()``).  Leaving the last block uninstalls the mode.
     """
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -422,7 +453,7 @@ class typecheck(contextlib.ContextDecorator):
         global ACTIVE
         mode = _Mode(self.strict)
         mode.__enter__()
-        _STACK.append((mode, ACTIVE))
+        _STACK.append(mode)
         self._modes.append(mode)
         ACTIVE = True
         return self
@@ -430,14 +461,12 @@ class typecheck(contextlib.ContextDecorator):
     def __exit__(self, *exc: object) -> None:
         global ACTIVE
         mode = self._modes.pop()
-        mode.__exit__(*exc)
-        for i in range(len(_STACK) - 1, -1, -1):
-            if _STACK[i][0] is mode:
-                _, previous = _STACK.pop(i)
-                ACTIVE = previous if i == len(_STACK) else ACTIVE
-                break
-        if not _STACK:
-            ACTIVE = False
+        try:
+            mode.__exit__(*exc)
+        finally:
+            if mode in _STACK:
+                _STACK.remove(mode)
+            ACTIVE = bool(_STACK)
 
 
 def _as_spmd_type(t: Any) -> SpmdType:
@@ -460,6 +489,11 @@ def _conflict(have: SpmdType, want: SpmdType) -> tuple[str, LocalType, LocalType
 
 
 def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str) -> None:
+    """Give ``x`` the declared type ``want``.
+
+    ``what`` is the start of the message with ``{x}`` for the tensor's name, e.g.
+    ``"spmd.declare({x}, Tensor[R["tp"]])"``.
+    """
     have = _get(x)
     if not have:
         _set(x, want)
@@ -470,9 +504,9 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str) -> None:
         text = _texts([x], ["x"])[0]
         raise SpmdTypeError(SpmdError(
             "spmd-annotation",
-            f'{what} says {text} is {format_type(want)} but it is {old} on "{axis}", not {new} '
-            f"({text}: {format_type(have)}); a declaration cannot change a type: use "
-            f'spmd.reinterpret/convert or a collective (e.g. src={old}, dst={new} on "{axis}")',
+            f'{what.format(x=text)} but {text} is {old} on "{axis}", not {new} '
+            f"({text}: {format_type(have, _axis_order())}): a declaration states a type, it "
+            f"cannot change one; {suggest(old, new, text, axis)}",
         ))
     # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew.
     d = have.as_dict()
@@ -497,8 +531,12 @@ def declare(x: _T, t: Any) -> _T:
         return x
     want = _as_spmd_type(t)
     if isinstance(x, torch.Tensor):
-        _stamp_declared(x, want, f"spmd.declare(..., {format_type(want, _axis_order())})")
+        _stamp_declared(x, want, "spmd.declare({x}, " + format_type(want, _axis_order()) + ")")
     return x
+
+
+def _fmt(t: SpmdType) -> str:
+    return format_type(t, _axis_order()).replace("{", "{{").replace("}", "}}")
 
 
 def _axis_order() -> tuple[str, ...] | None:
@@ -646,17 +684,18 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
             for name, value in bound.arguments.items():
                 st = params.get(name)
                 if st is not None and isinstance(value, torch.Tensor):
-                    _stamp_declared(value, st, f"argument {name!r} of {fn.__qualname__}")
+                    _stamp_declared(value, st, f"argument {name!r} of {fn.__qualname__} is "
+                                    f"annotated {_fmt(st)}")
         result = fn(*args, **kwargs)
         if rets is not None:
-            what = f"the result of {fn.__qualname__}"
+            what = f"the result of {fn.__qualname__} is annotated "
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
-                    _stamp_declared(result, rets, what)
+                    _stamp_declared(result, rets, what + _fmt(rets))
             elif isinstance(result, (tuple, list)):
                 for st, r in zip(rets, result):
                     if st is not None and isinstance(r, torch.Tensor):
-                        _stamp_declared(r, st, what)
+                        _stamp_declared(r, st, what + _fmt(st))
         return result
 
     return wrapper
@@ -669,4 +708,5 @@ def _reset_caches() -> None:
     _torch_ops._OVERRIDES = None
 
 
-__all__ = ["ACTIVE", "typecheck", "declare", "reveal", "typeof", "checked", "on_collective"]
+__all__ = ["ACTIVE", "typecheck", "declare", "reveal", "typeof", "checked", "on_collective",
+           "suspended"]

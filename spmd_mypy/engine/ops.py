@@ -269,8 +269,12 @@ def _rule_on_axis(
     spec: OpSpec, axis: str, typed: list[tuple[Operand, Role, LocalType]], scalar_roles: set[Role]
 ) -> tuple[LocalType | None, SpmdError | None]:
     name = spec.name
-    # I operands that cannot carry a gradient act as R.
-    eff = [(o, r, REPLICATE if (lt.kind is Kind.I and not o.can_grad) else lt) for o, r, lt in typed]
+    # An I operand that cannot carry a gradient needs no backward comms: beside
+    # grad-carrying R/V/P operands it acts as R; otherwise it stays I.
+    grad_kinds = {lt.kind for o, _, lt in typed if o.can_grad or lt.kind is not Kind.I}
+    relax = bool(grad_kinds - {Kind.I})
+    eff = [(o, r, REPLICATE if (relax and lt.kind is Kind.I and not o.can_grad) else lt)
+           for o, r, lt in typed]
     kinds = {lt.kind for _, _, lt in eff}
 
     if Kind.I in kinds and len(kinds) > 1:

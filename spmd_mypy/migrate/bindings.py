@@ -91,6 +91,15 @@ class ModuleBindings:
             found = {f"{m}.{head}{suffix}" for m in self.star_modules}
         return found
 
+    def describe(self, qualified: str) -> str:
+        """A qualified name for messages: this file's and its package's names relative."""
+        if qualified.startswith(self.module + "."):
+            return f"this file's `{qualified[len(self.module) + 1:]}`"
+        package = ".".join(self.module_parts if self.is_package else self.module_parts[:-1])
+        if package and qualified.startswith(package + "."):
+            return f"`.{qualified[len(package) + 1:]}`"
+        return f"`{qualified}`"
+
     def is_rebound(self, expr: cst.BaseExpression) -> bool:
         """True when the head name is also bound other than by one import (so it is ambiguous)."""
         dotted = dotted_name(expr)
@@ -143,8 +152,8 @@ def megatron_mapping(bindings: ModuleBindings, func: cst.BaseExpression) -> tupl
         head = bindings.head_name(func)
         return None, f"`{head}` is bound more than once in this file; cannot tell which `{dotted}` this is"
     if qualified:
-        where = ", ".join(sorted(qualified))
-        return None, f"`{dotted}` refers to `{where}`, not to a Megatron tensor_parallel module"
+        where = ", ".join(sorted(bindings.describe(q) for q in qualified))
+        return None, f"`{dotted}` is {where}, not Megatron's"
     return None, f"cannot tell where `{dotted}` comes from (not imported from a Megatron tensor_parallel module)"
 
 

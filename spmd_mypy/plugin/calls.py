@@ -261,7 +261,7 @@ class CallTyper:
 
     def grad_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - AttributeContext
         t = self.types.from_type(ctx.type)
-        if not t:
+        if not t or ctx.is_lvalue:  # writing .grad (a finalised gradient) is unchecked
             return ctx.default_attr_type
         inst = self.types.to_instance(t.dual())
         if inst is None:

@@ -79,10 +79,6 @@ INPL = "spmd-inplace"
 BWD = "spmd-backward"
 UNT = "spmd-untyped"
 
-ENGINE_RELAXED_I = ("engine: an Invariant operand that cannot carry a gradient is read as R even "
-                    "when every operand is I (ops._rule_on_axis), so an all-I op under no_grad "
-                    "gives R instead of I")
-
 
 def _v(kind: str | None) -> dict[str, str]:
     return {"expect": T[kind]} if kind in T else {"error": kind}  # type: ignore[dict-item]
@@ -279,10 +275,16 @@ case("grad-I-R", {"w": "I", "r": "R"}, "out = torch.add(w, r)", INV, desc="with 
 case("inference-I-V", {"w": "I", "v": "V"},
      ("with torch.inference_mode():", "    out = torch.mul(w, v)"), "V")
 case("nograd-I-alone", {"w": "I"}, ("with torch.no_grad():", "    out = torch.mul(w, 2)"), "I",
-     xfail=ENGINE_RELAXED_I)
+     desc="alone (or with other I operands) a no-grad I stays I")
+case("nograd-I-I-mixed-grad", {"w": "I", "g": "I"},
+     ("g2 = g.detach()", "out = torch.add(w, g2)"), "I",
+     desc="an I that carries a gradient with one that does not: still I")
+case("nograd-I-both-with-R", {"w": "I", "g": "I", "r": "R"},
+     ("g2 = g.detach()", "out = torch.cat([w, r, g2])"), INV,
+     desc="the grad-carrying I still may not mix with R")
 case("nograd-I-inplace", {"w": "I", "g": "I"},
      ("with torch.no_grad():", "    w.add_(g, alpha=-0.1)", "out = w"), "I",
-     desc="an optimizer step on an I parameter", xfail=ENGINE_RELAXED_I)
+     desc="an optimizer step on an I parameter")
 
 # --------------------------------------------------------------------------------------
 # 10. backward: the loss must be I or P on every axis.

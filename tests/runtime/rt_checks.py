@@ -79,24 +79,19 @@ class Ctx:
                 if all(c[d] == mine[d] for d in range(table.ndim) if d not in dims)]
         return sorted(same, key=lambda r: tuple(coords[r][d] for d in dims))
 
-    def gather(self, t: torch.Tensor, ranks: list[int]) -> list[torch.Tensor]:
-        """Every rank's ``t`` (any shapes), those of ``ranks`` in that order (world collectives)."""
-        header = torch.zeros(9, dtype=torch.long)
-        header[0] = t.ndim
-        header[1:1 + t.ndim] = torch.tensor(t.shape, dtype=torch.long)
-        headers = [torch.zeros_like(header) for _ in range(self.world)]
-        dist.all_gather(headers, header)
-        shapes = [tuple(h[1:1 + int(h[0])].tolist()) for h in headers]
-        longest = max(1, max(int(torch.tensor(s).prod()) if s else 1 for s in shapes))
-        flat = torch.zeros(longest, dtype=t.dtype)
+    def gather(self, t: torch.Tensor, ranks: list[int], shapes: list[tuple[int, ...]]
+               ) -> list[torch.Tensor]:
+        """Every rank's ``t``; those of ``ranks`` (logical order), of ``shapes``, are returned.
+
+        ``shapes[k]`` is the shape on logical index ``k`` (every group of the axis has the
+        same), so one world all_gather of buffers padded to the largest does it.
+        """
+        numels = [int(torch.Size(s).numel()) for s in shapes]
+        flat = torch.zeros(max(1, max(numels)), dtype=t.dtype)
         flat[: t.numel()] = t.detach().reshape(-1)
         flats = [torch.zeros_like(flat) for _ in range(self.world)]
         dist.all_gather(flats, flat)
-        out = []
-        for r in ranks:
-            n = int(torch.tensor(shapes[r]).prod()) if shapes[r] else 1
-            out.append(flats[r][:n].reshape(shapes[r]))
-        return out
+        return [flats[r][:numels[k]].reshape(shapes[k]) for k, r in enumerate(ranks)]
 
 
 def itertools_product(shape: torch.Size) -> Iterator[tuple[int, ...]]:
@@ -325,7 +320,7 @@ def check_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str, d
         g = gs[me].clone().requires_grad_(True)
         (gx,) = torch.autograd.grad(out, x, g, create_graph=double)
         assert gx.dtype == dtype and gx.shape == x.shape
-        grads = ctx.gather(gx, ranks)
+        grads = ctx.gather(gx, ranks, shapes)
         dxs = values(src, shapes, f"{name}/dx", dtype)
         lhs = pair(dst, spec(op, src, dst, dxs, sizes=sizes, reduce_op=reduce_op), gs)
         rhs = pair(src, dxs, grads)
@@ -455,6 +450,39 @@ def check_dtype_kept(ctx: Ctx, name: str) -> None:
                 x.grad = None
 
 
+def check_hook(ctx: Ctx, name: str) -> None:
+    """With the check mode active every public op reports itself after running."""
+    from spmd import _checking
+
+    seen: list[tuple] = []
+
+    def on_collective(op, x, axes, src, dst, out, *, expert_mode, reduce_op):  # noqa: ANN001
+        seen.append((op, axes, str(src), str(dst), expert_mode, reduce_op, out is not None))
+        return out + 0 if op == "all_reduce" else None
+
+    saved = (_checking.ACTIVE, _checking.on_collective)
+    _checking.ACTIVE, _checking.on_collective = True, on_collective
+    try:
+        mesh = ctx.mesh("1d")
+        with spmd.set_mesh(mesh):
+            x = torch.ones(ctx.world, 2, dtype=F64)
+            out = spmd.all_reduce(x, "x", src=P, dst=R, op="avg")
+            assert_close(out, x)
+            spmd.reinterpret(x, "x", src=R, dst=P, expert_mode=True)
+            spmd.all_gather(x, "x", src=S(-1), dst=I)
+            spmd.redistribute(x, "x", src=R, dst=S(0))
+            spmd.all_reduce(x, mesh.get_group("x"), src=V, dst=R, op="max")
+    finally:
+        _checking.ACTIVE, _checking.on_collective = saved
+    assert seen == [
+        ("all_reduce", ("x",), "P", "R", False, "avg", True),
+        ("reinterpret", ("x",), "R", "P", True, "sum", True),
+        ("all_gather", ("x",), "S(-1)", "I", False, "sum", True),
+        ("redistribute", ("x",), "R", "S(0)", False, "sum", True),
+        ("all_reduce", ("x",), "V", "R", False, "max", True),
+    ], seen
+
+
 # ------------------------------------------------------------------------------------
 # The einsum family with out_partial_axes, against one process computing it all
 # ------------------------------------------------------------------------------------
@@ -506,7 +534,7 @@ def check_einsum_family(ctx: Ctx, name: str, mesh_key: str, axis: Any) -> None:
         y.backward(G)
         assert_close(x.grad, gx_ref[:, cols])
         # bb is R: its gradient is P, the sum over ranks is the full gradient
-        assert_close(functools.reduce(torch.add, ctx.gather(bb.grad, ranks)), gb_ref)
+        assert_close(functools.reduce(torch.add, ctx.gather(bb.grad, ranks, [(d,)] * n)), gb_ref)
         # sum over a sharded dim
         x = X[:, cols].clone().requires_grad_(True)
         y = spmd.all_reduce(spmd.sum(x, 1, out_partial_axes=axis), axis, src=P, dst=I)
@@ -589,6 +617,7 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/mesh-errors", check_mesh_errors)
     add(f"{p}/redistribute-routes", check_redistribute_routes)
     add(f"{p}/dtype-kept", check_dtype_kept)
+    add(f"{p}/check-mode-hook", check_hook)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
     if world == 4:
         checks += list(_op_checks(f"{p}/2x2/tp", "2x2", "tp", full=False))

@@ -38,48 +38,48 @@ class Linear(torch.nn.Module):
         return spmd.reinterpret(input_, "tp", src=I, dst=R) @ self.weight
 
 
-# Left alone:
-def reassigned_parameter(x) -> Tensor[R["tp"]]:
+# Partly annotated or left alone:
+def reassigned_parameter(x) -> Tensor[R["tp"]]:  # x is rebound: only the return is annotated
     x = x * 2
     return spmd.reinterpret(x, "tp", src=I, dst=R)
 
 
-def reassigned_result(x: Tensor[I["tp"]]):
+def reassigned_result(x: Tensor[I["tp"]]):  # y is rebound: only x is annotated
     y = spmd.reinterpret(x, "tp", src=I, dst=R)
     y = y * 2
     return y
 
 
-def returns_differ(x, flag):
+def returns_differ(x, flag):  # R or I, and x is I and P
     if flag:
         return spmd.reinterpret(x, "tp", src=I, dst=R)
     return spmd.all_reduce(x, "tp", src=P, dst=I)
 
 
-def may_return_none(x: Tensor[I["tp"]], flag):
+def may_return_none(x: Tensor[I["tp"]], flag):  # can fall off the end: only x is annotated
     if flag:
         return spmd.reinterpret(x, "tp", src=I, dst=R)
 
 
-def default_none(x=None) -> Tensor[R["tp"]]:
+def default_none(x=None) -> Tensor[R["tp"]]:  # a parameter with a default is left alone
     return spmd.reinterpret(x, "tp", src=I, dst=R)
 
 
-def typed_already(x: Optional[torch.Tensor]) -> "torch.Tensor":
+def typed_already(x: Optional[torch.Tensor]) -> "torch.Tensor":  # not plain Tensor annotations
     return spmd.reinterpret(x, "tp", src=I, dst=R)
 
 
-def generator(x: Tensor[I["tp"]]):
+def generator(x: Tensor[I["tp"]]):  # a generator's return is not the yielded type
     yield spmd.reinterpret(x, "tp", src=I, dst=R)
 
 
-def two_types_for_one_parameter(x):
+def two_types_for_one_parameter(x):  # I and P for x; a tuple returned
     a = spmd.reinterpret(x, "tp", src=I, dst=R)
     b = spmd.all_reduce(x, "tp", src=P, dst=I)
     return a, b
 
 
-def outer(x):
+def outer(x):  # inner is annotated on its own; outer returns what inner returns
     def inner(y: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
         return spmd.reinterpret(y, "tp", src=I, dst=R)
 

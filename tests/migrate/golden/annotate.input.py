@@ -36,48 +36,48 @@ class Linear(torch.nn.Module):
         return copy_to_tensor_model_parallel_region(input_) @ self.weight
 
 
-# Left alone:
-def reassigned_parameter(x):
+# Partly annotated or left alone:
+def reassigned_parameter(x):  # x is rebound: only the return is annotated
     x = x * 2
     return copy_to_tensor_model_parallel_region(x)
 
 
-def reassigned_result(x):
+def reassigned_result(x):  # y is rebound: only x is annotated
     y = copy_to_tensor_model_parallel_region(x)
     y = y * 2
     return y
 
 
-def returns_differ(x, flag):
+def returns_differ(x, flag):  # R or I, and x is I and P
     if flag:
         return copy_to_tensor_model_parallel_region(x)
     return reduce_from_tensor_model_parallel_region(x)
 
 
-def may_return_none(x, flag):
+def may_return_none(x, flag):  # can fall off the end: only x is annotated
     if flag:
         return copy_to_tensor_model_parallel_region(x)
 
 
-def default_none(x=None):
+def default_none(x=None):  # a parameter with a default is left alone
     return copy_to_tensor_model_parallel_region(x)
 
 
-def typed_already(x: Optional[torch.Tensor]) -> "torch.Tensor":
+def typed_already(x: Optional[torch.Tensor]) -> "torch.Tensor":  # not plain Tensor annotations
     return copy_to_tensor_model_parallel_region(x)
 
 
-def generator(x):
+def generator(x):  # a generator's return is not the yielded type
     yield copy_to_tensor_model_parallel_region(x)
 
 
-def two_types_for_one_parameter(x):
+def two_types_for_one_parameter(x):  # I and P for x; a tuple returned
     a = copy_to_tensor_model_parallel_region(x)
     b = reduce_from_tensor_model_parallel_region(x)
     return a, b
 
 
-def outer(x):
+def outer(x):  # inner is annotated on its own; outer returns what inner returns
     def inner(y):
         return copy_to_tensor_model_parallel_region(y)
 

@@ -1,0 +1,172 @@
+"""The engine's tables checked against the type system's own laws."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from spmd_mypy.engine import collectives as coll
+from spmd_mypy.engine.annotations import Entry, build
+from spmd_mypy.engine.ops import OP_SPECS, OpClass, Operand, classify, propagate
+from spmd_mypy.engine.types import (
+    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, dual, format_type, shard,
+)
+
+DUAL_FORM = {"R": "P", "P": "R", "I": "I", "V": "V", "S": "S"}
+
+
+@pytest.mark.parametrize("key", sorted(coll.TRANSITIONS))
+def test_backward_types_are_the_duals(key: tuple[str, str, str]) -> None:
+    """A forward src -> dst has a backward dual(dst) -> dual(src), composed step by step."""
+    t = coll.TRANSITIONS[key]
+    steps = t.backward
+    assert steps, key
+    assert steps[0].src == DUAL_FORM[t.dst], (key, steps)
+    assert steps[-1].dst == DUAL_FORM[t.src], (key, steps)
+    for a, b in zip(steps, steps[1:]):
+        assert a.dst == b.src, (key, steps)
+    for s in steps:  # every backward step is itself a valid transition
+        assert (s.op, s.src, s.dst) in coll.TRANSITIONS, (key, s)
+
+
+@pytest.mark.parametrize("key", sorted(coll.TRANSITIONS))
+def test_backward_of_backward_is_forward(key: tuple[str, str, str]) -> None:
+    t = coll.TRANSITIONS[key]
+    if len(t.backward) != 1:
+        pytest.skip("composite backward")
+    (s,) = t.backward
+    back = coll.TRANSITIONS[(s.op, s.src, s.dst)]
+    if len(back.backward) == 1:
+        (bb,) = back.backward
+        assert (bb.src, bb.dst) == (t.src, t.dst), (key, s, bb)
+
+
+def test_every_pair_has_a_route_and_the_route_is_in_the_table() -> None:
+    types = [REPLICATE, INVARIANT, VARYING, PARTIAL, shard(0), shard(1)]
+    for a, b in itertools.product(types, types):
+        r = coll.route(a, b)
+        if a == b:
+            assert r is None
+        else:
+            assert r is not None and r in coll.TRANSITIONS, (a, b)
+
+
+def test_seed_table_rows_are_all_present() -> None:
+    """The 'Comms by state transition' table of the design, row by row."""
+    rows = {
+        ("R", "I"): ["reinterpret"], ("R", "V"): ["reinterpret", "convert"],
+        ("R", "P"): ["reinterpret", "convert"], ("I", "R"): ["reinterpret"],
+        ("I", "V"): ["reinterpret", "convert"], ("I", "P"): ["convert"],
+        ("V", "R"): ["all_gather"], ("V", "I"): ["all_gather"], ("V", "V"): ["all_to_all"],
+        ("V", "P"): ["reinterpret", "convert"], ("P", "R"): ["all_reduce"],
+        ("P", "I"): ["all_reduce"], ("P", "V"): ["reduce_scatter"],
+    }
+    for (src, dst), ops in rows.items():
+        for op in ops:
+            assert (op, src, dst) in coll.TRANSITIONS, (op, src, dst)
+
+
+@pytest.mark.parametrize("op,src,dst", [
+    ("reinterpret", PARTIAL, REPLICATE), ("all_reduce", REPLICATE, INVARIANT),
+    ("all_gather", PARTIAL, REPLICATE), ("reduce_scatter", VARYING, REPLICATE),
+    ("convert", PARTIAL, REPLICATE), ("all_to_all", REPLICATE, VARYING),
+])
+def test_invalid_pairs_name_the_op_to_use(op: str, src: LocalType, dst: LocalType) -> None:
+    x = SpmdType.of({"tp": src})
+    res = coll.check_collective(op, x, ["tp"], src, dst)
+    assert [e.code for e in res.errors] == ["spmd-collective"]
+    route = coll.route(src, dst)
+    assert route is not None and f"use {route[0]}(x, \"tp\"" in res.errors[0].message
+
+
+def test_expert_mode_gate() -> None:
+    x = SpmdType.of({"tp": REPLICATE})
+    assert [e.code for e in coll.check_collective("reinterpret", x, ["tp"], REPLICATE, PARTIAL).errors] == [
+        "spmd-expert-mode"]
+    assert not coll.check_collective("reinterpret", x, ["tp"], REPLICATE, PARTIAL, expert_mode=True).errors
+
+
+def test_shard_dims_are_carried_and_checked() -> None:
+    x = SpmdType.of({"tp": shard(0)})
+    assert coll.check_collective("all_gather", x, ["tp"], shard(1), REPLICATE).errors[0].code == "spmd-src-mismatch"
+    ok = coll.check_collective("all_gather", x, ["tp"], shard(0), REPLICATE)
+    assert not ok.errors and ok.type.get("tp") == REPLICATE
+    assert ok.transition is not None and ok.transition.backward[0].dst == "S"
+
+
+KINDS = [REPLICATE, INVARIANT, VARYING, PARTIAL]
+
+
+def _expected(op_class: OpClass, a: LocalType, b: LocalType | None) -> str | LocalType:
+    kinds = {a.kind} | ({b.kind} if b else set())
+    if Kind.I in kinds and len(kinds) > 1:
+        return "spmd-invariant-mix"
+    if Kind.P in kinds:
+        if op_class is OpClass.NONLINEAR:
+            return "spmd-partial-nonlinear"
+        if Kind.V in kinds:
+            return "spmd-partial-varying"
+        if op_class is OpClass.MULTILINEAR:
+            if b is not None and a.kind is Kind.P and b.kind is Kind.P:
+                return "spmd-partial-product"
+            return PARTIAL
+        if kinds != {Kind.P}:
+            return "spmd-partial-affine"
+        return PARTIAL
+    if kinds == {Kind.R}:
+        return REPLICATE
+    if kinds == {Kind.I}:
+        return INVARIANT
+    return VARYING
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "relu"])
+@pytest.mark.parametrize("a,b", list(itertools.product(KINDS, KINDS + [None])))
+def test_op_rule_table(op: str, a: LocalType, b: LocalType | None) -> None:
+    spec = classify(op)
+    if spec.op_class is OpClass.NONLINEAR and b is not None and op == "relu":
+        pass
+    ops = [Operand(SpmdType.of({"tp": a}), "a")]
+    if b is not None:
+        ops.append(Operand(SpmdType.of({"tp": b}), "b"))
+    res = propagate(spec, ops)
+    want = _expected(spec.op_class, a, b)
+    if isinstance(want, str):
+        assert [e.code for e in res.errors] == [want]
+        assert res.type.get("tp") is None
+    else:
+        assert not res.errors
+        assert res.type.get("tp") == want
+
+
+def test_scalars_in_linear_and_multilinear_ops() -> None:
+    p = SpmdType.of({"tp": PARTIAL})
+    assert propagate("add", [Operand(p, "x"), Operand(None, "1")]).errors[0].code == "spmd-partial-affine"
+    assert not propagate("mul", [Operand(p, "x"), Operand(None, "2")]).errors
+    assert not propagate("div", [Operand(p, "x"), Operand(None, "2")]).errors
+    assert propagate("div", [Operand(None, "2"), Operand(p, "x")]).errors[0].code == "spmd-partial-nonlinear"
+
+
+def test_no_grad_invariant_relaxes_only_beside_other_kinds() -> None:
+    i = SpmdType.of({"tp": INVARIANT})
+    v = SpmdType.of({"tp": VARYING})
+    assert not propagate("mul", [Operand(i, "w", can_grad=False), Operand(v, "x")]).errors
+    assert propagate("mul", [Operand(i, "w"), Operand(v, "x")]).errors[0].code == "spmd-invariant-mix"
+    both = propagate("mse_loss", [Operand(i, "out"), Operand(i, "y", can_grad=False)])
+    assert not both.errors and both.type.get("tp") == INVARIANT
+
+
+def test_unknown_op_is_nonlinear_and_every_class_is_listed() -> None:
+    assert classify("frobnicate").op_class is OpClass.NONLINEAR
+    assert {s.op_class for s in OP_SPECS.values()} == set(OpClass)
+
+
+def test_annotation_build_and_format() -> None:
+    t, errors = build([Entry("V", ("dp",)), Entry("R", ("tp", "cp"))], ["dp", "cp", "tp"])
+    assert not errors
+    assert format_type(t, ["dp", "cp", "tp"]) == 'Tensor[R["cp", "tp"], V["dp"]]'
+    assert t == build([Entry("R", ("cp", "tp")), Entry("V", ("dp",))], ["dp", "cp", "tp"])[0]
+    _, errors = build([Entry("R", ("tq",))], ["dp", "tp"])
+    assert 'did you mean "tp"' in errors[0].message
+    assert dual(REPLICATE) == PARTIAL and dual(shard(2)) == shard(2)

@@ -1,0 +1,134 @@
+"""Single-process runtime tests: argument errors, the einsum family, the check-mode hook.
+
+Nothing here starts a process group (the gloo worlds are in test_collectives_world.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import spmd
+from spmd import I, P, R, S, V
+from spmd import _checking
+
+
+@pytest.fixture(autouse=True)
+def no_mesh():
+    previous = spmd.get_mesh()
+    spmd.set_mesh(None)
+    yield
+    spmd.set_mesh(previous)
+
+
+X = torch.randn(3, 4, dtype=torch.float64)
+
+
+def test_no_mesh_names_nothing():
+    with pytest.raises(RuntimeError, match=r"no mesh is set.*spmd\.set_mesh"):
+        spmd.all_reduce(X, "tp", src=P, dst=R)
+    with pytest.raises(RuntimeError, match="ProcessGroup"):
+        spmd.all_gather(X, ("dp", "tp"), src=S(0), dst=R)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: spmd.all_reduce(X, "tp", src=V, dst=R), 'all_gather(x, "tp", src=V, dst=R)'),
+    (lambda: spmd.all_reduce(X, "tp", src=P, dst=V), "reduce_scatter"),
+    (lambda: spmd.all_gather(X, "tp", src=P, dst=R), "all_reduce"),
+    (lambda: spmd.reduce_scatter(X, "tp", dst=R), "all_reduce"),
+    (lambda: spmd.convert(X, "tp", src=P, dst=R), "all_reduce"),
+    (lambda: spmd.reinterpret(X, "tp", src=R, dst=P), "expert_mode=True"),
+    (lambda: spmd.reinterpret(X, "tp", src=I, dst=P), "expert_mode=True"),
+    (lambda: spmd.reinterpret(X, "tp", src=R, dst=S(0)), "shard dim"),
+    (lambda: spmd.all_to_all(X, "tp", src=R, dst=V), "not a valid transition"),
+    (lambda: spmd.all_gather(X, "tp", src=V), "needs dst="),
+    (lambda: spmd.all_to_all(X, "tp", dst=V), "needs src="),
+    (lambda: spmd.all_reduce(X, "tp", src=P, dst=R, op="prod"), "not one of"),
+    (lambda: spmd.all_reduce(X, "tp", src=R, dst=R, op="max"), "takes src=V"),
+])
+def test_invalid_pairs_are_type_errors_from_the_engine(call, needle):
+    with pytest.raises(TypeError) as info:
+        call()
+    assert needle in str(info.value)
+    assert "[spmd-" in str(info.value)  # the engine's error code
+
+
+def test_src_dst_must_be_types():
+    with pytest.raises(TypeError, match="src= takes one of R, I, V, P, S"):
+        spmd.all_gather(X, "tp", src="V", dst=R)
+
+
+def test_set_mesh_refuses_what_is_not_a_named_device_mesh():
+    with pytest.raises(TypeError, match="DeviceMesh"):
+        spmd.set_mesh(object())
+    assert spmd.get_mesh() is None
+
+
+# -- the einsum family without a mesh: local ops, identity backward of the reinterpret ----
+
+def _grads(fn, *tensors):
+    leaves = [t.clone().requires_grad_(True) if t is not None else None for t in tensors]
+    y = fn(*leaves)
+    g = torch.randn_like(y)
+    y.backward(g)
+    return y.detach(), [t.grad for t in leaves if t is not None]
+
+
+@pytest.mark.parametrize("axes", [None, "tp", ("dp", "tp")])
+def test_einsum_family_is_the_local_op(axes):
+    a = torch.randn(2, 3, 4, dtype=torch.float64)
+    b = torch.randn(4, 5, dtype=torch.float64)
+    w = torch.randn(5, 4, dtype=torch.float64)
+    bias = torch.randn(5, dtype=torch.float64)
+    pairs = [
+        (lambda x, y: spmd.einsum("bsh,hd->bsd", x, y, out_partial_axes=axes),
+         lambda x, y: torch.einsum("bsh,hd->bsd", x, y), (a, b)),
+        (lambda x, y: spmd.matmul(x, y, out_partial_axes=axes), torch.matmul, (a, b)),
+        (lambda x, y, z: spmd.linear(x, y, z, out_partial_axes=axes), F.linear, (a, w, bias)),
+        (lambda x, y: spmd.linear(x, y, out_partial_axes=axes), F.linear, (a, w)),
+        (lambda x: spmd.sum(x, -1, out_partial_axes=axes), lambda x: x.sum(-1), (a,)),
+        (lambda x: spmd.sum(x, (0, 2), keepdim=True, out_partial_axes=axes),
+         lambda x: x.sum((0, 2), keepdim=True), (a,)),
+        (lambda x: spmd.sum(x, out_partial_axes=axes), torch.sum, (a,)),
+    ]
+    for ours, theirs, args in pairs:
+        torch.manual_seed(0)
+        y1, g1 = _grads(ours, *args)
+        torch.manual_seed(0)
+        y2, g2 = _grads(theirs, *args)
+        assert_close(y1, y2)
+        for u, v in zip(g1, g2):
+            assert_close(u, v)
+
+
+def test_einsum_result_can_be_modified_in_place():
+    a = torch.randn(3, 4, requires_grad=True)
+    y = spmd.matmul(a, a.t(), out_partial_axes="tp")
+    y += 1  # no view: the reinterpret adds nothing to the autograd graph
+    y.sum().backward()
+
+
+def test_einsum_takes_operands_as_a_list_too():
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    assert_close(spmd.einsum("ij,jk->ik", [a, b], out_partial_axes="tp"), a @ b)
+
+
+def test_out_partial_axes_must_be_names():
+    with pytest.raises(TypeError, match="out_partial_axes"):
+        spmd.matmul(X, X.t(), out_partial_axes=(1, 2))
+
+
+def test_check_mode_hook_sees_the_partial_reinterpret(monkeypatch):
+    seen = []
+
+    def on_collective(op, x, axes, src, dst, out, *, expert_mode, reduce_op):
+        seen.append((op, axes, str(src), str(dst), expert_mode, reduce_op))
+        return out * 1  # a replacement result is returned to the caller
+
+    monkeypatch.setattr(_checking, "ACTIVE", True)
+    monkeypatch.setattr(_checking, "on_collective", on_collective)
+    y = spmd.linear(X, torch.ones(2, 4, dtype=torch.float64), out_partial_axes=("dp", "tp"))
+    assert seen == [("reinterpret", ("dp", "tp"), "V", "P", False, "sum")]
+    assert_close(y, F.linear(X, torch.ones(2, 4, dtype=torch.float64)))
