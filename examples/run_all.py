@@ -5,8 +5,11 @@
 
 Prints, per example, the largest difference of the loss and of the gradients
 (sharded gradients gathered) to the single-process unsharded reference, and
-PASS or FAIL (tolerance 1e-10, float64).  ``--json PATH`` also writes the
-results; the exit status is 0 when every example passes.
+PASS or FAIL (tolerance 1e-10, float64).  Each example then runs once more
+under ``spmd.typecheck()`` (the runtime check mode, parameters declared with
+their annotated types); the "typecheck" column shows "ok" or the first error's
+code.  ``--json PATH`` also writes the results; the exit status is 0 when every
+example passes and type-checks.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="seconds before the spawned ranks are killed (default 240)")
     ap.add_argument("--gloo-timeout", type=float, default=GLOO_TIMEOUT_S,
                     help=f"seconds a collective waits for a peer (default {GLOO_TIMEOUT_S})")
+    ap.add_argument("--no-typecheck", action="store_true",
+                    help="skip the second run of each example under spmd.typecheck()")
     ap.add_argument("--path", metavar="DIR", action="append", default=[],
                     help="also import examples from DIR (repeatable)")
     return ap.parse_args(argv)
@@ -68,12 +73,12 @@ def worker(args: argparse.Namespace) -> int:
         mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=MESH_AXES)
         spmd.set_mesh(mesh)
         names = tuple(args.only) if args.only else _harness.EXAMPLES
-        results = _harness.run_all(mesh, names)
+        results = _harness.run_all(mesh, names, typecheck=not args.no_typecheck)
         if rank == 0:
             print(_harness.format_table(results), flush=True)
             if args.json:
                 Path(args.json).write_text(json.dumps(_harness.as_json(results), indent=1))
-        ok = all(r.passed for r in results)
+        ok = all(r.passed and not r.check_errors for r in results)
     finally:
         dist.destroy_process_group()
     return 0 if ok else 1

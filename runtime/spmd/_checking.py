@@ -188,6 +188,16 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
             for k, v in scope.items():
                 if isinstance(v, torch.Tensor) and id(v) not in names and not k.startswith("_"):
                     names[id(v)] = k
+        owner = frame.f_locals.get("self")  # a module's parameters: self.weight
+        if owner is not None:
+            attrs: dict[str, Any] = {}
+            for d in (getattr(owner, "_parameters", None), getattr(owner, "_buffers", None),
+                      getattr(owner, "__dict__", None)):
+                if isinstance(d, dict):
+                    attrs.update(d)
+            for k, v in attrs.items():
+                if isinstance(v, torch.Tensor) and id(v) not in names:
+                    names[id(v)] = f"self.{k}"
     out = []
     for v, d in zip(values, defaults):
         if isinstance(v, torch.Tensor):
@@ -241,7 +251,8 @@ def suspended() -> Iterable[None]:
 # The mode.
 
 _PLANS: dict[Any, Plan] = {}
-_RESULTS: dict[tuple, Any] = {}  # (op, strict, operand keys) -> engine Result
+# (op, strict, per operand: id of its interned type, cannot-grad) -> (result type, failed)
+_RESULTS: dict[tuple, tuple[SpmdType, bool]] = {}
 _RESULTS_MAX = 8192
 
 
@@ -337,20 +348,20 @@ class _Mode(TorchFunctionMode):
                 key.append(id(t))
                 key.append(is_index or not (grad_on and v.requires_grad))
         key_t = tuple(key)
-        res = _RESULTS.get(key_t)
-        if res is None:
+        cached = _RESULTS.get(key_t)
+        if cached is None:
             res = self._propagate(plan, ops, types, grad_on, None)
             if len(_RESULTS) >= _RESULTS_MAX:
                 _RESULTS.clear()
-            _RESULTS[key_t] = res
-        if res.errors:
+            cached = _RESULTS[key_t] = (_canon(res.type), bool(res.errors))
+        rtype, failed = cached
+        if failed:
             if _in_collective_internals():
                 return func(*args, **kwargs)  # on_collective types the collective's result
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts)
             raise SpmdTypeError(res.errors[0])
-        rtype = res.type
         targets: list[torch.Tensor] = []
         if inplace_target is not None:
             targets.append(inplace_target)

@@ -116,6 +116,14 @@ EXTRA_PASSTHROUGH = frozenset(
     __get__ __set__ __delete__""".split()
 )
 
+# Factories the engine's FACTORIES does not list (a new tensor, unrelated to the operands'
+# values): untyped results.
+EXTRA_FACTORIES = frozenset(
+    """new empty_strided empty_permuted new_empty_strided range tril_indices triu_indices
+    hann_window hamming_window bartlett_window blackman_window kaiser_window frombuffer
+    asarray sparse_coo_tensor sparse_csr_tensor""".split()
+)
+
 # torch.distributed namespaces of OpOverloads: the implementation of collectives, which
 # the typed collectives type themselves (_checking.on_collective).
 _DIST_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor"})
@@ -281,7 +289,7 @@ def build_plan(func: Any) -> Plan:
         if op is None:
             return PASS_PLAN
         return Plan(Kind.OP, op, spec=classify(op), params=("self",))
-    if name in FACTORIES:
+    if name in FACTORIES or name in EXTRA_FACTORIES:
         return FACTORY_PLAN
     swap = False
     if name in OPERATORS:

@@ -45,8 +45,11 @@ class SpmdError:
         return f"{self.message}  [{self.code}]"
 
 
-class SpmdTypeError(TypeError):
-    """Raised by the runtime check mode; carries the same code as the static error."""
+class SpmdTypeError(Exception):
+    """Raised by the runtime check mode; carries the same code as the static error.
+
+    Deliberately not a TypeError: torch's binary operators turn a TypeError raised
+    inside them into NotImplemented ("unsupported operand"), hiding the message."""
 
     def __init__(self, error: SpmdError) -> None:
         super().__init__(str(error))

@@ -17,7 +17,8 @@ A case is a function body over typed inputs::
 - ``lines``: Python statements over the inputs (``torch``, ``F`` =
   ``torch.nn.functional`` and ``spmd`` are in scope); blocks are written with
   4-space indentation inside the lines (``with torch.no_grad():`` then
-  ``"    out = w + r"``).
+  ``"    out = w + r"``).  A name is bound once (a static checker keeps one type per
+  variable): write ``hp = spmd.reinterpret(h, ...)``, not ``h = ...(h, ...)``.
 - verdict, exactly one of:
   ``expect``: the program is accepted and ``out`` has this type (annotation
   source; ``torch.Tensor`` means untyped, i.e. unknown on every axis);
@@ -34,8 +35,6 @@ A case is a function body over typed inputs::
 
 Axes used: ``tp`` (one-axis cases) and ``dp`` (two-axis and collective cases).
 """
-
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 
@@ -357,11 +356,11 @@ case("coll-max-needs-no-grad", {"a": "V"}, 'out = spmd.all_reduce(a, "tp", src=V
 case("coll-max-detached", {"a": "V"},
      'out = spmd.all_reduce(a.detach(), "tp", src=V, dst=R, op="max")', "R", **CX)
 case("coll-megatron-row-parallel", {"x": "V", "w": "V"},
-     ("h = torch.matmul(x, w)", 'h = spmd.reinterpret(h, "tp", src=V, dst=P)',
-      'out = spmd.all_reduce(h, "tp", src=P, dst=R)'), "R", **CX)
+     ("h = torch.matmul(x, w)", 'hp = spmd.reinterpret(h, "tp", src=V, dst=P)',
+      'out = spmd.all_reduce(hp, "tp", src=P, dst=R)'), "R", **CX)
 case("coll-relu-before-reduce", {"x": "V", "w": "V"},
-     ("h = torch.matmul(x, w)", 'h = spmd.reinterpret(h, "tp", src=V, dst=P)',
-      "out = torch.relu(h)"), NL, **CX)
+     ("h = torch.matmul(x, w)", 'hp = spmd.reinterpret(h, "tp", src=V, dst=P)',
+      "out = torch.relu(hp)"), NL, **CX)
 
 
 def render_function(c: Case, name: str | None = None) -> str:

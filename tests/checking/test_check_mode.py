@@ -454,3 +454,39 @@ def test_checked_decorator() -> None:
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(h)
         assert "the result of _bad_return" in str(e.value)
+
+
+# --------------------------------------------------------------------------------------
+# messages name module attributes; suspended()
+
+
+class _Proj(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(h, self.weight)
+
+
+def test_message_names_module_parameters() -> None:
+    m = _Proj()
+    with spmd.typecheck():
+        spmd.declare(m.weight, Tensor[I["tp"]])
+        h = typed(mk(), Tensor[V["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            m(h)
+    assert str(e.value).startswith(
+        'Invariant on "tp" (self.weight: Tensor[I["tp"]]) cannot mix with Varying '
+        '(h: Tensor[V["tp"]]) in matmul'), str(e.value)
+    assert 'reinterpret(self.weight, "tp", src=I, dst=R)' in str(e.value)
+
+
+def test_suspended_pauses_checking() -> None:
+    with spmd.typecheck():
+        p = typed(mk(), Tensor[P["tp"]])
+        with _checking.suspended():
+            y = torch.relu(p)  # no check, no tracking
+        assert spmd.typeof(y) is None
+        with pytest.raises(SpmdTypeError):
+            torch.relu(p)

@@ -136,3 +136,18 @@ def test_case(c, request) -> None:  # noqa: ANN001
         got = spmd.typeof(ns["out"])
         assert (got or None) == (want or None), (
             f"out is {got} but the case expects {c.expect}")
+
+
+@pytest.mark.parametrize("c", [pytest.param(c, id=c.id) for c in shared.CASES if c.collective])
+def test_collective_case_strict(c, mesh) -> None:  # noqa: ANN001
+    """The same verdicts in strict mode: the collectives' internal buffers (untyped) never
+    count as the user's untyped operands."""
+    import dataclasses
+
+    ns, err, _ = run_case(dataclasses.replace(c, strict=True))
+    if c.error is not None:
+        assert isinstance(err, SpmdTypeError) and err.code == c.error, repr(err)
+    else:
+        assert err is None, repr(err)
+        want = spmd_type_of_annotation(eval(c.expect, ns))  # noqa: S307
+        assert (spmd.typeof(ns["out"]) or None) == (want or None)

@@ -4,7 +4,9 @@ gradients gathered) within 1e-10.
 
 All examples run in one 4-rank launch (``python examples/run_all.py``, which starts the ranks with
 torchrun's environment); the launch is killed after a timeout instead of hanging, and a failing
-rank's traceback is in the assertion message.
+rank's traceback is in the assertion message.  The same launch runs each example once more under
+``spmd.typecheck()`` (the runtime check mode, parameters declared with their annotated types): a
+correct example raises no type error there either.
 """
 
 from __future__ import annotations
@@ -66,8 +68,16 @@ def test_example_matches_reference(results: dict[str, Any], name: str) -> None:
     assert row["passed"], detail
 
 
+@pytest.mark.parametrize("name", _harness.EXAMPLES)
+def test_example_passes_runtime_check_mode(results: dict[str, Any], name: str) -> None:
+    row = results["rows"].get(name)
+    assert row is not None, f"{name} did not run\n{results['report']}"
+    assert not row["check_errors"], "\n".join(row["check_errors"])
+
+
 def test_launch_exit_status(results: dict[str, Any]) -> None:
-    expected = 0 if all(r["passed"] for r in results["rows"].values()) else 1
+    expected = 0 if all(r["passed"] and not r["check_errors"]
+                        for r in results["rows"].values()) else 1
     assert results["returncode"] == expected, results["report"]
 
 

@@ -99,6 +99,17 @@ def itertools_product(shape: torch.Size) -> Iterator[tuple[int, ...]]:
     return itertools.product(*(range(n) for n in shape))
 
 
+def warm_up() -> None:
+    """Run, without any process group, the torch paths the checks use (lazy imports)."""
+    x = torch.ones(2, 2, dtype=F64, requires_grad=True)
+    g = torch.ones(2, 2, dtype=F64, requires_grad=True)
+    y = spmd.matmul(x, x, out_partial_axes="w")
+    (gx,) = torch.autograd.grad(y, x, g, create_graph=True)
+    torch.autograd.grad(gx, g, torch.ones_like(gx))
+    assert_close(gx, gx)
+    torch.zeros(3).split([1, 2])
+
+
 # ------------------------------------------------------------------------------------
 # Types as strings: "R", "I", "V", "P", "S0", "S1", "S-1"
 # ------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Run a suite of checks on a real gloo world of N processes, without ever hanging.
 
-The parent (pytest) calls :func:`run_world`; it starts N ``python rt_world.py``
-processes on 127.0.0.1 and a free port, each of which initialises gloo, runs every
-check of the suite in order and appends one JSON line per check to its result
-file.  The parent waits with a deadline: a world that has not finished in time
+The parent (pytest) calls :func:`run_world`; it starts one ``python rt_world.py``
+launcher (in its own session), which imports torch once and forks N ranks; each
+initialises gloo on 127.0.0.1 and a free port, runs every check of the suite in
+order and appends one JSON line per check to its result file.  The parent waits with a deadline: a world that has not finished in time
 is killed and every check without a result on every rank fails with the ranks'
 stderr tails.  A check passes when it passed on every rank.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -69,39 +70,35 @@ def run_world(world_size: int, suite: str, timeout: float = 150.0) -> dict[str, 
 
 def _launch(world_size: int, suite: str, timeout: float
             ) -> tuple[list[dict[str, dict]], list[str], bool]:
+    """One launcher process imports torch once and forks the ranks (saves N-1 imports)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="spmd-world-") as tmp:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
         env.setdefault("OMP_NUM_THREADS", "1")
         env["PYTHONWARNINGS"] = "ignore"
-        procs = []
-        errs = []
-        for rank in range(world_size):
-            err = open(Path(tmp) / f"stderr{rank}", "w+")
-            errs.append(err)
-            procs.append(subprocess.Popen(
-                [sys.executable, str(HERE / "rt_world.py"), str(rank), str(world_size), str(port),
-                 suite, str(Path(tmp) / f"rank{rank}.jsonl")],
-                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=str(HERE)))
-        deadline = time.monotonic() + timeout
-        try:
-            for p in procs:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        stderr = []
-        for err in errs:
+        with open(Path(tmp) / "launcher.err", "w+") as err:
+            proc = subprocess.Popen(
+                [sys.executable, str(HERE / "rt_world.py"), str(world_size), str(port), suite, tmp],
+                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=str(HERE),
+                start_new_session=True)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                try:  # the launcher and every rank it forked (a rank may outlive a crash)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
             err.seek(0)
-            stderr.append(err.read())
-            err.close()
+            launcher_err = err.read()
+        stderr = []
         results: list[dict[str, dict]] = []
         for rank in range(world_size):
+            path = Path(tmp) / f"stderr{rank}"
+            stderr.append((path.read_text() if path.exists() else "") + launcher_err)
             path = Path(tmp) / f"rank{rank}.jsonl"
             rank_results = {}
             if path.exists():
@@ -112,6 +109,40 @@ def _launch(world_size: int, suite: str, timeout: float
     retry = (all(not r for r in results) and any("address already in use" in s.lower()
                                                   for s in stderr))
     return results, stderr, retry
+
+
+def _launcher_main(world_size: int, port: int, suite_name: str, tmp: str) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch  # imported once, before the fork
+
+    import rt_checks
+
+    # Warm up once here what torch imports lazily on first use (the first autograd.grad
+    # costs seconds), single-threaded so that no thread pool exists at the fork.
+    torch.set_num_threads(1)
+    rt_checks.warm_up()
+
+    children = []
+    for rank in range(world_size):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                fd = os.open(os.path.join(tmp, f"stderr{rank}"), os.O_WRONLY | os.O_CREAT)
+                os.dup2(fd, 2)
+                _worker_main(rank, world_size, port, suite_name,
+                             os.path.join(tmp, f"rank{rank}.jsonl"))
+                code = 0
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
 
 
 def _worker_main(rank: int, world_size: int, port: int, suite_name: str, out_path: str) -> None:
@@ -146,4 +177,4 @@ def _worker_main(rank: int, world_size: int, port: int, suite_name: str, out_pat
 
 
 if __name__ == "__main__":
-    _worker_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    _launcher_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
