@@ -55,30 +55,46 @@ SIZES = {"1KB": 1 << 10, "1MB": 1 << 20, "16MB": 1 << 24}
 # Timing
 # ------------------------------------------------------------------------------------
 
+class Samples:
+    """Per-call microseconds of each case, one sample per round: wall clock and the CPU
+    time of the calling thread (what the Python wrapper, autograd and the local copies
+    cost; not the wait for the other rank nor the time other processes had the core)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.wall: dict[str, list[float]] = {k: [] for k in keys}
+        self.cpu: dict[str, list[float]] = {k: [] for k in keys}
+
+    def median(self, key: str, cpu: bool = False) -> float:
+        return statistics.median((self.cpu if cpu else self.wall)[key])
+
+    def extra(self, typed: str, raw: str, cpu: bool = False) -> float:
+        """The median of the per-round paired differences typed - raw."""
+        d = self.cpu if cpu else self.wall
+        return statistics.median(t - r for t, r in zip(d[typed], d[raw]))
+
+
 def interleaved(cases: dict[str, Callable[[], Any]], rounds: int, calls: int, seed: int
-                ) -> dict[str, list[float]]:
-    """Per-call microseconds of each case, one sample per round, cases shuffled per round.
+                ) -> Samples:
+    """Time every case in every round, the order shuffled per round.
 
     Both ranks use the same seed, so they run the same sequence of collectives.
     """
     rng = random.Random(seed)
-    samples: dict[str, list[float]] = {k: [] for k in cases}
     keys = list(cases)
+    out = Samples(keys)
     for fn in cases.values():  # warm-up
         fn()
     for _ in range(rounds):
         rng.shuffle(keys)
         for k in keys:
             fn = cases[k]
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             for _ in range(calls):
                 fn()
-            samples[k].append((time.perf_counter() - t0) / calls * 1e6)
-    return samples
-
-
-def paired_extra(samples: dict[str, list[float]], typed: str, raw: str) -> float:
-    return statistics.median(t - r for t, r in zip(samples[typed], samples[raw]))
+            t1, c1 = time.perf_counter(), time.thread_time()
+            out.wall[k].append((t1 - t0) / calls * 1e6)
+            out.cpu[k].append((c1 - c0) / calls * 1e6)
+    return out
 
 
 # ------------------------------------------------------------------------------------
@@ -153,11 +169,10 @@ def bench_collectives(quick: bool) -> list[tuple]:
         x = torch.randn(nbytes // 4, dtype=torch.float32)
         xg = x.clone().requires_grad_(True)
         for op, cases in collective_cases(x, xg, group, "tp").items():
-            s = interleaved(cases, rounds, calls, seed=hash((label, op)) & 0xFFFF)
-            raw = statistics.median(s["raw"])
+            s = interleaved(cases, rounds, calls, seed=len(rows))
             for variant in ("typed", "typed+grad"):
-                rows.append((label, op, variant, raw, statistics.median(s[variant]),
-                             paired_extra(s, variant, "raw")))
+                rows.append((label, op, variant, s.median("raw"), s.median(variant),
+                             s.extra(variant, "raw"), s.extra(variant, "raw", cpu=True)))
     spmd.set_mesh(None)
     return rows
 
@@ -241,7 +256,7 @@ def megatron_step(x: torch.Tensor, target: torch.Tensor, params: list[torch.Tens
     return loss.detach()
 
 
-def bench_mlp(shape: tuple[int, int], quick: bool) -> tuple[float, float, float]:
+def bench_mlp(shape: tuple[int, int], quick: bool) -> tuple[float, ...]:
     from torch.distributed.device_mesh import init_device_mesh
 
     import spmd
@@ -267,8 +282,8 @@ def bench_mlp(shape: tuple[int, int], quick: bool) -> tuple[float, float, float]
             "typed": lambda: typed_step(x, target, p_typed, 1e-3),
             "megatron": lambda: megatron_step(x, target, p_mega, 1e-3, dp_group, tp_group),
         }, rounds, 3, seed=7)
-    return statistics.median(s["megatron"]), statistics.median(s["typed"]), \
-        paired_extra(s, "typed", "megatron")
+    return (s.median("megatron"), s.median("typed"), s.extra("typed", "megatron"),
+            s.median("megatron", cpu=True), s.median("typed", cpu=True))
 
 
 # ------------------------------------------------------------------------------------
@@ -288,19 +303,16 @@ def bench_fake(quick: bool) -> list[tuple]:
     x = torch.randn(256)
     xg = x.clone().requires_grad_(True)
     rows = []
-    for op, cases in collective_cases(x, xg, mesh.get_group("tp"), "tp").items():
-        s = interleaved(cases, 10 if quick else 40, 200, seed=3)
-        raw = statistics.median(s["raw"])
-        for variant in ("typed", "typed+grad"):
-            rows.append(("fake", op, variant, raw, statistics.median(s[variant]),
-                         paired_extra(s, variant, "raw")))
-    s = interleaved({"raw": lambda: x.view_as(x),
-                     "typed": lambda: spmd.reinterpret(x, "tp", src=I, dst=R),
-                     "typed+grad": lambda: spmd.reinterpret(xg, "tp", src=I, dst=R)},
-                    10 if quick else 40, 200, seed=4)
-    for variant in ("typed", "typed+grad"):
-        rows.append(("fake", "reinterpret(I,R) vs view_as", variant, statistics.median(s["raw"]),
-                     statistics.median(s[variant]), paired_extra(s, variant, "raw")))
+    cases = collective_cases(x, xg, mesh.get_group("tp"), "tp")
+    cases["reinterpret(I,R) vs view_as"] = {
+        "raw": lambda: x.view_as(x),
+        "typed": lambda: spmd.reinterpret(x, "tp", src=I, dst=R),
+        "typed+grad": lambda: spmd.reinterpret(xg, "tp", src=I, dst=R)}
+    for op, variants in cases.items():
+        s = interleaved(variants, 10 if quick else 40, 200, seed=len(rows))
+        for variant in ("typed", "typed+grad"):  # CPU time: no waiting here
+            rows.append(("fake", op, variant, s.median("raw", cpu=True),
+                         s.median(variant, cpu=True), s.extra(variant, "raw", cpu=True), None))
     dist.destroy_process_group()
     return rows
 
@@ -325,11 +337,12 @@ def _worker(rank: int, world: int, port: int, quick: bool, queue: Any) -> None:
 
 def _print_rows(rows: list[tuple], title: str) -> None:
     print(f"\n{title}")
-    print(f"{'size':>5}  {'op':<30} {'variant':<11} {'raw us':>9} {'typed us':>9} "
-          f"{'ratio':>6} {'extra us':>9}")
-    for size, op, variant, raw, typed, extra in rows:
-        print(f"{size:>5}  {op:<30} {variant:<11} {raw:9.1f} {typed:9.1f} "
-              f"{typed / raw:6.3f} {extra:9.1f}")
+    print(f"{'size':>5}  {'op':<28} {'variant':<11} {'raw us':>9} {'typed us':>9} "
+          f"{'ratio':>6} {'extra us':>9} {'extra CPU us':>12}")
+    for size, op, variant, raw, typed, extra, extra_cpu in rows:
+        cpu = f"{extra_cpu:12.1f}" if extra_cpu is not None else f"{'':12}"
+        print(f"{size:>5}  {op:<28} {variant:<11} {raw:9.1f} {typed:9.1f} "
+              f"{typed / raw:6.3f} {extra:9.1f} {cpu}")
 
 
 def main() -> None:
@@ -360,13 +373,15 @@ def main() -> None:
     _print_rows(out["collectives"], "1. typed collective vs the raw torch.distributed call")
     print("\n2. MLP training step (tokens 256, hidden 512, ffn 2048), typed vs hand-rolled "
           "Megatron Functions")
-    for shape, (mega, typed, extra) in out["mlp"].items():
-        print(f"   mesh dp x tp = {shape[0]} x {shape[1]}: megatron {mega / 1e3:8.2f} ms   "
-              f"typed {typed / 1e3:8.2f} ms   ratio {typed / mega:.3f}   "
-              f"extra {extra:+.0f} us/step")
+    for shape, (mega, typed, extra, mega_cpu, typed_cpu) in out["mlp"].items():
+        print(f"   mesh dp x tp = {shape[0]} x {shape[1]}: wall: megatron {mega / 1e3:7.2f} ms, "
+              f"typed {typed / 1e3:7.2f} ms, ratio {typed / mega:.3f} (paired extra "
+              f"{extra:+.0f} us); CPU: ratio {typed_cpu / mega_cpu:.3f} "
+              f"({mega_cpu / 1e3:.2f} vs {typed_cpu / 1e3:.2f} ms)")
     torch.set_num_threads(1)
     _print_rows(bench_fake(args.quick),
-                "3. pure per-call overhead, fake backend (no communication), 1 KB, this process")
+                "3. pure per-call overhead, fake backend (no communication), 1 KB, this "
+                "process, CPU time")
     print(f"\ntotal {time.time() - start:.0f} s")
 
 

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -79,8 +80,14 @@ def worker(args: argparse.Namespace) -> int:
             if args.json:
                 Path(args.json).write_text(json.dumps(_harness.as_json(results), indent=1))
         ok = all(r.passed and not r.check_errors for r in results)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        # a collective failed (a peer died or timed out): the process group is unusable and
+        # tearing it down would wait on the peers again; report and leave at once
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+    dist.destroy_process_group()
     return 0 if ok else 1
 
 

@@ -46,6 +46,14 @@ from . import _dist_utils as du
 from . import _mesh
 from ._types import P, local_type_of
 
+class SpmdCollectiveError(SpmdTypeError, TypeError):
+    """A collective called with a src/dst pair outside the table, without expert_mode, ...
+
+    A TypeError (a wrong argument) and an :class:`SpmdTypeError` (the engine's code and
+    message: ``e.code``, ``e.error``), so the check mode's handlers catch it too.
+    """
+
+
 # ------------------------------------------------------------------------------------
 # Steps: one op bound to an axis group, with its local effect and its backward
 # ------------------------------------------------------------------------------------
@@ -171,23 +179,26 @@ def _all_reduce_sum(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
 
 
 def _all_gather_stack(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
-    return du.all_gather_stacked(x, _group(step))
+    g = _group(step)
+    return du.all_gather(x.reshape((1,) + tuple(x.shape)), g)  # [N, *x.shape]
 
 
 def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
     g = _group(step)
     i = _dim(step, step.src_dim, x.ndim)  # type: ignore[arg-type]
     if sizes is None:
-        stacked = du.all_gather_stacked(x, g)  # [N, ..., s_i, ...]
+        if i == 0:
+            return du.all_gather(x, g)
+        stacked = du.all_gather(x.reshape((1,) + tuple(x.shape)), g)  # [N, ..., s_i, ...]
         return stacked.movedim(0, i).flatten(i, i + 1)  # [..., N * s_i, ...]
     _check_sizes(step, sizes, g.size)
     if x.shape[i] != sizes[g.index]:
         raise ValueError(f"{step.describe()}: sizes[{g.index}] is {sizes[g.index]} but this "
                          f"rank's shard has {x.shape[i]} on dim {i}")
     longest = max(sizes)
-    padded = x.new_zeros(_with_dim(x.shape, i, longest))
-    padded.narrow(i, 0, x.shape[i]).copy_(x)
-    stacked = du.all_gather_stacked(padded, g)
+    padded = x.new_zeros([1] + _with_dim(x.shape, i, longest))
+    padded[0].narrow(i, 0, x.shape[i]).copy_(x)
+    stacked = du.all_gather(padded, g)
     return torch.cat([stacked[k].narrow(i, 0, sizes[k]) for k in range(g.size)], dim=i)
 
 
@@ -196,7 +207,7 @@ def _reduce_scatter_unbind(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Te
     if x.ndim == 0 or x.shape[0] != g.size:
         raise ValueError(f"{step.describe()} unbinds dim 0, which must have the axis size "
                          f"{g.size}; x has shape {tuple(x.shape)}")
-    return du.reduce_scatter_stacked(x, g)
+    return du.reduce_scatter(x, g)[0]
 
 
 def _reduce_scatter_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
@@ -205,7 +216,9 @@ def _reduce_scatter_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] |
     i = _dim(step, step.dst_dim, x.ndim)  # type: ignore[arg-type]
     if sizes is None:
         c = _even(step, x.shape[i], n, i)
-        return du.reduce_scatter_stacked(x.unflatten(i, (n, c)).movedim(i, 0), g)
+        if i == 0:
+            return du.reduce_scatter(x, g)
+        return du.reduce_scatter(x.unflatten(i, (n, c)).movedim(i, 0), g)[0]
     _check_sizes(step, sizes, n)
     if sum(sizes) != x.shape[i]:
         raise ValueError(f"{step.describe()}: sizes={list(sizes)} sum to {sum(sizes)}, dim {i} "
@@ -214,19 +227,25 @@ def _reduce_scatter_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] |
     stacked = x.new_zeros([n] + _with_dim(x.shape, i, longest))
     for k, piece in enumerate(x.split(list(sizes), dim=i)):
         stacked[k].narrow(i, 0, sizes[k]).copy_(piece)
-    mine = du.reduce_scatter_stacked(stacked, g)
+    mine = du.reduce_scatter(stacked, g)[0]
     return mine.narrow(i, 0, sizes[g.index]).contiguous()
 
 
 def _all_to_all(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
     g = _group(step)
     n = g.size
-    split = _dim(step, step.dst_dim, x.ndim) if step.dst == "S" else 0  # type: ignore[arg-type]
-    concat = _dim(step, step.src_dim, x.ndim) if step.src == "S" else 0  # type: ignore[arg-type]
     if x.ndim == 0:
         raise ValueError(f"{step.describe()} needs a tensor with at least one dim")
+    split = _dim(step, step.dst_dim, x.ndim) if step.dst == "S" else 0  # type: ignore[arg-type]
+    concat = _dim(step, step.src_dim, x.ndim) if step.src == "S" else 0  # type: ignore[arg-type]
     c = _even(step, x.shape[split], n, split)
-    received = du.all_to_all_stacked(x.unflatten(split, (n, c)).movedim(split, 0), g)
+    if split == 0:
+        received = du.all_to_all(x, g)  # [N * c, ...]: block k from rank k
+        if concat == 0:
+            return received
+        received = received.unflatten(0, (n, c))
+    else:
+        received = du.all_to_all(x.unflatten(split, (n, c)).movedim(split, 0), g)
     return received.movedim(0, concat).flatten(concat, concat + 1)
 
 
@@ -352,7 +371,7 @@ def _make_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, reduce
     result = check_collective(op, UNTYPED, _axes_for_message(axis), src_lt, dst_lt,
                               expert_mode=expert_mode, reduce_op=reduce_op, can_grad=False)
     if result.errors:
-        raise SpmdTypeError(result.errors[0])
+        raise SpmdCollectiveError(result.errors[0])
     assert src_lt is not None and dst_lt is not None
     group = _mesh.resolve_axis(axis)
     if op == "all_reduce" and reduce_op in ("max", "min"):
@@ -398,7 +417,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
         if x.requires_grad and torch.is_grad_enabled():
             errors = check_collective("all_reduce", UNTYPED, plan.axes or ("<group>",), plan.src,
                                       plan.dst, reduce_op=plan.reduce_op, can_grad=True).errors
-            raise SpmdTypeError(errors[0])
+            raise SpmdCollectiveError(errors[0])
         return du.all_reduce(x, plan.group, plan.no_grad_op)
     step = plan.step
     if step is None:  # redistribute to the same type

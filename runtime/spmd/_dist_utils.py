@@ -1,9 +1,10 @@
 """The communication primitives under the typed collectives, on raw torch.distributed.
 
-Every primitive works on a *stacked* tensor: a leading dim of the axis size ``N``
-whose slot ``k`` belongs to (or comes from) the rank of logical index ``k`` on the
-axis.  The typed collectives in :mod:`._collectives` reshape to and from this
-form (concatenation on dim ``i``, chunks of dim ``i``, stacking on a new dim 0).
+Every primitive works on dim 0 split into ``N`` (the axis size) equal blocks, block
+``k`` belonging to (or coming from) the rank of logical index ``k`` on the axis.
+The typed collectives in :mod:`._collectives` bring other layouts (concatenation
+on dim ``i``, chunks of dim ``i``, stacking on a new dim 0) to this form, with no
+copy for dim 0.
 
 Logical vs physical order.  The logical index of a rank on an axis is its mesh
 coordinate (for a tuple of axes, the row-major index over those mesh dims in the
@@ -75,8 +76,11 @@ class AxisGroup:
     def __repr__(self) -> str:
         return f"AxisGroup(axes={self.axes}, size={self.size}, index={self.index})"
 
-    # -- permutations between logical and physical slot order -------------------------
+    # -- permutations between logical and physical block order ------------------------
     def _perm(self, which: str, device: torch.device) -> torch.Tensor:
+        """``physical``: block k of the result is physical block physical[k] (after
+        receiving); ``logical``: block p of the result is logical block logical[p]
+        (before sending)."""
         key = (which, device)
         t = self._perm_cache.get(key)
         if t is None:
@@ -84,18 +88,6 @@ class AxisGroup:
             t = torch.tensor(order, dtype=torch.long, device=device)
             self._perm_cache[key] = t
         return t
-
-    def to_physical(self, stacked: torch.Tensor) -> torch.Tensor:
-        """Slot ``p`` of the result is logical slot ``logical[p]`` (for sending)."""
-        if self.logical is None:
-            return stacked
-        return stacked.index_select(0, self._perm("logical", stacked.device))
-
-    def to_logical(self, stacked: torch.Tensor) -> torch.Tensor:
-        """Slot ``k`` of the result is physical slot ``physical[k]`` (after receiving)."""
-        if self.physical is None:
-            return stacked
-        return stacked.index_select(0, self._perm("physical", stacked.device))
 
 
 def all_reduce(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> torch.Tensor:
@@ -106,37 +98,49 @@ def all_reduce(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> to
     return y
 
 
-def all_gather_stacked(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
-    """``[N, *x.shape]``: slot ``k`` is logical rank ``k``'s ``x`` (same shape on all ranks)."""
-    n = group.size
-    out = x.new_empty((n * x.numel(),))
-    if n == 1:
-        out.copy_(x.reshape(-1))
-    else:
-        _all_gather_flat(out, x.contiguous().view(-1), group=group.pg)
-    return group.to_logical(out.view((n,) + tuple(x.shape)))
+# The three below work on dim 0 split into N equal blocks, block k belonging to logical
+# rank k: a concatenation on dim 0 (``[N * s0, ...]``) or a stack (``[N, ...]``) alike.
+
+def _blocks(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t.view((n, t.shape[0] // n) + tuple(t.shape[1:]))
 
 
-def reduce_scatter_stacked(stacked: torch.Tensor, group: AxisGroup) -> torch.Tensor:
-    """``sum over ranks of stacked[index]``: slot ``k`` of every rank is summed into rank ``k``."""
+def all_gather(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
+    """``cat(every rank's x, dim 0)`` in logical order, ``[N * x.shape[0], ...]`` (x.ndim >= 1)."""
     n = group.size
-    assert stacked.shape[0] == n, (stacked.shape, n)
-    piece_shape = tuple(stacked.shape[1:])
+    out = x.new_empty((n * x.shape[0],) + tuple(x.shape[1:]))
     if n == 1:
-        return stacked[0].clone(memory_format=torch.contiguous_format)
-    send = group.to_physical(stacked).contiguous().view(-1)
-    out = stacked.new_empty((send.numel() // n,))
+        out.copy_(x)
+        return out
+    _all_gather_flat(out, x.contiguous(), group=group.pg)
+    if group.physical is not None:
+        out = _blocks(out, n).index_select(0, group._perm("physical", out.device)).view(out.shape)
+    return out
+
+
+def reduce_scatter(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
+    """Block ``index`` of dim 0 (``x.shape[0] // N`` long) summed over the ranks."""
+    n = group.size
+    if n == 1:
+        return x.clone(memory_format=torch.contiguous_format)
+    send = x.contiguous()
+    if group.logical is not None:
+        send = _blocks(send, n).index_select(0, group._perm("logical", x.device)).view(x.shape)
+    out = x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
     _reduce_scatter_flat(out, send, op=SUM, group=group.pg)
-    return out.view(piece_shape)
+    return out
 
 
-def all_to_all_stacked(stacked: torch.Tensor, group: AxisGroup) -> torch.Tensor:
-    """Slot ``k`` goes to logical rank ``k``; slot ``k`` of the result came from rank ``k``."""
+def all_to_all(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
+    """Block ``k`` of dim 0 goes to logical rank ``k``; block ``k`` of the result came from it."""
     n = group.size
-    assert stacked.shape[0] == n, (stacked.shape, n)
     if n == 1:
-        return stacked.clone(memory_format=torch.contiguous_format)
-    send = group.to_physical(stacked).contiguous()
+        return x.clone(memory_format=torch.contiguous_format)
+    send = x.contiguous()
+    if group.logical is not None:
+        send = _blocks(send, n).index_select(0, group._perm("logical", x.device)).view(x.shape)
     out = torch.empty_like(send)
-    dist.all_to_all_single(out.view(-1), send.view(-1), group=group.pg)
-    return group.to_logical(out)
+    dist.all_to_all_single(out, send, group=group.pg)
+    if group.physical is not None:
+        out = _blocks(out, n).index_select(0, group._perm("physical", out.device)).view(out.shape)
+    return out

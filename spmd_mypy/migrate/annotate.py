@@ -253,6 +253,14 @@ class Annotator(cst.CSTTransformer):
         self.reader = TypedCallReader(bindings)
         self.style = style
         self.stats = AnnotateStats()
+        self._has_typed_call: list[bool] = []  # per enclosing function: skip those without
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._has_typed_call.append(False)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._has_typed_call and not self._has_typed_call[-1] and self.reader.read(node) is not None:
+            self._has_typed_call[:] = [True] * len(self._has_typed_call)
 
     def _type_code(self, local_type: LocalType, axis: str) -> str:
         self.stats.markers.update({"Tensor", marker(local_type)})
@@ -278,6 +286,8 @@ class Annotator(cst.CSTTransformer):
         return found.pop() if len(found) == 1 else None
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        if not self._has_typed_call.pop():
+            return updated_node
         scan = _FunctionBodyScan(self.reader)
         updated_node.body.visit(scan)
         all_params = [*updated_node.params.posonly_params, *updated_node.params.params, *updated_node.params.kwonly_params]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
 import io
 import re
@@ -10,12 +11,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from .annotate import Annotator
 from .bindings import BindingCollector, ModuleBindings
+from .imports import add_spmd_imports
 from .rewrite import ERROR, NOTE, Finding, MappingCallRewriter, MarkerStyle, Options
 from .table import MAPPINGS
 
@@ -76,37 +76,28 @@ def _spmd_is_taken(bindings: ModuleBindings) -> str:
     return ""
 
 
-class _NameUses(cst.CSTVisitor):
-    """Names read anywhere outside import statements, and string constants (``__all__``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: set[str] = set()
-        self.strings: set[str] = set()
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        value = node.evaluated_value
-        if isinstance(value, str):
-            self.strings.add(value)
+def _names_in_use(code: str) -> set[str] | None:
+    """Names read outside import statements, and string constants (``__all__``); by ast (fast)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None  # syntax newer than this Python: no notes
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.add(node.value)
+    return used
 
 
-def _unused_import_notes(module: cst.Module, bindings: ModuleBindings, heads: set[str]) -> list[Finding]:
+def _unused_import_notes(code: str, bindings: ModuleBindings, heads: set[str]) -> list[Finding]:
     """One note per import statement whose names the rewritten calls used and nothing uses now."""
-    uses = _NameUses()
-    module.visit(uses)
+    used = _names_in_use(code)
+    if used is None:
+        return []
     unused: dict[tuple[int, int], list[str]] = {}
-    for head in sorted(heads):
-        if head in uses.names or head in uses.strings:
-            continue
+    for head in sorted(heads - used):
         for imp in bindings.imports.get(head, ()):
             start = imp.position.start
             unused.setdefault((start.line, start.column + 1), []).append(f"`{head}`")
@@ -162,15 +153,13 @@ def migrate_source(code: bytes | str, path: Path, options: Options) -> FileResul
         needed |= annotator.stats.markers
 
     if result.rewritten or result.annotated:
-        context = CodemodContext()
-        if result.rewritten:
-            AddImportsVisitor.add_needed_import(context, "spmd")
-        for name in sorted(style.imports_for(needed)):
-            AddImportsVisitor.add_needed_import(context, "spmd", name)
-        if style.qualified & needed:
-            AddImportsVisitor.add_needed_import(context, "spmd")
-        new_module = AddImportsVisitor(context).transform_module(new_module)
-        result.findings.extend(_unused_import_notes(new_module, bindings, rewriter.stats.used_heads))
-    result.findings.sort(key=lambda f: (f.line, f.column))
+        new_module = add_spmd_imports(
+            new_module,
+            need_module=bool(result.rewritten or style.qualified & needed),
+            names=style.imports_for(needed),
+        )
     result.migrated = new_module.code
+    if result.rewritten:
+        result.findings.extend(_unused_import_notes(result.migrated, bindings, rewriter.stats.used_heads))
+    result.findings.sort(key=lambda f: (f.line, f.column))
     return result

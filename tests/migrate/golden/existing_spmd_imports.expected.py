@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import spmd
-from spmd import R, I, Tensor
+from spmd import I, R, Tensor
 from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
 
 

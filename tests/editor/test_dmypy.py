@@ -1,0 +1,104 @@
+"""The plugin under the mypy daemon (dmypy), the way editors use it.
+
+One daemon over a temp project (mypy.ini with the plugin and ``mesh_axes = dp, tp``):
+
+1. ``dmypy check m.py`` gives the same diagnostics as plain mypy (one spmd error);
+2. after an edit (the error fixed, a different spmd error on another line) the next check shows
+   exactly the new error;
+3. a change to the plugin's config section (``dp`` renamed ``data``, so ``R["dp"]`` names an
+   unknown axis) is NOT seen by ``dmypy check``: the daemon keeps the plugin instance (and its
+   config) it started with, and mypy's checks of whether to restart do not look at a plugin's
+   own config section.  ``dmypy restart`` is the step that picks it up; after it the
+   diagnostics are plain mypy's under the new config.
+
+Speed: the daemon and plain mypy start from a warm fine-grained cache of torch (see conftest);
+``--use-fine-grained-cache`` makes a daemon start load it instead of analysing torch again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from editor_util import (  # noqa: E402
+    SOURCE_V1,
+    SOURCE_V2,
+    V1_ERRORS,
+    V2_ERRORS,
+    Dmypy,
+    copy_cache,
+    diagnostic_lines,
+    errors,
+    mypy,
+    write_project,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+# dmypy start/restart options, then (after "--") the mypy flags of the daemon
+DAEMON_ARGS = ["--log-file", "dmypy.log", "--", "--use-fine-grained-cache"]
+
+
+@pytest.fixture
+def project(tmp_path: Path, warm_cache: Path) -> Path:
+    if shutil.which("dmypy") is None and not (Path(sys.executable).parent / "dmypy").exists():
+        pytest.skip("dmypy is not installed")
+    copy_cache(warm_cache, tmp_path / "daemon-cache")
+    copy_cache(warm_cache, tmp_path / "plain-cache")
+    write_project(tmp_path, tmp_path / "daemon-cache", "dp, tp")
+    (tmp_path / "m.py").write_text(SOURCE_V1)
+    return tmp_path
+
+
+@pytest.fixture
+def daemon(project: Path):
+    d = Dmypy(project)
+    yield d
+    d.stop()
+    assert not d.status_file.exists()
+
+
+def plain(project: Path) -> str:
+    """Plain (non-daemon) mypy on m.py, its own cache dir."""
+    return mypy(project, "--cache-dir", str(project / "plain-cache"), "m.py").stdout
+
+
+def test_dmypy_matches_mypy_follows_edits_and_restart_picks_up_config(project: Path, daemon: Dmypy) -> None:
+    # 1. first check == plain mypy
+    started = daemon("start", *DAEMON_ARGS)
+    assert started.returncode == 0, started.stdout + started.stderr
+    first = daemon("check", "m.py")
+    assert first.returncode == 1, first.stdout + first.stderr + daemon.log()
+    assert errors(first.stdout) == V1_ERRORS, first.stdout
+    assert diagnostic_lines(first.stdout) == diagnostic_lines(plain(project))
+
+    # 2. an edit: the old error gone, the new one on its line
+    (project / "m.py").write_text(SOURCE_V2)
+    second = daemon("check", "m.py")
+    assert errors(second.stdout) == V2_ERRORS, second.stdout
+    assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
+
+    # 3. a config change: `dmypy check` (and `recheck`) still answer with the old config...
+    write_project(project, project / "daemon-cache", "data, tp")
+    expected = plain(project)
+    new_errors = errors(expected)
+    assert (10, "spmd-annotation") in new_errors, expected
+    assert 'unknown mesh axis "dp"' in expected, expected
+    assert new_errors != V2_ERRORS
+    stale = daemon("check", "m.py")
+    assert errors(stale.stdout) == V2_ERRORS, (
+        "dmypy check picked up a plugin config change without a restart: update docs/editor.md\n"
+        + stale.stdout)
+    (project / "m.py").write_text(SOURCE_V2 + "\n# touched\n")  # not even an edit of the file helps
+    assert errors(daemon("check", "m.py").stdout) == V2_ERRORS
+
+    # ... and `dmypy restart` is the step that picks it up
+    restarted = daemon("restart", *DAEMON_ARGS)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    after = daemon("check", "m.py")
+    assert errors(after.stdout) == new_errors, after.stdout + daemon.log()
+    assert diagnostic_lines(after.stdout) == diagnostic_lines(plain(project))
