@@ -160,7 +160,7 @@ def bench_collectives(quick: bool) -> list[tuple]:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
     spmd.set_mesh(mesh)
     group = mesh.get_group("tp")
-    plan = {"1KB": (30, 40), "1MB": (20, 6), "16MB": (8, 1)}
+    plan = {"1KB": (60, 40), "1MB": (40, 6), "16MB": (10, 1)}
     rows = []
     for label, nbytes in SIZES.items():
         rounds, calls = plan[label]
@@ -277,7 +277,7 @@ def bench_mlp(shape: tuple[int, int], quick: bool) -> tuple[float, ...]:
         torch.testing.assert_close(l1, l2)
         for a, b in zip(p_typed, p_mega):
             torch.testing.assert_close(a, b)
-        rounds = 6 if quick else 25
+        rounds = 6 if quick else 40
         s = interleaved({
             "typed": lambda: typed_step(x, target, p_typed, 1e-3),
             "megatron": lambda: megatron_step(x, target, p_mega, 1e-3, dp_group, tp_group),

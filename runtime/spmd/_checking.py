@@ -24,8 +24,10 @@ What is typed
     every axis) unless ``typecheck(strict=True)``; every other op's result gets
     the engine's type, on each tensor output (``split``/``chunk``/``unbind``
     too).  The typed collectives (``spmd.all_reduce``...) call
-    :func:`on_collective`, which checks ``src`` against the input's tracked type
-    and the pair against the table, and stamps ``dst``.
+    :func:`on_collective` after they ran, which checks ``src`` against the
+    input's tracked type and the pair against the table, and stamps ``dst``;
+    the ops on a collective's internal buffers are not the user's and never
+    raise (``suspended()`` pauses checking altogether).
 
 Operands
     Read from the call the way the plugin reads them from torch's stubs (see
@@ -52,6 +54,10 @@ In-place ops (``add_``, ``x += y``, ``x[i] = y``, ``out=``, ``F.relu(x, inplace=
     without an explicit gradient check the loss (I or P on every known axis);
     ``torch.autograd.grad``'s results and ``x.grad`` get the dual type.
 
+Messages
+    Operands are named after the caller's variables (``h``, ``self.weight``),
+    found by identity in the calling frame when an error is raised.
+
 Cost
     Outside the block nothing is installed: ``spmd.declare``/``spmd.reveal``
     are a global read.  Inside, each call costs a cached plan lookup, a side
@@ -67,7 +73,7 @@ import functools
 import os
 import sys
 import weakref
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -111,8 +117,9 @@ def _canon(t: SpmdType) -> SpmdType:
     return c
 
 
-class _Ref(weakref.ref):
+class _Ref(weakref.ref):  # type: ignore[type-arg]
     __slots__ = ("key",)
+    key: int
 
 
 def _forget(ref: _Ref) -> None:
@@ -171,7 +178,7 @@ _SKIP_DIRS = (_RUNTIME_DIR + os.sep, _TORCH_DIR + os.sep, os.path.dirname(contex
 
 
 def _user_frame() -> Any:
-    f = sys._getframe(1)
+    f: Any = sys._getframe(1)
     while f is not None:
         fn = os.path.abspath(f.f_code.co_filename)
         if not fn.startswith(_SKIP_DIRS):
@@ -221,7 +228,7 @@ _INTERNAL_FILES = frozenset(os.path.join(_RUNTIME_DIR, f) for f in ("_collective
 
 
 def _in_collective_internals() -> bool:
-    f = sys._getframe(2)
+    f: Any = sys._getframe(2)
     while f is not None:
         fn = os.path.abspath(f.f_code.co_filename)
         if fn in _INTERNAL_FILES:
@@ -236,7 +243,7 @@ _PAUSED = 0
 
 
 @contextlib.contextmanager
-def suspended() -> Iterable[None]:
+def suspended() -> Iterator[None]:
     """Pause checking (and tracking) inside the block: for the implementation of ops that
     type their result themselves (the collectives call on_collective afterwards)."""
     global _PAUSED
@@ -385,6 +392,7 @@ class _Mode(TorchFunctionMode):
     def _propagate(self, plan: Plan, ops: list, types: list, grad_on: bool,
                    texts: list[str] | None) -> Any:
         spec = plan.spec
+        assert spec is not None
         operands = []
         for i, ((v, is_index), t) in enumerate(zip(ops, types)):
             text = texts[i] if texts is not None else _default_text(i)
@@ -522,8 +530,8 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str) -> None:
     # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew.
     d = have.as_dict()
     for axis, lt in want.axes:
-        old = d.get(axis)
-        if old is None or old.dim is None:
+        known = d.get(axis)
+        if known is None or known.dim is None:
             d[axis] = lt
     _set(x, SpmdType.of(d, want.spec if want.spec is not None else have.spec))
 

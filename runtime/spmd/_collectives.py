@@ -1,9 +1,11 @@
 """Typed collectives and conversions: differentiable ops whose backward is the table's.
 
 Communication layer: raw c10d calls (``dist.all_reduce``, ``dist.all_gather_single``,
-``dist.reduce_scatter_single``, ``dist.all_to_all_single``) on flattened contiguous
-buffers, not the functional collectives.  Measured on this machine, gloo, 2 ranks,
-float64, medians of 200 (1 KB) / 40 (1 MB) interleaved calls, microseconds per call:
+``dist.reduce_scatter_single``, ``dist.all_to_all_single``, see :mod:`._dist_utils`) on
+contiguous buffers split on dim 0, not the functional collectives
+(``torch.distributed._functional_collectives`` + ``wait_tensor``).  Measured on this
+machine (2 shared cores), gloo, 2 ranks, float64, medians of 200 (1 KB) / 40 (1 MB)
+interleaved calls, microseconds per call:
 
     op               raw c10d 1KB   functional 1KB   raw c10d 1MB   functional 1MB
     all_reduce          775            1332             2979           2925
@@ -11,8 +13,9 @@ float64, medians of 200 (1 KB) / 40 (1 MB) interleaved calls, microseconds per c
     reduce_scatter      927            1444             3242           4289
     all_to_all          612            1054             1136           2499
 
-The raw calls win everywhere except all_reduce at 1 MB (a tie within the ~3 % noise).
-Both forms run on gloo and NCCL; nothing here assumes a CPU tensor.
+The raw calls win everywhere except all_reduce at 1 MB (a tie within the noise); the
+functional form would be the one to use under torch.compile.  Both run on gloo and NCCL:
+buffers are made like the input (dtype, device), nothing assumes a CPU tensor.
 
 The ops (``x`` on each rank, ``N`` ranks on the axis, ``k`` this rank's index)::
 
@@ -46,6 +49,7 @@ from . import _dist_utils as du
 from . import _mesh
 from ._types import P, local_type_of
 
+
 class SpmdCollectiveError(SpmdTypeError, TypeError):
     """A collective called with a src/dst pair outside the table, without expert_mode, ...
 
@@ -64,19 +68,22 @@ Impl = Callable[["_Step", torch.Tensor, "tuple[int, ...] | None"], torch.Tensor]
 class _Step:
     """``op(src, dst)`` on one axis group; S forms carry their dims (as written, maybe < 0).
 
-    ``scale`` multiplies the result (``op="avg"`` and its backward).
+    ``scale`` multiplies the result (``op="avg"`` and its backward).  ``in_backward``: a
+    step of a backward, whose result is only ever a gradient (so it may alias its input).
     """
 
-    __slots__ = ("op", "src", "dst", "src_dim", "dst_dim", "group", "scale", "transition",
-                 "impl", "_backward")
+    __slots__ = ("op", "src", "dst", "src_dim", "dst_dim", "group", "scale", "in_backward",
+                 "transition", "impl", "_backward")
 
     def __init__(self, transition: Transition, src_dim: int | None, dst_dim: int | None,
-                 group: du.AxisGroup | None, scale: float | None = None) -> None:
+                 group: du.AxisGroup | None, scale: float | None = None,
+                 in_backward: bool = False) -> None:
         self.transition = transition
         self.op, self.src, self.dst = transition.forward.op, transition.src, transition.dst
         self.src_dim, self.dst_dim = src_dim, dst_dim
         self.group = group
         self.scale = scale
+        self.in_backward = in_backward
         self.impl: Impl = _IMPLS[(self.op, self.src, self.dst)]
         self._backward: tuple[_Step, ...] | None = None
 
@@ -94,7 +101,8 @@ class _Step:
                     sd = dim if s.src == "S" else None
                     dd = dim if s.dst == "S" else None
                 scale = self.scale if n == 0 else None
-                out.append(_Step(TRANSITIONS[(s.op, s.src, s.dst)], sd, dd, self.group, scale))
+                out.append(_Step(TRANSITIONS[(s.op, s.src, s.dst)], sd, dd, self.group, scale,
+                                 in_backward=True))
             steps = self._backward = tuple(out)
         return steps
 
@@ -172,7 +180,10 @@ def _identity(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
 
 
 def _all_reduce_sum(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
-    y = du.all_reduce(x, _group(step))
+    g = _group(step)
+    if g.size == 1 and step.in_backward and step.scale is None:
+        return x  # a gradient on a one-rank axis (dp=1): no copy, as Megatron does
+    y = du.all_reduce(x, g)
     if step.scale is not None:
         y.mul_(step.scale)
     return y
@@ -346,7 +357,9 @@ class _Plan:
         self.op, self.axes, self.src, self.dst = op, axes, src, dst
         self.expert_mode, self.reduce_op = expert_mode, reduce_op
         self.step, self.group, self.no_grad_op = step, group, no_grad_op
-        self.uses_sizes = form(src) == "S" or form(dst) == "S"
+        # sizes= only means something to the ops that cut or join an S(i) dim
+        self.uses_sizes = (step is not None and step.op != "all_to_all"
+                           and "S" in (step.src, step.dst))
 
 
 def _axes_for_message(axis: Any) -> tuple[str, ...]:
@@ -410,8 +423,9 @@ def _plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
 def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Tensor:
     if sizes is not None:
         if not plan.uses_sizes:
-            raise ValueError(f"{plan.op}: sizes= gives the per-rank lengths of an uneven S(i) shard; "
-                             f"src={plan.src}, dst={plan.dst} has no shard")
+            raise ValueError(f"{plan.op}(src={plan.src}, dst={plan.dst}) takes no sizes= (the "
+                             f"per-rank lengths of an uneven S(i) shard that is gathered, "
+                             f"scattered, cut or padded): it has no shard")
         sizes = tuple(int(s) for s in sizes)
     if plan.no_grad_op is not None:
         if x.requires_grad and torch.is_grad_enabled():

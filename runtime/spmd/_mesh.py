@@ -43,7 +43,8 @@ class _Binding:
 
     def __init__(self, mesh: Any) -> None:
         if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
-            raise TypeError(f"spmd.set_mesh takes a torch.distributed DeviceMesh, not {type(mesh).__name__}")
+            raise TypeError("spmd.set_mesh takes a torch.distributed DeviceMesh with dim names, "
+                            f"not {type(mesh).__name__}")
         names = mesh.mesh_dim_names
         if not names:
             raise ValueError(
@@ -146,6 +147,9 @@ class _MeshScope:
         _current = self._previous
 
 
+_bindings: dict[int, _Binding] = {}  # id(mesh) -> its binding: caches survive set_mesh again
+
+
 def set_mesh(mesh: Any) -> _MeshScope:
     """Make ``mesh`` (a DeviceMesh with dim names) the current mesh; ``None`` unsets it.
 
@@ -158,7 +162,13 @@ def set_mesh(mesh: Any) -> _MeshScope:
     """
     global _current
     previous = _current
-    _current = None if mesh is None else _Binding(mesh)
+    if mesh is None:
+        _current = None
+    else:
+        binding = _bindings.get(id(mesh))
+        if binding is None or binding.mesh is not mesh:
+            binding = _bindings[id(mesh)] = _Binding(mesh)
+        _current = binding
     return _MeshScope(mesh, previous)
 
 

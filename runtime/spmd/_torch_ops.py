@@ -305,9 +305,10 @@ def build_plan(func: Any) -> Plan:
     except TypeError:  # unhashable
         override = None
     canon = None
+    params: tuple[str, ...] | None
+    varargs: str | None = None
     if override is not None:
         params, canon = override
-        varargs = None
     else:
         params, varargs = _params_of(func)
     inplace = (name.endswith("_") and not name.startswith("_")) or name == "__setitem__"
@@ -346,10 +347,8 @@ def extract(plan: Plan, args: tuple, kwargs: dict) -> tuple[list[tuple[Any, bool
     if kwargs:
         keyword = plan.keyword
         for k, v in kwargs.items():
-            cls = keyword.get(k)
-            if cls is None:
-                cls = _formal_class(k)
-            _add(ops, outs, v, cls)
+            kcls = keyword.get(k)
+            _add(ops, outs, v, _formal_class(k) if kcls is None else kcls)
     return ops, outs
 
 

@@ -100,7 +100,7 @@ class Operand:
 # ``b + a`` reflected is ``add`` with the operands swapped, ``a += b`` is ``add_``).
 
 _ELEMENTWISE_LINEAR = """
-add sub subtract neg negative positive clone contiguous detach detach_ real imag conj
+add sub subtract rsub neg negative positive clone contiguous detach detach_ real imag conj
 resolve_conj resolve_neg to float double half bfloat16 type type_as cpu cuda
 requires_grad_ zero_
 """.split()
@@ -149,7 +149,9 @@ FACTORIES = frozenset(
     """
 zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor
 as_tensor from_numpy zeros_like ones_like empty_like full_like rand_like randn_like
-randint_like new_zeros new_ones new_empty new_full new_tensor scalar_tensor
+randint_like new_zeros new_ones new_empty new_full new_tensor scalar_tensor new
+empty_strided new_empty_strided range tril_indices triu_indices frombuffer asarray
+hann_window hamming_window blackman_window bartlett_window kaiser_window
 """.split()
 )
 

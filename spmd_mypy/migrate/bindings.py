@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import CodeRange, PositionProvider
 
 from .table import MAPPINGS_BY_NAME, MEGATRON_MAPPING_MODULES, Mapping
 
+
+if TYPE_CHECKING:
+    from .locate import Locator
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a chain of attributes on a name, else None."""
@@ -59,7 +62,7 @@ def target_names(node: cst.CSTNode) -> list[str]:
 class Import:
     local_name: str
     qualified: str  # what the local name refers to: "megatron.core.tensor_parallel.X"
-    position: CodeRange
+    statement: cst.Import | cst.ImportFrom  # locate it with the Locator
 
 
 @dataclass
@@ -158,13 +161,12 @@ def megatron_mapping(bindings: ModuleBindings, func: cst.BaseExpression) -> tupl
 
 
 class BindingCollector(cst.CSTVisitor):
-    """Fills a :class:`ModuleBindings` for one module (run it through a MetadataWrapper)."""
+    """Fills a :class:`ModuleBindings` for one module, registering calls and imports to locate."""
 
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, locator: Locator) -> None:
         super().__init__()
         self.bindings = ModuleBindings(module_parts=module_of_path(path), is_package=path.stem == "__init__")
+        self.locator = locator
         self._function_depth = 0
         self._class_depth = 0
 
@@ -179,21 +181,24 @@ class BindingCollector(cst.CSTVisitor):
         package = package[: len(package) - (level - 1)]
         return ".".join(package + ([module] if module else []))
 
+    def visit_Call(self, node: cst.Call) -> None:
+        self.locator.register(node)
+
     def visit_Import(self, node: cst.Import) -> bool:
-        position = self.get_metadata(PositionProvider, node)
+        self.locator.register(node)
         for alias in node.names:
             full = dotted_name(alias.name) or ""
             if alias.asname is not None:
                 local = target_names(alias.asname.name)
                 for name in local:
-                    self.bindings.imports[name].append(Import(name, full, position))
+                    self.bindings.imports[name].append(Import(name, full, node))
             else:
                 head = full.partition(".")[0]
-                self.bindings.imports[head].append(Import(head, head, position))
+                self.bindings.imports[head].append(Import(head, head, node))
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        position = self.get_metadata(PositionProvider, node)
+        self.locator.register(node)
         module = self._absolute_module(node)
         if isinstance(node.names, cst.ImportStar):
             self.bindings.star_modules.append(module)
@@ -202,7 +207,7 @@ class BindingCollector(cst.CSTVisitor):
             name = dotted_name(alias.name) or ""
             local = target_names(alias.asname.name) if alias.asname is not None else [name]
             for local_name in local:
-                self.bindings.imports[local_name].append(Import(local_name, f"{module}.{name}", position))
+                self.bindings.imports[local_name].append(Import(local_name, f"{module}.{name}", node))
         return False
 
     def _bind(self, node: cst.CSTNode) -> None:

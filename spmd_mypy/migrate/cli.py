@@ -114,7 +114,10 @@ def run(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Tex
     """Diffs go to stdout, report lines (``path:line:col: not migrated: reason``) to stderr."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error (argparse printed it)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     options = options_from_args(args)
     files, missing = python_files(args.paths)
     failed = len(missing)

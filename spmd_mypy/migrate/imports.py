@@ -124,4 +124,5 @@ def add_spmd_imports(module: cst.Module, *, need_module: bool, names: set[str]) 
         new_statements[0] = new_statements[0].with_changes(leading_lines=following.leading_lines)  # type: ignore[attr-defined]
         body[index] = following.with_changes(leading_lines=[cst.EmptyLine()])  # type: ignore[call-arg]
     body[index:index] = new_statements
-    return module.with_changes(body=body)
+    # An empty file has no trailing newline to keep; the added lines need one.
+    return module.with_changes(body=body, has_trailing_newline=module.has_trailing_newline or not module.body)

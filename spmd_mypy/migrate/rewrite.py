@@ -14,9 +14,9 @@ from types import MappingProxyType
 from typing import Mapping as MappingT, Union
 
 import libcst as cst
-from libcst.metadata import PositionProvider
 
 from .bindings import ModuleBindings, dotted_name, megatron_mapping
+from .locate import Locator
 from .table import (
     DEFAULT_GROUP_GETTERS,
     DEFAULT_TP_AXIS,
@@ -293,11 +293,12 @@ class RewriteStats:
 
 
 class MappingCallRewriter(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self, bindings: ModuleBindings, options: Options, style: MarkerStyle, blocked: str = "") -> None:
+    def __init__(
+        self, bindings: ModuleBindings, locator: Locator, options: Options, style: MarkerStyle, blocked: str = ""
+    ) -> None:
         super().__init__()
         self.bindings = bindings
+        self.locator = locator
         self.options = options
         self.style = style
         self.blocked = blocked  # a reason no call in this file can be rewritten
@@ -305,8 +306,8 @@ class MappingCallRewriter(cst.CSTTransformer):
         self.stats = RewriteStats()
 
     def _report(self, node: cst.CSTNode, message: str, kind: str = NOT_MIGRATED) -> None:
-        start = self.get_metadata(PositionProvider, node).start
-        self.findings.append(Finding(start.line, start.column + 1, kind, message))
+        line, column = self.locator.position(node)
+        self.findings.append(Finding(line, column, kind, message))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         mapping, why_not = megatron_mapping(self.bindings, original_node.func)

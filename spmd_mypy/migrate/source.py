@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
 from .annotate import Annotator
 from .bindings import BindingCollector, ModuleBindings
 from .imports import add_spmd_imports
+from .locate import Locator
 from .rewrite import ERROR, NOTE, Finding, MappingCallRewriter, MarkerStyle, Options
 from .table import MAPPINGS
 
@@ -91,7 +91,7 @@ def _names_in_use(code: str) -> set[str] | None:
     return used
 
 
-def _unused_import_notes(code: str, bindings: ModuleBindings, heads: set[str]) -> list[Finding]:
+def _unused_import_notes(code: str, bindings: ModuleBindings, locator: Locator, heads: set[str]) -> list[Finding]:
     """One note per import statement whose names the rewritten calls used and nothing uses now."""
     used = _names_in_use(code)
     if used is None:
@@ -99,8 +99,7 @@ def _unused_import_notes(code: str, bindings: ModuleBindings, heads: set[str]) -
     unused: dict[tuple[int, int], list[str]] = {}
     for head in sorted(heads - used):
         for imp in bindings.imports.get(head, ()):
-            start = imp.position.start
-            unused.setdefault((start.line, start.column + 1), []).append(f"`{head}`")
+            unused.setdefault(locator.position(imp.statement), []).append(f"`{head}`")
     return [
         Finding(
             line, column, NOTE,
@@ -135,13 +134,13 @@ def migrate_source(code: bytes | str, path: Path, options: Options) -> FileResul
         result.parse_error = Finding(error.editor_line, error.editor_column, ERROR, f"cannot parse: {message}")
         return result
 
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    collector = BindingCollector(path)
-    wrapper.visit(collector)
+    locator = Locator(module, result.original)
+    collector = BindingCollector(path, locator)
+    module.visit(collector)
     bindings = collector.bindings
     style = marker_style(bindings)
-    rewriter = MappingCallRewriter(bindings, options, style, blocked=_spmd_is_taken(bindings))
-    new_module = wrapper.visit(rewriter)
+    rewriter = MappingCallRewriter(bindings, locator, options, style, blocked=_spmd_is_taken(bindings))
+    new_module = module.visit(rewriter)
     result.findings.extend(rewriter.findings)
     result.rewritten = rewriter.stats.rewritten
     needed = set(rewriter.stats.markers)
@@ -158,8 +157,11 @@ def migrate_source(code: bytes | str, path: Path, options: Options) -> FileResul
             need_module=bool(result.rewritten or style.qualified & needed),
             names=style.imports_for(needed),
         )
-    result.migrated = new_module.code
+        result.migrated = new_module.code
+    else:
+        result.migrated = result.original
     if result.rewritten:
-        result.findings.extend(_unused_import_notes(result.migrated, bindings, rewriter.stats.used_heads))
+        notes = _unused_import_notes(result.migrated, bindings, locator, rewriter.stats.used_heads)
+        result.findings.extend(notes)
     result.findings.sort(key=lambda f: (f.line, f.column))
     return result

@@ -88,6 +88,8 @@ DUNDERS: dict[str, tuple[str, bool]] = {  # method -> (op name, reflected)
 }
 
 SPMD_COLLECTIVES = frozenset(coll.OPS)
+_TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
+                      "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
 RAW_COLLECTIVES = frozenset(
     """all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor
     all_to_all all_to_all_single broadcast reduce all_reduce_coalesced""".split()
@@ -143,8 +145,21 @@ class CallTyper:
         return self.plugin.types
 
     def report(self, ctx: AnyCtx, errors: Sequence[SpmdError], context: Context | None = None) -> None:
-        for err in errors:
-            ctx.api.fail(err.message, context or ctx.context, code=ERROR_CODES[err.code])
+        """Report past mypy's error watchers: for ``1 + x`` mypy tries ``int.__add__`` and
+        ``x.__radd__`` with errors filtered, and an error inside the hook would make it
+        drop the variant ("Unsupported operand types") and lose the SPMD message."""
+        if not errors:
+            return
+        store = ctx.api.msg.errors  # type: ignore[attr-defined]
+        watchers = getattr(store, "_watchers", None)
+        if watchers:
+            store._watchers = []
+        try:
+            for err in errors:
+                ctx.api.fail(err.message, context or ctx.context, code=ERROR_CODES[err.code])
+        finally:
+            if watchers:
+                store._watchers = watchers
 
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         if _is_detached(expr):
@@ -166,7 +181,7 @@ class CallTyper:
         if isinstance(p, Instance):
             if self.types.from_type(p) is not None:
                 return inst
-            if p.type.fullname in ("builtins.list", "builtins.tuple") and p.args:
+            if p.type.fullname in _TENSOR_CONTAINERS and p.args:
                 if self.types.from_type(p.args[0]) is not None:
                     return p.copy_modified(args=[inst])
             return default
@@ -177,7 +192,7 @@ class CallTyper:
 
     # -- operands --------------------------------------------------------------------
     def operands(self, ctx: AnyCtx, receiver: Expression | None, receiver_type: Type | None,
-                 ) -> tuple[list[Operand], Operand | None, bool]:
+                 dunder: bool = False) -> tuple[list[Operand], Operand | None, bool]:
         """(operands in formal order, the out= target, whether any operand is typed)."""
         ops: list[Operand] = []
         out: Operand | None = None
@@ -199,7 +214,8 @@ class CallTyper:
                 for it, ie in items:
                     t = self.types.from_type(it)
                     if t is None:
-                        if it is not None and _is_scalar(it) and name in SCALAR_OPERAND_NAMES:
+                        if it is not None and _is_scalar(it) and (
+                                name in SCALAR_OPERAND_NAMES or (formal is None and dunder)):
                             ops.append(Operand(None, expr_text(ie)))
                         continue
                     any_typed = any_typed or bool(t)
@@ -215,6 +231,8 @@ class CallTyper:
     # -- torch ops ---------------------------------------------------------------------
     def op_hook(self, op: str, *, method: bool, reflected: bool = False) -> Callable[[AnyCtx], Type]:
         spec = classify(op)
+        dunder = method and (op in ("__getitem__", "__setitem__") or any(
+            op == v[0] for v in DUNDERS.values()))
         inplace = op.endswith("_") and not op.startswith("__") or op == "__setitem__"
 
         def hook(ctx: AnyCtx) -> Type:
@@ -231,7 +249,7 @@ class CallTyper:
                     receiver = c.base
                 elif isinstance(c, UnaryExpr):
                     receiver = c.expr
-            ops, out, any_typed = self.operands(ctx, receiver, receiver_type)
+            ops, out, any_typed = self.operands(ctx, receiver, receiver_type, dunder)
             if not any_typed:
                 return ctx.default_return_type
             if reflected and len(ops) == 2:

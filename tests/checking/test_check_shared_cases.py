@@ -28,17 +28,6 @@ shared = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 sys.modules["spmd_shared_cases"] = shared
 _spec.loader.exec_module(shared)  # type: ignore[union-attr]
 
-# The engine's SpmdTypeError derives from TypeError, which torch's operator wrappers
-# (Tensor.__add__ & co) turn into NotImplemented: an error raised for ``a + b`` then
-# surfaces as Python's "unsupported operand type(s)", and for ``a += b`` Python falls
-# back to ``a = a + b`` with no error at all.  Cases that hit this are expected to fail
-# until the engine's SpmdTypeError stops being a TypeError (see the report).
-ENGINE_ERROR_IS_TYPEERROR = issubclass(SpmdTypeError, TypeError)
-OPERATOR_SWALLOWED = "engine: SpmdTypeError is a TypeError, which torch's operators swallow"
-
-_OPERATORS = (" + ", " - ", " * ", " / ", " @ ", " ** ", " > ", " < ", "+=", "-=", "*=", "/=",
-              "= -", "= 1 -", "= 2 ")
-
 NS = {"torch": torch, "F": F, "spmd": spmd, "Tensor": Tensor, "R": R, "I": I, "V": V, "P": P,
       "S": S, "PS": PS}
 
@@ -122,9 +111,6 @@ def test_case(c, request) -> None:  # noqa: ANN001
         request.getfixturevalue("mesh")
     ns, err, filename = run_case(c)
     if c.error is not None:
-        if ENGINE_ERROR_IS_TYPEERROR and not isinstance(err, SpmdTypeError) and any(
-                op in c.lines[-1] for op in _OPERATORS):
-            pytest.xfail(OPERATOR_SWALLOWED)
         assert isinstance(err, SpmdTypeError), f"expected {c.error}, got {err!r}"
         assert err.code == c.error, str(err)
         assert _error_line(err, filename) == len(c.lines), "the error must be on the last line"

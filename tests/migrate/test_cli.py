@@ -201,3 +201,10 @@ def test_each_typed_call_is_a_valid_transition_with_megatrons_backward(mapping: 
         assert not transition.expert
         expected_op = BACKWARD_OPS[megatron_backward.split(" ")[0].split(",")[0]]
         assert [step.op for step in transition.backward][-1] == expected_op
+
+
+def test_usage_errors_return_2_and_help_returns_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert migrate.main([]) == 2
+    assert migrate.main(["--no-such-option", "x.py"]) == 2
+    assert migrate.main(["--help"]) == 0
+    assert "--group-expr" in capsys.readouterr().out

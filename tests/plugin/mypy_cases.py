@@ -122,7 +122,7 @@ class Case:
 
     @property
     def module(self) -> str:
-        return f"case_{self.name}"
+        return f"{self.file.stem}__{self.name}"
 
     @property
     def id(self) -> str:
@@ -283,12 +283,12 @@ def _make_case(path: Path, name: str, header_line: int, body: list[str], out_blo
 
 def load_cases(directory: Path = CASES_DIR) -> list[Case]:
     cases: list[Case] = []
-    seen: dict[str, Case] = {}
     for path in sorted(directory.glob("*.test")):
+        seen: set[str] = set()
         for case in parse_file(path):
             if case.name in seen:
-                raise CaseFileError(f"case {case.name} in {path.name} is also in {seen[case.name].file.name}")
-            seen[case.name] = case
+                raise CaseFileError(f"{path.name}: two cases named {case.name}")
+            seen.add(case.name)
             cases.append(case)
     return cases
 

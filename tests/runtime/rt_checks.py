@@ -61,6 +61,8 @@ class Ctx:
                 m = init_device_mesh("cpu", (self.world,), mesh_dim_names=("x",))
             elif key == "2x2":
                 m = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+            elif key == "1xN":  # an axis of one rank (dp=1 runs)
+                m = init_device_mesh("cpu", (1, self.world), mesh_dim_names=("one", "x"))
             elif key == "2x2T":  # transposed: rank order is not the flattened mesh order
                 m = DeviceMesh("cpu", torch.tensor([[0, 2], [1, 3]]), mesh_dim_names=("dp", "tp"))
             else:
@@ -410,6 +412,9 @@ def check_mesh_errors(ctx: Ctx, name: str) -> None:
                 lambda: spmd.convert(torch.ones(3), axis, src=R, dst=S(0)))
         _raises(ValueError, "has no shard",
                 lambda: spmd.redistribute(x, axis, src=P, dst=R, sizes=[2] * ctx.world))
+        sq = torch.ones(ctx.world, ctx.world)
+        _raises(ValueError, "takes no sizes",  # all_to_all has no uneven form
+                lambda: spmd.redistribute(sq, axis, src=S(0), dst=S(1), sizes=[1] * ctx.world))
         # a ProcessGroup of the mesh is accepted and known by its axis name
         pg = mesh.get_group(axis)
         y = spmd.all_reduce(x, pg, src=P, dst=R)
@@ -615,6 +620,18 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     def add(check_name: str, fn: Callable[..., None], **kw: Any) -> None:
         checks.append((check_name, functools.partial(fn, name=check_name, **kw)))
 
+    if name == "selftest":  # the harness itself: a failure on one rank, then a hang
+        def fails_on_rank_1(ctx: Ctx) -> None:
+            assert ctx.rank != 1, "deliberate failure on rank 1"
+
+        def hangs(ctx: Ctx) -> None:
+            if ctx.rank == 0:
+                dist.barrier()  # rank 1 never joins: only the deadline ends this
+            else:
+                import time
+                time.sleep(3600)
+
+        return [("fails-on-rank-1", fails_on_rank_1), ("hangs", hangs)]
     if name != "main":
         raise KeyError(name)
     p = f"w{world}"
@@ -630,6 +647,8 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/dtype-kept", check_dtype_kept)
     add(f"{p}/check-mode-hook", check_hook)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
+    if world == 2:
+        checks += list(_op_checks(f"{p}/1x2/one", "1xN", "one", full=False))
     if world == 4:
         checks += list(_op_checks(f"{p}/2x2/tp", "2x2", "tp", full=False))
         checks += list(_op_checks(f"{p}/2x2/(dp,tp)", "2x2", ("dp", "tp")))

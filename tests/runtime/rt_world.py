@@ -28,6 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVE_TIMEOUT = 30.0  # seconds a rank waits in one collective before gloo gives up
+SELFTEST_TIMEOUT = 10.0  # the deadline of the harness's own test world (it has a hang)
 
 
 @dataclass

@@ -38,3 +38,14 @@ def test_every_table_transition_is_checked():
         for names in (NAMES_2, NAMES_4):
             tag = f"{op}({s.replace('S', 'S0')},{d.replace('S', 'S0')})"
             assert any(n.endswith("/" + tag) for n in names), tag
+
+
+def test_the_harness_reports_a_failing_rank_and_kills_a_hanging_world(selftest_world):
+    import rt_world
+
+    results, seconds = selftest_world
+    assert seconds < rt_world.SELFTEST_TIMEOUT + 15
+    failed = results["fails-on-rank-1"]
+    assert not failed.ok and "rank 1" in failed.message and "deliberate failure" in failed.message
+    hung = results["hangs"]
+    assert not hung.ok and "timed out" in hung.message
