@@ -9,6 +9,7 @@ from ._types import I, P, PS, R, S, Shard, Tensor, V, grad_type
 
 # collectives, conversions, mesh, einsum family
 from ._collectives import (
+    SpmdCollectiveError,
     all_gather,
     all_reduce,
     all_to_all,
@@ -25,5 +26,6 @@ from ._checking import checked, declare, reveal, typecheck, typeof
 
 __all__ = ["Tensor", "R", "I", "V", "P", "S", "Shard", "PS", "grad_type",
            "set_mesh", "get_mesh", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-           "reinterpret", "convert", "redistribute", "einsum", "matmul", "linear", "sum",
+           "reinterpret", "convert", "redistribute", "SpmdCollectiveError",
+           "einsum", "matmul", "linear", "sum",
            "typecheck", "declare", "reveal", "typeof", "checked"]

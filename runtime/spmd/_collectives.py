@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from spmd_mypy.engine.collectives import TRANSITIONS, Transition, check_collective, form, route
+from spmd_mypy.engine.collectives import TRANSITIONS, Transition, check_collective, route
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import UNTYPED, LocalType
 

@@ -37,6 +37,12 @@ class TypedCall:
     dst: LocalType
 
 
+@dataclass(frozen=True)
+class CallSite:
+    call: TypedCall
+    on_every_path: bool  # runs whenever the function returns normally
+
+
 def _int_literal(node: cst.BaseExpression) -> int | None:
     if isinstance(node, cst.Integer):
         return int(node.value, 0)
@@ -108,8 +114,10 @@ class _FunctionBodyScan(cst.CSTVisitor):
     def __init__(self, reader: TypedCallReader) -> None:
         super().__init__()
         self.reader = reader
-        self.calls: list[TypedCall] = []
+        self.calls: list[CallSite] = []
         self.returns: list[cst.Return] = []
+        self._conditional = 0  # inside a branch, loop, try, comprehension or short-circuit
+        self._returned = False  # a return statement came before
         self.stores: dict[str, int] = {}
         self.assigned_from: dict[str, TypedCall] = {}  # v = <typed call>
         self.yields = False
@@ -134,10 +142,23 @@ class _FunctionBodyScan(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         typed = self.reader.read(node)
         if typed is not None:
-            self.calls.append(typed)
+            self.calls.append(CallSite(typed, on_every_path=not self._conditional and not self._returned))
 
     def visit_Return(self, node: cst.Return) -> None:
         self.returns.append(node)
+
+    def leave_Return(self, original_node: cst.Return) -> None:
+        self._returned = True
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, _CONDITIONAL):
+            self._conditional += 1
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        if isinstance(original_node, _CONDITIONAL):
+            self._conditional -= 1
 
     def visit_Yield(self, node: cst.Yield) -> None:
         self.yields = True
@@ -151,6 +172,8 @@ class _FunctionBodyScan(cst.CSTVisitor):
                 self.assigned_from[target.target.value] = typed
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is None:
+            return  # a declaration only: binds nothing
         self._store(target_names(node.target))
         if isinstance(node.value, cst.Call) and isinstance(node.target, cst.Name):
             typed = self.reader.read(node.value)
@@ -192,6 +215,15 @@ class _FunctionBodyScan(cst.CSTVisitor):
     def visit_MatchStar(self, node: cst.MatchStar) -> None:
         if node.name is not None:
             self._store([node.name.value])
+
+
+# Code under these may not run (or may run for some elements only).
+_CONDITIONAL: tuple[type[cst.CSTNode], ...] = (
+    cst.If, cst.For, cst.While, cst.Try, cst.Match, cst.IfExp, cst.BooleanOperation,
+    cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp,
+)
+if hasattr(cst, "TryStar"):
+    _CONDITIONAL += (cst.TryStar,)
 
 
 class _NonlocalCollector(cst.CSTVisitor):
@@ -296,15 +328,20 @@ class Annotator(cst.CSTTransformer):
         param_names = {p.name.value for p in all_params} | star_names
 
         param_types: dict[str, set[tuple[LocalType, str]]] = {}
-        for call in scan.calls:
+        fixed_on_every_path: set[str] = set()
+        for site in scan.calls:
+            call = site.call
             if isinstance(call.input, cst.Name) and call.input.value in param_names:
                 param_types.setdefault(call.input.value, set()).add((call.src, call.axis))
+                if site.on_every_path:
+                    fixed_on_every_path.add(call.input.value)
 
         def annotate_param(param: cst.Param) -> cst.Param:
             types = param_types.get(param.name.value)
             if (
                 not types
                 or len(types) != 1
+                or param.name.value not in fixed_on_every_path
                 or param.default is not None
                 or scan.stores.get(param.name.value)
                 or not _is_plain_tensor(param.annotation)
@@ -322,7 +359,5 @@ class Annotator(cst.CSTTransformer):
 
         returns = self._return_type(scan, param_names)
         if returns is not None and _is_plain_tensor(updated_node.returns) and _always_returns(updated_node.body):
-            new_returns = _annotation(self._type_code(*returns))
-            if updated_node.returns is None or not updated_node.returns.annotation.deep_equals(new_returns.annotation):
-                updated_node = updated_node.with_changes(returns=new_returns)
+            updated_node = updated_node.with_changes(returns=_annotation(self._type_code(*returns)))
         return updated_node

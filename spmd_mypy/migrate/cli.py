@@ -100,14 +100,14 @@ def python_files(paths: list[str]) -> tuple[list[Path], list[str]]:
 def unified_diff(result: FileResult) -> str:
     assert result.migrated is not None
     name = result.path.as_posix().lstrip("/")
-    return "".join(
-        difflib.unified_diff(
-            result.original.splitlines(keepends=True),
-            result.migrated.splitlines(keepends=True),
-            fromfile=f"a/{name}",
-            tofile=f"b/{name}",
-        )
+    lines = difflib.unified_diff(
+        result.original.splitlines(keepends=True),
+        result.migrated.splitlines(keepends=True),
+        fromfile=f"a/{name}",
+        tofile=f"b/{name}",
     )
+    # A last line without a newline gets the marker `patch` and `git apply` expect.
+    return "".join(line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n" for line in lines)
 
 
 def run(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -134,8 +134,8 @@ def run(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Tex
             continue
         result = migrate_source(code, path, options)
         if result.parse_error is not None:
-            error = result.parse_error
-            print(f"{path}:{error.line}:{error.column}: {error.kind}: {error.message}", file=err)
+            failure = result.parse_error
+            print(f"{path}:{failure.line}:{failure.column}: {failure.kind}: {failure.message}", file=err)
             failed += 1
             continue
         findings = result.findings

@@ -86,7 +86,7 @@ def _merge_names(node: cst.ImportFrom, new: list[str]) -> cst.ImportFrom:
 
 
 def add_spmd_imports(module: cst.Module, *, need_module: bool, names: set[str]) -> cst.Module:
-    body = list(module.body)
+    body: list[cst.BaseStatement] = list(module.body)
     has_module = any(_imports_spmd_module(s) for s in body)
     from_index = next((i for i, s in enumerate(body) if _from_spmd(s) is not None), None)
     imported = set()
@@ -101,14 +101,15 @@ def add_spmd_imports(module: cst.Module, *, need_module: bool, names: set[str]) 
         assert isinstance(statement, cst.SimpleStatementLine)
         node = _from_spmd(statement)
         assert node is not None
-        body[from_index] = statement.deep_replace(node, _merge_names(node, missing))  # type: ignore[assignment]
+        merged = [_merge_names(s, missing) if s is node else s for s in statement.body]
+        body[from_index] = statement.with_changes(body=merged)
         missing = []
 
-    new_statements: list[cst.SimpleStatementLine] = []
+    new_statements: list[cst.BaseStatement] = []
     if need_module and not has_module:
-        new_statements.append(cst.parse_statement("import spmd"))  # type: ignore[arg-type]
+        new_statements.append(cst.parse_statement("import spmd"))
     if missing:
-        new_statements.append(cst.parse_statement(f"from spmd import {', '.join(missing)}"))  # type: ignore[arg-type]
+        new_statements.append(cst.parse_statement(f"from spmd import {', '.join(missing)}"))
     if not new_statements:
         return module.with_changes(body=body)
 
@@ -121,8 +122,9 @@ def add_spmd_imports(module: cst.Module, *, need_module: bool, names: set[str]) 
     after_imports = index > 0 and _is_import_line(body[index - 1])
     if not after_imports and index < len(body):
         following = body[index]
-        new_statements[0] = new_statements[0].with_changes(leading_lines=following.leading_lines)  # type: ignore[attr-defined]
-        body[index] = following.with_changes(leading_lines=[cst.EmptyLine()])  # type: ignore[call-arg]
+        assert isinstance(following, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        new_statements[0] = new_statements[0].with_changes(leading_lines=following.leading_lines)
+        body[index] = following.with_changes(leading_lines=[cst.EmptyLine()])
     body[index:index] = new_statements
     # An empty file has no trailing newline to keep; the added lines need one.
     return module.with_changes(body=body, has_trailing_newline=module.has_trailing_newline or not module.body)

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping as MappingT, Union
+from typing import Mapping as MappingT, Sequence
 
 import libcst as cst
 
 from .bindings import ModuleBindings, dotted_name, megatron_mapping
 from .locate import Locator
+from spmd_mypy.engine.types import LocalType
+
 from .table import (
     DEFAULT_GROUP_GETTERS,
     DEFAULT_TP_AXIS,
     DISTINCTIVE_NAMES,
-    LocalType,
     Mapping,
     Role,
     entry_code,
@@ -106,7 +107,7 @@ def _group_hint(expr: cst.BaseExpression) -> str:
     return ""
 
 
-def bind_arguments(mapping: Mapping, args: tuple[cst.Arg, ...] | list[cst.Arg]) -> dict[str, cst.Arg] | str:
+def bind_arguments(mapping: Mapping, args: Sequence[cst.Arg]) -> dict[str, cst.Arg] | str:
     """Match a call's arguments to Megatron's signature, as Python would; a reason on failure."""
     bound: dict[str, cst.Arg] = {}
     names = [p.name for p in mapping.params]
@@ -133,7 +134,7 @@ def bind_arguments(mapping: Mapping, args: tuple[cst.Arg, ...] | list[cst.Arg]) 
     return bound
 
 
-def plan_call(mapping: Mapping, args: tuple[cst.Arg, ...] | list[cst.Arg], options: Options) -> CallPlan | str:
+def plan_call(mapping: Mapping, args: Sequence[cst.Arg], options: Options) -> CallPlan | str:
     """How to rewrite a call, or why it cannot be (never a guess)."""
     bound = bind_arguments(mapping, args)
     if isinstance(bound, str):

@@ -28,7 +28,7 @@ SPMD_NAMES = ("Tensor", "R", "I", "V", "P", "S")
 class FileResult:
     path: Path
     original: str = ""
-    migrated: str | None = None  # None: nothing to write (unchanged, or not parsed)
+    migrated: str | None = None  # None when not parsed (filtered out, or a parse error)
     encoding: str = "utf-8"
     findings: list[Finding] = field(default_factory=list)
     rewritten: int = 0

@@ -1,8 +1,9 @@
 """Megatron's tensor-parallel mapping functions and their typed equivalents, as data.
 
 Types are the rule engine's (:class:`spmd_mypy.engine.types.LocalType`; ``S(i)`` is V with a
-dim).  This is the one place the mapping lives (``/work/shared/notes/megatron-mapping.md`` is the
-measured source).  The rewriter (:mod:`.rewrite`) reads the signatures to match call arguments,
+dim).  This is the one place the mapping lives.  The types were measured by running Megatron's
+own ``mappings.py`` (megatron-core 0.19.2) on two ranks with rank-dependent inputs and gradients;
+where Megatron's docstrings disagree with its code, the table follows the code.  The rewriter (:mod:`.rewrite`) reads the signatures to match call arguments,
 the annotate pass (:mod:`.annotate`) reads the types, and ``docs/migrate.md`` embeds
 :func:`markdown_table` (a test keeps the two equal).
 

@@ -208,3 +208,22 @@ def test_usage_errors_return_2_and_help_returns_0(capsys: pytest.CaptureFixture[
     assert migrate.main(["--no-such-option", "x.py"]) == 2
     assert migrate.main(["--help"]) == 0
     assert "--group-expr" in capsys.readouterr().out
+
+
+def test_diff_applies_with_patch(tmp_path: Path) -> None:
+    """The --diff output is a patch: applied to the original it gives the migrated file."""
+    import shutil
+    import subprocess
+
+    if shutil.which("patch") is None:
+        pytest.skip("no patch command")
+    for name, source in [("a.py", MEGATRON_CALL), ("no_newline.py", MEGATRON_CALL.rstrip("\n"))]:
+        path = tmp_path / name
+        path.write_text(source)
+        code, diff, _ = run("--diff", str(path))
+        assert code == 0 and diff
+        copy = tmp_path / f"copy_{name}"
+        copy.write_text(source)
+        subprocess.run(["patch", "-s", str(copy)], input=diff, text=True, check=True)
+        run(str(path))
+        assert copy.read_text() == path.read_text()

@@ -106,3 +106,36 @@ def test_every_case_has_its_files() -> None:
     known = {f"{c}.{suffix}" for c in CASES for suffix in ("input.py", "expected.py", "report", "args")}
     stray = {p.name for p in GOLDEN.iterdir()} - known
     assert not stray, f"golden files without a case: {stray}"
+
+
+def test_migrated_code_passes_the_checker(tmp_path: Path) -> None:
+    """What migrate writes, the plugin accepts: no spmd-... error in any expected output."""
+    import subprocess
+    import sys
+
+    package = tmp_path / "migrated" / "tensor_parallel"  # for the relative imports of a case
+    package.mkdir(parents=True)
+    for directory in (package, package.parent):
+        (directory / "__init__.py").write_text("")
+    for case in CASES:
+        (package / f"{case}.py").write_bytes((GOLDEN / f"{case}.expected.py").read_bytes())
+    # A control: the plugin is running, and reports what it should.
+    (package / "control.py").write_text(
+        "import torch\nfrom spmd import P, Tensor\n\n\n"
+        'def f(x: Tensor[P["tp"]]) -> None:\n    torch.relu(x)\n'
+    )
+    (tmp_path / "mypy.ini").write_text(
+        "[mypy]\nplugins = spmd_mypy.plugin\nignore_missing_imports = True\nshow_error_codes = True\n"
+        f"cache_dir = {tmp_path / '.mypy_cache'}\n"
+        "[spmd_mypy]\nmesh_axes = tp, model, cp, ep\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "migrated"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert "error: INTERNAL ERROR" not in done.stderr + done.stdout
+    spmd_errors = [line for line in done.stdout.splitlines() if "[spmd-" in line]
+    control = [line for line in spmd_errors if "control.py:6:" in line]
+    assert control, f"the plugin did not run: {done.stdout}"
+    assert spmd_errors == control, "\n".join(spmd_errors)
+    assert "checked" in done.stdout or "Success" in done.stdout, done.stdout + done.stderr

@@ -26,7 +26,7 @@ Directives, as comment lines at the top of a case (or of the file, for every cas
     # flags: --warn-unused-ignores        extra mypy command line flags
     # mesh: dp, cp, tp                    [spmd_mypy] mesh_axes (default: dp, tp)
     # spmd: strict = true                 any other [spmd_mypy] option
-    # mypy-ini: disable_error_code = x    a line of the [mypy] section
+    # mypy-module: disable_error_code = x a line of this case's own [mypy-<module>] section
     # xfail: reason                       the case is expected to fail (strict)
     # prelude: none                       do not prepend the file's prelude
 
@@ -62,7 +62,7 @@ DEFAULT_MESH = "dp, tp"
 
 _CASE_RE = re.compile(r"^\[case ([A-Za-z0-9_]+)\]\s*$")
 _SECTION_RE = re.compile(r"^\[(prelude|out)\]\s*$")
-_DIRECTIVE_RE = re.compile(r"^#\s*(flags|mesh|spmd|mypy-ini|xfail|prelude):\s*(.*?)\s*$")
+_DIRECTIVE_RE = re.compile(r"^#\s*(flags|mesh|spmd|mypy-module|xfail|prelude):\s*(.*?)\s*$")
 _MARK_RE = re.compile(r"#\s*(\^?)([ENW]):\s?")
 _OUT_RE = re.compile(r"^(\d+):\s*(error|note|warning):\s?(.*)$")
 _REPORT_RE = re.compile(r"^(.*?):(\d+): (error|note|warning): (.*)$")
@@ -75,28 +75,31 @@ _SEVERITY = {"E": "error", "N": "note", "W": "warning"}
 
 @dataclass(frozen=True)
 class Config:
-    """What a group of cases shares: mypy flags and config file contents."""
+    """What a group of cases shares: mypy flags and the [spmd_mypy] section.
+
+    A case's own mypy options go in a ``[mypy-<module>]`` section of the group's config file
+    (``# mypy-module:``), so they neither split the group nor touch torch's cached analysis.
+    """
 
     flags: tuple[str, ...] = ()
     mesh: str = DEFAULT_MESH
     spmd: tuple[str, ...] = ()  # extra "key = value" lines of [spmd_mypy]
-    mypy_ini: tuple[str, ...] = ()  # extra lines of [mypy]
 
-    def ini(self, cache_dir: str) -> str:
-        lines = ["[mypy]", "plugins = spmd_mypy.plugin", f"cache_dir = {cache_dir}", *self.mypy_ini,
-                 "", "[spmd_mypy]", f"mesh_axes = {self.mesh}", *self.spmd, ""]
+    def ini(self, cache_dir: str, module_sections: dict[str, tuple[str, ...]]) -> str:
+        lines = ["[mypy]", "plugins = spmd_mypy.plugin", f"cache_dir = {cache_dir}", "",
+                 "[spmd_mypy]", f"mesh_axes = {self.mesh}", *self.spmd, ""]
+        for module, options in module_sections.items():
+            lines += [f"[mypy-{module}]", *options, ""]
         return "\n".join(lines)
 
     def label(self) -> str:
-        parts = [f"mesh={self.mesh}"]
-        parts += list(self.spmd) + list(self.mypy_ini) + list(self.flags)
-        return "; ".join(parts)
+        return "; ".join([f"mesh={self.mesh}", *self.spmd, *self.flags])
 
     def cache_key(self) -> str:
         # The [spmd_mypy] section only invalidates the user's modules (the plugin's
-        # report_config_data), so groups that differ only there share a cache; mypy flags and
-        # [mypy] lines change torch's cached options, so they get a cache of their own.
-        text = "\0".join(self.flags + self.mypy_ini)
+        # report_config_data), so groups that differ only there share a cache; global mypy
+        # flags change torch's cached options, so they get a cache of their own.
+        text = "\0".join(self.flags)
         return hashlib.sha256(text.encode()).hexdigest()[:12] if text else "default"
 
 
@@ -119,6 +122,7 @@ class Case:
     expected: list[Expected]
     config: Config
     xfail: str | None = None
+    module_options: tuple[str, ...] = ()  # lines of the case's [mypy-<module>] section
 
     @property
     def module(self) -> str:
@@ -141,7 +145,7 @@ class _Directives:
     flags: list[str] = field(default_factory=list)
     mesh: str | None = None
     spmd: list[str] = field(default_factory=list)
-    mypy_ini: list[str] = field(default_factory=list)
+    mypy_module: list[str] = field(default_factory=list)
     xfail: str | None = None
     prelude: bool = True
 
@@ -152,8 +156,8 @@ class _Directives:
             self.mesh = value
         elif key == "spmd":
             self.spmd.append(value)
-        elif key == "mypy-ini":
-            self.mypy_ini.append(value)
+        elif key == "mypy-module":
+            self.mypy_module.append(value)
         elif key == "xfail":
             self.xfail = value or "expected to fail"
         elif key == "prelude":
@@ -163,7 +167,7 @@ class _Directives:
 
     def merged(self, base: _Directives) -> _Directives:
         return _Directives(base.flags + self.flags, self.mesh or base.mesh, base.spmd + self.spmd,
-                           base.mypy_ini + self.mypy_ini, self.xfail or base.xfail,
+                           base.mypy_module + self.mypy_module, self.xfail or base.xfail,
                            self.prelude and base.prelude)
 
 
@@ -277,8 +281,8 @@ def _make_case(path: Path, name: str, header_line: int, body: list[str], out_blo
         n = int(om.group(1))
         line = n if n <= len(future) else n + offset - len(future)
         expected.append(Expected(line, om.group(2), om.group(3).rstrip()))
-    config = Config(tuple(d.flags), d.mesh or DEFAULT_MESH, tuple(d.spmd), tuple(d.mypy_ini))
-    return Case(name, path, header_line, source, expected, config, d.xfail)
+    config = Config(tuple(d.flags), d.mesh or DEFAULT_MESH, tuple(d.spmd))
+    return Case(name, path, header_line, source, expected, config, d.xfail, tuple(d.mypy_module))
 
 
 def load_cases(directory: Path = CASES_DIR) -> list[Case]:
@@ -329,11 +333,12 @@ def ensure_importable() -> None:
             sys.path.append(str(stubs))
 
 
-def _run_mypy(config: Config, files: Sequence[Path], workdir: Path, cache_dir: Path) -> tuple[str, str, int]:
+def _run_mypy(config: Config, files: Sequence[Path], workdir: Path, cache_dir: Path,
+              module_sections: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str, int]:
     from mypy import api
 
     ini = workdir / "mypy.ini"
-    ini.write_text(config.ini(str(cache_dir)))
+    ini.write_text(config.ini(str(cache_dir), module_sections or {}))
     args = ["--config-file", str(ini), "--no-error-summary", "--show-error-codes", "--no-pretty",
             "--no-color-output", "--show-traceback", "--hide-error-context", "--no-error-summary",
             *config.flags, *map(str, files)]
@@ -376,11 +381,12 @@ def run_group(config: Config, cases: Sequence[Case], workdir: Path, cache_root: 
         f = workdir / f"{case.module}.py"
         f.write_text(case.source)
         files[case.module] = f
-    stdout, stderr, status = _run_mypy(config, list(files.values()), workdir, cache_dir)
+    sections = {c.module: c.module_options for c in cases if c.module_options}
+    stdout, stderr, status = _run_mypy(config, list(files.values()), workdir, cache_dir, sections)
     crashed: dict[str, str] = {}
     if _crashed(stdout, stderr, status):
         by_module, stray = {}, []
-        _bisect(config, list(files), files, workdir, cache_dir, by_module, crashed)
+        _bisect(config, list(files), files, workdir, cache_dir, sections, by_module, crashed)
         stray.append(f"(the whole group crashed mypy; cases run in halves)\n{stdout}{stderr}")
     else:
         by_module, stray = _split(stdout, stderr, files)
@@ -388,8 +394,9 @@ def run_group(config: Config, cases: Sequence[Case], workdir: Path, cache_root: 
 
 
 def _bisect(config: Config, modules: list[str], files: dict[str, Path], workdir: Path, cache_dir: Path,
-            by_module: dict[str, list[Reported]], crashed: dict[str, str]) -> None:
-    stdout, stderr, status = _run_mypy(config, [files[m] for m in modules], workdir, cache_dir)
+            sections: dict[str, tuple[str, ...]], by_module: dict[str, list[Reported]],
+            crashed: dict[str, str]) -> None:
+    stdout, stderr, status = _run_mypy(config, [files[m] for m in modules], workdir, cache_dir, sections)
     if not _crashed(stdout, stderr, status):
         found, _ = _split(stdout, stderr, modules)
         by_module.update(found)
@@ -398,8 +405,8 @@ def _bisect(config: Config, modules: list[str], files: dict[str, Path], workdir:
         crashed[modules[0]] = stdout + stderr
         return
     mid = len(modules) // 2
-    _bisect(config, modules[:mid], files, workdir, cache_dir, by_module, crashed)
-    _bisect(config, modules[mid:], files, workdir, cache_dir, by_module, crashed)
+    _bisect(config, modules[:mid], files, workdir, cache_dir, sections, by_module, crashed)
+    _bisect(config, modules[mid:], files, workdir, cache_dir, sections, by_module, crashed)
 
 
 # --------------------------------------------------------------------------------------

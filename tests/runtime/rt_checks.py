@@ -38,7 +38,7 @@ from torch.testing import assert_close
 import spmd
 from spmd import I, P, R, S, V
 from spmd_mypy.engine.collectives import TRANSITIONS, route
-from spmd_mypy.engine.types import LocalType, Kind
+from spmd_mypy.engine.types import Kind, LocalType
 
 F64 = torch.float64
 DIMS = (0, 1, -1)

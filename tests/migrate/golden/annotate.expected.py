@@ -26,11 +26,31 @@ def shard_types(x: Tensor[I["tp"]]) -> Tensor[I["tp"]]:
     return spmd.all_gather(spmd.convert(x, "tp", src=I, dst=S(-1)), "tp", src=S(-1), dst=I)
 
 
-def both_branches(x: Tensor[P["tp"]], sequence_parallel: bool) -> Tensor[S[0, "tp"]]:
+def both_branches(x, sequence_parallel: bool) -> Tensor[S[0, "tp"]]:  # x is used in branches only: left alone
     if sequence_parallel:
         return spmd.reduce_scatter(x, "tp", src=P, dst=S(0))
     else:
         return spmd.reduce_scatter(x * 2, "tp", src=P, dst=S(0))
+
+
+def guarded(x: Tensor[P["tp"]], weight) -> Tensor[I["tp"]]:
+    if weight is None:
+        raise ValueError("no weight")
+    with torch.no_grad():
+        pass
+    return spmd.all_reduce(x, "tp", src=P, dst=I)
+
+
+def early_return(x, skip: bool):  # x may skip the call: left alone
+    if skip:
+        return x
+    return spmd.reinterpret(x, "tp", src=I, dst=R)
+
+
+def conditional_call(x, flag: bool):  # x may skip the call: left alone
+    y = spmd.reinterpret(x, "tp", src=I, dst=R) if flag else x
+    z = flag and spmd.reinterpret(x, "tp", src=I, dst=R)
+    return y, z
 
 
 class Linear(torch.nn.Module):
@@ -56,7 +76,7 @@ def returns_differ(x, flag):  # R or I, and x is I and P
     return spmd.all_reduce(x, "tp", src=P, dst=I)
 
 
-def may_return_none(x: Tensor[I["tp"]], flag):  # can fall off the end: only x is annotated
+def may_return_none(x, flag):  # can fall off the end, x is used in a branch only: left alone
     if flag:
         return spmd.reinterpret(x, "tp", src=I, dst=R)
 

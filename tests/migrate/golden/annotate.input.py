@@ -24,11 +24,31 @@ def shard_types(x):
     return gather_from_tensor_model_parallel_region(scatter_to_tensor_model_parallel_region(x))
 
 
-def both_branches(x, sequence_parallel: bool):
+def both_branches(x, sequence_parallel: bool):  # x is used in branches only: left alone
     if sequence_parallel:
         return reduce_scatter_to_sequence_parallel_region(x)
     else:
         return reduce_scatter_to_sequence_parallel_region(x * 2)
+
+
+def guarded(x, weight):
+    if weight is None:
+        raise ValueError("no weight")
+    with torch.no_grad():
+        pass
+    return reduce_from_tensor_model_parallel_region(x)
+
+
+def early_return(x, skip: bool):  # x may skip the call: left alone
+    if skip:
+        return x
+    return copy_to_tensor_model_parallel_region(x)
+
+
+def conditional_call(x, flag: bool):  # x may skip the call: left alone
+    y = copy_to_tensor_model_parallel_region(x) if flag else x
+    z = flag and copy_to_tensor_model_parallel_region(x)
+    return y, z
 
 
 class Linear(torch.nn.Module):
@@ -54,7 +74,7 @@ def returns_differ(x, flag):  # R or I, and x is I and P
     return reduce_from_tensor_model_parallel_region(x)
 
 
-def may_return_none(x, flag):  # can fall off the end: only x is annotated
+def may_return_none(x, flag):  # can fall off the end, x is used in a branch only: left alone
     if flag:
         return copy_to_tensor_model_parallel_region(x)
 
