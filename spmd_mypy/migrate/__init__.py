@@ -4,6 +4,8 @@
 - :mod:`.bindings`  which names a file binds to Megatron's mapping functions
 - :mod:`.rewrite`   the libcst transformer for the calls
 - :mod:`.annotate`  ``--annotate``: parameter and return types fixed by the typed calls
+- :mod:`.imports`   adding ``import spmd`` / ``from spmd import ...`` once
+- :mod:`.locate`    line and column of reported calls (via ``ast``, libcst as the fallback)
 - :mod:`.source`    one file: parse, rewrite, annotate, add imports
 - :mod:`.cli`       the options, the file walk, ``--diff``, the report
 """

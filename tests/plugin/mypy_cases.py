@@ -19,7 +19,9 @@ Expected output is written on the line it refers to, as trailing comments: ``# E
 follow each other on one line.  A long message may instead go on its own comment line below
 the code line, with a caret: ``# ^E: message  [code]`` (stackable; the caret refers to the
 nearest line above that is not such a caret line).  An optional ``[out]`` block at the end of a
-case lists further lines as ``LINE: error: message`` (for output that cannot carry a comment).
+case lists further lines as ``LINE: error: message`` (for output that cannot carry a comment),
+LINE counted from the case's first code line.  Each case is checked as its own module, the
+file's prelude first, so reported line numbers count the prelude.
 
 Directives, as comment lines at the top of a case (or of the file, for every case in it):
 
@@ -29,14 +31,20 @@ Directives, as comment lines at the top of a case (or of the file, for every cas
     # mypy-module: disable_error_code = x a line of this case's own [mypy-<module>] section
     # xfail: reason                       the case is expected to fail (strict)
     # prelude: none                       do not prepend the file's prelude
+    # group: NAME                         run in a mypy run of its own (e.g. a syntax error,
+                                          which stops mypy before it checks other modules)
+
+Per-case mypy options go in ``# mypy: ...`` inline comments or ``# mypy-module:``; prefer them to
+``# flags:``, which changes torch's cached analysis and so needs a cache (and a cold run, about
+half a minute) of its own.
 
 Matching is exact: every reported line (line number, severity, message with its code) must be
 expected and every expected line reported.  Lines reported on one source line may come in any
 order.
 
 The runner does not spawn one mypy per case.  Cases are grouped by their configuration; each
-case becomes its own module in one temporary directory per group, mypy runs once per group
-(in-process, ``mypy.api.run``) with an incremental cache kept across sessions, and the output is
+case becomes its own module in one temporary directory per group, mypy runs once per group (one
+subprocess, ``python -m mypy``) with an incremental cache kept across sessions, and the output is
 split by module.  If a group run crashes, the group is bisected to find the crashing cases, so
 one crash does not hide the other cases' results.
 """
@@ -49,6 +57,7 @@ import importlib.util
 import os
 import re
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +71,7 @@ DEFAULT_MESH = "dp, tp"
 
 _CASE_RE = re.compile(r"^\[case ([A-Za-z0-9_]+)\]\s*$")
 _SECTION_RE = re.compile(r"^\[(prelude|out)\]\s*$")
-_DIRECTIVE_RE = re.compile(r"^#\s*(flags|mesh|spmd|mypy-module|xfail|prelude):\s*(.*?)\s*$")
+_DIRECTIVE_RE = re.compile(r"^#\s*(flags|mesh|spmd|mypy-module|xfail|prelude|group):\s*(.*?)\s*$")
 _MARK_RE = re.compile(r"#\s*(\^?)([ENW]):\s?")
 _OUT_RE = re.compile(r"^(\d+):\s*(error|note|warning):\s?(.*)$")
 _REPORT_RE = re.compile(r"^(.*?):(\d+): (error|note|warning): (.*)$")
@@ -84,6 +93,7 @@ class Config:
     flags: tuple[str, ...] = ()
     mesh: str = DEFAULT_MESH
     spmd: tuple[str, ...] = ()  # extra "key = value" lines of [spmd_mypy]
+    group: str = ""  # a separate mypy run with the same options
 
     def ini(self, cache_dir: str, module_sections: dict[str, tuple[str, ...]]) -> str:
         lines = ["[mypy]", "plugins = spmd_mypy.plugin", f"cache_dir = {cache_dir}", "",
@@ -93,7 +103,7 @@ class Config:
         return "\n".join(lines)
 
     def label(self) -> str:
-        return "; ".join([f"mesh={self.mesh}", *self.spmd, *self.flags])
+        return "; ".join([f"mesh={self.mesh}", *self.spmd, *self.flags] + ([f"group {self.group}"] if self.group else []))
 
     def cache_key(self) -> str:
         # The [spmd_mypy] section only invalidates the user's modules (the plugin's
@@ -148,6 +158,7 @@ class _Directives:
     mypy_module: list[str] = field(default_factory=list)
     xfail: str | None = None
     prelude: bool = True
+    group: str = ""
 
     def apply(self, key: str, value: str, where: str) -> None:
         if key == "flags":
@@ -160,6 +171,8 @@ class _Directives:
             self.mypy_module.append(value)
         elif key == "xfail":
             self.xfail = value or "expected to fail"
+        elif key == "group":
+            self.group = value
         elif key == "prelude":
             if value not in ("none", "yes"):
                 raise CaseFileError(f"{where}: '# prelude:' takes none or yes")
@@ -168,7 +181,7 @@ class _Directives:
     def merged(self, base: _Directives) -> _Directives:
         return _Directives(base.flags + self.flags, self.mesh or base.mesh, base.spmd + self.spmd,
                            base.mypy_module + self.mypy_module, self.xfail or base.xfail,
-                           self.prelude and base.prelude)
+                           self.prelude and base.prelude, self.group or base.group)
 
 
 def _expectations(source: str) -> list[Expected]:
@@ -281,7 +294,7 @@ def _make_case(path: Path, name: str, header_line: int, body: list[str], out_blo
         n = int(om.group(1))
         line = n if n <= len(future) else n + offset - len(future)
         expected.append(Expected(line, om.group(2), om.group(3).rstrip()))
-    config = Config(tuple(d.flags), d.mesh or DEFAULT_MESH, tuple(d.spmd))
+    config = Config(tuple(d.flags), d.mesh or DEFAULT_MESH, tuple(d.spmd), d.group)
     return Case(name, path, header_line, source, expected, config, d.xfail, tuple(d.mypy_module))
 
 
@@ -321,38 +334,56 @@ class GroupResult:
     seconds: float
 
 
+_EXTRA_PATHS: list[str] = []
+
+
 def ensure_importable() -> None:
     """Make the plugin and the stubs findable when the package is not installed (a bare
     checkout): the repo root for ``spmd_mypy``, ``stubs/`` for ``spmd-stubs``.  An installed
     package (CI) or a development .pth needs nothing."""
     if importlib.util.find_spec("spmd_mypy") is None:
         sys.path.insert(0, str(REPO))
+        _EXTRA_PATHS.append(str(REPO))
     if not any((Path(p) / "spmd-stubs").is_dir() for p in sys.path if p):
         stubs = REPO / "stubs"
         if (stubs / "spmd-stubs").is_dir():
             sys.path.append(str(stubs))
+            _EXTRA_PATHS.append(str(stubs))
+
+
+MYPY_TIMEOUT_S = 600
 
 
 def _run_mypy(config: Config, files: Sequence[Path], workdir: Path, cache_dir: Path,
               module_sections: dict[str, tuple[str, ...]] | None = None) -> tuple[str, str, int]:
-    from mypy import api
-
+    """One mypy run in a subprocess: mypy exits without tearing down its (large) heap, and a
+    crash cannot take the test session with it."""
     ini = workdir / "mypy.ini"
     ini.write_text(config.ini(str(cache_dir), module_sections or {}))
     args = ["--config-file", str(ini), "--no-error-summary", "--show-error-codes", "--no-pretty",
-            "--no-color-output", "--show-traceback", "--hide-error-context", "--no-error-summary",
+            "--no-color-output", "--show-traceback", "--hide-error-context",
             *config.flags, *map(str, files)]
-    old = os.getcwd()
-    os.chdir(workdir)
+    env = dict(os.environ)
+    if _EXTRA_PATHS:
+        env["PYTHONPATH"] = os.pathsep.join(_EXTRA_PATHS + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("MYPYPATH", None)
     try:
-        return api.run(args)
-    finally:
-        os.chdir(old)
+        proc = subprocess.run([sys.executable, "-m", "mypy", *args], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=MYPY_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        return "", f"mypy timed out after {MYPY_TIMEOUT_S} s\n{e.stdout!r}\n{e.stderr!r}", -1
+    return proc.stdout, proc.stderr, proc.returncode
 
 
 def _crashed(stdout: str, stderr: str, status: int) -> bool:
     text = stdout + stderr
-    return "INTERNAL ERROR" in text or "Traceback (most recent call last)" in text or status not in (0, 1)
+    return "INTERNAL ERROR" in text or "Traceback (most recent call last)" in text or status not in (0, 1, 2)
+
+
+def _needs_split(stdout: str, stderr: str, status: int) -> bool:
+    # status 2: a crash, or a blocking error (a syntax error) that stopped mypy before the other
+    # modules were checked; either way the group is run again in halves
+    return status == 2 or _crashed(stdout, stderr, status)
 
 
 def _split(stdout: str, stderr: str, modules: Iterable[str]) -> tuple[dict[str, list[Reported]], list[str]]:
@@ -384,10 +415,9 @@ def run_group(config: Config, cases: Sequence[Case], workdir: Path, cache_root: 
     sections = {c.module: c.module_options for c in cases if c.module_options}
     stdout, stderr, status = _run_mypy(config, list(files.values()), workdir, cache_dir, sections)
     crashed: dict[str, str] = {}
-    if _crashed(stdout, stderr, status):
+    if _needs_split(stdout, stderr, status):
         by_module, stray = {}, []
         _bisect(config, list(files), files, workdir, cache_dir, sections, by_module, crashed)
-        stray.append(f"(the whole group crashed mypy; cases run in halves)\n{stdout}{stderr}")
     else:
         by_module, stray = _split(stdout, stderr, files)
     return GroupResult(config, by_module, stray, crashed, status, time.perf_counter() - start)
@@ -397,7 +427,7 @@ def _bisect(config: Config, modules: list[str], files: dict[str, Path], workdir:
             sections: dict[str, tuple[str, ...]], by_module: dict[str, list[Reported]],
             crashed: dict[str, str]) -> None:
     stdout, stderr, status = _run_mypy(config, [files[m] for m in modules], workdir, cache_dir, sections)
-    if not _crashed(stdout, stderr, status):
+    if not _needs_split(stdout, stderr, status) or (len(modules) == 1 and not _crashed(stdout, stderr, status)):
         found, _ = _split(stdout, stderr, modules)
         by_module.update(found)
         return

@@ -26,7 +26,7 @@ def shard_types(x: Tensor[I["tp"]]) -> Tensor[I["tp"]]:
     return spmd.all_gather(spmd.convert(x, "tp", src=I, dst=S(-1)), "tp", src=S(-1), dst=I)
 
 
-def both_branches(x, sequence_parallel: bool) -> Tensor[S[0, "tp"]]:  # x is used in branches only: left alone
+def both_branches(x, sequence_parallel: bool) -> Tensor[S[0, "tp"]]:  # x reaches calls in branches only: only the return
     if sequence_parallel:
         return spmd.reduce_scatter(x, "tp", src=P, dst=S(0))
     else:

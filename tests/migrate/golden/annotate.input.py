@@ -24,7 +24,7 @@ def shard_types(x):
     return gather_from_tensor_model_parallel_region(scatter_to_tensor_model_parallel_region(x))
 
 
-def both_branches(x, sequence_parallel: bool):  # x is used in branches only: left alone
+def both_branches(x, sequence_parallel: bool):  # x reaches calls in branches only: only the return
     if sequence_parallel:
         return reduce_scatter_to_sequence_parallel_region(x)
     else:

@@ -1,0 +1,316 @@
+"""What the plugin costs mypy: an annotated Megatron-style corpus checked with the plugin,
+against the same code with plain ``torch.Tensor`` annotations checked without it.
+
+    python bench/static_overhead.py [--rounds 5] [--workdir DIR]
+
+The corpus (bench/gen_corpus.py) is generated at 40k lines; the 10k and 20k runs check its
+first modules (imports only go to earlier modules, so a prefix is a closed program).
+
+Warm runs, and why: one run per variant first fills mypy's cache (torch analysed once, ~20-40 s).
+Before every measured run each checked corpus file gets a new last line (a comment), so mypy
+re-parses and re-checks every corpus module while torch, typeshed and the spmd stubs come from
+the cache.  That is the plugin's worst realistic case: the work the plugin adds is proportional
+to the user's code, so a cold run (torch re-analysed) would dilute it, and an unchanged warm run
+(everything from the cache) would hide it.  A comment changes the file's hash but not its
+interface, so the measured work is exactly "check all the user code once".
+
+Runs of the two variants are interleaved (the order flips every round) and each figure is the
+median over the rounds.  Wall time and CPU time (user+sys of the mypy process) are both shown;
+on a shared machine CPU time is the steadier of the two.
+
+Per module: mypy's hidden ``--timing-stats FILE`` option (mypy 2.4.1) writes each module's
+time spent reading, parsing and type-checking it (the plugin's call hooks run in type
+checking; its annotation hooks run in semantic analysis, which that figure does not include).
+The ``all passes`` figure adds semantic analysis: (run with every corpus file edited) minus
+(run with no file edited), per variant, i.e. what checking the corpus adds to a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gen_corpus  # noqa: E402
+
+SIZES = (10_000, 20_000, 40_000)
+MAIN_SIZE = 20_000
+TARGET_WHOLE = 1.10
+TARGET_MODULE = 1.5
+RUN_TIMEOUT_S = 600
+
+ANNOTATED_INI = """\
+[mypy]
+plugins = spmd_mypy.plugin
+cache_dir = {cache}
+
+[spmd_mypy]
+mesh_axes = dp, tp
+"""
+PLAIN_INI = """\
+[mypy]
+cache_dir = {cache}
+"""
+
+
+@dataclass
+class Run:
+    wall: float
+    cpu: float
+    modules: dict[str, float]  # corpus module -> seconds (--timing-stats)
+
+
+@dataclass
+class Variant:
+    name: str
+    root: Path
+    config: Path
+    texts: dict[Path, str] = field(default_factory=dict)
+    runs: dict[tuple[int, str], list[Run]] = field(default_factory=dict)
+
+    def files(self, n_modules: int) -> list[Path]:
+        pkg = self.root / gen_corpus.PACKAGE
+        return [pkg / "__init__.py"] + [pkg / f"mod_{i:03d}.py" for i in range(n_modules)]
+
+
+def plugin_fingerprint() -> str:
+    """A hash of the plugin's sources: if it changes mid-run (someone editing the plugin), the
+    plugin's cache key changes too and the next run would silently be a cold one."""
+    spec = importlib.util.find_spec("spmd_mypy")
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    h = hashlib.sha256()
+    for base in spec.submodule_search_locations:
+        for path in sorted(Path(base).rglob("*.py")):
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def run_mypy(variant: Variant, files: list[Path], stats: Path) -> tuple[Run, str]:
+    argv = [sys.executable, "-m", "mypy", "--config-file", str(variant.config),
+            "--timing-stats", str(stats), *[str(f.relative_to(variant.root)) for f in files]]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=variant.root, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, env=_env())
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        print(f"  ! {variant.name}: mypy exited {proc.returncode}:\n" + _indent(out[-3000:]))
+    modules: dict[str, float] = {}
+    try:
+        for line in stats.read_text().splitlines():
+            name, _, us = line.rpartition(" ")
+            if name.startswith(gen_corpus.PACKAGE + ".mod_"):
+                modules[name] = int(us) / 1e6
+    except OSError:
+        pass
+    return Run(wall, cpu, modules), out
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("MYPYPATH", None)
+    return env
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def edit_all(variant: Variant, files: list[Path], stamp: int) -> None:
+    for f in files:
+        base = variant.texts.setdefault(f, f.read_text())
+        f.write_text(base + f"# bench edit {stamp}\n")
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5, help="measured rounds per size (default 5)")
+    ap.add_argument("--workdir", type=Path, help="keep the corpus and caches here (default: a temp dir)")
+    args = ap.parse_args()
+
+    t_start = time.perf_counter()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _bench(workdir, args.rounds, t_start)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _bench(workdir: Path, rounds: int, t_start: float) -> int:
+    n_max = gen_corpus.modules_for(max(SIZES))
+    corpus = workdir / "corpus"
+    if corpus.exists():
+        shutil.rmtree(corpus)
+    annotated_root, plain_root, _ = gen_corpus.write_corpus(corpus, n_max)
+    variants = []
+    for name, root, ini in (("annotated+plugin", annotated_root, ANNOTATED_INI),
+                            ("plain, no plugin", plain_root, PLAIN_INI)):
+        config = root / "mypy.ini"
+        config.write_text(ini.format(cache=(workdir / f"cache-{root.name}").as_posix()))
+        variants.append(Variant(name, root, config))
+    annotated, plain = variants
+    sizes = {size: gen_corpus.modules_for(size) for size in SIZES}
+    lines = {size: sum(f.read_text().count("\n") for f in annotated.files(n)) for size, n in sizes.items()}
+
+    print("spmd-mypy static overhead")
+    print(f"  python {sys.version.split()[0]}, mypy {_version('mypy')}, torch {_version('torch')}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"  corpus: {n_max} modules x ~{gen_corpus.LINES_PER_MODULE} lines (Megatron-style: column/row "
+          f"parallel linears, sequence parallel, attention einsums, vocab-parallel CE, dp grads)")
+    print("  sizes: " + ", ".join(f"{lines[s]} lines ({n} modules)" for s, n in sizes.items()))
+    print()
+
+    # Fill the caches (cold: torch analysed) with the whole corpus, once per variant.
+    print("filling the caches (cold runs, torch analysed; one sample each, for information):")
+    cold: dict[str, Run] = {}
+    for v in variants:
+        files = v.files(n_max)
+        edit_all(v, files, 0)
+        run, out = run_mypy(v, files, workdir / "stats.txt")
+        cold[v.name] = run
+        status = "clean" if "Success" in out else "NOT CLEAN"
+        print(f"  {v.name:18s} {run.wall:7.2f} s wall {run.cpu:7.2f} s cpu  ({status})")
+    print(f"  cold ratio: {cold[annotated.name].wall / cold[plain.name].wall:.3f} wall, "
+          f"{cold[annotated.name].cpu / cold[plain.name].cpu:.3f} cpu")
+    print()
+
+    fingerprint = plugin_fingerprint()
+    stamp = 0
+    stats = workdir / "stats.txt"
+    print(f"measuring: {rounds} rounds, variants interleaved", end="", flush=True)
+    for r in range(rounds):
+        order = variants if r % 2 == 0 else variants[::-1]
+        for size, n in sizes.items():
+            for v in order:
+                files = v.files(n)
+                for attempt in range(3):
+                    stamp += 1
+                    edit_all(v, files, stamp)
+                    run, _ = run_mypy(v, files, stats)
+                    now = plugin_fingerprint()
+                    if now == fingerprint:
+                        break
+                    fingerprint = now  # the plugin changed under us: that run was cold, redo it
+                    print(f"\n  (plugin sources changed during a run: repeating it)", end="")
+                v.runs.setdefault((size, "edited"), []).append(run)
+            if size == MAIN_SIZE:
+                for v in order:  # nothing edited: what a run costs without checking the corpus
+                    run, _ = run_mypy(v, v.files(n), stats)
+                    v.runs.setdefault((size, "unedited"), []).append(run)
+        print(".", end="", flush=True)
+    print("\n")
+
+    ok = True
+
+    # ---- whole run at the main size ------------------------------------------------------
+    def med(v: Variant, size: int, kind: str, what: str) -> float:
+        return median([getattr(run, what) for run in v.runs[(size, kind)]])
+
+    print(f"whole run, {lines[MAIN_SIZE]} lines, every corpus module re-checked (median of {rounds}):")
+    for what in ("wall", "cpu"):
+        a, p = med(annotated, MAIN_SIZE, "edited", what), med(plain, MAIN_SIZE, "edited", what)
+        print(f"  {what:4s}: annotated+plugin {a:6.2f} s   plain {p:6.2f} s   ratio {a / p:.3f}")
+    whole = med(annotated, MAIN_SIZE, "edited", "cpu") / med(plain, MAIN_SIZE, "edited", "cpu")
+    whole_wall = med(annotated, MAIN_SIZE, "edited", "wall") / med(plain, MAIN_SIZE, "edited", "wall")
+    verdict = "meets" if max(whole, whole_wall) <= TARGET_WHOLE else "MISSES"
+    ok &= verdict == "meets"
+    print(f"  -> {verdict} the target <= {TARGET_WHOLE:.2f} (cpu {whole:.3f}, wall {whole_wall:.3f})")
+    print()
+
+    # ---- per module ----------------------------------------------------------------------------
+    n_main = sizes[MAIN_SIZE]
+    names = [f"{gen_corpus.PACKAGE}.mod_{i:03d}" for i in range(n_main)]
+
+    def per_module(v: Variant) -> dict[str, float]:
+        runs = v.runs[(MAIN_SIZE, "edited")]
+        return {m: median([run.modules.get(m, float("nan")) for run in runs]) for m in names}
+
+    pa, pp = per_module(annotated), per_module(plain)
+    ratios = sorted(pa[m] / pp[m] for m in names if pp.get(m))
+    total_ratio = sum(pa.values()) / sum(pp.values())
+    print(f"per module (--timing-stats: read+parse+type check, median of {rounds} per module):")
+    print(f"  mean module: annotated+plugin {1000 * sum(pa.values()) / n_main:6.1f} ms   "
+          f"plain {1000 * sum(pp.values()) / n_main:6.1f} ms   ratio {total_ratio:.3f}")
+    print(f"  per-module ratios over {len(ratios)} modules: median {median(ratios):.3f}, "
+          f"p90 {ratios[int(0.9 * (len(ratios) - 1))]:.3f}, max {ratios[-1]:.3f}")
+    attributable = {}
+    for v in variants:
+        attributable[v.name] = (med(v, MAIN_SIZE, "edited", "cpu") - med(v, MAIN_SIZE, "unedited", "cpu"))
+    all_passes = attributable[annotated.name] / attributable[plain.name]
+    print(f"  all passes (edited run - unedited run, cpu): annotated+plugin "
+          f"{1000 * attributable[annotated.name] / n_main:6.1f} ms/module   plain "
+          f"{1000 * attributable[plain.name] / n_main:6.1f} ms/module   ratio {all_passes:.3f}")
+    worst = max(total_ratio, median(ratios), all_passes)
+    verdict = "meets" if worst <= TARGET_MODULE else "MISSES"
+    ok &= verdict == "meets"
+    print(f"  -> {verdict} the target <= {TARGET_MODULE:.1f} (worst of the three: {worst:.3f})")
+    print()
+
+    # ---- scaling -------------------------------------------------------------------------------
+    print("scaling (median cpu s; per 1k lines; the module column is the --timing-stats sum):")
+    print(f"  {'lines':>6}  {'annotated':>9}  {'plain':>7}  {'ratio':>6}  {'ann/1k':>7}  {'plain/1k':>8}"
+          f"  {'ann modules/1k':>14}  {'plain modules/1k':>16}")
+    per_k_modules = []
+    prev: tuple[int, float, float] | None = None
+    increments = []
+    for size in SIZES:
+        a, p = med(annotated, size, "edited", "cpu"), med(plain, size, "edited", "cpu")
+        k = lines[size] / 1000
+        am = median([sum(run.modules.values()) for run in annotated.runs[(size, "edited")]])
+        pm = median([sum(run.modules.values()) for run in plain.runs[(size, "edited")]])
+        per_k_modules.append((am / k, pm / k))
+        print(f"  {lines[size]:>6}  {a:9.2f}  {p:7.2f}  {a / p:6.3f}  {a / k:7.3f}  {p / k:8.3f}"
+              f"  {am / k:14.3f}  {pm / k:16.3f}")
+        if prev is not None:
+            dl = (lines[size] - prev[0]) / 1000
+            increments.append(((a - prev[1]) / dl, (p - prev[2]) / dl))
+        prev = (lines[size], a, p)
+    for (lo, hi), (ia, ip) in zip(zip(SIZES, SIZES[1:]), increments):
+        print(f"  marginal cost {lo // 1000}k -> {hi // 1000}k lines: annotated+plugin {ia:.3f} s/1k lines, "
+              f"plain {ip:.3f} s/1k lines")
+    spread_a = max(x for x, _ in per_k_modules) / min(x for x, _ in per_k_modules)
+    spread_p = max(y for _, y in per_k_modules) / min(y for _, y in per_k_modules)
+    print(f"  module time per 1k lines varies by {100 * (spread_a - 1):.0f}% (annotated) and "
+          f"{100 * (spread_p - 1):.0f}% (plain) from 10k to 40k lines: "
+          + ("linear" if max(spread_a, spread_p) <= 1.25 else "NOT clearly linear (noisy machine?)"))
+    print("  (whole-run time per 1k lines falls with size: a run has a fixed cost, loading torch's "
+          "cache, of about the unedited run's time)")
+    print(f"  unedited {lines[MAIN_SIZE]}-line run: annotated+plugin "
+          f"{med(annotated, MAIN_SIZE, 'unedited', 'cpu'):.2f} s, plain {med(plain, MAIN_SIZE, 'unedited', 'cpu'):.2f} s cpu")
+    print()
+    print(f"total bench time {time.perf_counter() - t_start:.0f} s; load average now {os.getloadavg()[0]:.1f}")
+    print("summary: both targets met" if ok else "summary: a target is missed (see above)")
+    return 0
+
+
+def _version(dist: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
