@@ -5,8 +5,8 @@ annotations on parameters, activations, returns and class attributes; spmd colle
 ``spmd.linear``/``spmd.einsum`` with ``out_partial_axes``), checked with the plugin.
 
 ``plain``: the SAME code with every ``Tensor[...]`` annotation replaced by ``torch.Tensor`` and
-``spmd`` replaced by a generated helper module ``spmd_plain`` whose functions have the same
-signatures (a ``TypeVar`` bound to ``torch.Tensor``, the same keyword arguments) and return their
+``spmd`` replaced by a generated helper module ``spmd_plain`` whose functions have the
+signatures of spmd's stubs (same parameters, ``torch.Tensor`` in and out) and return their
 input: the call sites are textually identical.  Checked without the plugin.
 
 Each module is one template (~360 lines) instantiated with its index: tensor-parallel linears
@@ -434,13 +434,14 @@ def mixed_block_@I@(x: Tensor[I["tp"], V["dp"]], w1: Tensor[S[0, "tp"], R["dp"]]
     return x + reduce_from_tp_@I@(row_parallel_@I@(activation_@I@(h), w2))'''
 
 PLAIN_HELPERS = '''\
-"""Identity stand-ins for the spmd API: the same signatures, plain torch.Tensor types."""
+"""Identity stand-ins for the spmd API: the signatures of spmd's stubs, no SPMD types."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, Sequence, TypeVar
 
 import torch
+import torch.distributed as dist
 
 _T = TypeVar("_T", bound=torch.Tensor)
 
@@ -457,34 +458,36 @@ class S:
 
 
 _LocalType = type[R] | type[I] | type[V] | type[P] | S
-_Axis = str | tuple[str, ...]
+_Axis = str | tuple[str, ...] | dist.ProcessGroup
 _AxisNames = str | tuple[str, ...] | None
 
 
-def all_reduce(x: _T, axis: _Axis, *, src: _LocalType = P, dst: _LocalType,
-               op: Literal["sum", "avg", "max", "min"] = "sum") -> _T:
+def all_reduce(x: torch.Tensor, axis: _Axis, *, src: _LocalType = P, dst: _LocalType,
+               op: Literal["sum", "avg", "max", "min"] = "sum") -> torch.Tensor:
     return x
 
 
-def all_gather(x: _T, axis: _Axis, *, src: _LocalType, dst: _LocalType,
-               sizes: Sequence[int] | None = None) -> _T:
+def all_gather(x: torch.Tensor, axis: _Axis, *, src: _LocalType, dst: _LocalType,
+               sizes: Sequence[int] | None = None) -> torch.Tensor:
     return x
 
 
-def reduce_scatter(x: _T, axis: _Axis, *, src: _LocalType = P, dst: _LocalType,
-                   sizes: Sequence[int] | None = None) -> _T:
+def reduce_scatter(x: torch.Tensor, axis: _Axis, *, src: _LocalType = P, dst: _LocalType,
+                   sizes: Sequence[int] | None = None) -> torch.Tensor:
     return x
 
 
-def all_to_all(x: _T, axis: _Axis, *, src: _LocalType, dst: _LocalType) -> _T:
+def all_to_all(x: torch.Tensor, axis: _Axis, *, src: _LocalType, dst: _LocalType) -> torch.Tensor:
     return x
 
 
-def reinterpret(x: _T, axis: _Axis, *, src: _LocalType, dst: _LocalType, expert_mode: bool = False) -> _T:
+def reinterpret(x: torch.Tensor, axis: _Axis, *, src: _LocalType, dst: _LocalType,
+                expert_mode: bool = False) -> torch.Tensor:
     return x
 
 
-def convert(x: _T, axis: _Axis, *, src: _LocalType, dst: _LocalType, expert_mode: bool = False) -> _T:
+def convert(x: torch.Tensor, axis: _Axis, *, src: _LocalType, dst: _LocalType,
+            expert_mode: bool = False) -> torch.Tensor:
     return x
 
 

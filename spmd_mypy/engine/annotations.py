@@ -34,16 +34,34 @@ class Entry:
     spec: tuple[tuple[str, ...], ...] | None = None
 
 
+def _edit_distance(a: str, b: str) -> int:
+    """Damerau-Levenshtein distance (a transposition costs 1: "pc" is one step from "cp")."""
+    d = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) + 1):
+        d[i][0] = i
+    for j in range(len(b) + 1):
+        d[0][j] = j
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
+
+
 def closest(name: str, known: Sequence[str]) -> str:
     """' (did you mean "tp"?)' or ''."""
-    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
-    return f' (did you mean "{match[0]}"?)' if match else ""
+    candidates = [(_edit_distance(name, k), -difflib.SequenceMatcher(None, name, k).ratio(), k)
+                  for k in known]
+    candidates = [c for c in candidates if c[0] <= max(1, len(name) // 2)]
+    return f' (did you mean "{min(candidates)[2]}"?)' if candidates else ""
 
 
-def unknown_axis_error(name: str, known: Sequence[str]) -> SpmdError:
+def unknown_axis_error(name: str, known: Sequence[str], code: str = "spmd-annotation") -> SpmdError:
     known_text = ", ".join(f'"{a}"' for a in known) if known else "none configured"
     return SpmdError(
-        "spmd-annotation",
+        code,
         f'unknown mesh axis "{name}"{closest(name, known)}; the mesh axes are {known_text} '
         f"([tool.spmd_mypy] mesh_axes)",
     )

@@ -240,7 +240,7 @@ def check_collective(
     transition: Transition | None
     if op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
         transition = None
-        if form(src) not in ("V", "S", "P") or form(dst) not in ("R", "I"):
+        if form(src) not in ("V", "S") or form(dst) not in ("R", "I"):
             errors.append(SpmdError(
                 "spmd-collective",
                 f'all_reduce with op="{reduce_op}" takes src=V and gives R or I, not '
@@ -281,7 +281,7 @@ def check_collective(
             errors.append(SpmdError(
                 "spmd-src-mismatch",
                 f'{call}, src={src}, ...) but {x_text} is {have} on "{axis}" ({x_text}: '
-                f"{format_type(x)})" + _mismatch_fix(have, src, dst, x_text, axis_arg),
+                f"{format_type(x)})" + _mismatch_fix(have, src, dst, x_text, axis),
             ))
     out = x
     for axis in axes:

@@ -47,6 +47,12 @@ class Role(enum.Enum):
     SUMMAND = "summand"
     FACTOR = "factor"
     NONLINEAR = "non-linear"
+    # An index, mask-free selector or id tensor (``x[idx]``, ``index_select``, embedding ids):
+    # not differentiated, so its R or I type never matters; a Varying index makes the
+    # selection differ per rank, so it counts as a Varying operand.
+    INDEX = "index"
+    # The destination of ``copy_``: overwritten, so only check_inplace looks at it.
+    OVERWRITTEN = "overwritten"
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,8 @@ def _spec_table() -> dict[str, OpSpec]:
         if base is not None and name + "_" not in table:
             table[name + "_"] = OpSpec(name + "_", base.op_class, base.roles, base.keeps_shard_dims)
     # in-place fills overwrite: the result is the filled value's type
-    table["copy_"] = OpSpec("copy_", OpClass.LINEAR, (Role.NONLINEAR, Role.SUMMAND))
+    table["copy_"] = OpSpec("copy_", OpClass.LINEAR, (Role.OVERWRITTEN, Role.SUMMAND),
+                            keeps_shard_dims=True)
     return table
 
 
@@ -282,9 +289,14 @@ def _rule_on_axis(
     if Kind.I in kinds and len(kinds) > 1:
         inv = next(o for o, _, lt in eff if lt.kind is Kind.I)
         other_o, _, other = next((o, r, lt) for o, r, lt in eff if lt.kind is not Kind.I)
-        if other.kind is Kind.P:
-            fix = (f'reinterpret({inv.text}, "{axis}", src=I, dst=R) first (its backward '
-                   f'all-reduces the gradient), or {_fix_reduce(other_o.text, axis, "I")}')
+        if other.kind is Kind.P and spec.op_class is OpClass.LINEAR:
+            fix = (f'{_fix_reduce(other_o.text, axis, "I")} first, or '
+                   f'convert({inv.text}, "{axis}", src=I, dst=P) to add it into the pending sum')
+        elif other.kind is Kind.P and spec.op_class is OpClass.MULTILINEAR:
+            fix = (f'reinterpret({inv.text}, "{axis}", src=I, dst=R) first (R times P is P, and '
+                   f'the backward all-reduces its gradient), or {_fix_reduce(other_o.text, axis, "I")}')
+        elif other.kind is Kind.P:
+            fix = f'{_fix_reduce(other_o.text, axis, "I")} first'
         else:
             fix = (f'reinterpret({inv.text}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient")
@@ -377,15 +389,18 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
     tensor_ops: list[tuple[Operand, Role]] = []
     for i, o in enumerate(operands):
         role = o.role or spec.role(i)
+        if role is Role.OVERWRITTEN:
+            continue
         if o.type is None:
-            scalar_roles.add(role)
+            if role is not Role.INDEX:
+                scalar_roles.add(role)
             continue
         tensor_ops.append((o, role))
         for a, _ in o.type.axes:
             axes[a] = None
     if strict and axes:
-        for o, _ in tensor_ops:
-            if not o.type:
+        for o, role in tensor_ops:
+            if not o.type and role is not Role.INDEX:
                 errors.append(SpmdError(
                     "spmd-untyped",
                     f"untyped tensor {o.text} in {spec.name} with typed operands (strict mode); "
@@ -394,7 +409,9 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
                 break
     out: dict[str, LocalType] = {}
     for axis in sorted(axes):
-        typed = [(o, r, lt) for o, r in tensor_ops if (lt := o.type.get(axis)) is not None]  # type: ignore[union-attr]
+        typed = [(o, r, lt) for o, r in tensor_ops
+                 if (lt := o.type.get(axis)) is not None  # type: ignore[union-attr]
+                 and (r is not Role.INDEX or lt.kind is Kind.V)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if err is not None:
             errors.append(err)

@@ -36,8 +36,8 @@ from ..engine.errors import SpmdError
 from . import calls
 from .codes import ERROR_CODES
 from .config import Config, load
-from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, AnnotationError, TypeBuilder, read_entry
-from .rewrite import prepare_file
+from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
+from .rewrite import GradRegions, prepare_file
 
 
 def _source_hash() -> str:
@@ -75,7 +75,7 @@ class SpmdPlugin(Plugin):
         self.config: Config = load(options.config_file)
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
-        self._no_grad: dict[str, list[tuple[int, int]]] = {}
+        self._no_grad: dict[str, GradRegions] = {}
         self._promoted: TypeInfo | None = None
         self._hook_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
@@ -114,8 +114,15 @@ class SpmdPlugin(Plugin):
 
     def in_no_grad(self, api: object, line: int) -> bool:
         path = getattr(api, "path", None)
-        ranges = self._no_grad.get(path) if path else None
-        return bool(ranges) and any(a <= line <= b for a, b in ranges)
+        regions = self._no_grad.get(path) if path else None
+        return bool(regions) and any(a <= line <= b for a, b in regions.ranges)
+
+    def is_detached_name(self, api: object, line: int, name: str) -> bool:
+        """A local only ever assigned ``<expr>.detach()`` in the enclosing function."""
+        path = getattr(api, "path", None)
+        regions = self._no_grad.get(path) if path else None
+        return bool(regions) and any(
+            a <= line <= b and n == name for a, b, n in regions.detached_names)
 
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:
@@ -135,7 +142,7 @@ class SpmdPlugin(Plugin):
             try:
                 self._no_grad[file.path] = prepare_file(file)
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
-                self._no_grad[file.path] = []
+                self._no_grad[file.path] = GradRegions()
         return []
 
     # -- annotations -------------------------------------------------------------------
@@ -165,7 +172,7 @@ class SpmdPlugin(Plugin):
         for arg in ctx.type.args:
             marker = self._marker_of(ctx, arg) if isinstance(arg, UnboundType) else None
             if marker is None:
-                shown = arg.name if isinstance(arg, UnboundType) else str(arg)
+                shown = show_unanalyzed(arg)
                 self._fail(ctx, f'Tensor[...] takes entries R["axis"], I[...], V[...], P[...], '
                                 f'S[dim, "axis"] or PS[...], not {shown}')
                 continue
@@ -184,7 +191,9 @@ class SpmdPlugin(Plugin):
         if not ctx.type.args:  # `src: type[R]` and the like in stubs
             info = self._lookup_info(MARKER_NAME_TO_FULLNAME.get(name, ""))
             return Instance(info, []) if info is not None else AnyType(TypeOfAny.special_form)
-        if getattr(ctx.api, "allow_unbound_tvars", False):
+        api = ctx.api
+        if getattr(api, "allow_unbound_tvars", False) or (
+                getattr(api, "allow_placeholder", False) and not getattr(api, "defining_alias", False)):
             # `Act = Tensor[V["tp"]]` is also analysed as a value expression (a type
             # application of Tensor); the alias itself goes through _analyze_tensor.
             return AnyType(TypeOfAny.special_form)

@@ -23,15 +23,20 @@ from mypy.nodes import (
     NameExpr,
     OpExpr,
     RefExpr,
+    OperatorAssignmentStmt,
     StrExpr,
+    TempNode,
+    TypeAlias,
     TupleExpr,
     UnaryExpr,
+    Var,
 )
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import (
     AnyType,
     Instance,
     LiteralType,
+    NoneType,
     TupleType,
     Type,
     TypeOfAny,
@@ -41,6 +46,7 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
+from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import FACTORIES, NOT_OPS, Operand, Role, check_backward, check_inplace, classify, propagate
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
@@ -63,7 +69,12 @@ NON_OPERAND_NAMES = frozenset(
 )
 # Formal names whose tensors are indices/masks/conditions: they are not differentiated,
 # but a varying index makes a varying result.
-INDEX_NAMES = frozenset("index indices mask condition target labels idx".split())
+INDEX_NAMES = frozenset("index indices target labels idx offsets".split())
+# Ops whose index argument has a generic name.
+INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
+    "embedding": frozenset({"input"}), "embedding_bag": frozenset({"input", "offsets"}),
+    "one_hot": frozenset({"tensor", "input"}),
+}
 # Formal names where a Python scalar is an operand (``x + 1``, ``x * 2``, ``where(c, x, 0.)``).
 SCALAR_OPERAND_NAMES = frozenset("other input self value exponent scalar tensor1 tensor2".split())
 
@@ -111,12 +122,88 @@ def expr_text(e: Expression | None) -> str:
     if isinstance(e, (IntExpr, FloatExpr)):
         return repr(e.value)
     if isinstance(e, StrExpr):
-        return repr(e.value)
+        return '"' + e.value + '"'
     if isinstance(e, OpExpr):
         return f"({expr_text(e.left)} {e.op} {expr_text(e.right)})"
+    if isinstance(e, TupleExpr):
+        return "(" + ", ".join(expr_text(i) for i in e.items) + ("," if len(e.items) == 1 else "") + ")"
     if isinstance(e, UnaryExpr):
         return f"{e.op}{expr_text(e.expr)}"
     return "x"
+
+
+def _literal_str(e: Expression | None, t: Type | None) -> str | None:
+    if isinstance(e, StrExpr):
+        return e.value
+    if isinstance(e, RefExpr) and isinstance(e.node, Var) and e.node.is_final:
+        if isinstance(e.node.final_value, str):
+            return e.node.final_value
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, LiteralType) and isinstance(p.value, str):
+        return p.value
+    if isinstance(p, Instance) and p.last_known_value is not None and isinstance(p.last_known_value.value, str):
+        return p.last_known_value.value
+    return None
+
+
+def _literal_strs(e: Expression | None, t: Type | None) -> list[str] | None:
+    """Axis names from a literal, a Final constant, or a tuple of those; None if unreadable."""
+    one = _literal_str(e, t)
+    if one is not None:
+        return [one]
+    if isinstance(e, TupleExpr):
+        names = [_literal_str(i, None) for i in e.items]
+        return None if any(n is None for n in names) else names  # type: ignore[return-value]
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, TupleType):
+        names = [_literal_str(None, i) for i in p.items]
+        return None if any(n is None for n in names) else names  # type: ignore[return-value]
+    return None
+
+
+def _entry_from_expression(e: Expression) -> Entry | None:
+    from .rewrite import axis_from_raw
+
+    if not (isinstance(e, IndexExpr) and isinstance(e.base, RefExpr)):
+        return None
+    marker = {"spmd.R": "R", "spmd.I": "I", "spmd.V": "V", "spmd.P": "P", "spmd.S": "S",
+              "spmd.Shard": "S", "spmd.PS": "PS"}.get(e.base.fullname or "")
+    if marker is None:
+        return None
+    args = e.index.items if isinstance(e.index, TupleExpr) else [e.index]
+
+    def axis(a: Expression) -> str | None:
+        v = axis_from_raw(a.value) if isinstance(a, StrExpr) else None
+        return v if isinstance(v, str) else None
+
+    if marker == "PS":
+        spec = []
+        for a in args:
+            if isinstance(a, NameExpr) and a.name == "None":
+                spec.append(())
+            elif isinstance(a, TupleExpr):
+                names = [axis(i) for i in a.items]
+                if any(n is None for n in names):
+                    return None
+                spec.append(tuple(names))  # type: ignore[arg-type]
+            else:
+                n = axis(a)
+                if n is None:
+                    return None
+                spec.append((n,))
+        return Entry("PS", spec=tuple(spec))
+    if marker == "S":
+        dim_e = args[0]
+        dim = dim_e.value if isinstance(dim_e, IntExpr) else (
+            -dim_e.expr.value if isinstance(dim_e, UnaryExpr) and isinstance(dim_e.expr, IntExpr) else None)
+        names = [axis(a) for a in args[1:]]
+        if dim is None or not names or any(n is None for n in names):
+            return None
+        return Entry("S", tuple(names), dim=dim)  # type: ignore[arg-type]
+    names = [axis(a) for a in args]
+    if any(n is None for n in names):
+        return None
+    return Entry(marker, tuple(names))  # type: ignore[arg-type]
 
 
 def _is_detached(e: Expression | None) -> bool:
@@ -164,6 +251,8 @@ class CallTyper:
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         if _is_detached(expr):
             return False
+        if isinstance(expr, NameExpr) and self.plugin.is_detached_name(ctx.api, ctx.context.line, expr.name):
+            return False
         return not self.plugin.in_no_grad(ctx.api, ctx.context.line)
 
     def _lookup_expr_type(self, ctx: AnyCtx, e: Expression) -> Type | None:
@@ -192,8 +281,13 @@ class CallTyper:
 
     # -- operands --------------------------------------------------------------------
     def operands(self, ctx: AnyCtx, receiver: Expression | None, receiver_type: Type | None,
-                 dunder: bool = False) -> tuple[list[Operand], Operand | None, bool]:
-        """(operands in formal order, the out= target, whether any operand is typed)."""
+                 op: str = "", dunder: bool = False, other_text: str | None = None,
+                 ) -> tuple[list[Operand], Operand | None, bool]:
+        """(operands in formal order, the out= target, whether any operand is typed).
+
+        Dims, shapes, dtypes are not operands; Python scalars are, where they are
+        summands or factors (``x + 1``); index tensors are operands of role INDEX.
+        """
         ops: list[Operand] = []
         out: Operand | None = None
         any_typed = False
@@ -202,31 +296,48 @@ class CallTyper:
             if t is not None:
                 any_typed = any_typed or bool(t)
                 ops.append(Operand(t, expr_text(receiver), self.can_grad(ctx, receiver)))
+        index_formals = INDEX_FORMALS_BY_OP.get(op, frozenset())
+        position = 0
         for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
             name = formal or ""
+            this_position = position
+            position += 1
             if name in NON_OPERAND_NAMES:
                 continue
+            # x[i] / x[i] = v: the subscript is an index, never a scalar operand
+            is_index = (name in INDEX_NAMES or name in index_formals
+                        or (op in ("__getitem__", "__setitem__") and this_position == 0))
             for typ, expr in zip(types, exprs):
-                if isinstance(expr, (ListExpr, TupleExpr)) and not self.types.from_type(typ):
-                    items = [(self._lookup_expr_type(ctx, i), i) for i in expr.items]
-                else:
-                    items = [(typ, expr)]
-                for it, ie in items:
+                typ_items = self._container_items(typ, expr, ctx)
+                for it, ie in typ_items:
+                    text = expr_text(ie) if not isinstance(ie, TempNode) else (other_text or "x")
                     t = self.types.from_type(it)
                     if t is None:
-                        if it is not None and _is_scalar(it) and (
-                                name in SCALAR_OPERAND_NAMES or (formal is None and dunder)):
-                            ops.append(Operand(None, expr_text(ie)))
+                        if (it is not None and not is_index and _is_scalar(it) and (
+                                name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
+                            ops.append(Operand(None, text))
                         continue
                     any_typed = any_typed or bool(t)
-                    is_index = name in INDEX_NAMES
-                    o = Operand(t, expr_text(ie), False if is_index else self.can_grad(ctx, ie),
-                                Role.NONLINEAR if is_index else None)
+                    o = Operand(t, text, False if is_index else self.can_grad(ctx, ie),
+                                Role.INDEX if is_index else None)
                     if name == "out":
                         out = o
                     else:
                         ops.append(o)
         return ops, out, any_typed
+
+    def _container_items(self, typ: Type, expr: Expression, ctx: AnyCtx) -> list[tuple[Type | None, Expression]]:
+        """A list/tuple argument (``torch.cat([a, b])``, ``torch.cat(xs)``) as its items."""
+        if self.types.from_type(typ) is not None:
+            return [(typ, expr)]
+        if isinstance(expr, (ListExpr, TupleExpr)):
+            return [(self._lookup_expr_type(ctx, i), i) for i in expr.items]
+        p = get_proper_type(typ)
+        if isinstance(p, TupleType):
+            return [(i, expr) for i in p.items]
+        if isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
+            return [(p.args[0], expr)]
+        return [(typ, expr)]
 
     # -- torch ops ---------------------------------------------------------------------
     def op_hook(self, op: str, *, method: bool, reflected: bool = False) -> Callable[[AnyCtx], Type]:
@@ -238,6 +349,7 @@ class CallTyper:
         def hook(ctx: AnyCtx) -> Type:
             receiver = None
             receiver_type = None
+            other_text = None
             if method:
                 receiver_type = ctx.type  # type: ignore[union-attr]
                 c = ctx.context
@@ -245,11 +357,14 @@ class CallTyper:
                     receiver = c.callee.expr
                 elif isinstance(c, OpExpr):
                     receiver = c.right if reflected else c.left
+                    other_text = expr_text(c.left if reflected else c.right)
+                elif isinstance(c, OperatorAssignmentStmt):
+                    receiver, other_text = c.lvalue, expr_text(c.rvalue)
                 elif isinstance(c, IndexExpr):
                     receiver = c.base
                 elif isinstance(c, UnaryExpr):
                     receiver = c.expr
-            ops, out, any_typed = self.operands(ctx, receiver, receiver_type, dunder)
+            ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other_text)
             if not any_typed:
                 return ctx.default_return_type
             if reflected and len(ops) == 2:
@@ -307,19 +422,12 @@ class CallTyper:
     def _axis_names(self, ctx: AnyCtx, expr: Expression | None, typ: Type | None,
                     what: str) -> tuple[str, ...] | None:
         """The literal axis names, or None after reporting what to write."""
-        names: list[str] = []
-        p = get_proper_type(typ) if typ is not None else None
-        if isinstance(expr, StrExpr):
-            names = [expr.value]
-        elif isinstance(expr, TupleExpr) and all(isinstance(i, StrExpr) for i in expr.items):
-            names = [i.value for i in expr.items]  # type: ignore[attr-defined]
-        elif isinstance(p, LiteralType) and isinstance(p.value, str):
-            names = [p.value]
-        elif isinstance(p, Instance) and p.last_known_value is not None and isinstance(p.last_known_value.value, str):
-            names = [p.last_known_value.value]
-        elif isinstance(p, TupleType) and all(isinstance(get_proper_type(i), LiteralType) for i in p.items):
-            names = [get_proper_type(i).value for i in p.items]  # type: ignore[union-attr]
-        else:
+        names: list[str] | None = _literal_strs(expr, typ)
+        if names is not None and not names:
+            self.report(ctx, [SpmdError(
+                "spmd-axis", f"the axes of {what} are an empty tuple: name at least one mesh axis")])
+            return None
+        if names is None:
             shown = expr_text(expr)
             self.report(ctx, [SpmdError(
                 "spmd-axis",
@@ -331,8 +439,7 @@ class CallTyper:
         known = self.plugin.config.mesh_axes
         bad = [n for n in names if n not in known]
         if bad:
-            from ..engine.annotations import unknown_axis_error
-            self.report(ctx, [unknown_axis_error(bad[0], known)])
+            self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis")])
             return None
         if len(set(names)) != len(names):
             self.report(ctx, [SpmdError("spmd-axis", f"the axes {tuple(names)} repeat an axis")])
@@ -363,11 +470,14 @@ class CallTyper:
         def hook(ctx: FunctionContext) -> Type:
             x_expr, x_type = self._arg(ctx, "x")
             x = self.types.from_type(x_type)
-            if not x:
+            if x is None:
                 return ctx.default_return_type
             axis_expr, axis_type = self._arg(ctx, "axis")
+            dst_expr = self._arg(ctx, "dst")[0]
+            if axis_expr is None or (dst_expr is None and op != "redistribute"):
+                return ctx.default_return_type  # mypy already reports the missing argument
             src = self._local_type(ctx, self._arg(ctx, "src")[0], "src")
-            dst = self._local_type(ctx, self._arg(ctx, "dst")[0], "dst")
+            dst = self._local_type(ctx, dst_expr, "dst")
             if src is False or dst is False:
                 return self.typed_result(ctx.default_return_type, UNTYPED)
             axes = self._axis_names(ctx, axis_expr, axis_type, op)
@@ -377,6 +487,8 @@ class CallTyper:
             expert = isinstance(expert_expr, NameExpr) and expert_expr.fullname == "builtins.True"
             op_expr = self._arg(ctx, "op")[0]
             reduce_op = op_expr.value if isinstance(op_expr, StrExpr) else "sum"
+            if reduce_op not in coll.REDUCE_OPS:
+                return ctx.default_return_type  # mypy reports the op against the stub's Literal
             res = coll.check_collective(
                 op, x, axes, src or None, dst or None, expert_mode=expert, reduce_op=reduce_op,
                 x_text=expr_text(x_expr), can_grad=self.can_grad(ctx, x_expr))
@@ -410,70 +522,110 @@ class CallTyper:
     # -- spmd helpers ------------------------------------------------------------------
     def reveal_hook(self, ctx: FunctionContext) -> Type:
         x_expr, x_type = self._arg(ctx, "x")
-        t = self.types.from_type(x_type)
-        shown = format_type(t, self.plugin.config.mesh_axes) if t is not None else "not a tensor"
-        ctx.api.msg.note(f"Revealed type is {shown}", ctx.context)  # type: ignore[attr-defined]
-        return ctx.default_return_type if x_type is None else x_type
+        if x_type is None:
+            return ctx.default_return_type  # mypy reports the missing argument
+        p = get_proper_type(x_type)
+        members = p.items if isinstance(p, UnionType) else [x_type]
+        shown = []
+        for m in members:
+            t = self.types.from_type(m)
+            if t is not None:
+                shown.append(format_type(t, self.plugin.config.mesh_axes))
+            elif isinstance(get_proper_type(m), NoneType):
+                shown.append("None")
+            else:
+                shown.append("not a tensor")
+        ctx.api.msg.note(f"Revealed type is {' | '.join(dict.fromkeys(shown))}", ctx.context)  # type: ignore[attr-defined]
+        return x_type
 
     def declare_hook(self, ctx: FunctionContext) -> Type:
-        _, t_type = self._arg(ctx, "t")
-        p = get_proper_type(t_type) if t_type is not None else None
-        target = None
-        if isinstance(p, TypeType):
-            target = p.item
-        elif p is not None and hasattr(p, "ret_type") and getattr(p, "is_type_obj", lambda: False)():
-            target = p.ret_type  # type: ignore[union-attr]
-        if target is not None and self.types.from_type(target) is not None:
-            return target
-        return ctx.default_return_type
+        """``spmd.declare(x, Tensor[I["tp"]])`` (or an alias of a tensor type) has that type."""
+        t_expr, _ = self._arg(ctx, "t")
+        t = self.type_from_expression(ctx, t_expr)
+        if t is None:
+            return ctx.default_return_type
+        inst = self.types.to_instance(t)
+        return inst if inst is not None else ctx.default_return_type
+
+    def type_from_expression(self, ctx: AnyCtx, e: Expression | None) -> SpmdType | None:
+        """Read ``Tensor[R["tp"], S[0, "dp"]]`` written as a value expression."""
+        if isinstance(e, RefExpr) and isinstance(e.node, TypeAlias):
+            return self.types.from_type(e.node.target)
+        if not (isinstance(e, IndexExpr) and isinstance(e.base, RefExpr)
+                and e.base.fullname == "spmd.Tensor"):
+            return None
+        items = e.index.items if isinstance(e.index, TupleExpr) else [e.index]
+        entries: list[Entry] = []
+        for item in items:
+            entry = _entry_from_expression(item)
+            if entry is None:
+                self.report(ctx, [SpmdError(
+                    "spmd-annotation", f'Tensor[...] takes entries like R["tp"], not {expr_text(item)}')])
+                return None
+            entries.append(entry)
+        t, errors = build(entries, self.plugin.config.mesh_axes)
+        self.report(ctx, errors)
+        return t
 
     def partial_op_hook(self, op: str) -> Callable[[FunctionContext], Type]:
         """spmd.einsum / matmul / linear / sum: the local op, then reinterpret to P on
-        ``out_partial_axes``."""
-        spec_name = {"einsum": "einsum", "matmul": "matmul", "linear": "linear", "sum": "sum"}[op]
+        ``out_partial_axes``; a bias is added after, and must itself be P there."""
 
         def hook(ctx: FunctionContext) -> Type:
-            ops, _, any_typed = self.operands(ctx, None, None)
+            ops, _, any_typed = self.operands(ctx, None, None, op)
+            b_expr, b_type = self._arg(ctx, "bias") if op == "linear" else (None, None)
+            bias = self.types.from_type(b_type) if b_expr is not None else None
             if not any_typed:
                 return ctx.default_return_type
-            res = propagate(spec_name, ops, strict=self.plugin.config.strict)
+            pa_expr, pa_type = self._arg(ctx, "out_partial_axes")
+            if pa_expr is None or (isinstance(pa_expr, NameExpr) and pa_expr.name == "None"):
+                res = propagate(op, ops, strict=self.plugin.config.strict)
+                self.report(ctx, res.errors)
+                return self.typed_result(ctx.default_return_type, res.type)
+            axes = self._axis_names(ctx, pa_expr, pa_type, f"spmd.{op} out_partial_axes")
+            if axes is None:
+                return self.typed_result(ctx.default_return_type, UNTYPED)
+            b_text = expr_text(b_expr) if b_expr is not None else None
+            core = [o for o in ops if b_text is None or o.text != b_text]
+            res = propagate(op, core, strict=self.plugin.config.strict)
             self.report(ctx, res.errors)
             t = res.type
-            pa_expr, pa_type = self._arg(ctx, "out_partial_axes")
-            if pa_expr is not None and not (isinstance(pa_expr, NameExpr) and pa_expr.name == "None"):
-                axes = self._axis_names(ctx, pa_expr, pa_type, f"spmd.{op} out_partial_axes")
-                if axes is None:
-                    return self.typed_result(ctx.default_return_type, UNTYPED)
-                if op == "linear":
-                    b_expr, b_type = self._arg(ctx, "bias")
-                    bt = self.types.from_type(b_type)
-                    for a in axes:
-                        lt = bt.get(a) if bt else None
-                        if lt is not None and lt.kind is not Kind.P:
-                            self.report(ctx, [SpmdError(
-                                "spmd-partial-affine",
-                                f'the bias of spmd.linear(..., out_partial_axes="{a}") is {lt} on '
-                                f'"{a}", so it would be summed once per rank; add an R bias after '
-                                f"the reduction, or pass a bias that is P on \"{a}\"",
-                            )])
-                            return self.typed_result(ctx.default_return_type, t)
-                    # the bias enters after the local op: drop it before the reinterpret check
-                    if bt:
-                        ops_nb = [o for o in ops if o.text != expr_text(b_expr)]
-                        t = propagate(spec_name, ops_nb).type
+            for a in axes:
+                lt = t.get(a)
+                if lt is None or lt.kind is Kind.V:
+                    t = t.replace(a, LocalType(Kind.P))
+                    continue
+                if lt.kind is Kind.P:
+                    err = SpmdError(
+                        "spmd-collective",
+                        f'spmd.{op}(..., out_partial_axes="{a}"): the local result is already P on '
+                        f'"{a}" (an operand is Partial); drop "{a}" from out_partial_axes')
+                else:
+                    err = SpmdError(
+                        "spmd-expert-mode",
+                        f'spmd.{op}(..., out_partial_axes="{a}"): the local result is {lt} on "{a}" '
+                        f"(the same on every rank), so declaring it Partial would count it once per "
+                        f'rank; make an operand Varying on "{a}" (sharded), or drop "{a}" from '
+                        f"out_partial_axes")
+                self.report(ctx, [err])
+                t = t.replace(a, LocalType(Kind.P))
+            if bias is not None and bias:
+                bias_rest = bias
                 for a in axes:
-                    lt = t.get(a)
-                    if lt is None:
-                        t = t.replace(a, LocalType(Kind.P))
-                        continue
-                    src = lt.forget_dim() if lt.kind is Kind.V else lt
-                    r = coll.check_collective("reinterpret", t, (a,), src, LocalType(Kind.P),
-                                              x_text=f"spmd.{op}(...)")
-                    if r.errors:
+                    lt = bias.get(a)
+                    if lt is not None and lt.kind is not Kind.P:
                         self.report(ctx, [SpmdError(
-                            e.code, f'out_partial_axes="{a}": the local result is {lt} on "{a}"; '
-                            + e.message) for e in r.errors])
-                    t = r.type
+                            "spmd-partial-affine",
+                            f'the bias of spmd.linear(..., out_partial_axes="{a}") is {lt} on '
+                            f'"{a}" ({expr_text(b_expr)}: {format_type(bias)}), so it would be '
+                            f"summed once per rank; add an R bias after the reduction, or pass a "
+                            f'bias that is P on "{a}"',
+                        )])
+                        bias_rest = bias_rest.replace(a, None)
+                added = propagate("add", [Operand(t, f"spmd.{op}(...)"),
+                                          Operand(bias_rest, expr_text(b_expr))])
+                self.report(ctx, added.errors)
+                t = added.type if not added.errors else t
             return self.typed_result(ctx.default_return_type, t)
 
         return hook

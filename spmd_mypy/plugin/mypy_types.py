@@ -211,3 +211,19 @@ def is_proper_tensor(p: ProperType) -> bool:
     return isinstance(p, Instance) and (
         p.type.fullname == TENSOR or any(p.type.has_base(b) for b in TORCH_TENSOR_BASES)
     )
+
+
+def show_unanalyzed(t: Type) -> str:
+    """An unanalysed type as the user wrote it: ``R["tp"] | V["dp"]``."""
+    if isinstance(t, UnboundType):
+        name = t.name.rsplit(".", 1)[-1]
+        if t.original_str_expr is not None and not t.args:
+            return f'"{t.original_str_expr}"'
+        return name + ("[" + ", ".join(show_unanalyzed(a) for a in t.args) + "]" if t.args else "")
+    if isinstance(t, RawExpressionType):
+        v = axis_from_raw(t.literal_value)
+        return f'"{v}"' if isinstance(v, str) else repr(v)
+    items = getattr(t, "items", None)
+    if type(t).__name__ == "UnionType" and items is not None:
+        return " | ".join(show_unanalyzed(i) for i in items)
+    return str(t)

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from mypy.nodes import (
     AssignmentStmt,
     Block,
@@ -39,7 +41,16 @@ from mypy.nodes import (
     TupleExpr,
     WithStmt,
 )
-from mypy.types import CallableType, RawExpressionType, Type, UnboundType
+from mypy.types import (
+    CallableArgument,
+    CallableType,
+    RawExpressionType,
+    TupleType,
+    Type,
+    TypeList,
+    UnboundType,
+    UnionType,
+)
 
 MARKER_NAMES = frozenset({"R", "I", "V", "P", "S", "PS", "Shard"})
 NO_GRAD_CALLS = frozenset({"no_grad", "inference_mode"})
@@ -53,7 +64,10 @@ def _short(name: str) -> str:
 
 
 def rewrite_type(t: Type | None) -> None:
-    """In place: UnboundType("tp", original_str_expr="tp") under a marker -> raw literal."""
+    """In place: UnboundType("tp", original_str_expr="tp") under a marker -> raw literal,
+    anywhere in a type (Callable arguments, unions, tuples, nested generics)."""
+    if t is None:
+        return
     if isinstance(t, CallableType):
         for a in t.arg_types:
             rewrite_type(a)
@@ -67,14 +81,19 @@ def rewrite_type(t: Type | None) -> None:
             rewrite_type(a)
             new_args.append(a)
         t.args = tuple(new_args)
+    elif isinstance(t, (TypeList, UnionType, TupleType)):
+        for item in t.items:
+            rewrite_type(item)
+    elif isinstance(t, CallableArgument):
+        rewrite_type(t.typ)
 
 
 def _raw_axis(a: Type) -> Type:
     if isinstance(a, UnboundType) and a.original_str_expr is not None and not a.args:
         return RawExpressionType(a.original_str_expr, "builtins.str", a.line, a.column)
-    if isinstance(a, UnboundType) and a.name == "tuple" or type(a).__name__ == "TypeList":
-        for i, item in enumerate(getattr(a, "items", ()) or ()):
-            a.items[i] = _raw_axis(item)  # type: ignore[attr-defined]
+    if isinstance(a, (TypeList, TupleType)):  # PS[("dp", "tp"), None]
+        for i, item in enumerate(a.items):
+            a.items[i] = _raw_axis(item)
     return a
 
 
@@ -127,11 +146,21 @@ def _is_autograd_function(c: ClassDef) -> bool:
     return False
 
 
+@dataclass
+class GradRegions:
+    """Where operands cannot carry a gradient, per file."""
+
+    ranges: list[tuple[int, int]] = field(default_factory=list)  # no_grad blocks, Function.forward
+    detached_names: list[tuple[int, int, str]] = field(default_factory=list)  # (function lines, name)
+
+
 class _Walker:
     """A plain walk over statements (mypy's compiled visitors cannot be subclassed)."""
 
     def __init__(self) -> None:
         self.no_grad: list[tuple[int, int]] = []
+        self.detached: list[tuple[int, int, str]] = []
+        self._assigns: list[dict[str, list[Expression]]] = []
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
@@ -143,7 +172,11 @@ class _Walker:
             rewrite_type(st.unanalyzed_type)
             if in_function_class and st.name == "forward":
                 self.no_grad.append((st.line, st.end_line or st.line))
+            self._assigns.append({})
             self.block(st.body.body)
+            for name, rvalues in self._assigns.pop().items():
+                if all(_is_detach_call(r) for r in rvalues):
+                    self.detached.append((st.line, st.end_line or st.line, name))
         elif isinstance(st, Decorator):
             if any(_is_no_grad(d) for d in st.original_decorators):
                 self.no_grad.append((st.func.line, st.func.end_line or st.func.line))
@@ -158,6 +191,13 @@ class _Walker:
                 self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
             self.block(st.body.body)
         elif isinstance(st, AssignmentStmt):
+            if self._assigns:
+                for lv in st.lvalues:
+                    if isinstance(lv, NameExpr):
+                        self._assigns[-1].setdefault(lv.name, []).append(st.rvalue)
+                    else:  # tuple targets and the like: never "only detached"
+                        for n in _names_in(lv):
+                            self._assigns[-1].setdefault(n, []).append(lv)
             rewrite_type(st.type)
             rewrite_type(st.unanalyzed_type)
             _rewrite_index_expr(st.rvalue)
@@ -192,8 +232,21 @@ class _Walker:
             e = e.callee.expr if isinstance(e.callee, MemberExpr) else None
 
 
-def prepare_file(file: MypyFile) -> list[tuple[int, int]]:
-    """Rewrite the file's axis strings in place; return its gradient-free line ranges."""
+def _is_detach_call(e: Expression) -> bool:
+    return (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+            and e.callee.name == "detach")
+
+
+def _names_in(e: Expression) -> list[str]:
+    if isinstance(e, NameExpr):
+        return [e.name]
+    if isinstance(e, (TupleExpr, ListExpr)):
+        return [n for i in e.items for n in _names_in(i)]
+    return []
+
+
+def prepare_file(file: MypyFile) -> GradRegions:
+    """Rewrite the file's axis strings in place; return its gradient-free regions."""
     w = _Walker()
     w.block(file.defs)
-    return w.no_grad
+    return GradRegions(w.no_grad, w.detached)
