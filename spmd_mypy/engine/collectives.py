@@ -325,3 +325,27 @@ def backward_comms(op: str, axes: Sequence[str], src: LocalType, dst: LocalType)
     """The collectives the backward issues (for the report)."""
     ax = format_axis(tuple(axes) if len(axes) > 1 else axes[0])
     return [f"{s.op} on {ax}" for s in backward_steps(op, src, dst) if s.communicates]
+
+
+def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str) -> list[SpmdError]:
+    """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
+
+    Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
+    a V (dim not known) where S(i) is (the declaration says which dim); S(i) is not S(j).
+    The message names the conversion or collective that makes the value fit.
+    """
+    errors = []
+    for axis, want in expected.axes:
+        have = actual.get(axis)
+        if have is None or _matches(have, want):
+            continue
+        if have.kind is want.kind:
+            fix = f"the shard dims differ; redistribute({x_text}, \"{axis}\", src={have}, dst={want})"
+        else:
+            fix = suggest(have, want, x_text, axis)
+        errors.append(SpmdError(
+            "spmd-mismatch",
+            f'{where} is {format_type(actual)} but {format_type(expected)} is expected: it is '
+            f'{have} on "{axis}" where {want} is needed; {fix}',
+        ))
+    return errors

@@ -28,6 +28,7 @@ CODES: dict[str, str] = {
     "spmd-duality": "an autograd Function whose backward types are not the duals of forward's",
     "spmd-raw-collective": "a raw torch.distributed collective on a typed tensor",
     "spmd-global": "a global SPMD (partition spec) rule violation",
+    "spmd-mismatch": "a tensor passed where a different SPMD type is expected",
 }
 
 

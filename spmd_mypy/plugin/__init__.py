@@ -30,6 +30,7 @@ from mypy.plugin import (
 )
 from mypy.options import Options
 from mypy.types import AnyType, Instance, Type, TypeOfAny, UnboundType
+from mypy.typestate import type_state
 
 from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
@@ -62,6 +63,9 @@ _GRAD_ATTRS = {f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tenso
 _TRANSPOSE_ATTRS = {f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", "spmd.Tensor")
                     for a in ("T", "mT", "H", "mH")}
 _SPMD_HELPERS = {"spmd.reveal", "spmd.declare"}
+# Callees whose parameters are not user annotations: no argument check there.
+_NO_SIGNATURE_CHECK = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
+                       "collections.", "functools.", "itertools.", "abc.", "enum.", "_typeshed.")
 _PARTIAL_OPS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
                 "spmd.sum": "sum"}
 _NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch.utils.",
@@ -76,7 +80,9 @@ class SpmdPlugin(Plugin):
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
         self._no_grad: dict[str, GradRegions] = {}
-        self._promoted: TypeInfo | None = None
+        self._sync_module: str | None = None
+        self._typed_modules: set[str] = set()
+        self._imports_cache: dict[int, tuple[MypyFile, bool]] = {}
         self._hook_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
 
@@ -90,27 +96,57 @@ class SpmdPlugin(Plugin):
         node = sym.node if sym is not None else None
         return node if isinstance(node, TypeInfo) else None
 
-    def _ensure_promotion(self) -> None:
+    def _sync_promotion(self, api: object) -> None:
         """Let a plain torch.Tensor (or Parameter) flow into typed positions: gradual typing.
 
         mypy's "alt promotion" (the mechanism behind ``int`` -> native ``i64``) makes
         ``torch.Tensor`` a subtype of ``spmd.Tensor[...]`` with any arguments.  (A
-        ``_promote`` would recurse: spmd.Tensor subclasses torch.Tensor.)  Done lazily once
-        spmd's stub is loaded, i.e. after torch was analysed and written to the cache, so
-        torch's cache never records it.  Side effect: an ``isinstance`` check does not
-        narrow a declared ``torch.Tensor`` to a subclass while the plugin is active.
+        ``_promote`` would recurse: spmd.Tensor subclasses torch.Tensor.)  It has a side
+        effect: ``isinstance`` does not narrow a declared ``torch.Tensor`` to a subclass.
+        So it is switched on only while mypy checks a module that uses SPMD types, and off
+        elsewhere (every check-time hook, ``isinstance`` included, syncs it first; the
+        subtype caches of the promoted classes are reset on each switch).  It is never on
+        while torch itself is analysed or written to the cache.
         """
-        info = self._lookup_info(_TORCH_TENSOR)
-        if info is None or info is self._promoted:
+        tree = getattr(api, "tree", None)
+        module = getattr(tree, "fullname", None)
+        if module is None or module == self._sync_module:
             return
-        untyped = self.types.to_instance(calls.UNTYPED)
-        if untyped is None:
+        self._sync_module = module
+        want = module in self._typed_modules or self._imports_spmd(tree)
+        infos = [i for i in (self._lookup_info(n) for n in _PROMOTED) if i is not None]
+        untyped = self.types.to_instance(calls.UNTYPED) if want else None
+        if want and untyped is None:
             return
-        for name in _PROMOTED:
-            target = self._lookup_info(name)
-            if target is not None and target.alt_promote is None:
-                target.alt_promote = untyped
-        self._promoted = info
+        for info in infos:
+            current = info.alt_promote
+            ours = current is not None and current.type.fullname == "spmd.Tensor"
+            if want and current is None:
+                info.alt_promote = untyped
+            elif not want and ours:
+                info.alt_promote = None
+            else:
+                continue
+            type_state.reset_all_subtype_caches_for(info)
+
+    def _imports_spmd(self, tree: MypyFile) -> bool:
+        key = id(tree)
+        cached = self._imports_cache.get(key)
+        if cached is None or cached[0] is not tree:
+            uses = any(
+                getattr(imp, "id", "") == "spmd" or getattr(imp, "id", "").startswith("spmd.")
+                or any(i == "spmd" or i.startswith("spmd.") for i, _ in getattr(imp, "ids", ()))
+                for imp in tree.imports)
+            cached = (tree, uses)
+            self._imports_cache[key] = cached
+        return cached[1]
+
+    def _synced(self, hook: Callable) -> Callable:
+        def run(ctx):  # noqa: ANN001, ANN202
+            self._sync_promotion(ctx.api)
+            return hook(ctx)
+
+        return run
 
     def in_no_grad(self, api: object, line: int) -> bool:
         path = getattr(api, "path", None)
@@ -166,8 +202,49 @@ class SpmdPlugin(Plugin):
     def _fail(self, ctx: AnalyzeTypeContext, message: str) -> None:
         ctx.api.fail(message, ctx.context, code=ERROR_CODES["spmd-annotation"])
 
+    def _drop_false_name_errors(self, ctx: AnalyzeTypeContext) -> None:
+        """Undo ``Name "tp" is not defined`` for the axis strings of this annotation.
+
+        The rewrite in get_additional_deps prevents them, but mypy re-parses a module
+        that is re-checked only because a dependency changed without calling that hook
+        (build.parse_all(post_parse=False)); then the signature's type-variable pass has
+        just reported them, before this hook runs.  Only errors on the exact line of an
+        axis string of this annotation, naming that string, are removed.
+        """
+        found: set[tuple[int, str]] = set()
+
+        def walk(t: object) -> None:
+            if isinstance(t, UnboundType):
+                if t.original_str_expr is not None and not t.args:
+                    found.add((t.line, f'Name "{t.original_str_expr}" is not defined'))
+                for a in t.args:
+                    walk(a)
+            for item in getattr(t, "items", None) or ():
+                walk(item)
+
+        for arg in ctx.type.args:
+            walk(arg)
+        if not found:
+            return
+        sem = getattr(ctx.api, "api", None)
+        store = getattr(sem, "errors", None)
+        infos = store.error_info_map.get(store.file) if store is not None else None
+        if not infos:
+            return
+        keep = [i for i in infos if not (
+            i.code is not None and i.code.code == "name-defined"
+            and (i.line, i.message.split(";")[0]) in found)]
+        if len(keep) != len(infos):
+            infos[:] = keep
+
     def _analyze_tensor(self, ctx: AnalyzeTypeContext) -> Type:
-        self._ensure_promotion()
+        module = getattr(getattr(ctx.api, "api", None), "cur_mod_id", None)
+        if module:
+            self._typed_modules.add(module)
+        try:
+            self._drop_false_name_errors(ctx)
+        except Exception:  # noqa: BLE001 - never crash mypy over a cosmetic fix
+            pass
         entries: list[Entry] = []
         for arg in ctx.type.args:
             marker = self._marker_of(ctx, arg) if isinstance(arg, UnboundType) else None
@@ -204,13 +281,28 @@ class SpmdPlugin(Plugin):
     # -- calls -------------------------------------------------------------------------
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         if fullname in self._hook_cache:
-            self._ensure_promotion()
             return self._hook_cache[fullname]
         hook = self._function_hook(fullname)
+        if hook is None and fullname in ("builtins.isinstance", "builtins.issubclass"):
+            hook = _default_return
+        hook = self._synced(hook) if hook is not None else None
         self._hook_cache[fullname] = hook
         return hook
 
+    def get_function_signature_hook(self, fullname: str) -> Callable | None:
+        if fullname.startswith(_NO_SIGNATURE_CHECK):
+            return None
+        return self.calls.relax_signature_hook
+
+    def get_method_signature_hook(self, fullname: str) -> Callable | None:
+        cls = fullname.rpartition(".")[0]
+        if calls.is_tensor_method_class(cls) or fullname.startswith(_NO_SIGNATURE_CHECK):
+            return None
+        return self.calls.relax_signature_hook
+
     def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        if not fullname.startswith(_NO_SIGNATURE_CHECK):
+            return self.calls.check_arguments_hook
         if fullname.startswith("spmd."):
             name = fullname[5:]
             if name in calls.SPMD_COLLECTIVES:
@@ -240,22 +332,29 @@ class SpmdPlugin(Plugin):
             return self._method_cache[fullname]
         cls, _, method = fullname.rpartition(".")
         hook: Callable | None = None
-        if calls.is_tensor_method_class(cls):
+        if not calls.is_tensor_method_class(cls) and not fullname.startswith(_NO_SIGNATURE_CHECK):
+            hook = self.calls.check_arguments_hook
+        elif calls.is_tensor_method_class(cls):
             if method == "backward":
                 hook = self.calls.backward_hook
             else:
                 op = calls.method_op_name(method)
                 if op is not None:
                     hook = self.calls.op_hook(op[0], method=True, reflected=op[1])
+        hook = self._synced(hook) if hook is not None else None
         self._method_cache[fullname] = hook
         return hook
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
         if fullname in _GRAD_ATTRS:
-            return self.calls.grad_attribute_hook
+            return self._synced(self.calls.grad_attribute_hook)
         if fullname in _TRANSPOSE_ATTRS:
-            return self.calls.transpose_attribute_hook
+            return self._synced(self.calls.transpose_attribute_hook)
         return None
+
+
+def _default_return(ctx: FunctionContext) -> Type:
+    return ctx.default_return_type
 
 
 def plugin(version: str) -> type[SpmdPlugin]:

@@ -37,6 +37,7 @@ from mypy.types import (
     Instance,
     LiteralType,
     NoneType,
+    CallableType,
     TupleType,
     Type,
     TypeOfAny,
@@ -225,6 +226,8 @@ def _is_scalar(t: Type) -> bool:
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
+        # call context id -> (context, declared signature, typed parameters by index)
+        self._pending: dict[int, tuple[object, CallableType, dict[int, SpmdType]]] = {}
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -630,7 +633,62 @@ class CallTyper:
 
         return hook
 
-    def factory_hook(self, ctx: AnyCtx) -> Type:
+    # -- user functions: arguments checked by the engine, with a fix -----------------------
+    def relax_signature_hook(self, ctx) -> Type:  # noqa: ANN001 - FunctionSigContext/MethodSigContext
+        """A callee with typed tensor parameters: hand mypy a signature whose typed
+        parameters accept any tensor, and remember the declared types, so the call hook
+        reports a mismatch as ``spmd-mismatch`` with the collective that fixes it (and an
+        S(i) argument fits a V parameter)."""
+        sig = ctx.default_signature
+        if not isinstance(sig, CallableType):
+            return sig
+        expected: dict[int, SpmdType] = {}
+        new_types = list(sig.arg_types)
+        for i, t in enumerate(sig.arg_types):
+            relaxed = self._relax(t)
+            if relaxed is not None:
+                new_types[i], expected[i] = relaxed
+        if not expected:
+            return sig
+        self._pending[id(ctx.context)] = (ctx.context, sig, expected)
+        return sig.copy_modified(arg_types=new_types)
+
+    def _relax(self, t: Type) -> tuple[Type, SpmdType] | None:
+        p = get_proper_type(t)
+        if isinstance(p, Instance) and p.type.fullname == "spmd.Tensor":
+            st = self.types.from_type(p)
+            # plain torch.Tensor: accepts typed and untyped tensors in any module
+            base = p.type.bases[0] if p.type.bases else None
+            if st and base is not None:
+                return base, st
+        elif isinstance(p, UnionType):
+            for i, item in enumerate(p.items):
+                r = self._relax(item)
+                if r is not None:
+                    items = list(p.items)
+                    items[i] = r[0]
+                    return UnionType(items, p.line, p.column), r[1]
+        return None
+
+    def check_arguments_hook(self, ctx: AnyCtx) -> Type:
+        entry = self._pending.pop(id(ctx.context), None)
+        if entry is None or entry[0] is not ctx.context:
+            return ctx.default_return_type
+        _, sig, expected = entry
+        c = ctx.context
+        callee = (sig.name or "").split(" of ", 1)[0] or (
+            expr_text(c.callee) if isinstance(c, CallExpr) else "the callee")
+        for i, want in expected.items():
+            if i >= len(ctx.arg_types):
+                continue
+            for typ, expr in zip(ctx.arg_types[i], ctx.args[i]):
+                have = self.types.from_type(typ)
+                if not have:
+                    continue
+                param = sig.arg_names[i] if i < len(sig.arg_names) else None
+                where = (f'argument {expr_text(expr)} (parameter "{param}" of {callee})' if param
+                         else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
+                self.report(ctx, coll.check_argument(have, want, x_text=expr_text(expr), where=where))
         return ctx.default_return_type
 
 

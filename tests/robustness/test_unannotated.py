@@ -7,8 +7,9 @@ analysis included), so the whole package is checked, not a subset.
 
 Twice with the plugin: alone (its torch op and method hooks run over all of torch.distributed),
 and with a probe module that uses spmd in the same run (the plugin fully active: its Tensor[...]
-types loaded; the probe's one spmd error must then be the only difference).  The second
-currently fails (a plugin bug, see its xfail reason).
+types loaded; the probe's one spmd error must then be the only difference).  The second once
+failed: the gradual promotion of torch.Tensor stopped isinstance narrowing everywhere; it is now
+switched on only in modules that use SPMD types.
 """
 
 from __future__ import annotations
@@ -90,11 +91,6 @@ def test_plugin_adds_no_error_to_torch_distributed(workdir: Path, plain: set[str
     _compare(plain, with_plugin)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "plugin bug: once a Tensor[...] annotation is analysed, the plugin makes torch.Tensor "
-    "alt-promote to spmd.Tensor, and isinstance(x, <torch.Tensor subclass>) no longer narrows "
-    "a torch.Tensor (DTensor, AsyncCollectiveTensor, ShardedTensor): ~20 false [attr-defined] / "
-    "[arg-type] errors in torch.distributed"))
 def test_plugin_adds_no_error_to_torch_distributed_in_a_run_that_uses_spmd(
         workdir: Path, plain: set[str]) -> None:
     """The same with a module that uses spmd in the run (the plugin fully active)."""

@@ -1,0 +1,51 @@
+"""Incremental runs: a module re-checked only because a dependency changed is re-parsed by
+mypy without the plugin's get_additional_deps hook; its string axes must still not give
+false ``Name "tp" is not defined`` errors (in signatures, aliases, Callable)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+A = '''
+from spmd import Tensor, R
+def helper(x: Tensor[R["tp"]]) -> Tensor[R["tp"]]:
+    return x
+'''
+B = '''
+from typing import Callable
+import torch
+from spmd import Tensor, R, V, P, S
+from a import helper
+Act = Tensor[V["tp"]]
+Fn = Callable[[Tensor[R["tp"]]], Tensor[S[0, "tp"]]]
+def g(x: Tensor[R["tp"]], y: Act, f: Fn, p: Tensor[P["tp"]]) -> Tensor[R["tp"]] | None:
+    torch.relu(p)
+    return helper(x)
+'''
+EXPECTED_B = 'b.py:9: error: Partial on "tp" (p: Tensor[P["tp"]]) cannot go through relu'
+
+
+def _mypy(project: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "mypy", "a.py", "b.py"], cwd=project,
+                          capture_output=True, text=True, timeout=600)
+    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_dependency_change_keeps_axis_strings_clean(tmp_path: Path) -> None:
+    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    (tmp_path / "a.py").write_text(textwrap.dedent(A))
+    (tmp_path / "b.py").write_text(textwrap.dedent(B))
+    outputs = [_mypy(tmp_path)]
+    # change a's interface: b is re-checked because of its dependency, not its own change
+    (tmp_path / "a.py").write_text(textwrap.dedent(A) + "def extra() -> int:\n    return 1\n")
+    outputs.append(_mypy(tmp_path))
+    (tmp_path / "a.py").write_text(textwrap.dedent(A) + "def extra() -> str:\n    return ''\n")
+    outputs.append(_mypy(tmp_path))
+    for out in outputs:
+        assert "name-defined" not in out, out
+        assert EXPECTED_B in out, out
+        assert out.count("error:") == 1, out
