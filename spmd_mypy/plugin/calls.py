@@ -49,7 +49,9 @@ from mypy.types import (
 from ..engine import collectives as coll
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
-from ..engine.ops import FACTORIES, NOT_OPS, Operand, Role, check_backward, check_inplace, classify, propagate
+from ..engine.ops import (
+    FACTORIES, NOT_OPS, Operand, Role, check_backward, check_inplace, classify, is_known, propagate,
+)
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from .codes import ERROR_CODES
 
@@ -100,6 +102,7 @@ DUNDERS: dict[str, tuple[str, bool]] = {  # method -> (op name, reflected)
 }
 
 SPMD_COLLECTIVES = frozenset(coll.OPS)
+_SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
 RAW_COLLECTIVES = frozenset(
@@ -382,7 +385,16 @@ class CallTyper:
                     return self.typed_result(ctx.default_return_type, target.type)
             if op == "__setitem__":
                 return ctx.default_return_type
-            return self.typed_result(ctx.default_return_type, result.type)
+            default = ctx.default_return_type
+            if isinstance(get_proper_type(default), AnyType) and is_known(op):
+                # torch/_tensor.py defines some methods without annotations (split, unflatten,
+                # norm, ...): their result is a tensor, or a tuple of tensors
+                inst = self.types.to_instance(result.type)
+                if inst is not None:
+                    if op in _SEQUENCE_RESULTS:
+                        return ctx.api.named_generic_type("builtins.tuple", [inst])  # type: ignore[attr-defined]
+                    return inst
+            return self.typed_result(default, result.type)
 
         return hook
 
