@@ -30,11 +30,10 @@ def test_backward_types_are_the_duals(key: tuple[str, str, str]) -> None:
         assert (s.op, s.src, s.dst) in coll.TRANSITIONS, (key, s)
 
 
-@pytest.mark.parametrize("key", sorted(coll.TRANSITIONS))
+@pytest.mark.parametrize("key", sorted(k for k, t in coll.TRANSITIONS.items() if len(t.backward) == 1))
 def test_backward_of_backward_is_forward(key: tuple[str, str, str]) -> None:
+    """(Composite backwards, e.g. reinterpret(I,V)'s, are checked step by step above.)"""
     t = coll.TRANSITIONS[key]
-    if len(t.backward) != 1:
-        pytest.skip("composite backward")
     (s,) = t.backward
     back = coll.TRANSITIONS[(s.op, s.src, s.dst)]
     if len(back.backward) == 1:
