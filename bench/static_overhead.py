@@ -16,8 +16,10 @@ interface, so the measured work is exactly "check all the user code once".
 
 Runs of the two variants are interleaved (the order flips every round) and each figure is the
 median over the rounds.  A third variant, the plain corpus checked with the plugin, shows what
-the plugin's hooks cost on code that has no SPMD annotations (main size only).  Wall time and CPU time (user+sys of the mypy process) are both shown;
-on a shared machine CPU time is the steadier of the two.
+the plugin's hooks cost on code that has no SPMD annotations (main size only).  Wall time and
+CPU time (user+sys of the mypy process) are both shown; on a shared machine CPU time is the
+steadier of the two.  If the plugin's sources change during the bench (someone editing them),
+mypy's cache for the plugin variants is invalidated: such runs are detected and repeated.
 
 Per module: mypy's hidden ``--timing-stats FILE`` option (mypy 2.4.1) writes each module's
 time spent reading, parsing and type-checking it (the plugin's call hooks run in type
@@ -78,6 +80,8 @@ class Variant:
     root: Path
     config: Path
     runs: dict[tuple[int, str], list[Run]] = field(default_factory=dict)
+    uses_plugin: bool = True
+    fingerprint: str = ""  # the plugin's sources when this variant's cache was last written
 
     def files(self, n_modules: int) -> list[Path]:
         pkg = self.root / gen_corpus.PACKAGE
@@ -176,7 +180,7 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
                             ("plain, no plugin", plain_root, PLAIN_INI)):
         config = root / "mypy.ini"
         config.write_text(ini.format(cache=(workdir / f"cache-{root.name}").as_posix()))
-        variants.append(Variant(name, root, config))
+        variants.append(Variant(name, root, config, uses_plugin="plugins" in ini))
     annotated, plain = variants
     # The plain corpus checked WITH the plugin: what the plugin's hooks cost on unannotated code
     # (gradual adoption). Measured at the main size only; it starts from a copy of the
@@ -202,6 +206,7 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
     for v in variants:
         files = v.files(n_max)
         edit_all(v, files, 0)
+        v.fingerprint = plugin_fingerprint() if v.uses_plugin else ""
         run, out, valid = run_mypy(v, files, workdir / "stats.txt")
         if not valid:
             print(f"  {v.name}: mypy failed; nothing to measure")
@@ -211,6 +216,7 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
         print(f"  {v.name:18s} {run.wall:7.2f} s wall {run.cpu:7.2f} s cpu  ({status})")
     shutil.rmtree(workdir / "cache-plain-plugin", ignore_errors=True)
     shutil.copytree(workdir / f"cache-{annotated.root.name}", workdir / "cache-plain-plugin")
+    untyped.fingerprint = plugin_fingerprint()
     run, out, valid = run_mypy(untyped, untyped.files(n_max), workdir / "stats.txt")
     print(f"  {untyped.name:18s} {run.wall:7.2f} s wall {run.cpu:7.2f} s cpu  (torch from the copied cache; "
           f"{'clean' if 'Success' in out else 'NOT CLEAN'})")
@@ -218,34 +224,40 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
           f"{cold[annotated.name].cpu / cold[plain.name].cpu:.3f} cpu")
     print()
 
-    fingerprint = plugin_fingerprint()
     stamp = 0
     stats = workdir / "stats.txt"
     print(f"measuring: {rounds} rounds, variants interleaved", end="", flush=True)
     def measure(v: Variant, n: int, edit: bool) -> Run | None:
-        nonlocal stamp, fingerprint
+        """One measured run; repeated if the plugin's sources changed (someone editing them):
+        mypy's cache for a plugin variant is keyed by the plugin's version, so a run with a
+        new version re-analyses torch.  Then one unmeasured run first rebuilds the cache."""
+        nonlocal stamp
         files = v.files(n)
         out = ""
-        for attempt in range(6):
+        for attempt in range(8):
+            before = plugin_fingerprint() if v.uses_plugin else ""
+            if before != v.fingerprint:
+                print("\n  (the plugin's sources changed: rebuilding the cache, then repeating)", end="")
+                run_mypy(v, files, stats)
+                v.fingerprint = before
+                continue
             if edit:
                 stamp += 1
                 edit_all(v, files, stamp)
             run, out, valid = run_mypy(v, files, stats)
-            now = plugin_fingerprint()
-            if valid and now == fingerprint:
+            after = plugin_fingerprint() if v.uses_plugin else ""
+            if valid and after == before:
                 return run
-            # the plugin changed under us (someone editing it): that run was a cold one, or
-            # the plugin did not even import; wait a little and repeat it
-            fingerprint = now
-            print("\n  (plugin sources changed or mypy failed during a run: repeating it)", end="")
-            time.sleep(5)
-        print("\n  giving up: mypy keeps failing\n" + _indent(out[-3000:]))
+            if not valid:
+                print("\n  (mypy failed: repeating the run)", end="")
+                time.sleep(5)
+        print("\n  giving up: mypy keeps failing or the plugin keeps changing\n" + _indent(out[-3000:]))
         return None
 
     for r in range(rounds):
         order = variants if r % 2 == 0 else variants[::-1]
         for size, n in sizes.items():
-            for v in order + ([untyped] if size == MAIN_SIZE else []):
+            for v in order:
                 measured = measure(v, n, edit=True)
                 if measured is None:
                     return 2
@@ -256,6 +268,12 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
                     if measured is None:
                         return 2
                     v.runs.setdefault((size, "unedited"), []).append(measured)
+                # last: it edits the plain corpus too (its own cache), so it must not come
+                # between the plain variant's edited and unedited runs
+                measured = measure(untyped, n, edit=True)
+                if measured is None:
+                    return 2
+                untyped.runs.setdefault((size, "edited"), []).append(measured)
         print(".", end="", flush=True)
     print("\n")
 

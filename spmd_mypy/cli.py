@@ -2,6 +2,8 @@
 
     spmd-mypy check PATH...     mypy with the plugin (uses your mypy config when it
                                 already loads spmd_mypy.plugin, else adds it)
+    spmd-mypy report PATH...    each function's forward and backward collectives
+                                (--json for the schema in docs/report.md)
     spmd-mypy migrate PATH...   rewrite Megatron mapping calls to the typed API
     spmd-mypy codes             list the spmd-... error codes
 """
@@ -77,6 +79,16 @@ def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
     return status
 
 
+def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
+    from .report import main as report_main
+
+    config = args.config_file or _find_config(os.getcwd())
+    # run as a command (not cli.main() in-process): end without the slow teardown, as mypy does
+    command = sys.argv[1:2] == ["report"]
+    return report_main(args.paths, as_json=args.json, config_file=config, mypy_args=extra,
+                       clean_exit=not command)
+
+
 def cmd_codes(_: argparse.Namespace, __: list[str]) -> int:
     width = max(len(c) for c in CODES)
     for code, description in CODES.items():
@@ -97,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("paths", nargs="*")
     check.add_argument("--config-file", default=None)
     check.set_defaults(func=cmd_check)
+    report = sub.add_parser("report", help="each function's forward and backward collectives "
+                                           "(extra args go to mypy)")
+    report.add_argument("paths", nargs="*")
+    report.add_argument("--json", action="store_true", help="print JSON (schema: docs/report.md)")
+    report.add_argument("--config-file", default=None)
+    report.set_defaults(func=cmd_report)
     sub.add_parser("migrate", help="rewrite Megatron mapping calls (see spmd-mypy migrate --help)")
     codes = sub.add_parser("codes", help="list the error codes")
     codes.set_defaults(func=cmd_codes)

@@ -146,12 +146,22 @@ def spmd_type_of_annotation(annotation: Any) -> SpmdType | None:
     return None
 
 
-def grad_type(annotation: Any) -> Any:
-    """``spmd.grad_type(Tensor[R["tp"]])`` is ``Tensor[P["tp"]]``: the gradient's type."""
+def _dual_annotation(annotation: Any) -> Any:
     t = spmd_type_of_annotation(annotation)
     if t is None:
         return annotation
     return typing.Annotated[torch.Tensor, t.dual()]
+
+
+class grad_type:
+    """The gradient's type, the dual on every axis: ``spmd.grad_type[Tensor[R["tp"]]]`` is
+    ``Tensor[P["tp"]]`` (the subscript form works in annotations; ``grad_type(T)`` as a value)."""
+
+    def __new__(cls, annotation: Any) -> Any:  # type: ignore[misc]
+        return _dual_annotation(annotation)
+
+    def __class_getitem__(cls, annotation: Any) -> Any:
+        return _dual_annotation(annotation)
 
 
 __all__ = ["R", "I", "V", "P", "S", "Shard", "PS", "Tensor", "grad_type", "local_type_of",

@@ -4,6 +4,7 @@
 - :mod:`.annotations`  entries of an annotation -> a type, with validation
 - :mod:`.ops`          the classification of torch ops and the local SPMD rule
 - :mod:`.collectives`  the collective/conversion table with each backward
+- :mod:`.duality`      forward/backward duality: autograd Functions, gradients, hooks
 
 The mypy plugin (:mod:`spmd_mypy.plugin`) and the runtime checker
 (``spmd.checking``) are adapters over this package: a rule lives here once.

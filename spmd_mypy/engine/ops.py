@@ -367,8 +367,10 @@ def _rule_on_axis(
     if kinds == {Kind.R}:
         return REPLICATE, None
     # V, or R with V
+    # A shape-preserving op keeps S(i) when every Varying operand is S(i); a Varying
+    # operand whose dim is not known makes the result plain V (its layout is unknown).
     dims = {lt.dim for _, _, lt in eff if lt.kind is Kind.V}
-    if spec.keeps_shard_dims and len(dims) == 1:
+    if spec.keeps_shard_dims and len(dims) == 1 and None not in dims:
         (d,) = dims
         return LocalType(Kind.V, d), None
     return VARYING, None

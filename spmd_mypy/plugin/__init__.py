@@ -23,18 +23,20 @@ from mypy.nodes import MypyFile, TypeInfo
 from mypy.plugin import (
     AnalyzeTypeContext,
     AttributeContext,
+    ClassDefContext,
     FunctionContext,
     MethodContext,
     Plugin,
     ReportConfigContext,
 )
 from mypy.options import Options
-from mypy.types import AnyType, Instance, Type, TypeOfAny, UnboundType
+from mypy.types import AnyType, Instance, Type, TypeOfAny, UnboundType, get_proper_type
 from mypy.typestate import type_state
 
 from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
 from . import calls
+from .autograd import AutogradTyper, is_autograd_function
 from .codes import ERROR_CODES
 from .config import Config, load
 from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
@@ -79,6 +81,7 @@ class SpmdPlugin(Plugin):
         self.config: Config = load(options.config_file)
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
+        self.autograd = AutogradTyper(self)
         self._no_grad: dict[str, GradRegions] = {}
         self._sync_module: str | None = None
         self._typed_modules: set[str] = set()
@@ -187,6 +190,8 @@ class SpmdPlugin(Plugin):
             return self._analyze_tensor
         if fullname in MARKER_FULLNAMES:
             return self._analyze_lone_marker
+        if fullname == "spmd.grad_type":
+            return self._analyze_grad_type
         return None
 
     def _marker_of(self, ctx: AnalyzeTypeContext, t: UnboundType) -> str | None:
@@ -278,12 +283,40 @@ class SpmdPlugin(Plugin):
         self._fail(ctx, f"{name}[...] is an entry of a tensor type: write Tensor[{example}]")
         return AnyType(TypeOfAny.from_error)
 
+    def _analyze_grad_type(self, ctx: AnalyzeTypeContext) -> Type:
+        """``spmd.grad_type[Tensor[R["tp"]]]``: the gradient's type, ``Tensor[P["tp"]]``."""
+        args = ctx.type.args
+        if len(args) != 1:
+            self._fail(ctx, 'grad_type[...] takes one tensor type: grad_type[Tensor[R["tp"]]]'
+                       if args else 'grad_type needs the tensor type whose gradient it names: '
+                       'grad_type[Tensor[R["tp"]]]')
+            return AnyType(TypeOfAny.from_error)
+        analyzed = ctx.api.analyze_type(args[0])
+        t = self.types.from_type(analyzed)
+        if t is None:
+            p = get_proper_type(analyzed)
+            if not isinstance(p, AnyType):
+                self._fail(ctx, f'grad_type[...] takes a tensor type such as Tensor[R["tp"]], '
+                                f'not {show_unanalyzed(args[0])}')
+            return AnyType(TypeOfAny.from_error)
+        inst = self.types.to_instance(t.dual())
+        return inst if inst is not None else AnyType(TypeOfAny.from_error)
+
+    # -- classes -----------------------------------------------------------------------
+    def get_customize_class_mro_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
+        # Called for every class, with its MRO, before its body is analysed: the backward of a
+        # custom autograd Function gets the synthetic trigger that checks the Function once
+        # mypy has checked backward's body (see autograd.py).
+        return self.autograd.class_mro_hook
+
     # -- calls -------------------------------------------------------------------------
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         if fullname in self._hook_cache:
             return self._hook_cache[fullname]
         hook = self._function_hook(fullname)
-        if hook is None and fullname in ("builtins.isinstance", "builtins.issubclass"):
+        if fullname == "builtins.isinstance":
+            hook = self._isinstance_hook
+        elif hook is None and fullname == "builtins.issubclass":
             hook = _default_return
         hook = self._synced(hook) if hook is not None else None
         self._hook_cache[fullname] = hook
@@ -294,10 +327,17 @@ class SpmdPlugin(Plugin):
             return None
         return self.calls.relax_signature_hook
 
+    def _isinstance_hook(self, ctx: FunctionContext) -> Type:
+        if self.autograd.is_trigger(ctx):
+            return self.autograd.trigger_hook(ctx)
+        return ctx.default_return_type
+
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
-        cls = fullname.rpartition(".")[0]
+        cls, _, method = fullname.rpartition(".")
         if calls.is_tensor_method_class(cls) or fullname.startswith(_NO_SIGNATURE_CHECK):
             return None
+        if method == "apply" and is_autograd_function(self._lookup_info(cls)):
+            return self.autograd.apply_signature_hook
         return self.calls.relax_signature_hook
 
     def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
@@ -305,6 +345,8 @@ class SpmdPlugin(Plugin):
             return self.calls.check_arguments_hook
         if fullname.startswith("spmd."):
             name = fullname[5:]
+            if fullname == "spmd.grad_type":
+                return self.calls.grad_type_hook
             if name in calls.SPMD_COLLECTIVES:
                 return self.calls.collective_hook(name)
             if fullname == "spmd.reveal":
@@ -318,9 +360,14 @@ class SpmdPlugin(Plugin):
             return None
         name = fullname.rsplit(".", 1)[-1]
         if fullname.startswith("torch.distributed."):
-            if name in calls.RAW_COLLECTIVES:
-                return self.calls.raw_collective_hook(name)
+            raw = calls.raw_collective(fullname)
+            if raw is not None:
+                return self.calls.raw_collective_hook(raw[1], raw[0])
             return None
+        if fullname == "torch.autograd.grad":
+            return self.autograd.autograd_grad_hook
+        if fullname == "torch.autograd.backward":
+            return self.autograd.autograd_backward_hook
         if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):
             return None
         if name in calls.FACTORIES or name in calls.NOT_OPS:
@@ -337,6 +384,8 @@ class SpmdPlugin(Plugin):
         elif calls.is_tensor_method_class(cls):
             if method == "backward":
                 hook = self.calls.backward_hook
+            elif method == "register_hook":
+                hook = self.autograd.register_hook_hook
             else:
                 op = calls.method_op_name(method)
                 if op is not None:

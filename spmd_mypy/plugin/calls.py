@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from mypy.nodes import (
+    ARG_POS,
     CallExpr,
     Context,
     Expression,
@@ -47,6 +48,7 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
+from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
@@ -109,6 +111,55 @@ RAW_COLLECTIVES = frozenset(
     """all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor
     all_to_all all_to_all_single broadcast reduce all_reduce_coalesced""".split()
 )
+# Collectives of torch.distributed.nn.functional (differentiable, with a fixed backward) and of
+# torch.distributed._functional_collectives (functional, some with an autograd variant).
+RAW_NN_COLLECTIVES = frozenset(
+    """all_reduce all_gather _all_gather_base reduce_scatter all_to_all all_to_all_single
+    broadcast reduce gather scatter""".split()
+)
+RAW_FUNCTIONAL_COLLECTIVES = frozenset(
+    """all_reduce all_reduce_inplace all_reduce_coalesced all_gather_tensor
+    all_gather_tensor_autograd all_gather_tensor_inplace all_gather_into_tensor_coalesced
+    all_gather_single all_gather_single_autograd all_gather_inplace reduce_scatter_tensor
+    reduce_scatter_tensor_autograd reduce_scatter_tensor_inplace reduce_scatter_tensor_coalesced
+    reduce_scatter_single reduce_scatter_single_autograd all_to_all_single
+    all_to_all_single_autograd all_to_all_inplace broadcast permute_tensor""".split()
+)
+# Where a raw collective's module is reached from (the message names it as users import it).
+RAW_MODULES = {
+    "torch.distributed.nn.functional.": ("torch.distributed.nn.functional", RAW_NN_COLLECTIVES),
+    "torch.distributed._functional_collectives.": ("torch.distributed._functional_collectives",
+                                                   RAW_FUNCTIONAL_COLLECTIVES),
+}
+# The typed spmd collective standing for a raw one.
+_TYPED_COLLECTIVE = {
+    "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all_single": "all_to_all", "_all_gather_base": "all_gather",
+    "all_reduce_inplace": "all_reduce", "all_reduce_coalesced": "all_reduce",
+}
+
+
+def raw_collective(fullname: str) -> tuple[str, str] | None:
+    """(the module as users name it, the collective) for a raw torch collective, else None."""
+    for prefix, (module, names) in RAW_MODULES.items():
+        if fullname.startswith(prefix):
+            name = fullname[len(prefix):]
+            return (module, name) if name in names else None
+    if fullname.startswith("torch.distributed."):
+        name = fullname.rsplit(".", 1)[-1]
+        if name in RAW_COLLECTIVES:
+            return "torch.distributed", name
+    return None
+
+
+def typed_collective(name: str) -> str | None:
+    """The spmd collective doing what a raw one does (all_gather_tensor_autograd -> all_gather)."""
+    if name in _TYPED_COLLECTIVE:
+        return _TYPED_COLLECTIVE[name]
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        if name.startswith(op):
+            return op
+    return None
 
 
 def expr_text(e: Expression | None) -> str:
@@ -399,12 +450,21 @@ class CallTyper:
         return hook
 
     def backward_hook(self, ctx: MethodContext) -> Type:
+        """``y.backward()`` needs y I or P on every axis; ``y.backward(g)`` needs g the dual of y."""
         t = self.types.from_type(ctx.type)
-        gradient_given = any(ctx.args) and bool(ctx.args[0])
-        if t and not gradient_given:
-            c = ctx.context
-            receiver = c.callee.expr if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr) else None
+        if not t:
+            return ctx.default_return_type
+        c = ctx.context
+        receiver = c.callee.expr if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr) else None
+        g_expr, g_type = self._arg(ctx, "gradient")
+        if g_expr is None or (isinstance(g_expr, NameExpr) and g_expr.fullname == "builtins.None"):
             self.report(ctx, check_backward(Operand(t, expr_text(receiver))))
+            return ctx.default_return_type
+        g = self.types.from_type(g_type)
+        if g:
+            self.report(ctx, duality.check_grad_outputs(
+                [duality.Slot.tensor(expr_text(receiver), t)], [duality.Slot.tensor(expr_text(g_expr), g)],
+                f"{expr_text(receiver)}.backward"))
         return ctx.default_return_type
 
     def grad_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - AttributeContext
@@ -465,15 +525,9 @@ class CallTyper:
         """R/I/V/P/S(i) from a src/dst expression; None if absent; False if unreadable."""
         if expr is None:
             return None
-        if isinstance(expr, RefExpr) and expr.fullname in ("spmd.R", "spmd.I", "spmd.V", "spmd.P"):
-            return LocalType(Kind(expr.fullname[-1]))
-        if (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
-                and expr.callee.fullname in ("spmd.S", "spmd.Shard") and len(expr.args) == 1):
-            a = expr.args[0]
-            if isinstance(a, IntExpr):
-                return LocalType(Kind.V, a.value)
-            if isinstance(a, UnaryExpr) and a.op == "-" and isinstance(a.expr, IntExpr):
-                return LocalType(Kind.V, -a.expr.value)
+        lt = read_local_type(expr)
+        if lt is not None:
+            return lt
         self.report(ctx, [SpmdError(
             "spmd-collective",
             f"{which}= must be written literally as one of R, I, V, P or S(<int>) (from spmd), "
@@ -512,20 +566,20 @@ class CallTyper:
 
         return hook
 
-    def raw_collective_hook(self, name: str) -> Callable[[FunctionContext], Type]:
-        typed_name = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-                      "all_to_all_single": "all_to_all"}.get(name, name)
+    def raw_collective_hook(self, name: str, module: str = "torch.distributed") -> Callable[[FunctionContext], Type]:
+        typed_name = typed_collective(name)
 
         def hook(ctx: FunctionContext) -> Type:
             for types, exprs in zip(ctx.arg_types, ctx.args):
-                for t, e in zip(types, exprs):
+                for t, e in (item for te in zip(types, exprs)
+                             for item in self._container_items(te[0], te[1], ctx)):
                     st = self.types.from_type(t)
                     if st:
                         replacement = (f"spmd.{typed_name}({expr_text(e)}, \"<axis>\", src=..., dst=...)"
                                        if typed_name in SPMD_COLLECTIVES else "a typed spmd collective")
                         self.report(ctx, [SpmdError(
                             "spmd-raw-collective",
-                            f"torch.distributed.{name} on the typed tensor {expr_text(e)} "
+                            f"{module}.{name} on the typed tensor {expr_text(e)} "
                             f"({format_type(st)}): a raw collective is not differentiable (or has a "
                             f"fixed backward) and its result's type is unknown; use {replacement}",
                         )])
@@ -562,10 +616,26 @@ class CallTyper:
         inst = self.types.to_instance(t)
         return inst if inst is not None else ctx.default_return_type
 
+    def grad_type_hook(self, ctx: FunctionContext) -> Type:
+        """``spmd.grad_type(T)`` as a value: the type object of the gradient's type."""
+        t_expr = ctx.args[0][0] if ctx.args and ctx.args[0] else None
+        t = self.type_from_expression(ctx, t_expr)
+        inst = self.types.to_instance(t.dual()) if t is not None else None
+        return TypeType.make_normalized(inst) if inst is not None else ctx.default_return_type
+
     def type_from_expression(self, ctx: AnyCtx, e: Expression | None) -> SpmdType | None:
-        """Read ``Tensor[R["tp"], S[0, "dp"]]`` written as a value expression."""
+        """Read ``Tensor[R["tp"], S[0, "dp"]]`` written as a value expression (also an alias
+        of one, and ``spmd.grad_type(T)`` / ``spmd.grad_type[T]``: its dual)."""
         if isinstance(e, RefExpr) and isinstance(e.node, TypeAlias):
             return self.types.from_type(e.node.target)
+        if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr) and (
+                e.callee.fullname == "spmd.grad_type") and len(e.args) == 1:
+            inner = self.type_from_expression(ctx, e.args[0])
+            return inner.dual() if inner is not None else None
+        if isinstance(e, IndexExpr) and isinstance(e.base, RefExpr) and (
+                e.base.fullname == "spmd.grad_type"):
+            inner = self.type_from_expression(ctx, e.index)
+            return inner.dual() if inner is not None else None
         if not (isinstance(e, IndexExpr) and isinstance(e.base, RefExpr)
                 and e.base.fullname == "spmd.Tensor"):
             return None
@@ -651,7 +721,10 @@ class CallTyper:
         parameters accept any tensor, and remember the declared types, so the call hook
         reports a mismatch as ``spmd-mismatch`` with the collective that fixes it (and an
         S(i) argument fits a V parameter)."""
-        sig = ctx.default_signature
+        return self.relax_signature(ctx.default_signature, ctx.context)
+
+    def relax_signature(self, sig: CallableType, context: Context) -> CallableType:
+        """The relaxed signature for a call at ``context`` (see relax_signature_hook)."""
         if not isinstance(sig, CallableType):
             return sig
         expected: dict[int, SpmdType] = {}
@@ -662,7 +735,7 @@ class CallTyper:
                 new_types[i], expected[i] = relaxed
         if not expected:
             return sig
-        self._pending[id(ctx.context)] = (ctx.context, sig, expected)
+        self._pending[id(context)] = (context, sig, expected)
         return sig.copy_modified(arg_types=new_types)
 
     def _relax(self, t: Type) -> tuple[Type, SpmdType] | None:
@@ -702,6 +775,54 @@ class CallTyper:
                          else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
                 self.report(ctx, coll.check_argument(have, want, x_text=expr_text(expr), where=where))
         return ctx.default_return_type
+
+
+def read_local_type(expr: Expression) -> LocalType | None:
+    """R/I/V/P/S(i) written as a src=/dst= argument, or None when not literal."""
+    if isinstance(expr, RefExpr) and expr.fullname in ("spmd.R", "spmd.I", "spmd.V", "spmd.P"):
+        return LocalType(Kind(expr.fullname[-1]))
+    if (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
+            and expr.callee.fullname in ("spmd.S", "spmd.Shard") and len(expr.args) == 1):
+        a = expr.args[0]
+        if isinstance(a, IntExpr):
+            return LocalType(Kind.V, a.value)
+        if isinstance(a, UnaryExpr) and a.op == "-" and isinstance(a.expr, IntExpr):
+            return LocalType(Kind.V, -a.expr.value)
+    return None
+
+
+def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalType | None, str] | None:
+    """``spmd.all_gather(x, "tp", src=S(0), dst=I)`` -> ("all_gather", ("tp",), S(0), "x"): the
+    op, its literal axes, its src (None when left to the default) and its input, or None."""
+    if not (isinstance(e, CallExpr) and isinstance(e.callee, RefExpr)
+            and (e.callee.fullname or "").startswith("spmd.")):
+        return None
+    op = e.callee.fullname[5:]
+    if op not in SPMD_COLLECTIVES:
+        return None
+    axis: Expression | None = None
+    x: Expression | None = None
+    src: LocalType | None = None
+    positional = 0
+    for arg, kind, name in zip(e.args, e.arg_kinds, e.arg_names):
+        if name is None and kind == ARG_POS:
+            positional += 1
+            if positional == 1:
+                x = arg
+            elif positional == 2:
+                axis = arg
+        elif name == "x":
+            x = arg
+        elif name == "axis":
+            axis = arg
+        elif name == "src":
+            src = read_local_type(arg)
+            if src is None:
+                return None
+    axes = _literal_strs(axis, None) if axis is not None else None
+    if not axes or x is None:
+        return None
+    return op, tuple(axes), src, expr_text(x)
 
 
 def is_tensor_method_class(cls: str) -> bool:

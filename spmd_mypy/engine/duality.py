@@ -1,0 +1,288 @@
+"""Forward and backward: the duality rule (SPEC section 5).
+
+The gradient of a value of type ``T`` has type ``dual(T)`` on every axis (R <-> P, I <-> I,
+V <-> V, S(i) <-> S(i)).  So a custom ``torch.autograd.Function`` whose ``forward`` maps inputs
+``x1..xn`` to outputs ``y1..ym`` has a ``backward`` that
+
+- takes the gradients of ``y1..ym`` (after ``ctx``): their types are the duals of the outputs';
+- returns the gradients of ``x1..xn``: the duals of the inputs' types, or ``None`` for an input
+  that is not a tensor or needs no gradient.
+
+Megatron's mappings are written this way, and their bugs hide in the backward: a backward that
+"forgets the all-reduce" returns the incoming P gradient where an I one is due.
+
+The same rule types ``.grad``, ``torch.autograd.grad`` and the argument of a gradient hook
+(``x.register_hook(fn)``).  This module is pure: the mypy plugin reads the annotations and the
+inferred types into :class:`Slot` values, and reports what these functions return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .collectives import lookup, suggest
+from .errors import SpmdError
+from .types import PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type
+
+# What a position of a signature holds.
+TENSOR = "tensor"  # a tensor (typed, or a plain tensor: UNTYPED)
+NONE = "none"  # the value None (a backward's "no gradient")
+OTHER = "other"  # known not to be a tensor (int, bool, a process group, a list...)
+UNKNOWN = "unknown"  # Any, unannotated, or not readable
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One position: a parameter of forward or backward, an output, a returned value.
+
+    ``name`` is how messages name it: the parameter's name, or the source text of a returned
+    expression (what a fix is written on).
+    """
+
+    name: str
+    kind: str = UNKNOWN
+    type: SpmdType = UNTYPED  # the tensor's type (UNTYPED for a plain tensor); tensors only
+    default: bool = False  # a parameter with a default (a call may leave it out)
+    # A returned value made by an spmd collective or conversion: (op, axes, src or None for
+    # the op's default, the text of its input); the fix then names the dst to pass.
+    made_by: tuple[str, tuple[str, ...], LocalType | None, str] | None = None
+
+    @staticmethod
+    def tensor(name: str, t: SpmdType) -> Slot:
+        return Slot(name, TENSOR, t)
+
+    @property
+    def typed(self) -> bool:
+        return self.kind == TENSOR and bool(self.type)
+
+
+@dataclass(frozen=True)
+class FunctionTypes:
+    """The annotated signatures of a custom autograd Function, ``ctx`` left out.
+
+    ``None`` for a part that is not known (``*args``, an unannotated or ``Any`` result).
+    """
+
+    name: str  # the Function's class name, as messages print it
+    inputs: tuple[Slot, ...] | None  # forward's parameters
+    outputs: tuple[Slot, ...] | None  # forward's result: one slot, or a tuple's items
+    grads: tuple[Slot, ...] | None  # backward's parameters
+    returns: tuple[Slot, ...] | None  # backward's declared result: one slot, or a tuple's items
+
+    @property
+    def typed(self) -> bool:
+        """Whether any tensor of forward's signature has an SPMD type (else nothing to check)."""
+        return any(s.typed for part in (self.inputs, self.outputs) for s in part or ())
+
+
+def gradient_type(t: SpmdType) -> SpmdType:
+    """The type of the gradient of a tensor of type ``t``: the dual on every axis."""
+    return t.dual()
+
+
+def _compatible(have: LocalType, want: LocalType) -> bool:
+    """V stands for S(i) with an unknown dim, both ways; S(i) is not S(j)."""
+    if have.kind is not want.kind:
+        return False
+    return have.dim is None or want.dim is None or have.dim == want.dim
+
+
+def mismatches(have: SpmdType, want: SpmdType) -> list[tuple[str, LocalType, LocalType]]:
+    """(axis, have, want) for every axis both types know on which they disagree."""
+    out = []
+    for axis, w in want.axes:
+        h = have.get(axis)
+        if h is not None and not _compatible(h, w):
+            out.append((axis, h, w))
+    return out
+
+
+def _where(bad: list[tuple[str, LocalType, LocalType]]) -> str:
+    return ", ".join(f'{h} on "{a}" where {w} is needed' for a, h, w in bad)
+
+
+def _fixes(bad: list[tuple[str, LocalType, LocalType]], text: str, like: str,
+           made_by: tuple[str, tuple[str, ...], LocalType | None, str] | None = None) -> str:
+    """How to turn a value of the wrong type into the gradient, axis by axis."""
+    parts = []
+    for axis, h, w in bad:
+        if made_by is not None and axis in made_by[1]:
+            op, axes, src, x = made_by
+            actual_src = src or (PARTIAL if op in ("all_reduce", "reduce_scatter") else None)
+            if actual_src is not None and lookup(op, actual_src, w) is not None:
+                src_arg = f", src={src}" if src is not None else ""
+                parts.append(f"pass dst={w} to {op}: {op}({x}, "
+                             f"{format_axis(axes[0] if len(axes) == 1 else axes)}{src_arg}, dst={w})")
+                continue
+        if h.kind is w.kind:  # shard dims differ: the gradient is sharded like the value
+            parts.append(f"shard the gradient on dim {w.dim} like {like}")
+        else:
+            parts.append(suggest(h, w, text, axis))
+    return "; ".join(parts)
+
+
+def _output_desc(i: int, n: int) -> str:
+    return "forward's output" if n == 1 else f"forward's output {i + 1}"
+
+
+def _input_desc(slot: Slot, i: int) -> str:
+    return f"input {slot.name}" if slot.name else f"input {i + 1}"
+
+
+def _names(slots: Sequence[Slot]) -> str:
+    return ", ".join(s.name or f"#{i + 1}" for i, s in enumerate(slots))
+
+
+def check_signature(fn: FunctionTypes) -> list[SpmdError]:
+    """The declared signatures: backward's parameters are the duals of forward's outputs, and
+    its declared results the duals of forward's inputs (None allowed).  Reported on backward."""
+    if not fn.typed:
+        return []
+    errors: list[SpmdError] = []
+    name = fn.name
+    outs, grads, ins, rets = fn.outputs, fn.grads, fn.inputs, fn.returns
+    if outs is not None and grads is not None:
+        required = sum(1 for g in grads if not g.default)
+        if not required <= len(outs) <= len(grads):
+            errors.append(SpmdError(
+                "spmd-duality",
+                f"{name}.backward takes {len(grads)} gradient{'s' if len(grads) != 1 else ''} "
+                f"after ctx but forward returns {len(outs)} output{'s' if len(outs) != 1 else ''}: "
+                f"backward takes one gradient per output of forward",
+            ))
+        for i, (out, g) in enumerate(zip(outs, grads)):
+            if not (out.typed and g.typed):
+                continue
+            want = gradient_type(out.type)
+            bad = mismatches(g.type, want)
+            if bad:
+                rule = ", ".join(f"the gradient of {out.type.get(a)} is {w}" for a, _, w in bad)
+                errors.append(SpmdError(
+                    "spmd-duality",
+                    f"{name}.backward takes {g.name} as the gradient of {_output_desc(i, len(outs))} "
+                    f"({format_type(out.type)}), which is {format_type(want)}, not "
+                    f"{format_type(g.type)} ({_where(bad)}: {rule}); annotate "
+                    f"{g.name}: {format_type(want)}",
+                ))
+    if ins is not None and rets is not None:
+        # torch wants one gradient per argument of apply(); parameters with defaults may be left out
+        required = [s for s in ins if not s.default]
+        if len(rets) < len(required) and any(r.kind != UNKNOWN for r in rets):
+            errors.append(SpmdError(
+                "spmd-duality",
+                f"{name}.backward returns {len(rets)} value{'s' if len(rets) != 1 else ''} but "
+                f"forward takes {len(required)} input{'s' if len(required) != 1 else ''} after ctx "
+                f"({_names(required)}): return one gradient per input, None for an input that is "
+                f"not a tensor or needs no gradient",
+            ))
+        for i, (inp, ret) in enumerate(zip(ins, rets)):
+            errors.extend(_check_gradient_of_input(name, i, inp, ret, body=False))
+    return errors
+
+
+def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: bool) -> list[SpmdError]:
+    if not ret.typed:
+        return []
+    returned = f"{ret.name} ({format_type(ret.type)})" if body else format_type(ret.type)
+    if inp.kind in (OTHER, NONE):
+        return [SpmdError(
+            "spmd-duality",
+            f"{fn}.backward returns a gradient {returned} for {_input_desc(inp, i)}, which is not "
+            f"a tensor; return None in its place",
+        )]
+    if not inp.typed:
+        return []
+    want = gradient_type(inp.type)
+    bad = mismatches(ret.type, want)
+    if not bad:
+        return []
+    fix = _fixes(bad, ret.name or "grad", inp.name or "the input", ret.made_by)
+    if body:
+        return [SpmdError(
+            "spmd-duality",
+            f"{fn}.backward returns {returned} as the gradient of {_input_desc(inp, i)} "
+            f"({format_type(inp.type)}), which is {format_type(want)} ({_where(bad)}); {fix}",
+        )]
+    return [SpmdError(
+        "spmd-duality",
+        f"{fn}.backward returns {returned} for {_input_desc(inp, i)} ({format_type(inp.type)}), "
+        f"whose gradient is {format_type(want)} ({_where(bad)}); {fix}, and declare the result "
+        f"{format_type(want)}",
+    )]
+
+
+def check_returned(fn: FunctionTypes, returned: Sequence[Slot]) -> list[SpmdError]:
+    """One ``return`` of backward's body: each returned value against the dual of its input.
+
+    A position whose declared result is a typed tensor that itself disagrees with the dual is
+    skipped (:func:`check_signature` reports it on the ``def``)."""
+    if not fn.typed or fn.inputs is None:
+        return []
+    errors: list[SpmdError] = []
+    for i, (inp, ret) in enumerate(zip(fn.inputs, returned)):
+        if fn.returns is not None and i < len(fn.returns):
+            declared = fn.returns[i]
+            if declared.typed and inp.typed and mismatches(declared.type, gradient_type(inp.type)):
+                continue
+            if declared.typed and inp.kind in (OTHER, NONE):
+                continue
+        errors.extend(_check_gradient_of_input(fn.name, i, inp, ret, body=True))
+    return errors
+
+
+def check_hook(x_text: str, x: SpmdType, hook: str, param: Slot | None,
+               result: Slot | None) -> list[SpmdError]:
+    """``x.register_hook(hook)``: the hook receives the gradient of ``x`` (the dual of its type)
+    and may return a replacement of the same type."""
+    if not x:
+        return []
+    want = gradient_type(x)
+    errors = []
+    if param is not None and param.typed:
+        bad = mismatches(param.type, want)
+        if bad:
+            errors.append(SpmdError(
+                "spmd-duality",
+                f"the hook {hook} registered on {x_text} ({format_type(x)}) receives the gradient "
+                f"of {x_text}, which is {format_type(want)}, but its parameter {param.name} is "
+                f"{format_type(param.type)} ({_where(bad)}); annotate {param.name}: "
+                f"{format_type(want)}",
+            ))
+    if result is not None and result.typed:
+        bad = mismatches(result.type, want)
+        if bad:
+            errors.append(SpmdError(
+                "spmd-duality",
+                f"the hook {hook} registered on {x_text} ({format_type(x)}) returns "
+                f"{format_type(result.type)} in place of the gradient of {x_text}, which is "
+                f"{format_type(want)} ({_where(bad)}); return {format_type(want)} or None",
+            ))
+    return errors
+
+
+def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
+                       what: str = "torch.autograd.grad") -> list[SpmdError]:
+    """``torch.autograd.grad(outputs, inputs, grad_outputs)`` (also ``torch.autograd.backward``
+    and ``y.backward(gradient)``): each given gradient of an output is the dual of that output's
+    type."""
+    errors = []
+    for out, g in zip(outputs, grad_outputs):
+        if not (out.typed and g.typed):
+            continue
+        want = gradient_type(out.type)
+        bad = mismatches(g.type, want)
+        if bad:
+            errors.append(SpmdError(
+                "spmd-duality",
+                f"{what}: the gradient {g.name} ({format_type(g.type)}) given for "
+                f"{out.name} ({format_type(out.type)}) must be {format_type(want)} ({_where(bad)}); "
+                + _fixes(bad, g.name, out.name),
+            ))
+    return errors
+
+
+__all__ = [
+    "TENSOR", "NONE", "OTHER", "UNKNOWN", "Slot", "FunctionTypes", "gradient_type", "mismatches",
+    "check_signature", "check_returned", "check_hook", "check_grad_outputs",
+]

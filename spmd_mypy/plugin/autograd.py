@@ -1,0 +1,442 @@
+"""Forward and backward (SPEC section 5): the plugin side of :mod:`spmd_mypy.engine.duality`.
+
+- Custom ``torch.autograd.Function`` subclasses.  Their ``backward`` must take the duals of
+  ``forward``'s outputs and return the duals of its inputs, in its signature and in what its
+  ``return`` statements return.  That needs analysed signatures and the inferred types of the
+  returned expressions, so the check runs at type-check time, right after mypy has checked
+  backward's body.  mypy has no hook there (and since 2.x checks module top levels, class
+  bodies included, before function bodies), so during semantic analysis (the customize-MRO
+  hook, which sees every class with its MRO) backward's body in a module that uses SPMD types
+  is wrapped as ``try: <body> finally: isinstance(object, object)``: mypy checks the
+  ``finally`` block after the body, and the ``builtins.isinstance`` hook recognises the
+  synthetic call by identity and checks the class.  The wrapper changes nothing mypy reports
+  (a trivial body is left alone: mypy's empty-body check looks at it).  Hooks on
+  ``Fn.apply`` alone would miss Functions never applied in their own module, and could not
+  report in the defining module.
+- ``Fn.apply(...)`` has ``forward``'s signature without ``ctx`` (arguments checked like any
+  typed call) and its result type.
+- ``torch.autograd.grad(outputs, inputs)`` returns the duals of the inputs' types, and like
+  ``torch.autograd.backward`` checks the seed gradients (none: the outputs must be I or P;
+  given: the duals of the outputs); ``x.register_hook(fn)`` checks that ``fn`` takes (and
+  returns) the dual of ``x``'s type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mypy.nodes import (
+    ARG_POS,
+    ARG_STAR,
+    ARG_STAR2,
+    Block,
+    CallExpr,
+    ClassDef,
+    Decorator,
+    Expression,
+    ExpressionStmt,
+    ForStmt,
+    FuncDef,
+    IfStmt,
+    LambdaExpr,
+    ListExpr,
+    MypyFile,
+    NameExpr,
+    RefExpr,
+    ReturnStmt,
+    Statement,
+    TryStmt,
+    TupleExpr,
+    TypeInfo,
+    WhileStmt,
+    WithStmt,
+)
+from mypy.semanal import is_trivial_body
+from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
+from mypy.types import (
+    AnyType,
+    CallableType,
+    Instance,
+    NoneType,
+    TupleType,
+    Type,
+    TypeVarLikeType,
+    UninhabitedType,
+    UnionType,
+    get_proper_type,
+)
+
+from ..engine import duality
+from ..engine.duality import NONE, OTHER, TENSOR, UNKNOWN, FunctionTypes, Slot
+from ..engine.errors import SpmdError
+from ..engine.ops import Operand, check_backward
+from .calls import collective_call, expr_text
+
+if TYPE_CHECKING:
+    from . import SpmdPlugin
+
+FUNCTION = "torch.autograd.function.Function"
+_TORCH_FUNCTION_BASES = (FUNCTION, "torch.autograd.function._SingleLevelFunction",
+                         "torch.autograd.function.InplaceFunction",
+                         "torch.autograd.function.NestedIOFunction")
+
+
+def is_autograd_function(info: TypeInfo | None) -> bool:
+    return info is not None and info.fullname not in _TORCH_FUNCTION_BASES and any(
+        b.fullname == FUNCTION for b in info.mro)
+
+
+def _own_method(info: TypeInfo, name: str) -> FuncDef | None:
+    """``name`` defined by the class or a user base class (not by torch's Function)."""
+    for base in info.mro:
+        if base.fullname in _TORCH_FUNCTION_BASES or base.fullname == "builtins.object":
+            return None
+        sym = base.names.get(name)
+        if sym is None:
+            continue
+        node = sym.node
+        if isinstance(node, Decorator):
+            return node.func
+        if isinstance(node, FuncDef):
+            return node
+        return None  # an overload, a property, an attribute: not an annotated staticmethod
+    return None
+
+
+def _returns(stmts: list[Statement]) -> list[ReturnStmt]:
+    """The return statements of a function body (not of nested functions or classes)."""
+    out: list[ReturnStmt] = []
+    for st in stmts:
+        if isinstance(st, ReturnStmt):
+            out.append(st)
+        elif isinstance(st, Block):
+            out.extend(_returns(st.body))
+        elif isinstance(st, IfStmt):
+            for b in st.body:
+                out.extend(_returns(b.body))
+            if st.else_body is not None:
+                out.extend(_returns(st.else_body.body))
+        elif isinstance(st, (ForStmt, WhileStmt)):
+            out.extend(_returns(st.body.body))
+            if st.else_body is not None:
+                out.extend(_returns(st.else_body.body))
+        elif isinstance(st, WithStmt):
+            out.extend(_returns(st.body.body))
+        elif isinstance(st, TryStmt):
+            out.extend(_returns(st.body.body))
+            for h in st.handlers:
+                out.extend(_returns(h.body))
+            for b in (st.else_body, st.finally_body):
+                if b is not None:
+                    out.extend(_returns(b.body))
+    return out
+
+
+class AutogradTyper:
+    def __init__(self, plugin: SpmdPlugin) -> None:
+        self.plugin = plugin
+        # id(synthetic call) -> (the call, the Function class); per module, the tree the
+        # triggers were made for and their ids (a re-parsed module drops its old ones)
+        self._triggers: dict[int, tuple[CallExpr, ClassDef]] = {}
+        self._module_triggers: dict[str, tuple[MypyFile, list[int]]] = {}
+
+    @property
+    def types(self):  # noqa: ANN201
+        return self.plugin.types
+
+    # -- reading types into slots ---------------------------------------------------------
+    def slot(self, name: str, typ: Type | None) -> Slot:
+        if typ is None:
+            return Slot(name, UNKNOWN)
+        p = get_proper_type(typ)
+        t = self.types.from_type(p)
+        if t is not None:
+            return Slot.tensor(name, t)
+        if isinstance(p, NoneType):
+            return Slot(name, NONE)
+        if isinstance(p, UnionType):
+            items = [self.slot(name, i) for i in p.items]
+            tensors = [s for s in items if s.kind == TENSOR]
+            if tensors:  # Optional[Tensor[...]]: a tensor (or no gradient)
+                typed = [s for s in tensors if s.typed]
+                return typed[0] if len(typed) == 1 and len(tensors) == 1 else Slot(name, TENSOR)
+            if any(s.kind == UNKNOWN for s in items):
+                return Slot(name, UNKNOWN)
+            return Slot(name, NONE if all(s.kind == NONE for s in items) else OTHER)
+        if isinstance(p, (AnyType, TypeVarLikeType, UninhabitedType)):
+            return Slot(name, UNKNOWN)
+        if isinstance(p, Instance) and p.type.fullname == "builtins.object":
+            return Slot(name, UNKNOWN)
+        return Slot(name, OTHER)
+
+    def result_slots(self, typ: Type | None, name: str = "") -> tuple[Slot, ...] | None:
+        """One slot, or one per item of a tuple; None when the arity is unknown."""
+        if typ is None:
+            return None
+        p = get_proper_type(typ)
+        if isinstance(p, AnyType):
+            return None
+        if isinstance(p, TupleType):
+            return tuple(self.slot(f"{name}[{i}]" if name else "", it) for i, it in enumerate(p.items))
+        if isinstance(p, Instance) and p.type.fullname == "builtins.tuple":
+            return None
+        return (self.slot(name, p),)
+
+    def _params(self, sig: CallableType, skip: int) -> tuple[Slot, ...] | None:
+        if any(k in (ARG_STAR, ARG_STAR2) for k in sig.arg_kinds[skip:]):
+            return None
+        out = []
+        for n, t, k in list(zip(sig.arg_names, sig.arg_types, sig.arg_kinds))[skip:]:
+            s = self.slot(n or "", t)
+            out.append(Slot(s.name, s.kind, s.type, default=k.is_optional()))
+        return tuple(out)
+
+    def function_types(self, info: TypeInfo) -> tuple[FunctionTypes, FuncDef | None] | None:
+        fwd = _own_method(info, "forward")
+        if fwd is None or not isinstance(fwd.type, CallableType):
+            return None
+        bwd = _own_method(info, "backward")
+        fsig = fwd.type
+        skip = 0 if _own_method(info, "setup_context") is not None else 1
+        inputs = self._params(fsig, skip)
+        outputs = None if fsig.implicit else self.result_slots(fsig.ret_type)
+        grads = returns = None
+        bsig = bwd.type if bwd is not None else None
+        if isinstance(bsig, CallableType):
+            grads = self._params(bsig, 1)
+            returns = None if bsig.implicit else self.result_slots(bsig.ret_type)
+        return FunctionTypes(info.name, inputs, outputs, grads, returns), bwd
+
+    # -- classes: the synthetic trigger ------------------------------------------------------
+    def class_mro_hook(self, ctx: ClassDefContext) -> None:
+        """Wrap backward's body as ``try: <body> finally: isinstance(object, object)``.
+
+        Runs during semantic analysis, before the method bodies are analysed (so the names of
+        the synthetic call resolve normally).  mypy checks the ``finally`` block after the body,
+        when the types of backward's ``return`` expressions are known: the
+        ``builtins.isinstance`` hook recognises the call by identity and checks the class."""
+        defn = ctx.cls
+        if not is_autograd_function(defn.info):
+            return
+        tree = getattr(ctx.api, "cur_mod_node", None)
+        module = getattr(ctx.api, "cur_mod_id", None)
+        if tree is None or not (module in self.plugin._typed_modules or self.plugin._imports_spmd(tree)):
+            return
+        bwd = next((f for f in (_func(s) for s in defn.defs.body) if f is not None
+                    and f.name == "backward"), None)
+        if bwd is None or not bwd.body.body or self._wrapped(bwd) or is_trivial_body(bwd.body):
+            # (semantic analysis may visit a class more than once; a trivial body - "...",
+            # pass, a docstring - must stay trivial for mypy's empty-body check)
+            return
+        known = self._module_triggers.get(module or "")
+        if known is None or known[0] is not tree:
+            for i in known[1] if known is not None else ():
+                self._triggers.pop(i, None)
+            known = (tree, [])
+            self._module_triggers[module or ""] = known
+        end = bwd.end_line or bwd.line
+        args: list[Expression] = [NameExpr("object"), NameExpr("object")]
+        call = CallExpr(NameExpr("isinstance"), args, [ARG_POS, ARG_POS], [None, None])
+        finally_body = Block([ExpressionStmt(call)])
+        body = Block(list(bwd.body.body))
+        try_stmt = TryStmt(body, [], [], [], None, finally_body)
+        for node in (call, call.callee, *args, finally_body, finally_body.body[0]):
+            node.line, node.column, node.end_line = end, 0, end
+        first = bwd.body.body[0]
+        for node in (body, try_stmt):
+            node.line, node.column, node.end_line = first.line, first.column, end
+        bwd.body.body[:] = [try_stmt]
+        self._triggers[id(call)] = (call, defn)
+        known[1].append(id(call))
+
+    def _wrapped(self, bwd: FuncDef) -> bool:
+        body = bwd.body.body
+        if len(body) != 1 or not isinstance(body[0], TryStmt) or body[0].finally_body is None:
+            return False
+        fin = body[0].finally_body.body
+        return (len(fin) == 1 and isinstance(fin[0], ExpressionStmt)
+                and self._triggers.get(id(fin[0].expr), (None,))[0] is fin[0].expr)
+
+    def is_trigger(self, ctx: FunctionContext) -> bool:
+        entry = self._triggers.get(id(ctx.context))
+        return entry is not None and entry[0] is ctx.context
+
+    def trigger_hook(self, ctx: FunctionContext) -> Type:
+        defn = self._triggers[id(ctx.context)][1]
+        if getattr(ctx.api, "current_node_deferred", False):
+            return ctx.default_return_type  # checked again when mypy comes back to it
+        try:
+            self.check_class(ctx, defn)
+        except Exception:  # noqa: BLE001 - a checker problem must never crash mypy
+            pass
+        return ctx.default_return_type
+
+    def check_class(self, ctx: FunctionContext, defn: ClassDef) -> None:
+        read = self.function_types(defn.info)
+        if read is None:
+            return
+        fn, bwd = read
+        if bwd is None or bwd.info is not defn.info or not fn.typed:
+            return
+        rets = _returns(bwd.body.body)
+        # A fix of the declared result names the returned expression (and the collective that
+        # made it) when there is only one return.
+        if fn.returns is not None and len(rets) == 1 and rets[0].expr is not None:
+            made = self._returned(ctx, rets[0].expr)
+            if made is not None and len(made) == len(fn.returns):
+                fn = FunctionTypes(fn.name, fn.inputs, fn.outputs, fn.grads, tuple(
+                    Slot(m.name, s.kind, s.type, s.default, m.made_by)
+                    for m, s in zip(made, fn.returns)))
+        report = self.plugin.calls.report
+        report(ctx, duality.check_signature(fn), bwd)
+        for r in rets:
+            if r.expr is None:
+                continue
+            returned = self._returned(ctx, r.expr)
+            if returned is not None:
+                report(ctx, duality.check_returned(fn, returned), r)
+
+    def _lookup(self, ctx: FunctionContext | MethodContext, e: Expression) -> Type | None:
+        try:
+            return ctx.api.lookup_type(e)  # type: ignore[attr-defined]
+        except (KeyError, AttributeError):
+            return None
+
+    def _returned(self, ctx: FunctionContext, e: Expression) -> list[Slot] | None:
+        if isinstance(e, TupleExpr):
+            return [self._expr_slot(ctx, i) for i in e.items]
+        typ = self._lookup(ctx, e)
+        if typ is None:
+            return None  # not checked (e.g. a deferred body)
+        p = get_proper_type(typ)
+        if isinstance(p, TupleType):
+            return [self.slot(f"{expr_text(e)}[{i}]", it) for i, it in enumerate(p.items)]
+        return [self._expr_slot(ctx, e)]
+
+    def _expr_slot(self, ctx: FunctionContext, e: Expression) -> Slot:
+        if isinstance(e, NameExpr) and e.fullname == "builtins.None":
+            return Slot("None", NONE)
+        s = self.slot(expr_text(e), self._lookup(ctx, e))
+        made_by = collective_call(e)
+        return Slot(s.name, s.kind, s.type, made_by=made_by) if made_by is not None else s
+
+    # -- Fn.apply ------------------------------------------------------------------------------
+    def apply_signature_hook(self, ctx: MethodSigContext) -> CallableType:
+        sig = ctx.default_signature
+        p = get_proper_type(ctx.type)
+        info = None
+        if isinstance(p, CallableType) and p.is_type_obj():
+            info = p.type_object()
+        elif hasattr(p, "item") and isinstance(get_proper_type(p.item), Instance):  # type[Fn]
+            info = get_proper_type(p.item).type  # type: ignore[union-attr]
+        elif isinstance(p, Instance):
+            info = p.type
+        fwd = _own_method(info, "forward") if is_autograd_function(info) else None
+        if fwd is None or not isinstance(fwd.type, CallableType):
+            return sig
+        fsig = fwd.type
+        skip = 0 if _own_method(info, "setup_context") is not None else 1  # type: ignore[arg-type]
+        if len(fsig.arg_types) < skip or any(k == ARG_STAR2 for k in fsig.arg_kinds[:skip]):
+            return sig
+        new = fsig.copy_modified(
+            arg_types=fsig.arg_types[skip:], arg_kinds=fsig.arg_kinds[skip:],
+            arg_names=fsig.arg_names[skip:],
+            ret_type=sig.ret_type if fsig.implicit else fsig.ret_type,
+            name=f"{info.name}.apply")  # type: ignore[union-attr]
+        return self.plugin.calls.relax_signature(new, ctx.context)
+
+    # -- torch.autograd.grad -------------------------------------------------------------------
+    def _tensor_items(self, ctx: FunctionContext, name: str) -> list[Slot] | None:
+        """The tensors of a tensor-or-sequence argument, or None (unknown arity)."""
+        calls = self.plugin.calls
+        e, t = calls._arg(ctx, name)
+        if e is None:
+            return None
+        if isinstance(e, (ListExpr, TupleExpr)):
+            return [self._expr_slot(ctx, i) for i in e.items]
+        s = self.slot(expr_text(e), t)
+        if s.kind == TENSOR:
+            return [s]
+        p = get_proper_type(t)
+        if isinstance(p, TupleType):
+            return [self.slot(f"{expr_text(e)}[{i}]", it) for i, it in enumerate(p.items)]
+        return None
+
+    def _check_seed(self, ctx: FunctionContext, outputs_name: str, grads_name: str, what: str) -> None:
+        """The gradients seeding a backward pass: none given needs each output I or P (like
+        ``loss.backward()``); given ones must be the duals of the outputs."""
+        calls = self.plugin.calls
+        outputs = self._tensor_items(ctx, outputs_name)
+        if outputs is None:
+            return
+        grad_e, _ = calls._arg(ctx, grads_name)
+        if grad_e is None or (isinstance(grad_e, NameExpr) and grad_e.fullname == "builtins.None"):
+            for o in outputs:
+                if o.typed:
+                    errs = check_backward(Operand(o.type, o.name))
+                    calls.report(ctx, [SpmdError(e.code, e.message.replace(
+                        f"{o.name}.backward()", f"{what}({o.name}, ...) without {grads_name}", 1))
+                        for e in errs])
+            return
+        grads = self._tensor_items(ctx, grads_name)
+        if grads is not None:
+            calls.report(ctx, duality.check_grad_outputs(outputs, grads, what))
+
+    def autograd_backward_hook(self, ctx: FunctionContext) -> Type:
+        """``torch.autograd.backward(tensors, grad_tensors)``."""
+        self._check_seed(ctx, "tensors", "grad_tensors", "torch.autograd.backward")
+        return ctx.default_return_type
+
+    def autograd_grad_hook(self, ctx: FunctionContext) -> Type:
+        default = ctx.default_return_type
+        calls = self.plugin.calls
+        self._check_seed(ctx, "outputs", "grad_outputs", "torch.autograd.grad")
+        p = get_proper_type(default)
+        if not (isinstance(p, Instance) and p.type.fullname == "builtins.tuple" and p.args):
+            return default
+        base = p.args[0]
+        inputs = self._tensor_items(ctx, "inputs")
+        if inputs is not None:
+            items: list[Type] = []
+            for s in inputs:
+                inst = self.types.to_instance(duality.gradient_type(s.type)) if s.typed else None
+                items.append(inst if inst is not None else base)
+            if not any(s.typed for s in inputs):
+                return default
+            return TupleType(items, p)
+        e, t = calls._arg(ctx, "inputs")
+        q = get_proper_type(t)
+        if isinstance(q, Instance) and q.args and q.type.fullname in (
+                "builtins.list", "typing.Sequence", "collections.abc.Sequence", "builtins.tuple"):
+            st = self.types.from_type(q.args[0])
+            if st:
+                inst = self.types.to_instance(duality.gradient_type(st))
+                if inst is not None:
+                    return p.copy_modified(args=[inst])
+        return default
+
+    # -- x.register_hook(fn) -------------------------------------------------------------------
+    def register_hook_hook(self, ctx: MethodContext) -> Type:
+        x = self.types.from_type(ctx.type)
+        if not x or not ctx.args or not ctx.args[0]:
+            return ctx.default_return_type
+        fn_e = ctx.args[0][0]
+        fn_t = get_proper_type(ctx.arg_types[0][0])
+        if not isinstance(fn_t, CallableType) or isinstance(fn_e, LambdaExpr):
+            return ctx.default_return_type
+        c = ctx.context
+        receiver = c.callee.expr if isinstance(c, CallExpr) and hasattr(c.callee, "expr") else None
+        param = None
+        if fn_t.arg_types and fn_t.arg_kinds[0] == ARG_POS:
+            param = self.slot(fn_t.arg_names[0] or "1", fn_t.arg_types[0])
+        result = None if fn_t.implicit else self.slot("", fn_t.ret_type)
+        hook_name = expr_text(fn_e) if isinstance(fn_e, RefExpr) else "fn"
+        self.plugin.calls.report(ctx, duality.check_hook(
+            expr_text(receiver), x, hook_name, param, result))
+        return ctx.default_return_type
+
+
+def _func(s: Statement) -> FuncDef | None:
+    if isinstance(s, Decorator):
+        return s.func
+    return s if isinstance(s, FuncDef) else None
