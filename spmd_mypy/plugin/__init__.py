@@ -16,7 +16,9 @@ Imports only mypy and the stdlib (plus the pure engine): no torch.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sys
 from typing import Callable
 
 from mypy.nodes import MypyFile, TypeInfo
@@ -57,7 +59,8 @@ def _source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-__version__ = _source_hash()
+_SOURCE_VERSION = _source_hash()
+__version__ = _SOURCE_VERSION
 
 _TORCH_TENSOR = "torch._tensor.Tensor"
 _PROMOTED = (_TORCH_TENSOR, "torch.nn.parameter.Parameter")
@@ -79,11 +82,21 @@ class SpmdPlugin(Plugin):
     def __init__(self, options: Options) -> None:
         super().__init__(options)
         self.config: Config = load(options.config_file)
+        if "mypy.dmypy_server" in sys.modules:
+            # Under dmypy, mypy compares the plugin's __version__ (read after this __init__) on
+            # each `dmypy run`: folding the config in makes a changed [tool.spmd_mypy] section
+            # restart the daemon by itself.  Not for plain mypy, where the version keys every
+            # cached module (torch included) and a config edit would discard them all.
+            config_key = json.dumps(self.config.as_cache_key(), sort_keys=True).encode()
+            sys.modules[__name__].__version__ = (
+                f"{_SOURCE_VERSION}+{hashlib.sha256(config_key).hexdigest()[:8]}")
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
         self._no_grad: dict[str, GradRegions] = {}
         self._sync_module: str | None = None
+        self._want_promotion = False  # the module being checked uses SPMD types
+        self._promotion_on = False
         self._typed_modules: set[str] = set()
         self._imports_cache: dict[int, tuple[MypyFile, bool]] = {}
         self._hook_cache: dict[str, Callable | None] = {}
@@ -113,24 +126,29 @@ class SpmdPlugin(Plugin):
         """
         tree = getattr(api, "tree", None)
         module = getattr(tree, "fullname", None)
-        if module is None or module == self._sync_module:
+        if module is not None and module != self._sync_module:
+            self._sync_module = module
+            self._want_promotion = module in self._typed_modules or self._imports_spmd(tree)
+        self._set_promotion(self._want_promotion)
+
+    def _set_promotion(self, on: bool) -> None:
+        if on == self._promotion_on:
             return
-        self._sync_module = module
-        want = module in self._typed_modules or self._imports_spmd(tree)
-        infos = [i for i in (self._lookup_info(n) for n in _PROMOTED) if i is not None]
-        untyped = self.types.to_instance(calls.UNTYPED) if want else None
-        if want and untyped is None:
+        untyped = self.types.to_instance(calls.UNTYPED) if on else None
+        if on and untyped is None:
             return
-        for info in infos:
+        for info in (self._lookup_info(n) for n in _PROMOTED):
+            if info is None:
+                continue
             current = info.alt_promote
-            ours = current is not None and current.type.fullname == "spmd.Tensor"
-            if want and current is None:
+            if on and current is None:
                 info.alt_promote = untyped
-            elif not want and ours:
+            elif not on and current is not None and current.type.fullname == "spmd.Tensor":
                 info.alt_promote = None
             else:
                 continue
             type_state.reset_all_subtype_caches_for(info)
+        self._promotion_on = on
 
     def _imports_spmd(self, tree: MypyFile) -> bool:
         key = id(tree)

@@ -102,3 +102,19 @@ def test_dmypy_matches_mypy_follows_edits_and_restart_picks_up_config(project: P
     after = daemon("check", "m.py")
     assert errors(after.stdout) == new_errors, after.stdout + daemon.log()
     assert diagnostic_lines(after.stdout) == diagnostic_lines(plain(project))
+
+
+def test_dmypy_run_restarts_by_itself_after_a_plugin_config_change(project: Path, daemon: Dmypy) -> None:
+    """`dmypy run` (what pylsp-mypy uses) reloads the plugin to compare versions; the plugin folds
+    its config into its version under the daemon, so a changed mesh_axes restarts the daemon."""
+    first = daemon("run", *DAEMON_ARGS, "m.py")
+    assert errors(first.stdout) == V1_ERRORS, first.stdout + first.stderr + daemon.log()
+    again = daemon("run", *DAEMON_ARGS, "m.py")
+    assert "Restarting" not in again.stdout + again.stderr, again.stdout  # no spurious restart
+    assert errors(again.stdout) == V1_ERRORS, again.stdout
+    write_project(project, project / "daemon-cache", "data, tp")
+    expected = plain(project)
+    after = daemon("run", *DAEMON_ARGS, "m.py")
+    assert "Restarting: plugins changed" in after.stdout + after.stderr, after.stdout + after.stderr
+    assert diagnostic_lines(after.stdout) == diagnostic_lines(expected), after.stdout
+    assert 'unknown mesh axis "dp"' in after.stdout, after.stdout

@@ -1,0 +1,140 @@
+"""The same Megatron-style code without annotations (plain_annotated.py and
+known_false_positives.py with their annotations removed): mypy does not check the bodies of
+unannotated functions, so the typed stub adds no error.  Expected: no error at all.
+"""
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.tensor_parallel import (
+    all_gather_last_dim_from_tensor_parallel_region,
+    all_to_all,
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+    gather_from_tensor_model_parallel_region,
+    reduce_from_tensor_model_parallel_region,
+    reduce_scatter_last_dim_to_tensor_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+    scatter_to_sequence_parallel_region,
+    scatter_to_tensor_model_parallel_region,
+)
+from megatron.core.tensor_parallel import mappings
+from megatron.core.tensor_parallel.mappings import (
+    _gather_along_first_dim,
+    _reduce_scatter_along_first_dim,
+    all_to_all_hp2sp,
+    all_to_all_sp2hp,
+    split_tensor_along_last_dim,
+)
+
+
+class ParallelMLP(torch.nn.Module):
+    def __init__(self, hidden, ffn, tp_group,
+                 sequence_parallel):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(hidden, ffn)
+        self.fc2 = torch.nn.Linear(ffn, hidden)
+        self.tp_group = tp_group
+        self.sequence_parallel = sequence_parallel
+
+    def forward(self, hidden_states):
+        if self.sequence_parallel:
+            total_input = gather_from_sequence_parallel_region(hidden_states, group=self.tp_group)
+        else:
+            total_input = copy_to_tensor_model_parallel_region(hidden_states, group=self.tp_group)
+        intermediate = F.gelu(self.fc1(total_input))
+        output = self.fc2(intermediate)
+        if self.sequence_parallel:
+            return reduce_scatter_to_sequence_parallel_region(output, group=self.tp_group)
+        return reduce_from_tensor_model_parallel_region(output, group=self.tp_group)
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self, vocab, hidden, reduce_scatter_embeddings):
+        super().__init__()
+        self.word_embeddings = torch.nn.Embedding(vocab, hidden)
+        self.reduce_scatter_embeddings = reduce_scatter_embeddings
+
+    def forward(self, input_ids, residual):
+        embeddings = self.word_embeddings(input_ids)
+        if self.reduce_scatter_embeddings:
+            embeddings = embeddings.transpose(0, 1).contiguous()
+            return reduce_scatter_to_sequence_parallel_region(embeddings) + residual
+        return reduce_from_tensor_model_parallel_region(embeddings) + residual
+
+
+class Head(torch.nn.Module):
+    def __init__(self, hidden, vocab):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden, vocab)
+        self.tp_output_grad = True
+
+    def forward(self, hidden, parallel_output):
+        logits = self.proj(copy_to_tensor_model_parallel_region(hidden))
+        if not parallel_output:
+            logits = gather_from_tensor_model_parallel_region(logits)
+        full = gather_from_sequence_parallel_region(
+            hidden, tensor_parallel_output_grad=self.tp_output_grad,
+            group=parallel_state.get_tensor_model_parallel_group())
+        return logits, full
+
+
+def token_dispatch(tokens, probs, expert_output,
+                   ep_group,
+                   tp_group, output_splits,
+                   input_splits, output_splits_tp):
+    global_tokens = all_to_all(ep_group, tokens, output_splits, input_splits)
+    global_probs = gather_from_sequence_parallel_region(
+        probs, group=tp_group, output_split_sizes=output_splits_tp.tolist())
+    gathered = _gather_along_first_dim(global_tokens, tp_group)
+    scattered = _reduce_scatter_along_first_dim(gathered, tp_group, input_split_sizes=[1, 2])
+    reduced = reduce_scatter_to_sequence_parallel_region(
+        expert_output, group=tp_group, input_split_sizes=[1, 2], use_global_buffer=True)
+    return scattered * reduced.sum() * global_probs
+
+
+def layouts(x):
+    hp = all_to_all_sp2hp(x)
+    sp = all_to_all_hp2sp(hp)
+    chunks = split_tensor_along_last_dim(sp, 2)
+    last = all_gather_last_dim_from_tensor_parallel_region(scatter_to_tensor_model_parallel_region(x))
+    pieces = reduce_scatter_last_dim_to_tensor_parallel_region(x)
+    seq = scatter_to_sequence_parallel_region(x)
+    buffer_fn = mappings.dist_all_gather_func
+    return [*chunks, last, pieces, seq, mappings.copy_to_tensor_model_parallel_region(x)]
+
+
+# The patterns of known_false_positives.py: no error here.
+def hand_written_mlp(x, w1, w2):
+    h = copy_to_tensor_model_parallel_region(x)
+    y = F.linear(F.gelu(F.linear(h, w1)), w2)
+    return reduce_from_tensor_model_parallel_region(y)
+
+
+def vocab_parallel_logits(x, embedding):
+    logits = F.linear(copy_to_tensor_model_parallel_region(x), embedding)
+    return gather_from_tensor_model_parallel_region(logits)
+
+
+def sequence_parallel_or_not(y, sequence_parallel):
+    if sequence_parallel:
+        output = reduce_scatter_to_sequence_parallel_region(y)
+    else:
+        output = reduce_from_tensor_model_parallel_region(y)
+    return output
+
+
+def maybe_gather(output_parallel, gather_output,
+                 tp_group):
+    if gather_output:
+        output = gather_from_tensor_model_parallel_region(output_parallel, group=tp_group)
+    else:
+        output = output_parallel
+    return output
+
+
+def tokens_per_rank(counts, tp_group):
+    gathered = gather_from_sequence_parallel_region(counts, group=tp_group)
+    return gathered.sum(axis=1)
