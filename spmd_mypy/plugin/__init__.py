@@ -42,7 +42,7 @@ from .autograd import AutogradTyper, is_autograd_function
 from .codes import ERROR_CODES
 from .config import Config, load
 from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
-from .rewrite import GradRegions, prepare_file
+from .rewrite import GradRegions, grad_regions, prepare_file
 
 
 def _source_hash() -> str:
@@ -93,7 +93,7 @@ class SpmdPlugin(Plugin):
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
-        self._no_grad: dict[str, GradRegions] = {}
+        self._no_grad: dict[int, tuple[MypyFile, GradRegions]] = {}  # by id(tree)
         self._sync_module: str | None = None
         self._want_promotion = False  # the module being checked uses SPMD types
         self._promotion_on = False
@@ -169,17 +169,28 @@ class SpmdPlugin(Plugin):
 
         return run
 
+    def _regions(self, api: object) -> GradRegions | None:
+        tree = getattr(api, "tree", None)
+        if tree is None:
+            return None
+        cached = self._no_grad.get(id(tree))
+        if cached is None or cached[0] is not tree:
+            try:
+                cached = (tree, grad_regions(tree))
+            except Exception:  # noqa: BLE001 - never crash mypy: no regions
+                cached = (tree, GradRegions())
+            self._no_grad[id(tree)] = cached
+        return cached[1]
+
     def in_no_grad(self, api: object, line: int) -> bool:
-        path = getattr(api, "path", None)
-        regions = self._no_grad.get(path) if path else None
-        return bool(regions) and any(a <= line <= b for a, b in regions.ranges)
+        regions = self._regions(api)
+        return bool(regions) and any(a <= line <= b for a, b in regions.ranges)  # type: ignore[union-attr]
 
     def is_detached_name(self, api: object, line: int, name: str) -> bool:
         """A local only ever assigned ``<expr>.detach()`` in the enclosing function."""
-        path = getattr(api, "path", None)
-        regions = self._no_grad.get(path) if path else None
+        regions = self._regions(api)
         return bool(regions) and any(
-            a <= line <= b and n == name for a, b, n in regions.detached_names)
+            a <= line <= b and n == name for a, b, n in regions.detached_names)  # type: ignore[union-attr]
 
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:
@@ -197,9 +208,9 @@ class SpmdPlugin(Plugin):
         )
         if uses_spmd:
             try:
-                self._no_grad[file.path] = prepare_file(file)
+                prepare_file(file)
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
-                self._no_grad[file.path] = GradRegions()
+                pass
         return []
 
     # -- annotations -------------------------------------------------------------------

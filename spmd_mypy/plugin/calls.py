@@ -305,6 +305,12 @@ class CallTyper:
             if watchers:
                 store._watchers = watchers
 
+    def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
+        """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
+        if not any(lt.kind is Kind.I for _, lt in t.axes):
+            return True
+        return self.can_grad(ctx, expr)
+
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         if _is_detached(expr):
             return False
@@ -352,7 +358,7 @@ class CallTyper:
             t = self.types.from_type(receiver_type)
             if t is not None:
                 any_typed = any_typed or bool(t)
-                ops.append(Operand(t, expr_text(receiver), self.can_grad(ctx, receiver)))
+                ops.append(Operand(t, expr_text(receiver), self.can_grad_if_invariant(ctx, receiver, t)))
         index_formals = INDEX_FORMALS_BY_OP.get(op, frozenset())
         position = 0
         for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
@@ -375,7 +381,7 @@ class CallTyper:
                             ops.append(Operand(None, text))
                         continue
                     any_typed = any_typed or bool(t)
-                    o = Operand(t, text, False if is_index else self.can_grad(ctx, ie),
+                    o = Operand(t, text, False if is_index else self.can_grad_if_invariant(ctx, ie, t),
                                 Role.INDEX if is_index else None)
                     if name == "out":
                         out = o

@@ -44,6 +44,7 @@ class TypeBuilder:
         self._lookup = lookup
         self._infos: dict[str, TypeInfo] | None = None
         self._to_cache: dict[SpmdType, Instance] = {}
+        self._from_cache: dict[int, tuple[Instance, SpmdType | None]] = {}
 
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
@@ -102,17 +103,21 @@ class TypeBuilder:
         p = get_proper_type(typ)
         if not isinstance(p, Instance):
             return None
+        # Hooks read the same Instance objects over and over (mypy shares them between
+        # expressions): remember the answer per object (the object is kept alive with it).
+        hit = self._from_cache.get(id(p))
+        if hit is not None and hit[0] is p:
+            return hit[1]
         info = p.type
+        result: SpmdType | None = None
         if info.fullname == TENSOR:
-            return self._read_slots(p.args)
-        for base in TORCH_TENSOR_BASES:
-            if info.fullname == base or info.has_base(base):
-                # a subclass of spmd.Tensor (e.g. Parameter-like) is read through its base
-                for b in info.mro:
-                    if b.fullname == TENSOR:
-                        break
-                return UNTYPED
-        return None
+            result = self._read_slots(p.args)
+        elif info.fullname in TORCH_TENSOR_BASES or any(info.has_base(b) for b in TORCH_TENSOR_BASES):
+            result = UNTYPED
+        if len(self._from_cache) > 200_000:  # bound the memory of a long-lived daemon
+            self._from_cache.clear()
+        self._from_cache[id(p)] = (p, result)
+        return result
 
     def _read_slots(self, args: Sequence[Type]) -> SpmdType:
         flat: list[Type] = []

@@ -155,12 +155,20 @@ class GradRegions:
 
 
 class _Walker:
-    """A plain walk over statements (mypy's compiled visitors cannot be subclassed)."""
+    """A plain walk over statements (mypy's compiled visitors cannot be subclassed).
 
-    def __init__(self) -> None:
+    ``rewrite``: rewrite axis strings where mypy's type-variable pass looks them up (function
+    signatures, and module- or class-level assignments, where aliases live; annotations of
+    locals and ``cast()`` are not looked up).  ``collect``: find the gradient-free regions.
+    """
+
+    def __init__(self, *, rewrite: bool, collect: bool) -> None:
+        self.rewrite = rewrite
+        self.collect = collect
         self.no_grad: list[tuple[int, int]] = []
         self.detached: list[tuple[int, int, str]] = []
         self._assigns: list[dict[str, list[Expression]]] = []
+        self._depth = 0  # function nesting
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
@@ -168,17 +176,20 @@ class _Walker:
 
     def stmt(self, st: Statement, in_function_class: bool = False) -> None:
         if isinstance(st, FuncDef):
-            rewrite_type(st.type)
-            rewrite_type(st.unanalyzed_type)
-            if in_function_class and st.name == "forward":
+            if self.rewrite:
+                rewrite_type(st.type)
+                rewrite_type(st.unanalyzed_type)
+            if self.collect and in_function_class and st.name == "forward":
                 self.no_grad.append((st.line, st.end_line or st.line))
             self._assigns.append({})
+            self._depth += 1
             self.block(st.body.body)
+            self._depth -= 1
             for name, rvalues in self._assigns.pop().items():
-                if all(_is_detach_call(r) for r in rvalues):
+                if self.collect and all(_is_detach_call(r) for r in rvalues):
                     self.detached.append((st.line, st.end_line or st.line, name))
         elif isinstance(st, Decorator):
-            if any(_is_no_grad(d) for d in st.original_decorators):
+            if self.collect and any(_is_no_grad(d) for d in st.original_decorators):
                 self.no_grad.append((st.func.line, st.func.end_line or st.func.line))
             self.stmt(st.func, in_function_class)
         elif isinstance(st, OverloadedFuncDef):
@@ -187,23 +198,21 @@ class _Walker:
         elif isinstance(st, ClassDef):
             self.block(st.defs.body, _is_autograd_function(st))
         elif isinstance(st, WithStmt):
-            if any(_is_no_grad(e) for e in st.expr):
+            if self.collect and any(_is_no_grad(e) for e in st.expr):
                 self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
             self.block(st.body.body)
         elif isinstance(st, AssignmentStmt):
-            if self._assigns:
+            if self.collect and self._assigns:
                 for lv in st.lvalues:
                     if isinstance(lv, NameExpr):
                         self._assigns[-1].setdefault(lv.name, []).append(st.rvalue)
                     else:  # tuple targets and the like: never "only detached"
                         for n in _names_in(lv):
                             self._assigns[-1].setdefault(n, []).append(lv)
-            rewrite_type(st.type)
-            rewrite_type(st.unanalyzed_type)
-            _rewrite_index_expr(st.rvalue)
-            self.expr(st.rvalue)
-        elif isinstance(st, (ExpressionStmt, ReturnStmt)):
-            self.expr(st.expr)
+            if self.rewrite and not self._depth:
+                rewrite_type(st.type)
+                rewrite_type(st.unanalyzed_type)
+                _rewrite_index_expr(st.rvalue)
         elif isinstance(st, Block):
             self.block(st.body)
         elif isinstance(st, IfStmt):
@@ -223,14 +232,6 @@ class _Walker:
                 if b is not None:
                     self.block(b.body)
 
-    def expr(self, e: Expression | None) -> None:
-        # cast(Tensor[R["tp"]], x), declare(x, Tensor[...]): type expressions in calls
-        while isinstance(e, CallExpr):
-            for a in e.args:
-                _rewrite_index_expr(a)
-                self.expr(a)
-            e = e.callee.expr if isinstance(e.callee, MemberExpr) else None
-
 
 def _is_detach_call(e: Expression) -> bool:
     return (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
@@ -245,8 +246,14 @@ def _names_in(e: Expression) -> list[str]:
     return []
 
 
-def prepare_file(file: MypyFile) -> GradRegions:
-    """Rewrite the file's axis strings in place; return its gradient-free regions."""
-    w = _Walker()
+def prepare_file(file: MypyFile) -> None:
+    """Rewrite the file's axis strings in place (before semantic analysis)."""
+    _Walker(rewrite=True, collect=False).block(file.defs)
+
+
+def grad_regions(file: MypyFile) -> GradRegions:
+    """The file's gradient-free regions (read at check time from the analysed tree, so a
+    module re-parsed without get_additional_deps has them too)."""
+    w = _Walker(rewrite=False, collect=True)
     w.block(file.defs)
     return GradRegions(w.no_grad, w.detached)
