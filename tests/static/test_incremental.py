@@ -17,13 +17,16 @@ def helper(x: Tensor[R["tp"]]) -> Tensor[R["tp"]]:
 B = '''
 from typing import Callable
 import torch
-from spmd import Tensor, R, V, P, S
+from spmd import Tensor, R, I, V, P, S
 from a import helper
 Act = Tensor[V["tp"]]
 Fn = Callable[[Tensor[R["tp"]]], Tensor[S[0, "tp"]]]
 def g(x: Tensor[R["tp"]], y: Act, f: Fn, p: Tensor[P["tp"]]) -> Tensor[R["tp"]] | None:
     torch.relu(p)
     return helper(x)
+def h(v: Tensor[V["tp"]], w: Tensor[I["tp"]]) -> None:
+    with torch.no_grad():  # an I operand without gradient mixes with V
+        v * w
 '''
 EXPECTED_B = 'b.py:9: error: Partial on "tp" (p: Tensor[P["tp"]]) cannot go through relu'
 
