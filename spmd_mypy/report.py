@@ -50,20 +50,15 @@ from mypy.nodes import (
     MypyFile,
     NameExpr,
     OverloadedFuncDef,
-    RefExpr,
     Statement,
     StrExpr,
-    TupleExpr,
     TypeInfo,
-    UnaryExpr,
-    Var,
 )
 from mypy.options import Options
 from mypy.plugin import FunctionContext, ReportConfigContext
 from mypy.types import (
     CallableType,
     Instance,
-    LiteralType,
     TupleType,
     Type,
     TypeType,
@@ -74,6 +69,7 @@ from mypy.types import (
 from .engine import collectives as coll
 from .engine.types import Kind, LocalType
 from .plugin import SpmdPlugin
+from .plugin.calls import is_detached, literal_strs, read_local_type
 from .plugin import __version__ as _PLUGIN_VERSION
 
 SCHEMA_VERSION = 1
@@ -353,59 +349,12 @@ def _arg(ctx: FunctionContext, name: str) -> tuple[Expression | None, Type | Non
     return None, None
 
 
-def _literal_str(e: Expression | None, t: Type | None) -> str | None:
-    if isinstance(e, StrExpr):
-        return e.value
-    if isinstance(e, RefExpr) and isinstance(e.node, Var) and e.node.is_final \
-            and isinstance(e.node.final_value, str):
-        return e.node.final_value
-    p = get_proper_type(t) if t is not None else None
-    if isinstance(p, LiteralType) and isinstance(p.value, str):
-        return p.value
-    if isinstance(p, Instance) and p.last_known_value is not None \
-            and isinstance(p.last_known_value.value, str):
-        return p.last_known_value.value
-    return None
-
-
-def _literal_strs(e: Expression | None, t: Type | None) -> list[str] | None:
-    """Axis names written as a literal, a Final constant, or a tuple of those."""
-    one = _literal_str(e, t)
-    if one is not None:
-        return [one]
-    if isinstance(e, TupleExpr):
-        names = [_literal_str(i, None) for i in e.items]
-        return None if any(n is None for n in names) else names  # type: ignore[return-value]
-    p = get_proper_type(t) if t is not None else None
-    if isinstance(p, TupleType):
-        names = [_literal_str(None, i) for i in p.items]
-        return None if any(n is None for n in names) else names  # type: ignore[return-value]
-    return None
-
-
-def _is_detached(e: Expression | None) -> bool:
-    """``x.detach()``, possibly followed by more method calls (``x.detach().clone()``)."""
-    while isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr):
-        if e.callee.name == "detach":
-            return True
-        e = e.callee.expr
-    return False
-
-
 def _local_type(expr: Expression | None) -> LocalType | None | bool:
     """R/I/V/P/S(i) written literally; None if absent; False if not readable."""
     if expr is None:
         return None
-    if isinstance(expr, RefExpr) and expr.fullname in ("spmd.R", "spmd.I", "spmd.V", "spmd.P"):
-        return LocalType(Kind(expr.fullname[-1]))
-    if (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
-            and expr.callee.fullname in ("spmd.S", "spmd.Shard") and len(expr.args) == 1):
-        a = expr.args[0]
-        if isinstance(a, IntExpr):
-            return LocalType(Kind.V, a.value)
-        if isinstance(a, UnaryExpr) and a.op == "-" and isinstance(a.expr, IntExpr):
-            return LocalType(Kind.V, -a.expr.value)
-    return False
+    lt = read_local_type(expr)
+    return lt if lt is not None else False
 
 
 def _form_text(form: str, dim: int | None) -> str:
@@ -485,7 +434,7 @@ def read_raw(op: str, group: Expression | None, group_type: Type | None) -> _Cal
         axes = None
         if isinstance(group, CallExpr) and isinstance(group.callee, MemberExpr) \
                 and group.callee.name == "get_group" and len(group.args) == 1:
-            name = _literal_strs(group.args[0], None)
+            name = literal_strs(group.args[0], None)
             axes = tuple(name) if name else None
     step = Step(op, "", "", axes or ("?",))
     return _Call(axes, None, None, None, None, [step], [], False, None)
@@ -702,7 +651,7 @@ class ReportPlugin(SpmdPlugin):
             pa_expr, pa_type = _arg(ctx, "out_partial_axes")
             if pa_expr is None or (isinstance(pa_expr, NameExpr) and pa_expr.fullname == "builtins.None"):
                 return  # the plain local op
-            names = _literal_strs(pa_expr, pa_type)
+            names = literal_strs(pa_expr, pa_type)
             call = read_partial(tuple(names) if names else None)
             operands = [e for formal, exprs in zip(ctx.callee_arg_names, ctx.args)
                         if formal != "out_partial_axes" and formal != "equation" for e in exprs]
@@ -712,7 +661,7 @@ class ReportPlugin(SpmdPlugin):
             if x_expr is None:
                 return  # mypy reports the missing argument
             axis_expr, axis_type = _arg(ctx, "axis")
-            names = _literal_strs(axis_expr, axis_type) if axis_expr is not None else None
+            names = literal_strs(axis_expr, axis_type) if axis_expr is not None else None
             op_expr = _arg(ctx, "op")[0]
             reduce_op = op_expr.value if isinstance(op_expr, StrExpr) else "sum"
             call = read_collective(op, tuple(names) if names else None,
@@ -752,7 +701,7 @@ class ReportPlugin(SpmdPlugin):
         return None
 
     def _no_gradient_operand(self, api: Any, line: int, e: Expression, regions: _Regions) -> str | None:
-        if _is_detached(e):
+        if is_detached(e):
             return "detached"
         if _is_grad(e):
             return ".grad"

@@ -188,6 +188,10 @@ def generate(axis: str = DEFAULT_TP_AXIS) -> str:
         out.append(f"from {module} import {name} as {name}")
     out.append(f"from spmd import Tensor, {', '.join(_used_markers())}")
     out.append("")
+    out += _comment("Names this stub does not declare (those of other megatron-core versions) are Any, as "
+                    "every name of megatron-core is without the stub (it has no py.typed).")
+    out.append("def __getattr__(name: str) -> Any: ...")
+    out.append("")
     out += [f"{name}: Any" for name in MODULE_VARIABLES]
     out.append("")
     out += [f"def {name}({params}): ..." for name, params in PRIVATE_FUNCTIONS.items()]

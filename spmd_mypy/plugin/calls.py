@@ -187,7 +187,7 @@ def expr_text(e: Expression | None) -> str:
     return "x"
 
 
-def _literal_str(e: Expression | None, t: Type | None) -> str | None:
+def literal_str(e: Expression | None, t: Type | None) -> str | None:
     if isinstance(e, StrExpr):
         return e.value
     if isinstance(e, RefExpr) and isinstance(e.node, Var) and e.node.is_final:
@@ -201,17 +201,17 @@ def _literal_str(e: Expression | None, t: Type | None) -> str | None:
     return None
 
 
-def _literal_strs(e: Expression | None, t: Type | None) -> list[str] | None:
+def literal_strs(e: Expression | None, t: Type | None) -> list[str] | None:
     """Axis names from a literal, a Final constant, or a tuple of those; None if unreadable."""
-    one = _literal_str(e, t)
+    one = literal_str(e, t)
     if one is not None:
         return [one]
     if isinstance(e, TupleExpr):
-        names = [_literal_str(i, None) for i in e.items]
+        names = [literal_str(i, None) for i in e.items]
         return None if any(n is None for n in names) else names  # type: ignore[return-value]
     p = get_proper_type(t) if t is not None else None
     if isinstance(p, TupleType):
-        names = [_literal_str(None, i) for i in p.items]
+        names = [literal_str(None, i) for i in p.items]
         return None if any(n is None for n in names) else names  # type: ignore[return-value]
     return None
 
@@ -261,7 +261,7 @@ def _entry_from_expression(e: Expression) -> Entry | None:
     return Entry(marker, tuple(names))  # type: ignore[arg-type]
 
 
-def _is_detached(e: Expression | None) -> bool:
+def is_detached(e: Expression | None) -> bool:
     while isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr):
         if e.callee.name == "detach":
             return True
@@ -312,7 +312,7 @@ class CallTyper:
         return self.can_grad(ctx, expr)
 
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
-        if _is_detached(expr):
+        if is_detached(expr):
             return False
         if isinstance(expr, NameExpr) and self.plugin.is_detached_name(ctx.api, ctx.context.line, expr.name):
             return False
@@ -503,7 +503,7 @@ class CallTyper:
     def _axis_names(self, ctx: AnyCtx, expr: Expression | None, typ: Type | None,
                     what: str) -> tuple[str, ...] | None:
         """The literal axis names, or None after reporting what to write."""
-        names: list[str] | None = _literal_strs(expr, typ)
+        names: list[str] | None = literal_strs(expr, typ)
         if names is not None and not names:
             self.report(ctx, [SpmdError(
                 "spmd-axis", f"the axes of {what} are an empty tuple: name at least one mesh axis")])
@@ -825,7 +825,7 @@ def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalTy
             src = read_local_type(arg)
             if src is None:
                 return None
-    axes = _literal_strs(axis, None) if axis is not None else None
+    axes = literal_strs(axis, None) if axis is not None else None
     if not axes or x is None:
         return None
     return op, tuple(axes), src, expr_text(x)

@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from mypy.nodes import (
     AssignmentStmt,
     Block,
-    ExpressionStmt,
     ForStmt,
     IfStmt,
-    ReturnStmt,
     Statement,
     TryStmt,
     WhileStmt,
