@@ -2,9 +2,8 @@
 
 ``stubs/megatron-stubs`` is a *partial* PEP 561 stub package shipped with spmd-mypy (its
 ``py.typed`` says ``partial``): with megatron-core installed in the same environment, mypy reads
-``megatron.core.tensor_parallel.mappings`` from this stub, and every other megatron module
-(``megatron.core.tensor_parallel``'s ``__init__`` that re-exports the mapping functions
-included) from the installed package.  Unchanged calls such as
+``megatron.core.tensor_parallel.mappings`` from this stub, and the other megatron modules from
+the installed package (where mypy falls back to it: see docs/megatron.md).  Unchanged calls such as
 ``copy_to_tensor_model_parallel_region(x)`` are then typed by :data:`.table.MAPPINGS` on the
 ``tp`` axis, before any migration (``docs/megatron.md``).
 
@@ -12,10 +11,17 @@ The stub mirrors the real module of megatron-core 0.19.2: every top-level name i
 mapping functions with their real parameter names, kinds and defaults (the table records them);
 the other names as the source declares them (unannotated).  A test compares it with the wheel.
 
-Regenerate after editing the table (a test keeps the committed file equal to this output)::
+The package also stubs the ``__init__`` of ``megatron``, ``megatron.core`` and
+``megatron.core.tensor_parallel``: empty for the first (a namespace package), and for the other
+two a mirror of megatron-core 0.19.2's, which only re-export names.  Without them mypy 2.4 stops
+with ``megatron: error: Cannot read file`` when megatron-core is not installed (its partial-stub
+lookup takes a directory that does not exist for the top-level package); an empty top-level stub
+alone would make the stub's directories win over megatron-core's real ``__init__.py`` files.
 
-    python -m spmd_mypy.migrate.stubgen            # rewrites stubs/megatron-stubs/.../mappings.pyi
-    python -m spmd_mypy.migrate.stubgen --check    # exit 1 if the committed file is stale
+Regenerate after editing the table (a test keeps the committed files equal to this output)::
+
+    python -m spmd_mypy.migrate.stubgen            # rewrites the .pyi files of stubs/megatron-stubs
+    python -m spmd_mypy.migrate.stubgen --check    # exit 1 if a committed file is stale
 """
 
 from __future__ import annotations
@@ -31,6 +37,81 @@ from .table import DEFAULT_TP_AXIS, MAPPINGS, Mapping, Param, Role, entry_code, 
 
 MEGATRON_CORE_VERSION = "0.19.2"
 STUB_RELATIVE_PATH = Path("megatron-stubs/core/tensor_parallel/mappings.pyi")
+
+# megatron-core 0.19.2's package __init__ files, which only import and re-export: per package,
+# its submodules imported as `import megatron.core.X`, its `from M import names`, its aliases,
+# and its __all__.  A test compares them with the wheel.
+PACKAGE_INITS: dict[str, dict[str, tuple]] = {
+    "megatron.core": {
+        "submodules": ("tensor_parallel", "utils"),
+        "imports": (
+            ("megatron.core", ("parallel_state",)),
+            ("megatron.core.distributed", ("DistributedDataParallel",)),
+            ("megatron.core.inference_params", ("InferenceParams",)),
+            ("megatron.core.model_parallel_config", ("ModelParallelConfig",)),
+            ("megatron.core.package_info", (
+                "__contact_emails__", "__contact_names__", "__description__", "__download_url__",
+                "__homepage__", "__keywords__", "__license__", "__package_name__",
+                "__repository_url__", "__shortversion__", "__version__")),
+            ("megatron.core.timers", ("Timers",)),
+            ("megatron.core.utils", ("is_torch_min_version",)),
+            (".safe_globals", ("register_safe_globals", "safe_load_from_bytes")),
+        ),
+        "aliases": (("mpu", "parallel_state"),),
+        "all": (
+            "parallel_state", "tensor_parallel", "utils", "DistributedDataParallel", "InferenceParams",
+            "ModelParallelConfig", "Timers", "__contact_emails__", "__contact_names__",
+            "__description__", "__download_url__", "__homepage__", "__keywords__", "__license__",
+            "__package_name__", "__repository_url__", "__shortversion__", "__version__"),
+    },
+    "megatron.core.tensor_parallel": {
+        "submodules": (),
+        "imports": (
+            (".cross_entropy", ("vocab_parallel_cross_entropy",)),
+            (".data", ("broadcast_data",)),
+            (".inference_layers", (
+                "InferenceColumnParallelLinear", "InferenceLayerNormColumnParallelLinear",
+                "InferenceRowParallelLinear")),
+            (".layers", (
+                "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "copy_gtp_attributes",
+                "copy_tensor_model_parallel_attributes", "linear_with_grad_accumulation_and_async_allreduce",
+                "param_is_not_gtp_duplicate", "param_is_not_tensor_parallel_duplicate",
+                "set_defaults_if_not_set_tensor_model_parallel_attributes",
+                "set_tensor_model_parallel_attributes")),
+            (".mappings", (
+                "all_gather_last_dim_from_tensor_parallel_region", "all_to_all", "all_to_all_hp2sp",
+                "all_to_all_sp2hp", "copy_to_tensor_model_parallel_region",
+                "gather_from_sequence_parallel_region", "gather_from_tensor_model_parallel_region",
+                "reduce_from_tensor_model_parallel_region", "reduce_scatter_last_dim_to_tensor_parallel_region",
+                "reduce_scatter_to_sequence_parallel_region", "scatter_to_sequence_parallel_region",
+                "scatter_to_tensor_model_parallel_region")),
+            (".random", (
+                "CheckpointWithoutOutput", "checkpoint", "convert_cuda_rng_state", "get_cuda_rng_tracker",
+                "get_data_parallel_rng_tracker_name", "get_expert_parallel_rng_tracker_name",
+                "is_graph_safe_cuda_rng_tracker", "model_parallel_cuda_manual_seed")),
+            (".utils", ("gather_split_1d_tensor", "split_tensor_along_last_dim", "split_tensor_into_1d_equal_chunks")),
+        ),
+        "aliases": (),
+        "all": (
+            "vocab_parallel_cross_entropy", "broadcast_data", "ColumnParallelLinear", "RowParallelLinear",
+            "VocabParallelEmbedding", "set_tensor_model_parallel_attributes",
+            "set_defaults_if_not_set_tensor_model_parallel_attributes", "copy_tensor_model_parallel_attributes",
+            "copy_gtp_attributes", "param_is_not_tensor_parallel_duplicate", "param_is_not_gtp_duplicate",
+            "linear_with_grad_accumulation_and_async_allreduce", "copy_to_tensor_model_parallel_region",
+            "gather_from_tensor_model_parallel_region", "gather_from_sequence_parallel_region",
+            "reduce_from_tensor_model_parallel_region", "reduce_scatter_to_sequence_parallel_region",
+            "scatter_to_tensor_model_parallel_region", "scatter_to_sequence_parallel_region", "checkpoint",
+            "convert_cuda_rng_state", "get_cuda_rng_tracker", "model_parallel_cuda_manual_seed",
+            "get_expert_parallel_rng_tracker_name", "is_graph_safe_cuda_rng_tracker",
+            "CheckpointWithoutOutput", "split_tensor_along_last_dim", "split_tensor_into_1d_equal_chunks",
+            "gather_split_1d_tensor"),
+    },
+}
+TOP_INIT = """\
+# Part of spmd-mypy's partial stub package for megatron-core (docs/megatron.md).  `megatron` is a
+# namespace package in megatron-core (no __init__.py): this empty stub stands for it, so that
+# mypy does not stop with "megatron: error: Cannot read file" when megatron-core is not installed.
+"""
 
 # Functions of the table declared untyped, and why.
 UNTYPED_MAPPINGS: dict[str, str] = {
@@ -57,7 +138,7 @@ PRIVATE_FUNCTIONS: dict[str, str] = {
 }
 
 # The module's autograd Functions: the parameters after ``ctx``/``graph`` of forward and
-# symbolic (None: no symbolic), as the source declares them (unannotated).
+# symbolic, and whether it has a symbolic, as the source declares them (unannotated).
 _GROUP_ONLY = "input_, group"
 AUTOGRAD_FUNCTIONS: dict[str, tuple[str, bool]] = {
     "_CopyToModelParallelRegion": (_GROUP_ONLY, True),
@@ -208,6 +289,39 @@ def generate(axis: str = DEFAULT_TP_AXIS) -> str:
     return "\n".join(out) + "\n"
 
 
+def init_path(package: str) -> Path:
+    """``megatron.core`` -> ``megatron-stubs/core/__init__.pyi``."""
+    return Path("megatron-stubs", *package.split(".")[1:], "__init__.pyi")
+
+
+def generate_init(package: str) -> str:
+    """The mirror of one of megatron-core's package ``__init__`` files (names re-exported)."""
+    spec = PACKAGE_INITS[package]
+    out = [
+        f"# The __init__ of {package} (megatron-core {MEGATRON_CORE_VERSION}), mirrored for spmd-mypy's",
+        "# partial stub package: it only re-exports names, from the installed megatron-core (and the",
+        "# typed mapping functions from the stub of .mappings).  GENERATED by",
+        "# `python -m spmd_mypy.migrate.stubgen`: do not edit.  See docs/megatron.md.",
+    ]
+    out += [f"from . import {name} as {name}" for name in spec["submodules"]]
+    for module, names in spec["imports"]:
+        out += [f"from {module} import {name} as {name}" for name in names]
+    out += [f"{alias} = {target}" for alias, target in spec["aliases"]]
+    out.append("")
+    out.append("__all__ = [")
+    out += [f'    "{name}",' for name in spec["all"]]
+    out.append("]")
+    return "\n".join(out) + "\n"
+
+
+def files() -> dict[Path, str]:
+    """Every generated file of the stub package, by its path under ``stubs/``."""
+    out = {Path("megatron-stubs/__init__.pyi"): TOP_INIT}
+    out.update({init_path(package): generate_init(package) for package in PACKAGE_INITS})
+    out[STUB_RELATIVE_PATH] = generate()
+    return out
+
+
 def signature_table(axis: str = DEFAULT_TP_AXIS) -> str:
     """The table of ``docs/megatron.md``: each function's argument and result type."""
     rows = ["| Megatron function | `input_` (typed tensors are checked) | result |", "|---|---|---|"]
@@ -231,30 +345,33 @@ def signature_table(axis: str = DEFAULT_TP_AXIS) -> str:
     return "\n".join(rows)
 
 
-def stub_path(root: Path | None = None) -> Path:
-    """The stub in a source checkout (``stubs/`` next to ``spmd_mypy/``)."""
-    root = root or Path(__file__).resolve().parents[2]
-    return root / "stubs" / STUB_RELATIVE_PATH
+def stubs_root(root: Path | None = None) -> Path:
+    """``stubs/`` of a source checkout (next to ``spmd_mypy/``)."""
+    return (root or Path(__file__).resolve().parents[2]) / "stubs"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m spmd_mypy.migrate.stubgen",
-        description="Write the typed stub of megatron.core.tensor_parallel.mappings from the table.")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the output")
+        description="Write the typed stub package of megatron-core (stubs/megatron-stubs) from the table.")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file differs from the output")
     parser.add_argument("--output", type=Path, default=None,
-                        help=f"the file (default: stubs/{STUB_RELATIVE_PATH} of this checkout)")
+                        help="the directory holding megatron-stubs (default: stubs/ of this checkout)")
     args = parser.parse_args(argv)
-    path = args.output or stub_path()
-    text = generate()
-    if args.check:
-        if not path.exists() or path.read_text() != text:
-            print(f"{path} is stale: run python -m spmd_mypy.migrate.stubgen", file=sys.stderr)
-            return 1
-        return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    print(path)
+    root = args.output or stubs_root()
+    stale = []
+    for relative, text in files().items():
+        path = root / relative
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(path)
+    if stale:
+        print(f"stale: {', '.join(stale)}: run python -m spmd_mypy.migrate.stubgen", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -194,9 +194,11 @@ class SpmdPlugin(Plugin):
 
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:
-        # Only the user's modules depend on the mesh axes: answering for every module
-        # (torch included) would throw the whole cache away on each config edit.
-        if "site-packages" in ctx.path or "typeshed" in ctx.path:
+        # Only modules with SPMD annotations depend on the mesh axes: the user's, and the
+        # shipped stubs that carry Tensor[...] types (megatron-stubs).  Answering for every
+        # module (torch included) would throw the whole cache away on each config edit.
+        path = ctx.path.replace("\\", "/")
+        if ("site-packages" in path or "typeshed" in path) and "/megatron-stubs/" not in path:
             return None
         return self.config.as_cache_key()
 

@@ -3,11 +3,12 @@ call the mapping functions, checked as user code with and without ``megatron-stu
 
     python tests/megatron_stubs/measure_megatron_core.py [WORKDIR]
 
-Not a test (two cold mypy runs over most of megatron-core take about 1.5 minutes each, run in
-parallel).  Both environments hold megatron-core 0.19.2 and spmd-mypy's wheel; in the second the
-``megatron-stubs`` package is deleted.  Both runs use the plugin and ``follow_untyped_imports =
-True``, so that megatron-core is analysed from its source in both (without the stub package and
-that option it is ``import-untyped``, every name Any).  The user code is a copy of each module
+Not a test (two cold mypy runs over most of megatron-core, 15 to 60 s in parallel here).  Both
+installations hold megatron-core 0.19.2 and spmd-mypy's wheel (megatron_stub_env.py); in the
+second the ``megatron-stubs`` package is deleted.  Both runs use the plugin and
+``follow_untyped_imports = True`` for megatron, so that megatron-core is analysed from its
+source in both (without the stub package and that option it is ``import-untyped``, every name
+Any).  The user code is a copy of each module
 of megatron-core that calls a mapping function, with its relative imports made absolute, so it
 imports megatron from the installed package.  Prints the errors only one of the two runs reports.
 """
@@ -15,8 +16,10 @@ imports megatron from the installed package.  Prints the errors only one of the 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -71,13 +74,23 @@ def make_corpus(site_packages: Path, out: Path) -> tuple[int, int]:
     return files, calls
 
 
-def run(env: stub_env.StubEnv, project: Path, name: str) -> subprocess.Popen:
-    config = project / f"{name}.ini"
-    config.write_text(f"[mypy]\nplugins = spmd_mypy.plugin\nfollow_untyped_imports = True\n"
-                      f"cache_dir = .cache-{name}\n\n[spmd_mypy]\nmesh_axes = dp, tp\n")
-    return subprocess.Popen([sys.executable, "-m", "mypy", "--config-file", config.name,
-                             "--python-executable", str(env.python), "corpus"],
-                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def isolated_python(work: Path) -> Path:
+    """A virtualenv seeing this interpreter's site-packages but not the directories that .pth
+    files there add (a development checkout's stubs/, which holds megatron-stubs)."""
+    root = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, capture_output=True)
+    python = root / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    outer = [p for p in dict.fromkeys([*site.getsitepackages(), site.getusersitepackages()]) if os.path.isdir(p)]
+    (Path(purelib) / "zz_outer.pth").write_text("".join(f"{p}\n" for p in outer))
+    return python
+
+
+def run(env: stub_env.StubEnv, project: Path, name: str, python: Path) -> subprocess.Popen:
+    return stub_env.start_mypy(env, project, ["corpus"], "dp, tp", project / f".cache-{name}",
+                               f"{name}.ini", extra=("[mypy-megatron.*]", "follow_untyped_imports = True"),
+                               python_executable=python)
 
 
 def reported(stdout: str) -> set[tuple[str, str, str]]:
@@ -96,18 +109,26 @@ def main() -> int:
         print("run tests/migrate/test_megatron_core.py once first: it downloads the megatron-core wheel")
         return 2
     with_stub = stub_env.make_env(work / "with", wheel)
-    without_stub = stub_env.make_env(work / "without", wheel)
-    shutil.rmtree(without_stub.site_packages / "megatron-stubs")
-    outer = [p for p in (without_stub.site_packages / "zz_outer_site_packages.pth").read_text().split()
-             if (Path(p) / "megatron-stubs").exists()]
-    if outer:
-        print(f"warning: megatron-stubs is also installed in {outer}: the run without it is not clean")
+    without_stub = stub_env.make_env(work / "without", wheel, with_stub.project_wheel)
+    shutil.rmtree(without_stub.site_dir / "megatron-stubs")
+    python = isolated_python(work)
+    seen = subprocess.run([str(python), "-c", "import sys; print('\\n'.join(sys.path))"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    elsewhere = [p for p in seen if (Path(p) / "megatron-stubs").exists()]
+    if elsewhere:
+        print(f"warning: megatron-stubs is installed in {elsewhere} too: mypy puts every stub package "
+              "first, so the run without it is not clean (use an environment without spmd-mypy installed)")
     project = work / "project"
     (project / "corpus").mkdir(parents=True, exist_ok=True)
-    files, calls = make_corpus(with_stub.site_packages, project / "corpus")
+    files, calls = make_corpus(with_stub.site_dir, project / "corpus")
     started = time.monotonic()
-    procs = {"with": run(with_stub, project, "with"), "without": run(without_stub, project, "without")}
-    outs = {k: p.communicate()[0] for k, p in procs.items()}
+    procs = {"with": run(with_stub, project, "with", python), "without": run(without_stub, project, "without", python)}
+    runs = {k: stub_env.finish(p) for k, p in procs.items()}
+    for name, done in runs.items():
+        if done.returncode not in (0, 1):
+            print(f"mypy failed ({name}):\n{done.stdout}{done.stderr}")
+            return 1
+    outs = {k: done.stdout for k, done in runs.items()}
     elapsed = time.monotonic() - started
     a, b = reported(outs["with"]), reported(outs["without"])
     print(f"corpus: {files} modules of megatron-core {stub_env.load_megatron_core_test_module().VERSION} "

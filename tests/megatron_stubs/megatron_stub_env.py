@@ -1,13 +1,14 @@
 """An environment where megatron-core and spmd-mypy are installed the way users install them,
 and a runner for mypy on user code checked against it.
 
-The environment is a virtualenv whose site-packages holds megatron-core 0.19.2 (from the wheel
-the migrate test caches) and spmd-mypy's own wheel, built from this checkout: so the stubs come
-from what pyproject.toml really ships, ``megatron-stubs`` sits next to ``megatron`` as it does
-after ``pip install spmd-mypy megatron-core``, and mypy finds both through
-``--python-executable``, the way it finds any installed package.  The outer environment's
-site-packages (torch) is added with a ``.pth`` file rather than ``--system-site-packages``, which
-would give the base interpreter's packages instead of the outer virtualenv's.
+megatron-core 0.19.2 (from the wheel the migrate test caches) and spmd-mypy's own wheel, built
+from this checkout, are installed with pip into one directory: so the stubs come from what
+pyproject.toml really ships, and ``megatron-stubs`` sits next to ``megatron`` as it does in
+site-packages after ``pip install spmd-mypy megatron-core``.  mypy runs with that directory
+first on ``PYTHONPATH``: mypy searches the directories of ``sys.path`` and site-packages alike
+(its "package path"), so it resolves megatron there exactly as in a site-packages directory,
+and finds torch and the rest wherever the running interpreter finds them (a virtualenv made for
+the test could not see packages that the outer environment itself adds through ``.pth`` files).
 
 Expected output is written in the case files, on the line it refers to, as trailing comments:
 ``# N: <note, exact>`` and ``# E: [code] <a part of the message>``; several may follow each
@@ -20,10 +21,8 @@ import importlib.util
 import os
 import re
 import shutil
-import site
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,39 +86,32 @@ def _is_network_error(output: str) -> bool:
 
 @dataclass
 class StubEnv:
-    root: Path
-    python: Path
-    site_packages: Path
+    site_dir: Path  # plays site-packages: megatron, megatron-stubs, spmd_mypy, spmd, spmd-stubs
     project_wheel: Path
-    megatron_wheel: Path
+    megatron_wheel: Path | None
 
 
-def make_env(workdir: Path, megatron_wheel: Path) -> StubEnv:
-    project_wheel = build_project_wheel(workdir / "build")
-    root = workdir / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
-                   capture_output=True, timeout=300)
-    python = root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True, timeout=120).stdout.strip()
-    site_packages = Path(purelib)
-    outer = [p for p in dict.fromkeys([*site.getsitepackages(), site.getusersitepackages(),
-                                       sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-             if os.path.isdir(p)]
-    (site_packages / "zz_outer_site_packages.pth").write_text("".join(f"{p}\n" for p in outer))
-    # megatron-core 0.19.2 is a cp312 wheel (requires Python >= 3.12): installed as files for
-    # mypy to read, whatever the interpreter running the tests.
-    python_tag, _, platform_tags = megatron_wheel.name[:-len(".whl")].split("-")[-3:]
-    python_version = f"{python_tag[2]}.{python_tag[3:]}"  # cp312 -> 3.12
-    platforms = platform_tags.split(".")
+def make_env(workdir: Path, megatron_wheel: Path | None, project_wheel: Path | None = None) -> StubEnv:
+    """spmd-mypy's wheel (built here unless given) and, unless None, megatron-core's, installed
+    by pip into one directory."""
+    project_wheel = project_wheel or build_project_wheel(workdir / "build")
+    site_dir = workdir / "site-packages"
     command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
-               "--target", str(site_packages), "--only-binary=:all:", "--python-version", python_version,
-               "--ignore-requires-python", *(a for p in platforms for a in ("--platform", p)),
-               str(megatron_wheel), str(project_wheel)]
+               "--target", str(site_dir)]
+    if megatron_wheel is None:
+        command.append(str(project_wheel))
+    else:
+        # megatron-core 0.19.2 is a cp312 wheel (requires Python >= 3.12): installed as files
+        # for mypy to read, whatever the interpreter running the tests.
+        python_tag, _, platform_tags = megatron_wheel.name[:-len(".whl")].split("-")[-3:]
+        python_version = f"{python_tag[2]}.{python_tag[3:]}"  # cp312 -> 3.12
+        command += ["--only-binary=:all:", "--python-version", python_version, "--ignore-requires-python",
+                    *(a for p in platform_tags.split(".") for a in ("--platform", p)),
+                    str(megatron_wheel), str(project_wheel)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
-        pytest.fail(f"pip install into the test environment failed:\n{done.stdout}{done.stderr}")
-    return StubEnv(root, python, site_packages, project_wheel, megatron_wheel)
+        pytest.fail(f"pip install into the test directory failed:\n{done.stdout}{done.stderr}")
+    return StubEnv(site_dir, project_wheel, megatron_wheel)
 
 
 def wheel_files(wheel: Path) -> dict[str, bytes]:
@@ -136,11 +128,12 @@ _CODE_RE = re.compile(r"\s+\[([a-z0-9-]+)\]$")
 _MARK_RE = re.compile(r"#\s*([EN]):\s?")
 
 
-def mypy_config(mesh_axes: str | None, cache_dir: Path) -> str:
+def mypy_config(mesh_axes: str | None, cache_dir: Path, extra: tuple[str, ...] = ()) -> str:
+    """A mypy.ini; ``extra`` lines go at the end (``[mypy-<module>]`` sections)."""
     lines = ["[mypy]", f"cache_dir = {cache_dir}"]
     if mesh_axes is not None:
         lines += ["plugins = spmd_mypy.plugin", "", "[spmd_mypy]", f"mesh_axes = {mesh_axes}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *extra]) + "\n"
 
 
 @dataclass
@@ -160,13 +153,16 @@ class Run:
 
 
 def start_mypy(env: StubEnv, project: Path, files: list[str], mesh_axes: str | None,
-               cache_dir: Path, config_name: str = "mypy.ini") -> subprocess.Popen:
-    """mypy as users run it: its plugin from this environment, the packages it checks against
-    from the test environment's site-packages (``--python-executable``)."""
-    (project / config_name).write_text(mypy_config(mesh_axes, cache_dir))
-    command = [sys.executable, "-m", "mypy", "--config-file", config_name,
-               "--python-executable", str(env.python), "--show-traceback", *files]
-    environment = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+               cache_dir: Path, config_name: str = "mypy.ini", extra: tuple[str, ...] = (),
+               python_executable: Path | None = None) -> subprocess.Popen:
+    """mypy as users run it, with the test's installation directory first on its path."""
+    (project / config_name).write_text(mypy_config(mesh_axes, cache_dir, extra))
+    command = [sys.executable, "-m", "mypy", "--config-file", config_name, "--show-traceback", *files]
+    if python_executable is not None:
+        command[3:3] = ["--python-executable", str(python_executable)]
+    environment = {k: v for k, v in os.environ.items() if k != "MYPYPATH"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(env.site_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=environment)
 

@@ -85,17 +85,65 @@ def _top_level_names(module: ast.Module) -> set[str]:
     return names
 
 
-def test_committed_stub_is_the_generated_one() -> None:
-    assert STUB.read_text() == stubgen.generate(), "run: python -m spmd_mypy.migrate.stubgen"
-    assert stubgen.main(["--check"]) == 0
+def test_committed_stubs_are_the_generated_ones() -> None:
+    for relative, text in stubgen.files().items():
+        assert (stub_env.REPO / "stubs" / relative).read_text() == text, (
+            f"{relative} is stale: run python -m spmd_mypy.migrate.stubgen")
+    assert stubgen.main(["--check", "--output", str(stub_env.REPO / "stubs")]) == 0
 
 
-def test_package_is_partial_and_has_no_init() -> None:
+def test_package_is_partial_and_holds_only_the_generated_files() -> None:
     assert (PACKAGE / "py.typed").read_bytes() == b"partial\n"
-    files = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*") if p.is_file()
-                   and "__pycache__" not in p.parts)
-    # An __init__.pyi would replace megatron's own __init__.py (its re-exports included).
-    assert files == ["core/tensor_parallel/mappings.pyi", "py.typed"]
+    on_disk = sorted(p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts)
+    assert on_disk == sorted([*(p.as_posix() for p in stubgen.files()), "megatron-stubs/py.typed"])
+    # `megatron` is a namespace package: its stub defines nothing.
+    assert ast.parse((PACKAGE / "__init__.pyi").read_text()).body == []
+
+
+def _imported(module: ast.Module, package: str) -> dict[str, str]:
+    """Name -> the qualified name it is imported from (``import a.b.c`` binds ``c`` as a
+    submodule of ``package`` when a.b is the package, as the real __init__ files use it)."""
+    found: dict[str, str] = {}
+    for node in module.body:
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            source = ".".join([*base, node.module] if node.module else base) if node.level else node.module
+            for alias in node.names:
+                found[alias.asname or alias.name] = f"{source}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parent, _, last = alias.name.rpartition(".")
+                if parent == package:
+                    found[last] = alias.name
+    return found
+
+
+def _all(module: ast.Module) -> list[str]:
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def _aliases(module: ast.Module) -> set[str]:
+    """``mpu = parallel_state``: a module-level name bound to another name."""
+    return {ast.unparse(n) for n in module.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
+            and all(isinstance(t, ast.Name) for t in n.targets)}
+
+
+@pytest.mark.parametrize("package", sorted(stubgen.PACKAGE_INITS))
+def test_package_inits_mirror_the_real_ones(megatron_wheel: Path, package: str) -> None:
+    real_path = "/".join(package.split(".")) + "/__init__.py"
+    with zipfile.ZipFile(megatron_wheel) as wheel:
+        real = ast.parse(wheel.read(real_path))
+    stub = ast.parse((stub_env.REPO / "stubs" / stubgen.init_path(package)).read_text())
+    real_imports = {k: v for k, v in _imported(real, package).items() if k != "torch"}
+    assert _imported(stub, package) == real_imports
+    assert _all(stub) == _all(real)
+    assert _aliases(stub) == _aliases(real)
+    # Nothing else: the real file defines no function or class.
+    assert not [n for n in real.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
 
 
 def test_stub_declares_every_name_of_the_real_module(real_module: ast.Module, stub_module: ast.Module) -> None:

@@ -28,6 +28,7 @@ from megatron.core.tensor_parallel.mappings import (
     _reduce_scatter_along_first_dim,
     all_to_all_hp2sp,
     all_to_all_sp2hp,
+    gather_from_sequence_parallel_region_to_moe,  # of megatron-core 0.7-0.9, not 0.19.2: Any
     split_tensor_along_last_dim,
 )
 

@@ -18,6 +18,10 @@ from megatron.core.utils import is_torch_min_version as is_torch_min_version
 from .utils import split_tensor_along_last_dim as split_tensor_along_last_dim
 from spmd import Tensor, I, P, R, S
 
+# Names this stub does not declare (those of other megatron-core versions) are Any, as every
+#   name of megatron-core is without the stub (it has no py.typed).
+def __getattr__(name: str) -> Any: ...
+
 dist_all_gather_func: Any
 dist_reduce_scatter_func: Any
 
