@@ -21,8 +21,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _launch import wait_for_ranks  # noqa: E402
 from datetime import timedelta
 from pathlib import Path
 
@@ -116,23 +118,7 @@ def launch(argv: list[str], timeout: float) -> int:
             with out.open("wb") as fo, err.open("wb") as fe:
                 procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv],
                                               env=env, stdout=fo, stderr=fe))
-        deadline = time.monotonic() + timeout
-        first_failure: float | None = None
-        timed_out = False
-        while any(p.poll() is None for p in procs):
-            now = time.monotonic()
-            if first_failure is None and any(p.poll() not in (None, 0) for p in procs):
-                first_failure = now
-            # a rank that died leaves its peers waiting in a collective: give them a little
-            # while to report (the gloo timeout), then stop them
-            if now > deadline or (first_failure is not None and now > first_failure + 20):
-                timed_out = now > deadline
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                break
-            time.sleep(0.05)
-        codes = [p.wait() for p in procs]
+        codes, timed_out = wait_for_ranks(procs, timeout, grace=20)
         sys.stdout.write(logs[0][0].read_text())
         failed = [r for r, c in enumerate(codes) if c != 0]
         if timed_out:

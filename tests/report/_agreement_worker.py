@@ -34,7 +34,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 from collections import Counter
 from datetime import timedelta
@@ -243,21 +242,10 @@ def launch(argv: list[str], timeout: float) -> int:
                     [sys.executable, str(Path(__file__).resolve()), *argv],
                     env=dict(env_base, RANK=str(rank), LOCAL_RANK=str(rank)),
                     stdout=subprocess.DEVNULL, stderr=fe))
-        deadline = time.monotonic() + timeout
-        first_failure: float | None = None
-        timed_out = False
-        while any(p.poll() is None for p in procs):
-            now = time.monotonic()
-            if first_failure is None and any(p.poll() not in (None, 0) for p in procs):
-                first_failure = now
-            if now > deadline or (first_failure is not None and now > first_failure + 10):
-                timed_out = now > deadline
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                break
-            time.sleep(0.05)
-        codes = [p.wait() for p in procs]
+        sys.path.insert(0, str(EXAMPLES))
+        from _launch import wait_for_ranks  # type: ignore[import-not-found]
+
+        codes, timed_out = wait_for_ranks(procs, timeout, grace=10)
         if timed_out:
             print(f"TIMEOUT after {timeout:.0f} s: ranks killed", file=sys.stderr)
         for rank, code in enumerate(codes):
