@@ -177,6 +177,37 @@ floor ceil round trunc frac fmod remainder reciprocal
 """.split())
 
 
+# Operators (Tensor dunders) -> (the op's name, operands swapped): ``a + b`` is ``add``,
+# ``b + a`` reflected is ``add`` with the operands swapped, ``a += b`` is ``add_``.  Both
+# adapters (the mypy plugin, the runtime checker) read operators through this table.
+OPERATORS: dict[str, tuple[str, bool]] = {
+    "__add__": ("add", False), "__radd__": ("add", True), "__iadd__": ("add_", False),
+    "__sub__": ("sub", False), "__rsub__": ("sub", True), "__isub__": ("sub_", False),
+    "__mul__": ("mul", False), "__rmul__": ("mul", True), "__imul__": ("mul_", False),
+    "__truediv__": ("div", False), "__rtruediv__": ("div", True), "__itruediv__": ("div_", False),
+    "__div__": ("div", False), "__rdiv__": ("div", True), "__idiv__": ("div_", False),
+    "__floordiv__": ("floor_divide", False), "__rfloordiv__": ("floor_divide", True),
+    "__ifloordiv__": ("floor_divide_", False),
+    "__matmul__": ("matmul", False), "__rmatmul__": ("matmul", True),
+    "__pow__": ("pow", False), "__rpow__": ("pow", True), "__ipow__": ("pow_", False),
+    "__mod__": ("remainder", False), "__rmod__": ("remainder", True),
+    "__imod__": ("remainder_", False),
+    "__neg__": ("neg", False), "__pos__": ("positive", False), "__abs__": ("abs", False),
+    "__invert__": ("bitwise_not", False),
+    "__and__": ("bitwise_and", False), "__rand__": ("bitwise_and", True),
+    "__iand__": ("bitwise_and_", False),
+    "__or__": ("bitwise_or", False), "__ror__": ("bitwise_or", True),
+    "__ior__": ("bitwise_or_", False),
+    "__xor__": ("bitwise_xor", False), "__rxor__": ("bitwise_xor", True),
+    "__ixor__": ("bitwise_xor_", False),
+    "__lshift__": ("bitwise_left_shift", False), "__rlshift__": ("bitwise_left_shift", True),
+    "__rshift__": ("bitwise_right_shift", False), "__rrshift__": ("bitwise_right_shift", True),
+    "__eq__": ("eq", False), "__ne__": ("ne", False), "__lt__": ("lt", False),
+    "__le__": ("le", False), "__gt__": ("gt", False), "__ge__": ("ge", False),
+    "__getitem__": ("__getitem__", False), "__setitem__": ("__setitem__", False),
+}
+
+
 def _spec_table() -> dict[str, OpSpec]:
     table: dict[str, OpSpec] = {}
     for name in _LINEAR:

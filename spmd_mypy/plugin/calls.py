@@ -52,7 +52,7 @@ from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
-    FACTORIES, NOT_OPS, Operand, Role, check_backward, check_inplace, classify, is_known, propagate,
+    FACTORIES, NOT_OPS, OPERATORS, Operand, Role, check_backward, check_inplace, classify, is_known, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from .codes import ERROR_CODES
@@ -83,25 +83,7 @@ INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
 # Formal names where a Python scalar is an operand (``x + 1``, ``x * 2``, ``where(c, x, 0.)``).
 SCALAR_OPERAND_NAMES = frozenset("other input self value exponent scalar tensor1 tensor2".split())
 
-DUNDERS: dict[str, tuple[str, bool]] = {  # method -> (op name, reflected)
-    "__add__": ("add", False), "__radd__": ("add", True), "__iadd__": ("add_", False),
-    "__sub__": ("sub", False), "__rsub__": ("sub", True), "__isub__": ("sub_", False),
-    "__mul__": ("mul", False), "__rmul__": ("mul", True), "__imul__": ("mul_", False),
-    "__truediv__": ("div", False), "__rtruediv__": ("div", True), "__itruediv__": ("div_", False),
-    "__div__": ("div", False), "__rdiv__": ("div", True), "__idiv__": ("div_", False),
-    "__floordiv__": ("floor_divide", False), "__rfloordiv__": ("floor_divide", True),
-    "__matmul__": ("matmul", False), "__rmatmul__": ("matmul", True),
-    "__pow__": ("pow", False), "__rpow__": ("pow", True), "__ipow__": ("pow_", False),
-    "__mod__": ("remainder", False), "__rmod__": ("remainder", True),
-    "__neg__": ("neg", False), "__pos__": ("positive", False), "__abs__": ("abs", False),
-    "__invert__": ("bitwise_not", False),
-    "__and__": ("bitwise_and", False), "__rand__": ("bitwise_and", True),
-    "__or__": ("bitwise_or", False), "__ror__": ("bitwise_or", True),
-    "__xor__": ("bitwise_xor", False), "__rxor__": ("bitwise_xor", True),
-    "__eq__": ("eq", False), "__ne__": ("ne", False), "__lt__": ("lt", False),
-    "__le__": ("le", False), "__gt__": ("gt", False), "__ge__": ("ge", False),
-    "__getitem__": ("__getitem__", False), "__setitem__": ("__setitem__", False),
-}
+DUNDERS = OPERATORS  # method -> (op name, reflected), from the engine
 
 SPMD_COLLECTIVES = frozenset(coll.OPS)
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
