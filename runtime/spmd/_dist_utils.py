@@ -118,14 +118,20 @@ def all_gather(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     return out
 
 
+def _in_logical_block_order(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
+    """``x`` contiguous, its dim-0 blocks reordered so block ``k`` goes to logical rank ``k``."""
+    send = x.contiguous()
+    if group.logical is not None:
+        send = _blocks(send, group.size).index_select(0, group._perm("logical", x.device)).view(x.shape)
+    return send
+
+
 def reduce_scatter(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     """Block ``index`` of dim 0 (``x.shape[0] // N`` long) summed over the ranks."""
     n = group.size
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
-    send = x.contiguous()
-    if group.logical is not None:
-        send = _blocks(send, n).index_select(0, group._perm("logical", x.device)).view(x.shape)
+    send = _in_logical_block_order(x, group)
     out = x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
     _reduce_scatter_flat(out, send, op=SUM, group=group.pg)
     return out
@@ -136,9 +142,7 @@ def all_to_all(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     n = group.size
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
-    send = x.contiguous()
-    if group.logical is not None:
-        send = _blocks(send, n).index_select(0, group._perm("logical", x.device)).view(x.shape)
+    send = _in_logical_block_order(x, group)
     out = torch.empty_like(send)
     dist.all_to_all_single(out, send, group=group.pg)
     if group.physical is not None:
