@@ -20,6 +20,7 @@ from ._collectives import (
 )
 from ._einsum import einsum, linear, matmul, sum
 from ._mesh import get_mesh, set_mesh
+from ._global import local_map
 
 # the runtime check mode
 from ._checking import checked, declare, reveal, typecheck, typeof
@@ -27,5 +28,5 @@ from ._checking import checked, declare, reveal, typecheck, typeof
 __all__ = ["Tensor", "R", "I", "V", "P", "S", "Shard", "PS", "grad_type",
            "set_mesh", "get_mesh", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
            "reinterpret", "convert", "redistribute", "SpmdCollectiveError",
-           "einsum", "matmul", "linear", "sum",
+           "einsum", "matmul", "linear", "sum", "local_map",
            "typecheck", "declare", "reveal", "typeof", "checked"]

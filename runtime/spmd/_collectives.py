@@ -608,15 +608,25 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
 
-def redistribute(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
+def redistribute(x: torch.Tensor, axis: Any = None, *, src: Any = None, dst: Any = None,
                  sizes: Sequence[int] | None = None) -> torch.Tensor:
     """Go from ``src`` to ``dst`` keeping the meaning, with the op the engine's ``route()`` picks.
+
+    Without ``axis`` (global SPMD): ``src``/``dst`` are partition specs (``PS[...]`` or
+    ``Tensor[PS[...], ...]``) and the engine's planner picks the collectives, flattening
+    them over several axes where it can (see :mod:`._global`).
 
     ``P -> R|I`` all_reduce; ``P -> V|S`` reduce_scatter; ``V|S -> R|I`` all_gather;
     ``V|S -> V|S`` all_to_all; ``I <-> R`` reinterpret; anything else convert.  The same
     type is returned as is, and so is ``V <-> S(0)``: V read as a concatenation on dim 0
     (the seed's convention for V, and all_to_all's) is S(0).
     """
+    if axis is None:
+        if sizes is not None:
+            raise ValueError("redistribute(x, src=PS[...], dst=PS[...]) takes no sizes= (even "
+                             "shards only)")
+        from ._global import redistribute_global
+        return redistribute_global(x, src, dst)
     plan = _plan("redistribute", axis, src, dst)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out

@@ -632,6 +632,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                 time.sleep(3600)
 
         return [("fails-on-rank-1", fails_on_rank_1), ("hangs", hangs)]
+    if name == "global":  # global SPMD: redistribute plans, local_map (rt_global.py)
+        import rt_global
+        return rt_global.suite(world)
     if name != "main":
         raise KeyError(name)
     p = f"w{world}"

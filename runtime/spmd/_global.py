@@ -1,0 +1,274 @@
+"""Global SPMD at runtime: the partition-spec redistribute and ``local_map``.
+
+``spmd.redistribute(x, src=PS[...], dst=PS[...])`` runs the plan of the engine's
+planner (:mod:`spmd_mypy.engine.redistribute`): each step is one of the typed
+collectives or conversions (:class:`._collectives._Collective`), on one mesh axis or
+on a tuple of axes flattened into one group, so the backward is the table's, step
+by step in reverse::
+
+    x: f32[8@(dp,tp)]                      rank (d, t) holds chunk 2d + t
+    y = spmd.redistribute(x, src=PS[("dp", "tp")], dst=PS[("tp", "dp")])
+        all_gather(x, ("dp", "tp"), src=S(0), dst=R)   one collective over the 4 ranks
+        convert(x, ("tp", "dp"), src=R, dst=S(0))      rank (d, t) keeps chunk 2t + d
+
+``src``/``dst`` are a bare ``PS[...]`` or a whole ``Tensor[PS[...], P["dp"], ...]``
+(how the axes a side does not name are filled in: :func:`~spmd_mypy.engine.redistribute.resolve`).
+The plan is made once per (src, dst, mesh) and cached.
+
+``@spmd.local_map(in_types=..., out_types=..., axes=...)``: the body runs in local
+SPMD on ``axes`` (default: every mesh axis).  On values it is the identity; in check
+mode (``spmd.typecheck()``) each tensor argument must have its global type in
+``in_types`` (then its tracked type forgets the partition spec on ``axes``: a
+sharded axis becomes S(d)), and each tensor result must fit ``out_types`` on
+exit (it is then given that global type)::
+
+    @spmd.local_map(in_types=(Tensor[PS[None, "tp"]], Tensor[PS["tp", None]]),
+                    out_types=Tensor[PS[None, None], P["tp"]], axes=("tp",))
+    def row_parallel(h: Tensor[V["tp"]], w: Tensor[V["tp"]]) -> Tensor[P["tp"]]:
+        return spmd.reinterpret(h @ w, "tp", src=V, dst=P)
+"""
+
+from __future__ import annotations
+
+import functools
+import typing
+from typing import Any, Callable, Sequence, TypeVar
+
+import torch
+
+from spmd_mypy.engine import redistribute as planner
+from spmd_mypy.engine.annotations import Entry, build
+from spmd_mypy.engine.collectives import TRANSITIONS, form
+from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
+from spmd_mypy.engine.types import Kind, LocalType, SpmdType, format_type
+
+from . import _mesh
+from ._collectives import SpmdCollectiveError, _Collective, _Step
+from ._types import spmd_type_of_annotation
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def global_type_of(value: Any, what: str) -> SpmdType:
+    """A bare ``PS[...]``, a ``Tensor[...]`` annotation or an engine SpmdType -> SpmdType."""
+    if isinstance(value, SpmdType):
+        return value
+    if isinstance(value, Entry):
+        t, errors = build([value], None)
+        if errors:
+            raise SpmdCollectiveError(errors[0])
+        return t
+    t = spmd_type_of_annotation(value)
+    if t is not None:
+        return t
+    raise TypeError(f"redistribute's {what}= takes PS[...] or Tensor[PS[...], ...] (global SPMD) "
+                    f"or, with an axis, one of R, I, V, P, S(i); not {value!r}")
+
+
+class _GlobalPlan:
+    """An engine plan bound to this mesh: one _Step per step (groups resolved)."""
+
+    __slots__ = ("plan", "steps")
+
+    def __init__(self, plan: planner.Plan) -> None:
+        self.plan = plan
+        self.steps: list[_Step] = []
+        for s in plan.steps:
+            transition = TRANSITIONS[(s.op, form(s.src), form(s.dst))]
+            group = _mesh.resolve_axis(s.axis)
+            self.steps.append(_Step(transition, s.src.dim, s.dst.dim, group))
+
+
+def _mesh_names() -> tuple[str, ...] | None:
+    binding = _mesh._current
+    return binding.names if binding is not None else None
+
+
+def plan_for(src: SpmdType, dst: SpmdType) -> planner.Plan:
+    """The engine's plan on the current mesh (raises SpmdCollectiveError if there is none)."""
+    p = planner.plan(src, dst, _mesh_names())
+    if p.errors:
+        raise SpmdCollectiveError(p.errors[0])
+    return p
+
+
+def _bound_plan(src: SpmdType, dst: SpmdType) -> _GlobalPlan:
+    binding = _mesh._current
+    cache = binding.plans if binding is not None else _mesh._bare_plans
+    key = ("global-redistribute", src, dst)
+    bound = cache.get(key)
+    if bound is None:
+        bound = cache[key] = _GlobalPlan(plan_for(src, dst))
+    return bound
+
+
+def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
+    """``spmd.redistribute(x, src=PS[...], dst=PS[...])``: run the planner's steps."""
+    from . import _checking
+
+    src_t, dst_t = global_type_of(src, "src"), global_type_of(dst, "dst")
+    bound = _bound_plan(src_t, dst_t)
+    if _checking.ACTIVE:
+        have = _checking.typeof(x)
+        if have:
+            text = _checking._texts([x], ["x"])[0]
+            errors = planner.check_source(have, bound.plan.src, x_text=text)
+            if errors:
+                raise SpmdTypeError(errors[0])
+    y = x
+    ctx = _checking.suspended() if _checking.ACTIVE else _nullcontext()
+    with ctx:
+        for step in bound.steps:
+            if y.requires_grad and torch.is_grad_enabled():
+                y = _Collective.apply(y, step, None)
+            else:
+                y = step.impl(step, y, None)
+        if y is x:
+            y = x.view_as(x)  # a new tensor: its type is dst, x's stays src
+    if _checking.ACTIVE:
+        have = _checking.typeof(x) or SpmdType()
+        out = bound.plan.dst.as_dict()
+        for a, lt in have.axes:  # axes neither side names keep x's type
+            out.setdefault(a, lt)
+        _checking._set(y, SpmdType.of(out, bound.plan.dst.spec))
+    return y
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# local_map
+
+
+def _types_tuple(types: Any, what: str) -> tuple[SpmdType | None, ...]:
+    items = types if isinstance(types, (tuple, list)) else (types,)
+    out: list[SpmdType | None] = []
+    for t in items:
+        if t is None:
+            out.append(None)
+            continue
+        st = spmd_type_of_annotation(t)
+        if st is None:
+            if isinstance(t, Entry) and t.marker == "PS":
+                st = global_type_of(t, what)
+            else:
+                raise TypeError(f"local_map's {what} takes Tensor[PS[...], ...] types (or None for a "
+                                f"non-tensor), not {t!r}")
+        out.append(st)
+    return tuple(out)
+
+
+def to_local(t: SpmdType, axes: Sequence[str] | None) -> SpmdType:
+    """``t`` with the partition spec forgotten on ``axes`` (all: None); sharded axes keep S(d)."""
+    if t.spec is None:
+        return t
+    if axes is None:
+        return SpmdType(t.axes)
+    spec = tuple(tuple(a for a in entry if a not in axes) for entry in t.spec)
+    return SpmdType(t.axes, spec)
+
+
+def check_exit(actual: SpmdType, declared: SpmdType, axes: Sequence[str] | None,
+               *, what: str) -> list[SpmdError]:
+    """A local result of type ``actual`` leaving a local_map region as ``declared`` (global).
+
+    On each local axis both know, the kinds must agree (a sharded axis of ``declared`` is
+    V: S(d) on its dim, or V of unknown dim, which the out_types then places).
+    """
+    errors: list[SpmdError] = []
+    for a, want in declared.axes:
+        if axes is not None and a not in axes:
+            continue
+        have = actual.get(a)
+        if have is None:
+            continue
+        if have.kind is not want.kind or (have.dim is not None and want.dim is not None
+                                          and have.dim != want.dim):
+            errors.append(SpmdError(
+                "spmd-global",
+                f'{what} is {format_type(actual)} in the local_map body but out_types says '
+                f'{format_type(declared)}: it is {have} on "{a}" where {want} is declared; '
+                f"convert or reduce it in the body (e.g. "
+                f"{_fix(have, want, a)}), or declare what the body returns"))
+    return errors
+
+
+def _fix(have: LocalType, want: LocalType, axis: str) -> str:
+    from spmd_mypy.engine.collectives import suggest
+
+    s = suggest(have, want, "y", axis)
+    return s.split("use ", 1)[1] if "use " in s else s
+
+
+def local_map(*, in_types: Any, out_types: Any, axes: Sequence[str] | None = None
+              ) -> Callable[[_F], _F]:
+    """Run the decorated function in local SPMD on ``axes`` (default: all mesh axes).
+
+    ``in_types``/``out_types``: the global types at the boundary (a type, or a tuple
+    of types, one per argument / result; ``None`` for a non-tensor).  No effect on
+    values; in check mode the arguments are checked against ``in_types`` and switched
+    to local types, the results checked against ``out_types`` and given those.
+    """
+    ins = _types_tuple(in_types, "in_types")
+    outs = _types_tuple(out_types, "out_types")
+    single_out = not isinstance(out_types, (tuple, list))
+    local_axes = tuple(axes) if axes is not None else None
+
+    def decorate(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from . import _checking
+
+            if not _checking.ACTIVE:
+                return fn(*args, **kwargs)
+            name = fn.__qualname__
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            saved = []
+            for i, (v, t) in enumerate(zip(tensors, ins)):
+                if t is None:
+                    continue
+                _checking._stamp_declared(
+                    v, t, f"argument {i} ({{x}}) of local_map {name} has in_types "
+                    + format_type(t).replace("{", "{{").replace("}", "}}"))
+                saved.append((v, _checking.typeof(v)))
+                _checking._set(v, to_local(_checking.typeof(v) or t, local_axes))
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                for v, t0 in saved:  # the caller's tensors keep their global types
+                    if t0 is not None:
+                        _checking._set(v, t0)
+            results = (result,) if single_out else tuple(result)
+            if len(results) != len(outs):
+                raise TypeError(f"local_map {name} returned {len(results)} values, out_types "
+                                f"declares {len(outs)}")
+            for k, (r, t) in enumerate(zip(results, outs)):
+                if t is None or not isinstance(r, torch.Tensor):
+                    continue
+                have = _checking.typeof(r) or SpmdType()
+                errs = check_exit(have, t, local_axes,
+                                  what=f"result {k} of local_map {name}" if not single_out
+                                  else f"the result of local_map {name}")
+                if errs:
+                    raise SpmdTypeError(errs[0])
+                merged = t.as_dict()
+                for a, lt in have.axes:
+                    if local_axes is not None and a not in local_axes:
+                        merged.setdefault(a, lt)
+                _checking._set(r, SpmdType.of(merged, t.spec))
+            return result
+
+        wrapper.__spmd_local_map__ = (ins, outs, local_axes)  # type: ignore[attr-defined]
+        return typing.cast(_F, wrapper)
+
+    return decorate
+
+
+__all__ = ["redistribute_global", "local_map", "global_type_of", "plan_for", "to_local",
+           "check_exit"]

@@ -1,0 +1,319 @@
+"""Global SPMD on gloo: ``spmd.redistribute(x, src=PS[...], dst=PS[...])`` and ``local_map``.
+
+Each redistribute case starts from a global tensor ``X`` laid out as ``src`` on every
+rank (a pending sum split unevenly over the P axes), runs the planner's plan, and
+checks on every rank, from all ranks' locals gathered by plain torch.distributed:
+
+- forward: the result is ``X`` laid out as ``dst`` (the P axes summed);
+- backward: with the gradient ``G`` laid out as the dual of ``dst``, ``x.grad`` is
+  ``G`` laid out as the dual of ``src`` (the redistribute is the identity on the
+  global value, so its gradient is too);
+- the plan issues exactly the collectives the engine's plan counts (a counter on
+  the communication primitives), and under ``spmd.typecheck()`` the result has
+  type ``dst``.
+
+The layouts are computed here from the types alone (no runtime code), so a wrong
+step, a wrong rank order of a flattened group or a wrong backward shows.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.testing import assert_close
+
+import spmd
+from spmd import I, P, PS, R, Tensor, V
+from spmd_mypy.engine.redistribute import plan as engine_plan
+from spmd_mypy.engine.types import Kind, SpmdType, dual
+
+F64 = torch.float64
+
+# (name, global shape, src, dst): src/dst as Tensor[...] annotations
+CASES: list[tuple[str, tuple[int, ...], Any, Any]] = [
+    ("(dp,tp)->(tp,dp)", (8,), Tensor[PS[("dp", "tp"),]], Tensor[PS[("tp", "dp"),]]),
+    ("P(dp,tp)->R", (4, 8), Tensor[PS[None, None], P["dp", "tp"]],
+     Tensor[PS[None, None], R["dp", "tp"]]),
+    ("P(dp,tp)->I", (4, 8), Tensor[PS[None, None], P["dp", "tp"]],
+     Tensor[PS[None, None], I["dp", "tp"]]),
+    ("P->S((dp,tp),0)", (4, 8), Tensor[PS[None, None], P["dp", "tp"]], Tensor[PS[("dp", "tp"), None]]),
+    ("dp:0->1", (4, 8), Tensor[PS["dp", None], R["tp"]], Tensor[PS[None, "dp"], R["tp"]]),
+    ("(dp,tp)->(tp,dp) 2d", (4, 8), Tensor[PS["dp", "tp"]], Tensor[PS["tp", "dp"]]),
+    ("S+P->I", (4, 8), Tensor[PS[None, "tp"], P["dp"]], Tensor[PS[None, None], I["dp", "tp"]]),
+    ("tp:1->0", (4, 8), Tensor[PS[None, "tp"], R["dp"]], Tensor[PS["tp", None], R["dp"]]),
+    ("gather tp", (4, 8), Tensor[PS[None, "tp"], R["dp"]], Tensor[PS[None, None], R["dp", "tp"]]),
+    ("R->shard", (4, 8), Tensor[PS[None, None], R["dp", "tp"]], Tensor[PS["tp", "dp"]]),
+    ("I->shard flat", (4, 8), Tensor[PS[None, None], I["dp", "tp"]], Tensor[PS[("dp", "tp"), None]]),
+    ("flat 0->1", (4, 8), Tensor[PS[("dp", "tp"), None]], Tensor[PS[None, ("dp", "tp")]]),
+    ("S->P", (4, 8), Tensor[PS["dp", "tp"]], Tensor[PS[None, None], P["dp", "tp"]]),
+    ("identity", (4, 8), Tensor[PS[None, "tp"], R["dp"]], Tensor[PS[None, "tp"], R["dp"]]),
+    ("3d", (4, 4, 4), Tensor[PS["dp", None, "tp"]], Tensor[PS[None, ("tp", "dp"), None]]),
+    ("reduce-scatter tp", (4, 8), Tensor[PS["dp", None], P["tp"]], Tensor[PS["dp", "tp"]]),
+    ("(tp,dp)->dp,tp", (4, 8), Tensor[PS[("tp", "dp"), None]], Tensor[PS["dp", "tp"]]),
+    ("R,P mixed", (4, 8), Tensor[PS[None, None], R["dp"], P["tp"]],
+     Tensor[PS["tp", None], I["dp"]]),
+    ("bare PS", (4, 8), PS[None, "tp"], PS["tp", None]),
+]
+
+
+def _type(t: Any) -> SpmdType:
+    from spmd._global import global_type_of
+
+    return global_type_of(t, "src")
+
+
+class Layout:
+    """Where each rank sits on the mesh, and how a type lays a global tensor out."""
+
+    def __init__(self, mesh: Any) -> None:
+        self.mesh = mesh
+        self.names = tuple(mesh.mesh_dim_names)
+        self.sizes = tuple(mesh.mesh.shape)
+        self.coords: dict[int, tuple[int, ...]] = {}
+        table = mesh.mesh
+        for flat in range(table.numel()):
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), table.shape))
+            self.coords[int(table[idx])] = idx
+
+    def size(self, a: str) -> int:
+        return self.sizes[self.names.index(a)]
+
+    def index(self, rank: int, axes: tuple[str, ...]) -> int:
+        """Row-major index of ``rank`` over ``axes`` (in the order given)."""
+        k = 0
+        for a in axes:
+            k = k * self.size(a) + self.coords[rank][self.names.index(a)]
+        return k
+
+    def chunk(self, X: torch.Tensor, t: SpmdType, rank: int) -> torch.Tensor:
+        """``X`` cut as ``t``'s partition spec says, for ``rank`` (P axes ignored)."""
+        out = X
+        for d, entry in enumerate(t.spec or ()):
+            if entry:
+                n = math.prod(self.size(a) for a in entry)
+                out = out.chunk(n, d)[self.index(rank, entry)]
+        return out
+
+    def partial_axes(self, t: SpmdType) -> tuple[str, ...]:
+        return tuple(a for a in self.names if (lt := t.get(a)) is not None and lt.kind is Kind.P)
+
+    def local(self, X: torch.Tensor, t: SpmdType, rank: int) -> torch.Tensor:
+        """``rank``'s local tensor of ``X`` as ``t``: a pending sum split unevenly."""
+        out = self.chunk(X, t, rank).clone()
+        ps = self.partial_axes(t)
+        if ps:
+            n = math.prod(self.size(a) for a in ps)
+            out = out * ((self.index(rank, ps) + 1) / (n * (n + 1) / 2))
+        return out
+
+    def check(self, locals_: dict[int, torch.Tensor], X: torch.Tensor, t: SpmdType, what: str
+              ) -> None:
+        """Every rank's local is ``X`` as ``t`` (summed over the P axes)."""
+        ps = set(self.partial_axes(t))
+        for r in locals_:
+            group = [q for q in locals_
+                     if all(self.coords[q][i] == self.coords[r][i]
+                            for i, a in enumerate(self.names) if a not in ps)]
+            total = functools.reduce(torch.add, [locals_[q] for q in group])
+            assert_close(total, self.chunk(X, t, r), msg=lambda m: f"{what}, rank {r}: {m}")
+
+
+def _gather_all(t: torch.Tensor, world: int) -> dict[int, torch.Tensor]:
+    shape = torch.tensor(list(t.shape) + [0] * (4 - t.ndim), dtype=torch.int64)
+    shapes = [torch.zeros_like(shape) for _ in range(world)]
+    dist.all_gather(shapes, shape)
+    numel = max(int(torch.prod(s[s > 0])) if t.ndim else 1 for s in shapes)
+    flat = torch.zeros(numel, dtype=t.dtype)
+    flat[: t.numel()] = t.detach().reshape(-1)
+    flats = [torch.zeros_like(flat) for _ in range(world)]
+    dist.all_gather(flats, flat)
+    out = {}
+    for r, (s, f) in enumerate(zip(shapes, flats)):
+        dims = [int(v) for v in s[: t.ndim]]
+        out[r] = f[: math.prod(dims)].reshape(dims)
+    return out
+
+
+def _dual_type(t: SpmdType) -> SpmdType:
+    return SpmdType(tuple((a, dual(lt)) for a, lt in t.axes), t.spec)
+
+
+class _Counter:
+    """Counts the communication primitives the runtime issues (spmd._dist_utils)."""
+
+    NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+    def __init__(self) -> None:
+        from spmd import _dist_utils
+
+        self.mod = _dist_utils
+        self.count = 0
+        self.saved: dict[str, Callable[..., Any]] = {}
+
+    def __enter__(self) -> _Counter:
+        for n in self.NAMES:
+            fn = getattr(self.mod, n)
+            self.saved[n] = fn
+
+            def wrapped(*a: Any, _fn: Callable[..., Any] = fn, **k: Any) -> Any:
+                self.count += 1
+                return _fn(*a, **k)
+
+            setattr(self.mod, n, wrapped)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for n, fn in self.saved.items():
+            setattr(self.mod, n, fn)
+
+
+def mesh_for(ctx: Any) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    key = "global-mesh"
+    m = ctx._meshes.get(key)
+    if m is None:
+        shape = (2, 2) if ctx.world == 4 else (1, 2)
+        m = ctx._meshes[key] = init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))
+    return m
+
+
+def check_redistribute(ctx: Any, name: str, case: str, shape: tuple[int, ...], src: Any,
+                       dst: Any, checked: bool) -> None:
+    mesh = mesh_for(ctx)
+    lay = Layout(mesh)
+    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    X = torch.randn(shape, generator=g, dtype=F64)
+    G = torch.randn(shape, generator=g, dtype=F64)
+    with spmd.set_mesh(mesh):
+        p = engine_plan(_type(src), _type(dst), lay.names)
+        assert not p.errors, p.errors
+        src_t, dst_t = p.src, p.dst  # resolved: every axis named
+        x = lay.local(X, src_t, ctx.rank).requires_grad_(True)
+        with _Counter() as fwd:
+            if checked:
+                with spmd.typecheck():
+                    spmd.declare(x, _annotation(src_t))
+                    y = spmd.redistribute(x, src=src, dst=dst)
+                    got = spmd.typeof(y)
+                    assert got == dst_t, f"typeof(y) = {got}, expected {dst_t}"
+            else:
+                y = spmd.redistribute(x, src=src, dst=dst)
+        assert fwd.count == p.collectives, (fwd.count, p.collectives, p.render())
+        lay.check(_gather_all(y, ctx.world), X, dst_t, f"{case}: forward")
+        gy = lay.local(G, _dual_type(dst_t), ctx.rank)
+        with _Counter() as bwd:
+            y.backward(gy)
+        assert bwd.count == p.backward_collectives, (bwd.count, p.backward_collectives)
+        assert x.grad is not None
+        lay.check(_gather_all(x.grad, ctx.world), G, _dual_type(src_t), f"{case}: backward")
+
+
+def _annotation(t: SpmdType) -> Any:
+    import typing
+
+    return typing.Annotated[torch.Tensor, t]
+
+
+def check_redistribute_errors(ctx: Any, name: str) -> None:
+    from spmd_mypy.engine.errors import SpmdTypeError
+
+    mesh = mesh_for(ctx)
+    with spmd.set_mesh(mesh):
+        x = torch.zeros(4, 8, dtype=F64)
+        for src, dst, needle in (
+            (PS[None, "tp"], PS["tp"], "keeps the rank"),
+            (Tensor[PS[None, None], V["tp"]], PS["tp", None], "outside its partition spec"),
+            (PS["dp", "dp"], PS[None, None], "partition spec"),
+            (PS["dp", "xx"], PS[None, None], "unknown mesh axis"),
+        ):
+            try:
+                spmd.redistribute(x, src=src, dst=dst)
+            except (SpmdTypeError, ValueError, TypeError) as e:
+                assert needle in str(e), (needle, str(e))
+            else:
+                raise AssertionError(f"no error for {src} -> {dst}")
+        # in check mode, src must describe x
+        with spmd.typecheck():
+            xt = spmd.declare(torch.zeros(4, 8, dtype=F64), Tensor[PS["tp", None], R["dp"]])
+            try:
+                spmd.redistribute(xt, src=PS[None, "tp"], dst=PS[None, None])
+            except SpmdTypeError as e:
+                assert e.code == "spmd-src-mismatch" and "pass src=" in str(e), str(e)
+            else:
+                raise AssertionError("src mismatch not caught")
+
+
+def check_local_map(ctx: Any, name: str) -> None:
+    """A row-parallel linear in local_map: values as plain torch; types switched in check mode."""
+    from spmd_mypy.engine.errors import SpmdTypeError
+
+    mesh = mesh_for(ctx)
+    lay = Layout(mesh)
+    g = torch.Generator().manual_seed(7)
+    H = torch.randn(3, 8, generator=g, dtype=F64)
+    W = torch.randn(8, 5, generator=g, dtype=F64)
+    tp = lay.size("tp")
+    k = lay.index(ctx.rank, ("tp",))
+
+    @spmd.local_map(in_types=(Tensor[PS[None, "tp"]], Tensor[PS["tp", None]]),
+                    out_types=Tensor[PS[None, None], P["tp"]], axes=("tp",))
+    def row_parallel(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return spmd.reinterpret(h @ w, "tp", src=V, dst=P)
+
+    @spmd.local_map(in_types=(Tensor[PS[None, "tp"]], Tensor[PS["tp", None]]),
+                    out_types=Tensor[PS[None, None], P["tp"]], axes=("tp",))
+    def forgot_reinterpret(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return h @ w
+
+    with spmd.set_mesh(mesh):
+        h = H.chunk(tp, 1)[k].clone().requires_grad_(True)
+        w = W.chunk(tp, 0)[k].clone()
+        for checking in (False, True):
+            with spmd.typecheck() if checking else _null():
+                if checking:
+                    spmd.declare(h, Tensor[PS[None, "tp"]])
+                    spmd.declare(w, Tensor[PS["tp", None]])
+                y = row_parallel(h, w)
+                if checking:
+                    t = spmd.typeof(y)
+                    assert t is not None and t.spec == ((), ()) and str(t.get("tp")) == "P", t
+                    assert spmd.typeof(h).spec == ((), ("tp",)), spmd.typeof(h)  # restored
+                out = spmd.redistribute(y, src=Tensor[PS[None, None], P["tp"]],
+                                        dst=Tensor[PS[None, None], R["tp"]])
+            assert_close(out, H @ W)
+        with spmd.typecheck():
+            spmd.declare(h, Tensor[PS[None, "tp"]])
+            spmd.declare(w, Tensor[PS["tp", None]])
+            try:
+                forgot_reinterpret(h, w)
+            except SpmdTypeError as e:
+                assert "out_types" in str(e) and "reinterpret" in str(e), str(e)
+            else:
+                raise AssertionError("local_map exit mismatch not caught")
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
+    checks: list[tuple[str, Callable[[Any], None]]] = []
+    for case, shape, src, dst in CASES:
+        for checked in (False, True):
+            n = f"w{world}/global/redistribute/{case}" + ("/typecheck" if checked else "")
+            checks.append((n, functools.partial(check_redistribute, name=n, case=case, shape=shape,
+                                                src=src, dst=dst, checked=checked)))
+    n = f"w{world}/global/redistribute-errors"
+    checks.append((n, functools.partial(check_redistribute_errors, name=n)))
+    n = f"w{world}/global/local_map"
+    checks.append((n, functools.partial(check_local_map, name=n)))
+    return checks
