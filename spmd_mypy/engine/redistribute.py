@@ -30,7 +30,8 @@ sharding a dim can be operated on)::
 
 The plan is a cheapest path over these moves (Dijkstra over the layouts): fewest
 forward collectives, then fewest backward collectives, then fewest steps.  An axis
-leaves the spec or a pending sum as R (as I where ``dst`` is I), and becomes P only
+leaves the spec or a pending sum as R (as I where ``dst`` is I; a flattened collective
+over axes whose goals differ gives either, and a reinterpret fixes the rest), and becomes P only
 where ``dst`` is P: padding with zeros (``convert(S(d), P)``) to reduce-scatter later
 would count one collective where two all-to-alls count two, but it reduces the whole
 tensor instead of moving shards.  So a
@@ -265,10 +266,12 @@ def _moves(layout: _Layout, movable: tuple[str, ...], goal: tuple[tuple[str, str
     def with_kinds(new: dict[str, str], new_spec: Spec) -> _Layout:
         return tuple(sorted(new.items())), new_spec
 
-    def settle(t: tuple[str, ...]) -> str | None:
-        """The one kind the axes of ``t`` settle to outside the spec (None: they differ)."""
+    def settle(t: tuple[str, ...]) -> tuple[str, ...]:
+        """The kinds the axes of ``t`` may leave as (together, in one collective): their
+        goal's R or I (R if the goal is neither); both when their goals differ (a
+        reinterpret then fixes the others)."""
         ks = {want.get(a) if want.get(a) in ("R", "I") else "R" for a in t}
-        return ks.pop() if len(ks) == 1 else None
+        return (ks.pop(),) if len(ks) == 1 else ("R", "I")
 
     by_kind: dict[str, list[str]] = {"R": [], "I": [], "P": []}
     for a in movable:
@@ -276,8 +279,7 @@ def _moves(layout: _Layout, movable: tuple[str, ...], goal: tuple[tuple[str, str
             by_kind[kinds[a]].append(a)
     # all_reduce(P -> R|I); reinterpret(R <-> I) and convert(R|I -> P) toward the goal
     for t in _tuples(by_kind["P"], ordered=False):
-        k = settle(t)
-        if k is not None:
+        for k in settle(t):
             new = dict(kinds)
             new.update((a, k) for a in t)
             yield "all_reduce", t, PARTIAL, _KIND_LT[k], with_kinds(new, spec)
@@ -306,8 +308,7 @@ def _moves(layout: _Layout, movable: tuple[str, ...], goal: tuple[tuple[str, str
             if not all(a in movable for a in t):
                 break
             rest = spec[:d] + (entry[: len(entry) - n],) + spec[d + 1:]
-            k = settle(t)
-            if k is not None:
+            for k in settle(t):
                 new = dict(kinds)
                 new.update((a, k) for a in t)
                 yield "all_gather", t, shard(d), _KIND_LT[k], with_kinds(new, rest)

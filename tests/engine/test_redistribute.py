@@ -1,0 +1,308 @@
+"""The redistribute planner (engine/redistribute.py) against an independent brute force.
+
+The brute force knows nothing of the planner's rules (which axes of a spec can move,
+how a flattened group orders its ranks, where an axis lands in a spec): it simulates
+the table's ops numerically on a small mesh (numpy, one local array per rank), and a
+step is admitted when some partition spec describes its result, checked on the
+numbers against the global tensor.  A 0-1 breadth-first search over those steps
+gives the fewest forward collectives from every layout to every other; the planner
+must match it on every pair, and every plan the planner makes must replay correctly
+in the simulator (each step admitted, the end layout the destination's).
+
+The one rule both share is the planner's documented restriction: an axis becomes
+P only where the destination is P (padding with zeros to reduce later is never a
+saving in bytes).
+
+Mesh ("dp", "tp") of sizes 2 and 3 (unequal, so a wrong rank order shows), a global
+tensor of shape (6, 6).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from spmd_mypy.engine.collectives import TRANSITIONS
+from spmd_mypy.engine.redistribute import plan, resolve
+from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, Kind, LocalType, SpmdType, shard
+
+NAMES = ("dp", "tp")
+SIZES = {"dp": 2, "tp": 3}
+SHAPE = (6, 6)
+RANKS = list(itertools.product(*(range(SIZES[a]) for a in NAMES)))  # mesh coordinates
+
+X = np.random.default_rng(0).standard_normal(SHAPE)
+
+# A layout: per axis "R" / "I" / "P" or "S" (then in the spec), and the spec.
+Layout = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, ...], ...]]
+
+
+def coord(r: tuple[int, ...], a: str) -> int:
+    return r[NAMES.index(a)]
+
+
+def index(r: tuple[int, ...], axes: tuple[str, ...]) -> int:
+    k = 0
+    for a in axes:
+        k = k * SIZES[a] + coord(r, a)
+    return k
+
+
+def group(r: tuple[int, ...], axes: tuple[str, ...]) -> list[tuple[int, ...]]:
+    """The ranks of r's group over ``axes``, ordered row-major over ``axes`` as written."""
+    members = [q for q in RANKS if all(coord(q, a) == coord(r, a) for a in NAMES if a not in axes)]
+    return sorted(members, key=lambda q: index(q, axes))
+
+
+def chunk(x: np.ndarray, spec: tuple[tuple[str, ...], ...], r: tuple[int, ...]) -> np.ndarray:
+    for d, entry in enumerate(spec):
+        if entry:
+            n = math.prod(SIZES[a] for a in entry)
+            x = np.split(x, n, axis=d)[index(r, entry)]
+    return x
+
+
+def describes(locals_: dict, layout: Layout) -> bool:
+    """Whether the locals are X laid out as ``layout`` (summed over its P axes)."""
+    kinds, spec = dict(layout[0]), layout[1]
+    ps = tuple(a for a in NAMES if kinds.get(a) == "P")
+    for r in RANKS:
+        want = chunk(X, spec, r)
+        total = sum(locals_[q] for q in group(r, ps)) if ps else locals_[r]
+        if total.shape != want.shape or not np.allclose(total, want):
+            return False
+    return True
+
+
+def materialize(layout: Layout) -> dict:
+    kinds, spec = dict(layout[0]), layout[1]
+    ps = tuple(a for a in NAMES if kinds.get(a) == "P")
+    n = math.prod(SIZES[a] for a in ps)
+    return {r: chunk(X, spec, r) * ((index(r, ps) + 1) / (n * (n + 1) / 2)) for r in RANKS}
+
+
+# The table's ops that keep the rank (no V forms, no expert reinterprets), simulated.
+def apply(op: str, src: str, dst: str, axes: tuple[str, ...], sd: int | None, dd: int | None,
+          locals_: dict) -> dict | None:
+    out = {}
+    for r in RANKS:
+        g = group(r, axes)
+        k = g.index(r)
+        n = len(g)
+        x = locals_[r]
+        try:
+            if op == "all_reduce":
+                y = sum(locals_[q] for q in g)
+            elif op == "all_gather":
+                y = np.concatenate([locals_[q] for q in g], axis=sd)
+            elif op == "reduce_scatter":
+                y = np.split(sum(locals_[q] for q in g), n, axis=dd)[k]
+            elif op == "all_to_all":
+                y = np.concatenate([np.split(locals_[q], n, axis=dd)[k] for q in g], axis=sd)
+            elif op in ("reinterpret",) or (op == "convert" and src in "RI" and dst in "RI"):
+                y = x
+            elif op == "convert" and dst == "S":
+                y = np.split(x, n, axis=dd)[k]
+            elif op == "convert" and dst == "P" and src in "RI":
+                y = x if k == 0 else np.zeros_like(x)
+            elif op == "convert" and src == "S" and dst == "P":
+                parts = [np.zeros_like(x)] * n
+                parts[k] = x
+                y = np.concatenate(parts, axis=sd)
+            else:
+                raise AssertionError((op, src, dst))
+        except ValueError:  # not divisible
+            return None
+        out[r] = y
+    return out
+
+
+OPS = [(op, s, d) for (op, s, d), t in TRANSITIONS.items()
+       if "V" not in (s, d) and not t.expert and not (op == "convert" and s == d)]
+COSTS = {key: int(TRANSITIONS[key].forward.communicates) for key in OPS}
+
+
+def candidate_results(layout: Layout, axes: tuple[str, ...], s: str, d: str, sd: int | None,
+                      dd: int | None) -> Iterator[Layout]:
+    """Every layout the step could claim: the axes' new kind, and any place in the spec."""
+    kinds, spec = dict(layout[0]), layout[1]
+    if s == "S":
+        spec = tuple(tuple(a for a in e if a not in axes) for e in spec)
+    new = dict(kinds)
+    for a in axes:
+        new[a] = d
+    if d != "S":
+        yield tuple(sorted(new.items())), spec
+        return
+    base = spec[dd]  # type: ignore[index]
+    for perm in itertools.permutations(axes):
+        for pos in range(len(base) + 1):
+            entry = base[:pos] + perm + base[pos:]
+            yield tuple(sorted(new.items())), spec[:dd] + (entry,) + spec[dd + 1:]  # type: ignore[index,operator]
+
+
+def steps_from(layout: Layout, locals_: dict, may_partial: frozenset[str]
+               ) -> Iterator[tuple[int, Layout, dict, tuple]]:
+    kinds, spec = dict(layout[0]), layout[1]
+    where = {a: d for d, e in enumerate(spec) for a in e}
+    for op, s, d in OPS:
+        for k in (1, 2):
+            for axes in itertools.permutations(NAMES, k):
+                if any(kinds[a] != s for a in axes):
+                    continue
+                if d == "P" and not may_partial.issuperset(axes):
+                    continue
+                sds = [where[axes[0]]] if s == "S" else [None]
+                if s == "S" and any(where[a] != sds[0] for a in axes):
+                    continue
+                for sd in sds:
+                    for dd in (range(len(SHAPE)) if d == "S" else [None]):
+                        if op == "all_to_all" and sd == dd:
+                            continue
+                        res = apply(op, s, d, axes, sd, dd, locals_)
+                        if res is None:
+                            continue
+                        for cand in candidate_results(layout, axes, s, d, sd, dd):
+                            if describes(res, cand):
+                                yield COSTS[(op, s, d)], cand, res, (op, axes, s, d, sd, dd)
+
+
+def all_layouts() -> list[Layout]:
+    out = []
+    for choice in itertools.product(("R", "I", "P", 0, 1), repeat=len(NAMES)):
+        kinds = tuple((a, c if isinstance(c, str) else "S") for a, c in zip(NAMES, choice))
+        dims: dict[int, list[str]] = collections.defaultdict(list)
+        for a, c in zip(NAMES, choice):
+            if not isinstance(c, str):
+                dims[c].append(a)
+        for orders in itertools.product(*(itertools.permutations(dims[d]) for d in range(2))):
+            out.append((kinds, tuple(orders)))
+    return out
+
+
+LAYOUTS = all_layouts()
+
+
+def brute_force(start: Layout, may_partial: frozenset[str]) -> dict[Layout, int]:
+    """Fewest forward collectives from ``start`` to every layout (0-1 BFS)."""
+    best = {start: 0}
+    locs = {start: materialize(start)}
+    dq = collections.deque([start])
+    while dq:
+        lay = dq.popleft()
+        for cost, nxt, res, _ in steps_from(lay, locs[lay], may_partial):
+            c = best[lay] + cost
+            if nxt not in best or c < best[nxt]:
+                best[nxt] = c
+                locs[nxt] = res
+                (dq.appendleft if cost == 0 else dq.append)(nxt)
+    return best
+
+
+def to_type(layout: Layout) -> SpmdType:
+    kinds, spec = dict(layout[0]), layout[1]
+    d: dict[str, LocalType] = {}
+    for a, k in kinds.items():
+        if k != "S":
+            d[a] = {"R": REPLICATE, "I": INVARIANT, "P": PARTIAL}[k]
+    for dim, e in enumerate(spec):
+        for a in e:
+            d[a] = shard(dim)
+    return SpmdType.of(d, spec)
+
+
+@pytest.fixture(scope="module")
+def minima() -> dict[tuple[Layout, frozenset[str]], dict[Layout, int]]:
+    subsets = [frozenset(c) for k in range(3) for c in itertools.combinations(NAMES, k)]
+    return {(s, m): brute_force(s, m) for s in LAYOUTS for m in subsets}
+
+
+def test_layout_space() -> None:
+    # R/I/P/dim0/dim1 per axis, both axes on one dim in two orders
+    assert len(LAYOUTS) == 5 * 5 + 2
+
+
+def test_every_pair_has_the_fewest_collectives(minima) -> None:
+    """The planner's forward collectives equal the brute force's minimum, on all 729 pairs."""
+    bad = []
+    pairs = 0
+    for src in LAYOUTS:
+        for dst in LAYOUTS:
+            p = plan(to_type(src), to_type(dst), NAMES)
+            assert p.ok, p.errors
+            may_partial = frozenset(a for a, k in dst[0] if k == "P")
+            want = minima[(src, may_partial)].get(dst)
+            assert want is not None, (src, dst)
+            pairs += 1
+            if p.collectives != want:
+                bad.append((to_type(src), to_type(dst), p.collectives, want, p.render()))
+    assert pairs == len(LAYOUTS) ** 2
+    assert not bad, "\n".join(map(str, bad[:10]))
+
+
+def test_every_plan_replays_in_the_simulator() -> None:
+    """Each step of each plan is a value-keeping op on the numbers; the end is dst."""
+    for src in LAYOUTS:
+        for dst in LAYOUTS:
+            p = plan(to_type(src), to_type(dst), NAMES)
+            locs = materialize(src)
+            for step in p.steps:
+                s = "S" if step.src.dim is not None else step.src.kind.value
+                d = "S" if step.dst.dim is not None else step.dst.kind.value
+                locs = apply(step.op, s, d, step.axes, step.src.dim, step.dst.dim, locs)
+                assert locs is not None
+                after = step.after
+                lay = (tuple(sorted((a, "S" if lt.dim is not None else lt.kind.value)
+                                    for a, lt in after.axes)), after.spec)
+                assert describes(locs, lay), (str(step), to_type(src), to_type(dst))
+            assert p.steps == () or p.steps[-1].after == p.dst
+
+
+def test_flattened_collectives() -> None:
+    def T(spec, **kinds):
+        d = {a: {"R": REPLICATE, "I": INVARIANT, "P": PARTIAL}[k] for a, k in kinds.items()}
+        return SpmdType.of(d, spec)
+
+    # all-reduce over dp and tp at once
+    p = plan(T(((), ()), dp="P", tp="P"), T(((), ()), dp="R", tp="R"), NAMES)
+    assert [str(s) for s in p.steps] == ['all_reduce(x, ("dp", "tp"), src=P, dst=R)']
+    # f32[8@(dp,tp)] -> f32[8@(tp,dp)]: one all-gather over the flattened axes, then a chunk
+    p = plan(T((("dp", "tp"),)), T((("tp", "dp"),)), NAMES)
+    assert [str(s) for s in p.steps] == ['all_gather(x, ("dp", "tp"), src=S(0), dst=R)',
+                                         'convert(x, ("tp", "dp"), src=R, dst=S(0))']
+    assert p.collectives == 1
+    # all-gather of a dim sharded (dp, tp) at once
+    p = plan(T((("dp", "tp"), ())), T(((), ()), dp="R", tp="R"), NAMES)
+    assert [str(s) for s in p.steps] == ['all_gather(x, ("dp", "tp"), src=S(0), dst=R)']
+    # reduce-scatter onto (dp, tp) at once
+    p = plan(T(((), ()), dp="P", tp="P"), T(((), ("dp", "tp"))), NAMES)
+    assert [str(s) for s in p.steps] == ['reduce_scatter(x, ("dp", "tp"), src=P, dst=S(1))']
+
+
+def test_errors() -> None:
+    two = SpmdType.of({}, ((), ()))
+    for src, dst, needle in (
+        (SpmdType.of({}), two, "has no partition spec"),
+        (SpmdType.of({}, ((),)), two, "keeps the rank"),
+        (SpmdType.of({"tp": LocalType(Kind.V)}, ((), ())), two, "outside its partition spec"),
+        (SpmdType.of({"dp": shard(0)}, (("dp",), ("dp",))), two, "twice"),
+    ):
+        p = plan(src, dst, NAMES)
+        assert not p.ok and needle in p.errors[0].message, p.errors
+    p = plan(SpmdType.of({"xx": shard(0)}, (("xx",), ())), two, NAMES)
+    assert "unknown mesh axis" in p.errors[0].message
+
+
+def test_resolve_fills_the_unnamed_axes() -> None:
+    # an axis only src names keeps its type, or is R once out of the spec; only dst: R in src
+    src = SpmdType.of({"dp": PARTIAL, "tp": shard(1)}, ((), ("tp",)))
+    dst = SpmdType.of({"pp": shard(0)}, (("pp",), ()))
+    rs, rd, errors = resolve(src, dst)
+    assert not errors
+    assert rd.get("dp") == PARTIAL and rd.get("tp") == REPLICATE
+    assert rs.get("pp") == REPLICATE
