@@ -1,0 +1,1377 @@
+"""Global SPMD: shard propagation over partition specs (SPEC section 6).
+
+A global type is an :class:`~.types.SpmdType` whose ``spec`` is not None: one entry
+per tensor dim, each the mesh axes sharding that dim, outermost first.  The spec
+says how the locals of the Varying axes reassemble into the global tensor::
+
+    f32[8, 16@tp]  =  Tensor[PS[None, "tp"]]            rank 0 holds [:, 0:8]
+                                                        rank 1 holds [:, 8:16]
+    f32[8@(dp,tp)] =  Tensor[PS[("dp", "tp")]]          dp outer, tp inner:
+                                                        (dp0,tp0) [0:2] (dp0,tp1) [2:4]
+                                                        (dp1,tp0) [4:6] (dp1,tp1) [6:8]
+
+Per mesh axis a global type is one of::
+
+    in the spec (dim d)   V with shard dim d (S(d))      a global axis
+    R / I / P             as in local SPMD (the same meaning in both modes)
+    V, not in the spec    a *local* axis (inside ``spmd.local_map`` on that axis)
+
+Shard propagation asks, for an op ``f`` and input specs, whether there is an
+output spec with ``map(f, in_spec(x)) == out_spec(f(x))``: running ``f`` on the
+locals computes the global result.  When there is none, the op needs
+communication, and the error says which (``spmd.redistribute`` / ``all_gather``
+/ ``out_partial_axes=`` + ``all_reduce``).  Partial never appears implicitly: a
+contraction or sum over a sharded dim is an error unless the call names the axes
+in ``out_partial_axes``.
+
+The API (used by both adapters: the mypy plugin and the runtime check mode)
+---------------------------------------------------------------------------
+Every function takes the operands as :class:`~.ops.Operand` (``type`` an
+``SpmdType``, ``None`` for a Python scalar; ``text`` the source text used in
+messages) and the op's literal parameters as plain Python values, and returns an
+:class:`~.ops.Result` (the result ``SpmdType`` with its spec, and a list of
+:class:`~.errors.SpmdError`).  A parameter the adapter could not read as a literal
+is passed as :data:`UNKNOWN`: in global mode that is an error asking for a literal,
+never a guess.  Dims may be negative (torch's convention).
+
+- :func:`propagate` ``(op, operands, **params)``: the dispatcher by torch name
+  (``"add"``, ``"einsum"``, ``"sum"``, ``"permute"``, ``"__getitem__"``...). When
+  no operand is global (no spec) it returns the local rule's result
+  (:func:`.ops.propagate`) unchanged, so adapters may call it for every op.
+- the per-family functions it dispatches to: :func:`einsum`, :func:`matmul`,
+  :func:`linear`, :func:`elementwise`, :func:`reduction`, :func:`along_dim`
+  (softmax, cumsum, normalize...), :func:`permute`, :func:`transpose`,
+  :func:`movedim`, :func:`reshape`, :func:`flatten`, :func:`unflatten`,
+  :func:`squeeze`, :func:`unsqueeze`, :func:`cat`, :func:`stack`,
+  :func:`index` (``x[...]``), :func:`select`, :func:`narrow`.
+- :func:`is_global`, :func:`rank`, :func:`global_axes`.
+- ``spmd.local_map`` helpers: :func:`localize` (a global type seen inside the
+  body, local on some axes), :func:`check_local_map_boundary` (the body's local
+  type against the declared global type, with the fix).
+- :func:`redistribute_fix` (the text of the ``spmd.redistribute`` call that fixes
+  a layout mismatch), :func:`local_shape` (a global shape's local shape on one
+  rank, for the runtime's reshape/view arguments).
+
+Parameters by op (all keyword): ``equation: str`` and ``out_partial_axes: str |
+tuple[str, ...] | None`` (einsum/matmul/mm/bmm/linear/sum); ``dim: int | tuple[int,
+...] | None`` and ``keepdim: bool`` (reductions; ``dim`` also for softmax, cat, stack,
+squeeze, unsqueeze, select, narrow, cumsum); ``dims: tuple[int, ...]`` (permute);
+``dim0, dim1`` (transpose); ``source, destination`` (movedim); ``shape`` (the target
+shape of reshape/view, ints, one may be -1) with optional ``in_shape`` (the input's
+global shape, each an int or None: the runtime knows it, the plugin does not);
+``start_dim, end_dim`` (flatten); ``sizes`` (unflatten); ``normalized_ndim``
+(layer_norm/rms_norm: how many trailing dims are normalized); ``index`` (a tuple of
+index items: an ``int`` (value unused), a ``slice`` (full iff ``slice(None)``),
+``None`` (new axis), ``Ellipsis``, or :class:`TensorIndex`); ``start, length``
+(narrow: unused values; narrowing is a partial slice); ``mesh_sizes: dict[str, int]``
+(optional; enables the divisibility checks of reshape/unflatten); ``sizes_one:
+tuple[bool, ...]`` per operand dims (optional; which dims are size 1, for
+broadcasting, runtime only).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import SpmdError
+from .ops import OP_SPECS, Operand, Result
+from .ops import propagate as local_propagate
+from .types import (
+    Kind,
+    LocalType,
+    PARTIAL,
+    SpmdType,
+    VARYING,
+    format_spec,
+    format_type,
+    shard,
+)
+
+Spec = tuple[tuple[str, ...], ...]
+CODE = "spmd-global"
+
+
+class _Unknown:
+    """A parameter the adapter could not read as a literal."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN: Any = _Unknown()
+
+
+@dataclass(frozen=True)
+class TensorIndex:
+    """An advanced (tensor) index in ``x[...]``: its rank (its dims replace the
+    indexed dim); ``sharded`` when the index tensor is itself sharded/varying."""
+
+    rank: int = 1
+    sharded: bool = False
+
+
+# --------------------------------------------------------------------------------------
+# small helpers
+
+
+def is_global(t: SpmdType | None) -> bool:
+    return t is not None and t.spec is not None
+
+
+def rank(t: SpmdType) -> int | None:
+    return len(t.spec) if t.spec is not None else None
+
+
+def global_axes(t: SpmdType) -> set[str]:
+    return {a for entry in t.spec or () for a in entry}
+
+
+def _axes_tuple(axes: str | Iterable[str] | None) -> tuple[str, ...]:
+    if axes is None:
+        return ()
+    if isinstance(axes, str):
+        return (axes,)
+    return tuple(axes)
+
+
+def _fmt_axes(axes: Sequence[str]) -> str:
+    if len(axes) == 1:
+        return f'"{axes[0]}"'
+    return "(" + ", ".join(f'"{a}"' for a in axes) + ")"
+
+
+def _fmt_entry(axes: Sequence[str]) -> str:
+    return "None" if not axes else _fmt_axes(axes)
+
+
+def _sharded(entry: Sequence[str]) -> str:
+    return f"sharded on {_fmt_axes(tuple(entry))}" if entry else "unsharded"
+
+
+def _desc(o: Operand) -> str:
+    return f"{o.text}: {format_type(o.type) if o.type is not None else 'scalar'}"
+
+
+def redistribute_fix(text: str, src: Spec, dst: Spec) -> str:
+    """``spmd.redistribute(x, src=PS[...], dst=PS[...])``."""
+    return f"spmd.redistribute({text}, src={format_spec(src)}, dst={format_spec(dst)})"
+
+
+def _unshard(spec: Spec, dims: Iterable[int]) -> Spec:
+    ds = set(dims)
+    return tuple(() if i in ds else e for i, e in enumerate(spec))
+
+
+def _norm_dim(d: int, r: int, what: str = "dim") -> int:
+    if not -r <= d < r:
+        raise _DimError(f"{what} {d} is out of range for a tensor of rank {r}")
+    return d % r
+
+
+class _DimError(Exception):
+    pass
+
+
+def _nonliteral(op: str, param: str, o: Operand) -> SpmdError:
+    return SpmdError(
+        CODE,
+        f"{op} on the global tensor {_desc(o)} needs a literal {param}: shard propagation "
+        f"reads the dims from the call (write the int/tuple in the call, e.g. "
+        f"{param}=1), or wrap the code in spmd.local_map",
+    )
+
+
+def local_shape(shape: Sequence[int], spec: Spec, mesh_sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The local shape on one rank of a global ``shape`` laid out as ``spec``."""
+    out = []
+    for size, entry in zip(shape, spec):
+        k = math.prod(mesh_sizes[a] for a in entry)
+        out.append(size // k if size >= 0 else size)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------
+# combining the local rule (kinds per axis) with the spec rule
+
+
+def _finish(
+    op: str,
+    operands: Sequence[Operand],
+    out_spec: Spec | None,
+    errors: list[SpmdError],
+    partial_axes: Sequence[str] = (),
+    base: Result | None = None,
+) -> Result:
+    """The result type: the local rule's kinds (R/I/P/local V) with the spec rule's
+    layout on the global axes; an axis with an error is dropped (unknown)."""
+    if base is None:
+        base = local_propagate(op, operands)
+    errs = list(base.errors) + errors
+    if errors:
+        # a layout error: the result is unknown (gradual), so one mistake is reported once
+        return Result(SpmdType(), errs)
+    in_global: set[str] = set()
+    for o in operands:
+        if o.type is not None:
+            in_global |= global_axes(o.type)
+    out: dict[str, LocalType] = dict(base.type.axes)
+    placed: dict[str, int] = {}
+    if out_spec is not None:
+        for d, entry in enumerate(out_spec):
+            for a in entry:
+                placed[a] = d
+    bad = set(in_global) - set(placed) - set(partial_axes)
+    # axes that errored in the local rule stay dropped
+    for a in list(out):
+        if a in partial_axes:
+            out[a] = PARTIAL
+        elif a in placed:
+            out[a] = shard(placed[a])
+        elif a in bad:
+            del out[a]
+    for a in partial_axes:
+        if a not in out and a in in_global and not base.errors:
+            out[a] = PARTIAL
+    if out_spec is not None:
+        out_spec = tuple(tuple(a for a in e if a in out and out[a].kind is Kind.V) for e in out_spec)
+        for a, d in placed.items():
+            if a not in out:
+                continue
+    return Result(SpmdType.of(out, out_spec), errs)
+
+
+def _all_local(op: str, operands: Sequence[Operand]) -> bool:
+    return not any(is_global(o.type) for o in operands)
+
+
+def _mixing_errors(op: str, operands: Sequence[Operand]) -> list[SpmdError]:
+    """A global axis on which a spec-less (local) operand varies: no meaning."""
+    gaxes: dict[str, Operand] = {}
+    for o in operands:
+        if o.type is not None:
+            for a in global_axes(o.type):
+                gaxes.setdefault(a, o)
+    errs = []
+    for o in operands:
+        if o.type is None or is_global(o.type):
+            continue
+        for a, lt in o.type.axes:
+            if a in gaxes and lt.kind is Kind.V:
+                g = gaxes[a]
+                errs.append(SpmdError(
+                    CODE,
+                    f'{op} mixes the global tensor {_desc(g)}, sharded on "{a}", with {_desc(o)}, '
+                    f'which varies on "{a}" without a partition spec (a local value): declare its '
+                    f"layout with spmd.declare({o.text}, Tensor[PS[...], ...]) or do the op "
+                    f"inside spmd.local_map",
+                ))
+    return errs
+
+
+def _guard(op: str, operands: Sequence[Operand], **params: Any) -> Result | None:
+    """Errors for non-literal parameters (global mode only)."""
+    g = next((o for o in operands if is_global(o.type)), None)
+    if g is None:
+        return None
+    for k, v in params.items():
+        if v is UNKNOWN or (isinstance(v, (tuple, list)) and any(x is UNKNOWN for x in v)):
+            err = _nonliteral(op, k, g)
+            return _finish(op, operands, None, [err])
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# einsum family
+
+_EXTRA_LABELS = "".join(chr(c) for c in range(0x391, 0x3A9 + 1) if c != 0x3A2)  # Greek caps
+
+
+def parse_equation(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """Operand label strings and the output labels, ``...`` expanded (right-aligned,
+    shared across operands) and an implicit output (``"ij,jk"``) made explicit."""
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, out = eq.split("->", 1)
+        explicit = True
+    else:
+        lhs, out, explicit = eq, "", False
+    ins = lhs.split(",")
+    if len(ins) != len(ranks):
+        raise _DimError(f'einsum equation "{equation}" has {len(ins)} operands but {len(ranks)} were given')
+    n_ell = 0
+    for term, r in zip(ins, ranks):
+        if "..." in term:
+            n_ell = max(n_ell, r - (len(term) - 3))
+    ell = _EXTRA_LABELS[:n_ell]
+    expanded = []
+    for term, r in zip(ins, ranks):
+        if "..." in term:
+            k = r - (len(term) - 3)
+            if k < 0:
+                raise _DimError(f'einsum operand "{term}" has more labels than its rank {r}')
+            term = term.replace("...", ell[n_ell - k:] if k else "")
+        if len(term) != r:
+            raise _DimError(f'einsum operand "{term}" has {len(term)} labels but rank {r}')
+        expanded.append(term)
+    if explicit:
+        out = out.replace("...", ell)
+    else:
+        counts: dict[str, int] = {}
+        for term in expanded:
+            for c in term:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    return expanded, out
+
+
+def _partial_fix(call: str, axes: Sequence[str]) -> str:
+    return call[:-1] + f", out_partial_axes={_fmt_axes(tuple(axes))})"
+
+
+def _einsum_core(
+    op: str,
+    labels: list[str],
+    out_labels: str,
+    operands: Sequence[Operand],
+    out_partial_axes: tuple[str, ...],
+    call: str,
+) -> tuple[Spec | None, list[SpmdError]]:
+    errors: list[SpmdError] = []
+    specs = [o.type.spec if o.type is not None else None for o in operands]
+    # label -> (axes, operand index) of the first operand that has it with a spec
+    label_axes: dict[str, tuple[tuple[str, ...], int]] = {}
+    for i, (lab, sp) in enumerate(zip(labels, specs)):
+        if sp is None:
+            continue
+        for c, entry in zip(lab, sp):
+            if c not in label_axes:
+                label_axes[c] = (entry, i)
+                continue
+            first, j = label_axes[c]
+            if first != entry:
+                a, b = operands[j], operands[i]
+                if first and entry:
+                    why = f"on {_fmt_entry(first)} in {a.text} and on {_fmt_entry(entry)} in {b.text}"
+                else:
+                    why = (f"on {_fmt_entry(first or entry)} in {(a if first else b).text} "
+                           f"but not in {(b if first else a).text}")
+                wanted = first or entry
+                # redistribute the second operand to the first's layout (or the unsharded one
+                # to the sharded one's)
+                fix_o, fix_sp, fix_lab = (b, sp, lab) if first else (a, specs[j], labels[j])
+                dst = tuple(wanted if cc == c else e for cc, e in zip(fix_lab, fix_sp or ()))
+                errors.append(SpmdError(
+                    CODE,
+                    f'{op}: label "{c}" is sharded {why} ({_desc(a)}, {_desc(b)}); the locals do '
+                    f"not line up: shard both the same way, e.g. "
+                    f"{redistribute_fix(fix_o.text, fix_sp or (), dst)}",
+                ))
+                label_axes[c] = (first or entry, j)
+    if errors:
+        return None, errors
+    # a mesh axis on two labels of one result/operand
+    axis_label: dict[str, str] = {}
+    for c, (entry, i) in label_axes.items():
+        for a in entry:
+            if a in axis_label and axis_label[a] != c:
+                errors.append(SpmdError(
+                    CODE,
+                    f'{op}: mesh axis "{a}" shards both label "{axis_label[a]}" and label "{c}"; '
+                    f"a mesh axis may shard one dim: redistribute one operand so that "
+                    f'"{a}" shards a single label',
+                ))
+            axis_label.setdefault(a, c)
+    if errors:
+        return None, errors
+    # the broadcast case: an operand lacking a label sharded on an axis must not vary on it
+    for i, (o, lab) in enumerate(zip(operands, labels)):
+        if o.type is None:
+            continue
+        for c, (entry, j) in label_axes.items():
+            if c in lab:
+                continue
+            for a in entry:
+                lt = o.type.get(a)
+                if lt is not None and lt.kind is Kind.V:
+                    errors.append(SpmdError(
+                        CODE,
+                        f'{op}: {operands[j].text} shards label "{c}" on "{a}", which {o.text} lacks, '
+                        f'but {_desc(o)} varies on "{a}": it would be broadcast along a sharded dim '
+                        f"with different values per rank; make it Replicate on \"{a}\" first "
+                        f'(all_gather({o.text}, "{a}", ...))',
+                    ))
+    if errors:
+        return None, errors
+    contracted = [c for c in label_axes if c not in out_labels and label_axes[c][0]]
+    needed: list[str] = []
+    for c in contracted:
+        for a in label_axes[c][0]:
+            if a not in needed:
+                needed.append(a)
+    missing = [a for a in needed if a not in out_partial_axes]
+    if missing:
+        c = next(c for c in contracted if any(a in missing for a in label_axes[c][0]))
+        src_i = label_axes[c][1]
+        errors.append(SpmdError(
+            CODE,
+            f'{op} contracts label "{c}", sharded on {_fmt_axes(tuple(missing))} '
+            f"({_desc(operands[src_i])}): each rank computes only a partial sum over "
+            f"{_fmt_axes(tuple(missing))}; global SPMD never makes Partial implicitly: say so with "
+            f"{_partial_fix(call, tuple(dict.fromkeys(tuple(out_partial_axes) + tuple(missing))))} "
+            f"(then all_reduce(..., {_fmt_axes(tuple(missing))}, src=P, dst=R) when the full value "
+            f"is needed), or all_gather the contracted dim first",
+        ))
+        return None, errors
+    extra = [a for a in out_partial_axes if a not in needed]
+    for a in extra:
+        errors.append(SpmdError(
+            CODE,
+            f'{op}: out_partial_axes names "{a}", but no contracted label is sharded on "{a}": '
+            f"the result would not be a partial sum there; drop \"{a}\" from out_partial_axes",
+        ))
+    if errors:
+        return None, errors
+    out_spec = tuple(label_axes.get(c, ((), 0))[0] for c in out_labels)
+    return out_spec, errors
+
+
+def _texts(operands: Sequence[Operand]) -> str:
+    return ", ".join(o.text for o in operands)
+
+
+def einsum(
+    equation: str,
+    operands: Sequence[Operand],
+    *,
+    out_partial_axes: str | Sequence[str] | None = None,
+    op: str = "einsum",
+    call: str | None = None,
+) -> Result:
+    """The einsum rule (SPEC section 6)::
+
+        1. a contracted label may be sharded only on axes named in out_partial_axes
+           (then the result is P there): Partial never appears implicitly;
+        2. a sharded label is sharded the same way (same axes, same order) in every
+           operand that has it; an operand lacking it must not vary on that axis;
+        3. no mesh axis shards two labels.
+
+        einsum("ij,jk->ik", a: PS["dp", None], w: PS[None, "tp"])  ->  PS["dp", "tp"]
+        einsum("ij,jk->ik", h: PS[None, "tp"], w: PS["tp", None],
+               out_partial_axes="tp")                               ->  PS[None, None], P["tp"]
+    """
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    guard = _guard(op, operands, equation=equation, out_partial_axes=out_partial_axes)
+    if guard is not None:
+        return guard
+    opa = _axes_tuple(out_partial_axes)
+    call = call or f'spmd.einsum("{equation}", {_texts(operands)})'
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return _finish(op, operands, None, mix)
+    if any(o.type is not None and not o.type and o.type.spec is None for o in operands):
+        # an untyped operand (gradual): its layout is unknown, so is the result's
+        return Result(SpmdType(), [])
+    if any(o.type is not None and o.type.spec is None and o.type for o in operands):
+        # a typed local operand without rank: cannot place its labels
+        lo = next(o for o in operands if o.type is not None and o.type.spec is None and o.type)
+        err = SpmdError(CODE, f"{op}: {_desc(lo)} has no partition spec (so no rank) beside global "
+                              f"operands: declare its layout with Tensor[PS[...], ...]")
+        return _finish(op, operands, None, [err])
+    ranks = [len(o.type.spec) if o.type is not None and o.type.spec is not None else -1 for o in operands]
+    try:
+        if any(r < 0 for r in ranks):
+            raise _DimError(f"{op}: an operand of unknown rank (untyped) beside global operands: "
+                            f"annotate it with Tensor[PS[...]]")
+        labels, out_labels = parse_equation(equation, ranks)
+    except _DimError as e:
+        return _finish(op, operands, None, [SpmdError(CODE, str(e))])
+    out_spec, errors = _einsum_core(op, labels, out_labels, operands, opa, call)
+    return _finish(op, operands, out_spec, errors, partial_axes=opa if out_spec is not None else ())
+
+
+def _matmul_equation(ra: int, rb: int) -> str:
+    if ra == 0 or rb == 0:
+        raise _DimError("matmul needs operands of rank >= 1")
+    if ra == 1 and rb == 1:
+        return "k,k->"
+    if ra == 1:
+        return f"k,...km->...m"
+    if rb == 1:
+        return "...nk,k->...n"
+    return "...nk,...km->...nm"
+
+
+def matmul(
+    a: Operand,
+    b: Operand,
+    *,
+    out_partial_axes: str | Sequence[str] | None = None,
+    op: str = "matmul",
+) -> Result:
+    """``a @ b`` / torch.matmul / mm / bmm / mv / dot as an einsum (batch dims broadcast)."""
+    operands = [a, b]
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    ra, rb = (rank(o.type) if o.type is not None else None for o in operands)
+    if ra is None or rb is None:
+        return einsum("?", operands, out_partial_axes=out_partial_axes, op=op)
+    try:
+        eq = _matmul_equation(ra, rb)
+    except _DimError as e:
+        return _finish(op, operands, None, [SpmdError(CODE, str(e))])
+    fix = {"matmul": "spmd.matmul", "mm": "spmd.matmul", "bmm": "spmd.matmul",
+           "mv": "spmd.matmul", "dot": "spmd.matmul"}.get(op, "spmd.matmul")
+    return einsum(eq, operands, out_partial_axes=out_partial_axes, op=op,
+                  call=f"{fix}({a.text}, {b.text})")
+
+
+def linear(
+    x: Operand,
+    w: Operand,
+    bias: Operand | None = None,
+    *,
+    out_partial_axes: str | Sequence[str] | None = None,
+) -> Result:
+    """``linear(x, w, bias)`` = ``einsum("...i,oi->...o", x, w) + bias``; with
+    ``out_partial_axes`` the bias must itself be P on those axes."""
+    operands = [x, w] + ([bias] if bias is not None else [])
+    if _all_local("linear", operands):
+        return local_propagate("linear", operands)
+    rx = rank(x.type) if x.type is not None else None
+    call = f"spmd.linear({x.text}, {w.text})"
+    r = einsum("...i,oi->...o" if rx else "?", [x, w], out_partial_axes=out_partial_axes,
+               op="linear", call=call)
+    if bias is None or r.errors:
+        if bias is not None and r.errors:
+            r = Result(SpmdType(), r.errors)
+        return r
+    mm = Operand(r.type, f"linear({x.text}, {w.text})")
+    r2 = elementwise("add", [mm, bias])
+    errors = list(r.errors)
+    for e in r2.errors:
+        if e.code == "spmd-partial-affine":
+            e = SpmdError(e.code, f"linear: the bias {_desc(bias)} is added to a result that is "
+                                  f"Partial on {_fmt_axes(_axes_tuple(out_partial_axes))}: an R bias "
+                                  f"would be summed once per rank; add it after the reduction, or "
+                                  f"give a bias that is P there")
+        errors.append(e)
+    return Result(r2.type, errors)
+
+
+# --------------------------------------------------------------------------------------
+# elementwise with broadcasting
+
+
+def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Sequence[bool]] | None = None) -> Result:
+    """Elementwise ops (``+``, ``*``, ``where``, ``relu``...) with broadcasting.
+
+    Dims are aligned from the right; every operand that has a dim (and whose dim is
+    not of size 1, when the adapter knows sizes) shards it the same way::
+
+        a: PS["dp", None] + b: PS[None]      ->  PS["dp", None]   (b broadcasts over dim 0;
+                                                                    b is R on "dp")
+        a: PS["dp", None] + b: PS[None, None] ->  error: redistribute b to PS["dp", None]
+    """
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return _finish(op, operands, None, mix)
+    specs = [(i, o) for i, o in enumerate(operands) if o.type is not None and o.type.spec is not None]
+    r = max(len(o.type.spec) for _, o in specs)  # type: ignore[union-attr]
+    out: list[tuple[str, ...] | None] = [None] * r
+    owner: list[int] = [-1] * r
+    errors: list[SpmdError] = []
+    for i, o in specs:
+        sp = o.type.spec  # type: ignore[union-attr]
+        off = r - len(sp)
+        ones = sizes_one[i] if sizes_one is not None and i < len(sizes_one) else ()
+        for d, entry in enumerate(sp):
+            if d < len(ones) and ones[d] and not entry:
+                continue
+            od = off + d
+            if out[od] is None:
+                out[od], owner[od] = entry, i
+            elif out[od] != entry:
+                a = operands[owner[od]]
+                want = out[od] if out[od] else entry
+                fix_o = o if out[od] else a
+                fix_sp = fix_o.type.spec  # type: ignore[union-attr]
+                fix_off = r - len(fix_sp)
+                dst = tuple(want if fd + fix_off == od else e for fd, e in enumerate(fix_sp))
+                errors.append(SpmdError(
+                    CODE,
+                    f"{op}: dim {od} of the result is {_sharded(out[od] or ())} in "
+                    f"{a.text} but {_sharded(entry)} in {o.text} ({_desc(a)}, {_desc(o)}); "
+                    f"elementwise ops need the same layout: "
+                    f"{redistribute_fix(fix_o.text, fix_sp, dst)}",
+                ))
+    if errors:
+        return _finish(op, operands, None, errors)
+    spec = tuple(e or () for e in out)
+    seen: dict[str, int] = {}
+    for d, e in enumerate(spec):
+        for a in e:
+            if a in seen:
+                return _finish(op, operands, None, [SpmdError(
+                    CODE, f'{op}: mesh axis "{a}" would shard dims {seen[a]} and {d} of the result')])
+            seen[a] = d
+    return _finish(op, operands, spec, [])
+
+
+# --------------------------------------------------------------------------------------
+# reductions and ops along a dim
+
+LINEAR_REDUCTIONS = frozenset({"sum", "nansum"})
+REDUCTIONS = frozenset("""
+sum nansum mean nanmean amax amin max min prod logsumexp std var norm vector_norm argmax argmin
+all any count_nonzero median nanmedian
+""".split())
+ALONG_DIM = frozenset("softmax log_softmax softmin cumsum cumprod logcumsumexp normalize".split())
+NORMALIZE_TRAILING = frozenset("layer_norm rms_norm".split())
+
+
+def _one(operands: Sequence[Operand]) -> Operand:
+    return next(o for o in operands if o.type is not None)
+
+
+def reduction(
+    op: str,
+    x: Operand,
+    *,
+    dim: int | Sequence[int] | None = None,
+    keepdim: bool = False,
+    out_partial_axes: str | Sequence[str] | None = None,
+    extra: Sequence[Operand] = (),
+) -> Result:
+    """``sum/mean/amax/...`` over literal dims (``dim=None``: all dims).
+
+    A reduced dim must be unsharded, except for ``spmd.sum`` with the dim's axes in
+    ``out_partial_axes`` (the result is P there)::
+
+        spmd.sum(x: PS[None, "tp"], 1, out_partial_axes="tp")  ->  PS[None], P["tp"]
+        x.sum(1)                                                ->  error, with that fix
+    """
+    operands = [x, *extra]
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    guard = _guard(op, operands, dim=dim, out_partial_axes=out_partial_axes)
+    if guard is not None:
+        return guard
+    opa = _axes_tuple(out_partial_axes)
+    assert x.type is not None and x.type.spec is not None
+    sp = x.type.spec
+    r = len(sp)
+    try:
+        dims = list(range(r)) if dim is None else [_norm_dim(d, r) for d in _dims_tuple(dim)]
+    except _DimError as e:
+        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    sharded = [(d, sp[d]) for d in dims if sp[d]]
+    dim_text = "" if dim is None else f", {dim if isinstance(dim, int) else tuple(dim)}"
+    keep_text = ", keepdim=True" if keepdim else ""
+    errors: list[SpmdError] = []
+    needed = tuple(dict.fromkeys(a for _, e in sharded for a in e))
+    if sharded and op in LINEAR_REDUCTIONS:
+        missing = [a for a in needed if a not in opa]
+        if missing:
+            d0 = next(d for d, e in sharded if any(a in missing for a in e))
+            call = f"spmd.sum({x.text}{dim_text}{keep_text}, out_partial_axes={_fmt_axes(needed)})"
+            errors.append(SpmdError(
+                CODE,
+                f"{op} over dim {d0}, sharded on {_fmt_axes(tuple(missing))} ({_desc(x)}): each "
+                f"rank sums only its shard; global SPMD never makes Partial implicitly: write "
+                f"{call} (then all_reduce(..., {_fmt_axes(tuple(missing))}, src=P, dst=R) for the "
+                f"full value), or gather the dim first: "
+                f"{redistribute_fix(x.text, sp, _unshard(sp, [d0]))}",
+            ))
+    elif sharded:
+        d0, e0 = sharded[0]
+        if op in ("mean", "nanmean"):
+            how = (f"spmd.sum({x.text}{dim_text}{keep_text}, out_partial_axes={_fmt_axes(needed)}) "
+                   f"divided by the global size, or gather the dim first: ")
+        else:
+            how = "gather the dim first: "
+        errors.append(SpmdError(
+            CODE,
+            f"{op} over dim {d0}, sharded on {_fmt_entry(e0)} ({_desc(x)}): each rank would reduce "
+            f"only its shard; {how}{redistribute_fix(x.text, sp, _unshard(sp, [d0]))}",
+        ))
+    if not errors:
+        extra_axes = [a for a in opa if a not in needed]
+        if extra_axes and op in LINEAR_REDUCTIONS:
+            errors.append(SpmdError(
+                CODE,
+                f'{op}: out_partial_axes names "{extra_axes[0]}", but no reduced dim is sharded on '
+                f'"{extra_axes[0]}"; drop it from out_partial_axes',
+            ))
+        elif opa and op not in LINEAR_REDUCTIONS:
+            errors.append(SpmdError(CODE, f"{op}: out_partial_axes is only meaningful for sum"))
+    if errors:
+        return _finish(op, operands, None, errors)
+    if keepdim:
+        out_spec = _unshard(sp, dims)
+    else:
+        out_spec = tuple(e for d, e in enumerate(sp) if d not in dims)
+    return _finish(op, operands, out_spec, [], partial_axes=needed)
+
+
+def _dims_tuple(dim: int | Sequence[int]) -> tuple[int, ...]:
+    return (dim,) if isinstance(dim, int) else tuple(dim)
+
+
+def along_dim(op: str, x: Operand, *, dim: int | None = None, normalized_ndim: int | None = None,
+              extra: Sequence[Operand] = ()) -> Result:
+    """softmax/log_softmax/cumsum/normalize along ``dim``, layer_norm/rms_norm over the
+    last ``normalized_ndim`` dims: those dims must be unsharded; the spec is kept."""
+    operands = [x, *extra]
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    if op == "normalize" and dim is None:
+        dim = 1
+    guard = _guard(op, operands, dim=dim, normalized_ndim=normalized_ndim)
+    if guard is not None:
+        return guard
+    assert x.type is not None and x.type.spec is not None
+    sp = x.type.spec
+    r = len(sp)
+    if op in NORMALIZE_TRAILING:
+        n = normalized_ndim if normalized_ndim is not None else 1
+        dims = list(range(max(0, r - n), r))
+    else:
+        if dim is None:
+            return _finish(op, operands, None, [_nonliteral(op, "dim", x)])
+        try:
+            dims = [_norm_dim(dim, r)]
+        except _DimError as e:
+            return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    bad = [d for d in dims if sp[d]]
+    if bad:
+        d = bad[0]
+        return _finish(op, operands, None, [SpmdError(
+            CODE,
+            f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x)}): it needs the whole "
+            f"dim on each rank; gather it first: {redistribute_fix(x.text, sp, _unshard(sp, bad))}",
+        )])
+    # the extra operands (weights of layer_norm) are elementwise over the trailing dims
+    if extra:
+        r2 = elementwise(op, operands)
+        return r2
+    return _finish(op, operands, sp, [])
+
+
+# --------------------------------------------------------------------------------------
+# dim permutations
+
+
+def permute(x: Operand, dims: Sequence[int], *, op: str = "permute") -> Result:
+    """``permute(x, dims)``: the spec's entries move with their dims."""
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], dims=dims)
+    if guard is not None:
+        return guard
+    assert x.type is not None and x.type.spec is not None
+    sp = x.type.spec
+    r = len(sp)
+    try:
+        nd = [_norm_dim(d, r) for d in dims]
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    if sorted(nd) != list(range(r)):
+        return _finish(op, [x], None, [SpmdError(
+            CODE, f"{op}: {tuple(dims)} is not a permutation of the {r} dims of {_desc(x)}")])
+    return _finish(op, [x], tuple(sp[d] for d in nd), [])
+
+
+def transpose(x: Operand, dim0: int, dim1: int, *, op: str = "transpose") -> Result:
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], dim0=dim0, dim1=dim1)
+    if guard is not None:
+        return guard
+    r = rank(x.type)  # type: ignore[arg-type]
+    assert r is not None
+    try:
+        a, b = _norm_dim(dim0, r), _norm_dim(dim1, r)
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    order = list(range(r))
+    order[a], order[b] = order[b], order[a]
+    return permute(x, order, op=op)
+
+
+def reverse_dims(x: Operand, *, op: str = "T") -> Result:
+    """``x.T`` (all dims reversed), ``x.t()`` (rank <= 2)."""
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    r = rank(x.type)  # type: ignore[arg-type]
+    assert r is not None
+    return permute(x, list(reversed(range(r))), op=op)
+
+
+def matrix_transpose(x: Operand, *, op: str = "mT") -> Result:
+    """``x.mT``: the last two dims swapped."""
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    r = rank(x.type)  # type: ignore[arg-type]
+    assert r is not None
+    if r < 2:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op} needs rank >= 2 ({_desc(x)})")])
+    return transpose(x, -2, -1, op=op)
+
+
+def movedim(x: Operand, source: int | Sequence[int], destination: int | Sequence[int], *,
+            op: str = "movedim") -> Result:
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], source=source, destination=destination)
+    if guard is not None:
+        return guard
+    r = rank(x.type)  # type: ignore[arg-type]
+    assert r is not None
+    src, dst = _dims_tuple(source), _dims_tuple(destination)
+    try:
+        src = tuple(_norm_dim(d, r) for d in src)
+        dst = tuple(_norm_dim(d, r) for d in dst)
+        if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+            raise _DimError(f"source {source} and destination {destination} do not match")
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    order: list[int | None] = [None] * r
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(d for d in range(r) if d not in src)
+    full = [o if o is not None else next(rest) for o in order]
+    return permute(x, full, op=op)
+
+
+# --------------------------------------------------------------------------------------
+# reshapes
+
+
+def _group_error(op: str, x: Operand, d: int, entry: tuple[str, ...], what: str) -> SpmdError:
+    sp = x.type.spec  # type: ignore[union-attr]
+    return SpmdError(
+        CODE,
+        f"{op} {what} dim {d}, sharded on {_fmt_entry(entry)} ({_desc(x)}), but it is not the "
+        f"outermost factor: the locals would not be contiguous blocks of the result; gather it "
+        f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))}) or move it outermost",
+    )
+
+
+def flatten(x: Operand, *, start_dim: int = 0, end_dim: int = -1, op: str = "flatten") -> Result:
+    """Merging dims start..end: only the outermost of them may be sharded; the merged
+    dim takes its sharding (``[8@dp, 4] -> [32@dp]``)."""
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], start_dim=start_dim, end_dim=end_dim)
+    if guard is not None:
+        return guard
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    r = len(sp)
+    if r == 0:
+        return _finish(op, [x], ((),), [])
+    try:
+        s, e = _norm_dim(start_dim, r), _norm_dim(end_dim, r)
+    except _DimError as err:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {err}")])
+    if s > e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: start_dim {start_dim} is after end_dim {end_dim}")])
+    for d in range(s + 1, e + 1):
+        if sp[d]:
+            return _finish(op, [x], None, [_group_error(op, x, d, sp[d], "merges")])
+    return _finish(op, [x], sp[:s] + (sp[s],) + sp[e + 1:], [])
+
+
+def _shard_count(entry: Sequence[str], mesh_sizes: Mapping[str, int] | None) -> int | None:
+    if mesh_sizes is None or any(a not in mesh_sizes for a in entry):
+        return None
+    return math.prod(mesh_sizes[a] for a in entry)
+
+
+def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
+              mesh_sizes: Mapping[str, int] | None = None, op: str = "unflatten") -> Result:
+    """Splitting dim into ``sizes``: a sharding goes to the outermost new dim, which
+    must be divisible by the number of shards (checked when the mesh sizes are known)."""
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], dim=dim, sizes=sizes)
+    if guard is not None:
+        return guard
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    try:
+        d = _norm_dim(dim, len(sp))
+    except _DimError as err:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {err}")])
+    entry = sp[d]
+    k = _shard_count(entry, mesh_sizes)
+    if entry and k is not None and sizes and sizes[0] >= 0 and sizes[0] % k:
+        return _finish(op, [x], None, [SpmdError(
+            CODE,
+            f"{op} splits dim {d}, sharded on {_fmt_entry(entry)} ({k} shards), into {tuple(sizes)}: "
+            f"the outermost factor {sizes[0]} is not divisible by {k}, so the shards are not whole "
+            f"rows of the result; gather it first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))})",
+        )])
+    new = (entry,) + ((),) * (len(sizes) - 1)
+    return _finish(op, [x], sp[:d] + new + sp[d + 1:], [])
+
+
+def _resolve(shape: Sequence[int], total: int | None) -> list[int] | None:
+    shape = list(shape)
+    if -1 in shape:
+        if total is None:
+            return None
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = total // known if known else 0
+    return shape
+
+
+def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] | None = None,
+            mesh_sizes: Mapping[str, int] | None = None, op: str = "reshape") -> Result:
+    """``reshape/view`` to a literal global shape.
+
+    The dims are grouped (runs of input dims whose product equals a run of output
+    dims); in each group only the outermost non-1 input dim may be sharded, and its
+    sharding goes to the outermost non-1 output dim of the group::
+
+        [8@dp, 4, 6] -> [32@dp, 6]          merge: dp stays outermost
+        [8, 4@tp]    -> [32]                error: tp is an inner factor
+        [8@dp, 6]    -> [2@dp, 4, 6]        split: 2 % |dp| == 0 needed
+
+    Without ``in_shape`` (statically), only an unsharded tensor can be reshaped (the
+    groups are unknown); a sharded one asks for flatten/unflatten, which say them.
+    """
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], shape=shape)
+    if guard is not None:
+        return guard
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    shape = list(shape)
+    if not any(sp):
+        return _finish(op, [x], ((),) * len(shape), [])
+    if in_shape is None or any(s is None for s in in_shape):
+        sharded = [d for d, e in enumerate(sp) if e]
+        return _finish(op, [x], None, [SpmdError(
+            CODE,
+            f"{op}{tuple(shape)} of {_desc(x)}: without the global shape the merged and split dims "
+            f"are unknown, and dim {sharded[0]} is sharded; write it with flatten(start_dim, end_dim) "
+            f"/ unflatten(dim, sizes), which name the dims, or inside spmd.local_map",
+        )])
+    ins = [int(s) for s in in_shape]  # type: ignore[arg-type]
+    total = math.prod(ins)
+    outs = _resolve(shape, total)
+    assert outs is not None
+    if math.prod(outs) != total:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: shape {tuple(shape)} does not fit {tuple(ins)}")])
+    out_spec: list[tuple[str, ...]] = [()] * len(outs)
+    i = j = 0
+    while i < len(ins) or j < len(outs):
+        gi, gj = [i], [j]
+        pi = ins[i] if i < len(ins) else 1
+        pj = outs[j] if j < len(outs) else 1
+        i += 1
+        j += 1
+        while pi != pj:
+            if pi < pj and i < len(ins):
+                pi *= ins[i]
+                gi.append(i)
+                i += 1
+            elif j < len(outs):
+                pj *= outs[j]
+                gj.append(j)
+                j += 1
+            else:
+                break
+        gi = [d for d in gi if d < len(ins)]
+        gj = [d for d in gj if d < len(outs)]
+        # trailing size-1 dims attach to this group harmlessly
+        sharded = [d for d in gi if sp[d]]
+        if not sharded:
+            continue
+        first_non1 = next((d for d in gi if ins[d] != 1), gi[0])
+        if sharded != [first_non1]:
+            d = next(d for d in sharded if d != first_non1)
+            what = "merges" if len(gi) > 1 else "splits"
+            return _finish(op, [x], None, [_group_error(op, x, d, sp[d], what)])
+        d = sharded[0]
+        tgt = next((e for e in gj if outs[e] != 1), None)
+        if tgt is None:
+            return _finish(op, [x], None, [_group_error(op, x, d, sp[d], "drops")])
+        k = _shard_count(sp[d], mesh_sizes)
+        if k is not None and outs[tgt] % k:
+            return _finish(op, [x], None, [SpmdError(
+                CODE,
+                f"{op} splits dim {d}, sharded on {_fmt_entry(sp[d])} ({k} shards): the outermost "
+                f"factor {outs[tgt]} is not divisible by {k}; gather it first "
+                f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))})",
+            )])
+        out_spec[tgt] = sp[d]
+    return _finish(op, [x], tuple(out_spec), [])
+
+
+def squeeze(x: Operand, *, dim: int | Sequence[int] | None = None, op: str = "squeeze") -> Result:
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    if dim is None:
+        return _finish(op, [x], None, [_nonliteral(op, "dim", x)])
+    guard = _guard(op, [x], dim=dim)
+    if guard is not None:
+        return guard
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    try:
+        dims = {_norm_dim(d, len(sp)) for d in _dims_tuple(dim)}
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    bad = [d for d in dims if sp[d]]
+    if bad:
+        return _finish(op, [x], None, [SpmdError(
+            CODE, f"{op} of dim {bad[0]}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x)}): a "
+                  f"sharded dim is not of size 1; squeeze an unsharded dim")])
+    return _finish(op, [x], tuple(e for d, e in enumerate(sp) if d not in dims), [])
+
+
+def unsqueeze(x: Operand, *, dim: int, op: str = "unsqueeze") -> Result:
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], dim=dim)
+    if guard is not None:
+        return guard
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    try:
+        d = _norm_dim(dim, len(sp) + 1)
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    return _finish(op, [x], sp[:d] + ((),) + sp[d:], [])
+
+
+# --------------------------------------------------------------------------------------
+# cat / stack
+
+
+def _same_layout(op: str, operands: Sequence[Operand]) -> tuple[Spec | None, list[SpmdError]]:
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return None, mix
+    specs = [o for o in operands if o.type is not None and o.type.spec is not None]
+    first = specs[0]
+    sp0 = first.type.spec  # type: ignore[union-attr]
+    for o in specs[1:]:
+        sp = o.type.spec  # type: ignore[union-attr]
+        if sp != sp0:
+            fix = redistribute_fix(o.text, sp, sp0) if len(sp) == len(sp0) else "make the ranks equal"  # type: ignore[arg-type]
+            return None, [SpmdError(
+                CODE,
+                f"{op}: {_desc(o)} has a different layout than {_desc(first)}; {op} needs the "
+                f"same partition spec on every tensor: {fix}",
+            )]
+    return sp0, []
+
+
+def cat(operands: Sequence[Operand], *, dim: int = 0, op: str = "cat") -> Result:
+    """``cat(xs, dim)``: the same spec on every tensor, and ``dim`` unsharded (the local
+    cats of shards would interleave the blocks)."""
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    guard = _guard(op, operands, dim=dim)
+    if guard is not None:
+        return guard
+    sp, errors = _same_layout(op, operands)
+    if sp is None:
+        return _finish(op, operands, None, errors)
+    try:
+        d = _norm_dim(dim, len(sp))
+    except _DimError as e:
+        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    if sp[d]:
+        x = next(o for o in operands if is_global(o.type))
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])}: the locals would concatenate "
+                  f"as interleaved blocks, not the global result; gather the dim first "
+                  f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))} for each), or cat along "
+                  f"another dim")])
+    return _finish(op, operands, sp, [])
+
+
+def stack(operands: Sequence[Operand], *, dim: int = 0, op: str = "stack") -> Result:
+    """``stack(xs, dim)``: the same spec on every tensor; the new dim is unsharded."""
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    guard = _guard(op, operands, dim=dim)
+    if guard is not None:
+        return guard
+    sp, errors = _same_layout(op, operands)
+    if sp is None:
+        return _finish(op, operands, None, errors)
+    try:
+        d = _norm_dim(dim, len(sp) + 1)
+    except _DimError as e:
+        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    return _finish(op, operands, sp[:d] + ((),) + sp[d:], [])
+
+
+# --------------------------------------------------------------------------------------
+# indexing
+
+
+def _index_error(op: str, x: Operand, d: int, what: str) -> SpmdError:
+    sp = x.type.spec  # type: ignore[union-attr]
+    return SpmdError(
+        CODE,
+        f"{op}: {what} dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x)}): each rank holds "
+        f"another block, so the local index does not mean the global one; gather the dim first "
+        f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or index an unsharded dim",
+    )
+
+
+def index(x: Operand, items: Sequence[Any], *, op: str = "__getitem__",
+          extra: Sequence[Operand] = ()) -> Result:
+    """``x[...]`` on unsharded dims: an ``int`` drops the dim, a full ``slice(None)``
+    keeps it (sharded or not), a partial slice keeps it (unsharded only), ``None``
+    inserts an unsharded dim, ``...`` spans the rest, a :class:`TensorIndex` replaces
+    the dim by the index's dims (unsharded, and only on an unsharded dim)."""
+    operands = [x, *extra]
+    if _all_local(op, operands) or not is_global(x.type):
+        return local_propagate(op, operands)
+    if items is UNKNOWN:
+        return _finish(op, operands, None, [_nonliteral(op, "index", x)])
+    items = list(items) if isinstance(items, (tuple, list)) else [items]
+    if any(i is UNKNOWN for i in items):
+        return _finish(op, operands, None, [_nonliteral(op, "index", x)])
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    n_consume = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if n_consume > len(sp):
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op}: {n_consume} indices for {_desc(x)} of rank {len(sp)}")])
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items = items[:k] + [slice(None)] * (len(sp) - n_consume) + items[k + 1:]
+    else:
+        items = items + [slice(None)] * (len(sp) - n_consume)
+    out: list[tuple[str, ...]] = []
+    d = 0
+    for it in items:
+        if it is None:
+            out.append(())
+            continue
+        entry = sp[d]
+        if isinstance(it, slice):
+            if entry and it != slice(None):
+                return _finish(op, operands, None, [_index_error(op, x, d, "slicing")])
+            out.append(entry)
+        elif isinstance(it, TensorIndex):
+            if entry:
+                return _finish(op, operands, None, [_index_error(op, x, d, "a tensor index on")])
+            if it.sharded:
+                return _finish(op, operands, None, [SpmdError(
+                    CODE, f"{op}: a sharded index tensor on dim {d} of {_desc(x)}: gather the index "
+                          f"first (spmd.redistribute it to an unsharded spec)")])
+            out.extend([()] * it.rank)
+        else:  # an int
+            if entry:
+                return _finish(op, operands, None, [_index_error(op, x, d, "an integer index on")])
+        d += 1
+    return _finish(op, operands, tuple(out), [])
+
+
+def select(x: Operand, *, dim: int, op: str = "select") -> Result:
+    """``x.select(dim, i)``: an integer index on ``dim``."""
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], dim=dim)
+    if guard is not None:
+        return guard
+    r = rank(x.type)  # type: ignore[arg-type]
+    assert r is not None
+    try:
+        d = _norm_dim(dim, r)
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    return index(x, [slice(None)] * d + [0], op=op)
+
+
+def narrow(x: Operand, *, dim: int, op: str = "narrow") -> Result:
+    """``x.narrow(dim, start, length)``: a partial slice on ``dim``."""
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    guard = _guard(op, [x], dim=dim)
+    if guard is not None:
+        return guard
+    r = rank(x.type)  # type: ignore[arg-type]
+    assert r is not None
+    try:
+        d = _norm_dim(dim, r)
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    return index(x, [slice(None)] * d + [slice(0, 1)], op=op)
+
+
+# --------------------------------------------------------------------------------------
+# the dispatcher
+
+ELEMENTWISE = frozenset(
+    name for name, spec in OP_SPECS.items() if spec.keeps_shard_dims
+) - ALONG_DIM - NORMALIZE_TRAILING - {"group_norm"}
+EINSUM_LIKE = frozenset("matmul mm bmm mv dot inner outer".split())
+_OUTER = {"outer": "i,j->ij", "ger": "i,j->ij", "inner": "...i,...i->..."}
+
+
+def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
+    """Type one op in global SPMD (see the module docstring for ``params``).
+
+    With no global operand this is the local rule.  An op with no shard
+    propagation rule on a global operand is an error (never a guess)."""
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    tensors = [o for o in operands if o.type is not None]
+    x = operands[0]
+    p = params
+    opa = p.get("out_partial_axes")
+    if op == "einsum":
+        return einsum(p.get("equation", UNKNOWN), operands, out_partial_axes=opa)
+    if op in ("matmul", "mm", "bmm", "mv", "dot", "vdot"):
+        return matmul(operands[0], operands[1], out_partial_axes=opa, op=op)
+    if op in _OUTER:
+        return einsum(_OUTER[op], operands, out_partial_axes=opa, op=op,
+                      call=f"spmd.einsum(\"{_OUTER[op]}\", {_texts(operands)})")
+    if op == "linear":
+        return linear(operands[0], operands[1], operands[2] if len(operands) > 2 else None,
+                      out_partial_axes=opa)
+    if op in ("max", "min") and len(tensors) >= 2:
+        return elementwise(op, operands, sizes_one=p.get("sizes_one"))
+    if op in REDUCTIONS:
+        return reduction(op, x, dim=p.get("dim"), keepdim=p.get("keepdim", False),
+                         out_partial_axes=opa, extra=operands[1:])
+    if op in ALONG_DIM or op in NORMALIZE_TRAILING:
+        return along_dim(op, x, dim=p.get("dim"), normalized_ndim=p.get("normalized_ndim"),
+                         extra=operands[1:])
+    if op in ELEMENTWISE or op in ("where", "masked_fill", "addcmul", "addcdiv", "lerp"):
+        if opa:
+            return _finish(op, operands, None, [SpmdError(CODE, f"{op}: out_partial_axes applies to "
+                                                              f"einsum, matmul, linear and sum only")])
+        return elementwise(op, operands, sizes_one=p.get("sizes_one"))
+    if op == "permute":
+        return permute(x, p.get("dims", UNKNOWN), op=op)
+    if op in ("transpose", "swapaxes", "swapdims", "transpose_"):
+        return transpose(x, p.get("dim0", UNKNOWN), p.get("dim1", UNKNOWN), op=op)
+    if op in ("T", "t", "t_"):
+        return reverse_dims(x, op=op)
+    if op in ("mT", "mH", "adjoint"):
+        return matrix_transpose(x, op=op)
+    if op in ("movedim", "moveaxis"):
+        return movedim(x, p.get("source", UNKNOWN), p.get("destination", UNKNOWN), op=op)
+    if op in ("reshape", "view"):
+        return reshape(x, shape=p.get("shape", UNKNOWN), in_shape=p.get("in_shape"),
+                       mesh_sizes=p.get("mesh_sizes"), op=op)
+    if op in ("flatten", "ravel"):
+        return flatten(x, start_dim=p.get("start_dim", 0), end_dim=p.get("end_dim", -1), op=op)
+    if op == "unflatten":
+        return unflatten(x, dim=p.get("dim", UNKNOWN), sizes=p.get("sizes", UNKNOWN),
+                         mesh_sizes=p.get("mesh_sizes"), op=op)
+    if op in ("squeeze", "squeeze_"):
+        return squeeze(x, dim=p.get("dim"), op=op)
+    if op in ("unsqueeze", "unsqueeze_"):
+        return unsqueeze(x, dim=p.get("dim", UNKNOWN), op=op)
+    if op in ("cat", "concat", "concatenate"):
+        return cat(operands, dim=p.get("dim", 0), op=op)
+    if op == "stack":
+        return stack(operands, dim=p.get("dim", 0), op=op)
+    if op == "__getitem__":
+        return index(x, p.get("index", UNKNOWN), op=op, extra=operands[1:])
+    if op == "select":
+        return select(x, dim=p.get("dim", UNKNOWN), op=op)
+    if op == "narrow":
+        return narrow(x, dim=p.get("dim", UNKNOWN), op=op)
+    g = next(o for o in operands if is_global(o.type))
+    return _finish(op, operands, None, [SpmdError(
+        CODE,
+        f"{op} has no shard propagation rule in global SPMD ({_desc(g)}); do it in local SPMD: "
+        f"wrap the code in spmd.local_map, or redistribute {g.text} to an unsharded spec "
+        f"({redistribute_fix(g.text, g.type.spec, tuple(() for _ in g.type.spec))}) first",  # type: ignore[union-attr]
+    )])
+
+
+# --------------------------------------------------------------------------------------
+# local_map
+
+
+def localize(t: SpmdType, axes: Iterable[str] | None) -> SpmdType:
+    """The local type inside ``spmd.local_map(axes=...)`` of a value of global type ``t``:
+    each axis in ``axes`` (None: all) leaves the spec and becomes ``S(d)`` (V with its
+    dim) if it sharded dim d, else keeps its R/I/P type.  When no global axis is left
+    (``axes=None``) the spec is dropped: the value is fully local."""
+    if t.spec is None:
+        return t
+    if axes is None:
+        return SpmdType(t.axes)
+    ax = set(axes)
+    spec = tuple(tuple(a for a in e if a not in ax) for e in t.spec)
+    return SpmdType(t.axes, spec)
+
+
+def globalize(t: SpmdType, declared: SpmdType) -> SpmdType:
+    """The global type a local result takes on exiting ``local_map``: ``declared``."""
+    return declared
+
+
+def check_local_map_boundary(local: SpmdType, declared: SpmdType, axes: Iterable[str] | None,
+                             *, what: str = "the result", where: str = "out_types") -> list[SpmdError]:
+    """The body's local type ``local`` against the declared global type ``declared``
+    (an ``out_types`` or ``in_types`` entry) seen locally on ``axes``.
+
+    Per axis: the same R/I/P; an axis the spec shards on dim d is V (or S(d)) locally.
+    An axis either side does not mention is unchecked (gradual)."""
+    want = localize(declared, axes)
+    errors = []
+    for a, lt in want.axes:
+        got = local.get(a)
+        if got is None:
+            continue
+        ok = got.kind is lt.kind and (got.dim is None or lt.dim is None or got.dim == lt.dim)
+        if not ok:
+            if lt.kind is Kind.V:
+                need = f"V (it shards dim {lt.dim} in {format_spec(declared.spec or ())})"
+            else:
+                need = lt.kind.value
+            fix = ""
+            if got.kind is Kind.V and lt.kind is Kind.P:
+                fix = f'; reinterpret(..., "{a}", src=V, dst=P) if the locals are summands'
+            elif got.kind is Kind.P and lt.kind is Kind.R:
+                fix = f'; all_reduce(..., "{a}", src=P, dst=R) before returning'
+            elif got.kind is Kind.P and lt.kind is Kind.V:
+                fix = f'; reduce_scatter(..., "{a}", src=P, dst=V) before returning'
+            elif got.kind is Kind.V and lt.kind is Kind.R:
+                fix = f'; all_gather(..., "{a}", src=V, dst=R) before returning, or declare it sharded'
+            errors.append(SpmdError(
+                "spmd-mismatch",
+                f'local_map: {what} is {got} on "{a}" ({format_type(local)}) but {where} declares '
+                f"{format_type(declared)}, which is {need} on \"{a}\" inside the local region{fix}",
+            ))
+    return errors
+
+
+__all__ = [
+    "UNKNOWN", "TensorIndex", "propagate", "einsum", "matmul", "linear", "elementwise",
+    "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
+    "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
+    "index", "select", "narrow", "is_global", "rank", "global_axes", "localize", "globalize",
+    "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation",
+    "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS",
+]
