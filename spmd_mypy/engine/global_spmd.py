@@ -1385,5 +1385,27 @@ __all__ = [
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
     "index", "select", "narrow", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation",
-    "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS",
+    "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
 ]
+
+
+def check_argument(have: SpmdType, want: SpmdType, *, x_text: str = "x",
+                   where: str = "the argument") -> list[SpmdError] | None:
+    """A global argument passed where a global type is declared: the same partition spec
+    and the same R/I/P on the axes both name, else one error whose fix is the
+    ``spmd.redistribute`` call.  None when either side is not global (the per-axis
+    check applies)."""
+    if have.spec is None or want.spec is None:
+        return None
+    same = have.spec == want.spec and all(
+        have.get(a) is None or have.get(a).kind is lt.kind for a, lt in want.axes)  # type: ignore[union-attr]
+    if same:
+        return []
+    if len(have.spec) != len(want.spec):
+        fix = f"the ranks differ ({len(have.spec)} and {len(want.spec)}): reshape it first"
+    else:
+        fix = f"use spmd.redistribute({x_text}, src={format_type(have)}, dst={format_type(want)})"
+    return [SpmdError(
+        "spmd-mismatch",
+        f"{where} is {format_type(have)} but {format_type(want)} is expected; {fix}",
+    )]
