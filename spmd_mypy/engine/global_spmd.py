@@ -182,12 +182,23 @@ class _DimError(Exception):
     pass
 
 
+_LITERAL_EXAMPLES = {
+    "equation": 'a string literal such as "ij,jk->ik"',
+    "shape": "literal ints such as (4, -1)",
+    "sizes": "literal ints such as (4, -1)",
+    "index": "literal indices such as x[:, 0] or x[..., 1:3]",
+    "dims": "literal ints such as (1, 0)",
+    "out_partial_axes": 'a literal axis name such as "tp"',
+}
+
+
 def _nonliteral(op: str, param: str, o: Operand) -> SpmdError:
+    example = _LITERAL_EXAMPLES.get(param, f"a literal int or a Final constant, e.g. {param}=1")
     return SpmdError(
         CODE,
         f"{op} on the global tensor {_desc(o)} needs a literal {param}: shard propagation "
-        f"reads the dims from the call (write the int/tuple in the call, e.g. "
-        f"{param}=1), or wrap the code in spmd.local_map",
+        f"reads the layout change from the call ({example}), never a guess; or do it inside "
+        f"spmd.local_map",
     )
 
 
@@ -976,11 +987,14 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
     shape = list(shape)
     if not any(sp):
         return _finish(op, [x], ((),) * len(shape), [])
+    if len(shape) == 1 and (in_shape is None or mesh_sizes is None):
+        # to one dim: merges every dim, outermost first (the groups are known)
+        return flatten(x, op=op)
     if in_shape is None or any(s is None for s in in_shape):
         sharded = [d for d, e in enumerate(sp) if e]
         return _finish(op, [x], None, [SpmdError(
             CODE,
-            f"{op}{tuple(shape)} of {_desc(x)}: without the global shape the merged and split dims "
+            f"{op}({', '.join(str(v) for v in shape)}) of {_desc(x)}: without the global shape the merged and split dims "
             f"are unknown, and dim {sharded[0]} is sharded; write it with flatten(start_dim, end_dim) "
             f"/ unflatten(dim, sizes), which name the dims, or inside spmd.local_map",
         )])
@@ -1289,6 +1303,9 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return matrix_transpose(x, op=op)
     if op in ("movedim", "moveaxis"):
         return movedim(x, p.get("source", UNKNOWN), p.get("destination", UNKNOWN), op=op)
+    if op in ("reshape", "view") and p.get("dtype_view"):
+        # x.view(dtype): the bits reinterpreted, only the last dim's size may change
+        return along_dim(op, x, dim=-1)
     if op in ("reshape", "view"):
         return reshape(x, shape=p.get("shape", UNKNOWN), in_shape=p.get("in_shape"),
                        mesh_sizes=p.get("mesh_sizes"), op=op)

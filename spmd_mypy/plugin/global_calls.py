@@ -163,6 +163,8 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
         for k in ("source", "destination"):
             p[k] = _dim_param(f.get(k))
     elif base in ("reshape", "view"):
+        if "dtype" in f:
+            return {"dtype_view": True}
         exprs = f.get("shape") or f.get("size")
         p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
     elif base == "flatten":
