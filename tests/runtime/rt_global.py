@@ -292,7 +292,7 @@ def check_local_map(ctx: Any, name: str) -> None:
             try:
                 forgot_reinterpret(h, w)
             except SpmdTypeError as e:
-                assert "out_types" in str(e) and "reinterpret" in str(e), str(e)
+                assert "out_types" in str(e) and "reinterpret" in str(e) and e.code == "spmd-mismatch", str(e)
             else:
                 raise AssertionError("local_map exit mismatch not caught")
 
