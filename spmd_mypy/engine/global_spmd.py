@@ -334,6 +334,16 @@ def parse_equation(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]
     return expanded, out
 
 
+def _label(op: str, c: str, labels: Sequence[str], operands: Sequence[Operand]) -> str:
+    """``label "j"`` for an einsum; ``dim 1 of h`` for matmul/linear (their labels are ours)."""
+    if op == "einsum":
+        return f'label "{c}"'
+    for lab, o in zip(labels, operands):
+        if c in lab:
+            return f"dim {lab.index(c)} of {o.text}"
+    return f'label "{c}"'
+
+
 def _partial_fix(call: str, axes: Sequence[str]) -> str:
     return call[:-1] + f", out_partial_axes={_fmt_axes(tuple(axes))})"
 
@@ -372,7 +382,7 @@ def _einsum_core(
                 dst = tuple(wanted if cc == c else e for cc, e in zip(fix_lab, fix_sp or ()))
                 errors.append(SpmdError(
                     CODE,
-                    f'{op}: label "{c}" is sharded {why} ({_desc(a)}, {_desc(b)}); the locals do '
+                    f'{op}: {_label(op, c, labels, operands)} is sharded {why} ({_desc(a)}, {_desc(b)}); the locals do '
                     f"not line up: shard both the same way, e.g. "
                     f"{redistribute_fix(fix_o.text, fix_sp or (), dst)}",
                 ))
@@ -386,7 +396,8 @@ def _einsum_core(
             if a in axis_label and axis_label[a] != c:
                 errors.append(SpmdError(
                     CODE,
-                    f'{op}: mesh axis "{a}" shards both label "{axis_label[a]}" and label "{c}"; '
+                    f'{op}: mesh axis "{a}" shards both {_label(op, axis_label[a], labels, operands)} '
+                    f'and {_label(op, c, labels, operands)}; '
                     f"a mesh axis may shard one dim: redistribute one operand so that "
                     f'"{a}" shards a single label',
                 ))
@@ -405,7 +416,8 @@ def _einsum_core(
                 if lt is not None and lt.kind is Kind.V:
                     errors.append(SpmdError(
                         CODE,
-                        f'{op}: {operands[j].text} shards label "{c}" on "{a}", which {o.text} lacks, '
+                        f'{op}: {operands[j].text} shards {_label(op, c, labels, operands)} on "{a}", '
+                        f'which {o.text} lacks, '
                         f'but {_desc(o)} varies on "{a}": it would be broadcast along a sharded dim '
                         f"with different values per rank; make it Replicate on \"{a}\" first "
                         f'(all_gather({o.text}, "{a}", ...))',
@@ -424,7 +436,7 @@ def _einsum_core(
         src_i = label_axes[c][1]
         errors.append(SpmdError(
             CODE,
-            f'{op} contracts label "{c}", sharded on {_fmt_axes(tuple(missing))} '
+            f'{op} contracts {_label(op, c, labels, operands)}, sharded on {_fmt_axes(tuple(missing))} '
             f"({_desc(operands[src_i])}): each rank computes only a partial sum over "
             f"{_fmt_axes(tuple(missing))}; global SPMD never makes Partial implicitly: say so with "
             f"{_partial_fix(call, tuple(dict.fromkeys(tuple(out_partial_axes) + tuple(missing))))} "
@@ -698,7 +710,7 @@ def reduction(
     elif sharded:
         d0, e0 = sharded[0]
         if op in ("mean", "nanmean"):
-            how = (f"spmd.sum({x.text}{dim_text}{keep_text}, out_partial_axes={_fmt_axes(needed)}) "
+            how = (f"use spmd.sum({x.text}{dim_text}{keep_text}, out_partial_axes={_fmt_axes(needed)}) "
                    f"divided by the global size, or gather the dim first: ")
         else:
             how = "gather the dim first: "

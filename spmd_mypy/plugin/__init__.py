@@ -37,7 +37,7 @@ from mypy.typestate import type_state
 
 from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
-from . import calls
+from . import calls, global_calls
 from .autograd import AutogradTyper, is_autograd_function
 from .codes import ERROR_CODES
 from .config import Config, load
@@ -384,6 +384,8 @@ class SpmdPlugin(Plugin):
                 return self.calls.reveal_hook
             if fullname == "spmd.declare":
                 return self.calls.declare_hook
+            if fullname == "spmd.local_map":
+                return lambda ctx: global_calls.local_map_hook(self.calls, ctx)
             if fullname in _PARTIAL_OPS:
                 return self.calls.partial_op_hook(_PARTIAL_OPS[fullname])
             return None

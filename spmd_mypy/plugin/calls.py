@@ -55,6 +55,7 @@ from ..engine.ops import (
     FACTORIES, NOT_OPS, OPERATORS, Operand, Role, check_backward, check_inplace, classify, is_known, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
+from . import global_calls
 from .codes import ERROR_CODES
 
 if TYPE_CHECKING:
@@ -414,7 +415,10 @@ class CallTyper:
                 return ctx.default_return_type
             if reflected and len(ops) == 2:
                 ops = [ops[1], ops[0]]
-            result = propagate(spec, ops, strict=self.plugin.config.strict)
+            if global_calls.any_global(ops):  # global SPMD: shard propagation
+                result = global_calls.propagate(self, ctx, op, ops)
+            else:
+                result = propagate(spec, ops, strict=self.plugin.config.strict)
             self.report(ctx, result.errors)
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
@@ -471,7 +475,14 @@ class CallTyper:
         t = self.types.from_type(ctx.type)
         if not t:
             return ctx.default_attr_type
-        res = propagate("transpose", [Operand(t)])
+        if t.spec is not None:
+            c = ctx.context
+            name = c.name if isinstance(c, MemberExpr) else "T"
+            res = global_calls.propagate(self, ctx, {"H": "T", "mH": "mT"}.get(name, name), [Operand(t, expr_text(
+                c.expr) if isinstance(c, MemberExpr) else "x")])
+            self.report(ctx, res.errors)
+        else:
+            res = propagate("transpose", [Operand(t)])
         inst = self.types.to_instance(res.type)
         return inst if inst is not None else ctx.default_attr_type
 
@@ -530,6 +541,8 @@ class CallTyper:
             if x is None:
                 return ctx.default_return_type
             axis_expr, axis_type = self._arg(ctx, "axis")
+            if op == "redistribute" and axis_expr is None:  # the partition-spec form
+                return global_calls.redistribute_hook(self, ctx)
             dst_expr = self._arg(ctx, "dst")[0]
             if axis_expr is None or (dst_expr is None and op != "redistribute"):
                 return ctx.default_return_type  # mypy already reports the missing argument
@@ -651,6 +664,8 @@ class CallTyper:
             if not any_typed:
                 return ctx.default_return_type
             pa_expr, pa_type = self._arg(ctx, "out_partial_axes")
+            if global_calls.any_global(ops) or (bias is not None and bias.spec is not None):
+                return self._global_partial_op(ctx, op, ops, pa_expr, pa_type, b_expr)
             if pa_expr is None or (isinstance(pa_expr, NameExpr) and pa_expr.name == "None"):
                 res = propagate(op, ops, strict=self.plugin.config.strict)
                 self.report(ctx, res.errors)
@@ -702,6 +717,26 @@ class CallTyper:
             return self.typed_result(ctx.default_return_type, t)
 
         return hook
+
+    def _global_partial_op(self, ctx: FunctionContext, op: str, ops: list[Operand],
+                           pa_expr: Expression | None, pa_type: Type | None,
+                           b_expr: Expression | None) -> Type:
+        """spmd.einsum / matmul / linear / sum on global operands: the einsum rule with
+        ``out_partial_axes`` in one step (global_spmd)."""
+        axes: tuple[str, ...] | None = ()
+        if pa_expr is not None and not (isinstance(pa_expr, NameExpr) and pa_expr.name == "None"):
+            axes = self._axis_names(ctx, pa_expr, pa_type, f"spmd.{op} out_partial_axes")
+            if axes is None:
+                return self.typed_result(ctx.default_return_type, UNTYPED)
+        params = global_calls.op_params(self, ctx, op)
+        if b_expr is not None:
+            b_text = expr_text(b_expr)
+            core = [o for o in ops if o.text != b_text]
+            bias = [o for o in ops if o.text == b_text]
+            ops = core[:2] + bias[:1]
+        res = global_calls.gs.propagate(op, ops, out_partial_axes=axes or None, **params)
+        self.report(ctx, res.errors)
+        return self.typed_result(ctx.default_return_type, res.type)
 
     # -- user functions: arguments checked by the engine, with a fix -----------------------
     def relax_signature_hook(self, ctx) -> Type:  # noqa: ANN001 - FunctionSigContext/MethodSigContext

@@ -16,6 +16,7 @@ from mypy.types import (
     AnyType,
     Instance,
     LiteralType,
+    NoneType,
     ProperType,
     RawExpressionType,
     TupleType,
@@ -52,16 +53,17 @@ class TypeBuilder:
         if infos is not None and self._lookup("spmd.Tensor") is infos["Tensor"]:
             return infos
         found = {}
-        for name in ("Tensor", "R", "I", "V", "P", "S"):
+        for name in ("Tensor", "R", "I", "V", "P", "S", "PS"):
             info = self._lookup(TENSOR if name == "Tensor" else f"spmd._slots.{name}")
             if info is None:
                 return None
             found[name] = info
         str_info = self._lookup("builtins.str")
         int_info = self._lookup("builtins.int")
-        if str_info is None or int_info is None:
+        tuple_info = self._lookup("builtins.tuple")
+        if str_info is None or int_info is None or tuple_info is None:
             return None
-        found["str"], found["int"] = str_info, int_info
+        found["str"], found["int"], found["tuple"] = str_info, int_info, tuple_info
         self._infos = found
         self._to_cache = {}
         return found
@@ -90,9 +92,28 @@ class TypeBuilder:
                 slots.append(Instance(infos["S"], [LiteralType(lt.dim, int_t), lit]))
             else:
                 slots.append(Instance(infos[lt.kind.value], [lit]))
+        slots.append(self._spec_slot(t.spec, infos, str_t))
         inst = Instance(infos["Tensor"], slots)
         self._to_cache[t] = inst
         return inst
+
+    @staticmethod
+    def _spec_slot(spec: tuple[tuple[str, ...], ...] | None, infos: dict[str, TypeInfo],
+                   str_t: Instance) -> Type:
+        """The trailing slot: ``Any`` in local SPMD; ``_slots.PS[tuple[None, Literal["dp"],
+        tuple[Literal["dp"], Literal["tp"]]]]`` for ``PS[None, "dp", ("dp", "tp")]``."""
+        if spec is None:
+            return AnyType(TypeOfAny.special_form)
+        obj = Instance(infos["tuple"], [AnyType(TypeOfAny.special_form)])
+
+        def entry(axes: tuple[str, ...]) -> Type:
+            if not axes:
+                return NoneType()
+            if len(axes) == 1:
+                return LiteralType(axes[0], str_t)
+            return TupleType([LiteralType(a, str_t) for a in axes], obj)
+
+        return Instance(infos["PS"], [TupleType([entry(e) for e in spec], obj)])
 
     # -- mypy -> engine ----------------------------------------------------------------
     def from_type(self, typ: Type | None) -> SpmdType | None:
@@ -130,11 +151,15 @@ class TypeBuilder:
                 return UNTYPED
             flat.append(a)
         out: dict[str, LocalType] = {}
+        spec: tuple[tuple[str, ...], ...] | None = None
         for slot in flat:
             s = get_proper_type(slot)
             if not isinstance(s, Instance) or not s.args:
                 continue
             name = s.type.name
+            if name == "PS" and len(s.args) == 1:
+                spec = _read_spec(s.args[0])
+                continue
             lits = [get_proper_type(x) for x in s.args]
             if not all(isinstance(x, LiteralType) for x in lits):
                 continue
@@ -146,7 +171,29 @@ class TypeBuilder:
                 axis = lits[0].value  # type: ignore[union-attr]
                 if isinstance(axis, str):
                     out[axis] = LocalType(Kind(name))
-        return SpmdType.of(out)
+        return SpmdType.of(out, spec)
+
+
+def _read_spec(t: Type) -> tuple[tuple[str, ...], ...] | None:
+    """The partition spec from the trailing slot's tuple (see TypeBuilder._spec_slot)."""
+    p = get_proper_type(t)
+    if not isinstance(p, TupleType):
+        return None
+    spec: list[tuple[str, ...]] = []
+    for item in p.items:
+        e = get_proper_type(item)
+        if isinstance(e, NoneType):
+            spec.append(())
+        elif isinstance(e, LiteralType) and isinstance(e.value, str):
+            spec.append((e.value,))
+        elif isinstance(e, TupleType):
+            names = [get_proper_type(i) for i in e.items]
+            if not all(isinstance(n, LiteralType) and isinstance(n.value, str) for n in names):
+                return None
+            spec.append(tuple(n.value for n in names))  # type: ignore[union-attr,misc]
+        else:
+            return None
+    return tuple(spec)
 
 
 # -- reading annotations (unanalyzed types) -------------------------------------------

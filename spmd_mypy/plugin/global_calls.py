@@ -1,0 +1,430 @@
+"""Global SPMD in the plugin: shard propagation at op calls, ``spmd.local_map`` and
+``spmd.redistribute(x, src=PS[...], dst=PS[...])``.
+
+The rules are the engine's (:mod:`spmd_mypy.engine.global_spmd`,
+:mod:`spmd_mypy.engine.redistribute`); this module reads the op's literal
+parameters from the call (dims, shapes, the equation, the index), passing
+:data:`~spmd_mypy.engine.global_spmd.UNKNOWN` for what is not a literal, so the
+engine asks for a literal instead of guessing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from mypy.nodes import (
+    CallExpr,
+    Decorator,
+    EllipsisExpr,
+    Expression,
+    FuncDef,
+    IndexExpr,
+    IntExpr,
+    ListExpr,
+    MemberExpr,
+    MypyFile,
+    NameExpr,
+    RefExpr,
+    SliceExpr,
+    StrExpr,
+    TupleExpr,
+    UnaryExpr,
+    Var,
+)
+from mypy.traverser import TraverserVisitor
+from mypy.types import (
+    AnyType,
+    CallableType,
+    Instance,
+    LiteralType,
+    TupleType,
+    Type,
+    TypeOfAny,
+    get_proper_type,
+)
+
+from ..engine import global_spmd as gs
+from ..engine import redistribute as rd
+from ..engine.errors import SpmdError
+from ..engine.ops import Operand, Result
+from ..engine.types import SpmdType, format_type
+
+if TYPE_CHECKING:
+    from .calls import AnyCtx, CallTyper
+
+
+def any_global(ops: Sequence[Operand]) -> bool:
+    return any(gs.is_global(o.type) for o in ops)
+
+
+# -- literals ---------------------------------------------------------------------------
+
+
+def lit_int(e: Expression | None) -> int | None:
+    if isinstance(e, IntExpr):
+        return e.value
+    if isinstance(e, UnaryExpr) and e.op == "-" and isinstance(e.expr, IntExpr):
+        return -e.expr.value
+    if isinstance(e, RefExpr) and isinstance(e.node, Var) and e.node.is_final:
+        v = e.node.final_value
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def lit_ints(exprs: Sequence[Expression]) -> tuple[int, ...] | Any:
+    """``(1, 0)`` from ``permute(1, 0)`` (star args) or ``permute((1, 0))``; UNKNOWN else."""
+    if len(exprs) == 1 and isinstance(exprs[0], (TupleExpr, ListExpr)):
+        exprs = exprs[0].items
+    vals = [lit_int(e) for e in exprs]
+    if any(v is None for v in vals):
+        return gs.UNKNOWN
+    return tuple(vals)  # type: ignore[arg-type]
+
+
+def is_none(e: Expression | None) -> bool:
+    return isinstance(e, NameExpr) and e.fullname == "builtins.None"
+
+
+def _by_formal(ctx: AnyCtx) -> dict[str, list[Expression]]:
+    out: dict[str, list[Expression]] = {}
+    for formal, exprs in zip(getattr(ctx, "callee_arg_names", ()), getattr(ctx, "args", ())):
+        if formal and exprs:
+            out.setdefault(formal, []).extend(exprs)
+    return out
+
+
+def _dim_param(exprs: list[Expression] | None, many: bool = True) -> Any:
+    """A ``dim`` argument: an int, a tuple of ints, None; UNKNOWN when not literal."""
+    if exprs is None:
+        return None
+    if len(exprs) == 1:
+        e = exprs[0]
+        if is_none(e):
+            return None
+        v = lit_int(e)
+        if v is not None:
+            return v
+        if many and isinstance(e, (TupleExpr, ListExpr)):
+            return lit_ints([e])
+        return gs.UNKNOWN
+    return lit_ints(exprs) if many else gs.UNKNOWN
+
+
+def _bool_param(exprs: list[Expression] | None) -> Any:
+    if not exprs:
+        return False
+    e = exprs[0]
+    if isinstance(e, NameExpr) and e.fullname in ("builtins.True", "builtins.False"):
+        return e.fullname == "builtins.True"
+    return gs.UNKNOWN
+
+
+def _index_items(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
+    items = e.items if isinstance(e, TupleExpr) else [e]
+    out: list[Any] = []
+    for it in items:
+        if isinstance(it, SliceExpr):
+            full = it.begin_index is None and it.end_index is None and it.stride is None
+            out.append(slice(None) if full else slice(0, 1))
+        elif is_none(it):
+            out.append(None)
+        elif isinstance(it, EllipsisExpr):
+            out.append(Ellipsis)
+        elif lit_int(it) is not None:
+            out.append(0)
+        else:
+            t = typer._lookup_expr_type(ctx, it)
+            p = get_proper_type(t) if t is not None else None
+            if isinstance(p, LiteralType):
+                p = p.fallback
+            if isinstance(p, Instance) and p.type.fullname in ("builtins.int", "builtins.bool"):
+                out.append(0)
+                continue
+            st = typer.types.from_type(t) if t is not None else None
+            if st is not None and st.spec is not None:
+                out.append(gs.TensorIndex(len(st.spec), any(st.spec)))
+                continue
+            return gs.UNKNOWN
+    return tuple(out)
+
+
+def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
+    """The op's literal parameters for :func:`global_spmd.propagate`."""
+    f = _by_formal(ctx)
+    p: dict[str, Any] = {}
+    base = op.rstrip("_") if not op.startswith("__") else op
+    if base in ("permute",):
+        p["dims"] = lit_ints(f.get("dims", []))
+    elif base in ("transpose", "swapaxes", "swapdims"):
+        for k, alt in (("dim0", "axis0"), ("dim1", "axis1")):
+            v = lit_int((f.get(k) or f.get(alt) or [None])[0])
+            p[k] = v if v is not None else gs.UNKNOWN
+    elif base in ("movedim", "moveaxis"):
+        for k in ("source", "destination"):
+            p[k] = _dim_param(f.get(k))
+    elif base in ("reshape", "view"):
+        exprs = f.get("shape") or f.get("size")
+        p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
+    elif base == "flatten":
+        for k, d in (("start_dim", 0), ("end_dim", -1)):
+            v = f.get(k)
+            p[k] = d if v is None else (lit_int(v[0]) if lit_int(v[0]) is not None else gs.UNKNOWN)
+    elif base == "unflatten":
+        p["dim"] = _dim_param(f.get("dim"), many=False)
+        p["sizes"] = lit_ints(f["sizes"]) if f.get("sizes") else gs.UNKNOWN
+    elif base in ("layer_norm", "rms_norm"):
+        ns = f.get("normalized_shape")
+        if ns and isinstance(ns[0], (TupleExpr, ListExpr)):
+            p["normalized_ndim"] = len(ns[0].items)
+        elif ns and lit_int(ns[0]) is not None:
+            p["normalized_ndim"] = 1
+        else:
+            p["normalized_ndim"] = gs.UNKNOWN
+    elif base == "einsum":
+        eq = f.get("equation") or f.get("args") or []
+        p["equation"] = eq[0].value if eq and isinstance(eq[0], StrExpr) else gs.UNKNOWN
+    elif op == "__getitem__":
+        c = ctx.context
+        p["index"] = _index_items(typer, ctx, c.index) if isinstance(c, IndexExpr) else gs.UNKNOWN
+    elif base in ("cat", "concat", "concatenate", "stack"):
+        d = _dim_param(f.get("dim") or f.get("axis"), many=False)
+        p["dim"] = 0 if d is None else d
+    elif base in ("select", "narrow", "unsqueeze"):
+        p["dim"] = _dim_param(f.get("dim"), many=False)
+    elif base == "squeeze":
+        p["dim"] = _dim_param(f.get("dim"))
+    elif base in gs.REDUCTIONS or base in gs.ALONG_DIM:
+        if "dim" in f:
+            p["dim"] = _dim_param(f.get("dim"))
+        elif base in gs.ALONG_DIM and base != "normalize":
+            p["dim"] = gs.UNKNOWN
+        p["keepdim"] = _bool_param(f.get("keepdim"))
+    return p
+
+
+def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand]):  # noqa: ANN201
+    """Shard propagation of a torch op or operator with a global operand."""
+    try:
+        return gs.propagate(op, ops, **op_params(typer, ctx, op))
+    except Exception:  # noqa: BLE001 - never crash mypy: the result is unknown
+        return Result(SpmdType(), [])
+
+
+def guarded(hook):  # noqa: ANN001, ANN201
+    """A hook that falls back to mypy's own result on an unexpected failure."""
+
+    def run(typer: CallTyper, ctx: AnyCtx) -> Type:
+        try:
+            return hook(typer, ctx)
+        except Exception:  # noqa: BLE001 - never crash mypy
+            return ctx.default_return_type
+
+    run.__doc__ = hook.__doc__
+    return run
+
+
+# -- spmd.local_map -----------------------------------------------------------------------
+
+
+class _DecoratorFinder(TraverserVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: dict[int, FuncDef] = {}
+
+    def visit_decorator(self, o: Decorator) -> None:
+        for d in o.decorators:
+            self.found[id(d)] = o.func
+        super().visit_decorator(o)
+
+
+_DECORATED: dict[int, tuple[MypyFile, dict[int, FuncDef]]] = {}
+
+
+def decorated_function(api: object, call: Expression) -> FuncDef | None:
+    """The function a ``@spmd.local_map(...)`` decorator call decorates."""
+    tree = getattr(api, "tree", None)
+    if not isinstance(tree, MypyFile):
+        return None
+    cached = _DECORATED.get(id(tree))
+    if cached is None or cached[0] is not tree:
+        finder = _DecoratorFinder()
+        try:
+            tree.accept(finder)
+        except Exception:  # noqa: BLE001 - never crash mypy: no function found
+            pass
+        cached = (tree, finder.found)
+        _DECORATED[id(tree)] = cached
+    return cached[1].get(id(call))
+
+
+def _types_arg(typer: CallTyper, ctx: AnyCtx, e: Expression | None) -> list[SpmdType | None] | None:
+    """``in_types``/``out_types``: a tensor type or a tuple of them (None: not a tensor type)."""
+    if e is None:
+        return None
+    items = e.items if isinstance(e, TupleExpr) else [e]
+    return [None if is_none(i) else typer.type_from_expression(ctx, i) for i in items]
+
+
+@guarded
+def local_map_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
+    """``@spmd.local_map(in_types=..., out_types=..., axes=...)``: the body is checked in
+    local SPMD with its own annotations; its parameters and declared result must be the
+    local view (on ``axes``) of ``in_types``/``out_types``; the decorated function gets
+    the global signature."""
+    f = {n: (e, t) for n, e, t in ((n, es[0], ts[0]) for n, es, ts in
+                                    zip(ctx.callee_arg_names, ctx.args, ctx.arg_types) if es)}
+    in_e = f.get("in_types", (None, None))[0]
+    out_e = f.get("out_types", (None, None))[0]
+    axes_e, axes_t = f.get("axes", (None, None))
+    axes: tuple[str, ...] | None = None
+    if axes_e is not None and not is_none(axes_e):
+        axes = typer._axis_names(ctx, axes_e, axes_t, "spmd.local_map axes")
+        if axes is None:
+            return ctx.default_return_type
+    ins = _types_arg(typer, ctx, in_e)
+    outs = _types_arg(typer, ctx, out_e)
+    func = decorated_function(ctx.api, ctx.context)  # type: ignore[arg-type]
+    sig = func.type if func is not None else None
+    if not isinstance(sig, CallableType) or ins is None or outs is None:
+        return ctx.default_return_type
+    errors: list[SpmdError] = []
+    tensor_params = [(i, t) for i, t in enumerate(sig.arg_types) if typer.types.from_type(t) is not None]
+    if len(ins) != len(tensor_params):
+        errors.append(SpmdError(
+            "spmd-global",
+            f"local_map: in_types gives {len(ins)} type(s) but {func.name} has "  # type: ignore[union-attr]
+            f"{len(tensor_params)} tensor parameter(s); give one global type per tensor parameter"))
+    new_args = list(sig.arg_types)
+    for (i, t), want in zip(tensor_params, ins):
+        if want is None:
+            continue
+        have = typer.types.from_type(t)
+        name = sig.arg_names[i] or f"#{i + 1}"
+        if have:
+            errors += gs.check_local_map_boundary(have, want, axes, what=f'parameter "{name}"',
+                                                  where="in_types")
+        inst = typer.types.to_instance(want)
+        if inst is not None:
+            new_args[i] = inst
+    ret = sig.ret_type
+    rp = get_proper_type(ret)
+    ret_items = list(rp.items) if isinstance(rp, TupleType) else [ret]
+    if len(outs) != len(ret_items) and not (len(outs) == 1 and not isinstance(rp, TupleType)):
+        errors.append(SpmdError(
+            "spmd-global", f"local_map: out_types gives {len(outs)} type(s) but {func.name} "  # type: ignore[union-attr]
+                           f"returns {len(ret_items)}"))
+    new_items = list(ret_items)
+    for k, (item, want) in enumerate(zip(ret_items, outs)):
+        if want is None:
+            continue
+        have = typer.types.from_type(item)
+        if have:
+            what = "the result" if len(outs) == 1 else f"result #{k + 1}"
+            errors += gs.check_local_map_boundary(have, want, axes, what=what)
+        inst = typer.types.to_instance(want)
+        if inst is not None and have is not None:
+            new_items[k] = inst
+    typer.report(ctx, errors)
+    new_ret: Type = (rp.copy_modified(items=new_items) if isinstance(rp, TupleType)
+                     else new_items[0])
+    global_sig = sig.copy_modified(arg_types=new_args, ret_type=new_ret)
+    dflt = get_proper_type(ctx.default_return_type)
+    if isinstance(dflt, CallableType):
+        return dflt.copy_modified(arg_types=[AnyType(TypeOfAny.special_form)], ret_type=global_sig,
+                                  variables=[])
+    return ctx.default_return_type
+
+
+# -- spmd.redistribute(x, src=PS[...], dst=PS[...]) --------------------------------------
+
+
+def spec_from_expression(e: Expression | None) -> tuple[tuple[str, ...], ...] | None:
+    from .calls import _entry_from_expression
+
+    if isinstance(e, IndexExpr) and isinstance(e.base, RefExpr) and e.base.fullname == "spmd.PS":
+        entry = _entry_from_expression(e)
+        return entry.spec if entry is not None else None
+    return None
+
+
+def is_global_redistribute(ctx: AnyCtx) -> bool:
+    """``redistribute(x, src=..., dst=...)`` without an axis, or with a PS/Tensor src."""
+    f = _by_formal(ctx)
+    if f.get("axis"):
+        return False
+    return True
+
+
+def _endpoint(typer: CallTyper, ctx: AnyCtx, e: Expression | None, x: SpmdType,
+              which: str) -> SpmdType | None:
+    """src/dst as a global type: a bare ``PS[...]`` (the other axes: see redistribute.resolve)
+    or a full ``Tensor[PS[...], ...]`` type (or an alias)."""
+    spec = spec_from_expression(e)
+    if spec is not None:
+        _, errors = gs_build_spec(typer, spec)
+        typer.report(ctx, errors)
+        if errors:
+            return None
+        return SpmdType.of({a: gs_shard(d) for d, entry in enumerate(spec) for a in entry}, spec)
+    t = typer.type_from_expression(ctx, e)
+    if t is None or t.spec is None:
+        from .calls import expr_text
+
+        typer.report(ctx, [SpmdError(
+            "spmd-global",
+            f"spmd.redistribute({which}={expr_text(e)}): {which} is a partition spec PS[...] or a "
+            f"global tensor type Tensor[PS[...], ...] (for one mesh axis, pass the axis: "
+            f'redistribute(x, "tp", src=S(0), dst=R))')])
+        return None
+    return t
+
+
+def gs_build_spec(typer: CallTyper, spec: tuple[tuple[str, ...], ...]):  # noqa: ANN201
+    from ..engine.annotations import Entry, build
+
+    return build([Entry("PS", spec=spec)], typer.plugin.config.mesh_axes)
+
+
+def gs_shard(d: int):  # noqa: ANN201
+    from ..engine.types import shard
+
+    return shard(d)
+
+
+@guarded
+def redistribute_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
+    """Statically: ``src`` must describe ``x``; the planner must find a plan (else its
+    reason); the result is ``dst`` (resolved: the axes ``dst`` leaves unsaid keep
+    ``x``'s type, see :func:`spmd_mypy.engine.redistribute.resolve`)."""
+    from .calls import expr_text
+
+    f = {n: (es[0], ts[0]) for n, es, ts in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types) if es}
+    x_e, x_t = f.get("x", (None, None))
+    x = typer.types.from_type(x_t) if x_t is not None else None
+    if x is None:
+        return ctx.default_return_type
+    src = _endpoint(typer, ctx, f.get("src", (None, None))[0], x, "src")
+    dst = _endpoint(typer, ctx, f.get("dst", (None, None))[0], x, "dst")
+    if src is None or dst is None:
+        return typer.typed_result(ctx.default_return_type, SpmdType())
+    text = expr_text(x_e)
+    if x:
+        errs = rd.check_source(x, src, x_text=text)
+        if errs:
+            typer.report(ctx, errs)
+            return typer.typed_result(ctx.default_return_type, SpmdType())
+        # axes x types but src leaves unsaid: src takes x's type there
+        src = SpmdType.of({**x.as_dict(), **src.as_dict()}, src.spec)
+    if len(src.spec or ()) != len(dst.spec or ()):
+        typer.report(ctx, [SpmdError(
+            "spmd-global",
+            f"spmd.redistribute({text}, ...): src has rank {len(src.spec or ())} "
+            f"({format_type(src)}) but dst has rank {len(dst.spec or ())} ({format_type(dst)}); "
+            f"a redistribute keeps the global shape")])
+        return typer.typed_result(ctx.default_return_type, SpmdType())
+    plan = rd.plan(src, dst, typer.plugin.config.mesh_axes)
+    if plan.errors:
+        typer.report(ctx, plan.errors)
+        return typer.typed_result(ctx.default_return_type, SpmdType())
+    return typer.typed_result(ctx.default_return_type, plan.dst)
