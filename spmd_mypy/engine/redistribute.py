@@ -404,13 +404,21 @@ def _drop(t: SpmdType, axes: Iterable[str]) -> SpmdType:
     return SpmdType.of(d, t.spec)
 
 
-def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x") -> list[SpmdError]:
+def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
+                 dst: SpmdType | None = None) -> list[SpmdError]:
     """``src`` must describe ``x`` (its static or tracked type): the same partition spec if
     ``x`` has one, and the same local type on every axis both name (V may be claimed S(i)).
 
-    Both adapters call this before :func:`plan`; the message gives the ``src`` to pass.
+    With ``dst``, ``src`` is first resolved against it (:func:`resolve`) as the runtime
+    resolves it -- the runtime sees only what the call writes -- so an axis ``src`` leaves
+    unsaid but ``dst`` names is R: if ``x`` is P there, the call must say so.  Both
+    adapters call this before :func:`plan`; the message gives the ``src`` to pass.
     """
     call = f"redistribute({x_text}, src={format_type(src)}, ...)"
+    if dst is not None:
+        rsrc, _, errs = resolve(src, dst)
+        if not errs:
+            src = rsrc
     if x.spec is not None and src.spec is not None and x.spec != src.spec:
         return [SpmdError(
             "spmd-src-mismatch",
