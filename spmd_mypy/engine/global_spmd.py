@@ -182,12 +182,23 @@ class _DimError(Exception):
     pass
 
 
+_LITERAL_EXAMPLES = {
+    "equation": 'a string literal such as "ij,jk->ik"',
+    "shape": "literal ints such as (4, -1)",
+    "sizes": "literal ints such as (4, -1)",
+    "index": "literal indices such as x[:, 0] or x[..., 1:3]",
+    "dims": "literal ints such as (1, 0)",
+    "out_partial_axes": 'a literal axis name such as "tp"',
+}
+
+
 def _nonliteral(op: str, param: str, o: Operand) -> SpmdError:
+    example = _LITERAL_EXAMPLES.get(param, f"a literal int or a Final constant, e.g. {param}=1")
     return SpmdError(
         CODE,
         f"{op} on the global tensor {_desc(o)} needs a literal {param}: shard propagation "
-        f"reads the dims from the call (write the int/tuple in the call, e.g. "
-        f"{param}=1), or wrap the code in spmd.local_map",
+        f"reads the layout change from the call ({example}), never a guess; or do it inside "
+        f"spmd.local_map",
     )
 
 
@@ -976,11 +987,14 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
     shape = list(shape)
     if not any(sp):
         return _finish(op, [x], ((),) * len(shape), [])
+    if len(shape) == 1 and (in_shape is None or mesh_sizes is None):
+        # to one dim: merges every dim, outermost first (the groups are known)
+        return flatten(x, op=op)
     if in_shape is None or any(s is None for s in in_shape):
         sharded = [d for d, e in enumerate(sp) if e]
         return _finish(op, [x], None, [SpmdError(
             CODE,
-            f"{op}{tuple(shape)} of {_desc(x)}: without the global shape the merged and split dims "
+            f"{op}({', '.join(str(v) for v in shape)}) of {_desc(x)}: without the global shape the merged and split dims "
             f"are unknown, and dim {sharded[0]} is sharded; write it with flatten(start_dim, end_dim) "
             f"/ unflatten(dim, sizes), which name the dims, or inside spmd.local_map",
         )])
@@ -1289,6 +1303,9 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return matrix_transpose(x, op=op)
     if op in ("movedim", "moveaxis"):
         return movedim(x, p.get("source", UNKNOWN), p.get("destination", UNKNOWN), op=op)
+    if op in ("reshape", "view") and p.get("dtype_view"):
+        # x.view(dtype): the bits reinterpreted, only the last dim's size may change
+        return along_dim(op, x, dim=-1)
     if op in ("reshape", "view"):
         return reshape(x, shape=p.get("shape", UNKNOWN), in_shape=p.get("in_shape"),
                        mesh_sizes=p.get("mesh_sizes"), op=op)
@@ -1385,5 +1402,27 @@ __all__ = [
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
     "index", "select", "narrow", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation",
-    "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS",
+    "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
 ]
+
+
+def check_argument(have: SpmdType, want: SpmdType, *, x_text: str = "x",
+                   where: str = "the argument") -> list[SpmdError] | None:
+    """A global argument passed where a global type is declared: the same partition spec
+    and the same R/I/P on the axes both name, else one error whose fix is the
+    ``spmd.redistribute`` call.  None when either side is not global (the per-axis
+    check applies)."""
+    if have.spec is None or want.spec is None:
+        return None
+    same = have.spec == want.spec and all(
+        have.get(a) is None or have.get(a).kind is lt.kind for a, lt in want.axes)  # type: ignore[union-attr]
+    if same:
+        return []
+    if len(have.spec) != len(want.spec):
+        fix = f"the ranks differ ({len(have.spec)} and {len(want.spec)}): reshape it first"
+    else:
+        fix = f"use spmd.redistribute({x_text}, src={format_type(have)}, dst={format_type(want)})"
+    return [SpmdError(
+        "spmd-mismatch",
+        f"{where} is {format_type(have)} but {format_type(want)} is expected; {fix}",
+    )]

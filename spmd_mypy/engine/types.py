@@ -202,6 +202,10 @@ def format_spec(spec: tuple[tuple[str, ...], ...]) -> str:
             return _quote(axes[0])
         return "(" + ", ".join(_quote(a) for a in axes) + ")"
 
+    if len(spec) == 1 and len(spec[0]) > 1:
+        # PS[("dp", "tp")] is PS["dp", "tp"] to Python (a subscript of a tuple): the comma
+        # keeps a rank-1 spec sharded by several axes rank 1
+        return "PS[" + entry(spec[0]) + ",]"
     return "PS[" + ", ".join(entry(e) for e in spec) + "]" if spec else "PS[()]"
 
 

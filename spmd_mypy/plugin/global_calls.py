@@ -31,7 +31,6 @@ from mypy.nodes import (
     UnaryExpr,
     Var,
 )
-from mypy.traverser import TraverserVisitor
 from mypy.types import (
     AnyType,
     CallableType,
@@ -164,6 +163,8 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
         for k in ("source", "destination"):
             p[k] = _dim_param(f.get(k))
     elif base in ("reshape", "view"):
+        if "dtype" in f:
+            return {"dtype_view": True}
         exprs = f.get("shape") or f.get("size")
         p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
     elif base == "flatten":
@@ -227,15 +228,26 @@ def guarded(hook):  # noqa: ANN001, ANN201
 # -- spmd.local_map -----------------------------------------------------------------------
 
 
-class _DecoratorFinder(TraverserVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: dict[int, FuncDef] = {}
-
-    def visit_decorator(self, o: Decorator) -> None:
-        for d in o.decorators:
-            self.found[id(d)] = o.func
-        super().visit_decorator(o)
+def _find_decorators(stmts: Sequence[object], found: dict[int, FuncDef]) -> None:
+    """Decorator call -> the function it decorates, over every nested block (a plain
+    walk: mypy's compiled visitors cannot be subclassed)."""
+    for st in stmts:
+        if isinstance(st, Decorator):
+            for d in st.decorators:
+                found[id(d)] = st.func
+            _find_decorators(st.func.body.body, found)
+            continue
+        for attr in ("body", "else_body", "finally_body", "defs"):
+            block = getattr(st, attr, None)
+            if block is None:
+                continue
+            blocks = block if isinstance(block, list) else [block]
+            for b in blocks:
+                inner = getattr(b, "body", None)
+                if isinstance(inner, list):
+                    _find_decorators(inner, found)
+        for h in getattr(st, "handlers", None) or ():
+            _find_decorators(getattr(h, "body", []), found)
 
 
 _DECORATED: dict[int, tuple[MypyFile, dict[int, FuncDef]]] = {}
@@ -248,12 +260,12 @@ def decorated_function(api: object, call: Expression) -> FuncDef | None:
         return None
     cached = _DECORATED.get(id(tree))
     if cached is None or cached[0] is not tree:
-        finder = _DecoratorFinder()
+        found: dict[int, FuncDef] = {}
         try:
-            tree.accept(finder)
+            _find_decorators(tree.defs, found)
         except Exception:  # noqa: BLE001 - never crash mypy: no function found
             pass
-        cached = (tree, finder.found)
+        cached = (tree, found)
         _DECORATED[id(tree)] = cached
     return cached[1].get(id(call))
 

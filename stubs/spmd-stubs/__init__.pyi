@@ -40,7 +40,12 @@ class S:
 
 Shard = S
 
-class PS:
+class _PSMeta(type):
+    # PS[...] as a value (spmd.redistribute(x, src=PS["dp", None], dst=...)); the plugin
+    # reads the literal spec from the expression.
+    def __getitem__(cls, item: Any) -> Any: ...
+
+class PS(metaclass=_PSMeta):
     """A partition spec entry: PS[None, "tp"]."""
     def __class_getitem__(cls, item: Any) -> Any: ...
 
