@@ -415,6 +415,7 @@ def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
     adapters call this before :func:`plan`; the message gives the ``src`` to pass.
     """
     call = f"redistribute({x_text}, src={format_type(src)}, ...)"
+    written = {a for a, _ in src.axes}
     if dst is not None:
         rsrc, _, errs = resolve(src, dst)
         if not errs:
@@ -430,9 +431,12 @@ def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
             continue
         if have.kind is not want.kind or (have.dim is not None and want.dim is not None
                                           and have.dim != want.dim):
+            implied = ("" if a in written else
+                       f' (src does not name "{a}", which dst does: it is taken as {want}, as the '
+                       f"runtime sees only what the call says)")
             return [SpmdError(
                 "spmd-src-mismatch",
-                f'{call} but {x_text} is {have} on "{a}", not {want} ({x_text}: '
+                f'{call} but {x_text} is {have} on "{a}", not {want}{implied} ({x_text}: '
                 f"{format_type(x)}); pass src={format_type(x)}")]
     return []
 

@@ -306,3 +306,23 @@ def test_resolve_fills_the_unnamed_axes() -> None:
     assert not errors
     assert rd.get("dp") == PARTIAL and rd.get("tp") == REPLICATE
     assert rs.get("pp") == REPLICATE
+
+
+def test_check_source() -> None:
+    from spmd_mypy.engine.redistribute import check_source
+
+    x = SpmdType.of({"dp": PARTIAL}, ((), ()))
+    bare = SpmdType.of({}, ((), ()))
+    dst = SpmdType.of({"dp": shard(0)}, (("dp",), ()))
+    # a bare src says nothing about "dp"; alone it fits x
+    assert check_source(x, bare) == []
+    # ... but against a dst that names "dp" it is taken as R, as the runtime takes it
+    errs = check_source(x, bare, dst=dst)
+    assert errs and errs[0].code == "spmd-src-mismatch"
+    assert 'src does not name "dp"' in errs[0].message
+    assert 'pass src=Tensor[PS[None, None], P["dp"]]' in errs[0].message
+    assert check_source(x, SpmdType.of({"dp": PARTIAL}, ((), ())), dst=dst) == []
+    # the spec must be x's
+    errs = check_source(SpmdType.of({"tp": shard(1)}, ((), ("tp",))),
+                        SpmdType.of({"tp": shard(0)}, (("tp",), ())))
+    assert errs and "partition specs differ" in errs[0].message
