@@ -405,7 +405,7 @@ def check_propagation(ctx: Any, name: str, index: int) -> None:
         locs = []
         for full, (_, ann) in zip(fulls, inputs):
             t = _type(ann)
-            locs.append(lay.local(full, t, ctx.rank))
+            locs.append(lay.local(full, t, ctx.rank).requires_grad_(True))
         with spmd.typecheck():
             for v, (_, ann) in zip(locs, inputs):
                 spmd.declare(v, ann)
@@ -413,8 +413,18 @@ def check_propagation(ctx: Any, name: str, index: int) -> None:
             t = spmd.typeof(y)
         assert t is not None and t.spec is not None, f"{case}: result type {t}"
         assert len(t.spec) == y.ndim, (case, t, tuple(y.shape))
-        want = ref(*fulls)
-        lay.check(_gather_all(y, ctx.world), want, t, f"{case} ({t})")
+        leaves = [f.clone().requires_grad_(True) for f in fulls]
+        want = ref(*leaves)
+        lay.check(_gather_all(y, ctx.world), want.detach(), t, f"{case} ({t})")
+        # backward: the gradient of the global result, laid out as the dual of its type,
+        # gives each input's gradient laid out as the dual of the input's type
+        G = torch.randn(tuple(want.shape), generator=g, dtype=F64)
+        want.backward(G)
+        y.backward(lay.local(G, _dual_type(t), ctx.rank))
+        for k, (v, leaf, (_, ann)) in enumerate(zip(locs, leaves, inputs)):
+            assert v.grad is not None and leaf.grad is not None, (case, k)
+            lay.check(_gather_all(v.grad, ctx.world), leaf.grad, _dual_type(_type(ann)),
+                      f"{case}: gradient of input {k}")
 
 
 def prop_suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
