@@ -399,15 +399,35 @@ class _Mode(TorchFunctionMode):
         grad_on = torch.is_grad_enabled()
         pairs = [(v, t) for (v, _), t in zip(ops, types)]
         params = _global_check.params_for(plan, args, kwargs, pairs, _get)
-        res = self._propagate(plan, ops, types, grad_on, None, params)
-        if res.errors:
+        key: list[Any] = ["global", plan.name, self.strict, _global_check.params_key(params)]
+        for (v, is_index), t in zip(ops, types):
+            if t is None:
+                key.append(0)
+            else:
+                key.append(id(t))
+                key.append(is_index or not (grad_on and v.requires_grad))
+        try:
+            key_t: Any = tuple(key)
+            cached = _RESULTS.get(key_t)
+        except TypeError:  # an unhashable parameter: no caching
+            key_t, cached = None, None
+        if cached is not None:
+            rtype, failed = cached
+            res = None
+        else:
+            res = self._propagate(plan, ops, types, grad_on, None, params)
+            rtype, failed = _canon(res.type), bool(res.errors)
+            if key_t is not None:
+                if len(_RESULTS) >= _RESULTS_MAX:
+                    _RESULTS.clear()
+                _RESULTS[key_t] = (rtype, failed)
+        if failed:
             if _in_collective_internals():
                 return func(*args, **kwargs)
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts, params)
             raise SpmdTypeError(res.errors[0])
-        rtype = _canon(res.type)
         targets: list[torch.Tensor] = []
         if plan.inplace or (plan.inplace_kw and kwargs.get("inplace")):
             first = ops[0][0] if ops else None

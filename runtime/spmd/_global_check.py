@@ -180,4 +180,15 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     return p
 
 
-__all__ = ["out_partial", "is_global", "params_for", "global_shape", "EINSUM_FAMILY"]
+def params_key(p: Any) -> Any:
+    """A hashable form of the parameters (the check mode's result cache key)."""
+    if isinstance(p, dict):
+        return tuple(sorted((k, params_key(v)) for k, v in p.items()))
+    if isinstance(p, (tuple, list)):
+        return tuple(params_key(v) for v in p)
+    if isinstance(p, slice):
+        return ("slice", p.start, p.stop, p.step)
+    return p
+
+
+__all__ = ["out_partial", "params_key", "is_global", "params_for", "global_shape", "EINSUM_FAMILY"]
