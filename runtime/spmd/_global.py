@@ -211,10 +211,9 @@ def local_map(*, in_types: Any, out_types: Any, axes: Sequence[str] | None = Non
             if not _checking.ACTIVE:
                 return fn(*args, **kwargs)
             name = fn.__qualname__
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
             saved = []
-            for i, (v, t) in enumerate(zip(tensors, ins)):
-                if t is None:
+            for i, (v, t) in enumerate(zip(args, ins)):  # in_types: one entry per argument
+                if t is None or not isinstance(v, torch.Tensor):
                     continue
                 have = _checking.typeof(v)
                 if have:
