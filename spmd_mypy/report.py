@@ -67,7 +67,8 @@ from mypy.types import (
 )
 
 from .engine import collectives as coll
-from .engine.types import Kind, LocalType
+from .engine import redistribute as rd
+from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
 from .plugin.calls import is_detached, literal_strs, read_local_type
 from .plugin import __version__ as _PLUGIN_VERSION
@@ -168,6 +169,8 @@ class Site:
             return f"{self.call.rsplit('.', 1)[-1]} (raw) on {ax}"
         if self.call in PARTIAL_CALLS:
             return f"{op} + reinterpret(V,P) on {ax}"
+        if self.transition == PLAN:
+            return f"{op}({self.src} -> {self.dst})"
         note = f" {self.reduce_op}" if self.reduce_op not in (None, "sum") else ""
         if self.src is None or self.dst is None:
             return f"{op}(?) on {ax}"
@@ -287,6 +290,9 @@ def _backward_cell(site: Site) -> str:
 def _forward_cell(site: Site) -> str:
     if site.problem is not None:
         return "?"
+    if site.transition == PLAN:
+        # a partition-spec redistribute: its whole plan, the steps without comms too
+        return "; ".join(s.text() for s in site.forward) if site.forward else "- (no steps)"
     comms = site.forward_comms()
     return ", ".join(s.text() for s in comms) if comms else "-"
 
@@ -390,6 +396,8 @@ class _Call:
     backward: list[Step]
     has_gradient_op: bool  # False for all_reduce(op="max"/"min")
     problem: str | None
+    src_text: str | None = None  # a partition-spec redistribute's endpoints, as written
+    dst_text: str | None = None
 
 
 def read_collective(op: str, axes: tuple[str, ...] | None, src: LocalType | None | bool,
@@ -422,6 +430,40 @@ def read_collective(op: str, axes: tuple[str, ...] | None, src: LocalType | None
     forward, backward = _transition_steps(t, src, dst, axes, note)
     row = f"{t.op}({_form_text(t.src, src.dim)},{_form_text(t.dst, dst.dim)})"
     return _Call(axes, src, dst, r_op, row, forward, backward, True, None)
+
+
+PLAN = "plan"  # Site.transition of a partition-spec redistribute (several steps)
+
+
+def read_global_redistribute(x: SpmdType | None, src: SpmdType | None, dst: SpmdType | None,
+                             mesh_axes: Sequence[str] | None) -> _Call:
+    """``spmd.redistribute(x, src=PS[...], dst=PS[...])``: the planner's steps forward
+    (:func:`spmd_mypy.engine.redistribute.plan`), each step's table backward in reverse."""
+    if src is None or dst is None or src.spec is None or dst.spec is None:
+        return _Call(None, None, None, None, None, [], [], True,
+                      "src/dst not readable statically as PS[...] or Tensor[PS[...], ...]")
+    if x:
+        src = SpmdType.of({**x.as_dict(), **src.as_dict()}, src.spec)
+    p = rd.plan(src, dst, mesh_axes)
+    if p.errors:
+        return _Call(None, None, None, None, None, [], [], True, p.errors[0].message)
+    forward: list[Step] = []
+    backward: list[Step] = []
+    touched: list[str] = []
+    for st in p.steps:
+        f, b = _transition_steps(st.transition, st.src, st.dst, st.axes)
+        forward.extend(f)
+        backward[:0] = b
+        touched.extend(a for a in st.axes if a not in touched)
+    order = {a: i for i, a in enumerate(mesh_axes or ())}
+    axes = tuple(sorted(touched, key=lambda a: (order.get(a, len(order)), a)))
+    return _Call(axes, None, None, None, PLAN, forward, backward, True, None,
+                 src_text=format_entries_text(p.src, mesh_axes),
+                 dst_text=format_entries_text(p.dst, mesh_axes))
+
+
+def format_entries_text(t: SpmdType, mesh_axes: Sequence[str] | None) -> str:
+    return ", ".join(format_entries(t, mesh_axes))
 
 
 def read_raw(op: str, group: Expression | None, group_type: Type | None) -> _Call:
@@ -655,6 +697,15 @@ class ReportPlugin(SpmdPlugin):
             call = read_partial(tuple(names) if names else None)
             operands = [e for formal, exprs in zip(ctx.callee_arg_names, ctx.args)
                         if formal != "out_partial_axes" and formal != "equation" for e in exprs]
+        elif fullname == "spmd.redistribute" and _arg(ctx, "axis")[0] is None:
+            x_expr, x_type = _arg(ctx, "x")
+            if x_expr is None:
+                return
+            x_t = self.types.from_type(x_type) if x_type is not None else None
+            call = read_global_redistribute(
+                x_t, self._global_endpoint(_arg(ctx, "src")[0]),
+                self._global_endpoint(_arg(ctx, "dst")[0]), self.config.mesh_axes)
+            operands = [x_expr]
         else:
             op = COLLECTIVE_CALLS[fullname]
             x_expr = _arg(ctx, "x")[0]
@@ -678,8 +729,8 @@ class ReportPlugin(SpmdPlugin):
         site = Site(
             path=path, line=line, column=column, module=api.tree.fullname,
             function=qualname_of(api.scope.stack), call=fullname, axes=call.axes,
-            src=str(call.src) if call.src is not None else None,
-            dst=str(call.dst) if call.dst is not None else None,
+            src=call.src_text or (str(call.src) if call.src is not None else None),
+            dst=call.dst_text or (str(call.dst) if call.dst is not None else None),
             reduce_op=call.reduce_op, transition=call.transition, forward=call.forward,
             backward=call.backward, gradient=no_gradient is None, no_gradient=no_gradient,
             in_loop=regions.in_loop(line), in_branch=regions.in_branch(line),
@@ -688,6 +739,30 @@ class ReportPlugin(SpmdPlugin):
         # mypy may type one call more than once (deferred functions, overload inference):
         # the last reading wins
         self.sites[(os.path.abspath(path), line, column, fullname)] = site
+
+    def _global_endpoint(self, e: Expression | None) -> SpmdType | None:
+        """A partition-spec redistribute's src/dst: ``PS[...]``, ``Tensor[PS[...], ...]``
+        or an alias of one (None when not readable)."""
+        from mypy.nodes import IndexExpr, RefExpr, TupleExpr, TypeAlias
+
+        from .engine.annotations import build
+        from .plugin.calls import _entry_from_expression
+
+        if isinstance(e, RefExpr) and isinstance(e.node, TypeAlias):
+            return self.types.from_type(e.node.target)
+        if not (isinstance(e, IndexExpr) and isinstance(e.base, RefExpr)):
+            return None
+        if e.base.fullname == "spmd.PS":
+            items: list[Expression] = [e]
+        elif e.base.fullname == "spmd.Tensor":
+            items = list(e.index.items) if isinstance(e.index, TupleExpr) else [e.index]
+        else:
+            return None
+        entries = [_entry_from_expression(i) for i in items]
+        if any(en is None for en in entries):
+            return None
+        t, errors = build(entries, self.config.mesh_axes)  # type: ignore[arg-type]
+        return None if errors else t
 
     def _no_gradient(self, api: Any, line: int, operands: list[Expression],
                      regions: _Regions) -> str | None:

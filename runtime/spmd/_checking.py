@@ -83,7 +83,9 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import Operand, Role, check_backward, check_inplace, propagate
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 
-from . import _torch_ops
+from spmd_mypy.engine.global_spmd import propagate as global_propagate
+
+from . import _global_check, _torch_ops
 from ._torch_ops import Kind, Plan, build_plan, extract
 from ._types import local_type_of, spmd_type_of_annotation
 
@@ -340,6 +342,8 @@ class _Mode(TorchFunctionMode):
         if not any_typed:
             # Nothing typed (gradual): a typed in-place/out= target keeps its type.
             return func(*args, **kwargs)
+        if _global_check.is_global(types):
+            return self._global_op(plan, func, args, kwargs, ops, types)
         inplace_target = None
         if plan.inplace or (plan.inplace_kw and kwargs.get("inplace")):
             first = ops[0][0] if ops else None
@@ -389,8 +393,55 @@ class _Mode(TorchFunctionMode):
             _stamp_outputs(result, rtype)
         return result
 
+    def _global_op(self, plan: Plan, func: Any, args: tuple, kwargs: dict, ops: list,
+                   types: list) -> Any:
+        """An op with a global (partition spec) operand: the engine's shard propagation."""
+        grad_on = torch.is_grad_enabled()
+        pairs = [(v, t) for (v, _), t in zip(ops, types)]
+        params = _global_check.params_for(plan, args, kwargs, pairs, _get)
+        key: list[Any] = ["global", plan.name, self.strict, _global_check.params_key(params)]
+        for (v, is_index), t in zip(ops, types):
+            if t is None:
+                key.append(0)
+            else:
+                key.append(id(t))
+                key.append(is_index or not (grad_on and v.requires_grad))
+        try:
+            key_t: Any = tuple(key)
+            cached = _RESULTS.get(key_t)
+        except TypeError:  # an unhashable parameter: no caching
+            key_t, cached = None, None
+        if cached is not None:
+            rtype, failed = cached
+            res = None
+        else:
+            res = self._propagate(plan, ops, types, grad_on, None, params)
+            rtype, failed = _canon(res.type), bool(res.errors)
+            if key_t is not None:
+                if len(_RESULTS) >= _RESULTS_MAX:
+                    _RESULTS.clear()
+                _RESULTS[key_t] = (rtype, failed)
+        if failed:
+            if _in_collective_internals():
+                return func(*args, **kwargs)
+            values = [v for v, _ in ops]
+            texts = _texts(values, [_default_text(i) for i in range(len(values))])
+            res = self._propagate(plan, ops, types, grad_on, texts, params)
+            raise SpmdTypeError(res.errors[0])
+        targets: list[torch.Tensor] = []
+        if plan.inplace or (plan.inplace_kw and kwargs.get("inplace")):
+            first = ops[0][0] if ops else None
+            if isinstance(first, torch.Tensor):
+                targets.append(first)
+        for tgt in targets:
+            self._check_target(plan, tgt, True, rtype)
+        result = func(*args, **kwargs)
+        if rtype:
+            _stamp_outputs(result, rtype, targets)
+        return result
+
     def _propagate(self, plan: Plan, ops: list, types: list, grad_on: bool,
-                   texts: list[str] | None) -> Any:
+                   texts: list[str] | None, params: dict | None = None) -> Any:
         spec = plan.spec
         assert spec is not None
         operands = []
@@ -402,6 +453,8 @@ class _Mode(TorchFunctionMode):
             else:
                 can_grad = (not is_index) and grad_on and bool(v.requires_grad)
                 operands.append(Operand(t, text, can_grad, role))
+        if params is not None:
+            return global_propagate(plan.name, operands, **params)
         return propagate(spec, operands, strict=self.strict)
 
     @staticmethod

@@ -26,7 +26,26 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import _checking
 from ._collectives import _declare_partial
+from ._global_check import out_partial
+
+
+def _run(fn: Any, out_partial_axes: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``fn(*args)``, then Partial on ``out_partial_axes``.
+
+    In check mode the axes reach the global rule (a global operand: the rule makes the
+    result P there itself); a local result is reinterpreted V -> P as before.
+    """
+    if not _checking.ACTIVE or out_partial_axes is None:
+        y = fn(*args, **kwargs)
+        return y if out_partial_axes is None else _declare_partial(y, out_partial_axes)
+    with out_partial(out_partial_axes):
+        y = fn(*args, **kwargs)
+    t = _checking.typeof(y)
+    if t is not None and t.spec is not None:
+        return y  # typed by the global rule, P on out_partial_axes already
+    return _declare_partial(y, out_partial_axes)
 
 
 def einsum(equation: str, *operands: Any, out_partial_axes: Any = None) -> torch.Tensor:
@@ -36,14 +55,12 @@ def einsum(equation: str, *operands: Any, out_partial_axes: Any = None) -> torch
     it is V there), e.g. ``spmd.einsum("bsh,hd->bsd", x, w, out_partial_axes="tp")``
     with the ``h`` label sharded on "tp".
     """
-    y = torch.einsum(equation, *operands)
-    return y if out_partial_axes is None else _declare_partial(y, out_partial_axes)
+    return _run(torch.einsum, out_partial_axes, equation, *operands)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out_partial_axes: Any = None) -> torch.Tensor:
     """``torch.matmul(a, b)``, Partial on ``out_partial_axes`` (the contracted dim sharded there)."""
-    y = torch.matmul(a, b)
-    return y if out_partial_axes is None else _declare_partial(y, out_partial_axes)
+    return _run(torch.matmul, out_partial_axes, a, b)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -58,8 +75,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         y = spmd.linear(h, w, out_partial_axes="tp")
         y = spmd.all_reduce(y, "tp", src=P, dst=R) + b
     """
-    y = F.linear(x, weight, bias)
-    return y if out_partial_axes is None else _declare_partial(y, out_partial_axes)
+    return _run(F.linear, out_partial_axes, x, weight, bias)
 
 
 def sum(x: torch.Tensor, dim: Any = None, *, keepdim: bool = False,
@@ -69,9 +85,10 @@ def sum(x: torch.Tensor, dim: Any = None, *, keepdim: bool = False,
     ``dim`` is an int, a tuple of ints, or None for all dims.  Each rank sums its shard;
     the global sum is the pending sum of those.
     """
-    y = torch.sum(x) if dim is None and not keepdim else torch.sum(
-        x, dim=tuple(range(x.ndim)) if dim is None else dim, keepdim=keepdim)
-    return y if out_partial_axes is None else _declare_partial(y, out_partial_axes)
+    if dim is None and not keepdim:
+        return _run(torch.sum, out_partial_axes, x)
+    return _run(torch.sum, out_partial_axes, x,
+                dim=tuple(range(x.ndim)) if dim is None else dim, keepdim=keepdim)
 
 
 __all__ = ["einsum", "matmul", "linear", "sum"]

@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
+from spmd_mypy.engine import global_spmd
 from spmd_mypy.engine import redistribute as planner
 from spmd_mypy.engine.annotations import Entry, build
 from spmd_mypy.engine.collectives import TRANSITIONS, form
@@ -165,45 +166,27 @@ def _types_tuple(types: Any, what: str) -> tuple[SpmdType | None, ...]:
 
 
 def to_local(t: SpmdType, axes: Sequence[str] | None) -> SpmdType:
-    """``t`` with the partition spec forgotten on ``axes`` (all: None); sharded axes keep S(d)."""
-    if t.spec is None:
-        return t
-    if axes is None:
-        return SpmdType(t.axes)
-    spec = tuple(tuple(a for a in entry if a not in axes) for entry in t.spec)
-    return SpmdType(t.axes, spec)
+    """``t`` seen inside a local_map on ``axes`` (the engine's rule, as the plugin sees it)."""
+    return global_spmd.localize(t, axes)
 
 
 def check_exit(actual: SpmdType, declared: SpmdType, axes: Sequence[str] | None,
                *, what: str) -> list[SpmdError]:
-    """A local result of type ``actual`` leaving a local_map region as ``declared`` (global).
-
-    On each local axis both know, the kinds must agree (a sharded axis of ``declared`` is
-    V: S(d) on its dim, or V of unknown dim, which the out_types then places).
-    """
-    errors: list[SpmdError] = []
-    for a, want in declared.axes:
-        if axes is not None and a not in axes:
-            continue
-        have = actual.get(a)
-        if have is None:
-            continue
-        if have.kind is not want.kind or (have.dim is not None and want.dim is not None
-                                          and have.dim != want.dim):
-            errors.append(SpmdError(
-                "spmd-global",
-                f'{what} is {format_type(actual)} in the local_map body but out_types says '
-                f'{format_type(declared)}: it is {have} on "{a}" where {want} is declared; '
-                f"convert or reduce it in the body (e.g. "
-                f"{_fix(have, want, a)}), or declare what the body returns"))
-    return errors
+    """A body's local result against its ``out_types`` entry: the plugin's check and message."""
+    return global_spmd.check_local_map_boundary(actual, declared, axes, what=what,
+                                                where="out_types")
 
 
-def _fix(have: LocalType, want: LocalType, axis: str) -> str:
-    from spmd_mypy.engine.collectives import suggest
-
-    s = suggest(have, want, "y", axis)
-    return s.split("use ", 1)[1] if "use " in s else s
+def check_entry(actual: SpmdType, declared: SpmdType, *, what: str) -> list[SpmdError]:
+    """An argument's tracked (global) type against its ``in_types`` entry."""
+    if actual.spec is not None and declared.spec is not None and actual.spec != declared.spec:
+        return [SpmdError(
+            "spmd-mismatch",
+            f"local_map: {what} is {format_type(actual)} but in_types declares "
+            f"{format_type(declared)}; "
+            + global_spmd.redistribute_fix("x", actual.spec, declared.spec))]
+    return global_spmd.check_local_map_boundary(actual, declared, None, what=what,
+                                                where="in_types") if actual.spec is None else []
 
 
 def local_map(*, in_types: Any, out_types: Any, axes: Sequence[str] | None = None
@@ -228,11 +211,16 @@ def local_map(*, in_types: Any, out_types: Any, axes: Sequence[str] | None = Non
             if not _checking.ACTIVE:
                 return fn(*args, **kwargs)
             name = fn.__qualname__
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
             saved = []
-            for i, (v, t) in enumerate(zip(tensors, ins)):
-                if t is None:
+            for i, (v, t) in enumerate(zip(args, ins)):  # in_types: one entry per argument
+                if t is None or not isinstance(v, torch.Tensor):
                     continue
+                have = _checking.typeof(v)
+                if have:
+                    text = _checking._texts([v], ["x"])[0]
+                    errs = check_entry(have, t, what=f"argument {i} ({text}) of {name}")
+                    if errs:
+                        raise SpmdTypeError(errs[0])
                 _checking._stamp_declared(
                     v, t, f"argument {i} ({{x}}) of local_map {name} has in_types "
                     + format_type(t).replace("{", "{{").replace("}", "}}"))

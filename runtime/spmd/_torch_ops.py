@@ -133,7 +133,7 @@ class Plan:
     """How the check mode handles one ``func`` (built once, cached)."""
 
     __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
-                 "varargs", "canon", "inplace_kw")
+                 "varargs", "canon", "inplace_kw", "params")
 
     def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
                  swap: bool = False, inplace: bool = False,
@@ -152,6 +152,7 @@ class Plan:
         self.varargs = varargs
         self.canon = canon
         self.inplace_kw = params is not None and "inplace" in params
+        self.params = params  # the formal names (global SPMD reads dims and shapes by name)
 
     def __repr__(self) -> str:
         return f"Plan({self.kind.value}, {self.name!r}, swap={self.swap}, inplace={self.inplace})"

@@ -404,13 +404,22 @@ def _drop(t: SpmdType, axes: Iterable[str]) -> SpmdType:
     return SpmdType.of(d, t.spec)
 
 
-def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x") -> list[SpmdError]:
+def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
+                 dst: SpmdType | None = None) -> list[SpmdError]:
     """``src`` must describe ``x`` (its static or tracked type): the same partition spec if
     ``x`` has one, and the same local type on every axis both name (V may be claimed S(i)).
 
-    Both adapters call this before :func:`plan`; the message gives the ``src`` to pass.
+    With ``dst``, ``src`` is first resolved against it (:func:`resolve`) as the runtime
+    resolves it -- the runtime sees only what the call writes -- so an axis ``src`` leaves
+    unsaid but ``dst`` names is R: if ``x`` is P there, the call must say so.  Both
+    adapters call this before :func:`plan`; the message gives the ``src`` to pass.
     """
     call = f"redistribute({x_text}, src={format_type(src)}, ...)"
+    written = {a for a, _ in src.axes}
+    if dst is not None:
+        rsrc, _, errs = resolve(src, dst)
+        if not errs:
+            src = rsrc
     if x.spec is not None and src.spec is not None and x.spec != src.spec:
         return [SpmdError(
             "spmd-src-mismatch",
@@ -422,9 +431,12 @@ def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x") -> list[SpmdE
             continue
         if have.kind is not want.kind or (have.dim is not None and want.dim is not None
                                           and have.dim != want.dim):
+            implied = ("" if a in written else
+                       f' (src does not name "{a}", which dst does: it is taken as {want}, as the '
+                       f"runtime sees only what the call says)")
             return [SpmdError(
                 "spmd-src-mismatch",
-                f'{call} but {x_text} is {have} on "{a}", not {want} ({x_text}: '
+                f'{call} but {x_text} is {have} on "{a}", not {want}{implied} ({x_text}: '
                 f"{format_type(x)}); pass src={format_type(x)}")]
     return []
 

@@ -427,7 +427,7 @@ def redistribute_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
         return typer.typed_result(ctx.default_return_type, SpmdType())
     text = expr_text(x_e)
     if x:
-        errs = rd.check_source(x, src, x_text=text)
+        errs = rd.check_source(x, src, x_text=text, dst=dst)
         if errs:
             typer.report(ctx, errs)
             return typer.typed_result(ctx.default_return_type, SpmdType())

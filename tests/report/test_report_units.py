@@ -467,3 +467,27 @@ def test_plain_table_is_aligned(make_report: MakeReport, project: Path) -> None:
                 assert row[c - 2:c] == "  " and row[c] != " ", (row, c)
     assert "line* in a loop" in text
     assert textwrap.dedent(text) == text  # no stray indentation of the function headers
+
+
+def test_global_redistribute_plan_steps() -> None:
+    """A partition-spec redistribute: the planner's steps forward, their backward reversed."""
+    from spmd_mypy.engine.types import PARTIAL, SpmdType, shard
+    from spmd_mypy.report import PLAN, read_global_redistribute
+
+    src = SpmdType.of({"dp": shard(0), "tp": shard(0)}, (("dp", "tp"),))
+    dst = SpmdType.of({"dp": shard(0), "tp": shard(0)}, (("tp", "dp"),))
+    call = read_global_redistribute(None, src, dst, ("dp", "tp"))
+    assert call.problem is None and call.transition == PLAN
+    assert [s.text() for s in call.forward] == ["all_gather(S(0),R) on (dp, tp)",
+                                                "convert(R,S(0)) on (tp, dp)"]
+    assert [s.text() for s in call.backward] == ["convert(S(0),P) on (tp, dp)",
+                                                 "reduce_scatter(P,S(0)) on (dp, tp)"]
+    assert call.src_text == 'PS[("dp", "tp")]' and call.dst_text == 'PS[("tp", "dp")]'
+    # x's type fills the axes src leaves unsaid; an impossible plan is a problem, not a crash
+    x = SpmdType.of({"dp": PARTIAL}, ((),))
+    call = read_global_redistribute(x, SpmdType.of({}, ((),)),
+                                    SpmdType.of({"dp": shard(0)}, (("dp",),)), ("dp", "tp"))
+    assert [s.text() for s in call.forward] == ["reduce_scatter(P,S(0)) on dp"]
+    bad = read_global_redistribute(None, SpmdType.of({}, ((),)), SpmdType.of({}, ((), ())),
+                                   ("dp", "tp"))
+    assert bad.problem is not None and "rank" in bad.problem

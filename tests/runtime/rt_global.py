@@ -292,7 +292,7 @@ def check_local_map(ctx: Any, name: str) -> None:
             try:
                 forgot_reinterpret(h, w)
             except SpmdTypeError as e:
-                assert "out_types" in str(e) and "reinterpret" in str(e), str(e)
+                assert "out_types" in str(e) and "reinterpret" in str(e) and e.code == "spmd-mismatch", str(e)
             else:
                 raise AssertionError("local_map exit mismatch not caught")
 
@@ -316,4 +316,120 @@ def suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
     checks.append((n, functools.partial(check_redistribute_errors, name=n)))
     n = f"w{world}/global/local_map"
     checks.append((n, functools.partial(check_local_map, name=n)))
+    checks += prop_suite(world)
     return checks
+
+
+# ------------------------------------------------------------------------------------
+# Shard propagation in check mode: each accepted op on the locals is the global op
+# ------------------------------------------------------------------------------------
+
+import torch.nn.functional as F  # noqa: E402
+
+# name -> (inputs: [(global shape, type)], fn over the inputs, its single-device reference)
+def _prop_cases() -> list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Any],
+                               Callable[..., Any]]]:
+    X3 = Tensor[PS[None, "dp", None], R["tp"]]
+    W1 = Tensor[PS[None, "tp"], R["dp"]]
+    W2 = Tensor[PS["tp", None], R["dp"]]
+    H3 = Tensor[PS[None, "dp", "tp"]]
+    A = Tensor[PS["dp", "tp"]]
+    Arow = Tensor[PS["dp", None], R["tp"]]
+    Acol = Tensor[PS[None, "tp"], R["dp"]]
+    B1 = Tensor[PS["tp"], R["dp"]]
+    return [
+        ("einsum column-parallel", [((4, 4, 8), X3), ((8, 12), W1)],
+         lambda x, w: torch.einsum("sbh,hi->sbi", x, w), lambda x, w: torch.einsum("sbh,hi->sbi", x, w)),
+        ("einsum out_partial_axes", [((4, 4, 12), H3), ((12, 8), W2)],
+         lambda h, w: spmd.einsum("sbi,ih->sbh", h, w, out_partial_axes="tp"),
+         lambda h, w: torch.einsum("sbi,ih->sbh", h, w)),
+        ("einsum gated product", [((4, 4, 12), H3), ((4, 4, 12), H3)],
+         lambda a, b: torch.einsum("sbi,sbi->sbi", F.silu(a), b), lambda a, b: F.silu(a) * b),
+        ("einsum broadcast operand", [((4, 8), Arow), ((8,), Tensor[PS[None], R["dp", "tp"]])],
+         lambda a, v: torch.einsum("ij,j->ij", a, v), lambda a, v: a * v),
+        ("matmul", [((4, 8), Arow), ((8, 6), Acol)], lambda a, b: a @ b, lambda a, b: a @ b),
+        ("bmm", [((2, 4, 8), Tensor[PS["dp", None, None], R["tp"]]),
+                 ((2, 8, 6), Tensor[PS["dp", None, "tp"]])],
+         lambda a, b: torch.bmm(a, b), lambda a, b: torch.bmm(a, b)),
+        ("linear out_partial_axes", [((4, 8), Acol), ((6, 8), Acol)],
+         lambda x, w: spmd.linear(x, w, out_partial_axes="tp"), lambda x, w: F.linear(x, w)),
+        ("linear column", [((4, 8), Arow), ((6, 8), Tensor[PS["tp", None], R["dp"]])],
+         lambda x, w: F.linear(x, w), lambda x, w: F.linear(x, w)),
+        ("matmul out_partial_axes", [((4, 8), Acol), ((8, 6), Tensor[PS["tp", None], R["dp"]])],
+         lambda a, b: spmd.matmul(a, b, out_partial_axes="tp"), lambda a, b: a @ b),
+        ("add broadcast", [((4, 8), A), ((8,), B1)], lambda a, b: a + b, lambda a, b: a + b),
+        ("mul scalar, silu", [((4, 8), A)], lambda a: F.silu(a) * 2.0 - a, lambda a: F.silu(a) * 2.0 - a),
+        ("where", [((4, 8), A), ((4, 8), A)], lambda a, b: torch.where(a > 0, a, b),
+         lambda a, b: torch.where(a > 0, a, b)),
+        ("sum unsharded dim", [((4, 8), Acol)], lambda a: a.sum(0), lambda a: a.sum(0)),
+        ("sum keepdim", [((4, 8), Arow)], lambda a: a.sum(-1, keepdim=True),
+         lambda a: a.sum(-1, keepdim=True)),
+        ("spmd.sum out_partial_axes", [((4, 8), A)],
+         lambda a: spmd.sum(a, 1, out_partial_axes="tp"), lambda a: a.sum(1)),
+        ("mean unsharded", [((4, 8), Arow)], lambda a: a.mean(1), lambda a: a.mean(1)),
+        ("amax unsharded", [((4, 8), Arow)], lambda a: a.amax(-1), lambda a: a.amax(-1)),
+        ("softmax", [((4, 8), Arow)], lambda a: a.softmax(-1), lambda a: a.softmax(-1)),
+        ("log_softmax", [((4, 8), Acol)], lambda a: F.log_softmax(a, dim=0),
+         lambda a: F.log_softmax(a, dim=0)),
+        ("transpose", [((4, 8), A)], lambda a: a.transpose(0, 1), lambda a: a.transpose(0, 1)),
+        (".T", [((4, 8), A)], lambda a: a.T, lambda a: a.T),
+        (".mT", [((2, 4, 8), Tensor[PS[None, "dp", "tp"]])], lambda a: a.mT, lambda a: a.mT),
+        ("permute", [((4, 4, 8), H3)], lambda a: a.permute(2, 0, 1), lambda a: a.permute(2, 0, 1)),
+        ("movedim", [((4, 4, 8), H3)], lambda a: a.movedim(0, 2), lambda a: a.movedim(0, 2)),
+        ("flatten outermost", [((4, 2, 8), Tensor[PS["dp", None, "tp"]])],
+         lambda a: a.flatten(0, 1), lambda a: a.flatten(0, 1)),
+        ("reshape -1 outermost", [((4, 2, 8), Tensor[PS["dp", None, None], R["tp"]])],
+         lambda a: a.reshape(-1, 8), lambda a: a.reshape(-1, 8)),
+        ("cat unsharded dim", [((4, 8), Acol), ((4, 8), Acol)], lambda a, b: torch.cat([a, b], 0),
+         lambda a, b: torch.cat([a, b], 0)),
+        ("stack", [((4, 8), A), ((4, 8), A)], lambda a, b: torch.stack([a, b], 1),
+         lambda a, b: torch.stack([a, b], 1)),
+        ("index int unsharded", [((4, 8), Acol)], lambda a: a[1], lambda a: a[1]),
+        ("slice unsharded", [((4, 8), Arow)], lambda a: a[:, 2:6], lambda a: a[:, 2:6]),
+        ("index None and ...", [((4, 8), A)], lambda a: a[None, ...], lambda a: a[None, ...]),
+        ("unsqueeze/squeeze", [((4, 8), A)], lambda a: a.unsqueeze(1).squeeze(1),
+         lambda a: a.unsqueeze(1).squeeze(1)),
+    ]
+
+
+PROP_CASES = _prop_cases()
+
+
+def check_propagation(ctx: Any, name: str, index: int) -> None:
+    case, inputs, fn, ref = PROP_CASES[index]
+    mesh = mesh_for(ctx)
+    lay = Layout(mesh)
+    g = torch.Generator().manual_seed(1000 + index)
+    fulls = [torch.randn(shape, generator=g, dtype=F64) for shape, _ in inputs]
+    with spmd.set_mesh(mesh):
+        locs = []
+        for full, (_, ann) in zip(fulls, inputs):
+            t = _type(ann)
+            locs.append(lay.local(full, t, ctx.rank).requires_grad_(True))
+        with spmd.typecheck():
+            for v, (_, ann) in zip(locs, inputs):
+                spmd.declare(v, ann)
+            y = fn(*locs)
+            t = spmd.typeof(y)
+        assert t is not None and t.spec is not None, f"{case}: result type {t}"
+        assert len(t.spec) == y.ndim, (case, t, tuple(y.shape))
+        leaves = [f.clone().requires_grad_(True) for f in fulls]
+        want = ref(*leaves)
+        lay.check(_gather_all(y, ctx.world), want.detach(), t, f"{case} ({t})")
+        # backward: the gradient of the global result, laid out as the dual of its type,
+        # gives each input's gradient laid out as the dual of the input's type
+        G = torch.randn(tuple(want.shape), generator=g, dtype=F64)
+        want.backward(G)
+        y.backward(lay.local(G, _dual_type(t), ctx.rank))
+        for k, (v, leaf, (_, ann)) in enumerate(zip(locs, leaves, inputs)):
+            assert v.grad is not None and leaf.grad is not None, (case, k)
+            lay.check(_gather_all(v.grad, ctx.world), leaf.grad, _dual_type(_type(ann)),
+                      f"{case}: gradient of input {k}")
+
+
+def prop_suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
+    out = []
+    for i, (case, *_rest) in enumerate(PROP_CASES):
+        n = f"w{world}/global/propagation/{case}"
+        out.append((n, functools.partial(check_propagation, name=n, index=i)))
+    return out

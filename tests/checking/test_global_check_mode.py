@@ -1,0 +1,102 @@
+"""Global SPMD in the runtime check mode, one process: rejections raise the engine's error.
+
+(The accepted propagations are checked against single-device results on gloo worlds in
+tests/runtime/test_global_world.py.)  Without a mesh the sharded dims' global lengths
+are unknown, which the rules below do not need.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import spmd
+from spmd import PS, P, R, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
+
+H3 = Tensor[PS[None, "dp", "tp"]]
+W2 = Tensor[PS["tp", None], R["dp"]]
+
+
+def _declared(*pairs):
+    out = []
+    for shape, ann in pairs:
+        t = torch.randn(*shape)
+        spmd.declare(t, ann)
+        out.append(t)
+    return out
+
+
+REJECTED = [
+    ("einsum sharded contraction", [((4, 4, 6), H3), ((6, 8), W2)],
+     lambda h, w: torch.einsum("sbi,ih->sbh", h, w), 'out_partial_axes="tp"'),
+    ("matmul sharded contraction", [((4, 4, 6), H3), ((6, 8), W2)], lambda h, w: h @ w,
+     'spmd.matmul(h, w, out_partial_axes="tp")'),
+    ("sum over sharded dim", [((4, 4, 6), H3)], lambda h: h.sum(-1), "out_partial_axes"),
+    ("softmax over sharded dim", [((4, 4, 6), H3)], lambda h: h.softmax(-1), "spmd.redistribute(h"),
+    ("slice a sharded dim", [((4, 4, 6), H3)], lambda h: h[..., :2], "spmd.redistribute(h"),
+    ("int index a sharded dim", [((4, 4, 6), H3)], lambda h: h[:, 0], "spmd.redistribute(h"),
+    ("cat along a sharded dim", [((4, 4, 6), H3)], lambda h: torch.cat([h, h], 2), "redistribute"),
+    ("flatten, sharded inner factor", [((4, 4, 6), H3)], lambda h: h.flatten(1, 2), "outermost"),
+    ("add, different layouts", [((4, 6), Tensor[PS["dp", None], R["tp"]]),
+                                ((4, 6), Tensor[PS[None, "dp"], R["tp"]])],
+     lambda a, b: a + b, "spmd.redistribute("),
+]
+
+
+@pytest.mark.parametrize("case,inputs,fn,needle", REJECTED, ids=[c[0] for c in REJECTED])
+def test_rejected(case, inputs, fn, needle):
+    with spmd.typecheck():
+        xs = _declared(*inputs)
+        h = w = a = b = None  # noqa: F841 - names the messages use
+        if len(xs) == 1:
+            h = a = xs[0]
+        else:
+            h, w = a, b = xs
+        with pytest.raises(SpmdTypeError) as info:
+            fn(*xs)
+    assert info.value.code in ("spmd-global", "spmd-mismatch"), info.value
+    assert needle in str(info.value), str(info.value)
+
+
+def test_out_partial_axes_gives_partial_in_global_mode():
+    with spmd.typecheck():
+        h, w = _declared(((4, 4, 6), H3), ((6, 8), W2))
+        y = spmd.einsum("sbi,ih->sbh", h, w, out_partial_axes="tp")
+        assert str(spmd.typeof(y)) == 'Tensor[PS[None, "dp", None], P["tp"]]'
+        z = spmd.linear(h, w.T, out_partial_axes="tp")
+        assert str(spmd.typeof(z)) == 'Tensor[PS[None, "dp", None], P["tp"]]'
+
+
+def test_local_mode_still_reinterprets():
+    with spmd.typecheck():
+        (h,) = _declared(((4, 6), Tensor[V["tp"]]))
+        (w,) = _declared(((6, 8), Tensor[V["tp"]]))
+        y = spmd.matmul(h, w, out_partial_axes="tp")
+        assert spmd.typeof(y).get("tp") == P.local_type
+
+
+def test_local_map_switches_types_in_check_mode():
+    seen = {}
+
+    @spmd.local_map(in_types=Tensor[PS[None, "tp"]], out_types=Tensor[PS[None, "tp"]],
+                    axes=("tp",))
+    def body(h):
+        seen["inside"] = spmd.typeof(h)
+        return F.gelu(h)
+
+    with spmd.typecheck():
+        (h,) = _declared(((4, 6), Tensor[PS[None, "tp"]]))
+        y = body(h)
+        assert str(seen["inside"]) == 'Tensor[PS[None, None], S[1, "tp"]]' or \
+            seen["inside"].get("tp").dim == 1, seen["inside"]
+        assert spmd.typeof(y).spec == ((), ("tp",))
+        assert spmd.typeof(h).spec == ((), ("tp",))
+        # a wrong layout on entry names the redistribute that fixes it
+        (g,) = _declared(((4, 6), Tensor[PS["tp", None]]))
+        with pytest.raises(SpmdTypeError, match="redistribute"):
+            body(g)
+    # outside check mode: the identity on values
+    x = torch.randn(3)
+    assert torch.equal(body(x), F.gelu(x))
