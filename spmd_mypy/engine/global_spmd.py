@@ -1280,7 +1280,7 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op == "linear":
         return linear(operands[0], operands[1], operands[2] if len(operands) > 2 else None,
                       out_partial_axes=opa)
-    if op in ("max", "min") and len(tensors) >= 2:
+    if op in ("max", "min") and (len(tensors) >= 2 or p.get("binary")):
         return elementwise(op, operands, sizes_one=p.get("sizes_one"))
     if op in REDUCTIONS:
         return reduction(op, x, dim=p.get("dim"), keepdim=p.get("keepdim", False),

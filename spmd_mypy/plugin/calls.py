@@ -734,7 +734,10 @@ class CallTyper:
             core = [o for o in ops if o.text != b_text]
             bias = [o for o in ops if o.text == b_text]
             ops = core[:2] + bias[:1]
-        res = global_calls.gs.propagate(op, ops, out_partial_axes=axes or None, **params)
+        try:
+            res = global_calls.gs.propagate(op, ops, out_partial_axes=axes or None, **params)
+        except Exception:  # noqa: BLE001 - never crash mypy: the result is unknown
+            return self.typed_result(ctx.default_return_type, UNTYPED)
         self.report(ctx, res.errors)
         return self.typed_result(ctx.default_return_type, res.type)
 

@@ -195,6 +195,9 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
         p["dim"] = _dim_param(f.get("dim"), many=False)
     elif base == "squeeze":
         p["dim"] = _dim_param(f.get("dim"))
+    elif base in ("max", "min") and "other" in f:
+        # torch.max(x, other): elementwise (mypy also tries this overload for x.max(1))
+        p["binary"] = True
     elif base in gs.REDUCTIONS or base in gs.ALONG_DIM:
         if "dim" in f:
             p["dim"] = _dim_param(f.get("dim"))
