@@ -424,6 +424,8 @@ def redistribute_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
     x = typer.types.from_type(x_t) if x_t is not None else None
     if x is None:
         return ctx.default_return_type
+    if f.get("src") is None or f.get("dst") is None:
+        return ctx.default_return_type  # mypy reports the missing argument
     src = _endpoint(typer, ctx, f.get("src", (None, None))[0], x, "src")
     dst = _endpoint(typer, ctx, f.get("dst", (None, None))[0], x, "dst")
     if src is None or dst is None:
