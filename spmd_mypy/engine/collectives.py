@@ -286,6 +286,12 @@ def check_collective(
     out = x
     for axis in axes:
         out = out.replace(axis, dst)
+    if x.spec is not None and not errors:
+        # a global x: the axis moves in the partition spec (innermost axis only)
+        from .global_spmd import collective as global_collective
+
+        out, global_errors = global_collective(op, x, out, axes, src, dst, x_text=x_text)
+        errors.extend(global_errors)
     return CollectiveResult(out, errors, transition)
 
 

@@ -563,11 +563,6 @@ class CallTyper:
                 op, x, axes, src or None, dst or None, expert_mode=expert, reduce_op=reduce_op,
                 x_text=expr_text(x_expr), can_grad=self.can_grad(ctx, x_expr))
             self.report(ctx, res.errors)
-            if x.spec is not None and not res.errors:  # global: move the axes in the spec
-                t, errs = global_calls.gs.collective(op, x, res.type, axes, src or None, dst or None,
-                                                     x_text=expr_text(x_expr))
-                self.report(ctx, errs)
-                return self.typed_result(ctx.default_return_type, t)
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook

@@ -21,7 +21,7 @@ import pytest
 
 from spmd_mypy.engine import global_spmd as gs
 from spmd_mypy.engine.ops import Operand
-from spmd_mypy.engine.types import PARTIAL, REPLICATE, Kind, LocalType, SpmdType, shard
+from spmd_mypy.engine.types import PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, shard
 
 MESH = {"dp": 2, "tp": 3}
 AXES = tuple(MESH)
@@ -332,3 +332,22 @@ def test_localize_and_boundary() -> None:
     assert gs.check_local_map_boundary(local, g, ("tp",)) == []
     wrong = SpmdType.of({"tp": REPLICATE})
     assert gs.check_local_map_boundary(wrong, g, ("tp",))
+
+
+def test_per_axis_collectives_on_global_types_move_the_spec() -> None:
+    """collectives.check_collective (both adapters) moves the axis in the spec."""
+    from spmd_mypy.engine.collectives import check_collective
+
+    y = SpmdType.of({"dp": shard(0), "tp": shard(0)}, (("dp", "tp"), ()))
+    r = check_collective("all_gather", y, ("tp",), shard(0), REPLICATE)
+    assert not r.errors and r.type.spec == (("dp",), ()) and r.type.get("tp") == REPLICATE
+    r = check_collective("all_gather", y, ("dp",), shard(0), REPLICATE)
+    assert r.errors and "innermost" in r.errors[0].message
+    p = SpmdType.of({"dp": REPLICATE, "tp": PARTIAL}, ((), ()))
+    r = check_collective("reduce_scatter", p, ("tp",), PARTIAL, shard(1))
+    assert not r.errors and r.type.spec == ((), ("tp",)) and r.type.get("tp") == shard(1)
+    x = SpmdType.of({"dp": shard(0), "tp": shard(1)}, (("dp",), ("tp",)))
+    r = check_collective("all_to_all", x, ("tp",), shard(1), shard(0))
+    assert not r.errors and r.type.spec == (("dp", "tp"), ())
+    r = check_collective("convert", p.replace("tp", REPLICATE), ("tp",), REPLICATE, VARYING)
+    assert r.errors and "dst=S(i)" in r.errors[0].message
