@@ -6,7 +6,7 @@ says how the locals of the Varying axes reassemble into the global tensor::
 
     f32[8, 16@tp]  =  Tensor[PS[None, "tp"]]            rank 0 holds [:, 0:8]
                                                         rank 1 holds [:, 8:16]
-    f32[8@(dp,tp)] =  Tensor[PS[("dp", "tp")]]          dp outer, tp inner:
+    f32[8@(dp,tp)] =  Tensor[PS[("dp", "tp"),]]         dp outer, tp inner:
                                                         (dp0,tp0) [0:2] (dp0,tp1) [2:4]
                                                         (dp1,tp0) [4:6] (dp1,tp1) [6:8]
 

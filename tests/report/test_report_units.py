@@ -482,7 +482,7 @@ def test_global_redistribute_plan_steps() -> None:
                                                 "convert(R,S(0)) on (tp, dp)"]
     assert [s.text() for s in call.backward] == ["convert(S(0),P) on (tp, dp)",
                                                  "reduce_scatter(P,S(0)) on (dp, tp)"]
-    assert call.src_text == 'PS[("dp", "tp")]' and call.dst_text == 'PS[("tp", "dp")]'
+    assert call.src_text == 'PS[("dp", "tp"),]' and call.dst_text == 'PS[("tp", "dp"),]'
     # x's type fills the axes src leaves unsaid; an impossible plan is a problem, not a crash
     x = SpmdType.of({"dp": PARTIAL}, ((),))
     call = read_global_redistribute(x, SpmdType.of({}, ((),)),
