@@ -389,6 +389,21 @@ def _prop_cases() -> list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable
         ("index None and ...", [((4, 8), A)], lambda a: a[None, ...], lambda a: a[None, ...]),
         ("unsqueeze/squeeze", [((4, 8), A)], lambda a: a.unsqueeze(1).squeeze(1),
          lambda a: a.unsqueeze(1).squeeze(1)),
+        ("unflatten outermost -1", [((8, 6), Arow)], lambda a: a.unflatten(0, (-1, 2)),
+         lambda a: a.unflatten(0, (-1, 2))),
+        ("view -1", [((4, 2, 8), Tensor[PS["dp", None, None], R["tp"]])], lambda a: a.view(-1, 8),
+         lambda a: a.view(-1, 8)),
+        ("select unsharded", [((4, 8), Acol)], lambda a: a.select(0, 2), lambda a: a.select(0, 2)),
+        ("narrow unsharded", [((4, 8), Arow)], lambda a: a.narrow(1, 2, 3),
+         lambda a: a.narrow(1, 2, 3)),
+        ("layer_norm unsharded", [((4, 8), Arow)], lambda a: F.layer_norm(a, (8,)),
+         lambda a: F.layer_norm(a, (8,))),
+        ("spmd.sum over (dp, tp)", [((4, 8), A)],
+         lambda a: spmd.sum(a, (0, 1), out_partial_axes=("dp", "tp")), lambda a: a.sum((0, 1))),
+        ("einsum out_partial (dp,tp)", [((4, 8), Tensor[PS[None, ("dp", "tp")]]),
+                                         ((8, 6), Tensor[PS[("dp", "tp"), None]])],
+         lambda a, b: spmd.einsum("ij,jk->ik", a, b, out_partial_axes=("dp", "tp")),
+         lambda a, b: a @ b),
     ]
 
 
