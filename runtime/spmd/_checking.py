@@ -398,7 +398,10 @@ class _Mode(TorchFunctionMode):
         """An op with a global (partition spec) operand: the engine's shard propagation."""
         grad_on = torch.is_grad_enabled()
         pairs = [(v, t) for (v, _), t in zip(ops, types)]
-        params = _global_check.params_for(plan, args, kwargs, pairs, _get)
+        try:
+            params = _global_check.params_for(plan, args, kwargs, pairs, _get)
+        except Exception:  # an argument form the reader does not know: leave it untyped
+            return func(*args, **kwargs)
         key: list[Any] = ["global", plan.name, self.strict, _global_check.params_key(params)]
         for (v, is_index), t in zip(ops, types):
             if t is None:
@@ -415,7 +418,10 @@ class _Mode(TorchFunctionMode):
             rtype, failed = cached
             res = None
         else:
-            res = self._propagate(plan, ops, types, grad_on, None, params)
+            try:
+                res = self._propagate(plan, ops, types, grad_on, None, params)
+            except Exception:  # the rule could not read this call: the result stays untyped
+                return func(*args, **kwargs)
             rtype, failed = _canon(res.type), bool(res.errors)
             if key_t is not None:
                 if len(_RESULTS) >= _RESULTS_MAX:
