@@ -22,6 +22,7 @@ about 10 minutes of CPU on this machine, so not in the default run).
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
 import os
@@ -61,6 +62,7 @@ def index(r: tuple[int, ...], axes: tuple[str, ...]) -> int:
     return k
 
 
+@functools.lru_cache(maxsize=None)
 def group(r: tuple[int, ...], axes: tuple[str, ...]) -> list[tuple[int, ...]]:
     """The ranks of r's group over ``axes``, ordered row-major over ``axes`` as written."""
     members = [q for q in RANKS if all(coord(q, a) == coord(r, a) for a in NAMES if a not in axes)]
@@ -197,18 +199,30 @@ def all_layouts() -> list[Layout]:
 LAYOUTS = all_layouts()
 
 
+@functools.lru_cache(maxsize=None)
+def edges(layout: Layout) -> tuple[tuple[int, Layout, frozenset[str]], ...]:
+    """The admitted steps from ``layout`` (simulated on its materialized locals; the ops are
+    linear, so a step that keeps the value for one random pending-sum split keeps it for
+    any): (forward collectives, the next layout, the axes the step makes P)."""
+    every = frozenset(NAMES)
+    out = set()
+    for cost, nxt, _, (op, axes, s, d, sd, dd) in steps_from(layout, materialize(layout), every):
+        out.add((cost, nxt, frozenset(axes) if d == "P" else frozenset()))
+    return tuple(sorted(out, key=repr))
+
+
 def brute_force(start: Layout, may_partial: frozenset[str]) -> dict[Layout, int]:
     """Fewest forward collectives from ``start`` to every layout (0-1 BFS)."""
     best = {start: 0}
-    locs = {start: materialize(start)}
     dq = collections.deque([start])
     while dq:
         lay = dq.popleft()
-        for cost, nxt, res, _ in steps_from(lay, locs[lay], may_partial):
+        for cost, nxt, made_partial in edges(lay):
+            if not may_partial.issuperset(made_partial):
+                continue
             c = best[lay] + cost
             if nxt not in best or c < best[nxt]:
                 best[nxt] = c
-                locs[nxt] = res
                 (dq.appendleft if cost == 0 else dq.append)(nxt)
     return best
 
