@@ -7,9 +7,12 @@ on a tuple of axes flattened into one group, so the backward is the table's, ste
 by step in reverse::
 
     x: f32[8@(dp,tp)]                      rank (d, t) holds chunk 2d + t
-    y = spmd.redistribute(x, src=PS[("dp", "tp")], dst=PS[("tp", "dp")])
-        all_gather(x, ("dp", "tp"), src=S(0), dst=R)   one collective over the 4 ranks
-        convert(x, ("tp", "dp"), src=R, dst=S(0))      rank (d, t) keeps chunk 2t + d
+    y = spmd.redistribute(x, src=PS[("dp", "tp"),], dst=PS[("tp", "dp"),])
+        all_gather(x, ("dp", "tp"), src=S(0), dst=I)   one collective over the 4 ranks
+        convert(x, ("tp", "dp"), src=I, dst=S(0))      rank (d, t) keeps chunk 2t + d
+
+(``PS[("dp", "tp"),]`` with the comma: ``PS[("dp", "tp")]`` is ``PS["dp", "tp"]`` in
+Python, two dims.)
 
 ``src``/``dst`` are a bare ``PS[...]`` or a whole ``Tensor[PS[...], P["dp"], ...]``
 (how the axes a side does not name are filled in: :func:`~spmd_mypy.engine.redistribute.resolve`).
