@@ -82,6 +82,13 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None) -> tuple[Sp
         if mesh_axes is not None and axis not in mesh_axes:
             errors.append(unknown_axis_error(axis, mesh_axes))
             return False
+        if axis in seen and where.startswith("PS") and seen[axis].startswith("PS"):
+            errors.append(SpmdError(
+                "spmd-annotation",
+                f'mesh axis "{axis}" appears twice in the partition spec ({seen[axis][3:]} and '
+                f"{where[3:]}); a mesh axis shards at most one dim, once",
+            ))
+            return False
         if axis in seen and (where.startswith("PS") or seen[axis].startswith("PS")):
             marker = (seen[axis] if where.startswith("PS") else where).split("[")[0]
             errors.append(SpmdError(

@@ -1280,7 +1280,7 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op == "linear":
         return linear(operands[0], operands[1], operands[2] if len(operands) > 2 else None,
                       out_partial_axes=opa)
-    if op in ("max", "min") and len(tensors) >= 2:
+    if op in ("max", "min") and (len(tensors) >= 2 or p.get("binary")):
         return elementwise(op, operands, sizes_one=p.get("sizes_one"))
     if op in REDUCTIONS:
         return reduction(op, x, dim=p.get("dim"), keepdim=p.get("keepdim", False),
@@ -1426,3 +1426,68 @@ def check_argument(have: SpmdType, want: SpmdType, *, x_text: str = "x",
         "spmd-mismatch",
         f"{where} is {format_type(have)} but {format_type(want)} is expected; {fix}",
     )]
+
+
+def collective(
+    op: str,
+    x: SpmdType,
+    result: SpmdType,
+    axes: Sequence[str],
+    src: LocalType | None,
+    dst: LocalType | None,
+    *,
+    x_text: str = "x",
+) -> tuple[SpmdType, list[SpmdError]]:
+    """The partition spec of a per-axis collective's result on a global ``x`` (SPEC
+    section 6: a collective on a global axis acts on the innermost axis sharding a dim).
+
+    ``result`` is the local rule's result (:func:`.collectives.check_collective`); this
+    moves the axes in the spec::
+
+        all_gather(x: PS[("dp", "tp"), None], "tp", src=S(0), dst=R)  ->  PS["dp", None]
+        all_gather(x: PS[("dp", "tp"), None], "dp", ...)              ->  error: dp is not
+                                                                         the innermost axis
+        reduce_scatter(p: PS[None, None] P:tp, "tp", src=P, dst=S(0)) ->  PS["tp", None]
+        all_to_all(x: PS[None, "tp"], "tp", src=S(1), dst=S(0))        ->  PS["tp", None]
+
+    A ``V`` destination (no dim) has no global layout: an error asking for ``S(i)``.
+    A local ``x`` (no spec) is returned unchanged."""
+    if x.spec is None:
+        return result, []
+    spec = [list(e) for e in x.spec]
+    moving = [a for a in axes if any(a in e for e in spec)]
+    call = f"{op}({x_text}, {_fmt_axes(tuple(axes))}, src={src}, dst={dst})"
+    if moving:
+        d = next(i for i, e in enumerate(spec) if moving[0] in e)
+        entry = spec[d]
+        if any(a not in entry for a in moving):
+            return SpmdType(), [SpmdError(
+                CODE, f"{call}: the axes shard different dims of {x_text} "
+                      f"({format_type(x)}); one collective acts on one dim")]
+        k = len(moving)
+        if tuple(entry[-k:]) != tuple(moving):
+            inner = _fmt_axes(tuple(entry[-k:]))
+            return SpmdType(), [SpmdError(
+                CODE,
+                f"{call}: {_fmt_axes(tuple(moving))} is not the innermost axis sharding dim {d} "
+                f"of {x_text} ({format_type(x)}, innermost {inner}); a per-axis collective acts "
+                f"on the innermost axis: move {inner} first, or plan the whole change with "
+                f"spmd.redistribute({x_text}, src={format_spec(x.spec)}, dst=PS[...])",
+            )]
+        del entry[-k:]
+    if dst is not None and dst.kind is Kind.V:
+        if dst.dim is None:
+            return SpmdType(), [SpmdError(
+                CODE,
+                f"{call}: dst=V has no global layout on the global tensor {x_text} "
+                f"({format_type(x)}); name the dim with dst=S(i), or do this inside spmd.local_map",
+            )]
+        if not 0 <= dst.dim < len(spec):
+            return SpmdType(), [SpmdError(CODE, f"{call}: dim {dst.dim} is out of range for rank {len(spec)}")]
+        spec[dst.dim].extend(a for a in axes if a not in spec[dst.dim])
+    new_spec = tuple(tuple(e) for e in spec)
+    out = dict(result.axes)
+    for d2, e in enumerate(new_spec):
+        for a in e:
+            out[a] = shard(d2)
+    return SpmdType.of(out, new_spec), []

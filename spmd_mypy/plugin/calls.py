@@ -563,6 +563,11 @@ class CallTyper:
                 op, x, axes, src or None, dst or None, expert_mode=expert, reduce_op=reduce_op,
                 x_text=expr_text(x_expr), can_grad=self.can_grad(ctx, x_expr))
             self.report(ctx, res.errors)
+            if x.spec is not None and not res.errors:  # global: move the axes in the spec
+                t, errs = global_calls.gs.collective(op, x, res.type, axes, src or None, dst or None,
+                                                     x_text=expr_text(x_expr))
+                self.report(ctx, errs)
+                return self.typed_result(ctx.default_return_type, t)
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
@@ -734,7 +739,10 @@ class CallTyper:
             core = [o for o in ops if o.text != b_text]
             bias = [o for o in ops if o.text == b_text]
             ops = core[:2] + bias[:1]
-        res = global_calls.gs.propagate(op, ops, out_partial_axes=axes or None, **params)
+        try:
+            res = global_calls.gs.propagate(op, ops, out_partial_axes=axes or None, **params)
+        except Exception:  # noqa: BLE001 - never crash mypy: the result is unknown
+            return self.typed_result(ctx.default_return_type, UNTYPED)
         self.report(ctx, res.errors)
         return self.typed_result(ctx.default_return_type, res.type)
 

@@ -195,6 +195,9 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
         p["dim"] = _dim_param(f.get("dim"), many=False)
     elif base == "squeeze":
         p["dim"] = _dim_param(f.get("dim"))
+    elif base in ("max", "min") and "other" in f:
+        # torch.max(x, other): elementwise (mypy also tries this overload for x.max(1))
+        p["binary"] = True
     elif base in gs.REDUCTIONS or base in gs.ALONG_DIM:
         if "dim" in f:
             p["dim"] = _dim_param(f.get("dim"))
@@ -301,17 +304,22 @@ def local_map_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
     if not isinstance(sig, CallableType) or ins is None or outs is None:
         return ctx.default_return_type
     errors: list[SpmdError] = []
-    tensor_params = [(i, t) for i, t in enumerate(sig.arg_types) if typer.types.from_type(t) is not None]
-    if len(ins) != len(tensor_params):
+    # in_types pairs with the parameters one to one (None for a non-tensor), as at runtime
+    params = [i for i, k in enumerate(sig.arg_kinds) if k.is_positional()]
+    tensor_params = [i for i in params if typer.types.from_type(sig.arg_types[i]) is not None]
+    name_of = func.name  # type: ignore[union-attr]
+    if len(ins) > len(params) or (tensor_params and tensor_params[-1] >= len(ins)):
         errors.append(SpmdError(
             "spmd-global",
-            f"local_map: in_types gives {len(ins)} type(s) but {func.name} has "  # type: ignore[union-attr]
-            f"{len(tensor_params)} tensor parameter(s); give one global type per tensor parameter"))
+            f"local_map: in_types gives {len(ins)} type(s) but {name_of} has {len(params)} "
+            f"parameter(s) ({len(tensor_params)} tensor(s)); give one global type per parameter, "
+            f"None for a non-tensor"))
     new_args = list(sig.arg_types)
-    for (i, t), want in zip(tensor_params, ins):
-        if want is None:
-            continue
+    for i, want in zip(params, ins):
+        t = sig.arg_types[i]
         have = typer.types.from_type(t)
+        if want is None or have is None:
+            continue
         name = sig.arg_names[i] or f"#{i + 1}"
         if have:
             errors += gs.check_local_map_boundary(have, want, axes, what=f'parameter "{name}"',
@@ -416,6 +424,8 @@ def redistribute_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
     x = typer.types.from_type(x_t) if x_t is not None else None
     if x is None:
         return ctx.default_return_type
+    if f.get("src") is None or f.get("dst") is None:
+        return ctx.default_return_type  # mypy reports the missing argument
     src = _endpoint(typer, ctx, f.get("src", (None, None))[0], x, "src")
     dst = _endpoint(typer, ctx, f.get("dst", (None, None))[0], x, "dst")
     if src is None or dst is None:

@@ -363,6 +363,45 @@ case("coll-relu-before-reduce", {"x": "V", "w": "V"},
       "out = torch.relu(hp)"), NL, **CX)
 
 
+# --------------------------------------------------------------------------------------
+# 9. Global SPMD (partition specs, SPEC section 6): shard propagation, both checkers.
+
+GLB = "spmd-global"
+_H = 'Tensor[PS["dp", "tp"]]'               # [b@dp, h@tp]
+_X = 'Tensor[PS["dp", None], R["tp"]]'      # [b@dp, h]
+_WC = 'Tensor[PS[None, "tp"], R["dp"]]'     # column-parallel weight [h, i@tp]
+_WR = 'Tensor[PS["tp", None], R["dp"]]'     # row-parallel weight [i@tp, h]
+_B = 'Tensor[PS[None], R["dp", "tp"]]'      # an unsharded vector
+case("global-einsum-column", {"x": _X, "w": _WC}, 'out = torch.einsum("bi,ih->bh", x, w)', _H)
+case("global-einsum-contracted-sharded", {"h": _H, "w": _WR},
+     'out = torch.einsum("bh,ho->bo", h, w)', GLB)
+case("global-einsum-out-partial", {"h": _H, "w": _WR},
+     'out = spmd.einsum("bh,ho->bo", h, w, out_partial_axes="tp")',
+     'Tensor[PS["dp", None], P["tp"]]')
+case("global-matmul-contracted-sharded", {"h": _H, "w": _WR}, "out = h @ w", GLB)
+case("global-matmul-column", {"x": _X, "w": _WC}, "out = x @ w", _H)
+case("global-add-same-layout", {"a": _H, "b": _H}, "out = a + b", _H)
+case("global-add-layout-mismatch", {"a": _X, "b": 'Tensor[PS[None, None], R["dp", "tp"]]'},
+     "out = a + b", GLB)
+case("global-add-broadcast-unsharded-vector", {"a": _X, "b": _B}, "out = a + b", _X)
+case("global-add-broadcast-mismatch", {"a": _H, "b": _B}, "out = a + b", GLB)
+case("global-sum-unsharded-dim", {"x": _X}, "out = x.sum(1)", 'Tensor[PS["dp"], R["tp"]]')
+case("global-sum-sharded-dim", {"h": _H}, "out = h.sum(1)", GLB)
+case("global-spmd-sum-out-partial", {"h": _H}, 'out = spmd.sum(h, 1, out_partial_axes="tp")',
+     'Tensor[PS["dp"], P["tp"]]')
+case("global-softmax-unsharded-dim", {"x": _X}, "out = x.softmax(-1)", _X)
+case("global-softmax-sharded-dim", {"h": _H}, "out = F.softmax(h, dim=-1)", GLB)
+case("global-transpose", {"h": _H}, "out = h.transpose(0, 1)", 'Tensor[PS["tp", "dp"]]')
+case("global-T", {"w": _WR}, "out = w.T", _WC)
+case("global-index-unsharded-dim", {"x": _X}, "out = x[:, 0]", 'Tensor[PS["dp"], R["tp"]]')
+case("global-index-sharded-dim", {"x": _X}, "out = x[0]", GLB)
+case("global-cat-unsharded-dim", {"a": _X, "b": _X}, "out = torch.cat([a, b], dim=1)", _X)
+case("global-cat-sharded-dim", {"a": _X, "b": _X}, "out = torch.cat([a, b], dim=0)", GLB)
+case("global-flatten-outermost", {"x": _X}, "out = x.flatten()", 'Tensor[PS["dp"], R["tp"]]')
+case("global-flatten-inner-sharded", {"w": _WC}, "out = w.flatten()", GLB)
+case("global-partial-nonlinear", {"p": 'Tensor[PS[None, None], P["tp"], R["dp"]]'},
+     "out = F.gelu(p)", NL)
+
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.
 

@@ -1,0 +1,334 @@
+"""Shard propagation (engine/global_spmd.py) against a numeric simulation of the mesh.
+
+For every accepted propagation the test lays random global inputs out on a 2 x 3 mesh
+(dp=2, tp=3: a non-square mesh catches swapped axes) as their types say, runs the op on
+each rank's locals (numpy), reassembles the locals as the result type says (summing over
+its Partial axes, checking its Replicate axes agree) and compares with the op on the
+global inputs.  The inputs' specs are enumerated exhaustively (every placement and order
+of the two axes over the dims, with R or P on the axes left out), so every accepted
+propagation is checked, not a chosen few; rejected ones must carry a fix.  Runs in a few
+seconds, no torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from spmd_mypy.engine import global_spmd as gs
+from spmd_mypy.engine.ops import Operand
+from spmd_mypy.engine.types import PARTIAL, REPLICATE, Kind, LocalType, SpmdType, shard
+
+MESH = {"dp": 2, "tp": 3}
+AXES = tuple(MESH)
+COORDS = [dict(zip(AXES, c)) for c in itertools.product(*(range(MESH[a]) for a in AXES))]
+RNG = np.random.default_rng(0)
+
+
+# -- the mesh simulation -------------------------------------------------------------------
+
+
+def specs(rank: int) -> list[tuple[tuple[str, ...], ...]]:
+    """Every placement of the mesh axes over ``rank`` dims (or none), in every order."""
+    out = set()
+    for place in itertools.product(range(-1, rank), repeat=len(AXES)):
+        for order in itertools.permutations(AXES):
+            spec = [[] for _ in range(rank)]
+            for a in order:
+                d = place[AXES.index(a)]
+                if d >= 0:
+                    spec[d].append(a)
+            out.add(tuple(tuple(e) for e in spec))
+    return sorted(out)
+
+
+def types(rank: int, partial: bool = True) -> list[SpmdType]:
+    """Global types of this rank: each spec, with R or P on the axes it leaves out."""
+    out = []
+    for spec in specs(rank):
+        inside = {a: d for d, e in enumerate(spec) for a in e}
+        rest = [a for a in AXES if a not in inside]
+        for kinds in itertools.product((REPLICATE, PARTIAL) if partial else (REPLICATE,),
+                                       repeat=len(rest)):
+            m = {a: shard(d) for a, d in inside.items()}
+            m.update(zip(rest, kinds))
+            out.append(SpmdType.of(m, spec))
+    return out
+
+
+def _block(entry: Sequence[str], coord: dict[str, int], size: int) -> slice:
+    n = math.prod(MESH[a] for a in entry)
+    idx = 0
+    for a in entry:  # outermost first: mixed radix
+        idx = idx * MESH[a] + coord[a]
+    b = size // n
+    return slice(idx * b, (idx + 1) * b)
+
+
+def lay_out(x: np.ndarray, t: SpmdType) -> list[np.ndarray]:
+    """The local of each rank (in COORDS order); P axes split into random summands."""
+    locs = []
+    p_axes = [a for a, lt in t.axes if lt.kind is Kind.P]
+    # a zero-sum noise per P axis: the locals sum to x over each P axis
+    noise = {a: [RNG.standard_normal(x.shape) for _ in range(MESH[a])] for a in p_axes}
+    for a in p_axes:
+        mean = sum(noise[a]) / MESH[a]
+        noise[a] = [n - mean for n in noise[a]]
+    for c in COORDS:
+        idx = tuple(_block(e, c, x.shape[d]) for d, e in enumerate(t.spec))
+        local = np.array(x[idx], dtype=float)
+        if p_axes:
+            full = np.array(x, dtype=float)
+            for a in p_axes:
+                full = full / MESH[a] + noise[a][c[a]]
+            local = full[idx]
+        locs.append(local)
+    return locs
+
+
+def assemble(locs: list[np.ndarray], t: SpmdType, shape: tuple[int, ...]) -> np.ndarray:
+    """The global value the locals denote under ``t`` (checks R axes agree)."""
+    spec = t.spec
+    assert spec is not None and len(spec) == len(shape)
+    out = np.zeros(shape)
+    in_spec = {a for e in spec for a in e}
+    for a, lt in t.axes:
+        assert a in in_spec or lt.kind in (Kind.R, Kind.P, Kind.I), (a, lt)
+    for c, local in zip(COORDS, locs):
+        rep = [a for a in AXES if a not in in_spec and (t.get(a) or REPLICATE).kind is not Kind.P]
+        if any(c[a] for a in rep):
+            base = dict(c, **{a: 0 for a in rep})
+            np.testing.assert_allclose(local, locs[COORDS.index(base)], atol=1e-9)
+            continue
+        idx = tuple(_block(e, c, shape[d]) for d, e in enumerate(spec))
+        out[idx] += local
+    return out
+
+
+def check(op: Callable[..., np.ndarray], xs: list[np.ndarray], ts: list[SpmdType],
+          result: SpmdType, local_op: Callable[..., np.ndarray] | None = None) -> None:
+    want = op(*xs)
+    laid = [lay_out(x, t) for x, t in zip(xs, ts)]
+    locs = [(local_op or op)(*(lay[i] for lay in laid)) for i in range(len(COORDS))]
+    got = assemble(locs, result, want.shape)
+    np.testing.assert_allclose(got, want, atol=1e-8)
+
+
+def _ops(ts: Sequence[SpmdType]) -> list[Operand]:
+    return [Operand(t, "ab"[i] if i < 2 else f"x{i}") for i, t in enumerate(ts)]
+
+
+def _run(name: str, ts: list[SpmdType], params: dict, np_op, shapes, *, local_op=None,
+         counts: dict) -> None:
+    r = gs.propagate(name, _ops(ts), **params)
+    if r.errors:
+        counts["rejected"] += 1
+        for e in r.errors:
+            # every rejection names a fix (a call to write or a communication)
+            assert any(w in e.message for w in ("spmd.", "all_reduce", "all_gather", "reduce_scatter",
+                                                 "redistribute", "drop", "literal", "local_map",
+                                                 "reinterpret", "permutation")), e.message
+        return
+    counts["accepted"] += 1
+    xs = [RNG.standard_normal(s) for s in shapes]
+    check(np_op, xs, ts, r.type, local_op)
+
+
+# -- the ops ---------------------------------------------------------------------------------
+
+
+EINSUMS = [
+    ("ij,jk->ik", (6, 12), (12, 6)),
+    ("bi,i->bi", (6, 12), (12,)),
+    ("bij,bjk->bik", (6, 6, 12), (6, 12, 6)),
+    ("ij,ij->i", (6, 12), (6, 12)),
+    ("i,j->ij", (12,), (6,)),
+]
+
+
+@pytest.mark.parametrize("eq,sa,sb", EINSUMS, ids=[e[0] for e in EINSUMS])
+def test_einsum_accepted_propagations_compute_the_global_result(eq: str, sa, sb) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(len(sa)), types(len(sb))):
+        axes_sets = [None, "tp", "dp", ("dp", "tp")]
+        for opa in axes_sets:
+            _run("einsum", [ta, tb], {"equation": eq, "out_partial_axes": opa},
+                 lambda a, b: np.einsum(eq, a, b), [sa, sb], counts=counts)
+    assert counts["accepted"] > 20 and counts["rejected"] > 20, counts
+
+
+def test_einsum_rule_examples() -> None:
+    t = lambda spec, **kinds: SpmdType.of(  # noqa: E731
+        {**{a: shard(d) for d, e in enumerate(spec) for a in e},
+         **{a: LocalType(Kind(k)) for a, k in kinds.items()}}, spec)
+    x = t((("dp",), ()), tp="R")
+    w1 = t(((), ("tp",)), dp="R")
+    h = gs.einsum("bi,ih->bh", _ops([x, w1]))
+    assert not h.errors and h.type.spec == (("dp",), ("tp",))
+    w2 = t((("tp",), ()), dp="R")
+    bad = gs.einsum("bh,ho->bo", _ops([h.type, w2]))
+    assert bad.errors and 'out_partial_axes="tp"' in bad.errors[0].message
+    ok = gs.einsum("bh,ho->bo", _ops([h.type, w2]), out_partial_axes="tp")
+    assert not ok.errors and ok.type.spec == (("dp",), ()) and ok.type.get("tp") == PARTIAL
+
+
+def test_matmul_and_linear() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(3, partial=False), types(2, partial=False)):
+        for opa in (None, "tp"):
+            _run("matmul", [ta, tb], {"out_partial_axes": opa}, np.matmul, [(6, 6, 12), (12, 6)],
+                 counts=counts)
+            _run("linear", [ta, tb], {"out_partial_axes": opa}, lambda x, w: x @ w.T,
+                 [(6, 6, 12), (6, 12)], counts=counts)
+    assert counts["accepted"] > 20, counts
+
+
+def test_elementwise_with_broadcasting() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(2), types(1)):
+        _run("add", [ta, tb], {}, np.add, [(6, 12), (12,)], counts=counts)
+        _run("mul", [ta, tb], {}, np.multiply, [(6, 12), (12,)], counts=counts)
+    for ta, tb in itertools.product(types(2), types(2)):
+        _run("sub", [ta, tb], {}, np.subtract, [(6, 12), (6, 12)], counts=counts)
+    for ta in types(2):
+        _run("relu", [ta], {}, lambda a: np.maximum(a, 0), [(6, 12)], counts=counts)
+    assert counts["accepted"] > 20 and counts["rejected"] > 20, counts
+
+
+@pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), ((0, 1), False), (None, False)])
+def test_sum_and_amax(dim, keepdim) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        for opa in (None, "tp", "dp", ("dp", "tp")):
+            _run("sum", [ta], {"dim": dim, "keepdim": keepdim, "out_partial_axes": opa},
+                 lambda a: np.sum(a, axis=dim, keepdims=keepdim), [(6, 12)], counts=counts)
+    for ta in types(2, partial=False):
+        _run("amax", [ta], {"dim": dim, "keepdim": keepdim},
+             lambda a: np.amax(a, axis=dim, keepdims=keepdim), [(6, 12)], counts=counts)
+    assert counts["accepted"] > 5, counts
+
+
+def _softmax(a: np.ndarray, dim: int) -> np.ndarray:
+    e = np.exp(a - a.max(axis=dim, keepdims=True))
+    return e / e.sum(axis=dim, keepdims=True)
+
+
+def test_softmax_along_dim() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2, partial=False):
+        for dim in (0, 1, -1):
+            _run("softmax", [ta], {"dim": dim}, lambda a: _softmax(a, dim), [(6, 12)], counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def test_permutations() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(3):
+        _run("permute", [ta], {"dims": (2, 0, 1)}, lambda a: a.transpose(2, 0, 1), [(6, 12, 6)], counts=counts)
+        _run("transpose", [ta], {"dim0": 0, "dim1": -1}, lambda a: a.swapaxes(0, -1), [(6, 12, 6)], counts=counts)
+        _run("movedim", [ta], {"source": 0, "destination": 2}, lambda a: np.moveaxis(a, 0, 2),
+             [(6, 12, 6)], counts=counts)
+        _run("mT", [ta], {}, lambda a: a.swapaxes(-1, -2), [(6, 12, 6)], counts=counts)
+    assert counts["rejected"] == 0 and counts["accepted"] > 50, counts
+
+
+def _reshape_local(shape: tuple[int, ...], out_type_holder: list) -> Callable:
+    def f(a: np.ndarray) -> np.ndarray:
+        return a.reshape(gs.local_shape(shape, out_type_holder[0].spec, MESH))
+    return f
+
+
+@pytest.mark.parametrize("in_shape,out_shape", [
+    ((6, 12), (72,)), ((6, 12), (6, 2, 6)), ((12, 6), (2, 6, 6)), ((6, 12, 6), (72, 6)),
+    ((6, 12), (36, 2)), ((12, 1, 6), (12, 6)),
+])
+def test_reshape_with_known_shapes(in_shape, out_shape) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(len(in_shape)):
+        if len(in_shape) == 3 and in_shape[1] == 1 and ta.spec[1]:
+            continue  # a size-1 dim cannot be sharded
+        r = gs.propagate("reshape", _ops([ta]), shape=out_shape, in_shape=in_shape, mesh_sizes=MESH)
+        if r.errors:
+            counts["rejected"] += 1
+            continue
+        counts["accepted"] += 1
+        x = RNG.standard_normal(in_shape)
+        check(lambda a: a.reshape(out_shape), [x], [ta], r.type,
+              local_op=lambda a: a.reshape(gs.local_shape(out_shape, r.type.spec, MESH)))
+    assert counts["accepted"], counts
+
+
+def test_flatten_unflatten() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(3):
+        r = gs.propagate("flatten", _ops([ta]), start_dim=0, end_dim=1)
+        if r.errors:
+            counts["rejected"] += 1
+        else:
+            counts["accepted"] += 1
+            x = RNG.standard_normal((6, 12, 6))
+            check(lambda a: a.reshape(72, 6), [x], [ta], r.type,
+                  local_op=lambda a: a.reshape(-1, a.shape[-1]))
+    for ta in types(2):
+        for sizes in ((6, 2), (2, 6), (3, 4)):
+            r = gs.propagate("unflatten", _ops([ta]), dim=1, sizes=sizes, mesh_sizes=MESH)
+            if r.errors:
+                counts["rejected"] += 1
+                continue
+            counts["accepted"] += 1
+            x = RNG.standard_normal((6, 12))
+            out_shape = (6, *sizes)
+            check(lambda a: a.reshape(out_shape), [x], [ta], r.type,
+                  local_op=lambda a: a.reshape(gs.local_shape(out_shape, r.type.spec, MESH)))
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def test_cat_stack() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(2, partial=False), repeat=2):
+        for dim in (0, 1):
+            _run("cat", [ta, tb], {"dim": dim}, lambda a, b: np.concatenate([a, b], axis=dim),
+                 [(6, 12), (6, 12)], counts=counts)
+        _run("stack", [ta, tb], {"dim": 1}, lambda a, b: np.stack([a, b], axis=1),
+             [(6, 12), (6, 12)], counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+@pytest.mark.parametrize("index", [
+    (slice(None), 0), (0,), (Ellipsis, 1), (None, slice(None)), (slice(None), slice(2, 8)),
+    (slice(None), slice(None), None),
+], ids=str)
+def test_indexing(index) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    np_index = tuple(slice(2, 8) if isinstance(i, slice) and i != slice(None) else i for i in index)
+    for ta in types(2):
+        _run("__getitem__", [ta], {"index": index}, lambda a: a[np_index], [(6, 12)], counts=counts)
+    assert counts["accepted"], counts
+
+
+def test_non_literal_parameters_are_errors_not_guesses() -> None:
+    x = _ops([types(2, partial=False)[5]])
+    for op, params in [("sum", {"dim": gs.UNKNOWN}), ("softmax", {"dim": gs.UNKNOWN}),
+                       ("permute", {"dims": gs.UNKNOWN}), ("reshape", {"shape": gs.UNKNOWN}),
+                       ("__getitem__", {"index": gs.UNKNOWN}), ("transpose", {"dim0": 0, "dim1": gs.UNKNOWN})]:
+        r = gs.propagate(op, x, **params)
+        assert any("literal" in e.message for e in r.errors), (op, r)
+
+
+def test_local_operands_keep_the_local_rule() -> None:
+    t = SpmdType.of({"tp": REPLICATE})
+    assert gs.propagate("add", _ops([t, t])).type == t
+
+
+def test_localize_and_boundary() -> None:
+    g = SpmdType.of({"tp": shard(1), "dp": REPLICATE}, ((), ("tp",)))
+    assert gs.localize(g, ("tp",)).spec == ((), ())
+    assert gs.localize(g, None).spec is None
+    local = SpmdType.of({"tp": LocalType(Kind.V), "dp": REPLICATE})
+    assert gs.check_local_map_boundary(local, g, ("tp",)) == []
+    wrong = SpmdType.of({"tp": REPLICATE})
+    assert gs.check_local_map_boundary(wrong, g, ("tp",))
