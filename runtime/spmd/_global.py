@@ -33,6 +33,7 @@ exit (it is then given that global type)::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import typing
 from typing import Any, Callable, Sequence, TypeVar
@@ -44,7 +45,7 @@ from spmd_mypy.engine import redistribute as planner
 from spmd_mypy.engine.annotations import Entry, build
 from spmd_mypy.engine.collectives import TRANSITIONS, form
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.types import Kind, LocalType, SpmdType, format_type
+from spmd_mypy.engine.types import SpmdType, format_type
 
 from . import _mesh
 from ._collectives import SpmdCollectiveError, _Collective, _Step
@@ -120,7 +121,7 @@ def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
             if errors:
                 raise SpmdTypeError(errors[0])
     y = x
-    ctx = _checking.suspended() if _checking.ACTIVE else _nullcontext()
+    ctx = _checking.suspended() if _checking.ACTIVE else contextlib.nullcontext()
     with ctx:
         for step in bound.steps:
             if y.requires_grad and torch.is_grad_enabled():
@@ -136,14 +137,6 @@ def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
             out.setdefault(a, lt)
         _checking._set(y, SpmdType.of(out, bound.plan.dst.spec))
     return y
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # --------------------------------------------------------------------------------------
