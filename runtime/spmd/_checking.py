@@ -83,6 +83,7 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import Operand, Role, check_backward, check_inplace, propagate
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 
+from spmd_mypy.engine.global_spmd import collective as global_collective
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
 from . import _global_check, _torch_ops
@@ -398,7 +399,10 @@ class _Mode(TorchFunctionMode):
         """An op with a global (partition spec) operand: the engine's shard propagation."""
         grad_on = torch.is_grad_enabled()
         pairs = [(v, t) for (v, _), t in zip(ops, types)]
-        params = _global_check.params_for(plan, args, kwargs, pairs, _get)
+        try:
+            params = _global_check.params_for(plan, args, kwargs, pairs, _get)
+        except Exception:  # an argument form the reader does not know: leave it untyped
+            return func(*args, **kwargs)
         key: list[Any] = ["global", plan.name, self.strict, _global_check.params_key(params)]
         for (v, is_index), t in zip(ops, types):
             if t is None:
@@ -415,7 +419,10 @@ class _Mode(TorchFunctionMode):
             rtype, failed = cached
             res = None
         else:
-            res = self._propagate(plan, ops, types, grad_on, None, params)
+            try:
+                res = self._propagate(plan, ops, types, grad_on, None, params)
+            except Exception:  # the rule could not read this call: the result stays untyped
+                return func(*args, **kwargs)
             rtype, failed = _canon(res.type), bool(res.errors)
             if key_t is not None:
                 if len(_RESULTS) >= _RESULTS_MAX:
@@ -697,8 +704,15 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
         res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                                reduce_op=reduce_op, x_text=text, can_grad=can_grad)
         raise SpmdTypeError(res.errors[0])
-    if res.type:
-        _stamp_outputs(out, res.type)
+    rtype = res.type
+    if have.spec is not None:  # a global x: the axes move in the partition spec
+        rtype, errors = global_collective(op, have, res.type, names, src_lt, dst_lt)
+        if errors:
+            text = _texts([x], ["x"])[0]
+            raise SpmdTypeError(global_collective(op, have, res.type, names, src_lt, dst_lt,
+                                                  x_text=text)[1][0])
+    if rtype:
+        _stamp_outputs(out, rtype)
     return out
 
 

@@ -7,9 +7,12 @@ on a tuple of axes flattened into one group, so the backward is the table's, ste
 by step in reverse::
 
     x: f32[8@(dp,tp)]                      rank (d, t) holds chunk 2d + t
-    y = spmd.redistribute(x, src=PS[("dp", "tp")], dst=PS[("tp", "dp")])
-        all_gather(x, ("dp", "tp"), src=S(0), dst=R)   one collective over the 4 ranks
-        convert(x, ("tp", "dp"), src=R, dst=S(0))      rank (d, t) keeps chunk 2t + d
+    y = spmd.redistribute(x, src=PS[("dp", "tp"),], dst=PS[("tp", "dp"),])
+        all_gather(x, ("dp", "tp"), src=S(0), dst=I)   one collective over the 4 ranks
+        convert(x, ("tp", "dp"), src=I, dst=S(0))      rank (d, t) keeps chunk 2t + d
+
+(``PS[("dp", "tp"),]`` with the comma: ``PS[("dp", "tp")]`` is ``PS["dp", "tp"]`` in
+Python, two dims.)
 
 ``src``/``dst`` are a bare ``PS[...]`` or a whole ``Tensor[PS[...], P["dp"], ...]``
 (how the axes a side does not name are filled in: :func:`~spmd_mypy.engine.redistribute.resolve`).
@@ -30,6 +33,7 @@ exit (it is then given that global type)::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import typing
 from typing import Any, Callable, Sequence, TypeVar
@@ -41,7 +45,7 @@ from spmd_mypy.engine import redistribute as planner
 from spmd_mypy.engine.annotations import Entry, build
 from spmd_mypy.engine.collectives import TRANSITIONS, form
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.types import Kind, LocalType, SpmdType, format_type
+from spmd_mypy.engine.types import SpmdType, format_type
 
 from . import _mesh
 from ._collectives import SpmdCollectiveError, _Collective, _Step
@@ -117,7 +121,7 @@ def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
             if errors:
                 raise SpmdTypeError(errors[0])
     y = x
-    ctx = _checking.suspended() if _checking.ACTIVE else _nullcontext()
+    ctx = _checking.suspended() if _checking.ACTIVE else contextlib.nullcontext()
     with ctx:
         for step in bound.steps:
             if y.requires_grad and torch.is_grad_enabled():
@@ -133,14 +137,6 @@ def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
             out.setdefault(a, lt)
         _checking._set(y, SpmdType.of(out, bound.plan.dst.spec))
     return y
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # --------------------------------------------------------------------------------------

@@ -4,12 +4,13 @@
 to another keeping the global value; this module plans the steps.  Each step is one
 op of the engine's table (:data:`~.collectives.TRANSITIONS`) on one mesh axis or on
 a tuple of axes flattened into one collective (the ranks row-major over the axes in
-the order written, as ``PS[("dp", "tp")]`` orders them)::
+the order written, as ``PS[("dp", "tp"), None]`` orders them)::
 
-    f32[8@(dp,tp)] P:-  ->  f32[8@(tp,dp)]       (the two ranks (0,1) and (1,0) swap)
+    f32[8@(dp,tp)]  ->  f32[8@(tp,dp)]           (the two ranks (0,1) and (1,0) swap)
 
-        all_gather(x, ("dp", "tp"), src=S(0), dst=R)     one collective over 4 ranks
-        convert(x, ("tp", "dp"), src=R, dst=S(0))        each rank keeps its chunk, no comms
+        all_gather(x, ("dp", "tp"), src=S(0), dst=I)     one collective over 4 ranks
+        convert(x, ("tp", "dp"), src=I, dst=S(0))        each rank keeps its chunk, no comms
+        (backward: all_gather(S(0),I) on (tp, dp), then convert(I,S(0)) on (dp, tp))
 
     f32[4, 8] P:{dp,tp}  ->  f32[4, 8] R:{dp,tp}
 
@@ -29,9 +30,10 @@ sharding a dim can be operated on)::
     reinterpret(I <-> R)          no comms forward (I -> R all-reduces in backward)
 
 The plan is a cheapest path over these moves (Dijkstra over the layouts): fewest
-forward collectives, then fewest backward collectives, then fewest steps.  An axis
-leaves the spec or a pending sum as R (as I where ``dst`` is I; a flattened collective
-over axes whose goals differ gives either, and a reinterpret fixes the rest), and becomes P only
+forward collectives, then fewest backward collectives, then fewest steps (an I
+intermediate can save a backward collective: ``I -> S(d)`` on two axes is cheaper as
+one flattened ``reinterpret(I,R)``, whose backward is one all-reduce, than as two
+``convert(I,S)``, whose backwards are two all-gathers).  An axis becomes P only
 where ``dst`` is P: padding with zeros (``convert(S(d), P)``) to reduce-scatter later
 would count one collective where two all-to-alls count two, but it reduces the whole
 tensor instead of moving shards.  So a
@@ -253,10 +255,10 @@ def _moves(layout: _Layout, movable: tuple[str, ...], goal: tuple[tuple[str, str
     """Every value-keeping step from ``layout`` on the axes ``movable`` (in mesh order).
 
     ``goal`` is each axis' kind in the destination ("R", "I", "P", or "S" in the spec).
-    An axis leaves the spec or a pending sum as R, or as I where the goal is I (an I
-    or R intermediate the goal does not ask for would only add a reinterpret); it
-    becomes P only where the goal is P: padding with zeros to reduce later moves the
-    whole tensor, however few collectives it counts.
+    An axis leaving the spec or a pending sum becomes R or I (both are tried: which one
+    decides the backward's collectives), and R and I reinterpret into each other freely;
+    an axis becomes P only where the goal is P: padding with zeros to reduce later moves
+    the whole tensor, however few collectives it counts.
     """
     kinds_t, spec = layout
     kinds = dict(kinds_t)
@@ -267,33 +269,28 @@ def _moves(layout: _Layout, movable: tuple[str, ...], goal: tuple[tuple[str, str
         return tuple(sorted(new.items())), new_spec
 
     def settle(t: tuple[str, ...]) -> tuple[str, ...]:
-        """The kinds the axes of ``t`` may leave as (together, in one collective): their
-        goal's R or I (R if the goal is neither); both when their goals differ (a
-        reinterpret then fixes the others)."""
-        ks = {want.get(a) if want.get(a) in ("R", "I") else "R" for a in t}
-        return (ks.pop(),) if len(ks) == 1 else ("R", "I")
+        """The kinds the axes of ``t`` may leave as (together, in one collective)."""
+        return ("R", "I")
 
     by_kind: dict[str, list[str]] = {"R": [], "I": [], "P": []}
     for a in movable:
         if a in kinds:
             by_kind[kinds[a]].append(a)
-    # all_reduce(P -> R|I); reinterpret(R <-> I) and convert(R|I -> P) toward the goal
+    # all_reduce(P -> R|I); reinterpret(R <-> I); convert(R|I -> P) toward the goal
     for t in _tuples(by_kind["P"], ordered=False):
         for k in settle(t):
             new = dict(kinds)
             new.update((a, k) for a in t)
             yield "all_reduce", t, PARTIAL, _KIND_LT[k], with_kinds(new, spec)
-    for src_k in ("R", "I"):
+    for src_k, other in (("R", "I"), ("I", "R")):
         for t in _tuples(by_kind[src_k], ordered=False):
-            goals = {want.get(a) for a in t}
-            if len(goals) != 1:
-                continue
-            g = goals.pop()
-            if g in ("R", "I", "P") and g != src_k:
-                op = "reinterpret" if g != "P" else "convert"
+            new = dict(kinds)
+            new.update((a, other) for a in t)
+            yield "reinterpret", t, _KIND_LT[src_k], _KIND_LT[other], with_kinds(new, spec)
+            if all(want.get(a) == "P" for a in t):
                 new = dict(kinds)
-                new.update((a, g) for a in t)  # type: ignore[misc]
-                yield op, t, _KIND_LT[src_k], _KIND_LT[g], with_kinds(new, spec)  # type: ignore[index]
+                new.update((a, "P") for a in t)
+                yield "convert", t, _KIND_LT[src_k], PARTIAL, with_kinds(new, spec)
     # into the spec: reduce_scatter(P -> S(d)), convert(R|I -> S(d)); order matters
     for src_k, op in (("P", "reduce_scatter"), ("R", "convert"), ("I", "convert")):
         for t in _tuples(by_kind[src_k], ordered=True):

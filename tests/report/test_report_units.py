@@ -478,10 +478,10 @@ def test_global_redistribute_plan_steps() -> None:
     dst = SpmdType.of({"dp": shard(0), "tp": shard(0)}, (("tp", "dp"),))
     call = read_global_redistribute(None, src, dst, ("dp", "tp"))
     assert call.problem is None and call.transition == PLAN
-    assert [s.text() for s in call.forward] == ["all_gather(S(0),R) on (dp, tp)",
-                                                "convert(R,S(0)) on (tp, dp)"]
-    assert [s.text() for s in call.backward] == ["convert(S(0),P) on (tp, dp)",
-                                                 "reduce_scatter(P,S(0)) on (dp, tp)"]
+    assert [s.text() for s in call.forward] == ["all_gather(S(0),I) on (dp, tp)",
+                                                "convert(I,S(0)) on (tp, dp)"]
+    assert [s.text() for s in call.backward] == ["all_gather(S(0),I) on (tp, dp)",
+                                                 "convert(I,S(0)) on (dp, tp)"]
     assert call.src_text == 'PS[("dp", "tp"),]' and call.dst_text == 'PS[("tp", "dp"),]'
     # x's type fills the axes src leaves unsaid; an impossible plan is a problem, not a crash
     x = SpmdType.of({"dp": PARTIAL}, ((),))

@@ -317,6 +317,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
     n = f"w{world}/global/local_map"
     checks.append((n, functools.partial(check_local_map, name=n)))
     checks += prop_suite(world)
+    n = f"w{world}/global/per-axis-collective"
+    checks.append((n, functools.partial(check_per_axis_collective_on_global, name=n)))
     return checks
 
 
@@ -389,6 +391,21 @@ def _prop_cases() -> list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable
         ("index None and ...", [((4, 8), A)], lambda a: a[None, ...], lambda a: a[None, ...]),
         ("unsqueeze/squeeze", [((4, 8), A)], lambda a: a.unsqueeze(1).squeeze(1),
          lambda a: a.unsqueeze(1).squeeze(1)),
+        ("unflatten outermost -1", [((8, 6), Arow)], lambda a: a.unflatten(0, (-1, 2)),
+         lambda a: a.unflatten(0, (-1, 2))),
+        ("view -1", [((4, 2, 8), Tensor[PS["dp", None, None], R["tp"]])], lambda a: a.view(-1, 8),
+         lambda a: a.view(-1, 8)),
+        ("select unsharded", [((4, 8), Acol)], lambda a: a.select(0, 2), lambda a: a.select(0, 2)),
+        ("narrow unsharded", [((4, 8), Arow)], lambda a: a.narrow(1, 2, 3),
+         lambda a: a.narrow(1, 2, 3)),
+        ("layer_norm unsharded", [((4, 8), Arow)], lambda a: F.layer_norm(a, (8,)),
+         lambda a: F.layer_norm(a, (8,))),
+        ("spmd.sum over (dp, tp)", [((4, 8), A)],
+         lambda a: spmd.sum(a, (0, 1), out_partial_axes=("dp", "tp")), lambda a: a.sum((0, 1))),
+        ("einsum out_partial (dp,tp)", [((4, 8), Tensor[PS[None, ("dp", "tp")]]),
+                                         ((8, 6), Tensor[PS[("dp", "tp"), None]])],
+         lambda a, b: spmd.einsum("ij,jk->ik", a, b, out_partial_axes=("dp", "tp")),
+         lambda a, b: a @ b),
     ]
 
 
@@ -433,3 +450,33 @@ def prop_suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
         n = f"w{world}/global/propagation/{case}"
         out.append((n, functools.partial(check_propagation, name=n, index=i)))
     return out
+
+
+def check_per_axis_collective_on_global(ctx: Any, name: str) -> None:
+    """A per-axis collective on a global tensor in check mode: the axis moves in the spec
+    (the innermost one only), and the values are the new layout's."""
+    from spmd import S as Shard
+    from spmd_mypy.engine.errors import SpmdTypeError
+
+    mesh = mesh_for(ctx)
+    lay = Layout(mesh)
+    X = torch.randn(8, 4, generator=torch.Generator().manual_seed(5), dtype=F64)
+    src = _type(Tensor[PS[("dp", "tp"), None]])
+    with spmd.set_mesh(mesh):
+        x = lay.local(X, src, ctx.rank)
+        with spmd.typecheck():
+            spmd.declare(x, Tensor[PS[("dp", "tp"), None]])
+            y = spmd.all_gather(x, "tp", src=Shard(0), dst=R)
+            t = spmd.typeof(y)
+            assert t is not None and t.spec == (("dp",), ()) and str(t.get("tp")) == "R", t
+            z = spmd.all_to_all(y.contiguous(), "dp", src=Shard(0), dst=Shard(1))
+            tz = spmd.typeof(z)
+            assert tz is not None and tz.spec == ((), ("dp",)), tz
+            try:
+                spmd.all_gather(x, "dp", src=Shard(0), dst=R)
+            except SpmdTypeError as e:
+                assert "innermost" in str(e), str(e)
+            else:
+                raise AssertionError("a collective on an outer axis of a dim was not caught")
+        lay.check(_gather_all(y, ctx.world), X, t, "all_gather on tp")
+        lay.check(_gather_all(z, ctx.world), X, tz, "all_to_all on dp")
