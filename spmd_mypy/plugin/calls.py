@@ -56,6 +56,7 @@ from ..engine.ops import (
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from .codes import ERROR_CODES
+from .reductions import read_reduction
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -414,7 +415,8 @@ class CallTyper:
                 return ctx.default_return_type
             if reflected and len(ops) == 2:
                 ops = [ops[1], ops[0]]
-            result = propagate(spec, ops, strict=self.plugin.config.strict)
+            result = propagate(spec, ops, strict=self.plugin.config.strict,
+                               reduction=read_reduction(ctx, op))
             self.report(ctx, result.errors)
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
