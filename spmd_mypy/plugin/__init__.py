@@ -40,6 +40,7 @@ from ..engine.errors import SpmdError
 from . import calls
 from .autograd import AutogradTyper, is_autograd_function
 from .boundaries import BoundaryChecker
+from .modules import ModuleCallTyper, is_module_class
 from .codes import ERROR_CODES
 from .config import Config, load
 from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
@@ -95,6 +96,7 @@ class SpmdPlugin(Plugin):
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
         self.boundaries = BoundaryChecker(self)
+        self.modules = ModuleCallTyper(self)
         self._no_grad: dict[int, tuple[MypyFile, GradRegions]] = {}  # by id(tree)
         self._sync_module: str | None = None
         self._want_promotion = False  # the module being checked uses SPMD types
@@ -383,6 +385,8 @@ class SpmdPlugin(Plugin):
 
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
         cls, _, method = fullname.rpartition(".")
+        if method == "__call__" and is_module_class(self._lookup_info(cls)):
+            return self.modules.call_signature_hook  # torch's own modules too
         if calls.is_tensor_method_class(cls) or fullname.startswith(_NO_SIGNATURE_CHECK):
             return None
         if method == "apply" and is_autograd_function(self._lookup_info(cls)):
