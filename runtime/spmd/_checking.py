@@ -80,14 +80,14 @@ from torch.overrides import TorchFunctionMode
 
 from spmd_mypy.engine.collectives import check_collective, suggest
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.ops import Operand, Role, check_backward, check_inplace, propagate
+from spmd_mypy.engine.ops import Operand, Reduction, Role, check_backward, check_inplace, propagate
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 
 from spmd_mypy.engine.global_spmd import collective as global_collective
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
 from . import _global_check, _torch_ops
-from ._torch_ops import Kind, Plan, build_plan, extract
+from ._torch_ops import Kind, Plan, build_plan, extract, reduction_of
 from ._types import local_type_of, spmd_type_of_annotation
 
 # True while a ``typecheck()`` block is open (the collectives read it before calling
@@ -359,10 +359,13 @@ class _Mode(TorchFunctionMode):
             else:
                 key.append(id(t))
                 key.append(is_index or not (grad_on and v.requires_grad))
+        reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
+        if reduction is not None:
+            key.append(reduction)
         key_t = tuple(key)
         cached = _RESULTS.get(key_t)
         if cached is None:
-            res = self._propagate(plan, ops, types, grad_on, None)
+            res = self._propagate(plan, ops, types, grad_on, None, reduction=reduction)
             if len(_RESULTS) >= _RESULTS_MAX:
                 _RESULTS.clear()
             cached = _RESULTS[key_t] = (_canon(res.type), bool(res.errors))
@@ -372,7 +375,7 @@ class _Mode(TorchFunctionMode):
                 return func(*args, **kwargs)  # on_collective types the collective's result
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
-            res = self._propagate(plan, ops, types, grad_on, texts)
+            res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction)
             raise SpmdTypeError(res.errors[0])
         targets: list[torch.Tensor] = []
         if inplace_target is not None:
@@ -448,7 +451,8 @@ class _Mode(TorchFunctionMode):
         return result
 
     def _propagate(self, plan: Plan, ops: list, types: list, grad_on: bool,
-                   texts: list[str] | None, params: dict | None = None) -> Any:
+                   texts: list[str] | None, params: dict | None = None,
+                   reduction: Reduction | None = None) -> Any:
         spec = plan.spec
         assert spec is not None
         operands = []
@@ -462,7 +466,7 @@ class _Mode(TorchFunctionMode):
                 operands.append(Operand(t, text, can_grad, role))
         if params is not None:
             return global_propagate(plan.name, operands, **params)
-        return propagate(spec, operands, strict=self.strict)
+        return propagate(spec, operands, strict=self.strict, reduction=reduction)
 
     @staticmethod
     def _check_target(plan: Plan, tgt: torch.Tensor, inplace: bool, rtype: SpmdType) -> SpmdType:

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import torch
 
 from spmd_mypy.engine import ops as _engine_ops
-from spmd_mypy.engine.ops import FACTORIES, NOT_OPS, OpSpec, Role, classify
+from spmd_mypy.engine.ops import FACTORIES, NOT_OPS, REDUCTIONS, SCANS, OpSpec, Reduction, Role, classify
 
 # --------------------------------------------------------------------------------------
 # Formal-name classes (the same as the mypy plugin's, spmd_mypy/plugin/calls.py; taken
@@ -133,7 +133,7 @@ class Plan:
     """How the check mode handles one ``func`` (built once, cached)."""
 
     __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
-                 "varargs", "canon", "inplace_kw", "params")
+                 "varargs", "canon", "inplace_kw", "params", "reduce_at")
 
     def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
                  swap: bool = False, inplace: bool = False,
@@ -153,9 +153,48 @@ class Plan:
         self.canon = canon
         self.inplace_kw = params is not None and "inplace" in params
         self.params = params  # the formal names (global SPMD reads dims and shapes by name)
+        # a reduction or scan: the positions of its dim and keepdim arguments
+        self.reduce_at: tuple[int, int | None] | None = None
+        if name in REDUCTIONS or name in SCANS:
+            ps = params or ()
+            dim_at = ps.index("dim") if "dim" in ps else 1
+            keep_at = ps.index("keepdim") if "keepdim" in ps else (
+                None if name in _KEEPDIM_KEYWORD_ONLY else dim_at + 1)
+            self.reduce_at = (dim_at, keep_at)
 
     def __repr__(self) -> str:
         return f"Plan({self.kind.value}, {self.name!r}, swap={self.swap}, inplace={self.inplace})"
+
+
+# Reductions whose third positional argument is not keepdim (std(dim, unbiased, keepdim)).
+_KEEPDIM_KEYWORD_ONLY = frozenset({"std", "var", "norm", "vector_norm", "count_nonzero"})
+
+
+def _dims_of(v: Any) -> tuple[int, ...] | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return (v,)
+    if isinstance(v, (tuple, list, torch.Size)) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in v):
+        return tuple(v)
+    return None
+
+
+def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
+    """The dims a reduction or scan call states (for the engine's Shard(d) rule), or None."""
+    at = plan.reduce_at
+    if at is None or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    dim_at, keep_at = at
+    dim = kwargs.get("dim", args[dim_at] if dim_at < len(args) else None)
+    dims = _dims_of(dim)
+    if dims is None:
+        return None
+    keep = kwargs.get("keepdim", args[keep_at] if keep_at is not None and keep_at < len(args) else False)
+    if not isinstance(keep, bool):
+        return None
+    return Reduction(dims, keep, args[0].dim())
 
 
 PASS_PLAN = Plan(Kind.PASS)

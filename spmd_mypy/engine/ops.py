@@ -297,6 +297,62 @@ def _word(lt: LocalType) -> str:
     return f"Shard({lt.dim})" if lt.dim is not None else _KIND_WORD[lt.kind]
 
 
+# Reductions remove the dims they reduce (or keep them as size 1 with keepdim); scans
+# (cumsum, ...) keep every dim.  With the reduced dims known, a Shard(d) operand keeps its
+# layout on the dims not reduced, renumbered as the dims before it disappear::
+#
+#     x: S(2), x.sum(dim=0)                ->  S(1)     (dim 0 removed: 2 -> 1)
+#     x: S(2), x.sum(dim=0, keepdim=True)  ->  S(2)
+#     x: S(0), x.sum(dim=-1)               ->  S(0)     (needs the rank for mixed signs: V)
+#     x: S(1), x.sum(dim=1)                ->  V        (the shard dim itself is reduced)
+REDUCTIONS = frozenset("""
+sum nansum mean nanmean prod amax amin max min std var logsumexp norm vector_norm
+argmax argmin all any count_nonzero median nanmedian
+""".split())
+SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin".split())
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The dims an op reduces, as written (``dims=None``: every dim, a full reduction).
+
+    ``ndim``, the operand's rank, is known at runtime only; it resolves negative dims."""
+
+    dims: tuple[int, ...] | None
+    keepdim: bool = False
+    ndim: int | None = None
+
+
+def shard_dim_after(name: str, d: int, r: Reduction) -> int | None:
+    """Where a Shard(d) operand's dim is in the result of reduction (or scan) ``name``;
+    None when the shard dim is reduced or its place cannot be known (the result is V)."""
+    if name not in REDUCTIONS and name not in SCANS:
+        return None
+    if r.dims is None or not r.dims:
+        return None  # a full reduction (an empty dim tuple also reduces every dim)
+    dims = r.dims
+    if r.ndim is not None and r.ndim > 0:
+        if not (-r.ndim <= d < r.ndim) or any(not (-r.ndim <= x < r.ndim) for x in dims):
+            return None
+        d_n = d % r.ndim
+        dims_n = {x % r.ndim for x in dims}
+        if d_n in dims_n:
+            return None
+        if r.keepdim or name in SCANS:
+            return d
+        new = d_n - sum(1 for x in dims_n if x < d_n)
+        return new if d >= 0 else new - (r.ndim - len(dims_n))
+    if all((x >= 0) == (d >= 0) for x in dims):
+        if d in dims:
+            return None
+        if r.keepdim or name in SCANS:
+            return d
+        if d >= 0:
+            return d - sum(1 for x in dims if x < d)
+        return d + sum(1 for x in dims if x > d)
+    return None  # dims of mixed signs without the rank: the place is unknown
+
+
 @dataclass
 class Result:
     """The outcome of typing one op: the result type and the violations."""
@@ -407,12 +463,14 @@ def _rule_on_axis(
     return VARYING, None
 
 
-def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False) -> Result:
+def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False,
+              reduction: Reduction | None = None) -> Result:
     """Type one op: the result's type per axis, and every violation.
 
     Axes an operand does not mention are skipped for that operand (gradual); an
     axis no operand mentions is unknown in the result.  On an axis with an error
-    the result is unknown there, so one mistake is reported once.
+    the result is unknown there, so one mistake is reported once.  ``reduction``: the
+    dims a reduction or scan reduces, when the call states them (see REDUCTIONS).
     """
     if isinstance(spec, str):
         spec = classify(spec)
@@ -446,6 +504,12 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
                  if (lt := o.type.get(axis)) is not None  # type: ignore[union-attr]
                  and (r is not Role.INDEX or lt.kind is Kind.V)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
+        if reduction is not None and lt is not None and lt.kind is Kind.V and lt.dim is None:
+            dims = {olt.dim for _, _, olt in typed if olt.kind is Kind.V}
+            if len(dims) == 1 and None not in dims:
+                new_dim = shard_dim_after(spec.name, dims.pop(), reduction)  # type: ignore[arg-type]
+                if new_dim is not None:
+                    lt = LocalType(Kind.V, new_dim)
         if err is not None:
             errors.append(err)
         elif lt is not None:

@@ -39,6 +39,8 @@ from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
 from . import calls, global_calls
 from .autograd import AutogradTyper, is_autograd_function
+from .boundaries import BoundaryChecker
+from .modules import ModuleCallTyper, is_module_class
 from .codes import ERROR_CODES
 from .config import Config, load
 from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
@@ -93,6 +95,8 @@ class SpmdPlugin(Plugin):
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
+        self.boundaries = BoundaryChecker(self)
+        self.modules = ModuleCallTyper(self)
         self._no_grad: dict[int, tuple[MypyFile, GradRegions]] = {}  # by id(tree)
         self._sync_module: str | None = None
         self._want_promotion = False  # the module being checked uses SPMD types
@@ -213,6 +217,7 @@ class SpmdPlugin(Plugin):
                 prepare_file(file)
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
                 pass
+            self.boundaries.ensure_rewritten(file, bound=False)
         return []
 
     # -- annotations -------------------------------------------------------------------
@@ -274,9 +279,12 @@ class SpmdPlugin(Plugin):
             infos[:] = keep
 
     def _analyze_tensor(self, ctx: AnalyzeTypeContext) -> Type:
-        module = getattr(getattr(ctx.api, "api", None), "cur_mod_id", None)
+        sem = getattr(ctx.api, "api", None)
+        module = getattr(sem, "cur_mod_id", None)
         if module:
             self._typed_modules.add(module)
+        # a module re-parsed without get_additional_deps: wrap its boundaries now
+        self.boundaries.ensure_rewritten(getattr(sem, "cur_mod_node", None), bound=True)
         try:
             self._drop_false_name_errors(ctx)
         except Exception:  # noqa: BLE001 - never crash mypy over a cosmetic fix
@@ -338,7 +346,15 @@ class SpmdPlugin(Plugin):
         # Called for every class, with its MRO, before its body is analysed: the backward of a
         # custom autograd Function gets the synthetic trigger that checks the Function once
         # mypy has checked backward's body (see autograd.py).
-        return self.autograd.class_mro_hook
+        return self._class_mro_hook
+
+    def _class_mro_hook(self, ctx: ClassDefContext) -> None:
+        tree = getattr(ctx.api, "cur_mod_node", None)
+        if tree is not None and (getattr(ctx.api, "cur_mod_id", None) in self._typed_modules
+                                 or self._imports_spmd(tree)):
+            # a module re-parsed without get_additional_deps: wrap its boundaries now
+            self.boundaries.ensure_rewritten(tree, bound=True)
+        self.autograd.class_mro_hook(ctx)
 
     # -- calls -------------------------------------------------------------------------
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
@@ -354,17 +370,23 @@ class SpmdPlugin(Plugin):
         return hook
 
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
+        if fullname == "builtins.isinstance":
+            return self.boundaries.signature_hook
         if fullname.startswith(_NO_SIGNATURE_CHECK):
             return None
         return self.calls.relax_signature_hook
 
     def _isinstance_hook(self, ctx: FunctionContext) -> Type:
+        if self.boundaries.is_boundary(ctx):
+            return self.boundaries.hook(ctx)
         if self.autograd.is_trigger(ctx):
             return self.autograd.trigger_hook(ctx)
         return ctx.default_return_type
 
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
         cls, _, method = fullname.rpartition(".")
+        if method == "__call__" and is_module_class(self._lookup_info(cls)):
+            return self.modules.call_signature_hook  # torch's own modules too
         if calls.is_tensor_method_class(cls) or fullname.startswith(_NO_SIGNATURE_CHECK):
             return None
         if method == "apply" and is_autograd_function(self._lookup_info(cls)):

@@ -52,6 +52,8 @@ from mypy.nodes import (
     WithStmt,
 )
 from mypy.semanal import is_trivial_body
+
+from .boundaries import unwrap
 from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
 from mypy.types import (
     AnyType,
@@ -282,7 +284,7 @@ class AutogradTyper:
         # A fix of the declared result names the returned expression (and the collective that
         # made it) when there is only one return.
         if fn.returns is not None and len(rets) == 1 and rets[0].expr is not None:
-            made = self._returned(ctx, rets[0].expr)
+            made = self._returned(ctx, unwrap(rets[0].expr))
             if made is not None and len(made) == len(fn.returns):
                 fn = FunctionTypes(fn.name, fn.inputs, fn.outputs, fn.grads, tuple(
                     Slot(m.name, s.kind, s.type, s.default, m.made_by)
@@ -292,7 +294,7 @@ class AutogradTyper:
         for r in rets:
             if r.expr is None:
                 continue
-            returned = self._returned(ctx, r.expr)
+            returned = self._returned(ctx, unwrap(r.expr))
             if returned is not None:
                 report(ctx, duality.check_returned(fn, returned), r)
 

@@ -57,6 +57,7 @@ from ..engine.ops import (
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from . import global_calls
 from .codes import ERROR_CODES
+from .reductions import read_reduction
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -418,7 +419,8 @@ class CallTyper:
             if global_calls.any_global(ops):  # global SPMD: shard propagation
                 result = global_calls.propagate(self, ctx, op, ops)
             else:
-                result = propagate(spec, ops, strict=self.plugin.config.strict)
+                result = propagate(spec, ops, strict=self.plugin.config.strict,
+                                   reduction=read_reduction(ctx, op))
             self.report(ctx, result.errors)
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:

@@ -258,7 +258,16 @@ case("shard-add-S0-S0", {"a": "S0", "b": "S0"}, "out = torch.add(a, b)", "S0")
 case("shard-add-S0-S1", {"a": "S0", "b": "S1"}, "out = torch.add(a, b)", "V")
 case("shard-mul-S0-R", {"a": "S0", "b": "R"}, "out = torch.mul(a, b)", "S0")
 case("shard-matmul-S0-R", {"a": "S0", "b": "R"}, "out = torch.matmul(a, b)", "V")
-case("shard-sum-S0", {"a": "S0"}, "out = a.sum(1)", "V")
+case("shard-sum-S0", {"a": "S0"}, "out = a.sum(1)", "S0",
+     desc="a reduction keeps the shard dim it does not reduce")
+case("shard-sum-S0-dim0", {"a": "S0"}, "out = a.sum(0)", "V", desc="the shard dim reduced")
+case("shard-sum-S1-dim0", {"a": "S1"}, "out = a.sum(0)", "S0", desc="dims before it removed")
+case("shard-sum-S1-keepdim", {"a": "S1"}, "out = a.sum(0, keepdim=True)", "S1")
+case("shard-sum-S1-tuple", {"a": "S1"}, "out = torch.sum(a, dim=(0,))", "S0")
+case("shard-mean-S1-all", {"a": "S1"}, "out = a.mean()", "V", desc="a full reduction")
+case("shard-amax-S0", {"a": "S0"}, "out = a.amax(1)", "S0")
+case("shard-cumsum-S1", {"a": "S1"}, "out = a.cumsum(0)", "S1", desc="a scan keeps every dim")
+case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "V")
 case("shard-relu-S1", {"a": "S1"}, "out = torch.relu(a)", "S1")
 
 # --------------------------------------------------------------------------------------

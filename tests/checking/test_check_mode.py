@@ -168,6 +168,27 @@ def test_every_output_is_typed() -> None:
         assert spmd.typeof(values) == spmd.typeof(indices) == ty(tp=VARYING)
 
 
+def test_reductions_keep_the_shard_dim_they_do_not_reduce() -> None:
+    """The engine's rule (ops.shard_dim_after), as the static checker applies it."""
+    with spmd.typecheck():
+        x = typed(torch.randn(2, 3, 4), Tensor[S[2, "tp"], R["dp"]])
+        assert spmd.typeof(x.sum(0)) == ty(tp=shard(1), dp=REPLICATE)
+        assert spmd.typeof(x.sum(dim=0, keepdim=True)) == ty(tp=shard(2), dp=REPLICATE)
+        assert spmd.typeof(torch.sum(x, 1)) == ty(tp=shard(1), dp=REPLICATE)
+        assert spmd.typeof(x.sum(dim=(0, 1))) == ty(tp=shard(0), dp=REPLICATE)
+        assert spmd.typeof(x.mean(-3)) == ty(tp=shard(1), dp=REPLICATE)  # the rank is known here
+        assert spmd.typeof(x.amax(1)) == ty(tp=shard(1), dp=REPLICATE)
+        assert spmd.typeof(x.cumsum(0)) == ty(tp=shard(2), dp=REPLICATE)
+        # the shard dim itself reduced, or every dim: V
+        assert spmd.typeof(x.sum(2)) == ty(tp=VARYING, dp=REPLICATE)
+        assert spmd.typeof(x.sum(-1)) == ty(tp=VARYING, dp=REPLICATE)
+        assert spmd.typeof(x.sum()) == ty(tp=VARYING, dp=REPLICATE)
+        assert spmd.typeof(x.cumsum(2)) == ty(tp=VARYING, dp=REPLICATE)
+        # std(dim, unbiased): the third positional argument is not keepdim
+        assert spmd.typeof(x.std(0, True)) == ty(tp=shard(1), dp=REPLICATE)
+        assert spmd.typeof(x.std(0, keepdim=True)) == ty(tp=shard(2), dp=REPLICATE)
+
+
 def test_factories_are_untyped() -> None:
     with spmd.typecheck():
         x = typed(mk(), Tensor[R["tp"]])

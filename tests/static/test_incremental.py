@@ -1,6 +1,7 @@
 """Incremental runs: a module re-checked only because a dependency changed is re-parsed by
 mypy without the plugin's get_additional_deps hook; its string axes must still not give
-false ``Name "tp" is not defined`` errors (in signatures, aliases, Callable)."""
+false ``Name "tp" is not defined`` errors (in signatures, aliases, Callable), and its
+boundaries (returns, assignments) must still be spmd-mismatch errors."""
 
 from __future__ import annotations
 
@@ -27,8 +28,13 @@ def g(x: Tensor[R["tp"]], y: Act, f: Fn, p: Tensor[P["tp"]]) -> Tensor[R["tp"]] 
 def h(v: Tensor[V["tp"]], w: Tensor[I["tp"]]) -> None:
     with torch.no_grad():  # an I operand without gradient mixes with V
         v * w
+def k(p: Tensor[P["tp"]]) -> Tensor[R["tp"]]:
+    return p
 '''
 EXPECTED_B = 'b.py:9: error: Partial on "tp" (p: Tensor[P["tp"]]) cannot go through relu'
+# a boundary (plugin/boundaries.py): the rewrite must happen on the re-parse too
+EXPECTED_B_RETURN = ('b.py:15: error: the return value p of k is Tensor[P["tp"]] but Tensor[R["tp"]] '
+                     'is expected')
 
 
 def _mypy(project: Path) -> str:
@@ -51,4 +57,5 @@ def test_dependency_change_keeps_axis_strings_clean(tmp_path: Path) -> None:
     for out in outputs:
         assert "name-defined" not in out, out
         assert EXPECTED_B in out, out
-        assert out.count("error:") == 1, out
+        assert EXPECTED_B_RETURN in out, out
+        assert out.count("error:") == 2, out
