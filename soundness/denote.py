@@ -73,7 +73,8 @@ class Mesh:
 
 
 def denote(locals_: dict[tuple[int, ...], torch.Tensor], types: Sequence[LocalType],
-           concat_axes: frozenset[int] = frozenset(), what: str = "value") -> Denotation:
+           concat_axes: frozenset[int] = frozenset(), what: str = "value",
+           names: Sequence[str] | None = None) -> Denotation:
     """The denotation of per-rank locals (keyed by mesh coordinate) under per-axis types.
 
     ``concat_axes``: the axes (by position) on which an S(i) is read as its concatenation;
@@ -97,7 +98,8 @@ def denote(locals_: dict[tuple[int, ...], torch.Tensor], types: Sequence[LocalTy
                 for (c, v) in members[1:]:
                     if not close(v, vals[0]):
                         raise Mismatch(
-                            f"{what} is {lt} on axis {k} but not the same on every rank: "
+                            f"{what} is {lt} on {names[k] if names else k} but not the same on "
+                            f"every rank: "
                             f"coord {members[0][0]}: {fmt(vals[0])}, coord {c}: {fmt(v)}")
                 nxt[rest] = vals[0]
             elif lt.kind is Kind.P:

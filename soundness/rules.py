@@ -342,7 +342,7 @@ def check_forward(task: Task, index: int, cand: Sequence[LocalType], outs: dict)
                         raise Mismatch(f"the result claims S on axis {mesh.axes[k]} but x{j} is a "
                                        f"plain V there (no concatenation to compare with)")
             dens = [(denote(ins[j], t, concat), t) for j, t in enumerate(task.in_types)]
-            out_den = denote(outs, cand, concat, what="the result")
+            out_den = denote(outs, cand, concat, what="the result", names=mesh.axes)
             mode = "" if not concat else f" (read as the concatenation on {mesh.axes[min(concat)]})"
             expected = reference_forward(ref, dens, mesh, list_axes(cand, concat), concat)
             expected = _sum_partial_axes(task, expected)
@@ -404,7 +404,8 @@ def check_backward(task: Task, index: int, cand: Sequence[LocalType], grads: dic
                 g = next(it)
                 expected[k] = torch.zeros_like(v) if g is None else g
             got = denote({c: grads[c][j] for c in coords}, dual_types(t), none,
-                         what=f"the gradient of x{j} (dual type {_type_text(dual_types(t), mesh.axes)})")
+                         what=f"the gradient of x{j} (dual type {_type_text(dual_types(t), mesh.axes)})",
+                         names=mesh.axes)
             _compare(expected, got, dual_types(t), none, f"backward: gradient of x{j}")
     except Mismatch as e:
         return str(e)
