@@ -268,6 +268,23 @@ def make_local(salt: object, types: Sequence[LocalType], coord: Sequence[int],
     return torch.randn(tuple(shape), generator=g, dtype=torch.float64)
 
 
+_GLOBAL_INPUTS: dict[int, list[dict]] = {}  # task index -> per input, its locals by coordinate
+_REFS: dict[tuple, dict] = {}  # (task index, concat, list axes) -> the reference forward
+
+
+def all_inputs(task: Task, index: int) -> list[dict]:
+    """Every rank's local inputs of a task (regenerated from the seed: it is deterministic)."""
+    got = _GLOBAL_INPUTS.get(index)
+    if got is None:
+        coords = MESHES[task.mesh].coords()
+        per = {c: task_inputs(task, index, c) for c in coords}
+        got = [{c: per[c][j] for c in coords} for j in range(len(task.in_types))]
+        _GLOBAL_INPUTS.clear() if len(_GLOBAL_INPUTS) > 64 else None
+        _REFS.clear() if len(_REFS) > 256 else None
+        _GLOBAL_INPUTS[index] = got
+    return got
+
+
 def task_inputs(task: Task, index: int, coord: Sequence[int]):
     case = CASES[task.case]
     return [make_local(("in", index, j), t, coord, shape, j in case.positive)
@@ -332,7 +349,7 @@ def check_forward(task: Task, index: int, cand: Sequence[LocalType], outs: dict)
     mesh = MESHES[task.mesh]
     coords = mesh.coords()
     ref = _reference(case)
-    ins = [{c: task_inputs(task, index, c)[j] for c in coords} for j in range(len(task.in_types))]
+    ins = all_inputs(task, index)
     concat: frozenset[int] = frozenset()
     modes = [frozenset()] + [frozenset({k}) for k, t in enumerate(cand) if t.dim is not None]
     try:
@@ -342,11 +359,20 @@ def check_forward(task: Task, index: int, cand: Sequence[LocalType], outs: dict)
                     if t[k].kind is Kind.V and t[k].dim is None:
                         raise Mismatch(f"the result claims S on axis {mesh.axes[k]} but x{j} is a "
                                        f"plain V there (no concatenation to compare with)")
-            dens = [(denote(ins[j], t, concat), t) for j, t in enumerate(task.in_types)]
             out_den = denote(outs, cand, concat, what="the result", names=mesh.axes)
             mode = "" if not concat else f" (read as the concatenation on {mesh.axes[min(concat)]})"
-            expected = reference_forward(ref, dens, mesh, list_axes(cand, concat), concat)
-            expected = _sum_partial_axes(task, expected)
+            la = list_axes(cand, concat)
+            rkey = (index, concat, frozenset(la))
+            if rkey not in _REFS:
+                try:
+                    dens = [(denote(ins[j], t, concat), t) for j, t in enumerate(task.in_types)]
+                    _REFS[rkey] = _sum_partial_axes(
+                        task, reference_forward(ref, dens, mesh, la, concat))
+                except Mismatch as e:
+                    _REFS[rkey] = {"error": str(e)}  # type: ignore[dict-item]
+            expected = _REFS[rkey]
+            if "error" in expected:
+                raise Mismatch(expected["error"])
             _compare(expected, out_den, cand, concat, "forward" + mode)
     except Mismatch as e:
         return (S_LAYOUT if concat else "") + str(e)
@@ -378,8 +404,7 @@ def check_backward(task: Task, index: int, cand: Sequence[LocalType], grads: dic
     ref = _reference(case)
     none: frozenset[int] = frozenset()
     try:
-        ins = [{c: task_inputs(task, index, c)[j] for c in coords}
-               for j in range(len(task.in_types))]
+        ins = all_inputs(task, index)
         leaves = []
         for j, t in enumerate(task.in_types):
             den = denote(ins[j], t)
@@ -484,58 +509,59 @@ def _known_unsound(task: Task, msg: str) -> str | None:
 
 
 def job(rank: int, world_size: int, arg: dict) -> dict | None:
-    """Phase 1: forward of every task; rank 0 picks the candidates that pass forward;
-    phase 2: their backward; rank 0 evaluates.  Returns the results on rank 0."""
+    """Phase 1: every rank runs the forward of every task on its own coordinate; the locals
+    are all-gathered and each rank checks its share of the tasks (task i on rank i mod n)
+    and picks the candidates that pass forward; phase 2: every rank runs those candidates'
+    backward, the gradients are all-gathered, each rank checks its share; rank 0 collects
+    the outcomes."""
     import torch.distributed as dist
 
     tasks: list[Task] = arg["tasks"]
-    mesh_of = {t.mesh for t in tasks}
-    coords = {m: MESHES[m].coord(rank) for m in mesh_of}
+    coords = {m: MESHES[m].coord(rank) for m in {t.mesh for t in tasks}}
     kept = []
     outs = []
     for i, task in enumerate(tasks):
         xs, y = run_forward(task, i, coords[task.mesh])
         kept.append((xs, y))
         outs.append(y.detach())
-    gathered: list[Any] = [None] * world_size if rank == 0 else None  # type: ignore[assignment]
-    dist.gather_object(outs, gathered, dst=0)
-    plan: list[Any] = [None]
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, outs)
+    mine = [i for i in range(len(tasks)) if i % world_size == rank]
     fwd: dict[int, dict] = {}
-    if rank == 0:
-        todo = []
-        for i, task in enumerate(tasks):
-            mesh = MESHES[task.mesh]
-            per_coord = {c: gathered[r][i] for r, c in enumerate(mesh.coords())}
-            ndim = outs[i].ndim
-            cands = [task.out_types] if task.accepted else candidates(task, ndim)
-            res = {}
-            for cand in cands:
-                res[cand] = check_forward(task, i, cand, per_coord)
-            fwd[i] = res
-            todo.append((i, [c for c, msg in res.items() if msg is None or task.accepted]))
-        plan = [todo]
-    dist.broadcast_object_list(plan, src=0)
-    todo = plan[0]
-    grads_out = []
+    my_plan = []
+    for i in mine:
+        task = tasks[i]
+        mesh = MESHES[task.mesh]
+        per_coord = {c: everyone[r][i] for r, c in enumerate(mesh.coords())}
+        cands = [task.out_types] if task.accepted else candidates(task, outs[i].ndim)
+        res = {cand: check_forward(task, i, cand, per_coord) for cand in cands}
+        fwd[i] = res
+        my_plan.append((i, [c for c, msg in res.items() if msg is None or task.accepted]))
+    plans: list[Any] = [None] * world_size
+    dist.all_gather_object(plans, my_plan)
+    todo = sorted((item for p in plans for item in p), key=lambda it: it[0])
+    grads_out = {}
     for i, cands in todo:
         xs, y = kept[i]
         coord = coords[tasks[i].mesh]
-        grads_out.append([run_backward(xs, y, i, c, coord) for c in cands])
-    g2: list[Any] = [None] * world_size if rank == 0 else None  # type: ignore[assignment]
-    dist.gather_object(grads_out, g2, dst=0)
-    if rank != 0:
-        return None
+        grads_out[i] = [run_backward(xs, y, i, c, coord) for c in cands]
+    del kept
+    g2: list[Any] = [None] * world_size
+    dist.all_gather_object(g2, grads_out)
     results = []
-    for n, (i, cands) in enumerate(todo):
+    for i, cands in my_plan:
         task = tasks[i]
         mesh = MESHES[task.mesh]
-        shape = outs[i].shape
         checked: dict = {}
         for ci, cand in enumerate(cands):
-            per_coord = {c: g2[r][n][ci] for r, c in enumerate(mesh.coords())}
-            checked[cand] = check_backward(task, i, cand, per_coord, shape)
-        results.append(evaluate(task, i, fwd[i], checked))
-    return {"results": results}
+            per_coord = {c: g2[r][i][ci] for r, c in enumerate(mesh.coords())}
+            checked[cand] = check_backward(task, i, cand, per_coord, outs[i].shape)
+        results.append((i, evaluate(task, i, fwd[i], checked)))
+    collected: list[Any] = [None] * world_size if rank == 0 else None  # type: ignore[assignment]
+    dist.gather_object(results, collected, dst=0)
+    if rank != 0:
+        return None
+    return {"results": [rec for _, rec in sorted(it for part in collected for it in part)]}
 
 
 def evaluate(task: Task, index: int, fwd: dict, bwd: dict) -> dict:

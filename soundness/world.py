@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COLLECTIVE_TIMEOUT = 120.0
+COLLECTIVE_TIMEOUT = 3600.0  # the world deadline (run_world) is what bounds a run
 
 
 class WorldFailed(RuntimeError):
