@@ -238,9 +238,12 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
         if case.partial:
             partial_sets = [s for n in range(1, len(mesh.axes) + 1)
                             for s in itertools.combinations(range(len(mesh.axes)), n)]
-        all_tasks = [(c, p) for p in partial_sets for c in combos]
-        if sample is not None and len(all_tasks) > sample:
-            all_tasks = rng.sample(all_tasks, sample)
+        all_tasks = []
+        for p in partial_sets:  # ``sample`` per set of out_partial_axes
+            chosen = combos
+            if sample is not None and len(combos) > sample:
+                chosen = rng.sample(combos, sample)
+            all_tasks += [(c, p) for c in chosen]
         for combo, pa in all_tasks:
             acc, ot, errs = verdict(case, mesh, combo, pa)
             out.append(Task(mesh_name, case.name, tuple(combo), pa, acc, ot, errs))
