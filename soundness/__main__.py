@@ -153,6 +153,18 @@ def run_robustness(args: argparse.Namespace) -> tuple[dict, bool]:
                f"({rec['files'] or 'package'} files; {rec['plain_diagnostics']} plain mypy "
                f"diagnostics, {len(rec['added'])} added and {len(rec['removed'])} removed by the "
                f"plugin; {rec['crashes']} crashes; {rec['seconds'][0]} s / {rec['seconds'][1]} s)")
+        if "added_with_megatron_stubs" in rec:
+            extra = rec["added_with_megatron_stubs"]
+            gone = rec["removed_with_megatron_stubs"]
+            _print(f"  with the megatron stubs the package installs: {len(extra)} added, "
+                   f"{len(gone)} removed (known gap: their typed results reach unannotated "
+                   f"code; test_megatron_stubs_add_no_error_to_unannotated_code)")
+            for d in extra[:10]:
+                _print(f"    added with the stubs: {d}")
+            for d in gone[:10]:
+                _print(f"    removed with the stubs: {d}")
+            if args.strict and (extra or gone):
+                ok = False
         for d in rec["added"][:10]:
             _print(f"    added: {d}")
         for d in rec["removed"][:10]:
@@ -164,10 +176,12 @@ def run_robustness(args: argparse.Namespace) -> tuple[dict, bool]:
                                          per_run=args.annotations_per_run,
                                          timeout=args.mypy_timeout)
         out["annotations"] = fz
-        ok = ok and fz["crashes"] == 0
+        ok = ok and fz["crashes"] == 0 and fz["blocked_by_plugin"] == 0
         _print(f"robustness fuzzed annotations: {fz['checked']} fuzzed strings (of "
                f"{fz['drawn']} drawn) in {fz['runs']} mypy runs ({fz['seconds']} s): "
-               f"{fz['crashes']} internal errors")
+               f"{fz['crashes']} internal errors; {fz['blocked']} left out for a blocking "
+               f"error of plain mypy itself ({fz['blocked_by_plugin']} blocking only with the "
+               f"plugin)")
         for c in fz["counterexamples"]:
             _print("    crash on:\n" + c["module"][-1500:] + "\n    " + "\n    ".join(c["output_tail"]))
     return out, ok
@@ -186,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-timeout", type=float, default=1800.0)
     p.add_argument("--targets", nargs="*",
                    default=["megatron-core", "torch.distributed", "torch.nn"])
-    p.add_argument("--annotations", type=int, default=2000,
+    p.add_argument("--annotations", type=int, default=5000,
                    help="fuzzed annotation strings (0: skip)")
     p.add_argument("--annotations-per-run", type=int, default=500)
     p.add_argument("--mypy-timeout", type=float, default=900.0)
