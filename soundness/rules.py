@@ -271,21 +271,26 @@ def make_local(salt: object, types: Sequence[LocalType], coord: Sequence[int],
     return torch.randn(tuple(shape), generator=g, dtype=torch.float64)
 
 
-_GLOBAL_INPUTS: dict[int, list[dict]] = {}  # task index -> per input, its locals by coordinate
+_GLOBAL_INPUTS: dict[tuple, list[dict]] = {}  # task -> per input, its locals by coordinate
 _REFS: dict[tuple, dict] = {}  # (task index, concat, list axes) -> the reference forward
 
 
 def all_inputs(task: Task, index: int) -> list[dict]:
     """Every rank's local inputs of a task (regenerated from the seed: it is deterministic)."""
-    got = _GLOBAL_INPUTS.get(index)
+    key = _task_key(task, index)
+    got = _GLOBAL_INPUTS.get(key)
     if got is None:
         coords = MESHES[task.mesh].coords()
         per = {c: task_inputs(task, index, c) for c in coords}
         got = [{c: per[c][j] for c in coords} for j in range(len(task.in_types))]
         _GLOBAL_INPUTS.clear() if len(_GLOBAL_INPUTS) > 64 else None
         _REFS.clear() if len(_REFS) > 256 else None
-        _GLOBAL_INPUTS[index] = got
+        _GLOBAL_INPUTS[key] = got
     return got
+
+
+def _task_key(task: Task, index: int) -> tuple:
+    return (index, task.mesh, task.case, task.in_types, task.partial_axes)
 
 
 def task_inputs(task: Task, index: int, coord: Sequence[int]):
@@ -365,7 +370,7 @@ def check_forward(task: Task, index: int, cand: Sequence[LocalType], outs: dict)
             out_den = denote(outs, cand, concat, what="the result", names=mesh.axes)
             mode = "" if not concat else f" (read as the concatenation on {mesh.axes[min(concat)]})"
             la = list_axes(cand, concat)
-            rkey = (index, concat, frozenset(la))
+            rkey = (_task_key(task, index), concat, frozenset(la))
             if rkey not in _REFS:
                 try:
                     dens = [(denote(ins[j], t, concat), t) for j, t in enumerate(task.in_types)]
