@@ -325,6 +325,12 @@ class AutogradTyper:
     # -- Fn.apply ------------------------------------------------------------------------------
     def apply_signature_hook(self, ctx: MethodSigContext) -> CallableType:
         sig = ctx.default_signature
+        # Only in a module that uses SPMD types: elsewhere plain mypy's ``apply`` (any
+        # arguments) stays, so unannotated code gets no new error (megatron-core once got an
+        # arg-type error from forward's own, stricter, parameter types).
+        self.plugin._sync_promotion(ctx.api)
+        if not self.plugin._want_promotion:
+            return sig
         p = get_proper_type(ctx.type)
         info = None
         if isinstance(p, CallableType) and p.is_type_obj():

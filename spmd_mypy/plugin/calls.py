@@ -232,9 +232,12 @@ def _entry_from_expression(e: Expression) -> Entry | None:
                 spec.append((n,))
         return Entry("PS", spec=tuple(spec))
     if marker == "S":
+        if not args:  # S[()] (found by the fuzzed annotations of python -m soundness)
+            return None
         dim_e = args[0]
         dim = dim_e.value if isinstance(dim_e, IntExpr) else (
-            -dim_e.expr.value if isinstance(dim_e, UnaryExpr) and isinstance(dim_e.expr, IntExpr) else None)
+            -dim_e.expr.value if isinstance(dim_e, UnaryExpr) and dim_e.op == "-"
+            and isinstance(dim_e.expr, IntExpr) else None)
         names = [axis(a) for a in args[1:]]
         if dim is None or not names or any(n is None for n in names):
             return None

@@ -1,0 +1,655 @@
+"""The rule soundness suite: every verdict of the engine's local rule, checked on real ranks.
+
+For each op case (linear, multilinear per position, non-linear, reductions, views, and
+the einsum rule: ``spmd.matmul/einsum/sum/linear`` with ``out_partial_axes`` in local
+mode) and every combination of per-axis input types (R, I, V, P, S(0), S(1)) on one mesh
+axis (2 and 4 ranks) and on two (a 2x2 mesh):
+
+1. the verdict comes from the engine itself (:func:`spmd_mypy.engine.ops.propagate`,
+   :func:`~spmd_mypy.engine.ops.classify`; for ``out_partial_axes`` the collective table's
+   ``reinterpret(V,P)``, as both adapters do);
+2. every rank builds its local inputs with those types (float64, seeded), runs the op
+   locally, and sends what it got to rank 0 (gloo);
+3. rank 0 compares the denotation of the result (see :mod:`soundness.denote`) with the
+   single-device op on the global values the input types denote, in the forward and, with a
+   cotangent of the dual type, in the backward (the local input gradients, read with the
+   inputs' dual types, against the single-device gradients).
+
+An accepted combination must match with the engine's result type.  A rejected one is
+checked against *every* candidate result type (R, I, V, P, S(d) per axis; on an
+``out_partial_axes`` axis only the declared P): each must fail forward or backward, the
+first failure being the counterexample.  A rejected combination some candidate computes
+correctly is *conservative*: it must be listed in :data:`CONSERVATIVE` with the reason,
+or the suite fails.
+
+Why a rejected combination fails, in the seeds' notation (I mixed with R in ``add``)::
+
+    forward:  [i] + [r]  on each rank  = i + r   fine for R, I or V results, but
+    backward: the R operand's gradient is P (summed over ranks), the I operand's is I
+              (the same on every rank): an R result's cotangent is P, [c0] [c1],
+              so x0's gradient [c0] [c1] is not I; an I result's cotangent [c] [c]
+              makes x1's gradient sum to 2c, not c.
+
+Global SPMD (partition specs, issue 5) gets its own section once that rule exists:
+:data:`SECTIONS` is the place to add it (an op case whose verdict function reads the spec).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from spmd_mypy.engine.collectives import check_collective
+from spmd_mypy.engine.ops import Operand, classify, propagate
+from spmd_mypy.engine.types import (
+    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, dual, shard,
+)
+
+from .denote import (
+    Mesh, Mismatch, close, denote, dual_types, fmt, list_axes, project, reference_forward,
+)
+
+MESHES = {
+    "a2": Mesh(("a",), (2,)),
+    "a4": Mesh(("a",), (4,)),
+    "a2xb2": Mesh(("a", "b"), (2, 2)),
+}
+# The worlds: one per rank count; a world runs the tasks of every mesh of its size.
+WORLDS = {2: ("a2",), 4: ("a4", "a2xb2")}
+
+
+def _fmt_lt(t: LocalType) -> str:
+    return str(t)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One op as the suite runs it.
+
+    ``engine``: the op's name in the engine's table; ``operands``: per engine operand the
+    local shape of a tensor, or ``None`` for a Python scalar; ``fn`` takes the tensor
+    operands (in order) and computes locally; ``ref`` (default ``fn``) is the single-device
+    computation; ``positive``: tensor positions whose values must be positive (denominators).
+    ``partial``: the op takes ``out_partial_axes`` (the einsum rule): ``fn(*xs, axes)``.
+    """
+
+    name: str
+    section: str
+    engine: str
+    operands: tuple[tuple[int, ...] | None, ...]
+    fn: Callable[..., Any]
+    ref: Callable[..., Any] | None = None
+    positive: tuple[int, ...] = ()
+    partial: bool = False
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        return [s for s in self.operands if s is not None]
+
+
+def _spmd():
+    import spmd  # the runtime (imported lazily: the engine side needs no torch)
+
+    return spmd
+
+
+def _cases() -> list[OpCase]:
+    import torch
+    import torch.nn.functional as F
+
+    m23, m32, m34, m13 = (2, 3), (3, 2), (3, 4), (1, 3)
+    C = OpCase
+    return [
+        # linear (summands)
+        C("add", "linear", "add", (m23, m23), lambda a, b: a + b),
+        C("add bcast", "linear", "add", (m23, m13), lambda a, b: a + b),
+        C("add scalar", "linear", "add", (m23, None), lambda a: a + 1.5),
+        C("sub", "linear", "sub", (m23, m23), lambda a, b: a - b),
+        C("neg", "linear", "neg", (m23,), lambda a: -a),
+        C("cat", "linear", "cat", (m23, m23), lambda a, b: torch.cat([a, b], 0)),
+        # reductions
+        C("sum", "reduction", "sum", (m23,), lambda a: a.sum()),
+        C("sum(1)", "reduction", "sum", (m23,), lambda a: a.sum(1)),
+        C("mean(0)", "reduction", "mean", (m23,), lambda a: a.mean(0)),
+        C("cumsum(1)", "reduction", "cumsum", (m23,), lambda a: a.cumsum(1)),
+        C("amax(1)", "reduction", "amax", (m23,), lambda a: a.amax(1)),
+        # views
+        C("t", "view", "t", (m23,), lambda a: a.t()),
+        C("reshape", "view", "reshape", (m23,), lambda a: a.reshape(3, 2)),
+        C("getitem", "view", "__getitem__", (m23,), lambda a: a[0]),
+        C("unsqueeze", "view", "unsqueeze", (m23,), lambda a: a.unsqueeze(0)),
+        # multilinear: every position a factor, or a factor and a scalar / a denominator
+        C("mul", "multilinear", "mul", (m23, m23), lambda a, b: a * b),
+        C("mul bcast", "multilinear", "mul", (m23, m13), lambda a, b: a * b),
+        C("mul scalar", "multilinear", "mul", (m23, None), lambda a: a * 2.5),
+        C("matmul", "multilinear", "matmul", (m23, m34), lambda a, b: a @ b),
+        C("einsum", "multilinear", "einsum", (m23, m34),
+          lambda a, b: torch.einsum("ij,jk->ik", a, b)),
+        C("div", "multilinear", "div", (m23, m23), lambda a, b: a / b, positive=(1,)),
+        C("div scalar", "multilinear", "div", (m23, None), lambda a: a / 2.0),
+        C("linear", "multilinear", "linear", (m23, (4, 3), (4,)),
+          lambda x, w, b: F.linear(x, w, b)),
+        C("addmm", "multilinear", "addmm", ((2, 4), m23, m34),
+          lambda c, a, b: torch.addmm(c, a, b)),
+        # non-linear
+        C("exp", "non-linear", "exp", (m23,), lambda a: a.exp()),
+        C("tanh", "non-linear", "tanh", (m23,), lambda a: a.tanh()),
+        C("pow 2", "non-linear", "pow", (m23, None), lambda a: a ** 2),
+        C("softmax(-1)", "non-linear", "softmax", (m23,), lambda a: a.softmax(-1)),
+        C("layer_norm", "non-linear", "layer_norm", (m23,), lambda a: F.layer_norm(a, (3,))),
+        # (larger: each operand must win somewhere, or the gradient of one is zero everywhere)
+        C("maximum", "non-linear", "maximum", ((4, 6), (4, 6)), lambda a, b: torch.maximum(a, b)),
+        # the einsum rule in local mode: the local op, declared Partial on out_partial_axes
+        C("spmd.matmul", "einsum-local", "matmul", (m23, m34),
+          lambda a, b, axes: _spmd().matmul(a, b, out_partial_axes=axes),
+          ref=lambda a, b: a @ b, partial=True),
+        C("spmd.einsum", "einsum-local", "einsum", (m23, m34),
+          lambda a, b, axes: _spmd().einsum("ij,jk->ik", a, b, out_partial_axes=axes),
+          ref=lambda a, b: torch.einsum("ij,jk->ik", a, b), partial=True),
+        C("spmd.sum", "einsum-local", "sum", (m23,),
+          lambda a, axes: _spmd().sum(a, out_partial_axes=axes), ref=lambda a: a.sum(),
+          partial=True),
+        C("spmd.linear", "einsum-local", "linear", (m23, (4, 3)),
+          lambda x, w, axes: _spmd().linear(x, w, out_partial_axes=axes),
+          ref=lambda x, w: F.linear(x, w), partial=True),
+    ]
+
+
+SECTIONS = ("linear", "reduction", "view", "multilinear", "non-linear", "einsum-local")
+
+# --------------------------------------------------------------------------------------
+# Tasks and verdicts
+
+
+@dataclass
+class Task:
+    mesh: str
+    case: str
+    in_types: tuple[tuple[LocalType, ...], ...]  # per tensor operand, per mesh axis
+    partial_axes: tuple[int, ...] = ()
+    accepted: bool = False
+    out_types: tuple[LocalType, ...] | None = None
+    errors: tuple[str, ...] = ()
+
+    def label(self) -> str:
+        axes = MESHES[self.mesh].axes
+        ins = ", ".join(_type_text(t, axes) for t in self.in_types)
+        pa = ""
+        if self.partial_axes:
+            pa = ", out_partial_axes=" + ",".join(axes[i] for i in self.partial_axes)
+        return f"[{self.mesh}] {self.case}({ins}{pa})"
+
+
+def _type_text(types: Sequence[LocalType], axes: Sequence[str]) -> str:
+    return "{" + ", ".join(f"{a}:{t}" for a, t in zip(axes, types)) + "}"
+
+
+def local_options(ndim: int) -> list[LocalType]:
+    return [REPLICATE, INVARIANT, VARYING, PARTIAL] + [shard(d) for d in range(min(ndim, 2))]
+
+
+def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
+            partial_axes: Sequence[int] = ()) -> tuple[bool, tuple[LocalType, ...] | None,
+                                                       tuple[str, ...]]:
+    """The engine's verdict on one combination: accepted, the result's types, the errors."""
+    it = iter(in_types)
+    operands = []
+    for i, shape in enumerate(case.operands):
+        if shape is None:
+            operands.append(Operand(None, "2.5"))
+        else:
+            t = next(it)
+            operands.append(Operand(SpmdType.of(dict(zip(mesh.axes, t))), f"x{i}"))
+    res = propagate(classify(case.engine), operands)
+    errors = [f"{e.code}: {e.message}" for e in res.errors]
+    t = res.type
+    for k in partial_axes:  # out_partial_axes: reinterpret(V,P) by the collective table
+        axis = mesh.axes[k]
+        if t.get(axis) is not None:
+            cr = check_collective("reinterpret", t, [axis], VARYING, PARTIAL, x_text="y")
+            errors += [f"{e.code}: {e.message}" for e in cr.errors]
+        t = t.replace(axis, PARTIAL)
+    if errors:
+        return False, None, tuple(errors)
+    out = tuple(t.get(a) for a in mesh.axes)
+    assert all(o is not None for o in out), (case.name, in_types, t)
+    return True, out, ()  # type: ignore[return-value]
+
+
+def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
+                sample: int | None = None, seed: int = 0,
+                cases: Sequence[str] | None = None) -> list[Task]:
+    """Every combination (or ``sample`` of them per op case) for one mesh."""
+    mesh = MESHES[mesh_name]
+    rng = random.Random(f"{seed}:{mesh_name}")
+    out: list[Task] = []
+    for case in _cases():
+        if sections and case.section not in sections:
+            continue
+        if cases and case.name not in cases:
+            continue
+        per_operand = [list(itertools.product(*[local_options(len(s))] * len(mesh.axes)))
+                       for s in case.shapes]
+        combos = list(itertools.product(*per_operand))
+        partial_sets: list[tuple[int, ...]] = [()]
+        if case.partial:
+            partial_sets = [s for n in range(1, len(mesh.axes) + 1)
+                            for s in itertools.combinations(range(len(mesh.axes)), n)]
+        all_tasks = []
+        for p in partial_sets:  # ``sample`` per set of out_partial_axes
+            chosen = combos
+            if sample is not None and len(combos) > sample:
+                chosen = rng.sample(combos, sample)
+            all_tasks += [(c, p) for c in chosen]
+        for combo, pa in all_tasks:
+            acc, ot, errs = verdict(case, mesh, combo, pa)
+            out.append(Task(mesh_name, case.name, tuple(combo), pa, acc, ot, errs))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Values on the ranks
+
+
+def _seed(*parts: object) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def make_local(salt: object, types: Sequence[LocalType], coord: Sequence[int],
+               shape: Sequence[int], positive: bool = False):
+    """This rank's local value of a tensor of ``types``: it depends on the rank's
+    coordinate on the V, S and P axes only (so it is common on R and I axes)."""
+    import torch
+
+    key = tuple(c if t.kind in (Kind.V, Kind.P) else 0 for c, t in zip(coord, types))
+    g = torch.Generator().manual_seed(_seed(salt, key))
+    if positive:
+        return 0.5 + torch.rand(tuple(shape), generator=g, dtype=torch.float64)
+    return torch.randn(tuple(shape), generator=g, dtype=torch.float64)
+
+
+_GLOBAL_INPUTS: dict[tuple, list[dict]] = {}  # task -> per input, its locals by coordinate
+_REFS: dict[tuple, dict] = {}  # (task index, concat, list axes) -> the reference forward
+
+
+def all_inputs(task: Task, index: int) -> list[dict]:
+    """Every rank's local inputs of a task (regenerated from the seed: it is deterministic)."""
+    key = _task_key(task, index)
+    got = _GLOBAL_INPUTS.get(key)
+    if got is None:
+        coords = MESHES[task.mesh].coords()
+        per = {c: task_inputs(task, index, c) for c in coords}
+        got = [{c: per[c][j] for c in coords} for j in range(len(task.in_types))]
+        _GLOBAL_INPUTS.clear() if len(_GLOBAL_INPUTS) > 64 else None
+        _REFS.clear() if len(_REFS) > 256 else None
+        _GLOBAL_INPUTS[key] = got
+    return got
+
+
+def _task_key(task: Task, index: int) -> tuple:
+    return (index, task.mesh, task.case, task.in_types, task.partial_axes)
+
+
+def task_inputs(task: Task, index: int, coord: Sequence[int]):
+    case = CASES[task.case]
+    return [make_local(("in", index, j), t, coord, shape, j in case.positive)
+            for j, (t, shape) in enumerate(zip(task.in_types, case.shapes))]
+
+
+def cotangent(index: int, cand: Sequence[LocalType], coord: Sequence[int], shape):
+    return make_local(("cot", index, tuple(map(str, cand))), dual_types(cand), coord, shape)
+
+
+def run_forward(task: Task, index: int, coord: Sequence[int]):
+    import torch
+
+    case = CASES[task.case]
+    xs = [x.requires_grad_() for x in task_inputs(task, index, coord)]
+    axes = MESHES[task.mesh].axes
+    if case.partial:
+        pa = tuple(axes[k] for k in task.partial_axes)
+        y = case.fn(*xs, pa[0] if len(pa) == 1 else pa)
+    else:
+        y = case.fn(*xs)
+    assert isinstance(y, torch.Tensor)
+    return xs, y
+
+
+def run_backward(xs, y, index: int, cand: Sequence[LocalType], coord: Sequence[int]):
+    import torch
+
+    cot = cotangent(index, cand, coord, y.shape)
+    grads = torch.autograd.grad(y, xs, cot, retain_graph=True, allow_unused=True)
+    return [torch.zeros_like(x) if g is None else g.detach() for x, g in zip(xs, grads)]
+
+
+# --------------------------------------------------------------------------------------
+# Rank 0: the comparisons
+
+
+def _reference(case: OpCase):
+    ref = case.ref or case.fn
+
+    def call(*args):
+        try:
+            return ref(*args)
+        except RuntimeError as e:  # shapes of the global values that do not fit
+            raise Mismatch("the global values have no single-device computation: "
+                           + str(e).splitlines()[0]) from None
+
+    return call
+
+
+def _compare(expected: dict, got: dict, got_types, concat: frozenset[int], what: str) -> None:
+    for key, e in expected.items():
+        g = got[project(key, got_types, concat)]
+        if not close(g, e):
+            where = "" if all(k is None for k in key) else f" at list coordinate {key}"
+            raise Mismatch(f"{what}{where}: single-device {fmt(e)}, ranks give {fmt(g)}")
+
+
+def check_forward(task: Task, index: int, cand: Sequence[LocalType], outs: dict) -> str | None:
+    """None if the locals ``outs`` (by coordinate) have the meaning ``cand`` claims."""
+    case = CASES[task.case]
+    mesh = MESHES[task.mesh]
+    coords = mesh.coords()
+    ref = _reference(case)
+    ins = all_inputs(task, index)
+    concat: frozenset[int] = frozenset()
+    modes = [frozenset()] + [frozenset({k}) for k, t in enumerate(cand) if t.dim is not None]
+    try:
+        for concat in modes:
+            for j, t in enumerate(task.in_types):
+                for k in concat:
+                    if t[k].kind is Kind.V and t[k].dim is None:
+                        raise Mismatch(f"the result claims S on axis {mesh.axes[k]} but x{j} is a "
+                                       f"plain V there (no concatenation to compare with)")
+            out_den = denote(outs, cand, concat, what="the result", names=mesh.axes)
+            mode = "" if not concat else f" (read as the concatenation on {mesh.axes[min(concat)]})"
+            la = list_axes(cand, concat)
+            rkey = (_task_key(task, index), concat, frozenset(la))
+            if rkey not in _REFS:
+                try:
+                    dens = [(denote(ins[j], t, concat), t) for j, t in enumerate(task.in_types)]
+                    _REFS[rkey] = _sum_partial_axes(
+                        task, reference_forward(ref, dens, mesh, la, concat))
+                except Mismatch as e:
+                    _REFS[rkey] = {"error": str(e)}  # type: ignore[dict-item]
+            expected = _REFS[rkey]
+            if "error" in expected:
+                raise Mismatch(expected["error"])
+            _compare(expected, out_den, cand, concat, "forward" + mode)
+    except Mismatch as e:
+        return (S_LAYOUT if concat else "") + str(e)
+    return None
+
+
+def _sum_partial_axes(task: Task, per_key: dict) -> dict:
+    """The einsum rule's meaning: on an ``out_partial_axes`` axis the global result is the
+    sum over the ranks of the local op on each rank's operands (the V operands' list
+    elements): ``reinterpret(V,P)`` of the local result."""
+    if not task.partial_axes:
+        return per_key
+    out: dict = {}
+    for key, v in per_key.items():
+        k2 = tuple(None if i in task.partial_axes else c for i, c in enumerate(key))
+        out[k2] = out[k2] + v if k2 in out else v
+    return out
+
+
+def check_backward(task: Task, index: int, cand: Sequence[LocalType], grads: dict,
+                   out_shape) -> str | None:
+    """None if the local input gradients (by coordinate, for a cotangent of the dual of
+    ``cand``) read with the inputs' dual types equal the single-device gradients."""
+    import torch
+
+    case = CASES[task.case]
+    mesh = MESHES[task.mesh]
+    coords = mesh.coords()
+    ref = _reference(case)
+    none: frozenset[int] = frozenset()
+    try:
+        ins = all_inputs(task, index)
+        leaves = []
+        for j, t in enumerate(task.in_types):
+            den = denote(ins[j], t)
+            leaves.append({k: v.clone().requires_grad_() for k, v in den.items()})
+        cot_t = dual_types(cand)
+        cot = denote({c: cotangent(index, cand, c, out_shape) for c in coords}, cot_t)
+        axes = list_axes(cand, none)
+        for t in task.in_types:
+            axes |= list_axes(t, none)
+        from .denote import full_keys
+
+        loss = torch.zeros((), dtype=torch.float64)
+        ys = {key: ref(*[leaves[j][project(key, t, none)] for j, t in enumerate(task.in_types)])
+              for key in full_keys(mesh, axes)}
+        for key, y in _sum_partial_axes(task, ys).items():
+            loss = loss + (cot[project(key, cot_t, none)] * y).sum()
+        flat = [v for lv in leaves for v in lv.values()]
+        gs = torch.autograd.grad(loss, flat, allow_unused=True) if loss.requires_grad else [None] * len(flat)
+        it = iter(gs)
+        for j, t in enumerate(task.in_types):
+            expected = {}
+            for k, v in leaves[j].items():
+                g = next(it)
+                expected[k] = torch.zeros_like(v) if g is None else g
+            got = denote({c: grads[c][j] for c in coords}, dual_types(t), none,
+                         what=f"the gradient of x{j} (dual type {_type_text(dual_types(t), mesh.axes)})",
+                         names=mesh.axes)
+            _compare(expected, got, dual_types(t), none, f"backward: gradient of x{j}")
+    except Mismatch as e:
+        return str(e)
+    return None
+
+
+def candidates(task: Task, out_ndim: int) -> list[tuple[LocalType, ...]]:
+    mesh = MESHES[task.mesh]
+    per_axis = [[PARTIAL] if k in task.partial_axes else local_options(out_ndim)
+                for k in range(len(mesh.axes))]
+    return list(itertools.product(*per_axis))
+
+
+# --------------------------------------------------------------------------------------
+# Conservative rejections: the combinations the rule rejects although some result type
+# computes them correctly without comms, each with why the rejection is deliberate.
+
+
+REDUNDANT_PARTIAL = (
+    "out_partial_axes names an axis where an operand is already Partial: the local result is "
+    "P there without the declaration (so P is correct), but the checker asks to drop the axis: "
+    "declaring reinterpret(V,P) of a value that is not V is what the table forbids, and a "
+    "redundant declaration usually means the user expected a contraction that is not there")
+
+
+def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
+    """Why a rejection that some result type would survive is deliberate (None: not listed)."""
+    if task.partial_axes and all(e.startswith("spmd-src-mismatch") and "is P on" in e
+                                 for e in task.errors):
+        return REDUNDANT_PARTIAL
+    return None
+
+
+# (what, reason), for the report
+CONSERVATIVE: list[tuple[str, str]] = [
+    ("spmd.matmul/einsum/linear/sum(..., out_partial_axes=a) with an operand P on a",
+     REDUNDANT_PARTIAL),
+]
+
+# A mismatch found in the S(i) reading only (the concatenation), the V reading being
+# correct: the S(i) layout the engine propagates is wrong there.  Known, each pinned by a
+# strict-xfail regression test in tests/soundness/test_known_unsound.py; still counted
+# and printed, and ``--strict`` makes them fail the run.
+S_LAYOUT = "[S-layout] "
+KNOWN_UNSOUND: list[tuple[str, str, str]] = [
+    ("s-with-replicate",
+     "an elementwise op keeps S(i) when its other tensor operands are R or I (or S(i) itself "
+     "is broadcast): the concatenation of the results is the op on the concatenation only "
+     "when every non-Varying operand has size 1 on dim i; the engine sees no shapes",
+     "test_shard_kept_beside_a_replicate_operand"),
+    ("s-normalized-dim",
+     "softmax/log_softmax/layer_norm/... keep S(i) whatever dim they normalise over: on the "
+     "sharded dim each rank normalises its own chunk, not the global row (needs comms)",
+     "test_shard_kept_through_softmax_on_the_sharded_dim"),
+]
+
+
+def _known_unsound(task: Task, msg: str) -> str | None:
+    if not msg.startswith(S_LAYOUT) or task.out_types is None:
+        return None
+    case = CASES[task.case]
+    if case.engine in ("softmax", "log_softmax", "softmin", "layer_norm", "rms_norm",
+                       "group_norm", "normalize"):
+        return "s-normalized-dim"
+    for k, out in enumerate(task.out_types):
+        if out.dim is not None and any(t[k].kind is not Kind.V for t in task.in_types):
+            return "s-with-replicate"
+        if out.dim is not None and len(set(case.shapes)) > 1:
+            return "s-with-replicate"  # a broadcast S(i) operand
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# The job each rank runs
+
+
+def job(rank: int, world_size: int, arg: dict) -> dict | None:
+    """Phase 1: every rank runs the forward of every task on its own coordinate; the locals
+    are all-gathered and each rank checks its share of the tasks (task i on rank i mod n)
+    and picks the candidates that pass forward; phase 2: every rank runs those candidates'
+    backward, the gradients are all-gathered, each rank checks its share; rank 0 collects
+    the outcomes."""
+    import torch.distributed as dist
+
+    tasks: list[Task] = arg["tasks"]
+    coords = {m: MESHES[m].coord(rank) for m in {t.mesh for t in tasks}}
+    kept = []
+    outs = []
+    for i, task in enumerate(tasks):
+        xs, y = run_forward(task, i, coords[task.mesh])
+        kept.append((xs, y))
+        outs.append(y.detach())
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, outs)
+    mine = [i for i in range(len(tasks)) if i % world_size == rank]
+    fwd: dict[int, dict] = {}
+    my_plan = []
+    for i in mine:
+        task = tasks[i]
+        mesh = MESHES[task.mesh]
+        per_coord = {c: everyone[r][i] for r, c in enumerate(mesh.coords())}
+        cands = [task.out_types] if task.accepted else candidates(task, outs[i].ndim)
+        res = {cand: check_forward(task, i, cand, per_coord) for cand in cands}
+        fwd[i] = res
+        my_plan.append((i, [c for c, msg in res.items() if msg is None or task.accepted]))
+    plans: list[Any] = [None] * world_size
+    dist.all_gather_object(plans, my_plan)
+    todo = sorted((item for p in plans for item in p), key=lambda it: it[0])
+    grads_out = {}
+    for i, cands in todo:
+        xs, y = kept[i]
+        coord = coords[tasks[i].mesh]
+        grads_out[i] = [run_backward(xs, y, i, c, coord) for c in cands]
+    del kept
+    g2: list[Any] = [None] * world_size
+    dist.all_gather_object(g2, grads_out)
+    results = []
+    for i, cands in my_plan:
+        task = tasks[i]
+        mesh = MESHES[task.mesh]
+        checked: dict = {}
+        for ci, cand in enumerate(cands):
+            per_coord = {c: g2[r][i][ci] for r, c in enumerate(mesh.coords())}
+            checked[cand] = check_backward(task, i, cand, per_coord, outs[i].shape)
+        results.append((i, evaluate(task, i, fwd[i], checked)))
+    collected: list[Any] = [None] * world_size if rank == 0 else None  # type: ignore[assignment]
+    dist.gather_object(results, collected, dst=0)
+    if rank != 0:
+        return None
+    return {"results": [rec for _, rec in sorted(it for part in collected for it in part)]}
+
+
+def evaluate(task: Task, index: int, fwd: dict, bwd: dict) -> dict:
+    """The outcome of one task: accepted-match, accepted-MISMATCH, rejected-counterexample,
+    conservative, or unlisted-conservative (a failure)."""
+    axes = MESHES[task.mesh].axes
+    rec: dict[str, Any] = {"task": task.label(), "section": CASES[task.case].section,
+                           "case": task.case, "mesh": task.mesh}
+    if task.accepted:
+        cand = task.out_types
+        msg = fwd[cand] or bwd.get(cand)
+        rec["engine"] = _type_text(cand, axes)  # type: ignore[arg-type]
+        rec["status"] = "accepted-match" if msg is None else "accepted-MISMATCH"
+        known = _known_unsound(task, msg) if msg else None
+        if known:
+            rec["status"] = "known-unsound"
+            rec["known"] = known
+        if msg:
+            rec["counterexample"] = msg
+            rec["inputs"] = _inputs_text(task, index)
+        return rec
+    rec["errors"] = list(task.errors)
+    passing = [c for c in fwd if fwd[c] is None and bwd.get(c) is None]
+    if not passing:
+        rec["status"] = "rejected-counterexample"
+        # the most telling: a candidate that passes forward and fails backward, else forward
+        notes = []
+        for c, m in bwd.items():
+            if m is not None:
+                notes.append(f"as {_type_text(c, axes)}: {m}")
+        for c, m in fwd.items():
+            if m is not None and len(notes) < 3:
+                notes.append(f"as {_type_text(c, axes)}: {m}")
+        rec["counterexample"] = (f"no result type is correct ({len(fwd)} tried; "
+                                 f"{sum(m is None for m in fwd.values())} pass the forward); "
+                                 + " | ".join(notes[:3]))
+        rec["inputs"] = _inputs_text(task, index)
+        return rec
+    reason = _conservative_reason(task, passing)
+    rec["passing"] = [_type_text(c, axes) for c in passing]
+    rec["status"] = "conservative" if reason else "UNLISTED-conservative"
+    if reason:
+        rec["reason"] = reason
+    return rec
+
+
+def _inputs_text(task: Task, index: int) -> str:
+    mesh = MESHES[task.mesh]
+    parts = []
+    for j, t in enumerate(task.in_types):
+        vals = ", ".join(f"{c}: {fmt(task_inputs(task, index, c)[j])}" for c in mesh.coords())
+        parts.append(f"x{j} {_type_text(t, mesh.axes)} on ranks {vals}")
+    return "; ".join(parts)
+
+
+class _Lazy(dict):
+    def __missing__(self, key):  # noqa: ANN001
+        _load_cases_into(self)
+        return dict.__getitem__(self, key)
+
+
+def _load_cases_into(d: dict) -> None:
+    for c in _cases():
+        dict.__setitem__(d, c.name, c)
+
+
+CASES: dict[str, OpCase] = _Lazy()  # filled on first use (imports torch)
+
+
+def run(world_sizes: Sequence[int] = (2, 4), sample: int | None = None, seed: int = 0,
+        sections: Sequence[str] | None = None, cases: Sequence[str] | None = None,
+        timeout: float = 1800.0) -> list[dict]:
+    """Build the tasks of every mesh, run each world, return every task's outcome."""
+    from .world import run_world
+
+    results: list[dict] = []
+    for n in world_sizes:
+        tasks = [t for m in WORLDS[n] for t in build_tasks(m, sections, sample, seed, cases)]
+        if not tasks:
+            continue
+        out = run_world(n, "soundness.rules:job", {"tasks": tasks}, timeout)
+        results += out["results"]  # type: ignore[index]
+    return results

@@ -1,0 +1,94 @@
+"""CI slice of the rule soundness suite (issue 7 item 1; the full run is ``python -m soundness``).
+
+The denotations on their own (no ranks), then one real 4-rank gloo world running a sample of
+every op class on one axis of 4 ranks and on a 2x2 mesh: every accepted combination must
+compute what its type promises (forward and backward), every rejected one must come with a
+counterexample or be a listed conservative rejection.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, shard  # noqa: E402
+
+from soundness import rules  # noqa: E402
+from soundness.denote import Mesh, Mismatch, denote  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _locals(mesh: Mesh, f) -> dict:
+    return {c: torch.tensor([[float(f(c))]], dtype=torch.float64) for c in mesh.coords()}
+
+
+def test_denotations_on_one_axis() -> None:
+    mesh = Mesh(("a",), (3,))
+    vals = _locals(mesh, lambda c: c[0] + 1)  # [1] [2] [3]
+    assert denote(vals, [PARTIAL])[(None,)].item() == 6
+    assert [denote(vals, [VARYING])[(i,)].item() for i in range(3)] == [1, 2, 3]
+    assert denote(vals, [shard(1)], frozenset({0}))[(None,)].tolist() == [[1, 2, 3]]
+    # S(i) outside a concatenation reading is a V (the list)
+    assert denote(vals, [shard(0)])[(2,)].item() == 3
+    with pytest.raises(Mismatch, match="not the same on every rank"):
+        denote(vals, [REPLICATE])
+    same = _locals(mesh, lambda c: 7)
+    assert denote(same, [INVARIANT])[(None,)].item() == 7
+
+
+def test_denotations_on_a_2x2_mesh_are_taken_axis_by_axis() -> None:
+    mesh = Mesh(("a", "b"), (2, 2))
+    vals = _locals(mesh, lambda c: 10 * c[0] + c[1])  # (0,0)=0 (0,1)=1 (1,0)=10 (1,1)=11
+    d = denote(vals, [VARYING, PARTIAL])  # a list over a of sums over b
+    assert d == {(0, None): d[(0, None)], (1, None): d[(1, None)]}
+    assert d[(0, None)].item() == 1 and d[(1, None)].item() == 21
+    assert denote(vals, [PARTIAL, PARTIAL])[(None, None)].item() == 22
+    # S(0) on both axes concatenates in mesh order (a outermost)
+    cat = denote(vals, [shard(0), shard(0)], frozenset({0, 1}))[(None, None)]
+    assert cat.reshape(-1).tolist() == [0, 1, 10, 11]
+
+
+def test_verdicts_come_from_the_engine() -> None:
+    mesh = rules.MESHES["a2"]
+    mul = rules.CASES["mul"]
+    ok, out, _ = rules.verdict(mul, mesh, [(PARTIAL,), (REPLICATE,)])
+    assert ok and out == (PARTIAL,)
+    ok, _, errors = rules.verdict(mul, mesh, [(PARTIAL,), (PARTIAL,)])
+    assert not ok and errors[0].startswith("spmd-partial-product")
+    ok, _, errors = rules.verdict(rules.CASES["spmd.matmul"], mesh,
+                                  [(REPLICATE,), (REPLICATE,)], (0,))
+    assert not ok
+
+
+@pytest.fixture(scope="module")
+def slice_results() -> list[dict]:
+    # about 10 combinations per op case and mesh: a few seconds of a 4-rank world
+    return rules.run(world_sizes=(4,), sample=10, seed=7, timeout=240)
+
+
+def test_every_accepted_combination_matches_and_every_rejected_one_has_a_counterexample(
+        slice_results: list[dict]) -> None:
+    bad = [r for r in slice_results if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative")]
+    assert not bad, "\n".join(f"{r['task']}: {r.get('counterexample') or r.get('passing')}"
+                              for r in bad[:20])
+    status = collections.Counter(r["status"] for r in slice_results)
+    assert status["accepted-match"] > 100 and status["rejected-counterexample"] > 100, status
+    sections = {r["section"] for r in slice_results}
+    assert sections == set(rules.SECTIONS)
+    assert {r["mesh"] for r in slice_results} == {"a4", "a2xb2"}
+
+
+def test_the_seeds_partial_product_counterexample_is_found() -> None:
+    """+[a] * +[b] is not the product of the sums: checked on a 2-rank world."""
+    res = rules.run(world_sizes=(2,), cases=["mul"], timeout=240)
+    pp = next(r for r in res if r["task"] == "[a2] mul({a:P}, {a:P})")
+    assert pp["status"] == "rejected-counterexample"
+    assert "no result type is correct" in pp["counterexample"]
+    ir = next(r for r in res if r["task"] == "[a2] mul({a:I}, {a:R})")
+    assert ir["status"] == "rejected-counterexample" and "gradient" in ir["counterexample"]
+    rp = next(r for r in res if r["task"] == "[a2] mul({a:R}, {a:P})")
+    assert rp["status"] == "accepted-match"
