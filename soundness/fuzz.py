@@ -512,7 +512,8 @@ class Outcome:
     disagreement: str | None = None
 
     def report(self) -> str:
-        return (f"{self.prog.render()}"
+        shapes = ", ".join(f"{n}: {list(sh)}" for n, _, sh in self.prog.inputs)
+        return (f"{self.prog.render()}  global input shapes: {shapes}\n"
                 f"  mypy plugin : {self.mypy}\n  check mode  : {self.check}"
                 f"{' (runtime error: ' + self.check_error + ')' if self.check_error else ''}\n"
                 f"  numerics    : {self.num.status} {self.num.detail}\n"
@@ -572,7 +573,7 @@ class Fuzzer:
         self.counts = {c: 0 for c in CATEGORIES}
         self.programs = 0
         self.failures: list[Outcome] = []
-        self.harness_errors: list[str] = []
+        self.shrink_seconds = 120.0  # per disagreement
 
     def __enter__(self) -> Fuzzer:
         fake_world()
@@ -594,6 +595,7 @@ class Fuzzer:
         from hypothesis import strategies as st
 
         last_bad: list[Outcome] = []
+        shrink_until = [0.0]
 
         @hseed(seed)
         @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
@@ -603,12 +605,16 @@ class Fuzzer:
         def prop(prog: Program) -> None:
             if time.monotonic() > deadline and not last_bad:
                 return
+            if last_bad and time.monotonic() > shrink_until[0]:
+                return  # out of shrinking time: the smallest failure so far is the result
             out = self.judge(prog)
             if not last_bad:  # count the generated programs, not the shrinking steps
                 self.programs += 1
                 self.counts[out.category] += 1
             if out.disagreement:
-                last_bad.append(out)
+                if not last_bad:
+                    shrink_until[0] = time.monotonic() + self.shrink_seconds
+                last_bad.append(out)  # each later failure is a smaller one (shrinking)
                 raise AssertionError(out.disagreement)
 
         import warnings
@@ -623,13 +629,19 @@ class Fuzzer:
         return last_bad[-1] if last_bad else None
 
     def run(self, budget_seconds: float, seed: int | None, chunk: int = 25,
-            save: bool = True) -> dict[str, Any]:
+            save: bool = True, max_programs: int | None = None) -> dict[str, Any]:
         seed = seed if seed is not None else int(time.time()) % 100000
         start = time.monotonic()
         deadline = start + budget_seconds
         k = 0
+        first = self.programs
         while time.monotonic() < deadline:
-            bad = self.run_chunk(seed * 1000 + k, chunk, deadline)
+            n = chunk
+            if max_programs is not None:
+                n = min(chunk, max_programs - (self.programs - first))
+                if n <= 0:
+                    break
+            bad = self.run_chunk(seed * 1000 + k, n, deadline)
             k += 1
             if bad is not None:
                 self.failures.append(bad)

@@ -79,11 +79,12 @@ def make_global(t: Type, shape: tuple[int, ...], gen: torch.Generator, leaf: boo
 
 def to_locals(g: Val, t: Type, gen: torch.Generator) -> Val:
     """The per-rank values that denote the global ``g`` under type ``t``."""
-    loc: Val = {c: g[c].detach().clone() for c in COORDS}
+    loc = _per_coord(lambda x: x.detach().clone(), g)  # shared where g is one tensor
     for axis in AXES:
         form = t.get(axis, "V")
         n = SIZES[axis]
         done: set[Coord] = set()
+        splits: dict[int, list[torch.Tensor]] = {}  # one split per base: R/I axes stay equal
         for c in COORDS:
             if c in done:
                 continue
@@ -95,11 +96,14 @@ def to_locals(g: Val, t: Type, gen: torch.Generator) -> Val:
                 for k, cc in enumerate(grp):
                     loc[cc] = torch.chunk(base, n, dim)[k].clone()
             elif form == "P":
-                parts = [torch.randn(base.shape, generator=gen, dtype=torch.float64)
-                         for _ in range(n - 1)]
-                last = base - sum(parts)
+                parts = splits.get(id(base))
+                if parts is None:
+                    parts = [torch.randn(base.shape, generator=gen, dtype=torch.float64)
+                             for _ in range(n - 1)]
+                    parts.append(base - sum(parts))
+                    splits[id(base)] = parts
                 for k, cc in enumerate(grp):
-                    loc[cc] = parts[k] if k < n - 1 else last
+                    loc[cc] = parts[k]
     return loc
 
 
@@ -218,23 +222,42 @@ def collective_meaning(s: Stmt, x: Val) -> Val:
         return _per_group(x, a, torch.stack)
     if key in (("reduce_scatter", "P", "V"), ("convert", "R", "V"), ("convert", "I", "V")):
         return _per_entry(x, a, lambda xs, k: xs[k][k])
-    if key == ("all_to_all", "V", "V"):
-        return _per_entry(x, a, lambda xs, k: torch.cat([torch.chunk(t, n, 0)[k] for t in xs]))
-    if key == ("all_to_all", "V", "S"):
-        return _per_group(x, a, lambda xs: torch.cat(xs, 0))
-    if key == ("all_to_all", "S", "V"):
-        return _per_entry(x, a, lambda xs, k: torch.chunk(xs[k], n, 0)[k])
+    if s.name == "all_to_all" and key in (("all_to_all", f, g) for f in "VS" for g in "VS"):
+        return _all_to_all_meaning(s, x)
     if key == ("reinterpret", "V", "P"):
         return _per_group(x, a, lambda xs: sum(xs[1:], xs[0]))
     if key in (("reinterpret", "R", "P"), ("reinterpret", "I", "P")):
         return _per_coord(lambda t: t * n, x)
     if key in (("all_gather", "S", "R"), ("all_gather", "S", "I"), ("reduce_scatter", "P", "S"),
-               ("all_to_all", "S", "S"), ("reinterpret", "R", "I"), ("reinterpret", "R", "V"),
+               ("reinterpret", "R", "I"), ("reinterpret", "R", "V"),
                ("reinterpret", "I", "R"), ("reinterpret", "I", "V"), ("convert", "R", "S"),
                ("convert", "I", "S"), ("convert", "R", "P"), ("convert", "I", "P"),
                ("convert", "S", "P"), ("convert", "I", "R"), ("convert", "R", "I")):
         return x
     raise RefError(f"no global meaning for {s.name}({s.src} -> {s.dst})")
+
+
+def _all_to_all_meaning(s: Stmt, x: Val) -> Val:
+    """all_to_all as documented (runtime/spmd/_collectives.py): the pieces the src reading
+    gives (V: the list entries; S(i): the global's chunks on i), block-exchanged (split
+    on the dst dim, V = 0; concatenated in rank order on the src dim, V = 0), read by dst
+    (V: a list; S(j): concatenated on j).  S(i) -> S(j), i != j, keeps the global tensor;
+    on one dim (V <-> S(0), S(i) -> S(i), V -> V) the blocks are permuted."""
+    a, n = s.axis, SIZES[s.axis]
+    split = int(s.dst[1:]) if s.dst.startswith("S") else 0
+    concat = int(s.src[1:]) if s.src.startswith("S") else 0
+
+    def pieces(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if s.src.startswith("S"):  # one global tensor (each entry, if misused on a list)
+            return [torch.chunk(t, n, concat)[k] for k, t in enumerate(xs)]
+        return xs
+
+    def exchanged(xs: list[torch.Tensor], r: int) -> torch.Tensor:
+        return torch.cat([torch.chunk(p, n, split)[r] for p in pieces(xs)], concat)
+
+    if s.dst.startswith("S"):
+        return _per_group(x, a, lambda xs: torch.cat([exchanged(xs, r) for r in range(n)], split))
+    return _per_entry(x, a, exchanged)
 
 
 def run_reference(prog: Program, globals_: dict[str, Val]) -> dict[str, Val]:
