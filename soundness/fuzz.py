@@ -650,7 +650,7 @@ class Fuzzer:
                 if save:
                     path = save_regression(bad)
                     if self.verbose:
-                        print(f"fuzz: saved {path.relative_to(ROOT)}", flush=True)
+                        print(f"fuzz: saved {path}", flush=True)
             if self.verbose:
                 print(f"fuzz: {self.programs} programs, {time.monotonic() - start:.0f} s, "
                       f"{len(self.failures)} disagreements", flush=True)
