@@ -263,6 +263,17 @@ class Numerics:
     detail: str = ""
 
 
+def _checker_types(prog: Program) -> dict[str, Type | None]:
+    """The check mode's types of the variables (of the longest prefix it accepts)."""
+    for n in (len(prog.stmts), len(prog.stmts) - 1):
+        if n < 0:
+            break
+        probe = check_mode(Program(prog.axes, prog.inputs, prog.stmts[:n]), all_vars=True)
+        if probe.verdict.accepted and probe.runtime_error is None:
+            return probe.types
+    return {}
+
+
 def numerics(prog: Program, pool: Any, seed: int = 0) -> Numerics:
     import torch
 
@@ -277,12 +288,16 @@ def numerics(prog: Program, pool: Any, seed: int = 0) -> Numerics:
         g = fr.make_global(t, shape, gen, leaf=True)
         globals_[name] = g
         locals_[name] = fr.to_locals(g, t, gen)
+    types = _checker_types(prog)
     try:
-        env = fr.run_reference(prog, globals_)
+        env = fr.run_reference(prog, globals_, types)
     except fr.RefError as e:
         return Numerics("n/a", f"the single-device program fails: {e}")
     var = prog.ending[1]
     ref_out = env[var]
+    if prog.ending[0] == "return" and prog.out_type is not None:
+        for axis, claim in prog.out_type.items():
+            ref_out = fr.read_as(ref_out, axis, (types.get(var) or {}).get(axis), claim)
     cot_locals: fr.Val | None = None
     if prog.ending[0] == "return":
         assert prog.out_type is not None
@@ -363,6 +378,13 @@ def programs(max_stmts: int = 5):  # noqa: ANN201 - a hypothesis strategy
 
     @st.composite
     def build(draw: Any) -> Program:
+        t0 = time.perf_counter()
+        try:
+            return _build(draw)
+        finally:
+            TIMES["generate"] += time.perf_counter() - t0
+
+    def _build(draw: Any) -> Program:
         naxes = draw(st.sampled_from([1, 2]))
         axes = ("tp",) if naxes == 1 else AXES
         ninputs = draw(st.integers(1, 3))
@@ -389,8 +411,12 @@ def programs(max_stmts: int = 5):  # noqa: ANN201 - a hypothesis strategy
                 if p2.runtime_error is not None:
                     continue
                 if not p2.verdict.accepted:
-                    prog, error_stmt, placed = trial, s, True
-                    break
+                    # end the program on this error, or (2 times in 3) draw another
+                    # statement: most programs then run a few statements before an error
+                    if draw(st.integers(0, 2)) == 0:
+                        prog, error_stmt, placed = trial, s, True
+                        break
+                    continue
                 if _forgets_shard(probe, p2, s) or _broadcasts_on_shard(probe, p2, s):
                     continue
                 prog, probe, placed = trial, p2, True
@@ -532,10 +558,17 @@ def agree(m: Verdict, c: Verdict) -> bool:
 
 
 def judge(prog: Program, mypy: MypyRunner, pool: Any, seed: int = 0) -> Outcome:
+    t0 = time.perf_counter()
     mv, _ = mypy.verdict(prog)
+    t1 = time.perf_counter()
     probe = check_mode(prog)
     cv = probe.verdict
+    t2 = time.perf_counter()
     num = numerics(prog, pool, seed)
+    t3 = time.perf_counter()
+    TIMES["mypy"] += t1 - t0
+    TIMES["check"] += t2 - t1
+    TIMES["numerics"] += t3 - t2
     dis = None
     if "mypy-crash" in mv.codes:
         dis = "mypy crashed"
@@ -553,6 +586,9 @@ def judge(prog: Program, mypy: MypyRunner, pool: Any, seed: int = 0) -> Outcome:
         cat = {"mismatch": "rejected-counterexample", "equal": "rejected-equal"}.get(
             num.status, "rejected-no-claim")
     return Outcome(prog, mv, cv, probe.runtime_error, num, cat, dis)
+
+
+TIMES = {"mypy": 0.0, "check": 0.0, "numerics": 0.0, "generate": 0.0}
 
 
 def value_seed(prog: Program) -> int:
@@ -664,6 +700,7 @@ class Fuzzer:
             "seed": seed,
             **{k.replace("-", "_"): v for k, v in self.counts.items()},
             "world_restarts": self.pool.restarts,
+            "seconds_in": {k: round(v, 1) for k, v in TIMES.items()},
         }
 
 

@@ -260,9 +260,35 @@ def _all_to_all_meaning(s: Stmt, x: Val) -> Val:
     return _per_entry(x, a, exchanged)
 
 
-def run_reference(prog: Program, globals_: dict[str, Val]) -> dict[str, Val]:
+def as_list(x: Val, axis: str, dim: int) -> Val:
+    """An S(dim) value (one global tensor along ``axis``) read as V: its chunks."""
+    return _per_entry(x, axis, lambda xs, k: torch.chunk(xs[k], SIZES[axis], dim)[k])
+
+
+def as_global(x: Val, axis: str, dim: int) -> Val:
+    """A V value (a list along ``axis``) claimed as S(dim): the concatenation on dim."""
+    return _per_group(x, axis, lambda xs: torch.cat(xs, dim))
+
+
+def read_as(x: Val, axis: str, have: str | None, claim: str) -> Val:
+    """S(i) is a V whose pieces concatenate on i: claiming one as the other (both checkers
+    allow it) changes how the global value is held here, not the ranks' data."""
+    if have is None:
+        return x
+    if have.startswith("S") and claim == "V":
+        return as_list(x, axis, int(have[1:]))
+    if have == "V" and claim.startswith("S"):
+        return as_global(x, axis, int(claim[1:]))
+    return x
+
+
+def run_reference(prog: Program, globals_: dict[str, Val],
+                  types: dict[str, Type | None] | None = None) -> dict[str, Val]:
+    """``types``: the checker's types of the variables (to read a value claimed as V
+    where it is S(i), or the other way round: see :func:`read_as`)."""
     env: dict[str, Val] = dict(globals_)
     ns = {"torch": torch, "F": F}
+    types = types or {}
     for s in prog.stmts:
         try:
             if s.kind == "op":
@@ -270,7 +296,9 @@ def run_reference(prog: Program, globals_: dict[str, Val]) -> dict[str, Val]:
                 fn = _op_fn(code, ns)
                 env[s.target] = _per_coord(fn, *(env[a] for a in s.args))
             else:
-                env[s.target] = collective_meaning(s, env[s.args[0]])
+                x = env[s.args[0]]
+                have = (types.get(s.args[0]) or {}).get(s.axis)
+                env[s.target] = collective_meaning(s, read_as(x, s.axis, have, s.src))
         except (RuntimeError, IndexError, ValueError) as e:
             raise RefError(f"{s.render()}: {e}") from None
     return env
