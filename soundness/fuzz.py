@@ -95,22 +95,26 @@ class MypyRunner:
             "[spmd_mypy]\nmesh_axes = dp, tp\n")
         self.crashes = 0
         self.count = 0
+        from .fuzz_mypy import MypyWorker
+
+        self.worker = MypyWorker()
 
     def _forget(self, module: Path) -> None:
         module.unlink(missing_ok=True)
         for f in (self.dir / ".cache").glob(f"*/{module.stem}.*"):
             f.unlink(missing_ok=True)
 
-    def verdict(self, prog: Program) -> tuple[Verdict, list[str]]:
-        from mypy import api
+    def close(self) -> None:
+        self.worker.close()
 
+    def verdict(self, prog: Program) -> tuple[Verdict, list[str]]:
         self.count += 1
         # a module name per program text: mypy's cache never takes one program for another
         # (same size, same coarse mtime), and a replay is checked like the first run
         text = PRELUDE + prog.render()
         module = self.dir / f"fuzz_{hashlib.sha256(text.encode()).hexdigest()[:16]}.py"
         module.write_text(text)
-        stdout, stderr, status = api.run(
+        stdout, stderr, status = self.worker.run(
             ["--config-file", str(self.dir / "mypy.ini"), "--cache-dir", str(self.dir / ".cache"),
              "--no-error-summary", "--no-pretty", "--hide-error-context", str(module)])
         text = stdout + stderr
@@ -426,7 +430,7 @@ def programs(max_stmts: int = 5):  # noqa: ANN201 - a hypothesis strategy
                         break
                     continue
                 if (_forgets_shard(probe, p2, s) or _broadcasts_on_shard(probe, p2, s)
-                        or _same_dim_twice(p2, s)):
+                        or _same_dim_twice(p2, s) or _normalizes_shard_dim(probe, s)):
                     continue
                 prog, probe, placed = trial, p2, True
                 break
@@ -493,6 +497,22 @@ def _forgets_shard(before: Probe, after: Probe, s: Stmt) -> bool:
     for a in s.args:
         for axis, form in (before.types.get(a) or {}).items():
             if form.startswith("S") and res.get(axis) == "V":
+                return True
+    return False
+
+
+def _normalizes_shard_dim(before: Probe, s: Stmt) -> bool:
+    """softmax over the dim an operand is sharded on: the engine keeps S(i) for the
+    normalising ops (softmax, layer_norm, ...) whatever dims they normalise over, so
+    ``F.softmax(x, dim=-1)`` on ``x: Tensor[S[1, "tp"]]`` (2-d) is typed S(1) although
+    each rank normalises its own piece.  Found by this fuzzer, kept as a strict xfail
+    regression, and not generated again."""
+    if s.kind != "op" or s.name != "softmax":
+        return False
+    for a in s.args:
+        ndim = len(before.shapes.get(a, ()))
+        for form in (before.types.get(a) or {}).values():
+            if form.startswith("S") and int(form[1:]) % max(ndim, 1) == ndim - 1:
                 return True
     return False
 
@@ -636,6 +656,7 @@ class Fuzzer:
 
     def __exit__(self, *exc: object) -> None:
         self.pool.close()
+        self.mypy.close()
 
     def judge(self, prog: Program) -> Outcome:
         out = judge(prog, self.mypy, self.pool, value_seed(prog))
