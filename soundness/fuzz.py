@@ -309,8 +309,11 @@ def numerics(prog: Program, pool: Any, seed: int = 0) -> Numerics:
     var = prog.ending[1]
     ref_out = env[var]
     if prog.ending[0] == "return" and prog.out_type is not None:
-        for axis, claim in prog.out_type.items():
-            ref_out = fr.read_as(ref_out, axis, (types.get(var) or {}).get(axis), claim)
+        try:
+            for axis, claim in prog.out_type.items():
+                ref_out = fr.read_as(ref_out, axis, (types.get(var) or {}).get(axis), claim)
+        except (RuntimeError, IndexError) as e:
+            return Numerics("mismatch", f"the output cannot have the declared type: {e}")
     cot_locals: fr.Val | None = None
     if prog.ending[0] == "return":
         assert prog.out_type is not None
