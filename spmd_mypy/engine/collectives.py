@@ -64,6 +64,9 @@ class Step:
     def communicates(self) -> bool:
         return self.op in COLLECTIVES
 
+    def render_key(self) -> tuple[str, Form, Form]:
+        return (self.op, self.src, self.dst)
+
     def render(self, src_dim: int | None = None, dst_dim: int | None = None) -> str:
         s = f"S({src_dim})" if self.src == "S" and src_dim is not None else self.src
         d = f"S({dst_dim})" if self.dst == "S" and dst_dim is not None else self.dst
@@ -286,13 +289,49 @@ def check_collective(
     out = x
     for axis in axes:
         out = out.replace(axis, dst)
-    if x.spec is not None and not errors:
-        # a global x: the axis moves in the partition spec (innermost axis only)
-        from .global_spmd import collective as global_collective
+    if x.spec is not None:
+        if not errors:
+            # a global x: the axis moves in the partition spec (innermost axis only)
+            from .global_spmd import collective as global_collective
 
-        out, global_errors = global_collective(op, x, out, axes, src, dst, x_text=x_text)
-        errors.extend(global_errors)
+            out, global_errors = global_collective(op, x, out, axes, src, dst, x_text=x_text)
+            errors.extend(global_errors)
+    elif transition is not None:
+        out = _shift_other_shards(out, axes, _LEADING_DIM.get(transition.forward.render_key(), 0))
     return CollectiveResult(out, errors, transition)
+
+
+# Transitions that add or remove the tensor's dim 0 (the others keep every dim):
+# all_gather(V,R|I) stacks on a new dim 0, convert(V,P) pads a new dim 0 with this
+# rank's slot; reduce_scatter(P,V) and convert(R|I,V) keep this rank's slot of dim 0.
+_LEADING_DIM: dict[tuple[str, Form, Form], int] = {
+    ("all_gather", "V", "R"): 1, ("all_gather", "V", "I"): 1, ("convert", "V", "P"): 1,
+    ("reduce_scatter", "P", "V"): -1, ("convert", "R", "V"): -1, ("convert", "I", "V"): -1,
+}
+
+
+def _shift_other_shards(t: SpmdType, axes: Sequence[str], delta: int) -> SpmdType:
+    """The S(i) of the axes the op is not on, when the op adds (+1) or removes (-1) dim 0.
+
+    ``x: Tensor[V["tp"], S[0, "dp"]]``; ``all_gather(x, "tp", src=V, dst=R)`` stacks the
+    "tp" ranks' pieces on a new dim 0, so the "dp" shards are now on dim 1:
+    ``Tensor[R["tp"], S[1, "dp"]]``.  Removing dim 0 when another axis shards it leaves
+    that axis V (its pieces no longer concatenate on any dim).  Negative dims count
+    from the end and do not move.  A partition spec (per dim) is dropped.
+    """
+    if delta == 0:
+        return t
+    d = dict(t.axes)
+    changed = False
+    for axis, lt in t.axes:
+        if axis in axes or lt.dim is None or lt.dim < 0:
+            continue
+        changed = True
+        new_dim = lt.dim + delta
+        d[axis] = LocalType(lt.kind, new_dim) if new_dim >= 0 else LocalType(lt.kind)
+    if not changed and t.spec is None:
+        return t
+    return SpmdType.of(d, None)
 
 
 def _matches(have: LocalType, src: LocalType) -> bool:

@@ -1,0 +1,193 @@
+"""The fuzzer's programs as data: typed inputs, statements, an ending; rendered to source.
+
+A program is one function over typed inputs on the ("dp", "tp") mesh (2 x 2)::
+
+    def prog(a0: Tensor[P["tp"], V["dp"]], a1: Tensor[R["tp"], R["dp"]]) -> Tensor[R["tp"], V["dp"]]:
+        t0 = torch.add(a0, a1)                                  # an op from OPS
+        t1 = spmd.all_reduce(t0, "tp", src=P, dst=R)            # a collective/conversion
+        return t1                                               # ending "return" (declared type)
+
+or it ends with ``t2.backward()`` (ending "backward", the function returns None).
+
+The same statement is used three ways: rendered to source (the mypy plugin checks it,
+the runtime runs it on every rank, under check mode or not), and evaluated on global
+values by the reference (``soundness.fuzz_ref``): an op's template is evaluated with
+``{0}, {1}, ...`` bound to the operands, so the op has one spelling for all three.
+
+Types are dicts ``{axis: form}`` with forms ``R I V P S0 S1``; an axis not in the dict is
+unknown (untyped).  One-axis programs type only "tp".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+AXES = ("dp", "tp")  # mesh order; rank = dp * 2 + tp
+SIZES = {"dp": 2, "tp": 2}
+FORMS = ("R", "I", "V", "P", "S0", "S1")
+DUAL = {"R": "P", "P": "R", "I": "I", "V": "V", "S0": "S0", "S1": "S1"}
+
+Type = dict[str, str]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    template: str  # Python expression over {0}, {1}, {2}
+    arity: int
+    klass: str  # linear / affine / multilinear / nonlinear / reduction / view / nograd
+
+
+OPS: dict[str, OpSpec] = {o.name: o for o in [
+    # unary
+    OpSpec("neg", "torch.neg({0})", 1, "linear"),
+    OpSpec("scale", "{0} * 2", 1, "linear"),
+    OpSpec("half", "{0} / 2", 1, "linear"),
+    OpSpec("add1", "{0} + 1.0", 1, "affine"),
+    OpSpec("rsub1", "1 - {0}", 1, "affine"),
+    OpSpec("relu", "torch.relu({0})", 1, "nonlinear"),
+    OpSpec("tanh", "torch.tanh({0})", 1, "nonlinear"),
+    OpSpec("square", "{0} ** 2", 1, "nonlinear"),
+    OpSpec("softmax", "F.softmax({0}, dim=-1)", 1, "nonlinear"),
+    OpSpec("sum0", "{0}.sum(0)", 1, "reduction"),
+    OpSpec("sum_last", "{0}.sum(-1)", 1, "reduction"),
+    OpSpec("sum_all", "{0}.sum()", 1, "reduction"),
+    OpSpec("mean0", "{0}.mean(0)", 1, "reduction"),
+    OpSpec("amax", "{0}.amax()", 1, "reduction"),
+    OpSpec("transpose", "{0}.transpose(0, 1)", 1, "view"),
+    OpSpec("flatten", "{0}.reshape(-1)", 1, "view"),
+    OpSpec("row0", "{0}[0]", 1, "view"),
+    OpSpec("detach", "{0}.detach()", 1, "nograd"),
+    # binary
+    OpSpec("add", "torch.add({0}, {1})", 2, "linear"),
+    OpSpec("sub", "{0} - {1}", 2, "linear"),
+    OpSpec("mul", "{0} * {1}", 2, "multilinear"),
+    OpSpec("maximum", "torch.maximum({0}, {1})", 2, "nonlinear"),
+    OpSpec("matmul", "{0} @ {1}", 2, "multilinear"),
+    OpSpec("einsum", 'torch.einsum("ij,jk->ik", {0}, {1})', 2, "multilinear"),
+    OpSpec("cat0", "torch.cat([{0}, {1}], dim=0)", 2, "view"),
+    OpSpec("stack", "torch.stack([{0}, {1}])", 2, "view"),
+    # ternary
+    OpSpec("where", "torch.where({0} > 0, {1}, {2})", 3, "nonlinear"),
+]}
+
+# collective ops and the src/dst forms the generator draws from (valid and invalid pairs)
+COLLECTIVES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "all_reduce": (("P", "V", "R"), ("R", "I", "V")),
+    "all_gather": (("V", "S0", "S1", "P"), ("R", "I")),
+    "reduce_scatter": (("P", "R"), ("V", "S0", "S1")),
+    "all_to_all": (("V", "S0", "S1"), ("V", "S0", "S1")),
+    "reinterpret": (("R", "I", "V", "P"), ("R", "I", "V", "P")),
+    "convert": (("R", "I", "V", "S0", "S1", "P"), ("R", "I", "V", "S0", "S1", "P")),
+}
+
+
+@dataclass(frozen=True)
+class Stmt:
+    target: str
+    kind: str  # "op" | "coll"
+    name: str  # OPS key or collective name
+    args: tuple[str, ...]
+    axis: str = ""  # collectives
+    src: str = ""
+    dst: str = ""
+    extra: str = ""  # collectives: "avg" | "max" | "expert" | ""
+
+    def render(self) -> str:
+        if self.kind == "op":
+            return f"{self.target} = {OPS[self.name].template.format(*self.args)}"
+        kw = f"src={_form_src(self.src)}, dst={_form_src(self.dst)}"
+        if self.extra in ("avg", "max"):
+            kw += f', op="{self.extra}"'
+        elif self.extra == "expert":
+            kw += ", expert_mode=True"
+        x = self.args[0] + (".detach()" if self.extra == "max" else "")
+        return f'{self.target} = spmd.{self.name}({x}, "{self.axis}", {kw})'
+
+
+def _form_src(form: str) -> str:
+    return f"S({form[1:]})" if form.startswith("S") else form
+
+
+def render_type(t: Type | None) -> str:
+    if t is None:
+        return "torch.Tensor"
+    entries = []
+    for axis in sorted(t, key=lambda a: AXES.index(a), reverse=True):  # "tp" first
+        form = t[axis]
+        if form.startswith("S"):
+            entries.append(f'S[{form[1:]}, "{axis}"]')
+        else:
+            entries.append(f'{form}["{axis}"]')
+    return "Tensor[" + ", ".join(entries) + "]" if entries else "torch.Tensor"
+
+
+def dual(t: Type) -> Type:
+    return {a: DUAL[f] for a, f in t.items()}
+
+
+@dataclass
+class Program:
+    """``inputs``: (name, type, global shape); ``ending``: ("return", var) or ("backward", var);
+    ``out_type``: the declared return type (ending "return")."""
+
+    axes: tuple[str, ...]
+    inputs: list[tuple[str, Type, tuple[int, ...]]]
+    stmts: list[Stmt] = field(default_factory=list)
+    ending: tuple[str, str] = ("return", "")
+    out_type: Type | None = None
+
+    # -- rendering -------------------------------------------------------------------
+    def render(self, name: str = "prog", returns: bool = True) -> str:
+        """The function's source; statement ``i`` is on line ``2 + i`` of it (1-based)."""
+        params = ", ".join(f"{n}: {render_type(t)}" for n, t, _ in self.inputs)
+        if self.ending[0] == "return" and returns:
+            ret = render_type(self.out_type)
+        else:
+            ret = "None"
+        lines = [f"def {name}({params}) -> {ret}:"]
+        lines += [f"    {s.render()}" for s in self.stmts]
+        if self.ending[0] == "return":
+            lines.append(f"    return {self.ending[1]}")
+        else:
+            lines.append(f"    {self.ending[1]}.backward()")
+        return "\n".join(lines) + "\n"
+
+    def ending_line(self) -> int:
+        return 2 + len(self.stmts)
+
+    def variables(self) -> list[str]:
+        return [n for n, _, _ in self.inputs] + [s.target for s in self.stmts]
+
+    # -- serialization (regression files) --------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps({
+            "axes": list(self.axes),
+            "inputs": [[n, t, list(s)] for n, t, s in self.inputs],
+            "stmts": [[s.target, s.kind, s.name, list(s.args), s.axis, s.src, s.dst, s.extra]
+                      for s in self.stmts],
+            "ending": list(self.ending),
+            "out_type": self.out_type,
+        }, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Program:
+        d: dict[str, Any] = json.loads(text)
+        return Program(
+            axes=tuple(d["axes"]),
+            inputs=[(n, dict(t), tuple(s)) for n, t, s in d["inputs"]],
+            stmts=[Stmt(s[0], s[1], s[2], tuple(s[3]), s[4], s[5], s[6], s[7]) for s in d["stmts"]],
+            ending=(d["ending"][0], d["ending"][1]),
+            out_type=d["out_type"],
+        )
+
+
+PRELUDE = (
+    "import torch\n"
+    "import torch.nn.functional as F\n"
+    "import spmd\n"
+    "from spmd import Tensor, R, I, V, P, S\n"
+)
+PRELUDE_LINES = PRELUDE.count("\n")

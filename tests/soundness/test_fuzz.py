@@ -1,0 +1,143 @@
+"""The differential fuzzer (soundness/fuzz.py, issue 7 item 2).
+
+- the reference semantics on small hand-made cases (no gloo): how the global value of
+  each type is made into rank values and read back, what the collectives mean;
+- the three verdicts on hand-written programs (one accepted, one rejected with a
+  counterexample, one where the plugin and check mode must name the same error);
+- the CI slice: a bounded fuzz run with a fixed seed (a few dozen programs on a real
+  4-rank gloo world): no disagreement, no crash, and the programs cover both verdicts.
+
+The full bounded run: ``python -m soundness.fuzz --seconds 300 --seed 1``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from soundness import fuzz_ref as fr
+from soundness.fuzz_model import Program, Stmt
+
+FORMS_2AX = [{"dp": a, "tp": b} for a in ("R", "I", "V", "P", "S0") for b in ("R", "V", "P", "S1")]
+
+
+@pytest.mark.parametrize("t", FORMS_2AX, ids=lambda t: f"{t['dp']}-{t['tp']}")
+def test_locals_denote_the_global_value(t: dict[str, str]) -> None:
+    gen = torch.Generator().manual_seed(0)
+    g = fr.make_global(t, (4, 4), gen, leaf=False)
+    loc = fr.to_locals(g, t, gen)
+    back = fr.from_locals(loc, t)
+    fr.compare(back, g, "round trip")
+    # one tensor along every axis that is not a list
+    assert len(fr.distinct(g)) == 2 ** sum(f == "V" for f in t.values())
+
+
+def test_replicate_must_agree_and_partial_sums() -> None:
+    gen = torch.Generator().manual_seed(0)
+    t = {"dp": "V", "tp": "P"}
+    g = fr.make_global(t, (3,), gen, leaf=False)
+    loc = fr.to_locals(g, t, gen)
+    assert not torch.allclose(loc[(0, 0)], g[(0, 0)])  # a summand, not the value
+    with pytest.raises(fr.Mismatch, match="ranks disagree"):
+        fr.from_locals(loc, {"dp": "V", "tp": "R"})
+
+
+def _val(fn) -> fr.Val:  # noqa: ANN001
+    return {c: fn(c) for c in fr.COORDS}
+
+
+def test_collective_meanings() -> None:
+    x = torch.arange(8.0, dtype=torch.float64).reshape(2, 4)
+    one = _val(lambda c: x)  # one tensor on every coordinate
+    lst = {c: x + 10 * c[1] for c in fr.COORDS}  # a list along "tp"
+    st = Stmt("t", "coll", "all_gather", ("x",), "tp", "V", "R")
+    got = fr.collective_meaning(st, lst)
+    assert torch.equal(got[(0, 0)], torch.stack([x, x + 10]))
+    assert got[(0, 0)] is got[(0, 1)]
+    rs = fr.collective_meaning(Stmt("t", "coll", "reduce_scatter", ("x",), "tp", "P", "V"), one)
+    assert torch.equal(rs[(1, 1)], x[1]) and torch.equal(rs[(1, 0)], x[0])
+    vp = fr.collective_meaning(Stmt("t", "coll", "reinterpret", ("x",), "tp", "V", "P"), lst)
+    assert torch.equal(vp[(0, 0)], 2 * x + 10)
+    rp = fr.collective_meaning(Stmt("t", "coll", "reinterpret", ("x",), "tp", "R", "P", "expert"), one)
+    assert torch.equal(rp[(0, 1)], 2 * x)
+    same = fr.collective_meaning(Stmt("t", "coll", "all_reduce", ("x",), "tp", "P", "R"), one)
+    assert same is one
+    with pytest.raises(fr.RefError):
+        fr.collective_meaning(Stmt("t", "coll", "all_reduce", ("x",), "tp", "P", "V"), one)
+
+
+def test_program_json_round_trip() -> None:
+    p = Program(("dp", "tp"), [("x0", {"dp": "V", "tp": "S0"}, (4, 4))],
+                [Stmt("t0", "op", "relu", ("x0",)),
+                 Stmt("t1", "coll", "all_gather", ("t0",), "tp", "S0", "R")],
+                ("return", "t1"), {"dp": "V", "tp": "R"})
+    assert Program.from_json(p.to_json()) == p
+    src = p.render()
+    assert 'def prog(x0: Tensor[S[0, "tp"], V["dp"]]) -> Tensor[R["tp"], V["dp"]]:' in src
+    assert 'spmd.all_gather(t0, "tp", src=S(0), dst=R)' in src
+
+
+# --------------------------------------------------------------------------------------
+# gloo: the three verdicts, and the CI slice (one shared world for the session)
+
+
+@pytest.fixture(scope="module")
+def fuzzer():  # noqa: ANN201
+    from soundness.fuzz_replay import shared_fuzzer
+
+    return shared_fuzzer()
+
+
+TP_P_DP_V = {"dp": "V", "tp": "P"}
+R2 = {"dp": "R", "tp": "R"}
+
+
+def _prog(stmts: list[Stmt], out: dict[str, str] | None, inputs=None) -> Program:  # noqa: ANN001
+    inputs = inputs or [("x0", TP_P_DP_V, (4, 4)), ("x1", R2, (4, 4))]
+    return Program(("dp", "tp"), inputs, stmts, ("return", stmts[-1].target), out)
+
+
+def test_accepted_program_is_numerically_right(fuzzer) -> None:  # noqa: ANN001
+    p = _prog([Stmt("t0", "op", "matmul", ("x0", "x1")),
+               Stmt("t1", "coll", "all_reduce", ("t0",), "tp", "P", "R"),
+               Stmt("t2", "op", "tanh", ("t1",))], {"dp": "V", "tp": "R"})
+    out = fuzzer.judge(p)
+    assert out.category == "accepted-equal", out.report()
+
+
+def test_rejected_program_has_a_counterexample(fuzzer) -> None:  # noqa: ANN001
+    p = _prog([Stmt("t0", "op", "add", ("x0", "x1"))], None)
+    out = fuzzer.judge(p)
+    assert out.mypy.codes == ("spmd-partial-affine",) and out.check.codes == out.mypy.codes
+    assert out.disagreement is None
+    # the same program claiming P on "tp": the sum counts x1 once per rank
+    p2 = _prog([Stmt("t0", "op", "add", ("x0", "x1"))], TP_P_DP_V)
+    out2 = fuzzer.judge(p2)
+    assert out2.num.status == "mismatch", out2.report()
+
+
+def test_wrong_declared_output_is_both_rejected_and_wrong(fuzzer) -> None:  # noqa: ANN001
+    p = _prog([Stmt("t0", "op", "mul", ("x0", "x1"))], {"dp": "V", "tp": "R"})
+    out = fuzzer.judge(p)
+    assert out.mypy.codes == ("return",) and out.check.codes == ("return",), out.report()
+    assert out.category == "rejected-counterexample", out.report()
+
+
+def test_backward_of_a_replicated_loss_is_rejected_and_wrong(fuzzer) -> None:  # noqa: ANN001
+    p = Program(("dp", "tp"), [("x0", R2, (4, 4))], [Stmt("t0", "op", "sum_all", ("x0",))],
+                ("backward", "t0"))
+    out = fuzzer.judge(p)
+    assert "spmd-backward" in out.mypy.codes and out.check.codes == ("spmd-backward",)
+    assert out.category == "rejected-counterexample", out.report()
+
+
+def test_ci_slice(fuzzer) -> None:  # noqa: ANN001
+    """A bounded run with a fixed seed: every program's three verdicts agree."""
+    before, programs = dict(fuzzer.counts), fuzzer.programs
+    result = fuzzer.run(200.0, seed=7, chunk=12, save=False, max_programs=24)
+    reports = "\n\n".join(f.report() for f in fuzzer.failures)
+    assert result["disagreements"] == 0, reports
+    assert result["crashes"] == 0
+    assert fuzzer.programs - programs >= 10, result  # the time bound only cuts a slow machine
+    new = {k: fuzzer.counts[k] - before[k] for k in before}
+    assert new["accepted-equal"] > 0 and new["rejected-counterexample"] > 0, new
