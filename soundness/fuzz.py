@@ -15,7 +15,7 @@ Agreement, precisely:
 
 - the plugin's verdict equals the check mode's: both accept, or both reject with the
   first error on the same line and the check mode's code among the plugin's codes on
-  that line (a boundary mismatch at ``return`` is ``[return-value]`` in mypy and a type
+  that line (a boundary mismatch at ``return`` is ``[spmd-mismatch]`` in mypy (``[return-value]`` when the value is not a tensor) and a type
   difference in check mode: both count as code "return");
 - accepted (by both) => numerically correct: the ranks' output, read by the declared
   type, equals the reference, and so do the input gradients read by the dual types.
@@ -130,7 +130,8 @@ class MypyRunner:
                 continue
             ln = int(m.group("line")) - PRELUDE_LINES
             code = m.group("code") or "misc"
-            if code == "return-value" and ln == prog.ending_line() and prog.ending[0] == "return":
+            if (code in ("spmd-mismatch", "return-value") and ln == prog.ending_line()
+                    and prog.ending[0] == "return"):
                 code = "return"
             errors.setdefault(ln, []).append(code)
         if not errors:
@@ -180,6 +181,22 @@ def _type_dict(st: Any) -> Type | None:
     for axis, lt in st:
         out[axis] = ("S" + str(lt.dim)) if lt.dim is not None else lt.kind.value
     return out
+
+
+def _local(form: str) -> Any:
+    from spmd_mypy.engine.types import Kind, LocalType
+
+    return LocalType(Kind.V, int(form[1:])) if form.startswith("S") else LocalType(Kind(form))
+
+
+def _fits(got: Type, declared: Type) -> bool:
+    """Whether the check mode's ``spmd.checked`` accepts a result of type ``got`` where
+    ``declared`` is annotated: per axis the engine's ``shard_dims_match`` (a V of unknown
+    dim may be declared S(i), as for arguments)."""
+    from spmd_mypy.engine.types import shard_dims_match
+
+    return all(a in got and shard_dims_match(_local(got[a]), _local(f))
+               for a, f in declared.items()) and set(got) <= set(declared)
 
 
 @dataclass
@@ -250,7 +267,7 @@ def check_mode(prog: Program, *, all_vars: bool = False) -> Probe:
         return probe
     if prog.ending[0] == "return" and prog.out_type is not None:
         got = types[0]
-        if got is not None and got != prog.out_type:
+        if got is not None and not _fits(got, prog.out_type):
             probe.verdict = Verdict(prog.ending_line(), ("return",),
                                     f"result is {render_type(got)}")
     return probe

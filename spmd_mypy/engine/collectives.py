@@ -378,7 +378,14 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
     a V (dim not known) where S(i) is (the declaration says which dim); S(i) is not S(j).
     The message names the conversion or collective that makes the value fit.
+    Both global (a partition spec on each side): the layouts must be equal, and the fix
+    is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
     """
+    from .global_spmd import check_argument as check_global_argument
+
+    global_errors = check_global_argument(actual, expected, x_text=x_text, where=where)
+    if global_errors is not None:
+        return global_errors
     errors = []
     for axis, want in expected.axes:
         have = actual.get(axis)

@@ -804,9 +804,7 @@ class CallTyper:
                 param = sig.arg_names[i] if i < len(sig.arg_names) else None
                 where = (f'argument {expr_text(expr)} (parameter "{param}" of {callee})' if param
                          else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
-                errs = global_calls.gs.check_argument(have, want, x_text=expr_text(expr), where=where)
-                if errs is None:
-                    errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
+                errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
                 self.report(ctx, errs)
         return ctx.default_return_type
 
