@@ -83,7 +83,6 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import Operand, Reduction, Role, check_backward, check_inplace, propagate
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 
-from spmd_mypy.engine.global_spmd import collective as global_collective
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
 from . import _global_check, _torch_ops
@@ -708,13 +707,7 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
         res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                                reduce_op=reduce_op, x_text=text, can_grad=can_grad)
         raise SpmdTypeError(res.errors[0])
-    rtype = res.type
-    if have.spec is not None:  # a global x: the axes move in the partition spec
-        rtype, errors = global_collective(op, have, res.type, names, src_lt, dst_lt)
-        if errors:
-            text = _texts([x], ["x"])[0]
-            raise SpmdTypeError(global_collective(op, have, res.type, names, src_lt, dst_lt,
-                                                  x_text=text)[1][0])
+    rtype = res.type  # a global x: check_collective moved the axes in the partition spec
     if rtype:
         _stamp_outputs(out, rtype)
     return out
