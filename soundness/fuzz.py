@@ -687,7 +687,6 @@ class Fuzzer:
         and returned (minimal)."""
         from hypothesis import HealthCheck, Phase, given, settings
         from hypothesis import seed as hseed
-        from hypothesis import strategies as st
 
         last_bad: list[Outcome] = []
         shrink_until = [0.0]

@@ -39,13 +39,13 @@ from __future__ import annotations
 import itertools
 import random
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from spmd_mypy.engine.collectives import check_collective
 from spmd_mypy.engine.ops import Operand, classify, propagate
 from spmd_mypy.engine.types import (
-    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, dual, shard,
+    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, shard,
 )
 
 from .denote import (
@@ -100,7 +100,7 @@ def _cases() -> list[OpCase]:
     import torch
     import torch.nn.functional as F
 
-    m23, m32, m34, m13 = (2, 3), (3, 2), (3, 4), (1, 3)
+    m23, m34, m13 = (2, 3), (3, 4), (1, 3)
     C = OpCase
     return [
         # linear (summands)
@@ -355,7 +355,6 @@ def check_forward(task: Task, index: int, cand: Sequence[LocalType], outs: dict)
     """None if the locals ``outs`` (by coordinate) have the meaning ``cand`` claims."""
     case = CASES[task.case]
     mesh = MESHES[task.mesh]
-    coords = mesh.coords()
     ref = _reference(case)
     ins = all_inputs(task, index)
     concat: frozenset[int] = frozenset()

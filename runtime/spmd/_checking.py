@@ -349,15 +349,7 @@ class _Mode(TorchFunctionMode):
             first = ops[0][0] if ops else None
             inplace_target = first if isinstance(first, torch.Tensor) else None
         grad_on = torch.is_grad_enabled()
-        # The cache key: per operand, its (interned) type's id and whether it is an
-        # index and can carry a gradient; roles follow from the plan and the position.
-        key: list[Any] = [plan.name, self.strict]
-        for (v, is_index), t in zip(ops, types):
-            if t is None:
-                key.append(0)
-            else:
-                key.append(id(t))
-                key.append(is_index or not (grad_on and v.requires_grad))
+        key = _operand_key([plan.name, self.strict], ops, types, grad_on)
         reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
         if reduction is not None:
             key.append(reduction)
@@ -405,13 +397,8 @@ class _Mode(TorchFunctionMode):
             params = _global_check.params_for(plan, args, kwargs, pairs, _get)
         except Exception:  # an argument form the reader does not know: leave it untyped
             return func(*args, **kwargs)
-        key: list[Any] = ["global", plan.name, self.strict, _global_check.params_key(params)]
-        for (v, is_index), t in zip(ops, types):
-            if t is None:
-                key.append(0)
-            else:
-                key.append(id(t))
-                key.append(is_index or not (grad_on and v.requires_grad))
+        key = _operand_key(["global", plan.name, self.strict, _global_check.params_key(params)],
+                           ops, types, grad_on)
         try:
             key_t: Any = tuple(key)
             cached = _RESULTS.get(key_t)
@@ -715,6 +702,18 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
 
 # --------------------------------------------------------------------------------------
 # Function boundaries (optional): @spmd.checked
+
+
+def _operand_key(key: list[Any], ops: list, types: list, grad_on: bool) -> list[Any]:
+    """A result cache key: per operand, its (interned) type's id and whether it is an index
+    or cannot carry a gradient (roles follow from the plan and the position)."""
+    for (v, is_index), t in zip(ops, types):
+        if t is None:
+            key.append(0)
+        else:
+            key.append(id(t))
+            key.append(is_index or not (grad_on and v.requires_grad))
+    return key
 
 
 def checked(fn: Callable[..., _T]) -> Callable[..., _T]:

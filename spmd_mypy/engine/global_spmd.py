@@ -71,7 +71,6 @@ broadcasting, runtime only).
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -84,7 +83,6 @@ from .types import (
     LocalType,
     PARTIAL,
     SpmdType,
-    VARYING,
     format_spec,
     format_type,
     shard,
@@ -529,7 +527,7 @@ def _matmul_equation(ra: int, rb: int) -> str:
     if ra == 1 and rb == 1:
         return "k,k->"
     if ra == 1:
-        return f"k,...km->...m"
+        return "k,...km->...m"
     if rb == 1:
         return "...nk,k->...n"
     return "...nk,...km->...nm"
@@ -1219,22 +1217,16 @@ def index(x: Operand, items: Sequence[Any], *, op: str = "__getitem__",
 
 def select(x: Operand, *, dim: int, op: str = "select") -> Result:
     """``x.select(dim, i)``: an integer index on ``dim``."""
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], dim=dim)
-    if guard is not None:
-        return guard
-    r = rank(x.type)  # type: ignore[arg-type]
-    assert r is not None
-    try:
-        d = _norm_dim(dim, r)
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
-    return index(x, [slice(None)] * d + [0], op=op)
+    return _index_on_dim(x, dim, 0, op)
 
 
 def narrow(x: Operand, *, dim: int, op: str = "narrow") -> Result:
     """``x.narrow(dim, start, length)``: a partial slice on ``dim``."""
+    return _index_on_dim(x, dim, slice(0, 1), op)
+
+
+def _index_on_dim(x: Operand, dim: int, key: int | slice, op: str) -> Result:
+    """``x[:, ..., key]`` with ``key`` on ``dim``: the indexing rule on one dim."""
     if _all_local(op, [x]):
         return local_propagate(op, [x])
     guard = _guard(op, [x], dim=dim)
@@ -1246,7 +1238,7 @@ def narrow(x: Operand, *, dim: int, op: str = "narrow") -> Result:
         d = _norm_dim(dim, r)
     except _DimError as e:
         return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
-    return index(x, [slice(None)] * d + [slice(0, 1)], op=op)
+    return index(x, [slice(None)] * d + [key], op=op)
 
 
 # --------------------------------------------------------------------------------------

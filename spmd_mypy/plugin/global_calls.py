@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mypy.nodes import (
-    CallExpr,
     Decorator,
     EllipsisExpr,
     Expression,
@@ -21,7 +20,6 @@ from mypy.nodes import (
     IndexExpr,
     IntExpr,
     ListExpr,
-    MemberExpr,
     MypyFile,
     NameExpr,
     RefExpr,
