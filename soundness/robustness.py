@@ -16,6 +16,7 @@ Two checks, both through real mypy runs (subprocesses with a deadline):
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 import subprocess
@@ -54,7 +55,10 @@ def _env(stubs: str = "spmd") -> dict[str, str]:
     if stubs == "all":
         paths.append(str(ROOT / "stubs"))
     elif stubs == "spmd":
-        only = Path(tempfile.gettempdir()) / f"spmd-soundness-stubs-{os.getuid()}"
+        # one folder per checkout: a link left by another checkout would give this plugin
+        # another checkout's stubs
+        tag = hashlib.sha1(str(ROOT.resolve()).encode()).hexdigest()[:12]
+        only = Path(tempfile.gettempdir()) / f"spmd-soundness-stubs-{os.getuid()}-{tag}"
         only.mkdir(exist_ok=True)
         link = only / "spmd-stubs"
         if not link.exists():
