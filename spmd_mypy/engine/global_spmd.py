@@ -287,6 +287,14 @@ def _mixing_errors(op: str, operands: Sequence[Operand]) -> list[SpmdError]:
     return errs
 
 
+def _enter(op: str, operands: Sequence[Operand], **params: Any) -> Result | None:
+    """The common start of a global rule: the local rule when no operand is global, the
+    error for a non-literal parameter, else None (the rule goes on)."""
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    return _guard(op, operands, **params)
+
+
 def _guard(op: str, operands: Sequence[Operand], **params: Any) -> Result | None:
     """Errors for non-literal parameters (global mode only)."""
     g = next((o for o in operands if is_global(o.type)), None)
@@ -490,11 +498,9 @@ def einsum(
         einsum("ij,jk->ik", h: PS[None, "tp"], w: PS["tp", None],
                out_partial_axes="tp")                               ->  PS[None, None], P["tp"]
     """
-    if _all_local(op, operands):
-        return local_propagate(op, operands)
-    guard = _guard(op, operands, equation=equation, out_partial_axes=out_partial_axes)
-    if guard is not None:
-        return guard
+    early = _enter(op, operands, equation=equation, out_partial_axes=out_partial_axes)
+    if early is not None:
+        return early
     opa = _axes_tuple(out_partial_axes)
     call = call or f'spmd.einsum("{equation}", {_texts(operands)})'
     mix = _mixing_errors(op, operands)
@@ -685,11 +691,9 @@ def reduction(
         x.sum(1)                                                ->  error, with that fix
     """
     operands = [x, *extra]
-    if _all_local(op, operands):
-        return local_propagate(op, operands)
-    guard = _guard(op, operands, dim=dim, out_partial_axes=out_partial_axes)
-    if guard is not None:
-        return guard
+    early = _enter(op, operands, dim=dim, out_partial_axes=out_partial_axes)
+    if early is not None:
+        return early
     opa = _axes_tuple(out_partial_axes)
     assert x.type is not None and x.type.spec is not None
     sp = x.type.spec
@@ -797,11 +801,9 @@ def along_dim(op: str, x: Operand, *, dim: int | None = None, normalized_ndim: i
 
 def permute(x: Operand, dims: Sequence[int], *, op: str = "permute") -> Result:
     """``permute(x, dims)``: the spec's entries move with their dims."""
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], dims=dims)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], dims=dims)
+    if early is not None:
+        return early
     assert x.type is not None and x.type.spec is not None
     sp = x.type.spec
     r = len(sp)
@@ -816,11 +818,9 @@ def permute(x: Operand, dims: Sequence[int], *, op: str = "permute") -> Result:
 
 
 def transpose(x: Operand, dim0: int, dim1: int, *, op: str = "transpose") -> Result:
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], dim0=dim0, dim1=dim1)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], dim0=dim0, dim1=dim1)
+    if early is not None:
+        return early
     r = rank(x.type)  # type: ignore[arg-type]
     assert r is not None
     try:
@@ -854,11 +854,9 @@ def matrix_transpose(x: Operand, *, op: str = "mT") -> Result:
 
 def movedim(x: Operand, source: int | Sequence[int], destination: int | Sequence[int], *,
             op: str = "movedim") -> Result:
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], source=source, destination=destination)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], source=source, destination=destination)
+    if early is not None:
+        return early
     r = rank(x.type)  # type: ignore[arg-type]
     assert r is not None
     src, dst = _dims_tuple(source), _dims_tuple(destination)
@@ -894,11 +892,9 @@ def _group_error(op: str, x: Operand, d: int, entry: tuple[str, ...], what: str)
 def flatten(x: Operand, *, start_dim: int = 0, end_dim: int = -1, op: str = "flatten") -> Result:
     """Merging dims start..end: only the outermost of them may be sharded; the merged
     dim takes its sharding (``[8@dp, 4] -> [32@dp]``)."""
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], start_dim=start_dim, end_dim=end_dim)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], start_dim=start_dim, end_dim=end_dim)
+    if early is not None:
+        return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
     r = len(sp)
@@ -926,11 +922,9 @@ def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
               mesh_sizes: Mapping[str, int] | None = None, op: str = "unflatten") -> Result:
     """Splitting dim into ``sizes``: a sharding goes to the outermost new dim, which
     must be divisible by the number of shards (checked when the mesh sizes are known)."""
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], dim=dim, sizes=sizes)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], dim=dim, sizes=sizes)
+    if early is not None:
+        return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
     try:
@@ -975,11 +969,9 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
     Without ``in_shape`` (statically), only an unsharded tensor can be reshaped (the
     groups are unknown); a sharded one asks for flatten/unflatten, which say them.
     """
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], shape=shape)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], shape=shape)
+    if early is not None:
+        return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
     shape = list(shape)
@@ -1071,11 +1063,9 @@ def squeeze(x: Operand, *, dim: int | Sequence[int] | None = None, op: str = "sq
 
 
 def unsqueeze(x: Operand, *, dim: int, op: str = "unsqueeze") -> Result:
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], dim=dim)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], dim=dim)
+    if early is not None:
+        return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
     try:
@@ -1111,11 +1101,9 @@ def _same_layout(op: str, operands: Sequence[Operand]) -> tuple[Spec | None, lis
 def cat(operands: Sequence[Operand], *, dim: int = 0, op: str = "cat") -> Result:
     """``cat(xs, dim)``: the same spec on every tensor, and ``dim`` unsharded (the local
     cats of shards would interleave the blocks)."""
-    if _all_local(op, operands):
-        return local_propagate(op, operands)
-    guard = _guard(op, operands, dim=dim)
-    if guard is not None:
-        return guard
+    early = _enter(op, operands, dim=dim)
+    if early is not None:
+        return early
     sp, errors = _same_layout(op, operands)
     if sp is None:
         return _finish(op, operands, None, errors)
@@ -1135,11 +1123,9 @@ def cat(operands: Sequence[Operand], *, dim: int = 0, op: str = "cat") -> Result
 
 def stack(operands: Sequence[Operand], *, dim: int = 0, op: str = "stack") -> Result:
     """``stack(xs, dim)``: the same spec on every tensor; the new dim is unsharded."""
-    if _all_local(op, operands):
-        return local_propagate(op, operands)
-    guard = _guard(op, operands, dim=dim)
-    if guard is not None:
-        return guard
+    early = _enter(op, operands, dim=dim)
+    if early is not None:
+        return early
     sp, errors = _same_layout(op, operands)
     if sp is None:
         return _finish(op, operands, None, errors)
@@ -1227,11 +1213,9 @@ def narrow(x: Operand, *, dim: int, op: str = "narrow") -> Result:
 
 def _index_on_dim(x: Operand, dim: int, key: int | slice, op: str) -> Result:
     """``x[:, ..., key]`` with ``key`` on ``dim``: the indexing rule on one dim."""
-    if _all_local(op, [x]):
-        return local_propagate(op, [x])
-    guard = _guard(op, [x], dim=dim)
-    if guard is not None:
-        return guard
+    early = _enter(op, [x], dim=dim)
+    if early is not None:
+        return early
     r = rank(x.type)  # type: ignore[arg-type]
     assert r is not None
     try:
