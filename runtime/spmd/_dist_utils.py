@@ -98,6 +98,17 @@ def all_reduce(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> to
     return y
 
 
+def all_reduce_(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> torch.Tensor:
+    """``x`` itself (contiguous), reduced in place over the axis.
+
+    Only for a buffer nobody else can see (a gradient autograd owns alone, see
+    ``_collectives._owned``): Megatron's backward all-reduce, without the copy.
+    """
+    if group.size > 1:
+        dist.all_reduce(x, op=op, group=group.pg)
+    return x
+
+
 # The three below work on dim 0 split into N equal blocks, block k belonging to logical
 # rank k: a concatenation on dim 0 (``[N * s0, ...]``) or a stack (``[N, ...]``) alike.
 
