@@ -319,7 +319,7 @@ def _all_reduce_sum(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
 
 def _all_gather_stack(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
     g = _group(step)
-    return du.all_gather(x.reshape((1,) + tuple(x.shape)), g)  # [N, *x.shape]
+    return du.all_gather(x.unsqueeze(0), g)  # [N, *x.shape]
 
 
 def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
@@ -328,7 +328,7 @@ def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | No
     if sizes is None:
         if i == 0:
             return du.all_gather(x, g)
-        stacked = du.all_gather(x.reshape((1,) + tuple(x.shape)), g)  # [N, ..., s_i, ...]
+        stacked = du.all_gather(x.unsqueeze(0), g)  # [N, ..., s_i, ...]
         return stacked.movedim(0, i).flatten(i, i + 1)  # [..., N * s_i, ...]
     _check_sizes(step, sizes, g.size)
     if x.shape[i] != sizes[g.index]:
