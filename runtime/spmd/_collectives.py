@@ -128,8 +128,8 @@ class _Collective(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         # Called here, on backward's own argument: the counts it compares were calibrated
         # on a Function's backward argument (see _owned_signatures).
-        sig = _grad_signature(grad)
-        owned = sig is not None and sig in _owned_signatures(grad.device)
+        sigs = _owned_signatures(grad.device)  # empty: never in place (see _calibrate)
+        owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
         for step in ctx.step.backward_steps():
             if grad.requires_grad and torch.is_grad_enabled():  # create_graph: differentiable
