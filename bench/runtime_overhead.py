@@ -34,8 +34,10 @@ Parts:
    at 1 MB and 16 MB, <= 15 us extra per call at 1 KB.
 2. one training step of a Megatron-style MLP block (column-parallel linear, GELU,
    row-parallel linear, the data-parallel gradient all-reduce done by the parameters'
-   ``reinterpret(I,R)`` on "dp"), on a 1x2 and a 2x1 (dp x tp) mesh, five ways: the
-   typed API; hand-rolled Megatron autograd Functions (target: typed <= 1.02x);
+   ``reinterpret(I,R)`` on "dp"), on a 1x2 and a 2x1 (dp x tp) mesh, six ways: the
+   typed API; hand-rolled Megatron autograd Functions (target: typed <= 1.02x); the
+   typed API with the backward all-reduce copying the gradient (before the in-place
+   change);
    the typed step under ``spmd.typecheck()`` (check mode vs plain: reported); the
    same step written with spmd-types 0.3.1, plain and under its ``typecheck()``
    (the peer's check-mode figure).  The check modes are entered once around each
@@ -395,6 +397,21 @@ def _peer_available() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _copying_backward() -> Any:
+    """The runtime as it was: the backward all-reduce copies every gradient."""
+    from spmd import _collectives
+
+    _collectives._owned_signatures(torch.device("cpu"))
+    saved = dict(_collectives._OWNED)
+    _collectives._OWNED["cpu"] = frozenset()
+    try:
+        yield
+    finally:
+        _collectives._OWNED.clear()
+        _collectives._OWNED.update(saved)
+
+
 def bench_mlp(shape: tuple[int, int], quick: bool) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -409,14 +426,17 @@ def bench_mlp(shape: tuple[int, int], quick: bool) -> dict:
     target = torch.randn(tokens, hidden, generator=gen)
     lr = 1e-3
     peer = _peer_available()
-    names = ["megatron", "typed", "typed check"] + (["peer", "peer check"] if peer else [])
+    names = (["megatron", "typed", "typed copying", "typed check"]
+             + (["peer", "peer check"] if peer else []))
     params = {k: mlp_params(tp, tp_rank, hidden, ffn) for k in names}
     cases: dict[str, Callable[[], Any]] = {
         "megatron": lambda: megatron_step(x, target, params["megatron"], lr, dp_group, tp_group),
         "typed": lambda: typed_step(x, target, params["typed"], lr),
+        "typed copying": lambda: typed_step(x, target, params["typed copying"], lr),
         "typed check": lambda: typed_step(x, target, params["typed check"], lr),
     }
-    scopes: dict[str, Callable[[], Any]] = {"typed check": spmd.typecheck}
+    scopes: dict[str, Callable[[], Any]] = {"typed check": spmd.typecheck,
+                                            "typed copying": _copying_backward}
     with contextlib.ExitStack() as stack:
         stack.enter_context(spmd.set_mesh(mesh))
         if peer:
@@ -531,6 +551,7 @@ def print_mlp(r0: dict, r1: dict) -> None:
     print(f"\n2. MLP training step (tokens 256, hidden 512, ffn 2048, float32), {len(next(iter(r0[(1, 2)]['wall'].values())))} "
           "rounds x 2 steps per variant")
     pairs = [("typed", "megatron", STEP_TARGET, "typed API vs hand-rolled Megatron"),
+             ("typed", "typed copying", None, "typed vs typed with the copying backward"),
              ("typed check", "typed", None, "check mode vs plain (typed)"),
              ("peer", "megatron", None, "spmd-types 0.3.1 plain vs Megatron"),
              ("peer check", "peer", None, "spmd-types 0.3.1 typecheck() vs its plain")]
