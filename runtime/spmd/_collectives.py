@@ -37,6 +37,7 @@ so double backward works (backward of backward is the forward).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Sequence
 
 import torch
@@ -125,15 +126,142 @@ class _Collective(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        # Called here, on backward's own argument: the counts it compares were calibrated
+        # on a Function's backward argument (see _owned_signatures).
+        sigs = _owned_signatures(grad.device)  # empty: never in place (see _calibrate)
+        owned = bool(sigs) and _grad_signature(grad) in sigs
+        sizes = ctx.sizes
         for step in ctx.step.backward_steps():
-            grad = _apply(step, grad, ctx.sizes)
+            if grad.requires_grad and torch.is_grad_enabled():  # create_graph: differentiable
+                grad = _Collective.apply(grad, step, sizes)
+                owned = False
+            elif owned and step.impl is _all_reduce_sum:
+                grad = _all_reduce_sum_(step, grad)  # still ours alone
+            else:
+                out = step.impl(step, grad, sizes)
+                # a new buffer is ours alone; a view of the input is as owned as the input
+                owned = owned or not _same_storage(out, grad)
+                grad = out
         return grad, None, None
 
 
-def _apply(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
-    if x.requires_grad and torch.is_grad_enabled():
-        return _Collective.apply(x, step, sizes)
-    return step.impl(step, x, sizes)
+# ------------------------------------------------------------------------------------
+# Gradients autograd owns alone: all-reduced in place, as Megatron's backward does
+# ------------------------------------------------------------------------------------
+#
+# The backward of all_reduce(P,R) and of reinterpret(I,R) (every parameter's dp
+# gradient) is an all-reduce of the incoming gradient.  Megatron reduces that gradient
+# in place; the out-of-place form costs a copy of every gradient.  In place is right
+# only when nothing else can see the buffer: the same gradient tensor can reach several
+# backward nodes (``a + b`` passes one tensor to both), the user may hold it (a
+# ``grad_outputs`` tensor, a hook that keeps it), or it may be a view of a buffer
+# another node still reads (``y + z.t()``).  So the backward reduces in place only a
+# contiguous, strided, non-differentiable plain tensor whose reference counts (C++
+# holders of the tensor, Python references, tensors sharing its storage, and those of
+# its base for a view) are exactly those of a gradient the engine produced for this
+# node alone.  Those counts are calibrated once per device type on a probe Function in
+# known cases, fresh gradients (owned) and shared, user-held, hooked and
+# base-shared ones (not owned); if any of the latter looks like the former, or the
+# torch in use lacks a counter, nothing is reduced in place.
+
+def _grad_signature(g: torch.Tensor) -> tuple | None:
+    if (type(g) is not torch.Tensor or g.requires_grad or g.layout != torch.strided
+            or not g.is_contiguous()):
+        return None
+    b = g._base
+    return (g._use_count(), sys.getrefcount(g),
+            torch._C._storage_Use_Count(g.untyped_storage()._cdata),
+            None if b is None else (b._use_count(), sys.getrefcount(b)))
+
+
+class _Probe(torch.autograd.Function):
+    """Records the signature of its incoming gradient (calibration only)."""
+
+    seen: list = []
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        _Probe.seen.append(_grad_signature(grad))
+        return grad
+
+
+_OWNED: dict[str, frozenset] = {}
+
+
+def _calibrate(device: torch.device) -> frozenset:
+    probe = _Probe.apply
+    w = torch.ones(4, 3, device=device, requires_grad=True)
+    a = torch.ones(5, 3, device=device)
+    sq = torch.ones(4, 4, device=device, requires_grad=True)
+    older: list = []
+    held = torch.ones(4, 3, device=device)
+    kept: list = []
+
+    def hooked() -> None:
+        y = probe(w)
+        y.register_hook(kept.append)
+        torch.nn.functional.linear(a, y).sum().backward()
+
+    def shared_base() -> None:
+        older.append(sq.reshape(16) * 2)  # older nodes: they run after the probe's
+        (older.pop() + probe(sq).reshape(16)).mul(2).sum().backward()
+
+    owned_cases = [
+        lambda: (probe(w) * a[:4]).sum().backward(),                      # a new buffer
+        lambda: torch.nn.functional.linear(a, probe(w)).sum().backward(),  # a view of one
+    ]
+    shared_cases = [
+        lambda: (probe(w) + probe(w)).mul(a[:4]).sum().backward(),  # one tensor, two nodes
+        lambda: probe(w).backward(held),                            # the user's grad_outputs
+        hooked,                                                     # a hook keeps it
+        shared_base,                                                # its base shared
+    ]
+
+    def run(cases: list) -> list:
+        out = []
+        for case in cases:
+            _Probe.seen = []
+            with torch.enable_grad():
+                case()
+            out.append(_Probe.seen)
+        _Probe.seen = []
+        return out
+
+    try:
+        owned = run(owned_cases)
+        shared = run(shared_cases)
+    except Exception:  # a torch without these counters: never in place
+        return frozenset()
+    good = {sig for seen in owned for sig in seen}
+    if len(good) != 2 or None in good:
+        return frozenset()
+    # every shared case: its first gradient (the one seen while another holder exists)
+    if any(not seen or seen[0] in good for seen in shared):
+        return frozenset()
+    return frozenset(good)
+
+
+def _owned_signatures(device: torch.device) -> frozenset:
+    sigs = _OWNED.get(device.type)
+    if sigs is None:
+        sigs = _OWNED[device.type] = _calibrate(device)
+    return sigs
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _all_reduce_sum_(step: _Step, x: torch.Tensor) -> torch.Tensor:
+    """``_all_reduce_sum`` in place on a gradient buffer the backward owns alone."""
+    y = du.all_reduce_(x, _group(step))
+    if step.scale is not None:
+        y.mul_(step.scale)
+    return y
 
 
 # ------------------------------------------------------------------------------------
@@ -191,7 +319,7 @@ def _all_reduce_sum(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
 
 def _all_gather_stack(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
     g = _group(step)
-    return du.all_gather(x.reshape((1,) + tuple(x.shape)), g)  # [N, *x.shape]
+    return du.all_gather(x.unsqueeze(0), g)  # [N, *x.shape]
 
 
 def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
@@ -200,7 +328,7 @@ def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | No
     if sizes is None:
         if i == 0:
             return du.all_gather(x, g)
-        stacked = du.all_gather(x.reshape((1,) + tuple(x.shape)), g)  # [N, ..., s_i, ...]
+        stacked = du.all_gather(x.unsqueeze(0), g)  # [N, ..., s_i, ...]
         return stacked.movedim(0, i).flatten(i, i + 1)  # [..., N * s_i, ...]
     _check_sizes(step, sizes, g.size)
     if x.shape[i] != sizes[g.index]:
@@ -437,6 +565,8 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     if step is None:  # redistribute to the same type
         return x
     if x.requires_grad and torch.is_grad_enabled():
+        if x.device.type not in _OWNED:  # calibrate here, not inside a backward
+            _owned_signatures(x.device)
         return _Collective.apply(x, step, sizes)
     return step.impl(step, x, sizes)
 

@@ -92,10 +92,22 @@ class AxisGroup:
 
 def all_reduce(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> torch.Tensor:
     """A new tensor: the elementwise reduction of ``x`` over the axis."""
-    y = x.clone(memory_format=torch.contiguous_format)
+    # (clone() keeps a contiguous layout and is cheaper per call than the memory_format= form)
+    y = x.clone() if x.is_contiguous() else x.contiguous()
     if group.size > 1:
         dist.all_reduce(y, op=op, group=group.pg)
     return y
+
+
+def all_reduce_(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> torch.Tensor:
+    """``x`` itself (contiguous), reduced in place over the axis.
+
+    Only for a buffer nobody else can see (a gradient autograd owns alone, see
+    ``_collectives._owned_signatures``): Megatron's backward all-reduce, without the copy.
+    """
+    if group.size > 1:
+        dist.all_reduce(x, op=op, group=group.pg)
+    return x
 
 
 # The three below work on dim 0 split into N equal blocks, block k belonging to logical
@@ -108,7 +120,8 @@ def _blocks(t: torch.Tensor, n: int) -> torch.Tensor:
 def all_gather(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     """``cat(every rank's x, dim 0)`` in logical order, ``[N * x.shape[0], ...]`` (x.ndim >= 1)."""
     n = group.size
-    out = x.new_empty((n * x.shape[0],) + tuple(x.shape[1:]))
+    shape = x.shape
+    out = x.new_empty(n * shape[0], *shape[1:])
     if n == 1:
         out.copy_(x)
         return out
@@ -132,7 +145,8 @@ def reduce_scatter(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
     send = _in_logical_block_order(x, group)
-    out = x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
+    shape = x.shape
+    out = x.new_empty(shape[0] // n, *shape[1:])
     _reduce_scatter_flat(out, send, op=SUM, group=group.pg)
     return out
 

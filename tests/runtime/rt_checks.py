@@ -499,6 +499,107 @@ def check_hook(ctx: Ctx, name: str) -> None:
     ], seen
 
 
+def check_grad_in_place(ctx: Ctx, name: str) -> None:
+    """The backward all-reduce runs in place on a gradient autograd owns alone, and only then.
+
+    Gradient of rank r's ``(out * c_r).sum()`` is ``c_r`` (a P value); the all-reduce gives
+    ``sum_r c_r``.  Fresh gradients must be reduced in place (the copy is what Megatron does
+    not pay); a gradient the user, a hook, ``retain_grad`` or another node can still see
+    must keep its value.
+    """
+    from spmd import _dist_utils
+
+    mesh = ctx.mesh("1d")
+    n = ctx.world
+    me = mesh.get_local_rank("x")
+    cs = [tensor(f"{name}/c{k}", (3, 3)) for k in range(n)]
+    c, total = cs[me], sum(cs)
+    calls: list[int] = []
+    real = _dist_utils.all_reduce_
+
+    def counting(x: torch.Tensor, group: Any, *a: Any) -> torch.Tensor:
+        calls.append(x.data_ptr())
+        return real(x, group, *a)
+
+    def leaf() -> torch.Tensor:
+        return tensor(f"{name}/x", (3, 3)).requires_grad_(True)
+
+    _dist_utils.all_reduce_ = counting
+    try:
+        with spmd.set_mesh(mesh):
+            # fresh gradients: in place, right values
+            for op in ("reinterpret(I,R)", "all_reduce(P,R)", "all_reduce(P,I,avg)",
+                       "reinterpret(I,V)"):
+                x = leaf()
+                if op == "reinterpret(I,R)":
+                    out = spmd.reinterpret(x, "x", src=I, dst=R)
+                elif op == "all_reduce(P,R)":
+                    out = spmd.all_reduce(x, "x", src=P, dst=R)
+                elif op == "all_reduce(P,I,avg)":
+                    out = spmd.all_reduce(x, "x", src=P, dst=I, op="avg")
+                else:  # backward: reinterpret(V,P) (a view) then all_reduce(P,I)
+                    out = spmd.reinterpret(x, "x", src=I, dst=V)
+                calls.clear()
+                (out * c).sum().backward()
+                if op == "all_reduce(P,I,avg)":  # backward: reinterpret(I,R) / n, no comms
+                    assert_close(x.grad, c / n)
+                    assert calls == [], (op, calls)
+                    continue
+                assert_close(x.grad, total, msg=lambda m: f"{op}: {m}")
+                assert len(calls) == 1, f"{op}: the fresh gradient was not reduced in place"
+            # one gradient tensor reaching two nodes (add passes it to both)
+            x1, x2 = leaf(), leaf()
+            o1 = spmd.reinterpret(x1, "x", src=I, dst=R)
+            o2 = spmd.reinterpret(x2, "x", src=I, dst=R)
+            ((o1 + o2) * c).sum().backward()
+            assert_close(x1.grad, total)
+            assert_close(x2.grad, total)
+            # the user's grad_outputs: kept as given
+            x = leaf()
+            g = c.clone()
+            spmd.reinterpret(x, "x", src=I, dst=R).backward(g)
+            assert_close(g, c)
+            assert_close(x.grad, total)
+            # a hook that keeps the gradient, and retain_grad
+            x = leaf()
+            out = spmd.reinterpret(x, "x", src=I, dst=R)
+            kept: list[torch.Tensor] = []
+            out.register_hook(kept.append)
+            out.retain_grad()
+            calls.clear()
+            (out * c).sum().backward()
+            assert_close(kept[0], c)
+            assert_close(out.grad, c)
+            assert_close(x.grad, total)
+            assert calls == [], "a gradient a hook keeps was reduced in place"
+            # a view of a gradient another node still reads (y's nodes are older, so they
+            # run after this one): y's branch must see c
+            for transpose in (False, True):
+                x, y = leaf(), leaf()
+                yb = y.reshape(9) * 2
+                out = spmd.reinterpret(x, "x", src=I, dst=R)
+                calls.clear()
+                ov = out.t() if transpose else out
+                ((yb + ov.reshape(9)) * c.reshape(9)).sum().backward()
+                assert_close(y.grad, 2 * c)
+                assert_close(x.grad, total.t() if transpose else total)
+                assert calls == [], "a view of a shared gradient was reduced in place"
+            # create_graph with a gradient that is part of the graph: never in place, and
+            # the double backward still sees the gradient's own value
+            x = leaf()
+            cc = c.clone().requires_grad_(True)
+            out = spmd.reinterpret(x, "x", src=I, dst=R)
+            calls.clear()
+            (gx,) = torch.autograd.grad((out * cc).sum(), x, create_graph=True)
+            assert_close(gx, total)
+            assert calls == []
+            (gc,) = torch.autograd.grad((gx * x).sum(), cc)  # d<sum_r cc_r, x>/dcc = x . out
+            assert_close(gc, x.detach())
+            assert_close(cc, c)
+    finally:
+        _dist_utils.all_reduce_ = real
+
+
 # ------------------------------------------------------------------------------------
 # The einsum family with out_partial_axes, against one process computing it all
 # ------------------------------------------------------------------------------------
@@ -649,6 +750,7 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/redistribute-routes", check_redistribute_routes)
     add(f"{p}/dtype-kept", check_dtype_kept)
     add(f"{p}/check-mode-hook", check_hook)
+    add(f"{p}/grad-in-place", check_grad_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
     if world == 2:
         checks += list(_op_checks(f"{p}/1x2/one", "1xN", "one", full=False))

@@ -145,7 +145,7 @@ def _dual_type(t: SpmdType) -> SpmdType:
 class _Counter:
     """Counts the communication primitives the runtime issues (spmd._dist_utils)."""
 
-    NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+    NAMES = ("all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "all_to_all")
 
     def __init__(self) -> None:
         from spmd import _dist_utils
