@@ -93,8 +93,11 @@ def check_example(name: str, mesh: DeviceMesh) -> Result:
     """Run one example on this rank; the result holds this rank's differences."""
     result = Result(name)
     start = time.perf_counter()
+    mod: ModuleType | None = None
+    params: dict[str, torch.nn.Parameter] = {}
+    ref_w: dict[str, torch.Tensor] = {}
     try:
-        mod: ModuleType = importlib.import_module(name)
+        mod = importlib.import_module(name)
         weights: dict[str, torch.Tensor] = mod.full_weights(SEED)
         dp_rank = mesh.get_local_rank("dp")
         batch_seed = SEED + 1 if mod.DATA_PARALLEL else SEED + 1 + 100 * (dp_rank + 1)
@@ -117,6 +120,7 @@ def check_example(name: str, mesh: DeviceMesh) -> Result:
         _fail(result, traceback.format_exc())
     if _all_ok(not result.errors):
         try:
+            assert mod is not None  # no error: the example was imported and run
             sharding: dict[str, dict[str, int]] = mod.SHARDING
             grad_diff = -1.0
             for pname in sorted(params):  # the same order on every rank: the gathers pair up
@@ -139,8 +143,8 @@ def check_example(name: str, mesh: DeviceMesh) -> Result:
 
 
 def _is_spmd_annotation(ann: Any) -> bool:
-    import spmd._types as spmd_types
-
+    # the runtime's private module (not in the typed stubs): looked up at run time
+    spmd_types = importlib.import_module("spmd._types")
     return spmd_types.spmd_type_of_annotation(ann) is not None
 
 

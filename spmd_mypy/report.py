@@ -806,7 +806,7 @@ class ReportPlugin(SpmdPlugin):
             return False
         p = get_proper_type(t)
         if isinstance(p, Instance):
-            if p.type.fullname == "spmd.Tensor":
+            if p.type.fullname == "spmd._slots.Tensor":
                 return bool(self.types.from_type(p))
             return any(self.mentions_typed(a) for a in p.args)
         if isinstance(p, (UnionType, TupleType)):

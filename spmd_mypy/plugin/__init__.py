@@ -43,7 +43,7 @@ from .boundaries import BoundaryChecker
 from .modules import ModuleCallTyper, is_module_class
 from .codes import ERROR_CODES
 from .config import Config, load
-from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
+from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, TENSOR, TENSOR_ALIAS, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
 from .rewrite import GradRegions, grad_regions, prepare_file
 
 
@@ -66,8 +66,8 @@ __version__ = _SOURCE_VERSION
 
 _TORCH_TENSOR = "torch._tensor.Tensor"
 _PROMOTED = (_TORCH_TENSOR, "torch.nn.parameter.Parameter")
-_GRAD_ATTRS = {f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", "spmd.Tensor")}
-_TRANSPOSE_ATTRS = {f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", "spmd.Tensor")
+_GRAD_ATTRS = {f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)}
+_TRANSPOSE_ATTRS = {f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
                     for a in ("T", "mT", "H", "mH")}
 _SPMD_HELPERS = {"spmd.reveal", "spmd.declare"}
 # Callees whose parameters are not user annotations: no argument check there.
@@ -120,8 +120,8 @@ class SpmdPlugin(Plugin):
         """Let a plain torch.Tensor (or Parameter) flow into typed positions: gradual typing.
 
         mypy's "alt promotion" (the mechanism behind ``int`` -> native ``i64``) makes
-        ``torch.Tensor`` a subtype of ``spmd.Tensor[...]`` with any arguments.  (A
-        ``_promote`` would recurse: spmd.Tensor subclasses torch.Tensor.)  It has a side
+        ``torch.Tensor`` a subtype of the canonical ``spmd._slots.Tensor[...]`` with any
+        arguments.  (A ``_promote`` would recurse: it subclasses torch.Tensor.)  It has a side
         effect: ``isinstance`` does not narrow a declared ``torch.Tensor`` to a subclass.
         So it is switched on only while mypy checks a module that uses SPMD types, and off
         elsewhere (every check-time hook, ``isinstance`` included, syncs it first; the
@@ -147,7 +147,7 @@ class SpmdPlugin(Plugin):
             current = info.alt_promote
             if on and current is None:
                 info.alt_promote = untyped
-            elif not on and current is not None and current.type.fullname == "spmd.Tensor":
+            elif not on and current is not None and current.type.fullname == TENSOR:
                 info.alt_promote = None
             else:
                 continue
@@ -222,7 +222,7 @@ class SpmdPlugin(Plugin):
 
     # -- annotations -------------------------------------------------------------------
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
-        if fullname == "spmd.Tensor":
+        if fullname == TENSOR_ALIAS:  # the alias, before mypy expands it to torch.Tensor
             return self._analyze_tensor
         if fullname in MARKER_FULLNAMES:
             return self._analyze_lone_marker

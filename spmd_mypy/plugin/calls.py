@@ -771,7 +771,7 @@ class CallTyper:
 
     def _relax(self, t: Type) -> tuple[Type, SpmdType] | None:
         p = get_proper_type(t)
-        if isinstance(p, Instance) and p.type.fullname == "spmd.Tensor":
+        if isinstance(p, Instance) and p.type.fullname == "spmd._slots.Tensor":
             st = self.types.from_type(p)
             # plain torch.Tensor: accepts typed and untyped tensors in any module
             base = p.type.bases[0] if p.type.bases else None
@@ -858,7 +858,7 @@ def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalTy
 
 
 def is_tensor_method_class(cls: str) -> bool:
-    return cls in ("spmd.Tensor", "torch._tensor.Tensor", "torch._C.TensorBase",
+    return cls in ("spmd._slots.Tensor", "torch._tensor.Tensor", "torch._C.TensorBase",
                    "torch.nn.parameter.Parameter")
 
 

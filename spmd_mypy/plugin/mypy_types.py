@@ -1,10 +1,14 @@
 """Translation between mypy's types and the engine's :class:`SpmdType`.
 
 Canonical form.  ``Tensor[R["tp"], V["dp"]]`` with ``mesh_axes = ["dp", "tp"]``
-becomes ``spmd.Tensor[V[Literal["dp"]], R[Literal["tp"]]]``: one slot per mesh
+becomes ``spmd._slots.Tensor[V[Literal["dp"]], R[Literal["tp"]]]``: one slot per mesh
 axis, in mesh order, ``Any`` where the type says nothing.  So entry order does
 not matter, ``assert_type`` sees equal types as equal, and an unknown axis is
 compatible with anything (gradual).  ``S[0, "tp"]`` is ``S[Literal[0], Literal["tp"]]``.
+
+The public ``spmd.Tensor`` of the stubs is a generic alias of ``torch.Tensor`` (so pyright and
+other checkers see a plain tensor); the type-analyze hook on the alias's name runs before mypy
+expands it and returns the canonical class ``spmd._slots.Tensor``, a subclass of torch.Tensor.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from ..engine.annotations import Entry
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED
 from .rewrite import axis_from_raw
 
-TENSOR = "spmd.Tensor"
+TENSOR = "spmd._slots.Tensor"  # the canonical class (a TypeInfo)
+TENSOR_ALIAS = "spmd.Tensor"  # what users write: the alias (and the runtime class)
 MARKER_FULLNAMES = {f"spmd.{k}": k for k in ("R", "I", "V", "P", "S", "Shard", "PS")}
 MARKER_NAME_TO_FULLNAME = {k: "spmd.S" if k == "Shard" else f"spmd.{k}" for k in MARKER_FULLNAMES.values()}
 TORCH_TENSOR_BASES = ("torch._tensor.Tensor", "torch._C.TensorBase")
@@ -50,7 +55,7 @@ class TypeBuilder:
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
         infos = self._infos
-        if infos is not None and self._lookup("spmd.Tensor") is infos["Tensor"]:
+        if infos is not None and self._lookup(TENSOR) is infos["Tensor"]:
             return infos
         found = {}
         for name in ("Tensor", "R", "I", "V", "P", "S", "PS"):

@@ -2,7 +2,7 @@
 # (`plugins = spmd_mypy.plugin`) `Tensor[...]` is a precise SPMD type; without it
 # (pyright, other checkers) `Tensor[...]` is `torch.Tensor` with no false errors.
 from typing import Any, Callable, Final, Generic, Literal, Sequence, TypeVar, overload
-from typing_extensions import TypeVarTuple, Unpack
+from typing_extensions import TypeAliasType, TypeVarTuple, Unpack
 
 import torch
 import torch.distributed as dist
@@ -16,8 +16,9 @@ _G = TypeVar("_G")
 
 MYPY = False
 
-class Tensor(torch.Tensor, Generic[Unpack[_Ts]]):
-    """A torch.Tensor with an SPMD type per mesh axis: Tensor[R["tp"], V["dp"]]."""
+# For every checker `Tensor[...]` is `torch.Tensor`; the plugin replaces it with the
+# canonical type (spmd._slots.Tensor) before mypy expands the alias.
+Tensor = TypeAliasType("Tensor", torch.Tensor, type_params=(_Ts,))
 
 # Per-axis local types.  As values they are src/dst arguments (dst=R); as types
 # they are entries of Tensor[...] that the plugin reads.  They are deliberately

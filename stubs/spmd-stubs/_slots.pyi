@@ -2,9 +2,16 @@
 # mesh axis, in mesh order: R[Literal["tp"]], S[Literal[0], Literal["tp"]], or Any.
 # Static only: nothing imports this at runtime.
 from typing import Generic, TypeVar
+from typing_extensions import TypeVarTuple, Unpack
+
+import torch
 
 _A = TypeVar("_A")
 _D = TypeVar("_D")
+_Ts = TypeVarTuple("_Ts")
+
+class Tensor(torch.Tensor, Generic[Unpack[_Ts]]):
+    """The canonical SPMD tensor type the plugin builds for `spmd.Tensor[...]`."""
 
 class R(Generic[_A]): ...
 class I(Generic[_A]): ...
