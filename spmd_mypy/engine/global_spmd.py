@@ -647,6 +647,9 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
     if errors:
         return _finish(op, operands, None, errors)
     spec = tuple(e or () for e in out)
+    errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
+    if errors:
+        return _finish(op, operands, None, errors)
     seen: dict[str, int] = {}
     for d, e in enumerate(spec):
         for a in e:
@@ -655,6 +658,44 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                     CODE, f'{op}: mesh axis "{a}" would shard dims {seen[a]} and {d} of the result')])
             seen[a] = d
     return _finish(op, operands, spec, [])
+
+
+def _broadcast_errors(op: str, operands: Sequence[Operand], spec: Spec, owner: Sequence[int],
+                      sizes_one: Sequence[Sequence[bool]] | None) -> list[SpmdError]:
+    """An operand broadcast along a sharded dim of the result (it lacks the dim, or has
+    size 1 there) must not vary on the axes sharding it: each rank would broadcast its
+    own values, so the locals would not be blocks of one global tensor."""
+    r = len(spec)
+    errors: list[SpmdError] = []
+    for i, o in enumerate(operands):
+        if o.type is None or o.type.spec is None:
+            continue
+        sp = o.type.spec
+        off = r - len(sp)
+        ones = sizes_one[i] if sizes_one is not None and i < len(sizes_one) else ()
+        for od, entry in enumerate(spec):
+            if not entry:
+                continue
+            d = od - off
+            if d >= 0 and not (d < len(ones) and ones[d] and not sp[d]):
+                continue  # o has this dim (its layout was compared above)
+            how = "lacks" if d < 0 else f"has size 1 on (its dim {d})"
+            for a in entry:
+                lt = o.type.get(a)
+                if lt is None or lt.kind is not Kind.V:
+                    continue
+                src = operands[owner[od]] if 0 <= owner[od] < len(operands) else o
+                errors.append(SpmdError(
+                    CODE,
+                    f'{op}: {src.text} shards dim {od} of the result on "{a}", which {o.text} '
+                    f'{how} and is broadcast along, but {_desc(o)} varies on "{a}": each rank '
+                    f"would broadcast its own values along a sharded dim, so the locals are not "
+                    f'blocks of one global tensor; make {o.text} Replicate on "{a}" first '
+                    f'(all_gather({o.text}, "{a}", src=V, dst=R)), or give it that dim sharded '
+                    f'on "{a}" too (Tensor[PS[...]] with the dim)',
+                ))
+                return errors
+    return errors
 
 
 # --------------------------------------------------------------------------------------
@@ -1137,6 +1178,218 @@ def stack(operands: Sequence[Operand], *, dim: int = 0, op: str = "stack") -> Re
 
 
 # --------------------------------------------------------------------------------------
+# split / chunk / unbind, expand / broadcast_to, roll
+
+SPLITS = frozenset("split split_with_sizes chunk tensor_split unbind hsplit vsplit".split())
+
+
+def split(x: Operand, *, dim: int = 0, op: str = "split") -> Result:
+    """``split/chunk/tensor_split/split_with_sizes`` along an unsharded ``dim``: every
+    piece keeps the spec (the adapters give this type to each tensor of the tuple);
+    ``unbind`` drops the dim.  Along a sharded dim each rank would split only its
+    shard: an error naming the redistribute that unshards the dim::
+
+        x: PS["dp", None].chunk(2, dim=1)  ->  (PS["dp", None], PS["dp", None])
+        x: PS["dp", None].chunk(2, dim=0)  ->  error: redistribute(x, ..., dst=PS[None, None])
+    """
+    if op == "hsplit":
+        r0 = rank(x.type) if x.type is not None else None
+        dim = 0 if r0 == 1 else 1
+    elif op == "vsplit":
+        dim = 0
+    early = _enter(op, [x], dim=dim)
+    if early is not None:
+        return early
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    try:
+        d = _norm_dim(dim, len(sp))
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    if sp[d]:
+        return _finish(op, [x], None, [SpmdError(
+            CODE,
+            f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x)}): each rank would "
+            f"split only its own shard, so the pieces are not the global pieces; gather the dim "
+            f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or split another dim",
+        )])
+    if op == "unbind":
+        return _finish(op, [x], sp[:d] + sp[d + 1:], [])
+    return _finish(op, [x], sp, [])
+
+
+def expand(x: Operand, *, shape: Sequence[int], op: str = "expand") -> Result:
+    """``expand/broadcast_to(x, shape)``: new leading dims are unsharded; an existing
+    dim keeps its sharding, and a sharded dim must be given as ``-1`` (a literal size
+    there is a local size the rule cannot check; expanding a size-1 shard would repeat
+    each rank's row, not the global one)."""
+    early = _enter(op, [x], shape=shape)
+    if early is not None:
+        return early
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    shape = tuple(shape)
+    if len(shape) < len(sp):
+        return _finish(op, [x], None, [SpmdError(
+            CODE, f"{op}: {len(shape)} sizes for {_desc(x)} of rank {len(sp)}")])
+    new = len(shape) - len(sp)
+    for d, entry in enumerate(sp):
+        size = shape[new + d]
+        if entry and size != -1:
+            sizes = ", ".join(str(-1 if i == new + d else v) for i, v in enumerate(shape))
+            return _finish(op, [x], None, [SpmdError(
+                CODE,
+                f"{op}({', '.join(str(v) for v in shape)}) of {_desc(x)}: dim {d} is sharded on "
+                f"{_fmt_entry(entry)}, so it must keep its size: write -1 there "
+                f"({x.text}.{'expand' if op == 'expand' else op}({sizes})); expanding a size-1 "
+                f"sharded dim would repeat each rank's own values, not the global ones: gather it "
+                f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))})",
+            )])
+    return _finish(op, [x], ((),) * new + sp, [], base=local_propagate(op, [x]))
+
+
+def expand_as(x: Operand, other: Operand, *, op: str = "expand_as") -> Result:
+    """``x.expand_as(other)``: x broadcast to other's (local) shape, so the result has
+    the broadcast layout of the two (the elementwise rule: x must not vary on an axis
+    sharding a dim it is broadcast along); only x's values (and kinds) are used."""
+    if _all_local(op, [x, other]):
+        return local_propagate(op, [x, other])
+    r = elementwise(op, [x, other])
+    if r.errors or r.type.spec is None:
+        return r
+    return _finish(op, [x, other], r.type.spec, [], base=local_propagate("expand", [x]))
+
+
+def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll") -> Result:
+    """``roll(x, shifts, dims)`` along unsharded dims keeps the spec; along a sharded
+    dim (or ``dims=None``, which rolls the flattened tensor) the elements cross shard
+    boundaries: an error naming the redistribute that unshards the dims."""
+    early = _enter(op, [x], dims=dims)
+    if early is not None:
+        return early
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    try:
+        ds = list(range(len(sp))) if dims is None else [_norm_dim(d, len(sp)) for d in _dims_tuple(dims)]
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    bad = [d for d in ds if sp[d]]
+    if bad:
+        what = "without dims (the flattened tensor)" if dims is None else f"along dim {bad[0]}"
+        return _finish(op, [x], None, [SpmdError(
+            CODE,
+            f"{op} {what}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x)}): elements would "
+            f"cross shard boundaries (rank to rank communication); gather the dim first "
+            f"({redistribute_fix(x.text, sp, _unshard(sp, bad))}), or roll unsharded dims",
+        )])
+    return _finish(op, [x], sp, [])
+
+
+# --------------------------------------------------------------------------------------
+# losses over class scores
+
+CLASS_LOSSES = frozenset({"cross_entropy", "nll_loss"})
+
+
+def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean") -> Result:
+    """``F.cross_entropy/nll_loss(input, target, weight=None, ..., reduction=...)``.
+
+    ``input`` is ``[N, C, d1...]`` (or ``[C]``): the class dim (1, or 0 unbatched) must
+    be unsharded (the softmax needs every class: a vocab-parallel loss is a local_map
+    with its own collectives).  ``target`` (class indices ``[N, d1...]``, or
+    probabilities shaped like ``input``) is sharded like ``input``'s other dims, and a
+    class ``weight`` is unsharded.  ``reduction="none"`` keeps the other dims' spec.
+    ``"sum"``/``"mean"`` over a sharded dim is an error: each rank reduces only its
+    shard, the global sum is the Partial sum of the local ones (never implicit), and the
+    global mean is not the mean of local means (ignore_index and class weights make the
+    counts differ per rank); the fix writes the reduction with ``spmd.sum``::
+
+        F.cross_entropy(logits: PS["dp", None], t: PS["dp"], reduction="none") -> PS["dp"]
+        F.cross_entropy(logits: PS["dp", None], t: PS["dp"])                    -> error
+    """
+    early = _enter(op, operands, reduction=reduction)
+    if early is not None:
+        return early
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return _finish(op, operands, None, mix)
+    x = operands[0]
+    if x.type is None or x.type.spec is None:
+        g = next(o for o in operands if is_global(o.type))
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op}: the input {_desc(x)} has no partition spec beside the global {_desc(g)}: "
+                  f"declare its layout with Tensor[PS[...], ...]")])
+    if any(o.type is not None and not o.type and o.type.spec is None for o in operands):
+        return Result(SpmdType(), [])  # an untyped operand (gradual): the result is unknown
+    sp = x.type.spec
+    if reduction not in ("none", "mean", "sum"):
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f'{op}: reduction={reduction!r} is not one of "none", "mean", "sum"')])
+    if len(sp) == 0:
+        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: the input has rank 0")])
+    cd = 1 if len(sp) >= 2 else 0
+    if sp[cd]:
+        return _finish(op, operands, None, [SpmdError(
+            CODE,
+            f"{op} over the class dim {cd}, sharded on {_fmt_entry(sp[cd])} ({_desc(x)}): the "
+            f"softmax over the classes needs every class on each rank; gather it first "
+            f"({redistribute_fix(x.text, sp, _unshard(sp, [cd]))}), or write a vocab-parallel "
+            f"loss in spmd.local_map (max/sum over the classes all_reduced)",
+        )])
+    rest = sp[:cd] + sp[cd + 1:]
+    errors: list[SpmdError] = []
+    for i, o in enumerate(operands[1:], 1):
+        if o.type is None or o.type.spec is None:
+            continue
+        osp = o.type.spec
+        if i == 1:
+            want = sp if len(osp) == len(sp) else rest
+            what = "probabilities" if len(osp) == len(sp) else "class indices"
+        else:
+            want = ((),) * len(osp)
+            what = "class weights"
+        if osp != want:
+            fix = (redistribute_fix(o.text, osp, want) if len(osp) == len(want)
+                   else f"give it rank {len(want)}")
+            errors.append(SpmdError(
+                CODE,
+                f"{op}: {_desc(o)} ({what}) is laid out as {format_spec(osp)} but the input "
+                f"{_desc(x)} needs {format_spec(want)} there: the locals would pair other "
+                f"samples; {fix}",
+            ))
+            break
+    if errors:
+        return _finish(op, operands, None, errors)
+    if reduction == "none":
+        return _finish(op, operands, rest, [])
+    sharded = [(d, e) for d, e in enumerate(rest) if e]
+    if sharded:
+        d, e = sharded[0]
+        axes = tuple(dict.fromkeys(a for _, e2 in sharded for a in e2))
+        dims = tuple(dd for dd, _ in sharded)
+        dim_text = str(dims[0]) if len(dims) == 1 else str(dims)
+        args = ", ".join(o.text for o in operands[:2])
+        if reduction == "sum":
+            total = (f"loss = spmd.sum(losses, {dim_text}, out_partial_axes={_fmt_axes(axes)}) "
+                     f"(P on {_fmt_axes(axes)})")
+            why = "each rank sums only its shard, so the result would be a partial sum"
+        else:
+            total = (f"loss = spmd.sum(losses, {dim_text}, out_partial_axes={_fmt_axes(axes)}) / n "
+                     f"with n the global number of counted targets (P on {_fmt_axes(axes)})")
+            why = ("each rank averages only its shard, and the global mean is not the mean of "
+                   "the local means (ignore_index and class weights make the counts differ per "
+                   "rank)")
+        return _finish(op, operands, None, [SpmdError(
+            CODE,
+            f'{op}(..., reduction="{reduction}") over dim {d + (1 if d >= cd else 0)} of the input, sharded '
+            f"on {_fmt_entry(e)} ({_desc(x)}): {why}; global SPMD never makes Partial "
+            f'implicitly: write losses = F.{op}({args}, reduction="none"), then {total}, '
+            f'then all_reduce(loss, {_fmt_axes(axes)}, src=P, dst=R) for the full value',
+        )])
+    return _finish(op, operands, (), [])
+
+
+# --------------------------------------------------------------------------------------
 # indexing
 
 
@@ -1269,6 +1522,16 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
             return _finish(op, operands, None, [SpmdError(CODE, f"{op}: out_partial_axes applies to "
                                                               f"einsum, matmul, linear and sum only")])
         return elementwise(op, operands, sizes_one=p.get("sizes_one"))
+    if op in SPLITS:
+        return split(x, dim=p.get("dim", 0), op=op)
+    if op in ("expand", "broadcast_to"):
+        return expand(x, shape=p.get("shape", UNKNOWN), op=op)
+    if op == "expand_as" and len(operands) >= 2:
+        return expand_as(operands[0], operands[1], op=op)
+    if op == "roll":
+        return roll(x, dims=p.get("dims"), op=op)
+    if op in CLASS_LOSSES:
+        return class_loss(op, operands, reduction=p.get("reduction", "mean"))
     if op == "permute":
         return permute(x, p.get("dims", UNKNOWN), op=op)
     if op in ("transpose", "swapaxes", "swapdims", "transpose_"):
@@ -1376,7 +1639,7 @@ __all__ = [
     "UNKNOWN", "TensorIndex", "propagate", "einsum", "matmul", "linear", "elementwise",
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
-    "index", "select", "narrow", "is_global", "rank", "global_axes", "localize", "globalize",
+    "index", "select", "narrow", "split", "expand", "expand_as", "roll", "class_loss", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
 ]

@@ -189,6 +189,18 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
     elif base in ("cat", "concat", "concatenate", "stack"):
         d = _dim_param(f.get("dim") or f.get("axis"), many=False)
         p["dim"] = 0 if d is None else d
+    elif base in gs.SPLITS:
+        d = _dim_param(f.get("dim") or f.get("axis"), many=False)
+        p["dim"] = 0 if d is None else d
+    elif base in ("expand", "broadcast_to"):
+        exprs = f.get("size") or f.get("shape") or f.get("sizes")
+        p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
+    elif base == "roll":
+        p["dims"] = _dim_param(f.get("dims"))
+    elif base in gs.CLASS_LOSSES:
+        r = f.get("reduction")
+        if r:
+            p["reduction"] = r[0].value if isinstance(r[0], StrExpr) else gs.UNKNOWN
     elif base in ("select", "narrow", "unsqueeze"):
         p["dim"] = _dim_param(f.get("dim"), many=False)
     elif base == "squeeze":

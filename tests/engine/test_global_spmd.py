@@ -351,3 +351,146 @@ def test_per_axis_collectives_on_global_types_move_the_spec() -> None:
     assert not r.errors and r.type.spec == (("dp", "tp"), ())
     r = check_collective("convert", p.replace("tp", REPLICATE), ("tp",), REPLICATE, VARYING)
     assert r.errors and "dst=S(i)" in r.errors[0].message
+
+
+# -- split / chunk / unbind, expand, roll, cross_entropy (issue 5, session 3) ---------------
+
+
+@pytest.mark.parametrize("op,params,np_op", [
+    ("chunk", {"dim": 1}, lambda a: np.array_split(a, 2, axis=1)[1]),
+    ("chunk", {"dim": 0}, lambda a: np.array_split(a, 2, axis=0)[0]),
+    ("split", {"dim": -1}, lambda a: np.split(a, [4], axis=-1)[1]),
+    ("tensor_split", {}, lambda a: np.split(a, [2], axis=0)[1]),
+    ("unbind", {"dim": 1}, lambda a: np.take(a, 3, axis=1)),
+    ("unbind", {}, lambda a: np.take(a, 1, axis=0)),
+], ids=lambda v: str(v) if isinstance(v, (str, dict)) else "")
+def test_split_chunk_unbind_pieces_are_the_global_pieces(op, params, np_op) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        _run(op, [ta], params, np_op, [(6, 12)], counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def test_split_along_sharded_dim_names_the_redistribute() -> None:
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    r = gs.propagate("chunk", _ops([x]), dim=0)
+    assert r.errors and "spmd.redistribute(a, src=PS[\"dp\", None], dst=PS[None, None])" in r.errors[0].message
+    assert gs.propagate("split", _ops([x]), dim=gs.UNKNOWN).errors[0].message.count("literal")
+    ok = gs.propagate("unbind", _ops([x]), dim=1)
+    assert not ok.errors and ok.type.spec == (("dp",),) and ok.type.get("dp") == shard(0)
+
+
+def test_expand_new_leading_dims_and_kept_sharded_dims() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        _run("expand", [ta], {"shape": (3, -1, -1)}, lambda a: np.broadcast_to(a, (3, *a.shape)),
+             [(6, 12)], counts=counts)
+        _run("broadcast_to", [ta], {"shape": (2, 3, -1, -1)},
+             lambda a: np.broadcast_to(a, (2, 3, *a.shape)), [(6, 12)], counts=counts)
+    assert counts["accepted"] > 20 and counts["rejected"] == 0, counts
+    # a size-1 unsharded dim expanded (its literal size is the global one)
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        if ta.spec[1]:
+            continue  # a size-1 dim is never sharded
+        _run("expand", [ta], {"shape": (-1, 12)}, lambda a: np.broadcast_to(a, (a.shape[0], 12)),
+             [(6, 1)], counts=counts)
+    assert counts["accepted"] and counts["rejected"] == 0, counts
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    r = gs.propagate("expand", _ops([x]), shape=(8, 4))
+    assert r.errors and "write -1 there (a.expand(-1, 4))" in r.errors[0].message
+
+
+def test_expand_as_takes_the_broadcast_layout() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(1), types(2)):
+        _run("expand_as", [ta, tb], {}, lambda a, b: np.broadcast_to(a, b.shape), [(12,), (6, 12)],
+             counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+@pytest.mark.parametrize("dims", [1, (0, 1), 0, None, -1])
+def test_roll_along_unsharded_dims(dims) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        _run("roll", [ta], {"dims": dims}, lambda a: np.roll(a, 2, axis=dims), [(6, 12)],
+             counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def _ce(logits: np.ndarray, target: np.ndarray, reduction: str) -> np.ndarray:
+    """cross_entropy over dim 1 (numpy): target class indices (floats holding ints) or
+    probabilities shaped like logits."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    if target.shape == logits.shape:
+        loss = -(target * logp).sum(axis=1)
+    else:
+        idx = np.rint(target).astype(int)[:, None]
+        loss = -np.take_along_axis(logp, idx, axis=1)[:, 0]
+    return {"none": loss, "sum": loss.sum(), "mean": loss.mean()}[reduction]
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probabilities"])
+def test_cross_entropy_is_the_global_loss_or_an_error(reduction, probs) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for tx in types(2, partial=False):
+        for tt in types(2 if probs else 1, partial=False):
+            r = gs.propagate("cross_entropy", _ops([tx, tt]), reduction=reduction)
+            if r.errors:
+                counts["rejected"] += 1
+                for e in r.errors:
+                    assert "redistribute" in e.message or "spmd.sum" in e.message, e.message
+                continue
+            counts["accepted"] += 1
+            x = RNG.standard_normal((6, 12))
+            t = RNG.random((6, 12)) if probs else RNG.integers(0, 12, (6,)).astype(float)
+            want = _ce(x, t, reduction)
+            lx, lt = lay_out(x, tx), lay_out(t, tt)
+            locs = [_ce(a, b, reduction) for a, b in zip(lx, lt)]
+            got = assemble([np.asarray(v) for v in locs], r.type, np.shape(want))
+            np.testing.assert_allclose(got, want, atol=1e-8)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def test_cross_entropy_messages() -> None:
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    t = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",),))
+    mean = gs.propagate("cross_entropy", _ops([x, t]))
+    assert mean.errors and "global mean is not the mean of the local means" in mean.errors[0].message
+    assert 'spmd.sum(losses, 0, out_partial_axes="dp")' in mean.errors[0].message
+    none = gs.propagate("nll_loss", _ops([x, t]), reduction="none")
+    assert not none.errors and none.type.spec == (("dp",),)
+    cls = SpmdType.of({"tp": shard(1), "dp": REPLICATE}, ((), ("tp",)))
+    r = gs.propagate("cross_entropy", _ops([cls, SpmdType.of({"dp": REPLICATE, "tp": REPLICATE}, ((),))]),
+                     reduction="none")
+    assert r.errors and "class dim 1" in r.errors[0].message
+    w = SpmdType.of({"tp": shard(0), "dp": REPLICATE}, (("tp",),))
+    r = gs.propagate("cross_entropy", _ops([x, t, w]), reduction="none")
+    assert r.errors and "class weights" in r.errors[0].message
+    assert gs.propagate("cross_entropy", _ops([x, t]), reduction=gs.UNKNOWN).errors[0].message.count("literal")
+
+
+def test_elementwise_broadcast_operand_varying_on_the_sharding_axis_is_rejected() -> None:
+    """``PS["dp", None] + PS[None] V["dp"]``: the vector differs per dp rank, so each rank
+    would broadcast its own values along the dp-sharded dim (no global meaning)."""
+    a = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    c = SpmdType.of({"dp": VARYING, "tp": REPLICATE}, ((),))
+    for op in ("add", "mul", "where"):
+        r = gs.propagate(op, _ops([a, c]))
+        assert r.errors and 'all_gather(b, "dp", src=V, dst=R)' in r.errors[0].message, (op, r)
+        r = gs.propagate(op, _ops([c, a]))
+        assert r.errors, op
+    # size 1 on the sharded dim (runtime: sizes known) is a broadcast too
+    c2 = SpmdType.of({"dp": VARYING, "tp": REPLICATE}, ((), ()))
+    r = gs.propagate("add", _ops([a, c2]), sizes_one=((False, False), (True, False)))
+    assert r.errors and "has size 1" in r.errors[0].message
+    # Replicate on "dp" broadcasts the same values on every rank: accepted
+    ok = gs.propagate("add", _ops([a, c.replace("dp", REPLICATE)]))
+    assert not ok.errors and ok.type.spec == (("dp",), ())
+    # a local axis outside every spec stays a local axis (V), as before
+    v = SpmdType.of({"tp": VARYING, "dp": REPLICATE}, ((),))
+    b = SpmdType.of({"dp": shard(0), "tp": VARYING}, (("dp",), ()))
+    ok = gs.propagate("add", _ops([b, v]))
+    assert not ok.errors and ok.type.get("tp") == VARYING
