@@ -187,6 +187,7 @@ _LITERAL_EXAMPLES = {
     "index": "literal indices such as x[:, 0] or x[..., 1:3]",
     "dims": "literal ints such as (1, 0)",
     "out_partial_axes": 'a literal axis name such as "tp"',
+    "reduction": 'a string literal such as reduction="none"',
 }
 
 
