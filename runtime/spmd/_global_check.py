@@ -162,6 +162,14 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
         p["dim"], p["sizes"] = b.get("dim"), _dims(b.get("sizes"))
     elif name == "__getitem__":
         p["index"] = _index_items(b.get("indices", b.get("idx")), types_of)
+    elif name in ("expand", "broadcast_to"):
+        shape = b.get("size", b.get("shape", b.get("*")))
+        p["shape"] = _dims(shape)
+    elif name == "roll":
+        d = b.get("dims")
+        p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
+    elif name in global_spmd.CLASS_LOSSES:
+        p["reduction"] = b.get("reduction", "mean")
     elif name in ("layer_norm", "rms_norm"):
         ns = b.get("normalized_shape")
         p["normalized_ndim"] = 1 if isinstance(ns, int) else len(ns) if ns is not None else None
