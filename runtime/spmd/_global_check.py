@@ -67,6 +67,11 @@ def global_shape(x: torch.Tensor, t: SpmdType | None, sizes: dict[str, int] | No
     return tuple(shape)
 
 
+# torch's testing overrides give some ops a one-parameter signature (``lambda input: -1``):
+# their real formal names, so that ``x.argmax(1)`` reads ``dim=1``
+_FULL_PARAMS = {"argmax": ("input", "dim", "keepdim"), "argmin": ("input", "dim", "keepdim")}
+
+
 def _bind(plan: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's arguments by formal name; extra positionals (``x.permute(1, 0)``,
     ``x.view(2, 3)``) join the last formal as a tuple."""
@@ -75,6 +80,8 @@ def _bind(plan: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     if plan.swap and len(args) >= 2:
         args = (args[1], args[0]) + tuple(args[2:])
     names = plan.params or ()
+    if plan.name in _FULL_PARAMS and len(names) < len(_FULL_PARAMS[plan.name]):
+        names = _FULL_PARAMS[plan.name]
     bound: dict[str, Any] = {}
     if names and len(args) > len(names):
         head = len(names) - 1
