@@ -5,8 +5,10 @@ When an operand of an op carries a partition spec (a global type), the check mod
 (:func:`spmd_mypy.engine.global_spmd.propagate`) instead of the local one, reading
 the op's parameters (dims, shapes, the einsum equation, index items) from the call
 the way the plugin reads literals from the source.  At runtime every parameter is
-a value, so nothing is ever UNKNOWN; the shapes the rule sees are global (a
-sharded dim's local length times its number of shards).
+a value, so nothing is ever UNKNOWN.  Shapes given to reshape/view/unflatten/expand
+are what torch receives on this rank, the local ones (the same code runs unchanged
+under torchrun); the rule gets the local input shape too.  Broadcasting reads global
+sizes (``sizes_one``: a sharded dim's local length times its number of shards).
 
 ``out_partial_axes`` of ``spmd.einsum/matmul/linear/sum`` reaches the rule through
 :func:`out_partial`, a context the einsum family opens around its torch call: in
@@ -161,7 +163,8 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name in ("reshape", "view"):
         p["shape"] = _dims(b.get("shape"))
         if tensors and isinstance(tensors[0][0], torch.Tensor):
-            p["in_shape"] = global_shape(tensors[0][0], tensors[0][1], sizes)
+            # the literal shape is the local one torch receives; so is the input's
+            p["in_shape"] = tuple(int(v) for v in tensors[0][0].shape)
     elif name in ("flatten", "ravel"):
         p["start_dim"] = b.get("start_dim", 0)
         p["end_dim"] = b.get("end_dim", -1)

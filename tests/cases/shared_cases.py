@@ -443,6 +443,13 @@ case("global-cross-entropy-partial-sum", {"x": _X, "t": _T},
 case("global-add-broadcast-local-axis", {"a": _X, "c": 'Tensor[PS[None], V["dp"], R["tp"]]'},
      "out = a + c", GLB, make=_VEC)
 case("global-add-broadcast-replicated", {"a": _X, "c": _B}, "out = a + c", _X, make=_VEC)
+# reshape/view: literal sizes are the local sizes torch receives on each rank
+case("global-reshape-dim0-literal-sizes", {"x": _X}, "out = x.reshape(2, 2, 4)",
+     'Tensor[PS["dp", None, None], R["tp"]]')
+case("global-reshape-kept-prefix", {"w": _WC}, "out = w.reshape(w.shape[0], 2, -1)",
+     'Tensor[PS[None, "tp", None], R["dp"]]')
+case("global-reshape-inner-sharded-merge", {"w": _WC}, "out = w.reshape(2, 8)", GLB)
+case("global-view-inner-sharded-flat", {"w": _WC}, "out = w.view(-1)", GLB)
 case("global-partial-nonlinear", {"p": 'Tensor[PS[None, None], P["tp"], R["dp"]]'},
      "out = F.gelu(p)", NL)
 

@@ -236,30 +236,79 @@ def test_permutations() -> None:
     assert counts["rejected"] == 0 and counts["accepted"] > 50, counts
 
 
-def _reshape_local(shape: tuple[int, ...], out_type_holder: list) -> Callable:
-    def f(a: np.ndarray) -> np.ndarray:
-        return a.reshape(gs.local_shape(shape, out_type_holder[0].spec, MESH))
-    return f
+def _factorizations(n: int, rank: int) -> list[tuple[int, ...]]:
+    if rank == 1:
+        return [(n,)]
+    return [(d, *rest) for d in range(1, n + 1) if n % d == 0
+            for rest in _factorizations(n // d, rank - 1)]
 
 
-@pytest.mark.parametrize("in_shape,out_shape", [
-    ((6, 12), (72,)), ((6, 12), (6, 2, 6)), ((12, 6), (2, 6, 6)), ((6, 12, 6), (72, 6)),
-    ((6, 12), (36, 2)), ((12, 1, 6), (12, 6)),
-])
-def test_reshape_with_known_shapes(in_shape, out_shape) -> None:
+def _global_of(local: Sequence[int], spec) -> tuple[int, ...]:
+    return tuple(s * math.prod(MESH[a] for a in e) for s, e in zip(local, spec))
+
+
+@pytest.mark.parametrize("in_shape", [(6, 12), (12, 6), (6, 12, 6), (12, 1, 6), (6, 6, 6)])
+def test_reshape_with_local_shapes_is_the_global_reshape(in_shape) -> None:
+    """Runtime form: the literal target is the local shape torch receives; every
+    accepted (type, target) pair over all factorizations of the local size into 1 to 3
+    dims equals the global reshape of the global tensor."""
     counts = {"accepted": 0, "rejected": 0}
     for ta in types(len(in_shape)):
-        if len(in_shape) == 3 and in_shape[1] == 1 and ta.spec[1]:
-            continue  # a size-1 dim cannot be sharded
-        r = gs.propagate("reshape", _ops([ta]), shape=out_shape, in_shape=in_shape, mesh_sizes=MESH)
-        if r.errors:
-            counts["rejected"] += 1
+        if any(e and in_shape[d] == 1 for d, e in enumerate(ta.spec)):
+            continue  # a size-1 dim is never sharded
+        g_in = in_shape
+        try:
+            loc_in = gs.local_shape(g_in, ta.spec, MESH)
+        except ZeroDivisionError:  # pragma: no cover
             continue
-        counts["accepted"] += 1
-        x = RNG.standard_normal(in_shape)
-        check(lambda a: a.reshape(out_shape), [x], [ta], r.type,
-              local_op=lambda a: a.reshape(gs.local_shape(out_shape, r.type.spec, MESH)))
-    assert counts["accepted"], counts
+        if any(g % math.prod(MESH[a] for a in e) for g, e in zip(g_in, ta.spec)):
+            continue
+        n = math.prod(loc_in)
+        for rank_out in (1, 2, 3):
+            for tgt in _factorizations(n, rank_out):
+                r = gs.propagate("reshape", _ops([ta]), shape=tgt, in_shape=loc_in, mesh_sizes=MESH)
+                if r.errors:
+                    counts["rejected"] += 1
+                    assert any(w in r.errors[0].message for w in ("redistribute", "outermost")), r.errors
+                    continue
+                counts["accepted"] += 1
+                x = RNG.standard_normal(g_in)
+                g_out = _global_of(tgt, r.type.spec)
+                check(lambda a: a.reshape(g_out), [x], [ta], r.type, local_op=lambda a: a.reshape(tgt))
+    assert counts["accepted"] > 50 and counts["rejected"] > 10, counts
+
+
+def test_static_reshape_agrees_with_the_known_shape_rule() -> None:
+    """Statically (no input shape) a tensor sharded only on dim 0 takes any target, and a
+    target that keeps a prefix (x.shape[i]) takes the first dim after it sharded; every
+    static verdict that accepts gives the spec the runtime rule gives on every shape."""
+    counts = {"accepted": 0, "rejected": 0, "runtime_more": 0}
+    for in_shape in [(6, 12, 6), (12, 1, 6), (6, 6, 6)]:
+        for ta in types(3):
+            if any(e and in_shape[d] == 1 for d, e in enumerate(ta.spec)):
+                continue
+            loc_in = gs.local_shape(in_shape, ta.spec, MESH)
+            n = math.prod(loc_in)
+            for keep in range(0, 3):
+                rest = math.prod(loc_in[keep:])
+                for rank_rest in (0, 1, 2):
+                    tails = [()] if rank_rest == 0 else _factorizations(rest, rank_rest)
+                    if rank_rest == 0 and rest != 1:
+                        continue
+                    for tail in tails:
+                        static_shape = tuple(gs.SameDim(i) for i in range(keep)) + tuple(
+                            -1 if k == 0 else gs.ANY_SIZE for k in range(len(tail)))
+                        tgt = tuple(loc_in[:keep]) + tuple(tail)
+                        st = gs.propagate("reshape", _ops([ta]), shape=static_shape)
+                        rt = gs.propagate("reshape", _ops([ta]), shape=tgt, in_shape=loc_in)
+                        if st.errors:
+                            counts["rejected"] += 1
+                            counts["runtime_more"] += not rt.errors
+                            assert "unflatten(dim, sizes)" in st.errors[0].message or "scalar" in st.errors[0].message, st.errors
+                            continue
+                        counts["accepted"] += 1
+                        assert not rt.errors and rt.type.spec == st.type.spec, (ta, tgt, st, rt)
+    assert counts["accepted"] > 50 and counts["rejected"] > 10, counts
 
 
 def test_flatten_unflatten() -> None:
@@ -274,16 +323,16 @@ def test_flatten_unflatten() -> None:
             check(lambda a: a.reshape(72, 6), [x], [ta], r.type,
                   local_op=lambda a: a.reshape(-1, a.shape[-1]))
     for ta in types(2):
-        for sizes in ((6, 2), (2, 6), (3, 4)):
+        loc = gs.local_shape((6, 12), ta.spec, MESH)
+        for sizes in ((-1, 2), (2, -1), (1, -1)):
             r = gs.propagate("unflatten", _ops([ta]), dim=1, sizes=sizes, mesh_sizes=MESH)
-            if r.errors:
-                counts["rejected"] += 1
-                continue
+            assert not r.errors
             counts["accepted"] += 1
             x = RNG.standard_normal((6, 12))
-            out_shape = (6, *sizes)
-            check(lambda a: a.reshape(out_shape), [x], [ta], r.type,
-                  local_op=lambda a: a.reshape(gs.local_shape(out_shape, r.type.spec, MESH)))
+            local_out = np.empty(loc).reshape(loc[0], *sizes).shape
+            g_out = _global_of(local_out, r.type.spec)
+            check(lambda a: a.reshape(g_out), [x], [ta], r.type,
+                  local_op=lambda a: a.reshape(local_out))
     assert counts["accepted"] and counts["rejected"], counts
 
 
