@@ -1317,6 +1317,9 @@ def expand_as(x: Operand, other: Operand, *, op: str = "expand_as") -> Result:
     sharding a dim it is broadcast along); only x's values (and kinds) are used."""
     if _all_local(op, [x, other]):
         return local_propagate(op, [x, other])
+    if other.type is None or other.type.spec is None:
+        # other's rank (so the result's) is unknown: the result is unknown (gradual)
+        return Result(SpmdType(), _mixing_errors(op, [x, other]))
     r = elementwise(op, [x, other])
     if r.errors or r.type.spec is None:
         return r
@@ -1382,8 +1385,9 @@ def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean")
         return _finish(op, operands, None, [SpmdError(
             CODE, f"{op}: the input {_desc(x)} has no partition spec beside the global {_desc(g)}: "
                   f"declare its layout with Tensor[PS[...], ...]")])
-    if any(o.type is not None and not o.type and o.type.spec is None for o in operands):
-        return Result(SpmdType(), [])  # an untyped operand (gradual): the result is unknown
+    # an untyped target or weight (labels straight from a data loader) is gradual: it is
+    # taken to be laid out as the input needs, as in elementwise ops; the rules on the
+    # input (class dim, reduction over sharded dims) still apply
     sp = x.type.spec
     if reduction not in ("none", "mean", "sum"):
         return _finish(op, operands, None, [SpmdError(

@@ -543,3 +543,13 @@ def test_elementwise_broadcast_operand_varying_on_the_sharding_axis_is_rejected(
     b = SpmdType.of({"dp": shard(0), "tp": VARYING}, (("dp",), ()))
     ok = gs.propagate("add", _ops([b, v]))
     assert not ok.errors and ok.type.get("tp") == VARYING
+
+
+def test_untyped_target_is_gradual_and_expand_as_untyped_is_unknown() -> None:
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    u = SpmdType()
+    r = gs.propagate("cross_entropy", _ops([x, u]), reduction="none")
+    assert not r.errors and r.type.spec == (("dp",),)
+    assert gs.propagate("cross_entropy", _ops([x, u])).errors  # the mean over dp still is not
+    r = gs.propagate("expand_as", _ops([x, u]))
+    assert not r.errors and r.type.spec is None
