@@ -5,8 +5,10 @@ When an operand of an op carries a partition spec (a global type), the check mod
 (:func:`spmd_mypy.engine.global_spmd.propagate`) instead of the local one, reading
 the op's parameters (dims, shapes, the einsum equation, index items) from the call
 the way the plugin reads literals from the source.  At runtime every parameter is
-a value, so nothing is ever UNKNOWN; the shapes the rule sees are global (a
-sharded dim's local length times its number of shards).
+a value, so nothing is ever UNKNOWN.  Shapes given to reshape/view/unflatten/expand
+are what torch receives on this rank, the local ones (the same code runs unchanged
+under torchrun); the rule gets the local input shape too.  Broadcasting reads global
+sizes (``sizes_one``: a sharded dim's local length times its number of shards).
 
 ``out_partial_axes`` of ``spmd.einsum/matmul/linear/sum`` reaches the rule through
 :func:`out_partial`, a context the einsum family opens around its torch call: in
@@ -67,6 +69,11 @@ def global_shape(x: torch.Tensor, t: SpmdType | None, sizes: dict[str, int] | No
     return tuple(shape)
 
 
+# torch's testing overrides give some ops a one-parameter signature (``lambda input: -1``):
+# their real formal names, so that ``x.argmax(1)`` reads ``dim=1``
+_FULL_PARAMS = {"argmax": ("input", "dim", "keepdim"), "argmin": ("input", "dim", "keepdim")}
+
+
 def _bind(plan: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's arguments by formal name; extra positionals (``x.permute(1, 0)``,
     ``x.view(2, 3)``) join the last formal as a tuple."""
@@ -75,6 +82,8 @@ def _bind(plan: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     if plan.swap and len(args) >= 2:
         args = (args[1], args[0]) + tuple(args[2:])
     names = plan.params or ()
+    if plan.name in _FULL_PARAMS and len(names) < len(_FULL_PARAMS[plan.name]):
+        names = _FULL_PARAMS[plan.name]
     bound: dict[str, Any] = {}
     if names and len(args) > len(names):
         head = len(names) - 1
@@ -154,7 +163,8 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name in ("reshape", "view"):
         p["shape"] = _dims(b.get("shape"))
         if tensors and isinstance(tensors[0][0], torch.Tensor):
-            p["in_shape"] = global_shape(tensors[0][0], tensors[0][1], sizes)
+            # the literal shape is the local one torch receives; so is the input's
+            p["in_shape"] = tuple(int(v) for v in tensors[0][0].shape)
     elif name in ("flatten", "ravel"):
         p["start_dim"] = b.get("start_dim", 0)
         p["end_dim"] = b.get("end_dim", -1)
@@ -162,6 +172,14 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
         p["dim"], p["sizes"] = b.get("dim"), _dims(b.get("sizes"))
     elif name == "__getitem__":
         p["index"] = _index_items(b.get("indices", b.get("idx")), types_of)
+    elif name in ("expand", "broadcast_to"):
+        shape = b.get("size", b.get("shape", b.get("*")))
+        p["shape"] = _dims(shape)
+    elif name == "roll":
+        d = b.get("dims")
+        p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
+    elif name in global_spmd.CLASS_LOSSES:
+        p["reduction"] = b.get("reduction", "mean")
     elif name in ("layer_norm", "rms_norm"):
         ns = b.get("normalized_shape")
         p["normalized_ndim"] = 1 if isinstance(ns, int) else len(ns) if ns is not None else None

@@ -43,7 +43,9 @@ never a guess.  Dims may be negative (torch's convention).
   (softmax, cumsum, normalize...), :func:`permute`, :func:`transpose`,
   :func:`movedim`, :func:`reshape`, :func:`flatten`, :func:`unflatten`,
   :func:`squeeze`, :func:`unsqueeze`, :func:`cat`, :func:`stack`,
-  :func:`index` (``x[...]``), :func:`select`, :func:`narrow`.
+  :func:`index` (``x[...]``), :func:`select`, :func:`narrow`, :func:`split`
+  (split/chunk/tensor_split/unbind: the type of each piece), :func:`expand`,
+  :func:`expand_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss).
 - :func:`is_global`, :func:`rank`, :func:`global_axes`.
 - ``spmd.local_map`` helpers: :func:`localize` (a global type seen inside the
   body, local on some axes), :func:`check_local_map_boundary` (the body's local
@@ -57,14 +59,17 @@ tuple[str, ...] | None`` (einsum/matmul/mm/bmm/linear/sum); ``dim: int | tuple[i
 ...] | None`` and ``keepdim: bool`` (reductions; ``dim`` also for softmax, cat, stack,
 squeeze, unsqueeze, select, narrow, cumsum); ``dims: tuple[int, ...]`` (permute);
 ``dim0, dim1`` (transpose); ``source, destination`` (movedim); ``shape`` (the target
-shape of reshape/view, ints, one may be -1) with optional ``in_shape`` (the input's
-global shape, each an int or None: the runtime knows it, the plugin does not);
-``start_dim, end_dim`` (flatten); ``sizes`` (unflatten); ``normalized_ndim``
+shape of reshape/view/expand/broadcast_to as torch receives it, i.e. *local* sizes, one
+may be -1; statically an entry may be :class:`SameDim` (``x.shape[i]``) or
+:data:`ANY_SIZE` (an int the plugin cannot read)) with optional ``in_shape`` (the
+input's local shape: the runtime knows it, the plugin does not); ``start_dim,
+end_dim`` (flatten); ``sizes`` (unflatten, local sizes); ``dims`` (roll);
+``reduction`` (cross_entropy/nll_loss: "none", "mean", "sum"); ``normalized_ndim``
 (layer_norm/rms_norm: how many trailing dims are normalized); ``index`` (a tuple of
 index items: an ``int`` (value unused), a ``slice`` (full iff ``slice(None)``),
 ``None`` (new axis), ``Ellipsis``, or :class:`TensorIndex`); ``start, length``
 (narrow: unused values; narrowing is a partial slice); ``mesh_sizes: dict[str, int]``
-(optional; enables the divisibility checks of reshape/unflatten); ``sizes_one:
+(optional, unused by the rules since shapes are local); ``sizes_one:
 tuple[bool, ...]`` per operand dims (optional; which dims are size 1, for
 broadcasting, runtime only).
 """
@@ -182,11 +187,12 @@ class _DimError(Exception):
 
 _LITERAL_EXAMPLES = {
     "equation": 'a string literal such as "ij,jk->ik"',
-    "shape": "literal ints such as (4, -1)",
+    "shape": "ints or the input's own sizes, such as (4, -1) or (x.shape[0], -1)",
     "sizes": "literal ints such as (4, -1)",
     "index": "literal indices such as x[:, 0] or x[..., 1:3]",
     "dims": "literal ints such as (1, 0)",
     "out_partial_axes": 'a literal axis name such as "tp"',
+    "reduction": 'a string literal such as reduction="none"',
 }
 
 
@@ -647,6 +653,9 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
     if errors:
         return _finish(op, operands, None, errors)
     spec = tuple(e or () for e in out)
+    errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
+    if errors:
+        return _finish(op, operands, None, errors)
     seen: dict[str, int] = {}
     for d, e in enumerate(spec):
         for a in e:
@@ -655,6 +664,44 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                     CODE, f'{op}: mesh axis "{a}" would shard dims {seen[a]} and {d} of the result')])
             seen[a] = d
     return _finish(op, operands, spec, [])
+
+
+def _broadcast_errors(op: str, operands: Sequence[Operand], spec: Spec, owner: Sequence[int],
+                      sizes_one: Sequence[Sequence[bool]] | None) -> list[SpmdError]:
+    """An operand broadcast along a sharded dim of the result (it lacks the dim, or has
+    size 1 there) must not vary on the axes sharding it: each rank would broadcast its
+    own values, so the locals would not be blocks of one global tensor."""
+    r = len(spec)
+    errors: list[SpmdError] = []
+    for i, o in enumerate(operands):
+        if o.type is None or o.type.spec is None:
+            continue
+        sp = o.type.spec
+        off = r - len(sp)
+        ones = sizes_one[i] if sizes_one is not None and i < len(sizes_one) else ()
+        for od, entry in enumerate(spec):
+            if not entry:
+                continue
+            d = od - off
+            if d >= 0 and not (d < len(ones) and ones[d] and not sp[d]):
+                continue  # o has this dim (its layout was compared above)
+            how = "lacks" if d < 0 else f"has size 1 on (its dim {d})"
+            for a in entry:
+                lt = o.type.get(a)
+                if lt is None or lt.kind is not Kind.V:
+                    continue
+                src = operands[owner[od]] if 0 <= owner[od] < len(operands) else o
+                errors.append(SpmdError(
+                    CODE,
+                    f'{op}: {src.text} shards dim {od} of the result on "{a}", which {o.text} '
+                    f'{how} and is broadcast along, but {_desc(o)} varies on "{a}": each rank '
+                    f"would broadcast its own values along a sharded dim, so the locals are not "
+                    f'blocks of one global tensor; make {o.text} Replicate on "{a}" first '
+                    f'(all_gather({o.text}, "{a}", src=V, dst=R)), or give it that dim sharded '
+                    f'on "{a}" too (Tensor[PS[...]] with the dim)',
+                ))
+                return errors
+    return errors
 
 
 # --------------------------------------------------------------------------------------
@@ -912,16 +959,11 @@ def flatten(x: Operand, *, start_dim: int = 0, end_dim: int = -1, op: str = "fla
     return _finish(op, [x], sp[:s] + (sp[s],) + sp[e + 1:], [])
 
 
-def _shard_count(entry: Sequence[str], mesh_sizes: Mapping[str, int] | None) -> int | None:
-    if mesh_sizes is None or any(a not in mesh_sizes for a in entry):
-        return None
-    return math.prod(mesh_sizes[a] for a in entry)
-
-
 def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
               mesh_sizes: Mapping[str, int] | None = None, op: str = "unflatten") -> Result:
-    """Splitting dim into ``sizes``: a sharding goes to the outermost new dim, which
-    must be divisible by the number of shards (checked when the mesh sizes are known)."""
+    """Splitting dim into ``sizes``: a sharding goes to the outermost new dim.  The
+    sizes are the local ones (what torch receives on each rank, see :func:`reshape`), so
+    ``[8@dp] -> unflatten(0, (2, 2))`` on 2 ranks is ``[4@dp, 2]`` globally."""
     early = _enter(op, [x], dim=dim, sizes=sizes)
     if early is not None:
         return early
@@ -932,16 +974,33 @@ def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
     except _DimError as err:
         return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {err}")])
     entry = sp[d]
-    k = _shard_count(entry, mesh_sizes)
-    if entry and k is not None and sizes and sizes[0] >= 0 and sizes[0] % k:
-        return _finish(op, [x], None, [SpmdError(
-            CODE,
-            f"{op} splits dim {d}, sharded on {_fmt_entry(entry)} ({k} shards), into {tuple(sizes)}: "
-            f"the outermost factor {sizes[0]} is not divisible by {k}, so the shards are not whole "
-            f"rows of the result; gather it first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))})",
-        )])
     new = (entry,) + ((),) * (len(sizes) - 1)
     return _finish(op, [x], sp[:d] + new + sp[d + 1:], [])
+
+
+class SameDim(int):
+    """A target size written as the input's own ``x.shape[i]`` / ``x.size(i)`` (static
+    reshape): dim ``i`` is kept.  ``int`` so it passes for a size; ``dim`` is ``i``."""
+
+    dim: int
+
+    def __new__(cls, dim: int) -> SameDim:
+        v = super().__new__(cls, -2)
+        v.dim = dim
+        return v
+
+    def __repr__(self) -> str:
+        return f"x.shape[{self.dim}]"
+
+
+class _AnySize(int):
+    """A target size that is an int expression the plugin cannot read."""
+
+    def __repr__(self) -> str:
+        return "n"
+
+
+ANY_SIZE: Any = int.__new__(_AnySize, -3)
 
 
 def _resolve(shape: Sequence[int], total: int | None) -> list[int] | None:
@@ -954,47 +1013,9 @@ def _resolve(shape: Sequence[int], total: int | None) -> list[int] | None:
     return shape
 
 
-def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] | None = None,
-            mesh_sizes: Mapping[str, int] | None = None, op: str = "reshape") -> Result:
-    """``reshape/view`` to a literal global shape.
-
-    The dims are grouped (runs of input dims whose product equals a run of output
-    dims); in each group only the outermost non-1 input dim may be sharded, and its
-    sharding goes to the outermost non-1 output dim of the group::
-
-        [8@dp, 4, 6] -> [32@dp, 6]          merge: dp stays outermost
-        [8, 4@tp]    -> [32]                error: tp is an inner factor
-        [8@dp, 6]    -> [2@dp, 4, 6]        split: 2 % |dp| == 0 needed
-
-    Without ``in_shape`` (statically), only an unsharded tensor can be reshaped (the
-    groups are unknown); a sharded one asks for flatten/unflatten, which say them.
-    """
-    early = _enter(op, [x], shape=shape)
-    if early is not None:
-        return early
-    sp = x.type.spec  # type: ignore[union-attr]
-    assert sp is not None
-    shape = list(shape)
-    if not any(sp):
-        return _finish(op, [x], ((),) * len(shape), [])
-    if len(shape) == 1 and (in_shape is None or mesh_sizes is None):
-        # to one dim: merges every dim, outermost first (the groups are known)
-        return flatten(x, op=op)
-    if in_shape is None or any(s is None for s in in_shape):
-        sharded = [d for d, e in enumerate(sp) if e]
-        return _finish(op, [x], None, [SpmdError(
-            CODE,
-            f"{op}({', '.join(str(v) for v in shape)}) of {_desc(x)}: without the global shape the merged and split dims "
-            f"are unknown, and dim {sharded[0]} is sharded; write it with flatten(start_dim, end_dim) "
-            f"/ unflatten(dim, sizes), which name the dims, or inside spmd.local_map",
-        )])
-    ins = [int(s) for s in in_shape]  # type: ignore[arg-type]
-    total = math.prod(ins)
-    outs = _resolve(shape, total)
-    assert outs is not None
-    if math.prod(outs) != total:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: shape {tuple(shape)} does not fit {tuple(ins)}")])
-    out_spec: list[tuple[str, ...]] = [()] * len(outs)
+def _groups(ins: Sequence[int], outs: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """Runs of input dims whose product equals a run of output dims (row-major reshape)."""
+    groups = []
     i = j = 0
     while i < len(ins) or j < len(outs):
         gi, gj = [i], [j]
@@ -1013,30 +1034,113 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
                 j += 1
             else:
                 break
-        gi = [d for d in gi if d < len(ins)]
-        gj = [d for d in gj if d < len(outs)]
-        # trailing size-1 dims attach to this group harmlessly
+        groups.append(([d for d in gi if d < len(ins)], [d for d in gj if d < len(outs)]))
+    return groups
+
+
+def _shape_text(shape: Sequence[Any], text: str) -> str:
+    return ", ".join(f"{text}.shape[{v.dim}]" if isinstance(v, SameDim) else
+                     "n" if isinstance(v, _AnySize) else str(v) for v in shape)
+
+
+def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] | None = None,
+            mesh_sizes: Mapping[str, int] | None = None, op: str = "reshape") -> Result:
+    """``reshape/view`` to a literal shape.
+
+    The sizes are the ones torch receives on each rank: the *local* shape (so the same
+    code runs unchanged under torchrun, where every tensor is local); the global shape
+    of the result is the local one with each sharded dim times its number of shards.
+
+    Each rank's block of a tensor sharded on dim ``d`` is, for each index of the dims
+    before ``d``, one contiguous run of the row-major flattening of the dims from ``d``
+    on.  A reshape keeps that when it keeps the dims before ``d`` and the sharded dim is
+    the outermost of the run it reshapes; its sharding goes to the run's first output
+    dim::
+
+        [8@dp, 4, 6] -> (16, 6)                      [16@dp, 6]  (dp stays outermost)
+        [8, 4@tp, 6] -> (x.shape[0], -1)             [8, 24@tp]  (dim 0 kept)
+        [8, 4@tp]    -> (-1,)                        error: tp is an inner factor
+
+    With ``in_shape`` (the local input shape: the runtime knows it) the runs are
+    computed from the sizes.  Without it (statically) the runs are known when only dim 0
+    is sharded (every target shape keeps it outermost), when the sharded dims lie in a
+    prefix the target keeps (written as the input's own ``x.shape[i]``/``x.size(i)``,
+    :class:`SameDim`), optionally plus the first dim after it; any other shape of a
+    tensor sharded beyond dim 0 is an error naming ``flatten``/``unflatten`` or the
+    prefix form.  Sizes the plugin cannot read are :data:`ANY_SIZE` (fine where the
+    rule needs no value); a target it cannot read at all is :data:`UNKNOWN`.
+    """
+    if _all_local(op, [x]):
+        return local_propagate(op, [x])
+    if shape is UNKNOWN or (not isinstance(shape, (tuple, list))):
+        return _finish(op, [x], None, [_nonliteral(op, "shape", x)])
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    shape = list(shape)
+    if not any(sp):
+        return _finish(op, [x], ((),) * len(shape), [])
+    sharded = [d for d, e in enumerate(sp) if e]
+    if in_shape is not None and all(isinstance(s, int) for s in in_shape) and all(
+            isinstance(v, int) and not isinstance(v, (SameDim, _AnySize)) for v in shape):
+        return _reshape_known(op, x, [int(s) for s in in_shape], shape)  # type: ignore[arg-type]
+    if not shape:
+        return _finish(op, [x], None, [SpmdError(
+            CODE, f"{op}() of {_desc(x)} to a scalar: the tensor is sharded on "
+                  f"{_fmt_entry(sp[sharded[0]])}, so it has more than one element; gather it "
+                  f"first ({redistribute_fix(x.text, sp, _unshard(sp, sharded))})")])
+    # statically: the kept prefix (x.shape[i] at position i)
+    keep = 0
+    while keep < min(len(shape), len(sp)) and isinstance(shape[keep], SameDim) \
+            and shape[keep].dim % len(sp) == keep:
+        keep += 1
+    inner = [d for d in sharded if d > keep]
+    if not inner:
+        if keep == len(sp):  # every dim kept: the rest of the target is size-1 dims
+            return _finish(op, [x], tuple(sp) + ((),) * (len(shape) - keep), [])
+        if keep < len(shape):  # the rest of the input (led by dim keep) -> the rest of the target
+            return _finish(op, [x], tuple(sp[:keep]) + (sp[keep],) + ((),) * (len(shape) - keep - 1), [])
+        if not sp[keep]:  # the rest of the input has one element
+            return _finish(op, [x], tuple(sp[:keep]), [])
+        inner = [keep]
+    d = inner[0]
+    t = x.text
+    keep_text = ", ".join(f"{t}.shape[{i}]" for i in range(d))
+    return _finish(op, [x], None, [SpmdError(
+        CODE,
+        f"{op}({_shape_text(shape, x.text)}) of {_desc(x)}: dim {d} is sharded on {_fmt_entry(sp[d])}, "
+        f"and without the input's shape the dims this shape merges and splits are unknown "
+        f"(the sharded dim must stay the outermost of what it is reshaped with); name them: "
+        f"keep the dims before it as {t}.{op}({keep_text}, ...) (then dim {d} leads the "
+        f"reshaped rest), or write flatten(start_dim, end_dim) / unflatten(dim, sizes); "
+        f"or gather the dim first ({redistribute_fix(t, sp, _unshard(sp, [d]))})",
+    )])
+
+
+def _reshape_known(op: str, x: Operand, ins: list[int], shape: list[int]) -> Result:
+    """``reshape`` with the local input shape known (the runtime)."""
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    if len(ins) != len(sp):
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: the input has {len(ins)} dims, its type {len(sp)}")])
+    total = math.prod(ins)
+    outs = _resolve(shape, total)
+    assert outs is not None
+    if math.prod(outs) != total:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: shape {tuple(shape)} does not fit {tuple(ins)}")])
+    out_spec: list[tuple[str, ...]] = [()] * len(outs)
+    for gi, gj in _groups(ins, outs):
         sharded = [d for d in gi if sp[d]]
         if not sharded:
             continue
-        first_non1 = next((d for d in gi if ins[d] != 1), gi[0])
-        if sharded != [first_non1]:
-            d = next(d for d in sharded if d != first_non1)
-            what = "merges" if len(gi) > 1 else "splits"
-            return _finish(op, [x], None, [_group_error(op, x, d, sp[d], what)])
         d = sharded[0]
-        tgt = next((e for e in gj if outs[e] != 1), None)
-        if tgt is None:
+        before = [e for e in gi if e < d]
+        if len(sharded) > 1 or any(ins[e] != 1 for e in before):
+            bad = sharded[1] if len(sharded) > 1 else d
+            what = "merges" if len(gi) > 1 else "splits"
+            return _finish(op, [x], None, [_group_error(op, x, bad, sp[bad], what)])
+        if not gj:
             return _finish(op, [x], None, [_group_error(op, x, d, sp[d], "drops")])
-        k = _shard_count(sp[d], mesh_sizes)
-        if k is not None and outs[tgt] % k:
-            return _finish(op, [x], None, [SpmdError(
-                CODE,
-                f"{op} splits dim {d}, sharded on {_fmt_entry(sp[d])} ({k} shards): the outermost "
-                f"factor {outs[tgt]} is not divisible by {k}; gather it first "
-                f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))})",
-            )])
-        out_spec[tgt] = sp[d]
+        out_spec[gj[0]] = sp[d]
     return _finish(op, [x], tuple(out_spec), [])
 
 
@@ -1134,6 +1238,222 @@ def stack(operands: Sequence[Operand], *, dim: int = 0, op: str = "stack") -> Re
     except _DimError as e:
         return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
     return _finish(op, operands, sp[:d] + ((),) + sp[d:], [])
+
+
+# --------------------------------------------------------------------------------------
+# split / chunk / unbind, expand / broadcast_to, roll
+
+SPLITS = frozenset("split split_with_sizes chunk tensor_split unbind hsplit vsplit".split())
+
+
+def split(x: Operand, *, dim: int = 0, op: str = "split") -> Result:
+    """``split/chunk/tensor_split/split_with_sizes`` along an unsharded ``dim``: every
+    piece keeps the spec (the adapters give this type to each tensor of the tuple);
+    ``unbind`` drops the dim.  Along a sharded dim each rank would split only its
+    shard: an error naming the redistribute that unshards the dim::
+
+        x: PS["dp", None].chunk(2, dim=1)  ->  (PS["dp", None], PS["dp", None])
+        x: PS["dp", None].chunk(2, dim=0)  ->  error: redistribute(x, ..., dst=PS[None, None])
+    """
+    if op == "hsplit":
+        r0 = rank(x.type) if x.type is not None else None
+        dim = 0 if r0 == 1 else 1
+    elif op == "vsplit":
+        dim = 0
+    early = _enter(op, [x], dim=dim)
+    if early is not None:
+        return early
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    try:
+        d = _norm_dim(dim, len(sp))
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    if sp[d]:
+        return _finish(op, [x], None, [SpmdError(
+            CODE,
+            f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x)}): each rank would "
+            f"split only its own shard, so the pieces are not the global pieces; gather the dim "
+            f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or split another dim",
+        )])
+    if op == "unbind":
+        return _finish(op, [x], sp[:d] + sp[d + 1:], [])
+    return _finish(op, [x], sp, [])
+
+
+def expand(x: Operand, *, shape: Sequence[int], op: str = "expand") -> Result:
+    """``expand/broadcast_to(x, shape)``: new leading dims are unsharded; an existing
+    dim keeps its sharding, and a sharded dim must be given as ``-1`` (a literal size
+    there is a local size the rule cannot check; expanding a size-1 shard would repeat
+    each rank's row, not the global one)."""
+    early = _enter(op, [x], shape=shape)
+    if early is not None:
+        return early
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    shape = tuple(shape)
+    if len(shape) < len(sp):
+        return _finish(op, [x], None, [SpmdError(
+            CODE, f"{op}: {len(shape)} sizes for {_desc(x)} of rank {len(sp)}")])
+    new = len(shape) - len(sp)
+    for d, entry in enumerate(sp):
+        size = shape[new + d]
+        if entry and size != -1:
+            sizes = ", ".join(str(-1 if i == new + d else v) for i, v in enumerate(shape))
+            return _finish(op, [x], None, [SpmdError(
+                CODE,
+                f"{op}({', '.join(str(v) for v in shape)}) of {_desc(x)}: dim {d} is sharded on "
+                f"{_fmt_entry(entry)}, so it must keep its size: write -1 there "
+                f"({x.text}.{'expand' if op == 'expand' else op}({sizes})); expanding a size-1 "
+                f"sharded dim would repeat each rank's own values, not the global ones: gather it "
+                f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))})",
+            )])
+    return _finish(op, [x], ((),) * new + sp, [], base=local_propagate(op, [x]))
+
+
+def expand_as(x: Operand, other: Operand, *, op: str = "expand_as") -> Result:
+    """``x.expand_as(other)``: x broadcast to other's (local) shape, so the result has
+    the broadcast layout of the two (the elementwise rule: x must not vary on an axis
+    sharding a dim it is broadcast along); only x's values (and kinds) are used."""
+    if _all_local(op, [x, other]):
+        return local_propagate(op, [x, other])
+    if other.type is None or other.type.spec is None:
+        # other's rank (so the result's) is unknown: the result is unknown (gradual)
+        return Result(SpmdType(), _mixing_errors(op, [x, other]))
+    r = elementwise(op, [x, other])
+    if r.errors or r.type.spec is None:
+        return r
+    return _finish(op, [x, other], r.type.spec, [], base=local_propagate("expand", [x]))
+
+
+def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll") -> Result:
+    """``roll(x, shifts, dims)`` along unsharded dims keeps the spec; along a sharded
+    dim (or ``dims=None``, which rolls the flattened tensor) the elements cross shard
+    boundaries: an error naming the redistribute that unshards the dims."""
+    early = _enter(op, [x], dims=dims)
+    if early is not None:
+        return early
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    try:
+        ds = list(range(len(sp))) if dims is None else [_norm_dim(d, len(sp)) for d in _dims_tuple(dims)]
+    except _DimError as e:
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    bad = [d for d in ds if sp[d]]
+    if bad:
+        what = "without dims (the flattened tensor)" if dims is None else f"along dim {bad[0]}"
+        return _finish(op, [x], None, [SpmdError(
+            CODE,
+            f"{op} {what}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x)}): elements would "
+            f"cross shard boundaries (rank to rank communication); gather the dim first "
+            f"({redistribute_fix(x.text, sp, _unshard(sp, bad))}), or roll unsharded dims",
+        )])
+    return _finish(op, [x], sp, [])
+
+
+# --------------------------------------------------------------------------------------
+# losses over class scores
+
+CLASS_LOSSES = frozenset({"cross_entropy", "nll_loss"})
+
+
+def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean") -> Result:
+    """``F.cross_entropy/nll_loss(input, target, weight=None, ..., reduction=...)``.
+
+    ``input`` is ``[N, C, d1...]`` (or ``[C]``): the class dim (1, or 0 unbatched) must
+    be unsharded (the softmax needs every class: a vocab-parallel loss is a local_map
+    with its own collectives).  ``target`` (class indices ``[N, d1...]``, or
+    probabilities shaped like ``input``) is sharded like ``input``'s other dims, and a
+    class ``weight`` is unsharded.  ``reduction="none"`` keeps the other dims' spec.
+    ``"sum"``/``"mean"`` over a sharded dim is an error: each rank reduces only its
+    shard, the global sum is the Partial sum of the local ones (never implicit), and the
+    global mean is not the mean of local means (ignore_index and class weights make the
+    counts differ per rank); the fix writes the reduction with ``spmd.sum``::
+
+        F.cross_entropy(logits: PS["dp", None], t: PS["dp"], reduction="none") -> PS["dp"]
+        F.cross_entropy(logits: PS["dp", None], t: PS["dp"])                    -> error
+    """
+    early = _enter(op, operands, reduction=reduction)
+    if early is not None:
+        return early
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return _finish(op, operands, None, mix)
+    x = operands[0]
+    if x.type is None or x.type.spec is None:
+        g = next(o for o in operands if is_global(o.type))
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op}: the input {_desc(x)} has no partition spec beside the global {_desc(g)}: "
+                  f"declare its layout with Tensor[PS[...], ...]")])
+    # an untyped target or weight (labels straight from a data loader) is gradual: it is
+    # taken to be laid out as the input needs, as in elementwise ops; the rules on the
+    # input (class dim, reduction over sharded dims) still apply
+    sp = x.type.spec
+    if reduction not in ("none", "mean", "sum"):
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f'{op}: reduction={reduction!r} is not one of "none", "mean", "sum"')])
+    if len(sp) == 0:
+        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: the input has rank 0")])
+    cd = 1 if len(sp) >= 2 else 0
+    if sp[cd]:
+        return _finish(op, operands, None, [SpmdError(
+            CODE,
+            f"{op} over the class dim {cd}, sharded on {_fmt_entry(sp[cd])} ({_desc(x)}): the "
+            f"softmax over the classes needs every class on each rank; gather it first "
+            f"({redistribute_fix(x.text, sp, _unshard(sp, [cd]))}), or write a vocab-parallel "
+            f"loss in spmd.local_map (max/sum over the classes all_reduced)",
+        )])
+    rest = sp[:cd] + sp[cd + 1:]
+    errors: list[SpmdError] = []
+    for i, o in enumerate(operands[1:], 1):
+        if o.type is None or o.type.spec is None:
+            continue
+        osp = o.type.spec
+        if i == 1:
+            want = sp if len(osp) == len(sp) else rest
+            what = "probabilities" if len(osp) == len(sp) else "class indices"
+        else:
+            want = ((),) * len(osp)
+            what = "class weights"
+        if osp != want:
+            fix = (redistribute_fix(o.text, osp, want) if len(osp) == len(want)
+                   else f"give it rank {len(want)}")
+            errors.append(SpmdError(
+                CODE,
+                f"{op}: {_desc(o)} ({what}) is laid out as {format_spec(osp)} but the input "
+                f"{_desc(x)} needs {format_spec(want)} there: the locals would pair other "
+                f"samples; {fix}",
+            ))
+            break
+    if errors:
+        return _finish(op, operands, None, errors)
+    if reduction == "none":
+        return _finish(op, operands, rest, [])
+    sharded = [(d, e) for d, e in enumerate(rest) if e]
+    if sharded:
+        d, e = sharded[0]
+        axes = tuple(dict.fromkeys(a for _, e2 in sharded for a in e2))
+        dims = tuple(dd for dd, _ in sharded)
+        dim_text = str(dims[0]) if len(dims) == 1 else str(dims)
+        args = ", ".join(o.text for o in operands[:2])
+        if reduction == "sum":
+            total = (f"loss = spmd.sum(losses, {dim_text}, out_partial_axes={_fmt_axes(axes)}) "
+                     f"(P on {_fmt_axes(axes)})")
+            why = "each rank sums only its shard, so the result would be a partial sum"
+        else:
+            total = (f"loss = spmd.sum(losses, {dim_text}, out_partial_axes={_fmt_axes(axes)}) / n "
+                     f"with n the global number of counted targets (P on {_fmt_axes(axes)})")
+            why = ("each rank averages only its shard, and the global mean is not the mean of "
+                   "the local means (ignore_index and class weights make the counts differ per "
+                   "rank)")
+        return _finish(op, operands, None, [SpmdError(
+            CODE,
+            f'{op}(..., reduction="{reduction}") over dim {d + (1 if d >= cd else 0)} of the input, sharded '
+            f"on {_fmt_entry(e)} ({_desc(x)}): {why}; global SPMD never makes Partial "
+            f'implicitly: write losses = F.{op}({args}, reduction="none"), then {total}, '
+            f'then all_reduce(loss, {_fmt_axes(axes)}, src=P, dst=R) for the full value',
+        )])
+    return _finish(op, operands, (), [])
 
 
 # --------------------------------------------------------------------------------------
@@ -1269,6 +1589,16 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
             return _finish(op, operands, None, [SpmdError(CODE, f"{op}: out_partial_axes applies to "
                                                               f"einsum, matmul, linear and sum only")])
         return elementwise(op, operands, sizes_one=p.get("sizes_one"))
+    if op in SPLITS:
+        return split(x, dim=p.get("dim", 0), op=op)
+    if op in ("expand", "broadcast_to"):
+        return expand(x, shape=p.get("shape", UNKNOWN), op=op)
+    if op == "expand_as" and len(operands) >= 2:
+        return expand_as(operands[0], operands[1], op=op)
+    if op == "roll":
+        return roll(x, dims=p.get("dims"), op=op)
+    if op in CLASS_LOSSES:
+        return class_loss(op, operands, reduction=p.get("reduction", "mean"))
     if op == "permute":
         return permute(x, p.get("dims", UNKNOWN), op=op)
     if op in ("transpose", "swapaxes", "swapdims", "transpose_"):
@@ -1376,8 +1706,8 @@ __all__ = [
     "UNKNOWN", "TensorIndex", "propagate", "einsum", "matmul", "linear", "elementwise",
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
-    "index", "select", "narrow", "is_global", "rank", "global_axes", "localize", "globalize",
-    "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation",
+    "index", "select", "narrow", "split", "expand", "expand_as", "roll", "class_loss", "is_global", "rank", "global_axes", "localize", "globalize",
+    "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
 ]
 

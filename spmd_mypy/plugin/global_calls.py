@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mypy.nodes import (
+    CallExpr,
     Decorator,
     EllipsisExpr,
     Expression,
@@ -20,6 +21,7 @@ from mypy.nodes import (
     IndexExpr,
     IntExpr,
     ListExpr,
+    MemberExpr,
     MypyFile,
     NameExpr,
     RefExpr,
@@ -146,8 +148,63 @@ def _index_items(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
     return tuple(out)
 
 
-def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
-    """The op's literal parameters for :func:`global_spmd.propagate`."""
+def _same_dim(e: Expression, x_text: str | None) -> int | None:
+    """``i`` when ``e`` is ``x.shape[i]`` or ``x.size(i)`` of the reshaped tensor ``x``."""
+    from .calls import expr_text
+
+    if x_text is None:
+        return None
+    if isinstance(e, IndexExpr) and isinstance(e.base, MemberExpr) and e.base.name == "shape":
+        base, idx = e.base.expr, e.index
+    elif (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) and e.callee.name == "size"
+          and len(e.args) == 1):
+        base, idx = e.callee.expr, e.args[0]
+    else:
+        return None
+    i = lit_int(idx)
+    return i if i is not None and expr_text(base) == x_text else None
+
+
+def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
+                 x_text: str | None) -> Any:
+    """A reshape/view target: literal ints, ``x.shape[i]`` (SameDim), other int expressions
+    (ANY_SIZE); UNKNOWN when the shape itself is not written out (``x.view(shape)``)."""
+    if not exprs:
+        return gs.UNKNOWN
+    items = list(exprs)
+    if len(items) == 1 and isinstance(items[0], (TupleExpr, ListExpr)):
+        items = list(items[0].items)
+    elif len(items) == 1 and lit_int(items[0]) is None and _same_dim(items[0], x_text) is None:
+        t = typer._lookup_expr_type(ctx, items[0])
+        p = get_proper_type(t) if t is not None else None
+        if isinstance(p, LiteralType):
+            p = p.fallback
+        if not (isinstance(p, Instance) and p.type.fullname == "builtins.int"):
+            return gs.UNKNOWN  # a tuple/Size/list variable: its length is unknown
+    out: list[Any] = []
+    for it in items:
+        v = lit_int(it)
+        if v is not None:
+            out.append(v)
+            continue
+        d = _same_dim(it, x_text)
+        if d is not None:
+            out.append(gs.SameDim(d))
+            continue
+        t = typer._lookup_expr_type(ctx, it)
+        p = get_proper_type(t) if t is not None else None
+        if isinstance(p, LiteralType):
+            p = p.fallback
+        if isinstance(p, Instance) and p.type.fullname == "builtins.int":
+            out.append(gs.ANY_SIZE)
+            continue
+        return gs.UNKNOWN
+    return tuple(out)
+
+
+def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None) -> dict[str, Any]:
+    """The op's literal parameters for :func:`global_spmd.propagate` (``x_text``: the
+    source text of the tensor operated on, for ``x.reshape(x.shape[0], -1)``)."""
     f = _by_formal(ctx)
     p: dict[str, Any] = {}
     base = op.rstrip("_") if not op.startswith("__") else op
@@ -162,9 +219,17 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
             p[k] = _dim_param(f.get(k))
     elif base in ("reshape", "view"):
         if "dtype" in f:
+            e = f["dtype"][0]
+            t = typer._lookup_expr_type(ctx, e)
+            pt = get_proper_type(t) if t is not None else None
+            if isinstance(pt, LiteralType):
+                pt = pt.fallback
+            if lit_int(e) is not None or (isinstance(pt, Instance) and pt.type.fullname == "builtins.int"):
+                # mypy trying the view(dtype) overload on x.view(-1): it rejects it, and the
+                # view(*size) overload reports
+                return {"_not_this_overload": True}
             return {"dtype_view": True}
-        exprs = f.get("shape") or f.get("size")
-        p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
+        p["shape"] = _shape_param(typer, ctx, f.get("shape") or f.get("size"), x_text)
     elif base == "flatten":
         for k, d in (("start_dim", 0), ("end_dim", -1)):
             v = f.get(k)
@@ -189,6 +254,18 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
     elif base in ("cat", "concat", "concatenate", "stack"):
         d = _dim_param(f.get("dim") or f.get("axis"), many=False)
         p["dim"] = 0 if d is None else d
+    elif base in gs.SPLITS:
+        d = _dim_param(f.get("dim") or f.get("axis"), many=False)
+        p["dim"] = 0 if d is None else d
+    elif base in ("expand", "broadcast_to"):
+        exprs = f.get("size") or f.get("shape") or f.get("sizes")
+        p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
+    elif base == "roll":
+        p["dims"] = _dim_param(f.get("dims"))
+    elif base in gs.CLASS_LOSSES:
+        r = f.get("reduction")
+        if r:
+            p["reduction"] = r[0].value if isinstance(r[0], StrExpr) else gs.UNKNOWN
     elif base in ("select", "narrow", "unsqueeze"):
         p["dim"] = _dim_param(f.get("dim"), many=False)
     elif base == "squeeze":
@@ -208,7 +285,10 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any]:
 def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand]):  # noqa: ANN201
     """Shard propagation of a torch op or operator with a global operand."""
     try:
-        return gs.propagate(op, ops, **op_params(typer, ctx, op))
+        params = op_params(typer, ctx, op, ops[0].text if ops else None)
+        if params.get("_not_this_overload"):
+            return Result(SpmdType(), [])
+        return gs.propagate(op, ops, **params)
     except Exception:  # noqa: BLE001 - never crash mypy: the result is unknown
         return Result(SpmdType(), [])
 

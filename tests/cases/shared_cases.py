@@ -408,6 +408,48 @@ case("global-cat-unsharded-dim", {"a": _X, "b": _X}, "out = torch.cat([a, b], di
 case("global-cat-sharded-dim", {"a": _X, "b": _X}, "out = torch.cat([a, b], dim=0)", GLB)
 case("global-flatten-outermost", {"x": _X}, "out = x.flatten()", 'Tensor[PS["dp"], R["tp"]]')
 case("global-flatten-inner-sharded", {"w": _WC}, "out = w.flatten()", GLB)
+# split/chunk/unbind, expand, roll, cross_entropy (session 3), and an operand broadcast along a
+# sharded dim while varying on its axis
+_T = 'Tensor[PS["dp"], R["tp"]]'            # class indices [b@dp]
+_TI = {"t": "torch.randint(0, 4, (4,))"}
+_VEC = {"c": "torch.randn(4, requires_grad=True).clone()"}
+case("global-chunk-unsharded-dim", {"x": _X}, ("a, b = x.chunk(2, dim=1)", "out = b"), _X)
+case("global-split-unsharded-dim", {"x": _X}, "out = torch.split(x, 2, -1)[0]", _X)
+case("global-unbind-unsharded-dim", {"x": _X}, "out = x.unbind(1)[0]", 'Tensor[PS["dp"], R["tp"]]')
+case("global-chunk-sharded-dim", {"x": _X}, "parts = x.chunk(2)", GLB)
+case("global-unbind-sharded-dim", {"h": _H}, "parts = torch.unbind(h, 1)", GLB)
+case("global-expand-new-dim", {"x": _X}, "out = x.expand(3, -1, -1)",
+     'Tensor[PS[None, "dp", None], R["tp"]]')
+case("global-expand-sharded-literal", {"x": _X}, "out = x.expand(3, 4, 4)", GLB)
+case("global-expand-as-broadcast", {"x": _X, "v": _B}, "out = v.expand_as(x)", _X,
+     make={"v": "torch.randn(4, requires_grad=True).clone()"})
+case("global-roll-unsharded-dim", {"x": _X}, "out = x.roll(1, 1)", _X)
+case("global-roll-sharded-dim", {"x": _X}, "out = torch.roll(x, 1, 0)", GLB)
+case("global-roll-flattened", {"w": _WC}, "out = w.roll(1)", GLB)
+case("global-cross-entropy-none", {"x": _X, "t": _T}, 'out = F.cross_entropy(x, t, reduction="none")',
+     _T, make=_TI)
+case("global-cross-entropy-mean-sharded-batch", {"x": _X, "t": _T}, "out = F.cross_entropy(x, t)", GLB,
+     make=_TI)
+case("global-cross-entropy-sum-sharded-batch", {"x": _X, "t": _T},
+     'out = F.nll_loss(x, t, reduction="sum")', GLB, make=_TI)
+case("global-cross-entropy-class-sharded", {"h": _H, "t": _T},
+     'out = F.cross_entropy(h, t, reduction="none")', GLB, make=_TI)
+case("global-cross-entropy-mean-unsharded", {"x": 'Tensor[PS[None, None], R["dp", "tp"]]',
+                                              "t": 'Tensor[PS[None], R["dp", "tp"]]'},
+     "out = F.cross_entropy(x, t)", 'Tensor[PS[()], R["dp", "tp"]]', make=_TI)
+case("global-cross-entropy-partial-sum", {"x": _X, "t": _T},
+     ('losses = F.cross_entropy(x, t, reduction="none")',
+      'out = spmd.sum(losses, 0, out_partial_axes="dp")'), 'Tensor[PS[()], R["tp"], P["dp"]]', make=_TI)
+case("global-add-broadcast-local-axis", {"a": _X, "c": 'Tensor[PS[None], V["dp"], R["tp"]]'},
+     "out = a + c", GLB, make=_VEC)
+case("global-add-broadcast-replicated", {"a": _X, "c": _B}, "out = a + c", _X, make=_VEC)
+# reshape/view: literal sizes are the local sizes torch receives on each rank
+case("global-reshape-dim0-literal-sizes", {"x": _X}, "out = x.reshape(2, 2, 4)",
+     'Tensor[PS["dp", None, None], R["tp"]]')
+case("global-reshape-kept-prefix", {"w": _WC}, "out = w.reshape(w.shape[0], 2, -1)",
+     'Tensor[PS[None, "tp", None], R["dp"]]')
+case("global-reshape-inner-sharded-merge", {"w": _WC}, "out = w.reshape(2, 8)", GLB)
+case("global-view-inner-sharded-flat", {"w": _WC}, "out = w.view(-1)", GLB)
 case("global-partial-nonlinear", {"p": 'Tensor[PS[None, None], P["tp"], R["dp"]]'},
      "out = F.gelu(p)", NL)
 

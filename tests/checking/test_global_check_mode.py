@@ -39,6 +39,13 @@ REJECTED = [
     ("int index a sharded dim", [((4, 4, 6), H3)], lambda h: h[:, 0], "spmd.redistribute(h"),
     ("cat along a sharded dim", [((4, 4, 6), H3)], lambda h: torch.cat([h, h], 2), "redistribute"),
     ("flatten, sharded inner factor", [((4, 4, 6), H3)], lambda h: h.flatten(1, 2), "outermost"),
+    ("reshape merging a sharded inner dim", [((4, 4, 6), H3)], lambda h: h.reshape(4, -1),
+     "outermost"),
+    ("chunk along a sharded dim", [((4, 4, 6), H3)], lambda h: h.chunk(2, 1), "spmd.redistribute(h"),
+    ("roll along a sharded dim", [((4, 4, 6), H3)], lambda h: h.roll(1, -1), "spmd.redistribute(h"),
+    ("cross_entropy mean over a sharded batch",
+     [((4, 6), Tensor[PS["dp", None], R["tp"]]), ((4, 6), Tensor[PS["dp", None], R["tp"]])],
+     lambda a, b: F.cross_entropy(a, b.softmax(1)), 'out_partial_axes="dp"'),
     ("add, different layouts", [((4, 6), Tensor[PS["dp", None], R["tp"]]),
                                 ((4, 6), Tensor[PS[None, "dp"], R["tp"]])],
      lambda a, b: a + b, "spmd.redistribute("),
@@ -100,3 +107,17 @@ def test_local_map_switches_types_in_check_mode():
     # outside check mode: the identity on values
     x = torch.randn(3)
     assert torch.equal(body(x), F.gelu(x))
+
+
+def test_reshape_reads_literal_sizes_as_local_sizes():
+    """``x.reshape(2, 2, 4)`` on a local ``[2, 8]`` block: the sizes are the local ones
+    torch receives (the same code runs unchanged under torchrun), so the result is the
+    global ``[2 * shards, 2, 4]`` with dim 0 sharded, whatever the mesh."""
+    with spmd.typecheck():
+        (x,) = _declared(((2, 8), Tensor[PS["dp", None], R["tp"]]))
+        y = x.reshape(2, 2, 4)
+        assert spmd.typeof(y).spec == (("dp",), (), ())
+        h = torch.randn(4, 3, 8)
+        spmd.declare(h, Tensor[PS[None, "tp", None], R["dp"]])
+        assert spmd.typeof(h.view(4, 3, 2, 4)).spec == ((), ("tp",), (), ())
+        assert spmd.typeof(h.unflatten(1, (3, 1))).spec == ((), ("tp",), (), ())

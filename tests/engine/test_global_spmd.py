@@ -236,30 +236,79 @@ def test_permutations() -> None:
     assert counts["rejected"] == 0 and counts["accepted"] > 50, counts
 
 
-def _reshape_local(shape: tuple[int, ...], out_type_holder: list) -> Callable:
-    def f(a: np.ndarray) -> np.ndarray:
-        return a.reshape(gs.local_shape(shape, out_type_holder[0].spec, MESH))
-    return f
+def _factorizations(n: int, rank: int) -> list[tuple[int, ...]]:
+    if rank == 1:
+        return [(n,)]
+    return [(d, *rest) for d in range(1, n + 1) if n % d == 0
+            for rest in _factorizations(n // d, rank - 1)]
 
 
-@pytest.mark.parametrize("in_shape,out_shape", [
-    ((6, 12), (72,)), ((6, 12), (6, 2, 6)), ((12, 6), (2, 6, 6)), ((6, 12, 6), (72, 6)),
-    ((6, 12), (36, 2)), ((12, 1, 6), (12, 6)),
-])
-def test_reshape_with_known_shapes(in_shape, out_shape) -> None:
+def _global_of(local: Sequence[int], spec) -> tuple[int, ...]:
+    return tuple(s * math.prod(MESH[a] for a in e) for s, e in zip(local, spec))
+
+
+@pytest.mark.parametrize("in_shape", [(6, 12), (12, 6), (6, 12, 6), (12, 1, 6), (6, 6, 6)])
+def test_reshape_with_local_shapes_is_the_global_reshape(in_shape) -> None:
+    """Runtime form: the literal target is the local shape torch receives; every
+    accepted (type, target) pair over all factorizations of the local size into 1 to 3
+    dims equals the global reshape of the global tensor."""
     counts = {"accepted": 0, "rejected": 0}
     for ta in types(len(in_shape)):
-        if len(in_shape) == 3 and in_shape[1] == 1 and ta.spec[1]:
-            continue  # a size-1 dim cannot be sharded
-        r = gs.propagate("reshape", _ops([ta]), shape=out_shape, in_shape=in_shape, mesh_sizes=MESH)
-        if r.errors:
-            counts["rejected"] += 1
+        if any(e and in_shape[d] == 1 for d, e in enumerate(ta.spec)):
+            continue  # a size-1 dim is never sharded
+        g_in = in_shape
+        try:
+            loc_in = gs.local_shape(g_in, ta.spec, MESH)
+        except ZeroDivisionError:  # pragma: no cover
             continue
-        counts["accepted"] += 1
-        x = RNG.standard_normal(in_shape)
-        check(lambda a: a.reshape(out_shape), [x], [ta], r.type,
-              local_op=lambda a: a.reshape(gs.local_shape(out_shape, r.type.spec, MESH)))
-    assert counts["accepted"], counts
+        if any(g % math.prod(MESH[a] for a in e) for g, e in zip(g_in, ta.spec)):
+            continue
+        n = math.prod(loc_in)
+        for rank_out in (1, 2, 3):
+            for tgt in _factorizations(n, rank_out):
+                r = gs.propagate("reshape", _ops([ta]), shape=tgt, in_shape=loc_in, mesh_sizes=MESH)
+                if r.errors:
+                    counts["rejected"] += 1
+                    assert any(w in r.errors[0].message for w in ("redistribute", "outermost")), r.errors
+                    continue
+                counts["accepted"] += 1
+                x = RNG.standard_normal(g_in)
+                g_out = _global_of(tgt, r.type.spec)
+                check(lambda a: a.reshape(g_out), [x], [ta], r.type, local_op=lambda a: a.reshape(tgt))
+    assert counts["accepted"] > 50 and counts["rejected"] > 10, counts
+
+
+def test_static_reshape_agrees_with_the_known_shape_rule() -> None:
+    """Statically (no input shape) a tensor sharded only on dim 0 takes any target, and a
+    target that keeps a prefix (x.shape[i]) takes the first dim after it sharded; every
+    static verdict that accepts gives the spec the runtime rule gives on every shape."""
+    counts = {"accepted": 0, "rejected": 0, "runtime_more": 0}
+    for in_shape in [(6, 12, 6), (12, 1, 6), (6, 6, 6)]:
+        for ta in types(3):
+            if any(e and in_shape[d] == 1 for d, e in enumerate(ta.spec)):
+                continue
+            loc_in = gs.local_shape(in_shape, ta.spec, MESH)
+            n = math.prod(loc_in)
+            for keep in range(0, 3):
+                rest = math.prod(loc_in[keep:])
+                for rank_rest in (0, 1, 2):
+                    tails = [()] if rank_rest == 0 else _factorizations(rest, rank_rest)
+                    if rank_rest == 0 and rest != 1:
+                        continue
+                    for tail in tails:
+                        static_shape = tuple(gs.SameDim(i) for i in range(keep)) + tuple(
+                            -1 if k == 0 else gs.ANY_SIZE for k in range(len(tail)))
+                        tgt = tuple(loc_in[:keep]) + tuple(tail)
+                        st = gs.propagate("reshape", _ops([ta]), shape=static_shape)
+                        rt = gs.propagate("reshape", _ops([ta]), shape=tgt, in_shape=loc_in)
+                        if st.errors:
+                            counts["rejected"] += 1
+                            counts["runtime_more"] += not rt.errors
+                            assert "unflatten(dim, sizes)" in st.errors[0].message or "scalar" in st.errors[0].message, st.errors
+                            continue
+                        counts["accepted"] += 1
+                        assert not rt.errors and rt.type.spec == st.type.spec, (ta, tgt, st, rt)
+    assert counts["accepted"] > 50 and counts["rejected"] > 10, counts
 
 
 def test_flatten_unflatten() -> None:
@@ -274,16 +323,16 @@ def test_flatten_unflatten() -> None:
             check(lambda a: a.reshape(72, 6), [x], [ta], r.type,
                   local_op=lambda a: a.reshape(-1, a.shape[-1]))
     for ta in types(2):
-        for sizes in ((6, 2), (2, 6), (3, 4)):
+        loc = gs.local_shape((6, 12), ta.spec, MESH)
+        for sizes in ((-1, 2), (2, -1), (1, -1)):
             r = gs.propagate("unflatten", _ops([ta]), dim=1, sizes=sizes, mesh_sizes=MESH)
-            if r.errors:
-                counts["rejected"] += 1
-                continue
+            assert not r.errors
             counts["accepted"] += 1
             x = RNG.standard_normal((6, 12))
-            out_shape = (6, *sizes)
-            check(lambda a: a.reshape(out_shape), [x], [ta], r.type,
-                  local_op=lambda a: a.reshape(gs.local_shape(out_shape, r.type.spec, MESH)))
+            local_out = np.empty(loc).reshape(loc[0], *sizes).shape
+            g_out = _global_of(local_out, r.type.spec)
+            check(lambda a: a.reshape(g_out), [x], [ta], r.type,
+                  local_op=lambda a: a.reshape(local_out))
     assert counts["accepted"] and counts["rejected"], counts
 
 
@@ -351,3 +400,156 @@ def test_per_axis_collectives_on_global_types_move_the_spec() -> None:
     assert not r.errors and r.type.spec == (("dp", "tp"), ())
     r = check_collective("convert", p.replace("tp", REPLICATE), ("tp",), REPLICATE, VARYING)
     assert r.errors and "dst=S(i)" in r.errors[0].message
+
+
+# -- split / chunk / unbind, expand, roll, cross_entropy (issue 5, session 3) ---------------
+
+
+@pytest.mark.parametrize("op,params,np_op", [
+    ("chunk", {"dim": 1}, lambda a: np.array_split(a, 2, axis=1)[1]),
+    ("chunk", {"dim": 0}, lambda a: np.array_split(a, 2, axis=0)[0]),
+    ("split", {"dim": -1}, lambda a: np.split(a, [4], axis=-1)[1]),
+    ("tensor_split", {}, lambda a: np.split(a, [2], axis=0)[1]),
+    ("unbind", {"dim": 1}, lambda a: np.take(a, 3, axis=1)),
+    ("unbind", {}, lambda a: np.take(a, 1, axis=0)),
+], ids=lambda v: str(v) if isinstance(v, (str, dict)) else "")
+def test_split_chunk_unbind_pieces_are_the_global_pieces(op, params, np_op) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        _run(op, [ta], params, np_op, [(6, 12)], counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def test_split_along_sharded_dim_names_the_redistribute() -> None:
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    r = gs.propagate("chunk", _ops([x]), dim=0)
+    assert r.errors and "spmd.redistribute(a, src=PS[\"dp\", None], dst=PS[None, None])" in r.errors[0].message
+    assert gs.propagate("split", _ops([x]), dim=gs.UNKNOWN).errors[0].message.count("literal")
+    ok = gs.propagate("unbind", _ops([x]), dim=1)
+    assert not ok.errors and ok.type.spec == (("dp",),) and ok.type.get("dp") == shard(0)
+
+
+def test_expand_new_leading_dims_and_kept_sharded_dims() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        _run("expand", [ta], {"shape": (3, -1, -1)}, lambda a: np.broadcast_to(a, (3, *a.shape)),
+             [(6, 12)], counts=counts)
+        _run("broadcast_to", [ta], {"shape": (2, 3, -1, -1)},
+             lambda a: np.broadcast_to(a, (2, 3, *a.shape)), [(6, 12)], counts=counts)
+    assert counts["accepted"] > 20 and counts["rejected"] == 0, counts
+    # a size-1 unsharded dim expanded (its literal size is the global one)
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        if ta.spec[1]:
+            continue  # a size-1 dim is never sharded
+        _run("expand", [ta], {"shape": (-1, 12)}, lambda a: np.broadcast_to(a, (a.shape[0], 12)),
+             [(6, 1)], counts=counts)
+    assert counts["accepted"] and counts["rejected"] == 0, counts
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    r = gs.propagate("expand", _ops([x]), shape=(8, 4))
+    assert r.errors and "write -1 there (a.expand(-1, 4))" in r.errors[0].message
+
+
+def test_expand_as_takes_the_broadcast_layout() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(1), types(2)):
+        _run("expand_as", [ta, tb], {}, lambda a, b: np.broadcast_to(a, b.shape), [(12,), (6, 12)],
+             counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+@pytest.mark.parametrize("dims", [1, (0, 1), 0, None, -1])
+def test_roll_along_unsharded_dims(dims) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        _run("roll", [ta], {"dims": dims}, lambda a: np.roll(a, 2, axis=dims), [(6, 12)],
+             counts=counts)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def _ce(logits: np.ndarray, target: np.ndarray, reduction: str) -> np.ndarray:
+    """cross_entropy over dim 1 (numpy): target class indices (floats holding ints) or
+    probabilities shaped like logits."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    if target.shape == logits.shape:
+        loss = -(target * logp).sum(axis=1)
+    else:
+        idx = np.rint(target).astype(int)[:, None]
+        loss = -np.take_along_axis(logp, idx, axis=1)[:, 0]
+    return {"none": loss, "sum": loss.sum(), "mean": loss.mean()}[reduction]
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("probs", [False, True], ids=["indices", "probabilities"])
+def test_cross_entropy_is_the_global_loss_or_an_error(reduction, probs) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for tx in types(2, partial=False):
+        for tt in types(2 if probs else 1, partial=False):
+            r = gs.propagate("cross_entropy", _ops([tx, tt]), reduction=reduction)
+            if r.errors:
+                counts["rejected"] += 1
+                for e in r.errors:
+                    assert "redistribute" in e.message or "spmd.sum" in e.message, e.message
+                continue
+            counts["accepted"] += 1
+            x = RNG.standard_normal((6, 12))
+            t = RNG.random((6, 12)) if probs else RNG.integers(0, 12, (6,)).astype(float)
+            want = _ce(x, t, reduction)
+            lx, lt = lay_out(x, tx), lay_out(t, tt)
+            locs = [_ce(a, b, reduction) for a, b in zip(lx, lt)]
+            got = assemble([np.asarray(v) for v in locs], r.type, np.shape(want))
+            np.testing.assert_allclose(got, want, atol=1e-8)
+    assert counts["accepted"] and counts["rejected"], counts
+
+
+def test_cross_entropy_messages() -> None:
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    t = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",),))
+    mean = gs.propagate("cross_entropy", _ops([x, t]))
+    assert mean.errors and "global mean is not the mean of the local means" in mean.errors[0].message
+    assert 'spmd.sum(losses, 0, out_partial_axes="dp")' in mean.errors[0].message
+    none = gs.propagate("nll_loss", _ops([x, t]), reduction="none")
+    assert not none.errors and none.type.spec == (("dp",),)
+    cls = SpmdType.of({"tp": shard(1), "dp": REPLICATE}, ((), ("tp",)))
+    r = gs.propagate("cross_entropy", _ops([cls, SpmdType.of({"dp": REPLICATE, "tp": REPLICATE}, ((),))]),
+                     reduction="none")
+    assert r.errors and "class dim 1" in r.errors[0].message
+    w = SpmdType.of({"tp": shard(0), "dp": REPLICATE}, (("tp",),))
+    r = gs.propagate("cross_entropy", _ops([x, t, w]), reduction="none")
+    assert r.errors and "class weights" in r.errors[0].message
+    assert gs.propagate("cross_entropy", _ops([x, t]), reduction=gs.UNKNOWN).errors[0].message.count("literal")
+
+
+def test_elementwise_broadcast_operand_varying_on_the_sharding_axis_is_rejected() -> None:
+    """``PS["dp", None] + PS[None] V["dp"]``: the vector differs per dp rank, so each rank
+    would broadcast its own values along the dp-sharded dim (no global meaning)."""
+    a = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    c = SpmdType.of({"dp": VARYING, "tp": REPLICATE}, ((),))
+    for op in ("add", "mul", "where"):
+        r = gs.propagate(op, _ops([a, c]))
+        assert r.errors and 'all_gather(b, "dp", src=V, dst=R)' in r.errors[0].message, (op, r)
+        r = gs.propagate(op, _ops([c, a]))
+        assert r.errors, op
+    # size 1 on the sharded dim (runtime: sizes known) is a broadcast too
+    c2 = SpmdType.of({"dp": VARYING, "tp": REPLICATE}, ((), ()))
+    r = gs.propagate("add", _ops([a, c2]), sizes_one=((False, False), (True, False)))
+    assert r.errors and "has size 1" in r.errors[0].message
+    # Replicate on "dp" broadcasts the same values on every rank: accepted
+    ok = gs.propagate("add", _ops([a, c.replace("dp", REPLICATE)]))
+    assert not ok.errors and ok.type.spec == (("dp",), ())
+    # a local axis outside every spec stays a local axis (V), as before
+    v = SpmdType.of({"tp": VARYING, "dp": REPLICATE}, ((),))
+    b = SpmdType.of({"dp": shard(0), "tp": VARYING}, (("dp",), ()))
+    ok = gs.propagate("add", _ops([b, v]))
+    assert not ok.errors and ok.type.get("tp") == VARYING
+
+
+def test_untyped_target_is_gradual_and_expand_as_untyped_is_unknown() -> None:
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    u = SpmdType()
+    r = gs.propagate("cross_entropy", _ops([x, u]), reduction="none")
+    assert not r.errors and r.type.spec == (("dp",),)
+    assert gs.propagate("cross_entropy", _ops([x, u])).errors  # the mean over dp still is not
+    r = gs.propagate("expand_as", _ops([x, u]))
+    assert not r.errors and r.type.spec is None
