@@ -2,7 +2,8 @@
 
 Runs, in order:
 
-1. the rule soundness suite (:mod:`soundness.rules`) on gloo worlds of 2 and 4 ranks;
+1. the rule soundness suite (:mod:`soundness.rules`, and the einsum rule in global mode:
+   :mod:`soundness.global_rules`) on gloo worlds of 2 and 4 ranks;
 2. the differential fuzzer (``soundness.fuzz.run``) for ``--fuzz-seconds``, when present;
 3. robustness (:mod:`soundness.robustness`): the plugin over megatron-core, torch.distributed
    and torch.nn (no crash, no added or removed diagnostic) and fuzzed annotations (no
@@ -34,11 +35,14 @@ def _print(*a: object) -> None:
 
 
 def run_rules(args: argparse.Namespace, out_dir: Path) -> tuple[dict, bool]:
-    from . import rules
+    from . import global_rules, rules
 
     t0 = time.perf_counter()
     results = rules.run(world_sizes=args.world_sizes, sample=args.sample, seed=args.seed,
                         timeout=args.world_timeout)
+    # the einsum rule in global mode (partition specs): soundness/global_rules.py
+    results += global_rules.run(world_sizes=args.world_sizes, sample=args.sample,
+                                seed=args.seed, timeout=args.world_timeout)
     seconds = time.perf_counter() - t0
     status = collections.Counter(r["status"] for r in results)
     by_mesh = collections.Counter(r["mesh"] for r in results)
@@ -71,7 +75,7 @@ def run_rules(args: argparse.Namespace, out_dir: Path) -> tuple[dict, bool]:
     if static["no-global-program"]:
         _print(f"    ({rules.STATIC_NOTE})")
     _print("  per op class (match / mismatch / counterexample / conservative):")
-    for sec in rules.SECTIONS:
+    for sec in (*rules.SECTIONS, global_rules.SECTION):
         c = by_section.get(sec)
         if c:
             _print(f"    {sec:13s} {c['accepted-match']:6d} {c['accepted-MISMATCH']:3d} "
