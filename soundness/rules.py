@@ -114,9 +114,10 @@ def _cases() -> list[OpCase]:
         C("add bcast", "linear", "add", (m23, m13), lambda a, b: a + b),
         C("add scalar", "linear", "add", (m23, None), lambda a: a + 1.5),
         C("sub", "linear", "sub", (m23, m23), lambda a, b: a - b),
-        # the condition is an index operand: no gradient (as the check mode passes it)
-        C("where", "linear", "where", (m23, m23, m23), lambda c, a, b: torch.where(c > 0, a, b),
-          no_grad=(0,)),
+        # the condition is an index operand: no gradient (as the check mode passes it); larger,
+        # so that a random condition does not pick one branch everywhere by chance
+        C("where", "linear", "where", ((4, 6), (4, 6), (4, 6)),
+          lambda c, a, b: torch.where(c > 0, a, b), no_grad=(0,)),
         C("neg", "linear", "neg", (m23,), lambda a: -a),
         C("cat", "linear", "cat", (m23, m23), lambda a, b: torch.cat([a, b], 0)),
         # reductions
@@ -504,11 +505,34 @@ REDUNDANT_PARTIAL = (
     "redundant declaration usually means the user expected a contraction that is not there")
 
 
+NOGRAD_CONDITION = (
+    "where's condition carries no gradient, so beside I operands an R condition needs "
+    "no backward comms; the engine's no-gradient relaxation turns an I operand that carries "
+    "no gradient into R, but does not let a non-I one mix with I (an imprecision of the "
+    "engine, left as is: an I condition, or reinterpret(c, src=R, dst=I), is accepted)")
+AFFINE_NORM_PARAMS = (
+    "layer_norm(x, shape, w, b) is w * normalized(x) + b: affine in the weight and bias, so "
+    "with x not Partial a P weight and bias give a correct P result; the engine treats every "
+    "operand of a non-linear op as non-linear (P is an error), the safe default")
+
+
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
     """Why a rejection that some result type would survive is deliberate (None: not listed)."""
     if task.partial_axes and all(e.startswith("spmd-src-mismatch") and "is P on" in e
                                  for e in task.errors):
         return REDUNDANT_PARTIAL
+    case = CASES[task.case]
+    if case.engine == "where":
+        # accepted once the gradient-free condition is typed I where it is R: the
+        # rejection comes from the condition's R only
+        cond = tuple(INVARIANT if t.kind is Kind.R else t for t in task.in_types[0])
+        mesh = MESHES[task.mesh]
+        if verdict(case, mesh, (cond,) + tuple(task.in_types[1:]), task.partial_axes)[0]:
+            return NOGRAD_CONDITION
+    if case.name == "layer_norm w b" and all(e.startswith("spmd-partial-nonlinear")
+                                             for e in task.errors):
+        if all(t.kind is not Kind.P for t in task.in_types[0]):
+            return AFFINE_NORM_PARAMS
     return None
 
 
@@ -516,6 +540,8 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
 CONSERVATIVE: list[tuple[str, str]] = [
     ("spmd.matmul/einsum/linear/sum(..., out_partial_axes=a) with an operand P on a",
      REDUNDANT_PARTIAL),
+    ("where(c, x, y) with a gradient-free R condition beside I operands", NOGRAD_CONDITION),
+    ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
 ]
 
 # A mismatch found in the S(i) reading only (the concatenation), the V reading being
