@@ -9,6 +9,11 @@ chunk of the sequence with whole (Replicate) weights.  A block is
       --gelu--> V --linear(w2: S(1), out_partial_axes="tp")--> P
       --reduce_scatter(P,S(0))--> S(0) --+ b2: R--> S(0) --layer_norm(w: R)--> S(0) --+ x--> S(0)
 
+(The layouts after ``+ b2`` and layer_norm are what the program computes; the checker types
+those results plain V: the types carry no shapes, so it cannot prove that ``b2`` broadcasts
+along dim 0 or that the norm leaves dim 0 whole.  ``src=S(0)`` and the ``S(0)`` annotations
+state the layout where it is used.)
+
 The model projects its input with an Invariant weight (whole activations),
 enters the sequence-parallel region with ``convert(I,S(0))`` (Megatron's
 ``scatter_to_sequence_parallel_region``, whose backward all-gathers) and
@@ -115,8 +120,10 @@ class SequenceParallelModel(nn.Module):
 
     def forward(self, x: Tensor[I["tp"]]) -> Tensor[S[0, "tp"]]:
         emb = F.linear(x, self.w_in)
-        h = spmd.convert(emb, "tp", src=I, dst=S(0))  # scatter_to_sequence_parallel_region
-        h = F.layer_norm(h, (HIDDEN,), self.ln_emb_w, self.ln_emb_b)
+        s = spmd.convert(emb, "tp", src=I, dst=S(0))  # scatter_to_sequence_parallel_region
+        # layer_norm over the last dim keeps whole rows, so the S(0) layout holds; the checker
+        # cannot prove it without the rank (for a 1-d tensor dim 0 is the last), so say it
+        h: Tensor[S[0, "tp"]] = F.layer_norm(s, (HIDDEN,), self.ln_emb_w, self.ln_emb_b)
         h1: Tensor[S[0, "tp"]] = self.block1(h)
         h2: Tensor[S[0, "tp"]] = self.block2(h1)
         return F.layer_norm(h2, (HIDDEN,), self.ln_f_w, self.ln_f_b)

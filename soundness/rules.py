@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from spmd_mypy.engine.collectives import check_collective
-from spmd_mypy.engine.ops import Operand, classify, propagate
+from spmd_mypy.engine.ops import (
+    NORMALISING, REDUCTIONS, SCANS, Operand, Reduction, classify, normalising_reduction, propagate,
+)
 from spmd_mypy.engine.types import (
     INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, shard,
 )
@@ -74,6 +76,8 @@ class OpCase:
     operands (in order) and computes locally; ``ref`` (default ``fn``) is the single-device
     computation; ``positive``: tensor positions whose values must be positive (denominators).
     ``partial``: the op takes ``out_partial_axes`` (the einsum rule): ``fn(*xs, axes)``.
+    ``dims``: the dims argument as the call states it (a reduction's ``dim``, softmax's
+    ``dim``, layer_norm's ``normalized_shape``), passed to the engine as the adapters do.
     """
 
     name: str
@@ -84,6 +88,8 @@ class OpCase:
     ref: Callable[..., Any] | None = None
     positive: tuple[int, ...] = ()
     partial: bool = False
+    dims: object = None
+    no_grad: tuple[int, ...] = ()  # operand positions that carry no gradient (a where condition)
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -108,14 +114,19 @@ def _cases() -> list[OpCase]:
         C("add bcast", "linear", "add", (m23, m13), lambda a, b: a + b),
         C("add scalar", "linear", "add", (m23, None), lambda a: a + 1.5),
         C("sub", "linear", "sub", (m23, m23), lambda a, b: a - b),
+        # the condition is an index operand: no gradient (as the check mode passes it); larger,
+        # so that a random condition does not pick one branch everywhere by chance
+        C("where", "linear", "where", ((4, 6), (4, 6), (4, 6)),
+          lambda c, a, b: torch.where(c > 0, a, b), no_grad=(0,)),
         C("neg", "linear", "neg", (m23,), lambda a: -a),
         C("cat", "linear", "cat", (m23, m23), lambda a, b: torch.cat([a, b], 0)),
         # reductions
         C("sum", "reduction", "sum", (m23,), lambda a: a.sum()),
-        C("sum(1)", "reduction", "sum", (m23,), lambda a: a.sum(1)),
-        C("mean(0)", "reduction", "mean", (m23,), lambda a: a.mean(0)),
-        C("cumsum(1)", "reduction", "cumsum", (m23,), lambda a: a.cumsum(1)),
-        C("amax(1)", "reduction", "amax", (m23,), lambda a: a.amax(1)),
+        C("sum(1)", "reduction", "sum", (m23,), lambda a: a.sum(1), dims=(1,)),
+        C("mean(0)", "reduction", "mean", (m23,), lambda a: a.mean(0), dims=(0,)),
+        C("cumsum(1)", "reduction", "cumsum", (m23,), lambda a: a.cumsum(1), dims=(1,)),
+        C("amax(1)", "reduction", "amax", (m23,), lambda a: a.amax(1), dims=(1,)),
+        C("sum(-1)", "reduction", "sum", (m23,), lambda a: a.sum(-1), dims=(-1,)),
         # views
         C("t", "view", "t", (m23,), lambda a: a.t()),
         C("reshape", "view", "reshape", (m23,), lambda a: a.reshape(3, 2)),
@@ -138,8 +149,14 @@ def _cases() -> list[OpCase]:
         C("exp", "non-linear", "exp", (m23,), lambda a: a.exp()),
         C("tanh", "non-linear", "tanh", (m23,), lambda a: a.tanh()),
         C("pow 2", "non-linear", "pow", (m23, None), lambda a: a ** 2),
-        C("softmax(-1)", "non-linear", "softmax", (m23,), lambda a: a.softmax(-1)),
-        C("layer_norm", "non-linear", "layer_norm", (m23,), lambda a: F.layer_norm(a, (3,))),
+        C("softmax(-1)", "non-linear", "softmax", (m23,), lambda a: a.softmax(-1), dims=-1),
+        C("softmax(0)", "non-linear", "softmax", (m23,), lambda a: a.softmax(0), dims=0),
+        C("log_softmax(1)", "non-linear", "log_softmax", (m23,), lambda a: a.log_softmax(1),
+          dims=1),
+        C("layer_norm", "non-linear", "layer_norm", (m23,), lambda a: F.layer_norm(a, (3,)),
+          dims=(3,)),
+        C("layer_norm w b", "non-linear", "layer_norm", (m23, (3,), (3,)),
+          lambda a, w, b: F.layer_norm(a, (3,), w, b), dims=(3,)),
         # (larger: each operand must win somewhere, or the gradient of one is zero everywhere)
         C("maximum", "non-linear", "maximum", ((4, 6), (4, 6)), lambda a, b: torch.maximum(a, b)),
         # the einsum rule in local mode: the local op, declared Partial on out_partial_axes
@@ -173,6 +190,9 @@ class Task:
     accepted: bool = False
     out_types: tuple[LocalType, ...] | None = None
     errors: tuple[str, ...] = ()
+    # the static checker's result type when it differs from the check mode's (it sees no
+    # shapes and no rank); checked as a second claim
+    static_out: tuple[LocalType, ...] | None = None
 
     def label(self) -> str:
         axes = MESHES[self.mesh].axes
@@ -191,10 +211,26 @@ def local_options(ndim: int) -> list[LocalType]:
     return [REPLICATE, INVARIANT, VARYING, PARTIAL] + [shard(d) for d in range(min(ndim, 2))]
 
 
+def _reduction(case: OpCase, static: bool) -> Reduction | None:
+    """The dims argument as the adapter gives it to the engine: the static checker without
+    the rank (plugin/reductions.py), the check mode with it (runtime _torch_ops.py)."""
+    if case.dims is None:
+        return None
+    ndim = None if static else len(case.shapes[0])
+    if case.engine in NORMALISING:
+        return normalising_reduction(case.engine, case.dims, ndim)
+    if case.engine in REDUCTIONS or case.engine in SCANS:
+        return Reduction(tuple(case.dims), False, ndim)  # type: ignore[arg-type]
+    return None
+
+
 def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
-            partial_axes: Sequence[int] = ()) -> tuple[bool, tuple[LocalType, ...] | None,
-                                                       tuple[str, ...]]:
-    """The engine's verdict on one combination: accepted, the result's types, the errors."""
+            partial_axes: Sequence[int] = (), static: bool = False,
+            ) -> tuple[bool, tuple[LocalType, ...] | None, tuple[str, ...]]:
+    """The engine's verdict on one combination: accepted, the result's types, the errors.
+
+    As the runtime check mode asks it (the operands' shapes and the rank known), or with
+    ``static`` as the mypy plugin does (no shapes, no rank)."""
     it = iter(in_types)
     operands = []
     for i, shape in enumerate(case.operands):
@@ -202,8 +238,10 @@ def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
             operands.append(Operand(None, "2.5"))
         else:
             t = next(it)
-            operands.append(Operand(SpmdType.of(dict(zip(mesh.axes, t))), f"x{i}"))
-    res = propagate(classify(case.engine), operands)
+            operands.append(Operand(SpmdType.of(dict(zip(mesh.axes, t))), f"x{i}",
+                                    can_grad=i not in case.no_grad,
+                                    shape=None if static else tuple(shape)))
+    res = propagate(classify(case.engine), operands, reduction=_reduction(case, static))
     errors = [f"{e.code}: {e.message}" for e in res.errors]
     t = res.type
     for k in partial_axes:  # out_partial_axes: reinterpret(V,P) by the collective table
@@ -246,7 +284,10 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
             all_tasks += [(c, p) for c in chosen]
         for combo, pa in all_tasks:
             acc, ot, errs = verdict(case, mesh, combo, pa)
-            out.append(Task(mesh_name, case.name, tuple(combo), pa, acc, ot, errs))
+            sacc, sot, serrs = verdict(case, mesh, combo, pa, static=True)
+            assert sacc == acc and bool(serrs) == bool(errs), (case.name, combo)
+            out.append(Task(mesh_name, case.name, tuple(combo), pa, acc, ot, errs,
+                            sot if sot != ot else None))
     return out
 
 
@@ -464,11 +505,34 @@ REDUNDANT_PARTIAL = (
     "redundant declaration usually means the user expected a contraction that is not there")
 
 
+NOGRAD_CONDITION = (
+    "where's condition carries no gradient, so beside I operands an R condition needs "
+    "no backward comms; the engine's no-gradient relaxation turns an I operand that carries "
+    "no gradient into R, but does not let a non-I one mix with I (an imprecision of the "
+    "engine, left as is: an I condition, or reinterpret(c, src=R, dst=I), is accepted)")
+AFFINE_NORM_PARAMS = (
+    "layer_norm(x, shape, w, b) is w * normalized(x) + b: affine in the weight and bias, so "
+    "with x not Partial a P weight and bias give a correct P result; the engine treats every "
+    "operand of a non-linear op as non-linear (P is an error), the safe default")
+
+
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
     """Why a rejection that some result type would survive is deliberate (None: not listed)."""
     if task.partial_axes and all(e.startswith("spmd-src-mismatch") and "is P on" in e
                                  for e in task.errors):
         return REDUNDANT_PARTIAL
+    case = CASES[task.case]
+    if case.engine == "where":
+        # accepted once the gradient-free condition is typed I where it is R: the
+        # rejection comes from the condition's R only
+        cond = tuple(INVARIANT if t.kind is Kind.R else t for t in task.in_types[0])
+        mesh = MESHES[task.mesh]
+        if verdict(case, mesh, (cond,) + tuple(task.in_types[1:]), task.partial_axes)[0]:
+            return NOGRAD_CONDITION
+    if case.name == "layer_norm w b" and all(e.startswith("spmd-partial-nonlinear")
+                                             for e in task.errors):
+        if all(t.kind is not Kind.P for t in task.in_types[0]):
+            return AFFINE_NORM_PARAMS
     return None
 
 
@@ -476,39 +540,22 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
 CONSERVATIVE: list[tuple[str, str]] = [
     ("spmd.matmul/einsum/linear/sum(..., out_partial_axes=a) with an operand P on a",
      REDUNDANT_PARTIAL),
+    ("where(c, x, y) with a gradient-free R condition beside I operands", NOGRAD_CONDITION),
+    ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
 ]
 
 # A mismatch found in the S(i) reading only (the concatenation), the V reading being
-# correct: the S(i) layout the engine propagates is wrong there.  Known, each pinned by a
-# strict-xfail regression test in tests/soundness/test_known_unsound.py; still counted
-# and printed, and ``--strict`` makes them fail the run.
+# correct: marks a failure of the S(i) layout in counterexamples.
 S_LAYOUT = "[S-layout] "
-KNOWN_UNSOUND: list[tuple[str, str, str]] = [
-    ("s-with-replicate",
-     "an elementwise op keeps S(i) when its other tensor operands are R or I (or S(i) itself "
-     "is broadcast): the concatenation of the results is the op on the concatenation only "
-     "when every non-Varying operand has size 1 on dim i; the engine sees no shapes",
-     "test_shard_kept_beside_a_replicate_operand"),
-    ("s-normalized-dim",
-     "softmax/log_softmax/layer_norm/... keep S(i) whatever dim they normalise over: on the "
-     "sharded dim each rank normalises its own chunk, not the global row (needs comms)",
-     "test_shard_kept_through_softmax_on_the_sharded_dim"),
-]
-
-
-def _known_unsound(task: Task, msg: str) -> str | None:
-    if not msg.startswith(S_LAYOUT) or task.out_types is None:
-        return None
-    case = CASES[task.case]
-    if case.engine in ("softmax", "log_softmax", "softmin", "layer_norm", "rms_norm",
-                       "group_norm", "normalize"):
-        return "s-normalized-dim"
-    for k, out in enumerate(task.out_types):
-        if out.dim is not None and any(t[k].kind is not Kind.V for t in task.in_types):
-            return "s-with-replicate"
-        if out.dim is not None and len(set(case.shapes)) > 1:
-            return "s-with-replicate"  # a broadcast S(i) operand
-    return None
+# The reference forward of inputs whose S(i) globals do not fit together (a broadcast S(i)
+# operand of size 1 on dim i beside a full one: the single-device op raises).
+NO_GLOBAL_PROGRAM = "the global values have no single-device computation"
+STATIC_NOTE = (
+    "the static checker sees no shapes: it keeps S(i) for an elementwise op whose operands "
+    "are all S(i), assuming they agree in size on dim i; where they do not (a broadcast S(i) "
+    "operand), the inputs' S(i) types denote global values that no single-device op "
+    "combines, so the S(i) claim is about a program that does not exist (the check mode, "
+    "which sees the shapes, types it V)")
 
 
 # --------------------------------------------------------------------------------------
@@ -540,7 +587,8 @@ def job(rank: int, world_size: int, arg: dict) -> dict | None:
         task = tasks[i]
         mesh = MESHES[task.mesh]
         per_coord = {c: everyone[r][i] for r, c in enumerate(mesh.coords())}
-        cands = [task.out_types] if task.accepted else candidates(task, outs[i].ndim)
+        cands = ([task.out_types] + ([task.static_out] if task.static_out else [])
+                 if task.accepted else candidates(task, outs[i].ndim))
         res = {cand: check_forward(task, i, cand, per_coord) for cand in cands}
         fwd[i] = res
         my_plan.append((i, [c for c, msg in res.items() if msg is None or task.accepted]))
@@ -582,10 +630,18 @@ def evaluate(task: Task, index: int, fwd: dict, bwd: dict) -> dict:
         msg = fwd[cand] or bwd.get(cand)
         rec["engine"] = _type_text(cand, axes)  # type: ignore[arg-type]
         rec["status"] = "accepted-match" if msg is None else "accepted-MISMATCH"
-        known = _known_unsound(task, msg) if msg else None
-        if known:
-            rec["status"] = "known-unsound"
-            rec["known"] = known
+        if task.static_out is not None:  # the static checker's claim, when it differs
+            st = task.static_out
+            smsg = fwd[st] or bwd.get(st)
+            rec["static"] = _type_text(st, axes)
+            if smsg is None:
+                rec["static_status"] = "match"
+            elif NO_GLOBAL_PROGRAM in smsg and (fwd[st] or "").startswith(S_LAYOUT):
+                rec["static_status"] = "no-global-program"
+            else:
+                rec["static_status"] = "MISMATCH"
+                rec["status"] = "accepted-MISMATCH"
+                msg = msg or f"static claim {rec['static']}: {smsg}"
         if msg:
             rec["counterexample"] = msg
             rec["inputs"] = _inputs_text(task, index)

@@ -449,7 +449,7 @@ class _Mode(TorchFunctionMode):
                 operands.append(Operand(None, text, True, role))
             else:
                 can_grad = (not is_index) and grad_on and bool(v.requires_grad)
-                operands.append(Operand(t, text, can_grad, role))
+                operands.append(Operand(t, text, can_grad, role, tuple(v.shape)))
         if params is not None:
             return global_propagate(plan.name, operands, **params)
         return propagate(spec, operands, strict=self.strict, reduction=reduction)
@@ -705,14 +705,15 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
 
 
 def _operand_key(key: list[Any], ops: list, types: list, grad_on: bool) -> list[Any]:
-    """A result cache key: per operand, its (interned) type's id and whether it is an index
-    or cannot carry a gradient (roles follow from the plan and the position)."""
+    """A result cache key: per operand, its (interned) type's id, whether it is an index
+    or cannot carry a gradient (roles follow from the plan and the position), its shape."""
     for (v, is_index), t in zip(ops, types):
         if t is None:
             key.append(0)
         else:
             key.append(id(t))
             key.append(is_index or not (grad_on and v.requires_grad))
+            key.append(v.shape)  # the S(i) layout rule reads the shapes
     return key
 
 

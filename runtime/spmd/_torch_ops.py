@@ -40,7 +40,10 @@ from typing import Any, Callable
 import torch
 
 from spmd_mypy.engine import ops as _engine_ops
-from spmd_mypy.engine.ops import FACTORIES, NOT_OPS, REDUCTIONS, SCANS, OpSpec, Reduction, Role, classify
+from spmd_mypy.engine.ops import (
+    FACTORIES, NORMALISING, NOT_OPS, REDUCTIONS, SCANS, OpSpec, Reduction, Role, classify,
+    normalising_reduction,
+)
 
 # --------------------------------------------------------------------------------------
 # Formal-name classes (the same as the mypy plugin's, spmd_mypy/plugin/calls.py; taken
@@ -161,6 +164,10 @@ class Plan:
             keep_at = ps.index("keepdim") if "keepdim" in ps else (
                 None if name in _KEEPDIM_KEYWORD_ONLY else dim_at + 1)
             self.reduce_at = (dim_at, keep_at)
+        elif name in NORMALISING:  # the normalised dims' formal; keep_at None: keeps every dim
+            ps = params or ()
+            formal = NORMALISING[name][0]
+            self.reduce_at = (ps.index(formal) if formal in ps else 1, None)
 
     def __repr__(self) -> str:
         return f"Plan({self.kind.value}, {self.name!r}, swap={self.swap}, inplace={self.inplace})"
@@ -187,6 +194,12 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
     if at is None or not args or not isinstance(args[0], torch.Tensor):
         return None
     dim_at, keep_at = at
+    norm = NORMALISING.get(plan.name)
+    if norm is not None:
+        value = kwargs.get(norm[0], args[dim_at] if dim_at < len(args) else None)
+        if isinstance(value, torch.Size):
+            value = tuple(value)
+        return normalising_reduction(plan.name, value, args[0].dim())
     dim = kwargs.get("dim", args[dim_at] if dim_at < len(args) else None)
     dims = _dims_of(dim)
     if dims is None:

@@ -94,6 +94,9 @@ class Operand:
     text: str = "x"
     can_grad: bool = True
     role: Role | None = None  # overrides the spec's role for this position
+    # The local shape, when the adapter knows it (the runtime check mode; the static
+    # checker sees no shapes): it lets the S(i) layout rule check the sizes on dim i.
+    shape: tuple[int, ...] | None = None
 
     @property
     def is_scalar(self) -> bool:
@@ -177,6 +180,23 @@ floor ceil round trunc frac fmod remainder reciprocal
 """.split())
 
 
+# Normalising ops: shape-preserving, but each output element depends on a whole slice
+# of the input (softmax over ``dim``, layer_norm over the trailing ``normalized_shape``).
+# A Shard(i) input keeps its layout only when the normalised dims are known and provably
+# not i (see :func:`normalising_reduction`); every other operand (layer_norm's weight and
+# bias) lies along the normalised dims.  By the formal that states the normalised dims:
+# "dim" (one dim or a tuple), or "shape" (normalized_shape: its last len() dims).
+NORMALISING: dict[str, tuple[str, str]] = {
+    "softmax": ("dim", "dim"), "log_softmax": ("dim", "dim"), "softmin": ("dim", "dim"),
+    "normalize": ("dim", "dim"),
+    "layer_norm": ("normalized_shape", "shape"), "rms_norm": ("normalized_shape", "shape"),
+}
+# Normalising ops whose dims the rule does not read (group_norm normalises dim 1 and every
+# spatial dim, local_response_norm a window of channels): a Shard input gives plain V.
+_NORMALISING_OTHER = frozenset({"group_norm", "local_response_norm", "batch_norm",
+                                "instance_norm", "gumbel_softmax"})
+
+
 # Operators (Tensor dunders) -> (the op's name, operands swapped): ``a + b`` is ``add``,
 # ``b + a`` reflected is ``add`` with the operands swapped, ``a += b`` is ``add_``.  Both
 # adapters (the mypy plugin, the runtime checker) read operators through this table.
@@ -218,7 +238,8 @@ def _spec_table() -> dict[str, OpSpec]:
         table[name] = OpSpec(name, OpClass.MULTILINEAR, keeps_shard_dims=name in ("mul", "multiply"))
     for name in _NONLINEAR:
         table[name] = OpSpec(name, OpClass.NONLINEAR,
-                             keeps_shard_dims=name in _SHAPE_PRESERVING_NONLINEAR)
+                             keeps_shard_dims=name in _SHAPE_PRESERVING_NONLINEAR
+                             and name not in NORMALISING and name not in _NORMALISING_OTHER)
     # ops whose operands play different roles
     s, f, n = Role.SUMMAND, Role.FACTOR, Role.NONLINEAR
     special = [
@@ -323,10 +344,34 @@ class Reduction:
     ndim: int | None = None
 
 
+def normalising_reduction(name: str, value: object, ndim: int | None = None) -> Reduction | None:
+    """The dims normalising op ``name`` normalises over, from the value of its formal
+    ``NORMALISING[name][0]`` as the call states it (a literal int or tuple; for
+    ``normalized_shape`` only its length matters, so the items may be None), as a
+    Reduction that keeps every dim; None when the op is not one or the value is unknown."""
+    kind = NORMALISING.get(name)
+    if kind is None or value is None or isinstance(value, bool):
+        return None
+    if kind[1] == "shape":
+        k = 1 if isinstance(value, int) else len(value) if isinstance(value, (tuple, list)) else None
+        if k is None or k < 1:
+            return None
+        return Reduction(tuple(range(-k, 0)), True, ndim)
+    if isinstance(value, int):
+        return Reduction((value,), True, ndim)
+    if isinstance(value, (tuple, list)) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return Reduction(tuple(value), True, ndim)
+    return None
+
+
 def shard_dim_after(name: str, d: int, r: Reduction) -> int | None:
-    """Where a Shard(d) operand's dim is in the result of reduction (or scan) ``name``;
-    None when the shard dim is reduced or its place cannot be known (the result is V)."""
-    if name not in REDUCTIONS and name not in SCANS:
+    """Where a Shard(d) operand's dim is in the result of reduction (or scan, or
+    normalising op) ``name``; None when the shard dim is reduced (normalised) or its place
+    cannot be known (the result is V)."""
+    if name in NORMALISING:
+        r = Reduction(r.dims, True, r.ndim)  # keeps every dim, like a scan
+    elif name not in REDUCTIONS and name not in SCANS:
         return None
     if r.dims is None or not r.dims:
         return None  # a full reduction (an empty dim tuple also reduces every dim)
@@ -463,6 +508,73 @@ def _rule_on_axis(
     return VARYING, None
 
 
+def _same_size_on(dim: int, ops: Sequence[Operand]) -> bool:
+    """Whether the operands' known shapes agree on ``dim`` (and in rank); True when a
+    shape is unknown (the static checker: see :func:`_layout`)."""
+    shapes = [o.shape for o in ops]
+    if any(sh is None for sh in shapes):
+        return True
+    ndims = {len(sh) for sh in shapes}  # type: ignore[arg-type]
+    if len(ndims) != 1:
+        return False
+    (n,) = ndims
+    if not -n <= dim < n:
+        return False
+    return len({sh[dim] for sh in shapes}) == 1  # type: ignore[index]
+
+
+def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
+            dim: int | None, reduction: Reduction | None) -> int | None:
+    """The shard dim of a Varying result on ``axis`` (None: plain V, the layout unknown).
+
+    S(i) means the concatenation of the locals on dim i is the global tensor, so a result
+    keeps a dim only where the op commutes with that concatenation:
+
+    - an elementwise op (``keeps_shard_dims``) when *every* tensor operand is S(i) on the
+      axis with the same i: beside an R, I or untyped tensor ``y``,
+      ``cat(x_r + y) == cat(x_r) + y`` only if ``y`` has size 1 on dim i, and types carry
+      no shapes, so the result is plain V (which a declared S(i) still accepts).  When the
+      adapter knows the shapes (check mode), the operands must also agree in rank and in
+      size on dim i (a broadcast S(i) operand of size 1 there has no global meaning);
+      the static checker assumes it (the only case where the operands' globals fit);
+    - a normalising op (``NORMALISING``: softmax, layer_norm, ...) on an S(i) input when
+      the call states the normalised dims and they provably exclude i
+      (:func:`shard_dim_after`: a literal dim of the same sign as i, or any dim once the
+      rank is known); its other operands (weight, bias) lie along the normalised dims and
+      must not vary on the axis;
+    - a reduction or scan on an S(i) operand when the call states its dims
+      (:func:`shard_dim_after`).
+    """
+    ops = [o for o, _ in tensor_ops]
+    if spec.name in NORMALISING:
+        if not ops or reduction is None:
+            return None
+        first = ops[0].type.get(axis)  # type: ignore[union-attr]
+        if first is None or first.kind is not Kind.V or first.dim is None:
+            return None
+        for o in ops[1:]:
+            t = o.type.get(axis)  # type: ignore[union-attr]
+            if t is not None and t.kind is Kind.V:
+                return None
+        r = reduction if ops[0].shape is None else Reduction(
+            reduction.dims, reduction.keepdim, len(ops[0].shape))
+        return shard_dim_after(spec.name, first.dim, r)
+    if dim is not None:  # an elementwise op: every operand S(dim)
+        if not spec.keeps_shard_dims:
+            return None
+        for o in ops:
+            t = o.type.get(axis)  # type: ignore[union-attr]
+            if t is None or t.kind is not Kind.V or t.dim != dim:
+                return None
+        return dim if _same_size_on(dim, ops) else None
+    if reduction is not None:
+        dims = {t.dim for o in ops if (t := o.type.get(axis)) is not None  # type: ignore[union-attr]
+                and t.kind is Kind.V}
+        if len(dims) == 1 and None not in dims:
+            return shard_dim_after(spec.name, dims.pop(), reduction)  # type: ignore[arg-type]
+    return None
+
+
 def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False,
               reduction: Reduction | None = None) -> Result:
     """Type one op: the result's type per axis, and every violation.
@@ -504,12 +616,8 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
                  if (lt := o.type.get(axis)) is not None  # type: ignore[union-attr]
                  and (r is not Role.INDEX or lt.kind is Kind.V)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
-        if reduction is not None and lt is not None and lt.kind is Kind.V and lt.dim is None:
-            dims = {olt.dim for _, _, olt in typed if olt.kind is Kind.V}
-            if len(dims) == 1 and None not in dims:
-                new_dim = shard_dim_after(spec.name, dims.pop(), reduction)  # type: ignore[arg-type]
-                if new_dim is not None:
-                    lt = LocalType(Kind.V, new_dim)
+        if lt is not None and lt.kind is Kind.V:
+            lt = LocalType(Kind.V, _layout(spec, axis, tensor_ops, lt.dim, reduction))
         if err is not None:
             errors.append(err)
         elif lt is not None:

@@ -77,6 +77,10 @@ NON_OPERAND_NAMES = frozenset(
 # Formal names whose tensors are indices/masks/conditions: they are not differentiated,
 # but a varying index makes a varying result.
 INDEX_NAMES = frozenset("index indices target labels idx offsets".split())
+# Formal names of conditions and masks (bool tensors): never differentiated, so they carry
+# no gradient (the no-gradient relaxation of the I rule applies), but they stay operands in
+# their non-linear position; as the runtime check mode passes them.
+GRADFREE_NAMES = frozenset("condition mask".split())
 # Ops whose index argument has a generic name.
 INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
     "embedding": frozenset({"input"}), "embedding_bag": frozenset({"input", "offsets"}),
@@ -368,7 +372,8 @@ class CallTyper:
                             ops.append(Operand(None, text))
                         continue
                     any_typed = any_typed or bool(t)
-                    o = Operand(t, text, False if is_index else self.can_grad_if_invariant(ctx, ie, t),
+                    no_grad = is_index or name in GRADFREE_NAMES
+                    o = Operand(t, text, False if no_grad else self.can_grad_if_invariant(ctx, ie, t),
                                 Role.INDEX if is_index else None)
                     if name == "out":
                         out = o

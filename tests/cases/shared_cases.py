@@ -66,6 +66,7 @@ T = {
     "P": 'Tensor[P["tp"]]',
     "S0": 'Tensor[S[0, "tp"]]',
     "S1": 'Tensor[S[1, "tp"]]',
+    "Sm2": 'Tensor[S[-2, "tp"]]',
     "U": "torch.Tensor",
 }
 
@@ -252,11 +253,25 @@ case("inplace-out-V-into-V", {"a": "V", "o": "V"},
      ("with torch.no_grad():", "    torch.add(a, a, out=o)", "out = o"), "V")
 
 # --------------------------------------------------------------------------------------
-# 8. Shard dims: elementwise ops keep S(i) when the operands agree; others forget it.
+# 8. Shard dims: elementwise ops keep S(i) when every tensor operand is S(i) (beside an R, I
+# or untyped tensor the layout is unknown: cat(x_r * y) is cat(x_r) * y only if y has size 1
+# on dim i); normalising ops keep it when their dims provably exclude i; others forget it.
 
 case("shard-add-S0-S0", {"a": "S0", "b": "S0"}, "out = torch.add(a, b)", "S0")
 case("shard-add-S0-S1", {"a": "S0", "b": "S1"}, "out = torch.add(a, b)", "V")
-case("shard-mul-S0-R", {"a": "S0", "b": "R"}, "out = torch.mul(a, b)", "S0")
+case("shard-mul-S0-R", {"a": "S0", "b": "R"}, "out = torch.mul(a, b)", "V",
+     desc="beside an R tensor the S(0) layout is unknown")
+case("shard-add-S0-U", {"a": "S0", "b": "U"}, "out = torch.add(a, b)", "V")
+case("shard-mul-S0-scalar", {"a": "S0"}, "out = torch.mul(a, 2.0)", "S0")
+case("shard-where-S0-R-cond", {"a": "S0", "b": "S0", "c": "R"}, "out = torch.where(c > 0, a, b)",
+     "V", desc="an R condition beside S(0) operands")
+case("shard-softmax-S0-dim1", {"a": "S0"}, "out = torch.softmax(a, dim=1)", "S0")
+case("shard-softmax-S1-own-dim", {"a": "S1"}, "out = torch.softmax(a, dim=1)", "V",
+     desc="normalising over the shard dim")
+# (softmax(dim=-1) of S(0): V statically, where the rank is unknown (-1 is 0 for a 1-d
+# tensor); the check mode knows the rank and keeps S(0). tests/plugin/cases/ops_nonlinear.test)
+case("shard-layer_norm-Sm2", {"a": "Sm2"}, "out = F.layer_norm(a, (4,))", "Sm2")
+case("shard-layer_norm-Sm2-two-dims", {"a": "Sm2"}, "out = F.layer_norm(a, (4, 4))", "V")
 case("shard-matmul-S0-R", {"a": "S0", "b": "R"}, "out = torch.matmul(a, b)", "V")
 case("shard-sum-S0", {"a": "S0"}, "out = a.sum(1)", "S0",
      desc="a reduction keeps the shard dim it does not reduce")
