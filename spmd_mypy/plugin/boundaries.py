@@ -433,6 +433,8 @@ class BoundaryChecker:
         _, _, declared, typed, caught = entry
         if caught[0] or declared is None or not typed:
             return actual  # not an SPMD matter: mypy reports (or accepts) the value itself
+        if actual == declared:
+            return actual  # the declared type itself: no mismatch, and a subtype of it
         try:
             value = unwrap(call)
             errors = self._compare(actual, declared, value, expr_text(value), self._where(ctx, call))
