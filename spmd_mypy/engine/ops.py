@@ -575,6 +575,14 @@ def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
     return None
 
 
+# propagate's verdicts that had no error, by what the rule reads (the operands' types,
+# can_grad, roles and known shapes, never their texts): the checker types the same few combinations at
+# thousands of call sites.  A verdict with an error is never stored (its messages name the
+# operands), so a hit returns exactly what the rule would.
+_VERDICTS: dict[tuple, SpmdType] = {}
+_VERDICTS_MAX = 50_000
+
+
 def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False,
               reduction: Reduction | None = None) -> Result:
     """Type one op: the result's type per axis, and every violation.
@@ -586,6 +594,22 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
     """
     if isinstance(spec, str):
         spec = classify(spec)
+    # a registered spec is keyed by its name (hashing the dataclass costs more)
+    key = (spec.name if OP_SPECS.get(spec.name) is spec else spec, strict, reduction,
+           tuple((o.type, o.can_grad, o.role, o.shape) for o in operands))
+    hit = _VERDICTS.get(key)
+    if hit is not None:
+        return Result(hit)
+    result = _propagate(spec, operands, strict, reduction)
+    if not result.errors:
+        if len(_VERDICTS) >= _VERDICTS_MAX:
+            _VERDICTS.clear()
+        _VERDICTS[key] = result.type
+    return result
+
+
+def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
+               reduction: Reduction | None) -> Result:
     errors: list[SpmdError] = []
     axes: dict[str, None] = {}
     scalar_roles: set[Role] = set()

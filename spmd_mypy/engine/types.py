@@ -108,6 +108,19 @@ class SpmdType:
     # sharding that dim outermost first (``PS[("dp", "tp"), None]``); None in local SPMD.
     spec: tuple[tuple[str, ...], ...] | None = None
 
+    def __hash__(self) -> int:
+        # The dataclass hash of the same fields, computed once: types key the checker's
+        # caches, and hashing LocalType/Kind runs Python code on every lookup.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.axes, self.spec))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, object]:
+        # never carry the cached hash into another process (str hashes differ there)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @staticmethod
     def of(
         mapping: Mapping[str, LocalType] | Iterable[tuple[str, LocalType]],

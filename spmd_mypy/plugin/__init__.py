@@ -37,6 +37,7 @@ from mypy.typestate import type_state
 
 from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
+from ..engine.types import SpmdType
 from . import calls, global_calls
 from .autograd import AutogradTyper, is_autograd_function
 from .boundaries import BoundaryChecker
@@ -105,6 +106,8 @@ class SpmdPlugin(Plugin):
         self._imports_cache: dict[int, tuple[MypyFile, bool]] = {}
         self._hook_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
+        self._method_sig_cache: dict[str, Callable | None] = {}
+        self._built: dict[tuple[Entry, ...], tuple[SpmdType, list[SpmdError]]] = {}
 
     # -- plumbing --------------------------------------------------------------------
     def _lookup_info(self, fullname: str) -> TypeInfo | None:
@@ -301,7 +304,14 @@ class SpmdPlugin(Plugin):
                 entries.append(read_entry(marker, arg))  # type: ignore[arg-type]
             except AnnotationError as e:
                 self._fail(ctx, str(e))
-        t, errors = build(entries, self.config.mesh_axes)
+        key = tuple(entries)  # the same few annotations recur all over a code base
+        built = self._built.get(key)
+        if built is None:
+            built = build(entries, self.config.mesh_axes)
+            if len(self._built) > 10_000:
+                self._built.clear()
+            self._built[key] = built
+        t, errors = built
         for err in errors:
             self._fail(ctx, err.message)
         inst = self.types.to_instance(t)
@@ -384,14 +394,22 @@ class SpmdPlugin(Plugin):
         return ctx.default_return_type
 
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
+        # mypy asks at every method call: the answer for a name is kept, except for
+        # __call__ and apply, which depend on the class (a module, an autograd Function)
+        if fullname in self._method_sig_cache:
+            return self._method_sig_cache[fullname]
         cls, _, method = fullname.rpartition(".")
         if method == "__call__" and is_module_class(self._lookup_info(cls)):
             return self.modules.call_signature_hook  # torch's own modules too
         if calls.is_tensor_method_class(cls) or fullname.startswith(_NO_SIGNATURE_CHECK):
-            return None
-        if method == "apply" and is_autograd_function(self._lookup_info(cls)):
+            hook = None
+        elif method == "apply" and is_autograd_function(self._lookup_info(cls)):
             return self.autograd.apply_signature_hook
-        return self.calls.relax_signature_hook
+        else:
+            hook = self.calls.relax_signature_hook
+        if method not in ("__call__", "apply"):
+            self._method_sig_cache[fullname] = hook
+        return hook
 
     def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         if not fullname.startswith(_NO_SIGNATURE_CHECK):

@@ -231,7 +231,7 @@ class _Rewriter:
                 self.assignment(st, declared, attrs, self_name)
             elif isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
                 self.toplevel(st, frozenset())
-            else:
+            elif _has_blocks(type(st)):
                 for b in _blocks(st):
                     self.body(b.body, wrap_returns, declared, attrs, self_name)
 
@@ -257,6 +257,19 @@ class _Rewriter:
             return
         if _wrappable(st.rvalue):
             st.rvalue = self.wrap(st.rvalue, _ASSIGN + expr_text(target))
+
+
+_COMPOUND = (Block, IfStmt, ForStmt, WhileStmt, WithStmt, TryStmt, MatchStmt)
+_HAS_BLOCKS: dict[type, bool] = {}
+
+
+def _has_blocks(cls: type) -> bool:
+    """Whether _blocks() finds blocks in a statement of this class (one dict lookup for
+    the many simple statements)."""
+    has = _HAS_BLOCKS.get(cls)
+    if has is None:
+        has = _HAS_BLOCKS[cls] = issubclass(cls, _COMPOUND)
+    return has
 
 
 def _blocks(st: Statement) -> list[Block]:
@@ -433,6 +446,8 @@ class BoundaryChecker:
         _, _, declared, typed, caught = entry
         if caught[0] or declared is None or not typed:
             return actual  # not an SPMD matter: mypy reports (or accepts) the value itself
+        if actual == declared:
+            return actual  # the declared type itself: no mismatch, and a subtype of it
         try:
             value = unwrap(call)
             errors = self._compare(actual, declared, value, expr_text(value), self._where(ctx, call))

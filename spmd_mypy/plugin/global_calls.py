@@ -42,18 +42,40 @@ from mypy.types import (
     get_proper_type,
 )
 
-from ..engine import global_spmd as gs
-from ..engine import redistribute as rd
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, Result
 from ..engine.types import SpmdType, format_type
+
+
+class _OnFirstUse:
+    """An engine module imported when first used (then bound in its place): only code with
+    partition specs needs the global-SPMD engine, ~12 ms of every run's start-up."""
+
+    def __init__(self, module: str, alias: str) -> None:
+        self._module, self._alias = module, alias
+
+    def __getattr__(self, attr: str) -> Any:
+        import importlib
+
+        mod = importlib.import_module(self._module)
+        globals()[self._alias] = mod
+        return getattr(mod, attr)
+
+
+if TYPE_CHECKING:
+    from ..engine import global_spmd as gs
+    from ..engine import redistribute as rd
+else:
+    gs = _OnFirstUse("spmd_mypy.engine.global_spmd", "gs")
+    rd = _OnFirstUse("spmd_mypy.engine.redistribute", "rd")
 
 if TYPE_CHECKING:
     from .calls import AnyCtx, CallTyper
 
 
 def any_global(ops: Sequence[Operand]) -> bool:
-    return any(gs.is_global(o.type) for o in ops)
+    # gs.is_global, without loading the global engine for local code
+    return any(o.type is not None and o.type.spec is not None for o in ops)
 
 
 # -- literals ---------------------------------------------------------------------------

@@ -86,6 +86,16 @@ def rewrite_type(t: Type | None) -> None:
         rewrite_type(t.typ)
 
 
+def _shares_parts(a: Type | None, b: Type | None) -> bool:
+    """Whether rewrite_type(a) would only revisit what rewrite_type(b) rewrote: the same
+    object, or (a parsed signature's unanalyzed copy) the same argument list and return."""
+    if a is b:
+        return True
+    return (isinstance(a, CallableType) and isinstance(b, CallableType)
+            and a.ret_type is b.ret_type and len(a.arg_types) == len(b.arg_types)
+            and all(x is y for x, y in zip(a.arg_types, b.arg_types)))
+
+
 def _raw_axis(a: Type) -> Type:
     if isinstance(a, UnboundType) and a.original_str_expr is not None and not a.args:
         return RawExpressionType(a.original_str_expr, "builtins.str", a.line, a.column)
@@ -169,14 +179,22 @@ class _Walker:
         self._depth = 0  # function nesting
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
+        kinds = _KINDS
         for st in stmts or ():
-            self.stmt(st, in_function_class)
+            if kinds.get(type(st)) != "":  # skip statements the walk never enters (most)
+                self.stmt(st, in_function_class)
 
     def stmt(self, st: Statement, in_function_class: bool = False) -> None:
+        kind = _KINDS.get(type(st))
+        if kind is None:
+            kind = _kind(type(st))
+        if not kind:
+            return
         if isinstance(st, FuncDef):
             if self.rewrite:
                 rewrite_type(st.type)
-                rewrite_type(st.unanalyzed_type)
+                if not _shares_parts(st.unanalyzed_type, st.type):
+                    rewrite_type(st.unanalyzed_type)
             if self.collect and in_function_class and st.name == "forward":
                 self.no_grad.append((st.line, st.end_line or st.line))
             self._assigns.append({})
@@ -209,7 +227,8 @@ class _Walker:
                             self._assigns[-1].setdefault(n, []).append(lv)
             if self.rewrite and not self._depth:
                 rewrite_type(st.type)
-                rewrite_type(st.unanalyzed_type)
+                if not _shares_parts(st.unanalyzed_type, st.type):
+                    rewrite_type(st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
         elif isinstance(st, Block):
             self.block(st.body)
@@ -229,6 +248,19 @@ class _Walker:
             for b in (st.else_body, st.finally_body):
                 if b is not None:
                     self.block(b.body)
+
+
+# What stmt() does with a statement class ("" = nothing), by the isinstance tests it makes,
+# so most statements (expressions, returns, ...) cost one dict lookup per walk.
+_HANDLED = (FuncDef, Decorator, OverloadedFuncDef, ClassDef, WithStmt, AssignmentStmt, Block,
+            IfStmt, ForStmt, WhileStmt, TryStmt)
+_KINDS: dict[type, str] = {}
+
+
+def _kind(cls: type) -> str:
+    kind = next((c.__name__ for c in _HANDLED if issubclass(cls, c)), "")
+    _KINDS[cls] = kind
+    return kind
 
 
 def _is_detach_call(e: Expression) -> bool:
