@@ -76,9 +76,11 @@ broadcasting, runtime only).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import SpmdError
 from .ops import OP_SPECS, Operand, Result
@@ -263,6 +265,26 @@ def _finish(
             if a not in out:
                 continue
     return Result(SpmdType.of(out, out_spec), errs)
+
+
+def _dim_errors(rule: Callable[..., Result]) -> Callable[..., Result]:
+    """A rule whose dims do not fit the operand (``_DimError``: out of range, repeated, ...)
+    gives that error, ``op: <reason>``, and an unknown result.  The operands reported are the
+    rule's own: ``operands``, or ``x`` with its ``extra`` operands."""
+    sig = inspect.signature(rule)
+
+    @functools.wraps(rule)
+    def run(*args: Any, **kwargs: Any) -> Result:
+        try:
+            return rule(*args, **kwargs)
+        except _DimError as e:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            operands = a["operands"] if "operands" in a else [a["x"], *a.get("extra", ())]
+            return _finish(a["op"], operands, None, [SpmdError(CODE, f"{a['op']}: {e}")])
+
+    return run
 
 
 def _all_local(op: str, operands: Sequence[Operand]) -> bool:
@@ -720,6 +742,7 @@ def _one(operands: Sequence[Operand]) -> Operand:
     return next(o for o in operands if o.type is not None)
 
 
+@_dim_errors
 def reduction(
     op: str,
     x: Operand,
@@ -745,10 +768,7 @@ def reduction(
     assert x.type is not None and x.type.spec is not None
     sp = x.type.spec
     r = len(sp)
-    try:
-        dims = list(range(r)) if dim is None else [_norm_dim(d, r) for d in _dims_tuple(dim)]
-    except _DimError as e:
-        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    dims = list(range(r)) if dim is None else [_norm_dim(d, r) for d in _dims_tuple(dim)]
     sharded = [(d, sp[d]) for d in dims if sp[d]]
     dim_text = "" if dim is None else f", {dim if isinstance(dim, int) else tuple(dim)}"
     keep_text = ", keepdim=True" if keepdim else ""
@@ -802,6 +822,7 @@ def _dims_tuple(dim: int | Sequence[int]) -> tuple[int, ...]:
     return (dim,) if isinstance(dim, int) else tuple(dim)
 
 
+@_dim_errors
 def along_dim(op: str, x: Operand, *, dim: int | None = None, normalized_ndim: int | None = None,
               extra: Sequence[Operand] = ()) -> Result:
     """softmax/log_softmax/cumsum/normalize along ``dim``, layer_norm/rms_norm over the
@@ -823,10 +844,7 @@ def along_dim(op: str, x: Operand, *, dim: int | None = None, normalized_ndim: i
     else:
         if dim is None:
             return _finish(op, operands, None, [_nonliteral(op, "dim", x)])
-        try:
-            dims = [_norm_dim(dim, r)]
-        except _DimError as e:
-            return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+        dims = [_norm_dim(dim, r)]
     bad = [d for d in dims if sp[d]]
     if bad:
         d = bad[0]
@@ -846,6 +864,7 @@ def along_dim(op: str, x: Operand, *, dim: int | None = None, normalized_ndim: i
 # dim permutations
 
 
+@_dim_errors
 def permute(x: Operand, dims: Sequence[int], *, op: str = "permute") -> Result:
     """``permute(x, dims)``: the spec's entries move with their dims."""
     early = _enter(op, [x], dims=dims)
@@ -854,26 +873,21 @@ def permute(x: Operand, dims: Sequence[int], *, op: str = "permute") -> Result:
     assert x.type is not None and x.type.spec is not None
     sp = x.type.spec
     r = len(sp)
-    try:
-        nd = [_norm_dim(d, r) for d in dims]
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    nd = [_norm_dim(d, r) for d in dims]
     if sorted(nd) != list(range(r)):
         return _finish(op, [x], None, [SpmdError(
             CODE, f"{op}: {tuple(dims)} is not a permutation of the {r} dims of {_desc(x)}")])
     return _finish(op, [x], tuple(sp[d] for d in nd), [])
 
 
+@_dim_errors
 def transpose(x: Operand, dim0: int, dim1: int, *, op: str = "transpose") -> Result:
     early = _enter(op, [x], dim0=dim0, dim1=dim1)
     if early is not None:
         return early
     r = rank(x.type)  # type: ignore[arg-type]
     assert r is not None
-    try:
-        a, b = _norm_dim(dim0, r), _norm_dim(dim1, r)
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    a, b = _norm_dim(dim0, r), _norm_dim(dim1, r)
     order = list(range(r))
     order[a], order[b] = order[b], order[a]
     return permute(x, order, op=op)
@@ -899,6 +913,7 @@ def matrix_transpose(x: Operand, *, op: str = "mT") -> Result:
     return transpose(x, -2, -1, op=op)
 
 
+@_dim_errors
 def movedim(x: Operand, source: int | Sequence[int], destination: int | Sequence[int], *,
             op: str = "movedim") -> Result:
     early = _enter(op, [x], source=source, destination=destination)
@@ -907,13 +922,10 @@ def movedim(x: Operand, source: int | Sequence[int], destination: int | Sequence
     r = rank(x.type)  # type: ignore[arg-type]
     assert r is not None
     src, dst = _dims_tuple(source), _dims_tuple(destination)
-    try:
-        src = tuple(_norm_dim(d, r) for d in src)
-        dst = tuple(_norm_dim(d, r) for d in dst)
-        if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
-            raise _DimError(f"source {source} and destination {destination} do not match")
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    src = tuple(_norm_dim(d, r) for d in src)
+    dst = tuple(_norm_dim(d, r) for d in dst)
+    if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise _DimError(f"source {source} and destination {destination} do not match")
     order: list[int | None] = [None] * r
     for s, d in zip(src, dst):
         order[d] = s
@@ -936,6 +948,7 @@ def _group_error(op: str, x: Operand, d: int, entry: tuple[str, ...], what: str)
     )
 
 
+@_dim_errors
 def flatten(x: Operand, *, start_dim: int = 0, end_dim: int = -1, op: str = "flatten") -> Result:
     """Merging dims start..end: only the outermost of them may be sharded; the merged
     dim takes its sharding (``[8@dp, 4] -> [32@dp]``)."""
@@ -947,10 +960,7 @@ def flatten(x: Operand, *, start_dim: int = 0, end_dim: int = -1, op: str = "fla
     r = len(sp)
     if r == 0:
         return _finish(op, [x], ((),), [])
-    try:
-        s, e = _norm_dim(start_dim, r), _norm_dim(end_dim, r)
-    except _DimError as err:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {err}")])
+    s, e = _norm_dim(start_dim, r), _norm_dim(end_dim, r)
     if s > e:
         return _finish(op, [x], None, [SpmdError(CODE, f"{op}: start_dim {start_dim} is after end_dim {end_dim}")])
     for d in range(s + 1, e + 1):
@@ -959,6 +969,7 @@ def flatten(x: Operand, *, start_dim: int = 0, end_dim: int = -1, op: str = "fla
     return _finish(op, [x], sp[:s] + (sp[s],) + sp[e + 1:], [])
 
 
+@_dim_errors
 def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
               mesh_sizes: Mapping[str, int] | None = None, op: str = "unflatten") -> Result:
     """Splitting dim into ``sizes``: a sharding goes to the outermost new dim.  The
@@ -969,10 +980,7 @@ def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
         return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
-    try:
-        d = _norm_dim(dim, len(sp))
-    except _DimError as err:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {err}")])
+    d = _norm_dim(dim, len(sp))
     entry = sp[d]
     new = (entry,) + ((),) * (len(sizes) - 1)
     return _finish(op, [x], sp[:d] + new + sp[d + 1:], [])
@@ -1144,6 +1152,7 @@ def _reshape_known(op: str, x: Operand, ins: list[int], shape: list[int]) -> Res
     return _finish(op, [x], tuple(out_spec), [])
 
 
+@_dim_errors
 def squeeze(x: Operand, *, dim: int | Sequence[int] | None = None, op: str = "squeeze") -> Result:
     if _all_local(op, [x]):
         return local_propagate(op, [x])
@@ -1154,10 +1163,7 @@ def squeeze(x: Operand, *, dim: int | Sequence[int] | None = None, op: str = "sq
         return guard
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
-    try:
-        dims = {_norm_dim(d, len(sp)) for d in _dims_tuple(dim)}
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    dims = {_norm_dim(d, len(sp)) for d in _dims_tuple(dim)}
     bad = [d for d in dims if sp[d]]
     if bad:
         return _finish(op, [x], None, [SpmdError(
@@ -1166,16 +1172,14 @@ def squeeze(x: Operand, *, dim: int | Sequence[int] | None = None, op: str = "sq
     return _finish(op, [x], tuple(e for d, e in enumerate(sp) if d not in dims), [])
 
 
+@_dim_errors
 def unsqueeze(x: Operand, *, dim: int, op: str = "unsqueeze") -> Result:
     early = _enter(op, [x], dim=dim)
     if early is not None:
         return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
-    try:
-        d = _norm_dim(dim, len(sp) + 1)
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    d = _norm_dim(dim, len(sp) + 1)
     return _finish(op, [x], sp[:d] + ((),) + sp[d:], [])
 
 
@@ -1202,6 +1206,7 @@ def _same_layout(op: str, operands: Sequence[Operand]) -> tuple[Spec | None, lis
     return sp0, []
 
 
+@_dim_errors
 def cat(operands: Sequence[Operand], *, dim: int = 0, op: str = "cat") -> Result:
     """``cat(xs, dim)``: the same spec on every tensor, and ``dim`` unsharded (the local
     cats of shards would interleave the blocks)."""
@@ -1211,10 +1216,7 @@ def cat(operands: Sequence[Operand], *, dim: int = 0, op: str = "cat") -> Result
     sp, errors = _same_layout(op, operands)
     if sp is None:
         return _finish(op, operands, None, errors)
-    try:
-        d = _norm_dim(dim, len(sp))
-    except _DimError as e:
-        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    d = _norm_dim(dim, len(sp))
     if sp[d]:
         x = next(o for o in operands if is_global(o.type))
         return _finish(op, operands, None, [SpmdError(
@@ -1225,6 +1227,7 @@ def cat(operands: Sequence[Operand], *, dim: int = 0, op: str = "cat") -> Result
     return _finish(op, operands, sp, [])
 
 
+@_dim_errors
 def stack(operands: Sequence[Operand], *, dim: int = 0, op: str = "stack") -> Result:
     """``stack(xs, dim)``: the same spec on every tensor; the new dim is unsharded."""
     early = _enter(op, operands, dim=dim)
@@ -1233,10 +1236,7 @@ def stack(operands: Sequence[Operand], *, dim: int = 0, op: str = "stack") -> Re
     sp, errors = _same_layout(op, operands)
     if sp is None:
         return _finish(op, operands, None, errors)
-    try:
-        d = _norm_dim(dim, len(sp) + 1)
-    except _DimError as e:
-        return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    d = _norm_dim(dim, len(sp) + 1)
     return _finish(op, operands, sp[:d] + ((),) + sp[d:], [])
 
 
@@ -1246,6 +1246,7 @@ def stack(operands: Sequence[Operand], *, dim: int = 0, op: str = "stack") -> Re
 SPLITS = frozenset("split split_with_sizes chunk tensor_split unbind hsplit vsplit".split())
 
 
+@_dim_errors
 def split(x: Operand, *, dim: int = 0, op: str = "split") -> Result:
     """``split/chunk/tensor_split/split_with_sizes`` along an unsharded ``dim``: every
     piece keeps the spec (the adapters give this type to each tensor of the tuple);
@@ -1265,10 +1266,7 @@ def split(x: Operand, *, dim: int = 0, op: str = "split") -> Result:
         return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
-    try:
-        d = _norm_dim(dim, len(sp))
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    d = _norm_dim(dim, len(sp))
     if sp[d]:
         return _finish(op, [x], None, [SpmdError(
             CODE,
@@ -1326,6 +1324,7 @@ def expand_as(x: Operand, other: Operand, *, op: str = "expand_as") -> Result:
     return _finish(op, [x, other], r.type.spec, [], base=local_propagate("expand", [x]))
 
 
+@_dim_errors
 def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll") -> Result:
     """``roll(x, shifts, dims)`` along unsharded dims keeps the spec; along a sharded
     dim (or ``dims=None``, which rolls the flattened tensor) the elements cross shard
@@ -1335,10 +1334,7 @@ def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll
         return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
-    try:
-        ds = list(range(len(sp))) if dims is None else [_norm_dim(d, len(sp)) for d in _dims_tuple(dims)]
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    ds = list(range(len(sp))) if dims is None else [_norm_dim(d, len(sp)) for d in _dims_tuple(dims)]
     bad = [d for d in ds if sp[d]]
     if bad:
         what = "without dims (the flattened tensor)" if dims is None else f"along dim {bad[0]}"
@@ -1531,6 +1527,7 @@ def narrow(x: Operand, *, dim: int, op: str = "narrow") -> Result:
     return _index_on_dim(x, dim, slice(0, 1), op)
 
 
+@_dim_errors
 def _index_on_dim(x: Operand, dim: int, key: int | slice, op: str) -> Result:
     """``x[:, ..., key]`` with ``key`` on ``dim``: the indexing rule on one dim."""
     early = _enter(op, [x], dim=dim)
@@ -1538,10 +1535,7 @@ def _index_on_dim(x: Operand, dim: int, key: int | slice, op: str) -> Result:
         return early
     r = rank(x.type)  # type: ignore[arg-type]
     assert r is not None
-    try:
-        d = _norm_dim(dim, r)
-    except _DimError as e:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op}: {e}")])
+    d = _norm_dim(dim, r)
     return index(x, [slice(None)] * d + [key], op=op)
 
 
