@@ -342,69 +342,44 @@ CONSERVATIVE: list[tuple[str, str]] = [
 
 
 # --------------------------------------------------------------------------------------
-# The job (same shape as rules.job)
+# The job: the task protocol of soundness.protocol, with the einsum in global mode
+
+
+def run_backward(task: GTask, index: int, xs, y, cand: SpmdType, coord) -> list:
+    import torch
+
+    mesh = _meshes()[task.mesh]
+    cot = make_local(_cot(index, cand, y.ndim), dual_type(cand), mesh, coord,
+                     ("cot", index, type_text(cand)))
+    gs = torch.autograd.grad(y, xs, cot, retain_graph=True, allow_unused=True)
+    return [torch.zeros_like(x) if g is None else g.detach() for x, g in zip(xs, gs)]
+
+
+def _out_ndim(task: GTask) -> int:
+    return len(EQUATIONS[task.eq].split("->")[1])
+
+
+def _check_forward_or_failed(task: GTask, index: int, cand: SpmdType, outs: dict) -> str | None:
+    """A rank whose local einsum fails fails every candidate (its message)."""
+    failed = next((v for v in outs.values() if isinstance(v, str)), None)
+    return failed or check_forward(task, index, cand, outs)
 
 
 def job(rank: int, world_size: int, arg: dict) -> dict | None:
-    import torch.distributed as dist
+    """Each rank's part of the task protocol (:func:`soundness.protocol.run_tasks`)."""
+    from .protocol import Suite, run_tasks
 
-    tasks: list[GTask] = arg["tasks"]
-    meshes = _meshes()
-    coords = {m: meshes[m].coord(rank) for m in {t.mesh for t in tasks}}
-    kept, outs = [], []
-    for i, task in enumerate(tasks):
-        xs, y = run_forward(task, i, coords[task.mesh])
-        kept.append((xs, y))
-        outs.append(y if isinstance(y, str) else y.detach())
-    everyone: list[Any] = [None] * world_size
-    dist.all_gather_object(everyone, outs)
-    mine = [i for i in range(len(tasks)) if i % world_size == rank]
-    fwd: dict[int, dict] = {}
-    my_plan = []
-    for i in mine:
-        task = tasks[i]
-        mesh = meshes[task.mesh]
-        per_coord = {c: everyone[r][i] for r, c in enumerate(mesh.coords())}
-        failed = next((v for v in per_coord.values() if isinstance(v, str)), None)
-        out_ndim = len(EQUATIONS[task.eq].split("->")[1])
-        cands = [task.out_type] if task.accepted else candidates(task, out_ndim)
-        res = {cand: failed or check_forward(task, i, cand, per_coord) for cand in cands}
-        fwd[i] = res
-        my_plan.append((i, [c for c, msg in res.items() if msg is None or task.accepted]))
-    plans: list[Any] = [None] * world_size
-    dist.all_gather_object(plans, my_plan)
-    todo = sorted((item for p in plans for item in p), key=lambda it: it[0])
-    grads_out = {}
-    import torch
-
-    for i, cands in todo:
-        xs, y = kept[i]
-        task = tasks[i]
-        mesh = meshes[task.mesh]
-        gl = []
-        for cand in cands:
-            cot = make_local(_cot(i, cand, y.ndim), dual_type(cand), mesh, coords[task.mesh],
-                             ("cot", i, type_text(cand)))
-            gs = torch.autograd.grad(y, xs, cot, retain_graph=True, allow_unused=True)
-            gl.append([torch.zeros_like(x) if g is None else g.detach() for x, g in zip(xs, gs)])
-        grads_out[i] = gl
-    del kept
-    g2: list[Any] = [None] * world_size
-    dist.all_gather_object(g2, grads_out)
-    results = []
-    for i, cands in my_plan:
-        task = tasks[i]
-        mesh = meshes[task.mesh]
-        bwd = {}
-        for ci, cand in enumerate(cands):
-            per_coord = {c: g2[r][i][ci] for r, c in enumerate(mesh.coords())}
-            bwd[cand] = check_backward(task, i, cand, per_coord, len(EQUATIONS[task.eq].split("->")[1]))
-        results.append((i, evaluate(task, fwd[i], bwd)))
-    collected: list[Any] = [None] * world_size if rank == 0 else None  # type: ignore[assignment]
-    dist.gather_object(results, collected, dst=0)
-    if rank != 0:
-        return None
-    return {"results": [rec for _, rec in sorted(it for part in collected for it in part)]}
+    suite = Suite(
+        mesh=_meshes().__getitem__,
+        forward=run_forward,
+        candidates=lambda task, i, out: (
+            [task.out_type] if task.accepted else candidates(task, _out_ndim(task))),
+        check_forward=_check_forward_or_failed,
+        backward=run_backward,
+        check_backward=lambda task, i, cand, grads, out: check_backward(
+            task, i, cand, grads, _out_ndim(task)),
+        evaluate=lambda task, i, fwd, bwd: evaluate(task, fwd, bwd))
+    return run_tasks(rank, world_size, arg["tasks"], suite)
 
 
 def evaluate(task: GTask, fwd: dict, bwd: dict) -> dict:

@@ -563,60 +563,21 @@ STATIC_NOTE = (
 
 
 def job(rank: int, world_size: int, arg: dict) -> dict | None:
-    """Phase 1: every rank runs the forward of every task on its own coordinate; the locals
-    are all-gathered and each rank checks its share of the tasks (task i on rank i mod n)
-    and picks the candidates that pass forward; phase 2: every rank runs those candidates'
-    backward, the gradients are all-gathered, each rank checks its share; rank 0 collects
-    the outcomes."""
-    import torch.distributed as dist
+    """Each rank's part of the task protocol (:func:`soundness.protocol.run_tasks`)."""
+    from .protocol import Suite, run_tasks
 
-    tasks: list[Task] = arg["tasks"]
-    coords = {m: MESHES[m].coord(rank) for m in {t.mesh for t in tasks}}
-    kept = []
-    outs = []
-    for i, task in enumerate(tasks):
-        xs, y = run_forward(task, i, coords[task.mesh])
-        kept.append((xs, y))
-        outs.append(y.detach())
-    everyone: list[Any] = [None] * world_size
-    dist.all_gather_object(everyone, outs)
-    mine = [i for i in range(len(tasks)) if i % world_size == rank]
-    fwd: dict[int, dict] = {}
-    my_plan = []
-    for i in mine:
-        task = tasks[i]
-        mesh = MESHES[task.mesh]
-        per_coord = {c: everyone[r][i] for r, c in enumerate(mesh.coords())}
-        cands = ([task.out_types] + ([task.static_out] if task.static_out else [])
-                 if task.accepted else candidates(task, outs[i].ndim))
-        res = {cand: check_forward(task, i, cand, per_coord) for cand in cands}
-        fwd[i] = res
-        my_plan.append((i, [c for c, msg in res.items() if msg is None or task.accepted]))
-    plans: list[Any] = [None] * world_size
-    dist.all_gather_object(plans, my_plan)
-    todo = sorted((item for p in plans for item in p), key=lambda it: it[0])
-    grads_out = {}
-    for i, cands in todo:
-        xs, y = kept[i]
-        coord = coords[tasks[i].mesh]
-        grads_out[i] = [run_backward(xs, y, i, c, coord) for c in cands]
-    del kept
-    g2: list[Any] = [None] * world_size
-    dist.all_gather_object(g2, grads_out)
-    results = []
-    for i, cands in my_plan:
-        task = tasks[i]
-        mesh = MESHES[task.mesh]
-        checked: dict = {}
-        for ci, cand in enumerate(cands):
-            per_coord = {c: g2[r][i][ci] for r, c in enumerate(mesh.coords())}
-            checked[cand] = check_backward(task, i, cand, per_coord, outs[i].shape)
-        results.append((i, evaluate(task, i, fwd[i], checked)))
-    collected: list[Any] = [None] * world_size if rank == 0 else None  # type: ignore[assignment]
-    dist.gather_object(results, collected, dst=0)
-    if rank != 0:
-        return None
-    return {"results": [rec for _, rec in sorted(it for part in collected for it in part)]}
+    suite = Suite(
+        mesh=MESHES.__getitem__,
+        forward=run_forward,
+        candidates=lambda task, i, out: (
+            [task.out_types] + ([task.static_out] if task.static_out else [])
+            if task.accepted else candidates(task, out.ndim)),
+        check_forward=check_forward,
+        backward=lambda task, i, xs, y, cand, coord: run_backward(xs, y, i, cand, coord),
+        check_backward=lambda task, i, cand, grads, out: check_backward(
+            task, i, cand, grads, out.shape),
+        evaluate=evaluate)
+    return run_tasks(rank, world_size, arg["tasks"], suite)
 
 
 def evaluate(task: Task, index: int, fwd: dict, bwd: dict) -> dict:

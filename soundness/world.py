@@ -6,6 +6,13 @@ session) that imports torch once and forks the ranks; each rank initialises gloo
 to a file.  A world that has not finished by the deadline is killed with every rank
 (the process group), and the parent raises :class:`WorldFailed` with the ranks' stderr.
 (The pattern of ``tests/runtime/rt_world.py``, for a job that returns data.)
+
+Not one launcher with ``rt_world``: what they share is the spawn-with-deadline-and-killpg
+and the fork loop (some 35 lines), while the rest differs (rt_world streams one JSON line
+per check per rank, so that a hang keeps the results before it, and needs every rank's;
+here rank 0 returns one pickled value, the collectives wait an hour, not 30 s).  And there
+is no clean home for the shared part: the runtime tests would import the soundness tool,
+or the tool ``tests/``, or the installed ``spmd`` package would ship a test harness.
 """
 
 from __future__ import annotations
