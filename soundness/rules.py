@@ -6,8 +6,8 @@ mode) and every combination of per-axis input types (R, I, V, P, S(0), S(1)) on 
 axis (2 and 4 ranks) and on two (a 2x2 mesh):
 
 1. the verdict comes from the engine itself (:func:`spmd_mypy.engine.ops.propagate`,
-   :func:`~spmd_mypy.engine.ops.classify`; for ``out_partial_axes`` the collective table's
-   ``reinterpret(V,P)``, as both adapters do);
+   :func:`~spmd_mypy.engine.ops.classify`; for ``out_partial_axes``
+   :func:`~spmd_mypy.engine.ops.partial_op`, as both adapters do);
 2. every rank builds its local inputs with those types (float64, seeded), runs the op
    locally, and sends what it got to rank 0 (gloo);
 3. rank 0 compares the denotation of the result (see :mod:`soundness.denote`) with the
@@ -42,9 +42,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from spmd_mypy.engine.collectives import check_collective
 from spmd_mypy.engine.ops import (
-    NORMALISING, REDUCTIONS, SCANS, Operand, Reduction, classify, normalising_reduction, propagate,
+    NORMALISING, REDUCTIONS, SCANS, Operand, Reduction, classify, normalising_reduction,
+    partial_op, propagate,
 )
 from spmd_mypy.engine.types import (
     INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, shard,
@@ -243,15 +243,13 @@ def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
             operands.append(Operand(SpmdType.of(dict(zip(mesh.axes, t))), f"x{i}",
                                     can_grad=i not in case.no_grad,
                                     shape=None if static else tuple(shape)))
-    res = propagate(classify(case.engine), operands, reduction=_reduction(case, static))
+    if partial_axes:  # out_partial_axes: the local op, then P there (both adapters' rule)
+        res = partial_op(case.engine, operands, [mesh.axes[k] for k in partial_axes],
+                         reduction=_reduction(case, static))
+    else:
+        res = propagate(classify(case.engine), operands, reduction=_reduction(case, static))
     errors = [f"{e.code}: {e.message}" for e in res.errors]
     t = res.type
-    for k in partial_axes:  # out_partial_axes: reinterpret(V,P) by the collective table
-        axis = mesh.axes[k]
-        if t.get(axis) is not None:
-            cr = check_collective("reinterpret", t, [axis], VARYING, PARTIAL, x_text="y")
-            errors += [f"{e.code}: {e.message}" for e in cr.errors]
-        t = t.replace(axis, PARTIAL)
     if errors:
         return False, None, tuple(errors)
     out = tuple(t.get(a) for a in mesh.axes)
@@ -520,7 +518,7 @@ AFFINE_NORM_PARAMS = (
 
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
     """Why a rejection that some result type would survive is deliberate (None: not listed)."""
-    if task.partial_axes and all(e.startswith("spmd-src-mismatch") and "is P on" in e
+    if task.partial_axes and all(e.startswith("spmd-collective") and "already P on" in e
                                  for e in task.errors):
         return REDUNDANT_PARTIAL
     case = CASES[task.case]

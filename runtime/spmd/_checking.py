@@ -80,7 +80,8 @@ from torch.overrides import TorchFunctionMode
 
 from spmd_mypy.engine.collectives import check_collective, suggest
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.ops import Operand, Reduction, Role, check_backward, check_inplace, propagate
+from spmd_mypy.engine.ops import (Operand, Reduction, Role, check_backward, check_inplace,
+                                  partial_op, propagate)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
@@ -353,10 +354,17 @@ class _Mode(TorchFunctionMode):
         reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
         if reduction is not None:
             key.append(reduction)
+        partial_axes: tuple[str, ...] | None = None
+        rec = _global_check.local_out_partial(plan.name)
+        if rec is not None:  # spmd.einsum/matmul/linear/sum(..., out_partial_axes=...)
+            from . import _mesh
+            partial_axes = _mesh.axis_names(rec.axes)
+            key.append(("out_partial_axes", partial_axes))
         key_t = tuple(key)
         cached = _RESULTS.get(key_t)
         if cached is None:
-            res = self._propagate(plan, ops, types, grad_on, None, reduction=reduction)
+            res = self._propagate(plan, ops, types, grad_on, None, reduction=reduction,
+                                  partial_axes=partial_axes)
             if len(_RESULTS) >= _RESULTS_MAX:
                 _RESULTS.clear()
             cached = _RESULTS[key_t] = (_canon(res.type), bool(res.errors))
@@ -366,7 +374,8 @@ class _Mode(TorchFunctionMode):
                 return func(*args, **kwargs)  # on_collective types the collective's result
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
-            res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction)
+            res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction,
+                                  partial_axes=partial_axes)
             raise SpmdTypeError(res.errors[0])
         targets: list[torch.Tensor] = []
         if inplace_target is not None:
@@ -438,7 +447,8 @@ class _Mode(TorchFunctionMode):
 
     def _propagate(self, plan: Plan, ops: list, types: list, grad_on: bool,
                    texts: list[str] | None, params: dict | None = None,
-                   reduction: Reduction | None = None) -> Any:
+                   reduction: Reduction | None = None,
+                   partial_axes: tuple[str, ...] | None = None) -> Any:
         spec = plan.spec
         assert spec is not None
         operands = []
@@ -452,6 +462,12 @@ class _Mode(TorchFunctionMode):
                 operands.append(Operand(t, text, can_grad, role, tuple(v.shape)))
         if params is not None:
             return global_propagate(plan.name, operands, **params)
+        if partial_axes is not None:
+            # the einsum family with out_partial_axes: the rule the plugin applies too
+            core, bias = (operands[:2], operands[2]) if (
+                plan.name == "linear" and len(operands) > 2) else (operands, None)
+            return partial_op(plan.name, core, partial_axes, bias=bias, strict=self.strict,
+                              reduction=reduction)
         return propagate(spec, operands, strict=self.strict, reduction=reduction)
 
     @staticmethod

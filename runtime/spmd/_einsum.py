@@ -34,14 +34,19 @@ from ._global_check import out_partial
 def _run(fn: Any, out_partial_axes: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``fn(*args)``, then Partial on ``out_partial_axes``.
 
-    In check mode the axes reach the global rule (a global operand: the rule makes the
-    result P there itself); a local result is reinterpreted V -> P as before.
+    In check mode the axes reach the rule that types the torch call: the global rule (a
+    global operand: the rule makes the result P there itself) or the local one
+    (:func:`spmd_mypy.engine.ops.partial_op`, the plugin's rule too: the local op, then P
+    on those axes, a bias P there).  With no typed operand the result is reinterpreted
+    V -> P (untyped stays unknown elsewhere).
     """
     if not _checking.ACTIVE or out_partial_axes is None:
         y = fn(*args, **kwargs)
         return y if out_partial_axes is None else _declare_partial(y, out_partial_axes)
-    with out_partial(out_partial_axes):
+    with out_partial(out_partial_axes) as rec:
         y = fn(*args, **kwargs)
+    if rec.handled:
+        return y  # typed by the local rule, P on out_partial_axes already
     t = _checking.typeof(y)
     if t is not None and t.spec is not None:
         return y  # typed by the global rule, P on out_partial_axes already

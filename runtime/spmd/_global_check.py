@@ -27,18 +27,43 @@ import torch
 from spmd_mypy.engine import global_spmd
 from spmd_mypy.engine.types import SpmdType
 
-_OUT_PARTIAL: list[Any] = []  # the innermost spmd.einsum/... call's out_partial_axes
+class OutPartial:
+    """The innermost ``spmd.einsum/...`` call's ``out_partial_axes`` (as the user gave
+    them), and whether the check mode typed its op with the local rule
+    (:func:`spmd_mypy.engine.ops.partial_op`, which makes the result P there)."""
+
+    __slots__ = ("axes", "handled")
+
+    def __init__(self, axes: Any) -> None:
+        self.axes = axes
+        self.handled = False
+
+
+_OUT_PARTIAL: list[OutPartial] = []
 
 EINSUM_FAMILY = frozenset({"einsum", "matmul", "mm", "bmm", "linear", "sum", "mv", "dot"})
 
 
 @contextlib.contextmanager
-def out_partial(axes: Any) -> Iterator[None]:
-    _OUT_PARTIAL.append(axes)
+def out_partial(axes: Any) -> Iterator[OutPartial]:
+    rec = OutPartial(axes)
+    _OUT_PARTIAL.append(rec)
     try:
-        yield
+        yield rec
     finally:
         _OUT_PARTIAL.pop()
+
+
+def local_out_partial(name: str) -> OutPartial | None:
+    """The pending ``out_partial_axes`` record for a local op named ``name`` (the einsum
+    family's torch call), or None; marks it handled (once: only the family's own op)."""
+    if name not in EINSUM_FAMILY or not _OUT_PARTIAL:
+        return None
+    rec = _OUT_PARTIAL[-1]
+    if rec.axes is None or rec.handled:
+        return None
+    rec.handled = True
+    return rec
 
 
 def is_global(types: Sequence[SpmdType | None]) -> bool:
@@ -146,8 +171,8 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     p: dict[str, Any] = {}
     if sizes is not None:
         p["mesh_sizes"] = sizes
-    if name in EINSUM_FAMILY and _OUT_PARTIAL and _OUT_PARTIAL[-1] is not None:
-        p["out_partial_axes"] = _OUT_PARTIAL[-1]
+    if name in EINSUM_FAMILY and _OUT_PARTIAL and _OUT_PARTIAL[-1].axes is not None:
+        p["out_partial_axes"] = _OUT_PARTIAL[-1].axes
     if name == "einsum":
         eq = b.get("equation")
         if eq is None:
@@ -209,4 +234,4 @@ def params_key(p: Any) -> Any:
     return p
 
 
-__all__ = ["out_partial", "params_key", "is_global", "params_for", "global_shape", "EINSUM_FAMILY"]
+__all__ = ["out_partial", "local_out_partial", "OutPartial", "params_key", "is_global", "params_for", "global_shape", "EINSUM_FAMILY"]

@@ -689,3 +689,59 @@ def check_backward(loss: Operand) -> list[SpmdError]:
             f"{_word(lt)} ({format_type(loss.type)}): {why}; {fix}",
         ))
     return errors
+
+
+def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
+               bias: Operand | None = None, strict: bool = False,
+               reduction: Reduction | None = None) -> Result:
+    """``spmd.einsum / matmul / linear / sum(..., out_partial_axes=axes)`` in local SPMD
+    (SPEC section 6): the local op, then ``reinterpret(V, P)`` on ``axes``; a bias is added
+    after, and must itself be P there.
+
+    ``operands``: the op's tensor operands without the bias (``op`` is the torch op's
+    name: einsum, matmul, linear, sum).  On each named axis the local result must be V
+    (or unknown): an R or I result is the same on every rank (declaring it Partial would
+    count it once per rank), a P result is already a pending sum.  The result is P on
+    every named axis even after an error there, so one mistake is reported once.  Errors
+    come in order: the local op's, then each axis's, then the bias's.
+
+        h: V["tp"], w: V["tp"]   spmd.matmul(h, w, out_partial_axes="tp")  ->  P["tp"]
+        + bias b: P["tp"]        spmd.linear(h, w, b, out_partial_axes="tp") -> P["tp"]
+        + bias b: R["tp"]        error (spmd-partial-affine): b would be summed once per rank
+    """
+    res = propagate(op, operands, strict=strict, reduction=reduction)
+    errors = list(res.errors)
+    t = res.type
+    for a in axes:
+        lt = t.get(a)
+        if lt is not None and lt.kind is not Kind.V:
+            if lt.kind is Kind.P:
+                errors.append(SpmdError(
+                    "spmd-collective",
+                    f'spmd.{op}(..., out_partial_axes="{a}"): the local result is already P on '
+                    f'"{a}" (an operand is Partial); drop "{a}" from out_partial_axes'))
+            else:
+                errors.append(SpmdError(
+                    "spmd-expert-mode",
+                    f'spmd.{op}(..., out_partial_axes="{a}"): the local result is {lt} on "{a}" '
+                    f"(the same on every rank), so declaring it Partial would count it once per "
+                    f'rank; make an operand Varying on "{a}" (sharded), or drop "{a}" from '
+                    f"out_partial_axes"))
+        t = t.replace(a, LocalType(Kind.P))
+    if bias is not None and bias.type:
+        bias_rest = bias.type
+        for a in axes:
+            lt = bias.type.get(a)
+            if lt is not None and lt.kind is not Kind.P:
+                errors.append(SpmdError(
+                    "spmd-partial-affine",
+                    f'the bias of spmd.{op}(..., out_partial_axes="{a}") is {lt} on '
+                    f'"{a}" ({bias.text}: {format_type(bias.type)}), so it would be '
+                    f"summed once per rank; add an R bias after the reduction, or pass a "
+                    f'bias that is P on "{a}"'))
+                bias_rest = bias_rest.replace(a, None)
+        added = propagate("add", [Operand(t, f"spmd.{op}(...)"),
+                                  Operand(bias_rest, bias.text, bias.can_grad, shape=bias.shape)])
+        errors.extend(added.errors)
+        t = added.type if not added.errors else t
+    return Result(t, errors)

@@ -52,7 +52,8 @@ from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
-    FACTORIES, NOT_OPS, OPERATORS, Operand, Role, check_backward, check_inplace, classify, is_known, propagate,
+    FACTORIES, NOT_OPS, OPERATORS, Operand, Role, check_backward, check_inplace, classify, is_known,
+    partial_op, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from . import global_calls
@@ -671,12 +672,15 @@ class CallTyper:
             ops, _, any_typed = self.operands(ctx, None, None, op)
             b_expr, b_type = self._arg(ctx, "bias") if op == "linear" else (None, None)
             bias = self.types.from_type(b_type) if b_expr is not None else None
-            if not any_typed:
-                return ctx.default_return_type
             pa_expr, pa_type = self._arg(ctx, "out_partial_axes")
+            no_partial = pa_expr is None or (isinstance(pa_expr, NameExpr) and pa_expr.name == "None")
+            if not any_typed and no_partial:
+                return ctx.default_return_type
+            # (untyped operands with out_partial_axes: P there all the same, the declaration
+            # the check mode makes too)
             if global_calls.any_global(ops) or (bias is not None and bias.spec is not None):
                 return self._global_partial_op(ctx, op, ops, pa_expr, pa_type, b_expr)
-            if pa_expr is None or (isinstance(pa_expr, NameExpr) and pa_expr.name == "None"):
+            if no_partial:
                 res = propagate(op, ops, strict=self.plugin.config.strict)
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)
@@ -685,46 +689,11 @@ class CallTyper:
                 return self.typed_result(ctx.default_return_type, UNTYPED)
             b_text = expr_text(b_expr) if b_expr is not None else None
             core = [o for o in ops if b_text is None or o.text != b_text]
-            res = propagate(op, core, strict=self.plugin.config.strict)
+            res = partial_op(op, core, axes,
+                             bias=Operand(bias, b_text or "") if bias is not None else None,
+                             strict=self.plugin.config.strict)
             self.report(ctx, res.errors)
-            t = res.type
-            for a in axes:
-                lt = t.get(a)
-                if lt is None or lt.kind is Kind.V:
-                    t = t.replace(a, LocalType(Kind.P))
-                    continue
-                if lt.kind is Kind.P:
-                    err = SpmdError(
-                        "spmd-collective",
-                        f'spmd.{op}(..., out_partial_axes="{a}"): the local result is already P on '
-                        f'"{a}" (an operand is Partial); drop "{a}" from out_partial_axes')
-                else:
-                    err = SpmdError(
-                        "spmd-expert-mode",
-                        f'spmd.{op}(..., out_partial_axes="{a}"): the local result is {lt} on "{a}" '
-                        f"(the same on every rank), so declaring it Partial would count it once per "
-                        f'rank; make an operand Varying on "{a}" (sharded), or drop "{a}" from '
-                        f"out_partial_axes")
-                self.report(ctx, [err])
-                t = t.replace(a, LocalType(Kind.P))
-            if bias is not None and bias:
-                bias_rest = bias
-                for a in axes:
-                    lt = bias.get(a)
-                    if lt is not None and lt.kind is not Kind.P:
-                        self.report(ctx, [SpmdError(
-                            "spmd-partial-affine",
-                            f'the bias of spmd.linear(..., out_partial_axes="{a}") is {lt} on '
-                            f'"{a}" ({expr_text(b_expr)}: {format_type(bias)}), so it would be '
-                            f"summed once per rank; add an R bias after the reduction, or pass a "
-                            f'bias that is P on "{a}"',
-                        )])
-                        bias_rest = bias_rest.replace(a, None)
-                added = propagate("add", [Operand(t, f"spmd.{op}(...)"),
-                                          Operand(bias_rest, expr_text(b_expr))])
-                self.report(ctx, added.errors)
-                t = added.type if not added.errors else t
-            return self.typed_result(ctx.default_return_type, t)
+            return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
 

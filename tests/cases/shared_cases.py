@@ -387,6 +387,29 @@ case("coll-relu-before-reduce", {"x": "V", "w": "V"},
       "out = torch.relu(hp)"), NL, **CX)
 
 
+# The einsum family with out_partial_axes in local mode (SPEC section 6): the local op, then
+# P on the named axes (engine.ops.partial_op, both checkers).  The check mode used to
+# reinterpret the op's result, so it took a bias as a summand of the local op: it accepted
+# an R bias (summed once per rank) and rejected a P one, and named R/P results a src
+# mismatch; the plugin's verdicts were the right ones.
+_BIAS = {"b": "torch.randn(4, requires_grad=True).clone()"}
+case("spmd-matmul-out-partial", {"x": "V", "w": "V"},
+     'out = spmd.matmul(x, w, out_partial_axes="tp")', "P", **CX)
+case("spmd-matmul-out-partial-of-R", {"x": "R", "w": "R"},
+     'out = spmd.matmul(x, w, out_partial_axes="tp")', "spmd-expert-mode", **CX)
+case("spmd-matmul-out-partial-of-P", {"x": "P", "w": "R"},
+     'out = spmd.matmul(x, w, out_partial_axes="tp")', "spmd-collective", **CX)
+case("spmd-linear-out-partial-P-bias", {"x": "V", "w": "V", "b": "P"},
+     'out = spmd.linear(x, w, b, out_partial_axes="tp")', "P", make=_BIAS, **CX)
+case("spmd-linear-out-partial-R-bias", {"x": "V", "w": "V", "b": "R"},
+     'out = spmd.linear(x, w, bias=b, out_partial_axes="tp")', AFF, make=_BIAS, **CX)
+case("spmd-sum-out-partial-S0", {"x": "S0"}, 'out = spmd.sum(x, 0, out_partial_axes="tp")', "P", **CX)
+# untyped operands: the declaration still makes the result P there (the plugin left it
+# untyped, the check mode declared it P; an untyped axis beside typed ones was P in both)
+case("spmd-matmul-out-partial-untyped", {"x": "U", "w": "U"},
+     'out = spmd.matmul(x, w, out_partial_axes="tp")', "P", **CX)
+
+
 # --------------------------------------------------------------------------------------
 # 9. Global SPMD (partition specs, SPEC section 6): shard propagation, both checkers.
 
