@@ -67,6 +67,7 @@ __version__ = _SOURCE_VERSION
 
 _TORCH_TENSOR = "torch._tensor.Tensor"
 _PROMOTED = (_TORCH_TENSOR, "torch.nn.parameter.Parameter")
+_MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
 _GRAD_ATTRS = {f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)}
 _TRANSPOSE_ATTRS = {f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
                     for a in ("T", "mT", "H", "mH")}
@@ -386,6 +387,21 @@ class SpmdPlugin(Plugin):
             return None
         return self.calls.relax_signature_hook
 
+    def _megatron_mapping_hook(self, ctx: FunctionContext) -> Type:
+        """A Megatron mapping function typed by the shipped stubs (megatron-stubs).  In a module
+        that uses SPMD types it has the table's types (and its arguments are checked); in a
+        module that uses none its result is untyped, as megatron-core's own functions are
+        without the stubs (it has no py.typed): gradual, such code gets no new error (a
+        variable joining a mapping call's result and a plain tensor, a tuple returned as a
+        tensor, torch's stubs on the result)."""
+        result = self.calls.check_arguments_hook(ctx)
+        if self._want_promotion:
+            return result
+        ret = get_proper_type(ctx.default_return_type)
+        if isinstance(ret, Instance) and ret.type.fullname == TENSOR:
+            return AnyType(TypeOfAny.special_form)
+        return result
+
     def _isinstance_hook(self, ctx: FunctionContext) -> Type:
         if self.boundaries.is_boundary(ctx):
             return self.boundaries.hook(ctx)
@@ -412,6 +428,8 @@ class SpmdPlugin(Plugin):
         return hook
 
     def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        if fullname.startswith(_MEGATRON_MAPPINGS):
+            return self._megatron_mapping_hook
         if not fullname.startswith(_NO_SIGNATURE_CHECK):
             return self.calls.check_arguments_hook
         if fullname.startswith("spmd."):

@@ -226,7 +226,9 @@ def test_plain_annotated_megatron_code_gets_no_error(runs: dict[str, stub_env.Ru
 
 
 def test_known_false_positives_are_exactly_these(runs: dict[str, stub_env.Run]) -> None:
-    check_file(runs["plugin"], "known_false_positives.py", case_source("known_false_positives.py"))
+    # With the plugin, a module without SPMD types sees the mapping calls' results untyped: none.
+    check_file(runs["plugin"], "known_false_positives.py", case_source("known_false_positives.py"),
+               keep=lambda e: False)
     # Without the plugin (the stub is installed for every mypy run of the environment): the
     # results are plain torch.Tensor, so only torch's own stubs' error is left.
     check_file(runs["no-plugin"], "known_false_positives.py", case_source("known_false_positives.py"),

@@ -1,7 +1,8 @@
 """Megatron-style code annotated with torch.Tensor (no SPMD types) where the typed results of
-unchanged mapping calls give errors on correct code.  Measured, not wanted: each expected error
-below says why it happens (docs/megatron.md, "What it does not do").  When the plugin stops
-reporting one, this test fails: delete the expectation.
+unchanged mapping calls used to give errors on correct code.  With the plugin a module that
+uses no SPMD types sees the mapping calls' results untyped (gradual), so none of these is an
+error; without the plugin the stubs alone make the results plain torch.Tensor, and the only
+error left is torch's own (3).  docs/megatron.md, "What it does not do".
 """
 from typing import Optional
 
@@ -16,26 +17,28 @@ from megatron.core.tensor_parallel import (
 )
 
 
-# 1. An untyped operand takes the typed operand's type: F.linear(R, w) is R, although the
-#    column-parallel weight w is sharded (the product is V) and the row-parallel one makes it P.
+# 1. Were the results typed here, an untyped operand would take the typed operand's type:
+#    F.linear(R, w) would be R although the column-parallel weight w is sharded (the product
+#    is V) and the row-parallel one makes it P.
 def hand_written_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     h = copy_to_tensor_model_parallel_region(x)
     y = F.linear(F.gelu(F.linear(h, w1)), w2)
-    return reduce_from_tensor_model_parallel_region(y)  # E: [spmd-mismatch] is Tensor[R["tp"]] but Tensor[P["tp"]] is expected
+    return reduce_from_tensor_model_parallel_region(y)
 
 
 def vocab_parallel_logits(x: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
     logits = F.linear(copy_to_tensor_model_parallel_region(x), embedding)
-    return gather_from_tensor_model_parallel_region(logits)  # E: [spmd-mismatch] is Tensor[R["tp"]] but Tensor[S[-1, "tp"]] is expected
+    return gather_from_tensor_model_parallel_region(logits)
 
 
-# 2. A local variable has the type of its first assignment (mypy): a later assignment of
-#    another SPMD type, or of a plain tensor in a module that does not import spmd, is an error.
+# 2. Were the results typed here, a local variable would have the type of its first
+#    assignment (mypy): a later assignment of another SPMD type or of a plain tensor would be
+#    an error.
 def sequence_parallel_or_not(y: torch.Tensor, sequence_parallel: bool) -> torch.Tensor:
     if sequence_parallel:
         output = reduce_scatter_to_sequence_parallel_region(y)
     else:
-        output = reduce_from_tensor_model_parallel_region(y)  # E: [assignment] Incompatible types in assignment
+        output = reduce_from_tensor_model_parallel_region(y)
     return output
 
 
@@ -44,12 +47,13 @@ def maybe_gather(output_parallel: torch.Tensor, gather_output: bool,
     if gather_output:
         output = gather_from_tensor_model_parallel_region(output_parallel, group=tp_group)
     else:
-        output = output_parallel  # E: [assignment] Incompatible types in assignment
+        output = output_parallel
     return output
 
 
-# 3. A result is a torch.Tensor instead of Any (megatron-core has no py.typed): torch's stubs
-#    apply, and they do not know numpy's `axis=` spelling that torch accepts at run time.
+# 3. Without the plugin a result is a torch.Tensor instead of Any (megatron-core has no
+#    py.typed): torch's stubs apply, and they do not know numpy's `axis=` spelling that torch
+#    accepts at run time.
 def tokens_per_rank(counts: torch.Tensor, tp_group: torch.distributed.ProcessGroup) -> torch.Tensor:
     gathered = gather_from_sequence_parallel_region(counts, group=tp_group)
     return gathered.sum(axis=1)  # E: [call-overload] Unexpected keyword argument "axis"
