@@ -71,6 +71,7 @@ from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
 from .plugin.calls import is_detached, literal_strs, read_local_type
+from .plugin.mypy_types import TENSOR
 from .plugin import __version__ as _PLUGIN_VERSION
 
 SCHEMA_VERSION = 1
@@ -806,7 +807,7 @@ class ReportPlugin(SpmdPlugin):
             return False
         p = get_proper_type(t)
         if isinstance(p, Instance):
-            if p.type.fullname == "spmd._slots.Tensor":
+            if p.type.fullname == TENSOR:
                 return bool(self.types.from_type(p))
             return any(self.mentions_typed(a) for a in p.args)
         if isinstance(p, (UnionType, TupleType)):

@@ -231,7 +231,7 @@ class _Rewriter:
                 self.assignment(st, declared, attrs, self_name)
             elif isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
                 self.toplevel(st, frozenset())
-            elif _has_blocks(type(st)):
+            elif isinstance(st, _COMPOUND):
                 for b in _blocks(st):
                     self.body(b.body, wrap_returns, declared, attrs, self_name)
 
@@ -260,16 +260,6 @@ class _Rewriter:
 
 
 _COMPOUND = (Block, IfStmt, ForStmt, WhileStmt, WithStmt, TryStmt, MatchStmt)
-_HAS_BLOCKS: dict[type, bool] = {}
-
-
-def _has_blocks(cls: type) -> bool:
-    """Whether _blocks() finds blocks in a statement of this class (one dict lookup for
-    the many simple statements)."""
-    has = _HAS_BLOCKS.get(cls)
-    if has is None:
-        has = _HAS_BLOCKS[cls] = issubclass(cls, _COMPOUND)
-    return has
 
 
 def _blocks(st: Statement) -> list[Block]:

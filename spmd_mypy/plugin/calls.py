@@ -58,6 +58,7 @@ from ..engine.ops import (
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from . import global_calls
 from .codes import ERROR_CODES
+from .mypy_types import TENSOR
 from .reductions import read_reduction
 
 if TYPE_CHECKING:
@@ -745,7 +746,7 @@ class CallTyper:
 
     def _relax(self, t: Type) -> tuple[Type, SpmdType] | None:
         p = get_proper_type(t)
-        if isinstance(p, Instance) and p.type.fullname == "spmd._slots.Tensor":
+        if isinstance(p, Instance) and p.type.fullname == TENSOR:
             st = self.types.from_type(p)
             # plain torch.Tensor: accepts typed and untyped tensors in any module
             base = p.type.bases[0] if p.type.bases else None
@@ -832,7 +833,7 @@ def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalTy
 
 
 def is_tensor_method_class(cls: str) -> bool:
-    return cls in ("spmd._slots.Tensor", "torch._tensor.Tensor", "torch._C.TensorBase",
+    return cls in (TENSOR, "torch._tensor.Tensor", "torch._C.TensorBase",
                    "torch.nn.parameter.Parameter")
 
 

@@ -179,17 +179,11 @@ class _Walker:
         self._depth = 0  # function nesting
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
-        kinds = _KINDS
         for st in stmts or ():
-            if kinds.get(type(st)) != "":  # skip statements the walk never enters (most)
+            if isinstance(st, _HANDLED):  # skip statements the walk never enters (most)
                 self.stmt(st, in_function_class)
 
     def stmt(self, st: Statement, in_function_class: bool = False) -> None:
-        kind = _KINDS.get(type(st))
-        if kind is None:
-            kind = _kind(type(st))
-        if not kind:
-            return
         if isinstance(st, FuncDef):
             if self.rewrite:
                 rewrite_type(st.type)
@@ -250,17 +244,10 @@ class _Walker:
                     self.block(b.body)
 
 
-# What stmt() does with a statement class ("" = nothing), by the isinstance tests it makes,
-# so most statements (expressions, returns, ...) cost one dict lookup per walk.
+# The statement classes stmt() acts on (it does nothing with the others: expressions,
+# returns, ...).
 _HANDLED = (FuncDef, Decorator, OverloadedFuncDef, ClassDef, WithStmt, AssignmentStmt, Block,
             IfStmt, ForStmt, WhileStmt, TryStmt)
-_KINDS: dict[type, str] = {}
-
-
-def _kind(cls: type) -> str:
-    kind = next((c.__name__ for c in _HANDLED if issubclass(cls, c)), "")
-    _KINDS[cls] = kind
-    return kind
 
 
 def _is_detach_call(e: Expression) -> bool:
