@@ -126,12 +126,16 @@ class _Collective(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        # Called here, on backward's own argument: the counts it compares were calibrated
-        # on a Function's backward argument (see _owned_signatures).
-        sigs = _owned_signatures(grad.device)  # empty: never in place (see _calibrate)
-        owned = bool(sigs) and _grad_signature(grad) in sigs
+        steps = ctx.step.backward_steps()
+        # Only a backward that all-reduces can reduce in place.  The signature is taken
+        # here, on backward's own argument: the counts it compares were calibrated on a
+        # Function's backward argument (see _owned_signatures; empty: never in place).
+        owned = False
+        if any(s.impl is _all_reduce_sum for s in steps):
+            sigs = _owned_signatures(grad.device)
+            owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
-        for step in ctx.step.backward_steps():
+        for step in steps:
             if grad.requires_grad and torch.is_grad_enabled():  # create_graph: differentiable
                 grad = _Collective.apply(grad, step, sizes)
                 owned = False
