@@ -86,13 +86,14 @@ class MypyRunner:
     def __init__(self, workdir: str | None = None) -> None:
         # one work directory per user and checkout: its cache keeps torch's stubs analysed
         # between runs (a cold cache costs ~10 s); each program's own files are removed
-        # and per version of the plugin's sources: mypy's cache does not notice a change in
-        # the plugin's modules, and a stale cache gave a replay the old plugin's verdict
-        plugin = "".join(f"{p}:{p.stat().st_mtime_ns};"
-                         for p in sorted((ROOT / "spmd_mypy").rglob("*.py")))
+        # and per version of the plugin (a hash of its and the engine's sources): mypy's cache
+        # does not notice a change in the plugin's modules, and a stale cache gave a replay
+        # the old plugin's verdict
+        from spmd_mypy.plugin import __version__ as plugin_version
+
         default = Path(tempfile.gettempdir()) / (
             f"spmd-fuzz-mypy-{os.getuid()}-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}"
-            f"-{hashlib.sha256(plugin.encode()).hexdigest()[:8]}")
+            f"-{plugin_version[:8]}")
         self.dir = Path(workdir) if workdir else default
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "mypy.ini").write_text(
