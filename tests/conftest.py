@@ -1,25 +1,34 @@
-"""Session-wide setup shared by every test folder.
+"""Session-wide setup shared by every test folder: the checkout importable by the tests and
+by the mypy they run as subprocesses.
 
-An editable install (``pip install -e .``) makes ``spmd_mypy`` and ``spmd`` importable through
-setuptools' import hook, which mypy's own module search does not follow: mypy run as a
-subprocess (the editor, example and robustness tests) would then not find the ``spmd-stubs``
-package.  When no directory on ``sys.path`` holds ``spmd-stubs``, the checkout's ``stubs/`` goes on
-``PYTHONPATH`` for every subprocess.  An installed package (what CI runs) needs nothing.
+- A bare checkout (nothing installed): the repository root goes on ``sys.path`` and
+  ``PYTHONPATH`` for ``spmd_mypy``.
+- An editable install (``pip install -e .``) makes ``spmd_mypy`` and ``spmd`` importable through
+  setuptools' import hook, which mypy's own module search does not follow; so whenever no
+  directory on ``sys.path`` holds ``spmd-stubs``, the checkout's ``stubs/`` goes on ``PYTHONPATH``
+  for every subprocess.
+
+An installed package (what CI runs) needs nothing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
-_STUBS = Path(__file__).resolve().parents[1] / "stubs"
+_ROOT = Path(__file__).resolve().parents[1]
+_STUBS = _ROOT / "stubs"
 
 
-def _stubs_on_sys_path() -> bool:
-    return any((Path(p) / "spmd-stubs").is_dir() for p in sys.path if p)
-
-
-if not _stubs_on_sys_path() and (_STUBS / "spmd-stubs").is_dir():
+def _on_pythonpath(path: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_STUBS), os.environ.get("PYTHONPATH", "")) if p)
+        p for p in (str(path), os.environ.get("PYTHONPATH", "")) if p)
+
+
+if importlib.util.find_spec("spmd_mypy") is None:
+    sys.path.insert(0, str(_ROOT))
+    _on_pythonpath(_ROOT)
+if not any((Path(p) / "spmd-stubs").is_dir() for p in sys.path if p) and (_STUBS / "spmd-stubs").is_dir():
+    _on_pythonpath(_STUBS)

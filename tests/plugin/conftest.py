@@ -45,5 +45,4 @@ def _cache_root(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="session")
 def case_results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CaseResults:
-    mypy_cases.ensure_importable()
     return CaseResults(tmp_path_factory.mktemp("plugin-cases"), _cache_root(request.config, tmp_path_factory))

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib.util
 import os
 import re
 import shlex
@@ -334,23 +333,6 @@ class GroupResult:
     seconds: float
 
 
-_EXTRA_PATHS: list[str] = []
-
-
-def ensure_importable() -> None:
-    """Make the plugin and the stubs findable when the package is not installed (a bare
-    checkout): the repo root for ``spmd_mypy``, ``stubs/`` for ``spmd-stubs``.  An installed
-    package (CI) or a development .pth needs nothing."""
-    if importlib.util.find_spec("spmd_mypy") is None:
-        sys.path.insert(0, str(REPO))
-        _EXTRA_PATHS.append(str(REPO))
-    if not any((Path(p) / "spmd-stubs").is_dir() for p in sys.path if p):
-        stubs = REPO / "stubs"
-        if (stubs / "spmd-stubs").is_dir():
-            sys.path.append(str(stubs))
-            _EXTRA_PATHS.append(str(stubs))
-
-
 MYPY_TIMEOUT_S = 600
 
 
@@ -364,8 +346,6 @@ def _run_mypy(config: Config, files: Sequence[Path], workdir: Path, cache_dir: P
             "--no-color-output", "--show-traceback", "--hide-error-context",
             *config.flags, *map(str, files)]
     env = dict(os.environ)
-    if _EXTRA_PATHS:
-        env["PYTHONPATH"] = os.pathsep.join(_EXTRA_PATHS + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.pop("MYPYPATH", None)
     try:
         proc = subprocess.run([sys.executable, "-m", "mypy", *args], cwd=workdir, env=env,

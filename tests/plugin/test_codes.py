@@ -21,11 +21,8 @@ import mypy.errorcodes
 import pytest
 
 import mypy_cases
-
-mypy_cases.ensure_importable()
-
-from spmd_mypy.engine.errors import CODES  # noqa: E402
-from spmd_mypy.plugin.codes import ERROR_CODES, SPMD  # noqa: E402
+from spmd_mypy.engine.errors import CODES
+from spmd_mypy.plugin.codes import ERROR_CODES, SPMD
 
 # Codes of features this suite does not cover (SPEC sections 5 and 6: autograd Function duality,
 # global SPMD); a case using one makes the coverage test below see it.
