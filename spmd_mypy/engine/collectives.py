@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .errors import SpmdError
-from .types import Kind, LocalType, SpmdType, format_axis, format_type
+from .types import Kind, LocalType, SpmdType, format_axis, format_type, shard_dims_match
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 CONVERSIONS = ("reinterpret", "convert")
@@ -280,10 +280,10 @@ def check_collective(
         have = x.get(axis)
         if have is None:
             continue
-        if not _matches(have, src):
+        if not shard_dims_match(have, src):
             errors.append(SpmdError(
                 "spmd-src-mismatch",
-                f'{call}, src={src}, ...) but {x_text} is {have} on "{axis}" ({x_text}: '
+                f'{call}, src={src}, ...) but {x_text} is {have.describe()} on "{axis}" ({x_text}: '
                 f"{format_type(x)})" + _mismatch_fix(have, src, dst, x_text, axis),
             ))
     out = x
@@ -334,16 +334,10 @@ def _shift_other_shards(t: SpmdType, axes: Sequence[str], delta: int) -> SpmdTyp
     return SpmdType.of(d, None)
 
 
-def _matches(have: LocalType, src: LocalType) -> bool:
-    if have.kind is not src.kind:
-        return False
-    return have.dim is None or src.dim is None or have.dim == src.dim
-
-
 def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
                   axis: str | tuple[str, ...]) -> str:
     if have.kind is src.kind:  # shard dims differ
-        return f"; pass src={have}"
+        return f"; pass src={have.at_high_ranks()}"
     s = suggest(have, dst, x_text, axis)
     return "; " + s if "needs no op" not in s else f"; it is already {dst}: drop the call"
 
@@ -390,15 +384,16 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     errors = []
     for axis, want in expected.axes:
         have = actual.get(axis)
-        if have is None or _matches(have, want):
+        if have is None or shard_dims_match(have, want):
             continue
         if have.kind is want.kind:
-            fix = f"the shard dims differ; redistribute({x_text}, \"{axis}\", src={have}, dst={want})"
+            fix = (f"the shard dims differ; redistribute({x_text}, \"{axis}\", "
+                   f"src={have.at_high_ranks()}, dst={want})")
         else:
             fix = suggest(have, want, x_text, axis)
         errors.append(SpmdError(
             "spmd-mismatch",
             f'{where} is {format_type(actual)} but {format_type(expected)} is expected: it is '
-            f'{have} on "{axis}" where {want} is needed; {fix}',
+            f'{have.describe()} on "{axis}" where {want} is needed; {fix}',
         ))
     return errors

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from .collectives import lookup, suggest
 from .errors import SpmdError
-from .types import PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type
+from .types import PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type, shard_dims_match
 
 # What a position of a signature holds.
 TENSOR = "tensor"  # a tensor (typed, or a plain tensor: UNTYPED)
@@ -81,19 +81,12 @@ def gradient_type(t: SpmdType) -> SpmdType:
     return t.dual()
 
 
-def _compatible(have: LocalType, want: LocalType) -> bool:
-    """V stands for S(i) with an unknown dim, both ways; S(i) is not S(j)."""
-    if have.kind is not want.kind:
-        return False
-    return have.dim is None or want.dim is None or have.dim == want.dim
-
-
 def mismatches(have: SpmdType, want: SpmdType) -> list[tuple[str, LocalType, LocalType]]:
     """(axis, have, want) for every axis both types know on which they disagree."""
     out = []
     for axis, w in want.axes:
         h = have.get(axis)
-        if h is not None and not _compatible(h, w):
+        if h is not None and not shard_dims_match(h, w):
             out.append((axis, h, w))
     return out
 

@@ -93,6 +93,7 @@ from .types import (
     format_spec,
     format_type,
     shard,
+    shard_dims_match,
 )
 
 Spec = tuple[tuple[str, ...], ...]
@@ -1673,7 +1674,7 @@ def check_local_map_boundary(local: SpmdType, declared: SpmdType, axes: Iterable
         got = local.get(a)
         if got is None:
             continue
-        ok = got.kind is lt.kind and (got.dim is None or lt.dim is None or got.dim == lt.dim)
+        ok = shard_dims_match(got, lt)
         if not ok:
             if lt.kind is Kind.V:
                 need = f"V (it shards dim {lt.dim} in {format_spec(declared.spec or ())})"

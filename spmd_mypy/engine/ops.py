@@ -30,11 +30,13 @@ with R or V as if it were R.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from .errors import SpmdError
-from .types import INVARIANT, Kind, LocalType, REPLICATE, SpmdType, VARYING, format_type
+from .types import (
+    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, format_type, from_ranks,
+)
 
 
 class OpClass(enum.Enum):
@@ -324,7 +326,8 @@ def _word(lt: LocalType) -> str:
 #
 #     x: S(2), x.sum(dim=0)                ->  S(1)     (dim 0 removed: 2 -> 1)
 #     x: S(2), x.sum(dim=0, keepdim=True)  ->  S(2)
-#     x: S(0), x.sum(dim=-1)               ->  S(0)     (needs the rank for mixed signs: V)
+#     x: S(0), x.sum(dim=-1)               ->  S(0)     (rank 1 leaves a scalar; see _result_layout)
+#     x: S(0), x.sum(dim=-1, keepdim=True) ->  S(0) at rank >= 2 (V at rank 1)
 #     x: S(1), x.sum(dim=1)                ->  V        (the shard dim itself is reduced)
 REDUCTIONS = frozenset("""
 sum nansum mean nanmean prod amax amin max min std var logsumexp norm vector_norm
@@ -575,6 +578,52 @@ def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
     return None
 
 
+def _result_layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
+                   dim: int | None, reduction: Reduction | None) -> LocalType:
+    """The Varying result's layout on ``axis``: :func:`_layout` where the operands' rank is
+    known (check mode) or no operand has a layout to keep; else (the static checker) the
+    layout at every rank the operands can have, all of the same rank (types carry no
+    shapes)::
+
+        x: S(0); softmax(x, dim=-1)        rank 1: V; rank >= 2: S(0)
+        x: S(1); x.sum(dim=0)              rank 1 impossible; rank r >= 2: S(0) at rank r - 1
+
+    which :func:`.types.from_ranks` folds into S(i), V, or a rank-dependent layout."""
+    placed = [t for o, _ in tensor_ops if (t := o.type.get(axis)) is not None  # type: ignore[union-attr]
+              and t.kind is Kind.V and (t.dim is not None or t.by_rank is not None)]
+    if not placed or any(o.shape is not None for o, _ in tensor_ops):
+        return LocalType(Kind.V, _layout(spec, axis, tensor_ops, dim, reduction))
+    layouts: dict[int, int | None] = {}
+    for rank in range(1, RANKS + 1):
+        if reduction is not None and reduction.dims is not None and any(
+                not -rank <= x < rank for x in reduction.dims):
+            continue
+        ops_at: list[tuple[Operand, Role]] = []
+        dims_at: set[int | None] = set()
+        possible = True
+        for o, role in tensor_ops:
+            t = o.type.get(axis)  # type: ignore[union-attr]
+            if t is not None and t.kind is Kind.V:
+                possible, d = t.at_rank(rank)
+                if not possible:
+                    break
+                dims_at.add(d)
+                if t.by_rank is not None:
+                    o = replace(o, type=o.type.replace(axis, LocalType(Kind.V, d)))  # type: ignore[union-attr]
+            ops_at.append((o, role))
+        if not possible:
+            continue
+        dim_at = next(iter(dims_at)) if spec.keeps_shard_dims and len(dims_at) == 1 else None
+        red_at = None if reduction is None else Reduction(reduction.dims, reduction.keepdim, rank)
+        out_rank = rank
+        if (red_at is not None and spec.name in REDUCTIONS and not red_at.keepdim
+                and spec.name not in NORMALISING):
+            out_rank = 0 if not red_at.dims else rank - len({x % rank for x in red_at.dims})
+        if out_rank >= 1:
+            layouts[out_rank] = _layout(spec, axis, ops_at, dim_at, red_at)
+    return from_ranks(layouts)
+
+
 # propagate's verdicts that had no error, by what the rule reads (the operands' types,
 # can_grad, roles and known shapes, never their texts): the checker types the same few combinations at
 # thousands of call sites.  A verdict with an error is never stored (its messages name the
@@ -641,7 +690,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                  and (r is not Role.INDEX or lt.kind is Kind.V)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if lt is not None and lt.kind is Kind.V:
-            lt = LocalType(Kind.V, _layout(spec, axis, tensor_ops, lt.dim, reduction))
+            lt = _result_layout(spec, axis, tensor_ops, lt.dim, reduction)
         if err is not None:
             errors.append(err)
         elif lt is not None:

@@ -38,23 +38,90 @@ class Kind(enum.Enum):
 _KIND_ORDER = {Kind.R: 0, Kind.I: 1, Kind.V: 2, Kind.P: 3}
 
 
+# The static checker does not know a tensor's rank.  Where a layout depends on it, it is
+# worked out for every rank from 1 to RANKS (a rank above RANKS behaves as RANKS does,
+# which holds while the dims written stay within -RANKS/2..RANKS/2).
+RANKS = 8
+
+ByRank = tuple[tuple[int, "int | None"], ...]
+
+
 @dataclass(frozen=True)
 class LocalType:
-    """The type of a tensor on one mesh axis: R, I, V, P, or S(dim) (= V on dim)."""
+    """The type of a tensor on one mesh axis: R, I, V, P, or S(dim) (= V on dim).
+
+    ``by_rank``: a Varying whose layout depends on the tensor's rank, which the static
+    checker does not know: ``((rank, shard dim or None), ...)`` for the ranks the tensor
+    can have, increasing, the last entry standing for every higher rank.  Only the
+    static checker makes one (the check mode sees the rank)::
+
+        x: S(0); softmax(x, dim=-1)     rank 1: dim -1 is the shard dim   ->  V
+                                        rank 2 and up: dim 0 untouched    ->  S(0)
+        = LocalType(V, by_rank=((1, None), (2, 0)))
+
+    It acts as V in every rule; a claim ``S(j)`` on it is checked at the ranks ``S(j)``
+    allows (:func:`shard_dims_match`), so declaring the result ``S(1)`` is an error.
+    """
 
     kind: Kind
     dim: int | None = None  # the shard dim; only with Kind.V
+    by_rank: ByRank | None = None
 
     def __post_init__(self) -> None:
-        if self.dim is not None and self.kind is not Kind.V:
+        if (self.dim is not None or self.by_rank is not None) and self.kind is not Kind.V:
             raise ValueError("only a Varying type can carry a shard dim")
+        if self.dim is not None and self.by_rank is not None:
+            raise ValueError("a rank-dependent layout has no single shard dim")
 
     @property
     def is_shard(self) -> bool:
         return self.dim is not None
 
     def forget_dim(self) -> LocalType:
-        return VARYING if self.dim is not None else self
+        return VARYING if (self.dim is not None or self.by_rank is not None) else self
+
+    def at_rank(self, rank: int) -> tuple[bool, int | None]:
+        """(whether a tensor of this type can have ``rank``, its shard dim there)."""
+        if self.by_rank is not None:
+            for r, d in self.by_rank:
+                if r == rank:
+                    return True, d
+            last_r, last_d = self.by_rank[-1]
+            return (True, last_d) if rank > last_r else (False, None)
+        if self.dim is not None:
+            return -rank <= self.dim < rank, self.dim
+        return True, None
+
+    def at_high_ranks(self) -> LocalType:
+        """The layout at the highest ranks (a rank-dependent layout's last entry): what a
+        fix names as ``src=``."""
+        if self.by_rank is None:
+            return self
+        d = self.by_rank[-1][1]
+        return VARYING if d is None else LocalType(Kind.V, d)
+
+    def describe(self) -> str:
+        """How messages name the type: ``S(0)``; a rank-dependent layout
+        ``V (S(0) at rank >= 2, V at rank 1)``."""
+        return str(self) if self.by_rank is None else f"V ({self.layouts()})"
+
+    def layouts(self) -> str:
+        """A rank-dependent layout in words: ``S(0) at rank >= 2, V at rank 1``."""
+        if self.by_rank is None:
+            return str(self)
+        parts: dict[int | None, list[int]] = {}
+        for r, d in self.by_rank:
+            parts.setdefault(d, []).append(r)
+        last = self.by_rank[-1][0]
+
+        def ranks(rs: list[int]) -> str:
+            if rs[-1] == last:
+                return f"rank >= {rs[0]}" if len(rs) == last - rs[0] + 1 else \
+                    "rank " + ", ".join(map(str, rs[:-1])) + f" or >= {last}"
+            return "rank " + ", ".join(map(str, rs))
+
+        order = sorted(parts.items(), key=lambda kv: -kv[1][-1])
+        return ", ".join(f"{'V' if d is None else f'S({d})'} at {ranks(rs)}" for d, rs in order)
 
     def __str__(self) -> str:
         return f"S({self.dim})" if self.dim is not None else self.kind.value
@@ -83,16 +150,62 @@ def dual(t: LocalType) -> LocalType:
 
 
 def shard_dims_match(a: LocalType, b: LocalType) -> bool:
-    """Whether a tensor of type ``a`` may be used where ``b`` is claimed (``src=b``).
+    """Whether a tensor of type ``a`` may be used where ``b`` is claimed (``src=b``, a
+    declared argument, return or variable type).
 
     V and S(i) are both Varying: a V of unknown dim may be claimed as S(i)
     (the user tells which dim), an S(i) may be claimed as V, but S(i) is not S(j).
+    A rank-dependent layout (``a.by_rank``) takes the claim S(j) when at some rank that
+    both allow it is V or S(j)::
+
+        a = S(0) at rank >= 2 (V at rank 1)     claim S(0): yes    claim V: yes
+                                                claim S(1): no (S(1) needs rank >= 2)
     """
     if a.kind is not b.kind:
+        return False
+    if a.by_rank is not None and b.dim is not None:
+        top = max(a.by_rank[-1][0], b.dim + 1, -b.dim)
+        for rank in range(1, top + 1):
+            possible, d = a.at_rank(rank)
+            if possible and -rank <= b.dim < rank and (d is None or d == b.dim):
+                return True
         return False
     if a.dim is None or b.dim is None:
         return True
     return a.dim == b.dim
+
+
+def from_ranks(layouts: Mapping[int, int | None]) -> LocalType:
+    """The Varying type whose shard dim at each possible rank is ``layouts[rank]`` (the
+    ranks not listed are impossible; the highest listed stands for every higher rank):
+    S(d) when every rank agrees on d, V when none has a dim, else rank-dependent."""
+    if not layouts:
+        return VARYING
+    dims = set(layouts.values())
+    if len(dims) == 1:
+        (d,) = dims
+        return LocalType(Kind.V, d)
+    table = sorted(layouts.items())
+    while len(table) > 1 and table[-2][1] == table[-1][1]:
+        table.pop()  # the last entry stands for every higher rank
+    return LocalType(Kind.V, by_rank=tuple(table))
+
+
+def encode_by_rank(by_rank: ByRank) -> str:
+    """The table as text, for a checker that stores types as literals: ``"1:-,2:0"``."""
+    return ",".join(f"{r}:{'-' if d is None else d}" for r, d in by_rank)
+
+
+def decode_by_rank(text: str) -> LocalType | None:
+    """The inverse of :func:`encode_by_rank`; None for a text it did not write."""
+    try:
+        table = tuple((int(r), None if d == "-" else int(d))
+                      for r, d in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        return None
+    if not table or any(r < 1 for r, _ in table) or list(table) != sorted(set(table)):
+        return None
+    return LocalType(Kind.V, by_rank=table)
 
 
 @dataclass(frozen=True)
@@ -187,7 +300,7 @@ def format_entries(t: SpmdType, axis_order: Iterable[str] | None = None) -> list
     in_spec = {a for entry in t.spec or () for a in entry}
     for axis, lt in t.axes:
         if axis not in in_spec:
-            groups.setdefault(lt, []).append(axis)
+            groups.setdefault(lt if lt.by_rank is None else VARYING, []).append(axis)
 
     def key(lt: LocalType) -> tuple[int, int]:
         return (_KIND_ORDER[lt.kind] + (1 if lt.dim is not None else 0) * 4, lt.dim or 0)

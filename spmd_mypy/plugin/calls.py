@@ -612,7 +612,9 @@ class CallTyper:
         for m in members:
             t = self.types.from_type(m)
             if t is not None:
-                shown.append(format_type(t, self.plugin.config.mesh_axes))
+                ranked = "; ".join(f'on "{a}": {lt.layouts()}' for a, lt in t.axes if lt.by_rank)
+                shown.append(format_type(t, self.plugin.config.mesh_axes)
+                             + (f" ({ranked})" if ranked else ""))
             elif isinstance(get_proper_type(m), NoneType):
                 shown.append("None")
             else:

@@ -32,7 +32,7 @@ from mypy.types import (
 )
 
 from ..engine.annotations import Entry
-from ..engine.types import Kind, LocalType, SpmdType, UNTYPED
+from ..engine.types import UNTYPED, VARYING, Kind, LocalType, SpmdType, decode_by_rank, encode_by_rank
 from .rewrite import axis_from_raw
 
 TENSOR = "spmd._slots.Tensor"  # the canonical class (a TypeInfo)
@@ -95,6 +95,8 @@ class TypeBuilder:
             lit = LiteralType(axis, str_t)
             if lt.dim is not None:
                 slots.append(Instance(infos["S"], [LiteralType(lt.dim, int_t), lit]))
+            elif lt.by_rank is not None:  # a rank-dependent layout: its table as a str literal
+                slots.append(Instance(infos["S"], [LiteralType(encode_by_rank(lt.by_rank), str_t), lit]))
             else:
                 slots.append(Instance(infos[lt.kind.value], [lit]))
         slots.append(self._spec_slot(t.spec, infos, str_t))
@@ -172,6 +174,8 @@ class TypeBuilder:
                 dim, axis = lits[0].value, lits[1].value  # type: ignore[union-attr]
                 if isinstance(dim, int) and isinstance(axis, str):
                     out[axis] = LocalType(Kind.V, dim)
+                elif isinstance(dim, str) and isinstance(axis, str):
+                    out[axis] = decode_by_rank(dim) or VARYING
             elif name in ("R", "I", "V", "P"):
                 axis = lits[0].value  # type: ignore[union-attr]
                 if isinstance(axis, str):

@@ -12,20 +12,17 @@ Found as::
       numerics    : mismatch the output at mesh coordinate (dp, tp) = (0, 0): shape (2, 8) != (4, 4)
       category    : disagreement
       DISAGREEMENT: plugin says accepted, check mode says line 4: return (result is Tensor[S[0, "tp"]])
-Cause (issue 7, left open): the static checker types softmax(dim=-1) of an S(0) operand V
-(without the rank, -1 may be dim 0), the check mode knows the rank and keeps S(0); a
-declared S(i) accepts a V value unchecked (the user states the layout), so the plugin
-accepts the wrong S(1) claim that the check mode rejects.  Closing it needs either the rank
-in static types or checking declared S(i) claims on V values.
+Cause: the static checker typed softmax(dim=-1) of an S(0) operand plain V (without the
+rank, -1 may be dim 0) while the check mode knows the rank and keeps S(0); a declared S(i)
+accepts a V value, so the plugin accepted the wrong S(1) claim.  Fixed: the static layout is
+worked out at every rank ("S(0) at rank >= 2, V at rank 1") and a claim is checked at the
+ranks it allows (S(1) needs rank >= 2, where the value is S(0)): both reject it now.
 """
-
-import pytest
 
 from soundness.fuzz_replay import replay
 
 PROGRAM = '{"axes": ["tp"], "ending": ["return", "t1"], "inputs": [["x0", {"tp": "S0"}, [4, 4]]], "out_type": {"tp": "S1"}, "stmts": [["t0", "op", "add", ["x0", "x0"], "", "", "", ""], ["t1", "op", "softmax", ["t0"], "", "", "", ""]]}'
 
 
-@pytest.mark.xfail(strict=True, reason="a declared S(i) accepts a V value unchecked; the static checker types softmax(dim=-1) of S(0) V (rank unknown), the check mode S(0)")
 def test_replay() -> None:
     replay(PROGRAM)

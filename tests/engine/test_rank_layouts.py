@@ -1,0 +1,114 @@
+"""Layouts that depend on the rank the static checker does not know (engine ``_result_layout``).
+
+The static checker works a layout out at every rank and keeps the table; the check mode
+sees the rank.  Exhaustively over small dims, the table at each rank must be exactly the
+check mode's layout at that rank, and a claim is refused only when every rank it allows
+contradicts the table.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from spmd_mypy.engine.ops import Operand, Reduction, normalising_reduction, propagate
+from spmd_mypy.engine.types import (
+    VARYING, Kind, LocalType, SpmdType, decode_by_rank, encode_by_rank, from_ranks, shard,
+    shard_dims_match,
+)
+
+DIMS = range(-3, 3)
+
+
+def _one(lt: LocalType) -> SpmdType:
+    return SpmdType.of({"tp": lt})
+
+
+def _ops() -> list[tuple[str, tuple[int, ...], bool]]:
+    out = []
+    for k in (1, 2):
+        for dims in itertools.combinations(DIMS, k):
+            for keep in (False, True):
+                out += [("sum", dims, keep), ("amax", dims, keep)]
+    for d in DIMS:
+        out += [("softmax", (d,), True), ("cumsum", (d,), True), ("log_softmax", (d,), True)]
+    return out
+
+
+def _reduction(name: str, dims: tuple[int, ...], keep: bool, ndim: int | None) -> Reduction:
+    if name in ("softmax", "log_softmax"):
+        r = normalising_reduction(name, dims[0], ndim)
+        assert r is not None
+        return r
+    return Reduction(dims, keep, ndim)
+
+
+@pytest.mark.parametrize("name,dims,keep", _ops())
+@pytest.mark.parametrize("shard_dim", DIMS)
+def test_static_table_is_the_check_modes_layout_at_every_rank(name, dims, keep, shard_dim) -> None:
+    static = propagate(name, [Operand(_one(shard(shard_dim)), "x")],
+                       reduction=_reduction(name, dims, keep, None))
+    assert not static.errors
+    st = static.type.get("tp")
+    assert st is not None and st.kind is Kind.V
+    for rank in range(1, 7):
+        if not -rank <= shard_dim < rank or any(not -rank <= d < rank for d in dims):
+            continue
+        if len({d % rank for d in dims}) < len(dims):
+            continue  # the same dim twice: torch refuses the call
+        checked = propagate(name, [Operand(_one(shard(shard_dim)), "x", shape=(3,) * rank)],
+                            reduction=_reduction(name, dims, keep, rank))
+        ct = checked.type.get("tp")
+        assert ct is not None
+        reduces = name in ("sum", "amax") and not keep
+        out_rank = rank - len({d % rank for d in dims}) if reduces else rank
+        if out_rank == 0:
+            continue  # a scalar has no shard dim to claim
+        possible, d = st.at_rank(out_rank)
+        assert possible, (st, out_rank)
+        assert d == ct.dim, (name, dims, keep, shard_dim, rank, st.layouts(), ct)
+
+
+def test_claims_are_refused_only_where_every_allowed_rank_contradicts() -> None:
+    table = LocalType(Kind.V, by_rank=((1, None), (2, 0)))  # S(0) from rank 2, V at rank 1
+    assert shard_dims_match(table, shard(0))
+    assert shard_dims_match(table, VARYING)
+    assert shard_dims_match(table, shard(-1))  # rank 1 allows it (V there)
+    assert not shard_dims_match(table, shard(1))  # S(1) needs rank >= 2: S(0) there
+    assert not shard_dims_match(table, shard(-2))  # likewise (raw dims, as for S(0) vs S(-2))
+    assert not shard_dims_match(table, LocalType(Kind.R))
+    gap = LocalType(Kind.V, by_rank=((2, 1), (3, None), (4, 1)))
+    assert shard_dims_match(gap, shard(2))  # rank 3 is V
+    assert shard_dims_match(gap, shard(0)) and shard_dims_match(gap, shard(1))
+    mixed = LocalType(Kind.V, by_rank=((2, 1), (3, 0), (4, 1)))
+    assert shard_dims_match(mixed, shard(0))  # rank 3
+    assert not shard_dims_match(mixed, shard(2))  # ranks 3 and up: S(0) or S(1)
+
+
+def test_from_ranks_folds_agreeing_ranks_and_trailing_repeats() -> None:
+    assert from_ranks({}) == VARYING
+    assert from_ranks({2: 0, 3: 0}) == shard(0)
+    assert from_ranks({1: None, 2: None}) == VARYING
+    t = from_ranks({1: None, 2: 0, 3: 0, 4: 0})
+    assert t.by_rank == ((1, None), (2, 0))
+    assert t.forget_dim() == VARYING and str(t) == "V"
+    assert t.describe() == "V (S(0) at rank >= 2, V at rank 1)"
+
+
+def test_the_table_round_trips_as_text() -> None:
+    t = from_ranks({2: 1, 3: None, 4: 1, 5: 1})
+    text = encode_by_rank(t.by_rank)  # type: ignore[arg-type]
+    assert text == "2:1,3:-,4:1"
+    assert decode_by_rank(text) == t
+    for bad in ("", "x", "1:0,1:0", "2:0,1:-", "0:1", "1:a"):
+        assert decode_by_rank(bad) is None
+
+
+def test_elementwise_ops_carry_the_table_rank_by_rank() -> None:
+    soft = propagate("softmax", [Operand(_one(shard(0)), "x")],
+                     reduction=normalising_reduction("softmax", -1)).type
+    both = propagate("mul", [Operand(soft, "a"), Operand(_one(shard(0)), "b")]).type.get("tp")
+    assert both is not None and both.by_rank == ((1, None), (2, 0))
+    other = propagate("mul", [Operand(soft, "a"), Operand(_one(shard(1)), "b")]).type.get("tp")
+    assert other == VARYING  # S(0) beside S(1) at every rank >= 2
