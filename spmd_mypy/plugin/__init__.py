@@ -32,7 +32,8 @@ from mypy.plugin import (
     ReportConfigContext,
 )
 from mypy.options import Options
-from mypy.types import AnyType, Instance, Type, TypeOfAny, UnboundType, get_proper_type
+from mypy.typeops import make_simplified_union
+from mypy.types import AnyType, Instance, Type, TypeOfAny, UnboundType, UnionType, get_proper_type
 from mypy.typestate import type_state
 
 from ..engine.annotations import Entry, build
@@ -170,12 +171,55 @@ class SpmdPlugin(Plugin):
             self._imports_cache[key] = cached
         return cached[1]
 
-    def _synced(self, hook: Callable) -> Callable:
+    def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
         def run(ctx):  # noqa: ANN001, ANN202
             self._sync_promotion(ctx.api)
-            return hook(ctx)
+            cases = self._union_cases(ctx) if split_unions else None
+            if cases is None:
+                return hook(ctx)
+            return make_simplified_union([hook(c) for c in cases])
 
         return run
+
+    _UNION_CASES_MAX = 16
+
+    def _union_cases(self, ctx):  # noqa: ANN001, ANN202
+        """An argument whose type is a union of typed tensors (``h`` after ``if c: h = x + b``
+        under mypy's flexible redefinition) is typed member by member, as mypy does for a
+        union receiver: one context per combination (at most 16), the results joined.
+        None when no argument is such a union (the common case, kept cheap)."""
+        if not self._want_promotion:
+            return None  # a module without SPMD types: nothing is typed
+        arg_types = getattr(ctx, "arg_types", None) or []
+        receiver = getattr(ctx, "type", None)  # a method's receiver (mypy may hand a union
+        # receiver to a reflected operator: ``b * h`` checks ``h.__rmul__(b)``)
+        choices: list[tuple[int, int, list[Type]]] = []  # (-1, -1): the receiver
+        slots = [(-1, -1, receiver)] if receiver is not None else []
+        slots += [(i, j, t) for i, group in enumerate(arg_types) for j, t in enumerate(group)]
+        for i, j, t in slots:
+            p = get_proper_type(t)
+            if isinstance(p, UnionType) and len(p.items) > 1:
+                members = [self.types.from_type(m) for m in p.items]
+                if all(m is not None for m in members) and any(members):
+                    choices.append((i, j, list(p.items)))
+        if not choices:
+            return None
+        combos = [dict()]  # type: list[dict[tuple[int, int], Type]]
+        for i, j, items in choices:
+            combos = [{**c, (i, j): m} for c in combos for m in items]
+            if len(combos) > self._UNION_CASES_MAX:
+                return None
+        cases = []
+        for combo in combos:
+            new = [list(group) for group in arg_types]
+            fields = {}
+            for (i, j), m in combo.items():
+                if i < 0:
+                    fields["type"] = m
+                else:
+                    new[i][j] = m
+            cases.append(ctx._replace(arg_types=new, **fields))
+        return cases
 
     def _regions(self, api: object) -> GradRegions | None:
         tree = getattr(api, "tree", None)
@@ -376,7 +420,10 @@ class SpmdPlugin(Plugin):
             hook = self._isinstance_hook
         elif hook is None and fullname == "builtins.issubclass":
             hook = _default_return
-        hook = self._synced(hook) if hook is not None else None
+        # a boundary (isinstance) compares the whole value with its declared type; reveal
+        # prints every member itself
+        split = fullname not in ("builtins.isinstance", "spmd.reveal")
+        hook = self._synced(hook, split_unions=split) if hook is not None else None
         self._hook_cache[fullname] = hook
         return hook
 
@@ -469,6 +516,9 @@ class SpmdPlugin(Plugin):
         if fullname in self._method_cache:
             return self._method_cache[fullname]
         cls, _, method = fullname.rpartition(".")
+        if " of " in fullname:  # mypy names a reflected operator on a union "__rmul__ of TensorBase"
+            method, _, short = fullname.partition(" of ")
+            cls = calls.TENSOR if short in ("TensorBase", "Tensor", "Parameter") else fullname
         hook: Callable | None = None
         if not calls.is_tensor_method_class(cls) and not fullname.startswith(_NO_SIGNATURE_CHECK):
             hook = self.calls.check_arguments_hook

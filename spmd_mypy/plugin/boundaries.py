@@ -106,6 +106,7 @@ from mypy.types import (
 from ..engine import collectives as coll
 from ..engine.errors import SpmdError
 from .calls import expr_text
+from .rewrite import rename_redefinitions
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -345,6 +346,10 @@ class BoundaryChecker:
         node = self._isinstance_node()
         if bound and node is None:
             return
+        try:
+            rename_redefinitions(tree, self.plugin.options.clone_for_module(tree.fullname))
+        except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
+            pass
         try:
             rewrite_file(tree, node)
         except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy

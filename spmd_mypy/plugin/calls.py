@@ -157,7 +157,7 @@ def expr_text(e: Expression | None) -> str:
     if e is None:
         return "x"
     if isinstance(e, NameExpr):
-        return e.name
+        return e.name.rstrip("'")  # a redefinition renamed h' (rewrite.rename_redefinitions)
     if isinstance(e, MemberExpr):
         return f"{expr_text(e.expr)}.{e.name}"
     if isinstance(e, CallExpr):

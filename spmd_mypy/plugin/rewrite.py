@@ -6,7 +6,14 @@
    every string inside ``R/I/V/P/S/PS[...]`` into a raw literal that pass skips
    (the type-analyze hook reads it back).  ``R[Literal["tp"]]`` needs nothing.
 
-2. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
+2. Redefinitions.  A tensor's SPMD type changes along a function (``h = all_reduce(h, ...)``
+   turns P into R), so inside function bodies a name assigned again in the same block is a
+   new variable with its own inferred type: mypy's own ``allow_redefinition_old`` renaming
+   (``h = x @ w; h = all_reduce(h)`` checks as ``h' = ...; h = ...``), applied to the
+   functions of modules that use SPMD types unless the module already allows redefinition.
+   Without it mypy reports ``Incompatible types in assignment`` for every such line.
+
+3. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
    ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
    ``forward`` of custom autograd Functions, where an Invariant operand relaxes
    to Replicate (SPEC section 3).  Stored per file for the op hooks.
@@ -15,6 +22,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from mypy.options import Options
+from mypy.renaming import VariableRenameVisitor
 
 from mypy.nodes import (
     AssignmentStmt,
@@ -261,6 +271,21 @@ def _names_in(e: Expression) -> list[str]:
     if isinstance(e, (TupleExpr, ListExpr)):
         return [n for i in e.items for n in _names_in(i)]
     return []
+
+
+def rename_redefinitions(file: MypyFile, options: Options) -> None:
+    """Section 2 of the module docstring, in function and method bodies only: module-level
+    statements keep their names (another module may import them, and in a module re-parsed
+    without ``get_additional_deps`` the top level may be analysed already; function bodies
+    never are before every top level is).  Nothing when the module's options already allow
+    redefinition (mypy does it, or does it its own way)."""
+    if file.is_stub or options.allow_redefinition or options.allow_redefinition_old:
+        return
+    defs: list[Statement] = [d for d in file.defs
+                             if isinstance(d, (FuncDef, OverloadedFuncDef, Decorator, ClassDef))]
+    if defs:
+        # mypy's visitor is compiled (no subclassing): hand it a file of the definitions
+        VariableRenameVisitor().visit_mypy_file(MypyFile(defs, []))
 
 
 def prepare_file(file: MypyFile) -> None:
