@@ -174,7 +174,10 @@ class SpmdPlugin(Plugin):
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
         def run(ctx):  # noqa: ANN001, ANN202
             self._sync_promotion(ctx.api)
-            cases = self._union_cases(ctx) if split_unions else None
+            try:
+                cases = self._union_cases(ctx) if split_unions else None
+            except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
+                cases = None
             if cases is None:
                 return hook(ctx)
             return make_simplified_union([hook(c) for c in cases])
@@ -210,15 +213,15 @@ class SpmdPlugin(Plugin):
             if len(combos) > self._UNION_CASES_MAX:
                 return None
         cases = []
-        for combo in combos:
+        for combo in combos:  # an AttributeContext has a receiver and no arguments
             new = [list(group) for group in arg_types]
-            fields = {}
+            fields: dict[str, object] = {"arg_types": new} if hasattr(ctx, "arg_types") else {}
             for (i, j), m in combo.items():
                 if i < 0:
                     fields["type"] = m
                 else:
                     new[i][j] = m
-            cases.append(ctx._replace(arg_types=new, **fields))
+            cases.append(ctx._replace(**fields))
         return cases
 
     def _regions(self, api: object) -> GradRegions | None:
@@ -420,6 +423,8 @@ class SpmdPlugin(Plugin):
             hook = self._isinstance_hook
         elif hook is None and fullname == "builtins.issubclass":
             hook = _default_return
+        elif fullname == "builtins.hasattr":
+            hook = self._narrowing_hook(hook)
         # a boundary (isinstance) compares the whole value with its declared type; reveal
         # prints every member itself
         split = fullname not in ("builtins.isinstance", "spmd.reveal")
@@ -449,11 +454,26 @@ class SpmdPlugin(Plugin):
             return AnyType(TypeOfAny.special_form)
         return result
 
+    def _narrowing_hook(self, hook: Callable | None) -> Callable[[FunctionContext], Type]:
+        """``hasattr(x, "full_tensor")`` narrows like isinstance: the promotion is off for it
+        (see :meth:`_isinstance_hook`)."""
+        def run(ctx: FunctionContext) -> Type:
+            result = hook(ctx) if hook is not None else ctx.default_return_type
+            self._set_promotion(False)
+            return result
+
+        return run
+
     def _isinstance_hook(self, ctx: FunctionContext) -> Type:
         if self.boundaries.is_boundary(ctx):
             return self.boundaries.hook(ctx)
         if self.autograd.is_trigger(ctx):
             return self.autograd.trigger_hook(ctx)
+        # A real isinstance: mypy narrows right after typing this call, and it will not
+        # narrow a declared torch.Tensor while the gradual promotion is on (narrow_declared_type
+        # keeps any class with an alt promotion).  Off until the next hook syncs it again, which
+        # every hook does first (the if-body's calls, returns and assignments all have one).
+        self._set_promotion(False)
         return ctx.default_return_type
 
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
