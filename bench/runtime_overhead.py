@@ -344,8 +344,9 @@ def typed_step(x: torch.Tensor, target: torch.Tensor, params: list[torch.Tensor]
     w1, b1, w2, b2 = (spmd.reinterpret(p, "dp", src=I, dst=R) for p in params)
     h = spmd.reinterpret(x, "tp", src=I, dst=R)                 # column-parallel input
     a = F.gelu(F.linear(h, w1, b1))                             # V on tp
-    y = spmd.linear(a, w2, out_partial_axes="tp")               # row-parallel: P on tp
-    y = spmd.all_reduce(y, "tp", src=P, dst=I) + b2
+    # row-parallel: P on tp, summed; the partial sum passed straight on (as Megatron's step
+    # does), so the all-reduce runs in place (a name holding it would make it a copy)
+    y = spmd.all_reduce(spmd.linear(a, w2, out_partial_axes="tp"), "tp", src=P, dst=I) + b2
     # each dp rank's loss is one term of the sum the dp gradient all-reduce differentiates
     loss = spmd.reinterpret(F.mse_loss(y, target), "dp", src=V, dst=P)
     loss.backward()
