@@ -768,7 +768,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
             if sigs is None:  # calibrate here, not inside a backward
                 _calibrate_device(x.device)
                 sigs = _OWNED_INPUTS[x.device.type]
-            elif sig in sigs:
+            if sig in sigs:
                 return x if plan.owned_keeps else _Collective.apply(x, in_place, sizes)
         elif x.device.type not in _OWNED:  # calibrate here, not inside a backward
             _calibrate_device(x.device)

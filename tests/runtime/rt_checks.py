@@ -615,6 +615,20 @@ class _SavesOutput(torch.autograd.Function):
         return grad * y
 
 
+class _SquaresSavingInput(torch.autograd.Function):
+    """``t * t``, saving its input (a C++ holder of the tensor: no Python reference)."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(t)
+        return t * t
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (t,) = ctx.saved_tensors
+        return 2 * grad * t
+
+
 def check_forward_in_place(ctx: Ctx, name: str) -> None:
     """The forward all-reduce runs in place on an input nobody else holds, and only then.
 
@@ -622,7 +636,7 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
     ``(out * c).sum()`` w.r.t. ``x`` the table's (P -> R: ``f'(x) * sum_r c_r``; P -> I:
     ``f'(x) * c``).  A temporary nobody else sees is reduced in place (one ``all_reduce_``
     call, no copy); an input the user holds (a local, a list, a detached alias, its untyped
-    storage, a weak reference, a view of it), one autograd saved (``exp``, ``relu``,
+    storage, a weak reference, a view of it, a numpy array or a DLPack capsule of it), one autograd saved (``exp``, ``relu``,
     ``sigmoid``, a Function's ``save_for_backward``) or a view must keep its value, and the
     backward must not raise a version-counter error.
     """
@@ -692,7 +706,7 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
                 assert fwd == [], "reduced in place"
             except (AssertionError, RuntimeError) as e:
                 problems.append(f"held in a local: {e}")
-            for how in ("list", "detach", "storage", "weakref", "view", "numpy"):
+            for how in ("list", "detach", "storage", "weakref", "view", "numpy", "dlpack"):
                 x = leaf()
                 keep: list = [x * 2]
                 t0 = keep[0].detach().clone()
@@ -706,6 +720,8 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
                     keep.append(keep[0].view(9))
                 elif how == "numpy":
                     keep.append(keep[0].detach().numpy())
+                elif how == "dlpack":  # a C++ holder of the tensor itself
+                    keep.append(torch.utils.dlpack.to_dlpack(keep[0].detach()))
                 calls.clear()
                 try:
                     out = spmd.all_reduce(keep[0] if how == "list" else keep.pop(0), "x",
@@ -720,6 +736,8 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
                         assert keep[0]() is None or keep[0]() is not out, "the weakref sees out"
                     elif how == "view":
                         assert_close(keep[0].view(3, 3), t0)
+                    elif how == "dlpack":
+                        assert_close(torch.utils.dlpack.from_dlpack(keep[0]), t0)
                     else:
                         assert_close(torch.from_numpy(keep[0]), t0)
                     expect(out, x, double, f"held ({how})")
@@ -738,6 +756,19 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
                     assert fwd == [], "reduced in place"
                 except (AssertionError, RuntimeError) as e:
                     problems.append(f"saved by {fname}: {e}")
+            # saved as the input of a node (held in C++ only): its backward reads it
+            x = leaf()
+            keep = [x * 2]
+            sq = _SquaresSavingInput.apply(keep[0])
+            calls.clear()
+            try:
+                out = spmd.all_reduce(keep.pop(0), "x", src=P, dst=R)
+                fwd = list(calls)
+                sq.sum().backward()
+                assert_close(x.grad, 8 * xs[me])
+                assert fwd == [], "reduced in place"
+            except (AssertionError, RuntimeError) as e:
+                problems.append(f"saved as an input: {e}")
             # views of a temporary (a base another view may read), non-contiguous
             for vname, f in (("rows", lambda t: (t * 2)[1:]), ("t", lambda t: (t * 2).t()),
                              ("view", lambda t: (t * 2).view(9))):
