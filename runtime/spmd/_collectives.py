@@ -150,7 +150,9 @@ class _Collective(torch.autograd.Function):
         # Function's backward argument (see _owned_signatures; empty: never in place).
         owned = False
         if step.reduces_in_backward():
-            sigs = _owned_signatures(grad.device)
+            sigs = _OWNED.get("cpu" if grad.is_cpu else grad.device.type)
+            if sigs is None:
+                sigs = _owned_signatures(grad.device)
             owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
         for step in steps:
@@ -165,6 +167,20 @@ class _Collective(torch.autograd.Function):
                 owned = owned or not _same_storage(out, grad)
                 grad = out
         return grad, None, None
+
+
+# What ``_Collective.apply`` does for these arguments, without its generic Python layer
+# (binding defaults for setup_context, a generator over the arguments): the C apply on
+# x unwrapped if it is a dead functorch wrapper; under functorch transforms, the real one.
+_C_APPLY = super(torch.autograd.Function, _Collective).apply  # type: ignore[misc]
+_functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+def _apply(x: torch.Tensor, step: _Step, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    if _functorch_active():
+        return _Collective.apply(x, step, sizes)
+    return _C_APPLY(_unwrap_if_dead(x), step, sizes)
 
 
 # ------------------------------------------------------------------------------------
@@ -485,6 +501,8 @@ def _all_gather_stack(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
 
 def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
     g = _group(step)
+    if sizes is None and step.src_dim == 0 and x.ndim:
+        return du.all_gather(x, g)
     i = _dim(step, step.src_dim, x.ndim)  # type: ignore[arg-type]
     if sizes is None:
         if i == 0:
@@ -511,6 +529,9 @@ def _reduce_scatter_unbind(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Te
 
 
 def _reduce_scatter_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    g = step.group
+    if sizes is None and step.dst_dim == 0 and g is not None and x.ndim and not x.shape[0] % g.size:
+        return du.reduce_scatter(x, g)  # the common case, without the checks' calls
     g = _group(step)
     n = g.size
     i = _dim(step, step.dst_dim, x.ndim)  # type: ignore[arg-type]
@@ -764,15 +785,15 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
             if in_place is _RECORD:  # the calibration itself
                 _PROBE_SEEN.append(sig)
                 return x.detach().clone()
-            sigs = _OWNED_INPUTS.get(x.device.type)
+            sigs = _OWNED_INPUTS.get("cpu" if x.is_cpu else x.device.type)
             if sigs is None:  # calibrate here, not inside a backward
                 _calibrate_device(x.device)
                 sigs = _OWNED_INPUTS[x.device.type]
             if sig in sigs:
-                return x if plan.owned_keeps else _Collective.apply(x, in_place, sizes)
-        elif x.device.type not in _OWNED:  # calibrate here, not inside a backward
+                return x if plan.owned_keeps else _apply(x, in_place, sizes)
+        elif ("cpu" if x.is_cpu else x.device.type) not in _OWNED:  # not inside a backward
             _calibrate_device(x.device)
-        return _Collective.apply(x, step, sizes)
+        return _apply(x, step, sizes)
     return step.impl(step, x, sizes)
 
 

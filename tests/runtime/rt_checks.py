@@ -789,6 +789,25 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
                 assert_close(base, xs[me] * 2)
             except (AssertionError, RuntimeError) as e:
                 problems.append(f"a view of a held base: {e}")
+            # a one-rank axis: an owned input is the result itself (the data is kept forward
+            # and backward); a held one is copied and keeps its value
+            one = ctx.mesh("1xN")
+            with spmd.set_mesh(one):
+                x = leaf()
+                calls.clear()
+                out = spmd.all_reduce(x * 2, "one", src=P, dst=R)
+                assert_close(out, xs[me] * 2)
+                (out * c).sum().backward()
+                assert_close(x.grad, 2 * c)
+                x = leaf()
+                t = x * 2
+                out = spmd.all_reduce(t, "one", src=P, dst=I, op="avg")
+                assert out is not t
+                with torch.no_grad():
+                    out.mul_(3)
+                assert_close(t, xs[me] * 2)
+                (out * c).sum().backward()
+                assert_close(x.grad, 2 * c)
             assert not problems, "\n".join(problems)
             # a leaf: never in place, never modified
             x = leaf()
