@@ -157,7 +157,7 @@ def all_to_all(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     n = group.size
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
-    send = _in_logical_block_order(x, group)
+    send = x.contiguous() if group.logical is None else _in_logical_block_order(x, group)
     out = torch.empty_like(send)
     dist.all_to_all_single(out, send, group=group.pg)
     if group.physical is not None:
