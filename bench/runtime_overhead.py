@@ -35,7 +35,9 @@ Parts:
 2. one training step of a Megatron-style MLP block (column-parallel linear, GELU,
    row-parallel linear, the data-parallel gradient all-reduce done by the parameters'
    ``reinterpret(I,R)`` on "dp"), on a 1x2 and a 2x1 (dp x tp) mesh, six ways: the
-   typed API; hand-rolled Megatron autograd Functions (target: typed <= 1.02x); the
+   typed API (the row-parallel partial sum passed straight to ``all_reduce``, as the
+   Megatron step passes it to its Function: nothing else holds it, so the all-reduce
+   runs in place; a name bound to it would make it a copy); hand-rolled Megatron autograd Functions (target: typed <= 1.02x); the
    typed API with the backward all-reduce copying the gradient (before the in-place
    change);
    the typed step under ``spmd.typecheck()`` (check mode vs plain: reported); the
