@@ -152,3 +152,16 @@ def test_markers_and_shards_are_one_instance_each():
     for bad in (1.0, 0.0, "0", [0], None):
         with pytest.raises(TypeError, match="int dim"):
             S(bad)  # type: ignore[arg-type]
+
+
+def test_forward_in_place_calibration(monkeypatch):
+    """The forward all-reduce's calibration finds one signature for an input nobody else
+    holds on this torch, and refuses (never in place) under a call mechanism other than
+    the import's (a PEP 523 evaluator holds more references per frame)."""
+    from spmd import _collectives
+
+    cpu = torch.device("cpu")
+    sigs = _collectives._calibrate_inputs(cpu)
+    assert len(sigs) == 1 and None not in sigs
+    monkeypatch.setattr(_collectives, "_TEMPORARY_REFS", _collectives._TEMPORARY_REFS + 1)
+    assert _collectives._calibrate_inputs(cpu) == frozenset()
