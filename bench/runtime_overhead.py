@@ -35,7 +35,9 @@ Parts:
 2. one training step of a Megatron-style MLP block (column-parallel linear, GELU,
    row-parallel linear, the data-parallel gradient all-reduce done by the parameters'
    ``reinterpret(I,R)`` on "dp"), on a 1x2 and a 2x1 (dp x tp) mesh, six ways: the
-   typed API; hand-rolled Megatron autograd Functions (target: typed <= 1.02x); the
+   typed API (the row-parallel partial sum passed straight to ``all_reduce``, as the
+   Megatron step passes it to its Function: nothing else holds it, so the all-reduce
+   runs in place; a name bound to it would make it a copy); hand-rolled Megatron autograd Functions (target: typed <= 1.02x); the
    typed API with the backward all-reduce copying the gradient (before the in-place
    change);
    the typed step under ``spmd.typecheck()`` (check mode vs plain: reported); the
@@ -344,8 +346,9 @@ def typed_step(x: torch.Tensor, target: torch.Tensor, params: list[torch.Tensor]
     w1, b1, w2, b2 = (spmd.reinterpret(p, "dp", src=I, dst=R) for p in params)
     h = spmd.reinterpret(x, "tp", src=I, dst=R)                 # column-parallel input
     a = F.gelu(F.linear(h, w1, b1))                             # V on tp
-    y = spmd.linear(a, w2, out_partial_axes="tp")               # row-parallel: P on tp
-    y = spmd.all_reduce(y, "tp", src=P, dst=I) + b2
+    # row-parallel: P on tp, summed; the partial sum passed straight on (as Megatron's step
+    # does), so the all-reduce runs in place (a name holding it would make it a copy)
+    y = spmd.all_reduce(spmd.linear(a, w2, out_partial_axes="tp"), "tp", src=P, dst=I) + b2
     # each dp rank's loss is one term of the sum the dp gradient all-reduce differentiates
     loss = spmd.reinterpret(F.mse_loss(y, target), "dp", src=V, dst=P)
     loss.backward()

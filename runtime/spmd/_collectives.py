@@ -38,13 +38,14 @@ so double backward works (backward of backward is the forward).
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
 
 from spmd_mypy.engine.collectives import TRANSITIONS, Transition, check_collective, route
 from spmd_mypy.engine.errors import SpmdTypeError
-from spmd_mypy.engine.types import UNTYPED, LocalType
+from spmd_mypy.engine.types import PARTIAL, REPLICATE, UNTYPED, LocalType
 
 from . import _dist_utils as du
 from . import _mesh
@@ -71,10 +72,12 @@ class _Step:
 
     ``scale`` multiplies the result (``op="avg"`` and its backward).  ``in_backward``: a
     step of a backward, whose result is only ever a gradient (so it may alias its input).
+    ``dirties``: a forward all-reduce that reduces its input in place (only ever used on
+    an input nobody else holds, see ``_Plan.in_place``).
     """
 
     __slots__ = ("op", "src", "dst", "src_dim", "dst_dim", "group", "scale", "in_backward",
-                 "transition", "impl", "_backward")
+                 "transition", "impl", "dirties", "_backward", "_reduces")
 
     def __init__(self, transition: Transition, src_dim: int | None, dst_dim: int | None,
                  group: du.AxisGroup | None, scale: float | None = None,
@@ -86,7 +89,18 @@ class _Step:
         self.scale = scale
         self.in_backward = in_backward
         self.impl: Impl = _IMPLS[(self.op, self.src, self.dst)]
+        self.dirties = False
         self._backward: tuple[_Step, ...] | None = None
+        self._reduces: bool | None = None
+
+    def reduces_in_backward(self) -> bool:
+        """Whether the backward all-reduces over more than one rank (where reducing the
+        gradient in place saves a copy; on one rank the all-reduce returns it as is)."""
+        r = self._reduces
+        if r is None:
+            r = self._reduces = any(s.impl is _all_reduce_sum and s.group is not None
+                                    and s.group.size > 1 for s in self.backward_steps())
+        return r
 
     def backward_steps(self) -> tuple[_Step, ...]:
         """The table's backward for this step, with dims, group and scale carried through."""
@@ -122,17 +136,23 @@ class _Collective(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, step: _Step, sizes: tuple[int, ...] | None) -> torch.Tensor:
         ctx.step = step
         ctx.sizes = sizes
+        if step.dirties:  # an input nobody else holds (_run): the result is the input,
+            ctx.mark_dirty(x)  # rebased on this node, and nobody can see that it changed
+            return _all_reduce_sum_(step, x)
         return step.impl(step, x, sizes)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        steps = ctx.step.backward_steps()
+        step = ctx.step
+        steps = step.backward_steps()
         # Only a backward that all-reduces can reduce in place.  The signature is taken
         # here, on backward's own argument: the counts it compares were calibrated on a
         # Function's backward argument (see _owned_signatures; empty: never in place).
         owned = False
-        if any(s.impl is _all_reduce_sum for s in steps):
-            sigs = _owned_signatures(grad.device)
+        if step.reduces_in_backward():
+            sigs = _OWNED.get("cpu" if grad.is_cpu else grad.device.type)
+            if sigs is None:
+                sigs = _owned_signatures(grad.device)
             owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
         for step in steps:
@@ -147,6 +167,20 @@ class _Collective(torch.autograd.Function):
                 owned = owned or not _same_storage(out, grad)
                 grad = out
         return grad, None, None
+
+
+# What ``_Collective.apply`` does for these arguments, without its generic Python layer
+# (binding defaults for setup_context, a generator over the arguments): the C apply on
+# x unwrapped if it is a dead functorch wrapper; under functorch transforms, the real one.
+_C_APPLY = super(torch.autograd.Function, _Collective).apply  # type: ignore[misc]
+_functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+def _apply(x: torch.Tensor, step: _Step, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    if _functorch_active():
+        return _Collective.apply(x, step, sizes)
+    return _C_APPLY(_unwrap_if_dead(x), step, sizes)
 
 
 # ------------------------------------------------------------------------------------
@@ -168,14 +202,37 @@ class _Collective(torch.autograd.Function):
 # base-shared ones (not owned); if any of the latter looks like the former, or the
 # torch in use lacks a counter, nothing is reduced in place.
 
+def _counts(t: torch.Tensor) -> tuple | None:
+    """The holders of ``t``: C++ holders of the tensor, Python references (this frame's
+    included, so the call path to here must be the calibrated one) and tensors sharing
+    its storage, Python references to the storage (one Python object per storage, the
+    user's if the user holds it); None unless the storage is one torch allocated (not numpy's, DLPack's,
+    a buffer's memory, which another object may hold without any of these counts)."""
+    s = t.untyped_storage()
+    if not s.resizable():
+        return None
+    return (t._use_count(), sys.getrefcount(t), torch._C._storage_Use_Count(s._cdata),
+            sys.getrefcount(s))
+
+
 def _grad_signature(g: torch.Tensor) -> tuple | None:
     if (type(g) is not torch.Tensor or g.requires_grad or g.layout != torch.strided
             or not g.is_contiguous()):
         return None
+    counts = _counts(g)
     b = g._base
-    return (g._use_count(), sys.getrefcount(g),
-            torch._C._storage_Use_Count(g.untyped_storage()._cdata),
-            None if b is None else (b._use_count(), sys.getrefcount(b)))
+    return None if counts is None else (
+        counts, None if b is None else (b._use_count(), sys.getrefcount(b)))
+
+
+def _input_signature(x: torch.Tensor) -> tuple | None:
+    """The forward's input: a contiguous non-leaf, not a view, no weak reference (a
+    weakref.ref or the check mode's side table can reach it without any count)."""
+    if (type(x) is not torch.Tensor or x.is_leaf or x._base is not None
+            or x.layout != torch.strided or not x.is_contiguous()
+            or weakref.getweakrefcount(x)):
+        return None
+    return _counts(x)
 
 
 class _Probe(torch.autograd.Function):
@@ -193,7 +250,29 @@ class _Probe(torch.autograd.Function):
         return grad
 
 
+def _probe_op(x: torch.Tensor) -> torch.Tensor:
+    """The calibration's public op: the same frames as ``all_reduce`` down to ``_run``
+    (one local ``x`` here), which records the signature where it takes it."""
+    plan = _PROBE_PLAN
+    out = _run(plan, x, None)
+    return out
+
+
+def _refs_of_a_temporary(x: object) -> int:
+    return sys.getrefcount(x)
+
+
+# How many references a temporary passed to a Python function has, at import: a call
+# made through another mechanism (a PEP 523 frame evaluator: a debugger, torch.compile's
+# dynamo) can hold one more per frame; calibrating under one and running under the other
+# would shift every count, so the calibration runs only under the import's mechanism.
+_TEMPORARY_REFS = _refs_of_a_temporary(object())
+
+
+# Per device type: signatures of gradients the backward owns alone (_OWNED) and of
+# forward inputs nobody else holds (_OWNED_INPUTS).
 _OWNED: dict[str, frozenset] = {}
+_OWNED_INPUTS: dict[str, frozenset] = {}
 
 
 def _calibrate(device: torch.device) -> frozenset:
@@ -210,6 +289,11 @@ def _calibrate(device: torch.device) -> frozenset:
         y.register_hook(kept.append)
         torch.nn.functional.linear(a, y).sum().backward()
 
+    def storage_kept() -> None:
+        y = probe(w)
+        y.register_hook(lambda g: kept.append(g.untyped_storage()))
+        torch.nn.functional.linear(a, y).sum().backward()
+
     def shared_base() -> None:
         older.append(sq.reshape(16) * 2)  # older nodes: they run after the probe's
         (older.pop() + probe(sq).reshape(16)).mul(2).sum().backward()
@@ -222,6 +306,7 @@ def _calibrate(device: torch.device) -> frozenset:
         lambda: (probe(w) + probe(w)).mul(a[:4]).sum().backward(),  # one tensor, two nodes
         lambda: probe(w).backward(held),                            # the user's grad_outputs
         hooked,                                                     # a hook keeps it
+        storage_kept,                                               # or its storage
         shared_base,                                                # its base shared
     ]
 
@@ -249,10 +334,98 @@ def _calibrate(device: torch.device) -> frozenset:
     return frozenset(good)
 
 
+class _SavesOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def _calibrate_inputs(device: torch.device) -> frozenset:
+    """Signatures of a forward input nobody but the call holds: the inputs ``_probe_op``
+    sees as temporaries of ops that save nothing of their result (owned), against the same
+    results held by the user (a local, a list, a detached alias, an untyped storage) or
+    saved by autograd (``exp``, ``relu``, a Function's ``save_for_backward``).  Empty (never
+    in place) if any of the latter looks like the former or anything is unexpected."""
+    if _refs_of_a_temporary(object()) != _TEMPORARY_REFS:
+        return frozenset()
+    w = torch.ones(4, 3, device=device, requires_grad=True)
+    a = torch.ones(5, 3, device=device)
+    keep: list = []
+
+    def held_local() -> None:
+        y = w * 2
+        _probe_op(y)
+
+    def held_in_list() -> None:
+        keep.append(w * 2)
+        _probe_op(keep[-1])
+
+    def detached_alias() -> Any:
+        y = w * 2
+        keep.append(y.detach())
+        return y
+
+    def storage_held() -> Any:
+        y = w * 2
+        keep.append(y.untyped_storage())
+        return y
+
+    owned_cases = [
+        lambda: _probe_op(w * 2),                                  # saves nothing of it
+        lambda: _probe_op(torch.nn.functional.linear(a, w)),       # saves a and w
+        lambda: _probe_op(w.sum(0) + 1),
+    ]
+    shared_cases = [
+        held_local,
+        held_in_list,
+        lambda: _probe_op(detached_alias()),
+        lambda: _probe_op(storage_held()),
+        lambda: _probe_op(w.exp()),                                # exp saves its result
+        lambda: _probe_op(torch.relu(w - 0.5)),                    # relu too
+        lambda: _probe_op(_SavesOutput.apply(w)),
+    ]
+
+    def run(cases: list) -> list:
+        out = []
+        for case in cases:
+            _PROBE_SEEN.clear()
+            with torch.enable_grad():
+                case()
+            out.append(list(_PROBE_SEEN))
+        _PROBE_SEEN.clear()
+        keep.clear()
+        return out
+
+    try:
+        owned = run(owned_cases)
+        shared = run(shared_cases)
+    except Exception:  # a torch without these counters: never in place
+        return frozenset()
+    good = {sig for seen in owned for sig in seen}
+    if len(good) != 1 or None in good or any(len(seen) != 1 for seen in owned + shared):
+        return frozenset()
+    if any(seen[0] in good for seen in shared):
+        return frozenset()
+    return frozenset(good)
+
+
+def _calibrate_device(device: torch.device) -> None:
+    _OWNED[device.type] = _OWNED_INPUTS[device.type] = frozenset()  # while calibrating
+    _OWNED[device.type] = _calibrate(device)
+    _OWNED_INPUTS[device.type] = _calibrate_inputs(device)
+
+
 def _owned_signatures(device: torch.device) -> frozenset:
     sigs = _OWNED.get(device.type)
     if sigs is None:
-        sigs = _OWNED[device.type] = _calibrate(device)
+        _calibrate_device(device)
+        sigs = _OWNED[device.type]
     return sigs
 
 
@@ -328,6 +501,8 @@ def _all_gather_stack(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
 
 def _all_gather_concat(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
     g = _group(step)
+    if sizes is None and step.src_dim == 0 and x.ndim:
+        return du.all_gather(x, g)
     i = _dim(step, step.src_dim, x.ndim)  # type: ignore[arg-type]
     if sizes is None:
         if i == 0:
@@ -354,6 +529,9 @@ def _reduce_scatter_unbind(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Te
 
 
 def _reduce_scatter_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] | None) -> torch.Tensor:
+    g = step.group
+    if sizes is None and step.dst_dim == 0 and g is not None and x.ndim and not x.shape[0] % g.size:
+        return du.reduce_scatter(x, g)  # the common case, without the checks' calls
     g = _group(step)
     n = g.size
     i = _dim(step, step.dst_dim, x.ndim)  # type: ignore[arg-type]
@@ -377,6 +555,8 @@ def _reduce_scatter_chunk(step: _Step, x: torch.Tensor, sizes: tuple[int, ...] |
 def _all_to_all(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
     g = _group(step)
     n = g.size
+    if step.src != "S" and step.dst != "S" and x.ndim and not x.shape[0] % n:
+        return du.all_to_all(x, g)  # V -> V, the common case, without the checks' calls
     if x.ndim == 0:
         raise ValueError(f"{step.describe()} needs a tensor with at least one dim")
     split = _dim(step, step.dst_dim, x.ndim) if step.dst == "S" else 0  # type: ignore[arg-type]
@@ -481,17 +661,39 @@ assert not _missing, f"transitions without a local effect: {_missing}"
 
 class _Plan:
     __slots__ = ("op", "axes", "src", "dst", "expert_mode", "reduce_op", "step", "group",
-                 "no_grad_op", "uses_sizes")
+                 "no_grad_op", "uses_sizes", "passthrough", "in_place", "owned_keeps")
 
     def __init__(self, op: str, axes: tuple[str, ...], src: LocalType, dst: LocalType,
                  expert_mode: bool, reduce_op: str, step: _Step | None, group: du.AxisGroup,
-                 no_grad_op: Any = None) -> None:
+                 no_grad_op: Any = None, in_place: Any = None) -> None:
         self.op, self.axes, self.src, self.dst = op, axes, src, dst
         self.expert_mode, self.reduce_op = expert_mode, reduce_op
         self.step, self.group, self.no_grad_op = step, group, no_grad_op
         # sizes= only means something to the ops that cut or join an S(i) dim
         self.uses_sizes = (step is not None and step.op != "all_to_all"
                            and "S" in (step.src, step.dst))
+        self.passthrough = step is not None and _keeps_local_data(step)
+        # A forward all-reduce: the same step reducing in place, for an input nobody but
+        # the call holds (under autograd: _run proves it); ``owned_keeps``: on one rank
+        # without a scale that input itself is the result (the data is kept, forward and
+        # backward: nothing to record either).
+        self.in_place = in_place
+        self.owned_keeps = (in_place is not None and step is not None and step.scale is None
+                            and group is not None and group.size == 1
+                            and all(b.scale is None and b.impl in (_identity, _all_reduce_sum)
+                                    for b in step.backward_steps()))
+
+
+def _keeps_local_data(step: _Step) -> bool:
+    """The step and its backward both keep the local data as is (reinterpret(V,P) and
+    (R,V) everywhere, reinterpret(I,R) and (I,V) on a one-rank axis, ...): the view
+    autograd records for ``x.view_as(x)`` is then the whole op, forward, backward and
+    every higher derivative, with no Function to run."""
+    if step.impl is not _identity or step.scale is not None:
+        return False
+    return all(b.scale is None and (b.impl is _identity or (
+        b.impl is _all_reduce_sum and b.group is not None and b.group.size == 1))
+        for b in step.backward_steps())
 
 
 def _axes_for_message(axis: Any) -> tuple[str, ...]:
@@ -533,6 +735,11 @@ def _make_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, reduce
     if transition is not None:
         scale = 1.0 / group.size if reduce_op == "avg" else None
         step = _Step(transition, src_lt.dim, dst_lt.dim, group, scale)
+        if step.impl is _all_reduce_sum:
+            in_place = _Step(transition, src_lt.dim, dst_lt.dim, group, scale)
+            in_place.dirties = True
+            return _Plan(op, group.axes, src_lt, dst_lt, expert_mode, reduce_op, step, group,
+                         in_place=in_place)
     return _Plan(op, group.axes, src_lt, dst_lt, expert_mode, reduce_op, step, group)
 
 
@@ -568,11 +775,37 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     step = plan.step
     if step is None:  # redistribute to the same type
         return x
+    if plan.passthrough:
+        return x.view_as(x)
     if x.requires_grad and torch.is_grad_enabled():
-        if x.device.type not in _OWNED:  # calibrate here, not inside a backward
-            _owned_signatures(x.device)
-        return _Collective.apply(x, step, sizes)
+        in_place = plan.in_place
+        if in_place is not None:
+            # The forward all-reduce in place, as Megatron's, when nothing but this call
+            # holds the input: its signature, taken here, is one _calibrate_inputs saw
+            # only for such inputs (calibrated through _probe_op: the same frames).
+            sig = _input_signature(x)
+            if in_place is _RECORD:  # the calibration itself
+                _PROBE_SEEN.append(sig)
+                return x.detach().clone()
+            sigs = _OWNED_INPUTS.get("cpu" if x.is_cpu else x.device.type)
+            if sigs is None:  # calibrate here, not inside a backward
+                _calibrate_device(x.device)
+                sigs = _OWNED_INPUTS[x.device.type]
+            if sig in sigs:
+                return x if plan.owned_keeps else _apply(x, in_place, sizes)
+        elif ("cpu" if x.is_cpu else x.device.type) not in _OWNED:  # not inside a backward
+            _calibrate_device(x.device)
+        return _apply(x, step, sizes)
     return step.impl(step, x, sizes)
+
+
+# The calibration's op (_probe_op): an all_reduce(P,R) whose _run records its input's
+# signature where it takes it and returns a copy (no group, no communication).
+_PROBE_SEEN: list = []
+_RECORD = object()  # the probe plan's in_place: record the signature
+_PROBE_PLAN = _Plan("all_reduce", (), PARTIAL, REPLICATE, False, "sum",
+                    _Step(TRANSITIONS[("all_reduce", "P", "R")], None, None, None),
+                    None, in_place=_RECORD)  # type: ignore[arg-type]
 
 
 def _finish(plan: _Plan, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -594,6 +827,13 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
         +C
 
     Spec: ``all_reduce_spec(x) = x`` (a P input arrives already summed).
+
+    The result is a new tensor and ``x`` keeps its value.  Under autograd, when nothing
+    but this call holds ``x`` (a temporary passed straight in, ``all_reduce(linear(...),
+    ...)``, that autograd did not save and that is not a view), the sum is taken in
+    ``x``'s buffer, as Megatron's forward all-reduce does: nobody can tell the difference
+    but the copy saved.  A name bound to ``x`` (``y = ...; y = all_reduce(y, ...)``) holds
+    it until the call returns, so that form copies.
 
     ``op="avg"``: the sum divided by the axis size; the backward is scaled the same way.
     ``op="max"`` / ``"min"``: the elementwise max/min of the ranks' values, ``src=V``

@@ -121,7 +121,8 @@ def all_gather(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     """``cat(every rank's x, dim 0)`` in logical order, ``[N * x.shape[0], ...]`` (x.ndim >= 1)."""
     n = group.size
     shape = x.shape
-    out = x.new_empty(n * shape[0], *shape[1:])
+    # (one int is what new_empty parses fastest: 1-D buffers are the common case)
+    out = x.new_empty(n * shape[0]) if x.ndim == 1 else x.new_empty(n * shape[0], *shape[1:])
     if n == 1:
         out.copy_(x)
         return out
@@ -146,7 +147,7 @@ def reduce_scatter(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
         return x.clone(memory_format=torch.contiguous_format)
     send = _in_logical_block_order(x, group)
     shape = x.shape
-    out = x.new_empty(shape[0] // n, *shape[1:])
+    out = x.new_empty(shape[0] // n) if x.ndim == 1 else x.new_empty(shape[0] // n, *shape[1:])
     _reduce_scatter_flat(out, send, op=SUM, group=group.pg)
     return out
 
@@ -156,7 +157,7 @@ def all_to_all(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     n = group.size
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
-    send = _in_logical_block_order(x, group)
+    send = x.contiguous() if group.logical is None else _in_logical_block_order(x, group)
     out = torch.empty_like(send)
     dist.all_to_all_single(out, send, group=group.pg)
     if group.physical is not None:

@@ -40,8 +40,19 @@ class _Marker:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Marker) and other.kind is self.kind
 
-    def __hash__(self) -> int:
-        return hash(self.kind)
+    # One instance per kind (R, I, V, P below; copies and pickles are those instances), so
+    # equal is identical and the identity hash is consistent with ==; a C-level hash
+    # (the collectives key their plan cache on these, once per call).
+    __hash__ = object.__hash__
+
+    def __reduce__(self) -> str:
+        return self.kind.value
+
+    def __copy__(self) -> "_Marker":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "_Marker":
+        return self
 
 
 R = _Marker(Kind.R)
@@ -57,15 +68,34 @@ class _ShardMeta(type):
         return Entry("S", tuple(_axis_name(a) for a in item[1:]), dim=item[0])
 
 
+_SHARDS: dict[int, "S"] = {}
+
+
 class S(metaclass=_ShardMeta):
     """``S(i)``: Shard on tensor dim ``i`` (Varying, the locals concatenate on ``i``)."""
 
     __slots__ = ("dim",)
+    dim: int
 
-    def __init__(self, dim: int) -> None:
-        if not isinstance(dim, int):
+    def __new__(cls, dim: int) -> "S":
+        # One instance per dim (S(0) is S(0), S(True) is S(1)): the collectives' plan
+        # cache hashes and finds its key by identity, without a Python __hash__/__eq__
+        # call (S(0) is written at every call).
+        if type(dim) is int:
+            s = _SHARDS.get(dim)
+            if s is not None:
+                return s
+        elif not isinstance(dim, int):
             raise TypeError(f"S(dim) takes an int dim, not {dim!r}")
-        self.dim = dim
+        d = int(dim)
+        s = _SHARDS.get(d)
+        if s is None:
+            s = _SHARDS[d] = object.__new__(cls)
+            s.dim = d
+        return s
+
+    def __reduce__(self) -> tuple:
+        return (S, (self.dim,))
 
     @property
     def local_type(self) -> LocalType:
@@ -77,8 +107,13 @@ class S(metaclass=_ShardMeta):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, S) and other.dim == self.dim
 
-    def __hash__(self) -> int:
-        return hash(("S", self.dim))
+    __hash__ = object.__hash__  # consistent with ==: one instance per dim (__new__)
+
+    def __copy__(self) -> "S":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "S":
+        return self
 
 
 Shard = S

@@ -600,6 +600,231 @@ def check_grad_in_place(ctx: Ctx, name: str) -> None:
         _dist_utils.all_reduce_ = real
 
 
+class _SavesOutput(torch.autograd.Function):
+    """A user Function that saves its own result for backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+
+class _SquaresSavingInput(torch.autograd.Function):
+    """``t * t``, saving its input (a C++ holder of the tensor: no Python reference)."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(t)
+        return t * t
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (t,) = ctx.saved_tensors
+        return 2 * grad * t
+
+
+def check_forward_in_place(ctx: Ctx, name: str) -> None:
+    """The forward all-reduce runs in place on an input nobody else holds, and only then.
+
+    Rank r's input is ``f(x_r)``; the result must be ``sum_r f(x_r)`` and the gradient of
+    ``(out * c).sum()`` w.r.t. ``x`` the table's (P -> R: ``f'(x) * sum_r c_r``; P -> I:
+    ``f'(x) * c``).  A temporary nobody else sees is reduced in place (one ``all_reduce_``
+    call, no copy); an input the user holds (a local, a list, a detached alias, its untyped
+    storage, a weak reference, a view of it, a numpy array or a DLPack capsule of it), one autograd saved (``exp``, ``relu``,
+    ``sigmoid``, a Function's ``save_for_backward``) or a view must keep its value, and the
+    backward must not raise a version-counter error.
+    """
+    import weakref
+
+    from spmd import _dist_utils
+
+    mesh = ctx.mesh("1d")
+    n = ctx.world
+    me = mesh.get_local_rank("x")
+    xs = [tensor(f"{name}/x{k}", (3, 3)) for k in range(n)]
+    cs = [tensor(f"{name}/c{k}", (3, 3)) for k in range(n)]
+    c, ctotal = cs[me], sum(cs)
+    calls: list[int] = []
+    real = _dist_utils.all_reduce_
+
+    def counting(x: torch.Tensor, group: Any, *a: Any) -> torch.Tensor:
+        calls.append(x.data_ptr())
+        return real(x, group, *a)
+
+    def leaf() -> torch.Tensor:
+        return xs[me].clone().requires_grad_(True)
+
+    def expect(out: torch.Tensor, x: torch.Tensor, f: Callable[[torch.Tensor], torch.Tensor],
+               what: str, dst: Any = R, scale: float = 1.0) -> None:
+        assert_close(out, scale * sum(f(t) for t in xs), msg=lambda m: f"{what}: {m}")
+        shaped = [ck.reshape(-1)[:out.numel()].reshape(out.shape) for ck in cs]
+        (out * shaped[me]).sum().backward()
+        g = sum(shaped) if dst is R else shaped[me]
+        xd = xs[me].clone().requires_grad_(True)
+        (gx,) = torch.autograd.grad(f(xd), xd, scale * g)
+        assert_close(x.grad, gx, msg=lambda m: f"{what} (gradient): {m}")
+
+    def double(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    _dist_utils.all_reduce_ = counting
+    try:
+        with spmd.set_mesh(mesh):
+            # temporaries nobody else holds: in place, right values and gradients
+            for dst, op, scale in ((R, "sum", 1.0), (I, "sum", 1.0), (R, "avg", 1.0 / n)):
+                what = f"all_reduce(P,{dst},{op})"
+                x = leaf()
+                calls.clear()
+                out = spmd.all_reduce(x * 2, "x", src=P, dst=dst, op=op)
+                assert len(calls) == 1, f"{what}: a temporary was not reduced in place"
+                assert calls[0] == out.data_ptr(), what
+                expect(out, x, double, what, dst, scale)
+            x = leaf()
+            calls.clear()
+            wt = tensor(f"{name}/w", (3, 3)).requires_grad_(True)  # the same on every rank
+            out = spmd.all_reduce(torch.nn.functional.linear(x, wt), "x", src=P, dst=R)
+            assert len(calls) == 1, "linear's result (it saves x and w) was not reduced in place"
+            expect(out, x, lambda t: torch.nn.functional.linear(t, wt), "linear")
+            # Each case below: values first, then the forward's call count (so that a wrong proof
+            # shows as the corruption it causes); every case runs, the failures are listed.
+            problems: list[str] = []
+            # the user holds the input: it keeps its value, no in-place call
+            x = leaf()
+            t = x * 2
+            calls.clear()
+            try:
+                out = spmd.all_reduce(t, "x", src=P, dst=R)
+                fwd = list(calls)
+                assert_close(t, xs[me] * 2)
+                expect(out, x, double, "held in a local")
+                assert fwd == [], "reduced in place"
+            except (AssertionError, RuntimeError) as e:
+                problems.append(f"held in a local: {e}")
+            for how in ("list", "detach", "storage", "weakref", "view", "numpy", "dlpack"):
+                x = leaf()
+                keep: list = [x * 2]
+                t0 = keep[0].detach().clone()
+                if how == "detach":
+                    keep.append(keep[0].detach())
+                elif how == "storage":
+                    keep.append(keep[0].untyped_storage())
+                elif how == "weakref":
+                    keep.append(weakref.ref(keep[0]))
+                elif how == "view":
+                    keep.append(keep[0].view(9))
+                elif how == "numpy":
+                    keep.append(keep[0].detach().numpy())
+                elif how == "dlpack":  # a C++ holder of the tensor itself
+                    keep.append(torch.utils.dlpack.to_dlpack(keep[0].detach()))
+                calls.clear()
+                try:
+                    out = spmd.all_reduce(keep[0] if how == "list" else keep.pop(0), "x",
+                                          src=P, dst=R)
+                    fwd = list(calls)
+                    if how in ("list", "detach"):
+                        assert_close(keep[0], t0)
+                    elif how == "storage":
+                        held = torch.empty(0, dtype=F64).set_(keep[0]).view(3, 3)
+                        assert_close(held, t0)
+                    elif how == "weakref":
+                        assert keep[0]() is None or keep[0]() is not out, "the weakref sees out"
+                    elif how == "view":
+                        assert_close(keep[0].view(3, 3), t0)
+                    elif how == "dlpack":
+                        assert_close(torch.utils.dlpack.from_dlpack(keep[0]), t0)
+                    else:
+                        assert_close(torch.from_numpy(keep[0]), t0)
+                    expect(out, x, double, f"held ({how})")
+                    assert fwd == [], "reduced in place"
+                except (AssertionError, RuntimeError) as e:
+                    problems.append(f"held ({how}): {e}")
+            # saved by autograd for backward: unchanged, no version-counter error
+            for fname, f in (("exp", torch.exp), ("relu", torch.relu),
+                             ("sigmoid", torch.sigmoid), ("Function", _SavesOutput.apply)):
+                x = leaf()
+                calls.clear()
+                try:
+                    out = spmd.all_reduce(f(x), "x", src=P, dst=R)
+                    fwd = list(calls)
+                    expect(out, x, f, f"saved by {fname}")
+                    assert fwd == [], "reduced in place"
+                except (AssertionError, RuntimeError) as e:
+                    problems.append(f"saved by {fname}: {e}")
+            # saved as the input of a node (held in C++ only): its backward reads it
+            x = leaf()
+            keep = [x * 2]
+            sq = _SquaresSavingInput.apply(keep[0])
+            calls.clear()
+            try:
+                out = spmd.all_reduce(keep.pop(0), "x", src=P, dst=R)
+                fwd = list(calls)
+                sq.sum().backward()
+                assert_close(x.grad, 8 * xs[me])
+                assert fwd == [], "reduced in place"
+            except (AssertionError, RuntimeError) as e:
+                problems.append(f"saved as an input: {e}")
+            # views of a temporary (a base another view may read), non-contiguous
+            for vname, f in (("rows", lambda t: (t * 2)[1:]), ("t", lambda t: (t * 2).t()),
+                             ("view", lambda t: (t * 2).view(9))):
+                x = leaf()
+                calls.clear()
+                try:
+                    out = spmd.all_reduce(f(x), "x", src=P, dst=R)
+                    fwd = list(calls)
+                    expect(out, x, f, f"view {vname}")
+                    assert fwd == [], "reduced in place"
+                except (AssertionError, RuntimeError) as e:
+                    problems.append(f"view ({vname}): {e}")
+            # a base the user holds, its view reduced: the base keeps its value
+            x = leaf()
+            base = x * 2
+            try:
+                out = spmd.all_reduce(base[1:], "x", src=P, dst=R)
+                assert_close(base, xs[me] * 2)
+            except (AssertionError, RuntimeError) as e:
+                problems.append(f"a view of a held base: {e}")
+            # a one-rank axis: an owned input is the result itself (the data is kept forward
+            # and backward); a held one is copied and keeps its value
+            one = ctx.mesh("1xN")
+            with spmd.set_mesh(one):
+                x = leaf()
+                calls.clear()
+                out = spmd.all_reduce(x * 2, "one", src=P, dst=R)
+                assert_close(out, xs[me] * 2)
+                (out * c).sum().backward()
+                assert_close(x.grad, 2 * c)
+                x = leaf()
+                t = x * 2
+                out = spmd.all_reduce(t, "one", src=P, dst=I, op="avg")
+                assert out is not t
+                with torch.no_grad():
+                    out.mul_(3)
+                assert_close(t, xs[me] * 2)
+                (out * c).sum().backward()
+                assert_close(x.grad, 2 * c)
+            assert not problems, "\n".join(problems)
+            # a leaf: never in place, never modified
+            x = leaf()
+            calls.clear()
+            out = spmd.all_reduce(x, "x", src=P, dst=R)
+            assert calls == []
+            assert_close(x, xs[me])
+            # the in-place result used twice downstream and a double backward
+            x = leaf()
+            out = spmd.all_reduce(x * 2, "x", src=P, dst=R)
+            (gx,) = torch.autograd.grad(((out * c) + out.sin()).sum(), x, create_graph=True)
+            assert_close(gx.detach(), 2 * ctotal + 2 * spmd.all_reduce(out.detach().cos(), "x",
+                                                                       src=P, dst=R))
+    finally:
+        _dist_utils.all_reduce_ = real
+
+
 # ------------------------------------------------------------------------------------
 # The einsum family with out_partial_axes, against one process computing it all
 # ------------------------------------------------------------------------------------
@@ -751,6 +976,7 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/dtype-kept", check_dtype_kept)
     add(f"{p}/check-mode-hook", check_hook)
     add(f"{p}/grad-in-place", check_grad_in_place)
+    add(f"{p}/forward-in-place", check_forward_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
     if world == 2:
         checks += list(_op_checks(f"{p}/1x2/one", "1xN", "one", full=False))

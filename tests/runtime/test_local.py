@@ -132,3 +132,36 @@ def test_check_mode_hook_sees_the_partial_reinterpret(monkeypatch):
     y = spmd.linear(X, torch.ones(2, 4, dtype=torch.float64), out_partial_axes=("dp", "tp"))
     assert seen == [("reinterpret", ("dp", "tp"), "V", "P", False, "sum")]
     assert_close(y, F.linear(X, torch.ones(2, 4, dtype=torch.float64)))
+
+
+def test_markers_and_shards_are_one_instance_each():
+    """R/I/V/P and S(i) hash by identity (the plan cache's key): equal must be identical,
+    through copies and pickles too, and S keeps rejecting what is not an int."""
+    import copy
+    import pickle
+
+    for m in (R, I, V, P):
+        assert copy.copy(m) is m and copy.deepcopy(m) is m and pickle.loads(pickle.dumps(m)) is m
+    assert R != P and R == R and len({R, I, V, P, R}) == 4
+    for d in (0, 1, -1, 7):
+        s = S(d)
+        assert S(d) is s and s.dim == d and repr(s) == f"S({d})"
+        assert copy.copy(s) is s and copy.deepcopy(s) is s and pickle.loads(pickle.dumps(s)) is s
+    assert S(True) is S(1) and S(0) != S(1) and hash(S(2)) == hash(S(2))
+    assert {S(0): "a"}[S(0)] == "a"
+    for bad in (1.0, 0.0, "0", [0], None):
+        with pytest.raises(TypeError, match="int dim"):
+            S(bad)  # type: ignore[arg-type]
+
+
+def test_forward_in_place_calibration(monkeypatch):
+    """The forward all-reduce's calibration finds one signature for an input nobody else
+    holds on this torch, and refuses (never in place) under a call mechanism other than
+    the import's (a PEP 523 evaluator holds more references per frame)."""
+    from spmd import _collectives
+
+    cpu = torch.device("cpu")
+    sigs = _collectives._calibrate_inputs(cpu)
+    assert len(sigs) == 1 and None not in sigs
+    monkeypatch.setattr(_collectives, "_TEMPORARY_REFS", _collectives._TEMPORARY_REFS + 1)
+    assert _collectives._calibrate_inputs(cpu) == frozenset()
