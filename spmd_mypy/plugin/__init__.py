@@ -15,12 +15,14 @@ Imports only mypy and the stdlib (plus the pure engine): no torch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sys
 from typing import Callable
 
+from mypy_extensions import mypyc_attr
 from mypy.nodes import MypyFile, TypeInfo
 from mypy.plugin import (
     AnalyzeTypeContext,
@@ -82,6 +84,9 @@ _NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch
                   "torch.testing.", "torch.multiprocessing.", "torch.optim.")
 
 
+# A Python class even when the plugin is compiled with mypyc: its base, mypy's own (compiled)
+# Plugin, is a native class of another compilation unit.
+@mypyc_attr(native_class=False)
 class SpmdPlugin(Plugin):
     def __init__(self, options: Options) -> None:
         super().__init__(options)
@@ -92,8 +97,8 @@ class SpmdPlugin(Plugin):
             # restart the daemon by itself.  Not for plain mypy, where the version keys every
             # cached module (torch included) and a config edit would discard them all.
             config_key = json.dumps(self.config.as_cache_key(), sort_keys=True).encode()
-            sys.modules[__name__].__version__ = (
-                f"{_SOURCE_VERSION}+{hashlib.sha256(config_key).hexdigest()[:8]}")
+            setattr(sys.modules[__name__], "__version__",
+                    f"{_SOURCE_VERSION}+{hashlib.sha256(config_key).hexdigest()[:8]}")
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
@@ -136,7 +141,8 @@ class SpmdPlugin(Plugin):
         module = getattr(tree, "fullname", None)
         if module is not None and module != self._sync_module:
             self._sync_module = module
-            self._want_promotion = module in self._typed_modules or self._imports_spmd(tree)
+            self._want_promotion = module in self._typed_modules or (
+                tree is not None and self._imports_spmd(tree))
         self._set_promotion(self._want_promotion)
 
     def _set_promotion(self, on: bool) -> None:
@@ -171,11 +177,7 @@ class SpmdPlugin(Plugin):
         return cached[1]
 
     def _synced(self, hook: Callable) -> Callable:
-        def run(ctx):  # noqa: ANN001, ANN202
-            self._sync_promotion(ctx.api)
-            return hook(ctx)
-
-        return run
+        return _Synced(self, hook)
 
     def _regions(self, api: object) -> GradRegions | None:
         tree = getattr(api, "tree", None)
@@ -256,25 +258,16 @@ class SpmdPlugin(Plugin):
         just reported them, before this hook runs.  Only errors on the exact line of an
         axis string of this annotation, naming that string, are removed.
         """
-        found: set[tuple[int, str]] = set()
-
-        def walk(t: object) -> None:
-            if isinstance(t, UnboundType):
-                if t.original_str_expr is not None and not t.args:
-                    found.add((t.line, f'Name "{t.original_str_expr}" is not defined'))
-                for a in t.args:
-                    walk(a)
-            for item in getattr(t, "items", None) or ():
-                walk(item)
-
-        for arg in ctx.type.args:
-            walk(arg)
-        if not found:
-            return
+        # the errors first: most files have none, and then the annotation need not be walked
         sem = getattr(ctx.api, "api", None)
         store = getattr(sem, "errors", None)
         infos = store.error_info_map.get(store.file) if store is not None else None
         if not infos:
+            return
+        found: set[tuple[int, str]] = set()
+        for arg in ctx.type.args:
+            _axis_strings(arg, found)
+        if not found:
             return
         keep = [i for i in infos if not (
             i.code is not None and i.code.code == "name-defined"
@@ -443,7 +436,7 @@ class SpmdPlugin(Plugin):
             if fullname == "spmd.declare":
                 return self.calls.declare_hook
             if fullname == "spmd.local_map":
-                return lambda ctx: global_calls.local_map_hook(self.calls, ctx)
+                return functools.partial(global_calls.local_map_hook, self.calls)
             if fullname in _PARTIAL_OPS:
                 return self.calls.partial_op_hook(_PARTIAL_OPS[fullname])
             return None
@@ -491,6 +484,29 @@ class SpmdPlugin(Plugin):
         if fullname in _TRANSPOSE_ATTRS:
             return self._synced(self.calls.transpose_attribute_hook)
         return None
+
+
+class _Synced:
+    """A check-time hook run after syncing the gradual promotion (SpmdPlugin._synced)."""
+
+    def __init__(self, plugin: SpmdPlugin, hook: Callable) -> None:
+        self.plugin = plugin
+        self.hook = hook
+
+    def __call__(self, ctx: object) -> object:
+        self.plugin._sync_promotion(getattr(ctx, "api"))
+        return self.hook(ctx)
+
+
+def _axis_strings(t: object, found: set[tuple[int, str]]) -> None:
+    """The axis strings (forward references) of an unanalysed annotation, with their line."""
+    if isinstance(t, UnboundType):
+        if t.original_str_expr is not None and not t.args:
+            found.add((t.line, f'Name "{t.original_str_expr}" is not defined'))
+        for a in t.args:
+            _axis_strings(a, found)
+    for item in getattr(t, "items", None) or ():
+        _axis_strings(item, found)
 
 
 def _default_return(ctx: FunctionContext) -> Type:

@@ -9,7 +9,7 @@ and cheap).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from mypy.nodes import (
     ARG_POS,
@@ -58,7 +58,7 @@ from ..engine.ops import (
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from . import global_calls
 from .codes import ERROR_CODES
-from .mypy_types import TENSOR
+from .mypy_types import TENSOR, TypeBuilder
 from .reductions import read_reduction
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ def _entry_from_expression(e: Expression) -> Entry | None:
         return v if isinstance(v, str) else None
 
     if marker == "PS":
-        spec = []
+        spec: list[tuple[str, ...]] = []
         for a in args:
             if isinstance(a, NameExpr) and a.name == "None":
                 spec.append(())
@@ -278,7 +278,7 @@ class CallTyper:
 
     # -- helpers ---------------------------------------------------------------------
     @property
-    def types(self):  # noqa: ANN201
+    def types(self) -> TypeBuilder:
         return self.plugin.types
 
     def report(self, ctx: AnyCtx, errors: Sequence[SpmdError], context: Context | None = None) -> None:
@@ -532,7 +532,7 @@ class CallTyper:
             return None
         return tuple(names)
 
-    def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | bool:
+    def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | Literal[False]:
         """R/I/V/P/S(i) from a src/dst expression; None if absent; False if unreadable."""
         if expr is None:
             return None
