@@ -275,6 +275,7 @@ class CallTyper:
         self.plugin = plugin
         # call context id -> (context, declared signature, typed parameters by index)
         self._pending: dict[int, tuple[object, CallableType, dict[int, SpmdType]]] = {}
+        self._collectives: dict[tuple, coll.CollectiveResult] = {}
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -571,9 +572,18 @@ class CallTyper:
             reduce_op = op_expr.value if isinstance(op_expr, StrExpr) else "sum"
             if reduce_op not in coll.REDUCE_OPS:
                 return ctx.default_return_type  # mypy reports the op against the stub's Literal
-            res = coll.check_collective(
-                op, x, axes, src or None, dst or None, expert_mode=expert, reduce_op=reduce_op,
-                x_text=expr_text(x_expr), can_grad=self.can_grad(ctx, x_expr))
+            # the engine's answer depends on these values only, and the same few collectives
+            # recur all over a code base: remembered (its result is only read)
+            key = (op, x, axes, src or None, dst or None, expert, reduce_op, expr_text(x_expr),
+                   self.can_grad(ctx, x_expr))
+            res = self._collectives.get(key)
+            if res is None:
+                res = coll.check_collective(
+                    op, x, axes, key[3], key[4], expert_mode=expert, reduce_op=reduce_op,
+                    x_text=key[7], can_grad=key[8])
+                if len(self._collectives) > 10_000:
+                    self._collectives.clear()
+                self._collectives[key] = res
             self.report(ctx, res.errors)
             return self.typed_result(ctx.default_return_type, res.type)
 
