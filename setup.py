@@ -40,7 +40,10 @@ def _compiled_modules() -> list:
     try:
         from mypyc.build import mypycify
 
-        sources = sorted(glob.glob(os.path.join("spmd_mypy", "plugin", "*.py")))
+        # not __init__.py: SpmdPlugin stays a Python class, which spmd_mypy.report subclasses
+        # (mypyc checks the exact class of self in the methods of a class it compiles)
+        sources = sorted(p for p in glob.glob(os.path.join("spmd_mypy", "plugin", "*.py"))
+                         if os.path.basename(p) != "__init__.py")
         # an empty mypy configuration: pyproject's [tool.mypy] (plugins = spmd_mypy.plugin,
         # files = examples) is for checking user code, not for compiling the plugin
         os.makedirs("build", exist_ok=True)
