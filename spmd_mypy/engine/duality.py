@@ -160,13 +160,13 @@ def check_signature(fn: FunctionTypes) -> list[SpmdError]:
                 ))
     if ins is not None and rets is not None:
         # torch wants one gradient per argument of apply(); parameters with defaults may be left out
-        required = [s for s in ins if not s.default]
-        if len(rets) < len(required) and any(r.kind != UNKNOWN for r in rets):
+        required_ins = [s for s in ins if not s.default]
+        if len(rets) < len(required_ins) and any(r.kind != UNKNOWN for r in rets):
             errors.append(SpmdError(
                 "spmd-duality",
                 f"{name}.backward returns {len(rets)} value{'s' if len(rets) != 1 else ''} but "
-                f"forward takes {len(required)} input{'s' if len(required) != 1 else ''} after ctx "
-                f"({_names(required)}): return one gradient per input, None for an input that is "
+                f"forward takes {len(required_ins)} input{'s' if len(required_ins) != 1 else ''} after ctx "
+                f"({_names(required_ins)}): return one gradient per input, None for an input that is "
                 f"not a tensor or needs no gradient",
             ))
         for i, (inp, ret) in enumerate(zip(ins, rets)):

@@ -487,8 +487,8 @@ def _rule_on_axis(
         non_p = [d for d, is_p in terms if not is_p]
         if non_p:
             p_text = p0.text
-            other = non_p[0]
-            what = "a scalar" if other == "a scalar" else f"a Replicate value ({other})"
+            other_desc = non_p[0]
+            what = "a scalar" if other_desc == "a scalar" else f"a Replicate value ({other_desc})"
             return None, SpmdError(
                 "spmd-partial-affine",
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) added to {what} in {name}: '

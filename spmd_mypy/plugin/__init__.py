@@ -15,13 +15,15 @@ Imports only mypy and the stdlib (plus the pure engine): no torch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sys
 from typing import Callable
 
-from mypy.nodes import MypyFile, TypeInfo
+from mypy_extensions import mypyc_attr
+from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile, TypeInfo
 from mypy.plugin import (
     AnalyzeTypeContext,
     AttributeContext,
@@ -33,7 +35,17 @@ from mypy.plugin import (
 )
 from mypy.options import Options
 from mypy.typeops import make_simplified_union
-from mypy.types import AnyType, Instance, Type, TypeOfAny, UnboundType, UnionType, get_proper_type
+from mypy.types import (
+    AnyType,
+    Instance,
+    TupleType,
+    Type,
+    TypeList,
+    TypeOfAny,
+    UnboundType,
+    UnionType,
+    get_proper_type,
+)
 from mypy.typestate import type_state
 
 from ..engine.annotations import Entry, build
@@ -83,6 +95,9 @@ _NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch
                   "torch.testing.", "torch.multiprocessing.", "torch.optim.")
 
 
+# A Python class even when the plugin is compiled with mypyc: its base, mypy's own (compiled)
+# Plugin, is a native class of another compilation unit.
+@mypyc_attr(native_class=False)
 class SpmdPlugin(Plugin):
     def __init__(self, options: Options) -> None:
         super().__init__(options)
@@ -93,8 +108,8 @@ class SpmdPlugin(Plugin):
             # restart the daemon by itself.  Not for plain mypy, where the version keys every
             # cached module (torch included) and a config edit would discard them all.
             config_key = json.dumps(self.config.as_cache_key(), sort_keys=True).encode()
-            sys.modules[__name__].__version__ = (
-                f"{_SOURCE_VERSION}+{hashlib.sha256(config_key).hexdigest()[:8]}")
+            setattr(sys.modules[__name__], "__version__",
+                    f"{_SOURCE_VERSION}+{hashlib.sha256(config_key).hexdigest()[:8]}")
         self.types = TypeBuilder(self.config.mesh_axes, self._lookup_info)
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
@@ -137,7 +152,8 @@ class SpmdPlugin(Plugin):
         module = getattr(tree, "fullname", None)
         if module is not None and module != self._sync_module:
             self._sync_module = module
-            self._want_promotion = module in self._typed_modules or self._imports_spmd(tree)
+            self._want_promotion = module in self._typed_modules or (
+                tree is not None and self._imports_spmd(tree))
         self._set_promotion(self._want_promotion)
 
     def _set_promotion(self, on: bool) -> None:
@@ -163,26 +179,12 @@ class SpmdPlugin(Plugin):
         key = id(tree)
         cached = self._imports_cache.get(key)
         if cached is None or cached[0] is not tree:
-            uses = any(
-                getattr(imp, "id", "") == "spmd" or getattr(imp, "id", "").startswith("spmd.")
-                or any(i == "spmd" or i.startswith("spmd.") for i, _ in getattr(imp, "ids", ()))
-                for imp in tree.imports)
-            cached = (tree, uses)
+            cached = (tree, _uses_spmd(tree))
             self._imports_cache[key] = cached
         return cached[1]
 
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
-        def run(ctx):  # noqa: ANN001, ANN202
-            self._sync_promotion(ctx.api)
-            try:
-                cases = self._union_cases(ctx) if split_unions else None
-            except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
-                cases = None
-            if cases is None:
-                return hook(ctx)
-            return make_simplified_union([hook(c) for c in cases])
-
-        return run
+        return _Synced(self, hook, split_unions)
 
     _UNION_CASES_MAX = 16
 
@@ -258,12 +260,7 @@ class SpmdPlugin(Plugin):
         return self.config.as_cache_key()
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
-        uses_spmd = any(
-            getattr(imp, "id", "") == "spmd" or getattr(imp, "id", "").startswith("spmd.")
-            or any(i == "spmd" or i.startswith("spmd.") for i, _ in getattr(imp, "ids", ()))
-            for imp in file.imports
-        )
-        if uses_spmd:
+        if _uses_spmd(file):
             try:
                 prepare_file(file)
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
@@ -303,25 +300,16 @@ class SpmdPlugin(Plugin):
         just reported them, before this hook runs.  Only errors on the exact line of an
         axis string of this annotation, naming that string, are removed.
         """
-        found: set[tuple[int, str]] = set()
-
-        def walk(t: object) -> None:
-            if isinstance(t, UnboundType):
-                if t.original_str_expr is not None and not t.args:
-                    found.add((t.line, f'Name "{t.original_str_expr}" is not defined'))
-                for a in t.args:
-                    walk(a)
-            for item in getattr(t, "items", None) or ():
-                walk(item)
-
-        for arg in ctx.type.args:
-            walk(arg)
-        if not found:
-            return
+        # the errors first: most files have none, and then the annotation need not be walked
         sem = getattr(ctx.api, "api", None)
         store = getattr(sem, "errors", None)
         infos = store.error_info_map.get(store.file) if store is not None else None
         if not infos:
+            return
+        found: set[tuple[int, str]] = set()
+        for arg in ctx.type.args:
+            _axis_strings(arg, found)
+        if not found:
             return
         keep = [i for i in infos if not (
             i.code is not None and i.code.code == "name-defined"
@@ -510,7 +498,7 @@ class SpmdPlugin(Plugin):
             if fullname == "spmd.declare":
                 return self.calls.declare_hook
             if fullname == "spmd.local_map":
-                return lambda ctx: global_calls.local_map_hook(self.calls, ctx)
+                return functools.partial(global_calls.local_map_hook, self.calls)
             if fullname in _PARTIAL_OPS:
                 return self.calls.partial_op_hook(_PARTIAL_OPS[fullname])
             return None
@@ -561,6 +549,56 @@ class SpmdPlugin(Plugin):
         if fullname in _TRANSPOSE_ATTRS:
             return self._synced(self.calls.transpose_attribute_hook)
         return None
+
+
+class _Synced:
+    """A check-time hook run after syncing the gradual promotion (SpmdPlugin._synced)."""
+
+    def __init__(self, plugin: SpmdPlugin, hook: Callable, split_unions: bool = True) -> None:
+        self.plugin = plugin
+        self.hook = hook
+        self.split_unions = split_unions
+
+    def __call__(self, ctx: object) -> object:
+        self.plugin._sync_promotion(getattr(ctx, "api"))
+        try:
+            cases = self.plugin._union_cases(ctx) if self.split_unions else None
+        except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
+            cases = None
+        if cases is None:
+            return self.hook(ctx)
+        return make_simplified_union([self.hook(c) for c in cases])
+
+
+def _is_spmd(module: str) -> bool:
+    return module == "spmd" or module.startswith("spmd.")
+
+
+def _uses_spmd(file: MypyFile) -> bool:
+    """Whether the file imports spmd (isinstance rather than getattr(imp, "id", ""): a
+    missing attribute costs a raised and discarded AttributeError)."""
+    for imp in file.imports:
+        if isinstance(imp, Import):
+            if any(_is_spmd(i) for i, _ in imp.ids):
+                return True
+        elif isinstance(imp, (ImportFrom, ImportAll)):
+            if _is_spmd(imp.id):
+                return True
+    return False
+
+
+def _axis_strings(t: object, found: set[tuple[int, str]]) -> None:
+    """The axis strings (forward references) of an unanalysed annotation, with their line."""
+    if isinstance(t, UnboundType):
+        if t.original_str_expr is not None and not t.args:
+            found.add((t.line, f'Name "{t.original_str_expr}" is not defined'))
+        for a in t.args:
+            _axis_strings(a, found)
+    elif isinstance(t, (TypeList, UnionType, TupleType)):
+        # isinstance, not getattr(t, "items", None): a missing attribute raises (and
+        # discards) an AttributeError, ~4k instructions, once per entry of every annotation
+        for item in t.items:
+            _axis_strings(item, found)
 
 
 def _default_return(ctx: FunctionContext) -> Type:

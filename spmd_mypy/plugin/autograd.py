@@ -73,6 +73,7 @@ from ..engine.duality import NONE, OTHER, TENSOR, UNKNOWN, FunctionTypes, Slot
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_backward
 from .calls import collective_call, expr_text
+from .mypy_types import TypeBuilder
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -128,9 +129,9 @@ def _returns(stmts: list[Statement]) -> list[ReturnStmt]:
             out.extend(_returns(st.body.body))
             for h in st.handlers:
                 out.extend(_returns(h.body))
-            for b in (st.else_body, st.finally_body):
-                if b is not None:
-                    out.extend(_returns(b.body))
+            for extra in (st.else_body, st.finally_body):
+                if extra is not None:
+                    out.extend(_returns(extra.body))
     return out
 
 
@@ -143,7 +144,7 @@ class AutogradTyper:
         self._module_triggers: dict[str, tuple[MypyFile, list[int]]] = {}
 
     @property
-    def types(self):  # noqa: ANN201
+    def types(self) -> TypeBuilder:
         return self.plugin.types
 
     # -- reading types into slots ---------------------------------------------------------
@@ -284,7 +285,8 @@ class AutogradTyper:
         # A fix of the declared result names the returned expression (and the collective that
         # made it) when there is only one return.
         if fn.returns is not None and len(rets) == 1 and rets[0].expr is not None:
-            made = self._returned(ctx, unwrap(rets[0].expr))
+            value = unwrap(rets[0].expr)
+            made = self._returned(ctx, value) if value is not None else None
             if made is not None and len(made) == len(fn.returns):
                 fn = FunctionTypes(fn.name, fn.inputs, fn.outputs, fn.grads, tuple(
                     Slot(m.name, s.kind, s.type, s.default, m.made_by)
@@ -294,7 +296,8 @@ class AutogradTyper:
         for r in rets:
             if r.expr is None:
                 continue
-            returned = self._returned(ctx, unwrap(r.expr))
+            value = unwrap(r.expr)
+            returned = self._returned(ctx, value) if value is not None else None
             if returned is not None:
                 report(ctx, duality.check_returned(fn, returned), r)
 
@@ -339,7 +342,7 @@ class AutogradTyper:
             info = get_proper_type(p.item).type  # type: ignore[union-attr]
         elif isinstance(p, Instance):
             info = p.type
-        fwd = _own_method(info, "forward") if is_autograd_function(info) else None
+        fwd = _own_method(info, "forward") if info is not None and is_autograd_function(info) else None
         if fwd is None or not isinstance(fwd.type, CallableType):
             return sig
         fsig = fwd.type

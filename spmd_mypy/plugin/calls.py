@@ -9,7 +9,7 @@ and cheap).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from mypy.nodes import (
     ARG_POS,
@@ -58,7 +58,7 @@ from ..engine.ops import (
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from . import global_calls
 from .codes import ERROR_CODES
-from .mypy_types import TENSOR
+from .mypy_types import TENSOR, TypeBuilder
 from .reductions import read_reduction
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ def _entry_from_expression(e: Expression) -> Entry | None:
         return v if isinstance(v, str) else None
 
     if marker == "PS":
-        spec = []
+        spec: list[tuple[str, ...]] = []
         for a in args:
             if isinstance(a, NameExpr) and a.name == "None":
                 spec.append(())
@@ -275,10 +275,11 @@ class CallTyper:
         self.plugin = plugin
         # call context id -> (context, declared signature, typed parameters by index)
         self._pending: dict[int, tuple[object, CallableType, dict[int, SpmdType]]] = {}
+        self._collectives: dict[tuple, coll.CollectiveResult] = {}
 
     # -- helpers ---------------------------------------------------------------------
     @property
-    def types(self):  # noqa: ANN201
+    def types(self) -> TypeBuilder:
         return self.plugin.types
 
     def report(self, ctx: AnyCtx, errors: Sequence[SpmdError], context: Context | None = None) -> None:
@@ -532,7 +533,7 @@ class CallTyper:
             return None
         return tuple(names)
 
-    def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | bool:
+    def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | Literal[False]:
         """R/I/V/P/S(i) from a src/dst expression; None if absent; False if unreadable."""
         if expr is None:
             return None
@@ -571,9 +572,18 @@ class CallTyper:
             reduce_op = op_expr.value if isinstance(op_expr, StrExpr) else "sum"
             if reduce_op not in coll.REDUCE_OPS:
                 return ctx.default_return_type  # mypy reports the op against the stub's Literal
-            res = coll.check_collective(
-                op, x, axes, src or None, dst or None, expert_mode=expert, reduce_op=reduce_op,
-                x_text=expr_text(x_expr), can_grad=self.can_grad(ctx, x_expr))
+            # the engine's answer depends on these values only, and the same few collectives
+            # recur all over a code base: remembered (its result is only read)
+            key = (op, x, axes, src or None, dst or None, expert, reduce_op, expr_text(x_expr),
+                   self.can_grad(ctx, x_expr))
+            res = self._collectives.get(key)
+            if res is None:
+                res = coll.check_collective(
+                    op, x, axes, key[3], key[4], expert_mode=expert, reduce_op=reduce_op,
+                    x_text=key[7], can_grad=key[8])
+                if len(self._collectives) > 10_000:
+                    self._collectives.clear()
+                self._collectives[key] = res
             self.report(ctx, res.errors)
             return self.typed_result(ctx.default_return_type, res.type)
 

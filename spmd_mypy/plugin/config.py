@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-DEFAULT_MESH_AXES = ("dp", "cp", "tp", "pp", "ep")
+DEFAULT_MESH_AXES: tuple[str, ...] = ("dp", "cp", "tp", "pp", "ep")
 
 
 @dataclass(frozen=True)

@@ -62,12 +62,10 @@ class _OnFirstUse:
         return getattr(mod, attr)
 
 
-if TYPE_CHECKING:
-    from ..engine import global_spmd as gs
-    from ..engine import redistribute as rd
-else:
-    gs = _OnFirstUse("spmd_mypy.engine.global_spmd", "gs")
-    rd = _OnFirstUse("spmd_mypy.engine.redistribute", "rd")
+# Typed Any (not a TYPE_CHECKING import): the plugin may be compiled with mypyc, which
+# takes the TYPE_CHECKING branch for the code it compiles.
+gs: Any = _OnFirstUse("spmd_mypy.engine.global_spmd", "gs")
+rd: Any = _OnFirstUse("spmd_mypy.engine.redistribute", "rd")
 
 if TYPE_CHECKING:
     from .calls import AnyCtx, CallTyper
@@ -234,7 +232,8 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         p["dims"] = lit_ints(f.get("dims", []))
     elif base in ("transpose", "swapaxes", "swapdims"):
         for k, alt in (("dim0", "axis0"), ("dim1", "axis1")):
-            v = lit_int((f.get(k) or f.get(alt) or [None])[0])
+            given = f.get(k) or f.get(alt)
+            v = lit_int(given[0] if given else None)
             p[k] = v if v is not None else gs.UNKNOWN
     elif base in ("movedim", "moveaxis"):
         for k in ("source", "destination"):
@@ -253,9 +252,9 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
             return {"dtype_view": True}
         p["shape"] = _shape_param(typer, ctx, f.get("shape") or f.get("size"), x_text)
     elif base == "flatten":
-        for k, d in (("start_dim", 0), ("end_dim", -1)):
-            v = f.get(k)
-            p[k] = d if v is None else (lit_int(v[0]) if lit_int(v[0]) is not None else gs.UNKNOWN)
+        for k, default in (("start_dim", 0), ("end_dim", -1)):
+            exprs = f.get(k)
+            p[k] = default if exprs is None else (lit_int(exprs[0]) if lit_int(exprs[0]) is not None else gs.UNKNOWN)
     elif base == "unflatten":
         p["dim"] = _dim_param(f.get("dim"), many=False)
         p["sizes"] = lit_ints(f["sizes"]) if f.get("sizes") else gs.UNKNOWN

@@ -22,7 +22,7 @@ from mypy.maptype import map_instance_to_supertype
 from mypy.nodes import Decorator, FuncDef, TypeInfo
 from mypy.plugin import MethodSigContext
 from mypy.typeops import bind_self
-from mypy.types import CallableType, FunctionLike, Instance, get_proper_type
+from mypy.types import CallableType, FunctionLike, Instance, Type, get_proper_type
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -62,12 +62,12 @@ class ModuleCallTyper:
         if fwd_owner is None or fwd_owner.fullname == MODULE:
             return None
         node = fwd_owner.names["forward"].node
-        typ = None
+        declared: Type | None = None
         if isinstance(node, FuncDef):
-            typ = node.type
+            declared = node.type
         elif isinstance(node, Decorator):
-            typ = node.var.type
-        typ = get_proper_type(typ) if typ is not None else None
+            declared = node.var.type
+        typ = get_proper_type(declared) if declared is not None else None
         if not isinstance(typ, CallableType) or (isinstance(node, FuncDef) and node.is_dynamic()):
             return None
         if isinstance(node, FuncDef) and (node.is_static or node.is_class):

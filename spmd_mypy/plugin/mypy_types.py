@@ -167,19 +167,23 @@ class TypeBuilder:
             if name == "PS" and len(s.args) == 1:
                 spec = _read_spec(s.args[0])
                 continue
-            lits = [get_proper_type(x) for x in s.args]
-            if not all(isinstance(x, LiteralType) for x in lits):
-                continue
-            if name == "S" and len(lits) == 2:
-                dim, axis = lits[0].value, lits[1].value  # type: ignore[union-attr]
-                if isinstance(dim, int) and isinstance(axis, str):
-                    out[axis] = LocalType(Kind.V, dim)
-                elif isinstance(dim, str) and isinstance(axis, str):
-                    out[axis] = decode_by_rank(dim) or VARYING
-            elif name in ("R", "I", "V", "P"):
-                axis = lits[0].value  # type: ignore[union-attr]
-                if isinstance(axis, str):
-                    out[axis] = LocalType(Kind(name))
+            values = []
+            for x in s.args:
+                px = get_proper_type(x)
+                if not isinstance(px, LiteralType):
+                    break
+                values.append(px.value)
+            else:
+                if name == "S" and len(values) == 2:
+                    dim, axis = values[0], values[1]
+                    if isinstance(dim, int) and isinstance(axis, str):
+                        out[axis] = LocalType(Kind.V, dim)
+                    elif isinstance(dim, str) and isinstance(axis, str):  # a rank table
+                        out[axis] = decode_by_rank(dim) or VARYING
+                elif name in ("R", "I", "V", "P"):
+                    axis = values[0]
+                    if isinstance(axis, str):
+                        out[axis] = LocalType(Kind(name))
         return SpmdType.of(out, spec)
 
 
@@ -196,10 +200,13 @@ def _read_spec(t: Type) -> tuple[tuple[str, ...], ...] | None:
         elif isinstance(e, LiteralType) and isinstance(e.value, str):
             spec.append((e.value,))
         elif isinstance(e, TupleType):
-            names = [get_proper_type(i) for i in e.items]
-            if not all(isinstance(n, LiteralType) and isinstance(n.value, str) for n in names):
-                return None
-            spec.append(tuple(n.value for n in names))  # type: ignore[union-attr,misc]
+            names: list[str] = []
+            for i in e.items:
+                n = get_proper_type(i)
+                if not (isinstance(n, LiteralType) and isinstance(n.value, str)):
+                    return None
+                names.append(n.value)
+            spec.append(tuple(names))
         else:
             return None
     return tuple(spec)

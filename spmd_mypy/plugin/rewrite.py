@@ -249,9 +249,9 @@ class _Walker:
             self.block(st.body.body)
             for h in st.handlers:
                 self.block(h.body)
-            for b in (st.else_body, st.finally_body):
-                if b is not None:
-                    self.block(b.body)
+            for extra in (st.else_body, st.finally_body):
+                if extra is not None:
+                    self.block(extra.body)
 
 
 # The statement classes stmt() acts on (it does nothing with the others: expressions,
