@@ -275,6 +275,18 @@ _OWNED: dict[str, frozenset] = {}
 _OWNED_INPUTS: dict[str, frozenset] = {}
 
 
+def _observe(run: Callable[[list], list], owned_cases: list, shared_cases: list
+             ) -> tuple[list, list, set] | None:
+    """The signatures a calibration's probe saw per case (owned, shared) and the set seen in
+    the owned cases; None when the counters are missing (a torch without them: never in place)."""
+    try:
+        owned = run(owned_cases)
+        shared = run(shared_cases)
+    except Exception:  # noqa: BLE001
+        return None
+    return owned, shared, {sig for seen in owned for sig in seen}
+
+
 def _calibrate(device: torch.device) -> frozenset:
     probe = _Probe.apply
     w = torch.ones(4, 3, device=device, requires_grad=True)
@@ -320,12 +332,10 @@ def _calibrate(device: torch.device) -> frozenset:
         _Probe.seen = []
         return out
 
-    try:
-        owned = run(owned_cases)
-        shared = run(shared_cases)
-    except Exception:  # a torch without these counters: never in place
+    observed = _observe(run, owned_cases, shared_cases)
+    if observed is None:
         return frozenset()
-    good = {sig for seen in owned for sig in seen}
+    owned, shared, good = observed
     if len(good) != 2 or None in good:
         return frozenset()
     # every shared case: its first gradient (the one seen while another holder exists)
@@ -402,12 +412,10 @@ def _calibrate_inputs(device: torch.device) -> frozenset:
         keep.clear()
         return out
 
-    try:
-        owned = run(owned_cases)
-        shared = run(shared_cases)
-    except Exception:  # a torch without these counters: never in place
+    observed = _observe(run, owned_cases, shared_cases)
+    if observed is None:
         return frozenset()
-    good = {sig for seen in owned for sig in seen}
+    owned, shared, good = observed
     if len(good) != 1 or None in good or any(len(seen) != 1 for seen in owned + shared):
         return frozenset()
     if any(seen[0] in good for seen in shared):

@@ -198,6 +198,8 @@ class SpmdPlugin(Plugin):
         arg_types = getattr(ctx, "arg_types", None) or []
         receiver = getattr(ctx, "type", None)  # a method's receiver (mypy may hand a union
         # receiver to a reflected operator: ``b * h`` checks ``h.__rmul__(b)``)
+        if not calls.has_union_operand(receiver, arg_types):
+            return None
         choices: list[tuple[int, int, list[Type]]] = []  # (-1, -1): the receiver
         slots = [(-1, -1, receiver)] if receiver is not None else []
         slots += [(i, j, t) for i, group in enumerate(arg_types) for j, t in enumerate(group)]
