@@ -150,9 +150,7 @@ class _Collective(torch.autograd.Function):
         # Function's backward argument (see _owned_signatures; empty: never in place).
         owned = False
         if step.reduces_in_backward():
-            sigs = _OWNED.get("cpu" if grad.is_cpu else grad.device.type)
-            if sigs is None:
-                sigs = _owned_signatures(grad.device)
+            sigs = _signatures(_OWNED, grad)
             owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
         for step in steps:
@@ -429,11 +427,13 @@ def _calibrate_device(device: torch.device) -> None:
     _OWNED_INPUTS[device.type] = _calibrate_inputs(device)
 
 
-def _owned_signatures(device: torch.device) -> frozenset:
-    sigs = _OWNED.get(device.type)
+def _signatures(table: dict[str, frozenset], t: torch.Tensor) -> frozenset:
+    """``table``'s signatures (_OWNED or _OWNED_INPUTS) for ``t``'s device type, calibrating
+    that device type first if it has not been (``is_cpu``: reading ``t.device`` costs more)."""
+    sigs = table.get("cpu" if t.is_cpu else t.device.type)
     if sigs is None:
-        _calibrate_device(device)
-        sigs = _OWNED[device.type]
+        _calibrate_device(t.device)
+        sigs = table[t.device.type]
     return sigs
 
 
@@ -795,14 +795,10 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
             if in_place is _RECORD:  # the calibration itself
                 _PROBE_SEEN.append(sig)
                 return x.detach().clone()
-            sigs = _OWNED_INPUTS.get("cpu" if x.is_cpu else x.device.type)
-            if sigs is None:  # calibrate here, not inside a backward
-                _calibrate_device(x.device)
-                sigs = _OWNED_INPUTS[x.device.type]
-            if sig in sigs:
+            if sig in _signatures(_OWNED_INPUTS, x):  # calibrates here, not inside a backward
                 return x if plan.owned_keeps else _apply(x, in_place, sizes)
-        elif ("cpu" if x.is_cpu else x.device.type) not in _OWNED:  # not inside a backward
-            _calibrate_device(x.device)
+        else:
+            _signatures(_OWNED, x)  # calibrates here, not inside a backward
         return _apply(x, step, sizes)
     return step.impl(step, x, sizes)
 

@@ -103,7 +103,7 @@ def all_reduce_(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> t
     """``x`` itself (contiguous), reduced in place over the axis.
 
     Only for a buffer nobody else can see (a gradient autograd owns alone, see
-    ``_collectives._owned_signatures``): Megatron's backward all-reduce, without the copy.
+    ``_collectives._signatures``): Megatron's backward all-reduce, without the copy.
     """
     if group.size > 1:
         dist.all_reduce(x, op=op, group=group.pg)

@@ -589,8 +589,8 @@ def _result_layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, 
         x: S(1); x.sum(dim=0)              rank 1 impossible; rank r >= 2: S(0) at rank r - 1
 
     which :func:`.types.from_ranks` folds into S(i), V, or a rank-dependent layout."""
-    placed = [t for o, _ in tensor_ops if (t := o.type.get(axis)) is not None  # type: ignore[union-attr]
-              and t.kind is Kind.V and (t.dim is not None or t.by_rank is not None)]
+    placed = any((t := o.type.get(axis)) is not None  # type: ignore[union-attr]
+                 and (t.dim is not None or t.by_rank is not None) for o, _ in tensor_ops)
     if not placed or any(o.shape is not None for o, _ in tensor_ops):
         return LocalType(Kind.V, _layout(spec, axis, tensor_ops, dim, reduction))
     layouts: dict[int, int | None] = {}
