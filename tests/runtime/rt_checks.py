@@ -499,6 +499,25 @@ def check_hook(ctx: Ctx, name: str) -> None:
     ], seen
 
 
+def _count_in_place_reduces() -> tuple[list[int], Callable[[], None]]:
+    """Count the buffers the runtime all-reduces in place (``_dist_utils.all_reduce_``), by
+    data pointer: (the list it fills, the call that puts the real function back)."""
+    from spmd import _dist_utils
+
+    calls: list[int] = []
+    real = _dist_utils.all_reduce_
+
+    def counting(x: torch.Tensor, group: Any, *a: Any) -> torch.Tensor:
+        calls.append(x.data_ptr())
+        return real(x, group, *a)
+
+    def restore() -> None:
+        _dist_utils.all_reduce_ = real
+
+    _dist_utils.all_reduce_ = counting
+    return calls, restore
+
+
 def check_grad_in_place(ctx: Ctx, name: str) -> None:
     """The backward all-reduce runs in place on a gradient autograd owns alone, and only then.
 
@@ -507,24 +526,16 @@ def check_grad_in_place(ctx: Ctx, name: str) -> None:
     not pay); a gradient the user, a hook, ``retain_grad`` or another node can still see
     must keep its value.
     """
-    from spmd import _dist_utils
-
     mesh = ctx.mesh("1d")
     n = ctx.world
     me = mesh.get_local_rank("x")
     cs = [tensor(f"{name}/c{k}", (3, 3)) for k in range(n)]
     c, total = cs[me], sum(cs)
-    calls: list[int] = []
-    real = _dist_utils.all_reduce_
-
-    def counting(x: torch.Tensor, group: Any, *a: Any) -> torch.Tensor:
-        calls.append(x.data_ptr())
-        return real(x, group, *a)
+    calls, restore = _count_in_place_reduces()
 
     def leaf() -> torch.Tensor:
         return tensor(f"{name}/x", (3, 3)).requires_grad_(True)
 
-    _dist_utils.all_reduce_ = counting
     try:
         with spmd.set_mesh(mesh):
             # fresh gradients: in place, right values
@@ -597,7 +608,7 @@ def check_grad_in_place(ctx: Ctx, name: str) -> None:
             assert_close(gc, x.detach())
             assert_close(cc, c)
     finally:
-        _dist_utils.all_reduce_ = real
+        restore()
 
 
 class _SavesOutput(torch.autograd.Function):
@@ -642,20 +653,13 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
     """
     import weakref
 
-    from spmd import _dist_utils
-
     mesh = ctx.mesh("1d")
     n = ctx.world
     me = mesh.get_local_rank("x")
     xs = [tensor(f"{name}/x{k}", (3, 3)) for k in range(n)]
     cs = [tensor(f"{name}/c{k}", (3, 3)) for k in range(n)]
     c, ctotal = cs[me], sum(cs)
-    calls: list[int] = []
-    real = _dist_utils.all_reduce_
-
-    def counting(x: torch.Tensor, group: Any, *a: Any) -> torch.Tensor:
-        calls.append(x.data_ptr())
-        return real(x, group, *a)
+    calls, restore = _count_in_place_reduces()
 
     def leaf() -> torch.Tensor:
         return xs[me].clone().requires_grad_(True)
@@ -673,7 +677,6 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
     def double(t: torch.Tensor) -> torch.Tensor:
         return t * 2
 
-    _dist_utils.all_reduce_ = counting
     try:
         with spmd.set_mesh(mesh):
             # temporaries nobody else holds: in place, right values and gradients
@@ -815,7 +818,7 @@ def check_forward_in_place(ctx: Ctx, name: str) -> None:
             assert_close(gx.detach(), 2 * ctotal + 2 * spmd.all_reduce(out.detach().cos(), "x",
                                                                        src=P, dst=R))
     finally:
-        _dist_utils.all_reduce_ = real
+        restore()
 
 
 # ------------------------------------------------------------------------------------
