@@ -405,7 +405,7 @@ def _copying_backward() -> Any:
     """The runtime as it was: the backward all-reduce copies every gradient."""
     from spmd import _collectives
 
-    _collectives._owned_signatures(torch.device("cpu"))
+    _collectives._signatures(_collectives._OWNED, torch.empty(0))  # calibrated first (cpu)
     saved = dict(_collectives._OWNED)
     _collectives._OWNED["cpu"] = frozenset()
     try:

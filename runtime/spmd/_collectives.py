@@ -147,7 +147,7 @@ class _Collective(torch.autograd.Function):
         steps = step.backward_steps()
         # Only a backward that all-reduces can reduce in place.  The signature is taken
         # here, on backward's own argument: the counts it compares were calibrated on a
-        # Function's backward argument (see _owned_signatures; empty: never in place).
+        # Function's backward argument (see _signatures; empty: never in place).
         owned = False
         if step.reduces_in_backward():
             sigs = _signatures(_OWNED, grad)
