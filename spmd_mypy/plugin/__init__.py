@@ -23,7 +23,7 @@ import sys
 from typing import Callable
 
 from mypy_extensions import mypyc_attr
-from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile, TypeInfo
+from mypy.nodes import MypyFile, TypeInfo
 from mypy.plugin import (
     AnalyzeTypeContext,
     AttributeContext,
@@ -34,7 +34,6 @@ from mypy.plugin import (
     ReportConfigContext,
 )
 from mypy.options import Options
-from mypy.typeops import make_simplified_union
 from mypy.types import (
     AnyType,
     Instance,
@@ -46,7 +45,6 @@ from mypy.types import (
     UnionType,
     get_proper_type,
 )
-from mypy.typestate import type_state
 
 from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
@@ -58,6 +56,7 @@ from .modules import ModuleCallTyper, is_module_class
 from .codes import ERROR_CODES
 from .config import Config, load
 from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, TENSOR, TENSOR_ALIAS, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
+from .promotion import Promotion, Synced, uses_spmd
 from .rewrite import GradRegions, grad_regions, prepare_file
 
 
@@ -78,8 +77,6 @@ def _source_hash() -> str:
 _SOURCE_VERSION = _source_hash()
 __version__ = _SOURCE_VERSION
 
-_TORCH_TENSOR = "torch._tensor.Tensor"
-_PROMOTED = (_TORCH_TENSOR, "torch.nn.parameter.Parameter")
 _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
 _GRAD_ATTRS = {f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)}
 _TRANSPOSE_ATTRS = {f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
@@ -116,11 +113,7 @@ class SpmdPlugin(Plugin):
         self.boundaries = BoundaryChecker(self)
         self.modules = ModuleCallTyper(self)
         self._no_grad: dict[int, tuple[MypyFile, GradRegions]] = {}  # by id(tree)
-        self._sync_module: str | None = None
-        self._want_promotion = False  # the module being checked uses SPMD types
-        self._promotion_on = False
-        self._typed_modules: set[str] = set()
-        self._imports_cache: dict[int, tuple[MypyFile, bool]] = {}
+        self.promotion = Promotion(self.types, self._lookup_info)
         self._hook_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
         self._method_sig_cache: dict[str, Callable | None] = {}
@@ -137,96 +130,19 @@ class SpmdPlugin(Plugin):
         return node if isinstance(node, TypeInfo) else None
 
     def _sync_promotion(self, api: object) -> None:
-        """Let a plain torch.Tensor (or Parameter) flow into typed positions: gradual typing.
-
-        mypy's "alt promotion" (the mechanism behind ``int`` -> native ``i64``) makes
-        ``torch.Tensor`` a subtype of the canonical ``spmd._slots.Tensor[...]`` with any
-        arguments.  (A ``_promote`` would recurse: it subclasses torch.Tensor.)  It has a side
-        effect: ``isinstance`` does not narrow a declared ``torch.Tensor`` to a subclass.
-        So it is switched on only while mypy checks a module that uses SPMD types, and off
-        elsewhere (every check-time hook, ``isinstance`` included, syncs it first; the
-        subtype caches of the promoted classes are reset on each switch).  It is never on
-        while torch itself is analysed or written to the cache.
-        """
-        tree = getattr(api, "tree", None)
-        module = getattr(tree, "fullname", None)
-        if module is not None and module != self._sync_module:
-            self._sync_module = module
-            self._want_promotion = module in self._typed_modules or (
-                tree is not None and self._imports_spmd(tree))
-        self._set_promotion(self._want_promotion)
+        """Let a plain torch.Tensor flow into typed positions in modules that use SPMD
+        types (gradual typing; see :mod:`.promotion`)."""
+        self.promotion.sync(api)
 
     def _set_promotion(self, on: bool) -> None:
-        if on == self._promotion_on:
-            return
-        untyped = self.types.to_instance(calls.UNTYPED) if on else None
-        if on and untyped is None:
-            return
-        for info in (self._lookup_info(n) for n in _PROMOTED):
-            if info is None:
-                continue
-            current = info.alt_promote
-            if on and current is None:
-                info.alt_promote = untyped
-            elif not on and current is not None and current.type.fullname == TENSOR:
-                info.alt_promote = None
-            else:
-                continue
-            type_state.reset_all_subtype_caches_for(info)
-        self._promotion_on = on
+        self.promotion.set(on)
 
-    def _imports_spmd(self, tree: MypyFile) -> bool:
-        key = id(tree)
-        cached = self._imports_cache.get(key)
-        if cached is None or cached[0] is not tree:
-            cached = (tree, _uses_spmd(tree))
-            self._imports_cache[key] = cached
-        return cached[1]
+    @property
+    def _want_promotion(self) -> bool:
+        return self.promotion.wanted
 
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
-        return _Synced(self, hook, split_unions)
-
-    _UNION_CASES_MAX = 16
-
-    def _union_cases(self, ctx):  # noqa: ANN001, ANN202
-        """An argument whose type is a union of typed tensors (``h`` after ``if c: h = x + b``
-        under mypy's flexible redefinition) is typed member by member, as mypy does for a
-        union receiver: one context per combination (at most 16), the results joined.
-        None when no argument is such a union (the common case, kept cheap)."""
-        if not self._want_promotion:
-            return None  # a module without SPMD types: nothing is typed
-        arg_types = getattr(ctx, "arg_types", None) or []
-        receiver = getattr(ctx, "type", None)  # a method's receiver (mypy may hand a union
-        # receiver to a reflected operator: ``b * h`` checks ``h.__rmul__(b)``)
-        if not calls.has_union_operand(receiver, arg_types):
-            return None
-        choices: list[tuple[int, int, list[Type]]] = []  # (-1, -1): the receiver
-        slots = [(-1, -1, receiver)] if receiver is not None else []
-        slots += [(i, j, t) for i, group in enumerate(arg_types) for j, t in enumerate(group)]
-        for i, j, t in slots:
-            p = get_proper_type(t)
-            if isinstance(p, UnionType) and len(p.items) > 1:
-                members = [self.types.from_type(m) for m in p.items]
-                if all(m is not None for m in members) and any(members):
-                    choices.append((i, j, list(p.items)))
-        if not choices:
-            return None
-        combos = [dict()]  # type: list[dict[tuple[int, int], Type]]
-        for i, j, items in choices:
-            combos = [{**c, (i, j): m} for c in combos for m in items]
-            if len(combos) > self._UNION_CASES_MAX:
-                return None
-        cases = []
-        for combo in combos:  # an AttributeContext has a receiver and no arguments
-            new = [list(group) for group in arg_types]
-            fields: dict[str, object] = {"arg_types": new} if hasattr(ctx, "arg_types") else {}
-            for (i, j), m in combo.items():
-                if i < 0:
-                    fields["type"] = m
-                else:
-                    new[i][j] = m
-            cases.append(ctx._replace(**fields))
-        return cases
+        return Synced(self.promotion, hook, split_unions)
 
     def _regions(self, api: object) -> GradRegions | None:
         tree = getattr(api, "tree", None)
@@ -262,7 +178,7 @@ class SpmdPlugin(Plugin):
         return self.config.as_cache_key()
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
-        if _uses_spmd(file):
+        if uses_spmd(file):
             try:
                 prepare_file(file)
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
@@ -323,7 +239,7 @@ class SpmdPlugin(Plugin):
         sem = getattr(ctx.api, "api", None)
         module = getattr(sem, "cur_mod_id", None)
         if module:
-            self._typed_modules.add(module)
+            self.promotion.typed_modules.add(module)
         # a module re-parsed without get_additional_deps: wrap its boundaries now
         self.boundaries.ensure_rewritten(getattr(sem, "cur_mod_node", None), bound=True)
         try:
@@ -398,8 +314,7 @@ class SpmdPlugin(Plugin):
 
     def _class_mro_hook(self, ctx: ClassDefContext) -> None:
         tree = getattr(ctx.api, "cur_mod_node", None)
-        if tree is not None and (getattr(ctx.api, "cur_mod_id", None) in self._typed_modules
-                                 or self._imports_spmd(tree)):
+        if tree is not None and self.promotion.uses_spmd_types(tree, getattr(ctx.api, "cur_mod_id", None)):
             # a module re-parsed without get_additional_deps: wrap its boundaries now
             self.boundaries.ensure_rewritten(tree, bound=True)
         self.autograd.class_mro_hook(ctx)
@@ -551,42 +466,6 @@ class SpmdPlugin(Plugin):
         if fullname in _TRANSPOSE_ATTRS:
             return self._synced(self.calls.transpose_attribute_hook)
         return None
-
-
-class _Synced:
-    """A check-time hook run after syncing the gradual promotion (SpmdPlugin._synced)."""
-
-    def __init__(self, plugin: SpmdPlugin, hook: Callable, split_unions: bool = True) -> None:
-        self.plugin = plugin
-        self.hook = hook
-        self.split_unions = split_unions
-
-    def __call__(self, ctx: object) -> object:
-        self.plugin._sync_promotion(getattr(ctx, "api"))
-        try:
-            cases = self.plugin._union_cases(ctx) if self.split_unions else None
-        except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
-            cases = None
-        if cases is None:
-            return self.hook(ctx)
-        return make_simplified_union([self.hook(c) for c in cases])
-
-
-def _is_spmd(module: str) -> bool:
-    return module == "spmd" or module.startswith("spmd.")
-
-
-def _uses_spmd(file: MypyFile) -> bool:
-    """Whether the file imports spmd (isinstance rather than getattr(imp, "id", ""): a
-    missing attribute costs a raised and discarded AttributeError)."""
-    for imp in file.imports:
-        if isinstance(imp, Import):
-            if any(_is_spmd(i) for i, _ in imp.ids):
-                return True
-        elif isinstance(imp, (ImportFrom, ImportAll)):
-            if _is_spmd(imp.id):
-                return True
-    return False
 
 
 def _axis_strings(t: object, found: set[tuple[int, str]]) -> None:

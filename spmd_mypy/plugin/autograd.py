@@ -223,7 +223,7 @@ class AutogradTyper:
             return
         tree = getattr(ctx.api, "cur_mod_node", None)
         module = getattr(ctx.api, "cur_mod_id", None)
-        if tree is None or not (module in self.plugin._typed_modules or self.plugin._imports_spmd(tree)):
+        if tree is None or not self.plugin.promotion.uses_spmd_types(tree, module):
             return
         bwd = next((f for f in (_func(s) for s in defn.defs.body) if f is not None
                     and f.name == "backward"), None)
@@ -331,8 +331,8 @@ class AutogradTyper:
         # Only in a module that uses SPMD types: elsewhere plain mypy's ``apply`` (any
         # arguments) stays, so unannotated code gets no new error (megatron-core once got an
         # arg-type error from forward's own, stricter, parameter types).
-        self.plugin._sync_promotion(ctx.api)
-        if not self.plugin._want_promotion:
+        self.plugin.promotion.sync(ctx.api)
+        if not self.plugin.promotion.wanted:
             return sig
         p = get_proper_type(ctx.type)
         info = None

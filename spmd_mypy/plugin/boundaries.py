@@ -371,7 +371,7 @@ class BoundaryChecker:
         if not (isinstance(call, CallExpr) and is_wrapped(call)):
             return sig
         try:
-            self.plugin._sync_promotion(ctx.api)
+            self.plugin.promotion.sync(ctx.api)
             store = ctx.api.msg.errors  # type: ignore[attr-defined]
             self._drop_watcher(store, id(call))
             contexts = ctx.api.expr_checker.type_context  # type: ignore[attr-defined]

@@ -859,15 +859,3 @@ def method_op_name(method: str) -> tuple[str, bool] | None:
 
 def unused(*_: object) -> AnyType:
     return AnyType(TypeOfAny.special_form)
-
-
-def has_union_operand(receiver: Type | None, arg_types: list[list[Type]]) -> bool:
-    """Whether a hook's receiver or an argument is a union (the cheap test before the plugin
-    types a union member by member; compiled, it runs at every hook)."""
-    if receiver is not None and isinstance(get_proper_type(receiver), UnionType):
-        return True
-    for group in arg_types:
-        for t in group:
-            if isinstance(get_proper_type(t), UnionType):
-                return True
-    return False

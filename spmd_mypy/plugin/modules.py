@@ -41,8 +41,8 @@ class ModuleCallTyper:
     def call_signature_hook(self, ctx: MethodSigContext) -> FunctionLike:
         sig = ctx.default_signature
         try:
-            self.plugin._sync_promotion(ctx.api)
-            bound = self.forward_signature(ctx) if self.plugin._want_promotion else None
+            self.plugin.promotion.sync(ctx.api)
+            bound = self.forward_signature(ctx) if self.plugin.promotion.wanted else None
         except Exception:  # noqa: BLE001 - never crash mypy: the default signature
             bound = None
         if bound is None:

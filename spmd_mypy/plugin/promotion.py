@@ -1,0 +1,172 @@
+"""Gradual typing at check time: the promotion of plain ``torch.Tensor``, and the wrapper every
+check-time hook runs through.
+
+mypy's "alt promotion" (the mechanism behind ``int`` -> native ``i64``) makes ``torch.Tensor``
+a subtype of the canonical ``spmd._slots.Tensor[...]`` with any arguments, so a plain tensor
+flows into typed positions and unannotated code gets no new errors.  (A ``_promote`` would
+recurse: the canonical class subclasses torch.Tensor.)  It has a side effect: ``isinstance``
+does not narrow a declared ``torch.Tensor`` to a subclass.  So it is on only while mypy checks
+a module that uses SPMD types and off elsewhere: every check-time hook syncs it first
+(:class:`Synced`), and the subtype caches of the promoted classes are reset on each switch.
+It is never on while torch itself is analysed or written to the cache.
+
+This module is compiled with the rest of the plugin: the wrapper runs at every hook.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile, TypeInfo
+from mypy.typeops import make_simplified_union
+from mypy.types import Type, UnionType, get_proper_type
+from mypy.typestate import type_state
+
+from ..engine.types import UNTYPED
+from .mypy_types import TENSOR, TypeBuilder
+
+_PROMOTED = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
+UNION_CASES_MAX = 16
+
+
+class Promotion:
+    """Whether the module being checked uses SPMD types, and the promotion switched to match."""
+
+    def __init__(self, types: TypeBuilder, lookup_info: Callable[[str], TypeInfo | None]) -> None:
+        self.types = types
+        self.lookup_info = lookup_info
+        self.module: str | None = None  # the module the last sync saw
+        self.wanted = False  # that module uses SPMD types
+        self.on = False
+        self.typed_modules: set[str] = set()  # modules with a Tensor[...] annotation
+        self._imports: dict[int, tuple[MypyFile, bool]] = {}
+
+    def sync(self, api: object) -> None:
+        tree = getattr(api, "tree", None)
+        module = getattr(tree, "fullname", None)
+        if module is not None and module != self.module:
+            self.module = module
+            self.wanted = module in self.typed_modules or (
+                isinstance(tree, MypyFile) and self.imports_spmd(tree))
+        self.set(self.wanted)
+
+    def set(self, on: bool) -> None:
+        if on == self.on:
+            return
+        untyped = self.types.to_instance(UNTYPED) if on else None
+        if on and untyped is None:
+            return
+        for name in _PROMOTED:
+            info = self.lookup_info(name)
+            if info is None:
+                continue
+            current = info.alt_promote
+            if on and current is None:
+                info.alt_promote = untyped
+            elif not on and current is not None and current.type.fullname == TENSOR:
+                info.alt_promote = None
+            else:
+                continue
+            type_state.reset_all_subtype_caches_for(info)
+        self.on = on
+
+    def imports_spmd(self, tree: MypyFile) -> bool:
+        key = id(tree)
+        cached = self._imports.get(key)
+        if cached is None or cached[0] is not tree:
+            cached = (tree, uses_spmd(tree))
+            if len(self._imports) > 10_000:
+                self._imports.clear()
+            self._imports[key] = cached
+        return cached[1]
+
+    def uses_spmd_types(self, tree: MypyFile | None, module: str | None) -> bool:
+        return module in self.typed_modules or (tree is not None and self.imports_spmd(tree))
+
+    def union_cases(self, ctx: Any) -> list[Any] | None:
+        """An argument whose type is a union of typed tensors (``h`` after ``if c: h = x + b``
+        under mypy's flexible redefinition) is typed member by member, as mypy does for a
+        union receiver: one context per combination (at most 16), the results joined.
+        None when no argument is such a union (the common case, kept cheap)."""
+        if not self.wanted:
+            return None  # a module without SPMD types: nothing is typed
+        arg_types: list[list[Type]] = getattr(ctx, "arg_types", None) or []
+        receiver: Type | None = getattr(ctx, "type", None)  # a method's receiver (mypy may
+        # hand a union receiver to a reflected operator: ``b * h`` checks ``h.__rmul__(b)``)
+        if not _has_union(receiver, arg_types):
+            return None
+        choices: list[tuple[int, int, list[Type]]] = []  # (-1, -1): the receiver
+        slots: list[tuple[int, int, Type]] = [(-1, -1, receiver)] if receiver is not None else []
+        slots += [(i, j, t) for i, group in enumerate(arg_types) for j, t in enumerate(group)]
+        for i, j, t in slots:
+            p = get_proper_type(t)
+            if isinstance(p, UnionType) and len(p.items) > 1:
+                members = [self.types.from_type(m) for m in p.items]
+                if all(m is not None for m in members) and any(members):
+                    choices.append((i, j, list(p.items)))
+        if not choices:
+            return None
+        combos: list[dict[tuple[int, int], Type]] = [{}]
+        for i, j, items in choices:
+            combos = [{**c, (i, j): m} for c in combos for m in items]
+            if len(combos) > UNION_CASES_MAX:
+                return None
+        cases = []
+        for combo in combos:  # an AttributeContext has a receiver and no arguments
+            new = [list(group) for group in arg_types]
+            fields: dict[str, object] = {"arg_types": new} if hasattr(ctx, "arg_types") else {}
+            for (i, j), m in combo.items():
+                if i < 0:
+                    fields["type"] = m
+                else:
+                    new[i][j] = m
+            cases.append(ctx._replace(**fields))
+        return cases
+
+
+class Synced:
+    """A check-time hook run after syncing the promotion, a union operand typed member by
+    member (unless ``split_unions`` is off: a boundary compares the whole value)."""
+
+    def __init__(self, promotion: Promotion, hook: Callable[[Any], Type], split_unions: bool = True) -> None:
+        self.promotion = promotion
+        self.hook = hook
+        self.split_unions = split_unions
+
+    def __call__(self, ctx: Any) -> Type:
+        self.promotion.sync(ctx.api)
+        cases: list[Any] | None = None
+        if self.split_unions:
+            try:
+                cases = self.promotion.union_cases(ctx)
+            except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
+                cases = None
+        if cases is None:
+            return self.hook(ctx)
+        return make_simplified_union([self.hook(c) for c in cases])
+
+
+def _has_union(receiver: Type | None, arg_types: list[list[Type]]) -> bool:
+    if receiver is not None and isinstance(get_proper_type(receiver), UnionType):
+        return True
+    for group in arg_types:
+        for t in group:
+            if isinstance(get_proper_type(t), UnionType):
+                return True
+    return False
+
+
+def _is_spmd(module: str) -> bool:
+    return module == "spmd" or module.startswith("spmd.")
+
+
+def uses_spmd(file: MypyFile) -> bool:
+    """Whether the file imports spmd."""
+    for imp in file.imports:
+        if isinstance(imp, Import):
+            if any(_is_spmd(i) for i, _ in imp.ids):
+                return True
+        elif isinstance(imp, (ImportFrom, ImportAll)):
+            if _is_spmd(imp.id):
+                return True
+    return False
