@@ -57,7 +57,7 @@ from .codes import ERROR_CODES
 from .config import Config, load
 from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, TENSOR, TENSOR_ALIAS, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
 from .promotion import Promotion, Synced, uses_spmd
-from .rewrite import GradRegions, grad_regions, prepare_file
+from .rewrite import RegionIndex, prepare_file
 
 
 def _source_hash() -> str:
@@ -112,7 +112,7 @@ class SpmdPlugin(Plugin):
         self.autograd = AutogradTyper(self)
         self.boundaries = BoundaryChecker(self)
         self.modules = ModuleCallTyper(self)
-        self._no_grad: dict[int, tuple[MypyFile, GradRegions]] = {}  # by id(tree)
+        self.regions = RegionIndex()  # the gradient-free regions of each checked file
         self.promotion = Promotion(self.types, self._lookup_info)
         self._hook_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
@@ -144,28 +144,12 @@ class SpmdPlugin(Plugin):
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
         return Synced(self.promotion, hook, split_unions)
 
-    def _regions(self, api: object) -> GradRegions | None:
-        tree = getattr(api, "tree", None)
-        if tree is None:
-            return None
-        cached = self._no_grad.get(id(tree))
-        if cached is None or cached[0] is not tree:
-            try:
-                cached = (tree, grad_regions(tree))
-            except Exception:  # noqa: BLE001 - never crash mypy: no regions
-                cached = (tree, GradRegions())
-            self._no_grad[id(tree)] = cached
-        return cached[1]
-
     def in_no_grad(self, api: object, line: int) -> bool:
-        regions = self._regions(api)
-        return bool(regions) and any(a <= line <= b for a, b in regions.ranges)  # type: ignore[union-attr]
+        return self.regions.in_no_grad(getattr(api, "tree", None), line)
 
     def is_detached_name(self, api: object, line: int, name: str) -> bool:
         """A local only ever assigned ``<expr>.detach()`` in the enclosing function."""
-        regions = self._regions(api)
-        return bool(regions) and any(
-            a <= line <= b and n == name for a, b, n in regions.detached_names)  # type: ignore[union-attr]
+        return self.regions.is_detached_name(getattr(api, "tree", None), line, name)
 
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:

@@ -276,6 +276,9 @@ class CallTyper:
         # call context id -> (context, declared signature, typed parameters by index)
         self._pending: dict[int, tuple[object, CallableType, dict[int, SpmdType]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
+        # signature id -> (signature, its relaxed form or None, typed parameters by index):
+        # mypy hands the same signature object for every call of a non-generic callee
+        self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, SpmdType]]] = {}
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -308,9 +311,11 @@ class CallTyper:
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         if is_detached(expr):
             return False
-        if isinstance(expr, NameExpr) and self.plugin.is_detached_name(ctx.api, ctx.context.line, expr.name):
+        tree = getattr(ctx.api, "tree", None)
+        regions = self.plugin.regions
+        if isinstance(expr, NameExpr) and regions.is_detached_name(tree, ctx.context.line, expr.name):
             return False
-        return not self.plugin.in_no_grad(ctx.api, ctx.context.line)
+        return not regions.in_no_grad(tree, ctx.context.line)
 
     def _lookup_expr_type(self, ctx: AnyCtx, e: Expression) -> Type | None:
         try:
@@ -745,16 +750,23 @@ class CallTyper:
         """The relaxed signature for a call at ``context`` (see relax_signature_hook)."""
         if not isinstance(sig, CallableType):
             return sig
-        expected: dict[int, SpmdType] = {}
-        new_types = list(sig.arg_types)
-        for i, t in enumerate(sig.arg_types):
-            relaxed = self._relax(t)
-            if relaxed is not None:
-                new_types[i], expected[i] = relaxed
-        if not expected:
+        hit = self._relaxed.get(id(sig))
+        if hit is None or hit[0] is not sig:
+            expected: dict[int, SpmdType] = {}
+            new_types = list(sig.arg_types)
+            for i, t in enumerate(sig.arg_types):
+                r = self._relax(t)
+                if r is not None:
+                    new_types[i], expected[i] = r
+            if len(self._relaxed) > 50_000:  # bound the memory of a long-lived daemon
+                self._relaxed.clear()
+            hit = (sig, sig.copy_modified(arg_types=new_types) if expected else None, expected)
+            self._relaxed[id(sig)] = hit
+        _, relaxed, expected = hit
+        if relaxed is None:
             return sig
         self._pending[id(context)] = (context, sig, expected)
-        return sig.copy_modified(arg_types=new_types)
+        return relaxed
 
     def _relax(self, t: Type) -> tuple[Type, SpmdType] | None:
         p = get_proper_type(t)

@@ -51,6 +51,9 @@ class TypeBuilder:
         self._infos: dict[str, TypeInfo] | None = None
         self._to_cache: dict[SpmdType, Instance] = {}
         self._from_cache: dict[int, tuple[Instance, SpmdType | None]] = {}
+        # the same canonical instance by value (mypy copies types: ~10 distinct values in a
+        # code base stand behind thousands of objects); Instance caches its hash
+        self._by_value: dict[Instance, SpmdType] = {}
 
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
@@ -139,7 +142,13 @@ class TypeBuilder:
         info = p.type
         result: SpmdType | None = None
         if info.fullname == TENSOR:
-            result = self._read_slots(p.args)
+            known = self._by_value.get(p)
+            if known is None:
+                known = self._read_slots(p.args)
+                if len(self._by_value) > 10_000:
+                    self._by_value.clear()
+                self._by_value[p] = known
+            result = known
         elif info.fullname in TORCH_TENSOR_BASES or any(info.has_base(b) for b in TORCH_TENSOR_BASES):
             result = UNTYPED
         if len(self._from_cache) > 200_000:  # bound the memory of a long-lived daemon

@@ -299,3 +299,44 @@ def grad_regions(file: MypyFile) -> GradRegions:
     w = _Walker(rewrite=False, collect=True)
     w.block(file.defs)
     return GradRegions(w.no_grad, w.detached)
+
+
+class RegionIndex:
+    """Each checked file's gradient-free regions, computed once per tree (hooks ask for the
+    file being checked at every Invariant operand)."""
+
+    def __init__(self) -> None:
+        self._by_tree: dict[int, tuple[MypyFile, GradRegions]] = {}
+
+    def regions(self, tree: MypyFile | None) -> GradRegions | None:
+        if tree is None:
+            return None
+        cached = self._by_tree.get(id(tree))
+        if cached is None or cached[0] is not tree:
+            try:
+                cached = (tree, grad_regions(tree))
+            except Exception:  # noqa: BLE001 - never crash mypy: no regions
+                cached = (tree, GradRegions())
+            if len(self._by_tree) > 10_000:
+                self._by_tree.clear()
+            self._by_tree[id(tree)] = cached
+        return cached[1]
+
+    def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
+        regions = self.regions(tree)
+        if regions is None:
+            return False
+        for a, b in regions.ranges:
+            if a <= line <= b:
+                return True
+        return False
+
+    def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
+        """A local only ever assigned ``<expr>.detach()`` in the enclosing function."""
+        regions = self.regions(tree)
+        if regions is None:
+            return False
+        for a, b, n in regions.detached_names:
+            if a <= line <= b and n == name:
+                return True
+        return False
