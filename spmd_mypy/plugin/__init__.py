@@ -113,7 +113,7 @@ class SpmdPlugin(Plugin):
         self.boundaries = BoundaryChecker(self)
         self.modules = ModuleCallTyper(self)
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
-        self.promotion = Promotion(self.types, self._lookup_info)
+        self.promotion = Promotion(self.types, self._lookup_info, self.boundaries.watch)
         self._hook_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
         self._method_sig_cache: dict[str, Callable | None] = {}
@@ -133,9 +133,6 @@ class SpmdPlugin(Plugin):
         """Let a plain torch.Tensor flow into typed positions in modules that use SPMD
         types (gradual typing; see :mod:`.promotion`)."""
         self.promotion.sync(api)
-
-    def _set_promotion(self, on: bool) -> None:
-        self.promotion.set(on)
 
     @property
     def _want_promotion(self) -> bool:
@@ -167,7 +164,7 @@ class SpmdPlugin(Plugin):
                 prepare_file(file)
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
                 pass
-            self.boundaries.ensure_rewritten(file, bound=False)
+            self.boundaries.ensure_rewritten(file)
         return []
 
     # -- annotations -------------------------------------------------------------------
@@ -224,8 +221,9 @@ class SpmdPlugin(Plugin):
         module = getattr(sem, "cur_mod_id", None)
         if module:
             self.promotion.typed_modules.add(module)
-        # a module re-parsed without get_additional_deps: wrap its boundaries now
-        self.boundaries.ensure_rewritten(getattr(sem, "cur_mod_node", None), bound=True)
+        # a module re-parsed without get_additional_deps: rename its redefinitions now
+        self.boundaries.ensure_rewritten(getattr(sem, "cur_mod_node", None))
+        self.boundaries.watch(getattr(sem, "errors", None))
         try:
             self._drop_false_name_errors(ctx)
         except Exception:  # noqa: BLE001 - never crash mypy over a cosmetic fix
@@ -299,8 +297,9 @@ class SpmdPlugin(Plugin):
     def _class_mro_hook(self, ctx: ClassDefContext) -> None:
         tree = getattr(ctx.api, "cur_mod_node", None)
         if tree is not None and self.promotion.uses_spmd_types(tree, getattr(ctx.api, "cur_mod_id", None)):
-            # a module re-parsed without get_additional_deps: wrap its boundaries now
-            self.boundaries.ensure_rewritten(tree, bound=True)
+            # a module re-parsed without get_additional_deps: rename its redefinitions now
+            self.boundaries.ensure_rewritten(tree)
+        self.boundaries.watch(getattr(ctx.api, "errors", None))
         self.autograd.class_mro_hook(ctx)
 
     # -- calls -------------------------------------------------------------------------
@@ -314,16 +313,14 @@ class SpmdPlugin(Plugin):
             hook = _default_return
         elif fullname == "builtins.hasattr":
             hook = self._narrowing_hook(hook)
-        # a boundary (isinstance) compares the whole value with its declared type; reveal
-        # prints every member itself
+        # isinstance narrows the whole value (and an autograd trigger reads the whole
+        # Function); reveal prints every member itself
         split = fullname not in ("builtins.isinstance", "spmd.reveal")
         hook = self._synced(hook, split_unions=split) if hook is not None else None
         self._hook_cache[fullname] = hook
         return hook
 
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
-        if fullname == "builtins.isinstance":
-            return self.boundaries.signature_hook
         if fullname.startswith(_NO_SIGNATURE_CHECK):
             return None
         return self.calls.relax_signature_hook
@@ -348,21 +345,20 @@ class SpmdPlugin(Plugin):
         (see :meth:`_isinstance_hook`)."""
         def run(ctx: FunctionContext) -> Type:
             result = hook(ctx) if hook is not None else ctx.default_return_type
-            self._set_promotion(False)
+            self.promotion.narrowing()
             return result
 
         return run
 
     def _isinstance_hook(self, ctx: FunctionContext) -> Type:
-        if self.boundaries.is_boundary(ctx):
-            return self.boundaries.hook(ctx)
         if self.autograd.is_trigger(ctx):
             return self.autograd.trigger_hook(ctx)
         # A real isinstance: mypy narrows right after typing this call, and it will not
         # narrow a declared torch.Tensor while the gradual promotion is on (narrow_declared_type
         # keeps any class with an alt promotion).  Off until the next hook syncs it again, which
-        # every hook does first (the if-body's calls, returns and assignments all have one).
-        self._set_promotion(False)
+        # every call's hooks do first; a return or an assignment in between is judged by the
+        # boundary watcher, which accepts a plain tensor (see Promotion.narrowing).
+        self.promotion.narrowing()
         return ctx.default_return_type
 
     def get_method_signature_hook(self, fullname: str) -> Callable | None:

@@ -53,7 +53,6 @@ from mypy.nodes import (
 )
 from mypy.semanal import is_trivial_body
 
-from .boundaries import unwrap
 from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
 from mypy.types import (
     AnyType,
@@ -285,7 +284,7 @@ class AutogradTyper:
         # A fix of the declared result names the returned expression (and the collective that
         # made it) when there is only one return.
         if fn.returns is not None and len(rets) == 1 and rets[0].expr is not None:
-            value = unwrap(rets[0].expr)
+            value = rets[0].expr
             made = self._returned(ctx, value) if value is not None else None
             if made is not None and len(made) == len(fn.returns):
                 fn = FunctionTypes(fn.name, fn.inputs, fn.outputs, fn.grads, tuple(
@@ -296,7 +295,7 @@ class AutogradTyper:
         for r in rets:
             if r.expr is None:
                 continue
-            value = unwrap(r.expr)
+            value = r.expr
             returned = self._returned(ctx, value) if value is not None else None
             if returned is not None:
                 report(ctx, duality.check_returned(fn, returned), r)

@@ -744,6 +744,8 @@ class CallTyper:
         parameters accept any tensor, and remember the declared types, so the call hook
         reports a mismatch as ``spmd-mismatch`` with the collective that fixes it (and an
         S(i) argument fits a V parameter)."""
+        # a hook of its own: the promotion may still be off after an isinstance narrowing
+        self.plugin.promotion.sync(ctx.api)
         return self.relax_signature(ctx.default_signature, ctx.context)
 
     def relax_signature(self, sig: CallableType, context: Context) -> CallableType:

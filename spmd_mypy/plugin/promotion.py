@@ -32,9 +32,11 @@ UNION_CASES_MAX = 16
 class Promotion:
     """Whether the module being checked uses SPMD types, and the promotion switched to match."""
 
-    def __init__(self, types: TypeBuilder, lookup_info: Callable[[str], TypeInfo | None]) -> None:
+    def __init__(self, types: TypeBuilder, lookup_info: Callable[[str], TypeInfo | None],
+                 on_module: Callable[[object], None]) -> None:
         self.types = types
         self.lookup_info = lookup_info
+        self.on_module = on_module  # called with mypy's error store when the module changes
         self.module: str | None = None  # the module the last sync saw
         self.wanted = False  # that module uses SPMD types
         self.on = False
@@ -46,6 +48,8 @@ class Promotion:
         module = getattr(tree, "fullname", None)
         if module is not None and module != self.module:
             self.module = module
+            msg = getattr(api, "msg", None)
+            self.on_module(getattr(msg, "errors", None))
             self.wanted = module in self.typed_modules or (
                 isinstance(tree, MypyFile) and self.imports_spmd(tree))
         self.set(self.wanted)
@@ -53,22 +57,37 @@ class Promotion:
     def set(self, on: bool) -> None:
         if on == self.on:
             return
-        untyped = self.types.to_instance(UNTYPED) if on else None
-        if on and untyped is None:
-            return
         for name in _PROMOTED:
-            info = self.lookup_info(name)
-            if info is None:
-                continue
-            current = info.alt_promote
-            if on and current is None:
-                info.alt_promote = untyped
-            elif not on and current is not None and current.type.fullname == TENSOR:
-                info.alt_promote = None
-            else:
-                continue
-            type_state.reset_all_subtype_caches_for(info)
+            if not self._switch(name, on):
+                return
         self.on = on
+
+    def narrowing(self) -> None:
+        """Off for ``isinstance``/``hasattr`` narrowing, until the next hook: mypy does not
+        narrow a declared type whose class has an alt promotion.  Only torch.Tensor's is
+        switched off: a value narrowed to Parameter stays promoted (Parameter's promotion
+        does not stop narrowing), so ``[p]`` or ``y: Tensor[...] = p`` right after
+        ``isinstance(p, nn.Parameter)`` still type without a hook in between."""
+        if self._switch(_PROMOTED[0], False):
+            self.on = False
+
+    def _switch(self, name: str, on: bool) -> bool:
+        """Set one class's promotion; False when the canonical class is not known yet."""
+        info = self.lookup_info(name)
+        if info is None:
+            return True
+        current = info.alt_promote
+        if on and current is None:
+            untyped = self.types.to_instance(UNTYPED)
+            if untyped is None:
+                return False
+            info.alt_promote = untyped
+        elif not on and current is not None and current.type.fullname == TENSOR:
+            info.alt_promote = None
+        else:
+            return True
+        type_state.reset_all_subtype_caches_for(info)
+        return True
 
     def imports_spmd(self, tree: MypyFile) -> bool:
         key = id(tree)
