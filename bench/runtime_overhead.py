@@ -617,12 +617,12 @@ def print_mlp(r0: dict, r1: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--quick", action="store_true", help="fewer rounds (about a minute)")
+    how.add_argument("--quick", action="store_true", help="fewer rounds")
     how.add_argument("--smoke", action="store_true",
                      help="two rounds of few calls: checks that every variant runs and every "
                           "table prints (the figures mean nothing)")
-    parser.add_argument("--only", nargs="+", choices=OPS,
-                        help="only these collectives, in parts 1 and 3 (reinterpret: part 3 "
+    parser.add_argument("--only", nargs="+", choices=OPS, metavar="OP",
+                        help=f"only these collectives ({', '.join(OPS)}), in parts 1 and 3 (reinterpret: part 3 "
                              "only); part 2 (the MLP step) is skipped")
     args = parser.parse_args()
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
