@@ -1,7 +1,9 @@
 """What the typed runtime costs over raw torch.distributed, measured side by side.
 
     python bench/runtime_overhead.py            # 3-5 minutes on 2 cores
-    python bench/runtime_overhead.py --quick    # fewer rounds, for a smoke run
+    python bench/runtime_overhead.py --quick    # fewer rounds
+    python bench/runtime_overhead.py --smoke    # 2 rounds of few calls: does every variant run?
+    python bench/runtime_overhead.py --only all_to_all   # part 1 and 3 for these ops only
 
 Spawns 2 gloo ranks on 127.0.0.1.  Method (the same for every comparison):
 
@@ -20,6 +22,11 @@ Spawns 2 gloo ranks on 127.0.0.1.  Method (the same for every comparison):
   so what the typed side adds is work on the calling thread (Python, autograd,
   copies), and the fastest round is the closest this run gets to an idle machine.
   The model is an estimate under that assumption, not a measurement of wall time.
+- A counter beside the times: minor page faults per call (``ru_minflt``, both ranks
+  summed, every thread).  A large buffer that the allocator hands out fresh instead of
+  reusing a freed one costs one fault per 4 KB page, taken by whichever thread first
+  writes it (gloo's, for a collective's output): work a time on the calling thread
+  misses.  Counted, not timed, so the load of the machine does not blur it.
 - Verdict per target: "met" when the whole interval is within the target, "MISSED"
   when the whole interval is beyond it, "undecidable" when the interval straddles it
   (the noise measured in this run is larger than the distance to the target).
@@ -55,6 +62,7 @@ import argparse
 import contextlib
 import os
 import random
+import resource
 import socket
 import statistics
 import sys
@@ -89,12 +97,14 @@ class Samples:
     """Per-call microseconds of each variant, one sample per round: wall clock, the
     process CPU time (every thread of this rank, gloo's too) and the calling thread's
     CPU time (where the wrapper's own work happens); ``merge`` sums the two ranks' CPU
-    times (thread: averages them, a per-rank figure)."""
+    times (thread: averages them, a per-rank figure); ``faults``: minor page faults per
+    call of the process (summed by ``merge`` too)."""
 
     def __init__(self, keys: list[str]) -> None:
         self.wall: dict[str, list[float]] = {k: [] for k in keys}
         self.cpu: dict[str, list[float]] = {k: [] for k in keys}
         self.thread: dict[str, list[float]] = {k: [] for k in keys}
+        self.faults: dict[str, list[float]] = {k: [] for k in keys}
 
     def merge(self, other: "Samples") -> "Samples":
         """Rank 0's wall clock, both ranks' CPU time summed, their thread time averaged."""
@@ -103,10 +113,16 @@ class Samples:
         out.cpu = {k: [a + b for a, b in zip(self.cpu[k], other.cpu[k])] for k in self.cpu}
         out.thread = {k: [(a + b) / 2 for a, b in zip(self.thread[k], other.thread[k])]
                       for k in self.thread}
+        out.faults = {k: [a + b for a, b in zip(self.faults[k], other.faults[k])]
+                      for k in self.faults}
         return out
 
     def as_dict(self) -> dict:
-        return {"wall": self.wall, "cpu": self.cpu, "thread": self.thread}
+        return {"wall": self.wall, "cpu": self.cpu, "thread": self.thread, "faults": self.faults}
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def interleaved(cases: dict[str, Callable[[], Any]], rounds: int, calls: int,
@@ -126,13 +142,16 @@ def interleaved(cases: dict[str, Callable[[], Any]], rounds: int, calls: int,
         for k in (keys if r % 2 == 0 else keys[::-1]):
             fn = cases[k]
             with scopes.get(k, contextlib.nullcontext)():
+                f0 = _minor_faults()
                 h0, c0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
                 for _ in range(calls):
                     fn()
                 t1, c1, h1 = time.perf_counter(), time.process_time(), time.thread_time()
+                f1 = _minor_faults()
             out.wall[k].append((t1 - t0) / calls * 1e6)
             out.cpu[k].append((c1 - c0) / calls * 1e6)
             out.thread[k].append((h1 - h0) / calls * 1e6)
+            out.faults[k].append((f1 - f0) / calls)
     return out
 
 
@@ -245,7 +264,16 @@ def collective_cases(x: torch.Tensor, xg: torch.Tensor, group: Any, axis: str
     }
 
 
-def bench_collectives(quick: bool) -> list[tuple[str, str, dict]]:
+# modes: "full"; "quick", fewer rounds; "smoke", two rounds of one call (does every variant
+# run, does every table print: the figures mean nothing)
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "reinterpret")  # for --only
+
+
+def _selected(op: str, only: list[str] | None) -> bool:
+    return only is None or op.split("(")[0] in only
+
+
+def bench_collectives(mode: str, only: list[str] | None = None) -> list[tuple[str, str, dict]]:
     from torch.distributed.device_mesh import init_device_mesh
 
     import spmd
@@ -257,11 +285,15 @@ def bench_collectives(quick: bool) -> list[tuple[str, str, dict]]:
     out = []
     for label, nbytes in SIZES.items():
         rounds, calls = plan[label]
-        if quick:
+        if mode == "quick":
             rounds = max(4, rounds // 6)
+        elif mode == "smoke":
+            rounds, calls = 2, 1
         x = torch.randn(nbytes // 4, dtype=torch.float32)
         xg = x.clone().requires_grad_(True)
         for op, cases in collective_cases(x, xg, group, "tp").items():
+            if not _selected(op, only):
+                continue
             s = interleaved(cases, rounds, calls)
             out.append((label, op, s.as_dict()))
     spmd.set_mesh(None)
@@ -415,7 +447,7 @@ def _copying_backward() -> Any:
         _collectives._OWNED.update(saved)
 
 
-def bench_mlp(shape: tuple[int, int], quick: bool) -> dict:
+def bench_mlp(shape: tuple[int, int], mode: str) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
     import spmd
@@ -459,7 +491,7 @@ def bench_mlp(shape: tuple[int, int], quick: bool) -> dict:
             torch.testing.assert_close(losses[k], losses["megatron"])
             for a, b in zip(params[k], params["megatron"]):
                 torch.testing.assert_close(a, b)
-        rounds = 6 if quick else 50
+        rounds = {"full": 50, "quick": 6, "smoke": 2}[mode]
         s = interleaved(cases, rounds, 2, scopes)
     return {**s.as_dict(), "peer": peer}
 
@@ -468,7 +500,7 @@ def bench_mlp(shape: tuple[int, int], quick: bool) -> dict:
 # 3. Pure overhead, fake backend, in this process
 # ------------------------------------------------------------------------------------
 
-def bench_fake(quick: bool) -> list[tuple]:
+def bench_fake(mode: str, only: list[str] | None = None) -> list[tuple]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -487,8 +519,11 @@ def bench_fake(quick: bool) -> list[tuple]:
         "raw Function": lambda: RawFunction.apply(xg, lambda t: t.view_as(t)),
         "typed": lambda: spmd.reinterpret(x, "tp", src=I, dst=R),
         "typed+grad": lambda: spmd.reinterpret(xg, "tp", src=I, dst=R)}
+    rounds, calls = {"full": (40, 200), "quick": (10, 200), "smoke": (2, 20)}[mode]
     for op, variants in cases.items():
-        s = interleaved(variants, 10 if quick else 40, 200)
+        if not _selected(op, only):
+            continue
+        s = interleaved(variants, rounds, calls)
         for variant, base in (("typed", "raw"), ("typed+grad", "raw"),
                               ("typed+grad", "raw Function")):
             ci = median_ci(diffs(s.cpu, variant, base), seed=len(rows))
@@ -503,14 +538,16 @@ def bench_fake(quick: bool) -> list[tuple]:
 # Driver
 # ------------------------------------------------------------------------------------
 
-def _worker(rank: int, world: int, port: int, quick: bool, queue: Any) -> None:
+def _worker(rank: int, world: int, port: int, mode: str, only: list[str] | None,
+            queue: Any) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     try:
-        out: dict[str, Any] = {"collectives": bench_collectives(quick)}
-        out["mlp"] = {shape: bench_mlp(shape, quick) for shape in ((1, 2), (2, 1))}
+        out: dict[str, Any] = {"collectives": bench_collectives(mode, only)}
+        if only is None:
+            out["mlp"] = {shape: bench_mlp(shape, mode) for shape in ((1, 2), (2, 1))}
         queue.put((rank, out))
     finally:
         dist.destroy_process_group()
@@ -518,8 +555,8 @@ def _worker(rank: int, world: int, port: int, quick: bool, queue: Any) -> None:
 
 def _merge(a: dict, b: dict) -> Samples:
     s0, s1 = Samples(list(a["wall"])), Samples(list(b["wall"]))
-    s0.wall, s0.cpu, s0.thread = a["wall"], a["cpu"], a["thread"]
-    s1.wall, s1.cpu, s1.thread = b["wall"], b["cpu"], b["thread"]
+    s0.wall, s0.cpu, s0.thread, s0.faults = a["wall"], a["cpu"], a["thread"], a["faults"]
+    s1.wall, s1.cpu, s1.thread, s1.faults = b["wall"], b["cpu"], b["thread"], b["faults"]
     return s0.merge(s1)
 
 
@@ -528,10 +565,11 @@ def print_collectives(r0: list, r1: list) -> None:
           f"{RATIO_TARGET} at 1 MB and up; extra <= {EXTRA_US_TARGET:.0f} us per call)")
     print("   wall: rank 0's per-call time; CPU: both ranks' process CPU; model: 1 + the calling "
           "thread's extra CPU / the raw call's fastest round (wall)\n   (the two sides issue the same "
-          "communication on the same buffers; what the typed op adds runs on the calling thread)")
+          "communication on the same buffers; what the typed op adds runs on the calling thread);\n"
+          "   faults/call: minor page faults per call, both ranks, typed / baseline (mean of the rounds)")
     print(f"{'size':>5}  {'op':<23} {'typed vs baseline':<26} {'base us':>8} "
           f"{'wall ratio [95% CI]':>23} {'CPU ratio [95% CI]':>23} {'extra thread us [CI]':>21} "
-          f"{'model ratio':>11}  verdict wall / CPU / model")
+          f"{'model ratio':>11} {'faults/call':>14}  verdict wall / CPU / model")
     for k, ((size, op, a), (_, _, b)) in enumerate(zip(r0, r1)):
         s = _merge(a, b)
         for variant, base in (("typed", "raw"), ("typed+grad", "raw Function")):
@@ -545,9 +583,10 @@ def print_collectives(r0: list, r1: list) -> None:
                 verdicts = f"extra <= {EXTRA_US_TARGET:.0f} us: {v}"
             else:
                 verdicts = " / ".join(verdict(x, RATIO_TARGET) for x in (wr, cr, mr))
+            faults = f"{statistics.mean(s.faults[variant]):.0f} / {statistics.mean(s.faults[base]):.0f}"
             print(f"{size:>5}  {op:<23} {variant + ' vs ' + base:<26} {base_wall:8.0f} "
-                  f"{fmt_ci(wr):>23} {fmt_ci(cr):>23} {fmt_ci(te, '.1f'):>21} {mr[0]:11.4f}  "
-                  f"{verdicts}")
+                  f"{fmt_ci(wr):>23} {fmt_ci(cr):>23} {fmt_ci(te, '.1f'):>21} {mr[0]:11.4f} "
+                  f"{faults:>14}  {verdicts}")
 
 
 def print_mlp(r0: dict, r1: dict) -> None:
@@ -577,8 +616,16 @@ def print_mlp(r0: dict, r1: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--quick", action="store_true", help="fewer rounds")
+    how.add_argument("--smoke", action="store_true",
+                     help="two rounds of few calls: checks that every variant runs and every "
+                          "table prints (the figures mean nothing)")
+    parser.add_argument("--only", nargs="+", choices=OPS, metavar="OP",
+                        help=f"only these collectives ({', '.join(OPS)}), in parts 1 and 3 (reinterpret: part 3 "
+                             "only); part 2 (the MLP step) is skipped")
     args = parser.parse_args()
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     start = time.time()
     load0 = os.getloadavg()
     with socket.socket() as s:
@@ -587,7 +634,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, args.quick, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_worker, args=(r, 2, port, mode, args.only, queue)) for r in range(2)]
     for p in procs:
         p.start()
     results = {}
@@ -608,11 +655,15 @@ def main() -> None:
         sys.exit("a benchmark rank failed or timed out")
     print(f"torch {torch.__version__}, gloo, 2 ranks on 127.0.0.1, float32; interleaved ABBA "
           f"rounds, median of per-round ratios [95% bootstrap CI]; wall = rank 0, CPU = process "
-          f"CPU time of both ranks; load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
+          f"CPU time of both ranks; load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}"
+          + ("" if mode == "full" else f"; {mode} mode (fewer rounds)"))
     print_collectives(results[0]["collectives"], results[1]["collectives"])
-    print_mlp(results[0]["mlp"], results[1]["mlp"])
+    if "mlp" in results[0]:
+        print_mlp(results[0]["mlp"], results[1]["mlp"])
+    else:
+        print("\n2. MLP training step: skipped (--only)")
     torch.set_num_threads(1)
-    rows = bench_fake(args.quick)
+    rows = bench_fake(mode, args.only)
     print("\n3. pure per-call overhead, fake backend (no communication), 1 KB, this process, "
           f"CPU time (target <= {EXTRA_US_TARGET:.0f} us)")
     print(f"   {'op':<28} {'typed vs baseline':<27} {'base us':>8} {'typed us':>9} "

@@ -2,6 +2,8 @@
 against the same code with plain ``torch.Tensor`` annotations checked without it.
 
     python bench/static_overhead.py [--rounds 7] [--workdir DIR]
+    python bench/static_overhead.py --smoke     # 1- and 2-module corpora, 1 round: every step
+                                                # and table, in about a minute (figures meaningless)
 
 The corpus (bench/gen_corpus.py) is generated at 40k lines; the 10k and 20k runs check its
 first modules (imports only go to earlier modules, so a prefix is a closed program).
@@ -166,20 +168,31 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7, help="measured rounds per size (default 7)")
     ap.add_argument("--workdir", type=Path, help="keep the corpus and caches here (default: a temp dir)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a smoke run: corpora of 1 and 2 modules, 1 round (unless --rounds): "
+                         "every step (cold caches, edited and unedited runs, per-module stats, "
+                         "the scaling table) with figures that mean nothing")
     args = ap.parse_args()
+    if args.smoke:
+        one = gen_corpus.LINES_PER_MODULE
+        sizes, main_size = (one, 2 * one), 2 * one
+        rounds = args.rounds if "--rounds" in sys.argv else 1
+    else:
+        sizes, main_size, rounds = SIZES, MAIN_SIZE, args.rounds
 
     t_start = time.perf_counter()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _bench(workdir, args.rounds, t_start)
+        return _bench(workdir, rounds, t_start, sizes, main_size, args.smoke)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _bench(workdir: Path, rounds: int, t_start: float) -> int:
-    n_max = gen_corpus.modules_for(max(SIZES))
+def _bench(workdir: Path, rounds: int, t_start: float, all_sizes: tuple[int, ...] = SIZES,
+           main_size: int = MAIN_SIZE, smoke: bool = False) -> int:
+    n_max = gen_corpus.modules_for(max(all_sizes))
     corpus = workdir / "corpus"
     if corpus.exists():
         shutil.rmtree(corpus)
@@ -196,10 +209,10 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
     # annotated variant's cache (same plugin, so torch's analysis is reusable).
     untyped = Variant("plain+plugin", plain_root, plain_root / "mypy-plugin.ini")
     untyped.config.write_text(ANNOTATED_INI.format(cache=(workdir / "cache-plain-plugin").as_posix()))
-    sizes = {size: gen_corpus.modules_for(size) for size in SIZES}
+    sizes = {size: gen_corpus.modules_for(size) for size in all_sizes}
     lines = {size: sum(f.read_text().count("\n") for f in annotated.files(n)) for size, n in sizes.items()}
 
-    print("spmd-mypy static overhead")
+    print("spmd-mypy static overhead" + (" (smoke run: the figures mean nothing)" if smoke else ""))
     print(f"  python {sys.version.split()[0]}, mypy {_version('mypy')}, torch {_version('torch')}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"  corpus: {n_max} modules x ~{gen_corpus.LINES_PER_MODULE} lines (Megatron-style: column/row "
@@ -271,7 +284,7 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
                 if measured is None:
                     return 2
                 v.runs.setdefault((size, "edited"), []).append(measured)
-            if size == MAIN_SIZE:
+            if size == main_size:
                 for v in order:  # nothing edited: what a run costs without checking the corpus
                     measured = measure(v, n, edit=False)
                     if measured is None:
@@ -292,21 +305,21 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
     def med(v: Variant, size: int, kind: str, what: str) -> float:
         return median([getattr(run, what) for run in v.runs[(size, kind)]])
 
-    print(f"whole run, {lines[MAIN_SIZE]} lines, every corpus module re-checked (median of {rounds}):")
+    print(f"whole run, {lines[main_size]} lines, every corpus module re-checked (median of {rounds}):")
     for what in ("wall", "cpu"):
-        a, p = med(annotated, MAIN_SIZE, "edited", what), med(plain, MAIN_SIZE, "edited", what)
+        a, p = med(annotated, main_size, "edited", what), med(plain, main_size, "edited", what)
         print(f"  {what:4s}: annotated+plugin {a:6.2f} s   plain {p:6.2f} s   ratio {a / p:.3f}")
     for what in ("wall", "cpu"):
         pairs = [a.__dict__[what] / p.__dict__[what] for a, p in
-                 zip(annotated.runs[(MAIN_SIZE, "edited")], plain.runs[(MAIN_SIZE, "edited")])]
-        best = (min(r.__dict__[what] for r in annotated.runs[(MAIN_SIZE, "edited")])
-                / min(r.__dict__[what] for r in plain.runs[(MAIN_SIZE, "edited")]))
+                 zip(annotated.runs[(main_size, "edited")], plain.runs[(main_size, "edited")])]
+        best = (min(r.__dict__[what] for r in annotated.runs[(main_size, "edited")])
+                / min(r.__dict__[what] for r in plain.runs[(main_size, "edited")]))
         print(f"  {what:4s}: per-round paired ratios {' '.join(f'{x:.2f}' for x in pairs)} "
               f"(median {median(pairs):.3f}); fastest-run ratio {best:.3f}")
-    whole = med(annotated, MAIN_SIZE, "edited", "cpu") / med(plain, MAIN_SIZE, "edited", "cpu")
-    whole_wall = med(annotated, MAIN_SIZE, "edited", "wall") / med(plain, MAIN_SIZE, "edited", "wall")
-    u = med(untyped, MAIN_SIZE, "edited", "cpu")
-    print(f"  the plugin on the unannotated (plain) corpus: {u:.2f} s cpu, ratio {u / med(plain, MAIN_SIZE, 'edited', 'cpu'):.3f} "
+    whole = med(annotated, main_size, "edited", "cpu") / med(plain, main_size, "edited", "cpu")
+    whole_wall = med(annotated, main_size, "edited", "wall") / med(plain, main_size, "edited", "wall")
+    u = med(untyped, main_size, "edited", "cpu")
+    print(f"  the plugin on the unannotated (plain) corpus: {u:.2f} s cpu, ratio {u / med(plain, main_size, 'edited', 'cpu'):.3f} "
           "to plain without the plugin (its hooks on untyped torch calls)")
     verdict = "meets" if max(whole, whole_wall) <= TARGET_WHOLE else "MISSES"
     ok &= verdict == "meets"
@@ -314,11 +327,11 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
     print()
 
     # ---- per module ----------------------------------------------------------------------------
-    n_main = sizes[MAIN_SIZE]
+    n_main = sizes[main_size]
     names = [f"{gen_corpus.PACKAGE}.mod_{i:03d}" for i in range(n_main)]
 
     def per_module(v: Variant) -> dict[str, float]:
-        runs = v.runs[(MAIN_SIZE, "edited")]
+        runs = v.runs[(main_size, "edited")]
         return {m: median([run.modules.get(m, float("nan")) for run in runs]) for m in names}
 
     pa, pp = per_module(annotated), per_module(plain)
@@ -331,8 +344,10 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
           f"p90 {ratios[int(0.9 * (len(ratios) - 1))]:.3f}, max {ratios[-1]:.3f}")
     attributable = {}
     for v in variants:
-        attributable[v.name] = (med(v, MAIN_SIZE, "edited", "cpu") - med(v, MAIN_SIZE, "unedited", "cpu"))
-    all_passes = attributable[annotated.name] / attributable[plain.name]
+        attributable[v.name] = (med(v, main_size, "edited", "cpu") - med(v, main_size, "unedited", "cpu"))
+    # (a smoke run's tiny corpus can make the plain difference vanish into the noise)
+    all_passes = (attributable[annotated.name] / attributable[plain.name]
+                  if attributable[plain.name] > 0 else float("nan"))
     print(f"  all passes (edited run - unedited run, cpu): annotated+plugin "
           f"{1000 * attributable[annotated.name] / n_main:6.1f} ms/module   plain "
           f"{1000 * attributable[plain.name] / n_main:6.1f} ms/module   ratio {all_passes:.3f}")
@@ -349,7 +364,7 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
     per_k_modules = []
     prev: tuple[int, float, float] | None = None
     increments = []
-    for size in SIZES:
+    for size in all_sizes:
         a, p = med(annotated, size, "edited", "cpu"), med(plain, size, "edited", "cpu")
         k = lines[size] / 1000
         am = median([sum(run.modules.values()) for run in annotated.runs[(size, "edited")]])
@@ -361,13 +376,13 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
             dl = (lines[size] - prev[0]) / 1000
             increments.append(((a - prev[1]) / dl, (p - prev[2]) / dl))
         prev = (lines[size], a, p)
-    for (lo, hi), (ia, ip) in zip(zip(SIZES, SIZES[1:]), increments):
-        print(f"  marginal cost {lo // 1000}k -> {hi // 1000}k lines: annotated+plugin {ia:.3f} s/1k lines, "
+    for (lo, hi), (ia, ip) in zip(zip(all_sizes, all_sizes[1:]), increments):
+        print(f"  marginal cost {_k(lo)} -> {_k(hi)} lines: annotated+plugin {ia:.3f} s/1k lines, "
               f"plain {ip:.3f} s/1k lines")
     slopes = {}
     for v in variants:
-        xs = [lines[size] / 1000 for size in SIZES]
-        ys = [med(v, size, "edited", "cpu") for size in SIZES]
+        xs = [lines[size] / 1000 for size in all_sizes]
+        ys = [med(v, size, "edited", "cpu") for size in all_sizes]
         slope, intercept = _fit(xs, ys)
         worst = max(abs(y - (intercept + slope * x)) / y for x, y in zip(xs, ys))
         print(f"  least squares, {v.name}: {intercept:.2f} s + {slope:.4f} s per 1k lines "
@@ -377,15 +392,19 @@ def _bench(workdir: Path, rounds: int, t_start: float) -> int:
     spread_a = max(x for x, _ in per_k_modules) / min(x for x, _ in per_k_modules)
     spread_p = max(y for _, y in per_k_modules) / min(y for _, y in per_k_modules)
     print(f"  module time per 1k lines (--timing-stats) spans {100 * (spread_a - 1):.0f}% (annotated) and "
-          f"{100 * (spread_p - 1):.0f}% (plain) over 10k..40k lines")
+          f"{100 * (spread_p - 1):.0f}% (plain) over {_k(min(all_sizes))}..{_k(max(all_sizes))} lines")
     print("  (whole-run time per 1k lines falls with size: a run has a fixed cost, loading torch's "
           "cache, of about the unedited run's time)")
-    print(f"  unedited {lines[MAIN_SIZE]}-line run: annotated+plugin "
-          f"{med(annotated, MAIN_SIZE, 'unedited', 'cpu'):.2f} s, plain {med(plain, MAIN_SIZE, 'unedited', 'cpu'):.2f} s cpu")
+    print(f"  unedited {lines[main_size]}-line run: annotated+plugin "
+          f"{med(annotated, main_size, 'unedited', 'cpu'):.2f} s, plain {med(plain, main_size, 'unedited', 'cpu'):.2f} s cpu")
     print()
     print(f"total bench time {time.perf_counter() - t_start:.0f} s; load average now {os.getloadavg()[0]:.1f}")
     print("summary: both targets met" if ok else "summary: a target is missed (see above)")
     return 0
+
+
+def _k(lines: int) -> str:
+    return f"{lines // 1000}k" if lines % 1000 == 0 else str(lines)
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:

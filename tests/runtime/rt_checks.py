@@ -370,6 +370,39 @@ def check_no_grad_reduce(ctx: Ctx, name: str, mesh_key: str, axis: Any, src: str
             raise AssertionError(f'all_reduce op="{reduce_op}" accepted a tensor that requires grad')
 
 
+def check_no_grad_all_to_all(ctx: Ctx, name: str, mesh_key: str, axis: Any) -> None:
+    """all_to_all(V,V) on inputs that need no graph (all_to_all's own fast path on a group in
+    logical order, the general path otherwise): the spec, every input form, the errors."""
+    mesh = ctx.mesh(mesh_key)
+    ranks = ctx.axis_ranks(mesh, axis)
+    n, me = len(ranks), ranks.index(ctx.rank)
+    with spmd.set_mesh(mesh):
+        xs = values("V", input_shapes("all_to_all", "V", "V", n, None), f"{name}/x")
+        expected = spec("all_to_all", "V", "V", xs)[me]
+        x = xs[me].clone()
+        strided = torch.stack([x, torch.zeros_like(x)], -1)[..., 0]  # every other element
+        assert not strided.is_contiguous()
+        leaf = x.clone().requires_grad_(True)
+        for form, t in (("plain", x), ("non-contiguous", strided), ("detached", leaf.detach())):
+            out = spmd.all_to_all(t, axis, src=V, dst=V)
+            assert_close(out, expected, msg=lambda m: f"{form}: {m}")
+            assert out.is_contiguous() and not out.requires_grad, form
+            assert out.data_ptr() != t.data_ptr(), f"{form}: the result aliases the input"
+        assert_close(x, xs[me])  # the input is kept
+        with torch.no_grad():
+            out = spmd.all_to_all(leaf, axis, src=V, dst=V)
+        assert_close(out, expected)
+        assert not out.requires_grad
+        out = spmd.all_to_all(leaf, axis, src=V, dst=V)  # grad mode: the Function
+        assert_close(out, expected)
+        assert out.requires_grad
+        if n > 1:
+            _raises(ValueError, "not a multiple", lambda: spmd.all_to_all(
+                torch.ones(n + 1, 2, dtype=F64), axis, src=V, dst=V))
+        _raises(ValueError, "at least one dim", lambda: spmd.all_to_all(
+            torch.tensor(1.0, dtype=F64), axis, src=V, dst=V))
+
+
 # ------------------------------------------------------------------------------------
 # Mesh behaviour and errors (in a world)
 # ------------------------------------------------------------------------------------
@@ -974,8 +1007,11 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/grad-in-place", check_grad_in_place)
     add(f"{p}/forward-in-place", check_forward_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
+    add(f"{p}/x/all_to_all-no-grad", check_no_grad_all_to_all, mesh_key="1d", axis="x")
     if world == 2:
         checks += list(_op_checks(f"{p}/1x2/one", "1xN", "one", full=False))
+        add(f"{p}/1x2/one/all_to_all-no-grad", check_no_grad_all_to_all, mesh_key="1xN",
+            axis="one")
     if world == 4:
         checks += list(_op_checks(f"{p}/2x2/tp", "2x2", "tp", full=False))
         checks += list(_op_checks(f"{p}/2x2/(dp,tp)", "2x2", ("dp", "tp")))
@@ -985,6 +1021,10 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         checks += list(_extra_checks(f"{p}/2x2/(dp,tp)", "2x2", ("dp", "tp"), 4))
         add(f"{p}/einsum-family/(dp,tp)", check_einsum_family, mesh_key="2x2", axis=("dp", "tp"))
         add(f"{p}/einsum-family/tp", check_einsum_family, mesh_key="2x2", axis="tp")
+        for key, axis in (("2x2", "tp"), ("2x2", ("dp", "tp")), ("2x2T", ("dp", "tp")),
+                          ("2x2T", "dp")):
+            add(f"{p}/{key}/{axis}/all_to_all-no-grad".replace("'", "").replace(" ", ""),
+                check_no_grad_all_to_all, mesh_key=key, axis=axis)
     names = [c[0] for c in checks]
     assert len(names) == len(set(names)), "duplicate check names"
     return checks
