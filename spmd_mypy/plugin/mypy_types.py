@@ -50,10 +50,8 @@ class TypeBuilder:
         self._lookup = lookup
         self._infos: dict[str, TypeInfo] | None = None
         self._to_cache: dict[SpmdType, Instance] = {}
-        self._from_cache: dict[int, tuple[Instance, SpmdType | None]] = {}
-        # the same canonical instance by value (mypy copies types: ~10 distinct values in a
-        # code base stand behind thousands of objects); Instance caches its hash
-        self._by_value: dict[Instance, SpmdType] = {}
+        self._tensor_classes: dict[TypeInfo, bool] = {}  # a subclass of torch.Tensor?
+        self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
 
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
@@ -134,27 +132,27 @@ class TypeBuilder:
         p = get_proper_type(typ)
         if not isinstance(p, Instance):
             return None
-        # Hooks read the same Instance objects over and over (mypy shares them between
-        # expressions): remember the answer per object (the object is kept alive with it).
-        hit = self._from_cache.get(id(p))
-        if hit is not None and hit[0] is p:
-            return hit[1]
         info = p.type
-        result: SpmdType | None = None
         if info.fullname == TENSOR:
+            # keyed by value: ~10 distinct canonical types stand behind thousands of objects
+            # (mypy copies types); Instance caches its hash, and the same object compares
+            # by identity first.  No entry per object: a hook allocates as little as it can
+            # (each allocation brings mypy's next garbage collection closer)
             known = self._by_value.get(p)
             if known is None:
                 known = self._read_slots(p.args)
-                if len(self._by_value) > 10_000:
+                if len(self._by_value) > 10_000:  # bound the memory of a long-lived daemon
                     self._by_value.clear()
                 self._by_value[p] = known
-            result = known
-        elif info.fullname in TORCH_TENSOR_BASES or any(info.has_base(b) for b in TORCH_TENSOR_BASES):
-            result = UNTYPED
-        if len(self._from_cache) > 200_000:  # bound the memory of a long-lived daemon
-            self._from_cache.clear()
-        self._from_cache[id(p)] = (p, result)
-        return result
+            return known
+        tensor_class = self._tensor_classes.get(info)
+        if tensor_class is None:
+            tensor_class = info.fullname in TORCH_TENSOR_BASES or any(
+                info.has_base(b) for b in TORCH_TENSOR_BASES)
+            if len(self._tensor_classes) > 10_000:
+                self._tensor_classes.clear()
+            self._tensor_classes[info] = tensor_class
+        return UNTYPED if tensor_class else None
 
     def _read_slots(self, args: Sequence[Type]) -> SpmdType:
         flat: list[Type] = []
