@@ -1,8 +1,9 @@
 """What the typed runtime costs over raw torch.distributed, measured side by side.
 
-    python bench/runtime_overhead.py            # 3-5 minutes on 2 cores
+    python bench/runtime_overhead.py            # ~1 minute on 2 cores
     python bench/runtime_overhead.py --quick    # fewer rounds
     python bench/runtime_overhead.py --smoke    # 2 rounds of few calls: does every variant run?
+    python bench/runtime_overhead.py --scale 4  # 4x the rounds: narrower intervals
     python bench/runtime_overhead.py --only all_to_all   # part 1 and 3 for these ops only
 
 Spawns 2 gloo ranks on 127.0.0.1.  Method (the same for every comparison):
@@ -267,6 +268,7 @@ def collective_cases(x: torch.Tensor, xg: torch.Tensor, group: Any, axis: str
 # modes: "full"; "quick", fewer rounds; "smoke", two rounds of one call (does every variant
 # run, does every table print: the figures mean nothing)
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "reinterpret")  # for --only
+_SCALE = 1  # --scale: the full mode's rounds in parts 1 and 2 multiplied (set in each rank)
 
 
 def _selected(op: str, only: list[str] | None) -> bool:
@@ -285,6 +287,7 @@ def bench_collectives(mode: str, only: list[str] | None = None) -> list[tuple[st
     out = []
     for label, nbytes in SIZES.items():
         rounds, calls = plan[label]
+        rounds *= _SCALE
         if mode == "quick":
             rounds = max(4, rounds // 6)
         elif mode == "smoke":
@@ -491,7 +494,7 @@ def bench_mlp(shape: tuple[int, int], mode: str) -> dict:
             torch.testing.assert_close(losses[k], losses["megatron"])
             for a, b in zip(params[k], params["megatron"]):
                 torch.testing.assert_close(a, b)
-        rounds = {"full": 50, "quick": 6, "smoke": 2}[mode]
+        rounds = {"full": 50 * _SCALE, "quick": 6, "smoke": 2}[mode]
         s = interleaved(cases, rounds, 2, scopes)
     return {**s.as_dict(), "peer": peer}
 
@@ -539,7 +542,9 @@ def bench_fake(mode: str, only: list[str] | None = None) -> list[tuple]:
 # ------------------------------------------------------------------------------------
 
 def _worker(rank: int, world: int, port: int, mode: str, only: list[str] | None,
-            queue: Any) -> None:
+            queue: Any, scale: int = 1) -> None:
+    global _SCALE
+    _SCALE = scale
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -624,6 +629,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=OPS, metavar="OP",
                         help=f"only these collectives ({', '.join(OPS)}), in parts 1 and 3 (reinterpret: part 3 "
                              "only); part 2 (the MLP step) is skipped")
+    parser.add_argument("--scale", type=int, default=1, metavar="N",
+                        help="N times the rounds of parts 1 and 2 (full mode): narrower intervals, "
+                             "where a verdict is undecidable at the default")
     args = parser.parse_args()
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     start = time.time()
@@ -634,7 +642,8 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, mode, args.only, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_worker, args=(r, 2, port, mode, args.only, queue, max(1, args.scale)))
+             for r in range(2)]
     for p in procs:
         p.start()
     results = {}
@@ -656,7 +665,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, gloo, 2 ranks on 127.0.0.1, float32; interleaved ABBA "
           f"rounds, median of per-round ratios [95% bootstrap CI]; wall = rank 0, CPU = process "
           f"CPU time of both ranks; load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}"
-          + ("" if mode == "full" else f"; {mode} mode (fewer rounds)"))
+          + ("" if mode == "full" else f"; {mode} mode (fewer rounds)")
+          + (f"; --scale {args.scale}: {args.scale}x the rounds" if mode == "full" and args.scale > 1 else ""))
     print_collectives(results[0]["collectives"], results[1]["collectives"])
     if "mlp" in results[0]:
         print_mlp(results[0]["mlp"], results[1]["mlp"])

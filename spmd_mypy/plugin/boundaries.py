@@ -158,11 +158,16 @@ class BoundaryChecker:
         tree = getattr(chk, "tree", None)
         if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
             return False
-        found = self._boundaries(tree).get((info.line, info.column))
+        key = (info.line, info.column)
+        found = self._boundaries(tree).get(key)
+        actual = chk.lookup_type_or_none(found[1]) if found is not None else None
+        if actual is None:
+            # the daemon merges a re-parsed file into the same tree object: index it again
+            found = self._boundaries(tree, rebuild=True).get(key)
+            actual = chk.lookup_type_or_none(found[1]) if found is not None else None
         if found is None:
             return False
         stmt, value = found
-        actual = chk.lookup_type_or_none(value)
         target = self._target(chk, stmt)
         if actual is None or target is None:
             return False
@@ -241,11 +246,11 @@ class BoundaryChecker:
         # or ``self.w: T = ...`` (mypy marks that Var explicit_self_type, not is_inferred)
         return t, stmt.type is not None or not var.is_inferred or var.explicit_self_type
 
-    def _boundaries(self, tree: MypyFile) -> _Index:
+    def _boundaries(self, tree: MypyFile, rebuild: bool = False) -> _Index:
         """The file's returns and assignments by their value's position, built on the first
-        error in the file."""
+        error in the file (``rebuild``: the tree changed in place)."""
         cached = self._index.get(id(tree))
-        if cached is None or cached[0] is not tree:
+        if rebuild or cached is None or cached[0] is not tree:
             index: _Index = {}
             _collect(tree.defs, index)
             if len(self._index) > 1_000:

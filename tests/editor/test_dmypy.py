@@ -118,3 +118,39 @@ def test_dmypy_run_restarts_by_itself_after_a_plugin_config_change(project: Path
     assert "Restarting: plugins changed" in after.stdout + after.stderr, after.stdout + after.stderr
     assert diagnostic_lines(after.stdout) == diagnostic_lines(expected), after.stdout
     assert 'unknown mesh axis "dp"' in after.stdout, after.stdout
+
+
+BOUNDARY_V1 = '''\
+from spmd import P, R, Tensor
+
+
+def k(p: Tensor[P["tp"]]) -> Tensor[R["tp"]]:
+    return p
+'''
+BOUNDARY_V2 = '''\
+from spmd import P, R, Tensor
+
+
+def k(p: Tensor[P["tp"]]) -> Tensor[R["tp"]]:
+    y: Tensor[R["tp"]] = p
+    return y
+'''
+
+
+def test_dmypy_boundary_errors_survive_edits(project: Path, daemon: Dmypy) -> None:
+    """A return or assignment mismatch is spmd-mismatch on every daemon run: mypy's own
+    [return-value]/[assignment] error is read back by an error watcher on mypy's error store
+    (plugin/boundaries.py), which the daemon resets between runs."""
+    (project / "m.py").write_text(BOUNDARY_V1)
+    assert daemon("start", *DAEMON_ARGS).returncode == 0
+    first = daemon("check", "m.py")
+    assert errors(first.stdout) == {(5, "spmd-mismatch")}, first.stdout + daemon.log()
+    assert "the return value p of k is" in first.stdout
+    assert diagnostic_lines(first.stdout) == diagnostic_lines(plain(project))
+    (project / "m.py").write_text(BOUNDARY_V2)
+    second = daemon("check", "m.py")
+    assert errors(second.stdout) == {(5, "spmd-mismatch")}, second.stdout + daemon.log()
+    assert "the value p assigned to y is" in second.stdout
+    assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
+    again = daemon("check", "m.py")  # nothing changed: the daemon's stored errors
+    assert errors(again.stdout) == {(5, "spmd-mismatch")}, again.stdout
