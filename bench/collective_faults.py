@@ -16,9 +16,7 @@ taken by whichever thread first writes it (gloo's, for a collective's output).
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import socket
 import sys
 import time
 import warnings
@@ -34,7 +32,6 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 SIZES = {"1KB": 1 << 10, "1MB": 1 << 20, "16MB": 1 << 24}
 OPS = {"all_reduce": "all_reduce(P,R)", "all_gather": "all_gather(S(0),R)",
@@ -107,20 +104,10 @@ def main() -> None:
                              "each per round, ABBA), --calls rounds; default: each variant's calls "
                              "in a row")
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_worker, args=(r, port, args.ops, args.sizes, args.calls, args.abba,
-                                                queue))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict(queue.get() for _ in procs)
-    for p in procs:
-        p.join()
+    import runtime_overhead as rb  # the bench folder is on sys.path (above)
+
+    results = rb.run_two_ranks(
+        _worker, lambda port, queue: (args.ops, args.sizes, args.calls, args.abba, queue))
     print(f"torch {torch.__version__}, gloo, 2 ranks, {args.calls} calls per variant; per call, "
           "both ranks summed: minor page faults, process user / system CPU us, calling thread CPU us")
     print(f"{'size':>5}  {'op':<23} {'variant':<13} {'minflt':>8} {'user us':>9} {'sys us':>9} "

@@ -619,6 +619,42 @@ def print_mlp(r0: dict, r1: dict) -> None:
             print(f"     {label:<42} wall {fmt_ci(wr)}   CPU {fmt_ci(cr)}   model {fmt_ci(mr)}{v}")
 
 
+def run_two_ranks(worker: Callable[..., None], worker_args: Callable[[int, Any], tuple],
+                  world_first: bool = False, timeout_s: float = 900) -> dict[int, Any]:
+    """Spawn 2 gloo ranks on 127.0.0.1 and a free port: ``worker(rank, [2,] port, *args)``,
+    each rank putting ``(rank, result)`` on the queue; {rank: result}.  Exits with a message
+    when a rank fails or the ranks take longer than ``timeout_s`` (a hung collective)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    procs = [ctx.Process(target=worker, args=((r, 2) if world_first else (r,)) + (port,)
+                         + worker_args(port, queue))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    deadline = time.time() + timeout_s
+    while len(results) < 2 and time.time() < deadline:
+        if not queue.empty():
+            rank, out = queue.get()
+            results[rank] = out
+        elif any(p.exitcode not in (None, 0) for p in procs):
+            break
+        else:
+            time.sleep(0.2)
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+    if len(results) < 2:
+        sys.exit("a benchmark rank failed or timed out")
+    return results
+
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     how = parser.add_mutually_exclusive_group()
@@ -636,32 +672,8 @@ def main() -> None:
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     start = time.time()
     load0 = os.getloadavg()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, mode, args.only, queue, max(1, args.scale)))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    results = {}
-    deadline = time.time() + 900
-    while len(results) < 2 and time.time() < deadline:
-        if not queue.empty():
-            rank, out = queue.get()
-            results[rank] = out
-        elif any(p.exitcode not in (None, 0) for p in procs):
-            break
-        else:
-            time.sleep(0.2)
-    for p in procs:
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
-    if len(results) < 2:
-        sys.exit("a benchmark rank failed or timed out")
+    results = run_two_ranks(_worker, lambda port, queue: (mode, args.only, queue, max(1, args.scale)),
+                            world_first=True)
     print(f"torch {torch.__version__}, gloo, 2 ranks on 127.0.0.1, float32; interleaved ABBA "
           f"rounds, median of per-round ratios [95% bootstrap CI]; wall = rank 0, CPU = process "
           f"CPU time of both ranks; load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}"
