@@ -57,7 +57,7 @@ from .codes import ERROR_CODES
 from .config import Config, load
 from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, TENSOR, TENSOR_ALIAS, show_unanalyzed, AnnotationError, TypeBuilder, read_entry
 from .promotion import Promotion, Synced, uses_spmd
-from .rewrite import RegionIndex, prepare_file
+from .rewrite import RegionIndex, Renamer, prepare_file
 
 
 def _source_hash() -> str:
@@ -111,6 +111,7 @@ class SpmdPlugin(Plugin):
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
         self.boundaries = BoundaryChecker(self)
+        self.renamer = Renamer(options)  # same-block redefinitions in function bodies
         self.modules = ModuleCallTyper(self)
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
         self.promotion = Promotion(self.types, self._lookup_info, self.boundaries.watch)
@@ -164,7 +165,7 @@ class SpmdPlugin(Plugin):
                 prepare_file(file)
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
                 pass
-            self.boundaries.ensure_rewritten(file)
+            self.renamer.ensure(file)
         return []
 
     # -- annotations -------------------------------------------------------------------
@@ -222,7 +223,7 @@ class SpmdPlugin(Plugin):
         if module:
             self.promotion.typed_modules.add(module)
         # a module re-parsed without get_additional_deps: rename its redefinitions now
-        self.boundaries.ensure_rewritten(getattr(sem, "cur_mod_node", None))
+        self.renamer.ensure(getattr(sem, "cur_mod_node", None))
         self.boundaries.watch(getattr(sem, "errors", None))
         try:
             self._drop_false_name_errors(ctx)
@@ -298,7 +299,7 @@ class SpmdPlugin(Plugin):
         tree = getattr(ctx.api, "cur_mod_node", None)
         if tree is not None and self.promotion.uses_spmd_types(tree, getattr(ctx.api, "cur_mod_id", None)):
             # a module re-parsed without get_additional_deps: rename its redefinitions now
-            self.boundaries.ensure_rewritten(tree)
+            self.renamer.ensure(tree)
         self.boundaries.watch(getattr(ctx.api, "errors", None))
         self.autograd.class_mro_hook(ctx)
 

@@ -76,7 +76,6 @@ from ..engine.errors import SpmdError
 from ..engine.types import format_type as format_spmd_type
 from .calls import expr_text
 from .codes import ERROR_CODES
-from .rewrite import rename_redefinitions
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -91,25 +90,11 @@ class BoundaryChecker:
 
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
-        self._done: dict[int, MypyFile] = {}  # trees already renamed, by id
         self._store: object | None = None  # mypy's error store the watcher is on
         self._watcher: ErrorWatcher | None = None
         self._index: dict[int, tuple[MypyFile, _Index]] = {}
         self._replaced: tuple[str, int, int] | None = None  # the last error replaced: its notes go too
         self._reporting = False  # reporting in place of an error of mypy's
-
-    # -- before semantic analysis: same-block redefinitions (rewrite.py) ------------------
-    def ensure_rewritten(self, tree: MypyFile | None, bound: bool = False) -> None:
-        """Rename same-block redefinitions in ``tree``'s functions, once."""
-        if tree is None or self._done.get(id(tree)) is tree:
-            return
-        try:
-            rename_redefinitions(tree, self.plugin.options.clone_for_module(tree.fullname))
-        except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
-            pass
-        if len(self._done) > 10_000:
-            self._done.clear()
-        self._done[id(tree)] = tree
 
     # -- the watcher ----------------------------------------------------------------------
     def watch(self, store: object | None) -> None:

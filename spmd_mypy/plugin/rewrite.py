@@ -340,3 +340,24 @@ class RegionIndex:
             if a <= line <= b and n == name:
                 return True
         return False
+
+
+class Renamer:
+    """Section 2 of the module docstring, once per parsed tree: at ``get_additional_deps``,
+    or late (the first ``Tensor[...]`` annotation or class of a module mypy re-parsed
+    without that hook)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._done: dict[int, MypyFile] = {}  # trees already renamed, by id
+
+    def ensure(self, tree: MypyFile | None) -> None:
+        if tree is None or self._done.get(id(tree)) is tree:
+            return
+        try:
+            rename_redefinitions(tree, self.options.clone_for_module(tree.fullname))
+        except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
+            pass
+        if len(self._done) > 10_000:
+            self._done.clear()
+        self._done[id(tree)] = tree
