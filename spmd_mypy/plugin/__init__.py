@@ -130,15 +130,6 @@ class SpmdPlugin(Plugin):
         node = sym.node if sym is not None else None
         return node if isinstance(node, TypeInfo) else None
 
-    def _sync_promotion(self, api: object) -> None:
-        """Let a plain torch.Tensor flow into typed positions in modules that use SPMD
-        types (gradual typing; see :mod:`.promotion`)."""
-        self.promotion.sync(api)
-
-    @property
-    def _want_promotion(self) -> bool:
-        return self.promotion.wanted
-
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
         return Synced(self.promotion, hook, split_unions)
 
@@ -334,7 +325,7 @@ class SpmdPlugin(Plugin):
         variable joining a mapping call's result and a plain tensor, a tuple returned as a
         tensor, torch's stubs on the result)."""
         result = self.calls.check_arguments_hook(ctx)
-        if self._want_promotion:
+        if self.promotion.wanted:
             return result
         ret = get_proper_type(ctx.default_return_type)
         if isinstance(ret, Instance) and ret.type.fullname == TENSOR:
