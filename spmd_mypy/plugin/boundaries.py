@@ -76,6 +76,7 @@ from ..engine.errors import SpmdError
 from ..engine.types import format_type as format_spmd_type
 from .calls import expr_text
 from .codes import ERROR_CODES
+from .memo import TreeMemo
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -92,7 +93,9 @@ class BoundaryChecker:
         self.plugin = plugin
         self._store: object | None = None  # mypy's error store the watcher is on
         self._watcher: ErrorWatcher | None = None
-        self._index: dict[int, tuple[MypyFile, _Index]] = {}
+        # the file's returns and assignments by their value's position, built on the first
+        # error in the file
+        self._index: TreeMemo[_Index] = TreeMemo(_index_of, limit=1_000)
         self._replaced: tuple[str, int, int] | None = None  # the last error replaced: its notes go too
         self._reporting = False  # reporting in place of an error of mypy's
 
@@ -144,11 +147,11 @@ class BoundaryChecker:
         if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
             return False
         key = (info.line, info.column)
-        found = self._boundaries(tree).get(key)
+        found = self._index.get(tree).get(key)
         actual = chk.lookup_type_or_none(found[1]) if found is not None else None
         if actual is None:
             # the daemon merges a re-parsed file into the same tree object: index it again
-            found = self._boundaries(tree, rebuild=True).get(key)
+            found = self._index.refresh(tree).get(key)
             actual = chk.lookup_type_or_none(found[1]) if found is not None else None
         if found is None:
             return False
@@ -231,24 +234,11 @@ class BoundaryChecker:
         # or ``self.w: T = ...`` (mypy marks that Var explicit_self_type, not is_inferred)
         return t, stmt.type is not None or not var.is_inferred or var.explicit_self_type
 
-    def _boundaries(self, tree: MypyFile, rebuild: bool = False) -> _Index:
-        """The file's returns and assignments by their value's position, built on the first
-        error in the file (``rebuild``: the tree changed in place)."""
-        cached = self._index.get(id(tree))
-        if rebuild or cached is None or cached[0] is not tree:
-            index: _Index = {}
-            _collect(tree.defs, index)
-            if len(self._index) > 1_000:
-                self._index.clear()
-            cached = (tree, index)
-            self._index[id(tree)] = cached
-        return cached[1]
-
     def _duality_reports(self, chk: Any) -> bool:
         """In ``backward`` of a typed custom autograd Function the duality check reports a
         returned gradient of the wrong type (spmd-duality): one error per mistake."""
         try:
-            fn = chk.scope.current_function()  # type: ignore[attr-defined]
+            fn = chk.scope.current_function()
             if not isinstance(fn, FuncDef) or fn.name != "backward" or fn.info is None:
                 return False
             read = self.plugin.autograd.function_types(fn.info)
@@ -262,7 +252,7 @@ class BoundaryChecker:
             return lambda x: f"the value {x} assigned to {target}"
         fn = None
         try:
-            fn = chk.scope.current_function()  # type: ignore[attr-defined]
+            fn = chk.scope.current_function()
         except Exception:  # noqa: BLE001
             pass
         name = getattr(fn, "name", None)
@@ -331,6 +321,12 @@ class BoundaryChecker:
         if isinstance(d, TupleType):
             return isinstance(a, TupleType) and len(a.items) == len(d.items)
         return False
+
+
+def _index_of(tree: MypyFile) -> _Index:
+    index: _Index = {}
+    _collect(tree.defs, index)
+    return index
 
 
 def _collect(stmts: list[Statement], index: _Index) -> None:

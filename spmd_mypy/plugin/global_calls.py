@@ -45,6 +45,7 @@ from mypy.types import (
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, Result
 from ..engine.types import SpmdType, format_type
+from .memo import TreeMemo
 
 
 class _OnFirstUse:
@@ -352,7 +353,16 @@ def _find_decorators(stmts: Sequence[object], found: dict[int, FuncDef]) -> None
             _find_decorators(getattr(h, "body", []), found)
 
 
-_DECORATED: dict[int, tuple[MypyFile, dict[int, FuncDef]]] = {}
+def _decorated_functions(tree: MypyFile) -> dict[int, FuncDef]:
+    found: dict[int, FuncDef] = {}
+    try:
+        _find_decorators(tree.defs, found)
+    except Exception:  # noqa: BLE001 - never crash mypy: no function found
+        pass
+    return found
+
+
+_DECORATED: TreeMemo[dict[int, FuncDef]] = TreeMemo(_decorated_functions)
 
 
 def decorated_function(api: object, call: Expression) -> FuncDef | None:
@@ -360,16 +370,7 @@ def decorated_function(api: object, call: Expression) -> FuncDef | None:
     tree = getattr(api, "tree", None)
     if not isinstance(tree, MypyFile):
         return None
-    cached = _DECORATED.get(id(tree))
-    if cached is None or cached[0] is not tree:
-        found: dict[int, FuncDef] = {}
-        try:
-            _find_decorators(tree.defs, found)
-        except Exception:  # noqa: BLE001 - never crash mypy: no function found
-            pass
-        cached = (tree, found)
-        _DECORATED[id(tree)] = cached
-    return cached[1].get(id(call))
+    return _DECORATED.get(tree).get(id(call))
 
 
 def _types_arg(typer: CallTyper, ctx: AnyCtx, e: Expression | None) -> list[SpmdType | None] | None:

@@ -23,6 +23,7 @@ from mypy.types import Type, UnionType, get_proper_type
 from mypy.typestate import type_state
 
 from ..engine.types import UNTYPED
+from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder
 
 _PROMOTED = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
@@ -41,7 +42,7 @@ class Promotion:
         self.wanted = False  # that module uses SPMD types
         self.on = False
         self.typed_modules: set[str] = set()  # modules with a Tensor[...] annotation
-        self._imports: dict[int, tuple[MypyFile, bool]] = {}
+        self._imports: TreeMemo[bool] = TreeMemo(uses_spmd)
 
     def sync(self, api: object) -> None:
         tree = getattr(api, "tree", None)
@@ -90,14 +91,7 @@ class Promotion:
         return True
 
     def imports_spmd(self, tree: MypyFile) -> bool:
-        key = id(tree)
-        cached = self._imports.get(key)
-        if cached is None or cached[0] is not tree:
-            cached = (tree, uses_spmd(tree))
-            if len(self._imports) > 10_000:
-                self._imports.clear()
-            self._imports[key] = cached
-        return cached[1]
+        return self._imports.get(tree)
 
     def uses_spmd_types(self, tree: MypyFile | None, module: str | None) -> bool:
         return module in self.typed_modules or (tree is not None and self.imports_spmd(tree))

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
+from .memo import TreeMemo
+
 from mypy.nodes import (
     AssignmentStmt,
     Block,
@@ -301,26 +303,22 @@ def grad_regions(file: MypyFile) -> GradRegions:
     return GradRegions(w.no_grad, w.detached)
 
 
+def _regions_or_none(tree: MypyFile) -> GradRegions:
+    try:
+        return grad_regions(tree)
+    except Exception:  # noqa: BLE001 - never crash mypy: no regions
+        return GradRegions()
+
+
 class RegionIndex:
     """Each checked file's gradient-free regions, computed once per tree (hooks ask for the
     file being checked at every Invariant operand)."""
 
     def __init__(self) -> None:
-        self._by_tree: dict[int, tuple[MypyFile, GradRegions]] = {}
+        self._memo: TreeMemo[GradRegions] = TreeMemo(_regions_or_none)
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
-        if tree is None:
-            return None
-        cached = self._by_tree.get(id(tree))
-        if cached is None or cached[0] is not tree:
-            try:
-                cached = (tree, grad_regions(tree))
-            except Exception:  # noqa: BLE001 - never crash mypy: no regions
-                cached = (tree, GradRegions())
-            if len(self._by_tree) > 10_000:
-                self._by_tree.clear()
-            self._by_tree[id(tree)] = cached
-        return cached[1]
+        return self._memo.get(tree) if tree is not None else None
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
         regions = self.regions(tree)
@@ -349,15 +347,15 @@ class Renamer:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._done: dict[int, MypyFile] = {}  # trees already renamed, by id
+        self._done: TreeMemo[bool] = TreeMemo(self._rename)  # trees already renamed
 
     def ensure(self, tree: MypyFile | None) -> None:
-        if tree is None or self._done.get(id(tree)) is tree:
-            return
+        if tree is not None:
+            self._done.get(tree)
+
+    def _rename(self, tree: MypyFile) -> bool:
         try:
             rename_redefinitions(tree, self.options.clone_for_module(tree.fullname))
         except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
             pass
-        if len(self._done) > 10_000:
-            self._done.clear()
-        self._done[id(tree)] = tree
+        return True
