@@ -1,0 +1,175 @@
+"""The annotation hooks: ``Tensor[R["tp"], V["dp"]]`` analysed into a canonical instance.
+
+mypy's semantic analysis calls :meth:`AnnotationHooks.analyze_tensor` for every ``Tensor[...]``
+it meets (parameters, returns, variables, aliases): the entries are read
+(:func:`.mypy_types.read_entry`), validated by the engine (:func:`~spmd_mypy.engine.annotations.build`)
+and turned into the canonical instance (:class:`.mypy_types.TypeBuilder`); each mistake is an
+``spmd-annotation`` error at the annotation.  A lone marker (``V["tp"]`` outside a tensor type)
+and ``spmd.grad_type[...]`` have their own hooks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mypy.plugin import AnalyzeTypeContext
+from mypy.types import (
+    AnyType,
+    Instance,
+    TupleType,
+    Type,
+    TypeList,
+    TypeOfAny,
+    UnboundType,
+    UnionType,
+    get_proper_type,
+)
+
+from ..engine.annotations import Entry, build
+from ..engine.errors import SpmdError
+from ..engine.types import SpmdType
+from .codes import ERROR_CODES
+from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, AnnotationError, read_entry, show_unanalyzed
+
+if TYPE_CHECKING:
+    from . import SpmdPlugin
+
+
+class AnnotationHooks:
+    """The type-analyze hooks of ``Tensor``, the markers and ``grad_type`` (module docstring)."""
+
+    def __init__(self, plugin: SpmdPlugin) -> None:
+        self.plugin = plugin
+        # the same few annotations recur all over a code base: entries -> (type, errors)
+        self._built: dict[tuple[Entry, ...], tuple[SpmdType, list[SpmdError]]] = {}
+
+    def analyze_tensor(self, ctx: AnalyzeTypeContext) -> Type:
+        plugin = self.plugin
+        sem = getattr(ctx.api, "api", None)
+        module = getattr(sem, "cur_mod_id", None)
+        if module:
+            plugin.promotion.typed_modules.add(module)
+        # a module re-parsed without get_additional_deps: rename its redefinitions now
+        plugin.renamer.ensure(getattr(sem, "cur_mod_node", None))
+        plugin.boundaries.watch(getattr(sem, "errors", None))
+        try:
+            _drop_false_name_errors(ctx)
+        except Exception:  # noqa: BLE001 - never crash mypy over a cosmetic fix
+            pass
+        entries: list[Entry] = []
+        for arg in ctx.type.args:
+            marker = _marker_of(ctx, arg) if isinstance(arg, UnboundType) else None
+            if marker is None:
+                shown = show_unanalyzed(arg)
+                _fail(ctx, f'Tensor[...] takes entries R["axis"], I[...], V[...], P[...], '
+                           f'S[dim, "axis"] or PS[...], not {shown}')
+                continue
+            try:
+                entries.append(read_entry(marker, arg))  # type: ignore[arg-type]
+            except AnnotationError as e:
+                _fail(ctx, str(e))
+        key = tuple(entries)
+        built = self._built.get(key)
+        if built is None:
+            built = build(entries, plugin.config.mesh_axes)
+            if len(self._built) > 10_000:
+                self._built.clear()
+            self._built[key] = built
+        t, errors = built
+        for err in errors:
+            _fail(ctx, err.message)
+        inst = plugin.types.to_instance(t)
+        return inst if inst is not None else AnyType(TypeOfAny.from_error)
+
+    def analyze_lone_marker(self, ctx: AnalyzeTypeContext) -> Type:
+        name = ctx.type.name.rsplit(".", 1)[-1]
+        if not ctx.type.args:  # `src: type[R]` and the like in stubs
+            info = self.plugin.dispatch.lookup_info(MARKER_NAME_TO_FULLNAME.get(name, ""))
+            return Instance(info, []) if info is not None else AnyType(TypeOfAny.special_form)
+        api = ctx.api
+        if getattr(api, "allow_unbound_tvars", False) or (
+                getattr(api, "allow_placeholder", False) and not getattr(api, "defining_alias", False)):
+            # `Act = Tensor[V["tp"]]` is also analysed as a value expression (a type
+            # application of Tensor); the alias itself goes through analyze_tensor.
+            return AnyType(TypeOfAny.special_form)
+        example = 'S[0, "tp"]' if name in ("S", "Shard") else f'{name}["tp"]'
+        _fail(ctx, f"{name}[...] is an entry of a tensor type: write Tensor[{example}]")
+        return AnyType(TypeOfAny.from_error)
+
+    def analyze_grad_type(self, ctx: AnalyzeTypeContext) -> Type:
+        """``spmd.grad_type[Tensor[R["tp"]]]``: the gradient's type, ``Tensor[P["tp"]]``."""
+        args = ctx.type.args
+        if len(args) != 1:
+            _fail(ctx, 'grad_type[...] takes one tensor type: grad_type[Tensor[R["tp"]]]'
+                  if args else 'grad_type needs the tensor type whose gradient it names: '
+                  'grad_type[Tensor[R["tp"]]]')
+            return AnyType(TypeOfAny.from_error)
+        analyzed = ctx.api.analyze_type(args[0])
+        types = self.plugin.types
+        t = types.from_type(analyzed)
+        if t is None:
+            p = get_proper_type(analyzed)
+            if not isinstance(p, AnyType):
+                _fail(ctx, f'grad_type[...] takes a tensor type such as Tensor[R["tp"]], '
+                           f'not {show_unanalyzed(args[0])}')
+            return AnyType(TypeOfAny.from_error)
+        inst = types.to_instance(t.dual())
+        return inst if inst is not None else AnyType(TypeOfAny.from_error)
+
+
+def _marker_of(ctx: AnalyzeTypeContext, t: UnboundType) -> str | None:
+    api = ctx.api
+    try:
+        sym = api.lookup_qualified(t.name, ctx.context, suppress_errors=True)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - never crash mypy on a lookup
+        sym = None
+    if sym is not None and sym.node is not None:
+        return MARKER_FULLNAMES.get(sym.node.fullname)
+    return None
+
+
+def _fail(ctx: AnalyzeTypeContext, message: str) -> None:
+    ctx.api.fail(message, ctx.context, code=ERROR_CODES["spmd-annotation"])
+
+
+def _drop_false_name_errors(ctx: AnalyzeTypeContext) -> None:
+    """Undo ``Name "tp" is not defined`` for the axis strings of this annotation.
+
+    The rewrite in get_additional_deps prevents them, but mypy re-parses a module
+    that is re-checked only because a dependency changed without calling that hook
+    (build.parse_all(post_parse=False)); then the signature's type-variable pass has
+    just reported them, before this hook runs.  Only errors on the exact line of an
+    axis string of this annotation, naming that string, are removed.
+    """
+    # the errors first: most files have none, and then the annotation need not be walked
+    sem = getattr(ctx.api, "api", None)
+    store = getattr(sem, "errors", None)
+    if store is None:
+        return
+    infos = store.error_info_map.get(store.file)
+    if not infos:
+        return
+    found: set[tuple[int, str]] = set()
+    for arg in ctx.type.args:
+        _axis_strings(arg, found)
+    if not found:
+        return
+    keep = [i for i in infos if not (
+        i.code is not None and i.code.code == "name-defined"
+        and (i.line, i.message.split(";")[0]) in found)]
+    if len(keep) != len(infos):
+        infos[:] = keep
+
+
+def _axis_strings(t: object, found: set[tuple[int, str]]) -> None:
+    """The axis strings (forward references) of an unanalysed annotation, with their line."""
+    if isinstance(t, UnboundType):
+        if t.original_str_expr is not None and not t.args:
+            found.add((t.line, f'Name "{t.original_str_expr}" is not defined'))
+        for a in t.args:
+            _axis_strings(a, found)
+    elif isinstance(t, (TypeList, UnionType, TupleType)):
+        # isinstance, not getattr(t, "items", None): a missing attribute raises (and
+        # discards) an AttributeError, ~4k instructions, once per entry of every annotation
+        for item in t.items:
+            _axis_strings(item, found)

@@ -1,0 +1,254 @@
+"""Which hook mypy gets for a name: the plugin's hook getters, compiled.
+
+mypy asks a plugin for a hook at every call site, method call, attribute access and
+annotation (``get_function_hook("torch.matmul")``, ~66k questions on a 20k-line
+Megatron-style corpus).  Answered by the Python class :class:`~spmd_mypy.plugin.SpmdPlugin`,
+each question was an interpreted frame.  :class:`HookDispatch` answers them in compiled code,
+and ``SpmdPlugin`` binds its methods as instance attributes, so mypy's (compiled) calls reach
+them without a Python frame.  The hooks returned live with their typers (:mod:`.calls`,
+:mod:`.autograd`, :mod:`.modules`, :mod:`.annotation_hooks`); the answers for a name are kept
+where they do not depend on the class.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Callable
+
+from mypy.nodes import TypeInfo
+from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, MethodContext
+from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
+
+from . import calls, global_calls
+from .autograd import is_autograd_function
+from .modules import is_module_class
+from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS
+from .promotion import Synced
+
+if TYPE_CHECKING:
+    from . import SpmdPlugin
+
+_MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
+_GRAD_ATTRS = frozenset(f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR))
+_TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
+                             for a in ("T", "mT", "H", "mH"))
+# Callees whose parameters are not user annotations: no argument check there.
+NO_SIGNATURE_CHECK = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
+                      "collections.", "functools.", "itertools.", "abc.", "enum.", "_typeshed.")
+_PARTIAL_OPS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
+                "spmd.sum": "sum"}
+_NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch.utils.",
+                  "torch.jit.", "torch.compile", "torch.fx.", "torch.onnx.", "torch.backends.",
+                  "torch.testing.", "torch.multiprocessing.", "torch.optim.")
+
+
+class HookDispatch:
+    """The answers to mypy's ``get_*_hook(fullname)`` questions (see the module docstring)."""
+
+    def __init__(self, plugin: SpmdPlugin) -> None:
+        self.plugin = plugin
+        self._function_cache: dict[str, Callable | None] = {}
+        self._method_cache: dict[str, Callable | None] = {}
+        self._method_sig_cache: dict[str, Callable | None] = {}
+
+    def lookup_info(self, fullname: str) -> TypeInfo | None:
+        """The class named ``fullname`` among the modules mypy has loaded, if any."""
+        modules = self.plugin._modules
+        if modules is None:
+            return None
+        module, _, name = fullname.rpartition(".")
+        mod = modules.get(module)
+        if mod is None:
+            return None
+        sym = mod.names.get(name)
+        node = sym.node if sym is not None else None
+        return node if isinstance(node, TypeInfo) else None
+
+    def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
+        return Synced(self.plugin.promotion, hook, split_unions)
+
+    # -- annotations and classes ---------------------------------------------------------
+    def get_type_analyze_hook(self, fullname: str) -> Callable | None:
+        if fullname == TENSOR_ALIAS:  # the alias, before mypy expands it to torch.Tensor
+            return self.plugin.annotations.analyze_tensor
+        if fullname in MARKER_FULLNAMES:
+            return self.plugin.annotations.analyze_lone_marker
+        if fullname == "spmd.grad_type":
+            return self.plugin.annotations.analyze_grad_type
+        return None
+
+    def get_customize_class_mro_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
+        # Called for every class, with its MRO, before its body is analysed: the backward of a
+        # custom autograd Function gets the synthetic trigger that checks the Function once
+        # mypy has checked backward's body (see autograd.py).
+        return self.class_mro_hook
+
+    def class_mro_hook(self, ctx: ClassDefContext) -> None:
+        plugin = self.plugin
+        api = ctx.api
+        tree = getattr(api, "cur_mod_node", None)
+        if tree is not None and plugin.promotion.uses_spmd_types(tree, getattr(api, "cur_mod_id", None)):
+            # a module re-parsed without get_additional_deps: rename its redefinitions now
+            plugin.renamer.ensure(tree)
+        plugin.boundaries.watch(getattr(api, "errors", None))
+        plugin.autograd.class_mro_hook(ctx)
+
+    # -- calls ---------------------------------------------------------------------------
+    def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        cache = self._function_cache
+        if fullname in cache:
+            return cache[fullname]
+        hook = self._function_hook(fullname)
+        if fullname == "builtins.isinstance":
+            hook = self.isinstance_hook
+        elif hook is None and fullname == "builtins.issubclass":
+            hook = _default_return
+        elif fullname == "builtins.hasattr":
+            hook = NarrowingHook(self.plugin, hook)
+        # isinstance narrows the whole value (and an autograd trigger reads the whole
+        # Function); reveal prints every member itself
+        split = fullname not in ("builtins.isinstance", "spmd.reveal")
+        hook = self._synced(hook, split_unions=split) if hook is not None else None
+        cache[fullname] = hook
+        return hook
+
+    def get_function_signature_hook(self, fullname: str) -> Callable | None:
+        if fullname.startswith(NO_SIGNATURE_CHECK):
+            return None
+        return self.plugin.calls.relax_signature_hook
+
+    def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        typer = self.plugin.calls
+        if fullname.startswith(_MEGATRON_MAPPINGS):
+            return self.megatron_mapping_hook
+        if not fullname.startswith(NO_SIGNATURE_CHECK):
+            return typer.check_arguments_hook
+        if fullname.startswith("spmd."):
+            name = fullname[5:]
+            if fullname == "spmd.grad_type":
+                return typer.grad_type_hook
+            if name in calls.SPMD_COLLECTIVES:
+                return typer.collective_hook(name)
+            if fullname == "spmd.reveal":
+                return typer.reveal_hook
+            if fullname == "spmd.declare":
+                return typer.declare_hook
+            if fullname == "spmd.local_map":
+                return functools.partial(global_calls.local_map_hook, typer)
+            if fullname in _PARTIAL_OPS:
+                return typer.partial_op_hook(_PARTIAL_OPS[fullname])
+            return None
+        if not fullname.startswith("torch."):
+            return None
+        name = fullname.rsplit(".", 1)[-1]
+        if fullname.startswith("torch.distributed."):
+            raw = calls.raw_collective(fullname)
+            if raw is not None:
+                return typer.raw_collective_hook(raw[1], raw[0])
+            return None
+        if fullname == "torch.autograd.grad":
+            return self.plugin.autograd.autograd_grad_hook
+        if fullname == "torch.autograd.backward":
+            return self.plugin.autograd.autograd_backward_hook
+        if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):
+            return None
+        if name in calls.FACTORIES or name in calls.NOT_OPS:
+            return None
+        return typer.op_hook(name, method=False)
+
+    def megatron_mapping_hook(self, ctx: FunctionContext) -> Type:
+        """A Megatron mapping function typed by the shipped stubs (megatron-stubs).  In a module
+        that uses SPMD types it has the table's types (and its arguments are checked); in a
+        module that uses none its result is untyped, as megatron-core's own functions are
+        without the stubs (it has no py.typed): gradual, such code gets no new error (a
+        variable joining a mapping call's result and a plain tensor, a tuple returned as a
+        tensor, torch's stubs on the result)."""
+        result = self.plugin.calls.check_arguments_hook(ctx)
+        if self.plugin.promotion.wanted:
+            return result
+        ret = get_proper_type(ctx.default_return_type)
+        if isinstance(ret, Instance) and ret.type.fullname == TENSOR:
+            return AnyType(TypeOfAny.special_form)
+        return result
+
+    def isinstance_hook(self, ctx: FunctionContext) -> Type:
+        autograd = self.plugin.autograd
+        if autograd.is_trigger(ctx):
+            return autograd.trigger_hook(ctx)
+        # A real isinstance: mypy narrows right after typing this call, and it will not
+        # narrow a declared torch.Tensor while the gradual promotion is on (narrow_declared_type
+        # keeps any class with an alt promotion).  Off until the next hook syncs it again, which
+        # every call's hooks do first; a return or an assignment in between is judged by the
+        # boundary watcher, which accepts a plain tensor (see Promotion.narrowing).
+        self.plugin.promotion.narrowing()
+        return ctx.default_return_type
+
+    def get_method_signature_hook(self, fullname: str) -> Callable | None:
+        # mypy asks at every method call: the answer for a name is kept, except for
+        # __call__ and apply, which depend on the class (a module, an autograd Function)
+        cache = self._method_sig_cache
+        if fullname in cache:
+            return cache[fullname]
+        cls, _, method = fullname.rpartition(".")
+        if method == "__call__" and is_module_class(self.lookup_info(cls)):
+            return self.plugin.modules.call_signature_hook  # torch's own modules too
+        hook: Callable | None
+        if calls.is_tensor_method_class(cls) or fullname.startswith(NO_SIGNATURE_CHECK):
+            hook = None
+        elif method == "apply" and is_autograd_function(self.lookup_info(cls)):
+            return self.plugin.autograd.apply_signature_hook
+        else:
+            hook = self.plugin.calls.relax_signature_hook
+        if method not in ("__call__", "apply"):
+            cache[fullname] = hook
+        return hook
+
+    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        cache = self._method_cache
+        if fullname in cache:
+            return cache[fullname]
+        cls, _, method = fullname.rpartition(".")
+        if " of " in fullname:  # mypy names a reflected operator on a union "__rmul__ of TensorBase"
+            method, _, short = fullname.partition(" of ")
+            cls = calls.TENSOR if short in ("TensorBase", "Tensor", "Parameter") else fullname
+        typer = self.plugin.calls
+        hook: Callable | None = None
+        if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
+            hook = typer.check_arguments_hook
+        elif calls.is_tensor_method_class(cls):
+            if method == "backward":
+                hook = typer.backward_hook
+            elif method == "register_hook":
+                hook = self.plugin.autograd.register_hook_hook
+            else:
+                op = calls.method_op_name(method)
+                if op is not None:
+                    hook = typer.op_hook(op[0], method=True, reflected=op[1])
+        hook = self._synced(hook) if hook is not None else None
+        cache[fullname] = hook
+        return hook
+
+    def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
+        if fullname in _GRAD_ATTRS:
+            return self._synced(self.plugin.calls.grad_attribute_hook)
+        if fullname in _TRANSPOSE_ATTRS:
+            return self._synced(self.plugin.calls.transpose_attribute_hook)
+        return None
+
+
+class NarrowingHook:
+    """``hasattr(x, "full_tensor")`` narrows like isinstance: the promotion is off for it
+    (see :meth:`HookDispatch.isinstance_hook`)."""
+
+    def __init__(self, plugin: SpmdPlugin, hook: Callable[[FunctionContext], Type] | None) -> None:
+        self.plugin = plugin
+        self.hook = hook
+
+    def __call__(self, ctx: FunctionContext) -> Type:
+        result = self.hook(ctx) if self.hook is not None else ctx.default_return_type
+        self.plugin.promotion.narrowing()
+        return result
+
+
+def _default_return(ctx: FunctionContext) -> Type:
+    return ctx.default_return_type
