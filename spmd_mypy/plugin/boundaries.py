@@ -28,9 +28,11 @@ accepts, and a rejection is read back:
 "Not an SPMD matter": the value does not fit even with every typed tensor of the declared type
 relaxed to ``torch.Tensor`` (``return 3`` where a tensor is declared): mypy's error stands.
 The watcher is installed on mypy's error store by the first hook that sees it (annotation
-analysis, class definitions, every check-time hook) and checks only ``return-value`` and
-``assignment`` errors: a run without mismatches never calls it.  It never keeps an error
-from mypy without reporting why, except where the rule accepts the value.
+analysis, class definitions, every check-time hook) and checks ``return-value`` and
+``assignment`` errors: a run without errors never calls it.  It never keeps an error
+from mypy without reporting why, except where the rule accepts the value.  Every other error
+and note of mypy's it sees keeps its meaning, with its tensor types printed as users write
+them (:mod:`.messages`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from ..engine.types import format_type as format_spmd_type
 from .calls import expr_text
 from .codes import ERROR_CODES
 from .memo import TreeMemo
+from .messages import user_form
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -121,25 +124,37 @@ class BoundaryChecker:
 
     def _on_error(self, file: str, info: ErrorInfo) -> bool:
         """True: drop mypy's error (it is replaced by spmd-mismatch errors, or the rule
-        accepts the value)."""
+        accepts the value).  An error or note kept has its tensor types in the user's form."""
         if self._reporting:
             return False  # the errors this watcher reports in place of mypy's
         try:
             if info.severity == "note":
-                return self._replaced == (file, info.line, info.column)
-            self._replaced = None
-            if info.code is None or info.code.code not in _CHECKED_CODES:
+                if self._replaced == (file, info.line, info.column):
+                    return True
+                self._restyle(info)
                 return False
-            self._reporting = True
-            try:
-                replaced = self._replace(file, info)
-            finally:
-                self._reporting = False
-            if replaced:
-                self._replaced = (file, info.line, info.column)
-            return replaced
+            self._replaced = None
+            if info.code is not None and info.code.code in _CHECKED_CODES:
+                self._reporting = True
+                try:
+                    replaced = self._replace(file, info)
+                finally:
+                    self._reporting = False
+                if replaced:
+                    self._replaced = (file, info.line, info.column)
+                    return True
+            self._restyle(info)
+            return False
         except Exception:  # noqa: BLE001 - never crash mypy: its own error stands
             return False
+
+    def _restyle(self, info: ErrorInfo) -> None:
+        """mypy's message with canonical tensor types printed as users write them (messages.py)."""
+        if info.code is not None and info.code.code.startswith("spmd-"):
+            return
+        shown = user_form(info.message, self.plugin.types)
+        if shown is not None:
+            info.message = shown
 
     def _replace(self, file: str, info: ErrorInfo) -> bool:
         chk: Any = checker_state.type_checker  # the TypeChecker of the module being checked

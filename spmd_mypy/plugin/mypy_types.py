@@ -140,7 +140,7 @@ class TypeBuilder:
             # (each allocation brings mypy's next garbage collection closer)
             known = self._by_value.get(p)
             if known is None:
-                known = self._read_slots(p.args)
+                known = self.read_slots(p.args)
                 if len(self._by_value) > 10_000:  # bound the memory of a long-lived daemon
                     self._by_value.clear()
                 self._by_value[p] = known
@@ -154,7 +154,9 @@ class TypeBuilder:
             self._tensor_classes[info] = tensor_class
         return UNTYPED if tensor_class else None
 
-    def _read_slots(self, args: Sequence[Type]) -> SpmdType:
+    def read_slots(self, args: Sequence[Type]) -> SpmdType:
+        """The SPMD type of a canonical instance's arguments (also: printed ones read back,
+        :mod:`.messages`)."""
         flat: list[Type] = []
         for a in args:
             if isinstance(a, UnpackType):

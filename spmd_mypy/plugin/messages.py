@@ -1,0 +1,213 @@
+"""mypy's own messages with tensor types printed as users write them.
+
+mypy prints the canonical class of a typed tensor (:mod:`.mypy_types`) in its own errors and
+notes: an ``assert_type`` mismatch, a tuple returned where another tuple is declared, a
+chained assignment, ``*args`` of the wrong type, an operand that may be None::
+
+    Expression is of type "Tensor[V[Literal['dp']], R[Literal['tp']], Any]", not ...
+      =>  Expression is of type Tensor[V["dp"], R["tp"]], not ...
+
+:func:`user_form` reads each quoted type that holds such a tensor back (a small parser for
+the types mypy prints: names, ``[...]`` arguments, ``Literal[...]``, ``None``, ``|``), turns
+the canonical tensors into SPMD types with the reader the plugin uses everywhere
+(:meth:`.mypy_types.TypeBuilder.read_slots`) and prints them as every SPMD message does,
+unquoted.  A quoted type it cannot read completely is left exactly as mypy printed it.
+``reveal_type`` keeps mypy's form (``spmd.reveal`` prints the user's).
+"""
+
+from __future__ import annotations
+
+import re
+
+from mypy.types import AnyType, Instance, LiteralType, NoneType, TupleType, Type, TypeOfAny
+
+from ..engine.types import SpmdType
+from ..engine.types import format_type as format_spmd_type
+from .mypy_types import TypeBuilder
+
+_QUOTED = re.compile(r'"([^"]*)"')
+_TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_][\w.]*|\.\.\.)|(?P<str>'[^']*')|(?P<int>-?\d+)|(?P<punct>[\[\],|]))")
+_SLOT_PREFIX = "spmd._slots."
+
+
+def user_form(message: str, types: TypeBuilder) -> str | None:
+    """``message`` with every quoted type holding a canonical tensor printed as users write
+    it (unquoted); None when there is nothing to change."""
+    if "Tensor[" not in message or message.startswith("Revealed type is"):
+        return None
+    changed = False
+    parts: list[str] = []
+    last = 0
+    for m in _QUOTED.finditer(message):
+        text = m.group(1)
+        if "Tensor[" not in text:
+            continue
+        shown = _show(text, types)
+        if shown is None:
+            continue
+        parts.append(message[last:m.start()])
+        parts.append(shown)
+        last = m.end()
+        changed = True
+    if not changed:
+        return None
+    parts.append(message[last:])
+    return "".join(parts)
+
+
+class _Unreadable(Exception):
+    pass
+
+
+class _Node:
+    """A printed type: ``name[args]``, a literal value, or a union of nodes (name "|")."""
+
+    def __init__(self, name: str, args: list[_Node], value: object = None, is_literal_value: bool = False) -> None:
+        self.name = name
+        self.args = args
+        self.value = value
+        self.is_literal_value = is_literal_value
+
+
+def _show(text: str, types: TypeBuilder) -> str | None:
+    stars = len(text) - len(text.lstrip("*"))  # "*list[...]": the type of a *args argument
+    try:
+        tokens = _tokens(text[stars:])
+        node, end = _parse_union(tokens, 0)
+        if end != len(tokens):
+            raise _Unreadable(text)
+        return "*" * stars + _print(node, types)
+    except _Unreadable:
+        return None
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        if text[pos].isspace():
+            pos += 1
+            continue
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise _Unreadable(text)
+        kind = m.lastgroup or ""
+        out.append((kind, m.group(kind)))
+        pos = m.end()
+    return out
+
+
+def _parse_union(tokens: list[tuple[str, str]], i: int) -> tuple[_Node, int]:
+    first, i = _parse_one(tokens, i)
+    items = [first]
+    while i < len(tokens) and tokens[i] == ("punct", "|"):
+        item, i = _parse_one(tokens, i + 1)
+        items.append(item)
+    return (first, i) if len(items) == 1 else (_Node("|", items), i)
+
+
+def _parse_one(tokens: list[tuple[str, str]], i: int) -> tuple[_Node, int]:
+    if i >= len(tokens):
+        raise _Unreadable("end")
+    kind, tok = tokens[i]
+    if (kind, tok) == ("punct", "["):  # Callable[[A, B], C]: the parameter list
+        items: list[_Node] = []
+        i += 1
+        while i < len(tokens) and tokens[i] != ("punct", "]"):
+            item, i = _parse_union(tokens, i)
+            items.append(item)
+            if i < len(tokens) and tokens[i] == ("punct", ","):
+                i += 1
+        if i >= len(tokens):
+            raise _Unreadable("[")
+        return _Node("[]", items), i + 1
+    if kind == "str":
+        return _Node("", [], tok[1:-1], True), i + 1
+    if kind == "int":
+        return _Node("", [], int(tok), True), i + 1
+    if kind != "name":
+        raise _Unreadable(tok)
+    i += 1
+    args: list[_Node] = []
+    if i < len(tokens) and tokens[i] == ("punct", "["):
+        i += 1
+        if i < len(tokens) and tokens[i] == ("punct", "]"):
+            return _Node(tok, []), i + 1
+        while True:
+            arg, i = _parse_union(tokens, i)
+            args.append(arg)
+            if i < len(tokens) and tokens[i] == ("punct", ","):
+                i += 1
+                continue
+            if i < len(tokens) and tokens[i] == ("punct", "]"):
+                i += 1
+                break
+            raise _Unreadable("]")
+    return _Node(tok, args), i
+
+
+def _print(node: _Node, types: TypeBuilder) -> str:
+    """The type as users write it: canonical tensors in SPMD form, the rest as mypy wrote it."""
+    if node.is_literal_value:
+        return repr(node.value) if isinstance(node.value, str) else str(node.value)
+    if node.name == "|":
+        return " | ".join(_print(a, types) for a in node.args)
+    if node.name == "[]":
+        return "[" + ", ".join(_print(a, types) for a in node.args) + "]"
+    if _short(node.name) == "Tensor" and node.args:
+        st = _tensor(node, types)
+        if st is None:
+            raise _Unreadable(node.name)
+        return format_spmd_type(st)
+    if not node.args:
+        return node.name
+    return f"{node.name}[{', '.join(_print(a, types) for a in node.args)}]"
+
+
+def _short(name: str) -> str:
+    return name[len(_SLOT_PREFIX):] if name.startswith(_SLOT_PREFIX) else name
+
+
+def _tensor(node: _Node, types: TypeBuilder) -> SpmdType | None:
+    """A printed canonical tensor read back: one slot per mesh axis and the spec slot."""
+    if len(node.args) != len(types.mesh_axes) + 1:
+        return None
+    infos = types.infos()
+    if infos is None:
+        return None
+    str_t = Instance(infos["str"], [])
+    int_t = Instance(infos["int"], [])
+    obj = Instance(infos["tuple"], [AnyType(TypeOfAny.special_form)])
+
+    def build(n: _Node) -> Type:
+        if n.is_literal_value:
+            raise _Unreadable("a bare literal")
+        name = _short(n.name)
+        if name == "Any" and not n.args:
+            return AnyType(TypeOfAny.special_form)
+        if name == "None" and not n.args:
+            return NoneType()
+        if name == "Literal" and len(n.args) == 1 and n.args[0].is_literal_value:
+            v = n.args[0].value
+            if isinstance(v, str):
+                return LiteralType(v, str_t)
+            if isinstance(v, int):
+                return LiteralType(v, int_t)
+            raise _Unreadable("Literal")
+        if name == "tuple":
+            return TupleType([build(a) for a in n.args], obj)
+        if name in ("R", "I", "V", "P", "S", "PS") and n.args:
+            return Instance(infos[name], [build(a) for a in n.args])
+        raise _Unreadable(name)
+
+    slots = [build(a) for a in node.args]
+    for axis, slot in zip(types.mesh_axes, slots):
+        # each slot names its own axis (a user's class called Tensor would not)
+        if isinstance(slot, Instance):
+            last = slot.args[-1] if slot.args else None
+            if not (isinstance(last, LiteralType) and last.value == axis):
+                return None
+        elif not isinstance(slot, AnyType):
+            return None
+    return types.read_slots(slots)
