@@ -50,12 +50,14 @@ from mypy.nodes import (
     ForStmt,
     FuncDef,
     IfStmt,
+    ListExpr,
     MatchStmt,
     MemberExpr,
     MypyFile,
     NameExpr,
     OverloadedFuncDef,
     ReturnStmt,
+    StarExpr,
     Statement,
     TryStmt,
     TupleExpr,
@@ -101,6 +103,10 @@ class BoundaryChecker:
         self._index: TreeMemo[_Index] = TreeMemo(_index_of, limit=1_000)
         self._replaced: tuple[str, int, int] | None = None  # the last error replaced: its notes go too
         self._reporting = False  # reporting in place of an error of mypy's
+        # several targets checked at one position (``a = b = x``, ``out, bias = layer(x)``):
+        # mypy reports one error per failing target, in order; the last position and count
+        self._position: tuple[str, int, int, int] | None = None
+        self._occurrence = 0
 
     # -- the watcher ----------------------------------------------------------------------
     def watch(self, store: object | None) -> None:
@@ -163,16 +169,20 @@ class BoundaryChecker:
             return False
         key = (info.line, info.column)
         found = self._index.get(tree).get(key)
-        actual = chk.lookup_type_or_none(found[1]) if found is not None else None
-        if actual is None:
+        value_type = chk.lookup_type_or_none(found[1]) if found is not None else None
+        if value_type is None:
             # the daemon merges a re-parsed file into the same tree object: index it again
             found = self._index.refresh(tree).get(key)
-            actual = chk.lookup_type_or_none(found[1]) if found is not None else None
-        if found is None:
+            value_type = chk.lookup_type_or_none(found[1]) if found is not None else None
+        if found is None or value_type is None:
             return False
         stmt, value = found
-        target = self._target(chk, stmt)
-        if actual is None or target is None:
+        site = self._site(chk, file, info, stmt, value, value_type)
+        if site is None:
+            return False
+        actual, target_expr, text = site
+        target = self._target(chk, stmt, target_expr)
+        if target is None:
             return False
         declared, is_declared = target
         relaxed, typed = self._relax(declared)
@@ -181,16 +191,65 @@ class BoundaryChecker:
         if not is_declared or not is_subtype(actual, relaxed):
             # mypy's error stands (an inferred variable keeps its first type; a value that is
             # no tensor at all), with the types written as users write them
-            return self._restate(chk, info, value, actual, declared, stmt, is_declared)
-        text = expr_text(value)
-        errors = self._compare(actual, declared, value, text, self._where(chk, stmt))
+            return self._restate(chk, info, value, actual, declared, stmt, target_expr, is_declared)
+        errors = self._compare(actual, declared, value if text is None else None,
+                               expr_text(value) if text is None else text,
+                               self._where(chk, stmt, target_expr))
         if errors and not self._duality_reports(chk):
             for err in errors:
                 chk.msg.fail(err.message, value, code=ERROR_CODES[err.code])
         return True
 
+    def _site(self, chk: Any, file: str, info: ErrorInfo, stmt: Statement, value: Expression,
+              value_type: Type) -> tuple[Type, Expression | None, str | None] | None:
+        """Which value met which target for this error: (the value's type, the target (None:
+        the return type), the value's text when it is not ``value``'s own).
+
+        One target per position for a return and a plain assignment.  Several for
+        ``a = b = x`` (mypy checks the last target against the value, at the value; the
+        others against its type, at the statement) and for ``out, bias = layer(x)`` (each
+        target against its item of the tuple, at the value): mypy reports one error per
+        target the value does not fit, in order, so the n-th error at a position is the
+        n-th such target."""
+        if isinstance(stmt, ReturnStmt):
+            return value_type, None, None
+        if not isinstance(stmt, AssignmentStmt):
+            return None
+        last = stmt.lvalues[-1]
+        rvalue = stmt.rvalue
+        if value is not rvalue:  # an item of a displayed tuple: ``c, d = x, y``
+            if not isinstance(last, (TupleExpr, ListExpr)) or not isinstance(rvalue, (TupleExpr, ListExpr)):
+                return None
+            i = next((k for k, item in enumerate(rvalue.items) if item is value), -1)
+            return (value_type, last.items[i], None) if 0 <= i < len(last.items) else None
+        sites: list[tuple[Type, Expression, str | None]]
+        if (info.line, info.column) == (stmt.line, stmt.column) and len(stmt.lvalues) > 1:
+            sites = [(value_type, lv, None) for lv in stmt.lvalues[:-1]]
+        elif isinstance(last, (TupleExpr, ListExpr)):
+            items = get_proper_type(value_type)
+            if not isinstance(items, TupleType) or len(items.items) != len(last.items):
+                return None
+            text = expr_text(rvalue)
+            sites = [(t, lv, f"{text}[{k}]") for k, (t, lv) in enumerate(zip(items.items, last.items))]
+        else:
+            sites = [(value_type, last, None)]
+        if len(sites) == 1:
+            return sites[0]
+        failing = []
+        for site in sites:
+            target = self._target(chk, stmt, site[1])
+            if target is None or isinstance(site[1], StarExpr):
+                return None  # a target the sites cannot be matched with: mypy's error stands
+            if not is_subtype(site[0], target[0]):
+                failing.append(site)
+        position = (file, info.line, info.column, id(stmt))
+        self._occurrence = self._occurrence + 1 if position == self._position else 0
+        self._position = position
+        return failing[self._occurrence % len(failing)] if failing else None
+
     def _restate(self, chk: Any, info: ErrorInfo, value: Expression, actual: Type,
-                 declared: Type, stmt: Statement, is_declared: bool) -> bool:
+                 declared: Type, stmt: Statement, target_expr: Expression | None,
+                 is_declared: bool) -> bool:
         """mypy's message again with the tensor types in the user's form (and, for a name
         first assigned elsewhere, what to do); False when a type is not shown plainly."""
         have, want = self._shown(actual), self._shown(declared)
@@ -200,7 +259,7 @@ class BoundaryChecker:
             message = f"Incompatible return value type (got {have}, expected {want})"
         else:
             message = f"Incompatible types in assignment (expression has type {have}, variable has type {want})"
-            target = stmt.lvalues[0] if isinstance(stmt, AssignmentStmt) else None
+            target = target_expr
             if not is_declared and isinstance(target, NameExpr):
                 message += (f"; {target.name} keeps the type of its first assignment: assign to "
                             f"a new name, or annotate {target.name} where it is first assigned")
@@ -217,9 +276,10 @@ class BoundaryChecker:
             return None  # a tuple or union holding typed tensors: mypy's own message
         return format_type(t, self.plugin.options)
 
-    def _target(self, chk: Any, stmt: Statement) -> tuple[Type, bool] | None:
-        """The type the value must fit, and whether the user declared it (a return type, an
-        annotated name or attribute) rather than mypy inferring it from a first assignment."""
+    def _target(self, chk: Any, stmt: Statement, lvalue: Expression | None) -> tuple[Type, bool] | None:
+        """The type the value must fit (the return type; ``lvalue``'s type), and whether the
+        user declared it (a return type, an annotated name or attribute) rather than mypy
+        inferring it from a first assignment."""
         if isinstance(stmt, ReturnStmt):
             returns = getattr(chk, "return_types", None)
             fn = chk.scope.current_function()
@@ -230,9 +290,8 @@ class BoundaryChecker:
             if fn.is_coroutine:
                 return chk.get_coroutine_return_type(returns[-1]), True
             return returns[-1], True
-        if not (isinstance(stmt, AssignmentStmt) and len(stmt.lvalues) == 1):
+        if not isinstance(stmt, AssignmentStmt) or lvalue is None:
             return None
-        lvalue = stmt.lvalues[0]
         t = chk.lookup_type_or_none(lvalue)
         var = lvalue.node if isinstance(lvalue, (NameExpr, MemberExpr)) else None
         if isinstance(lvalue, MemberExpr) and not isinstance(var, Var):
@@ -261,9 +320,9 @@ class BoundaryChecker:
         except Exception:  # noqa: BLE001
             return False
 
-    def _where(self, chk: Any, stmt: Statement) -> Callable[[str], str]:
-        if isinstance(stmt, AssignmentStmt):
-            target = expr_text(stmt.lvalues[0])
+    def _where(self, chk: Any, stmt: Statement, lvalue: Expression | None) -> Callable[[str], str]:
+        if isinstance(stmt, AssignmentStmt) and lvalue is not None:
+            target = expr_text(lvalue)
             return lambda x: f"the value {x} assigned to {target}"
         fn = None
         try:
@@ -350,7 +409,16 @@ def _collect(stmts: list[Statement], index: _Index) -> None:
             if st.expr is not None:
                 index.setdefault((st.expr.line, st.expr.column), (st, st.expr))
         elif isinstance(st, AssignmentStmt):
-            index.setdefault((st.rvalue.line, st.rvalue.column), (st, st.rvalue))
+            rvalue, last = st.rvalue, st.lvalues[-1]
+            if (isinstance(last, (TupleExpr, ListExpr)) and isinstance(rvalue, (TupleExpr, ListExpr))
+                    and len(last.items) == len(rvalue.items)):
+                # ``c, d = x, y``: mypy checks each item against its target, at the item
+                for value in rvalue.items:
+                    index.setdefault((value.line, value.column), (st, value))
+            index.setdefault((rvalue.line, rvalue.column), (st, rvalue))
+            if len(st.lvalues) > 1:
+                # ``a = b = x``: the targets but the last are checked at the statement
+                index.setdefault((st.line, st.column), (st, rvalue))
         elif isinstance(st, FuncDef):
             _collect(st.body.body, index)
         elif isinstance(st, Decorator):
