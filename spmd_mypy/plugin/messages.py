@@ -202,6 +202,8 @@ def _tensor(node: _Node, types: TypeBuilder) -> SpmdType | None:
         raise _Unreadable(name)
 
     slots = [build(a) for a in node.args]
+    if not node.name.startswith(_SLOT_PREFIX) and all(isinstance(t, AnyType) for t in slots):
+        return None  # "Tensor[Any, Any, Any]" could be anyone's class: only ours says more
     for axis, slot in zip(types.mesh_axes, slots):
         # each slot names its own axis (a user's class called Tensor would not)
         if isinstance(slot, Instance):
