@@ -941,17 +941,27 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
     Backward: the all_to_all with src and dst (so split and concat dims) swapped, its
     inverse.
     """
+    # V -> V without autograd or check mode: what _plan, _run -> _all_to_all ->
+    # du.all_to_all do, in this frame, the group found by one lookup (filled by _plan).  At
+    # 1 MB on gloo every step costs microseconds (caches cold after the exchange): the
+    # three calls ~5 us, _plan and the checks ~2 us more (bench/runtime_overhead.py, A/B)
+    binding = _mesh._current
+    exchanges = binding.exchanges if binding is not None else _mesh._bare_exchanges
+    key = (axis, src, dst)
+    try:
+        g = exchanges.get(key)
+    except TypeError:  # an unhashable axis (a list): the general path
+        g = key = None
+    if g is not None and not _checking.ACTIVE:
+        shape = x.shape
+        if shape and not shape[0] % g.size and not (x.requires_grad and torch.is_grad_enabled()):
+            send = x.contiguous()
+            out = torch.empty_like(send)
+            dist.all_to_all_single(out, send, group=g.pg)
+            return out
     plan = _plan("all_to_all", axis, src, dst)
-    g = plan.exchange
-    if (g is not None and not _checking.ACTIVE and x.ndim and not x.shape[0] % g.size
-            and not (x.requires_grad and torch.is_grad_enabled())):
-        # What _run -> _all_to_all -> du.all_to_all do for V -> V without autograd, in one
-        # frame: the three calls cost ~5 us a call on gloo at 1 MB (caches cold after the
-        # exchange), 1-2% of the call (bench/runtime_overhead.py, all_to_all 1 MB)
-        send = x.contiguous()
-        out = torch.empty_like(send)
-        dist.all_to_all_single(out, send, group=g.pg)
-        return out
+    if plan.exchange is not None and key is not None:
+        exchanges[key] = plan.exchange
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
