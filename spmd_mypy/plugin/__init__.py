@@ -96,7 +96,7 @@ class SpmdPlugin(Plugin):
         self.renamer = Renamer(options)  # same-block redefinitions in function bodies
         self.modules = ModuleCallTyper(self)
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
-        self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.boundaries.watch)
+        self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.dispatch.on_module)
         self.annotations = AnnotationHooks(self)
         cls = type(self)
         for name in _DISPATCHED:

@@ -787,6 +787,13 @@ class CallTyper:
                     return UnionType(items, p.line, p.column), r[1]
         return None
 
+    def has_pending(self) -> bool:
+        """A call with a relaxed signature is being checked (its arguments to be judged)."""
+        return bool(self._pending)
+
+    def forget_pending(self) -> None:
+        self._pending.clear()
+
     def check_arguments_hook(self, ctx: AnyCtx) -> Type:
         entry = self._pending.pop(id(ctx.context), None)
         if entry is None or entry[0] is not ctx.context:

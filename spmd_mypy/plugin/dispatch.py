@@ -50,6 +50,7 @@ class HookDispatch:
         self._function_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
         self._method_sig_cache: dict[str, Callable | None] = {}
+        self._checker: Synced | None = None  # the argument check of user callees (shared)
 
     def lookup_info(self, fullname: str) -> TypeInfo | None:
         """The class named ``fullname`` among the modules mypy has loaded, if any."""
@@ -66,6 +67,29 @@ class HookDispatch:
 
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
         return Synced(self.plugin.promotion, hook, split_unions)
+
+    def _check_arguments(self) -> Synced:
+        checker = self._checker
+        if checker is None:
+            checker = self._checker = Synced(self.plugin.promotion, self.plugin.calls.check_arguments_hook)
+        return checker
+
+    def _when_pending(self, hook: Callable | None) -> Callable | None:
+        """A user callee's argument check only for a call whose signature was relaxed.
+
+        mypy asks for the call hook after the signature hook and the arguments, and builds a
+        context for every hook it gets (~1 us a call).  Most calls of user functions and
+        methods (of classes without typed tensor parameters, ``[a, b]`` displays, ``math``)
+        have nothing pending: the check would do nothing, so mypy gets no hook."""
+        if hook is self._checker and not self.plugin.calls.has_pending():
+            return None
+        return hook
+
+    def on_module(self, store: object | None) -> None:
+        """mypy moved to another module: the boundary watcher on its error store, and no
+        relaxed call left pending from the last module (a deferred function's)."""
+        self.plugin.boundaries.watch(store)
+        self.plugin.calls.forget_pending()
 
     # -- annotations and classes ---------------------------------------------------------
     def get_type_analyze_hook(self, fullname: str) -> Callable | None:
@@ -97,8 +121,11 @@ class HookDispatch:
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         cache = self._function_cache
         if fullname in cache:
-            return cache[fullname]
+            return self._when_pending(cache[fullname])
         hook = self._function_hook(fullname)
+        if hook is not None and hook == self.plugin.calls.check_arguments_hook:
+            cache[fullname] = self._check_arguments()
+            return self._when_pending(cache[fullname])
         if fullname == "builtins.isinstance":
             hook = self.isinstance_hook
         elif hook is None and fullname == "builtins.issubclass":
@@ -206,7 +233,7 @@ class HookDispatch:
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         cache = self._method_cache
         if fullname in cache:
-            return cache[fullname]
+            return self._when_pending(cache[fullname])
         cls, _, method = fullname.rpartition(".")
         if " of " in fullname:  # mypy names a reflected operator on a union "__rmul__ of TensorBase"
             method, _, short = fullname.partition(" of ")
@@ -214,7 +241,8 @@ class HookDispatch:
         typer = self.plugin.calls
         hook: Callable | None = None
         if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
-            hook = typer.check_arguments_hook
+            cache[fullname] = self._check_arguments()
+            return self._when_pending(cache[fullname])
         elif calls.is_tensor_method_class(cls):
             if method == "backward":
                 hook = typer.backward_hook
