@@ -32,9 +32,14 @@ _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
 _GRAD_ATTRS = frozenset(f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR))
 _TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
                              for a in ("T", "mT", "H", "mH"))
-# Callees whose parameters are not user annotations: no argument check there.
+# Callees whose parameters are not user annotations: no argument check there (nor a hook:
+# mypy builds a context for each).  The standard library modules training code calls most.
 NO_SIGNATURE_CHECK = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
-                      "collections.", "functools.", "itertools.", "abc.", "enum.", "_typeshed.")
+                      "collections.", "functools.", "itertools.", "abc.", "enum.", "_typeshed.",
+                      "math.", "dataclasses.", "os.", "sys.", "re.", "json.", "logging.",
+                      "warnings.", "time.", "random.", "copy.", "inspect.", "operator.",
+                      "contextlib.", "pathlib.", "argparse.", "datetime.", "pickle.",
+                      "threading.", "weakref.", "statistics.")
 _PARTIAL_OPS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
                 "spmd.sum": "sum"}
 _NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch.utils.",
