@@ -80,7 +80,6 @@ from ..engine.errors import SpmdError
 from ..engine.types import format_type as format_spmd_type
 from .calls import expr_text
 from .codes import ERROR_CODES
-from .memo import TreeMemo
 from .messages import user_form
 
 if TYPE_CHECKING:
@@ -98,9 +97,6 @@ class BoundaryChecker:
         self.plugin = plugin
         self._store: object | None = None  # mypy's error store the watcher is on
         self._watcher: ErrorWatcher | None = None
-        # the file's returns and assignments by their value's position, built on the first
-        # error in the file
-        self._index: TreeMemo[_Index] = TreeMemo(_index_of, limit=1_000)
         self._replaced: tuple[str, int, int] | None = None  # the last error replaced: its notes go too
         self._reporting = False  # reporting in place of an error of mypy's
         # several targets checked at one position (``a = b = x``, ``out, bias = layer(x)``):
@@ -167,13 +163,8 @@ class BoundaryChecker:
         tree = getattr(chk, "tree", None)
         if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
             return False
-        key = (info.line, info.column)
-        found = self._index.get(tree).get(key)
+        found = _boundary_at(tree, info.line, info.column)
         value_type = chk.lookup_type_or_none(found[1]) if found is not None else None
-        if value_type is None:
-            # the daemon merges a re-parsed file into the same tree object: index it again
-            found = self._index.refresh(tree).get(key)
-            value_type = chk.lookup_type_or_none(found[1]) if found is not None else None
         if found is None or value_type is None:
             return False
         stmt, value = found
@@ -397,14 +388,20 @@ class BoundaryChecker:
         return False
 
 
-def _index_of(tree: MypyFile) -> _Index:
+def _boundary_at(tree: MypyFile, line: int, column: int) -> tuple[Statement, Expression] | None:
+    """The return or assignment whose value is at (line, column) (or, for ``a = b = x``, the
+    statement itself).  Only the statements whose lines hold ``line`` are walked: a file's
+    errors are few, and indexing whole files showed under perf."""
     index: _Index = {}
-    _collect(tree.defs, index)
-    return index
+    _collect(tree.defs, index, line)
+    return index.get((line, column))
 
 
-def _collect(stmts: list[Statement], index: _Index) -> None:
+def _collect(stmts: list[Statement], index: _Index, line: int) -> None:
     for st in stmts:
+        end = st.end_line
+        if end is not None and (st.line > line or end < line):
+            continue  # the line is not in this statement
         if isinstance(st, ReturnStmt):
             if st.expr is not None:
                 index.setdefault((st.expr.line, st.expr.column), (st, st.expr))
@@ -420,19 +417,19 @@ def _collect(stmts: list[Statement], index: _Index) -> None:
                 # ``a = b = x``: the targets but the last are checked at the statement
                 index.setdefault((st.line, st.column), (st, rvalue))
         elif isinstance(st, FuncDef):
-            _collect(st.body.body, index)
+            _collect(st.body.body, index, line)
         elif isinstance(st, Decorator):
-            _collect(st.func.body.body, index)
+            _collect(st.func.body.body, index, line)
         elif isinstance(st, OverloadedFuncDef):
             for item in st.items:
-                _collect([item], index)
+                _collect([item], index, line)
             if st.impl is not None:
-                _collect([st.impl], index)
+                _collect([st.impl], index, line)
         elif isinstance(st, ClassDef):
-            _collect(st.defs.body, index)
+            _collect(st.defs.body, index, line)
         else:
             for b in _blocks(st):
-                _collect(b.body, index)
+                _collect(b.body, index, line)
 
 
 def _blocks(st: Statement) -> list[Block]:

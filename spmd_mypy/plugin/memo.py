@@ -1,5 +1,5 @@
 """One value per parsed file, computed once: the plugin's per-file facts (gradient-free
-regions, whether the file imports spmd, its boundaries by position, ...).
+regions, whether the file imports spmd, its renamed redefinitions, ...).
 
 Keyed by the tree's id and checked by identity, so a tree freed and its id reused by a new
 tree is computed again; bounded, for a long-lived daemon.  The entry keeps its tree alive.
