@@ -2,14 +2,17 @@
 regions, whether the file imports spmd, its renamed redefinitions, ...).
 
 Keyed by the tree's id and checked by identity, so a tree freed and its id reused by a new
-tree is computed again; bounded, for a long-lived daemon.  The entry keeps its tree alive.
+tree is computed again; and by the identity of the tree's statement list, because the daemon
+(dmypy) merges a re-parsed file into the same tree object (mypy/server/astmerge.py copies the
+new tree's state into the old one): the same tree with new statements is computed again.
+Bounded, for a long-lived daemon.  The entry keeps its tree alive.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Generic, TypeVar
 
-from mypy.nodes import MypyFile
+from mypy.nodes import MypyFile, Statement
 
 T = TypeVar("T")
 
@@ -18,18 +21,18 @@ class TreeMemo(Generic[T]):
     def __init__(self, compute: Callable[[MypyFile], T], limit: int = 10_000) -> None:
         self.compute = compute
         self.limit = limit
-        self._by_tree: dict[int, tuple[MypyFile, T]] = {}
+        self._by_tree: dict[int, tuple[MypyFile, list[Statement], T]] = {}
 
     def get(self, tree: MypyFile) -> T:
         cached = self._by_tree.get(id(tree))
-        if cached is None or cached[0] is not tree:
-            return self.refresh(tree)
-        return cached[1]
+        if cached is None or cached[0] is not tree or cached[1] is not tree.defs:
+            return self.put(tree, self.compute(tree))
+        return cached[2]
 
-    def refresh(self, tree: MypyFile) -> T:
-        """Compute again (the daemon merges a re-parsed file into the same tree object)."""
-        value = self.compute(tree)
+    def put(self, tree: MypyFile, value: T) -> T:
+        """Record ``value`` for ``tree`` as it is now (computed elsewhere, e.g. in one walk
+        with another fact)."""
         if len(self._by_tree) > self.limit:
             self._by_tree.clear()
-        self._by_tree[id(tree)] = (tree, value)
+        self._by_tree[id(tree)] = (tree, tree.defs, value)
         return value

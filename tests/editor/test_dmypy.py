@@ -154,3 +154,39 @@ def test_dmypy_boundary_errors_survive_edits(project: Path, daemon: Dmypy) -> No
     assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
     again = daemon("check", "m.py")  # nothing changed: the daemon's stored errors
     assert errors(again.stdout) == {(5, "spmd-mismatch")}, again.stdout
+
+
+NO_GRAD_V1 = '''\
+import torch
+from spmd import I, R, Tensor
+
+
+def f(a: Tensor[I["tp"]], b: Tensor[R["tp"]]) -> None:
+    with torch.no_grad():
+        c = a + b
+    d = a + b
+'''
+NO_GRAD_V2 = '''\
+import torch
+from spmd import I, R, Tensor
+
+
+def f(a: Tensor[I["tp"]], b: Tensor[R["tp"]]) -> None:
+    d = a + b
+    with torch.no_grad():
+        c = a + b
+'''
+
+
+def test_dmypy_gradient_free_regions_follow_edits(project: Path, daemon: Dmypy) -> None:
+    """The lines of a torch.no_grad() block (where I mixes with R) are read again after an
+    edit: the daemon merges a re-parsed file into the same tree object, so the plugin's
+    per-file facts are keyed by the tree's statements too (plugin/memo.py)."""
+    (project / "m.py").write_text(NO_GRAD_V1)
+    assert daemon("start", *DAEMON_ARGS).returncode == 0
+    first = daemon("check", "m.py")
+    assert errors(first.stdout) == {(8, "spmd-invariant-mix")}, first.stdout + daemon.log()
+    (project / "m.py").write_text(NO_GRAD_V2)
+    second = daemon("check", "m.py")
+    assert errors(second.stdout) == {(6, "spmd-invariant-mix")}, second.stdout + daemon.log()
+    assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
