@@ -123,11 +123,12 @@ class SpmdPlugin(Plugin):
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
         if uses_spmd(file):
+            # renamed first: the regions keep the names the checker will see
+            self.renamer.ensure(file)
             try:
-                prepare_file(file)
+                self.regions.record(file, prepare_file(file))
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
                 pass
-            self.renamer.ensure(file)
         return []
 
     # -- hooks (answered by dispatch.HookDispatch; these methods serve subclasses' super()) --

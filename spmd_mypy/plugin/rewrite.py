@@ -290,14 +290,17 @@ def rename_redefinitions(file: MypyFile, options: Options) -> None:
         VariableRenameVisitor().visit_mypy_file(MypyFile(defs, []))
 
 
-def prepare_file(file: MypyFile) -> None:
-    """Rewrite the file's axis strings in place (before semantic analysis)."""
-    _Walker(rewrite=True, collect=False).block(file.defs)
+def prepare_file(file: MypyFile) -> GradRegions:
+    """Rewrite the file's axis strings in place (before semantic analysis) and, in the same
+    walk, find its gradient-free regions (by name: they need no analysis)."""
+    w = _Walker(rewrite=True, collect=True)
+    w.block(file.defs)
+    return GradRegions(w.no_grad, w.detached)
 
 
 def grad_regions(file: MypyFile) -> GradRegions:
-    """The file's gradient-free regions (read at check time from the analysed tree, so a
-    module re-parsed without get_additional_deps has them too)."""
+    """The file's gradient-free regions, at check time, for a tree :func:`prepare_file` did
+    not see (a module re-parsed without get_additional_deps, a tree the daemon merged)."""
     w = _Walker(rewrite=False, collect=True)
     w.block(file.defs)
     return GradRegions(w.no_grad, w.detached)
@@ -319,6 +322,11 @@ class RegionIndex:
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
         return self._memo.get(tree) if tree is not None else None
+
+    def record(self, tree: MypyFile, regions: GradRegions) -> None:
+        """The regions found by :func:`prepare_file` (so the check does not walk the file
+        again; a tree the daemon merged or mypy re-parsed without it is walked then)."""
+        self._memo.put(tree, regions)
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
         regions = self.regions(tree)
