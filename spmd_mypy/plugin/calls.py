@@ -817,10 +817,16 @@ class CallTyper:
         return ctx.default_return_type
 
 
+# src=R and the like, read at every collective call: one (immutable) LocalType each
+_MARKER_TYPES = {f"spmd.{k}": LocalType(Kind(k)) for k in ("R", "I", "V", "P")}
+
+
 def read_local_type(expr: Expression) -> LocalType | None:
     """R/I/V/P/S(i) written as a src=/dst= argument, or None when not literal."""
-    if isinstance(expr, RefExpr) and expr.fullname in ("spmd.R", "spmd.I", "spmd.V", "spmd.P"):
-        return LocalType(Kind(expr.fullname[-1]))
+    if isinstance(expr, RefExpr):
+        marker = _MARKER_TYPES.get(expr.fullname)
+        if marker is not None:
+            return marker
     if (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
             and expr.callee.fullname in ("spmd.S", "spmd.Shard") and len(expr.args) == 1):
         a = expr.args[0]
