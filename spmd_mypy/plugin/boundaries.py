@@ -29,7 +29,8 @@ accepts, and a rejection is read back:
 relaxed to ``torch.Tensor`` (``return 3`` where a tensor is declared): mypy's error stands.
 The watcher is installed on mypy's error store by the first hook that sees it (annotation
 analysis, class definitions, every check-time hook) and checks ``return-value`` and
-``assignment`` errors: a run without errors never calls it.  It never keeps an error
+``assignment`` errors and mypy's ``Incompatible types in "yield"`` (a generator's item): a run
+without errors never calls it.  It never keeps an error
 from mypy without reporting why, except where the rule accepts the value.  Every other error
 and note of mypy's it sees keeps its meaning, with its tensor types printed as users write
 them (:mod:`.messages`).
@@ -47,6 +48,7 @@ from mypy.nodes import (
     ClassDef,
     Decorator,
     Expression,
+    ExpressionStmt,
     ForStmt,
     FuncDef,
     IfStmt,
@@ -64,6 +66,7 @@ from mypy.nodes import (
     Var,
     WhileStmt,
     WithStmt,
+    YieldExpr,
 )
 from mypy.messages import format_type
 from mypy.subtypes import is_subtype
@@ -86,6 +89,7 @@ if TYPE_CHECKING:
     from . import SpmdPlugin
 
 _CHECKED_CODES = frozenset({"return-value", "assignment"})
+_YIELD_MESSAGE = 'Incompatible types in "yield"'  # mypy's [misc] error of a yielded value
 # (value expression's line, column) -> (the return or assignment, the value)
 _Index = dict[tuple[int, int], tuple[Statement, Expression]]
 
@@ -136,7 +140,8 @@ class BoundaryChecker:
                 self._restyle(info)
                 return False
             self._replaced = None
-            if info.code is not None and info.code.code in _CHECKED_CODES:
+            code = info.code.code if info.code is not None else None
+            if code in _CHECKED_CODES or (code == "misc" and info.message.startswith(_YIELD_MESSAGE)):
                 self._reporting = True
                 try:
                     replaced = self._replace(file, info)
@@ -182,6 +187,8 @@ class BoundaryChecker:
         if not is_declared or not is_subtype(actual, relaxed):
             # mypy's error stands (an inferred variable keeps its first type; a value that is
             # no tensor at all), with the types written as users write them
+            if isinstance(stmt, ExpressionStmt):
+                return False  # a yield: mypy's message, restyled
             return self._restate(chk, info, value, actual, declared, stmt, target_expr, is_declared)
         errors = self._compare(actual, declared, value if text is None else None,
                                expr_text(value) if text is None else text,
@@ -202,7 +209,7 @@ class BoundaryChecker:
         target against its item of the tuple, at the value): mypy reports one error per
         target the value does not fit, in order, so the n-th error at a position is the
         n-th such target."""
-        if isinstance(stmt, ReturnStmt):
+        if isinstance(stmt, (ReturnStmt, ExpressionStmt)):  # a return, a yield
             return value_type, None, None
         if not isinstance(stmt, AssignmentStmt):
             return None
@@ -271,11 +278,15 @@ class BoundaryChecker:
         """The type the value must fit (the return type; ``lvalue``'s type), and whether the
         user declared it (a return type, an annotated name or attribute) rather than mypy
         inferring it from a first assignment."""
-        if isinstance(stmt, ReturnStmt):
+        if isinstance(stmt, (ReturnStmt, ExpressionStmt)):
             returns = getattr(chk, "return_types", None)
             fn = chk.scope.current_function()
             if not returns or fn is None:
                 return None
+            if isinstance(stmt, ExpressionStmt):  # ``yield v``: the generator's item type
+                if not fn.is_generator:
+                    return None
+                return chk.get_generator_yield_type(returns[-1], fn.is_coroutine), True
             if fn.is_generator:
                 return chk.get_generator_return_type(returns[-1], fn.is_coroutine), True
             if fn.is_coroutine:
@@ -321,6 +332,9 @@ class BoundaryChecker:
         except Exception:  # noqa: BLE001
             pass
         name = getattr(fn, "name", None)
+        if isinstance(stmt, ExpressionStmt):
+            by = f" by {name}" if name else ""
+            return lambda x: f"the value {x} yielded{by}"
         of = f" of {name}" if name and name != "<lambda>" else ""
         return lambda x: f"the return value {x}{of}"
 
@@ -405,6 +419,11 @@ def _collect(stmts: list[Statement], index: _Index, line: int) -> None:
         if isinstance(st, ReturnStmt):
             if st.expr is not None:
                 index.setdefault((st.expr.line, st.expr.column), (st, st.expr))
+        elif isinstance(st, ExpressionStmt):
+            e = st.expr
+            if isinstance(e, YieldExpr) and e.expr is not None:
+                # ``yield v``: mypy reports the item at the yield, not at the value
+                index.setdefault((e.line, e.column), (st, e.expr))
         elif isinstance(st, AssignmentStmt):
             rvalue, last = st.rvalue, st.lvalues[-1]
             if (isinstance(last, (TupleExpr, ListExpr)) and isinstance(rvalue, (TupleExpr, ListExpr))
