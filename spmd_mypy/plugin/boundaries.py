@@ -68,7 +68,6 @@ from mypy.nodes import (
     WithStmt,
     YieldExpr,
 )
-from mypy.messages import format_type
 from mypy.subtypes import is_subtype
 from mypy.types import (
     Instance,
@@ -80,7 +79,6 @@ from mypy.types import (
 
 from ..engine import collectives as coll
 from ..engine.errors import SpmdError
-from ..engine.types import format_type as format_spmd_type
 from .calls import expr_text
 from .codes import ERROR_CODES
 from .messages import user_form
@@ -186,10 +184,14 @@ class BoundaryChecker:
             return False
         if not is_declared or not is_subtype(actual, relaxed):
             # mypy's error stands (an inferred variable keeps its first type; a value that is
-            # no tensor at all), with the types written as users write them
-            if isinstance(stmt, ExpressionStmt):
-                return False  # a yield: mypy's message, restyled
-            return self._restate(chk, info, value, actual, declared, stmt, target_expr, is_declared)
+            # no tensor at all); _on_error prints its types as users write them
+            if not is_declared and isinstance(target_expr, NameExpr):
+                name = target_expr.name
+                hint = (f"; {name} keeps the type of its first assignment: assign to a new "
+                        f"name, or annotate {name} where it is first assigned")
+                if not info.message.endswith(hint):  # mypy reports a loop body's error again
+                    info.message += hint
+            return False
         errors = self._compare(actual, declared, value if text is None else None,
                                expr_text(value) if text is None else text,
                                self._where(chk, stmt, target_expr))
@@ -244,35 +246,6 @@ class BoundaryChecker:
         self._occurrence = self._occurrence + 1 if position == self._position else 0
         self._position = position
         return failing[self._occurrence % len(failing)] if failing else None
-
-    def _restate(self, chk: Any, info: ErrorInfo, value: Expression, actual: Type,
-                 declared: Type, stmt: Statement, target_expr: Expression | None,
-                 is_declared: bool) -> bool:
-        """mypy's message again with the tensor types in the user's form (and, for a name
-        first assigned elsewhere, what to do); False when a type is not shown plainly."""
-        have, want = self._shown(actual), self._shown(declared)
-        if have is None or want is None or info.code is None:
-            return False
-        if isinstance(stmt, ReturnStmt):
-            message = f"Incompatible return value type (got {have}, expected {want})"
-        else:
-            message = f"Incompatible types in assignment (expression has type {have}, variable has type {want})"
-            target = target_expr
-            if not is_declared and isinstance(target, NameExpr):
-                message += (f"; {target.name} keeps the type of its first assignment: assign to "
-                            f"a new name, or annotate {target.name} where it is first assigned")
-        chk.msg.fail(message, value, code=info.code)
-        return True
-
-    def _shown(self, t: Type) -> str | None:
-        """A typed tensor as users write it (``Tensor[R["tp"]]``, ``Tensor`` untyped); any
-        other type as mypy prints it (``"int"``)."""
-        st = self.plugin.types.from_type(t)
-        if st is not None:
-            return format_spmd_type(st)  # unquoted, as in every SPMD message
-        if self._relax(t)[1]:
-            return None  # a tuple or union holding typed tensors: mypy's own message
-        return format_type(t, self.plugin.options)
 
     def _target(self, chk: Any, stmt: Statement, lvalue: Expression | None) -> tuple[Type, bool] | None:
         """The type the value must fit (the return type; ``lvalue``'s type), and whether the
