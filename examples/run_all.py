@@ -24,7 +24,7 @@ import tempfile
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _launch import wait_for_ranks  # noqa: E402
+from _launch import leave_world, wait_for_ranks  # noqa: E402
 from datetime import timedelta
 from pathlib import Path
 
@@ -89,8 +89,7 @@ def worker(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(1)
-    dist.destroy_process_group()
-    return 0 if ok else 1
+    leave_world(0 if ok else 1)
 
 
 # ---- the launcher (torchrun's job when run without it) -------------------------------------

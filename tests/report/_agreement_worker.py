@@ -217,8 +217,9 @@ def worker(out_dir: Path, only: list[str] | None) -> int:
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)  # a peer may be stuck in a collective: no teardown
-    dist.destroy_process_group()
-    return 0
+    from _launch import leave_world  # type: ignore[import-not-found]
+
+    leave_world(0)
 
 
 def _free_port() -> int:
