@@ -98,6 +98,7 @@ class SpmdPlugin(Plugin):
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
         self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.dispatch.on_module)
         self.annotations = AnnotationHooks(self)
+        self._parsed = False  # a file was parsed (get_additional_deps): it will be checked
         cls = type(self)
         for name in _DISPATCHED:
             if getattr(cls, name) is getattr(SpmdPlugin, name):  # not overridden by a subclass
@@ -111,6 +112,13 @@ class SpmdPlugin(Plugin):
         """A local only ever assigned ``<expr>.detach()`` in the enclosing function."""
         return self.regions.is_detached_name(getattr(api, "tree", None), line, name)
 
+    def set_modules(self, modules: dict[str, MypyFile]) -> None:
+        super().set_modules(modules)
+        # the build's graph is loaded (its changed files parsed), no module checked yet: the
+        # watcher goes on now, so a warm run's first boundary error does not wait for a hook
+        if self._parsed:  # else nothing is checked in this build
+            self.boundaries.find_store(modules)
+
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:
         # Only modules with SPMD annotations depend on the mesh axes: the user's, and the
@@ -122,6 +130,8 @@ class SpmdPlugin(Plugin):
         return self.config.as_cache_key()
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
+        self._parsed = True
+        self.boundaries.rewatch()  # dmypy resets the error store before re-parsing an edit
         if uses_spmd(file):
             # renamed first: the regions keep the names the checker will see
             self.renamer.ensure(file)

@@ -38,10 +38,11 @@ them (:mod:`.messages`).
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any, Callable
 
 from mypy.checker_state import checker_state
-from mypy.errors import ErrorInfo, ErrorWatcher
+from mypy.errors import ErrorInfo, ErrorWatcher, Errors
 from mypy.nodes import (
     AssignmentStmt,
     Block,
@@ -125,6 +126,30 @@ class BoundaryChecker:
         # filtered by one of them (an overload attempt) never reaches this one
         watchers.insert(0, watcher)
         self._store, self._watcher = store, watcher
+
+    def find_store(self, modules: dict[str, MypyFile]) -> None:
+        """Put the watcher on the error store of the build whose module table is ``modules``.
+
+        mypy hands plugins the module table only; the build manager that refers to it also
+        refers to the error store.  Without this, a warm run's first checked module might
+        meet a boundary error before any hook ran (a module that uses only imported aliases).
+        """
+        if self._store is not None:
+            self.rewatch()
+            return
+        try:
+            for holder in gc.get_referrers(modules):
+                store = getattr(holder, "errors", None)
+                if isinstance(store, Errors) and getattr(holder, "modules", None) is modules:
+                    self.watch(store)
+                    break
+        except Exception:  # noqa: BLE001 - never crash mypy: the hooks install the watcher
+            pass
+
+    def rewatch(self) -> None:
+        """The watcher back on the store it was on (mypy's ``Errors.reset`` empties the stack)."""
+        if self._store is not None:
+            self.watch(self._store)
 
     def _on_error(self, file: str, info: ErrorInfo) -> bool:
         """True: drop mypy's error (it is replaced by spmd-mismatch errors, or the rule

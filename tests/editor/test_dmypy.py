@@ -190,3 +190,41 @@ def test_dmypy_gradient_free_regions_follow_edits(project: Path, daemon: Dmypy) 
     second = daemon("check", "m.py")
     assert errors(second.stdout) == {(6, "spmd-invariant-mix")}, second.stdout + daemon.log()
     assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
+
+
+ALIASES = '''\
+from spmd import R, S, Tensor, V
+
+Sharded = Tensor[S[0, "tp"]]
+Varying = Tensor[V["tp"]]
+Replicated = Tensor[R["tp"]]
+'''
+ALIAS_ONLY_V1 = '''\
+from aliases import Replicated, Sharded, Varying
+
+
+def f(x: Sharded) -> Varying:
+    return x
+
+
+def g(x: Replicated) -> Varying:
+    return x
+'''
+ALIAS_ONLY_V2 = ALIAS_ONLY_V1.replace("def g(x", "def renamed(x")
+
+
+def test_dmypy_alias_only_module_edits(project: Path, daemon: Dmypy) -> None:
+    """A module whose annotations are all imported aliases and which calls nothing runs no
+    hook of the plugin before its boundaries are checked: the watcher is put back on the
+    daemon's error store when the edit is parsed (get_additional_deps), so S(0) where V is
+    declared stays accepted and R where V is declared stays spmd-mismatch."""
+    (project / "aliases.py").write_text(ALIASES)
+    (project / "m.py").write_text(ALIAS_ONLY_V1)
+    assert daemon("start", *DAEMON_ARGS).returncode == 0
+    first = daemon("check", "m.py")
+    assert errors(first.stdout) == {(9, "spmd-mismatch")}, first.stdout + daemon.log()
+    (project / "m.py").write_text(ALIAS_ONLY_V2)
+    second = daemon("check", "m.py")
+    assert errors(second.stdout) == {(9, "spmd-mismatch")}, second.stdout + daemon.log()
+    assert "the return value x of renamed is" in second.stdout
+    assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))

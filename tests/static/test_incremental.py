@@ -59,3 +59,45 @@ def test_dependency_change_keeps_axis_strings_clean(tmp_path: Path) -> None:
         assert EXPECTED_B in out, out
         assert EXPECTED_B_RETURN in out, out
         assert out.count("error:") == 2, out
+
+
+ALIASES = '''
+from spmd import R, S, Tensor, V
+Sharded = Tensor[S[0, "tp"]]
+Varying = Tensor[V["tp"]]
+Replicated = Tensor[R["tp"]]
+'''
+ALIAS_ONLY = '''
+from aliases import Replicated, Sharded, Varying
+def f(x: Sharded) -> Varying:
+    return x
+def g(x: Replicated) -> Varying:
+    return x
+'''
+EXPECTED_ALIAS_ONLY = ('user.py:6: error: the return value x of g is Tensor[R["tp"]] but '
+                       'Tensor[V["tp"]] is expected')
+
+
+def test_warm_run_of_an_alias_only_module(tmp_path: Path) -> None:
+    """A warm run where the only re-checked module uses imported aliases and calls nothing:
+    no hook of the plugin runs before its boundaries are checked, so the error watcher must
+    already be on mypy's error store (found from the module table mypy hands the plugin).
+    S(0) where V is declared is accepted and R where V is declared is spmd-mismatch, in the
+    cold run and in the warm one alike."""
+    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    (tmp_path / "aliases.py").write_text(textwrap.dedent(ALIASES))
+    (tmp_path / "user.py").write_text(textwrap.dedent(ALIAS_ONLY))
+
+    def run() -> str:
+        proc = subprocess.run([sys.executable, "-m", "mypy", "aliases.py", "user.py"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+        assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        return proc.stdout
+
+    cold = run()
+    (tmp_path / "user.py").write_text(textwrap.dedent(ALIAS_ONLY) + "# edited\n")
+    warm = run()
+    for out in (cold, warm):
+        lines = [line for line in out.splitlines() if ": error:" in line]
+        assert len(lines) == 1 and lines[0].startswith(EXPECTED_ALIAS_ONLY), out
+        assert lines[0].endswith("[spmd-mismatch]"), out
