@@ -28,9 +28,10 @@ accepts, and a rejection is read back:
 "Not an SPMD matter": the value does not fit even with every typed tensor of the declared type
 relaxed to ``torch.Tensor`` (``return 3`` where a tensor is declared): mypy's error stands.
 The watcher is installed on mypy's error store by the first hook that sees it (annotation
-analysis, class definitions, every check-time hook) and checks ``return-value`` and
-``assignment`` errors and mypy's ``Incompatible types in "yield"`` (a generator's item): a run
-without errors never calls it.  It never keeps an error
+analysis, class definitions, every check-time hook; and when mypy hands the plugin its
+module table, before any module is checked) and checks ``return-value`` and ``assignment``
+errors (a lambda's body included) and mypy's ``Incompatible types in "yield"`` (a generator's
+item, wherever the yield stands): a run without errors never calls it.  It never keeps an error
 from mypy without reporting why, except where the rule accepts the value.  Every other error
 and note of mypy's it sees keeps its meaning, with its tensor types printed as users write
 them (:mod:`.messages`).
@@ -53,11 +54,13 @@ from mypy.nodes import (
     ForStmt,
     FuncDef,
     IfStmt,
+    LambdaExpr,
     ListExpr,
     MatchStmt,
     MemberExpr,
     MypyFile,
     NameExpr,
+    Node,
     OverloadedFuncDef,
     ReturnStmt,
     StarExpr,
@@ -70,6 +73,7 @@ from mypy.nodes import (
     YieldExpr,
 )
 from mypy.subtypes import is_subtype
+from mypy.traverser import all_return_statements, all_yield_expressions
 from mypy.types import (
     Instance,
     TupleType,
@@ -106,6 +110,9 @@ class BoundaryChecker:
         # mypy reports one error per failing target, in order; the last position and count
         self._position: tuple[str, int, int, int] | None = None
         self._occurrence = 0
+        # the return statements of lambdas judged by the rule (ids; the tree is alive while
+        # its module is checked, and the few kept are only compared, never dereferenced)
+        self._judged_lambda_returns: set[int] = set()
 
     # -- the watcher ----------------------------------------------------------------------
     def watch(self, store: object | None) -> None:
@@ -191,11 +198,18 @@ class BoundaryChecker:
         tree = getattr(chk, "tree", None)
         if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
             return False
-        found = _boundary_at(tree, info.line, info.column)
+        yielded = info.message.startswith(_YIELD_MESSAGE)
+        found = _boundary_at(tree, info.line, info.column, yielded)
         value_type = chk.lookup_type_or_none(found[1]) if found is not None else None
         if found is None or value_type is None:
             return False
         stmt, value = found
+        if isinstance(value, LambdaExpr):
+            # ``f: Callable[..., Tensor[V["tp"]]] = lambda t: x``: mypy first reports the
+            # lambda's return (judged by the rule just before, at the body), then the whole
+            # lambda against the Callable; the second is the same fact
+            body = value.body.body
+            return bool(body) and id(body[-1]) in self._judged_lambda_returns
         site = self._site(chk, file, info, stmt, value, value_type)
         if site is None:
             return False
@@ -223,6 +237,10 @@ class BoundaryChecker:
         if errors and not self._duality_reports(chk):
             for err in errors:
                 chk.msg.fail(err.message, value, code=ERROR_CODES[err.code])
+        if isinstance(stmt, ReturnStmt) and getattr(chk.scope.current_function(), "name", None) == "<lambda>":
+            if len(self._judged_lambda_returns) > 64:
+                self._judged_lambda_returns.clear()
+            self._judged_lambda_returns.add(id(stmt))
         return True
 
     def _site(self, chk: Any, file: str, info: ErrorInfo, stmt: Statement, value: Expression,
@@ -333,7 +351,9 @@ class BoundaryChecker:
         if isinstance(stmt, ExpressionStmt):
             by = f" by {name}" if name else ""
             return lambda x: f"the value {x} yielded{by}"
-        of = f" of {name}" if name and name != "<lambda>" else ""
+        if name == "<lambda>":
+            return lambda x: f"the value {x} returned by the lambda"
+        of = f" of {name}" if name else ""
         return lambda x: f"the return value {x}{of}"
 
     def _relax(self, t: Type) -> tuple[Type, bool]:
@@ -400,28 +420,54 @@ class BoundaryChecker:
         return False
 
 
-def _boundary_at(tree: MypyFile, line: int, column: int) -> tuple[Statement, Expression] | None:
+def _boundary_at(tree: MypyFile, line: int, column: int,
+                 yielded: bool) -> tuple[Statement, Expression] | None:
     """The return or assignment whose value is at (line, column) (or, for ``a = b = x``, the
-    statement itself).  Only the statements whose lines hold ``line`` are walked: a file's
-    errors are few, and indexing whole files showed under perf."""
+    statement itself); with ``yielded``, the ``yield v`` at (line, column) (as an expression
+    statement of the yield, wherever it stands: ``yield v``, ``y = yield v``).  Only the
+    statements whose lines hold ``line`` are walked: a file's errors are few, and indexing
+    whole files showed under perf."""
     index: _Index = {}
-    _collect(tree.defs, index, line)
-    return index.get((line, column))
+    leaves: list[Statement] = []
+    _collect(tree.defs, index, line, leaves)
+    if yielded:
+        for leaf in leaves:
+            for y, _ in all_yield_expressions(leaf):
+                if (y.line, y.column) == (line, column) and y.expr is not None:
+                    # mypy reports the item at the yield, not at the value
+                    st = ExpressionStmt(y)
+                    st.set_line(y)
+                    return st, y.expr
+        return None
+    found = index.get((line, column))
+    if found is None:
+        # a lambda's body: ``f: Callable[[A], B] = lambda t: v``, ``return lambda: v``
+        # (mypy's collector of returns stops at a return: its value is searched in turn)
+        todo: list[Node] = []
+        for leaf in leaves:
+            if not isinstance(leaf, ReturnStmt):
+                todo.append(leaf)
+            elif leaf.expr is not None:
+                todo.append(leaf.expr)
+        while todo:
+            for ret in all_return_statements(todo.pop()):
+                if ret.expr is not None:
+                    if (ret.expr.line, ret.expr.column) == (line, column):
+                        return ret, ret.expr
+                    todo.append(ret.expr)
+    return found
 
 
-def _collect(stmts: list[Statement], index: _Index, line: int) -> None:
+def _collect(stmts: list[Statement], index: _Index, line: int, leaves: list[Statement]) -> None:
     for st in stmts:
         end = st.end_line
         if end is not None and (st.line > line or end < line):
             continue  # the line is not in this statement
+        if isinstance(st, (ReturnStmt, ExpressionStmt, AssignmentStmt)):
+            leaves.append(st)
         if isinstance(st, ReturnStmt):
             if st.expr is not None:
                 index.setdefault((st.expr.line, st.expr.column), (st, st.expr))
-        elif isinstance(st, ExpressionStmt):
-            e = st.expr
-            if isinstance(e, YieldExpr) and e.expr is not None:
-                # ``yield v``: mypy reports the item at the yield, not at the value
-                index.setdefault((e.line, e.column), (st, e.expr))
         elif isinstance(st, AssignmentStmt):
             rvalue, last = st.rvalue, st.lvalues[-1]
             if (isinstance(last, (TupleExpr, ListExpr)) and isinstance(rvalue, (TupleExpr, ListExpr))
@@ -434,19 +480,19 @@ def _collect(stmts: list[Statement], index: _Index, line: int) -> None:
                 # ``a = b = x``: the targets but the last are checked at the statement
                 index.setdefault((st.line, st.column), (st, rvalue))
         elif isinstance(st, FuncDef):
-            _collect(st.body.body, index, line)
+            _collect(st.body.body, index, line, leaves)
         elif isinstance(st, Decorator):
-            _collect(st.func.body.body, index, line)
+            _collect(st.func.body.body, index, line, leaves)
         elif isinstance(st, OverloadedFuncDef):
             for item in st.items:
-                _collect([item], index, line)
+                _collect([item], index, line, leaves)
             if st.impl is not None:
-                _collect([st.impl], index, line)
+                _collect([st.impl], index, line, leaves)
         elif isinstance(st, ClassDef):
-            _collect(st.defs.body, index, line)
+            _collect(st.defs.body, index, line, leaves)
         else:
             for b in _blocks(st):
-                _collect(b.body, index, line)
+                _collect(b.body, index, line, leaves)
 
 
 def _blocks(st: Statement) -> list[Block]:

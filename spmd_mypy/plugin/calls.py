@@ -30,6 +30,7 @@ from mypy.nodes import (
     TypeAlias,
     TupleExpr,
     UnaryExpr,
+    YieldExpr,
     Var,
 )
 from mypy.plugin import FunctionContext, MethodContext
@@ -174,6 +175,8 @@ def expr_text(e: Expression | None) -> str:
         return "(" + ", ".join(expr_text(i) for i in e.items) + ("," if len(e.items) == 1 else "") + ")"
     if isinstance(e, UnaryExpr):
         return f"{e.op}{expr_text(e.expr)}"
+    if isinstance(e, YieldExpr):  # the value sent into a generator
+        return f"(yield {expr_text(e.expr)})" if e.expr is not None else "(yield)"
     return "x"
 
 
