@@ -50,6 +50,40 @@ def user_form(message: str, types: TypeBuilder) -> str | None:
         last = m.end()
         changed = True
     if not changed:
+        return _unquoted_form(message, types) if message.lstrip().startswith("def ") else None
+    parts.append(message[last:])
+    return "".join(parts)
+
+
+_UNQUOTED_TENSOR = re.compile(r"(?<![\w.])(?:spmd\._slots\.)?Tensor\[")
+
+
+def _unquoted_form(message: str, types: TypeBuilder) -> str | None:
+    """A signature mypy prints unquoted (an overload variant's note, ``def f(x: ...) -> ...``)
+    with each canonical tensor in the user's form."""
+    parts: list[str] = []
+    last = 0
+    for m in _UNQUOTED_TENSOR.finditer(message):
+        if m.start() < last:
+            continue  # inside a tensor already shown
+        depth, end = 0, -1
+        for k in range(m.end() - 1, len(message)):
+            if message[k] == "[":
+                depth += 1
+            elif message[k] == "]":
+                depth -= 1
+                if depth == 0:
+                    end = k + 1
+                    break
+        if end < 0:
+            return None
+        shown = _show(message[m.start():end], types)
+        if shown is None:
+            continue
+        parts.append(message[last:m.start()])
+        parts.append(shown)
+        last = end
+    if not parts:
         return None
     parts.append(message[last:])
     return "".join(parts)
