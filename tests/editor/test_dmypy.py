@@ -67,6 +67,21 @@ def plain(project: Path) -> str:
     return mypy(project, "--cache-dir", str(project / "plain-cache"), "m.py").stdout
 
 
+def check_across_an_edit(project: Path, daemon: Dmypy, before: tuple[str, set[tuple[int, str]]],
+                         after: tuple[str, set[tuple[int, str]]]) -> str:
+    """Start the daemon on m.py = before's source, check, edit m.py to after's, check again:
+    each check's (line, code) errors as given, the second like plain mypy's; its output."""
+    (project / "m.py").write_text(before[0])
+    assert daemon("start", *DAEMON_ARGS).returncode == 0
+    first = daemon("check", "m.py")
+    assert errors(first.stdout) == before[1], first.stdout + daemon.log()
+    (project / "m.py").write_text(after[0])
+    second = daemon("check", "m.py")
+    assert errors(second.stdout) == after[1], second.stdout + daemon.log()
+    assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
+    return second.stdout
+
+
 def test_dmypy_matches_mypy_follows_edits_and_restart_picks_up_config(project: Path, daemon: Dmypy) -> None:
     # 1. first check == plain mypy
     started = daemon("start", *DAEMON_ARGS)
@@ -182,14 +197,8 @@ def test_dmypy_gradient_free_regions_follow_edits(project: Path, daemon: Dmypy) 
     """The lines of a torch.no_grad() block (where I mixes with R) are read again after an
     edit: the daemon merges a re-parsed file into the same tree object, so the plugin's
     per-file facts are keyed by the tree's statements too (plugin/memo.py)."""
-    (project / "m.py").write_text(NO_GRAD_V1)
-    assert daemon("start", *DAEMON_ARGS).returncode == 0
-    first = daemon("check", "m.py")
-    assert errors(first.stdout) == {(8, "spmd-invariant-mix")}, first.stdout + daemon.log()
-    (project / "m.py").write_text(NO_GRAD_V2)
-    second = daemon("check", "m.py")
-    assert errors(second.stdout) == {(6, "spmd-invariant-mix")}, second.stdout + daemon.log()
-    assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
+    check_across_an_edit(project, daemon, (NO_GRAD_V1, {(8, "spmd-invariant-mix")}),
+                         (NO_GRAD_V2, {(6, "spmd-invariant-mix")}))
 
 
 ALIASES = '''\
@@ -219,12 +228,6 @@ def test_dmypy_alias_only_module_edits(project: Path, daemon: Dmypy) -> None:
     daemon's error store when the edit is parsed (get_additional_deps), so S(0) where V is
     declared stays accepted and R where V is declared stays spmd-mismatch."""
     (project / "aliases.py").write_text(ALIASES)
-    (project / "m.py").write_text(ALIAS_ONLY_V1)
-    assert daemon("start", *DAEMON_ARGS).returncode == 0
-    first = daemon("check", "m.py")
-    assert errors(first.stdout) == {(9, "spmd-mismatch")}, first.stdout + daemon.log()
-    (project / "m.py").write_text(ALIAS_ONLY_V2)
-    second = daemon("check", "m.py")
-    assert errors(second.stdout) == {(9, "spmd-mismatch")}, second.stdout + daemon.log()
-    assert "the return value x of renamed is" in second.stdout
-    assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
+    second = check_across_an_edit(project, daemon, (ALIAS_ONLY_V1, {(9, "spmd-mismatch")}),
+                                  (ALIAS_ONLY_V2, {(9, "spmd-mismatch")}))
+    assert "the return value x of renamed is" in second
