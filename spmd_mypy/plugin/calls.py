@@ -15,6 +15,7 @@ from mypy.nodes import (
     ARG_POS,
     CallExpr,
     Context,
+    Decorator,
     Expression,
     FloatExpr,
     IndexExpr,
@@ -23,12 +24,15 @@ from mypy.nodes import (
     MemberExpr,
     NameExpr,
     OpExpr,
+    OverloadedFuncDef,
     RefExpr,
     OperatorAssignmentStmt,
     StrExpr,
+    SymbolNode,
     TempNode,
     TypeAlias,
     TupleExpr,
+    TypeInfo,
     UnaryExpr,
     YieldExpr,
     Var,
@@ -59,7 +63,7 @@ from ..engine.ops import (
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from . import global_calls
 from .codes import ERROR_CODES
-from .mypy_types import TENSOR, TypeBuilder
+from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
 from .reductions import read_reduction
 
 if TYPE_CHECKING:
@@ -399,9 +403,26 @@ class CallTyper:
         if isinstance(expr, (ListExpr, TupleExpr)):
             return [(self._lookup_expr_type(ctx, i), i) for i in expr.items]
         p = get_proper_type(typ)
+        is_container = isinstance(p, TupleType) or (
+            isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS)
+        if isinstance(expr, OpExpr) and expr.op == "+" and is_container:
+            # ``torch.cat(xs + [a])``: mypy typed the sum in the parameter's context
+            # (list[torch.Tensor]); its two sides still have their own types
+            items: list[tuple[Type | None, Expression]] = []
+            for side in (expr.left, expr.right):
+                side_type = self._lookup_expr_type(ctx, side)
+                if side_type is None:
+                    return [(typ, expr)]
+                items.extend(self._container_items(side_type, side, ctx))
+            return items
         if isinstance(p, TupleType):
             return [(i, expr) for i in p.items]
         if isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
+            item = get_proper_type(p.args[0])
+            if isinstance(item, UnionType):
+                # list[Tensor[P] | Tensor[R]] (``ys = xs + [a]``): the list holds both kinds, so
+                # each is an operand (a homogeneous list typed so is checked as if mixed)
+                return [(i, expr) for i in item.items]
             return [(p.args[0], expr)]
         return [(typ, expr)]
 
@@ -751,6 +772,40 @@ class CallTyper:
         self.plugin.promotion.sync(ctx.api)
         return self.relax_signature(ctx.default_signature, ctx.context)
 
+    def widen_tensor_lists_hook(self, ctx) -> Type:  # noqa: ANN001 - FunctionSigContext
+        """A torch function's ``list[Tensor]`` parameter given a variable that holds a list
+        of typed tensors (``outs.append(y)`` ... ``torch.cat(outs)``): ``Sequence[Tensor]``
+        for this call.  A typed tensor is a tensor to torch, but ``list`` is invariant to
+        mypy.  Only for such a variable: a list display already takes the parameter's type
+        as its context, and anything else (a tuple) keeps mypy's check.  The op's own hook
+        still reads the list's item type."""
+        sig = ctx.default_signature
+        if not isinstance(sig, CallableType):
+            return sig
+        widened = list(sig.arg_types)
+        changed = False
+        for i, t in enumerate(sig.arg_types):
+            if i < len(ctx.args) and _takes_list(t) and any(self._typed_list_variable(a) for a in ctx.args[i]):
+                sequence = self.plugin.dispatch.lookup_info("typing.Sequence")
+                if sequence is None:
+                    return sig
+                widened[i] = _widen_tensor_list(t, sequence)
+                changed = True
+        return sig.copy_modified(arg_types=widened) if changed else sig
+
+    def _typed_list_variable(self, e: Expression) -> bool:
+        """A name or attribute whose declared or inferred type is a list of typed tensors."""
+        node = e.node if isinstance(e, RefExpr) else None
+        t = get_proper_type(node.type) if isinstance(node, Var) and node.type is not None else None
+        if not (isinstance(t, Instance) and t.type.fullname == "builtins.list" and t.args):
+            return False
+        item = get_proper_type(t.args[0])
+        for i in item.items if isinstance(item, UnionType) else [item]:
+            p = get_proper_type(i)
+            if isinstance(p, Instance) and p.type.fullname == TENSOR:
+                return True
+        return False
+
     def relax_signature(self, sig: CallableType, context: Context) -> CallableType:
         """The relaxed signature for a call at ``context`` (see relax_signature_hook)."""
         if not isinstance(sig, CallableType):
@@ -872,6 +927,46 @@ def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalTy
     if not axes or x is None:
         return None
     return op, tuple(axes), src, expr_text(x)
+
+
+def _is_tensor_list(t: Type) -> bool:
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.type.fullname == "builtins.list" and len(p.args) == 1:
+        item = get_proper_type(p.args[0])
+        return isinstance(item, Instance) and item.type.fullname in TORCH_TENSOR_BASES
+    return False
+
+
+def _widen_tensor_list(t: Type, sequence: TypeInfo) -> Type:
+    """``list[Tensor]`` (alone or in a union) as ``Sequence[Tensor]``; anything else as is."""
+    p = get_proper_type(t)
+    if _is_tensor_list(p):
+        assert isinstance(p, Instance)
+        return Instance(sequence, p.args, line=p.line, column=p.column)
+    if isinstance(p, UnionType) and any(_is_tensor_list(i) for i in p.items):
+        return UnionType([_widen_tensor_list(i, sequence) for i in p.items], p.line, p.column)
+    return t
+
+
+def _takes_list(t: Type) -> bool:
+    """``list[Tensor]``, alone or in a union: a parameter type to widen."""
+    p = get_proper_type(t)
+    return _is_tensor_list(p) or (isinstance(p, UnionType) and any(_is_tensor_list(i) for i in p.items))
+
+
+def takes_tensor_list(node: SymbolNode | None) -> bool:
+    """Whether the function ``node`` (any overload of it) has a ``list[Tensor]`` parameter."""
+    items: list[SymbolNode] = []
+    if isinstance(node, OverloadedFuncDef):
+        items.extend(node.items)
+    elif node is not None:
+        items.append(node)
+    for item in items:
+        t = item.func.type if isinstance(item, Decorator) else getattr(item, "type", None)
+        p = get_proper_type(t) if t is not None else None
+        if isinstance(p, CallableType) and any(_takes_list(a) for a in p.arg_types):
+            return True
+    return False
 
 
 def is_tensor_method_class(cls: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Callable
 
+from mypy.checker_state import checker_state
 from mypy.nodes import TypeInfo
 from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
@@ -55,6 +56,8 @@ class HookDispatch:
         self._function_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
         self._method_sig_cache: dict[str, Callable | None] = {}
+        self._tensor_list_cache: dict[str, Callable | None] = {}
+        self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
 
     def lookup_info(self, fullname: str) -> TypeInfo | None:
@@ -144,10 +147,40 @@ class HookDispatch:
         cache[fullname] = hook
         return hook
 
+    def _follow_module(self) -> None:
+        """The promotion switched for the module being checked before mypy checks a call's
+        arguments: mypy asks for a call's signature hook first, and a module whose first
+        calls run no hook (``outs.append(a)`` ... ``torch.cat(outs)``) would otherwise be
+        checked with the previous module's setting (results depended on the order of files)."""
+        chk = checker_state.type_checker
+        if chk is not self._module_checker:
+            self._module_checker = chk
+            if chk is not None:
+                self.plugin.promotion.sync(chk)
+
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
+        self._follow_module()
         if fullname.startswith(NO_SIGNATURE_CHECK):
-            return None
+            return self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
         return self.plugin.calls.relax_signature_hook
+
+    def _tensor_list_hook(self, fullname: str) -> Callable | None:
+        """A torch function with a ``list[Tensor]`` parameter (``torch.cat``, ``torch.stack``,
+        the ``_foreach`` ops): the hook that lets it take a list of typed tensors.  Asked once
+        per name: only the calls of such functions get a hook (mypy builds a context each)."""
+        cache = self._tensor_list_cache
+        if fullname in cache:
+            return cache[fullname]
+        hook: Callable | None = None
+        module, _, name = fullname.rpartition(".")
+        modules = self.plugin._modules
+        mod = modules.get(module) if modules is not None else None
+        sym = mod.names.get(name) if mod is not None else None
+        node = sym.node if sym is not None else None
+        if calls.takes_tensor_list(node):
+            hook = self.plugin.calls.widen_tensor_lists_hook
+        cache[fullname] = hook
+        return hook
 
     def _function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         typer = self.plugin.calls
@@ -218,6 +251,7 @@ class HookDispatch:
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
         # mypy asks at every method call: the answer for a name is kept, except for
         # __call__ and apply, which depend on the class (a module, an autograd Function)
+        self._follow_module()
         cache = self._method_sig_cache
         if fullname in cache:
             return cache[fullname]

@@ -1,0 +1,50 @@
+"""A module's results must not depend on which modules mypy checked before it.
+
+The plugin's promotion of plain ``torch.Tensor`` (gradual typing) is switched per module.  It
+used to follow the module only when a hook of the plugin ran, so a module whose first calls
+run none (builtin methods, ``torch.cat`` of a list) was checked with the previous module's
+setting: false errors when it came first or alone, none after a typed module.  The case files
+of tests/plugin run in one mypy process in alphabetical order and could not see this; here
+each order is its own process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TYPED = '''
+import torch
+from spmd import Tensor, R
+def h(x: Tensor[R["tp"]]) -> None:
+    torch.relu(x)
+'''
+FIRST_CALLS_RUN_NO_HOOK = '''
+import torch
+import spmd
+from spmd import Tensor, R, V
+def f(plain: torch.Tensor, a: Tensor[V["tp"]]) -> None:
+    d: dict[str, Tensor[R["tp"]]] = {}
+    d.update({"a": plain})
+    d.setdefault("b", plain)
+    outs = []
+    outs.append(a)
+    spmd.reveal(torch.cat(outs))
+'''
+REVEALED = 'm.py:11: note: Revealed type is Tensor[V["tp"]]'
+
+
+@pytest.mark.parametrize("files", [["m.py"], ["a.py", "m.py"], ["m.py", "a.py"]])
+def test_results_do_not_depend_on_the_order_of_modules(tmp_path: Path, files: list[str]) -> None:
+    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    (tmp_path / "a.py").write_text(textwrap.dedent(TYPED))
+    (tmp_path / "m.py").write_text(textwrap.dedent(FIRST_CALLS_RUN_NO_HOOK))
+    proc = subprocess.run([sys.executable, "-m", "mypy", *files], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("m.py")]
+    assert lines == [REVEALED], proc.stdout
