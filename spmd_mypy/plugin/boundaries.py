@@ -171,10 +171,11 @@ class BoundaryChecker:
                 return False
             self._replaced = None
             code = info.code.code if info.code is not None else None
-            if code in _CHECKED_CODES or (code == "misc" and info.message.startswith(_YIELD_MESSAGE)):
+            yielded = code == "misc" and info.message.startswith(_YIELD_MESSAGE)
+            if code in _CHECKED_CODES or yielded:
                 self._reporting = True
                 try:
-                    replaced = self._replace(file, info)
+                    replaced = self._replace(file, info, yielded)
                 finally:
                     self._reporting = False
                 if replaced:
@@ -193,12 +194,11 @@ class BoundaryChecker:
         if shown is not None:
             info.message = shown
 
-    def _replace(self, file: str, info: ErrorInfo) -> bool:
+    def _replace(self, file: str, info: ErrorInfo, yielded: bool) -> bool:
         chk: Any = checker_state.type_checker  # the TypeChecker of the module being checked
         tree = getattr(chk, "tree", None)
         if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
             return False
-        yielded = info.message.startswith(_YIELD_MESSAGE)
         found = _boundary_at(tree, info.line, info.column, yielded)
         value_type = chk.lookup_type_or_none(found[1]) if found is not None else None
         if found is None or value_type is None:

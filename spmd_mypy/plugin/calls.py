@@ -943,7 +943,7 @@ def _widen_tensor_list(t: Type, sequence: TypeInfo) -> Type:
     if _is_tensor_list(p):
         assert isinstance(p, Instance)
         return Instance(sequence, p.args, line=p.line, column=p.column)
-    if isinstance(p, UnionType) and any(_is_tensor_list(i) for i in p.items):
+    if isinstance(p, UnionType) and _takes_list(p):
         return UnionType([_widen_tensor_list(i, sequence) for i in p.items], p.line, p.column)
     return t
 

@@ -16,7 +16,7 @@ import functools
 from typing import TYPE_CHECKING, Callable
 
 from mypy.checker_state import checker_state
-from mypy.nodes import TypeInfo
+from mypy.nodes import SymbolNode, TypeInfo
 from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
 
@@ -60,8 +60,8 @@ class HookDispatch:
         self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
 
-    def lookup_info(self, fullname: str) -> TypeInfo | None:
-        """The class named ``fullname`` among the modules mypy has loaded, if any."""
+    def lookup_node(self, fullname: str) -> SymbolNode | None:
+        """The module-level definition named ``fullname`` among the modules mypy has loaded."""
         modules = self.plugin._modules
         if modules is None:
             return None
@@ -70,7 +70,11 @@ class HookDispatch:
         if mod is None:
             return None
         sym = mod.names.get(name)
-        node = sym.node if sym is not None else None
+        return sym.node if sym is not None else None
+
+    def lookup_info(self, fullname: str) -> TypeInfo | None:
+        """The class named ``fullname`` among the modules mypy has loaded, if any."""
+        node = self.lookup_node(fullname)
         return node if isinstance(node, TypeInfo) else None
 
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
@@ -172,12 +176,7 @@ class HookDispatch:
         if fullname in cache:
             return cache[fullname]
         hook: Callable | None = None
-        module, _, name = fullname.rpartition(".")
-        modules = self.plugin._modules
-        mod = modules.get(module) if modules is not None else None
-        sym = mod.names.get(name) if mod is not None else None
-        node = sym.node if sym is not None else None
-        if calls.takes_tensor_list(node):
+        if calls.takes_tensor_list(self.lookup_node(fullname)):
             hook = self.plugin.calls.widen_tensor_lists_hook
         cache[fullname] = hook
         return hook

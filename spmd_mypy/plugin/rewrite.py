@@ -179,12 +179,11 @@ class _Walker:
 
     ``rewrite``: rewrite axis strings where mypy's type-variable pass looks them up (function
     signatures, and module- or class-level assignments, where aliases live; annotations of
-    locals and ``cast()`` are not looked up).  ``collect``: find the gradient-free regions.
+    locals and ``cast()`` are not looked up).  Always: find the gradient-free regions.
     """
 
-    def __init__(self, *, rewrite: bool, collect: bool) -> None:
+    def __init__(self, *, rewrite: bool) -> None:
         self.rewrite = rewrite
-        self.collect = collect
         self.no_grad: list[tuple[int, int]] = []
         self.detached: list[tuple[int, int, str]] = []
         self._assigns: list[dict[str, list[Expression]]] = []
@@ -201,17 +200,17 @@ class _Walker:
                 rewrite_type(st.type)
                 if not _shares_parts(st.unanalyzed_type, st.type):
                     rewrite_type(st.unanalyzed_type)
-            if self.collect and in_function_class and st.name == "forward":
+            if in_function_class and st.name == "forward":
                 self.no_grad.append((st.line, st.end_line or st.line))
             self._assigns.append({})
             self._depth += 1
             self.block(st.body.body)
             self._depth -= 1
             for name, rvalues in self._assigns.pop().items():
-                if self.collect and all(_is_detach_call(r) for r in rvalues):
+                if all(_is_detach_call(r) for r in rvalues):
                     self.detached.append((st.line, st.end_line or st.line, name))
         elif isinstance(st, Decorator):
-            if self.collect and any(_is_no_grad(d) for d in st.original_decorators):
+            if any(_is_no_grad(d) for d in st.original_decorators):
                 self.no_grad.append((st.func.line, st.func.end_line or st.func.line))
             self.stmt(st.func, in_function_class)
         elif isinstance(st, OverloadedFuncDef):
@@ -220,11 +219,11 @@ class _Walker:
         elif isinstance(st, ClassDef):
             self.block(st.defs.body, _is_autograd_function(st))
         elif isinstance(st, WithStmt):
-            if self.collect and any(_is_no_grad(e) for e in st.expr):
+            if any(_is_no_grad(e) for e in st.expr):
                 self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
             self.block(st.body.body)
         elif isinstance(st, AssignmentStmt):
-            if self.collect and self._assigns:
+            if self._assigns:
                 for lv in st.lvalues:
                     if isinstance(lv, NameExpr):
                         self._assigns[-1].setdefault(lv.name, []).append(st.rvalue)
@@ -293,15 +292,17 @@ def rename_redefinitions(file: MypyFile, options: Options) -> None:
 def prepare_file(file: MypyFile) -> GradRegions:
     """Rewrite the file's axis strings in place (before semantic analysis) and, in the same
     walk, find its gradient-free regions (by name: they need no analysis)."""
-    w = _Walker(rewrite=True, collect=True)
-    w.block(file.defs)
-    return GradRegions(w.no_grad, w.detached)
+    return _walk(file, rewrite=True)
 
 
 def grad_regions(file: MypyFile) -> GradRegions:
     """The file's gradient-free regions, at check time, for a tree :func:`prepare_file` did
     not see (a module re-parsed without get_additional_deps, a tree the daemon merged)."""
-    w = _Walker(rewrite=False, collect=True)
+    return _walk(file, rewrite=False)
+
+
+def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
+    w = _Walker(rewrite=rewrite)
     w.block(file.defs)
     return GradRegions(w.no_grad, w.detached)
 
