@@ -96,7 +96,8 @@ class SpmdPlugin(Plugin):
         self.renamer = Renamer(options)  # same-block redefinitions in function bodies
         self.modules = ModuleCallTyper(self)
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
-        self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.dispatch.on_module)
+        self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.dispatch.on_module,
+                                   lambda: self._modules)
         self.annotations = AnnotationHooks(self)
         self._parsed = False  # a file was parsed (get_additional_deps): it will be checked
         cls = type(self)
@@ -131,6 +132,7 @@ class SpmdPlugin(Plugin):
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
         self._parsed = True
+        self.promotion.typed_imports.reset()  # the import graph may have changed
         self.boundaries.rewatch()  # dmypy resets the error store before re-parsing an edit
         if uses_spmd(file):
             # renamed first: the regions keep the names the checker will see

@@ -285,7 +285,9 @@ class CallTyper:
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
         # signature id -> (signature, its relaxed form or None, typed parameters by index):
         # mypy hands the same signature object for every call of a non-generic callee
-        self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, SpmdType]]] = {}
+        # and the indices of its plain list[Tensor] parameters
+        self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, SpmdType],
+                                       tuple[int, ...]]] = {}
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -770,43 +772,65 @@ class CallTyper:
         S(i) argument fits a V parameter)."""
         # a hook of its own: the promotion may still be off after an isinstance narrowing
         self.plugin.promotion.sync(ctx.api)
-        return self.relax_signature(ctx.default_signature, ctx.context)
+        return self.relax_signature(ctx.default_signature, ctx.context, ctx.args)
 
     def widen_tensor_lists_hook(self, ctx) -> Type:  # noqa: ANN001 - FunctionSigContext
         """A torch function's ``list[Tensor]`` parameter given a variable that holds a list
-        of typed tensors (``outs.append(y)`` ... ``torch.cat(outs)``): ``Sequence[Tensor]``
-        for this call.  A typed tensor is a tensor to torch, but ``list`` is invariant to
-        mypy.  Only for such a variable: a list display already takes the parameter's type
-        as its context, and anything else (a tuple) keeps mypy's check.  The op's own hook
-        still reads the list's item type."""
+        of typed tensors (``outs.append(y)`` ... ``torch.cat(outs)``): see widen_lists."""
         sig = ctx.default_signature
         if not isinstance(sig, CallableType):
             return sig
-        widened = list(sig.arg_types)
-        changed = False
-        for i, t in enumerate(sig.arg_types):
-            if i < len(ctx.args) and _takes_list(t) and any(self._typed_list_variable(a) for a in ctx.args[i]):
+        return self.widen_lists(sig, ctx.args, range(len(sig.arg_types)))
+
+    def widen_lists(self, sig: CallableType, args: list[list[Expression]],
+                    params: Sequence[int]) -> CallableType:
+        """``sig`` with its ``list[Tensor]`` parameters among ``params`` widened to
+        ``Sequence[item]`` where the argument is a variable holding a list of typed tensors,
+        for this call.  A typed tensor is a tensor to torch, but ``list`` is invariant to mypy.
+        The item is the variable's own: a list of a typed and a plain tensor (``[y, x]``) has
+        torch's ``TensorBase`` as its item (mypy's join under the gradual promotion), which is
+        no ``Tensor`` either.  Only for such a variable: a list display already takes the
+        parameter's type as its context, and anything else (a tuple) keeps mypy's check.  The
+        op's own hook still reads the list's item type."""
+        widened: list[Type] | None = None
+        for i in params:
+            if i >= len(args) or not _takes_list(sig.arg_types[i]):
+                continue
+            for a in args[i]:
+                item = self._tensor_list_item(a)
+                if item is None:
+                    continue
                 sequence = self.plugin.dispatch.lookup_info("typing.Sequence")
                 if sequence is None:
                     return sig
-                widened[i] = _widen_tensor_list(t, sequence)
-                changed = True
-        return sig.copy_modified(arg_types=widened) if changed else sig
+                if widened is None:
+                    widened = list(sig.arg_types)
+                widened[i] = _widen_tensor_list(sig.arg_types[i], sequence, item)
+                break
+        return sig.copy_modified(arg_types=widened) if widened is not None else sig
 
-    def _typed_list_variable(self, e: Expression) -> bool:
-        """A name or attribute whose declared or inferred type is a list of typed tensors."""
+    def _tensor_list_item(self, e: Expression) -> Type | None:
+        """The item type of a name or attribute whose declared or inferred type is a list of
+        typed tensors (or of their join with a plain one); None for anything else."""
         node = e.node if isinstance(e, RefExpr) else None
         t = get_proper_type(node.type) if isinstance(node, Var) and node.type is not None else None
         if not (isinstance(t, Instance) and t.type.fullname == "builtins.list" and t.args):
-            return False
+            return None
         item = get_proper_type(t.args[0])
+        typed = False
         for i in item.items if isinstance(item, UnionType) else [item]:
             p = get_proper_type(i)
-            if isinstance(p, Instance) and p.type.fullname == TENSOR:
-                return True
-        return False
+            if not isinstance(p, Instance):
+                return None
+            name = p.type.fullname
+            if name == TENSOR or name == "torch._C.TensorBase":
+                typed = True
+            elif name not in TORCH_TENSOR_BASES and name != "torch.nn.parameter.Parameter":
+                return None
+        return t.args[0] if typed else None
 
-    def relax_signature(self, sig: CallableType, context: Context) -> CallableType:
+    def relax_signature(self, sig: CallableType, context: Context,
+                        args: list[list[Expression]] | None = None) -> CallableType:
         """The relaxed signature for a call at ``context`` (see relax_signature_hook)."""
         if not isinstance(sig, CallableType):
             return sig
@@ -814,15 +838,23 @@ class CallTyper:
         if hit is None or hit[0] is not sig:
             expected: dict[int, SpmdType] = {}
             new_types = list(sig.arg_types)
+            list_params: list[int] = []
             for i, t in enumerate(sig.arg_types):
                 r = self._relax(t)
                 if r is not None:
                     new_types[i], expected[i] = r
+                elif _takes_list(t):
+                    list_params.append(i)
             if len(self._relaxed) > 50_000:  # bound the memory of a long-lived daemon
                 self._relaxed.clear()
-            hit = (sig, sig.copy_modified(arg_types=new_types) if expected else None, expected)
+            hit = (sig, sig.copy_modified(arg_types=new_types) if expected else None, expected,
+                   tuple(list_params))
             self._relaxed[id(sig)] = hit
-        _, relaxed, expected = hit
+        _, relaxed, expected, lists = hit
+        if lists and args is not None:  # a plain list[torch.Tensor] parameter: see widen_lists
+            sig = self.widen_lists(sig, args, lists)
+            if relaxed is not None:
+                relaxed = self.widen_lists(relaxed, args, lists)
         if relaxed is None:
             return sig
         self._pending[id(context)] = (context, sig, expected)
@@ -937,14 +969,13 @@ def _is_tensor_list(t: Type) -> bool:
     return False
 
 
-def _widen_tensor_list(t: Type, sequence: TypeInfo) -> Type:
-    """``list[Tensor]`` (alone or in a union) as ``Sequence[Tensor]``; anything else as is."""
+def _widen_tensor_list(t: Type, sequence: TypeInfo, item: Type) -> Type:
+    """``list[Tensor]`` (alone or in a union) as ``Sequence[item]``; anything else as is."""
     p = get_proper_type(t)
     if _is_tensor_list(p):
-        assert isinstance(p, Instance)
-        return Instance(sequence, p.args, line=p.line, column=p.column)
+        return Instance(sequence, [item], line=p.line, column=p.column)
     if isinstance(p, UnionType) and _takes_list(p):
-        return UnionType([_widen_tensor_list(i, sequence) for i in p.items], p.line, p.column)
+        return UnionType([_widen_tensor_list(i, sequence, item) for i in p.items], p.line, p.column)
     return t
 
 

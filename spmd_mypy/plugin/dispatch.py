@@ -142,7 +142,7 @@ class HookDispatch:
             hook = self.isinstance_hook
         elif hook is None and fullname == "builtins.issubclass":
             hook = _default_return
-        elif fullname == "builtins.hasattr":
+        elif fullname in ("builtins.hasattr", "builtins.type"):  # type(x) is C narrows too
             hook = NarrowingHook(self.plugin, hook)
         # isinstance narrows the whole value (and an autograd trigger reads the whole
         # Function); reveal prints every member itself
@@ -303,8 +303,8 @@ class HookDispatch:
 
 
 class NarrowingHook:
-    """``hasattr(x, "full_tensor")`` narrows like isinstance: the promotion is off for it
-    (see :meth:`HookDispatch.isinstance_hook`)."""
+    """``hasattr(x, "full_tensor")`` and ``type(x) is DTensor`` narrow like isinstance: the
+    promotion is off for them (see :meth:`HookDispatch.isinstance_hook`)."""
 
     def __init__(self, plugin: SpmdPlugin, hook: Callable[[FunctionContext], Type] | None) -> None:
         self.plugin = plugin

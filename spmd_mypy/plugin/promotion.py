@@ -6,9 +6,16 @@ a subtype of the canonical ``spmd._slots.Tensor[...]`` with any arguments, so a 
 flows into typed positions and unannotated code gets no new errors.  (A ``_promote`` would
 recurse: the canonical class subclasses torch.Tensor.)  It has a side effect: ``isinstance``
 does not narrow a declared ``torch.Tensor`` to a subclass.  So it is on only while mypy checks
-a module that uses SPMD types and off elsewhere: every check-time hook syncs it first
+a module that meets SPMD types and off elsewhere: every check-time hook syncs it first
 (:class:`Synced`), and the subtype caches of the promoted classes are reset on each switch.
 It is never on while torch itself is analysed or written to the cache.
+
+"Meets SPMD types": the module imports spmd, or it imports, directly or through other modules
+of the project, a module that does (:class:`TypedImports`).  An unannotated caller of an
+annotated module gets typed values (``list[Tensor[R["tp"]]]`` from a typed function, a typed
+attribute): without the promotion, ``list`` being invariant, passing that list where
+``list[torch.Tensor]`` is declared, or re-assigning a plain tensor to the variable, would be
+new errors in code without annotations.
 
 This module is compiled with the rest of the plugin: the wrapper runs at every hook.
 """
@@ -21,6 +28,7 @@ from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile, TypeInfo
 from mypy.typeops import make_simplified_union
 from mypy.types import Type, UnionType, get_proper_type
 from mypy.typestate import type_state
+from mypy.util import correct_relative_import
 
 from ..engine.types import UNTYPED
 from .memo import TreeMemo
@@ -34,15 +42,18 @@ class Promotion:
     """Whether the module being checked uses SPMD types, and the promotion switched to match."""
 
     def __init__(self, types: TypeBuilder, lookup_info: Callable[[str], TypeInfo | None],
-                 on_module: Callable[[object], None]) -> None:
+                 on_module: Callable[[object], None],
+                 modules: Callable[[], dict[str, MypyFile] | None]) -> None:
         self.types = types
         self.lookup_info = lookup_info
         self.on_module = on_module  # called with mypy's error store when the module changes
         self.module: str | None = None  # the module the last sync saw
         self.wanted = False  # that module uses SPMD types
+        self.promoted = False  # that module meets SPMD types (uses them or imports them)
         self.on = False
         self.typed_modules: set[str] = set()  # modules with a Tensor[...] annotation
         self._imports: TreeMemo[bool] = TreeMemo(uses_spmd)
+        self.typed_imports = TypedImports(modules)
 
     def sync(self, api: object) -> None:
         tree = getattr(api, "tree", None)
@@ -53,7 +64,8 @@ class Promotion:
             self.on_module(getattr(msg, "errors", None))
             self.wanted = module in self.typed_modules or (
                 isinstance(tree, MypyFile) and self.imports_spmd(tree))
-        self.set(self.wanted)
+            self.promoted = self.wanted or self.typed_imports.reaches_spmd(module)
+        self.set(self.promoted)
 
     def set(self, on: bool) -> None:
         if on == self.on:
@@ -135,6 +147,89 @@ class Promotion:
                     new[i][j] = m
             cases.append(ctx._replace(**fields))
         return cases
+
+
+class TypedImports:
+    """Which modules meet SPMD types through their imports: a module reaches spmd when it
+    imports spmd, or imports a module of the project that reaches spmd::
+
+        c.py (no annotations) -> lib.py (Tensor[...] from mytypes) -> mytypes.py -> spmd
+
+    The import edges of a module are read from its symbol table (imported names, also for a
+    module loaded from mypy's cache) and, for a parsed module, its import statements (those
+    inside functions too).  Installed packages and typeshed are not followed: torch never
+    counts, and megatron-core's stubs keep their own gradual rule.  Answers are kept until a
+    file is parsed again (:meth:`reset`); one search marks every module it saw when it finds
+    nothing, so a whole build costs one pass over the project's import graph."""
+
+    def __init__(self, modules: Callable[[], dict[str, MypyFile] | None]) -> None:
+        self.modules = modules
+        self._reaches: dict[str, bool] = {}
+
+    def reset(self) -> None:
+        self._reaches.clear()
+
+    def reaches_spmd(self, start: str) -> bool:
+        known = self._reaches.get(start)
+        if known is not None:
+            return known
+        modules = self.modules()
+        if modules is None:
+            return False
+        seen = {start}
+        todo = [start]
+        found = False
+        while todo and not found:
+            tree = modules.get(todo.pop())
+            if tree is None or _is_installed(tree):
+                continue
+            for dep in _imported_modules(tree, modules):
+                if _is_spmd(dep) or self._reaches.get(dep, False):
+                    found = True
+                    break
+                if dep not in seen and dep not in self._reaches:  # a known False: nothing there
+                    seen.add(dep)
+                    todo.append(dep)
+        if found:
+            self._reaches[start] = True
+        else:  # every module seen reaches only modules seen: none of them reaches spmd
+            for module in seen:
+                self._reaches[module] = False
+        return found
+
+
+def _is_installed(tree: MypyFile) -> bool:
+    path = tree.path.replace("\\", "/")
+    return "-packages/" in path or "/typeshed/" in path
+
+
+def _imported_modules(tree: MypyFile, modules: dict[str, MypyFile]) -> set[str]:
+    """The modules ``tree`` imports from (those mypy has loaded, and spmd's)."""
+    own = tree.fullname
+    found: set[str] = set()
+    for sym in tree.names.values():
+        node = sym.node
+        name = node.fullname if node is not None else (sym.cross_ref or "")
+        if not name or name == own or name.startswith(own + "."):
+            continue  # defined here
+        if isinstance(node, MypyFile) or name in modules:
+            found.add(name)
+            continue
+        module = name.rpartition(".")[0]
+        while module and module not in modules and not _is_spmd(module):
+            module = module.rpartition(".")[0]
+        if module:
+            found.add(module)
+    for imp in tree.imports:
+        if isinstance(imp, Import):
+            found.update(i for i, _ in imp.ids)
+        elif isinstance(imp, (ImportFrom, ImportAll)):
+            base, _ = correct_relative_import(own, imp.relative, imp.id, tree.is_package_init_file())
+            found.add(base)
+            if isinstance(imp, ImportFrom):
+                found.update(sub for n, _ in imp.names if (sub := f"{base}.{n}") in modules)
+    found.discard(own)
+    return found
 
 
 class Synced:

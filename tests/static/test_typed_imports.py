@@ -1,0 +1,100 @@
+"""Gradual typing across modules: an unannotated module that calls an annotated one gets no
+new errors.
+
+A module without SPMD annotations that imports a typed module (here through a module of
+aliases, ``c -> lib -> mytypes -> spmd``) receives typed values: ``list[Tensor[R["tp"]]]``
+from a typed function, typed attributes, a typed module-level dict.  With plain
+``torch.Tensor`` annotations in ``lib`` the same code type-checks; with SPMD types it used to
+meet mypy's invariance and re-assignment errors (7 false errors in CALLER), because the
+gradual promotion of plain tensors was on only in modules that import spmd themselves.  Each
+run is its own mypy process: a cold one, then a warm one where ``lib`` and ``mytypes`` come
+from the cache and only the caller is checked again.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+MYTYPES = '''
+from spmd import R, Tensor
+Act = Tensor[R["tp"]]
+'''
+LIB = '''
+from typing import Optional
+import torch
+from mytypes import Act
+
+class Layer(torch.nn.Module):
+    weight: Act
+    cache: list[Act]
+    def parts(self, x: Act) -> tuple[Act, Act]:
+        return x, x
+
+def one(a: Act) -> Act:
+    return a
+
+def maybe(a: Act) -> Optional[Act]:
+    return a
+
+def make_outs(a: Act) -> list[Act]:
+    return [a, a]
+
+STATE: dict[str, Act] = {}
+'''
+CALLER = '''
+from typing import Optional
+import torch
+from torch.distributed.tensor import DTensor
+from lib import STATE, Layer, make_outs, maybe, one
+
+def total(xs: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(xs)
+
+def h(x: torch.Tensor, layer: Layer, t: torch.Tensor) -> torch.Tensor:
+    y = one(x)
+    y = x
+    w = layer.weight
+    w = x
+    total(layer.cache)
+    a, b = layer.parts(x)
+    a = x
+    m = maybe(x)
+    m = x
+    s: dict[str, torch.Tensor] = STATE
+    o: Optional[torch.Tensor] = maybe(x)
+    lst = [one(x)]
+    lst.append(x)
+    outs = make_outs(x)
+    total(outs)
+    torch.cat(make_outs(x))
+    mixed = [one(x), x]
+    total(mixed)
+    if type(t) is DTensor:
+        t.to_local()
+    if isinstance(t, DTensor):
+        t.to_local()
+    return y
+'''
+
+
+def _mypy(root: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "mypy", "caller.py", "lib.py", "mytypes.py"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert "INTERNAL ERROR" not in out, out
+    return out
+
+
+def test_an_unannotated_caller_of_a_typed_module_gets_no_new_errors(tmp_path: Path) -> None:
+    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    for name, text in (("mytypes.py", MYTYPES), ("lib.py", LIB), ("caller.py", CALLER)):
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    cold = _mypy(tmp_path)
+    assert cold.startswith("Success: no issues found in 3 source files"), cold
+    with open(tmp_path / "caller.py", "a") as f:  # only the caller is checked again
+        f.write("# edited\n")
+    warm = _mypy(tmp_path)
+    assert warm.startswith("Success: no issues found in 3 source files"), warm
