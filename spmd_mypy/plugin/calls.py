@@ -288,6 +288,8 @@ class CallTyper:
         # and the indices of its plain list[Tensor] parameters
         self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, SpmdType],
                                        tuple[int, ...]]] = {}
+        # signature id -> (signature, the same with a plain result): see plain_result
+        self._plain_results: dict[int, tuple[CallableType, CallableType]] = {}
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -771,8 +773,29 @@ class CallTyper:
         reports a mismatch as ``spmd-mismatch`` with the collective that fixes it (and an
         S(i) argument fits a V parameter)."""
         # a hook of its own: the promotion may still be off after an isinstance narrowing
-        self.plugin.promotion.sync(ctx.api)
-        return self.relax_signature(ctx.default_signature, ctx.context, ctx.args)
+        promotion = self.plugin.promotion
+        promotion.sync(ctx.api)
+        sig = self.relax_signature(ctx.default_signature, ctx.context, ctx.args)
+        return sig if promotion.wanted else self.plain_result(sig)
+
+    def plain_result(self, sig: CallableType) -> CallableType:
+        """``sig`` with plain ``torch.Tensor`` for every typed tensor in its result: what a
+        typed callee returns into a module that uses no SPMD types.  Gradual: such a module
+        sees the values as it would if the callee were annotated with ``torch.Tensor``, so
+        ``h = column(x); h = row(h)`` (V, then P) is no re-assignment error there, and no
+        SPMD rule is applied to code its author has not annotated (as the Megatron mappings
+        of the shipped stubs, whose results are untyped there)."""
+        if not isinstance(sig, CallableType):
+            return sig
+        hit = self._plain_results.get(id(sig))
+        if hit is None or hit[0] is not sig:
+            plain = self.plugin.dispatch.lookup_info("torch._tensor.Tensor")
+            ret = erase_typed_tensors(sig.ret_type, Instance(plain, [])) if plain is not None else None
+            if len(self._plain_results) > 50_000:  # bound the memory of a long-lived daemon
+                self._plain_results.clear()
+            hit = (sig, sig.copy_modified(ret_type=ret) if ret is not None else sig)
+            self._plain_results[id(sig)] = hit
+        return hit[1]
 
     def widen_tensor_lists_hook(self, ctx) -> Type:  # noqa: ANN001 - FunctionSigContext
         """A torch function's ``list[Tensor]`` parameter given a variable that holds a list
@@ -977,6 +1000,44 @@ def _widen_tensor_list(t: Type, sequence: TypeInfo, item: Type) -> Type:
     if isinstance(p, UnionType) and _takes_list(p):
         return UnionType([_widen_tensor_list(i, sequence, item) for i in p.items], p.line, p.column)
     return t
+
+
+def erase_typed_tensors(t: Type, plain: Instance, depth: int = 0) -> Type | None:
+    """``t`` with ``plain`` for every typed tensor in it (through containers, tuples,
+    unions and callables); None when there is none."""
+    if depth > 8:  # a recursive alias: leave it
+        return None
+    p = get_proper_type(t)
+    if isinstance(p, Instance):
+        if p.type.fullname == TENSOR:
+            return plain
+        args = _erase_all(p.args, plain, depth)
+        return p.copy_modified(args=args) if args is not None else None
+    if isinstance(p, TupleType):
+        items = _erase_all(p.items, plain, depth)
+        return p.copy_modified(items=items) if items is not None else None
+    if isinstance(p, UnionType):
+        items = _erase_all(p.items, plain, depth)
+        return UnionType(items, p.line, p.column) if items is not None else None
+    if isinstance(p, CallableType):
+        ret = erase_typed_tensors(p.ret_type, plain, depth + 1)
+        args = _erase_all(p.arg_types, plain, depth)
+        if ret is None and args is None:
+            return None
+        return p.copy_modified(ret_type=ret if ret is not None else p.ret_type,
+                               arg_types=args if args is not None else p.arg_types)
+    return None
+
+
+def _erase_all(types: Sequence[Type], plain: Instance, depth: int) -> list[Type] | None:
+    new: list[Type] | None = None
+    for i, t in enumerate(types):
+        e = erase_typed_tensors(t, plain, depth + 1)
+        if e is not None:
+            if new is None:
+                new = list(types)
+            new[i] = e
+    return new
 
 
 def _takes_list(t: Type) -> bool:

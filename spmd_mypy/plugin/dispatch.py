@@ -230,8 +230,9 @@ class HookDispatch:
         result = self.plugin.calls.check_arguments_hook(ctx)
         if self.plugin.promotion.wanted:
             return result
-        ret = get_proper_type(ctx.default_return_type)
-        if isinstance(ret, Instance) and ret.type.fullname == TENSOR:
+        ret = get_proper_type(ctx.default_return_type)  # the stubs' typed result, which
+        # the signature hook has made plain torch.Tensor here (CallTyper.plain_result)
+        if isinstance(ret, Instance) and ret.type.fullname in (TENSOR, "torch._tensor.Tensor"):
             return AnyType(TypeOfAny.special_form)
         return result
 

@@ -5,8 +5,10 @@ A module without SPMD annotations that imports a typed module (here through a mo
 aliases, ``c -> lib -> mytypes -> spmd``) receives typed values: ``list[Tensor[R["tp"]]]``
 from a typed function, typed attributes, a typed module-level dict.  With plain
 ``torch.Tensor`` annotations in ``lib`` the same code type-checks; with SPMD types it used to
-meet mypy's invariance and re-assignment errors (7 false errors in CALLER), because the
-gradual promotion of plain tensors was on only in modules that import spmd themselves.  Each
+meet mypy's invariance and re-assignment errors (false errors in CALLER), because the
+gradual promotion of plain tensors was on only in modules that import spmd themselves, and a
+typed callee's result kept its SPMD type there (``h = column(x); h = row(h)``: V, then P, a
+re-assignment error; ``gelu`` of the P value an SPMD error in code nobody annotated).  Each
 run is its own mypy process: a cold one, then a warm one where ``lib`` and ``mytypes`` come
 from the cache and only the caller is checked again.
 """
@@ -25,6 +27,8 @@ Act = Tensor[R["tp"]]
 LIB = '''
 from typing import Optional
 import torch
+import spmd
+from spmd import P, R, S, Tensor, V
 from mytypes import Act
 
 class Layer(torch.nn.Module):
@@ -42,13 +46,25 @@ def maybe(a: Act) -> Optional[Act]:
 def make_outs(a: Act) -> list[Act]:
     return [a, a]
 
+def column(x: Act, w: Tensor[S[0, "tp"]]) -> Tensor[V["tp"]]:
+    return x @ w.T
+
+def row(h: Tensor[V["tp"]], w: Tensor[S[1, "tp"]]) -> Tensor[P["tp"]]:
+    return spmd.convert(h @ w.T, "tp", src=V, dst=P)
+
+def split(x: Act) -> tuple[Tensor[V["tp"]], Act]:
+    return spmd.reinterpret(x, "tp", src=R, dst=V), x
+
+def fresh() -> Act:
+    raise NotImplementedError
+
 STATE: dict[str, Act] = {}
 '''
 CALLER = '''
 from typing import Optional
 import torch
 from torch.distributed.tensor import DTensor
-from lib import STATE, Layer, make_outs, maybe, one
+from lib import STATE, Layer, column, fresh, make_outs, maybe, one, row, split
 
 def total(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(xs)
@@ -76,6 +92,13 @@ def h(x: torch.Tensor, layer: Layer, t: torch.Tensor) -> torch.Tensor:
         t.to_local()
     if isinstance(t, DTensor):
         t.to_local()
+    h = column(x, x)
+    h = row(h, x)
+    h = torch.nn.functional.gelu(h)
+    u, v = split(x)
+    u = v
+    f = fresh()
+    f = column(f, x)
     return y
 '''
 
