@@ -245,7 +245,10 @@ class HookDispatch:
         # keeps any class with an alt promotion).  Off until the next hook syncs it again, which
         # every call's hooks do first; a return or an assignment in between is judged by the
         # boundary watcher, which accepts a plain tensor (see Promotion.narrowing).
-        self.plugin.promotion.narrowing()
+        arg = get_proper_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
+        # a Parameter narrowed to a subclass (isinstance(p, MyParam)) needs Parameter's off too
+        self.plugin.promotion.narrowing(
+            parameters=isinstance(arg, Instance) and arg.type.has_base("torch.nn.parameter.Parameter"))
         return ctx.default_return_type
 
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
@@ -313,7 +316,7 @@ class NarrowingHook:
 
     def __call__(self, ctx: FunctionContext) -> Type:
         result = self.hook(ctx) if self.hook is not None else ctx.default_return_type
-        self.plugin.promotion.narrowing()
+        self.plugin.promotion.narrowing(parameters=True)
         return result
 
 

@@ -75,14 +75,17 @@ class Promotion:
                 return
         self.on = on
 
-    def narrowing(self) -> None:
-        """Off for ``isinstance``/``hasattr`` narrowing, until the next hook: mypy does not
-        narrow a declared type whose class has an alt promotion.  Only torch.Tensor's is
-        switched off: a value narrowed to Parameter stays promoted (Parameter's promotion
-        does not stop narrowing), so ``[p]`` or ``y: Tensor[...] = p`` right after
-        ``isinstance(p, nn.Parameter)`` still type without a hook in between."""
-        if self._switch(_PROMOTED[0], False):
-            self.on = False
+    def narrowing(self, parameters: bool = False) -> None:
+        """Off for ``isinstance``/``hasattr``/``type(x) is C`` narrowing, until the next hook:
+        mypy does not narrow a declared type whose class has an alt promotion.  For
+        isinstance only torch.Tensor's is switched off: a value narrowed to Parameter stays
+        promoted, so ``[p]`` or ``y: Tensor[...] = p`` right after ``isinstance(p,
+        nn.Parameter)`` still type without a hook in between.  ``parameters``: Parameter's
+        too, for a value declared as a Parameter (``hasattr(p, "main_grad")`` on Megatron's
+        parameters)."""
+        for name in _PROMOTED if parameters else _PROMOTED[:1]:
+            if self._switch(name, False):
+                self.on = False
 
     def _switch(self, name: str, on: bool) -> bool:
         """Set one class's promotion; False when the canonical class is not known yet."""
@@ -157,10 +160,10 @@ class TypedImports:
 
     The import edges of a module are read from its symbol table (imported names, also for a
     module loaded from mypy's cache) and, for a parsed module, its import statements (those
-    inside functions too).  Installed packages and typeshed are not followed: torch never
-    counts, and megatron-core's stubs keep their own gradual rule.  Answers are kept until a
-    file is parsed again (:meth:`reset`); one search marks every module it saw when it finds
-    nothing, so a whole build costs one pass over the project's import graph."""
+    inside functions too).  Installed packages, typeshed and stub files are not followed:
+    torch never counts, and megatron-core's stubs keep their own gradual rule.  Answers are
+    kept until a file is parsed again (:meth:`reset`); a search that finds nothing marks
+    every module it saw, so a whole build costs one pass over the project's import graph."""
 
     def __init__(self, modules: Callable[[], dict[str, MypyFile] | None]) -> None:
         self.modules = modules
@@ -199,8 +202,11 @@ class TypedImports:
 
 
 def _is_installed(tree: MypyFile) -> bool:
+    """An installed package, typeshed, or a stub file (a library's interface, as the Megatron
+    stubs, which import spmd: megatron-core's own modules do not count as typed because
+    of them, wherever the stubs are found)."""
     path = tree.path.replace("\\", "/")
-    return "-packages/" in path or "/typeshed/" in path
+    return tree.is_stub or "-packages/" in path or "/typeshed/" in path
 
 
 def _imported_modules(tree: MypyFile, modules: dict[str, MypyFile]) -> set[str]:

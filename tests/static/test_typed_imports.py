@@ -102,9 +102,27 @@ def h(x: torch.Tensor, layer: Layer, t: torch.Tensor) -> torch.Tensor:
     return y
 '''
 
+# A typed stub file (as megatron-core's stubs, which import spmd) does not make its importers
+# count as typed: they keep mypy's usual join of a typed and a plain tensor (torch.Tensor;
+# under the promotion it would be torch's TensorBase).
+TYPED_STUB = '''
+from spmd import R, Tensor
+WEIGHT: Tensor[R["tp"]]
+'''
+STUB_CALLER = '''
+import torch
+import typedstub
+
+def g(plain: torch.Tensor) -> None:
+    plain = plain.abs()
+    reveal_type([typedstub.WEIGHT, plain])
+'''
+FILES = ("caller.py", "lib.py", "mytypes.py", "typedstub.pyi", "stubcaller.py")
+EXPECTED = 'stubcaller.py:7: note: Revealed type is "list[torch._tensor.Tensor]"'
+
 
 def _mypy(root: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "mypy", "caller.py", "lib.py", "mytypes.py"],
+    proc = subprocess.run([sys.executable, "-m", "mypy", *FILES],
                           cwd=root, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert "INTERNAL ERROR" not in out, out
@@ -113,11 +131,13 @@ def _mypy(root: Path) -> str:
 
 def test_an_unannotated_caller_of_a_typed_module_gets_no_new_errors(tmp_path: Path) -> None:
     (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
-    for name, text in (("mytypes.py", MYTYPES), ("lib.py", LIB), ("caller.py", CALLER)):
+    for name, text in (("mytypes.py", MYTYPES), ("lib.py", LIB), ("caller.py", CALLER),
+                       ("typedstub.pyi", TYPED_STUB), ("stubcaller.py", STUB_CALLER)):
         (tmp_path / name).write_text(textwrap.dedent(text))
     cold = _mypy(tmp_path)
-    assert cold.startswith("Success: no issues found in 3 source files"), cold
-    with open(tmp_path / "caller.py", "a") as f:  # only the caller is checked again
-        f.write("# edited\n")
+    assert cold.splitlines() == [EXPECTED, "Success: no issues found in 5 source files"], cold
+    for name in ("caller.py", "stubcaller.py"):  # only the callers are checked again
+        with open(tmp_path / name, "a") as f:
+            f.write("# edited\n")
     warm = _mypy(tmp_path)
-    assert warm.startswith("Success: no issues found in 3 source files"), warm
+    assert warm.splitlines() == [EXPECTED, "Success: no issues found in 5 source files"], warm
