@@ -221,6 +221,12 @@ class BoundaryChecker:
         relaxed, typed = self._relax(declared)
         if not typed:
             return False
+        if (not is_declared and self.plugin.promotion.promoted and is_subtype(actual, relaxed)
+                and not self.plugin.types.from_type(actual)):
+            # a plain tensor into a variable that first held a typed one: what the promotion
+            # accepts, met while an isinstance/hasattr narrowing has it off (until the next
+            # hook: ``if hasattr(m, "s"): ...`` then ``w = torch.zeros_like(w)``)
+            return True
         if not is_declared or not is_subtype(actual, relaxed):
             # mypy's error stands (an inferred variable keeps its first type; a value that is
             # no tensor at all); _on_error prints its types as users write them
