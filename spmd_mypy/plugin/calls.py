@@ -789,8 +789,7 @@ class CallTyper:
             return sig
         hit = self._plain_results.get(id(sig))
         if hit is None or hit[0] is not sig:
-            plain = self.plugin.dispatch.lookup_info("torch._tensor.Tensor")
-            ret = erase_typed_tensors(sig.ret_type, Instance(plain, [])) if plain is not None else None
+            ret = erase_typed_tensors(sig.ret_type)
             if len(self._plain_results) > 50_000:  # bound the memory of a long-lived daemon
                 self._plain_results.clear()
             hit = (sig, sig.copy_modified(ret_type=ret) if ret is not None else sig)
@@ -799,23 +798,23 @@ class CallTyper:
 
     def widen_tensor_lists_hook(self, ctx) -> Type:  # noqa: ANN001 - FunctionSigContext
         """A torch function's ``list[Tensor]`` parameter given a variable that holds a list
-        of typed tensors (``outs.append(y)`` ... ``torch.cat(outs)``): see widen_lists."""
+        of typed tensors (``outs.append(y)`` ... ``torch.cat(outs)``): see widened_lists."""
         sig = ctx.default_signature
         if not isinstance(sig, CallableType):
             return sig
-        return self.widen_lists(sig, ctx.args, range(len(sig.arg_types)))
+        return _with_arg_types(sig, self.widened_lists(sig, ctx.args, range(len(sig.arg_types))))
 
-    def widen_lists(self, sig: CallableType, args: list[list[Expression]],
-                    params: Sequence[int]) -> CallableType:
-        """``sig`` with its ``list[Tensor]`` parameters among ``params`` widened to
+    def widened_lists(self, sig: CallableType, args: list[list[Expression]],
+                      params: Sequence[int]) -> dict[int, Type]:
+        """The ``list[Tensor]`` parameters of ``sig`` among ``params`` widened to
         ``Sequence[item]`` where the argument is a variable holding a list of typed tensors,
-        for this call.  A typed tensor is a tensor to torch, but ``list`` is invariant to mypy.
+        for this call, by index.  A typed tensor is a tensor to torch, but ``list`` is invariant to mypy.
         The item is the variable's own: a list of a typed and a plain tensor (``[y, x]``) has
         torch's ``TensorBase`` as its item (mypy's join under the gradual promotion), which is
         no ``Tensor`` either.  Only for such a variable: a list display already takes the
         parameter's type as its context, and anything else (a tuple) keeps mypy's check.  The
         op's own hook still reads the list's item type."""
-        widened: list[Type] | None = None
+        widened: dict[int, Type] = {}
         for i in params:
             if i >= len(args) or not _takes_list(sig.arg_types[i]):
                 continue
@@ -825,12 +824,10 @@ class CallTyper:
                     continue
                 sequence = self.plugin.dispatch.lookup_info("typing.Sequence")
                 if sequence is None:
-                    return sig
-                if widened is None:
-                    widened = list(sig.arg_types)
+                    return {}
                 widened[i] = _widen_tensor_list(sig.arg_types[i], sequence, item)
                 break
-        return sig.copy_modified(arg_types=widened) if widened is not None else sig
+        return widened
 
     def _tensor_list_item(self, e: Expression) -> Type | None:
         """The item type of a name or attribute whose declared or inferred type is a list of
@@ -874,10 +871,11 @@ class CallTyper:
                    tuple(list_params))
             self._relaxed[id(sig)] = hit
         _, relaxed, expected, lists = hit
-        if lists and args is not None:  # a plain list[torch.Tensor] parameter: see widen_lists
-            sig = self.widen_lists(sig, args, lists)
+        if lists and args is not None:  # a plain list[torch.Tensor] parameter: see widened_lists
+            widened = self.widened_lists(sig, args, lists)  # never a relaxed parameter
+            sig = _with_arg_types(sig, widened)
             if relaxed is not None:
-                relaxed = self.widen_lists(relaxed, args, lists)
+                relaxed = _with_arg_types(relaxed, widened)
         if relaxed is None:
             return sig
         self._pending[id(context)] = (context, sig, expected)
@@ -992,6 +990,16 @@ def _is_tensor_list(t: Type) -> bool:
     return False
 
 
+def _with_arg_types(sig: CallableType, changes: dict[int, Type]) -> CallableType:
+    """``sig`` with the parameter types in ``changes`` (by index) replaced."""
+    if not changes:
+        return sig
+    arg_types = list(sig.arg_types)
+    for i, t in changes.items():
+        arg_types[i] = t
+    return sig.copy_modified(arg_types=arg_types)
+
+
 def _widen_tensor_list(t: Type, sequence: TypeInfo, item: Type) -> Type:
     """``list[Tensor]`` (alone or in a union) as ``Sequence[item]``; anything else as is."""
     p = get_proper_type(t)
@@ -1002,26 +1010,27 @@ def _widen_tensor_list(t: Type, sequence: TypeInfo, item: Type) -> Type:
     return t
 
 
-def erase_typed_tensors(t: Type, plain: Instance, depth: int = 0) -> Type | None:
-    """``t`` with ``plain`` for every typed tensor in it (through containers, tuples,
-    unions and callables); None when there is none."""
+def erase_typed_tensors(t: Type, depth: int = 0) -> Type | None:
+    """``t`` with plain ``torch.Tensor`` (the canonical class's base, as in ``_relax``) for
+    every typed tensor in it (through containers, tuples, unions and callables); None when
+    there is none."""
     if depth > 8:  # a recursive alias: leave it
         return None
     p = get_proper_type(t)
     if isinstance(p, Instance):
         if p.type.fullname == TENSOR:
-            return plain
-        args = _erase_all(p.args, plain, depth)
+            return p.type.bases[0] if p.type.bases else None
+        args = _erase_all(p.args, depth)
         return p.copy_modified(args=args) if args is not None else None
     if isinstance(p, TupleType):
-        items = _erase_all(p.items, plain, depth)
+        items = _erase_all(p.items, depth)
         return p.copy_modified(items=items) if items is not None else None
     if isinstance(p, UnionType):
-        items = _erase_all(p.items, plain, depth)
+        items = _erase_all(p.items, depth)
         return UnionType(items, p.line, p.column) if items is not None else None
     if isinstance(p, CallableType):
-        ret = erase_typed_tensors(p.ret_type, plain, depth + 1)
-        args = _erase_all(p.arg_types, plain, depth)
+        ret = erase_typed_tensors(p.ret_type, depth + 1)
+        args = _erase_all(p.arg_types, depth)
         if ret is None and args is None:
             return None
         return p.copy_modified(ret_type=ret if ret is not None else p.ret_type,
@@ -1029,10 +1038,10 @@ def erase_typed_tensors(t: Type, plain: Instance, depth: int = 0) -> Type | None
     return None
 
 
-def _erase_all(types: Sequence[Type], plain: Instance, depth: int) -> list[Type] | None:
+def _erase_all(types: Sequence[Type], depth: int) -> list[Type] | None:
     new: list[Type] | None = None
     for i, t in enumerate(types):
-        e = erase_typed_tensors(t, plain, depth + 1)
+        e = erase_typed_tensors(t, depth + 1)
         if e is not None:
             if new is None:
                 new = list(types)
