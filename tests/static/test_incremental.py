@@ -5,10 +5,12 @@ boundaries (returns, assignments) must still be spmd-mismatch errors."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mypy_project import run_mypy, write_config  # noqa: E402
 
 A = '''
 from spmd import Tensor, R
@@ -37,23 +39,16 @@ EXPECTED_B_RETURN = ('b.py:15: error: the return value p of k is Tensor[P["tp"]]
                      'is expected')
 
 
-def _mypy(project: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "mypy", "a.py", "b.py"], cwd=project,
-                          capture_output=True, text=True, timeout=600)
-    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return proc.stdout
-
-
 def test_dependency_change_keeps_axis_strings_clean(tmp_path: Path) -> None:
-    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    write_config(tmp_path)
     (tmp_path / "a.py").write_text(textwrap.dedent(A))
     (tmp_path / "b.py").write_text(textwrap.dedent(B))
-    outputs = [_mypy(tmp_path)]
+    outputs = [run_mypy(tmp_path, "a.py", "b.py")]
     # change a's interface: b is re-checked because of its dependency, not its own change
     (tmp_path / "a.py").write_text(textwrap.dedent(A) + "def extra() -> int:\n    return 1\n")
-    outputs.append(_mypy(tmp_path))
+    outputs.append(run_mypy(tmp_path, "a.py", "b.py"))
     (tmp_path / "a.py").write_text(textwrap.dedent(A) + "def extra() -> str:\n    return ''\n")
-    outputs.append(_mypy(tmp_path))
+    outputs.append(run_mypy(tmp_path, "a.py", "b.py"))
     for out in outputs:
         assert "name-defined" not in out, out
         assert EXPECTED_B in out, out
@@ -84,19 +79,13 @@ def test_warm_run_of_an_alias_only_module(tmp_path: Path) -> None:
     already be on mypy's error store (found from the module table mypy hands the plugin).
     S(0) where V is declared is accepted and R where V is declared is spmd-mismatch, in the
     cold run and in the warm one alike."""
-    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    write_config(tmp_path)
     (tmp_path / "aliases.py").write_text(textwrap.dedent(ALIASES))
     (tmp_path / "user.py").write_text(textwrap.dedent(ALIAS_ONLY))
 
-    def run() -> str:
-        proc = subprocess.run([sys.executable, "-m", "mypy", "aliases.py", "user.py"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600)
-        assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-        return proc.stdout
-
-    cold = run()
+    cold = run_mypy(tmp_path, "aliases.py", "user.py")
     (tmp_path / "user.py").write_text(textwrap.dedent(ALIAS_ONLY) + "# edited\n")
-    warm = run()
+    warm = run_mypy(tmp_path, "aliases.py", "user.py")
     for out in (cold, warm):
         lines = [line for line in out.splitlines() if ": error:" in line]
         assert len(lines) == 1 and lines[0].startswith(EXPECTED_ALIAS_ONLY), out

@@ -10,12 +10,14 @@ each order is its own process.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mypy_project import run_mypy, write_config  # noqa: E402
 
 TYPED = '''
 import torch
@@ -40,11 +42,9 @@ REVEALED = 'm.py:11: note: Revealed type is Tensor[V["tp"]]'
 
 @pytest.mark.parametrize("files", [["m.py"], ["a.py", "m.py"], ["m.py", "a.py"]])
 def test_results_do_not_depend_on_the_order_of_modules(tmp_path: Path, files: list[str]) -> None:
-    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    write_config(tmp_path)
     (tmp_path / "a.py").write_text(textwrap.dedent(TYPED))
     (tmp_path / "m.py").write_text(textwrap.dedent(FIRST_CALLS_RUN_NO_HOOK))
-    proc = subprocess.run([sys.executable, "-m", "mypy", *files], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
-    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("m.py")]
-    assert lines == [REVEALED], proc.stdout
+    out = run_mypy(tmp_path, *files)
+    lines = [line for line in out.splitlines() if line.startswith("m.py")]
+    assert lines == [REVEALED], out

@@ -15,10 +15,12 @@ from the cache and only the caller is checked again.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mypy_project import run_mypy, write_config  # noqa: E402
 
 MYTYPES = '''
 from spmd import R, Tensor
@@ -121,23 +123,15 @@ FILES = ("caller.py", "lib.py", "mytypes.py", "typedstub.pyi", "stubcaller.py")
 EXPECTED = 'stubcaller.py:7: note: Revealed type is "list[torch._tensor.Tensor]"'
 
 
-def _mypy(root: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "mypy", *FILES],
-                          cwd=root, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert "INTERNAL ERROR" not in out, out
-    return out
-
-
 def test_an_unannotated_caller_of_a_typed_module_gets_no_new_errors(tmp_path: Path) -> None:
-    (tmp_path / "mypy.ini").write_text("[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    write_config(tmp_path)
     for name, text in (("mytypes.py", MYTYPES), ("lib.py", LIB), ("caller.py", CALLER),
                        ("typedstub.pyi", TYPED_STUB), ("stubcaller.py", STUB_CALLER)):
         (tmp_path / name).write_text(textwrap.dedent(text))
-    cold = _mypy(tmp_path)
+    cold = run_mypy(tmp_path, *FILES)
     assert cold.splitlines() == [EXPECTED, "Success: no issues found in 5 source files"], cold
     for name in ("caller.py", "stubcaller.py"):  # only the callers are checked again
         with open(tmp_path / name, "a") as f:
             f.write("# edited\n")
-    warm = _mypy(tmp_path)
+    warm = run_mypy(tmp_path, *FILES)
     assert warm.splitlines() == [EXPECTED, "Success: no issues found in 5 source files"], warm
