@@ -133,6 +133,7 @@ class SpmdPlugin(Plugin):
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
         self._parsed = True
         self.promotion.typed_imports.reset()  # the import graph may have changed
+        self.dispatch.forget_module()  # and this module's imports (dmypy re-parses an edit)
         self.boundaries.rewatch()  # dmypy resets the error store before re-parsing an edit
         if uses_spmd(file):
             # renamed first: the regions keep the names the checker will see

@@ -130,10 +130,23 @@ class HookDispatch:
         plugin.autograd.class_mro_hook(ctx)
 
     # -- calls ---------------------------------------------------------------------------
+    def _meets_spmd(self) -> bool:
+        """The module being checked meets SPMD types (see :class:`~.promotion.Promotion`).
+        One that does not has no typed tensor to type (its imports reach no annotated module):
+        its torch calls, tensor methods and attributes get no hook, as without the plugin
+        (mypy builds a context for every hook it gets, and the hook would find nothing typed)."""
+        self._follow_module()
+        return self.plugin.promotion.promoted
+
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         cache = self._function_cache
         if fullname in cache:
-            return self._when_pending(cache[fullname])
+            hook = cache[fullname]
+            if hook is None or hook is self._checker:
+                return self._when_pending(hook)
+            if fullname.startswith("torch.") and not self._meets_spmd():
+                return None
+            return hook
         hook = self._function_hook(fullname)
         if hook is not None and hook == self.plugin.calls.check_arguments_hook:
             cache[fullname] = self._check_arguments()
@@ -149,6 +162,8 @@ class HookDispatch:
         split = fullname not in ("builtins.isinstance", "spmd.reveal")
         hook = self._synced(hook, split_unions=split) if hook is not None else None
         cache[fullname] = hook
+        if hook is not None and fullname.startswith("torch.") and not self._meets_spmd():
+            return None
         return hook
 
     def _follow_module(self) -> None:
@@ -161,6 +176,12 @@ class HookDispatch:
             self._module_checker = chk
             if chk is not None:
                 self.plugin.promotion.sync(chk)
+
+    def forget_module(self) -> None:
+        """A file was parsed (again): the next hook finds out afresh what the module being
+        checked meets, even if it is the same module as last time (dmypy, one file edited)."""
+        self._module_checker = None
+        self.plugin.promotion.module = None
 
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
         self._follow_module()
@@ -275,7 +296,18 @@ class HookDispatch:
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         cache = self._method_cache
         if fullname in cache:
-            return self._when_pending(cache[fullname])
+            hook = cache[fullname]
+            if hook is None or hook is self._checker:
+                return self._when_pending(hook)
+            return hook if self._meets_spmd() else None  # a tensor method's hook
+        hook = self._method_hook(fullname)
+        cache[fullname] = hook
+        if hook is None or hook is self._checker:
+            return self._when_pending(hook)
+        return hook if self._meets_spmd() else None
+
+    def _method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        """The hook of a method call: the argument check of a user method, a tensor method's."""
         cls, _, method = fullname.rpartition(".")
         if " of " in fullname:  # mypy names a reflected operator on a union "__rmul__ of TensorBase"
             method, _, short = fullname.partition(" of ")
@@ -283,8 +315,7 @@ class HookDispatch:
         typer = self.plugin.calls
         hook: Callable | None = None
         if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
-            cache[fullname] = self._check_arguments()
-            return self._when_pending(cache[fullname])
+            return self._check_arguments()
         elif calls.is_tensor_method_class(cls):
             if method == "backward":
                 hook = typer.backward_hook
@@ -294,11 +325,13 @@ class HookDispatch:
                 op = calls.method_op_name(method)
                 if op is not None:
                     hook = typer.op_hook(op[0], method=True, reflected=op[1])
-        hook = self._synced(hook) if hook is not None else None
-        cache[fullname] = hook
-        return hook
+        return self._synced(hook) if hook is not None else None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
+        if fullname not in _GRAD_ATTRS and fullname not in _TRANSPOSE_ATTRS:
+            return None
+        if not self._meets_spmd():
+            return None
         if fullname in _GRAD_ATTRS:
             return self._synced(self.plugin.calls.grad_attribute_hook)
         if fullname in _TRANSPOSE_ATTRS:

@@ -231,3 +231,30 @@ def test_dmypy_alias_only_module_edits(project: Path, daemon: Dmypy) -> None:
     second = check_across_an_edit(project, daemon, (ALIAS_ONLY_V1, {(9, "spmd-mismatch")}),
                                   (ALIAS_ONLY_V2, {(9, "spmd-mismatch")}))
     assert "the return value x of renamed is" in second
+
+
+UNTYPED_V1 = '''\
+import torch
+
+
+def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(a + b)
+'''
+TYPED_V2 = '''\
+import torch
+from spmd import P, Tensor
+
+
+def f(a: Tensor[P["tp"]], b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(a + b)
+'''
+
+
+def test_dmypy_module_that_starts_using_spmd_types(project: Path, daemon: Dmypy) -> None:
+    """A module that meets no SPMD types gets no hook on its torch calls; an edit that makes
+    it import spmd is checked with the hooks on (the plugin's view of the module is dropped
+    when the daemon parses it again), and the edit back turns them off again."""
+    check_across_an_edit(project, daemon, (UNTYPED_V1, set()), (TYPED_V2, {(6, "spmd-partial-nonlinear")}))
+    (project / "m.py").write_text(UNTYPED_V1)
+    third = daemon("check", "m.py")
+    assert errors(third.stdout) == set(), third.stdout + daemon.log()

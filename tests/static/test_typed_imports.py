@@ -101,6 +101,7 @@ def h(x: torch.Tensor, layer: Layer, t: torch.Tensor) -> torch.Tensor:
     u = v
     f = fresh()
     f = column(f, x)
+    reveal_type(layer.weight * 2)
     return y
 '''
 
@@ -108,8 +109,9 @@ def h(x: torch.Tensor, layer: Layer, t: torch.Tensor) -> torch.Tensor:
 # count as typed: they keep mypy's usual join of a typed and a plain tensor (torch.Tensor;
 # under the promotion it would be torch's TensorBase).
 TYPED_STUB = '''
-from spmd import R, Tensor
+from spmd import P, R, Tensor
 WEIGHT: Tensor[R["tp"]]
+PENDING: Tensor[P["tp"]]
 '''
 STUB_CALLER = '''
 import torch
@@ -118,9 +120,18 @@ import typedstub
 def g(plain: torch.Tensor) -> None:
     plain = plain.abs()
     reveal_type([typedstub.WEIGHT, plain])
+    reveal_type(typedstub.PENDING * 2)
+    torch.relu(typedstub.PENDING)
+    typedstub.WEIGHT.backward()
 '''
 FILES = ("caller.py", "lib.py", "mytypes.py", "typedstub.pyi", "stubcaller.py")
-EXPECTED = 'stubcaller.py:7: note: Revealed type is "list[torch._tensor.Tensor]"'
+EXPECTED = [
+    'stubcaller.py:7: note: Revealed type is "list[torch._tensor.Tensor]"',
+    # no SPMD hook in a module that meets no SPMD types: mypy's own result, no SPMD rule
+    'stubcaller.py:8: note: Revealed type is "torch._tensor.Tensor"',
+    # one that does (it imports a typed module) has its ops typed
+    'caller.py:40: note: Revealed type is "spmd._slots.Tensor[Any, spmd._slots.R[Literal[\'tp\']], Any]"',
+]
 
 
 def test_an_unannotated_caller_of_a_typed_module_gets_no_new_errors(tmp_path: Path) -> None:
@@ -129,9 +140,9 @@ def test_an_unannotated_caller_of_a_typed_module_gets_no_new_errors(tmp_path: Pa
                        ("typedstub.pyi", TYPED_STUB), ("stubcaller.py", STUB_CALLER)):
         (tmp_path / name).write_text(textwrap.dedent(text))
     cold = run_mypy(tmp_path, *FILES)
-    assert cold.splitlines() == [EXPECTED, "Success: no issues found in 5 source files"], cold
+    assert cold.splitlines() == [*EXPECTED, "Success: no issues found in 5 source files"], cold
     for name in ("caller.py", "stubcaller.py"):  # only the callers are checked again
         with open(tmp_path / name, "a") as f:
             f.write("# edited\n")
     warm = run_mypy(tmp_path, *FILES)
-    assert warm.splitlines() == [EXPECTED, "Success: no issues found in 5 source files"], warm
+    assert warm.splitlines() == [*EXPECTED, "Success: no issues found in 5 source files"], warm
