@@ -18,6 +18,7 @@ from mypy.nodes import (
     Decorator,
     Expression,
     FloatExpr,
+    FuncBase,
     IndexExpr,
     IntExpr,
     ListExpr,
@@ -43,6 +44,8 @@ from mypy.types import (
     Instance,
     LiteralType,
     NoneType,
+    Overloaded,
+    ProperType,
     CallableType,
     TupleType,
     Type,
@@ -282,6 +285,8 @@ class CallTyper:
         self.plugin = plugin
         # call context id -> (context, declared signature, typed parameters by index)
         self._pending: dict[int, tuple[object, CallableType, dict[int, SpmdType]]] = {}
+        # call context id -> (context, the hook of the torch op it calls through a name)
+        self._pending_ops: dict[int, tuple[object, Callable[[AnyCtx], Type]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
         # signature id -> (signature, its relaxed form or None, typed parameters by index):
         # mypy hands the same signature object for every call of a non-generic callee
@@ -775,8 +780,46 @@ class CallTyper:
         # a hook of its own: the promotion may still be off after an isinstance narrowing
         promotion = self.plugin.promotion
         promotion.sync(ctx.api)
+        op = self.torch_op_called_by_name(ctx.default_signature)
+        if op is not None:
+            if len(self._pending_ops) > 10_000:  # bound the memory of a long-lived daemon
+                self._pending_ops.clear()
+            self._pending_ops[id(ctx.context)] = (ctx.context, op)
+            return ctx.default_signature
         sig = self.relax_signature(ctx.default_signature, ctx.context, ctx.args)
         return sig if promotion.wanted else self.plain_result(sig)
+
+    def torch_op_called_by_name(self, sig: Type) -> Callable[[AnyCtx], Type] | None:
+        """The op hook of a torch function called through a name of the user's: a variable,
+        an attribute or an alias holding it (``self.activation_func = F.gelu`` ...
+        ``self.activation_func(h)``).  mypy asks for the hooks by the name called, not by
+        the function's; the signature still knows its definition.  None for anything else
+        (a tensor method bound to its tensor, a function of the user's)."""
+        if not isinstance(sig, CallableType):
+            return None
+        definition = sig.definition
+        fullname = definition.fullname if definition is not None else ""
+        if not fullname.startswith("torch.") or is_tensor_method_class(fullname.rpartition(".")[0]):
+            return None
+        # the function's own signature (or one of its overloads): mypy's join of two
+        # functions keeps one's definition, and a join that is neither one's signature is
+        # left untyped.  A join equal to one of them (``[torch.neg, torch.relu]``, or
+        # ``torch.add if c else torch.mul``, which mypy joins to mul's signature) is typed
+        # by that one's rule: the other op's call may go unchecked (a missed error, as
+        # before), and for two elementwise ops that both accept the operands the type is
+        # the same.
+        own: ProperType | None = None
+        if isinstance(definition, FuncBase) and definition.type is not None:
+            own = get_proper_type(definition.type)
+        items: list[CallableType] = []
+        if isinstance(own, Overloaded):
+            items = own.items
+        elif isinstance(own, CallableType):
+            items = [own]
+        if not any(_same_signature(item, sig) for item in items):
+            return None
+        hook: Callable[[AnyCtx], Type] | None = self.plugin.dispatch.get_function_hook(fullname)  # type: ignore[assignment]
+        return hook
 
     def plain_result(self, sig: CallableType) -> CallableType:
         """``sig`` with plain ``torch.Tensor`` for every typed tensor in its result: what a
@@ -899,13 +942,22 @@ class CallTyper:
         return None
 
     def has_pending(self) -> bool:
-        """A call with a relaxed signature is being checked (its arguments to be judged)."""
-        return bool(self._pending)
+        """A call with a relaxed signature is being checked (its arguments to be judged), or a
+        torch op called through a name (to be typed by its rule)."""
+        return bool(self._pending) or bool(self._pending_ops)
 
     def forget_pending(self) -> None:
         self._pending.clear()
+        self._pending_ops.clear()
 
     def check_arguments_hook(self, ctx: AnyCtx) -> Type:
+        """The call of a relaxed signature: each typed argument judged against its declared
+        type; or the call of a torch op through a name: the op's hook.  Given the whole call
+        (dispatch runs it without splitting unions): a union argument is judged member by
+        member here, and the op's hook splits it itself."""
+        op = self._pending_ops.pop(id(ctx.context), None)
+        if op is not None and op[0] is ctx.context:
+            return op[1](ctx)
         entry = self._pending.pop(id(ctx.context), None)
         if entry is None or entry[0] is not ctx.context:
             return ctx.default_return_type
@@ -913,19 +965,31 @@ class CallTyper:
         c = ctx.context
         callee = (sig.name or "").split(" of ", 1)[0] or (
             expr_text(c.callee) if isinstance(c, CallExpr) else "the callee")
-        for i, want in expected.items():
-            if i >= len(ctx.arg_types):
-                continue
-            for typ, expr in zip(ctx.arg_types[i], ctx.args[i]):
-                have = self.types.from_type(typ)
-                if not have:
+        try:
+            cases = self.plugin.promotion.union_cases(ctx) or [ctx]
+        except Exception:  # noqa: BLE001 - never crash mypy: judge the union as a whole
+            cases = [ctx]
+        for case in cases:
+            for i, want in expected.items():
+                if i >= len(case.arg_types):
                     continue
-                param = sig.arg_names[i] if i < len(sig.arg_names) else None
-                where = (f'argument {expr_text(expr)} (parameter "{param}" of {callee})' if param
-                         else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
-                errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
-                self.report(ctx, errs)
+                for typ, expr in zip(case.arg_types[i], case.args[i]):
+                    have = self.types.from_type(typ)
+                    if not have:
+                        continue
+                    param = sig.arg_names[i] if i < len(sig.arg_names) else None
+                    where = (f'argument {expr_text(expr)} (parameter "{param}" of {callee})' if param
+                             else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
+                    errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
+                    self.report(ctx, errs)
         return ctx.default_return_type
+
+
+def _same_signature(a: CallableType, b: CallableType) -> bool:
+    """The same parameters and result (mypy's own ``==`` also compares the name, which a
+    function's type loses when a variable holds it)."""
+    return (a.arg_kinds == b.arg_kinds and a.arg_names == b.arg_names
+            and a.arg_types == b.arg_types and a.ret_type == b.ret_type)
 
 
 # src=R and the like, read at every collective call: one (immutable) LocalType each

@@ -83,7 +83,8 @@ class HookDispatch:
     def _check_arguments(self) -> Synced:
         checker = self._checker
         if checker is None:
-            checker = self._checker = Synced(self.plugin.promotion, self.plugin.calls.check_arguments_hook)
+            checker = self._checker = Synced(self.plugin.promotion, self.plugin.calls.check_arguments_hook,
+                                             split_unions=False)  # it splits them itself
         return checker
 
     def _when_pending(self, hook: Callable | None) -> Callable | None:
@@ -158,8 +159,9 @@ class HookDispatch:
         elif fullname in ("builtins.hasattr", "builtins.type"):  # type(x) is C narrows too
             hook = NarrowingHook(self.plugin, hook)
         # isinstance narrows the whole value (and an autograd trigger reads the whole
-        # Function); reveal prints every member itself
-        split = fullname not in ("builtins.isinstance", "spmd.reveal")
+        # Function); reveal prints every member itself; a mapping's argument check splits
+        # a union itself (check_arguments_hook)
+        split = fullname not in ("builtins.isinstance", "spmd.reveal") and not fullname.startswith(_MEGATRON_MAPPINGS)
         hook = self._synced(hook, split_unions=split) if hook is not None else None
         cache[fullname] = hook
         if hook is not None and fullname.startswith("torch.") and not self._meets_spmd():
