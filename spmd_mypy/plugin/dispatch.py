@@ -141,17 +141,20 @@ class HookDispatch:
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         cache = self._function_cache
-        if fullname in cache:
-            hook = cache[fullname]
-            if hook is None or hook is self._checker:
-                return self._when_pending(hook)
-            if fullname.startswith("torch.") and not self._meets_spmd():
-                return None
-            return hook
+        if fullname not in cache:
+            cache[fullname] = self._new_function_hook(fullname)
+        hook = cache[fullname]
+        if hook is None or hook is self._checker:
+            return self._when_pending(hook)
+        if fullname.startswith("torch.") and not self._meets_spmd():
+            return None
+        return hook
+
+    def _new_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        """The hook of a call of ``fullname`` (kept per name by get_function_hook)."""
         hook = self._function_hook(fullname)
         if hook is not None and hook == self.plugin.calls.check_arguments_hook:
-            cache[fullname] = self._check_arguments()
-            return self._when_pending(cache[fullname])
+            return self._check_arguments()
         if fullname == "builtins.isinstance":
             hook = self.isinstance_hook
         elif hook is None and fullname == "builtins.issubclass":
@@ -162,11 +165,7 @@ class HookDispatch:
         # Function); reveal prints every member itself; a mapping's argument check splits
         # a union itself (check_arguments_hook)
         split = fullname not in ("builtins.isinstance", "spmd.reveal") and not fullname.startswith(_MEGATRON_MAPPINGS)
-        hook = self._synced(hook, split_unions=split) if hook is not None else None
-        cache[fullname] = hook
-        if hook is not None and fullname.startswith("torch.") and not self._meets_spmd():
-            return None
-        return hook
+        return self._synced(hook, split_unions=split) if hook is not None else None
 
     def _follow_module(self) -> None:
         """The promotion switched for the module being checked before mypy checks a call's
@@ -297,16 +296,12 @@ class HookDispatch:
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         cache = self._method_cache
-        if fullname in cache:
-            hook = cache[fullname]
-            if hook is None or hook is self._checker:
-                return self._when_pending(hook)
-            return hook if self._meets_spmd() else None  # a tensor method's hook
-        hook = self._method_hook(fullname)
-        cache[fullname] = hook
+        if fullname not in cache:
+            cache[fullname] = self._method_hook(fullname)
+        hook = cache[fullname]
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
-        return hook if self._meets_spmd() else None
+        return hook if self._meets_spmd() else None  # a tensor method's hook
 
     def _method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         """The hook of a method call: the argument check of a user method, a tensor method's."""
@@ -330,15 +325,13 @@ class HookDispatch:
         return self._synced(hook) if hook is not None else None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
-        if fullname not in _GRAD_ATTRS and fullname not in _TRANSPOSE_ATTRS:
-            return None
-        if not self._meets_spmd():
-            return None
         if fullname in _GRAD_ATTRS:
-            return self._synced(self.plugin.calls.grad_attribute_hook)
-        if fullname in _TRANSPOSE_ATTRS:
-            return self._synced(self.plugin.calls.transpose_attribute_hook)
-        return None
+            hook = self.plugin.calls.grad_attribute_hook
+        elif fullname in _TRANSPOSE_ATTRS:
+            hook = self.plugin.calls.transpose_attribute_hook
+        else:
+            return None
+        return self._synced(hook) if self._meets_spmd() else None
 
 
 class NarrowingHook:
