@@ -83,11 +83,12 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (Operand, Reduction, Role, check_backward, check_inplace,
                                   partial_op, propagate)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
+from spmd_mypy.engine.views import DimMove
 
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
 from . import _global_check, _torch_ops
-from ._torch_ops import Kind, Plan, build_plan, extract, reduction_of
+from ._torch_ops import Kind, Plan, build_plan, extract, move_of, reduction_of
 from ._types import local_type_of, spmd_type_of_annotation
 
 # True while a ``typecheck()`` block is open (the collectives read it before calling
@@ -354,6 +355,9 @@ class _Mode(TorchFunctionMode):
         reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
         if reduction is not None:
             key.append(reduction)
+        move = move_of(plan, args, kwargs)
+        if move is not None:
+            key.append(move)
         partial_axes: tuple[str, ...] | None = None
         rec = _global_check.local_out_partial(plan.name)
         if rec is not None:  # spmd.einsum/matmul/linear/sum(..., out_partial_axes=...)
@@ -364,7 +368,7 @@ class _Mode(TorchFunctionMode):
         cached = _RESULTS.get(key_t)
         if cached is None:
             res = self._propagate(plan, ops, types, grad_on, None, reduction=reduction,
-                                  partial_axes=partial_axes)
+                                  partial_axes=partial_axes, move=move)
             if len(_RESULTS) >= _RESULTS_MAX:
                 _RESULTS.clear()
             cached = _RESULTS[key_t] = (_canon(res.type), bool(res.errors))
@@ -375,7 +379,7 @@ class _Mode(TorchFunctionMode):
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction,
-                                  partial_axes=partial_axes)
+                                  partial_axes=partial_axes, move=move)
             raise SpmdTypeError(res.errors[0])
         targets: list[torch.Tensor] = []
         if inplace_target is not None:
@@ -448,7 +452,8 @@ class _Mode(TorchFunctionMode):
     def _propagate(self, plan: Plan, ops: list, types: list, grad_on: bool,
                    texts: list[str] | None, params: dict | None = None,
                    reduction: Reduction | None = None,
-                   partial_axes: tuple[str, ...] | None = None) -> Any:
+                   partial_axes: tuple[str, ...] | None = None,
+                   move: DimMove | None = None) -> Any:
         spec = plan.spec
         assert spec is not None
         operands = []
@@ -468,7 +473,7 @@ class _Mode(TorchFunctionMode):
                 plan.name == "linear" and len(operands) > 2) else (operands, None)
             return partial_op(plan.name, core, partial_axes, bias=bias, strict=self.strict,
                               reduction=reduction)
-        return propagate(spec, operands, strict=self.strict, reduction=reduction)
+        return propagate(spec, operands, strict=self.strict, reduction=reduction, move=move)
 
     @staticmethod
     def _check_target(plan: Plan, tgt: torch.Tensor, inplace: bool, rtype: SpmdType) -> SpmdType:

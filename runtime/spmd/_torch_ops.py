@@ -40,6 +40,9 @@ from typing import Any, Callable
 import torch
 
 from spmd_mypy.engine import ops as _engine_ops
+from spmd_mypy.engine.views import (
+    ELLIPSIS, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
+)
 from spmd_mypy.engine.ops import (
     FACTORIES, NORMALISING, NOT_OPS, REDUCTIONS, SCANS, OpSpec, Reduction, Role, classify,
     normalising_reduction,
@@ -208,6 +211,72 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
     if not isinstance(keep, bool):
         return None
     return Reduction(dims, keep, args[0].dim())
+
+
+# The names a view's or join's dims may arrive under as keywords (torch accepts both
+# ``dim`` and ``axis`` in places; testing overrides name some formals differently).
+_MOVE_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "dim": ("dim", "axis"), "dim0": ("dim0", "axis0"), "dim1": ("dim1", "axis1"),
+    "axis0": ("axis0", "dim0"), "axis1": ("axis1", "dim1"), "dims": ("dims", "dim"),
+}
+
+
+def _move_value(v: Any) -> object:
+    if v is None:
+        return None
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, (tuple, list, torch.Size)) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in v):
+        return tuple(v)
+    return UNREAD
+
+
+def _index_item(v: Any) -> str | None:
+    if v is None:
+        return NEW
+    if v is Ellipsis:
+        return ELLIPSIS
+    if isinstance(v, slice):
+        return FULL if v == slice(None) else SLICE
+    if isinstance(v, int) and not isinstance(v, bool):
+        return INT
+    return None  # a tensor, a list, a bool: not a view the rule reads
+
+
+def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | None:
+    """The dims a view or join call moves (for the engine's Shard(d) rule), or None."""
+    entry = MOVES.get(plan.name)
+    if entry is None or not args:
+        return None
+    family, formals, _ = entry
+    first = args[0]
+    if family in ("cat", "stack") and isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    if not isinstance(first, torch.Tensor):
+        return None
+    values: dict[str, object] = {}
+    rest = args[1:]
+    if family == "index":
+        idx = kwargs.get("indices", rest[0] if rest else None)
+        items = tuple(_index_item(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
+        values["index"] = UNREAD if None in items else items
+    elif family in ("permute", "squeeze") and (len(rest) > 1 or family == "permute" and rest
+                                                and isinstance(rest[0], int)):
+        values[formals[0]] = _move_value(rest)  # x.permute(1, 0), x.squeeze(0, 1)
+    else:
+        params = plan.params
+        for formal in formals:
+            names = _MOVE_KEYWORDS.get(formal, (formal,))
+            at = next((params.index(n) for n in names if params is not None and n in params), None)
+            given = next((n for n in names if n in kwargs), None)
+            if given is not None:
+                values[formal] = _move_value(kwargs[given])
+            elif at is None:
+                values[formal] = UNREAD  # a signature that does not name it
+            elif at < len(args):
+                values[formal] = _move_value(args[at])
+    return make_move(plan.name, values, first.dim())
 
 
 PASS_PLAN = Plan(Kind.PASS)

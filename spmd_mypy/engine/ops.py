@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from .errors import SpmdError
+from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
     INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, format_type, from_ranks,
 )
@@ -624,6 +625,58 @@ def _result_layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, 
     return from_ranks(layouts)
 
 
+def _moved_layout(axis: str, tensor_ops: Sequence[tuple[Operand, Role]], move: DimMove) -> LocalType:
+    """The Varying result's layout on ``axis`` of a view or join (:mod:`.views`): at each
+    rank the operands can have (the one rank their shape gives in check mode), the dim
+    :func:`.views.moved_dim` moves the shard dim to, when the operand it moves is S(i)
+    there (for a join: every tensor operand, S(i) with the same i), and no other operand
+    varies.  Written counted from the front or the back, whichever stays the same across
+    more ranks (the operand's own way on a tie)::
+
+        x: S(-1); x.transpose(0, 1)     rank 2: dim 0 (= -2); rank >= 3: dim -1
+        ->  V (S(-2) at rank 2, S(-1) at rank >= 3)
+    """
+    ops = [o for o, _ in tensor_ops]
+    if not ops:
+        return VARYING
+    joined = ops if move.family in ("cat", "stack") else ops[:1]
+    if any((t := o.type.get(axis)) is not None and t.kind is Kind.V  # type: ignore[union-attr]
+           for o in ops[len(joined):]):
+        return VARYING  # a varying index, or the start of a narrow
+    shape = ops[0].shape
+    first = ops[0].type.get(axis)  # type: ignore[union-attr]
+    if first is None or first.kind is not Kind.V:
+        return VARYING
+    if move.family == "squeeze":
+        d = first.dim if shape is None else first.at_rank(len(shape))[1]
+        return VARYING if d is None else LocalType(Kind.V, squeezed_dim(move, d, shape))
+    ranks = range(1, RANKS + 1) if shape is None else (len(shape),)
+    layouts: dict[int, int | None] = {}
+    negative = (first.at_high_ranks().dim or 0) < 0
+    for rank in ranks:
+        shape_of = moved_dim(move, 0, rank)
+        if shape_of is None or shape_of[0] < 1:
+            continue  # the op takes no operand of this rank, or leaves a scalar
+        dims: set[int | None] = set()
+        for o in joined:
+            t = o.type.get(axis)  # type: ignore[union-attr]
+            if t is None or t.kind is not Kind.V:
+                dims.add(None)
+                continue
+            possible, d = t.at_rank(rank)
+            if not possible:
+                break
+            dims.add(d)
+        else:
+            d = dims.pop() if len(dims) == 1 else None
+            at = moved_dim(move, d, rank) if d is not None else None
+            layouts[shape_of[0]] = None if at is None else at[1]
+    neg = {r: (None if d is None else d - r) for r, d in layouts.items()}
+    n_pos = len(set(layouts.values()) - {None})
+    n_neg = len(set(neg.values()) - {None})
+    return from_ranks(neg if n_neg < n_pos or (n_neg == n_pos and negative) else layouts)
+
+
 # propagate's verdicts that had no error, by what the rule reads (the operands' types,
 # can_grad, roles and known shapes, never their texts): the checker types the same few combinations at
 # thousands of call sites.  A verdict with an error is never stored (its messages name the
@@ -633,23 +686,24 @@ _VERDICTS_MAX = 50_000
 
 
 def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False,
-              reduction: Reduction | None = None) -> Result:
+              reduction: Reduction | None = None, move: DimMove | None = None) -> Result:
     """Type one op: the result's type per axis, and every violation.
 
     Axes an operand does not mention are skipped for that operand (gradual); an
     axis no operand mentions is unknown in the result.  On an axis with an error
     the result is unknown there, so one mistake is reported once.  ``reduction``: the
-    dims a reduction or scan reduces, when the call states them (see REDUCTIONS).
+    dims a reduction or scan reduces, when the call states them (see REDUCTIONS);
+    ``move``: the dims a view or join moves (:mod:`.views`).
     """
     if isinstance(spec, str):
         spec = classify(spec)
     # a registered spec is keyed by its name (hashing the dataclass costs more)
-    key = (spec.name if OP_SPECS.get(spec.name) is spec else spec, strict, reduction,
+    key = (spec.name if OP_SPECS.get(spec.name) is spec else spec, strict, reduction, move,
            tuple((o.type, o.can_grad, o.role, o.shape) for o in operands))
     hit = _VERDICTS.get(key)
     if hit is not None:
         return Result(hit)
-    result = _propagate(spec, operands, strict, reduction)
+    result = _propagate(spec, operands, strict, reduction, move)
     if not result.errors:
         if len(_VERDICTS) >= _VERDICTS_MAX:
             _VERDICTS.clear()
@@ -658,7 +712,7 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
 
 
 def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
-               reduction: Reduction | None) -> Result:
+               reduction: Reduction | None, move: DimMove | None) -> Result:
     errors: list[SpmdError] = []
     axes: dict[str, None] = {}
     scalar_roles: set[Role] = set()
@@ -690,7 +744,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                  and (r is not Role.INDEX or lt.kind is Kind.V)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if lt is not None and lt.kind is Kind.V:
-            lt = _result_layout(spec, axis, tensor_ops, lt.dim, reduction)
+            lt = (_moved_layout(axis, tensor_ops, move) if move is not None
+                  else _result_layout(spec, axis, tensor_ops, lt.dim, reduction))
         if err is not None:
             errors.append(err)
         elif lt is not None:

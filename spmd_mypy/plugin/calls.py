@@ -64,10 +64,11 @@ from ..engine.ops import (
     partial_op, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
+from ..engine.views import make_move
 from . import global_calls
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
-from .reductions import read_reduction
+from .reductions import read_move, read_reduction
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -469,7 +470,7 @@ class CallTyper:
                 result = global_calls.propagate(self, ctx, op, ops)
             else:
                 result = propagate(spec, ops, strict=self.plugin.config.strict,
-                                   reduction=read_reduction(ctx, op))
+                                   reduction=read_reduction(ctx, op), move=read_move(ctx, op))
             self.report(ctx, result.errors)
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
@@ -533,7 +534,8 @@ class CallTyper:
                 c.expr) if isinstance(c, MemberExpr) else "x")])
             self.report(ctx, res.errors)
         else:
-            res = propagate("transpose", [Operand(t)])
+            name = ctx.context.name if isinstance(ctx.context, MemberExpr) else "T"
+            res = propagate(name, [Operand(t)], move=make_move(name, {}))
         inst = self.types.to_instance(res.type)
         return inst if inst is not None else ctx.default_attr_type
 

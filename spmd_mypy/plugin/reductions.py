@@ -1,16 +1,21 @@
 """The dims a reduction or scan states at a call (``x.sum(dim=0, keepdim=True)``), read as
 literals for the engine's rule (:func:`spmd_mypy.engine.ops.shard_dim_after`): a Shard(d)
 operand keeps its layout on the dims the reduction does not reduce.  The same for the dims a
-normalising op (softmax, layer_norm, ...: ``ops.NORMALISING``) normalises over."""
+normalising op (softmax, layer_norm, ...: ``ops.NORMALISING``) normalises over, and the dims
+a view or join moves (``x.transpose(0, 1)``, ``x[:, 0]``: :func:`read_move`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mypy.nodes import Expression, IntExpr, ListExpr, NameExpr, TupleExpr, UnaryExpr
-from mypy.types import Instance, LiteralType, TupleType, Type, get_proper_type
+from mypy.nodes import (
+    EllipsisExpr, Expression, IndexExpr, IntExpr, ListExpr, NameExpr, SliceExpr, TupleExpr,
+    UnaryExpr,
+)
+from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_proper_type
 
 from ..engine.ops import NORMALISING, REDUCTIONS, SCANS, Reduction, normalising_reduction
+from ..engine.views import ELLIPSIS, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move
 
 if TYPE_CHECKING:
     from mypy.plugin import FunctionContext, MethodContext
@@ -82,3 +87,92 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
                 return None
             keepdim = e.fullname == "builtins.True"
     return Reduction(dims, keepdim) if dims is not None else None
+
+
+# The formals a view's or join's dims may arrive under (torch's stubs name some of them
+# differently: ``swapaxes(axis0, axis1)``, ``concatenate(tensors, axis)``).
+_MOVE_ALIASES: dict[str, tuple[str, ...]] = {
+    "dim": ("dim", "axis"), "dim0": ("dim0", "axis0"), "dim1": ("dim1", "axis1"),
+    "axis0": ("axis0", "dim0"), "axis1": ("axis1", "dim1"),
+}
+
+
+def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | None:
+    """The literal dims a view or join moves (``x.transpose(0, 1)``, ``x[:, 0]``,
+    ``torch.cat(xs, dim=1)``) for the engine's rule (:mod:`spmd_mypy.engine.views`); None
+    when ``op`` moves no dims or states one the checker cannot read."""
+    entry = MOVES.get(op)
+    if entry is None:
+        return None
+    family, formals, _ = entry
+    values: dict[str, object] = {}
+    if family == "index":
+        c = ctx.context
+        if isinstance(c, IndexExpr):
+            values["index"] = _index_items(c.index, ctx.arg_types[0][0] if ctx.arg_types
+                                           and ctx.arg_types[0] else None)
+        return make_move(op, values)
+    for formal in formals:
+        names = [n for n in _MOVE_ALIASES.get(formal, (formal,)) if n in ctx.callee_arg_names]
+        if not names:
+            values[formal] = UNREAD  # a signature that does not name it: not a default to trust
+            continue
+        k = ctx.callee_arg_names.index(names[0])
+        exprs, types = ctx.args[k], ctx.arg_types[k]
+        if not exprs:
+            continue  # left out: the op's default
+        if len(exprs) > 1:  # permute(1, 0), squeeze(0, 1): *dims
+            ints = [_int(e, t) for e, t in zip(exprs, types)]
+            values[formal] = UNREAD if None in ints else tuple(ints)  # type: ignore[arg-type]
+        elif family == "squeeze" and isinstance(exprs[0], NameExpr) \
+                and exprs[0].fullname == "builtins.None":
+            values[formal] = None
+        else:
+            dims = _dims(exprs[0], types[0] if types else None)
+            if dims is None:
+                values[formal] = UNREAD
+            elif len(dims) == 1 and not isinstance(exprs[0], (TupleExpr, ListExpr)):
+                values[formal] = dims[0]
+            else:
+                values[formal] = dims
+    return make_move(op, values)
+
+
+def _index_items(e: Expression, t: Type | None) -> tuple[str, ...] | None:
+    """``x[...]``'s index as the items :mod:`spmd_mypy.engine.views` reads (None: an item
+    it cannot read, a tensor or a list index)."""
+    if isinstance(e, TupleExpr):
+        p = get_proper_type(t) if t is not None else None
+        types = p.items if isinstance(p, TupleType) and len(p.items) == len(e.items) else [None] * len(e.items)
+        items = [_index_item(i, it) for i, it in zip(e.items, types)]
+        return None if None in items else tuple(items)  # type: ignore[arg-type]
+    p = get_proper_type(t) if t is not None else None
+    if not isinstance(e, (SliceExpr, EllipsisExpr)) and isinstance(p, TupleType):
+        items = [_index_item(None, it) for it in p.items]  # x[idx], idx a tuple variable
+        return None if None in items else tuple(items)  # type: ignore[arg-type]
+    one = _index_item(e, t)
+    return None if one is None else (one,)
+
+
+def _index_item(e: Expression | None, t: Type | None) -> str | None:
+    if isinstance(e, SliceExpr):
+        return FULL if e.begin_index is None and e.end_index is None and e.stride is None else SLICE
+    if isinstance(e, EllipsisExpr):
+        return ELLIPSIS
+    if isinstance(e, NameExpr) and e.fullname == "builtins.None":
+        return NEW
+    if isinstance(e, (IntExpr, UnaryExpr)) and _int(e, None) is not None:
+        return INT
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, LiteralType):
+        p = p.fallback
+    if isinstance(p, NoneType):
+        return NEW
+    if isinstance(p, Instance):
+        if p.type.fullname == "builtins.int":
+            return INT
+        if p.type.fullname == "builtins.slice":
+            return SLICE
+        if p.type.fullname in ("builtins.ellipsis", "types.EllipsisType"):
+            return ELLIPSIS
+    return None

@@ -284,6 +284,25 @@ case("shard-amax-S0", {"a": "S0"}, "out = a.amax(1)", "S0")
 case("shard-cumsum-S1", {"a": "S1"}, "out = a.cumsum(0)", "S1", desc="a scan keeps every dim")
 case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "V")
 case("shard-relu-S1", {"a": "S1"}, "out = torch.relu(a)", "S1")
+# views and joins move the shard dim (engine: views.moved_dim); cutting into it gives V
+case("shard-transpose-S0", {"a": "S0"}, "out = a.transpose(0, 1)", "S1")
+case("shard-permute-S0", {"a": "S0"}, "out = a.permute(1, 0)", "S1")
+case("shard-movedim-S0", {"a": "S0"}, "out = torch.movedim(a, 0, 1)", "S1")
+case("shard-unsqueeze-S0", {"a": "S0"}, "out = a.unsqueeze(0)", "S1", desc="a new dim before it")
+case("shard-index-int-S1", {"a": "S1"}, "out = a[0]", "S0", desc="dim 0 removed: 1 -> 0")
+case("shard-index-column-S0", {"a": "S0"}, "out = a[:, 0]", "S0")
+case("shard-index-new-S0", {"a": "S0"}, "out = a[None, :]", "S1")
+case("shard-index-int-own-dim", {"a": "S0"}, "out = a[0]", "V", desc="one row of each shard")
+case("shard-index-slice-own-dim", {"a": "S0"}, "out = a[:2]", "V", desc="a slice of each shard")
+case("shard-select-S1", {"a": "S1"}, "out = a.select(0, 1)", "S0")
+case("shard-narrow-own-dim", {"a": "S0"}, "out = a.narrow(0, 0, 2)", "V")
+case("shard-chunk-S0-dim1", {"a": "S0"}, ("out, rest = a.chunk(2, dim=1)",), "S0")
+case("shard-chunk-own-dim", {"a": "S0"}, ("out, rest = a.chunk(2)",), "V")
+case("shard-cat-S0-S0-dim1", {"a": "S0", "b": "S0"}, "out = torch.cat([a, b], dim=1)", "S0")
+case("shard-cat-S0-S0-dim0", {"a": "S0", "b": "S0"}, "out = torch.cat([a, b])", "V",
+     desc="[a0 b0] [a1 b1] is not [a0 a1 b0 b1]")
+case("shard-cat-S0-R-dim1", {"a": "S0", "b": "R"}, "out = torch.cat([a, b], dim=1)", "V")
+case("shard-stack-S0-S0", {"a": "S0", "b": "S0"}, "out = torch.stack([a, b])", "S1")
 
 # --------------------------------------------------------------------------------------
 # 9. No-gradient relaxation: an I operand that cannot carry a gradient acts as R.

@@ -189,6 +189,36 @@ def test_reductions_keep_the_shard_dim_they_do_not_reduce() -> None:
         assert spmd.typeof(x.std(0, keepdim=True)) == ty(tp=shard(2), dp=REPLICATE)
 
 
+def test_views_and_joins_move_the_shard_dim() -> None:
+    """The engine's rule (views.moved_dim), as the static checker applies it; the rank (and
+    for squeeze the sizes of 1) is known here."""
+    with spmd.typecheck():
+        x = typed(torch.randn(2, 3, 4), Tensor[S[1, "tp"], R["dp"]])
+        y = typed(torch.randn(2, 3, 4), Tensor[S[1, "tp"], R["dp"]])
+
+        def tp(t: torch.Tensor) -> object:
+            return spmd.typeof(t).get("tp")  # type: ignore[union-attr]
+
+        assert spmd.typeof(x.transpose(0, 1)) == ty(tp=shard(0), dp=REPLICATE)
+        assert tp(x.permute(2, 0, 1)) == tp(x.permute((2, 0, 1))) == shard(2)
+        assert tp(torch.movedim(x, 1, -1)) == shard(2)
+        assert tp(x[0].T) == shard(1) and tp(x.mT) == shard(2)
+        assert tp(x.unsqueeze(0)) == shard(2) and tp(x[None]) == shard(2)
+        assert tp(x[0]) == shard(0) and tp(x[:, :, 1]) == shard(1) and tp(x[..., 0]) == shard(1)
+        assert tp(x.select(2, 0)) == shard(1) and tp(x.narrow(0, 0, 1)) == shard(1)
+        assert tp(torch.cat([x, y], dim=2)) == shard(1)
+        assert tp(torch.stack([x, y], dim=1)) == shard(2)
+        z = typed(torch.randn(1, 3, 1), Tensor[S[1, "tp"]])
+        assert tp(z.squeeze()) == shard(0) and tp(z.squeeze(-1)) == shard(1)
+        # cutting into the shard dim, or a dim not known: V
+        for cut in (x[:, 0], x[:, :2], x.select(1, 0), x.narrow(1, 0, 2),
+                    torch.cat([x, y], dim=1), x[:, torch.tensor([0, 1])], x.reshape(2, 12)):
+            assert tp(cut) == VARYING
+        # beside a tensor that is not S(1): V
+        r = typed(torch.randn(2, 3, 4), Tensor[R["tp"]])
+        assert tp(torch.cat([x, r], dim=2)) == VARYING
+
+
 def test_factories_are_untyped() -> None:
     with spmd.typecheck():
         x = typed(mk(), Tensor[R["tp"]])

@@ -1,0 +1,268 @@
+"""Where a view or a join puts a Shard(i) operand's dim (local SPMD).
+
+S(i) says the locals, concatenated on dim i, are the global tensor.  A view that only
+moves dims (``transpose``, ``permute``, ``unsqueeze``, an integer index on another dim)
+commutes with that concatenation, so the result is still a shard, on the dim where i
+went; a view that cuts into dim i (a partial slice, an integer index, ``select`` on i)
+does not, and the result is plain V::
+
+    x: S(0)             x.transpose(0, 1)        ->  S(1)
+    x: S(1)             x.unsqueeze(0)           ->  S(2)
+    x: S(1)             x[0]                     ->  S(0)      (dim 0 removed: 1 -> 0)
+    x: S(0)             x[:, 0], x[..., :k]      ->  S(0)
+    x: S(0)             x[:5], x.narrow(0, ...)  ->  V         (a slice of each shard)
+    x: S(0)             x.chunk(2, dim=1)        ->  (S(0), S(0))
+    x, y: S(0)          cat([x, y], dim=1)       ->  S(0)
+    x, y: S(0)          cat([x, y], dim=0)       ->  V         ([x0 y0] [x1 y1] is not
+                                                                 [x0 x1 y0 y1])
+    x, y: S(0)          stack([x, y], dim=0)     ->  S(1)
+
+The static checker does not know the rank, so :func:`moved_dim` answers for one rank
+and the op rule (:func:`.ops.propagate`) folds the answers at every rank into S(j), V or
+a rank-dependent layout, as for reductions.  A join (cat, stack) keeps the dim only when
+every tensor operand is S(i) with the same i, like an elementwise op.
+
+Each adapter reads the call's literal dims into a :class:`DimMove` by the formal names
+of :data:`MOVES` (the mypy plugin from the source text, the check mode from the values);
+a dim it cannot read leaves no DimMove, and the result is V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence, Union
+
+from .types import RANKS
+
+# Index items of ``x[...]`` as the rule reads them: an integer (removes its dim), a
+# full slice ``:`` (keeps it), any other slice (cuts it), ``None`` (a new dim of size 1),
+# ``...`` (as many full slices as the rank needs).
+INT, FULL, SLICE, NEW, ELLIPSIS = "int", ":", "slice", "None", "..."
+INDEX_ITEMS = frozenset({INT, FULL, SLICE, NEW, ELLIPSIS})
+
+# op -> (family, the formals holding its dims, the defaults of those formals).
+# Families: "swap" (two dims trade places), "t" (swap at rank 2), "reverse" (.T),
+# "matrix" (the last two dims: .mT, .mH, adjoint), "permute", "movedim", "unsqueeze",
+# "squeeze", "select" (removes a dim: also every piece of ``unbind``), "narrow" (cuts a
+# dim: also every piece of ``split``, ``chunk``), "index" (``x[...]``),
+# "cat" (joins on a dim), "stack" (joins on a new dim).
+MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
+    "transpose": ("swap", ("dim0", "dim1"), ()),
+    "swapdims": ("swap", ("dim0", "dim1"), ()),
+    "swapaxes": ("swap", ("axis0", "axis1"), ()),
+    "t": ("t", (), ()),
+    "T": ("reverse", (), ()),
+    "mT": ("matrix", (), ()), "mH": ("matrix", (), ()), "adjoint": ("matrix", (), ()),
+    "H": ("t", (), ()),
+    "permute": ("permute", ("dims",), ()),
+    "movedim": ("movedim", ("source", "destination"), ()),
+    "moveaxis": ("movedim", ("source", "destination"), ()),
+    "unsqueeze": ("unsqueeze", ("dim",), ()),
+    "squeeze": ("squeeze", ("dim",), (None,)),
+    "select": ("select", ("dim",), ()),
+    "unbind": ("select", ("dim",), (0,)),  # every piece: a select
+    "narrow": ("narrow", ("dim",), ()), "narrow_copy": ("narrow", ("dim",), ()),
+    "split": ("narrow", ("dim",), (0,)), "split_with_sizes": ("narrow", ("dim",), (0,)),
+    "chunk": ("narrow", ("dim",), (0,)), "tensor_split": ("narrow", ("dim",), (0,)),
+    "__getitem__": ("index", ("index",), ()),
+    "cat": ("cat", ("dim",), (0,)), "concat": ("cat", ("dim",), (0,)),
+    "concatenate": ("cat", ("dim",), (0,)),
+    "stack": ("stack", ("dim",), (0,)),
+}
+
+Dims = Union[int, tuple[int, ...], None]
+
+
+@dataclass(frozen=True)
+class DimMove:
+    """A view's or join's literal dims as the call states them (``args`` in the order of
+    ``MOVES[op][1]``: ints, tuples of ints, or for ``index`` the tuple of index items).
+    ``ndim``: the first operand's rank, known at runtime only."""
+
+    op: str
+    args: tuple[object, ...]
+    ndim: int | None = None
+
+    @property
+    def family(self) -> str:
+        return MOVES[self.op][0]
+
+
+# What an adapter passes for a dim it cannot read (a name, an expression).
+UNREAD = object()
+
+
+def make_move(op: str, values: Mapping[str, object], ndim: int | None = None) -> DimMove | None:
+    """The DimMove of ``op`` from the values of its dims' formals as an adapter read them
+    (``UNREAD`` for one it could not read; a formal left out takes its default); None when
+    ``op`` moves no dims, or a dim is unread or not what the op takes."""
+    entry = MOVES.get(op)
+    if entry is None:
+        return None
+    family, formals, defaults = entry
+    args: list[object] = []
+    for k, formal in enumerate(formals):
+        j = k - (len(formals) - len(defaults))
+        a = values.get(formal, defaults[j] if j >= 0 else UNREAD)
+        if family == "index":
+            if not isinstance(a, tuple) or any(i not in INDEX_ITEMS for i in a):
+                return None
+        elif not (family == "squeeze" and a is None) and not _is_dims(
+                a, family in ("permute", "movedim", "squeeze")):
+            return None
+        args.append(a)
+    return DimMove(op, tuple(args), ndim)
+
+
+def _is_dims(a: object, tuples: bool) -> bool:
+    if isinstance(a, int) and not isinstance(a, bool):
+        return True
+    return tuples and isinstance(a, tuple) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in a)
+
+
+def _norm(d: int, rank: int) -> int | None:
+    return d % rank if -rank <= d < rank else None
+
+
+def moved_dim(move: DimMove, d: int, rank: int) -> tuple[int, int | None] | None:
+    """For an operand of ``rank`` sharded on dim ``d``: (the result's rank, the result's
+    shard dim, non-negative, or None when the op cuts into dim d); None when the op
+    cannot take an operand of that rank (or d is not one of its dims)."""
+    dn = _norm(d, rank)
+    if dn is None:
+        return None
+    f, args = move.family, move.args
+    if f in ("swap", "t", "matrix", "reverse", "permute", "movedim"):
+        order = _permutation(f, args, rank)
+        return None if order is None else (rank, order.index(dn))
+    if f in ("unsqueeze", "stack"):
+        at = _norm(args[0], rank + 1)  # type: ignore[arg-type]
+        return None if at is None else (rank + 1, dn + 1 if dn >= at else dn)
+    if f in ("select", "narrow", "cat"):
+        at = _norm(args[0], rank)  # type: ignore[arg-type]
+        if at is None:
+            return None
+        if at == dn:
+            return rank - (f == "select"), None
+        if f == "select":
+            return rank - 1, dn - 1 if at < dn else dn
+        return rank, dn
+    if f == "index":
+        return _index(args[0], dn, rank)  # type: ignore[arg-type]
+    return None  # squeeze: see squeezed_dim
+
+
+def _permutation(f: str, args: tuple[object, ...], rank: int) -> list[int] | None:
+    """The result's dims as positions of the operand's (``result dim k = operand dim
+    order[k]``)."""
+    order = list(range(rank))
+    if f == "reverse":
+        return order[::-1]
+    if f == "t":
+        return order[::-1] if rank <= 2 else None
+    if f in ("swap", "matrix"):
+        a, b = (-2, -1) if f == "matrix" else args
+        an, bn = _norm(a, rank), _norm(b, rank)  # type: ignore[arg-type]
+        if an is None or bn is None:
+            return None
+        order[an], order[bn] = order[bn], order[an]
+        return order
+    if f == "permute":
+        dims = args[0] if isinstance(args[0], tuple) else (args[0],)
+        ns = [_norm(x, rank) for x in dims]  # type: ignore[arg-type]
+        if len(ns) != rank or None in ns or len(set(ns)) != rank:
+            return None
+        return ns  # type: ignore[return-value]
+    src, dst = (a if isinstance(a, tuple) else (a,) for a in args)
+    sn = [_norm(x, rank) for x in src]  # type: ignore[arg-type]
+    dn = [_norm(x, rank) for x in dst]  # type: ignore[arg-type]
+    if len(sn) != len(dn) or None in sn or None in dn or len(set(sn)) != len(sn) \
+            or len(set(dn)) != len(dn):
+        return None
+    out: list[int | None] = [None] * rank
+    for s, t in zip(sn, dn):
+        out[t] = s  # type: ignore[index]
+    rest = iter(x for x in range(rank) if x not in sn)
+    return [x if x is not None else next(rest) for x in out]
+
+
+def _index(items: tuple[str, ...], dn: int, rank: int) -> tuple[int, int | None] | None:
+    consumed = sum(1 for i in items if i in (INT, FULL, SLICE))
+    if consumed > rank or items.count(ELLIPSIS) > 1:
+        return None
+    fill = [FULL] * (rank - consumed)
+    if ELLIPSIS in items:
+        k = items.index(ELLIPSIS)
+        full = list(items[:k]) + fill + list(items[k + 1:])
+    else:
+        full = list(items) + fill
+    src = out = 0
+    new: int | None = None
+    for item in full:
+        if item == NEW:
+            out += 1
+            continue
+        if src == dn:
+            if item != FULL:
+                return _out_rank(full), None
+            new = out
+        if item != INT:
+            out += 1
+        src += 1
+    return out, new
+
+
+def _out_rank(items: list[str]) -> int:
+    return sum(1 for i in items if i != INT)
+
+
+def squeezed_dim(move: DimMove, d: int, shape: Sequence[int] | None) -> int | None:
+    """``squeeze``: the result's shard dim, in d's sign, or None.  With the operand's
+    ``shape`` (check mode) the dims of size 1 among the listed ones go; without it the
+    listed dims may or may not go, so the result is S(j) only for a j that names the shard
+    dim at every rank and whichever of them go::
+
+        x: S(0); x.squeeze(-1)     the last dim goes or not: dim 0 stays dim 0  ->  S(0)
+        x: S(-1); x.squeeze(0)     dim -1 stays dim -1                          ->  S(-1)
+        x: S(1); x.squeeze(0)      dim 1 becomes 0 or stays 1                   ->  V
+
+    Squeezing every dim of size 1 (no dim given) is read with the shape only."""
+    (dims,) = move.args
+    if shape is not None:
+        rank = len(shape)
+        dn = _norm(d, rank)
+        if dn is None:
+            return None
+        listed = range(rank) if dims is None else [
+            _norm(x, rank) for x in (dims if isinstance(dims, tuple) else (dims,))]
+        if None in listed:
+            return None
+        gone = {x for x in listed if shape[x] == 1}  # type: ignore[index]
+        if dn in gone:
+            return None
+        new = dn - sum(1 for x in gone if x < dn)  # type: ignore[operator]
+        return new if d >= 0 else new - (rank - len(gone))
+    if dims is None:
+        return None
+    listed = list(dims) if isinstance(dims, tuple) else [dims]
+    common: set[int] | None = None
+    for rank in range(1, RANKS + 1):
+        dn = _norm(d, rank)
+        ls = [_norm(x, rank) for x in listed]
+        if dn is None or None in ls:
+            continue  # no operand of this rank
+        # d keeps its place counted from the front if no listed dim is before it, from the
+        # back if none is after it; the shard dim itself listed: it goes if its size is 1,
+        # which at rank 1 leaves a scalar (no layout to claim), else V
+        if dn in ls and rank > 1:
+            return None
+        ways = set()
+        if all(x >= dn for x in ls):  # type: ignore[operator]
+            ways.add(dn)
+        if all(x <= dn for x in ls):  # type: ignore[operator]
+            ways.add(dn - rank)
+        common = ways if common is None else common & ways
+    if not common:
+        return None
+    return d if d in common else common.pop()

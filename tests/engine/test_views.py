@@ -1,0 +1,152 @@
+"""The view/join rule (engine: views.moved_dim, views.squeezed_dim) against torch itself.
+
+S(j) on a result claims: the locals, concatenated on dim j, are the op applied to the
+global tensor.  For every op the rule knows, at ranks 1 to 4, every shard dim d and every
+dims argument torch accepts, a global tensor is cut into two shards on d, the op runs on
+each shard, and wherever the rule answers a dim j the concatenation on j must equal the op
+on the global tensor (and the rule's rank must be the result's).  Where the rule answers V
+nothing is claimed.  A last test checks that the rule is not V everywhere: it keeps the dim
+in the cases the docstring of views lists.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import pytest
+import torch
+
+from spmd_mypy.engine.views import (
+    ELLIPSIS, FULL, INT, NEW, SLICE, DimMove, make_move, moved_dim, squeezed_dim,
+)
+
+_INDEX_VALUES = {INT: 0, FULL: slice(None), SLICE: slice(0, 1), NEW: None, ELLIPSIS: Ellipsis}
+
+
+def _global(rank: int, d: int, ones: tuple[int, ...] = ()) -> torch.Tensor:
+    """A rank-``rank`` tensor, size 4 on dim d (two shards of 2), distinct sizes elsewhere
+    (size 1 on the dims in ``ones``)."""
+    dn = d % rank
+    shape = [1 if k in ones else 4 if k == dn else 2 + k for k in range(rank)]
+    return torch.arange(float(torch.Size(shape).numel())).reshape(shape)
+
+
+def _calls(rank: int) -> list[tuple[DimMove, Callable[..., torch.Tensor], int]]:
+    """(move, the op on a list of operands, how many operands) for every dims argument."""
+    dims = range(-rank, rank)
+    out: list[tuple[DimMove, Callable[..., torch.Tensor], int]] = []
+
+    def add(op: str, values: dict, fn: Callable[..., torch.Tensor], n: int = 1) -> None:
+        m = make_move(op, values)
+        assert m is not None, (op, values)
+        out.append((m, fn, n))
+
+    for a, b in itertools.product(dims, dims):
+        add("transpose", {"dim0": a, "dim1": b}, lambda x, a=a, b=b: x.transpose(a, b))
+        add("movedim", {"source": a, "destination": b}, lambda x, a=a, b=b: x.movedim(a, b))
+    for p in itertools.permutations(range(rank)):
+        add("permute", {"dims": p}, lambda x, p=p: x.permute(p))
+    add("t", {}, lambda x: x.t())
+    add("T", {}, lambda x: x.T if x.dim() == 2 else x.permute(*reversed(range(x.dim()))))
+    add("mT", {}, lambda x: x.mT)
+    for k in range(-rank - 1, rank + 1):
+        add("unsqueeze", {"dim": k}, lambda x, k=k: x.unsqueeze(k))
+        add("stack", {"dim": k}, lambda x, y, k=k: torch.stack([x, y], k), 2)
+    for k in dims:
+        add("select", {"dim": k}, lambda x, k=k: x.select(k, 0))
+        add("narrow", {"dim": k}, lambda x, k=k: x.narrow(k, 0, 1))
+        add("cat", {"dim": k}, lambda x, y, k=k: torch.cat([x, y], k), 2)
+        add("chunk", {"dim": k}, lambda x, k=k: x.chunk(2, k)[0])
+        add("unbind", {"dim": k}, lambda x, k=k: x.unbind(k)[-1])
+    for n in range(1, 4):
+        for items in itertools.product(list(_INDEX_VALUES), repeat=n):
+            idx = tuple(_INDEX_VALUES[i] for i in items)
+            add("__getitem__", {"index": items}, lambda x, idx=idx: x[idx])
+    return out
+
+
+def _apply(fn: Callable[..., torch.Tensor], xs: list[torch.Tensor]) -> torch.Tensor | None:
+    try:
+        with torch.no_grad():
+            return fn(*xs)
+    except (RuntimeError, IndexError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_every_kept_dim_is_the_concatenation_of_the_shards(rank: int) -> None:
+    checked = kept = 0
+    for move, fn, n in _calls(rank):
+        for d in range(-rank, rank):
+            at = moved_dim(move, d, rank)
+            xs = [_global(rank, d) + 100 * i for i in range(n)]
+            whole = _apply(fn, xs)
+            if at is None:
+                continue  # the rule says no operand of this rank (torch may still run it)
+            assert whole is not None, (move, d, rank)
+            assert whole.dim() == at[0], (move, d, rank)
+            checked += 1
+            j = at[1]
+            if j is None:
+                continue
+            kept += 1
+            shards = [[x.chunk(2, d)[s] for x in xs] for s in range(2)]
+            locals_ = [fn(*sh) for sh in shards]
+            assert torch.equal(torch.cat(locals_, j), whole), (move, d, rank, j)
+    assert checked > 0 and kept > 0
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_squeeze_without_sizes_holds_whichever_dims_go(rank: int) -> None:
+    """Statically the sizes are unknown: the dim answered must hold for every subset of
+    the listed dims having size 1 (the shard dim's shards have size 2 here)."""
+    dims = range(-rank, rank)
+    listed_options = [(k,) for k in dims] + list(itertools.combinations(dims, 2))
+    for listed, d in itertools.product(listed_options, dims):
+        move = make_move("squeeze", {"dim": listed if len(listed) > 1 else listed[0]})
+        assert move is not None
+        j = squeezed_dim(move, d, None)
+        if j is None:
+            continue
+        norm = {k % rank for k in listed}
+        if len(norm) < len(listed):
+            continue  # a dim listed twice: torch refuses it
+        for ones in itertools.chain.from_iterable(
+                itertools.combinations(sorted(norm - {d % rank}), m) for m in range(len(norm) + 1)):
+            g = _global(rank, d, ones)
+            whole = g.squeeze(listed)
+            parts = [s.squeeze(listed) for s in g.chunk(2, d)]
+            assert torch.equal(torch.cat(parts, j), whole), (listed, d, rank, ones, j)
+            # and with the sizes known (check mode), the same dim
+            known = squeezed_dim(move, d, tuple(g.chunk(2, d)[0].shape))
+            assert known is not None and known % whole.dim() == j % whole.dim()
+
+
+def test_the_rule_keeps_the_dim_where_views_says_so() -> None:
+    def at(op: str, values: dict, d: int, rank: int) -> int | None:
+        m = make_move(op, values)
+        assert m is not None
+        r = moved_dim(m, d, rank)
+        return None if r is None else r[1]
+
+    assert at("transpose", {"dim0": 0, "dim1": 1}, 0, 2) == 1
+    assert at("unsqueeze", {"dim": 0}, 1, 3) == 2
+    assert at("__getitem__", {"index": (INT,)}, 1, 3) == 0
+    assert at("__getitem__", {"index": (FULL, INT)}, 0, 2) == 0
+    assert at("__getitem__", {"index": (SLICE,)}, 0, 2) is None
+    assert at("cat", {"dim": 1}, 0, 2) == 0 and at("cat", {"dim": 0}, 0, 2) is None
+    assert at("stack", {"dim": 0}, 0, 2) == 1
+    assert at("chunk", {"dim": 1}, 0, 2) == 0 and at("chunk", {}, 0, 2) is None
+    sq = make_move("squeeze", {"dim": -1})
+    assert sq is not None and squeezed_dim(sq, 0, None) == 0
+
+
+def test_dims_the_adapter_could_not_read_make_no_move() -> None:
+    from spmd_mypy.engine.views import UNREAD
+    assert make_move("transpose", {"dim0": 0, "dim1": UNREAD}) is None
+    assert make_move("transpose", {"dim0": 0}) is None  # no default
+    assert make_move("cat", {}) == DimMove("cat", (0,))  # dim defaults to 0
+    assert make_move("__getitem__", {"index": ("tensor",)}) is None
+    assert make_move("permute", {"dims": (0, True)}) is None
+    assert make_move("relu", {}) is None
