@@ -46,6 +46,7 @@ from .config import Config, load
 from .dispatch import HookDispatch
 from .modules import ModuleCallTyper
 from .mypy_types import TypeBuilder
+from .partials import PartialTyper
 from .promotion import Promotion, uses_spmd
 from .rewrite import RegionIndex, Renamer, prepare_file
 
@@ -92,6 +93,7 @@ class SpmdPlugin(Plugin):
         self.types = TypeBuilder(self.config.mesh_axes, self.dispatch.lookup_info)
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
+        self.partials = PartialTyper(self)  # functools.partial of a torch op
         self.boundaries = BoundaryChecker(self)
         self.renamer = Renamer(options)  # same-block redefinitions in function bodies
         self.modules = ModuleCallTyper(self)

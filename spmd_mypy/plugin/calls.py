@@ -21,6 +21,7 @@ from mypy.nodes import (
     FuncBase,
     IndexExpr,
     IntExpr,
+    ListComprehension,
     ListExpr,
     MemberExpr,
     NameExpr,
@@ -266,11 +267,15 @@ def _entry_from_expression(e: Expression) -> Entry | None:
 
 
 def is_detached(e: Expression | None) -> bool:
-    while isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr):
+    """``x.detach()``, ``x.data`` and calls on them (``x.detach().clone()``): no gradient."""
+    while True:
+        if isinstance(e, MemberExpr) and e.name == "data":
+            return True
+        if not (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)):
+            return False
         if e.callee.name == "detach":
             return True
         e = e.callee.expr
-    return False
 
 
 def _is_scalar(t: Type) -> bool:
@@ -412,6 +417,13 @@ class CallTyper:
             return [(typ, expr)]
         if isinstance(expr, (ListExpr, TupleExpr)):
             return [(self._lookup_expr_type(ctx, i), i) for i in expr.items]
+        if isinstance(expr, ListComprehension):
+            # ``torch.cat([f(c) for c in chunks])``: mypy typed the list in the parameter's
+            # context (list[torch.Tensor]); the element expression keeps its own type
+            left = expr.generator.left_expr
+            left_type = self._lookup_expr_type(ctx, left)
+            if left_type is not None and self.types.from_type(left_type) is not None:
+                return [(left_type, left)]
         p = get_proper_type(typ)
         is_container = isinstance(p, TupleType) or (
             isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS)
@@ -522,6 +534,44 @@ class CallTyper:
         if isinstance(p, UnionType):
             return UnionType([inst if self.types.from_type(i) is not None else i for i in p.items])
         return inst
+
+    def iter_hook(self, ctx: MethodContext) -> Type:
+        """``for row in x``: the rows are ``x.select(0, i)`` (torch's ``__iter__`` is
+        unannotated: mypy's items were Any, the type silently dropped)."""
+        t = self.types.from_type(ctx.type)
+        if not t:
+            return ctx.default_return_type
+        row = propagate("select", [Operand(t)], move=make_move("select", {"dim": 0})).type
+        inst = self.types.to_instance(row)
+        if inst is None:
+            return ctx.default_return_type
+        return ctx.api.named_generic_type("typing.Iterator", [inst])  # type: ignore[attr-defined]
+
+    def data_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - AttributeContext
+        """``x.data``: the same values as ``x``, without the gradient: ``x``'s type."""
+        t = self.types.from_type(ctx.type)
+        if not t or ctx.is_lvalue:
+            return ctx.default_attr_type
+        inst = self.types.to_instance(t)
+        return inst if inst is not None else ctx.default_attr_type
+
+    def structseq_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - AttributeContext
+        """``x.max(dim=0).values``: a field of a ``torch.return_types`` result (a tuple
+        whose items the op hook typed; torch's stubs give each field a property returning a
+        plain Tensor, in the order of the items)."""
+        p = get_proper_type(ctx.type)
+        c = ctx.context
+        if not isinstance(p, TupleType) or ctx.is_lvalue or not isinstance(c, MemberExpr):
+            return ctx.default_attr_type
+        fields = [name for name, sym in p.partial_fallback.type.names.items()
+                  if (isinstance(sym.node, Decorator) and sym.node.func.is_property)
+                  or (isinstance(sym.node, FuncBase) and sym.node.is_property)]
+        if c.name not in fields:
+            return ctx.default_attr_type
+        k = fields.index(c.name)
+        if k >= len(p.items) or self.types.from_type(p.items[k]) is None:
+            return ctx.default_attr_type
+        return p.items[k]
 
     def transpose_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - .T / .mT / .H
         t = self.types.from_type(ctx.type)

@@ -33,6 +33,7 @@ _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
 _GRAD_ATTRS = frozenset(f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR))
 _TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
                              for a in ("T", "mT", "H", "mH"))
+_DATA_ATTRS = frozenset(f"{c}.data" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR))
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
 # mypy builds a context for each).  The standard library modules training code calls most.
 NO_SIGNATURE_CHECK = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
@@ -164,7 +165,7 @@ class HookDispatch:
         # isinstance narrows the whole value (and an autograd trigger reads the whole
         # Function); reveal prints every member itself; a mapping's argument check splits
         # a union itself (check_arguments_hook)
-        split = fullname not in ("builtins.isinstance", "spmd.reveal") and not fullname.startswith(_MEGATRON_MAPPINGS)
+        split = fullname not in ("builtins.isinstance", "spmd.reveal", "functools.partial") and not fullname.startswith(_MEGATRON_MAPPINGS)
         return self._synced(hook, split_unions=split) if hook is not None else None
 
     def _follow_module(self) -> None:
@@ -224,6 +225,8 @@ class HookDispatch:
             if fullname in _PARTIAL_OPS:
                 return typer.partial_op_hook(_PARTIAL_OPS[fullname])
             return None
+        if fullname == "functools.partial":
+            return self.plugin.partials.new_hook
         if not fullname.startswith("torch."):
             return None
         name = fullname.rsplit(".", 1)[-1]
@@ -311,6 +314,8 @@ class HookDispatch:
             cls = calls.TENSOR if short in ("TensorBase", "Tensor", "Parameter") else fullname
         typer = self.plugin.calls
         hook: Callable | None = None
+        if fullname == "functools.partial.__call__":
+            return self._synced(self.plugin.partials.call_hook, split_unions=False)
         if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
             return self._check_arguments()
         elif calls.is_tensor_method_class(cls):
@@ -318,6 +323,8 @@ class HookDispatch:
                 hook = typer.backward_hook
             elif method == "register_hook":
                 hook = self.plugin.autograd.register_hook_hook
+            elif method == "__iter__":
+                hook = typer.iter_hook
             else:
                 op = calls.method_op_name(method)
                 if op is not None:
@@ -329,6 +336,10 @@ class HookDispatch:
             hook = self.plugin.calls.grad_attribute_hook
         elif fullname in _TRANSPOSE_ATTRS:
             hook = self.plugin.calls.transpose_attribute_hook
+        elif fullname in _DATA_ATTRS:
+            hook = self.plugin.calls.data_attribute_hook
+        elif fullname.startswith("torch.return_types."):
+            hook = self.plugin.calls.structseq_attribute_hook
         else:
             return None
         return self._synced(hook) if self._meets_spmd() else None

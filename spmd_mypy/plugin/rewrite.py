@@ -262,8 +262,9 @@ _HANDLED = (FuncDef, Decorator, OverloadedFuncDef, ClassDef, WithStmt, Assignmen
 
 
 def _is_detach_call(e: Expression) -> bool:
-    return (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
-            and e.callee.name == "detach")
+    """``x.detach()`` or ``x.data``."""
+    return ((isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+             and e.callee.name == "detach") or (isinstance(e, MemberExpr) and e.name == "data"))
 
 
 def _names_in(e: Expression) -> list[str]:

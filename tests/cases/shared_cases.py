@@ -303,6 +303,8 @@ case("shard-cat-S0-S0-dim0", {"a": "S0", "b": "S0"}, "out = torch.cat([a, b])", 
      desc="[a0 b0] [a1 b1] is not [a0 a1 b0 b1]")
 case("shard-cat-S0-R-dim1", {"a": "S0", "b": "R"}, "out = torch.cat([a, b], dim=1)", "V")
 case("shard-stack-S0-S0", {"a": "S0", "b": "S0"}, "out = torch.stack([a, b])", "S1")
+case("shard-iter-S1", {"a": "S1"}, ("rows = [r for r in a]", "out = rows[0]"), "S0",
+     desc="iterating gives the rows: a.select(0, i)")
 
 # --------------------------------------------------------------------------------------
 # 9. No-gradient relaxation: an I operand that cannot carry a gradient acts as R.
@@ -313,6 +315,8 @@ case("nograd-I-P", {"w": "I", "p": "P"}, ("with torch.no_grad():", "    out = to
      desc="relaxed I acts as R: added to P it is affine")
 case("detach-I-R", {"w": "I", "r": "R"}, "out = torch.add(w.detach(), r)", "R")
 case("detach-I-V", {"w": "I", "v": "V"}, "out = torch.mul(w.detach(), v)", "V")
+case("data-I-V", {"w": "I", "v": "V"}, "out = torch.mul(w.data, v)", "V",
+     desc="x.data carries no gradient, as x.detach()")
 case("grad-I-R", {"w": "I", "r": "R"}, "out = torch.add(w, r)", INV, desc="with grad: an error")
 case("inference-I-V", {"w": "I", "v": "V"},
      ("with torch.inference_mode():", "    out = torch.mul(w, v)"), "V")

@@ -90,3 +90,33 @@ def test_warm_run_of_an_alias_only_module(tmp_path: Path) -> None:
         lines = [line for line in out.splitlines() if ": error:" in line]
         assert len(lines) == 1 and lines[0].startswith(EXPECTED_ALIAS_ONLY), out
         assert lines[0].endswith("[spmd-mismatch]"), out
+
+
+PARTIAL_A = '''
+from functools import partial
+import torch.nn.functional as F
+act = partial(F.gelu, approximate="tanh")
+'''
+PARTIAL_B = '''
+import spmd
+from spmd import Tensor, P, V
+from a import act
+def f(p: Tensor[P["tp"]], v: Tensor[V["tp"]]) -> None:
+    act(p)
+    spmd.reveal(act(v))
+'''
+
+
+def test_partial_of_a_torch_op_from_a_cached_module(tmp_path: Path) -> None:
+    """``functools.partial(F.gelu, ...)`` made in a module loaded from the cache is typed as
+    on the first run (the op's name lives in what mypy caches, not in the callable's
+    definition, which the cache drops)."""
+    write_config(tmp_path)
+    (tmp_path / "a.py").write_text(textwrap.dedent(PARTIAL_A))
+    (tmp_path / "b.py").write_text(textwrap.dedent(PARTIAL_B))
+    outputs = [run_mypy(tmp_path, "a.py", "b.py")]
+    (tmp_path / "b.py").write_text(textwrap.dedent(PARTIAL_B) + "x = 1\n")  # b alone re-checked
+    outputs.append(run_mypy(tmp_path, "a.py", "b.py"))
+    for out in outputs:
+        assert 'b.py:6: error: Partial on "tp" (p: Tensor[P["tp"]]) cannot go through gelu' in out, out
+        assert 'b.py:7: note: Revealed type is Tensor[V["tp"]]' in out, out
