@@ -414,6 +414,8 @@ def _rule_on_axis(
     spec: OpSpec, axis: str, typed: list[tuple[Operand, Role, LocalType]], scalar_roles: set[Role]
 ) -> tuple[LocalType | None, SpmdError | None]:
     name = spec.name
+    if not typed:  # only R or I index tensors on this axis (F.embedding(ids, w_plain)): unknown
+        return None, None
     # An I operand that cannot carry a gradient needs no backward comms: beside
     # grad-carrying R/V/P operands it acts as R; otherwise it stays I.
     grad_kinds = {lt.kind for o, _, lt in typed if o.can_grad or lt.kind is not Kind.I}

@@ -535,6 +535,12 @@ class CallTyper:
             return UnionType([inst if self.types.from_type(i) is not None else i for i in p.items])
         return inst
 
+    def identity_hook(self, ctx: AnyCtx) -> Type:
+        """``nn.Identity()(x)``: x's type (torch's forward takes and returns Any)."""
+        if ctx.arg_types and ctx.arg_types[0] and self.types.from_type(ctx.arg_types[0][0]):
+            return ctx.arg_types[0][0]
+        return ctx.default_return_type
+
     def iter_hook(self, ctx: MethodContext) -> Type:
         """``for row in x``: the rows are ``x.select(0, i)`` (torch's ``__iter__`` is
         unannotated: mypy's items were Any, the type silently dropped)."""

@@ -22,7 +22,7 @@ from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
 
 from . import calls, global_calls
 from .autograd import is_autograd_function
-from .modules import is_module_class
+from .modules import TORCH_MODULE_OPS, is_module_class
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS
 from .promotion import Synced
 
@@ -147,7 +147,7 @@ class HookDispatch:
         hook = cache[fullname]
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
-        if fullname.startswith("torch.") and not self._meets_spmd():
+        if (fullname.startswith("torch.") or fullname == "builtins.abs") and not self._meets_spmd():
             return None
         return hook
 
@@ -227,6 +227,8 @@ class HookDispatch:
             return None
         if fullname == "functools.partial":
             return self.plugin.partials.new_hook
+        if fullname == "builtins.abs":  # abs(x) is x.__abs__(): torch's abs
+            return typer.op_hook("abs", method=False)
         if not fullname.startswith("torch."):
             return None
         name = fullname.rsplit(".", 1)[-1]
@@ -316,6 +318,10 @@ class HookDispatch:
         hook: Callable | None = None
         if fullname == "functools.partial.__call__":
             return self._synced(self.plugin.partials.call_hook, split_unions=False)
+        if method == "__call__" and cls in TORCH_MODULE_OPS:  # self.norm(x): F.layer_norm
+            module_op = TORCH_MODULE_OPS[cls]
+            return self._synced(typer.identity_hook if module_op == "identity"
+                                else typer.op_hook(module_op, method=False))
         if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
             return self._check_arguments()
         elif calls.is_tensor_method_class(cls):

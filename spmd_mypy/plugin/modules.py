@@ -7,6 +7,9 @@ defines (or inherits) an annotated ``forward``, the hook hands mypy ``forward``'
 bound to the receiver: the call gets ``forward``'s return type, and its arguments are checked
 like any typed call (typed tensor parameters through the plugin's spmd-mismatch check).
 
+torch's own modules that apply one functional op (``nn.LayerNorm``, ``nn.GELU``, ``nn.Linear``,
+``nn.Dropout``, the losses: :data:`TORCH_MODULE_OPS`) are typed by that op's rule.
+
 Left as they were: modules whose ``forward`` is not annotated (or is a decorated function
 mypy has not typed yet), classes that define their own ``__call__``, and every module that
 does not use SPMD types (so unannotated code, torch included, sees no new errors).
@@ -28,6 +31,42 @@ if TYPE_CHECKING:
     from . import SpmdPlugin
 
 MODULE = "torch.nn.modules.module.Module"
+
+# torch's own modules that are one functional op on their input: ``self.norm(x)`` with
+# ``self.norm = nn.LayerNorm(d)`` is typed as ``F.layer_norm(x, ...)`` (torch's forward
+# returns a plain Tensor, so a typed input was silently dropped and a Partial went through
+# a LayerNorm unchecked).  The module's parameters are untyped (gradual: they join no axis),
+# and its constructor's dims (LayerNorm's normalized_shape, Softmax's dim) are not read, so
+# a Shard(i) input gives V where the op's layout depends on them (conservative).
+_TORCH_MODULE_OPS: dict[str, dict[str, str]] = {
+    "activation": {
+        "Threshold": "threshold", "ReLU": "relu", "RReLU": "rrelu", "Hardtanh": "hardtanh",
+        "ReLU6": "relu6", "Sigmoid": "sigmoid", "Hardsigmoid": "hardsigmoid", "Tanh": "tanh",
+        "SiLU": "silu", "Mish": "mish", "Hardswish": "hardswish", "ELU": "elu", "CELU": "celu",
+        "SELU": "selu", "GLU": "glu", "GELU": "gelu", "Hardshrink": "hardshrink",
+        "LeakyReLU": "leaky_relu", "LogSigmoid": "logsigmoid", "Softplus": "softplus",
+        "Softshrink": "softshrink", "PReLU": "prelu", "Softsign": "softsign",
+        "Tanhshrink": "tanhshrink", "Softmin": "softmin", "Softmax": "softmax",
+        "LogSoftmax": "log_softmax",
+    },
+    "linear": {"Identity": "identity", "Linear": "linear", "LazyLinear": "linear",
+               "Bilinear": "bilinear"},
+    "normalization": {"LayerNorm": "layer_norm", "GroupNorm": "group_norm", "RMSNorm": "rms_norm",
+                      "LocalResponseNorm": "local_response_norm"},
+    "dropout": {"Dropout": "dropout", "Dropout1d": "dropout1d", "Dropout2d": "dropout2d",
+                "Dropout3d": "dropout3d", "AlphaDropout": "alpha_dropout",
+                "FeatureAlphaDropout": "feature_alpha_dropout"},
+    "sparse": {"Embedding": "embedding"},
+    "flatten": {"Flatten": "flatten", "Unflatten": "unflatten"},
+    "loss": {"L1Loss": "l1_loss", "MSELoss": "mse_loss", "CrossEntropyLoss": "cross_entropy",
+             "NLLLoss": "nll_loss", "BCELoss": "binary_cross_entropy",
+             "BCEWithLogitsLoss": "binary_cross_entropy_with_logits", "KLDivLoss": "kl_div",
+             "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss"},
+}
+TORCH_MODULE_OPS: dict[str, str] = {
+    f"torch.nn.modules.{module}.{cls}": op
+    for module, classes in _TORCH_MODULE_OPS.items() for cls, op in classes.items()
+}
 
 
 def is_module_class(info: TypeInfo | None) -> bool:
