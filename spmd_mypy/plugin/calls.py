@@ -266,6 +266,11 @@ def _entry_from_expression(e: Expression) -> Entry | None:
     return Entry(marker, tuple(names))  # type: ignore[arg-type]
 
 
+# Ops whose torch module takes its dims in the constructor (see CallTyper.module_op_hook).
+_CONSTRUCTOR_DIM_OPS = frozenset({"layer_norm", "group_norm", "rms_norm", "local_response_norm",
+                                  "softmax", "log_softmax", "softmin", "flatten", "unflatten", "glu"})
+
+
 def is_detached(e: Expression | None) -> bool:
     """``x.detach()``, ``x.data`` and calls on them (``x.detach().clone()``): no gradient."""
     while True:
@@ -535,6 +540,26 @@ class CallTyper:
             return UnionType([inst if self.types.from_type(i) is not None else i for i in p.items])
         return inst
 
+    def module_op_hook(self, op: str) -> Callable[[AnyCtx], Type]:
+        """``self.norm(x)`` for a torch module that is one functional op
+        (:data:`.modules.TORCH_MODULE_OPS`): that op's hook.  On a global tensor, an op whose
+        layout needs dims only the module's constructor states (LayerNorm's normalized_shape,
+        Softmax's dim) keeps mypy's plain result, as before: global shard propagation reads
+        them from the call, and a module call has none to give."""
+        inner = self.op_hook(op, method=False)
+        if op not in _CONSTRUCTOR_DIM_OPS:
+            return inner
+
+        def hook(ctx: AnyCtx) -> Type:
+            for types in ctx.arg_types:
+                for t in types:
+                    st = self.types.from_type(t)
+                    if st is not None and st.spec is not None:
+                        return ctx.default_return_type
+            return inner(ctx)
+
+        return hook
+
     def identity_hook(self, ctx: AnyCtx) -> Type:
         """``nn.Identity()(x)``: x's type (torch's forward takes and returns Any)."""
         if ctx.arg_types and ctx.arg_types[0] and self.types.from_type(ctx.arg_types[0][0]):
@@ -545,7 +570,7 @@ class CallTyper:
         """``for row in x``: the rows are ``x.select(0, i)`` (torch's ``__iter__`` is
         unannotated: mypy's items were Any, the type silently dropped)."""
         t = self.types.from_type(ctx.type)
-        if not t:
+        if not t or t.spec is not None:  # a global tensor's rows: left to mypy (plain), as before
             return ctx.default_return_type
         row = propagate("select", [Operand(t)], move=make_move("select", {"dim": 0})).type
         inst = self.types.to_instance(row)

@@ -321,7 +321,7 @@ class HookDispatch:
         if method == "__call__" and cls in TORCH_MODULE_OPS:  # self.norm(x): F.layer_norm
             module_op = TORCH_MODULE_OPS[cls]
             return self._synced(typer.identity_hook if module_op == "identity"
-                                else typer.op_hook(module_op, method=False))
+                                else typer.module_op_hook(module_op))
         if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
             return self._check_arguments()
         elif calls.is_tensor_method_class(cls):
