@@ -117,6 +117,15 @@ class PartialTyper:
         hook: Callable[[FunctionContext], Type] | None = self.plugin.dispatch.get_function_hook(fullname)
         if hook is None:
             return result
+        try:
+            return hook(self._op_context(ctx, callee, result))
+        except Exception:  # noqa: BLE001 - never crash mypy: mypy's own result for the partial
+            return result
+
+    @staticmethod
+    def _op_context(ctx: MethodContext, callee: CallableType, result: Type) -> FunctionContext:
+        """The partial's call as a call of its op: the arguments mapped to the formals the
+        partial leaves (mypy's bound callable)."""
         kinds: list[ArgKind] = []
         names: list[str | None] = []
         types: list[Type] = []
@@ -134,7 +143,7 @@ class PartialTyper:
                 types.append(t)
         formal_to_actual = map_actuals_to_formals(
             kinds, names, callee.arg_kinds, callee.arg_names, lambda i: types[i])
-        op_ctx = FunctionContext(
+        return FunctionContext(
             arg_types=[[types[i] for i in actuals] for actuals in formal_to_actual],
             arg_kinds=[[kinds[i] for i in actuals] for actuals in formal_to_actual],
             callee_arg_names=list(callee.arg_names),
@@ -144,6 +153,5 @@ class PartialTyper:
             context=ctx.context,
             api=ctx.api,
         )
-        return hook(op_ctx)
 
 
