@@ -3,6 +3,7 @@
 - :mod:`.types`        per-axis local types, whole-tensor types, duality, printing
 - :mod:`.annotations`  entries of an annotation -> a type, with validation
 - :mod:`.ops`          the classification of torch ops and the local SPMD rule
+- :mod:`.views`        where a view or join (transpose, indexing, cat, ...) puts a shard dim
 - :mod:`.collectives`  the collective/conversion table with each backward
 - :mod:`.duality`      forward/backward duality: autograd Functions, gradients, hooks
 

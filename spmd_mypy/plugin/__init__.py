@@ -5,7 +5,8 @@ A thin adapter between mypy and the rule engine (:mod:`spmd_mypy.engine`):
 - annotations: ``Tensor[R["tp"], V["dp"]]`` is analysed into a canonical
   instance (:mod:`.annotation_hooks`, :mod:`.mypy_types`), with errors at the annotation;
 - calls: torch ops, operators, the spmd collectives and helpers are typed by
-  the engine (:mod:`.calls`);
+  the engine (:mod:`.calls`; the dims a call states: :mod:`.reductions`; torch modules and
+  user modules: :mod:`.modules`; ``functools.partial`` of an op: :mod:`.partials`);
 - which hook answers which name: :mod:`.dispatch` (compiled, as every module here but
   this one);
 - gradual typing: a plain ``torch.Tensor`` is accepted wherever a typed tensor
