@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from mypy.argmap import map_actuals_to_formals
-from mypy.nodes import ArgKind, Expression
+from mypy.nodes import ArgKind, Expression, IntExpr, ListExpr, NameExpr, TupleExpr
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.plugins.functools import partial_call_callback, partial_new_callback
 from mypy.types import (
@@ -33,6 +33,7 @@ from mypy.types import (
 
 from . import calls
 from .mypy_types import is_proper_tensor
+from .reductions import _dims
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -54,6 +55,36 @@ def _may_be_operand(t: Type, depth: int = 0) -> bool:
     if isinstance(p, Instance):
         return any(_may_be_operand(a, depth + 1) for a in p.args)
     return False
+
+
+def _literal_text(e: Expression, t: Type) -> str:
+    """A bound argument's value as the mark records it: an int, a tuple of ints, a bool;
+    "?" for anything else."""
+    if isinstance(e, NameExpr) and e.fullname in ("builtins.True", "builtins.False"):
+        return e.fullname[9:]
+    dims = _dims(e, t)
+    if dims is None:
+        return "?"
+    if isinstance(e, (TupleExpr, ListExpr)):
+        return "(" + ",".join(str(d) for d in dims) + ")"
+    return str(dims[0])
+
+
+def _literal_expr(text: str, ctx: MethodContext) -> tuple[Expression, Type] | None:
+    """The expression (and its type) a recorded literal stands for; None for "?"."""
+    api = ctx.api
+    if text in ("True", "False"):
+        e = NameExpr(text)
+        e.fullname = f"builtins.{text}"
+        return e, api.named_generic_type("builtins.bool", [])  # type: ignore[attr-defined]
+    int_type = api.named_generic_type("builtins.int", [])  # type: ignore[attr-defined]
+    try:
+        if text.startswith("("):
+            items: list[Expression] = [IntExpr(int(x)) for x in text[1:-1].split(",") if x]
+            return TupleExpr(items), api.named_generic_type("builtins.tuple", [int_type])  # type: ignore[attr-defined]
+        return IntExpr(int(text)), int_type
+    except ValueError:
+        return None
 
 
 def _torch_op_name(callee: CallableType) -> str | None:
@@ -87,8 +118,10 @@ class PartialTyper:
             return result
         positional = [n for n, k in zip(callee.arg_names, callee.arg_kinds) if k.is_positional()]
         next_positional = 0
+        bound: list[str] = []
         for group in (1, 2):
-            for typ, kind, name in zip(ctx.arg_types[group], ctx.arg_kinds[group], ctx.arg_names[group]):
+            for typ, kind, name, expr in zip(ctx.arg_types[group], ctx.arg_kinds[group],
+                                             ctx.arg_names[group], ctx.args[group]):
                 if kind is ArgKind.ARG_STAR or kind is ArgKind.ARG_STAR2:
                     return result  # *args / **kwargs: which formals they fill is unknown
                 if name is None:
@@ -96,9 +129,12 @@ class PartialTyper:
                     next_positional += 1
                 if name not in calls.NON_OPERAND_NAMES and _may_be_operand(typ):
                     return result  # a bound operand: the rule would not see it
-        # the op's name as a literal: mypy's cache keeps the extra attributes, not the
-        # callable's definition
-        name_type = LiteralType(fullname, ctx.api.named_generic_type("builtins.str", []))  # type: ignore[attr-defined]
+                if name is not None:
+                    bound.append(f"{name}={_literal_text(expr, typ)}")
+        # the op's name, and each bound formal with its literal value ("?" if not one), as
+        # a literal: mypy's cache keeps the extra attributes, not the callable's definition
+        mark = "|".join([fullname, *bound])
+        name_type = LiteralType(mark, ctx.api.named_generic_type("builtins.str", []))  # type: ignore[attr-defined]
         return ret.copy_with_extra_attr(_MARK, name_type)
 
     def call_hook(self, ctx: MethodContext) -> Type:
@@ -113,19 +149,23 @@ class PartialTyper:
         if not isinstance(callee, CallableType) or not isinstance(mark, LiteralType) \
                 or not isinstance(mark.value, str):
             return result
-        fullname = mark.value
+        fullname, *bound_items = mark.value.split("|")
+        bound = dict(item.split("=", 1) for item in bound_items if "=" in item)
         hook: Callable[[FunctionContext], Type] | None = self.plugin.dispatch.get_function_hook(fullname)
         if hook is None:
             return result
         try:
-            return hook(self._op_context(ctx, callee, result))
+            return hook(self._op_context(ctx, callee, result, bound))
         except Exception:  # noqa: BLE001 - never crash mypy: mypy's own result for the partial
             return result
 
     @staticmethod
-    def _op_context(ctx: MethodContext, callee: CallableType, result: Type) -> FunctionContext:
+    def _op_context(ctx: MethodContext, callee: CallableType, result: Type,
+                    bound: dict[str, str]) -> FunctionContext:
         """The partial's call as a call of its op: the arguments mapped to the formals the
-        partial leaves (mypy's bound callable)."""
+        partial leaves (mypy's bound callable).  A formal bound in the partial with a literal
+        value (``dim=1``) gets that literal as its argument; one bound to anything else is
+        hidden, so the rule reads it as a dim it cannot know (never as the op's default)."""
         kinds: list[ArgKind] = []
         names: list[str | None] = []
         types: list[Type] = []
@@ -143,13 +183,27 @@ class PartialTyper:
                 types.append(t)
         formal_to_actual = map_actuals_to_formals(
             kinds, names, callee.arg_kinds, callee.arg_names, lambda i: types[i])
+        arg_types = [[types[i] for i in actuals] for actuals in formal_to_actual]
+        arg_kinds = [[kinds[i] for i in actuals] for actuals in formal_to_actual]
+        arg_names = [[names[i] for i in actuals] for actuals in formal_to_actual]
+        args = [[exprs[i] for i in actuals] for actuals in formal_to_actual]
+        formals: list[str | None] = list(callee.arg_names)
+        for k, formal in enumerate(formals):
+            if formal is None or formal not in bound or args[k]:
+                continue
+            literal = _literal_expr(bound[formal], ctx)
+            if literal is None:
+                formals[k] = None  # bound to a value the rule cannot read: hidden
+            else:
+                args[k], arg_types[k] = [literal[0]], [literal[1]]
+                arg_kinds[k], arg_names[k] = [ArgKind.ARG_NAMED], [formal]
         return FunctionContext(
-            arg_types=[[types[i] for i in actuals] for actuals in formal_to_actual],
-            arg_kinds=[[kinds[i] for i in actuals] for actuals in formal_to_actual],
-            callee_arg_names=list(callee.arg_names),
-            arg_names=[[names[i] for i in actuals] for actuals in formal_to_actual],
+            arg_types=arg_types,
+            arg_kinds=arg_kinds,
+            callee_arg_names=formals,
+            arg_names=arg_names,
             default_return_type=result,
-            args=[[exprs[i] for i in actuals] for actuals in formal_to_actual],
+            args=args,
             context=ctx.context,
             api=ctx.api,
         )
