@@ -188,15 +188,15 @@ class PartialTyper:
         arg_names = [[names[i] for i in actuals] for actuals in formal_to_actual]
         args = [[exprs[i] for i in actuals] for actuals in formal_to_actual]
         formals: list[str | None] = list(callee.arg_names)
-        for k, formal in enumerate(formals):
-            if formal is None or formal not in bound or args[k]:
+        for at, formal in enumerate(formals):
+            if formal is None or formal not in bound or args[at]:
                 continue
             literal = _literal_expr(bound[formal], ctx)
             if literal is None:
-                formals[k] = None  # bound to a value the rule cannot read: hidden
+                formals[at] = None  # bound to a value the rule cannot read: hidden
             else:
-                args[k], arg_types[k] = [literal[0]], [literal[1]]
-                arg_kinds[k], arg_names[k] = [ArgKind.ARG_NAMED], [formal]
+                args[at], arg_types[at] = [literal[0]], [literal[1]]
+                arg_kinds[at], arg_names[at] = [ArgKind.ARG_NAMED], [formal]
         return FunctionContext(
             arg_types=arg_types,
             arg_kinds=arg_kinds,
