@@ -41,7 +41,7 @@ import torch
 
 from spmd_mypy.engine import ops as _engine_ops
 from spmd_mypy.engine.views import (
-    ELLIPSIS, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
+    ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, NORMALISING, NOT_OPS, REDUCTIONS, SCANS, OpSpec, Reduction, Role, classify,
@@ -213,14 +213,6 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
     return Reduction(dims, keep, args[0].dim())
 
 
-# The names a view's or join's dims may arrive under as keywords (torch accepts both
-# ``dim`` and ``axis`` in places; testing overrides name some formals differently).
-_MOVE_KEYWORDS: dict[str, tuple[str, ...]] = {
-    "dim": ("dim", "axis"), "dim0": ("dim0", "axis0"), "dim1": ("dim1", "axis1"),
-    "axis0": ("axis0", "dim0"), "axis1": ("axis1", "dim1"), "dims": ("dims", "dim"),
-}
-
-
 def _move_value(v: Any) -> object:
     if v is None:
         return None
@@ -267,7 +259,7 @@ def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | None:
     else:
         params = plan.params
         for formal in formals:
-            names = _MOVE_KEYWORDS.get(formal, (formal,))
+            names = FORMAL_ALIASES.get(formal, (formal,))
             at = next((params.index(n) for n in names if params is not None and n in params), None)
             given = next((n for n in names if n in kwargs), None)
             if given is not None:

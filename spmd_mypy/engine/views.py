@@ -72,6 +72,14 @@ MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
 
 Dims = Union[int, tuple[int, ...], None]
 
+# The names a formal of MOVES may go by in torch's signatures (``swapaxes(axis0, axis1)``,
+# ``concatenate(tensors, axis)``, a testing override's ``permute(self, dim)``): both
+# adapters look a dim up under each.
+FORMAL_ALIASES: dict[str, tuple[str, ...]] = {
+    "dim": ("dim", "axis"), "dim0": ("dim0", "axis0"), "dim1": ("dim1", "axis1"),
+    "axis0": ("axis0", "dim0"), "axis1": ("axis1", "dim1"), "dims": ("dims", "dim"),
+}
+
 
 @dataclass(frozen=True)
 class DimMove:

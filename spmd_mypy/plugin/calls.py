@@ -68,6 +68,7 @@ from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
 from . import global_calls
 from .codes import ERROR_CODES
+from .modules import CONSTRUCTOR_DIM_OPS
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
 from .reductions import read_move, read_reduction
 
@@ -264,11 +265,6 @@ def _entry_from_expression(e: Expression) -> Entry | None:
     if any(n is None for n in names):
         return None
     return Entry(marker, tuple(names))  # type: ignore[arg-type]
-
-
-# Ops whose torch module takes its dims in the constructor (see CallTyper.module_op_hook).
-_CONSTRUCTOR_DIM_OPS = frozenset({"layer_norm", "group_norm", "rms_norm", "local_response_norm",
-                                  "softmax", "log_softmax", "softmin", "flatten", "unflatten", "glu"})
 
 
 def is_detached(e: Expression | None) -> bool:
@@ -547,7 +543,7 @@ class CallTyper:
         Softmax's dim) keeps mypy's plain result, as before: global shard propagation reads
         them from the call, and a module call has none to give."""
         inner = self.op_hook(op, method=False)
-        if op not in _CONSTRUCTOR_DIM_OPS:
+        if op not in CONSTRUCTOR_DIM_OPS:
             return inner
 
         def hook(ctx: AnyCtx) -> Type:
@@ -880,10 +876,10 @@ class CallTyper:
         (a tensor method bound to its tensor, a function of the user's)."""
         if not isinstance(sig, CallableType):
             return None
-        definition = sig.definition
-        fullname = definition.fullname if definition is not None else ""
-        if not fullname.startswith("torch.") or is_tensor_method_class(fullname.rpartition(".")[0]):
+        fullname = torch_function_name(sig)
+        if fullname is None:
             return None
+        definition = sig.definition
         # the function's own signature (or one of its overloads): mypy's join of two
         # functions keeps one's definition, and a join that is neither one's signature is
         # left untyped.  A join equal to one of them (``[torch.neg, torch.relu]``, or
@@ -1066,6 +1062,17 @@ class CallTyper:
                     errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
                     self.report(ctx, errs)
         return ctx.default_return_type
+
+
+def torch_function_name(sig: CallableType) -> str | None:
+    """The fullname of the torch function a callable's signature is defined by (kept by a
+    variable, an attribute, a partial holding it); None for anything else (a tensor method,
+    a function of the user's)."""
+    definition = sig.definition
+    fullname = definition.fullname if definition is not None else ""
+    if not fullname.startswith("torch.") or is_tensor_method_class(fullname.rpartition(".")[0]):
+        return None
+    return fullname
 
 
 def _same_signature(a: CallableType, b: CallableType) -> bool:

@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from . import SpmdPlugin
 
 _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
-_GRAD_ATTRS = frozenset(f"{c}.grad" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR))
-_TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
-                             for a in ("T", "mT", "H", "mH"))
-_DATA_ATTRS = frozenset(f"{c}.data" for c in ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR))
+_TENSOR_CLASSES = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
+_GRAD_ATTRS = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
+_TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
+_DATA_ATTRS = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
 # mypy builds a context for each).  The standard library modules training code calls most.
 NO_SIGNATURE_CHECK = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",

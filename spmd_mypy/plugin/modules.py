@@ -67,6 +67,10 @@ TORCH_MODULE_OPS: dict[str, str] = {
     f"torch.nn.modules.{module}.{cls}": op
     for module, classes in _TORCH_MODULE_OPS.items() for cls, op in classes.items()
 }
+# The ops among them whose module takes its dims in the constructor (see
+# CallTyper.module_op_hook: on a global tensor they keep mypy's plain result).
+CONSTRUCTOR_DIM_OPS = frozenset({"layer_norm", "group_norm", "rms_norm", "local_response_norm",
+                                 "softmax", "log_softmax", "softmin", "flatten", "unflatten", "glu"})
 
 
 def is_module_class(info: TypeInfo | None) -> bool:

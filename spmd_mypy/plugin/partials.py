@@ -87,14 +87,6 @@ def _literal_expr(text: str, ctx: MethodContext) -> tuple[Expression, Type] | No
         return None
 
 
-def _torch_op_name(callee: CallableType) -> str | None:
-    definition = callee.definition
-    fullname = definition.fullname if definition is not None else ""
-    if not fullname.startswith("torch.") or calls.is_tensor_method_class(fullname.rpartition(".")[0]):
-        return None
-    return fullname
-
-
 class PartialTyper:
     """The two hooks (see the module docstring)."""
 
@@ -113,7 +105,7 @@ class PartialTyper:
         callee = get_proper_type(ctx.arg_types[0][0])
         if not isinstance(callee, CallableType):
             return result
-        fullname = _torch_op_name(callee)
+        fullname = calls.torch_function_name(callee)
         if fullname is None:
             return result
         positional = [n for n, k in zip(callee.arg_names, callee.arg_kinds) if k.is_positional()]

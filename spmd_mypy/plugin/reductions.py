@@ -15,7 +15,9 @@ from mypy.nodes import (
 from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_proper_type
 
 from ..engine.ops import NORMALISING, REDUCTIONS, SCANS, Reduction, normalising_reduction
-from ..engine.views import ELLIPSIS, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move
+from ..engine.views import (
+    ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
+)
 
 if TYPE_CHECKING:
     from mypy.plugin import FunctionContext, MethodContext
@@ -89,14 +91,6 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
     return Reduction(dims, keepdim) if dims is not None else None
 
 
-# The formals a view's or join's dims may arrive under (torch's stubs name some of them
-# differently: ``swapaxes(axis0, axis1)``, ``concatenate(tensors, axis)``).
-_MOVE_ALIASES: dict[str, tuple[str, ...]] = {
-    "dim": ("dim", "axis"), "dim0": ("dim0", "axis0"), "dim1": ("dim1", "axis1"),
-    "axis0": ("axis0", "dim0"), "axis1": ("axis1", "dim1"),
-}
-
-
 def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | None:
     """The literal dims a view or join moves (``x.transpose(0, 1)``, ``x[:, 0]``,
     ``torch.cat(xs, dim=1)``) for the engine's rule (:mod:`spmd_mypy.engine.views`); None
@@ -113,7 +107,7 @@ def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | None:
                                            and ctx.arg_types[0] else None)
         return make_move(op, values)
     for formal in formals:
-        names = [n for n in _MOVE_ALIASES.get(formal, (formal,)) if n in ctx.callee_arg_names]
+        names = [n for n in FORMAL_ALIASES.get(formal, (formal,)) if n in ctx.callee_arg_names]
         if not names:
             values[formal] = UNREAD  # a signature that does not name it: not a default to trust
             continue
