@@ -386,9 +386,10 @@ class BoundaryChecker:
         types = self.plugin.types
         a = get_proper_type(actual)
         d = get_proper_type(declared)
-        if isinstance(a, UnionType):
+        alternatives = types.alternatives(a)
+        if alternatives is not None:
             out: list[SpmdError] = []
-            for item in a.items:
+            for item in alternatives:
                 out.extend(self._compare(item, declared, expr, text, where))
             return out
         if isinstance(d, Instance) and types.is_tensor_info(d.type):

@@ -441,11 +441,12 @@ class CallTyper:
         if isinstance(p, TupleType):
             return [(i, expr) for i in p.items]
         if isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
-            item = get_proper_type(p.args[0])
-            if isinstance(item, UnionType):
-                # list[Tensor[P] | Tensor[R]] (``ys = xs + [a]``): the list holds both kinds, so
-                # each is an operand (a homogeneous list typed so is checked as if mixed)
-                return [(i, expr) for i in item.items]
+            alternatives = self.types.alternatives(p.args[0])
+            if alternatives is not None:
+                # list[Tensor[P] | Tensor[R]] (``ys = xs + [a]``) or list[Tensor[R_P]] (the join
+                # mypy gives ``ys = [p, r]``): the list holds both kinds, so each is an operand
+                # (a homogeneous list typed so is checked as if mixed)
+                return [(i, expr) for i in alternatives]
             return [(p.args[0], expr)]
         return [(typ, expr)]
 
@@ -733,8 +734,7 @@ class CallTyper:
         x_expr, x_type = self._arg(ctx, "x")
         if x_type is None:
             return ctx.default_return_type  # mypy reports the missing argument
-        p = get_proper_type(x_type)
-        members = p.items if isinstance(p, UnionType) else [x_type]
+        members = self.types.alternatives(x_type) or [x_type]
         shown = []
         for m in members:
             t = self.types.from_type(m)

@@ -23,7 +23,7 @@ from mypy.types import AnyType, Instance, LiteralType, NoneType, TupleType, Type
 
 from ..engine.types import SpmdType
 from ..engine.types import format_type as format_spmd_type
-from .mypy_types import TypeBuilder
+from .mypy_types import MIXED_KINDS, TypeBuilder
 
 _QUOTED = re.compile(r'"([^"]*)"')
 _TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_][\w.]*|\.\.\.)|(?P<str>'[^']*')|(?P<int>-?\d+)|(?P<punct>[\[\],|]))")
@@ -190,10 +190,10 @@ def _print(node: _Node, types: TypeBuilder) -> str:
     if node.name == "[]":
         return "[" + ", ".join(_print(a, types) for a in node.args) + "]"
     if _short(node.name) == "Tensor" and node.args:
-        st = _tensor(node, types)
-        if st is None:
+        sts = _tensor(node, types)
+        if sts is None:
             raise _Unreadable(node.name)
-        return format_spmd_type(st)
+        return " | ".join(dict.fromkeys(format_spmd_type(st) for st in sts))
     if not node.args:
         return node.name
     return f"{node.name}[{', '.join(_print(a, types) for a in node.args)}]"
@@ -203,8 +203,9 @@ def _short(name: str) -> str:
     return name[len(_SLOT_PREFIX):] if name.startswith(_SLOT_PREFIX) else name
 
 
-def _tensor(node: _Node, types: TypeBuilder) -> SpmdType | None:
-    """A printed canonical tensor read back: one slot per mesh axis and the spec slot."""
+def _tensor(node: _Node, types: TypeBuilder) -> list[SpmdType] | None:
+    """A printed canonical tensor read back: one slot per mesh axis and the spec slot; a join
+    (``Tensor[R_P[Literal['tp']], ...]``) as the tensors it stands for."""
     if len(node.args) != len(types.mesh_axes) + 1:
         return None
     infos = types.infos()
@@ -231,7 +232,9 @@ def _tensor(node: _Node, types: TypeBuilder) -> SpmdType | None:
             raise _Unreadable("Literal")
         if name == "tuple":
             return TupleType([build(a) for a in n.args], obj)
-        if name in ("R", "I", "V", "P", "S", "PS") and n.args:
+        if name in ("int", "builtins.int") and not n.args:  # S[int, ...]: a join of S dims
+            return int_t
+        if (name in ("R", "I", "V", "P", "S", "PS", "V_S") or name in MIXED_KINDS) and n.args:
             return Instance(infos[name], [build(a) for a in n.args])
         raise _Unreadable(name)
 
@@ -246,4 +249,5 @@ def _tensor(node: _Node, types: TypeBuilder) -> SpmdType | None:
                 return None
         elif not isinstance(slot, AnyType):
             return None
-    return types.read_slots(slots)
+    members = types.members(Instance(infos["Tensor"], slots))
+    return [types.read_slots(m.args) for m in members] if members else [types.read_slots(slots)]

@@ -27,6 +27,7 @@ from mypy.types import (
     Type,
     TypeOfAny,
     UnboundType,
+    UnionType,
     UnpackType,
     get_proper_type,
 )
@@ -40,6 +41,10 @@ TENSOR_ALIAS = "spmd.Tensor"  # what users write: the alias (and the runtime cla
 MARKER_FULLNAMES = {f"spmd.{k}": k for k in ("R", "I", "V", "P", "S", "Shard", "PS")}
 MARKER_NAME_TO_FULLNAME = {k: "spmd.S" if k == "Shard" else f"spmd.{k}" for k in MARKER_FULLNAMES.values()}
 TORCH_TENSOR_BASES = ("torch._tensor.Tensor", "torch._C.TensorBase")
+# The sets of kinds mypy's joins produce on one axis (``_slots.R_P``: see _slots.pyi), by name
+MIXED_KINDS = {name: tuple(name.split("_")) for name in (
+    "R_I", "R_V", "R_P", "I_V", "I_P", "V_P", "R_I_V", "R_I_P", "R_V_P", "I_V_P", "R_I_V_P")}
+MEMBERS_MAX = 16  # a join with more combinations than this stays unknown on its mixed axes
 
 
 class TypeBuilder:
@@ -52,6 +57,7 @@ class TypeBuilder:
         self._to_cache: dict[SpmdType, Instance] = {}
         self._tensor_classes: dict[TypeInfo, bool] = {}  # a subclass of torch.Tensor?
         self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
+        self._members: dict[Instance, list[Instance] | None] = {}  # joins read (members)
 
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
@@ -59,7 +65,7 @@ class TypeBuilder:
         if infos is not None and self._lookup(TENSOR) is infos["Tensor"]:
             return infos
         found = {}
-        for name in ("Tensor", "R", "I", "V", "P", "S", "PS"):
+        for name in ("Tensor", "R", "I", "V", "P", "S", "PS", "V_S", *MIXED_KINDS):
             info = self._lookup(TENSOR if name == "Tensor" else f"spmd._slots.{name}")
             if info is None:
                 return None
@@ -72,6 +78,7 @@ class TypeBuilder:
         found["str"], found["int"], found["tuple"] = str_info, int_info, tuple_info
         self._infos = found
         self._to_cache = {}
+        self._members = {}
         return found
 
     def is_tensor_info(self, info: TypeInfo) -> bool:
@@ -154,18 +161,82 @@ class TypeBuilder:
             self._tensor_classes[info] = tensor_class
         return UNTYPED if tensor_class else None
 
+    def members(self, typ: Type | None) -> list[Instance] | None:
+        """The canonical tensors a join stands for; None for anything but a join.
+
+        mypy types a display of differently typed tensors by the join of the items::
+
+            [p, r]  ->  list[Tensor[R_P["tp"]]]   (p: Tensor[P["tp"]], r: Tensor[R["tp"]])
+
+        whose item is "R or P on tp": here ``[Tensor[R["tp"]], Tensor[P["tp"]]]``, one per
+        combination of the kinds of its mixed axes (None beyond MEMBERS_MAX: those axes stay
+        unknown, as any unread slot)."""
+        if typ is None:
+            return None
+        p = get_proper_type(typ)
+        if not isinstance(p, Instance) or p.type.fullname != TENSOR:
+            return None
+        if p in self._members:
+            return self._members[p]
+        found = self._expand(p)
+        if len(self._members) > 10_000:  # bound the memory of a long-lived daemon
+            self._members.clear()
+        self._members[p] = found
+        return found
+
+    def alternatives(self, t: Type | None) -> list[Type] | None:
+        """What a value of type ``t`` may be when it is one of several: the members of a
+        union (a join among them expanded into its own members), or those of a join; None
+        for anything else."""
+        if t is None:
+            return None
+        p = get_proper_type(t)
+        if isinstance(p, UnionType) and len(p.items) > 1:
+            out: list[Type] = []
+            for item in p.items:
+                out.extend(self.members(item) or [item])
+            return out
+        members = self.members(p)
+        return list(members) if members is not None else None
+
+    def _expand(self, p: Instance) -> list[Instance] | None:
+        flat = _flat_args(p.args)
+        if flat is None:
+            return None
+        choices: list[list[Type]] = []
+        mixed = False
+        for slot in flat:
+            s = get_proper_type(slot)
+            kinds = MIXED_KINDS.get(s.type.name) if isinstance(s, Instance) else None
+            if not isinstance(s, Instance) or kinds is None or not s.type.fullname.startswith("spmd._slots."):
+                choices.append([slot])
+                continue
+            infos = self.infos()
+            if infos is None:
+                return None
+            mixed = True
+            choices.append([Instance(infos[k], s.args) for k in kinds])
+        if not mixed:
+            return None
+        combos: list[list[Type]] = [[]]
+        for options in choices:
+            combos = [c + [o] for c in combos for o in options]
+            if len(combos) > MEMBERS_MAX:
+                return None
+        return [Instance(p.type, c) for c in combos]
+
     def read_slots(self, args: Sequence[Type]) -> SpmdType:
         """The SPMD type of a canonical instance's arguments (also: printed ones read back,
         :mod:`.messages`)."""
-        flat: list[Type] = []
-        for a in args:
-            if isinstance(a, UnpackType):
-                inner = get_proper_type(a.type)
-                if isinstance(inner, TupleType):
-                    flat.extend(inner.items)
-                    continue
+        flat = _flat_args(args)
+        if flat is None:
+            return UNTYPED
+        if len(flat) == len(self.mesh_axes) + 1:
+            last = get_proper_type(flat[-1])
+            if isinstance(last, Instance) and last.type.fullname == "builtins.object":
+                # the join of two global tensors with different partition specs: no layout
+                # can be read (not a local tensor either), so the value is plain
                 return UNTYPED
-            flat.append(a)
         out: dict[str, LocalType] = {}
         spec: tuple[tuple[str, ...], ...] | None = None
         for slot in flat:
@@ -176,10 +247,13 @@ class TypeBuilder:
             if name == "PS" and len(s.args) == 1:
                 spec = _read_spec(s.args[0])
                 continue
-            values = []
-            for x in s.args:
+            values: list[object] = []
+            for position, x in enumerate(s.args):
                 px = get_proper_type(x)
                 if not isinstance(px, LiteralType):
+                    if name == "S" and len(s.args) == 2 and position == 0:
+                        values.append(None)  # S[int, "tp"]: the join of S[0] and S[1], a V
+                        continue
                     break
                 values.append(px.value)
             else:
@@ -189,11 +263,27 @@ class TypeBuilder:
                         out[axis] = LocalType(Kind.V, dim)
                     elif isinstance(dim, str) and isinstance(axis, str):  # a rank table
                         out[axis] = decode_by_rank(dim) or VARYING
-                elif name in ("R", "I", "V", "P"):
+                    elif dim is None and isinstance(axis, str):
+                        out[axis] = VARYING
+                elif name in ("R", "I", "V", "P", "V_S"):  # V_S: the join of S and V
                     axis = values[0]
                     if isinstance(axis, str):
-                        out[axis] = LocalType(Kind(name))
+                        out[axis] = LocalType(Kind(name[0]))
         return SpmdType.of(out, spec)
+
+
+def _flat_args(args: Sequence[Type]) -> list[Type] | None:
+    """A canonical instance's slots (mypy may hand them packed in an unpacked tuple)."""
+    flat: list[Type] = []
+    for a in args:
+        if isinstance(a, UnpackType):
+            inner = get_proper_type(a.type)
+            if isinstance(inner, TupleType):
+                flat.extend(inner.items)
+                continue
+            return None
+        flat.append(a)
+    return flat
 
 
 def _read_spec(t: Type) -> tuple[tuple[str, ...], ...] | None:

@@ -121,17 +121,17 @@ class Promotion:
         arg_types: list[list[Type]] = getattr(ctx, "arg_types", None) or []
         receiver: Type | None = getattr(ctx, "type", None)  # a method's receiver (mypy may
         # hand a union receiver to a reflected operator: ``b * h`` checks ``h.__rmul__(b)``)
-        if not _has_union(receiver, arg_types):
+        if not self._has_alternatives(receiver, arg_types):
             return None
         choices: list[tuple[int, int, list[Type]]] = []  # (-1, -1): the receiver
         slots: list[tuple[int, int, Type]] = [(-1, -1, receiver)] if receiver is not None else []
         slots += [(i, j, t) for i, group in enumerate(arg_types) for j, t in enumerate(group)]
         for i, j, t in slots:
-            p = get_proper_type(t)
-            if isinstance(p, UnionType) and len(p.items) > 1:
-                members = [self.types.from_type(m) for m in p.items]
+            items = self.types.alternatives(t)
+            if items is not None:
+                members = [self.types.from_type(m) for m in items]
                 if all(m is not None for m in members) and any(members):
-                    choices.append((i, j, list(p.items)))
+                    choices.append((i, j, items))
         if not choices:
             return None
         combos: list[dict[tuple[int, int], Type]] = [{}]
@@ -150,6 +150,16 @@ class Promotion:
                     new[i][j] = m
             cases.append(ctx._replace(**fields))
         return cases
+
+    def _has_alternatives(self, receiver: Type | None, arg_types: list[list[Type]]) -> bool:
+        """Whether any argument (or the receiver) is a union or a join of typed tensors."""
+        members = self.types.members
+        for group in ([receiver] if receiver is not None else [], *arg_types):
+            for t in group:
+                p = get_proper_type(t)
+                if isinstance(p, UnionType) or members(p) is not None:
+                    return True
+        return False
 
 
 class TypedImports:
@@ -258,16 +268,6 @@ class Synced:
         if cases is None:
             return self.hook(ctx)
         return make_simplified_union([self.hook(c) for c in cases])
-
-
-def _has_union(receiver: Type | None, arg_types: list[list[Type]]) -> bool:
-    if receiver is not None and isinstance(get_proper_type(receiver), UnionType):
-        return True
-    for group in arg_types:
-        for t in group:
-            if isinstance(get_proper_type(t), UnionType):
-                return True
-    return False
 
 
 def _is_spmd(module: str) -> bool:
