@@ -16,6 +16,12 @@ does not, and the result is plain V::
     x, y: S(0)          cat([x, y], dim=0)       ->  V         ([x0 y0] [x1 y1] is not
                                                                  [x0 x1 y0 y1])
     x, y: S(0)          stack([x, y], dim=0)     ->  S(1)
+    x: S(0)             x.flatten(0, 1)          ->  S(0)      (the shard dim is the
+                                                                 outer one of those merged)
+    x: S(1)             x.flatten(0, 1)          ->  V         (merged under dim 0:
+                                                                 interleaved)
+    x: S(0)             x.unflatten(0, (h, d))   ->  S(0)      (the locals' sizes: the
+                                                                 outer one is per rank)
 
 The static checker does not know the rank, so :func:`moved_dim` answers for one rank
 and the op rule (:func:`.ops.propagate`) folds the answers at every rank into S(j), V or
@@ -45,7 +51,9 @@ INDEX_ITEMS = frozenset({INT, FULL, SLICE, NEW, ELLIPSIS})
 # "matrix" (the last two dims: .mT, .mH, adjoint), "permute", "movedim", "unsqueeze",
 # "squeeze", "select" (removes a dim: also every piece of ``unbind``), "narrow" (cuts a
 # dim: also every piece of ``split``, ``chunk``), "index" (``x[...]``),
-# "cat" (joins on a dim), "stack" (joins on a new dim).
+# "cat" (joins on a dim), "stack" (joins on a new dim), "flatten" (merges start_dim..end_dim
+# into one: also ``ravel``), "unflatten" (splits a dim in len(sizes); only the number of
+# sizes is read, so an adapter may pass a tuple of Nones of that length).
 MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "transpose": ("swap", ("dim0", "dim1"), ()),
     "swapdims": ("swap", ("dim0", "dim1"), ()),
@@ -68,6 +76,9 @@ MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "cat": ("cat", ("dim",), (0,)), "concat": ("cat", ("dim",), (0,)),
     "concatenate": ("cat", ("dim",), (0,)),
     "stack": ("stack", ("dim",), (0,)),
+    "flatten": ("flatten", ("start_dim", "end_dim"), (0, -1)),
+    "ravel": ("flatten", (), ()),
+    "unflatten": ("unflatten", ("dim", "sizes"), ()),
 }
 
 Dims = Union[int, tuple[int, ...], None]
@@ -115,6 +126,10 @@ def make_move(op: str, values: Mapping[str, object], ndim: int | None = None) ->
         if family == "index":
             if not isinstance(a, tuple) or any(i not in INDEX_ITEMS for i in a):
                 return None
+        elif formal == "sizes":
+            if not isinstance(a, tuple) or not a:
+                return None
+            a = len(a)
         elif not (family == "squeeze" and a is None) and not _is_dims(
                 a, family in ("permute", "movedim", "squeeze")):
             return None
@@ -158,6 +173,21 @@ def moved_dim(move: DimMove, d: int, rank: int) -> tuple[int, int | None] | None
         return rank, dn
     if f == "index":
         return _index(args[0], dn, rank)  # type: ignore[arg-type]
+    if f == "flatten":
+        start, end = args if args else (0, -1)
+        sn, en = _norm(start, rank), _norm(end, rank)  # type: ignore[arg-type]
+        if sn is None or en is None or sn > en:
+            return None
+        merged = en - sn
+        if sn < dn <= en:
+            return rank - merged, None  # an inner dim of the merged ones: interleaved
+        return rank - merged, dn if dn <= sn else dn - merged
+    if f == "unflatten":
+        at = _norm(args[0], rank)  # type: ignore[arg-type]
+        n: int = args[1]  # type: ignore[assignment]
+        if at is None:
+            return None
+        return rank + n - 1, dn if dn <= at else dn + n - 1
     return None  # squeeze: see squeezed_dim
 
 

@@ -115,6 +115,10 @@ def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | None:
         exprs, types = ctx.args[k], ctx.arg_types[k]
         if not exprs:
             continue  # left out: the op's default
+        if formal == "sizes":  # unflatten: only how many sizes (names or literals)
+            sizes = _normalised_value(exprs[0], types[0] if types else None, "shape")
+            values[formal] = sizes if isinstance(sizes, tuple) else UNREAD
+            continue
         if len(exprs) > 1:  # permute(1, 0), squeeze(0, 1): *dims
             ints = [_int(e, t) for e, t in zip(exprs, types)]
             values[formal] = UNREAD if None in ints else tuple(ints)  # type: ignore[arg-type]

@@ -305,6 +305,16 @@ case("shard-cat-S0-R-dim1", {"a": "S0", "b": "R"}, "out = torch.cat([a, b], dim=
 case("shard-stack-S0-S0", {"a": "S0", "b": "S0"}, "out = torch.stack([a, b])", "S1")
 case("shard-iter-S1", {"a": "S1"}, ("rows = [r for r in a]", "out = rows[0]"), "S0",
      desc="iterating gives the rows: a.select(0, i)")
+case("shard-flatten-S0", {"a": "S0"}, "out = a.flatten()", "S0",
+     desc="the shard dim is the outer one of those merged")
+case("shard-flatten-S1", {"a": "S1"}, "out = torch.flatten(a)", "V",
+     desc="an inner dim of those merged: the locals interleave")
+case("shard-flatten-S0-rest", {"a": "S0"}, "out = a.unsqueeze(-1).flatten(1)", "S0")
+case("shard-ravel-S0", {"a": "S0"}, "out = a.ravel()", "S0")
+case("shard-unflatten-S0", {"a": "S0"}, "out = a.unflatten(0, (2, 2))", "S0",
+     desc="the locals' sizes: the outer one is per rank")
+case("shard-unflatten-S1-before", {"a": "S1"}, "out = a.unflatten(0, (2, 2))", 'Tensor[S[2, "tp"]]')
+case("shard-unflatten-S0-after", {"a": "S0"}, "out = torch.unflatten(a, 1, (2, 2))", "S0")
 
 # --------------------------------------------------------------------------------------
 # 9. No-gradient relaxation: an I operand that cannot carry a gradient acts as R.

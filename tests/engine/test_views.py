@@ -59,6 +59,12 @@ def _calls(rank: int) -> list[tuple[DimMove, Callable[..., torch.Tensor], int]]:
         add("cat", {"dim": k}, lambda x, y, k=k: torch.cat([x, y], k), 2)
         add("chunk", {"dim": k}, lambda x, k=k: x.chunk(2, k)[0])
         add("unbind", {"dim": k}, lambda x, k=k: x.unbind(k)[-1])
+    for a, b in itertools.product(dims, dims):
+        add("flatten", {"start_dim": a, "end_dim": b}, lambda x, a=a, b=b: x.flatten(a, b))
+    add("ravel", {}, lambda x: x.ravel())
+    for k in dims:  # sizes the global and the local dims both take (see the unflatten test)
+        for sizes in ((-1,), (-1, 1), (-1, 1, 1)):
+            add("unflatten", {"dim": k, "sizes": sizes}, lambda x, k=k, s=sizes: x.unflatten(k, s))
     for n in range(1, 4):
         for items in itertools.product(list(_INDEX_VALUES), repeat=n):
             idx = tuple(_INDEX_VALUES[i] for i in items)
@@ -123,6 +129,24 @@ def test_squeeze_without_sizes_holds_whichever_dims_go(rank: int) -> None:
             assert known is not None and known % whole.dim() == j % whole.dim()
 
 
+@pytest.mark.parametrize("sizes", [(-1, 2), (2, -1), (1, 2, -1)])
+def test_unflatten_of_the_shard_dim_takes_the_locals_sizes(sizes: tuple[int, ...]) -> None:
+    """``x.unflatten(d, sizes)`` on the shard dim states the locals' sizes: S(d) says the
+    locals, concatenated on d, are the global unflattened with the outer size summed over the
+    ranks (for (2, -1) on 2 ranks: (4, -1)), whatever the sizes are."""
+    ranks = 2
+    for rank, d in ((1, 0), (2, 0), (2, 1), (3, 1)):
+        g = _global(rank, d)
+        g = g.repeat_interleave(2, dim=d)  # size 8 on d: 4 per rank, unflattens into (2, 2)
+        move = make_move("unflatten", {"dim": d, "sizes": sizes})
+        assert move is not None
+        at = moved_dim(move, d, rank)
+        assert at is not None and at[1] is not None
+        locals_ = [s.unflatten(d, sizes) for s in g.chunk(ranks, d)]
+        outer = sum(loc.shape[at[1]] for loc in locals_)
+        assert torch.equal(torch.cat(locals_, at[1]), g.unflatten(d, (outer, *locals_[0].shape[at[1] + 1:at[1] + len(sizes)])))
+
+
 def test_the_rule_keeps_the_dim_where_views_says_so() -> None:
     def at(op: str, values: dict, d: int, rank: int) -> int | None:
         m = make_move(op, values)
@@ -138,6 +162,11 @@ def test_the_rule_keeps_the_dim_where_views_says_so() -> None:
     assert at("cat", {"dim": 1}, 0, 2) == 0 and at("cat", {"dim": 0}, 0, 2) is None
     assert at("stack", {"dim": 0}, 0, 2) == 1
     assert at("chunk", {"dim": 1}, 0, 2) == 0 and at("chunk", {}, 0, 2) is None
+    assert at("flatten", {"start_dim": 0, "end_dim": 1}, 0, 3) == 0
+    assert at("flatten", {"start_dim": 0, "end_dim": 1}, 1, 3) is None
+    assert at("flatten", {"start_dim": 1}, 0, 3) == 0
+    assert at("unflatten", {"dim": 0, "sizes": (None, None)}, 0, 2) == 0
+    assert at("unflatten", {"dim": 0, "sizes": (None, None)}, 1, 2) == 2
     sq = make_move("squeeze", {"dim": -1})
     assert sq is not None and squeezed_dim(sq, 0, None) == 0
 
