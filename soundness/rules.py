@@ -90,6 +90,7 @@ class OpCase:
     partial: bool = False
     dims: object = None
     no_grad: tuple[int, ...] = ()  # operand positions that carry no gradient (a where condition)
+    zero: bool = False  # its Python scalar is 0 (the adapters mark a literal zero: Operand.zero)
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -113,11 +114,14 @@ def _cases() -> list[OpCase]:
         C("add", "linear", "add", (m23, m23), lambda a, b: a + b),
         C("add bcast", "linear", "add", (m23, m13), lambda a, b: a + b),
         C("add scalar", "linear", "add", (m23, None), lambda a: a + 1.5),
+        C("add zero", "linear", "add", (m23, None), lambda a: a + 0.0, zero=True),
         C("sub", "linear", "sub", (m23, m23), lambda a, b: a - b),
         # the condition is an index operand: no gradient (as the check mode passes it); larger,
         # so that a random condition does not pick one branch everywhere by chance
         C("where", "linear", "where", ((4, 6), (4, 6), (4, 6)),
           lambda c, a, b: torch.where(c > 0, a, b), no_grad=(0,)),
+        C("where zero", "linear", "where", ((4, 6), (4, 6), None),
+          lambda c, a: torch.where(c > 0, a, 0.0), no_grad=(0,), zero=True),
         C("neg", "linear", "neg", (m23,), lambda a: -a),
         C("cat", "linear", "cat", (m23, m23), lambda a, b: torch.cat([a, b], 0)),
         # reductions
@@ -237,7 +241,7 @@ def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
     operands = []
     for i, shape in enumerate(case.operands):
         if shape is None:
-            operands.append(Operand(None, "2.5"))
+            operands.append(Operand(None, "0.0", zero=True) if case.zero else Operand(None, "2.5"))
         else:
             t = next(it)
             operands.append(Operand(SpmdType.of(dict(zip(mesh.axes, t))), f"x{i}",

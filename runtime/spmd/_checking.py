@@ -461,7 +461,7 @@ class _Mode(TorchFunctionMode):
             text = texts[i] if texts is not None else _default_text(i)
             role = Role.NONLINEAR if is_index else spec.role(i)
             if t is None:
-                operands.append(Operand(None, text, True, role))
+                operands.append(Operand(None, text, True, role, zero=_is_zero(v)))
             else:
                 can_grad = (not is_index) and grad_on and bool(v.requires_grad)
                 operands.append(Operand(t, text, can_grad, role, tuple(v.shape)))
@@ -725,12 +725,17 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
 # Function boundaries (optional): @spmd.checked
 
 
+def _is_zero(v: Any) -> bool:
+    """A Python scalar equal to 0: as a summand it adds nothing (engine: ops.Operand.zero)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0
+
+
 def _operand_key(key: list[Any], ops: list, types: list, grad_on: bool) -> list[Any]:
     """A result cache key: per operand, its (interned) type's id, whether it is an index
     or cannot carry a gradient (roles follow from the plan and the position), its shape."""
     for (v, is_index), t in zip(ops, types):
         if t is None:
-            key.append(0)
+            key.append(-1 if _is_zero(v) else 0)  # a zero summand is no scalar (ops.Operand)
         else:
             key.append(id(t))
             key.append(is_index or not (grad_on and v.requires_grad))

@@ -6,7 +6,8 @@ combination whose backward would need comms::
     op(R..) -> R      op(I..) -> I      op(V..) -> V      op(R, V..) -> V
     I mixed with R, V or P: error
     P with V: error
-    linear op:        all operands P -> P;  P with R or a scalar: error (affine)
+    linear op:        all operands P -> P;  P with R or a scalar: error (affine), except
+                      a scalar known to be 0 (p + 0, where(mask, p, 0.0))
     multilinear op:   exactly one P factor, the others R or scalars -> P
                       two P factors: error   (+[a] * +[b] != +[a * b])
     any other op:     P is an error (non-linear of a pending sum)
@@ -100,6 +101,11 @@ class Operand:
     # The local shape, when the adapter knows it (the runtime check mode; the static
     # checker sees no shapes): it lets the S(i) layout rule check the sizes on dim i.
     shape: tuple[int, ...] | None = None
+    # A Python scalar known to be 0 (a literal 0 / 0.0 in the source, or the value at
+    # runtime): as a summand it adds nothing, so a Partial may take it: ``p + 0``,
+    # ``torch.where(mask, p, 0.0)``, ``p.masked_fill(mask, 0)``, ``p[mask] = 0.0`` (each
+    # rank's zeros sum to zero).
+    zero: bool = False
 
     @property
     def is_scalar(self) -> bool:
@@ -701,7 +707,7 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
         spec = classify(spec)
     # a registered spec is keyed by its name (hashing the dataclass costs more)
     key = (spec.name if OP_SPECS.get(spec.name) is spec else spec, strict, reduction, move,
-           tuple((o.type, o.can_grad, o.role, o.shape) for o in operands))
+           tuple((o.type, o.can_grad, o.role, o.shape, o.zero) for o in operands))
     hit = _VERDICTS.get(key)
     if hit is not None:
         return Result(hit)
@@ -724,7 +730,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         if role is Role.OVERWRITTEN:
             continue
         if o.type is None:
-            if role is not Role.INDEX:
+            if role is not Role.INDEX and not (o.zero and role is Role.SUMMAND):
                 scalar_roles.add(role)
             continue
         tensor_ops.append((o, role))

@@ -287,6 +287,20 @@ def _is_scalar(t: Type) -> bool:
         "builtins.int", "builtins.float", "builtins.bool", "builtins.complex")
 
 
+def is_zero_literal(e: Expression | None, t: Type | None) -> bool:
+    """``0``, ``0.0``, ``-0.0`` written in the source (or a name mypy knows is ``Literal[0]``,
+    e.g. a ``Final``): the additive identity, which a Partial may take as a summand."""
+    while isinstance(e, UnaryExpr) and e.op in ("-", "+"):
+        e = e.expr
+        t = None
+    if isinstance(e, (IntExpr, FloatExpr)):
+        return e.value == 0
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, Instance) and p.last_known_value is not None:
+        p = p.last_known_value
+    return isinstance(p, LiteralType) and p.value == 0 and not isinstance(p.value, bool)
+
+
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
@@ -366,7 +380,7 @@ class CallTyper:
 
     # -- operands --------------------------------------------------------------------
     def operands(self, ctx: AnyCtx, receiver: Expression | None, receiver_type: Type | None,
-                 op: str = "", dunder: bool = False, other_text: str | None = None,
+                 op: str = "", dunder: bool = False, other: Expression | None = None,
                  ) -> tuple[list[Operand], Operand | None, bool]:
         """(operands in formal order, the out= target, whether any operand is typed).
 
@@ -395,12 +409,14 @@ class CallTyper:
             for typ, expr in zip(types, exprs):
                 typ_items = self._container_items(typ, expr, ctx)
                 for it, ie in typ_items:
-                    text = expr_text(ie) if not isinstance(ie, TempNode) else (other_text or "x")
+                    if isinstance(ie, TempNode) and other is not None:
+                        ie = other  # an operator's other side, which mypy hands as a TempNode
+                    text = expr_text(ie) if not isinstance(ie, TempNode) else "x"
                     t = self.types.from_type(it)
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
-                            ops.append(Operand(None, text))
+                            ops.append(Operand(None, text, zero=is_zero_literal(ie, it)))
                         continue
                     any_typed = any_typed or bool(t)
                     no_grad = is_index or name in GRADFREE_NAMES
@@ -460,7 +476,7 @@ class CallTyper:
         def hook(ctx: AnyCtx) -> Type:
             receiver = None
             receiver_type = None
-            other_text = None
+            other: Expression | None = None  # an operator's other side
             if method:
                 receiver_type = ctx.type  # type: ignore[union-attr]
                 c = ctx.context
@@ -468,14 +484,14 @@ class CallTyper:
                     receiver = c.callee.expr
                 elif isinstance(c, OpExpr):
                     receiver = c.right if reflected else c.left
-                    other_text = expr_text(c.left if reflected else c.right)
+                    other = c.left if reflected else c.right
                 elif isinstance(c, OperatorAssignmentStmt):
-                    receiver, other_text = c.lvalue, expr_text(c.rvalue)
+                    receiver, other = c.lvalue, c.rvalue
                 elif isinstance(c, IndexExpr):
                     receiver = c.base
                 elif isinstance(c, UnaryExpr):
                     receiver = c.expr
-            ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other_text)
+            ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other)
             if not any_typed:
                 return ctx.default_return_type
             if reflected and len(ops) == 2:

@@ -178,6 +178,20 @@ case("scalar-alpha-P", {"a": "P", "b": "P"}, "out = torch.add(a, b, alpha=2)", "
 case("div-P-R", {"a": "P", "b": "R"}, "out = torch.div(a, b)", "P", desc="R denominator")
 case("div-R-P", {"a": "R", "b": "P"}, "out = torch.div(a, b)", NL, desc="P denominator")
 case("div-P-P", {"a": "P", "b": "P"}, "out = torch.div(a, b)", NL)
+# a zero summand adds nothing: each rank's zeros sum to zero (engine: ops.Operand.zero)
+case("scalar-add-P-zero", {"a": "P"}, "out = torch.add(a, 0.0)", "P")
+case("op-add-P-zero", {"a": "P"}, "out = a + 0", "P")
+case("op-rsub-zero-P", {"a": "P"}, "out = 0 - a", "P")
+case("op-sub-P-negative-zero", {"a": "P"}, "out = a - -0.0", "P")
+case("where-P-zero", {"a": "P"},
+     ("m = torch.ones(4, 4, dtype=torch.bool)", "out = torch.where(m, a, 0.0)"), "P",
+     desc="masking a pending sum with zeros masks the sum")
+case("where-P-one", {"a": "P"},
+     ("m = torch.ones(4, 4, dtype=torch.bool)", "out = torch.where(m, a, 1.0)"), AFF)
+case("masked-fill-P-int-zero", {"a": "P"},
+     ("m = torch.ones(4, 4, dtype=torch.bool)", "out = a.masked_fill(m, 0)"), "P")
+case("masked-fill-P-inf", {"a": "P"},
+     ("m = torch.ones(4, 4, dtype=torch.bool)", 'out = a.masked_fill(m, float("-inf"))'), AFF)
 
 # --------------------------------------------------------------------------------------
 # 4. Operators, reflected operators, in-place operators.
@@ -209,9 +223,11 @@ case("where-R-P-P", {"c": "R", "a": "P", "b": "P"}, "out = torch.where(c > 0, a,
 case("where-V-P-P", {"c": "V", "a": "P", "b": "P"}, "out = torch.where(c > 0, a, b)", PV)
 case("where-P-R-R", {"c": "P", "a": "R", "b": "R"}, "out = torch.where(c > 0, a, b)", NL,
      desc="the P condition goes through gt (non-linear) first")
-case("where-R-P-scalar", {"c": "R", "a": "P"}, "out = torch.where(c > 0, a, 0.0)", AFF)
+case("where-R-P-scalar", {"c": "R", "a": "P"}, "out = torch.where(c > 0, a, 1.0)", AFF)
+case("where-R-P-zero", {"c": "R", "a": "P"}, "out = torch.where(c > 0, a, 0.0)", "P")
 case("where-U-V-R", {"c": "U", "a": "V", "b": "R"}, "out = torch.where(c > 0, a, b)", "V")
-case("masked_fill-P", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 0.0)", AFF)
+case("masked_fill-P", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 1.0)", AFF)
+case("masked_fill-P-zero", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 0.0)", "P")
 case("masked_fill-R-Vmask", {"a": "R", "m": "V"}, "out = a.masked_fill(m > 0, 0.0)", "V",
      desc="a varying mask makes a varying result")
 case("linear-P-R", {"x": "P", "w": "R"}, "out = F.linear(x, w)", "P")
@@ -235,7 +251,9 @@ case("gather-R-V-index", {"a": "R", "i": "V"}, "out = torch.gather(a, 1, i)", "V
      make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
 case("setitem-V-R", {"a": "V", "b": "R"}, ("a[0] = b[0]", "out = a"), "V")
 case("setitem-R-V", {"a": "R", "b": "V"}, "a[0] = b[0]", INPL)
-case("setitem-P-scalar", {"a": "P"}, "a[0] = 0.0", AFF)
+case("setitem-P-scalar", {"a": "P"}, "a[0] = 1.0", AFF)
+case("setitem-P-zero", {"a": "P"}, ("a[0] = 0.0", "out = a"), "P",
+     desc="zeroing part of a pending sum zeroes that part of the sum")
 case("setitem-P-P", {"a": "P", "b": "P"}, ("a[1:] = b[1:]", "out = a"), "P")
 case("embedding-U-V", {"w": "V"}, ("ids = torch.tensor([0, 3])", "out = F.embedding(ids, w)"),
      "V")

@@ -92,3 +92,14 @@ def test_the_seeds_partial_product_counterexample_is_found() -> None:
     assert ir["status"] == "rejected-counterexample" and "gradient" in ir["counterexample"]
     rp = next(r for r in res if r["task"] == "[a2] mul({a:R}, {a:P})")
     assert rp["status"] == "accepted-match"
+
+
+def test_a_zero_summand_keeps_a_partial() -> None:
+    """p + 0 and where(c, p, 0.0) are P (each rank's zeros sum to zero), checked numerically
+    on a 2-rank world; p + 1.5 is not (the scalar would be summed once per rank)."""
+    res = rules.run(world_sizes=(2,), cases=["add zero", "where zero", "add scalar"], timeout=240)
+    status = {r["task"]: r["status"] for r in res}
+    assert status["[a2] add zero({a:P})"] == "accepted-match"
+    assert status["[a2] where zero({a:R}, {a:P})"] == "accepted-match"
+    assert status["[a2] add scalar({a:P})"] == "rejected-counterexample"
+    assert not [t for t, s in status.items() if s in ("accepted-MISMATCH", "UNLISTED-conservative")]
