@@ -9,6 +9,7 @@ and cheap).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from mypy.nodes import (
@@ -40,6 +41,7 @@ from mypy.nodes import (
     Var,
 )
 from mypy.plugin import FunctionContext, MethodContext
+from mypy.typeops import make_simplified_union
 from mypy.types import (
     AnyType,
     Instance,
@@ -287,6 +289,10 @@ def _is_scalar(t: Type) -> bool:
         "builtins.int", "builtins.float", "builtins.bool", "builtins.complex")
 
 
+# Python's sum(xs): the items added one by one (elementwise add, named as the user wrote it)
+_BUILTIN_SUM = dataclasses.replace(classify("add"), name="sum")
+
+
 def is_zero_literal(e: Expression | None, t: Type | None) -> bool:
     """``0``, ``0.0``, ``-0.0`` written in the source (or a name mypy knows is ``Literal[0]``,
     e.g. a ``Final``): the additive identity, which a Partial may take as a summand."""
@@ -522,6 +528,49 @@ class CallTyper:
             return self.typed_result(default, result.type)
 
         return hook
+
+    def builtin_sum_hook(self, ctx: FunctionContext) -> Type:
+        """``sum(xs)`` / ``sum(xs, start)`` of tensors: one add of the items and the start.
+
+        mypy's result is the items' type (their join for a display) ``| Literal[0]`` (an
+        empty iterable; Python starts from 0, a zero summand) or ``| start``'s type: each
+        tensor kind in it is an operand, as the items of ``torch.cat`` are::
+
+            sum([p, r])  ->  Tensor[R_P] | Literal[0]  ->  add(P, R): spmd-partial-affine"""
+        ret = ctx.default_return_type
+        p = get_proper_type(ret)
+        members: list[Type] = []
+        for m in p.items if isinstance(p, UnionType) else [ret]:
+            members.extend(self.types.members(m) or [m])
+        items = ctx.args[0][0] if ctx.args and ctx.args[0] else None
+        ops: list[Operand] = []
+        if items is not None and ctx.arg_types[0]:  # a display: each item with its own text
+            for it, ie in self._container_items(ctx.arg_types[0][0], items, ctx):
+                t = self.types.from_type(it)
+                if t is not None:
+                    ops.append(Operand(t, expr_text(ie)))
+        if not any(o.type for o in ops):  # a generator, an iterable of another class
+            typed = [t for t in (self.types.from_type(m) for m in members) if t is not None]
+            ops = [Operand(t, expr_text(items)) for t in dict.fromkeys(typed)]
+        if not any(o.type for o in ops):
+            return ret
+        if len(ctx.args) > 1:  # the start
+            for start, start_type in zip(ctx.args[1], ctx.arg_types[1]):
+                st = self.types.from_type(start_type)
+                if st is not None:
+                    ops.append(Operand(st, expr_text(start)))
+                elif _is_scalar(start_type):
+                    ops.append(Operand(None, expr_text(start), zero=is_zero_literal(start, start_type)))
+        if global_calls.any_global(ops):  # global SPMD: an elementwise add's shard propagation
+            result = global_calls.propagate(self, ctx, "add", ops)
+        else:
+            result = propagate(_BUILTIN_SUM, ops, strict=self.plugin.config.strict)
+        self.report(ctx, result.errors)
+        inst = self.types.to_instance(result.type)
+        if inst is None:
+            return ret
+        out = [inst if self.types.from_type(m) is not None else m for m in members]
+        return make_simplified_union(out) if len(out) > 1 else out[0]
 
     def backward_hook(self, ctx: MethodContext) -> Type:
         """``y.backward()`` needs y I or P on every axis; ``y.backward(g)`` needs g the dual of y."""

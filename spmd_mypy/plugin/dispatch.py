@@ -147,7 +147,8 @@ class HookDispatch:
         hook = cache[fullname]
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
-        if (fullname.startswith("torch.") or fullname == "builtins.abs") and not self._meets_spmd():
+        if (fullname.startswith("torch.") or fullname in ("builtins.abs", "builtins.sum")) \
+                and not self._meets_spmd():
             return None
         return hook
 
@@ -229,6 +230,8 @@ class HookDispatch:
             return self.plugin.partials.new_hook
         if fullname == "builtins.abs":  # abs(x) is x.__abs__(): torch's abs
             return typer.op_hook("abs", method=False)
+        if fullname == "builtins.sum":  # sum(xs): one add of the items (and the start)
+            return typer.builtin_sum_hook
         if not fullname.startswith("torch."):
             return None
         name = fullname.rsplit(".", 1)[-1]

@@ -197,6 +197,11 @@ case("masked-fill-P-inf", {"a": "P"},
 # 4. Operators, reflected operators, in-place operators.
 
 case("op-add-P-P", {"a": "P", "b": "P"}, "out = a + b", "P")
+case("builtin-sum-P-P", {"a": "P", "b": "P"}, "out = sum([a, a], b)", "P",
+     desc="Python's sum adds the items to the start (without one: to 0, a zero summand, "
+          "which mypy's result type keeps as | Literal[0])")
+case("builtin-sum-P-R", {"a": "P", "b": "R"}, "out = sum([a, b])", AFF)
+case("builtin-sum-start-R", {"a": "P", "b": "R"}, "out = sum([a], b)", AFF)
 case("op-add-P-1", {"a": "P"}, "out = a + 1", AFF)
 case("op-radd-1-P", {"a": "P"}, "out = 1 + a", AFF)
 case("op-rsub-1-P", {"a": "P"}, "out = 1 - a", AFF)
