@@ -115,6 +115,8 @@ def _cases() -> list[OpCase]:
         C("add bcast", "linear", "add", (m23, m13), lambda a, b: a + b),
         C("add scalar", "linear", "add", (m23, None), lambda a: a + 1.5),
         C("add zero", "linear", "add", (m23, None), lambda a: a + 0.0, zero=True),
+        C("fill zero", "linear", "fill", (m23, None), lambda a: a.clone().fill_(0.0), zero=True),
+        C("fill scalar", "linear", "fill", (m23, None), lambda a: a.clone().fill_(1.5)),
         C("sub", "linear", "sub", (m23, m23), lambda a, b: a - b),
         # the condition is an index operand: no gradient (as the check mode passes it); larger,
         # so that a random condition does not pick one branch everywhere by chance
@@ -520,6 +522,12 @@ AFFINE_NORM_PARAMS = (
     "operand of a non-linear op as non-linear (P is an error), the safe default")
 
 
+FILL_CONSTANT = (
+    "fill(x, c) with c a non-zero scalar is the constant c on every rank, a correct R whatever "
+    "x was; the engine keeps x as a summand so that fill_ (in place, where x's type must stay) "
+    "rejects a P x: the out-of-place fill of a P x is rejected too (write torch.full_like)")
+
+
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
     """Why a rejection that some result type would survive is deliberate (None: not listed)."""
     if task.partial_axes and all(e.startswith("spmd-collective") and "already P on" in e
@@ -533,6 +541,8 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
         mesh = MESHES[task.mesh]
         if verdict(case, mesh, (cond,) + tuple(task.in_types[1:]), task.partial_axes)[0]:
             return NOGRAD_CONDITION
+    if case.engine == "fill" and all(e.startswith("spmd-partial-affine") for e in task.errors):
+        return FILL_CONSTANT
     if case.name == "layer_norm w b" and all(e.startswith("spmd-partial-nonlinear")
                                              for e in task.errors):
         if all(t.kind is not Kind.P for t in task.in_types[0]):
@@ -546,6 +556,7 @@ CONSERVATIVE: list[tuple[str, str]] = [
      REDUNDANT_PARTIAL),
     ("where(c, x, y) with a gradient-free R condition beside I operands", NOGRAD_CONDITION),
     ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
+    ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
 ]
 
 # A mismatch found in the S(i) reading only (the concatenation), the V reading being

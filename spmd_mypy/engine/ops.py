@@ -266,11 +266,16 @@ def _spec_table() -> dict[str, OpSpec]:
         OpSpec("index_add", OpClass.LINEAR, (s, s)),
         OpSpec("scatter_add", OpClass.LINEAR, (s, s)),
         OpSpec("scatter", OpClass.LINEAR, (s, s)),
+        # fill(x, v): every element becomes v, a summand (a zero keeps P; the x it replaces
+        # is a summand too, so filling changes no type an in-place op could not keep)
+        OpSpec("fill", OpClass.LINEAR, (s, s), keeps_shard_dims=True),
+        OpSpec("masked_scatter", OpClass.LINEAR, (s, n, s)),
     ]
     for spec in special:
         table[spec.name] = spec
     for name in ("add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
                  "masked_fill", "index_add", "scatter_add", "scatter", "clamp", "pow", "relu",
+                 "index_fill", "index_copy", "index_put", "masked_scatter",
                  "zero", "neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "copy", "fill",
                  "normal", "uniform", "transpose", "t", "unsqueeze", "squeeze", "clip",
                  "addmm", "baddbmm", "silu", "gelu"):

@@ -259,6 +259,13 @@ case("setitem-R-V", {"a": "R", "b": "V"}, "a[0] = b[0]", INPL)
 case("setitem-P-scalar", {"a": "P"}, "a[0] = 1.0", AFF)
 case("setitem-P-zero", {"a": "P"}, ("a[0] = 0.0", "out = a"), "P",
      desc="zeroing part of a pending sum zeroes that part of the sum")
+case("fill-P-zero", {"a": "P"}, ("a.fill_(0.0)", "out = a"), "P")
+case("fill-P-one", {"a": "P"}, "a.fill_(1.0)", AFF, desc="each rank's 1 would be summed")
+case("fill-R-one", {"a": "R"}, ("a.fill_(1.0)", "out = a"), "R")
+case("index-fill-P-zero", {"a": "P"},
+     ("idx = torch.tensor([0, 2])", "a.index_fill_(0, idx, 0.0)", "out = a"), "P")
+case("index-fill-P-one", {"a": "P"},
+     ("idx = torch.tensor([0, 2])", "out = a.index_fill(0, idx, 1.0)"), AFF)
 case("setitem-P-P", {"a": "P", "b": "P"}, ("a[1:] = b[1:]", "out = a"), "P")
 case("embedding-U-V", {"w": "V"}, ("ids = torch.tensor([0, 3])", "out = F.embedding(ids, w)"),
      "V")
