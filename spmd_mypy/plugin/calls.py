@@ -289,6 +289,10 @@ def _is_scalar(t: Type) -> bool:
         "builtins.int", "builtins.float", "builtins.bool", "builtins.complex")
 
 
+# checkpoint's own keywords (the rest of its arguments go to the function it runs)
+_CHECKPOINT_OWN = frozenset(
+    {"use_reentrant", "context_fn", "determinism_check", "debug", "preserve_rng_state"})
+
 # Python's sum(xs): the items added one by one (elementwise add, named as the user wrote it)
 _BUILTIN_SUM = dataclasses.replace(classify("add"), name="sum")
 
@@ -571,6 +575,30 @@ class CallTyper:
             return ret
         out = [inst if self.types.from_type(m) is not None else m for m in members]
         return make_simplified_union(out) if len(out) > 1 else out[0]
+
+    def checkpoint_hook(self, ctx: FunctionContext) -> Type:
+        """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=..., **kwargs)`` runs
+        ``fn(*args, **kwargs)`` (twice: forward, and again in backward): typed as that call,
+        which mypy checks like any other (its hooks, its arguments), at the checkpoint's line.
+        torch leaves checkpoint unannotated, so its result was Any and ``fn``'s parameters
+        went unchecked.  Only when an argument is a typed tensor (gradual, and cheap)."""
+        default = ctx.default_return_type
+        c = ctx.context
+        if not isinstance(c, CallExpr) or not c.args or c.arg_kinds[0] != ARG_POS:
+            return default
+        if not any(self.types.from_type(t) for group in ctx.arg_types[1:] for t in group):
+            return default
+        keep = [k for k in range(1, len(c.args)) if c.arg_names[k] not in _CHECKPOINT_OWN]
+        call = CallExpr(c.args[0], [c.args[k] for k in keep], [c.arg_kinds[k] for k in keep],
+                        [c.arg_names[k] for k in keep])
+        call.set_line(c)
+        checker = getattr(ctx.api, "expr_checker", None)
+        if checker is None:
+            return default
+        try:
+            return checker.accept(call)
+        except Exception:  # noqa: BLE001 - never crash mypy: the call stays untyped
+            return default
 
     def backward_hook(self, ctx: MethodContext) -> Type:
         """``y.backward()`` needs y I or P on every axis; ``y.backward(g)`` needs g the dual of y."""

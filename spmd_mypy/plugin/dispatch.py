@@ -240,6 +240,8 @@ class HookDispatch:
             if raw is not None:
                 return typer.raw_collective_hook(raw[1], raw[0])
             return None
+        if fullname == "torch.utils.checkpoint.checkpoint":  # runs fn(*args): typed as it
+            return typer.checkpoint_hook
         if fullname == "torch.autograd.grad":
             return self.plugin.autograd.autograd_grad_hook
         if fullname == "torch.autograd.backward":
