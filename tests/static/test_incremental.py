@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mypy_project import run_mypy, write_config  # noqa: E402
+from mypy_project import first_and_warm_runs, run_mypy, write_config  # noqa: E402
 
 A = '''
 from spmd import Tensor, R
@@ -111,12 +111,6 @@ def test_partial_of_a_torch_op_from_a_cached_module(tmp_path: Path) -> None:
     """``functools.partial(F.gelu, ...)`` made in a module loaded from the cache is typed as
     on the first run (the op's name lives in what mypy caches, not in the callable's
     definition, which the cache drops)."""
-    write_config(tmp_path)
-    (tmp_path / "a.py").write_text(textwrap.dedent(PARTIAL_A))
-    (tmp_path / "b.py").write_text(textwrap.dedent(PARTIAL_B))
-    outputs = [run_mypy(tmp_path, "a.py", "b.py")]
-    (tmp_path / "b.py").write_text(textwrap.dedent(PARTIAL_B) + "x = 1\n")  # b alone re-checked
-    outputs.append(run_mypy(tmp_path, "a.py", "b.py"))
-    for out in outputs:
+    for out in first_and_warm_runs(tmp_path, textwrap.dedent(PARTIAL_A), textwrap.dedent(PARTIAL_B)):
         assert 'b.py:6: error: Partial on "tp" (p: Tensor[P["tp"]]) cannot go through gelu' in out, out
         assert 'b.py:7: note: Revealed type is Tensor[V["tp"]]' in out, out

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mypy_project import run_mypy, write_config  # noqa: E402
+from mypy_project import first_and_warm_runs, run_mypy, write_config  # noqa: E402
 
 from spmd_mypy.plugin.mypy_types import MIXED_KINDS
 
@@ -100,11 +100,5 @@ torch.cat(XS)
 def test_a_join_from_a_cached_module(tmp_path: Path) -> None:
     """The join's kind set is a class of the stubs, so mypy's cache keeps it: a module that
     uses ``a.XS`` sees "R or P" in a warm run as in the first."""
-    write_config(tmp_path)
-    (tmp_path / "a.py").write_text(textwrap.dedent(JOIN_A))
-    (tmp_path / "b.py").write_text(textwrap.dedent(JOIN_B))
-    outputs = [run_mypy(tmp_path, "a.py", "b.py")]
-    (tmp_path / "b.py").write_text(textwrap.dedent(JOIN_B) + "x = 1\n")  # b alone re-checked
-    outputs.append(run_mypy(tmp_path, "a.py", "b.py"))
-    for out in outputs:
+    for out in first_and_warm_runs(tmp_path, textwrap.dedent(JOIN_A), textwrap.dedent(JOIN_B)):
         assert 'b.py:4: error: Partial on "tp" (XS: Tensor[P["tp"]]) added to a Replicate value' in out, out
