@@ -23,7 +23,7 @@ from mypy.types import AnyType, Instance, LiteralType, NoneType, TupleType, Type
 
 from ..engine.types import SpmdType
 from ..engine.types import format_type as format_spmd_type
-from .mypy_types import MIXED_KINDS, TypeBuilder
+from .mypy_types import SLOT_CLASSES, TypeBuilder
 
 _QUOTED = re.compile(r'"([^"]*)"')
 _TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_][\w.]*|\.\.\.)|(?P<str>'[^']*')|(?P<int>-?\d+)|(?P<punct>[\[\],|]))")
@@ -234,7 +234,7 @@ def _tensor(node: _Node, types: TypeBuilder) -> list[SpmdType] | None:
             return TupleType([build(a) for a in n.args], obj)
         if name in ("int", "builtins.int") and not n.args:  # S[int, ...]: a join of S dims
             return int_t
-        if (name in ("R", "I", "V", "P", "S", "PS", "V_S") or name in MIXED_KINDS) and n.args:
+        if name in SLOT_CLASSES and n.args:
             return Instance(infos[name], [build(a) for a in n.args])
         raise _Unreadable(name)
 

@@ -13,6 +13,7 @@ expands it and returns the canonical class ``spmd._slots.Tensor``, a subclass of
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Sequence
 
 from mypy.nodes import TypeInfo
@@ -41,9 +42,11 @@ TENSOR_ALIAS = "spmd.Tensor"  # what users write: the alias (and the runtime cla
 MARKER_FULLNAMES = {f"spmd.{k}": k for k in ("R", "I", "V", "P", "S", "Shard", "PS")}
 MARKER_NAME_TO_FULLNAME = {k: "spmd.S" if k == "Shard" else f"spmd.{k}" for k in MARKER_FULLNAMES.values()}
 TORCH_TENSOR_BASES = ("torch._tensor.Tensor", "torch._C.TensorBase")
+KINDS = ("R", "I", "V", "P")
 # The sets of kinds mypy's joins produce on one axis (``_slots.R_P``: see _slots.pyi), by name
-MIXED_KINDS = {name: tuple(name.split("_")) for name in (
-    "R_I", "R_V", "R_P", "I_V", "I_P", "V_P", "R_I_V", "R_I_P", "R_V_P", "I_V_P", "R_I_V_P")}
+MIXED_KINDS = {"_".join(c): c for n in range(2, len(KINDS) + 1) for c in itertools.combinations(KINDS, n)}
+# Every class of spmd._slots a canonical Tensor's slot may hold (V_S: the join of S and V)
+SLOT_CLASSES = (*KINDS, "S", "PS", "V_S", *MIXED_KINDS)
 MEMBERS_MAX = 16  # a join with more combinations than this stays unknown on its mixed axes
 
 
@@ -65,7 +68,7 @@ class TypeBuilder:
         if infos is not None and self._lookup(TENSOR) is infos["Tensor"]:
             return infos
         found = {}
-        for name in ("Tensor", "R", "I", "V", "P", "S", "PS", "V_S", *MIXED_KINDS):
+        for name in ("Tensor", *SLOT_CLASSES):
             info = self._lookup(TENSOR if name == "Tensor" else f"spmd._slots.{name}")
             if info is None:
                 return None
@@ -265,7 +268,7 @@ class TypeBuilder:
                         out[axis] = decode_by_rank(dim) or VARYING
                     elif dim is None and isinstance(axis, str):
                         out[axis] = VARYING
-                elif name in ("R", "I", "V", "P", "V_S"):  # V_S: the join of S and V
+                elif name in KINDS or name == "V_S":  # V_S: the join of S and V
                     axis = values[0]
                     if isinstance(axis, str):
                         out[axis] = LocalType(Kind(name[0]))
