@@ -44,35 +44,16 @@ from spmd_mypy.engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
 from spmd_mypy.engine.ops import (
-    FACTORIES, NORMALISING, NOT_OPS, REDUCTIONS, SCANS, OpSpec, Reduction, Role, classify,
-    normalising_reduction,
+    FACTORIES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS, SCALAR_OPERAND_NAMES, SCANS,
+    OpSpec, Reduction, Role, classify, normalising_reduction,
 )
 
 # --------------------------------------------------------------------------------------
-# Formal-name classes (the same as the mypy plugin's, spmd_mypy/plugin/calls.py; taken
-# from the engine when it defines them).
+# Formal-name classes: the engine's (the mypy plugin reads the same), and the check mode's
+# index names (``mask`` and ``condition`` are index operands here; the plugin keeps them in
+# their op's role, without a gradient).
 
-NON_OPERAND_NAMES: frozenset[str] = getattr(_engine_ops, "NON_OPERAND_NAMES", None) or frozenset(
-    """dim dims dim0 dim1 dimension size sizes shape dtype device layout memory_format
-    requires_grad pin_memory non_blocking copy keepdim alpha beta eps momentum training
-    inplace reduction ignore_index label_smoothing p approximate negative_slope start end
-    step chunks split_size split_size_or_sections sections indices_or_sections
-    destination repeats diagonal offset lambd threshold generator correction unbiased
-    normalized_shape num_classes padding_idx max_norm norm_type scale_grad_by_freq sparse
-    mode value_or_none descending stable sorted largest k q interpolation names
-    equation rounding_mode reduce include_self accumulate pad""".split()
-)
-# NB: unlike the plugin's list, ``source`` (index_add's added tensor), ``min`` and ``max``
-# (clamp's bounds) are operands here when they are tensors: a Partial ``source`` added into
-# a tensor is a summand like any other.  Python ints passed as ``source`` (movedim) are not
-# operands anyway (not a scalar-operand name).
-
-INDEX_NAMES: frozenset[str] = getattr(_engine_ops, "INDEX_NAMES", None) or frozenset(
-    "index indices mask condition target labels idx".split()
-)
-SCALAR_OPERAND_NAMES: frozenset[str] = getattr(_engine_ops, "SCALAR_OPERAND_NAMES", None) or frozenset(
-    "other input self value exponent scalar tensor1 tensor2".split()
-)
+INDEX_NAMES: frozenset[str] = frozenset("index indices mask condition target labels idx".split())
 
 # Operators: the engine's table, plus functions spelled differently from the engine's names.
 OPERATORS: dict[str, tuple[str, bool]] = {

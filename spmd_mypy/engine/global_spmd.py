@@ -79,11 +79,11 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import SpmdError
-from .ops import OP_SPECS, Operand, Result
+from .ops import OP_SPECS, Operand, Result, Role
 from .ops import propagate as local_propagate
 from .types import (
     Kind,
@@ -1315,10 +1315,16 @@ def expand_as(x: Operand, other: Operand, *, op: str = "expand_as") -> Result:
     the broadcast layout of the two (the elementwise rule: x must not vary on an axis
     sharding a dim it is broadcast along); only x's values (and kinds) are used."""
     if _all_local(op, [x, other]):
-        return local_propagate(op, [x, other])
+        return local_propagate(op, [x, other])  # local SPMD: other is a template
     if other.type is None or other.type.spec is None:
         # other's rank (so the result's) is unknown: the result is unknown (gradual)
-        return Result(SpmdType(), _mixing_errors(op, [x, other]))
+        return Result(SpmdType(), _mixing_errors(op, [x, replace(other, role=Role.SUMMAND)]))
+    # other lends its shape, and with it the layout of the dims it shards: on the axes of
+    # its spec it takes part as an elementwise operand would; its other axes' kinds are
+    # not the result's business (x: P["tp"] expanded as an R["tp"] tensor stays P)
+    sharding = {a for e in other.type.spec for a in e}
+    other = replace(other, role=Role.SUMMAND, type=SpmdType(
+        tuple((a, lt) for a, lt in other.type.axes if a in sharding), other.type.spec))
     r = elementwise(op, [x, other])
     if r.errors or r.type.spec is None:
         return r
@@ -1557,6 +1563,9 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     propagation rule on a global operand is an error (never a guess)."""
     if _all_local(op, operands):
         return local_propagate(op, operands)
+    if op in ("type_as", "to") and len(operands) > 1:
+        # x.type_as(y), x.to(y): y lends its dtype and device, the values and layout are x's
+        return propagate(op, operands[:1], **params)
     tensors = [o for o in operands if o.type is not None]
     x = operands[0]
     p = params

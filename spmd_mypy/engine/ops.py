@@ -57,6 +57,10 @@ class Role(enum.Enum):
     INDEX = "index"
     # The destination of ``copy_``: overwritten, so only check_inplace looks at it.
     OVERWRITTEN = "overwritten"
+    # A tensor that lends only its shape, dtype or device (``x.type_as(y)``,
+    # ``x.view_as(y)``, ``x.expand_as(y)``, ``x.to(y)``): none of its values reach the
+    # result and no gradient flows to it, so its type does not take part in the rule.
+    TEMPLATE = "template"
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,26 @@ binary_cross_entropy binary_cross_entropy_with_logits
 embedding one_hot scaled_dot_product_attention interpolate
 any all count_nonzero nonzero unique bincount histc
 """.split()
+
+# Ops whose second tensor is a template: only its shape, dtype or device is read.
+TEMPLATE_OPS = ("type_as", "to", "view_as", "reshape_as", "expand_as")
+
+# Which arguments of a call are operands, by torch's formal names (both adapters read
+# them the same way: the plugin from torch's stubs, the check mode from the signatures).
+# Never operands: dims, shapes, dtypes, flags, strings.  A tensor under any other name is
+# an operand (``source`` of index_add, ``min``/``max`` of clamp); a Python scalar is one
+# only under a SCALAR_OPERAND_NAMES formal (``x + 1``, ``where(c, x, 0.)``).
+NON_OPERAND_NAMES = frozenset(
+    """dim dims dim0 dim1 dimension size sizes shape dtype device layout memory_format
+    requires_grad pin_memory non_blocking copy keepdim alpha beta eps momentum training
+    inplace reduction ignore_index label_smoothing p approximate negative_slope start end
+    step chunks split_size split_size_or_sections sections indices_or_sections
+    destination repeats diagonal offset lambd threshold generator correction unbiased
+    normalized_shape num_classes padding_idx max_norm norm_type scale_grad_by_freq sparse
+    mode value_or_none descending stable sorted largest k q interpolation names
+    equation rounding_mode reduce include_self accumulate pad""".split()
+)
+SCALAR_OPERAND_NAMES = frozenset("other input self value exponent scalar tensor1 tensor2".split())
 
 # Factories: no tensor operands; their result is untyped until annotated.
 FACTORIES = frozenset(
@@ -282,6 +306,10 @@ def _spec_table() -> dict[str, OpSpec]:
         base = table.get(name)
         if base is not None and name + "_" not in table:
             table[name + "_"] = OpSpec(name + "_", base.op_class, base.roles, base.keeps_shard_dims)
+    # x.type_as(y), x.view_as(y), ...: y is a template (its shape, dtype or device)
+    for name in TEMPLATE_OPS:
+        base = table[name]
+        table[name] = OpSpec(name, base.op_class, (s, Role.TEMPLATE), base.keeps_shard_dims)
     # in-place fills overwrite: the result is the filled value's type
     table["copy_"] = OpSpec("copy_", OpClass.LINEAR, (Role.OVERWRITTEN, Role.SUMMAND),
                             keeps_shard_dims=True)
@@ -732,7 +760,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
     tensor_ops: list[tuple[Operand, Role]] = []
     for i, o in enumerate(operands):
         role = o.role or spec.role(i)
-        if role is Role.OVERWRITTEN:
+        if role is Role.OVERWRITTEN or role is Role.TEMPLATE:
             continue
         if o.type is None:
             if role is not Role.INDEX and not (o.zero and role is Role.SUMMAND):

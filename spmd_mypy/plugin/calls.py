@@ -63,8 +63,8 @@ from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
-    FACTORIES, NOT_OPS, OPERATORS, Operand, Role, check_backward, check_inplace, classify, is_known,
-    partial_op, propagate,
+    FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, Operand, Role,
+    check_backward, check_inplace, classify, is_known, partial_op, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
@@ -79,16 +79,6 @@ if TYPE_CHECKING:
 
 AnyCtx = FunctionContext | MethodContext
 
-# Formal parameter names whose values are never operands (dims, shapes, dtypes, ...).
-NON_OPERAND_NAMES = frozenset(
-    """dim dims dim0 dim1 dimension size sizes shape dtype device layout memory_format
-    requires_grad pin_memory non_blocking copy keepdim alpha beta eps momentum training
-    inplace reduction ignore_index label_smoothing p approximate negative_slope start end
-    step chunks split_size split_size_or_sections sections indices_or_sections source
-    destination repeats diagonal offset min max lambd threshold generator correction unbiased
-    normalized_shape num_classes padding_idx max_norm norm_type scale_grad_by_freq sparse
-    mode value_or_none descending stable sorted largest k q interpolation names""".split()
-)
 # Formal names whose tensors are indices/masks/conditions: they are not differentiated,
 # but a varying index makes a varying result.
 INDEX_NAMES = frozenset("index indices target labels idx offsets".split())
@@ -101,8 +91,6 @@ INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
     "embedding": frozenset({"input"}), "embedding_bag": frozenset({"input", "offsets"}),
     "one_hot": frozenset({"tensor", "input"}),
 }
-# Formal names where a Python scalar is an operand (``x + 1``, ``x * 2``, ``where(c, x, 0.)``).
-SCALAR_OPERAND_NAMES = frozenset("other input self value exponent scalar tensor1 tensor2".split())
 
 DUNDERS = OPERATORS  # method -> (op name, reflected), from the engine
 

@@ -6,7 +6,7 @@ callable; no op hook runs, so ``act(p)`` with ``p`` Partial went unchecked and i
 a plain tensor.  Here both steps run mypy's own callbacks first, then:
 
 - at ``partial(op, ...)``: when ``op`` is a torch function and every bound argument is one the
-  op rule does not read as an operand (a dim, a flag, a string: ``calls.NON_OPERAND_NAMES``,
+  op rule does not read as an operand (a dim, a flag, a string: ``engine.ops.NON_OPERAND_NAMES``,
   or a value that is neither a tensor nor a scalar), the partial is marked;
 - at ``act(x)``: a marked partial's call is typed by the op's hook, over the arguments of the
   call mapped to the op's formals.
@@ -31,6 +31,7 @@ from mypy.types import (
     AnyType, CallableType, Instance, LiteralType, TupleType, Type, UnionType, get_proper_type,
 )
 
+from ..engine.ops import NON_OPERAND_NAMES
 from . import calls
 from .mypy_types import is_proper_tensor
 from .reductions import _dims
@@ -119,7 +120,7 @@ class PartialTyper:
                 if name is None:
                     name = positional[next_positional] if next_positional < len(positional) else None
                     next_positional += 1
-                if name not in calls.NON_OPERAND_NAMES and _may_be_operand(typ):
+                if name not in NON_OPERAND_NAMES and _may_be_operand(typ):
                     return result  # a bound operand: the rule would not see it
                 if name is not None:
                     bound.append(f"{name}={_literal_text(expr, typ)}")

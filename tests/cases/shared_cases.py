@@ -267,6 +267,25 @@ case("index-fill-P-zero", {"a": "P"},
 case("index-fill-P-one", {"a": "P"},
      ("idx = torch.tensor([0, 2])", "out = a.index_fill(0, idx, 1.0)"), AFF)
 case("setitem-P-P", {"a": "P", "b": "P"}, ("a[1:] = b[1:]", "out = a"), "P")
+# index_add / index_copy / masked_scatter: the tensor put in (formal ``source``) is an operand
+case("index-add-R-P-source", {"a": "R", "b": "P"},
+     ("idx = torch.tensor([0, 2])", "out = a.index_add(0, idx, b[:2])"), AFF,
+     desc="the rows added are a pending sum; the rows kept are not")
+case("index-add-P-P-source", {"a": "P", "b": "P"},
+     ("idx = torch.tensor([0, 2])", "out = a.index_add(0, idx, b[:2])"), "P")
+case("index-copy-R-V-source", {"a": "R", "b": "V"},
+     ("idx = torch.tensor([0, 2])", "out = a.index_copy(0, idx, b[:2])"), "V")
+case("masked-scatter-R-P-source", {"a": "R", "b": "P"},
+     ("m = torch.ones(4, 4, dtype=torch.bool)", "out = a.masked_scatter(m, b)"), AFF)
+case("clamp-V-min-I", {"a": "V", "b": "I"}, "out = a.clamp(min=b)", INV,
+     desc="a tensor bound is an operand")
+# x.type_as(y), x.view_as(y), ...: y lends its shape, dtype or device, none of its values
+for _op in ("type_as", "to", "view_as", "reshape_as", "expand_as"):
+    case(f"template-{_op}-P-R", {"a": "P", "b": "R"}, f"out = a.{_op}(b)", "P",
+         desc="a template is not an operand")
+    case(f"template-{_op}-R-V", {"a": "R", "b": "V"}, f"out = a.{_op}(b)", "R")
+    case(f"template-{_op}-I-V", {"a": "I", "b": "V"}, f"out = a.{_op}(b)", "I")
+case("template-type_as-S0-R", {"a": "S0", "b": "R"}, "out = a.type_as(b)", "S0")
 case("embedding-U-V", {"w": "V"}, ("ids = torch.tensor([0, 3])", "out = F.embedding(ids, w)"),
      "V")
 
