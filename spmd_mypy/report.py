@@ -70,7 +70,8 @@ from .engine import collectives as coll
 from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
-from .plugin.calls import is_detached, literal_strs, read_local_type
+from .plugin.calls import literal_strs, read_local_type
+from .plugin.rewrite import is_gradient_free
 from .plugin.mypy_types import TENSOR
 from .plugin import __version__ as _PLUGIN_VERSION
 
@@ -777,7 +778,7 @@ class ReportPlugin(SpmdPlugin):
         return None
 
     def _no_gradient_operand(self, api: Any, line: int, e: Expression, regions: _Regions) -> str | None:
-        if is_detached(e):
+        if is_gradient_free(e):
             return "detached"
         if _is_grad(e):
             return ".grad"

@@ -113,7 +113,7 @@ class SpmdPlugin(Plugin):
         return self.regions.in_no_grad(getattr(api, "tree", None), line)
 
     def is_detached_name(self, api: object, line: int, name: str) -> bool:
-        """A local only ever assigned ``<expr>.detach()`` in the enclosing function."""
+        """A local only ever assigned gradient-free values in the enclosing function."""
         return self.regions.is_detached_name(getattr(api, "tree", None), line, name)
 
     def set_modules(self, modules: dict[str, MypyFile]) -> None:

@@ -73,6 +73,7 @@ from .codes import ERROR_CODES
 from .modules import CONSTRUCTOR_DIM_OPS
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
 from .reductions import read_move, read_reduction
+from .rewrite import RegionIndex, is_gradient_free
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -257,16 +258,16 @@ def _entry_from_expression(e: Expression) -> Entry | None:
     return Entry(marker, tuple(names))  # type: ignore[arg-type]
 
 
-def is_detached(e: Expression | None) -> bool:
-    """``x.detach()``, ``x.data`` and calls on them (``x.detach().clone()``): no gradient."""
-    while True:
-        if isinstance(e, MemberExpr) and e.name == "data":
-            return True
-        if not (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)):
-            return False
-        if e.callee.name == "detach":
-            return True
-        e = e.callee.expr
+class _DetachedNames:
+    """The gradient-free locals at a line, as a container for :func:`is_gradient_free`."""
+
+    def __init__(self, regions: RegionIndex, tree: object, line: int) -> None:
+        self.regions = regions
+        self.tree = tree
+        self.line = line
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.regions.is_detached_name(self.tree, self.line, name)
 
 
 def _is_scalar(t: Type) -> bool:
@@ -344,11 +345,9 @@ class CallTyper:
         return self.can_grad(ctx, expr)
 
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
-        if is_detached(expr):
-            return False
         tree = getattr(ctx.api, "tree", None)
         regions = self.plugin.regions
-        if isinstance(expr, NameExpr) and regions.is_detached_name(tree, ctx.context.line, expr.name):
+        if is_gradient_free(expr, _DetachedNames(regions, tree, ctx.context.line)):
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
 

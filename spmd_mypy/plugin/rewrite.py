@@ -22,10 +22,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Container
 
 from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
+from ..engine import collectives as coll
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -206,9 +208,8 @@ class _Walker:
             self._depth += 1
             self.block(st.body.body)
             self._depth -= 1
-            for name, rvalues in self._assigns.pop().items():
-                if all(_is_detach_call(r) for r in rvalues):
-                    self.detached.append((st.line, st.end_line or st.line, name))
+            for name in sorted(_gradient_free_names(self._assigns.pop())):
+                self.detached.append((st.line, st.end_line or st.line, name))
         elif isinstance(st, Decorator):
             if any(_is_no_grad(d) for d in st.original_decorators):
                 self.no_grad.append((st.func.line, st.func.end_line or st.func.line))
@@ -261,10 +262,57 @@ _HANDLED = (FuncDef, Decorator, OverloadedFuncDef, ClassDef, WithStmt, Assignmen
             IfStmt, ForStmt, WhileStmt, TryStmt)
 
 
-def _is_detach_call(e: Expression) -> bool:
-    """``x.detach()`` or ``x.data``."""
-    return ((isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
-             and e.callee.name == "detach") or (isinstance(e, MemberExpr) and e.name == "data"))
+# Collectives by name (spmd's, and torch.distributed's functional ones): the result carries a
+# gradient only if the input does; all_reduce with op="max"/"min" never carries one.
+_COLLECTIVE_NAMES = frozenset(coll.OPS)
+_NO_GRAD_REDUCE_OPS = frozenset(coll.NO_GRAD_REDUCE_OPS)
+
+
+def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
+    """A value that carries no gradient, read from the source: ``x.detach()``, ``x.data`` and
+    methods called on them (``x.detach().clone()``), a name in ``names`` (a local only ever
+    assigned such values), a collective of one (``spmd.all_reduce(m, "tp", ...)`` with ``m``
+    gradient-free), and an ``all_reduce(..., op="max")``, which has no gradient::
+
+        lmax = logits.max(-1, keepdim=True)[0].detach()
+        gmax = spmd.all_reduce(lmax, "tp", src=V, dst=I, op="max")   # gradient-free
+        logits - gmax                # an I without a gradient: mixes with V"""
+    while True:
+        if isinstance(e, MemberExpr) and e.name == "data":
+            return True
+        if isinstance(e, NameExpr):
+            return e.name in names
+        if isinstance(e, IndexExpr):
+            e = e.base
+            continue
+        if not isinstance(e, CallExpr):
+            return False
+        callee = e.callee
+        if isinstance(callee, MemberExpr) and callee.name == "detach":
+            return True
+        if isinstance(callee, (NameExpr, MemberExpr)) and callee.name in _COLLECTIVE_NAMES:
+            for n, a in zip(e.arg_names, e.args):
+                if n == "op" and isinstance(a, StrExpr) and a.value in _NO_GRAD_REDUCE_OPS:
+                    return True
+            if not e.args or e.arg_names[0] is not None:
+                return False
+            e = e.args[0]
+            continue
+        if not isinstance(callee, MemberExpr):
+            return False
+        e = callee.expr
+
+
+def _gradient_free_names(assigns: dict[str, list[Expression]]) -> set[str]:
+    """The locals every assignment of which is gradient-free, given the others (the least
+    fixpoint: ``a = x.detach()`` then ``b = all_reduce(a, ...)`` makes both)."""
+    names: set[str] = set()
+    while True:
+        found = {n for n, rvalues in assigns.items()
+                 if n not in names and all(is_gradient_free(r, names) for r in rvalues)}
+        if not found:
+            return names
+        names |= found
 
 
 def _names_in(e: Expression) -> list[str]:
@@ -340,7 +388,8 @@ class RegionIndex:
         return False
 
     def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
-        """A local only ever assigned ``<expr>.detach()`` in the enclosing function."""
+        """A local only ever assigned gradient-free values (:func:`is_gradient_free`: ``<expr>.detach()``,
+        a collective of such a local) in the enclosing function."""
         regions = self.regions(tree)
         if regions is None:
             return False

@@ -461,6 +461,21 @@ case("coll-max-needs-no-grad", {"a": "V"}, 'out = spmd.all_reduce(a, "tp", src=V
      "spmd-no-grad", **CX)
 case("coll-max-detached", {"a": "V"},
      'out = spmd.all_reduce(a.detach(), "tp", src=V, dst=R, op="max")', "R", **CX)
+# the max trick of a vocab-parallel softmax: the all_reduce(max) result carries no gradient
+case("coll-max-I-minus-V", {"a": "V"},
+     ('m = spmd.all_reduce(a.detach().amax(1, keepdim=True), "tp", src=V, dst=I, op="max")',
+      "out = a - m"), "V", **CX)
+case("coll-max-of-detached-name", {"a": "V"},
+     ("lmax = a.amax(1, keepdim=True).detach()",
+      'm = spmd.all_reduce(lmax, "tp", src=V, dst=I, op="max")', "out = a - m"), "V", **CX)
+case("coll-sum-of-detached-name", {"a": "V"},
+     ("lsum = a.sum(1, keepdim=True).detach()",
+      'm = spmd.all_reduce(spmd.reinterpret(lsum, "tp", src=V, dst=P), "tp", src=P, dst=I)',
+      "out = a - m"), "V", **CX, desc="a collective of a detached value is detached")
+case("coll-sum-with-grad-I-minus-V", {"a": "V"},
+     ("lsum = a.sum(1, keepdim=True)",
+      'm = spmd.all_reduce(spmd.reinterpret(lsum, "tp", src=V, dst=P), "tp", src=P, dst=I)',
+      "out = a - m"), INV, **CX, desc="the same with a gradient: I mixed with V")
 case("coll-megatron-row-parallel", {"x": "V", "w": "V"},
      ("h = torch.matmul(x, w)", 'hp = spmd.reinterpret(h, "tp", src=V, dst=P)',
       'out = spmd.all_reduce(hp, "tp", src=P, dst=R)'), "R", **CX)
