@@ -222,6 +222,10 @@ class _Walker:
         elif isinstance(st, WithStmt):
             if any(_is_no_grad(e) for e in st.expr):
                 self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
+            if self._assigns:  # ``as`` targets: never "only detached"
+                for target in st.target:
+                    for n in _names_in(target) if target is not None else ():
+                        self._assigns[-1].setdefault(n, []).append(target)
             self.block(st.body.body)
         elif isinstance(st, AssignmentStmt):
             if self._assigns:
@@ -244,6 +248,9 @@ class _Walker:
             if st.else_body is not None:
                 self.block(st.else_body.body)
         elif isinstance(st, (ForStmt, WhileStmt)):
+            if isinstance(st, ForStmt) and self._assigns:  # a loop variable: never "only detached"
+                for n in _names_in(st.index):
+                    self._assigns[-1].setdefault(n, []).append(st.index)
             self.block(st.body.body)
             if st.else_body is not None:
                 self.block(st.else_body.body)
