@@ -43,11 +43,14 @@ from mypy.nodes import (
     Decorator,
     Expression,
     FuncDef,
+    FloatExpr,
     IndexExpr,
+    IntExpr,
     ListExpr,
     MemberExpr,
     MypyFile,
     NameExpr,
+    OperatorAssignmentStmt,
     OverloadedFuncDef,
     StrExpr,
     TupleExpr,
@@ -227,6 +230,10 @@ class _Walker:
                     for n in _names_in(target) if target is not None else ():
                         self._assigns[-1].setdefault(n, []).append(target)
             self.block(st.body.body)
+        elif isinstance(st, OperatorAssignmentStmt):
+            # d += g: d is gradient-free only if g is too
+            if self._assigns and isinstance(st.lvalue, NameExpr):
+                self._assigns[-1].setdefault(st.lvalue.name, []).append(st.rvalue)
         elif isinstance(st, AssignmentStmt):
             if self._assigns:
                 for lv in st.lvalues:
@@ -266,7 +273,7 @@ class _Walker:
 # The statement classes stmt() acts on (it does nothing with the others: expressions,
 # returns, ...).
 _HANDLED = (FuncDef, Decorator, OverloadedFuncDef, ClassDef, WithStmt, AssignmentStmt, Block,
-            IfStmt, ForStmt, WhileStmt, TryStmt)
+            IfStmt, ForStmt, WhileStmt, TryStmt, OperatorAssignmentStmt)
 
 
 # Collectives by name (spmd's, and torch.distributed's functional ones): the result carries a
@@ -286,6 +293,8 @@ def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
         logits - gmax                # an I without a gradient: mixes with V"""
     while True:
         if isinstance(e, MemberExpr) and e.name == "data":
+            return True
+        if isinstance(e, (IntExpr, FloatExpr)):  # d += 1.0
             return True
         if isinstance(e, NameExpr):
             return e.name in names
