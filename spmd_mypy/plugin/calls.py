@@ -25,6 +25,7 @@ from mypy.nodes import (
     ListComprehension,
     ListExpr,
     MemberExpr,
+    MypyFile,
     NameExpr,
     OpExpr,
     OverloadedFuncDef,
@@ -261,7 +262,7 @@ def _entry_from_expression(e: Expression) -> Entry | None:
 class _DetachedNames:
     """The gradient-free locals at a line, as a container for :func:`is_gradient_free`."""
 
-    def __init__(self, regions: RegionIndex, tree: object, line: int) -> None:
+    def __init__(self, regions: RegionIndex, tree: MypyFile | None, line: int) -> None:
         self.regions = regions
         self.tree = tree
         self.line = line
@@ -345,7 +346,7 @@ class CallTyper:
         return self.can_grad(ctx, expr)
 
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
-        tree = getattr(ctx.api, "tree", None)
+        tree: MypyFile | None = getattr(ctx.api, "tree", None)
         regions = self.plugin.regions
         if is_gradient_free(expr, _DetachedNames(regions, tree, ctx.context.line)):
             return False

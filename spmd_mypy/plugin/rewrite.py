@@ -227,8 +227,9 @@ class _Walker:
                 self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
             if self._assigns:  # ``as`` targets: never "only detached"
                 for target in st.target:
-                    for n in _names_in(target) if target is not None else ():
-                        self._assigns[-1].setdefault(n, []).append(target)
+                    if target is not None:
+                        for n in _names_in(target):
+                            self._assigns[-1].setdefault(n, []).append(target)
             self.block(st.body.body)
         elif isinstance(st, OperatorAssignmentStmt):
             # d += g: d is gradient-free only if g is too
