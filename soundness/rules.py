@@ -125,6 +125,7 @@ def _cases() -> list[OpCase]:
         C("where zero", "linear", "where", ((4, 6), (4, 6), None),
           lambda c, a: torch.where(c > 0, a, 0.0), no_grad=(0,), zero=True),
         C("neg", "linear", "neg", (m23,), lambda a: -a),
+        C("lerp", "linear", "lerp", (m23, m23, None), lambda a, b: torch.lerp(a, b, 0.25)),
         # index_add's source is a summand of the rows it is added to
         C("index_add", "linear", "index_add", (m23, m13),
           lambda a, s: a.index_add(0, torch.tensor([1]), s)),

@@ -138,7 +138,7 @@ diagonal diag diag_embed diagflat tril triu
 gather index_select take take_along_dim masked_select __getitem__ __setitem__
 index_add index_copy index_fill index_put scatter scatter_add scatter_reduce_sum
 unfold as_strided pad constant_pad_nd
-fold embedding_bag_sum
+fold embedding_bag_sum atleast_1d atleast_2d atleast_3d
 """.split()
 
 _MULTILINEAR_FACTORS = """
@@ -177,7 +177,7 @@ TEMPLATE_OPS = ("type_as", "to", "view_as", "reshape_as", "expand_as")
 NON_OPERAND_NAMES = frozenset(
     """dim dims dim0 dim1 dimension size sizes shape dtype device layout memory_format
     requires_grad pin_memory non_blocking copy keepdim alpha beta eps momentum training
-    inplace reduction ignore_index label_smoothing p approximate negative_slope start end
+    inplace reduction ignore_index label_smoothing p approximate negative_slope start
     step chunks split_size split_size_or_sections sections indices_or_sections
     destination repeats diagonal offset lambd threshold generator correction unbiased
     normalized_shape num_classes padding_idx max_norm norm_type scale_grad_by_freq sparse
@@ -294,12 +294,14 @@ def _spec_table() -> dict[str, OpSpec]:
         # is a summand too, so filling changes no type an in-place op could not keep)
         OpSpec("fill", OpClass.LINEAR, (s, s), keeps_shard_dims=True),
         OpSpec("masked_scatter", OpClass.LINEAR, (s, n, s)),
+        # lerp(a, b, w) = (1 - w) a + w b: a and b are summands, a tensor weight non-linear
+        OpSpec("lerp", OpClass.LINEAR, (s, s, n), keeps_shard_dims=True),
     ]
     for spec in special:
         table[spec.name] = spec
     for name in ("add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
                  "masked_fill", "index_add", "scatter_add", "scatter", "clamp", "pow", "relu",
-                 "index_fill", "index_copy", "index_put", "masked_scatter",
+                 "index_fill", "index_copy", "index_put", "masked_scatter", "lerp",
                  "zero", "neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "copy", "fill",
                  "normal", "uniform", "transpose", "t", "unsqueeze", "squeeze", "clip",
                  "addmm", "baddbmm", "silu", "gelu"):

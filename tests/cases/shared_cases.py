@@ -277,6 +277,10 @@ case("index-copy-R-V-source", {"a": "R", "b": "V"},
      ("idx = torch.tensor([0, 2])", "out = a.index_copy(0, idx, b[:2])"), "V")
 case("masked-scatter-R-P-source", {"a": "R", "b": "P"},
      ("m = torch.ones(4, 4, dtype=torch.bool)", "out = a.masked_scatter(m, b)"), AFF)
+case("lerp-R-V", {"a": "R", "b": "V"}, "out = torch.lerp(a, b, 0.5)", "V",
+     desc="lerp's end (a formal named like arange's) is an operand")
+case("lerp-P-P", {"a": "P", "b": "P"}, "out = torch.lerp(a, b, 0.5)", "P")
+case("lerp-P-R", {"a": "P", "b": "R"}, "out = a.lerp(b, 0.5)", AFF)
 case("clamp-V-min-I", {"a": "V", "b": "I"}, "out = a.clamp(min=b)", INV,
      desc="a tensor bound is an operand")
 # x.type_as(y), x.view_as(y), ...: y lends its shape, dtype or device, none of its values
