@@ -515,11 +515,6 @@ REDUNDANT_PARTIAL = (
     "redundant declaration usually means the user expected a contraction that is not there")
 
 
-NOGRAD_CONDITION = (
-    "where's condition carries no gradient, so beside I operands an R condition needs "
-    "no backward comms; the engine's no-gradient relaxation turns an I operand that carries "
-    "no gradient into R, but does not let a non-I one mix with I (an imprecision of the "
-    "engine, left as is: an I condition, or reinterpret(c, src=R, dst=I), is accepted)")
 AFFINE_NORM_PARAMS = (
     "layer_norm(x, shape, w, b) is w * normalized(x) + b: affine in the weight and bias, so "
     "with x not Partial a P weight and bias give a correct P result; the engine treats every "
@@ -538,13 +533,6 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
                                  for e in task.errors):
         return REDUNDANT_PARTIAL
     case = CASES[task.case]
-    if case.engine == "where":
-        # accepted once the gradient-free condition is typed I where it is R: the
-        # rejection comes from the condition's R only
-        cond = tuple(INVARIANT if t.kind is Kind.R else t for t in task.in_types[0])
-        mesh = MESHES[task.mesh]
-        if verdict(case, mesh, (cond,) + tuple(task.in_types[1:]), task.partial_axes)[0]:
-            return NOGRAD_CONDITION
     if case.engine == "fill" and all(e.startswith("spmd-partial-affine") for e in task.errors):
         return FILL_CONSTANT
     if case.name == "layer_norm w b" and all(e.startswith("spmd-partial-nonlinear")
@@ -558,7 +546,6 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
 CONSERVATIVE: list[tuple[str, str]] = [
     ("spmd.matmul/einsum/linear/sum(..., out_partial_axes=a) with an operand P on a",
      REDUNDANT_PARTIAL),
-    ("where(c, x, y) with a gradient-free R condition beside I operands", NOGRAD_CONDITION),
     ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
 ]

@@ -45,7 +45,7 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS, SCALAR_OPERAND_NAMES, SCANS,
-    OpSpec, Reduction, Role, classify, normalising_reduction,
+    VALUE_TARGET_OPS, OpSpec, Reduction, Role, classify, normalising_reduction,
 )
 
 # --------------------------------------------------------------------------------------
@@ -104,12 +104,12 @@ class Kind(enum.Enum):
 SKIP, OPERAND, SCALAR_OK, INDEX, OUT = 0, 1, 2, 3, 4
 
 
-def _formal_class(name: str) -> int:
+def _formal_class(name: str, op: str = "") -> int:
     if name == "out":
         return OUT
     if name in NON_OPERAND_NAMES:
         return SKIP
-    if name in INDEX_NAMES:
+    if name in INDEX_NAMES and not (name == "target" and op in VALUE_TARGET_OPS):
         return INDEX
     if name in SCALAR_OPERAND_NAMES:
         return SCALAR_OK
@@ -133,9 +133,9 @@ class Plan:
         self.inplace = inplace
         # argument classes by position, and by keyword
         self.positional: tuple[int, ...] | None = (
-            tuple(_formal_class(p) for p in params) if params is not None else None)
+            tuple(_formal_class(p, name) for p in params) if params is not None else None)
         self.keyword: dict[str, int] = (
-            {p: _formal_class(p) for p in params} if params is not None else {})
+            {p: _formal_class(p, name) for p in params} if params is not None else {})
         self.varargs = varargs
         self.canon = canon
         self.inplace_kw = params is not None and "inplace" in params
@@ -417,7 +417,7 @@ def extract(plan: Plan, args: tuple, kwargs: dict) -> tuple[list[tuple[Any, bool
         keyword = plan.keyword
         for k, v in kwargs.items():
             kcls = keyword.get(k)
-            _add(ops, outs, v, _formal_class(k) if kcls is None else kcls)
+            _add(ops, outs, v, _formal_class(k, plan.name) if kcls is None else kcls)
     return ops, outs
 
 

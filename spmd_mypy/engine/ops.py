@@ -25,7 +25,8 @@ know is non-linear in every operand: the safe default.
 
 Operands that cannot carry a gradient (under ``no_grad``, ``.detach()``, a
 custom Function's forward) relax the I rule: an I operand of that kind mixes
-with R or V as if it were R.
+with R or V as if it were R; R operands of that kind beside grad-carrying I
+operands only act as I (``where(c_r, a_i, b_i)``, ``mse_loss(pred_i, target_r)``).
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ eq ne lt le gt ge equal allclose isclose isnan isinf isfinite logical_and logica
 logical_not logical_xor bitwise_and bitwise_or bitwise_xor bitwise_not
 floor ceil round trunc frac fmod remainder reciprocal
 cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss kl_div
-binary_cross_entropy binary_cross_entropy_with_logits
+binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss poisson_nll_loss
+gaussian_nll_loss multilabel_soft_margin_loss
 embedding one_hot scaled_dot_product_attention interpolate
 any all count_nonzero nonzero unique bincount histc
 """.split()
@@ -185,6 +187,14 @@ NON_OPERAND_NAMES = frozenset(
     equation rounding_mode reduce include_self accumulate pad""".split()
 )
 SCALAR_OPERAND_NAMES = frozenset("other input self value exponent scalar tensor1 tensor2".split())
+# Losses whose ``target`` is a value compared with the input, not the class indices of
+# cross_entropy / nll_loss that both adapters read as an index: here it is an ordinary
+# (non-linear) operand, so mse_loss(r, p) is a Partial through a square.  The static checker
+# takes it as data without a gradient (an I prediction may meet an R target); the check mode
+# reads requires_grad.
+VALUE_TARGET_OPS = frozenset("""mse_loss l1_loss smooth_l1_loss huber_loss kl_div
+binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss poisson_nll_loss
+gaussian_nll_loss multilabel_soft_margin_loss""".split())
 
 # Factories: no tensor operands; their result is untyped until annotated.
 FACTORIES = frozenset(
@@ -464,6 +474,13 @@ def _rule_on_axis(
     eff = [(o, r, REPLICATE if (relax and lt.kind is Kind.I and not o.can_grad) else lt)
            for o, r, lt in typed]
     kinds = {lt.kind for _, _, lt in eff}
+    if kinds == {Kind.I, Kind.R} and not any(o.can_grad for o, _, lt in eff if lt.kind is Kind.R):
+        # and the other way: R operands none of which carries a gradient (a where condition,
+        # a loss's data target, a detached R) beside grad-carrying I operands only need no
+        # backward comms either: the result is I (the same values on every rank, and the only
+        # gradients are the I operands' own)
+        eff = [(o, r, INVARIANT if lt.kind is Kind.R else lt) for o, r, lt in eff]
+        kinds = {Kind.I}
 
     if Kind.I in kinds and len(kinds) > 1:
         inv = next(o for o, _, lt in eff if lt.kind is Kind.I)

@@ -64,7 +64,8 @@ from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
-    FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, Operand, Role,
+    FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, VALUE_TARGET_OPS,
+    Operand, Role,
     check_backward, check_inplace, classify, is_known, partial_op, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
@@ -386,6 +387,7 @@ class CallTyper:
         summands or factors (``x + 1``); index tensors are operands of role INDEX.
         """
         ops: list[Operand] = []
+        sources: list[Expression | None] = []  # each operand's expression
         out: Operand | None = None
         any_typed = False
         if receiver_type is not None:
@@ -393,6 +395,7 @@ class CallTyper:
             if t is not None:
                 any_typed = any_typed or bool(t)
                 ops.append(Operand(t, expr_text(receiver), self.can_grad_if_invariant(ctx, receiver, t)))
+                sources.append(receiver)
         index_formals = INDEX_FORMALS_BY_OP.get(op, frozenset())
         position = 0
         for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
@@ -402,7 +405,8 @@ class CallTyper:
             if name in NON_OPERAND_NAMES:
                 continue
             # x[i] / x[i] = v: the subscript is an index, never a scalar operand
-            is_index = (name in INDEX_NAMES or name in index_formals
+            is_index = ((name in INDEX_NAMES and not (name == "target" and op in VALUE_TARGET_OPS))
+                        or name in index_formals
                         or (op in ("__getitem__", "__setitem__") and this_position == 0))
             for typ, expr in zip(types, exprs):
                 typ_items = self._container_items(typ, expr, ctx)
@@ -415,16 +419,38 @@ class CallTyper:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
                             ops.append(Operand(None, text, zero=is_zero_literal(ie, it)))
+                            sources.append(None)
                         continue
                     any_typed = any_typed or bool(t)
-                    no_grad = is_index or name in GRADFREE_NAMES
+                    # a loss's value target is taken as data: no gradient (the check mode
+                    # reads requires_grad)
+                    no_grad = (is_index or name in GRADFREE_NAMES
+                               or (name == "target" and op in VALUE_TARGET_OPS))
                     o = Operand(t, text, False if no_grad else self.can_grad_if_invariant(ctx, ie, t),
                                 Role.INDEX if is_index else None)
                     if name == "out":
                         out = o
                     else:
                         ops.append(o)
+                        sources.append(None if no_grad else ie)
+        if any_typed and len(ops) > 1:
+            self._gradient_free_replicates(ctx, ops, sources)
         return ops, out, any_typed
+
+    def _gradient_free_replicates(self, ctx: AnyCtx, ops: list[Operand],
+                                  sources: list[Expression | None]) -> None:
+        """Beside an I operand, whether each R operand carries a gradient (a detached one acts
+        as I there: engine ``_rule_on_axis``); elsewhere the rule never asks, so neither does
+        this (the region lookups cost a hooked call)."""
+        i_axes = {a for o in ops if o.type for a, lt in o.type.axes if lt.kind is Kind.I}
+        if not i_axes:
+            return
+        for k, o in enumerate(ops):
+            e = sources[k]
+            if (e is not None and o.type and o.can_grad
+                    and any(lt.kind is Kind.R and a in i_axes for a, lt in o.type.axes)
+                    and not self.can_grad(ctx, e)):
+                ops[k] = dataclasses.replace(o, can_grad=False)
 
     def _container_items(self, typ: Type, expr: Expression, ctx: AnyCtx) -> list[tuple[Type | None, Expression]]:
         """A list/tuple argument (``torch.cat([a, b])``, ``torch.cat(xs)``) as its items."""

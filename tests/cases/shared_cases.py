@@ -277,6 +277,14 @@ case("index-copy-R-V-source", {"a": "R", "b": "V"},
      ("idx = torch.tensor([0, 2])", "out = a.index_copy(0, idx, b[:2])"), "V")
 case("masked-scatter-R-P-source", {"a": "R", "b": "P"},
      ("m = torch.ones(4, 4, dtype=torch.bool)", "out = a.masked_scatter(m, b)"), AFF)
+# a loss's value target (mse_loss, l1_loss, ...) is an operand, not an index like
+# cross_entropy's class ids
+case("mse-loss-R-Ptarget", {"a": "R", "t": "P"}, "out = F.mse_loss(a, t)", NL)
+case("mse-loss-R-Vtarget", {"a": "R", "t": "V"}, "out = F.mse_loss(a, t)", "V")
+case("l1-loss-I-Rtarget-data", {"a": "I", "t": "R"}, "out = F.l1_loss(a, t)", "I",
+     make={"t": "torch.randn(4, 4)"}, desc="a target without a gradient meets an I prediction")
+case("bce-logits-R-Ptarget", {"a": "R", "t": "P"},
+     "out = F.binary_cross_entropy_with_logits(a, t)", NL)
 case("lerp-R-V", {"a": "R", "b": "V"}, "out = torch.lerp(a, b, 0.5)", "V",
      desc="lerp's end (a formal named like arange's) is an operand")
 case("lerp-P-P", {"a": "P", "b": "P"}, "out = torch.lerp(a, b, 0.5)", "P")
@@ -381,6 +389,13 @@ case("detach-I-V", {"w": "I", "v": "V"}, "out = torch.mul(w.detach(), v)", "V")
 case("data-I-V", {"w": "I", "v": "V"}, "out = torch.mul(w.data, v)", "V",
      desc="x.data carries no gradient, as x.detach()")
 case("grad-I-R", {"w": "I", "r": "R"}, "out = torch.add(w, r)", INV, desc="with grad: an error")
+case("detach-R-beside-I", {"w": "I", "r": "R"}, "out = torch.add(w, r.detach())", "I",
+     desc="an R without a gradient beside I operands acts as I: only I gradients flow back")
+case("where-Rcond-I-I", {"c": "R", "a": "I", "b": "I"}, "out = torch.where(c > 0, a, b)", "I",
+     desc="the condition carries no gradient")
+case("detach-R-beside-I-and-V", {"w": "I", "r": "R", "v": "V"},
+     "out = torch.add(torch.add(w, r.detach()), v.detach())", INV)
+
 case("inference-I-V", {"w": "I", "v": "V"},
      ("with torch.inference_mode():", "    out = torch.mul(w, v)"), "V")
 case("nograd-I-alone", {"w": "I"}, ("with torch.no_grad():", "    out = torch.mul(w, 2)"), "I",
