@@ -65,8 +65,7 @@ from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, VALUE_TARGET_OPS,
-    Operand, Role,
-    check_backward, check_inplace, classify, is_known, partial_op, propagate,
+    Operand, Role, check_backward, check_inplace, classify, is_known, partial_op, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move

@@ -28,6 +28,8 @@ from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
 from ..engine import collectives as coll
+from ..engine.ops import REDUCTIONS
+from ..engine.views import MOVES
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -54,6 +56,7 @@ from mypy.nodes import (
     OverloadedFuncDef,
     StrExpr,
     TupleExpr,
+    UnaryExpr,
     WithStmt,
 )
 from mypy.types import (
@@ -317,7 +320,29 @@ def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
             continue
         if not isinstance(callee, MemberExpr):
             return False
+        if callee.name not in _ONE_TENSOR_METHODS and not all(_is_literal(a) for a in e.args):
+            return False  # d.mul(w), d.add(w): w may carry a gradient
         e = callee.expr
+
+
+# Methods whose only tensor is their receiver (views, reductions, casts): their other arguments
+# (dims, sizes, dtypes) never bring a gradient in, so ``d.view(b, s, -1)`` of a gradient-free ``d``
+# is gradient-free.  Any other method is followed only with literal arguments (``d.add(w)`` is
+# not, ``d.max(-1)`` is).
+_ONE_TENSOR_METHODS = frozenset(MOVES) | (REDUCTIONS - {"max", "min"}) | frozenset("""view reshape expand repeat
+contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
+
+
+def _is_literal(e: Expression) -> bool:
+    if isinstance(e, (IntExpr, FloatExpr, StrExpr)):
+        return True
+    if isinstance(e, NameExpr):
+        return e.name in ("None", "True", "False")
+    if isinstance(e, UnaryExpr):
+        return _is_literal(e.expr)
+    if isinstance(e, (TupleExpr, ListExpr)):
+        return all(_is_literal(i) for i in e.items)
+    return False
 
 
 def _gradient_free_names(assigns: dict[str, list[Expression]]) -> set[str]:
