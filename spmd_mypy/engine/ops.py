@@ -484,7 +484,11 @@ def _rule_on_axis(
 
     if Kind.I in kinds and len(kinds) > 1:
         inv = next(o for o, _, lt in eff if lt.kind is Kind.I)
-        other_o, _, other = next((o, r, lt) for o, r, lt in eff if lt.kind is not Kind.I)
+        # name the operand that makes the mix an error: one that carries a gradient, or is V or
+        # P, before an R that carries none (which beside I alone would be fine)
+        others = [(o, r, lt) for o, r, lt in eff if lt.kind is not Kind.I]
+        other_o, _, other = next(
+            (x for x in others if x[0].can_grad or x[2].kind is not Kind.R), others[0])
         if other.kind is Kind.P and spec.op_class is OpClass.LINEAR:
             fix = (f'{_fix_reduce(other_o.text, axis, "I")} first, or '
                    f'convert({inv.text}, "{axis}", src=I, dst=P) to add it into the pending sum')
