@@ -43,6 +43,7 @@ from mypy.nodes import (
     Decorator,
     Expression,
     FuncDef,
+    FloatExpr,
     FuncItem,
     IntExpr,
     LambdaExpr,
@@ -778,7 +779,8 @@ class ReportPlugin(SpmdPlugin):
         return None
 
     def _no_gradient_operand(self, api: Any, line: int, e: Expression, regions: _Regions) -> str | None:
-        if is_gradient_free(e):
+        # (is_gradient_free counts a number literal too: here it is no tensor, read below)
+        if not isinstance(e, (IntExpr, FloatExpr)) and is_gradient_free(e):
             return "detached"
         if _is_grad(e):
             return ".grad"

@@ -45,7 +45,7 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS, SCALAR_OPERAND_NAMES, SCANS,
-    VALUE_TARGET_OPS, OpSpec, Reduction, Role, classify, normalising_reduction,
+    OpSpec, Reduction, Role, classify, is_value_target, normalising_reduction,
 )
 
 # --------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def _formal_class(name: str, op: str = "") -> int:
         return OUT
     if name in NON_OPERAND_NAMES:
         return SKIP
-    if name in INDEX_NAMES and not (name == "target" and op in VALUE_TARGET_OPS):
+    if name in INDEX_NAMES and not is_value_target(op, name):
         return INDEX
     if name in SCALAR_OPERAND_NAMES:
         return SCALAR_OK

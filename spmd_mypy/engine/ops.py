@@ -196,6 +196,11 @@ VALUE_TARGET_OPS = frozenset("""mse_loss l1_loss smooth_l1_loss huber_loss kl_di
 binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss poisson_nll_loss
 gaussian_nll_loss multilabel_soft_margin_loss""".split())
 
+
+def is_value_target(op: str, formal: str) -> bool:
+    """``target`` of a VALUE_TARGET_OPS loss: an operand, not an index (both adapters ask)."""
+    return formal == "target" and op in VALUE_TARGET_OPS
+
 # Factories: no tensor operands; their result is untyped until annotated.
 FACTORIES = frozenset(
     """

@@ -64,8 +64,8 @@ from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
-    FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, VALUE_TARGET_OPS,
-    Operand, Role, check_backward, check_inplace, classify, is_known, partial_op, propagate,
+    FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, Operand, Role,
+    check_backward, check_inplace, classify, is_known, is_value_target, partial_op, propagate,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
@@ -404,8 +404,8 @@ class CallTyper:
             if name in NON_OPERAND_NAMES:
                 continue
             # x[i] / x[i] = v: the subscript is an index, never a scalar operand
-            is_index = ((name in INDEX_NAMES and not (name == "target" and op in VALUE_TARGET_OPS))
-                        or name in index_formals
+            value_target = is_value_target(op, name)
+            is_index = ((name in INDEX_NAMES and not value_target) or name in index_formals
                         or (op in ("__getitem__", "__setitem__") and this_position == 0))
             for typ, expr in zip(types, exprs):
                 typ_items = self._container_items(typ, expr, ctx)
@@ -423,8 +423,7 @@ class CallTyper:
                     any_typed = any_typed or bool(t)
                     # a loss's value target is taken as data: no gradient (the check mode
                     # reads requires_grad)
-                    no_grad = (is_index or name in GRADFREE_NAMES
-                               or (name == "target" and op in VALUE_TARGET_OPS))
+                    no_grad = is_index or name in GRADFREE_NAMES or value_target
                     o = Operand(t, text, False if no_grad else self.can_grad_if_invariant(ctx, ie, t),
                                 Role.INDEX if is_index else None)
                     if name == "out":

@@ -197,6 +197,13 @@ class _Walker:
         self._assigns: list[dict[str, list[Expression]]] = []
         self._depth = 0  # function nesting
 
+    def _bind(self, target: Expression, value: Expression) -> None:
+        """Each local named in ``target`` (inside a function) is assigned ``value``: what
+        :func:`_gradient_free_names` reads (a target as its own value is never gradient-free)."""
+        if self._assigns:
+            for n in _names_in(target):
+                self._assigns[-1].setdefault(n, []).append(value)
+
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
             if isinstance(st, _HANDLED):  # skip statements the walk never enters (most)
@@ -228,24 +235,16 @@ class _Walker:
         elif isinstance(st, WithStmt):
             if any(_is_no_grad(e) for e in st.expr):
                 self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
-            if self._assigns:  # ``as`` targets: never "only detached"
-                for target in st.target:
-                    if target is not None:
-                        for n in _names_in(target):
-                            self._assigns[-1].setdefault(n, []).append(target)
+            for target in st.target:  # ``as`` targets: never "only detached"
+                if target is not None:
+                    self._bind(target, target)
             self.block(st.body.body)
         elif isinstance(st, OperatorAssignmentStmt):
-            # d += g: d is gradient-free only if g is too
-            if self._assigns and isinstance(st.lvalue, NameExpr):
-                self._assigns[-1].setdefault(st.lvalue.name, []).append(st.rvalue)
+            if isinstance(st.lvalue, NameExpr):  # d += g: gradient-free only if g is too
+                self._bind(st.lvalue, st.rvalue)
         elif isinstance(st, AssignmentStmt):
-            if self._assigns:
-                for lv in st.lvalues:
-                    if isinstance(lv, NameExpr):
-                        self._assigns[-1].setdefault(lv.name, []).append(st.rvalue)
-                    else:  # tuple targets and the like: never "only detached"
-                        for n in _names_in(lv):
-                            self._assigns[-1].setdefault(n, []).append(lv)
+            for lv in st.lvalues:  # tuple targets and the like: never "only detached"
+                self._bind(lv, st.rvalue if isinstance(lv, NameExpr) else lv)
             if self.rewrite and not self._depth:
                 rewrite_type(st.type)
                 if not _shares_parts(st.unanalyzed_type, st.type):
@@ -259,9 +258,8 @@ class _Walker:
             if st.else_body is not None:
                 self.block(st.else_body.body)
         elif isinstance(st, (ForStmt, WhileStmt)):
-            if isinstance(st, ForStmt) and self._assigns:  # a loop variable: never "only detached"
-                for n in _names_in(st.index):
-                    self._assigns[-1].setdefault(n, []).append(st.index)
+            if isinstance(st, ForStmt):  # a loop variable: never "only detached"
+                self._bind(st.index, st.index)
             self.block(st.body.body)
             if st.else_body is not None:
                 self.block(st.else_body.body)
