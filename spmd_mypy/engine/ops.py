@@ -760,7 +760,8 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
 
     Axes an operand does not mention are skipped for that operand (gradual); an
     axis no operand mentions is unknown in the result.  On an axis with an error
-    the result is unknown there, so one mistake is reported once.  ``reduction``: the
+    the result is unknown there, and stays so through later ops (``SpmdType.failed``),
+    so one mistake is reported once.  ``reduction``: the
     dims a reduction or scan reduces, when the call states them (see REDUCTIONS);
     ``move``: the dims a view or join moves (:mod:`.views`).
     """
@@ -786,6 +787,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
     axes: dict[str, None] = {}
     scalar_roles: set[Role] = set()
     tensor_ops: list[tuple[Operand, Role]] = []
+    failed: set[str] = set()
     for i, o in enumerate(operands):
         role = o.role or spec.role(i)
         if role is Role.OVERWRITTEN or role is Role.TEMPLATE:
@@ -797,9 +799,10 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         tensor_ops.append((o, role))
         for a, _ in o.type.axes:
             axes[a] = None
+        failed.update(o.type.failed)
     if strict and axes:
         for o, role in tensor_ops:
-            if not o.type and role is not Role.INDEX:
+            if not o.type and not o.type.failed and role is not Role.INDEX:  # type: ignore[union-attr]
                 errors.append(SpmdError(
                     "spmd-untyped",
                     f"untyped tensor {o.text} in {spec.name} with typed operands (strict mode); "
@@ -808,6 +811,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                 break
     out: dict[str, LocalType] = {}
     for axis in sorted(axes):
+        if axis in failed:  # unknown after an earlier error: no second error here
+            continue
         typed = [(o, r, lt) for o, r in tensor_ops
                  if (lt := o.type.get(axis)) is not None  # type: ignore[union-attr]
                  and (r is not Role.INDEX or lt.kind is Kind.V)]
@@ -817,9 +822,10 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                   else _result_layout(spec, axis, tensor_ops, lt.dim, reduction))
         if err is not None:
             errors.append(err)
+            failed.add(axis)
         elif lt is not None:
             out[axis] = lt
-    return Result(SpmdType.of(out), errors)
+    return Result(SpmdType.of(out, failed=failed), errors)
 
 
 def check_inplace(name: str, target: Operand, result: SpmdType) -> SpmdError | None:

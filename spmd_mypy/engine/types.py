@@ -220,13 +220,19 @@ class SpmdType:
     # Global SPMD: the partition spec, one entry per tensor dim, each the mesh axes
     # sharding that dim outermost first (``PS[("dp", "tp"), None]``); None in local SPMD.
     spec: tuple[tuple[str, ...], ...] | None = None
+    # Axes left unknown by an error (sorted; never listed in ``axes``): an op on such a
+    # value is unknown there too, whatever its other operands are, so one mistake is
+    # reported once.  An axis merely not annotated is skipped by the rule instead (gradual),
+    # so after ``y = gelu(p)`` (an error) ``y + r`` would be R again and a later
+    # ``all_reduce(y + r, src=P, ...)`` a second, follow-on error.
+    failed: tuple[str, ...] = ()
 
     def __hash__(self) -> int:
         # The dataclass hash of the same fields, computed once: types key the checker's
         # caches, and hashing LocalType/Kind runs Python code on every lookup.
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((self.axes, self.spec))
+            h = hash((self.axes, self.spec, self.failed))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -238,9 +244,11 @@ class SpmdType:
     def of(
         mapping: Mapping[str, LocalType] | Iterable[tuple[str, LocalType]],
         spec: tuple[tuple[str, ...], ...] | None = None,
+        failed: Iterable[str] = (),
     ) -> SpmdType:
-        items = mapping.items() if isinstance(mapping, Mapping) else mapping
-        return SpmdType(tuple(sorted(dict(items).items())), spec)
+        items = dict(mapping.items() if isinstance(mapping, Mapping) else mapping)
+        return SpmdType(tuple(sorted(items.items())), spec,
+                        tuple(sorted(a for a in set(failed) if a not in items)))
 
     def get(self, axis: str) -> LocalType | None:
         for name, t in self.axes:
@@ -257,11 +265,11 @@ class SpmdType:
         spec = self.spec
         if spec is not None and (t is None or t.kind is not Kind.V):
             spec = tuple(tuple(a for a in entry if a != axis) for entry in spec)
-        return SpmdType.of(d, spec)
+        return SpmdType.of(d, spec, self.failed)
 
     def local(self) -> SpmdType:
         """The same type with the partition spec forgotten (local SPMD)."""
-        return SpmdType(self.axes) if self.spec is not None else self
+        return SpmdType(self.axes, None, self.failed) if self.spec is not None else self
 
     def as_dict(self) -> dict[str, LocalType]:
         return dict(self.axes)
@@ -273,7 +281,7 @@ class SpmdType:
         return bool(self.axes)
 
     def dual(self) -> SpmdType:
-        return SpmdType(tuple((a, dual(t)) for a, t in self.axes), self.spec)
+        return SpmdType(tuple((a, dual(t)) for a, t in self.axes), self.spec, self.failed)
 
     def format(self, axis_order: Iterable[str] | None = None) -> str:
         return format_type(self, axis_order)

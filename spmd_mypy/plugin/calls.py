@@ -392,7 +392,7 @@ class CallTyper:
         if receiver_type is not None:
             t = self.types.from_type(receiver_type)
             if t is not None:
-                any_typed = any_typed or bool(t)
+                any_typed = any_typed or bool(t) or bool(t.failed)
                 ops.append(Operand(t, expr_text(receiver), self.can_grad_if_invariant(ctx, receiver, t)))
                 sources.append(receiver)
         index_formals = INDEX_FORMALS_BY_OP.get(op, frozenset())
@@ -420,7 +420,7 @@ class CallTyper:
                             ops.append(Operand(None, text, zero=is_zero_literal(ie, it)))
                             sources.append(None)
                         continue
-                    any_typed = any_typed or bool(t)
+                    any_typed = any_typed or bool(t) or bool(t.failed)
                     # a loss's value target is taken as data: no gradient (the check mode
                     # reads requires_grad)
                     no_grad = is_index or name in GRADFREE_NAMES or value_target
@@ -845,8 +845,10 @@ class CallTyper:
             t = self.types.from_type(m)
             if t is not None:
                 ranked = "; ".join(f'on "{a}": {lt.layouts()}' for a, lt in t.axes if lt.by_rank)
+                unknown = ", ".join(f'"{a}"' for a in t.failed)
                 shown.append(format_type(t, self.plugin.config.mesh_axes)
-                             + (f" ({ranked})" if ranked else ""))
+                             + (f" ({ranked})" if ranked else "")
+                             + (f" (unknown on {unknown} after an error)" if unknown else ""))
             elif isinstance(get_proper_type(m), NoneType):
                 shown.append("None")
             else:

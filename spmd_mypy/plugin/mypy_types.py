@@ -48,6 +48,11 @@ MIXED_KINDS = {"_".join(c): c for n in range(2, len(KINDS) + 1) for c in itertoo
 # Every class of spmd._slots a canonical Tensor's slot may hold (V_S: the join of S and V)
 SLOT_CLASSES = (*KINDS, "S", "PS", "V_S", *MIXED_KINDS)
 MEMBERS_MAX = 16  # a join with more combinations than this stays unknown on its mixed axes
+# The trailing slot of a local tensor unknown on some axes after an error (SpmdType.failed):
+# ``Literal["spmd-failed:dp,tp"]`` where a local tensor has Any, so the value still fits any
+# declared tensor (whose trailing slot is Any) while mypy, and every cache keyed by the
+# instance, tells it from an unannotated axis (all Any slots compare equal).
+FAILED_PREFIX = "spmd-failed:"
 
 
 class TypeBuilder:
@@ -110,7 +115,10 @@ class TypeBuilder:
                 slots.append(Instance(infos["S"], [LiteralType(encode_by_rank(lt.by_rank), str_t), lit]))
             else:
                 slots.append(Instance(infos[lt.kind.value], [lit]))
-        slots.append(self._spec_slot(t.spec, infos, str_t))
+        if t.failed and t.spec is None:
+            slots.append(LiteralType(FAILED_PREFIX + ",".join(t.failed), str_t))
+        else:
+            slots.append(self._spec_slot(t.spec, infos, str_t))
         inst = Instance(infos["Tensor"], slots)
         self._to_cache[t] = inst
         return inst
@@ -242,9 +250,13 @@ class TypeBuilder:
                 return UNTYPED
         out: dict[str, LocalType] = {}
         spec: tuple[tuple[str, ...], ...] | None = None
+        failed: list[str] = []
         for slot in flat:
             s = get_proper_type(slot)
             if not isinstance(s, Instance) or not s.args:
+                if (isinstance(s, LiteralType) and isinstance(s.value, str)
+                        and s.value.startswith(FAILED_PREFIX)):
+                    failed = [a for a in s.value[len(FAILED_PREFIX):].split(",") if a]
                 continue
             name = s.type.name
             if name == "PS" and len(s.args) == 1:
@@ -272,7 +284,7 @@ class TypeBuilder:
                     axis = values[0]
                     if isinstance(axis, str):
                         out[axis] = LocalType(Kind(name[0]))
-        return SpmdType.of(out, spec)
+        return SpmdType.of(out, spec, failed)
 
 
 def _flat_args(args: Sequence[Type]) -> list[Type] | None:
