@@ -144,6 +144,11 @@ def _cases() -> list[OpCase]:
         C("reshape", "view", "reshape", (m23,), lambda a: a.reshape(3, 2)),
         C("getitem", "view", "__getitem__", (m23,), lambda a: a[0]),
         C("unsqueeze", "view", "unsqueeze", (m23,), lambda a: a.unsqueeze(0)),
+        # per-operand views (engine PER_OPERAND_OPS): each output is its own argument's view,
+        # the rule run on that argument alone; the other argument here is an untyped constant
+        C("atleast_2d", "view", "atleast_2d", ((3,),), lambda a: torch.atleast_2d(a)),
+        C("broadcast_tensors", "view", "broadcast_tensors", (m13,),
+          lambda a: torch.broadcast_tensors(a, torch.zeros(2, 3, dtype=a.dtype))[0]),
         # multilinear: every position a factor, or a factor and a scalar / a denominator
         C("mul", "multilinear", "mul", (m23, m23), lambda a, b: a * b),
         C("mul bcast", "multilinear", "mul", (m23, m13), lambda a, b: a * b),

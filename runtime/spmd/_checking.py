@@ -80,8 +80,8 @@ from torch.overrides import TorchFunctionMode
 
 from spmd_mypy.engine.collectives import check_collective, suggest
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.ops import (Operand, Reduction, Role, check_backward, check_inplace,
-                                  partial_op, propagate)
+from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, Reduction, Role, check_backward,
+                                  check_inplace, partial_op, propagate, propagate_each)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import DimMove
 
@@ -346,6 +346,8 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         if _global_check.is_global(types):
             return self._global_op(plan, func, args, kwargs, ops, types)
+        if plan.name in PER_OPERAND_OPS:
+            return self._per_operand_op(plan, func, args, kwargs, ops, types)
         inplace_target = None
         if plan.inplace or (plan.inplace_kw and kwargs.get("inplace")):
             first = ops[0][0] if ops else None
@@ -399,6 +401,27 @@ class _Mode(TorchFunctionMode):
         result = func(*args, **kwargs)
         if rtype:
             _stamp_outputs(result, rtype)
+        return result
+
+    def _per_operand_op(self, plan: Plan, func: Any, args: tuple, kwargs: dict, ops: list,
+                        types: list) -> Any:
+        """``torch.broadcast_tensors(a, b)``, ``torch.atleast_2d(a, b)``: each tensor output
+        is its own argument's view, typed by the rule on that argument alone (engine
+        ``propagate_each``)."""
+        texts = _texts([v for v, _ in ops], [_default_text(i) for i in range(len(ops))])
+        operands = [Operand(t, text, bool(getattr(v, "requires_grad", False)), None,
+                            tuple(v.shape) if isinstance(v, torch.Tensor) else None)
+                    for (v, _), t, text in zip(ops, types, texts)]
+        results = propagate_each(plan.name, operands, strict=self.strict)
+        for res in results:
+            if res.errors:
+                raise SpmdTypeError(res.errors[0])
+        result = func(*args, **kwargs)
+        outs = [result] if isinstance(result, torch.Tensor) else list(result)
+        if len(outs) == len(results):  # one output per argument, in order
+            for out, res in zip(outs, results):
+                if isinstance(out, torch.Tensor) and res.type:
+                    _set(out, _canon(res.type))
         return result
 
     def _global_op(self, plan: Plan, func: Any, args: tuple, kwargs: dict, ops: list,

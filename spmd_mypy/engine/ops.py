@@ -139,7 +139,7 @@ diagonal diag diag_embed diagflat tril triu
 gather index_select take take_along_dim masked_select __getitem__ __setitem__
 index_add index_copy index_fill index_put scatter scatter_add scatter_reduce_sum
 unfold as_strided pad constant_pad_nd
-fold embedding_bag_sum atleast_1d atleast_2d atleast_3d
+fold embedding_bag_sum atleast_1d atleast_2d atleast_3d broadcast_tensors
 """.split()
 
 _MULTILINEAR_FACTORS = """
@@ -167,6 +167,14 @@ gaussian_nll_loss multilabel_soft_margin_loss
 embedding one_hot scaled_dot_product_attention interpolate
 any all count_nonzero nonzero unique bincount histc
 """.split()
+
+# Ops applied to each tensor argument by itself, one result per argument (a view of it)::
+#
+#     broadcast_tensors(p, r)  ->  (p', r')     p' = p expanded: still P; r' still R
+#
+# the rule runs once per operand (propagate_each), so P beside R is no mix: no output
+# holds a sum of the two.
+PER_OPERAND_OPS = frozenset("atleast_1d atleast_2d atleast_3d broadcast_tensors".split())
 
 # Ops whose second tensor is a template: only its shape, dtype or device is read.
 TEMPLATE_OPS = ("type_as", "to", "view_as", "reshape_as", "expand_as")
@@ -779,6 +787,15 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
             _VERDICTS.clear()
         _VERDICTS[key] = result.type
     return result
+
+
+def propagate_each(spec: OpSpec | str, operands: Sequence[Operand], *,
+                   strict: bool = False) -> list[Result]:
+    """A :data:`PER_OPERAND_OPS` op: one result per tensor operand, each typed by the op's
+    rule on that operand alone (Python scalars, which these ops turn into tensors, are
+    untyped results)."""
+    return [propagate(spec, [o], strict=strict) if o.type is not None else Result(SpmdType())
+            for o in operands]
 
 
 def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,

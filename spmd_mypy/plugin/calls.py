@@ -65,7 +65,8 @@ from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, Operand, Role,
-    check_backward, check_inplace, classify, is_known, is_value_target, partial_op, propagate,
+    PER_OPERAND_OPS, check_backward, check_inplace, classify, is_known, is_value_target,
+    partial_op, propagate, propagate_each,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
@@ -518,6 +519,8 @@ class CallTyper:
                 return ctx.default_return_type
             if reflected and len(ops) == 2:
                 ops = [ops[1], ops[0]]
+            if op in PER_OPERAND_OPS and not global_calls.any_global(ops):
+                return self.per_operand_result(ctx, op, ops)
             if global_calls.any_global(ops):  # global SPMD: shard propagation
                 result = global_calls.propagate(self, ctx, op, ops)
             else:
@@ -544,6 +547,34 @@ class CallTyper:
             return self.typed_result(default, result.type)
 
         return hook
+
+    def per_operand_result(self, ctx: AnyCtx, op: str, ops: list[Operand]) -> Type:
+        """``torch.broadcast_tensors(a, b)``, ``torch.atleast_2d(a, b)``: each tensor argument
+        is viewed by itself (engine ``propagate_each``), so the result is a tuple of one type
+        per argument (``atleast_*`` of one tensor: that tensor); a list or ``*xs`` argument
+        gives ``tuple[T, ...]`` when its items share one type.  torch leaves these functions
+        unannotated (Any)."""
+        default = ctx.default_return_type
+        insts: list[Type] = []
+        for r in propagate_each(op, ops, strict=self.plugin.config.strict):
+            self.report(ctx, r.errors)
+            inst = self.types.to_instance(r.type)
+            if inst is None:
+                return default
+            insts.append(inst)
+        actuals = [t for types in ctx.arg_types for t in types]
+        kinds = [k for ks in ctx.arg_kinds for k in ks]
+        separate = (len(actuals) == len(insts) and all(k == ARG_POS for k in kinds)
+                    and all(self.types.from_type(t) is not None for t in actuals))
+        if separate and len(insts) == 1 and op != "broadcast_tensors":
+            return insts[0]
+        union = make_simplified_union(insts) if insts else AnyType(TypeOfAny.special_form)
+        tuple_of = ctx.api.named_generic_type("builtins.tuple", [union])  # type: ignore[attr-defined]
+        if separate:
+            return TupleType(insts, tuple_of)
+        if insts and all(i == insts[0] for i in insts) and not any(_is_scalar(t) for t in actuals):
+            return tuple_of
+        return default
 
     def builtin_sum_hook(self, ctx: FunctionContext) -> Type:
         """``sum(xs)`` / ``sum(xs, start)`` of tensors: one add of the items and the start.

@@ -300,6 +300,15 @@ for _op in ("type_as", "to", "view_as", "reshape_as", "expand_as"):
 case("template-type_as-S0-R", {"a": "S0", "b": "R"}, "out = a.type_as(b)", "S0")
 case("embedding-U-V", {"w": "V"}, ("ids = torch.tensor([0, 3])", "out = F.embedding(ids, w)"),
      "V")
+# broadcast_tensors / atleast_*: each output is its own argument's view (no P + R mix)
+case("broadcast-tensors-P-R", {"a": "P", "b": "R"}, ("x, y = torch.broadcast_tensors(a, b)",
+     "out = x"), "P", desc="each output is its own argument's view")
+case("broadcast-tensors-P-R-second", {"a": "P", "b": "R"},
+     ("x, y = torch.broadcast_tensors(a, b)", "out = y"), "R")
+case("broadcast-tensors-P-then-relu", {"a": "P", "b": "R"},
+     ("x, y = torch.broadcast_tensors(a, b)", "out = x.relu()"), NL)
+case("atleast-2d-P-R", {"a": "P", "b": "R"}, ("x, y = torch.atleast_2d(a, b)", "out = x"), "P")
+case("atleast-2d-one-P", {"a": "P"}, "out = torch.atleast_2d(a)", "P")
 
 # --------------------------------------------------------------------------------------
 # 7. In-place methods and out=.
