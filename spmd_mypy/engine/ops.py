@@ -191,7 +191,7 @@ NON_OPERAND_NAMES = frozenset(
     step chunks split_size split_size_or_sections sections indices_or_sections
     destination repeats diagonal offset lambd threshold generator correction unbiased
     normalized_shape num_classes padding_idx max_norm norm_type scale_grad_by_freq sparse
-    mode value_or_none descending stable sorted largest k q interpolation names
+    mode value_or_none descending stable sorted largest k interpolation names
     equation rounding_mode reduce include_self accumulate pad""".split()
 )
 SCALAR_OPERAND_NAMES = frozenset("other input self value exponent scalar tensor1 tensor2".split())

@@ -300,6 +300,12 @@ for _op in ("type_as", "to", "view_as", "reshape_as", "expand_as"):
 case("template-type_as-S0-R", {"a": "S0", "b": "R"}, "out = a.type_as(b)", "S0")
 case("embedding-U-V", {"w": "V"}, ("ids = torch.tensor([0, 3])", "out = F.embedding(ids, w)"),
      "V")
+# quantile's q: a tensor of quantiles is an operand (a Varying q makes the result vary)
+case("quantile-R-qV", {"a": "R", "q": "V"}, "out = torch.quantile(a, q, dim=1)", "V",
+     make={"q": "torch.rand(2)"}, desc="a tensor q is an operand")
+case("quantile-R-qR", {"a": "R", "q": "R"}, "out = torch.quantile(a, q, dim=1)", "R",
+     make={"q": "torch.rand(2)"})
+case("quantile-R-scalar-q", {"a": "R"}, "out = torch.quantile(a, 0.5, dim=1)", "R")
 # broadcast_tensors / atleast_*: each output is its own argument's view (no P + R mix)
 case("broadcast-tensors-P-R", {"a": "P", "b": "R"}, ("x, y = torch.broadcast_tensors(a, b)",
      "out = x"), "P", desc="each output is its own argument's view")
