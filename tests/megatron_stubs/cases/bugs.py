@@ -22,7 +22,7 @@ def partial_into_copy(h: Tensor[V["tp"]], w_row: Tensor[V["tp"]]) -> Tensor[R["t
 def reduced_plus_copied(p: Tensor[P["tp"]], x: Tensor[I["tp"]]) -> None:
     out = reduce_from_tensor_model_parallel_region(p)
     h = copy_to_tensor_model_parallel_region(x)
-    spmd.reveal(out + h)  # E: [spmd-invariant-mix] Invariant on "tp" (out: Tensor[I["tp"]]) cannot mix with Replicate (h: Tensor[R["tp"]]) # N: Revealed type is Tensor
+    spmd.reveal(out + h)  # E: [spmd-invariant-mix] Invariant on "tp" (out: Tensor[I["tp"]]) cannot mix with Replicate (h: Tensor[R["tp"]]) # N: Revealed type is Tensor (unknown on "tp" after an error)
 
 
 def reduced_twice(p: Tensor[P["tp"]]) -> None:
