@@ -248,7 +248,7 @@ class SpmdType:
     ) -> SpmdType:
         items = dict(mapping.items() if isinstance(mapping, Mapping) else mapping)
         return SpmdType(tuple(sorted(items.items())), spec,
-                        tuple(sorted(a for a in set(failed) if a not in items)))
+                        tuple(sorted({a for a in failed if a not in items})) if failed else ())
 
     def get(self, axis: str) -> LocalType | None:
         for name, t in self.axes:
