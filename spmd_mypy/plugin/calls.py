@@ -619,6 +619,41 @@ class CallTyper:
         out = [inst if self.types.from_type(m) is not None else m for m in members]
         return make_simplified_union(out) if len(out) > 1 else out[0]
 
+    def builtin_minmax_hook(self, op: str) -> Callable[[FunctionContext], Type]:
+        """Python's ``max(a, b, ...)`` / ``min(...)`` (and ``max(xs)``) of tensors compares
+        them (``a > b``, a non-linear op): checked as torch's ``maximum`` / ``minimum`` of the
+        items, so ``max(p, r)`` of a Partial is the non-linear error (comparing pending sums
+        means nothing), and so is ``max(loss_p, 1e-6)``.  The result is mypy's (one of the
+        items: their union), not the rule's: a narrower result would become the type
+        context of an enclosing generic call, against which mypy re-checks the items
+        (``reveal(max(v, r))`` would reject r).  ``key=`` / ``default=`` are not items."""
+
+        def hook(ctx: FunctionContext) -> Type:
+            ret = ctx.default_return_type
+            items: list[tuple[Type, Expression]] = []
+            for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
+                if formal not in ("key", "default"):
+                    items.extend(zip(types, exprs))
+            if len(items) == 1:  # max(xs): the iterable's items (max(t): t's rows), which
+                # it compares with each other: one item type stands for two operands
+                items = [(t, e) for t, e in self._container_items(items[0][0], items[0][1], ctx)
+                         if t is not None]
+                if len(items) == 1:
+                    items = items * 2
+            ops: list[Operand] = []
+            for t, e in items:
+                st = self.types.from_type(t)
+                if st is not None:
+                    ops.append(Operand(st, expr_text(e)))
+                elif _is_scalar(t):
+                    ops.append(Operand(None, expr_text(e)))
+            if (len(ops) > 1 and any(o.type for o in ops if o.type is not None)
+                    and not global_calls.any_global(ops)):
+                self.report(ctx, propagate(op, ops, strict=self.plugin.config.strict).errors)
+            return ret
+
+        return hook
+
     def checkpoint_hook(self, ctx: FunctionContext) -> Type:
         """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=..., **kwargs)`` runs
         ``fn(*args, **kwargs)`` (twice: forward, and again in backward): typed as that call,

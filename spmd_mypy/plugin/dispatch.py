@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from . import SpmdPlugin
 
 _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
+# Python builtins typed as torch ops on tensors (only in modules that meet SPMD types)
+_BUILTIN_OPS = frozenset(("builtins.abs", "builtins.sum", "builtins.max", "builtins.min"))
 _TENSOR_CLASSES = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
 _GRAD_ATTRS = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
@@ -147,7 +149,7 @@ class HookDispatch:
         hook = cache[fullname]
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
-        if (fullname.startswith("torch.") or fullname in ("builtins.abs", "builtins.sum")) \
+        if (fullname.startswith("torch.") or fullname in _BUILTIN_OPS) \
                 and not self._meets_spmd():
             return None
         return hook
@@ -232,6 +234,8 @@ class HookDispatch:
             return typer.op_hook("abs", method=False)
         if fullname == "builtins.sum":  # sum(xs): one add of the items (and the start)
             return typer.builtin_sum_hook
+        if fullname in ("builtins.max", "builtins.min"):  # compares the items: maximum/minimum
+            return typer.builtin_minmax_hook("maximum" if fullname == "builtins.max" else "minimum")
         if not fullname.startswith("torch."):
             return None
         name = fullname.rsplit(".", 1)[-1]

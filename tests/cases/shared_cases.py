@@ -306,6 +306,12 @@ case("quantile-R-qV", {"a": "R", "q": "V"}, "out = torch.quantile(a, q, dim=1)",
 case("quantile-R-qR", {"a": "R", "q": "R"}, "out = torch.quantile(a, q, dim=1)", "R",
      make={"q": "torch.rand(2)"})
 case("quantile-R-scalar-q", {"a": "R"}, "out = torch.quantile(a, 0.5, dim=1)", "R")
+# Python's max/min compare their items (a non-linear op) and return one of them
+case("builtin-max-P-R", {"a": "P", "b": "R"}, "out = max(a.sum(), b.sum())", NL,
+     desc="Python's max compares pending sums")
+case("builtin-max-R-R", {"a": "R", "b": "R"}, "out = max(a.sum(), b.sum())", "R")
+case("builtin-min-list-P", {"a": "P"}, "out = min([a.sum(), a.sum()])", NL)
+case("builtin-max-P-scalar", {"a": "P"}, "out = max(a.sum(), 1e-6)", NL)
 # broadcast_tensors / atleast_*: each output is its own argument's view (no P + R mix)
 case("broadcast-tensors-P-R", {"a": "P", "b": "R"}, ("x, y = torch.broadcast_tensors(a, b)",
      "out = x"), "P", desc="each output is its own argument's view")
