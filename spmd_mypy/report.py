@@ -71,7 +71,7 @@ from .engine import collectives as coll
 from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
-from .plugin.calls import literal_strs, read_local_type
+from .plugin.calls import DetachedNames, literal_strs, read_local_type
 from .plugin.rewrite import is_gradient_free
 from .plugin.mypy_types import TENSOR
 from .plugin import __version__ as _PLUGIN_VERSION
@@ -779,14 +779,15 @@ class ReportPlugin(SpmdPlugin):
         return None
 
     def _no_gradient_operand(self, api: Any, line: int, e: Expression, regions: _Regions) -> str | None:
-        # (is_gradient_free counts a number literal too: here it is no tensor, read below)
-        if not isinstance(e, (IntExpr, FloatExpr)) and is_gradient_free(e):
+        # (is_gradient_free counts a number literal too: here it is no tensor, read below);
+        # the locals only ever assigned gradient-free values count, also inside an inline
+        # collective (spmd.all_reduce(lmax, ...) as an argument), as they do for the checker
+        names = DetachedNames(self.regions, getattr(api, "tree", None), line)
+        if not isinstance(e, (IntExpr, FloatExpr)) and is_gradient_free(e, names):
             return "detached"
         if _is_grad(e):
             return ".grad"
         if isinstance(e, NameExpr):
-            if self.is_detached_name(api, line, e.name):
-                return "detached"
             if regions.only_grad(line, e.name):
                 return ".grad"
         if isinstance(e, (StrExpr, IntExpr)) or (isinstance(e, NameExpr) and e.fullname == "builtins.None"):

@@ -260,7 +260,7 @@ def _entry_from_expression(e: Expression) -> Entry | None:
     return Entry(marker, tuple(names))  # type: ignore[arg-type]
 
 
-class _DetachedNames:
+class DetachedNames:
     """The gradient-free locals at a line, as a container for :func:`is_gradient_free`."""
 
     def __init__(self, regions: RegionIndex, tree: MypyFile | None, line: int) -> None:
@@ -349,7 +349,7 @@ class CallTyper:
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         tree: MypyFile | None = getattr(ctx.api, "tree", None)
         regions = self.plugin.regions
-        if is_gradient_free(expr, _DetachedNames(regions, tree, ctx.context.line)):
+        if is_gradient_free(expr, DetachedNames(regions, tree, ctx.context.line)):
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
 

@@ -137,6 +137,7 @@ def no_gradient(p: Tensor[P["tp"]], w: Tensor[R["tp"]]) -> None:
     spmd.all_reduce(p.detach(), "tp", src=P, dst=R)
     d = p.detach()
     spmd.all_reduce(d, "tp", src=P, dst=R)
+    spmd.reinterpret(spmd.all_reduce(d, "tp", src=P, dst=R), "tp", src=R, dst=V)
     with torch.no_grad():
         spmd.all_reduce(p, "tp", src=P, dst=R)
     g = w.grad
@@ -336,8 +337,8 @@ def test_partial_ops(report: dict[str, Any]) -> None:
 def test_no_gradient(report: dict[str, Any]) -> None:
     sites = _functions(report)["cases.no_gradient"]["sites"]
     assert [(s["gradient"], s["no_gradient"]) for s in sites] == [
-        (False, "detached"), (False, "detached"), (False, "no_grad"), (False, ".grad"),
-        (False, ".grad"), (True, None)]
+        (False, "detached"), (False, "detached"), (False, "detached"), (False, "detached"),
+        (False, "no_grad"), (False, ".grad"), (False, ".grad"), (True, None)]
     assert _functions(report)["cases.no_gradient"]["totals"]["backward"] == [
         {"op": "all_reduce", "axes": ["tp"], "count": 1}]
 
