@@ -88,7 +88,8 @@ from spmd_mypy.engine.views import DimMove
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
 from . import _global_check, _torch_ops
-from ._torch_ops import Kind, Plan, build_plan, extract, move_of, reduction_of
+from ._torch_ops import (Kind, Plan, build_plan, carries_no_gradient, extract, move_of,
+                         reduction_of, role_of)
 from ._types import local_type_of, spmd_type_of_annotation
 
 # True while a ``typecheck()`` block is open (the collectives read it before calling
@@ -480,13 +481,13 @@ class _Mode(TorchFunctionMode):
         spec = plan.spec
         assert spec is not None
         operands = []
-        for i, ((v, is_index), t) in enumerate(zip(ops, types)):
+        for i, ((v, cls), t) in enumerate(zip(ops, types)):
             text = texts[i] if texts is not None else _default_text(i)
-            role = Role.NONLINEAR if is_index else spec.role(i)
+            role = role_of(spec, i, cls)
             if t is None:
                 operands.append(Operand(None, text, True, role, zero=_is_zero(v)))
             else:
-                can_grad = (not is_index) and grad_on and bool(v.requires_grad)
+                can_grad = not carries_no_gradient(cls) and grad_on and bool(v.requires_grad)
                 operands.append(Operand(t, text, can_grad, role, tuple(v.shape)))
         if params is not None:
             return global_propagate(plan.name, operands, **params)
@@ -754,14 +755,16 @@ def _is_zero(v: Any) -> bool:
 
 
 def _operand_key(key: list[Any], ops: list, types: list, grad_on: bool) -> list[Any]:
-    """A result cache key: per operand, its (interned) type's id, whether it is an index
-    or cannot carry a gradient (roles follow from the plan and the position), its shape."""
-    for (v, is_index), t in zip(ops, types):
+    """A result cache key: per operand, its (interned) type's id, its argument class (index,
+    condition/mask or value: roles follow from it, the plan and the position), whether it
+    requires a gradient, its shape."""
+    for (v, cls), t in zip(ops, types):
         if t is None:
             key.append(-1 if _is_zero(v) else 0)  # a zero summand is no scalar (ops.Operand)
         else:
             key.append(id(t))
-            key.append(is_index or not (grad_on and v.requires_grad))
+            key.append(cls)  # (the role and whether a gradient is possible follow from it)
+            key.append(grad_on and v.requires_grad)
             key.append(v.shape)  # the S(i) layout rule reads the shapes
     return key
 

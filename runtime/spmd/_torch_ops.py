@@ -18,10 +18,12 @@ method, operator and ``torch.nn.functional`` call through a
 
   * a formal in :data:`NON_OPERAND_NAMES` (dims, shapes, dtypes, ``alpha``...)
     is never an operand;
-  * a formal in :data:`INDEX_NAMES` (``index``, ``mask``, ``condition``,
-    ``target``...) holds index/mask tensors: operands in a non-linear role that
-    cannot carry a gradient (not differentiated, but a varying index makes a
-    varying result);
+  * a formal the engine calls an index (``index``, ``target``, embedding's
+    ``input``...: engine ``is_index_formal``) holds index tensors: operands of
+    role INDEX, never differentiated (a varying index makes a varying result, a
+    partial one is an error);
+  * a condition or mask (engine ``GRADFREE_NAMES``) is an operand in its op's
+    position that carries no gradient;
   * a Python scalar is an operand only for a formal in
     :data:`SCALAR_OPERAND_NAMES` (``x + 1``, ``x * 2``, ``where(c, x, 0.)``,
     ``masked_fill(m, 0.)``, ``x[i] = 0.``);
@@ -44,16 +46,12 @@ from spmd_mypy.engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
 from spmd_mypy.engine.ops import (
-    FACTORIES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS, SCALAR_OPERAND_NAMES, SCANS,
-    OpSpec, Reduction, Role, classify, is_value_target, normalising_reduction,
+    FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
+    SCALAR_OPERAND_NAMES, SCANS, OpSpec, Reduction, Role, classify, is_index_formal,
+    normalising_reduction,
 )
 
-# --------------------------------------------------------------------------------------
-# Formal-name classes: the engine's (the mypy plugin reads the same), and the check mode's
-# index names (``mask`` and ``condition`` are index operands here; the plugin keeps them in
-# their op's role, without a gradient).
-
-INDEX_NAMES: frozenset[str] = frozenset("index indices mask condition target labels idx".split())
+# (Formal-name classes are the engine's: the mypy plugin reads the same names.)
 
 # Operators: the engine's table, plus functions spelled differently from the engine's names.
 OPERATORS: dict[str, tuple[str, bool]] = {
@@ -100,8 +98,9 @@ class Kind(enum.Enum):
     GRAD = "grad"            # x.grad: the dual of x's type
 
 
-# Argument classes (per formal).
-SKIP, OPERAND, SCALAR_OK, INDEX, OUT = 0, 1, 2, 3, 4
+# Argument classes (per formal).  An operand's class is kept with it (see extract): INDEX
+# and GRADFREE operands carry no gradient, and an INDEX one has the engine's role INDEX.
+SKIP, OPERAND, SCALAR_OK, INDEX, OUT, GRADFREE = 0, 1, 2, 3, 4, 5
 
 
 def _formal_class(name: str, op: str = "") -> int:
@@ -109,8 +108,10 @@ def _formal_class(name: str, op: str = "") -> int:
         return OUT
     if name in NON_OPERAND_NAMES:
         return SKIP
-    if name in INDEX_NAMES and not is_value_target(op, name):
+    if is_index_formal(op, name):
         return INDEX
+    if name in GRADFREE_NAMES:
+        return GRADFREE
     if name in SCALAR_OPERAND_NAMES:
         return SCALAR_OK
     return OPERAND
@@ -391,8 +392,8 @@ def build_plan(func: Any) -> Plan:
 _SCALARS = (int, float, complex)  # bool is an int
 
 
-def extract(plan: Plan, args: tuple, kwargs: dict) -> tuple[list[tuple[Any, bool]], list[torch.Tensor]]:
-    """(operands in engine order as ``(value, is_index)``, the ``out=`` tensors).
+def extract(plan: Plan, args: tuple, kwargs: dict) -> tuple[list[tuple[Any, int]], list[torch.Tensor]]:
+    """(operands in engine order as ``(value, argument class)``, the ``out=`` tensors).
 
     A value is a tensor or a Python scalar (scalars only where they are operands).
     """
@@ -400,7 +401,7 @@ def extract(plan: Plan, args: tuple, kwargs: dict) -> tuple[list[tuple[Any, bool
         args, kwargs = plan.canon(args, kwargs)
     if plan.swap and len(args) >= 2:
         args = (args[1], args[0]) + tuple(args[2:])
-    ops: list[tuple[Any, bool]] = []
+    ops: list[tuple[Any, int]] = []
     outs: list[torch.Tensor] = []
     positional = plan.positional
     n_formal = len(positional) if positional is not None else 0
@@ -428,7 +429,7 @@ def _add(ops: list, outs: list, a: Any, cls: int) -> None:
         if cls == OUT:
             outs.append(a)
         else:
-            ops.append((a, cls == INDEX))
+            ops.append((a, cls))
         return
     if isinstance(a, (list, tuple)):
         for item in a:
@@ -436,15 +437,21 @@ def _add(ops: list, outs: list, a: Any, cls: int) -> None:
                 if cls == OUT:
                     outs.append(item)
                 else:
-                    ops.append((item, cls == INDEX))
+                    ops.append((item, cls))
         return
     if cls == SCALAR_OK and isinstance(a, _SCALARS):
-        ops.append((a, False))
+        ops.append((a, cls))
 
 
-def role_of(spec: OpSpec, position: int, is_index: bool) -> Role:
-    return Role.NONLINEAR if is_index else spec.role(position)
+def role_of(spec: OpSpec, position: int, cls: int) -> Role:
+    """The engine role of the operand at ``position`` of argument class ``cls``."""
+    return Role.INDEX if cls == INDEX else spec.role(position)
 
 
-__all__ = ["Plan", "Kind", "build_plan", "extract", "role_of", "OPERATORS", "PROPERTY_OPS",
-           "NON_OPERAND_NAMES", "INDEX_NAMES", "SCALAR_OPERAND_NAMES"]
+def carries_no_gradient(cls: int) -> bool:
+    """An index, a condition or a mask is never differentiated."""
+    return cls == INDEX or cls == GRADFREE
+
+
+__all__ = ["Plan", "Kind", "build_plan", "extract", "role_of", "carries_no_gradient",
+           "OPERATORS", "PROPERTY_OPS", "NON_OPERAND_NAMES", "SCALAR_OPERAND_NAMES"]

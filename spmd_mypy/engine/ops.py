@@ -221,6 +221,28 @@ hann_window hamming_window blackman_window bartlett_window kaiser_window
 )
 
 
+# Formals that hold index tensors (``gather(x, dim, index)``, ``x[idx]``, cross_entropy's
+# class ids): operands of role INDEX, never differentiated; R or I there never matters, a
+# Varying index makes the selection vary, a Partial one is an error (its values are a
+# pending sum).  A value loss's ``target`` is not one (is_value_target).
+INDEX_NAMES = frozenset("index indices target labels idx offsets".split())
+# Ops whose index argument has a generic name.
+INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
+    "embedding": frozenset({"input"}), "embedding_bag": frozenset({"input", "offsets"}),
+    "one_hot": frozenset({"tensor", "input"}),
+}
+# Conditions and masks (bool tensors): never differentiated, so they carry no gradient (the
+# no-gradient relaxation of the I rule applies), but they stay operands in their op's
+# (non-linear) position.
+GRADFREE_NAMES = frozenset("condition mask".split())
+
+
+def is_index_formal(op: str, formal: str) -> bool:
+    """Whether ``formal`` of ``op`` holds an index tensor (role INDEX), for both adapters."""
+    return ((formal in INDEX_NAMES and not is_value_target(op, formal))
+            or formal in INDEX_FORMALS_BY_OP.get(op, ()))
+
+
 # Non-linear ops that keep the shape (elementwise, or normalising over the last
 # dims): a Shard(i) operand stays Shard(i) in local SPMD.
 _SHAPE_PRESERVING_NONLINEAR = frozenset("""
@@ -523,6 +545,14 @@ def _rule_on_axis(
     if Kind.P in kinds:
         p_ops = [(o, r) for o, r, lt in eff if lt.kind is Kind.P]
         p0 = p_ops[0][0]
+        p_index = next((o for o, r in p_ops if r is Role.INDEX), None)
+        if p_index is not None:
+            return None, SpmdError(
+                "spmd-partial-nonlinear",
+                f'Partial on "{axis}" ({_describe(p_index, VARYING, axis)}) cannot be an index of '
+                f"{name} (its values are a pending sum, not indices); "
+                f"{_fix_reduce(p_index.text, axis)} first",
+            )
         nonlin = [o for o, r in p_ops if r is Role.NONLINEAR]
         if spec.op_class is OpClass.NONLINEAR or nonlin:
             who = (nonlin or [p0])[0]
@@ -832,7 +862,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
             continue
         typed = [(o, r, lt) for o, r in tensor_ops
                  if (lt := o.type.get(axis)) is not None  # type: ignore[union-attr]
-                 and (r is not Role.INDEX or lt.kind is Kind.V)]
+                 and (r is not Role.INDEX or lt.kind is Kind.V or lt.kind is Kind.P)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if lt is not None and lt.kind is Kind.V:
             lt = (_moved_layout(axis, tensor_ops, move) if move is not None

@@ -64,9 +64,9 @@ from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
-    FACTORIES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, SCALAR_OPERAND_NAMES, Operand, Role,
-    PER_OPERAND_OPS, check_backward, check_inplace, classify, is_known, is_value_target,
-    partial_op, propagate, propagate_each,
+    FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
+    SCALAR_OPERAND_NAMES, Operand, Role, check_backward, check_inplace, classify, is_index_formal,
+    is_known, is_value_target, partial_op, propagate, propagate_each,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
@@ -81,19 +81,6 @@ if TYPE_CHECKING:
     from . import SpmdPlugin
 
 AnyCtx = FunctionContext | MethodContext
-
-# Formal names whose tensors are indices/masks/conditions: they are not differentiated,
-# but a varying index makes a varying result.
-INDEX_NAMES = frozenset("index indices target labels idx offsets".split())
-# Formal names of conditions and masks (bool tensors): never differentiated, so they carry
-# no gradient (the no-gradient relaxation of the I rule applies), but they stay operands in
-# their non-linear position; as the runtime check mode passes them.
-GRADFREE_NAMES = frozenset("condition mask".split())
-# Ops whose index argument has a generic name.
-INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
-    "embedding": frozenset({"input"}), "embedding_bag": frozenset({"input", "offsets"}),
-    "one_hot": frozenset({"tensor", "input"}),
-}
 
 DUNDERS = OPERATORS  # method -> (op name, reflected), from the engine
 
@@ -396,7 +383,6 @@ class CallTyper:
                 any_typed = any_typed or bool(t) or bool(t.failed)
                 ops.append(Operand(t, expr_text(receiver), self.can_grad_if_invariant(ctx, receiver, t)))
                 sources.append(receiver)
-        index_formals = INDEX_FORMALS_BY_OP.get(op, frozenset())
         position = 0
         for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
             name = formal or ""
@@ -406,7 +392,7 @@ class CallTyper:
                 continue
             # x[i] / x[i] = v: the subscript is an index, never a scalar operand
             value_target = is_value_target(op, name)
-            is_index = ((name in INDEX_NAMES and not value_target) or name in index_formals
+            is_index = (is_index_formal(op, name)
                         or (op in ("__getitem__", "__setitem__") and this_position == 0))
             for typ, expr in zip(types, exprs):
                 typ_items = self._container_items(typ, expr, ctx)

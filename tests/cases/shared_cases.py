@@ -254,6 +254,17 @@ case("getitem-P-V-index", {"a": "P", "i": "V"}, "out = a[i]", PV,
      make={"i": "torch.tensor([0, 1, 3])"})
 case("gather-R-V-index", {"a": "R", "i": "V"}, "out = torch.gather(a, 1, i)", "V",
      make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
+# a Partial index: its values are a pending sum, not indices (both adapters: role INDEX)
+case("gather-R-P-index", {"a": "R", "i": "P"}, "out = torch.gather(a, 1, i)", NL,
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"}, desc="a Partial index")
+case("getitem-R-P-index", {"a": "R", "i": "P"}, "out = a[i]", NL,
+     make={"i": "torch.tensor([0, 1, 3])"})
+case("embedding-P-ids", {"i": "P", "w": "R"}, "out = F.embedding(i, w)", NL,
+     make={"i": "torch.tensor([0, 3])"})
+case("gather-R-I-index", {"a": "R", "i": "I"}, "out = torch.gather(a, 1, i)", "R",
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"}, desc="an I index does not matter")
+case("where-V-Icond", {"c": "I", "a": "V", "b": "V"}, "out = torch.where(c, a, b)", "V",
+     make={"c": "torch.rand(4, 4) > 0.5"}, desc="a condition carries no gradient")
 case("setitem-V-R", {"a": "V", "b": "R"}, ("a[0] = b[0]", "out = a"), "V")
 case("setitem-R-V", {"a": "R", "b": "V"}, "a[0] = b[0]", INPL)
 case("setitem-P-scalar", {"a": "P"}, "a[0] = 1.0", AFF)
