@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 from mypy.nodes import (
     ARG_POS,
     CallExpr,
+    ComparisonExpr,
+    ConditionalExpr,
     Context,
     Decorator,
     Expression,
@@ -22,6 +24,7 @@ from mypy.nodes import (
     FuncBase,
     IndexExpr,
     IntExpr,
+    LambdaExpr,
     ListComprehension,
     ListExpr,
     MemberExpr,
@@ -31,6 +34,7 @@ from mypy.nodes import (
     OverloadedFuncDef,
     RefExpr,
     OperatorAssignmentStmt,
+    StarExpr,
     StrExpr,
     SymbolNode,
     TempNode,
@@ -167,6 +171,19 @@ def expr_text(e: Expression | None) -> str:
         return f"{e.op}{expr_text(e.expr)}"
     if isinstance(e, YieldExpr):  # the value sent into a generator
         return f"(yield {expr_text(e.expr)})" if e.expr is not None else "(yield)"
+    if isinstance(e, ConditionalExpr):
+        return f"({expr_text(e.if_expr)} if {expr_text(e.cond)} else {expr_text(e.else_expr)})"
+    if isinstance(e, ComparisonExpr):
+        parts = [expr_text(e.operands[0])]
+        for op, right in zip(e.operators, e.operands[1:]):
+            parts += [op, expr_text(right)]
+        return "(" + " ".join(parts) + ")"
+    if isinstance(e, ListExpr):
+        return "[" + ", ".join(expr_text(i) for i in e.items) + "]"
+    if isinstance(e, StarExpr):
+        return f"*{expr_text(e.expr)}"
+    if isinstance(e, LambdaExpr):
+        return "(lambda ...)"
     return "x"
 
 
