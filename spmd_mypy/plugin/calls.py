@@ -20,8 +20,10 @@ from mypy.nodes import (
     Context,
     Decorator,
     Expression,
+    FakeInfo,
     FloatExpr,
     FuncBase,
+    FuncDef,
     IndexExpr,
     IntExpr,
     LambdaExpr,
@@ -317,6 +319,8 @@ class CallTyper:
         # signature id -> (signature, its relaxed form or None, typed parameters by index):
         # mypy hands the same signature object for every call of a non-generic callee
         # and the indices of its plain list[Tensor] parameters
+        # overloaded function id -> (it, do its variants declare different SPMD types?)
+        self._overloads: dict[int, tuple[OverloadedFuncDef, bool]] = {}
         self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, SpmdType],
                                        tuple[int, ...]]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result
@@ -1174,10 +1178,50 @@ class CallTyper:
             sig = _with_arg_types(sig, widened)
             if relaxed is not None:
                 relaxed = _with_arg_types(relaxed, widened)
-        if relaxed is None:
+        if relaxed is None or self.overload_chosen_by_spmd_types(sig):
             return sig
         self._pending[id(context)] = (context, sig, expected)
         return relaxed
+
+    def overload_chosen_by_spmd_types(self, sig: CallableType) -> bool:
+        """``sig`` is a variant of an ``@overload``-ed function whose variants declare
+        different SPMD types for a parameter (``g(x: Tensor[R["tp"]]) -> ...`` and
+        ``g(x: Tensor[V["tp"]]) -> ...``).  mypy picks the first variant the arguments fit,
+        so such a variant is kept as declared: relaxed, every variant would take any tensor,
+        the first one's result would win whatever the argument's type, and the argument
+        would be judged against another variant.  Variants that agree on their typed
+        parameters (megatron's ``tensor_parallel_output_grad: Literal[True]`` /
+        ``Literal[False]``) stay relaxed: the check is the same whichever mypy picks.  An
+        overload whose definition cannot be found is kept as declared (mypy's own check,
+        never a wrong variant)."""
+        d = sig.definition
+        if not (isinstance(d, (FuncDef, Decorator)) and d.is_overload):
+            return False
+        func = d.func if isinstance(d, Decorator) else d
+        info = None if isinstance(func.info, FakeInfo) else func.info
+        if info is not None:
+            sym = info.names.get(func.name)
+            node = sym.node if sym is not None else None
+        else:
+            node = self.plugin.dispatch.lookup_node(func.fullname)
+        if not isinstance(node, OverloadedFuncDef) or not isinstance(node.type, Overloaded):
+            return True
+        hit = self._overloads.get(id(node))
+        if hit is None or hit[0] is not node:
+            declared = []
+            for item in node.type.items:
+                typed = {}
+                for i, (name, t) in enumerate(zip(item.arg_names, item.arg_types)):
+                    r = self._relax(t)
+                    typed[name if name is not None else i] = r[1] if r is not None else None
+                declared.append(typed)
+            keys = set().union(*declared) if declared else set()
+            differ = any(len({typed.get(k) for typed in declared}) > 1 for k in keys
+                         if any(typed.get(k) is not None for typed in declared))
+            if len(self._overloads) > 10_000:  # bound the memory of a long-lived daemon
+                self._overloads.clear()
+            hit = self._overloads[id(node)] = (node, differ)
+        return hit[1]
 
     def _relax(self, t: Type) -> tuple[Type, SpmdType] | None:
         p = get_proper_type(t)
