@@ -778,27 +778,27 @@ def reduction(
     if sharded and op in LINEAR_REDUCTIONS:
         missing = [a for a in needed if a not in opa]
         if missing:
-            d0 = next(d for d, e in sharded if any(a in missing for a in e))
+            bad = [(d, e) for d, e in sharded if any(a in missing for a in e)]
             call = f"spmd.sum({x.text}{dim_text}{keep_text}, out_partial_axes={_fmt_axes(needed)})"
             errors.append(SpmdError(
                 CODE,
-                f"{op} over dim {d0}, sharded on {_fmt_axes(tuple(missing))} ({_desc(x)}): each "
-                f"rank sums only its shard; global SPMD never makes Partial implicitly: write "
+                f"{op} over {_dims_text(bad)}, sharded on {_fmt_axes(tuple(missing))} ({_desc(x)}): "
+                f"each rank sums only its shard; global SPMD never makes Partial implicitly: write "
                 f"{call} (then all_reduce(..., {_fmt_axes(tuple(missing))}, src=P, dst=R) for the "
-                f"full value), or gather the dim first: "
-                f"{redistribute_fix(x.text, sp, _unshard(sp, [d0]))}",
+                f"full value), or gather {_these(bad)} first: "
+                f"{redistribute_fix(x.text, sp, _unshard(sp, [d for d, _ in bad]))}",
             ))
     elif sharded:
-        d0, e0 = sharded[0]
         if op in ("mean", "nanmean"):
             how = (f"use spmd.sum({x.text}{dim_text}{keep_text}, out_partial_axes={_fmt_axes(needed)}) "
-                   f"divided by the global size, or gather the dim first: ")
+                   f"divided by the global size, or gather {_these(sharded)} first: ")
         else:
-            how = "gather the dim first: "
+            how = f"gather {_these(sharded)} first: "
         errors.append(SpmdError(
             CODE,
-            f"{op} over dim {d0}, sharded on {_fmt_entry(e0)} ({_desc(x)}): each rank would reduce "
-            f"only its shard; {how}{redistribute_fix(x.text, sp, _unshard(sp, [d0]))}",
+            f"{op} over {_dims_text(sharded)}, sharded on {_fmt_axes(needed)} ({_desc(x)}): each "
+            f"rank would reduce only its shard; "
+            f"{how}{redistribute_fix(x.text, sp, _unshard(sp, [d for d, _ in sharded]))}",
         ))
     if not errors:
         extra_axes = [a for a in opa if a not in needed]
@@ -1461,6 +1461,17 @@ def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean")
 
 # --------------------------------------------------------------------------------------
 # indexing
+
+
+def _dims_text(dims: list[tuple[int, tuple[str, ...]]]) -> str:
+    """``dim 2`` or ``dims (0, 2)``: the sharded dims a reduction runs over."""
+    if len(dims) == 1:
+        return f"dim {dims[0][0]}"
+    return "dims (" + ", ".join(str(d) for d, _ in dims) + ")"
+
+
+def _these(dims: list[tuple[int, tuple[str, ...]]]) -> str:
+    return "the dim" if len(dims) == 1 else "these dims"
 
 
 def _index_error(op: str, x: Operand, d: int, what: str) -> SpmdError:
