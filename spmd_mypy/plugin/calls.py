@@ -487,6 +487,12 @@ class CallTyper:
         if isinstance(p, TupleType):
             return [(i, expr) for i in p.items]
         if isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
+            if self.types.is_spec_join(p.args[0]):
+                self.report(ctx, [SpmdError("spmd-global", (
+                    f"the items of {expr_text(expr)} are global tensors with different partition "
+                    f"specs: mypy gives a list one item type, the join of theirs, which has no "
+                    f"layout, so this op cannot be checked; redistribute the items to one spec "
+                    f"before building the list, or pass the tensors directly (torch.cat([a, b]))"))])
             alternatives = self.types.alternatives(p.args[0])
             if alternatives is not None:
                 # list[Tensor[P] | Tensor[R]] (``ys = xs + [a]``) or list[Tensor[R_P]] (the join

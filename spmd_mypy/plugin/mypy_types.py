@@ -236,6 +236,19 @@ class TypeBuilder:
                 return None
         return [Instance(p.type, c) for c in combos]
 
+    def is_spec_join(self, typ: Type | None) -> bool:
+        """The join mypy gives a list of global tensors with different partition specs
+        (``[a, b]``, a: ``PS["dp", None]``, b: ``PS["dp", "tp"]``): a canonical tensor whose
+        trailing slot is ``object``, read as plain (no layout can be read from it)."""
+        p = get_proper_type(typ) if typ is not None else None
+        if not isinstance(p, Instance) or p.type.fullname != TENSOR:
+            return False
+        flat = _flat_args(p.args)
+        if flat is None or len(flat) != len(self.mesh_axes) + 1:
+            return False
+        last = get_proper_type(flat[-1])
+        return isinstance(last, Instance) and last.type.fullname == "builtins.object"
+
     def read_slots(self, args: Sequence[Type]) -> SpmdType:
         """The SPMD type of a canonical instance's arguments (also: printed ones read back,
         :mod:`.messages`)."""
