@@ -45,7 +45,7 @@ never a guess.  Dims may be negative (torch's convention).
   :func:`squeeze`, :func:`unsqueeze`, :func:`cat`, :func:`stack`,
   :func:`index` (``x[...]``), :func:`select`, :func:`narrow`, :func:`split`
   (split/chunk/tensor_split/unbind: the type of each piece), :func:`expand`,
-  :func:`expand_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss).
+  :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss).
 - :func:`is_global`, :func:`rank`, :func:`global_axes`.
 - ``spmd.local_map`` helpers: :func:`localize` (a global type seen inside the
   body, local on some axes), :func:`check_local_map_boundary` (the body's local
@@ -1331,6 +1331,36 @@ def expand_as(x: Operand, other: Operand, *, op: str = "expand_as") -> Result:
     return _finish(op, [x, other], r.type.spec, [], base=local_propagate("expand", [x]))
 
 
+def reshape_as(x: Operand, other: Operand, *, op: str = "view_as") -> Result:
+    """``x.view_as(other)`` / ``x.reshape_as(other)``: x's values in other's (local) shape.
+    Each rank's block of a tensor sharded on dim 0 is one contiguous run of its row-major
+    flattening, so when both shard dim 0 on the same axes (and no other dim), the local
+    reshape is the global one, sharded on dim 0 like other::
+
+        x: [b*s @dp, h]   other: [b @dp, s, h]   ->   x.view_as(other): [b @dp, s, h]
+
+    Unsharded on both: other's spec.  Any other sharding depends on sizes the checker
+    does not see (an error naming the alternatives).  Only x's values (and kinds) are used."""
+    if _all_local(op, [x, other]):
+        return local_propagate(op, [x, other])  # local SPMD: other is a template
+    if other.type is None or other.type.spec is None or x.type is None or x.type.spec is None:
+        # a side's layout is unknown (or local beside a global one): the result is unknown
+        return Result(SpmdType(), _mixing_errors(op, [x, replace(other, role=Role.SUMMAND)]))
+    sx, so = x.type.spec, other.type.spec
+    sharded_x = [d for d, e in enumerate(sx) if e]
+    sharded_o = [d for d, e in enumerate(so) if e]
+    if (not sharded_x and not sharded_o) or (
+            sharded_x == [0] and sharded_o == [0] and sx[0] == so[0]):
+        return _finish(op, [x], so, [], base=local_propagate("view", [x]))
+    return _finish(op, [x], None, [SpmdError(
+        CODE,
+        f"{op} of {_desc(x)} to the layout of {_desc(other)}: a local reshape is the global "
+        f"one only when both shard dim 0 alone, on the same axes, or neither is sharded; "
+        f"reshape {x.text} with literal sizes ({x.text}.reshape(...), see docs/global.md) or "
+        f"flatten/unflatten, redistribute one side first, or do it in spmd.local_map",
+    )])
+
+
 @_dim_errors
 def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll") -> Result:
     """``roll(x, shifts, dims)`` along unsharded dims keeps the spec; along a sharded
@@ -1610,6 +1640,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return expand(x, shape=p.get("shape", UNKNOWN), op=op)
     if op == "expand_as" and len(operands) >= 2:
         return expand_as(operands[0], operands[1], op=op)
+    if op in ("view_as", "reshape_as") and len(operands) >= 2:
+        return reshape_as(operands[0], operands[1], op=op)
     if op == "roll":
         return roll(x, dims=p.get("dims"), op=op)
     if op in CLASS_LOSSES:
@@ -1721,7 +1753,7 @@ __all__ = [
     "UNKNOWN", "TensorIndex", "propagate", "einsum", "matmul", "linear", "elementwise",
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
-    "index", "select", "narrow", "split", "expand", "expand_as", "roll", "class_loss", "is_global", "rank", "global_axes", "localize", "globalize",
+    "index", "select", "narrow", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
 ]

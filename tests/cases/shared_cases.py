@@ -609,6 +609,14 @@ case("global-expand-new-dim", {"x": _X}, "out = x.expand(3, -1, -1)",
 case("global-expand-sharded-literal", {"x": _X}, "out = x.expand(3, 4, 4)", GLB)
 case("global-expand-as-broadcast", {"x": _X, "v": _B}, "out = v.expand_as(x)", _X,
      make={"v": "torch.randn(4, requires_grad=True).clone()"})
+# view_as/reshape_as: x's values in other's local shape; both shard dim 0 alone on the same axes
+_Y3 = 'Tensor[PS["dp", None, None], R["tp"]]'
+case("global-view-as-dim0", {"x": _X, "y": _Y3}, "out = x.view_as(y)", _Y3,
+     make={"y": "torch.randn(2, 2, 4, requires_grad=True).clone()"})
+case("global-reshape-as-dim0-back", {"y": _Y3, "x": _X}, "out = y.reshape_as(x)", _X,
+     make={"y": "torch.randn(2, 2, 4, requires_grad=True).clone()"})
+case("global-view-as-inner-sharded", {"w": _WC, "y": 'Tensor[PS[None, None, None], R["dp", "tp"]]'},
+     "out = w.view_as(y)", GLB, make={"y": "torch.randn(2, 2, 4, requires_grad=True).clone()"})
 case("global-roll-unsharded-dim", {"x": _X}, "out = x.roll(1, 1)", _X)
 case("global-roll-sharded-dim", {"x": _X}, "out = torch.roll(x, 1, 0)", GLB)
 case("global-roll-flattened", {"w": _WC}, "out = w.roll(1)", GLB)

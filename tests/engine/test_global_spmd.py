@@ -458,6 +458,17 @@ def test_expand_as_takes_the_broadcast_layout() -> None:
     assert counts["accepted"] and counts["rejected"], counts
 
 
+@pytest.mark.parametrize("op", ["view_as", "reshape_as"])
+@pytest.mark.parametrize("sa,sb", [((12, 12), (6, 2, 12)), ((6, 2, 12), (12, 12))])
+def test_view_as_accepted_layouts_compute_the_global_result(op: str, sa, sb) -> None:
+    """x.view_as(other): x's values in other's local shape; every accepted pair of layouts
+    (both shard dim 0 alone on the same axes, or neither is sharded) is the global reshape."""
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(len(sa)), types(len(sb))):
+        _run(op, [ta, tb], {}, lambda a, b: a.reshape(b.shape), [sa, sb], counts=counts)
+    assert counts["accepted"] > 10 and counts["rejected"] > 10, counts
+
+
 @pytest.mark.parametrize("dims", [1, (0, 1), 0, None, -1])
 def test_roll_along_unsharded_dims(dims) -> None:
     counts = {"accepted": 0, "rejected": 0}
