@@ -312,7 +312,7 @@ class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
         # call context id -> (context, declared signature, typed parameters by index)
-        self._pending: dict[int, tuple[object, CallableType, dict[int, SpmdType]]] = {}
+        self._pending: dict[int, tuple[object, CallableType, dict[int, tuple[SpmdType, ...]]]] = {}
         # call context id -> (context, the hook of the torch op it calls through a name)
         self._pending_ops: dict[int, tuple[object, Callable[[AnyCtx], Type]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
@@ -321,7 +321,7 @@ class CallTyper:
         # and the indices of its plain list[Tensor] parameters
         # overloaded function id -> (it, do its variants declare different SPMD types?)
         self._overloads: dict[int, tuple[OverloadedFuncDef, bool]] = {}
-        self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, SpmdType],
+        self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, tuple[SpmdType, ...]],
                                        tuple[int, ...]]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result
         self._plain_results: dict[int, tuple[CallableType, CallableType]] = {}
@@ -1164,7 +1164,7 @@ class CallTyper:
             return sig
         hit = self._relaxed.get(id(sig))
         if hit is None or hit[0] is not sig:
-            expected: dict[int, SpmdType] = {}
+            expected: dict[int, tuple[SpmdType, ...]] = {}
             new_types = list(sig.arg_types)
             list_params: list[int] = []
             for i, t in enumerate(sig.arg_types):
@@ -1229,21 +1229,27 @@ class CallTyper:
             hit = self._overloads[id(node)] = (node, differ)
         return hit[1]
 
-    def _relax(self, t: Type) -> tuple[Type, SpmdType] | None:
+    def _relax(self, t: Type) -> tuple[Type, tuple[SpmdType, ...]] | None:
+        """``t`` with each typed tensor (at the top or in a union) replaced by plain
+        ``torch.Tensor``, and the SPMD types an argument may have: one, or one per typed
+        member of a union (``Tensor[R["tp"]] | Tensor[V["tp"]]``: either fits)."""
         p = get_proper_type(t)
         if isinstance(p, Instance) and p.type.fullname == TENSOR:
             st = self.types.from_type(p)
             # plain torch.Tensor: accepts typed and untyped tensors in any module
             base = p.type.bases[0] if p.type.bases else None
             if st and base is not None:
-                return base, st
+                return base, (st,)
         elif isinstance(p, UnionType):
+            items = list(p.items)
+            wanted: list[SpmdType] = []
             for i, item in enumerate(p.items):
                 r = self._relax(item)
                 if r is not None:
-                    items = list(p.items)
                     items[i] = r[0]
-                    return UnionType(items, p.line, p.column), r[1]
+                    wanted.extend(w for w in r[1] if w not in wanted)
+            if wanted:
+                return UnionType(items, p.line, p.column), tuple(wanted)
         return None
 
     def has_pending(self) -> bool:
@@ -1275,7 +1281,7 @@ class CallTyper:
         except Exception:  # noqa: BLE001 - never crash mypy: judge the union as a whole
             cases = [ctx]
         for case in cases:
-            for i, want in expected.items():
+            for i, wanted in expected.items():
                 if i >= len(case.arg_types):
                     continue
                 for typ, expr in zip(case.arg_types[i], case.args[i]):
@@ -1285,8 +1291,16 @@ class CallTyper:
                     param = sig.arg_names[i] if i < len(sig.arg_names) else None
                     where = (f'argument {expr_text(expr)} (parameter "{param}" of {callee})' if param
                              else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
-                    errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
-                    self.report(ctx, errs)
+                    # a union parameter: the argument fits if it fits one member; else the
+                    # first member's errors (as a return into a union, boundaries._compare)
+                    first: list[SpmdError] | None = None
+                    for want in wanted:
+                        errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
+                        if not errs:
+                            break
+                        first = errs if first is None else first
+                    else:
+                        self.report(ctx, first or [])
         return ctx.default_return_type
 
 
