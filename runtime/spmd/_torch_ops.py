@@ -96,6 +96,7 @@ class Kind(enum.Enum):
     AUTOGRAD_BACKWARD = "autograd.backward"
     AUTOGRAD_GRAD = "autograd.grad"  # the loss check; results get the inputs' duals
     GRAD = "grad"            # x.grad: the dual of x's type
+    SET_GRAD = "set grad"    # x.grad = g: g keeps its own type at later reads
 
 
 # Argument classes (per formal).  An operand's class is kept with it (see extract): INDEX
@@ -352,6 +353,8 @@ def build_plan(func: Any) -> Plan:
         return Plan(Kind.AUTOGRAD_BACKWARD, "backward")
     if func is torch.autograd.grad:
         return Plan(Kind.AUTOGRAD_GRAD, "grad")
+    if name == "__set__" and prop == "grad":
+        return Plan(Kind.SET_GRAD, "grad")
     if name == "__get__":
         if prop == "grad":
             return Plan(Kind.GRAD, "grad")

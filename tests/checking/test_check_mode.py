@@ -250,6 +250,36 @@ def test_properties_data_T_and_grad() -> None:
         assert spmd.typeof(x.grad) == ty(tp=REPLICATE, dp=INVARIANT)  # the dual
 
 
+def test_an_assigned_grad_keeps_its_type_and_the_optimizer_steps() -> None:
+    """``w.grad = all_reduce(w.grad, ...)``: the assigned tensor keeps its type (R) at later
+    reads, so clipping and the optimizer's step run in check mode; it was re-stamped with the
+    dual (P) at every read and Adam's ``addcmul_(grad, grad)`` raised.  Autograd's own
+    gradient still reads as the dual, also after accumulating into the same tensor."""
+    w = nn.Parameter(torch.randn(4, 4))
+    opt = torch.optim.AdamW([w], lr=1e-3)
+    with spmd.typecheck():
+        for _ in range(2):
+            wt = typed(w, Tensor[R["dp"]])
+            x = typed(torch.randn(2, 4), Tensor[P["dp"]])  # a pending sum (no mesh here)
+            loss = (x @ wt).sum()
+            loss.backward()
+            assert spmd.typeof(w.grad) == ty(dp=PARTIAL)  # autograd's gradient: the dual
+            with pytest.raises(SpmdTypeError):
+                torch.addcmul(w.grad, w.grad, w.grad)  # a P gradient squared: rejected
+            w.grad = typed(torch.randn(4, 4), Tensor[R["dp"]])  # as all_reduce(w.grad, ...) gives
+            assert spmd.typeof(w.grad) == ty(dp=REPLICATE)
+            nn.utils.clip_grad_norm_([w], 1.0)
+            opt.step()
+            opt.zero_grad()
+        # an autograd gradient accumulated in place into a tensor typed by the dual stamp
+        wt = typed(w, Tensor[R["dp"]])
+        x = typed(torch.randn(2, 4), Tensor[P["dp"]])
+        (x @ wt).sum().backward()
+        g = w.grad
+        (x @ wt).sum().backward()
+        assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
+
+
 def test_autograd_grad_gives_duals_and_checks_the_loss() -> None:
     with spmd.typecheck():
         p = typed(mk(), Tensor[P["tp"]])
