@@ -316,11 +316,11 @@ class CallTyper:
         # call context id -> (context, the hook of the torch op it calls through a name)
         self._pending_ops: dict[int, tuple[object, Callable[[AnyCtx], Type]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
+        # overloaded function id -> (it, do its variants declare different SPMD types?)
+        self._overloads: dict[int, tuple[OverloadedFuncDef, bool]] = {}
         # signature id -> (signature, its relaxed form or None, typed parameters by index):
         # mypy hands the same signature object for every call of a non-generic callee
         # and the indices of its plain list[Tensor] parameters
-        # overloaded function id -> (it, do its variants declare different SPMD types?)
-        self._overloads: dict[int, tuple[OverloadedFuncDef, bool]] = {}
         self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, tuple[SpmdType, ...]],
                                        tuple[int, ...]]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result

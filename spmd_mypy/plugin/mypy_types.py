@@ -244,7 +244,10 @@ class TypeBuilder:
         if not isinstance(p, Instance) or p.type.fullname != TENSOR:
             return False
         flat = _flat_args(p.args)
-        if flat is None or len(flat) != len(self.mesh_axes) + 1:
+        return flat is not None and self._joins_specs(flat)
+
+    def _joins_specs(self, flat: list[Type]) -> bool:
+        if len(flat) != len(self.mesh_axes) + 1:
             return False
         last = get_proper_type(flat[-1])
         return isinstance(last, Instance) and last.type.fullname == "builtins.object"
@@ -255,12 +258,10 @@ class TypeBuilder:
         flat = _flat_args(args)
         if flat is None:
             return UNTYPED
-        if len(flat) == len(self.mesh_axes) + 1:
-            last = get_proper_type(flat[-1])
-            if isinstance(last, Instance) and last.type.fullname == "builtins.object":
-                # the join of two global tensors with different partition specs: no layout
-                # can be read (not a local tensor either), so the value is plain
-                return UNTYPED
+        if self._joins_specs(flat):
+            # the join of two global tensors with different partition specs: no layout
+            # can be read (not a local tensor either), so the value is plain
+            return UNTYPED
         out: dict[str, LocalType] = {}
         spec: tuple[tuple[str, ...], ...] | None = None
         failed: list[str] = []
