@@ -1300,6 +1300,10 @@ class CallTyper:
                             break
                         first = errs if first is None else first
                     else:
+                        if first and len(wanted) > 1:
+                            also = " or ".join(format_type(w) for w in wanted[1:])
+                            first = [dataclasses.replace(e, message=f"{e.message} (the parameter "
+                                                         f"also takes {also})") for e in first]
                         self.report(ctx, first or [])
         return ctx.default_return_type
 
