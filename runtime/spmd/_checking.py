@@ -133,18 +133,9 @@ def _forget(ref: _Ref) -> None:
         del _TYPES[ref.key]
 
 
-# Tensors the user assigned to some ``x.grad`` (typed at the time): their type is theirs.
-_ASSIGNED_GRADS: dict[int, weakref.ref] = {}
-
-
-def _assigned_grad(g: torch.Tensor) -> bool:
-    ref = _ASSIGNED_GRADS.get(id(g))
-    return ref is not None and ref() is g
-
-
-def _forget_grad(key: int, ref: weakref.ref) -> None:
-    if _ASSIGNED_GRADS.get(key) is ref:
-        del _ASSIGNED_GRADS[key]
+# Tensors the user assigned to some ``x.grad`` (typed at the time), by id: their type is
+# theirs.  Weak values: an entry goes with its tensor.
+_ASSIGNED_GRADS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
 
 def _get(t: Any) -> SpmdType | None:
@@ -311,7 +302,7 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         if kind is Kind.GRAD:
             g = func(*args, **kwargs)
-            if isinstance(g, torch.Tensor) and args and not _assigned_grad(g):
+            if isinstance(g, torch.Tensor) and args and _ASSIGNED_GRADS.get(id(g)) is not g:
                 # autograd's gradient: the dual of x's type, at every read (autograd may
                 # have accumulated a new gradient into the same tensor since)
                 t = _get(args[0])
@@ -322,8 +313,7 @@ class _Mode(TorchFunctionMode):
             # ``p.grad = all_reduce(p.grad, "dp", src=P, dst=R)``: the tensor the user put
             # there keeps its own type at later reads (the optimizer's step sees R)
             if len(args) > 1 and isinstance(args[1], torch.Tensor) and _get(args[1]):
-                key = id(args[1])
-                _ASSIGNED_GRADS[key] = weakref.ref(args[1], functools.partial(_forget_grad, key))
+                _ASSIGNED_GRADS[id(args[1])] = args[1]
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:
             gradient = args[1] if len(args) > 1 else kwargs.get("gradient")

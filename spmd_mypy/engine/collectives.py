@@ -397,3 +397,21 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             f'{have.describe()} on "{axis}" where {want} is needed; {fix}',
         ))
     return errors
+
+
+def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
+                       where: str) -> list[SpmdError]:
+    """A value passed where one of several types is declared (a union parameter,
+    ``Tensor[R["tp"]] | Tensor[V["tp"]]``): no error if it fits one; else the first
+    type's errors, with its fix, naming the others the parameter takes."""
+    first: list[SpmdError] = []
+    for k, expected in enumerate(wanted):
+        errors = check_argument(actual, expected, x_text=x_text, where=where)
+        if not errors:
+            return []
+        if k == 0:
+            first = errors
+    if len(wanted) > 1:
+        also = " or ".join(format_type(t) for t in wanted[1:])
+        first = [SpmdError(e.code, f"{e.message} (the parameter also takes {also})") for e in first]
+    return first

@@ -1175,7 +1175,8 @@ class CallTyper:
                     list_params.append(i)
             if len(self._relaxed) > 50_000:  # bound the memory of a long-lived daemon
                 self._relaxed.clear()
-            hit = (sig, sig.copy_modified(arg_types=new_types) if expected else None, expected,
+            relax = bool(expected) and not self.overload_chosen_by_spmd_types(sig)
+            hit = (sig, sig.copy_modified(arg_types=new_types) if relax else None, expected,
                    tuple(list_params))
             self._relaxed[id(sig)] = hit
         _, relaxed, expected, lists = hit
@@ -1184,7 +1185,7 @@ class CallTyper:
             sig = _with_arg_types(sig, widened)
             if relaxed is not None:
                 relaxed = _with_arg_types(relaxed, widened)
-        if relaxed is None or self.overload_chosen_by_spmd_types(sig):
+        if relaxed is None:
             return sig
         self._pending[id(context)] = (context, sig, expected)
         return relaxed
@@ -1221,7 +1222,7 @@ class CallTyper:
                     r = self._relax(t)
                     typed[name if name is not None else i] = r[1] if r is not None else None
                 declared.append(typed)
-            keys = set().union(*declared) if declared else set()
+            keys = set().union(*declared)
             differ = any(len({typed.get(k) for typed in declared}) > 1 for k in keys
                          if any(typed.get(k) is not None for typed in declared))
             if len(self._overloads) > 10_000:  # bound the memory of a long-lived daemon
@@ -1291,20 +1292,8 @@ class CallTyper:
                     param = sig.arg_names[i] if i < len(sig.arg_names) else None
                     where = (f'argument {expr_text(expr)} (parameter "{param}" of {callee})' if param
                              else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
-                    # a union parameter: the argument fits if it fits one member; else the
-                    # first member's errors (as a return into a union, boundaries._compare)
-                    first: list[SpmdError] | None = None
-                    for want in wanted:
-                        errs = coll.check_argument(have, want, x_text=expr_text(expr), where=where)
-                        if not errs:
-                            break
-                        first = errs if first is None else first
-                    else:
-                        if first and len(wanted) > 1:
-                            also = " or ".join(format_type(w) for w in wanted[1:])
-                            first = [dataclasses.replace(e, message=f"{e.message} (the parameter "
-                                                         f"also takes {also})") for e in first]
-                        self.report(ctx, first or [])
+                    self.report(ctx, coll.check_argument_any(have, wanted, x_text=expr_text(expr),
+                                                             where=where))
         return ctx.default_return_type
 
 
