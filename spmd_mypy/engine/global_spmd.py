@@ -989,13 +989,16 @@ def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
 
 class SameDim(int):
     """A target size written as the input's own ``x.shape[i]`` / ``x.size(i)`` (static
-    reshape): dim ``i`` is kept.  ``int`` so it passes for a size; ``dim`` is ``i``."""
+    reshape), or a local bound to it (``b, s, h = x.shape``; ``name``: that local, for
+    messages): dim ``i`` is kept.  ``int`` so it passes for a size; ``dim`` is ``i``."""
 
     dim: int
+    name: str | None
 
-    def __new__(cls, dim: int) -> SameDim:
+    def __new__(cls, dim: int, name: str | None = None) -> SameDim:
         v = super().__new__(cls, -2)
         v.dim = dim
+        v.name = name
         return v
 
     def __repr__(self) -> str:
@@ -1048,7 +1051,7 @@ def _groups(ins: Sequence[int], outs: Sequence[int]) -> list[tuple[list[int], li
 
 
 def _shape_text(shape: Sequence[Any], text: str) -> str:
-    return ", ".join(f"{text}.shape[{v.dim}]" if isinstance(v, SameDim) else
+    return ", ".join((v.name or f"{text}.shape[{v.dim}]") if isinstance(v, SameDim) else
                      "n" if isinstance(v, _AnySize) else str(v) for v in shape)
 
 

@@ -13,23 +13,41 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mypy.nodes import (
+    LDEF,
+    AssignmentExpr,
+    AssignmentStmt,
+    Block,
     CallExpr,
+    ClassDef,
     Decorator,
+    DelStmt,
     EllipsisExpr,
     Expression,
+    ForStmt,
     FuncDef,
+    IfStmt,
+    Import,
+    ImportFrom,
     IndexExpr,
     IntExpr,
     ListExpr,
+    MatchStmt,
     MemberExpr,
     MypyFile,
     NameExpr,
+    OperatorAssignmentStmt,
+    OverloadedFuncDef,
     RefExpr,
     SliceExpr,
+    StarExpr,
+    Statement,
     StrExpr,
+    TryStmt,
     TupleExpr,
     UnaryExpr,
     Var,
+    WhileStmt,
+    WithStmt,
 )
 from mypy.types import (
     AnyType,
@@ -169,21 +187,248 @@ def _index_items(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
     return tuple(out)
 
 
-def _same_dim(e: Expression, x_text: str | None) -> int | None:
-    """``i`` when ``e`` is ``x.shape[i]`` or ``x.size(i)`` of the reshaped tensor ``x``."""
+def _same_dim(e: Expression, x_text: str | None, ctx: AnyCtx | None = None) -> int | None:
+    """``i`` when ``e`` is ``x.shape[i]`` or ``x.size(i)`` of the reshaped tensor ``x``, or a
+    local name bound once to one (:func:`size_names`: ``b, s, h = x.shape``)."""
     from .calls import expr_text
 
     if x_text is None:
         return None
+    if isinstance(e, NameExpr):
+        return _named_same_dim(e, ctx) if ctx is not None else None
+    sized = _one_dim_size(e)
+    if sized is None:
+        return None
+    base, i = sized
+    return i if expr_text(base) == x_text else None
+
+
+def _one_dim_size(e: Expression) -> tuple[Expression, int] | None:
+    """``(x, i)`` for ``x.shape[i]`` and ``x.size(i)`` with a literal ``i``."""
     if isinstance(e, IndexExpr) and isinstance(e.base, MemberExpr) and e.base.name == "shape":
         base, idx = e.base.expr, e.index
     elif (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) and e.callee.name == "size"
-          and len(e.args) == 1):
+          and len(e.args) == 1 and e.arg_names[0] in (None, "dim")):
         base, idx = e.callee.expr, e.args[0]
     else:
         return None
     i = lit_int(idx)
-    return i if i is not None and expr_text(base) == x_text else None
+    return (base, i) if i is not None else None
+
+
+def _reshaped_name(ctx: AnyCtx) -> NameExpr | None:
+    """The reshaped tensor when it is a plain name: ``x`` of ``x.view(...)`` or
+    ``torch.reshape(x, ...)``."""
+    c = ctx.context
+    x: Expression | None
+    if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr) and not (
+            isinstance(c.callee.expr, (NameExpr, MemberExpr)) and c.callee.expr.fullname == "torch"):
+        x = c.callee.expr
+    else:
+        args = getattr(ctx, "args", ())
+        x = args[0][0] if args and args[0] else None
+    return x if isinstance(x, NameExpr) else None
+
+
+def _named_same_dim(e: NameExpr, ctx: AnyCtx) -> int | None:
+    """``i`` when ``e`` is a local of the enclosing function bound exactly once, to
+    ``x.shape[i]`` (or an item of ``x.shape`` unpacked), where ``x`` is the reshaped tensor's
+    own local, bound at most once (a parameter, or assigned before): so the size still is
+    that of ``x``'s dim ``i`` wherever ``e`` is read."""
+    if e.kind != LDEF:
+        return None
+    x = _reshaped_name(ctx)
+    func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
+    if x is None or x.kind != LDEF or not isinstance(func, FuncDef):
+        return None
+    facts = size_names(func)
+    found = facts.sizes.get(e.name)
+    if found is None or facts.bindings.get(e.name) != 1:
+        return None
+    tensor, dim, line = found
+    if tensor != x.name or facts.bindings.get(tensor, 0) > 1 or facts.defined_at.get(tensor, line) > line:
+        return None
+    return dim
+
+
+class SizeNames:
+    """A function's locals bound to one dim's size of a local tensor (:func:`size_names`)."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[str, tuple[str, int, int]] = {}  # name -> (tensor, dim, line)
+        self.bindings: dict[str, int] = {}  # every local name -> times bound (parameters: 1)
+        self.defined_at: dict[str, int] = {}  # name -> the line of its first binding
+
+
+_SIZE_NAMES: dict[int, tuple[FuncDef, Block, SizeNames]] = {}
+
+
+def size_names(func: FuncDef) -> SizeNames:
+    """The sizes a function reads into locals, computed once per function body (only asked
+    for a global reshape whose target names a local)::
+
+        n = x.shape[0]           n: dim 0 of x   (also x.size(0))
+        b, s, h = x.shape        b, s, h: dims 0, 1, 2   (also x.size())
+        b, s = x.shape[:2]       b, s: dims 0, 1
+        *lead, h = x.shape       h: dim -1
+
+    and how often each local is bound anywhere in the body (assignments, loop and ``with``
+    targets, ``del``, imports, nested definitions, walrus), so that a name bound twice, or a
+    tensor rebound, is not read as a size."""
+    cached = _SIZE_NAMES.get(id(func))
+    if cached is not None and cached[0] is func and cached[1] is func.body:
+        return cached[2]
+    facts = SizeNames()
+    for arg in func.arguments:
+        facts.bindings[arg.variable.name] = 1
+        facts.defined_at[arg.variable.name] = func.line
+    try:
+        _SizeWalk(facts).block(func.body.body)
+    except Exception:  # noqa: BLE001 - never crash mypy: nothing known
+        facts = SizeNames()
+    if len(_SIZE_NAMES) > 10_000:
+        _SIZE_NAMES.clear()
+    _SIZE_NAMES[id(func)] = (func, func.body, facts)
+    return facts
+
+
+class _SizeWalk:
+    """The walk behind :func:`size_names` (mypy's compiled visitors cannot be subclassed)."""
+
+    def __init__(self, facts: SizeNames) -> None:
+        self.facts = facts
+
+    def bind(self, target: Expression | None, line: int) -> None:
+        if isinstance(target, NameExpr):
+            self.facts.bindings[target.name] = self.facts.bindings.get(target.name, 0) + 1
+            self.facts.defined_at.setdefault(target.name, line)
+        elif isinstance(target, (TupleExpr, ListExpr)):
+            for it in target.items:
+                self.bind(it, line)
+        elif isinstance(target, StarExpr):
+            self.bind(target.expr, line)
+
+    def bind_name(self, name: str, line: int) -> None:
+        self.bind(NameExpr(name), line)
+
+    def block(self, stmts: Sequence[Statement] | None) -> None:
+        for st in stmts or ():
+            self.stmt(st)
+
+    def stmt(self, st: Statement) -> None:
+        line = st.line
+        self.walrus(st)
+        if isinstance(st, AssignmentStmt):
+            for lv in st.lvalues:
+                self.bind(lv, line)
+            if len(st.lvalues) == 1:
+                self.record(st.lvalues[0], st.rvalue, line)
+        elif isinstance(st, OperatorAssignmentStmt):
+            self.bind(st.lvalue, line)
+        elif isinstance(st, (ForStmt, WhileStmt)):
+            if isinstance(st, ForStmt):
+                self.bind(st.index, line)
+            self.block(st.body.body)
+            if st.else_body is not None:
+                self.block(st.else_body.body)
+        elif isinstance(st, WithStmt):
+            for t in st.target:
+                self.bind(t, line)
+            self.block(st.body.body)
+        elif isinstance(st, IfStmt):
+            for b in st.body:
+                self.block(b.body)
+            if st.else_body is not None:
+                self.block(st.else_body.body)
+        elif isinstance(st, TryStmt):
+            self.block(st.body.body)
+            for v, h in zip(st.vars, st.handlers):
+                self.bind(v, line)
+                self.block(h.body)
+            for extra in (st.else_body, st.finally_body):
+                if extra is not None:
+                    self.block(extra.body)
+        elif isinstance(st, Block):
+            self.block(st.body)
+        elif isinstance(st, DelStmt):
+            self.bind(st.expr, line)
+        elif isinstance(st, (FuncDef, ClassDef)):
+            self.bind_name(st.name, line)
+            # a nested body may rebind the enclosing function's locals (nonlocal)
+            self.block(st.body.body if isinstance(st, FuncDef) else st.defs.body)
+        elif isinstance(st, (Decorator, OverloadedFuncDef)):
+            self.bind_name(st.name, line)
+            for item in ([st.func] if isinstance(st, Decorator) else st.items):
+                if isinstance(item, Decorator):
+                    item = item.func
+                if isinstance(item, FuncDef):
+                    self.block(item.body.body)
+        elif isinstance(st, (Import, ImportFrom)):
+            for name, alias in (st.ids if isinstance(st, Import) else st.names):
+                self.bind_name(alias or name.split(".")[0], line)
+        elif isinstance(st, MatchStmt):
+            raise ValueError("match statements bind names in patterns: nothing is known")
+
+    def walrus(self, node: object, depth: int = 0) -> None:
+        """Bind every ``(n := ...)`` target in ``node``'s expressions (a generic walk over
+        the attributes that hold sub-expressions)."""
+        if depth > 60:
+            raise ValueError("expression too deep")
+        if isinstance(node, AssignmentExpr):
+            self.bind(node.target, node.line)
+        for attr in _CHILD_ATTRS:
+            child = getattr(node, attr, None)
+            if isinstance(child, Expression):
+                self.walrus(child, depth + 1)
+            elif isinstance(child, (list, tuple)):
+                for c in child:
+                    if isinstance(c, (list, tuple)):
+                        for cc in c:
+                            if isinstance(cc, Expression):
+                                self.walrus(cc, depth + 1)
+                    elif isinstance(c, Expression):
+                        self.walrus(c, depth + 1)
+
+    def record(self, target: Expression, value: Expression, line: int) -> None:
+        sized = _one_dim_size(value)
+        if isinstance(target, NameExpr):
+            if sized is not None and isinstance(sized[0], NameExpr):
+                self.facts.sizes[target.name] = (sized[0].name, sized[1], line)
+            return
+        if not isinstance(target, (TupleExpr, ListExpr)):
+            return
+        start = 0
+        if isinstance(value, IndexExpr) and isinstance(value.index, SliceExpr):
+            sl = value.index
+            begin = 0 if sl.begin_index is None else lit_int(sl.begin_index)
+            if sl.stride is not None or begin is None or begin < 0:
+                return
+            start, value = begin, value.base
+        if isinstance(value, CallExpr) and isinstance(value.callee, MemberExpr) \
+                and value.callee.name == "size" and not value.args:
+            value = value.callee  # x.size() is x.shape
+        elif not (isinstance(value, MemberExpr) and value.name == "shape"):
+            return
+        if not isinstance(value, MemberExpr) or not isinstance(value.expr, NameExpr):
+            return
+        tensor = value.expr.name
+        items = target.items
+        stars = [k for k, it in enumerate(items) if isinstance(it, StarExpr)]
+        for k, it in enumerate(items):
+            if not isinstance(it, NameExpr):
+                continue
+            if not stars or k < stars[0]:
+                self.facts.sizes[it.name] = (tensor, start + k, line)
+            elif start == 0 and k > stars[0]:
+                self.facts.sizes[it.name] = (tensor, k - len(items), line)
+
+
+# The attributes of mypy's expression nodes that hold sub-expressions (for the walrus walk);
+# statements' own expressions too (``return``, ``if`` conditions, assignment values, ...).
+_CHILD_ATTRS = ("expr", "rvalue", "lvalues", "callee", "args", "left", "right", "operands",
+                "base", "index", "items", "cond", "if_expr", "else_expr", "value", "left_expr",
+                "right_expr", "sequences", "condlists", "begin_index", "end_index", "stride",
+                "key", "generator", "indices", "msg", "from_expr", "analyzed")
 
 
 def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
@@ -195,7 +440,7 @@ def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
     items = list(exprs)
     if len(items) == 1 and isinstance(items[0], (TupleExpr, ListExpr)):
         items = list(items[0].items)
-    elif len(items) == 1 and lit_int(items[0]) is None and _same_dim(items[0], x_text) is None:
+    elif len(items) == 1 and lit_int(items[0]) is None and _same_dim(items[0], x_text, ctx) is None:
         t = typer._lookup_expr_type(ctx, items[0])
         p = get_proper_type(t) if t is not None else None
         if isinstance(p, LiteralType):
@@ -208,9 +453,9 @@ def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
         if v is not None:
             out.append(v)
             continue
-        d = _same_dim(it, x_text)
+        d = _same_dim(it, x_text, ctx)
         if d is not None:
-            out.append(gs.SameDim(d))
+            out.append(gs.SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None))
             continue
         t = typer._lookup_expr_type(ctx, it)
         p = get_proper_type(t) if t is not None else None

@@ -642,6 +642,8 @@ case("global-reshape-dim0-literal-sizes", {"x": _X}, "out = x.reshape(2, 2, 4)",
      'Tensor[PS["dp", None, None], R["tp"]]')
 case("global-reshape-kept-prefix", {"w": _WC}, "out = w.reshape(w.shape[0], 2, -1)",
      'Tensor[PS[None, "tp", None], R["dp"]]')
+case("global-reshape-named-sizes", {"w": _WC}, ("n, _ = w.shape", "out = w.reshape(n, 2, -1)"),
+     'Tensor[PS[None, "tp", None], R["dp"]]')
 case("global-reshape-inner-sharded-merge", {"w": _WC}, "out = w.reshape(2, 8)", GLB)
 case("global-view-inner-sharded-flat", {"w": _WC}, "out = w.view(-1)", GLB)
 case("global-partial-nonlinear", {"p": 'Tensor[PS[None, None], P["tp"], R["dp"]]'},
