@@ -203,6 +203,8 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name == "roll":
         d = b.get("dims")
         p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
+    elif name in global_spmd.ATTENTION:
+        p["is_causal"] = bool(b.get("is_causal", False))
     elif name in global_spmd.CLASS_LOSSES:
         p["reduction"] = b.get("reduction", "mean")
     elif name in ("layer_norm", "rms_norm"):

@@ -284,6 +284,9 @@ def _signature_overrides() -> dict[Any, tuple[tuple[str, ...], Callable | None]]
         F.embedding: (("indices", "weight", "padding_idx", "max_norm", "norm_type",
                        "scale_grad_by_freq", "sparse"), None),
         torch.Tensor.to: (("self", "dtype", "non_blocking", "copy", "memory_format"), None),
+        # torch's testing override stops at dropout_p
+        F.scaled_dot_product_attention: (("query", "key", "value", "attn_mask", "dropout_p",
+                                          "is_causal", "scale", "enable_gqa"), None),
     }
     return table
 

@@ -625,6 +625,85 @@ def linear(
     return Result(r2.type, errors)
 
 
+ATTENTION = frozenset({"scaled_dot_product_attention"})
+
+
+def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *,
+              is_causal: bool = False, op: str = "scaled_dot_product_attention") -> Result:
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=...)`` as the einsums
+    it is (q ``[..., L, E]``, k ``[..., S, E]``, v ``[..., S, Ev]``)::
+
+        scores = einsum("...le,...se->...ls", q, k)     E contracted: must be whole
+        p = softmax(scores + attn_mask, dim=-1)          S: must be whole (every key)
+        out = einsum("...ls,...sv->...lv", p, v)         S contracted again
+
+        q: PS["dp", "tp", None, None] (heads on tp), k, v alike  ->  PS["dp", "tp", None, None]
+        q: PS[None, None, "cp", None] (queries on cp), k, v whole  ->  PS[None, None, "cp", None]
+
+    The batch dims (batch, heads) are sharded the same way in q, k and v; the query dim L
+    may be sharded (each rank attends its own queries to every key) unless ``is_causal``
+    (or an ``is_causal`` the caller cannot read, :data:`UNKNOWN`: it may be True):
+    the causal mask counts positions from each rank's first query, which is the global
+    position only on the first rank (pass an ``attn_mask`` sharded like the queries
+    instead); v's Ev may be sharded (the output is sharded there).  Sharded keys (ring
+    attention) need communication: gather them first."""
+    operands = [q, k, v] + ([mask] if mask is not None else [])
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return _finish(op, operands, None, mix)
+    if any(o.type is not None and o.type.spec is None for o in (q, k, v)):
+        # an untyped or spec-less operand: the layout is unknown, as in einsum
+        return einsum("...le,...se->...ls", [q, k], op=op)
+    for o, d, what in ((q, -1, "the head dim E of the queries, contracted with the keys"),
+                       (k, -1, "the head dim E of the keys, contracted with the queries"),
+                       (k, -2, "the key sequence dim S (the softmax runs over every key)"),
+                       (v, -2, "the key sequence dim S of the values (contracted with the "
+                               "attention weights)")):
+        sp = o.type.spec  # type: ignore[union-attr]
+        if len(sp) < 2:
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: {_desc(o)} has rank {len(sp)}; attention takes [..., L or S, E] tensors")])
+        dd = len(sp) + d
+        if sp[dd]:
+            return _finish(op, operands, None, [SpmdError(
+                CODE,
+                f"{op} needs {what} whole on each rank, but dim {dd} of {o.text} is "
+                f"{_sharded(sp[dd])} ({_desc(o)}); gather it first: "
+                f"{redistribute_fix(o.text, sp, _unshard(sp, [dd]))} (attention over sharded "
+                f"keys, ring attention, is explicit communication: write it in spmd.local_map)",
+            )])
+    call = f"{op}({_texts([q, k, v])})"
+    scores = einsum("...le,...se->...ls", [q, k], op=op, call=call)
+    if scores.errors:
+        return _finish(op, operands, None, list(scores.errors))
+    s_op = Operand(scores.type, f"{q.text} @ {k.text}.mT")
+    if mask is not None and mask.type is not None:
+        masked = elementwise(op, [s_op, mask])
+        if masked.errors:
+            return _finish(op, operands, None, list(masked.errors))
+        s_op = Operand(masked.type, s_op.text)
+    sp_scores = s_op.type.spec  # type: ignore[union-attr]
+    assert sp_scores is not None
+    ql = len(q.type.spec) - 2  # type: ignore[union-attr]
+    if is_causal is not False and q.type.spec[ql]:  # type: ignore[union-attr]
+        qsp = q.type.spec  # type: ignore[union-attr]
+        given = "is_causal=True" if is_causal is True else "an is_causal that may be True"
+        return _finish(op, operands, None, [SpmdError(
+            CODE,
+            f"{op} with {given}: the query dim {ql} of {q.text} is {_sharded(qsp[ql])} "
+            f"({_desc(q)}), and the causal mask counts positions from each rank's first query, "
+            f"which is the global position only on the first rank; pass an attn_mask sharded "
+            f"like the queries instead, or gather the queries first "
+            f"({redistribute_fix(q.text, qsp, _unshard(qsp, [ql]))})",
+        )])
+    out = einsum("...ls,...sv->...lv", [s_op, v], op=op, call=call)
+    if out.errors:
+        return _finish(op, operands, None, list(out.errors))
+    return _finish(op, operands, out.type.spec, [])
+
+
 # --------------------------------------------------------------------------------------
 # elementwise with broadcasting
 
@@ -1649,6 +1728,10 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return roll(x, dims=p.get("dims"), op=op)
     if op in CLASS_LOSSES:
         return class_loss(op, operands, reduction=p.get("reduction", "mean"))
+    if op in ATTENTION and len(operands) >= 3:
+        mask = operands[3] if len(operands) > 3 and operands[3].type is not None else None
+        return attention(operands[0], operands[1], operands[2], mask,
+                         is_causal=p.get("is_causal", False), op=op)
     if op == "permute":
         return permute(x, p.get("dims", UNKNOWN), op=op)
     if op in ("transpose", "swapaxes", "swapdims", "transpose_"):
@@ -1756,7 +1839,7 @@ __all__ = [
     "UNKNOWN", "TensorIndex", "propagate", "einsum", "matmul", "linear", "elementwise",
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
-    "index", "select", "narrow", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "is_global", "rank", "global_axes", "localize", "globalize",
+    "index", "select", "narrow", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
 ]

@@ -529,6 +529,8 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
     elif base == "roll":
         p["dims"] = _dim_param(f.get("dims"))
+    elif base in gs.ATTENTION:
+        p["is_causal"] = _bool_param(f.get("is_causal"))
     elif base in gs.CLASS_LOSSES:
         r = f.get("reduction")
         if r:

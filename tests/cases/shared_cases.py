@@ -646,6 +646,19 @@ case("global-reshape-named-sizes", {"w": _WC}, ("n, _ = w.shape", "out = w.resha
      'Tensor[PS[None, "tp", None], R["dp"]]')
 case("global-reshape-inner-sharded-merge", {"w": _WC}, "out = w.reshape(2, 8)", GLB)
 case("global-view-inner-sharded-flat", {"w": _WC}, "out = w.view(-1)", GLB)
+# scaled_dot_product_attention: rank-3 q, k, v [heads, seq, head_dim]
+_HEADS = 'Tensor[PS["tp", None, None], R["dp"]]'
+_QSEQ = 'Tensor[PS[None, "tp", None], R["dp"]]'
+_WHOLE3 = 'Tensor[PS[None, None, None], R["dp", "tp"]]'
+_QKV = {n: "torch.randn(4, 4, 4, requires_grad=True).clone()" for n in "qkv"}
+case("global-attention-heads-sharded", {"q": _HEADS, "k": _HEADS, "v": _HEADS},
+     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", _HEADS, make=_QKV)
+case("global-attention-queries-sharded", {"q": _QSEQ, "k": _WHOLE3, "v": _WHOLE3},
+     "out = F.scaled_dot_product_attention(q, k, v)", _QSEQ, make=_QKV)
+case("global-attention-queries-sharded-causal", {"q": _QSEQ, "k": _WHOLE3, "v": _WHOLE3},
+     "out = F.scaled_dot_product_attention(q, k, v, None, 0.0, True)", GLB, make=_QKV)
+case("global-attention-keys-sharded", {"q": _WHOLE3, "k": _QSEQ, "v": _QSEQ},
+     "out = F.scaled_dot_product_attention(q, k, v)", GLB, make=_QKV)
 case("global-partial-nonlinear", {"p": 'Tensor[PS[None, None], P["tp"], R["dp"]]'},
      "out = F.gelu(p)", NL)
 

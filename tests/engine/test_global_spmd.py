@@ -225,6 +225,75 @@ def test_softmax_along_dim() -> None:
     assert counts["accepted"] and counts["rejected"], counts
 
 
+def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *,
+          causal: bool = False) -> np.ndarray:
+    """torch's scaled_dot_product_attention on one rank's arrays (the causal mask is the
+    top-left one of the arrays it is given, as torch builds it)."""
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    if mask is not None:
+        s = s + mask
+    return _softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_accepted_layouts_compute_the_global_result(causal: bool) -> None:
+    """Every accepted layout of q, k, v (rank 3: [heads, L or S, E]) is the global attention;
+    sharded keys, head dims and (causal) queries are rejected with the gather to write."""
+    counts = {"accepted": 0, "rejected": 0}
+    ts = types(3, partial=False)
+    for tq, tk, tv in itertools.product(ts, ts, ts):
+        _run("scaled_dot_product_attention", [tq, tk, tv], {"is_causal": causal},
+             lambda q, k, v: _sdpa(q, k, v, causal=causal), [(6, 6, 6)] * 3, counts=counts)
+    assert counts["accepted"] > 10 and counts["rejected"] > 1000, counts
+
+
+def test_attention_with_a_mask_computes_the_global_result() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for tq, tm in itertools.product(types(3, partial=False), types(2, partial=False)):
+        tk = SpmdType.of({a: shard(d) for d, e in enumerate(tq.spec) if d == 0 for a in e},
+                         (tq.spec[0], (), ()))  # k, v: the heads sharded like q's, rest whole
+        _run("scaled_dot_product_attention", [tq, tk, tk, tm], {},
+             lambda q, k, v, m: _sdpa(q, k, v, m), [(6, 6, 6)] * 3 + [(6, 6)], counts=counts)
+    assert counts["accepted"] > 5 and counts["rejected"] > 5, counts
+
+
+def test_attention_messages() -> None:
+    t = lambda *spec: SpmdType.of(  # noqa: E731
+        {a: shard(d) for d, e in enumerate(spec) for a in e}, tuple(spec))
+    heads = t(("tp",), (), ())
+    ok = gs.propagate("scaled_dot_product_attention", _ops([heads, heads, heads]), is_causal=True)
+    assert not ok.errors and ok.type.spec == (("tp",), (), ())
+    queries = t((), ("tp",), ())
+    whole = t((), (), ())
+    ok = gs.propagate("scaled_dot_product_attention", _ops([queries, whole, whole]))
+    assert not ok.errors and ok.type.spec == ((), ("tp",), ())
+    bad = gs.propagate("scaled_dot_product_attention", _ops([queries, whole, whole]), is_causal=True)
+    assert [e.message for e in bad.errors] == [
+        'scaled_dot_product_attention with is_causal=True: the query dim 1 of a is sharded on "tp" '
+        '(a: Tensor[PS[None, "tp", None]]), and the causal mask counts positions from each rank\'s '
+        "first query, which is the global position only on the first rank; pass an attn_mask "
+        "sharded like the queries instead, or gather the queries first (spmd.redistribute(a, "
+        'src=PS[None, "tp", None], dst=PS[None, None, None]))']
+    keys = t((), ("tp",), ())
+    bad = gs.propagate("scaled_dot_product_attention", _ops([whole, keys, keys]))
+    assert [e.message for e in bad.errors] == [
+        "scaled_dot_product_attention needs the key sequence dim S (the softmax runs over every "
+        'key) whole on each rank, but dim 1 of b is sharded on "tp" (b: Tensor[PS[None, "tp", '
+        'None]]); gather it first: spmd.redistribute(b, src=PS[None, "tp", None], dst=PS[None, '
+        "None, None]) (attention over sharded keys, ring attention, is explicit communication: "
+        "write it in spmd.local_map)"]
+    assert bad.type == SpmdType()  # one mistake, one error: the result is unknown
+    # an is_causal the caller cannot read may be True: fine unless the queries are sharded
+    unread = gs.propagate("scaled_dot_product_attention", _ops([heads, heads, heads]),
+                          is_causal=gs.UNKNOWN)
+    assert not unread.errors and unread.type.spec == (("tp",), (), ())
+    unread = gs.propagate("scaled_dot_product_attention", _ops([queries, whole, whole]),
+                          is_causal=gs.UNKNOWN)
+    assert "with an is_causal that may be True" in unread.errors[0].message
+
+
 def test_permutations() -> None:
     counts = {"accepted": 0, "rejected": 0}
     for ta in types(3):
