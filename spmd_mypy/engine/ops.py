@@ -886,11 +886,16 @@ def check_inplace(name: str, target: Operand, result: SpmdType) -> SpmdError | N
     if not changed:
         return None
     axis, old, new = changed[0]
+    if name.rstrip("_") == "copy":  # x.copy_(value): the value's type, written into x
+        fix = (f"assign the value instead ({target.text} = <value>: the name then holds a "
+               f"tensor of the value's type)")
+    else:
+        fix = "use the out-of-place op and a new name"
     return SpmdError(
         "spmd-inplace",
         f'{name} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
         f"({format_type(target.type)} -> {format_type(result)}); an in-place op cannot change a "
-        f"type: use the out-of-place op and a new name",
+        f"type: {fix}",
     )
 
 

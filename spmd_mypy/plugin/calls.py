@@ -78,7 +78,6 @@ from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
 from . import global_calls
 from .codes import ERROR_CODES
-from .modules import CONSTRUCTOR_DIM_OPS
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
 from .reductions import read_move, read_reduction
 from .rewrite import RegionIndex, is_gradient_free
@@ -723,23 +722,10 @@ class CallTyper:
 
     def module_op_hook(self, op: str) -> Callable[[AnyCtx], Type]:
         """``self.norm(x)`` for a torch module that is one functional op
-        (:data:`.modules.TORCH_MODULE_OPS`): that op's hook.  On a global tensor, an op whose
-        layout needs dims only the module's constructor states (LayerNorm's normalized_shape,
-        Softmax's dim) keeps mypy's plain result, as before: global shard propagation reads
-        them from the call, and a module call has none to give."""
-        inner = self.op_hook(op, method=False)
-        if op not in CONSTRUCTOR_DIM_OPS:
-            return inner
-
-        def hook(ctx: AnyCtx) -> Type:
-            for types in ctx.arg_types:
-                for t in types:
-                    st = self.types.from_type(t)
-                    if st is not None and st.spec is not None:
-                        return ctx.default_return_type
-            return inner(ctx)
-
-        return hook
+        (:data:`.modules.TORCH_MODULE_OPS`): that op's hook.  On a global tensor, the dims
+        only the module's constructor states (LayerNorm's normalized_shape, Softmax's dim)
+        are read from the assignment that builds it (:func:`.global_calls.module_params`)."""
+        return self.op_hook(op, method=False)
 
     def identity_hook(self, ctx: AnyCtx) -> Type:
         """``nn.Identity()(x)``: x's type (torch's forward takes and returns Any)."""
@@ -918,22 +904,35 @@ class CallTyper:
         x_expr, x_type = self._arg(ctx, "x")
         if x_type is None:
             return ctx.default_return_type  # mypy reports the missing argument
+        ctx.api.msg.note(f"Revealed type is {self._revealed(x_type)}", ctx.context)  # type: ignore[attr-defined]
+        return x_type
+
+    def _revealed(self, x_type: Type, depth: int = 0) -> str:
+        """What ``spmd.reveal`` prints: each member of a union, tensors as users write them,
+        tuples and lists item by item, ``not a tensor`` for anything else."""
         members = self.types.alternatives(x_type) or [x_type]
         shown = []
         for m in members:
             t = self.types.from_type(m)
+            p = get_proper_type(m)
             if t is not None:
                 ranked = "; ".join(f'on "{a}": {lt.layouts()}' for a, lt in t.axes if lt.by_rank)
                 unknown = ", ".join(f'"{a}"' for a in t.failed)
                 shown.append(format_type(t, self.plugin.config.mesh_axes)
                              + (f" ({ranked})" if ranked else "")
                              + (f" (unknown on {unknown} after an error)" if unknown else ""))
-            elif isinstance(get_proper_type(m), NoneType):
+            elif isinstance(p, NoneType):
                 shown.append("None")
+            elif isinstance(p, TupleType) and depth < 4 and p.items:
+                shown.append(f"tuple[{', '.join(self._revealed(i, depth + 1) for i in p.items)}]")
+            elif (isinstance(p, Instance) and p.type.fullname == "builtins.list" and p.args
+                  and depth < 4):
+                shown.append(f"list[{self._revealed(p.args[0], depth + 1)}]")
+            elif isinstance(p, Instance):
+                shown.append(f"not a tensor ({p.type.name})")  # as the check mode prints it
             else:
                 shown.append("not a tensor")
-        ctx.api.msg.note(f"Revealed type is {' | '.join(dict.fromkeys(shown))}", ctx.context)  # type: ignore[attr-defined]
-        return x_type
+        return " | ".join(dict.fromkeys(shown))
 
     def declare_hook(self, ctx: FunctionContext) -> Type:
         """``spmd.declare(x, Tensor[I["tp"]])`` (or an alias of a tensor type) has that type."""

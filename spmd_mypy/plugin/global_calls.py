@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mypy.nodes import (
+    ARG_POS,
     LDEF,
     AssignmentExpr,
     AssignmentStmt,
@@ -468,6 +469,200 @@ def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
     return tuple(out)
 
 
+# -- torch modules whose constructor states the op's dims ---------------------------------
+
+# op -> (engine parameter, constructor formal, its position, its default); nn.Flatten's
+# defaults differ from torch.flatten's (start_dim=1).
+_MODULE_DIMS: dict[str, tuple[tuple[str, str, int, Any], ...]] = {
+    "layer_norm": (("normalized_ndim", "normalized_shape", 0, None),),
+    "rms_norm": (("normalized_ndim", "normalized_shape", 0, None),),
+    "softmax": (("dim", "dim", 0, None),),
+    "log_softmax": (("dim", "dim", 0, None),),
+    "softmin": (("dim", "dim", 0, None),),
+    "flatten": (("start_dim", "start_dim", 0, 1), ("end_dim", "end_dim", 1, -1)),
+    "unflatten": (("dim", "dim", 0, None), ("sizes", "unflattened_size", 1, None)),
+}
+
+
+def _is_torch_module_call(typer: CallTyper, ctx: AnyCtx) -> Expression | None:
+    """The module expression of ``self.norm(x)`` when it is one of torch's one-op modules."""
+    from .modules import TORCH_MODULE_OPS
+
+    c = ctx.context
+    if not isinstance(c, CallExpr):
+        return None
+    t = getattr(ctx, "type", None)  # the receiver of the module's __call__ (a method hook)
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, Instance) and p.type.fullname in TORCH_MODULE_OPS:
+        return c.callee
+    return None
+
+
+def module_constructor(typer: CallTyper, ctx: AnyCtx, module: Expression) -> CallExpr | None:
+    """The call that built ``module``: the one assignment to the attribute in its class's
+    methods or body (``self.norm = nn.LayerNorm(h)``), a local bound once in the enclosing
+    function (``norm = nn.LayerNorm(h)``), or the call itself (``nn.LayerNorm(h)(x)``).
+    None when there is not exactly one."""
+    values: list[Expression] = []
+    if isinstance(module, CallExpr):  # nn.LayerNorm(h)(x)
+        return module
+    if isinstance(module, MemberExpr):
+        owner = typer._lookup_expr_type(ctx, module.expr)
+        p = get_proper_type(owner) if owner is not None else None
+        if not isinstance(p, Instance):
+            return None
+        for info in p.type.mro:
+            if info.fullname.startswith(("torch.", "builtins.")):
+                continue
+            _attribute_values(info.defn.defs.body, module.name, None, values)
+    elif isinstance(module, NameExpr) and module.kind == LDEF:
+        func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
+        if not isinstance(func, FuncDef) or size_names(func).bindings.get(module.name) != 1:
+            return None
+        _local_values(func.body.body, module.name, values)
+    if len(values) != 1 or not isinstance(values[0], CallExpr):
+        return None
+    return values[0]
+
+
+def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | None,
+                      out: list[Expression]) -> None:
+    """Every value assigned to ``<self>.attr`` in these statements (a class body: its
+    methods, ``self`` being each one's first parameter; and ``attr = ...`` in the body)."""
+    for st in stmts:
+        if isinstance(st, AssignmentStmt):
+            for lv in st.lvalues:
+                if self_name is None and isinstance(lv, NameExpr) and lv.name == attr:
+                    out.append(st.rvalue)
+                elif (self_name is not None and isinstance(lv, MemberExpr) and lv.name == attr
+                      and isinstance(lv.expr, NameExpr) and lv.expr.name == self_name):
+                    out.append(st.rvalue)
+                elif isinstance(lv, (TupleExpr, ListExpr)):
+                    for it in lv.items:  # self.a, self.b = ...: a value that cannot be read
+                        if isinstance(it, MemberExpr) and it.name == attr:
+                            out.append(it)
+            continue
+        funcs: list[FuncDef] = []
+        if isinstance(st, FuncDef):
+            funcs = [st]
+        elif isinstance(st, Decorator):
+            funcs = [st.func]
+        elif isinstance(st, OverloadedFuncDef):
+            funcs = [i.func if isinstance(i, Decorator) else i for i in st.items
+                     if isinstance(i, (FuncDef, Decorator))]
+        if funcs and self_name is None:
+            for f in funcs:
+                if f.arguments:
+                    _attribute_values(f.body.body, attr, f.arguments[0].variable.name, out)
+            continue
+        for block in _blocks(st):
+            _attribute_values(block, attr, self_name, out)
+
+
+def _local_values(stmts: Sequence[Statement], name: str, out: list[Expression]) -> None:
+    for st in stmts:
+        if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1 \
+                and isinstance(st.lvalues[0], NameExpr) and st.lvalues[0].name == name:
+            out.append(st.rvalue)
+        elif not isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
+            for block in _blocks(st):
+                _local_values(block, name, out)
+
+
+def _blocks(st: Statement) -> list[list[Statement]]:
+    """The statement lists nested in a compound statement (not in nested definitions)."""
+    if isinstance(st, IfStmt):
+        return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
+    if isinstance(st, (ForStmt, WhileStmt)):
+        return [st.body.body] + ([st.else_body.body] if st.else_body else [])
+    if isinstance(st, WithStmt):
+        return [st.body.body]
+    if isinstance(st, TryStmt):
+        return ([st.body.body] + [h.body for h in st.handlers]
+                + [b.body for b in (st.else_body, st.finally_body) if b is not None])
+    if isinstance(st, Block):
+        return [st.body]
+    return []
+
+
+def _constructor_arg(call: CallExpr, formal: str, position: int) -> Expression | None:
+    for k, (name, kind, arg) in enumerate(zip(call.arg_names, call.arg_kinds, call.args)):
+        if name == formal:
+            return arg
+        if name is None and kind == ARG_POS and k == position:
+            return arg
+    return None
+
+
+def module_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any] | None:
+    """The dims of ``self.norm(x)`` read from the module's constructor (``nn.LayerNorm(h)``:
+    one normalized dim; ``nn.LayerNorm((s, h))``: two; ``nn.Softmax(dim=-1)``): None when
+    the call is not one of those modules'; UNKNOWN entries when the constructor cannot be
+    read (then the caller reports :func:`module_unread_error`)."""
+    dims = _MODULE_DIMS.get(op)
+    module = _is_torch_module_call(typer, ctx) if dims else None
+    if module is None or dims is None:
+        return None
+    call = module_constructor(typer, ctx, module)
+    p: dict[str, Any] = {}
+    for param, formal, position, default in dims:
+        e = _constructor_arg(call, formal, position) if call is not None else None
+        if call is not None and e is None and default is not None:
+            p[param] = default
+        elif e is None:
+            p[param] = gs.UNKNOWN
+        elif param == "normalized_ndim":
+            p[param] = _normalized_ndim(typer, ctx, e)
+        elif param == "sizes":
+            p[param] = lit_ints([e]) if isinstance(e, (TupleExpr, ListExpr)) else gs.UNKNOWN
+        else:
+            v = lit_int(e)
+            p[param] = v if v is not None else gs.UNKNOWN
+    return p
+
+
+def _normalized_ndim(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
+    """How many trailing dims ``normalized_shape`` names: an int is one, a tuple or list
+    of n items n (also read from the expression's type: ``nn.LayerNorm(config.hidden)``)."""
+    if isinstance(e, (TupleExpr, ListExpr)):
+        return len(e.items)
+    if lit_int(e) is not None:
+        return 1
+    t = typer._lookup_expr_type(ctx, e)
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, LiteralType):
+        p = p.fallback
+    if isinstance(p, Instance) and p.type.fullname == "builtins.int":
+        return 1
+    if isinstance(p, TupleType):
+        return len(p.items)
+    return gs.UNKNOWN
+
+
+def module_unread_error(ctx: AnyCtx, op: str, ops: Sequence[Operand], params: dict[str, Any]) -> SpmdError:
+    from .calls import expr_text
+
+    c = ctx.context
+    module = expr_text(c.callee) if isinstance(c, CallExpr) else "the module"
+    what = next(formal for param, formal, _, _ in _MODULE_DIMS[op] if params.get(param) is gs.UNKNOWN)
+    g = next((o for o in ops if o.type is not None and o.type.spec is not None), ops[0])
+    return SpmdError(
+        "spmd-global",
+        f"{module}(...) of the global tensor {g.text}: {format_type(g.type) if g.type else ''}: "
+        f"the layout of {op} depends on the module's {what}, which the checker reads "
+        f"from the one assignment that builds the module ({module} = nn.{_MODULE_CLASS.get(op, op)}"
+        f"(...) with {what} {_READABLE.get(what, 'a literal int')}); build it that way, call F.{op} "
+        f"with literal dims, or do it inside spmd.local_map",
+    )
+
+
+_READABLE = {"normalized_shape": "an int or a tuple of ints",
+             "unflattened_size": "a literal tuple of ints"}
+_MODULE_CLASS = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm", "softmax": "Softmax",
+                 "log_softmax": "LogSoftmax", "softmin": "Softmin", "flatten": "Flatten",
+                 "unflatten": "Unflatten"}
+
+
 def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None) -> dict[str, Any]:
     """The op's literal parameters for :func:`global_spmd.propagate` (``x_text``: the
     source text of the tensor operated on, for ``x.reshape(x.shape[0], -1)``)."""
@@ -557,6 +752,11 @@ def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand]):  # no
         params = op_params(typer, ctx, op, ops[0].text if ops else None)
         if params.get("_not_this_overload"):
             return Result(SpmdType(), [])
+        from_module = module_params(typer, ctx, op)
+        if from_module is not None:
+            if any(v is gs.UNKNOWN for v in from_module.values()):
+                return Result(SpmdType(), [module_unread_error(ctx, op, ops, from_module)])
+            params.update(from_module)
         return gs.propagate(op, ops, **params)
     except Exception:  # noqa: BLE001 - never crash mypy: the result is unknown
         return Result(SpmdType(), [])

@@ -35,9 +35,10 @@ MODULE = "torch.nn.modules.module.Module"
 # torch's own modules that are one functional op on their input: ``self.norm(x)`` with
 # ``self.norm = nn.LayerNorm(d)`` is typed as ``F.layer_norm(x, ...)`` (torch's forward
 # returns a plain Tensor, so a typed input was silently dropped and a Partial went through
-# a LayerNorm unchecked).  The module's parameters are untyped (gradual: they join no axis),
-# and its constructor's dims (LayerNorm's normalized_shape, Softmax's dim) are not read, so
-# a Shard(i) input gives V where the op's layout depends on them (conservative).
+# a LayerNorm unchecked).  The module's parameters are untyped (gradual: they join no axis).
+# Its constructor's dims (LayerNorm's normalized_shape, Softmax's dim) are read for global
+# tensors only (global_calls.module_params); locally a Shard(i) input gives V where the op's
+# layout depends on them (conservative).
 _TORCH_MODULE_OPS: dict[str, dict[str, str]] = {
     "activation": {
         "Threshold": "threshold", "ReLU": "relu", "RReLU": "rrelu", "Hardtanh": "hardtanh",
@@ -67,10 +68,6 @@ TORCH_MODULE_OPS: dict[str, str] = {
     f"torch.nn.modules.{module}.{cls}": op
     for module, classes in _TORCH_MODULE_OPS.items() for cls, op in classes.items()
 }
-# The ops among them whose module takes its dims in the constructor (see
-# CallTyper.module_op_hook: on a global tensor they keep mypy's plain result).
-CONSTRUCTOR_DIM_OPS = frozenset({"layer_norm", "group_norm", "rms_norm", "local_response_norm",
-                                 "softmax", "log_softmax", "softmin", "flatten", "unflatten", "glu"})
 
 
 def is_module_class(info: TypeInfo | None) -> bool:
