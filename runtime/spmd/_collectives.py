@@ -50,7 +50,9 @@ from spmd_mypy.engine.types import PARTIAL, REPLICATE, UNTYPED, LocalType
 
 from . import _dist_utils as du
 from . import _mesh
-from ._types import P, local_type_of
+from ._types import I, P, R, S, V, _Marker, local_type_of
+
+_MARKERS = {"R": R, "I": I, "V": V, "P": P}
 
 
 class SpmdCollectiveError(SpmdTypeError, TypeError):
@@ -150,7 +152,8 @@ class _Collective(torch.autograd.Function):
         # here, on backward's own argument: the counts it compares were calibrated on a
         # Function's backward argument (see _signatures; empty: never in place).
         owned = False
-        if step.reduces_in_backward():
+        compiling = _compiling()  # traced by torch.compile: never in place
+        if not compiling and step.reduces_in_backward():
             sigs = _signatures(_OWNED, grad)
             owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
@@ -163,7 +166,7 @@ class _Collective(torch.autograd.Function):
             else:
                 out = step.impl(step, grad, sizes)
                 # a new buffer is ours alone; a view of the input is as owned as the input
-                owned = owned or not _same_storage(out, grad)
+                owned = not compiling and (owned or not _same_storage(out, grad))
                 grad = out
         return grad, None, None
 
@@ -174,6 +177,9 @@ class _Collective(torch.autograd.Function):
 _C_APPLY = super(torch.autograd.Function, _Collective).apply  # type: ignore[misc]
 _functorch_active = torch._C._are_functorch_transforms_active
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+_compiling = torch.compiler.is_compiling
 
 
 def _apply(x: torch.Tensor, step: _Step, sizes: tuple[int, ...] | None) -> torch.Tensor:
@@ -759,10 +765,75 @@ def _make_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, reduce
     return _Plan(op, group.axes, src_lt, dst_lt, expert_mode, reduce_op, step, group)
 
 
+# torch.compile: Dynamo cannot hash the markers (their hash is C-level, for the eager
+# lookup's speed) nor trace the plan's making (the rule engine).  So, while it traces,
+# the plan is made eagerly (assume_constant_result: run at trace time on plain keys),
+# stored as an attribute of _TRACED_PLANS, and its attribute name is the constant the
+# traced code reads it by (Dynamo reads an object's attributes at trace time, and traces
+# the plan's steps like any Python object).  The plan is the one for the mesh set when the
+# function is traced.
+
+
+class _TracedPlans:
+    """Plans made for torch.compile's tracing, one attribute each."""
+
+    names: dict[Any, str] = {}
+
+
+_TRACED_PLANS = _TracedPlans()
+
+
+def _plain(t: Any) -> Any:
+    if isinstance(t, _Marker):
+        return t.kind.value
+    if isinstance(t, S):
+        return ("S", t.dim)
+    return t
+
+
+def _unplain(t: Any) -> Any:
+    if isinstance(t, str) and t in _MARKERS:
+        return _MARKERS[t]
+    if isinstance(t, tuple) and len(t) == 2 and t[0] == "S":
+        return S(t[1])
+    return t
+
+
+@torch.compiler.assume_constant_result
+def _traced_plan_name(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
+                      reduce_op: str) -> str:
+    binding = _mesh._current
+    key = (id(binding), op, axis, src, dst, expert_mode, reduce_op)
+    name = _TracedPlans.names.get(key)
+    if name is None:
+        plan = _make_plan(op, axis, _unplain(src), _unplain(dst), expert_mode, reduce_op)
+        _make_backward_steps(plan.step)  # made lazily in eager mode: a side effect to trace
+        name = _TracedPlans.names[key] = f"plan{len(_TracedPlans.names)}"
+        setattr(_TRACED_PLANS, name, plan)
+    return name
+
+
+def _make_backward_steps(step: _Step | None, depth: int = 3) -> None:
+    """The backward steps of ``step`` and theirs (double backward), made now."""
+    if step is None or depth == 0:
+        return
+    step.reduces_in_backward()
+    for b in step.backward_steps():
+        _make_backward_steps(b, depth - 1)
+
+
+def _compiled_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
+                   reduce_op: str) -> _Plan:
+    name = _traced_plan_name(op, axis, _plain(src), _plain(dst), expert_mode, reduce_op)
+    return getattr(_TRACED_PLANS, name)
+
+
 def _plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
           reduce_op: str = "sum") -> _Plan:
     if type(axis) is list:
         axis = tuple(axis)
+    if _compiling():  # traced by torch.compile
+        return _compiled_plan(op, axis, src, dst, expert_mode, reduce_op)
     binding = _mesh._current
     cache = binding.plans if binding is not None else _mesh._bare_plans
     key = (op, axis, src, dst, expert_mode, reduce_op)
@@ -794,6 +865,8 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     if plan.passthrough:
         return x.view_as(x)
     if x.requires_grad and torch.is_grad_enabled():
+        if _compiling():  # traced by torch.compile: the plain Function, never in place
+            return _Collective.apply(x, step, sizes)
         in_place = plan.in_place
         if in_place is not None:
             # The forward all-reduce in place, as Megatron's, when nothing but this call
@@ -945,6 +1018,8 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
     # du.all_to_all do, in this frame, the group found by one lookup (filled by _plan).  At
     # 1 MB on gloo every step costs microseconds (caches cold after the exchange): the
     # three calls ~5 us, _plan and the checks ~2 us more (bench/runtime_overhead.py, A/B)
+    if _compiling():  # traced by torch.compile: the general path, no side effects
+        return _run(_plan("all_to_all", axis, src, dst), x, None)
     binding = _mesh._current
     exchanges = binding.exchanges if binding is not None else _mesh._bare_exchanges
     key = (axis, src, dst)

@@ -1,0 +1,135 @@
+"""torch.compile over the typed collectives, in gloo worlds (see rt_world.py).
+
+For each op of the engine's table, one program runs every (src, dst) pair of that op
+(``S`` forms on dims 0 and -1) and sums the results into a scalar; it is compiled with
+``fullgraph=True`` (a graph break is a failure) and its loss and the gradient of every
+input must equal the eager program's, which rt_checks.py proves against the spec.
+``aot_eager`` traces forward and backward through Dynamo and AOTAutograd without
+generating code; one program also goes through ``inductor`` (C++ code) when the machine
+has a C++ compiler.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from typing import Any, Callable
+
+import torch
+from torch.testing import assert_close
+
+import spmd
+from rt_checks import Ctx, input_shapes, local_type, marker, transition_cases, values
+from spmd_mypy.engine.collectives import route
+
+F64 = torch.float64
+
+
+def _pairs(op: str) -> list[tuple[str, str, bool]]:
+    if op == "redistribute":  # every route between the forms
+        forms = ["R", "I", "V", "P", "S0", "S-1"]
+        return [(s, d, False) for s in forms for d in forms
+                if s != d and route(local_type(s), local_type(d)) is not None]
+    return [(src, dst, expert) for o, src, dst, expert in transition_cases()
+            if o == op and "S1" not in (src, dst)]
+
+
+def _weights(shapes: list[torch.Size], tag: str) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(abs(hash(tag)) % (2**31))
+    return [torch.randn(s, generator=g, dtype=F64) for s in shapes]
+
+
+def check_compiled_op(ctx: Ctx, name: str, op: str, backend: str = "aot_eager") -> None:
+    mesh = ctx.mesh("1d")
+    n, me = ctx.world, ctx.rank
+    pairs = _pairs(op)
+    assert pairs, op
+    fn = getattr(spmd, op)
+    with spmd.set_mesh(mesh):
+        xs = [values(src, input_shapes(op, src, dst, n, None), f"{name}/{src}{dst}")[me]
+              for src, dst, _ in pairs]
+
+        def outputs(*inputs: torch.Tensor) -> list[torch.Tensor]:
+            outs = []
+            for (src, dst, expert), x in zip(pairs, inputs):
+                kwargs: dict[str, Any] = {"src": marker(src), "dst": marker(dst)}
+                if expert:
+                    kwargs["expert_mode"] = True
+                outs.append(fn(x, "x", **kwargs))
+            return outs
+
+        shapes = [o.shape for o in outputs(*xs)]
+        ws = _weights(shapes, name)
+
+        def program(*inputs: torch.Tensor) -> torch.Tensor:
+            total = inputs[0].new_zeros(())
+            for y, w in zip(outputs(*inputs), ws):
+                total = total + (y * w).sum() + 0.5 * (y * y).sum()
+            return total
+
+        _compare(program, xs, backend, name)
+
+
+def check_compiled_einsum_family(ctx: Ctx, name: str, backend: str = "aot_eager") -> None:
+    """spmd.einsum/matmul/linear/sum with out_partial_axes, then the all_reduce, and a
+    redistribute: the einsum family's reinterpret inside a compiled step."""
+    mesh = ctx.mesh("1d")
+    with spmd.set_mesh(mesh):
+        g = torch.Generator().manual_seed(7 + ctx.rank)
+        h, w = torch.randn(3, 4, generator=g, dtype=F64), torch.randn(4, 5, generator=g, dtype=F64)
+
+        def program(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            a = spmd.einsum("ij,jk->ik", h, w, out_partial_axes="x")
+            b = spmd.matmul(h, w, out_partial_axes="x")
+            c = spmd.linear(h, w.t(), out_partial_axes="x")
+            d = spmd.sum(h, 0, out_partial_axes="x")
+            r = spmd.all_reduce(a + b + c, "x", src=spmd.P, dst=spmd.R)
+            s = spmd.redistribute(d, "x", src=spmd.P, dst=spmd.I)
+            return (r * r).sum() + s.sum()
+
+        _compare(program, [h, w], backend, name)
+
+
+def _compare(program: Callable[..., torch.Tensor], xs: list[torch.Tensor], backend: str,
+             name: str) -> None:
+    torch._dynamo.reset()
+    eager_in = [x.clone().requires_grad_(True) for x in xs]
+    eager = program(*eager_in)
+    eager.backward()
+    compiled = torch.compile(program, backend=backend, fullgraph=True)
+    comp_in = [x.clone().requires_grad_(True) for x in xs]
+    out = compiled(*comp_in)
+    out.backward()
+    assert_close(out, eager, msg=lambda m: f"{name}: compiled loss differs: {m}")
+    for k, (a, b) in enumerate(zip(comp_in, eager_in)):
+        assert a.grad is not None and b.grad is not None, (name, k)
+        assert_close(a.grad, b.grad, msg=lambda m: f"{name}: gradient of input {k} differs: {m}")
+    # a second call reuses the graph (same shapes): still the same numbers
+    again = compiled(*[x.clone() for x in xs])
+    assert_close(again, eager.detach())
+    # inference: no autograd (the runtime's eager fast paths are not traced)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        plain = torch.compile(program, backend=backend, fullgraph=True)(*[x.clone() for x in xs])
+    assert_close(plain, eager.detach(), msg=lambda m: f"{name}: compiled under no_grad: {m}")
+
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "reinterpret", "convert",
+       "redistribute")
+
+
+def has_cxx() -> bool:
+    return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    out = []
+    for op in OPS:
+        n = f"w{world}/compile/{op}"
+        out.append((n, functools.partial(check_compiled_op, name=n, op=op)))
+    n = f"w{world}/compile/einsum-family"
+    out.append((n, functools.partial(check_compiled_einsum_family, name=n)))
+    if has_cxx():
+        n = f"w{world}/compile/inductor/einsum-family"
+        out.append((n, functools.partial(check_compiled_einsum_family, name=n, backend="inductor")))
+    return out
