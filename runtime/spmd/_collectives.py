@@ -770,8 +770,8 @@ def _make_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, reduce
 # the plan is made eagerly (assume_constant_result: run at trace time on plain keys),
 # stored as an attribute of _TRACED_PLANS, and its attribute name is the constant the
 # traced code reads it by (Dynamo reads an object's attributes at trace time, and traces
-# the plan's steps like any Python object).  The plan is the one for the mesh set when the
-# function is traced.
+# the plan's steps like any Python object).  The traced code reads the current mesh's
+# serial number, so Dynamo guards on it: under another mesh the function is traced again.
 
 
 class _TracedPlans:
@@ -800,10 +800,9 @@ def _unplain(t: Any) -> Any:
 
 
 @torch.compiler.assume_constant_result
-def _traced_plan_name(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
+def _traced_plan_name(serial: int, op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
                       reduce_op: str) -> str:
-    binding = _mesh._current
-    key = (id(binding), op, axis, src, dst, expert_mode, reduce_op)
+    key = (serial, op, axis, src, dst, expert_mode, reduce_op)
     name = _TracedPlans.names.get(key)
     if name is None:
         plan = _make_plan(op, axis, _unplain(src), _unplain(dst), expert_mode, reduce_op)
@@ -824,7 +823,9 @@ def _make_backward_steps(step: _Step | None, depth: int = 3) -> None:
 
 def _compiled_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
                    reduce_op: str) -> _Plan:
-    name = _traced_plan_name(op, axis, _plain(src), _plain(dst), expert_mode, reduce_op)
+    binding = _mesh._current
+    serial = binding.serial if binding is not None else 0
+    name = _traced_plan_name(serial, op, axis, _plain(src), _plain(dst), expert_mode, reduce_op)
     return getattr(_TRACED_PLANS, name)
 
 

@@ -36,10 +36,13 @@ except ImportError:  # pragma: no cover
     DeviceMesh = None  # type: ignore[assignment,misc]
 
 
+_SERIALS = itertools.count(1)
+
+
 class _Binding:
     """A mesh made current: its names and the axis -> AxisGroup cache."""
 
-    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "compiled_plans", "exchanges")
+    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "exchanges")
 
     def __init__(self, mesh: Any) -> None:
         if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
@@ -58,8 +61,9 @@ class _Binding:
         self.coordinate: tuple[int, ...] = tuple(coordinate)
         self.cache: dict[Any, AxisGroup] = {}
         self.plans: dict[Any, Any] = {}  # the collectives' per-call plans (see _collectives)
-        # the same, for torch.compile's tracing: keys of plain values (str, int, tuple)
-        self.compiled_plans: dict[Any, Any] = {}
+        # which binding this is, as an int torch.compile guards on (a traced function is
+        # traced again under another mesh)
+        self.serial: int = next(_SERIALS)
         self.exchanges: dict[Any, Any] = {}  # (axis, src, dst) -> AxisGroup: all_to_all's fast path
 
     # -- resolution -------------------------------------------------------------------
@@ -131,7 +135,6 @@ def unknown_axis_message(name: str, known: tuple[str, ...]) -> str:
 _current: _Binding | None = None
 _bare_groups: dict[Any, AxisGroup] = {}  # ProcessGroups used without a mesh
 _bare_plans: dict[Any, Any] = {}  # plans of collectives called without a mesh
-_bare_compiled_plans: dict[Any, Any] = {}
 _bare_exchanges: dict[Any, Any] = {}  # and all_to_all's fast path without a mesh
 
 

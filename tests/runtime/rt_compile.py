@@ -90,6 +90,27 @@ def check_compiled_einsum_family(ctx: Ctx, name: str, backend: str = "aot_eager"
         _compare(program, [h, w], backend, name)
 
 
+def check_compiled_follows_the_mesh(ctx: Ctx, name: str) -> None:
+    """A function compiled under one mesh, called under another whose axis orders the
+    ranks the other way: traced again (the gather's order follows the new mesh)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    forward = DeviceMesh("cpu", torch.arange(ctx.world), mesh_dim_names=("x",))
+    backward = DeviceMesh("cpu", torch.arange(ctx.world).flip(0), mesh_dim_names=("x",))
+    x = torch.full((2,), float(ctx.rank), dtype=F64)
+
+    def gather(x: torch.Tensor) -> torch.Tensor:
+        return spmd.all_gather(x, "x", src=spmd.V, dst=spmd.R) * 1.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(gather, backend="aot_eager", fullgraph=True)
+    for mesh in (forward, backward, forward):
+        with spmd.set_mesh(mesh):
+            assert_close(compiled(x), gather(x), msg=lambda m: f"{name}: {m}")
+    with spmd.set_mesh(backward):
+        assert gather(x)[0, 0].item() == ctx.world - 1  # the orders do differ
+
+
 def _compare(program: Callable[..., torch.Tensor], xs: list[torch.Tensor], backend: str,
              name: str) -> None:
     torch._dynamo.reset()
@@ -127,6 +148,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     for op in OPS:
         n = f"w{world}/compile/{op}"
         out.append((n, functools.partial(check_compiled_op, name=n, op=op)))
+    n = f"w{world}/compile/mesh-change-traces-again"
+    out.append((n, functools.partial(check_compiled_follows_the_mesh, name=n)))
     n = f"w{world}/compile/einsum-family"
     out.append((n, functools.partial(check_compiled_einsum_family, name=n)))
     if has_cxx():
