@@ -111,6 +111,36 @@ def check_compiled_follows_the_mesh(ctx: Ctx, name: str) -> None:
         assert gather(x)[0, 0].item() == ctx.world - 1  # the orders do differ
 
 
+def check_compiled_under_typecheck(ctx: Ctx, name: str) -> None:
+    """A compiled function called inside spmd.typecheck() is checked as in eager: its
+    result has the type, and a Partial through relu raises."""
+    from spmd import R, Tensor, V
+    from spmd_mypy.engine.errors import SpmdTypeError
+
+    x = torch.randn(4, 8, dtype=F64)
+    w = torch.randn(8, 4, dtype=F64, requires_grad=True)
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = spmd.reinterpret(x @ w, "x", src=spmd.V, dst=spmd.P)
+        return spmd.all_reduce(y, "x", src=spmd.P, dst=spmd.R).relu()
+
+    def bad(a: torch.Tensor) -> torch.Tensor:
+        return spmd.reinterpret(a, "x", src=spmd.V, dst=spmd.P).relu()
+
+    torch._dynamo.reset()
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        spmd.declare(x, Tensor[R["x"]])
+        spmd.declare(w, Tensor[V["x"]])
+        out = torch.compile(f, backend="aot_eager")(x, w)
+        assert str(spmd.typeof(out)) == 'Tensor[R["x"]]', spmd.typeof(out)
+        try:
+            torch.compile(bad, backend="aot_eager")(x @ w)
+        except SpmdTypeError as e:
+            assert "cannot go through relu" in str(e), e
+        else:
+            raise AssertionError(f"{name}: a Partial through relu passed under typecheck")
+
+
 def _compare(program: Callable[..., torch.Tensor], xs: list[torch.Tensor], backend: str,
              name: str) -> None:
     torch._dynamo.reset()
@@ -150,6 +180,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         out.append((n, functools.partial(check_compiled_op, name=n, op=op)))
     n = f"w{world}/compile/mesh-change-traces-again"
     out.append((n, functools.partial(check_compiled_follows_the_mesh, name=n)))
+    n = f"w{world}/compile/under-typecheck"
+    out.append((n, functools.partial(check_compiled_under_typecheck, name=n)))
     n = f"w{world}/compile/einsum-family"
     out.append((n, functools.partial(check_compiled_einsum_family, name=n)))
     if has_cxx():
