@@ -80,7 +80,7 @@ class _Step:
     """
 
     __slots__ = ("op", "src", "dst", "src_dim", "dst_dim", "group", "scale", "in_backward",
-                 "transition", "impl", "dirties", "_backward", "_reduces")
+                 "transition", "impl", "dirties", "traced", "_backward", "_reduces")
 
     def __init__(self, transition: Transition, src_dim: int | None, dst_dim: int | None,
                  group: du.AxisGroup | None, scale: float | None = None,
@@ -93,6 +93,7 @@ class _Step:
         self.in_backward = in_backward
         self.impl: Impl = _IMPLS[(self.op, self.src, self.dst)]
         self.dirties = False
+        self.traced = False  # made for torch.compile's tracing (see _traced_plan_name)
         self._backward: tuple[_Step, ...] | None = None
         self._reduces: bool | None = None
 
@@ -152,7 +153,7 @@ class _Collective(torch.autograd.Function):
         # here, on backward's own argument: the counts it compares were calibrated on a
         # Function's backward argument (see _signatures; empty: never in place).
         owned = False
-        compiling = _compiling()  # traced by torch.compile: never in place
+        compiling = step.traced  # traced by torch.compile: never in place
         if not compiling and step.reduces_in_backward():
             sigs = _signatures(_OWNED, grad)
             owned = bool(sigs) and _grad_signature(grad) in sigs
@@ -676,7 +677,8 @@ assert not _missing, f"transitions without a local effect: {_missing}"
 
 class _Plan:
     __slots__ = ("op", "axes", "src", "dst", "expert_mode", "reduce_op", "step", "group",
-                 "no_grad_op", "uses_sizes", "passthrough", "in_place", "owned_keeps", "exchange")
+                 "no_grad_op", "uses_sizes", "passthrough", "in_place", "owned_keeps", "exchange",
+                 "traced")
 
     def __init__(self, op: str, axes: tuple[str, ...], src: LocalType, dst: LocalType,
                  expert_mode: bool, reduce_op: str, step: _Step | None, group: du.AxisGroup,
@@ -693,6 +695,7 @@ class _Plan:
         # without a scale that input itself is the result (the data is kept, forward and
         # backward: nothing to record either).
         self.in_place = in_place
+        self.traced = False  # made for torch.compile's tracing (see _traced_plan_name)
         self.owned_keeps = (in_place is not None and step is not None and step.scale is None
                             and group is not None and group.size == 1
                             and all(b.scale is None and b.impl in (_identity, _all_reduce_sum)
@@ -806,19 +809,22 @@ def _traced_plan_name(serial: int, op: str, axis: Any, src: Any, dst: Any, exper
     name = _TracedPlans.names.get(key)
     if name is None:
         plan = _make_plan(op, axis, _unplain(src), _unplain(dst), expert_mode, reduce_op)
-        _make_backward_steps(plan.step)  # made lazily in eager mode: a side effect to trace
+        plan.traced, plan.in_place, plan.owned_keeps = True, None, False
+        _mark_traced(plan.step)
         name = _TracedPlans.names[key] = f"plan{len(_TracedPlans.names)}"
         setattr(_TRACED_PLANS, name, plan)
     return name
 
 
-def _make_backward_steps(step: _Step | None, depth: int = 3) -> None:
-    """The backward steps of ``step`` and theirs (double backward), made now."""
+def _mark_traced(step: _Step | None, depth: int = 3) -> None:
+    """``step`` and its backward steps (and theirs: double backward) marked traced, made
+    now (eager mode makes them lazily: a side effect Dynamo cannot trace)."""
     if step is None or depth == 0:
         return
+    step.traced = True
     step.reduces_in_backward()
     for b in step.backward_steps():
-        _make_backward_steps(b, depth - 1)
+        _mark_traced(b, depth - 1)
 
 
 def _compiled_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
@@ -835,6 +841,12 @@ def _plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
         axis = tuple(axis)
     if _compiling():  # traced by torch.compile
         return _compiled_plan(op, axis, src, dst, expert_mode, reduce_op)
+    return _eager_plan(op, axis, src, dst, expert_mode, reduce_op)
+
+
+def _eager_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
+                reduce_op: str = "sum") -> _Plan:
+    """The plan from the current mesh's cache (made on first use)."""
     binding = _mesh._current
     cache = binding.plans if binding is not None else _mesh._bare_plans
     key = (op, axis, src, dst, expert_mode, reduce_op)
@@ -866,7 +878,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     if plan.passthrough:
         return x.view_as(x)
     if x.requires_grad and torch.is_grad_enabled():
-        if _compiling():  # traced by torch.compile: the plain Function, never in place
+        if plan.traced:  # traced by torch.compile: the plain Function, never in place
             return _Collective.apply(x, step, sizes)
         in_place = plan.in_place
         if in_place is not None:
@@ -1035,7 +1047,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
             out = torch.empty_like(send)
             dist.all_to_all_single(out, send, group=g.pg)
             return out
-    plan = _plan("all_to_all", axis, src, dst)
+    plan = _eager_plan("all_to_all", tuple(axis) if type(axis) is list else axis, src, dst)
     if plan.exchange is not None and key is not None:
         exchanges[key] = plan.exchange
     out = _run(plan, x, None)
