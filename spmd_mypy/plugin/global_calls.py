@@ -326,31 +326,14 @@ class _SizeWalk:
                 self.record(st.lvalues[0], st.rvalue, line)
         elif isinstance(st, OperatorAssignmentStmt):
             self.bind(st.lvalue, line)
-        elif isinstance(st, (ForStmt, WhileStmt)):
-            if isinstance(st, ForStmt):
-                self.bind(st.index, line)
-            self.block(st.body.body)
-            if st.else_body is not None:
-                self.block(st.else_body.body)
+        elif isinstance(st, ForStmt):
+            self.bind(st.index, line)
         elif isinstance(st, WithStmt):
             for t in st.target:
                 self.bind(t, line)
-            self.block(st.body.body)
-        elif isinstance(st, IfStmt):
-            for b in st.body:
-                self.block(b.body)
-            if st.else_body is not None:
-                self.block(st.else_body.body)
         elif isinstance(st, TryStmt):
-            self.block(st.body.body)
-            for v, h in zip(st.vars, st.handlers):
+            for v in st.vars:
                 self.bind(v, line)
-                self.block(h.body)
-            for extra in (st.else_body, st.finally_body):
-                if extra is not None:
-                    self.block(extra.body)
-        elif isinstance(st, Block):
-            self.block(st.body)
         elif isinstance(st, DelStmt):
             self.bind(st.expr, line)
         elif isinstance(st, (FuncDef, ClassDef)):
@@ -369,6 +352,8 @@ class _SizeWalk:
                 self.bind_name(alias or name.split(".")[0], line)
         elif isinstance(st, MatchStmt):
             raise ValueError("match statements bind names in patterns: nothing is known")
+        for block in _blocks(st):
+            self.block(block)
 
     def walrus(self, node: object, depth: int = 0) -> None:
         """Bind every ``(n := ...)`` target in ``node``'s expressions (a generic walk over
