@@ -63,6 +63,7 @@ from mypy.types import (
 
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, Result
+from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
 from .memo import TreeMemo
 
@@ -483,31 +484,32 @@ def _is_torch_module_call(typer: CallTyper, ctx: AnyCtx) -> Expression | None:
     return None
 
 
-def module_constructor(typer: CallTyper, ctx: AnyCtx, module: Expression) -> CallExpr | None:
-    """The call that built ``module``: the one assignment to the attribute in its class's
-    methods or body (``self.norm = nn.LayerNorm(h)``), a local bound once in the enclosing
-    function (``norm = nn.LayerNorm(h)``), or the call itself (``nn.LayerNorm(h)(x)``).
-    None when there is not exactly one."""
+def module_constructor(typer: CallTyper, ctx: AnyCtx, module: Expression) -> list[Expression]:
+    """The values ``module`` was assigned: the assignments to the attribute in its class's
+    methods or body (``self.norm = nn.LayerNorm(h)``) and its bases', a local's in the
+    enclosing function (``norm = nn.LayerNorm(h)``), or the call itself
+    (``nn.LayerNorm(h)(x)``).  Only classes of the module being checked are read: another
+    module's class may come from mypy's cache, without its body, and the verdict must not
+    depend on the cache."""
     values: list[Expression] = []
     if isinstance(module, CallExpr):  # nn.LayerNorm(h)(x)
-        return module
+        return [module]
     if isinstance(module, MemberExpr):
         owner = typer._lookup_expr_type(ctx, module.expr)
         p = get_proper_type(owner) if owner is not None else None
-        if not isinstance(p, Instance):
-            return None
+        tree = getattr(ctx.api, "tree", None)
+        if not isinstance(p, Instance) or not isinstance(tree, MypyFile):
+            return []
         for info in p.type.mro:
-            if info.fullname.startswith(("torch.", "builtins.")):
-                continue
-            _attribute_values(info.defn.defs.body, module.name, None, values)
+            if info.module_name == tree.fullname:
+                _attribute_values(info.defn.defs.body, module.name, None, values)
     elif isinstance(module, NameExpr) and module.kind == LDEF:
         func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
-        if not isinstance(func, FuncDef) or size_names(func).bindings.get(module.name) != 1:
-            return None
-        _local_values(func.body.body, module.name, values)
-    if len(values) != 1 or not isinstance(values[0], CallExpr):
-        return None
-    return values[0]
+        if isinstance(func, FuncDef):
+            _local_values(func.body.body, module.name, values)
+            if values and size_names(func).bindings.get(module.name) != 1:
+                values.append(module)  # bound otherwise too (a loop, a with): unreadable
+    return values
 
 
 def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | None,
@@ -583,12 +585,16 @@ def module_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any] | No
     """The dims of ``self.norm(x)`` read from the module's constructor (``nn.LayerNorm(h)``:
     one normalized dim; ``nn.LayerNorm((s, h))``: two; ``nn.Softmax(dim=-1)``): None when
     the call is not one of those modules'; UNKNOWN entries when the constructor cannot be
-    read (then the caller reports :func:`module_unread_error`)."""
+    read (then the caller reports :func:`module_unread_error`); ``_not_found`` when no
+    assignment is in sight (then only the local rule applies: the layout is unknown)."""
     dims = _MODULE_DIMS.get(op)
     module = _is_torch_module_call(typer, ctx) if dims else None
     if module is None or dims is None:
         return None
-    call = module_constructor(typer, ctx, module)
+    values = module_constructor(typer, ctx, module)
+    if not values:  # built where this module cannot see (a base class of another module)
+        return {"_not_found": True}
+    call = values[0] if len(values) == 1 and isinstance(values[0], CallExpr) else None
     p: dict[str, Any] = {}
     for param, formal, position, default in dims:
         e = _constructor_arg(call, formal, position) if call is not None else None
@@ -738,6 +744,9 @@ def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand]):  # no
         if params.get("_not_this_overload"):
             return Result(SpmdType(), [])
         from_module = module_params(typer, ctx, op)
+        if from_module is not None and from_module.get("_not_found"):
+            # the kinds still checked (a Partial through a norm), the layout unknown
+            return Result(SpmdType(), list(local_propagate(op, ops).errors))
         if from_module is not None:
             if any(v is gs.UNKNOWN for v in from_module.values()):
                 return Result(SpmdType(), [module_unread_error(ctx, op, ops, from_module)])

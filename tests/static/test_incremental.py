@@ -114,3 +114,33 @@ def test_partial_of_a_torch_op_from_a_cached_module(tmp_path: Path) -> None:
     for out in first_and_warm_runs(tmp_path, textwrap.dedent(PARTIAL_A), textwrap.dedent(PARTIAL_B)):
         assert 'b.py:6: error: Partial on "tp" (p: Tensor[P["tp"]]) cannot go through gelu' in out, out
         assert 'b.py:7: note: Revealed type is Tensor[V["tp"]]' in out, out
+
+
+MODULE_BASE = '''
+import torch.nn as nn
+class Base(nn.Module):
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(h)
+'''
+MODULE_SUB = '''
+import spmd
+from spmd import P, PS, Tensor
+from a import Base
+class Sub(Base):
+    def f(self, z: Tensor[PS["dp", None, None]], p: Tensor[PS[None, None], P["tp"]]) -> None:
+        spmd.reveal(self.ln(z))
+        self.ln(p)
+'''
+
+
+def test_module_constructor_of_another_module_same_verdict_warm(tmp_path: Path) -> None:
+    """self.ln(x) on a global tensor, ln built in a base class of another module: that
+    class may come from the cache without its body, so its constructor is never read there
+    (the layout unknown, the kinds still checked), on a first run and a warm one alike."""
+    outputs = first_and_warm_runs(tmp_path, textwrap.dedent(MODULE_BASE), textwrap.dedent(MODULE_SUB))
+    for out in outputs:
+        assert "b.py:7: note: Revealed type is Tensor\n" in out, out
+        assert 'b.py:8: error: Partial on "tp" (p: Tensor[PS[None, None], P["tp"]]) cannot go through layer_norm' in out, out
+        assert out.count("error:") == 1, out
+    assert outputs[0] == outputs[1]
