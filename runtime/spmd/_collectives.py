@@ -1030,16 +1030,18 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
     # V -> V without autograd or check mode: what _plan, _run -> _all_to_all ->
     # du.all_to_all do, in this frame, the group found by one lookup (filled by _plan).  At
     # 1 MB on gloo every step costs microseconds (caches cold after the exchange): the
-    # three calls ~5 us, _plan and the checks ~2 us more (bench/runtime_overhead.py, A/B)
-    if _compiling():  # traced by torch.compile: the general path, no side effects
-        return _run(_plan("all_to_all", axis, src, dst), x, None)
-    binding = _mesh._current
-    exchanges = binding.exchanges if binding is not None else _mesh._bare_exchanges
-    key = (axis, src, dst)
-    try:
-        g = exchanges.get(key)
-    except TypeError:  # an unhashable axis (a list): the general path
-        g = key = None
+    # three calls ~5 us, _plan and the checks ~2 us more (bench/runtime_overhead.py, A/B).
+    # Keyed by the axis alone (markers compared by identity): torch.compile traces this
+    # lookup too (it cannot hash the markers), and a torch.compiler.is_compiling() call on
+    # this path cost 2-4 us at 1 MB (A/B), so the fast path has no such check.
+    g = None
+    if src is V and dst is V:
+        binding = _mesh._current
+        exchanges = binding.exchanges if binding is not None else _mesh._bare_exchanges
+        try:
+            g = exchanges.get(axis)
+        except TypeError:  # an unhashable axis (a list): the general path
+            exchanges = None
     if g is not None and not _checking.ACTIVE:
         shape = x.shape
         if shape and not shape[0] % g.size and not (x.requires_grad and torch.is_grad_enabled()):
@@ -1047,9 +1049,11 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
             out = torch.empty_like(send)
             dist.all_to_all_single(out, send, group=g.pg)
             return out
+    if _compiling():  # traced by torch.compile: the general path, no side effects
+        return _run(_plan("all_to_all", axis, src, dst), x, None)
     plan = _eager_plan("all_to_all", tuple(axis) if type(axis) is list else axis, src, dst)
-    if plan.exchange is not None and key is not None:
-        exchanges[key] = plan.exchange
+    if plan.exchange is not None and src is V and dst is V and exchanges is not None:
+        exchanges[axis] = plan.exchange
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 

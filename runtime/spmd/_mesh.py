@@ -64,7 +64,7 @@ class _Binding:
         # which binding this is, as an int torch.compile guards on (a traced function is
         # traced again under another mesh)
         self.serial: int = next(_SERIALS)
-        self.exchanges: dict[Any, Any] = {}  # (axis, src, dst) -> AxisGroup: all_to_all's fast path
+        self.exchanges: dict[Any, Any] = {}  # axis -> AxisGroup: all_to_all(V,V)'s fast path
 
     # -- resolution -------------------------------------------------------------------
     def ranks_of(self, names: tuple[str, ...]) -> list[int]:
