@@ -1728,7 +1728,11 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return roll(x, dims=p.get("dims"), op=op)
     if op in CLASS_LOSSES:
         return class_loss(op, operands, reduction=p.get("reduction", "mean"))
-    if op in ATTENTION and len(operands) >= 3:
+    if op in ATTENTION:
+        if len(tensors) < 3 or any(o.type is None for o in operands[:3]):
+            # a query, key or value missing or not a tensor: the caller's own error (mypy's
+            # arg-type or call-arg); the result is unknown
+            return Result(SpmdType(), [])
         mask = operands[3] if len(operands) > 3 and operands[3].type is not None else None
         return attention(operands[0], operands[1], operands[2], mask,
                          is_causal=p.get("is_causal", False), op=op)
