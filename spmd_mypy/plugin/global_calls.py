@@ -260,6 +260,9 @@ class SizeNames:
         self.sizes: dict[str, tuple[str, int, int]] = {}  # name -> (tensor, dim, line)
         self.bindings: dict[str, int] = {}  # every local name -> times bound (parameters: 1)
         self.defined_at: dict[str, int] = {}  # name -> the line of its first binding
+        # name -> the value of its plain assignment ``name = value`` in the function's own
+        # body (not a nested definition's); the last one if there are several
+        self.values: dict[str, Expression] = {}
 
 
 _SIZE_NAMES: dict[int, tuple[FuncDef, Block, SizeNames]] = {}
@@ -299,6 +302,7 @@ class _SizeWalk:
 
     def __init__(self, facts: SizeNames) -> None:
         self.facts = facts
+        self.depth = 0  # nested definitions entered
 
     def bind(self, target: Expression | None, line: int) -> None:
         if isinstance(target, NameExpr):
@@ -337,17 +341,14 @@ class _SizeWalk:
                 self.bind(v, line)
         elif isinstance(st, DelStmt):
             self.bind(st.expr, line)
-        elif isinstance(st, (FuncDef, ClassDef)):
+        elif isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
             self.bind_name(st.name, line)
             # a nested body may rebind the enclosing function's locals (nonlocal)
-            self.block(st.body.body if isinstance(st, FuncDef) else st.defs.body)
-        elif isinstance(st, (Decorator, OverloadedFuncDef)):
-            self.bind_name(st.name, line)
-            for item in ([st.func] if isinstance(st, Decorator) else st.items):
-                if isinstance(item, Decorator):
-                    item = item.func
-                if isinstance(item, FuncDef):
-                    self.block(item.body.body)
+            self.depth += 1
+            for body in ([st.defs.body] if isinstance(st, ClassDef)
+                         else [f.body.body for f in _functions_of(st)]):
+                self.block(body)
+            self.depth -= 1
         elif isinstance(st, (Import, ImportFrom)):
             for name, alias in (st.ids if isinstance(st, Import) else st.names):
                 self.bind_name(alias or name.split(".")[0], line)
@@ -379,6 +380,8 @@ class _SizeWalk:
     def record(self, target: Expression, value: Expression, line: int) -> None:
         sized = _one_dim_size(value)
         if isinstance(target, NameExpr):
+            if not self.depth:
+                self.facts.values[target.name] = value
             if sized is not None and isinstance(sized[0], NameExpr):
                 self.facts.sizes[target.name] = (sized[0].name, sized[1], line)
             return
@@ -505,9 +508,11 @@ def module_constructor(typer: CallTyper, ctx: AnyCtx, module: Expression) -> lis
                 _attribute_values(info.defn.defs.body, module.name, None, values)
     elif isinstance(module, NameExpr) and module.kind == LDEF:
         func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
-        if isinstance(func, FuncDef):
-            _local_values(func.body.body, module.name, values)
-            if values and size_names(func).bindings.get(module.name) != 1:
+        facts = size_names(func) if isinstance(func, FuncDef) else None
+        value = facts.values.get(module.name) if facts is not None else None
+        if facts is not None and value is not None:
+            values.append(value)
+            if facts.bindings.get(module.name) != 1:
                 values.append(module)  # bound otherwise too (a loop, a with): unreadable
     return values
 
@@ -529,14 +534,7 @@ def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | No
                         if isinstance(it, MemberExpr) and it.name == attr:
                             out.append(it)
             continue
-        funcs: list[FuncDef] = []
-        if isinstance(st, FuncDef):
-            funcs = [st]
-        elif isinstance(st, Decorator):
-            funcs = [st.func]
-        elif isinstance(st, OverloadedFuncDef):
-            funcs = [i.func if isinstance(i, Decorator) else i for i in st.items
-                     if isinstance(i, (FuncDef, Decorator))]
+        funcs = _functions_of(st)
         if funcs and self_name is None:
             for f in funcs:
                 if f.arguments:
@@ -546,14 +544,16 @@ def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | No
             _attribute_values(block, attr, self_name, out)
 
 
-def _local_values(stmts: Sequence[Statement], name: str, out: list[Expression]) -> None:
-    for st in stmts:
-        if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1 \
-                and isinstance(st.lvalues[0], NameExpr) and st.lvalues[0].name == name:
-            out.append(st.rvalue)
-        elif not isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
-            for block in _blocks(st):
-                _local_values(block, name, out)
+def _functions_of(st: Statement) -> list[FuncDef]:
+    """The functions a definition statement holds (a decorated one's, an overload's items)."""
+    if isinstance(st, FuncDef):
+        return [st]
+    if isinstance(st, Decorator):
+        return [st.func]
+    if isinstance(st, OverloadedFuncDef):
+        return [i.func if isinstance(i, Decorator) else i for i in st.items
+                if isinstance(i, (FuncDef, Decorator))]
+    return []
 
 
 def _blocks(st: Statement) -> list[list[Statement]]:
