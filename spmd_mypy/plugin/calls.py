@@ -720,13 +720,6 @@ class CallTyper:
             return UnionType([inst if self.types.from_type(i) is not None else i for i in p.items])
         return inst
 
-    def module_op_hook(self, op: str) -> Callable[[AnyCtx], Type]:
-        """``self.norm(x)`` for a torch module that is one functional op
-        (:data:`.modules.TORCH_MODULE_OPS`): that op's hook.  On a global tensor, the dims
-        only the module's constructor states (LayerNorm's normalized_shape, Softmax's dim)
-        are read from the assignment that builds it (:func:`.global_calls.module_params`)."""
-        return self.op_hook(op, method=False)
-
     def identity_hook(self, ctx: AnyCtx) -> Type:
         """``nn.Identity()(x)``: x's type (torch's forward takes and returns Any)."""
         if ctx.arg_types and ctx.arg_types[0] and self.types.from_type(ctx.arg_types[0][0]):

@@ -328,9 +328,11 @@ class HookDispatch:
         if fullname == "functools.partial.__call__":
             return self._synced(self.plugin.partials.call_hook, split_unions=False)
         if method == "__call__" and cls in TORCH_MODULE_OPS:  # self.norm(x): F.layer_norm
+            # the op's own hook; on a global tensor the dims only the module's constructor
+            # states are read from it (global_calls.module_params)
             module_op = TORCH_MODULE_OPS[cls]
             return self._synced(typer.identity_hook if module_op == "identity"
-                                else typer.module_op_hook(module_op))
+                                else typer.op_hook(module_op, method=False))
         if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
             return self._check_arguments()
         elif calls.is_tensor_method_class(cls):
