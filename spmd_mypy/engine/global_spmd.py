@@ -654,8 +654,9 @@ def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *
     if mix:
         return _finish(op, operands, None, mix)
     if any(o.type is not None and o.type.spec is None for o in (q, k, v)):
-        # an untyped or spec-less operand: the layout is unknown, as in einsum
-        return einsum("...le,...se->...ls", [q, k], op=op)
+        # an untyped or spec-less operand: what einsum makes of it over all three (the
+        # layout unknown, or the error asking for its spec)
+        return einsum("...le,...se,...sv->...lv", [q, k, v], op=op)
     for o, d, what in ((q, -1, "the head dim E of the queries, contracted with the keys"),
                        (k, -1, "the head dim E of the keys, contracted with the queries"),
                        (k, -2, "the key sequence dim S (the softmax runs over every key)"),

@@ -285,6 +285,9 @@ def test_attention_messages() -> None:
         "None, None]) (attention over sharded keys, ring attention, is explicit communication: "
         "write it in spmd.local_map)"]
     assert bad.type == SpmdType()  # one mistake, one error: the result is unknown
+    # an untyped value (its layout unknown: it may shard Ev): the result is unknown too
+    r = gs.propagate("scaled_dot_product_attention", _ops([heads, heads, SpmdType()]))
+    assert not r.errors and r.type.spec is None
     # a key that is not a tensor, or a missing value: the caller's error, no second one here
     for ops in (_ops([heads, heads]), [Operand(heads, "q"), Operand(None, "3"), Operand(heads, "v")]):
         r = gs.propagate("scaled_dot_product_attention", ops)
