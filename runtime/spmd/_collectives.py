@@ -1048,9 +1048,9 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
             dist.all_to_all_single(out, send, group=g.pg)
             return out
     plan = _plan("all_to_all", axis, src, dst)
-    if plan.traced:  # traced by torch.compile: the general path, no side effects
-        return _run(plan, x, None)
-    if plan.exchange is not None and src is V and dst is V and exchanges is not None:
+    # (a plan made for torch.compile's tracing fills no cache: no side effect to trace)
+    if (plan.exchange is not None and not plan.traced and src is V and dst is V
+            and exchanges is not None):
         exchanges[axis] = plan.exchange
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
