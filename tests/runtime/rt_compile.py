@@ -19,7 +19,7 @@ import torch
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx, input_shapes, local_type, marker, transition_cases, values
+from rt_checks import Ctx, input_shapes, local_type, marker, tensor, transition_cases, values
 from spmd_mypy.engine.collectives import route
 
 F64 = torch.float64
@@ -32,11 +32,6 @@ def _pairs(op: str) -> list[tuple[str, str, bool]]:
                 if s != d and route(local_type(s), local_type(d)) is not None]
     return [(src, dst, expert) for o, src, dst, expert in transition_cases()
             if o == op and "S1" not in (src, dst)]
-
-
-def _weights(shapes: list[torch.Size], tag: str) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(abs(hash(tag)) % (2**31))
-    return [torch.randn(s, generator=g, dtype=F64) for s in shapes]
 
 
 def check_compiled_op(ctx: Ctx, name: str, op: str, backend: str = "aot_eager") -> None:
@@ -59,7 +54,7 @@ def check_compiled_op(ctx: Ctx, name: str, op: str, backend: str = "aot_eager") 
             return outs
 
         shapes = [o.shape for o in outputs(*xs)]
-        ws = _weights(shapes, name)
+        ws = [tensor(f"{name}/w{k}", tuple(sh)) for k, sh in enumerate(shapes)]
 
         def program(*inputs: torch.Tensor) -> torch.Tensor:
             total = inputs[0].new_zeros(())
