@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .errors import SpmdError
-from .types import Kind, LocalType, SpmdType, format_axis, format_type, shard_dims_match
+from .types import Kind, LocalType, SpmdType, bare, format_axis, format_type, shard_dims_match
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 CONVERSIONS = ("reinterpret", "convert")
@@ -185,7 +185,7 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
         return f"{_arg(src)} to {_arg(dst)} needs no op"
     op = r[0]
     return (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
-            f"{op}({x_text}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
+            f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
 
 
 @dataclass
@@ -224,7 +224,7 @@ def check_collective(
     the result is ``x`` with each axis replaced by ``dst``.
     """
     axis_arg: str | tuple[str, ...] = axes[0] if len(axes) == 1 else tuple(axes)
-    call = f"{op}({x_text}, {format_axis(axis_arg)}"
+    call = f"{op}({bare(x_text)}, {format_axis(axis_arg)}"
     errors: list[SpmdError] = []
     if src is None:
         src = _default_src(op)

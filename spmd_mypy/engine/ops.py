@@ -38,7 +38,7 @@ from typing import Sequence
 from .errors import SpmdError
 from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
-    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, format_type, from_ranks,
+    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, bare, format_type, from_ranks,
 )
 
 
@@ -393,11 +393,11 @@ def is_known(name: str) -> bool:
 
 
 def _describe(op: Operand, lt: LocalType, axis: str) -> str:
-    return f"{op.text}: {format_type(op.type) if op.type is not None else 'scalar'}"
+    return f"{bare(op.text)}: {format_type(op.type) if op.type is not None else 'scalar'}"
 
 
 def _fix_reduce(text: str, axis: str, dst: str = "R") -> str:
-    return f'all_reduce({text}, "{axis}", src=P, dst={dst})'
+    return f'all_reduce({bare(text)}, "{axis}", src=P, dst={dst})'
 
 
 _KIND_WORD = {Kind.R: "Replicate", Kind.I: "Invariant", Kind.V: "Varying", Kind.P: "Partial"}
@@ -526,14 +526,14 @@ def _rule_on_axis(
             (x for x in others if x[0].can_grad or x[2].kind is not Kind.R), others[0])
         if other.kind is Kind.P and spec.op_class is OpClass.LINEAR:
             fix = (f'{_fix_reduce(other_o.text, axis, "I")} first, or '
-                   f'convert({inv.text}, "{axis}", src=I, dst=P) to add it into the pending sum')
+                   f'convert({bare(inv.text)}, "{axis}", src=I, dst=P) to add it into the pending sum')
         elif other.kind is Kind.P and spec.op_class is OpClass.MULTILINEAR:
-            fix = (f'reinterpret({inv.text}, "{axis}", src=I, dst=R) first (R times P is P, and '
+            fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first (R times P is P, and '
                    f'the backward all-reduces its gradient), or {_fix_reduce(other_o.text, axis, "I")}')
         elif other.kind is Kind.P:
             fix = f'{_fix_reduce(other_o.text, axis, "I")} first'
         else:
-            fix = (f'reinterpret({inv.text}, "{axis}", src=I, dst=R) first, so the backward '
+            fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient")
         return None, SpmdError(
             "spmd-invariant-mix",
@@ -569,7 +569,7 @@ def _rule_on_axis(
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) cannot mix with '
                 f"{_word(v_lt)} ({_describe(v_o, v_lt, axis)}) in {name}: a pending sum combined "
                 f"with per-rank values has no meaning; {_fix_reduce(p0.text, axis)} or "
-                f'reduce_scatter({p0.text}, "{axis}", src=P, dst=V) first',
+                f'reduce_scatter({bare(p0.text)}, "{axis}", src=P, dst=V) first',
             )
         factors_p = [o for o, r in p_ops if r is Role.FACTOR]
         if len(factors_p) > 1:
@@ -853,7 +853,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                 errors.append(SpmdError(
                     "spmd-untyped",
                     f"untyped tensor {o.text} in {spec.name} with typed operands (strict mode); "
-                    f"annotate it or spmd.declare({o.text}, Tensor[...])",
+                    f"annotate it or spmd.declare({bare(o.text)}, Tensor[...])",
                 ))
                 break
     out: dict[str, LocalType] = {}
@@ -906,10 +906,10 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     for axis, lt in loss.type.axes:
         if lt.kind is Kind.R:
             fix = (f'all_reduce to I instead of R where the loss is computed, or '
-                   f'reinterpret({loss.text}, "{axis}", src=R, dst=I)')
+                   f'reinterpret({bare(loss.text)}, "{axis}", src=R, dst=I)')
             why = "every rank would seed its own gradient of 1, so the gradient is counted once per rank"
         elif lt.kind is Kind.V:
-            fix = (f'reinterpret({loss.text}, "{axis}", src=V, dst=P) to mean the sum of the '
+            fix = (f'reinterpret({bare(loss.text)}, "{axis}", src=V, dst=P) to mean the sum of the '
                    f'per-rank losses, or all_gather it first')
             why = "each rank holds a different loss, so there is no single value to differentiate"
         else:

@@ -359,6 +359,23 @@ def format_local(lt: LocalType) -> str:
     return str(lt)
 
 
+def bare(text: str) -> str:
+    """An operand's text where parentheses or a call already surround it: ``(p * lr)``
+    becomes ``p * lr`` in ``(p * lr: Tensor[P["tp"]])`` and ``all_reduce(p * lr, ...)``.
+    A tuple ``(a, b)`` and ``(yield x)`` keep their parentheses."""
+    if not (text.startswith("(") and text.endswith(")")) or text.startswith("(yield"):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0 and i < len(text) - 1:
+            return text  # (a) + (b): the first pair closes before the end
+        if depth == 1 and ch == ",":
+            return text
+    return text[1:-1]
+
+
 def format_axis(axis: str | tuple[str, ...]) -> str:
     if isinstance(axis, tuple):
         return "(" + ", ".join(_quote(a) for a in axis) + ("," if len(axis) == 1 else "") + ")"

@@ -10,7 +10,7 @@ from spmd_mypy.engine import collectives as coll
 from spmd_mypy.engine.annotations import Entry, build
 from spmd_mypy.engine.ops import OP_SPECS, OpClass, Operand, classify, propagate
 from spmd_mypy.engine.types import (
-    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, dual, format_type, shard,
+    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, bare, dual, format_type, shard,
 )
 
 DUAL_FORM = {"R": "P", "P": "R", "I": "I", "V": "V", "S": "S"}
@@ -169,3 +169,21 @@ def test_annotation_build_and_format() -> None:
     _, errors = build([Entry("R", ("tq",))], ["dp", "tp"])
     assert 'did you mean "tp"' in errors[0].message
     assert dual(REPLICATE) == PARTIAL and dual(shard(2)) == shard(2)
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("(p * lr)", "p * lr"),  # the plugin's text of a binary operand
+    ("((a + b) * c)", "(a + b) * c"),
+    ("(a + b) * (c + d)", "(a + b) * (c + d)"),  # the first pair closes before the end
+    ("(a, b)", "(a, b)"),  # a tuple keeps its parentheses
+    ("(yield x)", "(yield x)"),  # an argument needs them
+    ("f(...)", "f(...)"),
+    ("x", "x"),
+])
+def test_operand_text_is_shown_without_doubled_parentheses(text: str, shown: str) -> None:
+    assert bare(text) == shown
+    p = SpmdType.of({"tp": PARTIAL})
+    errors = propagate("relu", [Operand(p, text)]).errors
+    assert [e.message for e in errors] == [
+        f'Partial on "tp" ({shown}: Tensor[P["tp"]]) cannot go through relu (a non-linear op of a '
+        f'pending sum); all_reduce({shown}, "tp", src=P, dst=R) first']
