@@ -237,7 +237,7 @@ def _entry_from_expression(e: Expression) -> Entry | None:
         for a in args:
             if isinstance(a, NameExpr) and a.name == "None":
                 spec.append(())
-            elif isinstance(a, TupleExpr):
+            elif isinstance(a, (TupleExpr, ListExpr)):  # a list: rewrite._mark_strings
                 names = [axis(i) for i in a.items]
                 if any(n is None for n in names):
                     return None

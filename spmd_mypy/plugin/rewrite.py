@@ -44,6 +44,7 @@ from mypy.nodes import (
     ClassDef,
     Decorator,
     Expression,
+    ExpressionStmt,
     FuncDef,
     FloatExpr,
     IndexExpr,
@@ -54,6 +55,7 @@ from mypy.nodes import (
     NameExpr,
     OperatorAssignmentStmt,
     OverloadedFuncDef,
+    ReturnStmt,
     StrExpr,
     TupleExpr,
     UnaryExpr,
@@ -143,13 +145,31 @@ def _rewrite_index_expr(e: Expression) -> None:
             _rewrite_index_expr(item)
 
 
-def _mark_strings(e: Expression) -> None:
+def _rewrite_call_args(e: Expression | None) -> None:
+    """A type as an argument of a statement's call (``y = spmd.declare(x, Tensor[PS[("dp",
+    "tp"), None]])``, ``return spmd.redistribute(x, src=..., dst=Tensor[...])``) is a type
+    application to mypy: the same rewrite as an alias's right-hand side.  (A call nested
+    deeper, ``f(spmd.declare(x, Tensor[...]))``, is not looked at: the walk stays cheap.)"""
+    if isinstance(e, CallExpr):
+        for a in e.args:
+            if isinstance(a, IndexExpr):
+                _rewrite_index_expr(a)
+
+
+def _mark_strings(e: Expression, nested: bool = False) -> None:
     if isinstance(e, StrExpr):
         if not e.value.startswith(_RAW_PREFIX):
             e.value = _RAW_PREFIX + e.value
-    elif isinstance(e, TupleExpr):
-        for item in e.items:
-            _mark_strings(item)
+    elif isinstance(e, (TupleExpr, ListExpr)):
+        for i, item in enumerate(e.items):
+            _mark_strings(item, True)
+            if isinstance(item, TupleExpr) and not nested:
+                # PS[("dp", "tp"), None]: mypy reads an alias's right-hand side as a type and
+                # has no type for a tuple inside [...] ("Type expected within [...]"); a list
+                # is a TypeList to it, which the annotation hook reads as the same entry
+                lst = ListExpr(item.items)
+                lst.set_line(item)
+                e.items[i] = lst
 
 
 def axis_from_raw(value: object) -> object:
@@ -250,6 +270,11 @@ class _Walker:
                 if not _shares_parts(st.unanalyzed_type, st.type):
                     rewrite_type(st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
+            elif self.rewrite:
+                _rewrite_call_args(st.rvalue)
+        elif isinstance(st, (ReturnStmt, ExpressionStmt)):
+            if self.rewrite:
+                _rewrite_call_args(st.expr)
         elif isinstance(st, Block):
             self.block(st.body)
         elif isinstance(st, IfStmt):
@@ -275,7 +300,8 @@ class _Walker:
 # The statement classes stmt() acts on (it does nothing with the others: expressions,
 # returns, ...).
 _HANDLED = (FuncDef, Decorator, OverloadedFuncDef, ClassDef, WithStmt, AssignmentStmt, Block,
-            IfStmt, ForStmt, WhileStmt, TryStmt, OperatorAssignmentStmt)
+            IfStmt, ForStmt, WhileStmt, TryStmt, OperatorAssignmentStmt, ReturnStmt,
+            ExpressionStmt)
 
 
 # Collectives by name (spmd's, and torch.distributed's functional ones): the result carries a
