@@ -168,6 +168,11 @@ def _stamp_outputs(result: Any, typ: SpmdType, skip: Sequence[Any] = ()) -> None
                 _set(r, typ)
 
 
+def _gradient_free(ops: list, grad_on: bool) -> bool:
+    """No operand of the op can carry a gradient (engine ops.check_inplace's relaxation)."""
+    return not grad_on or not any(isinstance(v, torch.Tensor) and v.requires_grad for v, _ in ops)
+
+
 def _merge(old: SpmdType, new: SpmdType) -> SpmdType:
     """``old`` with the axes only ``new`` knows added (an in-place target's type)."""
     if not new:
@@ -403,7 +408,7 @@ class _Mode(TorchFunctionMode):
         if outs:
             targets.extend(outs)
         if targets:
-            new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype)
+            new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype, ops, grad_on)
                          for tgt in targets]
             result = func(*args, **kwargs)
             for tgt, t in zip(targets, new_types):
@@ -480,7 +485,7 @@ class _Mode(TorchFunctionMode):
             if isinstance(first, torch.Tensor):
                 targets.append(first)
         for tgt in targets:
-            self._check_target(plan, tgt, True, rtype)
+            self._check_target(plan, tgt, True, rtype, ops, grad_on)
         result = func(*args, **kwargs)
         if rtype:
             _stamp_outputs(result, rtype, targets)
@@ -513,15 +518,18 @@ class _Mode(TorchFunctionMode):
         return propagate(spec, operands, strict=self.strict, reduction=reduction, move=move)
 
     @staticmethod
-    def _check_target(plan: Plan, tgt: torch.Tensor, inplace: bool, rtype: SpmdType) -> SpmdType:
+    def _check_target(plan: Plan, tgt: torch.Tensor, inplace: bool, rtype: SpmdType,
+                      ops: list, grad_on: bool) -> SpmdType:
         """The mutated tensor's type after the op (raises if the op would change it)."""
         old = _get(tgt)
         if old:
             where = plan.name if inplace else f"{plan.name}(..., out=)"
             err = check_inplace(where, Operand(old, "x"), rtype)
             if err is not None:
-                err = check_inplace(where, Operand(old, _texts([tgt], ["x"])[0]), rtype)
-                raise SpmdTypeError(err)  # type: ignore[arg-type]
+                free = _gradient_free(ops, grad_on)
+                err = check_inplace(where, Operand(old, _texts([tgt], ["x"])[0]), rtype, free)
+                if err is not None:
+                    raise SpmdTypeError(err)
         return _merge(old or _UNTYPED, rtype)
 
 

@@ -875,13 +875,25 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
     return Result(SpmdType.of(out, failed=failed), errors)
 
 
-def check_inplace(name: str, target: Operand, result: SpmdType) -> SpmdError | None:
-    """An in-place op (or ``out=``) may not change the mutated tensor's type."""
+_SAME_VALUES = {Kind.R, Kind.I}
+
+
+def check_inplace(name: str, target: Operand, result: SpmdType,
+                  gradient_free: bool = False) -> SpmdError | None:
+    """An in-place op (or ``out=``) may not change the mutated tensor's type.
+
+    ``gradient_free``: no operand can carry a gradient (``torch.no_grad()``, ``.grad``
+    tensors): I and R hold the same values on every rank and differ only in the backward,
+    so an Invariant target may take a Replicate result and keep its type (gradient
+    clipping: ``g_i.mul_(clip_coef_r)`` under no_grad).  The target keeps its own type
+    (:func:`inplace_type`)."""
     assert target.type is not None
     changed = []
     for axis, lt in target.type.axes:
         new = result.get(axis)
         if new is not None and new.forget_dim() != lt.forget_dim():
+            if gradient_free and {lt.kind, new.kind} <= _SAME_VALUES:
+                continue
             changed.append((axis, lt, new))
     if not changed:
         return None

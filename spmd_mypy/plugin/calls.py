@@ -541,7 +541,14 @@ class CallTyper:
             self.report(ctx, result.errors)
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
-                err = check_inplace(spec.name if out is None else f"{spec.name}(..., out=)", target, result.type)
+                where = spec.name if out is None else f"{spec.name}(..., out=)"
+                err = check_inplace(where, target, result.type)
+                if err is not None and self.plugin.regions.in_no_grad(
+                        getattr(ctx.api, "tree", None), ctx.context.line):
+                    # no gradient flows: an I target may take an R result (and stays I)
+                    err = check_inplace(where, target, result.type, gradient_free=True)
+                    if err is None:
+                        return self.typed_result(ctx.default_return_type, target.type)
                 if err is not None:
                     self.report(ctx, [err])
                     return self.typed_result(ctx.default_return_type, target.type)

@@ -441,6 +441,13 @@ case("nograd-I-both-with-R", {"w": "I", "g": "I", "r": "R"},
 case("nograd-I-inplace", {"w": "I", "g": "I"},
      ("with torch.no_grad():", "    w.add_(g, alpha=-0.1)", "out = w"), "I",
      desc="an optimizer step on an I parameter")
+case("nograd-I-inplace-by-R", {"g": "I", "norm": "R"},
+     ("with torch.no_grad():", "    coef = torch.clamp(1.0 / (norm + 1e-6), max=1.0)",
+      "    g.mul_(coef)", "out = g"), "I",
+     desc="gradient clipping: an I gradient scaled in place by an R coefficient keeps its type")
+case("nograd-I-inplace-by-V", {"g": "I", "v": "V"},
+     ("with torch.no_grad():", "    g.mul_(v)"), INPL,
+     desc="only R may stand in for I: a V result still changes the target")
 
 # --------------------------------------------------------------------------------------
 # 10. backward: the loss must be I or P on every axis.
