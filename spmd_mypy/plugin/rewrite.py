@@ -181,10 +181,22 @@ def axis_from_raw(value: object) -> object:
 # --- 2. gradient-free regions -------------------------------------------------------------
 
 
-def _is_no_grad(e: Expression) -> bool:
-    if isinstance(e, CallExpr):
-        e = e.callee
-    return isinstance(e, (NameExpr, MemberExpr)) and e.name in NO_GRAD_CALLS
+def _grad_mode(e: Expression) -> bool | None:
+    """What a context manager or decorator does to gradients: False (``torch.no_grad()``,
+    ``inference_mode()``, ``set_grad_enabled(False)``), True (``torch.enable_grad()``,
+    ``set_grad_enabled(True)``), None (anything else, or a mode not written literally)."""
+    callee = e.callee if isinstance(e, CallExpr) else e
+    if not isinstance(callee, (NameExpr, MemberExpr)):
+        return None
+    if callee.name in NO_GRAD_CALLS:
+        return False
+    if callee.name == "enable_grad":
+        return True
+    if callee.name == "set_grad_enabled" and isinstance(e, CallExpr) and len(e.args) == 1:
+        arg = e.args[0]
+        if isinstance(arg, NameExpr) and arg.name in ("True", "False"):
+            return arg.name == "True"
+    return None
 
 
 def _is_autograd_function(c: ClassDef) -> bool:
@@ -199,6 +211,9 @@ class GradRegions:
     """Where operands cannot carry a gradient, per file."""
 
     ranges: list[tuple[int, int]] = field(default_factory=list)  # no_grad blocks, Function.forward
+    # enable_grad / set_grad_enabled(True) blocks and functions: gradients flow again inside
+    # an enclosing no_grad region (the innermost region decides)
+    enabled: list[tuple[int, int]] = field(default_factory=list)
     detached_names: list[tuple[int, int, str]] = field(default_factory=list)  # (function lines, name)
 
 
@@ -214,6 +229,7 @@ class _Walker:
         self.rewrite = rewrite
         self.no_grad: list[tuple[int, int]] = []
         self.detached: list[tuple[int, int, str]] = []
+        self.enabled: list[tuple[int, int]] = []
         self._assigns: list[dict[str, list[Expression]]] = []
         self._depth = 0  # function nesting
 
@@ -223,6 +239,16 @@ class _Walker:
         if self._assigns:
             for n in _names_in(target):
                 self._assigns[-1].setdefault(n, []).append(value)
+
+    def _mode_region(self, managers: list[Expression], first: int, last: int) -> None:
+        """``with a(), b():`` and ``@a @b def``: the last one is the innermost, it decides."""
+        mode = None
+        for e in managers:
+            m = _grad_mode(e)
+            if m is not None:
+                mode = m
+        if mode is not None:
+            (self.enabled if mode else self.no_grad).append((first, last))
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
@@ -244,8 +270,7 @@ class _Walker:
             for name in sorted(_gradient_free_names(self._assigns.pop())):
                 self.detached.append((st.line, st.end_line or st.line, name))
         elif isinstance(st, Decorator):
-            if any(_is_no_grad(d) for d in st.original_decorators):
-                self.no_grad.append((st.func.line, st.func.end_line or st.func.line))
+            self._mode_region(st.original_decorators, st.func.line, st.func.end_line or st.func.line)
             self.stmt(st.func, in_function_class)
         elif isinstance(st, OverloadedFuncDef):
             for item in st.items:
@@ -253,8 +278,7 @@ class _Walker:
         elif isinstance(st, ClassDef):
             self.block(st.defs.body, _is_autograd_function(st))
         elif isinstance(st, WithStmt):
-            if any(_is_no_grad(e) for e in st.expr):
-                self.no_grad.append((st.body.line, st.body.end_line or st.end_line or st.line))
+            self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
             for target in st.target:  # ``as`` targets: never "only detached"
                 if target is not None:
                     self._bind(target, target)
@@ -419,7 +443,7 @@ def grad_regions(file: MypyFile) -> GradRegions:
 def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
     w = _Walker(rewrite=rewrite)
     w.block(file.defs)
-    return GradRegions(w.no_grad, w.detached)
+    return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=w.detached)
 
 
 def _regions_or_none(tree: MypyFile) -> GradRegions:
@@ -448,10 +472,16 @@ class RegionIndex:
         regions = self.regions(tree)
         if regions is None:
             return False
+        inner = 0  # the start of the innermost gradient-free region holding the line
         for a, b in regions.ranges:
-            if a <= line <= b:
-                return True
-        return False
+            if a <= line <= b and a > inner:
+                inner = a
+        if not inner:
+            return False
+        for a, b in regions.enabled:  # an enable_grad block inside it
+            if inner < a <= line <= b:
+                return False
+        return True
 
     def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
         """A local only ever assigned gradient-free values (:func:`is_gradient_free`: ``<expr>.detach()``,

@@ -441,6 +441,11 @@ case("nograd-I-both-with-R", {"w": "I", "g": "I", "r": "R"},
 case("nograd-I-inplace", {"w": "I", "g": "I"},
      ("with torch.no_grad():", "    w.add_(g, alpha=-0.1)", "out = w"), "I",
      desc="an optimizer step on an I parameter")
+case("nograd-enable_grad-inside", {"w": "I", "r": "R"},
+     ("with torch.no_grad():", "    with torch.enable_grad():", "        out = torch.mul(w, r)"), INV,
+     desc="enable_grad inside no_grad: gradients flow again, the I may not mix")
+case("nograd-set_grad_enabled-false", {"w": "I", "r": "R"},
+     ("with torch.set_grad_enabled(False):", "    out = torch.mul(w, r)"), "R")
 case("nograd-I-inplace-by-R", {"g": "I", "norm": "R"},
      ("with torch.no_grad():", "    coef = torch.clamp(1.0 / (norm + 1e-6), max=1.0)",
       "    g.mul_(coef)", "out = g"), "I",
