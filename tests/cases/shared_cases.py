@@ -524,6 +524,12 @@ case("coll-max-needs-no-grad", {"a": "V"}, 'out = spmd.all_reduce(a, "tp", src=V
      "spmd-no-grad", **CX)
 case("coll-max-detached", {"a": "V"},
      'out = spmd.all_reduce(a.detach(), "tp", src=V, dst=R, op="max")', "R", **CX)
+# integer results (indices, counts, masks) carry no gradient whatever their input
+case("coll-max-of-argmax", {"a": "V"},
+     ("idx = a.argmax(1)", 'out = spmd.all_reduce(idx, "tp", src=V, dst=R, op="max")'), "R", **CX)
+case("coll-max-of-counts", {"a": "V"},
+     ("counts = torch.bincount(a.topk(1).indices.flatten(), minlength=8)",
+      'out = spmd.all_reduce(counts.max(), "tp", src=V, dst=R, op="max")'), "R", **CX)
 # the max trick of a vocab-parallel softmax: the all_reduce(max) result carries no gradient
 case("coll-max-I-minus-V", {"a": "V"},
      ('m = spmd.all_reduce(a.detach().amax(1, keepdim=True), "tp", src=V, dst=I, op="max")',
