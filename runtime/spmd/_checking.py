@@ -173,17 +173,6 @@ def _gradient_free(ops: list, grad_on: bool) -> bool:
     return not grad_on or not any(isinstance(v, torch.Tensor) and v.requires_grad for v, _ in ops)
 
 
-def _merge(old: SpmdType, new: SpmdType) -> SpmdType:
-    """``old`` with the axes only ``new`` knows added (an in-place target's type)."""
-    if not new:
-        return old
-    if not old:
-        return new
-    d = new.as_dict()
-    d.update(old.as_dict())
-    return SpmdType.of(d, old.spec)
-
-
 # --------------------------------------------------------------------------------------
 # Operand texts for messages: the caller's variable names (only computed on an error).
 
@@ -530,7 +519,7 @@ class _Mode(TorchFunctionMode):
                 err = check_inplace(where, Operand(old, _texts([tgt], ["x"])[0]), rtype, free)
                 if err is not None:
                     raise SpmdTypeError(err)
-        return _merge(old or _UNTYPED, rtype)
+        return (old or _UNTYPED).mutated_by(rtype)
 
 
 _UNTYPED = SpmdType()

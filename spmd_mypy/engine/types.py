@@ -274,6 +274,19 @@ class SpmdType:
     def as_dict(self) -> dict[str, LocalType]:
         return dict(self.axes)
 
+    def mutated_by(self, result: SpmdType) -> SpmdType:
+        """The type of a tensor an in-place op (or ``out=``) wrote ``result`` into, once the
+        op is allowed (``ops.check_inplace``): the tensor keeps its own type (``x += b`` on
+        an S(0) ``x`` stays S(0); an I gradient scaled by an R under no_grad stays I); the
+        axes it leaves unknown take the result's."""
+        if not result:
+            return self
+        if not self:
+            return result
+        d = result.as_dict()
+        d.update(self.as_dict())
+        return SpmdType.of(d, self.spec)
+
     def __iter__(self) -> Iterator[tuple[str, LocalType]]:
         return iter(self.axes)
 

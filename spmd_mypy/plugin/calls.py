@@ -547,23 +547,25 @@ class CallTyper:
                         getattr(ctx.api, "tree", None), ctx.context.line):
                     # no gradient flows: an I target may take an R result (and stays I)
                     err = check_inplace(where, target, result.type, gradient_free=True)
-                    if err is None:
-                        return self.typed_result(ctx.default_return_type, target.type)
                 if err is not None:
                     self.report(ctx, [err])
                     return self.typed_result(ctx.default_return_type, target.type)
             if op == "__setitem__":
                 return ctx.default_return_type
+            # x.add_(b), x += b, torch.add(a, b, out=o): the value is the target, its type kept
+            rtype = result.type
+            if target is not None and target.type is not None and not result.errors:
+                rtype = target.type.mutated_by(result.type)
             default = ctx.default_return_type
             if isinstance(get_proper_type(default), AnyType) and is_known(op):
                 # torch/_tensor.py defines some methods without annotations (split, unflatten,
                 # norm, ...): their result is a tensor, or a tuple of tensors
-                inst = self.types.to_instance(result.type)
+                inst = self.types.to_instance(rtype)
                 if inst is not None:
                     if op in _SEQUENCE_RESULTS:
                         return ctx.api.named_generic_type("builtins.tuple", [inst])  # type: ignore[attr-defined]
                     return inst
-            return self.typed_result(default, result.type)
+            return self.typed_result(default, rtype)
 
         return hook
 

@@ -338,6 +338,8 @@ case("atleast-2d-one-P", {"a": "P"}, "out = torch.atleast_2d(a)", "P")
 
 case("inplace-add_-V-R", {"a": "V", "b": "R"}, ("a.add_(b)", "out = a"), "V")
 case("inplace-add_-R-V", {"a": "R", "b": "V"}, "a.add_(b)", INPL)
+case("inplace-iadd-S0-R", {"a": "S0", "b": "R"}, ("a += b", "out = a"), "S0",
+     desc="S(0) + R is V: the same kind, so the target keeps its S(0)")
 case("inplace-mul_-P-R", {"a": "P", "b": "R"}, ("a.mul_(b)", "out = a"), "P")
 case("inplace-relu_-P", {"a": "P"}, "a.relu_()", NL)
 case("inplace-out-R-into-V", {"a": "R", "o": "V"},
