@@ -45,7 +45,10 @@ never a guess.  Dims may be negative (torch's convention).
   :func:`squeeze`, :func:`unsqueeze`, :func:`cat`, :func:`stack`,
   :func:`index` (``x[...]``), :func:`select`, :func:`narrow`, :func:`split`
   (split/chunk/tensor_split/unbind: the type of each piece), :func:`expand`,
-  :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss).
+  :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss),
+  :func:`lookup` / :func:`embedding` (embedding, index_select; ``x[ids]`` through
+  :class:`TensorIndex` ``spec``), :func:`keeps_spec` (triu/tril), :func:`pad`,
+  :func:`group_norm`; an op without a rule gets :func:`no_rule_error`.
 - :func:`is_global`, :func:`rank`, :func:`global_axes`.
 - ``spmd.local_map`` helpers: :func:`localize` (a global type seen inside the
   body, local on some axes), :func:`check_local_map_boundary` (the body's local
@@ -68,7 +71,8 @@ end_dim`` (flatten); ``sizes`` (unflatten, local sizes); ``dims`` (roll);
 (layer_norm/rms_norm: how many trailing dims are normalized); ``index`` (a tuple of
 index items: an ``int`` (value unused), a ``slice`` (full iff ``slice(None)``),
 ``None`` (new axis), ``Ellipsis``, or :class:`TensorIndex`); ``start, length``
-(narrow: unused values; narrowing is a partial slice); ``mesh_sizes: dict[str, int]``
+(narrow: unused values; narrowing is a partial slice); ``pad`` (F.pad's literal pad
+tuple); ``mesh_sizes: dict[str, int]``
 (optional, unused by the rules since shapes are local); ``sizes_one:
 tuple[bool, ...]`` per operand dims (optional; which dims are size 1, for
 broadcasting, runtime only).
