@@ -162,8 +162,15 @@ def _types_tuple(types: Any, what: str) -> tuple[SpmdType | None, ...]:
 
 
 def to_local(t: SpmdType, axes: Sequence[str] | None) -> SpmdType:
-    """``t`` seen inside a local_map on ``axes`` (the engine's rule, as the plugin sees it)."""
-    return global_spmd.localize(t, axes)
+    """``t`` seen inside a local_map on ``axes`` (the engine's rule, as the plugin sees it).
+    When ``axes`` names every axis of the current mesh (without a mesh: every axis the
+    type names) the value is fully local (no spec): the local rules apply to it inside
+    the body, as they do statically."""
+    from . import _mesh
+
+    b = _mesh._current
+    names = tuple(b.names) if b is not None else tuple(a for a, _ in t.axes)
+    return global_spmd.localize(t, axes, names)
 
 
 def check_exit(actual: SpmdType, declared: SpmdType, axes: Sequence[str] | None,

@@ -146,7 +146,9 @@ def _index_items(idx: Any, types_of: Any) -> tuple[Any, ...]:
             elif it.ndim == 0:
                 out.append(0)
             else:
-                out.append(global_spmd.TensorIndex(rank=it.ndim, sharded=_varies(types_of(it))))
+                t = types_of(it)
+                out.append(global_spmd.TensorIndex(rank=it.ndim, sharded=_varies(t),
+                                                   spec=t.spec if t is not None else None))
         elif isinstance(it, (list,)):
             out.append(global_spmd.TensorIndex(rank=1))
         elif isinstance(it, bool):
@@ -203,6 +205,8 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name == "roll":
         d = b.get("dims")
         p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
+    elif name == "pad":
+        p["pad"] = _dims(b.get("pad"))
     elif name in global_spmd.ATTENTION:
         p["is_causal"] = bool(b.get("is_causal", False))
     elif name in global_spmd.CLASS_LOSSES:

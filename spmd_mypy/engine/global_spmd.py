@@ -45,7 +45,10 @@ never a guess.  Dims may be negative (torch's convention).
   :func:`squeeze`, :func:`unsqueeze`, :func:`cat`, :func:`stack`,
   :func:`index` (``x[...]``), :func:`select`, :func:`narrow`, :func:`split`
   (split/chunk/tensor_split/unbind: the type of each piece), :func:`expand`,
-  :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss).
+  :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss),
+  :func:`lookup` / :func:`embedding` (embedding, index_select; ``x[ids]`` through
+  :class:`TensorIndex` ``spec``), :func:`keeps_spec` (triu/tril), :func:`pad`,
+  :func:`group_norm`; an op without a rule gets :func:`no_rule_error`.
 - :func:`is_global`, :func:`rank`, :func:`global_axes`.
 - ``spmd.local_map`` helpers: :func:`localize` (a global type seen inside the
   body, local on some axes), :func:`check_local_map_boundary` (the body's local
@@ -68,7 +71,8 @@ end_dim`` (flatten); ``sizes`` (unflatten, local sizes); ``dims`` (roll);
 (layer_norm/rms_norm: how many trailing dims are normalized); ``index`` (a tuple of
 index items: an ``int`` (value unused), a ``slice`` (full iff ``slice(None)``),
 ``None`` (new axis), ``Ellipsis``, or :class:`TensorIndex`); ``start, length``
-(narrow: unused values; narrowing is a partial slice); ``mesh_sizes: dict[str, int]``
+(narrow: unused values; narrowing is a partial slice); ``pad`` (F.pad's literal pad
+tuple); ``mesh_sizes: dict[str, int]``
 (optional, unused by the rules since shapes are local); ``sizes_one:
 tuple[bool, ...]`` per operand dims (optional; which dims are size 1, for
 broadcasting, runtime only).
@@ -120,10 +124,15 @@ UNKNOWN: Any = _Unknown()
 @dataclass(frozen=True)
 class TensorIndex:
     """An advanced (tensor) index in ``x[...]``: its rank (its dims replace the
-    indexed dim); ``sharded`` when the index tensor is itself sharded/varying."""
+    indexed dim); ``sharded`` when the index tensor is itself sharded/varying; ``spec``
+    the partition spec of a global integer index tensor (``w[ids]``: its dims take
+    the result's place of the indexed dim with their sharding, as in an embedding
+    lookup).  A sharded index without a spec (a local Varying one, or a boolean mask)
+    is an error."""
 
     rank: int = 1
     sharded: bool = False
+    spec: tuple[tuple[str, ...], ...] | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -196,6 +205,7 @@ _LITERAL_EXAMPLES = {
     "dims": "literal ints such as (1, 0)",
     "out_partial_axes": 'a literal axis name such as "tp"',
     "reduction": 'a string literal such as reduction="none"',
+    "pad": "literal ints such as (1, 1) or (0, 0, 2, 0)",
 }
 
 
@@ -1622,30 +1632,198 @@ def index(x: Operand, items: Sequence[Any], *, op: str = "__getitem__",
         items = items[:k] + [slice(None)] * (len(sp) - n_consume) + items[k + 1:]
     else:
         items = items + [slice(None)] * (len(sp) - n_consume)
+    # advanced indices (tensors, and ints beside a tensor) broadcast together into one
+    # block of dims: where they stand when adjacent, else first (torch's placement)
+    tensors = [it for it in items if isinstance(it, TensorIndex)]
+    advanced = [i for i, it in enumerate(items)
+                if isinstance(it, TensorIndex) or (tensors and isinstance(it, int))]
     out: list[tuple[str, ...]] = []
+    block_at: int | None = None
     d = 0
-    for it in items:
+    for i, it in enumerate(items):
         if it is None:
             out.append(())
             continue
         entry = sp[d]
+        if i in advanced and block_at is None:
+            block_at = len(out)
         if isinstance(it, slice):
             if entry and it != slice(None):
                 return _finish(op, operands, None, [_index_error(op, x, d, "slicing")])
             out.append(entry)
         elif isinstance(it, TensorIndex):
             if entry:
-                return _finish(op, operands, None, [_index_error(op, x, d, "a tensor index on")])
-            if it.sharded:
+                return _finish(op, operands, None, [_lookup_error(op, x, d)])
+            if (it.sharded and it.spec is None) or (len(tensors) > 1 and it.spec and any(it.spec)):
                 return _finish(op, operands, None, [SpmdError(
-                    CODE, f"{op}: a sharded index tensor on dim {d} of {_desc(x)}: gather the index "
-                          f"first (spmd.redistribute it to an unsharded spec)")])
-            out.extend([()] * it.rank)
+                    CODE, f"{op}: a sharded index tensor on dim {d} of {_desc(x)}"
+                          + (" beside other tensor indices (they broadcast together)"
+                             if len(tensors) > 1 else " without a partition spec")
+                          + ": gather the index first (spmd.redistribute it to an unsharded spec)")])
         else:  # an int
             if entry:
                 return _finish(op, operands, None, [_index_error(op, x, d, "an integer index on")])
         d += 1
-    return _finish(op, operands, tuple(out), [])
+    if tensors:
+        if len(tensors) == 1 and tensors[0].spec is not None:
+            block: Spec = tuple(tensors[0].spec)
+        else:
+            block = ((),) * max(t.rank for t in tensors)
+        at = block_at if advanced == list(range(advanced[0], advanced[-1] + 1)) else 0
+        out[at:at] = list(block)  # type: ignore[index]
+    return _lookup_finish(op, operands, tuple(out))
+
+
+def _lookup_error(op: str, x: Operand, d: int) -> SpmdError:
+    """A lookup (embedding, index_select, ``x[ids]``) along a sharded dim of the table."""
+    sp = x.type.spec  # type: ignore[union-attr]
+    axes = _fmt_entry(sp[d])
+    what = "the vocabulary dim" if op == "embedding" else "the gathered dim"
+    return SpmdError(
+        CODE,
+        f"{op}: {what} {d} of {x.text} is sharded on {axes} ({_desc(x)}): each rank holds "
+        f"another block of rows, so a local lookup of the global indices reads the wrong rows "
+        f"(the vocab-parallel lookup is communication); gather that dim first "
+        f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or write the masked lookup in "
+        f"spmd.local_map (zero the rows of indices outside the local block, then "
+        f"all_reduce(..., {axes}, src=P, dst=R))",
+    )
+
+
+def _lookup_finish(op: str, operands: Sequence[Operand], out: Spec) -> Result:
+    """The result of a lookup with the index's dims placed: no mesh axis on two dims, and
+    no operand varying on an axis that shards a dim it does not give (a local axis)."""
+    seen: dict[str, int] = {}
+    for d, e in enumerate(out):
+        for a in e:
+            if a in seen:
+                return _finish(op, operands, None, [SpmdError(
+                    CODE,
+                    f'{op}: mesh axis "{a}" would shard dims {seen[a]} and {d} of the result (the '
+                    f"indices and the table are both sharded on it; {_texts(operands)}); a mesh "
+                    f'axis shards one dim: redistribute one of them so that "{a}" shards one only')])
+            seen[a] = d
+    return _finish(op, operands, out, [])
+
+
+LOOKUPS = frozenset({"embedding", "index_select"})
+
+
+def lookup(op: str, x: Operand, ids: Operand, *, dim: int = 0,
+           operands: Sequence[Operand] | None = None) -> Result:
+    """A lookup of rows of the table ``x`` along ``dim`` by integer indices ``ids``:
+    ``F.embedding(ids, x)`` (dim 0), ``torch.index_select(x, dim, ids)``.  The indices
+    are no value of the result (role INDEX: not differentiated).  The gathered dim must
+    be unsharded (each rank holds every row); the result is the table's dims with
+    ``dim`` replaced by the indices' dims, each with its sharding::
+
+        embedding(ids: PS["dp", None], w: PS[None, None])   ->  PS["dp", None, None]
+        embedding(ids: PS["dp", None], w: PS[None, "tp"])   ->  PS["dp", None, "tp"]
+        embedding(ids: PS["dp", None], w: PS["tp", None])   ->  error: the vocab-parallel
+            lookup (gather w's dim 0, or the masked lookup + all_reduce in spmd.local_map)
+
+    An untyped table (nn.Embedding's own weight) or untyped indices: the layout is
+    unknown (gradual), the table's sharded gathered dim is still an error."""
+    operands = list(operands) if operands is not None else [x, ids]
+    early = _enter(op, operands, dim=dim)
+    if early is not None:
+        return early
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return _finish(op, operands, None, mix)
+    xs = x.type.spec if x.type is not None else None
+    d = 0
+    if xs is not None:
+        try:
+            d = _norm_dim(dim, len(xs))
+        except _DimError as e:
+            return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+        if xs[d]:
+            return _finish(op, operands, None, [_lookup_error(op, x, d)])
+    for o in (x, ids):
+        if o.type is not None and o.type.spec is None and o.type:
+            # a typed local operand without rank beside a global one
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: {_desc(o)} has no partition spec (so no rank) beside global "
+                      f"operands: declare its layout with Tensor[PS[...], ...]")])
+    if xs is None or ids.type is None or ids.type.spec is None:
+        # an untyped table or untyped indices: the layout is unknown (gradual); the
+        # kinds are still checked (a Partial index)
+        return Result(SpmdType(), list(local_propagate(op, operands).errors))
+    return _lookup_finish(op, operands, xs[:d] + ids.type.spec + xs[d + 1:])
+
+
+def embedding(ids: Operand, table: Operand | None, *, op: str = "embedding") -> Result:
+    """``F.embedding(ids, table)``: :func:`lookup` along dim 0 of the table.  Without a
+    table operand (``nn.Embedding``'s own, untyped, weight) the layout is unknown."""
+    if table is None:
+        if _all_local(op, [ids]):
+            return local_propagate(op, [ids])
+        return Result(SpmdType(), list(local_propagate(op, [ids]).errors))
+    return lookup(op, table, ids, dim=0, operands=[ids, table])
+
+
+@_dim_errors
+def keeps_spec(op: str, x: Operand, *, dims: Sequence[int], extra: Sequence[Operand] = ()) -> Result:
+    """An op computed per position that needs ``dims`` whole (triu/tril: the last two,
+    F.pad: the padded ones): those dims unsharded, the spec kept."""
+    operands = [x, *extra]
+    early = _enter(op, operands, dims=dims)
+    if early is not None:
+        return early
+    mix = _mixing_errors(op, operands)
+    if mix:
+        return _finish(op, operands, None, mix)
+    if x.type is None or x.type.spec is None:
+        return Result(SpmdType(), list(local_propagate(op, operands).errors))
+    sp = x.type.spec
+    ds = sorted({_norm_dim(d, len(sp)) for d in dims})
+    bad = [d for d in ds if sp[d]]
+    if bad:
+        return _finish(op, operands, None, [SpmdError(
+            CODE,
+            f"{op} needs {_dims_text([(d, sp[d]) for d in ds])} whole on each rank, but dim "
+            f"{bad[0]} is sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x)}); gather it first: "
+            f"{redistribute_fix(x.text, sp, _unshard(sp, bad))}",
+        )])
+    for o in extra:  # a tensor fill value (pad's value is a Python scalar)
+        if o.type is not None and o.type.spec is not None and any(o.type.spec):
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: {_desc(o)} is sharded; give an unsharded value")])
+    return _finish(op, operands, sp, [])
+
+
+def pad(x: Operand, *, pad: Sequence[int], extra: Sequence[Operand] = (), op: str = "pad") -> Result:
+    """``F.pad(x, pad)``: ``pad`` holds (left, right) pairs for the last dims, innermost
+    first; a dim padded (or cropped) by a non-zero amount must be unsharded."""
+    if _all_local(op, [x, *extra]):
+        return local_propagate(op, [x, *extra])
+    if pad is UNKNOWN or not isinstance(pad, (tuple, list)) or any(
+            v is UNKNOWN or not isinstance(v, int) for v in pad):
+        return _finish(op, [x, *extra], None, [_nonliteral(op, "pad", x)])
+    r = rank(x.type) if x.type is not None else None
+    if r is None:
+        return Result(SpmdType(), list(local_propagate(op, [x, *extra]).errors))
+    pairs = [tuple(pad[i:i + 2]) for i in range(0, len(pad), 2)]
+    if len(pad) % 2 or len(pairs) > r:
+        return _finish(op, [x, *extra], None, [SpmdError(
+            CODE, f"{op}: pad={tuple(pad)} does not fit {_desc(x)} of rank {r}")])
+    dims = [r - 1 - i for i, pr in enumerate(pairs) if any(pr)]
+    return keeps_spec(op, x, dims=dims, extra=extra)
+
+
+def group_norm(x: Operand, extra: Sequence[Operand] = (), *, op: str = "group_norm") -> Result:
+    """``F.group_norm(x, num_groups, weight, bias)`` on ``[N, C, *]``: each sample is
+    normalised over its channels and spatial dims, so every dim but the batch dim 0 must
+    be unsharded; weight and bias (``[C]``) unsharded; the spec is kept."""
+    operands = [x, *extra]
+    if _all_local(op, operands):
+        return local_propagate(op, operands)
+    r = rank(x.type) if x.type is not None else None
+    if r is None:
+        mix = _mixing_errors(op, operands)
+        return Result(SpmdType(), mix + list(local_propagate(op, operands).errors))
+    return keeps_spec(op, x, dims=list(range(1, r)), extra=extra)
 
 
 def select(x: Operand, *, dim: int, op: str = "select") -> Result:
@@ -1772,29 +1950,58 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return select(x, dim=p.get("dim", UNKNOWN), op=op)
     if op == "narrow":
         return narrow(x, dim=p.get("dim", UNKNOWN), op=op)
-    g = next(o for o in operands if is_global(o.type))
-    return _finish(op, operands, None, [SpmdError(
-        CODE,
-        f"{op} has no shard propagation rule in global SPMD ({_desc(g)}); do it in local SPMD: "
-        f"wrap the code in spmd.local_map, or redistribute {g.text} to an unsharded spec "
-        f"({redistribute_fix(g.text, g.type.spec, tuple(() for _ in g.type.spec))}) first",  # type: ignore[union-attr]
-    )])
+    if op == "embedding":
+        return embedding(operands[0], operands[1] if len(operands) > 1 else None, op=op)
+    if op == "index_select" and len(operands) >= 2:
+        return lookup(op, operands[0], operands[1], dim=p.get("dim", UNKNOWN))
+    if op in ("triu", "tril", "triu_", "tril_"):
+        return keeps_spec(op, x, dims=(-2, -1))
+    if op == "pad":
+        return pad(x, pad=p.get("pad", UNKNOWN), extra=operands[1:], op=op)
+    if op == "group_norm":
+        return group_norm(x, operands[1:], op=op)
+    return _finish(op, operands, None, [no_rule_error(op, operands)])
+
+
+def no_rule_error(op: str, operands: Sequence[Operand]) -> SpmdError:
+    """An op without a shard propagation rule on a global operand.  The fix redistributes
+    a *sharded* operand to the unsharded spec; when every global operand is already
+    unsharded no redistribute helps (a suggestion is never a no-op): local_map only."""
+    globals_ = [o for o in operands if is_global(o.type)]
+    g = globals_[0]
+    sharded = next((o for o in globals_ if any(o.type.spec or ())), None)  # type: ignore[union-attr]
+    if sharded is not None:
+        sp = sharded.type.spec  # type: ignore[union-attr]
+        assert sp is not None
+        how = (f"wrap the code in spmd.local_map, or redistribute {sharded.text} to an unsharded "
+               f"spec ({redistribute_fix(sharded.text, sp, _unshard(sp, range(len(sp))))}) first")
+    else:
+        how = ("wrap the code in spmd.local_map (the global operands are already unsharded, so "
+               "no redistribute helps)")
+    return SpmdError(
+        CODE, f"{op} has no shard propagation rule in global SPMD ({_desc(g)}); do it in local "
+              f"SPMD: {how}")
 
 
 # --------------------------------------------------------------------------------------
 # local_map
 
 
-def localize(t: SpmdType, axes: Iterable[str] | None) -> SpmdType:
+def localize(t: SpmdType, axes: Iterable[str] | None,
+             mesh_axes: Iterable[str] | None = None) -> SpmdType:
     """The local type inside ``spmd.local_map(axes=...)`` of a value of global type ``t``:
     each axis in ``axes`` (None: all) leaves the spec and becomes ``S(d)`` (V with its
     dim) if it sharded dim d, else keeps its R/I/P type.  When no global axis is left
-    (``axes=None``) the spec is dropped: the value is fully local."""
+    (``axes=None``, or ``axes`` names every axis of the mesh, ``mesh_axes``, when the
+    caller knows it) the spec is dropped: the value is fully local, and the local rules
+    apply to it (a spec of unsharded dims would keep it global)."""
     if t.spec is None:
         return t
     if axes is None:
         return SpmdType(t.axes)
     ax = set(axes)
+    if mesh_axes is not None and set(mesh_axes) <= ax:
+        return SpmdType(t.axes)
     spec = tuple(tuple(a for a in e if a not in ax) for e in t.spec)
     return SpmdType(t.axes, spec)
 
@@ -1844,7 +2051,8 @@ __all__ = [
     "UNKNOWN", "TensorIndex", "propagate", "einsum", "matmul", "linear", "elementwise",
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
-    "index", "select", "narrow", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
+    "index", "select", "narrow", "lookup", "embedding", "LOOKUPS", "keeps_spec", "pad",
+    "group_norm", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
 ]

@@ -160,6 +160,7 @@ norm vector_norm matrix_norm std var std_mean var_mean prod cumprod logsumexp lo
 median nanmedian mode topk sort argsort kthvalue quantile nanquantile
 eq ne lt le gt ge equal allclose isclose isnan isinf isfinite logical_and logical_or
 logical_not logical_xor bitwise_and bitwise_or bitwise_xor bitwise_not
+bitwise_left_shift bitwise_right_shift
 floor ceil round trunc frac fmod remainder reciprocal
 cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss kl_div
 binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss poisson_nll_loss
@@ -254,6 +255,7 @@ softmax log_softmax softmin layer_norm rms_norm group_norm normalize
 dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout
 maximum minimum fmax fmin clamp clip clamp_min clamp_max
 eq ne lt le gt ge isclose isnan isinf isfinite logical_and logical_or logical_not logical_xor
+bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift
 floor ceil round trunc frac fmod remainder reciprocal
 """.split())
 
@@ -300,6 +302,7 @@ OPERATORS: dict[str, tuple[str, bool]] = {
     "__ixor__": ("bitwise_xor_", False),
     "__lshift__": ("bitwise_left_shift", False), "__rlshift__": ("bitwise_left_shift", True),
     "__rshift__": ("bitwise_right_shift", False), "__rrshift__": ("bitwise_right_shift", True),
+    "__ilshift__": ("bitwise_left_shift_", False), "__irshift__": ("bitwise_right_shift_", False),
     "__eq__": ("eq", False), "__ne__": ("ne", False), "__lt__": ("lt", False),
     "__le__": ("le", False), "__gt__": ("gt", False), "__ge__": ("ge", False),
     "__getitem__": ("__getitem__", False), "__setitem__": ("__setitem__", False),
@@ -349,7 +352,9 @@ def _spec_table() -> dict[str, OpSpec]:
                  "index_fill", "index_copy", "index_put", "masked_scatter", "lerp",
                  "zero", "neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "copy", "fill",
                  "normal", "uniform", "transpose", "t", "unsqueeze", "squeeze", "clip",
-                 "addmm", "baddbmm", "silu", "gelu"):
+                 "addmm", "baddbmm", "silu", "gelu", "bitwise_and", "bitwise_or", "bitwise_xor",
+                 "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "logical_and",
+                 "logical_or", "logical_xor", "logical_not"):
         base = table.get(name)
         if base is not None and name + "_" not in table:
             table[name + "_"] = OpSpec(name + "_", base.op_class, base.roles, base.keeps_shard_dims)

@@ -183,7 +183,7 @@ def _index_items(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
                 continue
             st = typer.types.from_type(t) if t is not None else None
             if st is not None and st.spec is not None:
-                out.append(gs.TensorIndex(len(st.spec), any(st.spec)))
+                out.append(gs.TensorIndex(len(st.spec), any(st.spec), st.spec))
                 continue
             return gs.UNKNOWN
     return tuple(out)
@@ -715,13 +715,18 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
     elif base == "roll":
         p["dims"] = _dim_param(f.get("dims"))
+    elif base == "pad":
+        pads = f.get("pad")
+        pad_e = pads[0] if pads else None
+        p["pad"] = (lit_ints(pad_e.items) if isinstance(pad_e, (TupleExpr, ListExpr))
+                    else gs.UNKNOWN)
     elif base in gs.ATTENTION:
         p["is_causal"] = _bool_param(f.get("is_causal"))
     elif base in gs.CLASS_LOSSES:
         r = f.get("reduction")
         if r:
             p["reduction"] = r[0].value if isinstance(r[0], StrExpr) else gs.UNKNOWN
-    elif base in ("select", "narrow", "unsqueeze"):
+    elif base in ("select", "narrow", "unsqueeze", "index_select"):
         p["dim"] = _dim_param(f.get("dim"), many=False)
     elif base == "squeeze":
         p["dim"] = _dim_param(f.get("dim"))

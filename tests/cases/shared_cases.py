@@ -681,6 +681,45 @@ case("global-attention-keys-sharded", {"q": _WHOLE3, "k": _QSEQ, "v": _QSEQ},
      "out = F.scaled_dot_product_attention(q, k, v)", GLB, make=_QKV)
 case("global-partial-nonlinear", {"p": 'Tensor[PS[None, None], P["tp"], R["dp"]]'},
      "out = F.gelu(p)", NL)
+# lookups (embedding, x[ids], index_select): the ids are indices (no value); the gathered dim
+# of the table unsharded; the result is the ids' dims, then the table's other dims
+_IDS = 'Tensor[PS["dp", None], R["tp"]]'
+_IDS_MAKE = {"ids": "torch.randint(0, 4, (4, 4))"}
+_TABLE = 'Tensor[PS[None, None], R["dp", "tp"]]'
+case("global-embedding-data-parallel", {"ids": _IDS, "w": _TABLE}, "out = F.embedding(ids, w)",
+     'Tensor[PS["dp", None, None], R["tp"]]', make=_IDS_MAKE)
+case("global-embedding-dim-sharded-table", {"ids": _IDS, "w": _WC}, "out = F.embedding(ids, w)",
+     'Tensor[PS["dp", None, "tp"]]', make=_IDS_MAKE)
+case("global-embedding-vocab-sharded-table", {"ids": _IDS, "w": _WR}, "out = F.embedding(ids, w)",
+     GLB, make=_IDS_MAKE)
+case("global-index-by-ids", {"w": _TABLE, "ids": _IDS}, "out = w[ids]",
+     'Tensor[PS["dp", None, None], R["tp"]]', make=_IDS_MAKE)
+case("global-index-select-ids", {"w": _WC, "ids": 'Tensor[PS["dp"], R["tp"]]'},
+     "out = torch.index_select(w, 0, ids)", 'Tensor[PS["dp", "tp"]]',
+     make={"ids": "torch.randint(0, 4, (4,))"})
+case("global-index-select-sharded-dim", {"w": _WR, "ids": 'Tensor[PS["dp"], R["tp"]]'},
+     "out = w.index_select(0, ids)", GLB, make={"ids": "torch.randint(0, 4, (4,))"})
+# boolean and bitwise operators are elementwise
+case("global-bitwise-or-masks", {"x": _X}, "out = (x < 0) | (x > 1)", _X)
+case("global-bitwise-and-not-masks", {"x": _X}, "out = ~(x < 0) & (x > 1)", _X)
+case("global-bitwise-xor-function", {"x": _X}, "out = torch.bitwise_xor(x < 0, x > 1)", _X)
+case("global-bitwise-or-layout-mismatch", {"x": _X, "m": _TABLE}, "out = (x < 0) | (m > 1)", GLB)
+# triu/tril, pad, group_norm: per position on the dims they touch, which must be whole
+_X3 = 'Tensor[PS["dp", None, None], R["tp"]]'
+_X3_MAKE = {"x": "torch.randn(2, 4, 4, requires_grad=True).clone()"}
+case("global-triu-batch-sharded", {"x": _X3}, "out = torch.triu(x, 1)", _X3, make=_X3_MAKE)
+case("global-tril-sharded-row", {"x": _X}, "out = x.tril()", GLB)
+case("global-pad-unsharded-dim", {"x": _X}, "out = F.pad(x, (1, 2))", _X)
+case("global-pad-sharded-dim", {"x": _X}, "out = F.pad(x, (0, 0, 1, 1))", GLB)
+case("global-group-norm-batch-sharded", {"x": _X3}, "out = F.group_norm(x, 2)", _X3, make=_X3_MAKE)
+# inside spmd.local_map on every mesh axis the values are local: the local rules apply
+case("global-local-map-body-is-local", {"x": _X},
+     ('@spmd.local_map(in_types=(Tensor[PS["dp", None], R["tp"]],), '
+      'out_types=Tensor[PS["dp", None], R["tp"]], axes=("dp", "tp"))',
+      'def g(y: Tensor[S[0, "dp"], R["tp"]]) -> Tensor[S[0, "dp"], R["tp"]]:',
+      "    return y.cumsum(-1) * ((y < 0) | (y > 1))",
+      "out = g(x)"), _X, collective=True)
+
 
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.

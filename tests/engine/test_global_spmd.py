@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Callable, Sequence
 
 import numpy as np
 import pytest
 
 from spmd_mypy.engine import global_spmd as gs
-from spmd_mypy.engine.ops import Operand
+from spmd_mypy.engine.ops import Operand, Role
 from spmd_mypy.engine.types import PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, shard
 
 MESH = {"dp": 2, "tp": 3}
@@ -128,6 +129,7 @@ def _run(name: str, ts: list[SpmdType], params: dict, np_op, shapes, *, local_op
     if r.errors:
         counts["rejected"] += 1
         for e in r.errors:
+            assert_no_noop_redistribute(e.message)
             # every rejection names a fix (a call to write or a communication)
             assert any(w in e.message for w in ("spmd.", "all_reduce", "all_gather", "reduce_scatter",
                                                  "redistribute", "drop", "literal", "local_map",
@@ -136,6 +138,12 @@ def _run(name: str, ts: list[SpmdType], params: dict, np_op, shapes, *, local_op
     counts["accepted"] += 1
     xs = [RNG.standard_normal(s) for s in shapes]
     check(np_op, xs, ts, r.type, local_op)
+
+
+def assert_no_noop_redistribute(message: str) -> None:
+    """A suggested fix is never a redistribute from a spec to itself."""
+    for src, dst in re.findall(r"src=(PS\[[^\]]*\]), dst=(PS\[[^\]]*\])", message):
+        assert src != dst, message
 
 
 # -- the ops ---------------------------------------------------------------------------------
@@ -640,3 +648,131 @@ def test_untyped_target_is_gradual_and_expand_as_untyped_is_unknown() -> None:
     assert gs.propagate("cross_entropy", _ops([x, u])).errors  # the mean over dp still is not
     r = gs.propagate("expand_as", _ops([x, u]))
     assert not r.errors and r.type.spec is None
+
+
+# -- lookups: embedding, index_select, x[ids] ------------------------------------------------
+
+
+def _check_lookup(name: str, ti: SpmdType, tw: SpmdType, params: dict, ids_shape, w_shape,
+                  np_op, counts: dict, n_rows: int) -> None:
+    ids_op = Operand(ti, "ids", can_grad=False, role=Role.INDEX)
+    w_op = Operand(tw, "w")
+    if name == "embedding":
+        operands = [ids_op, w_op]
+    elif name == "__getitem__":
+        operands = [w_op, ids_op]
+        params = {"index": tuple(gs.TensorIndex(len(ti.spec), any(ti.spec), ti.spec)
+                                 if it == "ids" else it for it in params["index"])}
+    else:
+        operands = [w_op, ids_op]
+    r = gs.propagate(name, operands, **params)
+    if r.errors:
+        counts["rejected"] += 1
+        for e in r.errors:
+            assert_no_noop_redistribute(e.message)
+            assert "redistribute" in e.message, e.message
+        return
+    counts["accepted"] += 1
+    ids = RNG.integers(0, n_rows, size=ids_shape)
+    w = RNG.standard_normal(w_shape)
+    want = np_op(ids, w)
+    li, lw = lay_out(ids, ti), lay_out(w, tw)
+    locs = [np_op(i.astype(int), x) for i, x in zip(li, lw)]
+    np.testing.assert_allclose(assemble(locs, r.type, want.shape), want, atol=1e-12)
+
+
+def test_embedding_lookup_computes_the_global_lookup() -> None:
+    """Every layout of the ids (rank 2) and the table: an accepted lookup, run on each rank's
+    locals, is the global lookup (ids' dims with their sharding, then the table's embedding
+    dim); a table sharded on its vocab dim, or an axis on two dims, is rejected."""
+    counts = {"accepted": 0, "rejected": 0}
+    for ti, tw in itertools.product(types(2, partial=False), types(2, partial=False)):
+        _check_lookup("embedding", ti, tw, {}, (6, 12), (12, 6), lambda i, w: w[i], counts, 12)
+    assert counts["accepted"] > 10 and counts["rejected"] > 10, counts
+    ids = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    table = SpmdType.of({"dp": REPLICATE, "tp": REPLICATE}, ((), ()))
+    r = gs.propagate("embedding", [Operand(ids, "ids", role=Role.INDEX), Operand(table, "w")])
+    assert not r.errors and r.type.spec == (("dp",), (), ())
+    vocab = SpmdType.of({"dp": REPLICATE, "tp": shard(0)}, (("tp",), ()))
+    r = gs.propagate("embedding", [Operand(ids, "ids", role=Role.INDEX), Operand(vocab, "w")])
+    assert r.errors and "vocab" in r.errors[0].message and "local_map" in r.errors[0].message \
+        and "dst=PS[None, None]" in r.errors[0].message
+
+
+def test_index_select_and_tensor_index_compute_the_global_lookup() -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ti, tw in itertools.product(types(1, partial=False), types(2, partial=False)):
+        _check_lookup("index_select", ti, tw, {"dim": 1}, (6,), (6, 12),
+                      lambda i, w: np.take(w, i, axis=1), counts, 12)
+    for ti, tw in itertools.product(types(2, partial=False), types(2, partial=False)):
+        _check_lookup("__getitem__", ti, tw, {"index": (slice(None), "ids")}, (6, 6), (6, 12),
+                      lambda i, w: w[:, i], counts, 12)
+    assert counts["accepted"] > 10 and counts["rejected"] > 10, counts
+
+
+def test_lookup_with_an_untyped_side_is_unknown() -> None:
+    ids = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    r = gs.propagate("embedding", [Operand(ids, "ids", role=Role.INDEX)])  # nn.Embedding's weight
+    assert not r.errors and not r.type
+    r = gs.propagate("embedding", [Operand(ids, "ids", role=Role.INDEX), Operand(SpmdType(), "w")])
+    assert not r.errors and not r.type
+
+
+# -- bitwise/logical operators, triu/tril, pad, group_norm -----------------------------------
+
+
+@pytest.mark.parametrize("op", ["bitwise_or", "bitwise_and", "bitwise_xor", "bitwise_or_"])
+def test_bitwise_ops_are_elementwise(op: str) -> None:
+    np_op = {"bitwise_or": np.logical_or, "bitwise_or_": np.logical_or,
+             "bitwise_and": np.logical_and, "bitwise_xor": np.logical_xor}[op]
+    counts = {"accepted": 0, "rejected": 0}
+    for ta, tb in itertools.product(types(2, partial=False), types(2, partial=False)):
+        want = gs.propagate("logical_or", _ops([ta, tb]))
+        got = gs.propagate(op, _ops([ta, tb]))
+        assert bool(got.errors) == bool(want.errors) and (got.errors or got.type == want.type)
+        _run(op, [ta, tb], {}, lambda a, b: np_op(a > 0, b > 0).astype(float), [(6, 12), (6, 12)],
+             counts=counts)
+    for ta in types(2, partial=False):
+        _run("bitwise_not", [ta], {}, lambda a: (~(a > 0)).astype(float), [(6, 12)], counts=counts)
+    assert counts["accepted"] > 10 and counts["rejected"] > 10, counts
+
+
+def _group_norm(x: np.ndarray, groups: int) -> np.ndarray:
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    g = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)
+    return g.reshape(x.shape)
+
+
+@pytest.mark.parametrize("name,params,np_op", [
+    ("triu", {}, lambda a: np.triu(a)),
+    ("tril", {}, lambda a: np.tril(a, -1)),
+    ("pad", {"pad": (1, 2)}, lambda a: np.pad(a, ((0, 0), (0, 0), (1, 2)))),
+    ("pad", {"pad": (0, 0, 2, 1)}, lambda a: np.pad(a, ((0, 0), (2, 1), (0, 0)))),
+    ("group_norm", {}, lambda a: _group_norm(a, 2)),
+], ids=["triu", "tril", "pad-last", "pad-middle", "group_norm"])
+def test_per_position_ops_keep_the_spec_on_whole_dims(name, params, np_op) -> None:
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(3, partial=False):
+        _run(name, [ta], params, np_op, [(6, 6, 12)], counts=counts)
+    assert counts["accepted"] > 3 and counts["rejected"] > 3, counts
+    r = gs.propagate("pad", _ops([types(3, partial=False)[0]]), pad=gs.UNKNOWN)
+    assert r.errors and "literal pad" in r.errors[0].message
+
+
+def test_no_rule_error_never_suggests_a_noop_redistribute() -> None:
+    for t in types(2, partial=False):
+        r = gs.propagate("sort", _ops([t]))
+        assert r.errors and "no shard propagation rule" in r.errors[-1].message
+        assert_no_noop_redistribute(r.errors[-1].message)
+        assert ("spmd.redistribute" in r.errors[-1].message) == any(t.spec), r.errors[-1].message
+
+
+def test_localize_on_every_mesh_axis_drops_the_spec() -> None:
+    g = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    assert gs.localize(g, ("dp", "tp"), ("dp", "tp")).spec is None
+    assert gs.localize(g, ("dp", "tp"), ("dp", "tp")).get("dp") == shard(0)
+    assert gs.localize(g, ("dp",), ("dp", "tp")).spec == ((), ())
+    # the local rule applies inside: a bitwise op of fully local values is the local one
+    loc = gs.localize(g, ("dp", "tp"), ("dp", "tp"))
+    assert not gs.propagate("bitwise_or", _ops([loc, loc])).errors
