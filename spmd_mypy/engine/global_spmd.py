@@ -400,6 +400,27 @@ def _label(op: str, c: str, labels: Sequence[str], operands: Sequence[Operand]) 
     return f'label "{c}"'
 
 
+def _align_fix(a: Operand, a_sp: Spec, a_dim: int, b: Operand, b_sp: Spec, b_dim: int) -> str:
+    """Two operands shard one (aligned) dim differently: the redistribute that makes them
+    agree.  First choice: ``b`` takes ``a``'s entry there (or, where ``a`` leaves the dim
+    unsharded, ``a`` takes ``b``'s); where that would put a mesh axis on two dims of the
+    operand (``x @ w`` with x's batch and w's rows both on "dp": gather w's rows, not shard
+    x's features), the other way round; else gather the dim in both."""
+    ea, eb = a_sp[a_dim], b_sp[b_dim]
+    ways = [(b, b_sp, b_dim, ea), (a, a_sp, a_dim, eb)]
+    for o, sp, d, to in (ways if ea else ways[::-1]):
+        dst = tuple(to if i == d else e for i, e in enumerate(sp))
+        if _axes_once(dst):
+            return redistribute_fix(o.text, sp, dst)
+    return " and ".join(redistribute_fix(o.text, sp, _unshard(sp, [d])) for o, sp, d, _ in ways)
+
+
+def _axes_once(spec: Spec) -> bool:
+    """No mesh axis shards two dims (a valid partition spec)."""
+    axes = [a for entry in spec for a in entry]
+    return len(axes) == len(set(axes))
+
+
 def _partial_fix(call: str, axes: Sequence[str]) -> str:
     return call[:-1] + f", out_partial_axes={_fmt_axes(tuple(axes))})"
 
@@ -431,16 +452,12 @@ def _einsum_core(
                 else:
                     why = (f"on {_fmt_entry(first or entry)} in {(a if first else b).text} "
                            f"but not in {(b if first else a).text}")
-                wanted = first or entry
-                # redistribute the second operand to the first's layout (or the unsharded one
-                # to the sharded one's)
-                fix_o, fix_sp, fix_lab = (b, sp, lab) if first else (a, specs[j], labels[j])
-                dst = tuple(wanted if cc == c else e for cc, e in zip(fix_lab, fix_sp or ()))
+                a_sp = specs[j] or ()
+                fix = _align_fix(a, a_sp, labels[j].index(c), b, sp, lab.index(c))
                 errors.append(SpmdError(
                     CODE,
                     f'{op}: {_label(op, c, labels, operands)} is sharded {why} ({_desc(a)}, {_desc(b)}); the locals do '
-                    f"not line up: shard both the same way, e.g. "
-                    f"{redistribute_fix(fix_o.text, fix_sp or (), dst)}",
+                    f"not line up: shard both the same way, e.g. {fix}",
                 ))
                 label_axes[c] = (first or entry, j)
     if errors:
@@ -751,17 +768,13 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                 out[od], owner[od] = entry, i
             elif out[od] != entry:
                 a = operands[owner[od]]
-                want = out[od] if out[od] else entry
-                fix_o = o if out[od] else a
-                fix_sp = fix_o.type.spec  # type: ignore[union-attr]
-                fix_off = r - len(fix_sp)
-                dst = tuple(want if fd + fix_off == od else e for fd, e in enumerate(fix_sp))
+                a_sp = a.type.spec  # type: ignore[union-attr]
+                fix = _align_fix(a, a_sp, od - (r - len(a_sp)), o, sp, d)
                 errors.append(SpmdError(
                     CODE,
                     f"{op}: dim {od} of the result is {_sharded(out[od] or ())} in "
                     f"{a.text} but {_sharded(entry)} in {o.text} ({_desc(a)}, {_desc(o)}); "
-                    f"elementwise ops need the same layout: "
-                    f"{redistribute_fix(fix_o.text, fix_sp, dst)}",
+                    f"elementwise ops need the same layout: {fix}",
                 ))
     if errors:
         return _finish(op, operands, None, errors)

@@ -141,9 +141,12 @@ def _run(name: str, ts: list[SpmdType], params: dict, np_op, shapes, *, local_op
 
 
 def assert_no_noop_redistribute(message: str) -> None:
-    """A suggested fix is never a redistribute from a spec to itself."""
+    """A suggested fix is never a redistribute from a spec to itself, nor to a spec that is
+    not one (a mesh axis on two dims: x @ w with both sharded on "dp")."""
     for src, dst in re.findall(r"src=(PS\[[^\]]*\]), dst=(PS\[[^\]]*\])", message):
         assert src != dst, message
+        axes = re.findall(r'"(\w+)"', dst)
+        assert len(axes) == len(set(axes)), message
 
 
 # -- the ops ---------------------------------------------------------------------------------
