@@ -205,6 +205,24 @@ def _same_dim(e: Expression, x_text: str | None, ctx: AnyCtx | None = None) -> i
     return i if expr_text(base) == x_text else None
 
 
+def _shape_prefix(e: Expression, x_text: str | None) -> range | None:
+    """The dims of ``*x.shape[a:b]`` (starred, in a call or a tuple display) with literal
+    non-negative bounds, of the reshaped tensor ``x``."""
+    from .calls import expr_text
+
+    if isinstance(e, StarExpr):
+        e = e.expr
+    if not (x_text is not None and isinstance(e, IndexExpr) and isinstance(e.base, MemberExpr)
+            and e.base.name == "shape" and isinstance(e.index, SliceExpr)
+            and e.index.stride is None and expr_text(e.base.expr) == x_text):
+        return None
+    lo = 0 if e.index.begin_index is None else lit_int(e.index.begin_index)
+    hi = lit_int(e.index.end_index) if e.index.end_index is not None else None
+    if lo is None or hi is None or lo < 0 or hi < lo:
+        return None
+    return range(lo, hi)
+
+
 def _one_dim_size(e: Expression) -> tuple[Expression, int] | None:
     """``(x, i)`` for ``x.shape[i]`` and ``x.size(i)`` with a literal ``i``."""
     if isinstance(e, IndexExpr) and isinstance(e.base, MemberExpr) and e.base.name == "shape":
@@ -442,6 +460,10 @@ def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
         v = lit_int(it)
         if v is not None:
             out.append(v)
+            continue
+        kept = _shape_prefix(it, x_text)
+        if kept is not None:  # x.view(*x.shape[:2], heads, -1)
+            out.extend(gs.SameDim(i) for i in kept)
             continue
         d = _same_dim(it, x_text, ctx)
         if d is not None:
@@ -689,7 +711,8 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
             p[k] = default if exprs is None else (lit_int(exprs[0]) if lit_int(exprs[0]) is not None else gs.UNKNOWN)
     elif base == "unflatten":
         p["dim"] = _dim_param(f.get("dim"), many=False)
-        p["sizes"] = lit_ints(f["sizes"]) if f.get("sizes") else gs.UNKNOWN
+        # only how many: a sharding goes to the outermost new dim whatever the sizes
+        p["sizes"] = _shape_param(typer, ctx, f.get("sizes"), x_text)
     elif base in ("layer_norm", "rms_norm"):
         ns = f.get("normalized_shape")
         if ns and isinstance(ns[0], (TupleExpr, ListExpr)):
