@@ -7,6 +7,11 @@ order and appends one JSON line per check to its result file.  The parent waits 
 is killed and every check without a result on every rank fails with the ranks'
 stderr tails.  A check passes when it passed on every rank.
 
+A suite of :data:`FRESH_SUITES` runs each check in fresh ranks: the launcher forks N new
+ranks per check (a new process group on a new port), so every check is the first thing
+its processes do after the import (what the runtime does once per process, lazily, is
+then done inside each check).
+
 Inside a world a failing check raises on its rank only; gloo's own timeout
 (``COLLECTIVE_TIMEOUT``) turns a rank left waiting in a collective into an error
 instead of a hang.
@@ -29,6 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 COLLECTIVE_TIMEOUT = 30.0  # seconds a rank waits in one collective before gloo gives up
 SELFTEST_TIMEOUT = 10.0  # the deadline of the harness's own test world (it has a hang)
+FRESH_SUITES = frozenset({"first-call"})  # suites whose every check runs in fresh ranks
 
 
 @dataclass
@@ -125,16 +131,26 @@ def _launcher_main(world_size: int, port: int, suite_name: str, tmp: str) -> Non
     torch.set_num_threads(1)
     rt_checks.warm_up()
 
+    if suite_name in FRESH_SUITES:  # N new ranks per check, one check each
+        for index in range(len(rt_checks.suite(suite_name, world_size))):
+            _fork_ranks(world_size, port if index == 0 else free_port(), suite_name, tmp, index)
+    else:
+        _fork_ranks(world_size, port, suite_name, tmp, None)
+
+
+def _fork_ranks(world_size: int, port: int, suite_name: str, tmp: str, only: int | None) -> None:
+    """Fork the ranks of one world and wait for them; ``only``: run that check alone."""
     children = []
     for rank in range(world_size):
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                fd = os.open(os.path.join(tmp, f"stderr{rank}"), os.O_WRONLY | os.O_CREAT)
+                fd = os.open(os.path.join(tmp, f"stderr{rank}"),
+                             os.O_WRONLY | os.O_CREAT | os.O_APPEND)
                 os.dup2(fd, 2)
                 _worker_main(rank, world_size, port, suite_name,
-                             os.path.join(tmp, f"rank{rank}.jsonl"))
+                             os.path.join(tmp, f"rank{rank}.jsonl"), only)
                 code = 0
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
@@ -146,7 +162,8 @@ def _launcher_main(world_size: int, port: int, suite_name: str, tmp: str) -> Non
         os.waitpid(pid, 0)
 
 
-def _worker_main(rank: int, world_size: int, port: int, suite_name: str, out_path: str) -> None:
+def _worker_main(rank: int, world_size: int, port: int, suite_name: str, out_path: str,
+                 only: int | None = None) -> None:
     import datetime
     import warnings
 
@@ -160,10 +177,11 @@ def _worker_main(rank: int, world_size: int, port: int, suite_name: str, out_pat
                             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))
     import rt_checks
 
-    with open(out_path, "w") as out:
+    checks = rt_checks.suite(suite_name, world_size)
+    with open(out_path, "a") as out:
         ctx = rt_checks.Ctx(rank, world_size)
         start = time.perf_counter()
-        for name, fn in rt_checks.suite(suite_name, world_size):
+        for name, fn in checks if only is None else checks[only:only + 1]:
             try:
                 fn(ctx)
                 rec: dict = {"name": name, "ok": True}
