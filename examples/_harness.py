@@ -203,20 +203,25 @@ class _CheckedFunctions:
 
 def check_types(name: str, mesh: DeviceMesh) -> list[str]:
     """One more step of the example under ``spmd.typecheck()``, its parameters and annotated
-    functions declared with their annotations; the type errors the runtime check mode raised."""
+    functions declared with their annotations; the errors that run raised.
+
+    The check mode's ``SpmdTypeError`` is deliberately not a TypeError (see
+    ``spmd_mypy.engine.errors``), and an example may fail under the check mode in other
+    ways: every exception is this example's check failure, ``"code: message"`` (the
+    error's code, else the exception's class), and the other examples still run."""
     import spmd
 
-    mod = importlib.import_module(name)
-    weights: dict[str, torch.Tensor] = mod.full_weights(SEED)
-    dp_rank = mesh.get_local_rank("dp")
-    batch = mod.make_batch(SEED + 1 if mod.DATA_PARALLEL else SEED + 1 + 100 * (dp_rank + 1))
-    model: torch.nn.Module = mod.build(weights, mesh)
     try:
+        mod = importlib.import_module(name)
+        weights: dict[str, torch.Tensor] = mod.full_weights(SEED)
+        dp_rank = mesh.get_local_rank("dp")
+        batch = mod.make_batch(SEED + 1 if mod.DATA_PARALLEL else SEED + 1 + 100 * (dp_rank + 1))
+        model: torch.nn.Module = mod.build(weights, mesh)
         with spmd.typecheck(), _CheckedFunctions(mod):
             _declare_parameters(model)
             mod.step(model, batch)
-    except TypeError as e:  # SpmdTypeError is a TypeError
-        code = getattr(e, "code", type(e).__name__)
+    except Exception as e:  # noqa: BLE001 - reported as this example's check failure
+        code = getattr(e, "code", None) or type(e).__name__
         return [f"{code}: {e}\n{traceback.format_exc(limit=-4)}"]
     return []
 
@@ -225,7 +230,7 @@ def combine(result: Result) -> Result:
     """The worst result over all ranks (max of the differences; errors stay per rank)."""
     worst = torch.tensor(
         [_nan_to_inf(result.loss_diff), _nan_to_inf(result.grad_diff), float(bool(result.errors)),
-         result.seconds],
+         result.seconds, float(bool(result.check_errors))],
         dtype=torch.float64)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     params = torch.tensor([result.params], dtype=torch.int64)
@@ -234,6 +239,9 @@ def combine(result: Result) -> Result:
                  float(worst[3]), result.worst, list(result.errors), list(result.check_errors))
     if worst[2] > 0 and not out.errors:
         out.errors.append("failed on another rank (see that rank's output)")
+    if worst[4] > 0 and not out.check_errors:
+        out.check_errors.append("on another rank: the check mode run failed there (see that "
+                                "rank's output)")
     return out
 
 

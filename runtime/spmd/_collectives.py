@@ -48,6 +48,7 @@ from spmd_mypy.engine.collectives import TRANSITIONS, Transition, check_collecti
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import PARTIAL, REPLICATE, UNTYPED, LocalType
 
+from . import _context
 from . import _dist_utils as du
 from . import _mesh
 from ._types import I, P, R, S, V, _Marker, local_type_of
@@ -434,19 +435,40 @@ def _calibrate_inputs(device: torch.device) -> frozenset:
 
 
 def _calibrate_device(device: torch.device) -> None:
-    _OWNED[device.type] = _OWNED_INPUTS[device.type] = frozenset()  # while calibrating
-    _OWNED[device.type] = _calibrate(device)
-    _OWNED_INPUTS[device.type] = _calibrate_inputs(device)
+    """Calibrate ``device``'s type once, in :func:`._context.own_autograd_context`.
+
+    The first collective under autograd calibrates, wherever it is.  Run in the caller's
+    context, the calibration's graphs went through checkpoint's saved-tensor hooks (a
+    first call under ``checkpoint(use_reentrant=False)`` failed: its recomputation, with
+    no calibration, saved fewer tensors), and under checkpoint or autocast it came out
+    empty (nothing reduced in place for the rest of the process).  In its own context the
+    sets are the same whatever the first call's context (top level, a forward under hooks,
+    modes or autocast, inside a backward).  Under functorch's transforms (whose state
+    cannot be set aside) nothing is calibrated: that call reduces nothing in place and a
+    later call calibrates."""
+    if _functorch_active():
+        return
+    key = device.type
+    _OWNED[key] = _OWNED_INPUTS[key] = frozenset()  # while calibrating (and if it raises)
+    with _context.own_autograd_context():
+        owned = _calibrate(device)
+        inputs = _calibrate_inputs(device)
+    _OWNED[key], _OWNED_INPUTS[key] = owned, inputs
 
 
 def _signatures(table: dict[str, frozenset], t: torch.Tensor) -> frozenset:
     """``table``'s signatures (_OWNED or _OWNED_INPUTS) for ``t``'s device type, calibrating
     that device type first if it has not been (``is_cpu``: reading ``t.device`` costs more)."""
-    sigs = table.get("cpu" if t.is_cpu else t.device.type)
-    if sigs is None:
-        _calibrate_device(t.device)
-        sigs = table[t.device.type]
+    key = "cpu" if t.is_cpu else t.device.type
+    sigs = table.get(key)
+    if sigs is None:  # (on CPU, no more reads of t than a later call makes)
+        _calibrate_device(_CPU if key == "cpu" else t.device)
+        sigs = table.get(key, _NONE)
     return sigs
+
+
+_NONE: frozenset = frozenset()
+_CPU = torch.device("cpu")
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ._context import without_user_modes
 from ._dist_utils import AxisGroup
 
 try:  # torch without distributed support has no DeviceMesh
@@ -93,11 +94,12 @@ class _Binding:
         group = self.cache.get(axis)
         if group is not None:
             return group
-        if isinstance(axis, dist.ProcessGroup):
-            group = self._resolve_process_group(axis)
-        else:
-            names = self._check_names(axis)
-            group = AxisGroup(self.group_of(names), names, self.ranks_of(names))
+        with without_user_modes():  # (the first call may be under the user's modes)
+            if isinstance(axis, dist.ProcessGroup):
+                group = self._resolve_process_group(axis)
+            else:
+                names = self._check_names(axis)
+                group = AxisGroup(self.group_of(names), names, self.ranks_of(names))
         self.cache[axis] = group
         return group
 

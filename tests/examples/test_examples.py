@@ -90,3 +90,26 @@ def test_failing_rank_reports_instead_of_hanging() -> None:
     assert proc.returncode != 0
     assert "deliberate failure on rank 1" in proc.stderr, proc.stderr
     assert elapsed < 90, elapsed
+
+
+def test_check_mode_error_is_that_examples_failure(tmp_path: Path) -> None:
+    """The check mode's SpmdTypeError (not a TypeError) in one example is that example's
+    typecheck failure, with its message: the next example still runs and the table is
+    printed (before, it killed every rank and no table was printed)."""
+    out = tmp_path / "results.json"
+    proc = _run("--only", "check_error_example", "--only", "tp_mlp", "--path",
+                str(Path(__file__).parent), "--json", str(out), "--timeout", "120", timeout=150)
+    report = f"exit code {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 1, report
+    assert out.exists(), report
+    rows = {r["name"]: r for r in json.loads(out.read_text())}
+    bad = rows["check_error_example"]
+    assert bad["passed"] and not bad["errors"], report  # it matches its reference
+    assert len(bad["check_errors"]) == 1, report
+    assert bad["check_errors"][0].startswith("spmd-partial-nonlinear: "), bad["check_errors"]
+    assert "through exp" in bad["check_errors"][0], bad["check_errors"]
+    assert rows["tp_mlp"]["passed"] and not rows["tp_mlp"]["check_errors"], report
+    table = [line.split() for line in proc.stdout.splitlines()]
+    assert any(r[:1] == ["check_error_example"] and "spmd-partial-nonlinear" in r
+               and r[-1] == "PASS" for r in table), report
+

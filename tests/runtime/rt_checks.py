@@ -990,6 +990,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "global":  # global SPMD: redistribute plans, local_map (rt_global.py)
         import rt_global
         return rt_global.suite(world)
+    if name == "first-call":  # each check in fresh ranks (rt_first_call.py)
+        import rt_first_call
+        return rt_first_call.suite(world)
     if name == "compile":  # torch.compile over the typed collectives (rt_compile.py)
         import rt_compile
         return rt_compile.suite(world)
