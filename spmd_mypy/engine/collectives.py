@@ -184,8 +184,13 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
     if r is None:
         return f"{_arg(src)} to {_arg(dst)} needs no op"
     op = r[0]
-    return (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
+    text = (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
             f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
+    if op == "convert" and src.kind is Kind.V and src.dim is None and dst.kind is Kind.P:
+        # a per-rank loss or gradient is most often meant as the sum of the ranks' values
+        text += (f" to keep each rank's values apart, or reinterpret({bare(x_text)}, "
+                 f"{format_axis(axis)}, src={_arg(src)}, dst=P) to mean their sum (a loss or a gradient)")
+    return text
 
 
 @dataclass
@@ -276,16 +281,24 @@ def check_collective(
                 f"{format_axis(axis_arg)}; pass expert_mode=True if that is meant, or "
                 f"convert({x_text}, {format_axis(axis_arg)}, src={src}, dst={dst}) to keep the value",
             ))
-    for axis in axes:
+    mismatched = [a for a in axes if x.get(a) is not None and not shard_dims_match(x.get(a), src)]
+    rest = tuple(a for a in axes if a not in mismatched)
+    for axis in mismatched:
         have = x.get(axis)
-        if have is None:
-            continue
-        if not shard_dims_match(have, src):
-            errors.append(SpmdError(
-                "spmd-src-mismatch",
-                f'{call}, src={src}, ...) but {x_text} is {have.describe()} on "{axis}" ({x_text}: '
-                f"{format_type(x)})" + _mismatch_fix(have, src, dst, x_text, axis),
-            ))
+        assert have is not None
+        fix = _mismatch_fix(have, src, dst, x_text, axis)
+        if rest and have.kind is not src.kind:
+            # a flattened collective over an axis the value does not have src on (an expert's
+            # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
+            kept = rest[0] if len(rest) == 1 else rest
+            fix = (f'; drop "{axis}" from the axes ({op}({bare(x_text)}, {format_axis(kept)}, '
+                   f"src={src}, dst={dst})) if {x_text} is meant to stay {have.describe()} there, or"
+                   + fix[1:])
+        errors.append(SpmdError(
+            "spmd-src-mismatch",
+            f'{call}, src={src}, ...) but {x_text} is {have.describe()} on "{axis}" ({x_text}: '
+            f"{format_type(x)})" + fix,
+        ))
     out = x
     for axis in axes:
         out = out.replace(axis, dst)
