@@ -94,6 +94,7 @@ from .types import (
     LocalType,
     PARTIAL,
     SpmdType,
+    bare,
     format_spec,
     format_type,
     shard,
@@ -173,13 +174,16 @@ def _sharded(entry: Sequence[str]) -> str:
     return f"sharded on {_fmt_axes(tuple(entry))}" if entry else "unsharded"
 
 
-def _desc(o: Operand) -> str:
-    return f"{o.text}: {format_type(o.type) if o.type is not None else 'scalar'}"
+def _desc(o: Operand, in_parens: bool = False) -> str:
+    """``x: Tensor[...]``; ``in_parens``: the text already stands in parentheses, so an
+    operand's own pair goes (``(x < 3: Tensor[...])``, not ``((x < 3): Tensor[...])``)."""
+    text = bare(o.text) if in_parens else o.text
+    return f"{text}: {format_type(o.type) if o.type is not None else 'scalar'}"
 
 
 def redistribute_fix(text: str, src: Spec, dst: Spec) -> str:
     """``spmd.redistribute(x, src=PS[...], dst=PS[...])``."""
-    return f"spmd.redistribute({text}, src={format_spec(src)}, dst={format_spec(dst)})"
+    return f"spmd.redistribute({bare(text)}, src={format_spec(src)}, dst={format_spec(dst)})"
 
 
 def _unshard(spec: Spec, dims: Iterable[int]) -> Spec:
@@ -456,7 +460,7 @@ def _einsum_core(
                 fix = _align_fix(a, a_sp, labels[j].index(c), b, sp, lab.index(c))
                 errors.append(SpmdError(
                     CODE,
-                    f'{op}: {_label(op, c, labels, operands)} is sharded {why} ({_desc(a)}, {_desc(b)}); the locals do '
+                    f'{op}: {_label(op, c, labels, operands)} is sharded {why} ({_desc(a, True)}, {_desc(b, True)}); the locals do '
                     f"not line up: shard both the same way, e.g. {fix}",
                 ))
                 label_axes[c] = (first or entry, j)
@@ -510,7 +514,7 @@ def _einsum_core(
         errors.append(SpmdError(
             CODE,
             f'{op} contracts {_label(op, c, labels, operands)}, sharded on {_fmt_axes(tuple(missing))} '
-            f"({_desc(operands[src_i])}): each rank computes only a partial sum over "
+            f"({_desc(operands[src_i], True)}): each rank computes only a partial sum over "
             f"{_fmt_axes(tuple(missing))}; global SPMD never makes Partial implicitly: say so with "
             f"{_partial_fix(call, tuple(dict.fromkeys(tuple(out_partial_axes) + tuple(missing))))} "
             f"(then all_reduce(..., {_fmt_axes(tuple(missing))}, src=P, dst=R) when the full value "
@@ -698,7 +702,7 @@ def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *
             return _finish(op, operands, None, [SpmdError(
                 CODE,
                 f"{op} needs {what} whole on each rank, but dim {dd} of {o.text} is "
-                f"{_sharded(sp[dd])} ({_desc(o)}); gather it first: "
+                f"{_sharded(sp[dd])} ({_desc(o, True)}); gather it first: "
                 f"{redistribute_fix(o.text, sp, _unshard(sp, [dd]))} (attention over sharded "
                 f"keys, ring attention, is explicit communication: write it in spmd.local_map)",
             )])
@@ -721,7 +725,7 @@ def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *
         return _finish(op, operands, None, [SpmdError(
             CODE,
             f"{op} with {given}: the query dim {ql} of {q.text} is {_sharded(qsp[ql])} "
-            f"({_desc(q)}), and the causal mask counts positions from each rank's first query, "
+            f"({_desc(q, True)}), and the causal mask counts positions from each rank's first query, "
             f"which is the global position only on the first rank; pass an attn_mask sharded "
             f"like the queries instead, or gather the queries first "
             f"({redistribute_fix(q.text, qsp, _unshard(qsp, [ql]))})",
@@ -773,7 +777,7 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                 errors.append(SpmdError(
                     CODE,
                     f"{op}: dim {od} of the result is {_sharded(out[od] or ())} in "
-                    f"{a.text} but {_sharded(entry)} in {o.text} ({_desc(a)}, {_desc(o)}); "
+                    f"{a.text} but {_sharded(entry)} in {o.text} ({_desc(a, True)}, {_desc(o, True)}); "
                     f"elementwise ops need the same layout: {fix}",
                 ))
     if errors:
@@ -885,7 +889,7 @@ def reduction(
             call = f"spmd.sum({x.text}{dim_text}{keep_text}, out_partial_axes={_fmt_axes(needed)})"
             errors.append(SpmdError(
                 CODE,
-                f"{op} over {_dims_text(bad)}, sharded on {_fmt_axes(tuple(missing))} ({_desc(x)}): "
+                f"{op} over {_dims_text(bad)}, sharded on {_fmt_axes(tuple(missing))} ({_desc(x, True)}): "
                 f"each rank sums only its shard; global SPMD never makes Partial implicitly: write "
                 f"{call} (then all_reduce(..., {_fmt_axes(tuple(missing))}, src=P, dst=R) for the "
                 f"full value), or gather {_these(bad)} first: "
@@ -899,7 +903,7 @@ def reduction(
             how = f"gather {_these(sharded)} first: "
         errors.append(SpmdError(
             CODE,
-            f"{op} over {_dims_text(sharded)}, sharded on {_fmt_axes(needed)} ({_desc(x)}): each "
+            f"{op} over {_dims_text(sharded)}, sharded on {_fmt_axes(needed)} ({_desc(x, True)}): each "
             f"rank would reduce only its shard; "
             f"{how}{redistribute_fix(x.text, sp, _unshard(sp, [d for d, _ in sharded]))}",
         ))
@@ -954,7 +958,7 @@ def along_dim(op: str, x: Operand, *, dim: int | None = None, normalized_ndim: i
         d = bad[0]
         return _finish(op, operands, None, [SpmdError(
             CODE,
-            f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x)}): it needs the whole "
+            f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x, True)}): it needs the whole "
             f"dim on each rank; gather it first: {redistribute_fix(x.text, sp, _unshard(sp, bad))}",
         )])
     # the extra operands (weights of layer_norm) are elementwise over the trailing dims
@@ -1013,7 +1017,7 @@ def matrix_transpose(x: Operand, *, op: str = "mT") -> Result:
     r = rank(x.type)  # type: ignore[arg-type]
     assert r is not None
     if r < 2:
-        return _finish(op, [x], None, [SpmdError(CODE, f"{op} needs rank >= 2 ({_desc(x)})")])
+        return _finish(op, [x], None, [SpmdError(CODE, f"{op} needs rank >= 2 ({_desc(x, True)})")])
     return transpose(x, -2, -1, op=op)
 
 
@@ -1046,7 +1050,7 @@ def _group_error(op: str, x: Operand, d: int, entry: tuple[str, ...], what: str)
     sp = x.type.spec  # type: ignore[union-attr]
     return SpmdError(
         CODE,
-        f"{op} {what} dim {d}, sharded on {_fmt_entry(entry)} ({_desc(x)}), but it is not the "
+        f"{op} {what} dim {d}, sharded on {_fmt_entry(entry)} ({_desc(x, True)}), but it is not the "
         f"outermost factor: the locals would not be contiguous blocks of the result; gather it "
         f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))}) or move it outermost",
     )
@@ -1274,7 +1278,7 @@ def squeeze(x: Operand, *, dim: int | Sequence[int] | None = None, op: str = "sq
     bad = [d for d in dims if sp[d]]
     if bad:
         return _finish(op, [x], None, [SpmdError(
-            CODE, f"{op} of dim {bad[0]}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x)}): a "
+            CODE, f"{op} of dim {bad[0]}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x, True)}): a "
                   f"sharded dim is not of size 1; squeeze an unsharded dim")])
     return _finish(op, [x], tuple(e for d, e in enumerate(sp) if d not in dims), [])
 
@@ -1377,7 +1381,7 @@ def split(x: Operand, *, dim: int = 0, op: str = "split") -> Result:
     if sp[d]:
         return _finish(op, [x], None, [SpmdError(
             CODE,
-            f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x)}): each rank would "
+            f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x, True)}): each rank would "
             f"split only its own shard, so the pieces are not the global pieces; gather the dim "
             f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or split another dim",
         )])
@@ -1483,7 +1487,7 @@ def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll
         what = "without dims (the flattened tensor)" if dims is None else f"along dim {bad[0]}"
         return _finish(op, [x], None, [SpmdError(
             CODE,
-            f"{op} {what}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x)}): elements would "
+            f"{op} {what}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x, True)}): elements would "
             f"cross shard boundaries (rank to rank communication); gather the dim first "
             f"({redistribute_fix(x.text, sp, _unshard(sp, bad))}), or roll unsharded dims",
         )])
@@ -1537,7 +1541,7 @@ def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean")
     if sp[cd]:
         return _finish(op, operands, None, [SpmdError(
             CODE,
-            f"{op} over the class dim {cd}, sharded on {_fmt_entry(sp[cd])} ({_desc(x)}): the "
+            f"{op} over the class dim {cd}, sharded on {_fmt_entry(sp[cd])} ({_desc(x, True)}): the "
             f"softmax over the classes needs every class on each rank; gather it first "
             f"({redistribute_fix(x.text, sp, _unshard(sp, [cd]))}), or write a vocab-parallel "
             f"loss in spmd.local_map (max/sum over the classes all_reduced)",
@@ -1588,7 +1592,7 @@ def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean")
         return _finish(op, operands, None, [SpmdError(
             CODE,
             f'{op}(..., reduction="{reduction}") over dim {d + (1 if d >= cd else 0)} of the input, sharded '
-            f"on {_fmt_entry(e)} ({_desc(x)}): {why}; global SPMD never makes Partial "
+            f"on {_fmt_entry(e)} ({_desc(x, True)}): {why}; global SPMD never makes Partial "
             f'implicitly: write losses = F.{op}({args}, reduction="none"), then {total}, '
             f'then all_reduce(loss, {_fmt_axes(axes)}, src=P, dst=R) for the full value',
         )])
@@ -1614,7 +1618,7 @@ def _index_error(op: str, x: Operand, d: int, what: str) -> SpmdError:
     sp = x.type.spec  # type: ignore[union-attr]
     return SpmdError(
         CODE,
-        f"{op}: {what} dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x)}): each rank holds "
+        f"{op}: {what} dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x, True)}): each rank holds "
         f"another block, so the local index does not mean the global one; gather the dim first "
         f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or index an unsharded dim",
     )
@@ -1694,7 +1698,7 @@ def _lookup_error(op: str, x: Operand, d: int) -> SpmdError:
     what = "the vocabulary dim" if op == "embedding" else "the gathered dim"
     return SpmdError(
         CODE,
-        f"{op}: {what} {d} of {x.text} is sharded on {axes} ({_desc(x)}): each rank holds "
+        f"{op}: {what} {d} of {x.text} is sharded on {axes} ({_desc(x, True)}): each rank holds "
         f"another block of rows, so a local lookup of the global indices reads the wrong rows "
         f"(the vocab-parallel lookup is communication); gather that dim first "
         f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or write the masked lookup in "
@@ -1796,7 +1800,7 @@ def keeps_spec(op: str, x: Operand, *, dims: Sequence[int], extra: Sequence[Oper
         return _finish(op, operands, None, [SpmdError(
             CODE,
             f"{op} needs {_dims_text([(d, sp[d]) for d in ds])} whole on each rank, but dim "
-            f"{bad[0]} is sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x)}); gather it first: "
+            f"{bad[0]} is sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x, True)}); gather it first: "
             f"{redistribute_fix(x.text, sp, _unshard(sp, bad))}",
         )])
     for o in extra:  # a tensor fill value (pad's value is a Python scalar)
@@ -1992,7 +1996,7 @@ def no_rule_error(op: str, operands: Sequence[Operand]) -> SpmdError:
         how = ("wrap the code in spmd.local_map (the global operands are already unsharded, so "
                "no redistribute helps)")
     return SpmdError(
-        CODE, f"{op} has no shard propagation rule in global SPMD ({_desc(g)}); do it in local "
+        CODE, f"{op} has no shard propagation rule in global SPMD ({_desc(g, True)}); do it in local "
               f"SPMD: {how}")
 
 
