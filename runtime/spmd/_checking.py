@@ -970,7 +970,11 @@ def _install_apply() -> None:
     if _TORCH_APPLY is None:
         fn_cls = torch.autograd.Function
         _TORCH_APPLY = fn_cls.__dict__["apply"]
-        fn_cls.apply = classmethod(_apply)  # type: ignore[method-assign,assignment]
+        # torch.compile: a graph being traced calls Fn.apply by name (it traces forward
+        # itself, never this); after a graph break the eager call must not be compiled as
+        # a frame of its own (the frame of torch's apply is skipped as torch's code)
+        fn_cls.apply = classmethod(  # type: ignore[method-assign,assignment]
+            torch.compiler.disable(_apply, recursive=False))
 
 
 def _uninstall_apply() -> None:
