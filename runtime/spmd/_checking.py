@@ -78,7 +78,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import check_collective, suggest
+from spmd_mypy.engine.collectives import check_argument, check_collective, suggest
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, Reduction, Role, check_backward,
                                   check_inplace, partial_op, propagate, propagate_each)
@@ -577,6 +577,8 @@ class typecheck(contextlib.ContextDecorator):
         global ACTIVE
         mode = _Mode(self.strict)
         mode.__enter__()
+        if not _STACK:
+            _install_apply()
         _STACK.append(mode)
         self._modes.append(mode)
         ACTIVE = True
@@ -591,6 +593,8 @@ class typecheck(contextlib.ContextDecorator):
             if mode in _STACK:
                 _STACK.remove(mode)
             ACTIVE = bool(_STACK)
+            if not _STACK:
+                _uninstall_apply()
 
 
 def _as_spmd_type(t: Any) -> SpmdType:
@@ -779,6 +783,39 @@ def _operand_key(key: list[Any], ops: list, types: list, grad_on: bool) -> list[
     return key
 
 
+def _annotated_types(fn: Any) -> tuple[dict[str, SpmdType], Any]:
+    """A function's ``Tensor[...]`` annotations, evaluated (once per caller's cache):
+    (parameter name -> type, the result's type or a tuple of types and Nones, or None).
+    ``Tensor[...] | None`` counts as ``Tensor[...]`` (a None argument is not checked)."""
+    import typing
+
+    try:
+        h = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        h = dict(getattr(fn, "__annotations__", {}))
+    params = {}
+    for name, ann in h.items():
+        if name == "return":
+            continue
+        st = spmd_type_of_annotation(ann)
+        if st is None:
+            items = [a for a in typing.get_args(ann) if a is not type(None)]
+            if len(items) == 1 and type(None) in typing.get_args(ann):  # Optional[Tensor[...]]
+                st = spmd_type_of_annotation(items[0])
+        if st is not None:
+            params[name] = st
+    ret = h.get("return")
+    rets: Any = None
+    st = spmd_type_of_annotation(ret)
+    if st is not None:
+        rets = st
+    elif typing.get_origin(ret) is tuple:
+        items = [spmd_type_of_annotation(a) for a in typing.get_args(ret)]
+        if any(i is not None for i in items):
+            rets = tuple(items)
+    return params, rets
+
+
 def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
     """Check a function's ``Tensor[...]`` annotations at its boundary in check mode.
 
@@ -789,34 +826,13 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
     given it.  Outside check mode the wrapper only forwards the call.
     """
     import inspect
-    import typing
 
     sig = inspect.signature(fn)
     cache: list[tuple[dict[str, SpmdType], Any]] = []
 
     def hints() -> tuple[dict[str, SpmdType], Any]:
         if not cache:
-            try:
-                h = typing.get_type_hints(fn, include_extras=True)
-            except Exception:
-                h = dict(getattr(fn, "__annotations__", {}))
-            params = {}
-            for name, ann in h.items():
-                if name == "return":
-                    continue
-                st = spmd_type_of_annotation(ann)
-                if st is not None:
-                    params[name] = st
-            ret = h.get("return")
-            rets: Any = None
-            st = spmd_type_of_annotation(ret)
-            if st is not None:
-                rets = st
-            elif typing.get_origin(ret) is tuple:
-                items = [spmd_type_of_annotation(a) for a in typing.get_args(ret)]
-                if any(i is not None for i in items):
-                    rets = tuple(items)
-            cache.append((params, rets))
+            cache.append(_annotated_types(fn))
         return cache[0]
 
     @functools.wraps(fn)
@@ -844,6 +860,128 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
         return result
 
     return wrapper
+
+
+# --------------------------------------------------------------------------------------
+# Custom autograd Functions: ``Fn.apply(...)`` has forward's declared types (SPEC section 5)
+#
+# The static checker types ``Fn.apply(x, ...)`` by forward's annotations (its arguments are
+# checked against forward's parameters, its result is forward's declared return type),
+# whatever forward computes inside (raw torch.distributed calls, as Megatron's mappings
+# and uneven all-to-alls are written).  The check mode follows the same contract: while a
+# ``typecheck()`` block is open, ``torch.autograd.Function.apply`` is replaced by
+# :func:`_apply` (the TorchFunctionMode never sees ``apply``); outside, torch's own
+# ``apply`` is in place (nothing installed, nothing read).  Forward's annotations are
+# evaluated once per Function class; a Function without ``Tensor[...]`` annotations is
+# applied as before.  Backward is not stamped: autograd's gradients are typed where the
+# check mode sees them (``x.grad`` and ``torch.autograd.grad`` give the dual of x's type).
+
+# Function class -> (forward's signature without ctx, parameter types, result types) or
+# None (no Tensor[...] annotation).  Weak keys: a class defined in a function may go.
+_FN_TYPES: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+_TORCH_APPLY: Any = None  # torch's Function.apply (the classmethod) while _apply is installed
+
+
+def _function_types(cls: type) -> Any:
+    import inspect
+
+    forward = inspect.getattr_static(cls, "forward", None)
+    forward = getattr(forward, "__func__", forward)  # the staticmethod's function
+    if not callable(forward):
+        return None
+    try:
+        params, rets = _annotated_types(forward)
+    except Exception:  # an annotation that does not evaluate: typed as before
+        return None
+    if not params and rets is None:
+        return None
+    try:
+        sig = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return None
+    from torch.autograd.function import _is_setup_context_defined
+
+    if not _is_setup_context_defined(getattr(cls, "setup_context", None)):
+        ps = list(sig.parameters.values())  # forward(ctx, *args): apply passes args
+        sig = sig.replace(parameters=ps[1:])
+    return sig, params, rets, f"{cls.__name__}.apply"
+
+
+def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, callee: str) -> None:
+    """The static checker's rule for an argument (engine ``check_argument``, ``spmd-mismatch``);
+    then the argument has its declared type (forward's body sees it, like ``spmd.checked``)."""
+    have = _get(value)
+    if have:
+        errors = check_argument(have, want, x_text="x", where="x")
+        if errors:
+            text = _texts([value], ["x"])[0]
+            errors = check_argument(have, want, x_text=text,
+                                    where=f'argument {text} (parameter "{param}" of {callee})')
+            raise SpmdTypeError(errors[0])
+    _stamp_declared(value, want, f"argument {{x}} (parameter {param!r} of {callee}) is "
+                    f"annotated {_fmt(want)}")
+
+
+def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Fn.apply`` in check mode: forward's declared types at the call (see above)."""
+    torch_apply = _TORCH_APPLY.__get__(None, cls)
+    if not ACTIVE or _PAUSED:
+        return torch_apply(*args, **kwargs)
+    try:
+        info = _FN_TYPES[cls]
+    except KeyError:
+        info = _FN_TYPES[cls] = _function_types(cls)
+    except TypeError:  # not weakly referenceable
+        info = None
+    if info is None:
+        return torch_apply(*args, **kwargs)
+    sig, params, rets, callee = info
+    if params:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return torch_apply(*args, **kwargs)  # torch reports the call
+        for name, value in bound.arguments.items():
+            want = params.get(name)
+            if want is None:
+                continue
+            values = value if sig.parameters[name].kind is sig.parameters[name].VAR_POSITIONAL else (value,)
+            for v in values:
+                if isinstance(v, torch.Tensor):
+                    _check_apply_argument(v, want, name, callee)
+    result = torch_apply(*args, **kwargs)
+    # The result has forward's declared type, as the static checker gives it, whatever the
+    # body computed (raw collectives leave it untyped, or stale after an in-place one).
+    if isinstance(rets, SpmdType):
+        if isinstance(result, torch.Tensor):
+            _set(result, rets)
+    elif rets is not None and isinstance(result, (tuple, list)):
+        for st, r in zip(rets, result):
+            if st is not None and isinstance(r, torch.Tensor):
+                _set(r, st)
+    return result
+
+
+_apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply by its name
+
+
+def _install_apply() -> None:
+    global _TORCH_APPLY
+    if _TORCH_APPLY is None:
+        fn_cls = torch.autograd.Function
+        _TORCH_APPLY = fn_cls.__dict__["apply"]
+        # torch.compile: a graph being traced calls Fn.apply by name (it traces forward
+        # itself, never this); after a graph break the eager call must not be compiled as
+        # a frame of its own (the frame of torch's apply is skipped as torch's code)
+        fn_cls.apply = classmethod(  # type: ignore[method-assign,assignment]
+            torch.compiler.disable(_apply, recursive=False))
+
+
+def _uninstall_apply() -> None:
+    global _TORCH_APPLY
+    if _TORCH_APPLY is not None:
+        torch.autograd.Function.apply = _TORCH_APPLY  # type: ignore[method-assign]
+        _TORCH_APPLY = None
 
 
 def _reset_caches() -> None:

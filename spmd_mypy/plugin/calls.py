@@ -883,6 +883,12 @@ class CallTyper:
         typed_name = typed_collective(name)
 
         def hook(ctx: FunctionContext) -> Type:
+            if self.plugin.regions.in_autograd_function(getattr(ctx.api, "tree", None),
+                                                        ctx.context.line):
+                # forward/backward of a custom autograd Function: the user implements a
+                # collective there (an uneven all_to_all_single, Megatron's mappings); the
+                # Function's annotations type it (SPEC section 5)
+                return ctx.default_return_type
             for types, exprs in zip(ctx.arg_types, ctx.args):
                 for t, e in (item for te in zip(types, exprs)
                              for item in self._container_items(te[0], te[1], ctx)):

@@ -200,6 +200,10 @@ def _grad_mode(e: Expression) -> bool | None:
     return None
 
 
+# The methods of a custom autograd Function that implement its forward and backward.
+AUTOGRAD_FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp"})
+
+
 def _is_autograd_function(c: ClassDef) -> bool:
     for b in c.base_type_exprs:
         if isinstance(b, (NameExpr, MemberExpr)) and b.name == "Function":
@@ -216,6 +220,9 @@ class GradRegions:
     # an enclosing no_grad region (the innermost region decides)
     enabled: list[tuple[int, int]] = field(default_factory=list)
     detached_names: list[tuple[int, int, str]] = field(default_factory=list)  # (function lines, name)
+    # forward/backward (jvp, vjp) of torch.autograd.Function subclasses: where users implement
+    # their own collectives with raw torch.distributed calls (no spmd-raw-collective there)
+    function_bodies: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Walker:
@@ -231,6 +238,7 @@ class _Walker:
         self.no_grad: list[tuple[int, int]] = []
         self.detached: list[tuple[int, int, str]] = []
         self.enabled: list[tuple[int, int]] = []
+        self.function_bodies: list[tuple[int, int]] = []
         self._assigns: list[dict[str, list[Expression]]] = []
         self._depth = 0  # function nesting
 
@@ -264,6 +272,8 @@ class _Walker:
                     rewrite_type(st.unanalyzed_type)
             if in_function_class and st.name == "forward":
                 self.no_grad.append((st.line, st.end_line or st.line))
+            if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:
+                self.function_bodies.append((st.line, st.end_line or st.line))
             self._assigns.append({})
             self._depth += 1
             self.block(st.body.body)
@@ -469,7 +479,8 @@ def grad_regions(file: MypyFile) -> GradRegions:
 def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
     w = _Walker(rewrite=rewrite)
     w.block(file.defs)
-    return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=w.detached)
+    return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=w.detached,
+                       function_bodies=w.function_bodies)
 
 
 def _regions_or_none(tree: MypyFile) -> GradRegions:
@@ -508,6 +519,13 @@ class RegionIndex:
             if inner < a <= line <= b:
                 return False
         return True
+
+    def in_autograd_function(self, tree: MypyFile | None, line: int) -> bool:
+        """The line is in the forward or backward (jvp, vjp) of a torch.autograd.Function."""
+        regions = self.regions(tree)
+        if regions is None:
+            return False
+        return any(a <= line <= b for a, b in regions.function_bodies)
 
     def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
         """A local only ever assigned gradient-free values (:func:`is_gradient_free`: ``<expr>.detach()``,

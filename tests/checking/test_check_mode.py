@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import io
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -531,6 +532,84 @@ def test_checked_decorator() -> None:
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(h)
         assert "the result of _bad_return" in str(e.value)
+
+
+# --------------------------------------------------------------------------------------
+# custom autograd Functions: Fn.apply has forward's declared types (SPEC section 5)
+
+
+class _Untyped2Typed(torch.autograd.Function):
+    """An annotated forward computing with ops the check mode cannot type (a detour through
+    numpy stands for a raw torch.distributed collective): untyped results inside."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[V["ep"]], splits: list[int]) -> Tensor[V["ep"]]:
+        return torch.from_numpy(x.detach().numpy() * 2)
+
+    @staticmethod
+    def backward(ctx, g: Tensor[V["ep"]]) -> tuple[Tensor[V["ep"]], None]:
+        return g * 2, None
+
+
+class _TwoOut(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor[I["tp"]], scale: float = 1.0
+                ) -> tuple[Tensor[R["tp"]], Tensor[S[0, "tp"]], int]:
+        return torch.from_numpy(x.detach().numpy()), x.detach().clone() * scale, 3
+
+    @staticmethod
+    def backward(ctx, a: Tensor[P["tp"]], b: Tensor[S[0, "tp"]], c: Any) -> tuple[Tensor[I["tp"]], None]:
+        return a + b, None
+
+
+class _Plain(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(x.detach().numpy() * 2)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        return g * 2
+
+
+def test_function_apply_has_forwards_declared_type() -> None:
+    torch_apply = torch.autograd.Function.__dict__["apply"]
+    with spmd.typecheck():
+        x = typed(mk(), Tensor[V["ep"]])
+        y = _Untyped2Typed.apply(x, [2, 2])
+        assert spmd.typeof(y) == ty(ep=VARYING)
+        assert spmd.typeof(y * 2) == ty(ep=VARYING)  # checks downstream see it
+        u = mk()  # an untyped argument gets the declaration (like spmd.checked)
+        assert spmd.typeof(_Untyped2Typed.apply(u, [4])) == ty(ep=VARYING)
+        assert spmd.typeof(u) == ty(ep=VARYING)
+        a, b, n = _TwoOut.apply(typed(mk(), Tensor[I["tp"]]), 2.0)  # tuple results
+        assert spmd.typeof(a) == ty(tp=REPLICATE)
+        assert spmd.typeof(b) == SpmdType.of({"tp": shard(0)})
+        assert n == 3
+        (a.sum() + b.sum()).backward(torch.ones(()))  # autograd unchanged
+        z = _Plain.apply(typed(mk(), Tensor[R["tp"]]))  # no annotations: as before
+        assert spmd.typeof(z) is None
+        with spmd.typecheck():  # nested blocks: still installed after the inner one
+            pass
+        assert spmd.typeof(_Untyped2Typed.apply(x, [4])) == ty(ep=VARYING)
+    # erasure: torch's own apply outside the block; nothing typed
+    assert torch.autograd.Function.__dict__["apply"] is torch_apply
+    assert spmd.typeof(_Untyped2Typed.apply(mk(), [4])) is None
+
+
+def test_function_apply_argument_mismatch_is_the_static_error() -> None:
+    with spmd.typecheck():
+        r = typed(mk(), Tensor[R["ep"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _Untyped2Typed.apply(r, [4])
+        assert e.value.code == "spmd-mismatch"
+        # the static checker's message (tests/plugin/cases/duality.test)
+        assert str(e.value).startswith(
+            'argument r (parameter "x" of _Untyped2Typed.apply) is Tensor[R["ep"]] but '
+            'Tensor[V["ep"]] is expected: it is R on "ep" where V is needed; '), str(e.value)
+        s0 = typed(mk(), Tensor[S[0, "ep"]])  # S(i) fits V; it keeps its shard dim
+        _Untyped2Typed.apply(s0, [4])
+        assert spmd.typeof(s0) == SpmdType.of({"ep": shard(0)})
 
 
 # --------------------------------------------------------------------------------------

@@ -993,6 +993,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "first-call":  # each check in fresh ranks (rt_first_call.py)
         import rt_first_call
         return rt_first_call.suite(world)
+    if name == "autograd-fn":  # custom autograd Functions with raw collectives (rt_autograd_fn.py)
+        import rt_autograd_fn
+        return rt_autograd_fn.suite(world)
     if name == "compile":  # torch.compile over the typed collectives (rt_compile.py)
         import rt_compile
         return rt_compile.suite(world)
