@@ -330,12 +330,19 @@ def _mixing_errors(op: str, operands: Sequence[Operand]) -> list[SpmdError]:
     return errs
 
 
-def _enter(op: str, operands: Sequence[Operand], **params: Any) -> Result | None:
+def _enter(op: str, operands: Sequence[Operand], *, mixing: bool = False,
+           **params: Any) -> Result | None:
     """The common start of a global rule: the local rule when no operand is global, the
-    error for a non-literal parameter, else None (the rule goes on)."""
+    error for a non-literal parameter, with ``mixing`` the local kinds' mixing errors
+    (:func:`_mixing_errors`), else None (the rule goes on)."""
     if _all_local(op, operands):
         return local_propagate(op, operands)
-    return _guard(op, operands, **params)
+    early = _guard(op, operands, **params)
+    if early is None and mixing:
+        mix = _mixing_errors(op, operands)
+        if mix:
+            return _finish(op, operands, None, mix)
+    return early
 
 
 def _guard(op: str, operands: Sequence[Operand], **params: Any) -> Result | None:
@@ -1516,12 +1523,9 @@ def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean")
         F.cross_entropy(logits: PS["dp", None], t: PS["dp"], reduction="none") -> PS["dp"]
         F.cross_entropy(logits: PS["dp", None], t: PS["dp"])                    -> error
     """
-    early = _enter(op, operands, reduction=reduction)
+    early = _enter(op, operands, reduction=reduction, mixing=True)
     if early is not None:
         return early
-    mix = _mixing_errors(op, operands)
-    if mix:
-        return _finish(op, operands, None, mix)
     x = operands[0]
     if x.type is None or x.type.spec is None:
         g = next(o for o in operands if is_global(o.type))
@@ -1742,12 +1746,9 @@ def lookup(op: str, x: Operand, ids: Operand, *, dim: int = 0,
     An untyped table (nn.Embedding's own weight) or untyped indices: the layout is
     unknown (gradual), the table's sharded gathered dim is still an error."""
     operands = list(operands) if operands is not None else [x, ids]
-    early = _enter(op, operands, dim=dim)
+    early = _enter(op, operands, dim=dim, mixing=True)
     if early is not None:
         return early
-    mix = _mixing_errors(op, operands)
-    if mix:
-        return _finish(op, operands, None, mix)
     xs = x.type.spec if x.type is not None else None
     d = 0
     if xs is not None:
@@ -1785,12 +1786,9 @@ def keeps_spec(op: str, x: Operand, *, dims: Sequence[int], extra: Sequence[Oper
     """An op computed per position that needs ``dims`` whole (triu/tril: the last two,
     F.pad: the padded ones): those dims unsharded, the spec kept."""
     operands = [x, *extra]
-    early = _enter(op, operands, dims=dims)
+    early = _enter(op, operands, dims=dims, mixing=True)
     if early is not None:
         return early
-    mix = _mixing_errors(op, operands)
-    if mix:
-        return _finish(op, operands, None, mix)
     if x.type is None or x.type.spec is None:
         return Result(SpmdType(), list(local_propagate(op, operands).errors))
     sp = x.type.spec
