@@ -61,6 +61,7 @@ from mypy.types import (
     NoneType,
     TupleType,
     Type,
+    TypeOfAny,
     TypeVarLikeType,
     UninhabitedType,
     UnionType,
@@ -426,6 +427,21 @@ class AutogradTyper:
         return default
 
     # -- x.register_hook(fn) -------------------------------------------------------------------
+    def register_hook_signature_hook(self, ctx: MethodSigContext) -> CallableType:
+        """``x.register_hook(lambda g: ...)``: the lambda's parameter is x's gradient, typed
+        (the dual of x's type), so its body is checked like a def hook's (torch leaves the
+        parameter unannotated: the lambda's ``g`` would be Any, its ops unchecked)."""
+        sig = ctx.default_signature
+        if not (ctx.args and ctx.args[0] and isinstance(ctx.args[0][0], LambdaExpr) and sig.arg_types):
+            return sig
+        x = self.types.from_type(ctx.type)
+        grad = self.types.to_instance(duality.gradient_type(x)) if x else None
+        if grad is None:
+            return sig
+        hook_t = CallableType([grad], [ARG_POS], [None], AnyType(TypeOfAny.special_form),
+                              ctx.api.named_generic_type("builtins.function", []))
+        return sig.copy_modified(arg_types=[hook_t, *sig.arg_types[1:]])
+
     def register_hook_hook(self, ctx: MethodContext) -> Type:
         x = self.types.from_type(ctx.type)
         if not x or not ctx.args or not ctx.args[0]:

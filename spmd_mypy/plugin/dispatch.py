@@ -298,7 +298,9 @@ class HookDispatch:
         if method == "__call__" and is_module_class(self.lookup_info(cls)):
             return self.plugin.modules.call_signature_hook  # torch's own modules too
         hook: Callable | None
-        if calls.is_tensor_method_class(cls) or fullname.startswith(NO_SIGNATURE_CHECK):
+        if method == "register_hook" and calls.is_tensor_method_class(cls):
+            hook = self.plugin.autograd.register_hook_signature_hook
+        elif calls.is_tensor_method_class(cls) or fullname.startswith(NO_SIGNATURE_CHECK):
             hook = None
         elif method == "apply" and is_autograd_function(self.lookup_info(cls)):
             return self.plugin.autograd.apply_signature_hook
