@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from mypy.nodes import (
     ARG_POS,
+    ARG_STAR,
+    ARG_STAR2,
+    ArgKind,
     CallExpr,
     ComparisonExpr,
     ConditionalExpr,
@@ -1292,16 +1295,36 @@ class CallTyper:
             for i, wanted in expected.items():
                 if i >= len(case.arg_types):
                     continue
-                for typ, expr in zip(case.arg_types[i], case.args[i]):
-                    have = self.types.from_type(typ)
-                    if not have:
-                        continue
-                    param = sig.arg_names[i] if i < len(sig.arg_names) else None
-                    where = (f'argument {expr_text(expr)} (parameter "{param}" of {callee})' if param
-                             else f"argument {i + 1} ({expr_text(expr)}) of {callee}")
-                    self.report(ctx, coll.check_argument_any(have, wanted, x_text=expr_text(expr),
-                                                             where=where))
+                kinds = case.arg_kinds[i] if i < len(case.arg_kinds) else []
+                for k, (typ, expr) in enumerate(zip(case.arg_types[i], case.args[i])):
+                    kind = kinds[k] if k < len(kinds) else ARG_POS
+                    text = expr_text(expr)
+                    if kind in (ARG_STAR, ARG_STAR2):  # f(*xs), f(**d): each item is an argument
+                        text = ("*" if kind == ARG_STAR else "**") + text
+                    for item in _unpacked_types(typ, kind):
+                        have = self.types.from_type(item)
+                        if not have:
+                            continue
+                        param = sig.arg_names[i] if i < len(sig.arg_names) else None
+                        where = (f'argument {text} (parameter "{param}" of {callee})' if param
+                                 else f"argument {i + 1} ({text}) of {callee}")
+                        self.report(ctx, coll.check_argument_any(have, wanted, x_text=expr_text(expr),
+                                                                 where=where))
         return ctx.default_return_type
+
+
+def _unpacked_types(t: Type, kind: ArgKind) -> list[Type]:
+    """The types an actual passes: itself; for ``*xs`` a list's (any iterable's) item type,
+    for ``**d`` a mapping's value type.  A tuple's items are spread over several formals
+    (mypy gives each of them the whole tuple): not judged here."""
+    if kind not in (ARG_STAR, ARG_STAR2):
+        return [t]
+    p = get_proper_type(t)
+    if isinstance(p, Instance) and p.args:  # tuple[T, ...] too (one item type)
+        if kind == ARG_STAR2:
+            return [p.args[-1]] if len(p.args) == 2 else []
+        return [p.args[0]] if len(p.args) == 1 else []
+    return []
 
 
 def torch_function_name(sig: CallableType) -> str | None:
