@@ -432,8 +432,9 @@ class AutogradTyper:
         (the dual of x's type), so its body is checked like a def hook's (torch leaves the
         parameter unannotated: the lambda's ``g`` would be Any, its ops unchecked)."""
         sig = ctx.default_signature
-        if not (ctx.args and ctx.args[0] and isinstance(ctx.args[0][0], LambdaExpr) and sig.arg_types):
-            return sig
+        lam = ctx.args[0][0] if ctx.args and ctx.args[0] else None
+        if not (isinstance(lam, LambdaExpr) and lam.arg_kinds == [ARG_POS] and sig.arg_types):
+            return sig  # a lambda of another shape: torch's own (unannotated) signature
         x = self.types.from_type(ctx.type)
         grad = self.types.to_instance(duality.gradient_type(x)) if x else None
         if grad is None:
