@@ -52,6 +52,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class World:
+    """A suite run once on ``world_size`` ranks, when a test first asks for one of its
+    checks; a test module parametrizes over :meth:`names` and calls :meth:`check`."""
+
+    def __init__(self, world_size: int, suite: str, timeout: float) -> None:
+        self.world_size, self.suite, self.timeout = world_size, suite, timeout
+        self._results: dict[str, CheckResult] = {}
+
+    def names(self) -> list[str]:
+        """The suite's check names without the ``w2/`` prefix."""
+        import rt_checks
+
+        return [n.split("/", 1)[1] for n, _ in rt_checks.suite(self.suite, self.world_size)]
+
+    def check(self, name: str) -> None:
+        import pytest
+
+        if not self._results:
+            self._results.update(run_world(self.world_size, self.suite, self.timeout))
+        key = f"w{self.world_size}/{name}"
+        res = self._results[key]
+        if not res.ok:
+            pytest.fail(f"{key} failed:\n{res.message}", pytrace=False)
+
+
 def run_world(world_size: int, suite: str, timeout: float = 150.0) -> dict[str, CheckResult]:
     """Run ``rt_checks.SUITES[suite]`` on ``world_size`` gloo ranks; results per check name."""
     import rt_checks

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import rt_autograd_fn
 import rt_world
 
-_results: dict[str, rt_world.CheckResult] = {}
+WORLD = rt_world.World(2, "autograd-fn", timeout=120.0)
 
 
-@pytest.mark.parametrize("name", [n.split("/", 1)[1] for n, _ in rt_autograd_fn.suite(2)])
+@pytest.mark.parametrize("name", WORLD.names())
 def test_autograd_function(name):
-    if not _results:
-        _results.update(rt_world.run_world(2, "autograd-fn", timeout=120.0))
-    res = _results[f"w2/{name}"]
-    if not res.ok:
-        pytest.fail(f"w2/{name} failed:\n{res.message}", pytrace=False)
+    WORLD.check(name)

@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-import rt_compile
 import rt_world
 
-_results: dict[str, rt_world.CheckResult] = {}
+WORLD = rt_world.World(2, "compile", timeout=400.0)
 
 
-@pytest.mark.parametrize("name", [n.split("/", 1)[1] for n, _ in rt_compile.suite(2)])
+@pytest.mark.parametrize("name", WORLD.names())
 def test_compiled_matches_eager(name):
-    if not _results:
-        _results.update(rt_world.run_world(2, "compile", timeout=400.0))
-    res = _results[f"w2/{name}"]
-    if not res.ok:
-        pytest.fail(f"w2/{name} failed:\n{res.message}", pytrace=False)
+    WORLD.check(name)
