@@ -212,15 +212,32 @@ def _shape_prefix(e: Expression, x_text: str | None) -> range | None:
 
     if isinstance(e, StarExpr):
         e = e.expr
-    if not (x_text is not None and isinstance(e, IndexExpr) and isinstance(e.base, MemberExpr)
-            and e.base.name == "shape" and isinstance(e.index, SliceExpr)
-            and e.index.stride is None and expr_text(e.base.expr) == x_text):
+    sliced = _shape_slice(e) if isinstance(e, IndexExpr) else None  # (x.shape itself: all dims)
+    if x_text is None or sliced is None:
         return None
-    lo = 0 if e.index.begin_index is None else lit_int(e.index.begin_index)
-    hi = lit_int(e.index.end_index) if e.index.end_index is not None else None
-    if lo is None or hi is None or lo < 0 or hi < lo:
+    tensor, lo, hi = sliced
+    if hi is None or hi < lo or expr_text(tensor) != x_text:
         return None
     return range(lo, hi)
+
+
+def _shape_slice(e: Expression) -> tuple[Expression, int, int | None] | None:
+    """``(x, a, b)`` for ``x.shape[a:b]`` with a literal non-negative ``a`` (``b``: None when
+    open or not literal), ``(x, 0, None)`` for ``x.shape`` and ``x.size()``."""
+    begin, end = 0, None
+    if isinstance(e, IndexExpr) and isinstance(e.index, SliceExpr):
+        sl = e.index
+        b = 0 if sl.begin_index is None else lit_int(sl.begin_index)
+        if sl.stride is not None or b is None or b < 0:
+            return None
+        begin, e = b, e.base
+        end = lit_int(sl.end_index) if sl.end_index is not None else None
+    if isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) and e.callee.name == "size" \
+            and not e.args:
+        return e.callee.expr, begin, end  # x.size() is x.shape
+    if isinstance(e, MemberExpr) and e.name == "shape":
+        return e.expr, begin, end
+    return None
 
 
 def _one_dim_size(e: Expression) -> tuple[Expression, int] | None:
@@ -405,21 +422,10 @@ class _SizeWalk:
             return
         if not isinstance(target, (TupleExpr, ListExpr)):
             return
-        start = 0
-        if isinstance(value, IndexExpr) and isinstance(value.index, SliceExpr):
-            sl = value.index
-            begin = 0 if sl.begin_index is None else lit_int(sl.begin_index)
-            if sl.stride is not None or begin is None or begin < 0:
-                return
-            start, value = begin, value.base
-        if isinstance(value, CallExpr) and isinstance(value.callee, MemberExpr) \
-                and value.callee.name == "size" and not value.args:
-            value = value.callee  # x.size() is x.shape
-        elif not (isinstance(value, MemberExpr) and value.name == "shape"):
+        sliced = _shape_slice(value)
+        if sliced is None or not isinstance(sliced[0], NameExpr):
             return
-        if not isinstance(value, MemberExpr) or not isinstance(value.expr, NameExpr):
-            return
-        tensor = value.expr.name
+        tensor, start = sliced[0].name, sliced[1]
         items = target.items
         stars = [k for k, it in enumerate(items) if isinstance(it, StarExpr)]
         for k, it in enumerate(items):
