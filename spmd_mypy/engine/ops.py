@@ -232,6 +232,17 @@ INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
     "embedding": frozenset({"input"}), "embedding_bag": frozenset({"input", "offsets"}),
     "one_hot": frozenset({"tensor", "input"}),
 }
+# Ops whose result is an integer or bool tensor (indices, counts, masks, integer casts), which
+# never carries a gradient whatever their operands: ``counts = torch.bincount(idx)`` then
+# ``all_reduce(counts.max(), ..., op="max")`` needs no detach (read by the plugin's
+# rewrite.is_gradient_free; the check mode reads requires_grad).
+INTEGER_RESULTS = frozenset("""argmax argmin argsort argwhere nonzero bincount histc one_hot
+searchsorted bucketize count_nonzero eq ne lt le gt ge isnan isinf isfinite isclose isin
+logical_and logical_or logical_xor logical_not long int short bool byte randint randperm
+multinomial""".split())
+# Ops returning (values, indices): item 1 is the indices
+WITH_INDICES = frozenset("topk sort max min kthvalue mode median nanmedian cummax cummin".split())
+
 # Conditions and masks (bool tensors): never differentiated, so they carry no gradient (the
 # no-gradient relaxation of the I rule applies), but they stay operands in their op's
 # (non-linear) position.
@@ -891,7 +902,7 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     tensors): I and R hold the same values on every rank and differ only in the backward,
     so an Invariant target may take a Replicate result and keep its type (gradient
     clipping: ``g_i.mul_(clip_coef_r)`` under no_grad).  The target keeps its own type
-    (:func:`inplace_type`)."""
+    (:meth:`SpmdType.mutated_by`)."""
     assert target.type is not None
     changed = []
     for axis, lt in target.type.axes:

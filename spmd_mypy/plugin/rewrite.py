@@ -28,7 +28,7 @@ from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
 from ..engine import collectives as coll
-from ..engine.ops import REDUCTIONS
+from ..engine.ops import INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
 from ..engine.views import MOVES
 from .memo import TreeMemo
 
@@ -375,7 +375,7 @@ def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
         callee = e.callee
         if isinstance(callee, MemberExpr) and callee.name == "detach":
             return True
-        if isinstance(callee, (NameExpr, MemberExpr)) and callee.name in _INTEGER_RESULTS:
+        if isinstance(callee, (NameExpr, MemberExpr)) and callee.name in INTEGER_RESULTS:
             return True
         if isinstance(callee, (NameExpr, MemberExpr)) and callee.name in _COLLECTIVE_NAMES:
             for n, a in zip(e.arg_names, e.args):
@@ -400,21 +400,10 @@ _ONE_TENSOR_METHODS = frozenset(MOVES) | (REDUCTIONS - {"max", "min"}) | frozens
 contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
 
 
-# Ops whose result is an integer or bool tensor (indices, counts, masks, integer casts), which
-# never carries a gradient whatever their operands: ``counts = torch.bincount(idx)`` then
-# ``all_reduce(counts.max(), ..., op="max")`` needs no detach.
-_INTEGER_RESULTS = frozenset("""argmax argmin argsort argwhere nonzero bincount histc one_hot
-searchsorted bucketize count_nonzero eq ne lt le gt ge isnan isinf isfinite isclose isin
-logical_and logical_or logical_xor logical_not long int short bool byte randint randperm
-multinomial""".split())
-# Ops returning (values, indices): item 1 is the indices
-_WITH_INDICES = frozenset("topk sort max min kthvalue mode median nanmedian cummax cummin".split())
-
-
 def _is_indices_item(e: IndexExpr) -> bool:
     base = e.base
     return (isinstance(e.index, IntExpr) and e.index.value == 1 and isinstance(base, CallExpr)
-            and isinstance(base.callee, (NameExpr, MemberExpr)) and base.callee.name in _WITH_INDICES)
+            and isinstance(base.callee, (NameExpr, MemberExpr)) and base.callee.name in WITH_INDICES)
 
 
 def _is_literal(e: Expression) -> bool:
