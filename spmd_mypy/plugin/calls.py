@@ -720,10 +720,15 @@ class CallTyper:
                 f"{expr_text(receiver)}.backward"))
         return ctx.default_return_type
 
+    def _augmented(self, ctx) -> bool:  # noqa: ANN001 - AttributeContext
+        """``p.grad += g``: mypy reads the target as an assignment target, but the in-place op
+        takes it as an operand (checked like ``p.grad.add_(g)``)."""
+        return self.plugin.regions.is_augmented_attribute(getattr(ctx.api, "tree", None), ctx.context)
+
     def grad_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - AttributeContext
         t = self.types.from_type(ctx.type)
-        if not t or ctx.is_lvalue:  # writing .grad (a finalised gradient) is unchecked
-            return ctx.default_attr_type
+        if not t or ctx.is_lvalue and not self._augmented(ctx):
+            return ctx.default_attr_type  # writing .grad (a finalised gradient) is unchecked
         inst = self.types.to_instance(t.dual())
         if inst is None:
             return ctx.default_attr_type
@@ -753,7 +758,7 @@ class CallTyper:
     def data_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - AttributeContext
         """``x.data``: the same values as ``x``, without the gradient: ``x``'s type."""
         t = self.types.from_type(ctx.type)
-        if not t or ctx.is_lvalue:
+        if not t or ctx.is_lvalue and not self._augmented(ctx):
             return ctx.default_attr_type
         inst = self.types.to_instance(t)
         return inst if inst is not None else ctx.default_attr_type

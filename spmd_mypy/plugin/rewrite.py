@@ -33,7 +33,19 @@ from ..engine.views import MOVES
 from .memo import TreeMemo
 
 from mypy.nodes import (
+    AssignmentExpr,
+    Context,
     AssignmentStmt,
+    ConditionalExpr,
+    DictExpr,
+    DictionaryComprehension,
+    GeneratorExpr,
+    LambdaExpr,
+    ListComprehension,
+    OpExpr,
+    SetComprehension,
+    SetExpr,
+    StarExpr,
     Block,
     ForStmt,
     IfStmt,
@@ -147,14 +159,59 @@ def _rewrite_index_expr(e: Expression) -> None:
 
 
 def _rewrite_call_args(e: Expression | None) -> None:
-    """A type as an argument of a statement's call (``y = spmd.declare(x, Tensor[PS[("dp",
-    "tp"), None]])``, ``return spmd.redistribute(x, src=..., dst=Tensor[...])``) is a type
-    application to mypy: the same rewrite as an alias's right-hand side.  (A call nested
-    deeper, ``f(spmd.declare(x, Tensor[...]))``, is not looked at: the walk stays cheap.)"""
+    """A type as an argument of a call anywhere in an expression (``y = spmd.declare(x,
+    Tensor[PS[("dp", "tp"), None]])``, ``f(spmd.declare(x, Tensor[...]))``, ``[spmd.declare(..)]``,
+    ``lambda t: spmd.declare(t, ...)``) is a type application to mypy: the same rewrite as an
+    alias's right-hand side.  Only expression kinds that can hold a call are entered; names,
+    literals and the like end the walk at once."""
     if isinstance(e, CallExpr):
         for a in e.args:
             if isinstance(a, IndexExpr):
                 _rewrite_index_expr(a)
+            _rewrite_call_args(a)
+        _rewrite_call_args(e.callee)
+    elif isinstance(e, MemberExpr):  # spmd.declare(x, T).float()
+        _rewrite_call_args(e.expr)
+    elif isinstance(e, IndexExpr):
+        _rewrite_call_args(e.base)
+        _rewrite_call_args(e.index)
+    elif isinstance(e, OpExpr):
+        _rewrite_call_args(e.left)
+        _rewrite_call_args(e.right)
+    elif isinstance(e, (TupleExpr, ListExpr, SetExpr)):
+        for item in e.items:
+            _rewrite_call_args(item)
+    elif isinstance(e, DictExpr):
+        for k, v in e.items:
+            _rewrite_call_args(k)
+            _rewrite_call_args(v)
+    elif isinstance(e, ComparisonExpr):
+        for operand in e.operands:
+            _rewrite_call_args(operand)
+    elif isinstance(e, (UnaryExpr, StarExpr)):
+        _rewrite_call_args(e.expr)
+    elif isinstance(e, ConditionalExpr):
+        _rewrite_call_args(e.cond)
+        _rewrite_call_args(e.if_expr)
+        _rewrite_call_args(e.else_expr)
+    elif isinstance(e, AssignmentExpr):
+        _rewrite_call_args(e.value)
+    elif isinstance(e, LambdaExpr):
+        _rewrite_call_args(e.expr())
+    elif isinstance(e, (ListComprehension, SetComprehension)):
+        _rewrite_call_args(e.generator)
+    elif isinstance(e, GeneratorExpr):
+        _rewrite_call_args(e.left_expr)
+        for seq in e.sequences:
+            _rewrite_call_args(seq)
+        for conds in e.condlists:
+            for c in conds:
+                _rewrite_call_args(c)
+    elif isinstance(e, DictionaryComprehension):
+        _rewrite_call_args(e.key)
+        _rewrite_call_args(e.value)
+        for seq in e.sequences:
+            _rewrite_call_args(seq)
 
 
 def _mark_strings(e: Expression, nested: bool = False) -> None:
@@ -223,6 +280,15 @@ class GradRegions:
     # forward/backward (jvp, vjp) of torch.autograd.Function subclasses: where users implement
     # their own collectives with raw torch.distributed calls (no spmd-raw-collective there)
     function_bodies: list[tuple[int, int]] = field(default_factory=list)
+    # ``p.grad += g``, ``x.data -= d``: (line, column) of the attribute, which mypy reads as an
+    # assignment target there (the attribute hooks give targets no SPMD type) and which is an
+    # operand of the in-place op all the same
+    augmented_attributes: set[tuple[int, int]] = field(default_factory=set)
+
+
+# Attributes whose reads the plugin types (attribute hooks): as ``x.attr += y`` targets they
+# are read too
+AUGMENTED_ATTRIBUTES = frozenset({"grad", "data"})
 
 
 class _Walker:
@@ -239,6 +305,7 @@ class _Walker:
         self.detached: list[tuple[int, int, str]] = []
         self.enabled: list[tuple[int, int]] = []
         self.function_bodies: list[tuple[int, int]] = []
+        self.augmented: set[tuple[int, int]] = set()
         self._assigns: list[dict[str, list[Expression]]] = []
         self._depth = 0  # function nesting
 
@@ -289,6 +356,9 @@ class _Walker:
         elif isinstance(st, ClassDef):
             self.block(st.defs.body, _is_autograd_function(st))
         elif isinstance(st, WithStmt):
+            if self.rewrite:
+                for e in st.expr:
+                    _rewrite_call_args(e)
             self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
             for target in st.target:  # ``as`` targets: never "only detached"
                 if target is not None:
@@ -297,6 +367,10 @@ class _Walker:
         elif isinstance(st, OperatorAssignmentStmt):
             if isinstance(st.lvalue, NameExpr):  # d += g: gradient-free only if g is too
                 self._bind(st.lvalue, st.rvalue)
+            elif isinstance(st.lvalue, MemberExpr) and st.lvalue.name in AUGMENTED_ATTRIBUTES:
+                self.augmented.add((st.lvalue.line, st.lvalue.column))
+            if self.rewrite:
+                _rewrite_call_args(st.rvalue)
         elif isinstance(st, AssignmentStmt):
             for lv in st.lvalues:  # tuple targets and the like: never "only detached"
                 self._bind(lv, st.rvalue if isinstance(lv, NameExpr) else lv)
@@ -305,7 +379,7 @@ class _Walker:
                 if not _shares_parts(st.unanalyzed_type, st.type):
                     rewrite_type(st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
-            elif self.rewrite:
+            if self.rewrite:
                 _rewrite_call_args(st.rvalue)
         elif isinstance(st, (ReturnStmt, ExpressionStmt)):
             if self.rewrite:
@@ -313,11 +387,16 @@ class _Walker:
         elif isinstance(st, Block):
             self.block(st.body)
         elif isinstance(st, IfStmt):
+            if self.rewrite:
+                for e in st.expr:
+                    _rewrite_call_args(e)
             for b in st.body:
                 self.block(b.body)
             if st.else_body is not None:
                 self.block(st.else_body.body)
         elif isinstance(st, (ForStmt, WhileStmt)):
+            if self.rewrite:
+                _rewrite_call_args(st.expr)
             if isinstance(st, ForStmt):  # a loop variable: never "only detached"
                 self._bind(st.index, st.index)
             self.block(st.body.body)
@@ -469,7 +548,7 @@ def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
     w = _Walker(rewrite=rewrite)
     w.block(file.defs)
     return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=w.detached,
-                       function_bodies=w.function_bodies)
+                       function_bodies=w.function_bodies, augmented_attributes=w.augmented)
 
 
 def _regions_or_none(tree: MypyFile) -> GradRegions:
@@ -515,6 +594,11 @@ class RegionIndex:
         if regions is None:
             return False
         return any(a <= line <= b for a, b in regions.function_bodies)
+
+    def is_augmented_attribute(self, tree: MypyFile | None, e: Context) -> bool:
+        """``e`` is the target of an augmented assignment, ``p.grad += g``: read as well."""
+        regions = self.regions(tree)
+        return regions is not None and (e.line, e.column) in regions.augmented_attributes
 
     def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
         """A local only ever assigned gradient-free values (:func:`is_gradient_free`: ``<expr>.detach()``,
