@@ -124,7 +124,7 @@ class MypyRunner:
             ["--config-file", str(self.dir / "mypy.ini"), "--cache-dir", str(self.dir / ".cache"),
              "--no-error-summary", "--no-pretty", "--hide-error-context", str(module)])
         text = stdout + stderr
-        if "INTERNAL ERROR" in text or "Traceback" in text or status == 2:
+        if "INTERNAL ERROR" in text or "Traceback" in text or "[spmd-internal]" in text or status == 2:
             self.crashes += 1
             self._forget(module)
             return Verdict(0, ("mypy-crash",), text[-2000:]), text.splitlines()

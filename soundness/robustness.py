@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MEGATRON_VERSION = "0.19.2"
 CACHE = Path(os.environ.get("SPMD_MYPY_TEST_CACHE", Path.home() / ".cache" / "spmd-mypy-tests"))
 LINE = re.compile(r"^(?P<loc>.+?:\d+): (?P<sev>error|note): (?P<msg>.*)$")
-CRASH_MARKERS = ("INTERNAL ERROR", "Traceback (most recent call last)")
+# a hook that raised is reported as spmd-internal (plugin/guard.py) instead of crashing mypy
+CRASH_MARKERS = ("INTERNAL ERROR", "Traceback (most recent call last)", "[spmd-internal]")
 
 PROBE = '''\
 import torch

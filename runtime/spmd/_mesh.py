@@ -160,7 +160,7 @@ class _MeshScope:
 _bindings: dict[int, _Binding] = {}  # id(mesh) -> its binding: caches survive set_mesh again
 
 
-def set_mesh(mesh: Any) -> _MeshScope:
+def set_mesh(mesh: DeviceMesh | None) -> _MeshScope:
     """Make ``mesh`` (a DeviceMesh with dim names) the current mesh; ``None`` unsets it.
 
     Takes effect at once.  Used as a context manager, the previous mesh comes back
@@ -182,7 +182,7 @@ def set_mesh(mesh: Any) -> _MeshScope:
     return _MeshScope(mesh, previous)
 
 
-def get_mesh() -> Any:
+def get_mesh() -> DeviceMesh | None:
     """The current DeviceMesh, or None."""
     return _current.mesh if _current is not None else None
 

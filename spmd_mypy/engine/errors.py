@@ -29,6 +29,7 @@ CODES: dict[str, str] = {
     "spmd-raw-collective": "a raw torch.distributed collective on a typed tensor",
     "spmd-global": "a global SPMD (partition spec) rule violation",
     "spmd-mismatch": "a tensor passed where a different SPMD type is expected",
+    "spmd-internal": "spmd-mypy itself failed on this line (a bug to report); the rest is checked",
 }
 
 

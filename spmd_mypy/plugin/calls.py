@@ -65,6 +65,7 @@ from mypy.types import (
     TypeOfAny,
     TypeType,
     UnionType,
+    UnpackType,
     get_proper_type,
 )
 
@@ -1306,7 +1307,12 @@ class CallTyper:
                     text = expr_text(expr)
                     if kind in (ARG_STAR, ARG_STAR2):  # f(*xs), f(**d): each item is an argument
                         text = ("*" if kind == ARG_STAR else "**") + text
-                    for item in _unpacked_types(typ, kind):
+                    offset = 0  # f(*t), t a fixed tuple: the items before this formal's
+                    if kind == ARG_STAR and isinstance(get_proper_type(typ), TupleType):
+                        offset = sum(1 for j in range(i) if j < len(case.args)
+                                     and any(e is expr for e in case.args[j]))
+                    star_formal = i < len(sig.arg_kinds) and sig.arg_kinds[i] == ARG_STAR
+                    for item in _unpacked_types(typ, kind, offset, star_formal):
                         have = self.types.from_type(item)
                         if not have:
                             continue
@@ -1318,13 +1324,20 @@ class CallTyper:
         return ctx.default_return_type
 
 
-def _unpacked_types(t: Type, kind: ArgKind) -> list[Type]:
-    """The types an actual passes: itself; for ``*xs`` a list's (any iterable's) item type,
-    for ``**d`` a mapping's value type.  A tuple's items are spread over several formals
-    (mypy gives each of them the whole tuple): not judged here."""
+def _unpacked_types(t: Type, kind: ArgKind, offset: int = 0, star_formal: bool = False) -> list[Type]:
+    """The types an actual passes to one formal: itself; for ``*xs`` a list's (any iterable's)
+    item type, for ``**d`` a mapping's value type.  A fixed tuple's items are spread over the
+    formals in order (mypy gives each of them the whole tuple): this formal takes the item
+    after the ``offset`` ones earlier formals took, or all the rest for a ``*args`` formal."""
     if kind not in (ARG_STAR, ARG_STAR2):
         return [t]
     p = get_proper_type(t)
+    if isinstance(p, TupleType) and kind == ARG_STAR:
+        if any(isinstance(get_proper_type(i), UnpackType) for i in p.items):
+            return []  # tuple[int, *Ts]: positions unknown
+        if star_formal:
+            return list(p.items[offset:])
+        return [p.items[offset]] if offset < len(p.items) else []
     if isinstance(p, Instance) and p.args:  # tuple[T, ...] too (one item type)
         if kind == ARG_STAR2:
             return [p.args[-1]] if len(p.args) == 2 else []

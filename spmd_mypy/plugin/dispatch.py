@@ -24,6 +24,7 @@ from . import calls, global_calls
 from .autograd import is_autograd_function
 from .modules import TORCH_MODULE_OPS, is_module_class
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS
+from .guard import ANNOTATION, NOTHING, SIGNATURE, Guarded
 from .promotion import Synced
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class HookDispatch:
         self._tensor_list_cache: dict[str, Callable | None] = {}
         self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
+        self._guards: dict[str, Guarded] = {}  # the guarded hooks that are not Synced, by name
 
     def lookup_node(self, fullname: str) -> SymbolNode | None:
         """The module-level definition named ``fullname`` among the modules mypy has loaded."""
@@ -79,6 +81,13 @@ class HookDispatch:
         """The class named ``fullname`` among the modules mypy has loaded, if any."""
         node = self.lookup_node(fullname)
         return node if isinstance(node, TypeInfo) else None
+
+    def _guard(self, name: str, hook: Callable, kind: int) -> Guarded:
+        """``hook`` under the guard (guard.py), made once per name."""
+        g = self._guards.get(name)
+        if g is None:
+            g = self._guards[name] = Guarded(hook, kind)
+        return g
 
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
         return Synced(self.plugin.promotion, hook, split_unions)
@@ -109,19 +118,20 @@ class HookDispatch:
 
     # -- annotations and classes ---------------------------------------------------------
     def get_type_analyze_hook(self, fullname: str) -> Callable | None:
+        annotations = self.plugin.annotations
         if fullname == TENSOR_ALIAS:  # the alias, before mypy expands it to torch.Tensor
-            return self.plugin.annotations.analyze_tensor
+            return self._guard("tensor", annotations.analyze_tensor, ANNOTATION)
         if fullname in MARKER_FULLNAMES:
-            return self.plugin.annotations.analyze_lone_marker
+            return self._guard("marker", annotations.analyze_lone_marker, ANNOTATION)
         if fullname == "spmd.grad_type":
-            return self.plugin.annotations.analyze_grad_type
+            return self._guard("grad_type", annotations.analyze_grad_type, ANNOTATION)
         return None
 
     def get_customize_class_mro_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
         # Called for every class, with its MRO, before its body is analysed: the backward of a
         # custom autograd Function gets the synthetic trigger that checks the Function once
         # mypy has checked backward's body (see autograd.py).
-        return self.class_mro_hook
+        return self._guard("class_mro", self.class_mro_hook, NOTHING)
 
     def class_mro_hook(self, ctx: ClassDefContext) -> None:
         plugin = self.plugin
@@ -192,7 +202,10 @@ class HookDispatch:
         self._follow_module()
         if fullname.startswith(NO_SIGNATURE_CHECK):
             return self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
-        return self.plugin.calls.relax_signature_hook
+        return self._relax_signature()
+
+    def _relax_signature(self) -> Guarded:
+        return self._guard("relax", self.plugin.calls.relax_signature_hook, SIGNATURE)
 
     def _tensor_list_hook(self, fullname: str) -> Callable | None:
         """A torch function with a ``list[Tensor]`` parameter (``torch.cat``, ``torch.stack``,
@@ -203,7 +216,7 @@ class HookDispatch:
             return cache[fullname]
         hook: Callable | None = None
         if calls.takes_tensor_list(self.lookup_node(fullname)):
-            hook = self.plugin.calls.widen_tensor_lists_hook
+            hook = self._guard("tensor_list", self.plugin.calls.widen_tensor_lists_hook, SIGNATURE)
         cache[fullname] = hook
         return hook
 
@@ -296,16 +309,16 @@ class HookDispatch:
             return cache[fullname]
         cls, _, method = fullname.rpartition(".")
         if method == "__call__" and is_module_class(self.lookup_info(cls)):
-            return self.plugin.modules.call_signature_hook  # torch's own modules too
+            return self._guard("module_call", self.plugin.modules.call_signature_hook, SIGNATURE)  # torch's too
         hook: Callable | None
         if method == "register_hook" and calls.is_tensor_method_class(cls):
-            hook = self.plugin.autograd.register_hook_signature_hook
+            hook = self._guard("register_hook", self.plugin.autograd.register_hook_signature_hook, SIGNATURE)
         elif calls.is_tensor_method_class(cls) or fullname.startswith(NO_SIGNATURE_CHECK):
             hook = None
         elif method == "apply" and is_autograd_function(self.lookup_info(cls)):
-            return self.plugin.autograd.apply_signature_hook
+            return self._guard("apply", self.plugin.autograd.apply_signature_hook, SIGNATURE)
         else:
-            hook = self.plugin.calls.relax_signature_hook
+            hook = self._relax_signature()
         if method not in ("__call__", "apply"):
             cache[fullname] = hook
         return hook

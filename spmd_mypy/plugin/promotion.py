@@ -30,6 +30,7 @@ from mypy.types import Type, UnionType, get_proper_type
 from mypy.typestate import type_state
 from mypy.util import correct_relative_import
 
+from .guard import RESULT, recover
 from ..engine.types import UNTYPED
 from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder
@@ -258,16 +259,19 @@ class Synced:
         self.split_unions = split_unions
 
     def __call__(self, ctx: Any) -> Type:
-        self.promotion.sync(ctx.api)
-        cases: list[Any] | None = None
-        if self.split_unions:
-            try:
-                cases = self.promotion.union_cases(ctx)
-            except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
-                cases = None
-        if cases is None:
-            return self.hook(ctx)
-        return make_simplified_union([self.hook(c) for c in cases])
+        try:
+            self.promotion.sync(ctx.api)
+            cases: list[Any] | None = None
+            if self.split_unions:
+                try:
+                    cases = self.promotion.union_cases(ctx)
+                except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
+                    cases = None
+            if cases is None:
+                return self.hook(ctx)
+            return make_simplified_union([self.hook(c) for c in cases])
+        except Exception as e:  # noqa: BLE001 - never crash mypy (guard.py)
+            return recover(ctx, RESULT, e)
 
 
 def _is_spmd(module: str) -> bool:

@@ -6,6 +6,7 @@ from typing_extensions import TypeAliasType, TypeVarTuple, Unpack
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 
 from spmd import _slots as _slots
 
@@ -89,12 +90,17 @@ class typecheck:
     def __enter__(self) -> typecheck: ...
     def __exit__(self, *exc: object) -> None: ...
 
-class set_mesh:
-    def __init__(self, mesh: Any) -> None: ...
-    def __enter__(self) -> Any: ...
+_Mesh = TypeVar("_Mesh", bound=DeviceMesh | None)
+
+class set_mesh(Generic[_Mesh]):
+    """Make ``mesh`` (a DeviceMesh with dim names) the current mesh at once; ``None`` unsets it.
+    As a context manager the previous mesh comes back on exit."""
+    def __init__(self, mesh: _Mesh) -> None: ...
+    def __enter__(self) -> _Mesh: ...
     def __exit__(self, *exc: object) -> None: ...
 
-def get_mesh() -> Any: ...
+def get_mesh() -> DeviceMesh | None:
+    """The current DeviceMesh, or None."""
 
 def local_map(*, in_types: Any, out_types: Any, axes: tuple[str, ...] | None = None) -> Callable[[_F], _F]:
     """Local SPMD on ``axes`` (default: all) inside the decorated function.  ``in_types``: one

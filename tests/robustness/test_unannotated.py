@@ -50,6 +50,7 @@ def _mypy(cwd: Path, config: str, *args: str) -> subprocess.CompletedProcess[str
         pytest.fail(f"mypy timed out after {RUN_TIMEOUT_S} s: {argv}\n{(e.stdout or '')[-3000:]!r}")
     out = proc.stdout + proc.stderr
     assert "INTERNAL ERROR" not in out and "Traceback" not in out, out[-6000:]
+    assert "[spmd-internal]" not in out, out[-6000:]  # a hook that raised (plugin/guard.py)
     assert proc.returncode in (0, 1), f"exit code {proc.returncode}\n{out[-6000:]}"
     return proc
 
