@@ -1312,36 +1312,42 @@ class CallTyper:
                         offset = sum(1 for j in range(i) if j < len(case.args)
                                      and any(e is expr for e in case.args[j]))
                     star_formal = i < len(sig.arg_kinds) and sig.arg_kinds[i] == ARG_STAR
-                    for item in _unpacked_types(typ, kind, offset, star_formal):
+                    for item, index in _unpacked_types(typ, kind, offset, star_formal):
                         have = self.types.from_type(item)
                         if not have:
                             continue
+                        x_text = expr_text(expr)
+                        if index is not None:  # the tuple's item: t[1], or (a, b)'s b
+                            x_text = (expr_text(expr.items[index]) if isinstance(expr, TupleExpr)
+                                      and index < len(expr.items) else f"{x_text}[{index}]")
                         param = sig.arg_names[i] if i < len(sig.arg_names) else None
-                        where = (f'argument {text} (parameter "{param}" of {callee})' if param
-                                 else f"argument {i + 1} ({text}) of {callee}")
-                        self.report(ctx, coll.check_argument_any(have, wanted, x_text=expr_text(expr),
+                        shown = text if index is None else f"{x_text} (from {text})"
+                        where = (f'argument {shown} (parameter "{param}" of {callee})' if param
+                                 else f"argument {i + 1} ({shown}) of {callee}")
+                        self.report(ctx, coll.check_argument_any(have, wanted, x_text=x_text,
                                                                  where=where))
         return ctx.default_return_type
 
 
-def _unpacked_types(t: Type, kind: ArgKind, offset: int = 0, star_formal: bool = False) -> list[Type]:
-    """The types an actual passes to one formal: itself; for ``*xs`` a list's (any iterable's)
-    item type, for ``**d`` a mapping's value type.  A fixed tuple's items are spread over the
-    formals in order (mypy gives each of them the whole tuple): this formal takes the item
-    after the ``offset`` ones earlier formals took, or all the rest for a ``*args`` formal."""
+def _unpacked_types(t: Type, kind: ArgKind, offset: int = 0,
+                    star_formal: bool = False) -> list[tuple[Type, int | None]]:
+    """The types an actual passes to one formal, each with its index in a fixed tuple (else
+    None): the actual itself; for ``*xs`` a list's (any iterable's) item type, for ``**d`` a
+    mapping's value type.  A fixed tuple's items are spread over the formals in order (mypy
+    gives each of them the whole tuple): this formal takes the item after the ``offset`` ones
+    earlier formals took, or all the rest for a ``*args`` formal."""
     if kind not in (ARG_STAR, ARG_STAR2):
-        return [t]
+        return [(t, None)]
     p = get_proper_type(t)
     if isinstance(p, TupleType) and kind == ARG_STAR:
         if any(isinstance(get_proper_type(i), UnpackType) for i in p.items):
             return []  # tuple[int, *Ts]: positions unknown
-        if star_formal:
-            return list(p.items[offset:])
-        return [p.items[offset]] if offset < len(p.items) else []
+        last = len(p.items) if star_formal else offset + 1
+        return [(p.items[k], k) for k in range(offset, min(last, len(p.items)))]
     if isinstance(p, Instance) and p.args:  # tuple[T, ...] too (one item type)
         if kind == ARG_STAR2:
-            return [p.args[-1]] if len(p.args) == 2 else []
-        return [p.args[0]] if len(p.args) == 1 else []
+            return [(p.args[-1], None)] if len(p.args) == 2 else []
+        return [(p.args[0], None)] if len(p.args) == 1 else []
     return []
 
 
