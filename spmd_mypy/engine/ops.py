@@ -886,12 +886,28 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         if err is not None:
             errors.append(err)
             failed.add(axis)
-        elif lt is not None:
+        elif lt is not None and not (lt.kind is Kind.R and _untyped_on(axis, tensor_ops)):
             out[axis] = lt
     return Result(SpmdType.of(out, failed=failed), errors)
 
 
 _SAME_VALUES = {Kind.R, Kind.I}
+
+
+def _untyped_on(axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> bool:
+    """Whether a tensor operand is unknown on ``axis`` (untyped, or a type that does not
+    mention it).  Beside R operands it makes the result unknown there, not R (gradual):
+    the untyped tensor may be Varying (an unannotated sharded weight: ``F.linear(x_r, w)``
+    is V) or Partial (``x_r * p`` is P), and an R claimed for it would make correct code
+    fail later (a declared V result, ``out_partial_axes``, a collective's ``src``).  Beside
+    V, P or I operands the only results that are not errors are V, P and I: those stay.
+    An untyped index (ids, labels, a mask: data loaded whole, as a rule) is not counted."""
+    for o, role in tensor_ops:
+        t = o.type
+        if (role is not Role.INDEX and t is not None and t.get(axis) is None
+                and axis not in t.failed):
+            return True
+    return False
 
 
 def check_inplace(name: str, target: Operand, result: SpmdType,

@@ -425,6 +425,11 @@ class CallTyper:
                         ie = other  # an operator's other side, which mypy hands as a TempNode
                     text = expr_text(ie) if not isinstance(ie, TempNode) else "x"
                     t = self.types.from_type(it)
+                    if (t is None and it is not None and not is_index and name != "out"
+                            and isinstance(get_proper_type(it), AnyType)):
+                        # Any (an attribute set in an unannotated __init__): it may be a
+                        # tensor of any type, so it is an untyped operand (gradual)
+                        t = UNTYPED
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):

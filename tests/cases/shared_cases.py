@@ -472,7 +472,20 @@ case("backward-R-with-gradient", {"a": "R"},
 
 case("untyped-add-U-P", {"u": "U", "a": "P"}, "out = torch.add(u, a)", "P")
 case("untyped-mul-U-U", {"u": "U", "w": "U"}, "out = torch.mul(u, w)", "U")
-case("untyped-factory-R", {"a": "R"}, "out = torch.add(torch.zeros(4, 4), a)", "R")
+# an untyped tensor beside R may be V (an unannotated sharded weight) or P: the result is
+# unknown there, not R (R made correct code fail later: a declared V, out_partial_axes)
+case("untyped-factory-R", {"a": "R"},
+     ("h = torch.add(torch.zeros(4, 4), a)", 'out = spmd.reinterpret(h, "tp", src=V, dst=P)'), "P",
+     collective=True)
+case("untyped-linear-R-U", {"x": "R", "w": "U"},
+     ("h = F.linear(x, w)", 'out = spmd.reinterpret(h, "tp", src=V, dst=P)'), "P",
+     desc="an unannotated sharded weight: the column-parallel output may be V", collective=True)
+case("untyped-mul-R-U", {"x": "R", "w": "U"},
+     ("h = torch.mul(x, w)", 'out = spmd.all_reduce(h, "tp", src=P, dst=R)'), "R", collective=True)
+case("untyped-add-U-V", {"u": "U", "a": "V"}, "out = torch.add(u, a)", "V")
+case("untyped-add-U-I", {"u": "U", "a": "I"}, "out = torch.add(u, a)", "I")
+case("untyped-linear-R-U-out-partial", {"x": "R", "w": "U"},
+     'out = spmd.linear(x, w, out_partial_axes="tp")', "P")
 case("strict-add-U-P", {"u": "U", "a": "P"}, "out = torch.add(u, a)", UNT, strict=True)
 case("strict-factory-R", {"a": "R"}, "out = torch.add(torch.zeros(4, 4), a)", UNT, strict=True)
 case("strict-typed-R-V", {"a": "R", "b": "V"}, "out = torch.add(a, b)", "V", strict=True)
@@ -488,7 +501,7 @@ case("2ax-relu-RP", {"a": 'Tensor[R["tp"], P["dp"]]'}, "out = torch.relu(a)", NL
 case("2ax-add-RV-VR", {"a": 'Tensor[R["tp"], V["dp"]]', "b": 'Tensor[V["tp"], R["dp"]]'},
      "out = torch.add(a, b)", 'Tensor[V["tp", "dp"]]')
 case("2ax-disjoint", {"a": 'Tensor[R["tp"]]', "b": 'Tensor[V["dp"]]'}, "out = torch.add(a, b)",
-     'Tensor[R["tp"], V["dp"]]', desc="each axis checked on the operands that know it")
+     'Tensor[V["dp"]]', desc="each axis checked on the operands that know it; b may be V on tp")
 case("2ax-I-on-one-axis", {"a": 'Tensor[I["dp"], R["tp"]]', "b": 'Tensor[V["dp"], R["tp"]]'},
      "out = torch.matmul(a, b)", INV)
 case("2ax-backward-IP", {"a": 'Tensor[I["dp"], P["tp"]]'}, ("out = a.sum()", "out.backward()"),

@@ -340,8 +340,8 @@ def test_inplace_on_untyped_target_learns_the_type() -> None:
         assert spmd.typeof(o) == ty(dp=REPLICATE)
         # a typed target keeps what it knew and learns new axes
         t = typed(torch.zeros(4, 4), Tensor[V["tp"]])
-        t.add_(typed(torch.ones(4, 4), Tensor[V["tp"], R["dp"]]))
-        assert spmd.typeof(t) == ty(tp=VARYING, dp=REPLICATE)
+        t.add_(typed(torch.ones(4, 4), Tensor[V["tp"], V["dp"]]))
+        assert spmd.typeof(t) == ty(tp=VARYING, dp=VARYING)
 
 
 def test_strict_mode() -> None:
