@@ -82,6 +82,8 @@ class SpmdPlugin(Plugin):
     def __init__(self, options: Options) -> None:
         super().__init__(options)
         self.config: Config = load(options.config_file)
+        for problem in self.config.problems:  # as mypy prints the problems of its own sections
+            print(f"{self.config.source}: {problem}", file=sys.stderr)
         if "mypy.dmypy_server" in sys.modules:
             # Under dmypy, mypy compares the plugin's __version__ (read after this __init__) on
             # each `dmypy run`: folding the config in makes a changed [tool.spmd_mypy] section

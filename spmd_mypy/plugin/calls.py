@@ -545,7 +545,7 @@ class CallTyper:
             if global_calls.any_global(ops):  # global SPMD: shard propagation
                 result = global_calls.propagate(self, ctx, op, ops)
             else:
-                result = propagate(spec, ops, strict=self.plugin.config.strict,
+                result = propagate(spec, ops, strict=self.strict(ctx),
                                    reduction=read_reduction(ctx, op), move=read_move(ctx, op))
             self.report(ctx, result.errors)
             target = ops[0] if (inplace and method and ops) else out
@@ -586,7 +586,7 @@ class CallTyper:
         unannotated (Any)."""
         default = ctx.default_return_type
         insts: list[Type] = []
-        for r in propagate_each(op, ops, strict=self.plugin.config.strict):
+        for r in propagate_each(op, ops, strict=self.strict(ctx)):
             self.report(ctx, r.errors)
             inst = self.types.to_instance(r.type)
             if inst is None:
@@ -641,7 +641,7 @@ class CallTyper:
         if global_calls.any_global(ops):  # global SPMD: an elementwise add's shard propagation
             result = global_calls.propagate(self, ctx, "add", ops)
         else:
-            result = propagate(_BUILTIN_SUM, ops, strict=self.plugin.config.strict)
+            result = propagate(_BUILTIN_SUM, ops, strict=self.strict(ctx))
         self.report(ctx, result.errors)
         inst = self.types.to_instance(result.type)
         if inst is None:
@@ -679,7 +679,7 @@ class CallTyper:
                     ops.append(Operand(None, expr_text(e)))
             if (len(ops) > 1 and any(o.type for o in ops if o.type is not None)
                     and not global_calls.any_global(ops)):
-                self.report(ctx, propagate(op, ops, strict=self.plugin.config.strict).errors)
+                self.report(ctx, propagate(op, ops, strict=self.strict(ctx)).errors)
             return ret
 
         return hook
@@ -725,6 +725,14 @@ class CallTyper:
                 [duality.Slot.tensor(expr_text(receiver), t)], [duality.Slot.tensor(expr_text(g_expr), g)],
                 f"{expr_text(receiver)}.backward"))
         return ctx.default_return_type
+
+    def strict(self, ctx: AnyCtx) -> bool:
+        """``strict`` for the module being checked (its override in the config, if any)."""
+        config = self.plugin.config
+        if not config.overrides:
+            return config.strict
+        tree = getattr(ctx.api, "tree", None)
+        return config.strict_for(tree.fullname if isinstance(tree, MypyFile) else "")
 
     def _augmented(self, ctx) -> bool:  # noqa: ANN001 - AttributeContext
         """``p.grad += g``: mypy reads the target as an assignment target, but the in-place op
@@ -1018,7 +1026,7 @@ class CallTyper:
             if global_calls.any_global(ops) or (bias is not None and bias.spec is not None):
                 return self._global_partial_op(ctx, op, ops, pa_expr, pa_type, b_expr)
             if no_partial:
-                res = propagate(op, ops, strict=self.plugin.config.strict)
+                res = propagate(op, ops, strict=self.strict(ctx))
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)
             axes = self._axis_names(ctx, pa_expr, pa_type, f"spmd.{op} out_partial_axes")
@@ -1028,7 +1036,7 @@ class CallTyper:
             core = [o for o in ops if b_text is None or o.text != b_text]
             res = partial_op(op, core, axes,
                              bias=Operand(bias, b_text or "") if bias is not None else None,
-                             strict=self.plugin.config.strict)
+                             strict=self.strict(ctx))
             self.report(ctx, res.errors)
             return self.typed_result(ctx.default_return_type, res.type)
 

@@ -4,6 +4,15 @@
     [tool.spmd_mypy]
     mesh_axes = ["dp", "tp"]   # the mesh axis names, in mesh order
     strict = false             # untyped operands of typed ops are errors when true
+
+    [[tool.spmd_mypy.overrides]]   # per module, as mypy's own overrides
+    module = ["pkg.layers", "pkg.model.*"]
+    strict = true
+
+or in mypy.ini / setup.cfg ``[spmd_mypy]`` and ``[spmd_mypy-pkg.layers,pkg.model.*]`` sections.
+A module pattern is a module name, or ``pkg.*`` for ``pkg`` and every module under it; as in
+mypy, an exact name wins over a pattern and a longer pattern over a shorter one.  Problems
+(an unknown option, a bad value) are printed when mypy starts, as mypy prints its own.
 """
 
 from __future__ import annotations
@@ -21,15 +30,41 @@ else:  # pragma: no cover
 DEFAULT_MESH_AXES: tuple[str, ...] = ("dp", "cp", "tp", "pp", "ep")
 
 
+SECTION = "spmd_mypy"
+PER_MODULE_OPTIONS = ("strict",)
+
+
 @dataclass(frozen=True)
 class Config:
     mesh_axes: tuple[str, ...] = DEFAULT_MESH_AXES
     strict: bool = False
     source: str = "default"
     problems: tuple[str, ...] = ()
+    # (module pattern, strict) per override, most specific first (see strict_for)
+    overrides: tuple[tuple[str, bool], ...] = ()
 
     def as_cache_key(self) -> dict[str, object]:
-        return {"mesh_axes": list(self.mesh_axes), "strict": self.strict}
+        return {"mesh_axes": list(self.mesh_axes), "strict": self.strict,
+                "overrides": [list(o) for o in self.overrides]}
+
+    def strict_for(self, module: str) -> bool:
+        """``strict`` for ``module``: its most specific override, else the global setting."""
+        for pattern, strict in self.overrides:
+            if _matches(pattern, module):
+                return strict
+        return self.strict
+
+
+def _matches(pattern: str, module: str) -> bool:
+    if pattern.endswith(".*"):
+        prefix = pattern[:-2]
+        return module == prefix or module.startswith(prefix + ".")
+    return module == pattern
+
+
+def _specificity(pattern: str) -> tuple[int, int]:
+    """Exact names first, then longer patterns (mypy's order for its own sections)."""
+    return (0 if not pattern.endswith(".*") else 1, -len(pattern))
 
 
 def _parse_bool(value: object) -> bool:
@@ -50,28 +85,57 @@ def load(config_file: str | None) -> Config:
     if not config_file or not os.path.exists(config_file):
         return Config()
     raw: dict[str, object] | None = None
+    raw_overrides: list[tuple[str, object, dict[str, object]]] = []  # (where, modules, options)
     try:
         if config_file.endswith(".toml"):
             with open(config_file, "rb") as f:
                 data = tomllib.load(f)
-            raw = data.get("tool", {}).get("spmd_mypy")
+            raw = data.get("tool", {}).get(SECTION)
+            if isinstance(raw, dict):
+                raw = dict(raw)
+                listed = raw.pop("overrides", [])
+                for i, o in enumerate(listed if isinstance(listed, list) else [listed]):
+                    o = dict(o) if isinstance(o, dict) else {}
+                    raw_overrides.append((f"[[tool.{SECTION}.overrides]] #{i + 1}",
+                                          o.pop("module", None), o))
         else:
             parser = configparser.ConfigParser()
             parser.read(config_file)
-            if parser.has_section("spmd_mypy"):
-                raw = dict(parser.items("spmd_mypy"))
+            if parser.has_section(SECTION):
+                raw = dict(parser.items(SECTION))
+            for name in parser.sections():
+                if name.startswith(SECTION + "-"):
+                    raw_overrides.append((f"[{name}]", name[len(SECTION) + 1:],
+                                          dict(parser.items(name))))
     except (OSError, ValueError, configparser.Error) as e:
-        return Config(problems=(f"could not read {config_file}: {e}",))
-    if raw is None:
+        return Config(source=config_file, problems=(f"could not read {config_file}: {e}",))
+    if raw is None and not raw_overrides:
         return Config(source=config_file)
+    raw = raw if isinstance(raw, dict) else {}
+    main = f"[tool.{SECTION}]" if config_file.endswith(".toml") else f"[{SECTION}]"
     problems = []
     axes = DEFAULT_MESH_AXES
     if "mesh_axes" in raw:
         axes = _parse_axes(raw["mesh_axes"])
         if len(set(axes)) != len(axes) or not axes:
-            problems.append(f"mesh_axes {list(axes)} must be non-empty and distinct")
+            problems.append(f"{main}: mesh_axes {list(axes)} must be non-empty and distinct")
             axes = tuple(dict.fromkeys(axes)) or DEFAULT_MESH_AXES
     for key in raw:
         if key not in ("mesh_axes", "strict"):
-            problems.append(f"unknown option {key!r} in the spmd_mypy section")
-    return Config(axes, _parse_bool(raw.get("strict", False)), config_file, tuple(problems))
+            problems.append(f"{main}: unknown option {key!r} (known: mesh_axes, strict, "
+                            f"and per-module overrides)")
+    overrides: dict[str, bool] = {}
+    for where, modules, options in raw_overrides:
+        patterns = _parse_axes(modules) if modules is not None else ()
+        if not patterns:
+            problems.append(f"{where}: which modules? (module = \"pkg.mod\" or [\"pkg.*\", ...])"
+                            if where.startswith("[[") else f"{where}: no module in the section name")
+        for key in options:
+            if key not in PER_MODULE_OPTIONS:
+                problems.append(f"{where}: unknown per-module option {key!r} "
+                                f"(per module: {', '.join(PER_MODULE_OPTIONS)})")
+        if "strict" in options:
+            for pattern in patterns:
+                overrides[pattern] = _parse_bool(options["strict"])
+    ordered = tuple(sorted(overrides.items(), key=lambda o: _specificity(o[0])))
+    return Config(axes, _parse_bool(raw.get("strict", False)), config_file, tuple(problems), ordered)

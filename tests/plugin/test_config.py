@@ -1,0 +1,113 @@
+"""The plugin's configuration (spmd_mypy/plugin/config.py): the global section, per-module
+overrides as mypy's own (``[spmd_mypy-pkg.*]`` in mypy.ini / setup.cfg,
+``[[tool.spmd_mypy.overrides]]`` in pyproject.toml), and problems printed when mypy starts."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from mypy import api
+
+from spmd_mypy.plugin.config import load
+from test_codes import FAKE_TORCH
+
+INI = """\
+[mypy]
+plugins = spmd_mypy.plugin
+[spmd_mypy]
+mesh_axes = dp, tp
+{extra}
+[spmd_mypy-pkg.a, pkg.sub.*]
+strict = true
+[spmd_mypy-pkg.sub.c]
+strict = false
+"""
+
+TOML = """\
+[tool.mypy]
+plugins = ["spmd_mypy.plugin"]
+[tool.spmd_mypy]
+mesh_axes = ["dp", "tp"]
+strict = true
+[[tool.spmd_mypy.overrides]]
+module = ["pkg.sub.*", "pkg.b"]
+strict = false
+[[tool.spmd_mypy.overrides]]
+module = "pkg.sub.deep.*"
+strict = true
+"""
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_ini_overrides_most_specific_wins(tmp_path: Path) -> None:
+    c = load(_write(tmp_path / "mypy.ini", INI.format(extra="")))
+    assert c.problems == ()
+    assert c.mesh_axes == ("dp", "tp") and c.strict is False
+    assert c.strict_for("pkg.a") is True
+    assert c.strict_for("pkg.sub") is True          # pkg.sub.* covers pkg.sub itself
+    assert c.strict_for("pkg.sub.x.y") is True
+    assert c.strict_for("pkg.sub.c") is False       # the exact name wins over the pattern
+    assert c.strict_for("pkg.b") is False           # no override: the global setting
+    assert c.strict_for("pkg.ab") is False and c.strict_for("pkg") is False
+
+
+def test_toml_overrides_longer_pattern_wins(tmp_path: Path) -> None:
+    c = load(_write(tmp_path / "pyproject.toml", TOML))
+    assert c.problems == ()
+    assert c.strict is True and c.strict_for("other") is True
+    assert c.strict_for("pkg.b") is False and c.strict_for("pkg.sub.x") is False
+    assert c.strict_for("pkg.sub.deep.x") is True   # pkg.sub.deep.* is longer than pkg.sub.*
+
+
+def test_overrides_are_part_of_the_cache_key(tmp_path: Path) -> None:
+    a = load(_write(tmp_path / "mypy.ini", INI.format(extra="")))
+    b = load(_write(tmp_path / "other.ini", INI.format(extra="").replace("strict = true", "strict = false")))
+    assert a.as_cache_key() != b.as_cache_key()
+
+
+def test_problems_name_the_section_and_the_option(tmp_path: Path) -> None:
+    c = load(_write(tmp_path / "mypy.ini", INI.format(extra="strictt = true") + "bogus = 1\n"))
+    assert c.problems == (
+        "[spmd_mypy]: unknown option 'strictt' (known: mesh_axes, strict, and per-module overrides)",
+        "[spmd_mypy-pkg.sub.c]: unknown per-module option 'bogus' (per module: strict)")
+    t = load(_write(tmp_path / "pyproject.toml", TOML + '[[tool.spmd_mypy.overrides]]\nmodules = "x"\n'))
+    assert t.problems == (
+        '[[tool.spmd_mypy.overrides]] #3: which modules? (module = "pkg.mod" or ["pkg.*", ...])',
+        "[[tool.spmd_mypy.overrides]] #3: unknown per-module option 'modules' (per module: strict)")
+
+
+USER_CODE = """\
+import torch
+from spmd import Tensor, R
+
+def f(x: Tensor[R["tp"]], u: torch.Tensor) -> None:
+    x.add(u)
+"""
+
+
+def test_strict_per_module_and_problems_printed(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    for rel, text in FAKE_TORCH.items():
+        f = tmp_path / "fake_torch" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(textwrap.dedent(text))
+    for mod in ("pkg/__init__.py", "pkg/sub/__init__.py"):
+        (tmp_path / mod).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / mod).write_text("")
+    for mod in ("a", "b", "sub/c", "sub/d"):
+        (tmp_path / "pkg" / f"{mod}.py").write_text(USER_CODE)
+    ini = INI.format(extra="strictt = true").replace(
+        "[mypy]\n", f"[mypy]\nmypy_path = {tmp_path / 'fake_torch'}\ncache_dir = {tmp_path / '.cache'}\n")
+    _write(tmp_path / "mypy.ini", ini)
+    stdout, stderr, status = api.run(["--config-file", str(tmp_path / "mypy.ini"), "--no-error-summary",
+                                      "--show-traceback", str(tmp_path / "pkg")])
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    untyped = sorted(ln.split(str(tmp_path) + "/", 1)[-1].split(":")[0]
+                     for ln in stdout.splitlines() if ln.endswith("[spmd-untyped]"))
+    assert untyped == ["pkg/a.py", "pkg/sub/d.py"], stdout   # pkg.sub.c: its exact override
+    assert (f"{tmp_path / 'mypy.ini'}: [spmd_mypy]: unknown option 'strictt' "
+            f"(known: mesh_axes, strict, and per-module overrides)") in capsys.readouterr().err
