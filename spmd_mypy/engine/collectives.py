@@ -379,12 +379,42 @@ def backward_comms(op: str, axes: Sequence[str], src: LocalType, dst: LocalType)
     return [f"{s.op} on {ax}" for s in backward_steps(op, src, dst) if s.communicates]
 
 
-def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str) -> list[SpmdError]:
+@dataclass(frozen=True)
+class MadeBy:
+    """The value is a collective's result written in place (``spmd.all_reduce(x, "tp", src=P,
+    dst=R)`` returned where I is declared): a mismatch on its axis is fixed by its own ``dst``
+    (or another collective in its place), not by one more op after it."""
+
+    op: str
+    axes: tuple[str, ...]
+    src: LocalType | None  # None: the op's default
+    x_text: str = "..."  # its input as written
+
+    def fix(self, axis: str, want: LocalType) -> str | None:
+        if self.axes != (axis,):
+            return None
+        src = self.src or _default_src(self.op)
+        if src is None:
+            return None
+        t = lookup(self.op, src, want)
+        if t is not None and not t.expert:
+            return (f"pass dst={_arg(want)} to the {self.op}: {self.op}({bare(self.x_text)}, "
+                    f"{format_axis(axis)}, src={_arg(src)}, dst={_arg(want)})")
+        r = route(src, want)
+        if r is None or r[0] == self.op or TRANSITIONS[r].expert:
+            return None
+        return (f"{_arg(src)} to {_arg(want)} is {_PURPOSE[r[0]]}: use {r[0]}({bare(self.x_text)}, "
+                f"{format_axis(axis)}, src={_arg(src)}, dst={_arg(want)}) in place of the {self.op}")
+
+
+def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str,
+                   made_by: MadeBy | None = None) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
     a V (dim not known) where S(i) is (the declaration says which dim); S(i) is not S(j).
-    The message names the conversion or collective that makes the value fit.
+    The message names the conversion or collective that makes the value fit (for a
+    collective's result written in place, ``made_by``: its own ``dst`` where that fits).
     Both global (a partition spec on each side): the layouts must be equal, and the fix
     is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
     """
@@ -403,7 +433,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             fix = (f"the shard dims differ; redistribute({x_text}, \"{axis}\", "
                    f"src={have.at_high_ranks()}, dst={want})")
         else:
-            fix = suggest(have, want, x_text, axis)
+            fix = (made_by.fix(axis, want) if made_by is not None else None) or suggest(
+                have, want, x_text, axis)
         errors.append(SpmdError(
             "spmd-mismatch",
             f'{where} is {format_type(actual)} but {format_type(expected)} is expected: it is '
@@ -413,13 +444,13 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
 
 
 def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
-                       where: str) -> list[SpmdError]:
+                       where: str, made_by: MadeBy | None = None) -> list[SpmdError]:
     """A value passed where one of several types is declared (a union parameter,
     ``Tensor[R["tp"]] | Tensor[V["tp"]]``): no error if it fits one; else the first
     type's errors, with its fix, naming the others the parameter takes."""
     first: list[SpmdError] = []
     for k, expected in enumerate(wanted):
-        errors = check_argument(actual, expected, x_text=x_text, where=where)
+        errors = check_argument(actual, expected, x_text=x_text, where=where, made_by=made_by)
         if not errors:
             return []
         if k == 0:

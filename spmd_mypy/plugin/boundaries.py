@@ -84,7 +84,7 @@ from mypy.types import (
 
 from ..engine import collectives as coll
 from ..engine.errors import SpmdError
-from .calls import expr_text
+from .calls import expr_text, made_by
 from .codes import ERROR_CODES
 from .messages import user_form
 
@@ -396,7 +396,8 @@ class BoundaryChecker:
             have, want = types.from_type(a), types.from_type(d)
             if not have or want is None:
                 return []
-            return coll.check_argument(have, want, x_text=text, where=where(text))
+            return coll.check_argument(have, want, x_text=text, where=where(text),
+                                       made_by=made_by(expr))
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):
                 displayed = isinstance(expr, TupleExpr) and len(expr.items) == len(a.items)

@@ -1337,8 +1337,9 @@ class CallTyper:
                         shown = text if index is None else f"{x_text} (from {text})"
                         where = (f'argument {shown} (parameter "{param}" of {callee})' if param
                                  else f"argument {i + 1} ({shown}) of {callee}")
-                        self.report(ctx, coll.check_argument_any(have, wanted, x_text=x_text,
-                                                                 where=where))
+                        self.report(ctx, coll.check_argument_any(
+                            have, wanted, x_text=x_text, where=where,
+                            made_by=made_by(expr) if index is None and kind == ARG_POS else None))
         return ctx.default_return_type
 
 
@@ -1434,6 +1435,12 @@ def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalTy
     if not axes or x is None:
         return None
     return op, tuple(axes), src, expr_text(x)
+
+
+def made_by(e: Expression | None) -> coll.MadeBy | None:
+    """The collective ``e`` calls, when it is one with literal axes (:class:`coll.MadeBy`)."""
+    c = collective_call(e)
+    return coll.MadeBy(c[0], c[1], c[2], c[3]) if c is not None else None
 
 
 def _is_tensor_list(t: Type) -> bool:
