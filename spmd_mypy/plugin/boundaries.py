@@ -53,8 +53,11 @@ from mypy.nodes import (
     ConditionalExpr,
     DictExpr,
     IndexExpr,
+    GeneratorExpr,
+    ListComprehension,
     OperatorAssignmentStmt,
     OpExpr,
+    SetComprehension,
     SetExpr,
     Block,
     ClassDef,
@@ -108,6 +111,9 @@ _CHECKED_CODES = frozenset({"return-value", "assignment"})
 # container (mypy's item check, where a call's argument check would judge by the rule)
 _ITEM_CODES = frozenset({"list-item", "dict-item", "arg-type"})
 _CONTAINER_MODULES = ("builtins.", "collections.", "typing.", "_collections_abc.")
+# mypy's [misc] errors of a comprehension's element (``[p.grad for p in ps]``)
+_COMPREHENSION_MESSAGES = ("List comprehension has incompatible type",
+                           "Set comprehension has incompatible type")
 _YIELD_MESSAGE = 'Incompatible types in "yield"'  # mypy's [misc] error of a yielded value
 # (value expression's line, column) -> (the return or assignment, the value)
 _Index = dict[tuple[int, int], tuple[Statement, Expression]]
@@ -188,10 +194,12 @@ class BoundaryChecker:
             self._replaced = None
             code = info.code.code if info.code is not None else None
             yielded = code == "misc" and info.message.startswith(_YIELD_MESSAGE)
-            if code in _CHECKED_CODES or yielded or code in _ITEM_CODES:
+            item = code in _ITEM_CODES or (
+                code == "misc" and info.message.startswith(_COMPREHENSION_MESSAGES))
+            if code in _CHECKED_CODES or yielded or item:
                 self._reporting = True
                 try:
-                    replaced = (self._replace_item(file, info) if code in _ITEM_CODES
+                    replaced = (self._replace_item(file, info) if item
                                 else self._replace(file, info, yielded))
                 finally:
                     self._reporting = False
@@ -545,7 +553,9 @@ def _item_site(chk: Any, at: _ItemAt) -> _ItemSite:
         k, v = container.items[i]
         assert k is not None
         return _dict_site(chk, k, v, returned)
-    kind = "list" if isinstance(container, ListExpr) else "set"
+    kind = "list" if isinstance(container, (ListExpr, ListComprehension)) else "set"
+    if isinstance(container, (ListComprehension, SetComprehension)):
+        kind += " comprehension's"
     return item, _container_item(_display_context(chk, returned)), None, f"the {kind} item {{}}"
 
 
@@ -584,6 +594,15 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
                     return e, arg, i, False
             todo.append(e.callee)
             todo.extend(e.args)
+        elif isinstance(e, (ListComprehension, SetComprehension)):
+            left = e.generator.left_expr
+            if (left.line, left.column) == (line, column) and not isinstance(left, StarExpr):
+                return e, left, 0, id(e) in returned
+            todo.append(left)
+            todo.extend(e.generator.sequences)
+        elif isinstance(e, GeneratorExpr):
+            todo.append(e.left_expr)
+            todo.extend(e.sequences)
         elif isinstance(e, (TupleExpr,)):
             todo.extend(e.items)
         elif isinstance(e, MemberExpr):
