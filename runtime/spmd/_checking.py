@@ -516,7 +516,10 @@ class _Mode(TorchFunctionMode):
             err = check_inplace(where, Operand(old, "x"), rtype)
             if err is not None:
                 free = _gradient_free(ops, grad_on)
-                err = check_inplace(where, Operand(old, _texts([tgt], ["x"])[0]), rtype, free)
+                values = [v for v, _ in ops if isinstance(v, torch.Tensor) and v is not tgt]
+                texts = _texts([tgt, *values], ["x", *("value" if i == 0 else f"value{i}" for i in range(len(values)))])
+                others = [Operand(_get(v) or None, t) for v, t in zip(values, texts[1:])]
+                err = check_inplace(where, Operand(old, texts[0]), rtype, free, others=others)
                 if err is not None:
                     raise SpmdTypeError(err)
         return (old or _UNTYPED).mutated_by(rtype)

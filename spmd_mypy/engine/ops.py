@@ -911,14 +911,18 @@ def _untyped_on(axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> bool:
 
 
 def check_inplace(name: str, target: Operand, result: SpmdType,
-                  gradient_free: bool = False) -> SpmdError | None:
+                  gradient_free: bool = False, others: Sequence[Operand] = ()) -> SpmdError | None:
     """An in-place op (or ``out=``) may not change the mutated tensor's type.
 
     ``gradient_free``: no operand can carry a gradient (``torch.no_grad()``, ``.grad``
     tensors): I and R hold the same values on every rank and differ only in the backward,
     so an Invariant target may take a Replicate result and keep its type (gradient
     clipping: ``g_i.mul_(clip_coef_r)`` under no_grad).  The target keeps its own type
-    (:meth:`SpmdType.mutated_by`)."""
+    (:meth:`SpmdType.mutated_by`).
+
+    ``others``: the op's other operands; the message names the one that brings the new
+    kind (``g.mul_(coef)`` with a Varying ``coef``), and for ``copy_`` the op that gives
+    the value the target's kind (the missing ``all_gather`` of a ZeRO shard)."""
     assert target.type is not None
     changed = []
     for axis, lt in target.type.axes:
@@ -930,16 +934,28 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     if not changed:
         return None
     axis, old, new = changed[0]
+    culprit = next((o for o in others if o is not target and o.type is not None
+                    and (k := o.type.get(axis)) is not None and k.kind is new.kind), None)
+    brings = ""
+    if culprit is not None and culprit.type is not None:
+        brings = (f"; {culprit.text} ({format_type(culprit.type)}) is {_word(new)} on "
+                  f'"{axis}"')
     if name.rstrip("_") == "copy":  # x.copy_(value): the value's type, written into x
         fix = (f"assign the value instead ({target.text} = <value>: the name then holds a "
                f"tensor of the value's type)")
+        if culprit is not None and culprit.type is not None:
+            from .collectives import suggest  # collectives imports this module's neighbours
+
+            have = culprit.type.get(axis)
+            assert have is not None
+            fix = f"{suggest(have, old, culprit.text, axis)} first, or {fix}"
     else:
         fix = "use the out-of-place op and a new name"
     return SpmdError(
         "spmd-inplace",
         f'{name} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
-        f"({format_type(target.type)} -> {format_type(result)}); an in-place op cannot change a "
-        f"type: {fix}",
+        f"({format_type(target.type)} -> {format_type(result)}){brings}; an in-place op cannot "
+        f"change a type: {fix}",
     )
 
 

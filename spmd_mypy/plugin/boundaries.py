@@ -45,7 +45,20 @@ from typing import TYPE_CHECKING, Any, Callable
 from mypy.checker_state import checker_state
 from mypy.errors import ErrorInfo, ErrorWatcher, Errors
 from mypy.nodes import (
+    ARG_OPT,
+    ARG_POS,
     AssignmentStmt,
+    AwaitExpr,
+    CallExpr,
+    ConditionalExpr,
+    DictExpr,
+    IndexExpr,
+    GeneratorExpr,
+    ListComprehension,
+    OperatorAssignmentStmt,
+    OpExpr,
+    SetComprehension,
+    SetExpr,
     Block,
     ClassDef,
     Decorator,
@@ -75,6 +88,7 @@ from mypy.nodes import (
 from mypy.subtypes import is_subtype
 from mypy.traverser import all_return_statements, all_yield_expressions
 from mypy.types import (
+    CallableType,
     Instance,
     TupleType,
     Type,
@@ -92,6 +106,14 @@ if TYPE_CHECKING:
     from . import SpmdPlugin
 
 _CHECKED_CODES = frozenset({"return-value", "assignment"})
+# an item put into a container of typed tensors: ``[a, b]``, ``{k: a}``, ``{a}`` displays
+# with a declared item type, and ``xs.append(a)`` / ``insert`` / ``add`` on a builtin
+# container (mypy's item check, where a call's argument check would judge by the rule)
+_ITEM_CODES = frozenset({"list-item", "dict-item", "arg-type"})
+_CONTAINER_MODULES = ("builtins.", "collections.", "typing.", "_collections_abc.")
+# mypy's [misc] errors of a comprehension's element (``[p.grad for p in ps]``)
+_COMPREHENSION_MESSAGES = ("List comprehension has incompatible type",
+                           "Set comprehension has incompatible type")
 _YIELD_MESSAGE = 'Incompatible types in "yield"'  # mypy's [misc] error of a yielded value
 # (value expression's line, column) -> (the return or assignment, the value)
 _Index = dict[tuple[int, int], tuple[Statement, Expression]]
@@ -172,10 +194,13 @@ class BoundaryChecker:
             self._replaced = None
             code = info.code.code if info.code is not None else None
             yielded = code == "misc" and info.message.startswith(_YIELD_MESSAGE)
-            if code in _CHECKED_CODES or yielded:
+            item = code in _ITEM_CODES or (
+                code == "misc" and info.message.startswith(_COMPREHENSION_MESSAGES))
+            if code in _CHECKED_CODES or yielded or item:
                 self._reporting = True
                 try:
-                    replaced = self._replace(file, info, yielded)
+                    replaced = (self._replace_item(file, info) if item
+                                else self._replace(file, info, yielded))
                 finally:
                     self._reporting = False
                 if replaced:
@@ -249,6 +274,39 @@ class BoundaryChecker:
             self._judged_lambda_returns.add(id(stmt))
         return True
 
+    def _replace_item(self, file: str, info: ErrorInfo) -> bool:
+        """An item put into a container whose item type is a typed tensor (``_ITEM_CODES``):
+        judged by the rule like an argument; True when mypy's error is replaced (by
+        spmd-mismatch errors, or by nothing when the rule accepts the item)."""
+        chk: Any = checker_state.type_checker
+        tree = getattr(chk, "tree", None)
+        if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+            return False
+        found = _item_at(tree, info.line, info.column)
+        if found is None:
+            return False
+        value, declared, key, where = _item_site(chk, found)
+        if declared is None or self.plugin.types.alternatives(get_proper_type(declared)) is not None:
+            return False  # no item type, or an inferred join of kinds ("R or P"): mypy's error
+        if key is not None:  # a dict entry: the key must fit as it is
+            key_type, key_declared = (chk.lookup_type_or_none(key[0]), key[1])
+            if key_type is None or not is_subtype(key_type, key_declared):
+                return False
+        actual = chk.lookup_type_or_none(value)
+        if actual is None and isinstance(value, (NameExpr, MemberExpr)):
+            # a returned display's types are dropped with mypy's first attempt (see
+            # _display_context): a name or attribute is inferred again, its errors dropped
+            with chk.msg.filter_errors(), chk.local_type_map:
+                actual = chk.expr_checker.accept(value)
+        relaxed, typed = self._relax(declared)
+        if actual is None or not typed or not is_subtype(actual, relaxed):
+            return False  # not an SPMD matter: mypy's error stands
+        text = expr_text(value)
+        errors = self._compare(actual, declared, value, text, lambda x: where.format(x))
+        for err in errors:
+            chk.msg.fail(err.message, value, code=ERROR_CODES[err.code])
+        return True
+
     def _site(self, chk: Any, file: str, info: ErrorInfo, stmt: Statement, value: Expression,
               value_type: Type) -> tuple[Type, Expression | None, str | None] | None:
         """Which value met which target for this error: (the value's type, the target (None:
@@ -316,6 +374,10 @@ class BoundaryChecker:
             return returns[-1], True
         if not isinstance(stmt, AssignmentStmt) or lvalue is None:
             return None
+        if isinstance(lvalue, IndexExpr):
+            # ``d[k] = v`` / ``xs[i] = v``: the container's declared item type
+            item = _container_item(chk.lookup_type_or_none(lvalue.base))
+            return (item, True) if item is not None else None
         t = chk.lookup_type_or_none(lvalue)
         var = lvalue.node if isinstance(lvalue, (NameExpr, MemberExpr)) else None
         if isinstance(lvalue, MemberExpr) and not isinstance(var, Var):
@@ -466,12 +528,142 @@ def _boundary_at(tree: MypyFile, line: int, column: int,
     return found
 
 
+# what _item_at finds: the item's container (a display or a call), the item (a dict
+# display's key), its index among the call's arguments, whether the display is returned as is
+_ItemAt = tuple[Expression, Expression, int, bool]
+# what _item_site reads from it: (the item, its declared type, a dict entry's (key, declared
+# key type), the message's subject with {} for the item's text)
+_ItemSite = tuple[Expression, "Type | None", "tuple[Expression, Type] | None", str]
+
+
+def _container_item(t: Type | None) -> Type | None:
+    """The item type of a builtin container type (``list[T]``, ``set[T]``, ``dict[K, T]``'s
+    T), else None."""
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, Instance) and p.args and p.type.fullname.startswith(_CONTAINER_MODULES):
+        return p.args[-1]
+    return None
+
+
+def _item_site(chk: Any, at: _ItemAt) -> _ItemSite:
+    """The declared type an item found by :func:`_item_at` must fit."""
+    container, item, i, returned = at
+    if isinstance(container, CallExpr):
+        return _method_site(chk, container, i)
+    if isinstance(container, DictExpr):
+        k, v = container.items[i]
+        assert k is not None
+        return _dict_site(chk, k, v, returned)
+    kind = "list" if isinstance(container, (ListExpr, ListComprehension)) else "set"
+    if isinstance(container, (ListComprehension, SetComprehension)):
+        kind += " comprehension's"
+    return item, _container_item(_display_context(chk, returned)), None, f"the {kind} item {{}}"
+
+
+def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
+    """The container item at (line, column) of a statement holding ``line``: an item of a
+    list or set display, the value of a dict display's entry (mypy reports it at the key),
+    or an argument of a method call on a builtin container (``xs.append(a)``)."""
+    index: _Index = {}
+    leaves: list[Statement] = []
+    _collect(tree.defs, index, line, leaves)
+    todo: list[Expression] = []
+    returned: set[int] = set()  # the displays returned as they are (ids)
+    for leaf in leaves:
+        if isinstance(leaf, (AssignmentStmt, OperatorAssignmentStmt)):
+            todo.append(leaf.rvalue)
+        elif isinstance(leaf, ExpressionStmt):
+            todo.append(leaf.expr)
+        elif isinstance(leaf, ReturnStmt) and leaf.expr is not None:
+            todo.append(leaf.expr)
+            returned.add(id(leaf.expr))
+    while todo:
+        e = todo.pop()
+        if isinstance(e, (ListExpr, SetExpr)):
+            for item in e.items:
+                if (item.line, item.column) == (line, column) and not isinstance(item, StarExpr):
+                    return e, item, 0, id(e) in returned
+            todo.extend(e.items)
+        elif isinstance(e, DictExpr):
+            for i, (k, v) in enumerate(e.items):
+                if k is not None and (k.line, k.column) == (line, column):
+                    return e, k, i, id(e) in returned
+                todo.extend(x for x in (k, v) if x is not None)
+        elif isinstance(e, CallExpr):
+            for i, arg in enumerate(e.args):
+                if (arg.line, arg.column) == (line, column) and isinstance(e.callee, MemberExpr):
+                    return e, arg, i, False
+            todo.append(e.callee)
+            todo.extend(e.args)
+        elif isinstance(e, (ListComprehension, SetComprehension)):
+            left = e.generator.left_expr
+            if (left.line, left.column) == (line, column) and not isinstance(left, StarExpr):
+                return e, left, 0, id(e) in returned
+            todo.append(left)
+            todo.extend(e.generator.sequences)
+        elif isinstance(e, GeneratorExpr):
+            todo.append(e.left_expr)
+            todo.extend(e.sequences)
+        elif isinstance(e, (TupleExpr,)):
+            todo.extend(e.items)
+        elif isinstance(e, MemberExpr):
+            todo.append(e.expr)
+        elif isinstance(e, OpExpr):
+            todo.extend((e.left, e.right))
+        elif isinstance(e, (StarExpr, AwaitExpr)):
+            todo.append(e.expr)
+        elif isinstance(e, ConditionalExpr):
+            todo.extend((e.cond, e.if_expr, e.else_expr))
+    return None
+
+
+def _display_context(chk: Any, returned: bool) -> Type | None:
+    """The declared type of the display being checked: mypy reports an item while it infers
+    the display (before the display's type is stored), with the display's context on top of
+    the expression checker's context stack.  A display returned as it is is inferred with the
+    return type, its errors held back, and reported again after a retry without a context:
+    then the return type."""
+    contexts = getattr(getattr(chk, "expr_checker", None), "type_context", None)
+    context = contexts[-1] if contexts else None
+    if context is None and returned:
+        returns = getattr(chk, "return_types", None)
+        fn = chk.scope.current_function()
+        if returns and fn is not None and not fn.is_generator and not fn.is_coroutine:
+            context = returns[-1]
+    return context
+
+
+def _dict_site(chk: Any, k: Expression, v: Expression, returned: bool
+               ) -> tuple[Expression, Type | None, tuple[Expression, Type] | None, str]:
+    p = get_proper_type(_display_context(chk, returned))
+    if not isinstance(p, Instance) or len(p.args) != 2 or not p.type.fullname.startswith(_CONTAINER_MODULES):
+        return v, None, None, ""
+    return v, p.args[1], (k, p.args[0]), f"the dict value {{}} (key {expr_text(k)})"
+
+
+def _method_site(chk: Any, call: CallExpr, i: int
+                 ) -> tuple[Expression, Type | None, tuple[Expression, Type] | None, str]:
+    """An argument of a method of a builtin container (``xs.append(a)``): the formal's type
+    after mypy bound the container's type arguments."""
+    arg = call.args[i]
+    callee = call.callee
+    assert isinstance(callee, MemberExpr)
+    if _container_item(chk.lookup_type_or_none(callee.expr)) is None:
+        return arg, None, None, ""  # not a builtin container's method: mypy's error stands
+    ft = get_proper_type(chk.lookup_type_or_none(callee))
+    if not isinstance(ft, CallableType) or any(k not in (ARG_POS, ARG_OPT) for k in call.arg_kinds):
+        return arg, None, None, ""
+    if i >= len(ft.arg_types) or ft.arg_kinds[i] not in (ARG_POS, ARG_OPT):
+        return arg, None, None, ""
+    return arg, ft.arg_types[i], None, f"the argument {{}} of {callee.name}"
+
+
 def _collect(stmts: list[Statement], index: _Index, line: int, leaves: list[Statement]) -> None:
     for st in stmts:
         end = st.end_line
         if end is not None and (st.line > line or end < line):
             continue  # the line is not in this statement
-        if isinstance(st, (ReturnStmt, ExpressionStmt, AssignmentStmt)):
+        if isinstance(st, (ReturnStmt, ExpressionStmt, AssignmentStmt, OperatorAssignmentStmt)):
             leaves.append(st)
         if isinstance(st, ReturnStmt):
             if st.expr is not None:

@@ -551,11 +551,11 @@ class CallTyper:
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
                 where = spec.name if out is None else f"{spec.name}(..., out=)"
-                err = check_inplace(where, target, result.type)
+                err = check_inplace(where, target, result.type, others=ops)
                 if err is not None and self.plugin.regions.in_no_grad(
                         getattr(ctx.api, "tree", None), ctx.context.line):
                     # no gradient flows: an I target may take an R result (and stays I)
-                    err = check_inplace(where, target, result.type, gradient_free=True)
+                    err = check_inplace(where, target, result.type, gradient_free=True, others=ops)
                 if err is not None:
                     self.report(ctx, [err])
                     return self.typed_result(ctx.default_return_type, target.type)

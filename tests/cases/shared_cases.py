@@ -539,6 +539,20 @@ case("coll-max-needs-no-grad", {"a": "V"}, 'out = spmd.all_reduce(a, "tp", src=V
      "spmd-no-grad", **CX)
 case("coll-max-detached", {"a": "V"},
      'out = spmd.all_reduce(a.detach(), "tp", src=V, dst=R, op="max")', "R", **CX)
+# ZeRO: the updated shard (S(0) on "dp") all-gathered back into a parameter R on "dp"
+case("coll-zero-shard-gathered-into-param", {"p": 'Tensor[R["dp"]]', "shard": 'Tensor[S[0, "dp"]]'},
+     ("with torch.no_grad():", '    full = spmd.all_gather(shard, "dp", src=S(0), dst=R)',
+      "    p.copy_(full)", "out = p"), 'Tensor[R["dp"]]', **CX,
+     make={"shard": "torch.randn(2, 4)"})
+case("coll-zero-shard-copied-without-gather", {"p": 'Tensor[R["dp"]]', "shard": 'Tensor[S[0, "dp"]]'},
+     ("with torch.no_grad():", "    p.copy_(shard)"), INPL, **CX,
+     desc="the all_gather of the updated shard forgotten: the parameter would vary over dp")
+# gradient clipping with a norm summed over "dp" only: the coefficient varies over "tp"
+case("coll-clip-coef-not-reduced-over-tp", {"g": 'Tensor[R["tp"], S[0, "dp"]]',
+                                            "sq": 'Tensor[V["tp"], V["dp"]]'},
+     ("with torch.no_grad():", '    total = spmd.all_reduce(spmd.reinterpret(sq, "dp", src=V, dst=P), "dp", src=P, dst=R)',
+      "    coef = torch.clamp(1.0 / (total.sqrt() + 1e-6), max=1.0)", "    g.mul_(coef)"), INPL, **CX,
+     desc="a tp-replicated gradient scaled by a coefficient that varies over tp")
 # integer results (indices, counts, masks) carry no gradient whatever their input
 case("coll-max-of-argmax", {"a": "V"},
      ("idx = a.argmax(1)", 'out = spmd.all_reduce(idx, "tp", src=V, dst=R, op="max")'), "R", **CX)

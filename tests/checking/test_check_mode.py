@@ -329,6 +329,24 @@ def test_aten_overloads_are_typed() -> None:
             torch.ops.aten.add.Tensor(p, typed(mk(), Tensor[R["tp"]]))
 
 
+def test_inplace_error_names_the_operand_that_changes_the_type() -> None:
+    """A ZeRO shard copied into a parameter without its all_gather, and a clip coefficient
+    that varies: the message names the value and, for copy_, the collective that fits it."""
+    with spmd.typecheck():
+        param = typed(mk(), Tensor[R["dp"]])
+        shard = typed(mk(), Tensor[V["dp"]])
+        coef = typed(mk(), Tensor[V["tp"]])
+        grad = typed(mk(), Tensor[R["tp"]])
+        with torch.no_grad():
+            with pytest.raises(SpmdTypeError) as e:
+                param.copy_(shard)
+            assert "shard (Tensor[V[\"dp\"]]) is Varying on \"dp\"" in str(e.value)
+            assert 'use all_gather(shard, "dp", src=V, dst=R) first' in str(e.value)
+            with pytest.raises(SpmdTypeError) as e:
+                grad.mul_(coef)
+            assert "coef (Tensor[V[\"tp\"]]) is Varying on \"tp\"" in str(e.value)
+
+
 def test_inplace_on_untyped_target_learns_the_type() -> None:
     with spmd.typecheck():
         buf = torch.zeros(4, 4)
