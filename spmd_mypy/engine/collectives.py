@@ -190,6 +190,13 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
         # a per-rank loss or gradient is most often meant as the sum of the ranks' values
         text += (f" to keep each rank's values apart, or reinterpret({bare(x_text)}, "
                  f"{format_axis(axis)}, src={_arg(src)}, dst=P) to mean their sum (a loss or a gradient)")
+    elif op == "all_gather" and src.kind is Kind.V and src.dim is None:
+        # a V with no shard dim may be each rank's part of a sum (a local loss, a norm's
+        # squares): gathering would stack the parts where their sum is meant
+        ax = format_axis(axis)
+        text += (f" to concatenate the ranks' values, or all_reduce(reinterpret({bare(x_text)}, "
+                 f"{ax}, src=V, dst=P), {ax}, src=P, dst={_arg(dst)}) to sum them (a per-rank "
+                 f"loss or a norm's squares)")
     return text
 
 
