@@ -208,6 +208,9 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
                     named.append((k, v))
                 elif isinstance(v, torch.nn.Module) and k != "self":
                     modules.append((k, v))
+                elif isinstance(v, dict) and scope is frame.f_locals:  # params["w"]
+                    named.extend((f'{k}["{n}"]' if isinstance(n, str) else f"{k}[{n!r}]", t)
+                                 for n, t in list(v.items())[:1000] if isinstance(t, torch.Tensor))
         owner = frame.f_locals.get("self")
         if owner is not None:
             attrs: dict[str, Any] = {}

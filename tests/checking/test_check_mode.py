@@ -325,6 +325,25 @@ def test_clip_grad_norm_of_a_partial_gradient_is_caught(foreach: bool) -> None:
         assert "(w.grad: " in str(e.value)
 
 
+def test_messages_name_gradients_module_parameters_and_dict_entries() -> None:
+    """The operands of an optimizer's step are named from the caller: ``model.fc.weight``
+    and its ``.grad``, ``params["w"].grad`` (they were the placeholders x and y)."""
+    model = nn.Sequential()
+    model.fc = nn.Linear(4, 4, bias=False)
+    params = {"w": nn.Parameter(torch.randn(4))}
+    x = torch.randn(4)
+    for name in ("model.fc.weight", 'params["w"]'):
+        opt = torch.optim.SGD(model.parameters() if name.startswith("model") else params.values(),
+                              lr=0.1)
+        with spmd.typecheck():
+            typed(eval(name), Tensor[R["cp"]])
+            (typed(x, Tensor[V["cp"]]) * eval(name)).sum().backward(torch.tensor(1.0))
+            with pytest.raises(SpmdTypeError) as e:
+                opt.step()
+        assert (f'Partial on "cp" ({name}.grad: Tensor[P["cp"]]) added to a Replicate value '
+                f'({name}: ') in str(e.value)
+
+
 def test_foreach_ops_follow_the_op_rule_per_position() -> None:
     """``torch._foreach_X`` is X at each list position: results typed by position, the
     mutated list's types kept or the in-place error, scalars and single tensors shared."""
