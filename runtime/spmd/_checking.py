@@ -78,7 +78,8 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import check_argument, check_collective, suggest
+from spmd_mypy.engine.collectives import (RAW_NN_COLLECTIVES as RAW_NN_NAMES, check_argument,
+                                          check_collective, raw_collective_error, suggest)
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, Reduction, Role, check_backward,
                                   check_inplace, partial_op, propagate, propagate_each)
@@ -299,6 +300,24 @@ def _plan(func: Any) -> Plan:
     return plan
 
 
+def _operand_types(ops: list) -> list[SpmdType | None] | None:
+    """The operands' types (untyped tensors: the empty type, scalars: None); None when
+    no operand is typed (the short path)."""
+    types: list[SpmdType | None] = []
+    any_typed = False
+    for v, _ in ops:
+        if isinstance(v, torch.Tensor):
+            t = _get(v)
+            if t is None:
+                t = _UNTYPED
+            elif t:
+                any_typed = True
+            types.append(t)
+        else:
+            types.append(None)
+    return types if any_typed else None
+
+
 class _Mode(TorchFunctionMode):
     def __init__(self, strict: bool) -> None:
         super().__init__()
@@ -315,6 +334,9 @@ class _Mode(TorchFunctionMode):
             return self._op(plan, func, args, kwargs)
         if kind is Kind.FOREACH:
             return self._foreach(plan, func, args, kwargs)
+        if kind is Kind.RAW:
+            _check_raw_collective(plan.name, args, kwargs)
+            return func(*args, **kwargs)
         if kind is Kind.PASS or kind is Kind.FACTORY:
             return func(*args, **kwargs)
         if kind is Kind.GRAD:
@@ -359,7 +381,7 @@ class _Mode(TorchFunctionMode):
 
     def _op(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
         ops, outs = extract(plan, args, kwargs)
-        types = self._types(ops)
+        types = _operand_types(ops)
         if types is None:
             # Nothing typed (gradual): a typed in-place/out= target keeps its type.
             return func(*args, **kwargs)
@@ -378,24 +400,6 @@ class _Mode(TorchFunctionMode):
         if rtype:
             _stamp_outputs(result, rtype, targets)
         return result
-
-    @staticmethod
-    def _types(ops: list) -> list[SpmdType | None] | None:
-        """The operands' types (untyped tensors: the empty type, scalars: None); None when
-        no operand is typed (the short path)."""
-        types: list[SpmdType | None] = []
-        any_typed = False
-        for v, _ in ops:
-            if isinstance(v, torch.Tensor):
-                t = _get(v)
-                if t is None:
-                    t = _UNTYPED
-                elif t:
-                    any_typed = True
-                types.append(t)
-            else:
-                types.append(None)
-        return types if any_typed else None
 
     def _local_check(self, plan: Plan, args: tuple, kwargs: dict, ops: list, outs: list,
                      types: list) -> tuple[SpmdType, list[torch.Tensor], list[SpmdType]] | None:
@@ -458,7 +462,7 @@ class _Mode(TorchFunctionMode):
         checks: list[tuple[SpmdType, list[torch.Tensor], list[SpmdType]] | None] = []
         for a, k in positions:
             ops, outs = extract(each, a, k)
-            types = self._types(ops)
+            types = _operand_types(ops)
             if types is None or _global_check.is_global(types):
                 checks.append(None)
                 continue
@@ -1047,6 +1051,63 @@ def _uninstall_apply() -> None:
     if _TORCH_APPLY is not None:
         torch.autograd.Function.apply = _TORCH_APPLY  # type: ignore[method-assign]
         _TORCH_APPLY = None
+
+
+# --------------------------------------------------------------------------------------
+# Raw torch.distributed collectives on typed tensors (spmd-raw-collective, as the plugin
+# reports them).  ``torch.distributed.all_reduce`` and the other raw collectives hand their
+# tensor arguments to the mode (the torch function protocol); called from user code with a
+# typed tensor, they raise before any communication, unless they run inside a custom
+# autograd Function's forward or backward (where users implement their own collectives; the
+# Function's annotations type it).  Calls from the typed collectives' implementation are not
+# the user's; one made by torch.distributed.nn.functional is reported under that name.
+
+_NN_FUNCTIONAL = os.path.join(_TORCH_DIR, "distributed", "nn", "functional.py")
+_FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp", "apply"})
+
+
+def _raw_tensors(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (t for t in a if isinstance(t, torch.Tensor))
+
+
+def _in_autograd_function(f: Any) -> bool:
+    """Whether frame ``f`` or a caller runs a custom autograd Function's forward (called
+    through :func:`_apply`) or backward (called by autograd with its ctx)."""
+    ctx_cls = torch.autograd.function.FunctionCtx
+    while f is not None:
+        code = f.f_code
+        if code is _apply.__code__:
+            return True
+        if code.co_name in _FUNCTION_METHODS and isinstance(
+                f.f_locals.get("ctx", f.f_locals.get("self")), ctx_cls):
+            return True
+        f = f.f_back
+    return False
+
+
+def _check_raw_collective(name: str, args: tuple, kwargs: dict) -> None:
+    typed = [(t, st) for t in _raw_tensors(args, kwargs) if (st := _get(t))]
+    if not typed or torch.compiler.is_compiling():
+        return
+    module = "torch.distributed"
+    f: Any = sys._getframe(1)
+    while f is not None:  # up to the user's frame
+        fn = os.path.abspath(f.f_code.co_filename)
+        if fn in _INTERNAL_FILES:
+            return  # the typed collectives
+        if not fn.startswith(_SKIP_DIRS):
+            break
+        if fn == _NN_FUNCTIONAL and f.f_code.co_name in RAW_NN_NAMES:
+            module, name = "torch.distributed.nn.functional", f.f_code.co_name
+        f = f.f_back
+    if f is None or _in_autograd_function(f):
+        return
+    t, st = typed[0]
+    raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st))
 
 
 def _reset_caches() -> None:

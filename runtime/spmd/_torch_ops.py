@@ -42,6 +42,7 @@ from typing import Any, Callable
 import torch
 
 from spmd_mypy.engine import ops as _engine_ops
+from spmd_mypy.engine.collectives import RAW_COLLECTIVES
 from spmd_mypy.engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
@@ -98,6 +99,7 @@ class Kind(enum.Enum):
     GRAD = "grad"            # x.grad: the dual of x's type
     SET_GRAD = "set grad"    # x.grad = g: g keeps its own type at later reads
     FOREACH = "foreach"      # torch._foreach_*: the op of ``Plan.each`` at every list position
+    RAW = "raw collective"   # torch.distributed.all_reduce & co.: not on typed tensors
 
 
 # Argument classes (per formal).  An operand's class is kept with it (see extract): INDEX
@@ -349,7 +351,10 @@ def build_plan(func: Any) -> Plan:
             return PASS_PLAN
     module = getattr(func, "__module__", None) or ""
     if module.startswith("torch.distributed"):
-        return PASS_PLAN
+        # torch.distributed.all_reduce & co. hand a tensor argument with a torch function
+        # to the mode: the raw collectives on typed tensors (spmd-raw-collective)
+        name = getattr(func, "__name__", "")
+        return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else PASS_PLAN
 
     name, prop = _name_of(func)
     each = foreach_op(name)

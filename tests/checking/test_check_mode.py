@@ -731,3 +731,43 @@ def test_suspended_pauses_checking() -> None:
         assert spmd.typeof(y) is None
         with pytest.raises(SpmdTypeError):
             torch.relu(p)
+
+
+# --------------------------------------------------------------------------------------
+# raw torch.distributed collectives (spmd-raw-collective, as the plugin reports them)
+
+
+def test_a_raw_collective_on_a_typed_tensor_is_an_error() -> None:
+    """``dist.all_reduce(loss)`` on a typed tensor raises before any communication (the
+    plugin's spmd-raw-collective; the check mode let it through, so the tensor kept a type
+    its new value does not have).  An untyped tensor, and one inside a custom autograd
+    Function's forward or backward (where users write their own collectives), reach
+    torch (which here, with no process group, refuses).  The raw collectives hand their
+    tensors to the check mode's TorchFunctionMode (torch's function protocol)."""
+    import torch.distributed as dist
+    import torch.distributed.nn.functional as dnf
+
+    class Reduce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            dist.all_reduce(x)
+            return x
+
+    with spmd.typecheck():
+        loss = typed(mk(1), Tensor[V["dp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            dist.all_reduce(loss.detach(), op=dist.ReduceOp.AVG)
+        assert e.value.code == "spmd-raw-collective"
+        assert str(e.value).startswith(
+            'torch.distributed.all_reduce on the typed tensor x (Tensor[V["dp"]]): a raw '
+            'collective is not differentiable')
+        reported = loss.detach().clone()
+        with pytest.raises(SpmdTypeError, match=r"all_gather on the typed tensor reported "
+                                                r"\(Tensor\[V\[\"dp\"\]\]\).*spmd\.all_gather\(reported"):
+            dist.all_gather([torch.empty(1), torch.empty(1)], reported)
+        with pytest.raises(SpmdTypeError, match=r"torch\.distributed\.nn\.functional\.all_reduce"):
+            dnf.all_reduce(loss)
+        for call in (lambda: dist.all_reduce(torch.ones(1)), lambda: Reduce.apply(loss)):
+            with pytest.raises(Exception) as other:
+                call()
+            assert not isinstance(other.value, SpmdTypeError)
