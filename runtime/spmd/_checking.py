@@ -78,7 +78,8 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import check_argument, check_collective, suggest
+from spmd_mypy.engine.collectives import (RAW_NN_COLLECTIVES as RAW_NN_NAMES, check_argument,
+                                          check_collective, raw_collective_error, suggest)
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, Reduction, Role, check_backward,
                                   check_inplace, partial_op, propagate, propagate_each)
@@ -195,20 +196,41 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
     frame = _user_frame()
     names: dict[int, str] = {}
     if frame is not None:
+        # the caller's tensors by name; a module's parameters (self.weight, and those of a
+        # module the caller holds: model.fc.weight); then their gradients (p.grad: the
+        # operands of an optimizer's step or of clip_grad_norm_)
+        named: list[tuple[str, torch.Tensor]] = []
+        modules: list[tuple[str, torch.nn.Module]] = []
         for scope in (frame.f_locals, frame.f_globals):
             for k, v in scope.items():
-                if isinstance(v, torch.Tensor) and id(v) not in names and not k.startswith("_"):
-                    names[id(v)] = k
-        owner = frame.f_locals.get("self")  # a module's parameters: self.weight
+                if k.startswith("_"):
+                    continue
+                if isinstance(v, torch.Tensor):
+                    named.append((k, v))
+                elif isinstance(v, torch.nn.Module) and k != "self":
+                    modules.append((k, v))
+                elif isinstance(v, dict) and scope is frame.f_locals:  # params["w"]
+                    named.extend((f'{k}["{n}"]' if isinstance(n, str) else f"{k}[{n!r}]", t)
+                                 for n, t in list(v.items())[:1000] if isinstance(t, torch.Tensor))
+        owner = frame.f_locals.get("self")
         if owner is not None:
             attrs: dict[str, Any] = {}
             for d in (getattr(owner, "_parameters", None), getattr(owner, "_buffers", None),
                       getattr(owner, "__dict__", None)):
                 if isinstance(d, dict):
                     attrs.update(d)
-            for k, v in attrs.items():
-                if isinstance(v, torch.Tensor) and id(v) not in names:
-                    names[id(v)] = f"self.{k}"
+            named.extend((f"self.{k}", v) for k, v in attrs.items() if isinstance(v, torch.Tensor))
+            if isinstance(owner, torch.nn.Module):
+                modules.append(("self", owner))
+        for k, m in modules:
+            named.extend((f"{k}.{n}", p) for n, p in m.named_parameters())
+        for k, v in named:
+            names.setdefault(id(v), k)
+        with suspended():  # reading .grad in the check mode types it: not here
+            for k, v in named:
+                g = v.grad if v.is_leaf else None
+                if g is not None:
+                    names.setdefault(id(g), f"{k}.grad")
     out = []
     for v, d in zip(values, defaults):
         if isinstance(v, torch.Tensor):
@@ -278,6 +300,24 @@ def _plan(func: Any) -> Plan:
     return plan
 
 
+def _operand_types(ops: list) -> list[SpmdType | None] | None:
+    """The operands' types (untyped tensors: the empty type, scalars: None); None when
+    no operand is typed (the short path)."""
+    types: list[SpmdType | None] = []
+    any_typed = False
+    for v, _ in ops:
+        if isinstance(v, torch.Tensor):
+            t = _get(v)
+            if t is None:
+                t = _UNTYPED
+            elif t:
+                any_typed = True
+            types.append(t)
+        else:
+            types.append(None)
+    return types if any_typed else None
+
+
 class _Mode(TorchFunctionMode):
     def __init__(self, strict: bool) -> None:
         super().__init__()
@@ -292,6 +332,11 @@ class _Mode(TorchFunctionMode):
         kind = plan.kind
         if kind is Kind.OP:
             return self._op(plan, func, args, kwargs)
+        if kind is Kind.FOREACH:
+            return self._foreach(plan, func, args, kwargs)
+        if kind is Kind.RAW:
+            _check_raw_collective(plan.name, args, kwargs)
+            return func(*args, **kwargs)
         if kind is Kind.PASS or kind is Kind.FACTORY:
             return func(*args, **kwargs)
         if kind is Kind.GRAD:
@@ -336,26 +381,31 @@ class _Mode(TorchFunctionMode):
 
     def _op(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
         ops, outs = extract(plan, args, kwargs)
-        # Types of the operands; the short path when nothing is typed.
-        types: list[SpmdType | None] = []
-        any_typed = False
-        for v, _ in ops:
-            if isinstance(v, torch.Tensor):
-                t = _get(v)
-                if t is None:
-                    t = _UNTYPED
-                elif t:
-                    any_typed = True
-                types.append(t)
-            else:
-                types.append(None)
-        if not any_typed:
+        types = _operand_types(ops)
+        if types is None:
             # Nothing typed (gradual): a typed in-place/out= target keeps its type.
             return func(*args, **kwargs)
         if _global_check.is_global(types):
             return self._global_op(plan, func, args, kwargs, ops, types)
         if plan.name in PER_OPERAND_OPS:
             return self._per_operand_op(plan, func, args, kwargs, ops, types)
+        checked = self._local_check(plan, args, kwargs, ops, outs, types)
+        if checked is None:
+            return func(*args, **kwargs)
+        rtype, targets, new_types = checked
+        result = func(*args, **kwargs)
+        for tgt, t in zip(targets, new_types):
+            if t:
+                _set(tgt, t)
+        if rtype:
+            _stamp_outputs(result, rtype, targets)
+        return result
+
+    def _local_check(self, plan: Plan, args: tuple, kwargs: dict, ops: list, outs: list,
+                     types: list) -> tuple[SpmdType, list[torch.Tensor], list[SpmdType]] | None:
+        """The local SPMD rule on one call, before it runs: (the result's type, the mutated
+        tensors, their types after the op); raises the rule's error; None inside the typed
+        collectives' implementation when the rule fails (on_collective types the result)."""
         inplace_target = None
         if plan.inplace or (plan.inplace_kw and kwargs.get("inplace")):
             first = ops[0][0] if ops else None
@@ -385,7 +435,7 @@ class _Mode(TorchFunctionMode):
         rtype, failed = cached
         if failed:
             if _in_collective_internals():
-                return func(*args, **kwargs)  # on_collective types the collective's result
+                return None  # on_collective types the collective's result
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction,
@@ -396,19 +446,38 @@ class _Mode(TorchFunctionMode):
             targets.append(inplace_target)
         if outs:
             targets.extend(outs)
-        if targets:
-            new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype, ops, grad_on)
-                         for tgt in targets]
-            result = func(*args, **kwargs)
+        new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype, ops, grad_on)
+                     for tgt in targets]
+        return rtype, targets, new_types
+
+    def _foreach(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``torch._foreach_add_(params, grads, alpha=-lr)`` (optimizers, clip_grad_norm_):
+        the rule of the per-position op (``plan.each``) at each list position, checked before
+        the call runs; the mutated tensors and the results typed position by position.
+        A position with a global (partition spec) operand is left untyped."""
+        each = plan.each
+        positions = _torch_ops.foreach_positions(args, kwargs)
+        if each is None or positions is None:
+            return func(*args, **kwargs)
+        checks: list[tuple[SpmdType, list[torch.Tensor], list[SpmdType]] | None] = []
+        for a, k in positions:
+            ops, outs = extract(each, a, k)
+            types = _operand_types(ops)
+            if types is None or _global_check.is_global(types):
+                checks.append(None)
+                continue
+            checks.append(self._local_check(each, a, k, ops, outs, types))
+        result = func(*args, **kwargs)
+        results = list(result) if isinstance(result, (list, tuple)) else None
+        for i, checked in enumerate(checks):
+            if checked is None:
+                continue
+            rtype, targets, new_types = checked
             for tgt, t in zip(targets, new_types):
                 if t:
                     _set(tgt, t)
-            if rtype:
-                _stamp_outputs(result, rtype, targets)
-            return result
-        result = func(*args, **kwargs)
-        if rtype:
-            _stamp_outputs(result, rtype)
+            if rtype and results is not None and i < len(results):
+                _stamp_outputs(results[i], rtype, targets)
         return result
 
     def _per_operand_op(self, plan: Plan, func: Any, args: tuple, kwargs: dict, ops: list,
@@ -985,6 +1054,63 @@ def _uninstall_apply() -> None:
     if _TORCH_APPLY is not None:
         torch.autograd.Function.apply = _TORCH_APPLY  # type: ignore[method-assign]
         _TORCH_APPLY = None
+
+
+# --------------------------------------------------------------------------------------
+# Raw torch.distributed collectives on typed tensors (spmd-raw-collective, as the plugin
+# reports them).  ``torch.distributed.all_reduce`` and the other raw collectives hand their
+# tensor arguments to the mode (the torch function protocol); called from user code with a
+# typed tensor, they raise before any communication, unless they run inside a custom
+# autograd Function's forward or backward (where users implement their own collectives; the
+# Function's annotations type it).  Calls from the typed collectives' implementation are not
+# the user's; one made by torch.distributed.nn.functional is reported under that name.
+
+_NN_FUNCTIONAL = os.path.join(_TORCH_DIR, "distributed", "nn", "functional.py")
+_FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp", "apply"})
+
+
+def _raw_tensors(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (t for t in a if isinstance(t, torch.Tensor))
+
+
+def _in_autograd_function(f: Any) -> bool:
+    """Whether frame ``f`` or a caller runs a custom autograd Function's forward (called
+    through :func:`_apply`) or backward (called by autograd with its ctx)."""
+    ctx_cls = torch.autograd.function.FunctionCtx
+    while f is not None:
+        code = f.f_code
+        if code is _apply.__code__:
+            return True
+        if code.co_name in _FUNCTION_METHODS and isinstance(
+                f.f_locals.get("ctx", f.f_locals.get("self")), ctx_cls):
+            return True
+        f = f.f_back
+    return False
+
+
+def _check_raw_collective(name: str, args: tuple, kwargs: dict) -> None:
+    typed = [(t, st) for t in _raw_tensors(args, kwargs) if (st := _get(t))]
+    if not typed or torch.compiler.is_compiling():
+        return
+    module = "torch.distributed"
+    f: Any = sys._getframe(1)
+    while f is not None:  # up to the user's frame
+        fn = os.path.abspath(f.f_code.co_filename)
+        if fn in _INTERNAL_FILES:
+            return  # the typed collectives
+        if not fn.startswith(_SKIP_DIRS):
+            break
+        if fn == _NN_FUNCTIONAL and f.f_code.co_name in RAW_NN_NAMES:
+            module, name = "torch.distributed.nn.functional", f.f_code.co_name
+        f = f.f_back
+    if f is None or _in_autograd_function(f):
+        return
+    t, st = typed[0]
+    raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st))
 
 
 def _reset_caches() -> None:

@@ -42,13 +42,14 @@ from typing import Any, Callable
 import torch
 
 from spmd_mypy.engine import ops as _engine_ops
+from spmd_mypy.engine.collectives import RAW_COLLECTIVES
 from spmd_mypy.engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
-    SCALAR_OPERAND_NAMES, SCANS, OpSpec, Reduction, Role, classify, is_index_formal,
-    normalising_reduction,
+    SCALAR_OPERAND_NAMES, SCANS, OpSpec, Reduction, Role, classify, foreach_op,
+    is_index_formal, normalising_reduction,
 )
 
 # (Formal-name classes are the engine's: the mypy plugin reads the same names.)
@@ -97,6 +98,8 @@ class Kind(enum.Enum):
     AUTOGRAD_GRAD = "autograd.grad"  # the loss check; results get the inputs' duals
     GRAD = "grad"            # x.grad: the dual of x's type
     SET_GRAD = "set grad"    # x.grad = g: g keeps its own type at later reads
+    FOREACH = "foreach"      # torch._foreach_*: the op of ``Plan.each`` at every list position
+    RAW = "raw collective"   # torch.distributed.all_reduce & co.: not on typed tensors
 
 
 # Argument classes (per formal).  An operand's class is kept with it (see extract): INDEX
@@ -122,7 +125,7 @@ class Plan:
     """How the check mode handles one ``func`` (built once, cached)."""
 
     __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
-                 "varargs", "canon", "inplace_kw", "params", "reduce_at")
+                 "varargs", "canon", "inplace_kw", "params", "reduce_at", "each")
 
     def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
                  swap: bool = False, inplace: bool = False,
@@ -142,6 +145,7 @@ class Plan:
         self.canon = canon
         self.inplace_kw = params is not None and "inplace" in params
         self.params = params  # the formal names (global SPMD reads dims and shapes by name)
+        self.each: Plan | None = None  # FOREACH: the plan of the op at one list position
         # a reduction or scan: the positions of its dim and keepdim arguments
         self.reduce_at: tuple[int, int | None] | None = None
         if name in REDUCTIONS or name in SCANS:
@@ -347,9 +351,15 @@ def build_plan(func: Any) -> Plan:
             return PASS_PLAN
     module = getattr(func, "__module__", None) or ""
     if module.startswith("torch.distributed"):
-        return PASS_PLAN
+        # torch.distributed.all_reduce & co. hand a tensor argument with a torch function
+        # to the mode: the raw collectives on typed tensors (spmd-raw-collective)
+        name = getattr(func, "__name__", "")
+        return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else PASS_PLAN
 
     name, prop = _name_of(func)
+    each = foreach_op(name)
+    if each is not None:
+        return _foreach_plan(name, each)
     if func is torch.Tensor.backward:
         return Plan(Kind.BACKWARD, "backward")
     if func is torch.autograd.backward:
@@ -390,6 +400,38 @@ def build_plan(func: Any) -> Plan:
     inplace = (name.endswith("_") and not name.startswith("_")) or name == "__setitem__"
     return Plan(Kind.OP, name, spec=classify(name), swap=swap, inplace=inplace,
                 params=params, varargs=varargs, canon=canon)
+
+
+def _foreach_plan(name: str, each: str) -> Plan:
+    """``torch._foreach_add_`` -> the plan of ``Tensor.add_`` (its formal names read the
+    arguments at each list position; engine ``foreach_op``), kind FOREACH."""
+    func = getattr(torch.Tensor, each, None) or getattr(torch, each, None)
+    inner = build_plan(func) if func is not None else None
+    if inner is None or inner.kind is not Kind.OP:
+        # not a Tensor method or torch function of that name: the engine's op, every
+        # tensor argument an operand
+        inner = Plan(Kind.OP, each, spec=classify(each),
+                     inplace=each.endswith("_") and not each.startswith("_"))
+    plan = Plan(Kind.FOREACH, name)
+    plan.each = inner
+    return plan
+
+
+def foreach_positions(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]] | None:
+    """The arguments of a ``_foreach`` call at each list position: item i of every list or
+    tuple argument (a list shorter than the first, a scalar list of another length: the
+    same value everywhere), every other argument as it is; None if the first argument
+    is not a list."""
+    first = args[0] if args else kwargs.get("self")
+    if not isinstance(first, (list, tuple)):
+        return None
+    n = len(first)
+
+    def at(v: Any, i: int) -> Any:
+        return v[i] if isinstance(v, (list, tuple)) and len(v) == n else v
+
+    return [(tuple(at(a, i) for a in args), {k: at(v, i) for k, v in kwargs.items()})
+            for i in range(n)]
 
 
 # --------------------------------------------------------------------------------------

@@ -466,3 +466,77 @@ def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: 
         also = " or ".join(format_type(t) for t in wanted[1:])
         first = [SpmdError(e.code, f"{e.message} (the parameter also takes {also})") for e in first]
     return first
+
+
+# --------------------------------------------------------------------------------------
+# Raw torch.distributed collectives on typed tensors (spmd-raw-collective): the mypy plugin
+# reports them from the source, the check mode from the call (both outside a custom
+# autograd Function's forward/backward, where users implement their own collectives).
+
+RAW_COLLECTIVES = frozenset(
+    """all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor
+    all_to_all all_to_all_single broadcast reduce all_reduce_coalesced""".split()
+)
+# Collectives of torch.distributed.nn.functional (differentiable, with a fixed backward) and of
+# torch.distributed._functional_collectives (functional, some with an autograd variant).
+RAW_NN_COLLECTIVES = frozenset(
+    """all_reduce all_gather _all_gather_base reduce_scatter all_to_all all_to_all_single
+    broadcast reduce gather scatter""".split()
+)
+RAW_FUNCTIONAL_COLLECTIVES = frozenset(
+    """all_reduce all_reduce_inplace all_reduce_coalesced all_gather_tensor
+    all_gather_tensor_autograd all_gather_tensor_inplace all_gather_into_tensor_coalesced
+    all_gather_single all_gather_single_autograd all_gather_inplace reduce_scatter_tensor
+    reduce_scatter_tensor_autograd reduce_scatter_tensor_inplace reduce_scatter_tensor_coalesced
+    reduce_scatter_single reduce_scatter_single_autograd all_to_all_single
+    all_to_all_single_autograd all_to_all_inplace broadcast permute_tensor""".split()
+)
+# Where a raw collective's module is reached from (the message names it as users import it).
+RAW_MODULES = {
+    "torch.distributed.nn.functional.": ("torch.distributed.nn.functional", RAW_NN_COLLECTIVES),
+    "torch.distributed._functional_collectives.": ("torch.distributed._functional_collectives",
+                                                   RAW_FUNCTIONAL_COLLECTIVES),
+}
+# The typed spmd collective standing for a raw one.
+_TYPED_COLLECTIVE = {
+    "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all_single": "all_to_all", "_all_gather_base": "all_gather",
+    "all_reduce_inplace": "all_reduce", "all_reduce_coalesced": "all_reduce",
+}
+
+
+def raw_collective(fullname: str) -> tuple[str, str] | None:
+    """(the module as users name it, the collective) for a raw torch collective, else None."""
+    for prefix, (module, names) in RAW_MODULES.items():
+        if fullname.startswith(prefix):
+            name = fullname[len(prefix):]
+            return (module, name) if name in names else None
+    if fullname.startswith("torch.distributed."):
+        name = fullname.rsplit(".", 1)[-1]
+        if name in RAW_COLLECTIVES:
+            return "torch.distributed", name
+    return None
+
+
+def typed_collective(name: str) -> str | None:
+    """The spmd collective doing what a raw one does (all_gather_tensor_autograd -> all_gather)."""
+    if name in _TYPED_COLLECTIVE:
+        return _TYPED_COLLECTIVE[name]
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        if name.startswith(op):
+            return op
+    return None
+
+
+def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType) -> SpmdError:
+    """``torch.distributed.all_reduce(x)`` with a typed ``x``: not differentiable (or with
+    a fixed backward), and its result's type is unknown."""
+    typed_name = typed_collective(name)
+    replacement = (f'spmd.{typed_name}({x_text}, "<axis>", src=..., dst=...)'
+                   if typed_name in OPS else "a typed spmd collective")
+    return SpmdError(
+        "spmd-raw-collective",
+        f"{module}.{name} on the typed tensor {x_text} ({format_type(x_type)}): a raw "
+        f"collective is not differentiable (or has a fixed backward) and its result's type is "
+        f"unknown; use {replacement}",
+    )

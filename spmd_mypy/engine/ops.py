@@ -177,6 +177,25 @@ any all count_nonzero nonzero unique bincount histc
 # holds a sum of the two.
 PER_OPERAND_OPS = frozenset("atleast_1d atleast_2d atleast_3d broadcast_tensors".split())
 
+
+# torch's multi-tensor ops (``torch._foreach_add_(params, grads, alpha=-lr)``, what
+# optimizers and ``clip_grad_norm_`` run by default): the op of their name without the
+# prefix, once per list position (position i of every list argument; any other argument
+# is the same operand at every position), so each position follows that op's rule
+# (``_foreach_norm`` of a Partial gradient is the non-linear error, ``_foreach_add_`` of
+# a Partial gradient into a Replicate parameter the affine one).
+FOREACH_PREFIX = "_foreach_"
+# the per-position op where it is not the name without the prefix
+_FOREACH_OPS = {"powsum": "norm"}  # sum(|x|^p): a norm without the root, non-linear alike
+
+
+def foreach_op(name: str) -> str | None:
+    """The per-position op of a ``torch._foreach_*`` op (``_foreach_add_`` -> ``add_``)."""
+    if not name.startswith(FOREACH_PREFIX) or len(name) == len(FOREACH_PREFIX):
+        return None
+    base = name[len(FOREACH_PREFIX):]
+    return _FOREACH_OPS.get(base, base)
+
 # Ops whose second tensor is a template: only its shape, dtype or device is read.
 TEMPLATE_OPS = ("type_as", "to", "view_as", "reshape_as", "expand_as")
 

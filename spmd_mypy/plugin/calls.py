@@ -70,6 +70,7 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
+from ..engine.collectives import raw_collective, raw_collective_error
 from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
@@ -97,61 +98,6 @@ SPMD_COLLECTIVES = frozenset(coll.OPS)
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
-RAW_COLLECTIVES = frozenset(
-    """all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor
-    all_to_all all_to_all_single broadcast reduce all_reduce_coalesced""".split()
-)
-# Collectives of torch.distributed.nn.functional (differentiable, with a fixed backward) and of
-# torch.distributed._functional_collectives (functional, some with an autograd variant).
-RAW_NN_COLLECTIVES = frozenset(
-    """all_reduce all_gather _all_gather_base reduce_scatter all_to_all all_to_all_single
-    broadcast reduce gather scatter""".split()
-)
-RAW_FUNCTIONAL_COLLECTIVES = frozenset(
-    """all_reduce all_reduce_inplace all_reduce_coalesced all_gather_tensor
-    all_gather_tensor_autograd all_gather_tensor_inplace all_gather_into_tensor_coalesced
-    all_gather_single all_gather_single_autograd all_gather_inplace reduce_scatter_tensor
-    reduce_scatter_tensor_autograd reduce_scatter_tensor_inplace reduce_scatter_tensor_coalesced
-    reduce_scatter_single reduce_scatter_single_autograd all_to_all_single
-    all_to_all_single_autograd all_to_all_inplace broadcast permute_tensor""".split()
-)
-# Where a raw collective's module is reached from (the message names it as users import it).
-RAW_MODULES = {
-    "torch.distributed.nn.functional.": ("torch.distributed.nn.functional", RAW_NN_COLLECTIVES),
-    "torch.distributed._functional_collectives.": ("torch.distributed._functional_collectives",
-                                                   RAW_FUNCTIONAL_COLLECTIVES),
-}
-# The typed spmd collective standing for a raw one.
-_TYPED_COLLECTIVE = {
-    "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-    "all_to_all_single": "all_to_all", "_all_gather_base": "all_gather",
-    "all_reduce_inplace": "all_reduce", "all_reduce_coalesced": "all_reduce",
-}
-
-
-def raw_collective(fullname: str) -> tuple[str, str] | None:
-    """(the module as users name it, the collective) for a raw torch collective, else None."""
-    for prefix, (module, names) in RAW_MODULES.items():
-        if fullname.startswith(prefix):
-            name = fullname[len(prefix):]
-            return (module, name) if name in names else None
-    if fullname.startswith("torch.distributed."):
-        name = fullname.rsplit(".", 1)[-1]
-        if name in RAW_COLLECTIVES:
-            return "torch.distributed", name
-    return None
-
-
-def typed_collective(name: str) -> str | None:
-    """The spmd collective doing what a raw one does (all_gather_tensor_autograd -> all_gather)."""
-    if name in _TYPED_COLLECTIVE:
-        return _TYPED_COLLECTIVE[name]
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-        if name.startswith(op):
-            return op
-    return None
-
-
 def expr_text(e: Expression | None) -> str:
     """Short source text of an operand for messages."""
     if e is None:
@@ -902,8 +848,6 @@ class CallTyper:
         return hook
 
     def raw_collective_hook(self, name: str, module: str = "torch.distributed") -> Callable[[FunctionContext], Type]:
-        typed_name = typed_collective(name)
-
         def hook(ctx: FunctionContext) -> Type:
             if self.plugin.regions.in_autograd_function(getattr(ctx.api, "tree", None),
                                                         ctx.context.line):
@@ -916,14 +860,7 @@ class CallTyper:
                              for item in self._container_items(te[0], te[1], ctx)):
                     st = self.types.from_type(t)
                     if st:
-                        replacement = (f"spmd.{typed_name}({expr_text(e)}, \"<axis>\", src=..., dst=...)"
-                                       if typed_name in SPMD_COLLECTIVES else "a typed spmd collective")
-                        self.report(ctx, [SpmdError(
-                            "spmd-raw-collective",
-                            f"{module}.{name} on the typed tensor {expr_text(e)} "
-                            f"({format_type(st)}): a raw collective is not differentiable (or has a "
-                            f"fixed backward) and its result's type is unknown; use {replacement}",
-                        )])
+                        self.report(ctx, [raw_collective_error(module, name, expr_text(e), st)])
                         return ctx.default_return_type
             return ctx.default_return_type
 

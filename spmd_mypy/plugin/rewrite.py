@@ -326,6 +326,11 @@ class _Walker:
         self.augmented: set[tuple[int, int]] = set()
         self._assigns: list[dict[str, list[Expression]]] = []
         self._depth = 0  # function nesting
+        # the grad modes of the enclosing with-blocks in this function (innermost last), and
+        # the mode a decorator (or Function.forward) gives the body of the next function:
+        # a local assigned where gradients are off holds a value without one
+        self._modes: list[bool] = []
+        self._body_mode: bool | None = None
 
     def _bind(self, target: Expression, value: Expression) -> None:
         """Each local named in ``target`` (inside a function) is assigned ``value``: what
@@ -334,7 +339,7 @@ class _Walker:
             for n in _names_in(target):
                 self._assigns[-1].setdefault(n, []).append(value)
 
-    def _mode_region(self, managers: list[Expression], first: int, last: int) -> None:
+    def _mode_region(self, managers: list[Expression], first: int, last: int) -> bool | None:
         """``with a(), b():`` and ``@a @b def``: the last one is the innermost, it decides."""
         mode = None
         for e in managers:
@@ -343,6 +348,7 @@ class _Walker:
                 mode = m
         if mode is not None:
             (self.enabled if mode else self.no_grad).append((first, last))
+        return mode
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
@@ -355,18 +361,27 @@ class _Walker:
                 rewrite_type(st.type)
                 if not _shares_parts(st.unanalyzed_type, st.type):
                     rewrite_type(st.unanalyzed_type)
+            body_mode = self._body_mode
+            self._body_mode = None
             if in_function_class and st.name == "forward":
                 self.no_grad.append((st.line, st.end_line or st.line))
+                body_mode = False
             if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:
                 self.function_bodies.append((st.line, st.end_line or st.line))
             self._assigns.append({})
+            for arg in st.arguments:  # a parameter holds the caller's value: never "only detached"
+                ref = NameExpr(arg.variable.name)
+                self._bind(ref, ref)
             self._depth += 1
+            outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
             self.block(st.body.body)
+            self._modes = outer_modes
             self._depth -= 1
             for name in sorted(_gradient_free_names(self._assigns.pop())):
                 self.detached.append((st.line, st.end_line or st.line, name))
         elif isinstance(st, Decorator):
-            self._mode_region(st.original_decorators, st.func.line, st.func.end_line or st.func.line)
+            self._body_mode = self._mode_region(st.original_decorators, st.func.line,
+                                                st.func.end_line or st.func.line)
             self.stmt(st.func, in_function_class)
         elif isinstance(st, OverloadedFuncDef):
             for item in st.items:
@@ -377,11 +392,15 @@ class _Walker:
             if self.rewrite:
                 for e in st.expr:
                     _rewrite_call_args(e)
-            self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
+            mode = self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
             for target in st.target:  # ``as`` targets: never "only detached"
                 if target is not None:
                     self._bind(target, target)
+            if mode is not None:
+                self._modes.append(mode)
             self.block(st.body.body)
+            if mode is not None:
+                self._modes.pop()
         elif isinstance(st, OperatorAssignmentStmt):
             if isinstance(st.lvalue, NameExpr):  # d += g: gradient-free only if g is too
                 self._bind(st.lvalue, st.rvalue)
@@ -390,8 +409,11 @@ class _Walker:
             if self.rewrite:
                 _rewrite_call_args(st.rvalue)
         elif isinstance(st, AssignmentStmt):
+            # a value computed where gradients are off has none (``with torch.no_grad(): c =
+            # cos[pos]``, the body of an ``@torch.no_grad()`` function), wherever it is used
+            value = _NO_GRADIENT if self._modes and not self._modes[-1] else st.rvalue
             for lv in st.lvalues:  # tuple targets and the like: never "only detached"
-                self._bind(lv, st.rvalue if isinstance(lv, NameExpr) else lv)
+                self._bind(lv, value if isinstance(lv, NameExpr) else lv)
             if self.rewrite and not self._depth:
                 rewrite_type(st.type)
                 if not _shares_parts(st.unanalyzed_type, st.type):
@@ -427,6 +449,11 @@ class _Walker:
             for extra in (st.else_body, st.finally_body):
                 if extra is not None:
                     self.block(extra.body)
+
+
+# What a local is bound to when assigned where gradients are off: a value
+# :func:`is_gradient_free` takes as such (a literal number).
+_NO_GRADIENT = IntExpr(0)
 
 
 # The statement classes stmt() acts on (it does nothing with the others: expressions,

@@ -281,6 +281,91 @@ def test_an_assigned_grad_keeps_its_type_and_the_optimizer_steps() -> None:
         assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
 
 
+@pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_a_forgotten_gradient_all_reduce_is_caught_by_the_optimizer_step(
+        opt_name: str, foreach: bool) -> None:
+    """A Replicate weight used on this rank's sequence chunk (cp) has a Partial gradient;
+    stepping without all-reducing it is the affine (SGD) or non-linear (Adam) error, also
+    through the multi-tensor ``torch._foreach_*`` ops the optimizers run with foreach=True
+    (the default on GPUs), which were untyped; the operand is named ``w.grad``."""
+    w = nn.Parameter(torch.randn(4))
+    opt = getattr(torch.optim, opt_name)([w], lr=0.1, foreach=foreach)
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+        (x * w).sum().backward(torch.tensor(1.0))  # autograd's gradient: the dual, P
+        assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
+        with pytest.raises(SpmdTypeError) as e:
+            opt.step()
+        assert e.value.code == ("spmd-partial-affine" if opt_name == "SGD"
+                                else "spmd-partial-nonlinear")
+        assert '(w.grad: Tensor[P["cp"]])' in str(e.value)
+        assert 'all_reduce(w.grad, "cp", src=P, dst=R)' in str(e.value)
+        # all-reduced (the type all_reduce(w.grad, "cp", src=P, dst=R) gives): steps (a new
+        # optimizer: the failed step left Adam's moments Partial)
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]])
+        opt = getattr(torch.optim, opt_name)([w], lr=0.1, foreach=foreach)
+        opt.step()
+        opt.step()
+        assert spmd.typeof(w) == ty(cp=REPLICATE)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_clip_grad_norm_of_a_partial_gradient_is_caught(foreach: bool) -> None:
+    """clip_grad_norm_ before the all-reduce: the norm of a pending sum (``_foreach_norm``
+    by default, which passed untyped)."""
+    w = nn.Parameter(torch.randn(4))
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        (typed(torch.randn(2, 4), Tensor[V["cp"]]) * w).sum().backward(torch.tensor(1.0))
+        with pytest.raises(SpmdTypeError) as e:
+            nn.utils.clip_grad_norm_([w], 1.0, foreach=foreach)
+        assert e.value.code == "spmd-partial-nonlinear"
+        assert "(w.grad: " in str(e.value)
+
+
+def test_messages_name_gradients_module_parameters_and_dict_entries() -> None:
+    """The operands of an optimizer's step are named from the caller: ``model.fc.weight``
+    and its ``.grad``, ``params["w"].grad`` (they were the placeholders x and y)."""
+    model = nn.Sequential()
+    model.fc = nn.Linear(4, 4, bias=False)
+    params = {"w": nn.Parameter(torch.randn(4))}
+    x = torch.randn(4)
+    for name in ("model.fc.weight", 'params["w"]'):
+        opt = torch.optim.SGD(model.parameters() if name.startswith("model") else params.values(),
+                              lr=0.1)
+        with spmd.typecheck():
+            typed(eval(name), Tensor[R["cp"]])
+            (typed(x, Tensor[V["cp"]]) * eval(name)).sum().backward(torch.tensor(1.0))
+            with pytest.raises(SpmdTypeError) as e:
+                opt.step()
+        assert (f'Partial on "cp" ({name}.grad: Tensor[P["cp"]]) added to a Replicate value '
+                f'({name}: ') in str(e.value)
+
+
+def test_foreach_ops_follow_the_op_rule_per_position() -> None:
+    """``torch._foreach_X`` is X at each list position: results typed by position, the
+    mutated list's types kept or the in-place error, scalars and single tensors shared."""
+    with spmd.typecheck():
+        r = typed(mk(4), Tensor[R["tp"]])
+        v = typed(mk(4), Tensor[V["tp"]])
+        p = typed(mk(4), Tensor[P["tp"]])
+        out = torch._foreach_mul([r, v], 2.0)
+        assert [spmd.typeof(t) for t in out] == [ty(tp=REPLICATE), ty(tp=VARYING)]
+        out = torch._foreach_add([r, p], [v, p])
+        assert [spmd.typeof(t) for t in out] == [ty(tp=VARYING), ty(tp=PARTIAL)]
+        with pytest.raises(SpmdTypeError) as e:
+            torch._foreach_exp([r, p])
+        assert e.value.code == "spmd-partial-nonlinear"
+        with torch.no_grad():
+            with pytest.raises(SpmdTypeError) as e:
+                torch._foreach_add_([r], [v])  # would make r vary
+            assert e.value.code == "spmd-inplace"
+            torch._foreach_add_([v, p], [r, p])
+        assert [spmd.typeof(t) for t in (v, p)] == [ty(tp=VARYING), ty(tp=PARTIAL)]
+
+
 def test_autograd_grad_gives_duals_and_checks_the_loss() -> None:
     with spmd.typecheck():
         p = typed(mk(), Tensor[P["tp"]])
@@ -664,3 +749,43 @@ def test_suspended_pauses_checking() -> None:
         assert spmd.typeof(y) is None
         with pytest.raises(SpmdTypeError):
             torch.relu(p)
+
+
+# --------------------------------------------------------------------------------------
+# raw torch.distributed collectives (spmd-raw-collective, as the plugin reports them)
+
+
+def test_a_raw_collective_on_a_typed_tensor_is_an_error() -> None:
+    """``dist.all_reduce(loss)`` on a typed tensor raises before any communication (the
+    plugin's spmd-raw-collective; the check mode let it through, so the tensor kept a type
+    its new value does not have).  An untyped tensor, and one inside a custom autograd
+    Function's forward or backward (where users write their own collectives), reach
+    torch (which here, with no process group, refuses).  The raw collectives hand their
+    tensors to the check mode's TorchFunctionMode (torch's function protocol)."""
+    import torch.distributed as dist
+    import torch.distributed.nn.functional as dnf
+
+    class Reduce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            dist.all_reduce(x)
+            return x
+
+    with spmd.typecheck():
+        loss = typed(mk(1), Tensor[V["dp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            dist.all_reduce(loss.detach(), op=dist.ReduceOp.AVG)
+        assert e.value.code == "spmd-raw-collective"
+        assert str(e.value).startswith(
+            'torch.distributed.all_reduce on the typed tensor x (Tensor[V["dp"]]): a raw '
+            'collective is not differentiable')
+        reported = loss.detach().clone()
+        with pytest.raises(SpmdTypeError, match=r"all_gather on the typed tensor reported "
+                                                r"\(Tensor\[V\[\"dp\"\]\]\).*spmd\.all_gather\(reported"):
+            dist.all_gather([torch.empty(1), torch.empty(1)], reported)
+        with pytest.raises(SpmdTypeError, match=r"torch\.distributed\.nn\.functional\.all_reduce"):
+            dnf.all_reduce(loss)
+        for call in (lambda: dist.all_reduce(torch.ones(1)), lambda: Reduce.apply(loss)):
+            with pytest.raises(Exception) as other:
+                call()
+            assert not isinstance(other.value, SpmdTypeError)
