@@ -426,7 +426,7 @@ def test_inplace_error_names_the_operand_that_changes_the_type() -> None:
             with pytest.raises(SpmdTypeError) as e:
                 param.copy_(shard)
             assert "shard (Tensor[V[\"dp\"]]) is Varying on \"dp\"" in str(e.value)
-            assert 'use all_gather(shard, "dp", src=V, dst=R) first' in str(e.value)
+            assert 'use all_gather(shard, "dp", src=V, dst=R)' in str(e.value)
             with pytest.raises(SpmdTypeError) as e:
                 grad.mul_(coef)
             assert "coef (Tensor[V[\"tp\"]]) is Varying on \"tp\"" in str(e.value)
