@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from mypy.checker_state import checker_state
 from mypy.errors import ErrorInfo, ErrorWatcher, Errors
 from mypy.nodes import (
+    StrExpr,
     ARG_OPT,
     ARG_POS,
     AssignmentStmt,
@@ -290,6 +291,8 @@ class BoundaryChecker:
             return False  # no item type, or an inferred join of kinds ("R or P"): mypy's error
         if key is not None:  # a dict entry: the key must fit as it is
             key_type, key_declared = (chk.lookup_type_or_none(key[0]), key[1])
+            if key_type is None and isinstance(key[0], StrExpr):  # dict(a=x)'s keys
+                key_type = chk.named_type("builtins.str")
             if key_type is None or not is_subtype(key_type, key_declared):
                 return False
         actual = chk.lookup_type_or_none(value)
@@ -586,10 +589,18 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
             todo.extend(e.items)
         elif isinstance(e, DictExpr):
             for i, (k, v) in enumerate(e.items):
-                if k is not None and (k.line, k.column) == (line, column):
+                # mypy reports an entry at its key, or at its value where the key has no
+                # position (the keys dict(a=x) is turned into)
+                at = (k.line, k.column) if k is not None and k.line >= 0 else (v.line, v.column)
+                if k is not None and at == (line, column):
                     return e, k, i, id(e) in returned
                 todo.extend(x for x in (k, v) if x is not None)
         elif isinstance(e, CallExpr):
+            if isinstance(e.analyzed, DictExpr):  # dict(a=x): mypy checks the display
+                if id(e) in returned:             # semantic analysis made of it
+                    returned.add(id(e.analyzed))
+                todo.append(e.analyzed)
+                continue
             for i, arg in enumerate(e.args):
                 if (arg.line, arg.column) == (line, column) and isinstance(e.callee, MemberExpr):
                     return e, arg, i, False
