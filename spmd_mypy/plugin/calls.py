@@ -1254,9 +1254,10 @@ class CallTyper:
                 kinds = case.arg_kinds[i] if i < len(case.arg_kinds) else []
                 for k, (typ, expr) in enumerate(zip(case.arg_types[i], case.args[i])):
                     kind = kinds[k] if k < len(kinds) else ARG_POS
-                    text = expr_text(expr)
+                    written = expr_text(expr)
+                    text = written
                     if kind in (ARG_STAR, ARG_STAR2):  # f(*xs), f(**d): each item is an argument
-                        text = ("*" if kind == ARG_STAR else "**") + text
+                        text = ("*" if kind == ARG_STAR else "**") + written
                     offset = 0  # f(*t), t a fixed tuple: the items before this formal's
                     if kind == ARG_STAR and isinstance(get_proper_type(typ), TupleType):
                         offset = sum(1 for j in range(i) if j < len(case.args)
@@ -1266,10 +1267,10 @@ class CallTyper:
                         have = self.types.from_type(item)
                         if not have:
                             continue
-                        x_text = expr_text(expr)
+                        x_text = written
                         if index is not None:  # the tuple's item: t[1], or (a, b)'s b
                             x_text = (expr_text(expr.items[index]) if isinstance(expr, TupleExpr)
-                                      and index < len(expr.items) else f"{x_text}[{index}]")
+                                      and index < len(expr.items) else f"{written}[{index}]")
                         param = sig.arg_names[i] if i < len(sig.arg_names) else None
                         shown = text if index is None else f"{x_text} (from {text})"
                         where = (f'argument {shown} (parameter "{param}" of {callee})' if param

@@ -73,7 +73,8 @@ def _parse_bool(value: object) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _parse_axes(value: object) -> tuple[str, ...]:
+def _parse_names(value: object) -> tuple[str, ...]:
+    """A list of names: a TOML list, or a comma- or line-separated ini value."""
     if isinstance(value, (list, tuple)):
         return tuple(str(v) for v in value)
     text = str(value).strip().strip("[]")
@@ -116,7 +117,7 @@ def load(config_file: str | None) -> Config:
     problems = []
     axes = DEFAULT_MESH_AXES
     if "mesh_axes" in raw:
-        axes = _parse_axes(raw["mesh_axes"])
+        axes = _parse_names(raw["mesh_axes"])
         if len(set(axes)) != len(axes) or not axes:
             problems.append(f"{main}: mesh_axes {list(axes)} must be non-empty and distinct")
             axes = tuple(dict.fromkeys(axes)) or DEFAULT_MESH_AXES
@@ -126,7 +127,7 @@ def load(config_file: str | None) -> Config:
                             f"and per-module overrides)")
     overrides: dict[str, bool] = {}
     for where, modules, options in raw_overrides:
-        patterns = _parse_axes(modules) if modules is not None else ()
+        patterns = _parse_names(modules) if modules is not None else ()
         if not patterns:
             problems.append(f"{where}: which modules? (module = \"pkg.mod\" or [\"pkg.*\", ...])"
                             if where.startswith("[[") else f"{where}: no module in the section name")

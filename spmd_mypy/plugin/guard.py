@@ -18,11 +18,10 @@ from mypy.types import AnyType, Type, TypeOfAny
 from .codes import ERROR_CODES
 
 # What a failed hook answers (the context's own default; None for a hook that returns nothing)
-RESULT: Final = 0       # function and method hooks: ctx.default_return_type
-ATTRIBUTE: Final = 1    # attribute hooks: ctx.default_attr_type
-SIGNATURE: Final = 2    # signature hooks: ctx.default_signature
-ANNOTATION: Final = 3   # type-analyze hooks: Any (the annotation is unknown)
-NOTHING: Final = 4      # class hooks
+RESULT: Final = 0       # function, method and attribute hooks (Synced): the default type
+SIGNATURE: Final = 1    # signature hooks: ctx.default_signature
+ANNOTATION: Final = 2   # type-analyze hooks: Any (the annotation is unknown)
+NOTHING: Final = 3      # class hooks
 
 
 def report_internal(api: object, context: object, error: Exception) -> None:
@@ -38,10 +37,8 @@ def report_internal(api: object, context: object, error: Exception) -> None:
 
 def fallback(ctx: Any, kind: int) -> Any:
     """What mypy would have had without the hook."""
-    if kind == RESULT:
+    if kind == RESULT:  # an attribute hook's context has default_attr_type instead
         return getattr(ctx, "default_return_type", None) or getattr(ctx, "default_attr_type", None)
-    if kind == ATTRIBUTE:
-        return ctx.default_attr_type
     if kind == SIGNATURE:
         return ctx.default_signature
     if kind == ANNOTATION:
