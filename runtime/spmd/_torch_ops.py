@@ -164,7 +164,7 @@ class Plan:
 
 
 # Reductions whose third positional argument is not keepdim (std(dim, unbiased, keepdim)).
-_KEEPDIM_KEYWORD_ONLY = frozenset({"std", "var", "norm", "vector_norm", "count_nonzero"})
+_KEEPDIM_KEYWORD_ONLY = frozenset({"std", "var", "norm", "count_nonzero"})
 
 
 def _dims_of(v: Any) -> tuple[int, ...] | None:

@@ -846,7 +846,8 @@ def _broadcast_errors(op: str, operands: Sequence[Operand], spec: Spec, owner: S
 
 LINEAR_REDUCTIONS = frozenset({"sum", "nansum"})
 REDUCTIONS = frozenset("""
-sum nansum mean nanmean amax amin max min prod logsumexp std var norm vector_norm argmax argmin
+sum nansum mean nanmean amax amin max min prod logsumexp std var norm linalg_norm linalg_vector_norm
+argmax argmin
 all any count_nonzero median nanmedian
 """.split())
 ALONG_DIM = frozenset("softmax log_softmax softmin cumsum cumprod logcumsumexp normalize".split())

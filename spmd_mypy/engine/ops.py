@@ -119,8 +119,11 @@ class Operand:
 
 # --------------------------------------------------------------------------------------
 # The classification.  Names are torch's: functions of ``torch``, ``torch.nn.functional``,
-# ``torch.linalg``, Tensor methods (operators map to their method: ``a + b`` is ``add``,
-# ``b + a`` reflected is ``add`` with the operands swapped, ``a += b`` is ``add_``).
+# Tensor methods (operators map to their method: ``a + b`` is ``add``, ``b + a`` reflected is
+# ``add`` with the operands swapped, ``a += b`` is ``add_``), and the builtins of
+# ``torch.linalg`` / ``torch.special`` / ``torch.fft`` by their ``__name__``
+# (``torch.linalg.vector_norm`` is ``linalg_vector_norm``, ``torch.fft.rfft`` is ``fft_rfft``:
+# the Fourier transforms are linear maps, so a Partial passes through them).
 
 _ELEMENTWISE_LINEAR = """
 add sub subtract rsub neg negative positive clone contiguous detach detach_ real imag conj
@@ -140,6 +143,9 @@ gather index_select take take_along_dim masked_select __getitem__ __setitem__
 index_add index_copy index_fill index_put scatter scatter_add scatter_reduce_sum
 unfold as_strided pad constant_pad_nd
 fold embedding_bag_sum atleast_1d atleast_2d atleast_3d broadcast_tensors
+fft_fft fft_ifft fft_fft2 fft_ifft2 fft_fftn fft_ifftn fft_rfft fft_irfft fft_rfft2 fft_irfft2
+fft_rfftn fft_irfftn fft_hfft fft_ihfft fft_hfft2 fft_ihfft2 fft_hfftn fft_ihfftn
+fft_fftshift fft_ifftshift
 """.split()
 
 _MULTILINEAR_FACTORS = """
@@ -156,7 +162,8 @@ softmax log_softmax softmin gumbel_softmax
 layer_norm rms_norm group_norm batch_norm instance_norm local_response_norm normalize
 dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout
 max min amax amin argmax argmin maximum minimum fmax fmin clamp clip clamp_min clamp_max
-norm vector_norm matrix_norm std var std_mean var_mean prod cumprod logsumexp logcumsumexp
+norm linalg_norm linalg_vector_norm linalg_matrix_norm std var std_mean var_mean prod cumprod
+logsumexp logcumsumexp
 median nanmedian mode topk sort argsort kthvalue quantile nanquantile
 eq ne lt le gt ge equal allclose isclose isnan isinf isfinite logical_and logical_or
 logical_not logical_xor bitwise_and bitwise_or bitwise_xor bitwise_not
@@ -452,8 +459,8 @@ def _word(lt: LocalType) -> str:
 #     x: S(0), x.sum(dim=-1, keepdim=True) ->  S(0) at rank >= 2 (V at rank 1)
 #     x: S(1), x.sum(dim=1)                ->  V        (the shard dim itself is reduced)
 REDUCTIONS = frozenset("""
-sum nansum mean nanmean prod amax amin max min std var logsumexp norm vector_norm
-argmax argmin all any count_nonzero median nanmedian
+sum nansum mean nanmean prod amax amin max min std var logsumexp norm linalg_norm
+linalg_vector_norm argmax argmin all any count_nonzero median nanmedian
 """.split())
 SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin".split())
 

@@ -98,6 +98,11 @@ SPMD_COLLECTIVES = frozenset(coll.OPS)
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
+def untyped_result(ctx: FunctionContext) -> Type:
+    """``Any``: what a call of a torch builtin without a stub had (:mod:`.torch_namespaces`)."""
+    return AnyType(TypeOfAny.special_form)
+
+
 def expr_text(e: Expression | None) -> str:
     """Short source text of an operand for messages."""
     if e is None:
@@ -523,6 +528,18 @@ class CallTyper:
             return self.typed_result(default, rtype)
 
         return hook
+
+    def bound_builtin_hook(self, op: str) -> Callable[[FunctionContext], Type]:
+        """A torch.linalg / special / fft builtin given its docstring's signature
+        (:mod:`.torch_namespaces`): the op torch names it (``linalg_vector_norm``) where an
+        operand is typed; else ``Any``, its type without the plugin (gradual)."""
+        hook = self.op_hook(op, method=False)
+
+        def typed(ctx: FunctionContext) -> Type:
+            result = hook(ctx)
+            return untyped_result(ctx) if result is ctx.default_return_type else result
+
+        return typed
 
     def per_operand_result(self, ctx: AnyCtx, op: str, ops: list[Operand]) -> Type:
         """``torch.broadcast_tensors(a, b)``, ``torch.atleast_2d(a, b)``: each tensor argument

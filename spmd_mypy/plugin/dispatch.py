@@ -16,15 +16,15 @@ import functools
 from typing import TYPE_CHECKING, Callable
 
 from mypy.checker_state import checker_state
-from mypy.nodes import SymbolNode, TypeInfo
+from mypy.nodes import SymbolNode, TypeInfo, Var
 from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
 
-from . import calls, global_calls
+from . import calls, global_calls, torch_namespaces
 from .autograd import is_autograd_function
 from .modules import TORCH_MODULE_OPS, is_module_class
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS
-from .guard import ANNOTATION, NOTHING, SIGNATURE, Guarded
+from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
 from .promotion import Synced
 
 if TYPE_CHECKING:
@@ -64,6 +64,9 @@ class HookDispatch:
         self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
         self._guards: dict[str, Guarded] = {}  # the guarded hooks that are not Synced, by name
+        # torch.linalg/special/fft functions given a signature from their docstring
+        # (torch_namespaces): their result stays Any where no SPMD type is met
+        self._bound_builtins: set[str] = set()
 
     def lookup_node(self, fullname: str) -> SymbolNode | None:
         """The module-level definition named ``fullname`` among the modules mypy has loaded."""
@@ -161,7 +164,10 @@ class HookDispatch:
             return self._when_pending(hook)
         if (fullname.startswith("torch.") or fullname in _BUILTIN_OPS) \
                 and not self._meets_spmd():
-            return None
+            if fullname == torch_namespaces.ADD_DOCSTR:  # while mypy checks torch itself
+                return hook
+            return self._guard("untyped", calls.untyped_result, RESULT) \
+                if fullname in self._bound_builtins else None
         return hook
 
     def _new_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
@@ -169,6 +175,8 @@ class HookDispatch:
         hook = self._function_hook(fullname)
         if hook is not None and hook == self.plugin.calls.check_arguments_hook:
             return self._check_arguments()
+        if fullname == torch_namespaces.ADD_DOCSTR:
+            return self._guard("bound_builtin", torch_namespaces.bound_builtin_hook, RESULT)
         if fullname == "builtins.isinstance":
             hook = self.isinstance_hook
         elif hook is None and fullname == "builtins.issubclass":
@@ -263,6 +271,11 @@ class HookDispatch:
             return self.plugin.autograd.autograd_grad_hook
         if fullname == "torch.autograd.backward":
             return self.plugin.autograd.autograd_backward_hook
+        bound = torch_namespaces.op_name(fullname)
+        if bound is not None and isinstance(self.lookup_node(fullname), Var):
+            # a builtin typed from its docstring: the op torch names it (linalg_vector_norm)
+            self._bound_builtins.add(fullname)
+            return typer.bound_builtin_hook(bound)
         if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):
             return None
         if name in calls.FACTORIES or name in calls.NOT_OPS:

@@ -152,6 +152,25 @@ case("unary-mean-P", {"a": "P"}, "out = a.mean()", "P")
 case("unary-max-P", {"a": "P"}, "out = a.amax()", NL)
 case("unary-gelu-V", {"a": "V"}, "out = F.gelu(a)", "V")
 
+# torch.linalg / torch.special / torch.fft: builtins torch binds without a stub (mypy sees
+# Any); the plugin types them from their docstrings as the op torch names them
+# (linalg_vector_norm), the check mode by that same name
+case("linalg-vector_norm-P", {"g": "P"}, "out = torch.linalg.vector_norm(g)", NL,
+     desc="the norm of a pending sum: clipping before the gradient all-reduce")
+for k in ("R", "I", "V"):
+    case(f"linalg-vector_norm-{k}", {"a": k}, "out = torch.linalg.vector_norm(a)", k)
+case("linalg-norm-P", {"g": "P"}, "out = torch.linalg.norm(g, dim=1)", NL)
+case("linalg-matrix_norm-V", {"a": "V"}, "out = torch.linalg.matrix_norm(a)", "V")
+case("linalg-matrix_norm-P", {"a": "P"}, "out = torch.linalg.matrix_norm(a)", NL)
+case("special-expit-P", {"a": "P"}, "out = torch.special.expit(a)", NL)
+case("special-expit-I", {"a": "I"}, "out = torch.special.expit(a)", "I")
+case("special-xlogy-I-V", {"a": "I", "b": "V"}, "out = torch.special.xlogy(a, b)", INV)
+case("fft-rfft-P", {"a": "P"}, "out = torch.fft.rfft(a)", "P",
+     desc="a Fourier transform is linear: the transform of the sum is the sum of the transforms")
+case("fft-irfft-P", {"a": "P"}, "out = torch.fft.irfft(torch.fft.rfft(a, dim=0), dim=0)", "P")
+case("fft-fft-V-plus-R", {"a": "V", "b": "R"}, "out = torch.fft.fft(a) + b", "V")
+case("fft-fftshift-P-abs", {"a": "P"}, "out = torch.fft.fftshift(a).abs()", NL)
+
 # views, casts, shapes: linear
 case("view-reshape-P", {"a": "P"}, "out = a.reshape(16)", "P")
 case("view-transpose-P", {"a": "P"}, "out = a.transpose(0, 1)", "P")
@@ -378,6 +397,12 @@ case("shard-mean-S1-all", {"a": "S1"}, "out = a.mean()", "V", desc="a full reduc
 case("shard-amax-S0", {"a": "S0"}, "out = a.amax(1)", "S0")
 case("shard-cumsum-S1", {"a": "S1"}, "out = a.cumsum(0)", "S1", desc="a scan keeps every dim")
 case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "V")
+case("shard-linalg-vector_norm-S0", {"a": "S0"}, "out = torch.linalg.vector_norm(a, dim=1)", "S0",
+     desc="a norm over the dims it does not shard keeps the shard dim")
+case("shard-linalg-vector_norm-S0-positional", {"a": "S0"},
+     "out = torch.linalg.vector_norm(a, 2, 1, True)", "S0")
+case("shard-linalg-vector_norm-S0-own-dim", {"a": "S0"}, "out = torch.linalg.vector_norm(a, dim=0)", "V")
+case("shard-linalg-norm-S1-all", {"a": "S1"}, "out = torch.linalg.norm(a)", "V")
 case("shard-relu-S1", {"a": "S1"}, "out = torch.relu(a)", "S1")
 # views and joins move the shard dim (engine: views.moved_dim); cutting into it gives V
 case("shard-transpose-S0", {"a": "S0"}, "out = a.transpose(0, 1)", "S1")
