@@ -368,6 +368,10 @@ class _Walker:
                 body_mode = False
             if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:
                 self.function_bodies.append((st.line, st.end_line or st.line))
+            if body_mode is None and self._modes and not self._modes[-1]:
+                # a function defined where gradients are off runs wherever it is called,
+                # maybe with them on: its body is not part of the enclosing region
+                self.enabled.append((st.line, st.end_line or st.line))
             self._assigns.append({})
             for arg in st.arguments:  # a parameter holds the caller's value: never "only detached"
                 ref = NameExpr(arg.variable.name)
