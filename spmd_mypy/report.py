@@ -153,7 +153,7 @@ class Site:
     axes: tuple[str, ...] | None  # None: not readable statically
     src: str | None
     dst: str | None
-    reduce_op: str | None  # all_reduce only
+    reduce_op: str | None  # all_reduce and reduce_scatter only
     transition: str | None  # the table row used: "reinterpret(I,R)"; None if none applies
     forward: list[Step]
     backward: list[Step]
@@ -406,7 +406,7 @@ class _Call:
 def read_collective(op: str, axes: tuple[str, ...] | None, src: LocalType | None | bool,
                     dst: LocalType | None | bool, reduce_op: str) -> _Call:
     """What ``spmd.<op>(x, axes, src=src, dst=dst, op=reduce_op)`` runs forward and backward."""
-    r_op = reduce_op if op == "all_reduce" else None
+    r_op = reduce_op if op in ("all_reduce", "reduce_scatter") else None
     if src is None and op in ("all_reduce", "reduce_scatter"):
         src = LocalType(Kind.P)
     if axes is None or src is False or dst is False or src is None or dst is None:
@@ -429,7 +429,7 @@ def read_collective(op: str, axes: tuple[str, ...] | None, src: LocalType | None
     if t is None:
         return _Call(axes, src, dst, r_op, None, [], [], True,
                      f"{op}({src},{dst}) is not a valid transition")
-    note = "avg" if op == "all_reduce" and reduce_op == "avg" else ""
+    note = "avg" if op in ("all_reduce", "reduce_scatter") and reduce_op == "avg" else ""
     forward, backward = _transition_steps(t, src, dst, axes, note)
     row = f"{t.op}({_form_text(t.src, src.dim)},{_form_text(t.dst, dst.dim)})"
     return _Call(axes, src, dst, r_op, row, forward, backward, True, None)

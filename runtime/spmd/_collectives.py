@@ -23,7 +23,7 @@ The ops (``x`` on each rank, ``N`` ranks on the axis, ``k`` this rank's index)::
     all_gather(V -> R | I)      stack on a new dim 0        [A] [B] [C]  =>  [[A], [B], [C]]
     all_gather(S(i) -> R | I)   concatenate on dim i        [A] [B] [C]  =>  [A, B, C]
     reduce_scatter(P -> V)      sum, then unbind dim 0      (x.shape[0] == N)
-    reduce_scatter(P -> S(i))   sum, then chunk dim i
+    reduce_scatter(P -> S(i))   sum, then chunk dim i; op="avg": the sum divided by N
     all_to_all(V|S(i) -> V|S(j))  split on dst's dim, concatenate on src's dim (V = dim 0)
     reinterpret(...)            the local data as is, the meaning changes
     convert(...)                the meaning as is, the local data changes (no comms)
@@ -92,7 +92,10 @@ class _Step:
         self.group = group
         self.scale = scale
         self.in_backward = in_backward
-        self.impl: Impl = _IMPLS[(self.op, self.src, self.dst)]
+        impl = _IMPLS[(self.op, self.src, self.dst)]
+        if scale is not None and impl is not _identity and impl is not _all_reduce_sum:
+            impl = _scaled(impl)  # reduce_scatter(op="avg") and its backward all_gather
+        self.impl: Impl = impl
         self.dirties = False
         self.traced = False  # made for torch.compile's tracing (see _traced_plan_name)
         self._backward: tuple[_Step, ...] | None = None
@@ -524,6 +527,14 @@ def _identity(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
     if step.scale is not None:
         return x * step.scale
     return x.view_as(x)
+
+
+def _scaled(impl: Impl) -> Impl:
+    """``impl`` with its result multiplied by the step's scale (``_identity`` and
+    ``_all_reduce_sum`` apply the scale themselves)."""
+    def run(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
+        return impl(step, x, sizes) * step.scale
+    return run
 
 
 def _all_reduce_sum(step: _Step, x: torch.Tensor, sizes: Any) -> torch.Tensor:
@@ -1001,7 +1012,7 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
 
 
 def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
-                   sizes: Sequence[int] | None = None) -> torch.Tensor:
+                   sizes: Sequence[int] | None = None, op: str = "sum") -> torch.Tensor:
     """Sum a pending sum and keep this rank's part: ``P -> V`` or ``P -> S(i)``.
 
     ``dst=V``: dim 0 has the axis size and rank ``k`` keeps slot ``k`` (unbind dim 0).
@@ -1013,10 +1024,13 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
 
     Uneven chunks: ``sizes=[...]``, the length of dim ``i`` each rank keeps.
 
+    ``op="avg"``: the sum divided by the axis size (data-parallel gradient averaging); the
+    backward is scaled the same way.
+
     Backward: ``all_gather(V,R)`` / ``all_gather(S(i),R)`` (the gradient is V/S(i) in,
     R out: the gradient of a pending sum is the same on every rank).
     """
-    plan = _plan("reduce_scatter", axis, src, dst)
+    plan = _plan("reduce_scatter", axis, src, dst, False, op)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 

@@ -138,6 +138,8 @@ TRANSITIONS: dict[tuple[str, Form, Form], Transition] = {
 # all_reduce with op="max"/"min": V -> R | I, no gradient.
 NO_GRAD_REDUCE_OPS = ("max", "min")
 REDUCE_OPS = ("sum", "avg") + NO_GRAD_REDUCE_OPS
+# reduce_scatter reduces a pending sum: the sum, or the sum divided by the axis size
+SCATTER_REDUCE_OPS = ("sum", "avg")
 
 
 def route(src: LocalType, dst: LocalType) -> tuple[str, Form, Form] | None:
@@ -270,6 +272,10 @@ def check_collective(
     elif op == "all_reduce" and reduce_op not in REDUCE_OPS:
         return CollectiveResult(x, [SpmdError(
             "spmd-collective", f'all_reduce op="{reduce_op}" is not one of {", ".join(REDUCE_OPS)}')])
+    elif op == "reduce_scatter" and reduce_op not in SCATTER_REDUCE_OPS:
+        return CollectiveResult(x, [SpmdError(
+            "spmd-collective", f'reduce_scatter op="{reduce_op}" is not one of '
+                               f'{", ".join(SCATTER_REDUCE_OPS)} (it reduces a pending sum)')])
     else:
         transition = lookup(op, src, dst)
         if transition is None:

@@ -845,7 +845,7 @@ class CallTyper:
             expert = isinstance(expert_expr, NameExpr) and expert_expr.fullname == "builtins.True"
             op_expr = self._arg(ctx, "op")[0]
             reduce_op = op_expr.value if isinstance(op_expr, StrExpr) else "sum"
-            if reduce_op not in coll.REDUCE_OPS:
+            if reduce_op not in (coll.SCATTER_REDUCE_OPS if op == "reduce_scatter" else coll.REDUCE_OPS):
                 return ctx.default_return_type  # mypy reports the op against the stub's Literal
             # the engine's answer depends on these values only, and the same few collectives
             # recur all over a code base: remembered (its result is only read)

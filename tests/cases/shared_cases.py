@@ -546,6 +546,11 @@ case("coll-all_reduce-then-relu", {"a": "P"},
      ('h = spmd.all_reduce(a, "tp", src=P, dst=R)', "out = torch.relu(h)"), "R", **CX)
 case("coll-reduce_scatter-P-S0", {"a": "P"}, 'out = spmd.reduce_scatter(a, "tp", src=P, dst=S(0))',
      "S0", **CX)
+case("coll-reduce_scatter-avg-P-S0", {"a": "P"},
+     'out = spmd.reduce_scatter(a, "tp", src=P, dst=S(0), op="avg")', "S0", **CX,
+     desc="gradient averaging: typed as the sum")
+case("coll-reduce_scatter-avg-V", {"a": "V"},
+     'out = spmd.reduce_scatter(a, "tp", src=P, dst=S(0), op="avg")', "spmd-src-mismatch", **CX)
 case("coll-all_gather-S0-R", {"a": "S0"}, 'out = spmd.all_gather(a, "tp", src=S(0), dst=R)', "R", **CX)
 case("coll-all_gather-S1-mismatch", {"a": "S0"},
      'out = spmd.all_gather(a, "tp", src=S(1), dst=R)', "spmd-src-mismatch", **CX)

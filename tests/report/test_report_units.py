@@ -117,6 +117,10 @@ def default_src(p: Tensor[P["tp"]]) -> Tensor[S[0, "tp"]]:
     return spmd.reduce_scatter(p, "tp", dst=S(0))
 
 
+def scatter_avg(p: Tensor[P["tp"]]) -> Tensor[S[0, "tp"]]:
+    return spmd.reduce_scatter(p, "tp", dst=S(0), op="avg")
+
+
 def routes(p: Tensor[P["tp"]], s: Tensor[S[0, "tp"]], v: Tensor[V["tp"]], i: Tensor[I["tp"]]) -> None:
     spmd.redistribute(p, "tp", src=P, dst=R)
     spmd.redistribute(s, "tp", src=S(0), dst=S(1))
@@ -313,6 +317,9 @@ def test_reduce_ops_axes_and_defaults(report: dict[str, Any]) -> None:
     assert final["axes"] == ["tp"] and _steps(final["forward"]) == ["all_reduce(P,I)"]
     [rs] = fns["cases.default_src"]["sites"]
     assert (rs["src"], rs["dst"], _steps(rs["backward"])) == ("P", "S(0)", ["all_gather(S(0),R)"])
+    [rs_avg] = fns["cases.scatter_avg"]["sites"]
+    assert (_steps(rs_avg["forward"]), _steps(rs_avg["backward"]), rs_avg["reduce_op"]) == (
+        ["reduce_scatter(P,S(0)) avg"], ["all_gather(S(0),R) avg"], "avg")
 
 
 def test_redistribute_routes(report: dict[str, Any]) -> None:

@@ -179,6 +179,8 @@ def spec(op: str, src: str, dst: str, xs: list[torch.Tensor], *, sizes: list[int
         return [whole.clone() for _ in xs]
     if op == "reduce_scatter":
         total = functools.reduce(torch.add, xs)
+        if reduce_op == "avg":
+            total = total / n
         if d == "V":
             return list(total.unbind(0))
         parts = total.split(sizes, sdim(dst)) if sizes else total.chunk(n, sdim(dst))
@@ -224,8 +226,10 @@ def keeps_meaning(op: str, src: str, dst: str, reduce_op: str) -> str | None:
     s, d = kind(src), kind(dst)
     if op in ("reinterpret",) or reduce_op in ("max", "min"):
         return None
+    if op in ("all_reduce", "reduce_scatter") and reduce_op != "sum":
+        return None  # the average is not the sum the P input means
     if op == "all_reduce":
-        return "stack" if reduce_op == "sum" else None
+        return "stack"
     if op in ("all_gather", "reduce_scatter", "convert"):
         return "stack"
     if op == "all_to_all":  # on 3-dim tensors; V concatenates on dim 0 there
@@ -312,7 +316,7 @@ def check_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str, d
         shapes = input_shapes(op, src, dst, n, sizes)
         xs = values(src, shapes, f"{name}/x", dtype)
         kwargs: dict[str, Any] = {"src": marker(src), "dst": marker(dst)}
-        if op == "all_reduce":
+        if op in ("all_reduce", "reduce_scatter") and reduce_op != "sum":
             kwargs["op"] = reduce_op
         if expert:
             kwargs["expert_mode"] = True
@@ -944,6 +948,10 @@ def _extra_checks(prefix: str, mesh_key: str, axis: Any, n: int
         name = f"{prefix}/all_reduce(P,{dst},avg)"
         yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis,
                                       op="all_reduce", src="P", dst=dst, reduce_op="avg")
+    for dst in ("V", *(f"S{i}" for i in DIMS)):
+        name = f"{prefix}/reduce_scatter(P,{dst},avg)"
+        yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis,
+                                      op="reduce_scatter", src="P", dst=dst, reduce_op="avg")
     for reduce_op in ("max", "min"):
         for src, dst in (("V", "R"), ("V", "I"), ("S0", "R")):
             name = f"{prefix}/all_reduce({src},{dst},{reduce_op})"
@@ -958,6 +966,10 @@ def _extra_checks(prefix: str, mesh_key: str, axis: Any, n: int
         name = f"{prefix}/{op}({src},{dst},sizes={sizes})"
         yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis, op=op,
                                       src=src, dst=dst, sizes=sizes)
+    name = f"{prefix}/reduce_scatter(P,S0,avg,sizes={sizes})"
+    yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis,
+                                  op="reduce_scatter", src="P", dst="S0", reduce_op="avg",
+                                  sizes=sizes)
     forms = ["R", "I", "V", "P", "S0", "S1"]
     for src in forms:
         for dst in forms:
