@@ -76,8 +76,8 @@ from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    SCALAR_OPERAND_NAMES, Operand, Role, check_backward, check_inplace, classify, is_index_formal,
-    is_known, is_value_target, partial_op, propagate, propagate_each,
+    SCALAR_OPERAND_NAMES, Operand, Role, check_backward, check_inplace, classify, foreach_op,
+    is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
 )
 from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
@@ -528,6 +528,99 @@ class CallTyper:
             return self.typed_result(default, rtype)
 
         return hook
+
+    def foreach_hook(self, name: str) -> Callable[[FunctionContext], Type]:
+        """``torch._foreach_<op>(xs, ys, ...)`` (optimizers' and ``clip_grad_norm_``'s
+        multi-tensor ops): ``<op>`` at each list position, item ``k`` of every list with the
+        other arguments as they are (engine ``foreach_op``, as the check mode runs it)::
+
+            torch._foreach_add_(params, grads, alpha=-lr)  ==  params[k].add_(grads[k], alpha=-lr)
+
+        A list variable holds one item type (its positions agree), a display ``[a, b]`` one
+        per position; an in-place op may not change a list's item type."""
+        each = foreach_op(name) or name
+        spec = classify(each)
+        inplace = each.endswith("_") and not each.startswith("_")
+
+        def hook(ctx: FunctionContext) -> Type:
+            positions = self._foreach_positions(ctx)
+            if positions is None:
+                return ctx.default_return_type
+            errors: list[SpmdError] = []
+            results: list[SpmdType] = []
+            for arg_types, args in positions:
+                pctx = ctx._replace(arg_types=arg_types, args=args)
+                ops, _, any_typed = self.operands(pctx, None, None, each)
+                if not any_typed:
+                    continue
+                result = propagate(spec, ops, strict=self.strict(ctx))
+                found = list(result.errors)
+                if inplace and ops and ops[0].type:
+                    err = check_inplace(each, ops[0], result.type, others=ops)
+                    if err is not None and self.plugin.regions.in_no_grad(
+                            getattr(ctx.api, "tree", None), ctx.context.line):
+                        err = check_inplace(each, ops[0], result.type, gradient_free=True, others=ops)
+                    if err is not None:
+                        found.append(err)
+                errors.extend(e for e in found if e not in errors)
+                results.append(result.type)
+            self.report(ctx, errors)
+            if inplace or not results or errors:
+                return ctx.default_return_type
+            insts = [self.types.to_instance(t) for t in results]
+            if any(i is None for i in insts):
+                return ctx.default_return_type
+            item = make_simplified_union(insts)  # type: ignore[arg-type]
+            return ctx.api.named_generic_type("builtins.tuple", [item])  # type: ignore[attr-defined]
+
+        return hook
+
+    def _foreach_positions(self, ctx: FunctionContext) -> list[tuple[list[list[Type]], list[list[Expression]]]] | None:
+        """The arguments of a ``_foreach`` call at each list position, or None (no list of
+        tensors): a list display's items by position; a list variable's item type (each of
+        its kinds, for a join such as ``list[Tensor[R_P]]``) at every position."""
+        lists: dict[tuple[int, int], list[tuple[Type, Expression]]] = {}
+        length = None
+        for i, (types, exprs) in enumerate(zip(ctx.arg_types, ctx.args)):
+            for j, (t, e) in enumerate(zip(types, exprs)):
+                p = get_proper_type(t)
+                if self.types.from_type(p) is not None or not (
+                        isinstance(p, TupleType) or (isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS)):
+                    continue
+                items = self._container_items(t, e, ctx)
+                if not items or any(self.types.from_type(it) is None for it, _ in items if it is not None):
+                    continue  # a list of numbers (scalars=), or nothing typed
+                if isinstance(e, (ListExpr, TupleExpr)) or isinstance(p, TupleType):
+                    if length is not None and length != len(items):
+                        return None  # torch rejects lists of different lengths
+                    length = len(items)
+                    lists[(i, j)] = [(it, ie) for it, ie in items if it is not None]
+                else:  # a list variable: each kind it may hold, at every position
+                    at_k = NameExpr(f"{expr_text(e)}[k]")  # its item, as messages name it
+                    at_k.set_line(e)
+                    lists[(i, j)] = [(it, at_k) for it, _ in items if it is not None]
+        if not lists:
+            return None
+        combos: list[dict[tuple[int, int], tuple[Type, Expression]]] = [{}]
+        if length is not None:  # displays: position k of each display, with the variables' kinds
+            fixed = {key: v for key, v in lists.items() if len(v) == length}
+            combos = [{key: v[k] for key, v in fixed.items()} for k in range(length)]
+            free = {key: v for key, v in lists.items() if key not in fixed}
+        else:
+            free = lists
+        for key, options in free.items():
+            combos = [{**c, key: o} for c in combos for o in options]
+            if len(combos) > 64:
+                return None
+        positions = []
+        for combo in combos:
+            arg_types = [list(g) for g in ctx.arg_types]
+            args = [list(g) for g in ctx.args]
+            for (i, j), (t, e) in combo.items():
+                arg_types[i][j] = t
+                args[i][j] = e
+            positions.append((arg_types, args))
+        return positions
 
     def bound_builtin_hook(self, op: str) -> Callable[[FunctionContext], Type]:
         """A torch.linalg / special / fft builtin given its docstring's signature

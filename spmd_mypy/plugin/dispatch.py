@@ -21,6 +21,7 @@ from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, Meth
 from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
 
 from . import calls, global_calls, torch_namespaces
+from ..engine.ops import FOREACH_PREFIX
 from .autograd import is_autograd_function
 from .modules import TORCH_MODULE_OPS, is_module_class
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS
@@ -276,6 +277,8 @@ class HookDispatch:
             # a builtin typed from its docstring: the op torch names it (linalg_vector_norm)
             self._bound_builtins.add(fullname)
             return typer.bound_builtin_hook(bound)
+        if name.startswith(FOREACH_PREFIX):
+            return typer.foreach_hook(name)  # torch._foreach_add_: add_ at each list position
         if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):
             return None
         if name in calls.FACTORIES or name in calls.NOT_OPS:

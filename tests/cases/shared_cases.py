@@ -171,6 +171,26 @@ case("fft-irfft-P", {"a": "P"}, "out = torch.fft.irfft(torch.fft.rfft(a, dim=0),
 case("fft-fft-V-plus-R", {"a": "V", "b": "R"}, "out = torch.fft.fft(a) + b", "V")
 case("fft-fftshift-P-abs", {"a": "P"}, "out = torch.fft.fftshift(a).abs()", NL)
 
+# torch._foreach_* (optimizers' and clip_grad_norm_'s multi-tensor ops): the op of their
+# name at each list position (engine foreach_op)
+case("foreach-norm-P", {"g": "P"}, "out = torch._foreach_norm([g])[0]", NL,
+     desc="clip_grad_norm_'s norms of pending gradients")
+case("foreach-norm-V", {"a": "V"}, "out = torch._foreach_norm([a])[0]", "V")
+case("foreach-mul-R-V", {"r": "R", "v": "V"}, "out = torch._foreach_mul([r], [v])[0]", "V")
+case("foreach-add_-R-P", {"r": "R", "g": "P"}, "torch._foreach_add_([r], [g], alpha=-0.1)", AFF,
+     desc="an optimizer step with a gradient not yet all-reduced")
+case("foreach-add_-P-P", {"p": "P", "g": "P"}, ("torch._foreach_add_([p], [g])", "out = p"), "P")
+case("foreach-mul_-I-V", {"i": "I", "v": "V"}, "torch._foreach_mul_([i], v)", INV,
+     make={"v": "torch.tensor(0.5)"})
+case("foreach-mul_-R-V-inplace", {"r": "R", "v": "V"}, "torch._foreach_mul_([r], v)", INPL,
+     desc="the list's tensors would change type", make={"v": "torch.tensor(0.5)"})
+case("foreach-mul_-I-R-nograd", {"g": "I", "norm": "R"},
+     ("with torch.no_grad():", "    torch._foreach_mul_([g], norm)", "out = g"), "I",
+     desc="clipping: I gradients scaled in place by an R coefficient",
+     make={"norm": "torch.tensor(0.5)"})
+case("foreach-second-position", {"r": "R", "r2": "R", "p": "P"},
+     "torch._foreach_add_([r, r2], [r2, p])", AFF, desc="each position by itself: the second mixes")
+
 # views, casts, shapes: linear
 case("view-reshape-P", {"a": "P"}, "out = a.reshape(16)", "P")
 case("view-transpose-P", {"a": "P"}, "out = a.transpose(0, 1)", "P")
