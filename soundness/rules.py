@@ -130,6 +130,11 @@ def _cases() -> list[OpCase]:
         C("index_add", "linear", "index_add", (m23, m13),
           lambda a, s: a.index_add(0, torch.tensor([1]), s)),
         C("cat", "linear", "cat", (m23, m23), lambda a, b: torch.cat([a, b], 0)),
+        # a Fourier transform is linear (its real and imaginary parts, as a real tensor)
+        C("fft.fft(1)", "linear", "fft_fft", (m23,),
+          lambda a: torch.view_as_real(torch.fft.fft(a, dim=1))),
+        C("fft.rfft(0)", "linear", "fft_rfft", (m23,),
+          lambda a: torch.view_as_real(torch.fft.rfft(a, dim=0))),
         # reductions
         C("sum", "reduction", "sum", (m23,), lambda a: a.sum()),
         C("sum(1)", "reduction", "sum", (m23,), lambda a: a.sum(1), dims=(1,)),
@@ -139,6 +144,11 @@ def _cases() -> list[OpCase]:
         # row only by a negligible chance (on 2 x 3 they did: a P input looked correct)
         C("amax(1)", "reduction", "amax", ((4, 8),), lambda a: a.amax(1), dims=(1,)),
         C("sum(-1)", "reduction", "sum", (m23,), lambda a: a.sum(-1), dims=(-1,)),
+        # torch.linalg's norms, by the name torch gives the builtin (plugin torch_namespaces)
+        C("linalg.vector_norm", "reduction", "linalg_vector_norm", (m23,),
+          lambda a: torch.linalg.vector_norm(a)),
+        C("linalg.vector_norm(1)", "reduction", "linalg_vector_norm", (m23,),
+          lambda a: torch.linalg.vector_norm(a, dim=1), dims=(1,)),
         # views
         C("t", "view", "t", (m23,), lambda a: a.t()),
         C("reshape", "view", "reshape", (m23,), lambda a: a.reshape(3, 2)),
