@@ -632,8 +632,10 @@ class RegionIndex:
                 inner = a
         if not inner:
             return False
-        for a, b in regions.enabled:  # an enable_grad block inside it
-            if inner < a <= line <= b:
+        for a, b in regions.enabled:  # an enable_grad block (or a def) inside it
+            # ``<=``: a def that is the first statement of a ``with torch.no_grad():`` block
+            # starts on the block's first line
+            if inner <= a <= line <= b:
                 return False
         return True
 
