@@ -42,10 +42,13 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING, Any, Callable
 
+from mypy.argmap import map_actuals_to_formals
 from mypy.checker_state import checker_state
 from mypy.errors import ErrorInfo, ErrorWatcher, Errors
 from mypy.nodes import (
     StrExpr,
+    ARG_NAMED,
+    ARG_NAMED_OPT,
     ARG_OPT,
     ARG_POS,
     AssignmentStmt,
@@ -89,7 +92,10 @@ from mypy.nodes import (
 from mypy.subtypes import is_subtype
 from mypy.traverser import all_return_statements, all_yield_expressions
 from mypy.types import (
+    AnyType,
     CallableType,
+    NoneType,
+    TypeOfAny,
     Instance,
     TupleType,
     Type,
@@ -532,8 +538,10 @@ def _boundary_at(tree: MypyFile, line: int, column: int,
 
 
 # what _item_at finds: the item's container (a display or a call), the item (a dict
-# display's key), its index among the call's arguments, whether the display is returned as is
-_ItemAt = tuple[Expression, Expression, int, bool]
+# display's key), its index among the call's arguments, whether the display is returned as is,
+# and where its declared type is when mypy reports it after its context is gone: the call (and
+# argument index) it is an argument of, or the annotation of the assignment it is the value of
+_ItemAt = tuple[Expression, Expression, int, bool, "tuple[CallExpr, int] | Type | None"]
 # what _item_site reads from it: (the item, its declared type, a dict entry's (key, declared
 # key type), the message's subject with {} for the item's text)
 _ItemSite = tuple[Expression, "Type | None", "tuple[Expression, Type] | None", str]
@@ -550,17 +558,18 @@ def _container_item(t: Type | None) -> Type | None:
 
 def _item_site(chk: Any, at: _ItemAt) -> _ItemSite:
     """The declared type an item found by :func:`_item_at` must fit."""
-    container, item, i, returned = at
+    container, item, i, returned, arg_of = at
     if isinstance(container, CallExpr):
         return _method_site(chk, container, i)
     if isinstance(container, DictExpr):
         k, v = container.items[i]
         assert k is not None
-        return _dict_site(chk, k, v, returned)
+        return _dict_site(chk, k, v, returned, arg_of)
     kind = "list" if isinstance(container, (ListExpr, ListComprehension)) else "set"
     if isinstance(container, (ListComprehension, SetComprehension)):
         kind += " comprehension's"
-    return item, _container_item(_display_context(chk, returned)), None, f"the {kind} item {{}}"
+    return (item, _container_item(_display_context(chk, returned, arg_of)), None,
+            f"the {kind} item {{}}")
 
 
 def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
@@ -572,9 +581,13 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
     _collect(tree.defs, index, line, leaves)
     todo: list[Expression] = []
     returned: set[int] = set()  # the displays returned as they are (ids)
+    # the displays passed as arguments or annotated (ids): see _ItemAt
+    arg_of: dict[int, "tuple[CallExpr, int] | Type"] = {}
     for leaf in leaves:
         if isinstance(leaf, (AssignmentStmt, OperatorAssignmentStmt)):
             todo.append(leaf.rvalue)
+            if isinstance(leaf, AssignmentStmt) and leaf.type is not None:
+                arg_of[id(leaf.rvalue)] = leaf.type
         elif isinstance(leaf, ExpressionStmt):
             todo.append(leaf.expr)
         elif isinstance(leaf, ReturnStmt) and leaf.expr is not None:
@@ -585,7 +598,7 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
         if isinstance(e, (ListExpr, SetExpr)):
             for item in e.items:
                 if (item.line, item.column) == (line, column) and not isinstance(item, StarExpr):
-                    return e, item, 0, id(e) in returned
+                    return e, item, 0, id(e) in returned, arg_of.get(id(e))
             todo.extend(e.items)
         elif isinstance(e, DictExpr):
             for i, (k, v) in enumerate(e.items):
@@ -593,7 +606,7 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
                 # position (the keys dict(a=x) is turned into)
                 at = (k.line, k.column) if k is not None and k.line >= 0 else (v.line, v.column)
                 if k is not None and at == (line, column):
-                    return e, k, i, id(e) in returned
+                    return e, k, i, id(e) in returned, arg_of.get(id(e))
                 todo.extend(x for x in (k, v) if x is not None)
         elif isinstance(e, CallExpr):
             if isinstance(e.analyzed, DictExpr):  # dict(a=x): mypy checks the display
@@ -603,13 +616,14 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
                 continue
             for i, arg in enumerate(e.args):
                 if (arg.line, arg.column) == (line, column) and isinstance(e.callee, MemberExpr):
-                    return e, arg, i, False
+                    return e, arg, i, False, None
+                arg_of[id(arg)] = (e, i)
             todo.append(e.callee)
             todo.extend(e.args)
         elif isinstance(e, (ListComprehension, SetComprehension)):
             left = e.generator.left_expr
             if (left.line, left.column) == (line, column) and not isinstance(left, StarExpr):
-                return e, left, 0, id(e) in returned
+                return e, left, 0, id(e) in returned, arg_of.get(id(e))
             todo.append(left)
             todo.extend(e.generator.sequences)
         elif isinstance(e, GeneratorExpr):
@@ -628,7 +642,8 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
     return None
 
 
-def _display_context(chk: Any, returned: bool) -> Type | None:
+def _display_context(chk: Any, returned: bool,
+                     arg_of: tuple[CallExpr, int] | Type | None = None) -> Type | None:
     """The declared type of the display being checked: mypy reports an item while it infers
     the display (before the display's type is stored), with the display's context on top of
     the expression checker's context stack.  A display returned as it is is inferred with the
@@ -641,12 +656,48 @@ def _display_context(chk: Any, returned: bool) -> Type | None:
         fn = chk.scope.current_function()
         if returns and fn is not None and not fn.is_generator and not fn.is_coroutine:
             context = returns[-1]
-    return context
+    if context is None and isinstance(arg_of, tuple):
+        # a display passed to a call whose errors mypy held back and reported after the
+        # inference (``norm = f([a, b])``, inferred twice for the assignment): the formal's type
+        context = _argument_context(chk, *arg_of)
+    elif context is None and arg_of is not None:
+        context = arg_of  # ``d: dict[str, T] | None = {...}``: the same, the annotation
+    return _without_none(context)
 
 
-def _dict_site(chk: Any, k: Expression, v: Expression, returned: bool
+def _argument_context(chk: Any, call: CallExpr, index: int) -> Type | None:
+    """The declared type of the formal the call's argument ``index`` is passed to (a plain
+    callee: a function or a bound method, not overloaded)."""
+    if not isinstance(call.callee, (NameExpr, MemberExpr)):
+        return None
+    ct = chk.lookup_type_or_none(call.callee)
+    if ct is None:
+        with chk.msg.filter_errors(), chk.local_type_map:
+            ct = chk.expr_checker.accept(call.callee)
+    ct = get_proper_type(ct)
+    if not isinstance(ct, CallableType):
+        return None
+    formals = map_actuals_to_formals(call.arg_kinds, call.arg_names, ct.arg_kinds, ct.arg_names,
+                                     lambda j: AnyType(TypeOfAny.special_form))
+    for f, actuals in enumerate(formals):
+        if index in actuals and ct.arg_kinds[f] in (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT):
+            return ct.arg_types[f]
+    return None
+
+
+def _without_none(t: Type | None) -> Type | None:
+    """``dict[str, T] | None`` (an optional parameter or variable): the container type."""
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, UnionType):
+        items = [m for m in p.items if not isinstance(get_proper_type(m), NoneType)]
+        return items[0] if len(items) == 1 else t
+    return t
+
+
+def _dict_site(chk: Any, k: Expression, v: Expression, returned: bool,
+               arg_of: tuple[CallExpr, int] | Type | None = None
                ) -> tuple[Expression, Type | None, tuple[Expression, Type] | None, str]:
-    p = get_proper_type(_display_context(chk, returned))
+    p = get_proper_type(_display_context(chk, returned, arg_of))
     if not isinstance(p, Instance) or len(p.args) != 2 or not p.type.fullname.startswith(_CONTAINER_MODULES):
         return v, None, None, ""
     return v, p.args[1], (k, p.args[0]), f"the dict value {{}} (key {expr_text(k)})"
