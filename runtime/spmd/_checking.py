@@ -888,6 +888,33 @@ def _annotated_types(fn: Any) -> tuple[dict[str, SpmdType], Any]:
     return params, rets
 
 
+_SEQUENCE_ORIGINS = ("list", "tuple", "Sequence", "MutableSequence", "Iterable", "Collection")
+
+
+def _annotated_item_types(fn: Any) -> dict[str, SpmdType]:
+    """A function's parameters annotated as a sequence of one typed tensor type
+    (``list[Tensor[V["tp"]]]``, ``Sequence[...]``, ``tuple[Tensor[...], ...]``): name -> item type
+    (the static checker judges each item of a display passed there)."""
+    import typing
+
+    try:
+        h = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return {}
+    out = {}
+    for name, ann in h.items():
+        origin = typing.get_origin(ann)
+        args = typing.get_args(ann)
+        if name == "return" or origin is None or getattr(origin, "__name__", "") not in _SEQUENCE_ORIGINS:
+            continue
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            continue
+        st = spmd_type_of_annotation(args[0]) if args else None
+        if st is not None:
+            out[name] = st
+    return out
+
+
 def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
     """Check a function's ``Tensor[...]`` annotations at its boundary in check mode.
 
@@ -895,16 +922,20 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
     ``Tensor[...]`` is declared with its annotation (an argument whose tracked
     type disagrees is an error, ``spmd-annotation``), and a result annotated
     ``Tensor[...]`` (or a tuple of them) must agree with its annotation and is
-    given it.  Outside check mode the wrapper only forwards the call.
+    given it; so is each item of a list or tuple argument annotated ``list[Tensor[...]]``
+    (``Sequence[...]``, ``tuple[Tensor[...], ...]``).  Outside check mode the wrapper only
+    forwards the call.
     """
     import inspect
 
     sig = inspect.signature(fn)
     cache: list[tuple[dict[str, SpmdType], Any]] = []
+    item_cache: list[dict[str, SpmdType]] = []
 
     def hints() -> tuple[dict[str, SpmdType], Any]:
         if not cache:
             cache.append(_annotated_types(fn))
+            item_cache.append(_annotated_item_types(fn))
         return cache[0]
 
     @functools.wraps(fn)
@@ -912,13 +943,20 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
         if not ACTIVE:
             return fn(*args, **kwargs)
         params, rets = hints()
-        if params:
+        items = item_cache[0]
+        if params or items:
             bound = sig.bind(*args, **kwargs)
             for name, value in bound.arguments.items():
                 st = params.get(name)
                 if st is not None and isinstance(value, torch.Tensor):
                     _stamp_declared(value, st, f"argument {name!r} of {fn.__qualname__} is "
                                     f"annotated {_fmt(st)}")
+                st = items.get(name)
+                if st is not None and isinstance(value, (list, tuple)):
+                    for k, item in enumerate(value):
+                        if isinstance(item, torch.Tensor):
+                            _stamp_declared(item, st, f"item {k} of argument {name!r} of "
+                                            f"{fn.__qualname__} is annotated {_fmt(st)}")
         result = fn(*args, **kwargs)
         if rets is not None:
             what = f"the result of {fn.__qualname__} is annotated "

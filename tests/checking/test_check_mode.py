@@ -637,6 +637,28 @@ def test_checked_decorator() -> None:
         assert "the result of _bad_return" in str(e.value)
 
 
+@spmd.checked
+def _sum_squares(sharded: list[Tensor[V["tp"]]], replicated: tuple[Tensor[I["tp"]], ...],
+                 pairs: tuple[Tensor[V["tp"]], int]) -> Tensor[V["tp"]]:
+    return torch.stack([g.pow(2).sum() for g in sharded]).sum()
+
+
+def test_checked_declares_each_item_of_a_list_argument() -> None:
+    # list[Tensor[...]] / tuple[Tensor[...], ...] parameters: each item is declared (the static
+    # checker judges each item of a display passed there); a fixed tuple is not a sequence
+    with spmd.typecheck():
+        a, b, i = typed(mk(), Tensor[S[0, "tp"]]), mk(), typed(mk(), Tensor[I["tp"]])
+        _sum_squares([a, b], (i,), (mk(), 3))
+        assert spmd.typeof(b) == ty(tp=VARYING)
+        with pytest.raises(SpmdTypeError) as e:
+            _sum_squares([a, i], (), (a, 3))
+        assert e.value.code == "spmd-annotation"
+        assert "item 1 of argument 'sharded' of _sum_squares" in str(e.value)
+        with pytest.raises(SpmdTypeError) as e:
+            _sum_squares([], (a,), (a, 3))
+        assert "item 0 of argument 'replicated'" in str(e.value)
+
+
 # --------------------------------------------------------------------------------------
 # custom autograd Functions: Fn.apply has forward's declared types (SPEC section 5)
 
