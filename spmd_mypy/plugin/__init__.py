@@ -6,7 +6,8 @@ A thin adapter between mypy and the rule engine (:mod:`spmd_mypy.engine`):
   instance (:mod:`.annotation_hooks`, :mod:`.mypy_types`), with errors at the annotation;
 - calls: torch ops, operators, the spmd collectives and helpers are typed by
   the engine (:mod:`.calls`; the dims a call states: :mod:`.reductions`; torch modules and
-  user modules: :mod:`.modules`; ``functools.partial`` of an op: :mod:`.partials`);
+  user modules: :mod:`.modules`; ``functools.partial`` of an op: :mod:`.partials`;
+  ``torch.linalg`` / ``special`` / ``fft``, builtins without stubs: :mod:`.torch_namespaces`);
 - which hook answers which name: :mod:`.dispatch` (compiled, as every module here but
   this one);
 - gradual typing: a plain ``torch.Tensor`` is accepted wherever a typed tensor
