@@ -859,12 +859,24 @@ def _annotated_types(fn: Any) -> tuple[dict[str, SpmdType], Any]:
     """A function's ``Tensor[...]`` annotations, evaluated (once per caller's cache):
     (parameter name -> type, the result's type or a tuple of types and Nones, or None).
     ``Tensor[...] | None`` counts as ``Tensor[...]`` (a None argument is not checked)."""
+    return _types_from_hints(fn, _type_hints(fn))
+
+
+def _type_hints(fn: Any) -> dict[str, Any] | None:
+    """``typing.get_type_hints(fn)``, or None where an annotation does not evaluate."""
     import typing
 
     try:
-        h = typing.get_type_hints(fn, include_extras=True)
+        return typing.get_type_hints(fn, include_extras=True)
     except Exception:
-        h = dict(getattr(fn, "__annotations__", {}))
+        return None
+
+
+def _types_from_hints(fn: Any, hints: dict[str, Any] | None) -> tuple[dict[str, SpmdType], Any]:
+    """:func:`_annotated_types` from ``fn``'s evaluated hints (None: its raw annotations)."""
+    import typing
+
+    h = hints if hints is not None else dict(getattr(fn, "__annotations__", {}))
     params = {}
     for name, ann in h.items():
         if name == "return":
@@ -891,18 +903,15 @@ def _annotated_types(fn: Any) -> tuple[dict[str, SpmdType], Any]:
 _SEQUENCE_ORIGINS = ("list", "tuple", "Sequence", "MutableSequence", "Iterable", "Collection")
 
 
-def _annotated_item_types(fn: Any) -> dict[str, SpmdType]:
+def _annotated_item_types(hints: dict[str, Any] | None) -> dict[str, SpmdType]:
     """A function's parameters annotated as a sequence of one typed tensor type
-    (``list[Tensor[V["tp"]]]``, ``Sequence[...]``, ``tuple[Tensor[...], ...]``): name -> item type
-    (the static checker judges each item of a display passed there)."""
+    (``list[Tensor[V["tp"]]]``, ``Sequence[...]``, ``tuple[Tensor[...], ...]``), from its
+    evaluated hints (:func:`_type_hints`): name -> item type (the static checker judges each
+    item of a display passed there)."""
     import typing
 
-    try:
-        h = typing.get_type_hints(fn, include_extras=True)
-    except Exception:
-        return {}
-    out = {}
-    for name, ann in h.items():
+    out: dict[str, SpmdType] = {}
+    for name, ann in (hints or {}).items():
         origin = typing.get_origin(ann)
         args = typing.get_args(ann)
         if name == "return" or origin is None or getattr(origin, "__name__", "") not in _SEQUENCE_ORIGINS:
@@ -934,8 +943,9 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
 
     def hints() -> tuple[dict[str, SpmdType], Any]:
         if not cache:
-            cache.append(_annotated_types(fn))
-            item_cache.append(_annotated_item_types(fn))
+            h = _type_hints(fn)  # evaluated once for both
+            cache.append(_types_from_hints(fn, h))
+            item_cache.append(_annotated_item_types(h))
         return cache[0]
 
     @functools.wraps(fn)

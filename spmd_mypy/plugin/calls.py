@@ -98,6 +98,8 @@ SPMD_COLLECTIVES = frozenset(coll.OPS)
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
+
+
 def untyped_result(ctx: FunctionContext) -> Type:
     """``Any``: what a call of a torch builtin without a stub had (:mod:`.torch_namespaces`)."""
     return AnyType(TypeOfAny.special_form)
@@ -502,11 +504,7 @@ class CallTyper:
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
                 where = spec.name if out is None else f"{spec.name}(..., out=)"
-                err = check_inplace(where, target, result.type, others=ops)
-                if err is not None and self.plugin.regions.in_no_grad(
-                        getattr(ctx.api, "tree", None), ctx.context.line):
-                    # no gradient flows: an I target may take an R result (and stays I)
-                    err = check_inplace(where, target, result.type, gradient_free=True, others=ops)
+                err = self._inplace_error(ctx, where, target, result.type, ops)
                 if err is not None:
                     self.report(ctx, [err])
                     return self.typed_result(ctx.default_return_type, target.type)
@@ -556,10 +554,7 @@ class CallTyper:
                 result = propagate(spec, ops, strict=self.strict(ctx))
                 found = list(result.errors)
                 if inplace and ops and ops[0].type:
-                    err = check_inplace(each, ops[0], result.type, others=ops)
-                    if err is not None and self.plugin.regions.in_no_grad(
-                            getattr(ctx.api, "tree", None), ctx.context.line):
-                        err = check_inplace(each, ops[0], result.type, gradient_free=True, others=ops)
+                    err = self._inplace_error(ctx, each, ops[0], result.type, ops)
                     if err is not None:
                         found.append(err)
                 errors.extend(e for e in found if e not in errors)
@@ -633,6 +628,17 @@ class CallTyper:
             return untyped_result(ctx) if result is ctx.default_return_type else result
 
         return typed
+
+    def _inplace_error(self, ctx: AnyCtx, where: str, target: Operand, result: SpmdType,
+                       ops: list[Operand]) -> SpmdError | None:
+        """The in-place op (or ``out=``) changing ``target``'s type, if it does (engine
+        ``check_inplace``); where no gradient flows an I target may take an R result (and
+        stays I)."""
+        err = check_inplace(where, target, result, others=ops)
+        if err is not None and self.plugin.regions.in_no_grad(
+                getattr(ctx.api, "tree", None), ctx.context.line):
+            err = check_inplace(where, target, result, gradient_free=True, others=ops)
+        return err
 
     def per_operand_result(self, ctx: AnyCtx, op: str, ops: list[Operand]) -> Type:
         """``torch.broadcast_tensors(a, b)``, ``torch.atleast_2d(a, b)``: each tensor argument
