@@ -2,7 +2,7 @@
 
 mypy's semantic analysis calls :meth:`AnnotationHooks.analyze_tensor` for every ``Tensor[...]``
 it meets (parameters, returns, variables, aliases): the entries are read
-(:func:`.mypy_types.read_entry`), validated by the engine (:func:`~spmd_mypy.engine.annotations.build`)
+(:func:`.mypy_types.read_entry_fields`), validated by the engine (:func:`~spmd_mypy.engine.annotations.build`)
 and turned into the canonical instance (:class:`.mypy_types.TypeBuilder`); each mistake is an
 ``spmd-annotation`` error at the annotation.  A lone marker (``V["tp"]`` outside a tensor type)
 and ``spmd.grad_type[...]`` have their own hooks.
@@ -29,7 +29,14 @@ from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
 from ..engine.types import SpmdType
 from .codes import ERROR_CODES
-from .mypy_types import MARKER_FULLNAMES, MARKER_NAME_TO_FULLNAME, AnnotationError, read_entry, show_unanalyzed
+from .mypy_types import (
+    MARKER_FULLNAMES,
+    MARKER_NAME_TO_FULLNAME,
+    AnnotationError,
+    EntryFields,
+    read_entry_fields,
+    show_unanalyzed,
+)
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -40,8 +47,9 @@ class AnnotationHooks:
 
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
-        # the same few annotations recur all over a code base: entries -> (type, errors)
-        self._built: dict[tuple[Entry, ...], tuple[SpmdType, list[SpmdError]]] = {}
+        # the same few annotations recur all over a code base: entries (as plain tuples, see
+        # mypy_types.EntryFields) -> (type, errors)
+        self._built: dict[tuple[EntryFields, ...], tuple[SpmdType, list[SpmdError]]] = {}
 
     def analyze_tensor(self, ctx: AnalyzeTypeContext) -> Type:
         plugin = self.plugin
@@ -56,7 +64,7 @@ class AnnotationHooks:
             _drop_false_name_errors(ctx)
         except Exception:  # noqa: BLE001 - never crash mypy over a cosmetic fix
             pass
-        entries: list[Entry] = []
+        entries: list[EntryFields] = []
         for arg in ctx.type.args:
             marker = _marker_of(ctx, arg) if isinstance(arg, UnboundType) else None
             if marker is None:
@@ -65,13 +73,14 @@ class AnnotationHooks:
                            f'S[dim, "axis"] or PS[...], not {shown}')
                 continue
             try:
-                entries.append(read_entry(marker, arg))  # type: ignore[arg-type]
+                entries.append(read_entry_fields(marker, arg))  # type: ignore[arg-type]
             except AnnotationError as e:
                 _fail(ctx, str(e))
         key = tuple(entries)
         built = self._built.get(key)
         if built is None:
-            built = build(entries, plugin.config.mesh_axes)
+            built = build([Entry(m, axes, dim=dim, spec=spec) for m, axes, dim, spec in entries],
+                          plugin.config.mesh_axes)
             if len(self._built) > 10_000:
                 self._built.clear()
             self._built[key] = built

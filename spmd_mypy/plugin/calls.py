@@ -10,7 +10,7 @@ and cheap).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Literal, Sequence
 
 from mypy.nodes import (
     ARG_POS,
@@ -98,6 +98,10 @@ SPMD_COLLECTIVES = frozenset(coll.OPS)
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
+# The kinds the operand scan compares with, as C statics (a bare global is a dict lookup and
+# an attribute read of the enum class at every use)
+_INVARIANT: Final = Kind.I
+_REPLICATE: Final = Kind.R
 
 
 def untyped_result(ctx: FunctionContext) -> Type:
@@ -281,6 +285,9 @@ class CallTyper:
                                        tuple[int, ...]]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result
         self._plain_results: dict[int, tuple[CallableType, CallableType]] = {}
+        # (op, formal name, first position?) -> (an index, a loss's value target): asked of
+        # every argument of every typed op (the engine's answer is an interpreted call each)
+        self._formals: dict[tuple[str, str, bool], tuple[bool, bool]] = {}
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -306,7 +313,7 @@ class CallTyper:
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
         """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
-        if not any(lt.kind is Kind.I for _, lt in t.axes):
+        if not any(lt.kind is _INVARIANT for _, lt in t.axes):
             return True
         return self.can_grad(ctx, expr)
 
@@ -367,10 +374,7 @@ class CallTyper:
             position += 1
             if name in NON_OPERAND_NAMES:
                 continue
-            # x[i] / x[i] = v: the subscript is an index, never a scalar operand
-            value_target = is_value_target(op, name)
-            is_index = (is_index_formal(op, name)
-                        or (op in ("__getitem__", "__setitem__") and this_position == 0))
+            is_index, value_target = self._formal_roles(op, name, this_position == 0)
             for typ, expr in zip(types, exprs):
                 typ_items = self._container_items(typ, expr, ctx)
                 for it, ie in typ_items:
@@ -404,18 +408,31 @@ class CallTyper:
             self._gradient_free_replicates(ctx, ops, sources)
         return ops, out, any_typed
 
+    def _formal_roles(self, op: str, name: str, first: bool) -> tuple[bool, bool]:
+        """Whether parameter ``name`` of ``op`` holds an index (x[i] / x[i] = v: the
+        subscript is an index, never a scalar operand) and whether it is a loss's value
+        target (engine ``is_index_formal`` / ``is_value_target``)."""
+        key = (op, name, first)
+        known = self._formals.get(key)
+        if known is None:
+            is_index = (is_index_formal(op, name)
+                        or (first and op in ("__getitem__", "__setitem__")))
+            known = (is_index, is_value_target(op, name))
+            self._formals[key] = known
+        return known
+
     def _gradient_free_replicates(self, ctx: AnyCtx, ops: list[Operand],
                                   sources: list[Expression | None]) -> None:
         """Beside an I operand, whether each R operand carries a gradient (a detached one acts
         as I there: engine ``_rule_on_axis``); elsewhere the rule never asks, so neither does
         this (the region lookups cost a hooked call)."""
-        i_axes = {a for o in ops if o.type for a, lt in o.type.axes if lt.kind is Kind.I}
+        i_axes = {a for o in ops if o.type for a, lt in o.type.axes if lt.kind is _INVARIANT}
         if not i_axes:
             return
         for k, o in enumerate(ops):
             e = sources[k]
             if (e is not None and o.type and o.can_grad
-                    and any(lt.kind is Kind.R and a in i_axes for a, lt in o.type.axes)
+                    and any(lt.kind is _REPLICATE and a in i_axes for a, lt in o.type.axes)
                     and not self.can_grad(ctx, e)):
                 ops[k] = dataclasses.replace(o, can_grad=False)
 

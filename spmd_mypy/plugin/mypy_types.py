@@ -14,7 +14,7 @@ expands it and returns the canonical class ``spmd._slots.Tensor``, a subclass of
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Sequence
+from typing import Callable, Final, Sequence, cast
 
 from mypy.nodes import TypeInfo
 from mypy.types import (
@@ -33,7 +33,6 @@ from mypy.types import (
     get_proper_type,
 )
 
-from ..engine.annotations import Entry
 from ..engine.types import UNTYPED, VARYING, Kind, LocalType, SpmdType, decode_by_rank, encode_by_rank
 from .rewrite import axis_from_raw
 
@@ -53,6 +52,10 @@ MEMBERS_MAX = 16  # a join with more combinations than this stays unknown on its
 # declared tensor (whose trailing slot is Any) while mypy, and every cache keyed by the
 # instance, tells it from an unannotated axis (all Any slots compare equal).
 FAILED_PREFIX = "spmd-failed:"
+# mypy's Instance as a C static: the hooks ask from_type/members of every argument (see
+# rewrite.py: a bare imported name is a dict lookup per use, isinstance walks the MRO)
+_Instance: Final = Instance
+_UNREAD: Final[list[Instance]] = []  # TypeBuilder.members: a join not read yet
 
 
 class TypeBuilder:
@@ -63,6 +66,11 @@ class TypeBuilder:
         self._lookup = lookup
         self._infos: dict[str, TypeInfo] | None = None
         self._to_cache: dict[SpmdType, Instance] = {}
+        # the same, by identity first: the engine hands the same SpmdType objects again and
+        # again (its verdict cache, from_type's), and hashing or comparing one by value runs
+        # its interpreted __hash__/__eq__ (~9k instructions a lookup).  The type is kept in
+        # the entry, so its id is not reused while it is there.
+        self._to_cache_by_id: dict[int, tuple[SpmdType, Instance]] = {}
         self._tensor_classes: dict[TypeInfo, bool] = {}  # a subclass of torch.Tensor?
         self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
         self._members: dict[Instance, list[Instance] | None] = {}  # joins read (members)
@@ -86,6 +94,7 @@ class TypeBuilder:
         found["str"], found["int"], found["tuple"] = str_info, int_info, tuple_info
         self._infos = found
         self._to_cache = {}
+        self._to_cache_by_id = {}
         self._members = {}
         return found
 
@@ -94,8 +103,12 @@ class TypeBuilder:
 
     # -- engine -> mypy ----------------------------------------------------------------
     def to_instance(self, t: SpmdType) -> Instance | None:
+        same = self._to_cache_by_id.get(id(t))
+        if same is not None and same[0] is t:
+            return same[1]
         cached = self._to_cache.get(t)
         if cached is not None:
+            self._remember(t, cached)
             return cached
         infos = self.infos()
         if infos is None:
@@ -121,7 +134,13 @@ class TypeBuilder:
             slots.append(self._spec_slot(t.spec, infos, str_t))
         inst = Instance(infos["Tensor"], slots)
         self._to_cache[t] = inst
+        self._remember(t, inst)
         return inst
+
+    def _remember(self, t: SpmdType, inst: Instance) -> None:
+        if len(self._to_cache_by_id) > 10_000:  # bound the memory of a long-lived daemon
+            self._to_cache_by_id.clear()
+        self._to_cache_by_id[id(t)] = (t, inst)
 
     @staticmethod
     def _spec_slot(spec: tuple[tuple[str, ...], ...] | None, infos: dict[str, TypeInfo],
@@ -147,10 +166,10 @@ class TypeBuilder:
         None when the value is not (known to be) a tensor."""
         if typ is None:
             return None
-        p = get_proper_type(typ)
-        if not isinstance(p, Instance):
+        p = typ if type(typ) is _Instance else get_proper_type(typ)
+        if type(p) is not _Instance:
             return None
-        info = p.type
+        info = cast(Instance, p).type
         if info.fullname == TENSOR:
             # keyed by value: ~10 distinct canonical types stand behind thousands of objects
             # (mypy copies types); Instance caches its hash, and the same object compares
@@ -184,11 +203,12 @@ class TypeBuilder:
         unknown, as any unread slot)."""
         if typ is None:
             return None
-        p = get_proper_type(typ)
-        if not isinstance(p, Instance) or p.type.fullname != TENSOR:
+        p = typ if type(typ) is _Instance else get_proper_type(typ)
+        if type(p) is not _Instance or cast(Instance, p).type.fullname != TENSOR:
             return None
-        if p in self._members:
-            return self._members[p]
+        known = self._members.get(p, _UNREAD)  # one lookup (an Instance key hashes and compares deep)
+        if known is not _UNREAD:
+            return known
         found = self._expand(p)
         if len(self._members) > 10_000:  # bound the memory of a long-lived daemon
             self._members.clear()
@@ -389,18 +409,26 @@ def read_spec_item(t: Type) -> tuple[str, ...]:
     return (read_axis(p),)
 
 
-def read_entry(marker: str, t: UnboundType) -> Entry:
-    """One ``R["tp", "dp"]`` / ``S[0, "tp"]`` / ``PS[None, "tp"]`` entry."""
+# An entry as plain data, (marker, axes, dim, spec): the fields of an engine ``Entry``.  The
+# annotation hook keys its cache by these (a tuple of strings hashes and compares in C; the
+# engine's dataclass is built only on a miss, ~7k instructions each in an interpreted __init__)
+EntryFields = tuple[str, tuple[str, ...], "int | None", "tuple[tuple[str, ...], ...] | None"]
+
+
+def read_entry_fields(marker: str, t: UnboundType) -> EntryFields:
+    """One ``R["tp", "dp"]`` / ``S[0, "tp"]`` / ``PS[None, "tp"]`` entry, as the fields of
+    an engine ``Entry``."""
+    args = t.args
     if marker == "PS":
-        return Entry("PS", spec=tuple(read_spec_item(a) for a in t.args))
-    if not t.args:
+        return ("PS", (), None, tuple([read_spec_item(a) for a in args]))
+    if not args:
         example = 'S[0, "tp"]' if marker in ("S", "Shard") else f'{marker}["tp"]'
         raise AnnotationError(f"{marker} needs the mesh axes it applies to: write {example}")
-    if marker in ("S", "Shard"):
-        if len(t.args) < 2:
+    if marker == "S" or marker == "Shard":
+        if len(args) < 2:
             raise AnnotationError("S[dim, \"axis\"] takes a dim and at least one axis: S[0, \"tp\"]")
-        return Entry("S", tuple(read_axis(a) for a in t.args[1:]), dim=read_int(t.args[0]))
-    return Entry(marker, tuple(read_axis(a) for a in t.args))
+        return ("S", tuple([read_axis(a) for a in args[1:]]), read_int(args[0]), None)
+    return (marker, tuple([read_axis(a) for a in args]), None, None)
 
 
 def is_proper_tensor(p: ProperType) -> bool:

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Container
+from typing import Container, Final, cast
 
 from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
@@ -88,6 +88,56 @@ from mypy.types import (
 MARKER_NAMES = frozenset({"R", "I", "V", "P", "S", "PS", "Shard"})
 NO_GRAD_CALLS = frozenset({"no_grad", "inference_mode"})
 
+# mypy's node and type classes, bound once.  mypy is compiled in its own mypyc group, so to
+# this compiled module they are plain Python classes: a bare imported name is a dict lookup at
+# every use and ``isinstance`` walks the class's MRO, which made this pass (every statement of
+# every file, before semantic analysis) cost a sixth of what the plugin adds to a warm run.  A
+# ``Final`` module attribute is a C static, and ``type(x) is _C`` a pointer comparison: the walk
+# dispatches on the exact class (mypy does not subclass these; a ``cast`` narrows for free).
+_AssignmentExpr: Final = AssignmentExpr
+_AssignmentStmt: Final = AssignmentStmt
+_Block: Final = Block
+_CallableArgument: Final = CallableArgument
+_CallableType: Final = CallableType
+_CallExpr: Final = CallExpr
+_ClassDef: Final = ClassDef
+_ComparisonExpr: Final = ComparisonExpr
+_ConditionalExpr: Final = ConditionalExpr
+_Decorator: Final = Decorator
+_DictExpr: Final = DictExpr
+_DictionaryComprehension: Final = DictionaryComprehension
+_ExpressionStmt: Final = ExpressionStmt
+_FloatExpr: Final = FloatExpr
+_ForStmt: Final = ForStmt
+_FuncDef: Final = FuncDef
+_GeneratorExpr: Final = GeneratorExpr
+_IfStmt: Final = IfStmt
+_IndexExpr: Final = IndexExpr
+_IntExpr: Final = IntExpr
+_LambdaExpr: Final = LambdaExpr
+_ListComprehension: Final = ListComprehension
+_ListExpr: Final = ListExpr
+_MemberExpr: Final = MemberExpr
+_NameExpr: Final = NameExpr
+_OpExpr: Final = OpExpr
+_OperatorAssignmentStmt: Final = OperatorAssignmentStmt
+_OverloadedFuncDef: Final = OverloadedFuncDef
+_RawExpressionType: Final = RawExpressionType
+_ReturnStmt: Final = ReturnStmt
+_SetComprehension: Final = SetComprehension
+_SetExpr: Final = SetExpr
+_StarExpr: Final = StarExpr
+_StrExpr: Final = StrExpr
+_TryStmt: Final = TryStmt
+_TupleExpr: Final = TupleExpr
+_TupleType: Final = TupleType
+_TypeList: Final = TypeList
+_UnaryExpr: Final = UnaryExpr
+_UnboundType: Final = UnboundType
+_UnionType: Final = UnionType
+_WhileStmt: Final = WhileStmt
+_WithStmt: Final = WithStmt
+
 
 def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
@@ -99,26 +149,33 @@ def _short(name: str) -> str:
 def rewrite_type(t: Type | None) -> None:
     """In place: UnboundType("tp", original_str_expr="tp") under a marker -> raw literal,
     anywhere in a type (Callable arguments, unions, tuples, nested generics)."""
-    if t is None:
-        return
-    if isinstance(t, CallableType):
-        for a in t.arg_types:
-            rewrite_type(a)
-        rewrite_type(t.ret_type)
-    elif isinstance(t, UnboundType):
-        marker = _short(t.name) in MARKER_NAMES
-        new_args = []
-        for a in t.args:
-            if marker:
+    cls = type(t)
+    if cls is _UnboundType:
+        u = cast(UnboundType, t)
+        args = u.args
+        if not args:  # int, LayerConfig: most of a signature
+            return
+        name = u.name
+        if name in MARKER_NAMES or ("." in name and _short(name) in MARKER_NAMES):
+            new_args = []
+            for a in args:
                 a = _raw_axis(a)
+                rewrite_type(a)
+                new_args.append(a)
+            u.args = tuple(new_args)
+        else:
+            for a in args:
+                rewrite_type(a)
+    elif cls is _CallableType:
+        c = cast(CallableType, t)
+        for a in c.arg_types:
             rewrite_type(a)
-            new_args.append(a)
-        t.args = tuple(new_args)
-    elif isinstance(t, (TypeList, UnionType, TupleType)):
-        for item in t.items:
+        rewrite_type(c.ret_type)
+    elif cls is _TypeList or cls is _UnionType or cls is _TupleType:
+        for item in cast("TypeList | UnionType | TupleType", t).items:
             rewrite_type(item)
-    elif isinstance(t, CallableArgument):
-        rewrite_type(t.typ)
+    elif cls is _CallableArgument:
+        rewrite_type(cast(CallableArgument, t).typ)
 
 
 def _shares_parts(a: Type | None, b: Type | None) -> bool:
@@ -126,17 +183,23 @@ def _shares_parts(a: Type | None, b: Type | None) -> bool:
     object, or (a parsed signature's unanalyzed copy) the same argument list and return."""
     if a is b:
         return True
-    return (isinstance(a, CallableType) and isinstance(b, CallableType)
-            and a.ret_type is b.ret_type and len(a.arg_types) == len(b.arg_types)
-            and all(x is y for x, y in zip(a.arg_types, b.arg_types)))
+    if type(a) is not _CallableType or type(b) is not _CallableType:
+        return False
+    ca, cb = cast(CallableType, a), cast(CallableType, b)
+    return (ca.ret_type is cb.ret_type and len(ca.arg_types) == len(cb.arg_types)
+            and all(x is y for x, y in zip(ca.arg_types, cb.arg_types)))
 
 
 def _raw_axis(a: Type) -> Type:
-    if isinstance(a, UnboundType) and a.original_str_expr is not None and not a.args:
-        return RawExpressionType(a.original_str_expr, "builtins.str", a.line, a.column)
-    if isinstance(a, (TypeList, TupleType)):  # PS[("dp", "tp"), None]
-        for i, item in enumerate(a.items):
-            a.items[i] = _raw_axis(item)
+    cls = type(a)
+    if cls is _UnboundType:
+        u = cast(UnboundType, a)
+        if u.original_str_expr is not None and not u.args:
+            return RawExpressionType(u.original_str_expr, "builtins.str", u.line, u.column)
+    elif cls is _TypeList or cls is _TupleType:  # PS[("dp", "tp"), None]
+        items = cast("TypeList | TupleType", a).items
+        for i, item in enumerate(items):
+            items[i] = _raw_axis(item)
     return a
 
 
@@ -146,15 +209,18 @@ _RAW_PREFIX = "\x00spmd-axis:"  # not a valid expression: mypy keeps it as a raw
 
 
 def _rewrite_index_expr(e: Expression) -> None:
-    if isinstance(e, IndexExpr):
-        base = e.base
-        name = base.name if isinstance(base, (NameExpr, MemberExpr)) else ""
+    cls = type(e)
+    if cls is _IndexExpr:
+        ie = cast(IndexExpr, e)
+        base = ie.base
+        base_cls = type(base)
+        name = cast("NameExpr | MemberExpr", base).name if base_cls is _NameExpr or base_cls is _MemberExpr else ""
         if name in MARKER_NAMES:
-            _mark_strings(e.index)
-        _rewrite_index_expr(e.base)
-        _rewrite_index_expr(e.index)
-    elif isinstance(e, (TupleExpr, ListExpr)):
-        for item in e.items:
+            _mark_strings(ie.index)
+        _rewrite_index_expr(base)
+        _rewrite_index_expr(ie.index)
+    elif cls is _TupleExpr or cls is _ListExpr:
+        for item in cast("TupleExpr | ListExpr", e).items:
             _rewrite_index_expr(item)
 
 
@@ -163,72 +229,64 @@ def _rewrite_call_args(e: Expression | None) -> None:
     Tensor[PS[("dp", "tp"), None]])``, ``f(spmd.declare(x, Tensor[...]))``, ``[spmd.declare(..)]``,
     ``lambda t: spmd.declare(t, ...)``) is a type application to mypy: the same rewrite as an
     alias's right-hand side.  Only expression kinds that can hold a call are entered; names,
-    literals and the like end the walk at once.  Dispatch is by exact class (mypy's node
-    classes are not subclassed): an ``isinstance`` chain cost ~2x the whole walk."""
+    literals and the like end the walk at once.  Dispatch is by exact class (the classes bound
+    above)."""
     cls = type(e)
-    if cls is NameExpr or cls is IntExpr or cls is StrExpr or cls is FloatExpr or e is None:
+    if cls is _NameExpr or cls is _IntExpr or cls is _StrExpr or cls is _FloatExpr or e is None:
         return
-    if cls is CallExpr:
-        assert isinstance(e, CallExpr)
-        for a in e.args:
-            if type(a) is IndexExpr:
+    if cls is _CallExpr:
+        call = cast(CallExpr, e)
+        for a in call.args:
+            if type(a) is _IndexExpr:
                 _rewrite_index_expr(a)
             _rewrite_call_args(a)
-        _rewrite_call_args(e.callee)
-    elif cls is MemberExpr:  # spmd.declare(x, T).float()
-        assert isinstance(e, MemberExpr)
-        _rewrite_call_args(e.expr)
-    elif cls is OpExpr:
-        assert isinstance(e, OpExpr)
-        _rewrite_call_args(e.left)
-        _rewrite_call_args(e.right)
-    elif cls is IndexExpr:
-        assert isinstance(e, IndexExpr)
-        _rewrite_call_args(e.base)
-        _rewrite_call_args(e.index)
-    elif cls is TupleExpr or cls is ListExpr or cls is SetExpr:
-        assert isinstance(e, (TupleExpr, ListExpr, SetExpr))
-        for item in e.items:
+        _rewrite_call_args(call.callee)
+    elif cls is _MemberExpr:  # spmd.declare(x, T).float()
+        _rewrite_call_args(cast(MemberExpr, e).expr)
+    elif cls is _OpExpr:
+        op = cast(OpExpr, e)
+        _rewrite_call_args(op.left)
+        _rewrite_call_args(op.right)
+    elif cls is _IndexExpr:
+        ie = cast(IndexExpr, e)
+        _rewrite_call_args(ie.base)
+        _rewrite_call_args(ie.index)
+    elif cls is _TupleExpr or cls is _ListExpr or cls is _SetExpr:
+        for item in cast("TupleExpr | ListExpr | SetExpr", e).items:
             _rewrite_call_args(item)
-    elif cls is UnaryExpr or cls is StarExpr:
-        assert isinstance(e, (UnaryExpr, StarExpr))
-        _rewrite_call_args(e.expr)
-    elif cls is ComparisonExpr:
-        assert isinstance(e, ComparisonExpr)
-        for operand in e.operands:
+    elif cls is _UnaryExpr or cls is _StarExpr:
+        _rewrite_call_args(cast("UnaryExpr | StarExpr", e).expr)
+    elif cls is _ComparisonExpr:
+        for operand in cast(ComparisonExpr, e).operands:
             _rewrite_call_args(operand)
-    elif cls is ConditionalExpr:
-        assert isinstance(e, ConditionalExpr)
-        _rewrite_call_args(e.cond)
-        _rewrite_call_args(e.if_expr)
-        _rewrite_call_args(e.else_expr)
-    elif cls is DictExpr:
-        assert isinstance(e, DictExpr)
-        for k, v in e.items:
+    elif cls is _ConditionalExpr:
+        ce = cast(ConditionalExpr, e)
+        _rewrite_call_args(ce.cond)
+        _rewrite_call_args(ce.if_expr)
+        _rewrite_call_args(ce.else_expr)
+    elif cls is _DictExpr:
+        for k, v in cast(DictExpr, e).items:
             _rewrite_call_args(k)
             _rewrite_call_args(v)
-    elif cls is AssignmentExpr:
-        assert isinstance(e, AssignmentExpr)
-        _rewrite_call_args(e.value)
-    elif cls is LambdaExpr:
-        assert isinstance(e, LambdaExpr)
-        _rewrite_call_args(e.expr())
-    elif cls is ListComprehension or cls is SetComprehension:
-        assert isinstance(e, (ListComprehension, SetComprehension))
-        _rewrite_call_args(e.generator)
-    elif cls is GeneratorExpr:
-        assert isinstance(e, GeneratorExpr)
-        _rewrite_call_args(e.left_expr)
-        for seq in e.sequences:
+    elif cls is _AssignmentExpr:
+        _rewrite_call_args(cast(AssignmentExpr, e).value)
+    elif cls is _LambdaExpr:
+        _rewrite_call_args(cast(LambdaExpr, e).expr())
+    elif cls is _ListComprehension or cls is _SetComprehension:
+        _rewrite_call_args(cast("ListComprehension | SetComprehension", e).generator)
+    elif cls is _GeneratorExpr:
+        g = cast(GeneratorExpr, e)
+        _rewrite_call_args(g.left_expr)
+        for seq in g.sequences:
             _rewrite_call_args(seq)
-        for conds in e.condlists:
+        for conds in g.condlists:
             for c in conds:
                 _rewrite_call_args(c)
-    elif cls is DictionaryComprehension:
-        assert isinstance(e, DictionaryComprehension)
-        _rewrite_call_args(e.key)
-        _rewrite_call_args(e.value)
-        for seq in e.sequences:
+    elif cls is _DictionaryComprehension:
+        d = cast(DictionaryComprehension, e)
+        _rewrite_call_args(d.key)
+        _rewrite_call_args(d.value)
+        for seq in d.sequences:
             _rewrite_call_args(seq)
 
 
@@ -334,10 +392,14 @@ class _Walker:
 
     def _bind(self, target: Expression, value: Expression) -> None:
         """Each local named in ``target`` (inside a function) is assigned ``value``: what
-        :func:`_gradient_free_names` reads (a target as its own value is never gradient-free)."""
+        :func:`_gradient_free_names` reads (``_OPAQUE``: never gradient-free)."""
         if self._assigns:
-            for n in _names_in(target):
-                self._assigns[-1].setdefault(n, []).append(value)
+            assigns = self._assigns[-1]
+            if type(target) is _NameExpr:
+                assigns.setdefault(cast(NameExpr, target).name, []).append(value)
+            else:
+                for n in _names_in(target):
+                    assigns.setdefault(n, []).append(value)
 
     def _mode_region(self, managers: list[Expression], first: int, last: int) -> bool | None:
         """``with a(), b():`` and ``@a @b def``: the last one is the innermost, it decides."""
@@ -352,119 +414,131 @@ class _Walker:
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
-            if isinstance(st, _HANDLED):  # skip statements the walk never enters (most)
-                self.stmt(st, in_function_class)
+            self.stmt(st, in_function_class)
 
     def stmt(self, st: Statement, in_function_class: bool = False) -> None:
-        if isinstance(st, FuncDef):
+        cls = type(st)  # the common statements first (see the classes bound above)
+        if cls is _AssignmentStmt:
+            self._assignment(cast(AssignmentStmt, st))
+        elif cls is _ExpressionStmt or cls is _ReturnStmt:
             if self.rewrite:
-                rewrite_type(st.type)
-                if not _shares_parts(st.unanalyzed_type, st.type):
-                    rewrite_type(st.unanalyzed_type)
-            body_mode = self._body_mode
-            self._body_mode = None
-            if in_function_class and st.name == "forward":
-                self.no_grad.append((st.line, st.end_line or st.line))
-                body_mode = False
-            if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:
-                self.function_bodies.append((st.line, st.end_line or st.line))
-            if body_mode is None and self._modes and not self._modes[-1]:
-                # a function defined where gradients are off runs wherever it is called,
-                # maybe with them on: its body is not part of the enclosing region
-                self.enabled.append((st.line, st.end_line or st.line))
-            self._assigns.append({})
-            for arg in st.arguments:  # a parameter holds the caller's value: never "only detached"
-                ref = NameExpr(arg.variable.name)
-                self._bind(ref, ref)
-            self._depth += 1
-            outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
-            self.block(st.body.body)
-            self._modes = outer_modes
-            self._depth -= 1
-            for name in sorted(_gradient_free_names(self._assigns.pop())):
-                self.detached.append((st.line, st.end_line or st.line, name))
-        elif isinstance(st, Decorator):
-            self._body_mode = self._mode_region(st.original_decorators, st.func.line,
-                                                st.func.end_line or st.func.line)
-            self.stmt(st.func, in_function_class)
-        elif isinstance(st, OverloadedFuncDef):
-            for item in st.items:
-                self.stmt(item, in_function_class)
-        elif isinstance(st, ClassDef):
-            self.block(st.defs.body, _is_autograd_function(st))
-        elif isinstance(st, WithStmt):
+                _rewrite_call_args(cast("ExpressionStmt | ReturnStmt", st).expr)
+        elif cls is _FuncDef:
+            self._func_def(cast(FuncDef, st), in_function_class)
+        elif cls is _Decorator:
+            d = cast(Decorator, st)
+            self._body_mode = self._mode_region(d.original_decorators, d.func.line,
+                                                d.func.end_line or d.func.line)
+            self._func_def(d.func, in_function_class)
+        elif cls is _IfStmt:
+            ifs = cast(IfStmt, st)
             if self.rewrite:
-                for e in st.expr:
+                for e in ifs.expr:
                     _rewrite_call_args(e)
-            mode = self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
-            for target in st.target:  # ``as`` targets: never "only detached"
-                if target is not None:
-                    self._bind(target, target)
-            if mode is not None:
-                self._modes.append(mode)
-            self.block(st.body.body)
-            if mode is not None:
-                self._modes.pop()
-        elif isinstance(st, OperatorAssignmentStmt):
-            if isinstance(st.lvalue, NameExpr):  # d += g: gradient-free only if g is too
-                self._bind(st.lvalue, st.rvalue)
-            elif isinstance(st.lvalue, MemberExpr) and st.lvalue.name in AUGMENTED_ATTRIBUTES:
-                self.augmented.add((st.lvalue.line, st.lvalue.column))
+            for b in ifs.body:
+                self.block(b.body)
+            if ifs.else_body is not None:
+                self.block(ifs.else_body.body)
+        elif cls is _ForStmt or cls is _WhileStmt:
+            loop = cast("ForStmt | WhileStmt", st)
             if self.rewrite:
-                _rewrite_call_args(st.rvalue)
-        elif isinstance(st, AssignmentStmt):
-            # a value computed where gradients are off has none (``with torch.no_grad(): c =
-            # cos[pos]``, the body of an ``@torch.no_grad()`` function), wherever it is used
-            value = _NO_GRADIENT if self._modes and not self._modes[-1] else st.rvalue
+                _rewrite_call_args(loop.expr)
+            if cls is _ForStmt:  # a loop variable: never "only detached"
+                self._bind(cast(ForStmt, st).index, _OPAQUE)
+            self.block(loop.body.body)
+            if loop.else_body is not None:
+                self.block(loop.else_body.body)
+        elif cls is _WithStmt:
+            self._with(cast(WithStmt, st))
+        elif cls is _OperatorAssignmentStmt:
+            op = cast(OperatorAssignmentStmt, st)
+            lvalue = op.lvalue
+            if type(lvalue) is _NameExpr:  # d += g: gradient-free only if g is too
+                self._bind(lvalue, op.rvalue)
+            elif type(lvalue) is _MemberExpr and cast(MemberExpr, lvalue).name in AUGMENTED_ATTRIBUTES:
+                self.augmented.add((lvalue.line, lvalue.column))
+            if self.rewrite:
+                _rewrite_call_args(op.rvalue)
+        elif cls is _ClassDef:
+            c = cast(ClassDef, st)
+            self.block(c.defs.body, _is_autograd_function(c))
+        elif cls is _OverloadedFuncDef:
+            for item in cast(OverloadedFuncDef, st).items:
+                self.stmt(item, in_function_class)
+        elif cls is _Block:
+            self.block(cast(Block, st).body)
+        elif cls is _TryStmt:
+            t = cast(TryStmt, st)
+            self.block(t.body.body)
+            for h in t.handlers:
+                self.block(h.body)
+            for extra in (t.else_body, t.finally_body):
+                if extra is not None:
+                    self.block(extra.body)
+
+    def _assignment(self, st: AssignmentStmt) -> None:
+        # a value computed where gradients are off has none (``with torch.no_grad(): c =
+        # cos[pos]``, the body of an ``@torch.no_grad()`` function), wherever it is used
+        value = _NO_GRADIENT if self._modes and not self._modes[-1] else st.rvalue
+        if self._assigns:
             for lv in st.lvalues:  # tuple targets and the like: never "only detached"
-                self._bind(lv, value if isinstance(lv, NameExpr) else lv)
-            if self.rewrite and not self._depth:
+                self._bind(lv, value if type(lv) is _NameExpr else _OPAQUE)
+        if self.rewrite:
+            if not self._depth:
                 rewrite_type(st.type)
                 if not _shares_parts(st.unanalyzed_type, st.type):
                     rewrite_type(st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
-            if self.rewrite:
-                _rewrite_call_args(st.rvalue)
-        elif isinstance(st, (ReturnStmt, ExpressionStmt)):
-            if self.rewrite:
-                _rewrite_call_args(st.expr)
-        elif isinstance(st, Block):
-            self.block(st.body)
-        elif isinstance(st, IfStmt):
-            if self.rewrite:
-                for e in st.expr:
-                    _rewrite_call_args(e)
-            for b in st.body:
-                self.block(b.body)
-            if st.else_body is not None:
-                self.block(st.else_body.body)
-        elif isinstance(st, (ForStmt, WhileStmt)):
-            if self.rewrite:
-                _rewrite_call_args(st.expr)
-            if isinstance(st, ForStmt):  # a loop variable: never "only detached"
-                self._bind(st.index, st.index)
-            self.block(st.body.body)
-            if st.else_body is not None:
-                self.block(st.else_body.body)
-        elif isinstance(st, TryStmt):
-            self.block(st.body.body)
-            for h in st.handlers:
-                self.block(h.body)
-            for extra in (st.else_body, st.finally_body):
-                if extra is not None:
-                    self.block(extra.body)
+            _rewrite_call_args(st.rvalue)
+
+    def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
+        if self.rewrite:
+            rewrite_type(st.type)
+            if not _shares_parts(st.unanalyzed_type, st.type):
+                rewrite_type(st.unanalyzed_type)
+        body_mode = self._body_mode
+        self._body_mode = None
+        lines = (st.line, st.end_line or st.line)
+        if in_function_class and st.name == "forward":
+            self.no_grad.append(lines)
+            body_mode = False
+        if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:
+            self.function_bodies.append(lines)
+        if body_mode is None and self._modes and not self._modes[-1]:
+            # a function defined where gradients are off runs wherever it is called,
+            # maybe with them on: its body is not part of the enclosing region
+            self.enabled.append(lines)
+        # a parameter holds the caller's value: never "only detached"
+        self._assigns.append({arg.variable.name: [_OPAQUE] for arg in st.arguments})
+        self._depth += 1
+        outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
+        self.block(st.body.body)
+        self._modes = outer_modes
+        self._depth -= 1
+        for name in sorted(_gradient_free_names(self._assigns.pop())):
+            self.detached.append((lines[0], lines[1], name))
+
+    def _with(self, st: WithStmt) -> None:
+        if self.rewrite:
+            for e in st.expr:
+                _rewrite_call_args(e)
+        mode = self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
+        for target in st.target:  # ``as`` targets: never "only detached"
+            if target is not None:
+                self._bind(target, _OPAQUE)
+        if mode is not None:
+            self._modes.append(mode)
+        self.block(st.body.body)
+        if mode is not None:
+            self._modes.pop()
 
 
 # What a local is bound to when assigned where gradients are off: a value
 # :func:`is_gradient_free` takes as such (a literal number).
 _NO_GRADIENT = IntExpr(0)
-
-
-# The statement classes stmt() acts on (it does nothing with the others: expressions,
-# returns, ...).
-_HANDLED = (FuncDef, Decorator, OverloadedFuncDef, ClassDef, WithStmt, AssignmentStmt, Block,
-            IfStmt, ForStmt, WhileStmt, TryStmt, OperatorAssignmentStmt, ReturnStmt,
-            ExpressionStmt)
+# What a local is bound to where its value is unknown to the walk (a parameter, a loop or
+# ``with ... as`` variable, a tuple target's item): never gradient-free.
+_OPAQUE: Final[Expression] = TupleExpr([])
 
 
 # Collectives by name (spmd's, and torch.distributed's functional ones): the result carries a
@@ -483,41 +557,45 @@ def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
         gmax = spmd.all_reduce(lmax, "tp", src=V, dst=I, op="max")   # gradient-free
         logits - gmax                # an I without a gradient: mixes with V"""
     while True:
-        if isinstance(e, MemberExpr) and e.name == "data":
+        cls = type(e)
+        if cls is _NameExpr:
+            return cast(NameExpr, e).name in names
+        if cls is _MemberExpr:
+            name = cast(MemberExpr, e).name
+            return name == "data" or name == "indices"  # x.topk(k).indices
+        if cls is _IntExpr or cls is _FloatExpr or cls is _ComparisonExpr:  # d += 1.0; a bool tensor
             return True
-        if isinstance(e, (IntExpr, FloatExpr)):  # d += 1.0
-            return True
-        if isinstance(e, NameExpr):
-            return e.name in names
-        if isinstance(e, ComparisonExpr):  # a bool tensor
-            return True
-        if isinstance(e, MemberExpr) and e.name == "indices":  # x.topk(k).indices
-            return True
-        if isinstance(e, IndexExpr):
-            if _is_indices_item(e):  # x.topk(k)[1], x.max(-1)[1]
+        if cls is _IndexExpr:
+            ie = cast(IndexExpr, e)
+            if _is_indices_item(ie):  # x.topk(k)[1], x.max(-1)[1]
                 return True
-            e = e.base
+            e = ie.base
             continue
-        if not isinstance(e, CallExpr):
+        if cls is not _CallExpr:
             return False
-        callee = e.callee
-        if isinstance(callee, MemberExpr) and callee.name == "detach":
+        call = cast(CallExpr, e)
+        callee = call.callee
+        callee_cls = type(callee)
+        if callee_cls is not _NameExpr and callee_cls is not _MemberExpr:
+            return False
+        name = cast("NameExpr | MemberExpr", callee).name
+        if name == "detach" and callee_cls is _MemberExpr:
             return True
-        if isinstance(callee, (NameExpr, MemberExpr)) and callee.name in INTEGER_RESULTS:
+        if name in INTEGER_RESULTS:
             return True
-        if isinstance(callee, (NameExpr, MemberExpr)) and callee.name in _COLLECTIVE_NAMES:
-            for n, a in zip(e.arg_names, e.args):
-                if n == "op" and isinstance(a, StrExpr) and a.value in _NO_GRAD_REDUCE_OPS:
+        if name in _COLLECTIVE_NAMES:
+            for n, a in zip(call.arg_names, call.args):
+                if n == "op" and type(a) is _StrExpr and cast(StrExpr, a).value in _NO_GRAD_REDUCE_OPS:
                     return True
-            if not e.args or e.arg_names[0] is not None:
+            if not call.args or call.arg_names[0] is not None:
                 return False
-            e = e.args[0]
+            e = call.args[0]
             continue
-        if not isinstance(callee, MemberExpr):
+        if callee_cls is not _MemberExpr:
             return False
-        if callee.name not in _ONE_TENSOR_METHODS and not all(_is_literal(a) for a in e.args):
+        if name not in _ONE_TENSOR_METHODS and not all(_is_literal(a) for a in call.args):
             return False  # d.mul(w), d.add(w): w may carry a gradient
-        e = callee.expr
+        e = cast(MemberExpr, callee).expr
 
 
 # Methods whose only tensor is their receiver (views, reductions, casts): their other arguments
@@ -529,20 +607,24 @@ contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
 
 
 def _is_indices_item(e: IndexExpr) -> bool:
-    base = e.base
-    return (isinstance(e.index, IntExpr) and e.index.value == 1 and isinstance(base, CallExpr)
-            and isinstance(base.callee, (NameExpr, MemberExpr)) and base.callee.name in WITH_INDICES)
+    index, base = e.index, e.base
+    if type(index) is not _IntExpr or cast(IntExpr, index).value != 1 or type(base) is not _CallExpr:
+        return False
+    callee = cast(CallExpr, base).callee
+    return ((type(callee) is _NameExpr or type(callee) is _MemberExpr)
+            and cast("NameExpr | MemberExpr", callee).name in WITH_INDICES)
 
 
 def _is_literal(e: Expression) -> bool:
-    if isinstance(e, (IntExpr, FloatExpr, StrExpr)):
+    cls = type(e)
+    if cls is _IntExpr or cls is _FloatExpr or cls is _StrExpr:
         return True
-    if isinstance(e, NameExpr):
-        return e.name in ("None", "True", "False")
-    if isinstance(e, UnaryExpr):
-        return _is_literal(e.expr)
-    if isinstance(e, (TupleExpr, ListExpr)):
-        return all(_is_literal(i) for i in e.items)
+    if cls is _NameExpr:
+        return cast(NameExpr, e).name in ("None", "True", "False")
+    if cls is _UnaryExpr:
+        return _is_literal(cast(UnaryExpr, e).expr)
+    if cls is _TupleExpr or cls is _ListExpr:
+        return all(_is_literal(i) for i in cast("TupleExpr | ListExpr", e).items)
     return False
 
 
@@ -559,10 +641,11 @@ def _gradient_free_names(assigns: dict[str, list[Expression]]) -> set[str]:
 
 
 def _names_in(e: Expression) -> list[str]:
-    if isinstance(e, NameExpr):
-        return [e.name]
-    if isinstance(e, (TupleExpr, ListExpr)):
-        return [n for i in e.items for n in _names_in(i)]
+    cls = type(e)
+    if cls is _NameExpr:
+        return [cast(NameExpr, e).name]
+    if cls is _TupleExpr or cls is _ListExpr:
+        return [n for i in cast("TupleExpr | ListExpr", e).items for n in _names_in(i)]
     return []
 
 
