@@ -50,7 +50,7 @@ from .modules import ModuleCallTyper
 from .mypy_types import TypeBuilder
 from .partials import PartialTyper
 from .promotion import Promotion, uses_spmd
-from .rewrite import RegionIndex, Renamer, prepare_file
+from .rewrite import RegionIndex, Renamer
 
 def _source_hash() -> str:
     """The plugin's version for mypy's cache key: a hash of every plugin and engine file,
@@ -142,10 +142,8 @@ class SpmdPlugin(Plugin):
         self.dispatch.forget_module()  # and this module's imports (dmypy re-parses an edit)
         self.boundaries.rewatch()  # dmypy resets the error store before re-parsing an edit
         if uses_spmd(file):
-            # renamed first: the regions keep the names the checker will see
-            self.renamer.ensure(file)
-            try:
-                self.regions.record(file, prepare_file(file))
+            try:  # renamed in the walk: the regions keep the names the checker will see
+                self.regions.record(file, self.renamer.prepare(file))
             except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
                 pass
         return []

@@ -63,6 +63,7 @@ from mypy.nodes import (
     IndexExpr,
     IntExpr,
     ListExpr,
+    MatchStmt,
     MemberExpr,
     MypyFile,
     NameExpr,
@@ -117,6 +118,7 @@ _IntExpr: Final = IntExpr
 _LambdaExpr: Final = LambdaExpr
 _ListComprehension: Final = ListComprehension
 _ListExpr: Final = ListExpr
+_MatchStmt: Final = MatchStmt
 _MemberExpr: Final = MemberExpr
 _NameExpr: Final = NameExpr
 _OpExpr: Final = OpExpr
@@ -389,6 +391,12 @@ class _Walker:
         # a local assigned where gradients are off holds a value without one
         self._modes: list[bool] = []
         self._body_mode: bool | None = None
+        # Definitions per function or class-body scope, as mypy's renamer counts them
+        # (parameters, assignment / for / with targets, except-as names): a scope that
+        # defines a name twice may be renamed (section 2); ``rebinds`` says whether the
+        # walk has met one (or a ``match``, whose captures it does not read) since reset.
+        self._defined: list[dict[str, int]] = []
+        self.rebinds = False
 
     def _bind(self, target: Expression, value: Expression) -> None:
         """Each local named in ``target`` (inside a function) is assigned ``value``: what
@@ -400,6 +408,24 @@ class _Walker:
             else:
                 for n in _names_in(target):
                     assigns.setdefault(n, []).append(value)
+
+    def _define(self, target: Expression | None) -> None:
+        """``target`` defines its names in the current function or class-body scope."""
+        if not self._defined or target is None:
+            return
+        cls = type(target)
+        if cls is _NameExpr:
+            scope = self._defined[-1]
+            name = cast(NameExpr, target).name
+            if name in scope:
+                self.rebinds = True
+            else:
+                scope[name] = 1
+        elif cls is _TupleExpr or cls is _ListExpr:
+            for item in cast("TupleExpr | ListExpr", target).items:
+                self._define(item)
+        elif cls is _StarExpr:
+            self._define(cast(StarExpr, target).expr)
 
     def _mode_region(self, managers: list[Expression], first: int, last: int) -> bool | None:
         """``with a(), b():`` and ``@a @b def``: the last one is the innermost, it decides."""
@@ -444,7 +470,9 @@ class _Walker:
             if self.rewrite:
                 _rewrite_call_args(loop.expr)
             if cls is _ForStmt:  # a loop variable: never "only detached"
-                self._bind(cast(ForStmt, st).index, _OPAQUE)
+                index = cast(ForStmt, st).index
+                self._bind(index, _OPAQUE)
+                self._define(index)
             self.block(loop.body.body)
             if loop.else_body is not None:
                 self.block(loop.else_body.body)
@@ -461,7 +489,9 @@ class _Walker:
                 _rewrite_call_args(op.rvalue)
         elif cls is _ClassDef:
             c = cast(ClassDef, st)
+            self._defined.append({})
             self.block(c.defs.body, _is_autograd_function(c))
+            self._defined.pop()
         elif cls is _OverloadedFuncDef:
             for item in cast(OverloadedFuncDef, st).items:
                 self.stmt(item, in_function_class)
@@ -470,11 +500,15 @@ class _Walker:
         elif cls is _TryStmt:
             t = cast(TryStmt, st)
             self.block(t.body.body)
+            for var in t.vars:  # ``except E as e``
+                self._define(var)
             for h in t.handlers:
                 self.block(h.body)
             for extra in (t.else_body, t.finally_body):
                 if extra is not None:
                     self.block(extra.body)
+        elif cls is _MatchStmt:
+            self.rebinds = True  # its capture patterns define names this walk does not read
 
     def _assignment(self, st: AssignmentStmt) -> None:
         # a value computed where gradients are off has none (``with torch.no_grad(): c =
@@ -483,6 +517,8 @@ class _Walker:
         if self._assigns:
             for lv in st.lvalues:  # tuple targets and the like: never "only detached"
                 self._bind(lv, value if type(lv) is _NameExpr else _OPAQUE)
+        for lv in st.lvalues:
+            self._define(lv)
         if self.rewrite:
             if not self._depth:
                 rewrite_type(st.type)
@@ -510,11 +546,13 @@ class _Walker:
             self.enabled.append(lines)
         # a parameter holds the caller's value: never "only detached"
         self._assigns.append({arg.variable.name: [_OPAQUE] for arg in st.arguments})
+        self._defined.append({arg.variable.name: 1 for arg in st.arguments})
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
         self.block(st.body.body)
         self._modes = outer_modes
         self._depth -= 1
+        self._defined.pop()
         for name in sorted(_gradient_free_names(self._assigns.pop())):
             self.detached.append((lines[0], lines[1], name))
 
@@ -526,6 +564,7 @@ class _Walker:
         for target in st.target:  # ``as`` targets: never "only detached"
             if target is not None:
                 self._bind(target, _OPAQUE)
+                self._define(target)
         if mode is not None:
             self._modes.append(mode)
         self.block(st.body.body)
@@ -649,25 +688,75 @@ def _names_in(e: Expression) -> list[str]:
     return []
 
 
-def rename_redefinitions(file: MypyFile, options: Options) -> None:
+_DEFINITIONS = (FuncDef, OverloadedFuncDef, Decorator, ClassDef)
+_DEFINITION_TYPES: Final = frozenset(_DEFINITIONS)
+
+
+def rename_redefinitions(file: MypyFile, options: Options,
+                         defs: list[Statement] | None = None) -> None:
     """Section 2 of the module docstring, in function and method bodies only: module-level
     statements keep their names (another module may import them, and in a module re-parsed
     without ``get_additional_deps`` the top level may be analysed already; function bodies
     never are before every top level is).  Nothing when the module's options already allow
-    redefinition (mypy does it, or does it its own way)."""
+    redefinition (mypy does it, or does it its own way).  ``defs``: only these top-level
+    definitions (:func:`prepare_file` knows which define a name twice); else all."""
     if file.is_stub or options.allow_redefinition or options.allow_redefinition_old:
         return
-    defs: list[Statement] = [d for d in file.defs
-                             if isinstance(d, (FuncDef, OverloadedFuncDef, Decorator, ClassDef))]
+    if defs is None:
+        defs = [d for d in file.defs if isinstance(d, _DEFINITIONS)]
     if defs:
         # mypy's visitor is compiled (no subclassing): hand it a file of the definitions
+        # (each top-level definition is renamed on its own: the visitor records no name
+        # at the file's level for them)
         VariableRenameVisitor().visit_mypy_file(MypyFile(defs, []))
 
 
-def prepare_file(file: MypyFile) -> GradRegions:
-    """Rewrite the file's axis strings in place (before semantic analysis) and, in the same
-    walk, find its gradient-free regions (by name: they need no analysis)."""
-    return _walk(file, rewrite=True)
+def prepare_file(file: MypyFile, options: Options) -> GradRegions:
+    """Before semantic analysis, in one walk: rewrite the file's axis strings in place, find
+    its gradient-free regions (by name: they need no analysis), and the top-level
+    definitions that define a name twice in one scope, the only ones mypy's renamer
+    changes (section 2).  Those are renamed after the walk and walked again for their
+    gradient-free names, which are then the names the checker sees (``h'``).  Renaming only
+    them saves the renamer's walk over the others (most functions define each name once).
+    A walk that fails renames every definition, as a file never walked would be."""
+    w = _Walker(rewrite=True)
+    rebinding: list[Statement] = []
+    spans: list[tuple[int, int]] = []  # each one's slice of w.detached
+    try:
+        for d in file.defs:
+            if type(d) in _DEFINITION_TYPES:
+                w.rebinds = False
+                first = len(w.detached)
+                w.stmt(d)
+                if w.rebinds:
+                    rebinding.append(d)
+                    spans.append((first, len(w.detached)))
+            else:
+                w.stmt(d)
+    except Exception:
+        _rename_quietly(file, options, None)
+        raise
+    detached = w.detached
+    if rebinding:
+        _rename_quietly(file, options, rebinding)
+        again = _Walker(rewrite=False)
+        again.block(rebinding)
+        kept: list[tuple[int, int, str]] = []
+        start = 0
+        for first, end in spans:
+            kept.extend(detached[start:first])
+            start = end
+        kept.extend(detached[start:])
+        detached = kept + again.detached
+    return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=detached,
+                       function_bodies=w.function_bodies, augmented_attributes=w.augmented)
+
+
+def _rename_quietly(file: MypyFile, options: Options, defs: list[Statement] | None) -> None:
+    try:
+        rename_redefinitions(file, options, defs)
+    except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
+        pass
 
 
 def grad_regions(file: MypyFile) -> GradRegions:
@@ -759,9 +848,14 @@ class Renamer:
         if tree is not None:
             self._done.get(tree)
 
+    def prepare(self, tree: MypyFile) -> GradRegions:
+        """:func:`prepare_file` with this module's options, which renames the tree."""
+        self._done.put(tree, True)
+        return prepare_file(tree, self.options.clone_for_module(tree.fullname))
+
     def _rename(self, tree: MypyFile) -> bool:
         try:
-            rename_redefinitions(tree, self.options.clone_for_module(tree.fullname))
+            _rename_quietly(tree, self.options.clone_for_module(tree.fullname), None)
         except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
             pass
         return True

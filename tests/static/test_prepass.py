@@ -1,0 +1,168 @@
+"""The pre-pass (``plugin/rewrite.prepare_file``) renames only the top-level definitions that
+define a name twice in one scope, and ends with exactly the tree and gradient-free regions that
+renaming every definition first would give (what it did before, at the cost of mypy's renamer
+walking every function).
+
+Each binding form mypy's renamer counts as a definition is covered: parameters, assignment
+targets (tuples, lists, starred), ``for`` and ``with ... as`` targets, ``except ... as`` names,
+``match`` captures (not read by the walk: such a definition is always renamed), class bodies,
+nested functions.  Names bound by forms the renamer does not count (a walrus, ``+=``, an
+import) do not make a definition rebinding.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from mypy.errors import Errors
+from mypy.nodes import MypyFile
+from mypy.options import Options
+from mypy.parse import parse
+
+from spmd_mypy.plugin import rewrite
+
+SOURCE = textwrap.dedent('''
+    import torch
+    import spmd
+    from spmd import Tensor, I, R
+
+    def plain(x: Tensor[R["tp"]]) -> Tensor[R["tp"]]:
+        y = x * 2
+        return y
+
+    def reassigns_param(x):
+        x = x.detach()
+        return x
+
+    def two_excepts(x):
+        try:
+            pass
+        except ValueError as e:
+            print(e)
+        except KeyError as e:
+            print(e)
+        return x
+
+    def two_withs(x):
+        with open("a") as h:
+            pass
+        with open("b") as h:
+            pass
+        return h
+
+    def two_loops(xs):
+        for a in xs:
+            print(a)
+        for a in xs:
+            print(a)
+        return a
+
+    def starred(t):
+        a, *b = t
+        *b, c = t
+        return b
+
+    def matches(v):
+        match v:
+            case [a, b]:
+                return a
+        return None
+
+    class ClassLevel:
+        z = 1
+        z = "a"
+
+    class Nested:
+        def meth(self, x):
+            def inner(y):
+                y = y + 1
+                return y
+            return inner(x)
+
+    class Quiet:
+        def meth(self, x):
+            y = x + 1
+            return y
+
+    def walrus_once(x):
+        if (y := x) is not None:
+            return y
+        y = 3
+        return y
+
+    def augmented(x):
+        d = x.detach()
+        d += 1
+        return d
+
+    def imports_then_binds(x):
+        import math
+        math = 3
+        return math
+
+    @torch.no_grad()
+    def decorated(x):
+        d = x.detach()
+        d = d * 2
+        return d
+
+    def detached_then_not(x):
+        m = x.max().detach()
+        n = spmd.all_reduce(m, "tp", src=R, dst=I)
+        m = m + x
+        return n, m
+''')
+
+REBINDING = {"reassigns_param", "two_excepts", "two_withs", "two_loops", "starred", "matches",
+             "ClassLevel", "Nested", "decorated", "detached_then_not"}
+
+
+def _parse(source: str) -> tuple[MypyFile, Options]:
+    options = Options()
+    return parse(source, "m.py", "m", Errors(options), options, eager=True), options
+
+
+def _name(d: object) -> str:
+    inner = getattr(d, "func", d)
+    return getattr(inner, "name", "")
+
+
+def test_only_definitions_that_define_a_name_twice_are_renamed() -> None:
+    tree, _ = _parse(SOURCE)
+    w = rewrite._Walker(rewrite=False)
+    flagged = set()
+    for d in tree.defs:
+        w.rebinds = False
+        w.stmt(d)
+        if w.rebinds:
+            flagged.add(_name(d))
+    assert flagged == REBINDING
+
+
+def test_the_tree_and_regions_equal_renaming_everything_first() -> None:
+    ours, options = _parse(SOURCE)
+    regions = rewrite.prepare_file(ours, options)
+
+    reference, _ = _parse(SOURCE)
+    rewrite.rename_redefinitions(reference, options)  # every definition, then the walk
+    expected = rewrite._walk(reference, rewrite=True)
+
+    assert str(ours) == str(reference)
+    assert sorted(regions.detached_names) == sorted(expected.detached_names)
+    assert regions.ranges == expected.ranges
+    # renamed where they should be: the second definitions, and only in rebinding functions
+    text = str(ours)
+    assert all(f"NameExpr({n}')" in text for n in ("x", "e", "a", "b", "y", "d", "m"))
+    # the gradient-free names are the renamed ones of decorated() and detached_then_not()
+    names = {n for _, _, n in regions.detached_names}
+    assert {"d", "d'"} <= names
+    assert "m" in names and "m'" not in names and "n" in names
+
+
+@pytest.mark.parametrize("redefinition", ["allow_redefinition", "allow_redefinition_old"])
+def test_modules_that_allow_redefinition_are_not_renamed(redefinition: str) -> None:
+    tree, options = _parse(SOURCE)
+    setattr(options, redefinition, True)
+    rewrite.prepare_file(tree, options)
+    assert "x'" not in str(tree)
