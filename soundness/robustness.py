@@ -6,6 +6,8 @@ Two checks, both through real mypy runs (subprocesses with a deadline):
   PyPI wheel, ``torch.distributed``, ``torch.nn``), once plain and once with the plugin and
   a probe module that uses spmd in the same run (so the plugin is fully active): the
   diagnostics must be identical (the probe's own one error aside) and no run may crash.
+  No run sees the project's installed stub packages (:func:`python_without_project_stubs`):
+  the stubs a run has are this checkout's, as its ``stubs`` argument says.
 * :func:`fuzz_annotations`: random and malformed annotation strings drawn with hypothesis
   (``Tensor[...]``, ``R[...]``, ``S[...]``, ``PS[...]`` and collective ``src``/``dst``/axis
   arguments, in parameter, return, variable, class attribute, ``cast`` and
@@ -43,12 +45,22 @@ def f(h: Tensor[P["tp"]]) -> None:
 '''
 
 
-def _env(stubs: str = "spmd") -> dict[str, str]:
-    """The environment of a mypy run: ``stubs`` is ``"spmd"`` (the spmd stubs only),
-    ``"all"`` (also the megatron stubs the package installs) or ``"none"``.
+# The project's stub packages: pip-installed, they sit in site-packages, where every mypy run
+# would find them whatever ``stubs`` says.
+STUB_PACKAGES = ("megatron-stubs", "spmd-stubs")
 
-    From a source checkout the stubs come from ``stubs/`` via PYTHONPATH; when the project
-    is pip-installed they are in site-packages whatever this says.
+
+def _holds_stubs(directory: str | Path) -> bool:
+    return any((Path(directory) / name).is_dir() for name in STUB_PACKAGES)
+
+
+def _env(stubs: str = "spmd") -> dict[str, str]:
+    """The environment of a mypy run: ``stubs`` is ``"spmd"`` (this checkout's spmd stubs
+    only), ``"all"`` (also its megatron stubs, those the package installs) or ``"none"``.
+
+    The stubs come from this checkout's ``stubs/`` via PYTHONPATH, and only those:
+    PYTHONPATH entries that hold a project stub package (another checkout's ``stubs/``) are
+    dropped, and the installed ones are hidden by :func:`python_without_project_stubs`.
     """
     env = dict(os.environ)
     env.pop("MYPYPATH", None)
@@ -69,9 +81,70 @@ def _env(stubs: str = "spmd") -> dict[str, str]:
                 pass
         paths.append(str(only))
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-            if p and Path(p).resolve() != (ROOT / "stubs").resolve()]
+            if p and not _holds_stubs(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + rest)
     return env
+
+
+_STUBLESS_PYTHON: list[str] = []
+
+
+def python_without_project_stubs() -> str:
+    """A Python executable (for mypy's ``--python-executable``) that sees this interpreter's
+    site-packages without the project's stub packages (``megatron-stubs``, ``spmd-stubs``).
+
+    When spmd-mypy is pip-installed, its stub packages sit in site-packages, and mypy, which
+    takes its package search path from the Python executable's ``sys.path`` and
+    site-packages, found them in every run, "plain" (stubs="none") included.  On
+    megatron-core, ``-p megatron.core`` then resolved to the stub package (mypy checked 3
+    source files, and only what they import: 2516 plain diagnostics instead of 4849), and
+    the plugin's run differed from that baseline by the stubs' effect, not the plugin's
+    (1 added / 2 removed).  So every run gets a virtual environment without system
+    site-packages whose own site-packages mirrors this interpreter's (user site first, then
+    each site-packages directory; one symbolic link a name, ``.pth`` files too, so that
+    their path entries are the same) except the stub packages.  Made once a process (a
+    fraction of a second), removed at exit.  From an uninstalled checkout it sees what this
+    interpreter sees.
+    """
+    if _STUBLESS_PYTHON:
+        return _STUBLESS_PYTHON[0]
+    import atexit
+    import shutil
+    import site
+    import venv
+
+    tmp = tempfile.mkdtemp(prefix="spmd-robust-python-")
+    atexit.register(shutil.rmtree, tmp, True)
+    home = Path(tmp) / "env"
+    venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=os.name != "nt",
+                    clear=True).create(home)
+    python = home / ("Scripts" if os.name == "nt" else "bin") / Path(sys.executable).name
+    if not python.exists():
+        python = next(p for p in (home / ("Scripts" if os.name == "nt" else "bin")).iterdir()
+                      if p.name.startswith("python"))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    where = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                           env=clean, capture_output=True, text=True, check=True, timeout=60)
+    mirror = Path(where.stdout.strip())
+    sources = site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        sources.insert(0, site.getusersitepackages())
+    for src in sources:
+        if not os.path.isdir(src) or Path(src).resolve() == mirror.resolve():
+            continue
+        for entry in sorted(os.listdir(src)):
+            target = mirror / entry
+            if entry in STUB_PACKAGES or target.exists() or target.is_symlink():
+                continue
+            target.symlink_to(Path(src) / entry)
+    # what mypy will see (its pyinfo's view): no project stub package anywhere on the path
+    seen = subprocess.run([str(python), "-c", "import sys; print(repr(sys.path))"],
+                          env=clean, capture_output=True, text=True, check=True, timeout=60)
+    leaks = [p for p in ast.literal_eval(seen.stdout.strip()) if p and _holds_stubs(p)]
+    if leaks:
+        raise RuntimeError(f"the project's stub packages are still visible in {leaks}")
+    _STUBLESS_PYTHON.append(str(python))
+    return str(python)
 
 
 class MypyRun:
@@ -105,8 +178,12 @@ def mypy(cwd: Path, config_text: str, args: list[str], timeout: float = 900,
          stubs: str = "spmd") -> MypyRun:
     cfg = cwd / f"mypy-{abs(hash(config_text)) % 10**8}.ini"
     cfg.write_text(config_text)
+    # mypy itself (and the plugin) run in this interpreter; the code it checks is resolved
+    # against site-packages without the installed stub packages
+    # (python_without_project_stubs)
     argv = [sys.executable, "-m", "mypy", "--config-file", str(cfg),
-            "--show-traceback", *args]
+            "--python-executable", python_without_project_stubs(), "--show-traceback",
+            *args]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(argv, cwd=cwd, env=_env(stubs), capture_output=True, text=True,
