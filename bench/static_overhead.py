@@ -1,7 +1,7 @@
 """What the plugin costs mypy: an annotated Megatron-style corpus checked with the plugin,
 against the same code with plain ``torch.Tensor`` annotations checked without it.
 
-    python bench/static_overhead.py [--rounds 7] [--workdir DIR]
+    python bench/static_overhead.py [--rounds 7] [--workdir DIR] [--instructions]
     python bench/static_overhead.py --smoke     # 1- and 2-module corpora, 1 round: every step
                                                 # and table, in about a minute (figures meaningless)
 
@@ -19,6 +19,13 @@ interface, so the measured work is exactly "check all the user code once".
 The plugin's bytecode: mypy runs with PYTHONDONTWRITEBYTECODE removed from its environment, so
 an installed plugin's situation (pip compiles it) is measured rather than a recompile of the
 plugin's sources on every run (~0.1 s a run on machines that set the variable).
+
+``--instructions`` adds one more warm run of each variant at the main size under valgrind's
+callgrind (both at once, ~3-5 min): the number of instructions each executes, and their ratio.
+On a shared machine the times above swing by 10-30% from run to run; an instruction count does
+not (PYTHONHASHSEED=0), so it is the figure to compare two versions of the plugin by.  It is not
+the target's measure (the target is time; the plugin's code runs at fewer instructions per
+cycle than mypy's, so the time ratio sits a few points above the instruction ratio).
 
 Runs of the two variants are interleaved (the order flips every round) and each figure is the
 median over the rounds.  A third variant, the plain corpus checked with the plugin, shows what
@@ -168,6 +175,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7, help="measured rounds per size (default 7)")
     ap.add_argument("--workdir", type=Path, help="keep the corpus and caches here (default: a temp dir)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each variant's instructions in one warm run at the main size "
+                         "(valgrind's callgrind; deterministic where times are noisy)")
     ap.add_argument("--smoke", action="store_true",
                     help="a smoke run: corpora of 1 and 2 modules, 1 round (unless --rounds): "
                          "every step (cold caches, edited and unedited runs, per-module stats, "
@@ -184,14 +194,14 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _bench(workdir, rounds, t_start, sizes, main_size, args.smoke)
+        return _bench(workdir, rounds, t_start, sizes, main_size, args.smoke, args.instructions)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _bench(workdir: Path, rounds: int, t_start: float, all_sizes: tuple[int, ...] = SIZES,
-           main_size: int = MAIN_SIZE, smoke: bool = False) -> int:
+           main_size: int = MAIN_SIZE, smoke: bool = False, instructions: bool = False) -> int:
     n_max = gen_corpus.modules_for(max(all_sizes))
     corpus = workdir / "corpus"
     if corpus.exists():
@@ -398,9 +408,55 @@ def _bench(workdir: Path, rounds: int, t_start: float, all_sizes: tuple[int, ...
     print(f"  unedited {lines[main_size]}-line run: annotated+plugin "
           f"{med(annotated, main_size, 'unedited', 'cpu'):.2f} s, plain {med(plain, main_size, 'unedited', 'cpu'):.2f} s cpu")
     print()
+    if instructions:
+        stamp += 1
+        count_instructions((annotated, plain), sizes[main_size], lines[main_size], workdir, stamp)
+        print()
     print(f"total bench time {time.perf_counter() - t_start:.0f} s; load average now {os.getloadavg()[0]:.1f}")
     print("summary: both targets met" if ok else "summary: a target is missed (see above)")
     return 0
+
+
+def count_instructions(variants: tuple[Variant, Variant], n: int, n_lines: int, workdir: Path,
+                       stamp: int) -> None:
+    """One warm run of each variant (every module edited) under callgrind, side by side."""
+    print(f"instructions (callgrind, one warm run each, {n_lines} lines, every corpus module edited):")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("  valgrind is not installed: no count")
+        return
+    # the interpreter itself (a pyenv shim or a venv's wrapper script would be what valgrind runs)
+    python = os.path.realpath(sys.executable)
+    env = _env() | {"PYTHONHASHSEED": "0"}
+    procs = []
+    for v in variants:
+        files = v.files(n)
+        edit_all(v, files, stamp)
+        argv = [valgrind, "--tool=callgrind", f"--callgrind-out-file={workdir / 'callgrind.out'}.%p",
+                python, "-m", "mypy", "--config-file", str(v.config),
+                *[str(f.relative_to(v.root)) for f in files]]
+        procs.append(subprocess.Popen(argv, cwd=v.root, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    counts = []
+    for v, proc in zip(variants, procs):
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S * 10)
+        count = collected_instructions(err)
+        counts.append(count)
+        print(f"  {v.name:18s} " + (f"{count / 1e9:.4f}G instructions" if count else
+                                    "no count (valgrind: " + err.strip()[-200:] + ")"))
+    for f in workdir.glob("callgrind.out.*"):
+        f.unlink()
+    if all(counts):
+        print(f"  ratio {counts[0] / counts[1]:.3f}")
+
+
+def collected_instructions(valgrind_stderr: str) -> int | None:
+    """The instruction count in callgrind's summary (``==123== Collected : 7777779147``)."""
+    for line in valgrind_stderr.splitlines():
+        head, _, count = line.partition("Collected :")
+        if count and head.startswith("=="):
+            return int(count.strip().replace(",", ""))
+    return None
 
 
 def _k(lines: int) -> str:

@@ -98,3 +98,18 @@ def test_static_overhead_smoke():
         line = next(line for line in cold if line.strip().startswith(variant))
         assert "clean" in line and "NOT CLEAN" not in line, line
     assert "the corpus is not clean" not in out, out
+
+
+def test_static_overhead_reads_callgrinds_count():
+    """``--instructions`` reads each run's count from callgrind's summary on stderr (the mode
+    itself takes minutes under valgrind: it is not run here)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import static_overhead
+    finally:
+        sys.path.remove(str(BENCH))
+    err = ("==2201== Callgrind, a call-graph generating cache profiler\n"
+           "==2201== Events    : Ir\n==2201== Collected : 7777779147\n==2201== \n"
+           "==2201== I   refs:      7,777,779,147\n")
+    assert static_overhead.collected_instructions(err) == 7_777_779_147
+    assert static_overhead.collected_instructions("valgrind: command not found\n") is None
