@@ -188,7 +188,15 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
     op = r[0]
     text = (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
             f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
-    if op == "convert" and src.kind is Kind.V and src.dim is None and dst.kind is Kind.P:
+    if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
+            and dst.dim is None):
+        # convert shards: each rank keeps its slice of dim 0.  A replicated value meant as
+        # each rank's own (KV heads replicated for grouped-query attention, a broadcast
+        # weight) is a reinterpret: the local data unchanged
+        text += (f" to keep this rank's slice of dim 0, or reinterpret({bare(x_text)}, "
+                 f"{format_axis(axis)}, src={_arg(src)}, dst=V) to keep the whole local value "
+                 f"(each rank's copy as its own value)")
+    elif op == "convert" and src.kind is Kind.V and src.dim is None and dst.kind is Kind.P:
         # a per-rank loss or gradient is most often meant as the sum of the ranks' values
         text += (f" to keep each rank's values apart, or reinterpret({bare(x_text)}, "
                  f"{format_axis(axis)}, src={_arg(src)}, dst=P) to mean their sum (a loss or a gradient)")

@@ -79,7 +79,7 @@ from ..engine.ops import (
     SCALAR_OPERAND_NAMES, Operand, Role, check_backward, check_inplace, classify, foreach_op,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
 )
-from ..engine.types import Kind, LocalType, SpmdType, UNTYPED, format_type
+from ..engine.types import REPLICATE, Kind, LocalType, SpmdType, UNTYPED, format_type
 from ..engine.views import make_move
 from . import global_calls
 from .codes import ERROR_CODES
@@ -236,6 +236,11 @@ class DetachedNames:
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.regions.is_detached_name(self.tree, self.line, name)
+
+
+def _kind_on(t: SpmdType, axis: str) -> Kind | None:
+    lt = t.get(axis)
+    return lt.kind if lt is not None else None
 
 
 def _is_scalar(t: Type) -> bool:
@@ -517,7 +522,10 @@ class CallTyper:
             else:
                 result = propagate(spec, ops, strict=self.strict(ctx),
                                    reduction=read_reduction(ctx, op), move=read_move(ctx, op))
-            self.report(ctx, result.errors)
+            errors = result.errors
+            if inplace and method and errors:
+                errors = self._reduced_gradient_hint(ctx, errors, ops)
+            self.report(ctx, errors)
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
                 where = spec.name if out is None else f"{spec.name}(..., out=)"
@@ -543,6 +551,38 @@ class CallTyper:
             return self.typed_result(default, rtype)
 
         return hook
+
+    def _reduced_gradient_hint(self, ctx: AnyCtx, errors: list[SpmdError],
+                               ops: list[Operand]) -> list[SpmdError]:
+        """An optimizer step (an in-place update where gradients are off) that adds a Partial
+        into a Replicate parameter: the checker reads ``p.grad`` as backward() leaves it (the
+        dual type), whatever a gradient hook or a ``p.grad = all_reduce(...)`` elsewhere did to
+        it.  The engine's fix (all_reduce it first) would then sum the gradient twice: the
+        message also says how to tell the checker it is reduced already."""
+        if not self.plugin.regions.in_no_grad(getattr(ctx.api, "tree", None), ctx.context.line):
+            return errors
+        target = ops[0].type
+        out = []
+        for err in errors:
+            if err.code == "spmd-partial-affine" and target:
+                for o in ops[1:]:
+                    t = o.type
+                    if t is None:
+                        continue
+                    axes = [a for a, lt in t.axes if lt.kind is Kind.P
+                            and _kind_on(target, a) is Kind.R]
+                    if axes:
+                        declared = t
+                        for a in axes:
+                            declared = declared.replace(a, REPLICATE)
+                        err = SpmdError(err.code, (
+                            f"{err.message}; if {o.text} is a gradient reduced already (a hook "
+                            f"or p.grad = all_reduce(...) elsewhere: the checker reads .grad as "
+                            f"backward() leaves it), say so: spmd.declare({o.text}, "
+                            f"{format_type(declared, self.plugin.config.mesh_axes)})"))
+                        break
+            out.append(err)
+        return out
 
     def foreach_hook(self, name: str) -> Callable[[FunctionContext], Type]:
         """``torch._foreach_<op>(xs, ys, ...)`` (optimizers' and ``clip_grad_norm_``'s

@@ -9,10 +9,10 @@ Found as::
         return t2
       global input shapes: x0: [4, 4], x1: [4, 4]
       mypy plugin : line 3: spmd-invariant-mix
-      check mode  : line 4: spmd-collective (reduce_scatter(src=R, dst=V) is not a valid transition; R to V is a local conversion: use convert(x, "tp", src=R, dst=V)  [spmd-collective])
+      check mode  : line 4: spmd-collective (reduce_scatter(src=R, dst=V) is not a valid transition; R to V is a local conversion: use convert(x, "tp", src=R, dst=V) to keep this rank's slice of dim 0, or reinterpret(x, "tp", src=R, dst=V) to keep the whole local value (each rank's copy as its own value)  [spmd-collective])
       numerics    : n/a the single-device program fails: no global meaning for reduce_scatter(R -> V)
       category    : disagreement
-      DISAGREEMENT: plugin says line 3: spmd-invariant-mix, check mode says line 4: spmd-collective (reduce_scatter(src=R, dst=V) is not a valid transition; R to V is a local conversion: use convert(x, "tp", src=R, dst=V)  [spmd-collective])
+      DISAGREEMENT: plugin says line 3: spmd-invariant-mix, check mode says line 4: spmd-collective (reduce_scatter(src=R, dst=V) is not a valid transition; R to V is a local conversion: use convert(x, "tp", src=R, dst=V) to keep this rank's slice of dim 0, or reinterpret(x, "tp", src=R, dst=V) to keep the whole local value (each rank's copy as its own value)  [spmd-collective])
 """
 
 from soundness.fuzz_replay import replay
