@@ -782,8 +782,10 @@ class ReportPlugin(SpmdPlugin):
         # (is_gradient_free counts a number literal too: here it is no tensor, read below);
         # the locals only ever assigned gradient-free values count, also inside an inline
         # collective (spmd.all_reduce(lmax, ...) as an argument), as they do for the checker
-        names = DetachedNames(self.regions, getattr(api, "tree", None), line)
-        if not isinstance(e, (IntExpr, FloatExpr)) and is_gradient_free(e, names):
+        tree = getattr(api, "tree", None)
+        names = DetachedNames(self.regions, tree, line)
+        if not isinstance(e, (IntExpr, FloatExpr)) and is_gradient_free(
+                e, names, self.regions.no_grad_functions(tree)):
             return "detached"
         if _is_grad(e):
             return ".grad"

@@ -325,7 +325,8 @@ class CallTyper:
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         tree: MypyFile | None = getattr(ctx.api, "tree", None)
         regions = self.plugin.regions
-        if is_gradient_free(expr, DetachedNames(regions, tree, ctx.context.line)):
+        if is_gradient_free(expr, DetachedNames(regions, tree, ctx.context.line),
+                            regions.no_grad_functions(tree)):
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
 

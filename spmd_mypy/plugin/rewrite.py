@@ -339,6 +339,23 @@ def _grad_mode(e: Expression) -> bool | None:
 AUTOGRAD_FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp"})
 
 
+def is_no_grad_function(d: Decorator) -> bool:
+    """``@torch.no_grad()`` / ``@torch.inference_mode()`` (the innermost grad-mode decorator
+    decides): the function runs with gradients off, its result carries no gradient."""
+    mode = None
+    for e in d.original_decorators:
+        m = _grad_mode(e)
+        if m is not None:
+            mode = m
+    return mode is False
+
+
+def no_grad_functions(file: MypyFile) -> frozenset[str]:
+    """The names of the file's module-level functions that run with gradients off."""
+    return frozenset(cast(Decorator, d).func.name for d in file.defs
+                     if type(d) is _Decorator and is_no_grad_function(cast(Decorator, d)))
+
+
 def _is_autograd_function(c: ClassDef) -> bool:
     for b in c.base_type_exprs:
         if isinstance(b, (NameExpr, MemberExpr)) and b.name == "Function":
@@ -355,6 +372,8 @@ class GradRegions:
     # an enclosing no_grad region (the innermost region decides)
     enabled: list[tuple[int, int]] = field(default_factory=list)
     detached_names: list[tuple[int, int, str]] = field(default_factory=list)  # (function lines, name)
+    # the module-level functions that run with gradients off (``@torch.no_grad()``), by name
+    no_grad_functions: frozenset[str] = frozenset()
     # forward/backward (jvp, vjp) of torch.autograd.Function subclasses: where users implement
     # their own collectives with raw torch.distributed calls (no spmd-raw-collective there)
     function_bodies: list[tuple[int, int]] = field(default_factory=list)
@@ -397,6 +416,9 @@ class _Walker:
         # walk has met one (or a ``match``, whose captures it does not read) since reset.
         self._defined: list[dict[str, int]] = []
         self.rebinds = False
+        # the file's module-level functions that run with gradients off, by name: a local
+        # assigned one's result holds no gradient
+        self.no_grad_functions: frozenset[str] = frozenset()
 
     def _bind(self, target: Expression, value: Expression) -> None:
         """Each local named in ``target`` (inside a function) is assigned ``value``: what
@@ -553,7 +575,7 @@ class _Walker:
         self._modes = outer_modes
         self._depth -= 1
         self._defined.pop()
-        for name in sorted(_gradient_free_names(self._assigns.pop())):
+        for name in sorted(_gradient_free_names(self._assigns.pop(), self.no_grad_functions)):
             self.detached.append((lines[0], lines[1], name))
 
     def _with(self, st: WithStmt) -> None:
@@ -586,7 +608,8 @@ _COLLECTIVE_NAMES = frozenset(coll.OPS)
 _NO_GRAD_REDUCE_OPS = frozenset(coll.NO_GRAD_REDUCE_OPS)
 
 
-def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
+def is_gradient_free(e: Expression | None, names: Container[str] = (),
+                     no_grad_functions: Container[str] = ()) -> bool:
     """A value that carries no gradient, read from the source: ``x.detach()``, ``x.data`` and
     methods called on them (``x.detach().clone()``), a name in ``names`` (a local only ever
     assigned such values), a collective of one (``spmd.all_reduce(m, "tp", ...)`` with ``m``
@@ -594,7 +617,11 @@ def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
 
         lmax = logits.max(-1, keepdim=True)[0].detach()
         gmax = spmd.all_reduce(lmax, "tp", src=V, dst=I, op="max")   # gradient-free
-        logits - gmax                # an I without a gradient: mixes with V"""
+        logits - gmax                # an I without a gradient: mixes with V
+
+    ``no_grad_functions``: the names of the module's own ``@torch.no_grad()`` functions, whose
+    results carry no gradient (an imported one is not known: mypy's cache keeps no
+    decorators, so a warm run could not tell what a cold run saw)."""
     while True:
         cls = type(e)
         if cls is _NameExpr:
@@ -621,6 +648,8 @@ def is_gradient_free(e: Expression | None, names: Container[str] = ()) -> bool:
         if name == "detach" and callee_cls is _MemberExpr:
             return True
         if name in INTEGER_RESULTS:
+            return True
+        if callee_cls is _NameExpr and name in no_grad_functions:
             return True
         if name in _COLLECTIVE_NAMES:
             for n, a in zip(call.arg_names, call.args):
@@ -667,13 +696,15 @@ def _is_literal(e: Expression) -> bool:
     return False
 
 
-def _gradient_free_names(assigns: dict[str, list[Expression]]) -> set[str]:
+def _gradient_free_names(assigns: dict[str, list[Expression]],
+                         no_grad_functions: Container[str] = ()) -> set[str]:
     """The locals every assignment of which is gradient-free, given the others (the least
     fixpoint: ``a = x.detach()`` then ``b = all_reduce(a, ...)`` makes both)."""
     names: set[str] = set()
     while True:
         found = {n for n, rvalues in assigns.items()
-                 if n not in names and all(is_gradient_free(r, names) for r in rvalues)}
+                 if n not in names
+                 and all(is_gradient_free(r, names, no_grad_functions) for r in rvalues)}
         if not found:
             return names
         names |= found
@@ -720,6 +751,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     them saves the renamer's walk over the others (most functions define each name once).
     A walk that fails renames every definition, as a file never walked would be."""
     w = _Walker(rewrite=True)
+    w.no_grad_functions = no_grad_functions(file)
     rebinding: list[Statement] = []
     spans: list[tuple[int, int]] = []  # each one's slice of w.detached
     try:
@@ -740,6 +772,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     if rebinding:
         _rename_quietly(file, options, rebinding)
         again = _Walker(rewrite=False)
+        again.no_grad_functions = w.no_grad_functions
         again.block(rebinding)
         kept: list[tuple[int, int, str]] = []
         start = 0
@@ -749,7 +782,8 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         kept.extend(detached[start:])
         detached = kept + again.detached
     return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=detached,
-                       function_bodies=w.function_bodies, augmented_attributes=w.augmented)
+                       function_bodies=w.function_bodies, augmented_attributes=w.augmented,
+                       no_grad_functions=w.no_grad_functions)
 
 
 def _rename_quietly(file: MypyFile, options: Options, defs: list[Statement] | None) -> None:
@@ -767,9 +801,11 @@ def grad_regions(file: MypyFile) -> GradRegions:
 
 def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
     w = _Walker(rewrite=rewrite)
+    w.no_grad_functions = no_grad_functions(file)
     w.block(file.defs)
     return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=w.detached,
-                       function_bodies=w.function_bodies, augmented_attributes=w.augmented)
+                       function_bodies=w.function_bodies, augmented_attributes=w.augmented,
+                       no_grad_functions=w.no_grad_functions)
 
 
 def _regions_or_none(tree: MypyFile) -> GradRegions:
@@ -822,6 +858,11 @@ class RegionIndex:
         """``e`` is the target of an augmented assignment, ``p.grad += g``: read as well."""
         regions = self.regions(tree)
         return regions is not None and (e.line, e.column) in regions.augmented_attributes
+
+    def no_grad_functions(self, tree: MypyFile | None) -> frozenset[str]:
+        """The file's own ``@torch.no_grad()`` functions: their results carry no gradient."""
+        regions = self.regions(tree)
+        return regions.no_grad_functions if regions is not None else frozenset()
 
     def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
         """A local only ever assigned gradient-free values (:func:`is_gradient_free`: ``<expr>.detach()``,
