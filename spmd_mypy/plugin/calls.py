@@ -117,8 +117,8 @@ def expr_text(e: Expression | None) -> str:
         return e.name.rstrip("'")  # a redefinition renamed h' (rewrite.rename_redefinitions)
     if isinstance(e, MemberExpr):
         return f"{expr_text(e.expr)}.{e.name}"
-    if isinstance(e, CallExpr):
-        return f"{expr_text(e.callee)}(...)"
+    if isinstance(e, CallExpr):  # x.float() as written: a fix text that quotes it pastes
+        return f"{expr_text(e.callee)}({'...' if e.args else ''})"
     if isinstance(e, IndexExpr):
         return f"{expr_text(e.base)}[...]"
     if isinstance(e, (IntExpr, FloatExpr)):
