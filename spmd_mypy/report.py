@@ -71,8 +71,7 @@ from .engine import collectives as coll
 from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
-from .plugin.calls import DetachedNames, literal_strs, read_local_type
-from .plugin.rewrite import is_gradient_free
+from .plugin.calls import literal_strs, read_local_type
 from .plugin.mypy_types import TENSOR
 from .plugin import __version__ as _PLUGIN_VERSION
 
@@ -782,10 +781,8 @@ class ReportPlugin(SpmdPlugin):
         # (is_gradient_free counts a number literal too: here it is no tensor, read below);
         # the locals only ever assigned gradient-free values count, also inside an inline
         # collective (spmd.all_reduce(lmax, ...) as an argument), as they do for the checker
-        tree = getattr(api, "tree", None)
-        names = DetachedNames(self.regions, tree, line)
-        if not isinstance(e, (IntExpr, FloatExpr)) and is_gradient_free(
-                e, names, self.regions.no_grad_functions(tree)):
+        if not isinstance(e, (IntExpr, FloatExpr)) and self.regions.gradient_free(
+                getattr(api, "tree", None), line, e):
             return "detached"
         if _is_grad(e):
             return ".grad"

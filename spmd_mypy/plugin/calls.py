@@ -85,7 +85,7 @@ from . import global_calls
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
 from .reductions import read_move, read_reduction
-from .rewrite import RegionIndex, is_gradient_free
+from .rewrite import RegionIndex
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -100,8 +100,8 @@ _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typ
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
 # The kinds the operand scan compares with, as C statics (a bare global is a dict lookup and
 # an attribute read of the enum class at every use)
-_INVARIANT: Final = Kind.I
-_REPLICATE: Final = Kind.R
+_KIND_I: Final = Kind.I
+_KIND_R: Final = Kind.R
 
 
 def untyped_result(ctx: FunctionContext) -> Type:
@@ -226,18 +226,6 @@ def _entry_from_expression(e: Expression) -> Entry | None:
     return Entry(marker, tuple(names))  # type: ignore[arg-type]
 
 
-class DetachedNames:
-    """The gradient-free locals at a line, as a container for :func:`is_gradient_free`."""
-
-    def __init__(self, regions: RegionIndex, tree: MypyFile | None, line: int) -> None:
-        self.regions = regions
-        self.tree = tree
-        self.line = line
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.regions.is_detached_name(self.tree, self.line, name)
-
-
 def _kind_on(t: SpmdType, axis: str) -> Kind | None:
     lt = t.get(axis)
     return lt.kind if lt is not None else None
@@ -318,15 +306,14 @@ class CallTyper:
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
         """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
-        if not any(lt.kind is _INVARIANT for _, lt in t.axes):
+        if not any(lt.kind is _KIND_I for _, lt in t.axes):
             return True
         return self.can_grad(ctx, expr)
 
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         tree: MypyFile | None = getattr(ctx.api, "tree", None)
         regions = self.plugin.regions
-        if is_gradient_free(expr, DetachedNames(regions, tree, ctx.context.line),
-                            regions.no_grad_functions(tree)):
+        if regions.gradient_free(tree, ctx.context.line, expr):
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
 
@@ -432,13 +419,13 @@ class CallTyper:
         """Beside an I operand, whether each R operand carries a gradient (a detached one acts
         as I there: engine ``_rule_on_axis``); elsewhere the rule never asks, so neither does
         this (the region lookups cost a hooked call)."""
-        i_axes = {a for o in ops if o.type for a, lt in o.type.axes if lt.kind is _INVARIANT}
+        i_axes = {a for o in ops if o.type for a, lt in o.type.axes if lt.kind is _KIND_I}
         if not i_axes:
             return
         for k, o in enumerate(ops):
             e = sources[k]
             if (e is not None and o.type and o.can_grad
-                    and any(lt.kind is _REPLICATE and a in i_axes for a, lt in o.type.axes)
+                    and any(lt.kind is _KIND_R and a in i_axes for a, lt in o.type.axes)
                     and not self.can_grad(ctx, e)):
                 ops[k] = dataclasses.replace(o, can_grad=False)
 

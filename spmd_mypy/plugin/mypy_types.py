@@ -55,6 +55,7 @@ FAILED_PREFIX = "spmd-failed:"
 # mypy's Instance as a C static: the hooks ask from_type/members of every argument (see
 # rewrite.py: a bare imported name is a dict lookup per use, isinstance walks the MRO)
 _Instance: Final = Instance
+_UnionType: Final = UnionType
 _UNREAD: Final[list[Instance]] = []  # TypeBuilder.members: a join not read yet
 
 
@@ -214,6 +215,13 @@ class TypeBuilder:
             self._members.clear()
         self._members[p] = found
         return found
+
+    def has_alternatives(self, t: Type) -> bool:
+        """A union, or a join of typed tensors: what :meth:`alternatives` expands (asked of
+        every argument of every hooked call: a plain instance is told apart without a call
+        into mypy)."""
+        p = t if type(t) is _Instance else get_proper_type(t)
+        return type(p) is _UnionType or self.members(p) is not None
 
     def alternatives(self, t: Type | None) -> list[Type] | None:
         """What a value of type ``t`` may be when it is one of several: the members of a

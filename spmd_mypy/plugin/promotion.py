@@ -22,11 +22,11 @@ This module is compiled with the rest of the plugin: the wrapper runs at every h
 
 from __future__ import annotations
 
-from typing import Any, Callable, Final
+from typing import Any, Callable
 
 from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile, TypeInfo
 from mypy.typeops import make_simplified_union
-from mypy.types import Instance, Type, UnionType, get_proper_type
+from mypy.types import Type
 from mypy.typestate import type_state
 from mypy.util import correct_relative_import
 
@@ -34,10 +34,6 @@ from .guard import RESULT, recover
 from ..engine.types import UNTYPED
 from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder
-
-# mypy's classes as C statics (see rewrite.py: a bare imported name is a dict lookup per use)
-_Instance: Final = Instance
-_UnionType: Final = UnionType
 
 _PROMOTED = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
 UNION_CASES_MAX = 16
@@ -159,11 +155,11 @@ class Promotion:
     def _has_alternatives(self, receiver: Type | None, arg_types: list[list[Type]]) -> bool:
         """Whether any argument (or the receiver) is a union or a join of typed tensors."""
         types = self.types
-        if receiver is not None and _is_alternatives(types, receiver):
+        if receiver is not None and types.has_alternatives(receiver):
             return True
         for group in arg_types:
             for t in group:
-                if _is_alternatives(types, t):
+                if types.has_alternatives(t):
                     return True
         return False
 
@@ -277,13 +273,6 @@ class Synced:
             return make_simplified_union([self.hook(c) for c in cases])
         except Exception as e:  # noqa: BLE001 - never crash mypy (guard.py)
             return recover(ctx, RESULT, e)
-
-
-def _is_alternatives(types: TypeBuilder, t: Type) -> bool:
-    """A union, or a join of typed tensors (asked of every argument of every hooked call:
-    the common plain instance is told apart without a call into mypy)."""
-    p = t if type(t) is _Instance else get_proper_type(t)
-    return type(p) is _UnionType or types.members(p) is not None
 
 
 def _is_spmd(module: str) -> bool:

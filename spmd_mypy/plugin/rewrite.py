@@ -124,7 +124,6 @@ _NameExpr: Final = NameExpr
 _OpExpr: Final = OpExpr
 _OperatorAssignmentStmt: Final = OperatorAssignmentStmt
 _OverloadedFuncDef: Final = OverloadedFuncDef
-_RawExpressionType: Final = RawExpressionType
 _ReturnStmt: Final = ReturnStmt
 _SetComprehension: Final = SetComprehension
 _SetExpr: Final = SetExpr
@@ -178,6 +177,14 @@ def rewrite_type(t: Type | None) -> None:
             rewrite_type(item)
     elif cls is _CallableArgument:
         rewrite_type(cast(CallableArgument, t).typ)
+
+
+def _rewrite_annotation(typ: Type | None, unanalyzed: Type | None) -> None:
+    """A signature's or an assignment's type and its unanalysed copy (a copy that shares its
+    parts with the type is rewritten with it)."""
+    rewrite_type(typ)
+    if not _shares_parts(unanalyzed, typ):
+        rewrite_type(unanalyzed)
 
 
 def _shares_parts(a: Type | None, b: Type | None) -> bool:
@@ -396,7 +403,7 @@ class _Walker:
     locals and ``cast()`` are not looked up).  Always: find the gradient-free regions.
     """
 
-    def __init__(self, *, rewrite: bool) -> None:
+    def __init__(self, *, rewrite: bool, no_grad_functions: frozenset[str] = frozenset()) -> None:
         self.rewrite = rewrite
         self.no_grad: list[tuple[int, int]] = []
         self.detached: list[tuple[int, int, str]] = []
@@ -414,11 +421,18 @@ class _Walker:
         # (parameters, assignment / for / with targets, except-as names): a scope that
         # defines a name twice may be renamed (section 2); ``rebinds`` says whether the
         # walk has met one (or a ``match``, whose captures it does not read) since reset.
-        self._defined: list[dict[str, int]] = []
+        self._defined: list[set[str]] = []
         self.rebinds = False
         # the file's module-level functions that run with gradients off, by name: a local
         # assigned one's result holds no gradient
-        self.no_grad_functions: frozenset[str] = frozenset()
+        self.no_grad_functions = no_grad_functions
+
+    def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
+        """What the walk found, with the gradient-free locals ``detached``."""
+        return GradRegions(ranges=self.no_grad, enabled=self.enabled, detached_names=detached,
+                           function_bodies=self.function_bodies,
+                           augmented_attributes=self.augmented,
+                           no_grad_functions=self.no_grad_functions)
 
     def _bind(self, target: Expression, value: Expression) -> None:
         """Each local named in ``target`` (inside a function) is assigned ``value``: what
@@ -442,7 +456,7 @@ class _Walker:
             if name in scope:
                 self.rebinds = True
             else:
-                scope[name] = 1
+                scope.add(name)
         elif cls is _TupleExpr or cls is _ListExpr:
             for item in cast("TupleExpr | ListExpr", target).items:
                 self._define(item)
@@ -511,7 +525,7 @@ class _Walker:
                 _rewrite_call_args(op.rvalue)
         elif cls is _ClassDef:
             c = cast(ClassDef, st)
-            self._defined.append({})
+            self._defined.append(set())
             self.block(c.defs.body, _is_autograd_function(c))
             self._defined.pop()
         elif cls is _OverloadedFuncDef:
@@ -543,17 +557,13 @@ class _Walker:
             self._define(lv)
         if self.rewrite:
             if not self._depth:
-                rewrite_type(st.type)
-                if not _shares_parts(st.unanalyzed_type, st.type):
-                    rewrite_type(st.unanalyzed_type)
+                _rewrite_annotation(st.type, st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
             _rewrite_call_args(st.rvalue)
 
     def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
         if self.rewrite:
-            rewrite_type(st.type)
-            if not _shares_parts(st.unanalyzed_type, st.type):
-                rewrite_type(st.unanalyzed_type)
+            _rewrite_annotation(st.type, st.unanalyzed_type)
         body_mode = self._body_mode
         self._body_mode = None
         lines = (st.line, st.end_line or st.line)
@@ -568,7 +578,7 @@ class _Walker:
             self.enabled.append(lines)
         # a parameter holds the caller's value: never "only detached"
         self._assigns.append({arg.variable.name: [_OPAQUE] for arg in st.arguments})
-        self._defined.append({arg.variable.name: 1 for arg in st.arguments})
+        self._defined.append({arg.variable.name for arg in st.arguments})
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
         self.block(st.body.body)
@@ -719,8 +729,8 @@ def _names_in(e: Expression) -> list[str]:
     return []
 
 
-_DEFINITIONS = (FuncDef, OverloadedFuncDef, Decorator, ClassDef)
-_DEFINITION_TYPES: Final = frozenset(_DEFINITIONS)
+# The top-level statements mypy's renamer enters (rename_redefinitions)
+_DEFINITIONS: Final = frozenset({FuncDef, OverloadedFuncDef, Decorator, ClassDef})
 
 
 def rename_redefinitions(file: MypyFile, options: Options,
@@ -734,7 +744,7 @@ def rename_redefinitions(file: MypyFile, options: Options,
     if file.is_stub or options.allow_redefinition or options.allow_redefinition_old:
         return
     if defs is None:
-        defs = [d for d in file.defs if isinstance(d, _DEFINITIONS)]
+        defs = [d for d in file.defs if type(d) in _DEFINITIONS]
     if defs:
         # mypy's visitor is compiled (no subclassing): hand it a file of the definitions
         # (each top-level definition is renamed on its own: the visitor records no name
@@ -750,13 +760,12 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     gradient-free names, which are then the names the checker sees (``h'``).  Renaming only
     them saves the renamer's walk over the others (most functions define each name once).
     A walk that fails renames every definition, as a file never walked would be."""
-    w = _Walker(rewrite=True)
-    w.no_grad_functions = no_grad_functions(file)
+    w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file))
     rebinding: list[Statement] = []
     spans: list[tuple[int, int]] = []  # each one's slice of w.detached
     try:
         for d in file.defs:
-            if type(d) in _DEFINITION_TYPES:
+            if type(d) in _DEFINITIONS:
                 w.rebinds = False
                 first = len(w.detached)
                 w.stmt(d)
@@ -771,8 +780,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     detached = w.detached
     if rebinding:
         _rename_quietly(file, options, rebinding)
-        again = _Walker(rewrite=False)
-        again.no_grad_functions = w.no_grad_functions
+        again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions)
         again.block(rebinding)
         kept: list[tuple[int, int, str]] = []
         start = 0
@@ -781,9 +789,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             start = end
         kept.extend(detached[start:])
         detached = kept + again.detached
-    return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=detached,
-                       function_bodies=w.function_bodies, augmented_attributes=w.augmented,
-                       no_grad_functions=w.no_grad_functions)
+    return w.regions(detached)
 
 
 def _rename_quietly(file: MypyFile, options: Options, defs: list[Statement] | None) -> None:
@@ -800,12 +806,9 @@ def grad_regions(file: MypyFile) -> GradRegions:
 
 
 def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
-    w = _Walker(rewrite=rewrite)
-    w.no_grad_functions = no_grad_functions(file)
+    w = _Walker(rewrite=rewrite, no_grad_functions=no_grad_functions(file))
     w.block(file.defs)
-    return GradRegions(ranges=w.no_grad, enabled=w.enabled, detached_names=w.detached,
-                       function_bodies=w.function_bodies, augmented_attributes=w.augmented,
-                       no_grad_functions=w.no_grad_functions)
+    return w.regions(w.detached)
 
 
 def _regions_or_none(tree: MypyFile) -> GradRegions:
@@ -859,10 +862,12 @@ class RegionIndex:
         regions = self.regions(tree)
         return regions is not None and (e.line, e.column) in regions.augmented_attributes
 
-    def no_grad_functions(self, tree: MypyFile | None) -> frozenset[str]:
-        """The file's own ``@torch.no_grad()`` functions: their results carry no gradient."""
+    def gradient_free(self, tree: MypyFile | None, line: int, e: Expression | None) -> bool:
+        """:func:`is_gradient_free` of ``e`` at ``line``: the gradient-free locals of the
+        enclosing function, and the file's own ``@torch.no_grad()`` functions."""
         regions = self.regions(tree)
-        return regions.no_grad_functions if regions is not None else frozenset()
+        return is_gradient_free(e, _DetachedNames(self, tree, line),
+                                regions.no_grad_functions if regions is not None else ())
 
     def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
         """A local only ever assigned gradient-free values (:func:`is_gradient_free`: ``<expr>.detach()``,
@@ -874,6 +879,18 @@ class RegionIndex:
             if a <= line <= b and n == name:
                 return True
         return False
+
+
+class _DetachedNames:
+    """The gradient-free locals at a line, as a container for :func:`is_gradient_free`."""
+
+    def __init__(self, regions: RegionIndex, tree: MypyFile | None, line: int) -> None:
+        self.regions = regions
+        self.tree = tree
+        self.line = line
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.regions.is_detached_name(self.tree, self.line, name)
 
 
 class Renamer:
