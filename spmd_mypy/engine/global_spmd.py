@@ -81,7 +81,6 @@ broadcasting, runtime only).
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -286,14 +285,15 @@ def _dim_errors(rule: Callable[..., Result]) -> Callable[..., Result]:
     """A rule whose dims do not fit the operand (``_DimError``: out of range, repeated, ...)
     gives that error, ``op: <reason>``, and an unknown result.  The operands reported are the
     rule's own: ``operands``, or ``x`` with its ``extra`` operands."""
-    sig = inspect.signature(rule)
 
     @functools.wraps(rule)
     def run(*args: Any, **kwargs: Any) -> Result:
         try:
             return rule(*args, **kwargs)
         except _DimError as e:
-            bound = sig.bind(*args, **kwargs)
+            import inspect  # only on an error: importing it costs mypy's runs ~5 ms
+
+            bound = inspect.signature(rule).bind(*args, **kwargs)
             bound.apply_defaults()
             a = bound.arguments
             operands = a["operands"] if "operands" in a else [a["x"], *a.get("extra", ())]

@@ -91,12 +91,16 @@ class OpSpec:
         return self.roles[position] if position < len(self.roles) else self.default_role
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Operand:
     """One operand as the rule sees it.
 
     ``type`` is ``None`` for a Python scalar; an untyped tensor is ``SpmdType()``
     (unknown on every axis).  ``text`` is the operand's source text for messages.
+
+    A value: never changed once made (``dataclasses.replace`` for a changed copy).  Not
+    ``frozen``: the static checker makes one per operand of every call it types, and a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__`` (3x the cost).
     """
 
     type: SpmdType | None
