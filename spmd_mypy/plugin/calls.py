@@ -95,6 +95,8 @@ AnyCtx = FunctionContext | MethodContext
 DUNDERS = OPERATORS  # method -> (op name, reflected), from the engine
 
 SPMD_COLLECTIVES = frozenset(coll.OPS)
+# How messages name an item of a _foreach op's list variable: ``grads[k]``
+_LIST_ITEM = "[k]"
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
@@ -563,11 +565,17 @@ class CallTyper:
                         declared = t
                         for a in axes:
                             declared = declared.replace(a, REPLICATE)
+                        typ = format_type(declared, self.plugin.config.mesh_axes)
+                        listed = o.text[:-len(_LIST_ITEM)] if o.text.endswith(_LIST_ITEM) else None
+                        if listed is None:
+                            what, fix = f"{o.text} is a gradient", f"spmd.declare({o.text}, {typ})"
+                        else:  # a _foreach op's list variable: declare its items
+                            what = f"{listed} holds gradients"
+                            fix = f"[spmd.declare(g, {typ}) for g in {listed}]"
                         err = SpmdError(err.code, (
-                            f"{err.message}; if {o.text} is a gradient reduced already (a hook "
-                            f"or p.grad = all_reduce(...) elsewhere: the checker reads .grad as "
-                            f"backward() leaves it), say so: spmd.declare({o.text}, "
-                            f"{format_type(declared, self.plugin.config.mesh_axes)})"))
+                            f"{err.message}; if {what} reduced already (a hook or p.grad = "
+                            f"all_reduce(...) elsewhere: the checker reads .grad as backward() "
+                            f"leaves it), say so: {fix}"))
                         break
             out.append(err)
         return out
@@ -598,6 +606,8 @@ class CallTyper:
                     continue
                 result = propagate(spec, ops, strict=self.strict(ctx))
                 found = list(result.errors)
+                if inplace and found:
+                    found = self._reduced_gradient_hint(pctx, found, ops)
                 if inplace and ops and ops[0].type:
                     err = self._inplace_error(ctx, each, ops[0], result.type, ops)
                     if err is not None:
@@ -636,7 +646,7 @@ class CallTyper:
                     length = len(items)
                     lists[(i, j)] = [(it, ie) for it, ie in items if it is not None]
                 else:  # a list variable: each kind it may hold, at every position
-                    at_k = NameExpr(f"{expr_text(e)}[k]")  # its item, as messages name it
+                    at_k = NameExpr(expr_text(e) + _LIST_ITEM)  # its item, as messages name it
                     at_k.set_line(e)
                     lists[(i, j)] = [(it, at_k) for it, _ in items if it is not None]
         if not lists:
