@@ -195,11 +195,11 @@ def _user_frame() -> Any:
 def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
     frame = _user_frame()
     names: dict[int, str] = {}
+    named: list[tuple[str, torch.Tensor]] = []
     if frame is not None:
         # the caller's tensors by name; a module's parameters (self.weight, and those of a
         # module the caller holds: model.fc.weight); then their gradients (p.grad: the
         # operands of an optimizer's step or of clip_grad_norm_)
-        named: list[tuple[str, torch.Tensor]] = []
         modules: list[tuple[str, torch.nn.Module]] = []
         for scope in (frame.f_locals, frame.f_globals):
             for k, v in scope.items():
@@ -231,13 +231,116 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
                 g = v.grad if v.is_leaf else None
                 if g is not None:
                     names.setdefault(id(g), f"{k}.grad")
+    # a tensor no variable holds (``F.gelu(x @ w)``'s operand): its expression in the call
+    written = _written_operands(frame, values, dict(named)) if frame is not None and any(
+        isinstance(v, torch.Tensor) and id(v) not in names for v in values) else {}
     out = []
-    for v, d in zip(values, defaults):
+    for i, (v, d) in enumerate(zip(values, defaults)):
         if isinstance(v, torch.Tensor):
-            out.append(names.get(id(v), d))
+            out.append(names.get(id(v)) or written.get(i, d))
         else:
             out.append(repr(v))
     return out
+
+
+def _written_operands(frame: Any, values: Sequence[Any], named: dict[str, torch.Tensor]) -> dict[int, str]:
+    """The source text of each tensor operand, read from the expression ``frame`` is running
+    (Python 3.11's instruction positions: ``F.gelu(x @ w)``, ``(a + b).sum()``, ``h[:, 0]``),
+    by position in ``values``; {} whenever the match is not certain.
+
+    The expression's operands are its receiver (``a`` in ``a.add_(b)``; not a module or a
+    class: ``torch.add``) and its positional arguments, items of a list display spread
+    (``torch.cat([a, b @ c])``); literals and names of non-tensors (dims, sizes, dtypes) are
+    not operands.  They pair with the tensor values in order only when the counts agree and
+    every operand that is a name or an attribute (``x``, ``self.w``: ``named`` holds the
+    caller's tensors by such texts) holds the very tensor it pairs with (a reflected operator
+    ``2 * x`` reaches the check mode as ``x.__rmul__(2)``, a module call ``self.fc(h + 1)``
+    as ``linear(h + 1, weight)``: the source's operands are not those)."""
+    import ast
+    import linecache
+
+    try:
+        positions = list(frame.f_code.co_positions())
+        line, end_line, col, end_col = positions[frame.f_lasti // 2]
+        if line is None or end_line is None or col is None or end_col is None:
+            return {}
+        lines = linecache.getlines(frame.f_code.co_filename, frame.f_globals)
+        if end_line > len(lines):
+            return {}
+        chunk = [ln.encode() for ln in lines[line - 1:end_line]]
+        chunk[-1] = chunk[-1][:end_col]
+        chunk[0] = chunk[0][col:]
+        source = b"".join(chunk).decode()
+        node = ast.parse(source.strip(), mode="eval").body
+    except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return {}
+    source = source.strip()
+    if isinstance(node, ast.Call):
+        items = list(node.args)
+        if isinstance(node.func, ast.Attribute) and not _names_module_or_class(node.func.value, frame):
+            items.insert(0, node.func.value)
+    elif isinstance(node, ast.BinOp):
+        items = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        items = [node.operand]
+    elif isinstance(node, ast.Subscript):
+        items = [node.value, node.slice]
+    else:
+        return {}
+    spread: list[ast.expr] = []
+    for it in items:
+        spread.extend(it.elts if isinstance(it, (ast.List, ast.Tuple)) and not isinstance(
+            node, ast.Subscript) else [it])
+    operands = [it for it in spread if not _not_a_tensor(it, frame)]
+    tensors = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    if len(operands) != len(tensors):
+        return {}
+    out: dict[int, str] = {}
+    for i, expr in zip(tensors, operands):
+        text = ast.get_source_segment(source, expr)
+        if not text or "\n" in text:
+            return {}
+        if isinstance(expr, (ast.Name, ast.Attribute)) and named.get(text) is not values[i]:
+            return {}  # not the tensor it pairs with, or not known to be a tensor
+        out[i] = text
+    return out
+
+
+def _names_module_or_class(expr: Any, frame: Any) -> bool:
+    """``torch`` / ``torch.nn.functional`` / ``F`` / ``Tensor``: a dotted name of a module or
+    a class in ``frame`` (looked up without calling anything but module attributes)."""
+    import ast
+    import types
+
+    parts: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return False
+    obj = frame.f_locals.get(expr.id, frame.f_globals.get(expr.id, frame.f_builtins.get(expr.id)))
+    for attr in reversed(parts):
+        if not isinstance(obj, types.ModuleType):
+            return False
+        obj = getattr(obj, attr, None)
+    return isinstance(obj, (types.ModuleType, type))
+
+
+def _not_a_tensor(expr: Any, frame: Any) -> bool:
+    """A literal (``2``, ``-1``, ``(0, 2, 1)``, ``None``, ``...``), a slice, or a name whose
+    value is not a tensor: not an operand."""
+    import ast
+
+    if isinstance(expr, (ast.Constant, ast.Slice)):
+        return True
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.operand, ast.Constant):
+        return True
+    if isinstance(expr, ast.Tuple):
+        return all(_not_a_tensor(e, frame) for e in expr.elts)
+    if isinstance(expr, ast.Name):
+        held = frame.f_locals.get(expr.id, frame.f_globals.get(expr.id, frame.f_builtins.get(expr.id)))
+        return not isinstance(held, torch.Tensor)
+    return False
 
 
 _DEFAULT_TEXTS = ("x", "y", "z", "w", "u", "v")

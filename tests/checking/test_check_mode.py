@@ -153,9 +153,58 @@ def test_error_is_raised_before_the_op_runs_and_names_the_operands() -> None:
         assert e.value.code == "spmd-inplace"
         assert "add_ would change hidden" in str(e.value)
         assert torch.equal(hidden.detach(), before)  # not mutated
-        with pytest.raises(SpmdTypeError) as e:
+        with pytest.raises(SpmdTypeError) as e:  # no variable holds it: the expression
             torch.relu(typed(mk(), Tensor[P["tp"]]))
-        assert 'all_reduce(x, "tp", src=P, dst=R)' in str(e.value)  # no name: a default
+        assert 'all_reduce(typed(mk(), Tensor[P["tp"]]), "tp", src=P, dst=R)' in str(e.value)
+        with pytest.raises(SpmdTypeError) as e:  # no source to read: a default name
+            eval('torch.relu(typed(mk(), Tensor[P["tp"]]))')
+        assert 'all_reduce(x, "tp", src=P, dst=R)' in str(e.value)
+
+
+def test_operands_no_variable_holds_are_named_by_their_expression() -> None:
+    """The check mode reads the running expression's operands from the source (Python 3.11
+    positions), as the static checker prints them; only where the pairing is certain."""
+    with spmd.typecheck():
+        p = typed(mk(), Tensor[P["tp"]])
+        r = typed(mk(), Tensor[R["tp"]])
+        with pytest.raises(SpmdTypeError, match=re.escape("(p * 2: Tensor[P")):
+            F.gelu(p * 2)
+        with pytest.raises(SpmdTypeError, match=re.escape("all_reduce(p * 2, ")):
+            (p * 2).exp()
+        with pytest.raises(SpmdTypeError, match=re.escape("(p.sum(0, keepdim=True): Tensor[P")):
+            torch.cat([r, torch.tanh(p.sum(0, keepdim=True))])
+        with pytest.raises(SpmdTypeError, match=re.escape("(p[0]: Tensor[P")):
+            torch.sigmoid(p[0])
+
+        class Block(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 4, bias=False)
+
+            def forward(self, h: torch.Tensor) -> torch.Tensor:
+                return F.gelu(self.fc(h * 1.0))
+
+        block = Block()
+        spmd.declare(block.fc.weight, Tensor[R["tp"]])
+        with pytest.raises(SpmdTypeError) as e:  # gelu's operand is the module call's result
+            block(p)
+        assert "(self.fc(h * 1.0): Tensor[P" in str(e.value)
+
+        class Mixed(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 4, bias=False)
+
+            def forward(self, h: torch.Tensor) -> torch.Tensor:
+                return self.fc(h * 1.0)
+
+        mixed = Mixed()
+        spmd.declare(mixed.fc.weight, Tensor[I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            mixed(typed(mk(), Tensor[V["tp"]]))
+        # linear(h * 1.0, weight) is not what `self.fc(h * 1.0)` lists (self.fc, h * 1.0):
+        # not paired by position, so the input is not called "self.fc"
+        assert "self.fc.weight" in str(e.value) and "(self.fc:" not in str(e.value)
 
 
 def test_every_output_is_typed() -> None:
@@ -799,7 +848,7 @@ def test_a_raw_collective_on_a_typed_tensor_is_an_error() -> None:
             dist.all_reduce(loss.detach(), op=dist.ReduceOp.AVG)
         assert e.value.code == "spmd-raw-collective"
         assert str(e.value).startswith(
-            'torch.distributed.all_reduce on the typed tensor x (Tensor[V["dp"]]): a raw '
+            'torch.distributed.all_reduce on the typed tensor loss.detach() (Tensor[V["dp"]]): a raw '
             'collective is not differentiable')
         reported = loss.detach().clone()
         with pytest.raises(SpmdTypeError, match=r"all_gather on the typed tensor reported "
