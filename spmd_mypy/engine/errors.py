@@ -7,6 +7,7 @@ The codes are the mypy error codes users enable, disable and ignore
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # code -> one-line description (shown by ``spmd-mypy codes`` and in the README)
@@ -57,3 +58,58 @@ class SpmdTypeError(Exception):
         super().__init__(str(error))
         self.error = error
         self.code = error.code
+
+
+# Where a per-axis message names its axis outside the operands' type texts: the reason
+# (``Partial on "tp" (p: ...)``) and the fix's axis argument (``all_reduce(p, "tp", src=P``).
+_AXIS_SPOT = re.compile(r'(?<= on )"([^"]+)"|(?<=, )"([^"]+)"(?=, src=)')
+# Fixes whose axes may be flattened in any order (a sum, a change of type): a gather's or a
+# scatter's tuple axis orders the blocks, so those messages are never merged
+_ORDER_FREE_FIXES = re.compile(r"\b(?:all_gather|reduce_scatter|all_to_all|convert|redistribute)\(")
+
+
+def merge_axis_errors(errors: list[SpmdError]) -> list[SpmdError]:
+    """One mistake on several axes as one error with the tuple-axis fix (one flattened
+    collective), in place of one error per axis that differ only in the axis named::
+
+        Partial on "dp" (p: ...) ... all_reduce(p, "dp", src=P, dst=R) first
+        Partial on "tp" (p: ...) ... all_reduce(p, "tp", src=P, dst=R) first
+            => Partial on "dp" and "tp" (p: ...) ... all_reduce(p, ("dp", "tp"), src=P, dst=R) first
+
+    Only where the fix is an all_reduce or a reinterpret (the flattened axes' order does not
+    matter); the merged error stands where the first of them stood."""
+    if len(errors) < 2:
+        return errors
+    keyed: list[tuple[str, str] | None] = []  # (template, axis) per error
+    for e in errors:
+        axes = {m.group(1) or m.group(2) for m in _AXIS_SPOT.finditer(e.message)}
+        if len(axes) != 1 or _ORDER_FREE_FIXES.search(e.message):
+            keyed.append(None)
+            continue
+        (axis,) = axes
+        template = _AXIS_SPOT.sub("\x00", e.message)
+        keyed.append((template, axis))
+    groups: dict[tuple[str, str], list[str]] = {}
+    for e, k in zip(errors, keyed):
+        if k is not None and k[1] not in groups.setdefault((e.code, k[0]), []):
+            groups[(e.code, k[0])].append(k[1])
+    out: list[SpmdError] = []
+    done: set[tuple[str, str]] = set()
+    for e, k in zip(errors, keyed):
+        if k is None or len(groups[(e.code, k[0])]) < 2:
+            out.append(e)
+            continue
+        key = (e.code, k[0])
+        if key in done:
+            continue
+        done.add(key)
+        axes = groups[key]
+        quoted = [f'"{a}"' for a in axes]
+        words = ", ".join(quoted[:-1]) + f" and {quoted[-1]}"
+        pieces = k[0].split("\x00")
+        spots = _AXIS_SPOT.finditer(e.message)
+        text = pieces[0]
+        for spot, piece in zip(spots, pieces[1:]):
+            text += (words if spot.group(1) else "(" + ", ".join(quoted) + ")") + piece
+        out.append(SpmdError(e.code, text))
+    return out

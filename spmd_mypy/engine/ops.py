@@ -35,7 +35,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from .errors import SpmdError
+from .errors import SpmdError, merge_axis_errors
 from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
     INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, bare, format_type, from_ranks,
@@ -862,6 +862,8 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
         if len(_VERDICTS) >= _VERDICTS_MAX:
             _VERDICTS.clear()
         _VERDICTS[key] = result.type
+    else:
+        result.errors = merge_axis_errors(result.errors)
     return result
 
 
@@ -1065,4 +1067,4 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
                                   Operand(bias_rest, bias.text, bias.can_grad, shape=bias.shape)])
         errors.extend(added.errors)
         t = added.type if not added.errors else t
-    return Result(t, errors)
+    return Result(t, merge_axis_errors(errors))

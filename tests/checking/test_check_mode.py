@@ -860,3 +860,16 @@ def test_a_raw_collective_on_a_typed_tensor_is_an_error() -> None:
             with pytest.raises(Exception) as other:
                 call()
             assert not isinstance(other.value, SpmdTypeError)
+
+
+def test_one_mistake_on_two_axes_is_one_error_with_the_tuple_axis_fix() -> None:
+    """The engine merges the per-axis errors (errors.merge_axis_errors): the check mode raises
+    the merged one, as the static checker reports it."""
+    with spmd.typecheck():
+        p = typed(mk(), Tensor[P["dp"], P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            F.gelu(p)
+        assert str(e.value) == (
+            'Partial on "dp" and "tp" (p: Tensor[P["dp", "tp"]]) cannot go through gelu (a '
+            'non-linear op of a pending sum); all_reduce(p, ("dp", "tp"), src=P, dst=R) first  '
+            '[spmd-partial-nonlinear]')
