@@ -42,6 +42,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from spmd_mypy.engine.contractions import make_contraction
 from spmd_mypy.engine.ops import (
     NORMALISING, REDUCTIONS, SCANS, Operand, Reduction, classify, normalising_reduction,
     partial_op, propagate,
@@ -91,6 +92,10 @@ class OpCase:
     dims: object = None
     no_grad: tuple[int, ...] = ()  # operand positions that carry no gradient (a where condition)
     zero: bool = False  # its Python scalar is 0 (the adapters mark a literal zero: Operand.zero)
+    # a contraction's literal parameters as the call states them (einsum's ``equation``,
+    # attention's ``is_causal``), passed to the engine as the adapters do (where a shard dim
+    # goes: engine contractions)
+    literals: tuple[tuple[str, object], ...] = ()
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -165,11 +170,26 @@ def _cases() -> list[OpCase]:
         C("mul scalar", "multilinear", "mul", (m23, None), lambda a: a * 2.5),
         C("matmul", "multilinear", "matmul", (m23, m34), lambda a, b: a @ b),
         C("einsum", "multilinear", "einsum", (m23, m34),
-          lambda a, b: torch.einsum("ij,jk->ik", a, b)),
+          lambda a, b: torch.einsum("ij,jk->ik", a, b), literals=(("equation", "ij,jk->ik"),)),
         C("div", "multilinear", "div", (m23, m23), lambda a, b: a / b, positive=(1,)),
         C("div scalar", "multilinear", "div", (m23, None), lambda a: a / 2.0),
         C("linear", "multilinear", "linear", (m23, (4, 3), (4,)),
           lambda x, w, b: F.linear(x, w, b)),
+        # contractions move a shard dim to its label's place (engine contractions): batched
+        # and 3-d / 4-d forms, so that S(0) and S(1) land on batch, sequence and head dims
+        C("matmul batched", "multilinear", "matmul", ((2, 2, 3), m34), lambda a, b: a @ b),
+        C("mm", "multilinear", "mm", (m23, m34), lambda a, b: torch.mm(a, b)),
+        C("bmm", "multilinear", "bmm", ((2, 2, 3), (2, 3, 4)), lambda a, b: torch.bmm(a, b)),
+        C("einsum bsh,hd", "multilinear", "einsum", ((2, 2, 3), m34),
+          lambda a, b: torch.einsum("bsh,hd->bsd", a, b), literals=(("equation", "bsh,hd->bsd"),)),
+        C("einsum bi,jb", "multilinear", "einsum", (m23, (4, 2)),
+          lambda a, b: torch.einsum("bi,jb->bij", a, b), literals=(("equation", "bi,jb->bij"),)),
+        C("linear 3d", "multilinear", "linear", ((2, 2, 3), (4, 3)), lambda x, w: F.linear(x, w)),
+        C("attention", "non-linear", "scaled_dot_product_attention", ((2, 2, 3, 4),) * 3,
+          lambda q, k, v: F.scaled_dot_product_attention(q, k, v)),
+        C("attention causal", "non-linear", "scaled_dot_product_attention", ((2, 2, 3, 4),) * 3,
+          lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+          literals=(("is_causal", True),)),
         C("addmm", "multilinear", "addmm", ((2, 4), m23, m34),
           lambda c, a, b: torch.addmm(c, a, b)),
         # non-linear
@@ -192,7 +212,8 @@ def _cases() -> list[OpCase]:
           ref=lambda a, b: a @ b, partial=True),
         C("spmd.einsum", "einsum-local", "einsum", (m23, m34),
           lambda a, b, axes: _spmd().einsum("ij,jk->ik", a, b, out_partial_axes=axes),
-          ref=lambda a, b: torch.einsum("ij,jk->ik", a, b), partial=True),
+          ref=lambda a, b: torch.einsum("ij,jk->ik", a, b), partial=True,
+          literals=(("equation", "ij,jk->ik"),)),
         C("spmd.sum", "einsum-local", "sum", (m23,),
           lambda a, axes: _spmd().sum(a, out_partial_axes=axes), ref=lambda a: a.sum(),
           partial=True),
@@ -268,11 +289,13 @@ def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
             operands.append(Operand(SpmdType.of(dict(zip(mesh.axes, t))), f"x{i}",
                                     can_grad=i not in case.no_grad,
                                     shape=None if static else tuple(shape)))
+    move = make_contraction(case.engine, dict(case.literals))
     if partial_axes:  # out_partial_axes: the local op, then P there (both adapters' rule)
         res = partial_op(case.engine, operands, [mesh.axes[k] for k in partial_axes],
-                         reduction=_reduction(case, static))
+                         reduction=_reduction(case, static), move=move)
     else:
-        res = propagate(classify(case.engine), operands, reduction=_reduction(case, static))
+        res = propagate(classify(case.engine), operands, reduction=_reduction(case, static),
+                        move=move)
     errors = [f"{e.code}: {e.message}" for e in res.errors]
     t = res.type
     if errors:
@@ -542,6 +565,12 @@ FILL_CONSTANT = (
     "rejects a P x: the out-of-place fill of a P x is rejected too (write torch.full_like)")
 
 
+ATTENTION_VALUES = (
+    "scaled_dot_product_attention(q, k, v) is softmax(q k^T) v: linear in the values, so with "
+    "q and k not Partial a P v gives a correct P result; the engine treats every operand of "
+    "attention as non-linear (P is an error), the safe default (all_reduce v first)")
+
+
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
     """Why a rejection that some result type would survive is deliberate (None: not listed)."""
     if task.partial_axes and all(e.startswith("spmd-collective") and "already P on" in e
@@ -554,6 +583,10 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
                                              for e in task.errors):
         if all(t.kind is not Kind.P for t in task.in_types[0]):
             return AFFINE_NORM_PARAMS
+    if case.engine == "scaled_dot_product_attention" and all(
+            e.startswith("spmd-partial-nonlinear") for e in task.errors):
+        if all(t.kind is not Kind.P for ts in task.in_types[:2] for t in ts):
+            return ATTENTION_VALUES
     return None
 
 
@@ -563,6 +596,7 @@ CONSERVATIVE: list[tuple[str, str]] = [
      REDUNDANT_PARTIAL),
     ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
+    ("scaled_dot_product_attention(q, k, v) with q, k not P and a P v", ATTENTION_VALUES),
 ]
 
 # A mismatch found in the S(i) reading only (the concatenation), the V reading being

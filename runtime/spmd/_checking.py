@@ -80,6 +80,7 @@ from torch.overrides import TorchFunctionMode
 
 from spmd_mypy.engine.collectives import (RAW_NN_COLLECTIVES as RAW_NN_NAMES, check_argument,
                                           check_collective, raw_collective_error, suggest)
+from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, Reduction, Role, check_backward,
                                   check_inplace, partial_op, propagate, propagate_each)
@@ -656,7 +657,7 @@ class _Mode(TorchFunctionMode):
                    texts: list[str] | None, params: dict | None = None,
                    reduction: Reduction | None = None,
                    partial_axes: tuple[str, ...] | None = None,
-                   move: DimMove | None = None) -> Any:
+                   move: DimMove | Contraction | None = None) -> Any:
         spec = plan.spec
         assert spec is not None
         operands = []
@@ -675,7 +676,8 @@ class _Mode(TorchFunctionMode):
             core, bias = (operands[:2], operands[2]) if (
                 plan.name == "linear" and len(operands) > 2) else (operands, None)
             return partial_op(plan.name, core, partial_axes, bias=bias, strict=self.strict,
-                              reduction=reduction)
+                              reduction=reduction,
+                              move=move if isinstance(move, Contraction) else None)
         return propagate(spec, operands, strict=self.strict, reduction=reduction, move=move)
 
     @staticmethod

@@ -43,6 +43,7 @@ import torch
 
 from spmd_mypy.engine import ops as _engine_ops
 from spmd_mypy.engine.collectives import RAW_COLLECTIVES
+from spmd_mypy.engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from spmd_mypy.engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
@@ -223,10 +224,13 @@ def _index_item(v: Any) -> str | None:
     return None  # a tensor, a list, a bool: not a view the rule reads
 
 
-def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | None:
-    """The dims a view or join call moves (for the engine's Shard(d) rule), or None."""
+def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | Contraction | None:
+    """The dims a view or join call moves (for the engine's Shard(d) rule), or None; for a
+    contraction (einsum, matmul, linear, attention) what :func:`contraction_of` reads."""
     entry = MOVES.get(plan.name)
-    if entry is None or not args:
+    if entry is None:
+        return contraction_of(plan, args, kwargs) if plan.name in CONTRACTIONS else None
+    if not args:
         return None
     family, formals, _ = entry
     first = args[0]
@@ -256,6 +260,22 @@ def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | None:
             elif at < len(args):
                 values[formal] = _move_value(args[at])
     return make_move(plan.name, values, first.dim())
+
+
+def contraction_of(plan: Plan, args: tuple, kwargs: dict) -> Contraction | None:
+    """What a contraction call states (engine :mod:`~spmd_mypy.engine.contractions`), read
+    by formal name as the plugin reads it: einsum's equation (torch.einsum's first
+    positional argument), attention's ``is_causal``."""
+    values: dict[str, object] = {}
+    params = plan.params or ()
+    for formal in CONTRACTIONS[plan.name][1]:
+        if formal in kwargs:
+            values[formal] = kwargs[formal]
+        elif formal in params and params.index(formal) < len(args):
+            values[formal] = args[params.index(formal)]
+        elif formal == "equation" and args and isinstance(args[0], str):
+            values[formal] = args[0]  # torch.einsum(*args)
+    return make_contraction(plan.name, values)
 
 
 PASS_PLAN = Plan(Kind.PASS)

@@ -4,6 +4,7 @@
 - :mod:`.annotations`  entries of an annotation -> a type, with validation
 - :mod:`.ops`          the classification of torch ops and the local SPMD rule
 - :mod:`.views`        where a view or join (transpose, indexing, cat, ...) puts a shard dim
+- :mod:`.contractions` where einsum, matmul, linear and attention put a shard dim
 - :mod:`.collectives`  the collective/conversion table with each backward
 - :mod:`.duality`      forward/backward duality: autograd Functions, gradients, hooks
 

@@ -307,7 +307,7 @@ def check_collective(
     for axis in mismatched:
         have = x.get(axis)
         assert have is not None
-        fix = _mismatch_fix(have, src, dst, x_text, axis)
+        fix = _mismatch_fix(have, src, dst, x_text, axis, op)
         if rest and have.kind is not src.kind:
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
@@ -369,9 +369,15 @@ def _shift_other_shards(t: SpmdType, axes: Sequence[str], delta: int) -> SpmdTyp
 
 
 def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
-                  axis: str | tuple[str, ...]) -> str:
+                  axis: str | tuple[str, ...], op: str = "") -> str:
     if have.kind is src.kind:  # shard dims differ
-        return f"; pass src={have.at_high_ranks()}"
+        fix = f"; pass src={have.at_high_ranks()}"
+        h = have.at_high_ranks().dim
+        if op == "all_to_all" and h is not None and src.dim is not None and (h < 0) == (src.dim < 0):
+            # Ulysses: the heads dim moved back next to the sequence before the exchange
+            x = x_text if x_text.replace(".", "").replace("_", "").isalnum() else f"({bare(x_text)})"
+            fix += f", or move dim {h} to {src.dim} first: {x}.movedim({h}, {src.dim}) is S({src.dim})"
+        return fix
     s = suggest(have, dst, x_text, axis)
     return "; " + s if "needs no op" not in s else f"; it is already {dst}: drop the call"
 

@@ -85,6 +85,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .contractions import DimError, parse_equation
 from .errors import SpmdError
 from .ops import OP_SPECS, Operand, Result, Role
 from .ops import propagate as local_propagate
@@ -196,8 +197,9 @@ def _norm_dim(d: int, r: int, what: str = "dim") -> int:
     return d % r
 
 
-class _DimError(Exception):
-    pass
+# a dim or an equation the op cannot take (einsum's equations are read by the local rule's
+# parser, :func:`.contractions.parse_equation`, which raises it too)
+_DimError = DimError
 
 
 _LITERAL_EXAMPLES = {
@@ -359,46 +361,6 @@ def _guard(op: str, operands: Sequence[Operand], **params: Any) -> Result | None
 
 # --------------------------------------------------------------------------------------
 # einsum family
-
-_EXTRA_LABELS = "".join(chr(c) for c in range(0x391, 0x3A9 + 1) if c != 0x3A2)  # Greek caps
-
-
-def parse_equation(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
-    """Operand label strings and the output labels, ``...`` expanded (right-aligned,
-    shared across operands) and an implicit output (``"ij,jk"``) made explicit."""
-    eq = equation.replace(" ", "")
-    if "->" in eq:
-        lhs, out = eq.split("->", 1)
-        explicit = True
-    else:
-        lhs, out, explicit = eq, "", False
-    ins = lhs.split(",")
-    if len(ins) != len(ranks):
-        raise _DimError(f'einsum equation "{equation}" has {len(ins)} operands but {len(ranks)} were given')
-    n_ell = 0
-    for term, r in zip(ins, ranks):
-        if "..." in term:
-            n_ell = max(n_ell, r - (len(term) - 3))
-    ell = _EXTRA_LABELS[:n_ell]
-    expanded = []
-    for term, r in zip(ins, ranks):
-        if "..." in term:
-            k = r - (len(term) - 3)
-            if k < 0:
-                raise _DimError(f'einsum operand "{term}" has more labels than its rank {r}')
-            term = term.replace("...", ell[n_ell - k:] if k else "")
-        if len(term) != r:
-            raise _DimError(f'einsum operand "{term}" has {len(term)} labels but rank {r}')
-        expanded.append(term)
-    if explicit:
-        out = out.replace("...", ell)
-    else:
-        counts: dict[str, int] = {}
-        for term in expanded:
-            for c in term:
-                counts[c] = counts.get(c, 0) + 1
-        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
-    return expanded, out
 
 
 def _label(op: str, c: str, labels: Sequence[str], operands: Sequence[Operand]) -> str:

@@ -35,6 +35,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from .contractions import Contraction, contracted_layout
 from .errors import SpmdError, merge_axis_errors
 from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
@@ -71,7 +72,9 @@ class OpSpec:
     ``roles`` gives the role of the operand at each position (by the adapter's
     operand order); positions past its end take ``default_role``.
     ``keeps_shard_dims``: an elementwise op keeps S(i) when every Varying
-    operand agrees on i; every other op forgets the dim (still V).
+    operand agrees on i; every other op forgets the dim (still V), unless the call
+    states where it goes: a reduction's dims, a view's or join's (:mod:`.views`), a
+    contraction's labels (:mod:`.contractions`).
     """
 
     name: str
@@ -839,7 +842,8 @@ _VERDICTS_MAX = 50_000
 
 
 def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False,
-              reduction: Reduction | None = None, move: DimMove | None = None) -> Result:
+              reduction: Reduction | None = None,
+              move: DimMove | Contraction | None = None) -> Result:
     """Type one op: the result's type per axis, and every violation.
 
     Axes an operand does not mention are skipped for that operand (gradual); an
@@ -847,7 +851,8 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
     the result is unknown there, and stays so through later ops (``SpmdType.failed``),
     so one mistake is reported once.  ``reduction``: the
     dims a reduction or scan reduces, when the call states them (see REDUCTIONS);
-    ``move``: the dims a view or join moves (:mod:`.views`).
+    ``move``: the dims a view or join moves (:mod:`.views`), or the contraction an einsum,
+    matmul, linear or attention call states (:mod:`.contractions`).
     """
     if isinstance(spec, str):
         spec = classify(spec)
@@ -877,7 +882,7 @@ def propagate_each(spec: OpSpec | str, operands: Sequence[Operand], *,
 
 
 def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
-               reduction: Reduction | None, move: DimMove | None) -> Result:
+               reduction: Reduction | None, move: DimMove | Contraction | None) -> Result:
     errors: list[SpmdError] = []
     axes: dict[str, None] = {}
     scalar_roles: set[Role] = set()
@@ -913,8 +918,13 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                  and (r is not Role.INDEX or lt.kind is Kind.V or lt.kind is Kind.P)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if lt is not None and lt.kind is Kind.V:
-            lt = (_moved_layout(axis, tensor_ops, move) if move is not None
-                  else _result_layout(spec, axis, tensor_ops, lt.dim, reduction))
+            if isinstance(move, Contraction):
+                lt = contracted_layout(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
+                                              for o, _ in tensor_ops])
+            elif move is not None:
+                lt = _moved_layout(axis, tensor_ops, move)
+            else:
+                lt = _result_layout(spec, axis, tensor_ops, lt.dim, reduction)
         if err is not None:
             errors.append(err)
             failed.add(axis)
@@ -1016,7 +1026,7 @@ def check_backward(loss: Operand) -> list[SpmdError]:
 
 def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
                bias: Operand | None = None, strict: bool = False,
-               reduction: Reduction | None = None) -> Result:
+               reduction: Reduction | None = None, move: Contraction | None = None) -> Result:
     """``spmd.einsum / matmul / linear / sum(..., out_partial_axes=axes)`` in local SPMD
     (SPEC section 6): the local op, then ``reinterpret(V, P)`` on ``axes``; a bias is added
     after, and must itself be P there.
@@ -1032,7 +1042,7 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
         + bias b: P["tp"]        spmd.linear(h, w, b, out_partial_axes="tp") -> P["tp"]
         + bias b: R["tp"]        error (spmd-partial-affine): b would be summed once per rank
     """
-    res = propagate(op, operands, strict=strict, reduction=reduction)
+    res = propagate(op, operands, strict=strict, reduction=reduction, move=move)
     errors = list(res.errors)
     t = res.type
     for a in axes:

@@ -23,6 +23,20 @@ does not, and the result is plain V::
     x: S(0)             x.unflatten(0, (h, d))   ->  S(0)      (the locals' sizes: the
                                                                  outer one is per rank)
 
+A contraction (einsum, matmul, linear, attention: :mod:`.contractions`) is read the same
+way, by labels: the shard dim's label goes where the output has it, and a label summed
+over (or held whole by an R operand) gives V::
+
+    x: S(1)             einsum("bsh,hd->bsd", x, w)       ->  S(1)
+    x: S(1)             einsum("bsh,hd", x, w)            ->  S(2)      (implicit "bds")
+    x: S(2)             einsum("bsh,hd->bsd", x, w)       ->  V         (h summed over)
+    a: S(0)             a.mm(w)                           ->  S(0)
+    x: S(1)             F.linear(x, w)                    ->  S(1)      (rank >= 3)
+    x: R, w: S(0)       F.linear(x, w)                    ->  S(-1)     (column parallel;
+                                                                         check mode: w 2-d)
+    q, k, v: S(1)       scaled_dot_product_attention(...) ->  S(1)      (the heads)
+    q: S(-2); k, v: R   scaled_dot_product_attention(...) ->  S(-2)     (V if is_causal)
+
 The static checker does not know the rank, so :func:`moved_dim` answers for one rank
 and the op rule (:func:`.ops.propagate`) folds the answers at every rank into S(j), V or
 a rank-dependent layout, as for reductions.  A join (cat, stack) keeps the dim only when

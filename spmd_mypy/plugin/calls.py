@@ -73,6 +73,7 @@ from ..engine import collectives as coll
 from ..engine.collectives import raw_collective, raw_collective_error
 from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
+from ..engine.contractions import CONTRACTIONS
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
@@ -84,7 +85,7 @@ from ..engine.views import make_move
 from . import global_calls
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
-from .reductions import read_move, read_reduction
+from .reductions import read_contraction, read_move, read_reduction
 from .rewrite import RegionIndex
 
 if TYPE_CHECKING:
@@ -1133,8 +1134,9 @@ class CallTyper:
             # the check mode makes too)
             if global_calls.any_global(ops) or (bias is not None and bias.spec is not None):
                 return self._global_partial_op(ctx, op, ops, pa_expr, pa_type, b_expr)
+            move = read_contraction(ctx, op) if op in CONTRACTIONS else None  # spmd.einsum's equation
             if no_partial:
-                res = propagate(op, ops, strict=self.strict(ctx))
+                res = propagate(op, ops, strict=self.strict(ctx), move=move)
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)
             axes = self._axis_names(ctx, pa_expr, pa_type, f"spmd.{op} out_partial_axes")
@@ -1144,7 +1146,8 @@ class CallTyper:
             core = [o for o in ops if b_text is None or o.text != b_text]
             res = partial_op(op, core, axes,
                              bias=Operand(bias, b_text or "") if bias is not None else None,
-                             strict=self.strict(ctx))
+                             strict=self.strict(ctx),
+                             move=move)
             self.report(ctx, res.errors)
             return self.typed_result(ctx.default_return_type, res.type)
 

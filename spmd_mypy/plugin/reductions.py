@@ -1,19 +1,21 @@
 """The dims a reduction or scan states at a call (``x.sum(dim=0, keepdim=True)``), read as
 literals for the engine's rule (:func:`spmd_mypy.engine.ops.shard_dim_after`): a Shard(d)
 operand keeps its layout on the dims the reduction does not reduce.  The same for the dims a
-normalising op (softmax, layer_norm, ...: ``ops.NORMALISING``) normalises over, and the dims
-a view or join moves (``x.transpose(0, 1)``, ``x[:, 0]``: :func:`read_move`)."""
+normalising op (softmax, layer_norm, ...: ``ops.NORMALISING``) normalises over, the dims
+a view or join moves (``x.transpose(0, 1)``, ``x[:, 0]``: :func:`read_move`), and what a
+contraction states (einsum's equation, attention's ``is_causal``: :func:`read_contraction`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from mypy.nodes import (
-    EllipsisExpr, Expression, IndexExpr, IntExpr, ListExpr, NameExpr, SliceExpr, TupleExpr,
-    UnaryExpr,
+    EllipsisExpr, Expression, IndexExpr, IntExpr, ListExpr, NameExpr, SliceExpr, StrExpr,
+    TupleExpr, UnaryExpr,
 )
 from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_proper_type
 
+from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from ..engine.ops import NORMALISING, REDUCTIONS, SCANS, Reduction, normalising_reduction
 from ..engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
@@ -91,13 +93,14 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
     return Reduction(dims, keepdim) if dims is not None else None
 
 
-def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | None:
+def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contraction | None:
     """The literal dims a view or join moves (``x.transpose(0, 1)``, ``x[:, 0]``,
     ``torch.cat(xs, dim=1)``) for the engine's rule (:mod:`spmd_mypy.engine.views`); None
-    when ``op`` moves no dims or states one the checker cannot read."""
+    when ``op`` moves no dims or states one the checker cannot read.  For a contraction
+    (einsum, matmul, linear, attention) what :func:`read_contraction` reads."""
     entry = MOVES.get(op)
     if entry is None:
-        return None
+        return read_contraction(ctx, op) if op in CONTRACTIONS else None
     family, formals, _ = entry
     values: dict[str, object] = {}
     if family == "index":
@@ -134,6 +137,42 @@ def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | None:
             else:
                 values[formal] = dims
     return make_move(op, values)
+
+
+def read_contraction(ctx: FunctionContext | MethodContext, op: str) -> Contraction | None:
+    """What a contraction's call states for the engine's rule
+    (:mod:`spmd_mypy.engine.contractions`): einsum's equation (a string literal: the
+    ``equation`` formal, or torch.einsum's first positional argument), attention's
+    ``is_causal`` (a bool literal; anything else may be True).  None when the op is no
+    contraction, or the equation is not a literal."""
+    values: dict[str, object] = {}
+    for formal in CONTRACTIONS[op][1]:
+        if formal in ctx.callee_arg_names:
+            k = ctx.callee_arg_names.index(formal)
+        elif formal == "equation" and ctx.args and ctx.callee_arg_names[0] not in (
+                None, "equation") and ctx.args[0]:
+            k = 0  # torch.einsum(*args): the equation is the first positional argument
+        else:
+            continue
+        exprs, types = ctx.args[k], ctx.arg_types[k]
+        if not exprs:
+            continue  # left out: the default
+        values[formal] = _literal(exprs[0], types[0] if types else None)
+    return make_contraction(op, values)
+
+
+def _literal(e: Expression, t: Type | None) -> object:
+    """A str or bool literal (an expression, or a Literal / Final type), else UNREAD."""
+    if isinstance(e, StrExpr):
+        return e.value
+    if isinstance(e, NameExpr) and e.fullname in ("builtins.True", "builtins.False"):
+        return e.fullname == "builtins.True"
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, Instance) and p.last_known_value is not None:
+        p = p.last_known_value
+    if isinstance(p, LiteralType) and isinstance(p.value, (str, bool)):
+        return p.value
+    return UNREAD
 
 
 def _index_items(e: Expression, t: Type | None) -> tuple[str, ...] | None:

@@ -406,7 +406,6 @@ case("shard-softmax-S1-own-dim", {"a": "S1"}, "out = torch.softmax(a, dim=1)", "
 # tensor); the check mode knows the rank and keeps S(0). tests/plugin/cases/ops_nonlinear.test)
 case("shard-layer_norm-Sm2", {"a": "Sm2"}, "out = F.layer_norm(a, (4,))", "Sm2")
 case("shard-layer_norm-Sm2-two-dims", {"a": "Sm2"}, "out = F.layer_norm(a, (4, 4))", "V")
-case("shard-matmul-S0-R", {"a": "S0", "b": "R"}, "out = torch.matmul(a, b)", "V")
 case("shard-sum-S0", {"a": "S0"}, "out = a.sum(1)", "S0",
      desc="a reduction keeps the shard dim it does not reduce")
 case("shard-sum-S0-dim0", {"a": "S0"}, "out = a.sum(0)", "V", desc="the shard dim reduced")
@@ -455,6 +454,73 @@ case("shard-unflatten-S0", {"a": "S0"}, "out = a.unflatten(0, (2, 2))", "S0",
      desc="the locals' sizes: the outer one is per rank")
 case("shard-unflatten-S1-before", {"a": "S1"}, "out = a.unflatten(0, (2, 2))", 'Tensor[S[2, "tp"]]')
 case("shard-unflatten-S0-after", {"a": "S0"}, "out = torch.unflatten(a, 1, (2, 2))", "S0")
+# contractions keep the shard dim's label where it is in the output (engine:
+# contractions.contracted_layout): every Varying operand sharded on the same label, no R
+# operand holding it, not contracted.  (torch.matmul / @ and linear: the ranks decide where
+# a dim goes (1-d operands, broadcast batch dims), so statically the result is V or
+# rank-dependent where the check mode, which sees the ranks, keeps the dim:
+# tests/plugin/cases/contractions.test and tests/checking/test_check_mode.py.)
+_B3 = {n: "torch.randn(2, 4, 4, requires_grad=True).clone()" for n in ("a", "b")}
+_A3 = {"a": _B3["a"]}
+_QKV4 = {n: "torch.randn(2, 4, 4, 4, requires_grad=True).clone()" for n in "qkv"}
+_S2, _SM1 = 'Tensor[S[2, "tp"]]', 'Tensor[S[-1, "tp"]]'
+case("shard-einsum-S1-R", {"a": "S1", "b": "R"}, 'out = torch.einsum("bsh,hd->bsd", a, b)', "S1",
+     make=_A3, desc="s, dim 1 of a, is dim 1 of the result")
+case("shard-einsum-implicit-output", {"a": "S1", "b": "R"}, 'out = torch.einsum("bsh,hd", a, b)',
+     _S2, make=_A3, desc='the implicit output is "bds" (labels used once, sorted)')
+case("shard-einsum-contracted", {"a": _S2, "b": "R"}, 'out = torch.einsum("bsh,hd->bsd", a, b)',
+     "V", make=_A3, desc="h is summed over: each rank's part of the sum")
+case("shard-einsum-ellipsis-Sm2", {"a": "Sm2", "b": "R"},
+     'out = torch.einsum("...sh,hd->...sd", a, b)', "Sm2", make=_A3)
+case("shard-einsum-list-operands", {"a": "S0", "b": "R"}, 'out = torch.einsum("ij,jk->ik", [a, b])',
+     "S0")
+case("shard-einsum-both-on-one-label", {"a": "S0", "b": "S1"},
+     'out = torch.einsum("bi,jb->bij", a, b)', "S0")
+case("shard-einsum-two-labels", {"a": "S0", "b": "S1"}, 'out = torch.einsum("bi,bj->bij", a, b)',
+     "V", desc="a on b, b on j: each rank holds a diagonal block")
+case("shard-einsum-R-holds-the-label", {"a": "S0", "b": "R"},
+     'out = torch.einsum("bi,bj->bij", a, b)', "V", desc="b has the whole b label, of the local size")
+case("shard-einsum-diagonal", {"a": "S0"}, 'out = torch.einsum("ii->i", a)', "V")
+case("shard-spmd-einsum-S0", {"a": "S0", "b": "R"}, 'out = spmd.einsum("ij,jk->ik", a, b)', "S0")
+case("shard-spmd-einsum-out-partial", {"a": 'Tensor[S[0, "tp"], V["dp"]]', "b": 'Tensor[R["tp"], V["dp"]]'},
+     'out = spmd.einsum("ij,jk->ik", a, b, out_partial_axes="dp")', 'Tensor[S[0, "tp"], P["dp"]]',
+     collective=True, desc="j sharded on dp: P there; i on tp: S(0) there")
+case("shard-mm-S0-R", {"a": "S0", "b": "R"}, "out = torch.mm(a, b)", "S0")
+case("shard-mm-R-S1", {"a": "R", "b": "S1"}, "out = a.mm(b)", "S1")
+case("shard-mm-S1-R", {"a": "S1", "b": "R"}, "out = torch.mm(a, b)", "V", desc="k contracted")
+case("shard-bmm-S0-S0", {"a": "S0", "b": "S0"}, "out = torch.bmm(a, b)", "S0", make=_B3)
+case("shard-bmm-S0-R", {"a": "S0", "b": "R"}, "out = torch.bmm(a, b)", "V", make=_B3,
+     desc="b holds a whole batch of the local size")
+case("shard-linear-contracted", {"a": _SM1, "b": "R"}, "out = F.linear(a, b)", "V",
+     desc="the in features are summed over")
+case("shard-attention-heads", {"q": "S1", "k": "S1", "v": "S1"},
+     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "S1", make=_QKV4)
+case("shard-attention-queries", {"q": "Sm2", "k": "R", "v": "R"},
+     "out = F.scaled_dot_product_attention(q, k, v)", "Sm2", make=_QKV4)
+case("shard-attention-queries-causal", {"q": "Sm2", "k": "R", "v": "R"},
+     "out = F.scaled_dot_product_attention(q, k, v, None, 0.0, True)", "V", make=_QKV4,
+     desc="the causal mask counts each rank's queries from 0")
+case("shard-attention-keys", {"q": "Sm2", "k": "Sm2", "v": "Sm2"},
+     "out = F.scaled_dot_product_attention(q, k, v)", "V", make=_QKV4,
+     desc="each rank attends to its own keys only")
+case("shard-attention-values-features", {"q": "R", "k": "R", "v": _SM1},
+     "out = F.scaled_dot_product_attention(q, k, v)", _SM1, make=_QKV4)
+case("shard-attention-heads-R-values", {"q": "S1", "k": "S1", "v": "R"},
+     "out = F.scaled_dot_product_attention(q, k, v)", "V", make=_QKV4,
+     desc="v holds every head, of the local count")
+# DeepSpeed-Ulysses on "tp": the sequence sharded, all_to_all to the heads, attention, back
+_ULYSSES_IN = {"x": "S1", "w": "R"}
+_ULYSSES_MAKE = {"x": "torch.randn(2, 4, 8, requires_grad=True).clone()",
+                 "w": "torch.randn(8, 8, requires_grad=True).clone()"}
+_ULYSSES = ("q = F.linear(x, w).unflatten(-1, (4, -1))",  # [B, S/tp, heads, hd]
+            'qh = spmd.all_to_all(q, "tp", src=S(1), dst=S(2)).transpose(1, 2)',
+            "o = F.scaled_dot_product_attention(qh, qh, qh, is_causal=True)")  # [B, heads/tp, S, hd]
+case("shard-ulysses", _ULYSSES_IN,
+     _ULYSSES + ('out = spmd.all_to_all(o.transpose(1, 2), "tp", src=S(2), dst=S(1))',), "S1",
+     make=_ULYSSES_MAKE, collective=True)
+case("shard-ulysses-missing-transpose", _ULYSSES_IN,
+     _ULYSSES + ('out = spmd.all_to_all(o, "tp", src=S(2), dst=S(1))',), "spmd-src-mismatch",
+     make=_ULYSSES_MAKE, collective=True, desc="o is S(1): its heads, not the sequence, on dim 2")
 
 # --------------------------------------------------------------------------------------
 # 9. No-gradient relaxation: an I operand that cannot carry a gradient acts as R.

@@ -269,6 +269,53 @@ def test_views_and_joins_move_the_shard_dim() -> None:
         assert tp(torch.cat([x, r], dim=2)) == VARYING
 
 
+def test_contractions_carry_the_shard_dim_at_the_ranks_seen() -> None:
+    """The engine's contraction rule (contractions.contracted_layout) with the ranks known:
+    where the static checker, not seeing them, says V (torch.matmul / @, linear's negative
+    dims and column-parallel weight: tests/plugin/cases/contractions.test), the check mode
+    keeps the dim."""
+    with spmd.typecheck():
+        def tp(t: torch.Tensor) -> object:
+            return spmd.typeof(t).get("tp")  # type: ignore[union-attr]
+
+        x = typed(torch.randn(2, 3, 4), Tensor[S[1, "tp"]])
+        xs = typed(torch.randn(2, 3, 4), Tensor[S[-2, "tp"]])
+        a = typed(torch.randn(3, 4), Tensor[S[0, "tp"]])
+        w = typed(torch.randn(4, 5), Tensor[R["tp"]])
+        b3 = typed(torch.randn(2, 4, 5), Tensor[R["tp"]])
+        v1 = typed(torch.randn(4), Tensor[R["tp"]])
+        assert tp(x @ w) == tp(torch.matmul(x, w)) == tp(x.matmul(w)) == shard(1)
+        assert tp(xs @ w) == shard(-2)
+        assert tp(a @ b3) == shard(-2)  # [3/tp, 4] @ [2, 4, 5] -> [2, 3/tp, 5]: dim 1
+        assert tp(xs @ v1) == shard(-1)  # [2, 3/tp, 4] @ [4] -> [2, 3/tp]
+        assert tp(x @ typed(torch.randn(2, 4, 5), Tensor[S[0, "tp"]])) == VARYING  # two labels
+        # linear: x's dims but the last keep their place; a weight sharded on its out
+        # features (column parallel) gives the last dim
+        wl = typed(torch.randn(5, 4), Tensor[R["tp"]])
+        assert tp(F.linear(x, wl)) == shard(1) and tp(F.linear(xs, wl)) == shard(-2)
+        xr = typed(torch.randn(2, 3, 4), Tensor[R["tp"]])
+        wc = typed(torch.randn(5, 4), Tensor[S[0, "tp"]])
+        bc = typed(torch.randn(5), Tensor[S[0, "tp"]])
+        assert tp(F.linear(xr, wc)) == tp(F.linear(xr, wc, bc)) == shard(-1)
+        assert tp(F.linear(xr, wc, typed(torch.randn(5), Tensor[R["tp"]]))) == VARYING
+        # nn.Linear: its weight untyped (it may vary): V
+        assert tp(nn.Linear(4, 5)(x)) == VARYING
+        # einsum: the equation read from the call, list or varargs
+        assert tp(torch.einsum("bsh,hd->bsd", x, w)) == shard(1)
+        assert tp(torch.einsum("bsh,hd", [x, w])) == shard(2)
+        assert tp(spmd.einsum("bsh,hd->bsd", x, w)) == shard(1)
+        # attention: heads sharded with grouped-query key/value heads; an untyped mask: V
+        q = typed(torch.randn(2, 4, 3, 8), Tensor[S[1, "tp"]])
+        kv = typed(torch.randn(2, 2, 5, 8), Tensor[S[1, "tp"]])
+        assert tp(F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)) == shard(1)
+        mask = torch.ones(3, 5, dtype=torch.bool)
+        assert tp(F.scaled_dot_product_attention(q, kv, kv, attn_mask=mask, enable_gqa=True)) == VARYING
+        # a 3-d attention: dim 1 is the sequence; the keys sharded too: V (the static
+        # checker, taking q, k and v as (N, ..., H, L, E), says S(1))
+        q3 = typed(torch.randn(4, 3, 8), Tensor[S[1, "tp"]])
+        assert tp(F.scaled_dot_product_attention(q3, q3, q3)) == VARYING
+
+
 def test_factories_are_untyped() -> None:
     with spmd.typecheck():
         x = typed(mk(), Tensor[R["tp"]])

@@ -1,0 +1,472 @@
+"""Where a contraction (einsum, matmul, linear, attention) puts a Shard(i) operand's dim
+(local SPMD).
+
+Each op is an einsum: every dim of every operand has a label, and the result's dims are
+the output labels.  A Varying operand sharded on dim d (at the rank it has) is sharded on
+that dim's label; the result is sharded on that label's place in the output::
+
+    x: S(1)              einsum("bsh,hd->bsd", x, w)       ->  S(1)    (s: dim 1 of the result)
+    x: S(1)              einsum("bsh,hd", x, w)            ->  S(2)    (implicit output: the
+                                                                        labels used once,
+                                                                        sorted: "bds")
+    x: S(-2)             einsum("...sh,hd->...sd", x, w)   ->  S(-2)
+    x: S(2)              einsum("bsh,hd->bsd", x, w)       ->  V       (h contracted: a
+                                                                        per-rank partial sum)
+    x: S(0), y: S(1)     einsum("bi,jb->bij", x, y)        ->  S(0)    (both on b)
+    x: S(0), y: S(1)     einsum("bi,bj->bij", x, y)        ->  V       (on b and on j)
+    x: S(0), w: R        einsum("bi,bj->bij", x, w)        ->  V       (w holds a whole b of
+                                                                        the local size)
+    x: S(0)              einsum("ii->i", x)                ->  V       (a diagonal)
+    a: S(0), b: R        a.mm(b)                           ->  S(0)    ("nk,km->nm"; a @ b
+                                                                        too, in check mode,
+                                                                        seeing both 2-d)
+    a: R, b: S(1)        a.mm(b)                           ->  S(1)
+    a, b: S(0)           torch.bmm(a, b)                   ->  S(0)    ("bnk,bkm->bnm")
+    a: S(0), b: R        torch.bmm(a, b)                   ->  V       (b holds a whole batch)
+    x: S(1)              F.linear(x, w)                    ->  S(1) at rank >= 3
+                                                                (dim 1 of a 2-d x: in_features)
+    x: R, w: S(0)        F.linear(x, w), w 2-d             ->  S(-1)   (column parallel)
+    q, k, v: S(1)        F.scaled_dot_product_attention(q, k, v)
+                                                           ->  S(1)    (the heads of
+                                                                        [N, H, L, E])
+    q: S(-2); k, v: R    F.scaled_dot_product_attention(q, k, v)
+                                                           ->  S(-2)   (the queries; V with
+                                                                        is_causal: its mask
+                                                                        counts each rank's
+                                                                        queries from 0)
+    q, k, v: S(-2)       F.scaled_dot_product_attention(q, k, v)
+                                                           ->  V       (each rank attends to
+                                                                        its own keys only)
+    v: S(-1); q, k: R    F.scaled_dot_product_attention(q, k, v)  ->  S(-1)
+
+S(j) says the locals, concatenated on dim j, are the op applied to the global operands.
+The result keeps the shard label when:
+
+- every Varying operand has a known dim, and all their dims are the same label, which
+  each of them has once (``"ii->i"`` of a shard is not a block of the diagonal);
+- no other operand (R, I, an untyped tensor) has that label: an R operand of the local
+  size on it has no global meaning (``cat(x_r @ y)`` needs y's whole dim), as for
+  elementwise ops; R, I and P operands never decide the dim.  An untyped operand (which
+  may vary) makes the result plain V;
+- the label is in the output (a contracted label is a per-rank partial sum: V, or
+  ``out_partial_axes``);
+- for attention, the label is not the queries' (``l``) when ``is_causal`` may be True.
+
+Ellipsis dims broadcast right-aligned (:func:`parse_equation`): an operand sharded on one of
+them is on that broadcast label, so an R operand whose ellipsis reaches that dim has it.
+
+Ranks.  The check mode knows every operand's rank: one answer.  The static checker does not:
+it works the answer out for every rank each operand can have and keeps it only where all
+agree, folded per result rank (:func:`.types.from_ranks`: S(j), V, or a rank-dependent
+layout).  The ranks enumerated are the op's documented shapes (:data:`_FORMS`): matmul's 1-d
+operands and broadcast batch dims make every shard dim ambiguous (``a: S(-2)`` with a 1-d
+``b`` gives S(-1); ``a: S(0)`` with a 3-d ``b`` gives S(1)), so a static ``a @ b`` stays V
+(``mm`` and ``bmm`` take fixed ranks); ``linear``'s weight is 2-d or 1-d (a 1-d weight drops
+the last dim: a negative dim of x, or a sharded weight, is then ambiguous) and its bias 1-d or
+0-d; attention's q, k and v are ``(N, ..., H, L, E)``, one rank, at least 4 (its documented
+shapes; torch also runs 2-d and 3-d ones, where dim 1 is the sequence, not the heads), and a
+mask any rank.  The check mode reads any shapes torch takes.  Of these only the attention
+assumption is ever wrong, and then only too specific: an attention result is V or S at q's
+own dim (or v's last) at every rank, so at a 3-d call the static S(j) may be a V (the
+queries and keys sharded: no global result), never another dim; a claim on a V accepts any
+S(j), so the S(j) can add an error, not hide one.
+
+Known sizes (check mode): the Varying operands sharded on the label have the same size on
+it (a size-1 dim broadcast against the others has no global meaning), except attention's
+keys and values beside the queries on the heads (grouped-query attention: the query heads a
+multiple of the key heads, on each rank and globally alike).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .types import RANKS, VARYING, Kind, LocalType, from_ranks
+from .views import UNREAD  # what an adapter passes for a parameter it cannot read
+
+
+class DimError(Exception):
+    """A dim or an equation an op cannot take (the message says why)."""
+
+
+# --------------------------------------------------------------------------------------
+# Equations
+
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_EXTRA_LABELS = "".join(chr(c) for c in range(0x391, 0x3A9 + 1) if c != 0x3A2)  # Greek caps
+
+
+def parse_equation(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """Operand label strings and the output labels, ``...`` expanded (right-aligned,
+    shared across operands) and an implicit output (``"ij,jk"``) made explicit (the labels
+    used once, sorted, after the ellipsis), as torch reads them.  Raises :class:`DimError`."""
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, out = eq.split("->", 1)
+        explicit = True
+    else:
+        lhs, out, explicit = eq, "", False
+    ins = lhs.split(",")
+    if len(ins) != len(ranks):
+        raise DimError(f'einsum equation "{equation}" has {len(ins)} operands but {len(ranks)} were given')
+    n_ell = 0
+    for term, r in zip(ins, ranks):
+        if "..." in term:
+            n_ell = max(n_ell, r - (len(term) - 3))
+    ell = _EXTRA_LABELS[:n_ell]
+    expanded = []
+    for term, r in zip(ins, ranks):
+        if "..." in term:
+            k = r - (len(term) - 3)
+            if k < 0:
+                raise DimError(f'einsum operand "{term}" has more labels than its rank {r}')
+            term = term.replace("...", ell[n_ell - k:] if k else "")
+        if len(term) != r:
+            raise DimError(f'einsum operand "{term}" has {len(term)} labels but rank {r}')
+        expanded.append(term)
+    if explicit:
+        out = out.replace("...", ell)
+    else:
+        counts: dict[str, int] = {}
+        for term in expanded:
+            for c in term:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    return expanded, out
+
+
+# --------------------------------------------------------------------------------------
+# The ops
+
+# op -> (family, the formals holding its literal parameters, their defaults).  Both adapters
+# read those formals as they read a view's dims (:mod:`.views`): einsum's ``equation`` (a
+# string literal; torch.einsum's is its first positional argument), attention's ``is_causal``
+# (a bool literal; anything else may be True).
+CONTRACTIONS: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
+    "einsum": ("einsum", ("equation",), ()),
+    "matmul": ("matmul", (), ()), "mm": ("matmul", (), ()), "bmm": ("matmul", (), ()),
+    "mv": ("matmul", (), ()), "outer": ("matmul", (), ()), "ger": ("matmul", (), ()),
+    "linear": ("linear", (), ()),
+    "scaled_dot_product_attention": ("attention", ("is_causal",), (False,)),
+}
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A contraction as the call states it: ``equation`` for einsum (None: not a literal,
+    then the adapters make no Contraction), ``causal`` for attention (None: not a literal,
+    may be True)."""
+
+    op: str
+    equation: str | None = None
+    causal: bool | None = False
+
+    @property
+    def family(self) -> str:
+        return CONTRACTIONS[self.op][0]
+
+
+def make_contraction(op: str, values: Mapping[str, object]) -> Contraction | None:
+    """The Contraction of ``op`` from the values of its formals as an adapter read them
+    (``UNREAD`` for one it could not read; a formal left out takes its default); None when
+    ``op`` is no contraction or einsum's equation is not a string."""
+    entry = CONTRACTIONS.get(op)
+    if entry is None:
+        return None
+    family = entry[0]
+    if family == "einsum":
+        eq = values.get("equation", UNREAD)
+        return Contraction(op, equation=eq) if isinstance(eq, str) else None
+    if family == "attention":
+        causal = values.get("is_causal", False)
+        return Contraction(op, causal=causal if isinstance(causal, bool) else None)
+    return Contraction(op)
+
+
+@dataclass(frozen=True)
+class _Form:
+    """One way the op's operands can be shaped: a term per tensor operand (``...`` for
+    broadcast dims), the output (None: einsum's implicit output), whether the static checker
+    enumerates it (the op's documented shapes) and the operands that have the same batch
+    dims there (attention's q, k, v)."""
+
+    terms: tuple[str, ...]
+    out: str | None
+    static: bool = True
+    tied: tuple[int, ...] = ()
+    tied_min: int = 0  # the fewest broadcast dims of the tied operands (statically)
+
+    @property
+    def equation(self) -> str:
+        return ",".join(self.terms) + ("" if self.out is None else "->" + self.out)
+
+
+def _f(terms: str, out: str, static: bool = True, tied: tuple[int, ...] = (),
+       tied_min: int = 0) -> _Form:
+    return _Form(tuple(terms.split(",")), out, static, tied, tied_min)
+
+
+def _attention(terms: str) -> _Form:
+    """attention's documented shapes: q (N, ..., Hq, L, E), k (N, ..., H, S, E), v (N, ...,
+    H, S, Ev): one rank for the three, at least 4 (see the module docstring)."""
+    return _f(terms, "...lv", tied=(0, 1, 2), tied_min=2)
+
+
+# by (family or op, number of tensor operands)
+_FORMS: dict[tuple[str, int], tuple[_Form, ...]] = {
+    # torch.matmul: 1-d operands, and batch dims broadcast
+    ("matmul", 2): (_f("k,k", ""), _f("k,...km", "...m"), _f("...nk,k", "...n"),
+                    _f("...nk,...km", "...nm")),
+    ("mm", 2): (_f("nk,km", "nm"),),
+    ("bmm", 2): (_f("bnk,bkm", "bnm"),),
+    ("mv", 2): (_f("nk,k", "n"),),
+    ("outer", 2): (_f("i,j", "ij"),), ("ger", 2): (_f("i,j", "ij"),),
+    # F.linear: weight (out, in) or (in); bias (out) or (); other biases torch broadcasts
+    # (the check mode only)
+    ("linear", 2): (_f("...i,oi", "...o"), _f("...i,i", "...")),
+    ("linear", 3): (_f("...i,oi,o", "...o"), _f("...i,oi,", "...o"), _f("...i,i,", "..."),
+                    _f("...i,oi,...o", "...o", static=False),
+                    _f("...i,i,...", "...", static=False)),
+    # F.scaled_dot_product_attention(q [..., L, E], k [..., S, E], v [..., S, Ev], mask
+    # broadcast to [..., L, S])
+    ("attention", 3): (_attention("...le,...se,...sv"),),
+    ("attention", 4): (_attention("...le,...se,...sv,...ls"), _attention("...le,...se,...sv,s"),
+                       _attention("...le,...se,...sv,")),
+}
+
+
+def _forms(c: Contraction, n: int) -> tuple[_Form, ...]:
+    if c.family == "einsum":
+        eq = (c.equation or "").replace(" ", "")
+        lhs, arrow, out = eq.partition("->")
+        terms = tuple(lhs.split(","))
+        if len(terms) != n or any(t.count("...") > 1 or any(ch not in _LETTERS for ch in
+                                                             t.replace("...", ""))
+                                  for t in (*terms, out)):
+            return ()  # torch refuses it
+        return (_Form(terms, out if arrow else None),)
+    return _FORMS.get((c.op, n)) or _FORMS.get((c.family, n), ())
+
+
+# --------------------------------------------------------------------------------------
+# The rule
+
+# At most this many rank combinations are worked out for one call (the static checker:
+# einsum with many broadcast operands); beyond it the result is V.
+_MAX_COMBINATIONS = 4096
+
+
+Ops = Sequence[tuple[LocalType | None, tuple[int, ...] | None]]
+
+
+def contracted_layout(c: Contraction, operands: Ops) -> LocalType:
+    """The layout of a Varying result of contraction ``c`` on one mesh axis.
+
+    ``operands``: the call's tensor operands in order, each as (its type on the axis, None
+    when unknown there; its shape, None when unknown: the static checker).
+
+    With every shape known (check mode) the answer is the one at those ranks, written as the
+    static checker writes it where it states one (the same sign: ``S(1)``, not ``S(-3)``);
+    elsewhere as the operand's dim is written when the dim keeps its place (``q: S(2)`` ->
+    ``S(2)``), else counted from the back for an output label after the output's ``...``
+    (linear's out features: ``S(-1)``), from the front for one before it, else in the sign
+    of the operand's own dim."""
+    if not operands:
+        return VARYING
+    for lt, _ in operands:
+        if lt is None or (lt.kind is Kind.V and lt.dim is None and lt.by_rank is None):
+            return VARYING  # an untyped operand (it may vary), or a V of unknown layout
+    first = next((lt for lt, _ in operands if lt is not None and lt.kind is Kind.V), None)
+    if first is None:
+        return VARYING
+    negative = (first.at_high_ranks().dim or 0) < 0
+    static = _static_layout(c, operands, negative)
+    if any(shape is None for _, shape in operands):
+        return static
+    ranks = [len(shape) for _, shape in operands]  # type: ignore[arg-type]
+    answers = {_at_ranks(c, form, operands, ranks) for form in _forms(c, len(operands))
+               if _fits(form, ranks)}
+    answers.discard(None)
+    if len(answers) != 1:
+        return VARYING  # no form takes these ranks (torch refuses them), or two disagree
+    out_rank, d, prefer_negative = answers.pop()  # type: ignore[misc]
+    if out_rank < 1 or d is None:
+        return VARYING
+    possible, written = static.at_rank(out_rank)
+    if possible and written is not None and written % out_rank == d:
+        return LocalType(Kind.V, written)
+    neg = negative if prefer_negative is None else prefer_negative
+    return LocalType(Kind.V, d - out_rank if neg else d)
+
+
+def _static_layout(c: Contraction, operands: Ops, negative: bool) -> LocalType:
+    """The layout at every rank combination the op's documented shapes allow (the operands'
+    shapes ignored), folded per result rank: a rank where two combinations disagree is V."""
+    layouts: dict[int, int | None] = {}
+    prefer: set[bool | None] = set()
+    untyped_shapes = [(lt, None) for lt, _ in operands]
+    for form in _forms(c, len(operands)):
+        if not form.static:
+            continue
+        combos = _rank_combinations(form)
+        if combos is None:
+            return VARYING
+        for ranks in combos:
+            at = _at_ranks(c, form, untyped_shapes, ranks)
+            if at is None:
+                continue  # the operands cannot have these ranks (their types, or torch)
+            out_rank, d, pref = at
+            if out_rank < 1 or out_rank > RANKS:
+                continue  # a scalar has no layout; above RANKS: as RANKS
+            if d is not None:
+                prefer.add(pref)
+            if out_rank in layouts and layouts[out_rank] != d:
+                layouts[out_rank] = None  # two rank combinations disagree: unknown
+            else:
+                layouts[out_rank] = d
+    if not layouts:
+        return VARYING
+    if len(prefer) == 1 and None not in prefer:
+        negative = prefer.pop()  # type: ignore[assignment]
+    neg = {r: (None if d is None else d - r) for r, d in layouts.items()}
+    n_pos = len(set(layouts.values()) - {None})
+    n_neg = len(set(neg.values()) - {None})
+    return from_ranks(neg if n_neg < n_pos or (n_neg == n_pos and negative) else layouts)
+
+
+def _fits(form: _Form, ranks: Sequence[int]) -> bool:
+    for term, r in zip(form.terms, ranks):
+        if "..." in term:
+            if r < len(term) - 3:
+                return False
+        elif r != len(term):
+            return False
+    return True
+
+
+def _rank_combinations(form: _Form) -> list[list[int]] | None:
+    """Every rank combination of the form's operands the static checker considers: a term
+    without ``...`` has its length; one with it every count of broadcast dims from 0 to
+    RANKS (the tied operands one count, from ``tied_min``)."""
+    free: list[int] = []  # operands with a count of their own
+    for i, term in enumerate(form.terms):
+        if "..." not in term:
+            continue
+        if i in form.tied and i != form.tied[0]:
+            continue
+        free.append(i)
+    counts = [range(form.tied_min if i in form.tied else 0, RANKS + 1) for i in free]
+    total = 1
+    for c in counts:
+        total *= len(c)
+    if total > _MAX_COMBINATIONS:
+        return None
+    out = []
+    for pick in itertools.product(*counts):
+        ells = dict(zip(free, pick))
+        ranks = []
+        for i, term in enumerate(form.terms):
+            if "..." not in term:
+                ranks.append(len(term))
+                continue
+            e = ells[form.tied[0]] if i in form.tied else ells[i]
+            ranks.append(len(term) - 3 + e)
+        out.append(ranks)
+    return out
+
+
+def _at_ranks(c: Contraction, form: _Form, operands: Ops,
+              ranks: Sequence[int]) -> tuple[int, int | None, bool | None] | None:
+    """(the result's rank, its shard dim or None, whether to write it counted from the back:
+    None for the operand's own way) with the operands at ``ranks``; None when an operand's
+    type cannot have its rank or torch takes no operands of these ranks."""
+    dims: list[int | None] = []
+    kept: set[int] = set()  # the sharded operands' dims as written
+    for (lt, _), r in zip(operands, ranks):
+        assert lt is not None
+        if lt.kind is Kind.V:
+            possible, d = lt.at_rank(r)
+            if not possible:
+                return None
+            dims.append(None if d is None else d % r)
+            if d is not None:
+                kept.add(d)
+        else:
+            dims.append(None)
+    try:
+        labels, out = parse_equation(form.equation, ranks)
+    except DimError:
+        return None
+    out_rank = len(out)
+    label: str | None = None
+    for (lt, _), lab, d in zip(operands, labels, dims):
+        if lt is not None and lt.kind is Kind.V:
+            if d is None:
+                return out_rank, None, None
+            if label is None:
+                label = lab[d]
+            elif lab[d] != label:
+                return out_rank, None, None  # sharded on two labels
+    if label is None or label not in out:
+        return out_rank, None, None  # contracted: a per-rank partial sum
+    sizes: list[tuple[int, int]] = []  # (operand index, size on the label), shapes known
+    for i, ((lt, shape), lab) in enumerate(zip(operands, labels)):
+        if lt is not None and lt.kind is Kind.V:
+            if lab.count(label) != 1:
+                return out_rank, None, None  # a diagonal ("ii->i") of a shard
+            if shape is not None:
+                sizes.append((i, shape[lab.index(label)]))
+        elif label in lab:
+            return out_rank, None, None  # an R / I operand holds the whole label
+    if c.family == "attention" and label == "l" and c.causal is not False:
+        return out_rank, None, None  # the causal mask counts each rank's queries from 0
+    heads = c.family == "attention" and len(labels[0]) >= 3 and label == labels[0][-3]
+    if not _sizes_fit(sizes, heads):
+        return out_rank, None, None
+    j = out.index(label)
+    if j in kept or j - out_rank in kept:
+        return out_rank, j, j not in kept  # the dim stays where it was, as written
+    return out_rank, j, _counted_from_back(form, out, j)
+
+
+def _counted_from_back(form: _Form, out: str, j: int) -> bool | None:
+    """Whether output dim ``j`` (of the expanded output ``out``) is written from the back:
+    after the output's ``...`` yes, before it no, inside it (or with no ``...``) None: the
+    operand's own way."""
+    if form.out is None:  # implicit: the broadcast dims first, then the letters
+        if not any("..." in t for t in form.terms):
+            return None
+        before, after = 0, sum(1 for ch in out if ch in _LETTERS)
+    elif "..." not in form.out:
+        return None
+    else:
+        before = form.out.index("...")
+        after = len(form.out) - before - 3
+    if j < before:
+        return False
+    if j >= len(out) - after:
+        return True
+    return None
+
+
+def _sizes_fit(sizes: Sequence[tuple[int, int]], heads: bool) -> bool:
+    """The Varying operands' local sizes on the shard label agree; on attention's heads
+    (``heads``) the keys' and values' agree and divide the queries' (and the mask's)."""
+    if len(sizes) < 2:
+        return True
+    if not heads:
+        return len({s for _, s in sizes}) == 1
+    q = {s for i, s in sizes if i not in (1, 2)}
+    kv = {s for i, s in sizes if i in (1, 2)}
+    if len(q) > 1 or len(kv) > 1:
+        return False
+    if q and kv:
+        (nq,), (nkv,) = q, kv
+        return nkv > 0 and nq % nkv == 0
+    return True
+
+
+__all__ = ["CONTRACTIONS", "Contraction", "DimError", "UNREAD", "contracted_layout",
+           "make_contraction", "parse_equation"]

@@ -1,0 +1,341 @@
+"""The contraction rule (engine: contractions.contracted_layout) against torch itself.
+
+S(j) on a result claims: the locals, concatenated on dim j, are the op applied to the global
+operands.  For einsum equations, matmul, mm, bmm, mv, outer, linear and
+scaled_dot_product_attention, at small ranks, every operand R or S(d) (every d), global
+operands are built (the sharded dim of size 4: two shards of 2), each rank runs the op on
+its locals, and wherever the rule answers a dim the concatenation there must equal the op on
+the global operands:
+
+- the check mode's answer (every shape known), exactly;
+- the static checker's answer (no shapes) at the result's rank, for the same operands: it
+  must hold too (the static answer is one for every rank combination it allows), except
+  for attention below rank 4 (statically its q, k, v are the documented (N, ..., H, L, E)):
+  there a claim may only be too specific (the truth is not a shard at all), never another
+  dim.
+
+Where the rule answers V nothing is claimed; the last tests check that it is not V in the
+cases the module docstring lists, and that check mode and static answers agree where the
+ranks are fixed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from spmd_mypy.engine.contractions import (
+    Contraction, DimError, contracted_layout, make_contraction, parse_equation,
+)
+from spmd_mypy.engine.ops import Operand, propagate
+from spmd_mypy.engine.types import REPLICATE, VARYING, Kind, LocalType, SpmdType, shard
+
+CLAIMS = [0]  # how many claims were checked against torch (each test: some)
+SHARDED = 4  # the global size of the sharded label (two shards of 2)
+_SIZES = [3, 5, 2, 6, 7, 9, 10, 11, 13]
+
+
+def _types(rank: int) -> list[LocalType]:
+    return [REPLICATE] + [shard(d) for d in range(-rank, rank)]
+
+
+def _equation(c: Contraction, ranks: Sequence[int]) -> str | None:
+    """The op as an einsum at these ranks, as torch documents it (the test's own reading,
+    not the engine's: shapes are built from it, and torch runs the real op on them)."""
+    n = len(ranks)
+    if c.op == "einsum":
+        return c.equation
+    if c.op == "matmul":
+        ra, rb = ranks
+        return {(1, 1): "k,k->"}.get((ra, rb)) or (
+            "k,...km->...m" if ra == 1 else "...nk,k->...n" if rb == 1 else "...nk,...km->...nm")
+    if c.op in ("mm", "bmm", "mv", "outer"):
+        return {"mm": "nk,km->nm", "bmm": "bnk,bkm->bnm", "mv": "nk,k->n", "outer": "i,j->ij"}[c.op]
+    if c.op == "linear":
+        x, w = ("...i,oi", "...o") if ranks[1] == 2 else ("...i,i", "...")
+        bias = "" if n == 2 else ",..." if ranks[1] == 1 else ",...o" if ranks[2] >= 1 else ","
+        return f"{x}{bias}->{w}"
+    mask = "" if n == 3 else ",...ls"
+    return f"...le,...se,...sv{mask}->...lv"
+
+
+def _labels(c: Contraction, ranks: Sequence[int]) -> tuple[list[str], str] | None:
+    eq = _equation(c, ranks)
+    try:
+        return parse_equation(eq, ranks) if eq is not None else None
+    except DimError:
+        return None
+
+
+def _globals(labels: list[str], sharded: str | None, gen: torch.Generator) -> list[torch.Tensor]:
+    size: dict[str, int] = {}
+    for lab in labels:
+        for ch in lab:
+            if ch not in size:
+                size[ch] = SHARDED if ch == sharded else _SIZES[len(size) % len(_SIZES)]
+    return [torch.randn(tuple(size[ch] for ch in lab), generator=gen, dtype=torch.float64)
+            for lab in labels]
+
+
+def _concat_is_global(fn: Callable[..., torch.Tensor], gs: list[torch.Tensor],
+                      dims: list[int | None], j: int) -> bool | None:
+    """Whether the ranks' results, concatenated on j, are fn of the globals (None: the locals
+    do not run)."""
+    try:
+        ref = fn(*gs)
+    except (RuntimeError, IndexError):
+        return None  # torch takes no operands of these ranks
+    outs = []
+    for k in range(2):
+        locs = [g if d is None else g.chunk(2, d)[k] for g, d in zip(gs, dims)]
+        try:
+            outs.append(fn(*locs))
+        except (RuntimeError, IndexError):
+            return None
+    CLAIMS[0] += 1
+    try:
+        cat = torch.cat(outs, j)
+    except (RuntimeError, IndexError):
+        return False
+    return cat.shape == ref.shape and torch.allclose(cat, ref)
+
+
+def _check(c: Contraction, fn: Callable[..., torch.Tensor], ranks: Sequence[int],
+           types: Sequence[LocalType], gen: torch.Generator, strict_static: bool = True) -> None:
+    parsed = _labels(c, ranks)
+    if parsed is None:
+        return
+    labels, out = parsed
+    dims = [None if t.kind is not Kind.V else t.dim % r  # type: ignore[operator]
+            for t, r in zip(types, ranks)]
+    shard_labels = {lab[d] for lab, d in zip(labels, dims) if d is not None}
+    sharded = shard_labels.pop() if len(shard_labels) == 1 else None
+    gs = _globals(labels, sharded, gen)
+    shapes = [tuple(g.shape) for g in gs]
+    exact = contracted_layout(c, [(t, s) for t, s in zip(types, shapes)])
+    static = contracted_layout(c, [(t, None) for t in types])
+    out_rank = len(out)
+    if exact.dim is not None:
+        ok = _concat_is_global(fn, gs, dims, exact.dim)
+        assert ok is not False, (c, ranks, types, exact)
+    if out_rank < 1:
+        return
+    possible, sd = static.at_rank(out_rank)
+    if possible and sd is not None:
+        ok = _concat_is_global(fn, gs, dims, sd)
+        if strict_static:
+            assert ok is not False, (c, ranks, types, static.describe())
+        elif ok is False:  # too specific at most: no other dim is the global's either
+            for j in range(out_rank):
+                assert _concat_is_global(fn, gs, dims, j) is not True, (c, ranks, types, j)
+        if ok and exact.dim is not None:
+            assert sd % out_rank == exact.dim % out_rank
+
+
+# --------------------------------------------------------------------------------------
+
+_EQUATIONS = ["bsh,hd->bsd", "bsh,hd", "ij,jk", "ij,jk->ki", "bi,jb->bij", "bi,bj->bij",
+              "ii->i", "ij->ji", "bij->b", "bhld,bhsd->bhls", "bhls,bhsd->bhld", "i,j->ij",
+              "bi,i->bi", "...ij,jk->...ik", "...ij,...jk->...ik", "...i,...i->...",
+              "...ij->...ji", "b...i,io->b...o"]
+
+
+def _einsum_ranks(eq: str) -> list[list[int]]:
+    terms = eq.split("->")[0].split(",")
+    choices = [[len(t)] if "..." not in t else [len(t) - 3 + e for e in range(3)] for t in terms]
+    return [list(p) for p in itertools.product(*choices)]
+
+
+@pytest.mark.parametrize("eq", _EQUATIONS)
+def test_einsum_against_torch(eq: str) -> None:
+    before = CLAIMS[0]
+    gen = torch.Generator().manual_seed(0)
+    c = make_contraction("einsum", {"equation": eq})
+    assert c is not None
+    for ranks in _einsum_ranks(eq):
+        if eq == "ii->i" and ranks != [2]:
+            continue
+        for types in itertools.product(*(_types(r) for r in ranks)):
+            if not any(t.kind is Kind.V for t in types):
+                continue
+            _check(c, lambda *xs: torch.einsum(eq, *xs), ranks, types, gen)
+    assert CLAIMS[0] > before or eq == "ii->i", "no claim was checked"
+
+
+_MATMULS: dict[str, tuple[Callable[..., torch.Tensor], list[tuple[int, int]]]] = {
+    "matmul": (torch.matmul, [(a, b) for a in range(1, 5) for b in range(1, 5)]),
+    "mm": (torch.mm, [(2, 2)]),
+    "bmm": (torch.bmm, [(3, 3)]),
+    "mv": (torch.mv, [(2, 1)]),
+    "outer": (torch.outer, [(1, 1)]),
+}
+
+
+@pytest.mark.parametrize("op", list(_MATMULS))
+def test_matmul_family_against_torch(op: str) -> None:
+    before = CLAIMS[0]
+    gen = torch.Generator().manual_seed(1)
+    fn, ranks_list = _MATMULS[op]
+    c = make_contraction(op, {})
+    assert c is not None
+    for ranks in ranks_list:
+        for types in itertools.product(*(_types(r) for r in ranks)):
+            if any(t.kind is Kind.V for t in types):
+                _check(c, fn, ranks, types, gen)
+    assert CLAIMS[0] > before, "no claim was checked"
+
+
+def test_linear_against_torch() -> None:
+    before = CLAIMS[0]
+    gen = torch.Generator().manual_seed(2)
+    c = make_contraction("linear", {})
+    assert c is not None
+    for rx in range(1, 5):
+        for rw in (1, 2):
+            for rb in (None, 0, 1, 2):
+                if rb is not None and rw == 1 and rb > 0 and rb > rx - 1:
+                    continue
+                ranks = [rx, rw] + ([] if rb is None else [rb])
+                for types in itertools.product(*(_types(r) for r in ranks)):
+                    if any(t.kind is Kind.V for t in types):
+                        _check(c, lambda *xs: F.linear(*xs), ranks, types, gen)
+    assert CLAIMS[0] > before, "no claim was checked"
+
+
+def _attention(causal: bool) -> Callable[..., torch.Tensor]:
+    def run(q, k, v, m=None):  # noqa: ANN001, ANN202
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal)
+    return run
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rank", [2, 3, 4])
+def test_attention_against_torch(rank: int, causal: bool) -> None:
+    before = CLAIMS[0]
+    gen = torch.Generator().manual_seed(3)
+    c = make_contraction("scaled_dot_product_attention", {"is_causal": causal})
+    assert c is not None
+    for types in itertools.product(*(_types(rank) for _ in range(3))):
+        if any(t.kind is Kind.V for t in types):
+            _check(c, _attention(causal), [rank] * 3, types, gen, strict_static=rank >= 4)
+    assert CLAIMS[0] > before, "no claim was checked"
+
+
+@pytest.mark.parametrize("mask_rank", [2, 3, 4])
+def test_attention_with_a_mask_against_torch(mask_rank: int) -> None:
+    before = CLAIMS[0]
+    gen = torch.Generator().manual_seed(4)
+    c = make_contraction("scaled_dot_product_attention", {})
+    assert c is not None
+    q_types = [REPLICATE, shard(1), shard(-2), shard(0)]
+    for tq, tm in itertools.product(q_types, _types(mask_rank)):
+        types = [tq, tq if tq.dim in (0, 1) else REPLICATE, tq if tq.dim in (0, 1) else REPLICATE,
+                 tm]
+        if any(t.kind is Kind.V for t in types):
+            _check(c, _attention(False), [4, 4, 4, mask_rank], types, gen)
+    assert CLAIMS[0] > before, "no claim was checked"
+
+
+def test_attention_grouped_query_heads() -> None:
+    """Heads sharded with fewer key/value heads (grouped-query attention): the locals keep
+    the ratio, so the concatenation is the global grouped attention."""
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 8, 3, 4, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 4, 5, 4, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 4, 5, 4, generator=gen, dtype=torch.float64)
+    c = make_contraction("scaled_dot_product_attention", {})
+    assert c is not None
+    shapes = [(2, 4, 3, 4), (2, 2, 5, 4), (2, 2, 5, 4)]  # the locals
+    got = contracted_layout(c, [(shard(1), s) for s in shapes])
+    assert got == shard(1)
+
+    def fn(q, k, v):  # noqa: ANN001, ANN202
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert _concat_is_global(fn, [q, k, v], [1, 1, 1], 1)
+    # a size-1 shard beside a larger one (a broadcast) is no shard of a global
+    assert contracted_layout(make_contraction("einsum", {"equation": "bi,bi->bi"}),  # type: ignore[arg-type]
+                             [(shard(0), (2, 3)), (shard(0), (1, 3))]) == VARYING
+
+
+# --------------------------------------------------------------------------------------
+# Not V everywhere: the module docstring's table.
+
+_R = REPLICATE
+
+
+@pytest.mark.parametrize("op,values,types,static,checked", [
+    ("einsum", {"equation": "bsh,hd->bsd"}, [shard(1), _R], "S(1)", ((2, 3, 4), (4, 5))),
+    ("einsum", {"equation": "bsh,hd"}, [shard(1), _R], "S(2)", ((2, 3, 4), (4, 5))),
+    ("einsum", {"equation": "...sh,hd->...sd"}, [shard(-2), _R], "S(-2)", ((2, 3, 4), (4, 5))),
+    ("einsum", {"equation": "bsh,hd->bsd"}, [shard(2), _R], "V", ((2, 3, 4), (4, 5))),
+    ("einsum", {"equation": "bi,jb->bij"}, [shard(0), shard(1)], "S(0)", ((2, 3), (4, 2))),
+    ("einsum", {"equation": "bi,bj->bij"}, [shard(0), shard(1)], "V", ((2, 3), (2, 4))),
+    ("einsum", {"equation": "bi,bj->bij"}, [shard(0), _R], "V", ((2, 3), (2, 4))),
+    ("einsum", {"equation": "ii->i"}, [shard(0)], "V", ((2, 4),)),
+    ("mm", {}, [shard(0), _R], "S(0)", ((2, 3), (3, 4))),
+    ("mm", {}, [_R, shard(1)], "S(1)", ((2, 3), (3, 4))),
+    ("bmm", {}, [shard(0), shard(0)], "S(0)", ((2, 3, 4), (2, 4, 5))),
+    ("bmm", {}, [shard(0), _R], "V", ((2, 3, 4), (2, 4, 5))),
+    ("matmul", {}, [shard(-2), _R], "V (V at rank >= 2, S(-1) at rank 1)", ((2, 3, 4), (4, 5))),
+    ("matmul", {}, [shard(1), _R], "V", ((2, 3, 4), (4, 5))),
+    ("linear", {}, [shard(1), _R], "V (S(1) at rank >= 3, V at rank 1, 2)", ((2, 3, 4), (5, 4))),
+    ("linear", {}, [_R, shard(0)], "V", ((2, 3, 4), (5, 4))),
+    ("scaled_dot_product_attention", {}, [shard(1)] * 3, "S(1)", ((2, 2, 3, 4),) * 3),
+    ("scaled_dot_product_attention", {}, [shard(-2), _R, _R], "S(-2)",
+     ((2, 2, 3, 4), (2, 4, 5, 4), (2, 4, 5, 4))),
+    ("scaled_dot_product_attention", {"is_causal": True}, [shard(-2), _R, _R], "V",
+     ((2, 2, 3, 4), (2, 4, 5, 4), (2, 4, 5, 4))),
+    ("scaled_dot_product_attention", {"is_causal": object()}, [shard(-2), _R, _R], "V",
+     ((2, 2, 3, 4), (2, 4, 5, 4), (2, 4, 5, 4))),
+    ("scaled_dot_product_attention", {}, [shard(-2)] * 3, "V", ((2, 4, 2, 4),) * 3),
+    ("scaled_dot_product_attention", {}, [_R, _R, shard(-1)], "S(-1)",
+     ((2, 4, 3, 4), (2, 4, 5, 4), (2, 4, 5, 2))),
+])
+def test_the_docstring_table(op, values, types, static, checked) -> None:  # noqa: ANN001
+    c = make_contraction(op, values)
+    assert c is not None
+    assert contracted_layout(c, [(t, None) for t in types]).describe() == static
+    exact = contracted_layout(c, list(zip(types, checked)))
+    if static.startswith("S("):
+        assert str(exact) == static  # fixed ranks: the check mode says the same
+    want = {"linear": "S(1)" if types[0].kind is Kind.V else "S(-1)",
+            "matmul": "S(-2)" if types[0].dim == -2 else "S(1)"}.get(op)
+    if want is not None:  # the check mode knows the ranks
+        assert str(exact) == want
+
+
+def test_check_mode_column_parallel_is_the_last_dim() -> None:
+    c = make_contraction("linear", {})
+    assert c is not None
+    assert contracted_layout(c, [(_R, (2, 3, 4)), (shard(0), (5, 4))]) == shard(-1)
+    assert contracted_layout(c, [(_R, (2, 3, 4)), (shard(0), (5, 4)), (shard(0), (5,))]) == shard(-1)
+    # an R bias of the local out size has no global meaning; a 1-d weight: dim 0 is contracted
+    assert contracted_layout(c, [(_R, (2, 3, 4)), (shard(0), (5, 4)), (_R, (5,))]) == VARYING
+    assert contracted_layout(c, [(_R, (2, 3, 4)), (shard(0), (4,))]) == VARYING
+
+
+def test_untyped_or_unknown_layout_operands_give_V() -> None:
+    c = make_contraction("einsum", {"equation": "bsh,hd->bsd"})
+    assert c is not None
+    assert contracted_layout(c, [(shard(1), None), (None, None)]) == VARYING
+    assert contracted_layout(c, [(shard(1), None), (VARYING, None)]) == VARYING
+    assert make_contraction("einsum", {}) is None  # the equation not a literal: no rule
+
+
+def test_through_propagate() -> None:
+    """The op rule hands a Varying result's layout to the contraction rule; R, I and P
+    results are untouched, and a contraction of two R operands stays R."""
+    t = lambda lt: SpmdType.of({"tp": lt})  # noqa: E731
+    c = make_contraction("einsum", {"equation": "bsh,hd->bsd"})
+    res = propagate("einsum", [Operand(t(shard(1)), "x"), Operand(t(REPLICATE), "w")], move=c)
+    assert not res.errors and res.type == t(shard(1))
+    res = propagate("einsum", [Operand(t(REPLICATE), "x"), Operand(t(REPLICATE), "w")], move=c)
+    assert res.type == t(REPLICATE)
+    lin = make_contraction("linear", {})
+    res = propagate("linear", [Operand(t(shard(0)), "x", shape=(4, 3)),
+                               Operand(t(REPLICATE), "w", shape=(5, 3))], move=lin)
+    assert res.type == t(shard(0))
