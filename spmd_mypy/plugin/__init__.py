@@ -49,7 +49,7 @@ from .dispatch import HookDispatch
 from .modules import ModuleCallTyper
 from .mypy_types import TypeBuilder
 from .partials import PartialTyper
-from .promotion import Promotion, uses_spmd
+from .promotion import Correlated, Promotion, uses_spmd
 from .rewrite import RegionIndex, Renamer
 
 def _source_hash() -> str:
@@ -104,6 +104,7 @@ class SpmdPlugin(Plugin):
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
         self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.dispatch.on_module,
                                    lambda: self._modules)
+        self.promotion.correlated = Correlated(self.types, self.dispatch)
         self.annotations = AnnotationHooks(self)
         self._parsed = False  # a file was parsed (get_additional_deps): it will be checked
         cls = type(self)

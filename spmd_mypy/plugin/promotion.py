@@ -22,16 +22,50 @@ This module is compiled with the rest of the plugin: the wrapper runs at every h
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
-from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile, TypeInfo
+from mypy.argmap import map_actuals_to_formals
+from mypy.literals import literal_hash
+from mypy.nodes import (
+    ARG_POS,
+    LDEF,
+    AssignmentStmt,
+    CallExpr,
+    Expression,
+    FuncDef,
+    Import,
+    ImportAll,
+    ImportFrom,
+    IndexExpr,
+    MemberExpr,
+    MypyFile,
+    NameExpr,
+    OpExpr,
+    OperatorAssignmentStmt,
+    RefExpr,
+    Statement,
+    TempNode,
+    TypeInfo,
+    UnaryExpr,
+)
+from mypy.operators import op_methods, reverse_op_methods
+from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.typeops import make_simplified_union
-from mypy.types import Type
+from mypy.types import (
+    CallableType,
+    Instance,
+    Overloaded,
+    TupleType,
+    Type,
+    UnionType,
+    get_proper_type,
+)
 from mypy.typestate import type_state
 from mypy.util import correct_relative_import
 
 from .guard import RESULT, recover
-from ..engine.types import UNTYPED
+from ..engine.types import UNTYPED, SpmdType
+from .global_calls import _blocks as statement_blocks, size_names
 from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder
 
@@ -55,6 +89,7 @@ class Promotion:
         self.typed_modules: set[str] = set()  # modules with a Tensor[...] annotation
         self._imports: TreeMemo[bool] = TreeMemo(uses_spmd)
         self.typed_imports = TypedImports(modules)
+        self.correlated: Correlated | None = None  # set by the plugin (it needs the hooks)
 
     def sync(self, api: object) -> None:
         tree = getattr(api, "tree", None)
@@ -116,7 +151,11 @@ class Promotion:
         """An argument whose type is a union of typed tensors (``h`` after ``if c: h = x + b``
         under mypy's flexible redefinition) is typed member by member, as mypy does for a
         union receiver: one context per combination (at most 16), the results joined.
-        None when no argument is such a union (the common case, kept cheap)."""
+        None when no argument is such a union (the common case, kept cheap).
+
+        Operands derived from one name split together (:class:`Correlated`): in
+        ``for p in (a, b): p.add_(p.grad)`` the receiver and ``p.grad`` are ``a`` and
+        ``a.grad``, or ``b`` and ``b.grad``, never ``a`` with ``b.grad``."""
         if not self.wanted:
             return None  # a module without SPMD types: nothing is typed
         arg_types: list[list[Type]] = getattr(ctx, "arg_types", None) or []
@@ -124,20 +163,29 @@ class Promotion:
         # hand a union receiver to a reflected operator: ``b * h`` checks ``h.__rmul__(b)``)
         if not self._has_alternatives(receiver, arg_types):
             return None
-        choices: list[tuple[int, int, list[Type]]] = []  # (-1, -1): the receiver
         slots: list[tuple[int, int, Type]] = [(-1, -1, receiver)] if receiver is not None else []
         slots += [(i, j, t) for i, group in enumerate(arg_types) for j, t in enumerate(group)]
+        split: dict[tuple[int, int], list[Type]] = {}  # (-1, -1): the receiver
         for i, j, t in slots:
             items = self.types.alternatives(t)
             if items is not None:
                 members = [self.types.from_type(m) for m in items]
                 if all(m is not None for m in members) and any(members):
-                    choices.append((i, j, items))
-        if not choices:
+                    split[(i, j)] = items
+        if not split:
             return None
+        joint: dict[tuple[int, int], list[dict[tuple[int, int], Type]]] = {}
+        if len(slots) > 1 and self.correlated is not None:
+            joint = self.correlated.groups(ctx, slots, split)
+        choices: list[list[dict[tuple[int, int], Type]]] = []
+        for key, items in split.items():
+            if key in joint:  # the first slot of a group of operands derived from one name
+                choices.append(joint[key])
+            elif not any(key in option for options in joint.values() for option in options):
+                choices.append([{key: m} for m in items])
         combos: list[dict[tuple[int, int], Type]] = [{}]
-        for i, j, items in choices:
-            combos = [{**c, (i, j): m} for c in combos for m in items]
+        for options in choices:
+            combos = [{**c, **o} for c in combos for o in options]
             if len(combos) > UNION_CASES_MAX:
                 return None
         cases = []
@@ -162,6 +210,547 @@ class Promotion:
                 if types.has_alternatives(t):
                     return True
         return False
+
+
+# how an operand is derived from a name (Correlated.derivation)
+_NAME: Final = 0  # the name itself
+_ATTRIBUTE: Final = 1  # x.grad, x.data, x.T, x.mT, x.H, x.mH
+_CALL: Final = 2  # x.detach(), x.mul(lr), torch.sign(x): a tensor method or torch function
+_UNARY: Final = 3  # -x, +x
+_BINARY: Final = 4  # x * lr, lr * x, x - lr * x.grad, x * w: an operator of derived operands,
+# scalars and tensors of one type
+_DERIVED_ATTRIBUTES: Final = frozenset(("grad", "data", "T", "mT", "H", "mH"))
+_UNARY_METHODS: Final = {"-": "__neg__", "+": "__pos__"}
+# torch functions whose hooks are no op rules (checkpoint types the function it runs, a list
+# of tensors is no derived operand): not followed
+_NOT_OPS: Final = ("torch.distributed.", "torch.autograd.", "torch.utils.", "torch._foreach_")
+_ALIAS_DEPTH: Final = 3  # g = p.grad; h = g * lr: locals followed to what they were assigned
+
+Slot = tuple[int, int]  # (-1, -1): the receiver; else (formal, actual)
+
+
+class Derived:
+    """An operand as computed from a name: the name itself, or one step (an attribute, a
+    method or torch function, a sign, an operator) on operands so computed (``left``: the
+    receiver; ``right``: an operator's other side; ``args``: a call's arguments; None for a
+    part whose type is the same whatever the name's member: a scalar, a dim, a tensor of one
+    type)."""
+
+    def __init__(self, kind: int, node: Expression, name: str = "",
+                 left: Derived | None = None, right: Derived | None = None,
+                 args: list[Derived | None] | None = None, reflected: bool = False) -> None:
+        self.kind = kind
+        self.node = node
+        self.name = name  # the attribute, method, or function the hooks know the step by
+        self.left = left
+        self.right = right
+        self.args = args
+        self.reflected = reflected  # an operator typed by the right side's method (lr * x)
+
+
+class Correlated:
+    """Operands of one call derived from the same name are split together.
+
+    mypy types the loop variable of ``for p in (self.a, self.b)`` by the union of the items,
+    and ``p.grad`` by the union of their gradients' types; split independently, the call
+    ``p.add_(p.grad, alpha=-lr)`` would be typed for ``a`` with ``b``'s gradient too, a
+    pairing no iteration makes.  Each operand computed from the name and from values whose
+    type does not depend on it (attributes ``.grad``/``.data``/``.T``, tensor methods and
+    torch functions, signs and operators, with scalars, dims or tensors of one type beside:
+    ``p.grad.detach() * lr``, ``p - lr * p.grad``, ``torch.sign(p.grad)``, ``g`` after
+    ``g = p.grad`` in the same pass) takes, for each member of the name's union, the type it
+    has when the name has that member's type, typed by the plugin's own hooks (``.grad`` is
+    the engine's dual, as for a name of one type), run quietly: their errors are reported
+    where mypy typed the operand.  A member whose derived types are not among those mypy
+    gave the operands is left out (mypy split a union receiver itself, or narrowed an
+    operand); when an operand cannot be derived, or no member is left, the operands split
+    independently, as before.  Asked only when an operand is a union
+    (:meth:`Promotion.union_cases`).  Not followed: subscripts, lists, spmd's collectives,
+    and two names iterated together (``for p, g in zip(ps, gs)``)."""
+
+    def __init__(self, types: TypeBuilder, hooks: Any) -> None:
+        self.types = types
+        self.hooks = hooks  # the plugin's HookDispatch: the hooks of attributes and methods
+
+    def groups(self, ctx: Any, slots: list[tuple[int, int, Type]],
+               split: dict[Slot, list[Type]]) -> dict[Slot, list[dict[Slot, Type]]]:
+        """For each group of operands derived from one name (at least one of them a union to
+        split), keyed by its first union operand: one assignment of the group's union
+        operands per member of the name."""
+        try:
+            with _Quiet(ctx.api):
+                return self._groups(ctx, slots, split)
+        except Exception:  # noqa: BLE001 - never crash mypy: split independently
+            return {}
+
+    def _groups(self, ctx: Any, slots: list[tuple[int, int, Type]],
+                split: dict[Slot, list[Type]]) -> dict[Slot, list[dict[Slot, Type]]]:
+        api = ctx.api
+        receiver, other = self._receiver(ctx)
+        by_root: dict[object, list[tuple[Slot, Expression, Derived, Type]]] = {}
+        for i, j, t in slots:
+            key = (i, j)
+            if key not in split and self.types.from_type(t) is None:
+                continue  # neither a union to split nor a typed tensor (a scalar, a list)
+            if i < 0:
+                e = receiver
+            else:
+                e = ctx.args[i][j] if i < len(ctx.args) and j < len(ctx.args[i]) else None
+                if isinstance(e, TempNode):  # an operator's other side
+                    e = other
+            if e is None:
+                continue
+            found = self.derivation(e, ctx)
+            if found is not None:
+                by_root.setdefault(found[0], []).append((key, found[1], found[2], t))
+        out: dict[Slot, list[dict[Slot, Type]]] = {}
+        for members in by_root.values():
+            keys = [m[0] for m in members if m[0] in split]
+            if len(members) < 2 or not keys:
+                continue
+            options = self._joint(ctx, members, split)
+            if options is not None:
+                out[keys[0]] = options
+        return out
+
+    def _joint(self, ctx: Any, members: list[tuple[Slot, Expression, Derived, Type]],
+               split: dict[Slot, list[Type]]) -> list[dict[Slot, Type]] | None:
+        """One assignment of the union operands per member of the name: the name's members
+        are those of an operand that is the name itself (its type at this call: mypy splits a
+        union receiver itself), else of the name's type."""
+        types = self.types
+        base: Type | None = None
+        for member in members:
+            if member[2].kind == _NAME:
+                base = member[3]
+                break
+        if base is None:
+            base = _lookup(ctx.api, members[0][1])
+            if base is None:
+                return None
+        candidates = types.alternatives(base) or [base]
+        if any(types.from_type(c) is None for c in candidates):
+            return None
+        allowed: list[dict[SpmdType, Type]] = []  # each operand's possible types, by SPMD type
+        for member in members:
+            table: dict[SpmdType, Type] = {}
+            for item in split.get(member[0]) or [member[3]]:
+                st = types.from_type(item)
+                if st is not None and st not in table:
+                    table[st] = item
+            allowed.append(table)
+        options: list[dict[Slot, Type]] = []
+        for c in candidates:
+            option: dict[Slot, Type] = {}
+            for member, table in zip(members, allowed):
+                key = member[0]
+                derived = self.derive(ctx, c, member[2])
+                if derived is None:
+                    return None  # not derivable: independent splitting
+                chosen = table.get(derived)
+                if chosen is None:
+                    option = {}  # not this member (mypy says the operand is something else)
+                    break
+                if key in split:
+                    option[key] = chosen
+            if option and option not in options:
+                options.append(option)
+        return options or None
+
+    def derivation(self, e: Expression, ctx: Any) -> tuple[object, Expression, Derived] | None:
+        """The name ``e`` is computed from (its ``literal_hash``, as mypy's binder keys a
+        narrowed expression, and one occurrence), and how; None for an operand computed
+        otherwise (from two names of several types, through a subscript or a user call)."""
+        roots: list[tuple[object, Expression]] = []
+        plan = self._plan(e, ctx, roots, 0, ctx.context.line)
+        if plan is None or not roots or any(r[0] != roots[0][0] for r in roots):
+            return None
+        return roots[0][0], roots[0][1], plan
+
+    def _plan(self, e: Expression, ctx: Any, roots: list[tuple[object, Expression]],
+              depth: int, line: int) -> Derived | None:
+        """How ``e`` is computed (``line``: where it is read), the names it is computed from
+        appended to ``roots``."""
+        api = ctx.api
+        if isinstance(e, MemberExpr) and e.name in _DERIVED_ATTRIBUTES:
+            inner = self._plan(e.expr, ctx, roots, depth, line)
+            return Derived(_ATTRIBUTE, e, e.name, inner) if inner is not None else None
+        if isinstance(e, CallExpr):
+            return self._call_plan(e, ctx, roots, depth, line)
+        if isinstance(e, UnaryExpr):
+            method = _UNARY_METHODS.get(e.op)
+            if method is None:
+                return None
+            inner = self._plan(e.expr, ctx, roots, depth, line)
+            return Derived(_UNARY, e, method, inner) if inner is not None else None
+        if isinstance(e, OpExpr):
+            method = op_methods.get(e.op)
+            if method is None:
+                return None
+            ok_left, left = self._operand(e.left, ctx, roots, depth, line)
+            ok_right, right = self._operand(e.right, ctx, roots, depth, line)
+            if not ok_left or not ok_right or (left is None and right is None):
+                return None
+            reflected = left is None and self.types.from_type(_lookup(api, e.left)) is None
+            if reflected:  # lr * x is x.__rmul__(lr)
+                method = reverse_op_methods.get(method, "")
+                if not method:
+                    return None
+            return Derived(_BINARY, e, method, left, right, reflected=reflected)
+        if isinstance(e, NameExpr) and e.kind == LDEF and depth < _ALIAS_DEPTH:
+            aliased = self._alias(ctx, e, depth, line)
+            if aliased is not None:
+                roots.extend(aliased[0])
+                return aliased[1]
+        h = literal_hash(e)
+        if h is None:
+            return None
+        roots.append((h, e))
+        return Derived(_NAME, e)
+
+    def _call_plan(self, e: CallExpr, ctx: Any, roots: list[tuple[object, Expression]],
+                   depth: int, line: int) -> Derived | None:
+        """A tensor method called on a derived operand, or a torch function; its arguments
+        derived too, or of one type whatever the name's member (dims, scalars, dtypes, a
+        tensor of one type)."""
+        callee = e.callee
+        receiver: Derived | None = None
+        if isinstance(callee, RefExpr) and callee.fullname.startswith("torch."):
+            name = callee.fullname  # torch.sign(x), F.normalize(x): a torch op by its name
+            if name.startswith(_NOT_OPS):
+                return None
+        elif isinstance(callee, MemberExpr):  # x.mul(lr): a tensor method
+            ok, receiver = self._operand(callee.expr, ctx, roots, depth, line)
+            if not ok or (receiver is None
+                          and self.types.from_type(_lookup(ctx.api, callee.expr)) is None):
+                return None
+            name = f"{TENSOR}.{callee.name}"
+        else:
+            return None
+        args: list[Derived | None] = []
+        for a in e.args:
+            ok, plan = self._operand(a, ctx, roots, depth, line)
+            if not ok:
+                return None
+            args.append(plan)
+        if receiver is None and not any(a is not None for a in args):
+            return None  # nothing derived: not an operand of the name
+        return Derived(_CALL, e, name, receiver, None, args)
+
+    def _operand(self, e: Expression, ctx: Any, roots: list[tuple[object, Expression]],
+                 depth: int, line: int) -> tuple[bool, Derived | None]:
+        """A side of an operator, an argument or a receiver in a derived operand: (True, None)
+        when its type is the same whatever the name's member (a scalar, a dim, a tensor mypy
+        gave one type), (True, how) when derived from the name, (False, None) for neither."""
+        t = _lookup(ctx.api, e)
+        if t is not None and not self._varies(t):
+            return True, None
+        plan = self._plan(e, ctx, roots, depth, line)
+        return plan is not None, plan
+
+    def _varies(self, t: Type) -> bool:
+        """Whether a value of type ``t`` may be typed tensors of different types (a union or a
+        join of them, also as a container's items)."""
+        p = get_proper_type(t)
+        if isinstance(p, UnionType):
+            seen: set[SpmdType] = set()
+            for item in p.items:
+                if self._varies(item):
+                    return True
+                st = self.types.from_type(item)
+                if st is not None:
+                    seen.add(st)
+            return len(seen) > 1
+        if isinstance(p, Instance):
+            if self.types.from_type(p) is not None:
+                return self.types.members(p) is not None
+            return any(self._varies(a) for a in p.args)
+        if isinstance(p, TupleType):
+            return any(self._varies(i) for i in p.items)
+        return False
+
+    def _alias(self, ctx: Any, name: NameExpr, depth: int, line: int
+               ) -> tuple[list[tuple[object, Expression]], Derived] | None:
+        """A local assigned once, from an operand derived from another local, as that
+        operand (``g = p.grad`` ... ``p.add_(g)``: ``g`` is ``p.grad``), when the value read is
+        the one assigned in the same pass as the call's: the assignment is a statement of the
+        block that holds the call's statement, before it, and the local it is derived from is
+        bound once in the function (a parameter, a loop variable), not between the two; a
+        name bound more than once, also in a nested definition, or the function's ``match``
+        statements, leave it a name (mypy's redefinition renaming makes a same-block re-
+        assignment another name)."""
+        func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
+        if not isinstance(func, FuncDef):
+            return None
+        facts = size_names(func)
+        if facts.bindings.get(name.name) != 1:
+            return None
+        value = facts.values.get(name.name)
+        if value is None:
+            return None
+        where = _statement_assigning(func.body.body, value)
+        if where is None:
+            return None
+        block, k = where
+        first = block[k].line
+        last = block[k].end_line or first
+        later: Statement | None = None
+        for st in block:
+            if st.line <= line <= (st.end_line or st.line):
+                later = st
+                break
+        if later is None or later.line <= last:
+            return None  # the call is not in a later statement of the assignment's block
+        roots: list[tuple[object, Expression]] = []
+        plan = self._plan(value, ctx, roots, depth + 1, first)
+        if plan is None:
+            return None
+        end = later.end_line or later.line
+        for _, root in roots:
+            if not isinstance(root, NameExpr) or root.kind != LDEF:
+                return None  # an attribute (self.w) may be assigned in between
+            if facts.bindings.get(root.name) != 1 or first <= facts.defined_at.get(root.name, end + 1) <= end:
+                return None
+        return roots, plan
+
+    def derive(self, ctx: Any, member: Type, plan: Derived) -> SpmdType | None:
+        """The SPMD type of the operand ``plan`` computes from a name of type ``member``;
+        None when a step has no typed result."""
+        t = self._derive(ctx, member, plan)
+        return self.types.from_type(t) if t is not None else None
+
+    def _derive(self, ctx: Any, member: Type, plan: Derived) -> Type | None:
+        kind = plan.kind
+        if kind == _NAME:
+            return member
+        api = ctx.api
+        node = plan.node
+        if kind == _CALL:
+            return self._derive_call(ctx, member, plan)
+        left = self._derive(ctx, member, plan.left) if plan.left is not None else None
+        if kind == _ATTRIBUTE:
+            hook = _unwrap(self.hooks.get_attribute_hook(f"{TENSOR}.{plan.name}"))
+            if hook is None or left is None:
+                return None
+            default = _lookup(api, node) or left
+            return self._typed(hook(AttributeContext(get_proper_type(left), default, False, node, api)))
+        hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{plan.name}"))
+        if hook is None:
+            return None
+        if kind == _BINARY and isinstance(node, OpExpr):
+            right = self._derive(ctx, member, plan.right) if plan.right is not None else None
+            if plan.right is not None and right is None or plan.left is not None and left is None:
+                return None
+            receiver: Type | None
+            other_type: Type | None
+            if plan.reflected:  # lr * x: x.__rmul__(lr)
+                receiver, other, other_type = right, node.left, None
+            else:  # x * y, x * lr, w * x: the left side's method
+                receiver, other, other_type = left or _lookup(api, node.left), node.right, right
+            if other_type is None:
+                other_type = _lookup(api, other)
+            if receiver is None or other_type is None:
+                return None
+            return self._typed(hook(MethodContext(get_proper_type(receiver), [[other_type]], [[ARG_POS]],
+                                                  ["other"], [[None]], receiver, [[other]], node, api)))
+        if left is None:
+            return None
+        return self._typed(hook(MethodContext(get_proper_type(left), [], [], [], [], left, [],
+                                              node, api)))
+
+    def _derive_call(self, ctx: Any, member: Type, plan: Derived) -> Type | None:
+        """A derived call typed by its hook, given the arguments as mypy would (by formal)."""
+        node = plan.node
+        if not isinstance(node, CallExpr):
+            return None
+        api = ctx.api
+        method = plan.name.startswith(TENSOR + ".")
+        receiver: Type | None = None
+        if plan.left is not None:
+            receiver = self._derive(ctx, member, plan.left)
+            if receiver is None:
+                return None
+        elif method and isinstance(node.callee, MemberExpr):  # a receiver of one type
+            receiver = _lookup(api, node.callee.expr)
+        actual: list[Type] = []
+        for a, sub in zip(node.args, plan.args or []):
+            t = self._derive(ctx, member, sub) if sub is not None else _lookup(api, a)
+            if t is None:
+                return None
+            actual.append(t)
+        if len(actual) != len(node.args):
+            return None
+        formals = _formals(_lookup(api, node.callee), node, actual)
+        if formals is None:
+            return None
+        names, mapping = formals
+        arg_types = [[actual[i] for i in m] for m in mapping]
+        arg_kinds = [[node.arg_kinds[i] for i in m] for m in mapping]
+        arg_names = [[node.arg_names[i] for i in m] for m in mapping]
+        args = [[node.args[i] for i in m] for m in mapping]
+        typed = [t for t in [receiver] + actual if t is not None and self.types.from_type(t) is not None]
+        if not typed:
+            return None
+        default = typed[0]  # a typed tensor: the hook gives it the op's type (typed_result)
+        if method:
+            if receiver is None:
+                return None
+            hook = _unwrap(self.hooks.get_method_hook(plan.name))
+            if hook is None:
+                return None
+            return self._typed(hook(MethodContext(get_proper_type(receiver), arg_types, arg_kinds, names,
+                                                  arg_names, default, args, node, api)))
+        hook = _unwrap(self.hooks.get_function_hook(plan.name))
+        if hook is None or not plan.name.startswith("torch."):
+            return None
+        return self._typed(hook(FunctionContext(arg_types, arg_kinds, names, arg_names, default, args,
+                                                node, api)))
+
+    def _typed(self, t: Type) -> Type | None:
+        """The typed tensor a hook's result holds (``Tensor[P["tp"]] | None`` for ``.grad``)."""
+        if self.types.from_type(t) is not None:
+            return t
+        p = get_proper_type(t)
+        if not isinstance(p, UnionType):
+            return None
+        found: Type | None = None
+        seen: SpmdType | None = None
+        for item in p.items:
+            st = self.types.from_type(item)
+            if st is None:
+                continue
+            if found is not None and st != seen:
+                return None  # two types: not one derived operand
+            found, seen = item, st
+        return found
+
+    def _receiver(self, ctx: Any) -> tuple[Expression | None, Expression | None]:
+        """A method call's receiver expression, and an operator's other side (which mypy hands
+        as a TempNode when it split a union itself), as the op hooks read them; None where it
+        cannot be told."""
+        if not hasattr(ctx, "type") or not hasattr(ctx, "args"):
+            return None, None
+        c = ctx.context
+        args = ctx.args
+        first = args[0][0] if args and args[0] else None
+        if isinstance(c, CallExpr):
+            return (c.callee.expr if isinstance(c.callee, MemberExpr) else None), None
+        if isinstance(c, OpExpr):
+            if first is c.right:
+                return c.left, c.right
+            if first is c.left:  # a reflected operator: ``lr * x`` is ``x.__rmul__(lr)``
+                return c.right, c.left
+            if isinstance(first, TempNode):
+                # mypy hands the left side as a TempNode to the reflected method (``t * t``
+                # checks ``t.__rmul__`` with the left side split), and a split right side to
+                # the forward one (when splitting the left alone failed): their types decide,
+                # the reflected method where both fit
+                left = self._kinds(_lookup(ctx.api, c.left))
+                right = self._kinds(_lookup(ctx.api, c.right))
+                mine = self._kinds(ctx.type)
+                its = self._kinds(first.type)
+                if left is not None and right is not None and mine and its:
+                    if mine <= right and its <= left:
+                        return c.right, c.left
+                    if mine <= left and its <= right:
+                        return c.left, c.right
+            return None, None
+        if isinstance(c, OperatorAssignmentStmt):
+            return c.lvalue, c.rvalue
+        if isinstance(c, IndexExpr):
+            return c.base, None
+        if isinstance(c, UnaryExpr):
+            return c.expr, None
+        return None, None
+
+    def _kinds(self, t: Type | None) -> set[SpmdType] | None:
+        """The SPMD types a value of type ``t`` may have."""
+        if t is None:
+            return None
+        out: set[SpmdType] = set()
+        for item in self.types.alternatives(t) or [t]:
+            st = self.types.from_type(item)
+            if st is not None:
+                out.add(st)
+        return out
+
+
+class _Quiet:
+    """Errors reported inside the block are dropped: the derivations re-run hooks that have
+    reported on the same operands already (where mypy typed them).  The hooks report past
+    mypy's error watchers (CallTyper.report), so the error store itself is rolled back."""
+
+    def __init__(self, api: Any) -> None:
+        store = getattr(getattr(api, "msg", None), "errors", None)
+        self.infos: dict[str, list[Any]] | None = getattr(store, "error_info_map", None)
+        self.file: str | None = getattr(store, "file", None)
+        self.count = -1  # -1: the file had no entry (one made in the block is removed)
+
+    def __enter__(self) -> None:
+        if self.infos is not None and self.file is not None and self.file in self.infos:
+            self.count = len(self.infos[self.file])
+
+    def __exit__(self, *_: object) -> None:
+        if self.infos is None or self.file is None:
+            return
+        infos = self.infos.get(self.file)
+        if infos is None:
+            return
+        if self.count < 0:
+            del self.infos[self.file]
+        elif len(infos) > self.count:
+            del infos[self.count:]
+
+
+def _statement_assigning(stmts: list[Statement], value: Expression
+                         ) -> tuple[list[Statement], int] | None:
+    """The block and index of the assignment ``name = value`` (not in nested definitions)."""
+    for k, st in enumerate(stmts):
+        if isinstance(st, AssignmentStmt) and st.rvalue is value:
+            return stmts, k
+        for block in statement_blocks(st):
+            found = _statement_assigning(block, value)
+            if found is not None:
+                return found
+    return None
+
+
+def _formals(callee: Type | None, call: CallExpr, actual: list[Type]
+             ) -> tuple[list[str | None], list[list[int]]] | None:
+    """The callee's parameter names and the call's arguments by parameter, as mypy hands them
+    to a hook (``read_reduction`` and ``read_move`` find dims by name); for an overloaded
+    callee, the first variant that takes every argument."""
+    p = get_proper_type(callee)
+    if isinstance(p, UnionType) and p.items:  # a method of a union receiver: one per member
+        p = get_proper_type(p.items[0])
+    variants: list[CallableType] = []
+    if isinstance(p, CallableType):
+        variants = [p]
+    elif isinstance(p, Overloaded):
+        variants = list(p.items)
+    n = len(call.args)
+    for sig in variants:
+        try:
+            mapping = map_actuals_to_formals(call.arg_kinds, call.arg_names, sig.arg_kinds, sig.arg_names,
+                                             lambda i: actual[i])
+        except Exception:  # noqa: BLE001 - an argument list mypy would reject: try the next
+            continue
+        used = sorted(i for m in mapping for i in m)
+        required = all(m or not k.is_required() for m, k in zip(mapping, sig.arg_kinds))
+        if used == list(range(n)) and required:
+            return list(sig.arg_names), mapping
+    return None
+
+
+def _lookup(api: Any, e: Expression) -> Type | None:
+    try:
+        return api.lookup_type(e)
+    except (KeyError, AttributeError):
+        return None
+
+
+def _unwrap(hook: Any) -> Any:
+    return hook.hook if isinstance(hook, Synced) else hook
 
 
 class TypedImports:

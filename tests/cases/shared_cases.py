@@ -566,6 +566,21 @@ case("nograd-I-inplace-by-R", {"g": "I", "norm": "R"},
 case("nograd-I-inplace-by-V", {"g": "I", "v": "V"},
      ("with torch.no_grad():", "    g.mul_(v)"), INPL,
      desc="only R may stand in for I: a V result still changes the target")
+# the hand-written optimizer loop over parameters of different types: statically the loop
+# variable is a union, and each parameter is paired with its own gradient only
+_LEAF = "torch.randn(4, 4, requires_grad=True)"
+case("nograd-loop-step-I-V", {"a": "I", "b": "V"},
+     ("a.sum().backward()", 'spmd.reinterpret(b.sum(), "tp", src=V, dst=P).backward()',
+      "with torch.no_grad():", "    for p in (a, b):", "        assert p.grad is not None",
+      "        p.add_(p.grad, alpha=-0.1)", "out = b"), "V",
+     collective=True, make={"a": _LEAF, "b": _LEAF},
+     desc="each parameter stepped by its own gradient (I by I, V by V)")
+case("nograd-loop-step-R-V", {"a": "R", "b": "V"},
+     ('loss = spmd.reinterpret((a * b).sum(), "tp", src=V, dst=P)', "loss.backward()",
+      "with torch.no_grad():", "    for p in (a, b):", "        assert p.grad is not None",
+      "        p.add_(p.grad, alpha=-0.1)"), AFF,
+     collective=True, make={"a": _LEAF, "b": _LEAF},
+     desc="the R parameter's own gradient is still Partial: the step sums it once per rank")
 
 # --------------------------------------------------------------------------------------
 # 10. backward: the loss must be I or P on every axis.

@@ -1,0 +1,133 @@
+"""A loop over tensors of different types reports what the loop's iterations would report one
+by one: no more (the plugin pairs each operand derived from the loop variable with the same
+member: ``a`` with ``a.grad``, never with ``b.grad``), and no less.
+
+For each pair of types, each update statement of an optimizer loop, with gradients off (an
+optimizer step) and on, and with the gradient read directly (``p.grad``) or through a local
+(``g = p.grad``), the errors on the statement in ``for p in (a, b): ...`` must be exactly the
+union of those on the same statement in two functions taking ``p`` of one type each
+(promotion.Correlated).  Before the correlated splitting, over half of these loops reported
+pairings no iteration makes.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mypy_project import run_mypy, write_config  # noqa: E402
+
+TYPES = {"R": 'Tensor[R["tp"]]', "I": 'Tensor[I["tp"]]', "V": 'Tensor[V["tp"]]',
+         "P": 'Tensor[P["tp"]]', "S0": 'Tensor[S[0, "tp"]]', "RdVt": 'Tensor[R["dp"], V["tp"]]'}
+# ``g`` is the gradient (``p.grad``, or a local assigned it); ``m`` and ``u`` are tensors of one
+# type (the same in every iteration)
+STATEMENTS = (
+    "p.add_(g, alpha=-lr)",
+    "p.sub_(g.detach() * lr)",
+    "p.data.add_(g.data, alpha=-lr)",
+    "p.addcmul_(g, g, value=-lr)",
+    "p.add_(g.sign(), alpha=-lr)",
+    "p.copy_(p - lr * g)",
+    "g.add_(p, alpha=0.01)",
+    "p.add_(g.mul(lr))",
+    "p.add_(torch.sign(g))",
+    "p.add_(g.clamp(-1.0, 1.0))",
+    "p.add_(g.add(p, alpha=0.1))",
+    "p.add_(g.view(4, 4))",
+    "p.add_(g.sum(0, keepdim=True))",
+    "p.add_(g.transpose(0, 1))",
+    "p.add_(g.T)",
+    "p.mul_(p)",
+    "p.add_(-g)",
+    "p.add_(g * g)",
+    "p.add_(torch.exp(g) * lr)",
+    "p.add_(F.gelu(g))",
+    "torch.add(p, g)",
+    "torch.matmul(g.T, p)",
+    "p.add_(g.softmax(-1))",
+    # with tensors of one type (m: R on "tp", u: untyped)
+    "p.add_(g * m)",
+    "p.add_(m * g)",
+    "p.add_(m.mul(g), alpha=-lr)",
+    "p.add_(torch.mul(g, m))",
+    "p.addcmul_(g, m, value=-lr)",
+    "p.add_(g * u)",
+    "p.add_(torch.where(m > 0, g, p))",
+)
+OTHERS = 'm: Tensor[R["tp"]], u: torch.Tensor, lr: float'
+PRELUDE = ("import torch", "import torch.nn.functional as F", "import spmd",
+           "from spmd import Tensor, R, I, V, P, S", "")
+REPORT = re.compile(r"^loops\.py:(\d+): (error|note): (.*)$")
+
+
+def _source() -> tuple[str, dict[int, tuple]]:
+    """The module, and what each checked line is: ("loop", case) or ("one", case)."""
+    lines = list(PRELUDE)
+    where: dict[int, tuple] = {}
+    n = 0
+    for direct, no_grad in itertools.product((False, True), (True, False)):
+        for a, b in itertools.combinations(TYPES, 2):
+            for statement in STATEMENTS:
+                n += 1
+                case = (direct, no_grad, a, b, statement)
+                text = re.sub(r"\bg\b", "p.grad", statement) if direct else statement
+                read = (["assert p.grad is not None"] if direct
+                        else ["g = p.grad", "assert g is not None"])
+                for name, params, loop in ((f"loop{n}", f"a: {TYPES[a]}, b: {TYPES[b]}", True),
+                                           (f"one{n}_a", f"p: {TYPES[a]}", False),
+                                           (f"one{n}_b", f"p: {TYPES[b]}", False)):
+                    lines.append(f"def {name}({params}, {OTHERS}) -> None:")
+                    indent = "    "
+                    if no_grad:
+                        lines.append(f"{indent}with torch.no_grad():")
+                        indent += "    "
+                    if loop:
+                        lines.append(f"{indent}for p in (a, b):")
+                        indent += "    "
+                    lines.extend(indent + r for r in read)
+                    lines.append(indent + text)
+                    where[len(lines)] = ("loop" if loop else "one", case)
+    return "\n".join(lines) + "\n", where
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple, set[str]], dict[tuple, set[str]]]:
+    root = tmp_path_factory.mktemp("union-loops")
+    write_config(root)
+    source, where = _source()
+    (root / "loops.py").write_text(source)
+    out = run_mypy(root, "loops.py")
+    by_line: dict[int, set[str]] = collections.defaultdict(set)
+    for raw in out.splitlines():
+        m = REPORT.match(raw)
+        if m:
+            by_line[int(m.group(1))].add(m.group(3))
+    assert set(by_line) <= set(where), "output on lines that are not checked statements"
+    loops: dict[tuple, set[str]] = collections.defaultdict(set)
+    ones: dict[tuple, set[str]] = collections.defaultdict(set)
+    for line, (kind, case) in where.items():
+        (loops if kind == "loop" else ones)[case] |= by_line.get(line, set())
+    return loops, ones
+
+
+def test_a_loop_reports_what_its_iterations_report(reported) -> None:  # noqa: ANN001
+    loops, ones = reported
+    assert set(loops) == set(ones)
+    wrong = {}
+    for case in loops:
+        if loops[case] != ones[case]:
+            wrong[case] = {"only in the loop": sorted(loops[case] - ones[case]),
+                           "only one by one": sorted(ones[case] - loops[case])}
+    assert not wrong, "\n".join(f"{case}: {diff}" for case, diff in list(wrong.items())[:10])
+
+
+def test_the_iterations_report_errors(reported) -> None:  # noqa: ANN001
+    """The comparison is not empty: many of the statements are errors for some type."""
+    loops, _ = reported
+    assert sum(1 for found in loops.values() if found) > len(loops) // 4
