@@ -399,7 +399,7 @@ class _SizeWalk:
             raise ValueError("expression too deep")
         if isinstance(node, AssignmentExpr):
             self.bind(node.target, node.line)
-        for attr in _CHILD_ATTRS:
+        for attr in _child_attrs(type(node)):
             child = getattr(node, attr, None)
             if isinstance(child, Expression):
                 self.walrus(child, depth + 1)
@@ -443,6 +443,16 @@ _CHILD_ATTRS = ("expr", "rvalue", "lvalues", "callee", "args", "left", "right", 
                 "base", "index", "items", "cond", "if_expr", "else_expr", "value", "left_expr",
                 "right_expr", "sequences", "condlists", "begin_index", "end_index", "stride",
                 "key", "generator", "indices", "msg", "from_expr", "analyzed")
+_CHILD_ATTRS_OF: dict[type, tuple[str, ...]] = {}
+
+
+def _child_attrs(cls: type) -> tuple[str, ...]:
+    """Those of :data:`_CHILD_ATTRS` a node class has (its slots): asking a node for an
+    attribute its class lacks raises and catches an AttributeError, ~30 times per node."""
+    attrs = _CHILD_ATTRS_OF.get(cls)
+    if attrs is None:
+        attrs = _CHILD_ATTRS_OF[cls] = tuple(a for a in _CHILD_ATTRS if hasattr(cls, a))
+    return attrs
 
 
 def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
