@@ -271,11 +271,10 @@ def _written_operands(frame: Any, values: Sequence[Any], named: dict[str, torch.
         chunk = [ln.encode() for ln in lines[line - 1:end_line]]
         chunk[-1] = chunk[-1][:end_col]
         chunk[0] = chunk[0][col:]
-        source = b"".join(chunk).decode()
-        node = ast.parse(source.strip(), mode="eval").body
+        source = b"".join(chunk).decode().strip()
+        node = ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
         return {}
-    source = source.strip()
     if isinstance(node, ast.Call):
         items = list(node.args)
         if isinstance(node.func, ast.Attribute) and not _names_module_or_class(node.func.value, frame):
@@ -319,7 +318,7 @@ def _names_module_or_class(expr: Any, frame: Any) -> bool:
         expr = expr.value
     if not isinstance(expr, ast.Name):
         return False
-    obj = frame.f_locals.get(expr.id, frame.f_globals.get(expr.id, frame.f_builtins.get(expr.id)))
+    obj = _frame_value(frame, expr.id)
     for attr in reversed(parts):
         if not isinstance(obj, types.ModuleType):
             return False
@@ -339,9 +338,16 @@ def _not_a_tensor(expr: Any, frame: Any) -> bool:
     if isinstance(expr, ast.Tuple):
         return all(_not_a_tensor(e, frame) for e in expr.elts)
     if isinstance(expr, ast.Name):
-        held = frame.f_locals.get(expr.id, frame.f_globals.get(expr.id, frame.f_builtins.get(expr.id)))
-        return not isinstance(held, torch.Tensor)
+        return not isinstance(_frame_value(frame, expr.id), torch.Tensor)
     return False
+
+
+def _frame_value(frame: Any, name: str) -> Any:
+    """What ``name`` holds in ``frame`` (a local, a global, a builtin), or None."""
+    for scope in (frame.f_locals, frame.f_globals, frame.f_builtins):
+        if name in scope:
+            return scope[name]
+    return None
 
 
 _DEFAULT_TEXTS = ("x", "y", "z", "w", "u", "v")

@@ -63,9 +63,9 @@ class SpmdTypeError(Exception):
 # Where a per-axis message names its axis outside the operands' type texts: the reason
 # (``Partial on "tp" (p: ...)``) and the fix's axis argument (``all_reduce(p, "tp", src=P``).
 _AXIS_SPOT = re.compile(r'(?<= on )"([^"]+)"|(?<=, )"([^"]+)"(?=, src=)')
-# Fixes whose axes may be flattened in any order (a sum, a change of type): a gather's or a
-# scatter's tuple axis orders the blocks, so those messages are never merged
-_ORDER_FREE_FIXES = re.compile(r"\b(?:all_gather|reduce_scatter|all_to_all|convert|redistribute)\(")
+# Fixes whose tuple axis would order the blocks (a gather, a scatter, a slice): a message
+# naming one is never merged (all_reduce and reinterpret take the axes in any order)
+_ORDERED_FIXES = re.compile(r"\b(?:all_gather|reduce_scatter|all_to_all|convert|redistribute)\(")
 
 
 def merge_axis_errors(errors: list[SpmdError]) -> list[SpmdError]:
@@ -83,7 +83,7 @@ def merge_axis_errors(errors: list[SpmdError]) -> list[SpmdError]:
     keyed: list[tuple[str, str] | None] = []  # (template, axis) per error
     for e in errors:
         axes = {m.group(1) or m.group(2) for m in _AXIS_SPOT.finditer(e.message)}
-        if len(axes) != 1 or _ORDER_FREE_FIXES.search(e.message):
+        if len(axes) != 1 or _ORDERED_FIXES.search(e.message):
             keyed.append(None)
             continue
         (axis,) = axes

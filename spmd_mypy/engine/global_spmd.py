@@ -193,13 +193,8 @@ def _unshard(spec: Spec, dims: Iterable[int]) -> Spec:
 
 def _norm_dim(d: int, r: int, what: str = "dim") -> int:
     if not -r <= d < r:
-        raise _DimError(f"{what} {d} is out of range for a tensor of rank {r}")
+        raise DimError(f"{what} {d} is out of range for a tensor of rank {r}")
     return d % r
-
-
-# a dim or an equation the op cannot take (einsum's equations are read by the local rule's
-# parser, :func:`.contractions.parse_equation`, which raises it too)
-_DimError = DimError
 
 
 _LITERAL_EXAMPLES = {
@@ -284,7 +279,7 @@ def _finish(
 
 
 def _dim_errors(rule: Callable[..., Result]) -> Callable[..., Result]:
-    """A rule whose dims do not fit the operand (``_DimError``: out of range, repeated, ...)
+    """A rule whose dims do not fit the operand (``DimError``: out of range, repeated, ...)
     gives that error, ``op: <reason>``, and an unknown result.  The operands reported are the
     rule's own: ``operands``, or ``x`` with its ``extra`` operands."""
 
@@ -292,7 +287,7 @@ def _dim_errors(rule: Callable[..., Result]) -> Callable[..., Result]:
     def run(*args: Any, **kwargs: Any) -> Result:
         try:
             return rule(*args, **kwargs)
-        except _DimError as e:
+        except DimError as e:
             import inspect  # only on an error: importing it costs mypy's runs ~5 ms
 
             bound = inspect.signature(rule).bind(*args, **kwargs)
@@ -547,10 +542,10 @@ def einsum(
     ranks = [len(o.type.spec) if o.type is not None and o.type.spec is not None else -1 for o in operands]
     try:
         if any(r < 0 for r in ranks):
-            raise _DimError(f"{op}: an operand of unknown rank (untyped) beside global operands: "
+            raise DimError(f"{op}: an operand of unknown rank (untyped) beside global operands: "
                             f"annotate it with Tensor[PS[...]]")
         labels, out_labels = parse_equation(equation, ranks)
-    except _DimError as e:
+    except DimError as e:
         return _finish(op, operands, None, [SpmdError(CODE, str(e))])
     out_spec, errors = _einsum_core(op, labels, out_labels, operands, opa, call)
     return _finish(op, operands, out_spec, errors, partial_axes=opa if out_spec is not None else ())
@@ -558,7 +553,7 @@ def einsum(
 
 def _matmul_equation(ra: int, rb: int) -> str:
     if ra == 0 or rb == 0:
-        raise _DimError("matmul needs operands of rank >= 1")
+        raise DimError("matmul needs operands of rank >= 1")
     if ra == 1 and rb == 1:
         return "k,k->"
     if ra == 1:
@@ -584,7 +579,7 @@ def matmul(
         return einsum("?", operands, out_partial_axes=out_partial_axes, op=op)
     try:
         eq = _matmul_equation(ra, rb)
-    except _DimError as e:
+    except DimError as e:
         return _finish(op, operands, None, [SpmdError(CODE, str(e))])
     fix = {"matmul": "spmd.matmul", "mm": "spmd.matmul", "bmm": "spmd.matmul",
            "mv": "spmd.matmul", "dot": "spmd.matmul"}.get(op, "spmd.matmul")
@@ -1003,7 +998,7 @@ def movedim(x: Operand, source: int | Sequence[int], destination: int | Sequence
     src = tuple(_norm_dim(d, r) for d in src)
     dst = tuple(_norm_dim(d, r) for d in dst)
     if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
-        raise _DimError(f"source {source} and destination {destination} do not match")
+        raise DimError(f"source {source} and destination {destination} do not match")
     order: list[int | None] = [None] * r
     for s, d in zip(src, dst):
         order[d] = s
@@ -1717,7 +1712,7 @@ def lookup(op: str, x: Operand, ids: Operand, *, dim: int = 0,
     if xs is not None:
         try:
             d = _norm_dim(dim, len(xs))
-        except _DimError as e:
+        except DimError as e:
             return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
         if xs[d]:
             return _finish(op, operands, None, [_lookup_error(op, x, d)])

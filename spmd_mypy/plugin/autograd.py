@@ -73,7 +73,7 @@ from ..engine.duality import NONE, OTHER, TENSOR, UNKNOWN, FunctionTypes, Slot
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_backward
 from .calls import collective_call, expr_text
-from .mypy_types import TypeBuilder
+from .mypy_types import TypeBuilder, lookup_type
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -301,16 +301,10 @@ class AutogradTyper:
             if returned is not None:
                 report(ctx, duality.check_returned(fn, returned), r)
 
-    def _lookup(self, ctx: FunctionContext | MethodContext, e: Expression) -> Type | None:
-        try:
-            return ctx.api.lookup_type(e)  # type: ignore[attr-defined]
-        except (KeyError, AttributeError):
-            return None
-
     def _returned(self, ctx: FunctionContext, e: Expression) -> list[Slot] | None:
         if isinstance(e, TupleExpr):
             return [self._expr_slot(ctx, i) for i in e.items]
-        typ = self._lookup(ctx, e)
+        typ = lookup_type(ctx.api, e)
         if typ is None:
             return None  # not checked (e.g. a deferred body)
         p = get_proper_type(typ)
@@ -321,7 +315,7 @@ class AutogradTyper:
     def _expr_slot(self, ctx: FunctionContext, e: Expression) -> Slot:
         if isinstance(e, NameExpr) and e.fullname == "builtins.None":
             return Slot("None", NONE)
-        s = self.slot(expr_text(e), self._lookup(ctx, e))
+        s = self.slot(expr_text(e), lookup_type(ctx.api, e))
         made_by = collective_call(e)
         return Slot(s.name, s.kind, s.type, made_by=made_by) if made_by is not None else s
 

@@ -84,7 +84,7 @@ from ..engine.types import REPLICATE, Kind, LocalType, SpmdType, UNTYPED, format
 from ..engine.views import make_move
 from . import global_calls
 from .codes import ERROR_CODES
-from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder
+from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction
 from .rewrite import RegionIndex
 
@@ -320,12 +320,6 @@ class CallTyper:
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
 
-    def _lookup_expr_type(self, ctx: AnyCtx, e: Expression) -> Type | None:
-        try:
-            return ctx.api.lookup_type(e)  # type: ignore[attr-defined]
-        except (KeyError, AttributeError):
-            return None
-
     def typed_result(self, default: Type, t: SpmdType) -> Type:
         """mypy's result type with every tensor in it given the type ``t``."""
         p = get_proper_type(default)
@@ -437,12 +431,12 @@ class CallTyper:
         if self.types.from_type(typ) is not None:
             return [(typ, expr)]
         if isinstance(expr, (ListExpr, TupleExpr)):
-            return [(self._lookup_expr_type(ctx, i), i) for i in expr.items]
+            return [(lookup_type(ctx.api, i), i) for i in expr.items]
         if isinstance(expr, ListComprehension):
             # ``torch.cat([f(c) for c in chunks])``: mypy typed the list in the parameter's
             # context (list[torch.Tensor]); the element expression keeps its own type
             left = expr.generator.left_expr
-            left_type = self._lookup_expr_type(ctx, left)
+            left_type = lookup_type(ctx.api, left)
             if left_type is not None and self.types.from_type(left_type) is not None:
                 return [(left_type, left)]
         p = get_proper_type(typ)
@@ -453,7 +447,7 @@ class CallTyper:
             # (list[torch.Tensor]); its two sides still have their own types
             items: list[tuple[Type | None, Expression]] = []
             for side in (expr.left, expr.right):
-                side_type = self._lookup_expr_type(ctx, side)
+                side_type = lookup_type(ctx.api, side)
                 if side_type is None:
                     return [(typ, expr)]
                 items.extend(self._container_items(side_type, side, ctx))

@@ -66,6 +66,7 @@ from ..engine.ops import Operand, Result
 from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
 from .memo import TreeMemo
+from .mypy_types import lookup_type
 
 
 class _OnFirstUse:
@@ -174,7 +175,7 @@ def _index_items(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
         elif lit_int(it) is not None:
             out.append(0)
         else:
-            t = typer._lookup_expr_type(ctx, it)
+            t = lookup_type(ctx.api, it)
             p = get_proper_type(t) if t is not None else None
             if isinstance(p, LiteralType):
                 p = p.fallback
@@ -389,7 +390,7 @@ class _SizeWalk:
                 self.bind_name(alias or name.split(".")[0], line)
         elif isinstance(st, MatchStmt):
             raise ValueError("match statements bind names in patterns: nothing is known")
-        for block in _blocks(st):
+        for block in statement_blocks(st):
             self.block(block)
 
     def walrus(self, node: object, depth: int = 0) -> None:
@@ -455,7 +456,7 @@ def _child_attrs(cls: type) -> tuple[str, ...]:
     return attrs
 
 
-def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
+def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
                  x_text: str | None) -> Any:
     """A reshape/view target: literal ints, ``x.shape[i]`` (SameDim), other int expressions
     (ANY_SIZE); UNKNOWN when the shape itself is not written out (``x.view(shape)``)."""
@@ -465,7 +466,7 @@ def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
     if len(items) == 1 and isinstance(items[0], (TupleExpr, ListExpr)):
         items = list(items[0].items)
     elif len(items) == 1 and lit_int(items[0]) is None and _same_dim(items[0], x_text, ctx) is None:
-        t = typer._lookup_expr_type(ctx, items[0])
+        t = lookup_type(ctx.api, items[0])
         p = get_proper_type(t) if t is not None else None
         if isinstance(p, LiteralType):
             p = p.fallback
@@ -485,7 +486,7 @@ def _shape_param(typer: CallTyper, ctx: AnyCtx, exprs: list[Expression] | None,
         if d is not None:
             out.append(gs.SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None))
             continue
-        t = typer._lookup_expr_type(ctx, it)
+        t = lookup_type(ctx.api, it)
         p = get_proper_type(t) if t is not None else None
         if isinstance(p, LiteralType):
             p = p.fallback
@@ -511,7 +512,7 @@ _MODULE_DIMS: dict[str, tuple[tuple[str, str, int, Any], ...]] = {
 }
 
 
-def _is_torch_module_call(typer: CallTyper, ctx: AnyCtx) -> Expression | None:
+def _is_torch_module_call(ctx: AnyCtx) -> Expression | None:
     """The module expression of ``self.norm(x)`` when it is one of torch's one-op modules."""
     from .modules import TORCH_MODULE_OPS
 
@@ -525,7 +526,7 @@ def _is_torch_module_call(typer: CallTyper, ctx: AnyCtx) -> Expression | None:
     return None
 
 
-def module_constructor(typer: CallTyper, ctx: AnyCtx, module: Expression) -> list[Expression]:
+def module_constructor(ctx: AnyCtx, module: Expression) -> list[Expression]:
     """The values ``module`` was assigned: the assignments to the attribute in its class's
     methods or body (``self.norm = nn.LayerNorm(h)``) and its bases', a local's in the
     enclosing function (``norm = nn.LayerNorm(h)``), or the call itself
@@ -536,7 +537,7 @@ def module_constructor(typer: CallTyper, ctx: AnyCtx, module: Expression) -> lis
     if isinstance(module, CallExpr):  # nn.LayerNorm(h)(x)
         return [module]
     if isinstance(module, MemberExpr):
-        owner = typer._lookup_expr_type(ctx, module.expr)
+        owner = lookup_type(ctx.api, module.expr)
         p = get_proper_type(owner) if owner is not None else None
         tree = getattr(ctx.api, "tree", None)
         if not isinstance(p, Instance) or not isinstance(tree, MypyFile):
@@ -578,7 +579,7 @@ def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | No
                 if f.arguments:
                     _attribute_values(f.body.body, attr, f.arguments[0].variable.name, out)
             continue
-        for block in _blocks(st):
+        for block in statement_blocks(st):
             _attribute_values(block, attr, self_name, out)
 
 
@@ -594,7 +595,7 @@ def _functions_of(st: Statement) -> list[FuncDef]:
     return []
 
 
-def _blocks(st: Statement) -> list[list[Statement]]:
+def statement_blocks(st: Statement) -> list[list[Statement]]:
     """The statement lists nested in a compound statement (not in nested definitions)."""
     if isinstance(st, IfStmt):
         return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
@@ -619,17 +620,17 @@ def _constructor_arg(call: CallExpr, formal: str, position: int) -> Expression |
     return None
 
 
-def module_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any] | None:
+def module_params(ctx: AnyCtx, op: str) -> dict[str, Any] | None:
     """The dims of ``self.norm(x)`` read from the module's constructor (``nn.LayerNorm(h)``:
     one normalized dim; ``nn.LayerNorm((s, h))``: two; ``nn.Softmax(dim=-1)``): None when
     the call is not one of those modules'; UNKNOWN entries when the constructor cannot be
     read (then the caller reports :func:`module_unread_error`); ``_not_found`` when no
     assignment is in sight (then only the local rule applies: the layout is unknown)."""
     dims = _MODULE_DIMS.get(op)
-    module = _is_torch_module_call(typer, ctx) if dims else None
+    module = _is_torch_module_call(ctx) if dims else None
     if module is None or dims is None:
         return None
-    values = module_constructor(typer, ctx, module)
+    values = module_constructor(ctx, module)
     if not values:  # built where this module cannot see (a base class of another module)
         return {"_not_found": True}
     call = values[0] if len(values) == 1 and isinstance(values[0], CallExpr) else None
@@ -641,7 +642,7 @@ def module_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any] | No
         elif e is None:
             p[param] = gs.UNKNOWN
         elif param == "normalized_ndim":
-            p[param] = _normalized_ndim(typer, ctx, e)
+            p[param] = _normalized_ndim(ctx, e)
         elif param == "sizes":
             p[param] = lit_ints([e]) if isinstance(e, (TupleExpr, ListExpr)) else gs.UNKNOWN
         else:
@@ -650,14 +651,14 @@ def module_params(typer: CallTyper, ctx: AnyCtx, op: str) -> dict[str, Any] | No
     return p
 
 
-def _normalized_ndim(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
+def _normalized_ndim(ctx: AnyCtx, e: Expression) -> Any:
     """How many trailing dims ``normalized_shape`` names: an int is one, a tuple or list
     of n items n (also read from the expression's type: ``nn.LayerNorm(config.hidden)``)."""
     if isinstance(e, (TupleExpr, ListExpr)):
         return len(e.items)
     if lit_int(e) is not None:
         return 1
-    t = typer._lookup_expr_type(ctx, e)
+    t = lookup_type(ctx.api, e)
     p = get_proper_type(t) if t is not None else None
     if isinstance(p, LiteralType):
         p = p.fallback
@@ -711,7 +712,7 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     elif base in ("reshape", "view"):
         if "dtype" in f:
             e = f["dtype"][0]
-            t = typer._lookup_expr_type(ctx, e)
+            t = lookup_type(ctx.api, e)
             pt = get_proper_type(t) if t is not None else None
             if isinstance(pt, LiteralType):
                 pt = pt.fallback
@@ -720,7 +721,7 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
                 # view(*size) overload reports
                 return {"_not_this_overload": True}
             return {"dtype_view": True}
-        p["shape"] = _shape_param(typer, ctx, f.get("shape") or f.get("size"), x_text)
+        p["shape"] = _shape_param(ctx, f.get("shape") or f.get("size"), x_text)
     elif base == "flatten":
         for k, default in (("start_dim", 0), ("end_dim", -1)):
             exprs = f.get(k)
@@ -728,7 +729,7 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     elif base == "unflatten":
         p["dim"] = _dim_param(f.get("dim"), many=False)
         # only how many: a sharding goes to the outermost new dim whatever the sizes
-        p["sizes"] = _shape_param(typer, ctx, f.get("sizes"), x_text)
+        p["sizes"] = _shape_param(ctx, f.get("sizes"), x_text)
     elif base in ("layer_norm", "rms_norm"):
         ns = f.get("normalized_shape")
         if ns and isinstance(ns[0], (TupleExpr, ListExpr)):
@@ -787,7 +788,7 @@ def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand]):  # no
         params = op_params(typer, ctx, op, ops[0].text if ops else None)
         if params.get("_not_this_overload"):
             return Result(SpmdType(), [])
-        from_module = module_params(typer, ctx, op)
+        from_module = module_params(ctx, op)
         if from_module is not None and from_module.get("_not_found"):
             # the kinds still checked (a Partial through a norm), the layout unknown
             return Result(SpmdType(), list(local_propagate(op, ops).errors))

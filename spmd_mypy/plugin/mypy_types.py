@@ -14,9 +14,9 @@ expands it and returns the canonical class ``spmd._slots.Tensor``, a subclass of
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Final, Sequence, cast
+from typing import Any, Callable, Final, Sequence, cast
 
-from mypy.nodes import TypeInfo
+from mypy.nodes import Expression, TypeInfo
 from mypy.types import (
     AnyType,
     Instance,
@@ -327,6 +327,15 @@ class TypeBuilder:
                     if isinstance(axis, str):
                         out[axis] = LocalType(Kind(name[0]))
         return SpmdType.of(out, spec, failed)
+
+
+def lookup_type(api: Any, e: Expression) -> Type | None:
+    """The type mypy gave expression ``e`` in the function being checked (a hook's
+    ``ctx.api``); None where it has none (not checked yet, or not a checker)."""
+    try:
+        return api.lookup_type(e)
+    except (KeyError, AttributeError):
+        return None
 
 
 def _flat_args(args: Sequence[Type]) -> list[Type] | None:

@@ -65,9 +65,9 @@ from mypy.util import correct_relative_import
 
 from .guard import RESULT, recover
 from ..engine.types import UNTYPED, SpmdType
-from .global_calls import _blocks as statement_blocks, size_names
+from .global_calls import size_names, statement_blocks
 from .memo import TreeMemo
-from .mypy_types import TENSOR, TypeBuilder
+from .mypy_types import TENSOR, TypeBuilder, lookup_type
 
 _PROMOTED = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
 UNION_CASES_MAX = 16
@@ -325,7 +325,7 @@ class Correlated:
                 base = member[3]
                 break
         if base is None:
-            base = _lookup(ctx.api, members[0][1])
+            base = lookup_type(ctx.api, members[0][1])
             if base is None:
                 return None
         candidates = types.alternatives(base) or [base]
@@ -391,7 +391,7 @@ class Correlated:
             ok_right, right = self._operand(e.right, ctx, roots, depth, line)
             if not ok_left or not ok_right or (left is None and right is None):
                 return None
-            reflected = left is None and self.types.from_type(_lookup(api, e.left)) is None
+            reflected = left is None and self.types.from_type(lookup_type(api, e.left)) is None
             if reflected:  # lr * x is x.__rmul__(lr)
                 method = reverse_op_methods.get(method, "")
                 if not method:
@@ -422,7 +422,7 @@ class Correlated:
         elif isinstance(callee, MemberExpr):  # x.mul(lr): a tensor method
             ok, receiver = self._operand(callee.expr, ctx, roots, depth, line)
             if not ok or (receiver is None
-                          and self.types.from_type(_lookup(ctx.api, callee.expr)) is None):
+                          and self.types.from_type(lookup_type(ctx.api, callee.expr)) is None):
                 return None
             name = f"{TENSOR}.{callee.name}"
         else:
@@ -442,7 +442,7 @@ class Correlated:
         """A side of an operator, an argument or a receiver in a derived operand: (True, None)
         when its type is the same whatever the name's member (a scalar, a dim, a tensor mypy
         gave one type), (True, how) when derived from the name, (False, None) for neither."""
-        t = _lookup(ctx.api, e)
+        t = lookup_type(ctx.api, e)
         if t is not None and not self._varies(t):
             return True, None
         plan = self._plan(e, ctx, roots, depth, line)
@@ -532,7 +532,7 @@ class Correlated:
             hook = _unwrap(self.hooks.get_attribute_hook(f"{TENSOR}.{plan.name}"))
             if hook is None or left is None:
                 return None
-            default = _lookup(api, node) or left
+            default = lookup_type(api, node) or left
             return self._typed(hook(AttributeContext(get_proper_type(left), default, False, node, api)))
         hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{plan.name}"))
         if hook is None:
@@ -546,9 +546,9 @@ class Correlated:
             if plan.reflected:  # lr * x: x.__rmul__(lr)
                 receiver, other, other_type = right, node.left, None
             else:  # x * y, x * lr, w * x: the left side's method
-                receiver, other, other_type = left or _lookup(api, node.left), node.right, right
+                receiver, other, other_type = left or lookup_type(api, node.left), node.right, right
             if other_type is None:
-                other_type = _lookup(api, other)
+                other_type = lookup_type(api, other)
             if receiver is None or other_type is None:
                 return None
             return self._typed(hook(MethodContext(get_proper_type(receiver), [[other_type]], [[ARG_POS]],
@@ -571,16 +571,16 @@ class Correlated:
             if receiver is None:
                 return None
         elif method and isinstance(node.callee, MemberExpr):  # a receiver of one type
-            receiver = _lookup(api, node.callee.expr)
+            receiver = lookup_type(api, node.callee.expr)
         actual: list[Type] = []
         for a, sub in zip(node.args, plan.args or []):
-            t = self._derive(ctx, member, sub) if sub is not None else _lookup(api, a)
+            t = self._derive(ctx, member, sub) if sub is not None else lookup_type(api, a)
             if t is None:
                 return None
             actual.append(t)
         if len(actual) != len(node.args):
             return None
-        formals = _formals(_lookup(api, node.callee), node, actual)
+        formals = _formals(lookup_type(api, node.callee), node, actual)
         if formals is None:
             return None
         names, mapping = formals
@@ -645,8 +645,8 @@ class Correlated:
                 # checks ``t.__rmul__`` with the left side split), and a split right side to
                 # the forward one (when splitting the left alone failed): their types decide,
                 # the reflected method where both fit
-                left = self._kinds(_lookup(ctx.api, c.left))
-                right = self._kinds(_lookup(ctx.api, c.right))
+                left = self._kinds(lookup_type(ctx.api, c.left))
+                right = self._kinds(lookup_type(ctx.api, c.right))
                 mine = self._kinds(ctx.type)
                 its = self._kinds(first.type)
                 if left is not None and right is not None and mine and its:
@@ -740,13 +740,6 @@ def _formals(callee: Type | None, call: CallExpr, actual: list[Type]
         if used == list(range(n)) and required:
             return list(sig.arg_names), mapping
     return None
-
-
-def _lookup(api: Any, e: Expression) -> Type | None:
-    try:
-        return api.lookup_type(e)
-    except (KeyError, AttributeError):
-        return None
 
 
 def _unwrap(hook: Any) -> Any:
