@@ -129,13 +129,16 @@ class SpmdPlugin(Plugin):
 
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:
-        # Only modules with SPMD annotations depend on the mesh axes: the user's, and the
-        # shipped stubs that carry Tensor[...] types (megatron-stubs).  Answering for every
-        # module (torch included) would throw the whole cache away on each config edit.
+        # Every cached module records the plugin's version: mypy's own plugin check compares
+        # one snapshot that any run rewrites, so a module a run left out would otherwise be
+        # replayed from an older plugin's cache later.  Only modules with SPMD annotations
+        # depend on the mesh axes: the user's, and the shipped stubs that carry Tensor[...]
+        # types (megatron-stubs).  Keying every module (torch included) on the config would
+        # throw the whole cache away on each config edit.
         path = ctx.path.replace("\\", "/")
         if ("site-packages" in path or "typeshed" in path) and "/megatron-stubs/" not in path:
-            return None
-        return self.config.as_cache_key()
+            return _SOURCE_VERSION
+        return [_SOURCE_VERSION, self.config.as_cache_key()]
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
         self._parsed = True

@@ -5,6 +5,9 @@ boundaries (returns, assignments) must still be spmd-mismatch errors."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -144,3 +147,51 @@ def test_module_constructor_of_another_module_same_verdict_warm(tmp_path: Path) 
         assert 'b.py:8: error: Partial on "tp" (p: Tensor[PS[None, None], P["tp"]]) cannot go through layer_norm' in out, out
         assert out.count("error:") == 1, out
     assert outputs[0] == outputs[1]
+
+
+UPGRADE_MESSAGE = "a non-linear op of a pending sum"
+
+
+def _plugin_copy(root: Path, reason: str) -> Path:
+    """A copy of the plugin package mypy would import here (compiled or not), with the
+    reason of a non-linear Partial error reworded: another version of the plugin."""
+    found = subprocess.run([sys.executable, "-c", "import spmd_mypy, os; print(os.path.dirname(spmd_mypy.__file__))"],
+                           cwd=root, capture_output=True, text=True, timeout=120, check=True)
+    copy = root.parent / f"plugin-{abs(hash(reason))}"
+    shutil.copytree(found.stdout.strip(), copy / "spmd_mypy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    ops = copy / "spmd_mypy" / "engine" / "ops.py"
+    assert UPGRADE_MESSAGE in ops.read_text()
+    ops.write_text(ops.read_text().replace(UPGRADE_MESSAGE, reason))
+    return copy
+
+
+def test_a_plugin_upgrade_never_replays_an_older_result(tmp_path: Path) -> None:
+    """mypy keeps one snapshot of the plugins' versions, rewritten by every run: after an
+    upgrade, a run that leaves a module out marks the cache current, and a later run would
+    replay that module's results from the older plugin.  The plugin's version is part of
+    every module's cached config data, so the module is checked again."""
+    project = tmp_path / "project"
+    project.mkdir()
+    write_config(project)
+    (project / "a.py").write_text("import torch\nx: int = 1\n")
+    (project / "b.py").write_text(textwrap.dedent('''
+        import torch
+        from spmd import Tensor, P
+        def f(p: Tensor[P["tp"]]) -> None:
+            torch.relu(p)
+    '''))
+    old = _plugin_copy(project, "the old reason")
+    new = _plugin_copy(project, "the new reason")
+
+    def run(version: Path, *files: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "mypy", *files], cwd=project, capture_output=True,
+                              text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(version)})
+        assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        return proc.stdout
+
+    assert "relu (the old reason)" in run(old, "a.py", "b.py")
+    assert run(new, "a.py").startswith("Success")  # b left out: the snapshot says "new"
+    upgraded = run(new, "a.py", "b.py")
+    assert "relu (the new reason)" in upgraded, upgraded
+    assert "the old reason" not in upgraded, upgraded
