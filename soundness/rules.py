@@ -565,12 +565,6 @@ FILL_CONSTANT = (
     "rejects a P x: the out-of-place fill of a P x is rejected too (write torch.full_like)")
 
 
-ATTENTION_VALUES = (
-    "scaled_dot_product_attention(q, k, v) is softmax(q k^T) v: linear in the values, so with "
-    "q and k not Partial a P v gives a correct P result; the engine treats every operand of "
-    "attention as non-linear (P is an error), the safe default (all_reduce v first)")
-
-
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
     """Why a rejection that some result type would survive is deliberate (None: not listed)."""
     if task.partial_axes and all(e.startswith("spmd-collective") and "already P on" in e
@@ -583,10 +577,6 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
                                              for e in task.errors):
         if all(t.kind is not Kind.P for t in task.in_types[0]):
             return AFFINE_NORM_PARAMS
-    if case.engine == "scaled_dot_product_attention" and all(
-            e.startswith("spmd-partial-nonlinear") for e in task.errors):
-        if all(t.kind is not Kind.P for ts in task.in_types[:2] for t in ts):
-            return ATTENTION_VALUES
     return None
 
 
@@ -596,7 +586,6 @@ CONSERVATIVE: list[tuple[str, str]] = [
      REDUNDANT_PARTIAL),
     ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
-    ("scaled_dot_product_attention(q, k, v) with q, k not P and a P v", ATTENTION_VALUES),
 ]
 
 # A mismatch found in the S(i) reading only (the concatenation), the V reading being

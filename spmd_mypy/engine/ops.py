@@ -179,7 +179,7 @@ floor ceil round trunc frac fmod remainder reciprocal
 cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss kl_div
 binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss poisson_nll_loss
 gaussian_nll_loss multilabel_soft_margin_loss
-embedding one_hot scaled_dot_product_attention interpolate
+embedding one_hot interpolate
 any all count_nonzero nonzero unique bincount histc
 """.split()
 
@@ -388,6 +388,9 @@ def _spec_table() -> dict[str, OpSpec]:
         OpSpec("masked_scatter", OpClass.LINEAR, (s, n, s)),
         # lerp(a, b, w) = (1 - w) a + w b: a and b are summands, a tensor weight non-linear
         OpSpec("lerp", OpClass.LINEAR, (s, s, n), keeps_shard_dims=True),
+        # scaled_dot_product_attention(q, k, v, mask) = softmax(q k^T / c + mask) v: linear
+        # in the values alone (a P v beside q, k not P is a P result), non-linear in the rest
+        OpSpec("scaled_dot_product_attention", OpClass.MULTILINEAR, (n, n, f, n)),
     ]
     for spec in special:
         table[spec.name] = spec

@@ -508,6 +508,20 @@ case("shard-attention-values-features", {"q": "R", "k": "R", "v": _SM1},
 case("shard-attention-heads-R-values", {"q": "S1", "k": "S1", "v": "R"},
      "out = F.scaled_dot_product_attention(q, k, v)", "V", make=_QKV4,
      desc="v holds every head, of the local count")
+# attention is linear in its values alone: a pending sum of values is a pending sum of outputs
+case("attention-partial-values", {"q": "R", "k": "R", "v": "P"},
+     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "P", make=_QKV4,
+     desc="softmax(q k^T) (v1 + v2) = softmax(q k^T) v1 + softmax(q k^T) v2")
+case("attention-partial-values-masked", {"q": "R", "k": "R", "v": "P", "m": "R"},
+     "out = F.scaled_dot_product_attention(query=q, key=k, value=v, attn_mask=m)", "P",
+     make={**_QKV4, "m": "torch.randn(4, 4)"})
+case("attention-partial-keys", {"q": "R", "k": "P", "v": "R"},
+     "out = F.scaled_dot_product_attention(q, k, v)", NL, make=_QKV4)
+case("attention-partial-mask", {"q": "R", "k": "R", "v": "P", "m": "P"},
+     "out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)", NL,
+     make={**_QKV4, "m": "torch.randn(4, 4)"})
+case("attention-partial-values-varying-queries", {"q": "V", "k": "R", "v": "P"},
+     "out = F.scaled_dot_product_attention(q, k, v)", PV, make=_QKV4)
 # DeepSpeed-Ulysses on "tp": the sequence sharded, all_to_all to the heads, attention, back
 _ULYSSES_IN = {"x": "S1", "w": "R"}
 _ULYSSES_MAKE = {"x": "torch.randn(2, 4, 8, requires_grad=True).clone()",
