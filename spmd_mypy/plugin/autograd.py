@@ -35,9 +35,7 @@ from mypy.nodes import (
     Decorator,
     Expression,
     ExpressionStmt,
-    ForStmt,
     FuncDef,
-    IfStmt,
     LambdaExpr,
     ListExpr,
     MypyFile,
@@ -48,8 +46,6 @@ from mypy.nodes import (
     TryStmt,
     TupleExpr,
     TypeInfo,
-    WhileStmt,
-    WithStmt,
 )
 from mypy.semanal import is_trivial_body
 
@@ -74,6 +70,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_backward
 from .calls import collective_call, expr_text
 from .mypy_types import TypeBuilder, lookup_type
+from .statements import statement_blocks
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -112,26 +109,9 @@ def _returns(stmts: list[Statement]) -> list[ReturnStmt]:
     for st in stmts:
         if isinstance(st, ReturnStmt):
             out.append(st)
-        elif isinstance(st, Block):
-            out.extend(_returns(st.body))
-        elif isinstance(st, IfStmt):
-            for b in st.body:
-                out.extend(_returns(b.body))
-            if st.else_body is not None:
-                out.extend(_returns(st.else_body.body))
-        elif isinstance(st, (ForStmt, WhileStmt)):
-            out.extend(_returns(st.body.body))
-            if st.else_body is not None:
-                out.extend(_returns(st.else_body.body))
-        elif isinstance(st, WithStmt):
-            out.extend(_returns(st.body.body))
-        elif isinstance(st, TryStmt):
-            out.extend(_returns(st.body.body))
-            for h in st.handlers:
-                out.extend(_returns(h.body))
-            for extra in (st.else_body, st.finally_body):
-                if extra is not None:
-                    out.extend(_returns(extra.body))
+        else:
+            for body in statement_blocks(st):
+                out.extend(_returns(body))
     return out
 
 

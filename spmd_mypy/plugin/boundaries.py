@@ -63,17 +63,13 @@ from mypy.nodes import (
     OpExpr,
     SetComprehension,
     SetExpr,
-    Block,
     ClassDef,
     Decorator,
     Expression,
     ExpressionStmt,
-    ForStmt,
     FuncDef,
-    IfStmt,
     LambdaExpr,
     ListExpr,
-    MatchStmt,
     MemberExpr,
     MypyFile,
     NameExpr,
@@ -82,12 +78,8 @@ from mypy.nodes import (
     ReturnStmt,
     StarExpr,
     Statement,
-    TryStmt,
     TupleExpr,
     Var,
-    WhileStmt,
-    WithStmt,
-    YieldExpr,
 )
 from mypy.subtypes import is_subtype
 from mypy.traverser import all_return_statements, all_yield_expressions
@@ -108,6 +100,7 @@ from ..engine.errors import SpmdError
 from .calls import expr_text, made_by
 from .codes import ERROR_CODES
 from .messages import user_form
+from .statements import statement_blocks
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -753,21 +746,5 @@ def _collect(stmts: list[Statement], index: _Index, line: int, leaves: list[Stat
         elif isinstance(st, ClassDef):
             _collect(st.defs.body, index, line, leaves)
         else:
-            for b in _blocks(st):
-                _collect(b.body, index, line, leaves)
-
-
-def _blocks(st: Statement) -> list[Block]:
-    if isinstance(st, Block):
-        return [st]
-    if isinstance(st, IfStmt):
-        return list(st.body) + ([st.else_body] if st.else_body is not None else [])
-    if isinstance(st, (ForStmt, WhileStmt)):
-        return [st.body] + ([st.else_body] if st.else_body is not None else [])
-    if isinstance(st, WithStmt):
-        return [st.body]
-    if isinstance(st, TryStmt):
-        return [st.body, *st.handlers] + [b for b in (st.else_body, st.finally_body) if b is not None]
-    if isinstance(st, MatchStmt):
-        return list(st.bodies)
-    return []
+            for body in statement_blocks(st):
+                _collect(body, index, line, leaves)

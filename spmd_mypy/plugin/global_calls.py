@@ -26,7 +26,6 @@ from mypy.nodes import (
     Expression,
     ForStmt,
     FuncDef,
-    IfStmt,
     Import,
     ImportFrom,
     IndexExpr,
@@ -47,7 +46,6 @@ from mypy.nodes import (
     TupleExpr,
     UnaryExpr,
     Var,
-    WhileStmt,
     WithStmt,
 )
 from mypy.types import (
@@ -67,6 +65,7 @@ from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
 from .memo import TreeMemo
 from .mypy_types import lookup_type
+from .statements import statement_blocks
 
 
 class _OnFirstUse:
@@ -592,22 +591,6 @@ def _functions_of(st: Statement) -> list[FuncDef]:
     if isinstance(st, OverloadedFuncDef):
         return [i.func if isinstance(i, Decorator) else i for i in st.items
                 if isinstance(i, (FuncDef, Decorator))]
-    return []
-
-
-def statement_blocks(st: Statement) -> list[list[Statement]]:
-    """The statement lists nested in a compound statement (not in nested definitions)."""
-    if isinstance(st, IfStmt):
-        return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
-    if isinstance(st, (ForStmt, WhileStmt)):
-        return [st.body.body] + ([st.else_body.body] if st.else_body else [])
-    if isinstance(st, WithStmt):
-        return [st.body.body]
-    if isinstance(st, TryStmt):
-        return ([st.body.body] + [h.body for h in st.handlers]
-                + [b.body for b in (st.else_body, st.finally_body) if b is not None])
-    if isinstance(st, Block):
-        return [st.body]
     return []
 
 

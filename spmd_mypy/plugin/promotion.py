@@ -32,6 +32,7 @@ from mypy.nodes import (
     AssignmentStmt,
     CallExpr,
     Expression,
+    ForStmt,
     FuncDef,
     Import,
     ImportAll,
@@ -45,6 +46,7 @@ from mypy.nodes import (
     RefExpr,
     Statement,
     TempNode,
+    TupleExpr,
     TypeInfo,
     UnaryExpr,
 )
@@ -58,6 +60,7 @@ from mypy.types import (
     TupleType,
     Type,
     UnionType,
+    UnpackType,
     get_proper_type,
 )
 from mypy.typestate import type_state
@@ -65,9 +68,10 @@ from mypy.util import correct_relative_import
 
 from .guard import RESULT, recover
 from ..engine.types import UNTYPED, SpmdType
-from .global_calls import size_names, statement_blocks
+from .global_calls import size_names
 from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder, lookup_type
+from .statements import statement_blocks
 
 _PROMOTED = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
 UNION_CASES_MAX = 16
@@ -265,8 +269,14 @@ class Correlated:
     gave the operands is left out (mypy split a union receiver itself, or narrowed an
     operand); when an operand cannot be derived, or no member is left, the operands split
     independently, as before.  Asked only when an operand is a union
-    (:meth:`Promotion.union_cases`).  Not followed: subscripts, lists, spmd's collectives,
-    and two names iterated together (``for p, g in zip(ps, gs)``)."""
+    (:meth:`Promotion.union_cases`).  Names iterated together over tuples are one group::
+
+        for p, g in zip((a, b), (ga, gb)):      iterations  {p: a, g: ga}  {p: b, g: gb}
+        for i, (p, g) in enumerate(zip(ps, gs))   (ps, gs of tuple types: by position)
+
+    each operand computed from them takes, per iteration, the type it has with that
+    iteration's items (never ``a`` with ``gb``).  Not followed: subscripts, lists (their items
+    have one type), spmd's collectives."""
 
     def __init__(self, types: TypeBuilder, hooks: Any) -> None:
         self.types = types
@@ -304,33 +314,42 @@ class Correlated:
             if found is not None:
                 by_root.setdefault(found[0], []).append((key, found[1], found[2], t))
         out: dict[Slot, list[dict[Slot, Type]]] = {}
-        for members in by_root.values():
+        for root, members in by_root.items():
             keys = [m[0] for m in members if m[0] in split]
             if len(members) < 2 or not keys:
                 continue
-            options = self._joint(ctx, members, split)
+            options = self._joint(ctx, root, members, split)
             if options is not None:
                 out[keys[0]] = options
         return out
 
-    def _joint(self, ctx: Any, members: list[tuple[Slot, Expression, Derived, Type]],
+    def _joint(self, ctx: Any, root: object, members: list[tuple[Slot, Expression, Derived, Type]],
                split: dict[Slot, list[Type]]) -> list[dict[Slot, Type]] | None:
-        """One assignment of the union operands per member of the name: the name's members
-        are those of an operand that is the name itself (its type at this call: mypy splits a
-        union receiver itself), else of the name's type."""
+        """One assignment of the union operands per member of the name (the name's members
+        are those of an operand that is the name itself: its type at this call, as mypy splits
+        a union receiver itself; else of the name's type), or per iteration of a loop over
+        names iterated together."""
         types = self.types
-        base: Type | None = None
-        for member in members:
-            if member[2].kind == _NAME:
-                base = member[3]
-                break
-        if base is None:
-            base = lookup_type(ctx.api, members[0][1])
-            if base is None:
+        bindings: list[dict[object, Type]]
+        if isinstance(root, ForStmt):
+            iterations = self._iterations(ctx, root)
+            if iterations is None:
                 return None
-        candidates = types.alternatives(base) or [base]
-        if any(types.from_type(c) is None for c in candidates):
-            return None
+            bindings = iterations
+        else:
+            base: Type | None = None
+            for member in members:
+                if member[2].kind == _NAME:
+                    base = member[3]
+                    break
+            if base is None:
+                base = lookup_type(ctx.api, members[0][1])
+                if base is None:
+                    return None
+            candidates = types.alternatives(base) or [base]
+            if any(types.from_type(c) is None for c in candidates):
+                return None
+            bindings = [{root: c} for c in candidates]
         allowed: list[dict[SpmdType, Type]] = []  # each operand's possible types, by SPMD type
         for member in members:
             table: dict[SpmdType, Type] = {}
@@ -340,14 +359,19 @@ class Correlated:
                     table[st] = item
             allowed.append(table)
         options: list[dict[Slot, Type]] = []
-        for c in candidates:
+        for binding in bindings:
             option: dict[Slot, Type] = {}
             for member, table in zip(members, allowed):
                 key = member[0]
-                derived = self.derive(ctx, c, member[2])
-                if derived is None:
+                typed = self.derive(ctx, binding, member[2])
+                if typed is None:
                     return None  # not derivable: independent splitting
+                derived, derived_type = typed
                 chosen = table.get(derived)
+                if chosen is None and any(_refines(derived, st) for st in table):
+                    # mypy's join forgot shard dims or axes: the iteration's own type
+                    option[key] = derived_type
+                    continue
                 if chosen is None:
                     option = {}  # not this member (mypy says the operand is something else)
                     break
@@ -363,9 +387,56 @@ class Correlated:
         otherwise (from two names of several types, through a subscript or a user call)."""
         roots: list[tuple[object, Expression]] = []
         plan = self._plan(e, ctx, roots, 0, ctx.context.line)
-        if plan is None or not roots or any(r[0] != roots[0][0] for r in roots):
+        if plan is None or not roots:
             return None
-        return roots[0][0], roots[0][1], plan
+        keys = [self._loop_of(ctx, r[1]) or r[0] for r in roots]
+        if any(k != keys[0] for k in keys):
+            return None
+        return keys[0], roots[0][1], plan
+
+    def _loop_of(self, ctx: Any, name: Expression) -> ForStmt | None:
+        """The loop that binds local ``name`` (bound nowhere else in the function) together
+        with other names: ``for p, g in ...`` (the names' group), else None."""
+        if not isinstance(name, NameExpr) or name.kind != LDEF:
+            return None
+        func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
+        if not isinstance(func, FuncDef) or size_names(func).bindings.get(name.name) != 1:
+            return None
+        return _joint_loops(func).get(name.name)
+
+    def _iterations(self, ctx: Any, loop: ForStmt) -> list[dict[object, Type]] | None:
+        """The names a loop binds, by ``literal_hash``, with their types in each iteration;
+        None when the iterations are not known one by one (a list, a generator)."""
+        values = self._iteration_values(ctx, loop.expr)
+        if values is None:
+            return None
+        out: list[dict[object, Type]] = []
+        for value in values:
+            binding: dict[object, Type] = {}
+            if not _bind(loop.index, value, binding):
+                return None
+            out.append(binding)
+        return out
+
+    def _iteration_values(self, ctx: Any, e: Expression) -> list[_Value] | None:
+        """What ``for ... in e`` binds in each iteration: ``zip`` of tuples item by item,
+        ``enumerate`` of those with a counter (None: no tensor), a tuple's items."""
+        if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr) and e.args:
+            callee = e.callee.fullname
+            if callee == "builtins.zip" and all(k == ARG_POS for k in e.arg_kinds):
+                columns = [self._iteration_values(ctx, a) for a in e.args]
+                if any(c is None for c in columns):
+                    return None
+                return [tuple(c[i] for c in columns if c is not None)
+                        for i in range(min(len(c) for c in columns if c is not None))]
+            if callee == "builtins.enumerate" and e.arg_kinds[0] == ARG_POS:
+                inner = self._iteration_values(ctx, e.args[0])
+                return None if inner is None else [(None, v) for v in inner]
+            return None
+        p = get_proper_type(lookup_type(ctx.api, e))
+        if isinstance(p, TupleType) and not any(isinstance(get_proper_type(i), UnpackType) for i in p.items):
+            return list(p.items)
+        return None
 
     def _plan(self, e: Expression, ctx: Any, roots: list[tuple[object, Expression]],
               depth: int, line: int) -> Derived | None:
@@ -443,10 +514,26 @@ class Correlated:
         when its type is the same whatever the name's member (a scalar, a dim, a tensor mypy
         gave one type), (True, how) when derived from the name, (False, None) for neither."""
         t = lookup_type(ctx.api, e)
-        if t is not None and not self._varies(t):
+        if t is not None and not self._varies(t) and not self._reads_joint_loop(ctx, e):
             return True, None
         plan = self._plan(e, ctx, roots, depth, line)
         return plan is not None, plan
+
+    def _reads_joint_loop(self, ctx: Any, e: Expression) -> bool:
+        """Whether ``e`` reads a name of a loop over names iterated together (its type,
+        mypy's join of the iterations' items, may be less precise than each iteration's)."""
+        if isinstance(e, NameExpr):
+            return self._loop_of(ctx, e) is not None
+        if isinstance(e, MemberExpr):
+            return self._reads_joint_loop(ctx, e.expr)
+        if isinstance(e, UnaryExpr):
+            return self._reads_joint_loop(ctx, e.expr)
+        if isinstance(e, OpExpr):
+            return self._reads_joint_loop(ctx, e.left) or self._reads_joint_loop(ctx, e.right)
+        if isinstance(e, CallExpr):
+            return (self._reads_joint_loop(ctx, e.callee)
+                    or any(self._reads_joint_loop(ctx, a) for a in e.args))
+        return False
 
     def _varies(self, t: Type) -> bool:
         """Whether a value of type ``t`` may be typed tensors of different types (a union or a
@@ -513,16 +600,18 @@ class Correlated:
                 return None
         return roots, plan
 
-    def derive(self, ctx: Any, member: Type, plan: Derived) -> SpmdType | None:
-        """The SPMD type of the operand ``plan`` computes from a name of type ``member``;
-        None when a step has no typed result."""
+    def derive(self, ctx: Any, member: dict[object, Type], plan: Derived) -> tuple[SpmdType, Type] | None:
+        """The SPMD type (and mypy type) of the operand ``plan`` computes when its names
+        have the types of ``member`` (by ``literal_hash``); None when a step has no typed
+        result."""
         t = self._derive(ctx, member, plan)
-        return self.types.from_type(t) if t is not None else None
+        st = self.types.from_type(t) if t is not None else None
+        return (st, t) if st is not None and t is not None else None
 
-    def _derive(self, ctx: Any, member: Type, plan: Derived) -> Type | None:
+    def _derive(self, ctx: Any, member: dict[object, Type], plan: Derived) -> Type | None:
         kind = plan.kind
         if kind == _NAME:
-            return member
+            return member.get(literal_hash(plan.node))
         api = ctx.api
         node = plan.node
         if kind == _CALL:
@@ -558,7 +647,7 @@ class Correlated:
         return self._typed(hook(MethodContext(get_proper_type(left), [], [], [], [], left, [],
                                               node, api)))
 
-    def _derive_call(self, ctx: Any, member: Type, plan: Derived) -> Type | None:
+    def _derive_call(self, ctx: Any, member: dict[object, Type], plan: Derived) -> Type | None:
         """A derived call typed by its hook, given the arguments as mypy would (by formal)."""
         node = plan.node
         if not isinstance(node, CallExpr):
@@ -713,6 +802,69 @@ def _statement_assigning(stmts: list[Statement], value: Expression
             if found is not None:
                 return found
     return None
+
+
+def _refines(derived: SpmdType, joined: SpmdType) -> bool:
+    """``derived`` is ``joined`` made more precise: mypy's join of differently typed tensors
+    (the items of ``zip((a, b), ...)``) keeps V for S(i), and leaves out an axis only some
+    of them are typed on."""
+    if derived.spec != joined.spec or derived.failed != joined.failed:
+        return False
+    mine = derived.as_dict()
+    return all(axis in mine and (mine[axis] == lt or mine[axis].forget_dim() == lt)
+               for axis, lt in joined.axes)
+
+
+# One iteration's value: a type, a tuple of values (zip, enumerate), None (a counter)
+_Value = Any
+_JOINT_LOOPS: dict[int, tuple[FuncDef, object, dict[str, ForStmt]]] = {}
+
+
+def _joint_loops(func: FuncDef) -> dict[str, ForStmt]:
+    """The loops of a function body that bind several names at once (``for p, g in ...``),
+    by each name they bind; once per function body."""
+    cached = _JOINT_LOOPS.get(id(func))
+    if cached is not None and cached[0] is func and cached[1] is func.body:
+        return cached[2]
+    found: dict[str, ForStmt] = {}
+    _collect_joint_loops(func.body.body, found)
+    if len(_JOINT_LOOPS) > 10_000:
+        _JOINT_LOOPS.clear()
+    _JOINT_LOOPS[id(func)] = (func, func.body, found)
+    return found
+
+
+def _collect_joint_loops(stmts: list[Statement], found: dict[str, ForStmt]) -> None:
+    for st in stmts:
+        if isinstance(st, ForStmt) and isinstance(st.index, TupleExpr):
+            for name in _bound_names(st.index):
+                found[name] = st
+        for block in statement_blocks(st):
+            _collect_joint_loops(block, found)
+
+
+def _bound_names(target: Expression) -> list[str]:
+    if isinstance(target, NameExpr):
+        return [target.name]
+    if isinstance(target, TupleExpr):
+        return [n for item in target.items for n in _bound_names(item)]
+    return []
+
+
+def _bind(target: Expression, value: _Value, binding: dict[object, Type]) -> bool:
+    """Bind a loop target to one iteration's value (False: they do not fit)."""
+    if isinstance(target, NameExpr):
+        if value is not None and not isinstance(value, tuple):
+            h = literal_hash(target)
+            if h is None:
+                return False
+            binding[h] = value
+        return True
+    if isinstance(target, TupleExpr):
+        if not isinstance(value, tuple) or len(value) != len(target.items):
+            return False
+        return all(_bind(t, v, binding) for t, v in zip(target.items, value))
+    return False
 
 
 def _formals(callee: Type | None, call: CallExpr, actual: list[Type]

@@ -186,7 +186,8 @@ def test_a_plugin_upgrade_never_replays_an_older_result(tmp_path: Path) -> None:
 
     def run(version: Path, *files: str) -> str:
         proc = subprocess.run([sys.executable, "-m", "mypy", *files], cwd=project, capture_output=True,
-                              text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(version)})
+                              text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  [str(version)] + [p for p in [os.environ.get("PYTHONPATH")] if p])})
         assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
         return proc.stdout
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import random
 import re
 import sys
 from pathlib import Path
@@ -96,11 +97,10 @@ def _source() -> tuple[str, dict[int, tuple]]:
     return "\n".join(lines) + "\n", where
 
 
-@pytest.fixture(scope="module")
-def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple, set[str]], dict[tuple, set[str]]]:
-    root = tmp_path_factory.mktemp("union-loops")
+def _reported(root: Path, source: str, where: dict[int, tuple]
+              ) -> tuple[dict[tuple, set[str]], dict[tuple, set[str]]]:
+    """mypy's reports on each checked statement: in the loops, and one by one."""
     write_config(root)
-    source, where = _source()
     (root / "loops.py").write_text(source)
     out = run_mypy(root, "loops.py")
     by_line: dict[int, set[str]] = collections.defaultdict(set)
@@ -116,8 +116,56 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple, set[
     return loops, ones
 
 
-def test_a_loop_reports_what_its_iterations_report(reported) -> None:  # noqa: ANN001
-    loops, ones = reported
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple, set[str]], dict[tuple, set[str]]]:
+    return _reported(tmp_path_factory.mktemp("union-loops"), *_source())
+
+
+def _zip_source() -> tuple[str, dict[int, tuple]]:
+    """Loops over two names iterated together (``for p, g in zip((a, b), (ga, gb))``, also
+    under ``enumerate`` and from tuple variables), against one function per iteration taking
+    ``p`` and ``g`` of that iteration's types.  For each pair of parameter types, two pairs of
+    gradient types drawn with a fixed seed."""
+    rng = random.Random(11)
+    lines = list(PRELUDE)
+    where: dict[int, tuple] = {}
+    n = 0
+    loops = ("for p, g in zip((a, b), (ga, gb)):",
+             "for k, (p, g) in enumerate(zip((a, b), (ga, gb))):",
+             "for p, g in zip(ps, gs):")
+    for no_grad in (True, False):
+        for a, b in itertools.combinations(TYPES, 2):
+            for _ in range(2):
+                ga, gb = rng.choice(list(TYPES)), rng.choice(list(TYPES))
+                for statement in STATEMENTS:
+                    n += 1
+                    header = loops[n % len(loops)]
+                    case = (no_grad, a, ga, b, gb, statement, header)
+                    for name, params, loop in (
+                            (f"loop{n}", f"a: {TYPES[a]}, b: {TYPES[b]}, ga: {TYPES[ga]}, gb: {TYPES[gb]}", True),
+                            (f"one{n}_a", f"p: {TYPES[a]}, g: {TYPES[ga]}", False),
+                            (f"one{n}_b", f"p: {TYPES[b]}, g: {TYPES[gb]}", False)):
+                        lines.append(f"def {name}({params}, {OTHERS}) -> None:")
+                        indent = "    "
+                        if loop and header.endswith("zip(ps, gs):"):
+                            lines += [f"{indent}ps = (a, b)", f"{indent}gs = (ga, gb)"]
+                        if no_grad:
+                            lines.append(f"{indent}with torch.no_grad():")
+                            indent += "    "
+                        if loop:
+                            lines.append(indent + header)
+                            indent += "    "
+                        lines.append(indent + statement)
+                        where[len(lines)] = ("loop" if loop else "one", case)
+    return "\n".join(lines) + "\n", where
+
+
+@pytest.fixture(scope="module")
+def reported_zip(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple, set[str]], dict[tuple, set[str]]]:
+    return _reported(tmp_path_factory.mktemp("zip-loops"), *_zip_source())
+
+
+def _same_as_the_iterations(loops: dict[tuple, set[str]], ones: dict[tuple, set[str]]) -> None:
     assert set(loops) == set(ones)
     wrong = {}
     for case in loops:
@@ -127,7 +175,37 @@ def test_a_loop_reports_what_its_iterations_report(reported) -> None:  # noqa: A
     assert not wrong, "\n".join(f"{case}: {diff}" for case, diff in list(wrong.items())[:10])
 
 
-def test_the_iterations_report_errors(reported) -> None:  # noqa: ANN001
+def test_a_loop_reports_what_its_iterations_report(reported) -> None:  # noqa: ANN001
+    _same_as_the_iterations(*reported)
+
+
+# mypy types ``g`` in ``for p, g in zip((a, b), (ga, gb))`` by the join of ``ga`` and ``gb``,
+# which keeps V for S(i) and drops an axis only one of them is typed on; where no operand is a
+# union the plugin is not asked to split, and the message shows the join: the same error, its
+# operand's type less precise.  Compared with those details of the types left out.
+_JOIN_DETAILS = ((re.compile(r'S\[-?\d+, ("\w+")\]'), r"V[\1]"), (re.compile(r"Shard\(-?\d+\)"), "Varying"),
+                 (re.compile(r'R\["dp"\], '), ""))
+
+
+def _as_joined(messages: set[str]) -> set[str]:
+    out = set()
+    for m in messages:
+        for pattern, repl in _JOIN_DETAILS:
+            m = pattern.sub(repl, m)
+        out.add(m)
+    return out
+
+
+def test_a_zip_loop_reports_what_its_iterations_report(reported_zip) -> None:  # noqa: ANN001
+    """``for p, g in zip((a, b), (ga, gb))`` pairs ``a`` with ``ga`` and ``b`` with ``gb`` only
+    (before the loop's names were split together, 660 of these 1800 loops reported a pairing
+    no iteration makes; none missed an iteration's error)."""
+    loops, ones = reported_zip
+    _same_as_the_iterations({c: _as_joined(m) for c, m in loops.items()},
+                            {c: _as_joined(m) for c, m in ones.items()})
+
+
+def test_the_iterations_report_errors(reported, reported_zip) -> None:  # noqa: ANN001
     """The comparison is not empty: many of the statements are errors for some type."""
-    loops, _ = reported
-    assert sum(1 for found in loops.values() if found) > len(loops) // 4
+    for loops, _ in (reported, reported_zip):
+        assert sum(1 for found in loops.values() if found) > len(loops) // 4

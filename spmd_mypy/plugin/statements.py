@@ -1,0 +1,43 @@
+"""The statement lists a compound statement holds, for the plugin's walks over function
+bodies (boundaries, returns, assignments, constructors)::
+
+    if c: A elif d: B else: C        ->  [A, B, C]
+    for/while ...: A else: B         ->  [A, B]
+    with ...: A                      ->  [A]
+    try: A except: B else: C finally: D  ->  [A, B, C, D]
+    match x: case p: A case q: B     ->  [A, B]
+
+Nested definitions (functions, classes) are not compound statements here: each walk decides
+whether to enter them.
+"""
+
+from __future__ import annotations
+
+from mypy.nodes import (
+    Block,
+    ForStmt,
+    IfStmt,
+    MatchStmt,
+    Statement,
+    TryStmt,
+    WhileStmt,
+    WithStmt,
+)
+
+
+def statement_blocks(st: Statement) -> list[list[Statement]]:
+    """The statement lists nested in a compound statement (not in nested definitions)."""
+    if isinstance(st, IfStmt):
+        return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
+    if isinstance(st, (ForStmt, WhileStmt)):
+        return [st.body.body] + ([st.else_body.body] if st.else_body else [])
+    if isinstance(st, WithStmt):
+        return [st.body.body]
+    if isinstance(st, TryStmt):
+        return ([st.body.body] + [h.body for h in st.handlers]
+                + [b.body for b in (st.else_body, st.finally_body) if b is not None])
+    if isinstance(st, MatchStmt):
+        return [b.body for b in st.bodies]
+    if isinstance(st, Block):
+        return [st.body]
+    return []
