@@ -374,9 +374,11 @@ class CallTyper:
                     t = self.types.from_type(it)
                     if (t is None and it is not None and not is_index and name != "out"
                             and isinstance(get_proper_type(it), AnyType)):
-                        # Any (an attribute set in an unannotated __init__): it may be a
-                        # tensor of any type, so it is an untyped operand (gradual)
-                        t = UNTYPED
+                        # Any: an operator with an Any side (p * self.scale: mypy gives up
+                        # before any hook) is typed from its typed side; anything else (an
+                        # attribute set in an unannotated __init__) may be a tensor of any
+                        # type, so it is an untyped operand (gradual)
+                        t = self._recovered(ctx, ie) or UNTYPED
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
@@ -397,6 +399,14 @@ class CallTyper:
         if any_typed and len(ops) > 1:
             self._gradient_free_replicates(ctx, ops, sources)
         return ops, out, any_typed
+
+    def _recovered(self, ctx: AnyCtx, e: Expression) -> SpmdType | None:
+        """The type of an operator expression mypy typed Any (promotion.Correlated.recover)."""
+        if not isinstance(e, (OpExpr, UnaryExpr, NameExpr)):
+            return None
+        correlated = self.plugin.promotion.correlated
+        t = correlated.recover(ctx, e) if correlated is not None else None
+        return self.types.from_type(t) if t is not None else None
 
     def _formal_roles(self, op: str, name: str, first: bool) -> tuple[bool, bool]:
         """Whether parameter ``name`` of ``op`` holds an index (x[i] / x[i] = v: the
@@ -975,6 +985,8 @@ class CallTyper:
         def hook(ctx: FunctionContext) -> Type:
             x_expr, x_type = self._arg(ctx, "x")
             x = self.types.from_type(x_type)
+            if x is None and x_expr is not None and isinstance(get_proper_type(x_type), AnyType):
+                x = self._recovered(ctx, x_expr)  # all_reduce(p * self.scale, ...): mypy's Any
             if x is None:
                 return ctx.default_return_type
             axis_expr, axis_type = self._arg(ctx, "axis")
@@ -1037,6 +1049,12 @@ class CallTyper:
         x_expr, x_type = self._arg(ctx, "x")
         if x_type is None:
             return ctx.default_return_type  # mypy reports the missing argument
+        if isinstance(get_proper_type(x_type), AnyType) and x_expr is not None:
+            recovered = self._recovered(ctx, x_expr)  # p * self.scale, mypy's Any
+            if recovered is not None:
+                shown = format_type(recovered, self.plugin.config.mesh_axes)
+                ctx.api.msg.note(f"Revealed type is {shown} (mypy: Any)", ctx.context)  # type: ignore[attr-defined]
+                return x_type
         ctx.api.msg.note(f"Revealed type is {self._revealed(x_type)}", ctx.context)  # type: ignore[attr-defined]
         return x_type
 

@@ -54,6 +54,7 @@ from mypy.operators import op_methods, reverse_op_methods
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
 from mypy.typeops import make_simplified_union
 from mypy.types import (
+    AnyType,
     CallableType,
     Instance,
     Overloaded,
@@ -225,6 +226,7 @@ _BINARY: Final = 4  # x * lr, lr * x, x - lr * x.grad, x * w: an operator of der
 # scalars and tensors of one type
 _DERIVED_ATTRIBUTES: Final = frozenset(("grad", "data", "T", "mT", "H", "mH"))
 _UNARY_METHODS: Final = {"-": "__neg__", "+": "__pos__"}
+_RECOVER_DEPTH: Final = 8  # operators and locals followed by Correlated.recover
 # torch functions whose hooks are no op rules (checkpoint types the function it runs, a list
 # of tensors is no derived operand): not followed
 _NOT_OPS: Final = ("torch.distributed.", "torch.autograd.", "torch.utils.", "torch._foreach_")
@@ -600,6 +602,69 @@ class Correlated:
                 return None
         return roots, plan
 
+    def recover(self, ctx: Any, e: Expression, depth: int = 0) -> Type | None:
+        """The type of an operator mypy typed Any because one side is Any, computed by the
+        operator's hook on the typed side (the Any side an untyped operand, as a call's Any
+        argument is)::
+
+            p * self.scale          self.scale: Any (set in an unannotated __init__)
+            y = p * self.scale      y: Any; a later torch.relu(y) reads y's value
+
+        mypy punts on an Any operand before any hook runs (check_op_reversible), so
+        without this the typed side's type is lost.  None when nothing typed is found.
+        The hooks run quietly: this only computes a type."""
+        try:
+            with _Quiet(ctx.api):
+                return self._recover(ctx, e, depth)
+        except Exception:  # noqa: BLE001 - never crash mypy: the operand stays untyped
+            return None
+
+    def _recover(self, ctx: Any, e: Expression, depth: int) -> Type | None:
+        api = ctx.api
+        t = lookup_type(api, e)
+        if t is not None and self.types.from_type(t) is not None:
+            return t
+        if depth > _RECOVER_DEPTH or t is None or not isinstance(get_proper_type(t), AnyType):
+            return None
+        if isinstance(e, OpExpr):
+            method = op_methods.get(e.op)
+            if method is None:
+                return None
+            left = self._recover(ctx, e.left, depth + 1)
+            if left is not None:  # x * any
+                hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{method}"))
+                right = self._recover(ctx, e.right, depth + 1) or lookup_type(api, e.right)
+                if hook is None or right is None:
+                    return None
+                return self._typed(_operator(hook, api, e, left, e.right, right))
+            right = self._recover(ctx, e.right, depth + 1)
+            reflected = reverse_op_methods.get(method)
+            if right is None or reflected is None:
+                return None
+            hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{reflected}"))
+            left_any = lookup_type(api, e.left)
+            if hook is None or left_any is None:
+                return None
+            return self._typed(_operator(hook, api, e, right, e.left, left_any))  # any * x
+        if isinstance(e, UnaryExpr):
+            method = _UNARY_METHODS.get(e.op)
+            inner = self._recover(ctx, e.expr, depth + 1) if method is not None else None
+            hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{method}")) if inner is not None else None
+            if hook is None or inner is None:
+                return None
+            return self._typed(hook(MethodContext(get_proper_type(inner), [], [], [], [], inner, [], e, api)))
+        if isinstance(e, NameExpr) and e.kind == LDEF:
+            # a local bound once in the function, from such an operator: its only value
+            func = getattr(getattr(api, "scope", None), "current_function", lambda: None)()
+            if not isinstance(func, FuncDef):
+                return None
+            facts = size_names(func)
+            value = facts.values.get(e.name)
+            if facts.bindings.get(e.name) != 1 or value is None or value.line >= e.line:
+                return None
+            return self._recover(ctx, value, depth + 1)
+        return None
+
     def derive(self, ctx: Any, member: dict[object, Type], plan: Derived) -> tuple[SpmdType, Type] | None:
         """The SPMD type (and mypy type) of the operand ``plan`` computes when its names
         have the types of ``member`` (by ``literal_hash``); None when a step has no typed
@@ -640,8 +705,7 @@ class Correlated:
                 other_type = lookup_type(api, other)
             if receiver is None or other_type is None:
                 return None
-            return self._typed(hook(MethodContext(get_proper_type(receiver), [[other_type]], [[ARG_POS]],
-                                                  ["other"], [[None]], receiver, [[other]], node, api)))
+            return self._typed(_operator(hook, api, node, receiver, other, other_type))
         if left is None:
             return None
         return self._typed(hook(MethodContext(get_proper_type(left), [], [], [], [], left, [],
@@ -892,6 +956,13 @@ def _formals(callee: Type | None, call: CallExpr, actual: list[Type]
         if used == list(range(n)) and required:
             return list(sig.arg_names), mapping
     return None
+
+
+def _operator(hook: Any, api: Any, node: Expression, receiver: Type, other: Expression,
+              other_type: Type) -> Type:
+    """What the hook of an operator's method gives ``receiver <op> other`` (mypy's call)."""
+    return hook(MethodContext(get_proper_type(receiver), [[other_type]], [[ARG_POS]], ["other"],
+                              [[None]], receiver, [[other]], node, api))
 
 
 def _unwrap(hook: Any) -> Any:
