@@ -652,7 +652,7 @@ class Correlated:
             hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{method}")) if inner is not None else None
             if hook is None or inner is None:
                 return None
-            return self._typed(hook(MethodContext(get_proper_type(inner), [], [], [], [], inner, [], e, api)))
+            return self._typed(_unary(hook, api, e, inner))
         if isinstance(e, NameExpr) and e.kind == LDEF:
             # a local bound once in the function, from such an operator: its only value
             func = getattr(getattr(api, "scope", None), "current_function", lambda: None)()
@@ -708,8 +708,7 @@ class Correlated:
             return self._typed(_operator(hook, api, node, receiver, other, other_type))
         if left is None:
             return None
-        return self._typed(hook(MethodContext(get_proper_type(left), [], [], [], [], left, [],
-                                              node, api)))
+        return self._typed(_unary(hook, api, node, left))
 
     def _derive_call(self, ctx: Any, member: dict[object, Type], plan: Derived) -> Type | None:
         """A derived call typed by its hook, given the arguments as mypy would (by formal)."""
@@ -963,6 +962,11 @@ def _operator(hook: Any, api: Any, node: Expression, receiver: Type, other: Expr
     """What the hook of an operator's method gives ``receiver <op> other`` (mypy's call)."""
     return hook(MethodContext(get_proper_type(receiver), [[other_type]], [[ARG_POS]], ["other"],
                               [[None]], receiver, [[other]], node, api))
+
+
+def _unary(hook: Any, api: Any, node: Expression, receiver: Type) -> Type:
+    """What the hook of a method without arguments gives (``-x`` is ``x.__neg__()``)."""
+    return hook(MethodContext(get_proper_type(receiver), [], [], [], [], receiver, [], node, api))
 
 
 def _unwrap(hook: Any) -> Any:
