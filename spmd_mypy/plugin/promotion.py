@@ -425,8 +425,11 @@ class Correlated:
         ``enumerate`` of those with a counter (None: no tensor), a tuple's items."""
         if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr) and e.args:
             callee = e.callee.fullname
-            if callee == "builtins.zip" and all(k == ARG_POS for k in e.arg_kinds):
-                columns = [self._iteration_values(ctx, a) for a in e.args]
+            if callee == "builtins.zip":
+                if any(k != ARG_POS and name != "strict" for k, name in zip(e.arg_kinds, e.arg_names)):
+                    return None  # zip(*xs): the columns are not known one by one
+                columns = [self._iteration_values(ctx, a) for a, k in zip(e.args, e.arg_kinds)
+                           if k == ARG_POS]
                 if any(c is None for c in columns):
                     return None
                 return [tuple(c[i] for c in columns if c is not None)
