@@ -378,7 +378,7 @@ class CallTyper:
                         # before any hook) is typed from its typed side; anything else (an
                         # attribute set in an unannotated __init__) may be a tensor of any
                         # type, so it is an untyped operand (gradual)
-                        t = self._recovered(ctx, ie) or UNTYPED
+                        t = self._behind_any(ctx, ie) or UNTYPED
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
@@ -400,12 +400,12 @@ class CallTyper:
             self._gradient_free_replicates(ctx, ops, sources)
         return ops, out, any_typed
 
-    def _recovered(self, ctx: AnyCtx, e: Expression) -> SpmdType | None:
-        """The type of an operator expression mypy typed Any (promotion.Correlated.recover)."""
+    def _behind_any(self, ctx: AnyCtx, e: Expression) -> SpmdType | None:
+        """The type of an operator expression mypy typed Any (Correlated.type_behind_any)."""
         if not isinstance(e, (OpExpr, UnaryExpr, NameExpr)):
             return None
         correlated = self.plugin.promotion.correlated
-        t = correlated.recover(ctx, e) if correlated is not None else None
+        t = correlated.type_behind_any(ctx, e) if correlated is not None else None
         return self.types.from_type(t) if t is not None else None
 
     def _formal_roles(self, op: str, name: str, first: bool) -> tuple[bool, bool]:
@@ -986,7 +986,7 @@ class CallTyper:
             x_expr, x_type = self._arg(ctx, "x")
             x = self.types.from_type(x_type)
             if x is None and x_expr is not None and isinstance(get_proper_type(x_type), AnyType):
-                x = self._recovered(ctx, x_expr)  # all_reduce(p * self.scale, ...): mypy's Any
+                x = self._behind_any(ctx, x_expr)  # all_reduce(p * self.scale, ...): mypy's Any
             if x is None:
                 return ctx.default_return_type
             axis_expr, axis_type = self._arg(ctx, "axis")
@@ -1050,7 +1050,7 @@ class CallTyper:
         if x_type is None:
             return ctx.default_return_type  # mypy reports the missing argument
         if isinstance(get_proper_type(x_type), AnyType) and x_expr is not None:
-            recovered = self._recovered(ctx, x_expr)  # p * self.scale, mypy's Any
+            recovered = self._behind_any(ctx, x_expr)  # p * self.scale, mypy's Any
             if recovered is not None:
                 shown = format_type(recovered, self.plugin.config.mesh_axes)
                 ctx.api.msg.note(f"Revealed type is {shown} (mypy: Any)", ctx.context)  # type: ignore[attr-defined]

@@ -226,7 +226,7 @@ _BINARY: Final = 4  # x * lr, lr * x, x - lr * x.grad, x * w: an operator of der
 # scalars and tensors of one type
 _DERIVED_ATTRIBUTES: Final = frozenset(("grad", "data", "T", "mT", "H", "mH"))
 _UNARY_METHODS: Final = {"-": "__neg__", "+": "__pos__"}
-_RECOVER_DEPTH: Final = 8  # operators and locals followed by Correlated.recover
+_BEHIND_ANY_DEPTH: Final = 8  # operators and locals followed by Correlated.type_behind_any
 # torch functions whose hooks are no op rules (checkpoint types the function it runs, a list
 # of tensors is no derived operand): not followed
 _NOT_OPS: Final = ("torch.distributed.", "torch.autograd.", "torch.utils.", "torch._foreach_")
@@ -605,7 +605,7 @@ class Correlated:
                 return None
         return roots, plan
 
-    def recover(self, ctx: Any, e: Expression, depth: int = 0) -> Type | None:
+    def type_behind_any(self, ctx: Any, e: Expression, depth: int = 0) -> Type | None:
         """The type of an operator mypy typed Any because one side is Any, computed by the
         operator's hook on the typed side (the Any side an untyped operand, as a call's Any
         argument is)::
@@ -618,29 +618,29 @@ class Correlated:
         The hooks run quietly: this only computes a type."""
         try:
             with _Quiet(ctx.api):
-                return self._recover(ctx, e, depth)
+                return self._behind_any(ctx, e, depth)
         except Exception:  # noqa: BLE001 - never crash mypy: the operand stays untyped
             return None
 
-    def _recover(self, ctx: Any, e: Expression, depth: int) -> Type | None:
+    def _behind_any(self, ctx: Any, e: Expression, depth: int) -> Type | None:
         api = ctx.api
         t = lookup_type(api, e)
         if t is not None and self.types.from_type(t) is not None:
             return t
-        if depth > _RECOVER_DEPTH or t is None or not isinstance(get_proper_type(t), AnyType):
+        if depth > _BEHIND_ANY_DEPTH or t is None or not isinstance(get_proper_type(t), AnyType):
             return None
         if isinstance(e, OpExpr):
             method = op_methods.get(e.op)
             if method is None:
                 return None
-            left = self._recover(ctx, e.left, depth + 1)
+            left = self._behind_any(ctx, e.left, depth + 1)
             if left is not None:  # x * any
                 hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{method}"))
-                right = self._recover(ctx, e.right, depth + 1) or lookup_type(api, e.right)
+                right = self._behind_any(ctx, e.right, depth + 1) or lookup_type(api, e.right)
                 if hook is None or right is None:
                     return None
                 return self._typed(_operator(hook, api, e, left, e.right, right))
-            right = self._recover(ctx, e.right, depth + 1)
+            right = self._behind_any(ctx, e.right, depth + 1)
             reflected = reverse_op_methods.get(method)
             if right is None or reflected is None:
                 return None
@@ -651,7 +651,7 @@ class Correlated:
             return self._typed(_operator(hook, api, e, right, e.left, left_any))  # any * x
         if isinstance(e, UnaryExpr):
             method = _UNARY_METHODS.get(e.op)
-            inner = self._recover(ctx, e.expr, depth + 1) if method is not None else None
+            inner = self._behind_any(ctx, e.expr, depth + 1) if method is not None else None
             hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{method}")) if inner is not None else None
             if hook is None or inner is None:
                 return None
@@ -665,7 +665,7 @@ class Correlated:
             value = facts.values.get(e.name)
             if facts.bindings.get(e.name) != 1 or value is None or value.line >= e.line:
                 return None
-            return self._recover(ctx, value, depth + 1)
+            return self._behind_any(ctx, value, depth + 1)
         return None
 
     def derive(self, ctx: Any, member: dict[object, Type], plan: Derived) -> tuple[SpmdType, Type] | None:
@@ -927,6 +927,9 @@ def _bind(target: Expression, value: _Value, binding: dict[object, Type]) -> boo
             binding[h] = value
         return True
     if isinstance(target, TupleExpr):
+        p = get_proper_type(value) if isinstance(value, Type) else None
+        if isinstance(p, TupleType):  # for p, g in ((a, ga), (b, gb)): a tuple of pairs
+            value = tuple(p.items)
         if not isinstance(value, tuple) or len(value) != len(target.items):
             return False
         return all(_bind(t, v, binding) for t, v in zip(target.items, value))
