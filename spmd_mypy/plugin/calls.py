@@ -1049,11 +1049,12 @@ class CallTyper:
         x_expr, x_type = self._arg(ctx, "x")
         if x_type is None:
             return ctx.default_return_type  # mypy reports the missing argument
-        if isinstance(get_proper_type(x_type), AnyType) and x_expr is not None:
-            recovered = self._behind_any(ctx, x_expr)  # p * self.scale, mypy's Any
-            if recovered is not None:
-                shown = format_type(recovered, self.plugin.config.mesh_axes)
-                ctx.api.msg.note(f"Revealed type is {shown} (mypy: Any)", ctx.context)  # type: ignore[attr-defined]
+        correlated = self.plugin.promotion.correlated
+        if (isinstance(get_proper_type(x_type), AnyType) and isinstance(x_expr, (OpExpr, UnaryExpr, NameExpr))
+                and correlated is not None):
+            behind = correlated.type_behind_any(ctx, x_expr)  # p * self.scale, mypy's Any
+            if behind is not None:
+                ctx.api.msg.note(f"Revealed type is {self._revealed(behind)} (mypy: Any)", ctx.context)  # type: ignore[attr-defined]
                 return x_type
         ctx.api.msg.note(f"Revealed type is {self._revealed(x_type)}", ctx.context)  # type: ignore[attr-defined]
         return x_type

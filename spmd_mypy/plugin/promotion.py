@@ -615,10 +615,11 @@ class Correlated:
 
         mypy punts on an Any operand before any hook runs (check_op_reversible), so
         without this the typed side's type is lost.  None when nothing typed is found.
-        The hooks run quietly: this only computes a type."""
+        The operator's own error (``p ** self.k``: P through pow) is reported at the
+        operator, once however often its value is read (mypy drops a repeated message on a
+        line)."""
         try:
-            with _Quiet(ctx.api):
-                return self._behind_any(ctx, e, depth)
+            return self._behind_any(ctx, e, depth)
         except Exception:  # noqa: BLE001 - never crash mypy: the operand stays untyped
             return None
 
