@@ -378,7 +378,7 @@ class CallTyper:
                         # before any hook) is typed from its typed side; anything else (an
                         # attribute set in an unannotated __init__) may be a tensor of any
                         # type, so it is an untyped operand (gradual)
-                        t = self._behind_any(ctx, ie) or UNTYPED
+                        t = self.types.from_type(self._behind_any(ctx, ie)) or UNTYPED
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
@@ -400,13 +400,12 @@ class CallTyper:
             self._gradient_free_replicates(ctx, ops, sources)
         return ops, out, any_typed
 
-    def _behind_any(self, ctx: AnyCtx, e: Expression) -> SpmdType | None:
+    def _behind_any(self, ctx: AnyCtx, e: Expression | None) -> Type | None:
         """The type of an operator expression mypy typed Any (Correlated.type_behind_any)."""
         if not isinstance(e, (OpExpr, UnaryExpr, NameExpr)):
             return None
         correlated = self.plugin.promotion.correlated
-        t = correlated.type_behind_any(ctx, e) if correlated is not None else None
-        return self.types.from_type(t) if t is not None else None
+        return correlated.type_behind_any(ctx, e) if correlated is not None else None
 
     def _formal_roles(self, op: str, name: str, first: bool) -> tuple[bool, bool]:
         """Whether parameter ``name`` of ``op`` holds an index (x[i] / x[i] = v: the
@@ -985,8 +984,8 @@ class CallTyper:
         def hook(ctx: FunctionContext) -> Type:
             x_expr, x_type = self._arg(ctx, "x")
             x = self.types.from_type(x_type)
-            if x is None and x_expr is not None and isinstance(get_proper_type(x_type), AnyType):
-                x = self._behind_any(ctx, x_expr)  # all_reduce(p * self.scale, ...): mypy's Any
+            if x is None and isinstance(get_proper_type(x_type), AnyType):
+                x = self.types.from_type(self._behind_any(ctx, x_expr))  # all_reduce(p * s, ...)
             if x is None:
                 return ctx.default_return_type
             axis_expr, axis_type = self._arg(ctx, "axis")
@@ -1049,10 +1048,8 @@ class CallTyper:
         x_expr, x_type = self._arg(ctx, "x")
         if x_type is None:
             return ctx.default_return_type  # mypy reports the missing argument
-        correlated = self.plugin.promotion.correlated
-        if (isinstance(get_proper_type(x_type), AnyType) and isinstance(x_expr, (OpExpr, UnaryExpr, NameExpr))
-                and correlated is not None):
-            behind = correlated.type_behind_any(ctx, x_expr)  # p * self.scale, mypy's Any
+        if isinstance(get_proper_type(x_type), AnyType):
+            behind = self._behind_any(ctx, x_expr)  # p * self.scale, mypy's Any
             if behind is not None:
                 ctx.api.msg.note(f"Revealed type is {self._revealed(behind)} (mypy: Any)", ctx.context)  # type: ignore[attr-defined]
                 return x_type

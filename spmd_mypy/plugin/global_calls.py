@@ -275,8 +275,8 @@ def _named_same_dim(e: NameExpr, ctx: AnyCtx) -> int | None:
     if e.kind != LDEF:
         return None
     x = _reshaped_name(ctx)
-    func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
-    if x is None or x.kind != LDEF or not isinstance(func, FuncDef):
+    func = current_function(ctx.api)
+    if x is None or x.kind != LDEF or func is None:
         return None
     facts = size_names(func)
     found = facts.sizes.get(e.name)
@@ -298,6 +298,15 @@ class SizeNames:
         # name -> the value of its plain assignment ``name = value`` in the function's own
         # body (not a nested definition's); the last one if there are several
         self.values: dict[str, Expression] = {}
+        # name -> the loop of the function's own body that binds it with other names
+        # (``for p, g in ...``: promotion.Correlated splits those names together)
+        self.joint_loops: dict[str, ForStmt] = {}
+
+
+def current_function(api: object) -> FuncDef | None:
+    """The function the checker is in (None at module or class level, in a lambda)."""
+    func = getattr(getattr(api, "scope", None), "current_function", lambda: None)()
+    return func if isinstance(func, FuncDef) else None
 
 
 _SIZE_NAMES: dict[int, tuple[FuncDef, Block, SizeNames]] = {}
@@ -330,6 +339,15 @@ def size_names(func: FuncDef) -> SizeNames:
         _SIZE_NAMES.clear()
     _SIZE_NAMES[id(func)] = (func, func.body, facts)
     return facts
+
+
+def _tuple_names(target: Expression) -> list[str]:
+    """The names a (nested) tuple target binds: ``p, (g, m)`` -> p, g, m."""
+    if isinstance(target, NameExpr):
+        return [target.name]
+    if isinstance(target, TupleExpr):
+        return [n for item in target.items for n in _tuple_names(item)]
+    return []
 
 
 class _SizeWalk:
@@ -368,6 +386,9 @@ class _SizeWalk:
             self.bind(st.lvalue, line)
         elif isinstance(st, ForStmt):
             self.bind(st.index, line)
+            if isinstance(st.index, TupleExpr) and not self.depth:
+                for name in _tuple_names(st.index):
+                    self.facts.joint_loops[name] = st
         elif isinstance(st, WithStmt):
             for t in st.target:
                 self.bind(t, line)
@@ -545,8 +566,8 @@ def module_constructor(ctx: AnyCtx, module: Expression) -> list[Expression]:
             if info.module_name == tree.fullname:
                 _attribute_values(info.defn.defs.body, module.name, None, values)
     elif isinstance(module, NameExpr) and module.kind == LDEF:
-        func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
-        facts = size_names(func) if isinstance(func, FuncDef) else None
+        func = current_function(ctx.api)
+        facts = size_names(func) if func is not None else None
         value = facts.values.get(module.name) if facts is not None else None
         if facts is not None and value is not None:
             values.append(value)

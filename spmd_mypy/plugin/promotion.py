@@ -33,7 +33,6 @@ from mypy.nodes import (
     CallExpr,
     Expression,
     ForStmt,
-    FuncDef,
     Import,
     ImportAll,
     ImportFrom,
@@ -69,7 +68,7 @@ from mypy.util import correct_relative_import
 
 from .guard import RESULT, recover
 from ..engine.types import UNTYPED, SpmdType
-from .global_calls import size_names
+from .global_calls import current_function, size_names
 from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder, lookup_type
 from .statements import statement_blocks
@@ -401,10 +400,11 @@ class Correlated:
         with other names: ``for p, g in ...`` (the names' group), else None."""
         if not isinstance(name, NameExpr) or name.kind != LDEF:
             return None
-        func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
-        if not isinstance(func, FuncDef) or size_names(func).bindings.get(name.name) != 1:
+        func = current_function(ctx.api)
+        if func is None:
             return None
-        return _joint_loops(func).get(name.name)
+        facts = size_names(func)
+        return facts.joint_loops.get(name.name) if facts.bindings.get(name.name) == 1 else None
 
     def _iterations(self, ctx: Any, loop: ForStmt) -> list[dict[object, Type]] | None:
         """The names a loop binds, by ``literal_hash``, with their types in each iteration;
@@ -571,8 +571,8 @@ class Correlated:
         name bound more than once, also in a nested definition, or the function's ``match``
         statements, leave it a name (mypy's redefinition renaming makes a same-block re-
         assignment another name)."""
-        func = getattr(getattr(ctx.api, "scope", None), "current_function", lambda: None)()
-        if not isinstance(func, FuncDef):
+        func = current_function(ctx.api)
+        if func is None:
             return None
         facts = size_names(func)
         if facts.bindings.get(name.name) != 1:
@@ -659,8 +659,8 @@ class Correlated:
             return self._typed(_unary(hook, api, e, inner))
         if isinstance(e, NameExpr) and e.kind == LDEF:
             # a local bound once in the function, from such an operator: its only value
-            func = getattr(getattr(api, "scope", None), "current_function", lambda: None)()
-            if not isinstance(func, FuncDef):
+            func = current_function(api)
+            if func is None:
                 return None
             facts = size_names(func)
             value = facts.values.get(e.name)
@@ -884,38 +884,6 @@ def _refines(derived: SpmdType, joined: SpmdType) -> bool:
 
 # One iteration's value: a type, a tuple of values (zip, enumerate), None (a counter)
 _Value = Any
-_JOINT_LOOPS: dict[int, tuple[FuncDef, object, dict[str, ForStmt]]] = {}
-
-
-def _joint_loops(func: FuncDef) -> dict[str, ForStmt]:
-    """The loops of a function body that bind several names at once (``for p, g in ...``),
-    by each name they bind; once per function body."""
-    cached = _JOINT_LOOPS.get(id(func))
-    if cached is not None and cached[0] is func and cached[1] is func.body:
-        return cached[2]
-    found: dict[str, ForStmt] = {}
-    _collect_joint_loops(func.body.body, found)
-    if len(_JOINT_LOOPS) > 10_000:
-        _JOINT_LOOPS.clear()
-    _JOINT_LOOPS[id(func)] = (func, func.body, found)
-    return found
-
-
-def _collect_joint_loops(stmts: list[Statement], found: dict[str, ForStmt]) -> None:
-    for st in stmts:
-        if isinstance(st, ForStmt) and isinstance(st.index, TupleExpr):
-            for name in _bound_names(st.index):
-                found[name] = st
-        for block in statement_blocks(st):
-            _collect_joint_loops(block, found)
-
-
-def _bound_names(target: Expression) -> list[str]:
-    if isinstance(target, NameExpr):
-        return [target.name]
-    if isinstance(target, TupleExpr):
-        return [n for item in target.items for n in _bound_names(item)]
-    return []
 
 
 def _bind(target: Expression, value: _Value, binding: dict[object, Type]) -> bool:
