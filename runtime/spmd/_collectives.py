@@ -1160,8 +1160,21 @@ def redistribute(x: torch.Tensor, axis: Any = None, *, src: Any = None, dst: Any
         from ._global import redistribute_global
         return redistribute_global(x, src, dst)
     plan = _plan("redistribute", axis, src, dst)
-    out = _run(plan, x, sizes)
+    step = plan.step
+    if step is not None and step.src == "S" and step.dst == "S" and _one_dim(step, x.ndim):
+        out = x  # S(-1) and S(1) of a 2-d tensor: one layout, nothing moves
+    else:
+        out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+def _one_dim(step: _Step, ndim: int) -> bool:
+    """The step's src and dst dims, written differently (``S(-1)``, ``S(1)``), are one dim of a
+    tensor of ``ndim`` dims: the all_to_all route() plans for the dims as written would
+    reorder the blocks, not keep the meaning."""
+    i, j = step.src_dim, step.dst_dim
+    return (i is not None and j is not None and -ndim <= i < ndim and -ndim <= j < ndim
+            and i % ndim == j % ndim)
 
 
 def _declare_partial(y: torch.Tensor, axis: Any) -> torch.Tensor:

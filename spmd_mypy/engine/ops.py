@@ -587,6 +587,18 @@ def _rule_on_axis(
         else:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient")
+            factors_v = [o for o, r, lt in eff if r is Role.FACTOR and lt.kind is Kind.V]
+            inv_role = next(r for o, r, lt in eff if lt.kind is Kind.I)
+            spmd_op = "linear" if name == "linear" else "matmul"
+            if inv_role is Role.SUMMAND and len(factors_v) > 1 and spec.op_class is OpClass.MULTILINEAR:
+                # a bias beside two Varying factors (x sharded on in_features, the weight too:
+                # row parallel): each rank's product is a partial sum, and a bias added to
+                # each would be summed once per rank by the reduction that must follow
+                a, b = factors_v[0].text, factors_v[1].text
+                fix += (f'; if {bare(a)} and {bare(b)} are sharded on the dim {name} sums over '
+                        f'(row parallel), add it after the reduction instead: '
+                        f'spmd.{spmd_op}({bare(a)}, {bare(b)}, out_partial_axes="{axis}") is '
+                        f"the partial sum to all_reduce")
         return None, SpmdError(
             "spmd-invariant-mix",
             f'Invariant on "{axis}" ({_describe(inv, INVARIANT, axis)}) cannot mix with '
@@ -931,7 +943,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         if err is not None:
             errors.append(err)
             failed.add(axis)
-        elif lt is not None and not (lt.kind is Kind.R and _untyped_on(axis, tensor_ops)):
+        elif lt is not None and not (_same_values_kind(lt, typed) and _untyped_on(axis, tensor_ops)):
             out[axis] = lt
     return Result(SpmdType.of(out, failed=failed), errors)
 
@@ -939,13 +951,25 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
 _SAME_VALUES = {Kind.R, Kind.I}
 
 
+def _same_values_kind(lt: LocalType, typed: Sequence[tuple[Operand, Role, LocalType]]) -> bool:
+    """A result an untyped operand beside it makes unknown (see :func:`_untyped_on`): R, and
+    I when no operand on the axis carries a gradient.  A gradient-free I needs no backward
+    comms, so it mixes with V as R does (``rotate_half(x) * sin.detach()`` with an
+    unannotated ``rotate_half`` may well be V); an I that carries one keeps I, the only
+    result beside it that is not an error."""
+    if lt.kind is Kind.R:
+        return True
+    return lt.kind is Kind.I and not any(o.can_grad for o, _, _ in typed)
+
+
 def _untyped_on(axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> bool:
     """Whether a tensor operand is unknown on ``axis`` (untyped, or a type that does not
     mention it).  Beside R operands it makes the result unknown there, not R (gradual):
     the untyped tensor may be Varying (an unannotated sharded weight: ``F.linear(x_r, w)``
     is V) or Partial (``x_r * p`` is P), and an R claimed for it would make correct code
-    fail later (a declared V result, ``out_partial_axes``, a collective's ``src``).  Beside
-    V, P or I operands the only results that are not errors are V, P and I: those stay.
+    fail later (a declared V result, ``out_partial_axes``, a collective's ``src``); so does
+    a gradient-free I.  Beside V, P or a gradient-carrying I the only results that are not
+    errors are V, P and I: those stay.
     An untyped index (ids, labels, a mask: data loaded whole, as a rule) is not counted."""
     for o, role in tensor_ops:
         t = o.type

@@ -10,8 +10,9 @@ and ``spmd.grad_type[...]`` have their own hooks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+from mypy import errorcodes as codes
 from mypy.plugin import AnalyzeTypeContext
 from mypy.types import (
     AnyType,
@@ -67,6 +68,10 @@ class AnnotationHooks:
         entries: list[EntryFields] = []
         for arg in ctx.type.args:
             marker = _marker_of(ctx, arg) if isinstance(arg, UnboundType) else None
+            if marker is _UNDEFINED and isinstance(arg, UnboundType):
+                # mypy's own error (it does not report it here itself)
+                ctx.api.fail(f'Name "{arg.name}" is not defined', ctx.context, code=codes.NAME_DEFINED)
+                continue
             if marker is None:
                 shown = show_unanalyzed(arg)
                 _fail(ctx, f'Tensor[...] takes entries R["axis"], I[...], V[...], P[...], '
@@ -126,13 +131,20 @@ class AnnotationHooks:
         return inst if inst is not None else AnyType(TypeOfAny.from_error)
 
 
+_UNDEFINED: Final = "<undefined>"  # _marker_of: the entry's name is defined nowhere
+
+
 def _marker_of(ctx: AnalyzeTypeContext, t: UnboundType) -> str | None:
+    """The marker an entry names (``V`` of ``V["tp"]``); None for another name, _UNDEFINED
+    for a name not defined (``V`` not imported)."""
     api = ctx.api
     try:
         sym = api.lookup_qualified(t.name, ctx.context, suppress_errors=True)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - never crash mypy on a lookup
-        sym = None
-    if sym is not None and sym.node is not None:
+        return None
+    if sym is None:
+        return _UNDEFINED
+    if sym.node is not None:
         return MARKER_FULLNAMES.get(sym.node.fullname)
     return None
 

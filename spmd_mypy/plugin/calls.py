@@ -579,7 +579,8 @@ class CallTyper:
                         err = SpmdError(err.code, (
                             f"{err.message}; if {what} reduced already (a hook or p.grad = "
                             f"all_reduce(...) elsewhere: the checker reads .grad as backward() "
-                            f"leaves it), say so: {fix}"))
+                            f"leaves it), say so: {fix} (trusted here; spmd.typecheck() checks "
+                            f"it at run time)"))
                         break
             out.append(err)
         return out
@@ -1058,7 +1059,9 @@ class CallTyper:
 
     def _revealed(self, x_type: Type, depth: int = 0) -> str:
         """What ``spmd.reveal`` prints: each member of a union, tensors as users write them,
-        tuples and lists item by item, ``not a tensor`` for anything else."""
+        tuples and lists item by item, ``Any (unchecked)`` for what mypy does not know (a
+        module called through a list of ``Module``s, an attribute set without a type), ``not
+        a tensor`` for anything else."""
         members = self.types.alternatives(x_type) or [x_type]
         shown = []
         for m in members:
@@ -1079,6 +1082,8 @@ class CallTyper:
                 shown.append(f"list[{self._revealed(p.args[0], depth + 1)}]")
             elif isinstance(p, Instance):
                 shown.append(f"not a tensor ({p.type.name})")  # as the check mode prints it
+            elif isinstance(p, AnyType):  # what mypy does not know is not checked either
+                shown.append("Any (unchecked)")
             else:
                 shown.append("not a tensor")
         return " | ".join(dict.fromkeys(shown))

@@ -23,7 +23,7 @@ from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
 from . import calls, global_calls, torch_namespaces
 from ..engine.ops import FOREACH_PREFIX
 from .autograd import is_autograd_function
-from .modules import TORCH_MODULE_OPS, is_module_class
+from .modules import MODULE_LIST, TORCH_MODULE_OPS, enumerate_hook, is_module_class, module_list_method_hook
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
 from .promotion import Synced
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
 # Python builtins typed as torch ops on tensors (only in modules that meet SPMD types)
 _BUILTIN_OPS = frozenset(("builtins.abs", "builtins.sum", "builtins.max", "builtins.min"))
+# builtins hooked only in modules that meet SPMD types (with the ops above)
+_BUILTIN_HOOKED = _BUILTIN_OPS | {"builtins.enumerate"}
 _TENSOR_CLASSES = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
 _GRAD_ATTRS = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
@@ -146,6 +148,7 @@ class HookDispatch:
             plugin.renamer.ensure(tree)
         plugin.boundaries.watch(getattr(api, "errors", None))
         plugin.autograd.class_mro_hook(ctx)
+        plugin.modules.class_mro_hook(ctx)
 
     # -- calls ---------------------------------------------------------------------------
     def _meets_spmd(self) -> bool:
@@ -163,7 +166,7 @@ class HookDispatch:
         hook = cache[fullname]
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
-        if (fullname.startswith("torch.") or fullname in _BUILTIN_OPS) \
+        if (fullname.startswith("torch.") or fullname in _BUILTIN_HOOKED) \
                 and not self._meets_spmd():
             if fullname == torch_namespaces.ADD_DOCSTR:  # while mypy checks torch itself
                 return hook
@@ -187,7 +190,7 @@ class HookDispatch:
         # isinstance narrows the whole value (and an autograd trigger reads the whole
         # Function); reveal prints every member itself; a mapping's argument check splits
         # a union itself (check_arguments_hook)
-        split = fullname not in ("builtins.isinstance", "spmd.reveal", "functools.partial") and not fullname.startswith(_MEGATRON_MAPPINGS)
+        split = fullname not in ("builtins.isinstance", "spmd.reveal", "functools.partial", "builtins.enumerate") and not fullname.startswith(_MEGATRON_MAPPINGS)
         return self._synced(hook, split_unions=split) if hook is not None else None
 
     def _follow_module(self) -> None:
@@ -252,6 +255,8 @@ class HookDispatch:
             return None
         if fullname == "functools.partial":
             return self.plugin.partials.new_hook
+        if fullname == "builtins.enumerate":  # enumerate(self.layers): the modules' class
+            return enumerate_hook
         if fullname == "builtins.abs":  # abs(x) is x.__abs__(): torch's abs
             return typer.op_hook("abs", method=False)
         if fullname == "builtins.sum":  # sum(xs): one add of the items (and the start)
@@ -358,6 +363,8 @@ class HookDispatch:
         hook: Callable | None = None
         if fullname == "functools.partial.__call__":
             return self._synced(self.plugin.partials.call_hook, split_unions=False)
+        if cls == MODULE_LIST and method in ("__iter__", "__getitem__"):  # the modules' class
+            return self._synced(module_list_method_hook, split_unions=False)
         if method == "__call__" and cls in TORCH_MODULE_OPS:  # self.norm(x): F.layer_norm
             # the op's own hook; on a global tensor the dims only the module's constructor
             # states are read from it (global_calls.module_params)

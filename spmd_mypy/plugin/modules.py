@@ -10,6 +10,19 @@ like any typed call (typed tensor parameters through the plugin's spmd-mismatch 
 torch's own modules that apply one functional op (``nn.LayerNorm``, ``nn.GELU``, ``nn.Linear``,
 ``nn.Dropout``, the losses: :data:`TORCH_MODULE_OPS`) are typed by that op's rule.
 
+An ``nn.ModuleList`` holds ``Module``s for torch, so ``for layer in self.layers: x = layer(x)``
+was unchecked (every transformer stack is written so).  Where the list is built in sight, in
+the class of the module being checked (``self.layers = nn.ModuleList([Block(cfg) for _ in
+range(n)])``, a list or tuple display of such calls, a generator, a function returning a
+module class), iterating it (``for``, comprehensions, ``enumerate``, a slice of it) and
+indexing it with an int give that class, or the union of the classes listed::
+
+    self.layers = nn.ModuleList([Block(c) for _ in range(n)])     for layer in self.layers:
+                                                                      x = layer(x)   # Block.forward
+
+A list built elsewhere (another module's class, which may come from mypy's cache without its
+body), filled by ``append``, or of items that are not constructor calls stays ``Module``.
+
 Left as they were: modules whose ``forward`` is not annotated (or is a decorated function
 mypy has not typed yet), classes that define their own ``__call__``, and every module that
 does not use SPMD types (so unannotated code, torch included, sees no new errors).
@@ -22,15 +35,36 @@ from typing import TYPE_CHECKING
 
 from mypy.expandtype import expand_type_by_instance
 from mypy.maptype import map_instance_to_supertype
-from mypy.nodes import Decorator, FuncDef, TypeInfo
-from mypy.plugin import MethodSigContext
-from mypy.typeops import bind_self
+from mypy.nodes import (
+    ARG_POS,
+    CallExpr,
+    Decorator,
+    Expression,
+    FuncDef,
+    GeneratorExpr,
+    IndexExpr,
+    ListComprehension,
+    ListExpr,
+    MemberExpr,
+    NameExpr,
+    OverloadedFuncDef,
+    RefExpr,
+    SliceExpr,
+    TupleExpr,
+    TypeInfo,
+)
+from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
+from mypy.typeops import bind_self, make_simplified_union
 from mypy.types import CallableType, FunctionLike, Instance, Type, get_proper_type
+from mypy.typevars import fill_typevars_with_any
+
+from .global_calls import module_constructor
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
 
 MODULE = "torch.nn.modules.module.Module"
+MODULE_LIST = "torch.nn.modules.container.ModuleList"
 
 # torch's own modules that are one functional op on their input: ``self.norm(x)`` with
 # ``self.norm = nn.LayerNorm(d)`` is typed as ``F.layer_norm(x, ...)`` (torch's forward
@@ -89,6 +123,21 @@ class ModuleCallTyper:
             return self.plugin.calls.relax_signature(sig, ctx.context)
         return self.plugin.calls.relax_signature(bound, ctx.context)
 
+    def class_mro_hook(self, ctx: ClassDefContext) -> None:
+        """A module class that defines ``forward``: a change of forward's signature is a
+        change of the class's ``__call__`` for the daemon (dmypy), whose fine-grained
+        dependencies know that ``model(x)`` depends on ``__call__`` (Module's), not that
+        the plugin typed it as ``forward``.  Without this, an edit of ``forward``'s return
+        type left the callers' diagnostics stale until they were edited themselves."""
+        info = ctx.cls.info
+        if not is_module_class(info):
+            return
+        for st in ctx.cls.defs.body:
+            node = st.func if isinstance(st, Decorator) else st
+            if isinstance(node, (FuncDef, OverloadedFuncDef)) and node.name == "forward":
+                ctx.api.add_plugin_dependency(f"<{info.fullname}.forward>", f"<{info.fullname}.__call__>")
+                return
+
     def forward_signature(self, ctx: MethodSigContext) -> CallableType | None:
         receiver = get_proper_type(ctx.type)
         if not isinstance(receiver, Instance) or not is_module_class(receiver.type):
@@ -118,3 +167,85 @@ class ModuleCallTyper:
             return None
         expanded = expand_type_by_instance(bound, mapped)
         return expanded if isinstance(expanded, CallableType) else None
+
+
+# -- nn.ModuleList ------------------------------------------------------------------------
+
+def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> Type | None:
+    """The class of the modules the ModuleList ``lst`` holds (``self.layers``, a slice of it),
+    read from where it is built in sight (see the module docstring); None when unknown."""
+    while isinstance(lst, IndexExpr) and isinstance(lst.index, SliceExpr):
+        lst = lst.base  # self.layers[:n]
+    if not isinstance(lst, (MemberExpr, NameExpr)):
+        return None
+    values = module_constructor(ctx, lst)
+    items: list[Type] = []
+    for v in values:
+        if not (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
+                and isinstance(v.callee.node, TypeInfo) and v.callee.node.fullname == MODULE_LIST):
+            return None  # assigned something else too (or unreadable): unknown
+        if len(v.args) != 1 or v.arg_kinds[0] != ARG_POS:
+            return None  # nn.ModuleList() filled by append: unknown
+        arg = v.args[0]
+        if isinstance(arg, (ListExpr, TupleExpr)):
+            elements = arg.items
+        elif isinstance(arg, ListComprehension):
+            elements = [arg.generator.left_expr]
+        elif isinstance(arg, GeneratorExpr):
+            elements = [arg.left_expr]
+        else:
+            return None
+        for e in elements:
+            t = _built_module(e)
+            if t is None:
+                return None
+            items.append(t)
+    return make_simplified_union(items) if items else None
+
+
+def _built_module(e: Expression) -> Instance | None:
+    """The module ``e`` builds: a call of a module class (``Block(cfg)``) or of a function
+    declared to return one (``make_block(i)``)."""
+    if not isinstance(e, CallExpr) or not isinstance(e.callee, RefExpr):
+        return None
+    node = e.callee.node
+    if isinstance(node, TypeInfo):
+        return fill_typevars_with_any(node) if is_module_class(node) else None  # type: ignore[return-value]
+    sig = node.type if isinstance(node, FuncDef) else node.var.type if isinstance(node, Decorator) else None
+    sig = get_proper_type(sig) if sig is not None else None
+    if isinstance(sig, CallableType):
+        ret = get_proper_type(sig.ret_type)
+        if isinstance(ret, Instance) and is_module_class(ret.type):
+            return ret
+    return None
+
+
+def module_list_method_hook(ctx: MethodContext) -> Type:
+    """``ModuleList.__iter__`` (a ``for`` over it: the context is the iterable) and
+    ``__getitem__`` with an int: the class the list holds, where it is known."""
+    default = ctx.default_return_type
+    ret = get_proper_type(default)
+    if not isinstance(ret, Instance):
+        return default
+    context = ctx.context
+    if ret.type.fullname == MODULE and isinstance(context, IndexExpr):  # self.layers[i]
+        item = module_list_item(ctx, context.base)
+        return item if item is not None else default
+    if ret.args and ret.type.fullname == "typing.Iterator" and isinstance(context, Expression):
+        item = module_list_item(ctx, context)
+        return ret.copy_modified(args=[item]) if item is not None else default
+    return default
+
+
+def enumerate_hook(ctx: FunctionContext) -> Type:
+    """``enumerate(self.layers)``: enumerate's item type is inferred from the list's
+    ``__iter__`` as a protocol, without the method hook; given here."""
+    default = ctx.default_return_type
+    ret = get_proper_type(default)
+    if (not isinstance(ret, Instance) or len(ret.args) != 1 or not ctx.args or not ctx.args[0]):
+        return default
+    arg_type = get_proper_type(ctx.arg_types[0][0])
+    if not isinstance(arg_type, Instance) or arg_type.type.fullname != MODULE_LIST:
+        return default
+    item = module_list_item(ctx, ctx.args[0][0])
+    return ret.copy_modified(args=[item]) if item is not None else default

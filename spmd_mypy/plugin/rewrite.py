@@ -445,6 +445,30 @@ class _Walker:
                 for n in _names_in(target):
                     assigns.setdefault(n, []).append(value)
 
+    def _bind_items(self, target: Expression, value: Expression) -> None:
+        """``target = value``: a tuple target takes a tuple display item by item (``c, s =
+        t.detach(), u``), and any other value whole: every item of a gradient-free value is
+        (``cos, sin = rope_table(n)`` of an ``@torch.no_grad()`` function, or assigned
+        where gradients are off).  A starred item never is."""
+        cls = type(target)
+        if cls is _NameExpr:
+            self._bind(target, value)
+            return
+        if cls is not _TupleExpr and cls is not _ListExpr:
+            self._bind(target, _OPAQUE)
+            return
+        items = cast("TupleExpr | ListExpr", target).items
+        vcls = type(value)
+        if vcls is _TupleExpr or vcls is _ListExpr:
+            values = cast("TupleExpr | ListExpr", value).items
+            if len(values) == len(items) and not any(type(v) is _StarExpr for v in values):
+                for t, v in zip(items, values):
+                    self._bind_items(t, v)
+                return
+            value = _OPAQUE
+        for t in items:
+            self._bind_items(t, _OPAQUE if type(t) is _StarExpr else value)
+
     def _define(self, target: Expression | None) -> None:
         """``target`` defines its names in the current function or class-body scope."""
         if not self._defined or target is None:
@@ -551,8 +575,8 @@ class _Walker:
         # cos[pos]``, the body of an ``@torch.no_grad()`` function), wherever it is used
         value = _NO_GRADIENT if self._modes and not self._modes[-1] else st.rvalue
         if self._assigns:
-            for lv in st.lvalues:  # tuple targets and the like: never "only detached"
-                self._bind(lv, value if type(lv) is _NameExpr else _OPAQUE)
+            for lv in st.lvalues:
+                self._bind_items(lv, value)
         for lv in st.lvalues:
             self._define(lv)
         if self.rewrite:

@@ -258,3 +258,47 @@ def test_dmypy_module_that_starts_using_spmd_types(project: Path, daemon: Dmypy)
     (project / "m.py").write_text(UNTYPED_V1)
     third = daemon("check", "m.py")
     assert errors(third.stdout) == set(), third.stdout + daemon.log()
+
+
+ROW_V1 = '''\
+import torch
+import spmd
+from spmd import I, V, Tensor
+
+
+class Row(torch.nn.Module):
+    def forward(self, x: Tensor[I["tp"]]) -> Tensor[I["tp"]]:
+        return x
+'''
+ROW_V2 = ROW_V1.replace('-> Tensor[I["tp"]]:', '-> Tensor[V["tp"]]:').replace(
+    "return x", 'return spmd.reinterpret(x, "tp", src=I, dst=V)')
+ROW_USER = '''\
+import torch
+from spmd import I, Tensor
+from lin import Row
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.row = Row()
+
+    def forward(self, x: Tensor[I["tp"]]) -> Tensor[I["tp"]]:
+        return self.row(x)
+'''
+
+
+def test_dmypy_rechecks_the_callers_of_a_module_whose_forward_changed(project: Path, daemon: Dmypy) -> None:
+    """``self.row(x)`` is typed by Row.forward, but the daemon's dependencies record Module's
+    ``__call__``: a changed forward must still re-check its callers (plugin dependency
+    forward -> __call__, modules.ModuleCallTyper.class_mro_hook)."""
+    (project / "lin.py").write_text(ROW_V1)
+    (project / "m.py").write_text(ROW_USER)
+    assert daemon("start", *DAEMON_ARGS).returncode == 0
+    first = daemon("check", "lin.py", "m.py")
+    assert errors(first.stdout) == set(), first.stdout + daemon.log()
+    (project / "lin.py").write_text(ROW_V2)
+    second = daemon("check", "lin.py", "m.py")
+    assert errors(second.stdout) == {(12, "spmd-mismatch")}, second.stdout + daemon.log()
+    expected = mypy(project, "--cache-dir", str(project / "plain-cache"), "lin.py", "m.py").stdout
+    assert diagnostic_lines(second.stdout) == diagnostic_lines(expected)

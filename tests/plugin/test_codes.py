@@ -43,6 +43,11 @@ FAKE_TORCH = {
     "torch/distributed/__init__.pyi": """
         class ProcessGroup: ...
     """,
+    # every torch module the spmd stubs import: one left out is found in the real torch
+    # (mypy completes a stub package from site-packages), which then analyses all of torch
+    "torch/distributed/device_mesh.pyi": """
+        class DeviceMesh: ...
+    """,
 }
 
 USER_CODE = """\
@@ -159,7 +164,32 @@ def test_every_code_accepted_on_the_command_line(project: Path) -> None:
     assert out.strip() == "", out
 
 
+def test_the_stand_in_for_torch_keeps_the_real_torch_out(project: Path) -> None:
+    # these runs take a second only while mypy reads no module of the real torch
+    from mypy import api
+
+    (project / "mypy.ini").write_text(
+        f"[mypy]\nplugins = spmd_mypy.plugin\nmypy_path = {project / 'fake_torch'}\n"
+        f"incremental = False\n[spmd_mypy]\nmesh_axes = dp, tp\n")
+    _, log, _ = api.run(["--config-file", str(project / "mypy.ini"), "-v", str(project / "main.py")])
+    read = {ln.split("(", 1)[1].split(")", 1)[0] for ln in log.splitlines() if "Scheduling SCC" in ln}
+    torch_modules = {m for scc in read for m in scc.split() if m.split(".")[0] == "torch"}
+    fake = {rel.removesuffix("/__init__.pyi").removesuffix(".pyi").replace("/", ".") for rel in FAKE_TORCH}
+    assert torch_modules and torch_modules <= fake, sorted(torch_modules - fake)
+
+
 def test_unknown_spmd_code_rejected(project: Path) -> None:
     out, status = _run(project, "--disable-error-code", "spmd-bogus")
     assert "Invalid error code(s): spmd-bogus" in out, out
     assert status == 2
+
+
+def test_python_m_spmd_mypy_lists_the_codes() -> None:
+    """``python -m spmd_mypy`` is the ``spmd-mypy`` command."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "spmd_mypy", "codes"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {line.split()[0] for line in proc.stdout.splitlines() if line.strip()} >= set(CODES)

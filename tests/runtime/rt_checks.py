@@ -483,6 +483,9 @@ def check_redistribute_routes(ctx: Ctx, name: str) -> None:
         assert_close(spmd.redistribute(x, "x", src=P, dst=R), spmd.all_reduce(x, "x", src=P, dst=R))
         assert spmd.redistribute(x, "x", src=V, dst=V) is x
         assert spmd.redistribute(x, "x", src=S(1), dst=S(1)) is x
+        # one layout written two ways (a 2-d x): nothing moves, as for the same type
+        assert spmd.redistribute(x, "x", src=S(-1), dst=S(1)) is x
+        assert spmd.redistribute(x, "x", src=S(0), dst=S(-2)) is x
         assert_close(spmd.redistribute(x, "x", src=V, dst=S(0)), x)
 
 
