@@ -1035,7 +1035,9 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
 
-def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) -> torch.Tensor:
+def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
+               sizes: Sequence[int] | None = None,
+               out_sizes: Sequence[int] | None = None) -> torch.Tensor:
     """Transpose the mesh axis with a tensor dim: ``V | S(i) -> V | S(j)``.
 
     Exactly: the input is split into N equal blocks along the *split dim* (``j`` for
@@ -1058,9 +1060,19 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
 
       ``S(i) -> S(i)`` is the same block exchange on dim ``i``.
 
+    Uneven blocks (``V -> V`` only: dropless MoE dispatch): ``sizes[k]`` rows of dim 0 go to
+    rank ``k``, in order, and ``out_sizes[k]`` rows come from rank ``k`` (torch's
+    ``input_split_sizes`` / ``output_split_sizes``).  Without ``out_sizes`` the ranks first
+    exchange their ``sizes`` (one small all_to_all)::
+
+        rank 0: [a0 a0 | a1]   sizes=[2, 1]       [a0 a0 | b0]
+        rank 1: [b0 | b1 b1]   sizes=[1, 2]   =>  [a1 | b1 b1]
+
     Backward: the all_to_all with src and dst (so split and concat dims) swapped, its
-    inverse.
+    inverse (uneven: ``sizes`` and ``out_sizes`` swapped).
     """
+    if sizes is not None or out_sizes is not None:
+        return _all_to_all_uneven(x, axis, src, dst, sizes, out_sizes)
     # V -> V without autograd or check mode: what _plan, _run -> _all_to_all ->
     # du.all_to_all do, in this frame, the group found by one lookup (filled by _plan).  At
     # 1 MB on gloo every step costs microseconds (caches cold after the exchange): the
@@ -1089,6 +1101,56 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None) 
             and exchanges is not None):
         exchanges[axis] = plan.exchange
     out = _run(plan, x, None)
+    return _finish(plan, x, out) if _checking.ACTIVE else out
+
+
+class _UnevenAllToAll(torch.autograd.Function):
+    """all_to_all(V,V) with per-rank block sizes; its backward is itself with the sizes
+    swapped (so double backward is the forward again)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: du.AxisGroup, sizes: tuple[int, ...],
+                out_sizes: tuple[int, ...]) -> torch.Tensor:
+        ctx.group, ctx.sizes, ctx.out_sizes = group, sizes, out_sizes
+        return du.all_to_all_uneven(x, group, sizes, out_sizes)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return _UnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes), None, None, None
+
+
+def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
+                       sizes: Sequence[int] | None, out_sizes: Sequence[int] | None) -> torch.Tensor:
+    plan = _plan("all_to_all", axis, src, dst)  # checks src/dst against the table
+    step = plan.step
+    if step is None or step.src != "V" or step.dst != "V":
+        raise ValueError(f"all_to_all(src={plan.src}, dst={plan.dst}) takes no sizes=: uneven "
+                         f"blocks are for src=V, dst=V (dim 0 split by sizes=, joined by "
+                         f"out_sizes=)")
+    g = _group(step)
+    n = g.size
+    if sizes is None:
+        raise ValueError("all_to_all(..., out_sizes=...) needs sizes= too: the rows of dim 0 "
+                         "this rank sends to each rank")
+    sizes = tuple(int(k) for k in sizes)
+    if len(sizes) != n or any(k < 0 for k in sizes):
+        raise ValueError(f"all_to_all sizes={list(sizes)}: one row count >= 0 per rank of the "
+                         f"axis ({n} ranks)")
+    if x.ndim == 0 or sum(sizes) != x.shape[0]:
+        raise ValueError(f"all_to_all sizes={list(sizes)} sum to {sum(sizes)}, x has "
+                         f"{x.shape[0] if x.ndim else 'no'} rows (dim 0)")
+    if out_sizes is None:  # what every rank sends here: one small exchange of the counts
+        counts = du.all_to_all(torch.tensor(sizes, dtype=torch.int64, device=x.device), g)
+        out_sizes = tuple(int(k) for k in counts.tolist())
+    else:
+        out_sizes = tuple(int(k) for k in out_sizes)
+        if len(out_sizes) != n or any(k < 0 for k in out_sizes):
+            raise ValueError(f"all_to_all out_sizes={list(out_sizes)}: one row count >= 0 per "
+                             f"rank of the axis ({n} ranks)")
+    if x.requires_grad and torch.is_grad_enabled():
+        out = _UnevenAllToAll.apply(x, g, sizes, out_sizes)
+    else:
+        out = du.all_to_all_uneven(x, g, sizes, out_sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
 

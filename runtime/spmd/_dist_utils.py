@@ -152,6 +152,31 @@ def reduce_scatter(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     return out
 
 
+def all_to_all_uneven(x: torch.Tensor, group: AxisGroup, sizes: Sequence[int],
+                      out_sizes: Sequence[int]) -> torch.Tensor:
+    """Rows ``sizes[k]`` of dim 0 (in order) go to logical rank ``k``; ``out_sizes[k]`` rows
+    come from logical rank ``k``, joined in logical order.  The splits are given to torch
+    in the group's rank order (``physical``/``logical``: a flattened group may order its
+    ranks otherwise)."""
+    n = group.size
+    send = x.contiguous()
+    if n == 1:
+        return send.clone()
+    in_s, out_s = list(sizes), list(out_sizes)
+    if group.logical is not None:
+        blocks = send.split(in_s, 0)
+        send = torch.cat([blocks[group.logical[p]] for p in range(n)])
+        in_s = [sizes[group.logical[p]] for p in range(n)]
+        out_s = [out_sizes[group.logical[p]] for p in range(n)]
+    out = send.new_empty((sum(out_s), *x.shape[1:]))
+    dist.all_to_all_single(out, send, output_split_sizes=out_s, input_split_sizes=in_s,
+                           group=group.pg)
+    if group.physical is not None:
+        blocks = out.split(out_s, 0)
+        out = torch.cat([blocks[group.physical[k]] for k in range(n)])
+    return out
+
+
 def all_to_all(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     """Block ``k`` of dim 0 goes to logical rank ``k``; block ``k`` of the result came from it."""
     n = group.size

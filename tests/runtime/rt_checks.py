@@ -36,7 +36,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.testing import assert_close
 
 import spmd
-from spmd import I, P, R, S, V
+from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.collectives import TRANSITIONS, route
 from spmd_mypy.engine.types import Kind, LocalType
 
@@ -349,6 +349,59 @@ def check_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str, d
             vs = values(src, shapes, f"{name}/v", dtype)
             (gg,) = torch.autograd.grad(gx, g, vs[me])
             assert_close(gg, spec(op, src, dst, vs, sizes=sizes, reduce_op=reduce_op)[me])
+
+
+def check_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any, given_out: bool) -> None:
+    """all_to_all(V,V) with per-rank block sizes (dropless MoE dispatch): rank ``r`` sends
+    ``sizes_r[k]`` rows to rank ``k``.  Forward against the spec, backward by the adjoint
+    identity (V pairs with V: the sum over ranks), double backward is the forward again;
+    ``given_out``: out_sizes passed, else exchanged by the op."""
+    mesh = ctx.mesh(mesh_key)
+    ranks = ctx.axis_ranks(mesh, axis)
+    n, me = len(ranks), ranks.index(ctx.rank)
+    sizes = [[(r + 2 * k) % 3 for k in range(n)] for r in range(n)]  # zeros included
+    shapes = [(sum(sizes[r]), 2) for r in range(n)]
+    out_shapes = [(sum(sizes[k][r] for k in range(n)), 2) for r in range(n)]
+
+    def forward_spec(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        blocks = [xs[k].split(sizes[k], 0) for k in range(n)]
+        return [torch.cat([blocks[k][r] for k in range(n)]) for r in range(n)]
+
+    with spmd.set_mesh(mesh):
+        out_sizes = [sizes[k][me] for k in range(n)] if given_out else None
+        xs = values("V", shapes, f"{name}/x")
+        x = xs[me].clone().requires_grad_(True)
+        out = spmd.all_to_all(x, axis, src=V, dst=V, sizes=sizes[me], out_sizes=out_sizes)
+        assert_close(out, forward_spec(xs)[me])
+        gs = values("V", out_shapes, f"{name}/g")
+        g = gs[me].clone().requires_grad_(True)
+        (gx,) = torch.autograd.grad(out, x, g, create_graph=True)
+        assert gx.shape == x.shape
+        grads = ctx.gather(gx, ranks, shapes)
+        dxs = values("V", shapes, f"{name}/dx")
+        lhs = pair("V", forward_spec(dxs), gs)
+        rhs = pair("V", dxs, grads)
+        assert_close(rhs, lhs, rtol=1e-10, atol=1e-10,
+                     msg=lambda m: f"adjoint identity fails: <B(g), dx> != <g, F(dx)>: {m}")
+        vs = values("V", shapes, f"{name}/v")
+        (gg,) = torch.autograd.grad(gx, g, vs[me])
+        assert_close(gg, forward_spec(vs)[me])
+        with spmd.typecheck():  # the check mode types it V -> V, and rejects another src
+            y = spmd.all_to_all(spmd.declare(xs[me].clone(), Tensor[V[axis if isinstance(axis, str) else tuple(axis)]]),
+                                axis, src=V, dst=V, sizes=sizes[me])
+            assert_close(y, forward_spec(xs)[me])
+        try:
+            spmd.all_to_all(xs[me], axis, src=S(0), dst=S(1), sizes=sizes[me])
+        except ValueError as e:
+            assert "src=V, dst=V" in str(e), e
+        else:
+            raise AssertionError("all_to_all(S(0), S(1), sizes=) accepted")
+        try:  # wrong on every rank (each raises before it communicates)
+            spmd.all_to_all(xs[me], axis, src=V, dst=V, sizes=[shapes[me][0] + 1] + [0] * (n - 1))
+        except ValueError as e:
+            assert "sum to" in str(e), e
+        else:
+            raise AssertionError("sizes= that do not sum to the rows accepted")
 
 
 def check_no_grad_reduce(ctx: Ctx, name: str, mesh_key: str, axis: Any, src: str, dst: str,
@@ -960,6 +1013,10 @@ def _extra_checks(prefix: str, mesh_key: str, axis: Any, n: int
             name = f"{prefix}/all_reduce({src},{dst},{reduce_op})"
             yield name, functools.partial(check_no_grad_reduce, name=name, mesh_key=mesh_key,
                                           axis=axis, src=src, dst=dst, reduce_op=reduce_op)
+    for given_out in (True, False):
+        name = f"{prefix}/all_to_all(V,V,sizes{',out_sizes' if given_out else ''})"
+        yield name, functools.partial(check_all_to_all_uneven, name=name, mesh_key=mesh_key,
+                                      axis=axis, given_out=given_out)
     sizes = [1, 3] if n == 2 else [1, 3, 0, 2]
     uneven = [("all_gather", f"S{i}", d) for i in DIMS for d in ("R", "I")]
     uneven += [("reduce_scatter", "P", f"S{i}") for i in DIMS]
@@ -1043,6 +1100,8 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         checks += list(_op_checks(f"{p}/2x2T/(dp,tp)", "2x2T", ("dp", "tp"), full=False))
         checks += list(_op_checks(f"{p}/2x2T/dp", "2x2T", "dp", full=False))
         checks += list(_extra_checks(f"{p}/2x2/(dp,tp)", "2x2", ("dp", "tp"), 4))
+        add(f"{p}/2x2T/(dp,tp)/all_to_all(V,V,sizes)", check_all_to_all_uneven, mesh_key="2x2T",
+            axis=("dp", "tp"), given_out=False)  # a flattened group in another rank order
         add(f"{p}/einsum-family/(dp,tp)", check_einsum_family, mesh_key="2x2", axis=("dp", "tp"))
         add(f"{p}/einsum-family/tp", check_einsum_family, mesh_key="2x2", axis="tp")
         for key, axis in (("2x2", "tp"), ("2x2", ("dp", "tp")), ("2x2T", ("dp", "tp")),
