@@ -51,11 +51,17 @@ def _edit_distance(a: str, b: str) -> int:
 
 
 def closest(name: str, known: Sequence[str]) -> str:
-    """' (did you mean "tp"?)' or ''."""
+    """' (did you mean "tp"?)', ' (did you mean "dp" or "mp"?)' when several are as close
+    (``tp`` with the axes ``dp``, ``mp``: one edit each, equally similar), or ''."""
     candidates = [(_edit_distance(name, k), -difflib.SequenceMatcher(None, name, k).ratio(), k)
                   for k in known]
     candidates = [c for c in candidates if c[0] <= max(1, len(name) // 2)]
-    return f' (did you mean "{min(candidates)[2]}"?)' if candidates else ""
+    if not candidates:
+        return ""
+    best = min(candidates)[:2]
+    tied = sorted(k for *score, k in candidates if tuple(score) == best)
+    names = " or ".join(f'"{k}"' for k in tied)
+    return f" (did you mean {names}?)"
 
 
 def unknown_axis_error(name: str, known: Sequence[str], code: str = "spmd-annotation") -> SpmdError:

@@ -171,6 +171,14 @@ def test_annotation_build_and_format() -> None:
     assert dual(REPLICATE) == PARTIAL and dual(shard(2)) == shard(2)
 
 
+def test_an_unknown_axis_names_every_equally_close_axis() -> None:
+    # an axis renamed in the code but not in the config: "tp" with the axes dp and mp
+    _, errors = build([Entry("R", ("tp",))], ["dp", "mp"])
+    assert 'did you mean "dp" or "mp"?' in errors[0].message, errors[0].message
+    _, errors = build([Entry("R", ("tq",))], ["dp", "tp"])
+    assert '(did you mean "tp"?)' in errors[0].message, errors[0].message
+
+
 @pytest.mark.parametrize("text, shown", [
     ("(p * lr)", "p * lr"),  # the plugin's text of a binary operand
     ("((a + b) * c)", "(a + b) * c"),
