@@ -64,16 +64,23 @@ def closest(name: str, known: Sequence[str]) -> str:
     return f" (did you mean {names}?)"
 
 
-def unknown_axis_error(name: str, known: Sequence[str], code: str = "spmd-annotation") -> SpmdError:
+MESH_AXES_SETTING = "[tool.spmd_mypy] mesh_axes"  # where the axes are configured, by default
+
+
+def unknown_axis_error(name: str, known: Sequence[str], code: str = "spmd-annotation",
+                       setting: str = MESH_AXES_SETTING) -> SpmdError:
+    """``setting``: where the axes come from, as the message names it (the plugin's config
+    file: ``[spmd_mypy] mesh_axes in mypy.ini``)."""
     known_text = ", ".join(f'"{a}"' for a in known) if known else "none configured"
     return SpmdError(
         code,
         f'unknown mesh axis "{name}"{closest(name, known)}; the mesh axes are {known_text} '
-        f"([tool.spmd_mypy] mesh_axes)",
+        f"({setting})",
     )
 
 
-def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None) -> tuple[SpmdType, list[SpmdError]]:
+def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
+          setting: str = MESH_AXES_SETTING) -> tuple[SpmdType, list[SpmdError]]:
     """The type the entries denote, and the annotation errors (the type drops bad parts).
 
     ``mesh_axes=None`` accepts any axis name (no configuration, e.g. at runtime
@@ -86,7 +93,7 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None) -> tuple[Sp
 
     def claim(axis: str, where: str) -> bool:
         if mesh_axes is not None and axis not in mesh_axes:
-            errors.append(unknown_axis_error(axis, mesh_axes))
+            errors.append(unknown_axis_error(axis, mesh_axes, setting=setting))
             return False
         if axis in seen and where.startswith("PS") and seen[axis].startswith("PS"):
             errors.append(SpmdError(

@@ -85,7 +85,7 @@ class AnnotationHooks:
         built = self._built.get(key)
         if built is None:
             built = build([Entry(m, axes, dim=dim, spec=spec) for m, axes, dim, spec in entries],
-                          plugin.config.mesh_axes)
+                          plugin.config.mesh_axes, plugin.config.axes_setting)
             if len(self._built) > 10_000:
                 self._built.clear()
             self._built[key] = built

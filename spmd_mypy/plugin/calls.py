@@ -960,7 +960,8 @@ class CallTyper:
         known = self.plugin.config.mesh_axes
         bad = [n for n in names if n not in known]
         if bad:
-            self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis")])
+            self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis",
+                                                 self.plugin.config.axes_setting)])
             return None
         if len(set(names)) != len(names):
             self.report(ctx, [SpmdError("spmd-axis", f"the axes {tuple(names)} repeat an axis")])
@@ -1129,7 +1130,7 @@ class CallTyper:
                     "spmd-annotation", f'Tensor[...] takes entries like R["tp"], not {expr_text(item)}')])
                 return None
             entries.append(entry)
-        t, errors = build(entries, self.plugin.config.mesh_axes)
+        t, errors = build(entries, self.plugin.config.mesh_axes, self.plugin.config.axes_setting)
         self.report(ctx, errors)
         return t
 

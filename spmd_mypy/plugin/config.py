@@ -47,6 +47,16 @@ class Config:
         return {"mesh_axes": list(self.mesh_axes), "strict": self.strict,
                 "overrides": [list(o) for o in self.overrides]}
 
+    @property
+    def axes_setting(self) -> str:
+        """Where ``mesh_axes`` is set (or is to be set), as messages name it."""
+        if self.source == "default":
+            return f"[tool.{SECTION}] mesh_axes"
+        name = os.path.basename(self.source)
+        if self.source.endswith(".toml"):
+            return f"[tool.{SECTION}] mesh_axes in {name}"
+        return f"[{SECTION}] mesh_axes in {name}"
+
     def strict_for(self, module: str) -> bool:
         """``strict`` for ``module``: its most specific override, else the global setting."""
         for pattern, strict in self.overrides:

@@ -993,7 +993,7 @@ def _endpoint(typer: CallTyper, ctx: AnyCtx, e: Expression | None, x: SpmdType,
 def gs_build_spec(typer: CallTyper, spec: tuple[tuple[str, ...], ...]):  # noqa: ANN201
     from ..engine.annotations import Entry, build
 
-    return build([Entry("PS", spec=spec)], typer.plugin.config.mesh_axes)
+    return build([Entry("PS", spec=spec)], typer.plugin.config.mesh_axes, typer.plugin.config.axes_setting)
 
 
 def gs_shard(d: int):  # noqa: ANN201
