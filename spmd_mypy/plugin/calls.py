@@ -88,6 +88,8 @@ from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction
 from .rewrite import RegionIndex
 
+_UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
+
 if TYPE_CHECKING:
     from . import SpmdPlugin
 
@@ -849,12 +851,19 @@ class CallTyper:
         return ctx.default_return_type
 
     def strict(self, ctx: AnyCtx) -> bool:
-        """``strict`` for the module being checked (its override in the config, if any)."""
+        """``strict`` for the module being checked (its override in the config, if any); or
+        the code ``spmd-untyped`` enabled for it as mypy enables codes (``--enable-error-code
+        spmd-untyped``, ``enable_error_code`` in the config, an inline ``# mypy:`` comment):
+        the code is on by default, so enabling it can only mean asking for strict mode."""
         config = self.plugin.config
-        if not config.overrides:
-            return config.strict
-        tree = getattr(ctx.api, "tree", None)
-        return config.strict_for(tree.fullname if isinstance(tree, MypyFile) else "")
+        if config.overrides:
+            tree = getattr(ctx.api, "tree", None)
+            if config.strict_for(tree.fullname if isinstance(tree, MypyFile) else ""):
+                return True
+        elif config.strict:
+            return True
+        options = getattr(ctx.api, "options", None)
+        return options is not None and _UNTYPED_CODE in options.enabled_error_codes
 
     def _augmented(self, ctx) -> bool:  # noqa: ANN001 - AttributeContext
         """``p.grad += g``: mypy reads the target as an assignment target, but the in-place op
