@@ -134,6 +134,14 @@ def _dims(v: Any) -> Any:
     return v
 
 
+def _shape(v: Any) -> Any:
+    """A shape argument: one int is a shape of one dim (``x.reshape(-1)``, ``x.view(6)``:
+    torch's varargs, which bind the one size alone)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v,)
+    return _dims(v)
+
+
 def _index_items(idx: Any, types_of: Any) -> tuple[Any, ...]:
     items = idx if isinstance(idx, tuple) else (idx,)
     out: list[Any] = []
@@ -188,7 +196,7 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name in ("movedim", "moveaxis"):
         p["source"], p["destination"] = _dims(b.get("source")), _dims(b.get("destination"))
     elif name in ("reshape", "view"):
-        p["shape"] = _dims(b.get("shape"))
+        p["shape"] = _shape(b.get("shape"))
         if tensors and isinstance(tensors[0][0], torch.Tensor):
             # the literal shape is the local one torch receives; so is the input's
             p["in_shape"] = tuple(int(v) for v in tensors[0][0].shape)
@@ -201,7 +209,7 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
         p["index"] = _index_items(b.get("indices", b.get("idx")), types_of)
     elif name in ("expand", "broadcast_to"):
         shape = b.get("size", b.get("shape", b.get("*")))
-        p["shape"] = _dims(shape)
+        p["shape"] = _shape(shape)
     elif name == "roll":
         d = b.get("dims")
         p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d

@@ -109,6 +109,18 @@ def test_local_map_switches_types_in_check_mode():
     assert torch.equal(body(x), F.gelu(x))
 
 
+def test_reshape_to_one_size_given_alone():
+    """``x.reshape(-1)``, ``x.view(6)``: torch's varargs bind the one size alone (an int, not
+    a tuple); read as the shape it is, as the static checker reads it (a probe: the check
+    mode said the shape was not literal)."""
+    with spmd.typecheck():
+        (x,) = _declared(((2, 3), Tensor[PS["dp", None], R["tp"]]))
+        for y in (x.reshape(-1), x.view(-1), x.reshape(6), x.view(6), x.reshape((-1,))):
+            assert spmd.typeof(y).spec == (("dp",),)
+        (v,) = _declared(((3,), Tensor[PS[None], R["dp", "tp"]]))
+        assert spmd.typeof(v.expand(3)).spec == ((),)
+
+
 def test_reshape_reads_literal_sizes_as_local_sizes():
     """``x.reshape(2, 2, 4)`` on a local ``[2, 8]`` block: the sizes are the local ones
     torch receives (the same code runs unchanged under torchrun), so the result is the
