@@ -210,7 +210,7 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name in ("expand", "broadcast_to"):
         shape = b.get("size", b.get("shape", b.get("*")))
         p["shape"] = _shape(shape)
-    elif name == "roll":
+    elif name in ("roll", "flip"):
         d = b.get("dims")
         p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
     elif name == "pad":

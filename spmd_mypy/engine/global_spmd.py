@@ -1438,9 +1438,10 @@ def reshape_as(x: Operand, other: Operand, *, op: str = "view_as") -> Result:
 
 @_dim_errors
 def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll") -> Result:
-    """``roll(x, shifts, dims)`` along unsharded dims keeps the spec; along a sharded
-    dim (or ``dims=None``, which rolls the flattened tensor) the elements cross shard
-    boundaries: an error naming the redistribute that unshards the dims."""
+    """``roll(x, shifts, dims)`` (and ``flip(x, dims)``) along unsharded dims keeps the
+    spec; along a sharded dim (or ``dims=None``, which rolls the flattened tensor) the
+    elements cross shard boundaries: an error naming the redistribute that unshards the
+    dims."""
     early = _enter(op, [x], dims=dims)
     if early is not None:
         return early
@@ -1454,7 +1455,7 @@ def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll
             CODE,
             f"{op} {what}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x, True)}): elements would "
             f"cross shard boundaries (rank to rank communication); gather the dim first "
-            f"({redistribute_fix(x.text, sp, _unshard(sp, bad))}), or roll unsharded dims",
+            f"({redistribute_fix(x.text, sp, _unshard(sp, bad))}), or {op} unsharded dims",
         )])
     return _finish(op, [x], sp, [])
 
@@ -1876,8 +1877,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return expand_as(operands[0], operands[1], op=op)
     if op in ("view_as", "reshape_as") and len(operands) >= 2:
         return reshape_as(operands[0], operands[1], op=op)
-    if op == "roll":
-        return roll(x, dims=p.get("dims"), op=op)
+    if op in ("roll", "flip"):
+        return roll(x, dims=p.get("dims", UNKNOWN) if op == "flip" else p.get("dims"), op=op)
     if op in CLASS_LOSSES:
         return class_loss(op, operands, reduction=p.get("reduction", "mean"))
     if op in ATTENTION:

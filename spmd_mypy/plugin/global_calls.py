@@ -757,7 +757,7 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     elif base in ("expand", "broadcast_to"):
         exprs = f.get("size") or f.get("shape") or f.get("sizes")
         p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
-    elif base == "roll":
+    elif base in ("roll", "flip"):
         p["dims"] = _dim_param(f.get("dims"))
     elif base == "pad":
         pads = f.get("pad")
