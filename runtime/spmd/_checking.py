@@ -138,6 +138,10 @@ def _forget(ref: _Ref) -> None:
 # Tensors the user assigned to some ``x.grad`` (typed at the time), by id: their type is
 # theirs.  Weak values: an entry goes with its tensor.
 _ASSIGNED_GRADS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
+# The gradient type a hook gave a tensor's gradient (``x.register_hook(lambda g:
+# spmd.all_reduce(g, "dp", src=P, dst=R))``: R, not the dual P), by the tensor's id, with a
+# weak reference to it: what ``x.grad`` reads are typed when autograd copied the hook's result.
+_HOOKED_GRADS: dict[int, tuple[Any, SpmdType]] = {}
 
 
 def _get(t: Any) -> SpmdType | None:
@@ -428,6 +432,48 @@ def _operand_types(ops: list) -> list[SpmdType | None] | None:
     return types if any_typed else None
 
 
+def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
+    """``hook`` with the gradient typed on the way in (the dual of ``x``'s type, so a
+    collective in the hook checks its src) and on the way out: the type of what the hook
+    returns (``register_hook``) or puts in ``x.grad`` (``register_post_accumulate_grad_hook``)
+    is the gradient's type at later reads, as ``x.grad = all_reduce(...)`` is (a DDP-style
+    reduction in a hook was read back as Partial: the optimizer step raised, and its fix
+    would have reduced the gradient twice)."""
+    ref = weakref.ref(x)
+
+    def keep(out: Any) -> None:
+        owner = ref()
+        t = _get(out) if isinstance(out, torch.Tensor) else None
+        if owner is not None and t is not None:
+            key = id(owner)
+            _HOOKED_GRADS[key] = (weakref.ref(owner, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), t)
+            _ASSIGNED_GRADS[id(out)] = out
+
+    def dual_of(g: Any) -> None:
+        owner = ref()
+        t = _get(owner) if owner is not None else None
+        if isinstance(g, torch.Tensor) and t and _get(g) is None:
+            _set(g, t.dual())
+
+    if name == "register_post_accumulate_grad_hook":
+        def post(p: torch.Tensor) -> None:
+            with suspended():
+                g = p.grad
+            dual_of(g)
+            hook(p)
+            with suspended():
+                g = p.grad
+            keep(g)
+        return post
+
+    def pre(g: torch.Tensor) -> Any:
+        dual_of(g)
+        r = hook(g)
+        keep(g if r is None else r)
+        return r
+    return pre
+
+
 class _Mode(TorchFunctionMode):
     def __init__(self, strict: bool) -> None:
         super().__init__()
@@ -453,11 +499,21 @@ class _Mode(TorchFunctionMode):
             g = func(*args, **kwargs)
             if isinstance(g, torch.Tensor) and args and _ASSIGNED_GRADS.get(id(g)) is not g:
                 # autograd's gradient: the dual of x's type, at every read (autograd may
-                # have accumulated a new gradient into the same tensor since)
-                t = _get(args[0])
-                if t:
-                    _set(g, t.dual())
+                # have accumulated a new gradient into the same tensor since), or the type a
+                # hook gave it
+                hooked = _HOOKED_GRADS.get(id(args[0]))
+                if hooked is not None and hooked[0]() is args[0]:
+                    _set(g, hooked[1])
+                else:
+                    t = _get(args[0])
+                    if t:
+                        _set(g, t.dual())
             return g
+        if kind is Kind.GRAD_HOOK:
+            hook = args[1] if len(args) > 1 else kwargs.pop("hook", None)
+            if args and callable(hook) and _get(args[0]):
+                hook = _typed_grad_hook(plan.name, args[0], hook)
+            return func(args[0], hook, *args[2:], **kwargs)
         if kind is Kind.SET_GRAD:
             # ``p.grad = all_reduce(p.grad, "dp", src=P, dst=R)``: the tensor the user put
             # there keeps its own type at later reads (the optimizer's step sees R)

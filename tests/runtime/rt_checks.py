@@ -37,6 +37,7 @@ from torch.testing import assert_close
 
 import spmd
 from spmd import I, P, R, S, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.collectives import TRANSITIONS, route
 from spmd_mypy.engine.types import Kind, LocalType
 
@@ -557,6 +558,41 @@ def check_dtype_kept(ctx: Ctx, name: str) -> None:
                 out.sum().backward()
                 assert x.grad is not None and x.grad.dtype == dt
                 x.grad = None
+
+
+def check_gradients_reduced_in_hooks(ctx: Ctx, name: str) -> None:
+    """DDP-style: a replicated parameter's gradient all-reduced in a hook (register_hook, or
+    register_post_accumulate_grad_hook setting p.grad) is R at later reads in the check mode,
+    as after ``p.grad = all_reduce(...)``: the optimizer step passes (a probe: it was read back
+    as P, the step raised, and its fix would have reduced the gradient twice).  Without a
+    hook the gradient is still P, and the step still raises."""
+    mesh = ctx.mesh("1d")
+    n = ctx.world
+    for how in ("register_hook", "post_accumulate", "none"):
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            w = spmd.declare(torch.nn.Parameter(torch.ones(3, dtype=F64)), Tensor[R["x"]])
+            if how == "register_hook":
+                w.register_hook(lambda g: spmd.all_reduce(g, "x", src=P, dst=R))
+            elif how == "post_accumulate":
+                w.register_post_accumulate_grad_hook(
+                    lambda q: setattr(q, "grad", spmd.all_reduce(q.grad, "x", src=P, dst=R)))
+            x = spmd.declare(torch.full((3,), float(ctx.rank + 1), dtype=F64), Tensor[V["x"]])
+            # register_hook reduces each microbatch's gradient before it is accumulated: two
+            # microbatches (a post-accumulate hook would reduce the sum again: one)
+            steps = 2 if how == "register_hook" else 1
+            for _ in range(steps):
+                spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+            expected = steps * sum(range(1, n + 1))
+            if how == "none":
+                assert str(spmd.typeof(w.grad)) == 'Tensor[P["x"]]', spmd.typeof(w.grad)
+                try:
+                    torch.optim.SGD([w], lr=0.1).step()
+                except SpmdTypeError:
+                    continue
+                raise AssertionError("a Partial gradient added to an R parameter was accepted")
+            assert_close(w.grad, torch.full((3,), float(expected), dtype=F64))
+            assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', (how, spmd.typeof(w.grad))
+            torch.optim.SGD([w], lr=0.1).step()
 
 
 def check_hook(ctx: Ctx, name: str) -> None:
@@ -1085,6 +1121,7 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/redistribute-routes", check_redistribute_routes)
     add(f"{p}/dtype-kept", check_dtype_kept)
     add(f"{p}/check-mode-hook", check_hook)
+    add(f"{p}/check-mode-gradients-reduced-in-hooks", check_gradients_reduced_in_hooks)
     add(f"{p}/grad-in-place", check_grad_in_place)
     add(f"{p}/forward-in-place", check_forward_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
