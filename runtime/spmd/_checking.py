@@ -432,6 +432,14 @@ def _operand_types(ops: list) -> list[SpmdType | None] | None:
     return types if any_typed else None
 
 
+def _has_grad_hooks(x: Any) -> bool:
+    """``x`` has gradient hooks the check mode did not wrap (registered before it started):
+    its gradient is not read as the dual (a hook may have reduced it)."""
+    with suspended():
+        return bool(getattr(x, "_backward_hooks", None)) or bool(
+            getattr(x, "_post_accumulate_grad_hooks", None))
+
+
 def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
     """``hook`` with the gradient typed on the way in (the dual of ``x``'s type, so a
     collective in the hook checks its src) and on the way out: the type of what the hook
@@ -504,6 +512,10 @@ class _Mode(TorchFunctionMode):
                 hooked = _HOOKED_GRADS.get(id(args[0]))
                 if hooked is not None and hooked[0]() is args[0]:
                     _set(g, hooked[1])
+                elif _has_grad_hooks(args[0]):
+                    # a hook registered before the check mode started (not wrapped) may have
+                    # reduced it: what a collective in it typed, else unknown (gradual)
+                    pass
                 else:
                     t = _get(args[0])
                     if t:
