@@ -1730,6 +1730,56 @@ def lookup(op: str, x: Operand, ids: Operand, *, dim: int = 0,
     return _lookup_finish(op, operands, xs[:d] + ids.type.spec + xs[d + 1:])
 
 
+GATHERS = frozenset({"gather", "take_along_dim"})
+
+
+def _sharded(e: tuple[str, ...]) -> str:
+    return f"sharded on {_fmt_entry(e)}" if e else "unsharded"
+
+
+def gather_along(op: str, x: Operand, index: Operand, *, dim: int | None,
+                 operands: Sequence[Operand] | None = None) -> Result:
+    """``torch.gather(x, dim, index)`` / ``torch.take_along_dim(x, index, dim)``: the result
+    has the index's shape; position ``p`` reads ``x`` at ``index[p]`` along ``dim`` and at
+    ``p`` along the others.  So ``dim`` must be unsharded in ``x`` (each rank holds the whole
+    dim) and every other dim sharded alike in both; the result takes the index's spec::
+
+        gather(z: PS["dp", None, None], 2, i: PS["dp", None, None])  ->  PS["dp", None, None]
+        gather(z: PS["dp", None, "tp"], 2, i: ...)                   ->  error: dim 2 on "tp"
+        gather(z: PS["dp", None, None], 2, i: PS[None, None, None])  ->  error: dim 0 differs"""
+    operands = list(operands) if operands is not None else [x, index]
+    early = _enter(op, operands, dim=dim, mixing=True)
+    if early is not None:
+        return early
+    xs = x.type.spec if x.type is not None else None
+    ixs = index.type.spec if index.type is not None else None
+    if dim is None:
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op} without dim reads the flattened tensor ({_desc(x, True)}): give the dim")])
+    if xs is not None:  # (the sharded dim is an error whatever the index, as for lookup)
+        try:
+            d = _norm_dim(dim, len(xs))
+        except DimError as e:
+            return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+        if xs[d]:
+            return _finish(op, operands, None, [_lookup_error(op, x, d)])
+    if xs is None or ixs is None:  # an untyped operand: the layout is unknown (gradual)
+        return Result(SpmdType(), list(local_propagate(op, operands).errors))
+    if len(xs) != len(ixs):
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op}: the index has {len(ixs)} dims and {x.text} {len(xs)} ({_desc(x, True)}, "
+                  f"{_desc(index, True)})")])
+    for k in range(len(xs)):
+        if k != d and xs[k] != ixs[k]:
+            return _finish(op, operands, None, [SpmdError(
+                CODE,
+                f"{op} along dim {d}: dim {k} is {_sharded(xs[k])} in {x.text} but {_sharded(ixs[k])} in "
+                f"{index.text} ({_desc(x, True)}, {_desc(index, True)}): position p reads "
+                f"{x.text} at p on that dim, so both must hold the same block; redistribute one "
+                f"of them to the other's spec")])
+    return _lookup_finish(op, operands, ixs)
+
+
 def embedding(ids: Operand, table: Operand | None, *, op: str = "embedding") -> Result:
     """``F.embedding(ids, table)``: :func:`lookup` along dim 0 of the table.  Without a
     table operand (``nn.Embedding``'s own, untyped, weight) the layout is unknown."""
@@ -1926,6 +1976,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return narrow(x, dim=p.get("dim", UNKNOWN), op=op)
     if op == "embedding":
         return embedding(operands[0], operands[1] if len(operands) > 1 else None, op=op)
+    if op in GATHERS and len(operands) >= 2:
+        return gather_along(op, operands[0], operands[1], dim=p.get("dim", UNKNOWN))
     if op == "index_select" and len(operands) >= 2:
         return lookup(op, operands[0], operands[1], dim=p.get("dim", UNKNOWN))
     if op in ("triu", "tril", "triu_", "tril_"):
@@ -2025,7 +2077,7 @@ __all__ = [
     "UNKNOWN", "TensorIndex", "propagate", "einsum", "matmul", "linear", "elementwise",
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
-    "index", "select", "narrow", "lookup", "embedding", "LOOKUPS", "keeps_spec", "pad",
+    "index", "select", "narrow", "lookup", "embedding", "LOOKUPS", "GATHERS", "gather_along", "keeps_spec", "pad",
     "group_norm", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",

@@ -176,6 +176,7 @@ eq ne lt le gt ge equal allclose isclose isnan isinf isfinite logical_and logica
 logical_not logical_xor bitwise_and bitwise_or bitwise_xor bitwise_not
 bitwise_left_shift bitwise_right_shift
 floor ceil round trunc frac fmod remainder reciprocal
+long int short bool byte char
 cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss kl_div
 binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss poisson_nll_loss
 gaussian_nll_loss multilabel_soft_margin_loss
@@ -301,6 +302,7 @@ maximum minimum fmax fmin clamp clip clamp_min clamp_max
 eq ne lt le gt ge isclose isnan isinf isfinite logical_and logical_or logical_not logical_xor
 bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift
 floor ceil round trunc frac fmod remainder reciprocal
+long int short bool byte char
 """.split())
 
 

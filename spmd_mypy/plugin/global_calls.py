@@ -770,7 +770,7 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         r = f.get("reduction")
         if r:
             p["reduction"] = r[0].value if isinstance(r[0], StrExpr) else gs.UNKNOWN
-    elif base in ("select", "narrow", "unsqueeze", "index_select"):
+    elif base in ("select", "narrow", "unsqueeze", "index_select", "gather", "take_along_dim"):
         p["dim"] = _dim_param(f.get("dim"), many=False)
     elif base == "squeeze":
         p["dim"] = _dim_param(f.get("dim"))

@@ -44,6 +44,8 @@ REJECTED = [
     ("chunk along a sharded dim", [((4, 4, 6), H3)], lambda h: h.chunk(2, 1), "spmd.redistribute(h"),
     ("roll along a sharded dim", [((4, 4, 6), H3)], lambda h: h.roll(1, -1), "spmd.redistribute(h"),
     ("flip along a sharded dim", [((4, 4, 6), H3)], lambda h: h.flip(-1), "spmd.redistribute(h"),
+    ("gather along a sharded dim", [((4, 4, 6), H3)],
+     lambda h: torch.gather(h, 2, torch.zeros(4, 4, 6, dtype=torch.long)), "gathered dim 2"),
     ("cross_entropy mean over a sharded batch",
      [((4, 6), Tensor[PS["dp", None], R["tp"]]), ((4, 6), Tensor[PS["dp", None], R["tp"]])],
      lambda a, b: F.cross_entropy(a, b.softmax(1)), 'out_partial_axes="dp"'),
