@@ -873,6 +873,17 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str) -> None:
     ``what`` is the start of the message with ``{x}`` for the tensor's name, e.g.
     ``"spmd.declare({x}, Tensor[R["tp"]])"``.
     """
+    spec = want.spec
+    if spec is not None and len(spec) != x.ndim:
+        text = _texts([x], ["x"])[0]
+        # PS[("dp", "tp")] is PS["dp", "tp"] in Python (JAX's spelling of one dim on two axes)
+        one = (' (PS[("dp", "tp")] is PS["dp", "tp"] in Python: two dims; one dim sharded on '
+               'both axes is PS[("dp", "tp"),])') if x.ndim == 1 and len(spec) > 1 else ""
+        raise SpmdTypeError(SpmdError(
+            "spmd-annotation",
+            f"{what.format(x=text)} but {text} has {x.ndim} dims and the partition spec "
+            f"{len(spec)} entries{one}: a partition spec has one entry per dim",
+        ))
     have = _get(x)
     if not have:
         _set(x, want)

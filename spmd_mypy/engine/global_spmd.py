@@ -1196,7 +1196,9 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
         f"(the sharded dim must stay the outermost of what it is reshaped with); name them: "
         f"keep the dims before it as {t}.{op}({keep_text}, ...) (then dim {d} leads the "
         f"reshaped rest), or write flatten(start_dim, end_dim) / unflatten(dim, sizes); "
-        f"or gather the dim first ({redistribute_fix(t, sp, _unshard(sp, [d]))})",
+        f"or gather the dim first ({redistribute_fix(t, sp, _unshard(sp, [d]))}). The sizes "
+        f"are the local ones torch receives: for the split of a sharded dim write -1 or the "
+        f"global size divided by the mesh axis size, not the global size",
     )])
 
 

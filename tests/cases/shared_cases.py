@@ -770,8 +770,9 @@ case("global-matmul-column", {"x": _X, "w": _WC}, "out = x @ w", _H)
 case("global-add-same-layout", {"a": _H, "b": _H}, "out = a + b", _H)
 case("global-add-layout-mismatch", {"a": _X, "b": 'Tensor[PS[None, None], R["dp", "tp"]]'},
      "out = a + b", GLB)
-case("global-add-broadcast-unsharded-vector", {"a": _X, "b": _B}, "out = a + b", _X)
-case("global-add-broadcast-mismatch", {"a": _H, "b": _B}, "out = a + b", GLB)
+_B1 = {"b": "torch.randn(4, requires_grad=True).clone()"}  # a vector: its spec has one entry
+case("global-add-broadcast-unsharded-vector", {"a": _X, "b": _B}, "out = a + b", _X, make=_B1)
+case("global-add-broadcast-mismatch", {"a": _H, "b": _B}, "out = a + b", GLB, make=_B1)
 case("global-sum-unsharded-dim", {"x": _X}, "out = x.sum(1)", 'Tensor[PS["dp"], R["tp"]]')
 case("global-sum-sharded-dim", {"h": _H}, "out = h.sum(1)", GLB)
 case("global-spmd-sum-out-partial", {"h": _H}, 'out = spmd.sum(h, 1, out_partial_axes="tp")',

@@ -136,3 +136,15 @@ def test_reshape_reads_literal_sizes_as_local_sizes():
         spmd.declare(h, Tensor[PS[None, "tp", None], R["dp"]])
         assert spmd.typeof(h.view(4, 3, 2, 4)).spec == ((), ("tp",), (), ())
         assert spmd.typeof(h.unflatten(1, (3, 1))).spec == ((), ("tp",), (), ())
+
+
+def test_declare_compares_the_spec_with_the_rank():
+    """A partition spec has one entry per dim: JAX's PS[("dp", "tp")] for a 1-d tensor is
+    PS["dp", "tp"] in Python (two dims); the check mode said nothing and a later collective
+    failed on a dim out of range."""
+    with spmd.typecheck():
+        with pytest.raises(SpmdTypeError, match=r'is PS\["dp", "tp"\] in Python'):
+            spmd.declare(torch.ones(4), Tensor[PS[("dp", "tp")]])
+        with pytest.raises(SpmdTypeError, match="has 3 dims and the partition spec 2 entries"):
+            spmd.declare(torch.ones(2, 2, 2), Tensor[PS["dp", None]])
+        assert spmd.typeof(spmd.declare(torch.ones(4), Tensor[PS[("dp", "tp"),]])).spec == (("dp", "tp"),)
