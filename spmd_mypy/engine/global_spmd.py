@@ -1691,6 +1691,21 @@ def _lookup_finish(op: str, operands: Sequence[Operand], out: Spec) -> Result:
 LOOKUPS = frozenset({"embedding", "index_select"})
 
 
+def _gathered_dim(op: str, x: Operand, dim: int, operands: Sequence[Operand]) -> tuple[int, Result | None]:
+    """The table's gathered dim, normalised (0 for an untyped table), or the error: a dim
+    out of range, or a sharded one (:func:`_lookup_error`)."""
+    xs = x.type.spec if x.type is not None else None
+    if xs is None:
+        return 0, None
+    try:
+        d = _norm_dim(dim, len(xs))
+    except DimError as e:
+        return 0, _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    if xs[d]:
+        return d, _finish(op, operands, None, [_lookup_error(op, x, d)])
+    return d, None
+
+
 def lookup(op: str, x: Operand, ids: Operand, *, dim: int = 0,
            operands: Sequence[Operand] | None = None) -> Result:
     """A lookup of rows of the table ``x`` along ``dim`` by integer indices ``ids``:
@@ -1711,14 +1726,9 @@ def lookup(op: str, x: Operand, ids: Operand, *, dim: int = 0,
     if early is not None:
         return early
     xs = x.type.spec if x.type is not None else None
-    d = 0
-    if xs is not None:
-        try:
-            d = _norm_dim(dim, len(xs))
-        except DimError as e:
-            return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
-        if xs[d]:
-            return _finish(op, operands, None, [_lookup_error(op, x, d)])
+    d, err = _gathered_dim(op, x, dim, operands)
+    if err is not None:
+        return err
     for o in (x, ids):
         if o.type is not None and o.type.spec is None and o.type:
             # a typed local operand without rank beside a global one
@@ -1758,13 +1768,9 @@ def gather_along(op: str, x: Operand, index: Operand, *, dim: int | None,
     if dim is None:
         return _finish(op, operands, None, [SpmdError(
             CODE, f"{op} without dim reads the flattened tensor ({_desc(x, True)}): give the dim")])
-    if xs is not None:  # (the sharded dim is an error whatever the index, as for lookup)
-        try:
-            d = _norm_dim(dim, len(xs))
-        except DimError as e:
-            return _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
-        if xs[d]:
-            return _finish(op, operands, None, [_lookup_error(op, x, d)])
+    d, err = _gathered_dim(op, x, dim, operands)  # an error whatever the index, as for lookup
+    if err is not None:
+        return err
     if xs is None or ixs is None:  # an untyped operand: the layout is unknown (gradual)
         return Result(SpmdType(), list(local_propagate(op, operands).errors))
     if len(xs) != len(ixs):
