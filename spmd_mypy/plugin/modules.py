@@ -20,8 +20,11 @@ indexing it with an int give that class, or the union of the classes listed::
     self.layers = nn.ModuleList([Block(c) for _ in range(n)])     for layer in self.layers:
                                                                       x = layer(x)   # Block.forward
 
-A list built elsewhere (another module's class, which may come from mypy's cache without its
-body), filled by ``append``, or of items that are not constructor calls stays ``Module``.
+The class's own ``append``/``insert``/``extend`` calls on the list are read too, and a
+function without a return annotation builds the class its every ``return`` builds (Megatron's
+``build_layer`` nested in ``__init__``).  A list built elsewhere (another module's class, which
+may come from mypy's cache without its body), extended from a variable, or of items that are
+not constructor calls stays ``Module``.
 
 Left as they were: modules whose ``forward`` is not annotated (or is a decorated function
 mypy has not typed yet), classes that define their own ``__call__``, and every module that
@@ -40,6 +43,7 @@ from mypy.nodes import (
     CallExpr,
     Decorator,
     Expression,
+    ExpressionStmt,
     FuncDef,
     GeneratorExpr,
     IndexExpr,
@@ -49,16 +53,20 @@ from mypy.nodes import (
     NameExpr,
     OverloadedFuncDef,
     RefExpr,
+    ReturnStmt,
     SliceExpr,
+    Statement,
     TupleExpr,
     TypeInfo,
 )
 from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
 from mypy.typeops import bind_self, make_simplified_union
-from mypy.types import CallableType, FunctionLike, Instance, Type, get_proper_type
+from mypy.types import AnyType, CallableType, FunctionLike, Instance, Type, get_proper_type
 from mypy.typevars import fill_typevars_with_any
 
 from .global_calls import module_constructor
+from .mypy_types import lookup_type
+from .statements import statement_blocks
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -179,45 +187,119 @@ def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> T
     if not isinstance(lst, (MemberExpr, NameExpr)):
         return None
     values = module_constructor(ctx, lst)
-    items: list[Type] = []
+    elements: list[Expression] = []
     for v in values:
         if not (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
                 and isinstance(v.callee.node, TypeInfo) and v.callee.node.fullname == MODULE_LIST):
             return None  # assigned something else too (or unreadable): unknown
+        if not v.args:
+            continue  # nn.ModuleList(), filled by append (read below)
         if len(v.args) != 1 or v.arg_kinds[0] != ARG_POS:
-            return None  # nn.ModuleList() filled by append: unknown
-        arg = v.args[0]
-        if isinstance(arg, (ListExpr, TupleExpr)):
-            elements = arg.items
-        elif isinstance(arg, ListComprehension):
-            elements = [arg.generator.left_expr]
-        elif isinstance(arg, GeneratorExpr):
-            elements = [arg.left_expr]
-        else:
             return None
-        for e in elements:
-            t = _built_module(e)
-            if t is None:
-                return None
-            items.append(t)
+        listed = _listed(v.args[0])
+        if listed is None:
+            return None
+        elements += listed
+    if values and isinstance(lst, MemberExpr):
+        added = _added_items(ctx, lst)
+        if added is None:
+            return None
+        elements += added
+    items: list[Type] = []
+    for e in elements:
+        t = _built_module(e)
+        if t is None:
+            return None
+        items.append(t)
     return make_simplified_union(items) if items else None
 
 
-def _built_module(e: Expression) -> Instance | None:
+def _listed(arg: Expression) -> list[Expression] | None:
+    """The item expressions of a list given to ``nn.ModuleList`` or ``extend``."""
+    if isinstance(arg, (ListExpr, TupleExpr)):
+        return list(arg.items)
+    if isinstance(arg, ListComprehension):
+        return [arg.generator.left_expr]
+    if isinstance(arg, GeneratorExpr):
+        return [arg.left_expr]
+    return None
+
+
+def _added_items(ctx: MethodContext | FunctionContext, lst: MemberExpr) -> list[Expression] | None:
+    """What the class's methods add to ``self.<attr>`` (``append(x)``, ``insert(i, x)``,
+    ``extend([...])``), read where module_constructor reads the list's constructor; None when
+    something is added that cannot be read (``extend(blocks)``)."""
+    owner = lookup_type(ctx.api, lst.expr)
+    p = get_proper_type(owner) if owner is not None else None
+    tree = getattr(ctx.api, "tree", None)
+    if not isinstance(p, Instance) or tree is None:
+        return []
+    out: list[Expression] = []
+    for info in p.type.mro:
+        if info.module_name != tree.fullname:
+            continue
+        for st in info.defn.defs.body:
+            f = st.func if isinstance(st, Decorator) else st
+            if isinstance(f, FuncDef) and f.arguments:
+                if not _adds_in(f.body.body, f.arguments[0].variable.name, lst.name, out):
+                    return None
+    return out
+
+
+def _adds_in(stmts: list[Statement], self_name: str, attr: str, out: list[Expression]) -> bool:
+    for st in stmts:
+        if isinstance(st, ExpressionStmt) and isinstance(st.expr, CallExpr):
+            call = st.expr
+            c = call.callee
+            if (isinstance(c, MemberExpr) and isinstance(c.expr, MemberExpr) and c.expr.name == attr
+                    and isinstance(c.expr.expr, NameExpr) and c.expr.expr.name == self_name):
+                if c.name == "append" and len(call.args) == 1:
+                    out.append(call.args[0])
+                elif c.name == "insert" and len(call.args) == 2:
+                    out.append(call.args[1])
+                elif c.name == "extend" and len(call.args) == 1 and _listed(call.args[0]) is not None:
+                    out += _listed(call.args[0]) or []
+                else:
+                    return False  # added in a way not read
+        for block in statement_blocks(st):
+            if not _adds_in(block, self_name, attr, out):
+                return False
+    return True
+
+
+def _built_module(e: Expression, depth: int = 0) -> Type | None:
     """The module ``e`` builds: a call of a module class (``Block(cfg)``) or of a function
-    declared to return one (``make_block(i)``)."""
-    if not isinstance(e, CallExpr) or not isinstance(e.callee, RefExpr):
+    declared to return one (``make_block(i)``), or of an unannotated function whose every
+    ``return`` builds one (Megatron's ``build_layer`` nested in ``__init__``)."""
+    if not isinstance(e, CallExpr) or not isinstance(e.callee, RefExpr) or depth > 3:
         return None
     node = e.callee.node
     if isinstance(node, TypeInfo):
-        return fill_typevars_with_any(node) if is_module_class(node) else None  # type: ignore[return-value]
+        return fill_typevars_with_any(node) if is_module_class(node) else None
     sig = node.type if isinstance(node, FuncDef) else node.var.type if isinstance(node, Decorator) else None
     sig = get_proper_type(sig) if sig is not None else None
     if isinstance(sig, CallableType):
         ret = get_proper_type(sig.ret_type)
         if isinstance(ret, Instance) and is_module_class(ret.type):
             return ret
+    implicit = sig is None or (isinstance(sig, CallableType)
+                               and isinstance(get_proper_type(sig.ret_type), AnyType))
+    if isinstance(node, FuncDef) and implicit:
+        returned: list[Expression | None] = []
+        _returns(node.body.body, returned)
+        built = [_built_module(r, depth + 1) if r is not None else None for r in returned]
+        if built and all(b is not None for b in built):
+            return make_simplified_union([b for b in built if b is not None])
     return None
+
+
+def _returns(stmts: list[Statement], out: list[Expression | None]) -> None:
+    """The values of a function body's ``return`` statements (not in nested definitions)."""
+    for st in stmts:
+        if isinstance(st, ReturnStmt):
+            out.append(st.expr)
+        for block in statement_blocks(st):
+            _returns(block, out)
 
 
 def module_list_method_hook(ctx: MethodContext) -> Type:
