@@ -649,20 +649,23 @@ def _rule_on_axis(
         # Additive terms: every summand, plus the product of the factors if there are any.
         product_is_p = bool(factors_p)
         has_factor_terms = any(r is Role.FACTOR for _, r, _ in eff) or Role.FACTOR in scalar_roles
-        terms: list[tuple[str, bool]] = []  # (description, is_partial)
+        # (description, is_partial, what it is: an I without a gradient acts as R here)
+        terms: list[tuple[str, bool, str]] = []
         if has_factor_terms:
             desc = "the product" if not product_is_p else factors_p[0].text
-            terms.append((desc, product_is_p))
-        for o, r, lt in eff:
+            terms.append((desc, product_is_p, "a Replicate value"))
+        for (o, r, lt), (_, _, own) in zip(eff, typed):
             if r is Role.SUMMAND:
-                terms.append((_describe(o, lt, axis), lt.kind is Kind.P))
+                word = ("an Invariant value without a gradient" if own.kind is Kind.I
+                        else "a Replicate value")
+                terms.append((_describe(o, lt, axis), lt.kind is Kind.P, word))
         if Role.SUMMAND in scalar_roles:
-            terms.append(("a scalar", False))
-        non_p = [d for d, is_p in terms if not is_p]
+            terms.append(("a scalar", False, "a scalar"))
+        non_p = [(d, word) for d, is_p, word in terms if not is_p]
         if non_p:
             p_text = p0.text
-            other_desc = non_p[0]
-            what = "a scalar" if other_desc == "a scalar" else f"a Replicate value ({other_desc})"
+            other_desc, word = non_p[0]
+            what = "a scalar" if other_desc == "a scalar" else f"{word} ({other_desc})"
             return None, SpmdError(
                 "spmd-partial-affine",
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) added to {what} in {name}: '
