@@ -572,7 +572,7 @@ def _rule_on_axis(
         kinds = {Kind.I}
 
     if Kind.I in kinds and len(kinds) > 1:
-        inv = next(o for o, _, lt in eff if lt.kind is Kind.I)
+        inv, inv_role = next((o, r) for o, r, lt in eff if lt.kind is Kind.I)
         # name the operand that makes the mix an error: one that carries a gradient, or is V or
         # P, before an R that carries none (which beside I alone would be fine)
         others = [(o, r, lt) for o, r, lt in eff if lt.kind is not Kind.I]
@@ -590,13 +590,12 @@ def _rule_on_axis(
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient")
             factors_v = [o for o, r, lt in eff if r is Role.FACTOR and lt.kind is Kind.V]
-            inv_role = next(r for o, r, lt in eff if lt.kind is Kind.I)
-            spmd_op = "linear" if name == "linear" else "matmul"
             if inv_role is Role.SUMMAND and len(factors_v) > 1 and spec.op_class is OpClass.MULTILINEAR:
                 # a bias beside two Varying factors (x sharded on in_features, the weight too:
                 # row parallel): each rank's product is a partial sum, and a bias added to
                 # each would be summed once per rank by the reduction that must follow
                 a, b = factors_v[0].text, factors_v[1].text
+                spmd_op = "linear" if name == "linear" else "matmul"
                 fix += (f'; if {bare(a)} and {bare(b)} are sharded on the dim {name} sums over '
                         f'(row parallel), add it after the reduction instead: '
                         f'spmd.{spmd_op}({bare(a)}, {bare(b)}, out_partial_axes="{axis}") is '

@@ -41,7 +41,6 @@ from mypy.nodes import (
     MypyFile,
     NameExpr,
     RefExpr,
-    ReturnStmt,
     Statement,
     TryStmt,
     TupleExpr,
@@ -70,7 +69,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_backward
 from .calls import collective_call, expr_text
 from .mypy_types import TypeBuilder, lookup_type
-from .statements import statement_blocks
+from .statements import returns
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -101,18 +100,6 @@ def _own_method(info: TypeInfo, name: str) -> FuncDef | None:
             return node
         return None  # an overload, a property, an attribute: not an annotated staticmethod
     return None
-
-
-def _returns(stmts: list[Statement]) -> list[ReturnStmt]:
-    """The return statements of a function body (not of nested functions or classes)."""
-    out: list[ReturnStmt] = []
-    for st in stmts:
-        if isinstance(st, ReturnStmt):
-            out.append(st)
-        else:
-            for body in statement_blocks(st):
-                out.extend(_returns(body))
-    return out
 
 
 class AutogradTyper:
@@ -261,7 +248,7 @@ class AutogradTyper:
         fn, bwd = read
         if bwd is None or bwd.info is not defn.info or not fn.typed:
             return
-        rets = _returns(bwd.body.body)
+        rets = returns(bwd.body.body)
         # A fix of the declared result names the returned expression (and the collective that
         # made it) when there is only one return.
         if fn.returns is not None and len(rets) == 1 and rets[0].expr is not None:

@@ -44,6 +44,7 @@ from mypy.nodes import (
     StrExpr,
     TryStmt,
     TupleExpr,
+    TypeInfo,
     UnaryExpr,
     Var,
     WithStmt,
@@ -65,7 +66,7 @@ from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
 from .memo import TreeMemo
 from .mypy_types import lookup_type
-from .statements import statement_blocks
+from .statements import functions_of, statement_blocks
 
 
 class _OnFirstUse:
@@ -402,7 +403,7 @@ class _SizeWalk:
             # a nested body may rebind the enclosing function's locals (nonlocal)
             self.depth += 1
             for body in ([st.defs.body] if isinstance(st, ClassDef)
-                         else [f.body.body for f in _functions_of(st)]):
+                         else [f.body.body for f in functions_of(st)]):
                 self.block(body)
             self.depth -= 1
         elif isinstance(st, (Import, ImportFrom)):
@@ -557,14 +558,8 @@ def module_constructor(ctx: AnyCtx, module: Expression) -> list[Expression]:
     if isinstance(module, CallExpr):  # nn.LayerNorm(h)(x)
         return [module]
     if isinstance(module, MemberExpr):
-        owner = lookup_type(ctx.api, module.expr)
-        p = get_proper_type(owner) if owner is not None else None
-        tree = getattr(ctx.api, "tree", None)
-        if not isinstance(p, Instance) or not isinstance(tree, MypyFile):
-            return []
-        for info in p.type.mro:
-            if info.module_name == tree.fullname:
-                _attribute_values(info.defn.defs.body, module.name, None, values)
+        for info in classes_in_sight(ctx, module):
+            _attribute_values(info.defn.defs.body, module.name, None, values)
     elif isinstance(module, NameExpr) and module.kind == LDEF:
         func = current_function(ctx.api)
         facts = size_names(func) if func is not None else None
@@ -574,6 +569,18 @@ def module_constructor(ctx: AnyCtx, module: Expression) -> list[Expression]:
             if facts.bindings.get(module.name) != 1:
                 values.append(module)  # bound otherwise too (a loop, a with): unreadable
     return values
+
+
+def classes_in_sight(ctx: AnyCtx, member: MemberExpr) -> list[TypeInfo]:
+    """The classes whose bodies say how ``self.attr`` was built: the owner's class and bases
+    defined in the module being checked (another module's may come from mypy's cache without
+    its body, and the verdict must not depend on the cache)."""
+    owner = lookup_type(ctx.api, member.expr)
+    p = get_proper_type(owner) if owner is not None else None
+    tree = getattr(ctx.api, "tree", None)
+    if not isinstance(p, Instance) or not isinstance(tree, MypyFile):
+        return []
+    return [info for info in p.type.mro if info.module_name == tree.fullname]
 
 
 def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | None,
@@ -593,7 +600,7 @@ def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | No
                         if isinstance(it, MemberExpr) and it.name == attr:
                             out.append(it)
             continue
-        funcs = _functions_of(st)
+        funcs = functions_of(st)
         if funcs and self_name is None:
             for f in funcs:
                 if f.arguments:
@@ -601,18 +608,6 @@ def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | No
             continue
         for block in statement_blocks(st):
             _attribute_values(block, attr, self_name, out)
-
-
-def _functions_of(st: Statement) -> list[FuncDef]:
-    """The functions a definition statement holds (a decorated one's, an overload's items)."""
-    if isinstance(st, FuncDef):
-        return [st]
-    if isinstance(st, Decorator):
-        return [st.func]
-    if isinstance(st, OverloadedFuncDef):
-        return [i.func if isinstance(i, Decorator) else i for i in st.items
-                if isinstance(i, (FuncDef, Decorator))]
-    return []
 
 
 def _constructor_arg(call: CallExpr, formal: str, position: int) -> Expression | None:

@@ -51,9 +51,7 @@ from mypy.nodes import (
     ListExpr,
     MemberExpr,
     NameExpr,
-    OverloadedFuncDef,
     RefExpr,
-    ReturnStmt,
     SliceExpr,
     Statement,
     TupleExpr,
@@ -64,9 +62,8 @@ from mypy.typeops import bind_self, make_simplified_union
 from mypy.types import AnyType, CallableType, FunctionLike, Instance, Type, get_proper_type
 from mypy.typevars import fill_typevars_with_any
 
-from .global_calls import module_constructor
-from .mypy_types import lookup_type
-from .statements import statement_blocks
+from .global_calls import classes_in_sight, module_constructor
+from .statements import functions_of, returns, statement_blocks
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -140,11 +137,8 @@ class ModuleCallTyper:
         info = ctx.cls.info
         if not is_module_class(info):
             return
-        for st in ctx.cls.defs.body:
-            node = st.func if isinstance(st, Decorator) else st
-            if isinstance(node, (FuncDef, OverloadedFuncDef)) and node.name == "forward":
-                ctx.api.add_plugin_dependency(f"<{info.fullname}.forward>", f"<{info.fullname}.__call__>")
-                return
+        if any(f.name == "forward" for st in ctx.cls.defs.body for f in functions_of(st)):
+            ctx.api.add_plugin_dependency(f"<{info.fullname}.forward>", f"<{info.fullname}.__call__>")
 
     def forward_signature(self, ctx: MethodSigContext) -> CallableType | None:
         receiver = get_proper_type(ctx.type)
@@ -229,19 +223,12 @@ def _added_items(ctx: MethodContext | FunctionContext, lst: MemberExpr) -> list[
     """What the class's methods add to ``self.<attr>`` (``append(x)``, ``insert(i, x)``,
     ``extend([...])``), read where module_constructor reads the list's constructor; None when
     something is added that cannot be read (``extend(blocks)``)."""
-    owner = lookup_type(ctx.api, lst.expr)
-    p = get_proper_type(owner) if owner is not None else None
-    tree = getattr(ctx.api, "tree", None)
-    if not isinstance(p, Instance) or tree is None:
-        return []
     out: list[Expression] = []
-    for info in p.type.mro:
-        if info.module_name != tree.fullname:
-            continue
+    for info in classes_in_sight(ctx, lst):
         for st in info.defn.defs.body:
-            f = st.func if isinstance(st, Decorator) else st
-            if isinstance(f, FuncDef) and f.arguments:
-                if not _adds_in(f.body.body, f.arguments[0].variable.name, lst.name, out):
+            for f in functions_of(st):
+                if f.arguments and not _adds_in(f.body.body, f.arguments[0].variable.name,
+                                                 lst.name, out):
                     return None
     return out
 
@@ -257,10 +244,11 @@ def _adds_in(stmts: list[Statement], self_name: str, attr: str, out: list[Expres
                     out.append(call.args[0])
                 elif c.name == "insert" and len(call.args) == 2:
                     out.append(call.args[1])
-                elif c.name == "extend" and len(call.args) == 1 and _listed(call.args[0]) is not None:
-                    out += _listed(call.args[0]) or []
                 else:
-                    return False  # added in a way not read
+                    listed = _listed(call.args[0]) if c.name == "extend" and len(call.args) == 1 else None
+                    if listed is None:
+                        return False  # added in a way not read
+                    out += listed
         for block in statement_blocks(st):
             if not _adds_in(block, self_name, attr, out):
                 return False
@@ -278,28 +266,18 @@ def _built_module(e: Expression, depth: int = 0) -> Type | None:
         return fill_typevars_with_any(node) if is_module_class(node) else None
     sig = node.type if isinstance(node, FuncDef) else node.var.type if isinstance(node, Decorator) else None
     sig = get_proper_type(sig) if sig is not None else None
+    implicit = sig is None  # no annotation: read the returns
     if isinstance(sig, CallableType):
         ret = get_proper_type(sig.ret_type)
         if isinstance(ret, Instance) and is_module_class(ret.type):
             return ret
-    implicit = sig is None or (isinstance(sig, CallableType)
-                               and isinstance(get_proper_type(sig.ret_type), AnyType))
+        implicit = isinstance(ret, AnyType)
     if isinstance(node, FuncDef) and implicit:
-        returned: list[Expression | None] = []
-        _returns(node.body.body, returned)
-        built = [_built_module(r, depth + 1) if r is not None else None for r in returned]
+        built = [_built_module(r.expr, depth + 1) if r.expr is not None else None
+                 for r in returns(node.body.body)]
         if built and all(b is not None for b in built):
             return make_simplified_union([b for b in built if b is not None])
     return None
-
-
-def _returns(stmts: list[Statement], out: list[Expression | None]) -> None:
-    """The values of a function body's ``return`` statements (not in nested definitions)."""
-    for st in stmts:
-        if isinstance(st, ReturnStmt):
-            out.append(st.expr)
-        for block in statement_blocks(st):
-            _returns(block, out)
 
 
 def module_list_method_hook(ctx: MethodContext) -> Type:

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from mypy.nodes import (
     Block,
+    Decorator,
     ForStmt,
+    FuncDef,
     IfStmt,
     MatchStmt,
+    OverloadedFuncDef,
+    ReturnStmt,
     Statement,
     TryStmt,
     WhileStmt,
@@ -40,4 +44,28 @@ def statement_blocks(st: Statement) -> list[list[Statement]]:
         return [b.body for b in st.bodies]
     if isinstance(st, Block):
         return [st.body]
+    return []
+
+
+def returns(stmts: list[Statement]) -> list[ReturnStmt]:
+    """The return statements of a function body (not of nested functions or classes)."""
+    out: list[ReturnStmt] = []
+    for st in stmts:
+        if isinstance(st, ReturnStmt):
+            out.append(st)
+        else:
+            for body in statement_blocks(st):
+                out.extend(returns(body))
+    return out
+
+
+def functions_of(st: Statement) -> list[FuncDef]:
+    """The functions a definition statement holds (a decorated one's, an overload's items)."""
+    if isinstance(st, FuncDef):
+        return [st]
+    if isinstance(st, Decorator):
+        return [st.func]
+    if isinstance(st, OverloadedFuncDef):
+        return [i.func if isinstance(i, Decorator) else i for i in st.items
+                if isinstance(i, (FuncDef, Decorator))]
     return []
