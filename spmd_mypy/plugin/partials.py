@@ -12,7 +12,15 @@ a plain tensor.  Here both steps run mypy's own callbacks first, then:
   call mapped to the op's formals.
 
 A bound operand (``partial(torch.add, other=p)``) leaves the partial unmarked and its calls
-untyped, as before: the rule would not see that operand.  Dims bound in the partial
+untyped, as before: the rule would not see that operand.
+
+The same holds for the spmd functions whose arguments the checker reads: the collectives
+(``reduce = partial(spmd.all_reduce, axis="tp", src=P, dst=R)``, then ``reduce(x)`` checks
+``src`` against ``x``) and the einsum family (``partial(spmd.linear, out_partial_axes="tp")``,
+``partial(spmd.einsum, "bsh,hd->bsd")``).  Their bound axes, ``src``/``dst``, equation, ``op``
+and flags are recorded as literals and handed back to the hook at each call, where a direct
+call would have them; one the checker cannot read (an axis in a variable) is reported at the
+partial, as at a direct call.  Dims bound in the partial
 (``partial(F.softmax, dim=-1)``) are not read, so a Shard(i) result is V there (conservative).
 The mark (the op's name) lives in the instance's extra attributes, which mypy's cache keeps
 (the callable's definition it does not), so a partial made in a module loaded from the cache
@@ -21,17 +29,24 @@ is typed alike.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Callable
+from urllib.parse import quote, unquote
 
 from mypy.argmap import map_actuals_to_formals
-from mypy.nodes import ArgKind, Expression, IntExpr, ListExpr, NameExpr, TupleExpr
+from mypy.nodes import (
+    ArgKind, CallExpr, Expression, IntExpr, ListExpr, NameExpr, StrExpr, TupleExpr, UnaryExpr,
+)
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.plugins.functools import partial_call_callback, partial_new_callback
 from mypy.types import (
-    AnyType, CallableType, Instance, LiteralType, TupleType, Type, UnionType, get_proper_type,
+    AnyType, CallableType, Instance, LiteralType, TupleType, Type, TypeOfAny, UnionType,
+    get_proper_type,
 )
 
+from ..engine.collectives import OPS as COLLECTIVE_OPS
 from ..engine.ops import NON_OPERAND_NAMES
+from ..engine.types import Kind, LocalType
 from . import calls
 from .mypy_types import is_proper_tensor
 from .reductions import _dims
@@ -41,6 +56,15 @@ if TYPE_CHECKING:
 
 _MARK = "__spmd_partial_op"
 _MYPY_PARTIAL = "__mypy_partial"
+# The spmd functions a partial of is typed, and the formals a partial may bind (read by the
+# hook as literals, as at a direct call); a bound formal not listed is an operand
+_COLLECTIVE_FORMALS = frozenset(("axis", "src", "dst", "op", "expert_mode", "sizes", "out_sizes"))
+_SPMD_BINDABLE: dict[str, frozenset[str]] = {
+    **{f"spmd.{name}": _COLLECTIVE_FORMALS for name in COLLECTIVE_OPS},
+    **{f"spmd.{name}": frozenset(("equation", "out_partial_axes", "dim", "keepdim"))
+       for name in ("einsum", "matmul", "linear", "sum")},
+}
+_OPAQUE = "?"  # a bound value the hook does not read (sizes=): passed on as absent
 
 
 def _may_be_operand(t: Type, depth: int = 0) -> bool:
@@ -88,6 +112,58 @@ def _literal_expr(text: str, ctx: MethodContext) -> tuple[Expression, Type] | No
         return None
 
 
+def _spmd_expr(formal: str, text: str, ctx: MethodContext) -> tuple[Expression, Type] | None:
+    """The expression (and its type) a recorded spmd argument stands for, as the hooks read
+    a direct call's: ``"tp"``, ``("dp", "tp")``, ``P``, ``S(1)``, ``True``; None for a value
+    not recorded (``?``) or not one of these."""
+    if text == _OPAQUE:
+        return None
+    try:
+        value = json.loads(unquote(text))
+    except ValueError:
+        return None
+    api = ctx.api
+    str_type = api.named_generic_type("builtins.str", [])  # type: ignore[attr-defined]
+    if formal in ("axis", "out_partial_axes"):
+        if value is None:
+            return _name_expr("None", "builtins.None"), api.named_generic_type("builtins.object", [])  # type: ignore[attr-defined]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return None
+        if len(value) == 1:
+            return StrExpr(value[0]), LiteralType(value[0], str_type)
+        items: list[Expression] = [StrExpr(v) for v in value]
+        return TupleExpr(items), TupleType([LiteralType(v, str_type) for v in value],
+                                           api.named_generic_type("builtins.tuple", [str_type]))  # type: ignore[attr-defined]
+    if formal in ("src", "dst"):
+        if not (isinstance(value, list) and len(value) == 2 and value[0] in ("R", "I", "V", "P")):
+            return None
+        kind, dim = Kind(value[0]), value[1]
+        any_type = AnyType(TypeOfAny.special_form)
+        if dim is None:
+            return _name_expr(kind.value, f"spmd.{kind.value}"), any_type
+        if not isinstance(dim, int):
+            return None
+        arg: Expression = IntExpr(dim) if dim >= 0 else UnaryExpr("-", IntExpr(-dim))
+        return CallExpr(_name_expr("S", "spmd.S"), [arg], [ArgKind.ARG_POS], [None]), any_type
+    if isinstance(value, bool):
+        return _name_expr(str(value), f"builtins.{value}"), api.named_generic_type("builtins.bool", [])  # type: ignore[attr-defined]
+    if isinstance(value, str):
+        return StrExpr(value), LiteralType(value, str_type)
+    int_type = api.named_generic_type("builtins.int", [])  # type: ignore[attr-defined]
+    if isinstance(value, int):
+        return IntExpr(value), int_type
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        ints: list[Expression] = [IntExpr(v) for v in value]
+        return TupleExpr(ints), api.named_generic_type("builtins.tuple", [int_type])  # type: ignore[attr-defined]
+    return None
+
+
+def _name_expr(name: str, fullname: str) -> NameExpr:
+    e = NameExpr(name)
+    e.fullname = fullname
+    return e
+
+
 class PartialTyper:
     """The two hooks (see the module docstring)."""
 
@@ -108,6 +184,10 @@ class PartialTyper:
             return result
         fullname = calls.torch_function_name(callee)
         if fullname is None:
+            definition = callee.definition
+            spmd_name = definition.fullname if definition is not None else ""
+            if spmd_name in _SPMD_BINDABLE:
+                return self._mark_spmd(ctx, ret, result, callee, spmd_name)
             return result
         positional = [n for n, k in zip(callee.arg_names, callee.arg_kinds) if k.is_positional()]
         next_positional = 0
@@ -130,6 +210,71 @@ class PartialTyper:
         name_type = LiteralType(mark, ctx.api.named_generic_type("builtins.str", []))  # type: ignore[attr-defined]
         return ret.copy_with_extra_attr(_MARK, name_type)
 
+    def _mark_spmd(self, ctx: FunctionContext, ret: Instance, result: Type,
+                   callee: CallableType, fullname: str) -> Type:
+        """``partial(spmd.all_reduce, axis="tp", src=P, dst=R)``: marked with each bound
+        formal's literal value (JSON), when none is an operand.  An axis or src/dst the checker
+        cannot read is reported here, as at a direct call, and leaves the partial unmarked."""
+        bindable = _SPMD_BINDABLE[fullname]
+        positional = [n for n, k in zip(callee.arg_names, callee.arg_kinds) if k.is_positional()]
+        next_positional = 0
+        bound: list[str] = []
+        for group in (1, 2):
+            for typ, kind, name, expr in zip(ctx.arg_types[group], ctx.arg_kinds[group],
+                                             ctx.arg_names[group], ctx.args[group]):
+                if kind is ArgKind.ARG_STAR or kind is ArgKind.ARG_STAR2:
+                    return result
+                if name is None:
+                    name = positional[next_positional] if next_positional < len(positional) else None
+                    next_positional += 1
+                if name is None or name not in bindable:
+                    return result  # an operand (or a formal the function has not)
+                value = self._spmd_value(ctx, fullname, name, expr, typ)
+                if value is None:
+                    return result
+                bound.append(f"{name}={value}")
+        mark = "|".join([fullname, *bound])
+        name_type = LiteralType(mark, ctx.api.named_generic_type("builtins.str", []))  # type: ignore[attr-defined]
+        return ret.copy_with_extra_attr(_MARK, name_type)
+
+    def _spmd_value(self, ctx: FunctionContext, fullname: str, name: str, expr: Expression,
+                    typ: Type) -> str | None:
+        """A bound formal's value as the mark records it (quoted JSON, or ``?`` for a value
+        the hook does not read); None after reporting one the checker cannot read."""
+        typer = self.plugin.calls
+        value: object
+        if name in ("axis", "out_partial_axes"):
+            if isinstance(expr, NameExpr) and expr.fullname == "builtins.None":
+                value = None
+            else:
+                what = fullname[5:] if name == "axis" else f"{fullname} out_partial_axes"
+                names = typer._axis_names(ctx, expr, typ, what)
+                if names is None:
+                    return None
+                value = list(names)
+        elif name in ("src", "dst"):
+            lt = typer._local_type(ctx, expr, name)
+            if not isinstance(lt, LocalType):
+                return None
+            value = [lt.kind.value, lt.dim]
+        elif name in ("op", "equation"):
+            text = calls.literal_str(expr, typ)
+            if text is None:
+                return _OPAQUE
+            value = text
+        elif name in ("expert_mode", "keepdim"):
+            if not (isinstance(expr, NameExpr) and expr.fullname in ("builtins.True", "builtins.False")):
+                return _OPAQUE
+            value = expr.fullname == "builtins.True"
+        elif name == "dim":
+            dims = _dims(expr, typ)
+            if dims is None:
+                return _OPAQUE
+            value = list(dims) if isinstance(expr, (TupleExpr, ListExpr)) else dims[0]
+        else:
+            return _OPAQUE
+        return quote(json.dumps(value), safe="")
+
     def call_hook(self, ctx: MethodContext) -> Type:
         """``act(x)`` of a marked partial: typed by its op's hook."""
         result = partial_call_callback(ctx)
@@ -147,18 +292,25 @@ class PartialTyper:
         hook: Callable[[FunctionContext], Type] | None = self.plugin.dispatch.get_function_hook(fullname)
         if hook is None:
             return result
+        spmd = fullname in _SPMD_BINDABLE
+        literals = {formal: (_spmd_expr(formal, text, ctx) if spmd else _literal_expr(text, ctx))
+                    for formal, text in bound.items()}
         try:
-            return hook(self._op_context(ctx, callee, result, bound))
+            return hook(self._op_context(ctx, callee, result, literals, append_bound=spmd))
         except Exception:  # noqa: BLE001 - never crash mypy: mypy's own result for the partial
             return result
 
     @staticmethod
     def _op_context(ctx: MethodContext, callee: CallableType, result: Type,
-                    bound: dict[str, str]) -> FunctionContext:
+                    bound: dict[str, tuple[Expression, Type] | None],
+                    append_bound: bool = False) -> FunctionContext:
         """The partial's call as a call of its op: the arguments mapped to the formals the
         partial leaves (mypy's bound callable).  A formal bound in the partial with a literal
         value (``dim=1``) gets that literal as its argument; one bound to anything else is
-        hidden, so the rule reads it as a dim it cannot know (never as the op's default)."""
+        hidden, so the rule reads it as a dim it cannot know (never as the op's default).
+        ``append_bound``: a formal bound positionally (which mypy's bound callable drops, as
+        ``partial(spmd.einsum, "ij,jk->ik")``'s equation) is added with its literal, for the
+        hooks that read their arguments by formal name."""
         kinds: list[ArgKind] = []
         names: list[str | None] = []
         types: list[Type] = []
@@ -184,12 +336,20 @@ class PartialTyper:
         for at, formal in enumerate(formals):
             if formal is None or formal not in bound or args[at]:
                 continue
-            literal = _literal_expr(bound[formal], ctx)
+            literal = bound[formal]
             if literal is None:
                 formals[at] = None  # bound to a value the rule cannot read: hidden
             else:
                 args[at], arg_types[at] = [literal[0]], [literal[1]]
                 arg_kinds[at], arg_names[at] = [ArgKind.ARG_NAMED], [formal]
+        if append_bound:
+            for formal, literal in bound.items():
+                if literal is not None and formal not in formals:
+                    formals.append(formal)
+                    args.append([literal[0]])
+                    arg_types.append([literal[1]])
+                    arg_kinds.append([ArgKind.ARG_NAMED])
+                    arg_names.append([formal])
         return FunctionContext(
             arg_types=arg_types,
             arg_kinds=arg_kinds,

@@ -196,3 +196,29 @@ def test_a_plugin_upgrade_never_replays_an_older_result(tmp_path: Path) -> None:
     upgraded = run(new, "a.py", "b.py")
     assert "relu (the new reason)" in upgraded, upgraded
     assert "the old reason" not in upgraded, upgraded
+
+
+COLLECTIVE_PARTIAL_A = '''
+from functools import partial
+import spmd
+from spmd import P, R, S
+reduce_tp = partial(spmd.all_reduce, axis="tp", src=P, dst=R)
+gather_last = partial(spmd.all_gather, axis="tp", src=S(-1), dst=R)
+'''
+COLLECTIVE_PARTIAL_B = '''
+import spmd
+from spmd import Tensor, P, V
+from a import reduce_tp, gather_last
+def f(p: Tensor[P["tp"]], v: Tensor[V["tp"]]) -> None:
+    reduce_tp(v)
+    spmd.reveal(gather_last(v))
+'''
+
+
+def test_partial_of_a_collective_from_a_cached_module(tmp_path: Path) -> None:
+    """``partial(spmd.all_reduce, axis="tp", src=P, dst=R)`` made in a module loaded from the
+    cache checks its calls as on the first run (the bound literals live in what mypy caches)."""
+    for out in first_and_warm_runs(tmp_path, textwrap.dedent(COLLECTIVE_PARTIAL_A),
+                                   textwrap.dedent(COLLECTIVE_PARTIAL_B)):
+        assert 'b.py:6: error: all_reduce(v, "tp", src=P, ...) but v is V on "tp"' in out, out
+        assert 'b.py:7: note: Revealed type is Tensor[R["tp"]]' in out, out
