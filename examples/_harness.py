@@ -165,18 +165,12 @@ def _checked(fn: Any) -> Any:
 
 
 def _declare_parameters(model: torch.nn.Module) -> None:
-    """Give every parameter the type its class annotates (``w1: Tensor[S[0, "tp"]]``)."""
+    """Give every parameter the type its class annotates (``w1: Tensor[S[0, "tp"]]``), and
+    check every annotated ``forward``'s arguments and result."""
     import spmd
 
+    spmd.declare_parameters(model)
     for sub in model.modules():
-        try:
-            hints = typing.get_type_hints(type(sub), include_extras=True)
-        except Exception:
-            hints = dict(getattr(type(sub), "__annotations__", {}))
-        for pname, param in sub.named_parameters(recurse=False):
-            ann = hints.get(pname)
-            if ann is not None and _is_spmd_annotation(ann):
-                spmd.declare(param, ann)
         if _has_spmd_annotations(sub.forward):
             setattr(sub, "forward", _checked(sub.forward))
 

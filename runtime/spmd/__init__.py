@@ -23,10 +23,10 @@ from ._mesh import get_mesh, set_mesh
 from ._global import local_map
 
 # the runtime check mode
-from ._checking import checked, declare, reveal, typecheck, typeof
+from ._checking import checked, declare, declare_parameters, reveal, typecheck, typeof
 
 __all__ = ["Tensor", "R", "I", "V", "P", "S", "Shard", "PS", "grad_type",
            "set_mesh", "get_mesh", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
            "reinterpret", "convert", "redistribute", "SpmdCollectiveError",
            "einsum", "matmul", "linear", "sum", "local_map",
-           "typecheck", "declare", "reveal", "typeof", "checked"]
+           "typecheck", "declare", "declare_parameters", "reveal", "typeof", "checked"]

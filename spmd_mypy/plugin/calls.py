@@ -17,16 +17,21 @@ from mypy.nodes import (
     ARG_STAR,
     ARG_STAR2,
     ArgKind,
+    AssignmentExpr,
+    AwaitExpr,
     CallExpr,
+    CastExpr,
     ComparisonExpr,
     ConditionalExpr,
     Context,
     Decorator,
+    EllipsisExpr,
     Expression,
     FakeInfo,
     FloatExpr,
     FuncBase,
     FuncDef,
+    GeneratorExpr,
     IndexExpr,
     IntExpr,
     LambdaExpr,
@@ -41,6 +46,7 @@ from mypy.nodes import (
     OperatorAssignmentStmt,
     StarExpr,
     StrExpr,
+    SuperExpr,
     SymbolNode,
     TempNode,
     TypeAlias,
@@ -151,7 +157,21 @@ def expr_text(e: Expression | None) -> str:
         return f"*{expr_text(e.expr)}"
     if isinstance(e, LambdaExpr):
         return "(lambda ...)"
-    return "x"
+    if isinstance(e, SuperExpr):
+        return f"super().{e.name}"
+    if isinstance(e, EllipsisExpr):
+        return "..."
+    if isinstance(e, AssignmentExpr):  # (h := ...): the name it binds
+        return expr_text(e.target)
+    if isinstance(e, GeneratorExpr):
+        return f"({expr_text(e.left_expr)} for ...)"
+    if isinstance(e, ListComprehension):
+        return f"[{expr_text(e.generator.left_expr)} for ...]"
+    if isinstance(e, CastExpr):
+        return expr_text(e.expr)
+    if isinstance(e, AwaitExpr):
+        return f"(await {expr_text(e.expr)})"
+    return "<expression>"
 
 
 def literal_str(e: Expression | None, t: Type | None) -> str | None:
@@ -730,6 +750,35 @@ class CallTyper:
             return tuple_of
         return default
 
+    def parameter_hook(self, ctx: FunctionContext) -> Type:
+        """``nn.Parameter(w)`` where a typed tensor is expected (``self.w = nn.Parameter(w)``
+        with ``w: Tensor[R["tp"]]`` declared in the class): the parameter has ``w``'s type, so
+        the assignment is checked as ``self.w = w`` is.  Elsewhere it stays mypy's
+        ``Parameter`` (``register_parameter``, a ``Parameter`` annotation)."""
+        ret = ctx.default_return_type
+        data_expr, data_type = self._arg(ctx, "data")
+        data = self.types.from_type(data_type)
+        if data is None:
+            return ret
+        contexts = getattr(getattr(ctx.api, "expr_checker", None), "type_context", None)
+        expected = get_proper_type(contexts[-1]) if contexts else None
+        # the canonical class only: a Parameter, a plain tensor or a type variable (a generic
+        # callee's first inference pass) keeps mypy's Parameter
+        if not (isinstance(expected, Instance) and expected.type.fullname == TENSOR):
+            return ret
+        want = self.types.from_type(expected)
+        if want is not None:
+            # checked here, on the data: the fix goes inside (nn.Parameter(reinterpret(w, ...))
+            # is a leaf of the declared type; a conversion of the Parameter would not be one)
+            text = expr_text(data_expr)
+            errors = coll.check_argument(data, want, x_text=text,
+                                         where=f"the data {text} of nn.Parameter(...)")
+            if errors:
+                self.report(ctx, errors)
+                return expected
+        inst = self.types.to_instance(data)
+        return inst if inst is not None else ret
+
     def builtin_sum_hook(self, ctx: FunctionContext) -> Type:
         """``sum(xs)`` / ``sum(xs, start)`` of tensors: one add of the items and the start.
 
@@ -749,17 +798,19 @@ class CallTyper:
             for it, ie in self._container_items(ctx.arg_types[0][0], items, ctx):
                 t = self.types.from_type(it)
                 if t is not None:
-                    ops.append(Operand(t, expr_text(ie)))
+                    ops.append(Operand(t, expr_text(ie), self.can_grad_if_invariant(ctx, ie, t)))
         if not any(o.type for o in ops):  # a generator, an iterable of another class
             typed = [t for t in (self.types.from_type(m) for m in members) if t is not None]
-            ops = [Operand(t, expr_text(items)) for t in dict.fromkeys(typed)]
+            # (inside torch.no_grad() the items carry no gradient: SPEC section 3's relaxation)
+            grad = self.can_grad(ctx, None) if typed else True
+            ops = [Operand(t, expr_text(items), grad) for t in dict.fromkeys(typed)]
         if not any(o.type for o in ops):
             return ret
         if len(ctx.args) > 1:  # the start
             for start, start_type in zip(ctx.args[1], ctx.arg_types[1]):
                 st = self.types.from_type(start_type)
                 if st is not None:
-                    ops.append(Operand(st, expr_text(start)))
+                    ops.append(Operand(st, expr_text(start), self.can_grad_if_invariant(ctx, start, st)))
                 elif _is_scalar(start_type):
                     ops.append(Operand(None, expr_text(start), zero=is_zero_literal(start, start_type)))
         if global_calls.any_global(ops):  # global SPMD: an elementwise add's shard propagation
@@ -1005,7 +1056,15 @@ class CallTyper:
             dst_expr = self._arg(ctx, "dst")[0]
             if axis_expr is None or (dst_expr is None and op != "redistribute"):
                 return ctx.default_return_type  # mypy already reports the missing argument
-            src = self._local_type(ctx, self._arg(ctx, "src")[0], "src")
+            src_expr = self._arg(ctx, "src")[0]
+            if src_expr is dst_expr and dst_expr is not None:  # both from one **kwargs
+                self.report(ctx, [SpmdError(
+                    "spmd-collective",
+                    f"src= and dst= must be written literally as R, I, V, P or S(<int>) (from "
+                    f"spmd), not passed in **{expr_text(dst_expr)}: the checker reads the "
+                    f"backward from them")])
+                return self.typed_result(ctx.default_return_type, UNTYPED)
+            src = self._local_type(ctx, src_expr, "src")
             dst = self._local_type(ctx, dst_expr, "dst")
             if src is False or dst is False:
                 return self.typed_result(ctx.default_return_type, UNTYPED)

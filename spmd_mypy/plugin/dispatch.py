@@ -282,6 +282,8 @@ class HookDispatch:
             # a builtin typed from its docstring: the op torch names it (linalg_vector_norm)
             self._bound_builtins.add(fullname)
             return typer.bound_builtin_hook(bound)
+        if fullname == "torch.nn.parameter.Parameter":
+            return typer.parameter_hook
         if name.startswith(FOREACH_PREFIX):
             return typer.foreach_hook(name)  # torch._foreach_add_: add_ at each list position
         if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):

@@ -560,6 +560,50 @@ def check_dtype_kept(ctx: Ctx, name: str) -> None:
                 x.grad = None
 
 
+def check_declare_parameters(ctx: Ctx, name: str) -> None:
+    """``spmd.declare_parameters(model)`` types every parameter and buffer its class annotates
+    (submodules too), in check mode only; an unannotated one stays untyped; the forgotten
+    gradient all-reduce is then caught at the optimizer step (a probe: without declaring,
+    check mode ran the wrong step silently)."""
+    mesh = ctx.mesh("1d")
+
+    class Inner(torch.nn.Module):
+        w: Tensor[S[0, "x"]]
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2, 3, dtype=F64))
+
+    class Outer(torch.nn.Module):
+        b: Tensor[R["x"]]
+        scale: Tensor[I["x"]]
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Inner()
+            self.b = torch.nn.Parameter(torch.ones(3, dtype=F64))
+            self.free = torch.nn.Parameter(torch.ones(3, dtype=F64))
+            self.register_buffer("scale", torch.ones(3, dtype=F64))
+
+    model = Outer()
+    assert spmd.declare_parameters(model) is model  # outside the check mode: nothing
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        assert spmd.typeof(model.b) is None, spmd.typeof(model.b)
+        spmd.declare_parameters(model)
+        assert str(spmd.typeof(model.b)) == 'Tensor[R["x"]]', spmd.typeof(model.b)
+        assert str(spmd.typeof(model.inner.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(model.inner.w)
+        assert str(spmd.typeof(model.scale)) == 'Tensor[I["x"]]', spmd.typeof(model.scale)
+        assert spmd.typeof(model.free) is None, spmd.typeof(model.free)
+        x = spmd.declare(torch.full((3,), float(ctx.rank + 1), dtype=F64), Tensor[V["x"]])
+        spmd.reinterpret((model.b * x).sum(), "x", src=V, dst=P).backward()
+        try:
+            torch.optim.SGD([model.b], lr=0.1).step()  # b.grad is P: never all-reduced
+        except SpmdTypeError as e:
+            assert "spmd-" in str(e), e
+        else:
+            raise AssertionError("a Partial gradient stepped into a declared R parameter")
+
+
 def check_gradients_reduced_in_hooks(ctx: Ctx, name: str) -> None:
     """DDP-style: a replicated parameter's gradient all-reduced in a hook (register_hook, or
     register_post_accumulate_grad_hook setting p.grad) is R at later reads in the check mode,
@@ -1130,6 +1174,7 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/dtype-kept", check_dtype_kept)
     add(f"{p}/check-mode-hook", check_hook)
     add(f"{p}/check-mode-gradients-reduced-in-hooks", check_gradients_reduced_in_hooks)
+    add(f"{p}/check-mode-declare-parameters", check_declare_parameters)
     add(f"{p}/grad-in-place", check_grad_in_place)
     add(f"{p}/forward-in-place", check_forward_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
