@@ -128,6 +128,12 @@ def load(config_file: str | None) -> Config:
     axes = DEFAULT_MESH_AXES
     if "mesh_axes" in raw:
         axes = _parse_names(raw["mesh_axes"])
+        spaced = [a for a in axes if len(a.split()) > 1]
+        if spaced:  # "mesh_axes = dp tp" in an ini file: one name "dp tp"
+            problems.append(f"{main}: mesh_axes names {spaced[0]!r}, a name with a space: "
+                            f"separate the axis names with commas (mesh_axes = "
+                            f"{', '.join(spaced[0].split())}); read as {spaced[0].split()}")
+            axes = tuple(n for a in axes for n in a.split())
         if len(set(axes)) != len(axes) or not axes:
             problems.append(f"{main}: mesh_axes {list(axes)} must be non-empty and distinct")
             axes = tuple(dict.fromkeys(axes)) or DEFAULT_MESH_AXES

@@ -319,8 +319,8 @@ class HookDispatch:
         # boundary watcher, which accepts a plain tensor (see Promotion.narrowing).
         arg = get_proper_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
         # a Parameter narrowed to a subclass (isinstance(p, MyParam)) needs Parameter's off too
-        self.plugin.promotion.narrowing(
-            parameters=isinstance(arg, Instance) and arg.type.has_base("torch.nn.parameter.Parameter"))
+        self.plugin.promotion.narrowing_in(
+            ctx.api, parameters=isinstance(arg, Instance) and arg.type.has_base("torch.nn.parameter.Parameter"))
         return ctx.default_return_type
 
     def get_method_signature_hook(self, fullname: str) -> Callable | None:
@@ -412,7 +412,7 @@ class NarrowingHook:
 
     def __call__(self, ctx: FunctionContext) -> Type:
         result = self.hook(ctx) if self.hook is not None else ctx.default_return_type
-        self.plugin.promotion.narrowing(parameters=True)
+        self.plugin.promotion.narrowing_in(ctx.api, parameters=True)
         return result
 
 

@@ -33,6 +33,7 @@ from mypy.nodes import (
     CallExpr,
     Expression,
     ForStmt,
+    FuncDef,
     Import,
     ImportAll,
     ImportFrom,
@@ -94,17 +95,27 @@ class Promotion:
         self._imports: TreeMemo[bool] = TreeMemo(uses_spmd)
         self.typed_imports = TypedImports(modules)
         self.correlated: Correlated | None = None  # set by the plugin (it needs the hooks)
+        # the functions of the module being checked that narrow a tensor (isinstance, hasattr,
+        # type(x) is C): the promotion stays off in their bodies (see narrowing)
+        self._narrowing_functions: dict[FuncDef, bool] = {}
 
     def sync(self, api: object) -> None:
         tree = getattr(api, "tree", None)
         module = getattr(tree, "fullname", None)
         if module is not None and module != self.module:
             self.module = module
+            self._narrowing_functions = {}
             msg = getattr(api, "msg", None)
             self.on_module(getattr(msg, "errors", None))
             self.wanted = module in self.typed_modules or (
                 isinstance(tree, MypyFile) and self.imports_spmd(tree))
             self.promoted = self.wanted or self.typed_imports.reaches_spmd(module)
+        if self._narrowing_functions and self.promoted:
+            func = current_function(api)
+            if func is not None and func in self._narrowing_functions:
+                self.set(True)  # Parameter's as the rest of the module; then torch.Tensor's off
+                self._off(self._narrowing_functions[func])
+                return
         self.set(self.promoted)
 
     def set(self, on: bool) -> None:
@@ -123,6 +134,21 @@ class Promotion:
         nn.Parameter)`` still type without a hook in between.  ``parameters``: Parameter's
         too, for a value declared as a Parameter (``hasattr(p, "main_grad")`` on Megatron's
         parameters)."""
+        self._off(parameters)
+
+    def narrowing_in(self, api: object, parameters: bool = False) -> None:
+        """:meth:`narrowing`, and off for the rest of the function it happens in: mypy narrows
+        a name again at every read (``narrow_declared_type``), so a hook switching the
+        promotion back on between ``isinstance(t, DTensor)`` and ``t.to_local()`` (``u.relu()``
+        on another line, the ``.grad`` hook of ``p.grad`` itself) would undo the narrowing.
+        In such a function a plain tensor meets typed positions without the promotion: the
+        boundary watcher accepts it there (the gradual rule), and ops type it as untyped."""
+        self._off(parameters)
+        func = current_function(api)
+        if func is not None:
+            self._narrowing_functions[func] = parameters or self._narrowing_functions.get(func, False)
+
+    def _off(self, parameters: bool) -> None:
         for name in _PROMOTED if parameters else _PROMOTED[:1]:
             if self._switch(name, False):
                 self.on = False

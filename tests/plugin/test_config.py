@@ -81,6 +81,16 @@ def test_problems_name_the_section_and_the_option(tmp_path: Path) -> None:
         "[[tool.spmd_mypy.overrides]] #3: unknown per-module option 'modules' (per module: strict)")
 
 
+def test_axis_names_separated_by_spaces_are_a_problem(tmp_path: Path) -> None:
+    """``mesh_axes = dp tp`` in an ini file was one axis named "dp tp", silently."""
+    c = load(_write(tmp_path / "mypy.ini", "[mypy]\n[spmd_mypy]\nmesh_axes = dp tp\n"))
+    assert c.mesh_axes == ("dp", "tp")
+    assert c.problems == ("[spmd_mypy]: mesh_axes names 'dp tp', a name with a space: separate "
+                          "the axis names with commas (mesh_axes = dp, tp); read as ['dp', 'tp']",)
+    t = load(_write(tmp_path / "pyproject.toml", '[tool.spmd_mypy]\nmesh_axes = ["dp", "cp tp"]\n'))
+    assert t.mesh_axes == ("dp", "cp", "tp") and len(t.problems) == 1, t.problems
+
+
 USER_CODE = """\
 import torch
 from spmd import Tensor, R
