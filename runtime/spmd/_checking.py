@@ -1052,6 +1052,27 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     return out
 
 
+def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bool = False,
+                 reduce_op: str = "sum") -> SpmdError | None:
+    """The spmd-src-mismatch of a collective whose src/dst the table rejects, when ``src``
+    is not ``x``'s tracked type (the engine then reports only the mismatch: its fix starts
+    from the real type); None otherwise.  The collectives ask before raising the pair's
+    error, which they find without the input."""
+    names = _resolve_axes(axes)
+    have = _get(x) if isinstance(x, torch.Tensor) else None
+    if names is None or have is None:
+        return None
+    try:
+        src_lt, dst_lt = _lt(src), _lt(dst)
+    except TypeError:
+        return None
+    res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
+                           reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=False)
+    if res.errors and res.errors[0].code == "spmd-src-mismatch":
+        return res.errors[0]
+    return None
+
+
 # --------------------------------------------------------------------------------------
 # Function boundaries (optional): @spmd.checked
 

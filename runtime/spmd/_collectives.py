@@ -873,7 +873,7 @@ def _compiled_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
 
 
 def _plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
-          reduce_op: str = "sum") -> _Plan:
+          reduce_op: str = "sum", x: Any = None) -> _Plan:
     if type(axis) is list:
         axis = tuple(axis)
     if _compiling():  # traced by torch.compile
@@ -884,10 +884,25 @@ def _plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
     try:
         plan = cache.get(key)
     except TypeError:  # an unhashable src/dst/axis: no caching, the checks say what is wrong
-        return _make_plan(op, axis, src, dst, expert_mode, reduce_op)
+        return _checked_plan(op, axis, src, dst, expert_mode, reduce_op, x)
     if plan is None:
-        plan = cache[key] = _make_plan(op, axis, src, dst, expert_mode, reduce_op)
+        plan = cache[key] = _checked_plan(op, axis, src, dst, expert_mode, reduce_op, x)
     return plan
+
+
+def _checked_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, reduce_op: str,
+                  x: Any) -> _Plan:
+    """:func:`_make_plan`; in check mode, a src/dst the table rejects whose src is not the
+    input's tracked type raises the src mismatch (its fix starts from the real type), as
+    the static checker reports it, in place of the pair's error."""
+    try:
+        return _make_plan(op, axis, src, dst, expert_mode, reduce_op)
+    except SpmdCollectiveError:
+        if _checking.ACTIVE and x is not None:
+            error = _checking.src_mismatch(op, x, axis, src, dst, expert_mode, reduce_op)
+            if error is not None:
+                raise SpmdCollectiveError(error) from None
+        raise
 
 
 def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Tensor:
@@ -979,7 +994,7 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     ``all_reduce(P,I)`` <- ``reinterpret(I,R)``: the I gradient is every rank's gradient
     of the pending sum as is.
     """
-    plan = _plan("all_reduce", axis, src, dst, False, op)
+    plan = _plan("all_reduce", axis, src, dst, False, op, x)
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
@@ -1006,7 +1021,7 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     (sum, then each rank keeps its slot/chunk); ``dst=I`` (gradient I) ->
     ``convert(I,V)`` / ``convert(I,S(i))`` (each rank keeps its slot/chunk, no comms).
     """
-    plan = _plan("all_gather", axis, src, dst)
+    plan = _plan("all_gather", axis, src, dst, x=x)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
@@ -1030,7 +1045,7 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     Backward: ``all_gather(V,R)`` / ``all_gather(S(i),R)`` (the gradient is V/S(i) in,
     R out: the gradient of a pending sum is the same on every rank).
     """
-    plan = _plan("reduce_scatter", axis, src, dst, False, op)
+    plan = _plan("reduce_scatter", axis, src, dst, False, op, x)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
@@ -1095,7 +1110,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
             out = torch.empty_like(send)
             dist.all_to_all_single(out, send, group=g.pg)
             return out
-    plan = _plan("all_to_all", axis, src, dst)
+    plan = _plan("all_to_all", axis, src, dst, x=x)
     # (a plan made for torch.compile's tracing fills no cache: no side effect to trace)
     if (plan.exchange is not None and not plan.traced and src is V and dst is V
             and exchanges is not None):
@@ -1121,7 +1136,7 @@ class _UnevenAllToAll(torch.autograd.Function):
 
 def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
                        sizes: Sequence[int] | None, out_sizes: Sequence[int] | None) -> torch.Tensor:
-    plan = _plan("all_to_all", axis, src, dst)  # checks src/dst against the table
+    plan = _plan("all_to_all", axis, src, dst, x=x)  # checks src/dst against the table
     step = plan.step
     if step is None or step.src != "V" or step.dst != "V":
         raise ValueError(f"all_to_all(src={plan.src}, dst={plan.dst}) takes no sizes=: uneven "
@@ -1174,7 +1189,7 @@ def reinterpret(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     ``R -> P`` and ``I -> P`` multiply the value by the axis size (``[3.0]`` replicated
     on 4 ranks, as a pending sum, is ``[12.0]``): they need ``expert_mode=True``.
     """
-    plan = _plan("reinterpret", axis, src, dst, expert_mode)
+    plan = _plan("reinterpret", axis, src, dst, expert_mode, x=x)
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
@@ -1197,7 +1212,7 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     and the reverse; ``convert(R,P)`` <- ``convert(R,P)``; ``convert(I,V)``/``convert(I,S(i))``
     <- ``all_gather(V,I)``/``all_gather(S(i),I)``; ``convert(I,P)`` <- ``reinterpret(R,I)``.
     """
-    plan = _plan("convert", axis, src, dst, expert_mode)
+    plan = _plan("convert", axis, src, dst, expert_mode, x=x)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 
@@ -1221,7 +1236,7 @@ def redistribute(x: torch.Tensor, axis: Any = None, *, src: Any = None, dst: Any
                              "shards only)")
         from ._global import redistribute_global
         return redistribute_global(x, src, dst)
-    plan = _plan("redistribute", axis, src, dst)
+    plan = _plan("redistribute", axis, src, dst, x=x)
     step = plan.step
     if step is not None and step.src == "S" and step.dst == "S" and _one_dim(step, x.ndim):
         out = x  # S(-1) and S(1) of a 2-d tensor: one layout, nothing moves

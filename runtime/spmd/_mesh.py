@@ -28,6 +28,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from spmd_mypy.engine.types import repeated_axis_message
+
 from ._context import without_user_modes
 from ._dist_utils import AxisGroup
 
@@ -111,8 +113,9 @@ class _Binding:
         for n in names:
             if n not in self.names:
                 raise ValueError(unknown_axis_message(n, self.names))
-        if len(set(names)) != len(names):
-            raise ValueError(f"mesh axis named twice in {axis!r}")
+        repeated = repeated_axis_message(names)
+        if repeated is not None:
+            raise ValueError(repeated)
         return names
 
     def _resolve_process_group(self, pg: dist.ProcessGroup) -> AxisGroup:

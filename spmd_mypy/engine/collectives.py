@@ -201,13 +201,58 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
         text += (f" to keep each rank's values apart, or reinterpret({bare(x_text)}, "
                  f"{format_axis(axis)}, src={_arg(src)}, dst=P) to mean their sum (a loss or a gradient)")
     elif op == "all_gather" and src.kind is Kind.V and src.dim is None:
-        # a V with no shard dim may be each rank's part of a sum (a local loss, a norm's
-        # squares): gathering would stack the parts where their sum is meant
-        ax = format_axis(axis)
-        text += (f" to concatenate the ranks' values, or all_reduce(reinterpret({bare(x_text)}, "
-                 f"{ax}, src=V, dst=P), {ax}, src=P, dst={_arg(dst)}) to sum them (a per-rank "
-                 f"loss or a norm's squares)")
+        # all_gather(V, ...) stacks the ranks' values on a new dim 0 (SPEC section 4); a V
+        # with no shard dim may also be each rank's part of a sum (a local loss, a sum of
+        # squares), where gathering would stack the parts and their sum is meant
+        text += " to stack the ranks' values on a new dim 0 (src=S(i) concatenates them on dim i)"
+        after = _nonlinear_result(x_text)
+        if after is None:
+            ax = format_axis(axis)
+            text += (f", or all_reduce(reinterpret({bare(x_text)}, {ax}, src=V, dst=P), {ax}, "
+                     f"src=P, dst={_arg(dst)}) to sum them (right only when {bare(x_text)} is a "
+                     f"per-rank partial sum, such as a local loss or a sum of squares before its "
+                     f"sqrt)")
+        else:
+            # the ranks' values of sqrt(...) (norm(...), exp(...)) do not add up to the value
+            # of their sum: what sums over the ranks is the partial sum inside
+            text += f"; to sum over the ranks, {after}"
+    elif op == "all_gather" and src.dim is not None:
+        text += f" to concatenate the ranks' values on dim {src.dim}"
     return text
+
+
+# Ops whose result summed over the ranks is not the op of the ranks' sum, and which users
+# apply last to a partial sum (a gradient norm, a softmax denominator): a V result of one
+# of these is not summed by reinterpret(V,P) + all_reduce; its argument is.
+_NORMS = frozenset("norm linalg_norm linalg_vector_norm linalg_matrix_norm vector_norm".split())
+_AFTER_THE_SUM = frozenset("""sqrt rsqrt exp exp2 expm1 log log2 log10 log1p reciprocal
+logsumexp std var softmax log_softmax sigmoid tanh""".split()) | _NORMS
+
+
+def _nonlinear_result(x_text: str) -> str | None:
+    """For ``torch.sqrt(...)``, ``g.norm()``: what to all-reduce instead of the result of
+    a non-linear op that does not distribute over a sum; None for any other text."""
+    text = bare(x_text)
+    if not text.endswith(")"):
+        return None
+    depth = 0
+    open_at = -1
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            if depth == 0:
+                open_at = i
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and not (ch.isalnum() or ch in "._"):
+            return None  # an operator or a space outside brackets: not one call
+    head = text[:open_at]
+    name = head.rsplit(".", 1)[-1]
+    if not name.isidentifier() or name not in _AFTER_THE_SUM:
+        return None
+    if name in _NORMS:
+        return "all-reduce the per-rank (V) sums of squares, then take the sqrt, not the norms"
+    return f"all-reduce the per-rank (V) partial sums before the {name}, not its result"
 
 
 @dataclass
@@ -262,6 +307,13 @@ def check_collective(
             f"reinterpret cannot claim a shard dim ({call}, src={src}, dst={dst})); use V, or "
             f"convert(..., dst=S(i)) to take this rank's chunk",
         )])
+    known = [(a, t) for a in axes if (t := x.get(a)) is not None]
+    mismatched = [a for a, t in known if not shard_dims_match(t, src)]
+    rest = tuple(a for a in axes if a not in mismatched)
+    # src names a kind the input does not have, on every axis whose type is known: the
+    # pair's own problems are those of a src the input is not, so the src-mismatch error
+    # below, whose fix starts from the input's real type, is the one reported
+    src_is_wrong = bool(known) and all(t.kind is not src.kind for _, t in known)
     transition: Transition | None
     if op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
         transition = None
@@ -287,28 +339,27 @@ def check_collective(
     else:
         transition = lookup(op, src, dst)
         if transition is None:
-            if src == dst and op == "redistribute":
-                pass  # identity
+            if (src == dst and op == "redistribute") or src_is_wrong:
+                pass  # identity; or reported as the src mismatch
             else:
                 errors.append(SpmdError(
                     "spmd-collective",
                     f"{op}(src={src}, dst={dst}) is not a valid transition; "
                     + suggest(src, dst, x_text, axis_arg),
                 ))
-        elif transition.expert and not expert_mode:
+        elif transition.expert and not expert_mode and not src_is_wrong:
             errors.append(SpmdError(
                 "spmd-expert-mode",
                 f"{call}, src={src}, dst={dst}) multiplies the value by the size of "
                 f"{format_axis(axis_arg)}; pass expert_mode=True if that is meant, or "
                 f"convert({x_text}, {format_axis(axis_arg)}, src={src}, dst={dst}) to keep the value",
             ))
-    mismatched = [a for a in axes if x.get(a) is not None and not shard_dims_match(x.get(a), src)]
-    rest = tuple(a for a in axes if a not in mismatched)
+    pair_ok = not any(e.code == "spmd-collective" for e in errors)
     for axis in mismatched:
         have = x.get(axis)
         assert have is not None
         fix = _mismatch_fix(have, src, dst, x_text, axis, op)
-        if rest and have.kind is not src.kind:
+        if rest and have.kind is not src.kind and pair_ok:
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             kept = rest[0] if len(rest) == 1 else rest
@@ -548,12 +599,55 @@ def typed_collective(name: str) -> str | None:
     return None
 
 
+# Raw all-gathers that hand back each rank's tensor apart (a list: typed, they stack on a
+# new dim 0, src=V) and those that concatenate them on dim 0 (typed: src=S(0)).
+_RAW_GATHER_LISTS = frozenset({"torch.distributed.all_gather",
+                               "torch.distributed.nn.functional.all_gather"})
+_RAW_GATHER_DIM0 = frozenset({"torch.distributed.all_gather_into_tensor",
+                              "torch.distributed.nn.functional._all_gather_base"})
+
+
+def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
+                     x_type: SpmdType) -> str:
+    """The typed call for a raw one: concrete where the tensor's type says the axis and src
+    (one P axis for an all-reduce or torch's reduce_scatter_tensor, one V or S(i) axis for
+    an all-gather whose layout the raw op fixes), else in words."""
+    x = bare(x_text)
+    want = (Kind.P,) if typed_name in ("all_reduce", "reduce_scatter") else (Kind.V,)
+    axes = [(a, t) for a, t in x_type.axes if t.kind in want]
+    src: LocalType | None = None
+    if len(axes) == 1 and typed_name == "all_reduce":
+        src = axes[0][1]
+    elif len(axes) == 1 and typed_name == "all_gather":
+        t = axes[0][1]
+        if t.dim is not None and t.by_rank is None:
+            src = t
+        elif t.dim is None and f"{module}.{name}" in _RAW_GATHER_LISTS:
+            src = t
+        elif t.dim is None and f"{module}.{name}" in _RAW_GATHER_DIM0:
+            src = LocalType(Kind.V, 0)
+    dst = "R"
+    if len(axes) == 1 and f"{module}.{name}" == "torch.distributed.reduce_scatter_tensor":
+        src, dst = axes[0][1], "S(0)"  # the sum, chunked on dim 0
+    if src is not None:
+        in_place = module == "torch.distributed" or name.endswith("_inplace")
+        return (f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst})"
+                + (", which returns the result (the raw op writes it into a tensor passed to it)"
+                   if in_place else ""))
+    where = ""
+    if len(axes) > 1:
+        where = (f" ({x} is {want[0].value} on "
+                 + " and ".join(format_axis(a) for a, _ in axes) + ")")
+    return (f"spmd.{typed_name} on {x} over the mesh axis its process group spans{where}, "
+            f"with src= {x}'s type on that axis and dst= the type wanted")
+
+
 def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType) -> SpmdError:
     """``torch.distributed.all_reduce(x)`` with a typed ``x``: not differentiable (or with
     a fixed backward), and its result's type is unknown."""
     typed_name = typed_collective(name)
-    replacement = (f'spmd.{typed_name}({x_text}, "<axis>", src=..., dst=...)'
-                   if typed_name in OPS else "a typed spmd collective")
+    replacement = (_raw_replacement(module, name, typed_name, x_text, x_type)
+                   if typed_name in OPS and typed_name is not None else "a typed spmd collective")
     return SpmdError(
         "spmd-raw-collective",
         f"{module}.{name} on the typed tensor {x_text} ({format_type(x_type)}): a raw "

@@ -393,3 +393,16 @@ def format_axis(axis: str | tuple[str, ...]) -> str:
     if isinstance(axis, tuple):
         return "(" + ", ".join(_quote(a) for a in axis) + ("," if len(axis) == 1 else "") + ")"
     return _quote(axis)
+
+
+def repeated_axis_message(axes: tuple[str, ...]) -> str | None:
+    """``the axes ("dp", "dp") name "dp" twice; name each axis once``, or None when no
+    axis repeats (the static checker's spmd-axis error, the runtime's ValueError)."""
+    seen: set[str] = set()
+    for a in axes:
+        if a in seen:
+            n = axes.count(a)
+            times = "twice" if n == 2 else f"{n} times"
+            return f"the axes {format_axis(axes)} name {_quote(a)} {times}; name each axis once"
+        seen.add(a)
+    return None

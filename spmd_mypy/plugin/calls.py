@@ -86,7 +86,9 @@ from ..engine.ops import (
     SCALAR_OPERAND_NAMES, Operand, Role, check_backward, check_inplace, classify, foreach_op,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
 )
-from ..engine.types import REPLICATE, Kind, LocalType, SpmdType, UNTYPED, format_type
+from ..engine.types import (
+    REPLICATE, Kind, LocalType, SpmdType, UNTYPED, format_type, repeated_axis_message,
+)
 from ..engine.views import make_move
 from . import global_calls
 from .codes import ERROR_CODES
@@ -1023,8 +1025,9 @@ class CallTyper:
             self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis",
                                                  self.plugin.config.axes_setting)])
             return None
-        if len(set(names)) != len(names):
-            self.report(ctx, [SpmdError("spmd-axis", f"the axes {tuple(names)} repeat an axis")])
+        repeated = repeated_axis_message(tuple(names))
+        if repeated is not None:
+            self.report(ctx, [SpmdError("spmd-axis", repeated)])
             return None
         return tuple(names)
 

@@ -676,6 +676,16 @@ case("coll-reinterpret-V-P", {"a": "V"}, 'out = spmd.reinterpret(a, "tp", src=V,
 case("coll-reinterpret-I-R", {"a": "I"}, 'out = spmd.reinterpret(a, "tp", src=I, dst=R)', "R", **CX)
 case("coll-all_reduce-pair-P-V", {"a": "P"}, 'out = spmd.all_reduce(a, "tp", src=P, dst=V)',
      "spmd-collective", **CX)
+# a src the input is not, with a pair outside the table: the mismatch (its fix starts from the
+# input's type), not the pair's error advising from the wrong src
+case("coll-all_reduce-src-V-of-P", {"a": "P"}, 'out = spmd.all_reduce(a, "tp", src=V, dst=R)',
+     "spmd-src-mismatch", **CX)
+case("coll-all_gather-src-P-of-V", {"a": "V"}, 'out = spmd.all_gather(a, "tp", src=P, dst=R)',
+     "spmd-src-mismatch", **CX)
+case("coll-reinterpret-src-R-of-V", {"a": "V"}, 'out = spmd.reinterpret(a, "tp", src=R, dst=P)',
+     "spmd-src-mismatch", **CX)
+case("coll-all_reduce-src-V-untyped", {"a": "U"}, 'out = spmd.all_reduce(a, "tp", src=V, dst=R)',
+     "spmd-collective", **CX)
 case("coll-2ax-keeps-other", {"a": TP_V_DP}, 'out = spmd.all_reduce(a, "tp", src=P, dst=R)',
      'Tensor[R["tp"], V["dp"]]', **CX)
 case("coll-flattened-dp-tp", {"a": 'Tensor[P["dp", "tp"]]'},

@@ -909,6 +909,20 @@ def test_a_raw_collective_on_a_typed_tensor_is_an_error() -> None:
             assert not isinstance(other.value, SpmdTypeError)
 
 
+def test_a_raw_collective_names_the_typed_call_of_its_type() -> None:
+    """The fix is the concrete typed call where the tensor's type says the axis and src (one
+    P axis for an all-reduce), as the plugin prints it: no "<axis>" placeholder."""
+    import torch.distributed as dist
+
+    with spmd.typecheck():
+        grad = typed(mk(1), Tensor[P["dp"], R["tp"]]).detach()
+        with pytest.raises(SpmdTypeError) as e:
+            dist.all_reduce(grad)
+        assert str(e.value).endswith(
+            'use spmd.all_reduce(grad, "dp", src=P, dst=R), which returns the result (the raw op '
+            'writes it into a tensor passed to it)  [spmd-raw-collective]')
+
+
 def test_one_mistake_on_two_axes_is_one_error_with_the_tuple_axis_fix() -> None:
     """The engine merges the per-axis errors (errors.merge_axis_errors): the check mode raises
     the merged one, as the static checker reports it."""

@@ -138,3 +138,10 @@ def test_collective_case_strict(c, mesh) -> None:  # noqa: ANN001
         assert err is None, repr(err)
         want = spmd_type_of_annotation(eval(c.expect, ns))  # noqa: S307
         assert (spmd.typeof(ns["out"]) or None) == (want or None)
+
+
+def test_a_repeated_axis_is_named_as_the_static_checker_names_it(mesh) -> None:  # noqa: ANN001
+    """The runtime's mesh lookup says which axis repeats, in the plugin's words."""
+    with pytest.raises(ValueError) as e:
+        spmd.all_reduce(torch.ones(2), ("dp", "dp"), src=P, dst=R)
+    assert str(e.value) == 'the axes ("dp", "dp") name "dp" twice; name each axis once'

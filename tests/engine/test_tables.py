@@ -79,6 +79,73 @@ def test_invalid_pairs_name_the_op_to_use(op: str, src: LocalType, dst: LocalTyp
     assert route is not None and f"use {route[0]}(x, \"tp\"" in res.errors[0].message
 
 
+@pytest.mark.parametrize("op,src,dst", [
+    ("all_reduce", VARYING, REPLICATE), ("all_gather", PARTIAL, REPLICATE),
+    ("reinterpret", REPLICATE, PARTIAL), ("reduce_scatter", REPLICATE, VARYING),
+])
+def test_a_src_the_input_is_not_is_one_mismatch_from_the_real_type(
+        op: str, src: LocalType, dst: LocalType) -> None:
+    """The pair's error (or expert_mode's) would advise from the wrong src ("V to R is a gather:
+    use all_gather" for a P input): only the mismatch is reported, its fix from the input's
+    real type; with the type unknown on the axis the pair's error stands."""
+    have = {VARYING: PARTIAL, PARTIAL: VARYING, REPLICATE: VARYING}[src]
+    res = coll.check_collective(op, SpmdType.of({"tp": have}), ["tp"], src, dst)
+    assert [e.code for e in res.errors] == ["spmd-src-mismatch"]
+    assert f"but x is {have} on" in res.errors[0].message and f"src={src}, ...)" in res.errors[0].message
+    unknown = coll.check_collective(op, SpmdType.of({"dp": have}), ["tp"], src, dst)
+    assert [e.code for e in unknown.errors] == [
+        "spmd-expert-mode" if op == "reinterpret" else "spmd-collective"]
+
+
+@pytest.mark.parametrize("text,sums", [
+    ("x", True), ("loss", True), ("F.cross_entropy(...)", True), ("g.pow(...).sum()", True),
+    ("(g * g).sum()", True), ("(torch.sqrt(...) + b)", True), ("x[...]", True),
+    ("torch.sqrt(...)", False), ("(g * g).sum().sqrt()", False), ("g.norm()", False),
+    ("torch.linalg.vector_norm(...)", False), ("x.exp()", False), ("(torch.exp(...))", False),
+])
+def test_the_summing_fix_is_offered_only_where_a_sum_can_be_meant(text: str, sums: bool) -> None:
+    """all_gather(V) stacks; the alternative sum is offered for a value that may be a per-rank
+    partial sum, not for the result of sqrt/norm/exp/... (their ranks' values do not add up)."""
+    fix = coll.suggest(VARYING, INVARIANT, text, "tp")
+    assert "to stack the ranks' values on a new dim 0" in fix
+    assert ("to sum them (right only when" in fix) is sums
+    assert ("to sum over the ranks, all-reduce the per-rank (V)" in fix) is not sums
+    assert "concatenate the ranks' values on dim 1" in coll.suggest(shard(1), REPLICATE, "x", "tp")
+
+
+def test_the_ops_after_a_sum_are_non_linear_in_the_op_table() -> None:
+    for name in coll._AFTER_THE_SUM:
+        if name in OP_SPECS:
+            assert OP_SPECS[name].op_class is OpClass.NONLINEAR, name
+
+
+@pytest.mark.parametrize("name,x,expected", [
+    ("all_reduce", {"dp": PARTIAL}, 'spmd.all_reduce(g, "dp", src=P, dst=R), which returns'),
+    ("all_reduce", {"dp": PARTIAL, "tp": PARTIAL},
+     'spmd.all_reduce on g over the mesh axis its process group spans (g is P on "dp" and "tp")'),
+    ("all_reduce", {"dp": VARYING}, "spmd.all_reduce on g over the mesh axis its process group"),
+    ("all_gather", {"tp": VARYING}, 'spmd.all_gather(g, "tp", src=V, dst=R)'),
+    ("all_gather_into_tensor", {"tp": VARYING}, 'spmd.all_gather(g, "tp", src=S(0), dst=R)'),
+    ("all_gather_into_tensor", {"tp": shard(2)}, 'spmd.all_gather(g, "tp", src=S(2), dst=R)'),
+    ("reduce_scatter_tensor", {"tp": PARTIAL}, 'spmd.reduce_scatter(g, "tp", src=P, dst=S(0))'),
+    ("all_to_all_single", {"tp": VARYING}, "spmd.all_to_all on g over the mesh axis"),
+])
+def test_a_raw_collective_names_the_typed_call_its_type_determines(
+        name: str, x: dict, expected: str) -> None:
+    message = coll.raw_collective_error("torch.distributed", name, "g", SpmdType.of(x)).message
+    assert expected in message
+    assert "<axis>" not in message and "src=..." not in message
+
+
+def test_a_repeated_axis_is_named_with_the_fix() -> None:
+    from spmd_mypy.engine.types import repeated_axis_message
+
+    assert repeated_axis_message(("dp", "dp")) == 'the axes ("dp", "dp") name "dp" twice; name each axis once'
+    assert repeated_axis_message(("tp", "dp", "tp", "tp")) == (
+        'the axes ("tp", "dp", "tp", "tp") name "tp" 3 times; name each axis once')
+    assert repeated_axis_message(("dp", "tp")) is None
+
+
 def test_expert_mode_gate() -> None:
     x = SpmdType.of({"tp": REPLICATE})
     assert [e.code for e in coll.check_collective("reinterpret", x, ["tp"], REPLICATE, PARTIAL).errors] == [
