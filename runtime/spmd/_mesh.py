@@ -22,11 +22,11 @@ A collective's ``axis`` is resolved here, once per (mesh, axis) and cached:
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from typing import Any
 
 import torch.distributed as dist
+from spmd_mypy.engine.annotations import closest
 
 from spmd_mypy.engine.types import repeated_axis_message
 
@@ -132,9 +132,9 @@ class _Binding:
 
 
 def unknown_axis_message(name: str, known: tuple[str, ...]) -> str:
+    """With the closest names as the static checker finds them (case-insensitive)."""
     msg = f"unknown mesh axis {name!r}: the current mesh has axes {', '.join(map(repr, known))}"
-    close = difflib.get_close_matches(name, known, n=1)
-    return msg + (f" (did you mean {close[0]!r}?)" if close else "")
+    return msg + closest(name, known)
 
 
 _current: _Binding | None = None

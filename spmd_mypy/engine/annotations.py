@@ -52,13 +52,15 @@ def _edit_distance(a: str, b: str) -> int:
 
 def closest(name: str, known: Sequence[str]) -> str:
     """' (did you mean "tp"?)', ' (did you mean "dp" or "mp"?)' when several are as close
-    (``tp`` with the axes ``dp``, ``mp``: one edit each, equally similar), or ''."""
-    candidates = [(_edit_distance(name, k), -difflib.SequenceMatcher(None, name, k).ratio(), k)
-                  for k in known]
+    (``tp`` with the axes ``dp``, ``mp``: one edit each, equally similar), or ''.  Case does
+    not count (``TP`` is ``tp``), unless it is the only difference between known names."""
+    low = name.lower()
+    candidates = [(_edit_distance(low, k.lower()), _edit_distance(name, k),
+                   -difflib.SequenceMatcher(None, low, k.lower()).ratio(), k) for k in known]
     candidates = [c for c in candidates if c[0] <= max(1, len(name) // 2)]
     if not candidates:
         return ""
-    best = min(candidates)[:2]
+    best = min(candidates)[:3]
     tied = sorted(k for *score, k in candidates if tuple(score) == best)
     names = " or ".join(f'"{k}"' for k in tied)
     return f" (did you mean {names}?)"
@@ -79,19 +81,38 @@ def unknown_axis_error(name: str, known: Sequence[str], code: str = "spmd-annota
     )
 
 
+def _entry_text(e: Entry) -> str:
+    """An entry as written: ``R["dp", "tp"]``, ``S[0, "tp"]``."""
+    args = ([str(e.dim)] if e.marker == "S" else []) + [f'"{a}"' for a in e.axes]
+    return f"{e.marker}[{', '.join(args)}]"
+
+
 def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
           setting: str = MESH_AXES_SETTING) -> tuple[SpmdType, list[SpmdError]]:
-    """The type the entries denote, and the annotation errors (the type drops bad parts).
+    """The type the entries denote, and the annotation errors.
 
     ``mesh_axes=None`` accepts any axis name (no configuration, e.g. at runtime
     before a mesh is set).
+
+    What an error leaves is unknown, never a guess, so that the annotation's error is the
+    only one: an unknown axis in ``R[...]`` (or another local entry) is left out (unchecked);
+    an axis typed twice in different ways (``R["tp"], V["tp"]``) is left out; a partition
+    spec with an entry it cannot take (an unknown or repeated axis, an axis also typed
+    R/I/P) is unknown as a whole: the type has no spec, and the axes of the spec are left
+    out.  (A declared type left out on an axis is unchecked there, as an axis not
+    annotated; ``SpmdType.failed`` would make mypy reject every tensor passed to it.)  (Reading ``PS[None, "dpp"]`` as ``PS[None, None]``
+    would report every use of a tensor sharded on dim 1 as a layout mismatch.)
     """
     errors: list[SpmdError] = []
     seen: dict[str, str] = {}
+    # the entry each axis was first claimed by (a local entry's text; PS entries: None)
+    seen_entry: dict[str, Entry | None] = {}
     types: dict[str, LocalType] = {}
     spec: tuple[tuple[str, ...], ...] | None = None
+    spec_ok = True
+    ambiguous: set[str] = set()
 
-    def claim(axis: str, where: str) -> bool:
+    def claim(axis: str, where: str, entry: Entry | None) -> bool:
         if mesh_axes is not None and axis not in mesh_axes:
             errors.append(unknown_axis_error(axis, mesh_axes, setting=setting))
             return False
@@ -110,15 +131,31 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
                 f"{marker}; a partition spec names only Varying axes: drop it from PS or "
                 f"from {marker}[...]",
             ))
+            if marker != "V":  # V["tp"] with "tp" in the spec says no more than the spec
+                ambiguous.add(axis)
             return False
         if axis in seen:
-            errors.append(SpmdError(
-                "spmd-annotation",
-                f'mesh axis "{axis}" appears twice ({seen[axis]} and {where}); give each axis '
-                f"one type",
-            ))
+            first = seen_entry.get(axis)
+            if first is entry and entry is not None:
+                once = Entry(entry.marker, tuple(dict.fromkeys(entry.axes)), entry.dim)
+                errors.append(SpmdError(
+                    "spmd-annotation",
+                    f'mesh axis "{axis}" appears twice in {_entry_text(entry)}; name it once: '
+                    f"{_entry_text(once)}",
+                ))
+            else:
+                errors.append(SpmdError(
+                    "spmd-annotation",
+                    f'mesh axis "{axis}" appears twice '
+                    f"({_entry_text(first) if first is not None else seen[axis]} and "
+                    f"{_entry_text(entry) if entry is not None else where}); give each axis "
+                    f"one type",
+                ))
+            if where != seen[axis]:
+                ambiguous.add(axis)
             return False
         seen[axis] = where
+        seen_entry[axis] = entry
         return True
 
     for e in entries:
@@ -128,7 +165,8 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
                 continue
             kept: list[tuple[str, ...]] = []
             for dim, axes in enumerate(e.spec or ()):
-                ok = tuple(a for a in axes if claim(a, f"PS dim {dim}"))
+                ok = tuple(a for a in axes if claim(a, f"PS dim {dim}", None))
+                spec_ok = spec_ok and len(ok) == len(axes)
                 for a in ok:
                     types[a] = LocalType(Kind.V, dim)
                 kept.append(ok)
@@ -136,10 +174,16 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
             continue
         for axis in e.axes:
             where = f"S[{e.dim}]" if e.marker == "S" else f"{e.marker}[...]"
-            if not claim(axis, where):
+            if not claim(axis, where, e):
                 continue
             if e.marker == "S":
                 types[axis] = LocalType(Kind.V, e.dim)
             else:
                 types[axis] = LocalType(Kind(e.marker)) if e.marker != "V" else VARYING
+    unknown = set(ambiguous)
+    if spec is not None and (not spec_ok or ambiguous & {a for entry in spec for a in entry}):
+        unknown |= {a for entry in spec for a in entry}
+        spec = None
+    for a in unknown:
+        types.pop(a, None)
     return SpmdType.of(types, spec), errors

@@ -713,6 +713,9 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
         a: PS["dp", None] + b: PS[None]      ->  PS["dp", None]   (b broadcasts over dim 0;
                                                                     b is R on "dp")
         a: PS["dp", None] + b: PS[None, None] ->  error: redistribute b to PS["dp", None]
+
+    Operands laid out differently get one error naming every dim that differs, whose fix
+    moves operands to one operand's layout (:func:`_layout_error`).
     """
     if _all_local(op, operands):
         return local_propagate(op, operands)
@@ -723,29 +726,17 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
     r = max(len(o.type.spec) for _, o in specs)  # type: ignore[union-attr]
     out: list[tuple[str, ...] | None] = [None] * r
     owner: list[int] = [-1] * r
-    errors: list[SpmdError] = []
-    for i, o in specs:
-        sp = o.type.spec  # type: ignore[union-attr]
-        off = r - len(sp)
-        ones = sizes_one[i] if sizes_one is not None and i < len(sizes_one) else ()
-        for d, entry in enumerate(sp):
-            if d < len(ones) and ones[d] and not entry:
-                continue
-            od = off + d
+    says = {i: _elementwise_dims(o, r, sizes_one[i] if sizes_one is not None and i < len(sizes_one) else ())
+            for i, o in specs}
+    conflicts: list[tuple[int, int, int]] = []  # (result dim, first operand, other operand)
+    for i, _ in specs:
+        for od, entry in says[i].items():
             if out[od] is None:
                 out[od], owner[od] = entry, i
             elif out[od] != entry:
-                a = operands[owner[od]]
-                a_sp = a.type.spec  # type: ignore[union-attr]
-                fix = _align_fix(a, a_sp, od - (r - len(a_sp)), o, sp, d)
-                errors.append(SpmdError(
-                    CODE,
-                    f"{op}: dim {od} of the result is {_sharded(out[od] or ())} in "
-                    f"{a.text} but {_sharded(entry)} in {o.text} ({_desc(a, True)}, {_desc(o, True)}); "
-                    f"elementwise ops need the same layout: {fix}",
-                ))
-    if errors:
-        return _finish(op, operands, None, errors)
+                conflicts.append((od, owner[od], i))
+    if conflicts:
+        return _finish(op, operands, None, [_layout_error(op, operands, specs, says, conflicts, r)])
     spec = tuple(e or () for e in out)
     errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
     if errors:
@@ -758,6 +749,72 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                     CODE, f'{op}: mesh axis "{a}" would shard dims {seen[a]} and {d} of the result')])
             seen[a] = d
     return _finish(op, operands, spec, [])
+
+
+def _elementwise_dims(o: Operand, r: int, ones: Sequence[bool]) -> dict[int, tuple[str, ...]]:
+    """The result dims (of rank ``r``) whose layout the operand decides, with its entry there:
+    its dims aligned from the right, except a dim of size 1 it does not shard (broadcast)."""
+    sp = o.type.spec  # type: ignore[union-attr]
+    off = r - len(sp)
+    return {off + d: e for d, e in enumerate(sp) if not (d < len(ones) and ones[d] and not e)}
+
+
+def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[int, Operand]],
+                  says: Mapping[int, Mapping[int, tuple[str, ...]]],
+                  conflicts: Sequence[tuple[int, int, int]], r: int) -> SpmdError:
+    """Operands of an elementwise op laid out differently: one error naming every dim that
+    differs, and the fix that gives them one layout.  Each operand's layout is tried as the
+    common one (the dims it lacks taken from the others); the fix redistributes the other
+    operands to it.  The cheapest wins: fewest axes gathered (sharding an unsharded dim is a
+    local slice), then fewest operands moved, then the earliest operand's layout (so of two
+    operands laid out alike in cost, the second moves to the first's layout)."""
+    by_dim: dict[int, tuple[int, dict[tuple[str, ...], list[str]]]] = {}
+    for od, j, i in sorted(conflicts):
+        by_dim.setdefault(od, (j, {}))[1].setdefault(says[i][od], []).append(operands[i].text)
+    clauses = []
+    for n, (od, (j, others)) in enumerate(by_dim.items()):
+        what = f"dim {od} of the result" if n == 0 else f"dim {od}"
+        theirs = " and ".join(f"{_sharded(e)} in {' and '.join(texts)}" for e, texts in others.items())
+        clauses.append(f"{what} is {_sharded(says[j][od])} in {operands[j].text} but {theirs}")
+    why = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + ", and " + clauses[-1]
+    involved = sorted({k for _, j, i in conflicts for k in (j, i)})
+    descs = ", ".join(_desc(operands[k], True) for k in involved)
+
+    def moves(layout: Sequence[tuple[str, ...]]) -> list[tuple[Operand, Spec, Spec]]:
+        out = []
+        for i, o in specs:
+            sp = o.type.spec  # type: ignore[union-attr]
+            off = r - len(sp)
+            dst = tuple(layout[off + d] if off + d in says[i] else e for d, e in enumerate(sp))
+            if dst != sp:
+                out.append((o, sp, dst))
+        return out
+
+    def gathers(ms: Sequence[tuple[Operand, Spec, Spec]]) -> int:
+        return sum(1 for _, sp, dst in ms for d, e in enumerate(sp) for a in e if a not in dst[d])
+
+    best: tuple[tuple[int, int, int], list[tuple[Operand, Spec, Spec]]] | None = None
+    for n, (k, _) in enumerate(specs):
+        layout: list[tuple[str, ...]] = [()] * r
+        for od in range(r):
+            first = next((says[i][od] for i, _ in specs if od in says[i]), ())
+            layout[od] = says[k].get(od, first)
+        if not _axes_once(tuple(layout)):
+            continue
+        ms = moves(layout)
+        key = (gathers(ms), len(ms), n)
+        if best is None or key < best[0]:
+            best = (key, ms)
+    if best is None:
+        # no operand's layout fits the others (a mesh axis would shard two dims): gather
+        # every dim the operands do not agree on
+        agreed = [set(says[i][od] for i, _ in specs if od in says[i]) for od in range(r)]
+        layout = [next(iter(s)) if len(s) == 1 else () for s in agreed]
+        if not _axes_once(tuple(layout)):
+            layout = [()] * r
+        best = ((0, 0, 0), moves(layout))
+    fix = " and ".join(redistribute_fix(o.text, sp, dst) for o, sp, dst in best[1])
+    return SpmdError(CODE, f"{op}: {why} ({descs}); elementwise ops need the same layout: {fix}")
 
 
 def _broadcast_errors(op: str, operands: Sequence[Operand], spec: Spec, owner: Sequence[int],

@@ -17,6 +17,7 @@ from mypy.plugin import AnalyzeTypeContext
 from mypy.types import (
     AnyType,
     Instance,
+    RawExpressionType,
     TupleType,
     Type,
     TypeList,
@@ -73,7 +74,11 @@ class AnnotationHooks:
                 ctx.api.fail(f'Name "{arg.name}" is not defined', ctx.context, code=codes.NAME_DEFINED)
                 continue
             if marker is None:
-                shown = show_unanalyzed(arg)
+                called = _called_marker(ctx, arg) if isinstance(arg, RawExpressionType) else None
+                if called is not None and called.startswith(_SUBSCRIPTED):
+                    _fail(ctx, called)
+                    continue
+                shown = called if called is not None else show_unanalyzed(arg)
                 _fail(ctx, f'Tensor[...] takes entries R["axis"], I[...], V[...], P[...], '
                            f'S[dim, "axis"] or PS[...], not {shown}')
                 continue
@@ -146,6 +151,84 @@ def _marker_of(ctx: AnalyzeTypeContext, t: UnboundType) -> str | None:
         return _UNDEFINED
     if sym.node is not None:
         return MARKER_FULLNAMES.get(sym.node.fullname)
+    return None
+
+
+_SUBSCRIPTED: Final = "entries are subscripted, not called"
+_CALL_NOTE: Final = "Suggestion: use "  # mypy's note on a call in a type: "... X[...] instead of X(...)"
+
+
+def _called_marker(ctx: AnalyzeTypeContext, t: RawExpressionType) -> str | None:
+    """The message for an entry written as a call (``R("tp")``, ``S(0, "tp")``: the form of
+    ``src=``/``dst=``); ``a call f(...)`` for a call of something else; else None.  mypy's parser keeps only the callee's name (in its note),
+    so the arguments are read back from the source at the call's position."""
+    note = t.note or ""
+    if t.literal_value is not None or not note.startswith(_CALL_NOTE):
+        return None
+    name = note[len(_CALL_NOTE):].split("[", 1)[0]
+    marker: str | None = None
+    try:
+        sym = ctx.api.lookup_qualified(name, ctx.context, suppress_errors=True)  # type: ignore[attr-defined]
+        if sym is not None and sym.node is not None:
+            marker = MARKER_FULLNAMES.get(sym.node.fullname)
+    except Exception:  # noqa: BLE001 - never crash mypy on a lookup
+        return None
+    if marker is None:
+        return f"a call {name}(...)"
+    args = _call_args(ctx, t, name)
+    shown = args if args is not None else ("0, ..." if marker in ("S", "Shard") else "...")
+    text = (f"{_SUBSCRIPTED}: write {name}[{shown}], not "
+            f"{name}({shown})")
+    if marker in ("S", "Shard"):
+        dim = shown.split(",")[0].strip()
+        text += f" ({name}({dim if dim.lstrip('-').isdigit() else 0}) is the form for src=/dst=)"
+    return text
+
+
+def _call_args(ctx: AnalyzeTypeContext, t: RawExpressionType, name: str) -> str | None:
+    """The arguments of the call ``name(...)`` written at ``t``'s position, as written (on
+    one line), or None when the source cannot be read."""
+    sem = getattr(ctx.api, "api", None)
+    errors = getattr(sem, "errors", None)
+    read = getattr(errors, "read_source", None)
+    path = getattr(getattr(sem, "cur_mod_node", None), "path", None)
+    if read is None or not path or t.line < 1 or t.column < 0:
+        return None
+    try:
+        lines = read(path)
+    except Exception:  # noqa: BLE001 - the message falls back to "..."
+        return None
+    if not lines:
+        return None
+    # mypy gives the annotation's line and the call's column: the call starts there or on
+    # one of the next lines (an annotation split over lines)
+    for ln in range(t.line - 1, min(len(lines), t.line + 9)):
+        rest = lines[ln][t.column:]
+        if not rest.startswith(name) or not rest[len(name):].lstrip().startswith("("):
+            continue
+        return _inside_parens(" ".join([rest.rstrip()] + [line.strip() for line in lines[ln + 1:ln + 10]]))
+    return None
+
+
+def _inside_parens(text: str) -> str | None:
+    """``"tp"`` of ``R("tp")) -> None: ...``: the text between the first parenthesis and the
+    one closing it (strings skipped), whitespace runs made single spaces."""
+    open_at = text.find("(")
+    depth = 0
+    quote = ""
+    for i in range(open_at, len(text)):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return " ".join(text[open_at + 1:i].split())
     return None
 
 

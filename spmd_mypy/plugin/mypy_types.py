@@ -403,12 +403,26 @@ def read_axis(t: Type) -> str:
     raise AnnotationError("a mesh axis is a string literal such as \"tp\"")
 
 
+_DIM_FIRST: Final = 'S[dim, "axis"] takes an int dim first, e.g. S[0, "tp"]'
+
+
 def read_int(t: Type) -> int:
     if isinstance(t, RawExpressionType) and isinstance(t.literal_value, int) and not isinstance(t.literal_value, bool):
         return t.literal_value
     if isinstance(t, UnboundType) and t.name.rsplit(".", 1)[-1] == "Literal" and len(t.args) == 1:
         return read_int(t.args[0])
-    raise AnnotationError("S[dim, \"axis\"] takes an int dim first, e.g. S[0, \"tp\"]")
+    raise AnnotationError(_DIM_FIRST)
+
+
+def _swapped_shard(args: Sequence[Type]) -> str | None:
+    """``S["tp", 0]``: the message with the user's own dim and axis in order, else None."""
+    if len(args) != 2:
+        return None
+    try:
+        axis, dim = read_axis(args[0]), read_int(args[1])
+    except AnnotationError:
+        return None
+    return f'S[dim, "axis"] takes an int dim first, e.g. S[{dim}, "{axis}"]'
 
 
 def read_spec_item(t: Type) -> tuple[str, ...]:
@@ -444,7 +458,11 @@ def read_entry_fields(marker: str, t: UnboundType) -> EntryFields:
     if marker == "S" or marker == "Shard":
         if len(args) < 2:
             raise AnnotationError("S[dim, \"axis\"] takes a dim and at least one axis: S[0, \"tp\"]")
-        return ("S", tuple([read_axis(a) for a in args[1:]]), read_int(args[0]), None)
+        try:
+            dim = read_int(args[0])
+        except AnnotationError:
+            raise AnnotationError(_swapped_shard(args) or str(_DIM_FIRST)) from None
+        return ("S", tuple([read_axis(a) for a in args[1:]]), dim, None)
     return (marker, tuple([read_axis(a) for a in args]), None, None)
 
 

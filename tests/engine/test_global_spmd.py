@@ -210,6 +210,72 @@ def test_elementwise_with_broadcasting() -> None:
     assert counts["accepted"] > 20 and counts["rejected"] > 20, counts
 
 
+class _PS:
+    """``PS[...]`` of a message, read back as a spec."""
+
+    def __getitem__(self, key):
+        items = key if isinstance(key, tuple) else (key,)
+        return tuple(() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in items)
+
+
+def _redistributed(t: SpmdType, dst: tuple[tuple[str, ...], ...]) -> SpmdType:
+    """``t`` after ``spmd.redistribute(x, src=PS[t's spec], dst=PS[dst])``: the axes of
+    ``dst`` shard their dims, an axis leaving the spec is R, the others keep their kind."""
+    m = {a: lt for a, lt in t.axes if not any(a in e for e in t.spec or ())}
+    for a in gs.global_axes(t):
+        m[a] = REPLICATE
+    for d, e in enumerate(dst):
+        for a in e:
+            m[a] = shard(d)
+    return SpmdType.of(m, dst)
+
+
+def test_elementwise_layout_mismatch_is_one_error_whose_fix_works() -> None:
+    """Operands laid out differently: one error per op, and its fix (redistributes of
+    operands to one layout), applied literally, makes the op compute the global result."""
+    fixed = 0
+    pairs = [*itertools.product(types(2, partial=False), types(2, partial=False)),
+             *itertools.product(types(2, partial=False), types(1, partial=False)),
+             *itertools.product(types(1, partial=False), types(2, partial=False))]
+    for ta, tb in pairs:
+        r = gs.propagate("add", _ops([ta, tb]))
+        layout = [e for e in r.errors if "need the same layout" in e.message]
+        if not layout:
+            continue
+        assert len(r.errors) == 1, r.errors
+        msg = layout[0].message
+        calls = re.findall(r"spmd\.redistribute\((\w+), src=(PS\[.*?\]), dst=(PS\[.*?\])\)"
+                           r"(?= and |$)", msg)
+        assert calls, msg
+        ts = {"a": ta, "b": tb}
+        for text, src, dst in calls:
+            assert eval(src, {"PS": _PS()}) == ts[text].spec, msg
+            ts[text] = _redistributed(ts[text], eval(dst, {"PS": _PS()}))
+        after = gs.propagate("add", _ops([ts["a"], ts["b"]]))
+        assert not after.errors, (msg, after.errors)
+        shapes = [(6, 12)[-len(t.spec):] for t in (ts["a"], ts["b"])]  # type: ignore[arg-type]
+        check(np.add, [RNG.standard_normal(s) for s in shapes], [ts["a"], ts["b"]], after.type)
+        if len(calls) == 1:
+            fixed += 1
+    assert fixed > 50, fixed
+
+
+def test_elementwise_layout_fix_moves_the_cheaper_operand() -> None:
+    t = lambda spec, **kinds: SpmdType.of(  # noqa: E731
+        {**{a: shard(d) for d, e in enumerate(spec) for a in e},
+         **{a: LocalType(Kind(k)) for a, k in kinds.items()}}, spec)
+    # the two layouts cost the same (a gather and a shard each): the second moves
+    r = gs.propagate("add", _ops([t(((), ("tp",)), dp="R"), t((("tp",), ()), dp="R")]))
+    assert [e.message for e in r.errors] == [
+        'add: dim 0 of the result is unsharded in a but sharded on "tp" in b, and dim 1 is sharded '
+        'on "tp" in a but unsharded in b (a: Tensor[PS[None, "tp"], R["dp"]], b: Tensor[PS["tp", '
+        'None], R["dp"]]); elementwise ops need the same layout: spmd.redistribute(b, '
+        'src=PS["tp", None], dst=PS[None, "tp"])']
+    # sharding an unsharded operand gathers nothing: it moves, though it comes first
+    r = gs.propagate("mul", _ops([t(((), ()), dp="R", tp="R"), t((("dp",), ()), tp="R")]))
+    assert r.errors[0].message.endswith('spmd.redistribute(a, src=PS[None, None], dst=PS["dp", None])')
+
+
 @pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), ((0, 1), False), (None, False)])
 def test_sum_and_amax(dim, keepdim) -> None:
     counts = {"accepted": 0, "rejected": 0}

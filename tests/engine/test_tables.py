@@ -246,6 +246,39 @@ def test_an_unknown_axis_names_every_equally_close_axis() -> None:
     assert '(did you mean "tp"?)' in errors[0].message, errors[0].message
 
 
+def test_the_closest_axis_ignores_case() -> None:
+    _, errors = build([Entry("R", ("TP",))], ["dp", "tp"])
+    assert '(did you mean "tp"?)' in errors[0].message, errors[0].message
+
+
+def test_an_annotation_error_leaves_the_bad_part_unknown() -> None:
+    """Not a guess that later checks would report again: an unknown axis in a partition
+    spec leaves the layout unknown (not that dim unsharded), an axis typed two ways is
+    unknown; what the error does not touch is kept."""
+    axes = ["dp", "tp"]
+    t, errors = build([Entry("PS", spec=((), ("dpp",)))], axes)
+    assert len(errors) == 1 and t.spec is None and not t, (t, errors)
+    t, errors = build([Entry("PS", spec=((("dp", "tpp")), ())), Entry("R", ("tp",))], axes)
+    assert len(errors) == 1 and t == SpmdType.of({"tp": REPLICATE}), (t, errors)
+    t, errors = build([Entry("PS", spec=(("tp",), ("tp",)))], axes)
+    assert len(errors) == 1 and t.spec is None and not t, (t, errors)
+    t, errors = build([Entry("PS", spec=(("tp",), ())), Entry("R", ("tp",))], axes)
+    assert len(errors) == 1 and t.spec is None and not t, (t, errors)
+    # V on an axis of the spec says no more than the spec: the spec stands
+    t, errors = build([Entry("PS", spec=(("tp",), ())), Entry("V", ("tp",))], axes)
+    assert len(errors) == 1 and t == SpmdType.of({"tp": shard(0)}, (("tp",), ())), (t, errors)
+    t, errors = build([Entry("R", ("dpp", "tp"))], axes)
+    assert len(errors) == 1 and t == SpmdType.of({"tp": REPLICATE}), (t, errors)
+    t, errors = build([Entry("R", ("tp",)), Entry("V", ("tp", "dp"))], axes)
+    assert [e.message for e in errors] == [
+        'mesh axis "tp" appears twice (R["tp"] and V["tp", "dp"]); give each axis one type']
+    assert t == SpmdType.of({"dp": VARYING}), t
+    t, errors = build([Entry("R", ("dp", "dp"))], axes)
+    assert [e.message for e in errors] == [
+        'mesh axis "dp" appears twice in R["dp", "dp"]; name it once: R["dp"]']
+    assert t == SpmdType.of({"dp": REPLICATE}), t
+
+
 @pytest.mark.parametrize("text, shown", [
     ("(p * lr)", "p * lr"),  # the plugin's text of a binary operand
     ("((a + b) * c)", "(a + b) * c"),
