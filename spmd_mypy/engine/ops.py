@@ -702,6 +702,37 @@ def _same_size_on(dim: int, ops: Sequence[Operand]) -> bool:
     return len({sh[dim] for sh in shapes}) == 1  # type: ignore[index]
 
 
+def _broadcast_shard_dim(dim: int, sharded: Sequence[Operand], others: Sequence[Operand]) -> int | None:
+    """The shard dim of an elementwise result whose S(dim) operands meet operands that do
+    not vary (R, I, untyped), when the check mode knows every shape: kept where each other
+    operand, right-aligned by broadcasting, does not reach the shard dim or has size 1 there
+    (``cat(x_r + b) == cat(x_r) + b`` then), moved right when one of them has more dims::
+
+        x: S(1) [2, 4, 8] + bias [8]          -> S(1)   (the bias does not reach dim 1)
+        q: S(1) [2, 4, 2, 2] * cos [4, 1, 2]  -> V      (cos has size 4 on q's dim 1)
+        x: S(0) [4, 8] + y [3, 1, 8]          -> S(1)   (x's dim 0 is the result's dim 1)
+
+    None (plain V) when a shape is unknown (the static checker: types carry no shapes)."""
+    if not sharded or not _same_size_on(dim, sharded):
+        return None
+    shapes = [o.shape for o in others]
+    rank = sharded[0].shape
+    if rank is None or any(sh is None for sh in shapes):
+        return None
+    n = len(rank)
+    if not -n <= dim < n:
+        return None
+    pos = dim % n
+    widest = n
+    for sh in shapes:
+        assert sh is not None
+        at = pos + len(sh) - n  # the other operand's dim aligned with the shard dim
+        if at >= 0 and sh[at] != 1:
+            return None
+        widest = max(widest, len(sh))
+    return dim + widest - n if dim >= 0 else dim
+
+
 def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
             dim: int | None, reduction: Reduction | None) -> int | None:
     """The shard dim of a Varying result on ``axis`` (None: plain V, the layout unknown).
@@ -709,10 +740,11 @@ def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
     S(i) means the concatenation of the locals on dim i is the global tensor, so a result
     keeps a dim only where the op commutes with that concatenation:
 
-    - an elementwise op (``keeps_shard_dims``) when *every* tensor operand is S(i) on the
+    - an elementwise op (``keeps_shard_dims``) when *every* Varying operand is S(i) on the
       axis with the same i: beside an R, I or untyped tensor ``y``,
-      ``cat(x_r + y) == cat(x_r) + y`` only if ``y`` has size 1 on dim i, and types carry
-      no shapes, so the result is plain V (which a declared S(i) still accepts).  When the
+      ``cat(x_r + y) == cat(x_r) + y`` only if ``y`` has size 1 on dim i or does not reach
+      it; types carry no shapes, so statically the result is plain V (which a declared S(i)
+      still accepts), and the check mode reads the shapes (:func:`_broadcast_shard_dim`).  When the
       adapter knows the shapes (check mode), the operands must also agree in rank and in
       size on dim i (a broadcast S(i) operand of size 1 there has no global meaning);
       the static checker assumes it (the only case where the operands' globals fit);
@@ -738,13 +770,21 @@ def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
         r = reduction if ops[0].shape is None else Reduction(
             reduction.dims, reduction.keepdim, len(ops[0].shape))
         return shard_dim_after(spec.name, first.dim, r)
-    if dim is not None:  # an elementwise op: every operand S(dim)
+    if dim is not None:  # an elementwise op: every Varying operand S(dim)
         if not spec.keeps_shard_dims:
             return None
+        sharded: list[Operand] = []
+        others: list[Operand] = []
         for o in ops:
             t = o.type.get(axis)  # type: ignore[union-attr]
-            if t is None or t.kind is not Kind.V or t.dim != dim:
-                return None
+            if t is not None and t.kind is Kind.V:
+                if t.dim != dim:
+                    return None
+                sharded.append(o)
+            else:
+                others.append(o)
+        if others:  # beside R, I or untyped tensors: where their shapes say so
+            return _broadcast_shard_dim(dim, sharded, others)
         return dim if _same_size_on(dim, ops) else None
     if reduction is not None:
         dims = {t.dim for o in ops if (t := o.type.get(axis)) is not None  # type: ignore[union-attr]

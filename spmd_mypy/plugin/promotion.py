@@ -68,6 +68,7 @@ from mypy.typestate import type_state
 from mypy.util import correct_relative_import
 
 from .guard import RESULT, recover
+from ..engine.collectives import OPS as COLLECTIVE_OPS
 from ..engine.types import UNTYPED, SpmdType
 from .global_calls import current_function, size_names
 from .memo import TreeMemo
@@ -75,6 +76,8 @@ from .mypy_types import TENSOR, TypeBuilder, lookup_type
 from .statements import statement_blocks
 
 _PROMOTED = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
+# spmd's collectives, followed by Correlated like torch's ops (their hooks type each member)
+_SPMD_COLLECTIVES = frozenset(f"spmd.{name}" for name in COLLECTIVE_OPS)
 UNION_CASES_MAX = 16
 
 
@@ -302,8 +305,9 @@ class Correlated:
         for i, (p, g) in enumerate(zip(ps, gs))   (ps, gs of tuple types: by position)
 
     each operand computed from them takes, per iteration, the type it has with that
-    iteration's items (never ``a`` with ``gb``).  Not followed: subscripts, lists (their items
-    have one type), spmd's collectives."""
+    iteration's items (never ``a`` with ``gb``).  spmd's collectives are followed as torch's
+    ops are (``g = spmd.all_reduce(p.grad, "dp", src=P, dst=R)`` then ``p.add_(g)``).  Not
+    followed: subscripts, lists (their items have one type)."""
 
     def __init__(self, types: TypeBuilder, hooks: Any) -> None:
         self.types = types
@@ -521,6 +525,8 @@ class Correlated:
             name = callee.fullname  # torch.sign(x), F.normalize(x): a torch op by its name
             if name.startswith(_NOT_OPS):
                 return None
+        elif isinstance(callee, RefExpr) and callee.fullname in _SPMD_COLLECTIVES:
+            name = callee.fullname  # g = spmd.all_reduce(p.grad, "dp", src=P, dst=R)
         elif isinstance(callee, MemberExpr):  # x.mul(lr): a tensor method
             ok, receiver = self._operand(callee.expr, ctx, roots, depth, line)
             if not ok or (receiver is None
@@ -783,7 +789,7 @@ class Correlated:
             return self._typed(hook(MethodContext(get_proper_type(receiver), arg_types, arg_kinds, names,
                                                   arg_names, default, args, node, api)))
         hook = _unwrap(self.hooks.get_function_hook(plan.name))
-        if hook is None or not plan.name.startswith("torch."):
+        if hook is None or not (plan.name.startswith("torch.") or plan.name in _SPMD_COLLECTIVES):
             return None
         return self._typed(hook(FunctionContext(arg_types, arg_kinds, names, arg_names, default, args,
                                                 node, api)))

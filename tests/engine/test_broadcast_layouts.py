@@ -1,0 +1,69 @@
+"""An elementwise op of an S(i) tensor beside a tensor that does not vary (a bias, a rotary
+table) when the shapes are known (the check mode): the result keeps a shard dim exactly where
+concatenating the ranks' results on it gives the op of the global tensor (engine
+``_broadcast_shard_dim``); without shapes (the static checker) it stays plain V."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from spmd_mypy.engine.ops import Operand, propagate
+from spmd_mypy.engine.types import REPLICATE, Kind, SpmdType, shard
+
+RANKS = 2
+
+
+def _one(lt) -> SpmdType:  # noqa: ANN001
+    return SpmdType.of({"cp": lt})
+
+
+def _other_shapes(x_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every shape that broadcasts against the local x: fewer, as many or one more dims,
+    each 1 or x's size."""
+    out: list[tuple[int, ...]] = []
+    n = len(x_shape)
+    for rank in range(0, n + 2):
+        aligned = [1] * max(0, rank - n) + list(x_shape[max(0, n - rank):])
+        for ones in itertools.product((False, True), repeat=rank):
+            out.append(tuple(1 if one else (aligned[k] if k < len(aligned) else 1)
+                             for k, one in enumerate(ones)))
+    return sorted(set(out))
+
+
+def test_kept_shard_dims_are_the_global_layout() -> None:
+    torch.manual_seed(0)
+    kept = checked = 0
+    for n in (1, 2, 3):
+        x_shape = tuple(range(2, 2 + n))
+        for dim in range(-n, n):
+            locals_ = [torch.randn(x_shape, dtype=torch.float64) for _ in range(RANKS)]
+            global_x = torch.cat(locals_, dim=dim)
+            for y_shape in _other_shapes(x_shape):
+                y = torch.randn(y_shape, dtype=torch.float64)
+                res = propagate("add", [Operand(_one(shard(dim)), "x", shape=x_shape),
+                                        Operand(_one(REPLICATE), "b", shape=y_shape)])
+                lt = res.type.get("cp")
+                assert lt is not None and lt.kind is Kind.V and not res.errors
+                checked += 1
+                if lt.dim is None:
+                    continue
+                kept += 1
+                joined = torch.cat([xl + y for xl in locals_], dim=lt.dim)
+                assert torch.equal(joined, global_x + y), (x_shape, dim, y_shape, lt)
+    assert checked > 100 and kept > 30, (checked, kept)
+
+
+def test_named_cases() -> None:
+    def result(x_shape, dim, y_shape):  # noqa: ANN001, ANN202
+        return str(propagate("add", [Operand(_one(shard(dim)), "x", shape=x_shape),
+                                     Operand(_one(REPLICATE), "b", shape=y_shape)]).type)
+    assert result((2, 4, 8), 1, (8,)) == 'Tensor[S[1, "cp"]]'          # a bias
+    assert result((2, 4, 2, 2), 1, (4, 1, 2)) == 'Tensor[V["cp"]]'     # a table of all positions
+    assert result((2, 4, 2, 2), 1, (1, 1, 2)) == 'Tensor[S[1, "cp"]]'  # its slice on the rank
+    assert result((4, 8), 0, (3, 1, 8)) == 'Tensor[S[1, "cp"]]'        # the other has more dims
+    assert result((4, 8), -2, (3, 1, 8)) == 'Tensor[S[-2, "cp"]]'
+    # no shapes (the static checker): plain V, as before
+    assert str(propagate("add", [Operand(_one(shard(1)), "x"), Operand(_one(REPLICATE), "b")]).type) \
+        == 'Tensor[V["cp"]]'
