@@ -504,6 +504,13 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     )]
 
 
+def may_be_none(errors: list[SpmdError], x_text: str) -> list[SpmdError]:
+    """The errors of a value that may also be None (``o: Tensor[V["tp"]] | None``): the
+    collective of the fix takes a tensor, so it goes where the value is one."""
+    note = f" ({bare(x_text)} may be None: apply the fix where it is not None)"
+    return [SpmdError(e.code, e.message + note) for e in errors]
+
+
 # ops whose flattened axes may be listed in any order (a gather, a scatter, a conversion
 # that keeps one rank's slice orders its blocks by the axes' order)
 _UNORDERED_OPS = ("all_reduce", "reinterpret")

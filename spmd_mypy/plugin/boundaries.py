@@ -455,6 +455,8 @@ class BoundaryChecker:
             out: list[SpmdError] = []
             for item in alternatives:
                 out.extend(self._compare(item, declared, expr, text, where))
+            if any(isinstance(get_proper_type(m), NoneType) for m in alternatives):
+                out = coll.may_be_none(out, text)  # ``o: Tensor[V["tp"]] | None``
             return out
         if isinstance(d, Instance) and types.is_tensor_info(d.type):
             have, want = types.from_type(a), types.from_type(d)
