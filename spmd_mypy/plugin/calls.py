@@ -1475,12 +1475,14 @@ class CallTyper:
                         shown = text if index is None else f"{x_text} (from {text})"
                         where = (f'argument {shown} (parameter "{param}" of {callee})' if param
                                  else f"argument {i + 1} ({shown}) of {callee}")
+                        # at the argument, as mypy's own [arg-type] (its line in a call
+                        # written over several lines)
                         errors = coll.check_argument_any(
                             have, wanted, x_text=x_text, where=where,
                             made_by=made_by(expr) if index is None and kind == ARG_POS else None)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
-                        self.report(ctx, errors)
+                        self.report(ctx, errors, context=expr if expr.line > 0 else None)
         return ctx.default_return_type
 
     def _tensor_members(self, items: list[tuple[Type, int | None]]
