@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .errors import SpmdError
-from .types import Kind, LocalType, SpmdType, bare, format_axis, format_type, shard_dims_match
+from .types import (
+    Kind, LocalType, SpmdType, axis_words, bare, format_axis, format_type, shard_dims_match,
+)
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 CONVERSIONS = ("reinterpret", "convert")
@@ -468,21 +470,25 @@ class MadeBy:
     src: LocalType | None  # None: the op's default
     x_text: str = "..."  # its input as written
 
-    def fix(self, axis: str, want: LocalType) -> str | None:
-        if self.axes != (axis,):
+    def fix(self, axis: str | tuple[str, ...], want: LocalType) -> str | None:
+        """The fix on ``axis`` (one axis, or the axes of one mismatch merged): only where
+        they are the collective's own axes."""
+        axes = (axis,) if isinstance(axis, str) else axis
+        if sorted(self.axes) != sorted(axes):
             return None
         src = self.src or _default_src(self.op)
         if src is None:
             return None
+        ax = format_axis(self.axes[0] if len(self.axes) == 1 else self.axes)
         t = lookup(self.op, src, want)
         if t is not None and not t.expert:
             return (f"pass dst={_arg(want)} to the {self.op}: {self.op}({bare(self.x_text)}, "
-                    f"{format_axis(axis)}, src={_arg(src)}, dst={_arg(want)})")
+                    f"{ax}, src={_arg(src)}, dst={_arg(want)})")
         r = route(src, want)
         if r is None or r[0] == self.op or TRANSITIONS[r].expert:
             return None
         return (f"{_arg(src)} to {_arg(want)} is {_PURPOSE[r[0]]}: use {r[0]}({bare(self.x_text)}, "
-                f"{format_axis(axis)}, src={_arg(src)}, dst={_arg(want)}) in place of the {self.op}")
+                f"{ax}, src={_arg(src)}, dst={_arg(want)}) in place of the {self.op}")
 
 
 def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str,
@@ -502,23 +508,63 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
         global_errors = check_global_argument(actual, expected, x_text=x_text, where=where)
         if global_errors is not None:
             return global_errors
-    errors = []
+    mismatches: list[tuple[str, LocalType, LocalType]] = []
     for axis, want in expected.axes:
         have = actual.get(axis)
-        if have is None or shard_dims_match(have, want):
-            continue
+        if have is not None and not shard_dims_match(have, want):
+            mismatches.append((axis, have, want))
+    if not mismatches:
+        return []
+    # one error per value: the axes with one mistake named together, fixed by one flattened
+    # collective where their order does not matter (an all_reduce, a reinterpret), else each
+    # axis with its fix and the ops nested in one expression
+    groups: dict[tuple[LocalType, LocalType], list[str]] = {}
+    for axis, have, want in mismatches:
+        groups.setdefault((have, want), []).append(axis)
+    what: list[str] = []
+    units: list[tuple[str | tuple[str, ...], LocalType, LocalType]] = []  # one fix each
+    for (have, want), axes in groups.items():
+        what.append(f"{have.describe()} on {axis_words(axes)} where {want} is needed")
+        r = route(have, want) if have.kind is not want.kind and have.by_rank is None else None
+        if len(axes) > 1 and r is not None and r[0] in _UNORDERED_OPS:
+            units.append((tuple(axes), have, want))
+        else:
+            units.extend((a, have, want) for a in axes)
+    fixes: list[str] = []
+    nested: str | None = x_text
+    for ax, have, want in units:
         if have.kind is want.kind:
-            fix = (f"the shard dims differ; redistribute({x_text}, \"{axis}\", "
+            op = "redistribute"
+            fix = (f"the shard dims differ; redistribute({x_text}, {format_axis(ax)}, "
                    f"src={have.at_high_ranks()}, dst={want})")
         else:
-            fix = (made_by.fix(axis, want) if made_by is not None else None) or suggest(
-                have, want, x_text, axis)
-        errors.append(SpmdError(
-            "spmd-mismatch",
-            f'{where} is {format_type(actual)} but {format_type(expected)} is expected: it is '
-            f'{have.describe()} on "{axis}" where {want} is needed; {fix}',
-        ))
-    return errors
+            r = route(have, want)
+            op = r[0] if r is not None else ""
+            fix = (made_by.fix(ax, want) if made_by is not None else None) or suggest(
+                have, want, x_text, ax)
+        on = axis_words((ax,) if isinstance(ax, str) else ax)
+        fixes.append(fix if len(units) == 1 else f"on {on}: {fix}")
+        src = have.at_high_ranks() if have.kind is want.kind else _arg(have)
+        nested = (f"{op}({bare(nested)}, {format_axis(ax)}, src={src}, dst={want})"
+                  if op and nested is not None else None)
+    together = f"; together: {nested}" if len(units) > 1 and nested is not None else ""
+    return [SpmdError(
+        "spmd-mismatch",
+        f"{where} is {format_type(actual)} but {format_type(expected)} is expected: it is "
+        f"{', and '.join(what)}; {'; '.join(fixes)}{together}",
+    )]
+
+
+def may_be_none(errors: list[SpmdError], x_text: str) -> list[SpmdError]:
+    """The errors of a value that may also be None (``o: Tensor[V["tp"]] | None``): the
+    collective of the fix takes a tensor, so it goes where the value is one."""
+    note = f" ({bare(x_text)} may be None: apply the fix where it is not None)"
+    return [SpmdError(e.code, e.message + note) for e in errors]
+
+
+# ops whose flattened axes may be listed in any order (a gather, a scatter, a conversion
+# that keeps one rank's slice orders its blocks by the axes' order)
+_UNORDERED_OPS = ("all_reduce", "reinterpret")
 
 
 def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .types import axis_words
+
 # code -> one-line description (shown by ``spmd-mypy codes`` and in the README)
 CODES: dict[str, str] = {
     "spmd-annotation": "malformed SPMD annotation (unknown or repeated axis, bad entry)",
@@ -105,7 +107,7 @@ def merge_axis_errors(errors: list[SpmdError]) -> list[SpmdError]:
         done.add(key)
         axes = groups[key]
         quoted = [f'"{a}"' for a in axes]
-        words = ", ".join(quoted[:-1]) + f" and {quoted[-1]}"
+        words = axis_words(axes)
         pieces = k[0].split("\x00")
         spots = _AXIS_SPOT.finditer(e.message)
         text = pieces[0]

@@ -39,7 +39,8 @@ from .contractions import Contraction, contracted_layout
 from .errors import SpmdError, merge_axis_errors
 from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
-    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, bare, format_type, from_ranks,
+    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, axis_words, bare, format_axis,
+    format_type, from_ranks,
 )
 
 
@@ -1073,26 +1074,52 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
 
 
 def check_backward(loss: Operand) -> list[SpmdError]:
-    """``loss.backward()`` seeds a gradient of 1: the loss must be I or P on every axis."""
-    errors = []
+    """``loss.backward()`` seeds a gradient of 1: the loss must be I or P on every axis.
+    One error per loss: the axes of one kind merged (one flattened reinterpret fixes them),
+    R axes and V axes each with their reason and the two reinterprets nested in the fix."""
     assert loss.type is not None
+    by_kind: dict[Kind, list[str]] = {}
+    words: dict[Kind, set[str]] = {}  # Varying, Shard(0): how the axes' types are named
     for axis, lt in loss.type.axes:
-        if lt.kind is Kind.R:
-            fix = (f'all_reduce to I instead of R where the loss is computed, or '
-                   f'reinterpret({bare(loss.text)}, "{axis}", src=R, dst=I)')
-            why = "every rank would seed its own gradient of 1, so the gradient is counted once per rank"
-        elif lt.kind is Kind.V:
-            fix = (f'reinterpret({bare(loss.text)}, "{axis}", src=V, dst=P) to mean the sum of the '
-                   f'per-rank losses, or all_gather it first')
-            why = "each rank holds a different loss, so there is no single value to differentiate"
-        else:
-            continue
-        errors.append(SpmdError(
+        if lt.kind is Kind.R or lt.kind is Kind.V:
+            by_kind.setdefault(lt.kind, []).append(axis)
+            words.setdefault(lt.kind, set()).add(_word(lt))
+    if not by_kind:
+        return []
+    x = bare(loss.text)
+    wrong = [a for a, _ in loss.type.axes if any(a in g for g in by_kind.values())]
+    needs = f"{loss.text}.backward() needs the loss Invariant or Partial on {axis_words(wrong)}"
+    replicate, varying = by_kind.get(Kind.R), by_kind.get(Kind.V)
+    v_word = next(iter(words[Kind.V])) if len(words.get(Kind.V, ())) == 1 else "Varying"
+    r_why = "every rank would seed its own gradient of 1, so the gradient is counted once per rank"
+    v_why = "each rank holds a different loss, so there is no single value to differentiate"
+    if replicate is not None and varying is not None:
+        rax, vax = _axes_arg(replicate), _axes_arg(varying)
+        return [SpmdError(
             "spmd-backward",
-            f'{loss.text}.backward() needs the loss Invariant or Partial on "{axis}", but it is '
-            f"{_word(lt)} ({format_type(loss.type)}): {why}; {fix}",
-        ))
-    return errors
+            f"{needs}, but it is {v_word} on {axis_words(varying)} and Replicate on "
+            f"{axis_words(replicate)} ({format_type(loss.type)}): on {axis_words(varying)} "
+            f"{v_why}, and on {axis_words(replicate)} {r_why}; "
+            f"reinterpret(reinterpret({x}, {vax}, src=V, dst=P), {rax}, src=R, dst=I): the sum "
+            f"of the per-rank losses on {axis_words(varying)} (or all_gather it there first), one "
+            f"seed on {axis_words(replicate)} (or all_reduce to I instead of R where the loss is "
+            f"computed)",
+        )]
+    if replicate is not None:
+        lt_word, why = "Replicate", r_why
+        fix = (f"all_reduce to I instead of R where the loss is computed, or "
+               f"reinterpret({x}, {_axes_arg(replicate)}, src=R, dst=I)")
+    else:
+        assert varying is not None
+        lt_word, why = v_word, v_why
+        fix = (f"reinterpret({x}, {_axes_arg(varying)}, src=V, dst=P) to mean the sum of the "
+               f"per-rank losses, or all_gather it first")
+    return [SpmdError("spmd-backward",
+                      f"{needs}, but it is {lt_word} ({format_type(loss.type)}): {why}; {fix}")]
+
+
+def _axes_arg(axes: Sequence[str]) -> str:
+    return format_axis(axes[0] if len(axes) == 1 else tuple(axes))
 
 
 def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,

@@ -389,6 +389,12 @@ def bare(text: str) -> str:
     return text[1:-1]
 
 
+def axis_words(axes: Iterable[str]) -> str:
+    """Axes in a message's words: ``"dp"``, ``"dp" and "tp"``, ``"a", "b" and "c"``."""
+    quoted = [_quote(a) for a in axes]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + f" and {quoted[-1]}"
+
+
 def format_axis(axis: str | tuple[str, ...]) -> str:
     if isinstance(axis, tuple):
         return "(" + ", ".join(_quote(a) for a in axis) + ("," if len(axis) == 1 else "") + ")"

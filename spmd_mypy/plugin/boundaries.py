@@ -266,8 +266,8 @@ class BoundaryChecker:
                                expr_text(value) if text is None else text,
                                self._where(chk, stmt, target_expr))
         if errors and not self._duality_reports(chk):
-            for err in errors:
-                chk.msg.fail(err.message, value, code=ERROR_CODES[err.code])
+            for err, at in errors:
+                chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
         if isinstance(stmt, ReturnStmt) and getattr(chk.scope.current_function(), "name", None) == "<lambda>":
             if len(self._judged_lambda_returns) > 64:
                 self._judged_lambda_returns.clear()
@@ -305,8 +305,8 @@ class BoundaryChecker:
             return False  # not an SPMD matter: mypy's error stands
         text = expr_text(value)
         errors = self._compare(actual, declared, value, text, lambda x: where.format(x))
-        for err in errors:
-            chk.msg.fail(err.message, value, code=ERROR_CODES[err.code])
+        for err, at in errors:
+            chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
         return True
 
     def _site(self, chk: Any, file: str, info: ErrorInfo, stmt: Statement, value: Expression,
@@ -444,24 +444,29 @@ class BoundaryChecker:
         return t, False
 
     def _compare(self, actual: Type, declared: Type, expr: Expression | None, text: str,
-                 where: Callable[[str], str]) -> list[SpmdError]:
+                 where: Callable[[str], str]) -> list[tuple[SpmdError, Expression | None]]:
         """The spmd-mismatch errors of a value of type ``actual`` (written ``text``) where
-        ``declared`` is expected, through unions and tuples."""
+        ``declared`` is expected, through unions and tuples; each with the expression it is
+        reported at (an item of a displayed tuple: ``return x, y`` points at the wrong one;
+        None: the value as a whole)."""
         types = self.plugin.types
         a = get_proper_type(actual)
         d = get_proper_type(declared)
         alternatives = types.alternatives(a)
         if alternatives is not None:
-            out: list[SpmdError] = []
+            out: list[tuple[SpmdError, Expression | None]] = []
             for item in alternatives:
                 out.extend(self._compare(item, declared, expr, text, where))
+            if any(isinstance(get_proper_type(m), NoneType) for m in alternatives):
+                # ``o: Tensor[V["tp"]] | None``
+                out = [(coll.may_be_none([e], text)[0], at) for e, at in out]
             return out
         if isinstance(d, Instance) and types.is_tensor_info(d.type):
             have, want = types.from_type(a), types.from_type(d)
             if not have or want is None:
                 return []
-            return coll.check_argument(have, want, x_text=text, where=where(text),
-                                       made_by=made_by(expr))
+            return [(e, expr) for e in coll.check_argument(
+                have, want, x_text=text, where=where(text), made_by=made_by(expr))]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):
                 displayed = isinstance(expr, TupleExpr) and len(expr.items) == len(a.items)
@@ -475,7 +480,7 @@ class BoundaryChecker:
             candidates = [m for m in d.items if self._fits_shape(a, get_proper_type(m))]
             if not candidates:
                 return []
-            first: list[SpmdError] | None = None
+            first: list[tuple[SpmdError, Expression | None]] | None = None
             for m in candidates:
                 errs = self._compare(a, m, expr, text, where)
                 if not errs:

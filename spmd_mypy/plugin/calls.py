@@ -1524,7 +1524,8 @@ class CallTyper:
                         offset = sum(1 for j in range(i) if j < len(case.args)
                                      and any(e is expr for e in case.args[j]))
                     star_formal = i < len(sig.arg_kinds) and sig.arg_kinds[i] == ARG_STAR
-                    for item, index in _unpacked_types(typ, kind, offset, star_formal):
+                    for item, index, optional in self._tensor_members(
+                            _unpacked_types(typ, kind, offset, star_formal)):
                         have = self.types.from_type(item)
                         if not have:
                             continue
@@ -1536,10 +1537,31 @@ class CallTyper:
                         shown = text if index is None else f"{x_text} (from {text})"
                         where = (f'argument {shown} (parameter "{param}" of {callee})' if param
                                  else f"argument {i + 1} ({shown}) of {callee}")
-                        self.report(ctx, coll.check_argument_any(
+                        # at the argument, as mypy's own [arg-type] (its line in a call
+                        # written over several lines)
+                        errors = coll.check_argument_any(
                             have, wanted, x_text=x_text, where=where,
-                            made_by=made_by(expr) if index is None and kind == ARG_POS else None))
+                            made_by=made_by(expr) if index is None and kind == ARG_POS else None)
+                        if optional:
+                            errors = coll.may_be_none(errors, x_text)
+                        self.report(ctx, errors, context=expr if expr.line > 0 else None)
         return ctx.default_return_type
+
+    def _tensor_members(self, items: list[tuple[Type, int | None]]
+                        ) -> list[tuple[Type, int | None, bool]]:
+        """The tensors an argument may be, and whether it may be None: a union left whole by
+        union_cases (an Optional one, ``o: Tensor[V["tp"]] | None``, ``v if c else None``)
+        gives its tensor members, each judged (None fits the parameter's own None, or mypy
+        reports it)."""
+        out: list[tuple[Type, int | None, bool]] = []
+        for t, index in items:
+            members = self.types.alternatives(t)
+            if members is None:
+                out.append((t, index, False))
+                continue
+            optional = any(isinstance(get_proper_type(m), NoneType) for m in members)
+            out.extend((m, index, optional) for m in members if self.types.from_type(m) is not None)
+        return out
 
 
 def _unpacked_types(t: Type, kind: ArgKind, offset: int = 0,

@@ -486,6 +486,16 @@ def test_backward_message() -> None:
         assert str(e.value).startswith('loss.backward() needs the loss Invariant or Partial on "tp"')
 
 
+def test_backward_message_two_axes_one_error() -> None:
+    # the static checker's one error (engine check_backward): the axes merged, the fix nested
+    with spmd.typecheck():
+        loss = typed(mk(), Tensor[R["tp"], V["dp"]]).sum()
+        with pytest.raises(SpmdTypeError) as e:
+            loss.backward()
+        assert 'on "dp" and "tp", but it is Varying on "dp" and Replicate on "tp"' in str(e.value)
+        assert 'reinterpret(reinterpret(loss, "dp", src=V, dst=P), "tp", src=R, dst=I)' in str(e.value)
+
+
 def test_nn_modules_and_functional() -> None:
     lin = nn.Linear(4, 4)
     with spmd.typecheck():

@@ -1,11 +1,14 @@
 """One mistake on several axes is one error with the tuple-axis fix (engine
 ``errors.merge_axis_errors``, applied by ``ops.propagate`` and ``ops.partial_op``), where the
-fix's axes may be flattened in any order (an all_reduce, a reinterpret)."""
+fix's axes may be flattened in any order (an all_reduce, a reinterpret).  A value meeting a
+declared type (``collectives.check_argument``) and ``loss.backward()`` (``ops.check_backward``)
+give one error whatever the axes need."""
 
 from __future__ import annotations
 
+from spmd_mypy.engine.collectives import MadeBy, check_argument
 from spmd_mypy.engine.errors import SpmdError, merge_axis_errors
-from spmd_mypy.engine.ops import Operand, partial_op, propagate
+from spmd_mypy.engine.ops import Operand, check_backward, partial_op, propagate
 from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, SpmdType
 
 
@@ -72,3 +75,54 @@ def test_messages_that_differ_elsewhere_are_kept_apart() -> None:
     assert merged[0] is other and len(merged) == 2
     assert merged[1].message == ('Partial on "dp" and "tp" (p: T) cannot go through gelu; '
                                  'all_reduce(p, ("dp", "tp"), src=P, dst=R) first')
+
+
+# boundaries (arguments, returns, assignments) and loss.backward(): one error per value,
+# the axes of one conversion merged, different conversions listed and nested in one fix
+
+def test_argument_mismatch_on_two_axes_is_one_error_with_the_tuple_axis() -> None:
+    (err,) = check_argument(_t(dp=PARTIAL, tp=PARTIAL), _t(dp=REPLICATE, tp=REPLICATE),
+                            x_text="p", where="argument p")
+    assert err.code == "spmd-mismatch"
+    assert err.message.endswith(
+        'it is P on "dp" and "tp" where R is needed; P to R is a reduction: use '
+        'all_reduce(p, ("dp", "tp"), src=P, dst=R)')
+
+
+def test_argument_mismatch_needing_different_fixes_lists_each_axis() -> None:
+    (err,) = check_argument(_t(dp=VARYING, tp=REPLICATE), _t(dp=REPLICATE, tp=INVARIANT),
+                            x_text="m", where="the return value m")
+    assert 'it is V on "dp" where R is needed, and R on "tp" where I is needed; on "dp": V to R' \
+        in err.message
+    assert '; on "tp": R to I is a reinterpretation: use reinterpret(m, "tp", src=R, dst=I)' \
+        in err.message
+    assert err.message.endswith(
+        'together: reinterpret(all_gather(m, "dp", src=V, dst=R), "tp", src=R, dst=I)')
+
+
+def test_argument_gathers_on_two_axes_are_not_flattened() -> None:
+    (err,) = check_argument(_t(dp=VARYING, tp=VARYING), _t(dp=REPLICATE, tp=REPLICATE),
+                            x_text="v", where="v")
+    assert '("dp", "tp")' not in err.message
+    assert 'it is V on "dp" and "tp" where R is needed; on "dp": V to R is a gather' in err.message
+    assert err.message.endswith(
+        'together: all_gather(all_gather(v, "dp", src=V, dst=R), "tp", src=V, dst=R)')
+
+
+def test_argument_merged_fix_by_the_collective_written_in_place() -> None:
+    made = MadeBy("all_reduce", ("dp", "tp"), PARTIAL, "p")
+    (err,) = check_argument(_t(dp=REPLICATE, tp=REPLICATE), _t(dp=INVARIANT, tp=INVARIANT),
+                            x_text="all_reduce(...)", where="x", made_by=made)
+    assert err.message.endswith('it is R on "dp" and "tp" where I is needed; pass dst=I to the '
+                                'all_reduce: all_reduce(p, ("dp", "tp"), src=P, dst=I)')
+
+
+def test_backward_on_two_axes_is_one_error() -> None:
+    (err,) = check_backward(Operand(_t(dp=REPLICATE, tp=REPLICATE), "loss"))
+    assert err.message.startswith(
+        'loss.backward() needs the loss Invariant or Partial on "dp" and "tp", but it is Replicate')
+    assert err.message.endswith('reinterpret(loss, ("dp", "tp"), src=R, dst=I)')
+    (err,) = check_backward(Operand(_t(dp=VARYING, tp=REPLICATE), "loss"))
+    assert 'it is Varying on "dp" and Replicate on "tp"' in err.message
+    assert 'reinterpret(reinterpret(loss, "dp", src=V, dst=P), "tp", src=R, dst=I)' in err.message
+    assert check_backward(Operand(_t(dp=INVARIANT, tp=PARTIAL), "loss")) == []
