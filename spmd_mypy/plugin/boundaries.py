@@ -256,7 +256,7 @@ class BoundaryChecker:
             # mypy's error stands (an inferred variable keeps its first type; a value that is
             # no tensor at all); _on_error prints its types as users write them
             if not is_declared and isinstance(target_expr, NameExpr):
-                name = target_expr.name
+                name = target_expr.name.rstrip("'")  # as written (the renamer makes x')
                 hint = (f"; {name} keeps the type of its first assignment: assign to a new "
                         f"name, or annotate {name} where it is first assigned")
                 if not info.message.endswith(hint):  # mypy reports a loop body's error again
