@@ -1054,9 +1054,17 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     if culprit is not None and culprit.type is not None:
         brings = (f"; {culprit.text} ({format_type(culprit.type)}) is {_word(new)} on "
                   f'"{axis}"')
-    if name.rstrip("_") == "copy":  # x.copy_(value): the value's type, written into x
-        fix = (f"assign the value instead ({target.text} = <value>: the name then holds a "
-               f"tensor of the value's type)")
+    stored = name in _STORES  # x[idx] = value: a part of x takes the value
+    what = (f"the assignment {target.text}[...] = {culprit.text if culprit is not None else '<value>'}"
+            if stored else name)
+    if name.rstrip("_") == "copy" or stored:  # the value's type, written into (a part of) x
+        if stored or target.text.endswith("]"):  # a part: x itself keeps its declared type
+            whole = target.text[:-5] if target.text.endswith("[...]") else target.text
+            fix = (f"give {whole} the type {format_type(result)} where it is declared, "
+                   f"if that is what it holds")
+        else:
+            fix = (f"assign the value instead ({target.text} = <value>: the name then holds a "
+                   f"tensor of the value's type)")
         if culprit is not None and culprit.type is not None:
             from .collectives import suggest  # collectives imports this module's neighbours
 
@@ -1067,10 +1075,14 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
         fix = "use the out-of-place op and a new name"
     return SpmdError(
         "spmd-inplace",
-        f'{name} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
+        f'{what} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
         f"({format_type(target.type)} -> {format_type(result)}){brings}; an in-place op cannot "
         f"change a type: {fix}",
     )
+
+
+# An indexed store into a tensor (x[idx] = value), by the names both adapters give it
+_STORES = frozenset(("__setitem__", "setitem", "index_put_"))
 
 
 def check_backward(loss: Operand) -> list[SpmdError]:
