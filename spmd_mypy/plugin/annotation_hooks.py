@@ -31,6 +31,7 @@ from ..engine.annotations import Entry, build
 from ..engine.errors import SpmdError
 from ..engine.types import SpmdType
 from .codes import ERROR_CODES
+from .torch_namespaces import split_params
 from .mypy_types import (
     MARKER_FULLNAMES,
     MARKER_NAME_TO_FULLNAME,
@@ -214,22 +215,10 @@ def _inside_parens(text: str) -> str | None:
     """``"tp"`` of ``R("tp")) -> None: ...``: the text between the first parenthesis and the
     one closing it (strings skipped), whitespace runs made single spaces."""
     open_at = text.find("(")
-    depth = 0
-    quote = ""
-    for i in range(open_at, len(text)):
-        ch = text[i]
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return " ".join(text[open_at + 1:i].split())
-    return None
+    split = split_params(text[open_at + 1:]) if open_at >= 0 else None
+    if split is None:
+        return None
+    return " ".join(", ".join(split[0]).split())
 
 
 def _fail(ctx: AnalyzeTypeContext, message: str) -> None:

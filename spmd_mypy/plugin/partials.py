@@ -112,6 +112,25 @@ def _literal_expr(text: str, ctx: MethodContext) -> tuple[Expression, Type] | No
         return None
 
 
+def _bound_arguments(ctx: FunctionContext, callee: CallableType
+                     ) -> list[tuple[str | None, Type, Expression]] | None:
+    """The arguments ``partial(fn, ...)`` binds, each with the formal it fills (None past
+    ``fn``'s positional ones); None when ``*args``/``**kwargs`` hide which formals they fill."""
+    positional = [n for n, k in zip(callee.arg_names, callee.arg_kinds) if k.is_positional()]
+    next_positional = 0
+    out: list[tuple[str | None, Type, Expression]] = []
+    for group in (1, 2):
+        for typ, kind, name, expr in zip(ctx.arg_types[group], ctx.arg_kinds[group],
+                                         ctx.arg_names[group], ctx.args[group]):
+            if kind is ArgKind.ARG_STAR or kind is ArgKind.ARG_STAR2:
+                return None
+            if name is None:
+                name = positional[next_positional] if next_positional < len(positional) else None
+                next_positional += 1
+            out.append((name, typ, expr))
+    return out
+
+
 def _spmd_expr(formal: str, text: str, ctx: MethodContext) -> tuple[Expression, Type] | None:
     """The expression (and its type) a recorded spmd argument stands for, as the hooks read
     a direct call's: ``"tp"``, ``("dp", "tp")``, ``P``, ``S(1)``, ``True``; None for a value
@@ -189,21 +208,15 @@ class PartialTyper:
             if spmd_name in _SPMD_BINDABLE:
                 return self._mark_spmd(ctx, ret, result, callee, spmd_name)
             return result
-        positional = [n for n, k in zip(callee.arg_names, callee.arg_kinds) if k.is_positional()]
-        next_positional = 0
+        arguments = _bound_arguments(ctx, callee)
+        if arguments is None:
+            return result
         bound: list[str] = []
-        for group in (1, 2):
-            for typ, kind, name, expr in zip(ctx.arg_types[group], ctx.arg_kinds[group],
-                                             ctx.arg_names[group], ctx.args[group]):
-                if kind is ArgKind.ARG_STAR or kind is ArgKind.ARG_STAR2:
-                    return result  # *args / **kwargs: which formals they fill is unknown
-                if name is None:
-                    name = positional[next_positional] if next_positional < len(positional) else None
-                    next_positional += 1
-                if name not in NON_OPERAND_NAMES and _may_be_operand(typ):
-                    return result  # a bound operand: the rule would not see it
-                if name is not None:
-                    bound.append(f"{name}={_literal_text(expr, typ)}")
+        for name, typ, expr in arguments:
+            if name not in NON_OPERAND_NAMES and _may_be_operand(typ):
+                return result  # a bound operand: the rule would not see it
+            if name is not None:
+                bound.append(f"{name}={_literal_text(expr, typ)}")
         # the op's name, and each bound formal with its literal value ("?" if not one), as
         # a literal: mypy's cache keeps the extra attributes, not the callable's definition
         mark = "|".join([fullname, *bound])
@@ -216,23 +229,17 @@ class PartialTyper:
         formal's literal value (JSON), when none is an operand.  An axis or src/dst the checker
         cannot read is reported here, as at a direct call, and leaves the partial unmarked."""
         bindable = _SPMD_BINDABLE[fullname]
-        positional = [n for n, k in zip(callee.arg_names, callee.arg_kinds) if k.is_positional()]
-        next_positional = 0
+        arguments = _bound_arguments(ctx, callee)
+        if arguments is None:
+            return result
         bound: list[str] = []
-        for group in (1, 2):
-            for typ, kind, name, expr in zip(ctx.arg_types[group], ctx.arg_kinds[group],
-                                             ctx.arg_names[group], ctx.args[group]):
-                if kind is ArgKind.ARG_STAR or kind is ArgKind.ARG_STAR2:
-                    return result
-                if name is None:
-                    name = positional[next_positional] if next_positional < len(positional) else None
-                    next_positional += 1
-                if name is None or name not in bindable:
-                    return result  # an operand (or a formal the function has not)
-                value = self._spmd_value(ctx, fullname, name, expr, typ)
-                if value is None:
-                    return result
-                bound.append(f"{name}={value}")
+        for name, typ, expr in arguments:
+            if name is None or name not in bindable:
+                return result  # an operand (or a formal the function has not)
+            value = self._spmd_value(ctx, fullname, name, expr, typ)
+            if value is None:
+                return result
+            bound.append(f"{name}={value}")
         mark = "|".join([fullname, *bound])
         name_type = LiteralType(mark, ctx.api.named_generic_type("builtins.str", []))  # type: ignore[attr-defined]
         return ret.copy_with_extra_attr(_MARK, name_type)

@@ -81,7 +81,7 @@ def docstring_of(e: Expression) -> str | None:
             return None
 
 
-def _split_params(text: str) -> tuple[list[str], str] | None:
+def split_params(text: str) -> tuple[list[str], str] | None:
     """The comma-separated parameters up to the parenthesis that closes the list (defaults may
     hold brackets and strings: ``dim=(-2, -1)``, ``ord='fro'``), and the text after it."""
     parts: list[str] = []
@@ -116,7 +116,7 @@ def parse_signature(doc: str) -> tuple[list[str], list[str], str | None] | None:
     Tensor``; None when that line is no signature."""
     line = next((s.strip() for s in doc.splitlines() if s.strip()), "")
     callee = _CALLEE.match(line)
-    split = _split_params(line[callee.end():]) if callee is not None else None
+    split = split_params(line[callee.end():]) if callee is not None else None
     m = _RESULT.match(split[1]) if split is not None else None
     if split is None or m is None:
         return None
