@@ -758,15 +758,19 @@ class CallTyper:
         the assignment is checked as ``self.w = w`` is.  Elsewhere it stays mypy's
         ``Parameter`` (``register_parameter``, a ``Parameter`` annotation)."""
         ret = ctx.default_return_type
-        data_expr, data_type = self._arg(ctx, "data")
-        data = self.types.from_type(data_type)
-        if data is None:
-            return ret
         contexts = getattr(getattr(ctx.api, "expr_checker", None), "type_context", None)
         expected = get_proper_type(contexts[-1]) if contexts else None
         # the canonical class only: a Parameter, a plain tensor or a type variable (a generic
         # callee's first inference pass) keeps mypy's Parameter
         if not (isinstance(expected, Instance) and expected.type.fullname == TENSOR):
+            return ret
+        data_expr, data_type = self._arg(ctx, "data")
+        if data_type is None:
+            return ret
+        if get_proper_type(data_type) == expected:  # the declared type itself (the usual case)
+            return expected
+        data = self.types.from_type(data_type)
+        if data is None:
             return ret
         want = self.types.from_type(expected)
         if want is not None:
@@ -1555,7 +1559,8 @@ class CallTyper:
         reports it)."""
         out: list[tuple[Type, int | None, bool]] = []
         for t, index in items:
-            members = self.types.alternatives(t)
+            # only a union: union_cases has split the joins (and unions of tensors alone)
+            members = self.types.alternatives(t) if isinstance(get_proper_type(t), UnionType) else None
             if members is None:
                 out.append((t, index, False))
                 continue
