@@ -770,7 +770,7 @@ class CallTyper:
         if get_proper_type(data_type) == expected:  # the declared type itself (the usual case)
             return expected
         data = self.types.from_type(data_type)
-        if data is None:
+        if not data:  # an untyped tensor (torch.empty(...)): a Parameter, gradual
             return ret
         want = self.types.from_type(expected)
         if want is not None:
