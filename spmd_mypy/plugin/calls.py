@@ -10,7 +10,7 @@ and cheap).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Final, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence
 
 from mypy.nodes import (
     ARG_POS,
@@ -18,6 +18,7 @@ from mypy.nodes import (
     ARG_STAR2,
     ArgKind,
     AssignmentExpr,
+    AssignmentStmt,
     AwaitExpr,
     CallExpr,
     CastExpr,
@@ -44,6 +45,7 @@ from mypy.nodes import (
     OverloadedFuncDef,
     RefExpr,
     OperatorAssignmentStmt,
+    Statement,
     StarExpr,
     StrExpr,
     SuperExpr,
@@ -91,6 +93,7 @@ from ..engine.types import (
 )
 from ..engine.views import make_move
 from . import global_calls
+from .statements import statement_blocks
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction
@@ -174,6 +177,17 @@ def expr_text(e: Expression | None) -> str:
     if isinstance(e, AwaitExpr):
         return f"(await {expr_text(e.expr)})"
     return "<expression>"
+
+
+def _grad_targets(stmts: list[Statement]) -> list[MemberExpr]:
+    """The targets ``x.grad`` of the ``x.grad = value`` statements in a function body."""
+    out: list[MemberExpr] = []
+    for st in stmts:
+        if isinstance(st, AssignmentStmt):
+            out.extend(lv for lv in st.lvalues if isinstance(lv, MemberExpr) and lv.name == "grad")
+        for block in statement_blocks(st):
+            out.extend(_grad_targets(block))
+    return out
 
 
 def literal_str(e: Expression | None, t: Type | None) -> str | None:
@@ -296,6 +310,8 @@ class CallTyper:
         # call context id -> (context, the hook of the torch op it calls through a name)
         self._pending_ops: dict[int, tuple[object, Callable[[AnyCtx], Type]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
+        # each function's ``x.grad = value`` targets (_assigns_grad), read once
+        self._grad_assignments: dict[FuncDef, list[MemberExpr]] = {}
         # overloaded function id -> (it, do its variants declare different SPMD types?)
         self._overloads: dict[int, tuple[OverloadedFuncDef, bool]] = {}
         # signature id -> (signature, its relaxed form or None, typed parameters by index):
@@ -931,6 +947,8 @@ class CallTyper:
         t = self.types.from_type(ctx.type)
         if not t or ctx.is_lvalue and not self._augmented(ctx):
             return ctx.default_attr_type  # writing .grad (a finalised gradient) is unchecked
+        if self._assigns_grad(ctx):
+            return ctx.default_attr_type
         inst = self.types.to_instance(t.dual())
         if inst is None:
             return ctx.default_attr_type
@@ -938,6 +956,26 @@ class CallTyper:
         if isinstance(p, UnionType):
             return UnionType([inst if self.types.from_type(i) is not None else i for i in p.items])
         return inst
+
+    def _assigns_grad(self, ctx: Any) -> bool:
+        """Whether this ``x.grad`` is the target of ``x.grad = value``: mypy asks the getter's
+        type there and narrows the attribute to it after the assignment (a property), so the
+        dual would stand for the assigned value at every later read (``p.grad =
+        all_reduce(...)`` then ``p.grad`` read as P, and ``| None``).  mypy's declared type
+        there lets it narrow to the value assigned, as without the plugin."""
+        target = ctx.context
+        if not isinstance(target, MemberExpr):
+            return False
+        func = global_calls.current_function(ctx.api)
+        if func is None:
+            return False
+        targets = self._grad_assignments.get(func)
+        if targets is None:
+            targets = _grad_targets(func.body.body)
+            if len(self._grad_assignments) > 1_000:
+                self._grad_assignments.clear()
+            self._grad_assignments[func] = targets
+        return any(t is target for t in targets)
 
     def identity_hook(self, ctx: AnyCtx) -> Type:
         """``nn.Identity()(x)``: x's type (torch's forward takes and returns Any)."""
