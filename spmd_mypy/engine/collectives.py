@@ -38,7 +38,8 @@ from typing import Sequence
 
 from .errors import SpmdError
 from .types import (
-    Kind, LocalType, SpmdType, axis_words, bare, format_axis, format_type, shard_dims_match,
+    Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis, format_type,
+    shard_dims_match,
 )
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -479,7 +480,7 @@ class MadeBy:
         src = self.src or _default_src(self.op)
         if src is None:
             return None
-        ax = format_axis(self.axes[0] if len(self.axes) == 1 else self.axes)
+        ax = format_axes(self.axes)
         t = lookup(self.op, src, want)
         if t is not None and not t.expert:
             return (f"pass dst={_arg(want)} to the {self.op}: {self.op}({bare(self.x_text)}, "

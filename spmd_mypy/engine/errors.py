@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .types import axis_words
+from .types import axis_words, format_axes
 
 # code -> one-line description (shown by ``spmd-mypy codes`` and in the README)
 CODES: dict[str, str] = {
@@ -106,12 +106,11 @@ def merge_axis_errors(errors: list[SpmdError]) -> list[SpmdError]:
             continue
         done.add(key)
         axes = groups[key]
-        quoted = [f'"{a}"' for a in axes]
         words = axis_words(axes)
         pieces = k[0].split("\x00")
         spots = _AXIS_SPOT.finditer(e.message)
         text = pieces[0]
         for spot, piece in zip(spots, pieces[1:]):
-            text += (words if spot.group(1) else "(" + ", ".join(quoted) + ")") + piece
+            text += (words if spot.group(1) else format_axes(axes)) + piece
         out.append(SpmdError(e.code, text))
     return out

@@ -39,7 +39,7 @@ from .contractions import Contraction, contracted_layout
 from .errors import SpmdError, merge_axis_errors
 from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
-    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, axis_words, bare, format_axis,
+    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, axis_words, bare, format_axes,
     format_type, from_ranks,
 )
 
@@ -1106,7 +1106,7 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     r_why = "every rank would seed its own gradient of 1, so the gradient is counted once per rank"
     v_why = "each rank holds a different loss, so there is no single value to differentiate"
     if replicate is not None and varying is not None:
-        rax, vax = _axes_arg(replicate), _axes_arg(varying)
+        rax, vax = format_axes(replicate), format_axes(varying)
         return [SpmdError(
             "spmd-backward",
             f"{needs}, but it is {v_word} on {axis_words(varying)} and Replicate on "
@@ -1120,18 +1120,14 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     if replicate is not None:
         lt_word, why = "Replicate", r_why
         fix = (f"all_reduce to I instead of R where the loss is computed, or "
-               f"reinterpret({x}, {_axes_arg(replicate)}, src=R, dst=I)")
+               f"reinterpret({x}, {format_axes(replicate)}, src=R, dst=I)")
     else:
         assert varying is not None
         lt_word, why = v_word, v_why
-        fix = (f"reinterpret({x}, {_axes_arg(varying)}, src=V, dst=P) to mean the sum of the "
+        fix = (f"reinterpret({x}, {format_axes(varying)}, src=V, dst=P) to mean the sum of the "
                f"per-rank losses, or all_gather it first")
     return [SpmdError("spmd-backward",
                       f"{needs}, but it is {lt_word} ({format_type(loss.type)}): {why}; {fix}")]
-
-
-def _axes_arg(axes: Sequence[str]) -> str:
-    return format_axis(axes[0] if len(axes) == 1 else tuple(axes))
 
 
 def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,

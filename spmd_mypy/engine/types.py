@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Sequence
 
 
 class Kind(enum.Enum):
@@ -399,6 +399,11 @@ def format_axis(axis: str | tuple[str, ...]) -> str:
     if isinstance(axis, tuple):
         return "(" + ", ".join(_quote(a) for a in axis) + ("," if len(axis) == 1 else "") + ")"
     return _quote(axis)
+
+
+def format_axes(axes: Sequence[str]) -> str:
+    """Axes as a collective's argument: ``"tp"`` for one, ``("dp", "tp")`` for several."""
+    return format_axis(axes[0] if len(axes) == 1 else tuple(axes))
 
 
 def repeated_axis_message(axes: tuple[str, ...]) -> str | None:

@@ -93,7 +93,7 @@ from ..engine.types import (
 )
 from ..engine.views import make_move
 from . import global_calls
-from .statements import statement_blocks
+from .statements import nested_statements
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction
@@ -181,13 +181,8 @@ def expr_text(e: Expression | None) -> str:
 
 def _grad_targets(stmts: list[Statement]) -> list[MemberExpr]:
     """The targets ``x.grad`` of the ``x.grad = value`` statements in a function body."""
-    out: list[MemberExpr] = []
-    for st in stmts:
-        if isinstance(st, AssignmentStmt):
-            out.extend(lv for lv in st.lvalues if isinstance(lv, MemberExpr) and lv.name == "grad")
-        for block in statement_blocks(st):
-            out.extend(_grad_targets(block))
-    return out
+    return [lv for st in nested_statements(stmts) if isinstance(st, AssignmentStmt)
+            for lv in st.lvalues if isinstance(lv, MemberExpr) and lv.name == "grad"]
 
 
 def literal_str(e: Expression | None, t: Type | None) -> str | None:

@@ -314,9 +314,9 @@ class HookDispatch:
             return autograd.trigger_hook(ctx)
         # A real isinstance: mypy narrows right after typing this call, and it will not
         # narrow a declared torch.Tensor while the gradual promotion is on (narrow_declared_type
-        # keeps any class with an alt promotion).  Off until the next hook syncs it again, which
-        # every call's hooks do first; a return or an assignment in between is judged by the
-        # boundary watcher, which accepts a plain tensor (see Promotion.narrowing).
+        # keeps any class with an alt promotion).  Off for the rest of the function; a return,
+        # an assignment or an argument there is judged by the boundary watcher, which accepts a
+        # plain tensor (see Promotion.narrowing_in).
         arg = get_proper_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
         # a Parameter narrowed to a subclass (isinstance(p, MyParam)) needs Parameter's off too
         self.plugin.promotion.narrowing_in(

@@ -461,7 +461,7 @@ def read_entry_fields(marker: str, t: UnboundType) -> EntryFields:
         try:
             dim = read_int(args[0])
         except AnnotationError:
-            raise AnnotationError(_swapped_shard(args) or str(_DIM_FIRST)) from None
+            raise AnnotationError(_swapped_shard(args) or _DIM_FIRST) from None
         return ("S", tuple([read_axis(a) for a in args[1:]]), dim, None)
     return (marker, tuple([read_axis(a) for a in args]), None, None)
 

@@ -99,7 +99,7 @@ class Promotion:
         self.typed_imports = TypedImports(modules)
         self.correlated: Correlated | None = None  # set by the plugin (it needs the hooks)
         # the functions of the module being checked that narrow a tensor (isinstance, hasattr,
-        # type(x) is C): the promotion stays off in their bodies (see narrowing)
+        # type(x) is C): the promotion stays off in their bodies (see narrowing_in)
         self._narrowing_functions: dict[FuncDef, bool] = {}
 
     def sync(self, api: object) -> None:
@@ -116,8 +116,10 @@ class Promotion:
         if self._narrowing_functions and self.promoted:
             func = current_function(api)
             if func is not None and func in self._narrowing_functions:
-                self.set(True)  # Parameter's as the rest of the module; then torch.Tensor's off
-                self._off(self._narrowing_functions[func])
+                parameters = self._narrowing_functions[func]
+                if not parameters:  # Parameter's as in the rest of the module
+                    self._switch(_PROMOTED[1], True)
+                self._off(parameters)  # (a class already in that state: no cache reset)
                 return
         self.set(self.promoted)
 
@@ -129,23 +131,20 @@ class Promotion:
                 return
         self.on = on
 
-    def narrowing(self, parameters: bool = False) -> None:
-        """Off for ``isinstance``/``hasattr``/``type(x) is C`` narrowing, until the next hook:
-        mypy does not narrow a declared type whose class has an alt promotion.  For
-        isinstance only torch.Tensor's is switched off: a value narrowed to Parameter stays
-        promoted, so ``[p]`` or ``y: Tensor[...] = p`` right after ``isinstance(p,
-        nn.Parameter)`` still type without a hook in between.  ``parameters``: Parameter's
-        too, for a value declared as a Parameter (``hasattr(p, "main_grad")`` on Megatron's
-        parameters)."""
-        self._off(parameters)
-
     def narrowing_in(self, api: object, parameters: bool = False) -> None:
-        """:meth:`narrowing`, and off for the rest of the function it happens in: mypy narrows
-        a name again at every read (``narrow_declared_type``), so a hook switching the
-        promotion back on between ``isinstance(t, DTensor)`` and ``t.to_local()`` (``u.relu()``
-        on another line, the ``.grad`` hook of ``p.grad`` itself) would undo the narrowing.
-        In such a function a plain tensor meets typed positions without the promotion: the
-        boundary watcher accepts it there (the gradual rule), and ops type it as untyped."""
+        """Off for ``isinstance``/``hasattr``/``type(x) is C`` narrowing, for the rest of the
+        function it happens in: mypy does not narrow a declared type whose class has an alt
+        promotion, and it narrows a name again at every read (``narrow_declared_type``), so a
+        hook switching the promotion back on between ``isinstance(t, DTensor)`` and
+        ``t.to_local()`` (``u.relu()`` on another line, the ``.grad`` hook of ``p.grad``
+        itself) would undo the narrowing.  In such a function a plain tensor meets typed
+        positions without the promotion: the boundary watcher accepts it there (the gradual
+        rule), and ops type it as untyped.  (At module level: until the next hook.)
+
+        For isinstance only torch.Tensor's is switched off: a value narrowed to Parameter
+        stays promoted, so ``[p]`` or ``y: Tensor[...] = p`` right after ``isinstance(p,
+        nn.Parameter)`` still type.  ``parameters``: Parameter's too, for a value declared
+        as a Parameter (``hasattr(p, "main_grad")`` on Megatron's parameters)."""
         self._off(parameters)
         func = current_function(api)
         if func is not None:

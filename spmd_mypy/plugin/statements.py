@@ -47,16 +47,20 @@ def statement_blocks(st: Statement) -> list[list[Statement]]:
     return []
 
 
+def nested_statements(stmts: list[Statement]) -> list[Statement]:
+    """Every statement of a body, those in its compound statements' blocks included (not
+    those of nested functions or classes), in order."""
+    out: list[Statement] = []
+    for st in stmts:
+        out.append(st)
+        for body in statement_blocks(st):
+            out.extend(nested_statements(body))
+    return out
+
+
 def returns(stmts: list[Statement]) -> list[ReturnStmt]:
     """The return statements of a function body (not of nested functions or classes)."""
-    out: list[ReturnStmt] = []
-    for st in stmts:
-        if isinstance(st, ReturnStmt):
-            out.append(st)
-        else:
-            for body in statement_blocks(st):
-                out.extend(returns(body))
-    return out
+    return [st for st in nested_statements(stmts) if isinstance(st, ReturnStmt)]
 
 
 def functions_of(st: Statement) -> list[FuncDef]:
