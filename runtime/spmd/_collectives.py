@@ -186,7 +186,7 @@ _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 # True while Dynamo traces (it replaces the call by a constant); in eager mode a call that
 # returns False, the cheapest of torch's checks (torch.compiler.is_compiling() also asks
-# TorchScript).  Called once per collective, in _plan; all_to_all's fast path has none
+# TorchScript).  Called once per collective, in _plan; the ops' fast paths have none
 # (there such a call cost 2-4 us at 1 MB in an A/B, with the caches cold after the exchange).
 _compiling = torch.compiler.is_dynamo_compiling
 
@@ -714,7 +714,7 @@ assert not _missing, f"transitions without a local effect: {_missing}"
 
 class _Plan:
     __slots__ = ("op", "axes", "src", "dst", "expert_mode", "reduce_op", "step", "group",
-                 "no_grad_op", "uses_sizes", "passthrough", "in_place", "owned_keeps", "exchange",
+                 "no_grad_op", "uses_sizes", "passthrough", "in_place", "owned_keeps", "direct",
                  "traced")
 
     def __init__(self, op: str, axes: tuple[str, ...], src: LocalType, dst: LocalType,
@@ -737,13 +737,12 @@ class _Plan:
                             and group is not None and group.size == 1
                             and all(b.scale is None and b.impl in (_identity, _all_reduce_sum)
                                     for b in step.backward_steps()))
-        # all_to_all(V,V) over several ranks numbered in logical order: the exchange is one
-        # all_to_all_single on the input as is, which all_to_all() issues itself when no
-        # autograd graph and no check mode are involved (see there)
-        self.exchange = (group if step is not None and step.op == "all_to_all"
-                         and step.src == "V" and step.dst == "V" and group is not None
-                         and group.size > 1 and group.logical is None and group.physical is None
-                         else None)
+        # A group of several ranks numbered in logical order: all_to_all(V,V),
+        # all_gather(S(0),R|I), reduce_scatter(P,S(0)) and all_reduce(P,R|I) over it are one
+        # torch.distributed call on the input as is, which those ops issue themselves when
+        # no autograd graph and no check mode are involved (see _fast_group)
+        self.direct = (group if group is not None and group.size > 1
+                       and group.logical is None and group.physical is None else None)
 
 
 def _keeps_local_data(step: _Step) -> bool:
@@ -887,6 +886,8 @@ def _plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool = False,
         return _checked_plan(op, axis, src, dst, expert_mode, reduce_op, x)
     if plan is None:
         plan = cache[key] = _checked_plan(op, axis, src, dst, expert_mode, reduce_op, x)
+        if plan.direct is not None:
+            _mesh.direct_groups[axis] = plan.direct
     return plan
 
 
@@ -962,6 +963,20 @@ def _finish(plan: _Plan, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 # The public ops
 # ------------------------------------------------------------------------------------
 
+# _FAST_PATHS: all_reduce(P,R|I), all_gather(S(0),R|I), reduce_scatter(P,S(0)) and
+# all_to_all(V,V) on an input that needs no autograd graph, outside check mode, over a
+# direct group (_Plan.direct: several ranks in logical order, found by the axis alone in
+# _mesh.direct_groups, which _plan fills) issue the torch.distributed call themselves,
+# without _plan, _run, the step's impl and their checks.  On gloo every Python step
+# costs microseconds, the caches cold after the exchange (a dict lookup ~0.5 us hot, ~7 us
+# after a 16 MB flush): all_gather(S(0),R) at 1 MB took ~20 us more of the calling
+# thread than the raw call, ~15 us with this path (A/B on 2 gloo ranks, -5.6 us);
+# reduce_scatter at 1 KB -8 us.  Markers and S(0) compared by identity (S(0) is one
+# object): nothing to hash but the axis.  torch.compile traces this path too, so it has
+# no torch.compiler.is_compiling() call (2-4 us at 1 MB, A/B); a traced _plan fills
+# nothing.
+_S0 = S(0)
+
 def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
                op: str = "sum") -> torch.Tensor:
     """Sum a pending sum: ``P -> R`` or ``P -> I``.  Three ranks::
@@ -994,6 +1009,14 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     ``all_reduce(P,I)`` <- ``reinterpret(I,R)``: the I gradient is every rank's gradient
     of the pending sum as is.
     """
+    if (src is P and (dst is R or dst is I) and op == "sum" and not _checking.ACTIVE
+            and not (x.requires_grad and torch.is_grad_enabled())):
+        try:  # the fast path (see _FAST_PATHS)
+            g = _mesh.direct_groups.get(axis)
+        except TypeError:  # an unhashable axis (a list): the general path
+            g = None
+        if g is not None:
+            return du.all_reduce(x, g)
     plan = _plan("all_reduce", axis, src, dst, False, op, x)
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
@@ -1021,6 +1044,14 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     (sum, then each rank keeps its slot/chunk); ``dst=I`` (gradient I) ->
     ``convert(I,V)`` / ``convert(I,S(i))`` (each rank keeps its slot/chunk, no comms).
     """
+    if (src is _S0 and (dst is R or dst is I) and sizes is None and not _checking.ACTIVE
+            and not (x.requires_grad and torch.is_grad_enabled())):
+        try:  # the fast path (see _FAST_PATHS)
+            g = _mesh.direct_groups.get(axis)
+        except TypeError:  # an unhashable axis (a list): the general path
+            g = None
+        if g is not None and x.ndim:
+            return du.all_gather(x, g)
     plan = _plan("all_gather", axis, src, dst, x=x)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
@@ -1045,6 +1076,14 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     Backward: ``all_gather(V,R)`` / ``all_gather(S(i),R)`` (the gradient is V/S(i) in,
     R out: the gradient of a pending sum is the same on every rank).
     """
+    if (src is P and dst is _S0 and op == "sum" and sizes is None and not _checking.ACTIVE
+            and not (x.requires_grad and torch.is_grad_enabled())):
+        try:  # the fast path (see _FAST_PATHS)
+            g = _mesh.direct_groups.get(axis)
+        except TypeError:  # an unhashable axis (a list): the general path
+            g = None
+        if g is not None and x.ndim and not x.shape[0] % g.size:
+            return du.reduce_scatter(x, g)
     plan = _plan("reduce_scatter", axis, src, dst, False, op, x)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
@@ -1088,33 +1127,20 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     """
     if sizes is not None or out_sizes is not None:
         return _all_to_all_uneven(x, axis, src, dst, sizes, out_sizes)
-    # V -> V without autograd or check mode: what _plan, _run -> _all_to_all ->
-    # du.all_to_all do, in this frame, the group found by one lookup (filled by _plan).  At
-    # 1 MB on gloo every step costs microseconds (caches cold after the exchange): the
-    # three calls ~5 us, _plan and the checks ~2 us more (bench/runtime_overhead.py, A/B).
-    # Keyed by the axis alone (markers compared by identity): torch.compile traces this
-    # lookup too (it cannot hash the markers), and a torch.compiler.is_compiling() call on
-    # this path cost 2-4 us at 1 MB (A/B), so the fast path has no such check.
-    g = None
-    if src is V and dst is V:
-        binding = _mesh._current
-        exchanges = binding.exchanges if binding is not None else _mesh._bare_exchanges
-        try:
-            g = exchanges.get(axis)
+    if (src is V and dst is V and not _checking.ACTIVE
+            and not (x.requires_grad and torch.is_grad_enabled())):
+        try:  # the fast path (see _FAST_PATHS)
+            g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
-            exchanges = None
-    if g is not None and not _checking.ACTIVE:
-        shape = x.shape
-        if shape and not shape[0] % g.size and not (x.requires_grad and torch.is_grad_enabled()):
-            send = x.contiguous()
-            out = torch.empty_like(send)
-            dist.all_to_all_single(out, send, group=g.pg)
-            return out
+            g = None
+        if g is not None:
+            shape = x.shape
+            if shape and not shape[0] % g.size:
+                send = x.contiguous()
+                out = torch.empty_like(send)
+                dist.all_to_all_single(out, send, group=g.pg)
+                return out
     plan = _plan("all_to_all", axis, src, dst, x=x)
-    # (a plan made for torch.compile's tracing fills no cache: no side effect to trace)
-    if (plan.exchange is not None and not plan.traced and src is V and dst is V
-            and exchanges is not None):
-        exchanges[axis] = plan.exchange
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
 

@@ -145,7 +145,7 @@ def reduce_scatter(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     n = group.size
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
-    send = _in_logical_block_order(x, group)
+    send = x.contiguous() if group.logical is None else _in_logical_block_order(x, group)
     shape = x.shape
     out = x.new_empty(shape[0] // n) if x.ndim == 1 else x.new_empty(shape[0] // n, *shape[1:])
     _reduce_scatter_flat(out, send, op=SUM, group=group.pg)

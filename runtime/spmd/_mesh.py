@@ -45,7 +45,7 @@ _SERIALS = itertools.count(1)
 class _Binding:
     """A mesh made current: its names and the axis -> AxisGroup cache."""
 
-    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "exchanges")
+    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "direct")
 
     def __init__(self, mesh: Any) -> None:
         if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
@@ -67,7 +67,10 @@ class _Binding:
         # which binding this is, as an int torch.compile guards on (a traced function is
         # traced again under another mesh)
         self.serial: int = next(_SERIALS)
-        self.exchanges: dict[Any, Any] = {}  # axis -> AxisGroup: all_to_all(V,V)'s fast path
+        # axis -> AxisGroup whose collectives are one flat torch.distributed call on the
+        # input as is (more than one rank, numbered in logical order): the fast paths of
+        # the commonest no-grad collectives (filled by _collectives._plan)
+        self.direct: dict[Any, Any] = {}
 
     # -- resolution -------------------------------------------------------------------
     def ranks_of(self, names: tuple[str, ...]) -> list[int]:
@@ -140,7 +143,10 @@ def unknown_axis_message(name: str, known: tuple[str, ...]) -> str:
 _current: _Binding | None = None
 _bare_groups: dict[Any, AxisGroup] = {}  # ProcessGroups used without a mesh
 _bare_plans: dict[Any, Any] = {}  # plans of collectives called without a mesh
-_bare_exchanges: dict[Any, Any] = {}  # and all_to_all's fast path without a mesh
+_bare_direct: dict[Any, Any] = {}  # and the direct groups without a mesh
+# The current binding's direct groups (``_bare_direct`` without a mesh): one global read
+# on the collectives' fast paths, kept in step with ``_current`` by ``_make_current``
+direct_groups: dict[Any, Any] = _bare_direct
 
 
 class _MeshScope:
@@ -156,8 +162,7 @@ class _MeshScope:
         return self.mesh
 
     def __exit__(self, *exc: object) -> None:
-        global _current
-        _current = self._previous
+        _make_current(self._previous)
 
 
 _bindings: dict[int, _Binding] = {}  # id(mesh) -> its binding: caches survive set_mesh again
@@ -173,16 +178,21 @@ def set_mesh(mesh: DeviceMesh | None) -> _MeshScope:
         with spmd.set_mesh(mesh2):
             spmd.all_reduce(x, "tp", src=P, dst=R)   # "tp" of mesh2
     """
-    global _current
     previous = _current
     if mesh is None:
-        _current = None
+        _make_current(None)
     else:
         binding = _bindings.get(id(mesh))
         if binding is None or binding.mesh is not mesh:
             binding = _bindings[id(mesh)] = _Binding(mesh)
-        _current = binding
+        _make_current(binding)
     return _MeshScope(mesh, previous)
+
+
+def _make_current(binding: _Binding | None) -> None:
+    global _current, direct_groups
+    _current = binding
+    direct_groups = binding.direct if binding is not None else _bare_direct
 
 
 def get_mesh() -> DeviceMesh | None:

@@ -428,37 +428,58 @@ def check_no_grad_reduce(ctx: Ctx, name: str, mesh_key: str, axis: Any, src: str
             raise AssertionError(f'all_reduce op="{reduce_op}" accepted a tensor that requires grad')
 
 
-def check_no_grad_all_to_all(ctx: Ctx, name: str, mesh_key: str, axis: Any) -> None:
-    """all_to_all(V,V) on inputs that need no graph (all_to_all's own fast path on a group in
-    logical order, the general path otherwise): the spec, every input form, the errors."""
+# The no-grad forms that issue their torch.distributed call themselves over a direct group
+# (_collectives._FAST_PATHS): (op, src, dst)
+FAST_FORMS = (("all_reduce", "P", "R"), ("all_reduce", "P", "I"), ("all_gather", "S0", "R"),
+              ("all_gather", "S0", "I"), ("reduce_scatter", "P", "S0"), ("all_to_all", "V", "V"))
+
+
+def check_no_grad_fast_path(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str,
+                            dst: str, expect_direct: bool) -> None:
+    """``op(src, dst)`` on inputs that need no graph, called repeatedly: the first call takes
+    the general path (and finds the group), the later ones the fast path where the group is
+    direct (several ranks in logical order; the general path otherwise): the spec every
+    time, every input form, the input kept, no alias, and the errors of the general path."""
+    from spmd import _mesh
+
     mesh = ctx.mesh(mesh_key)
     ranks = ctx.axis_ranks(mesh, axis)
     n, me = len(ranks), ranks.index(ctx.rank)
+    call = getattr(spmd, op)
     with spmd.set_mesh(mesh):
-        xs = values("V", input_shapes("all_to_all", "V", "V", n, None), f"{name}/x")
-        expected = spec("all_to_all", "V", "V", xs)[me]
+        xs = values(src, input_shapes(op, src, dst, n, None), f"{name}/x")
+        expected = spec(op, src, dst, xs)[me]
         x = xs[me].clone()
         strided = torch.stack([x, torch.zeros_like(x)], -1)[..., 0]  # every other element
         assert not strided.is_contiguous()
         leaf = x.clone().requires_grad_(True)
-        for form, t in (("plain", x), ("non-contiguous", strided), ("detached", leaf.detach())):
-            out = spmd.all_to_all(t, axis, src=V, dst=V)
-            assert_close(out, expected, msg=lambda m: f"{form}: {m}")
-            assert out.is_contiguous() and not out.requires_grad, form
-            assert out.data_ptr() != t.data_ptr(), f"{form}: the result aliases the input"
-        assert_close(x, xs[me])  # the input is kept
-        with torch.no_grad():
-            out = spmd.all_to_all(leaf, axis, src=V, dst=V)
-        assert_close(out, expected)
-        assert not out.requires_grad
-        out = spmd.all_to_all(leaf, axis, src=V, dst=V)  # grad mode: the Function
+        for _ in range(2):  # the first call fills the direct groups, the second uses them
+            for form, t in (("plain", x), ("non-contiguous", strided), ("detached", leaf.detach())):
+                out = call(t, axis, src=marker(src), dst=marker(dst))
+                assert_close(out, expected, msg=lambda m: f"{form}: {m}")
+                assert out.is_contiguous() and not out.requires_grad, form
+                assert out.data_ptr() != t.data_ptr(), f"{form}: the result aliases the input"
+            with torch.no_grad():
+                out = call(leaf, axis, src=marker(src), dst=marker(dst))
+            assert_close(out, expected)
+            assert not out.requires_grad
+            assert_close(x, xs[me])  # the input is kept
+        direct = _mesh.direct_groups.get(axis)
+        assert (direct is not None) == expect_direct, (axis, direct)
+        if direct is not None:  # a direct group numbers its ranks in logical order
+            assert direct.size > 1 and direct.logical is None and direct.physical is None, direct
+        out = call(leaf, axis, src=marker(src), dst=marker(dst))  # grad mode: the Function
         assert_close(out, expected)
         assert out.requires_grad
-        if n > 1:
+        if op == "all_to_all" and n > 1:
             _raises(ValueError, "not a multiple", lambda: spmd.all_to_all(
                 torch.ones(n + 1, 2, dtype=F64), axis, src=V, dst=V))
-        _raises(ValueError, "at least one dim", lambda: spmd.all_to_all(
-            torch.tensor(1.0, dtype=F64), axis, src=V, dst=V))
+        if op == "reduce_scatter" and n > 1:
+            _raises(ValueError, "not a multiple", lambda: spmd.reduce_scatter(
+                torch.ones(n + 1, 2, dtype=F64), axis, src=P, dst=S(0)))
+        if op in ("all_to_all", "all_gather", "reduce_scatter"):  # a 0-d input
+            _raises(ValueError, "at least one dim" if op == "all_to_all" else "dim 0 is out of range",
+                    lambda: call(torch.tensor(1.0, dtype=F64), axis, src=marker(src), dst=marker(dst)))
 
 
 # ------------------------------------------------------------------------------------
@@ -1178,11 +1199,22 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/grad-in-place", check_grad_in_place)
     add(f"{p}/forward-in-place", check_forward_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")
-    add(f"{p}/x/all_to_all-no-grad", check_no_grad_all_to_all, mesh_key="1d", axis="x")
+    # the no-grad fast paths: (mesh, axis, whether its group is direct: several ranks in
+    # logical order); a flattened group in another rank order takes the general path
+    fast_axes = [("1d", "x", True)]
+    if world == 2:
+        fast_axes.append(("1xN", "one", False))  # one rank
+    if world == 4:
+        fast_axes += [("2x2", "tp", True), ("2x2", ("dp", "tp"), True),
+                      ("2x2", ("tp", "dp"), False), ("2x2T", ("dp", "tp"), False),
+                      ("2x2T", "dp", True)]
+    for key, axis, direct in fast_axes:
+        for op, src, dst in FAST_FORMS:
+            add(f"{p}/{key}/{axis}/{op}({src},{dst})-no-grad".replace("'", "").replace(" ", ""),
+                check_no_grad_fast_path, mesh_key=key, axis=axis, op=op, src=src, dst=dst,
+                expect_direct=direct)
     if world == 2:
         checks += list(_op_checks(f"{p}/1x2/one", "1xN", "one", full=False))
-        add(f"{p}/1x2/one/all_to_all-no-grad", check_no_grad_all_to_all, mesh_key="1xN",
-            axis="one")
     if world == 4:
         checks += list(_op_checks(f"{p}/2x2/tp", "2x2", "tp", full=False))
         checks += list(_op_checks(f"{p}/2x2/(dp,tp)", "2x2", ("dp", "tp")))
@@ -1194,10 +1226,6 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
             axis=("dp", "tp"), given_out=False)  # a flattened group in another rank order
         add(f"{p}/einsum-family/(dp,tp)", check_einsum_family, mesh_key="2x2", axis=("dp", "tp"))
         add(f"{p}/einsum-family/tp", check_einsum_family, mesh_key="2x2", axis="tp")
-        for key, axis in (("2x2", "tp"), ("2x2", ("dp", "tp")), ("2x2T", ("dp", "tp")),
-                          ("2x2T", "dp")):
-            add(f"{p}/{key}/{axis}/all_to_all-no-grad".replace("'", "").replace(" ", ""),
-                check_no_grad_all_to_all, mesh_key=key, axis=axis)
     names = [c[0] for c in checks]
     assert len(names) == len(set(names)), "duplicate check names"
     return checks
