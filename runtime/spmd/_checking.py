@@ -145,6 +145,25 @@ _ASSIGNED_GRADS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakVa
 _HOOKED_GRADS: dict[int, tuple[Any, SpmdType]] = {}
 
 
+def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
+    """Run a backward; a tensor the user assigned to some ``p.grad`` that autograd then
+    accumulated into (its version moved: ``zero_()`` or ``zero_grad(set_to_none=False)``
+    kept the tensor) holds autograd's gradient again: later reads give the dual, not the
+    type it was assigned with (``p.grad = all_reduce(p.grad, ...)`` one step, the reduction
+    forgotten the next: the stale R hid it).  In-place ops the check mode runs on it
+    (clipping, zeroing) are over before the backward starts; gradients autograd did not
+    touch keep their type."""
+    if not _ASSIGNED_GRADS:
+        return backward(*args, **kwargs)
+    versions = [(g, g._version) for g in _ASSIGNED_GRADS.values()]
+    try:
+        return backward(*args, **kwargs)
+    finally:
+        for g, version in versions:
+            if g._version != version:
+                _ASSIGNED_GRADS.pop(id(g), None)
+
+
 def _get(t: Any) -> SpmdType | None:
     entry = _TYPES.get(id(t))
     if entry is not None and entry[0]() is t:
@@ -537,12 +556,12 @@ class _Mode(TorchFunctionMode):
             gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
             if gradient is None and args:
                 _check_loss(args[0])
-            return func(*args, **kwargs)
+            return _accumulating(func, args, kwargs)
         if kind is Kind.AUTOGRAD_BACKWARD:
             tensors = args[0] if args else kwargs.get("tensors")
             grads = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
             _check_losses(tensors, grads)
-            return func(*args, **kwargs)
+            return _accumulating(func, args, kwargs)
         if kind is Kind.AUTOGRAD_GRAD:
             outputs = args[0] if args else kwargs.get("outputs")
             inputs = args[1] if len(args) > 1 else kwargs.get("inputs")

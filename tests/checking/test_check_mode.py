@@ -377,6 +377,43 @@ def test_an_assigned_grad_keeps_its_type_and_the_optimizer_steps() -> None:
         assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
 
 
+@pytest.mark.parametrize("zero", ["zero_", "zero_grad(set_to_none=False)"])
+def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zero: str) -> None:
+    """``w.grad = all_reduce(w.grad, ...)`` one step, the tensor zeroed in place (not set to
+    None), the next backward accumulates into it: it holds autograd's gradient (the dual, P)
+    again, so a forgotten reduction that step is caught by the optimizer's step (the R it
+    was assigned with was read back: the replicas diverged silently).  A gradient this
+    backward did not touch keeps its assigned type; in-place ops before it (clipping) too."""
+    w = nn.Parameter(torch.randn(4))
+    u = nn.Parameter(torch.randn(4))  # not in the second backward
+    opt = torch.optim.SGD([w, u], lr=0.1)
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        typed(u, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+        ((x * w).sum() + (x * u).sum()).backward(torch.tensor(1.0))
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]])  # as all_reduce(w.grad, ...) gives
+        u.grad = typed(torch.randn(4), Tensor[R["cp"]])
+        nn.utils.clip_grad_norm_([w, u], 1.0)  # in place on both: their types kept
+        opt.step()
+        if zero == "zero_":
+            w.grad.zero_()
+            u.grad.zero_()
+        else:
+            opt.zero_grad(set_to_none=False)
+        g = w.grad
+        assert spmd.typeof(g) == ty(cp=REPLICATE)  # zeroed in place: still the assigned tensor
+        (x * w).sum().backward(torch.tensor(1.0))  # accumulates into g; the reduction forgotten
+        assert w.grad is g
+        assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
+        assert spmd.typeof(u.grad) == ty(cp=REPLICATE)  # untouched by this backward
+        del g  # (the error names a tensor by a name the caller holds it by)
+        with pytest.raises(SpmdTypeError) as e:
+            opt.step()
+        assert e.value.code == "spmd-partial-affine", e.value
+        assert "w.grad" in str(e.value)
+
+
 @pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
 @pytest.mark.parametrize("foreach", [False, True])
 def test_a_forgotten_gradient_all_reduce_is_caught_by_the_optimizer_step(
