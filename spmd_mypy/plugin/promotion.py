@@ -52,6 +52,7 @@ from mypy.nodes import (
 )
 from mypy.operators import op_methods, reverse_op_methods
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
+from mypy.subtypes import is_subtype
 from mypy.typeops import make_simplified_union
 from mypy.types import (
     AnyType,
@@ -149,6 +150,33 @@ class Promotion:
         func = current_function(api)
         if func is not None:
             self._narrowing_functions[func] = parameters or self._narrowing_functions.get(func, False)
+
+    def holds_promoted(self, api: object, left: Type, right: Type) -> bool:
+        """``left`` is a subtype of ``right`` with the promotion on, where the module being
+        checked meets SPMD types but the promotion was off for the check that failed: before
+        the module's first hook (the state is the previous module's) or after a narrowing
+        (an ``isinstance`` in this function, or in the function before until a hook runs).
+        There the gradual rule holds as with the promotion on: ``xs: list[Tensor[R["tp"]]] =
+        plain_list`` is no error.  The promotion is back as it was after the check."""
+        infos = [info for info in map(self.lookup_info, _PROMOTED) if info is not None]
+        if all(info.alt_promote is not None for info in infos):
+            return False  # it was on for the check: the error is mypy's own
+        self.sync(api)  # (the state the rest of this function is checked with)
+        if not self.promoted:
+            return False
+        before = [info.alt_promote for info in infos]
+        # mypy caches subtype checks by the supertype's class (``list`` here), which a switch
+        # does not reset: the failed check's negative entry must go, and the entries made
+        # with the promotion on must not outlive it (a rare path: an error in such a spot)
+        type_state.reset_all_subtype_caches()
+        try:
+            for name in _PROMOTED:
+                self._switch(name, True)
+            return is_subtype(left, right)
+        finally:
+            for info, promote in zip(infos, before):
+                info.alt_promote = promote
+            type_state.reset_all_subtype_caches()
 
     def _off(self, parameters: bool) -> None:
         for name in _PROMOTED if parameters else _PROMOTED[:1]:
