@@ -1309,6 +1309,14 @@ class CallTyper:
         # a hook of its own: the promotion may still be off after an isinstance narrowing
         promotion = self.plugin.promotion
         promotion.sync(ctx.api)
+        narrowed = getattr(ctx.default_signature, "type_is", None)
+        if narrowed is not None:
+            # ``def is_dtensor(x) -> TypeIs[DTensor]``: mypy narrows like isinstance after
+            # the call, which needs the promotion off (see dispatch.isinstance_hook)
+            cls = get_proper_type(narrowed)
+            if isinstance(cls, Instance) and cls.type.has_base("torch._tensor.Tensor"):
+                promotion.narrowing_in(
+                    ctx.api, parameters=cls.type.has_base("torch.nn.parameter.Parameter"))
         op = self.torch_op_called_by_name(ctx.default_signature)
         if op is not None:
             if len(self._pending_ops) > 10_000:  # bound the memory of a long-lived daemon

@@ -63,6 +63,9 @@ from mypy.nodes import (
     IndexExpr,
     IntExpr,
     ListExpr,
+    ARG_POS,
+    Import,
+    ImportFrom,
     MatchStmt,
     MemberExpr,
     MypyFile,
@@ -75,6 +78,7 @@ from mypy.nodes import (
     UnaryExpr,
     WithStmt,
 )
+from mypy.patterns import AsPattern, ClassPattern, OrPattern, Pattern
 from mypy.types import (
     CallableArgument,
     CallableType,
@@ -426,6 +430,9 @@ class _Walker:
         # the file's module-level functions that run with gradients off, by name: a local
         # assigned one's result holds no gradient
         self.no_grad_functions = no_grad_functions
+        # ``match`` statements with a class pattern, each with the statement list holding it
+        # (rewrite walk only): each gets a narrowing trigger before it (see narrowing_trigger)
+        self.class_matches: list[tuple[list[Statement], MatchStmt]] = []
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
@@ -501,6 +508,9 @@ class _Walker:
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
             self.stmt(st, in_function_class)
+            if type(st) is _MatchStmt and self.rewrite and stmts is not None \
+                    and _has_class_pattern(cast(MatchStmt, st)):
+                self.class_matches.append((stmts, cast(MatchStmt, st)))
 
     def stmt(self, st: Statement, in_function_class: bool = False) -> None:
         cls = type(st)  # the common statements first (see the classes bound above)
@@ -801,6 +811,11 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     except Exception:
         _rename_quietly(file, options, None)
         raise
+    for stmts, match in w.class_matches if not _rebinds_isinstance(file) else ():
+        for i, st in enumerate(stmts):
+            if st is match:
+                stmts.insert(i, narrowing_trigger(match))
+                break
     detached = w.detached
     if rebinding:
         _rename_quietly(file, options, rebinding)
@@ -814,6 +829,54 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         kept.extend(detached[start:])
         detached = kept + again.detached
     return w.regions(detached)
+
+
+def _has_class_pattern(match: MatchStmt) -> bool:
+    def has(p: Pattern) -> bool:
+        cls = type(p)
+        if cls is ClassPattern:
+            return True
+        if cls is AsPattern:
+            inner = cast(AsPattern, p).pattern
+            return inner is not None and has(inner)
+        if cls is OrPattern:
+            return any(has(q) for q in cast(OrPattern, p).patterns)
+        return False
+    return any(has(p) for p in match.patterns)
+
+
+def _rebinds_isinstance(file: MypyFile) -> bool:
+    """The module's top level binds the name ``isinstance`` (the trigger would call it)."""
+    for d in file.defs:
+        cls = type(d)
+        if cls is _FuncDef and cast(FuncDef, d).name == "isinstance":
+            return True
+        if cls is _Decorator and cast(Decorator, d).func.name == "isinstance":
+            return True
+        if cls is _AssignmentStmt and any(
+                "isinstance" in _names_in(lv) for lv in cast(AssignmentStmt, d).lvalues):
+            return True
+        if cls is Import and any((alias or name) == "isinstance" for name, alias in cast(Import, d).ids):
+            return True
+        if cls is ImportFrom and any((alias or name) == "isinstance"
+                                     for name, alias in cast(ImportFrom, d).names):
+            return True
+    return False
+
+
+def narrowing_trigger(match: MatchStmt) -> Statement:
+    """``isinstance(object, object)`` at the ``match`` statement's line, added before it:
+    a class pattern narrows like ``isinstance``, which needs the gradual promotion off
+    (mypy does not narrow a declared ``torch.Tensor`` while it has one), and no hook runs
+    for a pattern; the ``builtins.isinstance`` hook switches it off for the function
+    (``dispatch.isinstance_hook``).  Nothing else sees the call (it types as bool)."""
+    args: list[Expression] = [NameExpr("object"), NameExpr("object")]
+    call = CallExpr(NameExpr("isinstance"), args, [ARG_POS, ARG_POS], [None, None])
+    st = ExpressionStmt(call)
+    for node in (st, call, call.callee, *args):
+        node.line, node.column = match.line, match.column
+        node.end_line, node.end_column = match.line, match.column
+    return st
 
 
 def _rename_quietly(file: MypyFile, options: Options, defs: list[Statement] | None) -> None:
