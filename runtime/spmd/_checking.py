@@ -887,15 +887,16 @@ def _conflict(have: SpmdType, want: SpmdType) -> tuple[str, LocalType, LocalType
     return None
 
 
-def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str) -> None:
+def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None) -> None:
     """Give ``x`` the declared type ``want``.
 
     ``what`` is the start of the message with ``{x}`` for the tensor's name, e.g.
-    ``"spmd.declare({x}, Tensor[R["tp"]])"``.
+    ``"spmd.declare({x}, Tensor[R["tp"]])"``; ``name``: that name when the caller knows it
+    (a function's return value has none in the caller's frame).
     """
     spec = want.spec
     if spec is not None and len(spec) != x.ndim:
-        text = _texts([x], ["x"])[0]
+        text = name or _texts([x], ["x"])[0]
         # PS[("dp", "tp")] is PS["dp", "tp"] in Python (JAX's spelling of one dim on two axes)
         one = (' (PS[("dp", "tp")] is PS["dp", "tp"] in Python: two dims; one dim sharded on '
                'both axes is PS[("dp", "tp"),])') if x.ndim == 1 and len(spec) > 1 else ""
@@ -908,10 +909,12 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str) -> None:
     if not have:
         _set(x, want)
         return
+    # S(-1) and S(2) of a 3-d tensor are one layout: compared at the tensor's rank
+    have, want = have.at_ndim(x.ndim), want.at_ndim(x.ndim)
     bad = _conflict(have, want)
     if bad is not None:
         axis, old, new = bad
-        text = _texts([x], ["x"])[0]
+        text = name or _texts([x], ["x"])[0]
         raise SpmdTypeError(SpmdError(
             "spmd-annotation",
             f'{what.format(x=text)} but {text} is {old} on "{axis}", not {new} '
@@ -1057,7 +1060,11 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     have = _get(x) or _UNTYPED
     with torch._C.DisableTorchFunction():
         can_grad = torch.is_grad_enabled() and x.requires_grad
+        ndim = x.ndim
     src_lt, dst_lt = _lt(src), _lt(dst)
+    # S(-1) and S(2) of a 3-d input are one layout: src is compared at its rank
+    have = have.at_ndim(ndim)
+    src_lt = src_lt.at_ndim(ndim) if src_lt is not None else None
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text="x", can_grad=can_grad)
     if res.errors:
@@ -1085,6 +1092,10 @@ def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bo
         src_lt, dst_lt = _lt(src), _lt(dst)
     except TypeError:
         return None
+    with torch._C.DisableTorchFunction():
+        ndim = x.ndim
+    have = have.at_ndim(ndim)
+    src_lt = src_lt.at_ndim(ndim) if src_lt is not None else None
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=False)
     if res.errors and res.errors[0].code == "spmd-src-mismatch":
@@ -1233,11 +1244,11 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
             what = f"the result of {fn.__qualname__} is annotated "
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
-                    _stamp_declared(result, rets, what + _fmt(rets))
+                    _stamp_declared(result, rets, what + _fmt(rets), "the return value")
             elif isinstance(result, (tuple, list)):
-                for st, r in zip(rets, result):
+                for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
-                        _stamp_declared(r, st, what + _fmt(st))
+                        _stamp_declared(r, st, what + _fmt(st), f"item {k} of the return value")
         return result
 
     return wrapper

@@ -92,6 +92,17 @@ class LocalType:
             return -rank <= self.dim < rank, self.dim
         return True, None
 
+    def at_ndim(self, ndim: int) -> LocalType:
+        """The layout of a tensor of ``ndim`` dims: a negative shard dim counted from the
+        front (``S(-1)`` of a 3-d tensor is ``S(2)``, the same layout); a rank-dependent
+        layout resolved.  For the check mode, which sees ranks."""
+        if self.by_rank is not None:
+            ok, d = self.at_rank(ndim)
+            return (VARYING if d is None else LocalType(Kind.V, d)).at_ndim(ndim) if ok else self
+        if self.dim is not None and -ndim <= self.dim < 0:
+            return LocalType(Kind.V, self.dim + ndim)
+        return self
+
     def at_high_ranks(self) -> LocalType:
         """The layout at the highest ranks (a rank-dependent layout's last entry): what a
         fix names as ``src=``."""
@@ -266,6 +277,12 @@ class SpmdType:
         if spec is not None and (t is None or t.kind is not Kind.V):
             spec = tuple(tuple(a for a in entry if a != axis) for entry in spec)
         return SpmdType.of(d, spec, self.failed)
+
+    def at_ndim(self, ndim: int) -> SpmdType:
+        """Each axis's layout for a tensor of ``ndim`` dims (:meth:`LocalType.at_ndim`)."""
+        if all(t.dim is None and t.by_rank is None for _, t in self.axes):
+            return self
+        return SpmdType(tuple((a, t.at_ndim(ndim)) for a, t in self.axes), self.spec, self.failed)
 
     def local(self) -> SpmdType:
         """The same type with the partition spec forgotten (local SPMD)."""

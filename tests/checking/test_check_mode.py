@@ -728,6 +728,28 @@ def test_on_collective_checks_src_and_stamps_dst() -> None:
         assert spmd.typeof(o3) == ty(tp=REPLICATE)
 
 
+def test_a_negative_shard_dim_is_the_same_layout_at_the_tensors_rank() -> None:
+    """The check mode sees ranks: S(-1) and S(2) of a 3-d tensor are one layout (a probe's
+    vocab-parallel decode typed F.linear's logits S(-1) and failed at all_gather(src=S(2))
+    and at declare(S(2)), whose suggestion was an all_to_all from S(-1) to S(2)).  A dim
+    that is another one at this rank stays an error."""
+    with spmd.typecheck():
+        logits = typed(torch.randn(2, 1, 3), Tensor[S[-1, "tp"]])
+        out = torch.empty(2, 1, 6)
+        _checking.on_collective("all_gather", logits, ("tp",), S(2), R, out)
+        assert spmd.typeof(out) == ty(tp=REPLICATE)
+        assert _checking.src_mismatch("all_gather", logits, ("tp",), S(2), R) is None
+        x = typed(torch.randn(2, 1, 3), Tensor[S[2, "tp"]])
+        _checking.on_collective("all_gather", x, ("tp",), S(-1), R, torch.empty(2, 1, 6))
+        assert spmd.declare(logits, Tensor[S[2, "tp"]]) is logits
+        spmd.declare(x, Tensor[S[-1, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _checking.on_collective("all_gather", logits, ("tp",), S(-2), R, torch.empty(2, 2, 3))
+        assert e.value.code == "spmd-src-mismatch", e.value
+        with pytest.raises(SpmdTypeError):
+            spmd.declare(x, Tensor[S[-2, "tp"]])
+
+
 def test_on_collective_rules() -> None:
     with spmd.typecheck():
         r = typed(mk(), Tensor[R["tp"]])
@@ -778,6 +800,13 @@ def test_checked_decorator() -> None:
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(h)
         assert "the result of _bad_return" in str(e.value)
+        # the return value is named as such (it was "x", or the caller's argument text)
+        assert str(e.value).startswith(
+            'the result of _bad_return is annotated Tensor[R["tp"]] but the return value is V '
+            'on "tp", not R (the return value: Tensor[V["tp"]])'), str(e.value)
+        with pytest.raises(SpmdTypeError) as e:
+            _bad_return(typed(torch.randn(2), Tensor[V["tp"]]))
+        assert "but the return value is V" in str(e.value) and "randn" not in str(e.value)
 
 
 @spmd.checked
