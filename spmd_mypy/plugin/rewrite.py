@@ -28,7 +28,7 @@ from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
 from ..engine import collectives as coll
-from ..engine.ops import INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
+from ..engine.ops import FACTORIES, INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
 from ..engine.views import MOVES
 from .memo import TreeMemo
 
@@ -465,6 +465,10 @@ class _Walker:
             self._bind(target, _OPAQUE)
             return
         items = cast("TupleExpr | ListExpr", target).items
+        if len(items) == 2 and _indices_item(value):  # ``vals, idx = logits.max(dim=-1)``
+            self._bind_items(items[0], _OPAQUE)
+            self._bind_items(items[1], _NO_GRADIENT)
+            return
         vcls = type(value)
         if vcls is _TupleExpr or vcls is _ListExpr:
             values = cast("TupleExpr | ListExpr", value).items
@@ -675,6 +679,15 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
             return name == "data" or name == "indices"  # x.topk(k).indices
         if cls is _IntExpr or cls is _FloatExpr or cls is _ComparisonExpr:  # d += 1.0; a bool tensor
             return True
+        if cls is _OpExpr:  # ``am + vocab_start``: each operand gradient-free
+            op = cast(OpExpr, e)
+            if not is_gradient_free(op.left, names, no_grad_functions):
+                return False
+            e = op.right
+            continue
+        if cls is _UnaryExpr:
+            e = cast(UnaryExpr, e).expr
+            continue
         if cls is _IndexExpr:
             ie = cast(IndexExpr, e)
             if _is_indices_item(ie):  # x.topk(k)[1], x.max(-1)[1]
@@ -693,6 +706,16 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
             return True
         if name in INTEGER_RESULTS:
             return True
+        if name in FACTORIES and name not in _SHARING_FACTORIES:
+            # ``torch.full_like(am, 16)``: a new tensor, unless asked for a gradient
+            return not any(n == "requires_grad" and not (type(a) is _NameExpr and cast(
+                NameExpr, a).name == "False") for n, a in zip(call.arg_names, call.args))
+        if name == "where" and len(call.args) == 3 and call.arg_names[1:] == [None, None]:
+            # ``torch.where(cond, a, b)``: the condition never carries one
+            if not is_gradient_free(call.args[1], names, no_grad_functions):
+                return False
+            e = call.args[2]
+            continue
         if callee_cls is _NameExpr and name in no_grad_functions:
             return True
         if name in _COLLECTIVE_NAMES:
@@ -708,6 +731,28 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         if name not in _ONE_TENSOR_METHODS and not all(_is_literal(a) for a in call.args):
             return False  # d.mul(w), d.add(w): w may carry a gradient
         e = cast(MemberExpr, callee).expr
+
+
+# Factories that return their tensor argument itself (with its gradient)
+_SHARING_FACTORIES = frozenset({"as_tensor", "asarray"})
+
+
+def _indices_item(value: Expression) -> bool:
+    """``value`` returns (values, indices): ``x.topk(k)``, ``torch.sort(x)``, and ``max`` /
+    ``min`` / ``median`` ... given a dim (without one they return a single tensor)."""
+    if type(value) is not _CallExpr:
+        return False
+    call = cast(CallExpr, value)
+    callee = call.callee
+    if type(callee) is not _MemberExpr and type(callee) is not _NameExpr:
+        return False
+    name = cast("MemberExpr | NameExpr", callee).name
+    if name not in WITH_INDICES:
+        return False
+    if name in ("topk", "sort", "kthvalue", "cummax", "cummin"):
+        return True
+    return any(n == "dim" or (n is None and (type(a) is _IntExpr or type(a) is _UnaryExpr))
+               for n, a in zip(call.arg_names, call.args))
 
 
 # Methods whose only tensor is their receiver (views, reductions, casts): their other arguments
