@@ -201,6 +201,8 @@ class BoundaryChecker:
                 try:
                     replaced = (self._replace_item(file, info) if item
                                 else self._replace(file, info, yielded))
+                    if not replaced and code == "arg-type":
+                        replaced = self._plain_argument(file, info)
                 finally:
                     self._reporting = False
                 if replaced:
@@ -310,6 +312,24 @@ class BoundaryChecker:
         for err, at in errors:
             chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
         return True
+
+    def _plain_argument(self, file: str, info: ErrorInfo) -> bool:
+        """An argument holding plain tensors (``take(xs)`` of a ``list[torch.Tensor]`` where
+        ``list[Tensor[R["tp"]]]`` is declared) met where the promotion was off for mypy's
+        check (after a narrowing): True, the gradual rule accepts it as with the promotion
+        on (:meth:`Promotion.holds_promoted`)."""
+        chk: Any = checker_state.type_checker
+        tree = getattr(chk, "tree", None)
+        if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+            return False
+        found = _item_at(tree, info.line, info.column, any_call=True)
+        if found is None or not isinstance(found[0], CallExpr):
+            return False
+        call, arg, i = found[0], found[1], found[2]
+        actual = chk.lookup_type_or_none(arg)
+        formal = _argument_context(chk, call, i)
+        return (actual is not None and formal is not None
+                and self.plugin.promotion.holds_promoted(chk, actual, formal))
 
     def _site(self, chk: Any, file: str, info: ErrorInfo, stmt: Statement, value: Expression,
               value_type: Type) -> tuple[Type, Expression | None, str | None] | None:
@@ -572,10 +592,11 @@ def _item_site(chk: Any, at: _ItemAt) -> _ItemSite:
             f"the {kind} item {{}}")
 
 
-def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
+def _item_at(tree: MypyFile, line: int, column: int, any_call: bool = False) -> _ItemAt | None:
     """The container item at (line, column) of a statement holding ``line``: an item of a
     list or set display, the value of a dict display's entry (mypy reports it at the key),
-    or an argument of a method call on a builtin container (``xs.append(a)``)."""
+    or an argument of a method call on a builtin container (``xs.append(a)``); with
+    ``any_call``, an argument of any call."""
     index: _Index = {}
     leaves: list[Statement] = []
     _collect(tree.defs, index, line, leaves)
@@ -615,7 +636,8 @@ def _item_at(tree: MypyFile, line: int, column: int) -> _ItemAt | None:
                 todo.append(e.analyzed)
                 continue
             for i, arg in enumerate(e.args):
-                if (arg.line, arg.column) == (line, column) and isinstance(e.callee, MemberExpr):
+                if (arg.line, arg.column) == (line, column) and (
+                        any_call or isinstance(e.callee, MemberExpr)):
                     return e, arg, i, False, None
                 arg_of[id(arg)] = (e, i)
             todo.append(e.callee)

@@ -198,7 +198,10 @@ class Promotion:
             info.alt_promote = None
         else:
             return True
-        type_state.reset_all_subtype_caches_for(info)
+        # every class's caches: mypy keys a subtype check by the supertype's class, so a
+        # negative ``list[torch.Tensor] <: list[Tensor[R["tp"]]]`` made while the promotion
+        # was off sits under ``list`` and would fail the next function's check with it on
+        type_state.reset_all_subtype_caches()
         return True
 
     def imports_spmd(self, tree: MypyFile) -> bool:

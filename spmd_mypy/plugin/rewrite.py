@@ -512,9 +512,15 @@ class _Walker:
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
             self.stmt(st, in_function_class)
-            if type(st) is _MatchStmt and self.rewrite and stmts is not None \
-                    and _has_class_pattern(cast(MatchStmt, st)):
-                self.class_matches.append((stmts, cast(MatchStmt, st)))
+            if type(st) is _MatchStmt:
+                self.match_in(stmts, cast(MatchStmt, st))
+
+    def match_in(self, stmts: list[Statement] | None, st: MatchStmt) -> None:
+        """Record a ``match`` with a class pattern for its trigger, unless ``isinstance`` is
+        bound in an enclosing function or class body here (the trigger would call that)."""
+        if self.rewrite and stmts is not None and _has_class_pattern(st) \
+                and not any("isinstance" in scope for scope in self._defined):
+            self.class_matches.append((stmts, st))
 
     def stmt(self, st: Statement, in_function_class: bool = False) -> None:
         cls = type(st)  # the common statements first (see the classes bound above)
@@ -614,6 +620,8 @@ class _Walker:
             # a function defined where gradients are off runs wherever it is called,
             # maybe with them on: its body is not part of the enclosing region
             self.enabled.append(lines)
+        if st.name == "isinstance" and self._defined:  # a local def binds it (see match_in)
+            self._defined[-1].add(st.name)
         # a parameter holds the caller's value: never "only detached"
         self._assigns.append({arg.variable.name: [_OPAQUE] for arg in st.arguments})
         self._defined.append({arg.variable.name for arg in st.arguments})
@@ -853,6 +861,8 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                     spans.append((first, len(w.detached)))
             else:
                 w.stmt(d)
+                if type(d) is _MatchStmt:  # at module level
+                    w.match_in(file.defs, cast(MatchStmt, d))
     except Exception:
         _rename_quietly(file, options, None)
         raise
