@@ -1057,14 +1057,10 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     names = _resolve_axes(axes)
     if names is None or not isinstance(x, torch.Tensor):
         return out  # an axis the checker cannot name: the result stays untyped
-    have = _get(x) or _UNTYPED
     with torch._C.DisableTorchFunction():
         can_grad = torch.is_grad_enabled() and x.requires_grad
-        ndim = x.ndim
     src_lt, dst_lt = _lt(src), _lt(dst)
-    # S(-1) and S(2) of a 3-d input are one layout: src is compared at its rank
-    have = have.at_ndim(ndim)
-    src_lt = src_lt.at_ndim(ndim) if src_lt is not None else None
+    have, src_lt = _at_rank(x, _get(x) or _UNTYPED, src_lt)
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text="x", can_grad=can_grad)
     if res.errors:
@@ -1076,6 +1072,15 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     if rtype:
         _stamp_outputs(out, rtype)
     return out
+
+
+def _at_rank(x: torch.Tensor, have: SpmdType, src: LocalType | None
+             ) -> tuple[SpmdType, LocalType | None]:
+    """``x``'s type and a collective's ``src`` at ``x``'s rank: S(-1) and S(2) of a 3-d
+    input are one layout, compared as such."""
+    with torch._C.DisableTorchFunction():
+        ndim = x.ndim
+    return have.at_ndim(ndim), (src.at_ndim(ndim) if src is not None else None)
 
 
 def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bool = False,
@@ -1092,10 +1097,7 @@ def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bo
         src_lt, dst_lt = _lt(src), _lt(dst)
     except TypeError:
         return None
-    with torch._C.DisableTorchFunction():
-        ndim = x.ndim
-    have = have.at_ndim(ndim)
-    src_lt = src_lt.at_ndim(ndim) if src_lt is not None else None
+    have, src_lt = _at_rank(x, have, src_lt)
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=False)
     if res.errors and res.errors[0].code == "spmd-src-mismatch":

@@ -740,7 +740,7 @@ class _Plan:
         # A group of several ranks numbered in logical order: all_to_all(V,V),
         # all_gather(S(0),R|I), reduce_scatter(P,S(0)) and all_reduce(P,R|I) over it are one
         # torch.distributed call on the input as is, which those ops issue themselves when
-        # no autograd graph and no check mode are involved (see _fast_group)
+        # no autograd graph and no check mode are involved (see _FAST_PATHS)
         self.direct = (group if group is not None and group.size > 1
                        and group.logical is None and group.physical is None else None)
 

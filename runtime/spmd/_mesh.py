@@ -27,7 +27,6 @@ from typing import Any
 
 import torch.distributed as dist
 from spmd_mypy.engine.annotations import closest
-
 from spmd_mypy.engine.types import repeated_axis_message
 
 from ._context import without_user_modes

@@ -69,6 +69,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_backward
 from .calls import collective_call, expr_text
 from .mypy_types import TypeBuilder, lookup_type
+from .rewrite import isinstance_trigger
 from .statements import returns
 
 if TYPE_CHECKING:
@@ -205,12 +206,11 @@ class AutogradTyper:
             known = (tree, [])
             self._module_triggers[module or ""] = known
         end = bwd.end_line or bwd.line
-        args: list[Expression] = [NameExpr("object"), NameExpr("object")]
-        call = CallExpr(NameExpr("isinstance"), args, [ARG_POS, ARG_POS], [None, None])
+        call = isinstance_trigger(end, 0)
         finally_body = Block([ExpressionStmt(call)])
         body = Block(list(bwd.body.body))
         try_stmt = TryStmt(body, [], [], [], None, finally_body)
-        for node in (call, call.callee, *args, finally_body, finally_body.body[0]):
+        for node in (finally_body, finally_body.body[0]):
             node.line, node.column, node.end_line = end, 0, end
         first = bwd.body.body[0]
         for node in (body, try_stmt):

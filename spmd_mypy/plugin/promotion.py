@@ -7,7 +7,7 @@ flows into typed positions and unannotated code gets no new errors.  (A ``_promo
 recurse: the canonical class subclasses torch.Tensor.)  It has a side effect: ``isinstance``
 does not narrow a declared ``torch.Tensor`` to a subclass.  So it is on only while mypy checks
 a module that meets SPMD types and off elsewhere: every check-time hook syncs it first
-(:class:`Synced`), and the subtype caches of the promoted classes are reset on each switch.
+(:class:`Synced`), and mypy's subtype caches are reset on each switch.
 It is never on while torch itself is analysed or written to the cache.
 
 "Meets SPMD types": the module imports spmd, or it imports, directly or through other modules
@@ -165,15 +165,11 @@ class Promotion:
         if not self.promoted:
             return False
         before = [info.alt_promote for info in infos]
-        # mypy caches subtype checks by the supertype's class (``list`` here), which a switch
-        # does not reset: the failed check's negative entry must go, and the entries made
-        # with the promotion on must not outlive it (a rare path: an error in such a spot)
-        type_state.reset_all_subtype_caches()
-        try:
+        try:  # (a switch resets mypy's subtype caches: the failed check's negative entry goes)
             for name in _PROMOTED:
                 self._switch(name, True)
             return is_subtype(left, right)
-        finally:
+        finally:  # and the entries made with the promotion on must not outlive it
             for info, promote in zip(infos, before):
                 info.alt_promote = promote
             type_state.reset_all_subtype_caches()

@@ -431,7 +431,7 @@ class _Walker:
         # assigned one's result holds no gradient
         self.no_grad_functions = no_grad_functions
         # ``match`` statements with a class pattern, each with the statement list holding it
-        # (rewrite walk only): each gets a narrowing trigger before it (see narrowing_trigger)
+        # (rewrite walk only): each gets a narrowing trigger before it (see isinstance_trigger)
         self.class_matches: list[tuple[list[Statement], MatchStmt]] = []
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
@@ -866,11 +866,13 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     except Exception:
         _rename_quietly(file, options, None)
         raise
-    for stmts, match in w.class_matches if not _rebinds_isinstance(file) else ():
-        for i, st in enumerate(stmts):
-            if st is match:
-                stmts.insert(i, narrowing_trigger(match))
-                break
+    if w.class_matches and not _rebinds_isinstance(file):
+        for stmts, match in w.class_matches:
+            for i, st in enumerate(stmts):
+                if st is match:
+                    stmts.insert(i, ExpressionStmt(isinstance_trigger(match.line, match.column)))
+                    stmts[i].set_line(match.line, match.column, match.line)
+                    break
     detached = w.detached
     if rebinding:
         _rename_quietly(file, options, rebinding)
@@ -919,19 +921,18 @@ def _rebinds_isinstance(file: MypyFile) -> bool:
     return False
 
 
-def narrowing_trigger(match: MatchStmt) -> Statement:
-    """``isinstance(object, object)`` at the ``match`` statement's line, added before it:
-    a class pattern narrows like ``isinstance``, which needs the gradual promotion off
-    (mypy does not narrow a declared ``torch.Tensor`` while it has one), and no hook runs
-    for a pattern; the ``builtins.isinstance`` hook switches it off for the function
-    (``dispatch.isinstance_hook``).  Nothing else sees the call (it types as bool)."""
+def isinstance_trigger(line: int, column: int) -> CallExpr:
+    """A synthetic ``isinstance(object, object)`` at (line, column), before semantic
+    analysis, so its names resolve to the builtins: a call that reaches the
+    ``builtins.isinstance`` hook (``dispatch.isinstance_hook``) at that point of the check
+    and types as bool.  Put before a ``match`` with a class pattern (a pattern narrows like
+    ``isinstance``, which needs the gradual promotion off, and runs no hook), and at the
+    end of a custom Function's backward (``autograd``, which recognises it by identity)."""
     args: list[Expression] = [NameExpr("object"), NameExpr("object")]
     call = CallExpr(NameExpr("isinstance"), args, [ARG_POS, ARG_POS], [None, None])
-    st = ExpressionStmt(call)
-    for node in (st, call, call.callee, *args):
-        node.line, node.column = match.line, match.column
-        node.end_line, node.end_column = match.line, match.column
-    return st
+    for node in (call, call.callee, *args):
+        node.line, node.column, node.end_line = line, column, line
+    return call
 
 
 def _rename_quietly(file: MypyFile, options: Options, defs: list[Statement] | None) -> None:
