@@ -39,7 +39,7 @@ from typing import Sequence
 from .errors import SpmdError
 from .types import (
     Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis, format_type,
-    shard_dims_match,
+    receiver, shard_dims_match,
 )
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -329,8 +329,9 @@ def check_collective(
         elif can_grad:
             errors.append(SpmdError(
                 "spmd-no-grad",
-                f'all_reduce({x_text}, {format_axis(axis_arg)}, op="{reduce_op}") has no gradient '
-                f"but {x_text} can carry one; call it on {x_text}.detach() or under torch.no_grad()",
+                f'all_reduce({bare(x_text)}, {format_axis(axis_arg)}, op="{reduce_op}") has no gradient '
+                f"but {bare(x_text)} can carry one; call it on {receiver(x_text)}.detach() or under "
+                f"torch.no_grad()",
             ))
     elif op == "all_reduce" and reduce_op not in REDUCE_OPS:
         return CollectiveResult(x, [SpmdError(

@@ -40,7 +40,7 @@ from .errors import SpmdError, merge_axis_errors
 from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
     INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, axis_words, bare, format_axes,
-    format_type, from_ranks,
+    format_type, from_ranks, receiver,
 )
 
 
@@ -589,7 +589,7 @@ def _rule_on_axis(
             fix = f'{_fix_reduce(other_o.text, axis, "I")} first'
         else:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
-                   f"all-reduces its gradient; or {bare(inv.text)}.detach() if it needs no gradient "
+                   f"all-reduces its gradient; or {receiver(inv.text)}.detach() if it needs no gradient "
                    f"(a frozen weight, a count)")
             factors_v = [o for o, r, lt in eff if r is Role.FACTOR and lt.kind is Kind.V]
             if inv_role is Role.SUMMAND and len(factors_v) > 1 and spec.op_class is OpClass.MULTILINEAR:

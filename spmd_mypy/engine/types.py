@@ -406,6 +406,32 @@ def bare(text: str) -> str:
     return text[1:-1]
 
 
+def receiver(text: str) -> str:
+    """An operand's text before a method call: ``x``, ``h.float()``, ``w[0]`` as they are,
+    an operator's ``a + b`` parenthesized (``(a + b).detach()``, never ``a + b.detach()``,
+    which detaches ``b`` only)."""
+    text = bare(text)
+    depth = 0
+    quote = ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and ch in _OUTSIDE_A_PRIMARY:
+            return f"({text})"
+    return text
+
+
+# Characters that, outside brackets, mean the text is not one primary (``a.b(c)[d]``): an
+# operator, a keyword expression's space, a tuple's comma
+_OUTSIDE_A_PRIMARY = frozenset(" +-*/%@<>=!&|^~,:")
+
+
 def axis_words(axes: Iterable[str]) -> str:
     """Axes in a message's words: ``"dp"``, ``"dp" and "tp"``, ``"a", "b" and "c"``."""
     quoted = [_quote(a) for a in axes]

@@ -80,9 +80,10 @@ from mypy.nodes import (
     Statement,
     TupleExpr,
     Var,
+    YieldFromExpr,
 )
 from mypy.subtypes import is_subtype
-from mypy.traverser import all_return_statements, all_yield_expressions
+from mypy.traverser import YieldFromCollector, all_return_statements, all_yield_expressions
 from mypy.types import (
     AnyType,
     CallableType,
@@ -115,6 +116,7 @@ _CONTAINER_MODULES = ("builtins.", "collections.", "typing.", "_collections_abc.
 _COMPREHENSION_MESSAGES = ("List comprehension has incompatible type",
                            "Set comprehension has incompatible type")
 _YIELD_MESSAGE = 'Incompatible types in "yield"'  # mypy's [misc] error of a yielded value
+_YIELD_FROM_MESSAGE = 'Incompatible types in "yield from"'  # ... of the items of ``yield from xs``
 # (value expression's line, column) -> (the return or assignment, the value)
 _Index = dict[tuple[int, int], tuple[Statement, Expression]]
 
@@ -196,6 +198,14 @@ class BoundaryChecker:
             yielded = code == "misc" and info.message.startswith(_YIELD_MESSAGE)
             item = code in _ITEM_CODES or (
                 code == "misc" and info.message.startswith(_COMPREHENSION_MESSAGES))
+            if code == "misc" and info.message.startswith(_YIELD_FROM_MESSAGE):
+                self._reporting = True
+                try:
+                    if self._replace_yield_from(file, info):
+                        self._replaced = (file, info.line, info.column)
+                        return True
+                finally:
+                    self._reporting = False
             if code in _CHECKED_CODES or yielded or item:
                 self._reporting = True
                 try:
@@ -311,6 +321,35 @@ class BoundaryChecker:
         errors = self._compare(actual, declared, value, text, lambda x: where.format(x))
         for err, at in errors:
             chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
+        return True
+
+    def _replace_yield_from(self, file: str, info: ErrorInfo) -> bool:
+        """``yield from xs`` in a generator of typed tensors: each item of ``xs`` judged by the
+        rule like a yielded value (spmd-mismatch with the fix), plain items accepted where the
+        promotion was off for mypy's check (the gradual rule); True when mypy's error is
+        replaced."""
+        chk: Any = checker_state.type_checker
+        tree = getattr(chk, "tree", None)
+        if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+            return False
+        found = _yield_from_at(tree, info.line, info.column)
+        returns = getattr(chk, "return_types", None)
+        fn = chk.scope.current_function()
+        iterable = chk.lookup_type_or_none(found.expr) if found is not None else None
+        if found is None or iterable is None or not returns or fn is None or not fn.is_generator:
+            return False
+        with chk.msg.filter_errors():
+            item = chk.analyze_iterable_item_type_without_expression(iterable, found)[1]
+        declared = chk.get_generator_yield_type(returns[-1], False)  # as mypy's check
+        if self.plugin.promotion.holds_promoted(chk, item, declared):
+            return True
+        relaxed, typed = self._relax(declared)
+        if not typed or not is_subtype(item, relaxed):
+            return False  # not an SPMD matter: mypy's error stands
+        source = expr_text(found.expr)
+        where = f"each item {{}} of {source} (yield from in {fn.name})"
+        for err, _ in self._compare(item, declared, None, "x", where.format):
+            chk.msg.fail(err.message, found, code=ERROR_CODES[err.code])
         return True
 
     def _plain_argument(self, file: str, info: ErrorInfo) -> bool:
@@ -555,6 +594,19 @@ def _boundary_at(tree: MypyFile, line: int, column: int,
                         return ret, ret.expr
                     todo.append(ret.expr)
     return found
+
+
+def _yield_from_at(tree: MypyFile, line: int, column: int) -> YieldFromExpr | None:
+    """The ``yield from`` at (line, column), where mypy reports its items' error."""
+    leaves: list[Statement] = []
+    _collect(tree.defs, {}, line, leaves)
+    for leaf in leaves:
+        collector = YieldFromCollector()
+        leaf.accept(collector)
+        for y, _ in collector.yield_from_expressions:
+            if (y.line, y.column) == (line, column):
+                return y
+    return None
 
 
 # what _item_at finds: the item's container (a display or a call), the item (a dict

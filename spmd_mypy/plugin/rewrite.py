@@ -622,8 +622,10 @@ class _Walker:
             self.enabled.append(lines)
         if st.name == "isinstance" and self._defined:  # a local def binds it (see match_in)
             self._defined[-1].add(st.name)
-        # a parameter holds the caller's value: never "only detached"
-        self._assigns.append({arg.variable.name: [_OPAQUE] for arg in st.arguments})
+        # a parameter holds the caller's value: never "only detached", unless declared a
+        # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
+        self._assigns.append({arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
+            arg.type_annotation) else _OPAQUE] for arg in st.arguments})
         self._defined.append({arg.variable.name for arg in st.arguments})
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
@@ -772,12 +774,19 @@ contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
 
 
 def _is_indices_item(e: IndexExpr) -> bool:
-    index, base = e.index, e.base
-    if type(index) is not _IntExpr or cast(IntExpr, index).value != 1 or type(base) is not _CallExpr:
-        return False
-    callee = cast(CallExpr, base).callee
-    return ((type(callee) is _NameExpr or type(callee) is _MemberExpr)
-            and cast("NameExpr | MemberExpr", callee).name in WITH_INDICES)
+    """``x.topk(k)[1]``, ``torch.max(x, -1)[1]``: the indices of a (values, indices) pair, not
+    ``torch.max(a, b)[1]`` (a row of the elementwise maximum)."""
+    index = e.index
+    return type(index) is _IntExpr and cast(IntExpr, index).value == 1 and _indices_item(e.base)
+
+
+# A parameter annotated so holds a Python number: no gradient
+_NUMBER_ANNOTATIONS = frozenset({"int", "float", "bool", "builtins.int", "builtins.float",
+                                 "builtins.bool"})
+
+
+def _is_number_annotation(t: object) -> bool:
+    return type(t) is _UnboundType and cast(UnboundType, t).name in _NUMBER_ANNOTATIONS
 
 
 def _is_literal(e: Expression) -> bool:

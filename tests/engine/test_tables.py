@@ -10,7 +10,8 @@ from spmd_mypy.engine import collectives as coll
 from spmd_mypy.engine.annotations import Entry, build
 from spmd_mypy.engine.ops import OP_SPECS, OpClass, Operand, classify, propagate
 from spmd_mypy.engine.types import (
-    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, bare, dual, format_type, shard,
+    INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, bare, dual, format_type,
+    receiver, shard,
 )
 
 DUAL_FORM = {"R": "P", "P": "R", "I": "I", "V": "V", "S": "S"}
@@ -295,3 +296,28 @@ def test_operand_text_is_shown_without_doubled_parentheses(text: str, shown: str
     assert [e.message for e in errors] == [
         f'Partial on "tp" ({shown}: Tensor[P["tp"]]) cannot go through relu (a non-linear op of a '
         f'pending sum); all_reduce({shown}, "tp", src=P, dst=R) first']
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("x", "x"),
+    ("h.float()", "h.float()"),
+    ("w[0, :]", "w[0, :]"),  # a comma or colon inside brackets is the subscript's
+    ('x.sum("tp")', 'x.sum("tp")'),
+    ("(a + b)", "(a + b)"),  # the plugin's text of a binary operand keeps one pair
+    ("a + b", "(a + b)"),
+    ("-a", "(-a)"),
+    ("a if c else b", "(a if c else b)"),
+    ("(a, b)", "(a, b)"),  # already one primary
+    ("'a b'", "'a b'"),
+])
+def test_a_suggested_method_call_binds_to_the_whole_operand(text: str, shown: str) -> None:
+    """``(a + bd).detach()``: ``a + bd.detach()`` would detach ``bd`` only."""
+    assert receiver(text) == shown
+    i, v = SpmdType.of({"tp": INVARIANT}), SpmdType.of({"tp": VARYING})
+    [error] = propagate("mul", [Operand(i, text, can_grad=True), Operand(v, "v")]).errors
+    assert f"or {shown}.detach() if it needs no gradient" in error.message, error.message
+    x = SpmdType.of({"tp": VARYING})
+    result = coll.check_collective("all_reduce", x, ["tp"], VARYING, REPLICATE, x_text=text,
+                                   reduce_op="max", can_grad=True)
+    assert [e.message.rsplit("; ", 1)[1] for e in result.errors] == [
+        f"call it on {shown}.detach() or under torch.no_grad()"]
