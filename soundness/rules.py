@@ -553,6 +553,13 @@ REDUNDANT_PARTIAL = (
     "redundant declaration usually means the user expected a contraction that is not there")
 
 
+FREE_SHARD_PARTIAL = (
+    "out_partial_axes names an axis where the local result is S(i) (an output label sharded: a "
+    "column-parallel weight): the declared P is the sum of the ranks' different blocks, which "
+    "the runtime computes as declared, but it is no contraction of the global operands (their "
+    "einsum concatenates the blocks): the checker asks to drop the axis")
+
+
 AFFINE_NORM_PARAMS = (
     "layer_norm(x, shape, w, b) is w * normalized(x) + b: affine in the weight and bias, so "
     "with x not Partial a P weight and bias give a correct P result; the engine treats every "
@@ -570,6 +577,9 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
     if task.partial_axes and all(e.startswith("spmd-collective") and "already P on" in e
                                  for e in task.errors):
         return REDUNDANT_PARTIAL
+    if task.partial_axes and all(e.startswith("spmd-collective") and (
+            "already P on" in e or "another block of its dim" in e) for e in task.errors):
+        return FREE_SHARD_PARTIAL
     case = CASES[task.case]
     if case.engine == "fill" and all(e.startswith("spmd-partial-affine") for e in task.errors):
         return FILL_CONSTANT
@@ -584,6 +594,8 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
 CONSERVATIVE: list[tuple[str, str]] = [
     ("spmd.matmul/einsum/linear/sum(..., out_partial_axes=a) with an operand P on a",
      REDUNDANT_PARTIAL),
+    ("spmd.einsum/sum(..., out_partial_axes=a) with the result sharded on an output dim on a",
+     FREE_SHARD_PARTIAL),
     ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
 ]

@@ -1131,6 +1131,19 @@ def check_backward(loss: Operand) -> list[SpmdError]:
                       f"{needs}, but it is {lt_word} ({format_type(loss.type)}): {why}; {fix}")]
 
 
+def _shards_without_ranks(op: str, operands: Sequence[Operand], reduction: Reduction | None,
+                          move: Contraction | None, t: SpmdType) -> SpmdType:
+    """The result's layout as the call alone states it (no operand's rank or shape): where the
+    check mode knows shapes, the static checker may know less (``linear``'s weight may be
+    1-d, and then its S(0) is the contracted dim); a rule both checkers apply alike reads
+    this one."""
+    if all(o.shape is None for o in operands) and (reduction is None or reduction.ndim is None):
+        return t
+    return propagate(op, [replace(o, shape=None) for o in operands],
+                     reduction=replace(reduction, ndim=None) if reduction is not None else None,
+                     move=move).type
+
+
 def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
                bias: Operand | None = None, strict: bool = False,
                reduction: Reduction | None = None, move: Contraction | None = None) -> Result:
@@ -1152,9 +1165,20 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
     res = propagate(op, operands, strict=strict, reduction=reduction, move=move)
     errors = list(res.errors)
     t = res.type
+    shards = _shards_without_ranks(op, operands, reduction, move, t) if not errors else t
     for a in axes:
         lt = t.get(a)
-        if lt is not None and lt.kind is not Kind.V:
+        sl = shards.get(a)
+        if lt is not None and sl is not None and sl.kind is Kind.V and sl.dim is not None:
+            # a free label's shard (a column-parallel weight's output features): each rank
+            # holds another block of the result, not a partial sum of one value
+            errors.append(SpmdError(
+                "spmd-collective",
+                f'spmd.{op}(..., out_partial_axes="{a}"): the local result is {sl} on "{a}" '
+                f"(each rank holds another block of its dim {sl.dim}, not a partial sum of one "
+                f'value); drop "{a}" from out_partial_axes (all_gather(..., "{a}", src={sl}, '
+                f"dst=R) assembles the blocks), or shard the contracted dim instead"))
+        elif lt is not None and lt.kind is not Kind.V:
             if lt.kind is Kind.P:
                 errors.append(SpmdError(
                     "spmd-collective",

@@ -1259,8 +1259,9 @@ class CallTyper:
             if global_calls.any_global(ops) or (bias is not None and bias.spec is not None):
                 return self._global_partial_op(ctx, op, ops, pa_expr, pa_type, b_expr)
             move = read_contraction(ctx, op) if op in CONTRACTIONS else None  # spmd.einsum's equation
+            reduction = read_reduction(ctx, op) if op == "sum" else None  # spmd.sum's dims
             if no_partial:
-                res = propagate(op, ops, strict=self.strict(ctx), move=move)
+                res = propagate(op, ops, strict=self.strict(ctx), reduction=reduction, move=move)
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)
             axes = self._axis_names(ctx, pa_expr, pa_type, f"spmd.{op} out_partial_axes")
@@ -1271,6 +1272,7 @@ class CallTyper:
             res = partial_op(op, core, axes,
                              bias=Operand(bias, b_text or "") if bias is not None else None,
                              strict=self.strict(ctx),
+                             reduction=reduction,
                              move=move)
             self.report(ctx, res.errors)
             return self.typed_result(ctx.default_return_type, res.type)

@@ -754,6 +754,14 @@ case("spmd-linear-out-partial-P-bias", {"x": "V", "w": "V", "b": "P"},
 case("spmd-linear-out-partial-R-bias", {"x": "V", "w": "V", "b": "R"},
      'out = spmd.linear(x, w, bias=b, out_partial_axes="tp")', AFF, make=_BIAS, **CX)
 case("spmd-sum-out-partial-S0", {"x": "S0"}, 'out = spmd.sum(x, 0, out_partial_axes="tp")', "P", **CX)
+# a result sharded on a free label (a column-parallel weight's output features) holds other
+# blocks on each rank, not partial sums: P there is an error; the contracted label sharded is P
+case("spmd-einsum-out-partial-of-a-free-shard", {"x": "R", "w": "S1"},
+     'out = spmd.einsum("bh,hf->bf", x, w, out_partial_axes="tp")', "spmd-collective", **CX)
+case("spmd-einsum-out-partial-contracted-shard", {"x": "S1", "w": "S0"},
+     'out = spmd.einsum("bh,hf->bf", x, w, out_partial_axes="tp")', "P", **CX)
+case("spmd-sum-out-partial-of-another-dim", {"x": "S0"},
+     'out = spmd.sum(x, 1, out_partial_axes="tp")', "spmd-collective", **CX)
 # untyped operands: the declaration still makes the result P there (the plugin left it
 # untyped, the check mode declared it P; an untyped axis beside typed ones was P in both)
 case("spmd-matmul-out-partial-untyped", {"x": "U", "w": "U"},
