@@ -142,6 +142,8 @@ def plan_call(mapping: Mapping, args: Sequence[cst.Arg], options: Options) -> Ca
     axis = options.tp_axis
     dst = mapping.dst
     input_arg: cst.Arg | None = None
+    sizes: dict[str, str] = {}  # uneven split sizes given: {the typed call's keyword: code}
+    given: list[str] = []
     for param in mapping.params:
         arg = bound.get(param.name)
         if param.role is Role.INPUT:
@@ -166,9 +168,35 @@ def plan_call(mapping: Mapping, args: Sequence[cst.Arg], options: Options) -> Ca
             dst = variant.dst
         elif param.role is Role.DEFAULT_ONLY:
             if param.default is None or normalize_source(code) != param.default:
-                return param.reason
+                if not param.sizes_keyword:
+                    return param.reason
+                sizes[param.sizes_keyword] = _one_line(code)
+                given.append(f"{param.name}={_one_line(code)}")
     assert input_arg is not None  # required, checked by bind_arguments
+    if sizes:
+        return _uneven_reason(mapping, input_arg, axis, dst, sizes, given)
     return CallPlan(mapping, input_arg, axis, mapping.src, dst)
+
+
+def _one_line(code: str) -> str:
+    return " ".join(code.split())
+
+
+def _uneven_reason(mapping: Mapping, input_arg: cst.Arg, axis: str, dst: LocalType,
+                   sizes: dict[str, str], given: list[str]) -> str:
+    """Uneven split sizes are not migrated (the tool maps only the call shapes it is sure of),
+    but the typed call takes them: the call to write by hand."""
+    keywords = [k for k in ("sizes", "out_sizes") if k in sizes]
+    if mapping.collective == "all_to_all" and "sizes" not in sizes:
+        # torch splits the input evenly when only the output sizes are given; the typed call
+        # needs both
+        keywords.insert(0, "sizes")
+        sizes = {"sizes": "<an equal share of dim 0 per rank>", **sizes}
+    call = (f"spmd.{mapping.collective}({_one_line(source_of(input_arg.value))}, \"{axis}\", "
+            f"src={value_code(mapping.src)}, dst={value_code(dst)}, "
+            + ", ".join(f"{k}={sizes[k]}" for k in keywords) + ")")
+    return (f"uneven split sizes ({', '.join(given)}) are not migrated; the typed call takes "
+            f"them: write {call} by hand")
 
 
 # --- building the typed call, keeping the layout of the original ---------------------------
