@@ -281,16 +281,33 @@ def build_typed_call(call: cst.Call, plan: CallPlan, style: MarkerStyle) -> cst.
         cst.Arg(cst.parse_expression(style.value(plan.dst)), keyword=cst.Name("dst"), equal=equal),
     ]
     separator = _separator_style(call)
+    # The last old argument's line comment (``x @ w  # why`` or ``group=g,  # why``) stays on
+    # the line of the new argument in its place when the new arguments go one per line
+    # (it went to the dst= line, the last).
+    last, last_index = old_args[-1], len(old_args) - 1
+    tail_comma = last.comma if isinstance(last.comma, cst.Comma) else None
+    tail = tail_comma.whitespace_after if tail_comma is not None else last.whitespace_after_arg
+    line_comment: cst.TrailingWhitespace | None = None
+    if (last_index < len(new_args) - 1 and isinstance(tail, cst.ParenthesizedWhitespace)
+            and tail.first_line.comment is not None
+            and isinstance(separator.whitespace_after, cst.ParenthesizedWhitespace)):
+        line_comment = tail.first_line
+        tail = tail.with_changes(first_line=cst.TrailingWhitespace(newline=tail.first_line.newline))
     laid_out = []
     for i, arg in enumerate(new_args[:-1]):
         original_comma = old_args[i].comma if i < len(old_args) - 1 else None
         comma = original_comma if isinstance(original_comma, cst.Comma) else separator
+        if i == last_index and line_comment is not None:
+            assert isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace)
+            comma = comma.with_changes(whitespace_after=comma.whitespace_after.with_changes(first_line=line_comment))
         if i > 0:
             arg = arg.with_changes(whitespace_after_arg=no_space)
         laid_out.append(arg.with_changes(comma=comma))
-    laid_out.append(
-        new_args[-1].with_changes(comma=old_args[-1].comma, whitespace_after_arg=old_args[-1].whitespace_after_arg)
-    )
+    if tail_comma is not None:
+        laid_out.append(new_args[-1].with_changes(comma=tail_comma.with_changes(whitespace_after=tail),
+                                                  whitespace_after_arg=last.whitespace_after_arg))
+    else:
+        laid_out.append(new_args[-1].with_changes(comma=last.comma, whitespace_after_arg=tail))
     func = cst.Attribute(value=cst.Name("spmd"), attr=cst.Name(plan.mapping.collective))
     return call.with_changes(func=func, args=laid_out)
 
