@@ -1,7 +1,7 @@
 """``spmd-mypy``: the command line.
 
-    spmd-mypy check PATH...     mypy with the plugin (uses your mypy config when it
-                                already loads spmd_mypy.plugin, else adds it)
+    spmd-mypy check PATH...     mypy with the plugin (your whole mypy config; the
+                                plugin added to a copy of it when it lacks it)
     spmd-mypy report PATH...    each function's forward and backward collectives
                                 (--json for the schema in docs/report.md)
     spmd-mypy migrate PATH...   rewrite Megatron mapping calls to the typed API
@@ -12,9 +12,19 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import contextlib
+import io
+import json
 import os
+import re
+import shutil
 import sys
 import tempfile
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from .engine.errors import CODES
 
@@ -41,24 +51,127 @@ def _find_config(start: str) -> str | None:
         d = parent
 
 
-def _config_with_plugin(config: str | None) -> tuple[str | None, str | None]:
-    """(config file to pass to mypy, temp file to delete).  If the user's config already
-    loads the plugin, use it as is; otherwise write a mypy.ini that adds the plugin and
-    keeps the user's spmd_mypy section."""
-    if config is not None:
-        with open(config, encoding="utf-8", errors="replace") as f:
-            if PLUGIN in f.read():
-                return config, None
-    from .plugin.config import load
+def _is_spmd_plugin(entry: str) -> bool:
+    """``spmd_mypy.plugin`` as a mypy ``plugins`` entry names it (a module or a file)."""
+    e = entry.strip().replace(os.sep, "/")
+    if ":" in e.rsplit("/", 1)[-1]:  # file.py:entry_point
+        e = e.rsplit(":", 1)[0]
+    return e == PLUGIN or e.endswith("spmd_mypy/plugin/__init__.py") or e.endswith(
+        "spmd_mypy/plugin")
 
-    cfg = load(config)
-    parser = configparser.ConfigParser()
-    parser["mypy"] = {"plugins": PLUGIN}
-    parser["spmd_mypy"] = {"mesh_axes": ", ".join(cfg.mesh_axes), "strict": str(cfg.strict).lower()}
-    fd, path = tempfile.mkstemp(prefix="spmd-mypy-", suffix=".ini")
-    with os.fdopen(fd, "w") as f:
-        parser.write(f)
-    return path, path
+
+def _plugin_list(value: object) -> list[str]:
+    """A ``plugins`` value (comma-separated string, or a TOML list) as mypy splits it."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    return [str(p).strip() for p in items if str(p).strip()]
+
+
+def _rebase(value: object, config_dir: str) -> object:
+    """``$MYPY_CONFIG_FILE_DIR`` (which mypy sets to the directory of the config it reads)
+    spelled out as the user's config directory, in every string of a value."""
+    if isinstance(value, str):
+        return re.sub(r"\$(\{MYPY_CONFIG_FILE_DIR\}|MYPY_CONFIG_FILE_DIR\b)",
+                      lambda _: config_dir.replace("\\", "\\\\"), value)
+    if isinstance(value, list):
+        return [_rebase(v, config_dir) for v in value]
+    if isinstance(value, dict):
+        return {k: _rebase(v, config_dir) for k, v in value.items()}
+    return value
+
+
+def _with_plugin(plugins: list[str], config_dir: str) -> list[str]:
+    """The user's plugins, then ours.  A plugin file (``x.py``) is relative to the config's
+    directory for mypy: spelled out absolute, as the copy lives elsewhere."""
+    out = []
+    for entry in plugins:
+        path, sep, func = entry.rpartition(":") if ":" in os.path.basename(entry) else (entry, "", "")
+        if path.endswith(".py") and not os.path.isabs(path):
+            entry = os.path.join(config_dir, path) + sep + func
+        out.append(entry)
+    return [*out, PLUGIN]
+
+
+def _toml(value: object) -> str:
+    """``value`` (as ``tomllib`` reads it) written as TOML."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return json.dumps(value)  # a JSON string or number is a TOML one
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    raise ValueError(f"cannot copy the TOML value {value!r} ({type(value).__name__})")
+
+
+def _toml_table(name: str, table: dict[str, object]) -> str:
+    lines = [f"[{name}]"] + [f"{json.dumps(str(k))} = {_toml(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _config_with_plugin(config: str | None) -> tuple[str | None, str | None]:
+    """(config file to pass to mypy, temp directory to delete).
+
+    A config that loads the plugin is used as is.  Otherwise a copy of the whole config,
+    under the same file name, with ``spmd_mypy.plugin`` appended to its ``plugins``: every
+    section (``[mypy-pkg.*]``, ``[spmd_mypy-...]``, ``[[tool.mypy.overrides]]``, ...) kept.
+    mypy reads ``mypy_path``, ``files``, ``cache_dir``... relative to the working directory,
+    which does not change; what it reads relative to the config's own directory (plugin
+    files, ``$MYPY_CONFIG_FILE_DIR``) is spelled out.  With no config, a ``pyproject.toml``
+    that loads the plugin (``[tool.spmd_mypy]`` in it is where mesh_axes would go).
+    """
+    name = "pyproject.toml"
+    text: str | None = None
+    if config is not None:
+        config_dir = os.path.dirname(os.path.abspath(config))
+        name = os.path.basename(config)
+        try:
+            text = _copy_config(config, config_dir)
+        except (OSError, ValueError, configparser.Error) as e:  # as mypy: say so, go on without
+            print(f"{config}: {e}", file=sys.stderr)
+            name = "pyproject.toml"
+        else:
+            if text is None:  # loads the plugin already
+                return config, None
+    if text is None:
+        text = _toml_table("tool.mypy", {"plugins": [PLUGIN]})
+    directory = tempfile.mkdtemp(prefix="spmd-mypy-")
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path, directory
+
+
+def _copy_config(config: str, config_dir: str) -> str | None:
+    """The text of the copy of ``config`` that loads the plugin; None if it loads it."""
+    if config.lower().endswith(".toml"):
+        with open(config, "rb") as f:
+            data = tomllib.load(f)
+        tool = data.get("tool", {})
+        mypy = dict(tool.get("mypy", {}))
+        plugins = _plugin_list(mypy.get("plugins", []))
+        if any(_is_spmd_plugin(p) for p in plugins):
+            return None
+        mypy = _rebase(mypy, config_dir)
+        mypy["plugins"] = _with_plugin(plugins, config_dir)
+        text = _toml_table("tool.mypy", mypy)
+        if "spmd_mypy" in tool:
+            text += _toml_table("tool.spmd_mypy", tool["spmd_mypy"])
+        return text
+    parser = configparser.RawConfigParser()  # as mypy reads it
+    parser.read(config)
+    plugins = _plugin_list(parser.get("mypy", "plugins", fallback=""))
+    if any(_is_spmd_plugin(p) for p in plugins):
+        return None
+    for section in parser.sections():
+        for key, value in parser.items(section):
+            parser.set(section, key, _rebase(value, config_dir))
+    if not parser.has_section("mypy"):
+        parser.add_section("mypy")
+    parser.set("mypy", "plugins", ", ".join(_with_plugin(plugins, config_dir)))
+    out = io.StringIO()
+    parser.write(out)
+    return out.getvalue()
 
 
 def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
@@ -66,14 +179,21 @@ def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
 
     config = args.config_file or _find_config(os.getcwd())
     config_file, temp = _config_with_plugin(config)
+    plugin_err = io.StringIO()  # the plugin prints its config problems to sys.stderr
     try:
         argv = [*extra, *args.paths]
         if config_file:
             argv = ["--config-file", config_file, *argv]
-        out, err, status = api.run(argv)
+        with contextlib.redirect_stderr(plugin_err):
+            out, err, status = api.run(argv)
     finally:
         if temp:
-            os.unlink(temp)
+            shutil.rmtree(temp, ignore_errors=True)
+    err = plugin_err.getvalue() + err
+    if temp and config is not None and config_file is not None:
+        # messages about the config name the user's file, not the copy
+        shown = os.path.relpath(config) if not args.config_file else config
+        out, err = out.replace(config_file, shown), err.replace(config_file, shown)
     sys.stdout.write(out)
     sys.stderr.write(err)
     return status

@@ -1,7 +1,8 @@
 """``spmd-mypy report PATH...``: each function's forward and backward collectives.
 
-For every function of the given files that has typed tensors, the report lists
-each call site of a collective or conversion (``spmd.all_reduce``, ``all_gather``,
+For every function of the given files that has typed tensors or a call site (unannotated
+functions included: their bodies are checked in a second run when they call one), the
+report lists each call site of a collective or conversion (``spmd.all_reduce``, ``all_gather``,
 ``reduce_scatter``, ``all_to_all``, ``reinterpret``, ``convert``, ``redistribute``)
 and of the einsum family with ``out_partial_axes`` (``spmd.einsum/matmul/linear/sum``:
 a local op, then ``reinterpret(V,P)``), with the collectives its forward issues and
@@ -27,6 +28,7 @@ and the JSON schema.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import sys
@@ -67,6 +69,7 @@ from mypy.types import (
     get_proper_type,
 )
 
+from .cli import _is_spmd_plugin
 from .engine import collectives as coll
 from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
@@ -908,8 +911,6 @@ def build_report(paths: Sequence[str], *, config_file: str | None = None,
     ``config_file`` is the user's mypy config (its ``[tool.spmd_mypy]`` / ``[spmd_mypy]``
     section gives the mesh axes); ``mypy_args`` are more mypy flags.
     """
-    from mypy import build
-    from mypy.errors import CompileError
     from mypy.main import process_options
 
     argv = [*mypy_args, *paths]
@@ -922,19 +923,30 @@ def build_report(paths: Sequence[str], *, config_file: str | None = None,
     if options.cache_dir != os.devnull:
         options.cache_dir = os.path.join(options.cache_dir, "spmd-report")
     user_paths = [s.path for s in sources if s.path is not None]
+    untyped_options = copy.deepcopy(options)  # before a clone_for_module fixes its sections
     plugin = ReportPlugin(options, user_paths)
-    messages: list[str] = []
-
-    def flush(_: str | None, new: list[str], __: bool) -> None:
-        messages.extend(new)
-
-    try:
-        build.build(sources, options, extra_plugins=[plugin], flush_errors=flush)
-    except CompileError as e:
-        raise ReportError("\n".join(e.messages or messages)) from None
-    if plugin.problems:
-        raise RuntimeError("spmd-mypy report: internal error while recording:\n"
-                           + "\n".join(plugin.problems))
+    messages = _build(sources, options, plugin)
+    # The bodies of unannotated functions (def forward(self, input_): ...) are not checked
+    # under mypy's default, so their calls fired no hook.  If one has a call the report may
+    # list, a second run checks them (check_untyped_defs in the reported modules only) for
+    # the sites in those bodies; everything else, mypy's messages included, is the first
+    # run's, under the user's config.
+    unchecked: dict[str, list[tuple[int, int]]] = {}  # user file -> unchecked line ranges
+    rerun = False
+    for src in sources:
+        if src.path is None or options.clone_for_module(src.module).check_untyped_defs:
+            continue
+        ranges, calls = _unchecked_lines(src.path)
+        unchecked[os.path.abspath(src.path)] = ranges
+        rerun = rerun or calls
+        section = dict(untyped_options.per_module_options.get(src.module, {}))
+        untyped_options.per_module_options[src.module] = {**section, "check_untyped_defs": True}
+    if rerun:
+        second = ReportPlugin(untyped_options, user_paths)
+        _build(sources, untyped_options, second)
+        for key, site in second.sites.items():
+            if any(first <= key[1] <= last for first, last in unchecked.get(key[0], ())):
+                plugin.sites.setdefault(key, site)
     functions: list[Function] = []
     for src in sources:
         if src.path is None:
@@ -965,10 +977,70 @@ def build_report(paths: Sequence[str], *, config_file: str | None = None,
     return Report([_display_path(p) for p in user_paths], functions, errors, messages)
 
 
-def _is_spmd_plugin(entry: str) -> bool:
-    e = entry.replace(os.sep, "/")
-    return e == "spmd_mypy.plugin" or e.endswith("spmd_mypy/plugin/__init__.py") or e.endswith(
-        "spmd_mypy/plugin")
+def _build(sources: list[Any], options: Options, plugin: ReportPlugin) -> list[str]:
+    """One mypy run with ``plugin`` recording; mypy's messages."""
+    from mypy import build
+    from mypy.errors import CompileError
+
+    messages: list[str] = []
+
+    def flush(_: str | None, new: list[str], __: bool) -> None:
+        messages.extend(new)
+
+    try:
+        build.build(sources, options, extra_plugins=[plugin], flush_errors=flush)
+    except CompileError as e:
+        raise ReportError("\n".join(e.messages or messages)) from None
+    if plugin.problems:
+        raise RuntimeError("spmd-mypy report: internal error while recording:\n"
+                           + "\n".join(plugin.problems))
+    return messages
+
+
+def _unchecked_lines(path: str) -> tuple[list[tuple[int, int]], bool]:
+    """The line ranges of the bodies mypy does not check without ``check_untyped_defs`` (the
+    functions without any annotation, mypy's ``is_dynamic``, less the annotated functions
+    nested in them), and whether a call there may be a site of the report (by its name)."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), filename=path, type_comments=True)
+    except (OSError, SyntaxError, ValueError):
+        return [], False  # mypy reports it
+    checked: dict[int, bool] = {}
+    calls: list[int] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and child.body:
+                a = child.args
+                annotated = (child.returns is not None or child.type_comment is not None or any(
+                    arg.annotation is not None
+                    for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                    if arg is not None))
+                for line in range(child.body[0].lineno, (child.end_lineno or 0) + 1):
+                    checked[line] = annotated
+            elif isinstance(child, ast.Call) and _may_be_site(child):
+                calls.append(child.lineno)
+            visit(child)
+
+    visit(tree)
+    ranges: list[tuple[int, int]] = []
+    for line in sorted(n for n, ok in checked.items() if not ok):
+        if ranges and ranges[-1][1] == line - 1:
+            ranges[-1] = (ranges[-1][0], line)
+        else:
+            ranges.append((line, line))
+    return ranges, any(checked.get(line) is False for line in calls)
+
+
+def _may_be_site(call: ast.Call) -> bool:
+    """A call the report could list, by the name called (``spmd.all_reduce``, ``dist.send``,
+    an einsum-family call with ``out_partial_axes``)."""
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if name in PARTIAL_CALLS.values():
+        return any(k.arg == "out_partial_axes" for k in call.keywords)
+    return name in coll.OPS or name in RAW_CALLS
 
 
 def main(paths: Sequence[str], *, as_json: bool = False, config_file: str | None = None,

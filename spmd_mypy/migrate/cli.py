@@ -32,7 +32,8 @@ def build_parser(prog: str = "spmd-mypy migrate") -> argparse.ArgumentParser:
     parser.add_argument("--diff", action="store_true", help="print a unified diff and write nothing")
     parser.add_argument(
         "--check", action="store_true",
-        help="exit 1 when a file would be changed (combine with --diff for CI and pre-commit)",
+        help="write nothing; exit 1 when a file would be changed (with --diff: print the diff too, "
+        "for CI and pre-commit)",
     )
     parser.add_argument(
         "--annotate", action="store_true",
@@ -143,6 +144,8 @@ def run(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Tex
             changed_files += 1
             if args.diff:
                 out.write(unified_diff(result))
+            elif args.check:  # a dry run, as black --check: name the file, write nothing
+                print(f"{path}: would change", file=err)
             else:
                 assert result.migrated is not None
                 path.write_bytes(result.migrated.encode(result.encoding))
@@ -154,7 +157,7 @@ def run(argv: list[str] | None = None, stdout: TextIO | None = None, stderr: Tex
             print(f"{path}:{finding.line}:{finding.column}: {finding.kind}: {finding.message}", file=err)
 
     if not args.quiet:
-        verb = "would change" if args.diff else "changed"
+        verb = "would change" if args.diff or args.check else "changed"
         parts = [
             f"{len(files)} files scanned",
             f"{changed_files} {verb}",

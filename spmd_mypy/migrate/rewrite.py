@@ -142,6 +142,8 @@ def plan_call(mapping: Mapping, args: Sequence[cst.Arg], options: Options) -> Ca
     axis = options.tp_axis
     dst = mapping.dst
     input_arg: cst.Arg | None = None
+    sizes: dict[str, str] = {}  # uneven split sizes given: {the typed call's keyword: code}
+    given: list[str] = []
     for param in mapping.params:
         arg = bound.get(param.name)
         if param.role is Role.INPUT:
@@ -166,9 +168,35 @@ def plan_call(mapping: Mapping, args: Sequence[cst.Arg], options: Options) -> Ca
             dst = variant.dst
         elif param.role is Role.DEFAULT_ONLY:
             if param.default is None or normalize_source(code) != param.default:
-                return param.reason
+                if not param.sizes_keyword:
+                    return param.reason
+                sizes[param.sizes_keyword] = _one_line(code)
+                given.append(f"{param.name}={_one_line(code)}")
     assert input_arg is not None  # required, checked by bind_arguments
+    if sizes:
+        return _uneven_reason(mapping, input_arg, axis, dst, sizes, given)
     return CallPlan(mapping, input_arg, axis, mapping.src, dst)
+
+
+def _one_line(code: str) -> str:
+    return " ".join(code.split())
+
+
+def _uneven_reason(mapping: Mapping, input_arg: cst.Arg, axis: str, dst: LocalType,
+                   sizes: dict[str, str], given: list[str]) -> str:
+    """Uneven split sizes are not migrated (the tool maps only the call shapes it is sure of),
+    but the typed call takes them: the call to write by hand."""
+    keywords = [k for k in ("sizes", "out_sizes") if k in sizes]
+    if mapping.collective == "all_to_all" and "sizes" not in sizes:
+        # torch splits the input evenly when only the output sizes are given; the typed call
+        # needs both
+        keywords.insert(0, "sizes")
+        sizes = {"sizes": "<an equal share of dim 0 per rank>", **sizes}
+    call = (f"spmd.{mapping.collective}({_one_line(source_of(input_arg.value))}, \"{axis}\", "
+            f"src={value_code(mapping.src)}, dst={value_code(dst)}, "
+            + ", ".join(f"{k}={sizes[k]}" for k in keywords) + ")")
+    return (f"uneven split sizes ({', '.join(given)}) are not migrated; the typed call takes "
+            f"them: write {call} by hand")
 
 
 # --- building the typed call, keeping the layout of the original ---------------------------
@@ -253,16 +281,33 @@ def build_typed_call(call: cst.Call, plan: CallPlan, style: MarkerStyle) -> cst.
         cst.Arg(cst.parse_expression(style.value(plan.dst)), keyword=cst.Name("dst"), equal=equal),
     ]
     separator = _separator_style(call)
+    # The last old argument's line comment (``x @ w  # why`` or ``group=g,  # why``) stays on
+    # the line of the new argument in its place when the new arguments go one per line
+    # (it went to the dst= line, the last).
+    last, last_index = old_args[-1], len(old_args) - 1
+    tail_comma = last.comma if isinstance(last.comma, cst.Comma) else None
+    tail = tail_comma.whitespace_after if tail_comma is not None else last.whitespace_after_arg
+    line_comment: cst.TrailingWhitespace | None = None
+    if (last_index < len(new_args) - 1 and isinstance(tail, cst.ParenthesizedWhitespace)
+            and tail.first_line.comment is not None
+            and isinstance(separator.whitespace_after, cst.ParenthesizedWhitespace)):
+        line_comment = tail.first_line
+        tail = tail.with_changes(first_line=cst.TrailingWhitespace(newline=tail.first_line.newline))
     laid_out = []
     for i, arg in enumerate(new_args[:-1]):
         original_comma = old_args[i].comma if i < len(old_args) - 1 else None
         comma = original_comma if isinstance(original_comma, cst.Comma) else separator
+        if i == last_index and line_comment is not None:
+            assert isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace)
+            comma = comma.with_changes(whitespace_after=comma.whitespace_after.with_changes(first_line=line_comment))
         if i > 0:
             arg = arg.with_changes(whitespace_after_arg=no_space)
         laid_out.append(arg.with_changes(comma=comma))
-    laid_out.append(
-        new_args[-1].with_changes(comma=old_args[-1].comma, whitespace_after_arg=old_args[-1].whitespace_after_arg)
-    )
+    if tail_comma is not None:
+        laid_out.append(new_args[-1].with_changes(comma=tail_comma.with_changes(whitespace_after=tail),
+                                                  whitespace_after_arg=last.whitespace_after_arg))
+    else:
+        laid_out.append(new_args[-1].with_changes(comma=last.comma, whitespace_after_arg=tail))
     func = cst.Attribute(value=cst.Name("spmd"), attr=cst.Name(plan.mapping.collective))
     return call.with_changes(func=func, args=laid_out)
 

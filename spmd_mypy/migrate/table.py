@@ -64,6 +64,9 @@ class Param:
     variants: tuple[FlagVariant, ...] = ()
     # DEFAULT_ONLY: why another value cannot be migrated.
     reason: str = ""
+    # DEFAULT_ONLY split sizes: the typed call's keyword taking them (sizes=, out_sizes=);
+    # another value is reported with the typed call to write by hand.
+    sizes_keyword: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,18 +92,16 @@ class Mapping:
 INPUT = Param("input_", Role.INPUT)
 OPTIONAL_GROUP = Param("group", Role.GROUP, default="None")
 
-_SPLIT_SIZES_REASON = (
-    "uneven split sizes ({name}=...) are not expressible in the typed call, "
-    "which splits the dim into equal shards"
-)
 _GLOBAL_BUFFER_REASON = (
     "use_global_buffer=... writes the result into Megatron's global memory buffer; "
     "the typed call allocates its own output"
 )
 
 
-def _split_sizes(name: str) -> Param:
-    return Param(name, Role.DEFAULT_ONLY, default="None", reason=_SPLIT_SIZES_REASON.format(name=name))
+def _split_sizes(name: str, keyword: str = "sizes") -> Param:
+    """Megatron's uneven split sizes: the typed call takes them as ``keyword`` (the tool
+    reports the call to write rather than migrating it)."""
+    return Param(name, Role.DEFAULT_ONLY, default="None", sizes_keyword=keyword)
 
 
 USE_GLOBAL_BUFFER = Param(
@@ -184,8 +185,8 @@ MAPPINGS: tuple[Mapping, ...] = (
         params=(
             Param("group", Role.GROUP),  # required, and first
             INPUT,
-            _split_sizes("output_split_sizes_"),
-            _split_sizes("input_split_sizes"),
+            _split_sizes("output_split_sizes_", "out_sizes"),  # torch's output_split_sizes
+            _split_sizes("input_split_sizes", "sizes"),
             Param(
                 "use_nccl_stream", Role.DEFAULT_ONLY, default="False",
                 reason="use_nccl_stream=... picks Megatron's NCCL stream handling; "

@@ -10,15 +10,18 @@
     strict = true
 
 or in mypy.ini / setup.cfg ``[spmd_mypy]`` and ``[spmd_mypy-pkg.layers,pkg.model.*]`` sections.
-A module pattern is a module name, or ``pkg.*`` for ``pkg`` and every module under it; as in
-mypy, an exact name wins over a pattern and a longer pattern over a shorter one.  Problems
-(an unknown option, a bad value) are printed when mypy starts, as mypy prints its own.
+A module pattern is a module name, ``pkg.*`` for ``pkg`` and every module under it, or
+``pkg.*.tests`` (a ``*`` component matches zero or more components); as in mypy, an exact
+name wins, then an inner-``*`` pattern (the last in the file), then the longer ``pkg.*``
+pattern.  Problems (an unknown option, a pattern mypy rejects, a value that is not a boolean)
+are printed when mypy starts, as mypy prints its own, and the setting is ignored.
 """
 
 from __future__ import annotations
 
 import configparser
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -66,21 +69,47 @@ class Config:
 
 
 def _matches(pattern: str, module: str) -> bool:
+    if "*" in pattern[:-1]:  # spam.*.eggs: '*' in an inner component
+        return _glob_regex(pattern).match(module) is not None
     if pattern.endswith(".*"):
         prefix = pattern[:-2]
         return module == prefix or module.startswith(prefix + ".")
     return module == pattern
 
 
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """mypy's ``Options.compile_glob``: a ``*`` component matches zero or more components."""
+    parts = pattern.split(".")
+    expr = re.escape(parts[0]) if parts[0] != "*" else ".*"
+    for part in parts[1:]:
+        expr += re.escape("." + part) if part != "*" else r"(\..*)?"
+    return re.compile(expr + "\\Z")
+
+
 def _specificity(pattern: str) -> tuple[int, int]:
-    """Exact names first, then longer patterns (mypy's order for its own sections)."""
-    return (0 if not pattern.endswith(".*") else 1, -len(pattern))
+    """mypy's order for its own sections: exact names first, then patterns with an inner
+    ``*`` (``spam.*.eggs``), then ``pkg.*`` patterns, longer ones first."""
+    if "*" in pattern[:-1]:
+        return (1, 0)
+    return (0 if not pattern.endswith(".*") else 2, -len(pattern))
 
 
-def _parse_bool(value: object) -> bool:
+def _bad_pattern(pattern: str) -> bool:
+    """A section name mypy rejects for its own ``[mypy-...]`` sections."""
+    return any(c in pattern for c in "?[]!") or any(
+        "*" in x and x != "*" for x in pattern.split("."))
+
+
+BAD_PATTERN = ("Patterns must be fully-qualified module names, optionally with '*' in some "
+               "components (e.g spam.*.eggs.*)")
+_BOOLEAN_STATES = configparser.RawConfigParser.BOOLEAN_STATES  # as mypy reads its own flags
+
+
+def _parse_bool(value: object) -> bool | None:
+    """A boolean as mypy reads one (true/false, yes/no, on/off, 1/0); None if it is not."""
     if isinstance(value, bool):
         return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
+    return _BOOLEAN_STATES.get(str(value).strip().lower())
 
 
 def _parse_names(value: object) -> tuple[str, ...]:
@@ -151,8 +180,24 @@ def load(config_file: str | None) -> Config:
             if key not in PER_MODULE_OPTIONS:
                 problems.append(f"{where}: unknown per-module option {key!r} "
                                 f"(per module: {', '.join(PER_MODULE_OPTIONS)})")
+        good = []
+        for pattern in patterns:
+            if _bad_pattern(pattern.replace(os.sep, ".")):
+                problems.append(f"{where}: {BAD_PATTERN}; {pattern!r} is ignored")
+            else:
+                good.append(pattern.replace(os.sep, "."))
         if "strict" in options:
-            for pattern in patterns:
-                overrides[pattern] = _parse_bool(options["strict"])
-    ordered = tuple(sorted(overrides.items(), key=lambda o: _specificity(o[0])))
-    return Config(axes, _parse_bool(raw.get("strict", False)), config_file, tuple(problems), ordered)
+            value = _parse_bool(options["strict"])
+            if value is None:
+                problems.append(f"{where}: strict: Not a boolean: {options['strict']}")
+            else:
+                for pattern in good:
+                    overrides[pattern] = value
+    # patterns with an inner '*' in reverse file order: the last one wins, as in mypy
+    inner = [p for p in overrides if "*" in p[:-1]][::-1]
+    ordered = tuple(sorted(overrides.items(), key=lambda o: (
+        _specificity(o[0]), inner.index(o[0]) if o[0] in inner else 0)))
+    strict = _parse_bool(raw.get("strict", False))
+    if strict is None:
+        problems.append(f"{main}: strict: Not a boolean: {raw['strict']}")
+    return Config(axes, bool(strict), config_file, tuple(problems), ordered)

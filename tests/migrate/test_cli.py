@@ -99,7 +99,7 @@ def test_unmigrated_calls_do_not_fail_the_run(tmp_path: Path) -> None:
     assert f"{path}:3:5: not migrated: copy_to_tensor_model_parallel_region: group self.tp_group" in err
 
 
-def test_diff_writes_nothing_and_check_fails_on_pending_changes(tmp_path: Path) -> None:
+def test_diff_and_check_write_nothing_and_check_fails_on_pending_changes(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
     path.write_text(MEGATRON_CALL)
     code, out, err = run("--diff", str(path))
@@ -112,10 +112,15 @@ def test_diff_writes_nothing_and_check_fails_on_pending_changes(tmp_path: Path) 
 
     code, out, _ = run("--diff", "--check", str(path))
     assert code == 1 and out
-    code, _, _ = run("--check", str(path))  # --check without --diff writes
-    assert code == 1 and path.read_text() == MIGRATED_CALL
+    code, out, err = run("--check", str(path))  # a dry run too, without the diff
+    assert code == 1 and out == "" and path.read_text() == MEGATRON_CALL
+    assert f"{path}: would change\n" in err and "1 would change" in err
+    code, _, _ = run(str(path))
+    assert code == 0 and path.read_text() == MIGRATED_CALL
     code, out, _ = run("--diff", "--check", str(path))
     assert code == 0 and out == ""
+    code, out, err = run("--check", str(path))
+    assert code == 0 and out == "" and "0 would change" in err and "would change\n" not in err
 
 
 def test_reported_lines_point_into_the_written_file(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from spmd_mypy.migrate.bindings import BindingCollector, megatron_mapping
 from spmd_mypy.migrate.imports import add_spmd_imports
 from spmd_mypy.migrate import locate
 from spmd_mypy.migrate.locate import Locator
+from spmd_mypy.migrate.table import MAPPINGS_BY_NAME
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -67,7 +68,7 @@ def test_locator_falls_back_to_libcst(monkeypatch: pytest.MonkeyPatch, ast_posit
     module = cst.parse_module(source)
     locator = Locator(module, source)
     module.visit(BindingCollector(Path("/x/m.py"), locator))
-    second = module.body[1].body[0].value.right  # type: ignore[attr-defined]
+    second = module.body[1].body[0].value.right
     assert locator.position(second) == (3, 15)
 
 
@@ -105,7 +106,7 @@ def resolve(source: str, call: str, path: str = "/x/pkg/m.py"):
     locator = Locator(module, module.code)
     collector = BindingCollector(Path(path), locator)
     module.visit(collector)
-    func = module.body[-1].body[0].value.func  # type: ignore[attr-defined]
+    func = module.body[-1].body[0].value.func
     return megatron_mapping(collector.bindings, func)
 
 
@@ -152,3 +153,46 @@ def test_other_functions_of_the_same_names_are_not_migrated(source: str, call: s
     mapping, why_not = resolve(source, call)
     assert mapping is None
     assert reason in why_not
+
+
+# Megatron's split sizes and the typed call's keyword taking each: torch's input_split_sizes
+# are the rows sent to each rank (sizes=), output_split_sizes the rows received (out_sizes=);
+# the sequence-parallel gather/scatter sizes are each rank's length of dim 0 (sizes=).
+UNEVEN = {
+    "gather_from_sequence_parallel_region": {"output_split_sizes": "sizes"},
+    "reduce_scatter_to_sequence_parallel_region": {"input_split_sizes": "sizes"},
+    "all_to_all": {"output_split_sizes_": "out_sizes", "input_split_sizes": "sizes"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNEVEN))
+def test_uneven_sizes_report_a_typed_call_that_takes_them(name: str) -> None:
+    """Megatron's uneven split sizes were reported as "not expressible in the typed call";
+    the typed calls take them (sizes=, out_sizes=): the report gives the call to write, and
+    its keywords are the runtime's and the stubs' own."""
+    import ast
+    import inspect
+    import re
+
+    import spmd
+    from spmd_mypy.migrate.rewrite import Options, plan_call
+
+    mapping = MAPPINGS_BY_NAME[name]
+    sizes = {param: f"[{i + 1}, {i + 2}]" for i, param in enumerate(UNEVEN[name])}
+    group = ["get_tensor_model_parallel_group()"] if name == "all_to_all" else []
+    call = cst.parse_expression(f"f({', '.join([*group, 'input_=x', *(f'{k}={v}' for k, v in sizes.items())])})")
+    assert isinstance(call, cst.Call)
+    reason = plan_call(mapping, call.args, Options())
+    assert isinstance(reason, str) and "not expressible" not in reason, reason
+    written = re.fullmatch(r".*: write (spmd\..*) by hand", reason)
+    assert written, reason
+    typed = ast.parse(written.group(1), mode="eval").body
+    assert isinstance(typed, ast.Call) and ast.unparse(typed.func) == f"spmd.{mapping.collective}"
+    keywords = {k.arg: ast.unparse(k.value) for k in typed.keywords}
+    assert {UNEVEN[name][k]: v for k, v in sizes.items()}.items() <= keywords.items()
+    assert keywords["src"] == str(mapping.src) and keywords["dst"] == str(mapping.dst)
+    runtime = inspect.signature(getattr(spmd, mapping.collective)).parameters
+    stubs = (Path(spmd.__file__).parents[2] / "stubs" / "spmd-stubs" / "__init__.pyi").read_text()
+    [stub] = re.findall(rf"def {mapping.collective}\((.*?)\) ->", stubs, re.S)
+    for keyword in keywords:
+        assert keyword in runtime and f"{keyword}:" in stub, keyword

@@ -121,3 +121,50 @@ def test_strict_per_module_and_problems_printed(tmp_path: Path, capsys) -> None:
     assert untyped == ["pkg/a.py", "pkg/sub/d.py"], stdout   # pkg.sub.c: its exact override
     assert (f"{tmp_path / 'mypy.ini'}: [spmd_mypy]: unknown option 'strictt' "
             f"(known: mesh_axes, strict, and per-module overrides)") in capsys.readouterr().err
+
+
+def test_bad_patterns_and_booleans_are_problems(tmp_path: Path) -> None:
+    """A section pattern mypy rejects for its own sections, and a strict value that is not a
+    boolean, were silently ignored (``strict = maybe`` read as false)."""
+    c = load(_write(tmp_path / "mypy.ini", "[mypy]\n[spmd_mypy]\nstrict = maybe\n"
+                    "[spmd_mypy-c*]\nstrict = true\n[spmd_mypy-ok, p?q]\nstrict = on\n"
+                    "[spmd_mypy-d]\nstrict = sometimes\n"))
+    pattern = ("Patterns must be fully-qualified module names, optionally with '*' in some "
+               "components (e.g spam.*.eggs.*)")
+    assert c.problems == (
+        f"[spmd_mypy-c*]: {pattern}; 'c*' is ignored",
+        f"[spmd_mypy-ok, p?q]: {pattern}; 'p?q' is ignored",
+        "[spmd_mypy-d]: strict: Not a boolean: sometimes",
+        "[spmd_mypy]: strict: Not a boolean: maybe")
+    assert c.strict is False and c.overrides == (("ok", True),)  # yes/no, on/off as mypy reads them
+    t = load(_write(tmp_path / "pyproject.toml",
+                    '[tool.spmd_mypy]\nstrict = "maybe"\n[[tool.spmd_mypy.overrides]]\n'
+                    'module = ["a.b*", "ok"]\nstrict = [1]\n'))
+    assert t.problems == (
+        f"[[tool.spmd_mypy.overrides]] #1: {pattern}; 'a.b*' is ignored",
+        "[[tool.spmd_mypy.overrides]] #1: strict: Not a boolean: [1]",
+        "[tool.spmd_mypy]: strict: Not a boolean: maybe")
+    assert t.strict is False and t.overrides == ()
+
+
+def test_inner_wildcard_patterns_match_as_in_mypy(tmp_path: Path) -> None:
+    """``spam.*.eggs`` (a pattern mypy accepts) matched no module: compared as a name."""
+    c = load(_write(tmp_path / "mypy.ini", "[mypy]\n[spmd_mypy-pkg.*]\nstrict = true\n"
+                    "[spmd_mypy-pkg.*.tests]\nstrict = false\n[spmd_mypy-pkg.a.tests]\nstrict = true\n"))
+    assert c.problems == ()
+    assert c.strict_for("pkg.x.tests") is False and c.strict_for("pkg.x.y.tests") is False
+    assert c.strict_for("pkg.tests") is False  # '*' matches zero components too, as in mypy
+    assert c.strict_for("pkg.x") is True and c.strict_for("pkg.x.tests.y") is True
+    assert c.strict_for("pkg.a.tests") is True  # the exact name wins
+
+
+def test_config_problems_printed_as_mypy_prints_its_own(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    (tmp_path / "m.py").write_text("x = 1\n")
+    _write(tmp_path / "mypy.ini", f"[mypy]\nplugins = spmd_mypy.plugin\ncache_dir = {tmp_path / '.c'}\n"
+           "[mypy-c*]\nstrict_optional = True\n[spmd_mypy-c*]\nstrict = maybe\n")
+    stdout, stderr, status = api.run(["--config-file", str(tmp_path / "mypy.ini"), str(tmp_path / "m.py")])
+    err = capsys.readouterr().err + stderr
+    assert "Traceback" not in stdout + err and status == 0, stdout + err
+    assert f"{tmp_path / 'mypy.ini'}: [mypy-c*]: Patterns must be" in err  # mypy's own
+    assert f"{tmp_path / 'mypy.ini'}: [spmd_mypy-c*]: Patterns must be" in err
+    assert f"{tmp_path / 'mypy.ini'}: [spmd_mypy-c*]: strict: Not a boolean: maybe" in err

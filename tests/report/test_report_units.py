@@ -499,3 +499,50 @@ def test_global_redistribute_plan_steps() -> None:
     bad = read_global_redistribute(None, SpmdType.of({}, ((),)), SpmdType.of({}, ((), ())),
                                    ("dp", "tp"))
     assert bad.problem is not None and "rank" in bad.problem
+
+
+UNANNOTATED = '''\
+import spmd
+from spmd import R, P, I, Tensor
+
+
+def forward(self, input_):
+    out = spmd.all_reduce(input_, "tp", src=P, dst=I)
+    bad = 1 + "a"  # mypy checks no unannotated body by default: not an error here
+    return spmd.reinterpret(out, "tp", src=I, dst=R)
+
+
+class Layer:
+    def forward(self, x):
+        def inner(t: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+            worse = 1 + "b"  # an annotated function: checked
+            return spmd.all_reduce(t, "tp", src=P, dst=I)
+        return inner(spmd.reinterpret(x, "tp", src=V, dst=P))
+
+
+def typed(x: Tensor[P["tp"]]) -> int:
+    return "c"
+'''
+
+
+def test_unannotated_functions_are_reported(make_report: MakeReport, project: Path) -> None:
+    """Call sites in unannotated functions (``def forward(self, input_):``) were left out
+    ("0 functions, 0 call sites"): mypy does not check those bodies by default, so no hook
+    fired.  They are listed; mypy's errors stay the ones it reports under the user's config."""
+    (project / "unannotated.py").write_text(UNANNOTATED)
+    r = make_report(["unannotated.py"], config_file=project / "mypy.ini", cwd=project)
+    sites = {f.qualname: [(s.line, s.op_text) for s in f.sites] for f in r.functions}
+    assert sites == {
+        "forward": [(6, "all_reduce(P,I) on tp"), (8, "reinterpret(I,R) on tp")],
+        "Layer.forward": [(16, "reinterpret(?) on tp")],  # V is not defined
+        "Layer.forward.<locals>.inner": [(15, "all_reduce(P,I) on tp")],
+        "typed": [],
+    }, sites
+    lines = sorted(int(m.split(":")[1]) for m in r.errors)
+    # what mypy reports under this config: not 7 (1 + "a") nor 16 (V is not defined), in
+    # unannotated bodies
+    assert lines == [14, 20], r.errors
+    checked = make_report(["unannotated.py"], config_file=project / "mypy.ini", cwd=project,
+                          mypy_args=["--check-untyped-defs"])
+    assert sorted(int(m.split(":")[1]) for m in checked.errors) == [7, 14, 16, 20], checked.errors
+    assert [f.qualname for f in checked.functions] == [f.qualname for f in r.functions]

@@ -51,6 +51,32 @@ def layouts(x, y):
     return a, b, c, d, e, f, g, h
 
 
+def line_comments(x, w):
+    # a comment on the last argument's line stays on the line of the argument in its place
+    a = spmd.all_reduce(
+        x @ w,  # local partial sum of the row-parallel matmul
+        "tp",
+        src=P,
+        dst=I
+        # a closing remark stays last
+    )
+    b = spmd.all_reduce(
+        x @ w,  # with a trailing comma
+        "tp",
+        src=P,
+        dst=I,
+    )
+    c = spmd.all_reduce(
+        x,
+        "tp",  # the group's line becomes the axis line
+        src=P,
+        dst=I,
+    )
+    d = spmd.all_reduce(x, "tp", src=P, dst=I  # all on one line: stays on it
+    )
+    return a, b, c, d
+
+
 def in_expressions(x):
     return [spmd.reinterpret(t, "tp", src=I, dst=R) for t in x], {
         "out": spmd.all_reduce(x[0], "tp", src=P, dst=I),

@@ -39,6 +39,24 @@ def layouts(x, y):
     return a, b, c, d, e, f, g, h
 
 
+def line_comments(x, w):
+    # a comment on the last argument's line stays on the line of the argument in its place
+    a = reduce_from_tensor_model_parallel_region(
+        x @ w  # local partial sum of the row-parallel matmul
+        # a closing remark stays last
+    )
+    b = reduce_from_tensor_model_parallel_region(
+        x @ w,  # with a trailing comma
+    )
+    c = reduce_from_tensor_model_parallel_region(
+        x,
+        group=None,  # the group's line becomes the axis line
+    )
+    d = reduce_from_tensor_model_parallel_region(x, None  # all on one line: stays on it
+    )
+    return a, b, c, d
+
+
 def in_expressions(x):
     return [copy_to_tensor_model_parallel_region(t) for t in x], {
         "out": reduce_from_tensor_model_parallel_region(x[0]),

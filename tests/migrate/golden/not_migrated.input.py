@@ -37,5 +37,8 @@ class Layer:
         dist.all_to_all([x], [x])
         # One of these is fine and is migrated; the others are reported.
         p = reduce_from_tensor_model_parallel_region(x, group=None, )
-        return a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p
+        # Uneven sizes: the typed call takes them (sizes=, out_sizes=); the report gives it.
+        q = all_to_all(get_tensor_model_parallel_group(), x, [1, 2], input_split_sizes=[2, 1])
+        r = all_to_all(get_tensor_model_parallel_group(), x, output_split_sizes_=sizes)
+        return a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r
 
