@@ -359,21 +359,27 @@ def check_collective(
                 f"convert({x_text}, {format_axis(axis_arg)}, src={src}, dst={dst}) to keep the value",
             ))
     pair_ok = not any(e.code == "spmd-collective" for e in errors)
+    # one error per mistake: the axes on which the value has one type src is not are named
+    # together (in the order the call lists them), with one fix over them all
+    by_have: dict[LocalType, list[str]] = {}
     for axis in mismatched:
         have = x.get(axis)
         assert have is not None
-        fix = _mismatch_fix(have, src, dst, x_text, axis, op)
+        by_have.setdefault(have, []).append(axis)
+    for have, wrong in by_have.items():
+        ax: str | tuple[str, ...] = wrong[0] if len(wrong) == 1 else tuple(wrong)
+        fix = _mismatch_fix(have, src, dst, x_text, ax, op)
         if rest and have.kind is not src.kind and pair_ok:
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             kept = rest[0] if len(rest) == 1 else rest
-            fix = (f'; drop "{axis}" from the axes ({op}({bare(x_text)}, {format_axis(kept)}, '
-                   f"src={src}, dst={dst})) if {x_text} is meant to stay {have.describe()} there, or"
-                   + fix[1:])
+            fix = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
+                   f"{format_axis(kept)}, src={src}, dst={dst})) if {x_text} is meant to stay "
+                   f"{have.describe()} there, or" + fix[1:])
         errors.append(SpmdError(
             "spmd-src-mismatch",
-            f'{call}, src={src}, ...) but {x_text} is {have.describe()} on "{axis}" ({x_text}: '
-            f"{format_type(x)})" + fix,
+            f"{call}, src={src}, ...) but {x_text} is {have.describe()} on {axis_words(wrong)} "
+            f"({x_text}: {format_type(x)})" + fix,
         ))
     out = x
     for axis in axes:

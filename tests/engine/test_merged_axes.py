@@ -126,3 +126,23 @@ def test_backward_on_two_axes_is_one_error() -> None:
     assert 'it is Varying on "dp" and Replicate on "tp"' in err.message
     assert 'reinterpret(reinterpret(loss, "dp", src=V, dst=P), "tp", src=R, dst=I)' in err.message
     assert check_backward(Operand(_t(dp=INVARIANT, tp=PARTIAL), "loss")) == []
+
+
+def test_collective_src_mismatch_on_several_axes_is_one_error() -> None:
+    # one wrong src on each axis of a flattened collective: one error, the axes in the
+    # call's order, one fix (was one error per axis, identical but for the axis)
+    from spmd_mypy.engine.collectives import check_collective
+    from spmd_mypy.engine.types import shard
+
+    res = check_collective("all_gather", _t(row=shard(0), col=shard(0)), ("row", "col"),
+                           shard(1), REPLICATE, x_text="x")
+    assert [str(e) for e in res.errors] == [
+        'all_gather(x, ("row", "col"), src=S(1), ...) but x is S(0) on "row" and "col" (x: '
+        'Tensor[S[0, "col", "row"]]); pass src=S(0)  [spmd-src-mismatch]']
+    res = check_collective("all_reduce", _t(dp=REPLICATE, cp=REPLICATE, tp=PARTIAL),
+                           ("dp", "cp", "tp"), PARTIAL, REPLICATE, x_text="loss")
+    assert [e.message for e in res.errors] == [
+        'all_reduce(loss, ("dp", "cp", "tp"), src=P, ...) but loss is R on "dp" and "cp" '
+        '(loss: Tensor[R["cp", "dp"], P["tp"]]); drop "dp" and "cp" from the axes '
+        '(all_reduce(loss, "tp", src=P, dst=R)) if loss is meant to stay R there, or it is '
+        'already R: drop the call']
