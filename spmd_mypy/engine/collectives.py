@@ -379,7 +379,7 @@ def check_collective(
         errors.append(SpmdError(
             "spmd-src-mismatch",
             f"{call}, src={src}, ...) but {x_text} is {have.describe()} on {axis_words(wrong)} "
-            f"({x_text}: {format_type(x)})" + fix,
+            f"({x_text}: {format_type(x)})" + fix + _other_axis_hint(x, axes, src, x_text),
         ))
     out = x
     for axis in axes:
@@ -427,6 +427,25 @@ def _shift_other_shards(t: SpmdType, axes: Sequence[str], delta: int) -> SpmdTyp
     if not changed and t.spec is None:
         return t
     return SpmdType.of(d, None)
+
+
+def _other_axis_hint(x: SpmdType, axes: Sequence[str], src: LocalType, x_text: str) -> str:
+    """A collective on the wrong axis: the axes outside the call on which ``x`` is what
+    ``src`` says (``all_gather(k, "dp", src=S(2), ...)`` of ``k: Tensor[S[0, "dp"], S[2,
+    "cp"]]``: ``; or did you mean axis "cp"? (k is S(2) on "cp")``), else "".  The axes
+    where ``x`` is ``src`` exactly, if any (an S(2) claim passes over a V, whose dim is not
+    known), else those where ``src`` may stand."""
+    others = [(a, t) for a, t in x.axes if a not in axes and shard_dims_match(t, src)]
+    exact = [(a, t) for a, t in others if t == src]
+    by_type: dict[LocalType, list[str]] = {}
+    for a, t in exact or others:
+        by_type.setdefault(t, []).append(a)
+    if not by_type:
+        return ""
+    names = [a for group in by_type.values() for a in group]
+    which = " or ".join(format_axis(a) for a in names)
+    what = ", ".join(f"{t.describe()} on {axis_words(group)}" for t, group in by_type.items())
+    return f"; or did you mean axis {which}? ({x_text} is {what})"
 
 
 def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,

@@ -146,3 +146,23 @@ def test_collective_src_mismatch_on_several_axes_is_one_error() -> None:
         '(loss: Tensor[R["cp", "dp"], P["tp"]]); drop "dp" and "cp" from the axes '
         '(all_reduce(loss, "tp", src=P, dst=R)) if loss is meant to stay R there, or it is '
         'already R: drop the call']
+
+
+def test_collective_on_the_wrong_axis_names_the_axis_src_is_on() -> None:
+    from spmd_mypy.engine.collectives import check_collective
+    from spmd_mypy.engine.types import shard
+
+    k = _t(dp=shard(0), cp=shard(2), tp=VARYING)
+    (err,) = check_collective("all_gather", k, ("dp",), shard(2), REPLICATE, x_text="k").errors
+    # S(2) exactly on "cp"; "tp" (V, dim unknown) is left out when an exact match exists
+    assert err.message.endswith('; pass src=S(0); or did you mean axis "cp"? (k is S(2) on "cp")')
+    (err,) = check_collective("all_gather", _t(dp=shard(0), tp=VARYING), ("dp",), shard(2),
+                              REPLICATE, x_text="k").errors
+    assert err.message.endswith('; or did you mean axis "tp"? (k is V on "tp")')
+    (err,) = check_collective("all_reduce", _t(dp=PARTIAL, cp=PARTIAL, tp=REPLICATE), ("tp",),
+                              PARTIAL, REPLICATE, x_text="g").errors
+    assert err.message.endswith('; or did you mean axis "cp" or "dp"? (g is P on "cp" and "dp")')
+    # no axis outside the call has src: no hint
+    (err,) = check_collective("all_reduce", _t(dp=REPLICATE, tp=VARYING), ("tp",), PARTIAL,
+                              REPLICATE, x_text="g").errors
+    assert "did you mean" not in err.message
