@@ -543,8 +543,10 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     if not mismatches:
         return []
     # one error per value: the axes with one mistake named together, fixed by one flattened
-    # collective where their order does not matter (an all_reduce, a reinterpret), else each
-    # axis with its fix and the ops nested in one expression
+    # collective where their order does not matter (an all_reduce, a reinterpret) or where
+    # the flattened op has the layout the type reads as (an S(i) gather, scatter or slice,
+    # _FLAT_SHARD_OPS: its axes in the order SpmdType keeps them), else each axis with its
+    # fix and the ops nested in one expression
     groups: dict[tuple[LocalType, LocalType], list[str]] = {}
     for axis, have, want in mismatches:
         groups.setdefault((have, want), []).append(axis)
@@ -553,8 +555,9 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     for (have, want), axes in groups.items():
         what.append(f"{have.describe()} on {axis_words(axes)} where {want} is needed")
         r = route(have, want) if have.kind is not want.kind and have.by_rank is None else None
-        if len(axes) > 1 and r is not None and r[0] in _UNORDERED_OPS:
-            units.append((tuple(axes), have, want))
+        if len(axes) > 1 and r is not None and (r[0] in _UNORDERED_OPS or (
+                r[0] in _FLAT_SHARD_OPS and "S" in r[1:])):
+            units.append((tuple(sorted(axes)), have, want))
         else:
             units.extend((a, have, want) for a in axes)
     fixes: list[str] = []
@@ -592,6 +595,13 @@ def may_be_none(errors: list[SpmdError], x_text: str) -> list[SpmdError]:
 # ops whose flattened axes may be listed in any order (a gather, a scatter, a conversion
 # that keeps one rank's slice orders its blocks by the axes' order)
 _UNORDERED_OPS = ("all_reduce", "reinterpret")
+# ops that, with an S(i) on one side, make one flattened call of a fix over several axes: the
+# blocks of dim i in the order of the axes written (row-major, the first axis outermost).
+# A local type does not keep that order (SpmdType sorts its axes by name, and the plugin
+# stores one slot per mesh axis), so the fix lists the axes sorted by name: the order the
+# message prints the declared type in (S[0, "col", "row"]: reduce_scatter(g, ("col", "row"),
+# ...)).  A V (no dim) is not flattened: nested gathers of V stack on a new dim each.
+_FLAT_SHARD_OPS = ("all_gather", "reduce_scatter", "convert")
 
 
 def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,

@@ -166,3 +166,26 @@ def test_collective_on_the_wrong_axis_names_the_axis_src_is_on() -> None:
     (err,) = check_collective("all_reduce", _t(dp=REPLICATE, tp=VARYING), ("tp",), PARTIAL,
                               REPLICATE, x_text="g").errors
     assert "did you mean" not in err.message
+
+
+def test_argument_shard_scatter_on_two_axes_is_one_flattened_call() -> None:
+    # was reduce_scatter(reduce_scatter(g, "col", ...), "row", ...): nested, col innermost;
+    # one flattened call now, its axes sorted by name (the declared order is not kept: the
+    # types below are equal whatever order the axes were given in)
+    from spmd_mypy.engine.types import shard
+
+    g = SpmdType.of([("row", PARTIAL), ("col", PARTIAL)])
+    want = SpmdType.of([("row", shard(0)), ("col", shard(0))])
+    assert want == SpmdType.of([("col", shard(0)), ("row", shard(0))])
+    (err,) = check_argument(g, want, x_text="g", where="g")
+    assert err.message.endswith(
+        'it is P on "col" and "row" where S(0) is needed; P to S(0) is a reduce-scatter: use '
+        'reduce_scatter(g, ("col", "row"), src=P, dst=S(0))')
+    (err,) = check_argument(_t(b=shard(1), a=shard(1), c=REPLICATE),
+                            _t(a=REPLICATE, b=REPLICATE, c=REPLICATE), x_text="x", where="x")
+    assert err.message.endswith('use all_gather(x, ("a", "b"), src=S(1), dst=R) to concatenate '
+                                "the ranks' values on dim 1")
+    # V (no dim) stays nested: flattened, the gathers would stack on one new dim, not two
+    (err,) = check_argument(_t(a=VARYING, b=VARYING), _t(a=REPLICATE, b=REPLICATE),
+                            x_text="v", where="v")
+    assert "together: all_gather(all_gather(v" in err.message
