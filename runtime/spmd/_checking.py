@@ -1074,6 +1074,28 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     return out
 
 
+def before_collective(op: str, x: Any, axes: tuple[str, ...], src: LocalType, dst: LocalType,
+                      expert_mode: bool = False, reduce_op: str = "sum") -> None:
+    """Before a collective runs: when ``src`` is not ``x``'s tracked type on an axis of the
+    call, raise the error :func:`on_collective` would raise after it (the src mismatch).
+    The op would run on a layout the input does not have (``src=S(1)`` of a 1-d input, the
+    blocks cut on the wrong dim), and its shape error would hide the type error.  Only the
+    src is compared here (a few axes, no engine call): the rest is checked after the op."""
+    have = _get(x) if isinstance(x, torch.Tensor) else None
+    if not have:
+        return
+    have, src_at = _at_rank(x, have, src)
+    assert src_at is not None
+    if all(t is None or shard_dims_match(t, src_at) for t in map(have.get, axes)):
+        return
+    with torch._C.DisableTorchFunction():
+        can_grad = torch.is_grad_enabled() and x.requires_grad
+    res = check_collective(op, have, axes, src_at, dst, expert_mode=expert_mode,
+                           reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=can_grad)
+    if res.errors:
+        raise SpmdTypeError(res.errors[0])
+
+
 def _at_rank(x: torch.Tensor, have: SpmdType, src: LocalType | None
              ) -> tuple[SpmdType, LocalType | None]:
     """``x``'s type and a collective's ``src`` at ``x``'s rank: S(-1) and S(2) of a 3-d

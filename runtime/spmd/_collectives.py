@@ -907,6 +907,9 @@ def _checked_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, red
 
 
 def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Tensor:
+    if _checking.ACTIVE:  # a src the input is not: the type error, before any shape error
+        _checking.before_collective(plan.op, x, plan.axes, plan.src, plan.dst, plan.expert_mode,
+                                    plan.reduce_op)
     if sizes is not None:
         if not plan.uses_sizes:
             raise ValueError(f"{plan.op}(src={plan.src}, dst={plan.dst}) takes no sizes= (the "
@@ -1163,6 +1166,8 @@ class _UnevenAllToAll(torch.autograd.Function):
 def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
                        sizes: Sequence[int] | None, out_sizes: Sequence[int] | None) -> torch.Tensor:
     plan = _plan("all_to_all", axis, src, dst, x=x)  # checks src/dst against the table
+    if _checking.ACTIVE:  # a src the input is not: the type error, before the sizes' errors
+        _checking.before_collective(plan.op, x, plan.axes, plan.src, plan.dst)
     step = plan.step
     if step is None or step.src != "V" or step.dst != "V":
         raise ValueError(f"all_to_all(src={plan.src}, dst={plan.dst}) takes no sizes=: uneven "

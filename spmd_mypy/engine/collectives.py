@@ -359,21 +359,27 @@ def check_collective(
                 f"convert({x_text}, {format_axis(axis_arg)}, src={src}, dst={dst}) to keep the value",
             ))
     pair_ok = not any(e.code == "spmd-collective" for e in errors)
+    # one error per mistake: the axes on which the value has one type src is not are named
+    # together (in the order the call lists them), with one fix over them all
+    by_have: dict[LocalType, list[str]] = {}
     for axis in mismatched:
         have = x.get(axis)
         assert have is not None
-        fix = _mismatch_fix(have, src, dst, x_text, axis, op)
+        by_have.setdefault(have, []).append(axis)
+    for have, wrong in by_have.items():
+        ax: str | tuple[str, ...] = wrong[0] if len(wrong) == 1 else tuple(wrong)
+        fix = _mismatch_fix(have, src, dst, x_text, ax, op)
         if rest and have.kind is not src.kind and pair_ok:
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             kept = rest[0] if len(rest) == 1 else rest
-            fix = (f'; drop "{axis}" from the axes ({op}({bare(x_text)}, {format_axis(kept)}, '
-                   f"src={src}, dst={dst})) if {x_text} is meant to stay {have.describe()} there, or"
-                   + fix[1:])
+            fix = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
+                   f"{format_axis(kept)}, src={src}, dst={dst})) if {x_text} is meant to stay "
+                   f"{have.describe()} there, or" + fix[1:])
         errors.append(SpmdError(
             "spmd-src-mismatch",
-            f'{call}, src={src}, ...) but {x_text} is {have.describe()} on "{axis}" ({x_text}: '
-            f"{format_type(x)})" + fix,
+            f"{call}, src={src}, ...) but {x_text} is {have.describe()} on {axis_words(wrong)} "
+            f"({x_text}: {format_type(x)})" + fix + _other_axis_hint(x, axes, src, x_text),
         ))
     out = x
     for axis in axes:
@@ -421,6 +427,25 @@ def _shift_other_shards(t: SpmdType, axes: Sequence[str], delta: int) -> SpmdTyp
     if not changed and t.spec is None:
         return t
     return SpmdType.of(d, None)
+
+
+def _other_axis_hint(x: SpmdType, axes: Sequence[str], src: LocalType, x_text: str) -> str:
+    """A collective on the wrong axis: the axes outside the call on which ``x`` is what
+    ``src`` says (``all_gather(k, "dp", src=S(2), ...)`` of ``k: Tensor[S[0, "dp"], S[2,
+    "cp"]]``: ``; or did you mean axis "cp"? (k is S(2) on "cp")``), else "".  The axes
+    where ``x`` is ``src`` exactly, if any (an S(2) claim passes over a V, whose dim is not
+    known), else those where ``src`` may stand."""
+    others = [(a, t) for a, t in x.axes if a not in axes and shard_dims_match(t, src)]
+    exact = [(a, t) for a, t in others if t == src]
+    by_type: dict[LocalType, list[str]] = {}
+    for a, t in exact or others:
+        by_type.setdefault(t, []).append(a)
+    if not by_type:
+        return ""
+    names = [a for group in by_type.values() for a in group]
+    which = " or ".join(format_axis(a) for a in names)
+    what = ", ".join(f"{t.describe()} on {axis_words(group)}" for t, group in by_type.items())
+    return f"; or did you mean axis {which}? ({x_text} is {what})"
 
 
 def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
@@ -518,8 +543,10 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     if not mismatches:
         return []
     # one error per value: the axes with one mistake named together, fixed by one flattened
-    # collective where their order does not matter (an all_reduce, a reinterpret), else each
-    # axis with its fix and the ops nested in one expression
+    # collective where their order does not matter (an all_reduce, a reinterpret) or where
+    # the flattened op has the layout the type reads as (an S(i) gather, scatter or slice,
+    # _FLAT_SHARD_OPS: its axes in the order SpmdType keeps them), else each axis with its
+    # fix and the ops nested in one expression
     groups: dict[tuple[LocalType, LocalType], list[str]] = {}
     for axis, have, want in mismatches:
         groups.setdefault((have, want), []).append(axis)
@@ -528,8 +555,9 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     for (have, want), axes in groups.items():
         what.append(f"{have.describe()} on {axis_words(axes)} where {want} is needed")
         r = route(have, want) if have.kind is not want.kind and have.by_rank is None else None
-        if len(axes) > 1 and r is not None and r[0] in _UNORDERED_OPS:
-            units.append((tuple(axes), have, want))
+        if len(axes) > 1 and r is not None and (r[0] in _UNORDERED_OPS or (
+                r[0] in _FLAT_SHARD_OPS and "S" in r[1:])):
+            units.append((tuple(sorted(axes)), have, want))
         else:
             units.extend((a, have, want) for a in axes)
     fixes: list[str] = []
@@ -567,6 +595,13 @@ def may_be_none(errors: list[SpmdError], x_text: str) -> list[SpmdError]:
 # ops whose flattened axes may be listed in any order (a gather, a scatter, a conversion
 # that keeps one rank's slice orders its blocks by the axes' order)
 _UNORDERED_OPS = ("all_reduce", "reinterpret")
+# ops that, with an S(i) on one side, make one flattened call of a fix over several axes: the
+# blocks of dim i in the order of the axes written (row-major, the first axis outermost).
+# A local type does not keep that order (SpmdType sorts its axes by name, and the plugin
+# stores one slot per mesh axis), so the fix lists the axes sorted by name: the order the
+# message prints the declared type in (S[0, "col", "row"]: reduce_scatter(g, ("col", "row"),
+# ...)).  A V (no dim) is not flattened: nested gathers of V stack on a new dim each.
+_FLAT_SHARD_OPS = ("all_gather", "reduce_scatter", "convert")
 
 
 def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,

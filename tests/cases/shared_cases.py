@@ -669,6 +669,11 @@ case("coll-reduce_scatter-avg-V", {"a": "V"},
 case("coll-all_gather-S0-R", {"a": "S0"}, 'out = spmd.all_gather(a, "tp", src=S(0), dst=R)', "R", **CX)
 case("coll-all_gather-S1-mismatch", {"a": "S0"},
      'out = spmd.all_gather(a, "tp", src=S(1), dst=R)', "spmd-src-mismatch", **CX)
+# a flattened gather whose src dim the 1-d input does not have: the src mismatch (the value is
+# S(0)), before the op could fail on the dim (the check mode raised a ValueError)
+case("coll-all_gather-flat-src-dim-out-of-range", {"a": 'Tensor[S[0, "dp", "tp"]]'},
+     'out = spmd.all_gather(a, ("dp", "tp"), src=S(1), dst=R)', "spmd-src-mismatch", **CX,
+     make={"a": "torch.randn(4, requires_grad=True).clone()"})
 case("coll-reinterpret-R-P-expert", {"a": "R"}, 'out = spmd.reinterpret(a, "tp", src=R, dst=P)',
      "spmd-expert-mode", **CX)
 case("coll-convert-R-P", {"a": "R"}, 'out = spmd.convert(a, "tp", src=R, dst=P)', "P", **CX)

@@ -145,3 +145,22 @@ def test_a_repeated_axis_is_named_as_the_static_checker_names_it(mesh) -> None: 
     with pytest.raises(ValueError) as e:
         spmd.all_reduce(torch.ones(2), ("dp", "dp"), src=P, dst=R)
     assert str(e.value) == 'the axes ("dp", "dp") name "dp" twice; name each axis once'
+
+
+def test_a_src_mismatch_is_raised_before_the_op_runs(mesh) -> None:  # noqa: ANN001
+    """A src the input is not: the op would run on a layout the input does not have (a dim
+    out of range, sizes that do not fit); the check mode raises the type error, as the
+    static checker reports it, never the op's own error."""
+    with spmd.typecheck():
+        x = spmd.declare(torch.randn(4), Tensor[S[0, "dp", "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            spmd.all_gather(x, ("dp", "tp"), src=S(1), dst=R)
+        assert e.value.code == "spmd-src-mismatch"
+        assert str(e.value) == (
+            'all_gather(x, ("dp", "tp"), src=S(1), ...) but x is S(0) on "dp" and "tp" (x: '
+            'Tensor[S[0, "dp", "tp"]]); pass src=S(0)  [spmd-src-mismatch]')
+        p = spmd.declare(torch.randn(3), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:  # an uneven all_to_all: before its sizes' check
+            spmd.all_to_all(p, "tp", src=V, dst=V, sizes=[1, 1])
+        assert e.value.code == "spmd-src-mismatch"
+        assert str(e.value).startswith('all_to_all(p, "tp", src=V, ...) but p is P on "tp"')

@@ -126,3 +126,66 @@ def test_backward_on_two_axes_is_one_error() -> None:
     assert 'it is Varying on "dp" and Replicate on "tp"' in err.message
     assert 'reinterpret(reinterpret(loss, "dp", src=V, dst=P), "tp", src=R, dst=I)' in err.message
     assert check_backward(Operand(_t(dp=INVARIANT, tp=PARTIAL), "loss")) == []
+
+
+def test_collective_src_mismatch_on_several_axes_is_one_error() -> None:
+    # one wrong src on each axis of a flattened collective: one error, the axes in the
+    # call's order, one fix (was one error per axis, identical but for the axis)
+    from spmd_mypy.engine.collectives import check_collective
+    from spmd_mypy.engine.types import shard
+
+    res = check_collective("all_gather", _t(row=shard(0), col=shard(0)), ("row", "col"),
+                           shard(1), REPLICATE, x_text="x")
+    assert [str(e) for e in res.errors] == [
+        'all_gather(x, ("row", "col"), src=S(1), ...) but x is S(0) on "row" and "col" (x: '
+        'Tensor[S[0, "col", "row"]]); pass src=S(0)  [spmd-src-mismatch]']
+    res = check_collective("all_reduce", _t(dp=REPLICATE, cp=REPLICATE, tp=PARTIAL),
+                           ("dp", "cp", "tp"), PARTIAL, REPLICATE, x_text="loss")
+    assert [e.message for e in res.errors] == [
+        'all_reduce(loss, ("dp", "cp", "tp"), src=P, ...) but loss is R on "dp" and "cp" '
+        '(loss: Tensor[R["cp", "dp"], P["tp"]]); drop "dp" and "cp" from the axes '
+        '(all_reduce(loss, "tp", src=P, dst=R)) if loss is meant to stay R there, or it is '
+        'already R: drop the call']
+
+
+def test_collective_on_the_wrong_axis_names_the_axis_src_is_on() -> None:
+    from spmd_mypy.engine.collectives import check_collective
+    from spmd_mypy.engine.types import shard
+
+    k = _t(dp=shard(0), cp=shard(2), tp=VARYING)
+    (err,) = check_collective("all_gather", k, ("dp",), shard(2), REPLICATE, x_text="k").errors
+    # S(2) exactly on "cp"; "tp" (V, dim unknown) is left out when an exact match exists
+    assert err.message.endswith('; pass src=S(0); or did you mean axis "cp"? (k is S(2) on "cp")')
+    (err,) = check_collective("all_gather", _t(dp=shard(0), tp=VARYING), ("dp",), shard(2),
+                              REPLICATE, x_text="k").errors
+    assert err.message.endswith('; or did you mean axis "tp"? (k is V on "tp")')
+    (err,) = check_collective("all_reduce", _t(dp=PARTIAL, cp=PARTIAL, tp=REPLICATE), ("tp",),
+                              PARTIAL, REPLICATE, x_text="g").errors
+    assert err.message.endswith('; or did you mean axis "cp" or "dp"? (g is P on "cp" and "dp")')
+    # no axis outside the call has src: no hint
+    (err,) = check_collective("all_reduce", _t(dp=REPLICATE, tp=VARYING), ("tp",), PARTIAL,
+                              REPLICATE, x_text="g").errors
+    assert "did you mean" not in err.message
+
+
+def test_argument_shard_scatter_on_two_axes_is_one_flattened_call() -> None:
+    # was reduce_scatter(reduce_scatter(g, "col", ...), "row", ...): nested, col innermost;
+    # one flattened call now, its axes sorted by name (the declared order is not kept: the
+    # types below are equal whatever order the axes were given in)
+    from spmd_mypy.engine.types import shard
+
+    g = SpmdType.of([("row", PARTIAL), ("col", PARTIAL)])
+    want = SpmdType.of([("row", shard(0)), ("col", shard(0))])
+    assert want == SpmdType.of([("col", shard(0)), ("row", shard(0))])
+    (err,) = check_argument(g, want, x_text="g", where="g")
+    assert err.message.endswith(
+        'it is P on "col" and "row" where S(0) is needed; P to S(0) is a reduce-scatter: use '
+        'reduce_scatter(g, ("col", "row"), src=P, dst=S(0))')
+    (err,) = check_argument(_t(b=shard(1), a=shard(1), c=REPLICATE),
+                            _t(a=REPLICATE, b=REPLICATE, c=REPLICATE), x_text="x", where="x")
+    assert err.message.endswith('use all_gather(x, ("a", "b"), src=S(1), dst=R) to concatenate '
+                                "the ranks' values on dim 1")
+    # V (no dim) stays nested: flattened, the gathers would stack on one new dim, not two
+    (err,) = check_argument(_t(a=VARYING, b=VARYING), _t(a=REPLICATE, b=REPLICATE),
+                            x_text="v", where="v")
+    assert "together: all_gather(all_gather(v" in err.message
