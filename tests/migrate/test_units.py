@@ -192,7 +192,8 @@ def test_uneven_sizes_report_a_typed_call_that_takes_them(name: str) -> None:
     assert {UNEVEN[name][k]: v for k, v in sizes.items()}.items() <= keywords.items()
     assert keywords["src"] == str(mapping.src) and keywords["dst"] == str(mapping.dst)
     runtime = inspect.signature(getattr(spmd, mapping.collective)).parameters
-    stubs = (Path(spmd.__file__).parents[2] / "stubs" / "spmd-stubs" / "__init__.pyi").read_text()
+    # the repository's stubs (an installed spmd lives in site-packages, without them)
+    stubs = (Path(__file__).resolve().parents[2] / "stubs" / "spmd-stubs" / "__init__.pyi").read_text()
     [stub] = re.findall(rf"def {mapping.collective}\((.*?)\) ->", stubs, re.S)
     for keyword in keywords:
         assert keyword in runtime and f"{keyword}:" in stub, keyword
