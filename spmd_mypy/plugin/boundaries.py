@@ -198,18 +198,12 @@ class BoundaryChecker:
             yielded = code == "misc" and info.message.startswith(_YIELD_MESSAGE)
             item = code in _ITEM_CODES or (
                 code == "misc" and info.message.startswith(_COMPREHENSION_MESSAGES))
-            if code == "misc" and info.message.startswith(_YIELD_FROM_MESSAGE):
+            yielded_from = code == "misc" and info.message.startswith(_YIELD_FROM_MESSAGE)
+            if code in _CHECKED_CODES or yielded or item or yielded_from:
                 self._reporting = True
                 try:
-                    if self._replace_yield_from(file, info):
-                        self._replaced = (file, info.line, info.column)
-                        return True
-                finally:
-                    self._reporting = False
-            if code in _CHECKED_CODES or yielded or item:
-                self._reporting = True
-                try:
-                    replaced = (self._replace_item(file, info) if item
+                    replaced = (self._replace_yield_from(file, info) if yielded_from
+                                else self._replace_item(file, info) if item
                                 else self._replace(file, info, yielded))
                     if not replaced and code == "arg-type":
                         replaced = self._plain_argument(file, info)
@@ -232,9 +226,8 @@ class BoundaryChecker:
             info.message = shown
 
     def _replace(self, file: str, info: ErrorInfo, yielded: bool) -> bool:
-        chk: Any = checker_state.type_checker  # the TypeChecker of the module being checked
-        tree = getattr(chk, "tree", None)
-        if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+        chk, tree = _checker_of(file)
+        if tree is None:
             return False
         found = _boundary_at(tree, info.line, info.column, yielded)
         value_type = chk.lookup_type_or_none(found[1]) if found is not None else None
@@ -292,9 +285,8 @@ class BoundaryChecker:
         """An item put into a container whose item type is a typed tensor (``_ITEM_CODES``):
         judged by the rule like an argument; True when mypy's error is replaced (by
         spmd-mismatch errors, or by nothing when the rule accepts the item)."""
-        chk: Any = checker_state.type_checker
-        tree = getattr(chk, "tree", None)
-        if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+        chk, tree = _checker_of(file)
+        if tree is None:
             return False
         found = _item_at(tree, info.line, info.column)
         if found is None:
@@ -328,9 +320,8 @@ class BoundaryChecker:
         rule like a yielded value (spmd-mismatch with the fix), plain items accepted where the
         promotion was off for mypy's check (the gradual rule); True when mypy's error is
         replaced."""
-        chk: Any = checker_state.type_checker
-        tree = getattr(chk, "tree", None)
-        if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+        chk, tree = _checker_of(file)
+        if tree is None:
             return False
         found = _yield_from_at(tree, info.line, info.column)
         returns = getattr(chk, "return_types", None)
@@ -357,9 +348,8 @@ class BoundaryChecker:
         ``list[Tensor[R["tp"]]]`` is declared) met where the promotion was off for mypy's
         check (after a narrowing): True, the gradual rule accepts it as with the promotion
         on (:meth:`Promotion.holds_promoted`)."""
-        chk: Any = checker_state.type_checker
-        tree = getattr(chk, "tree", None)
-        if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+        chk, tree = _checker_of(file)
+        if tree is None:
             return False
         found = _item_at(tree, info.line, info.column, any_call=True)
         if found is None or not isinstance(found[0], CallExpr):
@@ -556,6 +546,16 @@ class BoundaryChecker:
         if isinstance(d, TupleType):
             return isinstance(a, TupleType) and len(a.items) == len(d.items)
         return False
+
+
+def _checker_of(file: str) -> tuple[Any, MypyFile | None]:
+    """The TypeChecker of the module being checked and its tree, when that module is
+    ``file`` (the error's); else (the checker, None)."""
+    chk: Any = checker_state.type_checker
+    tree = getattr(chk, "tree", None)
+    if chk is None or not isinstance(tree, MypyFile) or getattr(chk, "path", None) != file:
+        return chk, None
+    return chk, tree
 
 
 def _boundary_at(tree: MypyFile, line: int, column: int,
