@@ -475,7 +475,15 @@ class CallTyper:
         if self.types.from_type(typ) is not None:
             return [(typ, expr)]
         if isinstance(expr, (ListExpr, TupleExpr)):
-            return [(lookup_type(ctx.api, i), i) for i in expr.items]
+            shown: list[tuple[Type | None, Expression]] = []
+            for i in expr.items:
+                if isinstance(i, StarExpr):  # ``[*xs, a]``: the starred container's items
+                    inner = lookup_type(ctx.api, i.expr)
+                    shown.extend(self._container_items(inner, i.expr, ctx) if inner is not None
+                                 else [(None, i)])
+                else:
+                    shown.append((lookup_type(ctx.api, i), i))
+            return shown
         if isinstance(expr, ListComprehension):
             # ``torch.cat([f(c) for c in chunks])``: mypy typed the list in the parameter's
             # context (list[torch.Tensor]); the element expression keeps its own type
@@ -680,13 +688,17 @@ class CallTyper:
                 items = self._container_items(t, e, ctx)
                 if not items or any(self.types.from_type(it) is None for it, _ in items if it is not None):
                     continue  # a list of numbers (scalars=), or nothing typed
-                if isinstance(e, (ListExpr, TupleExpr)) or isinstance(p, TupleType):
+                if (isinstance(e, (ListExpr, TupleExpr)) and not any(isinstance(it, StarExpr) for it in e.items)
+                        or isinstance(p, TupleType)):
                     if length is not None and length != len(items):
                         return None  # torch rejects lists of different lengths
                     length = len(items)
                     lists[(i, j)] = [(it, ie) for it, ie in items if it is not None]
                 else:  # a list variable: each kind it may hold, at every position
-                    at_k = NameExpr(expr_text(e) + _LIST_ITEM)  # its item, as messages name it
+                    shown = e
+                    if isinstance(e, (ListExpr, TupleExpr)) and len(e.items) == 1 and isinstance(e.items[0], StarExpr):
+                        shown = e.items[0].expr  # ``[*gs]``: gs's items
+                    at_k = NameExpr(expr_text(shown) + _LIST_ITEM)  # its item, as messages name it
                     at_k.set_line(e)
                     lists[(i, j)] = [(it, at_k) for it, _ in items if it is not None]
         if not lists:

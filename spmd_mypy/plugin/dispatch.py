@@ -24,7 +24,7 @@ from . import calls, global_calls, torch_namespaces
 from ..engine.ops import FOREACH_PREFIX
 from .autograd import is_autograd_function
 from .modules import MODULE_LIST, TORCH_MODULE_OPS, enumerate_hook, is_module_class, module_list_method_hook
-from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS
+from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS, TORCH_TENSOR_BASES
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
 from .promotion import Synced
 
@@ -87,6 +87,16 @@ class HookDispatch:
         """The class named ``fullname`` among the modules mypy has loaded, if any."""
         node = self.lookup_node(fullname)
         return node if isinstance(node, TypeInfo) else None
+
+    def is_tensor_class(self, cls: str) -> bool:
+        """Tensor methods are called on ``cls``: torch's tensor classes, or a module-level
+        ``NewType`` of a tensor (``Grad = NewType("Grad", Tensor[P["tp"]])``: mypy names its
+        methods ``mod.Grad.__add__``)."""
+        if calls.is_tensor_method_class(cls):
+            return True
+        info = self.lookup_info(cls)
+        return info is not None and info.is_newtype and any(
+            info.has_base(b) for b in (TENSOR, *TORCH_TENSOR_BASES))
 
     def _guard(self, name: str, hook: Callable, kind: int) -> Guarded:
         """``hook`` under the guard (guard.py), made once per name."""
@@ -334,9 +344,10 @@ class HookDispatch:
         if method == "__call__" and is_module_class(self.lookup_info(cls)):
             return self._guard("module_call", self.plugin.modules.call_signature_hook, SIGNATURE)  # torch's too
         hook: Callable | None
-        if method == "register_hook" and calls.is_tensor_method_class(cls):
+        tensor_class = self.is_tensor_class(cls)
+        if method == "register_hook" and tensor_class:
             hook = self._guard("register_hook", self.plugin.autograd.register_hook_signature_hook, SIGNATURE)
-        elif calls.is_tensor_method_class(cls) or fullname.startswith(NO_SIGNATURE_CHECK):
+        elif tensor_class or fullname.startswith(NO_SIGNATURE_CHECK):
             hook = None
         elif method == "apply" and is_autograd_function(self.lookup_info(cls)):
             return self._guard("apply", self.plugin.autograd.apply_signature_hook, SIGNATURE)
@@ -373,9 +384,10 @@ class HookDispatch:
             module_op = TORCH_MODULE_OPS[cls]
             return self._synced(typer.identity_hook if module_op == "identity"
                                 else typer.op_hook(module_op, method=False))
-        if not calls.is_tensor_method_class(cls) and not fullname.startswith(NO_SIGNATURE_CHECK):
+        tensor_class = self.is_tensor_class(cls)
+        if not tensor_class and not fullname.startswith(NO_SIGNATURE_CHECK):
             return self._check_arguments()
-        elif calls.is_tensor_method_class(cls):
+        elif tensor_class:
             if method == "backward":
                 hook = typer.backward_hook
             elif method == "register_hook":

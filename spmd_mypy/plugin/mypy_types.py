@@ -73,6 +73,7 @@ class TypeBuilder:
         # the entry, so its id is not reused while it is there.
         self._to_cache_by_id: dict[int, tuple[SpmdType, Instance]] = {}
         self._tensor_classes: dict[TypeInfo, bool] = {}  # a subclass of torch.Tensor?
+        self._newtype_bases: dict[TypeInfo, Instance] = {}  # a NewType of a typed tensor: its base
         self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
         self._members: dict[Instance, list[Instance] | None] = {}  # joins read (members)
 
@@ -189,8 +190,15 @@ class TypeBuilder:
                 info.has_base(b) for b in TORCH_TENSOR_BASES)
             if len(self._tensor_classes) > 10_000:
                 self._tensor_classes.clear()
+                self._newtype_bases.clear()
             self._tensor_classes[info] = tensor_class
-        return UNTYPED if tensor_class else None
+            if tensor_class and info.is_newtype and info.bases:
+                # ``Grad = NewType("Grad", Tensor[P["tp"]])``: a Grad is its base's type
+                self._newtype_bases[info] = info.bases[0]
+        if not tensor_class:
+            return None
+        base = self._newtype_bases.get(info) if info.is_newtype else None
+        return self.from_type(base) if base is not None else UNTYPED
 
     def members(self, typ: Type | None) -> list[Instance] | None:
         """The canonical tensors a join stands for; None for anything but a join.

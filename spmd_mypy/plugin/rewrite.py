@@ -702,6 +702,10 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
             ie = cast(IndexExpr, e)
             if _is_indices_item(ie):  # x.topk(k)[1], x.max(-1)[1]
                 return True
+            if (type(ie.base) is _NameExpr and type(ie.index) is _IntExpr
+                    and cast(IntExpr, ie.index).value == 1
+                    and cast(NameExpr, ie.base).name + _INDICES_OF in names):
+                return True  # ``mx = torch.max(x, -1)`` ... ``mx[1]``
             e = ie.base
             continue
         if cls is not _CallExpr:
@@ -802,11 +806,18 @@ def _is_literal(e: Expression) -> bool:
     return False
 
 
+# The suffix of a pair local's entry among the gradient-free names: ``mx[1]`` (never an identifier)
+_INDICES_OF: Final = "[1]"
+
+
 def _gradient_free_names(assigns: dict[str, list[Expression]],
                          no_grad_functions: Container[str] = ()) -> set[str]:
     """The locals every assignment of which is gradient-free, given the others (the least
-    fixpoint: ``a = x.detach()`` then ``b = all_reduce(a, ...)`` makes both)."""
-    names: set[str] = set()
+    fixpoint: ``a = x.detach()`` then ``b = all_reduce(a, ...)`` makes both).  A local only
+    ever assigned a (values, indices) pair (``mx = torch.max(x, -1)``) gives the entry
+    ``mx[1]``: its indices item."""
+    names: set[str] = {n + _INDICES_OF for n, rvalues in assigns.items()
+                       if rvalues and all(_indices_item(r) for r in rvalues)}
     while True:
         found = {n for n, rvalues in assigns.items()
                  if n not in names
