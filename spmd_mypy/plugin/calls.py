@@ -829,10 +829,15 @@ class CallTyper:
                 if t is not None:
                     ops.append(Operand(t, expr_text(ie), self.can_grad_if_invariant(ctx, ie, t)))
         if not any(o.type for o in ops):  # a generator, an iterable of another class
-            typed = [t for t in (self.types.from_type(m) for m in members) if t is not None]
+            # the result is the items' type joined with the start's: the start's own type is
+            # its operand below (an item of that type adds nothing the rule could reject)
+            starts = {self.types.from_type(t) for t in ctx.arg_types[1]} if len(ctx.arg_types) > 1 else set()
+            typed = [t for t in (self.types.from_type(m) for m in members) if t is not None and t not in starts]
             # (inside torch.no_grad() the items carry no gradient: SPEC section 3's relaxation)
             grad = self.can_grad(ctx, None) if typed else True
-            ops = [Operand(t, expr_text(items), grad) for t in dict.fromkeys(typed)]
+            # a generator's items are named by its element (``q`` of ``(q for q in ps)``)
+            shown = items.left_expr if isinstance(items, GeneratorExpr) else items
+            ops = [Operand(t, expr_text(shown), grad) for t in dict.fromkeys(typed)]
         if not any(o.type for o in ops):
             return ret
         if len(ctx.args) > 1:  # the start
@@ -866,12 +871,17 @@ class CallTyper:
             ret = ctx.default_return_type
             items: list[tuple[Type, Expression]] = []
             for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
-                if formal not in ("key", "default"):
+                if formal == "key" and exprs:
+                    return ret  # ``max(ps, key=len)``: the keys are compared, not the items
+                if formal != "default":
                     items.extend(zip(types, exprs))
             if len(items) == 1:  # max(xs): the iterable's items (max(t): t's rows), which
                 # it compares with each other: one item type stands for two operands
-                items = [(t, e) for t, e in self._container_items(items[0][0], items[0][1], ctx)
-                         if t is not None]
+                whole = items[0][1]
+                at_k = NameExpr(expr_text(whole) + _LIST_ITEM)  # an item of a variable
+                at_k.set_line(whole)
+                items = [(t, at_k if e is whole else e)
+                         for t, e in self._container_items(items[0][0], whole, ctx) if t is not None]
                 if len(items) == 1:
                     items = items * 2
             ops: list[Operand] = []
@@ -1564,7 +1574,7 @@ class CallTyper:
         callee = (sig.name or "").split(" of ", 1)[0] or (
             expr_text(c.callee) if isinstance(c, CallExpr) else "the callee")
         try:
-            cases = self.plugin.promotion.union_cases(ctx) or [ctx]
+            cases = self.plugin.promotion.union_cases(ctx, drop_none=False) or [ctx]
         except Exception:  # noqa: BLE001 - never crash mypy: judge the union as a whole
             cases = [ctx]
         for case in cases:

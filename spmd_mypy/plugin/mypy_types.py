@@ -27,6 +27,7 @@ from mypy.types import (
     TupleType,
     Type,
     TypeOfAny,
+    TypeVarType,
     UnboundType,
     UnionType,
     UnpackType,
@@ -170,6 +171,8 @@ class TypeBuilder:
             return None
         p = typ if type(typ) is _Instance else get_proper_type(typ)
         if type(p) is not _Instance:
+            if type(p) is TypeVarType:  # ``x: TB``, TB bound to a typed tensor: at least that
+                return self.from_type(cast(TypeVarType, p).upper_bound)
             return None
         info = cast(Instance, p).type
         if info.fullname == TENSOR:
@@ -397,6 +400,8 @@ def read_axis(t: Type) -> str:
     reference, ``Literal["tp"]``."""
     if isinstance(t, RawExpressionType):
         v = axis_from_raw(t.literal_value)
+        if t.base_type_name == "builtins.bytes":
+            raise AnnotationError(f"a mesh axis is a string literal such as \"tp\", not the bytes b{v!r}")
         if isinstance(v, str):
             return v
         raise AnnotationError(f"a mesh axis is a string literal such as \"tp\", not {t.literal_value!r}")
@@ -405,7 +410,8 @@ def read_axis(t: Type) -> str:
             return t.original_str_expr
         if t.name.rsplit(".", 1)[-1] == "Literal" and len(t.args) == 1:
             return read_axis(t.args[0])
-        raise AnnotationError(f"a mesh axis is a string literal such as \"tp\", not {t.name}")
+        bound = " (an annotation takes the literal itself, not a name bound to it)" if not t.args and t.name not in ("None", "True", "False") else ""
+        raise AnnotationError(f"a mesh axis is a string literal such as \"tp\", not {t.name}{bound}")
     if isinstance(t, LiteralType) and isinstance(t.value, str):
         return t.value
     raise AnnotationError("a mesh axis is a string literal such as \"tp\"")

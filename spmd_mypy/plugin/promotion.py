@@ -58,6 +58,7 @@ from mypy.types import (
     AnyType,
     CallableType,
     Instance,
+    NoneType,
     Overloaded,
     TupleType,
     Type,
@@ -206,11 +207,14 @@ class Promotion:
     def uses_spmd_types(self, tree: MypyFile | None, module: str | None) -> bool:
         return module in self.typed_modules or (tree is not None and self.imports_spmd(tree))
 
-    def union_cases(self, ctx: Any) -> list[Any] | None:
+    def union_cases(self, ctx: Any, drop_none: bool = True) -> list[Any] | None:
         """An argument whose type is a union of typed tensors (``h`` after ``if c: h = x + b``
         under mypy's flexible redefinition) is typed member by member, as mypy does for a
         union receiver: one context per combination (at most 16), the results joined.
         None when no argument is such a union (the common case, kept cheap).
+
+        ``drop_none``: a union with None is split into its tensors (mypy reports the None);
+        off for a caller that judges such a union whole (an argument check says "may be None").
 
         Operands derived from one name split together (:class:`Correlated`): in
         ``for p in (a, b): p.add_(p.grad)`` the receiver and ``p.grad`` are ``a`` and
@@ -228,8 +232,12 @@ class Promotion:
         for i, j, t in slots:
             items = self.types.alternatives(t)
             if items is not None:
+                # ``g: Tensor[P["tp"]] | None`` (``p.grad``): mypy reports the None, the rule
+                # checks the tensor (was unchecked: torch.relu(g) only mypy's [arg-type])
+                if drop_none:
+                    items = [m for m in items if type(get_proper_type(m)) is not NoneType]
                 members = [self.types.from_type(m) for m in items]
-                if all(m is not None for m in members) and any(members):
+                if members and all(m is not None for m in members) and any(members):
                     split[(i, j)] = items
         if not split:
             return None
@@ -1112,9 +1120,89 @@ class Synced:
                     cases = None
             if cases is None:
                 return self.hook(ctx)
-            return make_simplified_union([self.hook(c) for c in cases])
+            store = getattr(getattr(ctx.api, "msg", None), "errors", None)
+            by_file: dict[str, list[Any]] | None = getattr(store, "error_info_map", None)
+            file = getattr(store, "file", "")
+            start = len(by_file.get(file, ())) if by_file is not None else 0
+            result = make_simplified_union([self.hook(c) for c in cases])
+            if by_file is not None:
+                merge_member_errors(by_file.get(file), start)
+            return result
         except Exception as e:  # noqa: BLE001 - never crash mypy (guard.py)
             return recover(ctx, RESULT, e)
+
+
+def merge_member_errors(infos: list[Any] | None, start: int) -> None:
+    """One error per mistake over a union's members: the members' errors (``infos[start:]``)
+    that say the same but for the tensor types they print are one error naming each type::
+
+        for p in [w1, w2, b]: p.add_(g)
+        ... (p: Tensor[R["dp", "tp"]]) ...  +  ... (p: Tensor[R["dp"], V["tp"]]) ...
+          =>  ... (p: Tensor[R["dp", "tp"]] | Tensor[R["dp"], V["tp"]]) ...
+    """
+    if infos is None or len(infos) - start < 2:
+        return
+    kept: dict[tuple[object, ...], tuple[Any, tuple[str, ...], list[list[str]]]] = {}
+    drop: list[int] = []
+    for k in range(start, len(infos)):
+        info = infos[k]
+        code = info.code.code if info.code is not None else ""
+        if not code.startswith("spmd-"):
+            continue
+        texts, types = split_tensor_types(info.message)
+        between = tuple(texts)
+        key = (info.line, info.column, code, info.severity, between)
+        first = kept.get(key)
+        if first is None:
+            kept[key] = (info, between, [[t] for t in types])
+            continue
+        for slot, t in zip(first[2], types):
+            if t not in slot:
+                slot.append(t)
+        drop.append(k)
+    if not drop:
+        return
+    for info, between, slots in kept.values():
+        parts = [between[0]]
+        for slot, text in zip(slots, between[1:]):
+            parts.append(" | ".join(slot))
+            parts.append(text)
+        info.message = "".join(parts)
+    for k in reversed(drop):
+        del infos[k]
+
+
+def split_tensor_types(message: str) -> tuple[list[str], list[str]]:
+    """``message`` around the operand types it prints (``(g: Tensor[...])``, brackets
+    balanced): the texts between them (one more than the types) and the types.  A type
+    anywhere else (a fix's ``spmd.declare(g, Tensor[R["dp"]])``) stays in the text."""
+    texts: list[str] = []
+    types: list[str] = []
+    last = 0
+    i = message.find("Tensor[")
+    while i >= 0:
+        depth = 0
+        j = i + len("Tensor")
+        while j < len(message):
+            c = message[j]
+            if c == "[":
+                depth += 1
+            elif c == "]":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        if depth != 0:
+            break
+        if not message.startswith(": ", i - 2):
+            i = message.find("Tensor[", j + 1)
+            continue
+        texts.append(message[last:i])
+        types.append(message[i:j + 1])
+        last = j + 1
+        i = message.find("Tensor[", last)
+    texts.append(message[last:])
+    return texts, types
 
 
 def _is_spmd(module: str) -> bool:
