@@ -140,6 +140,10 @@ def _cases() -> list[OpCase]:
           lambda a: torch.view_as_real(torch.fft.fft(a, dim=1))),
         C("fft.rfft(0)", "linear", "fft_rfft", (m23,),
           lambda a: torch.view_as_real(torch.fft.rfft(a, dim=0))),
+        # linear maps of the input: average pooling, interpolation
+        C("avg_pool1d", "linear", "avg_pool1d", ((1, 2, 4),), lambda a: F.avg_pool1d(a, 2)),
+        C("interpolate linear", "linear", "interpolate", ((1, 2, 3),),
+          lambda a: F.interpolate(a, scale_factor=2.0, mode="linear")),
         # reductions
         C("sum", "reduction", "sum", (m23,), lambda a: a.sum()),
         C("sum(1)", "reduction", "sum", (m23,), lambda a: a.sum(1), dims=(1,)),
@@ -192,6 +196,11 @@ def _cases() -> list[OpCase]:
           literals=(("is_causal", True),)),
         C("addmm", "multilinear", "addmm", ((2, 4), m23, m34),
           lambda c, a, b: torch.addmm(c, a, b)),
+        # bilinear / convolutions: factors and a bias summand, as linear
+        C("bilinear", "multilinear", "bilinear", (m23, (2, 2), (2, 3, 2), (2,)),
+          lambda x, y, w, b: F.bilinear(x, y, w, b)),
+        C("conv1d", "multilinear", "conv1d", ((1, 2, 4), (2, 2, 3), (2,)),
+          lambda x, w, b: F.conv1d(x, w, b)),
         # non-linear
         C("exp", "non-linear", "exp", (m23,), lambda a: a.exp()),
         C("tanh", "non-linear", "tanh", (m23,), lambda a: a.tanh()),
@@ -206,6 +215,7 @@ def _cases() -> list[OpCase]:
           lambda a, w, b: F.layer_norm(a, (3,), w, b), dims=(3,)),
         # (larger: each operand must win somewhere, or the gradient of one is zero everywhere)
         C("maximum", "non-linear", "maximum", ((4, 6), (4, 6)), lambda a, b: torch.maximum(a, b)),
+        C("max_pool1d", "non-linear", "max_pool1d", ((2, 2, 8),), lambda a: F.max_pool1d(a, 2)),
         # the einsum rule in local mode: the local op, declared Partial on out_partial_axes
         C("spmd.matmul", "einsum-local", "matmul", (m23, m34),
           lambda a, b, axes: _spmd().matmul(a, b, out_partial_axes=axes),

@@ -82,7 +82,7 @@ from spmd_mypy.engine.collectives import (RAW_NN_COLLECTIVES as RAW_NN_NAMES, ch
                                           check_collective, raw_collective_error, suggest)
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, Reduction, Role, check_backward,
+from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, OpSpec, Reduction, Role, check_backward,
                                   check_inplace, partial_op, propagate, propagate_each)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import DimMove
@@ -91,7 +91,7 @@ from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
 from . import _global_check, _torch_ops
 from ._torch_ops import (Kind, Plan, build_plan, carries_no_gradient, extract, move_of,
-                         reduction_of, role_of)
+                         reduction_of, role_of, spec_of)
 from ._types import local_type_of, spmd_type_of_annotation
 
 # True while a ``typecheck()`` block is open (the collectives read it before calling
@@ -609,7 +609,8 @@ class _Mode(TorchFunctionMode):
             first = ops[0][0] if ops else None
             inplace_target = first if isinstance(first, torch.Tensor) else None
         grad_on = torch.is_grad_enabled()
-        key = _operand_key([plan.name, self.strict], ops, types, grad_on)
+        spec = spec_of(plan, args, kwargs)
+        key = _operand_key([spec.name, self.strict], ops, types, grad_on)
         reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
         if reduction is not None:
             key.append(reduction)
@@ -626,7 +627,7 @@ class _Mode(TorchFunctionMode):
         cached = _RESULTS.get(key_t)
         if cached is None:
             res = self._propagate(plan, ops, types, grad_on, None, reduction=reduction,
-                                  partial_axes=partial_axes, move=move)
+                                  partial_axes=partial_axes, move=move, spec=spec)
             if len(_RESULTS) >= _RESULTS_MAX:
                 _RESULTS.clear()
             cached = _RESULTS[key_t] = (_canon(res.type), bool(res.errors))
@@ -637,7 +638,7 @@ class _Mode(TorchFunctionMode):
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction,
-                                  partial_axes=partial_axes, move=move)
+                                  partial_axes=partial_axes, move=move, spec=spec)
             raise SpmdTypeError(res.errors[0])
         targets: list[torch.Tensor] = []
         if inplace_target is not None:
@@ -751,8 +752,9 @@ class _Mode(TorchFunctionMode):
                    texts: list[str] | None, params: dict | None = None,
                    reduction: Reduction | None = None,
                    partial_axes: tuple[str, ...] | None = None,
-                   move: DimMove | Contraction | None = None) -> Any:
-        spec = plan.spec
+                   move: DimMove | Contraction | None = None,
+                   spec: OpSpec | None = None) -> Any:
+        spec = spec or plan.spec
         assert spec is not None
         operands = []
         for i, ((v, cls), t) in enumerate(zip(ops, types)):

@@ -49,8 +49,8 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
-    SCALAR_OPERAND_NAMES, SCANS, OpSpec, Reduction, Role, classify, foreach_op,
-    is_index_formal, normalising_reduction,
+    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, OpSpec, Reduction, Role, call_spec, classify,
+    foreach_op, is_index_formal, normalising_reduction, variant_formals,
 )
 
 # (Formal-name classes are the engine's: the mypy plugin reads the same names.)
@@ -127,7 +127,7 @@ class Plan:
     """How the check mode handles one ``func`` (built once, cached)."""
 
     __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
-                 "varargs", "canon", "inplace_kw", "params", "reduce_at", "each")
+                 "varargs", "canon", "inplace_kw", "params", "reduce_at", "each", "variant_at")
 
     def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
                  swap: bool = False, inplace: bool = False,
@@ -148,6 +148,13 @@ class Plan:
         self.inplace_kw = params is not None and "inplace" in params
         self.params = params  # the formal names (global SPMD reads dims and shapes by name)
         self.each: Plan | None = None  # FOREACH: the plan of the op at one list position
+        # the formals that choose the op's rule (engine VARIANTS), by name: their positions
+        # (None: a formal the signature does not name, whose value is unknown)
+        self.variant_at: dict[str, int | None] | None = None
+        formals = variant_formals(name)
+        if formals and kind is Kind.OP:
+            ps = params or ()
+            self.variant_at = {f: (ps.index(f) if f in ps else None) for f in formals}
         # a reduction or scan: the positions of its dim and keepdim arguments
         self.reduce_at: tuple[int, int | None] | None = None
         if name in REDUCTIONS or name in SCANS:
@@ -167,6 +174,27 @@ class Plan:
 
 # Reductions whose third positional argument is not keepdim (std(dim, unbiased, keepdim)).
 _KEEPDIM_KEYWORD_ONLY = frozenset({"std", "var", "norm", "count_nonzero"})
+
+
+def spec_of(plan: Plan, args: tuple, kwargs: dict) -> OpSpec:
+    """The spec of this call: the plan's, or for an op whose rule depends on a mode
+    argument (engine ``VARIANTS``: embedding_bag's mode, scatter_reduce's reduce) the one its
+    value chooses (engine ``call_spec``, which the static checker asks too)."""
+    at = plan.variant_at
+    assert plan.spec is not None
+    if at is None:
+        return plan.spec
+    if plan.canon is not None:
+        args, kwargs = plan.canon(args, kwargs)
+    values: dict[str, object] = {}
+    for formal, k in at.items():
+        if formal in kwargs:
+            values[formal] = kwargs[formal]
+        elif k is None:
+            values[formal] = UNREAD_VALUE
+        elif k < len(args):
+            values[formal] = args[k]
+    return call_spec(plan.name, values)
 
 
 def _dims_of(v: Any) -> tuple[int, ...] | None:

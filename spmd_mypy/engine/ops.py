@@ -82,6 +82,8 @@ class OpSpec:
     op_class: OpClass
     roles: tuple[Role, ...] = ()
     keeps_shard_dims: bool = False
+    # False for an op the table does not list (classify's default: checked as non-linear)
+    known: bool = True
 
     @property
     def default_role(self) -> Role:
@@ -148,9 +150,13 @@ narrow narrow_copy select split split_with_sizes chunk tensor_split unbind
 expand expand_as broadcast_to repeat tile repeat_interleave flip fliplr flipud roll rot90
 diagonal diag diag_embed diagflat tril triu
 gather index_select take take_along_dim masked_select __getitem__ __setitem__
-index_add index_copy index_fill index_put scatter scatter_add scatter_reduce_sum
+index_add index_copy index_fill index_put scatter scatter_add
 unfold as_strided pad constant_pad_nd
-fold embedding_bag_sum atleast_1d atleast_2d atleast_3d broadcast_tensors
+fold atleast_1d atleast_2d atleast_3d broadcast_tensors
+avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d
+interpolate upsample upsample_nearest upsample_bilinear
+pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle
+max_unpool1d max_unpool2d max_unpool3d affine_grid
 fft_fft fft_ifft fft_fft2 fft_ifft2 fft_fftn fft_ifftn fft_rfft fft_irfft fft_rfft2 fft_irfft2
 fft_rfftn fft_irfftn fft_hfft fft_ihfft fft_hfft2 fft_ihfft2 fft_hfftn fft_ihfftn
 fft_fftshift fft_ifftshift
@@ -158,7 +164,7 @@ fft_fftshift fft_ifftshift
 
 _MULTILINEAR_FACTORS = """
 mul multiply matmul mm bmm mv dot vdot inner outer ger einsum tensordot kron cross
-chain_matmul multi_dot bilinear
+chain_matmul multi_dot linalg_multi_dot
 """.split()
 
 _NONLINEAR = """
@@ -181,7 +187,13 @@ long int short bool byte char
 cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss kl_div
 binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss poisson_nll_loss
 gaussian_nll_loss multilabel_soft_margin_loss
-embedding one_hot interpolate
+one_hot
+max_pool1d max_pool2d max_pool3d max_pool1d_with_indices max_pool2d_with_indices
+max_pool3d_with_indices adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d
+adaptive_max_pool1d_with_indices adaptive_max_pool2d_with_indices adaptive_max_pool3d_with_indices
+fractional_max_pool2d fractional_max_pool3d lp_pool1d lp_pool2d lp_pool3d
+lstm gru rnn_tanh rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell
+cosine_similarity pairwise_distance pdist cdist
 any all count_nonzero nonzero unique bincount histc
 """.split()
 
@@ -375,6 +387,27 @@ def _spec_table() -> dict[str, OpSpec]:
         OpSpec("divide", OpClass.MULTILINEAR, (f, n), keeps_shard_dims=True),
         OpSpec("true_divide", OpClass.MULTILINEAR, (f, n), keeps_shard_dims=True),
         OpSpec("linear", OpClass.MULTILINEAR, (f, f, s)),
+        # bilinear(x1, x2, w, b) = x1^T w x2 + b: multilinear in x1, x2, w; the bias a summand
+        OpSpec("bilinear", OpClass.MULTILINEAR, (f, f, f, s)),
+        # convolutions: linear in the input and in the weight (one P factor), the bias a summand
+        *(OpSpec(c, OpClass.MULTILINEAR, (f, f, s)) for c in (
+            "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+            "conv_transpose3d", "convolution")),
+        # grid_sample(input, grid): for a fixed grid a linear map of the input (every mode and
+        # padding mode); the grid picks the sampled points, a non-linear operand
+        OpSpec("grid_sample", OpClass.LINEAR, (s, n)),
+        # embedding(ids, table): a lookup, linear in the table (the ids are an index: INDEX
+        # roles by their formal); with max_norm the rows are renormalised: VARIANTS
+        OpSpec("embedding", OpClass.LINEAR),
+        # embedding_bag(ids, table, offsets, ..., per_sample_weights) with mode "sum" or
+        # "mean": sum_i psw_i * table[ids_i] (/ the bag's size), linear in the table and in the
+        # per-sample weights, so bilinear in the two (a P table with P weights is P * P); with
+        # mode "max" non-linear: VARIANTS
+        OpSpec("embedding_bag", OpClass.MULTILINEAR),
+        # scatter_reduce(self, dim, index, src, reduce) with reduce "sum" or "mean": each
+        # output element a sum (or a mean over a count the index fixes) of self's and src's
+        # elements; "prod", "amax", "amin" are non-linear: VARIANTS
+        OpSpec("scatter_reduce", OpClass.LINEAR, (s, s)),
         OpSpec("addmm", OpClass.MULTILINEAR, (s, f, f)),
         OpSpec("addbmm", OpClass.MULTILINEAR, (s, f, f)),
         OpSpec("baddbmm", OpClass.MULTILINEAR, (s, f, f)),
@@ -398,7 +431,8 @@ def _spec_table() -> dict[str, OpSpec]:
     for spec in special:
         table[spec.name] = spec
     for name in ("add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
-                 "masked_fill", "index_add", "scatter_add", "scatter", "clamp", "pow", "relu",
+                 "masked_fill", "index_add", "scatter_add", "scatter", "scatter_reduce", "clamp",
+                 "pow", "relu",
                  "index_fill", "index_copy", "index_put", "masked_scatter", "lerp",
                  "zero", "neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "copy", "fill",
                  "normal", "uniform", "transpose", "t", "unsqueeze", "squeeze", "clip",
@@ -432,10 +466,59 @@ __index__ __repr__ __str__ __format__ __hash__ __iter__ __contains__ __array__ _
 
 
 def classify(name: str) -> OpSpec:
-    """The spec of an op by torch's name; an unknown op is non-linear (the safe default)."""
+    """The spec of an op by torch's name; an unknown op is non-linear (the safe default),
+    with ``known`` False (its messages say the checker has no rule for it)."""
     spec = OP_SPECS.get(name)
     if spec is None:
-        spec = OpSpec(name, OpClass.NONLINEAR)
+        spec = OpSpec(name, OpClass.NONLINEAR, known=False)
+    return spec
+
+
+# Ops whose rule depends on an argument that is no operand (a mode string, max_norm): the
+# table's entry holds when every listed formal has one of its values (the formal's value
+# when the call leaves it out comes second); any other value, one the adapter cannot read
+# (not a literal: UNREAD), or a formal the call's signature does not name (a module's
+# forward: the value is in its constructor) gives the op non-linear (the safe rule)::
+#
+#     F.embedding_bag(ids, w_p, offsets)               mode "mean" (the default): P
+#     F.embedding_bag(ids, w_p, offsets, mode="max")   non-linear: an error
+#     x_p.scatter_reduce(0, idx, src_p, reduce=r)      r not a literal: an error
+#
+# Both adapters read the formals by name (:func:`variant_formals`) and ask :func:`call_spec`.
+UNREAD_VALUE = object()  # a value the adapter could not read (not a literal)
+_ANY_VALUE = object()    # the formal's default when the op requires it (no default)
+VARIANTS: dict[str, tuple[tuple[str, object, frozenset[object]], ...]] = {
+    "embedding": (("max_norm", None, frozenset({None})),),
+    "embedding_bag": (("mode", "mean", frozenset({"sum", "mean"})),
+                      ("max_norm", None, frozenset({None}))),
+    "scatter_reduce": (("reduce", _ANY_VALUE, frozenset({"sum", "mean"})),),
+    "scatter_reduce_": (("reduce", _ANY_VALUE, frozenset({"sum", "mean"})),),
+    # the deprecated reduce= of scatter: "add" sums, "multiply" multiplies (non-linear here)
+    "scatter": (("reduce", None, frozenset({None, "add"})),),
+    "scatter_": (("reduce", None, frozenset({None, "add"})),),
+}
+
+
+def variant_formals(name: str) -> tuple[str, ...]:
+    """The formals whose values choose ``name``'s rule (empty: the op has one rule)."""
+    return tuple(f for f, _, _ in VARIANTS.get(name, ()))
+
+
+def call_spec(name: str, values: dict[str, object]) -> OpSpec:
+    """The spec of a call of ``name`` given the values of its :func:`variant_formals`, as
+    the adapter read them: a literal, :data:`UNREAD_VALUE`, or absent when the call leaves
+    the formal out (its default then).  A formal the call's signature does not name must be
+    given as UNREAD_VALUE."""
+    spec = classify(name)
+    for formal, default, accepted in VARIANTS.get(name, ()):
+        value = values.get(formal, default)
+        if value is _ANY_VALUE or value is UNREAD_VALUE:
+            shown = f"{formal} unknown"
+        elif value in accepted:
+            continue
+        else:
+            shown = f'{formal}="{value}"' if isinstance(value, str) else f"{formal}={value}"
+        return OpSpec(f"{name} ({shown})", OpClass.NONLINEAR)
     return spec
 
 
@@ -623,11 +706,16 @@ def _rule_on_axis(
         nonlin = [o for o, r in p_ops if r is Role.NONLINEAR]
         if spec.op_class is OpClass.NONLINEAR or nonlin:
             who = (nonlin or [p0])[0]
-            where = "" if spec.op_class is OpClass.NONLINEAR else " in a non-linear position"
+            if not spec.known:
+                why = (f"{name} (the checker has no linearity rule for {name}, so it is checked "
+                       f"as a non-linear op of a pending sum)")
+            else:
+                where = "" if spec.op_class is OpClass.NONLINEAR else " in a non-linear position"
+                why = f"{name}{where} (a non-linear op of a pending sum)"
             return None, SpmdError(
                 "spmd-partial-nonlinear",
                 f'Partial on "{axis}" ({_describe(who, VARYING, axis)}) cannot go through '
-                f"{name}{where} (a non-linear op of a pending sum); {_fix_reduce(who.text, axis)} first",
+                f"{why}; {_fix_reduce(who.text, axis)} first",
             )
         if Kind.V in kinds:
             v_o, _, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)

@@ -85,7 +85,8 @@ from ..engine.contractions import CONTRACTIONS
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    SCALAR_OPERAND_NAMES, Operand, Role, check_backward, check_inplace, classify, foreach_op,
+    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, classify,
+    foreach_op, variant_formals,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
 )
 from ..engine.types import (
@@ -96,7 +97,7 @@ from . import global_calls
 from .statements import nested_statements
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
-from .reductions import read_contraction, read_move, read_reduction
+from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .rewrite import RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
@@ -523,8 +524,12 @@ class CallTyper:
         return [(typ, expr)]
 
     # -- torch ops ---------------------------------------------------------------------
-    def op_hook(self, op: str, *, method: bool, reflected: bool = False) -> Callable[[AnyCtx], Type]:
-        spec = classify(op)
+    def op_hook(self, op: str, *, method: bool, reflected: bool = False,
+                module: bool = False) -> Callable[[AnyCtx], Type]:
+        """The hook of a call of torch op ``op`` (``module``: the call of one of torch's
+        one-op modules, modules.TORCH_MODULE_OPS)."""
+        own_spec = classify(op)
+        variant = bool(variant_formals(op))  # the rule depends on a mode argument
         dunder = method and (op in ("__getitem__", "__setitem__") or any(
             op == v[0] for v in DUNDERS.values()))
         inplace = op.endswith("_") and not op.startswith("__") or op == "__setitem__"
@@ -554,6 +559,7 @@ class CallTyper:
                 ops = [ops[1], ops[0]]
             if op in PER_OPERAND_OPS and not global_calls.any_global(ops):
                 return self.per_operand_result(ctx, op, ops)
+            spec = call_spec(op, read_variant(ctx, op, module)) if variant else own_spec
             if global_calls.any_global(ops):  # global SPMD: shard propagation
                 result = global_calls.propagate(self, ctx, op, ops)
             else:

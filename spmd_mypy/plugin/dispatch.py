@@ -23,7 +23,10 @@ from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
 from . import calls, global_calls, torch_namespaces
 from ..engine.ops import FOREACH_PREFIX
 from .autograd import is_autograd_function
-from .modules import MODULE_LIST, TORCH_MODULE_OPS, enumerate_hook, is_module_class, module_list_method_hook
+from .modules import (
+    INDICES_RESULT_MODULES, MODULE_LIST, TORCH_MODULE_OPS, TUPLE_RESULT_MODULES, enumerate_hook,
+    is_module_class, module_list_method_hook, returns_one_tensor,
+)
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS, TORCH_TENSOR_BASES
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
 from .promotion import Synced
@@ -382,8 +385,17 @@ class HookDispatch:
             # the op's own hook; on a global tensor the dims only the module's constructor
             # states are read from it (global_calls.module_params)
             module_op = TORCH_MODULE_OPS[cls]
-            return self._synced(typer.identity_hook if module_op == "identity"
-                                else typer.op_hook(module_op, method=False))
+            if module_op == "identity":
+                return self._synced(typer.identity_hook)
+            op_hook = typer.op_hook(module_op, method=False, module=True)
+            if cls not in TUPLE_RESULT_MODULES and cls not in INDICES_RESULT_MODULES:
+                return self._synced(op_hook)
+
+            def checked_only(ctx: MethodContext) -> Type:
+                # the input checked by the op's rule; a tuple result stays mypy's
+                typed = op_hook(ctx)
+                return typed if returns_one_tensor(ctx) else ctx.default_return_type
+            return self._synced(checked_only)
         tensor_class = self.is_tensor_class(cls)
         if not tensor_class and not fullname.startswith(NO_SIGNATURE_CHECK):
             return self._check_arguments()

@@ -40,6 +40,8 @@ from mypy.expandtype import expand_type_by_instance
 from mypy.maptype import map_instance_to_supertype
 from mypy.nodes import (
     ARG_POS,
+    ARG_STAR,
+    ARG_STAR2,
     CallExpr,
     Decorator,
     Expression,
@@ -96,8 +98,44 @@ _TORCH_MODULE_OPS: dict[str, dict[str, str]] = {
     "dropout": {"Dropout": "dropout", "Dropout1d": "dropout1d", "Dropout2d": "dropout2d",
                 "Dropout3d": "dropout3d", "AlphaDropout": "alpha_dropout",
                 "FeatureAlphaDropout": "feature_alpha_dropout"},
-    "sparse": {"Embedding": "embedding"},
+    "sparse": {"Embedding": "embedding", "EmbeddingBag": "embedding_bag"},
     "flatten": {"Flatten": "flatten", "Unflatten": "unflatten"},
+    "fold": {"Fold": "fold", "Unfold": "unfold"},
+    "batchnorm": {"BatchNorm1d": "batch_norm", "BatchNorm2d": "batch_norm",
+                  "BatchNorm3d": "batch_norm", "LazyBatchNorm1d": "batch_norm",
+                  "LazyBatchNorm2d": "batch_norm", "LazyBatchNorm3d": "batch_norm",
+                  "SyncBatchNorm": "batch_norm"},
+    "instancenorm": {"InstanceNorm1d": "instance_norm", "InstanceNorm2d": "instance_norm",
+                     "InstanceNorm3d": "instance_norm", "LazyInstanceNorm1d": "instance_norm",
+                     "LazyInstanceNorm2d": "instance_norm", "LazyInstanceNorm3d": "instance_norm"},
+    "pooling": {
+        "MaxPool1d": "max_pool1d", "MaxPool2d": "max_pool2d", "MaxPool3d": "max_pool3d",
+        "AvgPool1d": "avg_pool1d", "AvgPool2d": "avg_pool2d", "AvgPool3d": "avg_pool3d",
+        "AdaptiveAvgPool1d": "adaptive_avg_pool1d", "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
+        "AdaptiveAvgPool3d": "adaptive_avg_pool3d", "AdaptiveMaxPool1d": "adaptive_max_pool1d",
+        "AdaptiveMaxPool2d": "adaptive_max_pool2d", "AdaptiveMaxPool3d": "adaptive_max_pool3d",
+        "FractionalMaxPool2d": "fractional_max_pool2d",
+        "FractionalMaxPool3d": "fractional_max_pool3d",
+        "LPPool1d": "lp_pool1d", "LPPool2d": "lp_pool2d", "LPPool3d": "lp_pool3d",
+        "MaxUnpool1d": "max_unpool1d", "MaxUnpool2d": "max_unpool2d", "MaxUnpool3d": "max_unpool3d",
+    },
+    "upsampling": {"Upsample": "interpolate", "UpsamplingNearest2d": "interpolate",
+                   "UpsamplingBilinear2d": "interpolate"},
+    # zero, reflection, replication and circular padding are linear maps; a constant pad's
+    # value is in the constructor (a non-zero one would be summed once per rank): unknown op
+    "padding": {
+        **{f"{kind}Pad{n}d": "pad" for kind in ("Zero", "Reflection", "Replication", "Circular")
+           for n in (1, 2, 3)},
+        **{f"ConstantPad{n}d": f"ConstantPad{n}d" for n in (1, 2, 3)},
+    },
+    "conv": {**{f"{lazy}Conv{n}d": f"conv{n}d" for lazy in ("", "Lazy") for n in (1, 2, 3)},
+             **{f"{lazy}ConvTranspose{n}d": f"conv_transpose{n}d" for lazy in ("", "Lazy")
+                for n in (1, 2, 3)}},
+    "rnn": {"LSTM": "lstm", "GRU": "gru", "RNN": "rnn_tanh", "LSTMCell": "lstm_cell",
+            "GRUCell": "gru_cell", "RNNCell": "rnn_tanh_cell"},
+    "pixelshuffle": {"PixelShuffle": "pixel_shuffle", "PixelUnshuffle": "pixel_unshuffle"},
+    "channelshuffle": {"ChannelShuffle": "channel_shuffle"},
+    "distance": {"CosineSimilarity": "cosine_similarity", "PairwiseDistance": "pairwise_distance"},
     "loss": {"L1Loss": "l1_loss", "MSELoss": "mse_loss", "CrossEntropyLoss": "cross_entropy",
              "NLLLoss": "nll_loss", "BCELoss": "binary_cross_entropy",
              "BCEWithLogitsLoss": "binary_cross_entropy_with_logits", "KLDivLoss": "kl_div",
@@ -107,6 +145,51 @@ TORCH_MODULE_OPS: dict[str, str] = {
     f"torch.nn.modules.{module}.{cls}": op
     for module, classes in _TORCH_MODULE_OPS.items() for cls, op in classes.items()
 }
+# Modules whose result is not one tensor of the op's type: the recurrent ones return
+# (output, h_n) or (output, (h_n, c_n)) (torch's forward is unannotated), and a max pool
+# built with ``return_indices=True`` returns (values, indices).  Their input is checked by the
+# op's rule; the result stays mypy's (the recurrent modules' always; a max pool's unless each
+# constructor in sight leaves return_indices out or passes a literal False).
+TUPLE_RESULT_MODULES: frozenset[str] = frozenset(
+    f"torch.nn.modules.rnn.{cls}" for cls in ("LSTM", "GRU", "RNN"))
+INDICES_RESULT_MODULES: frozenset[str] = frozenset(
+    f"torch.nn.modules.pooling.{cls}" for cls in (
+        "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+        "AdaptiveMaxPool3d", "FractionalMaxPool2d", "FractionalMaxPool3d"))
+
+
+def returns_one_tensor(ctx: MethodContext) -> bool:
+    """Whether the call of one of torch's one-op modules (``self.pool(x)``) returns one
+    tensor: not a recurrent module, and not a max pool that may return its indices too."""
+    t = get_proper_type(ctx.type)
+    cls = t.type.fullname if isinstance(t, Instance) else ""
+    if cls in TUPLE_RESULT_MODULES:
+        return False
+    if cls not in INDICES_RESULT_MODULES:
+        return True
+    c = ctx.context
+    if not isinstance(c, CallExpr):
+        return False
+    built = module_constructor(ctx, c.callee)
+    if not built:
+        return False
+    for b in built:
+        if not isinstance(b, CallExpr):
+            return False
+        for name, arg in zip(b.arg_names, b.args):
+            if name == "return_indices" and not (
+                    isinstance(arg, NameExpr) and arg.fullname == "builtins.False"):
+                return False
+        if any(k in (ARG_STAR, ARG_STAR2) for k in b.arg_kinds):
+            return False
+        # return_indices is the 5th positional parameter of MaxPool*d, the 2nd of
+        # AdaptiveMaxPool*d, the 4th of FractionalMaxPool*d: any positional argument there
+        at = 4 if cls.rsplit(".", 1)[-1].startswith("MaxPool") else (
+            1 if "Adaptive" in cls else 3)
+        positional = [a for a, k in zip(b.args, b.arg_kinds) if k == ARG_POS]
+        if len(positional) > at:
+            return False
+    return True
 
 
 def is_module_class(info: TypeInfo | None) -> bool:

@@ -10,13 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mypy.nodes import (
-    EllipsisExpr, Expression, IndexExpr, IntExpr, ListExpr, NameExpr, SliceExpr, StrExpr,
+    EllipsisExpr, Expression, FloatExpr, IndexExpr, IntExpr, ListExpr, NameExpr, SliceExpr, StrExpr,
     TupleExpr, UnaryExpr,
 )
 from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_proper_type
 
 from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
-from ..engine.ops import NORMALISING, REDUCTIONS, SCANS, Reduction, normalising_reduction
+from ..engine.ops import (
+    NORMALISING, REDUCTIONS, SCANS, UNREAD_VALUE, Reduction, normalising_reduction,
+    variant_formals,
+)
 from ..engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
@@ -159,6 +162,36 @@ def read_contraction(ctx: FunctionContext | MethodContext, op: str) -> Contracti
             continue  # left out: the default
         values[formal] = _literal(exprs[0], types[0] if types else None)
     return make_contraction(op, values)
+
+
+def read_variant(ctx: FunctionContext | MethodContext, op: str, module: bool = False) -> dict[str, object]:
+    """The values of the formals that choose ``op``'s rule (engine ``variant_formals``:
+    embedding_bag's mode, scatter_reduce's reduce, ...) for engine ``call_spec``: a str, bool,
+    number or None literal, else ``UNREAD_VALUE``; a formal the call leaves out (or the
+    overload mypy picked does not name) is absent (its default).  ``module``: the call of one
+    of torch's modules (``nn.EmbeddingBag(..., mode="max")(ids)``), whose constructor holds
+    those values: each is UNREAD_VALUE."""
+    values: dict[str, object] = {}
+    for formal in variant_formals(op):
+        if module:
+            values[formal] = UNREAD_VALUE
+            continue
+        if formal not in ctx.callee_arg_names:
+            continue
+        k = ctx.callee_arg_names.index(formal)
+        exprs, types = ctx.args[k], ctx.arg_types[k]
+        if not exprs:
+            continue  # left out: the default
+        e = exprs[0]
+        if isinstance(e, NameExpr) and e.fullname == "builtins.None":
+            values[formal] = None
+            continue
+        if isinstance(e, (IntExpr, FloatExpr)):
+            values[formal] = e.value
+            continue
+        value = _literal(e, types[0] if types else None)
+        values[formal] = UNREAD_VALUE if value is UNREAD else value
+    return values
 
 
 def _literal(e: Expression, t: Type | None) -> object:

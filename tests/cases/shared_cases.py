@@ -774,6 +774,111 @@ case("spmd-matmul-out-partial-untyped", {"x": "U", "w": "U"},
 
 
 # --------------------------------------------------------------------------------------
+# 14. CNN / RNN / GNN ops (engine ops: their roles).  bilinear, the convolutions: factors and
+#     a bias summand, like linear; pooling by averaging, interpolation, pixel shuffles: linear
+#     in the input; grid_sample linear in the input, not the grid; embedding linear in the
+#     table; a mode argument chooses the rule of embedding_bag / scatter_reduce / scatter
+#     (engine VARIANTS: both adapters read it and ask ops.call_spec).
+
+_IMG = "torch.randn(1, 2, 4, 4, requires_grad=True).clone()"
+_SEQ = "torch.randn(1, 2, 5, requires_grad=True).clone()"
+_K2 = "torch.randn(2, 2, 3, 3, requires_grad=True).clone()"
+_K1 = "torch.randn(2, 2, 3, requires_grad=True).clone()"
+_B2 = "torch.randn(2, requires_grad=True).clone()"
+_GRID = "(torch.rand(1, 3, 3, 2) * 2 - 1).requires_grad_()"
+_IDS = "torch.tensor([0, 3, 1, 2])"
+_OFFS = "torch.tensor([0, 2])"
+_TBL = "torch.randn(5, 3, requires_grad=True).clone()"
+_PSW = "torch.randn(4, requires_grad=True).clone()"
+_BIL = {"x": "torch.randn(2, 3, requires_grad=True).clone()",
+        "y": "torch.randn(2, 4, requires_grad=True).clone()",
+        "w": "torch.randn(2, 3, 4, requires_grad=True).clone()", "b": _B2}
+case("bilinear-P-R-R-Rbias", {"x": "P", "y": "R", "w": "R", "b": "R"},
+     "out = F.bilinear(x, y, w, b)", AFF, make=_BIL,
+     desc="the bias would be added once per rank (it was typed P)")
+case("bilinear-P-R-R", {"x": "P", "y": "R", "w": "R"}, "out = F.bilinear(x, y, w)", "P",
+     make=_BIL)
+case("bilinear-R-R-P-Pbias", {"x": "R", "y": "R", "w": "P", "b": "P"},
+     "out = F.bilinear(x, y, w, b)", "P", make=_BIL)
+case("bilinear-P-P-R", {"x": "P", "y": "P", "w": "R"}, "out = F.bilinear(x, y, w)", PROD,
+     make=_BIL)
+case("conv2d-P-R", {"x": "P", "w": "R"}, "out = F.conv2d(x, w)", "P",
+     make={"x": _IMG, "w": _K2})
+case("conv2d-R-P", {"x": "R", "w": "P"}, "out = F.conv2d(x, w, padding=1)", "P",
+     make={"x": _IMG, "w": _K2})
+case("conv2d-P-R-Rbias", {"x": "P", "w": "R", "b": "R"}, "out = F.conv2d(x, w, b)", AFF,
+     make={"x": _IMG, "w": _K2, "b": _B2})
+case("conv2d-P-R-Pbias", {"x": "P", "w": "R", "b": "P"}, "out = F.conv2d(x, w, b)", "P",
+     make={"x": _IMG, "w": _K2, "b": _B2})
+case("conv2d-P-P", {"x": "P", "w": "P"}, "out = F.conv2d(x, w)", PROD,
+     make={"x": _IMG, "w": _K2})
+case("torch-conv2d-P-R", {"x": "P", "w": "R"}, "out = torch.conv2d(x, w)", "P",
+     make={"x": _IMG, "w": _K2})
+case("conv1d-P-R", {"x": "P", "w": "R"}, "out = F.conv1d(x, w)", "P", make={"x": _SEQ, "w": _K1})
+case("conv-transpose2d-P-R", {"x": "P", "w": "R"}, "out = F.conv_transpose2d(x, w)", "P",
+     make={"x": _IMG, "w": _K2})
+case("conv2d-V-R", {"x": "V", "w": "R"}, "out = F.conv2d(x, w)", "V", make={"x": _IMG, "w": _K2})
+case("avg-pool2d-P", {"x": "P"}, "out = F.avg_pool2d(x, 2)", "P", make={"x": _IMG})
+case("adaptive-avg-pool2d-P", {"x": "P"}, "out = F.adaptive_avg_pool2d(x, 1)", "P",
+     make={"x": _IMG})
+case("avg-pool1d-P", {"x": "P"}, "out = F.avg_pool1d(x, 2)", "P", make={"x": _SEQ})
+case("max-pool2d-P", {"x": "P"}, "out = F.max_pool2d(x, 2)", NL, make={"x": _IMG})
+case("adaptive-max-pool2d-P", {"x": "P"}, "out = F.adaptive_max_pool2d(x, 1)", NL,
+     make={"x": _IMG})
+case("interpolate-bilinear-P", {"x": "P"},
+     "out = F.interpolate(x, scale_factor=2.0, mode=\"bilinear\")", "P", make={"x": _IMG})
+case("interpolate-nearest-P", {"x": "P"}, "out = F.interpolate(x, size=(6, 6))", "P",
+     make={"x": _IMG})
+case("pixel-shuffle-P", {"x": "P"}, "out = F.pixel_shuffle(x, 1)", "P", make={"x": _IMG})
+case("pixel-unshuffle-P", {"x": "P"}, "out = F.pixel_unshuffle(x, 2)", "P", make={"x": _IMG})
+case("grid-sample-P-R", {"x": "P", "g": "R"}, "out = F.grid_sample(x, g, align_corners=False)",
+     "P", make={"x": _IMG, "g": _GRID}, desc="linear in the input for a fixed grid")
+case("grid-sample-R-P", {"x": "R", "g": "P"}, "out = F.grid_sample(x, g, align_corners=False)",
+     NL, make={"x": _IMG, "g": _GRID}, desc="the grid picks the points: non-linear")
+case("multi-dot-R-P-R", {"a": "R", "b": "P", "c": "R"}, "out = torch.linalg.multi_dot([a, b, c])",
+     "P")
+case("multi-dot-P-P", {"a": "P", "b": "P"}, "out = torch.linalg.multi_dot([a, b])", PROD)
+case("embedding-R-ids-P-table", {"i": "R", "w": "P"}, "out = F.embedding(i, w)", "P",
+     make={"i": _IDS, "w": _TBL}, desc="a lookup is linear in the table")
+case("embedding-max-norm-P-table", {"i": "R", "w": "P"},
+     "out = F.embedding(i, w, max_norm=1.0)", NL, make={"i": _IDS, "w": _TBL},
+     desc="max_norm renormalises the looked-up rows")
+case("embedding-bag-mean-P", {"i": "R", "w": "P", "o": "R"}, "out = F.embedding_bag(i, w, o)",
+     "P", make={"i": _IDS, "w": _TBL, "o": _OFFS}, desc="mode \"mean\" is the default")
+case("embedding-bag-sum-P", {"i": "R", "w": "P", "o": "R"},
+     "out = F.embedding_bag(i, w, o, mode=\"sum\")", "P",
+     make={"i": _IDS, "w": _TBL, "o": _OFFS})
+case("embedding-bag-max-P", {"i": "R", "w": "P", "o": "R"},
+     "out = F.embedding_bag(i, w, o, mode=\"max\")", NL,
+     make={"i": _IDS, "w": _TBL, "o": _OFFS})
+case("embedding-bag-sum-R-table-P-weights", {"i": "R", "w": "R", "o": "R", "q": "P"},
+     "out = F.embedding_bag(i, w, o, mode=\"sum\", per_sample_weights=q)", "P",
+     make={"i": _IDS, "w": _TBL, "o": _OFFS, "q": _PSW})
+case("embedding-bag-sum-P-table-P-weights", {"i": "R", "w": "P", "o": "R", "q": "P"},
+     "out = F.embedding_bag(i, w, o, mode=\"sum\", per_sample_weights=q)", PROD,
+     make={"i": _IDS, "w": _TBL, "o": _OFFS, "q": _PSW},
+     desc="bilinear in the table and the per-sample weights")
+case("scatter-reduce-sum-P-P", {"a": "P", "b": "P", "i": "R"},
+     "out = a.scatter_reduce(0, i, b, reduce=\"sum\")", "P",
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
+case("scatter-reduce-mean-R-P", {"a": "R", "b": "P", "i": "R"},
+     "out = a.scatter_reduce(0, i, b, \"mean\")", AFF,
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
+case("scatter-reduce-amax-P-P", {"a": "P", "b": "P", "i": "R"},
+     "out = a.scatter_reduce(0, i, b, reduce=\"amax\")", NL,
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
+case("scatter-reduce-sum-inplace-P-P", {"a": "P", "b": "P", "i": "R"},
+     ("a.scatter_reduce_(0, i, b, \"sum\")", "out = a"), "P",
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
+case("scatter-multiply-P-P", {"a": "P", "b": "P", "i": "R"},
+     "out = a.scatter(0, i, b, reduce=\"multiply\")", NL,
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"},
+     desc="the deprecated reduce=\"multiply\" multiplies: not linear")
+case("scatter-add-reduce-P-P", {"a": "P", "b": "P", "i": "R"},
+     "out = a.scatter(0, i, b, reduce=\"add\")", "P",
+     make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
+
+# --------------------------------------------------------------------------------------
 # 9. Global SPMD (partition specs, SPEC section 6): shard propagation, both checkers.
 
 GLB = "spmd-global"

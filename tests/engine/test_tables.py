@@ -8,7 +8,9 @@ import pytest
 
 from spmd_mypy.engine import collectives as coll
 from spmd_mypy.engine.annotations import Entry, build
-from spmd_mypy.engine.ops import OP_SPECS, OpClass, Operand, classify, propagate
+from spmd_mypy.engine.ops import (
+    OP_SPECS, UNREAD_VALUE, OpClass, Operand, call_spec, classify, propagate,
+)
 from spmd_mypy.engine.types import (
     INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, bare, dual, format_type,
     receiver, shard,
@@ -227,6 +229,60 @@ def test_no_grad_invariant_relaxes_only_beside_other_kinds() -> None:
 def test_unknown_op_is_nonlinear_and_every_class_is_listed() -> None:
     assert classify("frobnicate").op_class is OpClass.NONLINEAR
     assert {s.op_class for s in OP_SPECS.values()} == set(OpClass)
+
+
+def test_an_op_without_a_rule_says_so_a_known_non_linear_op_says_non_linear() -> None:
+    """An op the table does not list is checked as non-linear, and the message says the
+    checker has no rule for it (it may well be linear); a listed non-linear op keeps its
+    message."""
+    p = SpmdType.of({"tp": PARTIAL})
+    unknown = propagate("frobnicate", [Operand(p, "x")]).errors[0]
+    assert unknown.code == "spmd-partial-nonlinear"
+    assert ("cannot go through frobnicate (the checker has no linearity rule for frobnicate, "
+            "so it is checked as a non-linear op of a pending sum)") in unknown.message
+    known = propagate("max_pool2d", [Operand(p, "x")]).errors[0]
+    assert "cannot go through max_pool2d (a non-linear op of a pending sum)" in known.message
+
+
+@pytest.mark.parametrize("op,values,op_class", [
+    ("embedding_bag", {}, OpClass.MULTILINEAR),  # mode "mean", the default
+    ("embedding_bag", {"mode": "sum"}, OpClass.MULTILINEAR),
+    ("embedding_bag", {"mode": "max"}, OpClass.NONLINEAR),
+    ("embedding_bag", {"mode": UNREAD_VALUE}, OpClass.NONLINEAR),
+    ("embedding_bag", {"mode": "sum", "max_norm": 1.0}, OpClass.NONLINEAR),
+    ("embedding", {}, OpClass.LINEAR),
+    ("embedding", {"max_norm": None}, OpClass.LINEAR),
+    ("embedding", {"max_norm": 2.0}, OpClass.NONLINEAR),
+    ("scatter_reduce", {"reduce": "sum"}, OpClass.LINEAR),
+    ("scatter_reduce", {"reduce": "mean"}, OpClass.LINEAR),
+    ("scatter_reduce_", {"reduce": "sum"}, OpClass.LINEAR),
+    ("scatter_reduce", {"reduce": "prod"}, OpClass.NONLINEAR),
+    ("scatter_reduce", {}, OpClass.NONLINEAR),  # required: left out only where unread
+    ("scatter", {}, OpClass.LINEAR),
+    ("scatter", {"reduce": "add"}, OpClass.LINEAR),
+    ("scatter_", {"reduce": "multiply"}, OpClass.NONLINEAR),
+    ("add", {}, OpClass.LINEAR),  # no variants: the table's entry
+])
+def test_a_mode_argument_chooses_the_rule(op: str, values: dict, op_class: OpClass) -> None:
+    """call_spec (asked by both adapters): the table's entry when every variant formal has
+    one of its values, else non-linear, named with the value in messages."""
+    spec = call_spec(op, values)
+    assert spec.op_class is op_class
+    if op_class is OpClass.NONLINEAR:
+        p = SpmdType.of({"tp": PARTIAL})
+        msg = propagate(spec, [Operand(p, "w")]).errors[0].message
+        assert f"cannot go through {op} (" in msg and "no linearity rule" not in msg
+
+
+def test_bilinear_and_convolutions_take_a_bias_summand() -> None:
+    """bilinear(x1, x2, w, b) and conv*(x, w, b): factors and a summand, as linear(x, w, b):
+    a Partial factor beside a Replicate bias is affine."""
+    p, r = SpmdType.of({"tp": PARTIAL}), SpmdType.of({"tp": REPLICATE})
+    for op, factors in (("bilinear", 3), ("conv2d", 2), ("conv_transpose1d", 2), ("linear", 2)):
+        ops = [Operand(p, "x")] + [Operand(r, f"w{i}") for i in range(factors - 1)]
+        assert propagate(op, ops).type.get("tp") == PARTIAL, op
+        assert propagate(op, [*ops, Operand(r, "b")]).errors[0].code == "spmd-partial-affine", op
+        assert propagate(op, [*ops, Operand(p, "b")]).type.get("tp") == PARTIAL, op
 
 
 def test_annotation_build_and_format() -> None:

@@ -103,3 +103,15 @@ def test_a_zero_summand_keeps_a_partial() -> None:
     assert status["[a2] where zero({a:R}, {a:P})"] == "accepted-match"
     assert status["[a2] add scalar({a:P})"] == "rejected-counterexample"
     assert not [t for t, s in status.items() if s in ("accepted-MISMATCH", "UNLISTED-conservative")]
+
+
+def test_a_convolution_is_multilinear_with_a_bias_summand() -> None:
+    """conv1d(x, w, b): a Partial input with a Replicate bias adds the bias once per rank (a
+    counterexample), with a Partial bias it is P; every combination on a 2-rank world either
+    matches or has a counterexample (the rule of F.linear, which bilinear shares)."""
+    res = rules.run(world_sizes=(2,), cases=["conv1d"], timeout=240)
+    status = {r["task"]: r["status"] for r in res}
+    assert status["[a2] conv1d({a:P}, {a:R}, {a:R})"] == "rejected-counterexample"
+    assert status["[a2] conv1d({a:P}, {a:R}, {a:P})"] == "accepted-match"
+    assert status["[a2] conv1d({a:R}, {a:P}, {a:P})"] == "accepted-match"
+    assert not [t for t, s in status.items() if s in ("accepted-MISMATCH", "UNLISTED-conservative")]
