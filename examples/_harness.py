@@ -51,6 +51,9 @@ class Result:
     errors: list[str] = field(default_factory=list)
     # the same step under ``spmd.typecheck()`` (the runtime check mode): the errors it raised
     check_errors: list[str] = field(default_factory=list)
+    # whether that step ran: "ran", "skipped" (run_all(typecheck=False), run_all.py's
+    # --no-typecheck) or "not run" (the example failed first: nothing to check)
+    check_status: str = "not run"
 
     @property
     def passed(self) -> bool:
@@ -230,7 +233,8 @@ def combine(result: Result) -> Result:
     params = torch.tensor([result.params], dtype=torch.int64)
     dist.all_reduce(params, op=dist.ReduceOp.MIN)
     out = Result(result.name, float(worst[0]), float(worst[1]), int(params[0]), result.loss,
-                 float(worst[3]), result.worst, list(result.errors), list(result.check_errors))
+                 float(worst[3]), result.worst, list(result.errors), list(result.check_errors),
+                 result.check_status)
     if worst[2] > 0 and not out.errors:
         out.errors.append("failed on another rank (see that rank's output)")
     if worst[4] > 0 and not out.check_errors:
@@ -250,7 +254,10 @@ def run_all(mesh: DeviceMesh, names: tuple[str, ...] = EXAMPLES, *,
     results = []
     for name in names:
         result = check_example(name, mesh)
-        if typecheck and not result.errors:
+        if not typecheck:
+            result.check_status = "skipped"
+        elif not result.errors:
+            result.check_status = "ran"
             result.check_errors = check_types(name, mesh)
             for err in result.check_errors:
                 print(f"[rank {dist.get_rank()}] {name} (spmd.typecheck): {err}", file=sys.stderr,
@@ -263,7 +270,10 @@ def format_table(results: list[Result]) -> str:
     lines = [f"{'example':<20} {'loss':>12} {'loss diff':>10} {'grad diff':>10} {'params':>6} "
              f"{'s':>5}  {'typecheck':<22} result"]
     for r in results:
-        check = "ok" if not r.check_errors else r.check_errors[0].split(":")[0]
+        if r.check_errors:
+            check = r.check_errors[0].split(":")[0]
+        else:  # "ok" only for a check-mode run that raised nothing
+            check = "ok" if r.check_status == "ran" else r.check_status
         lines.append(f"{r.name:<20} {r.loss:>12.6f} {r.loss_diff:>10.1e} {r.grad_diff:>10.1e} "
                      f"{r.params:>6} {r.seconds:>5.2f}  {check:<22} {'PASS' if r.passed else 'FAIL'}"
                      + ("" if r.passed or not r.worst else f" (worst on rank 0: {r.worst})"))
@@ -275,5 +285,5 @@ def format_table(results: list[Result]) -> str:
 def as_json(results: list[Result]) -> list[dict[str, Any]]:
     return [dict(name=r.name, loss=r.loss, loss_diff=r.loss_diff, grad_diff=r.grad_diff,
                  params=r.params, seconds=r.seconds, worst=r.worst, passed=r.passed, errors=r.errors,
-                check_errors=r.check_errors)
+                check_errors=r.check_errors, check_status=r.check_status)
             for r in results]

@@ -8,7 +8,7 @@ Prints, per example, the largest difference of the loss and of the gradients
 PASS or FAIL (tolerance 1e-10, float64).  Each example then runs once more
 under ``spmd.typecheck()`` (the runtime check mode, parameters declared with
 their annotated types); the "typecheck" column shows "ok" or the first error's
-code.  ``--json PATH`` also writes the results; the exit status is 0 when every
+code ("skipped" with --no-typecheck, "not run" for an example that failed first).  ``--json PATH`` also writes the results; the exit status is 0 when every
 example passes and type-checks.
 """
 
@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON (rank 0)")
     ap.add_argument("--only", metavar="NAME", action="append",
-                    help="run only this example (repeatable)")
+                    help="run only this example (repeatable; an unknown name lists the known ones)")
     ap.add_argument("--timeout", type=float, default=240.0,
                     help="seconds before the spawned ranks are killed (default 240)")
     ap.add_argument("--gloo-timeout", type=float, default=GLOO_TIMEOUT_S,
@@ -131,9 +131,40 @@ def launch(argv: list[str], timeout: float) -> int:
         return 1 if failed or timed_out else 0
 
 
+def known_examples(paths: list[str]) -> list[str]:
+    """The names ``--only`` accepts: the examples, and the modules of the ``--path`` dirs."""
+    sys.path.insert(0, str(HERE))
+    import _harness
+
+    names = list(_harness.EXAMPLES)
+    for d in paths:
+        for f in sorted(Path(d).glob("*.py")):
+            if not f.stem.startswith("_") and f.stem not in names:
+                names.append(f.stem)
+    return names
+
+
+def unknown_examples(args: argparse.Namespace) -> str | None:
+    """The error for ``--only`` names that are no example (None: all known), checked before
+    any rank starts: each rank would otherwise fail on the import with a traceback."""
+    if not args.only:
+        return None
+    known = known_examples(args.path)
+    unknown = [n for n in args.only if n not in known]
+    if not unknown:
+        return None
+    return (f"run_all.py: no example named {', '.join(unknown)}; --only takes one of: "
+            f"{', '.join(known)}" + ("" if args.path else " (or a module of a --path DIR)"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    error = unknown_examples(args)
+    if error is not None:
+        if os.environ.get("RANK", "0") == "0":  # under torchrun: said once, by rank 0
+            print(error, file=sys.stderr)
+        return 2
     if "RANK" in os.environ:  # under torchrun, or one of the ranks launch() started
         return worker(args)
     return launch(argv, args.timeout)

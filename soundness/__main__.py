@@ -1,4 +1,4 @@
-"""``python -m soundness``: prove the rules by machine (issue 7), one command.
+"""``python -m soundness``: prove the rules by machine (docs/soundness.md), one command.
 
 Runs, in order:
 

@@ -1,4 +1,4 @@
-"""Differential fuzzer (issue 7, item 2): random small typed programs, three verdicts.
+"""Differential fuzzer (docs/soundness.md): random small typed programs, three verdicts.
 
 Each program (``soundness.fuzz_model``: typed inputs on the 2 x 2 ("dp", "tp") mesh, a
 few torch ops, collectives and conversions, then ``return`` with a declared type or a

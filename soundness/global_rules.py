@@ -307,7 +307,7 @@ def check_backward(task: GTask, index: int, cand: SpmdType, grads: dict, out_ndi
 IMPLICIT_PARTIAL = (
     "a contracted label is sharded on an axis and the call does not name it in "
     "out_partial_axes: the local einsum is the partial sum (P there is right), but global "
-    "SPMD never makes Partial implicitly (SPEC section 6): the checker asks for "
+    "SPMD never makes Partial implicitly (README, Global SPMD): the checker asks for "
     "out_partial_axes, so that every pending sum is written in the program")
 REDUNDANT_PARTIAL = (
     "out_partial_axes names an axis where no contracted label is sharded but an operand is "

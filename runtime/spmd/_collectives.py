@@ -999,7 +999,7 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
 
     ``op="avg"``: the sum divided by the axis size; the backward is scaled the same way.
     ``op="max"`` / ``"min"``: the elementwise max/min of the ranks' values, ``src=V``
-    (or S(i), P) -> R | I; it has no gradient, so ``x`` must not require grad under grad
+    (or S(i); P is refused) -> R | I; it has no gradient, so ``x`` must not require grad under grad
     mode (call it on ``x.detach()`` or under ``torch.no_grad()``).
 
     Backward (the table): ``all_reduce(P,R)`` <- ``all_reduce(P,R)``: the R output's

@@ -85,11 +85,14 @@ def test_failing_rank_reports_instead_of_hanging() -> None:
     """Rank 1 raises while rank 0 waits for it in a collective: the run fails fast and shows why."""
     start = time.monotonic()
     proc = _run("--only", "broken_example", "--path", str(Path(__file__).parent),
-                "--gloo-timeout", "5", "--timeout", "90", timeout=120)
+                "--gloo-timeout", "5", "--timeout", str(LAUNCH_TIMEOUT_S))
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     assert "deliberate failure on rank 1" in proc.stderr, proc.stderr
-    assert elapsed < 90, elapsed
+    # ended by the failure (the peers stop at the 5 s gloo timeout, or are killed 20 s after
+    # it), not by the launch's deadline
+    assert "TIMEOUT after" not in proc.stderr, proc.stderr
+    assert elapsed < LAUNCH_TIMEOUT_S, elapsed
 
 
 def test_check_mode_error_is_that_examples_failure(tmp_path: Path) -> None:
@@ -98,7 +101,7 @@ def test_check_mode_error_is_that_examples_failure(tmp_path: Path) -> None:
     printed (before, it killed every rank and no table was printed)."""
     out = tmp_path / "results.json"
     proc = _run("--only", "check_error_example", "--only", "tp_mlp", "--path",
-                str(Path(__file__).parent), "--json", str(out), "--timeout", "120", timeout=150)
+                str(Path(__file__).parent), "--json", str(out), "--timeout", str(LAUNCH_TIMEOUT_S))
     report = f"exit code {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 1, report
     assert out.exists(), report
@@ -113,3 +116,30 @@ def test_check_mode_error_is_that_examples_failure(tmp_path: Path) -> None:
     assert any(r[:1] == ["check_error_example"] and "spmd-partial-nonlinear" in r
                and r[-1] == "PASS" for r in table), report
 
+
+
+def test_no_typecheck_says_skipped_not_ok(tmp_path: Path) -> None:
+    """With ``--no-typecheck`` the check mode does not run: the typecheck column says so
+    (it printed "ok" before, as if the check mode had passed)."""
+    out = tmp_path / "results.json"
+    proc = _run("--only", "tp_mlp", "--no-typecheck", "--json", str(out),
+                "--timeout", str(LAUNCH_TIMEOUT_S))
+    report = f"exit code {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, report
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("tp_mlp ")]
+    assert len(rows) == 1, report
+    assert rows[0][-2:] == ["skipped", "PASS"], report
+    (row,) = json.loads(out.read_text())
+    assert row["check_status"] == "skipped" and not row["check_errors"], row
+
+
+def test_only_unknown_name_lists_the_examples() -> None:
+    """``--only nosuch`` is refused before any rank starts, naming the valid examples (it
+    printed a ModuleNotFoundError traceback from every rank before)."""
+    proc = _run("--only", "nosuch", "--only", "tp_mlp", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "ModuleNotFoundError" not in proc.stderr, proc.stderr
+    assert "no example named nosuch;" in proc.stderr, proc.stderr
+    for name in _harness.EXAMPLES:
+        assert name in proc.stderr, (name, proc.stderr)
+    assert proc.stdout == "", proc.stdout
