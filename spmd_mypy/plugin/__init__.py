@@ -48,7 +48,7 @@ from .config import Config, load
 from .dispatch import HookDispatch
 from .modules import ModuleCallTyper
 from .mypy_types import TypeBuilder
-from .partials import PartialTyper
+from .partials import AppliedOps, PartialTyper
 from .promotion import Correlated, Promotion, uses_spmd
 from .rewrite import RegionIndex, Renamer
 
@@ -98,6 +98,7 @@ class SpmdPlugin(Plugin):
         self.calls = calls.CallTyper(self)
         self.autograd = AutogradTyper(self)
         self.partials = PartialTyper(self)  # functools.partial of a torch op
+        self.applied = AppliedOps(self)  # a torch op passed to functools.reduce / map
         self.boundaries = BoundaryChecker(self)
         self.renamer = Renamer(options)  # same-block redefinitions in function bodies
         self.modules = ModuleCallTyper(self)

@@ -38,7 +38,7 @@ _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
 # Python builtins typed as torch ops on tensors (only in modules that meet SPMD types)
 _BUILTIN_OPS = frozenset(("builtins.abs", "builtins.sum", "builtins.max", "builtins.min"))
 # builtins hooked only in modules that meet SPMD types (with the ops above)
-_BUILTIN_HOOKED = _BUILTIN_OPS | {"builtins.enumerate"}
+_BUILTIN_HOOKED = _BUILTIN_OPS | {"builtins.enumerate", "builtins.map", "functools.reduce"}
 _TENSOR_CLASSES = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
 _GRAD_ATTRS = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
@@ -268,6 +268,10 @@ class HookDispatch:
             return None
         if fullname == "functools.partial":
             return self.plugin.partials.new_hook
+        if fullname == "functools.reduce":  # reduce(operator.mul, ps): op(acc, item)
+            return self.plugin.applied.reduce_hook
+        if fullname == "builtins.map":  # map(torch.relu, ps): op(item)
+            return self.plugin.applied.map_hook
         if fullname == "builtins.enumerate":  # enumerate(self.layers): the modules' class
             return enumerate_hook
         if fullname == "builtins.abs":  # abs(x) is x.__abs__(): torch's abs

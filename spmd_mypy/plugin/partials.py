@@ -39,8 +39,9 @@ from mypy.nodes import (
 )
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.plugins.functools import partial_call_callback, partial_new_callback
+from mypy.typeops import make_simplified_union
 from mypy.types import (
-    AnyType, CallableType, Instance, LiteralType, TupleType, Type, TypeOfAny, UnionType,
+    AnyType, CallableType, Instance, LiteralType, Overloaded, TupleType, Type, TypeOfAny, UnionType,
     get_proper_type,
 )
 
@@ -48,7 +49,7 @@ from ..engine.collectives import OPS as COLLECTIVE_OPS
 from ..engine.ops import NON_OPERAND_NAMES
 from ..engine.types import Kind, LocalType
 from . import calls
-from .mypy_types import is_proper_tensor
+from .mypy_types import is_proper_tensor, lookup_type
 from .reductions import _dims
 
 if TYPE_CHECKING:
@@ -369,3 +370,119 @@ class PartialTyper:
         )
 
 
+
+
+# ``operator``'s functions of two tensors, as the torch function whose rule they follow
+# (typeshed defines them in ``_operator``; ``operator`` re-exports them)
+_OPERATOR_OPS = {f"{module}.{name}": f"torch.{op}" for module in ("operator", "_operator")
+                 for name, op in (("add", "add"), ("sub", "sub"), ("mul", "mul"),
+                                  ("truediv", "div"), ("matmul", "matmul"), ("pow", "pow"))}
+_APPLIED_MAX = 16  # item combinations an op is checked over (the rest are not: conservative)
+
+
+class AppliedOps:
+    """An op passed as a value to ``functools.reduce`` or ``map``: each application is
+    checked by the op's rule, as a direct call would be::
+
+        reduce(operator.mul, ps)    ->  mul(ps[k], ps[k]): two Partial factors, an error
+        map(torch.relu, ps)         ->  relu(ps[k])
+        reduce(torch.add, xs, r)    ->  add(r, xs[k]) and add(xs[k], xs[k])
+
+    mypy types the calls by their generic signatures (``reduce`` returns the item type: a
+    product of Partials revealed as Partial) and runs no op hook.  Only a reference to a torch
+    function or one of ``operator``'s arithmetic functions is read; a lambda is checked by
+    mypy itself (its parameters take the items' types)."""
+
+    def __init__(self, plugin: SpmdPlugin) -> None:
+        self.plugin = plugin
+
+    def _op(self, ctx: FunctionContext) -> tuple[Callable[[FunctionContext], Type], list[str | None], Type] | None:
+        """The op hook of the function passed first, its formals and its plain result."""
+        if not ctx.args or len(ctx.args[0]) != 1:
+            return None
+        fn = ctx.args[0][0]
+        fullname = getattr(fn, "fullname", None)
+        if not isinstance(fullname, str):
+            return None
+        torch_name = _OPERATOR_OPS.get(fullname, fullname)
+        if not torch_name.startswith("torch."):
+            return None
+        hook = self.plugin.dispatch.get_function_hook(torch_name)
+        if hook is None:
+            return None
+        signature = get_proper_type(lookup_type(ctx.api, fn)) if torch_name == fullname else None
+        if isinstance(signature, Overloaded):
+            signature = signature.items[0]
+        if isinstance(signature, CallableType):
+            formals = list(signature.arg_names)
+            plain = signature.ret_type
+        else:
+            info = self.plugin.dispatch.lookup_info("torch._tensor.Tensor")
+            if info is None:
+                return None
+            formals = ["input", "other"]
+            plain = Instance(info, [])
+        return hook, formals, plain
+
+    def _items(self, ctx: FunctionContext, group: int) -> list[tuple[Type, Expression]]:
+        """The typed items of the iterable argument ``group``, named as messages name them."""
+        if group >= len(ctx.args) or len(ctx.args[group]) != 1:
+            return []
+        expr, typ = ctx.args[group][0], ctx.arg_types[group][0]
+        at_k = NameExpr(calls.expr_text(expr) + calls._LIST_ITEM)
+        at_k.set_line(expr)
+        types = self.plugin.types
+        return [(t, at_k if e is expr else e)
+                for t, e in self.plugin.calls._container_items(typ, expr, ctx)
+                if t is not None and types.from_type(t) is not None]
+
+    def _apply(self, ctx: FunctionContext, op: tuple[Callable[[FunctionContext], Type], list[str | None], Type],
+               operands: list[tuple[Type, Expression]]) -> Type:
+        hook, formals, plain = op
+        n = len(operands)
+        return hook(FunctionContext(
+            arg_types=[[t] for t, _ in operands], arg_kinds=[[ArgKind.ARG_POS]] * n,
+            callee_arg_names=formals[:n], arg_names=[[None]] * n,
+            default_return_type=plain, args=[[e] for _, e in operands],
+            context=ctx.context, api=ctx.api))
+
+    def reduce_hook(self, ctx: FunctionContext) -> Type:
+        """``functools.reduce(op, xs[, initial])``: op(acc, item) for the accumulator (the
+        initial value, else an item) and each item; the result is theirs joined."""
+        result = ctx.default_return_type
+        op = self._op(ctx)
+        items = self._items(ctx, 1) if op is not None else []
+        if op is None or not items:
+            return result
+        accumulators = items
+        if len(ctx.args) > 2 and len(ctx.args[2]) == 1:
+            initial = (ctx.arg_types[2][0], ctx.args[2][0])
+            accumulators = [initial] if self.plugin.types.from_type(initial[0]) is not None else []
+        if not accumulators or len(accumulators) * len(items) > _APPLIED_MAX:
+            return result
+        outs = [self._apply(ctx, op, [acc, item]) for acc in accumulators for item in items]
+        if any(self.plugin.types.from_type(o) is None for o in outs):
+            return result
+        return make_simplified_union(outs)
+
+    def map_hook(self, ctx: FunctionContext) -> Type:
+        """``map(op, xs[, ys...])``: op of the items at each position; a ``map`` of the
+        results."""
+        result = ctx.default_return_type
+        op = self._op(ctx)
+        if op is None or len(ctx.args) < 2:
+            return result
+        columns = [self._items(ctx, g) for g in range(1, len(ctx.args))]
+        if not all(columns):
+            return result
+        combos: list[list[tuple[Type, Expression]]] = [[]]
+        for column in columns:
+            combos = [c + [item] for c in combos for item in column]
+            if len(combos) > _APPLIED_MAX:
+                return result
+        outs = [self._apply(ctx, op, combo) for combo in combos]
+        typed = [o for o in outs if self.plugin.types.from_type(o) is not None]
+        p = get_proper_type(result)
+        if len(typed) != len(outs) or not isinstance(p, Instance) or p.type.fullname != "builtins.map":
+            return result
+        return ctx.api.named_generic_type("builtins.map", [make_simplified_union(typed)])  # type: ignore[attr-defined]
