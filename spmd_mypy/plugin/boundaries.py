@@ -25,6 +25,18 @@ accepts, and a rejection is read back:
       v
     spmd-mismatch with the fix  |  nothing (the rule accepts)  |  mypy's error (not an SPMD matter)
 
+The same reading covers the places where mypy compares typed tensors itself and no plugin hook
+sees the value: an ``[arg-type]`` of a call without the plugin's argument hook
+(``super().forward(x)``, ``dataclasses.replace(d, x=v)``, a generic callee inferred from its
+context, ``**kw: Unpack[TD]``, ``functools.partial(f, ...)(x)``: the formal's type as mypy
+checks it, :func:`_formal_of`), a TypedDict's ``[typeddict-item]``, and an ``[override]``
+(the override's return against the supertype's, the supertype's parameters against the
+override's; mypy's error stands unless the signatures agree once those pairs are taken as
+the supertype's).  Through unions and tuples, the rule also reads the covariant type arguments
+of a declared type (``tuple[T, ...]``, ``Sequence[T]``, a Mapping's values) and a Callable's
+result; an invariant one (``list[T]``) keeps mypy's check.  A shape it cannot map (a TypedDict
+where a Mapping is declared, a generic function where a Callable is) keeps mypy's error.
+
 "Not an SPMD matter": the value does not fit even with every typed tensor of the declared type
 relaxed to ``torch.Tensor`` (``return 3`` where a tensor is declared): mypy's error stands.
 The watcher is installed on mypy's error store by the first hook that sees it (annotation
@@ -40,17 +52,24 @@ them (:mod:`.messages`).
 from __future__ import annotations
 
 import gc
+import re
 from typing import TYPE_CHECKING, Any, Callable
 
 from mypy.argmap import map_actuals_to_formals
 from mypy.checker_state import checker_state
 from mypy.errors import ErrorInfo, ErrorWatcher, Errors
 from mypy.nodes import (
+    COVARIANT,
     StrExpr,
     ARG_NAMED,
     ARG_NAMED_OPT,
     ARG_OPT,
     ARG_POS,
+    ARG_STAR,
+    ARG_STAR2,
+    ArgKind,
+    RefExpr,
+    TypeAlias,
     AssignmentStmt,
     AwaitExpr,
     CallExpr,
@@ -78,20 +97,27 @@ from mypy.nodes import (
     ReturnStmt,
     StarExpr,
     Statement,
+    SuperExpr,
+    TypeInfo,
     TupleExpr,
     Var,
     YieldFromExpr,
 )
 from mypy.subtypes import is_subtype
 from mypy.traverser import YieldFromCollector, all_return_statements, all_yield_expressions
+from mypy.maptype import map_instance_to_supertype
+from mypy.typeops import bind_self
 from mypy.types import (
     AnyType,
     CallableType,
+    TypeVarType,
+    UninhabitedType,
     NoneType,
     TypeOfAny,
     Instance,
     TupleType,
     Type,
+    TypedDictType,
     UnionType,
     get_proper_type,
 )
@@ -107,6 +133,10 @@ if TYPE_CHECKING:
     from . import SpmdPlugin
 
 _CHECKED_CODES = frozenset({"return-value", "assignment"})
+# a TypedDict's item (a display, ``TD(x=v)``, ``td["x"] = v``) and a method's override
+_STRUCTURAL_CODES = frozenset({"typeddict-item", "override"})
+_TYPEDDICT_ITEM = re.compile(r'TypedDict item "([^"]+)" has type')
+_SUPERTYPE = re.compile(r'supertype "([^"]+)"')
 # an item put into a container of typed tensors: ``[a, b]``, ``{k: a}``, ``{a}`` displays
 # with a declared item type, and ``xs.append(a)`` / ``insert`` / ``add`` on a builtin
 # container (mypy's item check, where a call's argument check would judge by the rule)
@@ -137,6 +167,9 @@ class BoundaryChecker:
         # the return statements of lambdas judged by the rule (ids; the tree is alive while
         # its module is checked, and the few kept are only compared, never dereferenced)
         self._judged_lambda_returns: set[int] = set()
+        # the method whose override errors are being judged (file, line, id, supertype):
+        # mypy reports them one after the other; any other error ends them
+        self._judged_override: tuple[str, int, int, str] | None = None
 
     # -- the watcher ----------------------------------------------------------------------
     def watch(self, store: object | None) -> None:
@@ -195,23 +228,39 @@ class BoundaryChecker:
                 return False
             self._replaced = None
             code = info.code.code if info.code is not None else None
+            if code != "override":
+                self._judged_override = None
             yielded = code == "misc" and info.message.startswith(_YIELD_MESSAGE)
             item = code in _ITEM_CODES or (
                 code == "misc" and info.message.startswith(_COMPREHENSION_MESSAGES))
             yielded_from = code == "misc" and info.message.startswith(_YIELD_FROM_MESSAGE)
-            if code in _CHECKED_CODES or yielded or item or yielded_from:
+            if code in _STRUCTURAL_CODES:
+                self._reporting = True
+                try:
+                    replaced = (self._replace_typeddict_item(file, info) if code == "typeddict-item"
+                                else self._replace_override(file, info))
+                finally:
+                    self._reporting = False
+                if replaced:
+                    self._replaced = (file, info.line, info.column)
+                    return True
+            elif code in _CHECKED_CODES or yielded or item or yielded_from:
                 self._reporting = True
                 try:
                     replaced = (self._replace_yield_from(file, info) if yielded_from
                                 else self._replace_item(file, info) if item
                                 else self._replace(file, info, yielded))
                     if not replaced and code == "arg-type":
-                        replaced = self._plain_argument(file, info)
+                        replaced = (self._plain_argument(file, info)
+                                    or self._replace_argument(file, info))
                 finally:
                     self._reporting = False
                 if replaced:
                     self._replaced = (file, info.line, info.column)
                     return True
+            self._restyle(info)
+            return False
+        except _Unjudged:  # a shape the rule does not read: mypy's error stands
             self._restyle(info)
             return False
         except Exception:  # noqa: BLE001 - never crash mypy: its own error stands
@@ -360,6 +409,147 @@ class BoundaryChecker:
         return (actual is not None and formal is not None
                 and self.plugin.promotion.holds_promoted(chk, actual, formal))
 
+    def _replace_argument(self, file: str, info: ErrorInfo) -> bool:
+        """An argument of a call the plugin's argument hook does not see (``super().forward(x)``,
+        ``dataclasses.replace(d, x=v)``, a generic ``Box(x)`` inferred from its context, a
+        ``**kw: Unpack[TD]`` parameter, a ``functools.partial``): judged by the rule against
+        the formal's declared type as mypy checked it; True when mypy's error is replaced."""
+        if "Tensor" not in info.message:
+            return False  # no tensor in the types mypy prints (cheap: torch's own errors)
+        chk, tree = _checker_of(file)
+        if tree is None:
+            return False
+        found = _item_at(tree, info.line, info.column, any_call=True)
+        if found is None or not isinstance(found[0], CallExpr):
+            return False
+        call, arg, i = found[0], found[1], found[2]
+        return self._judge_argument(chk, call, arg, i)
+
+    def _judge_argument(self, chk: Any, call: CallExpr, arg: Expression, i: int) -> bool:
+        if call.arg_kinds[i] not in (ARG_POS, ARG_NAMED):
+            return False  # f(*xs), f(**d): mypy's error stands
+        formal = _formal_of(chk, call, i)
+        if formal is None:
+            return False
+        declared, param, index, callee = formal
+        text = expr_text(arg)
+        where = (f'argument {text} (parameter "{param}" of {callee})' if param
+                 else f"argument {index + 1} ({text}) of {callee}")
+        return self._judge(chk, arg, declared, lambda x: where)
+
+    def _replace_typeddict_item(self, file: str, info: ErrorInfo) -> bool:
+        """A TypedDict's item of a typed tensor type given a value: ``td["x"] = v`` (as an
+        assignment), ``{"x": v}`` where the TypedDict is the context, ``TD(x=v)``; judged by
+        the rule; True when mypy's error is replaced."""
+        if info.message.startswith("Value of "):  # td["x"] = v
+            return self._replace(file, info, False)
+        named = _TYPEDDICT_ITEM.search(info.message)
+        chk, tree = _checker_of(file)
+        if named is None or tree is None:
+            return False
+        found = _item_at(tree, info.line, info.column, any_call=True, at_value=True)
+        if found is None:
+            return False
+        container, item, i, returned, arg_of = found
+        td: Type | None = None
+        if isinstance(container, CallExpr):  # TD(x=v)
+            node = container.callee.node if isinstance(container.callee, RefExpr) else None
+            td = node.typeddict_type if isinstance(node, TypeInfo) else None
+            value = item
+            of = node.name if isinstance(node, TypeInfo) else ""
+        elif isinstance(container, DictExpr):
+            td = _display_context(chk, returned, arg_of)
+            value = container.items[i][1]
+            of = ""
+        else:
+            return False
+        td = get_proper_type(td) if td is not None else None
+        name = named.group(1)
+        if not isinstance(td, TypedDictType) or name not in td.items:
+            return False
+        where = f'the value {{}} of item "{name}" of {of or td.fallback.type.name}'
+        return self._judge(chk, value, td.items[name], lambda x: where.format(x))
+
+    def _replace_override(self, file: str, info: ErrorInfo) -> bool:
+        """A method whose return or parameter types differ from its supertype's in SPMD
+        types only: each pair judged by the rule (the override's return must fit the
+        supertype's; the supertype's parameter must fit the override's), spmd-mismatch
+        errors at the method where it rejects one.  mypy's error stands unless the
+        signatures agree once the pairs the rule judges are taken as the supertype's (its
+        own override check, run again).  mypy reports one error per mismatching part: the
+        method is judged once, its other errors dropped."""
+        super_name = _SUPERTYPE.search(info.message)
+        chk, tree = _checker_of(file)
+        if super_name is None or tree is None or "Tensor" not in info.message:
+            return False
+        defn = _method_at(tree, info.line)
+        if defn is None or defn.info is None or defn.is_static or defn.is_class:
+            return False
+        key = (file, defn.line, id(defn), super_name.group(1))
+        if self._judged_override == key:
+            return True  # the same method's next error: judged with the first
+        base = next((b for b in defn.info.mro[1:] if b.name == super_name.group(1)), None)
+        sym = base.names.get(defn.name) if base is not None else None
+        original = sym.node if sym is not None else None
+        if (base is None or not isinstance(original, FuncDef) or original.is_static
+                or original.is_class or base.defn.type_vars):
+            return False  # a generic base, a decorated or overloaded method: mypy's check
+        ov, og = get_proper_type(defn.type), get_proper_type(original.type)
+        if not isinstance(ov, CallableType) or not isinstance(og, CallableType):
+            return False
+        ov, og = bind_self(ov), bind_self(og)
+        if ov.variables or og.variables:
+            return False
+        errors: list[SpmdError] = []
+        ret = ov.ret_type
+        method, overridden = f"{defn.info.name}.{defn.name}", f"{base.name}.{defn.name}"
+        if self._judges(ov.ret_type, og.ret_type):
+            errors += [e for e, _ in self._compare(
+                ov.ret_type, og.ret_type, None, "<returned value>",
+                lambda x: f"the return value of {method} (overriding {overridden})")]
+            ret = og.ret_type
+        arg_types = list(ov.arg_types)
+        for j, (kind, name, t) in enumerate(zip(og.arg_kinds, og.arg_names, og.arg_types)):
+            k = _matching_parameter(ov, j, kind, name)
+            if k is None or not self._judges(t, ov.arg_types[k]):
+                continue
+            shown = ov.arg_names[k] or f"<argument {k + 1}>"
+            errors += [e for e, _ in self._compare(
+                t, ov.arg_types[k], None, shown,
+                lambda x: f"an argument {x} passed to {method} as to {overridden}")]
+            arg_types[k] = t
+        if not is_subtype(ov.copy_modified(arg_types=arg_types, ret_type=ret), og,
+                          ignore_pos_arg_names=True):
+            return False  # another difference: mypy's error stands
+        self._judged_override = key
+        for err in errors:
+            chk.msg.fail(err.message, defn, code=ERROR_CODES[err.code])
+        return True
+
+    def _judges(self, actual: Type, declared: Type) -> bool:
+        """The rule judges ``actual`` where ``declared`` is (a typed tensor where one is
+        declared, through unions, tuples and covariant containers)."""
+        relaxed, typed = self._relax(declared)
+        return typed and is_subtype(actual, relaxed)
+
+    def _judge(self, chk: Any, value: Expression, declared: Type, where: Callable[[str], str]) -> bool:
+        """``value`` where ``declared`` is: spmd-mismatch errors where the rule rejects it;
+        False (mypy's error stands) where it is no SPMD matter."""
+        if self.plugin.types.alternatives(get_proper_type(declared)) is not None:
+            return False  # an inferred join of kinds ("R or P"): mypy's error stands
+        actual = chk.lookup_type_or_none(value)
+        if actual is None and isinstance(value, (NameExpr, MemberExpr)):
+            # a returned call's types are dropped with mypy's first attempt (see
+            # _display_context): a name or attribute is inferred again, its errors dropped
+            with chk.msg.filter_errors(), chk.local_type_map:
+                actual = chk.expr_checker.accept(value)
+        relaxed, typed = self._relax(declared)
+        if actual is None or not typed or not is_subtype(actual, relaxed):
+            return False
+        for err, at in self._compare(actual, declared, value, expr_text(value), where):
+            chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
+        return True
+
     def _site(self, chk: Any, file: str, info: ErrorInfo, stmt: Statement, value: Expression,
               value_type: Type) -> tuple[Type, Expression | None, str | None] | None:
         """Which value met which target for this error: (the value's type, the target (None:
@@ -428,6 +618,11 @@ class BoundaryChecker:
         if not isinstance(stmt, AssignmentStmt) or lvalue is None:
             return None
         if isinstance(lvalue, IndexExpr):
+            base = get_proper_type(chk.lookup_type_or_none(lvalue.base))
+            if isinstance(base, TypedDictType):  # ``td["x"] = v``: the item's declared type
+                key = lvalue.index
+                found = base.items.get(key.value) if isinstance(key, StrExpr) else None
+                return (found, True) if found is not None else None
             # ``d[k] = v`` / ``xs[i] = v``: the container's declared item type
             item = _container_item(chk.lookup_type_or_none(lvalue.base))
             return (item, True) if item is not None else None
@@ -492,7 +687,28 @@ class BoundaryChecker:
             items = [self._relax(i) for i in p.items]
             if any(typed for _, typed in items):
                 return p.copy_modified(items=[i for i, _ in items]), True
+        if isinstance(p, Instance) and p.args:
+            # the covariant type arguments (``Sequence[T]``, ``tuple[T, ...]``, a Mapping's
+            # values): an invariant one (``list[T]``) keeps mypy's check
+            slots = self._typed_slots(p)
+            if slots:
+                args = list(p.args)
+                for k in slots:
+                    args[k] = self._relax(args[k])[0]
+                return p.copy_modified(args=args), True
+        if isinstance(p, CallableType) and not p.variables:
+            ret, typed = self._relax(p.ret_type)  # the result (covariant); parameters as declared
+            if typed:
+                return p.copy_modified(ret_type=ret), True
         return t, False
+
+    def _typed_slots(self, p: Instance) -> list[int]:
+        """The indices of ``p``'s covariant type arguments that hold typed tensors."""
+        tvars = p.type.defn.type_vars
+        if len(tvars) != len(p.args) or self.plugin.types.is_tensor_info(p.type):
+            return []
+        return [k for k, (tv, arg) in enumerate(zip(tvars, p.args))
+                if isinstance(tv, TypeVarType) and tv.variance == COVARIANT and self._relax(arg)[1]]
 
     def _compare(self, actual: Type, declared: Type, expr: Expression | None, text: str,
                  where: Callable[[str], str]) -> list[tuple[SpmdError, Expression | None]]:
@@ -514,7 +730,9 @@ class BoundaryChecker:
             return out
         if isinstance(d, Instance) and types.is_tensor_info(d.type):
             have, want = types.from_type(a), types.from_type(d)
-            if not have or want is None:
+            if want is None:
+                raise _Unjudged  # an inferred join of kinds ("R or P"): mypy's error stands
+            if not have:
                 return []
             return [(e, expr) for e in coll.check_argument(
                 have, want, x_text=text, where=where(text), made_by=made_by(expr))]
@@ -527,9 +745,23 @@ class BoundaryChecker:
                     out.extend(self._compare(ai, di, ei, expr_text(ei) if displayed else f"{text}[{i}]", where))
                 return out
             return []
+        if isinstance(a, (AnyType, UninhabitedType)):
+            return []
+        if isinstance(d, Instance) and not types.is_tensor_info(d.type):
+            slots = self._typed_slots(d)
+            if slots:
+                return self._compare_items(a, d, slots, expr, text, where)
+        if isinstance(d, CallableType) and self._relax(d.ret_type)[1]:
+            if not isinstance(a, CallableType) or a.variables:
+                raise _Unjudged  # a generic function, a callable object: mypy's error stands
+            result = f"{text}(...)"
+            return [(e, expr) for e, _ in self._compare(
+                a.ret_type, d.ret_type, None, result, lambda x: f"the result {x} of {where(text)}")]
         if isinstance(d, UnionType):
             candidates = [m for m in d.items if self._fits_shape(a, get_proper_type(m))]
             if not candidates:
+                if not any(is_subtype(a, m) for m in d.items):
+                    raise _Unjudged  # a shape the rule does not read: mypy's error stands
                 return []
             first: list[tuple[SpmdError, Expression | None]] | None = None
             for m in candidates:
@@ -540,12 +772,54 @@ class BoundaryChecker:
             return first or []
         return []
 
+    def _compare_items(self, a: Type, d: Instance, slots: list[int], expr: Expression | None,
+                       text: str, where: Callable[[str], str]
+                       ) -> list[tuple[SpmdError, Expression | None]]:
+        """A value of type ``a`` where the covariant container ``d`` is declared: its items
+        (a Mapping's values) judged against ``d``'s at the ``slots`` (see _typed_slots); the
+        other type arguments passed mypy's check (the gate of the callers)."""
+        out: list[tuple[SpmdError, Expression | None]] = []
+        if isinstance(a, TupleType):  # ``(s,)`` where ``tuple[T, ...]`` / ``Sequence[T]`` is declared
+            if slots != [0] or len(d.args) != 1:
+                raise _Unjudged
+            displayed = isinstance(expr, TupleExpr) and len(expr.items) == len(a.items)
+            for i, ai in enumerate(a.items):
+                ei = expr.items[i] if displayed else None  # type: ignore[union-attr]
+                out.extend(self._compare(ai, d.args[0], ei, expr_text(ei) if ei is not None
+                                         else f"{text}[{i}]", where))
+            return out
+        if not isinstance(a, Instance) or not a.type.has_base(d.type.fullname):
+            raise _Unjudged  # a TypedDict, a protocol's implementation: mypy's error stands
+        mapped = map_instance_to_supertype(a, d.type)
+        mapping = d.type.has_base("typing.Mapping")
+        whole = where(text)
+        for k in slots:
+            noun = "value" if mapping and k == len(d.args) - 1 else "item"
+            item = "v" if noun == "value" else "t"
+            out.extend((e, expr) for e, _ in self._compare(
+                mapped.args[k], d.args[k], None, item, _each(noun, whole)))
+        return out
+
     def _fits_shape(self, a: Type, d: Type) -> bool:
         if isinstance(d, Instance) and self.plugin.types.is_tensor_info(d.type):
             return self.plugin.types.from_type(a) is not None
+        if isinstance(d, Instance) and self._typed_slots(d):
+            return ((isinstance(a, Instance) and a.type.has_base(d.type.fullname))
+                    or (isinstance(a, TupleType) and len(d.args) == 1))
+        if isinstance(d, CallableType):
+            return isinstance(a, CallableType)
         if isinstance(d, TupleType):
             return isinstance(a, TupleType) and len(a.items) == len(d.items)
         return False
+
+
+def _each(noun: str, whole: str) -> Callable[[str], str]:
+    return lambda x: f"each {noun} {x} of {whole}"
+
+
+class _Unjudged(Exception):
+    """A value whose shape the rule does not read (a TypedDict where a Mapping of typed tensors
+    is declared, a generic function where a Callable is): mypy's error stands."""
 
 
 def _checker_of(file: str) -> tuple[Any, MypyFile | None]:
@@ -644,11 +918,13 @@ def _item_site(chk: Any, at: _ItemAt) -> _ItemSite:
             f"the {kind} item {{}}")
 
 
-def _item_at(tree: MypyFile, line: int, column: int, any_call: bool = False) -> _ItemAt | None:
+def _item_at(tree: MypyFile, line: int, column: int, any_call: bool = False,
+             at_value: bool = False) -> _ItemAt | None:
     """The container item at (line, column) of a statement holding ``line``: an item of a
-    list or set display, the value of a dict display's entry (mypy reports it at the key),
-    or an argument of a method call on a builtin container (``xs.append(a)``); with
-    ``any_call``, an argument of any call."""
+    list or set display, the value of a dict display's entry (mypy reports it at the key;
+    with ``at_value``, at the value, as it does a TypedDict's), or an argument of a method
+    call on a builtin container (``xs.append(a)``); with ``any_call``, an argument of any
+    call."""
     index: _Index = {}
     leaves: list[Statement] = []
     _collect(tree.defs, index, line, leaves)
@@ -677,7 +953,8 @@ def _item_at(tree: MypyFile, line: int, column: int, any_call: bool = False) -> 
             for i, (k, v) in enumerate(e.items):
                 # mypy reports an entry at its key, or at its value where the key has no
                 # position (the keys dict(a=x) is turned into)
-                at = (k.line, k.column) if k is not None and k.line >= 0 else (v.line, v.column)
+                at = ((k.line, k.column) if k is not None and k.line >= 0 and not at_value
+                      else (v.line, v.column))
                 if k is not None and at == (line, column):
                     return e, k, i, id(e) in returned, arg_of.get(id(e))
                 todo.extend(x for x in (k, v) if x is not None)
@@ -756,6 +1033,94 @@ def _argument_context(chk: Any, call: CallExpr, index: int) -> Type | None:
     for f, actuals in enumerate(formals):
         if index in actuals and ct.arg_kinds[f] in (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT):
             return ct.arg_types[f]
+    return None
+
+
+def _formal_of(chk: Any, call: CallExpr, index: int) -> tuple[Type, str | None, int, str] | None:
+    """The declared type of the formal the call's argument ``index`` is passed to, as mypy
+    checks it (a plugin's signature hook applied, type variables inferred from the call's
+    context, ``**kw: Unpack[TD]`` expanded, a ``functools.partial(f, ...)``'s remaining
+    parameters), with the formal's name, its index and the callee's name; None where it
+    cannot be found (an overloaded callee, type variables left to the arguments).
+
+    The callee is inferred again (its errors dropped, its types kept out of the type map):
+    the type map holds the callable an earlier check of the call inferred, if any."""
+    callee = call.callee
+    ec = chk.expr_checker
+    partial = (isinstance(callee, CallExpr) and isinstance(callee.callee, RefExpr)
+               and callee.callee.fullname == "functools.partial")
+    if not isinstance(callee, (RefExpr, SuperExpr)) and not partial:
+        return None
+    with chk.msg.filter_errors(), chk.local_type_map:
+        ct = get_proper_type(ec.accept(callee, None, always_allow_any=True, is_callee=True))
+        if partial:
+            extra = ct.extra_attrs if isinstance(ct, Instance) else None
+            ct = get_proper_type(extra.attrs.get("__mypy_partial")) if extra is not None else None
+        elif isinstance(ct, CallableType) and isinstance(callee, RefExpr):
+            # the signature hook mypy applies (dataclasses.replace's), found as mypy finds it
+            fullname = callee.fullname or None
+            object_type: Type | None = None
+            if isinstance(callee.node, TypeAlias):
+                target = get_proper_type(callee.node.target)
+                if isinstance(target, Instance):
+                    fullname = target.type.fullname
+            if not fullname and isinstance(callee, MemberExpr) and chk.has_type(callee.expr):
+                object_type = chk.lookup_type(callee.expr)
+                fullname = ec.method_fullname(object_type, callee.name)
+            if fullname:
+                ct = get_proper_type(ec.transform_callee_type(
+                    fullname, ct, call.args, call.arg_kinds, call, call.arg_names, object_type))
+    if not isinstance(ct, CallableType):
+        return None
+    if ct.unpack_kwargs:
+        ct = ct.with_unpacked_kwargs()
+    if ct.variables:
+        ct = ec.infer_function_type_arguments_using_context(ct, call)
+        if ct.variables:
+            return None  # inferred from the arguments: mypy's error stands
+    formals = map_actuals_to_formals(call.arg_kinds, call.arg_names, ct.arg_kinds, ct.arg_names,
+                                     lambda j: AnyType(TypeOfAny.special_form))
+    for f, actuals in enumerate(formals):
+        if index in actuals and ct.arg_kinds[f] in (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT,
+                                                   ARG_STAR, ARG_STAR2):
+            name = (ct.name or "").split(" of ", 1)[0] or expr_text(callee)
+            return ct.arg_types[f], ct.arg_names[f], f, name
+    return None
+
+
+def _method_at(tree: MypyFile, line: int) -> FuncDef | None:
+    """The method defined at ``line`` (its ``def``, or one of its parameters' lines, where
+    mypy reports an incompatible parameter), in a class of the module."""
+    todo: list[tuple[Statement, bool]] = [(st, False) for st in tree.defs]  # (statement, in a class body)
+    while todo:
+        st, in_class = todo.pop()
+        end = st.end_line
+        if end is not None and (st.line > line or end < line):
+            continue
+        if isinstance(st, ClassDef):
+            todo.extend((b, True) for b in st.defs.body)
+        elif isinstance(st, FuncDef):
+            if in_class and (st.line == line or any(a.line == line for a in st.arguments)):
+                return st
+            todo.extend((b, False) for b in st.body.body)
+        elif not isinstance(st, (Decorator, OverloadedFuncDef)):
+            for body in statement_blocks(st):
+                todo.extend((b, in_class) for b in body)
+    return None
+
+
+def _matching_parameter(ov: CallableType, j: int, kind: ArgKind, name: str | None) -> int | None:
+    """The override's parameter that takes what the supertype's ``j``-th (``kind``,
+    ``name``) does: the same position, or the same keyword-only name; None for ``*args``,
+    ``**kwargs`` and where none matches (mypy's check decides)."""
+    if kind in (ARG_POS, ARG_OPT):
+        if j < len(ov.arg_kinds) and ov.arg_kinds[j] in (ARG_POS, ARG_OPT):
+            return j
+        return None
+    if kind in (ARG_NAMED, ARG_NAMED_OPT) and name is not None:
+        for k, (kk, nn) in enumerate(zip(ov.arg_kinds, ov.arg_names)):
+            if nn == name and kk in (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT):
+                return k
     return None
 
 
