@@ -136,7 +136,7 @@ def known_examples(paths: list[str]) -> list[str]:
     sys.path.insert(0, str(HERE))
     import _harness
 
-    names = list(_harness.EXAMPLES)
+    names: list[str] = list(_harness.EXAMPLES)
     for d in paths:
         for f in sorted(Path(d).glob("*.py")):
             if not f.stem.startswith("_") and f.stem not in names:
