@@ -752,6 +752,8 @@ class BoundaryChecker:
             if slots:
                 return self._compare_items(a, d, slots, expr, text, where)
         if isinstance(d, CallableType) and self._relax(d.ret_type)[1]:
+            if isinstance(expr, LambdaExpr):
+                return []  # its return is judged at the lambda's body (one error, not two)
             if not isinstance(a, CallableType) or a.variables:
                 raise _Unjudged  # a generic function, a callable object: mypy's error stands
             result = f"{text}(...)"

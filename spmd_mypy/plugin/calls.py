@@ -94,6 +94,7 @@ from ..engine.types import (
 )
 from ..engine.views import make_move
 from . import global_calls
+from .messages import fold_into_earlier
 from .statements import nested_statements
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
@@ -336,9 +337,12 @@ class CallTyper:
         watchers = getattr(store, "_watchers", None)
         if watchers:
             store._watchers = []
+        at = context or ctx.context
+        infos = getattr(store, "error_info_map", {}).get(getattr(store, "file", None))
         try:
             for err in errors:
-                ctx.api.fail(err.message, context or ctx.context, code=ERROR_CODES[err.code])
+                if not fold_into_earlier(infos, at.line, at.column, err.code, err.message):
+                    ctx.api.fail(err.message, at, code=ERROR_CODES[err.code])
         finally:
             if watchers:
                 store._watchers = watchers
@@ -876,10 +880,11 @@ class CallTyper:
         def hook(ctx: FunctionContext) -> Type:
             ret = ctx.default_return_type
             items: list[tuple[Type, Expression]] = []
+            key: Expression | None = None
             for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
                 if formal == "key" and exprs:
-                    return ret  # ``max(ps, key=len)``: the keys are compared, not the items
-                if formal != "default":
+                    key = exprs[0]
+                elif formal != "default":
                     items.extend(zip(types, exprs))
             if len(items) == 1:  # max(xs): the iterable's items (max(t): t's rows), which
                 # it compares with each other: one item type stands for two operands
@@ -888,8 +893,13 @@ class CallTyper:
                 at_k.set_line(whole)
                 items = [(t, at_k if e is whole else e)
                          for t, e in self._container_items(items[0][0], whole, ctx) if t is not None]
-                if len(items) == 1:
+                if len(items) == 1 and key is None:
                     items = items * 2
+            if key is not None:
+                # ``max(ps, key=len)``: the keys are compared, not the items; a torch function
+                # as the key is applied to each item (a lambda's body mypy checks itself)
+                self.plugin.applied.apply_each(ctx, key, [(t, e) for t, e in items if self.types.from_type(t)])
+                return ret
             ops: list[Operand] = []
             for t, e in items:
                 st = self.types.from_type(t)

@@ -18,6 +18,7 @@ unquoted.  A quoted type it cannot read completely is left exactly as mypy print
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from mypy.types import AnyType, Instance, LiteralType, NoneType, TupleType, Type, TypeOfAny
 
@@ -251,3 +252,79 @@ def _tensor(node: _Node, types: TypeBuilder) -> list[SpmdType] | None:
             return None
     members = types.members(Instance(infos["Tensor"], slots))
     return [types.read_slots(m.args) for m in members] if members else [types.read_slots(slots)]
+
+
+def fold_into_earlier(infos: list[Any] | None, line: int, column: int, code: str, message: str) -> bool:
+    """One error per mistake over a union's members: when an earlier error at the same
+    position with the same code says the same but for the operand types it prints (mypy
+    checks an operand that is a union member by member, or the plugin does), fold this one
+    into it, naming each member's type; True: folded (do not report it)::
+
+        for p in [w1, w2, b]: p.add_(g)
+        ... (p: Tensor[R["dp", "tp"]]) ...  +  ... (p: Tensor[R["dp"], V["tp"]]) ...
+          =>  ... (p: Tensor[R["dp", "tp"]] | Tensor[R["dp"], V["tp"]]) ...
+
+    Only the last few errors are looked at (a union's members are checked one after another)."""
+    if not infos:
+        return False
+    texts, types = split_operand_types(message)
+    if not types:
+        return False
+    for info in reversed(infos[-_FOLD_WINDOW:]):
+        if (info.line != line or info.column != column or info.severity != "error"
+                or info.code is None or info.code.code != code):
+            continue
+        earlier_texts, earlier_types = split_operand_types(info.message)
+        if earlier_texts != texts:
+            continue
+        parts = [texts[0]]
+        for before, now, text in zip(earlier_types, types, texts[1:]):
+            shown = before.split(" | ")
+            if now not in shown:
+                shown.append(now)
+            parts.append(" | ".join(shown))
+            parts.append(text)
+        info.message = "".join(parts)
+        return True
+    return False
+
+
+_FOLD_WINDOW = 8
+
+
+def split_operand_types(message: str) -> tuple[list[str], list[str]]:
+    """``message`` around the operand types it prints (``(g: Tensor[...])``, brackets
+    balanced, a folded ``A | B`` whole): the texts between them (one more than the types) and
+    the types.  A type anywhere else (a fix's ``spmd.declare(g, Tensor[R["dp"]])``) stays in
+    the text."""
+    texts: list[str] = []
+    types: list[str] = []
+    last = 0
+    i = message.find(": Tensor[")
+    while i >= 0:
+        start = i + 2
+        j = start
+        while True:  # one type, then `` | Tensor[...]`` for each one folded in
+            depth = 0
+            j += len("Tensor")
+            while j < len(message):
+                c = message[j]
+                if c == "[":
+                    depth += 1
+                elif c == "]":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            if depth != 0:
+                return texts + [message[last:]], types
+            j += 1
+            if not message.startswith(" | Tensor[", j):
+                break
+            j += 3
+        texts.append(message[last:start])
+        types.append(message[start:j])
+        last = j
+        i = message.find(": Tensor[", last)
+    texts.append(message[last:])
+    return texts, types

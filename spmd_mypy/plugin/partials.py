@@ -400,7 +400,11 @@ class AppliedOps:
         """The op hook of the function passed first, its formals and its plain result."""
         if not ctx.args or len(ctx.args[0]) != 1:
             return None
-        fn = ctx.args[0][0]
+        return self.op_of(ctx, ctx.args[0][0])
+
+    def op_of(self, ctx: FunctionContext, fn: Expression
+              ) -> tuple[Callable[[FunctionContext], Type], list[str | None], Type] | None:
+        """The op hook of the function ``fn`` refers to, its formals and its plain result."""
         fullname = getattr(fn, "fullname", None)
         if not isinstance(fullname, str):
             return None
@@ -435,6 +439,13 @@ class AppliedOps:
         return [(t, at_k if e is expr else e)
                 for t, e in self.plugin.calls._container_items(typ, expr, ctx)
                 if t is not None and types.from_type(t) is not None]
+
+    def apply_each(self, ctx: FunctionContext, fn: Expression, items: list[tuple[Type, Expression]]) -> None:
+        """``fn`` applied to each item by its rule (``max(ps, key=torch.norm)``)."""
+        op = self.op_of(ctx, fn)
+        if op is not None:
+            for item in items[:_APPLIED_MAX]:
+                self._apply(ctx, op, [item])
 
     def _apply(self, ctx: FunctionContext, op: tuple[Callable[[FunctionContext], Type], list[str | None], Type],
                operands: list[tuple[Type, Expression]]) -> Type:

@@ -1120,89 +1120,9 @@ class Synced:
                     cases = None
             if cases is None:
                 return self.hook(ctx)
-            store = getattr(getattr(ctx.api, "msg", None), "errors", None)
-            by_file: dict[str, list[Any]] | None = getattr(store, "error_info_map", None)
-            file = getattr(store, "file", "")
-            start = len(by_file.get(file, ())) if by_file is not None else 0
-            result = make_simplified_union([self.hook(c) for c in cases])
-            if by_file is not None:
-                merge_member_errors(by_file.get(file), start)
-            return result
+            return make_simplified_union([self.hook(c) for c in cases])
         except Exception as e:  # noqa: BLE001 - never crash mypy (guard.py)
             return recover(ctx, RESULT, e)
-
-
-def merge_member_errors(infos: list[Any] | None, start: int) -> None:
-    """One error per mistake over a union's members: the members' errors (``infos[start:]``)
-    that say the same but for the tensor types they print are one error naming each type::
-
-        for p in [w1, w2, b]: p.add_(g)
-        ... (p: Tensor[R["dp", "tp"]]) ...  +  ... (p: Tensor[R["dp"], V["tp"]]) ...
-          =>  ... (p: Tensor[R["dp", "tp"]] | Tensor[R["dp"], V["tp"]]) ...
-    """
-    if infos is None or len(infos) - start < 2:
-        return
-    kept: dict[tuple[object, ...], tuple[Any, tuple[str, ...], list[list[str]]]] = {}
-    drop: list[int] = []
-    for k in range(start, len(infos)):
-        info = infos[k]
-        code = info.code.code if info.code is not None else ""
-        if not code.startswith("spmd-"):
-            continue
-        texts, types = split_tensor_types(info.message)
-        between = tuple(texts)
-        key = (info.line, info.column, code, info.severity, between)
-        first = kept.get(key)
-        if first is None:
-            kept[key] = (info, between, [[t] for t in types])
-            continue
-        for slot, t in zip(first[2], types):
-            if t not in slot:
-                slot.append(t)
-        drop.append(k)
-    if not drop:
-        return
-    for info, between, slots in kept.values():
-        parts = [between[0]]
-        for slot, text in zip(slots, between[1:]):
-            parts.append(" | ".join(slot))
-            parts.append(text)
-        info.message = "".join(parts)
-    for k in reversed(drop):
-        del infos[k]
-
-
-def split_tensor_types(message: str) -> tuple[list[str], list[str]]:
-    """``message`` around the operand types it prints (``(g: Tensor[...])``, brackets
-    balanced): the texts between them (one more than the types) and the types.  A type
-    anywhere else (a fix's ``spmd.declare(g, Tensor[R["dp"]])``) stays in the text."""
-    texts: list[str] = []
-    types: list[str] = []
-    last = 0
-    i = message.find("Tensor[")
-    while i >= 0:
-        depth = 0
-        j = i + len("Tensor")
-        while j < len(message):
-            c = message[j]
-            if c == "[":
-                depth += 1
-            elif c == "]":
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
-        if depth != 0:
-            break
-        if not message.startswith(": ", i - 2):
-            i = message.find("Tensor[", j + 1)
-            continue
-        texts.append(message[last:i])
-        types.append(message[i:j + 1])
-        last = j + 1
-        i = message.find("Tensor[", last)
-    texts.append(message[last:])
-    return texts, types
 
 
 def _is_spmd(module: str) -> bool:
