@@ -18,8 +18,8 @@ unquoted.  A quoted type it cannot read completely is left exactly as mypy print
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from mypy.errors import ErrorInfo
 from mypy.types import AnyType, Instance, LiteralType, NoneType, TupleType, Type, TypeOfAny
 
 from ..engine.types import SpmdType
@@ -254,7 +254,7 @@ def _tensor(node: _Node, types: TypeBuilder) -> list[SpmdType] | None:
     return [types.read_slots(m.args) for m in members] if members else [types.read_slots(slots)]
 
 
-def fold_into_earlier(infos: list[Any] | None, line: int, column: int, code: str, message: str) -> bool:
+def fold_into_earlier(infos: list[ErrorInfo] | None, line: int, column: int, code: str, message: str) -> bool:
     """One error per mistake over a union's members: when an earlier error at the same
     position with the same code says the same but for the operand types it prints (mypy
     checks an operand that is a union member by member, or the plugin does), fold this one
@@ -270,7 +270,8 @@ def fold_into_earlier(infos: list[Any] | None, line: int, column: int, code: str
     texts, types = split_operand_types(message)
     if not types:
         return False
-    for info in reversed(infos[-_FOLD_WINDOW:]):
+    for k in range(len(infos) - 1, max(-1, len(infos) - 1 - _FOLD_WINDOW), -1):
+        info = infos[k]
         if (info.line != line or info.column != column or info.severity != "error"
                 or info.code is None or info.code.code != code):
             continue
