@@ -341,28 +341,15 @@ class BoundaryChecker:
         if found is None:
             return False
         value, declared, key, where = _item_site(chk, found)
-        if declared is None or self.plugin.types.alternatives(get_proper_type(declared)) is not None:
-            return False  # no item type, or an inferred join of kinds ("R or P"): mypy's error
+        if declared is None:
+            return False  # no item type: mypy's error
         if key is not None:  # a dict entry: the key must fit as it is
             key_type, key_declared = (chk.lookup_type_or_none(key[0]), key[1])
             if key_type is None and isinstance(key[0], StrExpr):  # dict(a=x)'s keys
                 key_type = chk.named_type("builtins.str")
             if key_type is None or not is_subtype(key_type, key_declared):
                 return False
-        actual = chk.lookup_type_or_none(value)
-        if actual is None and isinstance(value, (NameExpr, MemberExpr)):
-            # a returned display's types are dropped with mypy's first attempt (see
-            # _display_context): a name or attribute is inferred again, its errors dropped
-            with chk.msg.filter_errors(), chk.local_type_map:
-                actual = chk.expr_checker.accept(value)
-        relaxed, typed = self._relax(declared)
-        if actual is None or not typed or not is_subtype(actual, relaxed):
-            return False  # not an SPMD matter: mypy's error stands
-        text = expr_text(value)
-        errors = self._compare(actual, declared, value, text, lambda x: where.format(x))
-        for err, at in errors:
-            chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
-        return True
+        return self._judge(chk, value, declared, lambda x: where.format(x))
 
     def _replace_yield_from(self, file: str, info: ErrorInfo) -> bool:
         """``yield from xs`` in a generator of typed tensors: each item of ``xs`` judged by the
@@ -397,13 +384,10 @@ class BoundaryChecker:
         ``list[Tensor[R["tp"]]]`` is declared) met where the promotion was off for mypy's
         check (after a narrowing): True, the gradual rule accepts it as with the promotion
         on (:meth:`Promotion.holds_promoted`)."""
-        chk, tree = _checker_of(file)
-        if tree is None:
+        site = _argument_site(file, info)
+        if site is None:
             return False
-        found = _item_at(tree, info.line, info.column, any_call=True)
-        if found is None or not isinstance(found[0], CallExpr):
-            return False
-        call, arg, i = found[0], found[1], found[2]
+        chk, call, arg, i = site
         actual = chk.lookup_type_or_none(arg)
         formal = _argument_context(chk, call, i)
         return (actual is not None and formal is not None
@@ -416,13 +400,10 @@ class BoundaryChecker:
         the formal's declared type as mypy checked it; True when mypy's error is replaced."""
         if "Tensor" not in info.message:
             return False  # no tensor in the types mypy prints (cheap: torch's own errors)
-        chk, tree = _checker_of(file)
-        if tree is None:
+        site = _argument_site(file, info)
+        if site is None:
             return False
-        found = _item_at(tree, info.line, info.column, any_call=True)
-        if found is None or not isinstance(found[0], CallExpr):
-            return False
-        call, arg, i = found[0], found[1], found[2]
+        chk, call, arg, i = site
         return self._judge_argument(chk, call, arg, i)
 
     def _judge_argument(self, chk: Any, call: CallExpr, arg: Expression, i: int) -> bool:
@@ -539,7 +520,7 @@ class BoundaryChecker:
             return False  # an inferred join of kinds ("R or P"): mypy's error stands
         actual = chk.lookup_type_or_none(value)
         if actual is None and isinstance(value, (NameExpr, MemberExpr)):
-            # a returned call's types are dropped with mypy's first attempt (see
+            # a returned display's or call's types are dropped with mypy's first attempt (see
             # _display_context): a name or attribute is inferred again, its errors dropped
             with chk.msg.filter_errors(), chk.local_type_map:
                 actual = chk.expr_checker.accept(value)
@@ -822,6 +803,17 @@ def _each(noun: str, whole: str) -> Callable[[str], str]:
 class _Unjudged(Exception):
     """A value whose shape the rule does not read (a TypedDict where a Mapping of typed tensors
     is declared, a generic function where a Callable is): mypy's error stands."""
+
+
+def _argument_site(file: str, info: ErrorInfo) -> tuple[Any, CallExpr, Expression, int] | None:
+    """The checker, call, argument and its index an ``[arg-type]`` error of ``file`` is at."""
+    chk, tree = _checker_of(file)
+    if tree is None:
+        return None
+    found = _item_at(tree, info.line, info.column, any_call=True)
+    if found is None or not isinstance(found[0], CallExpr):
+        return None
+    return chk, found[0], found[1], found[2]
 
 
 def _checker_of(file: str) -> tuple[Any, MypyFile | None]:
