@@ -370,8 +370,7 @@ class BoundaryChecker:
         declared = chk.get_generator_yield_type(returns[-1], False)  # as mypy's check
         if self.plugin.promotion.holds_promoted(chk, item, declared):
             return True
-        relaxed, typed = self._relax(declared)
-        if not typed or not is_subtype(item, relaxed):
+        if not self._judges(item, declared):
             return False  # not an SPMD matter: mypy's error stands
         source = expr_text(found.expr)
         where = f"each item {{}} of {source} (yield from in {fn.name})"
@@ -524,8 +523,7 @@ class BoundaryChecker:
             # _display_context): a name or attribute is inferred again, its errors dropped
             with chk.msg.filter_errors(), chk.local_type_map:
                 actual = chk.expr_checker.accept(value)
-        relaxed, typed = self._relax(declared)
-        if actual is None or not typed or not is_subtype(actual, relaxed):
+        if actual is None or not self._judges(actual, declared):
             return False
         for err, at in self._compare(actual, declared, value, expr_text(value), where):
             chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])

@@ -127,6 +127,17 @@ def untyped_result(ctx: FunctionContext) -> Type:
     return AnyType(TypeOfAny.special_form)
 
 
+def item_name(container: Expression) -> NameExpr:
+    """An item of ``container`` as messages name it: ``xs[k]`` (``gs[k]`` for ``[*gs]``)."""
+    shown = container
+    if (isinstance(container, (ListExpr, TupleExpr)) and len(container.items) == 1
+            and isinstance(container.items[0], StarExpr)):
+        shown = container.items[0].expr
+    at_k = NameExpr(expr_text(shown) + _LIST_ITEM)
+    at_k.set_line(container)
+    return at_k
+
+
 def expr_text(e: Expression | None) -> str:
     """Short source text of an operand for messages."""
     if e is None:
@@ -705,11 +716,7 @@ class CallTyper:
                     length = len(items)
                     lists[(i, j)] = [(it, ie) for it, ie in items if it is not None]
                 else:  # a list variable: each kind it may hold, at every position
-                    shown = e
-                    if isinstance(e, (ListExpr, TupleExpr)) and len(e.items) == 1 and isinstance(e.items[0], StarExpr):
-                        shown = e.items[0].expr  # ``[*gs]``: gs's items
-                    at_k = NameExpr(expr_text(shown) + _LIST_ITEM)  # its item, as messages name it
-                    at_k.set_line(e)
+                    at_k = item_name(e)
                     lists[(i, j)] = [(it, at_k) for it, _ in items if it is not None]
         if not lists:
             return None
@@ -889,8 +896,7 @@ class CallTyper:
             if len(items) == 1:  # max(xs): the iterable's items (max(t): t's rows), which
                 # it compares with each other: one item type stands for two operands
                 whole = items[0][1]
-                at_k = NameExpr(expr_text(whole) + _LIST_ITEM)  # an item of a variable
-                at_k.set_line(whole)
+                at_k = item_name(whole)
                 items = [(t, at_k if e is whole else e)
                          for t, e in self._container_items(items[0][0], whole, ctx) if t is not None]
                 if len(items) == 1 and key is None:

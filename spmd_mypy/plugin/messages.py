@@ -59,6 +59,19 @@ def user_form(message: str, types: TypeBuilder) -> str | None:
 _UNQUOTED_TENSOR = re.compile(r"(?<![\w.])(?:spmd\._slots\.)?Tensor\[")
 
 
+def _after_brackets(message: str, at: int) -> int:
+    """The index after the ``]`` that closes the ``[`` at ``at`` (-1: never closed)."""
+    depth = 0
+    for k in range(at, len(message)):
+        if message[k] == "[":
+            depth += 1
+        elif message[k] == "]":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return -1
+
+
 def _unquoted_form(message: str, types: TypeBuilder) -> str | None:
     """A signature mypy prints unquoted (an overload variant's note, ``def f(x: ...) -> ...``)
     with each canonical tensor in the user's form."""
@@ -67,15 +80,7 @@ def _unquoted_form(message: str, types: TypeBuilder) -> str | None:
     for m in _UNQUOTED_TENSOR.finditer(message):
         if m.start() < last:
             continue  # inside a tensor already shown
-        depth, end = 0, -1
-        for k in range(m.end() - 1, len(message)):
-            if message[k] == "[":
-                depth += 1
-            elif message[k] == "]":
-                depth -= 1
-                if depth == 0:
-                    end = k + 1
-                    break
+        end = _after_brackets(message, m.end() - 1)
         if end < 0:
             return None
         shown = _show(message[m.start():end], types)
@@ -306,20 +311,9 @@ def split_operand_types(message: str) -> tuple[list[str], list[str]]:
         start = i + 2
         j = start
         while True:  # one type, then `` | Tensor[...]`` for each one folded in
-            depth = 0
-            j += len("Tensor")
-            while j < len(message):
-                c = message[j]
-                if c == "[":
-                    depth += 1
-                elif c == "]":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            if depth != 0:
+            j = _after_brackets(message, j + len("Tensor"))
+            if j < 0:
                 return texts + [message[last:]], types
-            j += 1
             if not message.startswith(" | Tensor[", j):
                 break
             j += 3

@@ -433,8 +433,7 @@ class AppliedOps:
         if group >= len(ctx.args) or len(ctx.args[group]) != 1:
             return []
         expr, typ = ctx.args[group][0], ctx.arg_types[group][0]
-        at_k = NameExpr(calls.expr_text(expr) + calls._LIST_ITEM)
-        at_k.set_line(expr)
+        at_k = calls.item_name(expr)
         types = self.plugin.types
         return [(t, at_k if e is expr else e)
                 for t, e in self.plugin.calls._container_items(typ, expr, ctx)

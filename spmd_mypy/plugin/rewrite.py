@@ -700,12 +700,8 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
             continue
         if cls is _IndexExpr:
             ie = cast(IndexExpr, e)
-            if _is_indices_item(ie):  # x.topk(k)[1], x.max(-1)[1]
+            if _is_indices_item(ie, names):  # x.topk(k)[1], x.max(-1)[1], mx[1]
                 return True
-            if (type(ie.base) is _NameExpr and type(ie.index) is _IntExpr
-                    and cast(IntExpr, ie.index).value == 1
-                    and cast(NameExpr, ie.base).name + _INDICES_OF in names):
-                return True  # ``mx = torch.max(x, -1)`` ... ``mx[1]``
             e = ie.base
             continue
         if cls is not _CallExpr:
@@ -777,11 +773,17 @@ _ONE_TENSOR_METHODS = frozenset(MOVES) | (REDUCTIONS - {"max", "min"}) | frozens
 contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
 
 
-def _is_indices_item(e: IndexExpr) -> bool:
+def _is_indices_item(e: IndexExpr, names: Container[str] = ()) -> bool:
     """``x.topk(k)[1]``, ``torch.max(x, -1)[1]``: the indices of a (values, indices) pair, not
-    ``torch.max(a, b)[1]`` (a row of the elementwise maximum)."""
+    ``torch.max(a, b)[1]`` (a row of the elementwise maximum); ``mx[1]`` of a local whose
+    entry ``mx[1]`` is among the gradient-free ``names`` (``mx = torch.max(x, -1)``)."""
     index = e.index
-    return type(index) is _IntExpr and cast(IntExpr, index).value == 1 and _indices_item(e.base)
+    if type(index) is not _IntExpr or cast(IntExpr, index).value != 1:
+        return False
+    base = e.base
+    if type(base) is _NameExpr:
+        return cast(NameExpr, base).name + _INDICES_OF in names
+    return _indices_item(base)
 
 
 # A parameter annotated so holds a Python number: no gradient
