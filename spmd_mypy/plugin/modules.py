@@ -27,8 +27,9 @@ may come from mypy's cache without its body), extended from a variable, or of it
 not constructor calls stays ``Module``.
 
 Left as they were: modules whose ``forward`` is not annotated (or is a decorated function
-mypy has not typed yet), classes that define their own ``__call__``, and every module that
-does not use SPMD types (so unannotated code, torch included, sees no new errors).
+mypy has not typed yet) or names no SPMD type (nor a type variable), classes that define their
+own ``__call__``, and every module that does not use SPMD types (so unannotated code, torch
+included, sees no new errors, and importing spmd does not start checking plain modules' calls).
 Forward hooks that change the output are invisible to a static checker.
 """
 
@@ -61,9 +62,20 @@ from mypy.nodes import (
 )
 from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
 from mypy.typeops import bind_self, make_simplified_union
-from mypy.types import AnyType, CallableType, FunctionLike, Instance, Type, get_proper_type
+from mypy.types import (
+    AnyType,
+    CallableType,
+    FunctionLike,
+    Instance,
+    TupleType,
+    Type,
+    TypeVarLikeType,
+    UnionType,
+    get_proper_type,
+)
 from mypy.typevars import fill_typevars_with_any
 
+from ..engine.types import UNTYPED
 from .global_calls import classes_in_sight, module_constructor
 from .statements import functions_of, returns, statement_blocks
 
@@ -251,7 +263,37 @@ class ModuleCallTyper:
         if not isinstance(bound, CallableType):
             return None
         expanded = expand_type_by_instance(bound, mapped)
-        return expanded if isinstance(expanded, CallableType) else None
+        if not isinstance(expanded, CallableType):
+            return None
+        # a user's forward without SPMD types: the call stays torch's ``Callable[..., Any]``,
+        # as without the plugin (gradual: no new [arg-type] or [call-arg] errors in a module
+        # that only imports spmd).  torch's own modules keep their forward: the one-op
+        # modules' rule reads the operands' roles from its parameters (TORCH_MODULE_OPS).
+        if (fwd_owner.fullname.startswith("torch.") or self._mentions_spmd(typ, 0)
+                or self._mentions_spmd(expanded, 0)):
+            return expanded
+        return None
+
+    def _mentions_spmd(self, t: Type, depth: int) -> bool:
+        """Whether ``t`` holds a typed tensor or a type variable (a generic forward's result
+        follows its argument, ``Id[int]``'s ``forward(x: T) -> T``) anywhere: containers,
+        tuples, unions, callables."""
+        if depth > 8:  # a recursive alias: assume it may
+            return True
+        p = get_proper_type(t)
+        if isinstance(p, TypeVarLikeType):
+            return True
+        if isinstance(p, Instance):
+            st = self.plugin.types.from_type(p)
+            if st is not None:
+                return st != UNTYPED
+            return any(self._mentions_spmd(a, depth + 1) for a in p.args)
+        if isinstance(p, (TupleType, UnionType)):
+            return any(self._mentions_spmd(i, depth + 1) for i in p.items)
+        if isinstance(p, CallableType):
+            return bool(p.variables) or self._mentions_spmd(p.ret_type, depth + 1) or any(
+                self._mentions_spmd(a, depth + 1) for a in p.arg_types)
+        return False
 
 
 # -- nn.ModuleList ------------------------------------------------------------------------
