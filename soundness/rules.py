@@ -50,6 +50,7 @@ from spmd_mypy.engine.ops import (
 from spmd_mypy.engine.types import (
     INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, shard,
 )
+from spmd_mypy.engine.views import LAYOUT_OPS, make_move
 
 from .denote import (
     Mesh, Mismatch, close, denote, dual_types, fmt, list_axes, project, reference_forward,
@@ -94,7 +95,9 @@ class OpCase:
     zero: bool = False  # its Python scalar is 0 (the adapters mark a literal zero: Operand.zero)
     # a contraction's literal parameters as the call states them (einsum's ``equation``,
     # attention's ``is_causal``), passed to the engine as the adapters do (where a shard dim
-    # goes: engine contractions)
+    # goes: engine contractions); for an op on an (N, C, *spatial) input (engine
+    # views.LAYOUT_OPS: the dims it keeps) its literal formals (pad's ``pad``, batch_norm's
+    # ``training``)
     literals: tuple[tuple[str, object], ...] = ()
 
     @property
@@ -201,6 +204,20 @@ def _cases() -> list[OpCase]:
           lambda x, y, w, b: F.bilinear(x, y, w, b)),
         C("conv1d", "multilinear", "conv1d", ((1, 2, 4), (2, 2, 3), (2,)),
           lambda x, w, b: F.conv1d(x, w, b)),
+        # ops on an (N, C, *spatial) input keep the batch (a convolution contracts the
+        # channels), the channels too where channel-wise (engine views.LAYOUT_OPS)
+        C("conv2d", "multilinear", "conv2d", ((2, 2, 3, 3), (3, 2, 2, 2), (3,)),
+          lambda x, w, b: F.conv2d(x, w, b)),
+        C("adaptive_avg_pool2d", "linear", "adaptive_avg_pool2d", ((2, 2, 4, 4),),
+          lambda a: F.adaptive_avg_pool2d(a, 2)),
+        C("pixel_shuffle", "linear", "pixel_shuffle", ((2, 4, 2, 2),),
+          lambda a: F.pixel_shuffle(a, 2)),
+        C("pixel_unshuffle", "linear", "pixel_unshuffle", ((2, 2, 4, 4),),
+          lambda a: F.pixel_unshuffle(a, 2)),
+        C("pad", "linear", "pad", ((2, 2, 4),), lambda a: F.pad(a, (1, 2)),
+          literals=(("pad", (1, 2)),)),
+        C("pad reflect", "linear", "pad", ((2, 2, 4),), lambda a: F.pad(a, (2, 1), mode="reflect"),
+          literals=(("pad", (2, 1)),)),
         # non-linear
         C("exp", "non-linear", "exp", (m23,), lambda a: a.exp()),
         C("tanh", "non-linear", "tanh", (m23,), lambda a: a.tanh()),
@@ -216,6 +233,22 @@ def _cases() -> list[OpCase]:
         # (larger: each operand must win somewhere, or the gradient of one is zero everywhere)
         C("maximum", "non-linear", "maximum", ((4, 6), (4, 6)), lambda a, b: torch.maximum(a, b)),
         C("max_pool1d", "non-linear", "max_pool1d", ((2, 2, 8),), lambda a: F.max_pool1d(a, 2)),
+        C("max_pool2d", "non-linear", "max_pool2d", ((2, 2, 4, 4),),
+          lambda a: F.max_pool2d(a, 3, 1)),
+        C("channel_shuffle", "linear", "channel_shuffle", ((2, 4, 3),),
+          lambda a: F.channel_shuffle(a, 2)),
+        C("local_response_norm", "non-linear", "local_response_norm", ((2, 4, 3),),
+          lambda a: F.local_response_norm(a, 2)),
+        C("group_norm", "non-linear", "group_norm", ((2, 4, 3),), lambda a: F.group_norm(a, 2)),
+        C("instance_norm", "non-linear", "instance_norm", ((2, 2, 3),),
+          lambda a: F.instance_norm(a)),
+        # batch_norm in eval mode: an affine map per channel (the running statistics constants:
+        # torch differentiates no running statistic); in training the statistics of the batch
+        C("batch_norm eval", "non-linear", "batch_norm", ((2, 2, 3), (2,), (2,)),
+          lambda x, w, b: F.batch_norm(x, torch.tensor([0.5, -1.0], dtype=x.dtype),
+                                       torch.tensor([2.0, 0.5], dtype=x.dtype), w, b)),
+        C("batch_norm train", "non-linear", "batch_norm", ((2, 2, 3),),
+          lambda x: F.batch_norm(x, None, None, training=True), literals=(("training", True),)),
         # the einsum rule in local mode: the local op, declared Partial on out_partial_axes
         C("spmd.matmul", "einsum-local", "matmul", (m23, m34),
           lambda a, b, axes: _spmd().matmul(a, b, out_partial_axes=axes),
@@ -300,6 +333,8 @@ def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
                                     can_grad=i not in case.no_grad,
                                     shape=None if static else tuple(shape)))
     move = make_contraction(case.engine, dict(case.literals))
+    if move is None and case.engine in LAYOUT_OPS:
+        move = make_move(case.engine, dict(case.literals), None if static else len(case.shapes[0]))
     if partial_axes:  # out_partial_axes: the local op, then P there (both adapters' rule)
         res = partial_op(case.engine, operands, [mesh.axes[k] for k in partial_axes],
                          reduction=_reduction(case, static), move=move)
@@ -571,7 +606,8 @@ FREE_SHARD_PARTIAL = (
 
 
 AFFINE_NORM_PARAMS = (
-    "layer_norm(x, shape, w, b) is w * normalized(x) + b: affine in the weight and bias, so "
+    "layer_norm(x, shape, w, b) (batch_norm(x, m, v, w, b) alike) is w * normalized(x) + b: "
+    "affine in the weight and bias, so "
     "with x not Partial a P weight and bias give a correct P result; the engine treats every "
     "operand of a non-linear op as non-linear (P is an error), the safe default")
 
@@ -593,7 +629,7 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
     case = CASES[task.case]
     if case.engine == "fill" and all(e.startswith("spmd-partial-affine") for e in task.errors):
         return FILL_CONSTANT
-    if case.name == "layer_norm w b" and all(e.startswith("spmd-partial-nonlinear")
+    if case.name in ("layer_norm w b", "batch_norm eval") and all(e.startswith("spmd-partial-nonlinear")
                                              for e in task.errors):
         if all(t.kind is not Kind.P for t in task.in_types[0]):
             return AFFINE_NORM_PARAMS
@@ -606,7 +642,8 @@ CONSERVATIVE: list[tuple[str, str]] = [
      REDUNDANT_PARTIAL),
     ("spmd.einsum/sum(..., out_partial_axes=a) with the result sharded on an output dim on a",
      FREE_SHARD_PARTIAL),
-    ("layer_norm(x, shape, w, b) with x not P and a P weight and bias", AFFINE_NORM_PARAMS),
+    ("layer_norm(x, shape, w, b), batch_norm(x, m, v, w, b) with x not P and a P weight and bias",
+     AFFINE_NORM_PARAMS),
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
 ]
 

@@ -231,8 +231,8 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
 
 
 def _move_value(v: Any) -> object:
-    if v is None:
-        return None
+    if v is None or isinstance(v, bool):  # a bool: batch_norm's training
+        return v
     if isinstance(v, int) and not isinstance(v, bool):
         return v
     if isinstance(v, (tuple, list, torch.Size)) and all(

@@ -42,6 +42,18 @@ and the op rule (:func:`.ops.propagate`) folds the answers at every rank into S(
 a rank-dependent layout, as for reductions.  A join (cat, stack) keeps the dim only when
 every tensor operand is S(i) with the same i, like an elementwise op.
 
+An op on an input laid out ``(N, C, *spatial)`` (convolutions, pools, interpolation, pad,
+pixel shuffle, the batch / group / instance norms: the family ``"keep"``, :data:`LAYOUT_OPS`)
+keeps the dims along which it treats each slice on its own, in place, and gives V on the
+others::
+
+    x: S(0)             F.conv2d(x, w)                    ->  S(0)      (the batch)
+    x: S(1)             F.conv2d(x, w)                    ->  V         (channels contracted)
+    x: S(1)             F.max_pool2d(x, 2)                ->  S(1)      (channel-wise)
+    x: S(2)             F.max_pool2d(x, 2)                ->  V         (a window: a halo)
+    x: S(0)             F.pad(x, (1, 1))                  ->  S(0)      (rank >= 2; V at 1)
+    x: S(0)             F.batch_norm(x, m, v, training=True)  ->  V     (batch statistics)
+
 Each adapter reads the call's literal dims into a :class:`DimMove` by the formal names
 of :data:`MOVES` (the mypy plugin from the source text, the check mode from the values);
 a dim it cannot read leaves no DimMove, and the result is V.
@@ -67,7 +79,8 @@ INDEX_ITEMS = frozenset({INT, FULL, SLICE, NEW, ELLIPSIS})
 # dim: also every piece of ``split``, ``chunk``), "index" (``x[...]``),
 # "cat" (joins on a dim), "stack" (joins on a new dim), "flatten" (merges start_dim..end_dim
 # into one: also ``ravel``), "unflatten" (splits a dim in len(sizes); only the number of
-# sizes is read, so an adapter may pass a tuple of Nones of that length).
+# sizes is read, so an adapter may pass a tuple of Nones of that length), "keep" (an op on
+# an (N, C, *spatial) input that keeps some of its dims in place: :data:`LAYOUT_OPS`).
 MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "transpose": ("swap", ("dim0", "dim1"), ()),
     "swapdims": ("swap", ("dim0", "dim1"), ()),
@@ -94,6 +107,66 @@ MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "ravel": ("flatten", (), ()),
     "unflatten": ("unflatten", ("dim", "sizes"), ()),
 }
+
+# The family of the ops of LAYOUT_OPS.
+KEEP = "keep"
+
+# Ops on an input laid out (N, C, *spatial) whose result has the input's rank and keeps the
+# dims along which the op treats each slice on its own: S(i) on such a dim is still S(i) (the
+# op on each shard is the shard of the op on the whole), any other dim gives V.
+#
+#   op -> (the fewest and the most spatial dims (None: no limit), whether torch also takes an
+#          unbatched (C, *spatial) input, the dims kept: "n" the batch dim, "c" the channel
+#          dim, "s" every spatial dim)
+#
+# Convolutions keep the batch only: the channels are contracted (a per-rank partial sum) and a
+# spatial shard would need its neighbours' rows (a halo).  Pools and interpolation keep the
+# batch and the channels (channel-wise), not the spatial dims (windows, a halo again).  The
+# norms keep the batch where their statistics are per sample (group_norm, instance_norm;
+# batch_norm in eval mode, an affine map per channel, also every spatial dim), never the
+# channels, along which the weight, bias and running statistics lie (an R one of the local size
+# has no global meaning, as beside an elementwise op; a varying one is not followed);
+# batch_norm in training computes its statistics over the batch and the spatial dims: nothing
+# is kept.  pixel_shuffle moves blocks of r*r channels to r x r pixels and back: a shard of
+# whole blocks on any dim (torch requires whole blocks) stays a shard there, so every dim is
+# kept.  pad keeps every dim it leaves alone (see :func:`_layout_kept`).
+#
+# The static checker, which does not know the rank, takes an op's documented batched shape
+# (F.conv2d's ``(minibatch, in_channels, iH, iW)``), as contractions take attention's: an
+# unbatched ``(C, H, W)`` input, which the check mode reads at its rank, has its channels
+# where the batch is assumed (for conv2d an S(0) there is contracted, V in check mode).  Claims
+# on a V accept any S(i), so the static S(i) can add an error there, not hide one.
+LAYOUT_OPS: dict[str, tuple[int, int | None, bool, str]] = {}
+for _k in (1, 2, 3):
+    for _op in (f"conv{_k}d", f"conv_transpose{_k}d"):
+        LAYOUT_OPS[_op] = (_k, _k, True, "n")
+    for _op in (f"avg_pool{_k}d", f"max_pool{_k}d", f"max_pool{_k}d_with_indices",
+                f"adaptive_avg_pool{_k}d", f"adaptive_max_pool{_k}d",
+                f"adaptive_max_pool{_k}d_with_indices", f"lp_pool{_k}d"):
+        LAYOUT_OPS[_op] = (_k, _k, True, "nc")
+for _k in (2, 3):
+    # the random samples are drawn per sample and channel: like dropout's masks, a shard's
+    # draws are a draw of the whole
+    LAYOUT_OPS[f"fractional_max_pool{_k}d"] = (_k, _k, True, "nc")
+    LAYOUT_OPS[f"fractional_max_pool{_k}d_with_indices"] = (_k, _k, True, "nc")
+LAYOUT_OPS.update({
+    "convolution": (1, None, False, "n"),
+    "interpolate": (1, 3, False, "nc"), "upsample": (1, 3, False, "nc"),
+    "upsample_nearest": (1, 3, False, "nc"), "upsample_bilinear": (2, 2, False, "nc"),
+    "pixel_shuffle": (1, None, False, "ncs"), "pixel_unshuffle": (1, None, False, "ncs"),
+    "channel_shuffle": (1, None, False, "ns"), "native_channel_shuffle": (1, None, False, "ns"),
+    "local_response_norm": (1, None, False, "ns"),
+    "group_norm": (0, None, False, "n"), "instance_norm": (1, None, False, "n"),
+    "batch_norm": (0, None, False, "ns"),  # in eval mode; in training: "" (_layout_kept)
+    "pad": (0, None, False, ""), "constant_pad_nd": (0, None, False, ""),  # _layout_kept
+})
+# the formals a LAYOUT_OPS op's kept dims depend on (a literal): pad's amounts, batch_norm's
+# training (F.batch_norm's default: False)
+_LAYOUT_FORMALS: dict[str, tuple[tuple[str, ...], tuple[object, ...]]] = {
+    "pad": (("pad",), ()), "constant_pad_nd": (("pad",), ()), "batch_norm": (("training",), (False,)),
+}
+for _op in LAYOUT_OPS:
+    MOVES[_op] = (KEEP, *_LAYOUT_FORMALS.get(_op, ((), ())))
 
 Dims = Union[int, tuple[int, ...], None]
 
@@ -140,6 +213,14 @@ def make_move(op: str, values: Mapping[str, object], ndim: int | None = None) ->
         if family == "index":
             if not isinstance(a, tuple) or any(i not in INDEX_ITEMS for i in a):
                 return None
+        elif formal == "training":
+            if not isinstance(a, bool):
+                return None
+        elif formal == "pad":
+            if isinstance(a, list):
+                a = tuple(a)
+            if not _is_dims(a, True) or isinstance(a, int) or len(a) % 2:  # type: ignore[arg-type]
+                return None
         elif formal == "sizes":
             if not isinstance(a, tuple) or not a:
                 return None
@@ -185,6 +266,9 @@ def moved_dim(move: DimMove, d: int, rank: int) -> tuple[int, int | None] | None
         if f == "select":
             return rank - 1, dn - 1 if at < dn else dn
         return rank, dn
+    if f == KEEP:
+        kept = _layout_kept(move, rank)
+        return None if kept is None else (rank, dn if dn in kept else None)
     if f == "index":
         return _index(args[0], dn, rank)  # type: ignore[arg-type]
     if f == "flatten":
@@ -203,6 +287,31 @@ def moved_dim(move: DimMove, d: int, rank: int) -> tuple[int, int | None] | None
             return None
         return rank + n - 1, dn if dn <= at else dn + n - 1
     return None  # squeeze: see squeezed_dim
+
+
+def _layout_kept(move: DimMove, rank: int) -> frozenset[int] | None:
+    """The dims (non-negative) a :data:`LAYOUT_OPS` op keeps on an input of ``rank``; None
+    when the op takes no input of that rank (statically, ``move.ndim`` None: its batched
+    shape only; see LAYOUT_OPS)."""
+    least, most, unbatched, kept = LAYOUT_OPS[move.op]
+    if move.op in ("pad", "constant_pad_nd"):
+        (amounts,) = move.args
+        assert isinstance(amounts, tuple)
+        m = len(amounts) // 2  # the last m dims, the last one first: (left, right, top, ...)
+        if m > rank:
+            return None
+        padded = {rank - 1 - j for j in range(m) if amounts[2 * j] or amounts[2 * j + 1]}
+        return frozenset(range(rank)) - padded
+    if move.op == "batch_norm" and move.args[0] is True:
+        kept = ""  # training: statistics over the batch and the spatial dims
+    spatial = rank - 2
+    if spatial >= least and (most is None or spatial <= most):
+        dims = ({0} if "n" in kept else set()) | ({1} if "c" in kept else set())
+        return frozenset(dims | (set(range(2, rank)) if "s" in kept else set()))
+    if unbatched and move.ndim == rank and rank - 1 == most:  # (C, *spatial), rank known
+        return frozenset(({0} if "c" in kept else set())
+                         | (set(range(1, rank)) if "s" in kept else set()))
+    return None
 
 
 def _permutation(f: str, args: tuple[object, ...], rank: int) -> list[int] | None:

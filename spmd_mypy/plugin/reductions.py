@@ -125,6 +125,10 @@ def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contra
             sizes = _normalised_value(exprs[0], types[0] if types else None, "shape")
             values[formal] = sizes if isinstance(sizes, tuple) else UNREAD
             continue
+        if formal == "training":  # batch_norm's mode (a bool literal)
+            flag = _literal(exprs[0], types[0] if types else None)
+            values[formal] = flag if isinstance(flag, bool) else UNREAD
+            continue
         if len(exprs) > 1:  # permute(1, 0), squeeze(0, 1): *dims
             ints = [_int(e, t) for e, t in zip(exprs, types)]
             values[formal] = UNREAD if None in ints else tuple(ints)  # type: ignore[arg-type]

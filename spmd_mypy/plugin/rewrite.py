@@ -29,7 +29,7 @@ from mypy.renaming import VariableRenameVisitor
 
 from ..engine import collectives as coll
 from ..engine.ops import FACTORIES, INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
-from ..engine.views import MOVES
+from ..engine.views import KEEP, MOVES
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -769,7 +769,7 @@ def _indices_item(value: Expression) -> bool:
 # (dims, sizes, dtypes) never bring a gradient in, so ``d.view(b, s, -1)`` of a gradient-free ``d``
 # is gradient-free.  Any other method is followed only with literal arguments (``d.add(w)`` is
 # not, ``d.max(-1)`` is).
-_ONE_TENSOR_METHODS = frozenset(MOVES) | (REDUCTIONS - {"max", "min"}) | frozenset("""view reshape expand repeat
+_ONE_TENSOR_METHODS = frozenset(op for op, m in MOVES.items() if m[0] != KEEP) | (REDUCTIONS - {"max", "min"}) | frozenset("""view reshape expand repeat
 contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
 
 

@@ -878,6 +878,51 @@ case("scatter-add-reduce-P-P", {"a": "P", "b": "P", "i": "R"},
      "out = a.scatter(0, i, b, reduce=\"add\")", "P",
      make={"i": "torch.zeros(4, 4, dtype=torch.long)"})
 
+# The dims an op on an (N, C, *spatial) input keeps (engine views.LAYOUT_OPS): a convolution
+# the batch (the channels contracted, a spatial shard needs a halo), pools and interpolation
+# the batch and the channels, pixel_shuffle every dim, pad every dim it leaves alone, the
+# per-sample norms the batch (batch_norm in eval mode only: in training its statistics are the
+# batch's).  The static checker assumes the batched shape (4 dims for conv2d).  Two axes: the
+# dim one shards is kept, the other's is not.
+_NCHW = "torch.randn(4, 4, 6, 6, requires_grad=True).clone()"
+_CONV = {"x": _NCHW, "w": "torch.randn(3, 4, 3, 3, requires_grad=True).clone()"}
+_BN = {"x": _NCHW, "m": "torch.zeros(4)", "v": "torch.ones(4)"}
+_RR = 'Tensor[R["dp", "tp"]]'
+_S0_V = 'Tensor[S[0, "dp"], V["tp"]]'
+case("layout-conv2d-batch-channels", {"x": 'Tensor[S[0, "dp"], S[1, "tp"]]', "w": _RR},
+     "out = F.conv2d(x, w, padding=1)", _S0_V, make=_CONV,
+     desc="the batch kept; the channels contracted: each rank's part of the sum")
+case("layout-conv2d-batch-spatial", {"x": 'Tensor[S[0, "dp"], S[2, "tp"]]', "w": _RR},
+     "out = F.conv2d(x, w)", _S0_V, make=_CONV,
+     desc="a spatial shard: the window needs the neighbour's rows")
+case("layout-nn-Conv2d-S0", {"x": "S0"}, ("conv = torch.nn.Conv2d(4, 3, 3)", "out = conv(x)"), "S0",
+     make={"x": _NCHW}, desc="the module's parameters are untyped: they join no axis")
+case("layout-max_pool2d-channels-spatial", {"x": 'Tensor[S[1, "tp"], S[2, "dp"]]'},
+     "out = F.max_pool2d(x, 2)", 'Tensor[S[1, "tp"], V["dp"]]', make={"x": _NCHW},
+     desc="channel-wise; a window across the spatial shards")
+case("layout-nn-AvgPool2d-S0", {"x": "S0"}, ("pool = torch.nn.AvgPool2d(2)", "out = pool(x)"), "S0",
+     make={"x": _NCHW})
+case("layout-interpolate-S1", {"x": "S1"}, "out = F.interpolate(x, scale_factor=2.0)", "S1",
+     make={"x": _NCHW})
+case("layout-pixel_shuffle-Sm2", {"x": "Sm2"}, "out = F.pixel_shuffle(x, 2)", "Sm2",
+     make={"x": _NCHW}, desc="r x r pixels from r*r channels: a shard of rows stays one")
+case("layout-pad-last-dim", {"x": 'Tensor[S[-2, "tp"], S[-1, "dp"]]'}, "out = F.pad(x, (1, 1))",
+     'Tensor[S[-2, "tp"], V["dp"]]', make={"x": _NCHW}, desc="pads the last dim only")
+case("layout-group_norm-batch-channels", {"x": 'Tensor[S[0, "dp"], S[1, "tp"]]'},
+     "out = F.group_norm(x, 2)", _S0_V, make={"x": _NCHW},
+     desc="statistics per sample, over groups of channels")
+case("layout-batch_norm-eval-S0", {"x": "S0", "m": "R", "v": "R"}, "out = F.batch_norm(x, m, v)",
+     "S0", make=_BN, desc="eval mode: the running statistics, per sample")
+case("layout-conv2d-all_gather-S0", {"x": 'Tensor[S[0, "dp"]]', "w": 'Tensor[R["dp"]]'},
+     ("y = F.conv2d(x, w)", 'g = spmd.all_gather(y, "dp", src=S(0), dst=R)', "out = y"),
+     'Tensor[S[0, "dp"]]', collective=True, make=_CONV)
+case("layout-conv2d-all_gather-S1", {"x": 'Tensor[S[0, "dp"]]', "w": 'Tensor[R["dp"]]'},
+     ("y = F.conv2d(x, w)", 'out = spmd.all_gather(y, "dp", src=S(1), dst=R)'),
+     "spmd-src-mismatch", collective=True, make=_CONV)
+case("layout-max_pool2d-all_gather-S1", {"x": "S1"},
+     ("y = F.max_pool2d(x, 2)", 'g = spmd.all_gather(y, "tp", src=S(1), dst=R)', "out = y"), "S1",
+     collective=True, make={"x": _NCHW})
+
 # --------------------------------------------------------------------------------------
 # 9. Global SPMD (partition specs, SPEC section 6): shard propagation, both checkers.
 

@@ -115,3 +115,30 @@ def test_a_convolution_is_multilinear_with_a_bias_summand() -> None:
     assert status["[a2] conv1d({a:P}, {a:R}, {a:P})"] == "accepted-match"
     assert status["[a2] conv1d({a:R}, {a:P}, {a:P})"] == "accepted-match"
     assert not [t for t, s in status.items() if s in ("accepted-MISMATCH", "UNLISTED-conservative")]
+
+
+def test_ops_on_an_nchw_input_keep_the_shard_dims_they_act_along() -> None:
+    """conv2d keeps the batch (S(1), the contracted channels, is V), max_pool2d and
+    adaptive_avg_pool2d the batch and the channels, pixel_shuffle and pad (of the last dim)
+    both, the norms the batch, batch_norm in training nothing (engine views.LAYOUT_OPS): each
+    S(i) result checked forward and backward on a 2-rank world, every combination matching or
+    with a counterexample."""
+    cases = ["conv2d", "max_pool2d", "adaptive_avg_pool2d", "pixel_shuffle", "pixel_unshuffle",
+             "pad", "pad reflect", "channel_shuffle", "local_response_norm", "group_norm",
+             "instance_norm", "batch_norm eval", "batch_norm train"]
+    res = rules.run(world_sizes=(2,), cases=cases, timeout=240)
+    got = {r["task"]: (r["status"], r.get("engine")) for r in res}
+    match = "accepted-match"
+    for task, engine in [
+            ("conv2d({a:S(0)}, {a:R}, {a:R})", "{a:S(0)}"), ("conv2d({a:S(1)}, {a:R}, {a:R})", "{a:V}"),
+            ("max_pool2d({a:S(0)})", "{a:S(0)}"), ("max_pool2d({a:S(1)})", "{a:S(1)}"),
+            ("adaptive_avg_pool2d({a:S(1)})", "{a:S(1)}"), ("pixel_shuffle({a:S(1)})", "{a:S(1)}"),
+            ("pixel_unshuffle({a:S(0)})", "{a:S(0)}"), ("pad({a:S(1)})", "{a:S(1)}"),
+            ("pad reflect({a:S(0)})", "{a:S(0)}"), ("channel_shuffle({a:S(1)})", "{a:V}"),
+            ("local_response_norm({a:S(0)})", "{a:S(0)}"), ("group_norm({a:S(1)})", "{a:V}"),
+            ("instance_norm({a:S(0)})", "{a:S(0)}"),
+            ("batch_norm eval({a:S(0)}, {a:R}, {a:R})", "{a:S(0)}"),
+            ("batch_norm train({a:S(0)})", "{a:V}")]:
+        assert got[f"[a2] {task}"] == (match, engine), (task, got[f"[a2] {task}"])
+    bad = [r for r in res if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative")]
+    assert not bad, [(r["task"], r.get("counterexample") or r.get("passing")) for r in bad]

@@ -1,0 +1,122 @@
+"""Ops on an (N, C, *spatial) input in check mode on a gloo world of 2 ranks: the S(i) the
+check mode gives their results (engine views.LAYOUT_OPS) is what the ranks hold.
+
+Every rank builds the same global input and keeps its shard; under ``spmd.typecheck()`` the
+ops run on the shard, the result's type is read, and ``all_gather(..., src=<that S(i)>,
+dst=R)`` must give the ops on the global input (and the input's gradient, for a loss summed
+over the ranks, the shard of the global gradient).  A src naming another dim is the type error
+the static checker reports.  batch_norm in training is V: the gathered result is not the
+global batch_norm (each rank normalised with its own batch's statistics).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import spmd
+from rt_checks import Ctx
+from spmd import P, R, S, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
+from spmd_mypy.engine.types import VARYING, SpmdType, shard
+
+F64 = torch.float64
+AXIS = "x"
+
+
+def _global(*shape: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(sum(shape))
+    return torch.randn(*shape, generator=g, dtype=F64)
+
+
+def _cnn() -> nn.Module:
+    """A small CNN of torch's modules, the same parameters on every rank."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"), nn.GroupNorm(2, 8),
+        nn.Upsample(scale_factor=2.0, mode="bilinear"), nn.AdaptiveAvgPool2d(4),
+        nn.PixelShuffle(2), nn.InstanceNorm2d(2)).to(F64)
+    with torch.no_grad():  # running statistics that are not the identity
+        net[1].running_mean.uniform_(-1.0, 1.0)
+        net[1].running_var.uniform_(0.5, 2.0)
+    return net.eval()  # batch_norm with its running statistics: per sample
+
+
+def _src_rejected(y: torch.Tensor, dim: int, have: int) -> None:
+    try:
+        spmd.all_gather(y, AXIS, src=S(dim), dst=R)
+    except SpmdTypeError as e:
+        assert e.code == "spmd-src-mismatch", e
+        assert f"pass src=S({have})" in str(e), str(e)
+    else:
+        raise AssertionError(f"all_gather with src=S({dim}) of an S({have}) value was accepted")
+
+
+def check_cnn_batch_shard(ctx: Ctx, name: str) -> None:
+    """A CNN on this rank's part of the batch: S(0) through every layer."""
+    net = _cnn()
+    whole = _global(4, 3, 8, 8).requires_grad_()
+    expected = net(whole)
+    (expected * expected).sum().backward()
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            x = spmd.declare(whole.detach().chunk(ctx.world)[ctx.rank].clone().requires_grad_(),
+                             Tensor[S[0, "x"]])
+            y = net(x)
+            assert spmd.typeof(y) == SpmdType.of({AXIS: shard(0)}), spmd.typeof(y)
+            _src_rejected(y, 1, 0)
+            gathered = spmd.all_gather(y, AXIS, src=S(0), dst=R)
+            loss = spmd.reinterpret((y * y).sum(), AXIS, src=V, dst=P)
+            loss.backward()
+    assert_close(gathered.detach(), expected.detach())
+    assert_close(x.grad, whole.grad.chunk(ctx.world)[ctx.rank])
+
+
+def check_channel_shard(ctx: Ctx, name: str) -> None:
+    """Channel-wise ops on this rank's channels: S(1) through pools, interpolation, pixel
+    shuffle (4 channels a rank: whole blocks of 2 x 2) and a pad of the spatial dims."""
+    def ops(t: torch.Tensor) -> torch.Tensor:
+        h = F.max_pool2d(t, 2)
+        h = F.interpolate(h, scale_factor=2.0, mode="bilinear")
+        h = F.pixel_shuffle(F.avg_pool2d(h, 3, 1, padding=1), 2)
+        return F.pad(h, (1, 1, 2, 0), mode="reflect")
+
+    whole = _global(2, 4 * ctx.world, 6, 6)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            x = spmd.declare(whole.chunk(ctx.world, 1)[ctx.rank].clone(), Tensor[S[1, "x"]])
+            y = ops(x)
+            assert spmd.typeof(y) == SpmdType.of({AXIS: shard(1)}), spmd.typeof(y)
+            _src_rejected(y, 0, 1)
+            gathered = spmd.all_gather(y, AXIS, src=S(1), dst=R)
+    assert_close(gathered, ops(whole))
+
+
+def check_batch_norm_training_is_not_a_batch_shard(ctx: Ctx, name: str) -> None:
+    """batch_norm in training: each rank's statistics are its own part of the batch's, so its
+    result is V (a claim src=S(0) is the user's, and here it is wrong)."""
+    whole = _global(4, 3, 5)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            x = spmd.declare(whole.chunk(ctx.world)[ctx.rank].clone(), Tensor[S[0, "x"]])
+            y = F.batch_norm(x, None, None, training=True)
+            assert spmd.typeof(y) == SpmdType.of({AXIS: VARYING}), spmd.typeof(y)
+            gathered = spmd.all_gather(y, AXIS, src=S(0), dst=R)
+            ev = F.batch_norm(x, torch.zeros(3, dtype=F64), torch.ones(3, dtype=F64))
+            assert spmd.typeof(ev) == SpmdType.of({AXIS: shard(0)}), spmd.typeof(ev)
+    assert not torch.allclose(gathered, F.batch_norm(whole, None, None, training=True))
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    out = []
+    for check in (check_cnn_batch_shard, check_channel_shard,
+                  check_batch_norm_training_is_not_a_batch_shard):
+        n = f"w{world}/layout-ops/{check.__name__[len('check_'):]}"
+        out.append((n, functools.partial(check, name=n)))
+    return out
