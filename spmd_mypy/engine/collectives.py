@@ -566,7 +566,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
         if have.kind is want.kind:
             op = "redistribute"
             fix = (f"the shard dims differ; redistribute({x_text}, {format_axis(ax)}, "
-                   f"src={have.at_high_ranks()}, dst={want})")
+                   f"src={have.at_high_ranks()}, dst={want})") + _same_dim_at_one_rank(have, want)
         else:
             r = route(have, want)
             op = r[0] if r is not None else ""
@@ -583,6 +583,17 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
         f"{where} is {format_type(actual)} but {format_type(expected)} is expected: it is "
         f"{', and '.join(what)}; {'; '.join(fixes)}{together}",
     )]
+
+
+def _same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
+    """S(-1) and S(1) name one dim of a 2-dim tensor, and the static checker does not know the
+    rank (``F.linear``'s output is S(-1)): the clause that says when the redistribute is a no-op."""
+    a, b = have.dim, want.dim
+    if a is None or b is None or (a < 0) == (b < 0):
+        return ""
+    rank = max(a, b) - min(a, b)  # the non-negative dim minus the negative one
+    return (f" (S({a}) and S({b}) are the same dim only of a {rank}-dim tensor: if the value "
+            f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
 
 
 def may_be_none(errors: list[SpmdError], x_text: str) -> list[SpmdError]:
