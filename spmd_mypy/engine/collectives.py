@@ -311,7 +311,8 @@ def check_collective(
             f"convert(..., dst=S(i)) to take this rank's chunk",
         )])
     known = [(a, t) for a in axes if (t := x.get(a)) is not None]
-    mismatched = [a for a, t in known if not shard_dims_match(t, src)]
+    mismatched = [a for a, t in known if not shard_dims_match(t, src)
+                  and not (not can_grad and _same_values(t, src))]
     rest = tuple(a for a in axes if a not in mismatched)
     # src names a kind the input does not have, on every axis whose type is known: the
     # pair's own problems are those of a src the input is not, so the src-mismatch error
@@ -394,6 +395,15 @@ def check_collective(
     elif transition is not None:
         out = _shift_other_shards(out, axes, _LEADING_DIM.get(transition.forward.render_key(), 0))
     return CollectiveResult(out, errors, transition)
+
+
+def _same_values(have: LocalType, src: LocalType) -> bool:
+    """R and I: the same values on every rank, told apart only by the backward (I's gradient
+    is I, R's is P).  Where no gradient flows (``torch.no_grad()``, a detached value), a
+    ``src=I`` call takes an R value and ``src=R`` an I one: a forward shared by training
+    and generation (``reinterpret(h, "tp", src=I, dst=R)``) checks under no_grad, where the
+    rule makes an I beside a gradient-free R an R."""
+    return {have.kind, src.kind} <= {Kind.R, Kind.I} and have.dim is None and src.dim is None
 
 
 # Transitions that add or remove the tensor's dim 0 (the others keep every dim):

@@ -31,6 +31,8 @@ operands only act as I (``where(c_r, a_i, b_i)``, ``mse_loss(pred_i, target_r)``
 
 from __future__ import annotations
 
+import re
+
 import enum
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -381,7 +383,7 @@ def _spec_table() -> dict[str, OpSpec]:
                              keeps_shard_dims=name in _SHAPE_PRESERVING_NONLINEAR
                              and name not in NORMALISING and name not in _NORMALISING_OTHER)
     # ops whose operands play different roles
-    s, f, n = Role.SUMMAND, Role.FACTOR, Role.NONLINEAR
+    s, f, n, x = Role.SUMMAND, Role.FACTOR, Role.NONLINEAR, Role.INDEX
     special = [
         OpSpec("div", OpClass.MULTILINEAR, (f, n), keeps_shard_dims=True),
         OpSpec("divide", OpClass.MULTILINEAR, (f, n), keeps_shard_dims=True),
@@ -413,15 +415,19 @@ def _spec_table() -> dict[str, OpSpec]:
         OpSpec("baddbmm", OpClass.MULTILINEAR, (s, f, f)),
         OpSpec("addmv", OpClass.MULTILINEAR, (s, f, f)),
         OpSpec("addr", OpClass.MULTILINEAR, (s, f, f)),
-        OpSpec("where", OpClass.LINEAR, (n, s, s), keeps_shard_dims=True),
-        OpSpec("masked_fill", OpClass.LINEAR, (s, n, s), keeps_shard_dims=True),
+        # where(cond, a, b), masked_fill(x, mask, v), masked_scatter(x, mask, src): the
+        # condition or mask picks elements, as an index does (never differentiated; R or I
+        # there does not matter, V makes the result vary, P is an error), and an untyped one
+        # (a causal mask from torch.ones(...).triu(1)) does not make an R result unknown
+        OpSpec("where", OpClass.LINEAR, (x, s, s), keeps_shard_dims=True),
+        OpSpec("masked_fill", OpClass.LINEAR, (s, x, s), keeps_shard_dims=True),
         OpSpec("index_add", OpClass.LINEAR, (s, s)),
         OpSpec("scatter_add", OpClass.LINEAR, (s, s)),
         OpSpec("scatter", OpClass.LINEAR, (s, s)),
         # fill(x, v): every element becomes v, a summand (a zero keeps P; the x it replaces
         # is a summand too, so filling changes no type an in-place op could not keep)
         OpSpec("fill", OpClass.LINEAR, (s, s), keeps_shard_dims=True),
-        OpSpec("masked_scatter", OpClass.LINEAR, (s, n, s)),
+        OpSpec("masked_scatter", OpClass.LINEAR, (s, x, s)),
         # lerp(a, b, w) = (1 - w) a + w b: a and b are summands, a tensor weight non-linear
         OpSpec("lerp", OpClass.LINEAR, (s, s, n), keeps_shard_dims=True),
         # scaled_dot_product_attention(q, k, v, mask) = softmax(q k^T / c + mask) v: linear
@@ -1144,11 +1150,13 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
         brings = (f"; {culprit.text} ({format_type(culprit.type)}) is {_word(new)} on "
                   f'"{axis}"')
     stored = name in _STORES  # x[idx] = value: a part of x takes the value
+    part = stored or name in _PART_WRITES  # x.index_copy_(d, idx, v): so does an indexed write
     what = (f"the assignment {target.text}[...] = {culprit.text if culprit is not None else '<value>'}"
-            if stored else name)
-    if name.rstrip("_") == "copy" or stored:  # the value's type, written into (a part of) x
-        if stored or target.text.endswith("]"):  # a part: x itself keeps its declared type
-            whole = target.text[:-5] if target.text.endswith("[...]") else target.text
+            if stored and name != "index_put_" else name)
+    if name.rstrip("_") == "copy" or part:  # the value's type, written into (a part of) x
+        if part or target.text.endswith("]") or not _is_dotted_name(target.text):
+            # a part, or a view (cache.narrow(...).copy_(k)): the tensor keeps its declared type
+            whole = _viewed_tensor(target.text)
             fix = (f"give {whole} the type {format_type(result)} where it is declared, "
                    f"if that is what it holds")
         else:
@@ -1172,6 +1180,31 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
 
 # An indexed store into a tensor (x[idx] = value), by the names both adapters give it
 _STORES = frozenset(("__setitem__", "setitem", "index_put_"))
+# In-place ops that write values into some of the target's elements (a KV cache filled by
+# index_copy_): the value's type is the one to fix, or the target's declaration
+_PART_WRITES = frozenset(("index_copy_", "scatter_", "masked_scatter_", "index_add_",
+                          "scatter_add_", "scatter_reduce_", "index_reduce_", "index_fill_",
+                          "masked_fill_"))
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _is_dotted_name(text: str) -> bool:
+    return _DOTTED_NAME.fullmatch(text) is not None
+
+
+def _viewed_tensor(text: str) -> str:
+    """The tensor a target's text writes into: ``cache`` for ``cache[...]`` and for
+    ``cache.narrow(...)`` (a view method's receiver), the text itself otherwise."""
+    if text.endswith("[...]"):
+        text = text[:-5]
+    if _is_dotted_name(text):
+        return text
+    m = _DOTTED_NAME.match(text)
+    if m is not None and text[m.end():].startswith("(") and "." in m.group():
+        return m.group().rpartition(".")[0]  # cache.narrow(...): the receiver, cache
+    if m is not None and text[m.end():].startswith("["):
+        return m.group()
+    return text
 
 
 def check_backward(loss: Operand) -> list[SpmdError]:

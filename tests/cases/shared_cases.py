@@ -274,6 +274,18 @@ case("masked_fill-P", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 1.0)", A
 case("masked_fill-P-zero", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 0.0)", "P")
 case("masked_fill-R-Vmask", {"a": "R", "m": "V"}, "out = a.masked_fill(m > 0, 0.0)", "V",
      desc="a varying mask makes a varying result")
+# the condition or mask picks elements, as an index: an untyped one (a causal mask built from
+# a factory) leaves an R result R (it was unknown, so a later reinterpret(src=V) of the still
+# replicated value passed both checkers: the loss dp times too large)
+case("masked_fill-R-factory-mask", {"a": "R"},
+     ("m = torch.ones(4, 4, dtype=torch.bool).triu(1)", 'out = a.masked_fill(m, float("-inf"))'),
+     "R")
+case("masked_fill-R-untyped-mask", {"a": "R", "m": "U"}, "out = a.masked_fill(m > 0, 0.0)", "R")
+case("where-U-R-R", {"c": "U", "a": "R", "b": "R"}, "out = torch.where(c > 0, a, b)", "R")
+case("masked_fill-R-factory-mask-reinterpret-V", {"a": "R"},
+     ("m = torch.ones(4, 4, dtype=torch.bool).triu(1)", 'h = a.masked_fill(m, float("-inf"))',
+      'out = spmd.reinterpret(h, "tp", src=V, dst=P)'),
+     "spmd-src-mismatch", collective=True)
 case("linear-P-R", {"x": "P", "w": "R"}, "out = F.linear(x, w)", "P")
 case("linear-P-R-biasR", {"x": "P", "w": "R", "b": "R"}, "out = F.linear(x, w, b[0])", AFF)
 case("linear-P-R-biasP", {"x": "P", "w": "R", "b": "P"}, "out = F.linear(x, w, b[0])", "P")
@@ -554,6 +566,24 @@ case("where-Rcond-I-I", {"c": "R", "a": "I", "b": "I"}, "out = torch.where(c > 0
      desc="the condition carries no gradient")
 case("detach-R-beside-I-and-V", {"w": "I", "r": "R", "v": "V"},
      "out = torch.add(torch.add(w, r.detach()), v.detach())", INV)
+
+# where no gradient flows R and I have the same values, told apart only by the backward: a
+# collective's src=I takes an R value (and src=R an I one); a forward shared by training and
+# generation keeps its reinterpret(h, src=I, dst=R) before a column-parallel linear
+case("nograd-src-I-of-R", {"w": "I", "r": "R"},
+     ("with torch.no_grad():", "    h = torch.add(w, r)", '    out = spmd.reinterpret(h, "tp", src=I, dst=R)'),
+     "R", collective=True)
+case("nograd-src-R-of-I", {"w": "I"},
+     ("with torch.no_grad():", '    out = spmd.convert(w, "tp", src=R, dst=S(0))'), "S0",
+     collective=True)
+case("detach-src-I-of-R", {"r": "R"},
+     'out = spmd.reinterpret(r.detach(), "tp", src=I, dst=R)', "R", collective=True)
+case("grad-src-I-of-R", {"r": "R"},
+     'out = spmd.reinterpret(r, "tp", src=I, dst=R)', "spmd-src-mismatch", collective=True,
+     desc="with grad: R's gradient is P, I's is I: an error")
+case("nograd-src-I-of-V", {"v": "V"},
+     ("with torch.no_grad():", '    out = spmd.reinterpret(v, "tp", src=I, dst=R)'),
+     "spmd-src-mismatch", collective=True, desc="only R and I stand in for each other")
 
 case("inference-I-V", {"w": "I", "v": "V"},
      ("with torch.inference_mode():", "    out = torch.mul(w, v)"), "V")
