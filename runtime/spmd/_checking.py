@@ -71,6 +71,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import inspect
 import sys
 import weakref
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -78,8 +79,10 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import (RAW_NN_COLLECTIVES as RAW_NN_NAMES, check_argument,
-                                          check_collective, raw_collective_error, suggest)
+from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
+                                          RAW_OP_PARAMS,
+                                          check_argument, check_collective,
+                                          raw_collective_error, raw_reduce_op, suggest)
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, OpSpec, Reduction, Role, check_backward,
@@ -519,7 +522,7 @@ class _Mode(TorchFunctionMode):
         if kind is Kind.FOREACH:
             return self._foreach(plan, func, args, kwargs)
         if kind is Kind.RAW:
-            _check_raw_collective(plan.name, args, kwargs)
+            _check_raw_collective(func, plan.name, args, kwargs)
             return func(*args, **kwargs)
         if kind is Kind.PASS or kind is Kind.FACTORY:
             return func(*args, **kwargs)
@@ -1412,6 +1415,7 @@ def _uninstall_apply() -> None:
 # the user's; one made by torch.distributed.nn.functional is reported under that name.
 
 _NN_FUNCTIONAL = os.path.join(_TORCH_DIR, "distributed", "nn", "functional.py")
+_C10D = os.path.join(_TORCH_DIR, "distributed", "distributed_c10d.py")
 _FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp", "apply"})
 
 
@@ -1438,7 +1442,7 @@ def _in_autograd_function(f: Any) -> bool:
     return False
 
 
-def _check_raw_collective(name: str, args: tuple, kwargs: dict) -> None:
+def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> None:
     typed = [(t, st) for t in _raw_tensors(args, kwargs) if (st := _get(t))]
     if not typed or torch.compiler.is_compiling():
         return
@@ -1452,11 +1456,31 @@ def _check_raw_collective(name: str, args: tuple, kwargs: dict) -> None:
             break
         if fn == _NN_FUNCTIONAL and f.f_code.co_name in RAW_NN_NAMES:
             module, name = "torch.distributed.nn.functional", f.f_code.co_name
+        elif fn == _C10D and f.f_code.co_name in RAW_COLLECTIVES:
+            name = f.f_code.co_name  # reduce_scatter_tensor, which calls reduce_scatter_single
         f = f.f_back
     if f is None or _in_autograd_function(f):
         return
     t, st = typed[0]
-    raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st))
+    reduce_op, async_op = _raw_op(func, args, kwargs)
+    raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st,
+                                             reduce_op=reduce_op, async_op=async_op))
+
+
+def _raw_op(func: Any, args: tuple, kwargs: dict) -> tuple[str | None, bool]:
+    """The reduce op a raw collective's call states (ReduceOp.AVG: "avg"; "sum" when not
+    passed, torch's default; None for one not read) and whether async_op is true, as the
+    plugin reads them from the source."""
+    try:
+        bound = inspect.signature(func).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = kwargs
+    reduce_op: str | None = "sum"
+    for param in RAW_OP_PARAMS:
+        if param in bound:
+            op = bound[param]
+            reduce_op = raw_reduce_op(op if isinstance(op, str) else str(getattr(op, "name", op)))
+    return reduce_op, bool(bound.get("async_op", False))
 
 
 def _reset_caches() -> None:

@@ -650,8 +650,9 @@ def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: 
 
 RAW_COLLECTIVES = frozenset(
     """all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor
-    all_to_all all_to_all_single broadcast reduce all_reduce_coalesced""".split()
-)
+    all_to_all all_to_all_single broadcast reduce all_reduce_coalesced all_gather_single
+    reduce_scatter_single""".split()
+)  # torch 2.13: all_gather_into_tensor/reduce_scatter_tensor call the *_single ones
 # Collectives of torch.distributed.nn.functional (differentiable, with a fixed backward) and of
 # torch.distributed._functional_collectives (functional, some with an autograd variant).
 RAW_NN_COLLECTIVES = frozenset(
@@ -708,16 +709,64 @@ def typed_collective(name: str) -> str | None:
 _RAW_GATHER_LISTS = frozenset({"torch.distributed.all_gather",
                                "torch.distributed.nn.functional.all_gather"})
 _RAW_GATHER_DIM0 = frozenset({"torch.distributed.all_gather_into_tensor",
+                              "torch.distributed.all_gather_single",
                               "torch.distributed.nn.functional._all_gather_base"})
 
 
+# The reduce ops the raw collectives state: torch.distributed.ReduceOp's members (op=
+# ReduceOp.AVG) and the functional collectives' strings (reduceOp="avg"), lower-cased.
+RAW_REDUCE_OPS = frozenset({"sum", "avg", "product", "min", "max", "band", "bor", "bxor",
+                            "premul_sum"})
+# The parameters a raw collective states its reduce op in (by name; async_op its asynchrony).
+RAW_OP_PARAMS = ("op", "reduceOp")
+_FUNCTIONAL = "torch.distributed._functional_collectives"
+
+
+def raw_reduce_op(text: str) -> str | None:
+    """The reduce op a raw collective's op argument names (``ReduceOp.AVG``,
+    ``dist.ReduceOp.RedOpType.AVG``, ``"avg"``: avg), None for one not read."""
+    name = text.strip().strip("'\"").rsplit(".", 1)[-1].lower()
+    return name if name in RAW_REDUCE_OPS else None
+
+
+_OP_TYPED = ("all_reduce", "reduce_scatter")  # the typed collectives that take op=
+
+
+def _raw_typed_op(typed_name: str, reduce_op: str | None) -> tuple[str, str]:
+    """How the typed collective states a raw call's reduce op: (the op= argument, or "" for
+    the default sum; the reason no typed call does it, or "")."""
+    if typed_name not in _OP_TYPED or reduce_op == "sum":
+        return "", ""
+    if reduce_op is None:
+        return ", op= the raw call's reduce op", ""
+    takes = REDUCE_OPS if typed_name == "all_reduce" else SCATTER_REDUCE_OPS
+    if reduce_op not in takes:
+        return "", f'spmd.{typed_name} takes op= {", ".join(takes)}, not "{reduce_op}"'
+    return f', op="{reduce_op}"', ""
+
+
+_RAW_SCATTER_DIM0 = frozenset({"torch.distributed.reduce_scatter_tensor",
+                               "torch.distributed.reduce_scatter_single"})
+
+
 def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
-                     x_type: SpmdType) -> str:
+                     x_type: SpmdType, reduce_op: str | None = "sum") -> str:
     """The typed call for a raw one: concrete where the tensor's type says the axis and src
-    (one P axis for an all-reduce or torch's reduce_scatter_tensor, one V or S(i) axis for
-    an all-gather whose layout the raw op fixes), else in words."""
+    (one P axis for an all-reduce or torch's reduce_scatter_tensor, one V axis for an
+    all-reduce with op="max"/"min", one V or S(i) axis for an all-gather whose layout the raw
+    op fixes), else in words; with the raw call's reduce op (op="avg": the typed call
+    without it sums, a result n times too large)."""
     x = bare(x_text)
-    want = (Kind.P,) if typed_name in ("all_reduce", "reduce_scatter") else (Kind.V,)
+    op_arg, cannot = _raw_typed_op(typed_name, reduce_op)
+    if cannot:
+        return (f"the raw call inside a custom autograd Function whose annotations type its "
+                f"result ({cannot})")
+    if typed_name == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
+        want: tuple[Kind, ...] = (Kind.V,)
+    elif typed_name in ("all_reduce", "reduce_scatter"):
+        want = (Kind.P,)
+    else:
+        want = (Kind.V,)
     axes = [(a, t) for a, t in x_type.axes if t.kind in want]
     src: LocalType | None = None
     if len(axes) == 1 and typed_name == "all_reduce":
@@ -731,11 +780,11 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
         elif t.dim is None and f"{module}.{name}" in _RAW_GATHER_DIM0:
             src = LocalType(Kind.V, 0)
     dst = "R"
-    if len(axes) == 1 and f"{module}.{name}" == "torch.distributed.reduce_scatter_tensor":
+    if len(axes) == 1 and f"{module}.{name}" in _RAW_SCATTER_DIM0:
         src, dst = axes[0][1], "S(0)"  # the sum, chunked on dim 0
-    if src is not None:
+    if src is not None and (reduce_op is not None or typed_name not in _OP_TYPED):
         in_place = module == "torch.distributed" or name.endswith("_inplace")
-        return (f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst})"
+        return (f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst}{op_arg})"
                 + (", which returns the result (the raw op writes it into a tensor passed to it)"
                    if in_place else ""))
     where = ""
@@ -743,18 +792,31 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
         where = (f" ({x} is {want[0].value} on "
                  + " and ".join(format_axis(a) for a, _ in axes) + ")")
     return (f"spmd.{typed_name} on {x} over the mesh axis its process group spans{where}, "
-            f"with src= {x}'s type on that axis and dst= the type wanted")
+            f"with src= {x}'s type on that axis and dst= the type wanted{op_arg}")
 
 
-def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType) -> SpmdError:
+def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, *,
+                         reduce_op: str | None = "sum", async_op: bool = False) -> SpmdError:
     """``torch.distributed.all_reduce(x)`` with a typed ``x``: not differentiable (or with
-    a fixed backward), and its result's type is unknown."""
+    a fixed backward), and its result's type is unknown.  ``reduce_op`` is the reduce op the
+    call states (lower-cased: "sum", its default; "avg"; None: an expression not read), which
+    the suggested typed call carries; ``async_op`` a call with async_op=True.  The typed
+    collectives are synchronous: the message says so for an asynchronous raw call (and for a
+    functional collective, whose result is waited on first use), the overlap the fix drops."""
     typed_name = typed_collective(name)
-    replacement = (_raw_replacement(module, name, typed_name, x_text, x_type)
+    replacement = (_raw_replacement(module, name, typed_name, x_text, x_type, reduce_op)
                    if typed_name in OPS and typed_name is not None else "a typed spmd collective")
+    sync = ""
+    if typed_name in OPS and typed_name is not None:
+        if async_op:
+            sync = (f"; spmd.{typed_name} is synchronous: it returns the result, not a work "
+                    f"handle, so the communication no longer overlaps the code before the wait")
+        elif module == _FUNCTIONAL and not name.endswith("_inplace"):
+            sync = (f"; spmd.{typed_name} is synchronous: the functional collective's result "
+                    f"is waited on first use, the typed call waits before it returns")
     return SpmdError(
         "spmd-raw-collective",
         f"{module}.{name} on the typed tensor {x_text} ({format_type(x_type)}): a raw "
         f"collective is not differentiable (or has a fixed backward) and its result's type is "
-        f"unknown; use {replacement}",
+        f"unknown; use {replacement}{sync}",
     )

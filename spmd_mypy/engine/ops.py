@@ -86,9 +86,13 @@ class OpSpec:
     keeps_shard_dims: bool = False
     # False for an op the table does not list (classify's default: checked as non-linear)
     known: bool = True
+    # the role of the operands past ``roles`` where it is not the class's default
+    rest: Role | None = None
 
     @property
     def default_role(self) -> Role:
+        if self.rest is not None:
+            return self.rest
         return {
             OpClass.LINEAR: Role.SUMMAND,
             OpClass.MULTILINEAR: Role.FACTOR,
@@ -452,6 +456,13 @@ def _spec_table() -> dict[str, OpSpec]:
     for name in TEMPLATE_OPS:
         base = table[name]
         table[name] = OpSpec(name, base.op_class, (s, Role.TEMPLATE), base.keeps_shard_dims)
+    # torch._utils._flatten_dense_tensors(tensors) (torch._C._nn.flatten_dense_tensors): each
+    # tensor flattened, then concatenated: a cat, linear.  _unflatten_dense_tensors(flat,
+    # tensors): views of flat (linear in flat) shaped like the tensors, which only lend their
+    # shapes (templates, however many)
+    table["flatten_dense_tensors"] = OpSpec("flatten_dense_tensors", OpClass.LINEAR)
+    table["unflatten_dense_tensors"] = OpSpec("unflatten_dense_tensors", OpClass.LINEAR, (s,),
+                                              rest=Role.TEMPLATE)
     # in-place fills overwrite: the result is the filled value's type
     table["copy_"] = OpSpec("copy_", OpClass.LINEAR, (Role.OVERWRITTEN, Role.SUMMAND),
                             keeps_shard_dims=True)

@@ -78,7 +78,8 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
-from ..engine.collectives import raw_collective, raw_collective_error
+from ..engine.collectives import (RAW_OP_PARAMS, raw_collective, raw_collective_error,
+                                  raw_reduce_op)
 from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.contractions import CONTRACTIONS
@@ -1191,11 +1192,34 @@ class CallTyper:
                              for item in self._container_items(te[0], te[1], ctx)):
                     st = self.types.from_type(t)
                     if st:
-                        self.report(ctx, [raw_collective_error(module, name, expr_text(e), st)])
+                        reduce_op, async_op = self._raw_op(ctx)
+                        self.report(ctx, [raw_collective_error(module, name, expr_text(e), st,
+                                                               reduce_op=reduce_op,
+                                                               async_op=async_op)])
                         return ctx.default_return_type
             return ctx.default_return_type
 
         return hook
+
+    def _raw_op(self, ctx: FunctionContext) -> tuple[str | None, bool]:
+        """The reduce op a raw collective's call states (op=ReduceOp.AVG, reduceOp="avg":
+        "avg"; "sum" when not passed, torch's default; None for an expression not read) and
+        whether it passes async_op= other than False."""
+        reduce_op: str | None = "sum"
+        async_op = False
+        for formal, exprs, types in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types):
+            if not exprs:
+                continue
+            if formal in RAW_OP_PARAMS:
+                e = exprs[0]
+                text = literal_str(e, types[0])
+                if text is None and isinstance(e, MemberExpr):
+                    text = e.name
+                reduce_op = raw_reduce_op(text) if text is not None else None
+            elif formal == "async_op":
+                e = exprs[0]
+                async_op = not (isinstance(e, NameExpr) and e.fullname == "builtins.False")
+        return reduce_op, async_op
 
     # -- spmd helpers ------------------------------------------------------------------
     def reveal_hook(self, ctx: FunctionContext) -> Type:

@@ -53,9 +53,23 @@ NO_SIGNATURE_CHECK = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensi
                       "threading.", "weakref.", "statistics.")
 _PARTIAL_OPS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
                 "spmd.sum": "sum"}
+# torch._utils' flatten/unflatten of a list of tensors (the bucketing DDP code calls): torch
+# does not annotate them (Any); the hook types them as the engine's ops of those names
+_DENSE_FLATTENING = {"torch._utils._flatten_dense_tensors": "flatten_dense_tensors",
+                     "torch._utils._unflatten_dense_tensors": "unflatten_dense_tensors"}
 _NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch.utils.",
                   "torch.jit.", "torch.compile", "torch.fx.", "torch.onnx.", "torch.backends.",
                   "torch.testing.", "torch.multiprocessing.", "torch.optim.")
+
+
+def _tuple_of_result(hook: Callable[[FunctionContext], Type], typer: calls.CallTyper,
+                     ctx: FunctionContext) -> Type:
+    """_unflatten_dense_tensors's result: a tuple of tensors of the op's type (torch returns
+    them as a tuple of views of the flat tensor)."""
+    t = hook(ctx)
+    if typer.types.from_type(t) is not None:
+        return ctx.api.named_generic_type("builtins.tuple", [t])
+    return t
 
 
 class HookDispatch:
@@ -290,6 +304,11 @@ class HookDispatch:
             return None
         if fullname == "torch.utils.checkpoint.checkpoint":  # runs fn(*args): typed as it
             return typer.checkpoint_hook
+        if fullname in _DENSE_FLATTENING:  # untyped in torch (no annotations): typed as the op
+            hook = typer.op_hook(_DENSE_FLATTENING[fullname], method=False)
+            if fullname.endswith("_unflatten_dense_tensors"):
+                return functools.partial(_tuple_of_result, hook, typer)
+            return hook
         if fullname == "torch.autograd.grad":
             return self.plugin.autograd.autograd_grad_hook
         if fullname == "torch.autograd.backward":

@@ -1096,6 +1096,19 @@ case("global-local-map-body-is-local", {"x": _X},
       "    return y.cumsum(-1) * ((y < 0) | (y > 1))",
       "out = g(x)"), _X, collective=True)
 
+# torch._utils' flatten-and-cat of a list of tensors (bucketing DDP code) is a cat: linear; the
+# unflatten gives views of the flat tensor, the list only lends shapes (templates)
+case("flatten-dense-tensors-of-P-is-P", {"a": "P", "b": "P"},
+     "out = torch._utils._flatten_dense_tensors([a, b])", "P")
+case("flatten-dense-tensors-then-nonlinear", {"a": "P", "b": "P"},
+     ("f = torch._utils._flatten_dense_tensors([a, b])", "out = torch.relu(f)"), NL)
+case("unflatten-dense-tensors-of-R-with-P-templates-is-R", {"r": "R", "a": "P", "b": "P"},
+     "out = torch._utils._unflatten_dense_tensors(r, [a, b])[1]", "R",
+     make={"r": "torch.randn(32)"})
+case("unflatten-dense-tensors-of-P-is-P", {"p": "P", "a": "R", "b": "R"},
+     ("parts = torch._utils._unflatten_dense_tensors(p, [a, b])", "out = parts[0] + a"), AFF,
+     make={"p": "torch.randn(32, requires_grad=True).clone()"})
+
 
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.

@@ -999,6 +999,35 @@ def test_a_raw_collective_names_the_typed_call_of_its_type() -> None:
             'writes it into a tensor passed to it)  [spmd-raw-collective]')
 
 
+def test_a_raw_collective_fix_carries_the_reduce_op_and_says_the_typed_call_is_synchronous() -> None:
+    """The raw call's reduce op goes into the typed call it suggests (ReduceOp.AVG: op="avg";
+    without it the pasted fix sums, a gradient n times too large), an op no typed collective
+    takes is said so, and an async_op=True call is told the typed call is synchronous: as
+    the plugin reads them from the source (the same engine text)."""
+    import torch.distributed as dist
+
+    with spmd.typecheck():
+        grad = typed(mk(1), Tensor[P["dp"]]).detach()
+        v = typed(mk(1), Tensor[V["dp"]]).detach()
+        cases = [
+            (lambda: dist.all_reduce(grad, op=dist.ReduceOp.AVG),
+             'use spmd.all_reduce(grad, "dp", src=P, dst=R, op="avg"), which returns'),
+            (lambda: dist.all_reduce(grad, dist.ReduceOp.AVG, None, True),
+             'op="avg"), which returns the result (the raw op writes it into a tensor passed '
+             'to it); spmd.all_reduce is synchronous: it returns the result, not a work handle'),
+            (lambda: dist.reduce_scatter_tensor(torch.empty(1), grad, op=dist.ReduceOp.AVG),
+             'use spmd.reduce_scatter(grad, "dp", src=P, dst=S(0), op="avg")'),
+            (lambda: dist.all_reduce(v, op=dist.ReduceOp.MAX),
+             'use spmd.all_reduce(v, "dp", src=V, dst=R, op="max")'),
+            (lambda: dist.all_reduce(grad, op=dist.ReduceOp.PRODUCT),
+             '(spmd.all_reduce takes op= sum, avg, max, min, not "product")'),
+        ]
+        for call, fix in cases:
+            with pytest.raises(SpmdTypeError) as e:
+                call()
+            assert fix in str(e.value), str(e.value)
+
+
 def test_one_mistake_on_two_axes_is_one_error_with_the_tuple_axis_fix() -> None:
     """The engine merges the per-axis errors (errors.merge_axis_errors): the check mode raises
     the merged one, as the static checker reports it."""
