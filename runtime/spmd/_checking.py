@@ -519,9 +519,30 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
         dual_of(g)
         with _in_mode():
             r = hook(g)
-        keep(g if r is None else r)
+            out = g if r is None else r
+            owner = ref()
+            if owner is not None and owner.is_leaf and isinstance(out, torch.Tensor) and _get(out):
+                old = owner.grad  # (read in the mode: its type as a read of x.grad gives it)
+                if old is not None:
+                    _check_accumulation(old, out)
+        keep(out)
         return r
     return pre
+
+
+def _check_accumulation(old: torch.Tensor, new: torch.Tensor) -> None:
+    """Autograd adds what a ``register_hook`` hook returns to the leaf's gradient so far: the
+    rule of ``old.add_(new)`` (no-sync gradient accumulation whose last micro-batch's hook
+    all-reduces only its own gradient: R added to the Partial sum of the earlier ones)."""
+    mode = _STACK[-1] if _STACK else None
+    if mode is None:
+        return
+    plan = _plan(torch.Tensor.add_)
+    args = (old, new)
+    ops, outs = extract(plan, args, {})
+    types = _operand_types(ops)
+    if types is not None and not _global_check.is_global(types):
+        mode._local_check(plan, args, {}, ops, outs, types)
 
 
 class _Mode(TorchFunctionMode):

@@ -212,10 +212,43 @@ def check_multi_grad_hook(ctx: Ctx, name: str) -> None:
                 lambda: spmd.reinterpret((w * x + v * x).sum(), "x", src=V, dst=P).backward())
 
 
+def check_hook_accumulation(ctx: Ctx, name: str) -> None:
+    """no_sync with a register_hook hook (runs before autograd accumulates): the last
+    micro-batch's hook all-reduces only its own gradient, autograd adds that R to the Partial
+    sum of the earlier micro-batches: raises (measured unchecked: the gradient is off).  A hook
+    that reduces every micro-batch accumulates R into R: passes, and matches."""
+    n = ctx.world
+    total = float(sum(range(1, n + 1)))
+
+    def run(sync_every: bool) -> torch.Tensor:
+        w = torch.nn.Parameter(torch.ones(3, dtype=F64))
+        sync = [sync_every]
+        w.register_hook(lambda g: spmd.all_reduce(g, "x", src=P, dst=R) if sync[0] else None)
+        if spmd._checking.ACTIVE:
+            spmd.declare(w, Tensor[R["x"]])
+        for i in range(2):
+            sync[0] = sync_every or i == 1
+            x = torch.full((3,), float(ctx.rank + 1), dtype=F64)
+            if spmd._checking.ACTIVE:
+                x = spmd.declare(x, Tensor[V["x"]])
+            spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+        return w
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            _raises("spmd-partial-affine", lambda: run(False))
+            w = run(True)
+            assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', spmd.typeof(w.grad)
+            with spmd._checking.suspended():
+                assert_close(w.grad, torch.full((3,), 2 * total, dtype=F64))
+        w = run(False)  # unchecked: the first micro-batch's gradient is this rank's only
+        assert float((w.grad - 2 * total).abs().max()) == total - float(ctx.rank + 1)
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
-                  check_multi_grad_hook):
+                  check_multi_grad_hook, check_hook_accumulation):
         n = f"w{world}/hooks/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
