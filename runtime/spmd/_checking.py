@@ -156,12 +156,59 @@ def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
     if not _ASSIGNED_GRADS:
         return backward(*args, **kwargs)
     versions = [(g, g._version) for g in _ASSIGNED_GRADS.values()]
+    outer = dict(_BACKWARD_VERSIONS)
+    _BACKWARD_VERSIONS.update((id(g), v) for g, v in versions)
     try:
         return backward(*args, **kwargs)
     finally:
+        _BACKWARD_VERSIONS.clear()
+        _BACKWARD_VERSIONS.update(outer)
         for g, version in versions:
             if g._version != version:
                 _ASSIGNED_GRADS.pop(id(g), None)
+
+
+# Assigned gradients zeroed in place (``p.grad.zero_()``, ``zero_grad(set_to_none=False)``):
+# id -> the version the zeroing left.  A backward that starts from that version accumulates
+# autograd's gradient into zeros: the sum is autograd's gradient (the dual), not the assigned
+# type plus it.
+_ZEROED: dict[int, int] = {}
+
+
+def _zeroed(t: Any) -> None:
+    if isinstance(t, torch.Tensor) and _ASSIGNED_GRADS.get(id(t)) is t:
+        _ZEROED[id(t)] = t._version
+
+
+# While a backward runs: the versions the assigned gradients had when it started, by id (a
+# hook that reads ``p.grad`` in the middle of the backward reads autograd's accumulation into
+# the tensor it assigned in an earlier backward when the version moved).
+_BACKWARD_VERSIONS: dict[int, int] = {}
+
+
+def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> SpmdType:
+    """``g``, the tensor the user assigned to ``x.grad`` (of type ``assigned``), into which
+    this backward accumulated autograd's new gradient (the dual of ``x``'s type): the type
+    of the sum, by ``add_``'s rule, which raises where the sum has none (a gradient
+    all-reduced in a post-accumulate hook in the first micro-batch, R, plus the next
+    micro-batch's Partial gradient: the hook's second all-reduce would sum the first
+    micro-batch's twice, and without it the sum is wrong)."""
+    t = _get(x)
+    if not t:
+        return assigned
+    plan = _plan(torch.Tensor.add_)
+    spec = plan.spec
+    if spec is None:
+        return assigned
+    ops, _ = extract(plan, (g, g), {})
+    texts = _texts([g], ["x.grad"])
+    operands = [Operand(typ, text, False, role_of(spec, i, cls), tuple(g.shape))
+                for i, ((_, cls), typ, text) in enumerate(zip(
+                    ops, (assigned, t.dual()), (texts[0], "autograd's new gradient")))]
+    res = propagate(spec, operands)
+    if res.errors:
+        raise SpmdTypeError(res.errors[0])
+    return _canon(res.type)
 
 
 def _get(t: Any) -> SpmdType | None:
@@ -496,6 +543,7 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
             key = id(owner)
             _HOOKED_GRADS[key] = (weakref.ref(owner, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), t)
             _ASSIGNED_GRADS[id(out)] = out
+            _ZEROED.pop(id(out), None)
 
     def dual_of(g: Any) -> None:
         owner = ref()
@@ -507,7 +555,13 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
         def post(p: torch.Tensor) -> None:
             with suspended():
                 g = p.grad
-            dual_of(g)
+            # autograd just accumulated into p.grad: what a hook gave it in an earlier
+            # backward is gone; a tensor autograd owns holds the dual (a stale type from an
+            # earlier step, on a tensor zeroed since, is not its type)
+            _HOOKED_GRADS.pop(id(p), None)
+            owner_t = _get(p)
+            if isinstance(g, torch.Tensor) and owner_t and _ASSIGNED_GRADS.get(id(g)) is not g:
+                _set(g, owner_t.dual())
             with _in_mode():
                 hook(p)
             with suspended():
@@ -558,8 +612,17 @@ class _Mode(TorchFunctionMode):
         plan = _plan(func)
         kind = plan.kind
         if kind is Kind.OP:
+            if plan.name == "zero_" and _ASSIGNED_GRADS and args:
+                out = self._op(plan, func, args, kwargs)
+                _zeroed(args[0])
+                return out
             return self._op(plan, func, args, kwargs)
         if kind is Kind.FOREACH:
+            if plan.each is not None and plan.each.name == "zero_" and _ASSIGNED_GRADS and args:
+                out = self._foreach(plan, func, args, kwargs)
+                for t in args[0] if isinstance(args[0], (list, tuple)) else ():
+                    _zeroed(t)
+                return out
             return self._foreach(plan, func, args, kwargs)
         if kind is Kind.RAW:
             _check_raw_collective(plan.name, args, kwargs)
@@ -568,6 +631,19 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         if kind is Kind.GRAD:
             g = func(*args, **kwargs)
+            if (isinstance(g, torch.Tensor) and args and _BACKWARD_VERSIONS
+                    and _ASSIGNED_GRADS.get(id(g)) is g
+                    and _BACKWARD_VERSIONS.get(id(g), g._version) != g._version):
+                assigned = _get(g)
+                start = _BACKWARD_VERSIONS[id(g)]
+                if _ZEROED.get(id(g)) == start:  # accumulated into zeros: autograd's gradient
+                    t = _get(args[0])
+                    if t:
+                        _set(g, t.dual())
+                elif assigned:
+                    _set(g, _accumulated_type(args[0], g, assigned))
+                    _BACKWARD_VERSIONS[id(g)] = g._version
+                return g
             if isinstance(g, torch.Tensor) and args and _ASSIGNED_GRADS.get(id(g)) is not g:
                 # autograd's gradient: the dual of x's type, at every read (autograd may
                 # have accumulated a new gradient into the same tensor since), or the type a
@@ -597,6 +673,7 @@ class _Mode(TorchFunctionMode):
             # there keeps its own type at later reads (the optimizer's step sees R)
             if len(args) > 1 and isinstance(args[1], torch.Tensor) and _get(args[1]):
                 _ASSIGNED_GRADS[id(args[1])] = args[1]
+                _ZEROED.pop(id(args[1]), None)
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:
             gradient = args[1] if len(args) > 1 else kwargs.get("gradient")

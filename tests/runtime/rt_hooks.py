@@ -245,10 +245,56 @@ def check_hook_accumulation(ctx: Ctx, name: str) -> None:
         assert float((w.grad - 2 * total).abs().max()) == total - float(ctx.rank + 1)
 
 
+def check_post_hook_accumulation(ctx: Ctx, name: str) -> None:
+    """A post-accumulate hook that all-reduces p.grad on every micro-batch: the second
+    backward accumulates its Partial gradient into the R tensor the first hook assigned, and
+    the hook reads that sum (before, it read R: "already R: drop the call", and dropping it
+    left the sum wrong and typed R).  Raises spmd-partial-affine at the read (measured
+    unchecked: off by sum * (world - 1)); one micro-batch passes and matches."""
+    n = ctx.world
+    total = float(sum(range(1, n + 1)))
+
+    def run(micro: int, checked: bool) -> torch.Tensor:
+        w = torch.nn.Parameter(torch.ones(3, dtype=F64))
+        if checked:
+            spmd.declare(w, Tensor[R["x"]])
+            w.register_post_accumulate_grad_hook(
+                lambda q: setattr(q, "grad", spmd.all_reduce(q.grad, "x", src=P, dst=R)))
+        else:
+            w.register_post_accumulate_grad_hook(lambda q: dist.all_reduce(q.grad))
+        for _ in range(micro):
+            x = torch.full((3,), float(ctx.rank + 1), dtype=F64)
+            if checked:
+                x = spmd.declare(x, Tensor[V["x"]])
+            spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+        return w
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            _raises("spmd-partial-affine", lambda: run(2, True), 'Partial on "x" (autograd')
+            w = run(1, True)
+            assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', spmd.typeof(w.grad)
+            with spmd._checking.suspended():
+                assert_close(w.grad, torch.full((3,), total, dtype=F64))
+            # zeroed between steps (zero_grad(set_to_none=False)): the next backward's
+            # gradient goes into zeros, the hook reduces it once: passes, and matches
+            for zero in (lambda: w.grad.zero_(),
+                         lambda: torch.optim.SGD([w], lr=0.1).zero_grad(set_to_none=False)):
+                zero()
+                x = spmd.declare(torch.full((3,), float(ctx.rank + 1), dtype=F64), Tensor[V["x"]])
+                spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+                assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', spmd.typeof(w.grad)
+                with spmd._checking.suspended():
+                    assert_close(w.grad, torch.full((3,), total, dtype=F64))
+        w = run(2, False)
+        assert float((w.grad - 2 * total).abs().max()) == total * (n - 1)
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
-                  check_multi_grad_hook, check_hook_accumulation):
+                  check_multi_grad_hook, check_hook_accumulation,
+                  check_post_hook_accumulation):
         n = f"w{world}/hooks/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
