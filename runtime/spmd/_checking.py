@@ -54,6 +54,15 @@ In-place ops (``add_``, ``x += y``, ``x[i] = y``, ``out=``, ``F.relu(x, inplace=
     without an explicit gradient check the loss (I or P on every known axis);
     ``torch.autograd.grad``'s results and ``x.grad`` get the dual type.
 
+Inside autograd
+    Autograd's engine runs gradient hooks and custom Functions' ``backward``
+    with no torch function mode; hooks registered inside the block and every
+    Function's backward run while a block is open push the mode again
+    (:func:`_in_mode`), so the ops there are checked and typed like the rest.
+    A typed Function's backward receives the duals of forward's declared
+    output types and its results are checked against the duals of forward's
+    input types (engine ``duality.check_returned``, the static checker's rule).
+
 Messages
     Operands are named after the caller's variables (``h``, ``self.weight``),
     found by identity in the calling frame when an error is raised.
@@ -1414,8 +1423,9 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
 # :func:`_apply` (the TorchFunctionMode never sees ``apply``); outside, torch's own
 # ``apply`` is in place (nothing installed, nothing read).  Forward's annotations are
 # evaluated once per Function class; a Function without ``Tensor[...]`` annotations is
-# applied as before.  Backward is not stamped: autograd's gradients are typed where the
-# check mode sees them (``x.grad`` and ``torch.autograd.grad`` give the dual of x's type).
+# applied as before.  Backward (run by autograd through ``BackwardCFunction.apply``, replaced
+# by :func:`_checked_backward` while a block is open) runs in the mode; a typed Function's
+# gradients are typed and its results checked by the duality rule (see there).
 
 # Function class -> (forward's signature without ctx, parameter types, result types) or
 # None (no Tensor[...] annotation).  Weak keys: a class defined in a function may go.
