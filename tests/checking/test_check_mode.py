@@ -873,6 +873,7 @@ class _Plain(torch.autograd.Function):
 
 def test_function_apply_has_forwards_declared_type() -> None:
     torch_apply = torch.autograd.Function.__dict__["apply"]
+    node_apply = torch.autograd.function.BackwardCFunction.__dict__["apply"]
     with spmd.typecheck():
         x = typed(mk(), Tensor[V["ep"]])
         y = _Untyped2Typed.apply(x, [2, 2])
@@ -891,8 +892,9 @@ def test_function_apply_has_forwards_declared_type() -> None:
         with spmd.typecheck():  # nested blocks: still installed after the inner one
             pass
         assert spmd.typeof(_Untyped2Typed.apply(x, [4])) == ty(ep=VARYING)
-    # erasure: torch's own apply outside the block; nothing typed
+    # erasure: torch's own apply outside the block (backward's too); nothing typed
     assert torch.autograd.Function.__dict__["apply"] is torch_apply
+    assert torch.autograd.function.BackwardCFunction.__dict__["apply"] is node_apply
     assert spmd.typeof(_Untyped2Typed.apply(mk(), [4])) is None
 
 
