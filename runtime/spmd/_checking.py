@@ -54,6 +54,15 @@ In-place ops (``add_``, ``x += y``, ``x[i] = y``, ``out=``, ``F.relu(x, inplace=
     without an explicit gradient check the loss (I or P on every known axis);
     ``torch.autograd.grad``'s results and ``x.grad`` get the dual type.
 
+Inside autograd
+    Autograd's engine runs gradient hooks and custom Functions' ``backward``
+    with no torch function mode; hooks registered inside the block and every
+    Function's backward run while a block is open push the mode again
+    (:func:`_in_mode`), so the ops there are checked and typed like the rest.
+    A typed Function's backward receives the duals of forward's declared
+    output types and its results are checked against the duals of forward's
+    input types (engine ``duality.check_returned``, the static checker's rule).
+
 Messages
     Operands are named after the caller's variables (``h``, ``self.weight``),
     found by identity in the calling frame when an error is raised.
@@ -159,12 +168,59 @@ def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
     if not _ASSIGNED_GRADS:
         return backward(*args, **kwargs)
     versions = [(g, g._version) for g in _ASSIGNED_GRADS.values()]
+    outer = dict(_BACKWARD_VERSIONS)
+    _BACKWARD_VERSIONS.update((id(g), v) for g, v in versions)
     try:
         return backward(*args, **kwargs)
     finally:
+        _BACKWARD_VERSIONS.clear()
+        _BACKWARD_VERSIONS.update(outer)
         for g, version in versions:
             if g._version != version:
                 _ASSIGNED_GRADS.pop(id(g), None)
+
+
+# Assigned gradients zeroed in place (``p.grad.zero_()``, ``zero_grad(set_to_none=False)``):
+# id -> the version the zeroing left.  A backward that starts from that version accumulates
+# autograd's gradient into zeros: the sum is autograd's gradient (the dual), not the assigned
+# type plus it.
+_ZEROED: dict[int, int] = {}
+
+
+def _zeroed(t: Any) -> None:
+    if isinstance(t, torch.Tensor) and _ASSIGNED_GRADS.get(id(t)) is t:
+        _ZEROED[id(t)] = t._version
+
+
+# While a backward runs: the versions the assigned gradients had when it started, by id (a
+# hook that reads ``p.grad`` in the middle of the backward reads autograd's accumulation into
+# the tensor it assigned in an earlier backward when the version moved).
+_BACKWARD_VERSIONS: dict[int, int] = {}
+
+
+def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> SpmdType:
+    """``g``, the tensor the user assigned to ``x.grad`` (of type ``assigned``), into which
+    this backward accumulated autograd's new gradient (the dual of ``x``'s type): the type
+    of the sum, by ``add_``'s rule, which raises where the sum has none (a gradient
+    all-reduced in a post-accumulate hook in the first micro-batch, R, plus the next
+    micro-batch's Partial gradient: the hook's second all-reduce would sum the first
+    micro-batch's twice, and without it the sum is wrong)."""
+    t = _get(x)
+    if not t:
+        return assigned
+    plan = _plan(torch.Tensor.add_)
+    spec = plan.spec
+    if spec is None:
+        return assigned
+    ops, _ = extract(plan, (g, g), {})
+    texts = _texts([g], ["x.grad"])
+    operands = [Operand(typ, text, False, role_of(spec, i, cls), tuple(g.shape))
+                for i, ((_, cls), typ, text) in enumerate(zip(
+                    ops, (assigned, t.dual()), (texts[0], "autograd's new gradient")))]
+    res = propagate(spec, operands)
+    if res.errors:
+        raise SpmdTypeError(res.errors[0])
+    return _canon(res.type)
 
 
 def _get(t: Any) -> SpmdType | None:
@@ -463,13 +519,33 @@ def _has_grad_hooks(x: Any) -> bool:
             getattr(x, "_post_accumulate_grad_hooks", None))
 
 
+@contextlib.contextmanager
+def _in_mode() -> Iterator[None]:
+    """Run the block with the check mode on: autograd's engine runs gradient hooks and custom
+    Functions' ``backward`` with an empty torch function mode stack, so the ops there were
+    neither checked nor typed (``torch.relu`` of a Partial gradient in a hook passed; a
+    gradient reduced there and reshaped was read back untyped).  The innermost open block's
+    mode is pushed for the block when it is not on the stack already; nothing is pushed once
+    the last block closed (a backward run after it is not checked, as before)."""
+    mode = _STACK[-1] if _STACK else None
+    if mode is None or _PAUSED:
+        yield
+        return
+    from torch.overrides import _get_current_function_mode_stack
+    if any(m is mode for m in _get_current_function_mode_stack()):
+        yield
+        return
+    with mode:
+        yield
+
+
 def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
-    """``hook`` with the gradient typed on the way in (the dual of ``x``'s type, so a
-    collective in the hook checks its src) and on the way out: the type of what the hook
-    returns (``register_hook``) or puts in ``x.grad`` (``register_post_accumulate_grad_hook``)
-    is the gradient's type at later reads, as ``x.grad = all_reduce(...)`` is (a DDP-style
-    reduction in a hook was read back as Partial: the optimizer step raised, and its fix
-    would have reduced the gradient twice)."""
+    """``hook`` run in the check mode (:func:`_in_mode`), with the gradient typed on the way
+    in (the dual of ``x``'s type, so a collective in the hook checks its src) and on the way
+    out: the type of what the hook returns (``register_hook``) or puts in ``x.grad``
+    (``register_post_accumulate_grad_hook``) is the gradient's type at later reads, as
+    ``x.grad = all_reduce(...)`` is (a DDP-style reduction in a hook was read back as
+    Partial: the optimizer step raised, and its fix would have reduced the gradient twice)."""
     ref = weakref.ref(x)
 
     def keep(out: Any) -> None:
@@ -479,6 +555,7 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
             key = id(owner)
             _HOOKED_GRADS[key] = (weakref.ref(owner, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), t)
             _ASSIGNED_GRADS[id(out)] = out
+            _ZEROED.pop(id(out), None)
 
     def dual_of(g: Any) -> None:
         owner = ref()
@@ -490,8 +567,15 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
         def post(p: torch.Tensor) -> None:
             with suspended():
                 g = p.grad
-            dual_of(g)
-            hook(p)
+            # autograd just accumulated into p.grad: what a hook gave it in an earlier
+            # backward is gone; a tensor autograd owns holds the dual (a stale type from an
+            # earlier step, on a tensor zeroed since, is not its type)
+            _HOOKED_GRADS.pop(id(p), None)
+            owner_t = _get(p)
+            if isinstance(g, torch.Tensor) and owner_t and _ASSIGNED_GRADS.get(id(g)) is not g:
+                _set(g, owner_t.dual())
+            with _in_mode():
+                hook(p)
             with suspended():
                 g = p.grad
             keep(g)
@@ -499,10 +583,32 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
 
     def pre(g: torch.Tensor) -> Any:
         dual_of(g)
-        r = hook(g)
-        keep(g if r is None else r)
+        with _in_mode():
+            r = hook(g)
+            out = g if r is None else r
+            owner = ref()
+            if owner is not None and owner.is_leaf and isinstance(out, torch.Tensor) and _get(out):
+                old = owner.grad  # (read in the mode: its type as a read of x.grad gives it)
+                if old is not None:
+                    _check_accumulation(old, out)
+        keep(out)
         return r
     return pre
+
+
+def _check_accumulation(old: torch.Tensor, new: torch.Tensor) -> None:
+    """Autograd adds what a ``register_hook`` hook returns to the leaf's gradient so far: the
+    rule of ``old.add_(new)`` (no-sync gradient accumulation whose last micro-batch's hook
+    all-reduces only its own gradient: R added to the Partial sum of the earlier ones)."""
+    mode = _STACK[-1] if _STACK else None
+    if mode is None:
+        return
+    plan = _plan(torch.Tensor.add_)
+    args = (old, new)
+    ops, outs = extract(plan, args, {})
+    types = _operand_types(ops)
+    if types is not None and not _global_check.is_global(types):
+        mode._local_check(plan, args, {}, ops, outs, types)
 
 
 class _Mode(TorchFunctionMode):
@@ -518,8 +624,17 @@ class _Mode(TorchFunctionMode):
         plan = _plan(func)
         kind = plan.kind
         if kind is Kind.OP:
+            if plan.name == "zero_" and _ASSIGNED_GRADS and args:
+                out = self._op(plan, func, args, kwargs)
+                _zeroed(args[0])
+                return out
             return self._op(plan, func, args, kwargs)
         if kind is Kind.FOREACH:
+            if plan.each is not None and plan.each.name == "zero_" and _ASSIGNED_GRADS and args:
+                out = self._foreach(plan, func, args, kwargs)
+                for t in args[0] if isinstance(args[0], (list, tuple)) else ():
+                    _zeroed(t)
+                return out
             return self._foreach(plan, func, args, kwargs)
         if kind is Kind.RAW:
             _check_raw_collective(func, plan.name, args, kwargs)
@@ -528,6 +643,19 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         if kind is Kind.GRAD:
             g = func(*args, **kwargs)
+            if (isinstance(g, torch.Tensor) and args and _BACKWARD_VERSIONS
+                    and _ASSIGNED_GRADS.get(id(g)) is g
+                    and _BACKWARD_VERSIONS.get(id(g), g._version) != g._version):
+                assigned = _get(g)
+                start = _BACKWARD_VERSIONS[id(g)]
+                if _ZEROED.get(id(g)) == start:  # accumulated into zeros: autograd's gradient
+                    t = _get(args[0])
+                    if t:
+                        _set(g, t.dual())
+                elif assigned:
+                    _set(g, _accumulated_type(args[0], g, assigned))
+                    _BACKWARD_VERSIONS[id(g)] = g._version
+                return g
             if isinstance(g, torch.Tensor) and args and _ASSIGNED_GRADS.get(id(g)) is not g:
                 # autograd's gradient: the dual of x's type, at every read (autograd may
                 # have accumulated a new gradient into the same tensor since), or the type a
@@ -546,7 +674,10 @@ class _Mode(TorchFunctionMode):
             return g
         if kind is Kind.GRAD_HOOK:
             hook = args[1] if len(args) > 1 else kwargs.pop("hook", None)
-            if args and callable(hook) and _get(args[0]):
+            if args and isinstance(args[0], torch.Tensor) and callable(hook):
+                # every hook registered in the check mode runs in it (a hook on an untyped
+                # tensor too: torch.autograd.graph.register_multi_grad_hook registers one
+                # per tensor, the user's function runs in the last one)
                 hook = _typed_grad_hook(plan.name, args[0], hook)
             return func(args[0], hook, *args[2:], **kwargs)
         if kind is Kind.SET_GRAD:
@@ -554,6 +685,7 @@ class _Mode(TorchFunctionMode):
             # there keeps its own type at later reads (the optimizer's step sees R)
             if len(args) > 1 and isinstance(args[1], torch.Tensor) and _get(args[1]):
                 _ASSIGNED_GRADS[id(args[1])] = args[1]
+                _ZEROED.pop(id(args[1]), None)
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:
             gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
@@ -1294,8 +1426,9 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
 # :func:`_apply` (the TorchFunctionMode never sees ``apply``); outside, torch's own
 # ``apply`` is in place (nothing installed, nothing read).  Forward's annotations are
 # evaluated once per Function class; a Function without ``Tensor[...]`` annotations is
-# applied as before.  Backward is not stamped: autograd's gradients are typed where the
-# check mode sees them (``x.grad`` and ``torch.autograd.grad`` give the dual of x's type).
+# applied as before.  Backward (run by autograd through ``BackwardCFunction.apply``, replaced
+# by :func:`_checked_backward` while a block is open) runs in the mode; a typed Function's
+# gradients are typed and its results checked by the duality rule (see there).
 
 # Function class -> (forward's signature without ctx, parameter types, result types) or
 # None (no Tensor[...] annotation).  Weak keys: a class defined in a function may go.
@@ -1380,6 +1513,128 @@ def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
         for st, r in zip(rets, result):
             if st is not None and isinstance(r, torch.Tensor):
                 _set(r, st)
+    _remember_backward(cls, sig, params, rets, args, kwargs, result)
+    return result
+
+
+# The backward of a typed Function's call (its ctx is the autograd node that runs it): the
+# types of the gradients it receives (the duals of forward's declared outputs, else backward's
+# annotations) and forward's inputs as the duality rule reads them (engine ``duality``).
+_BACKWARD_INFO = "_spmd_backward_types"
+
+
+_BACKWARD_NAMES: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+
+
+def _backward_types(cls: type) -> tuple[tuple[str, ...], tuple[SpmdType | None, ...]]:
+    """backward's parameter names after ctx and their ``Tensor[...]`` annotations (once per
+    class)."""
+    try:
+        return _BACKWARD_NAMES[cls]
+    except (KeyError, TypeError):
+        pass
+    import inspect
+
+    names: tuple[str, ...] = ()
+    types: tuple[SpmdType | None, ...] = ()
+    bwd = inspect.getattr_static(cls, "backward", None)
+    bwd = getattr(bwd, "__func__", bwd)
+    if callable(bwd):
+        try:
+            ps = list(inspect.signature(bwd).parameters.values())[1:]
+            ann, _ = _annotated_types(bwd)
+            if not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps):
+                names = tuple(p.name for p in ps)
+                types = tuple(ann.get(n) for n in names)
+        except Exception:  # an annotation that does not evaluate: names only, untyped
+            pass
+    try:
+        _BACKWARD_NAMES[cls] = (names, types)
+    except TypeError:
+        pass
+    return names, types
+
+
+def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: Any,
+                       args: tuple, kwargs: dict, result: Any) -> None:
+    """Record on the call's autograd node (forward's ctx) what :func:`_checked_backward`
+    needs: forward's inputs as duality slots (in apply's order: backward returns one gradient
+    per argument) and the type of the gradient of each output."""
+    outs = [result] if isinstance(result, torch.Tensor) else (
+        list(result) if isinstance(result, (tuple, list)) else [])
+    node = None
+    for r in outs:
+        fn = r.grad_fn if isinstance(r, torch.Tensor) else None
+        if fn is not None and getattr(fn, "_forward_cls", None) is cls:
+            node = fn
+            break
+    if node is None:
+        return  # no gradient flows back through this call
+    from spmd_mypy.engine import duality
+
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return
+    inputs: list[duality.Slot] = []
+    for name, value in bound.arguments.items():
+        param = sig.parameters[name]
+        if param.kind is param.VAR_KEYWORD:
+            return  # apply passes its arguments by position: not read
+        for v in (value if param.kind is param.VAR_POSITIONAL else (value,)):
+            if isinstance(v, torch.Tensor):
+                inputs.append(duality.Slot.tensor(name, params.get(name) or _UNTYPED))
+            else:
+                inputs.append(duality.Slot(name, duality.NONE if v is None else duality.OTHER))
+    names, annotated = _backward_types(cls)
+    declared = [rets] if isinstance(rets, SpmdType) else list(rets or ())
+    grads: list[SpmdType | None] = []
+    for i in range(max(len(declared), len(annotated))):
+        out = declared[i] if i < len(declared) else None
+        grads.append(duality.gradient_type(out) if out else (
+            annotated[i] if i < len(annotated) else None))
+    try:
+        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names))
+    except (AttributeError, TypeError):
+        pass
+
+
+_TORCH_BACKWARD_APPLY: Any = None  # torch's BackwardCFunction.apply while ours is installed
+
+
+def _checked_backward(node: Any, *grads: Any) -> Any:
+    """A custom Function's backward, run by autograd, in check mode: the mode is on in its body
+    (:func:`_in_mode`), the gradients it receives have the duals of forward's declared output
+    types, and what it returns is checked against the duals of forward's declared input types
+    by the static checker's rule (engine ``duality.check_returned``, ``spmd-duality``): a
+    backward that returns the incoming Partial gradient where the input was I or R ("forgot
+    the all-reduce") raises instead of giving each rank its partial gradient."""
+    info = getattr(node, _BACKWARD_INFO, None) if _STACK else None
+    if info is None:
+        with _in_mode():
+            return _TORCH_BACKWARD_APPLY(node, *grads)
+    from spmd_mypy.engine import duality
+
+    name, inputs, types, names = info
+    for g, t in zip(grads, types):
+        if t and isinstance(g, torch.Tensor) and not _get(g):
+            _set(g, t)
+    with _in_mode():
+        result = _TORCH_BACKWARD_APPLY(node, *grads)
+    many = isinstance(result, tuple)
+    returned: list[duality.Slot] = []
+    for i, r in enumerate(result if many else (result,)):
+        if r is None:
+            returned.append(duality.Slot("None", duality.NONE))
+        elif isinstance(r, torch.Tensor):
+            text = next((n for n, g in zip(names, grads) if g is r), None) or (
+                f"result[{i}]" if many else "result")
+            returned.append(duality.Slot.tensor(text, _get(r) or _UNTYPED))
+        else:
+            returned.append(duality.Slot(repr(r), duality.UNKNOWN))
+    errors = duality.check_returned(duality.FunctionTypes(name, inputs, None, None, None), returned)
+    if errors:
+        raise SpmdTypeError(errors[0])
     return result
 
 
@@ -1387,7 +1642,11 @@ _apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply 
 
 
 def _install_apply() -> None:
-    global _TORCH_APPLY
+    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY
+    if _TORCH_BACKWARD_APPLY is None:
+        node_cls = torch.autograd.function.BackwardCFunction
+        _TORCH_BACKWARD_APPLY = node_cls.__dict__["apply"]
+        node_cls.apply = _checked_backward  # type: ignore[method-assign]
     if _TORCH_APPLY is None:
         fn_cls = torch.autograd.Function
         _TORCH_APPLY = fn_cls.__dict__["apply"]
@@ -1399,7 +1658,10 @@ def _install_apply() -> None:
 
 
 def _uninstall_apply() -> None:
-    global _TORCH_APPLY
+    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY
+    if _TORCH_BACKWARD_APPLY is not None:
+        torch.autograd.function.BackwardCFunction.apply = _TORCH_BACKWARD_APPLY  # type: ignore[method-assign]
+        _TORCH_BACKWARD_APPLY = None
     if _TORCH_APPLY is not None:
         torch.autograd.Function.apply = _TORCH_APPLY  # type: ignore[method-assign]
         _TORCH_APPLY = None
@@ -1442,6 +1704,28 @@ def _in_autograd_function(f: Any) -> bool:
     return False
 
 
+_RAW_OUTPUT_KWARGS = ("tensor", "output", "output_tensor", "tensor_list", "output_tensor_list",
+                      "tensors")
+
+
+def _raw_written(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors a raw torch.distributed collective writes: its first argument (the tensor
+    of all_reduce, broadcast, reduce; the output of all_gather_into_tensor,
+    reduce_scatter_tensor, all_to_all_single; the output list of all_gather, all_to_all)."""
+    first = args[0] if args else next((kwargs[k] for k in _RAW_OUTPUT_KWARGS if k in kwargs), None)
+    if isinstance(first, torch.Tensor):
+        return [first]
+    if isinstance(first, (list, tuple)):
+        return [t for t in first if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _untype(t: torch.Tensor) -> None:
+    entry = _TYPES.get(id(t))
+    if entry is not None and entry[0]() is t:
+        del _TYPES[id(t)]
+
+
 def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> None:
     typed = [(t, st) for t in _raw_tensors(args, kwargs) if (st := _get(t))]
     if not typed or torch.compiler.is_compiling():
@@ -1459,7 +1743,15 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
         elif fn == _C10D and f.f_code.co_name in RAW_COLLECTIVES:
             name = f.f_code.co_name  # reduce_scatter_tensor, which calls reduce_scatter_single
         f = f.f_back
-    if f is None or _in_autograd_function(f):
+    if f is None:
+        return
+    if _in_autograd_function(f):
+        # the user's own collective in a Function's forward or backward: what it wrote is no
+        # longer of the type it had (``dist.all_reduce(g)`` on a Partial gradient, then
+        # ``return g`` or ``spmd.declare(g, Tensor[I["tp"]])``): untyped (the Function's
+        # annotations type its result)
+        for w in _raw_written(args, kwargs):
+            _untype(w)
         return
     t, st = typed[0]
     reduce_op, async_op = _raw_op(func, args, kwargs)

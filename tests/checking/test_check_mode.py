@@ -856,7 +856,9 @@ class _TwoOut(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, a: Tensor[P["tp"]], b: Tensor[S[0, "tp"]], c: Any) -> tuple[Tensor[I["tp"]], None]:
-        return a + b, None
+        # (backward runs in the check mode: ``a + b`` mixes P with S(0); the detour through
+        # numpy stands for the collectives a real backward would run)
+        return torch.from_numpy(a.detach().numpy() + b.detach().numpy()), None
 
 
 class _Plain(torch.autograd.Function):
@@ -871,6 +873,7 @@ class _Plain(torch.autograd.Function):
 
 def test_function_apply_has_forwards_declared_type() -> None:
     torch_apply = torch.autograd.Function.__dict__["apply"]
+    node_apply = torch.autograd.function.BackwardCFunction.__dict__["apply"]
     with spmd.typecheck():
         x = typed(mk(), Tensor[V["ep"]])
         y = _Untyped2Typed.apply(x, [2, 2])
@@ -889,8 +892,9 @@ def test_function_apply_has_forwards_declared_type() -> None:
         with spmd.typecheck():  # nested blocks: still installed after the inner one
             pass
         assert spmd.typeof(_Untyped2Typed.apply(x, [4])) == ty(ep=VARYING)
-    # erasure: torch's own apply outside the block; nothing typed
+    # erasure: torch's own apply outside the block (backward's too); nothing typed
     assert torch.autograd.Function.__dict__["apply"] is torch_apply
+    assert torch.autograd.function.BackwardCFunction.__dict__["apply"] is node_apply
     assert spmd.typeof(_Untyped2Typed.apply(mk(), [4])) is None
 
 

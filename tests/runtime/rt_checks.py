@@ -1177,6 +1177,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "autograd-fn":  # custom autograd Functions with raw collectives (rt_autograd_fn.py)
         import rt_autograd_fn
         return rt_autograd_fn.suite(world)
+    if name == "hooks":  # the check mode in gradient hooks and Function backward (rt_hooks.py)
+        import rt_hooks
+        return rt_hooks.suite(world)
     if name == "layout-ops":  # convolutions, pools, norms keep shard dims (rt_layout_ops.py)
         import rt_layout_ops
         return rt_layout_ops.suite(world)

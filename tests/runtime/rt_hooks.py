@@ -1,0 +1,300 @@
+"""Check mode inside autograd: gradient hooks and custom Functions' ``backward`` run in the
+check mode (autograd's engine runs them with an empty torch function mode stack: before, the
+ops there were neither checked nor typed), and a custom Function's backward results are
+checked against the duals of forward's input types (engine ``duality.check_returned``, the
+static checker's rule).  Each check has its wrong-program counterpart measured: the value the
+unchecked program computes is wrong."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.testing import assert_close
+
+import spmd
+from rt_checks import Ctx
+from spmd import I, P, R, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
+
+F64 = torch.float64
+
+
+def _raises(code: str, fn: Callable[[], Any], start: str = "") -> str:
+    try:
+        fn()
+    except SpmdTypeError as e:
+        assert e.code == code, (e.code, str(e))
+        assert str(e).startswith(start), str(e)
+        return str(e)
+    raise AssertionError(f"expected {code}")
+
+
+def _param(ctx: Ctx) -> tuple[torch.Tensor, torch.Tensor]:
+    w = spmd.declare(torch.nn.Parameter(torch.ones(3, dtype=F64)), Tensor[R["x"]])
+    x = spmd.declare(torch.full((3,), float(ctx.rank + 1), dtype=F64), Tensor[V["x"]])
+    return w, x
+
+
+def _backward(w: torch.Tensor, x: torch.Tensor) -> None:
+    spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+
+
+def check_hook_ops_checked(ctx: Ctx, name: str) -> None:
+    """A non-linear op on the Partial gradient in a hook raises (tensor hook, post-accumulate
+    hook); ops there are typed (``p.grad * 2`` is P); a raw collective on it is reported."""
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        for kind, hook in (("register_hook", lambda g: torch.relu(g)),
+                           ("register_post_accumulate_grad_hook", lambda q: torch.relu(q.grad))):
+            w, x = _param(ctx)
+            getattr(w, kind)(hook)
+            _raises("spmd-partial-nonlinear", lambda: _backward(w, x), "Partial on \"x\"")
+        seen: list[Any] = []
+        w, x = _param(ctx)
+        w.register_post_accumulate_grad_hook(lambda q: seen.append(spmd.typeof(q.grad * 2)))
+        _backward(w, x)
+        assert [str(t) for t in seen] == ['Tensor[P["x"]]'], seen
+        w, x = _param(ctx)
+        w.register_post_accumulate_grad_hook(lambda q: dist.all_reduce(q.grad))
+        # raises before the collective runs (on every rank: no rank is left waiting)
+        _raises("spmd-raw-collective", lambda: _backward(w, x), "torch.distributed.all_reduce")
+
+
+def check_hook_reduction_typed(ctx: Ctx, name: str) -> None:
+    """DDP-style overlap: post-accumulate hooks reduce a bucket of two parameters once both
+    gradients are ready (flatten, all_reduce, views back into each p.grad): every p.grad is R
+    after backward, ``spmd.declare(p.grad, Tensor[R["x"]])`` passes (it raised "P to R is a
+    reduction": the first parameter's hook had recorded its still-Partial gradient, the views
+    assigned later were untyped) and the step matches the float64 reference; reducing again
+    after backward raises (measured below: the double reduction is off by sum * (world - 1))."""
+    n = ctx.world
+    total = float(sum(range(1, n + 1)))
+
+    def bucketed(params: list[torch.Tensor]) -> None:
+        ready = [0]
+
+        def hook(_: torch.Tensor) -> None:
+            ready[0] += 1
+            if ready[0] == len(params):
+                ready[0] = 0
+                flat = torch.cat([q.grad.reshape(-1) for q in params])
+                flat = spmd.all_reduce(flat, "x", src=P, dst=R)
+                for i, q in enumerate(params):
+                    q.grad = flat[3 * i:3 * i + 3].view_as(q)
+        for q in params:
+            q.register_post_accumulate_grad_hook(hook)
+
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        w, x = _param(ctx)
+        v, _ = _param(ctx)
+        bucketed([w, v])
+        spmd.reinterpret((w * x + 2 * v * x).sum(), "x", src=V, dst=P).backward()
+        for q in (w, v):
+            spmd.declare(q.grad, Tensor[R["x"]])
+        torch.optim.SGD([w, v], lr=0.1).step()
+        with torch.no_grad(), spmd._checking.suspended():
+            assert_close(w.detach(), torch.full((3,), 1.0 - 0.1 * total, dtype=F64))
+            assert_close(v.detach(), torch.full((3,), 1.0 - 0.2 * total, dtype=F64))
+        # the after-backward pass reduces again: the hooks already did
+        w, x = _param(ctx)
+        v, _ = _param(ctx)
+        bucketed([w, v])
+        spmd.reinterpret((w * x + v * x).sum(), "x", src=V, dst=P).backward()
+        _raises("spmd-src-mismatch", lambda: spmd.all_reduce(
+            torch.cat([w.grad, v.grad]), "x", src=P, dst=R), "all_reduce(")
+    # the same program unchecked: the gradient is off
+    w = torch.nn.Parameter(torch.ones(3, dtype=F64))
+    w.register_post_accumulate_grad_hook(lambda q: dist.all_reduce(q.grad))
+    (w * float(ctx.rank + 1)).sum().backward()
+    dist.all_reduce(w.grad)
+    assert float((w.grad - total).abs().max()) == total * (n - 1)
+
+
+class _CopyNoReduce(torch.autograd.Function):
+    """Megatron's copy-to-tensor-parallel-region whose backward forgets the all-reduce."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
+        return spmd.reinterpret(x, "x", src=I, dst=R)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
+        return g  # the Partial gradient of an I input
+
+
+class _CopyRawReduce(torch.autograd.Function):
+    """The same, correct: the user's own raw all-reduce in backward (Megatron's _reduce)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
+        return spmd.reinterpret(x, "x", src=I, dst=R)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
+        g = g.clone()
+        dist.all_reduce(g)
+        return g
+
+
+class _CopyTyped(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]], scale: float) -> Tensor[R["x"]]:
+        ctx.scale = scale
+        return spmd.reinterpret(x, "x", src=I, dst=R) * scale
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> tuple[Tensor[I["x"]], None]:
+        seen.append(spmd.typeof(g))
+        return spmd.all_reduce(g, "x", src=P, dst=I) * ctx.scale, None
+
+
+class _NonLinearBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
+        return spmd.reinterpret(x, "x", src=I, dst=R)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
+        return spmd.all_reduce(torch.tanh(g), "x", src=P, dst=I)
+
+
+seen: list[Any] = []
+
+
+def _fn_loss(cls: Any, x: torch.Tensor, *extra: Any) -> torch.Tensor:
+    y = cls.apply(x, *extra)
+    coef = spmd.declare(torch.arange(1.0, 4.0, dtype=F64) * (dist.get_rank() + 1), Tensor[V["x"]])
+    return spmd.reinterpret((y * coef).sum(), "x", src=V, dst=P)
+
+
+def check_function_backward(ctx: Ctx, name: str) -> None:
+    """A custom Function's backward: returning the unreduced Partial gradient of an I input
+    raises spmd-duality (the static checker's message); the gradient it receives is typed (the
+    dual of forward's output); a non-linear op on it raises; a raw collective the user wrote
+    there is allowed and leaves the tensor untyped (no false error); the correct Functions
+    match the float64 reference."""
+    n = ctx.world
+    total = float(sum(range(1, n + 1)))
+    want = torch.arange(1.0, 4.0, dtype=F64) * total
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        x = spmd.declare(torch.zeros(3, dtype=F64, requires_grad=True), Tensor[I["x"]])
+        _raises("spmd-duality", lambda: _fn_loss(_CopyNoReduce, x).backward(),
+                '_CopyNoReduce.backward returns g (Tensor[P["x"]]) as the gradient of input x '
+                '(Tensor[I["x"]]), which is Tensor[I["x"]] (P on "x" where I is needed)')
+        x = spmd.declare(torch.zeros(3, dtype=F64, requires_grad=True), Tensor[I["x"]])
+        _raises("spmd-partial-nonlinear", lambda: _fn_loss(_NonLinearBackward, x).backward())
+        for cls, extra in ((_CopyRawReduce, ()), (_CopyTyped, (1.0,))):
+            seen.clear()
+            x = spmd.declare(torch.zeros(3, dtype=F64, requires_grad=True), Tensor[I["x"]])
+            _fn_loss(cls, x, *extra).backward()
+            assert str(spmd.typeof(x.grad)) == 'Tensor[I["x"]]', spmd.typeof(x.grad)
+            with spmd._checking.suspended():
+                assert_close(x.grad, want)
+        assert [str(t) for t in seen] == ['Tensor[P["x"]]'], seen
+    # unchecked, the wrong backward gives each rank its own partial gradient
+    x = torch.zeros(3, dtype=F64, requires_grad=True)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        _fn_loss(_CopyNoReduce, x).backward()
+    assert float((x.grad - want).abs().max()) > 0.5
+
+
+def check_multi_grad_hook(ctx: Ctx, name: str) -> None:
+    """torch.autograd.graph.register_multi_grad_hook: the user's function runs in the check
+    mode, with the gradients typed."""
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        w, x = _param(ctx)
+        v = spmd.declare(torch.nn.Parameter(torch.ones(3, dtype=F64)), Tensor[R["x"]])
+        torch.autograd.graph.register_multi_grad_hook(
+            (w, v), lambda grads: [torch.relu(g) for g in grads if g is not None])
+        _raises("spmd-partial-nonlinear",
+                lambda: spmd.reinterpret((w * x + v * x).sum(), "x", src=V, dst=P).backward())
+
+
+def check_hook_accumulation(ctx: Ctx, name: str) -> None:
+    """no_sync with a register_hook hook (runs before autograd accumulates): the last
+    micro-batch's hook all-reduces only its own gradient, autograd adds that R to the Partial
+    sum of the earlier micro-batches: raises (measured unchecked: the gradient is off).  A hook
+    that reduces every micro-batch accumulates R into R: passes, and matches."""
+    n = ctx.world
+    total = float(sum(range(1, n + 1)))
+
+    def run(sync_every: bool) -> torch.Tensor:
+        w = torch.nn.Parameter(torch.ones(3, dtype=F64))
+        sync = [sync_every]
+        w.register_hook(lambda g: spmd.all_reduce(g, "x", src=P, dst=R) if sync[0] else None)
+        if spmd._checking.ACTIVE:
+            spmd.declare(w, Tensor[R["x"]])
+        for i in range(2):
+            sync[0] = sync_every or i == 1
+            x = torch.full((3,), float(ctx.rank + 1), dtype=F64)
+            if spmd._checking.ACTIVE:
+                x = spmd.declare(x, Tensor[V["x"]])
+            spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+        return w
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            _raises("spmd-partial-affine", lambda: run(False))
+            w = run(True)
+            assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', spmd.typeof(w.grad)
+            with spmd._checking.suspended():
+                assert_close(w.grad, torch.full((3,), 2 * total, dtype=F64))
+        w = run(False)  # unchecked: the first micro-batch's gradient is this rank's only
+        assert float((w.grad - 2 * total).abs().max()) == total - float(ctx.rank + 1)
+
+
+def check_post_hook_accumulation(ctx: Ctx, name: str) -> None:
+    """A post-accumulate hook that all-reduces p.grad on every micro-batch: the second
+    backward accumulates its Partial gradient into the R tensor the first hook assigned, and
+    the hook reads that sum (before, it read R: "already R: drop the call", and dropping it
+    left the sum wrong and typed R).  Raises spmd-partial-affine at the read (measured
+    unchecked: off by sum * (world - 1)); one micro-batch passes and matches."""
+    n = ctx.world
+    total = float(sum(range(1, n + 1)))
+
+    def run(micro: int, checked: bool) -> torch.Tensor:
+        w = torch.nn.Parameter(torch.ones(3, dtype=F64))
+        if checked:
+            spmd.declare(w, Tensor[R["x"]])
+            w.register_post_accumulate_grad_hook(
+                lambda q: setattr(q, "grad", spmd.all_reduce(q.grad, "x", src=P, dst=R)))
+        else:
+            w.register_post_accumulate_grad_hook(lambda q: dist.all_reduce(q.grad))
+        for _ in range(micro):
+            x = torch.full((3,), float(ctx.rank + 1), dtype=F64)
+            if checked:
+                x = spmd.declare(x, Tensor[V["x"]])
+            spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+        return w
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            _raises("spmd-partial-affine", lambda: run(2, True), 'Partial on "x" (autograd')
+            w = run(1, True)
+            assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', spmd.typeof(w.grad)
+            with spmd._checking.suspended():
+                assert_close(w.grad, torch.full((3,), total, dtype=F64))
+            # zeroed between steps (zero_grad(set_to_none=False)): the next backward's
+            # gradient goes into zeros, the hook reduces it once: passes, and matches
+            for zero in (lambda: w.grad.zero_(),
+                         lambda: torch.optim.SGD([w], lr=0.1).zero_grad(set_to_none=False)):
+                zero()
+                x = spmd.declare(torch.full((3,), float(ctx.rank + 1), dtype=F64), Tensor[V["x"]])
+                spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+                assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', spmd.typeof(w.grad)
+                with spmd._checking.suspended():
+                    assert_close(w.grad, torch.full((3,), total, dtype=F64))
+        w = run(2, False)
+        assert float((w.grad - 2 * total).abs().max()) == total * (n - 1)
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    out = []
+    for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
+                  check_multi_grad_hook, check_hook_accumulation,
+                  check_post_hook_accumulation):
+        n = f"w{world}/hooks/{check.__name__[len('check_'):]}"
+        out.append((n, functools.partial(check, name=n)))
+    return out
