@@ -311,13 +311,14 @@ def check_collective(
             f"convert(..., dst=S(i)) to take this rank's chunk",
         )])
     known = [(a, t) for a in axes if (t := x.get(a)) is not None]
-    mismatched = [a for a, t in known if not shard_dims_match(t, src)
-                  and not (not can_grad and _same_values(t, src))]
+    # where no gradient flows an R stands for an I and back (_same_values)
+    relaxed = {a for a, t in known if not can_grad and _same_values(t, src)}
+    mismatched = [a for a, t in known if not shard_dims_match(t, src) and a not in relaxed]
     rest = tuple(a for a in axes if a not in mismatched)
     # src names a kind the input does not have, on every axis whose type is known: the
     # pair's own problems are those of a src the input is not, so the src-mismatch error
     # below, whose fix starts from the input's real type, is the one reported
-    src_is_wrong = bool(known) and all(t.kind is not src.kind for _, t in known)
+    src_is_wrong = bool(known) and all(t.kind is not src.kind and a not in relaxed for a, t in known)
     transition: Transition | None
     if op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
         transition = None
