@@ -95,7 +95,8 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, OpSpec, Reduction, Role, check_backward,
-                                  check_inplace, partial_op, propagate, propagate_each)
+                                  check_inplace, check_value_read, partial_op, propagate,
+                                  propagate_each)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import DimMove
 
@@ -641,6 +642,10 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         if kind is Kind.PASS or kind is Kind.FACTORY:
             return func(*args, **kwargs)
+        if kind is Kind.VALUE_READ:
+            if args:
+                _check_value_read(plan.name, args[0])
+            return func(*args, **kwargs)
         if kind is Kind.GRAD:
             g = func(*args, **kwargs)
             if (isinstance(g, torch.Tensor) and args and _BACKWARD_VERSIONS
@@ -947,6 +952,18 @@ def _check_loss(loss: Any) -> None:
     if errors:
         errors = check_backward(Operand(t, _loss_text(loss)))
         raise SpmdTypeError(errors[0])
+
+
+def _check_value_read(read: str, x: Any) -> None:
+    """``x.item()``, ``float(x)``, ``if x:``, ``v in x``...: a Partial's local values are
+    this rank's summand (engine ``check_value_read``); metadata reads pass through."""
+    if not isinstance(x, torch.Tensor):
+        return
+    t = _get(x)
+    if t and check_value_read(read, Operand(t, "x")) is not None:
+        err = check_value_read(read, Operand(t, _texts([x], ["x"])[0]))
+        assert err is not None
+        raise SpmdTypeError(err)
 
 
 def _check_losses(tensors: Any, grads: Any) -> None:

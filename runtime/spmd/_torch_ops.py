@@ -10,7 +10,8 @@ method, operator and ``torch.nn.functional`` call through a
   an OpOverload ``aten.add.Tensor`` is ``add``);
 - what kind of call it is: an op the engine types, a factory (untyped result),
   ``backward``/``torch.autograd.grad`` (the loss check), ``.grad`` (the dual
-  type), or a call that is not an op on tensor values (metadata, autograd
+  type), a read of the values out of the tensor world (``.item()``, ``float(x)``,
+  ``if x:``: the Partial check), or a call that is not an op on tensor values (metadata, autograd
   bookkeeping, torch.distributed internals), which passes through;
 - the formal name of each positional argument, from which the operands are
   read the way the mypy plugin reads them from torch's stubs, so that both
@@ -49,7 +50,7 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
-    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, OpSpec, Reduction, Role, call_spec, classify,
+    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, OpSpec, Reduction, Role, call_spec, classify,
     foreach_op, is_index_formal, normalising_reduction, variant_formals,
 )
 
@@ -102,6 +103,7 @@ class Kind(enum.Enum):
     GRAD_HOOK = "grad hook"  # x.register_hook / register_post_accumulate_grad_hook
     FOREACH = "foreach"      # torch._foreach_*: the op of ``Plan.each`` at every list position
     RAW = "raw collective"   # torch.distributed.all_reduce & co.: not on typed tensors
+    VALUE_READ = "value read"  # x.item(), float(x), bool(x), ...: engine check_value_read
 
 
 # Argument classes (per formal).  An operand's class is kept with it (see extract): INDEX
@@ -428,6 +430,8 @@ def build_plan(func: Any) -> Plan:
         return Plan(Kind.OP, op, spec=classify(op), params=("self",))
     if name in FACTORIES or name in EXTRA_FACTORIES:
         return FACTORY_PLAN
+    if name in VALUE_READS:  # the values read out of the tensor world (Partial: an error)
+        return Plan(Kind.VALUE_READ, name)
     swap = False
     if name in OPERATORS:
         name, swap = OPERATORS[name]

@@ -471,15 +471,29 @@ def _spec_table() -> dict[str, OpSpec]:
 
 OP_SPECS: dict[str, OpSpec] = _spec_table()
 
-# Methods/functions that are not ops on tensor values (metadata, no tensor result).
+# Tensor methods that read a tensor's values out of the tensor world (a Python number, list,
+# array, truth value), each as the message shows the read of ``x``.  No tensor result, so no
+# op; but a Partial's local values are this rank's summand, not the value: check_value_read.
+# Both adapters route these names there (the plugin: the methods, ``float(x)`` / ``int(x)`` /
+# ``bool(x)`` / ``complex(x)``, ``v in x`` and a condition ``if x:`` / ``while x:`` /
+# ``assert x``; the check mode: every call of them torch hands it, implicit ones included).
+VALUE_READS: dict[str, str] = {
+    "item": "{x}.item()", "tolist": "{x}.tolist()", "numpy": "{x}.numpy()",
+    "__bool__": "the truth value of {x}", "__int__": "int({x})", "__float__": "float({x})",
+    "__complex__": "complex({x})", "__index__": "{x} as an index", "__array__": "numpy's array of {x}",
+    "__contains__": "a membership test in {x}",
+}
+
+# Methods/functions that are not ops on tensor values (metadata, no tensor result; the value
+# reads among them are checked by check_value_read).
 NOT_OPS = frozenset(
     """
 size dim ndim numel nelement element_size shape dtype device is_contiguous is_floating_point
-is_complex data_ptr stride storage_offset item tolist numpy backward register_hook
-retain_grad requires_grad get_device nbytes itemsize __len__ __bool__ __int__ __float__
-__index__ __repr__ __str__ __format__ __hash__ __iter__ __contains__ __array__ __reduce_ex__
+is_complex data_ptr stride storage_offset backward register_hook
+retain_grad requires_grad get_device nbytes itemsize __len__
+__repr__ __str__ __format__ __hash__ __iter__ __reduce_ex__
 """.split()
-)
+) | frozenset(VALUE_READS)
 
 
 def classify(name: str) -> OpSpec:
@@ -1261,6 +1275,34 @@ def check_backward(loss: Operand) -> list[SpmdError]:
                f"per-rank losses, or all_gather it first")
     return [SpmdError("spmd-backward",
                       f"{needs}, but it is {lt_word} ({format_type(loss.type)}): {why}; {fix}")]
+
+
+def check_value_read(read: str, x: Operand) -> SpmdError | None:
+    """``x.item()``, ``float(x)``, ``if x:``, ... (``read`` a key of VALUE_READS): the value
+    leaves the tensor world, where no collective can complete a pending sum, so a Partial
+    gives this rank's summand, not the value.  One error naming every Partial axis (one
+    flattened all_reduce fixes them).  Any other kind reads a value that means something
+    (a Varying local loss, a Replicate or Invariant value), and metadata (``x.size()``,
+    ``x.dtype``) reads no value::
+
+        loss: P["tp"]   loss.item()   error: this rank's summand
+        loss: V["dp"]   loss.item()   fine: this rank's local loss
+    """
+    t = x.type
+    if t is None:
+        return None
+    partial = [a for a, lt in t.axes if lt.kind is Kind.P]
+    if not partial:
+        return None
+    template = VALUE_READS.get(read, "{x}." + read + "()")
+    form = template.format(x=receiver(x.text) if template.startswith("{x}.") else bare(x.text))
+    return SpmdError(
+        "spmd-partial-nonlinear",
+        f"Partial on {axis_words(partial)} ({_describe(x, LocalType(Kind.P), partial[0])}) cannot "
+        f"be read out as a value: {form} reads this rank's summand, not the sum; "
+        f"all_reduce({bare(x.text)}, {format_axes(partial)}, src=P, dst=R) first (dst=I for a "
+        f"value that is also differentiated)",
+    )
 
 
 def _shards_without_ranks(op: str, operands: Sequence[Operand], reduction: Reduction | None,

@@ -86,8 +86,8 @@ from ..engine.contractions import CONTRACTIONS
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, classify,
-    foreach_op, variant_formals,
+    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace,
+    check_value_read, classify, foreach_op, variant_formals,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
 )
 from ..engine.types import (
@@ -962,6 +962,59 @@ class CallTyper:
                 [duality.Slot.tensor(expr_text(receiver), t)], [duality.Slot.tensor(expr_text(g_expr), g)],
                 f"{expr_text(receiver)}.backward"))
         return ctx.default_return_type
+
+    def value_read_hook(self, read: str, *, method: bool) -> Callable[[AnyCtx], Type]:
+        """A read of a tensor's values out of the tensor world (engine ``VALUE_READS``):
+        ``x.item()`` / ``x.tolist()`` / ``x.numpy()`` / ``x.__bool__()`` ... (``method``: the
+        receiver; for ``v in x`` mypy calls ``x.__contains__(v)``), or ``float(x)`` /
+        ``int(x)`` / ``bool(x)`` / ``complex(x)`` (the argument): a Partial gives this rank's
+        summand (engine ``check_value_read``).  mypy's result is kept."""
+
+        def hook(ctx: AnyCtx) -> Type:
+            if method:
+                t = self.types.from_type(ctx.type)  # type: ignore[union-attr]
+                c = ctx.context
+                if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr):
+                    x: Expression | None = c.callee.expr
+                elif isinstance(c, ComparisonExpr) and len(c.operands) == 2:
+                    x = c.operands[1]  # v in x
+                else:
+                    x = None
+            else:
+                if not ctx.arg_types or len(ctx.arg_types[0]) != 1:
+                    return ctx.default_return_type
+                t = self.types.from_type(ctx.arg_types[0][0])
+                x = ctx.args[0][0]
+            if t:
+                self.report(ctx, [e for e in (check_value_read(read, Operand(t, expr_text(x))),)
+                                  if e is not None])
+            return ctx.default_return_type
+
+        return hook
+
+    def check_condition(self, api: Any, conditions: Sequence[Expression]) -> None:
+        """``if x:`` / ``while x:`` / ``assert x`` (and the operands of ``not``, ``and``,
+        ``or`` there): Python reads ``x``'s truth value (``x.__bool__()``), which mypy types
+        without a hook; the pre-pass puts a trigger at the start of the body (rewrite
+        ``condition_triggers``), by then mypy has typed the condition.  A union is read by
+        each of its tensor members (None dropped)."""
+        for e in conditions:
+            typ = lookup_type(api, e)
+            if typ is None:
+                continue
+            members = self.types.alternatives(typ)
+            for m in (members if members is not None else [typ]):
+                t = self.types.from_type(m)
+                if t:
+                    err = check_value_read("__bool__", Operand(t, expr_text(e)))
+                    if err is not None:
+                        self._report_at(api, err, e)
+
+    def _report_at(self, api: Any, err: SpmdError, at: Context) -> None:
+        store = api.msg.errors
+        infos = getattr(store, "error_info_map", {}).get(getattr(store, "file", None))
+        if not fold_into_earlier(infos, at.line, at.column, err.code, err.message):
+            api.fail(err.message, at, code=ERROR_CODES[err.code])
 
     def strict(self, ctx: AnyCtx) -> bool:
         """``strict`` for the module being checked (its override in the config, if any); or

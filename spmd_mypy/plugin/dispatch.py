@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Callable
 from mypy.checker_state import checker_state
 from mypy.nodes import SymbolNode, TypeInfo, Var
 from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, MethodContext
-from mypy.types import AnyType, Instance, Type, TypeOfAny, get_proper_type
+from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_proper_type
 
 from . import calls, global_calls, torch_namespaces
-from ..engine.ops import FOREACH_PREFIX
+from ..engine.ops import FOREACH_PREFIX, VALUE_READS
 from .autograd import is_autograd_function
 from .modules import (
     INDICES_RESULT_MODULES, MODULE_LIST, TORCH_MODULE_OPS, TUPLE_RESULT_MODULES, enumerate_hook,
@@ -37,8 +37,12 @@ if TYPE_CHECKING:
 _MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
 # Python builtins typed as torch ops on tensors (only in modules that meet SPMD types)
 _BUILTIN_OPS = frozenset(("builtins.abs", "builtins.sum", "builtins.max", "builtins.min"))
+# Python's conversions of a tensor's value, by the dunder they call (engine VALUE_READS)
+_BUILTIN_READS = {"builtins.float": "__float__", "builtins.int": "__int__",
+                  "builtins.bool": "__bool__", "builtins.complex": "__complex__"}
 # builtins hooked only in modules that meet SPMD types (with the ops above)
-_BUILTIN_HOOKED = _BUILTIN_OPS | {"builtins.enumerate", "builtins.map", "functools.reduce"}
+_BUILTIN_HOOKED = (_BUILTIN_OPS | frozenset(_BUILTIN_READS)
+                   | {"builtins.enumerate", "builtins.map", "functools.reduce"})
 _TENSOR_CLASSES = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
 _GRAD_ATTRS = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
@@ -290,6 +294,8 @@ class HookDispatch:
             return enumerate_hook
         if fullname == "builtins.abs":  # abs(x) is x.__abs__(): torch's abs
             return typer.op_hook("abs", method=False)
+        if fullname in _BUILTIN_READS:  # float(x), int(x), bool(x): x's value read out
+            return typer.value_read_hook(_BUILTIN_READS[fullname], method=False)
         if fullname == "builtins.sum":  # sum(xs): one add of the items (and the start)
             return typer.builtin_sum_hook
         if fullname in ("builtins.max", "builtins.min"):  # compares the items: maximum/minimum
@@ -348,6 +354,17 @@ class HookDispatch:
         autograd = self.plugin.autograd
         if autograd.is_trigger(ctx):
             return autograd.trigger_hook(ctx)
+        api = ctx.api
+        conditions = self.plugin.regions.condition(getattr(api, "tree", None), ctx.context)
+        if conditions is not None:  # a condition's trigger (rewrite section 3)
+            if getattr(api, "binder", None) is not None and api.binder.is_unreachable():  # type: ignore[attr-defined]
+                # an unreachable body: mypy asks whether its first statement is a no-op
+                # before it warns (--warn-unreachable); NoReturn says so, so the warning
+                # stays on the user's first statement
+                return UninhabitedType()
+            if self._meets_spmd() and not getattr(api, "current_node_deferred", False):
+                self.plugin.calls.check_condition(api, conditions)
+            return ctx.default_return_type
         # A real isinstance: mypy narrows right after typing this call, and it will not
         # narrow a declared torch.Tensor while the gradual promotion is on (narrow_declared_type
         # keeps any class with an alt promotion).  Off for the rest of the function; a return,
@@ -429,6 +446,8 @@ class HookDispatch:
                 hook = self.plugin.autograd.register_hook_hook
             elif method == "__iter__":
                 hook = typer.iter_hook
+            elif method in VALUE_READS:  # x.item(), x.tolist(), v in x: the value read out
+                hook = typer.value_read_hook(method, method=True)
             else:
                 op = calls.method_op_name(method)
                 if op is not None:

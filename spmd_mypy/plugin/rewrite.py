@@ -13,7 +13,17 @@
    functions of modules that use SPMD types unless the module already allows redefinition.
    Without it mypy reports ``Incompatible types in assignment`` for every such line.
 
-3. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
+3. Conditions.  ``if x:`` / ``while x:`` / ``assert x`` read ``x``'s truth value
+   (``x.__bool__()``), which mypy types without any plugin hook.  In function bodies, a
+   condition whose operands (through ``not``, ``and``, ``or``) may be tensors gets a
+   synthetic ``isinstance(object, object)`` (:func:`isinstance_trigger`) as the first
+   statement of its body (after an ``assert``): by then mypy has typed the condition, and the
+   trigger's hook reads its operands' types (a Partial's truth value is this rank's
+   summand's).  Only such conditions: a comparison (already an op), a literal, a known
+   ``bool`` call get none, so code pays one hooked call per such condition, nothing per
+   expression.
+
+4. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
    ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
    ``forward`` of custom autograd Functions, where an Invariant operand relaxes
    to Replicate (SPEC section 3).  Stored per file for the op hooks.
@@ -33,6 +43,7 @@ from ..engine.views import KEEP, MOVES
 from .memo import TreeMemo
 
 from mypy.nodes import (
+    AssertStmt,
     AssignmentExpr,
     Context,
     AssignmentStmt,
@@ -99,6 +110,7 @@ NO_GRAD_CALLS = frozenset({"no_grad", "inference_mode"})
 # every file, before semantic analysis) cost a sixth of what the plugin adds to a warm run.  A
 # ``Final`` module attribute is a C static, and ``type(x) is _C`` a pointer comparison: the walk
 # dispatches on the exact class (mypy does not subclass these; a ``cast`` narrows for free).
+_AssertStmt: Final = AssertStmt
 _AssignmentExpr: Final = AssignmentExpr
 _AssignmentStmt: Final = AssignmentStmt
 _Block: Final = Block
@@ -392,6 +404,9 @@ class GradRegions:
     # assignment target there (the attribute hooks give targets no SPMD type) and which is an
     # operand of the in-place op all the same
     augmented_attributes: set[tuple[int, int]] = field(default_factory=set)
+    # the condition triggers (section 3), by the trigger call's id: (the call, the operands
+    # whose truth value the condition reads)
+    conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = field(default_factory=dict)
 
 
 # Attributes whose reads the plugin types (attribute hooks): as ``x.attr += y`` targets they
@@ -433,6 +448,10 @@ class _Walker:
         # ``match`` statements with a class pattern, each with the statement list holding it
         # (rewrite walk only): each gets a narrowing trigger before it (see isinstance_trigger)
         self.class_matches: list[tuple[list[Statement], MatchStmt]] = []
+        # conditions read for their truth value (section 3; rewrite walk, function bodies):
+        # (the statement list the trigger goes in, the statement it follows or None for the
+        # list's start, the operands read)
+        self.conditions: list[tuple[list[Statement], Statement | None, list[Expression]]] = []
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
@@ -512,8 +531,21 @@ class _Walker:
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
             self.stmt(st, in_function_class)
-            if type(st) is _MatchStmt:
+            cls = type(st)
+            if cls is _MatchStmt:
                 self.match_in(stmts, cast(MatchStmt, st))
+            elif cls is _AssertStmt and stmts is not None:
+                self._condition(stmts, st, cast(AssertStmt, st).expr)
+
+    def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression) -> None:
+        """Record condition ``e`` for a trigger in ``stmts`` (section 3), where the trigger
+        calls the builtin: in a function body, ``isinstance`` not bound in a scope here."""
+        if not self.rewrite or not self._depth or (not stmts and after is None) \
+                or any("isinstance" in scope for scope in self._defined):
+            return
+        operands = truth_operands(e)
+        if operands:
+            self.conditions.append((stmts, after, operands))
 
     def match_in(self, stmts: list[Statement] | None, st: MatchStmt) -> None:
         """Record a ``match`` with a class pattern for its trigger, unless ``isinstance`` is
@@ -541,8 +573,9 @@ class _Walker:
             if self.rewrite:
                 for e in ifs.expr:
                     _rewrite_call_args(e)
-            for b in ifs.body:
+            for e, b in zip(ifs.expr, ifs.body):
                 self.block(b.body)
+                self._condition(b.body, None, e)
             if ifs.else_body is not None:
                 self.block(ifs.else_body.body)
         elif cls is _ForStmt or cls is _WhileStmt:
@@ -554,6 +587,8 @@ class _Walker:
                 self._bind(index, _OPAQUE)
                 self._define(index)
             self.block(loop.body.body)
+            if cls is _WhileStmt:
+                self._condition(loop.body.body, None, loop.expr)
             if loop.else_body is not None:
                 self.block(loop.else_body.body)
         elif cls is _WithStmt:
@@ -888,13 +923,24 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     except Exception:
         _rename_quietly(file, options, None)
         raise
-    if w.class_matches and not _rebinds_isinstance(file):
+    rebinds_isinstance = bool(w.class_matches or w.conditions) and _rebinds_isinstance(file)
+    if w.class_matches and not rebinds_isinstance:
         for stmts, match in w.class_matches:
             for i, st in enumerate(stmts):
                 if st is match:
                     stmts.insert(i, ExpressionStmt(isinstance_trigger(match.line, match.column)))
                     stmts[i].set_line(match.line, match.column, match.line)
                     break
+    conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = {}
+    if w.conditions and not rebinds_isinstance:
+        for stmts, after, operands in w.conditions:
+            at = after if after is not None else stmts[0]
+            i = 0 if after is None else next(k for k, st in enumerate(stmts) if st is after) + 1
+            call = isinstance_trigger(at.line, at.column)
+            trigger = ExpressionStmt(call)
+            trigger.set_line(at.line, at.column, at.line)
+            stmts.insert(i, trigger)
+            conditions[id(call)] = (call, tuple(operands))
     detached = w.detached
     if rebinding:
         _rename_quietly(file, options, rebinding)
@@ -907,7 +953,39 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             start = end
         kept.extend(detached[start:])
         detached = kept + again.detached
-    return w.regions(detached)
+    regions = w.regions(detached)
+    regions.conditions = conditions
+    return regions
+
+
+# Names a condition reads that are never tensors, and calls that return a bool of their own
+_NOT_TENSOR_NAMES = frozenset({"True", "False", "None", "TYPE_CHECKING", "__debug__"})
+_BOOL_CALLS = frozenset({"isinstance", "issubclass", "hasattr", "callable", "bool", "len",
+                         "all", "any"})
+
+
+def truth_operands(e: Expression) -> list[Expression]:
+    """The operands of condition ``e`` whose truth value Python reads and that may be
+    tensors: ``e`` itself, or through ``not``, ``and``, ``or`` their operands.  Not a
+    comparison (``p > 0`` is an op, checked as one), a literal, a lambda, a display, a
+    ``bool``-returning builtin call."""
+    cls = type(e)
+    if cls is _UnaryExpr:
+        u = cast(UnaryExpr, e)
+        return truth_operands(u.expr) if u.op == "not" else [e]
+    if cls is _OpExpr:
+        o = cast(OpExpr, e)
+        if o.op == "and" or o.op == "or":
+            return truth_operands(o.left) + truth_operands(o.right)
+        return [e]
+    if cls is _NameExpr:
+        return [] if cast(NameExpr, e).name in _NOT_TENSOR_NAMES else [e]
+    if cls is _MemberExpr or cls is _IndexExpr or cls is _AssignmentExpr:
+        return [e]
+    if cls is _CallExpr:
+        callee = cast(CallExpr, e).callee
+        return [] if type(callee) is _NameExpr and cast(NameExpr, callee).name in _BOOL_CALLS else [e]
+    return []
 
 
 def _has_class_pattern(match: MatchStmt) -> bool:
@@ -997,6 +1075,15 @@ class RegionIndex:
         """The regions found by :func:`prepare_file` (so the check does not walk the file
         again; a tree the daemon merged or mypy re-parsed without it is walked then)."""
         self._memo.put(tree, regions)
+
+    def condition(self, tree: MypyFile | None, call: Context) -> tuple[Expression, ...] | None:
+        """The operands a condition trigger (section 3) reads, when ``call`` is one; None
+        for any other call (a tree the pre-pass did not see has none: not walked for it)."""
+        regions = self._memo.peek(tree) if tree is not None else None
+        if regions is None or not regions.conditions:
+            return None
+        entry = regions.conditions.get(id(call))
+        return entry[1] if entry is not None and entry[0] is call else None
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
         regions = self.regions(tree)

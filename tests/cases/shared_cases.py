@@ -954,6 +954,39 @@ case("layout-max_pool2d-all_gather-S1", {"x": "S1"},
      collective=True, make={"x": _NCHW})
 
 # --------------------------------------------------------------------------------------
+# 15. Value reads: x.item(), x.tolist(), float(x), bool(x), a condition's truth value, v in x,
+#     a lambda key's .item(): the values leave the tensor world, where no collective can
+#     complete a pending sum.  A Partial's are this rank's summand (an error); an R, I or V
+#     value's mean something (a Varying local loss), so each row reads those first, then the
+#     Partial (the error on the last line).  Metadata (size, shape, dtype, ...) reads no value.
+
+_READ_TYPES = {"r": "R", "i": "I", "v": "V", "a": "P"}
+_READ_MAKE = {n: "torch.randn((), requires_grad=True).clone()" for n in _READ_TYPES}
+_READS = {
+    "item": "x_{t} = {t}.item()",
+    "tolist": "x_{t} = {t}.tolist()",
+    "numpy": "x_{t} = {t}.detach().numpy()",
+    "float": "x_{t} = float({t})",
+    "int": "x_{t} = int({t})",
+    "bool": "x_{t} = bool({t})",
+    "assert": "assert {t}",
+    "in": "x_{t} = 0.5 in {t}",
+    "lambda-key": "x_{t} = max([{t}, {t} + {t}], key=lambda t: t.sum().item())",
+}
+for _read, _line in _READS.items():
+    case(f"value-read-{_read}", _READ_TYPES, tuple(_line.format(t=n) for n in _READ_TYPES), NL,
+         make=_READ_MAKE, desc="reading a Partial's value gives this rank's summand")
+case("value-read-metadata-then-item", {"a": "P"},
+     ("x = (a.size(), a.shape, a.dtype, a.device, a.numel(), a.dim(), a.stride(), len(a))",
+      "y = a.item()"), NL, make={"a": "torch.randn(1, 1, requires_grad=True).clone()"},
+     desc="metadata reads no value; the item does")
+case("value-read-after-all-reduce", {"a": "P"},
+     ('out = spmd.all_reduce(a, "tp", src=P, dst=R)', "x = out.item()", "y = a.item()"), NL,
+     collective=True, make={"a": "torch.randn((), requires_grad=True).clone()"},
+     desc="the sum's value reads fine, the summand's does not")
+
+
+# --------------------------------------------------------------------------------------
 # 9. Global SPMD (partition specs, SPEC section 6): shard propagation, both checkers.
 
 GLB = "spmd-global"
