@@ -19,7 +19,7 @@ CODES: dict[str, str] = {
     "spmd-partial-varying": "a Partial operand mixed with a Varying one",
     "spmd-partial-affine": "a Partial operand added to a Replicate value or a scalar",
     "spmd-partial-product": "two Partial factors in one multilinear op",
-    "spmd-partial-nonlinear": "a Partial operand through a non-linear op",
+    "spmd-partial-nonlinear": "a Partial operand through a non-linear op, or its value read out (.item(), if p:)",
     "spmd-inplace": "an in-place op or out= that would change the mutated tensor's type",
     "spmd-backward": "loss.backward() on a loss that is not I or P on every axis",
     "spmd-collective": "a collective or conversion with a src/dst pair outside the table",

@@ -343,18 +343,20 @@ class CallTyper:
         """Report past mypy's error watchers: for ``1 + x`` mypy tries ``int.__add__`` and
         ``x.__radd__`` with errors filtered, and an error inside the hook would make it
         drop the variant ("Unsupported operand types") and lose the SPMD message."""
-        if not errors:
-            return
-        store = ctx.api.msg.errors  # type: ignore[attr-defined]
+        if errors:
+            self.report_at(ctx.api, errors, context or ctx.context)
+
+    def report_at(self, api: Any, errors: Sequence[SpmdError], at: Context) -> None:
+        """:meth:`report` through the checker ``api``, at ``at``."""
+        store = api.msg.errors
         watchers = getattr(store, "_watchers", None)
         if watchers:
             store._watchers = []
-        at = context or ctx.context
         infos = getattr(store, "error_info_map", {}).get(getattr(store, "file", None))
         try:
             for err in errors:
                 if not fold_into_earlier(infos, at.line, at.column, err.code, err.message):
-                    ctx.api.fail(err.message, at, code=ERROR_CODES[err.code])
+                    api.fail(err.message, at, code=ERROR_CODES[err.code])
         finally:
             if watchers:
                 store._watchers = watchers
@@ -972,7 +974,7 @@ class CallTyper:
 
         def hook(ctx: AnyCtx) -> Type:
             if method:
-                t = self.types.from_type(ctx.type)  # type: ignore[union-attr]
+                typ: Type = ctx.type  # type: ignore[union-attr]
                 c = ctx.context
                 if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr):
                     x: Expression | None = c.callee.expr
@@ -983,11 +985,8 @@ class CallTyper:
             else:
                 if not ctx.arg_types or len(ctx.arg_types[0]) != 1:
                     return ctx.default_return_type
-                t = self.types.from_type(ctx.arg_types[0][0])
-                x = ctx.args[0][0]
-            if t:
-                self.report(ctx, [e for e in (check_value_read(read, Operand(t, expr_text(x))),)
-                                  if e is not None])
+                typ, x = ctx.arg_types[0][0], ctx.args[0][0]
+            self.check_value_read(ctx.api, read, typ, x, ctx.context)
             return ctx.default_return_type
 
         return hook
@@ -996,25 +995,25 @@ class CallTyper:
         """``if x:`` / ``while x:`` / ``assert x`` (and the operands of ``not``, ``and``,
         ``or`` there): Python reads ``x``'s truth value (``x.__bool__()``), which mypy types
         without a hook; the pre-pass puts a trigger at the start of the body (rewrite
-        ``condition_triggers``), by then mypy has typed the condition.  A union is read by
-        each of its tensor members (None dropped)."""
+        section 3), by then mypy has typed the condition."""
         for e in conditions:
             typ = lookup_type(api, e)
-            if typ is None:
-                continue
-            members = self.types.alternatives(typ)
-            for m in (members if members is not None else [typ]):
-                t = self.types.from_type(m)
-                if t:
-                    err = check_value_read("__bool__", Operand(t, expr_text(e)))
-                    if err is not None:
-                        self._report_at(api, err, e)
+            if typ is not None:
+                self.check_value_read(api, "__bool__", typ, e, e)
 
-    def _report_at(self, api: Any, err: SpmdError, at: Context) -> None:
-        store = api.msg.errors
-        infos = getattr(store, "error_info_map", {}).get(getattr(store, "file", None))
-        if not fold_into_earlier(infos, at.line, at.column, err.code, err.message):
-            api.fail(err.message, at, code=ERROR_CODES[err.code])
+    def check_value_read(self, api: Any, read: str, typ: Type, x: Expression | None,
+                         at: Context) -> None:
+        """Engine ``check_value_read`` of a value of type ``typ`` (expression ``x``), reported
+        at ``at``: a union by each of its tensor members (None dropped; errors that differ
+        only in the member's type are one, fold_into_earlier)."""
+        members = self.types.alternatives(typ)
+        for m in (members if members is not None else [typ]):
+            t = self.types.from_type(m)
+            if not t:
+                continue
+            err = check_value_read(read, Operand(t, expr_text(x)))
+            if err is not None:
+                self.report_at(api, [err], at)
 
     def strict(self, ctx: AnyCtx) -> bool:
         """``strict`` for the module being checked (its override in the config, if any); or

@@ -30,6 +30,7 @@ from .modules import (
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS, TORCH_TENSOR_BASES
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
 from .promotion import Synced
+from .rewrite import TRIGGER_FULLNAME
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -214,6 +215,8 @@ class HookDispatch:
             return self._guard("bound_builtin", torch_namespaces.bound_builtin_hook, RESULT)
         if fullname == "builtins.isinstance":
             hook = self.isinstance_hook
+        elif fullname == TRIGGER_FULLNAME:  # a condition's trigger: nothing to sync or split
+            return self._guard("condition", self.condition_trigger_hook, RESULT)
         elif hook is None and fullname == "builtins.issubclass":
             hook = _default_return
         elif fullname in ("builtins.hasattr", "builtins.type"):  # type(x) is C narrows too
@@ -221,7 +224,8 @@ class HookDispatch:
         # isinstance narrows the whole value (and an autograd trigger reads the whole
         # Function); reveal prints every member itself; a mapping's argument check splits
         # a union itself (check_arguments_hook)
-        split = fullname not in ("builtins.isinstance", "spmd.reveal", "functools.partial", "builtins.enumerate") and not fullname.startswith(_MEGATRON_MAPPINGS)
+        split = (fullname not in ("builtins.isinstance", "spmd.reveal", "functools.partial", "builtins.enumerate")
+                 and fullname not in _BUILTIN_READS and not fullname.startswith(_MEGATRON_MAPPINGS))
         return self._synced(hook, split_unions=split) if hook is not None else None
 
     def _follow_module(self) -> None:
@@ -350,21 +354,26 @@ class HookDispatch:
             return AnyType(TypeOfAny.special_form)
         return result
 
+    def condition_trigger_hook(self, ctx: FunctionContext) -> Type:
+        """``globals()``: a condition's trigger (rewrite section 3) reads the condition's
+        operands; any other call of it is mypy's."""
+        api = ctx.api
+        conditions = self.plugin.regions.condition(ctx.context)
+        if conditions is None:
+            return ctx.default_return_type
+        if getattr(api, "binder", None) is not None and api.binder.is_unreachable():  # type: ignore[attr-defined]
+            # an unreachable body: mypy asks whether its first statement is a no-op before it
+            # warns (--warn-unreachable); NoReturn says so, and the warning stays on the
+            # user's first statement
+            return UninhabitedType()
+        if self._meets_spmd() and not getattr(api, "current_node_deferred", False):
+            self.plugin.calls.check_condition(api, conditions)
+        return ctx.default_return_type
+
     def isinstance_hook(self, ctx: FunctionContext) -> Type:
         autograd = self.plugin.autograd
         if autograd.is_trigger(ctx):
             return autograd.trigger_hook(ctx)
-        api = ctx.api
-        conditions = self.plugin.regions.condition(getattr(api, "tree", None), ctx.context)
-        if conditions is not None:  # a condition's trigger (rewrite section 3)
-            if getattr(api, "binder", None) is not None and api.binder.is_unreachable():  # type: ignore[attr-defined]
-                # an unreachable body: mypy asks whether its first statement is a no-op
-                # before it warns (--warn-unreachable); NoReturn says so, so the warning
-                # stays on the user's first statement
-                return UninhabitedType()
-            if self._meets_spmd() and not getattr(api, "current_node_deferred", False):
-                self.plugin.calls.check_condition(api, conditions)
-            return ctx.default_return_type
         # A real isinstance: mypy narrows right after typing this call, and it will not
         # narrow a declared torch.Tensor while the gradual promotion is on (narrow_declared_type
         # keeps any class with an alt promotion).  Off for the rest of the function; a return,
@@ -447,7 +456,8 @@ class HookDispatch:
             elif method == "__iter__":
                 hook = typer.iter_hook
             elif method in VALUE_READS:  # x.item(), x.tolist(), v in x: the value read out
-                hook = typer.value_read_hook(method, method=True)
+                # (a union receiver split by the hook itself: it only reads it)
+                return self._synced(typer.value_read_hook(method, method=True), split_unions=False)
             else:
                 op = calls.method_op_name(method)
                 if op is not None:

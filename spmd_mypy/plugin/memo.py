@@ -29,13 +29,6 @@ class TreeMemo(Generic[T]):
             return self.put(tree, self.compute(tree))
         return cached[2]
 
-    def peek(self, tree: MypyFile) -> T | None:
-        """The value recorded for ``tree`` as it is now, without computing one."""
-        cached = self._by_tree.get(id(tree))
-        if cached is None or cached[0] is not tree or cached[1] is not tree.defs:
-            return None
-        return cached[2]
-
     def put(self, tree: MypyFile, value: T) -> T:
         """Record ``value`` for ``tree`` as it is now (computed elsewhere, e.g. in one walk
         with another fact)."""

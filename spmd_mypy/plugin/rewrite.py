@@ -16,12 +16,12 @@
 3. Conditions.  ``if x:`` / ``while x:`` / ``assert x`` read ``x``'s truth value
    (``x.__bool__()``), which mypy types without any plugin hook.  In function bodies, a
    condition whose operands (through ``not``, ``and``, ``or``) may be tensors gets a
-   synthetic ``isinstance(object, object)`` (:func:`isinstance_trigger`) as the first
-   statement of its body (after an ``assert``): by then mypy has typed the condition, and the
-   trigger's hook reads its operands' types (a Partial's truth value is this rank's
-   summand's).  Only such conditions: a comparison (already an op), a literal, a known
-   ``bool`` call get none, so code pays one hooked call per such condition, nothing per
-   expression.
+   synthetic ``globals()`` (:func:`condition_trigger`) as the first statement of its body
+   (after an ``assert``): by then mypy has typed the condition, and the trigger's hook reads
+   its operands' types (a Partial's truth value is this rank's summand's).  Only such
+   conditions: a comparison (already an op), a literal, a known ``bool`` call get none, so
+   code pays one cheap call per such condition (no arguments: a third of what mypy spends
+   on ``isinstance(object, object)``), nothing per expression.
 
 4. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
    ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
@@ -103,6 +103,11 @@ from mypy.types import (
 
 MARKER_NAMES = frozenset({"R", "I", "V", "P", "S", "PS", "Shard"})
 NO_GRAD_CALLS = frozenset({"no_grad", "inference_mode"})
+# A condition's trigger (section 3): a call of this builtin, recognised by identity; the
+# builtins a trigger calls (a local binding of one keeps the triggers out of its scope)
+TRIGGER_NAME: Final = "globals"
+TRIGGER_FULLNAME: Final = "builtins.globals"
+_TRIGGER_NAMES: Final = frozenset({"isinstance", TRIGGER_NAME})
 
 # mypy's node and type classes, bound once.  mypy is compiled in its own mypyc group, so to
 # this compiled module they are plain Python classes: a bare imported name is a dict lookup at
@@ -539,9 +544,9 @@ class _Walker:
 
     def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression) -> None:
         """Record condition ``e`` for a trigger in ``stmts`` (section 3), where the trigger
-        calls the builtin: in a function body, ``isinstance`` not bound in a scope here."""
+        calls the builtin: in a function body, ``globals`` not bound in a scope here."""
         if not self.rewrite or not self._depth or (not stmts and after is None) \
-                or any("isinstance" in scope for scope in self._defined):
+                or any(TRIGGER_NAME in scope for scope in self._defined):
             return
         operands = truth_operands(e)
         if operands:
@@ -655,7 +660,7 @@ class _Walker:
             # a function defined where gradients are off runs wherever it is called,
             # maybe with them on: its body is not part of the enclosing region
             self.enabled.append(lines)
-        if st.name == "isinstance" and self._defined:  # a local def binds it (see match_in)
+        if st.name in _TRIGGER_NAMES and self._defined:  # a local def binds it (see match_in)
             self._defined[-1].add(st.name)
         # a parameter holds the caller's value: never "only detached", unless declared a
         # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
@@ -923,8 +928,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     except Exception:
         _rename_quietly(file, options, None)
         raise
-    rebinds_isinstance = bool(w.class_matches or w.conditions) and _rebinds_isinstance(file)
-    if w.class_matches and not rebinds_isinstance:
+    if w.class_matches and not _rebinds(file, "isinstance"):
         for stmts, match in w.class_matches:
             for i, st in enumerate(stmts):
                 if st is match:
@@ -932,11 +936,11 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                     stmts[i].set_line(match.line, match.column, match.line)
                     break
     conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = {}
-    if w.conditions and not rebinds_isinstance:
+    if w.conditions and not _rebinds(file, TRIGGER_NAME):
         for stmts, after, operands in w.conditions:
             at = after if after is not None else stmts[0]
             i = 0 if after is None else next(k for k, st in enumerate(stmts) if st is after) + 1
-            call = isinstance_trigger(at.line, at.column)
+            call = condition_trigger(at.line, at.column)
             trigger = ExpressionStmt(call)
             trigger.set_line(at.line, at.column, at.line)
             stmts.insert(i, trigger)
@@ -1002,23 +1006,34 @@ def _has_class_pattern(match: MatchStmt) -> bool:
     return any(has(p) for p in match.patterns)
 
 
-def _rebinds_isinstance(file: MypyFile) -> bool:
-    """The module's top level binds the name ``isinstance`` (the trigger would call it)."""
+def _rebinds(file: MypyFile, builtin: str) -> bool:
+    """The module's top level binds the name ``builtin`` (a trigger would call it)."""
     for d in file.defs:
         cls = type(d)
-        if cls is _FuncDef and cast(FuncDef, d).name == "isinstance":
+        if cls is _FuncDef and cast(FuncDef, d).name == builtin:
             return True
-        if cls is _Decorator and cast(Decorator, d).func.name == "isinstance":
+        if cls is _Decorator and cast(Decorator, d).func.name == builtin:
             return True
         if cls is _AssignmentStmt and any(
-                "isinstance" in _names_in(lv) for lv in cast(AssignmentStmt, d).lvalues):
+                builtin in _names_in(lv) for lv in cast(AssignmentStmt, d).lvalues):
             return True
-        if cls is Import and any((alias or name) == "isinstance" for name, alias in cast(Import, d).ids):
+        if cls is Import and any((alias or name) == builtin for name, alias in cast(Import, d).ids):
             return True
-        if cls is ImportFrom and any((alias or name) == "isinstance"
+        if cls is ImportFrom and any((alias or name) == builtin
                                      for name, alias in cast(ImportFrom, d).names):
             return True
     return False
+
+
+def condition_trigger(line: int, column: int) -> CallExpr:
+    """A synthetic ``globals()`` at (line, column), before semantic analysis (so the name
+    resolves to the builtin): a call that reaches the ``builtins.globals`` hook
+    (``dispatch.condition_trigger_hook``) at that point of the check.  No arguments: the
+    cheapest call for mypy to check."""
+    call = CallExpr(NameExpr(TRIGGER_NAME), [], [], [])
+    for node in (call, call.callee):
+        node.line, node.column, node.end_line = line, column, line
+    return call
 
 
 def isinstance_trigger(line: int, column: int) -> CallExpr:
@@ -1067,6 +1082,11 @@ class RegionIndex:
 
     def __init__(self) -> None:
         self._memo: TreeMemo[GradRegions] = TreeMemo(_regions_or_none)
+        # the condition triggers (section 3) of the files prepared last, by the call's id, and
+        # their ids by module: not per tree, since the daemon merges a re-parsed file into
+        # the old tree object (its statements, triggers included, then are the new tree's)
+        self._conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = {}
+        self._condition_ids: dict[str, list[int]] = {}
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
         return self._memo.get(tree) if tree is not None else None
@@ -1075,14 +1095,16 @@ class RegionIndex:
         """The regions found by :func:`prepare_file` (so the check does not walk the file
         again; a tree the daemon merged or mypy re-parsed without it is walked then)."""
         self._memo.put(tree, regions)
+        for old in self._condition_ids.pop(tree.fullname, ()):
+            self._conditions.pop(old, None)
+        if regions.conditions:
+            self._conditions.update(regions.conditions)
+            self._condition_ids[tree.fullname] = list(regions.conditions)
 
-    def condition(self, tree: MypyFile | None, call: Context) -> tuple[Expression, ...] | None:
+    def condition(self, call: Context) -> tuple[Expression, ...] | None:
         """The operands a condition trigger (section 3) reads, when ``call`` is one; None
-        for any other call (a tree the pre-pass did not see has none: not walked for it)."""
-        regions = self._memo.peek(tree) if tree is not None else None
-        if regions is None or not regions.conditions:
-            return None
-        entry = regions.conditions.get(id(call))
+        for any other call."""
+        entry = self._conditions.get(id(call))
         return entry[1] if entry is not None and entry[0] is call else None
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
