@@ -857,8 +857,10 @@ class _TwoOut(torch.autograd.Function):
     @staticmethod
     def backward(ctx, a: Tensor[P["tp"]], b: Tensor[S[0, "tp"]], c: Any) -> tuple[Tensor[I["tp"]], None]:
         # (backward runs in the check mode: ``a + b`` mixes P with S(0); the detour through
-        # numpy stands for the collectives a real backward would run)
-        return torch.from_numpy(a.detach().numpy() + b.detach().numpy()), None
+        # numpy stands for the collectives a real backward would run.  Only b's values: a's
+        # are this rank's summand, and reading them (.numpy()) is the value-read error; a
+        # real backward's raw all-reduce of a would untype it first)
+        return torch.from_numpy(b.detach().numpy() * 2), None
 
 
 class _Plain(torch.autograd.Function):

@@ -290,11 +290,66 @@ def check_post_hook_accumulation(ctx: Ctx, name: str) -> None:
         assert float((w.grad - 2 * total).abs().max()) == total * (n - 1)
 
 
+class _ReadBeforeReduce(torch.autograd.Function):
+    """A backward that logs the gradient's value before reducing it: this rank's summand."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
+        return spmd.reinterpret(x, "x", src=I, dst=R)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
+        read.append(g.tolist())
+        return spmd.all_reduce(g, "x", src=P, dst=I)
+
+
+class _ReadAfterRawReduce(torch.autograd.Function):
+    """The same after the user's own raw all-reduce (untyped from there): the sum."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
+        return spmd.reinterpret(x, "x", src=I, dst=R)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
+        g = g.clone()
+        dist.all_reduce(g)
+        read.append(g.tolist())
+        return g
+
+
+read: list[Any] = []
+
+
+def check_value_reads_in_backward(ctx: Ctx, name: str) -> None:
+    """Reading a value out of the Partial gradient a Function's backward receives
+    (``g.tolist()``) raises spmd-partial-nonlinear: it is this rank's summand (measured below:
+    off from the sum on every rank); after the user's raw all-reduce there the tensor is
+    untyped and the read is allowed: the sum, as the float64 reference."""
+    n = ctx.world
+    want = (torch.arange(1.0, 4.0, dtype=F64) * float(sum(range(1, n + 1)))).tolist()
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        x = spmd.declare(torch.zeros(3, dtype=F64, requires_grad=True), Tensor[I["x"]])
+        _raises("spmd-partial-nonlinear", lambda: _fn_loss(_ReadBeforeReduce, x).backward(),
+                'Partial on "x" (g: Tensor[P["x"]]) cannot be read out as a value: g.tolist()')
+        read.clear()
+        x = spmd.declare(torch.zeros(3, dtype=F64, requires_grad=True), Tensor[I["x"]])
+        _fn_loss(_ReadAfterRawReduce, x).backward()
+        assert read == [want], (read, want)
+    # unchecked, the read before the reduction is this rank's own gradient, not the sum
+    read.clear()
+    x = torch.zeros(3, dtype=F64, requires_grad=True)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        _fn_loss(_ReadBeforeReduce, x).backward()
+    mine = (torch.arange(1.0, 4.0, dtype=F64) * float(ctx.rank + 1)).tolist()
+    assert read == [mine] and mine != want, (read, mine, want)
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
                   check_multi_grad_hook, check_hook_accumulation,
-                  check_post_hook_accumulation):
+                  check_post_hook_accumulation, check_value_reads_in_backward):
         n = f"w{world}/hooks/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
