@@ -11,8 +11,8 @@ method, operator and ``torch.nn.functional`` call through a
 - what kind of call it is: an op the engine types, a factory (untyped result),
   ``backward``/``torch.autograd.grad`` (the loss check), ``.grad`` (the dual
   type), a read of the values out of the tensor world (``.item()``, ``float(x)``,
-  ``if x:``: the Partial check), or a call that is not an op on tensor values (metadata, autograd
-  bookkeeping, torch.distributed internals), which passes through;
+  ``if x:``: the Partial check), or a call that is not an op on tensor values
+  (metadata, autograd bookkeeping, torch.distributed internals), which passes through;
 - the formal name of each positional argument, from which the operands are
   read the way the mypy plugin reads them from torch's stubs, so that both
   modes agree:
@@ -50,8 +50,8 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
-    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, OpSpec, Reduction, Role, call_spec, classify,
-    foreach_op, is_index_formal, normalising_reduction, variant_formals,
+    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, OpSpec, Reduction, Role, call_spec,
+    classify, foreach_op, is_index_formal, normalising_reduction, variant_formals,
 )
 
 # (Formal-name classes are the engine's: the mypy plugin reads the same names.)

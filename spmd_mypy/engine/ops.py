@@ -480,8 +480,8 @@ OP_SPECS: dict[str, OpSpec] = _spec_table()
 VALUE_READS: dict[str, str] = {
     "item": "{x}.item()", "tolist": "{x}.tolist()", "numpy": "{x}.numpy()",
     "__bool__": "the truth value of {x}", "__int__": "int({x})", "__float__": "float({x})",
-    "__complex__": "complex({x})", "__index__": "{x} as an index", "__array__": "numpy's array of {x}",
-    "__contains__": "a membership test in {x}",
+    "__complex__": "complex({x})", "__index__": "{x} as an index",
+    "__array__": "numpy's array of {x}", "__contains__": "a membership test in {x}",
 }
 
 # Methods/functions that are not ops on tensor values (metadata, no tensor result; the value
