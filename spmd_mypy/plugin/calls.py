@@ -564,6 +564,12 @@ class CallTyper:
                 elif isinstance(c, OpExpr):
                     receiver = c.right if reflected else c.left
                     other = c.left if reflected else c.right
+                elif isinstance(c, ComparisonExpr) and len(c.operands) == 2:
+                    # ``p > 0``; ``0 < p`` is p's ``__gt__`` (int's own comparison fails)
+                    left, right = c.operands
+                    swapped = isinstance(left, (IntExpr, FloatExpr)) and not isinstance(
+                        right, (IntExpr, FloatExpr))
+                    receiver, other = (right, left) if swapped else (left, right)
                 elif isinstance(c, OperatorAssignmentStmt):
                     receiver, other = c.lvalue, c.rvalue
                 elif isinstance(c, IndexExpr):
