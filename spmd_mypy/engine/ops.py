@@ -705,6 +705,11 @@ def _rule_on_axis(
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient; or {receiver(inv.text)}.detach() if it needs no gradient "
                    f"(a frozen weight, a count)")
+            if other.kind is Kind.R:
+                # an R that carries no gradient mixes with I (a data mask, a target): detaching
+                # it keeps the I operand's gradient, where detaching that one loses it
+                fix += (f"; or {receiver(other_o.text)}.detach() if {bare(other_o.text)} needs "
+                        f"none (a mask, a target: an R without a gradient mixes with I)")
             factors_v = [o for o, r, lt in eff if r is Role.FACTOR and lt.kind is Kind.V]
             if inv_role is Role.SUMMAND and len(factors_v) > 1 and spec.op_class is OpClass.MULTILINEAR:
                 # a bias beside two Varying factors (x sharded on in_features, the weight too:
