@@ -705,9 +705,10 @@ def _rule_on_axis(
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient; or {receiver(inv.text)}.detach() if it needs no gradient "
                    f"(a frozen weight, a count)")
-            if other.kind is Kind.R:
+            if other.kind is Kind.R and not other_o.text.startswith("self."):
                 # an R that carries no gradient mixes with I (a data mask, a target): detaching
-                # it keeps the I operand's gradient, where detaching that one loses it
+                # it keeps the I operand's gradient, where detaching that one loses it (not
+                # offered for a module's attribute: a weight, as a rule)
                 fix += (f"; or {receiver(other_o.text)}.detach() if {bare(other_o.text)} needs "
                         f"none (a mask, a target: an R without a gradient mixes with I)")
             factors_v = [o for o, r, lt in eff if r is Role.FACTOR and lt.kind is Kind.V]
