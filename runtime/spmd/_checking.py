@@ -79,8 +79,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import inspect
+import os
 import sys
 import weakref
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -92,6 +92,7 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op, suggest)
+from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, OpSpec, Reduction, Role, check_backward,
@@ -1385,8 +1386,6 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
     (``Sequence[...]``, ``tuple[Tensor[...], ...]``).  Outside check mode the wrapper only
     forwards the call.
     """
-    import inspect
-
     sig = inspect.signature(fn)
     cache: list[tuple[dict[str, SpmdType], Any]] = []
     item_cache: list[dict[str, SpmdType]] = []
@@ -1454,8 +1453,6 @@ _TORCH_APPLY: Any = None  # torch's Function.apply (the classmethod) while _appl
 
 
 def _function_types(cls: type) -> Any:
-    import inspect
-
     forward = inspect.getattr_static(cls, "forward", None)
     forward = getattr(forward, "__func__", forward)  # the staticmethod's function
     if not callable(forward):
@@ -1550,8 +1547,6 @@ def _backward_types(cls: type) -> tuple[tuple[str, ...], tuple[SpmdType | None, 
         return _BACKWARD_NAMES[cls]
     except (KeyError, TypeError):
         pass
-    import inspect
-
     names: tuple[str, ...] = ()
     types: tuple[SpmdType | None, ...] = ()
     bwd = inspect.getattr_static(cls, "backward", None)
@@ -1587,8 +1582,6 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
             break
     if node is None:
         return  # no gradient flows back through this call
-    from spmd_mypy.engine import duality
-
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError:
@@ -1630,8 +1623,6 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
     if info is None:
         with _in_mode():
             return _TORCH_BACKWARD_APPLY(node, *grads)
-    from spmd_mypy.engine import duality
-
     name, inputs, types, names = info
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):

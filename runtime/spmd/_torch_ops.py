@@ -233,9 +233,7 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
 
 
 def _move_value(v: Any) -> object:
-    if v is None or isinstance(v, bool):  # a bool: batch_norm's training
-        return v
-    if isinstance(v, int) and not isinstance(v, bool):
+    if v is None or isinstance(v, int):  # an int dim, or a bool: batch_norm's training
         return v
     if isinstance(v, (tuple, list, torch.Size)) and all(
             isinstance(i, int) and not isinstance(i, bool) for i in v):

@@ -38,8 +38,8 @@ from typing import Sequence
 
 from .errors import SpmdError
 from .types import (
-    Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis, format_type,
-    receiver, shard_dims_match,
+    SAME_VALUES, Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis,
+    format_type, receiver, shard_dims_match,
 )
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -311,8 +311,10 @@ def check_collective(
             f"convert(..., dst=S(i)) to take this rank's chunk",
         )])
     known = [(a, t) for a in axes if (t := x.get(a)) is not None]
-    # where no gradient flows an R stands for an I and back (_same_values)
-    relaxed = {a for a, t in known if not can_grad and _same_values(t, src)}
+    # where no gradient flows an R stands for an I and back (types.SAME_VALUES): a forward
+    # shared by training and generation keeps its reinterpret(h, "tp", src=I, dst=R) under
+    # no_grad, where the rule makes an I beside a gradient-free R an R
+    relaxed = {a for a, t in known if not can_grad and {t.kind, src.kind} <= SAME_VALUES}
     mismatched = [a for a, t in known if not shard_dims_match(t, src) and a not in relaxed]
     rest = tuple(a for a in axes if a not in mismatched)
     # src names a kind the input does not have, on every axis whose type is known: the
@@ -396,15 +398,6 @@ def check_collective(
     elif transition is not None:
         out = _shift_other_shards(out, axes, _LEADING_DIM.get(transition.forward.render_key(), 0))
     return CollectiveResult(out, errors, transition)
-
-
-def _same_values(have: LocalType, src: LocalType) -> bool:
-    """R and I: the same values on every rank, told apart only by the backward (I's gradient
-    is I, R's is P).  Where no gradient flows (``torch.no_grad()``, a detached value), a
-    ``src=I`` call takes an R value and ``src=R`` an I one: a forward shared by training
-    and generation (``reinterpret(h, "tp", src=I, dst=R)``) checks under no_grad, where the
-    rule makes an I beside a gradient-free R an R."""
-    return {have.kind, src.kind} <= {Kind.R, Kind.I} and have.dim is None and src.dim is None
 
 
 # Transitions that add or remove the tensor's dim 0 (the others keep every dim):

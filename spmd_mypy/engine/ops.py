@@ -31,9 +31,8 @@ operands only act as I (``where(c_r, a_i, b_i)``, ``mse_loss(pred_i, target_r)``
 
 from __future__ import annotations
 
-import re
-
 import enum
+import re
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -41,8 +40,8 @@ from .contractions import Contraction, contracted_layout
 from .errors import SpmdError, merge_axis_errors
 from .views import DimMove, moved_dim, squeezed_dim
 from .types import (
-    INVARIANT, RANKS, REPLICATE, VARYING, Kind, LocalType, SpmdType, axis_words, bare, format_axes,
-    format_type, from_ranks, receiver,
+    INVARIANT, RANKS, REPLICATE, SAME_VALUES, VARYING, Kind, LocalType, SpmdType, axis_words, bare,
+    format_axes, format_type, from_ranks, receiver,
 )
 
 
@@ -1119,8 +1118,6 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
     return Result(SpmdType.of(out, failed=failed), errors)
 
 
-_SAME_VALUES = {Kind.R, Kind.I}
-
 
 def _same_values_kind(lt: LocalType, typed: Sequence[tuple[Operand, Role, LocalType]]) -> bool:
     """A result an untyped operand beside it makes unknown (see :func:`_untyped_on`): R, and
@@ -1168,7 +1165,7 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     for axis, lt in target.type.axes:
         new = result.get(axis)
         if new is not None and new.forget_dim() != lt.forget_dim():
-            if gradient_free and {lt.kind, new.kind} <= _SAME_VALUES:
+            if gradient_free and {lt.kind, new.kind} <= SAME_VALUES:
                 continue
             changed.append((axis, lt, new))
     if not changed:
@@ -1185,7 +1182,7 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     what = (f"the assignment {target.text}[...] = {culprit.text if culprit is not None else '<value>'}"
             if stored and name != "index_put_" else name)
     if name.rstrip("_") == "copy" or part:  # the value's type, written into (a part of) x
-        if part or target.text.endswith("]") or not _is_dotted_name(target.text):
+        if part or not _is_dotted_name(target.text):
             # a part, or a view (cache.narrow(...).copy_(k)): the tensor keeps its declared type
             whole = _viewed_tensor(target.text)
             fix = (f"give {whole} the type {format_type(result)} where it is declared, "

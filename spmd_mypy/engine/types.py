@@ -37,6 +37,11 @@ class Kind(enum.Enum):
 
 _KIND_ORDER = {Kind.R: 0, Kind.I: 1, Kind.V: 2, Kind.P: 3}
 
+# R and I hold the same values on every rank; only the backward tells them apart (I's
+# gradient is I, R's is P).  Where no gradient flows one stands for the other: an in-place
+# op's target under no_grad (ops.check_inplace), a collective's src (collectives).
+SAME_VALUES = frozenset({Kind.R, Kind.I})
+
 
 # The static checker does not know a tensor's rank.  Where a layout depends on it, it is
 # worked out for every rank from 1 to RANKS (a rank above RANKS behaves as RANKS does,

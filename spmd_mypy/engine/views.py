@@ -306,12 +306,22 @@ def _layout_kept(move: DimMove, rank: int) -> frozenset[int] | None:
         kept = ""  # training: statistics over the batch and the spatial dims
     spatial = rank - 2
     if spatial >= least and (most is None or spatial <= most):
-        dims = ({0} if "n" in kept else set()) | ({1} if "c" in kept else set())
-        return frozenset(dims | (set(range(2, rank)) if "s" in kept else set()))
+        return _kept_dims(kept, rank, batched=True)
     if unbatched and move.ndim == rank and rank - 1 == most:  # (C, *spatial), rank known
-        return frozenset(({0} if "c" in kept else set())
-                         | (set(range(1, rank)) if "s" in kept else set()))
+        return _kept_dims(kept, rank, batched=False)
     return None
+
+
+def _kept_dims(kept: str, rank: int, batched: bool) -> frozenset[int]:
+    """The dims ``kept`` names ("n" the batch, "c" the channels, "s" every spatial dim) of
+    an ``(N, C, *spatial)`` input of ``rank``, or of an unbatched ``(C, *spatial)`` one."""
+    channels = 1 if batched else 0
+    dims = set(range(channels + 1, rank)) if "s" in kept else set()
+    if "c" in kept:
+        dims.add(channels)
+    if batched and "n" in kept:
+        dims.add(0)
+    return frozenset(dims)
 
 
 def _permutation(f: str, args: tuple[object, ...], rank: int) -> list[int] | None:

@@ -234,25 +234,20 @@ class BoundaryChecker:
             item = code in _ITEM_CODES or (
                 code == "misc" and info.message.startswith(_COMPREHENSION_MESSAGES))
             yielded_from = code == "misc" and info.message.startswith(_YIELD_FROM_MESSAGE)
-            if code in _STRUCTURAL_CODES:
+            structural = code in _STRUCTURAL_CODES
+            if structural or code in _CHECKED_CODES or yielded or item or yielded_from:
                 self._reporting = True
                 try:
-                    replaced = (self._replace_typeddict_item(file, info) if code == "typeddict-item"
-                                else self._replace_override(file, info))
-                finally:
-                    self._reporting = False
-                if replaced:
-                    self._replaced = (file, info.line, info.column)
-                    return True
-            elif code in _CHECKED_CODES or yielded or item or yielded_from:
-                self._reporting = True
-                try:
-                    replaced = (self._replace_yield_from(file, info) if yielded_from
-                                else self._replace_item(file, info) if item
-                                else self._replace(file, info, yielded))
-                    if not replaced and code == "arg-type":
-                        replaced = (self._plain_argument(file, info)
-                                    or self._replace_argument(file, info))
+                    if structural:
+                        replaced = (self._replace_typeddict_item(file, info)
+                                    if code == "typeddict-item" else self._replace_override(file, info))
+                    else:
+                        replaced = (self._replace_yield_from(file, info) if yielded_from
+                                    else self._replace_item(file, info) if item
+                                    else self._replace(file, info, yielded))
+                        if not replaced and code == "arg-type":
+                            replaced = (self._plain_argument(file, info)
+                                        or self._replace_argument(file, info))
                 finally:
                     self._reporting = False
                 if replaced:
