@@ -40,7 +40,7 @@ never a guess.  Dims may be negative (torch's convention).
   (:func:`.ops.propagate`) unchanged, so adapters may call it for every op.
 - the per-family functions it dispatches to: :func:`einsum`, :func:`matmul`,
   :func:`linear`, :func:`elementwise`, :func:`reduction`, :func:`along_dim`
-  (softmax, cumsum, normalize...), :func:`permute`, :func:`transpose`,
+  (softmax, cumsum, normalize...; topk, sort, argsort, multinomial: SELECT_ALONG_DIM), :func:`permute`, :func:`transpose`,
   :func:`movedim`, :func:`reshape`, :func:`flatten`, :func:`unflatten`,
   :func:`squeeze`, :func:`unsqueeze`, :func:`cat`, :func:`stack`,
   :func:`index` (``x[...]``), :func:`select`, :func:`narrow`, :func:`split`
@@ -862,9 +862,21 @@ LINEAR_REDUCTIONS = frozenset({"sum", "nansum"})
 REDUCTIONS = frozenset("""
 sum nansum mean nanmean amax amin max min prod logsumexp std var norm linalg_norm linalg_vector_norm
 argmax argmin
-all any count_nonzero median nanmedian
+all any count_nonzero median nanmedian kthvalue mode
 """.split())
 ALONG_DIM = frozenset("softmax log_softmax softmin cumsum cumprod logcumsumexp normalize".split())
+# Ops that pick or order values along one dim (the dim whole on each rank, the others keep
+# their sharding), each with torch's default dim; ``multinomial`` samples along the last.
+# Their index results index the unsharded dim, so they carry the same spec::
+#
+#     x.topk(k, dim=-1):  PS["dp", None] -> (PS["dp", None], PS["dp", None])
+#     x.topk(k, dim=-1):  PS["dp", "tp"] -> error: gather dim 1 first
+SELECT_ALONG_DIM: dict[str, int | None] = {
+    "topk": -1, "sort": -1, "argsort": -1, "msort": 0, "cummax": None, "cummin": None,
+    "multinomial": -1,
+}
+# the default dim of the reductions whose ``dim=None`` is not "all dims"
+REDUCTION_DEFAULT_DIM = {"kthvalue": -1, "mode": -1}
 NORMALIZE_TRAILING = frozenset("layer_norm rms_norm".split())
 
 
@@ -1974,8 +1986,14 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in ("max", "min") and (len(tensors) >= 2 or p.get("binary")):
         return elementwise(op, operands, sizes_one=p.get("sizes_one"))
     if op in REDUCTIONS:
-        return reduction(op, x, dim=p.get("dim"), keepdim=p.get("keepdim", False),
-                         out_partial_axes=opa, extra=operands[1:])
+        dim = p.get("dim")
+        return reduction(op, x, dim=REDUCTION_DEFAULT_DIM.get(op) if dim is None else dim,
+                         keepdim=p.get("keepdim", False), out_partial_axes=opa,
+                         extra=operands[1:])
+    if op in SELECT_ALONG_DIM:
+        dim = -1 if op == "multinomial" else p.get("dim")
+        return along_dim(op, x, dim=SELECT_ALONG_DIM[op] if dim is None else dim,
+                         extra=operands[1:])
     if op in ALONG_DIM or op in NORMALIZE_TRAILING:
         return along_dim(op, x, dim=p.get("dim"), normalized_ndim=p.get("normalized_ndim"),
                          extra=operands[1:])

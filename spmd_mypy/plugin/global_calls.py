@@ -772,10 +772,11 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     elif base in ("max", "min") and "other" in f:
         # torch.max(x, other): elementwise (mypy also tries this overload for x.max(1))
         p["binary"] = True
-    elif base in gs.REDUCTIONS or base in gs.ALONG_DIM:
+    elif base in gs.REDUCTIONS or base in gs.ALONG_DIM or base in gs.SELECT_ALONG_DIM:
         if "dim" in f:
             p["dim"] = _dim_param(f.get("dim"))
-        elif base in gs.ALONG_DIM and base != "normalize":
+        elif (base in gs.ALONG_DIM and base != "normalize"
+              or gs.SELECT_ALONG_DIM.get(base, 0) is None):  # no default dim (cummax)
             p["dim"] = gs.UNKNOWN
         p["keepdim"] = _bool_param(f.get("keepdim"))
     return p

@@ -302,6 +302,33 @@ def test_softmax_along_dim() -> None:
     assert counts["accepted"] and counts["rejected"], counts
 
 
+def test_picking_and_ordering_along_a_dim() -> None:
+    """topk/sort/argsort/cummax/multinomial (SELECT_ALONG_DIM) and kthvalue/mode: the dim
+    whole on each rank, the other dims' sharding kept (torch's default dim when none)."""
+    counts = {"accepted": 0, "rejected": 0}
+    top3 = lambda a, d: np.take(-np.sort(-a, axis=d), range(3), axis=d)  # noqa: E731
+    for ta in types(2, partial=False):
+        for dim in (0, 1, -1, None):
+            d = -1 if dim is None else dim
+            params = {} if dim is None else {"dim": dim}
+            _run("topk", [ta], params, lambda a: top3(a, d), [(6, 12)], counts=counts)
+            _run("sort", [ta], params, lambda a: np.sort(a, axis=d), [(6, 12)], counts=counts)
+            _run("argsort", [ta], params, lambda a: np.argsort(a, axis=d), [(6, 12)],
+                 counts=counts)
+            _run("kthvalue", [ta], params, lambda a: np.take(np.sort(a, axis=d), 1, axis=d),
+                 [(6, 12)], counts=counts)
+        _run("cummax", [ta], {"dim": 0}, lambda a: np.maximum.accumulate(a, axis=0), [(6, 12)],
+             counts=counts)
+        r = gs.propagate("multinomial", _ops([ta]))
+        assert bool(r.errors) == bool(ta.spec and ta.spec[-1]), (ta, r)
+    assert counts["accepted"] > 10 and counts["rejected"] > 10, counts
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    assert gs.propagate("topk", _ops([x])).type.spec == (("dp",), ())
+    assert gs.propagate("kthvalue", _ops([x])).type.spec == (("dp",),)
+    assert gs.propagate("kthvalue", _ops([x]), dim=1, keepdim=True).type.spec == (("dp",), ())
+    assert gs.propagate("cummax", _ops([x]), dim=gs.UNKNOWN).errors
+
+
 def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *,
           causal: bool = False) -> np.ndarray:
     """torch's scaled_dot_product_attention on one rank's arrays (the causal mask is the
@@ -831,7 +858,7 @@ def test_per_position_ops_keep_the_spec_on_whole_dims(name, params, np_op) -> No
 
 def test_no_rule_error_never_suggests_a_noop_redistribute() -> None:
     for t in types(2, partial=False):
-        r = gs.propagate("sort", _ops([t]))
+        r = gs.propagate("unique_consecutive", _ops([t]))
         assert r.errors and "no shard propagation rule" in r.errors[-1].message
         assert_no_noop_redistribute(r.errors[-1].message)
         assert ("spmd.redistribute" in r.errors[-1].message) == any(t.spec), r.errors[-1].message
