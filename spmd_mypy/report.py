@@ -95,6 +95,7 @@ RAW_CALLS = {
     "broadcast": "broadcast", "broadcast_object_list": "broadcast", "reduce": "reduce",
     "gather": "gather", "scatter": "scatter", "send": "send", "recv": "recv",
     "isend": "send", "irecv": "recv", "barrier": "barrier",
+    "batch_isend_irecv": "send/recv",  # the group is in each P2POp: listed on world
 }
 WORLD = "world"  # the default process group of a raw call without group=
 

@@ -115,6 +115,7 @@ SPMD_COLLECTIVES = frozenset(coll.OPS)
 # How messages name an item of a _foreach op's list variable: ``grads[k]``
 _LIST_ITEM = "[k]"
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
+PROCESS_GROUP: Final = "torch._C._distributed_c10d.ProcessGroup"
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
 # The kinds the operand scan compares with, as C statics (a bare global is a dict lookup and
@@ -1143,8 +1144,9 @@ class CallTyper:
         return None, None
 
     def _axis_names(self, ctx: AnyCtx, expr: Expression | None, typ: Type | None,
-                    what: str) -> tuple[str, ...] | None:
-        """The literal axis names, or None after reporting what to write."""
+                    what: str, candidates: Sequence[str] = ()) -> tuple[str, ...] | None:
+        """The literal axis names, or None after reporting what to write (``candidates``:
+        the axes the operand's type suggests, e.g. where it is P for ``src=P``)."""
         names: list[str] | None = literal_strs(expr, typ)
         if names is not None and not names:
             self.report(ctx, [SpmdError(
@@ -1152,11 +1154,19 @@ class CallTyper:
             return None
         if names is None:
             shown = expr_text(expr)
+            quoted = [f'"{a}"' for a in candidates] or ['"tp"']
+            written = quoted[0] if len(quoted) == 1 else "(" + ", ".join(quoted) + ")"
+            group = get_proper_type(typ) if typ is not None else None
+            why = (f"; {shown} is a ProcessGroup, which names no mesh axis the checker can see "
+                   f"(at runtime a group of the mesh's axes is accepted)"
+                   if isinstance(group, Instance) and group.type.has_base(PROCESS_GROUP) else "")
             self.report(ctx, [SpmdError(
                 "spmd-axis",
                 f"the mesh axis of {what} must be a literal the checker can read: write "
-                f'{what}(..., "tp", ...) or a tuple ("dp", "tp"), or use a Final constant '
-                f"(AXIS: Final = \"tp\"), not {shown}",
+                f'{what}(..., {written}, ...)'
+                + ("" if candidates else ' or a tuple ("dp", "tp")')
+                + f", or use a Final constant (AXIS: Final = {quoted[0]}), "
+                f"not {shown}{why}",
             )])
             return None
         known = self.plugin.config.mesh_axes
@@ -1211,7 +1221,8 @@ class CallTyper:
             dst = self._local_type(ctx, dst_expr, "dst")
             if src is False or dst is False:
                 return self.typed_result(ctx.default_return_type, UNTYPED)
-            axes = self._axis_names(ctx, axis_expr, axis_type, op)
+            axes = self._axis_names(ctx, axis_expr, axis_type, op, [
+                a for a, t in x.axes if src and t.kind is src.kind])
             if axes is None:
                 return self.typed_result(ctx.default_return_type, UNTYPED)
             expert_expr = self._arg(ctx, "expert_mode")[0]

@@ -212,6 +212,7 @@ def raw(t: torch.Tensor, mesh: Any) -> None:
     dist.all_gather_into_tensor(t, t, group=mesh.get_group(mesh_dim="tp"))
     g = mesh.get_group("tp")
     dist.broadcast(t, 0, group=g)
+    dist.batch_isend_irecv([dist.P2POp(dist.isend, t, 1)])
 '''
 
 HELPER = '''\
@@ -394,12 +395,14 @@ def test_raw_collectives(report: dict[str, Any]) -> None:
         ("torch.distributed.all_gather_into_tensor", ["tp"], ["all_gather"], [],
          "raw collective"),
         ("torch.distributed.broadcast", None, ["broadcast"], [], "raw collective"),
+        ("torch.distributed.batch_isend_irecv", ["world"], ["send/recv"], [], "raw collective"),
     ]
     assert f["totals"]["forward"] == [
         {"op": "all_gather", "axes": ["tp"], "count": 1},
         {"op": "all_reduce", "axes": ["dp"], "count": 1},
         {"op": "all_reduce", "axes": ["world"], "count": 1},
-        {"op": "broadcast", "axes": ["?"], "count": 1}]
+        {"op": "broadcast", "axes": ["?"], "count": 1},
+        {"op": "send/recv", "axes": ["world"], "count": 1}]
 
 
 def test_only_the_given_files(report: dict[str, Any]) -> None:
