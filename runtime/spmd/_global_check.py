@@ -96,7 +96,8 @@ def global_shape(x: torch.Tensor, t: SpmdType | None, sizes: dict[str, int] | No
 
 # torch's testing overrides give some ops a one-parameter signature (``lambda input: -1``):
 # their real formal names, so that ``x.argmax(1)`` reads ``dim=1``
-_FULL_PARAMS = {"argmax": ("input", "dim", "keepdim"), "argmin": ("input", "dim", "keepdim")}
+_FULL_PARAMS = {"argmax": ("input", "dim", "keepdim"), "argmin": ("input", "dim", "keepdim"),
+                "repeat_interleave": ("input", "repeats", "dim", "output_size")}
 
 
 def _bind(plan: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -215,6 +216,9 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
         p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
     elif name == "pad":
         p["pad"] = _dims(b.get("pad"))
+    elif name == "repeat_interleave":
+        p["dim"] = b.get("dim")
+        p["int_repeats"] = not isinstance(b.get("repeats"), torch.Tensor)
     elif name in global_spmd.ATTENTION:
         p["is_causal"] = bool(b.get("is_causal", False))
     elif name in global_spmd.CLASS_LOSSES:

@@ -47,7 +47,7 @@ never a guess.  Dims may be negative (torch's convention).
   (split/chunk/tensor_split/unbind: the type of each piece), :func:`expand`,
   :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss),
   :func:`lookup` / :func:`embedding` (embedding, index_select; ``x[ids]`` through
-  :class:`TensorIndex` ``spec``), :func:`keeps_spec` (triu/tril), :func:`pad`,
+  :class:`TensorIndex` ``spec``), :func:`keeps_spec` (triu/tril), :func:`repeat_interleave`, :func:`pad`,
   :func:`group_norm`; an op without a rule gets :func:`no_rule_error`.
 - :func:`is_global`, :func:`rank`, :func:`global_axes`.
 - ``spmd.local_map`` helpers: :func:`localize` (a global type seen inside the
@@ -1868,6 +1868,28 @@ def embedding(ids: Operand, table: Operand | None, *, op: str = "embedding") -> 
 
 
 @_dim_errors
+def repeat_interleave(x: Operand, *, dim: int | None, int_repeats: bool,
+                      extra: Sequence[Operand] = (), op: str = "repeat_interleave") -> Result:
+    """``x.repeat_interleave(r, dim)``: each element repeated ``r`` times in place along
+    ``dim``.  With an int ``r`` every block of a sharded dim stays its rank's block, so the
+    spec is kept (GQA's kv heads on tp)::
+
+        [k0 k1 | k2 k3]  -> repeat_interleave(2) ->  [k0 k0 k1 k1 | k2 k2 k3 k3]
+
+    Per-element repeats (a tensor ``r``) need ``dim`` whole on each rank; ``dim=None``
+    repeats the flattened tensor (flatten's rule, then as above)."""
+    if dim is UNKNOWN:
+        return _finish(op, [x, *extra], None, [_nonliteral(op, "dim", x)])
+    if dim is None:
+        flat = flatten(x, start_dim=0, end_dim=-1, op=op)
+        if flat.errors or int_repeats or flat.type.spec is None or not any(flat.type.spec):
+            return flat
+        return keeps_spec(op, Operand(flat.type, x.text), dims=(0,), extra=extra)
+    if int_repeats:
+        return keeps_spec(op, x, dims=(), extra=extra)
+    return keeps_spec(op, x, dims=(dim,), extra=extra)
+
+
 def keeps_spec(op: str, x: Operand, *, dims: Sequence[int], extra: Sequence[Operand] = ()) -> Result:
     """An op computed per position that needs ``dims`` whole (triu/tril: the last two,
     F.pad: the padded ones): those dims unsharded, the spec kept."""
@@ -2065,6 +2087,9 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return lookup(op, operands[0], operands[1], dim=p.get("dim", UNKNOWN))
     if op in ("triu", "tril", "triu_", "tril_"):
         return keeps_spec(op, x, dims=(-2, -1))
+    if op == "repeat_interleave" and x.type is not None:
+        return repeat_interleave(x, dim=p.get("dim"), int_repeats=p.get("int_repeats", False),
+                                 extra=[o for o in operands[1:] if o.type is not None], op=op)
     if op == "pad":
         return pad(x, pad=p.get("pad", UNKNOWN), extra=operands[1:], op=op)
     if op == "group_norm":

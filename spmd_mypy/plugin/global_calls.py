@@ -754,6 +754,13 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
     elif base in ("roll", "flip"):
         p["dims"] = _dim_param(f.get("dims"))
+    elif base == "repeat_interleave":
+        p["dim"] = _dim_param(f.get("dim"), many=False)
+        for formal, types in zip(ctx.callee_arg_names, ctx.arg_types):
+            if formal == "repeats" and types:
+                r = get_proper_type(types[0])
+                p["int_repeats"] = isinstance(r, LiteralType) or (
+                    isinstance(r, Instance) and r.type.fullname in ("builtins.int", "builtins.bool"))
     elif base == "pad":
         pads = f.get("pad")
         pad_e = pads[0] if pads else None

@@ -48,6 +48,8 @@ REJECTED = [
      "it needs the whole dim on each rank"),
     ("kthvalue along a sharded dim", [((4, 4, 6), H3)], lambda h: h.kthvalue(2),
      "each rank would reduce only its shard"),
+    ("repeat_interleave by a tensor along a sharded dim", [((4, 4, 6), H3)],
+     lambda h: h.repeat_interleave(torch.ones(6, dtype=torch.long), dim=2), "whole on each rank"),
     ("roll along a sharded dim", [((4, 4, 6), H3)], lambda h: h.roll(1, -1), "spmd.redistribute(h"),
     ("flip along a sharded dim", [((4, 4, 6), H3)], lambda h: h.flip(-1), "spmd.redistribute(h"),
     ("gather along a sharded dim", [((4, 4, 6), H3)],

@@ -329,6 +329,21 @@ def test_picking_and_ordering_along_a_dim() -> None:
     assert gs.propagate("cummax", _ops([x]), dim=gs.UNKNOWN).errors
 
 
+def test_repeat_interleave() -> None:
+    """An int repeat keeps every spec (each block its rank's); per-element repeats need the
+    dim whole; dim=None is flatten's rule."""
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2, partial=False):
+        for dim in (0, 1, -1):
+            _run("repeat_interleave", [ta], {"dim": dim, "int_repeats": True},
+                 lambda a: np.repeat(a, 2, axis=dim), [(6, 12)], counts=counts)
+        _run("repeat_interleave", [ta], {"dim": None, "int_repeats": True},
+             lambda a: np.repeat(a, 2), [(6, 12)], counts=counts)
+        r = gs.propagate("repeat_interleave", _ops([ta]), dim=1, int_repeats=False)
+        assert bool(r.errors) == bool(ta.spec and ta.spec[1]), (ta, r)
+    assert counts["accepted"] > 10 and counts["rejected"], counts
+
+
 def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *,
           causal: bool = False) -> np.ndarray:
     """torch's scaled_dot_product_attention on one rank's arrays (the causal mask is the
