@@ -88,10 +88,10 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
+from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, declaration_conflict, declaration_error, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
-                                          raw_collective_error, raw_reduce_op, suggest)
+                                          raw_collective_error, raw_reduce_op)
 from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
@@ -1034,14 +1034,6 @@ def _as_spmd_type(t: Any) -> SpmdType:
     return st
 
 
-def _conflict(have: SpmdType, want: SpmdType) -> tuple[str, LocalType, LocalType] | None:
-    for axis, lt in want.axes:
-        old = have.get(axis)
-        if old is not None and not shard_dims_match(old, lt):
-            return axis, old, lt
-    return None
-
-
 def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None) -> None:
     """Give ``x`` the declared type ``want``.
 
@@ -1066,23 +1058,19 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
         return
     # S(-1) and S(2) of a 3-d tensor are one layout: compared at the tensor's rank
     have, want = have.at_ndim(x.ndim), want.at_ndim(x.ndim)
-    bad = _conflict(have, want)
-    if bad is not None:
-        axis, old, new = bad
+    if declaration_conflict(have, want) is not None:
         text = name or _texts([x], ["x"])[0]
-        raise SpmdTypeError(SpmdError(
-            "spmd-annotation",
-            f'{what.format(x=text)} but {text} is {old} on "{axis}", not {new} '
-            f"({text}: {format_type(have, _axis_order())}): a declaration states a type, it "
-            f"cannot change one; {suggest(old, new, text, axis)}",
-        ))
+        raise SpmdTypeError(declaration_error(  # type: ignore[arg-type]
+            have, want, x_text=text, what=what.format(x=text), order=_axis_order()))
     # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew.
     d = have.as_dict()
     for axis, lt in want.axes:
         known = d.get(axis)
         if known is None or known.dim is None:
             d[axis] = lt
-    _set(x, SpmdType.of(d, want.spec if want.spec is not None else have.spec))
+    # a local type declared on a global value: from here the value is local (the static
+    # checker reads the declaration so), each sharded axis its S(i), as inside local_map
+    _set(x, SpmdType.of(d, want.spec))
 
 
 def declare(x: _T, t: Any) -> _T:

@@ -600,6 +600,36 @@ def _same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
             f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
 
 
+def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
+                      order: Sequence[str] = ()) -> SpmdError | None:
+    """``spmd.declare(x, want)`` where ``x`` is known to be ``have``: a declaration states a
+    type, it never changes one (``reinterpret``/``convert`` do), so the types must agree on
+    every axis both name (V may be declared S(i); S(-1) and S(1) compared at the rank the
+    caller gives them).  ``what`` is the call as written, ``spmd.declare(x, Tensor[...])``::
+
+        out: P["tp"];  spmd.declare(out, Tensor[I["tp"]])  ->  error: P to I is a reduction
+    """
+    bad = declaration_conflict(have, want)
+    if bad is None:
+        return None
+    axis, old, new = bad
+    return SpmdError(
+        "spmd-annotation",
+        f'{what} but {x_text} is {old} on "{axis}", not {new} '
+        f"({x_text}: {format_type(have, order)}): a declaration states a type, it "
+        f"cannot change one; {suggest(old, new, x_text, axis)}",
+    )
+
+
+def declaration_conflict(have: SpmdType, want: SpmdType) -> tuple[str, LocalType, LocalType] | None:
+    """The first axis where a declared ``want`` disagrees with the known ``have``."""
+    for axis, new in want.axes:
+        old = have.get(axis)
+        if old is not None and not shard_dims_match(old, new):
+            return axis, old, new
+    return None
+
+
 def may_be_none(errors: list[SpmdError], x_text: str) -> list[SpmdError]:
     """The errors of a value that may also be None (``o: Tensor[V["tp"]] | None``): the
     collective of the fix takes a tensor, so it goes where the value is one."""

@@ -75,7 +75,8 @@ index items: an ``int`` (value unused), a ``slice`` (full iff ``slice(None)``),
 tuple); ``mesh_sizes: dict[str, int]``
 (optional, unused by the rules since shapes are local); ``sizes_one:
 tuple[bool, ...]`` per operand dims (optional; which dims are size 1, for
-broadcasting, runtime only).
+broadcasting: every dim's at runtime; statically those an operand's own expression makes
+size 1, with ``sizes_exact=False``).
 """
 
 from __future__ import annotations
@@ -704,7 +705,8 @@ def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *
 # elementwise with broadcasting
 
 
-def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Sequence[bool]] | None = None) -> Result:
+def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Sequence[bool]] | None = None,
+                sizes_exact: bool | None = None) -> Result:
     """Elementwise ops (``+``, ``*``, ``where``, ``relu``...) with broadcasting.
 
     Dims are aligned from the right; every operand that has a dim (and whose dim is
@@ -736,7 +738,9 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
             elif out[od] != entry:
                 conflicts.append((od, owner[od], i))
     if conflicts:
-        return _finish(op, operands, None, [_layout_error(op, operands, specs, says, conflicts, r)])
+        return _finish(op, operands, None, [_layout_error(op, operands, specs, says, conflicts, r,
+                                                          sizes_known=sizes_one is not None
+                                                          if sizes_exact is None else sizes_exact)])
     spec = tuple(e or () for e in out)
     errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
     if errors:
@@ -761,7 +765,8 @@ def _elementwise_dims(o: Operand, r: int, ones: Sequence[bool]) -> dict[int, tup
 
 def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[int, Operand]],
                   says: Mapping[int, Mapping[int, tuple[str, ...]]],
-                  conflicts: Sequence[tuple[int, int, int]], r: int) -> SpmdError:
+                  conflicts: Sequence[tuple[int, int, int]], r: int, *,
+                  sizes_known: bool = True) -> SpmdError:
     """Operands of an elementwise op laid out differently: one error naming every dim that
     differs, and the fix that gives them one layout.  Each operand's layout is tried as the
     common one (the dims it lacks taken from the others); the fix redistributes the other
@@ -814,6 +819,14 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
             layout = [()] * r
         best = ((0, 0, 0), moves(layout))
     fix = " and ".join(redistribute_fix(o.text, sp, dst) for o, sp, dst in best[1])
+    sharded_here = next(((o, d) for o, sp, dst in best[1] for d, e in enumerate(sp)
+                         if not e and dst[d]), None)
+    if sharded_here is not None and not sizes_known:
+        # statically the sizes are unknown: a broadcast (size-1) dim looks unsharded, and
+        # sharding a size-1 dim fails at run time
+        o, d = sharded_here
+        fix += (f" (if dim {d} of {o.text} has size 1, show it instead: unsqueeze({d}) or None "
+                f"indexing in the operand broadcasts it; a size-1 dim cannot be sharded)")
     return SpmdError(CODE, f"{op}: {why} ({descs}); elementwise ops need the same layout: {fix}")
 
 
@@ -2006,7 +2019,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return linear(operands[0], operands[1], operands[2] if len(operands) > 2 else None,
                       out_partial_axes=opa)
     if op in ("max", "min") and (len(tensors) >= 2 or p.get("binary")):
-        return elementwise(op, operands, sizes_one=p.get("sizes_one"))
+        return elementwise(op, operands, sizes_one=p.get("sizes_one"),
+                           sizes_exact=p.get("sizes_exact"))
     if op in REDUCTIONS:
         dim = p.get("dim")
         return reduction(op, x, dim=REDUCTION_DEFAULT_DIM.get(op) if dim is None else dim,
@@ -2023,7 +2037,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         if opa:
             return _finish(op, operands, None, [SpmdError(CODE, f"{op}: out_partial_axes applies to "
                                                               f"einsum, matmul, linear and sum only")])
-        return elementwise(op, operands, sizes_one=p.get("sizes_one"))
+        return elementwise(op, operands, sizes_one=p.get("sizes_one"),
+                           sizes_exact=p.get("sizes_exact"))
     if op in SPLITS:
         return split(x, dim=p.get("dim", 0), op=op)
     if op in ("expand", "broadcast_to"):

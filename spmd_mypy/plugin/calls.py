@@ -78,8 +78,8 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
-from ..engine.collectives import (RAW_OP_PARAMS, raw_collective, raw_collective_error,
-                                  raw_reduce_op)
+from ..engine.collectives import (RAW_OP_PARAMS, declaration_error, raw_collective,
+                                  raw_collective_error, raw_reduce_op)
 from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
 from ..engine.contractions import CONTRACTIONS
@@ -586,7 +586,9 @@ class CallTyper:
                 return self.per_operand_result(ctx, op, ops)
             spec = call_spec(op, read_variant(ctx, op, module)) if variant else own_spec
             if global_calls.any_global(ops):  # global SPMD: shard propagation
-                result = global_calls.propagate(self, ctx, op, ops)
+                c = ctx.context  # an operator's sides: the dims they make size 1 broadcast
+                exprs = [c.left, c.right] if isinstance(c, OpExpr) and len(ops) == 2 else []
+                result = global_calls.propagate(self, ctx, op, ops, exprs)
             else:
                 result = propagate(spec, ops, strict=self.strict(ctx),
                                    reduction=read_reduction(ctx, op), move=read_move(ctx, op))
@@ -1335,13 +1337,47 @@ class CallTyper:
         return " | ".join(dict.fromkeys(shown))
 
     def declare_hook(self, ctx: FunctionContext) -> Type:
-        """``spmd.declare(x, Tensor[I["tp"]])`` (or an alias of a tensor type) has that type."""
+        """``spmd.declare(x, Tensor[I["tp"]])`` (or an alias of a tensor type) has that type.
+
+        Where the checker is sure of ``x``'s type it must agree (a declaration states a type,
+        it never changes one: engine ``declaration_error``, as the check mode does)."""
         t_expr, _ = self._arg(ctx, "t")
         t = self.type_from_expression(ctx, t_expr)
         if t is None:
             return ctx.default_return_type
+        x_expr, x_type = self._arg(ctx, "x")
+        if x_expr is not None and x_type is not None and self._known_for_certain(ctx, x_expr):
+            have = self.types.from_type(x_type)
+            if have and not have.failed:
+                text = expr_text(x_expr)
+                order = self.plugin.config.mesh_axes
+                err = declaration_error(have, t, x_text=text, order=order,
+                                        what=f"spmd.declare({text}, {format_type(t, order)})")
+                if err is not None:
+                    self.report(ctx, [err])
         inst = self.types.to_instance(t)
         return inst if inst is not None else ctx.default_return_type
+
+    def _known_for_certain(self, ctx: AnyCtx, e: Expression) -> bool:
+        """Whether ``e``'s static type is a fact rather than the checker's best reading:
+        not a gradient (``p.grad`` reads as backward() leaves it, while a hook or an
+        assignment elsewhere may have reduced it: declaring it is the documented way to say
+        so), not a loop or comprehension variable (``[spmd.declare(g, T) for g in grads]``),
+        not a name bound twice or from a gradient."""
+        if ".grad" in expr_text(e):
+            return False
+        if not isinstance(e, NameExpr):
+            return isinstance(e, (CallExpr, OpExpr, MemberExpr, IndexExpr))
+        func = global_calls.current_function(ctx.api)
+        if func is None:
+            return False
+        facts = global_calls.size_names(func)
+        if facts.bindings.get(e.name, 0) != 1:
+            return False
+        if any(arg.variable.name == e.name for arg in func.arguments):
+            return True
+        value = facts.values.get(e.name)
+        return value is not None and ".grad" not in expr_text(value)
 
     def grad_type_hook(self, ctx: FunctionContext) -> Type:
         """``spmd.grad_type(T)`` as a value: the type object of the gradient's type."""

@@ -789,10 +789,45 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     return p
 
 
-def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand]):  # noqa: ANN201
-    """Shard propagation of a torch op or operator with a global operand."""
+def size_one_dims(e: Expression | None, rank: int) -> tuple[bool, ...]:
+    """The dims of ``e`` (a value of ``rank`` dims) that its own expression makes size 1:
+    ``x.unsqueeze(k)`` (literal k) and ``x[:, None]`` (None items, before or after one
+    ``...``).  An elementwise op broadcasts those, as the check mode does from the sizes::
+
+        q: PS["dp", "tp", None, None] * cos.unsqueeze(0).unsqueeze(0)   (cos: PS[None, None])
+    """
+    ones = [False] * rank
+    if (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+            and e.callee.name == "unsqueeze" and len(e.args) == 1):
+        k = lit_int(e.args[0])
+        if k is not None and -rank <= k < rank:
+            ones[k % rank] = True
+    elif isinstance(e, IndexExpr):
+        items = e.index.items if isinstance(e.index, TupleExpr) else [e.index]
+        if any(not (is_none(i) or isinstance(i, (SliceExpr, EllipsisExpr))) for i in items):
+            return ()  # an int or tensor index: the dims move; not read
+        split = next((k for k, i in enumerate(items) if isinstance(i, EllipsisExpr)), len(items))
+        for k, i in enumerate(items[:split]):
+            if is_none(i) and k < rank:
+                ones[k] = True
+        for k, i in enumerate(reversed(items[split + 1:])):
+            if is_none(i) and k < rank:
+                ones[rank - 1 - k] = True
+    return tuple(ones) if any(ones) else ()
+
+
+def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand],
+              exprs: Sequence[Expression | None] = ()):  # noqa: ANN201
+    """Shard propagation of a torch op or operator with a global operand (``exprs``: the
+    operands' expressions, where known, for the dims they make size 1)."""
     try:
         params = op_params(typer, ctx, op, ops[0].text if ops else None)
+        if exprs and (op in gs.ELEMENTWISE or op in ("where", "masked_fill")):
+            ones = [size_one_dims(e, len(o.type.spec)) if o.type is not None and o.type.spec
+                    is not None else () for o, e in zip(ops, exprs)]
+            if any(ones):
+                params["sizes_one"] = tuple(ones)
+                params["sizes_exact"] = False
         if params.get("_not_this_overload"):
             return Result(SpmdType(), [])
         from_module = module_params(ctx, op)

@@ -156,3 +156,23 @@ def test_declare_compares_the_spec_with_the_rank():
         with pytest.raises(SpmdTypeError, match="has 3 dims and the partition spec 2 entries"):
             spmd.declare(torch.ones(2, 2, 2), Tensor[PS["dp", None]])
         assert spmd.typeof(spmd.declare(torch.ones(4), Tensor[PS[("dp", "tp"),]])).spec == (("dp", "tp"),)
+
+
+def test_declaring_a_local_type_on_a_global_value_makes_it_local():
+    """Local code called with a global value (the static checker reads the parameter's local
+    annotation): ``spmd.declare(h, Tensor[S[0, "dp"], R["tp"]])`` makes it local in the
+    check mode too, each sharded axis its S(i), so a local weight beside it is no error."""
+    from spmd import S
+    with spmd.typecheck():
+        (h,) = _declared(((4, 6), Tensor[PS["dp", None], R["tp"]]))
+        (w,) = _declared(((6, 8), Tensor[S[1, "tp"], R["dp"]]))
+        with pytest.raises(SpmdTypeError, match="no partition spec"):
+            h @ w
+        spmd.declare(h, Tensor[S[0, "dp"], R["tp"]])
+        assert spmd.typeof(h).spec is None and spmd.typeof(h).get("dp") == S(0).local_type
+        y = h @ w
+        assert str(spmd.typeof(y)) == 'Tensor[S[0, "dp"], S[1, "tp"]]', spmd.typeof(y)
+        # a declaration still states a fact: the dim sharded on dp is dim 0, not dim 1
+        (g,) = _declared(((4, 6), Tensor[PS["dp", None], R["tp"]]))
+        with pytest.raises(SpmdTypeError, match="cannot change one"):
+            spmd.declare(g, Tensor[S[1, "dp"], R["tp"]])
