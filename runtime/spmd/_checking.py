@@ -697,17 +697,19 @@ class _Mode(TorchFunctionMode):
             gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
             if gradient is None and args:
                 _check_loss(args[0])
+            elif args:
+                _check_losses(args[0], gradient, None)
             return _accumulating(func, args, kwargs)
         if kind is Kind.AUTOGRAD_BACKWARD:
             tensors = args[0] if args else kwargs.get("tensors")
             grads = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
-            _check_losses(tensors, grads)
+            _check_losses(tensors, grads, "torch.autograd.backward")
             return _accumulating(func, args, kwargs)
         if kind is Kind.AUTOGRAD_GRAD:
             outputs = args[0] if args else kwargs.get("outputs")
             inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
             grads = args[2] if len(args) > 2 else kwargs.get("grad_outputs")
-            _check_losses(outputs, grads)
+            _check_losses(outputs, grads, "torch.autograd.grad")
             result = func(*args, **kwargs)
             ins = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
             if isinstance(result, (tuple, list)):
@@ -967,7 +969,12 @@ def _check_value_read(read: str, x: Any) -> None:
         raise SpmdTypeError(err)
 
 
-def _check_losses(tensors: Any, grads: Any) -> None:
+def _check_losses(tensors: Any, grads: Any, what: str | None) -> None:
+    """The gradients seeding a backward pass: an output given none is a loss (I or P on
+    every axis); a given one must be the dual of its output's type on every axis (engine
+    ``duality.check_grad_outputs``, the static checker's rule: a Partial gradient given for
+    an I output passed, and the I parameter's gradients differed per rank).  ``what`` names
+    the call (None: ``out.backward(gradient)``, named by its receiver)."""
     ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
     if grads is None:
         gs: list[Any] = [None] * len(ts)
@@ -978,6 +985,19 @@ def _check_losses(tensors: Any, grads: Any) -> None:
     for i, t in enumerate(ts):
         if i >= len(gs) or gs[i] is None:
             _check_loss(t)
+            continue
+        g = gs[i]
+        if not (isinstance(t, torch.Tensor) and isinstance(g, torch.Tensor)):
+            continue
+        out_t, g_t = _get(t), _get(g)
+        if not (out_t and g_t) or not duality.mismatches(g_t, duality.gradient_type(out_t)):
+            continue
+        out_text, g_text = _texts([t, g], ["output", "gradient"])
+        errors = duality.check_grad_outputs([duality.Slot.tensor(out_text, out_t)],
+                                            [duality.Slot.tensor(g_text, g_t)],
+                                            what or f"{out_text}.backward")
+        if errors:
+            raise SpmdTypeError(errors[0])
 
 
 # --------------------------------------------------------------------------------------

@@ -514,6 +514,45 @@ def test_autograd_grad_gives_duals_and_checks_the_loss() -> None:
         torch.autograd.backward([(r * 2).sum()], [torch.tensor(1.0)])  # explicit gradient
 
 
+def test_an_explicit_gradient_must_be_the_dual_of_its_output() -> None:
+    """``out.backward(g)``, ``torch.autograd.backward(outs, gs)``, ``torch.autograd.grad(outs,
+    xs, grad_outputs=gs)``: a typed gradient must be the dual of its output on every axis
+    (engine ``duality.check_grad_outputs``, the static checker's spmd-duality with its
+    message); a Partial gradient given for an I output passed (the I parameter's gradient
+    then differs per rank).  An untyped gradient or output stays gradual; each output of a
+    list is paired with its own gradient."""
+    with spmd.typecheck():
+        w = typed(torch.randn(3, requires_grad=True), Tensor[I["tp"]])
+        out = w * 3.0
+        g = typed(torch.ones(3), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            out.backward(g)
+        assert str(e.value) == (
+            'out.backward: the gradient g (Tensor[P["tp"]]) given for out (Tensor[I["tp"]]) '
+            'must be Tensor[I["tp"]] (P on "tp" where I is needed); P to I is a reduction: '
+            'use all_reduce(g, "tp", src=P, dst=I)  [spmd-duality]')
+        assert w.grad is None  # raised before the backward ran
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(out, [w], grad_outputs=g)
+        assert str(e.value).startswith("torch.autograd.grad: the gradient g ")
+        r = typed(torch.randn(3, requires_grad=True), Tensor[R["tp"]])
+        o1, o2 = w * 2.0, r * 2.0
+        gi = typed(torch.ones(3), Tensor[I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.backward([o1, o2], [gi, gi])  # o2 is R: its gradient is P
+        assert e.value.code == "spmd-duality"
+        assert "given for o2 (Tensor[R[\"tp\"]]) must be Tensor[P[\"tp\"]]" in str(e.value)
+        torch.autograd.backward([o1, o2], [gi, g])
+        assert spmd.typeof(w.grad) == ty(tp=INVARIANT) and spmd.typeof(r.grad) == ty(tp=PARTIAL)
+        (w * 3.0).backward(torch.ones(3))  # untyped: gradual
+        (torch.randn(3, requires_grad=True) * 2).backward(g)  # untyped output: gradual
+        two = typed(torch.randn(3, requires_grad=True), Tensor[I["dp"], R["tp"]])
+        (two * 2).backward(typed(torch.ones(3), Tensor[I["dp"], P["tp"]]))
+        with pytest.raises(SpmdTypeError) as e:
+            (two * 2).backward(typed(torch.ones(3), Tensor[P["dp", "tp"]]))
+        assert 'P on "dp" where I is needed' in str(e.value)
+
+
 def test_backward_message() -> None:
     with spmd.typecheck():
         r = typed(mk(), Tensor[R["tp"]])
