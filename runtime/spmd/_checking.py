@@ -157,29 +157,88 @@ _ASSIGNED_GRADS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakVa
 # spmd.all_reduce(g, "dp", src=P, dst=R))``: R, not the dual P), by the tensor's id, with a
 # weak reference to it: what ``x.grad`` reads are typed when autograd copied the hook's result.
 _HOOKED_GRADS: dict[int, tuple[Any, SpmdType]] = {}
+# The tensor whose ``.grad`` each assigned gradient was put in, by the gradient's id: (a weak
+# reference to the gradient, one to its owner).  The type of what autograd accumulates into
+# the gradient is the dual of the owner's.
+_GRAD_OWNERS: dict[int, tuple[Any, Any]] = {}
+
+
+def _assign_grad(owner: Any, g: torch.Tensor) -> None:
+    """``owner.grad = g`` (by the user or by a hook) with ``g`` typed: ``g`` keeps its type."""
+    key = id(g)
+    _ASSIGNED_GRADS[key] = g
+    _ZEROED.pop(key, None)
+    if isinstance(owner, torch.Tensor):
+        _GRAD_OWNERS[key] = (weakref.ref(g, lambda _r, k=key: _GRAD_OWNERS.pop(k, None)),
+                             weakref.ref(owner))
+
+
+def _grad_owner(g: torch.Tensor) -> Any:
+    """The tensor ``g`` was assigned to as its ``.grad`` and still is, or None."""
+    entry = _GRAD_OWNERS.get(id(g))
+    owner = entry[1]() if entry is not None and entry[0]() is g else None
+    if owner is None:
+        return None
+    with suspended():
+        return owner if owner.grad is g else None
 
 
 def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
     """Run a backward; a tensor the user assigned to some ``p.grad`` that autograd then
-    accumulated into (its version moved: ``zero_()`` or ``zero_grad(set_to_none=False)``
-    kept the tensor) holds autograd's gradient again: later reads give the dual, not the
-    type it was assigned with (``p.grad = all_reduce(p.grad, ...)`` one step, the reduction
-    forgotten the next: the stale R hid it).  In-place ops the check mode runs on it
-    (clipping, zeroing) are over before the backward starts; gradients autograd did not
-    touch keep their type."""
+    accumulated into (its version moved) holds the sum of what it held and autograd's new
+    gradient (the dual of ``p``'s type): typed by ``add_``'s rule (:func:`_accumulated_type`),
+    which raises where the sum has no type (``p.grad = all_reduce(p.grad, "tp", src=P,
+    dst=R)`` after every micro-batch without zeroing: the next backward adds a Partial
+    summand to the R sum, the earlier micro-batches counted once per reduction; it passed).
+    Zeroed in place (``zero_()``, ``zero_grad(set_to_none=False)``) before the backward, it
+    holds autograd's gradient again: later reads give the dual, not the type it was assigned
+    with (the stale R hid a forgotten reduction).  Read during the backward (a hook) it was
+    typed there; an owner with a ``register_hook`` hook (what autograd adds is the hook's
+    result, checked by the hook's wrapper) or a hook the check mode did not wrap: the
+    dual, or the hook's type, at later reads, as before.  In-place ops the check mode runs
+    on it (clipping, zeroing) are over before the backward starts; gradients autograd did
+    not touch keep their type."""
     if not _ASSIGNED_GRADS:
         return backward(*args, **kwargs)
-    versions = [(g, g._version) for g in _ASSIGNED_GRADS.values()]
+    versions = [(g, g._version, _ZEROED.get(id(g)) == g._version) for g in _ASSIGNED_GRADS.values()]
     outer = dict(_BACKWARD_VERSIONS)
-    _BACKWARD_VERSIONS.update((id(g), v) for g, v in versions)
+    _BACKWARD_VERSIONS.update((id(g), v) for g, v, _ in versions)
+    ok = False
     try:
-        return backward(*args, **kwargs)
+        result = backward(*args, **kwargs)
+        ok = True
     finally:
+        read = dict(_BACKWARD_VERSIONS)
         _BACKWARD_VERSIONS.clear()
         _BACKWARD_VERSIONS.update(outer)
-        for g, version in versions:
-            if g._version != version:
+        error: SpmdTypeError | None = None
+        for g, version, zeroed in versions:
+            if g._version == version:
+                continue
+            owner = (_grad_owner(g) if ok and not zeroed and read.get(id(g)) == version
+                     else None)
+            assigned = _get(g) if owner is not None else None
+            if owner is None or not assigned or _hooks_replace_accumulation(owner):
                 _ASSIGNED_GRADS.pop(id(g), None)
+                continue
+            try:
+                _set(g, _accumulated_type(owner, g, assigned))
+            except SpmdTypeError as e:
+                _ASSIGNED_GRADS.pop(id(g), None)
+                error = error or e
+        if error is not None:
+            raise error
+    return result
+
+
+def _hooks_replace_accumulation(x: Any) -> bool:
+    """``x`` has a ``register_hook`` hook (autograd accumulates what it returns: the check
+    mode's wrapper checks that sum) or a gradient hook the check mode did not wrap
+    (registered before it started: it may have reduced the gradient)."""
+    with suspended():
+        pre = getattr(x, "_backward_hooks", None)
+        post = getattr(x, "_post_accumulate_grad_hooks", None)
+    return bool(pre) or any(not getattr(h, "_spmd_wrapped", False) for h in (post or {}).values())
 
 
 # Assigned gradients zeroed in place (``p.grad.zero_()``, ``zero_grad(set_to_none=False)``):
@@ -556,8 +615,7 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
         if owner is not None and t is not None:
             key = id(owner)
             _HOOKED_GRADS[key] = (weakref.ref(owner, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), t)
-            _ASSIGNED_GRADS[id(out)] = out
-            _ZEROED.pop(id(out), None)
+            _assign_grad(owner, out)
 
     def dual_of(g: Any) -> None:
         owner = ref()
@@ -581,6 +639,7 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
             with suspended():
                 g = p.grad
             keep(g)
+        post._spmd_wrapped = True  # type: ignore[attr-defined]
         return post
 
     def pre(g: torch.Tensor) -> Any:
@@ -690,8 +749,7 @@ class _Mode(TorchFunctionMode):
             # ``p.grad = all_reduce(p.grad, "dp", src=P, dst=R)``: the tensor the user put
             # there keeps its own type at later reads (the optimizer's step sees R)
             if len(args) > 1 and isinstance(args[1], torch.Tensor) and _get(args[1]):
-                _ASSIGNED_GRADS[id(args[1])] = args[1]
-                _ZEROED.pop(id(args[1]), None)
+                _assign_grad(args[0], args[1])
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:
             gradient = args[1] if len(args) > 1 else kwargs.get("gradient")

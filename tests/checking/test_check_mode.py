@@ -414,6 +414,79 @@ def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zer
         assert "w.grad" in str(e.value)
 
 
+@pytest.mark.parametrize("call", ["backward", "autograd.backward"])
+def test_a_gradient_reduced_every_micro_batch_without_zeroing_is_caught_at_the_backward(
+        call: str) -> None:
+    """``w.grad = all_reduce(w.grad, ...)`` after each micro-batch, never zeroed: the next
+    backward accumulates a Partial summand into the R tensor (the earlier micro-batches then
+    counted once per reduction): spmd-partial-affine at that backward, the add_ rule's message
+    naming ``w.grad`` (it passed: the sum was read back as P, and the next reduction typed
+    it R).  An I parameter's assigned I gradient plus autograd's I: I."""
+    w = nn.Parameter(torch.randn(4))
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+
+        def backward() -> None:
+            loss = (x * w).sum()
+            if call == "backward":
+                loss.backward(torch.tensor(1.0))
+            else:
+                torch.autograd.backward([loss], [torch.tensor(1.0)])
+        backward()
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]])  # as all_reduce(w.grad, ...) gives
+        with pytest.raises(SpmdTypeError) as e:
+            backward()
+        assert e.value.code == "spmd-partial-affine", e.value
+        assert str(e.value).startswith(
+            'Partial on "cp" (autograd\'s new gradient: Tensor[P["cp"]]) added to a Replicate '
+            'value (w.grad: Tensor[R["cp"]]) in add_'), e.value
+        assert spmd.typeof(w.grad) == ty(cp=PARTIAL)  # no stale R after the error
+        # an I parameter: I + I
+        u = typed(nn.Parameter(torch.randn(4)), Tensor[I["cp"]])
+        (u * 2).sum().backward()
+        u.grad = typed(torch.randn(4), Tensor[I["cp"]])
+        g = u.grad
+        (u * 2).sum().backward()
+        assert u.grad is g and spmd.typeof(u.grad) == ty(cp=INVARIANT)
+
+
+@pytest.mark.parametrize("reset", ["none", "zero_", "zero_grad", "set_to_none", "accumulator",
+                                   "no_sync"])
+def test_gradient_accumulation_patterns_that_reduce_once_pass(reset: str) -> None:
+    """The correct micro-batch patterns: the gradient set to None or zeroed before the next
+    backward (each reduction then adds to a separate accumulator), or accumulated unreduced
+    (no_sync) and reduced once after the last micro-batch: no error, and the step passes."""
+    w = nn.Parameter(torch.randn(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+        acc = None
+        for _ in range(3):
+            (x * w).sum().backward(torch.tensor(1.0))
+            if reset == "no_sync":
+                assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
+                continue
+            reduced = typed(torch.randn(4), Tensor[R["cp"]])  # as all_reduce(w.grad, ...) gives
+            acc = reduced if acc is None else acc + reduced
+            if reset == "accumulator":  # autograd's gradient zeroed, the reduction kept apart
+                w.grad.zero_()
+                continue
+            w.grad = reduced
+            if reset == "none":
+                w.grad = None
+            elif reset == "zero_":
+                w.grad.zero_()
+            elif reset == "zero_grad":
+                opt.zero_grad(set_to_none=False)
+            elif reset == "set_to_none":
+                opt.zero_grad()
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]]) if acc is None else acc
+        assert spmd.typeof(w.grad) == ty(cp=REPLICATE)
+        opt.step()
+
+
 @pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
 @pytest.mark.parametrize("foreach", [False, True])
 def test_a_forgotten_gradient_all_reduce_is_caught_by_the_optimizer_step(
