@@ -280,7 +280,18 @@ def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> S
                     ops, (assigned, t.dual()), (texts[0], "autograd's new gradient")))]
     res = propagate(spec, operands)
     if res.errors:
-        raise SpmdTypeError(res.errors[0])
+        err = res.errors[0]
+        head, sep, _ = err.message.partition(" in add_: ")
+        if err.code == "spmd-partial-affine" and sep:
+            # add_'s own fix (reduce the Partial term first) is no step the user can take
+            # here: the fix is where the reduction and the zeroing go
+            g_text = texts[0]
+            err = SpmdError(err.code, (
+                f"{head} as this backward accumulates into {g_text}: the all-reduce the sum "
+                f"needs would count what {g_text} held once per rank; reduce {g_text} once, "
+                f"after the last micro-batch's backward, or set {g_text} = None "
+                f"(optimizer.zero_grad()) before the next backward"))
+        raise SpmdTypeError(err)
     return _canon(res.type)
 
 
