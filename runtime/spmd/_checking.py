@@ -192,7 +192,9 @@ def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
     summand to the R sum, the earlier micro-batches counted once per reduction; it passed).
     Zeroed in place (``zero_()``, ``zero_grad(set_to_none=False)``) before the backward, it
     holds autograd's gradient again: later reads give the dual, not the type it was assigned
-    with (the stale R hid a forgotten reduction).  Read during the backward (a hook) it was
+    with (the stale R hid a forgotten reduction).  With ``create_graph=True`` autograd puts
+    the sum in a new tensor (``p.grad + new``): typed by the same rule.  Read during the
+    backward (a hook) it was
     typed there; an owner with a ``register_hook`` hook (what autograd adds is the hook's
     result, checked by the hook's wrapper) or a hook the check mode did not wrap: the
     dual, or the hook's type, at later reads, as before.  In-place ops the check mode runs
@@ -201,6 +203,12 @@ def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
     if not _ASSIGNED_GRADS:
         return backward(*args, **kwargs)
     versions = [(g, g._version, _ZEROED.get(id(g)) == g._version) for g in _ASSIGNED_GRADS.values()]
+    # create_graph=True (Tensor.backward's and torch.autograd.backward's fourth parameter):
+    # autograd accumulates out of place, ``p.grad = p.grad + new``: the owners whose grad is
+    # an assigned tensor now, to find the new sums after
+    create = args[3] if len(args) > 3 else kwargs.get("create_graph", False)
+    owners = [(g, v, o) for g, v, zeroed in versions if not zeroed
+              for o in (_grad_owner(g),) if o is not None] if create else []
     outer = dict(_BACKWARD_VERSIONS)
     _BACKWARD_VERSIONS.update((id(g), v) for g, v, _ in versions)
     ok = False
@@ -212,6 +220,19 @@ def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
         _BACKWARD_VERSIONS.clear()
         _BACKWARD_VERSIONS.update(outer)
         error: SpmdTypeError | None = None
+        for g, version, owner in owners if ok else ():
+            with suspended():
+                now = owner.grad
+            assigned = _get(g)
+            if (g._version != version or now is g or not isinstance(now, torch.Tensor)
+                    or not assigned or _ASSIGNED_GRADS.get(id(now)) is now
+                    or _hooks_replace_accumulation(owner)):
+                continue
+            try:
+                _set(now, _accumulated_type(owner, now, assigned))
+                _assign_grad(owner, now)
+            except SpmdTypeError as e:
+                error = error or e
         for g, version, zeroed in versions:
             if g._version == version:
                 continue

@@ -445,6 +445,12 @@ def test_a_gradient_reduced_every_micro_batch_without_zeroing_is_caught_at_the_b
             'once, after the last micro-batch\'s backward, or set w.grad = None '
             '(optimizer.zero_grad()) before the next backward  [spmd-partial-affine]'), e.value
         assert spmd.typeof(w.grad) == ty(cp=PARTIAL)  # no stale R after the error
+        # create_graph=True: autograd accumulates out of place (a new tensor in w.grad)
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            (x * w).sum().backward(torch.tensor(1.0), create_graph=True)
+        assert e.value.code == "spmd-partial-affine" and "(w.grad: " in str(e.value), e.value
+        w.grad = None
         # an I parameter: I + I
         u = typed(nn.Parameter(torch.randn(4)), Tensor[I["cp"]])
         (u * 2).sum().backward()
@@ -452,6 +458,9 @@ def test_a_gradient_reduced_every_micro_batch_without_zeroing_is_caught_at_the_b
         g = u.grad
         (u * 2).sum().backward()
         assert u.grad is g and spmd.typeof(u.grad) == ty(cp=INVARIANT)
+        (u * 2).sum().backward(create_graph=True)
+        assert u.grad is not g and spmd.typeof(u.grad) == ty(cp=INVARIANT)
+        u.grad = None  # (create_graph's reference cycle)
 
 
 @pytest.mark.parametrize("reset", ["none", "zero_", "zero_grad", "set_to_none", "accumulator",
