@@ -234,10 +234,12 @@ def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
             except SpmdTypeError as e:
                 error = error or e
         for g, version, zeroed in versions:
-            if g._version == version:
+            base = read.get(id(g), version)
+            if g._version == base:
+                # autograd did not accumulate into it since it was last accounted for: a
+                # read in a hook typed the sum, in-place ops the check mode ran typed theirs
                 continue
-            owner = (_grad_owner(g) if ok and not zeroed and read.get(id(g)) == version
-                     else None)
+            owner = _grad_owner(g) if ok and not (zeroed and base == version) else None
             assigned = _get(g) if owner is not None else None
             if owner is None or not assigned or _hooks_replace_accumulation(owner):
                 _ASSIGNED_GRADS.pop(id(g), None)
@@ -276,8 +278,23 @@ def _zeroed(t: Any) -> None:
 
 # While a backward runs: the versions the assigned gradients had when it started, by id (a
 # hook that reads ``p.grad`` in the middle of the backward reads autograd's accumulation into
-# the tensor it assigned in an earlier backward when the version moved).
+# the tensor it assigned in an earlier backward when the version moved).  A read that typed
+# the sum, and an in-place op the check mode ran on it (a hook scaling another parameter's
+# gradient), move the entry along: a version past it is autograd's accumulation.
 _BACKWARD_VERSIONS: dict[int, int] = {}
+
+
+def _versions_before(targets: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    """The versions of the assigned gradients among an in-place op's targets (a backward
+    running: :data:`_BACKWARD_VERSIONS`), before the op."""
+    return [(t, t._version) for t in targets
+            if id(t) in _BACKWARD_VERSIONS and _ASSIGNED_GRADS.get(id(t)) is t]
+
+
+def _shift_versions(before: list[tuple[torch.Tensor, int]]) -> None:
+    """The op's own version bumps are no accumulation by autograd."""
+    for t, v in before:
+        _BACKWARD_VERSIONS[id(t)] += t._version - v
 
 
 def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> SpmdType:
@@ -824,7 +841,10 @@ class _Mode(TorchFunctionMode):
         if checked is None:
             return func(*args, **kwargs)
         rtype, targets, new_types = checked
+        before = _versions_before(targets) if _BACKWARD_VERSIONS and targets else None
         result = func(*args, **kwargs)
+        if before:
+            _shift_versions(before)
         for tgt, t in zip(targets, new_types):
             if t:
                 _set(tgt, t)
@@ -899,7 +919,11 @@ class _Mode(TorchFunctionMode):
                 checks.append(None)
                 continue
             checks.append(self._local_check(each, a, k, ops, outs, types))
+        before = _versions_before([t for c in checks if c is not None for t in c[1]]) if (
+            _BACKWARD_VERSIONS) else None
         result = func(*args, **kwargs)
+        if before:
+            _shift_versions(before)
         results = list(result) if isinstance(result, (list, tuple)) else None
         for i, checked in enumerate(checks):
             if checked is None:

@@ -463,6 +463,33 @@ def test_a_gradient_reduced_every_micro_batch_without_zeroing_is_caught_at_the_b
         u.grad = None  # (create_graph's reference cycle)
 
 
+@pytest.mark.parametrize("foreach", [False, True])
+def test_an_in_place_op_on_an_assigned_grad_during_a_backward_is_no_accumulation(
+        foreach: bool) -> None:
+    """A hook scaling another parameter's assigned R gradient in place during a backward that
+    does not reach that parameter: the version moved by the check mode's own op, not by
+    autograd; the gradient stays R (no false accumulation error)."""
+    w = nn.Parameter(torch.randn(4))
+    v = nn.Parameter(torch.randn(4))
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        typed(v, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+        (x * v).sum().backward(torch.tensor(1.0))
+        v.grad = typed(torch.randn(4), Tensor[R["cp"]])
+
+        def hook(_: torch.Tensor) -> None:
+            with torch.no_grad():
+                if foreach:
+                    torch._foreach_mul_([v.grad], 0.5)
+                else:
+                    v.grad.mul_(0.5)
+        w.register_post_accumulate_grad_hook(hook)
+        (x * w).sum().backward(torch.tensor(1.0))
+        assert spmd.typeof(v.grad) == ty(cp=REPLICATE)
+        assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
+
+
 @pytest.mark.parametrize("reset", ["none", "zero_", "zero_grad", "set_to_none", "accumulator",
                                    "no_sync"])
 def test_gradient_accumulation_patterns_that_reduce_once_pass(reset: str) -> None:
