@@ -157,29 +157,111 @@ _ASSIGNED_GRADS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakVa
 # spmd.all_reduce(g, "dp", src=P, dst=R))``: R, not the dual P), by the tensor's id, with a
 # weak reference to it: what ``x.grad`` reads are typed when autograd copied the hook's result.
 _HOOKED_GRADS: dict[int, tuple[Any, SpmdType]] = {}
+# The tensor whose ``.grad`` each assigned gradient was put in, by the gradient's id: (a weak
+# reference to the gradient, one to its owner).  The type of what autograd accumulates into
+# the gradient is the dual of the owner's.
+_GRAD_OWNERS: dict[int, tuple[Any, Any]] = {}
+
+
+def _assign_grad(owner: Any, g: torch.Tensor) -> None:
+    """``owner.grad = g`` (by the user or by a hook) with ``g`` typed: ``g`` keeps its type."""
+    key = id(g)
+    _ASSIGNED_GRADS[key] = g
+    _ZEROED.pop(key, None)
+    if isinstance(owner, torch.Tensor):
+        _GRAD_OWNERS[key] = (weakref.ref(g, lambda _r, k=key: _GRAD_OWNERS.pop(k, None)),
+                             weakref.ref(owner))
+
+
+def _grad_owner(g: torch.Tensor) -> Any:
+    """The tensor ``g`` was assigned to as its ``.grad`` and still is, or None."""
+    entry = _GRAD_OWNERS.get(id(g))
+    owner = entry[1]() if entry is not None and entry[0]() is g else None
+    if owner is None:
+        return None
+    with suspended():
+        return owner if owner.grad is g else None
 
 
 def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
     """Run a backward; a tensor the user assigned to some ``p.grad`` that autograd then
-    accumulated into (its version moved: ``zero_()`` or ``zero_grad(set_to_none=False)``
-    kept the tensor) holds autograd's gradient again: later reads give the dual, not the
-    type it was assigned with (``p.grad = all_reduce(p.grad, ...)`` one step, the reduction
-    forgotten the next: the stale R hid it).  In-place ops the check mode runs on it
-    (clipping, zeroing) are over before the backward starts; gradients autograd did not
-    touch keep their type."""
+    accumulated into (its version moved) holds the sum of what it held and autograd's new
+    gradient (the dual of ``p``'s type): typed by ``add_``'s rule (:func:`_accumulated_type`),
+    which raises where the sum has no type (``p.grad = all_reduce(p.grad, "tp", src=P,
+    dst=R)`` after every micro-batch without zeroing: the next backward adds a Partial
+    summand to the R sum, the earlier micro-batches counted once per reduction; it passed).
+    Zeroed in place (``zero_()``, ``zero_grad(set_to_none=False)``) before the backward, it
+    holds autograd's gradient again: later reads give the dual, not the type it was assigned
+    with (the stale R hid a forgotten reduction).  With ``create_graph=True`` autograd puts
+    the sum in a new tensor (``p.grad + new``): typed by the same rule.  Read during the
+    backward (a hook) it was
+    typed there; an owner with a ``register_hook`` hook (what autograd adds is the hook's
+    result, checked by the hook's wrapper) or a hook the check mode did not wrap: the
+    dual, or the hook's type, at later reads, as before.  In-place ops the check mode runs
+    on it (clipping, zeroing) are over before the backward starts; gradients autograd did
+    not touch keep their type."""
     if not _ASSIGNED_GRADS:
         return backward(*args, **kwargs)
-    versions = [(g, g._version) for g in _ASSIGNED_GRADS.values()]
+    versions = [(g, g._version, _ZEROED.get(id(g)) == g._version) for g in _ASSIGNED_GRADS.values()]
+    # create_graph=True (Tensor.backward's and torch.autograd.backward's fourth parameter):
+    # autograd accumulates out of place, ``p.grad = p.grad + new``: the owners whose grad is
+    # an assigned tensor now, to find the new sums after
+    create = args[3] if len(args) > 3 else kwargs.get("create_graph", False)
+    owners = [(g, v, o) for g, v, zeroed in versions if not zeroed
+              for o in (_grad_owner(g),) if o is not None] if create else []
     outer = dict(_BACKWARD_VERSIONS)
-    _BACKWARD_VERSIONS.update((id(g), v) for g, v in versions)
+    _BACKWARD_VERSIONS.update((id(g), v) for g, v, _ in versions)
+    ok = False
     try:
-        return backward(*args, **kwargs)
+        result = backward(*args, **kwargs)
+        ok = True
     finally:
+        read = dict(_BACKWARD_VERSIONS)
         _BACKWARD_VERSIONS.clear()
         _BACKWARD_VERSIONS.update(outer)
-        for g, version in versions:
-            if g._version != version:
+        error: SpmdTypeError | None = None
+        for g, version, owner in owners if ok else ():
+            with suspended():
+                now = owner.grad
+            assigned = _get(g)
+            if (g._version != version or now is g or not isinstance(now, torch.Tensor)
+                    or not assigned or _ASSIGNED_GRADS.get(id(now)) is now
+                    or _hooks_replace_accumulation(owner)):
+                continue
+            try:
+                _set(now, _accumulated_type(owner, now, assigned))
+                _assign_grad(owner, now)
+            except SpmdTypeError as e:
+                error = error or e
+        for g, version, zeroed in versions:
+            base = read.get(id(g), version)
+            if g._version == base:
+                # autograd did not accumulate into it since it was last accounted for: a
+                # read in a hook typed the sum, in-place ops the check mode ran typed theirs
+                continue
+            owner = _grad_owner(g) if ok and not (zeroed and base == version) else None
+            assigned = _get(g) if owner is not None else None
+            if owner is None or not assigned or _hooks_replace_accumulation(owner):
                 _ASSIGNED_GRADS.pop(id(g), None)
+                continue
+            try:
+                _set(g, _accumulated_type(owner, g, assigned))
+            except SpmdTypeError as e:
+                _ASSIGNED_GRADS.pop(id(g), None)
+                error = error or e
+        if error is not None:
+            raise error
+    return result
+
+
+def _hooks_replace_accumulation(x: Any) -> bool:
+    """``x`` has a ``register_hook`` hook (autograd accumulates what it returns: the check
+    mode's wrapper checks that sum) or a gradient hook the check mode did not wrap
+    (registered before it started: it may have reduced the gradient)."""
+    with suspended():
+        pre = getattr(x, "_backward_hooks", None)
+        post = getattr(x, "_post_accumulate_grad_hooks", None)
+    return bool(pre) or any(not getattr(h, "_spmd_wrapped", False) for h in (post or {}).values())
 
 
 # Assigned gradients zeroed in place (``p.grad.zero_()``, ``zero_grad(set_to_none=False)``):
@@ -196,8 +278,23 @@ def _zeroed(t: Any) -> None:
 
 # While a backward runs: the versions the assigned gradients had when it started, by id (a
 # hook that reads ``p.grad`` in the middle of the backward reads autograd's accumulation into
-# the tensor it assigned in an earlier backward when the version moved).
+# the tensor it assigned in an earlier backward when the version moved).  A read that typed
+# the sum, and an in-place op the check mode ran on it (a hook scaling another parameter's
+# gradient), move the entry along: a version past it is autograd's accumulation.
 _BACKWARD_VERSIONS: dict[int, int] = {}
+
+
+def _versions_before(targets: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    """The versions of the assigned gradients among an in-place op's targets (a backward
+    running: :data:`_BACKWARD_VERSIONS`), before the op."""
+    return [(t, t._version) for t in targets
+            if id(t) in _BACKWARD_VERSIONS and _ASSIGNED_GRADS.get(id(t)) is t]
+
+
+def _shift_versions(before: list[tuple[torch.Tensor, int]]) -> None:
+    """The op's own version bumps are no accumulation by autograd."""
+    for t, v in before:
+        _BACKWARD_VERSIONS[id(t)] += t._version - v
 
 
 def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> SpmdType:
@@ -221,7 +318,18 @@ def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> S
                     ops, (assigned, t.dual()), (texts[0], "autograd's new gradient")))]
     res = propagate(spec, operands)
     if res.errors:
-        raise SpmdTypeError(res.errors[0])
+        err = res.errors[0]
+        head, sep, _ = err.message.partition(" in add_: ")
+        if err.code == "spmd-partial-affine" and sep:
+            # add_'s own fix (reduce the Partial term first) is no step the user can take
+            # here: the fix is where the reduction and the zeroing go
+            g_text = texts[0]
+            err = SpmdError(err.code, (
+                f"{head} as this backward accumulates into {g_text}: the all-reduce the sum "
+                f"needs would count what {g_text} held once per rank; reduce {g_text} once, "
+                f"after the last micro-batch's backward, or set {g_text} = None "
+                f"(optimizer.zero_grad()) before the next backward"))
+        raise SpmdTypeError(err)
     return _canon(res.type)
 
 
@@ -556,8 +664,7 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
         if owner is not None and t is not None:
             key = id(owner)
             _HOOKED_GRADS[key] = (weakref.ref(owner, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), t)
-            _ASSIGNED_GRADS[id(out)] = out
-            _ZEROED.pop(id(out), None)
+            _assign_grad(owner, out)
 
     def dual_of(g: Any) -> None:
         owner = ref()
@@ -581,6 +688,7 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
             with suspended():
                 g = p.grad
             keep(g)
+        post._spmd_wrapped = True  # type: ignore[attr-defined]
         return post
 
     def pre(g: torch.Tensor) -> Any:
@@ -690,24 +798,25 @@ class _Mode(TorchFunctionMode):
             # ``p.grad = all_reduce(p.grad, "dp", src=P, dst=R)``: the tensor the user put
             # there keeps its own type at later reads (the optimizer's step sees R)
             if len(args) > 1 and isinstance(args[1], torch.Tensor) and _get(args[1]):
-                _ASSIGNED_GRADS[id(args[1])] = args[1]
-                _ZEROED.pop(id(args[1]), None)
+                _assign_grad(args[0], args[1])
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:
             gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
             if gradient is None and args:
                 _check_loss(args[0])
+            elif args:
+                _check_losses(args[0], gradient, None)
             return _accumulating(func, args, kwargs)
         if kind is Kind.AUTOGRAD_BACKWARD:
             tensors = args[0] if args else kwargs.get("tensors")
             grads = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
-            _check_losses(tensors, grads)
+            _check_losses(tensors, grads, "torch.autograd.backward")
             return _accumulating(func, args, kwargs)
         if kind is Kind.AUTOGRAD_GRAD:
             outputs = args[0] if args else kwargs.get("outputs")
             inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
             grads = args[2] if len(args) > 2 else kwargs.get("grad_outputs")
-            _check_losses(outputs, grads)
+            _check_losses(outputs, grads, "torch.autograd.grad")
             result = func(*args, **kwargs)
             ins = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
             if isinstance(result, (tuple, list)):
@@ -732,7 +841,10 @@ class _Mode(TorchFunctionMode):
         if checked is None:
             return func(*args, **kwargs)
         rtype, targets, new_types = checked
+        before = _versions_before(targets) if _BACKWARD_VERSIONS and targets else None
         result = func(*args, **kwargs)
+        if before:
+            _shift_versions(before)
         for tgt, t in zip(targets, new_types):
             if t:
                 _set(tgt, t)
@@ -807,7 +919,11 @@ class _Mode(TorchFunctionMode):
                 checks.append(None)
                 continue
             checks.append(self._local_check(each, a, k, ops, outs, types))
+        before = _versions_before([t for c in checks if c is not None for t in c[1]]) if (
+            _BACKWARD_VERSIONS) else None
         result = func(*args, **kwargs)
+        if before:
+            _shift_versions(before)
         results = list(result) if isinstance(result, (list, tuple)) else None
         for i, checked in enumerate(checks):
             if checked is None:
@@ -967,7 +1083,12 @@ def _check_value_read(read: str, x: Any) -> None:
         raise SpmdTypeError(err)
 
 
-def _check_losses(tensors: Any, grads: Any) -> None:
+def _check_losses(tensors: Any, grads: Any, what: str | None) -> None:
+    """The gradients seeding a backward pass: an output given none is a loss (I or P on
+    every axis); a given one must be the dual of its output's type on every axis (engine
+    ``duality.check_grad_outputs``, the static checker's rule: a Partial gradient given for
+    an I output passed, and the I parameter's gradients differed per rank).  ``what`` names
+    the call (None: ``out.backward(gradient)``, named by its receiver)."""
     ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
     if grads is None:
         gs: list[Any] = [None] * len(ts)
@@ -978,6 +1099,19 @@ def _check_losses(tensors: Any, grads: Any) -> None:
     for i, t in enumerate(ts):
         if i >= len(gs) or gs[i] is None:
             _check_loss(t)
+            continue
+        g = gs[i]
+        if not (isinstance(t, torch.Tensor) and isinstance(g, torch.Tensor)):
+            continue
+        out_t, g_t = _get(t), _get(g)
+        if not (out_t and g_t) or not duality.mismatches(g_t, duality.gradient_type(out_t)):
+            continue
+        out_text, g_text = _texts([t, g], ["output", "gradient"])
+        errors = duality.check_grad_outputs([duality.Slot.tensor(out_text, out_t)],
+                                            [duality.Slot.tensor(g_text, g_t)],
+                                            what or f"{out_text}.backward")
+        if errors:
+            raise SpmdTypeError(errors[0])
 
 
 # --------------------------------------------------------------------------------------

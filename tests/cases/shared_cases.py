@@ -636,6 +636,25 @@ case("backward-V", {"a": "V"}, ("loss = a.sum()", "loss.backward()"), BWD)
 case("backward-R-with-gradient", {"a": "R"},
      ("out = a.sum()", "out.backward(torch.ones_like(out))"), "R",
      desc="an explicit gradient: no check")
+# an explicit gradient is the dual of its output on every axis (engine duality.check_grad_outputs)
+DUAL = "spmd-duality"
+case("backward-gradient-R-P", {"a": "R", "g": "P"}, ("out = a * 2", "out.backward(g)"), "R",
+     desc="the gradient of an R output is P")
+case("backward-gradient-I-P", {"a": "I", "g": "P"}, ("y = a * 2", "y.backward(g)"), DUAL,
+     desc="a pending sum given as the gradient of an I output: each rank's I gradient differs")
+case("backward-gradient-P-P", {"a": "P", "g": "P"}, ("y = a * 2", "y.backward(gradient=g)"), DUAL)
+case("backward-gradient-U", {"a": "I", "g": "U"}, ("out = a * 2", "out.backward(g)"), "I",
+     desc="an untyped gradient: gradual")
+case("autograd-backward-gradient-V-R", {"a": "V", "g": "R"},
+     ("y = a * 2", "torch.autograd.backward([y], [g])"), DUAL)
+case("autograd-grad-outputs-I-P", {"a": "I", "g": "P"},
+     ("y = a * 2", "torch.autograd.grad(y, [a], grad_outputs=g)"), DUAL)
+case("autograd-grad-outputs-R-P", {"a": "R", "g": "P"},
+     ("out = a * 2", "torch.autograd.grad(out, [a], grad_outputs=g)"), "R")
+case("2ax-backward-gradient-IR-IP", {"a": 'Tensor[I["dp"], R["tp"]]', "g": 'Tensor[I["dp"], P["tp"]]'},
+     ("out = a * 2", "out.backward(g)"), 'Tensor[I["dp"], R["tp"]]')
+case("2ax-backward-gradient-IR-PP", {"a": 'Tensor[I["dp"], R["tp"]]', "g": 'Tensor[P["dp", "tp"]]'},
+     ("y = a * 2", "y.backward(g)"), DUAL)
 
 # --------------------------------------------------------------------------------------
 # 11. Untyped tensors: gradual, unless strict.

@@ -414,6 +414,118 @@ def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zer
         assert "w.grad" in str(e.value)
 
 
+@pytest.mark.parametrize("call", ["backward", "autograd.backward"])
+def test_a_gradient_reduced_every_micro_batch_without_zeroing_is_caught_at_the_backward(
+        call: str) -> None:
+    """``w.grad = all_reduce(w.grad, ...)`` after each micro-batch, never zeroed: the next
+    backward accumulates a Partial summand into the R tensor (the earlier micro-batches then
+    counted once per reduction): spmd-partial-affine at that backward, the add_ rule's message
+    naming ``w.grad`` (it passed: the sum was read back as P, and the next reduction typed
+    it R).  An I parameter's assigned I gradient plus autograd's I: I."""
+    w = nn.Parameter(torch.randn(4))
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+
+        def backward() -> None:
+            loss = (x * w).sum()
+            if call == "backward":
+                loss.backward(torch.tensor(1.0))
+            else:
+                torch.autograd.backward([loss], [torch.tensor(1.0)])
+        backward()
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]])  # as all_reduce(w.grad, ...) gives
+        with pytest.raises(SpmdTypeError) as e:
+            backward()
+        assert e.value.code == "spmd-partial-affine", e.value
+        assert str(e.value) == (
+            'Partial on "cp" (autograd\'s new gradient: Tensor[P["cp"]]) added to a Replicate '
+            'value (w.grad: Tensor[R["cp"]]) as this backward accumulates into w.grad: the '
+            'all-reduce the sum needs would count what w.grad held once per rank; reduce w.grad '
+            'once, after the last micro-batch\'s backward, or set w.grad = None '
+            '(optimizer.zero_grad()) before the next backward  [spmd-partial-affine]'), e.value
+        assert spmd.typeof(w.grad) == ty(cp=PARTIAL)  # no stale R after the error
+        # create_graph=True: autograd accumulates out of place (a new tensor in w.grad)
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            (x * w).sum().backward(torch.tensor(1.0), create_graph=True)
+        assert e.value.code == "spmd-partial-affine" and "(w.grad: " in str(e.value), e.value
+        w.grad = None
+        # an I parameter: I + I
+        u = typed(nn.Parameter(torch.randn(4)), Tensor[I["cp"]])
+        (u * 2).sum().backward()
+        u.grad = typed(torch.randn(4), Tensor[I["cp"]])
+        g = u.grad
+        (u * 2).sum().backward()
+        assert u.grad is g and spmd.typeof(u.grad) == ty(cp=INVARIANT)
+        (u * 2).sum().backward(create_graph=True)
+        assert u.grad is not g and spmd.typeof(u.grad) == ty(cp=INVARIANT)
+        u.grad = None  # (create_graph's reference cycle)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_an_in_place_op_on_an_assigned_grad_during_a_backward_is_no_accumulation(
+        foreach: bool) -> None:
+    """A hook scaling another parameter's assigned R gradient in place during a backward that
+    does not reach that parameter: the version moved by the check mode's own op, not by
+    autograd; the gradient stays R (no false accumulation error)."""
+    w = nn.Parameter(torch.randn(4))
+    v = nn.Parameter(torch.randn(4))
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        typed(v, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+        (x * v).sum().backward(torch.tensor(1.0))
+        v.grad = typed(torch.randn(4), Tensor[R["cp"]])
+
+        def hook(_: torch.Tensor) -> None:
+            with torch.no_grad():
+                if foreach:
+                    torch._foreach_mul_([v.grad], 0.5)
+                else:
+                    v.grad.mul_(0.5)
+        w.register_post_accumulate_grad_hook(hook)
+        (x * w).sum().backward(torch.tensor(1.0))
+        assert spmd.typeof(v.grad) == ty(cp=REPLICATE)
+        assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
+
+
+@pytest.mark.parametrize("reset", ["none", "zero_", "zero_grad", "set_to_none", "accumulator",
+                                   "no_sync"])
+def test_gradient_accumulation_patterns_that_reduce_once_pass(reset: str) -> None:
+    """The correct micro-batch patterns: the gradient set to None or zeroed before the next
+    backward (each reduction then adds to a separate accumulator), or accumulated unreduced
+    (no_sync) and reduced once after the last micro-batch: no error, and the step passes."""
+    w = nn.Parameter(torch.randn(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+        acc = None
+        for _ in range(3):
+            (x * w).sum().backward(torch.tensor(1.0))
+            if reset == "no_sync":
+                assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
+                continue
+            reduced = typed(torch.randn(4), Tensor[R["cp"]])  # as all_reduce(w.grad, ...) gives
+            acc = reduced if acc is None else acc + reduced
+            if reset == "accumulator":  # autograd's gradient zeroed, the reduction kept apart
+                w.grad.zero_()
+                continue
+            w.grad = reduced
+            if reset == "none":
+                w.grad = None
+            elif reset == "zero_":
+                w.grad.zero_()
+            elif reset == "zero_grad":
+                opt.zero_grad(set_to_none=False)
+            elif reset == "set_to_none":
+                opt.zero_grad()
+        w.grad = typed(torch.randn(4), Tensor[R["cp"]]) if acc is None else acc
+        assert spmd.typeof(w.grad) == ty(cp=REPLICATE)
+        opt.step()
+
+
 @pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
 @pytest.mark.parametrize("foreach", [False, True])
 def test_a_forgotten_gradient_all_reduce_is_caught_by_the_optimizer_step(
@@ -512,6 +624,45 @@ def test_autograd_grad_gives_duals_and_checks_the_loss() -> None:
         with pytest.raises(SpmdTypeError):
             torch.autograd.backward([(r * 2).sum()])
         torch.autograd.backward([(r * 2).sum()], [torch.tensor(1.0)])  # explicit gradient
+
+
+def test_an_explicit_gradient_must_be_the_dual_of_its_output() -> None:
+    """``out.backward(g)``, ``torch.autograd.backward(outs, gs)``, ``torch.autograd.grad(outs,
+    xs, grad_outputs=gs)``: a typed gradient must be the dual of its output on every axis
+    (engine ``duality.check_grad_outputs``, the static checker's spmd-duality with its
+    message); a Partial gradient given for an I output passed (the I parameter's gradient
+    then differs per rank).  An untyped gradient or output stays gradual; each output of a
+    list is paired with its own gradient."""
+    with spmd.typecheck():
+        w = typed(torch.randn(3, requires_grad=True), Tensor[I["tp"]])
+        out = w * 3.0
+        g = typed(torch.ones(3), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            out.backward(g)
+        assert str(e.value) == (
+            'out.backward: the gradient g (Tensor[P["tp"]]) given for out (Tensor[I["tp"]]) '
+            'must be Tensor[I["tp"]] (P on "tp" where I is needed); P to I is a reduction: '
+            'use all_reduce(g, "tp", src=P, dst=I)  [spmd-duality]')
+        assert w.grad is None  # raised before the backward ran
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(out, [w], grad_outputs=g)
+        assert str(e.value).startswith("torch.autograd.grad: the gradient g ")
+        r = typed(torch.randn(3, requires_grad=True), Tensor[R["tp"]])
+        o1, o2 = w * 2.0, r * 2.0
+        gi = typed(torch.ones(3), Tensor[I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.backward([o1, o2], [gi, gi])  # o2 is R: its gradient is P
+        assert e.value.code == "spmd-duality"
+        assert "given for o2 (Tensor[R[\"tp\"]]) must be Tensor[P[\"tp\"]]" in str(e.value)
+        torch.autograd.backward([o1, o2], [gi, g])
+        assert spmd.typeof(w.grad) == ty(tp=INVARIANT) and spmd.typeof(r.grad) == ty(tp=PARTIAL)
+        (w * 3.0).backward(torch.ones(3))  # untyped: gradual
+        (torch.randn(3, requires_grad=True) * 2).backward(g)  # untyped output: gradual
+        two = typed(torch.randn(3, requires_grad=True), Tensor[I["dp"], R["tp"]])
+        (two * 2).backward(typed(torch.ones(3), Tensor[I["dp"], P["tp"]]))
+        with pytest.raises(SpmdTypeError) as e:
+            (two * 2).backward(typed(torch.ones(3), Tensor[P["dp", "tp"]]))
+        assert 'P on "dp" where I is needed' in str(e.value)
 
 
 def test_backward_message() -> None:

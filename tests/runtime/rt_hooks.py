@@ -290,6 +290,65 @@ def check_post_hook_accumulation(ctx: Ctx, name: str) -> None:
         assert float((w.grad - 2 * total).abs().max()) == total * (n - 1)
 
 
+def check_grad_reduced_every_micro_batch(ctx: Ctx, name: str) -> None:
+    """Gradient accumulation with ``p.grad = all_reduce(p.grad, "x", src=P, dst=R)`` after every
+    micro-batch and no zeroing: the next backward accumulates a Partial summand into the R sum,
+    so the earlier micro-batches are summed once per reduction (measured unchecked below: off
+    by sum * (world - 1)); raises spmd-partial-affine at that backward, naming ``w.grad`` (it
+    passed: the accumulated gradient was read as P).  The correct patterns pass and match the
+    reference: one reduction after the last micro-batch; a reduction per micro-batch into a
+    separate accumulator, the gradient set to None or zeroed in place (``zero_()``,
+    ``zero_grad(set_to_none=False)``) before the next backward."""
+    n = ctx.world
+    want = float(sum(ctx_rank + 1 + m for m in range(2) for ctx_rank in range(n)))
+
+    def micro(w: torch.Tensor, m: int, checked: bool) -> None:
+        x = torch.full((3,), float(ctx.rank + 1 + m), dtype=F64)
+        if checked:
+            x = spmd.declare(x, Tensor[V["x"]])
+        spmd.reinterpret((w * x).sum(), "x", src=V, dst=P).backward()
+
+    def run(how: str, checked: bool) -> torch.Tensor:
+        w = torch.nn.Parameter(torch.ones(3, dtype=F64))
+        if checked:
+            spmd.declare(w, Tensor[R["x"]])
+        acc = None
+        for m in range(2):
+            micro(w, m, checked)
+            if how == "every":  # the mistake: no zeroing between the reductions
+                w.grad = spmd.all_reduce(w.grad, "x", src=P, dst=R)
+            elif how != "once":
+                g = spmd.all_reduce(w.grad, "x", src=P, dst=R)
+                acc = g if acc is None else acc + g
+                if how == "none":
+                    w.grad = None
+                elif how == "zero_":
+                    w.grad.zero_()
+                else:
+                    torch.optim.SGD([w], lr=0.1).zero_grad(set_to_none=False)
+        if how == "once":
+            w.grad = spmd.all_reduce(w.grad, "x", src=P, dst=R)
+        elif acc is not None:
+            w.grad = acc
+        return w
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            _raises("spmd-partial-affine", lambda: run("every", True),
+                    'Partial on "x" (autograd\'s new gradient: Tensor[P["x"]]) added to a Replicate '
+                    'value (w.grad: Tensor[R["x"]])')
+            for how in ("once", "none", "zero_", "zero_grad"):
+                w = run(how, True)
+                assert str(spmd.typeof(w.grad)) == 'Tensor[R["x"]]', (how, spmd.typeof(w.grad))
+                torch.optim.SGD([w], lr=0.1).step()
+                with spmd._checking.suspended():
+                    assert_close(w.grad, torch.full((3,), want, dtype=F64))
+                    assert_close(w.detach(), torch.full((3,), 1.0 - 0.1 * want, dtype=F64))
+        w = run("every", False)  # unchecked: the first micro-batch's sum is counted n times
+        first = float(sum(range(1, n + 1)))
+        assert float((w.grad - want).abs().max()) == first * (n - 1), (w.grad, want)
+
+
 class _ReadBeforeReduce(torch.autograd.Function):
     """A backward that logs the gradient's value before reducing it: this rank's summand."""
 
@@ -349,7 +408,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
                   check_multi_grad_hook, check_hook_accumulation,
-                  check_post_hook_accumulation, check_value_reads_in_backward):
+                  check_post_hook_accumulation, check_grad_reduced_every_micro_batch,
+                  check_value_reads_in_backward):
         n = f"w{world}/hooks/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
