@@ -377,8 +377,9 @@ def check_collective(
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             kept = rest[0] if len(rest) == 1 else rest
+            reduce_arg = f', op="{reduce_op}"' if reduce_op != "sum" else ""
             fix = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
-                   f"{format_axis(kept)}, src={src}, dst={dst})) if {x_text} is meant to stay "
+                   f"{format_axis(kept)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant to stay "
                    f"{have.describe()} there, or" + fix[1:])
         errors.append(SpmdError(
             "spmd-src-mismatch",
