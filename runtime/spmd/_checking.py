@@ -1543,11 +1543,12 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
             what = f"the result of {fn.__qualname__} is annotated "
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
-                    _stamp_declared(result, rets, what + _fmt(rets), "the return value")
+                    # named as the call, so that the fix can be pasted where it is called
+                    _stamp_declared(result, rets, what + _fmt(rets), f"{fn.__name__}(...)")
             elif isinstance(result, (tuple, list)):
                 for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
-                        _stamp_declared(r, st, what + _fmt(st), f"item {k} of the return value")
+                        _stamp_declared(r, st, what + _fmt(st), f"{fn.__name__}(...)[{k}]")
         return result
 
     return wrapper

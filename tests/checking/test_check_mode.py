@@ -951,13 +951,15 @@ def test_checked_decorator() -> None:
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(h)
         assert "the result of _bad_return" in str(e.value)
-        # the return value is named as such (it was "x", or the caller's argument text)
+        # the return value is named as the call (it was "x", or the caller's argument text;
+        # then "the return value", which a pasted fix cannot hold)
         assert str(e.value).startswith(
-            'the result of _bad_return is annotated Tensor[R["tp"]] but the return value is V '
-            'on "tp", not R (the return value: Tensor[V["tp"]])'), str(e.value)
+            'the result of _bad_return is annotated Tensor[R["tp"]] but _bad_return(...) is V '
+            'on "tp", not R (_bad_return(...): Tensor[V["tp"]])'), str(e.value)
+        assert 'all_gather(_bad_return(...), "tp"' in str(e.value), str(e.value)
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(typed(torch.randn(2), Tensor[V["tp"]]))
-        assert "but the return value is V" in str(e.value) and "randn" not in str(e.value)
+        assert "but _bad_return(...) is V" in str(e.value) and "randn" not in str(e.value)
 
 
 @spmd.checked
