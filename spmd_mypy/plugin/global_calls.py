@@ -758,9 +758,10 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         p["dim"] = _dim_param(f.get("dim"), many=False)
         for formal, types in zip(ctx.callee_arg_names, ctx.arg_types):
             if formal == "repeats" and types:
-                r = get_proper_type(types[0])
-                p["int_repeats"] = isinstance(r, LiteralType) or (
-                    isinstance(r, Instance) and r.type.fullname in ("builtins.int", "builtins.bool"))
+                reps = get_proper_type(types[0])
+                p["int_repeats"] = isinstance(reps, LiteralType) or (
+                    isinstance(reps, Instance)
+                    and reps.type.fullname in ("builtins.int", "builtins.bool"))
     elif base == "pad":
         pads = f.get("pad")
         pad_e = pads[0] if pads else None
