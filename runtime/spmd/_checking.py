@@ -1139,6 +1139,7 @@ class typecheck(contextlib.ContextDecorator):
         mode.__enter__()
         if not _STACK:
             _install_apply()
+            _enter_eager_stance()
         _STACK.append(mode)
         self._modes.append(mode)
         ACTIVE = True
@@ -1155,6 +1156,27 @@ class typecheck(contextlib.ContextDecorator):
             ACTIVE = bool(_STACK)
             if not _STACK:
                 _uninstall_apply()
+                _exit_eager_stance()
+
+
+# torch.compile inside the check mode: the compiled functions run eagerly (torch's
+# "force_eager" stance), so every op is checked as written; tracing the mode's bookkeeping
+# took Dynamo ~50 s of recompiles on a small model (a probe) and fullgraph=True failed on it
+_STANCE: list[Any] = []
+
+
+def _enter_eager_stance() -> None:
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is None or _STANCE:
+        return
+    stance = set_stance("force_eager")
+    stance.__enter__()
+    _STANCE.append(stance)
+
+
+def _exit_eager_stance() -> None:
+    if _STANCE:
+        _STANCE.pop().__exit__(None, None, None)
 
 
 def _as_spmd_type(t: Any) -> SpmdType:

@@ -108,7 +108,9 @@ def check_compiled_follows_the_mesh(ctx: Ctx, name: str) -> None:
 
 def check_compiled_under_typecheck(ctx: Ctx, name: str) -> None:
     """A compiled function called inside spmd.typecheck() is checked as in eager: its
-    result has the type, and a Partial through relu raises."""
+    result has the type, and a Partial through relu raises.  The check mode runs compiled
+    functions eagerly (torch's force_eager stance), so fullgraph=True works there too (it
+    raised torch._dynamo.exc.Unsupported on the mode's bookkeeping)."""
     from spmd import R, Tensor, V
     from spmd_mypy.engine.errors import SpmdTypeError
 
@@ -128,12 +130,17 @@ def check_compiled_under_typecheck(ctx: Ctx, name: str) -> None:
         spmd.declare(w, Tensor[V["x"]])
         out = torch.compile(f, backend="aot_eager")(x, w)
         assert str(spmd.typeof(out)) == 'Tensor[R["x"]]', spmd.typeof(out)
+        out = torch.compile(f, backend="aot_eager", fullgraph=True)(x, w)
+        assert str(spmd.typeof(out)) == 'Tensor[R["x"]]', spmd.typeof(out)
         try:
-            torch.compile(bad, backend="aot_eager")(x @ w)
+            torch.compile(bad, backend="aot_eager", fullgraph=True)(x @ w)
         except SpmdTypeError as e:
             assert "cannot go through relu" in str(e), e
         else:
             raise AssertionError(f"{name}: a Partial through relu passed under typecheck")
+    # leaving the check mode gives torch.compile back its stance: it compiles again
+    import torch._dynamo.eval_frame as eval_frame
+    assert eval_frame._stance.stance == "default", eval_frame._stance
 
 
 def _compare(program: Callable[..., torch.Tensor], xs: list[torch.Tensor], backend: str,
