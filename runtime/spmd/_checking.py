@@ -1794,8 +1794,36 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
 _apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply by its name
 
 
+_TORCH_CHECKPOINT_GENERATOR: Any = None
+
+
+def _checked_checkpoint_generator(fn: Any, preserve_rng_state: bool, context_fn: Any,
+                                  *args: Any, **kwargs: Any) -> Any:
+    """torch.utils.checkpoint's non-reentrant form, its recomputation in the check mode:
+    torch recomputes the region inside a saved tensor's unpack hook during the backward,
+    where the mode stack is empty (a recomputation that differs from the forward, e.g. a
+    collective skipped on recompute, passed unchecked).  The user's own ``context_fn``
+    contexts are kept, the mode entered inside the recomputation's."""
+    def with_mode() -> tuple[Any, Any]:
+        forward_ctx, recompute_ctx = context_fn()
+        return forward_ctx, _recompute_in_mode(recompute_ctx)
+    return _TORCH_CHECKPOINT_GENERATOR(fn, preserve_rng_state, with_mode, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _recompute_in_mode(recompute_ctx: Any) -> Iterator[None]:
+    with recompute_ctx, _in_mode():
+        yield
+
+
 def _install_apply() -> None:
-    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY
+    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
+    import torch.utils.checkpoint as checkpoint_module
+    if _TORCH_CHECKPOINT_GENERATOR is None and hasattr(
+            checkpoint_module, "_checkpoint_without_reentrant_generator"):
+        _TORCH_CHECKPOINT_GENERATOR = checkpoint_module._checkpoint_without_reentrant_generator
+        checkpoint_module._checkpoint_without_reentrant_generator = (  # type: ignore[assignment]
+            _checked_checkpoint_generator)
     if _TORCH_BACKWARD_APPLY is None:
         node_cls = torch.autograd.function.BackwardCFunction
         _TORCH_BACKWARD_APPLY = node_cls.__dict__["apply"]
@@ -1811,7 +1839,12 @@ def _install_apply() -> None:
 
 
 def _uninstall_apply() -> None:
-    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY
+    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
+    if _TORCH_CHECKPOINT_GENERATOR is not None:
+        import torch.utils.checkpoint as checkpoint_module
+        checkpoint_module._checkpoint_without_reentrant_generator = (  # type: ignore[assignment]
+            _TORCH_CHECKPOINT_GENERATOR)
+        _TORCH_CHECKPOINT_GENERATOR = None
     if _TORCH_BACKWARD_APPLY is not None:
         torch.autograd.function.BackwardCFunction.apply = _TORCH_BACKWARD_APPLY  # type: ignore[method-assign]
         _TORCH_BACKWARD_APPLY = None

@@ -1198,3 +1198,31 @@ def test_one_mistake_on_two_axes_is_one_error_with_the_tuple_axis_fix() -> None:
             'Partial on "dp" and "tp" (p: Tensor[P["dp", "tp"]]) cannot go through gelu (a '
             'non-linear op of a pending sum); all_reduce(p, ("dp", "tp"), src=P, dst=R) first  '
             '[spmd-partial-nonlinear]')
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpoint_recomputation_is_checked(reentrant: bool) -> None:
+    """torch.utils.checkpoint recomputes the region in the backward; a recomputation that
+    differs from the forward (here: a Partial through relu only when recomputing) is checked
+    like the forward.  The non-reentrant form recomputes inside a saved tensor's unpack hook,
+    where the mode stack is empty: it passed unchecked (a probe: a collective skipped only on
+    recompute, gradients off by 0.18)."""
+    from torch.utils.checkpoint import checkpoint
+    calls = []
+
+    def region(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        calls.append(1)  # h * w saves both: the backward needs the region recomputed
+        return h.relu() * w if len(calls) > 1 else h * w
+
+    with spmd.typecheck():
+        x = typed(mk(4), Tensor[P["tp"]]).requires_grad_(True)
+        w = typed(mk(4), Tensor[R["tp"]]).requires_grad_(True)
+        y = checkpoint(region, x * 1.0, w, use_reentrant=reentrant)
+        assert len(calls) == 1 and spmd.typeof(y) == ty(tp=PARTIAL)
+        with pytest.raises(SpmdTypeError, match="relu"):
+            y.sum().backward()
+        assert len(calls) == 2
+    import torch.utils.checkpoint as checkpoint_module
+    # leaving the mode gives torch its own function back
+    assert checkpoint_module._checkpoint_without_reentrant_generator.__module__ == \
+        "torch.utils.checkpoint"
