@@ -82,6 +82,7 @@ import functools
 import inspect
 import os
 import sys
+import types
 import weakref
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -395,6 +396,7 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
         # module the caller holds: model.fc.weight); then their gradients (p.grad: the
         # operands of an optimizer's step or of clip_grad_norm_)
         modules: list[tuple[str, torch.nn.Module]] = []
+        held: list[tuple[str, torch.Tensor]] = []  # named after the plain names
         for scope in (frame.f_locals, frame.f_globals):
             for k, v in scope.items():
                 if k.startswith("_"):
@@ -406,6 +408,13 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
                 elif isinstance(v, dict) and scope is frame.f_locals:  # params["w"]
                     named.extend((f'{k}["{n}"]' if isinstance(n, str) else f"{k}[{n!r}]", t)
                                  for n, t in list(v.items())[:1000] if isinstance(t, torch.Tensor))
+                elif scope is frame.f_locals and k != "self" and not isinstance(
+                        v, (type, types.ModuleType, types.FunctionType)):
+                    # a plain object's tensors: master.ln1 (an optimizer's master copy)
+                    d = getattr(v, "__dict__", None)
+                    if isinstance(d, dict):
+                        held.extend((f"{k}.{n}", t) for n, t in list(d.items())[:1000]
+                                    if isinstance(t, torch.Tensor))
         owner = frame.f_locals.get("self")
         if owner is not None:
             attrs: dict[str, Any] = {}
@@ -416,6 +425,7 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
             named.extend((f"self.{k}", v) for k, v in attrs.items() if isinstance(v, torch.Tensor))
             if isinstance(owner, torch.nn.Module):
                 modules.append(("self", owner))
+        named.extend(held)
         for k, m in modules:
             named.extend((f"{k}.{n}", p) for n, p in m.named_parameters())
         for k, v in named:

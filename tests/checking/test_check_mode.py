@@ -1226,3 +1226,24 @@ def test_checkpoint_recomputation_is_checked(reentrant: bool) -> None:
     # leaving the mode gives torch its own function back
     assert checkpoint_module._checkpoint_without_reentrant_generator.__module__ == \
         "torch.utils.checkpoint"
+
+
+class _Holder:
+    pass
+
+
+def test_messages_name_tensors_held_by_plain_objects() -> None:
+    """An optimizer's master copy on a plain object (``master.ln1.add_(...)``) is named as
+    written, and so is the operand beside it (the message said ``x`` and ``value``)."""
+    master = _Holder()
+    with spmd.typecheck():
+        master.ln1 = typed(mk(4), Tensor[I["tp"]])  # type: ignore[attr-defined]
+        g_ln1 = typed(mk(4), Tensor[V["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            master.ln1.add_(g_ln1 * 2.0)  # type: ignore[attr-defined]
+        assert "(master.ln1: Tensor[" in str(e.value), str(e.value)
+        assert "(g_ln1 * 2.0: Tensor[" in str(e.value), str(e.value)
+        w = master.ln1  # type: ignore[attr-defined]
+        with pytest.raises(SpmdTypeError) as e:
+            w.add_(g_ln1)
+        assert "(w: Tensor[" in str(e.value), str(e.value)  # a plain name first
