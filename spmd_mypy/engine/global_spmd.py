@@ -76,7 +76,8 @@ tuple); ``mesh_sizes: dict[str, int]``
 (optional, unused by the rules since shapes are local); ``sizes_one:
 tuple[bool, ...]`` per operand dims (optional; which dims are size 1, for
 broadcasting: every dim's at runtime; statically those an operand's own expression makes
-size 1, with ``sizes_exact=False``).
+size 1) and ``sizes_exact`` (False from the static checker: the other dims' sizes unknown,
+so a fix that shards an unsharded dim says a size-1 dim cannot be sharded).
 """
 
 from __future__ import annotations
@@ -739,8 +740,7 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                 conflicts.append((od, owner[od], i))
     if conflicts:
         return _finish(op, operands, None, [_layout_error(op, operands, specs, says, conflicts, r,
-                                                          sizes_known=sizes_one is not None
-                                                          if sizes_exact is None else sizes_exact)])
+                                                          sizes_known=sizes_exact is not False)])
     spec = tuple(e or () for e in out)
     errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
     if errors:
@@ -1783,6 +1783,12 @@ def _gathered_dim(op: str, x: Operand, dim: int, operands: Sequence[Operand]) ->
         d = _norm_dim(dim, len(xs))
     except DimError as e:
         return 0, _finish(op, operands, None, [SpmdError(CODE, f"{op}: {e}")])
+    if xs[d] and op in SCATTERS:
+        return d, _finish(op, operands, None, [SpmdError(
+            CODE, f"{op} along dim {d}, sharded on {_fmt_entry(xs[d])} ({_desc(x, True)}): each rank "
+                  f"holds only its block of the dim the global indices write into; gather it first: "
+                  f"{redistribute_fix(x.text, xs, _unshard(xs, [d]))}, or write the scatter in "
+                  f"spmd.local_map")])
     if xs[d]:
         return d, _finish(op, operands, None, [_lookup_error(op, x, d)])
     return d, None
@@ -1868,6 +1874,32 @@ def gather_along(op: str, x: Operand, index: Operand, *, dim: int | None,
                 f"{x.text} at p on that dim, so both must hold the same block; redistribute one "
                 f"of them to the other's spec")])
     return _lookup_finish(op, operands, ixs)
+
+
+SCATTERS = frozenset({"scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce",
+                      "scatter_reduce_"})
+
+
+def scatter_along(op: str, x: Operand, index: Operand, src: Operand | None, *,
+                  dim: int | None) -> Result:
+    """``x.scatter(dim, index, src)`` (scatter_add, scatter_reduce): position ``p`` of
+    ``index`` writes ``src[p]`` into ``x`` at ``index[p]`` along ``dim`` and at ``p`` along the
+    others: gather's conditions (``dim`` whole in ``x``, the other dims sharded alike in ``x``
+    and ``index``), ``src`` laid out as ``index``; the result keeps ``x``'s spec (a dense gate
+    from top-k indices)::
+
+        zeros(p: PS["dp", None, None]).scatter(-1, i: PS["dp", None, None], v)  ->  PS["dp", None, None]"""
+    operands = [x, index] + ([src] if src is not None else [])
+    checked = gather_along(op, x, index, dim=dim, operands=operands)
+    if checked.errors or x.type is None or x.type.spec is None:
+        return checked
+    if src is not None and src.type is not None and index.type is not None and (
+            src.type.spec != index.type.spec):
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op}: {src.text} is laid out unlike the index {index.text} ({_desc(src, True)}, "
+                  f"{_desc(index, True)}): position p writes {src.text} at p; redistribute "
+                  f"{src.text} to the index's spec")])
+    return _finish(op, operands, x.type.spec, [])
 
 
 def embedding(ids: Operand, table: Operand | None, *, op: str = "embedding") -> Result:
@@ -2096,6 +2128,9 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return narrow(x, dim=p.get("dim", UNKNOWN), op=op)
     if op == "embedding":
         return embedding(operands[0], operands[1] if len(operands) > 1 else None, op=op)
+    if op in SCATTERS and len(operands) >= 2:
+        src = operands[2] if len(operands) > 2 and operands[2].type is not None else None
+        return scatter_along(op, operands[0], operands[1], src, dim=p.get("dim", UNKNOWN))
     if op in GATHERS and len(operands) >= 2:
         return gather_along(op, operands[0], operands[1], dim=p.get("dim", UNKNOWN))
     if op == "index_select" and len(operands) >= 2:

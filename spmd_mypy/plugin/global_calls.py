@@ -773,7 +773,8 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         r = f.get("reduction")
         if r:
             p["reduction"] = r[0].value if isinstance(r[0], StrExpr) else gs.UNKNOWN
-    elif base in ("select", "narrow", "unsqueeze", "index_select", "gather", "take_along_dim"):
+    elif base in ("select", "narrow", "unsqueeze", "index_select", "gather", "take_along_dim",
+                  "scatter", "scatter_add", "scatter_reduce"):
         p["dim"] = _dim_param(f.get("dim"), many=False)
     elif base == "squeeze":
         p["dim"] = _dim_param(f.get("dim"))
@@ -823,12 +824,12 @@ def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand],
     operands' expressions, where known, for the dims they make size 1)."""
     try:
         params = op_params(typer, ctx, op, ops[0].text if ops else None)
-        if exprs and (op in gs.ELEMENTWISE or op in ("where", "masked_fill")):
+        if op in gs.ELEMENTWISE or op in ("where", "masked_fill"):
+            params["sizes_exact"] = False  # only what an operand's expression shows is known
             ones = [size_one_dims(e, len(o.type.spec)) if o.type is not None and o.type.spec
                     is not None else () for o, e in zip(ops, exprs)]
             if any(ones):
                 params["sizes_one"] = tuple(ones)
-                params["sizes_exact"] = False
         if params.get("_not_this_overload"):
             return Result(SpmdType(), [])
         from_module = module_params(ctx, op)

@@ -50,6 +50,8 @@ REJECTED = [
      "each rank would reduce only its shard"),
     ("repeat_interleave by a tensor along a sharded dim", [((4, 4, 6), H3)],
      lambda h: h.repeat_interleave(torch.ones(6, dtype=torch.long), dim=2), "whole on each rank"),
+    ("scatter along a sharded dim", [((4, 4, 6), H3)],
+     lambda h: h.scatter(2, torch.zeros(4, 4, 6, dtype=torch.long), 1.0), "write into"),
     ("roll along a sharded dim", [((4, 4, 6), H3)], lambda h: h.roll(1, -1), "spmd.redistribute(h"),
     ("flip along a sharded dim", [((4, 4, 6), H3)], lambda h: h.flip(-1), "spmd.redistribute(h"),
     ("gather along a sharded dim", [((4, 4, 6), H3)],

@@ -344,6 +344,18 @@ def test_repeat_interleave() -> None:
     assert counts["accepted"] > 10 and counts["rejected"], counts
 
 
+def test_scatter_along_a_dim() -> None:
+    """scatter: gather's conditions, src laid out as the index, the input's spec kept."""
+    x = SpmdType.of({"dp": shard(0), "tp": REPLICATE}, (("dp",), ()))
+    ok = gs.propagate("scatter", _ops([x, x, x]), dim=1)
+    assert not ok.errors and ok.type.spec == (("dp",), ())
+    assert gs.propagate("scatter_add", _ops([x, x, x]), dim=0).errors  # dim 0 sharded
+    other = SpmdType.of({"dp": REPLICATE, "tp": REPLICATE}, ((), ()))
+    bad = gs.propagate("scatter", _ops([x, x, other]), dim=1)
+    assert bad.errors and "laid out unlike the index" in bad.errors[0].message
+    assert not gs.propagate("scatter", _ops([x, x]), dim=1).errors  # a scalar value
+
+
 def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *,
           causal: bool = False) -> np.ndarray:
     """torch's scaled_dot_product_attention on one rank's arrays (the causal mask is the
