@@ -10,6 +10,7 @@ and cheap).
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence
 
 from mypy.nodes import (
@@ -345,7 +346,44 @@ class CallTyper:
         ``x.__radd__`` with errors filtered, and an error inside the hook would make it
         drop the variant ("Unsupported operand types") and lose the SPMD message."""
         if errors:
-            self.report_at(ctx.api, errors, context or ctx.context)
+            self.report_at(ctx.api, self._declared_operands(ctx, errors), context or ctx.context)
+
+    def _declared_operands(self, ctx: AnyCtx, errors: Sequence[SpmdError]) -> Sequence[SpmdError]:
+        """An operand whose type is the user's ``spmd.declare`` of an untyped value (what a
+        ``recv`` wrote, a buffer) may be declared wrong; the fix then converts a correct value
+        into a wrong one (a probe: a received gradient declared P where the sender had I,
+        the pasted all_reduce doubled every gradient).  Such an error says so."""
+        func = global_calls.current_function(ctx.api)
+        if func is None:
+            return errors
+        c = ctx.context
+        exprs: list[Expression] = [e for group in getattr(ctx, "args", ()) for e in group]
+        if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr):
+            exprs.append(c.callee.expr)
+        elif isinstance(c, OpExpr):
+            exprs += [c.left, c.right]
+        names = {e.name for e in exprs if isinstance(e, NameExpr)}
+        if not names:
+            return errors
+        facts = global_calls.size_names(func)
+        declared: dict[str, int] = {}
+        for name in names:
+            v = facts.values.get(name)
+            if (facts.bindings.get(name, 0) == 1 and isinstance(v, CallExpr)
+                    and isinstance(v.callee, RefExpr) and v.callee.fullname == "spmd.declare"):
+                declared[name] = v.line
+        if not declared:
+            return errors
+        out: list[SpmdError] = []
+        for err in errors:
+            hit = next((n for n in sorted(declared) if err.code != "spmd-annotation"
+                        and re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", err.message)), None)
+            if hit is not None:
+                err = SpmdError(err.code, f"{err.message}; {hit}'s type is its spmd.declare at "
+                                          f"line {declared[hit]}: if that declaration is wrong, "
+                                          f"correct it instead")
+            out.append(err)
+        return out
 
     def report_at(self, api: Any, errors: Sequence[SpmdError], at: Context) -> None:
         """:meth:`report` through the checker ``api``, at ``at``."""
