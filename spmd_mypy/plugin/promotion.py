@@ -340,9 +340,11 @@ class Correlated:
         for i, (p, g) in enumerate(zip(ps, gs))   (ps, gs of tuple types: by position)
 
     each operand computed from them takes, per iteration, the type it has with that
-    iteration's items (never ``a`` with ``gb``).  spmd's collectives are followed as torch's
-    ops are (``g = spmd.all_reduce(p.grad, "dp", src=P, dst=R)`` then ``p.add_(g)``).  Not
-    followed: subscripts, lists (their items have one type)."""
+    iteration's items (never ``a`` with ``gb``); a value holding no tensor read off one of
+    them (``mp.to(p.dtype)``, ``g.view(p.shape)``) is one value whatever the iteration.
+    spmd's collectives are followed as torch's ops are (``g = spmd.all_reduce(p.grad, "dp",
+    src=P, dst=R)`` then ``p.add_(g)``).  Not followed: subscripts, lists (their items have
+    one type)."""
 
     def __init__(self, types: TypeBuilder, hooks: Any) -> None:
         self.types = types
