@@ -58,6 +58,7 @@ from mypy.types import (
     AnyType,
     CallableType,
     Instance,
+    LiteralType,
     NoneType,
     Overloaded,
     TupleType,
@@ -339,9 +340,11 @@ class Correlated:
         for i, (p, g) in enumerate(zip(ps, gs))   (ps, gs of tuple types: by position)
 
     each operand computed from them takes, per iteration, the type it has with that
-    iteration's items (never ``a`` with ``gb``).  spmd's collectives are followed as torch's
-    ops are (``g = spmd.all_reduce(p.grad, "dp", src=P, dst=R)`` then ``p.add_(g)``).  Not
-    followed: subscripts, lists (their items have one type)."""
+    iteration's items (never ``a`` with ``gb``); a value holding no tensor read off one of
+    them (``mp.to(p.dtype)``, ``g.view(p.shape)``) is one value whatever the iteration.
+    spmd's collectives are followed as torch's ops are (``g = spmd.all_reduce(p.grad, "dp",
+    src=P, dst=R)`` then ``p.add_(g)``).  Not followed: subscripts, lists (their items have
+    one type)."""
 
     def __init__(self, types: TypeBuilder, hooks: Any) -> None:
         self.types = types
@@ -585,8 +588,10 @@ class Correlated:
         when its type is the same whatever the name's member (a scalar, a dim, a tensor mypy
         gave one type), (True, how) when derived from the name, (False, None) for neither."""
         t = lookup_type(ctx.api, e)
-        if t is not None and not self._varies(t) and not self._reads_joint_loop(ctx, e):
-            return True, None
+        if t is not None and not self._varies(t) and (
+                self._tensor_free(t) or not self._reads_joint_loop(ctx, e)):
+            return True, None  # a value of one type; a dtype, shape or size read off a
+            # loop variable (``mp.to(p.dtype)``) holds no SPMD type, whatever the iteration
         plan = self._plan(e, ctx, roots, depth, line)
         return plan is not None, plan
 
@@ -604,6 +609,20 @@ class Correlated:
         if isinstance(e, CallExpr):
             return (self._reads_joint_loop(ctx, e.callee)
                     or any(self._reads_joint_loop(ctx, a) for a in e.args))
+        return False
+
+    def _tensor_free(self, t: Type, depth: int = 0) -> bool:
+        """Whether no value of type ``t`` holds a tensor (a dtype, a device, an int, a
+        ``torch.Size``, a tuple or union of those); False for Any, a callable, anything
+        not known."""
+        p = get_proper_type(t)
+        if isinstance(p, Instance):
+            return self.types.from_type(p) is None and (not p.args or depth < 4 and all(
+                self._tensor_free(a, depth + 1) for a in p.args))
+        if isinstance(p, (NoneType, LiteralType)):
+            return True
+        if isinstance(p, (TupleType, UnionType)) and depth < 4:
+            return all(self._tensor_free(i, depth + 1) for i in p.items)
         return False
 
     def _varies(self, t: Type) -> bool:

@@ -11,7 +11,9 @@
    new variable with its own inferred type: mypy's own ``allow_redefinition_old`` renaming
    (``h = x @ w; h = all_reduce(h)`` checks as ``h' = ...; h = ...``), applied to the
    functions of modules that use SPMD types unless the module already allows redefinition.
-   Without it mypy reports ``Incompatible types in assignment`` for every such line.
+   Without it mypy reports ``Incompatible types in assignment`` for every such line.  A
+   ``for`` loop's variables reused by a later loop in another block are made the loop's own
+   (:mod:`.loop_names`) under any redefinition option.
 
 3. Conditions.  ``if x:`` / ``while x:`` / ``assert x`` read ``x``'s truth value
    (``x.__bool__()``), which mypy types without any plugin hook.  In function bodies, a
@@ -40,6 +42,7 @@ from mypy.renaming import VariableRenameVisitor
 from ..engine import collectives as coll
 from ..engine.ops import FACTORIES, INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
 from ..engine.views import KEEP, MOVES
+from .loop_names import own_loop_variables
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -447,6 +450,10 @@ class _Walker:
         # walk has met one (or a ``match``, whose captures it does not read) since reset.
         self._defined: list[set[str]] = []
         self.rebinds = False
+        # since reset too: the names defined twice in a scope, and those for loops bind (a
+        # loop variable reused elsewhere: loop_names may give the loop its own)
+        self.rebound: set[str] = set()
+        self.loop_targets: set[str] = set()
         # the file's module-level functions that run with gradients off, by name: a local
         # assigned one's result holds no gradient
         self.no_grad_functions = no_grad_functions
@@ -514,6 +521,7 @@ class _Walker:
             name = cast(NameExpr, target).name
             if name in scope:
                 self.rebinds = True
+                self.rebound.add(name)
             else:
                 scope.add(name)
         elif cls is _TupleExpr or cls is _ListExpr:
@@ -591,6 +599,7 @@ class _Walker:
                 index = cast(ForStmt, st).index
                 self._bind(index, _OPAQUE)
                 self._define(index)
+                self.loop_targets.update(_names_in(index))
             self.block(loop.body.body)
             if cls is _WhileStmt:
                 self._condition(loop.body.body, None, loop.expr)
@@ -883,22 +892,30 @@ _DEFINITIONS: Final = frozenset({FuncDef, OverloadedFuncDef, Decorator, ClassDef
 
 
 def rename_redefinitions(file: MypyFile, options: Options,
-                         defs: list[Statement] | None = None) -> None:
+                         defs: list[Statement] | None = None,
+                         loops: list[Statement] | None = None) -> None:
     """Section 2 of the module docstring, in function and method bodies only: module-level
     statements keep their names (another module may import them, and in a module re-parsed
     without ``get_additional_deps`` the top level may be analysed already; function bodies
     never are before every top level is).  Nothing when the module's options already allow
-    redefinition (mypy does it, or does it its own way).  ``defs``: only these top-level
-    definitions (:func:`prepare_file` knows which define a name twice); else all."""
-    if file.is_stub or options.allow_redefinition or options.allow_redefinition_old:
+    redefinition (mypy does it, or does it its own way), except for loop variables
+    (:mod:`.loop_names`: a loop's names its own).  ``defs``: only these top-level
+    definitions (:func:`prepare_file` knows which define a name twice); else all.
+    ``loops``: those of them where a loop variable is bound twice (else ``defs``)."""
+    if file.is_stub:
         return
     if defs is None:
         defs = [d for d in file.defs if type(d) in _DEFINITIONS]
-    if defs:
+    if not defs:
+        return
+    if not options.allow_redefinition and not options.allow_redefinition_old:
         # mypy's visitor is compiled (no subclassing): hand it a file of the definitions
         # (each top-level definition is renamed on its own: the visitor records no name
         # at the file's level for them)
         VariableRenameVisitor().visit_mypy_file(MypyFile(defs, []))
+    # then a loop variable reused by a later loop in another block (mypy renames in one
+    # block only): each loop's variables its own, under any redefinition option
+    own_loop_variables(defs if loops is None else loops)
 
 
 def prepare_file(file: MypyFile, options: Options) -> GradRegions:
@@ -911,15 +928,20 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     A walk that fails renames every definition, as a file never walked would be."""
     w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file))
     rebinding: list[Statement] = []
+    looping: list[Statement] = []  # of those, the ones where a loop variable is bound twice
     spans: list[tuple[int, int]] = []  # each one's slice of w.detached
     try:
         for d in file.defs:
             if type(d) in _DEFINITIONS:
                 w.rebinds = False
+                w.rebound.clear()
+                w.loop_targets.clear()
                 first = len(w.detached)
                 w.stmt(d)
                 if w.rebinds:
                     rebinding.append(d)
+                    if not w.rebound.isdisjoint(w.loop_targets):
+                        looping.append(d)
                     spans.append((first, len(w.detached)))
             else:
                 w.stmt(d)
@@ -947,7 +969,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             conditions[id(call)] = (call, tuple(operands))
     detached = w.detached
     if rebinding:
-        _rename_quietly(file, options, rebinding)
+        _rename_quietly(file, options, rebinding, looping)
         again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions)
         again.block(rebinding)
         kept: list[tuple[int, int, str]] = []
@@ -1050,9 +1072,10 @@ def isinstance_trigger(line: int, column: int) -> CallExpr:
     return call
 
 
-def _rename_quietly(file: MypyFile, options: Options, defs: list[Statement] | None) -> None:
+def _rename_quietly(file: MypyFile, options: Options, defs: list[Statement] | None,
+                    loops: list[Statement] | None = None) -> None:
     try:
-        rename_redefinitions(file, options, defs)
+        rename_redefinitions(file, options, defs, loops)
     except Exception:  # noqa: BLE001 - a rewrite problem must never crash mypy
         pass
 

@@ -16,9 +16,10 @@ import textwrap
 
 import pytest
 from mypy.errors import Errors
-from mypy.nodes import MypyFile
+from mypy.nodes import MypyFile, NameExpr
 from mypy.options import Options
 from mypy.parse import parse
+from mypy.server.subexpr import get_subexpressions
 
 from spmd_mypy.plugin import rewrite
 
@@ -166,3 +167,99 @@ def test_modules_that_allow_redefinition_are_not_renamed(redefinition: str) -> N
     setattr(options, redefinition, True)
     rewrite.prepare_file(tree, options)
     assert "x'" not in str(tree)
+
+
+LOOPS = textwrap.dedent('''
+    def owned(ps, qs, gs):
+        for p in ps:
+            g = p.grad
+            assert g is not None
+        with ctx():
+            for m, g in zip(qs, gs):
+                m.add_(g)
+            for p, m in zip(ps, qs):
+                p.copy_(m)
+        for k in range(3):
+            for q in ps:
+                q.mul_(2)
+            if k:
+                for q in qs:
+                    q.mul_(2)
+        for b in ps:
+            b.sum()
+        with ctx():
+            for b in f(b):
+                b.sum()
+
+    def kept(ps, qs, c):
+        for p in ps:
+            p.sum()
+        with ctx():
+            for p in qs:
+                p.sum()
+        print(p)
+        for a in ps:
+            a.sum()
+        with ctx():
+            for a in qs:
+                a.sum()
+            else:
+                print(a)
+        q = ps
+        for k in range(2):
+            if k:
+                print(q)
+            for q in ps:
+                q.sum()
+        for h in ps:
+            h.sum()
+        with ctx():
+            for h in qs:
+                fn = lambda h: h * 2
+        for z in ps:
+            z.sum()
+        with ctx():
+            for z in qs:
+                z.sum()
+        def inner():
+            return z
+        for y in ps:
+            y.sum()
+        with ctx():
+            for y in qs:
+                y.sum()
+        fy = lambda: y
+''')
+
+
+def _loop_names(function: str) -> list[str]:
+    tree, options = _parse(LOOPS)
+    rewrite.prepare_file(tree, options)
+    f = next(d for d in tree.defs if _name(d) == function)
+    return [n.name for n in get_subexpressions(f) if isinstance(n, NameExpr)]
+
+
+def test_each_loop_owns_its_variables_when_nothing_else_reads_them() -> None:
+    names = _loop_names("owned")
+    # each loop of p, g, q binds a name of its own; g = p.grad keeps g; the two loops of m
+    # in one block are mypy's renamer's (m, m')
+    assert {"p'", "p''", "g'", "q'", "q''", "m'"} <= set(names)
+    assert "p" not in names and "q" not in names
+    assert names.count("g") == 2 and names.count("g'") == 2 and names.count("m") == 2
+    # the second loop of b reads the first one's b in its iterable, then binds its own
+    assert names[-4:] == ["b'", "f", "b", "b'"] and names.count("b") == 3
+
+
+def test_a_loop_variable_another_read_may_see_keeps_its_name() -> None:
+    # read after the loop, in its else, earlier in a loop around it, by a lambda with its
+    # name, a nested function, a lambda: one variable, as mypy has it
+    names = _loop_names("kept")
+    assert not any(n.endswith("'") for n in names)
+
+
+@pytest.mark.parametrize("redefinition", ["allow_redefinition", "allow_redefinition_old"])
+def test_loop_variables_are_their_own_under_any_redefinition_option(redefinition: str) -> None:
+    tree, options = _parse(LOOPS)
+    setattr(options, redefinition, True)
+    rewrite.prepare_file(tree, options)
+    assert "NameExpr(p')" in str(tree)
