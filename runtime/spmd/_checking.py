@@ -759,6 +759,8 @@ class _Mode(TorchFunctionMode):
         if kind is Kind.RAW:
             _check_raw_collective(func, plan.name, args, kwargs)
             return func(*args, **kwargs)
+        if func is _TENSOR_DEEPCOPY:
+            return _typed_copy(args[0] if args else None, func(*args, **kwargs))
         if kind is Kind.PASS or kind is Kind.FACTORY:
             return func(*args, **kwargs)
         if kind is Kind.VALUE_READ:
@@ -1805,6 +1807,23 @@ _apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply 
 
 
 _TORCH_CHECKPOINT_GENERATOR: Any = None
+_TORCH_PARAMETER_DEEPCOPY: Any = None
+_TENSOR_DEEPCOPY = torch.Tensor.__deepcopy__
+
+
+def _typed_copy(source: Any, copied: Any) -> Any:
+    """``copy.deepcopy`` of a typed tensor holds the same values: the copy gets the type (a
+    master-weight or EMA copy, ``copy.deepcopy(model).float()``, was untyped, so every check
+    on it was skipped)."""
+    t = _get(source) if isinstance(source, torch.Tensor) else None
+    if t and isinstance(copied, torch.Tensor) and copied is not source:
+        _set(copied, t)
+    return copied
+
+
+def _checked_parameter_deepcopy(self: torch.nn.Parameter, memo: dict) -> Any:
+    # Parameter.__deepcopy__ builds the copy with _make_subclass, which no mode sees
+    return _typed_copy(self, _TORCH_PARAMETER_DEEPCOPY(self, memo))
 
 
 def _checked_checkpoint_generator(fn: Any, preserve_rng_state: bool, context_fn: Any,
@@ -1828,7 +1847,11 @@ def _recompute_in_mode(recompute_ctx: Any) -> Iterator[None]:
 
 def _install_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
+    global _TORCH_PARAMETER_DEEPCOPY
     import torch.utils.checkpoint as checkpoint_module
+    if _TORCH_PARAMETER_DEEPCOPY is None and "__deepcopy__" in vars(torch.nn.Parameter):
+        _TORCH_PARAMETER_DEEPCOPY = vars(torch.nn.Parameter)["__deepcopy__"]
+        torch.nn.Parameter.__deepcopy__ = _checked_parameter_deepcopy  # type: ignore[method-assign]
     if _TORCH_CHECKPOINT_GENERATOR is None and hasattr(
             checkpoint_module, "_checkpoint_without_reentrant_generator"):
         _TORCH_CHECKPOINT_GENERATOR = checkpoint_module._checkpoint_without_reentrant_generator
@@ -1850,6 +1873,10 @@ def _install_apply() -> None:
 
 def _uninstall_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
+    global _TORCH_PARAMETER_DEEPCOPY
+    if _TORCH_PARAMETER_DEEPCOPY is not None:
+        torch.nn.Parameter.__deepcopy__ = _TORCH_PARAMETER_DEEPCOPY  # type: ignore[method-assign]
+        _TORCH_PARAMETER_DEEPCOPY = None
     if _TORCH_CHECKPOINT_GENERATOR is not None:
         import torch.utils.checkpoint as checkpoint_module
         checkpoint_module._checkpoint_without_reentrant_generator = (  # type: ignore[assignment]

@@ -1247,3 +1247,29 @@ def test_messages_name_tensors_held_by_plain_objects() -> None:
         with pytest.raises(SpmdTypeError) as e:
             w.add_(g_ln1)
         assert "(w: Tensor[" in str(e.value), str(e.value)  # a plain name first
+
+
+class _Sharded(nn.Module):
+    w: Tensor[S[0, "tp"]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+
+def test_deepcopy_keeps_the_type() -> None:
+    """``copy.deepcopy`` of a typed tensor or of a module with typed parameters (a master
+    or EMA copy: ``copy.deepcopy(model).float()``) holds the same values, so it keeps the
+    types (the copies were untyped: every check on them was skipped)."""
+    import copy
+    m = _Sharded()
+    with spmd.typecheck():
+        spmd.declare_parameters(m)
+        t = typed(torch.randn(3), Tensor[V["tp"]])
+        assert spmd.typeof(copy.deepcopy(t)) == ty(tp=VARYING)
+        master = copy.deepcopy(m).double()
+        assert spmd.typeof(master.w) == ty(tp=shard(0))
+        with pytest.raises(SpmdTypeError, match="spmd-partial-varying"):  # checked as typed
+            master.w * typed(torch.randn(4).double(), Tensor[P["tp"]])
+    assert "__deepcopy__" in vars(nn.Parameter)
+    assert vars(nn.Parameter)["__deepcopy__"].__module__ == "torch.nn.parameter"
