@@ -89,7 +89,8 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, declaration_conflict, declaration_error, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
+from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
+                                          declaration_conflict, declaration_error,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op)

@@ -707,7 +707,7 @@ def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *
 
 
 def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Sequence[bool]] | None = None,
-                sizes_exact: bool | None = None) -> Result:
+                sizes_exact: bool = True) -> Result:
     """Elementwise ops (``+``, ``*``, ``where``, ``relu``...) with broadcasting.
 
     Dims are aligned from the right; every operand that has a dim (and whose dim is
@@ -740,7 +740,7 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                 conflicts.append((od, owner[od], i))
     if conflicts:
         return _finish(op, operands, None, [_layout_error(op, operands, specs, says, conflicts, r,
-                                                          sizes_known=sizes_exact is not False)])
+                                                          sizes_known=sizes_exact)])
     spec = tuple(e or () for e in out)
     errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
     if errors:
@@ -2052,7 +2052,7 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
                       out_partial_axes=opa)
     if op in ("max", "min") and (len(tensors) >= 2 or p.get("binary")):
         return elementwise(op, operands, sizes_one=p.get("sizes_one"),
-                           sizes_exact=p.get("sizes_exact"))
+                           sizes_exact=p.get("sizes_exact", True))
     if op in REDUCTIONS:
         dim = p.get("dim")
         return reduction(op, x, dim=REDUCTION_DEFAULT_DIM.get(op) if dim is None else dim,
@@ -2070,7 +2070,7 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
             return _finish(op, operands, None, [SpmdError(CODE, f"{op}: out_partial_axes applies to "
                                                               f"einsum, matmul, linear and sum only")])
         return elementwise(op, operands, sizes_one=p.get("sizes_one"),
-                           sizes_exact=p.get("sizes_exact"))
+                           sizes_exact=p.get("sizes_exact", True))
     if op in SPLITS:
         return split(x, dim=p.get("dim", 0), op=op)
     if op in ("expand", "broadcast_to"):

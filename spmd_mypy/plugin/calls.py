@@ -313,6 +313,13 @@ def is_zero_literal(e: Expression | None, t: Type | None) -> bool:
     return isinstance(p, LiteralType) and p.value == 0 and not isinstance(p.value, bool)
 
 
+
+def _value_bound_once(func: FuncDef, name: str) -> Expression | None:
+    """The value of ``name = value`` when that is the name's only binding in ``func`` (not
+    a parameter, a loop target, a second assignment...), else None."""
+    facts = global_calls.size_names(func)
+    return facts.values.get(name) if facts.bindings.get(name, 0) == 1 else None
+
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
@@ -365,12 +372,11 @@ class CallTyper:
         names = {e.name for e in exprs if isinstance(e, NameExpr)}
         if not names:
             return errors
-        facts = global_calls.size_names(func)
         declared: dict[str, int] = {}
         for name in names:
-            v = facts.values.get(name)
-            if (facts.bindings.get(name, 0) == 1 and isinstance(v, CallExpr)
-                    and isinstance(v.callee, RefExpr) and v.callee.fullname == "spmd.declare"):
+            v = _value_bound_once(func, name)
+            if (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
+                    and v.callee.fullname == "spmd.declare"):
                 declared[name] = v.line
         if not declared:
             return errors
@@ -1409,12 +1415,9 @@ class CallTyper:
         func = global_calls.current_function(ctx.api)
         if func is None:
             return False
-        facts = global_calls.size_names(func)
-        if facts.bindings.get(e.name, 0) != 1:
-            return False
         if any(arg.variable.name == e.name for arg in func.arguments):
-            return True
-        value = facts.values.get(e.name)
+            return global_calls.size_names(func).bindings.get(e.name, 0) == 1
+        value = _value_bound_once(func, e.name)
         return value is not None and ".grad" not in expr_text(value)
 
     def grad_type_hook(self, ctx: FunctionContext) -> Type:
