@@ -389,6 +389,15 @@ def _user_frame() -> Any:
 
 
 def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
+    """The names the caller gives ``values`` (for a message); ``defaults`` where none is
+    found.  Never raises: a message must not turn into another exception."""
+    try:
+        return _named_texts(values, defaults)
+    except Exception:  # noqa: BLE001 - an object of the caller's whose attributes raise
+        return [d if isinstance(v, torch.Tensor) else repr(v) for v, d in zip(values, defaults)]
+
+
+def _named_texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
     frame = _user_frame()
     names: dict[int, str] = {}
     named: list[tuple[str, torch.Tensor]] = []
@@ -412,7 +421,10 @@ def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
                 elif scope is frame.f_locals and k != "self" and not isinstance(
                         v, (type, types.ModuleType, types.FunctionType)):
                     # a plain object's tensors: master.ln1 (an optimizer's master copy)
-                    d = getattr(v, "__dict__", None)
+                    try:  # naming never raises: a proxy's __dict__ may
+                        d = getattr(v, "__dict__", None)
+                    except Exception:  # noqa: BLE001
+                        d = None
                     if isinstance(d, dict):
                         held.extend((f"{k}.{n}", t) for n, t in list(d.items())[:1000]
                                     if isinstance(t, torch.Tensor))

@@ -21,12 +21,15 @@ from mypy.nodes import (
     AssignmentExpr,
     AssignmentStmt,
     AwaitExpr,
+    Block,
     CallExpr,
     CastExpr,
     ComparisonExpr,
     ConditionalExpr,
     Context,
     Decorator,
+    DictExpr,
+    DictionaryComprehension,
     EllipsisExpr,
     Expression,
     FakeInfo,
@@ -36,6 +39,7 @@ from mypy.nodes import (
     GeneratorExpr,
     IndexExpr,
     IntExpr,
+    LDEF,
     LambdaExpr,
     ListComprehension,
     ListExpr,
@@ -43,24 +47,27 @@ from mypy.nodes import (
     MypyFile,
     NameExpr,
     OpExpr,
+    OperatorAssignmentStmt,
     OverloadedFuncDef,
     RefExpr,
-    OperatorAssignmentStmt,
-    Statement,
+    SetComprehension,
+    SetExpr,
     StarExpr,
+    Statement,
     StrExpr,
     SuperExpr,
     SymbolNode,
     TempNode,
-    TypeAlias,
     TupleExpr,
+    TypeAlias,
     TypeInfo,
     UnaryExpr,
-    YieldExpr,
     Var,
+    YieldExpr,
 )
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.typeops import make_simplified_union
+from mypy.server.subexpr import get_subexpressions
 from mypy.types import (
     AnyType,
     Instance,
@@ -312,6 +319,27 @@ def is_zero_literal(e: Expression | None, t: Type | None) -> bool:
         p = p.last_known_value
     return isinstance(p, LiteralType) and p.value == 0 and not isinstance(p.value, bool)
 
+
+
+_RAW_TARGETS: dict[int, tuple[FuncDef, Block, frozenset[str]]] = {}
+
+
+def _raw_collective_targets(func: FuncDef) -> frozenset[str]:
+    """The names ``func`` passes to a torch.distributed call (``dist.all_reduce(out)``
+    reduces ``out`` in place: its static type is no longer a fact), computed once per body."""
+    cached = _RAW_TARGETS.get(id(func))
+    if cached is not None and cached[0] is func and cached[1] is func.body:
+        return cached[2]
+    names: set[str] = set()
+    for sub in get_subexpressions(func.body):
+        if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
+                and sub.callee.fullname.startswith("torch.distributed.")):
+            names.update(a.name for a in sub.args if isinstance(a, NameExpr))
+    if len(_RAW_TARGETS) > 10_000:  # bound the memory of a long-lived daemon
+        _RAW_TARGETS.clear()
+    found = frozenset(names)
+    _RAW_TARGETS[id(func)] = (func, func.body, found)
+    return found
 
 
 def _value_bound_once(func: FuncDef, name: str) -> Expression | None:
@@ -1391,7 +1419,7 @@ class CallTyper:
             return ctx.default_return_type
         x_expr, x_type = self._arg(ctx, "x")
         if x_expr is not None and x_type is not None and self._known_for_certain(ctx, x_expr):
-            have = self.types.from_type(x_type)
+            have = self.types.from_type(x_type) if not self._union_typed(ctx, x_expr) else None
             if have and not have.failed:
                 text = expr_text(x_expr)
                 order = self.plugin.config.mesh_axes
@@ -1402,23 +1430,50 @@ class CallTyper:
         inst = self.types.to_instance(t)
         return inst if inst is not None else ctx.default_return_type
 
+    def _union_typed(self, ctx: AnyCtx, e: Expression) -> bool:
+        """Whether the argument ``e`` is of a union type (the hook may be asked once per
+        member: the type it gets is then one of them, not a fact about ``e``)."""
+        try:
+            t = ctx.api.lookup_type(e)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - not in the type map: read as not a union
+            return False
+        return isinstance(get_proper_type(t), UnionType)
+
     def _known_for_certain(self, ctx: AnyCtx, e: Expression) -> bool:
-        """Whether ``e``'s static type is a fact rather than the checker's best reading:
-        not a gradient (``p.grad`` reads as backward() leaves it, while a hook or an
-        assignment elsewhere may have reduced it: declaring it is the documented way to say
-        so), not a loop or comprehension variable (``[spmd.declare(g, T) for g in grads]``),
-        not a name bound twice or from a gradient."""
-        if ".grad" in expr_text(e):
-            return False
-        if not isinstance(e, NameExpr):
-            return isinstance(e, (CallExpr, OpExpr, MemberExpr, IndexExpr))
+        """Whether ``e``'s static type is a fact rather than the checker's best reading.
+        Not: anything read off a gradient (``p.grad`` reads as backward() leaves it, while a
+        hook or an assignment elsewhere may have reduced it: declaring it is the documented
+        way to say so), an item of a container or a choice between values (their type is a
+        join: ``out["loss"]``, ``a if c else b``), a comprehension's or a lambda's variable,
+        a local bound twice or bound to such a reading, a local a raw torch.distributed call
+        may have reduced in place.  (A union type is no fact either: the caller's test.)"""
         func = global_calls.current_function(ctx.api)
-        if func is None:
+        return func is not None and self._certain_in(func, e, 0)
+
+    def _certain_in(self, func: FuncDef, e: Expression, depth: int) -> bool:
+        if depth > 4:
             return False
-        if any(arg.variable.name == e.name for arg in func.arguments):
-            return global_calls.size_names(func).bindings.get(e.name, 0) == 1
-        value = _value_bound_once(func, e.name)
-        return value is not None and ".grad" not in expr_text(value)
+        for sub in [e, *get_subexpressions(e)]:
+            if isinstance(sub, MemberExpr) and sub.name == "grad":
+                return False
+            if isinstance(sub, (IndexExpr, ConditionalExpr, LambdaExpr, ListComprehension,
+                                SetComprehension, DictionaryComprehension, GeneratorExpr,
+                                ListExpr, TupleExpr, DictExpr, SetExpr, StarExpr)):
+                return False
+            if isinstance(sub, OpExpr) and sub.op in ("and", "or"):
+                return False
+            if isinstance(sub, NameExpr) and sub.kind == LDEF:
+                if sub.name in _raw_collective_targets(func):
+                    return False
+                facts = global_calls.size_names(func)
+                if facts.bindings.get(sub.name, 0) != 1:
+                    return False
+                if any(arg.variable is sub.node for arg in func.arguments):
+                    continue  # a parameter bound once: its annotation
+                value = _value_bound_once(func, sub.name)
+                if value is None or not self._certain_in(func, value, depth + 1):
+                    return False
+        return True
 
     def grad_type_hook(self, ctx: FunctionContext) -> Type:
         """``spmd.grad_type(T)`` as a value: the type object of the gradient's type."""

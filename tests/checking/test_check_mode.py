@@ -1273,3 +1273,22 @@ def test_deepcopy_keeps_the_type() -> None:
             master.w * typed(torch.randn(4).double(), Tensor[P["tp"]])
     assert "__deepcopy__" in vars(nn.Parameter)
     assert vars(nn.Parameter)["__deepcopy__"].__module__ == "torch.nn.parameter"
+
+
+class _NoDict:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    @property
+    def __dict__(self) -> dict:  # type: ignore[override]
+        raise RuntimeError("no dict")
+
+
+def test_naming_never_replaces_the_error() -> None:
+    """An object in the caller whose attributes raise (a proxy) never turns the type error
+    into its own exception while the message names the operands."""
+    with spmd.typecheck():
+        p = typed(torch.randn(3), Tensor[P["tp"]])
+        proxy = _NoDict(p)  # noqa: F841 - in the caller's frame
+        with pytest.raises(SpmdTypeError, match="cannot go through relu"):
+            torch.relu(p)
