@@ -180,14 +180,16 @@ def check_exit(actual: SpmdType, declared: SpmdType, axes: Sequence[str] | None,
                                                 where="out_types")
 
 
-def check_entry(actual: SpmdType, declared: SpmdType, *, what: str) -> list[SpmdError]:
-    """An argument's tracked (global) type against its ``in_types`` entry."""
+def check_entry(actual: SpmdType, declared: SpmdType, *, what: str,
+                x_text: str = "x") -> list[SpmdError]:
+    """An argument's tracked (global) type against its ``in_types`` entry (``x_text``: the
+    argument as the caller wrote it, for the fix)."""
     if actual.spec is not None and declared.spec is not None and actual.spec != declared.spec:
         return [SpmdError(
             "spmd-mismatch",
             f"local_map: {what} is {format_type(actual)} but in_types declares "
             f"{format_type(declared)}; "
-            + global_spmd.redistribute_fix("x", actual.spec, declared.spec))]
+            + global_spmd.redistribute_fix(x_text, actual.spec, declared.spec))]
     return global_spmd.check_local_map_boundary(actual, declared, None, what=what,
                                                 where="in_types") if actual.spec is None else []
 
@@ -221,7 +223,8 @@ def local_map(*, in_types: Any, out_types: Any, axes: Sequence[str] | None = Non
                 have = _checking.typeof(v)
                 if have:
                     text = _checking._texts([v], ["x"])[0]
-                    errs = check_entry(have, t, what=f"argument {i} ({text}) of {name}")
+                    errs = check_entry(have, t, what=f"argument {i} ({text}) of {name}",
+                                       x_text=text)
                     if errs:
                         raise SpmdTypeError(errs[0])
                 _checking._stamp_declared(

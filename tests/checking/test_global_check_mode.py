@@ -115,8 +115,10 @@ def test_local_map_switches_types_in_check_mode():
         assert spmd.typeof(h).spec == ((), ("tp",))
         # a wrong layout on entry names the redistribute that fixes it
         (g,) = _declared(((4, 6), Tensor[PS["tp", None]]))
-        with pytest.raises(SpmdTypeError, match="redistribute"):
+        with pytest.raises(SpmdTypeError, match="redistribute") as e:
             body(g)
+        # the fix names the argument as written (it said x)
+        assert 'spmd.redistribute(g, src=PS["tp", None], dst=PS[None, "tp"])' in str(e.value)
     # outside check mode: the identity on values
     x = torch.randn(3)
     assert torch.equal(body(x), F.gelu(x))
