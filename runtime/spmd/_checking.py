@@ -314,12 +314,17 @@ def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> S
     if spec is None:
         return assigned
     ops, _ = extract(plan, (g, g), {})
-    texts = _texts([g], ["x.grad"])
-    operands = [Operand(typ, text, False, role_of(spec, i, cls), tuple(g.shape))
-                for i, ((_, cls), typ, text) in enumerate(zip(
-                    ops, (assigned, t.dual()), (texts[0], "autograd's new gradient")))]
-    res = propagate(spec, operands)
-    if res.errors:
+
+    def typed(g_text: str) -> Any:
+        return propagate(spec, [
+            Operand(typ, text, False, role_of(spec, i, cls), tuple(g.shape))
+            for i, ((_, cls), typ, text) in enumerate(zip(
+                ops, (assigned, t.dual()), (g_text, "autograd's new gradient")))])
+
+    res = typed("x.grad")
+    if res.errors:  # named for the message only (the caller's frame is searched for them)
+        texts = _texts([g], ["x.grad"])
+        res = typed(texts[0])
         err = res.errors[0]
         head, sep, _ = err.message.partition(" in add_: ")
         if err.code == "spmd-partial-affine" and sep:

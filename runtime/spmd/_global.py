@@ -221,12 +221,11 @@ def local_map(*, in_types: Any, out_types: Any, axes: Sequence[str] | None = Non
                 if t is None or not isinstance(v, torch.Tensor):
                     continue
                 have = _checking.typeof(v)
-                if have:
+                if have and check_entry(have, t, what=f"argument {i} of {name}"):
+                    # named for the message only (the caller's frame is searched for it)
                     text = _checking._texts([v], ["x"])[0]
-                    errs = check_entry(have, t, what=f"argument {i} ({text}) of {name}",
-                                       x_text=text)
-                    if errs:
-                        raise SpmdTypeError(errs[0])
+                    raise SpmdTypeError(check_entry(
+                        have, t, what=f"argument {i} ({text}) of {name}", x_text=text)[0])
                 _checking._stamp_declared(
                     v, t, f"argument {i} ({{x}}) of local_map {name} has in_types "
                     + format_type(t).replace("{", "{{").replace("}", "}}"))

@@ -1453,7 +1453,7 @@ class CallTyper:
     def _certain_in(self, func: FuncDef, e: Expression, depth: int) -> bool:
         if depth > 4:
             return False
-        for sub in [e, *get_subexpressions(e)]:
+        for sub in get_subexpressions(e):  # e itself first
             if isinstance(sub, MemberExpr) and sub.name == "grad":
                 return False
             if isinstance(sub, (IndexExpr, ConditionalExpr, LambdaExpr, ListComprehension,

@@ -112,24 +112,24 @@ def check_hook_reduction_typed(ctx: Ctx, name: str) -> None:
     assert float((w.grad - total).abs().max()) == total * (n - 1)
 
 
-class _CopyNoReduce(torch.autograd.Function):
-    """Megatron's copy-to-tensor-parallel-region whose backward forgets the all-reduce."""
+class _CopyToRegion(torch.autograd.Function):
+    """Megatron's copy to the tensor-parallel region (I -> R); each subclass its backward."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
         return spmd.reinterpret(x, "x", src=I, dst=R)
+
+
+class _CopyNoReduce(_CopyToRegion):
+    """Megatron's copy-to-tensor-parallel-region whose backward forgets the all-reduce."""
 
     @staticmethod
     def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
         return g  # the Partial gradient of an I input
 
 
-class _CopyRawReduce(torch.autograd.Function):
+class _CopyRawReduce(_CopyToRegion):
     """The same, correct: the user's own raw all-reduce in backward (Megatron's _reduce)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
-        return spmd.reinterpret(x, "x", src=I, dst=R)
 
     @staticmethod
     def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
@@ -150,11 +150,7 @@ class _CopyTyped(torch.autograd.Function):
         return spmd.all_reduce(g, "x", src=P, dst=I) * ctx.scale, None
 
 
-class _NonLinearBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
-        return spmd.reinterpret(x, "x", src=I, dst=R)
-
+class _NonLinearBackward(_CopyToRegion):
     @staticmethod
     def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
         return spmd.all_reduce(torch.tanh(g), "x", src=P, dst=I)
@@ -349,12 +345,8 @@ def check_grad_reduced_every_micro_batch(ctx: Ctx, name: str) -> None:
         assert float((w.grad - want).abs().max()) == first * (n - 1), (w.grad, want)
 
 
-class _ReadBeforeReduce(torch.autograd.Function):
+class _ReadBeforeReduce(_CopyToRegion):
     """A backward that logs the gradient's value before reducing it: this rank's summand."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
-        return spmd.reinterpret(x, "x", src=I, dst=R)
 
     @staticmethod
     def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
@@ -362,12 +354,8 @@ class _ReadBeforeReduce(torch.autograd.Function):
         return spmd.all_reduce(g, "x", src=P, dst=I)
 
 
-class _ReadAfterRawReduce(torch.autograd.Function):
+class _ReadAfterRawReduce(_CopyToRegion):
     """The same after the user's own raw all-reduce (untyped from there): the sum."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor[I["x"]]) -> Tensor[R["x"]]:
-        return spmd.reinterpret(x, "x", src=I, dst=R)
 
     @staticmethod
     def backward(ctx: Any, g: Tensor[P["x"]]) -> Tensor[I["x"]]:
