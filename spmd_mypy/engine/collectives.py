@@ -571,7 +571,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
         if have.kind is want.kind:
             op = "redistribute"
             fix = (f"the shard dims differ; redistribute({x_text}, {format_axis(ax)}, "
-                   f"src={have.at_high_ranks()}, dst={want})") + _same_dim_at_one_rank(have, want)
+                   f"src={have.at_high_ranks()}, dst={want})") + (
+                       _same_dim_at_one_rank(have, want) or _dims_in_another_order(have, want, x_text))
         else:
             r = route(have, want)
             op = r[0] if r is not None else ""
@@ -599,6 +600,21 @@ def _same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
     rank = max(a, b) - min(a, b)  # the non-negative dim minus the negative one
     return (f" (S({a}) and S({b}) are the same dim only of a {rank}-dim tensor: if the value "
             f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
+
+
+def _dims_in_another_order(have: LocalType, want: LocalType, x_text: str) -> str:
+    """S(a) where S(b) is needed (a, b of one sign): the redistribute keeps the global tensor
+    and moves its shard; a value whose dims are in another order (Megatron's ``[s, b, h]``
+    where ``[b, s, h]`` is meant) needs ``transpose(a, b)`` instead, which moves the shard
+    dim with the data::
+
+        [s/N, b, h] S(0)  --transpose(0, 1)-->  [b, s/N, h] S(1)
+    """
+    a, b = have.dim, want.dim
+    if a is None or b is None or a == b or (a < 0) != (b < 0):
+        return ""
+    return (f" to shard the same global tensor on dim {b}, or {bare(x_text)}.transpose({a}, {b}) "
+            f"if its dims are in another order (a [s, b, h] value where [b, s, h] is meant)")
 
 
 def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
