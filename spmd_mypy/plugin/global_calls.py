@@ -791,13 +791,22 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     return p
 
 
-def size_one_dims(e: Expression | None, rank: int) -> tuple[bool, ...]:
+def size_one_dims(e: Expression | None, rank: int, func: FuncDef | None = None,
+                  depth: int = 0) -> tuple[bool, ...]:
     """The dims of ``e`` (a value of ``rank`` dims) that its own expression makes size 1:
     ``x.unsqueeze(k)`` (literal k) and ``x[:, None]`` (None items, before or after one
-    ``...``).  An elementwise op broadcasts those, as the check mode does from the sizes::
+    ``...``), also through a local of ``func`` bound once to such an expression.  An
+    elementwise op broadcasts those, as the check mode does from the sizes::
 
         q: PS["dp", "tp", None, None] * cos.unsqueeze(0).unsqueeze(0)   (cos: PS[None, None])
+        c = cos[None, None];  q * c                                      (the same)
     """
+    if isinstance(e, NameExpr):
+        if func is None or e.kind != LDEF or depth > 3:
+            return ()
+        facts = size_names(func)
+        value = facts.values.get(e.name) if facts.bindings.get(e.name, 0) == 1 else None
+        return size_one_dims(value, rank, func, depth + 1) if value is not None else ()
     ones = [False] * rank
     if (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
             and e.callee.name == "unsqueeze" and len(e.args) == 1):
@@ -826,7 +835,8 @@ def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand],
         params = op_params(typer, ctx, op, ops[0].text if ops else None)
         if op in gs.ELEMENTWISE or op in ("where", "masked_fill"):
             params["sizes_exact"] = False  # only what an operand's expression shows is known
-            ones = [size_one_dims(e, len(o.type.spec)) if o.type is not None and o.type.spec
+            func = current_function(ctx.api)
+            ones = [size_one_dims(e, len(o.type.spec), func) if o.type is not None and o.type.spec
                     is not None else () for o, e in zip(ops, exprs)]
             if any(ones):
                 params["sizes_one"] = tuple(ones)
