@@ -828,6 +828,20 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
         return (f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst}{op_arg})"
                 + (", which returns the result (the raw op writes it into a tensor passed to it)"
                    if in_place else ""))
+    if not axes and typed_name == "all_reduce" and want == (Kind.P,):
+        # no pending sum: a V value summed by the raw call is each rank's part of a sum (a
+        # local loss, a sum of squares), which reinterpret(V,P) states before the reduction;
+        # an all_reduce with src=V is no transition
+        parts = [a for a, t in x_type.axes if t.kind is Kind.V and t.dim is None and t.by_rank is None]
+        if parts:
+            ax = format_axis(parts[0]) if len(parts) == 1 else "axis"
+            over = ("" if len(parts) == 1 else
+                    f" over the mesh axis its process group spans ({x} is V on "
+                    + " and ".join(format_axis(a) for a in parts) + ")")
+            return (f"spmd.all_reduce(spmd.reinterpret({x}, {ax}, src=V, dst=P), {ax}, src=P, "
+                    f"dst=R{op_arg}){over} where its ranks' values "
+                    f"{'on ' + ax if len(parts) == 1 else 'there'} are the parts of one "
+                    f"sum (a local loss, a sum of squares), which returns the result")
     where = ""
     if len(axes) > 1:
         where = (f" ({x} is {want[0].value} on "

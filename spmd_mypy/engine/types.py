@@ -384,6 +384,22 @@ def format_type(t: SpmdType, axis_order: Iterable[str] | None = None) -> str:
     return f"Tensor[{', '.join(entries)}]" if entries else "Tensor"
 
 
+def refines(have: SpmdType, want: SpmdType) -> bool:
+    """Every value of type ``have`` is a value of type ``want``: the same local type on every
+    axis, or a shard dim forgotten (``S(i)`` is V with a known dim)::
+
+        S(0) -> V   yes (the dim forgotten)      V -> S(0)   no (a claim)
+    """
+    if have.spec is not None or want.spec is not None or have.failed or want.failed:
+        return have == want
+    if len(have.axes) != len(want.axes):
+        return False
+    for (a, h), (b, w) in zip(have.axes, want.axes):
+        if a != b or not (h == w or (w == VARYING and h.kind is Kind.V)):
+            return False
+    return True
+
+
 def grad_type(t: SpmdType) -> SpmdType:
     """``spmd.grad_type(T)``: the gradient's type, the dual on every axis."""
     return t.dual()

@@ -124,6 +124,7 @@ from mypy.types import (
 
 from ..engine import collectives as coll
 from ..engine.errors import SpmdError
+from ..engine.types import refines
 from .calls import expr_text, made_by
 from .codes import ERROR_CODES
 from .messages import user_form
@@ -302,6 +303,8 @@ class BoundaryChecker:
             # a plain tensor into a variable that first held a typed one: what the promotion
             # accepts, met while an isinstance/hasattr narrowing has it off (until the next
             # hook: ``if hasattr(m, "s"): ...`` then ``w = torch.zeros_like(w)``)
+            return True
+        if not is_declared and self._accepted_into_inferred(actual, declared, relaxed):
             return True
         if not is_declared or not is_subtype(actual, relaxed):
             # mypy's error stands (an inferred variable keeps its first type; a value that is
@@ -683,6 +686,15 @@ class BoundaryChecker:
             return []
         return [k for k, (tv, arg) in enumerate(zip(tvars, p.args))
                 if isinstance(tv, TypeVarType) and tv.variance == COVARIANT and self._relax(arg)[1]]
+
+    def _accepted_into_inferred(self, actual: Type, declared: Type, relaxed: Type) -> bool:
+        """An inferred variable keeps its first type; a typed value of that type (an S(0)
+        value into a variable first assigned a V one: the dim forgotten) is accepted, not
+        mypy's [assignment] error.  A claim (V into an inferred S(0)) keeps mypy's rule."""
+        if not is_subtype(actual, relaxed):
+            return False
+        have, want = self.plugin.types.from_type(actual), self.plugin.types.from_type(declared)
+        return bool(have) and want is not None and refines(have, want)
 
     def _compare(self, actual: Type, declared: Type, expr: Expression | None, text: str,
                  where: Callable[[str], str]) -> list[tuple[SpmdError, Expression | None]]:

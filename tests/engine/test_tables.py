@@ -126,7 +126,15 @@ def test_the_ops_after_a_sum_are_non_linear_in_the_op_table() -> None:
     ("all_reduce", {"dp": PARTIAL}, 'spmd.all_reduce(g, "dp", src=P, dst=R), which returns'),
     ("all_reduce", {"dp": PARTIAL, "tp": PARTIAL},
      'spmd.all_reduce on g over the mesh axis its process group spans (g is P on "dp" and "tp")'),
-    ("all_reduce", {"dp": VARYING}, "spmd.all_reduce on g over the mesh axis its process group"),
+    # no pending sum: a V summed by the raw call is each rank's part of one sum, which
+    # reinterpret(V,P) states (all_reduce takes no src=V)
+    ("all_reduce", {"dp": VARYING},
+     'spmd.all_reduce(spmd.reinterpret(g, "dp", src=V, dst=P), "dp", src=P, dst=R) where its '
+     'ranks\' values on "dp" are the parts of one sum'),
+    ("all_reduce", {"dp": VARYING, "tp": VARYING},
+     'spmd.all_reduce(spmd.reinterpret(g, axis, src=V, dst=P), axis, src=P, dst=R) over the '
+     'mesh axis its process group spans (g is V on "dp" and "tp")'),
+    ("all_reduce", {"dp": shard(0)}, "spmd.all_reduce on g over the mesh axis its process group"),
     ("all_gather", {"tp": VARYING}, 'spmd.all_gather(g, "tp", src=V, dst=R)'),
     ("all_gather_into_tensor", {"tp": VARYING}, 'spmd.all_gather(g, "tp", src=S(0), dst=R)'),
     ("all_gather_into_tensor", {"tp": shard(2)}, 'spmd.all_gather(g, "tp", src=S(2), dst=R)'),
