@@ -1362,12 +1362,23 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
                     f'spmd.{op}(..., out_partial_axes="{a}"): the local result is already P on '
                     f'"{a}" (an operand is Partial); drop "{a}" from out_partial_axes'))
             else:
+                # an operand untyped on the axis (a plain weight, gradual) did not count: the
+                # R/I comes from the typed ones, and the untyped one may be the sharded one
+                untyped = [o.text for o in operands if not o.type or o.type.get(a) is None]
+                unsure = ""
+                if untyped:
+                    names = " and ".join(untyped)
+                    one = len(untyped) == 1
+                    unsure = (f", as far as the typed operands tell: {names} "
+                              f"{'is' if one else 'are'} untyped on \"{a}\"; if "
+                              f"{'it is' if one else 'one is'} sharded there, declare it, e.g. "
+                              f'spmd.declare({untyped[0]}, Tensor[V["{a}"]])')
                 errors.append(SpmdError(
                     "spmd-expert-mode",
                     f'spmd.{op}(..., out_partial_axes="{a}"): the local result is {lt} on "{a}" '
-                    f"(the same on every rank), so declaring it Partial would count it once per "
-                    f'rank; make an operand Varying on "{a}" (sharded), or drop "{a}" from '
-                    f"out_partial_axes"))
+                    f"(the same on every rank{unsure}), so declaring it Partial would count it "
+                    f'once per rank; make an operand Varying on "{a}" (sharded), or drop "{a}" '
+                    f"from out_partial_axes"))
         t = t.replace(a, LocalType(Kind.P))
     if bias is not None and bias.type:
         bias_rest = bias.type

@@ -1292,3 +1292,17 @@ def test_naming_never_replaces_the_error() -> None:
         proxy = _NoDict(p)  # noqa: F841 - in the caller's frame
         with pytest.raises(SpmdTypeError, match="cannot go through relu"):
             torch.relu(p)
+
+
+def test_out_partial_axes_of_an_invariant_result_names_the_untyped_operand() -> None:
+    """An untyped weight (FSDP's unsharded parameter, a plain tensor) does not count in the
+    rule: the I result comes from the typed operands only, and the message says which
+    operand was untyped (the probe: the fix "drop tp" was wrong there, the weight sharded)."""
+    with spmd.typecheck():
+        h = typed(mk(2, 8), Tensor[I["tp"]])
+        w2 = mk(4, 8)
+        with pytest.raises(SpmdTypeError) as e:
+            spmd.linear(h, w2, out_partial_axes="tp")
+    assert e.value.code == "spmd-expert-mode"
+    assert ('as far as the typed operands tell: w2 is untyped on "tp"; if it is sharded there, '
+            'declare it, e.g. spmd.declare(w2, Tensor[V["tp"]])') in str(e.value), str(e.value)
