@@ -1255,6 +1255,11 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     v_word = next(iter(words[Kind.V])) if len(words.get(Kind.V, ())) == 1 else "Varying"
     r_why = "every rank would seed its own gradient of 1, so the gradient is counted once per rank"
     v_why = "each rank holds a different loss, so there is no single value to differentiate"
+    # a per-rank loss is most often a mean over this rank's tokens (cross_entropy's default):
+    # the sum of N such means is N times the mean over every rank's tokens (a probe pasted
+    # the reinterpret and trained on cp x the loss)
+    means = ("; per-rank means summed are the axis size times the mean over all ranks: divide "
+             "by the axis size first where the loss is a mean")
     if replicate is not None and varying is not None:
         rax, vax = format_axes(replicate), format_axes(varying)
         return [SpmdError(
@@ -1265,7 +1270,7 @@ def check_backward(loss: Operand) -> list[SpmdError]:
             f"reinterpret(reinterpret({x}, {vax}, src=V, dst=P), {rax}, src=R, dst=I): the sum "
             f"of the per-rank losses on {axis_words(varying)} (or all_gather it there first), one "
             f"seed on {axis_words(replicate)} (or all_reduce to I instead of R where the loss is "
-            f"computed)",
+            f"computed){means}",
         )]
     if replicate is not None:
         lt_word, why = "Replicate", r_why
@@ -1275,7 +1280,7 @@ def check_backward(loss: Operand) -> list[SpmdError]:
         assert varying is not None
         lt_word, why = v_word, v_why
         fix = (f"reinterpret({x}, {format_axes(varying)}, src=V, dst=P) to mean the sum of the "
-               f"per-rank losses, or all_gather it first")
+               f"per-rank losses, or all_gather it first{means}")
     return [SpmdError("spmd-backward",
                       f"{needs}, but it is {lt_word} ({format_type(loss.type)}): {why}; {fix}")]
 
