@@ -694,7 +694,7 @@ class BoundaryChecker:
         if not is_subtype(actual, relaxed):
             return False
         have, want = self.plugin.types.from_type(actual), self.plugin.types.from_type(declared)
-        return bool(have) and want is not None and refines(have, want)
+        return have is not None and bool(have) and want is not None and refines(have, want)
 
     def _compare(self, actual: Type, declared: Type, expr: Expression | None, text: str,
                  where: Callable[[str], str]) -> list[tuple[SpmdError, Expression | None]]:
