@@ -90,7 +90,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
-                                          declaration_conflict, declaration_error,
+                                          RAW_FUNCTIONAL_COLLECTIVES, declaration_conflict, declaration_error,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op)
@@ -1915,9 +1915,14 @@ def _uninstall_apply() -> None:
 # typed tensor, they raise before any communication, unless they run inside a custom
 # autograd Function's forward or backward (where users implement their own collectives; the
 # Function's annotations type it).  Calls from the typed collectives' implementation are not
-# the user's; one made by torch.distributed.nn.functional is reported under that name.
+# the user's; one made by torch.distributed.nn.functional is reported under that name.  The
+# functional collectives (torch.distributed._functional_collectives: all_gather_tensor,
+# all_reduce, ..., their *_autograd variants) reach the mode as their ops
+# (torch.ops._c10d_functional.*) and are reported under the function the user called.
 
 _NN_FUNCTIONAL = os.path.join(_TORCH_DIR, "distributed", "nn", "functional.py")
+_FUNCOL = os.path.join(_TORCH_DIR, "distributed", "_functional_collectives.py")
+_FUNCOL_MODULE = "torch.distributed._functional_collectives"
 _C10D = os.path.join(_TORCH_DIR, "distributed", "distributed_c10d.py")
 _FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp", "apply"})
 
@@ -1971,7 +1976,9 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
     typed = [(t, st) for t in _raw_tensors(args, kwargs) if (st := _get(t))]
     if not typed or torch.compiler.is_compiling():
         return
-    module = "torch.distributed"
+    op = isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+    module = "torch.ops._c10d_functional" if op else "torch.distributed"
+    funcol: Any = None  # the frame of the functional collective the user called
     f: Any = sys._getframe(1)
     while f is not None:  # up to the user's frame
         fn = os.path.abspath(f.f_code.co_filename)
@@ -1983,6 +1990,9 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
             module, name = "torch.distributed.nn.functional", f.f_code.co_name
         elif fn == _C10D and f.f_code.co_name in RAW_COLLECTIVES:
             name = f.f_code.co_name  # reduce_scatter_tensor, which calls reduce_scatter_single
+        elif op and fn == _FUNCOL and f.f_code.co_name in RAW_FUNCTIONAL_COLLECTIVES:
+            # all_gather_tensor (all_gather_single's caller), all_reduce_inplace, ...
+            module, name, funcol = _FUNCOL_MODULE, f.f_code.co_name, f
         f = f.f_back
     if f is None:
         return
@@ -1990,12 +2000,23 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
         # the user's own collective in a Function's forward or backward: what it wrote is no
         # longer of the type it had (``dist.all_reduce(g)`` on a Partial gradient, then
         # ``return g`` or ``spmd.declare(g, Tensor[I["tp"]])``): untyped (the Function's
-        # annotations type its result)
-        for w in _raw_written(args, kwargs):
+        # annotations type its result); a functional collective writes a new tensor, but
+        # its *_inplace form then copies that into its first argument
+        if not op:
+            written = _raw_written(args, kwargs)
+        elif funcol is not None and name.endswith("_inplace"):
+            written = _raw_written((funcol.f_locals.get(funcol.f_code.co_varnames[0]),), {})
+        else:
+            written = []
+        for w in written:
             _untype(w)
         return
     t, st = typed[0]
-    reduce_op, async_op = _raw_op(func, args, kwargs)
+    if op:  # the reduce op the functional collective was called with (reduceOp="avg")
+        reduce_op, async_op = (_raw_op(None, (), funcol.f_locals) if funcol is not None
+                               else (None, False))  # the op called directly: not read
+    else:
+        reduce_op, async_op = _raw_op(func, args, kwargs)
     raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st,
                                              reduce_op=reduce_op, async_op=async_op))
 
