@@ -90,7 +90,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
-                                          declaration_conflict, declaration_error,
+                                          RAW_FUNCTIONAL_COLLECTIVES, declaration_conflict, declaration_error,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op)
@@ -757,6 +757,8 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         if kwargs is None:
             kwargs = {}
+        if _RETURN_WANTED:
+            _find_return_frames()
         if _PAUSED:
             return func(*args, **kwargs)
         plan = _plan(func)
@@ -1802,23 +1804,145 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):
             _set(g, t)
-    with _in_mode():
+    backward = getattr(getattr(node, "_forward_cls", None), "backward", None)
+    returns = _ReturnCapture(backward)
+    with _in_mode(), returns:
         result = _TORCH_BACKWARD_APPLY(node, *grads)
     many = isinstance(result, tuple)
-    returned: list[duality.Slot] = []
-    for i, r in enumerate(result if many else (result,)):
-        if r is None:
-            returned.append(duality.Slot("None", duality.NONE))
-        elif isinstance(r, torch.Tensor):
-            text = next((n for n, g in zip(names, grads) if g is r), None) or (
-                f"result[{i}]" if many else "result")
-            returned.append(duality.Slot.tensor(text, _get(r) or _UNTYPED))
-        else:
-            returned.append(duality.Slot(repr(r), duality.UNKNOWN))
-    errors = duality.check_returned(duality.FunctionTypes(name, inputs, None, None, None), returned)
-    if errors:
+    results = result if many else (result,)
+
+    def slots(texts: Sequence[str | None]) -> list[duality.Slot]:
+        returned: list[duality.Slot] = []
+        for i, r in enumerate(results):
+            if r is None:
+                returned.append(duality.Slot("None", duality.NONE))
+            elif isinstance(r, torch.Tensor):
+                text = (texts[i] if i < len(texts) else None) or next(
+                    (n for n, g in zip(names, grads) if g is r), None) or (
+                    f"result[{i}]" if many else "result")
+                returned.append(duality.Slot.tensor(text, _get(r) or _UNTYPED))
+            else:
+                returned.append(duality.Slot(repr(r), duality.UNKNOWN))
+        return returned
+
+    function = duality.FunctionTypes(name, inputs, None, None, None)
+    errors = duality.check_returned(function, slots(()))
+    if errors:  # named as the static checker names them: the return's expressions
+        try:
+            errors = duality.check_returned(function, slots(returns.texts(results))) or errors
+        except Exception:  # noqa: BLE001 - naming never hides the error
+            pass
         raise SpmdTypeError(errors[0])
     return result
+
+
+class _ReturnCapture:
+    """Where a custom Function's ``backward`` returned (the check mode's duality message names
+    the returned values by the expressions of that ``return``, as the static checker does:
+    ``gfull``, ``spmd.all_reduce(...)``, not ``result[1]``).  The first op the body runs in
+    the mode finds the body's frame (:func:`_find_return_frames`); once the body has returned,
+    that frame's last instruction is its return.  A body that runs no op is not read (its
+    values are then named by the gradients' names, else ``result[i]``)."""
+
+    __slots__ = ("code", "frame", "frame_info")
+
+    def __init__(self, fn: Any) -> None:
+        try:
+            fn = inspect.unwrap(fn) if fn is not None else None
+        except ValueError:
+            fn = None
+        self.code = getattr(fn, "__code__", None)
+        self.frame: Any = None
+        self.frame_info: tuple[Any, int, dict] | None = None
+
+    def __enter__(self) -> None:
+        if self.code is not None:
+            _RETURN_WANTED.append(self)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self in _RETURN_WANTED:
+            _RETURN_WANTED.remove(self)
+        f, self.frame = self.frame, None
+        if f is not None and exc[0] is None:
+            self.frame_info = (f.f_code, f.f_lasti, f.f_globals)
+
+    def texts(self, results: Sequence[Any]) -> list[str | None]:
+        """The text of each returned value (by position), [] when the return is not read."""
+        import ast
+        import linecache
+        import textwrap
+
+        if self.frame_info is None:
+            return []
+        code, lasti, f_globals = self.frame_info
+        line, end_line, col, end_col = list(code.co_positions())[lasti // 2]
+        if line is None or end_line is None or col is None or end_col is None:
+            return []
+        lines = linecache.getlines(code.co_filename, f_globals)
+        if end_line > len(lines):
+            return []
+        # the statement the return instruction belongs to (a with block's, for a return in
+        # it): parsed dedented, its one return read
+        chunk = [ln.encode() for ln in lines[line - 1:end_line]]
+        chunk[-1] = chunk[-1][:end_col]
+        chunk[0] = b" " * col + chunk[0][col:]
+        source = textwrap.dedent(b"".join(chunk).decode())
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return []
+        rets = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
+        if len(rets) != 1 or rets[0].value is None:
+            return []
+        value = rets[0].value
+        items = value.elts if isinstance(value, ast.Tuple) and len(results) > 1 else [value]
+        if len(items) != len(results) or any(isinstance(i, ast.Starred) for i in items):
+            return []
+        return [_expr_text(i) for i in items]
+
+
+_RETURN_WANTED: list[_ReturnCapture] = []  # backward bodies running, their frame not found yet
+
+
+def _find_return_frames() -> None:
+    """Called by the mode's first op while a backward body is running: its frame."""
+    f: Any = sys._getframe(2)
+    while f is not None and _RETURN_WANTED:
+        for c in _RETURN_WANTED:
+            if f.f_code is c.code:
+                c.frame = f
+                _RETURN_WANTED.remove(c)
+                break
+        f = f.f_back
+
+
+def _expr_text(e: Any) -> str:
+    """Short source text of an expression, as the static checker writes it (plugin
+    ``calls.expr_text``): ``gfull``, ``ctx.g``, ``spmd.all_reduce(...)``, ``gs[...]``."""
+    import ast
+
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute):
+        return f"{_expr_text(e.value)}.{e.attr}"
+    if isinstance(e, ast.Call):
+        return f"{_expr_text(e.func)}({'...' if e.args or e.keywords else ''})"
+    if isinstance(e, ast.Subscript):
+        return f"{_expr_text(e.value)}[...]"
+    if isinstance(e, ast.Constant) and isinstance(e.value, str):
+        return '"' + e.value + '"'
+    if isinstance(e, ast.BinOp) and type(e.op) in _BIN_OPS:
+        return f"({_expr_text(e.left)} {_BIN_OPS[type(e.op)]} {_expr_text(e.right)})"
+    return ast.unparse(e)
+
+
+def _bin_ops() -> dict[type, str]:
+    import ast
+    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+            ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@"}
+
+
+_BIN_OPS = _bin_ops()
 
 
 _apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply by its name
@@ -1915,9 +2039,14 @@ def _uninstall_apply() -> None:
 # typed tensor, they raise before any communication, unless they run inside a custom
 # autograd Function's forward or backward (where users implement their own collectives; the
 # Function's annotations type it).  Calls from the typed collectives' implementation are not
-# the user's; one made by torch.distributed.nn.functional is reported under that name.
+# the user's; one made by torch.distributed.nn.functional is reported under that name.  The
+# functional collectives (torch.distributed._functional_collectives: all_gather_tensor,
+# all_reduce, ..., their *_autograd variants) reach the mode as their ops
+# (torch.ops._c10d_functional.*) and are reported under the function the user called.
 
 _NN_FUNCTIONAL = os.path.join(_TORCH_DIR, "distributed", "nn", "functional.py")
+_FUNCOL = os.path.join(_TORCH_DIR, "distributed", "_functional_collectives.py")
+_FUNCOL_MODULE = "torch.distributed._functional_collectives"
 _C10D = os.path.join(_TORCH_DIR, "distributed", "distributed_c10d.py")
 _FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp", "apply"})
 
@@ -1971,7 +2100,9 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
     typed = [(t, st) for t in _raw_tensors(args, kwargs) if (st := _get(t))]
     if not typed or torch.compiler.is_compiling():
         return
-    module = "torch.distributed"
+    op = isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+    module = "torch.ops._c10d_functional" if op else "torch.distributed"
+    funcol: Any = None  # the frame of the functional collective the user called
     f: Any = sys._getframe(1)
     while f is not None:  # up to the user's frame
         fn = os.path.abspath(f.f_code.co_filename)
@@ -1983,6 +2114,9 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
             module, name = "torch.distributed.nn.functional", f.f_code.co_name
         elif fn == _C10D and f.f_code.co_name in RAW_COLLECTIVES:
             name = f.f_code.co_name  # reduce_scatter_tensor, which calls reduce_scatter_single
+        elif op and fn == _FUNCOL and f.f_code.co_name in RAW_FUNCTIONAL_COLLECTIVES:
+            # all_gather_tensor (all_gather_single's caller), all_reduce_inplace, ...
+            module, name, funcol = _FUNCOL_MODULE, f.f_code.co_name, f
         f = f.f_back
     if f is None:
         return
@@ -1990,12 +2124,23 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
         # the user's own collective in a Function's forward or backward: what it wrote is no
         # longer of the type it had (``dist.all_reduce(g)`` on a Partial gradient, then
         # ``return g`` or ``spmd.declare(g, Tensor[I["tp"]])``): untyped (the Function's
-        # annotations type its result)
-        for w in _raw_written(args, kwargs):
+        # annotations type its result); a functional collective writes a new tensor, but
+        # its *_inplace form then copies that into its first argument
+        if not op:
+            written = _raw_written(args, kwargs)
+        elif funcol is not None and name.endswith("_inplace"):
+            written = _raw_written((funcol.f_locals.get(funcol.f_code.co_varnames[0]),), {})
+        else:
+            written = []
+        for w in written:
             _untype(w)
         return
     t, st = typed[0]
-    reduce_op, async_op = _raw_op(func, args, kwargs)
+    if op:  # the reduce op the functional collective was called with (reduceOp="avg")
+        reduce_op, async_op = (_raw_op(None, (), funcol.f_locals) if funcol is not None
+                               else (None, False))  # the op called directly: not read
+    else:
+        reduce_op, async_op = _raw_op(func, args, kwargs)
     raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st,
                                              reduce_op=reduce_op, async_op=async_op))
 

@@ -508,6 +508,46 @@ def _check_sizes(step: _Step, sizes: Sequence[int], n: int) -> None:
                          f"the axis has {n} ranks")
 
 
+# The steps that communicate a shard (the others, convert's, cut or pad locally).
+_SIZES_EXCHANGED = frozenset({"all_gather", "reduce_scatter"})
+
+
+def _check_same_sizes(step: _Step, sizes: tuple[int, ...] | None, device: torch.device) -> None:
+    """Check mode: every rank of the axis passed the same ``sizes=`` (one small all_gather of
+    the lists over the axis's group, once per call).  Each rank checks only its own entry
+    (its length of dim i) and the sum; a list that differs from rank to rank in the others
+    (the list of another step, a list shifted by one) gives wrong shards silently, as the
+    ranks cut and join blocks at different offsets.  ``sizes=None`` on some ranks and a list
+    on others is reported too."""
+    g = _group(step)
+    n = g.size
+    mine = [-1] + [0] * n if sizes is None else [len(sizes)] + list(sizes[:n]) + [0] * max(0, n - len(sizes))
+    t = torch.tensor(mine, dtype=torch.int64, device=device)
+    with _checking.suspended():
+        every = du.all_gather(t, g).view(n, n + 1).tolist()
+    me = every[g.index]
+    other = next((k for k in range(n) if every[k] != me), None)
+    if other is None:
+        return
+
+    def text(row: list[int], k: int) -> str:
+        if row[0] < 0:
+            return "no sizes="
+        if k == g.index:
+            return f"sizes={list(sizes or ())}"
+        shown = row[1:1 + min(row[0], n)]
+        return f"sizes={shown}" + ("" if row[0] <= n else f" and {row[0] - n} more entries")
+
+    axis = g.axes[0] if len(g.axes) == 1 else g.axes
+    raise ValueError(
+        f"{step.describe()}: sizes= differs from rank to rank on axis {axis!r}: this rank "
+        f"(index {g.index} on the axis, global rank {g.ranks[g.index]}) passed "
+        f"{text(me, g.index)}, index {other} (global rank {g.ranks[other]}) passed "
+        f"{text(every[other], other)}; sizes= is the same list on every rank of the axis (entry "
+        f"k the length of dim i on the rank of index k), else the ranks cut and join the "
+        f"blocks at different offsets (wrong shards, no error outside the check mode)")
+
+
 def _even(step: _Step, length: int, n: int, dim: int) -> int:
     if length % n:
         hint = ("" if step.op == "all_to_all" else
@@ -916,6 +956,11 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
                              f"per-rank lengths of an uneven S(i) shard that is gathered, "
                              f"scattered, cut or padded): it has no shard")
         sizes = tuple(int(s) for s in sizes)
+    step = plan.step
+    if (_checking.ACTIVE and plan.uses_sizes and step is not None and step.group is not None
+            and step.group.size > 1 and (sizes is not None or step.op in _SIZES_EXCHANGED)
+            and not torch.compiler.is_compiling()):
+        _check_same_sizes(step, sizes, x.device)
     if plan.no_grad_op is not None:
         if x.requires_grad and torch.is_grad_enabled():
             errors = check_collective("all_reduce", UNTYPED, plan.axes or ("<group>",), plan.src,
@@ -1041,7 +1086,8 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
         [B]  =>  [A, B, C]
         [C]
 
-    Uneven shards: ``sizes=[...]`` the length of dim ``i`` on each rank of the axis.
+    Uneven shards: ``sizes=[...]`` the length of dim ``i`` on each rank of the axis (the same
+    list on every rank; the check mode verifies it).
 
     Backward: ``dst=R`` (gradient P) -> ``reduce_scatter(P,V)`` / ``reduce_scatter(P,S(i))``
     (sum, then each rank keeps its slot/chunk); ``dst=I`` (gradient I) ->
@@ -1071,7 +1117,8 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
         +[B0, B1, B2]  =>   [A1 + B1 + C1]
         +[C0, C1, C2]       [A2 + B2 + C2]
 
-    Uneven chunks: ``sizes=[...]``, the length of dim ``i`` each rank keeps.
+    Uneven chunks: ``sizes=[...]``, the length of dim ``i`` each rank keeps (the same list on
+    every rank; the check mode verifies it).
 
     ``op="avg"``: the sum divided by the axis size (data-parallel gradient averaging); the
     backward is scaled the same way.

@@ -89,6 +89,17 @@ EXTRA_FACTORIES = frozenset(
 # torch.distributed namespaces of OpOverloads: the implementation of collectives, which
 # the typed collectives type themselves (_checking.on_collective).
 _DIST_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor"})
+# The collective ops of torch.distributed._functional_collectives (all_gather_tensor,
+# all_reduce, reduce_scatter_tensor, all_to_all_single, their *_autograd and *_inplace
+# variants): a raw collective on a typed tensor (spmd-raw-collective, _checking names it by
+# the functional collective the user called); wait_tensor and the wrappers stay PASS.
+_FUNCOL_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd"})
+FUNCOL_OPS = frozenset(
+    """all_reduce all_reduce_ all_reduce_coalesced all_reduce_coalesced_ all_gather_into_tensor
+    all_gather_into_tensor_out all_gather_into_tensor_coalesced reduce_scatter_tensor
+    reduce_scatter_tensor_out reduce_scatter_tensor_coalesced all_to_all_single broadcast
+    broadcast_""".split()
+)
 
 
 class Kind(enum.Enum):
@@ -397,6 +408,9 @@ def build_plan(func: Any) -> Plan:
     if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         ns = getattr(func, "namespace", None) or getattr(func, "_qualified_op_name", "").split("::")[0]
         if ns in _DIST_NAMESPACES:
+            op = _name_of(func)[0]
+            if ns in _FUNCOL_NAMESPACES and op in FUNCOL_OPS:
+                return Plan(Kind.RAW, op)
             return PASS_PLAN
     module = getattr(func, "__module__", None) or ""
     if module.startswith("torch.distributed"):

@@ -7,7 +7,7 @@ parameters with the static checker's error; outside check mode nothing changes."
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -15,9 +15,9 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx
-from spmd import P, R, Tensor, V
+from spmd import P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
-from spmd_mypy.engine.types import VARYING, SpmdType
+from spmd_mypy.engine.types import REPLICATE, VARYING, SpmdType
 
 F64 = torch.float64
 AXIS = "x"
@@ -117,9 +117,96 @@ def check_off_untouched(ctx: Ctx, name: str) -> None:
     assert_close(x.grad, 2 * x.detach())
 
 
+# ZeRO-3 prefetch, typed (README: "Overlap"): the next layer's all-gather is a raw async
+# collective inside a custom Function whose forward/backward are annotated; the Function's
+# annotations type the gathered parameter (R) and its gradient (reduce-scattered to S(0)).
+
+class _Prefetch:
+    """The next layer's all-gather in flight: its output buffer and work handle."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self.buf: Optional[torch.Tensor] = None
+        self.work: Any = None
+
+
+class _GatherPrefetch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, shard: Tensor[S[0, "x"]], nxt: Optional[Tensor[S[0, "x"]]],
+                pf: _Prefetch) -> Tensor[R["x"]]:
+        n = dist.get_world_size(pf.group)
+        if pf.work is None:  # nothing in flight (the first layer)
+            full = shard.new_empty((n * shard.shape[0],) + tuple(shard.shape[1:]))
+            dist.all_gather_into_tensor(full, shard, group=pf.group)
+        else:
+            pf.work.wait()
+            assert pf.buf is not None
+            full = pf.buf
+        pf.buf, pf.work = None, None
+        if nxt is not None:  # the next layer's gather, overlapping this layer's compute
+            pf.buf = nxt.new_empty((n * nxt.shape[0],) + tuple(nxt.shape[1:]))
+            pf.work = dist.all_gather_into_tensor(pf.buf, nxt, group=pf.group, async_op=True)
+        return full
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> tuple[Tensor[S[0, "x"]], None, None]:
+        return spmd.reduce_scatter(g, "x", src=P, dst=S(0)), None, None
+
+
+_LAYERS, _D = 3, 4
+
+
+def _shards(ctx: Ctx) -> list[torch.Tensor]:
+    rows = _D // ctx.world
+    out = []
+    for i in range(_LAYERS):
+        full = torch.linspace(-1, 1, _D * _D, dtype=F64).reshape(_D, _D) * (i + 1) / _LAYERS
+        out.append(full[ctx.rank * rows:(ctx.rank + 1) * rows].clone().requires_grad_())
+    return out
+
+
+def _zero3_forward(ctx: Ctx, check: bool, prefetch: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The loss and the shards' gradients of a small ZeRO-3 stack (x V on the axis)."""
+    import contextlib
+    shards = _shards(ctx)
+    x0 = torch.linspace(-1, 1, 3 * _D, dtype=F64).reshape(3, _D) + ctx.rank
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck() if check else contextlib.nullcontext():
+            typed = [spmd.declare(s, Tensor[S[0, AXIS]]) for s in shards]
+            x = spmd.declare(x0, Tensor[V[AXIS]])
+            pf = _Prefetch(ctx.mesh("1d").get_group(AXIS))
+            for i, shard in enumerate(typed):
+                if prefetch:
+                    nxt = typed[i + 1] if i + 1 < len(typed) else None
+                    w = _GatherPrefetch.apply(shard, nxt, pf)
+                    if check:
+                        assert spmd.typeof(w) == SpmdType.of({AXIS: REPLICATE}), spmd.typeof(w)
+                else:
+                    w = spmd.all_gather(shard, AXIS, src=S(0), dst=R)
+                x = torch.tanh(x @ w.T)
+            loss = spmd.reinterpret((x * x).sum(), AXIS, src=V, dst=P)
+            loss.backward()
+            if check:
+                for s in shards:
+                    assert spmd.typeof(s.grad) == spmd.typeof(s), spmd.typeof(s.grad)
+    return loss.detach(), [s.grad for s in shards]
+
+
+def check_prefetch_in_function(ctx: Ctx, name: str) -> None:
+    """The prefetching Function, in the check mode and outside, computes what the
+    synchronous typed all_gather computes (loss and every shard's gradient)."""
+    ref_loss, ref_grads = _zero3_forward(ctx, check=False, prefetch=False)
+    for check in (False, True):
+        loss, grads = _zero3_forward(ctx, check=check, prefetch=True)
+        assert_close(loss, ref_loss)
+        for g, r in zip(grads, ref_grads):
+            assert_close(g, r)
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
-    for check in (check_apply_typed, check_apply_argument_mismatch, check_off_untouched):
+    for check in (check_apply_typed, check_apply_argument_mismatch, check_off_untouched,
+                  check_prefetch_in_function):
         n = f"w{world}/autograd-fn/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out

@@ -1183,6 +1183,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "layout-ops":  # convolutions, pools, norms keep shard dims (rt_layout_ops.py)
         import rt_layout_ops
         return rt_layout_ops.suite(world)
+    if name == "sizes":  # sizes= the same list on every rank, verified in check mode (rt_sizes.py)
+        import rt_sizes
+        return rt_sizes.suite(world)
     if name == "raw-fix":  # the spmd-raw-collective fix, run, equals the raw call (rt_raw_fix.py)
         import rt_raw_fix
         return rt_raw_fix.suite(world)

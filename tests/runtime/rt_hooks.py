@@ -16,7 +16,7 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx
-from spmd import I, P, R, Tensor, V
+from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 
 F64 = torch.float64
@@ -194,6 +194,54 @@ def check_function_backward(ctx: Ctx, name: str) -> None:
     with spmd.set_mesh(ctx.mesh("1d")):
         _fn_loss(_CopyNoReduce, x).backward()
     assert float((x.grad - want).abs().max()) > 0.5
+
+
+class _Zero3Fn(torch.autograd.Function):
+    """A ZeRO-3 layer as one Function (the zero3 probe's): gather in forward, re-gather and
+    recompute in backward; ``how`` picks the (wrong) return under test."""
+
+    how = "name"
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[V["x"]], shard: Tensor[S[0, "x"]]) -> Tensor[V["x"]]:
+        ctx.save_for_backward(x, shard)
+        return x @ spmd.all_gather(shard, "x", src=S(0), dst=R)
+
+    @staticmethod
+    def backward(ctx: Any, gout: Tensor[V["x"]]) -> tuple[Tensor[V["x"]], Tensor[S[0, "x"]]]:
+        x, shard = ctx.saved_tensors
+        x = spmd.declare(x, Tensor[V["x"]])
+        shard = spmd.declare(shard, Tensor[S[0, "x"]])
+        with torch.enable_grad():
+            full = spmd.all_gather(shard.detach(), "x", src=S(0), dst=R).requires_grad_()
+            xr = x.detach().requires_grad_()
+            gx, gfull = torch.autograd.grad(xr @ full, (xr, full), gout)
+            if _Zero3Fn.how == "with":  # a return inside a with block
+                return gx, gfull
+        if _Zero3Fn.how == "call":
+            return gx, spmd.all_reduce(gfull, "x", src=P, dst=R)
+        return (gx,
+                gfull)
+
+
+def check_function_backward_names(ctx: Ctx, name: str) -> None:
+    """The duality error of a Function's backward names the returned values by the return's
+    expressions, as the static checker does (``gfull``, ``spmd.all_reduce(...)``), so its fix
+    pastes; it said ``result[1]``."""
+    n = ctx.world
+    start = "_Zero3Fn.backward returns {} (Tensor[{}]) as the gradient of input shard"
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        for how, text, t in (("name", "gfull", 'P["x"]'), ("with", "gfull", 'P["x"]'),
+                             ("call", "spmd.all_reduce(...)", 'R["x"]')):
+            _Zero3Fn.how = how
+            x = spmd.declare(torch.ones(2, 2 * n, dtype=F64) * (ctx.rank + 1), Tensor[V["x"]])
+            shard = spmd.declare(torch.ones(2, 2 * n, dtype=F64, requires_grad=True),
+                                 Tensor[S[0, "x"]])
+            message = _raises("spmd-duality", lambda: spmd.reinterpret(
+                _Zero3Fn.apply(x, shard).sum(), "x", src=V, dst=P).backward(),
+                start.format(text, t))
+            fix = "reduce_scatter(gfull," if t.startswith("P") else f"convert({text},"
+            assert f"use {fix} " in message, message
 
 
 def check_multi_grad_hook(ctx: Ctx, name: str) -> None:
@@ -395,6 +443,7 @@ def check_value_reads_in_backward(ctx: Ctx, name: str) -> None:
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
+                  check_function_backward_names,
                   check_multi_grad_hook, check_hook_accumulation,
                   check_post_hook_accumulation, check_grad_reduced_every_micro_batch,
                   check_value_reads_in_backward):

@@ -4,10 +4,10 @@
 Each check calls a raw collective on a typed tensor under ``spmd.typecheck()``, takes the
 typed call the error suggests, runs it (the text eval'd with the tensor's name bound), and
 compares it with the raw call on the same values outside the check mode.  The functional
-collectives are not seen by the check mode (their ops pass through torch's dispatcher, not its
-function protocol): for them the message is the engine's, the text the plugin prints.  The fix
-once dropped the reduce op (op=ReduceOp.AVG suggested a plain spmd.all_reduce: a sum, n times
-the average).
+collectives (torch.distributed._functional_collectives, *_autograd variants included) reach
+the check mode as their ops and are reported too, with the engine's message (the text the
+plugin prints); they once passed unchecked and returned untyped results.  The fix once dropped
+the reduce op (op=ReduceOp.AVG suggested a plain spmd.all_reduce: a sum, n times the average).
 """
 
 from __future__ import annotations
@@ -48,10 +48,8 @@ def _run_fix(message: str, name: str, x: torch.Tensor) -> torch.Tensor:
     return eval(_fix(message), {"spmd": spmd, "P": P, "R": R, "V": V, "S": S, name: x})
 
 
-def _check_mode_fix(ctx: Ctx, declared: Any, raw: Callable[[torch.Tensor], torch.Tensor],
-                    *, says: str = "") -> None:
-    """``raw(x)`` on a typed x raises spmd-raw-collective; its fix run on x equals raw(x) on
-    the same values, untyped."""
+def _check_mode_error(ctx: Ctx, declared: Any, raw: Callable[[torch.Tensor], Any]) -> str:
+    """The spmd-raw-collective message ``raw(x)`` raises on a typed x (the mode's text)."""
     with spmd.set_mesh(ctx.mesh("1d")):
         with spmd.typecheck():
             x = spmd.declare(_values(ctx), declared)
@@ -59,12 +57,21 @@ def _check_mode_fix(ctx: Ctx, declared: Any, raw: Callable[[torch.Tensor], torch
                 raw(x)
             except SpmdTypeError as e:
                 assert e.code == "spmd-raw-collective", e
-                message = str(e)
-            else:
-                raise AssertionError("the raw collective on a typed tensor was not reported")
-            assert says in message, message
-            fixed = _run_fix(message, "x", x)
+                return e.error.message
+            raise AssertionError("the raw collective on a typed tensor was not reported")
+
+
+def _check_mode_fix(ctx: Ctx, declared: Any, raw: Callable[[torch.Tensor], torch.Tensor],
+                    *, says: str = "") -> str:
+    """``raw(x)`` on a typed x raises spmd-raw-collective; its fix run on x equals raw(x) on
+    the same values, untyped.  Returns the message."""
+    message = _check_mode_error(ctx, declared, raw)
+    assert says in message, message
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            fixed = _run_fix(message, "x", spmd.declare(_values(ctx), declared))
     assert_close(fixed, raw(_values(ctx)))
+    return message
 
 
 def _group(ctx: Ctx) -> Any:
@@ -120,11 +127,112 @@ def check_funcol_all_reduce_avg(ctx: Ctx, name: str) -> None:
                 lambda x: funcol.all_reduce(x, "avg", _group(ctx)) * 1, "avg")
 
 
+def _funcol_checked(ctx: Ctx, fn: str, declared: Any, raw: Callable[[torch.Tensor], Any],
+                    *, runs: bool = True, says: str = "is synchronous") -> None:
+    """The functional collective ``fn`` on a typed x raises in the check mode with the engine's
+    message for it (the one the plugin prints: one rule); its fix, when concrete (``runs``),
+    computes what the raw call computes."""
+    message = (_check_mode_fix(ctx, declared, raw, says=says) if runs
+               else _check_mode_error(ctx, declared, raw))
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            st = spmd.typeof(spmd.declare(_values(ctx), declared))
+    assert st is not None
+    reduce_op = "avg" if "avg" in fn else "sum"
+    fn = fn.split(":")[0]
+    assert message == raw_collective_error("torch.distributed._functional_collectives", fn, "x",
+                                           st, reduce_op=reduce_op).message, message
+
+
+def check_funcol_all_reduce_avg_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "all_reduce:avg", Tensor[P["x"]],
+                    lambda x: funcol.all_reduce(x, "avg", _group(ctx)) * 1)
+
+
+def check_funcol_all_gather_tensor_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "all_gather_tensor", Tensor[S[0, "x"]],
+                    lambda x: funcol.all_gather_tensor(x, 0, _group(ctx)) * 1)
+
+
+def check_funcol_all_gather_tensor_autograd_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "all_gather_tensor_autograd", Tensor[S[0, "x"]],
+                    lambda x: funcol.all_gather_tensor_autograd(x, 0, _group(ctx)) * 1)
+
+
+def check_funcol_reduce_scatter_tensor_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "reduce_scatter_tensor", Tensor[P["x"]],
+                    lambda x: funcol.reduce_scatter_tensor(x, "sum", 0, _group(ctx)) * 1,
+                    runs=False)
+
+
+def check_funcol_reduce_scatter_tensor_autograd_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "reduce_scatter_tensor_autograd", Tensor[P["x"]],
+                    lambda x: funcol.reduce_scatter_tensor_autograd(x, "sum", 0, _group(ctx)) * 1,
+                    runs=False)
+
+
+def check_funcol_all_to_all_single_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "all_to_all_single", Tensor[V["x"]],
+                    lambda x: funcol.all_to_all_single(x, None, None, _group(ctx)) * 1,
+                    runs=False)
+
+
+def check_funcol_all_to_all_single_autograd_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "all_to_all_single_autograd", Tensor[V["x"]],
+                    lambda x: funcol.all_to_all_single_autograd(x, None, None, _group(ctx)) * 1,
+                    runs=False)
+
+
+def check_funcol_all_reduce_inplace_checked(ctx: Ctx, name: str) -> None:
+    _funcol_checked(ctx, "all_reduce_inplace", Tensor[P["x"]],
+                    lambda x: funcol.all_reduce_inplace(x, "sum", _group(ctx)),
+                    says="which returns the result")
+
+
+def check_nn_functional_all_reduce_checked(ctx: Ctx, name: str) -> None:
+    """torch.distributed.nn.functional's collectives are reported under that name."""
+    import torch.distributed.nn.functional as nnf
+    message = _check_mode_fix(ctx, Tensor[P["x"]], lambda x: nnf.all_reduce(x, group=_group(ctx)))
+    assert message.startswith("torch.distributed.nn.functional.all_reduce "), message
+
+
+class _FuncolSum(torch.autograd.Function):
+    """The user's own functional collective in an annotated Function: the Function's types
+    type it (no spmd-raw-collective inside forward or backward)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[P["x"]], group: Any) -> Tensor[R["x"]]:
+        return funcol.all_reduce(x, "sum", group) * 1
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["x"]]) -> tuple[Tensor[R["x"]], None]:
+        return g, None
+
+
+def check_funcol_in_function_allowed(ctx: Ctx, name: str) -> None:
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            x = spmd.declare(_values(ctx), Tensor[P["x"]])
+            y = _FuncolSum.apply(x, _group(ctx))
+            assert spmd.typeof(y) == spmd.typeof(spmd.declare(_values(ctx), Tensor[R["x"]]))
+            # the typed collectives (which call the functional ones) are not reported
+            z = spmd.all_reduce(x, AXIS, src=P, dst=R)
+    assert_close(y, z)
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_all_reduce_avg, check_all_reduce_avg_async,
                   check_all_reduce_max_of_varying, check_reduce_scatter_tensor_avg,
-                  check_funcol_all_reduce_avg):
+                  check_funcol_all_reduce_avg, check_funcol_all_reduce_avg_checked,
+                  check_funcol_all_gather_tensor_checked,
+                  check_funcol_all_gather_tensor_autograd_checked,
+                  check_funcol_reduce_scatter_tensor_checked,
+                  check_funcol_reduce_scatter_tensor_autograd_checked,
+                  check_funcol_all_to_all_single_checked,
+                  check_funcol_all_to_all_single_autograd_checked,
+                  check_funcol_all_reduce_inplace_checked,
+                  check_nn_functional_all_reduce_checked, check_funcol_in_function_allowed):
         n = f"w{world}/raw-fix/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out

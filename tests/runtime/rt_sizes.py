@@ -1,0 +1,164 @@
+"""``sizes=`` must be the same list on every rank of the axis (checks run by
+test_sizes_world.py on 2 and 4 gloo ranks).
+
+Each rank checks only its own entry against its tensor (and the sum), so a list that differs
+from rank to rank elsewhere (a rank's list shifted by one, the list of another layer) cuts and
+joins the blocks at different offsets: wrong shards, silently (the zero3 probe's
+MISTAKE=wrong_sizes_fwd / shift_sizes).  The check mode all-gathers the lists once per call
+and raises, naming the axis, this rank's list and a differing rank's; every rank raises (no
+rank is left waiting in the collective).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch.testing import assert_close
+
+import spmd
+from rt_checks import Ctx
+from spmd import I, P, R, S, Tensor
+
+F64 = torch.float64
+AXIS = "x"
+
+
+def _lengths(n: int) -> list[int]:
+    """The true per-rank lengths: uneven."""
+    return [k + 1 for k in range(n)]
+
+
+def _shifted(ctx: Ctx) -> list[int]:
+    """This rank's list: its own entry right, the others off by one (differs by rank)."""
+    true = _lengths(ctx.world)
+    return [t if k == ctx.rank else t + 1 for k, t in enumerate(true)]
+
+
+def _row(rank: int, length: int) -> torch.Tensor:
+    return torch.arange(length, dtype=F64) + 10 * rank
+
+
+def _raises_differing(ctx: Ctx, declared: Any, x: torch.Tensor,
+                      call: Callable[[torch.Tensor], Any], mine: Any) -> None:
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            t = spmd.declare(x, declared)
+            try:
+                call(t)
+            except ValueError as e:
+                message = str(e)
+            else:
+                raise AssertionError("sizes= differing from rank to rank was not reported")
+    assert "sizes= differs from rank to rank on axis 'x'" in message, message
+    mine_text = "no sizes=" if mine is None else f"sizes={mine}"
+    assert f"this rank (index {ctx.rank} on the axis, global rank {ctx.rank}) passed {mine_text}," \
+        in message, message
+    # the differing rank's list, as that rank passed it
+    other = int(message.split(", index ")[1].split(" ")[0])
+    assert other != ctx.rank
+    theirs = _shifted_of(other, ctx.world)
+    assert f"passed sizes={theirs};" in message or "passed no sizes=;" in message, message
+
+
+def _shifted_of(rank: int, n: int) -> list[int]:
+    true = _lengths(n)
+    return [t if k == rank else t + 1 for k, t in enumerate(true)]
+
+
+def check_all_gather_shifted(ctx: Ctx, name: str) -> None:
+    x = _row(ctx.rank, _lengths(ctx.world)[ctx.rank])
+    _raises_differing(ctx, Tensor[S[0, AXIS]], x,
+                      lambda t: spmd.all_gather(t, AXIS, src=S(0), dst=R, sizes=_shifted(ctx)),
+                      _shifted(ctx))
+
+
+def check_redistribute_shifted(ctx: Ctx, name: str) -> None:
+    x = _row(ctx.rank, _lengths(ctx.world)[ctx.rank])
+    _raises_differing(ctx, Tensor[S[0, AXIS]], x,
+                      lambda t: spmd.redistribute(t, AXIS, src=S(0), dst=R, sizes=_shifted(ctx)),
+                      _shifted(ctx))
+
+
+def _same_sum(ctx: Ctx) -> list[int]:
+    """A list whose sum is right on every rank but which differs by rank (the rows of rank
+    0 and 1 swapped on odd ranks)."""
+    true = _lengths(ctx.world)
+    if ctx.rank % 2:
+        true[0], true[1] = true[1], true[0]
+    return true
+
+
+def check_reduce_scatter_same_sum(ctx: Ctx, name: str) -> None:
+    n = sum(_lengths(ctx.world))
+    x = torch.arange(n, dtype=F64) * (ctx.rank + 1)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            t = spmd.declare(x, Tensor[P[AXIS]])
+            try:
+                spmd.reduce_scatter(t, AXIS, src=P, dst=S(0), sizes=_same_sum(ctx))
+            except ValueError as e:
+                message = str(e)
+            else:
+                raise AssertionError("sizes= differing from rank to rank was not reported")
+    assert f"passed sizes={_same_sum(ctx)}, index" in message, message
+    assert "reduce_scatter(x, 'x', src=P, dst=S(0))" in message, message
+
+
+def check_convert_shifted(ctx: Ctx, name: str) -> None:
+    n = sum(_lengths(ctx.world))
+    sizes = _same_sum(ctx)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            t = spmd.declare(torch.arange(n, dtype=F64), Tensor[I[AXIS]])
+            try:
+                spmd.convert(t, AXIS, src=I, dst=S(0), sizes=sizes)
+            except ValueError as e:
+                message = str(e)
+            else:
+                raise AssertionError("sizes= differing from rank to rank was not reported")
+    assert "sizes= differs from rank to rank on axis 'x'" in message, message
+
+
+def check_sizes_on_some_ranks(ctx: Ctx, name: str) -> None:
+    """sizes= on the ranks whose shard is short, none on the others: reported on all."""
+    length = 2
+    mine = [2] * ctx.world if ctx.rank == 0 else None
+    x = _row(ctx.rank, length)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            t = spmd.declare(x, Tensor[S[0, AXIS]])
+            try:
+                spmd.all_gather(t, AXIS, src=S(0), dst=R, sizes=mine)
+            except ValueError as e:
+                message = str(e)
+            else:
+                raise AssertionError("sizes= on some ranks only was not reported")
+    text = "no sizes=" if mine is None else f"sizes={mine}"
+    assert f"passed {text}, index" in message, message
+
+
+def check_same_sizes_pass(ctx: Ctx, name: str) -> None:
+    """The same list everywhere: no error, and the values are the concatenation and its
+    reduce-scatter back, in the check mode (the verification changes nothing)."""
+    lengths = _lengths(ctx.world)
+    x = _row(ctx.rank, lengths[ctx.rank])
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            t = spmd.declare(x, Tensor[S[0, AXIS]])
+            y = spmd.all_gather(t, AXIS, src=S(0), dst=R, sizes=lengths)
+            assert_close(y, torch.cat([_row(k, lengths[k]) for k in range(ctx.world)]))
+            p = spmd.convert(y, AXIS, src=R, dst=P)
+            z = spmd.reduce_scatter(p, AXIS, src=P, dst=S(0), sizes=lengths)
+            assert_close(z, x)
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    out = []
+    for check in (check_all_gather_shifted, check_redistribute_shifted,
+                  check_reduce_scatter_same_sum, check_convert_shifted,
+                  check_sizes_on_some_ranks, check_same_sizes_pass):
+        n = f"w{world}/sizes/{check.__name__[len('check_'):]}"
+        out.append((n, functools.partial(check, name=n)))
+    return out
