@@ -1879,6 +1879,8 @@ def _install_apply() -> None:
         node_cls = torch.autograd.function.BackwardCFunction
         _TORCH_BACKWARD_APPLY = node_cls.__dict__["apply"]
         node_cls.apply = _checked_backward  # type: ignore[method-assign]
+    from . import _dtensor
+    _dtensor.install()  # DTensor.to_local/from_local at the boundary with DTensor code
     if _TORCH_APPLY is None:
         fn_cls = torch.autograd.Function
         _TORCH_APPLY = fn_cls.__dict__["apply"]
@@ -1892,6 +1894,8 @@ def _install_apply() -> None:
 def _uninstall_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
     global _TORCH_PARAMETER_DEEPCOPY
+    from . import _dtensor
+    _dtensor.uninstall()
     if _TORCH_PARAMETER_DEEPCOPY is not None:
         torch.nn.Parameter.__deepcopy__ = _TORCH_PARAMETER_DEEPCOPY  # type: ignore[method-assign]
         _TORCH_PARAMETER_DEEPCOPY = None

@@ -1,0 +1,190 @@
+"""The check mode at the boundary with torch DTensor: ``DTensor.to_local()`` results are typed
+from the DTensor's placements, and ``DTensor.from_local(x, mesh, placements)`` checks a typed
+``x`` against them (engine :mod:`spmd_mypy.engine.dtensor`: Replicate is I, Shard(d) is S(d),
+Partial() is P, on the axes the mesh's dim names name).
+
+``to_local``, ``full_tensor`` and ``from_local`` are Python methods of ``DTensor``, which the
+torch function mode never sees: while a ``typecheck()`` block is open they are replaced on the
+class (:func:`install`), and put back when the last block closes (:func:`uninstall`).  Only
+the calls made by the user's code are typed and checked, and those made by torch's
+``local_map`` (its ``in_placements``/``out_placements`` are its wrapped function's boundary);
+the calls torch makes itself (a backward, FSDP's parameter handling) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Sequence
+
+import torch
+
+from spmd_mypy.engine.dtensor import check_from_local, placements_type
+from spmd_mypy.engine.errors import SpmdTypeError
+from spmd_mypy.engine.types import SpmdType
+
+from . import _checking
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LOCAL_MAP_FILE = os.path.join(_TORCH_DIR, "distributed", "tensor", "experimental", "_func_map.py")
+
+_saved: dict[str, Any] = {}  # attribute name -> DTensor's own (from vars(DTensor)) while installed
+
+
+def _placement_text(p: Any) -> str | None:
+    """A torch placement as the engine reads it (``Replicate()``, ``Shard(0)``,
+    ``Partial()``); None for one with no SPMD meaning (``Partial("avg")``, a strided shard)."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    if type(p) is Replicate:
+        return "Replicate()"
+    if type(p) is Shard:
+        return f"Shard({p.dim})"
+    if type(p) is Partial and getattr(p, "reduce_op", None) == "sum":
+        return "Partial()"
+    return None
+
+
+def _texts(placements: Sequence[Any] | None) -> list[str | None] | None:
+    return None if placements is None else [_placement_text(p) for p in placements]
+
+
+def _shown(placements: Sequence[Any]) -> str:
+    return "[" + ", ".join(_placement_text(p) or repr(p) for p in placements) + "]"
+
+
+def _axes(mesh: Any) -> tuple[str | None, ...]:
+    names = getattr(mesh, "mesh_dim_names", None)
+    ndim = getattr(mesh, "ndim", 0)
+    if names is None:
+        return (None,) * ndim
+    return tuple(n if isinstance(n, str) else None for n in names)
+
+
+def _caller() -> tuple[str, Any] | None:
+    """Who called the wrapped method: ("user", frame) for the user's code, ("local_map",
+    frame of torch's local_map wrapper), or None for torch's own calls (not checked)."""
+    f: Any = sys._getframe(2)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_RUNTIME_DIR):
+        f = f.f_back
+    if f is None:
+        return None
+    fn = os.path.abspath(f.f_code.co_filename)
+    if fn == _LOCAL_MAP_FILE and f.f_code.co_name == "_local_map_wrapped":
+        return "local_map", f
+    if fn.startswith(_TORCH_DIR):
+        return None
+    return "user", f
+
+
+def _active() -> bool:
+    return _checking.ACTIVE and not _checking._PAUSED
+
+
+def _local_type(dt: Any, grad_placements: Sequence[Any] | None) -> SpmdType:
+    placements = tuple(dt.placements)
+    grads = _texts(grad_placements)
+    with torch._C.DisableTorchFunction():
+        ndim = dt.ndim
+    return placements_type(_axes(dt.device_mesh), _texts(placements) or [], grads).at_ndim(ndim)
+
+
+def _to_local(self: Any, *, grad_placements: Sequence[Any] | None = None) -> Any:
+    result = _saved["to_local"](self, grad_placements=grad_placements)
+    if _active() and isinstance(result, torch.Tensor) and _caller() is not None:
+        _checking._set(result, _local_type(self, grad_placements))
+    return result
+
+
+def _full_tensor(self: Any, *, grad_placements: Sequence[Any] | None = None) -> Any:
+    result = _saved["full_tensor"](self, grad_placements=grad_placements)
+    if _active() and isinstance(result, torch.Tensor) and _caller() is not None:
+        from torch.distributed.tensor import Replicate
+
+        replicated = [Replicate()] * len(self.placements)
+        grads = _texts(grad_placements)
+        _checking._set(result, placements_type(_axes(self.device_mesh), _texts(replicated) or [],
+                                               grads))
+    return result
+
+
+def _local_map_names(frame: Any) -> tuple[str, str]:
+    """(the function under local_map as messages name it, its result's text)."""
+    func = frame.f_locals.get("func")
+    name = getattr(func, "__name__", None) or "the function"
+    return name, f"{name}(...)"
+
+
+def _from_local(local_tensor: Any, device_mesh: Any = None, placements: Any = None,
+                **kwargs: Any) -> Any:
+    if _active() and isinstance(local_tensor, torch.Tensor):
+        have = _checking._get(local_tensor)
+        caller = _caller() if have else None
+        if have and caller is not None:
+            _check_from_local(local_tensor, have, device_mesh, placements,
+                              kwargs.get("grad_placements"), caller)
+    return _saved["from_local"].__func__(local_tensor, device_mesh, placements, **kwargs)
+
+
+def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: Any,
+                      grad_placements: Any, caller: tuple[str, Any]) -> None:
+    if mesh is None:
+        try:
+            from torch.distributed.device_mesh import _mesh_resources
+            mesh = _mesh_resources.get_current_mesh()
+        except Exception:  # noqa: BLE001 - no mesh: torch reports the call
+            return
+    axes = _axes(mesh)
+    if placements is None:
+        from torch.distributed.tensor import Replicate
+        placements = [Replicate()] * len(axes)
+    placements = list(placements)
+    with torch._C.DisableTorchFunction():
+        ndim = x.ndim
+    have = have.at_ndim(ndim)
+    texts = [_placement_text(p) for p in placements]
+    # a negative shard dim counted from the front, as from_local normalises it
+    texts = [f"Shard({int(t[6:-1]) + ndim})" if t and t.startswith("Shard(-") else t
+             for t in texts]
+    grads = _texts(grad_placements)
+    kind, frame = caller
+    if kind == "local_map":
+        name, x_text = _local_map_names(frame)
+        where = f"the result of {name} under local_map (out_placements={_shown(placements)})"
+        arg = "out_placements"
+    else:
+        x_text = _checking._texts([x], ["x"])[0]
+        where = f"{x_text} passed to DTensor.from_local with placements {_shown(placements)}"
+        arg = "placements"
+    errors = check_from_local(have, axes, texts, grads, x_text="x", where="x",
+                              placements_arg=arg)
+    if errors:
+        errors = check_from_local(have, axes, texts, grads, x_text=x_text, where=where,
+                                  placements_arg=arg)
+        raise SpmdTypeError(errors[0])
+
+
+def install() -> None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:  # noqa: BLE001 - torch without distributed: nothing to wrap
+        return
+    if _saved:
+        return
+    own = vars(DTensor)
+    for name, wrapper in (("to_local", _to_local), ("full_tensor", _full_tensor),
+                          ("from_local", staticmethod(_from_local))):
+        if name in own:
+            _saved[name] = own[name]
+            setattr(DTensor, name, wrapper)
+
+
+def uninstall() -> None:
+    if not _saved:
+        return
+    from torch.distributed.tensor import DTensor
+
+    for name, original in _saved.items():
+        setattr(DTensor, name, original)
+    _saved.clear()

@@ -1,0 +1,149 @@
+"""torch DTensor placements as local SPMD types: the boundary between DTensor code and
+spmd-typed code (``DTensor.to_local()``, ``DTensor.from_local(x, mesh, placements)``, torch's
+``local_map``).
+
+A DTensor's local tensor on one mesh dim, by its placement and the placement its gradient
+is given (``grad_placements=``; by default Replicate for a Partial, else the placement
+itself), measured on gloo ranks (the dtensor probe; tests/runtime/rt_dtensor.py)::
+
+    placement     gradient placement   local type   why
+    Replicate()   Replicate()          I            the backward gives every rank the whole
+                                                    gradient, identical: I's dual
+    Replicate()   Partial()            R            each rank's gradient is a part of the sum
+    Shard(d)      Shard(d)             S(d)
+    Partial()     Replicate()          P            (sum) its gradient is the same everywhere
+
+Any other placement (``Partial("avg")``, a strided shard) or pair has no SPMD meaning: the
+axis stays unknown.  The mesh dim names the axis (a sub-mesh ``mesh["tp"]`` names "tp"); an
+unnamed mesh dim is unknown too.
+
+Placements are written here as users write them: ``"Replicate()"``, ``"Shard(0)"``,
+``"Partial()"`` (the adapter turns torch's objects into these texts; anything else is
+passed as None).  Pure: no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .collectives import check_argument
+from .errors import SpmdError
+from .types import INVARIANT, PARTIAL, REPLICATE, Kind, LocalType, SpmdType, bare, shard
+
+REPLICATE_PLACEMENT = "Replicate()"
+PARTIAL_PLACEMENT = "Partial()"
+
+
+def _shard_dim(placement: str) -> int | None:
+    if placement.startswith("Shard(") and placement.endswith(")"):
+        try:
+            return int(placement[len("Shard("):-1])
+        except ValueError:
+            return None
+    return None
+
+
+def default_grad_placement(placement: str | None) -> str | None:
+    """The gradient's placement when ``grad_placements`` is not given (torch's
+    ``_normalize_placements_for_grad``: a Partial's gradient is Replicate)."""
+    if placement is not None and placement.startswith("Partial("):
+        return REPLICATE_PLACEMENT
+    return placement
+
+
+def placement_type(placement: str | None, grad: str | None = None) -> LocalType | None:
+    """The local type of a DTensor's local tensor on one mesh dim (the table above); None
+    where the pair has no SPMD meaning."""
+    if placement is None:
+        return None
+    if grad is None:
+        grad = default_grad_placement(placement)
+    if placement == REPLICATE_PLACEMENT:
+        return {REPLICATE_PLACEMENT: INVARIANT, PARTIAL_PLACEMENT: REPLICATE}.get(grad or "")
+    if placement == PARTIAL_PLACEMENT:
+        return PARTIAL if grad == REPLICATE_PLACEMENT else None
+    d = _shard_dim(placement)
+    if d is not None and grad == placement:
+        return shard(d)
+    return None
+
+
+def placements_type(axes: Sequence[str | None], placements: Sequence[str | None],
+                    grads: Sequence[str | None] | None = None) -> SpmdType:
+    """The type of a DTensor's local tensor: per mesh dim (``axes``: its names, None for an
+    unnamed one) the type of its placement; the axes not on the mesh, and those whose
+    placement has no meaning, unknown."""
+    d: dict[str, LocalType] = {}
+    for k, (axis, placement) in enumerate(zip(axes, placements)):
+        grad = grads[k] if grads is not None and k < len(grads) else None
+        t = placement_type(placement, grad)
+        if axis is not None and t is not None:
+            d[axis] = t
+    return SpmdType.of(d)
+
+
+def placement_of(t: LocalType) -> tuple[str, str | None] | None:
+    """The placement (and gradient placement, None for the default) that holds a value of
+    local type ``t``; None for a V without a shard dim (no placement holds it)."""
+    if t.kind is Kind.I:
+        return REPLICATE_PLACEMENT, None
+    if t.kind is Kind.R:
+        return REPLICATE_PLACEMENT, PARTIAL_PLACEMENT
+    if t.kind is Kind.P:
+        return PARTIAL_PLACEMENT, None
+    if t.dim is not None and t.by_rank is None:
+        return f"Shard({t.dim})", None
+    return None
+
+
+def _list(items: Sequence[str | None]) -> str:
+    return "[" + ", ".join(i or "?" for i in items) + "]"
+
+
+def check_from_local(have: SpmdType, axes: Sequence[str | None],
+                     placements: Sequence[str | None], grads: Sequence[str | None] | None, *,
+                     x_text: str, where: str, placements_arg: str = "placements",
+                     grads_arg: str = "grad_placements") -> list[SpmdError]:
+    """A local value of type ``have`` wrapped as a DTensor with ``placements`` (on a mesh
+    whose dims name ``axes``): ``DTensor.from_local(x, mesh, placements)``, or the result of
+    a function under torch's ``local_map`` and its ``out_placements``.  The value must have
+    the placements' type (:func:`placements_type`) on every axis both know, by the argument
+    rule (:func:`.collectives.check_argument`, ``spmd-mismatch``): its fix makes the value
+    fit; a second fix names the placements that hold the value as it is.  ``where``: the
+    value as the message names it (``x passed to DTensor.from_local``)."""
+    want = placements_type(axes, placements, grads)
+    errors = check_argument(have.local(), want, x_text=x_text, where=where)
+    if not errors:
+        return []
+    # the placements (and gradient placements) that hold the value as it is
+    fitted = list(placements)
+    fitted_grads: list[str | None] = [
+        (grads[k] if grads is not None and k < len(grads) else None) for k in range(len(placements))]
+    fits = True
+    for k, axis in enumerate(axes):
+        if axis is None or k >= len(fitted):
+            continue
+        old, new = have.get(axis), want.get(axis)
+        if old is None or new is None or check_argument(
+                SpmdType.of({axis: old}), SpmdType.of({axis: new}), x_text="x", where="x") == []:
+            continue
+        p = placement_of(old)
+        if p is None:
+            fits = False
+            break
+        fitted[k], fitted_grads[k] = p
+    e = errors[0]
+    reason = (" (a DTensor's Replicate() is I: its backward gives every rank the whole "
+              "gradient; Partial() is P; Shard(d) is S(d))")
+    alt = ""
+    if fits and fitted != list(placements):
+        alt = f"; or pass {placements_arg}={_list(fitted)} if {bare(x_text)} is meant as it is"
+    if fits and any(fitted_grads):
+        given = [g or default_grad_placement(p) for g, p in zip(fitted_grads, fitted)]
+        grad_text = f"{grads_arg}={_list(given)}"
+        if fitted != list(placements):
+            alt = (f"; or pass {placements_arg}={_list(fitted)}, {grad_text} if "
+                   f"{bare(x_text)} is meant as it is")
+        else:
+            alt = f"; or pass {grad_text} if {bare(x_text)} is meant as it is (R: each rank's gradient a part of the sum)"
+    return [SpmdError(e.code, e.message + alt + reason)]
