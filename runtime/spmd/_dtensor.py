@@ -13,13 +13,14 @@ the calls torch makes itself (a backward, FSDP's parameter handling) pass throug
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from typing import Any, Sequence
 
 import torch
 
-from spmd_mypy.engine.dtensor import check_from_local, placements_type
+from spmd_mypy.engine.dtensor import check_from_local, check_placements_for, placements_type
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import SpmdType
 
@@ -91,10 +92,64 @@ def _local_type(dt: Any, grad_placements: Sequence[Any] | None) -> SpmdType:
 
 
 def _to_local(self: Any, *, grad_placements: Sequence[Any] | None = None) -> Any:
+    caller = _caller() if _active() else None
+    if caller is not None and caller[0] == "local_map":
+        _check_local_map_argument(caller[1], self, grad_placements)
     result = _saved["to_local"](self, grad_placements=grad_placements)
-    if _active() and isinstance(result, torch.Tensor) and _caller() is not None:
+    if caller is not None and isinstance(result, torch.Tensor):
         _checking._set(result, _local_type(self, grad_placements))
     return result
+
+
+_ANNOTATIONS: dict[Any, tuple[list[str], dict[str, SpmdType]] | None] = {}
+
+
+def _parameters(func: Any) -> tuple[list[str], dict[str, SpmdType]] | None:
+    """The positional parameters of the function under local_map (through ``spmd.checked``'s
+    wrapper) and their ``Tensor[...]`` annotations; None when it has none."""
+    try:
+        return _ANNOTATIONS[func]
+    except (KeyError, TypeError):
+        pass
+    out: tuple[list[str], dict[str, SpmdType]] | None = None
+    try:
+        target = inspect.unwrap(func)
+        params, _ = _checking._annotated_types(target)
+        if params:
+            ps = inspect.signature(target).parameters.values()
+            names = [p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            out = (names, params)
+    except Exception:  # noqa: BLE001 - an annotation that does not evaluate: not checked
+        out = None
+    try:
+        _ANNOTATIONS[func] = out
+    except TypeError:
+        pass
+    return out
+
+
+def _check_local_map_argument(frame: Any, dt: Any, grad_placements: Any) -> None:
+    """torch's local_map hands its function the local value of the ``idx``-th argument, of
+    its ``in_placements`` entry: checked against the function's annotation of that
+    parameter (a flat argument list only: ``idx`` counts pytree leaves)."""
+    loc = frame.f_locals
+    func, idx, args, flat = loc.get("func"), loc.get("idx"), loc.get("args"), loc.get("flat_args")
+    if not isinstance(idx, int) or not isinstance(args, tuple) or flat is None or len(flat) != len(args):
+        return
+    info = _parameters(func)
+    if info is None or idx >= len(info[0]):
+        return
+    names, params = info
+    want = params.get(names[idx])
+    if not want:
+        return
+    placements = list(dt.placements)
+    errors = check_placements_for(
+        want, _axes(dt.device_mesh), _texts(placements) or [], _texts(grad_placements),
+        where=f"parameter {names[idx]!r} of {getattr(func, '__name__', 'the function')} under "
+              f"local_map", placements_arg=f"in_placements[{idx}]")
+    if errors:
+        raise SpmdTypeError(errors[0])
 
 
 def _full_tensor(self: Any, *, grad_placements: Sequence[Any] | None = None) -> Any:

@@ -28,7 +28,8 @@ from typing import Sequence
 
 from .collectives import check_argument
 from .errors import SpmdError
-from .types import INVARIANT, PARTIAL, REPLICATE, Kind, LocalType, SpmdType, bare, shard
+from .types import (INVARIANT, PARTIAL, REPLICATE, Kind, LocalType, SpmdType, bare, format_type,
+                    shard)
 
 REPLICATE_PLACEMENT = "Replicate()"
 PARTIAL_PLACEMENT = "Partial()"
@@ -136,14 +137,54 @@ def check_from_local(have: SpmdType, axes: Sequence[str | None],
     reason = (" (a DTensor's Replicate() is I: its backward gives every rank the whole "
               "gradient; Partial() is P; Shard(d) is S(d))")
     alt = ""
-    if fits and fitted != list(placements):
+    # an R value is held by Replicate() with grad_placements=[Partial()] only where the
+    # gradient arriving can be redistributed to Partial (not from a Shard: torch raises), so
+    # that is not offered as a fix
+    if fits and fitted != list(placements) and not any(fitted_grads):
         alt = f"; or pass {placements_arg}={_list(fitted)} if {bare(x_text)} is meant as it is"
-    if fits and any(fitted_grads):
-        given = [g or default_grad_placement(p) for g, p in zip(fitted_grads, fitted)]
-        grad_text = f"{grads_arg}={_list(given)}"
-        if fitted != list(placements):
-            alt = (f"; or pass {placements_arg}={_list(fitted)}, {grad_text} if "
-                   f"{bare(x_text)} is meant as it is")
-        else:
-            alt = f"; or pass {grad_text} if {bare(x_text)} is meant as it is (R: each rank's gradient a part of the sum)"
     return [SpmdError(e.code, e.message + alt + reason)]
+
+
+def check_placements_for(want: SpmdType, axes: Sequence[str | None],
+                         placements: Sequence[str | None], grads: Sequence[str | None] | None, *,
+                         where: str, placements_arg: str) -> list[SpmdError]:
+    """A function under torch's ``local_map`` whose parameter is annotated ``want``, given the
+    local value of ``placements`` (its ``in_placements`` entry, ``placements_arg`` as written,
+    ``in_placements[1]``): the placements' type (:func:`placements_type`) must be the
+    annotation on every axis both know (S(i) where V is annotated).  The fix names the
+    placements that give the annotated type."""
+    have = placements_type(axes, placements, grads)
+    bad: list[tuple[str, LocalType, LocalType]] = []
+    for axis, new in want.axes:
+        old = have.get(axis)
+        if old is not None and check_argument(SpmdType.of({axis: old}), SpmdType.of({axis: new}),
+                                              x_text="x", where="x"):
+            bad.append((axis, old, new))
+    if not bad:
+        return []
+    fitted = list(placements)
+    fitted_grads: list[str | None] = [
+        (grads[k] if grads is not None and k < len(grads) else None) for k in range(len(placements))]
+    fits = True
+    for axis, _, new in bad:
+        p = placement_of(new)
+        if p is None or axis not in axes:
+            fits = False
+            break
+        k = list(axes).index(axis)
+        fitted[k], fitted_grads[k] = p
+    what = ", and ".join(f'{old} on "{axis}" where {new} is annotated' for axis, old, new in bad)
+    fix = ""
+    if fits:
+        fix = f"; write {placements_arg} as {_list(fitted)}"
+        if any(fitted_grads):
+            given = [g or default_grad_placement(p) for g, p in zip(fitted_grads, fitted)]
+            fix += f" and its in_grad_placements entry as {_list(given)}"
+    else:
+        fix = "; no placement holds a Varying value without a shard dim: annotate it S(i)"
+    return [SpmdError(
+        "spmd-mismatch",
+        f"{where} is {format_type(want)} but {placements_arg}={_list(placements)} gives it "
+        f"{format_type(have)}: it is {what}{fix} (a DTensor's Replicate() is I, Partial() is "
+        f"P, Shard(d) is S(d))",
+    )]
