@@ -293,12 +293,71 @@ def check_local_map_placements(ctx: Ctx, name: str) -> None:
     assert_close(got, ref, rtol=0, atol=1e-15)
 
 
+class _FsdpLinear(torch.nn.Module):
+    w: Tensor[R["x"]]  # the unsharded weight the forward uses: replicated over dp ("x")
+
+    def __init__(self, seen: list[str]) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.arange(8, dtype=F64).reshape(4, 2) / 4 - 0.5)
+        self.seen = seen
+
+    def forward(self, x: Tensor[S[0, "x"]]) -> Tensor[S[0, "x"]]:
+        self.seen.append(_str(spmd.typeof(self.w)))
+        return F.linear(x, self.w)
+
+
+def _fsdp_step(ctx: Ctx, strict: bool) -> tuple[torch.Tensor, list[str]]:
+    """FSDP2 over "x" (dp), local-mean loss, one SGD step in the check mode (foreach and
+    single-tensor); returns the updated full weight and the weight's type in each forward."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = ctx.mesh("1d")
+    seen: list[str] = []
+    model = _FsdpLinear(seen)
+    fully_shard(model, mesh=mesh)
+    xg = torch.arange(8, dtype=F64).reshape(4, 2) / 2 - 1
+    yg = torch.arange(16, dtype=F64).reshape(4, 4) / 8
+    n = 4 // ctx.world
+    rows = slice(ctx.rank * n, (ctx.rank + 1) * n)
+    with spmd.set_mesh(mesh), spmd.typecheck(strict=strict):
+        spmd.declare_parameters(model)
+        for foreach in (True, False):
+            x = spmd.declare(xg[rows].clone(), Tensor[S[0, AXIS]])
+            y = spmd.declare(yg[rows].clone(), Tensor[S[0, AXIS]])
+            loss = F.mse_loss(model(x), y)  # this rank's mean: FSDP averages the gradients
+            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
+            opt = torch.optim.SGD(model.parameters(), lr=0.5, foreach=foreach)
+            opt.step()
+            opt.zero_grad()
+    w = model.w.full_tensor().detach()
+    return w, seen
+
+
+def check_fsdp2_declare_parameters(ctx: Ctx, name: str) -> None:
+    """spmd.declare_parameters on an FSDP2 model: the unsharded weight each forward uses is
+    declared (before: untyped, a false spmd-untyped in strict mode, and the sharded DTensor
+    declared R gave opt.step a false spmd-partial-affine); two SGD steps give the float64
+    reference (global-mean loss, one process)."""
+    w = (torch.arange(8, dtype=F64).reshape(4, 2) / 4 - 0.5).requires_grad_(True)
+    xg = torch.arange(8, dtype=F64).reshape(4, 2) / 2 - 1
+    yg = torch.arange(16, dtype=F64).reshape(4, 4) / 8
+    for _ in range(2):
+        F.mse_loss(F.linear(xg, w), yg).backward()
+        with torch.no_grad():
+            w -= 0.5 * w.grad
+        w.grad = None
+    for strict in (False, True):
+        got, seen = _fsdp_step(ctx, strict)
+        assert seen == ['Tensor[R["x"]]'] * 2, seen
+        assert_close(got, w.detach(), rtol=0, atol=1e-15)
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_to_local_types, check_from_local_replicate_of_r,
                   check_from_local_partial_as_replicate, check_from_local_invariant_as_partial,
                   check_to_local_is_invariant, check_to_local_partial_not_rechecked_in_backward,
-                  check_local_map_placements):
+                  check_local_map_placements, check_fsdp2_declare_parameters):
         n = f"w{world}/dtensor/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
