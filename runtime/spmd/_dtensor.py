@@ -29,6 +29,7 @@ from . import _checking
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _LOCAL_MAP_FILE = os.path.join(_TORCH_DIR, "distributed", "tensor", "experimental", "_func_map.py")
+_STYLE_FILE = os.path.join(_TORCH_DIR, "distributed", "tensor", "parallel", "style.py")
 
 _saved: dict[str, Any] = {}  # attribute name -> DTensor's own (from vars(DTensor)) while installed
 
@@ -65,7 +66,10 @@ def _axes(mesh: Any) -> tuple[str | None, ...]:
 
 def _caller() -> tuple[str, Any] | None:
     """Who called the wrapped method: ("user", frame) for the user's code, ("local_map",
-    frame of torch's local_map wrapper), or None for torch's own calls (not checked)."""
+    frame of torch's local_map wrapper), ("style", frame) for a tensor parallel style's
+    input or output preparation (parallelize_module's ColwiseParallel, SequenceParallel,
+    PrepareModuleInput...: a module's boundary), or None for torch's own calls (a backward,
+    FSDP: not checked)."""
     f: Any = sys._getframe(2)
     while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_RUNTIME_DIR):
         f = f.f_back
@@ -74,6 +78,8 @@ def _caller() -> tuple[str, Any] | None:
     fn = os.path.abspath(f.f_code.co_filename)
     if fn == _LOCAL_MAP_FILE and f.f_code.co_name == "_local_map_wrapped":
         return "local_map", f
+    if fn == _STYLE_FILE and f.f_code.co_name.startswith("_prepare"):
+        return "style", f
     if fn.startswith(_TORCH_DIR):
         return None
     return "user", f
@@ -204,19 +210,30 @@ def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: An
              for t in texts]
     grads = _texts(grad_placements)
     kind, frame = caller
+    one = False
+    arg: str | None
     if kind == "local_map":
         name, x_text = _local_map_names(frame)
         where = f"the result of {name} under local_map (out_placements={_shown(placements)})"
         arg = "out_placements"
+    elif kind == "style":
+        style = getattr(frame.f_code, "co_qualname", frame.f_code.co_name).split(".")[0]
+        out = "out" in frame.f_code.co_name
+        x_text = _checking._texts([x], ["x"])[0]
+        where = (f"{x_text} {'returned through' if out else 'passed to'} {style} "
+                 f"(which wraps it as {_shown(placements)})")
+        arg = None if style == "SequenceParallel" else (
+            "output_layouts" if out else "input_layouts")
+        one = True
     else:
         x_text = _checking._texts([x], ["x"])[0]
         where = f"{x_text} passed to DTensor.from_local with placements {_shown(placements)}"
         arg = "placements"
     errors = check_from_local(have, axes, texts, grads, x_text="x", where="x",
-                              placements_arg=arg)
+                              placements_arg=arg, one=one)
     if errors:
         errors = check_from_local(have, axes, texts, grads, x_text=x_text, where=where,
-                                  placements_arg=arg)
+                                  placements_arg=arg, one=one)
         raise SpmdTypeError(errors[0])
 
 

@@ -103,15 +103,17 @@ def _list(items: Sequence[str | None]) -> str:
 
 def check_from_local(have: SpmdType, axes: Sequence[str | None],
                      placements: Sequence[str | None], grads: Sequence[str | None] | None, *,
-                     x_text: str, where: str, placements_arg: str = "placements",
-                     grads_arg: str = "grad_placements") -> list[SpmdError]:
+                     x_text: str, where: str, placements_arg: str | None = "placements",
+                     one: bool = False) -> list[SpmdError]:
     """A local value of type ``have`` wrapped as a DTensor with ``placements`` (on a mesh
     whose dims name ``axes``): ``DTensor.from_local(x, mesh, placements)``, or the result of
     a function under torch's ``local_map`` and its ``out_placements``.  The value must have
     the placements' type (:func:`placements_type`) on every axis both know, by the argument
     rule (:func:`.collectives.check_argument`, ``spmd-mismatch``): its fix makes the value
-    fit; a second fix names the placements that hold the value as it is.  ``where``: the
-    value as the message names it (``x passed to DTensor.from_local``)."""
+    fit; a second fix names the placements that hold the value as it is (``placements_arg``
+    as written; None: not offered; ``one``: the argument takes one placement, a parallel
+    style's ``input_layouts=Shard(1)``).  ``where``: the value as the message names it (``x
+    passed to DTensor.from_local``)."""
     want = placements_type(axes, placements, grads)
     errors = check_argument(have.local(), want, x_text=x_text, where=where)
     if not errors:
@@ -140,8 +142,9 @@ def check_from_local(have: SpmdType, axes: Sequence[str | None],
     # an R value is held by Replicate() with grad_placements=[Partial()] only where the
     # gradient arriving can be redistributed to Partial (not from a Shard: torch raises), so
     # that is not offered as a fix
-    if fits and fitted != list(placements) and not any(fitted_grads):
-        alt = f"; or pass {placements_arg}={_list(fitted)} if {bare(x_text)} is meant as it is"
+    if fits and placements_arg and fitted != list(placements) and not any(fitted_grads):
+        shown = (fitted[0] or "?") if one and len(fitted) == 1 else _list(fitted)
+        alt = f"; or pass {placements_arg}={shown} if {bare(x_text)} is meant as it is"
     return [SpmdError(e.code, e.message + alt + reason)]
 
 

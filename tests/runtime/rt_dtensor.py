@@ -293,6 +293,59 @@ def check_local_map_placements(ctx: Ctx, name: str) -> None:
     assert_close(got, ref, rtol=0, atol=1e-15)
 
 
+class _Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(3, 4, bias=False, dtype=F64)
+        self.down = torch.nn.Linear(4, 3, bias=False, dtype=F64)
+        with torch.no_grad():
+            self.up.weight.copy_(torch.arange(12, dtype=F64).reshape(4, 3) / 4 - 1)
+            self.down.weight.copy_(torch.arange(12, dtype=F64).reshape(3, 4) / 8 - 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _styled_mlp(ctx: Ctx, colwise: Any) -> torch.nn.Module:
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+
+    model = _Mlp()
+    parallelize_module(model, ctx.mesh("1d"), {"up": colwise, "down": RowwiseParallel()})
+    return model
+
+
+def check_parallel_style_boundary(ctx: Ctx, name: str) -> None:
+    """parallelize_module's styles wrap a module's input with from_local and unwrap its
+    output with to_local: a sequence-sharded S(1) activation passed to ColwiseParallel()
+    (which reads it as Replicate) raises, offering all_gather(S(1), I) or
+    input_layouts=Shard(1), both exact against the float64 reference (unchecked, the wrong
+    program's output is off); RowwiseParallel's local output is I."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    mesh = ctx.mesh("1d")
+    xg = torch.arange(24, dtype=F64).reshape(2, 4, 3) / 4 - 1.5
+    ref = _Mlp()(xg).detach()
+    n = 4 // ctx.world
+    x_local = xg[:, ctx.rank * n:(ctx.rank + 1) * n].clone()
+    with spmd.set_mesh(mesh):
+        wrong = _styled_mlp(ctx, ColwiseParallel())(x_local)
+    assert not torch.equal(wrong, ref[:, ctx.rank * n:(ctx.rank + 1) * n])
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        x = spmd.declare(xg.clone(), Tensor[I[AXIS]])
+        x_s = spmd.convert(x, AXIS, src=I, dst=S(1))
+        model = _styled_mlp(ctx, ColwiseParallel())
+        message = _raises("spmd-mismatch", lambda: model(x_s),
+                          "x passed to ColwiseParallel (which wraps it as [Replicate()]) is "
+                          'Tensor[S[1, "x"]] but Tensor[I["x"]] is expected',
+                          "or pass input_layouts=Shard(1) if x is meant as it is")
+        # named as _Mlp.forward calls self.up(...) with it
+        fixed = model(_paste(_fix(message, "all_gather"), x=x_s))
+        assert str(spmd.typeof(fixed)) == 'Tensor[I["x"]]', spmd.typeof(fixed)
+        other = _styled_mlp(ctx, ColwiseParallel(input_layouts=Shard(1)))(x_s)
+    assert_close(fixed.detach(), ref, rtol=0, atol=0)
+    assert_close(other.detach(), ref, rtol=0, atol=0)
+
+
 class _FsdpLinear(torch.nn.Module):
     w: Tensor[R["x"]]  # the unsharded weight the forward uses: replicated over dp ("x")
 
@@ -357,7 +410,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     for check in (check_to_local_types, check_from_local_replicate_of_r,
                   check_from_local_partial_as_replicate, check_from_local_invariant_as_partial,
                   check_to_local_is_invariant, check_to_local_partial_not_rechecked_in_backward,
-                  check_local_map_placements, check_fsdp2_declare_parameters):
+                  check_local_map_placements, check_parallel_style_boundary,
+                  check_fsdp2_declare_parameters):
         n = f"w{world}/dtensor/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
