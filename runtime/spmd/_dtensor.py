@@ -226,7 +226,7 @@ def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: An
             "output_layouts" if out else "input_layouts")
         one = True
     else:
-        x_text = _checking._texts([x], ["x"])[0]
+        x_text = _checking._texts([x], [""])[0] or _first_argument(frame) or "x"
         where = f"{x_text} passed to DTensor.from_local with placements {_shown(placements)}"
         arg = "placements"
     errors = check_from_local(have, axes, texts, grads, x_text="x", where="x",
@@ -235,6 +235,31 @@ def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: An
         errors = check_from_local(have, axes, texts, grads, x_text=x_text, where=where,
                                   placements_arg=arg, one=one)
         raise SpmdTypeError(errors[0])
+
+
+def _first_argument(frame: Any) -> str | None:
+    """The source text of the first argument of the call ``frame`` is running
+    (``DTensor.from_local(h_dt.to_local(), mesh, [Replicate()])``: ``h_dt.to_local()``), for a
+    value no variable holds; None where it cannot be read."""
+    import ast
+    import linecache
+
+    try:
+        line, end_line, col, end_col = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        if line is None or end_line is None or col is None or end_col is None:
+            return None
+        lines = linecache.getlines(frame.f_code.co_filename, frame.f_globals)
+        chunk = [ln.encode() for ln in lines[line - 1:end_line]]
+        chunk[-1] = chunk[-1][:end_col]
+        chunk[0] = chunk[0][col:]
+        source = b"".join(chunk).decode().strip()
+        node = ast.parse(source, mode="eval").body
+        if isinstance(node, ast.Call) and node.args:
+            text = ast.get_source_segment(source, node.args[0])
+            return text if text and "\n" not in text else None
+    except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def install() -> None:

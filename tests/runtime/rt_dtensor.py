@@ -181,6 +181,9 @@ def check_from_local_invariant_as_partial(ctx: Ctx, name: str) -> None:
                 "placements=[Replicate()]")
         _raises("spmd-mismatch", lambda: DTensor.from_local(xi, mesh, [Shard(0)]),
                 "placements=[Replicate()]")
+        # a value no variable holds is named by its expression in the call
+        _raises("spmd-mismatch", lambda: DTensor.from_local(xi * 2, mesh, [Partial()]),
+                "xi * 2 passed to DTensor.from_local", 'convert(xi * 2, "x", src=I, dst=P)')
         xs = spmd.declare(x.clone(), Tensor[S[1, AXIS]])
         _raises("spmd-mismatch", lambda: DTensor.from_local(xs, mesh, [Shard(0)]),
                 "S(1) on \"x\" where S(0) is needed", "placements=[Shard(1)]")
