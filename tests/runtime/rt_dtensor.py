@@ -408,6 +408,30 @@ def check_fsdp2_declare_parameters(ctx: Ctx, name: str) -> None:
         assert_close(got, w.detach(), rtol=0, atol=1e-15)
 
 
+def check_two_axes(ctx: Ctx, name: str) -> None:
+    """A 2 x 2 (dp, tp) mesh: each placement types its own axis (a 2-d DTensor and a
+    sub-mesh's); from_local checks each axis, the fix names the one that differs; the fixed
+    value's gradient, summed over tp as an R gradient is, is the reference exactly."""
+    mesh = ctx.mesh("2x2")
+    base = torch.arange(8, dtype=F64).reshape(4, 2) / 4
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        dt = DTensor.from_local(base.clone(), mesh, [Shard(0), Replicate()])
+        assert str(spmd.typeof(dt.to_local())) == 'Tensor[I["tp"], S[0, "dp"]]', spmd.typeof(
+            dt.to_local())
+        sub = DTensor.from_local(base.clone(), mesh["tp"], [Partial()])
+        assert str(spmd.typeof(sub.to_local())) == 'Tensor[P["tp"]]', spmd.typeof(sub.to_local())
+        w = spmd.declare(torch.nn.Parameter(base.clone()), Tensor[S[0, "dp"], R["tp"]])
+        message = _raises("spmd-mismatch",
+                          lambda: DTensor.from_local(w, mesh, [Shard(0), Replicate()]),
+                          'it is R on "tp" where I is needed')
+        fix = _fix(message, "reinterpret")
+        assert fix == 'reinterpret(w, "tp", src=R, dst=I)', message
+        ok = DTensor.from_local(_paste(fix, w=w), mesh, [Shard(0), Replicate()])
+        (ok * ok).sum().full_tensor().backward()
+        g = spmd.all_reduce(w.grad, "tp", src=P, dst=R)
+    assert_close(g, 2 * base, rtol=0, atol=0)
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_to_local_types, check_from_local_replicate_of_r,
@@ -417,4 +441,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                   check_fsdp2_declare_parameters):
         n = f"w{world}/dtensor/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
+    if world == 4:
+        n = f"w{world}/dtensor/two_axes"
+        out.append((n, functools.partial(check_two_axes, name=n)))
     return out

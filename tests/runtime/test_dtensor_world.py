@@ -1,5 +1,6 @@
-"""The check mode at the boundary with torch DTensor (to_local, from_local, torch's local_map),
-on a gloo world of 2 ranks (checks in rt_dtensor.py)."""
+"""The check mode at the boundary with torch DTensor (to_local, from_local, torch's local_map,
+the tensor parallel styles, FSDP2's parameters), on gloo worlds of 2 and 4 ranks (checks in
+rt_dtensor.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ import pytest
 
 import rt_world
 
-WORLD = rt_world.World(2, "dtensor", timeout=150.0)
+WORLDS = {n: rt_world.World(n, "dtensor", timeout=180.0) for n in (2, 4)}
 
 
-@pytest.mark.parametrize("name", WORLD.names())
+@pytest.mark.parametrize("name", WORLDS[2].names())
 def test_dtensor(name):
-    WORLD.check(name)
+    WORLDS[2].check(name)
+
+
+@pytest.mark.parametrize("name", WORLDS[4].names())
+def test_dtensor_4(name):
+    WORLDS[4].check(name)
