@@ -107,24 +107,24 @@ def _to_local(self: Any, *, grad_placements: Sequence[Any] | None = None) -> Any
     return result
 
 
-_ANNOTATIONS: dict[Any, tuple[list[str], dict[str, SpmdType]] | None] = {}
+_ANNOTATIONS: dict[Any, tuple[list[str], dict[str, SpmdType], Any] | None] = {}
 
 
-def _parameters(func: Any) -> tuple[list[str], dict[str, SpmdType]] | None:
+def _parameters(func: Any) -> tuple[list[str], dict[str, SpmdType], Any] | None:
     """The positional parameters of the function under local_map (through ``spmd.checked``'s
-    wrapper) and their ``Tensor[...]`` annotations; None when it has none."""
+    wrapper), their ``Tensor[...]`` annotations and the result's; None when it has none."""
     try:
         return _ANNOTATIONS[func]
     except (KeyError, TypeError):
         pass
-    out: tuple[list[str], dict[str, SpmdType]] | None = None
+    out: tuple[list[str], dict[str, SpmdType], Any] | None = None
     try:
         target = inspect.unwrap(func)
-        params, _ = _checking._annotated_types(target)
-        if params:
+        params, rets = _checking._annotated_types(target)
+        if params or rets is not None:
             ps = inspect.signature(target).parameters.values()
             names = [p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            out = (names, params)
+            out = (names, params, rets)
     except Exception:  # noqa: BLE001 - an annotation that does not evaluate: not checked
         out = None
     try:
@@ -145,7 +145,7 @@ def _check_local_map_argument(frame: Any, dt: Any, grad_placements: Any) -> None
     info = _parameters(func)
     if info is None or idx >= len(info[0]):
         return
-    names, params = info
+    names, params, _ = info
     want = params.get(names[idx])
     if not want:
         return
@@ -181,11 +181,29 @@ def _from_local(local_tensor: Any, device_mesh: Any = None, placements: Any = No
                 **kwargs: Any) -> Any:
     if _active() and isinstance(local_tensor, torch.Tensor):
         have = _checking._get(local_tensor)
-        caller = _caller() if have else None
+        caller = _caller()
         if have and caller is not None:
             _check_from_local(local_tensor, have, device_mesh, placements,
                               kwargs.get("grad_placements"), caller)
+        elif caller is not None and caller[0] == "local_map" and placements is not None:
+            _check_local_map_result(caller[1], device_mesh, placements)
     return _saved["from_local"].__func__(local_tensor, device_mesh, placements, **kwargs)
+
+
+def _check_local_map_result(frame: Any, mesh: Any, placements: Any) -> None:
+    """An untyped result of the function under local_map (its body computed it untyped):
+    its annotation, when it has one, against ``out_placements``."""
+    func, flat_out = frame.f_locals.get("func"), frame.f_locals.get("flat_out")
+    info = _parameters(func)
+    if info is None or not isinstance(info[2], SpmdType) or flat_out is None or len(flat_out) != 1:
+        return
+    placements = list(placements)
+    errors = check_placements_for(
+        info[2], _axes(mesh), _texts(placements) or [], None,
+        where=f"the result of {getattr(func, '__name__', 'the function')} under local_map",
+        placements_arg="out_placements")
+    if errors:
+        raise SpmdTypeError(errors[0])
 
 
 def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: Any,

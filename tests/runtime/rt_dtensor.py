@@ -257,6 +257,17 @@ def typed_ffn(x: Tensor[I["x"]], w3: Tensor[S[0, "x"]], w4: Tensor[S[1, "x"]]) -
     return spmd.all_reduce(spmd.linear(h, w4, out_partial_axes="x"), "x", src=P, dst=I)
 
 
+def ones_of(x: Tensor[I["x"]]) -> Tensor[I["x"]]:
+    return torch.ones_like(x)  # a factory: untyped in the check mode, its annotation says I
+
+
+def _untyped_result_program(ctx: Ctx, out_placements: Any) -> torch.Tensor:
+    mesh = ctx.mesh("1d")
+    fn = local_map(ones_of, out_placements=out_placements, in_placements=([Replicate()],),
+                   device_mesh=mesh)
+    return fn(DTensor.from_local(torch.zeros(2, 3, dtype=F64), mesh, [Replicate()])).full_tensor()
+
+
 def _local_map_program(ctx: Ctx, out_placements: Any, w3_placements: Any) -> torch.Tensor:
     mesh = ctx.mesh("1d")
     x = torch.tensor([[1.0, -1.0, 0.5], [2.0, 0.0, -0.5]], dtype=F64)
@@ -293,7 +304,17 @@ def check_local_map_placements(ctx: Ctx, name: str) -> None:
                 "parameter 'w3' of typed_ffn under local_map is Tensor[S[0, \"x\"]]",
                 "write in_placements[1] as [Shard(0)]")
         got = _local_map_program(ctx, [Replicate()], [Shard(0)])
+        # a result the body left untyped: its annotation against out_placements
+        _raises("spmd-mismatch", lambda: _untyped_result_program(ctx, [Partial()]),
+                "the result of ones_of under local_map is Tensor[I[\"x\"]] but "
+                "out_placements=[Partial()] gives it Tensor[P[\"x\"]]",
+                "write out_placements as [Replicate()]")
+        ones = _untyped_result_program(ctx, [Replicate()])
     assert_close(got, ref, rtol=0, atol=1e-15)
+    assert_close(ones, torch.ones(2, 3, dtype=F64), rtol=0, atol=0)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        assert_close(_untyped_result_program(ctx, [Partial()]),
+                     ctx.world * torch.ones(2, 3, dtype=F64), rtol=0, atol=0)  # wrong unchecked
 
 
 class _Mlp(torch.nn.Module):
