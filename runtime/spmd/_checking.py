@@ -1289,24 +1289,86 @@ def declare_parameters(module: _M) -> _M:
         with spmd.set_mesh(mesh), spmd.typecheck():
             spmd.declare_parameters(model)
             loss = model(batch)
+
+    A DTensor parameter is not declared (the annotation is the type of the local value the
+    forward computes with, not of a DTensor).  Under FSDP2 (``fully_shard``) the parameters
+    are DTensor shards between forwards and the forward uses new, unsharded tensors: each
+    FSDP module of ``model`` gets a forward pre-hook, run after FSDP's own (which unshards),
+    that declares the unsharded parameters at every forward in check mode (it does nothing
+    outside; registered once per module).
     """
     if not ACTIVE:
         return module
+    _declare_module_tree(module)
+    _follow_fsdp(module)
+    return module
+
+
+_CLASS_HINTS: weakref.WeakKeyDictionary[type, dict[str, SpmdType]] = weakref.WeakKeyDictionary()
+
+
+def _class_parameter_types(cls: type) -> dict[str, SpmdType]:
+    """A module class's ``Tensor[...]`` attribute annotations (once per class)."""
+    try:
+        return _CLASS_HINTS[cls]
+    except (KeyError, TypeError):
+        pass
     import typing
 
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # noqa: BLE001 - a class whose hints do not evaluate: its own dict
+        hints = {}
+        for klass in reversed(cls.__mro__):
+            hints.update(getattr(klass, "__annotations__", {}))
+    out = {}
+    for name, ann in hints.items():
+        st = spmd_type_of_annotation(ann)
+        if st is not None:
+            out[name] = st
+    try:
+        _CLASS_HINTS[cls] = out
+    except TypeError:
+        pass
+    return out
+
+
+def _is_dtensor(t: Any) -> bool:
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    cls = getattr(dtensor, "DTensor", None) if dtensor is not None else None
+    return cls is not None and isinstance(t, cls)
+
+
+def _declare_module_tree(module: torch.nn.Module) -> None:
     for sub in module.modules():
-        try:
-            hints = typing.get_type_hints(type(sub), include_extras=True)
-        except Exception:  # noqa: BLE001 - a class whose hints do not evaluate: its own dict
-            hints = {}
-            for klass in reversed(type(sub).__mro__):
-                hints.update(getattr(klass, "__annotations__", {}))
+        types_ = _class_parameter_types(type(sub))
+        if not types_:
+            continue
         for name, value in [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]:
-            want = spmd_type_of_annotation(hints.get(name))
-            if want is not None:
+            want = types_.get(name)
+            if want is not None and not _is_dtensor(value):
                 _stamp_declared(value, want, f"spmd.declare({type(sub).__name__}.{name}, "
                                 + format_type(want, _axis_order()) + ")")
-    return module
+
+
+# FSDP2 modules given the re-declaring pre-hook (weakly: a module may go)
+_FSDP_FOLLOWED: weakref.WeakKeyDictionary[torch.nn.Module, Any] = weakref.WeakKeyDictionary()
+
+
+def _follow_fsdp(module: torch.nn.Module) -> None:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except Exception:  # noqa: BLE001 - torch without distributed
+        return
+    for sub in module.modules():
+        if isinstance(sub, FSDPModule) and sub not in _FSDP_FOLLOWED:
+            _FSDP_FOLLOWED[sub] = sub.register_forward_pre_hook(_declare_unsharded)
+
+
+def _declare_unsharded(module: torch.nn.Module, args: Any) -> None:
+    """FSDP2's unsharded parameters, at each forward (after FSDP's pre-hook unsharded them)."""
+    if ACTIVE and not _PAUSED:
+        _declare_module_tree(module)
 
 
 def _fmt(t: SpmdType) -> str:
@@ -2003,6 +2065,8 @@ def _install_apply() -> None:
         node_cls = torch.autograd.function.BackwardCFunction
         _TORCH_BACKWARD_APPLY = node_cls.__dict__["apply"]
         node_cls.apply = _checked_backward  # type: ignore[method-assign]
+    from . import _dtensor
+    _dtensor.install()  # DTensor.to_local/from_local at the boundary with DTensor code
     if _TORCH_APPLY is None:
         fn_cls = torch.autograd.Function
         _TORCH_APPLY = fn_cls.__dict__["apply"]
@@ -2016,6 +2080,8 @@ def _install_apply() -> None:
 def _uninstall_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
     global _TORCH_PARAMETER_DEEPCOPY
+    from . import _dtensor
+    _dtensor.uninstall()
     if _TORCH_PARAMETER_DEEPCOPY is not None:
         torch.nn.Parameter.__deepcopy__ = _TORCH_PARAMETER_DEEPCOPY  # type: ignore[method-assign]
         _TORCH_PARAMETER_DEEPCOPY = None
