@@ -101,6 +101,11 @@ def _list(items: Sequence[str | None]) -> str:
     return "[" + ", ".join(i or "?" for i in items) + "]"
 
 
+def _grads_of(placements: Sequence[str | None], grads: Sequence[str | None] | None) -> list[str | None]:
+    """Each placement's gradient placement as given (None: the default)."""
+    return [grads[k] if grads is not None and k < len(grads) else None for k in range(len(placements))]
+
+
 def check_from_local(have: SpmdType, axes: Sequence[str | None],
                      placements: Sequence[str | None], grads: Sequence[str | None] | None, *,
                      x_text: str, where: str, placements_arg: str | None = "placements",
@@ -120,8 +125,7 @@ def check_from_local(have: SpmdType, axes: Sequence[str | None],
         return []
     # the placements (and gradient placements) that hold the value as it is
     fitted = list(placements)
-    fitted_grads: list[str | None] = [
-        (grads[k] if grads is not None and k < len(grads) else None) for k in range(len(placements))]
+    fitted_grads = _grads_of(placements, grads)
     fits = True
     for k, axis in enumerate(axes):
         if axis is None or k >= len(fitted):
@@ -166,8 +170,7 @@ def check_placements_for(want: SpmdType, axes: Sequence[str | None],
     if not bad:
         return []
     fitted = list(placements)
-    fitted_grads: list[str | None] = [
-        (grads[k] if grads is not None and k < len(grads) else None) for k in range(len(placements))]
+    fitted_grads = _grads_of(placements, grads)
     fits = True
     for axis, _, new in bad:
         p = placement_of(new)
