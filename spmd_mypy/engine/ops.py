@@ -791,11 +791,14 @@ def _rule_on_axis(
             p_text = p0.text
             other_desc, word = non_p[0]
             what = "a scalar" if other_desc == "a scalar" else f"{word} ({other_desc})"
+            # beside an Invariant term the reduction's result is I too (I + I: an R result would
+            # meet the I-to-R reinterpret of the next layer's input)
+            dst = "I" if word.startswith("an Invariant") else "R"
             return None, SpmdError(
                 "spmd-partial-affine",
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) added to {what} in {name}: '
-                f"the other term would be summed once per rank; {_fix_reduce(p_text, axis)} first, "
-                f"or add it after the reduction",
+                f"the other term would be summed once per rank; {_fix_reduce(p_text, axis, dst)} "
+                f"first, or add it after the reduction",
             )
         return LocalType(Kind.P), None
 

@@ -1306,3 +1306,16 @@ def test_out_partial_axes_of_an_invariant_result_names_the_untyped_operand() -> 
     assert e.value.code == "spmd-expert-mode"
     assert ('as far as the typed operands tell: w2 is untyped on "tp"; if it is sharded there, '
             'declare it, e.g. spmd.declare(w2, Tensor[V["tp"]])') in str(e.value), str(e.value)
+
+
+def test_partial_plus_a_gradient_free_invariant_suggests_reducing_to_invariant() -> None:
+    """A forgotten row-parallel all_reduce before a residual whose input has no gradient (a
+    first layer's data): the fix reduces to I, so the sum stays I for the next layer's
+    reinterpret(I, R) (the zero3 probe pasted dst=R and the next layer failed)."""
+    with spmd.typecheck():
+        x = typed(torch.randn(4, 4), Tensor[I["tp"]])
+        pout = typed(mk(4, 4), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            x + pout
+    assert e.value.code == "spmd-partial-affine"
+    assert 'all_reduce(pout, "tp", src=P, dst=I) first' in str(e.value), str(e.value)
