@@ -2115,13 +2115,15 @@ _FUNCOL = os.path.join(_TORCH_DIR, "distributed", "_functional_collectives.py")
 _FUNCOL_MODULE = "torch.distributed._functional_collectives"
 _C10D = os.path.join(_TORCH_DIR, "distributed", "distributed_c10d.py")
 _FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp", "apply"})
-# Where a user's raw collective call enters torch: the collective's own module, c10d's logging
-# wrapper, an op called through torch.ops.  A collective whose outermost torch frame is in any
-# other file is torch's own (a DTensor's redistribute, FSDP's gradient reduce-scatter), issued
-# on a local tensor the user typed: not the user's raw call.
-_RAW_ENTRY_FILES = frozenset({_C10D, _FUNCOL, _NN_FUNCTIONAL,
-                              os.path.join(_TORCH_DIR, "distributed", "c10d_logger.py"),
-                              os.path.join(_TORCH_DIR, "_ops.py")})
+# Torch's own users of collectives: a collective called from their code is torch's (a
+# DTensor's redistribute, FSDP's gradient reduce-scatter, DDP's buckets), issued on a local
+# tensor the user typed, not the user's raw call.  Any other torch frame between the user and
+# the collective (``tree_map(partial(dist.all_reduce, group=g), grads)``: torch's pytree
+# calls the user's collective) keeps it the user's.
+_TORCH_COLLECTIVE_USERS = tuple(os.path.join(_TORCH_DIR, *d) + os.sep for d in (
+    ("distributed", "tensor"), ("distributed", "fsdp"), ("distributed", "_composable"),
+    ("distributed", "algorithms"), ("distributed", "pipelining"), ("distributed", "optim"),
+    ("distributed", "checkpoint"), ("distributed", "_tools"), ("nn", "parallel")))
 
 
 def _raw_tensors(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
@@ -2176,16 +2178,13 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
     op = isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
     module = "torch.ops._c10d_functional" if op else "torch.distributed"
     funcol: Any = None  # the frame of the functional collective the user called
-    outermost = ""  # the file of the outermost torch frame
     f: Any = sys._getframe(1)
     while f is not None:  # up to the user's frame
         fn = os.path.abspath(f.f_code.co_filename)
-        if fn in _INTERNAL_FILES:
-            return  # the typed collectives
+        if fn in _INTERNAL_FILES or fn.startswith(_TORCH_COLLECTIVE_USERS):
+            return  # the typed collectives; torch's own use of a collective
         if not fn.startswith(_SKIP_DIRS):
             break
-        if fn.startswith(_TORCH_DIR + os.sep):
-            outermost = fn
         if fn == _NN_FUNCTIONAL and f.f_code.co_name in RAW_NN_NAMES:
             module, name = "torch.distributed.nn.functional", f.f_code.co_name
         elif fn == _C10D and f.f_code.co_name in RAW_COLLECTIVES:
@@ -2194,7 +2193,7 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
             # all_gather_tensor (all_gather_single's caller), all_reduce_inplace, ...
             module, name, funcol = _FUNCOL_MODULE, f.f_code.co_name, f
         f = f.f_back
-    if f is None or (outermost and outermost not in _RAW_ENTRY_FILES):
+    if f is None:
         return
     if _in_autograd_function(f):
         # the user's own collective in a Function's forward or backward: what it wrote is no

@@ -196,6 +196,24 @@ def check_nn_functional_all_reduce_checked(ctx: Ctx, name: str) -> None:
     assert message.startswith("torch.distributed.nn.functional.all_reduce "), message
 
 
+def check_raw_collective_through_a_torch_helper_checked(ctx: Ctx, name: str) -> None:
+    """The user's collective called through a torch helper (pytree's tree_map_ over a dict of
+    gradients) is the user's raw call, not torch's own: it raises (a regression probe: the
+    in-place sum kept the stale P type and the next all_reduce summed twice)."""
+    from torch.utils._pytree import tree_map_
+    for raw in (functools.partial(dist.all_reduce, group=_group(ctx)),
+                lambda x: funcol.all_reduce(x, "sum", _group(ctx))):
+        with spmd.set_mesh(ctx.mesh("1d")):
+            with spmd.typecheck():
+                grads = {"w": spmd.declare(_values(ctx), Tensor[P["x"]])}
+                try:
+                    tree_map_(raw, grads)
+                except SpmdTypeError as e:
+                    assert e.code == "spmd-raw-collective", e
+                else:
+                    raise AssertionError("a raw collective through tree_map_ passed the check mode")
+
+
 class _FuncolSum(torch.autograd.Function):
     """The user's own functional collective in an annotated Function: the Function's types
     type it (no spmd-raw-collective inside forward or backward)."""
@@ -232,7 +250,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                   check_funcol_all_to_all_single_checked,
                   check_funcol_all_to_all_single_autograd_checked,
                   check_funcol_all_reduce_inplace_checked,
-                  check_nn_functional_all_reduce_checked, check_funcol_in_function_allowed):
+                  check_nn_functional_all_reduce_checked, check_funcol_in_function_allowed,
+                  check_raw_collective_through_a_torch_helper_checked):
         n = f"w{world}/raw-fix/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
