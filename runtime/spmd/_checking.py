@@ -1851,6 +1851,11 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
 _TORCH_BACKWARD_APPLY: Any = None  # torch's BackwardCFunction.apply while ours is installed
 
 
+def _torch_distributed_function(node: Any) -> bool:
+    cls = getattr(node, "_forward_cls", None)
+    return getattr(cls, "__module__", "").startswith("torch.distributed.")
+
+
 def _checked_backward(node: Any, *grads: Any) -> Any:
     """A custom Function's backward, run by autograd, in check mode: the mode is on in its body
     (:func:`_in_mode`), the gradients it receives have the duals of forward's declared output
@@ -1860,6 +1865,11 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
     the all-reduce") raises instead of giving each rank its partial gradient."""
     info = getattr(node, _BACKWARD_INFO, None) if _STACK else None
     if info is None:
+        if _torch_distributed_function(node):
+            # torch.distributed's own Functions (FSDP's post-backward gradient reduce-scatter,
+            # DTensor's conversions): their bodies run torch's bookkeeping on the typed
+            # gradients (FSDP's chunk_cat of P gradients), not the user's code
+            return _TORCH_BACKWARD_APPLY(node, *grads)
         with _in_mode():
             return _TORCH_BACKWARD_APPLY(node, *grads)
     name, inputs, types, names = info

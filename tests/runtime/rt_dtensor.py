@@ -429,6 +429,60 @@ def check_fsdp2_declare_parameters(ctx: Ctx, name: str) -> None:
         assert_close(got, w.detach(), rtol=0, atol=1e-15)
 
 
+class _FsdpBlock(torch.nn.Module):
+    w: Tensor[R["x"]]
+
+    def __init__(self, a: int, b: int, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w = torch.nn.Parameter(torch.randn(b, a, dtype=F64, generator=g) * 0.3)
+
+    def forward(self, x: Any) -> Any:
+        return x @ self.w.t()
+
+
+class _FsdpNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.c = _FsdpBlock(6, 8, 0), _FsdpBlock(8, 4, 1)
+
+    def forward(self, x: Any) -> Any:
+        return self.c(F.relu(self.a(x)))
+
+
+def check_fsdp2_nested(ctx: Ctx, name: str) -> None:
+    """FSDP2 applied per block, then to the root (the usual nesting): the check mode does not
+    run FSDP's own post-backward Function (its chunk_cat of the unsharded parameters' P
+    gradients raised a false spmd-partial-nonlinear naming the loss); two SGD steps give the
+    float64 reference."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(5)
+    xg = torch.randn(2 * ctx.world, 6, dtype=F64)
+    ref = _FsdpNet()
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        ropt.zero_grad()
+        ref(xg).pow(2).mean().backward()
+        ropt.step()
+    net = _FsdpNet()
+    mesh = ctx.mesh("1d")
+    for block in (net.a, net.c):
+        fully_shard(block, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = xg.chunk(ctx.world)[ctx.rank]
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        spmd.declare_parameters(net)
+        for _ in range(2):
+            opt.zero_grad()
+            loss = net(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
+            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
+            opt.step()
+    for p, q in zip(net.parameters(), ref.parameters()):
+        assert_close(p.full_tensor().detach(), q.detach(), rtol=0, atol=1e-15)
+
+
 def check_two_axes(ctx: Ctx, name: str) -> None:
     """A 2 x 2 (dp, tp) mesh: each placement types its own axis (a 2-d DTensor and a
     sub-mesh's); from_local checks each axis, the fix names the one that differs; the fixed
@@ -459,7 +513,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                   check_from_local_partial_as_replicate, check_from_local_invariant_as_partial,
                   check_to_local_is_invariant, check_to_local_partial_not_rechecked_in_backward,
                   check_local_map_placements, check_parallel_style_boundary,
-                  check_fsdp2_declare_parameters):
+                  check_fsdp2_declare_parameters, check_fsdp2_nested):
         n = f"w{world}/dtensor/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     if world == 4:
