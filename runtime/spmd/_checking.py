@@ -1967,7 +1967,12 @@ class _ReturnCapture:
         if len(rets) != 1 or rets[0].value is None:
             return []
         value = rets[0].value
-        items = value.elts if isinstance(value, ast.Tuple) and len(results) > 1 else [value]
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                and value.func.id in code.co_freevars):
+            # a decorator's wrapper without functools.wraps (``return fn(ctx, *grads)``, fn
+            # from its closure): the user's body is elsewhere
+            return []
+        items = value.elts if isinstance(value, ast.Tuple) else [value]  # ``return h,`` too
         if len(items) != len(results) or any(isinstance(i, ast.Starred) for i in items):
             return []
         return [_expr_text(i) for i in items]

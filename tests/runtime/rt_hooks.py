@@ -244,6 +244,49 @@ def check_function_backward_names(ctx: Ctx, name: str) -> None:
             assert f"use {fix} " in message, message
 
 
+def _reduced_to_i(g: Any) -> Any:
+    return spmd.all_reduce(g, "x", src=P, dst=I)
+
+
+def _no_wraps(fn: Any) -> Any:
+    def inner(ctx: Any, *grads: Any) -> Any:
+        return fn(ctx, *grads)
+    return inner
+
+
+def _one_tuple(ctx: Any, g: Any) -> Any:
+    h = _reduced_to_i(g)
+    return h,
+
+
+def _plain(ctx: Any, g: Any) -> Any:
+    h = _reduced_to_i(g)
+    return h
+
+
+def _function_of(backward: Any) -> Any:
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Tensor[R["x"]]) -> Tensor[R["x"]]:
+            return x * 2
+    Fn.backward = staticmethod(backward)  # type: ignore[method-assign]
+    return Fn
+
+
+def check_function_backward_names_odd_returns(ctx: Ctx, name: str) -> None:
+    """``return h,`` (one gradient) is named ``h`` (was ``(h,)``, whose fix passed a tuple);
+    a backward behind a decorator without functools.wraps is not named by the wrapper's
+    ``return fn(...)`` (a name the user never wrote): ``result``."""
+    start = "Fn.backward returns {} (Tensor[I[\"x\"]])"
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        for backward, text in ((_one_tuple, "h"), (_plain, "h"), (_no_wraps(_plain), "result")):
+            x = spmd.declare(torch.ones(3, dtype=F64, requires_grad=True), Tensor[R["x"]])
+            message = _raises("spmd-duality", lambda: spmd.reinterpret(
+                _function_of(backward).apply(x).sum(), "x", src=R, dst=I).backward(),
+                start.format(text))
+            assert f"use convert({text}, " in message, message
+
+
 def check_multi_grad_hook(ctx: Ctx, name: str) -> None:
     """torch.autograd.graph.register_multi_grad_hook: the user's function runs in the check
     mode, with the gradients typed."""
@@ -443,7 +486,7 @@ def check_value_reads_in_backward(ctx: Ctx, name: str) -> None:
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
-                  check_function_backward_names,
+                  check_function_backward_names, check_function_backward_names_odd_returns,
                   check_multi_grad_hook, check_hook_accumulation,
                   check_post_hook_accumulation, check_grad_reduced_every_micro_batch,
                   check_value_reads_in_backward):
