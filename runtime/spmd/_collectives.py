@@ -508,17 +508,15 @@ def _check_sizes(step: _Step, sizes: Sequence[int], n: int) -> None:
                          f"the axis has {n} ranks")
 
 
-# The steps that communicate a shard (the others, convert's, cut or pad locally).
-_SIZES_EXCHANGED = frozenset({"all_gather", "reduce_scatter"})
-
-
 def _check_same_sizes(step: _Step, sizes: tuple[int, ...] | None, device: torch.device) -> None:
     """Check mode: every rank of the axis passed the same ``sizes=`` (one small all_gather of
     the lists over the axis's group, once per call).  Each rank checks only its own entry
     (its length of dim i) and the sum; a list that differs from rank to rank in the others
     (the list of another step, a list shifted by one) gives wrong shards silently, as the
-    ranks cut and join blocks at different offsets.  ``sizes=None`` on some ranks and a list
-    on others is reported too."""
+    ranks cut and join blocks at different offsets.  Only calls given ``sizes=`` exchange
+    them (an even gather pays nothing, nor a host sync on NCCL): ``sizes=`` on some ranks and
+    none on others is not detected (the collectives then differ in size: gloo aborts or the
+    ranks wait, as without the check mode)."""
     g = _group(step)
     n = g.size
     mine = [-1] + [0] * n if sizes is None else [len(sizes)] + list(sizes[:n]) + [0] * max(0, n - len(sizes))
@@ -958,8 +956,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
         sizes = tuple(int(s) for s in sizes)
     step = plan.step
     if (_checking.ACTIVE and plan.uses_sizes and step is not None and step.group is not None
-            and step.group.size > 1 and (sizes is not None or step.op in _SIZES_EXCHANGED)
-            and not torch.compiler.is_compiling()):
+            and step.group.size > 1 and sizes is not None and not torch.compiler.is_compiling()):
         _check_same_sizes(step, sizes, x.device)
     if plan.no_grad_op is not None:
         if x.requires_grad and torch.is_grad_enabled():
