@@ -1261,8 +1261,10 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     # a per-rank loss is most often a mean over this rank's tokens (cross_entropy's default):
     # the sum of N such means is N times the mean over every rank's tokens (a probe pasted
     # the reinterpret and trained on cp x the loss)
-    means = ("; per-rank means summed are the axis size times the mean over all ranks: divide "
-             "by the axis size first where the loss is a mean")
+    means = ("; per-rank means summed are the axis size times the mean over all ranks when "
+             "every rank has as many tokens: divide by the axis size first where the loss is "
+             "such a mean, else sum this rank's token losses and divide by the all-reduced "
+             "token count")
     if replicate is not None and varying is not None:
         rax, vax = format_axes(replicate), format_axes(varying)
         return [SpmdError(
