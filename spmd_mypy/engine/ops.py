@@ -283,6 +283,8 @@ INDEX_NAMES = frozenset("index indices target labels idx offsets".split())
 INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
     "embedding": frozenset({"input"}), "embedding_bag": frozenset({"input", "offsets"}),
     "one_hot": frozenset({"tensor", "input"}),
+    # x.masked_select(mask) is x[mask]: linear in x, the mask an index (a P x stays P)
+    "masked_select": frozenset({"mask"}),
 }
 # Ops whose result is an integer or bool tensor (indices, counts, masks, integer casts), which
 # never carries a gradient whatever their operands: ``counts = torch.bincount(idx)`` then

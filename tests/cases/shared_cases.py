@@ -272,6 +272,9 @@ case("where-R-P-zero", {"c": "R", "a": "P"}, "out = torch.where(c > 0, a, 0.0)",
 case("where-U-V-R", {"c": "U", "a": "V", "b": "R"}, "out = torch.where(c > 0, a, b)", "V")
 case("masked_fill-P", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 1.0)", AFF)
 case("masked_fill-P-zero", {"a": "P", "m": "R"}, "out = a.masked_fill(m > 0, 0.0)", "P")
+case("masked_select-P", {"a": "P", "m": "I"}, "out = a.masked_select(m > 0)", "P",
+     desc="masked_select is a[mask]: linear in a, the mask an index")
+case("masked_select-fn-P", {"a": "P", "m": "I"}, "out = torch.masked_select(a, m > 0)", "P")
 case("masked_fill-R-Vmask", {"a": "R", "m": "V"}, "out = a.masked_fill(m > 0, 0.0)", "V",
      desc="a varying mask makes a varying result")
 # the condition or mask picks elements, as an index: an untyped one (a causal mask built from
