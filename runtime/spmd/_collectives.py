@@ -1207,6 +1207,31 @@ class _UnevenAllToAll(torch.autograd.Function):
         return _UnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes), None, None, None
 
 
+def _check_out_sizes(g: du.AxisGroup, sizes: tuple[int, ...], out_sizes: tuple[int, ...],
+                     device: torch.device) -> None:
+    """Check mode: ``out_sizes[k]`` on each rank is what rank ``k`` sends it, rank ``k``'s
+    ``sizes[that rank]`` (one small all_gather of every rank's two lists, so that every rank
+    reaches the same verdict and raises, none left waiting in the exchange).  A count that
+    differs (``out_sizes=sizes`` where routing is uneven) makes the ranks disagree on the
+    message sizes: gloo aborts the process ("Received data size doesn't match"), NCCL
+    corrupts or hangs."""
+    n = g.size
+    mine = torch.tensor(list(sizes) + list(out_sizes), dtype=torch.int64, device=device)
+    with _checking.suspended():
+        rows = du.all_gather(mine, g).view(n, 2 * n).tolist()
+    for r in range(n):
+        for k in range(n):
+            sent, expected = int(rows[k][r]), int(rows[r][n + k])
+            if sent != expected:
+                axis = g.axes[0] if len(g.axes) == 1 else g.axes
+                raise ValueError(
+                    f"all_to_all(..., sizes=, out_sizes=) on axis {axis!r}: the rank of index "
+                    f"{r} passed out_sizes[{k}]={expected}, but the rank of index {k} sends it "
+                    f"{sent} rows (its sizes[{r}]); out_sizes[k] is what rank k sends to this "
+                    f"rank (on index {r}: out_sizes={[int(rows[q][r]) for q in range(n)]}), or "
+                    f"leave out_sizes out and the ranks exchange the counts")
+
+
 def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
                        sizes: Sequence[int] | None, out_sizes: Sequence[int] | None) -> torch.Tensor:
     plan = _plan("all_to_all", axis, src, dst, x=x)  # checks src/dst against the table
@@ -1237,6 +1262,8 @@ def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
         if len(out_sizes) != n or any(k < 0 for k in out_sizes):
             raise ValueError(f"all_to_all out_sizes={list(out_sizes)}: one row count >= 0 per "
                              f"rank of the axis ({n} ranks)")
+        if _checking.ACTIVE and n > 1 and not torch.compiler.is_compiling():
+            _check_out_sizes(g, sizes, out_sizes, x.device)
     if x.requires_grad and torch.is_grad_enabled():
         out = _UnevenAllToAll.apply(x, g, sizes, out_sizes)
     else:

@@ -19,7 +19,7 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx
-from spmd import I, P, R, S, Tensor
+from spmd import I, P, R, S, Tensor, V
 
 F64 = torch.float64
 AXIS = "x"
@@ -145,6 +145,30 @@ def check_even_calls_exchange_nothing(ctx: Ctx, name: str) -> None:
     assert calls == ["all_gather"], calls
 
 
+def check_all_to_all_out_sizes_checked(ctx: Ctx, name: str) -> None:
+    """Uneven all_to_all with out_sizes=sizes where the routing is uneven (the varlen probe's
+    MoE: gloo aborted the process): the check mode compares every rank's out_sizes with what
+    the others send and raises on every rank; the right out_sizes pass and match the
+    exchange without out_sizes."""
+    n = ctx.world
+    sizes = [ctx.rank + 1 if k == 0 else 1 for k in range(n)]  # rank r sends r + 1 rows to 0
+    x = torch.arange(sum(sizes), dtype=F64) + 100 * ctx.rank
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            v = spmd.declare(x.clone(), Tensor[V[AXIS]])
+            try:
+                spmd.all_to_all(v, AXIS, src=V, dst=V, sizes=sizes, out_sizes=sizes)
+            except ValueError as e:
+                message = str(e)
+            else:
+                raise AssertionError("out_sizes that differ from what the ranks send passed")
+            assert "out_sizes[k] is what rank k sends to this rank" in message, message
+            right = [k + 1 if ctx.rank == 0 else 1 for k in range(n)]  # rank k's sizes[this rank]
+            got = spmd.all_to_all(v, AXIS, src=V, dst=V, sizes=sizes, out_sizes=right)
+            want = spmd.all_to_all(v, AXIS, src=V, dst=V, sizes=sizes)
+    assert_close(got, want, rtol=0, atol=0)
+
+
 def check_same_sizes_pass(ctx: Ctx, name: str) -> None:
     """The same list everywhere: no error, and the values are the concatenation and its
     reduce-scatter back, in the check mode (the verification changes nothing)."""
@@ -164,7 +188,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_all_gather_shifted, check_redistribute_shifted,
                   check_reduce_scatter_same_sum, check_convert_shifted,
-                  check_even_calls_exchange_nothing, check_same_sizes_pass):
+                  check_even_calls_exchange_nothing, check_all_to_all_out_sizes_checked,
+                  check_same_sizes_pass):
         n = f"w{world}/sizes/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
