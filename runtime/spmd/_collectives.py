@@ -508,7 +508,19 @@ def _check_sizes(step: _Step, sizes: Sequence[int], n: int) -> None:
                          f"the axis has {n} ranks")
 
 
-def _check_same_sizes(step: _Step, sizes: tuple[int, ...] | None, device: torch.device) -> None:
+def _every_rank(g: du.AxisGroup, values: list[int], device: torch.device) -> list[list[int]]:
+    """Check mode: every rank's ``values`` (one small all_gather over the axis's group), by
+    the rank's index on the axis."""
+    t = torch.tensor(values, dtype=torch.int64, device=device)
+    with _checking.suspended():
+        return du.all_gather(t, g).view(g.size, len(values)).tolist()
+
+
+def _axis_name(g: du.AxisGroup) -> Any:
+    return g.axes[0] if len(g.axes) == 1 else g.axes
+
+
+def _check_same_sizes(step: _Step, sizes: tuple[int, ...], device: torch.device) -> None:
     """Check mode: every rank of the axis passed the same ``sizes=`` (one small all_gather of
     the lists over the axis's group, once per call).  Each rank checks only its own entry
     (its length of dim i) and the sum; a list that differs from rank to rank in the others
@@ -519,27 +531,21 @@ def _check_same_sizes(step: _Step, sizes: tuple[int, ...] | None, device: torch.
     ranks wait, as without the check mode)."""
     g = _group(step)
     n = g.size
-    mine = [-1] + [0] * n if sizes is None else [len(sizes)] + list(sizes[:n]) + [0] * max(0, n - len(sizes))
-    t = torch.tensor(mine, dtype=torch.int64, device=device)
-    with _checking.suspended():
-        every = du.all_gather(t, g).view(n, n + 1).tolist()
+    every = _every_rank(g, [len(sizes)] + list(sizes[:n]) + [0] * max(0, n - len(sizes)), device)
     me = every[g.index]
     other = next((k for k in range(n) if every[k] != me), None)
     if other is None:
         return
 
     def text(row: list[int], k: int) -> str:
-        if row[0] < 0:
-            return "no sizes="
         if k == g.index:
-            return f"sizes={list(sizes or ())}"
+            return f"sizes={list(sizes)}"
         shown = row[1:1 + min(row[0], n)]
         return f"sizes={shown}" + ("" if row[0] <= n else f" and {row[0] - n} more entries")
 
-    axis = g.axes[0] if len(g.axes) == 1 else g.axes
     raise ValueError(
-        f"{step.describe()}: sizes= differs from rank to rank on axis {axis!r}: this rank "
-        f"(index {g.index} on the axis, global rank {g.ranks[g.index]}) passed "
+        f"{step.describe()}: sizes= differs from rank to rank on axis {_axis_name(g)!r}: this "
+        f"rank (index {g.index} on the axis, global rank {g.ranks[g.index]}) passed "
         f"{text(me, g.index)}, index {other} (global rank {g.ranks[other]}) passed "
         f"{text(every[other], other)}; sizes= is the same list on every rank of the axis (entry "
         f"k the length of dim i on the rank of index k), else the ranks cut and join the "
@@ -1216,16 +1222,13 @@ def _check_out_sizes(g: du.AxisGroup, sizes: tuple[int, ...], out_sizes: tuple[i
     message sizes: gloo aborts the process ("Received data size doesn't match"), NCCL
     corrupts or hangs."""
     n = g.size
-    mine = torch.tensor(list(sizes) + list(out_sizes), dtype=torch.int64, device=device)
-    with _checking.suspended():
-        rows = du.all_gather(mine, g).view(n, 2 * n).tolist()
+    rows = _every_rank(g, list(sizes) + list(out_sizes), device)
     for r in range(n):
         for k in range(n):
             sent, expected = int(rows[k][r]), int(rows[r][n + k])
             if sent != expected:
-                axis = g.axes[0] if len(g.axes) == 1 else g.axes
                 raise ValueError(
-                    f"all_to_all(..., sizes=, out_sizes=) on axis {axis!r}: the rank of index "
+                    f"all_to_all(..., sizes=, out_sizes=) on axis {_axis_name(g)!r}: the rank of index "
                     f"{r} passed out_sizes[{k}]={expected}, but the rank of index {k} sends it "
                     f"{sent} rows (its sizes[{r}]); out_sizes[k] is what rank k sends to this "
                     f"rank (on index {r}: out_sizes={[int(rows[q][r]) for q in range(n)]}), or "
