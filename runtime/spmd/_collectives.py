@@ -1213,17 +1213,21 @@ class _UnevenAllToAll(torch.autograd.Function):
         return _UnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes), None, None, None
 
 
-def _check_out_sizes(g: du.AxisGroup, sizes: tuple[int, ...], out_sizes: tuple[int, ...],
-                     device: torch.device) -> None:
-    """Check mode: ``out_sizes[k]`` on each rank is what rank ``k`` sends it, rank ``k``'s
-    ``sizes[that rank]`` (one small all_gather of every rank's two lists, so that every rank
-    reaches the same verdict and raises, none left waiting in the exchange).  A count that
-    differs (``out_sizes=sizes`` where routing is uneven) makes the ranks disagree on the
-    message sizes: gloo aborts the process ("Received data size doesn't match"), NCCL
-    corrupts or hangs."""
+def _checked_out_sizes(g: du.AxisGroup, sizes: tuple[int, ...], out_sizes: tuple[int, ...] | None,
+                       device: torch.device) -> tuple[int, ...]:
+    """Check mode: ``out_sizes[k]`` on each rank that gives it is what rank ``k`` sends it,
+    rank ``k``'s ``sizes[that rank]`` (one small all_gather of every rank's two lists, the same
+    collective on every rank, so that every rank reaches the same verdict and raises, none left
+    waiting; a rank without ``out_sizes=`` takes its counts from it).  A count that differs
+    (``out_sizes=sizes`` where routing is uneven) makes the ranks disagree on the message
+    sizes: gloo aborts the process ("Received data size doesn't match"), NCCL corrupts or
+    hangs.  Returns this rank's out_sizes."""
     n = g.size
-    rows = _every_rank(g, list(sizes) + list(out_sizes), device)
+    rows = _every_rank(g, list(sizes) + (list(out_sizes) if out_sizes is not None else [-1] * n),
+                       device)
     for r in range(n):
+        if rows[r][n] < 0:
+            continue  # no out_sizes= there: the counts are taken from the exchange
         for k in range(n):
             sent, expected = int(rows[k][r]), int(rows[r][n + k])
             if sent != expected:
@@ -1233,6 +1237,7 @@ def _check_out_sizes(g: du.AxisGroup, sizes: tuple[int, ...], out_sizes: tuple[i
                     f"{sent} rows (its sizes[{r}]); out_sizes[k] is what rank k sends to this "
                     f"rank (on index {r}: out_sizes={[int(rows[q][r]) for q in range(n)]}), or "
                     f"leave out_sizes out and the ranks exchange the counts")
+    return tuple(int(rows[k][g.index]) for k in range(n))
 
 
 def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
@@ -1257,16 +1262,18 @@ def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
     if x.ndim == 0 or sum(sizes) != x.shape[0]:
         raise ValueError(f"all_to_all sizes={list(sizes)} sum to {sum(sizes)}, x has "
                          f"{x.shape[0] if x.ndim else 'no'} rows (dim 0)")
-    if out_sizes is None:  # what every rank sends here: one small exchange of the counts
-        counts = du.all_to_all(torch.tensor(sizes, dtype=torch.int64, device=x.device), g)
-        out_sizes = tuple(int(k) for k in counts.tolist())
-    else:
+    if out_sizes is not None:
         out_sizes = tuple(int(k) for k in out_sizes)
         if len(out_sizes) != n or any(k < 0 for k in out_sizes):
             raise ValueError(f"all_to_all out_sizes={list(out_sizes)}: one row count >= 0 per "
                              f"rank of the axis ({n} ranks)")
-        if _checking.ACTIVE and n > 1 and not torch.compiler.is_compiling():
-            _check_out_sizes(g, sizes, out_sizes, x.device)
+    if _checking.ACTIVE and n > 1 and not torch.compiler.is_compiling():
+        # one exchange on every rank, given out_sizes= or not (a rank without it takes its
+        # counts from it; different collectives on different ranks would hang)
+        out_sizes = _checked_out_sizes(g, sizes, out_sizes, x.device)
+    elif out_sizes is None:  # what every rank sends here: one small exchange of the counts
+        counts = du.all_to_all(torch.tensor(sizes, dtype=torch.int64, device=x.device), g)
+        out_sizes = tuple(int(k) for k in counts.tolist())
     if x.requires_grad and torch.is_grad_enabled():
         out = _UnevenAllToAll.apply(x, g, sizes, out_sizes)
     else:

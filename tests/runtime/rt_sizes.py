@@ -169,6 +169,23 @@ def check_all_to_all_out_sizes_checked(ctx: Ctx, name: str) -> None:
     assert_close(got, want, rtol=0, atol=0)
 
 
+def check_all_to_all_out_sizes_on_some_ranks(ctx: Ctx, name: str) -> None:
+    """out_sizes= on one rank only (right there), none on the others: in the check mode every
+    rank runs the same exchange (the regression probe: the checking all_gather on one rank
+    against the count exchange on the others hung); the result is the plain exchange's."""
+    n = ctx.world
+    sizes = [ctx.rank + 1 if k == 0 else 1 for k in range(n)]
+    right = [k + 1 if ctx.rank == 0 else 1 for k in range(n)]
+    x = torch.arange(sum(sizes), dtype=F64) + 100 * ctx.rank
+    with spmd.set_mesh(ctx.mesh("1d")):
+        want = spmd.all_to_all(x, AXIS, src=V, dst=V, sizes=sizes)
+        with spmd.typecheck():
+            v = spmd.declare(x.clone(), Tensor[V[AXIS]])
+            got = spmd.all_to_all(v, AXIS, src=V, dst=V, sizes=sizes,
+                                  out_sizes=right if ctx.rank == 0 else None)
+    assert_close(got, want, rtol=0, atol=0)
+
+
 def check_same_sizes_pass(ctx: Ctx, name: str) -> None:
     """The same list everywhere: no error, and the values are the concatenation and its
     reduce-scatter back, in the check mode (the verification changes nothing)."""
@@ -189,7 +206,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     for check in (check_all_gather_shifted, check_redistribute_shifted,
                   check_reduce_scatter_same_sum, check_convert_shifted,
                   check_even_calls_exchange_nothing, check_all_to_all_out_sizes_checked,
-                  check_same_sizes_pass):
+                  check_all_to_all_out_sizes_on_some_ranks, check_same_sizes_pass):
         n = f"w{world}/sizes/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
