@@ -813,6 +813,11 @@ class _Mode(TorchFunctionMode):
                     # a hook registered before the check mode started (not wrapped) may have
                     # reduced it: what a collective in it typed, else unknown (gradual)
                     pass
+                elif _reduced_by_ddp(args[0]):
+                    # torch's DistributedDataParallel averages it in its C++ reducer (over its
+                    # group, unless under no_sync), which the mode does not see: unknown
+                    # (gradual; the dual made opt.step a false error whose fix reduced twice)
+                    _untype(g)
                 else:
                     t = _get(args[0])
                     if t:
@@ -2082,6 +2087,7 @@ def _install_apply() -> None:
         node_cls.apply = _checked_backward  # type: ignore[method-assign]
     from . import _dtensor
     _dtensor.install()  # DTensor.to_local/from_local at the boundary with DTensor code
+    _install_ddp()
     if _TORCH_APPLY is None:
         fn_cls = torch.autograd.Function
         _TORCH_APPLY = fn_cls.__dict__["apply"]
@@ -2092,11 +2098,49 @@ def _install_apply() -> None:
             torch.compiler.disable(_apply, recursive=False))
 
 
+# Parameters of a torch DistributedDataParallel module whose forward ran in the check mode:
+# id -> weakref (their gradients are reduced by DDP's reducer, unseen by the mode).
+_DDP_PARAMS: dict[int, Any] = {}
+_TORCH_DDP_FORWARD: Any = None
+
+
+def _reduced_by_ddp(p: Any) -> bool:
+    entry = _DDP_PARAMS.get(id(p)) if _DDP_PARAMS else None
+    return entry is not None and entry() is p
+
+
+def _checked_ddp_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+    for p in self.module.parameters():
+        if p.requires_grad and not _reduced_by_ddp(p):
+            if len(_DDP_PARAMS) > 100_000:  # bound the memory of a long run
+                _DDP_PARAMS.clear()
+            _DDP_PARAMS[id(p)] = weakref.ref(p)
+    return _TORCH_DDP_FORWARD(self, *args, **kwargs)
+
+
+def _install_ddp() -> None:
+    global _TORCH_DDP_FORWARD
+    ddp = sys.modules.get("torch.nn.parallel.distributed")
+    cls = getattr(ddp, "DistributedDataParallel", None)
+    if _TORCH_DDP_FORWARD is None and cls is not None and "forward" in vars(cls):
+        _TORCH_DDP_FORWARD = vars(cls)["forward"]
+        cls.forward = _checked_ddp_forward
+
+
+def _uninstall_ddp() -> None:
+    global _TORCH_DDP_FORWARD
+    if _TORCH_DDP_FORWARD is not None:
+        from torch.nn.parallel import DistributedDataParallel
+        DistributedDataParallel.forward = _TORCH_DDP_FORWARD  # type: ignore[method-assign]
+        _TORCH_DDP_FORWARD = None
+
+
 def _uninstall_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
     global _TORCH_PARAMETER_DEEPCOPY
     from . import _dtensor
     _dtensor.uninstall()
+    _uninstall_ddp()
     if _TORCH_PARAMETER_DEEPCOPY is not None:
         torch.nn.Parameter.__deepcopy__ = _TORCH_PARAMETER_DEEPCOPY  # type: ignore[method-assign]
         _TORCH_PARAMETER_DEEPCOPY = None

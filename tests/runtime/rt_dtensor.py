@@ -483,6 +483,37 @@ def check_fsdp2_nested(ctx: Ctx, name: str) -> None:
         assert_close(p.full_tensor().detach(), q.detach(), rtol=0, atol=1e-15)
 
 
+def check_ddp_step(ctx: Ctx, name: str) -> None:
+    """torch DDP over "x" with declared parameters: DDP's reducer averages the gradients
+    unseen by the check mode, so p.grad is not read as the dual P (opt.step raised a false
+    spmd-partial-affine whose fix, pasted, reduced the gradients twice: regression probe 2);
+    two SGD steps in the check mode give the float64 reference."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(5)
+    xg = torch.randn(2 * ctx.world, 6, dtype=F64)
+    ref = _FsdpNet()
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        ropt.zero_grad()
+        ref(xg).pow(2).mean().backward()
+        ropt.step()
+    net = _FsdpNet()
+    mesh = ctx.mesh("1d")
+    model = DDP(net, process_group=mesh.get_group(AXIS))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = xg.chunk(ctx.world)[ctx.rank]
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        spmd.declare_parameters(net)
+        for _ in range(2):
+            opt.zero_grad()
+            loss = model(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
+            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
+            opt.step()
+    for p, q in zip(net.parameters(), ref.parameters()):
+        assert_close(p.detach(), q.detach(), rtol=0, atol=1e-15)
+
+
 def check_two_axes(ctx: Ctx, name: str) -> None:
     """A 2 x 2 (dp, tp) mesh: each placement types its own axis (a 2-d DTensor and a
     sub-mesh's); from_local checks each axis, the fix names the one that differs; the fixed
@@ -513,7 +544,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                   check_from_local_partial_as_replicate, check_from_local_invariant_as_partial,
                   check_to_local_is_invariant, check_to_local_partial_not_rechecked_in_backward,
                   check_local_map_placements, check_parallel_style_boundary,
-                  check_fsdp2_declare_parameters, check_fsdp2_nested):
+                  check_fsdp2_declare_parameters, check_fsdp2_nested, check_ddp_step):
         n = f"w{world}/dtensor/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     if world == 4:
