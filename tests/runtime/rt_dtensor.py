@@ -450,13 +450,8 @@ class _FsdpNet(torch.nn.Module):
         return self.c(F.relu(self.a(x)))
 
 
-def check_fsdp2_nested(ctx: Ctx, name: str) -> None:
-    """FSDP2 applied per block, then to the root (the usual nesting): the check mode does not
-    run FSDP's own post-backward Function (its chunk_cat of the unsharded parameters' P
-    gradients raised a false spmd-partial-nonlinear naming the loss); two SGD steps give the
-    float64 reference."""
-    from torch.distributed.fsdp import fully_shard
-
+def _reference_steps(ctx: Ctx) -> tuple[torch.Tensor, _FsdpNet]:
+    """The whole batch and the net after two SGD steps on it in one process (float64)."""
     torch.manual_seed(5)
     xg = torch.randn(2 * ctx.world, 6, dtype=F64)
     ref = _FsdpNet()
@@ -465,6 +460,17 @@ def check_fsdp2_nested(ctx: Ctx, name: str) -> None:
         ropt.zero_grad()
         ref(xg).pow(2).mean().backward()
         ropt.step()
+    return xg, ref
+
+
+def check_fsdp2_nested(ctx: Ctx, name: str) -> None:
+    """FSDP2 applied per block, then to the root (the usual nesting): the check mode does not
+    run FSDP's own post-backward Function (its chunk_cat of the unsharded parameters' P
+    gradients raised a false spmd-partial-nonlinear naming the loss); two SGD steps give the
+    float64 reference."""
+    from torch.distributed.fsdp import fully_shard
+
+    xg, ref = _reference_steps(ctx)
     net = _FsdpNet()
     mesh = ctx.mesh("1d")
     for block in (net.a, net.c):
@@ -490,14 +496,7 @@ def check_ddp_step(ctx: Ctx, name: str) -> None:
     two SGD steps in the check mode give the float64 reference."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.manual_seed(5)
-    xg = torch.randn(2 * ctx.world, 6, dtype=F64)
-    ref = _FsdpNet()
-    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for _ in range(2):
-        ropt.zero_grad()
-        ref(xg).pow(2).mean().backward()
-        ropt.step()
+    xg, ref = _reference_steps(ctx)
     net = _FsdpNet()
     mesh = ctx.mesh("1d")
     model = DDP(net, process_group=mesh.get_group(AXIS))
