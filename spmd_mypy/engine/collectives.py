@@ -193,10 +193,12 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
             f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
     if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
             and dst.dim is None):
-        # convert shards: each rank keeps its slice of dim 0.  A replicated value meant as
+        # convert to V keeps each rank's slot of dim 0 (S(0): its chunk).  A replicated value meant as
         # each rank's own (KV heads replicated for grouped-query attention, a broadcast
         # weight) is a reinterpret: the local data unchanged
-        text += (f" to keep this rank's slice of dim 0, or reinterpret({bare(x_text)}, "
+        text += (f" to keep this rank's slot of dim 0 (x[rank], dim 0 of the axis size; "
+                 f"dst=S(0) keeps its chunk of dim 0 instead, the rows of a batch), or "
+                 f"reinterpret({bare(x_text)}, "
                  f"{format_axis(axis)}, src={_arg(src)}, dst=V) to keep the whole local value "
                  f"(each rank's copy as its own value)")
     elif op == "convert" and src.kind is Kind.V and src.dim is None and dst.kind is Kind.P:
