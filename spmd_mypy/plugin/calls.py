@@ -342,12 +342,6 @@ def _raw_collective_targets(func: FuncDef) -> frozenset[str]:
     return found
 
 
-def _value_bound_once(func: FuncDef, name: str) -> Expression | None:
-    """The value of ``name = value`` when that is the name's only binding in ``func`` (not
-    a parameter, a loop target, a second assignment...), else None."""
-    facts = global_calls.size_names(func)
-    return facts.values.get(name) if facts.bindings.get(name, 0) == 1 else None
-
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
@@ -402,7 +396,7 @@ class CallTyper:
             return errors
         declared: dict[str, int] = {}
         for name in names:
-            v = _value_bound_once(func, name)
+            v = global_calls.value_bound_once(func, name)
             if (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
                     and v.callee.fullname == "spmd.declare"):
                 declared[name] = v.line
@@ -1470,7 +1464,7 @@ class CallTyper:
                     return False
                 if any(arg.variable is sub.node for arg in func.arguments):
                     continue  # a parameter bound once: its annotation
-                value = _value_bound_once(func, sub.name)
+                value = global_calls.value_bound_once(func, sub.name)
                 if value is None or not self._certain_in(func, value, depth + 1):
                     return False
         return True

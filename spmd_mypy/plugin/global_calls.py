@@ -342,6 +342,13 @@ def size_names(func: FuncDef) -> SizeNames:
     return facts
 
 
+def value_bound_once(func: FuncDef, name: str) -> Expression | None:
+    """The value of ``name = value`` when that is the name's only binding in ``func`` (not
+    a parameter, a loop target, a second assignment...), else None."""
+    facts = size_names(func)
+    return facts.values.get(name) if facts.bindings.get(name, 0) == 1 else None
+
+
 def _tuple_names(target: Expression) -> list[str]:
     """The names a (nested) tuple target binds: ``p, (g, m)`` -> p, g, m."""
     if isinstance(target, NameExpr):
@@ -804,8 +811,7 @@ def size_one_dims(e: Expression | None, rank: int, func: FuncDef | None = None,
     if isinstance(e, NameExpr):
         if func is None or e.kind != LDEF or depth > 3:
             return ()
-        facts = size_names(func)
-        value = facts.values.get(e.name) if facts.bindings.get(e.name, 0) == 1 else None
+        value = value_bound_once(func, e.name)
         return size_one_dims(value, rank, func, depth + 1) if value is not None else ()
     ones = [False] * rank
     if (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
