@@ -479,20 +479,12 @@ def _written_operands(frame: Any, values: Sequence[Any], named: dict[str, torch.
     ``2 * x`` reaches the check mode as ``x.__rmul__(2)``, a module call ``self.fc(h + 1)``
     as ``linear(h + 1, weight)``: the source's operands are not those)."""
     import ast
-    import linecache
 
     try:
-        positions = list(frame.f_code.co_positions())
-        line, end_line, col, end_col = positions[frame.f_lasti // 2]
-        if line is None or end_line is None or col is None or end_col is None:
+        source = _source_at(frame.f_code, frame.f_lasti, frame.f_globals)
+        if source is None:
             return {}
-        lines = linecache.getlines(frame.f_code.co_filename, frame.f_globals)
-        if end_line > len(lines):
-            return {}
-        chunk = [ln.encode() for ln in lines[line - 1:end_line]]
-        chunk[-1] = chunk[-1][:end_col]
-        chunk[0] = chunk[0][col:]
-        source = b"".join(chunk).decode().strip()
+        source = source.strip()  # (its segments are read from this text below)
         node = ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
         return {}
@@ -1946,26 +1938,18 @@ class _ReturnCapture:
     def texts(self, results: Sequence[Any]) -> list[str | None]:
         """The text of each returned value (by position), [] when the return is not read."""
         import ast
-        import linecache
         import textwrap
 
         if self.frame_info is None:
             return []
         code, lasti, f_globals = self.frame_info
-        line, end_line, col, end_col = list(code.co_positions())[lasti // 2]
-        if line is None or end_line is None or col is None or end_col is None:
-            return []
-        lines = linecache.getlines(code.co_filename, f_globals)
-        if end_line > len(lines):
-            return []
         # the statement the return instruction belongs to (a with block's, for a return in
         # it): parsed dedented, its one return read
-        chunk = [ln.encode() for ln in lines[line - 1:end_line]]
-        chunk[-1] = chunk[-1][:end_col]
-        chunk[0] = b" " * col + chunk[0][col:]
-        source = textwrap.dedent(b"".join(chunk).decode())
+        source = _source_at(code, lasti, f_globals)
+        if source is None:
+            return []
         try:
-            tree = ast.parse(source)
+            tree = ast.parse(textwrap.dedent(source))
         except SyntaxError:
             return []
         rets = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
@@ -1981,6 +1965,31 @@ class _ReturnCapture:
         if len(items) != len(results) or any(isinstance(i, ast.Starred) for i in items):
             return []
         return [_expr_text(i) for i in items]
+
+
+def _source_at(code: Any, lasti: int, f_globals: dict) -> str | None:
+    """The source text of the instruction at ``lasti`` of ``code`` (its position span: the
+    call a frame is running, the statement a return belongs to), its first line indented as
+    in the file so that the lines after it keep their relative indentation; None where the
+    source is not available."""
+    import linecache
+
+    try:
+        line, end_line, col, end_col = list(code.co_positions())[lasti // 2]
+    except IndexError:
+        return None
+    if line is None or end_line is None or col is None or end_col is None:
+        return None
+    lines = linecache.getlines(code.co_filename, f_globals)
+    if end_line > len(lines):
+        return None
+    chunk = [ln.encode() for ln in lines[line - 1:end_line]]
+    chunk[-1] = chunk[-1][:end_col]
+    chunk[0] = b" " * col + chunk[0][col:]
+    try:
+        return b"".join(chunk).decode()
+    except UnicodeDecodeError:
+        return None
 
 
 _RETURN_WANTED: list[_ReturnCapture] = []  # backward bodies running, their frame not found yet
@@ -2099,8 +2108,10 @@ def _install_apply() -> None:
 
 
 # Parameters of a torch DistributedDataParallel module whose forward ran in the check mode:
-# id -> weakref (their gradients are reduced by DDP's reducer, unseen by the mode).
+# id -> weakref (their gradients are reduced by DDP's reducer, unseen by the mode), noted at
+# each DDP module's first forward (not every step's).
 _DDP_PARAMS: dict[int, Any] = {}
+_DDP_SEEN: weakref.WeakSet[Any] = weakref.WeakSet()
 _TORCH_DDP_FORWARD: Any = None
 
 
@@ -2110,11 +2121,13 @@ def _reduced_by_ddp(p: Any) -> bool:
 
 
 def _checked_ddp_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-    for p in self.module.parameters():
-        if p.requires_grad and not _reduced_by_ddp(p):
-            if len(_DDP_PARAMS) > 100_000:  # bound the memory of a long run
-                _DDP_PARAMS.clear()
-            _DDP_PARAMS[id(p)] = weakref.ref(p)
+    if self not in _DDP_SEEN:
+        if len(_DDP_PARAMS) > 100_000:  # bound the memory of a long run
+            _DDP_PARAMS.clear()
+            _DDP_SEEN.clear()
+        _DDP_PARAMS.update((id(p), weakref.ref(p)) for p in self.module.parameters()
+                           if p.requires_grad)
+        _DDP_SEEN.add(self)
     return _TORCH_DDP_FORWARD(self, *args, **kwargs)
 
 

@@ -48,7 +48,7 @@ def _placement_text(p: Any) -> str | None:
     return None
 
 
-def _texts(placements: Sequence[Any] | None) -> list[str | None] | None:
+def _placement_texts(placements: Sequence[Any] | None) -> list[str | None] | None:
     return None if placements is None else [_placement_text(p) for p in placements]
 
 
@@ -91,10 +91,11 @@ def _active() -> bool:
 
 def _local_type(dt: Any, grad_placements: Sequence[Any] | None) -> SpmdType:
     placements = tuple(dt.placements)
-    grads = _texts(grad_placements)
+    grads = _placement_texts(grad_placements)
     with torch._C.DisableTorchFunction():
         ndim = dt.ndim
-    return placements_type(_axes(dt.device_mesh), _texts(placements) or [], grads).at_ndim(ndim)
+    texts = _placement_texts(placements) or []
+    return placements_type(_axes(dt.device_mesh), texts, grads).at_ndim(ndim)
 
 
 def _to_local(self: Any, *, grad_placements: Sequence[Any] | None = None) -> Any:
@@ -151,7 +152,8 @@ def _check_local_map_argument(frame: Any, dt: Any, grad_placements: Any) -> None
         return
     placements = list(dt.placements)
     errors = check_placements_for(
-        want, _axes(dt.device_mesh), _texts(placements) or [], _texts(grad_placements),
+        want, _axes(dt.device_mesh), _placement_texts(placements) or [],
+        _placement_texts(grad_placements),
         where=f"parameter {names[idx]!r} of {getattr(func, '__name__', 'the function')} under "
               f"local_map", placements_arg=f"in_placements[{idx}]")
     if errors:
@@ -164,9 +166,9 @@ def _full_tensor(self: Any, *, grad_placements: Sequence[Any] | None = None) -> 
         from torch.distributed.tensor import Replicate
 
         replicated = [Replicate()] * len(self.placements)
-        grads = _texts(grad_placements)
-        _checking._set(result, placements_type(_axes(self.device_mesh), _texts(replicated) or [],
-                                               grads))
+        grads = _placement_texts(grad_placements)
+        _checking._set(result, placements_type(
+            _axes(self.device_mesh), _placement_texts(replicated) or [], grads))
     return result
 
 
@@ -199,7 +201,7 @@ def _check_local_map_result(frame: Any, mesh: Any, placements: Any) -> None:
         return
     placements = list(placements)
     errors = check_placements_for(
-        info[2], _axes(mesh), _texts(placements) or [], None,
+        info[2], _axes(mesh), _placement_texts(placements) or [], None,
         where=f"the result of {getattr(func, '__name__', 'the function')} under local_map",
         placements_arg="out_placements")
     if errors:
@@ -226,7 +228,7 @@ def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: An
     # a negative shard dim counted from the front, as from_local normalises it
     texts = [f"Shard({int(t[6:-1]) + ndim})" if t and t.startswith("Shard(-") else t
              for t in texts]
-    grads = _texts(grad_placements)
+    grads = _placement_texts(grad_placements)
     kind, frame = caller
     one = False
     arg: str | None
@@ -260,17 +262,12 @@ def _first_argument(frame: Any) -> str | None:
     (``DTensor.from_local(h_dt.to_local(), mesh, [Replicate()])``: ``h_dt.to_local()``), for a
     value no variable holds; None where it cannot be read."""
     import ast
-    import linecache
 
     try:
-        line, end_line, col, end_col = list(frame.f_code.co_positions())[frame.f_lasti // 2]
-        if line is None or end_line is None or col is None or end_col is None:
+        source = _checking._source_at(frame.f_code, frame.f_lasti, frame.f_globals)
+        if source is None:
             return None
-        lines = linecache.getlines(frame.f_code.co_filename, frame.f_globals)
-        chunk = [ln.encode() for ln in lines[line - 1:end_line]]
-        chunk[-1] = chunk[-1][:end_col]
-        chunk[0] = chunk[0][col:]
-        source = b"".join(chunk).decode().strip()
+        source = source.strip()
         node = ast.parse(source, mode="eval").body
         if isinstance(node, ast.Call) and node.args:
             text = ast.get_source_segment(source, node.args[0])
