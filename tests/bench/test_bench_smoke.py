@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 
 OPS = ("all_reduce(P,R)", "all_gather(S(0),R)", "reduce_scatter(P,S(0))", "all_to_all(V,V)")
-PAIRS = ("typed vs raw", "typed+grad vs raw Function")
+PAIRS = ("typed vs raw", "typed+grad vs raw Function", "raw again vs raw")
 
 
 def _run(script: str, *args: str, timeout: float) -> str:

@@ -15,13 +15,35 @@ def _bench():
     return mod
 
 
-def test_rounds_alternate_abba():
+def test_rounds_alternate_abba_over_fresh_orders():
     b = _bench()
     order: list[str] = []
     cases = {k: (lambda k=k: order.append(k)) for k in "ABC"}
     s = b.interleaved(cases, rounds=4, calls=1)
-    assert order[3:] == list("ABC" "CBA" "ABC" "CBA")  # after one warm-up call each
+    assert order[:3] == list("ABC")  # one warm-up call each
+    rounds = [order[3 + 3 * r: 6 + 3 * r] for r in range(4)]
+    assert rounds == b.round_orders(list("ABC"), 4)  # the same on every rank: seeded
+    for r in range(0, 4, 2):
+        assert sorted(rounds[r]) == list("ABC") and rounds[r + 1] == rounds[r][::-1]
     assert all(len(v) == 4 for v in (*s.wall.values(), *s.cpu.values(), *s.thread.values()))
+
+
+def test_no_variant_keeps_the_same_neighbour():
+    """A fixed ABBA order made the variants at its ends follow themselves across every
+    round boundary (their caches warm) and the middle ones never: over many rounds
+    every variant follows itself about as often as any other does, and each of the
+    others about equally often."""
+    b = _bench()
+    keys = ["raw", "raw again", "raw Function", "typed", "typed+grad"]
+    seq = [k for order in b.round_orders(keys, 400) for k in order]
+    follows = {(a, c): 0 for a in keys for c in keys}
+    for a, c in zip(seq, seq[1:]):
+        follows[(a, c)] += 1
+    selves = [follows[(c, c)] for c in keys]
+    assert min(selves) > 0.6 * max(selves), selves
+    for c in keys:  # what precedes c, itself aside: each of the 4 others ~1/4 of the time
+        row = [follows[(a, c)] for a in keys if a != c]
+        assert min(row) > 0.6 * max(row), (c, row)
 
 
 def test_interval_contains_the_median_and_shrinks_with_more_rounds():
