@@ -1247,8 +1247,15 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
         text = name or _texts([x], ["x"])[0]
         raise SpmdTypeError(declaration_error(  # type: ignore[arg-type]
             have, want, x_text=text, what=what.format(x=text), order=_axis_order()))
-    # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew.
+    # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew
+    # on the current mesh's axes. Axes of another mesh are dropped: a value back from an
+    # expert mesh (ep, edp) is declared on the dense one (dp, tp), and its "ep" types say
+    # nothing there (the two meshes split the same ranks differently; docs/meshes.md).
     d = have.as_dict()
+    names = _axis_order()
+    if names is not None:
+        declared = want.as_dict()
+        d = {a: lt for a, lt in d.items() if a in names or a in declared}
     for axis, lt in want.axes:
         known = d.get(axis)
         if known is None or known.dim is None:
@@ -1266,7 +1273,8 @@ def declare(x: _T, t: Any) -> _T:
     must agree with it on the axes both know (``V`` may be declared ``S(i)``):
     a declaration states a fact, it does not convert (use ``spmd.reinterpret``
     / ``spmd.convert`` for that).  Axes ``x`` knows and the declaration does
-    not mention are kept.
+    not mention are kept if they are axes of the current mesh, dropped if not
+    (a value back from another mesh: see docs/meshes.md).
     """
     if not ACTIVE:
         return x

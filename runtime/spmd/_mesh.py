@@ -134,8 +134,15 @@ class _Binding:
 
 
 def unknown_axis_message(name: str, known: tuple[str, ...]) -> str:
-    """With the closest names as the static checker finds them (case-insensitive)."""
+    """With the closest names as the static checker finds them (case-insensitive); a name of
+    another mesh set before (an expert mesh's "ep" while the dense mesh is current) is said so,
+    not taken for a misspelling of a current one."""
     msg = f"unknown mesh axis {name!r}: the current mesh has axes {', '.join(map(repr, known))}"
+    for binding in _bindings.values():
+        if name in binding.names and binding.names != known:
+            return (msg + f"; {name!r} is an axis of the mesh with axes "
+                    f"{', '.join(map(repr, binding.names))}: run this under "
+                    f"`with spmd.set_mesh(that_mesh):` (docs/meshes.md)")
     return msg + closest(name, known)
 
 
@@ -164,7 +171,26 @@ class _MeshScope:
         _make_current(self._previous)
 
 
-_bindings: dict[int, _Binding] = {}  # id(mesh) -> its binding: caches survive set_mesh again
+# mesh -> its binding: caches survive set_mesh again, and an equal mesh (``mesh["dp", "cp"]``
+# sliced again at every step: a new DeviceMesh object each time) shares its binding when its
+# groups are the same ones (not after the process groups were made again)
+_bindings: dict[Any, _Binding] = {}
+
+
+def _binding_of(mesh: DeviceMesh) -> _Binding:
+    binding = _bindings.get(mesh)
+    if binding is None or (binding.mesh is not mesh and not _same_groups(binding.mesh, mesh)):
+        binding = _Binding(mesh)
+        _bindings.pop(mesh, None)  # the key too: the equal mesh it held may be a dead one's
+        _bindings[mesh] = binding
+    return binding
+
+
+def _same_groups(a: DeviceMesh, b: DeviceMesh) -> bool:
+    try:
+        return all(a.get_group(n) is b.get_group(n) for n in (b.mesh_dim_names or ()))
+    except Exception:  # noqa: BLE001 - a group torch cannot give: not the same
+        return False
 
 
 def set_mesh(mesh: DeviceMesh | None) -> _MeshScope:
@@ -181,10 +207,7 @@ def set_mesh(mesh: DeviceMesh | None) -> _MeshScope:
     if mesh is None:
         _make_current(None)
     else:
-        binding = _bindings.get(id(mesh))
-        if binding is None or binding.mesh is not mesh:
-            binding = _bindings[id(mesh)] = _Binding(mesh)
-        _make_current(binding)
+        _make_current(_binding_of(mesh))
     return _MeshScope(mesh, previous)
 
 

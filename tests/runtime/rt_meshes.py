@@ -1,0 +1,99 @@
+"""Several meshes over the same ranks (checks run by test_meshes_world.py on 2 and 4 gloo ranks).
+
+Megatron-Core's MoE "parallel folding" runs the dense layers on one mesh (dp, tp) and the
+experts on another over the same ranks (ep, edp), switching with ``spmd.set_mesh``. A value
+that went through the expert mesh comes back typed on "ep" too: declaring it on the dense
+mesh drops the axes that are not the current mesh's (they say nothing there), as the static
+checker's declaration does. The meshes probe's case A: the round trip, then an all_gather to
+I and ``loss.backward()``, was rejected by the check mode ("Varying on 'ep'") with no way out.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing import assert_close
+
+import spmd
+from rt_checks import Ctx
+from spmd import I, P, R, S, Tensor, V
+from spmd import _mesh
+
+F64 = torch.float64
+
+
+def _meshes(ctx: Ctx) -> tuple[Any, Any]:
+    """A dense mesh ("tp",) and an expert mesh ("ep",) over the same ranks (made once)."""
+    key = "_meshes_pair"
+    pair = getattr(ctx, key, None)
+    if pair is None:
+        pair = (init_device_mesh("cpu", (ctx.world,), mesh_dim_names=("tp",)),
+                init_device_mesh("cpu", (ctx.world,), mesh_dim_names=("ep",)))
+        setattr(ctx, key, pair)
+    return pair
+
+
+def check_value_back_from_another_mesh(ctx: Ctx, name: str) -> None:
+    dense, expert = _meshes(ctx)
+    rows = torch.arange(2 * ctx.world * 3, dtype=F64).reshape(2 * ctx.world, 3) / 7 + ctx.rank
+    with spmd.set_mesh(dense), spmd.typecheck():
+        x = spmd.declare(rows.clone().requires_grad_(True), Tensor[S[0, "tp"]])
+        with spmd.set_mesh(expert):
+            y = spmd.all_to_all(x * 2, "ep", src=V, dst=V)   # dispatch ...
+            y = spmd.all_to_all(y, "ep", src=V, dst=V)       # ... and combine: x * 2 again
+        assert spmd.typeof(y).get("ep") is not None, spmd.typeof(y)
+        y = spmd.declare(y, Tensor[S[0, "tp"]])              # back on the dense mesh
+        assert spmd.typeof(y).get("ep") is None, spmd.typeof(y)
+        full = spmd.all_gather(y, "tp", src=S(0), dst=I)
+        loss = (full * full).sum()
+        loss.backward()
+    assert_close(y.detach(), 2 * rows)
+    assert_close(x.grad, 8 * rows)  # d/dx of the sum of (2x)^2 over every rank's rows
+
+
+def check_declare_keeps_the_current_meshs_axes(ctx: Ctx, name: str) -> None:
+    dense, _ = _meshes(ctx)
+    with spmd.set_mesh(dense), spmd.typecheck():
+        x = spmd.declare(torch.ones(ctx.world, dtype=F64), Tensor[R["tp"]])
+        x = spmd.declare(x, Tensor[I["dp"]])  # "dp": on no current mesh, declared: kept
+        t = spmd.typeof(x)
+    assert str(t.get("tp")) == "R" and str(t.get("dp")) == "I", t
+
+
+def check_unknown_axis_of_another_mesh(ctx: Ctx, name: str) -> None:
+    dense, expert = _meshes(ctx)
+    with spmd.set_mesh(expert):
+        pass  # the expert mesh was set once
+    with spmd.set_mesh(dense):
+        try:
+            spmd.all_reduce(torch.ones(2, dtype=F64), "ep", src=P, dst=R)
+        except ValueError as e:
+            message = str(e)
+        else:
+            raise AssertionError("an axis of another mesh was accepted")
+    assert "unknown mesh axis 'ep': the current mesh has axes 'tp'" in message, message
+    assert "'ep' is an axis of the mesh with axes 'ep'" in message, message
+    assert "spmd.set_mesh(" in message, message
+
+
+def check_equal_submesh_shares_its_binding(ctx: Ctx, name: str) -> None:
+    mesh = ctx.mesh("1xN")
+    bindings = []
+    for _ in range(4):
+        with spmd.set_mesh(mesh["x"]):  # a new DeviceMesh object at every slicing
+            spmd.all_reduce(torch.ones(2, dtype=F64), "x", src=P, dst=R)
+            bindings.append(_mesh._current)
+    assert all(b is bindings[0] for b in bindings), bindings
+    assert sum(1 for m in _mesh._bindings if m == mesh["x"]) == 1
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    out = []
+    for check in (check_value_back_from_another_mesh, check_declare_keeps_the_current_meshs_axes,
+                  check_unknown_axis_of_another_mesh, check_equal_submesh_shares_its_binding):
+        n = f"w{world}/meshes/{check.__name__[len('check_'):]}"
+        out.append((n, functools.partial(check, name=n)))
+    return out
