@@ -467,7 +467,14 @@ def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
             fix += f", or move dim {h} to {src.dim} first: {x}.movedim({h}, {src.dim}) is S({src.dim})"
         return fix
     s = suggest(have, dst, x_text, axis)
-    return "; " + s if "needs no op" not in s else f"; it is already {dst}: drop the call"
+    if "needs no op" in s:
+        return f"; it is already {dst}: drop the call"
+    if op == "all_reduce" and src.kind is Kind.P and have.dim is not None:
+        # an expert's gradient sharded on "etp" like its weight, all-reduced like a
+        # data-parallel one: the gather is not what is missing, nothing is
+        s += (f", or drop the call if {bare(x_text)} is the gradient of a weight sharded on "
+              f"{format_axis(axis)}: each rank's is already the whole gradient of its shard")
+    return "; " + s
 
 
 def forward_comms(op: str, axes: Sequence[str], src: LocalType, dst: LocalType,
