@@ -24,9 +24,11 @@ from ._global import local_map
 
 # the runtime check mode
 from ._checking import checked, declare, declare_parameters, reveal, typecheck, typeof
+from ._replicas import check_replicas
 
 __all__ = ["Tensor", "R", "I", "V", "P", "S", "Shard", "PS", "grad_type",
            "set_mesh", "get_mesh", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
            "reinterpret", "convert", "redistribute", "SpmdCollectiveError",
            "einsum", "matmul", "linear", "sum", "local_map",
-           "typecheck", "declare", "declare_parameters", "reveal", "typeof", "checked"]
+           "typecheck", "declare", "declare_parameters", "reveal", "typeof", "checked",
+           "check_replicas"]

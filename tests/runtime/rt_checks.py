@@ -1189,6 +1189,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "raw-fix":  # the spmd-raw-collective fix, run, equals the raw call (rt_raw_fix.py)
         import rt_raw_fix
         return rt_raw_fix.suite(world)
+    if name == "replicas":  # spmd.check_replicas (rt_replicas.py)
+        import rt_replicas
+        return rt_replicas.suite(world)
     if name == "meshes":  # several meshes over the same ranks (rt_meshes.py)
         import rt_meshes
         return rt_meshes.suite(world)

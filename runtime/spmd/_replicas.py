@@ -1,0 +1,95 @@
+"""``spmd.check_replicas(model)``: are the values typed R or I the same on every rank?
+
+A type is a claim: ``b2: Tensor[I["tp"], R["dp"]]`` says every rank of "tp" and of "dp" holds
+the same ``b2``. Neither checker can see a claim broken by data (a replicated parameter drawn
+from a generator seeded per rank, dp replicas seeded with the global rank, a checkpoint loaded
+differently on some ranks): the numbers are wrong and every op's rule is satisfied. This
+collective measures it, once, where it is cheap: after initialising or loading a model.
+
+Per axis, one all_gather of two float64 checksums (the sum and the sum of squares) per
+tensor typed R or I on that axis::
+
+    rank 0: [s(b2), q(b2), s(ln_w), q(ln_w)]        every rank compares the rows:
+    rank 1: [s(b2), q(b2), s(ln_w), q(ln_w)]   =>   a tensor whose checksums differ
+                                                    between two ranks is not replicated
+
+Equal checksums do not prove equal values (a permutation of them passes); different ones
+prove different values. Every rank of every axis must call it (it is a collective); every
+rank raises the same error, so none is left waiting.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+import torch.distributed as dist
+
+from spmd_mypy.engine.types import Kind, SpmdType
+
+from . import _mesh
+from ._checking import suspended
+
+
+def _typed_tensors(module: torch.nn.Module) -> Iterable[tuple[str, torch.Tensor, SpmdType]]:
+    """``(name, tensor, type)`` of every parameter and buffer whose class annotates it."""
+    from ._checking import _class_parameter_types, _is_dtensor
+
+    for prefix, sub in module.named_modules():
+        types_ = _class_parameter_types(type(sub))
+        if not types_:
+            continue
+        for name, value in [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]:
+            want = types_.get(name)
+            if want is not None and not _is_dtensor(value):
+                yield (f"{prefix}.{name}" if prefix else name), value, want
+
+
+def check_replicas(module: torch.nn.Module, *, prefix: str = "model") -> None:
+    """Raise ``ValueError`` on every rank if a parameter or buffer that ``module``'s classes
+    annotate R or I on an axis of the current mesh differs between the ranks of that axis (a
+    collective: every rank of the mesh calls it, with the same module structure).  Axes of
+    another mesh are skipped (call it again under that mesh).  Works with or without
+    ``spmd.typecheck()``."""
+    binding = _mesh._current
+    if binding is None:
+        raise ValueError("spmd.check_replicas needs a mesh: call it under spmd.set_mesh(mesh)")
+    by_axis: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, value, t in _typed_tensors(module):
+        for axis, lt in t.axes:
+            if lt.kind in (Kind.R, Kind.I) and axis in binding.names:
+                by_axis.setdefault(axis, []).append((name, value))
+    for axis in sorted(by_axis):
+        group = _mesh.resolve_axis(axis)
+        if group.size == 1:
+            continue
+        items = by_axis[axis]
+        with torch.no_grad(), suspended():  # the checksums are no typed program
+            sums = torch.stack([torch.stack([v.detach().double().sum(),
+                                             v.detach().double().square().sum()])
+                                for _, v in items]).reshape(-1)
+            rows = sums.new_empty(group.size * sums.numel())
+            dist.all_gather_into_tensor(rows, sums, group=group.pg)
+            rows = rows.view(group.size, len(items), 2).cpu()
+        # rows are in the group's rank order: name ranks by their global rank
+        ranks = [dist.get_global_rank(group.pg, k) for k in range(group.size)]
+        for j, (name, _) in enumerate(items):
+            col = rows[:, j]
+            differs = [k for k in range(group.size)
+                       if not torch.equal(torch.nan_to_num(col[k]), torch.nan_to_num(col[0]))]
+            if differs:
+                k = differs[0]
+                raise ValueError(_message(f"{prefix}.{name}", axis, ranks[0], ranks[k],
+                                          col[0].tolist(), col[k].tolist()))
+
+
+def _message(name: str, axis: str, r0: int, rk: int, c0: Any, ck: Any) -> str:
+    return (f"{name} is typed R or I on {axis!r} (the same on every rank of the axis) but its "
+            f"values differ: global rank {r0} has sum {c0[0]:.17g} and sum of squares "
+            f"{c0[1]:.17g}, global rank {rk} {ck[0]:.17g} and {ck[1]:.17g}. A replicated "
+            f"value drawn from a generator seeded per rank, or loaded from a per-rank file, is "
+            f"not replicated: draw it with a seed that is the same on every rank of {axis!r} "
+            f"(docs/checkpoints.md), or type it V / S(i) if each rank's is its own")
+
+
+__all__ = ["check_replicas"]

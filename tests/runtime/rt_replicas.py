@@ -1,0 +1,78 @@
+"""``spmd.check_replicas(model)``: parameters typed R or I are the same on every rank of the
+axis (checks run by test_replicas_world.py on 2 and 4 gloo ranks; the ckpt probe's replicated
+bias drawn from a per-tp-rank generator, declared I: accepted by both checkers, wrong numbers).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+import spmd
+from rt_checks import Ctx
+from spmd import I, R, S, Tensor
+
+F64 = torch.float64
+
+
+class Block(nn.Module):
+    w1: Tensor[S[0, "x"], R["one"]]
+    b2: Tensor[I["x"], R["one"]]
+    ln: Tensor[R["x"]]
+
+    def __init__(self, seed_b2: int, seed_ln: int, seed_w1: int) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(4, 3, dtype=F64, generator=torch.Generator().manual_seed(seed_w1)))
+        self.b2 = nn.Parameter(torch.randn(3, dtype=F64, generator=torch.Generator().manual_seed(seed_b2)))
+        self.register_buffer("ln", torch.randn(3, dtype=F64, generator=torch.Generator().manual_seed(seed_ln)))
+
+
+class Outer(nn.Module):
+    def __init__(self, block: Block) -> None:
+        super().__init__()
+        self.block = block
+
+
+def _raises(ctx: Ctx, model: nn.Module, needle: str) -> None:
+    try:
+        spmd.check_replicas(model)
+    except ValueError as e:
+        message = str(e)
+    else:
+        raise AssertionError("values typed I/R that differ across ranks were accepted")
+    assert needle in message, message
+    assert "values differ: global rank 0 has sum" in message, message
+
+
+def check_replicated_pass(ctx: Ctx, name: str) -> None:
+    with spmd.set_mesh(ctx.mesh("1xN")):
+        # w1 (S(0)) differs per rank, as a shard may; b2 and ln are the same on every rank
+        spmd.check_replicas(Outer(Block(seed_b2=1, seed_ln=2, seed_w1=10 + ctx.rank)))
+        with spmd.typecheck():
+            spmd.check_replicas(spmd.declare_parameters(Block(1, 2, ctx.rank)))
+
+
+def check_per_rank_seed_raises(ctx: Ctx, name: str) -> None:
+    with spmd.set_mesh(ctx.mesh("1xN")):
+        _raises(ctx, Outer(Block(seed_b2=1 + ctx.rank, seed_ln=2, seed_w1=0)),
+                "model.block.b2 is typed R or I on 'x'")
+        _raises(ctx, Block(seed_b2=1, seed_ln=2 + (ctx.rank == ctx.world - 1), seed_w1=0),
+                "model.ln is typed R or I on 'x'")
+
+
+def check_axis_of_another_mesh_skipped(ctx: Ctx, name: str) -> None:
+    with spmd.set_mesh(ctx.mesh("1d")):  # axis "x" only: "one" is skipped, "x" checked
+        spmd.check_replicas(Block(1, 2, ctx.rank))
+        _raises(ctx, Block(1 + ctx.rank, 2, 0), "model.b2 is typed R or I on 'x'")
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    out = []
+    for check in (check_replicated_pass, check_per_rank_seed_raises,
+                  check_axis_of_another_mesh_skipped):
+        n = f"w{world}/replicas/{check.__name__[len('check_'):]}"
+        out.append((n, functools.partial(check, name=n)))
+    return out
