@@ -181,9 +181,34 @@ def _binding_of(mesh: DeviceMesh) -> _Binding:
     binding = _bindings.get(mesh)
     if binding is None or (binding.mesh is not mesh and not _same_groups(binding.mesh, mesh)):
         binding = _Binding(mesh)
+        _warn_if_a_name_means_other_ranks(binding)
         _bindings.pop(mesh, None)  # the key too: the equal mesh it held may be a dead one's
         _bindings[mesh] = binding
     return binding
+
+
+def _warn_if_a_name_means_other_ranks(new: _Binding) -> None:
+    """Types name axes, not groups: an axis name of a mesh set before that spans other ranks
+    here (an expert mesh calling its data-parallel axis "dp" too) makes a value typed on it
+    under one mesh reducible over the other's group with no error (the meshes probe: dense
+    gradients all-reduced over the expert "dp", forgot to switch back). Said once per mesh."""
+    for old in _bindings.values():
+        for name in set(old.names) & set(new.names):
+            try:
+                before, now = old.ranks_of((name,)), new.ranks_of((name,))
+            except Exception:  # noqa: BLE001 - a dead mesh: nothing to compare
+                continue
+            if before != now:
+                import warnings
+
+                warnings.warn(
+                    f"spmd.set_mesh: axis {name!r} of the mesh with axes "
+                    f"{', '.join(map(repr, new.names))} spans ranks {now} here, but {name!r} of "
+                    f"the mesh with axes {', '.join(map(repr, old.names))} spans {before}: a "
+                    f"value typed on {name!r} under one is accepted by a collective over the "
+                    f"other's group. Give the axes different names (docs/meshes.md)",
+                    UserWarning, stacklevel=3)
+                return
 
 
 def _same_groups(a: DeviceMesh, b: DeviceMesh) -> bool:

@@ -14,7 +14,7 @@ import functools
 from typing import Any, Callable
 
 import torch
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.testing import assert_close
 
 import spmd
@@ -90,10 +90,35 @@ def check_equal_submesh_shares_its_binding(ctx: Ctx, name: str) -> None:
     assert sum(1 for m in _mesh._bindings if m == mesh["x"]) == 1
 
 
+def check_a_name_for_other_ranks_warns(ctx: Ctx, name: str) -> None:
+    import warnings
+
+    dense = ctx.mesh("1d")  # "x" spans every rank
+    with spmd.set_mesh(dense):
+        pass
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        # "x" here spans this rank alone (same name, other ranks): warned
+        # (no process groups made: set_mesh needs none, and making world + 1 of them here
+        # under load lost the store's connection now and then)
+        other = DeviceMesh("cpu", torch.arange(ctx.world).reshape(ctx.world, 1),
+                           mesh_dim_names=("e", "x"), _init_backend=False)
+        with spmd.set_mesh(other):
+            pass
+        # a slice of the first mesh: "x" spans the same ranks, no warning
+        with spmd.set_mesh(ctx.mesh("1xN")["x"]):
+            pass
+    texts = [str(w.message) for w in seen if "spmd.set_mesh" in str(w.message)]
+    assert len(texts) == 1, texts
+    assert f"axis 'x' of the mesh with axes 'e', 'x' spans ranks [{ctx.rank}] here" in texts[0], texts
+    assert "Give the axes different names" in texts[0], texts
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_value_back_from_another_mesh, check_declare_keeps_the_current_meshs_axes,
-                  check_unknown_axis_of_another_mesh, check_equal_submesh_shares_its_binding):
+                  check_unknown_axis_of_another_mesh, check_equal_submesh_shares_its_binding,
+                  check_a_name_for_other_ranks_warns):
         n = f"w{world}/meshes/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     return out
