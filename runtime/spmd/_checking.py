@@ -786,7 +786,8 @@ class _Mode(TorchFunctionMode):
                     and _BACKWARD_VERSIONS.get(id(g), g._version) != g._version):
                 assigned = _get(g)
                 start = _BACKWARD_VERSIONS[id(g)]
-                if _ZEROED.get(id(g)) == start:  # accumulated into zeros: autograd's gradient
+                if _ZEROED.get(id(g)) == start or not assigned:
+                    # accumulated into zeros, or into an untyped tensor: autograd's gradient
                     t = _get(args[0])
                     if t:
                         _set(g, t.dual())
@@ -825,8 +826,12 @@ class _Mode(TorchFunctionMode):
             return func(args[0], hook, *args[2:], **kwargs)
         if kind is Kind.SET_GRAD:
             # ``p.grad = all_reduce(p.grad, "dp", src=P, dst=R)``: the tensor the user put
-            # there keeps its own type at later reads (the optimizer's step sees R)
-            if len(args) > 1 and isinstance(args[1], torch.Tensor) and _get(args[1]):
+            # there keeps its own type at later reads (the optimizer's step sees R); an
+            # untyped one (``p.grad = torch.zeros_like(p)``, priming an optimizer's state)
+            # stays untyped, gradual, until declared or until autograd accumulates into it
+            # (then it holds autograd's gradient: the dual); read as the dual it made Adam's
+            # addcmul_ a false spmd-partial-nonlinear
+            if len(args) > 1 and isinstance(args[1], torch.Tensor):
                 _assign_grad(args[0], args[1])
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:

@@ -377,6 +377,40 @@ def test_an_assigned_grad_keeps_its_type_and_the_optimizer_steps() -> None:
         assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
 
 
+def test_an_untyped_assigned_grad_stays_untyped_until_autograd_accumulates_into_it() -> None:
+    """``p.grad = torch.zeros_like(p)`` (priming Adam's state before loading an optimizer
+    checkpoint): an untyped value put in ``.grad`` stays untyped (gradual) at later reads,
+    so the step runs; it was read as the dual (P) and Adam's ``addcmul_`` raised a false
+    spmd-partial-nonlinear.  Declared, it has the declared type.  A backward that
+    accumulates into it leaves autograd's gradient in it: the dual again (at a read after
+    the backward, and in a post-accumulate hook during it), so a forgotten reduction is
+    still caught by the step."""
+    w, u, v = (nn.Parameter(torch.randn(4)) for _ in range(3))
+    opt = torch.optim.Adam([w, u, v], lr=0.0)
+    seen: list[Any] = []
+    with spmd.typecheck():
+        for p in (w, u, v):
+            typed(p, Tensor[R["dp"]])
+            p.grad = torch.zeros_like(p)
+        assert all(spmd.typeof(p.grad) is None for p in (w, u, v))
+        opt.step()  # raised spmd-partial-nonlinear in addcmul_
+        u.grad = torch.zeros_like(u)
+        assert spmd.typeof(spmd.declare(u.grad, Tensor[R["dp"]])) == ty(dp=REPLICATE)
+        assert spmd.typeof(u.grad) == ty(dp=REPLICATE)  # declared: kept
+        opt.step()
+        g = w.grad
+        v.register_post_accumulate_grad_hook(lambda p: seen.append(spmd.typeof(p.grad)))
+        x = typed(torch.randn(4), Tensor[V["dp"]])
+        ((x * w).sum() + (x * v).sum()).backward(torch.tensor(1.0))  # into the assigned ones
+        assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
+        assert seen == [ty(dp=PARTIAL)] and spmd.typeof(v.grad) == ty(dp=PARTIAL)
+        assert spmd.typeof(u.grad) == ty(dp=REPLICATE)  # untouched by the backward
+        del g
+        with pytest.raises(SpmdTypeError) as e:
+            opt.step()
+        assert e.value.code == "spmd-partial-nonlinear", e.value
+
+
 @pytest.mark.parametrize("zero", ["zero_", "zero_grad(set_to_none=False)"])
 def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zero: str) -> None:
     """``w.grad = all_reduce(w.grad, ...)`` one step, the tensor zeroed in place (not set to
