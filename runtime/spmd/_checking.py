@@ -2046,6 +2046,7 @@ _apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply 
 
 _TORCH_CHECKPOINT_GENERATOR: Any = None
 _TORCH_PARAMETER_DEEPCOPY: Any = None
+_TORCH_PARAMETER_NEW: Any = None  # Parameter's own __new__ (a staticmethod) while installed
 _TENSOR_DEEPCOPY = torch.Tensor.__deepcopy__
 
 
@@ -2062,6 +2063,15 @@ def _typed_copy(source: Any, copied: Any) -> Any:
 def _checked_parameter_deepcopy(self: torch.nn.Parameter, memo: dict) -> Any:
     # Parameter.__deepcopy__ builds the copy with _make_subclass, which no mode sees
     return _typed_copy(self, _TORCH_PARAMETER_DEEPCOPY(self, memo))
+
+
+def _checked_parameter_new(cls: Any, data: Any = None, requires_grad: bool = True) -> Any:
+    """``nn.Parameter(x)`` is ``x``'s data (``_make_subclass``, which no mode sees): it keeps
+    ``x``'s type, so ``declare_parameters`` checks the annotation against it (an S(0) chunk
+    put in an I parameter, ``load_state_dict(sd, assign=True)`` of typed values, were
+    untyped and stamped with the annotation: the ranks held different "replicated"
+    values)."""
+    return _typed_copy(data, _TORCH_PARAMETER_NEW.__func__(cls, data, requires_grad))
 
 
 def _checked_checkpoint_generator(fn: Any, preserve_rng_state: bool, context_fn: Any,
@@ -2085,11 +2095,15 @@ def _recompute_in_mode(recompute_ctx: Any) -> Iterator[None]:
 
 def _install_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
-    global _TORCH_PARAMETER_DEEPCOPY
+    global _TORCH_PARAMETER_DEEPCOPY, _TORCH_PARAMETER_NEW
     import torch.utils.checkpoint as checkpoint_module
     if _TORCH_PARAMETER_DEEPCOPY is None and "__deepcopy__" in vars(torch.nn.Parameter):
         _TORCH_PARAMETER_DEEPCOPY = vars(torch.nn.Parameter)["__deepcopy__"]
         torch.nn.Parameter.__deepcopy__ = _checked_parameter_deepcopy  # type: ignore[method-assign]
+    if _TORCH_PARAMETER_NEW is None and isinstance(vars(torch.nn.Parameter).get("__new__"),
+                                                   staticmethod):
+        _TORCH_PARAMETER_NEW = vars(torch.nn.Parameter)["__new__"]
+        torch.nn.Parameter.__new__ = staticmethod(_checked_parameter_new)  # type: ignore[assignment]
     if _TORCH_CHECKPOINT_GENERATOR is None and hasattr(
             checkpoint_module, "_checkpoint_without_reentrant_generator"):
         _TORCH_CHECKPOINT_GENERATOR = checkpoint_module._checkpoint_without_reentrant_generator
@@ -2155,13 +2169,16 @@ def _uninstall_ddp() -> None:
 
 def _uninstall_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
-    global _TORCH_PARAMETER_DEEPCOPY
+    global _TORCH_PARAMETER_DEEPCOPY, _TORCH_PARAMETER_NEW
     from . import _dtensor
     _dtensor.uninstall()
     _uninstall_ddp()
     if _TORCH_PARAMETER_DEEPCOPY is not None:
         torch.nn.Parameter.__deepcopy__ = _TORCH_PARAMETER_DEEPCOPY  # type: ignore[method-assign]
         _TORCH_PARAMETER_DEEPCOPY = None
+    if _TORCH_PARAMETER_NEW is not None:
+        torch.nn.Parameter.__new__ = _TORCH_PARAMETER_NEW  # type: ignore[assignment]
+        _TORCH_PARAMETER_NEW = None
     if _TORCH_CHECKPOINT_GENERATOR is not None:
         import torch.utils.checkpoint as checkpoint_module
         checkpoint_module._checkpoint_without_reentrant_generator = (  # type: ignore[assignment]

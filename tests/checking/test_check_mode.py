@@ -1309,6 +1309,35 @@ def test_deepcopy_keeps_the_type() -> None:
     assert vars(nn.Parameter)["__deepcopy__"].__module__ == "torch.nn.parameter"
 
 
+def test_a_parameter_keeps_its_datas_type_and_declare_parameters_checks_it() -> None:
+    """``nn.Parameter(x)`` is ``x``'s data: it keeps ``x``'s type (it was untyped, so
+    ``declare_parameters`` stamped the annotation over it: an I-annotated parameter made of
+    a V value, or an S(0) parameter made of an I one, passed), and ``declare_parameters``
+    then reports the annotation that contradicts it, as ``spmd.declare`` does.  So does
+    ``load_state_dict(sd, assign=True)``, which wraps each value as a Parameter.  Outside
+    the block ``Parameter.__new__`` is torch's own again."""
+    own = vars(nn.Parameter)["__new__"]
+    m = _Sharded()
+    with spmd.typecheck():
+        v = typed(torch.randn(4), Tensor[V["tp"]])
+        p = nn.Parameter(v.clone())
+        assert spmd.typeof(p) == ty(tp=VARYING) and p.requires_grad and p.is_leaf
+        m.w = nn.Parameter(typed(torch.randn(4), Tensor[I["tp"]]))
+        with pytest.raises(SpmdTypeError) as e:
+            spmd.declare_parameters(m)
+        assert e.value.code == "spmd-annotation", e.value
+        assert 'spmd.declare(_Sharded.w, Tensor[S[0, "tp"]]) but m.w is I on "tp"' in str(e.value)
+        m.w = nn.Parameter(v.clone())  # V declared S(0): the declaration names the dim
+        assert spmd.typeof(spmd.declare_parameters(m).w) == ty(tp=shard(0))
+        assert spmd.typeof(nn.Parameter(torch.randn(4))) is None  # untyped data: untyped
+        sd = {"w": typed(torch.randn(4), Tensor[P["tp"]])}
+        m.load_state_dict(sd, assign=True)
+        assert isinstance(m.w, nn.Parameter) and spmd.typeof(m.w) == ty(tp=PARTIAL)
+        with pytest.raises(SpmdTypeError, match="spmd-annotation"):
+            spmd.declare_parameters(m)
+    assert vars(nn.Parameter)["__new__"] is own
+
+
 class _NoDict:
     def __init__(self, t: torch.Tensor) -> None:
         self.t = t
