@@ -2071,7 +2071,8 @@ def _checked_parameter_new(cls: Any, data: Any = None, requires_grad: bool = Tru
     put in an I parameter, ``load_state_dict(sd, assign=True)`` of typed values, were
     untyped and stamped with the annotation: the ranks held different "replicated"
     values)."""
-    return _typed_copy(data, _TORCH_PARAMETER_NEW.__func__(cls, data, requires_grad))
+    own = _TORCH_PARAMETER_NEW or vars(torch.nn.Parameter)["__new__"]  # (put back meanwhile)
+    return _typed_copy(data, own.__func__(cls, data, requires_grad))
 
 
 def _checked_checkpoint_generator(fn: Any, preserve_rng_state: bool, context_fn: Any,
