@@ -786,7 +786,8 @@ class _Mode(TorchFunctionMode):
                     and _BACKWARD_VERSIONS.get(id(g), g._version) != g._version):
                 assigned = _get(g)
                 start = _BACKWARD_VERSIONS[id(g)]
-                if _ZEROED.get(id(g)) == start:  # accumulated into zeros: autograd's gradient
+                if _ZEROED.get(id(g)) == start or not assigned:
+                    # accumulated into zeros, or into an untyped tensor: autograd's gradient
                     t = _get(args[0])
                     if t:
                         _set(g, t.dual())
@@ -825,8 +826,12 @@ class _Mode(TorchFunctionMode):
             return func(args[0], hook, *args[2:], **kwargs)
         if kind is Kind.SET_GRAD:
             # ``p.grad = all_reduce(p.grad, "dp", src=P, dst=R)``: the tensor the user put
-            # there keeps its own type at later reads (the optimizer's step sees R)
-            if len(args) > 1 and isinstance(args[1], torch.Tensor) and _get(args[1]):
+            # there keeps its own type at later reads (the optimizer's step sees R); an
+            # untyped one (``p.grad = torch.zeros_like(p)``, priming an optimizer's state)
+            # stays untyped, gradual, until declared or until autograd accumulates into it
+            # (then it holds autograd's gradient: the dual); read as the dual it made Adam's
+            # addcmul_ a false spmd-partial-nonlinear
+            if len(args) > 1 and isinstance(args[1], torch.Tensor):
                 _assign_grad(args[0], args[1])
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:
@@ -2049,6 +2054,7 @@ _apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply 
 
 _TORCH_CHECKPOINT_GENERATOR: Any = None
 _TORCH_PARAMETER_DEEPCOPY: Any = None
+_TORCH_PARAMETER_NEW: Any = None  # Parameter's own __new__ (a staticmethod) while installed
 _TENSOR_DEEPCOPY = torch.Tensor.__deepcopy__
 
 
@@ -2065,6 +2071,16 @@ def _typed_copy(source: Any, copied: Any) -> Any:
 def _checked_parameter_deepcopy(self: torch.nn.Parameter, memo: dict) -> Any:
     # Parameter.__deepcopy__ builds the copy with _make_subclass, which no mode sees
     return _typed_copy(self, _TORCH_PARAMETER_DEEPCOPY(self, memo))
+
+
+def _checked_parameter_new(cls: Any, data: Any = None, requires_grad: bool = True) -> Any:
+    """``nn.Parameter(x)`` is ``x``'s data (``_make_subclass``, which no mode sees): it keeps
+    ``x``'s type, so ``declare_parameters`` checks the annotation against it (an S(0) chunk
+    put in an I parameter, ``load_state_dict(sd, assign=True)`` of typed values, were
+    untyped and stamped with the annotation: the ranks held different "replicated"
+    values)."""
+    own = _TORCH_PARAMETER_NEW or vars(torch.nn.Parameter)["__new__"]  # (put back meanwhile)
+    return _typed_copy(data, own.__func__(cls, data, requires_grad))
 
 
 def _checked_checkpoint_generator(fn: Any, preserve_rng_state: bool, context_fn: Any,
@@ -2088,11 +2104,15 @@ def _recompute_in_mode(recompute_ctx: Any) -> Iterator[None]:
 
 def _install_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
-    global _TORCH_PARAMETER_DEEPCOPY
+    global _TORCH_PARAMETER_DEEPCOPY, _TORCH_PARAMETER_NEW
     import torch.utils.checkpoint as checkpoint_module
     if _TORCH_PARAMETER_DEEPCOPY is None and "__deepcopy__" in vars(torch.nn.Parameter):
         _TORCH_PARAMETER_DEEPCOPY = vars(torch.nn.Parameter)["__deepcopy__"]
         torch.nn.Parameter.__deepcopy__ = _checked_parameter_deepcopy  # type: ignore[method-assign]
+    if _TORCH_PARAMETER_NEW is None and isinstance(vars(torch.nn.Parameter).get("__new__"),
+                                                   staticmethod):
+        _TORCH_PARAMETER_NEW = vars(torch.nn.Parameter)["__new__"]
+        torch.nn.Parameter.__new__ = staticmethod(_checked_parameter_new)  # type: ignore[assignment]
     if _TORCH_CHECKPOINT_GENERATOR is None and hasattr(
             checkpoint_module, "_checkpoint_without_reentrant_generator"):
         _TORCH_CHECKPOINT_GENERATOR = checkpoint_module._checkpoint_without_reentrant_generator
@@ -2158,13 +2178,16 @@ def _uninstall_ddp() -> None:
 
 def _uninstall_apply() -> None:
     global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
-    global _TORCH_PARAMETER_DEEPCOPY
+    global _TORCH_PARAMETER_DEEPCOPY, _TORCH_PARAMETER_NEW
     from . import _dtensor
     _dtensor.uninstall()
     _uninstall_ddp()
     if _TORCH_PARAMETER_DEEPCOPY is not None:
         torch.nn.Parameter.__deepcopy__ = _TORCH_PARAMETER_DEEPCOPY  # type: ignore[method-assign]
         _TORCH_PARAMETER_DEEPCOPY = None
+    if _TORCH_PARAMETER_NEW is not None:
+        torch.nn.Parameter.__new__ = _TORCH_PARAMETER_NEW  # type: ignore[assignment]
+        _TORCH_PARAMETER_NEW = None
     if _TORCH_CHECKPOINT_GENERATOR is not None:
         import torch.utils.checkpoint as checkpoint_module
         checkpoint_module._checkpoint_without_reentrant_generator = (  # type: ignore[assignment]

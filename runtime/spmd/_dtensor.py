@@ -223,6 +223,8 @@ def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: An
     placements = list(placements)
     with torch._C.DisableTorchFunction():
         ndim = x.ndim
+        # R and I are one where no gradient flows (a detached value wrapped for a checkpoint)
+        can_grad = torch.is_grad_enabled() and x.requires_grad
     have = have.at_ndim(ndim)
     texts = [_placement_text(p) for p in placements]
     # a negative shard dim counted from the front, as from_local normalises it
@@ -250,10 +252,10 @@ def _check_from_local(x: torch.Tensor, have: SpmdType, mesh: Any, placements: An
         where = f"{x_text} passed to DTensor.from_local with placements {_shown(placements)}"
         arg = "placements"
     errors = check_from_local(have, axes, texts, grads, x_text="x", where="x",
-                              placements_arg=arg, one=one)
+                              placements_arg=arg, one=one, can_grad=can_grad)
     if errors:
         errors = check_from_local(have, axes, texts, grads, x_text=x_text, where=where,
-                                  placements_arg=arg, one=one)
+                                  placements_arg=arg, one=one, can_grad=can_grad)
         raise SpmdTypeError(errors[0])
 
 

@@ -28,8 +28,8 @@ from typing import Sequence
 
 from .collectives import check_argument
 from .errors import SpmdError
-from .types import (INVARIANT, PARTIAL, REPLICATE, Kind, LocalType, SpmdType, bare, format_type,
-                    shard)
+from .types import (INVARIANT, PARTIAL, REPLICATE, SAME_VALUES, Kind, LocalType, SpmdType, bare,
+                    format_type, shard)
 
 REPLICATE_PLACEMENT = "Replicate()"
 PARTIAL_PLACEMENT = "Partial()"
@@ -109,7 +109,7 @@ def _grads_of(placements: Sequence[str | None], grads: Sequence[str | None] | No
 def check_from_local(have: SpmdType, axes: Sequence[str | None],
                      placements: Sequence[str | None], grads: Sequence[str | None] | None, *,
                      x_text: str, where: str, placements_arg: str | None = "placements",
-                     one: bool = False) -> list[SpmdError]:
+                     one: bool = False, can_grad: bool = True) -> list[SpmdError]:
     """A local value of type ``have`` wrapped as a DTensor with ``placements`` (on a mesh
     whose dims name ``axes``): ``DTensor.from_local(x, mesh, placements)``, or the result of
     a function under torch's ``local_map`` and its ``out_placements``.  The value must have
@@ -118,8 +118,13 @@ def check_from_local(have: SpmdType, axes: Sequence[str | None],
     fit; a second fix names the placements that hold the value as it is (``placements_arg``
     as written; None: not offered; ``one``: the argument takes one placement, a parallel
     style's ``input_layouts=Shard(1)``).  ``where``: the value as the message names it (``x
-    passed to DTensor.from_local``)."""
+    passed to DTensor.from_local``).  ``can_grad``: the value can carry a gradient; where it
+    cannot (``torch.no_grad()``, a detached value) an R value fits Replicate() and an I value
+    Replicate() with grad_placements=[Partial()] (types.SAME_VALUES: they differ only in the
+    backward, as for a collective's src)."""
     want = placements_type(axes, placements, grads)
+    if not can_grad:
+        want = _same_values_as(want, have)
     errors = check_argument(have.local(), want, x_text=x_text, where=where)
     if not errors:
         return []
@@ -150,6 +155,17 @@ def check_from_local(have: SpmdType, axes: Sequence[str | None],
         shown = (fitted[0] or "?") if one and len(fitted) == 1 else _list(fitted)
         alt = f"; or pass {placements_arg}={shown} if {bare(x_text)} is meant as it is"
     return [SpmdError(e.code, e.message + alt + reason)]
+
+
+def _same_values_as(want: SpmdType, have: SpmdType) -> SpmdType:
+    """``want`` with each R or I axis where the value's type ``have`` has the other of the
+    two taken as ``have``'s (a gradient-free value: R and I hold the same values on every
+    rank, and a message names the value's type as it is)."""
+    for axis, lt in want.axes:
+        new = have.get(axis)
+        if new is not None and new.kind is not lt.kind and {lt.kind, new.kind} <= SAME_VALUES:
+            want = want.replace(axis, new)
+    return want
 
 
 def check_placements_for(want: SpmdType, axes: Sequence[str | None],

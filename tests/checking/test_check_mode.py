@@ -377,6 +377,40 @@ def test_an_assigned_grad_keeps_its_type_and_the_optimizer_steps() -> None:
         assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
 
 
+def test_an_untyped_assigned_grad_stays_untyped_until_autograd_accumulates_into_it() -> None:
+    """``p.grad = torch.zeros_like(p)`` (priming Adam's state before loading an optimizer
+    checkpoint): an untyped value put in ``.grad`` stays untyped (gradual) at later reads,
+    so the step runs; it was read as the dual (P) and Adam's ``addcmul_`` raised a false
+    spmd-partial-nonlinear.  Declared, it has the declared type.  A backward that
+    accumulates into it leaves autograd's gradient in it: the dual again (at a read after
+    the backward, and in a post-accumulate hook during it), so a forgotten reduction is
+    still caught by the step."""
+    w, u, v = (nn.Parameter(torch.randn(4)) for _ in range(3))
+    opt = torch.optim.Adam([w, u, v], lr=0.0)
+    seen: list[Any] = []
+    with spmd.typecheck():
+        for p in (w, u, v):
+            typed(p, Tensor[R["dp"]])
+            p.grad = torch.zeros_like(p)
+        assert all(spmd.typeof(p.grad) is None for p in (w, u, v))
+        opt.step()  # raised spmd-partial-nonlinear in addcmul_
+        u.grad = torch.zeros_like(u)
+        assert spmd.typeof(spmd.declare(u.grad, Tensor[R["dp"]])) == ty(dp=REPLICATE)
+        assert spmd.typeof(u.grad) == ty(dp=REPLICATE)  # declared: kept
+        opt.step()
+        g = w.grad
+        v.register_post_accumulate_grad_hook(lambda p: seen.append(spmd.typeof(p.grad)))
+        x = typed(torch.randn(4), Tensor[V["dp"]])
+        ((x * w).sum() + (x * v).sum()).backward(torch.tensor(1.0))  # into the assigned ones
+        assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
+        assert seen == [ty(dp=PARTIAL)] and spmd.typeof(v.grad) == ty(dp=PARTIAL)
+        assert spmd.typeof(u.grad) == ty(dp=REPLICATE)  # untouched by the backward
+        del g
+        with pytest.raises(SpmdTypeError) as e:
+            opt.step()
+        assert e.value.code == "spmd-partial-nonlinear", e.value
+
+
 @pytest.mark.parametrize("zero", ["zero_", "zero_grad(set_to_none=False)"])
 def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zero: str) -> None:
     """``w.grad = all_reduce(w.grad, ...)`` one step, the tensor zeroed in place (not set to
@@ -1273,6 +1307,35 @@ def test_deepcopy_keeps_the_type() -> None:
             master.w * typed(torch.randn(4).double(), Tensor[P["tp"]])
     assert "__deepcopy__" in vars(nn.Parameter)
     assert vars(nn.Parameter)["__deepcopy__"].__module__ == "torch.nn.parameter"
+
+
+def test_a_parameter_keeps_its_datas_type_and_declare_parameters_checks_it() -> None:
+    """``nn.Parameter(x)`` is ``x``'s data: it keeps ``x``'s type (it was untyped, so
+    ``declare_parameters`` stamped the annotation over it: an I-annotated parameter made of
+    a V value, or an S(0) parameter made of an I one, passed), and ``declare_parameters``
+    then reports the annotation that contradicts it, as ``spmd.declare`` does.  So does
+    ``load_state_dict(sd, assign=True)``, which wraps each value as a Parameter.  Outside
+    the block ``Parameter.__new__`` is torch's own again."""
+    own = vars(nn.Parameter)["__new__"]
+    m = _Sharded()
+    with spmd.typecheck():
+        v = typed(torch.randn(4), Tensor[V["tp"]])
+        p = nn.Parameter(v.clone())
+        assert spmd.typeof(p) == ty(tp=VARYING) and p.requires_grad and p.is_leaf
+        m.w = nn.Parameter(typed(torch.randn(4), Tensor[I["tp"]]))
+        with pytest.raises(SpmdTypeError) as e:
+            spmd.declare_parameters(m)
+        assert e.value.code == "spmd-annotation", e.value
+        assert 'spmd.declare(_Sharded.w, Tensor[S[0, "tp"]]) but m.w is I on "tp"' in str(e.value)
+        m.w = nn.Parameter(v.clone())  # V declared S(0): the declaration names the dim
+        assert spmd.typeof(spmd.declare_parameters(m).w) == ty(tp=shard(0))
+        assert spmd.typeof(nn.Parameter(torch.randn(4))) is None  # untyped data: untyped
+        sd = {"w": typed(torch.randn(4), Tensor[P["tp"]])}
+        m.load_state_dict(sd, assign=True)
+        assert isinstance(m.w, nn.Parameter) and spmd.typeof(m.w) == ty(tp=PARTIAL)
+        with pytest.raises(SpmdTypeError, match="spmd-annotation"):
+            spmd.declare_parameters(m)
+    assert vars(nn.Parameter)["__new__"] is own
 
 
 class _NoDict:

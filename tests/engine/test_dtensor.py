@@ -32,9 +32,9 @@ def test_placements_type_names_only_the_mesh_axes():
     assert format_type(t) == 'Tensor[S[0, "dp"]]'
 
 
-def _msg(have, placements, grads=None, axes=("tp",)):
+def _msg(have, placements, grads=None, axes=("tp",), can_grad=True):
     errors = check_from_local(SpmdType.of(have), axes, placements, grads, x_text="h",
-                              where="h passed to DTensor.from_local")
+                              where="h passed to DTensor.from_local", can_grad=can_grad)
     return errors[0].message if errors else None
 
 
@@ -55,6 +55,23 @@ def test_from_local_accepts():
     assert _msg({"tp": REPLICATE}, ["Replicate()"], ["Partial()"]) is None
     assert _msg({"tp": PARTIAL}, [None]) is None  # no meaning: unchecked
     assert _msg({"dp": PARTIAL}, ["Replicate()"]) is None     # an axis not on the mesh
+
+
+def test_from_local_gradient_free_r_is_i():
+    """Where no gradient flows (no_grad, a detached value) R and I hold the same values:
+    either fits Replicate() with or without grad_placements=[Partial()]; other kinds and
+    shard dims are still checked, and with a gradient R is not I."""
+    assert _msg({"tp": REPLICATE}, ["Replicate()"], can_grad=False) is None
+    assert _msg({"tp": INVARIANT}, ["Replicate()"], ["Partial()"], can_grad=False) is None
+    assert _msg({"tp": REPLICATE, "dp": shard(0)}, ["Shard(0)", "Replicate()"],
+                axes=("dp", "tp"), can_grad=False) is None
+    assert _msg({"tp": REPLICATE}, ["Replicate()"]) is not None
+    assert "src=P, dst=I" in _msg({"tp": PARTIAL}, ["Replicate()"], can_grad=False)
+    assert "placements=[Replicate()]" in _msg({"tp": INVARIANT}, ["Partial()"], can_grad=False)
+    m = _msg({"tp": REPLICATE, "dp": shard(1)}, ["Shard(0)", "Replicate()"], axes=("dp", "tp"),
+             can_grad=False)
+    assert m is not None and 'it is S(1) on "dp" where S(0) is needed;' in m
+    assert "reinterpret" not in m and "placements=[Shard(1), Replicate()]" in m
 
 
 def test_local_map_in_placements():

@@ -625,6 +625,63 @@ def check_declare_parameters(ctx: Ctx, name: str) -> None:
             raise AssertionError("a Partial gradient stepped into a declared R parameter")
 
 
+def _replicas_differ(t: torch.Tensor, world: int) -> bool:
+    """Whether the ranks hold different values in ``t`` (read unchecked)."""
+    parts = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(parts, t.detach().contiguous())
+    return any(not torch.equal(parts[0], q) for q in parts[1:])
+
+
+def check_parameter_keeps_type(ctx: Ctx, name: str) -> None:
+    """``nn.Parameter(x)`` keeps ``x``'s type, so ``declare_parameters`` reports an
+    annotation its data contradicts: a rank's S(0) chunk put in an I-annotated parameter
+    (``m.b = nn.Parameter(chunk.clone())``), or loaded into it by ``load_state_dict(sd,
+    assign=True)``.  Unchecked (and in the check mode before, which stamped I over the
+    untyped parameter) the ranks hold different values of the "replicated" parameter; the
+    message's all_gather fix, pasted, gives every rank the whole tensor."""
+    mesh = ctx.mesh("1d")
+    n = 2 * ctx.world
+
+    class Block(torch.nn.Module):
+        b: Tensor[I["x"]]
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.zeros(2, dtype=F64))
+
+    full = torch.arange(n, dtype=F64)  # the same on every rank
+    m = Block()
+    with spmd.set_mesh(mesh):
+        m.b = torch.nn.Parameter(spmd.convert(full, "x", src=I, dst=S(0)))
+        assert _replicas_differ(m.b, ctx.world)  # measured: the "replicated" b differs
+    for how in ("wrapped", "assign"):
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            f = spmd.declare(full.clone(), Tensor[I["x"]])
+            chunk = spmd.convert(f, "x", src=I, dst=S(0))  # b's shape, a different chunk per rank
+            m.b = torch.nn.Parameter(torch.zeros(2, dtype=F64))
+            if how == "wrapped":
+                m.b = torch.nn.Parameter(chunk.clone())
+            else:
+                m.load_state_dict({"b": chunk.clone()}, assign=True)
+            assert str(spmd.typeof(m.b)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.b)
+            try:
+                spmd.declare_parameters(m)
+            except SpmdTypeError as e:
+                msg = str(e)
+                assert e.code == "spmd-annotation", msg
+                assert 'spmd.declare(Block.b, Tensor[I["x"]]) but m.b is S(0) on "x", not I' in msg, msg
+                fix = msg[msg.index("all_gather("):].split(" to ")[0]
+                assert fix == 'all_gather(m.b, "x", src=S(0), dst=I)', msg
+            else:
+                raise AssertionError(f"{how}: an S(0) value declared as the I parameter b")
+            # the fix, pasted on the value before it is wrapped
+            fixed = spmd.all_gather(chunk.clone(), "x", src=S(0), dst=I)
+            m.b = torch.nn.Parameter(fixed)
+            spmd.declare_parameters(m)
+        assert not _replicas_differ(m.b, ctx.world)
+        assert_close(m.b.detach(), full, rtol=0, atol=0)
+
+
 def check_gradients_reduced_in_hooks(ctx: Ctx, name: str) -> None:
     """DDP-style: a replicated parameter's gradient all-reduced in a hook (register_hook, or
     register_post_accumulate_grad_hook setting p.grad) is R at later reads in the check mode,
@@ -1217,6 +1274,7 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/check-mode-hook", check_hook)
     add(f"{p}/check-mode-gradients-reduced-in-hooks", check_gradients_reduced_in_hooks)
     add(f"{p}/check-mode-declare-parameters", check_declare_parameters)
+    add(f"{p}/check-mode-parameter-keeps-type", check_parameter_keeps_type)
     add(f"{p}/grad-in-place", check_grad_in_place)
     add(f"{p}/forward-in-place", check_forward_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")

@@ -138,6 +138,41 @@ def check_from_local_replicate_of_r(ctx: Ctx, name: str) -> None:
     assert_close(other, ref, rtol=0, atol=0)
 
 
+def check_from_local_gradient_free_r(ctx: Ctx, name: str) -> None:
+    """Where no gradient flows R and I hold the same values (only their backward differs): a
+    detached R parameter, or one under torch.no_grad(), wrapped as Replicate() for a
+    checkpoint is accepted (it raised spmd-mismatch "R on ... where I is needed"), as an I
+    value wrapped with grad_placements=[Partial()] is; the DTensor holds the parameter's
+    values.  With the gradient flowing it is still the error, and a Partial value is one
+    under no_grad too."""
+    mesh = ctx.mesh("1d")
+    mesh2 = ctx.mesh("1xN")
+    base = torch.arange(8, dtype=F64).reshape(4, 2) / 4 + ctx.rank
+    with spmd.set_mesh(mesh2), spmd.typecheck():
+        w = spmd.declare(torch.nn.Parameter(base.clone()), Tensor[R["one"], S[0, AXIS]])
+        with torch.no_grad():
+            dt = DTensor.from_local(w.detach(), mesh2, [Replicate(), Shard(0)], run_check=False)
+            dt2 = DTensor.from_local(w, mesh2, [Replicate(), Shard(0)], run_check=False)
+        dt3 = DTensor.from_local(w.detach(), mesh2, [Replicate(), Shard(0)], run_check=False)
+        _raises("spmd-mismatch", lambda: DTensor.from_local(w, mesh2, [Replicate(), Shard(0)]),
+                'it is R on "one" where I is needed')
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        r = spmd.declare(torch.nn.Parameter(base.clone()), Tensor[R[AXIS]])
+        i = spmd.declare(base.clone(), Tensor[I[AXIS]])
+        with torch.no_grad():
+            DTensor.from_local(r, mesh, [Replicate()], run_check=False)
+            DTensor.from_local(i, mesh, [Replicate()], grad_placements=[Partial()], run_check=False)
+            p = spmd.declare(base.clone(), Tensor[P[AXIS]])
+            _raises("spmd-mismatch", lambda: DTensor.from_local(p, mesh, [Replicate()]),
+                    'it is P on "x" where I is needed')
+        _raises("spmd-mismatch", lambda: DTensor.from_local(r, mesh, [Replicate()]),
+                'it is R on "x" where I is needed')
+    full = torch.cat([torch.arange(8, dtype=F64).reshape(4, 2) / 4 + k for k in range(ctx.world)])
+    for d in (dt, dt2, dt3):
+        assert not d.requires_grad
+        assert_close(d.full_tensor(), full, rtol=0, atol=0)
+
+
 def _partial_program(ctx: Ctx, wrap: Callable[[torch.Tensor], DTensor]) -> torch.Tensor:
     """Each rank's part of a sum (P), wrapped, read back whole: the sum over the ranks."""
     part = torch.tensor([1.0, 2.0, -3.0], dtype=F64) * (ctx.rank + 1)
@@ -540,6 +575,7 @@ def check_two_axes(ctx: Ctx, name: str) -> None:
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_to_local_types, check_from_local_replicate_of_r,
+                  check_from_local_gradient_free_r,
                   check_from_local_partial_as_replicate, check_from_local_invariant_as_partial,
                   check_to_local_is_invariant, check_to_local_partial_not_rechecked_in_backward,
                   check_local_map_placements, check_parallel_style_boundary,
