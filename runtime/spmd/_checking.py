@@ -1224,12 +1224,16 @@ def _as_spmd_type(t: Any) -> SpmdType:
     return st
 
 
-def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None) -> None:
+def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None,
+                    may_be_cut: bool | None = None) -> None:
     """Give ``x`` the declared type ``want``.
 
     ``what`` is the start of the message with ``{x}`` for the tensor's name, e.g.
     ``"spmd.declare({x}, Tensor[R["tp"]])"``; ``name``: that name when the caller knows it
-    (a function's return value has none in the caller's frame).
+    (a function's return value has none in the caller's frame).  ``may_be_cut``: ``x`` may
+    be a part cut by hand from a replicated whole (a parameter: Megatron's init), which the
+    check mode types as the whole, R or I, as the static checker does: the message says how
+    to cut it so that both checkers follow (None: judged from the name).
     """
     spec = want.spec
     if spec is not None and len(spec) != x.ndim:
@@ -1251,7 +1255,9 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
     if declaration_conflict(have, want) is not None:
         text = name or _texts([x], ["x"])[0]
         raise SpmdTypeError(declaration_error(  # type: ignore[arg-type]
-            have, want, x_text=text, what=what.format(x=text), order=_axis_order()))
+            have, want, x_text=text, what=what.format(x=text), order=_axis_order(),
+            # the check mode sees values, not how they were cut: an unnamed one may be
+            may_be_cut=True if may_be_cut or text == "x" else None))
     # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew
     # on the current mesh's axes. Axes of another mesh are dropped: a value back from an
     # expert mesh (ep, edp) is declared on the dense one (dp, tp), and its "ep" types say
@@ -1358,7 +1364,7 @@ def _declare_module_tree(module: torch.nn.Module) -> None:
             want = types_.get(name)
             if want is not None and not _is_dtensor(value):
                 _stamp_declared(value, want, f"spmd.declare({type(sub).__name__}.{name}, "
-                                + format_type(want, _axis_order()) + ")")
+                                + format_type(want, _axis_order()) + ")", may_be_cut=True)
 
 
 # FSDP2 modules given the re-declaring pre-hook (weakly: a module may go)

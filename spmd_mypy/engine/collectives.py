@@ -628,23 +628,37 @@ def _dims_in_another_order(have: LocalType, want: LocalType, x_text: str) -> str
 
 
 def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
-                      order: Sequence[str] = ()) -> SpmdError | None:
+                      order: Sequence[str] = (), may_be_cut: bool | None = None) -> SpmdError | None:
     """``spmd.declare(x, want)`` where ``x`` is known to be ``have``: a declaration states a
     type, it never changes one (``reinterpret``/``convert`` do), so the types must agree on
     every axis both name (V may be declared S(i); S(-1) and S(1) compared at the rank the
     caller gives them).  ``what`` is the call as written, ``spmd.declare(x, Tensor[...])``::
 
         out: P["tp"];  spmd.declare(out, Tensor[I["tp"]])  ->  error: P to I is a reduction
+
+    ``may_be_cut``: whether ``x`` may be a part cut from a replicated whole by hand, which
+    the message then explains (None: judged from ``x_text``, an index or a split).
     """
     bad = declaration_conflict(have, want)
     if bad is None:
         return None
     axis, old, new = bad
+    hand_cut = ""
+    if may_be_cut is None:
+        may_be_cut = any(c in x_text for c in ("[", "split(", "chunk(", "narrow("))
+    if old.kind in (Kind.R, Kind.I) and new.kind is Kind.V and may_be_cut:
+        # Megatron's init: this rank's rows cut from the whole weight by hand; the checkers
+        # see no rank in the indices and keep the whole's type, and the convert above,
+        # applied to the cut, would cut it again
+        dst = f"S({new.dim})" if new.dim is not None else "V"
+        hand_cut = (f"; if {bare(x_text)} is this rank's part cut from the whole by hand "
+                    f"(whole[r * k:(r + 1) * k], torch.split(whole, k, dim)[r]), which no checker "
+                    f'sees, cut it with convert(whole, "{axis}", src={old}, dst={dst}) instead')
     return SpmdError(
         "spmd-annotation",
         f'{what} but {x_text} is {old} on "{axis}", not {new} '
         f"({x_text}: {format_type(have, order)}): a declaration states a type, it "
-        f"cannot change one; {suggest(old, new, x_text, axis)}",
+        f"cannot change one; {suggest(old, new, x_text, axis)}{hand_cut}",
     )
 
 
