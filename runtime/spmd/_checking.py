@@ -942,12 +942,16 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         checks: list[tuple[SpmdType, list[torch.Tensor], list[SpmdType]] | None] = []
         for a, k in positions:
-            ops, outs = extract(each, a, k)
+            read = a
+            if plan.first_step is not None and k.get(plan.first_step) is True:
+                # SGD's first fused step: the momentum buffers are overwritten, not read
+                read = tuple([] if j in plan.writes else v for j, v in enumerate(a))
+            ops, outs = extract(each, read, k)
             types = _operand_types(ops)
             if types is None or _global_check.is_global(types):
                 checks.append(None)
                 continue
-            checked = self._local_check(each, a, k, ops, outs, types)
+            checked = self._local_check(each, read, k, ops, outs, types)
             if checked is not None and plan.writes:
                 # a fused optimizer step: the states it writes at this position keep their
                 # types (or take the step's), as the parameter does

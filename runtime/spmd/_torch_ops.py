@@ -51,7 +51,7 @@ from spmd_mypy.engine.views import (
 from spmd_mypy.engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
     SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, OpSpec, Reduction, Role, call_spec,
-    classify, foreach_op, foreach_writes, is_index_formal, normalising_reduction,
+    FUSED_FIRST_STEP, classify, foreach_op, foreach_writes, is_index_formal, normalising_reduction,
     variant_formals,
 )
 
@@ -142,7 +142,7 @@ class Plan:
 
     __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
                  "varargs", "canon", "inplace_kw", "params", "reduce_at", "each", "variant_at",
-                 "writes")
+                 "writes", "first_step")
 
     def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
                  swap: bool = False, inplace: bool = False,
@@ -166,6 +166,9 @@ class Plan:
         # FOREACH: the positions of the lists it writes besides the first (a fused
         # optimizer's states; engine foreach_writes)
         self.writes: tuple[int, ...] = ()
+        # FOREACH: the formal that, True, says the step overwrites those states unread
+        # (engine FUSED_FIRST_STEP)
+        self.first_step: str | None = None
         # the formals that choose the op's rule (engine VARIANTS), by name: their positions
         # (None: a formal the signature does not name, whose value is unknown)
         self.variant_at: dict[str, int | None] | None = None
@@ -489,6 +492,7 @@ def _foreach_plan(name: str, each: str) -> Plan:
     plan = Plan(Kind.FOREACH, name)
     plan.each = inner
     plan.writes = writes
+    plan.first_step = FUSED_FIRST_STEP.get(name)
     return plan
 
 

@@ -236,6 +236,10 @@ FUSED_OPS: dict[str, tuple[str, tuple[int, ...]]] = {
     "_fused_adagrad_": ("_fused_adagrad_", (2,)),
     "_fused_sgd_": ("add_", (2,)),
 }
+# The formal of a fused step that, True, says the step overwrites its states without reading
+# them: SGD's first step copies the gradient into the momentum buffers (torch made them with
+# empty_like), so they are no operands then (both adapters drop them when the value is True).
+FUSED_FIRST_STEP: dict[str, str] = {"_fused_sgd_": "is_first_step"}
 
 
 def foreach_op(name: str) -> str | None:

@@ -218,6 +218,14 @@ case("fused-adam-V-state-R-inplace", {"w": "V", "g": "V", "m": "R", "v": "torch.
 case("fused-sgd-momentum-P-P-buffer-R", {"w": "P", "g": "P", "b": "R"},
      (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.0, momentum=0.9, {_SGD})"),
      AFF, desc="the momentum buffer is a summand of the step: R beside P gradients")
+_SGD1 = _SGD.replace("is_first_step=False", "is_first_step=True")
+case("fused-sgd-first-step-untyped-buffer", {"w": "R", "g": "R", "b": "torch.Tensor"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.0, momentum=0.9, {_SGD1})",
+      "out = w"), "R", strict=True,
+     desc="the first step overwrites the buffers torch made (empty_like): unread, no operand")
+case("fused-sgd-first-step-P-P-buffer-R", {"w": "P", "g": "P", "b": "R"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.0, momentum=0.9, {_SGD1})"),
+     INPL, desc="the first step overwrites the buffer with the step's P")
 case("fused-adagrad-R-P", {"w": "R", "g": "P", "h": "torch.Tensor", "s": "torch.Tensor"},
      (_NOGRAD, "    torch._fused_adagrad_([w], [g], [h], [s], lr=0.1, lr_decay=0.0, "
                "weight_decay=0.0, eps=1e-10, maximize=False)"), NL, make=_STEP)

@@ -572,6 +572,9 @@ def test_a_forgotten_gradient_all_reduce_is_caught_by_the_optimizer_step(
         states = [v for v in opt.state[w].values() if isinstance(v, torch.Tensor)]
         assert bool(states) == (opt_name != "SGD")
         assert all(spmd.typeof(v) in (None, ty(cp=REPLICATE)) for v in states), states
+        if opt_name == "SGD-momentum":  # the buffer: a sum of R gradients (the first fused
+            # step overwrites torch's empty_like buffer, then adds into it)
+            assert [spmd.typeof(v) for v in states] == [ty(cp=REPLICATE)]
         assert spmd.typeof(w.grad) == ty(cp=REPLICATE)
 
 
