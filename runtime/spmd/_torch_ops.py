@@ -487,13 +487,23 @@ def _foreach_plan(name: str, each: str) -> Plan:
     inner = build_plan(func) if func is not None else None
     if inner is None or inner.kind is not Kind.OP:
         # not a Tensor method or torch function of that name, or a fused optimizer step:
-        # the engine's op, every tensor argument an operand
-        inner = Plan(Kind.OP, each, spec=classify(each), inplace=inplace)
+        # the engine's op, every tensor argument an operand (a fused step's formals read
+        # from its schema once, not per call)
+        inner = Plan(Kind.OP, each, spec=classify(each), inplace=inplace,
+                     params=_schema_formals(name) if writes else None)
     plan = Plan(Kind.FOREACH, name)
     plan.each = inner
     plan.writes = writes
     plan.first_step = FUSED_FIRST_STEP.get(name)
     return plan
+
+
+def _schema_formals(name: str) -> tuple[str, ...] | None:
+    """The formal names of ``torch.ops.aten.<name>`` (None if it has no such op)."""
+    try:
+        return tuple(a.name for a in getattr(torch.ops.aten, name).default._schema.arguments)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def foreach_positions(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]] | None:
