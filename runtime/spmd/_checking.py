@@ -947,12 +947,27 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         checks: list[tuple[SpmdType, list[torch.Tensor], list[SpmdType]] | None] = []
         for a, k in positions:
-            ops, outs = extract(each, a, k)
+            read = a
+            if plan.first_step is not None and k.get(plan.first_step) is True:
+                # SGD's first fused step: the momentum buffers are overwritten, not read
+                read = tuple([] if j in plan.writes else v for j, v in enumerate(a))
+            ops, outs = extract(each, read, k)
             types = _operand_types(ops)
             if types is None or _global_check.is_global(types):
                 checks.append(None)
                 continue
-            checks.append(self._local_check(each, a, k, ops, outs, types))
+            checked = self._local_check(each, read, k, ops, outs, types)
+            if checked is not None and plan.writes:
+                # a fused optimizer step: the states it writes at this position keep their
+                # types (or take the step's), as the parameter does
+                rtype, targets, new_types = checked
+                grad_on = torch.is_grad_enabled()
+                for j in plan.writes:
+                    state = a[j] if j < len(a) else None
+                    if isinstance(state, torch.Tensor) and all(state is not t for t in targets):
+                        targets.append(state)
+                        new_types.append(self._check_target(each, state, True, rtype, ops, grad_on))
+            checks.append(checked)
         before = _versions_before([t for c in checks if c is not None for t in c[1]]) if (
             _BACKWARD_VERSIONS) else None
         result = func(*args, **kwargs)

@@ -51,7 +51,8 @@ from spmd_mypy.engine.views import (
 from spmd_mypy.engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
     SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, OpSpec, Reduction, Role, call_spec,
-    classify, foreach_op, is_index_formal, normalising_reduction, variant_formals,
+    FUSED_FIRST_STEP, classify, foreach_op, foreach_writes, is_index_formal, normalising_reduction,
+    variant_formals,
 )
 
 # (Formal-name classes are the engine's: the mypy plugin reads the same names.)
@@ -140,7 +141,8 @@ class Plan:
     """How the check mode handles one ``func`` (built once, cached)."""
 
     __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
-                 "varargs", "canon", "inplace_kw", "params", "reduce_at", "each", "variant_at")
+                 "varargs", "canon", "inplace_kw", "params", "reduce_at", "each", "variant_at",
+                 "writes", "first_step")
 
     def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
                  swap: bool = False, inplace: bool = False,
@@ -161,6 +163,12 @@ class Plan:
         self.inplace_kw = params is not None and "inplace" in params
         self.params = params  # the formal names (global SPMD reads dims and shapes by name)
         self.each: Plan | None = None  # FOREACH: the plan of the op at one list position
+        # FOREACH: the positions of the lists it writes besides the first (a fused
+        # optimizer's states; engine foreach_writes)
+        self.writes: tuple[int, ...] = ()
+        # FOREACH: the formal that, True, says the step overwrites those states unread
+        # (engine FUSED_FIRST_STEP)
+        self.first_step: str | None = None
         # the formals that choose the op's rule (engine VARIANTS), by name: their positions
         # (None: a formal the signature does not name, whose value is unknown)
         self.variant_at: dict[str, int | None] | None = None
@@ -471,17 +479,31 @@ def build_plan(func: Any) -> Plan:
 
 def _foreach_plan(name: str, each: str) -> Plan:
     """``torch._foreach_add_`` -> the plan of ``Tensor.add_`` (its formal names read the
-    arguments at each list position; engine ``foreach_op``), kind FOREACH."""
-    func = getattr(torch.Tensor, each, None) or getattr(torch, each, None)
+    arguments at each list position; engine ``foreach_op``), kind FOREACH; a fused optimizer
+    step (``torch._fused_adam_``) too, with the state lists it writes (``Plan.writes``)."""
+    inplace, writes = foreach_writes(name)
+    # (a fused step: its states are operands too, which add_'s signature would not read)
+    func = None if writes else (getattr(torch.Tensor, each, None) or getattr(torch, each, None))
     inner = build_plan(func) if func is not None else None
     if inner is None or inner.kind is not Kind.OP:
-        # not a Tensor method or torch function of that name: the engine's op, every
-        # tensor argument an operand
-        inner = Plan(Kind.OP, each, spec=classify(each),
-                     inplace=each.endswith("_") and not each.startswith("_"))
+        # not a Tensor method or torch function of that name, or a fused optimizer step:
+        # the engine's op, every tensor argument an operand (a fused step's formals read
+        # from its schema once, not per call)
+        inner = Plan(Kind.OP, each, spec=classify(each), inplace=inplace,
+                     params=_schema_formals(name) if writes else None)
     plan = Plan(Kind.FOREACH, name)
     plan.each = inner
+    plan.writes = writes
+    plan.first_step = FUSED_FIRST_STEP.get(name)
     return plan
+
+
+def _schema_formals(name: str) -> tuple[str, ...] | None:
+    """The formal names of ``torch.ops.aten.<name>`` (None if it has no such op)."""
+    try:
+        return tuple(a.name for a in getattr(torch.ops.aten, name).default._schema.arguments)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def foreach_positions(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]] | None:

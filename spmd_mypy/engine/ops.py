@@ -222,12 +222,47 @@ FOREACH_PREFIX = "_foreach_"
 _FOREACH_OPS = {"powsum": "norm"}  # sum(|x|^p): a norm without the root, non-linear alike
 
 
+# torch's fused optimizer steps (what Adam, AdamW, SGD and Adagrad run with fused=True:
+# ``torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+# lr=...)``) are multi-tensor ops too: one step per list position, checked as a _foreach op is
+# (the op below at each position over that position's parameter, gradient and states), the
+# parameters written in place and the states at the listed argument positions as well.
+# Adam's and Adagrad's steps are non-linear in the gradient (its square; OP_SPECS), SGD's is
+# the sum add_ checks (p - lr * (g + wd * p), the momentum buffer a sum of gradients).
+# (per-position op, the positions of the state lists it writes)
+FUSED_OPS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "_fused_adam_": ("_fused_adam_", (2, 3, 4)),
+    "_fused_adamw_": ("_fused_adamw_", (2, 3, 4)),
+    "_fused_adagrad_": ("_fused_adagrad_", (2,)),
+    "_fused_sgd_": ("add_", (2,)),
+}
+# The formal of a fused step that, True, says the step overwrites its states without reading
+# them: SGD's first step copies the gradient into the momentum buffers (torch made them with
+# empty_like), so they are no operands then (both adapters drop them when the value is True).
+FUSED_FIRST_STEP: dict[str, str] = {"_fused_sgd_": "is_first_step"}
+
+
 def foreach_op(name: str) -> str | None:
-    """The per-position op of a ``torch._foreach_*`` op (``_foreach_add_`` -> ``add_``)."""
+    """The per-position op of a ``torch._foreach_*`` op (``_foreach_add_`` -> ``add_``) or of
+    a fused optimizer step (``_fused_sgd_`` -> ``add_``)."""
+    fused = FUSED_OPS.get(name)
+    if fused is not None:
+        return fused[0]
     if not name.startswith(FOREACH_PREFIX) or len(name) == len(FOREACH_PREFIX):
         return None
     base = name[len(FOREACH_PREFIX):]
     return _FOREACH_OPS.get(base, base)
+
+
+def foreach_writes(name: str) -> tuple[bool, tuple[int, ...]]:
+    """Whether a multi-tensor op writes its first list in place, and the positions of the
+    other lists it writes (a fused optimizer's states): ``_foreach_add_`` -> (True, ()),
+    ``_foreach_add`` -> (False, ()), ``_fused_adam_`` -> (True, (2, 3, 4))."""
+    fused = FUSED_OPS.get(name)
+    if fused is not None:
+        return True, fused[1]
+    each = foreach_op(name) or name
+    return each.endswith("_") and not each.startswith("_"), ()
 
 # Ops whose second tensor is a template: only its shape, dtype or device is read.
 TEMPLATE_OPS = ("type_as", "to", "view_as", "reshape_as", "expand_as")
@@ -438,6 +473,10 @@ def _spec_table() -> dict[str, OpSpec]:
         # scaled_dot_product_attention(q, k, v, mask) = softmax(q k^T / c + mask) v: linear
         # in the values alone (a P v beside q, k not P is a P result), non-linear in the rest
         OpSpec("scaled_dot_product_attention", OpClass.MULTILINEAR, (n, n, f, n)),
+        # the fused optimizer steps at one list position (FUSED_OPS): elementwise, non-linear
+        # in the gradient (Adam's second moment, Adagrad's sum of squares)
+        *(OpSpec(name, OpClass.NONLINEAR, keeps_shard_dims=True)
+          for name in ("_fused_adam_", "_fused_adamw_", "_fused_adagrad_")),
     ]
     for spec in special:
         table[spec.name] = spec

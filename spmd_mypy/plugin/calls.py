@@ -95,7 +95,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import (
     FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
     SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace,
-    check_value_read, classify, foreach_op, variant_formals,
+    check_value_read, classify, foreach_op, foreach_writes, variant_formals, FUSED_FIRST_STEP,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
 )
 from ..engine.types import (
@@ -738,16 +738,27 @@ class CallTyper:
         per position; an in-place op may not change a list's item type."""
         each = foreach_op(name) or name
         spec = classify(each)
-        inplace = each.endswith("_") and not each.startswith("_")
+        inplace, writes = foreach_writes(name)
+        first_step = FUSED_FIRST_STEP.get(name)
 
         def hook(ctx: FunctionContext) -> Type:
             positions = self._foreach_positions(ctx)
             if positions is None:
                 return ctx.default_return_type
+            # SGD's first fused step (is_first_step=True): the states are overwritten unread
+            fresh = first_step is not None and any(
+                f == first_step and len(es) == 1 and isinstance(es[0], NameExpr)
+                and es[0].fullname == "builtins.True"
+                for f, es in zip(ctx.callee_arg_names, ctx.args))
             errors: list[SpmdError] = []
             results: list[SpmdType] = []
             for arg_types, args in positions:
-                pctx = ctx._replace(arg_types=arg_types, args=args)
+                if fresh:
+                    pctx = ctx._replace(
+                        arg_types=[[] if j in writes else t for j, t in enumerate(arg_types)],
+                        args=[[] if j in writes else e for j, e in enumerate(args)])
+                else:
+                    pctx = ctx._replace(arg_types=arg_types, args=args)
                 ops, _, any_typed = self.operands(pctx, None, None, each)
                 if not any_typed:
                     continue
@@ -759,6 +770,14 @@ class CallTyper:
                     err = self._inplace_error(ctx, each, ops[0], result.type, ops)
                     if err is not None:
                         found.append(err)
+                for j in writes:  # a fused optimizer's states, written as the parameter is
+                    if j < len(arg_types) and arg_types[j] and args[j]:
+                        state = self.types.from_type(get_proper_type(arg_types[j][0]))
+                        if state:
+                            err = self._inplace_error(
+                                ctx, each, Operand(state, expr_text(args[j][0])), result.type, ops)
+                            if err is not None:
+                                found.append(err)
                 errors.extend(e for e in found if e not in errors)
                 results.append(result.type)
             self.report(ctx, errors)

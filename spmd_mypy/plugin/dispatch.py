@@ -21,7 +21,7 @@ from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, Meth
 from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_proper_type
 
 from . import calls, global_calls, torch_namespaces
-from ..engine.ops import FOREACH_PREFIX, VALUE_READS
+from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS
 from .autograd import is_autograd_function
 from .modules import (
     INDICES_RESULT_MODULES, MODULE_LIST, TORCH_MODULE_OPS, TUPLE_RESULT_MODULES, enumerate_hook,
@@ -330,8 +330,9 @@ class HookDispatch:
             return typer.bound_builtin_hook(bound)
         if fullname == "torch.nn.parameter.Parameter":
             return typer.parameter_hook
-        if name.startswith(FOREACH_PREFIX):
-            return typer.foreach_hook(name)  # torch._foreach_add_: add_ at each list position
+        if name.startswith(FOREACH_PREFIX) or name in FUSED_OPS:
+            # torch._foreach_add_: add_ at each list position (a fused optimizer step alike)
+            return typer.foreach_hook(name)
         if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):
             return None
         if name in calls.FACTORIES or name in calls.NOT_OPS:

@@ -191,6 +191,54 @@ case("foreach-mul_-I-R-nograd", {"g": "I", "norm": "R"},
 case("foreach-second-position", {"r": "R", "r2": "R", "p": "P"},
      "torch._foreach_add_([r, r2], [r2, p])", AFF, desc="each position by itself: the second mixes")
 
+# torch's fused optimizer steps (Adam, AdamW, Adagrad, SGD with fused=True): a multi-tensor op
+# too, checked per list position (engine FUSED_OPS): the parameter and the states it writes
+_ADAM = "lr=0.1, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False"
+_SGD = "lr=0.1, dampening=0.0, nesterov=False, maximize=False, is_first_step=False"
+_NOGRAD = "with torch.no_grad():"
+_STEP = {"s": "torch.tensor(1.0)"}
+case("fused-adam-R-P", {"w": "R", "g": "P", "m": "torch.Tensor", "v": "torch.Tensor",
+                        "s": "torch.Tensor"},
+     (_NOGRAD, f"    torch._fused_adam_([w], [g], [m], [v], [], [s], {_ADAM})"), NL,
+     desc="Adam(fused=True) stepping a gradient not yet all-reduced", make=_STEP)
+case("fused-adamw-R-R", {"w": "R", "g": "R", "m": "R", "v": "R", "s": "torch.Tensor"},
+     (_NOGRAD, f"    torch._fused_adamw_([w], [g], [m], [v], [], [s], {_ADAM})", "out = w + m + v"),
+     "R", make=_STEP)
+case("fused-adam-V-V", {"w": "V", "g": "V", "m": "V", "v": "V", "s": "torch.Tensor"},
+     (_NOGRAD, f"    torch._fused_adam_([w], [g], [m], [v], [], [s], {_ADAM})", "out = w"),
+     "V", desc="a sharded parameter with its sharded gradient", make=_STEP)
+case("fused-adam-R-V-inplace", {"w": "R", "g": "V", "m": "torch.Tensor", "v": "torch.Tensor",
+                                "s": "torch.Tensor"},
+     (_NOGRAD, f"    torch._fused_adam_([w], [g], [m], [v], [], [s], {_ADAM})"), INPL,
+     desc="the parameter would vary", make=_STEP)
+case("fused-adam-V-state-R-inplace", {"w": "V", "g": "V", "m": "R", "v": "torch.Tensor",
+                                      "s": "torch.Tensor"},
+     (_NOGRAD, f"    torch._fused_adam_([w], [g], [m], [v], [], [s], {_ADAM})"), INPL,
+     desc="a state the step writes would vary", make=_STEP)
+case("fused-sgd-momentum-P-P-buffer-R", {"w": "P", "g": "P", "b": "R"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.0, momentum=0.9, {_SGD})"),
+     AFF, desc="the momentum buffer is a summand of the step: R beside P gradients")
+_SGD1 = _SGD.replace("is_first_step=False", "is_first_step=True")
+case("fused-sgd-first-step-untyped-buffer", {"w": "R", "g": "R", "b": "torch.Tensor"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.0, momentum=0.9, {_SGD1})",
+      "out = w"), "R", strict=True,
+     desc="the first step overwrites the buffers torch made (empty_like): unread, no operand")
+case("fused-sgd-first-step-P-P-buffer-R", {"w": "P", "g": "P", "b": "R"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.0, momentum=0.9, {_SGD1})"),
+     INPL, desc="the first step overwrites the buffer with the step's P")
+case("fused-adagrad-R-P", {"w": "R", "g": "P", "h": "torch.Tensor", "s": "torch.Tensor"},
+     (_NOGRAD, "    torch._fused_adagrad_([w], [g], [h], [s], lr=0.1, lr_decay=0.0, "
+               "weight_decay=0.0, eps=1e-10, maximize=False)"), NL, make=_STEP)
+case("fused-sgd-R-P", {"w": "R", "g": "P"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [], weight_decay=0.0, momentum=0.0, {_SGD})"),
+     AFF, desc="SGD(fused=True) stepping a gradient not yet all-reduced")
+case("fused-sgd-momentum-R-R", {"w": "R", "g": "R", "b": "R"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.01, momentum=0.9, {_SGD})",
+      "out = w + b"), "R")
+case("fused-sgd-momentum-P-P", {"w": "P", "g": "P", "b": "P"},
+     (_NOGRAD, f"    torch._fused_sgd_([w], [g], [b], weight_decay=0.0, momentum=0.9, {_SGD})",
+      "out = w + b"), "P", desc="linear: sums of pending sums stay pending")
+
 # views, casts, shapes: linear
 case("view-reshape-P", {"a": "P"}, "out = a.reshape(16)", "P")
 case("view-transpose-P", {"a": "P"}, "out = a.transpose(0, 1)", "P")

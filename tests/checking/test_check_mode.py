@@ -560,16 +560,28 @@ def test_gradient_accumulation_patterns_that_reduce_once_pass(reset: str) -> Non
         opt.step()
 
 
-@pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
-@pytest.mark.parametrize("foreach", [False, True])
+_OPTIMIZERS = {"SGD": ("SGD", {}), "SGD-momentum": ("SGD", {"momentum": 0.9}),
+               "Adam-amsgrad": ("Adam", {"amsgrad": True}), "AdamW": ("AdamW", {}),
+               "Adagrad": ("Adagrad", {})}
+_IMPLS = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+@pytest.mark.parametrize("opt_name", list(_OPTIMIZERS))
+@pytest.mark.parametrize("impl", list(_IMPLS))
 def test_a_forgotten_gradient_all_reduce_is_caught_by_the_optimizer_step(
-        opt_name: str, foreach: bool) -> None:
+        opt_name: str, impl: str) -> None:
     """A Replicate weight used on this rank's sequence chunk (cp) has a Partial gradient;
     stepping without all-reducing it is the affine (SGD) or non-linear (Adam) error, also
     through the multi-tensor ``torch._foreach_*`` ops the optimizers run with foreach=True
-    (the default on GPUs), which were untyped; the operand is named ``w.grad``."""
+    (the default on GPUs) and the fused steps (``torch._fused_adam_`` & co., fused=True), which
+    were untyped; the operand is named ``w.grad``."""
+    cls, kw = _OPTIMIZERS[opt_name]
+    kw = {**kw, **_IMPLS[impl]}
+
+    def make() -> torch.optim.Optimizer:
+        return getattr(torch.optim, cls)([w], lr=0.1, **kw)
     w = nn.Parameter(torch.randn(4))
-    opt = getattr(torch.optim, opt_name)([w], lr=0.1, foreach=foreach)
+    opt = make()
     with spmd.typecheck():
         typed(w, Tensor[R["cp"]])
         x = typed(torch.randn(2, 4), Tensor[V["cp"]])
@@ -577,17 +589,27 @@ def test_a_forgotten_gradient_all_reduce_is_caught_by_the_optimizer_step(
         assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
         with pytest.raises(SpmdTypeError) as e:
             opt.step()
-        assert e.value.code == ("spmd-partial-affine" if opt_name == "SGD"
+        assert e.value.code == ("spmd-partial-affine" if cls == "SGD"
                                 else "spmd-partial-nonlinear")
-        assert '(w.grad: Tensor[P["cp"]])' in str(e.value)
-        assert 'all_reduce(w.grad, "cp", src=P, dst=R)' in str(e.value)
+        if opt_name != "SGD-momentum" or impl == "fused":  # (else the error is at the
+            # momentum buffer, a clone of w.grad no caller expression names)
+            assert '(w.grad: Tensor[P["cp"]])' in str(e.value)
+            assert 'all_reduce(w.grad, "cp", src=P, dst=R)' in str(e.value)
         # all-reduced (the type all_reduce(w.grad, "cp", src=P, dst=R) gives): steps (a new
-        # optimizer: the failed step left Adam's moments Partial)
+        # optimizer: the failed step left Adam's moments Partial); the weight stays R, the
+        # states R or unknown (what the step's untyped inputs leave them)
         w.grad = typed(torch.randn(4), Tensor[R["cp"]])
-        opt = getattr(torch.optim, opt_name)([w], lr=0.1, foreach=foreach)
+        opt = make()
         opt.step()
         opt.step()
         assert spmd.typeof(w) == ty(cp=REPLICATE)
+        states = [v for v in opt.state[w].values() if isinstance(v, torch.Tensor)]
+        assert bool(states) == (opt_name != "SGD")
+        assert all(spmd.typeof(v) in (None, ty(cp=REPLICATE)) for v in states), states
+        if opt_name == "SGD-momentum":  # the buffer: a sum of R gradients (the first fused
+            # step overwrites torch's empty_like buffer, then adds into it)
+            assert [spmd.typeof(v) for v in states] == [ty(cp=REPLICATE)]
+        assert spmd.typeof(w.grad) == ty(cp=REPLICATE)
 
 
 @pytest.mark.parametrize("foreach", [False, True])

@@ -725,6 +725,52 @@ def check_gradients_reduced_in_hooks(ctx: Ctx, name: str) -> None:
             torch.optim.SGD([w], lr=0.1).step()
 
 
+_FUSED_OPTIMIZERS = (("Adam", {}), ("Adam", {"amsgrad": True}), ("AdamW", {}), ("SGD", {}),
+                     ("SGD", {"momentum": 0.9, "weight_decay": 0.01}), ("Adagrad", {}))
+
+
+def check_fused_optimizer_steps(ctx: Ctx, name: str) -> None:
+    """Optimizers with fused=True (``torch._fused_adam_`` & co., one op for every parameter):
+    stepping a replicated weight's gradient that was never all-reduced (Partial) raises, as the
+    foreach and single-tensor steps do (it passed, and the weights drifted from the
+    reference); with the gradient all-reduced two steps pass and equal the one-process
+    fused=False steps on the global batch, the weight still R."""
+    mesh = ctx.mesh("1d")
+    n = ctx.world
+    xs = [torch.arange(3, dtype=F64) / 4 + r for r in range(n)]  # each rank's data
+    for cls, kw in _FUSED_OPTIMIZERS:
+        ref = torch.nn.Parameter(torch.linspace(-1, 1, 3, dtype=F64))
+        ropt = getattr(torch.optim, cls)([ref], lr=0.1, fused=False, **kw)
+        for _ in range(2):
+            sum((ref * x).sum() ** 2 / 2 for x in xs).backward()
+            ropt.step()
+            ropt.zero_grad()
+        for reduce in (False, True):
+            w = torch.nn.Parameter(torch.linspace(-1, 1, 3, dtype=F64))
+            opt = getattr(torch.optim, cls)([w], lr=0.1, fused=True, **kw)
+            with spmd.set_mesh(mesh), spmd.typecheck():
+                spmd.declare(w, Tensor[R["x"]])
+                x = spmd.declare(xs[ctx.rank].clone(), Tensor[V["x"]])
+                for _ in range(2):
+                    loss = spmd.reinterpret((w * x).sum() ** 2 / 2, "x", src=V, dst=P)
+                    loss.backward()
+                    if not reduce:
+                        try:
+                            opt.step()
+                        except SpmdTypeError as e:
+                            assert e.code == "spmd-partial-" + (
+                                "affine" if cls == "SGD" else "nonlinear"), (cls, e)
+                            assert '(w.grad: Tensor[P["x"]])' in str(e), e
+                            break
+                        raise AssertionError(f"{cls}(fused=True) stepped a Partial gradient")
+                    w.grad = spmd.all_reduce(w.grad, "x", src=P, dst=R)
+                    opt.step()
+                    opt.zero_grad()
+                    assert str(spmd.typeof(w)) == 'Tensor[R["x"]]', (cls, spmd.typeof(w))
+            if reduce:
+                assert_close(w.detach(), ref.detach(), rtol=0, atol=1e-12, msg=f"{cls} {kw}")
+
+
 def check_hook(ctx: Ctx, name: str) -> None:
     """With the check mode active every public op reports itself after running."""
     from spmd import _checking
@@ -1275,6 +1321,7 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     add(f"{p}/check-mode-gradients-reduced-in-hooks", check_gradients_reduced_in_hooks)
     add(f"{p}/check-mode-declare-parameters", check_declare_parameters)
     add(f"{p}/check-mode-parameter-keeps-type", check_parameter_keeps_type)
+    add(f"{p}/check-mode-fused-optimizer-steps", check_fused_optimizer_steps)
     add(f"{p}/grad-in-place", check_grad_in_place)
     add(f"{p}/forward-in-place", check_forward_in_place)
     add(f"{p}/einsum-family/x", check_einsum_family, mesh_key="1d", axis="x")

@@ -10,6 +10,7 @@ dtensor probe).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from typing import Any, Callable
@@ -464,6 +465,39 @@ def check_fsdp2_declare_parameters(ctx: Ctx, name: str) -> None:
         assert_close(got, w.detach(), rtol=0, atol=1e-15)
 
 
+def check_fsdp2_fused_adam(ctx: Ctx, name: str) -> None:
+    """FSDP2 with Adam(fused=True), whose ``torch._fused_adam_`` the check mode now checks per
+    parameter: the sharded DTensor parameters and FSDP's averaged gradients pass (no false
+    error), and two steps in the check mode equal two fused=False steps outside it."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = ctx.mesh("1d")
+    xg = torch.arange(8, dtype=F64).reshape(4, 2) / 2 - 1
+    yg = torch.arange(16, dtype=F64).reshape(4, 4) / 8
+    n = 4 // ctx.world
+    rows = slice(ctx.rank * n, (ctx.rank + 1) * n)
+    weights = []
+    for check, fused in ((False, False), (True, True)):
+        seen: list[str] = []
+        model = _FsdpLinear(seen)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
+        with spmd.set_mesh(mesh), (spmd.typecheck() if check else contextlib.nullcontext()):
+            if check:
+                spmd.declare_parameters(model)
+            for _ in range(2):
+                x = spmd.declare(xg[rows].clone(), Tensor[S[0, AXIS]])
+                y = spmd.declare(yg[rows].clone(), Tensor[S[0, AXIS]])
+                loss = F.mse_loss(model(x), y)
+                (spmd.reinterpret(loss, AXIS, src=V, dst=P) if check else loss).backward()
+                opt.step()
+                opt.zero_grad()
+        if check:
+            assert seen == ['Tensor[R["x"]]'] * 2, seen
+        weights.append(model.w.full_tensor().detach())
+    assert_close(weights[1], weights[0], rtol=0, atol=1e-15)
+
+
 class _FsdpBlock(torch.nn.Module):
     w: Tensor[R["x"]]
 
@@ -579,7 +613,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                   check_from_local_partial_as_replicate, check_from_local_invariant_as_partial,
                   check_to_local_is_invariant, check_to_local_partial_not_rechecked_in_backward,
                   check_local_map_placements, check_parallel_style_boundary,
-                  check_fsdp2_declare_parameters, check_fsdp2_nested, check_ddp_step):
+                  check_fsdp2_declare_parameters, check_fsdp2_fused_adam, check_fsdp2_nested,
+                  check_ddp_step):
         n = f"w{world}/dtensor/{check.__name__[len('check_'):]}"
         out.append((n, functools.partial(check, name=n)))
     if world == 4:
