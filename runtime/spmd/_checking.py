@@ -1082,13 +1082,12 @@ class _Mode(TorchFunctionMode):
         if old:
             where = plan.name if inplace else f"{plan.name}(..., out=)"
             err = check_inplace(where, Operand(old, "x"), rtype)
-            sharded = err is None and any(lt.dim is not None or lt.by_rank is not None
-                                          for _, lt in old.axes)
+            sharded = err is None and _other_shard_dims(old, ops, tgt)
             if err is not None or sharded:
-                free = _gradient_free(ops, grad_on)
-                spec = spec or plan.spec
                 picked = [(i, v, cls) for i, (v, cls) in enumerate(ops)
                           if isinstance(v, torch.Tensor) and v is not tgt]
+                free = _gradient_free(ops, grad_on)
+                spec = spec or plan.spec
                 values = [v for _, v, _ in picked]
                 if sharded:  # the shard dims compared: the values' types and shapes
                     others = [Operand(_get(v) or None, "value", True,
@@ -1125,6 +1124,25 @@ def _check_data_assignment(x: torch.Tensor, value: torch.Tensor) -> None:
                                     Operand(new, tv, shape=tuple(value.shape)))
         if err is not None:
             raise SpmdTypeError(err)
+
+
+def _other_shard_dims(old: SpmdType, ops: list, tgt: torch.Tensor) -> bool:
+    """Whether a value is sharded on an axis where ``old`` (the type of ``tgt``) is, with
+    another layout written or another rank (broadcast): the cheap test before the engine's
+    shard_dim_conflict, which reads the shapes; an optimizer's ``p.add_(g)`` with p and g
+    both S(0) never builds the operands."""
+    for axis, want in old.axes:
+        if want.dim is None and want.by_rank is None:
+            continue
+        for v, _ in ops:
+            if v is tgt or not isinstance(v, torch.Tensor):
+                continue
+            t = _get(v)
+            have = t.get(axis) if t else None
+            if have is not None and (have != want or v.ndim != tgt.ndim) and (
+                    have.dim is not None or have.by_rank is not None):
+                return True
+    return False
 
 
 def _whole_index(index: Any) -> bool:
