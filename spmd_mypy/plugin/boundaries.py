@@ -290,8 +290,9 @@ class BoundaryChecker:
         if site is None:
             return False
         actual, target_expr, text = site
-        if isinstance(target_expr, MemberExpr) and target_expr.name == "data" and text is None:
-            return self._data_assignment(chk, target_expr, value, actual)
+        if isinstance(target_expr, MemberExpr) and target_expr.name == "data":
+            return self._data_assignment(chk, target_expr, value, actual,
+                                         expr_text(value) if text is None else text)
         target = self._target(chk, stmt, target_expr)
         if target is None:
             return False
@@ -332,7 +333,7 @@ class BoundaryChecker:
         return True
 
     def _data_assignment(self, chk: Any, target: MemberExpr, value: Expression,
-                         actual: Type) -> bool:
+                         actual: Type, text: str) -> bool:
         """``x.data = v`` with ``x`` sharded on a known dim (calls.data_attribute_hook gives
         the setter ``x``'s type): only a ``v`` sharded on another dim is an error (engine
         ``check_data_assignment``); any other tensor stays unchecked, as before.  A value that
@@ -346,8 +347,7 @@ class BoundaryChecker:
             return False
         have, want = self.plugin.types.from_type(actual), self.plugin.types.from_type(p)
         if have and want:
-            err = check_data_assignment(Operand(want, expr_text(target)),
-                                        Operand(have, expr_text(value)))
+            err = check_data_assignment(Operand(want, expr_text(target)), Operand(have, text))
             if err is not None:
                 chk.msg.fail(err.message, value, code=ERROR_CODES[err.code])
         return True
