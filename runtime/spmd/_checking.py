@@ -98,7 +98,8 @@ from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, OpSpec, Reduction, Role, check_backward,
-                                  check_inplace, check_value_read, partial_op, propagate,
+                                  check_data_assignment, check_inplace, check_value_read,
+                                  partial_op, propagate,
                                   propagate_each)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import DimMove
@@ -824,6 +825,12 @@ class _Mode(TorchFunctionMode):
                 # per tensor, the user's function runs in the last one)
                 hook = _typed_grad_hook(plan.name, args[0], hook)
             return func(args[0], hook, *args[2:], **kwargs)
+        if kind is Kind.SET_DATA:
+            # ``x.data = v``: x keeps its type (a parameter's storage swapped is unchecked),
+            # but a v sharded on another dim misplaces every rank's block
+            if len(args) > 1 and isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor):
+                _check_data_assignment(args[0], args[1])
+            return func(*args, **kwargs)
         if kind is Kind.SET_GRAD:
             # ``p.grad = all_reduce(p.grad, "dp", src=P, dst=R)``: the tensor the user put
             # there keeps its own type at later reads (the optimizer's step sees R); an
@@ -932,7 +939,9 @@ class _Mode(TorchFunctionMode):
             targets.append(inplace_target)
         if outs:
             targets.extend(outs)
-        new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype, ops, grad_on)
+        whole = plan.name == "__setitem__" and len(args) > 1 and _whole_index(args[1])
+        new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype, ops, grad_on,
+                                        spec, whole)
                      for tgt in targets]
         return rtype, targets, new_types
 
@@ -1084,24 +1093,85 @@ class _Mode(TorchFunctionMode):
 
     @staticmethod
     def _check_target(plan: Plan, tgt: torch.Tensor, inplace: bool, rtype: SpmdType,
-                      ops: list, grad_on: bool) -> SpmdType:
-        """The mutated tensor's type after the op (raises if the op would change it)."""
+                      ops: list, grad_on: bool, spec: OpSpec | None = None,
+                      whole: bool = False) -> SpmdType:
+        """The mutated tensor's type after the op (raises if the op would change it, or
+        would write a value sharded on another dim into it: engine ``check_inplace``).
+        ``whole``: ``x[...] = v``, every element written."""
         old = _get(tgt)
         if old:
             where = plan.name if inplace else f"{plan.name}(..., out=)"
             err = check_inplace(where, Operand(old, "x"), rtype)
-            if err is not None:
+            sharded = err is None and _other_shard_dims(old, ops, tgt)
+            if err is not None or sharded:
+                picked = [(i, v, cls) for i, (v, cls) in enumerate(ops)
+                          if isinstance(v, torch.Tensor) and v is not tgt]
                 free = _gradient_free(ops, grad_on)
-                values = [v for v, _ in ops if isinstance(v, torch.Tensor) and v is not tgt]
+                spec = spec or plan.spec
+                values = [v for _, v, _ in picked]
+                if sharded:  # the shard dims compared: the values' types and shapes
+                    others = [Operand(_get(v) or None, "value", True,
+                                      role_of(spec, i, cls) if spec is not None else None,
+                                      tuple(v.shape)) for i, v, cls in picked]
+                    if check_inplace(where, Operand(old, "x", shape=tuple(tgt.shape)), rtype,
+                                     free, others=others, whole_store=whole) is None:
+                        return (old or _UNTYPED).mutated_by(rtype)
                 texts = _texts([tgt, *values], ["x", *("value" if i == 0 else f"value{i}" for i in range(len(values)))])
-                others = [Operand(_get(v) or None, t) for v, t in zip(values, texts[1:])]
-                err = check_inplace(where, Operand(old, texts[0]), rtype, free, others=others)
+                others = [Operand(_get(v) or None, t, True,
+                                  role_of(spec, i, cls) if spec is not None else None,
+                                  tuple(v.shape)) for (i, v, cls), t in zip(picked, texts[1:])]
+                err = check_inplace(where, Operand(old, texts[0], shape=tuple(tgt.shape)), rtype,
+                                    free, others=others, whole_store=whole)
                 if err is not None:
                     raise SpmdTypeError(err)
         return (old or _UNTYPED).mutated_by(rtype)
 
 
 _UNTYPED = SpmdType()
+
+
+def _check_data_assignment(x: torch.Tensor, value: torch.Tensor) -> None:
+    """``x.data = value``: engine ``check_data_assignment`` (raises)."""
+    old, new = _get(x), _get(value)
+    if not old or not new or not any(lt.dim is not None or lt.by_rank is not None
+                                     for _, lt in old.axes):
+        return
+    err = check_data_assignment(Operand(old, "x.data", shape=tuple(x.shape)),
+                                Operand(new, "value", shape=tuple(value.shape)))
+    if err is not None:
+        tx, tv = _texts([x, value], ["x", "value"])
+        err = check_data_assignment(Operand(old, f"{tx}.data", shape=tuple(x.shape)),
+                                    Operand(new, tv, shape=tuple(value.shape)))
+        if err is not None:
+            raise SpmdTypeError(err)
+
+
+def _other_shard_dims(old: SpmdType, ops: list, tgt: torch.Tensor) -> bool:
+    """Whether a value is sharded on an axis where ``old`` (the type of ``tgt``) is, with
+    another layout written or another rank (broadcast): the cheap test before the engine's
+    shard_dim_conflict, which reads the shapes; an optimizer's ``p.add_(g)`` with p and g
+    both S(0) never builds the operands."""
+    for axis, want in old.axes:
+        if want.dim is None and want.by_rank is None:
+            continue
+        for v, _ in ops:
+            if v is tgt or not isinstance(v, torch.Tensor):
+                continue
+            t = _get(v)
+            have = t.get(axis) if t else None
+            if have is not None and (have != want or v.ndim != tgt.ndim) and (
+                    have.dim is not None or have.by_rank is not None):
+                return True
+    return False
+
+
+def _whole_index(index: Any) -> bool:
+    """Whether ``x[index]`` is all of ``x``: ``x[...]``, ``x[:]``, ``x[:, :]``."""
+    if isinstance(index, tuple):
+        return bool(index) and all(_whole_index(i) for i in index)
+    if isinstance(index, slice):
+        return index.start is None and index.stop is None and index.step is None
+    return index is Ellipsis
 
 
 def _loss_text(loss: torch.Tensor) -> str:

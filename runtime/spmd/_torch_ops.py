@@ -112,6 +112,7 @@ class Kind(enum.Enum):
     AUTOGRAD_GRAD = "autograd.grad"  # the loss check; results get the inputs' duals
     GRAD = "grad"            # x.grad: the dual of x's type
     SET_GRAD = "set grad"    # x.grad = g: g keeps its own type at later reads
+    SET_DATA = "set data"    # x.data = v: x keeps its type; v sharded on another dim: an error
     GRAD_HOOK = "grad hook"  # x.register_hook / register_post_accumulate_grad_hook
     FOREACH = "foreach"      # torch._foreach_*: the op of ``Plan.each`` at every list position
     RAW = "raw collective"   # torch.distributed.all_reduce & co.: not on typed tensors
@@ -439,6 +440,8 @@ def build_plan(func: Any) -> Plan:
         return Plan(Kind.AUTOGRAD_GRAD, "grad")
     if name == "__set__" and prop == "grad":
         return Plan(Kind.SET_GRAD, "grad")
+    if name == "__set__" and prop == "data":
+        return Plan(Kind.SET_DATA, "data")
     if func is torch.Tensor.register_hook or func is torch.Tensor.register_post_accumulate_grad_hook:
         return Plan(Kind.GRAD_HOOK, name)
     if name == "__get__":

@@ -582,7 +582,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             op = "redistribute"
             fix = (f"the shard dims differ; redistribute({x_text}, {format_axis(ax)}, "
                    f"src={have.at_high_ranks()}, dst={want})") + (
-                       _same_dim_at_one_rank(have, want) or _dims_in_another_order(have, want, x_text))
+                       _same_dim_at_one_rank(have, want) or dims_in_another_order(have, want, x_text))
         else:
             r = route(have, want)
             op = r[0] if r is not None else ""
@@ -612,7 +612,7 @@ def _same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
             f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
 
 
-def _dims_in_another_order(have: LocalType, want: LocalType, x_text: str) -> str:
+def dims_in_another_order(have: LocalType, want: LocalType, x_text: str) -> str:
     """S(a) where S(b) is needed (a, b of one sign): the redistribute keeps the global tensor
     and moves its shard; a value whose dims are in another order (Megatron's ``[s, b, h]``
     where ``[b, s, h]`` is meant) needs ``transpose(a, b)`` instead, which moves the shard

@@ -1192,7 +1192,8 @@ def _untyped_on(axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> bool:
 
 
 def check_inplace(name: str, target: Operand, result: SpmdType,
-                  gradient_free: bool = False, others: Sequence[Operand] = ()) -> SpmdError | None:
+                  gradient_free: bool = False, others: Sequence[Operand] = (),
+                  whole_store: bool = False) -> SpmdError | None:
     """An in-place op (or ``out=``) may not change the mutated tensor's type.
 
     ``gradient_free``: no operand can carry a gradient (``torch.no_grad()``, ``.grad``
@@ -1203,7 +1204,13 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
 
     ``others``: the op's other operands; the message names the one that brings the new
     kind (``g.mul_(coef)`` with a Varying ``coef``), and for ``copy_`` the op that gives
-    the value the target's kind (the missing ``all_gather`` of a ZeRO shard)."""
+    the value the target's kind (the missing ``all_gather`` of a ZeRO shard).
+
+    The kinds compared, the shard dims too (:func:`shard_dim_conflict`): an elementwise op
+    (``copy_``, ``add_``, ...; ``whole_store``: ``x[...] = v``, ``x[:] = v``) that writes an
+    ``S(j)`` operand into an ``S(i)`` target, ``i != j``, stores each rank's block of dim
+    ``j`` where the target keeps its block of dim ``i``: the kind is V either way, but the
+    values are misplaced (a square weight loaded from a checkpoint's transposed one)."""
     assert target.type is not None
     changed = []
     for axis, lt in target.type.axes:
@@ -1213,7 +1220,7 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
                 continue
             changed.append((axis, lt, new))
     if not changed:
-        return None
+        return _inplace_shard_error(name, target, result, others, whole_store)
     axis, old, new = changed[0]
     culprit = next((o for o in others if o is not target and o.type is not None
                     and (k := o.type.get(axis)) is not None and k.kind is new.kind), None)
@@ -1248,6 +1255,137 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
         f"({format_type(target.type)} -> {format_type(result)}){brings}; an in-place op cannot "
         f"change a type: {fix}",
     )
+
+
+def shard_dim_conflict(target: Operand, values: Sequence[Operand], same_rank: bool,
+                       result: SpmdType | None = None
+                       ) -> tuple[str, LocalType, Operand, LocalType] | None:
+    """The first axis on which a value written elementwise into ``target`` is sharded on
+    another dim than ``target``: (the axis, the target's S(i), the value, its S(j)).
+
+    Only a known dim on both sides counts (V, an untyped value, R or I: no conflict; an
+    INDEX or TEMPLATE operand lends no values).  Where the adapter knows both shapes (the
+    check mode) the value's dim is placed in the target's dims as broadcasting does (from
+    the back), a broadcast size-1 dim skipped.  The static checker sees no ranks: dims of
+    one sign are compared from their end (``S(-1)`` vs ``S(-2)``); non-negative dims
+    differ for sure when the value's is the larger (broadcasting only moves a value's dims
+    right), and otherwise when ``same_rank`` (``copy_`` of a checkpoint weight, ``x.data
+    = v``, ``x[...] = v``: the value has the target's rank); ``S(-1)`` beside ``S(1)`` may be
+    one dim: no conflict.  ``result``: the op's result; an axis it does not give V (an error
+    there already, or unknown) is not compared."""
+    assert target.type is not None
+    if target.type.spec is not None:
+        return None  # global SPMD: the partition specs are the layout (global_spmd)
+    for axis, want in target.type.axes:
+        if want.kind is not Kind.V or (want.dim is None and want.by_rank is None):
+            continue
+        if result is not None:
+            new = result.get(axis)
+            if new is None or new.kind is not Kind.V:
+                continue
+        for o in values:
+            if o is target or o.type is None or o.type.spec is not None or o.role in (
+                    Role.INDEX, Role.TEMPLATE, Role.OVERWRITTEN):
+                continue
+            have = o.type.get(axis)
+            if (have is not None and have.kind is Kind.V
+                    and _dims_conflict(have, o.shape, want, target.shape, same_rank)):
+                return axis, want, o, have
+    return None
+
+
+def _dims_conflict(have: LocalType, have_shape: tuple[int, ...] | None, want: LocalType,
+                   want_shape: tuple[int, ...] | None, same_rank: bool) -> bool:
+    """Whether a value sharded ``have`` lands on another dim of the target than ``want``
+    (:func:`shard_dim_conflict`)."""
+    if have_shape is not None and want_shape is not None:
+        rt, rv = len(want_shape), len(have_shape)
+        i, j = want.at_ndim(rt).dim, have.at_ndim(rv).dim
+        if i is None or j is None or rv > rt or not (0 <= i < rt and 0 <= j < rv):
+            return False
+        mapped = j + rt - rv
+        if have_shape[j] == 1 and want_shape[mapped] != 1:
+            return False  # broadcast along the dim: no block of it to misplace
+        return mapped != i
+    i, j = want.dim, have.dim
+    if i is None or j is None or (i < 0) != (j < 0):
+        return False
+    if i < 0:
+        return i != j
+    return i < j or (same_rank and i != j)
+
+
+def _inplace_shard_error(name: str, target: Operand, result: SpmdType,
+                         others: Sequence[Operand], whole_store: bool) -> SpmdError | None:
+    """check_inplace's shard-dim comparison (:func:`shard_dim_conflict`)."""
+    if not others or name in _PART_WRITES or (name in _STORES and not whole_store):
+        return None
+    base = name.partition("(")[0]  # "add(..., out=)": the op add
+    if name not in _STORES and not classify(base).keeps_shard_dims:
+        return None
+    same_rank = base.rstrip("_") == "copy" or name in _STORES
+    found = shard_dim_conflict(target, others, same_rank, result)
+    if found is None:
+        return None
+    axis, want, value, have = found
+    if name in _STORES:
+        return shard_dim_error("the assignment", f"{target.text}[...]", target, axis, want,
+                               value, have)
+    return shard_dim_error(name, target.text, target, axis, want, value, have)
+
+
+_CONVERT_CALL = re.compile(r"(?:spmd\.)?convert\(")
+
+
+def shard_dim_error(what: str, into: str, target: Operand, axis: str, want: LocalType,
+                    value: Operand, have: LocalType) -> SpmdError:
+    """The spmd-inplace error of a value sharded on another dim than the tensor it is
+    written into (``what``: the op, or "the assignment"; ``into``: the target as written)."""
+    from .collectives import dims_in_another_order  # collectives imports this module's neighbours
+
+    assert target.type is not None and value.type is not None
+    src, dst = have.at_high_ranks(), want.at_high_ranks()
+    v = bare(value.text)
+    if _CONVERT_CALL.match(value.text):
+        fix = f"pass dst={dst} to that convert (it then keeps this rank's block of dim {dst.dim})"
+    else:
+        fix = (f'redistribute({v}, "{axis}", src={src}, dst={dst}) first (or dst={dst} in the '
+               f"convert that made it, if one did)")
+    if dims_in_another_order(src, dst, value.text):
+        fix += (f", or {v}.transpose({src.dim}, {dst.dim}) if its dims are in another order "
+                f"(a weight stored [in, out] where [out, in] is meant)")
+    lands = f"dim {src.dim}"
+    if (value.shape is not None and target.shape is not None
+            and len(value.shape) < len(target.shape) and src.dim is not None):
+        # broadcast from the back: the value's dim j is the target's dim j + (rank difference)
+        j = src.dim % len(value.shape) + len(target.shape) - len(value.shape)
+        lands = f"dim {src.dim} (broadcast: {into}'s dim {j})"
+        from .collectives import suggest
+
+        fix = (f"{suggest(have, REPLICATE, value.text, axis)} first: it runs along {into}'s "
+               f'dim {j}, which {into} does not shard on "{axis}"')
+    return SpmdError(
+        "spmd-inplace",
+        f'{what} would write {value.text} ({format_type(value.type)}), {_word(have)} on '
+        f'"{axis}", into {into} ({format_type(target.type)}), {_word(want)} there: each '
+        f"rank's block of {lands} would be stored as its block of dim {dst.dim}, which no "
+        f"shape check catches when the two dims have one size (a square weight); an in-place "
+        f"op cannot change a type: {fix}",
+    )
+
+
+def check_data_assignment(target: Operand, value: Operand) -> SpmdError | None:
+    """``x.data = v`` (``target``: ``x.data``): the tensor keeps its declared type and takes
+    ``v``'s values, so a ``v`` sharded on another dim than ``x`` misplaces every rank's block
+    (:func:`shard_dim_conflict`, the ranks equal).  Any other change of kind stays unchecked
+    (swapping a parameter's storage, ZeRO/FSDP style, is what ``.data =`` is for)."""
+    if target.type is None or value.type is None:
+        return None
+    found = shard_dim_conflict(target, [value], same_rank=True)
+    if found is None:
+        return None
+    axis, want, v, have = found
+    return shard_dim_error("the assignment", target.text, target, axis, want, v, have)
 
 
 # An indexed store into a tensor (x[idx] = value), by the names both adapters give it

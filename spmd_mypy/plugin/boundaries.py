@@ -124,6 +124,7 @@ from mypy.types import (
 
 from ..engine import collectives as coll
 from ..engine.errors import SpmdError
+from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import refines
 from .calls import expr_text, made_by
 from .codes import ERROR_CODES
@@ -289,6 +290,9 @@ class BoundaryChecker:
         if site is None:
             return False
         actual, target_expr, text = site
+        if isinstance(target_expr, MemberExpr) and target_expr.name == "data":
+            return self._data_assignment(chk, target_expr, value, actual,
+                                         expr_text(value) if text is None else text)
         target = self._target(chk, stmt, target_expr)
         if target is None:
             return False
@@ -326,6 +330,26 @@ class BoundaryChecker:
             if len(self._judged_lambda_returns) > 64:
                 self._judged_lambda_returns.clear()
             self._judged_lambda_returns.add(id(stmt))
+        return True
+
+    def _data_assignment(self, chk: Any, target: MemberExpr, value: Expression,
+                         actual: Type, text: str) -> bool:
+        """``x.data = v`` with ``x`` sharded on a known dim (calls.data_attribute_hook gives
+        the setter ``x``'s type): only a ``v`` sharded on another dim is an error (engine
+        ``check_data_assignment``); any other tensor stays unchecked, as before.  A value that
+        is no tensor keeps mypy's error."""
+        owner = chk.lookup_type_or_none(target.expr)
+        p = get_proper_type(owner) if owner is not None else None
+        if not isinstance(p, Instance) or not self.plugin.types.is_tensor_info(p.type):
+            return False
+        relaxed, typed = self._relax(p)
+        if not typed or not is_subtype(actual, relaxed):
+            return False
+        have, want = self.plugin.types.from_type(actual), self.plugin.types.from_type(p)
+        if have and want:
+            err = check_data_assignment(Operand(want, expr_text(target)), Operand(have, text))
+            if err is not None:
+                chk.msg.fail(err.message, value, code=ERROR_CODES[err.code])
         return True
 
     def _replace_item(self, file: str, info: ErrorInfo) -> bool:

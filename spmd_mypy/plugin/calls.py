@@ -54,6 +54,7 @@ from mypy.nodes import (
     SetExpr,
     StarExpr,
     Statement,
+    SliceExpr,
     StrExpr,
     SuperExpr,
     SymbolNode,
@@ -200,6 +201,15 @@ def expr_text(e: Expression | None) -> str:
     if isinstance(e, AwaitExpr):
         return f"(await {expr_text(e.expr)})"
     return "<expression>"
+
+
+def whole_index(index: Expression) -> bool:
+    """Whether ``x[index]`` is all of ``x``: ``x[...]``, ``x[:]``, ``x[:, :]``, ``x[..., :]``."""
+    if isinstance(index, TupleExpr):
+        return bool(index.items) and all(whole_index(i) for i in index.items)
+    if isinstance(index, SliceExpr):
+        return index.begin_index is None and index.end_index is None and index.stride is None
+    return isinstance(index, EllipsisExpr)
 
 
 def _grad_targets(stmts: list[Statement]) -> list[MemberExpr]:
@@ -665,7 +675,9 @@ class CallTyper:
             target = ops[0] if (inplace and method and ops) else out
             if target is not None and target.type:
                 where = spec.name if out is None else f"{spec.name}(..., out=)"
-                err = self._inplace_error(ctx, where, target, result.type, ops)
+                whole = op == "__setitem__" and isinstance(ctx.context, IndexExpr) and (
+                    whole_index(ctx.context.index))
+                err = self._inplace_error(ctx, where, target, result.type, ops, whole)
                 if err is not None:
                     self.report(ctx, [err])
                     return self.typed_result(ctx.default_return_type, target.type)
@@ -851,14 +863,15 @@ class CallTyper:
         return typed
 
     def _inplace_error(self, ctx: AnyCtx, where: str, target: Operand, result: SpmdType,
-                       ops: list[Operand]) -> SpmdError | None:
+                       ops: list[Operand], whole: bool = False) -> SpmdError | None:
         """The in-place op (or ``out=``) changing ``target``'s type, if it does (engine
         ``check_inplace``); where no gradient flows an I target may take an R result (and
-        stays I)."""
-        err = check_inplace(where, target, result, others=ops)
+        stays I).  ``whole``: ``x[...] = v`` / ``x[:] = v``, every element written."""
+        err = check_inplace(where, target, result, others=ops, whole_store=whole)
         if err is not None and self.plugin.regions.in_no_grad(
                 getattr(ctx.api, "tree", None), ctx.context.line):
-            err = check_inplace(where, target, result, gradient_free=True, others=ops)
+            err = check_inplace(where, target, result, gradient_free=True, others=ops,
+                                whole_store=whole)
         return err
 
     def per_operand_result(self, ctx: AnyCtx, op: str, ops: list[Operand]) -> Type:
@@ -1182,10 +1195,18 @@ class CallTyper:
         return ctx.api.named_generic_type("typing.Iterator", [inst])  # type: ignore[attr-defined]
 
     def data_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - AttributeContext
-        """``x.data``: the same values as ``x``, without the gradient: ``x``'s type."""
+        """``x.data``: the same values as ``x``, without the gradient: ``x``'s type.
+
+        The target of ``x.data = v`` is unchecked (a parameter's storage swapped), except
+        for ``x`` sharded on a known dim: there the setter takes ``x``'s type, so that mypy
+        compares ``v`` with it and the boundary check judges the shard dims alone
+        (engine ``check_data_assignment``)."""
         t = self.types.from_type(ctx.type)
-        if not t or ctx.is_lvalue and not self._augmented(ctx):
+        if not t:
             return ctx.default_attr_type
+        if ctx.is_lvalue and not self._augmented(ctx):
+            if not any(lt.dim is not None for _, lt in t.axes) or t.spec is not None:
+                return ctx.default_attr_type
         inst = self.types.to_instance(t)
         return inst if inst is not None else ctx.default_attr_type
 

@@ -448,6 +448,34 @@ case("inplace-out-R-into-V", {"a": "R", "o": "V"},
      ("with torch.no_grad():", "    torch.add(a, a, out=o)"), INPL)
 case("inplace-out-V-into-V", {"a": "V", "o": "V"},
      ("with torch.no_grad():", "    torch.add(a, a, out=o)", "out = o"), "V")
+# A value sharded on another dim written into a sharded tensor: V either way, but each rank's
+# block of dim 1 lands where the target keeps its block of dim 0 (4 x 4: no shape error)
+case("inplace-copy_-S1-into-S0", {"a": "S0", "b": "S1"}, ("with torch.no_grad():", "    a.copy_(b)"),
+     INPL, desc="a checkpoint's S(1) weight loaded into an S(0) parameter")
+case("inplace-copy_-S0-into-S1", {"a": "S1", "b": "S0"}, ("with torch.no_grad():", "    a.copy_(b)"),
+     INPL)
+case("inplace-add_-S1-into-S0", {"a": "S0", "b": "S1"}, "a.add_(b)", INPL)
+case("inplace-iadd-S1-into-S0", {"a": "S0", "b": "S1"}, "a += b", INPL)
+case("inplace-out-S1-into-S0", {"a": "S1", "o": "S0"},
+     ("with torch.no_grad():", "    torch.add(a, a, out=o)"), INPL)
+case("inplace-setitem-whole-S1-into-S0", {"a": "S0", "b": "S1"}, "a[...] = b", INPL)
+case("inplace-setitem-slice-S1-into-S0", {"a": "S0", "b": "S1"}, "a[:] = b", INPL)
+case("inplace-data-assign-S1-into-S0", {"a": "S0", "b": "S1"}, "a.data = b", INPL)
+case("inplace-data-copy_-S1-into-S0", {"a": "S0", "b": "S1"},
+     ("with torch.no_grad():", "    a.data.copy_(b)"), INPL)
+case("inplace-copy_-convert-S1-into-S0", {"a": "S0", "f": "I"},
+     ("with torch.no_grad():", '    a.copy_(spmd.convert(f, "tp", src=I, dst=S(1)))'), INPL,
+     make={"f": "torch.randn(4, 8)"}, desc="the convert that made the value said dst=S(1)", collective=True)
+# the same dims (S(-2) is S(0) at rank 2), V, or a kind the in-place rule keeps: accepted
+case("inplace-copy_-S0-into-S0", {"a": "S0", "b": "S0"},
+     ("with torch.no_grad():", "    a.copy_(b)", "out = a"), "S0")
+case("inplace-copy_-Sm2-into-S0", {"a": "S0", "b": "Sm2"},
+     ("with torch.no_grad():", "    a.copy_(b)", "out = a"), "S0")
+case("inplace-copy_-V-into-S0", {"a": "S0", "b": "V"},
+     ("with torch.no_grad():", "    a.copy_(b)", "out = a"), "S0")
+case("inplace-data-assign-V-into-S0", {"a": "S0", "b": "V"}, ("a.data = b", "out = a"), "S0")
+case("inplace-data-assign-I-into-S0", {"a": "S0", "b": "I"}, ("a.data = b", "out = a"), "S0",
+     desc="x.data = v is unchecked but for the shard dims (a parameter's storage swapped)")
 
 # --------------------------------------------------------------------------------------
 # 8. Shard dims: elementwise ops keep S(i) when every tensor operand is S(i) (beside an R, I

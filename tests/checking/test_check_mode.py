@@ -782,6 +782,33 @@ def test_inplace_error_names_the_operand_that_changes_the_type() -> None:
             assert "coef (Tensor[V[\"tp\"]]) is Varying on \"tp\"" in str(e.value)
 
 
+def test_inplace_shard_dims_compared_where_the_shapes_place_them() -> None:
+    """A value sharded on another dim than the tensor written into (engine
+    shard_dim_conflict): the check mode places the value's dim by its shape (broadcast from the
+    back), where the static checker sees no ranks.  A lower-rank bias S(0) added into an S(1)
+    output is its dim 1: accepted; the same bias into an S(0) tensor runs along the unsharded
+    dim 1: an error naming the dim it lands on; a size-1 dim broadcast: no block misplaced."""
+    with spmd.typecheck():
+        out = typed(mk(3, 4), Tensor[S[1, "tp"]])
+        bias = typed(mk(4), Tensor[S[0, "tp"]])
+        out.add_(bias)
+        assert spmd.typeof(out) == ty(tp=shard(1))
+        rows = typed(mk(4, 4), Tensor[S[0, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            rows.add_(bias)
+        assert e.value.error.code == "spmd-inplace"
+        assert "each rank's block of dim 0 (broadcast: rows's dim 1)" in str(e.value)
+        assert 'all_gather(bias, "tp", src=S(0), dst=R)' in str(e.value)
+        rows.add_(typed(mk(4, 1), Tensor[S[1, "tp"]]))
+        # S(-1) is S(1) at rank 2: the same dim
+        last = typed(mk(4, 4), Tensor[S[-1, "tp"]])
+        with torch.no_grad():
+            last.copy_(typed(mk(4, 4), Tensor[S[1, "tp"]]))
+            with pytest.raises(SpmdTypeError) as e:
+                last.copy_(typed(mk(4, 4), Tensor[S[0, "tp"]]))
+        assert "Shard(0) on \"tp\", into last" in str(e.value)
+
+
 def test_inplace_on_untyped_target_learns_the_type() -> None:
     with spmd.typecheck():
         buf = torch.zeros(4, 4)
