@@ -207,7 +207,7 @@ def _warn_if_a_name_means_other_ranks(new: _Binding) -> None:
                     f"the mesh with axes {', '.join(map(repr, old.names))} spans {before}: a "
                     f"value typed on {name!r} under one is accepted by a collective over the "
                     f"other's group. Give the axes different names (docs/meshes.md)",
-                    UserWarning, stacklevel=3)
+                    UserWarning, stacklevel=4)  # the caller of set_mesh
                 return
 
 
