@@ -837,8 +837,12 @@ class _Mode(TorchFunctionMode):
             # untyped one (``p.grad = torch.zeros_like(p)``, priming an optimizer's state)
             # stays untyped, gradual, until declared or until autograd accumulates into it
             # (then it holds autograd's gradient: the dual); read as the dual it made Adam's
-            # addcmul_ a false spmd-partial-nonlinear
-            if len(args) > 1 and isinstance(args[1], torch.Tensor):
+            # addcmul_ a false spmd-partial-nonlinear. An untyped view of a larger buffer
+            # (``p.grad = flat[a:b].view_as(p)``, a DDP/ZeRO-style bucket the gradients were
+            # copied into) holds autograd's gradient: read as the dual, as before (left
+            # untyped, a forgotten all-reduce of the bucket passed the optimizer's step)
+            if len(args) > 1 and isinstance(args[1], torch.Tensor) and (
+                    _get(args[1]) or args[1]._base is None):
                 _assign_grad(args[0], args[1])
             return func(*args, **kwargs)
         if kind is Kind.BACKWARD:
@@ -1344,11 +1348,13 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
             # the check mode sees values, not how they were cut: an unnamed one may be
             may_be_cut=True if may_be_cut or text == "x" else None))
     # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew
-    # on the current mesh's axes. Axes of another mesh are dropped: a value back from an
-    # expert mesh (ep, edp) is declared on the dense one (dp, tp), and its "ep" types say
-    # nothing there (the two meshes split the same ranks differently; docs/meshes.md).
+    # on the current mesh's axes (and its root mesh's: under mesh["tp"] a value's "dp" type
+    # still holds). Axes of another mesh are dropped: a value back from an expert mesh (ep,
+    # edp) is declared on the dense one (dp, tp), and its "ep" types say nothing there (the
+    # two meshes split the same ranks differently; docs/meshes.md).
     d = have.as_dict()
-    names = _axis_order()
+    from . import _mesh
+    names = _mesh.family_axis_names()
     if names is not None:
         declared = want.as_dict()
         d = {a: lt for a, lt in d.items() if a in names or a in declared}

@@ -44,7 +44,7 @@ _SERIALS = itertools.count(1)
 class _Binding:
     """A mesh made current: its names and the axis -> AxisGroup cache."""
 
-    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "direct")
+    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "direct", "world")
 
     def __init__(self, mesh: Any) -> None:
         if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
@@ -70,6 +70,8 @@ class _Binding:
         # input as is (more than one rank, numbered in logical order): the fast paths of
         # the commonest no-grad collectives (filled by _collectives._plan)
         self.direct: dict[Any, Any] = {}
+        # the default process group it was made under (another after destroy/init_process_group)
+        self.world: Any = _default_group()
 
     # -- resolution -------------------------------------------------------------------
     def ranks_of(self, names: tuple[str, ...]) -> list[int]:
@@ -187,12 +189,21 @@ def _binding_of(mesh: DeviceMesh) -> _Binding:
     return binding
 
 
+def _default_group() -> Any:
+    try:
+        return dist.group.WORLD
+    except Exception:  # noqa: BLE001 - no process group
+        return None
+
+
 def _warn_if_a_name_means_other_ranks(new: _Binding) -> None:
     """Types name axes, not groups: an axis name of a mesh set before that spans other ranks
     here (an expert mesh calling its data-parallel axis "dp" too) makes a value typed on it
     under one mesh reducible over the other's group with no error (the meshes probe: dense
     gradients all-reduced over the expert "dp", forgot to switch back). Said once per mesh."""
     for old in _bindings.values():
+        if old.world is not new.world:  # a mesh of a process group since destroyed
+            continue
         for name in set(old.names) & set(new.names):
             try:
                 before, now = old.ranks_of((name,)), new.ranks_of((name,))
@@ -240,6 +251,24 @@ def _make_current(binding: _Binding | None) -> None:
     global _current, direct_groups
     _current = binding
     direct_groups = binding.direct if binding is not None else _bare_direct
+
+
+def family_axis_names() -> frozenset[str] | None:
+    """The current mesh's axis names with those of the mesh it was sliced or flattened from
+    (``mesh["tp"]`` is part of the (dp, tp) mesh: a value's "dp" type still holds under it),
+    and that mesh's flattened names; None without a mesh.  A mesh made separately over the
+    same ranks (an expert mesh) is another family: its axes say nothing here."""
+    binding = _current
+    if binding is None:
+        return None
+    names = set(binding.names)
+    try:
+        root = binding.mesh._get_root_mesh()
+        names.update(root.mesh_dim_names or ())
+        names.update(getattr(root, "_flatten_mapping", None) or ())
+    except Exception:  # noqa: BLE001 - a DeviceMesh without the private API: its own names
+        pass
+    return frozenset(names)
 
 
 def get_mesh() -> DeviceMesh | None:

@@ -411,6 +411,26 @@ def test_an_untyped_assigned_grad_stays_untyped_until_autograd_accumulates_into_
         assert e.value.code == "spmd-partial-nonlinear", e.value
 
 
+def test_an_untyped_bucket_view_assigned_as_grad_reads_as_autograds_gradient() -> None:
+    """``p.grad = flat[a:b].view_as(p)`` after the gradients were copied into an untyped flat
+    bucket (DDP/ZeRO style): the view holds autograd's gradient, read as the dual (P), so a
+    forgotten all-reduce of the bucket is caught at the step (the regression probe: left
+    untyped like a fresh ``zeros_like``, it passed with the replicas off by 0.076)."""
+    w = nn.Parameter(torch.randn(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    with spmd.typecheck():
+        typed(w, Tensor[R["dp"]])
+        x = typed(torch.randn(4), Tensor[V["dp"]])
+        (x * w).sum().backward(torch.tensor(1.0))
+        flat = torch.zeros(8)
+        flat[:4].copy_(w.grad.view(-1))  # (the all-reduce of flat forgotten)
+        w.grad = flat[:4].view_as(w)
+        assert spmd.typeof(w.grad) == ty(dp=PARTIAL)
+        with pytest.raises(SpmdTypeError) as e:
+            opt.step()
+        assert e.value.code == "spmd-partial-affine", e.value
+
+
 @pytest.mark.parametrize("zero", ["zero_", "zero_grad(set_to_none=False)"])
 def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zero: str) -> None:
     """``w.grad = all_reduce(w.grad, ...)`` one step, the tensor zeroed in place (not set to

@@ -63,6 +63,25 @@ def check_declare_keeps_the_current_meshs_axes(ctx: Ctx, name: str) -> None:
     assert str(t.get("tp")) == "R" and str(t.get("dp")) == "I", t
 
 
+def check_declare_under_a_submesh_keeps_the_root_meshs_axes(ctx: Ctx, name: str) -> None:
+    """``mesh["x"]`` is part of the ("one", "x") mesh: a value's "one" type still holds under
+    it (the regression probe: a tp-only helper declaring a gradient under mesh["tp"] dropped
+    its P on "dp", and a forgotten dp all-reduce passed the optimizer step)."""
+    mesh = ctx.mesh("1xN")
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        g = spmd.declare(torch.ones(ctx.world, dtype=F64), Tensor[P["one"], R["x"]])
+        with spmd.set_mesh(mesh["x"]):
+            g = spmd.declare(g, Tensor[R["x"]])
+        t = spmd.typeof(g)
+        flat = mesh._flatten("one_x_flat") if "one_x_flat" not in (
+            getattr(mesh, "_flatten_mapping", None) or {}) else mesh["one_x_flat"]
+        with spmd.set_mesh(flat):
+            g = spmd.declare(g, Tensor[R["x"]])
+        t2 = spmd.typeof(g)
+    assert str(t.get("one")) == "P" and str(t.get("x")) == "R", t
+    assert str(t2.get("one")) == "P", t2
+
+
 def check_unknown_axis_of_another_mesh(ctx: Ctx, name: str) -> None:
     dense, expert = _meshes(ctx)
     with spmd.set_mesh(expert):
@@ -117,6 +136,7 @@ def check_a_name_for_other_ranks_warns(ctx: Ctx, name: str) -> None:
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     out = []
     for check in (check_value_back_from_another_mesh, check_declare_keeps_the_current_meshs_axes,
+                  check_declare_under_a_submesh_keeps_the_root_meshs_axes,
                   check_unknown_axis_of_another_mesh, check_equal_submesh_shares_its_binding,
                   check_a_name_for_other_ranks_warns):
         n = f"w{world}/meshes/{check.__name__[len('check_'):]}"

@@ -1,0 +1,49 @@
+"""``spmd.set_mesh`` warns when an axis name of a mesh set before spans other ranks in the new
+one; not against a mesh of a process group since destroyed (the regression probe: after
+destroy/init_process_group a new ("dp",) mesh was warned against the dead (dp, tp) one).
+One process, torch's fake backend."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch.distributed as dist
+
+import spmd
+
+
+def _init() -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group(backend="fake", rank=0, world_size=2, store=FakeStore())
+
+
+def _warnings_of(fn) -> list[str]:  # noqa: ANN001
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fn()
+    return [str(w.message) for w in seen if "spmd.set_mesh" in str(w.message)]
+
+
+def test_a_name_for_other_ranks_warns_but_not_against_a_dead_mesh() -> None:
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    _init()
+    try:
+        with spmd.set_mesh(init_device_mesh("cpu", (2,), mesh_dim_names=("x",))):
+            pass
+        other = init_device_mesh("cpu", (2, 1), mesh_dim_names=("e", "x"))  # "x": rank 0 alone
+        assert len(_warnings_of(lambda: spmd.set_mesh(other).__exit__())) == 1
+    finally:
+        spmd.set_mesh(None)
+        dist.destroy_process_group()
+    _init()  # a new process group: the meshes above are dead
+    try:
+        again = init_device_mesh("cpu", (2, 1), mesh_dim_names=("e2", "x"))
+        assert _warnings_of(lambda: spmd.set_mesh(again).__exit__()) == []
+    finally:
+        spmd.set_mesh(None)
+        dist.destroy_process_group()
