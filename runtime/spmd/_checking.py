@@ -1446,16 +1446,24 @@ def _is_dtensor(t: Any) -> bool:
     return cls is not None and isinstance(t, cls)
 
 
-def _declare_module_tree(module: torch.nn.Module) -> None:
-    for sub in module.modules():
+def annotated_tensors(module: torch.nn.Module
+                      ) -> Iterator[tuple[str, torch.nn.Module, str, torch.Tensor, SpmdType]]:
+    """``(submodule path, submodule, name, tensor, type)`` of every parameter and buffer of
+    ``module`` and its submodules whose class annotates it (DTensors skipped)."""
+    for prefix, sub in module.named_modules():
         types_ = _class_parameter_types(type(sub))
         if not types_:
             continue
         for name, value in [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]:
             want = types_.get(name)
             if want is not None and not _is_dtensor(value):
-                _stamp_declared(value, want, f"spmd.declare({type(sub).__name__}.{name}, "
-                                + format_type(want, _axis_order()) + ")", may_be_cut=True)
+                yield prefix, sub, name, value, want
+
+
+def _declare_module_tree(module: torch.nn.Module) -> None:
+    for _, sub, name, value, want in annotated_tensors(module):
+        _stamp_declared(value, want, f"spmd.declare({type(sub).__name__}.{name}, "
+                        + format_type(want, _axis_order()) + ")", may_be_cut=True)
 
 
 # FSDP2 modules given the re-declaring pre-hook (weakly: a module may go)

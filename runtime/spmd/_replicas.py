@@ -20,29 +20,15 @@ rank raises the same error, so none is left waiting.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from spmd_mypy.engine.types import Kind, SpmdType
+from spmd_mypy.engine.types import Kind
 
 from . import _mesh
-from ._checking import suspended
-
-
-def _typed_tensors(module: torch.nn.Module) -> Iterable[tuple[str, torch.Tensor, SpmdType]]:
-    """``(name, tensor, type)`` of every parameter and buffer whose class annotates it."""
-    from ._checking import _class_parameter_types, _is_dtensor
-
-    for prefix, sub in module.named_modules():
-        types_ = _class_parameter_types(type(sub))
-        if not types_:
-            continue
-        for name, value in [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]:
-            want = types_.get(name)
-            if want is not None and not _is_dtensor(value):
-                yield (f"{prefix}.{name}" if prefix else name), value, want
+from ._checking import annotated_tensors, suspended
 
 
 def check_replicas(module: torch.nn.Module, *, prefix: str = "model") -> None:
@@ -55,7 +41,8 @@ def check_replicas(module: torch.nn.Module, *, prefix: str = "model") -> None:
     if binding is None:
         raise ValueError("spmd.check_replicas needs a mesh: call it under spmd.set_mesh(mesh)")
     by_axis: dict[str, list[tuple[str, torch.Tensor]]] = {}
-    for name, value, t in _typed_tensors(module):
+    for path, _, name, value, t in annotated_tensors(module):
+        name = f"{path}.{name}" if path else name
         for axis, lt in t.axes:
             if lt.kind in (Kind.R, Kind.I) and axis in binding.names:
                 by_axis.setdefault(axis, []).append((name, value))
