@@ -82,6 +82,7 @@ import functools
 import inspect
 import os
 import sys
+import threading
 import types
 import weakref
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -746,10 +747,16 @@ class _Mode(TorchFunctionMode):
     def __init__(self, strict: bool) -> None:
         super().__init__()
         self.strict = strict
+        self.thread = threading.get_ident()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         if kwargs is None:
             kwargs = {}
+        if len(_STACK) > 1 and self is not _STACK[-1] and _inside_an_inner_block(self):
+            # nested blocks: the innermost one checked this op and runs it; torch hands the
+            # call on to the outer modes, which would check it again under their own
+            # strictness (an outer strict block overrode an inner non-strict one)
+            return func(*args, **kwargs)
         if _RETURN_WANTED:
             _find_return_frames()
         if _PAUSED:
@@ -1241,6 +1248,20 @@ def _check_losses(tensors: Any, grads: Any, what: str | None) -> None:
 # The public API.
 
 _STACK: list[_Mode] = []  # the open blocks' modes, innermost last
+
+
+def _inside_an_inner_block(mode: _Mode) -> bool:
+    """Whether ``mode`` is called from the handler of a block opened inside it on this
+    thread (that block's mode is off torch's mode stack while its handler runs)."""
+    me = threading.get_ident()
+    try:
+        inner = [m for m in _STACK[_STACK.index(mode) + 1:] if m.thread == me]
+    except ValueError:
+        return False
+    if not inner:
+        return False
+    current = torch.overrides._get_current_function_mode_stack()
+    return any(all(m is not c for c in current) for m in inner)
 
 
 class typecheck(contextlib.ContextDecorator):

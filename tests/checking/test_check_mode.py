@@ -1456,3 +1456,31 @@ def test_partial_plus_a_gradient_free_invariant_suggests_reducing_to_invariant()
             x + pout
     assert e.value.code == "spmd-partial-affine"
     assert 'all_reduce(pout, "tp", src=P, dst=I) first' in str(e.value), str(e.value)
+
+
+def test_nested_blocks_the_innermost_decides() -> None:
+    """Blocks nest and the innermost one's ``strict`` applies: torch hands an op the inner
+    mode ran on to the outer modes, which checked it again under their own strictness (a
+    non-strict block for the optimizer's step inside a strict training loop still raised
+    spmd-untyped on Adam's untyped moments)."""
+    r = torch.randn(4)
+    with spmd.typecheck(strict=True):
+        typed(r, Tensor[R["dp"]])
+        with spmd.typecheck():
+            r + torch.randn(4)  # untyped beside typed: allowed here
+        with pytest.raises(SpmdTypeError, match="spmd-untyped"):
+            r + torch.randn(4)
+    with spmd.typecheck():
+        typed(r, Tensor[R["dp"]])
+        with spmd.typecheck(strict=True):
+            with pytest.raises(SpmdTypeError, match="spmd-untyped"):
+                r + torch.randn(4)
+    w = nn.Parameter(torch.randn(4))
+    opt = torch.optim.Adam([w], lr=0.1)
+    with spmd.typecheck(strict=True):
+        typed(w, Tensor[R["dp"]])
+        w.grad = typed(torch.randn(4), Tensor[R["dp"]])
+        with spmd.typecheck():
+            opt.step()  # Adam's moments are untyped (torch makes them with zeros_like)
+        assert spmd.typeof(w) == ty(dp=REPLICATE)
+
