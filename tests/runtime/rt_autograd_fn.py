@@ -6,7 +6,6 @@ parameters with the static checker's error; outside check mode nothing changes."
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Optional
 
 import torch
@@ -14,7 +13,7 @@ import torch.distributed as dist
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import REPLICATE, VARYING, SpmdType
@@ -204,9 +203,6 @@ def check_prefetch_in_function(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_apply_typed, check_apply_argument_mismatch, check_off_untouched,
-                  check_prefetch_in_function):
-        n = f"w{world}/autograd-fn/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
-    return out
+    return named_checks(world, "autograd-fn", (
+        check_apply_typed, check_apply_argument_mismatch, check_off_untouched,
+        check_prefetch_in_function))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -1250,6 +1250,17 @@ def _extra_checks(prefix: str, mesh_key: str, axis: Any, n: int
             name = f"{prefix}/redistribute({src},{dst})"
             yield name, functools.partial(check_op, name=name, mesh_key=mesh_key, axis=axis,
                                           op="redistribute", src=src, dst=dst)
+
+
+def named_checks(world: int, group: str, checks: Sequence[Callable[..., None]]
+                 ) -> list[tuple[str, Callable[[Ctx], None]]]:
+    """Each check as ``w{world}/{group}/{its name without check_}``, called with that name
+    (the suites of the rt_*.py files)."""
+    out: list[tuple[str, Callable[[Ctx], None]]] = []
+    for check in checks:
+        n = f"w{world}/{group}/{check.__name__[len('check_'):]}"
+        out.append((n, functools.partial(check, name=n)))
+    return out
 
 
 def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:

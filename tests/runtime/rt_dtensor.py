@@ -11,7 +11,6 @@ dtensor probe).
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 from typing import Any, Callable
 
@@ -23,7 +22,7 @@ from torch.distributed.tensor.experimental import local_map
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 
@@ -532,6 +531,22 @@ def _reference_steps(ctx: Ctx) -> tuple[torch.Tensor, _FsdpNet]:
     return xg, ref
 
 
+def _two_checked_steps(ctx: Ctx, mesh: Any, model: torch.nn.Module, net: torch.nn.Module,
+                       xg: torch.Tensor) -> None:
+    """Two SGD steps of ``model`` (``net`` wrapped by FSDP2 or DDP, or ``net`` itself) on this
+    rank's rows of ``xg``, the local-mean loss reinterpreted V -> P, in the check mode with
+    ``net``'s parameters declared (as _reference_steps takes them on the whole batch)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = xg.chunk(ctx.world)[ctx.rank]
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        spmd.declare_parameters(net)
+        for _ in range(2):
+            opt.zero_grad()
+            loss = model(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
+            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
+            opt.step()
+
+
 def check_fsdp2_nested(ctx: Ctx, name: str) -> None:
     """FSDP2 applied per block, then to the root (the usual nesting): the check mode does not
     run FSDP's own post-backward Function (its chunk_cat of the unsharded parameters' P
@@ -545,15 +560,7 @@ def check_fsdp2_nested(ctx: Ctx, name: str) -> None:
     for block in (net.a, net.c):
         fully_shard(block, mesh=mesh)
     fully_shard(net, mesh=mesh)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    x = xg.chunk(ctx.world)[ctx.rank]
-    with spmd.set_mesh(mesh), spmd.typecheck():
-        spmd.declare_parameters(net)
-        for _ in range(2):
-            opt.zero_grad()
-            loss = net(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
-            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
-            opt.step()
+    _two_checked_steps(ctx, mesh, net, net, xg)
     for p, q in zip(net.parameters(), ref.parameters()):
         assert_close(p.full_tensor().detach(), q.detach(), rtol=0, atol=1e-15)
 
@@ -568,16 +575,7 @@ def check_ddp_step(ctx: Ctx, name: str) -> None:
     xg, ref = _reference_steps(ctx)
     net = _FsdpNet()
     mesh = ctx.mesh("1d")
-    model = DDP(net, process_group=mesh.get_group(AXIS))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = xg.chunk(ctx.world)[ctx.rank]
-    with spmd.set_mesh(mesh), spmd.typecheck():
-        spmd.declare_parameters(net)
-        for _ in range(2):
-            opt.zero_grad()
-            loss = model(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
-            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
-            opt.step()
+    _two_checked_steps(ctx, mesh, DDP(net, process_group=mesh.get_group(AXIS)), net, xg)
     for p, q in zip(net.parameters(), ref.parameters()):
         assert_close(p.detach(), q.detach(), rtol=0, atol=1e-15)
 
@@ -607,17 +605,13 @@ def check_two_axes(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_to_local_types, check_from_local_replicate_of_r,
-                  check_from_local_gradient_free_r,
-                  check_from_local_partial_as_replicate, check_from_local_invariant_as_partial,
-                  check_to_local_is_invariant, check_to_local_partial_not_rechecked_in_backward,
-                  check_local_map_placements, check_parallel_style_boundary,
-                  check_fsdp2_declare_parameters, check_fsdp2_fused_adam, check_fsdp2_nested,
-                  check_ddp_step):
-        n = f"w{world}/dtensor/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
+    out = named_checks(world, "dtensor", (
+        check_to_local_types, check_from_local_replicate_of_r,
+        check_from_local_gradient_free_r, check_from_local_partial_as_replicate,
+        check_from_local_invariant_as_partial, check_to_local_is_invariant,
+        check_to_local_partial_not_rechecked_in_backward, check_local_map_placements,
+        check_parallel_style_boundary, check_fsdp2_declare_parameters, check_fsdp2_fused_adam,
+        check_fsdp2_nested, check_ddp_step))
     if world == 4:
-        n = f"w{world}/dtensor/two_axes"
-        out.append((n, functools.partial(check_two_axes, name=n)))
+        out += named_checks(world, "dtensor", (check_two_axes,))
     return out

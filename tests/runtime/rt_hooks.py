@@ -7,7 +7,6 @@ unchecked program computes is wrong."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
@@ -15,7 +14,7 @@ import torch.distributed as dist
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 
@@ -484,12 +483,8 @@ def check_value_reads_in_backward(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
-                  check_function_backward_names, check_function_backward_names_odd_returns,
-                  check_multi_grad_hook, check_hook_accumulation,
-                  check_post_hook_accumulation, check_grad_reduced_every_micro_batch,
-                  check_value_reads_in_backward):
-        n = f"w{world}/hooks/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
-    return out
+    return named_checks(world, "hooks", (
+        check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
+        check_function_backward_names, check_function_backward_names_odd_returns,
+        check_multi_grad_hook, check_hook_accumulation, check_post_hook_accumulation,
+        check_grad_reduced_every_micro_batch, check_value_reads_in_backward))

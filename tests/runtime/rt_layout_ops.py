@@ -11,7 +11,6 @@ global batch_norm (each rank normalised with its own batch's statistics).
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import torch
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import VARYING, SpmdType, shard
@@ -114,9 +113,6 @@ def check_batch_norm_training_is_not_a_batch_shard(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_cnn_batch_shard, check_channel_shard,
-                  check_batch_norm_training_is_not_a_batch_shard):
-        n = f"w{world}/layout-ops/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
-    return out
+    return named_checks(world, "layout-ops", (
+        check_cnn_batch_shard, check_channel_shard,
+        check_batch_norm_training_is_not_a_batch_shard))

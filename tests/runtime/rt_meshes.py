@@ -10,7 +10,6 @@ I and ``loss.backward()``, was rejected by the check mode ("Varying on 'ep'") wi
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
@@ -18,7 +17,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import I, P, R, S, Tensor, V
 from spmd import _mesh
 
@@ -134,11 +133,8 @@ def check_a_name_for_other_ranks_warns(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_value_back_from_another_mesh, check_declare_keeps_the_current_meshs_axes,
-                  check_declare_under_a_submesh_keeps_the_root_meshs_axes,
-                  check_unknown_axis_of_another_mesh, check_equal_submesh_shares_its_binding,
-                  check_a_name_for_other_ranks_warns):
-        n = f"w{world}/meshes/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
-    return out
+    return named_checks(world, "meshes", (
+        check_value_back_from_another_mesh, check_declare_keeps_the_current_meshs_axes,
+        check_declare_under_a_submesh_keeps_the_root_meshs_axes,
+        check_unknown_axis_of_another_mesh, check_equal_submesh_shares_its_binding,
+        check_a_name_for_other_ranks_warns))

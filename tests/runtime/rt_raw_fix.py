@@ -22,7 +22,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import P, R, S, Tensor, V
 from spmd_mypy.engine.collectives import raw_collective_error
 from spmd_mypy.engine.errors import SpmdTypeError
@@ -239,19 +239,14 @@ def check_funcol_in_function_allowed(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_all_reduce_avg, check_all_reduce_avg_async,
-                  check_all_reduce_max_of_varying, check_reduce_scatter_tensor_avg,
-                  check_funcol_all_reduce_avg, check_funcol_all_reduce_avg_checked,
-                  check_funcol_all_gather_tensor_checked,
-                  check_funcol_all_gather_tensor_autograd_checked,
-                  check_funcol_reduce_scatter_tensor_checked,
-                  check_funcol_reduce_scatter_tensor_autograd_checked,
-                  check_funcol_all_to_all_single_checked,
-                  check_funcol_all_to_all_single_autograd_checked,
-                  check_funcol_all_reduce_inplace_checked,
-                  check_nn_functional_all_reduce_checked, check_funcol_in_function_allowed,
-                  check_raw_collective_through_a_torch_helper_checked):
-        n = f"w{world}/raw-fix/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
-    return out
+    return named_checks(world, "raw-fix", (
+        check_all_reduce_avg, check_all_reduce_avg_async, check_all_reduce_max_of_varying,
+        check_reduce_scatter_tensor_avg, check_funcol_all_reduce_avg,
+        check_funcol_all_reduce_avg_checked, check_funcol_all_gather_tensor_checked,
+        check_funcol_all_gather_tensor_autograd_checked,
+        check_funcol_reduce_scatter_tensor_checked,
+        check_funcol_reduce_scatter_tensor_autograd_checked,
+        check_funcol_all_to_all_single_checked,
+        check_funcol_all_to_all_single_autograd_checked,
+        check_funcol_all_reduce_inplace_checked, check_nn_functional_all_reduce_checked,
+        check_funcol_in_function_allowed, check_raw_collective_through_a_torch_helper_checked))

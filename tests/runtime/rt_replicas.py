@@ -5,14 +5,13 @@ bias drawn from a per-tp-rank generator, declared I: accepted by both checkers, 
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import torch
 import torch.nn as nn
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import I, R, S, Tensor
 
 F64 = torch.float64
@@ -94,10 +93,7 @@ def check_axis_of_another_mesh_skipped(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_replicated_pass, check_per_rank_seed_raises,
-                  check_equal_bits_pass_whatever_the_threads_and_layout,
-                  check_axis_of_another_mesh_skipped):
-        n = f"w{world}/replicas/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
-    return out
+    return named_checks(world, "replicas", (
+        check_replicated_pass, check_per_rank_seed_raises,
+        check_equal_bits_pass_whatever_the_threads_and_layout,
+        check_axis_of_another_mesh_skipped))

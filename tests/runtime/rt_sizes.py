@@ -11,14 +11,13 @@ rank is left waiting in the collective).
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
 from torch.testing import assert_close
 
 import spmd
-from rt_checks import Ctx
+from rt_checks import Ctx, named_checks
 from spmd import I, P, R, S, Tensor, V
 
 F64 = torch.float64
@@ -202,11 +201,8 @@ def check_same_sizes_pass(ctx: Ctx, name: str) -> None:
 
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
-    out = []
-    for check in (check_all_gather_shifted, check_redistribute_shifted,
-                  check_reduce_scatter_same_sum, check_convert_shifted,
-                  check_even_calls_exchange_nothing, check_all_to_all_out_sizes_checked,
-                  check_all_to_all_out_sizes_on_some_ranks, check_same_sizes_pass):
-        n = f"w{world}/sizes/{check.__name__[len('check_'):]}"
-        out.append((n, functools.partial(check, name=n)))
-    return out
+    return named_checks(world, "sizes", (
+        check_all_gather_shifted, check_redistribute_shifted, check_reduce_scatter_same_sum,
+        check_convert_shifted, check_even_calls_exchange_nothing,
+        check_all_to_all_out_sizes_checked, check_all_to_all_out_sizes_on_some_ranks,
+        check_same_sizes_pass))
