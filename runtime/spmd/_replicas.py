@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from spmd_mypy.engine.types import Kind
 
+from . import _dist_utils as du
 from . import _mesh
 from ._checking import annotated_tensors, suspended
 
@@ -53,11 +53,9 @@ def check_replicas(module: torch.nn.Module, *, prefix: str = "model") -> None:
         items = by_axis[axis]
         with torch.no_grad(), suspended():  # the checksums are no typed program
             sums = torch.stack([_checksums(v) for _, v in items]).reshape(-1)
-            rows = sums.new_empty(group.size * sums.numel())
-            dist.all_gather_into_tensor(rows, sums, group=group.pg)
-            rows = rows.view(group.size, len(items), 2).cpu()
-        # rows are in the group's rank order: name ranks by their global rank
-        ranks = [dist.get_global_rank(group.pg, k) for k in range(group.size)]
+            # row k: the rank of index k on the axis (the typed collectives' primitive)
+            rows = du.all_gather(sums, group).view(group.size, len(items), 2).cpu()
+        ranks = group.ranks  # their global ranks
         for j, (name, _) in enumerate(items):
             col = rows[:, j]
             differs = [k for k in range(group.size) if not torch.equal(col[k], col[0])]
