@@ -1119,20 +1119,20 @@ class _Mode(TorchFunctionMode):
                           if isinstance(v, torch.Tensor) and v is not tgt]
                 free = _gradient_free(ops, grad_on)
                 spec = spec or plan.spec
-                values = [v for _, v, _ in picked]
-                if sharded:  # the shard dims compared: the values' types and shapes
-                    others = [Operand(_get(v) or None, "value", True,
+
+                def check(texts: Sequence[str]) -> SpmdError | None:
+                    """The rule with the values' types, roles and shapes, named ``texts``."""
+                    others = [Operand(_get(v) or None, text, True,
                                       role_of(spec, i, cls) if spec is not None else None,
-                                      tuple(v.shape)) for i, v, cls in picked]
-                    if check_inplace(where, Operand(old, "x", shape=tuple(tgt.shape)), rtype,
-                                     free, others=others, whole_store=whole) is None:
-                        return (old or _UNTYPED).mutated_by(rtype)
-                texts = _texts([tgt, *values], ["x", *("value" if i == 0 else f"value{i}" for i in range(len(values)))])
-                others = [Operand(_get(v) or None, t, True,
-                                  role_of(spec, i, cls) if spec is not None else None,
-                                  tuple(v.shape)) for (i, v, cls), t in zip(picked, texts[1:])]
-                err = check_inplace(where, Operand(old, texts[0], shape=tuple(tgt.shape)), rtype,
-                                    free, others=others, whole_store=whole)
+                                      tuple(v.shape)) for (i, v, cls), text in zip(picked, texts[1:])]
+                    return check_inplace(where, Operand(old, texts[0], shape=tuple(tgt.shape)),
+                                         rtype, free, others=others, whole_store=whole)
+
+                defaults = ["x", *("value" if i == 0 else f"value{i}" for i in range(len(picked)))]
+                # (the shard dims compared first unnamed: naming reads the caller's frame)
+                if sharded and check(["x"] + ["value"] * len(picked)) is None:
+                    return (old or _UNTYPED).mutated_by(rtype)
+                err = check(_texts([tgt, *(v for _, v, _ in picked)], defaults))
                 if err is not None:
                     raise SpmdTypeError(err)
         return (old or _UNTYPED).mutated_by(rtype)
