@@ -140,7 +140,7 @@ def unknown_axis_message(name: str, known: tuple[str, ...]) -> str:
     another mesh set before (an expert mesh's "ep" while the dense mesh is current) is said so,
     not taken for a misspelling of a current one."""
     msg = f"unknown mesh axis {name!r}: the current mesh has axes {', '.join(map(repr, known))}"
-    for binding in _bindings.values():
+    for binding in _live_bindings(_default_group()):
         if name in binding.names and binding.names != known:
             return (msg + f"; {name!r} is an axis of the mesh with axes "
                     f"{', '.join(map(repr, binding.names))}: run this under "
@@ -189,6 +189,12 @@ def _binding_of(mesh: DeviceMesh) -> _Binding:
     return binding
 
 
+def _live_bindings(world: Any) -> list[_Binding]:
+    """The meshes set before whose process groups are alive (made under ``world``, not
+    before a destroy_process_group / init_process_group)."""
+    return [b for b in _bindings.values() if b.world is world]
+
+
 def _default_group() -> Any:
     try:
         return dist.group.WORLD
@@ -201,9 +207,7 @@ def _warn_if_a_name_means_other_ranks(new: _Binding) -> None:
     here (an expert mesh calling its data-parallel axis "dp" too) makes a value typed on it
     under one mesh reducible over the other's group with no error (the meshes probe: dense
     gradients all-reduced over the expert "dp", forgot to switch back). Said once per mesh."""
-    for old in _bindings.values():
-        if old.world is not new.world:  # a mesh of a process group since destroyed
-            continue
+    for old in _live_bindings(new.world):
         for name in set(old.names) & set(new.names):
             try:
                 before, now = old.ranks_of((name,)), new.ranks_of((name,))

@@ -47,3 +47,32 @@ def test_a_name_for_other_ranks_warns_but_not_against_a_dead_mesh() -> None:
     finally:
         spmd.set_mesh(None)
         dist.destroy_process_group()
+
+
+def test_an_unknown_axis_names_a_live_mesh_only() -> None:
+    """The unknown-axis message says which earlier mesh has the name, but not a mesh of a
+    process group since destroyed (it cannot be set again; the name is a misspelling or a
+    mesh to make anew)."""
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from spmd._mesh import unknown_axis_message
+
+    _init()
+    try:
+        with spmd.set_mesh(init_device_mesh("cpu", (2,), mesh_dim_names=("ep",))):
+            pass
+        assert "is an axis of the mesh with axes 'ep'" in unknown_axis_message("ep", ("dp",))
+    finally:
+        spmd.set_mesh(None)
+        dist.destroy_process_group()
+    _init()  # a new process group: the "ep" mesh above is dead
+    try:
+        with spmd.set_mesh(init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))):
+            message = unknown_axis_message("ep", ("dp",))
+        assert "is an axis of the mesh" not in message, message
+        assert message.startswith("unknown mesh axis 'ep'"), message
+    finally:
+        spmd.set_mesh(None)
+        dist.destroy_process_group()
