@@ -98,9 +98,9 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as
 from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.ops import (PER_OPERAND_OPS, Operand, OpSpec, Reduction, Role, check_backward,
-                                  check_data_assignment, check_inplace, check_value_read,
-                                  partial_op, propagate,
+from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, ZERO_KEEPING_INPLACE, Operand,
+                                  OpSpec, Reduction, Role, check_backward, check_data_assignment,
+                                  check_inplace, check_value_read, partial_op, propagate,
                                   propagate_each)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import DimMove
@@ -152,6 +152,75 @@ def _forget(ref: _Ref) -> None:
     entry = _TYPES.get(ref.key)
     if entry is not None and entry[0] is ref:
         del _TYPES[ref.key]
+
+
+# Zeros a factory made in the check mode (``torch.zeros_like(p)``: an optimizer's moments,
+# a buffer to accumulate into; engine ZERO_FACTORIES), by id: (a weak reference, the tensor's
+# version then).  While its version is that one (only a zero-keeping in-place op, engine
+# ZERO_KEEPING_INPLACE, moves it on) it is zero everywhere.  An op that writes such a zero
+# (``exp_avg.lerp_(grad, w)``, ``out=``, a fused step's states) reads it as what it is, no
+# term of any type (engine ``Operand.zero``): no untyped operand in a strict block, and the
+# zeros take the result's type (``mutated_by``).  A write of anything else (through a view
+# too: views share the version; a torch.distributed call, which writes without moving the
+# version) makes it an untyped tensor.  Read by any other op it stays an untyped operand as
+# before (the value is still zero, but a stale entry there, a buffer written where no
+# version moves, would type what is unknown).
+_ZEROS: dict[int, tuple[Any, int]] = {}
+
+
+def _forget_zero(ref: _Ref) -> None:
+    entry = _ZEROS.get(ref.key)
+    if entry is not None and entry[0] is ref:
+        del _ZEROS[ref.key]
+
+
+def _fresh_zero(v: torch.Tensor) -> bool:
+    entry = _ZEROS.get(id(v))
+    return entry is not None and entry[0]() is v and entry[1] == v._version
+
+
+def _note_zero(plan: Plan, out: Any, args: tuple, kwargs: dict) -> None:
+    """A factory's result that is zero everywhere: zeros, or a fill with 0 (not one that
+    requires a gradient: a parameter to be; not an inference tensor: it has no version)."""
+    if type(out) is not torch.Tensor or out.requires_grad or out.is_inference():
+        return
+    if plan.name in FILL_FACTORIES:
+        at = 2 if plan.name == "new_full" else 1  # (self, size, fill_value), (size|input, fill_value)
+        fill = kwargs.get("fill_value", args[at] if len(args) > at else None)
+        if not _is_zero(fill):
+            return
+    ref = _Ref(out, _forget_zero)
+    ref.key = id(out)
+    _ZEROS[id(out)] = (ref, out._version)
+
+
+def _written_zeros(ops: list, types: list, written: Sequence[Any]) -> list:
+    """``types`` with the factory zeros the op writes read as zeros (None: ``_is_zero``)."""
+    out = types
+    for i, (v, _) in enumerate(ops):
+        if (types[i] is _UNTYPED and any(v is w for w in written) and _fresh_zero(v)):
+            if out is types:
+                out = list(types)
+            out[i] = None
+    return out
+
+
+def _unzero(args: tuple, kwargs: dict) -> None:
+    """A torch.distributed call's tensors (written where no version moves): no zeros now."""
+    for a in (*args, *kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, torch.Tensor):
+                _ZEROS.pop(id(t), None)
+
+
+def _still_zero(func: Any, args: tuple, kwargs: dict, targets: Sequence[Any]) -> Any:
+    """A zero-keeping in-place op (``exp_avg_sq.mul_(beta2)``) with no typed operand: the
+    zeros among its targets are zeros after it too."""
+    fresh = [t for t in targets if isinstance(t, torch.Tensor) and _fresh_zero(t)]
+    result = func(*args, **kwargs)
+    for t in fresh:
+        _ZEROS[id(t)] = (_ZEROS[id(t)][0], t._version)
+    return result
 
 
 # Tensors the user assigned to some ``x.grad`` (typed at the time), by id: their type is
@@ -778,11 +847,21 @@ class _Mode(TorchFunctionMode):
             return self._foreach(plan, func, args, kwargs)
         if kind is Kind.RAW:
             _check_raw_collective(func, plan.name, args, kwargs)
+            if _ZEROS:
+                _unzero(args, kwargs)
             return func(*args, **kwargs)
         if func is _TENSOR_DEEPCOPY:
             return _typed_copy(args[0] if args else None, func(*args, **kwargs))
-        if kind is Kind.PASS or kind is Kind.FACTORY:
+        if kind is Kind.PASS:
+            if plan.name and _ZEROS:  # torch.distributed's recv, scatter, ...
+                _unzero(args, kwargs)
             return func(*args, **kwargs)
+        if kind is Kind.FACTORY:
+            if not plan.name:
+                return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            _note_zero(plan, out, args, kwargs)
+            return out
         if kind is Kind.VALUE_READ:
             if args:
                 _check_value_read(plan.name, args[0])
@@ -882,8 +961,12 @@ class _Mode(TorchFunctionMode):
     def _op(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
         ops, outs = extract(plan, args, kwargs)
         types = _operand_types(ops)
+        if types is not None and _ZEROS and ops and (plan.inplace or outs):
+            types = _written_zeros(ops, types, [ops[0][0], *outs] if plan.inplace else outs)
         if types is None:
             # Nothing typed (gradual): a typed in-place/out= target keeps its type.
+            if _ZEROS and plan.name in ZERO_KEEPING_INPLACE and ops:
+                return _still_zero(func, args, kwargs, (ops[0][0],))
             return func(*args, **kwargs)
         if _global_check.is_global(types):
             return self._global_op(plan, func, args, kwargs, ops, types)
@@ -973,6 +1056,10 @@ class _Mode(TorchFunctionMode):
                 read = tuple([] if j in plan.writes else v for j, v in enumerate(a))
             ops, outs = extract(each, read, k)
             types = _operand_types(ops)
+            if types is not None and _ZEROS and (each.inplace or outs or plan.writes):
+                written = [*(read[:1] if each.inplace else ()), *outs,
+                           *(read[j] for j in plan.writes if j < len(read))]
+                types = _written_zeros(ops, types, written)
             if types is None or _global_check.is_global(types):
                 checks.append(None)
                 continue
@@ -990,6 +1077,8 @@ class _Mode(TorchFunctionMode):
             checks.append(checked)
         before = _versions_before([t for c in checks if c is not None for t in c[1]]) if (
             _BACKWARD_VERSIONS) else None
+        if _ZEROS and each.name in ZERO_KEEPING_INPLACE and all(c is None for c in checks):
+            return _still_zero(func, args, kwargs, [a[0] for a, _ in positions if a])
         result = func(*args, **kwargs)
         if before:
             _shift_versions(before)
@@ -1661,7 +1750,10 @@ def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bo
 
 
 def _is_zero(v: Any) -> bool:
-    """A Python scalar equal to 0: as a summand it adds nothing (engine: ops.Operand.zero)."""
+    """A Python scalar equal to 0, or a factory's zeros still zero (``_ZEROS``): as a summand
+    it adds nothing (engine: ops.Operand.zero)."""
+    if isinstance(v, torch.Tensor):
+        return bool(_ZEROS) and _fresh_zero(v)
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0
 
 

@@ -49,10 +49,10 @@ from spmd_mypy.engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
 from spmd_mypy.engine.ops import (
-    FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
+    FACTORIES, FILL_FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
     SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, OpSpec, Reduction, Role, call_spec,
-    FUSED_FIRST_STEP, classify, foreach_op, foreach_writes, is_index_formal, normalising_reduction,
-    variant_formals,
+    FUSED_FIRST_STEP, ZERO_FACTORIES, classify, foreach_op, foreach_writes, is_index_formal,
+    normalising_reduction, variant_formals,
 )
 
 # (Formal-name classes are the engine's: the mypy plugin reads the same names.)
@@ -426,7 +426,8 @@ def build_plan(func: Any) -> Plan:
         # torch.distributed.all_reduce & co. hand a tensor argument with a torch function
         # to the mode: the raw collectives on typed tensors (spmd-raw-collective)
         name = getattr(func, "__name__", "")
-        return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else PASS_PLAN
+        # (any other: a pass with its name: it may write its tensors, recv, scatter)
+        return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else Plan(Kind.PASS, name)
 
     name, prop = _name_of(func)
     each = foreach_op(name)
@@ -452,7 +453,9 @@ def build_plan(func: Any) -> Plan:
             return PASS_PLAN
         return Plan(Kind.OP, op, spec=classify(op), params=("self",))
     if name in FACTORIES or name in EXTRA_FACTORIES:
-        return FACTORY_PLAN
+        # the check mode takes the zeros these make for zeros (``fill_value`` of a fill)
+        return Plan(Kind.FACTORY, name) if name in ZERO_FACTORIES or name in FILL_FACTORIES else (
+            FACTORY_PLAN)
     if name in VALUE_READS:  # the values read out of the tensor world (Partial: an error)
         return Plan(Kind.VALUE_READ, name)
     swap = False

@@ -236,6 +236,8 @@ FUSED_OPS: dict[str, tuple[str, tuple[int, ...]]] = {
     "_fused_adagrad_": ("_fused_adagrad_", (2,)),
     "_fused_sgd_": ("add_", (2,)),
 }
+# (A fused step's step counters, learning rate, loss scale and inf flag are hyperparameters,
+# no operands: NON_OPERAND_NAMES.)
 # The formal of a fused step that, True, says the step overwrites its states without reading
 # them: SGD's first step copies the gradient into the momentum buffers (torch made them with
 # empty_like), so they are no operands then (both adapters drop them when the value is True).
@@ -280,7 +282,8 @@ NON_OPERAND_NAMES = frozenset(
     destination repeats diagonal offset lambd threshold generator correction unbiased
     normalized_shape num_classes padding_idx max_norm norm_type scale_grad_by_freq sparse
     mode value_or_none descending stable sorted largest k interpolation names
-    equation rounding_mode reduce include_self accumulate pad""".split()
+    equation rounding_mode reduce include_self accumulate pad
+    state_steps lr grad_scale found_inf""".split()
 )
 SCALAR_OPERAND_NAMES = frozenset("other input self value exponent scalar tensor1 tensor2".split())
 # Losses whose ``target`` is a value compared with the input, not the class indices of
@@ -307,6 +310,17 @@ empty_strided new_empty_strided range tril_indices triu_indices frombuffer asarr
 hann_window hamming_window blackman_window bartlett_window kaiser_window
 """.split()
 )
+
+# Factories whose result is zero everywhere (``torch.zeros_like(p)``: an optimizer's fresh
+# moments, a buffer to accumulate into), and those that fill with a value (zero where the
+# value is 0: Adagrad's ``full_like(p, 0.0)``).  A zero is no term of any type: as a summand
+# it adds nothing and as a factor it makes nothing (``Operand.zero``), so the check mode
+# takes one made in its block as a zero until something other than a scaling writes it (the
+# static checker sees no values: there such a buffer is untyped until annotated).
+ZERO_FACTORIES = frozenset("zeros zeros_like new_zeros".split())
+FILL_FACTORIES = frozenset("full full_like new_full".split())
+# In-place ops that keep a zero a zero whatever their scalar operands (``exp_avg_sq.mul_(b)``)
+ZERO_KEEPING_INPLACE = frozenset("mul_ div_ zero_ neg_ abs_ sqrt_ relu_".split())
 
 
 # Formals that hold index tensors (``gather(x, dim, index)``, ``x[idx]``, cross_entropy's

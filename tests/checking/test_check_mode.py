@@ -861,13 +861,13 @@ def test_nested_blocks_and_decorator() -> None:
     @spmd.typecheck(strict=True)
     def inner() -> None:
         with pytest.raises(SpmdTypeError):
-            torch.add(torch.zeros(4, 4), p)
+            torch.add(torch.ones(4, 4), p)
 
     with spmd.typecheck():
         spmd.declare(p, Tensor[P["tp"]])
         inner()
         assert _checking.ACTIVE
-        torch.add(torch.zeros(4, 4), p)  # the outer block is not strict
+        torch.add(torch.ones(4, 4), p)  # the outer block is not strict
     assert not _checking.ACTIVE
     inner()  # as a decorator, it opens its own block
     assert not _checking.ACTIVE
@@ -1458,6 +1458,73 @@ def test_partial_plus_a_gradient_free_invariant_suggests_reducing_to_invariant()
     assert 'all_reduce(pout, "tp", src=P, dst=I) first' in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("opt_cls,kwargs", [
+    (torch.optim.Adam, {}), (torch.optim.Adam, {"foreach": True}),
+    (torch.optim.Adam, {"amsgrad": True}), (torch.optim.AdamW, {"fused": True}),
+    (torch.optim.Adagrad, {}), (torch.optim.RMSprop, {}),
+])
+def test_a_strict_block_runs_an_optimizer_whose_states_start_as_zeros(opt_cls, kwargs) -> None:
+    """An optimizer's states made in the block (``torch.zeros_like(p)``, Adagrad's
+    ``full_like(p, 0)``) are zero everywhere: no term of any type, so no untyped operand in a
+    strict block; the first step's in-place write gives them the gradient's type.  (Before,
+    ``strict=True`` failed spmd-untyped at every Adam step: the step needed a non-strict block.)"""
+    w = nn.Parameter(torch.randn(4))
+    with spmd.typecheck(strict=True):
+        opt = opt_cls([w], lr=0.1, **kwargs)  # (Adagrad makes its state here)
+        typed(w, Tensor[R["dp"]])
+        for _ in range(2):
+            w.grad = typed(torch.randn(4), Tensor[R["dp"]])
+            opt.step()
+        assert spmd.typeof(w) == ty(dp=REPLICATE)
+        states = [v for v in opt.state[w].values() if isinstance(v, torch.Tensor) and v.dim()]
+        assert states and all(spmd.typeof(v) == ty(dp=REPLICATE) for v in states), [
+            spmd.typeof(v) for v in states]
+
+
+def test_a_zero_written_by_anything_else_is_untyped_again() -> None:
+    """Only a zero is no term: a zeros tensor written in place by an untyped value (or through
+    a view, or by a torch.distributed call, which moves no version), a ``ones_like``, a fill
+    with 2, zeros that require a gradient (a parameter to be) are untyped targets, an error in
+    a strict block; zeros kept zero by a scaling are still zeros."""
+    r = torch.randn(4)
+    with spmd.typecheck(strict=True):
+        typed(r, Tensor[R["dp"]])
+        z = torch.zeros_like(r)
+        z.mul_(0.9)  # still zero
+        z.add_(r)
+        assert spmd.typeof(z) == ty(dp=REPLICATE)
+        z = torch.zeros_like(r)
+        z.add_(1)
+        buf = torch.zeros(4)
+        buf[1:3].copy_(torch.randn(2))  # written through a view
+        with torch.no_grad():
+            leaf = torch.zeros(4, requires_grad=True)
+        for t in (z, buf, torch.ones_like(r), torch.full_like(r, 2.0), leaf):
+            with pytest.raises(SpmdTypeError, match="spmd-untyped"), torch.no_grad():
+                t.add_(r)
+        untouched = torch.zeros(4)
+        with pytest.raises(SpmdTypeError, match="spmd-untyped"):
+            r + untouched  # read, not written: an untyped operand as before
+
+
+def test_a_zero_takes_the_type_written_into_it() -> None:
+    """``out = torch.zeros_like(h); out[keep] = p`` (a pad-back of a Partial): the zeros take
+    the Partial's type, so the forgotten all_reduce shows at the next non-linear op; a
+    Partial accumulated into zeros is no affine term."""
+    p = torch.randn(4)
+    with spmd.typecheck(strict=True):
+        spmd.declare(p, Tensor[P["tp"]])
+        acc = torch.zeros(4)
+        acc.add_(p)
+        acc.add_(p)
+        assert spmd.typeof(acc) == ty(tp=PARTIAL)
+        out = torch.zeros_like(p)
+        out[1:3] = p[1:3]
+        assert spmd.typeof(out) == ty(tp=PARTIAL)
+        with pytest.raises(SpmdTypeError, match="spmd-partial-nonlinear"):
+            torch.relu(out)
+
+
 def test_nested_blocks_the_innermost_decides() -> None:
     """Blocks nest and the innermost one's ``strict`` applies: torch hands an op the inner
     mode ran on to the outer modes, which checked it again under their own strictness (a
@@ -1477,10 +1544,14 @@ def test_nested_blocks_the_innermost_decides() -> None:
                 r + torch.randn(4)
     w = nn.Parameter(torch.randn(4))
     opt = torch.optim.Adam([w], lr=0.1)
+    w.grad = torch.randn(4)
+    opt.step()  # Adam's moments made and written outside the check mode: untyped
     with spmd.typecheck(strict=True):
         typed(w, Tensor[R["dp"]])
         w.grad = typed(torch.randn(4), Tensor[R["dp"]])
+        with pytest.raises(SpmdTypeError, match="spmd-untyped"):
+            opt.step()
         with spmd.typecheck():
-            opt.step()  # Adam's moments are untyped (torch makes them with zeros_like)
+            opt.step()
         assert spmd.typeof(w) == ty(dp=REPLICATE)
 
