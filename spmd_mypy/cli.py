@@ -177,6 +177,11 @@ def _copy_config(config: str, config_dir: str) -> str | None:
 def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
     from mypy import api
 
+    # The plugin's error codes known before mypy reads the config: with -p/-m, mypy applies
+    # per-module sections (``disable_error_code = spmd-...``) while it looks for the modules,
+    # before it loads any plugin (a KeyError in mypy 2.4.1's options otherwise)
+    from .plugin import codes  # noqa: F401
+
     config = args.config_file or _find_config(os.getcwd())
     config_file, temp = _config_with_plugin(config)
     plugin_err = io.StringIO()  # the plugin prints its config problems to sys.stderr

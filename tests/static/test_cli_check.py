@@ -80,9 +80,9 @@ def _project(root: Path, name: str, with_plugin: bool) -> None:
     shutil.copytree(_seed_cache(), root / ".mypy_cache")
 
 
-def _check(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _check(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, "-m", "spmd_mypy", "check", *args], cwd=root,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env)
     assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     return proc
 
@@ -187,3 +187,29 @@ def test_config_that_loads_the_plugin_is_used_as_is(tmp_path: Path) -> None:
     path, temp = _config_with_plugin(str(ini))
     assert temp is not None and "plugins = spmd_mypy.plugin" in Path(path).read_text()
     shutil.rmtree(temp)
+
+
+def test_check_a_package_with_per_module_codes(tmp_path: Path) -> None:
+    """``spmd-mypy check -p pkg`` with a per-module section that disables an spmd code: mypy
+    reads per-module sections while it looks for the package's modules, before it loads any
+    plugin, so plain ``mypy -p`` fails on the plugin's code names (KeyError in mypy's
+    options, mypy 2.4.1); the command registers them first and checks as ``mypy pkg`` does."""
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "mypy.ini").write_text(INI.format(plugins="").replace("[mypy-m1]", "[mypy-pkg.*]")
+                                   .replace("[spmd_mypy-m2]", "[spmd_mypy-pkg.m2]"))
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "m1.py").write_text(M1)
+    (root / "pkg" / "m2.py").write_text(M2)
+    shutil.copytree(_seed_cache(), root / ".mypy_cache")
+    # the package importable (installed, or on PYTHONPATH): where mypy's search reads the
+    # per-module options
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    by_package = _check(root, "-p", "pkg", env=env)
+    by_path = _check(root, "pkg", env=env)
+    assert "KeyError" not in by_package.stderr, by_package.stderr
+    assert by_package.stdout == by_path.stdout, by_package.stdout + by_package.stderr
+    assert "m1.py:6:" not in by_package.stdout and "m2.py:6:" not in by_package.stdout  # pkg.*
+    assert "m1.py:7: error:" in by_package.stdout and "m2.py:7: error:" in by_package.stdout
