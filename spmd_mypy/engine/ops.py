@@ -38,10 +38,10 @@ from typing import Sequence
 
 from .contractions import Contraction, contracted_layout
 from .errors import SpmdError, merge_axis_errors
-from .views import DimMove, moved_dim, squeezed_dim
+from .views import MOVES, DimMove, moved_dim, squeezed_dim
 from .types import (
     INVARIANT, RANKS, REPLICATE, SAME_VALUES, VARYING, Kind, LocalType, SpmdType, axis_words, bare,
-    format_axes, format_type, from_ranks, receiver,
+    format_axes, format_type, from_ranks, receiver, shard_dims_differ,
 )
 
 
@@ -1227,14 +1227,20 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     values are misplaced (a square weight loaded from a checkpoint's transposed one)."""
     assert target.type is not None
     changed = []
+    moved = []  # V on both sides, laid out differently: compared by _inplace_layout_error
     for axis, lt in target.type.axes:
         new = result.get(axis)
-        if new is not None and new.forget_dim() != lt.forget_dim():
+        if new is None or new == lt:
+            continue
+        if new.forget_dim() != lt.forget_dim():
             if gradient_free and {lt.kind, new.kind} <= SAME_VALUES:
                 continue
             changed.append((axis, lt, new))
+        elif new.forget_dim() is not new and lt.forget_dim() is not lt:
+            moved.append((axis, lt, new))
     if not changed:
-        return _inplace_shard_error(name, target, result, others, whole_store)
+        return (_inplace_shard_error(name, target, result, others, whole_store)
+                or (_inplace_layout_error(name, target, result, moved) if moved else None))
     axis, old, new = changed[0]
     culprit = next((o for o in others if o is not target and o.type is not None
                     and (k := o.type.get(axis)) is not None and k.kind is new.kind), None)
@@ -1346,6 +1352,54 @@ def _inplace_shard_error(name: str, target: Operand, result: SpmdType,
         return shard_dim_error("the assignment", f"{target.text}[...]", target, axis, want,
                                value, have)
     return shard_dim_error(name, target.text, target, axis, want, value, have)
+
+
+def _inplace_layout_error(name: str, target: Operand, result: SpmdType,
+                          moved: Sequence[tuple[str, LocalType, LocalType]]) -> SpmdError | None:
+    """check_inplace's comparison of the result's shard dim with the target's: an op that
+    moves dims (an in-place view, ``x.transpose_(0, 1)`` on an S(0) ``x``; a contraction,
+    join or reduction written via ``out=``) leaves each rank's block along another dim than
+    the tensor's type names (:func:`.types.shard_dims_differ`), while the kind stays V.
+    A result of unknown dim (``as_strided_``, ``resize_``, dims that are not literals) is
+    not compared: a V may be claimed as any S(i).  The rank is the target's where its shape
+    is known (check mode), but for the views that change it (``squeeze_``, ``unsqueeze_``,
+    whose result keeps the target's sign)."""
+    assert target.type is not None
+    if target.type.spec is not None or name in _STORES or name in _PART_WRITES:
+        return None
+    rank = None
+    view = MOVES.get(name)
+    if (target.shape is not None and 0 not in target.shape
+            and (view is None or view[0] not in ("squeeze", "unsqueeze"))):
+        rank = len(target.shape)
+    for axis, want, new in moved:
+        if not shard_dims_differ(new, want, rank):
+            continue
+        base = name.partition("(")[0].rstrip("_")
+        if name.endswith("(..., out=)"):
+            fix = (f"drop out= and give the result a new name, or give {target.text} the type "
+                   f"{format_type(result)} where it is declared, if that is what it holds")
+        else:
+            fix = f"use the out-of-place {base} and a new name (its type is {format_type(result)})"
+        return SpmdError(
+            "spmd-inplace",
+            f'{name} would change {target.text} on "{axis}" from {_layout_word(want)} to '
+            f"{_layout_word(new)} ({format_type(target.type)} -> {format_type(result)}): its "
+            f"type would still name {_layout_dim(want)} where each rank's block lies along "
+            f"{_layout_dim(new)}, and every later op would read the wrong dim; an in-place op "
+            f"cannot change a type: {fix}",
+        )
+    return None
+
+
+def _layout_word(lt: LocalType) -> str:
+    """``Shard(0)``; a rank-dependent layout in words (``V (S(1) at rank >= 2, ...)``)."""
+    return lt.describe() if lt.by_rank is not None else _word(lt)
+
+
+def _layout_dim(lt: LocalType) -> str:
+    """``dim 0``; for a rank-dependent layout, the dims it has at each rank."""
+    return f"dim {lt.dim}" if lt.dim is not None else f"the dims {lt.layouts()}"
 
 
 _CONVERT_CALL = re.compile(r"(?:spmd\.)?convert\(")

@@ -191,6 +191,40 @@ def shard_dims_match(a: LocalType, b: LocalType) -> bool:
     return a.dim == b.dim
 
 
+def shard_dims_differ(a: LocalType, b: LocalType, rank: int | None = None) -> bool:
+    """Whether a tensor laid out ``a`` is sharded on another dim than ``b`` says at every
+    rank a tensor of both can have (``rank``: the one rank it has, where the adapter knows
+    it).  A V of unknown dim differs from nothing; ``S(-1)`` and ``S(1)`` are one dim at
+    rank 2, so statically they do not differ::
+
+        S(1) vs S(0)                              differ
+        S(-2) vs S(-1)                            differ
+        S(1) vs S(-1)                             no (rank 2);  with rank 3: differ
+        V (S(-2) at rank 2, S(-1) at rank >= 3) vs S(-1)     no (rank >= 3)
+    """
+    if a.kind is not Kind.V or b.kind is not Kind.V or (a.dim is None and a.by_rank is None) \
+            or (b.dim is None and b.by_rank is None):
+        return False
+    if rank is None:
+        top = RANKS + 1
+        for t in (a, b):
+            top = max(top, abs(t.dim) + 1 if t.dim is not None else 0,
+                      t.by_rank[-1][0] + 1 if t.by_rank is not None else 0)
+        ranks: Iterable[int] = range(1, top + 1)
+    else:
+        ranks = (rank,)
+    seen = False
+    for r in ranks:
+        pa, da = a.at_rank(r)
+        pb, db = b.at_rank(r)
+        if not (pa and pb):
+            continue
+        if da is None or db is None or da % r == db % r:
+            return False
+        seen = True
+    return seen
+
+
 def from_ranks(layouts: Mapping[int, int | None]) -> LocalType:
     """The Varying type whose shard dim at each possible rank is ``layouts[rank]`` (the
     ranks not listed are impossible; the highest listed stands for every higher rank):

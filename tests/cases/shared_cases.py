@@ -476,6 +476,45 @@ case("inplace-copy_-V-into-S0", {"a": "S0", "b": "V"},
 case("inplace-data-assign-V-into-S0", {"a": "S0", "b": "V"}, ("a.data = b", "out = a"), "S0")
 case("inplace-data-assign-I-into-S0", {"a": "S0", "b": "I"}, ("a.data = b", "out = a"), "S0",
      desc="x.data = v is unchecked but for the shard dims (a parameter's storage swapped)")
+# An in-place view, or out= of an op that moves dims (a contraction, join or reduction), whose
+# result is sharded on another dim than the tensor's type names: V either way, but the type
+# would name a dim along which no rank holds its block (each case: its result's S(j) vs S(i))
+S3 = "torch.randn(2, 4, 4, requires_grad=True).clone()"
+case("inplace-transpose_-S0", {"a": "S0"}, "a.transpose_(0, 1)", INPL,
+     desc="a transposed in place is S(1), its type still S(0)")
+case("inplace-t_-S1", {"a": "S1"}, "a.t_()", INPL)
+case("inplace-swapdims_-S0", {"a": "S0"}, "a.swapdims_(0, 1)", INPL)
+case("inplace-swapaxes_-S1", {"a": "S1"}, "a.swapaxes_(1, 0)", INPL)
+case("inplace-unsqueeze_-front-S0", {"a": "S0"}, "a.unsqueeze_(0)", INPL,
+     desc="a dim added before the shard dim moves it")
+case("inplace-unsqueeze_-last-Sm1", {"a": 'Tensor[S[-1, "tp"]]'}, "a.unsqueeze_(-1)", INPL)
+case("inplace-transpose_-last-two-Sm1", {"a": 'Tensor[S[-1, "tp"]]'}, "a.transpose_(-2, -1)", INPL)
+case("out-mm-R-S1-into-S0", {"r": "R", "b": "S1", "o": "S0"},
+     ("with torch.no_grad():", "    torch.mm(r, b, out=o)"), INPL)
+case("out-bmm-S1-R-into-S2", {"x": "Tensor[S[1, \"tp\"]]", "r": "R", "o": "Tensor[S[2, \"tp\"]]"},
+     ("with torch.no_grad():", "    torch.bmm(x, r, out=o)"), INPL,
+     make={"x": S3, "r": S3, "o": S3})
+case("out-cat-dim0-S1-into-S0", {"b": "S1", "o": "S0"},
+     ("with torch.no_grad():", "    torch.cat([b, b], dim=0, out=o)"), INPL,
+     make={"o": "torch.randn(8, 4)"})
+case("out-stack-S0-into-S0", {"a": "S0", "o": "S0"},
+     ("with torch.no_grad():", "    torch.stack([a, a], out=o)"), INPL,
+     make={"o": "torch.randn(2, 4, 4)"}, desc="stack's new dim 0 moves the shard to dim 1")
+case("out-sum-dim0-S1-into-S1", {"b": "S1", "o": "S1"},
+     ("with torch.no_grad():", "    torch.sum(b, 0, out=o)"), INPL,
+     make={"b": S3}, desc="dim 0 summed away: the shard dim 1 becomes 0")
+# the result sharded where the tensor's type says: accepted
+case("inplace-transpose_-other-dims-S0", {"a": "S0"}, ("a.transpose_(1, 2)", "out = a"), "S0",
+     make={"a": S3})
+case("inplace-unsqueeze_-last-S0", {"a": "S0"}, ("a.unsqueeze_(-1)", "out = a"), "S0")
+case("out-mm-S0-R-into-S0", {"a": "S0", "r": "R", "o": "S0"},
+     ("with torch.no_grad():", "    torch.mm(a, r, out=o)", "out = o"), "S0")
+case("out-cat-dim1-S0-into-S0", {"a": "S0", "o": "S0"},
+     ("with torch.no_grad():", "    torch.cat([a, a], dim=1, out=o)", "out = o"), "S0",
+     make={"o": "torch.randn(4, 8)"})
+case("out-sum-dim0-S1-into-S0", {"b": "S1", "o": "S0"},
+     ("with torch.no_grad():", "    torch.sum(b, 0, out=o)", "out = o"), "S0",
+     make={"o": "torch.randn(4)"})
 
 # --------------------------------------------------------------------------------------
 # 8. Shard dims: elementwise ops keep S(i) when every tensor operand is S(i) (beside an R, I

@@ -829,6 +829,41 @@ def test_inplace_shard_dims_compared_where_the_shapes_place_them() -> None:
         assert "Shard(0) on \"tp\", into last" in str(e.value)
 
 
+def test_inplace_result_dims_compared_at_the_rank_seen() -> None:
+    """An in-place view or an out= whose result is sharded on another dim than the tensor's
+    type (engine check_inplace -> shard_dims_differ): the check mode compares at the rank it
+    sees, where the static checker accepts a dim some rank would keep (a 2-d S(-1) transposed,
+    a matmul whose operand may be a vector, a squeeze_ of a dim that may have size 1)."""
+    with spmd.typecheck(), torch.no_grad():
+        last = typed(mk(4, 4), Tensor[S[-1, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            last.transpose_(0, 1)
+        assert e.value.error.code == "spmd-inplace"
+        assert 'from Shard(-1) to Shard(-2)' in str(e.value)
+        assert "use the out-of-place transpose and a new name" in str(e.value)
+        typed(mk(2, 4, 4), Tensor[S[-1, "tp"]]).transpose_(0, 1)  # dim -1 stays
+        typed(mk(4), Tensor[S[0, "tp"]]).t_()  # a 1-d t_ moves nothing
+        cols = typed(mk(1, 4), Tensor[S[1, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            cols.squeeze_(0)  # dim 0 has size 1: the shard dim becomes 0
+        assert "from Shard(1) to Shard(0)" in str(e.value)
+        typed(mk(4, 4), Tensor[S[1, "tp"]]).squeeze_(0)  # size 4: nothing squeezed
+        typed(mk(4, 1), Tensor[S[0, "tp"]]).squeeze_()
+        r = typed(mk(4, 4), Tensor[R["tp"]])
+        b = typed(mk(4, 4), Tensor[S[1, "tp"]])
+        o = typed(mk(4, 4), Tensor[S[0, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            torch.matmul(r, b, out=o)
+        assert "matmul(..., out=) would change o" in str(e.value)
+        assert "give o the type Tensor[S[1, \"tp\"]] where it is declared" in str(e.value)
+        torch.matmul(r, b, out=typed(mk(4, 4), Tensor[S[-1, "tp"]]))  # dim 1 at rank 2
+        rows = typed(mk(4, 4), Tensor[S[0, "tp"]])
+        torch.mm(rows, r, out=typed(mk(4, 4), Tensor[S[-2, "tp"]]))
+        with pytest.raises(SpmdTypeError):
+            torch.mm(rows, r, out=typed(mk(4, 4), Tensor[S[-1, "tp"]]))
+        assert spmd.typeof(rows) == ty(tp=shard(0))
+
+
 def test_inplace_on_untyped_target_learns_the_type() -> None:
     with spmd.typecheck():
         buf = torch.zeros(4, 4)

@@ -179,3 +179,65 @@ def test_dims_the_adapter_could_not_read_make_no_move() -> None:
     assert make_move("__getitem__", {"index": ("tensor",)}) is None
     assert make_move("permute", {"dims": (0, True)}) is None
     assert make_move("relu", {}) is None
+
+
+def _inplace_calls(rank: int) -> list[tuple[str, dict, Callable[[torch.Tensor], object]]]:
+    """(op, its dims' values, the in-place call) for every dims argument of the in-place
+    views (views.MOVES: transpose_, swapdims_, swapaxes_, t_, unsqueeze_, squeeze_)."""
+    dims = range(-rank, rank)
+    out: list[tuple[str, dict, Callable[[torch.Tensor], object]]] = []
+    for a, b in itertools.product(dims, dims):
+        out.append(("transpose_", {"dim0": a, "dim1": b}, lambda x, a=a, b=b: x.transpose_(a, b)))
+        out.append(("swapdims_", {"dim0": a, "dim1": b}, lambda x, a=a, b=b: x.swapdims_(a, b)))
+        out.append(("swapaxes_", {"axis0": a, "axis1": b}, lambda x, a=a, b=b: x.swapaxes_(a, b)))
+    out.append(("t_", {}, lambda x: x.t_()))
+    for k in range(-rank - 1, rank + 1):
+        out.append(("unsqueeze_", {"dim": k}, lambda x, k=k: x.unsqueeze_(k)))
+    for k in dims:
+        out.append(("squeeze_", {"dim": k}, lambda x, k=k: x.squeeze_(k)))
+    out.append(("squeeze_", {"dim": None}, lambda x: x.squeeze_()))
+    return out
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_inplace_views_are_rejected_exactly_where_the_type_stops_holding(rank: int) -> None:
+    """An in-place view keeps the tensor's declared S(d); it still holds when the shards,
+    viewed in place, concatenated on d, are the global tensor viewed in place (d counted at the
+    new rank).  The check mode (shapes known: ops.check_inplace with the target's shape)
+    rejects exactly the calls where it stops holding and the rule knows the new dim; the
+    static checker (no shapes) rejects only calls where it stops holding, at every rank."""
+    from spmd_mypy.engine.ops import Operand, check_inplace, propagate
+    from spmd_mypy.engine.types import SpmdType, shard
+
+    static_errors = checked = 0
+    for op, values, fn in _inplace_calls(rank):
+        for d in range(-rank, rank):
+            ones_options: tuple[tuple[int, ...], ...] = ((),)
+            if op == "squeeze_":  # a listed dim of size 1 goes, of size > 1 stays
+                ones_options = ((), tuple(k for k in range(rank) if k != d % rank))
+            for ones in ones_options:
+                g = _global(rank, d, ones)
+                shards = [s.clone() for s in g.chunk(2, d)]
+                whole = g.clone()
+                if _apply(fn, [whole]) is None:
+                    continue  # torch refuses these dims at this rank
+                for s in shards:
+                    fn(s)
+                new_rank = whole.dim()
+                holds = -new_rank <= d < new_rank and torch.equal(torch.cat(shards, d), whole)
+                declared = SpmdType.of({"tp": shard(d)})
+                target = Operand(declared, "x", shape=tuple(g.chunk(2, d)[0].shape))
+                move = make_move(op, values, rank)
+                assert move is not None, (op, values)
+                result = propagate(op, [target], move=move).type
+                seen = check_inplace(op, target, result, others=[target]) is not None
+                known = result.get("tp") is not None and result.get("tp").dim is not None  # type: ignore[union-attr]
+                assert not (seen and holds), (op, values, d, rank, ones)
+                assert seen or holds or not known, (op, values, d, rank, ones)
+                bare = Operand(declared, "x")
+                static = check_inplace(op, bare, propagate(op, [bare], move=make_move(op, values)).type,
+                                       others=[bare]) is not None
+                assert not (static and holds), (op, values, d, rank, ones)
+                static_errors += static
+                checked += 1
+    assert checked > 0 and (rank == 1 or static_errors > 0)
