@@ -493,6 +493,8 @@ class BoundaryChecker:
         base = next((b for b in defn.info.mro[1:] if b.name == super_name.group(1)), None)
         sym = base.names.get(defn.name) if base is not None else None
         original = sym.node if sym is not None else None
+        if isinstance(original, Decorator) and _only_abstract(original):
+            original = original.func  # @abc.abstractmethod: the method's own signature
         if (base is None or not isinstance(original, FuncDef) or original.is_static
                 or original.is_class or base.defn.type_vars):
             return False  # a generic base, a decorated or overloaded method: mypy's check
@@ -1217,3 +1219,9 @@ def _collect(stmts: list[Statement], index: _Index, line: int, leaves: list[Stat
         else:
             for body in statement_blocks(st):
                 _collect(body, index, line, leaves)
+
+
+def _only_abstract(d: Decorator) -> bool:
+    """A method whose decorators mypy removed as changing nothing of its type
+    (``@abc.abstractmethod``, ``@typing.final``, ``@override``): its type is the function's."""
+    return not d.decorators and not d.var.is_property
