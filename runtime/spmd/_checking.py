@@ -1941,12 +1941,13 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
     mode.  Outside check mode the wrapper only forwards the call.
     """
     sig = inspect.signature(fn)
-    # (params, rets, sequence items, NamedTuple/dataclass/TypedDict fields (with "return"),
-    #  *args name, **kwargs name) once, at the first call in check mode
-    cache: list[tuple[dict[str, SpmdType], Any, dict[str, SpmdType], dict[str, Any],
+    # (whether an argument is annotated, params, rets, sequence items, NamedTuple/dataclass/
+    #  TypedDict fields of the arguments, of the result, *args name, **kwargs name) once, at
+    #  the first call in check mode
+    cache: list[tuple[bool, dict[str, SpmdType], Any, dict[str, SpmdType], dict[str, Any], Any,
                       str | None, str | None]] = []
 
-    def hints() -> tuple[dict[str, SpmdType], Any, dict[str, SpmdType], dict[str, Any],
+    def hints() -> tuple[bool, dict[str, SpmdType], Any, dict[str, SpmdType], dict[str, Any], Any,
                          str | None, str | None]:
         if not cache:
             h = _type_hints(fn)  # evaluated once for all
@@ -1957,17 +1958,19 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
                     star = p.name
                 elif p.kind is p.VAR_KEYWORD and p.name in params:
                     dstar = p.name
-            cache.append((params, rets, _annotated_item_types(h), _annotated_record_types(h),
-                          star, dstar))
+            items, records = _annotated_item_types(h), _annotated_record_types(h)
+            ret_fields = records.pop("return", None)
+            cache.append((bool(params or items or records), params, rets, items, records,
+                          ret_fields, star, dstar))
         return cache[0]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not ACTIVE:
             return fn(*args, **kwargs)
-        params, rets, items, records, star, dstar = hints()
-        qual = fn.__qualname__
-        if params or items or len(records) > ("return" in records):
+        any_args, params, rets, items, records, ret_fields, star, dstar = hints()
+        if any_args:
+            qual = fn.__qualname__
             bound = sig.bind(*args, **kwargs)
             for name, value in bound.arguments.items():
                 st = params.get(name)
@@ -1996,7 +1999,7 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
                     _declare_fields(value, fields, f"of argument {name!r} of {qual}", name)
         result = fn(*args, **kwargs)
         if rets is not None:
-            what = f"the result of {qual} is annotated "
+            what = f"the result of {fn.__qualname__} is annotated "
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
                     # named as the call, so that the fix can be pasted where it is called
@@ -2005,9 +2008,9 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
                 for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
                         _stamp_declared(r, st, what + _fmt(st), f"{fn.__name__}(...)[{k}]")
-        fields = records.get("return")
-        if fields is not None:
-            _declare_fields(result, fields, f"of the result of {qual}", f"{fn.__name__}(...)")
+        if ret_fields is not None:
+            _declare_fields(result, ret_fields, f"of the result of {fn.__qualname__}",
+                            f"{fn.__name__}(...)")
         return result
 
     return wrapper
