@@ -1525,7 +1525,9 @@ _CLASS_HINTS: weakref.WeakKeyDictionary[type, dict[str, SpmdType]] = weakref.Wea
 
 
 def _class_parameter_types(cls: type) -> dict[str, SpmdType]:
-    """A module class's ``Tensor[...]`` attribute annotations (once per class)."""
+    """A class's ``Tensor[...]`` attribute annotations (``Optional[Tensor[...]]`` and
+    ``Tensor[...] | None`` read as ``Tensor[...]``), once per class: a module's parameters, a
+    NamedTuple's, a dataclass's or a TypedDict's fields."""
     try:
         return _CLASS_HINTS[cls]
     except (KeyError, TypeError):
@@ -1540,7 +1542,7 @@ def _class_parameter_types(cls: type) -> dict[str, SpmdType]:
             hints.update(getattr(klass, "__annotations__", {}))
     out = {}
     for name, ann in hints.items():
-        st = spmd_type_of_annotation(ann)
+        st = _tensor_type_of(ann)  # Optional[Tensor[...]]: Megatron's optional bias
         if st is not None:
             out[name] = st
     try:
@@ -1798,23 +1800,39 @@ def _types_from_hints(fn: Any, hints: dict[str, Any] | None) -> tuple[dict[str, 
     for name, ann in h.items():
         if name == "return":
             continue
-        st = spmd_type_of_annotation(ann)
-        if st is None:
-            items = [a for a in typing.get_args(ann) if a is not type(None)]
-            if len(items) == 1 and type(None) in typing.get_args(ann):  # Optional[Tensor[...]]
-                st = spmd_type_of_annotation(items[0])
+        st = _tensor_type_of(ann)
         if st is not None:
             params[name] = st
-    ret = h.get("return")
+    ret = _strip_optional(h.get("return"))
     rets: Any = None
     st = spmd_type_of_annotation(ret)
     if st is not None:
         rets = st
     elif typing.get_origin(ret) is tuple:
-        items = [spmd_type_of_annotation(a) for a in typing.get_args(ret)]
+        items = [_tensor_type_of(a) for a in typing.get_args(ret)]
         if any(i is not None for i in items):
             rets = tuple(items)
     return params, rets
+
+
+def _strip_optional(ann: Any) -> Any:
+    """``X`` of ``Optional[X]`` / ``X | None`` (strings evaluated by ``get_type_hints``);
+    any other annotation as it is.  A union of two tensor types (``Tensor[P["tp"]] |
+    Tensor[R["tp"]]``) stays a union: no one type is read from it (the static checker accepts
+    either, so the check mode checks neither: no error)."""
+    import typing
+
+    if typing.get_origin(ann) not in (typing.Union, types.UnionType):
+        return ann
+    args = typing.get_args(ann)
+    items = [a for a in args if a is not type(None)]
+    return items[0] if len(items) == 1 and len(args) > 1 else ann
+
+
+def _tensor_type_of(ann: Any) -> SpmdType | None:
+    """The type of ``Tensor[...]``, ``Optional[Tensor[...]]`` or ``Tensor[...] | None``
+    (a None value is not checked), else None."""
+    return spmd_type_of_annotation(_strip_optional(ann))
 
 
 _SEQUENCE_ORIGINS = ("list", "tuple", "Sequence", "MutableSequence", "Iterable", "Collection")
@@ -1829,59 +1847,156 @@ def _annotated_item_types(hints: dict[str, Any] | None) -> dict[str, SpmdType]:
 
     out: dict[str, SpmdType] = {}
     for name, ann in (hints or {}).items():
+        ann = _strip_optional(ann)
         origin = typing.get_origin(ann)
         args = typing.get_args(ann)
         if name == "return" or origin is None or getattr(origin, "__name__", "") not in _SEQUENCE_ORIGINS:
             continue
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             continue
-        st = spmd_type_of_annotation(args[0]) if args else None
+        st = _tensor_type_of(args[0]) if args else None
         if st is not None:
             out[name] = st
     return out
+
+
+def _record_fields(ann: Any) -> tuple[type, str, bool, tuple[tuple[str, SpmdType], ...]] | None:
+    """A NamedTuple, dataclass or TypedDict class annotation's ``Tensor[...]`` fields (one
+    level: a field that is itself such a class is not followed), or None: (the class to check
+    the value against, its name, by_key, ((field, type), ...)).  ``Optional[...]`` of one is
+    read as it (a None value is not checked); ``Unpack[TD]`` (``**kw: Unpack[TD]``) as TD."""
+    import dataclasses
+    import typing
+
+    ann = _strip_optional(ann)
+    origin = typing.get_origin(ann)
+    if origin is not None and origin in (getattr(typing, "Unpack", None),  # 3.11+
+                                         getattr(sys.modules.get("typing_extensions"), "Unpack", None)):
+        ann = typing.get_args(ann)[0]
+    if not isinstance(ann, type) or ann is torch.Tensor:
+        return None
+    if typing.is_typeddict(ann):
+        names: Sequence[str] | None = None
+        by_key = True
+    elif issubclass(ann, tuple) and isinstance(getattr(ann, "_fields", None), tuple):
+        names, by_key = ann._fields, False  # type: ignore[attr-defined]
+    elif dataclasses.is_dataclass(ann):
+        names, by_key = [f.name for f in dataclasses.fields(ann)], False
+    else:
+        return None
+    typed = _class_parameter_types(ann)
+    fields = tuple((n, t) for n, t in typed.items() if names is None or n in names)
+    return (ann, ann.__name__, by_key, fields) if fields else None
+
+
+def _annotated_record_types(hints: dict[str, Any] | None) -> dict[str, Any]:
+    """A function's parameters (and ``"return"``) annotated with a NamedTuple, dataclass or
+    TypedDict class that has ``Tensor[...]`` fields (:func:`_record_fields`), from its
+    evaluated hints: name -> fields (the static checker types ``out.loss``, ``b["x"]`` by
+    the field's annotation)."""
+    out: dict[str, Any] = {}
+    for name, ann in (hints or {}).items():
+        fields = _record_fields(ann)
+        if fields is not None:
+            out[name] = fields
+    return out
+
+
+def _declare_fields(value: Any, fields: Any, what: str, text: str) -> None:
+    """Declare each ``Tensor[...]`` field of ``value`` (a NamedTuple, dataclass or TypedDict
+    of the annotation ``fields``): ``what`` ends the message (``of argument 'b' of f``),
+    ``text`` names the value (``b``, ``forward(...)``)."""
+    cls, cname, by_key, typed = fields
+    if by_key:
+        if not isinstance(value, dict):
+            return
+        for key, st in typed:
+            v = value.get(key)
+            if isinstance(v, torch.Tensor):
+                k = key.replace("{", "{{").replace("}", "}}")  # the message is a format string
+                _stamp_declared(v, st, f'item {cname}["{k}"] {what} is annotated {_fmt(st)}',
+                                f'{text}["{key}"]')
+    elif isinstance(value, cls):
+        for attr, st in typed:
+            v = getattr(value, attr, None)
+            if isinstance(v, torch.Tensor):
+                _stamp_declared(v, st, f"field {cname}.{attr} {what} is annotated {_fmt(st)}",
+                                f"{text}.{attr}")
 
 
 def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
     """Check a function's ``Tensor[...]`` annotations at its boundary in check mode.
 
     On each call inside ``spmd.typecheck()``, every argument annotated
-    ``Tensor[...]`` is declared with its annotation (an argument whose tracked
-    type disagrees is an error, ``spmd-annotation``), and a result annotated
-    ``Tensor[...]`` (or a tuple of them) must agree with its annotation and is
-    given it; so is each item of a list or tuple argument annotated ``list[Tensor[...]]``
-    (``Sequence[...]``, ``tuple[Tensor[...], ...]``).  Outside check mode the wrapper only
-    forwards the call.
+    ``Tensor[...]`` (or ``Optional[Tensor[...]]``, ``Tensor[...] | None``) is declared with
+    its annotation (an argument whose tracked type disagrees is an error,
+    ``spmd-annotation``), and a result annotated ``Tensor[...]`` (or a tuple of them) must
+    agree with its annotation and is given it; so is each item of a list or tuple argument
+    annotated ``list[Tensor[...]]`` (``Sequence[...]``, ``tuple[Tensor[...], ...]``), each
+    item of ``*args: Tensor[...]`` and each value of ``**kwargs: Tensor[...]``, and each
+    ``Tensor[...]`` field of an argument or result annotated with a NamedTuple, a dataclass
+    or a TypedDict class (``**kwargs: Unpack[TD]`` too; one level: a field holding another
+    such class is not followed).  A union of two tensor types is not checked (the static
+    checker accepts either).  The annotations are read once, at the first call in check
+    mode.  Outside check mode the wrapper only forwards the call.
     """
     sig = inspect.signature(fn)
-    cache: list[tuple[dict[str, SpmdType], Any]] = []
-    item_cache: list[dict[str, SpmdType]] = []
+    # (whether an argument is annotated, params, rets, sequence items, NamedTuple/dataclass/
+    #  TypedDict fields of the arguments, of the result, *args name, **kwargs name) once, at
+    #  the first call in check mode
+    cache: list[tuple[bool, dict[str, SpmdType], Any, dict[str, SpmdType], dict[str, Any], Any,
+                      str | None, str | None]] = []
 
-    def hints() -> tuple[dict[str, SpmdType], Any]:
+    def hints() -> tuple[bool, dict[str, SpmdType], Any, dict[str, SpmdType], dict[str, Any], Any,
+                         str | None, str | None]:
         if not cache:
-            h = _type_hints(fn)  # evaluated once for both
-            cache.append(_types_from_hints(fn, h))
-            item_cache.append(_annotated_item_types(h))
+            h = _type_hints(fn)  # evaluated once for all
+            params, rets = _types_from_hints(fn, h)
+            star = dstar = None
+            for p in sig.parameters.values():
+                if p.kind is p.VAR_POSITIONAL and p.name in params:
+                    star = p.name
+                elif p.kind is p.VAR_KEYWORD and p.name in params:
+                    dstar = p.name
+            items, records = _annotated_item_types(h), _annotated_record_types(h)
+            ret_fields = records.pop("return", None)
+            cache.append((bool(params or items or records), params, rets, items, records,
+                          ret_fields, star, dstar))
         return cache[0]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not ACTIVE:
             return fn(*args, **kwargs)
-        params, rets = hints()
-        items = item_cache[0]
-        if params or items:
+        any_args, params, rets, items, records, ret_fields, star, dstar = hints()
+        if any_args:
+            qual = fn.__qualname__
             bound = sig.bind(*args, **kwargs)
             for name, value in bound.arguments.items():
                 st = params.get(name)
-                if st is not None and isinstance(value, torch.Tensor):
-                    _stamp_declared(value, st, f"argument {name!r} of {fn.__qualname__} is "
-                                    f"annotated {_fmt(st)}")
+                if st is not None:
+                    if name == star:  # *args: Tensor[...]: each item
+                        for k, item in enumerate(value):
+                            if isinstance(item, torch.Tensor):
+                                _stamp_declared(item, st, f"item {k} of argument '*{name}' of "
+                                                f"{qual} is annotated {_fmt(st)}")
+                    elif name == dstar:  # **kwargs: Tensor[...]: each value, by its keyword
+                        for key, item in value.items():
+                            if isinstance(item, torch.Tensor):
+                                _stamp_declared(item, st, f"argument {key!r} (in '**{name}') of "
+                                                f"{qual} is annotated {_fmt(st)}")
+                    elif isinstance(value, torch.Tensor):
+                        _stamp_declared(value, st, f"argument {name!r} of {qual} is "
+                                        f"annotated {_fmt(st)}")
                 st = items.get(name)
                 if st is not None and isinstance(value, (list, tuple)):
                     for k, item in enumerate(value):
                         if isinstance(item, torch.Tensor):
                             _stamp_declared(item, st, f"item {k} of argument {name!r} of "
-                                            f"{fn.__qualname__} is annotated {_fmt(st)}")
+                                            f"{qual} is annotated {_fmt(st)}")
+                fields = records.get(name)
+                if fields is not None:
+                    _declare_fields(value, fields, f"of argument {name!r} of {qual}", name)
         result = fn(*args, **kwargs)
         if rets is not None:
             what = f"the result of {fn.__qualname__} is annotated "
@@ -1893,6 +2008,9 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
                 for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
                         _stamp_declared(r, st, what + _fmt(st), f"{fn.__name__}(...)[{k}]")
+        if ret_fields is not None:
+            _declare_fields(result, ret_fields, f"of the result of {fn.__qualname__}",
+                            f"{fn.__name__}(...)")
         return result
 
     return wrapper

@@ -1,0 +1,200 @@
+"""Check mode: annotations read at a boundary (``declare_parameters``, ``spmd.checked``)
+in the forms the static checker reads them: ``Optional[Tensor[...]]`` / ``Tensor[...] | None``
+class attributes (Megatron's optional bias), the fields of a NamedTuple, dataclass or
+TypedDict argument or result, ``*args`` / ``**kwargs`` annotated ``Tensor[...]``.
+
+Single process, no process group.  This module has ``from __future__ import annotations``:
+every annotation below is a string, evaluated by ``typing.get_type_hints``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional, TypedDict, Union, Unpack
+
+import pytest
+import torch
+import torch.nn as nn
+
+import spmd
+from spmd import I, P, R, S, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
+from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, SpmdType, shard
+
+
+def mk(*shape: int) -> torch.Tensor:
+    return torch.randn(*(shape or (4, 4)), requires_grad=True).clone()
+
+
+def typed(t: torch.Tensor, annotation) -> torch.Tensor:  # noqa: ANN001
+    return spmd.declare(t, annotation)
+
+
+def ty(**axes: object) -> SpmdType:
+    return SpmdType.of(axes)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------
+# declare_parameters: Optional class annotations
+
+
+class _RowLinear(nn.Module):
+    weight: Tensor[S[1, "tp"]]
+    bias: Optional[Tensor[R["tp"]]]           # typing.Optional
+    b2: Tensor[I["tp"]] | None                # PEP 604
+    b3: Union[None, Tensor[S[0, "tp"]]]       # None first
+    either: Tensor[R["tp"]] | Tensor[I["tp"]]  # two tensor types: neither is declared
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4))
+        self.bias = nn.Parameter(torch.randn(4))
+        self.b2 = nn.Parameter(torch.randn(4))
+        self.b3 = nn.Parameter(torch.randn(4))
+        self.either = nn.Parameter(torch.randn(4))
+
+
+def test_declare_parameters_reads_optional_annotations() -> None:
+    m = _RowLinear()
+    with spmd.typecheck():
+        spmd.declare_parameters(m)
+        assert spmd.typeof(m.weight) == ty(tp=shard(1))
+        assert spmd.typeof(m.bias) == ty(tp=REPLICATE)
+        assert spmd.typeof(m.b2) == ty(tp=INVARIANT)
+        assert spmd.typeof(m.b3) == ty(tp=shard(0))
+        assert spmd.typeof(m.either) is None  # no error either: the static checker accepts both
+
+
+def test_an_optional_bias_added_before_the_reduction_is_an_error() -> None:
+    """The row-parallel linear's bias added to the pending sum (each rank adds it: the sum
+    counts it tp times) passed the check mode while the Optional bias stayed untyped."""
+    m = _RowLinear()
+    with spmd.typecheck():
+        spmd.declare_parameters(m)
+        h = typed(mk(2, 4), Tensor[V["tp"]])
+        partial = spmd.linear(h, m.weight, out_partial_axes="tp")
+        assert spmd.typeof(partial) == ty(tp=PARTIAL)
+        with pytest.raises(SpmdTypeError) as e:
+            partial + m.bias
+        assert "m.bias" in str(e.value) or "self.bias" in str(e.value), str(e.value)
+
+
+# --------------------------------------------------------------------------------------
+# spmd.checked: Optional results, NamedTuple / dataclass / TypedDict fields, *args, **kwargs
+
+
+class _Out(NamedTuple):
+    out: Tensor[S[1, "tp"]]
+    loss: Tensor[P["tp"]]
+    n: int = 0
+
+
+@dataclass
+class _Params:
+    w: Tensor[I["tp"]]
+    b: Optional[Tensor[I["tp"]]] = None
+
+
+class _Batch(TypedDict):
+    x: Tensor[V["tp"]]
+    y: Tensor[V["tp"]]
+
+
+@spmd.checked
+def _forward(x: torch.Tensor, loss: torch.Tensor) -> _Out:
+    return _Out(x, loss)
+
+
+@spmd.checked
+def _maybe(x: torch.Tensor) -> Optional[Tensor[R["tp"]]]:
+    return x
+
+
+@spmd.checked
+def _step(o: _Out, p: _Params, b: _Batch) -> None:
+    pass
+
+
+@spmd.checked
+def _star(*args: Tensor[P["tp"]], **kw: Tensor[V["tp"]]) -> None:
+    pass
+
+
+@spmd.checked
+def _unpacked(**kw: Unpack[_Batch]) -> None:
+    pass
+
+
+@spmd.checked
+def _either(x: Tensor[R["tp"]] | Tensor[P["tp"]]) -> Tensor[R["tp"]] | Tensor[P["tp"]]:
+    return x
+
+
+def test_checked_checks_a_namedtuple_results_fields() -> None:
+    with spmd.typecheck():
+        x, loss = mk(), mk(())
+        out = _forward(x, loss)  # untyped fields are given their annotations
+        assert spmd.typeof(out.out) == ty(tp=shard(1))
+        assert spmd.typeof(out.loss) == ty(tp=PARTIAL)
+        with pytest.raises(SpmdTypeError) as e:
+            _forward(typed(mk(), Tensor[R["tp"]]), loss)
+        assert e.value.code == "spmd-annotation"
+        assert str(e.value).startswith(
+            'field _Out.out of the result of _forward is annotated Tensor[S[1, "tp"]] but '
+            '_forward(...).out is R on "tp"'), str(e.value)
+        with pytest.raises(SpmdTypeError, match="field _Out.loss of the result of _forward"):
+            _forward(mk(), typed(mk(()), Tensor[R["tp"]]))
+
+
+def test_checked_checks_an_optional_result_not_a_union_of_two_tensor_types() -> None:
+    with spmd.typecheck():
+        assert _maybe(None) is None
+        assert spmd.typeof(_maybe(mk())) == ty(tp=REPLICATE)
+        with pytest.raises(SpmdTypeError, match="the result of _maybe is annotated"):
+            _maybe(typed(mk(), Tensor[P["tp"]]))
+        # either type passes (the static checker accepts both); an untyped value stays so
+        for t in (Tensor[R["tp"]], Tensor[P["tp"]]):
+            x = typed(mk(), t)
+            assert _either(x) is x
+        assert spmd.typeof(_either(mk())) is None
+
+
+def test_checked_checks_record_arguments_fields() -> None:
+    with spmd.typecheck():
+        o = _Out(typed(mk(), Tensor[S[1, "tp"]]), typed(mk(()), Tensor[P["tp"]]))
+        p = _Params(mk())
+        b: _Batch = {"x": mk(), "y": typed(mk(), Tensor[S[0, "tp"]])}
+        _step(o, p, b)
+        assert spmd.typeof(p.w) == ty(tp=INVARIANT)  # untyped: given the field's type
+        assert spmd.typeof(b["x"]) == ty(tp=VARYING)
+        with pytest.raises(SpmdTypeError) as e:
+            _step(o._replace(loss=typed(mk(()), Tensor[R["tp"]])), p, b)
+        assert e.value.code == "spmd-annotation"
+        assert str(e.value).startswith(
+            "field _Out.loss of argument 'o' of _step is annotated Tensor[P[\"tp\"]] but "
+            'o.loss is R on "tp"'), str(e.value)
+        with pytest.raises(SpmdTypeError,
+                           match=r"field _Params.b of argument 'p' of _step is annotated"):
+            _step(o, _Params(p.w, typed(mk(), Tensor[V["tp"]])), b)
+        with pytest.raises(SpmdTypeError) as e:
+            _step(o, p, {"x": typed(mk(), Tensor[P["tp"]]), "y": b["y"]})
+        assert str(e.value).startswith(
+            'item _Batch["x"] of argument \'b\' of _step is annotated Tensor[V["tp"]] but '
+            'b["x"] is P on "tp"'), str(e.value)
+
+
+def test_checked_checks_star_args_and_kwargs() -> None:
+    with spmd.typecheck():
+        u, v = mk(), mk()
+        _star(typed(mk(), Tensor[P["tp"]]), u, z=v)
+        assert spmd.typeof(u) == ty(tp=PARTIAL) and spmd.typeof(v) == ty(tp=VARYING)
+        with pytest.raises(SpmdTypeError) as e:
+            _star(u, typed(mk(), Tensor[R["tp"]]))
+        assert e.value.code == "spmd-annotation"
+        assert "item 1 of argument '*args' of _star is annotated" in str(e.value), str(e.value)
+        with pytest.raises(SpmdTypeError) as e:
+            _star(z=typed(mk(), Tensor[I["tp"]]))
+        assert "argument 'z' (in '**kw') of _star is annotated" in str(e.value), str(e.value)
+        with pytest.raises(SpmdTypeError, match=r'item _Batch\["y"\] of argument \'kw\' of _unpacked'):
+            _unpacked(x=mk(), y=typed(mk(), Tensor[P["tp"]]))
+
