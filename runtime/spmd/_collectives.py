@@ -209,19 +209,13 @@ _compiling = torch.compiler.is_dynamo_compiling
 # dim) or works on the dims it names, so the batch stays the last dim of the result and
 # one collective moves every example at once.  All ranks must vmap over the same batch
 # size (they exchange batch * per-example sizes; different sizes mismatch the messages).
-# The transforms' tensors are detected with _functorch_active() only on the paths that
-# are not the eager fast ones: the differentiable path asked it before (in _apply), and
-# the no-grad fast paths of the public ops catch the RuntimeError c10d raises on a
-# batched tensor (a try costs nothing when nothing is raised).
-
-_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-
-
-def _functorch_input(x: Any) -> bool:
-    """``x`` is a tensor of a live functorch transform (the except clause of a fast path:
-    a c10d call refused it)."""
-    return _functorch_active() and isinstance(x, torch.Tensor) and _is_wrapped(x)
-
+# A transform is detected by _functorch_active() (one C call, ~26 ns here): once on the
+# differentiable path (as _apply asked it before), and on the no-grad paths, the public ops'
+# fast paths included: there a tensor of a transform may say requires_grad=False and
+# still need the Function: vmap's batched tensors (c10d has no batching rule), jvp's duals
+# (a c10d call on one reduces the primal and leaves the tangent as is: a wrong jacfwd,
+# silently), and a tensor batched inside grad (grad(vmap(f))), whose gradient would be the
+# local effect's derivative, not the table's backward.
 
 class _FuncCollective(torch.autograd.Function):
     """:class:`_Collective` in torch.func's form: forward, setup_context, backward, vmap."""
@@ -240,6 +234,11 @@ class _FuncCollective(torch.autograd.Function):
         for step in ctx.step.backward_steps():
             grad = _FuncCollective.apply(grad, step, sizes)
         return grad, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: torch.Tensor, *_: Any) -> torch.Tensor:
+        # every step is linear: the tangent goes through the step itself (jacfwd, hessian)
+        return _FuncCollective.apply(tangent, ctx.step, ctx.sizes)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, x: torch.Tensor, step: _Step,
@@ -1167,17 +1166,14 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     of the pending sum as is.
     """
     if (src is P and (dst is R or dst is I) and op == "sum" and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
             g = None
         if g is not None:
-            try:
-                return du.all_reduce(x, g)
-            except RuntimeError:  # c10d refuses torch.func's batched tensors: the general path
-                if not _functorch_input(x):
-                    raise
+            return du.all_reduce(x, g)
     plan = _plan("all_reduce", axis, src, dst, False, op, x)
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
@@ -1207,17 +1203,14 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     ``convert(I,V)`` / ``convert(I,S(i))`` (each rank keeps its slot/chunk, no comms).
     """
     if (src is _S0 and (dst is R or dst is I) and sizes is None and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
             g = None
         if g is not None and x.ndim:
-            try:
-                return du.all_gather(x, g)
-            except RuntimeError:  # c10d refuses torch.func's batched tensors: the general path
-                if not _functorch_input(x):
-                    raise
+            return du.all_gather(x, g)
     plan = _plan("all_gather", axis, src, dst, x=x)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
@@ -1244,17 +1237,14 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     R out: the gradient of a pending sum is the same on every rank).
     """
     if (src is P and dst is _S0 and op == "sum" and sizes is None and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
             g = None
         if g is not None and x.ndim and not x.shape[0] % g.size:
-            try:
-                return du.reduce_scatter(x, g)
-            except RuntimeError:  # c10d refuses torch.func's batched tensors: the general path
-                if not _functorch_input(x):
-                    raise
+            return du.reduce_scatter(x, g)
     plan = _plan("reduce_scatter", axis, src, dst, False, op, x)
     out = _run(plan, x, sizes)
     return _finish(plan, x, out) if _checking.ACTIVE else out
@@ -1299,7 +1289,8 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     if sizes is not None or out_sizes is not None:
         return _all_to_all_uneven(x, axis, src, dst, sizes, out_sizes)
     if (src is V and dst is V and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1309,12 +1300,8 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
             if shape and not shape[0] % g.size:
                 send = x.contiguous()
                 out = torch.empty_like(send)
-                try:
-                    dist.all_to_all_single(out, send, group=g.pg)
-                    return out
-                except RuntimeError:  # c10d refuses torch.func's batched tensors
-                    if not _functorch_input(x):
-                        raise
+                dist.all_to_all_single(out, send, group=g.pg)
+                return out
     plan = _plan("all_to_all", axis, src, dst, x=x)
     out = _run(plan, x, None)
     return _finish(plan, x, out) if _checking.ACTIVE else out
@@ -1352,6 +1339,10 @@ class _FuncUnevenAllToAll(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         return (_FuncUnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes),
                 None, None, None)
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: torch.Tensor, *_: Any) -> torch.Tensor:
+        return _FuncUnevenAllToAll.apply(tangent, ctx.group, ctx.sizes, ctx.out_sizes)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, x: torch.Tensor, group: du.AxisGroup,

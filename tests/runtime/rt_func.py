@@ -1,5 +1,5 @@
 """torch.func over the typed collectives, on real gloo ranks: torch.func.grad, vjp (and its
-vjp: double backward), jacrev, vmap (batch dim first and last), vmap(grad) per-example
+vjp: double backward), jvp and jacfwd (forward mode), jacrev, vmap (batch dim first and last), vmap(grad) per-example
 gradients, grad(vmap), and functional_call + grad over the einsum family, for every
 (op, src, dst) of the engine's table (S forms on dims 0, 1, -1), the avg/max/min forms,
 the uneven ``sizes=`` forms, redistribute's routes and the uneven all_to_all.
@@ -15,7 +15,7 @@ import functools
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.func import functional_call, grad, jacrev, vjp, vmap
+from torch.func import functional_call, grad, jacfwd, jacrev, jvp, vjp, vmap
 
 import spmd
 from spmd import P, R, Tensor, V
@@ -84,6 +84,10 @@ def check_func_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: s
         _same(pullback(g)[0], ref.detach(), "torch.func.vjp")
         _same(vjp(lambda gg: vjp(fn, x)[1](gg)[0], g)[1](v)[0], ref2,
               "torch.func.vjp of the vjp (double backward)")
+        # forward mode: every op is linear, the output's tangent is the op on the tangent
+        y, tangent = jvp(fn, (x,), (v,))
+        _same(y, out.detach(), "torch.func.jvp forward")
+        _same(tangent, fn(v), "torch.func.jvp")
         # jacrev (vmap over the vjp: every rank the same output size) against autograd's rows
         if len(set(out_shapes)) == 1:
             jac = jacrev(fn)(x)
@@ -93,6 +97,16 @@ def check_func_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: s
                 e[i] = 1
                 rows.append(torch.autograd.grad(out, xl, e.view(out.shape), retain_graph=True)[0])
             _same(jac, torch.stack(rows).view(*out.shape, *x.shape), "torch.func.jacrev")
+            if len(set(shapes)) == 1:  # forward mode: vmap over the jvp, batch = x.numel()
+                # the op is linear: column j is the op on the basis vector e_j (on every rank;
+                # jacrev's row i is the backward of e_i on every rank: another cross-rank sum)
+                cols = []
+                for j in range(x.numel()):
+                    e = torch.zeros(x.numel(), dtype=x.dtype)
+                    e[j] = 1
+                    cols.append(fn(e.view(x.shape)))
+                _same(jacfwd(fn)(x), torch.stack(cols, -1).view(*out.shape, *x.shape),
+                      "torch.func.jacfwd")
         # per-example gradients: vmap(grad) and grad(vmap) against the loop
         gb = _batch(dual(dst), out_shapes, f"{name}/gb", me)
         loop = []
@@ -127,6 +141,7 @@ def check_func_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any) 
         (ref,) = torch.autograd.grad(fn(xl), xl, g)
         _same(grad(lambda t: (fn(t) * g).sum())(x), ref, "torch.func.grad")
         _same(vjp(fn, x)[1](g)[0], ref, "torch.func.vjp")
+        _same(jvp(fn, (x,), (xb[0],))[1], fn(xb[0]), "torch.func.jvp")
         gb = _batch("V", out_shapes, f"{name}/gb", me)
         loop = []
         for b in range(B):
