@@ -241,6 +241,39 @@ def check_check_mode_grad(ctx: Ctx, name: str) -> None:
                                          f"an R tensor")
 
 
+def check_global_redistribute(ctx: Ctx, name: str) -> None:
+    """``spmd.redistribute(x, src=PS[...], dst=PS[...])`` (global SPMD, the planner's steps)
+    under torch.func.grad, vjp, vmap and vmap(grad), for every case of rt_global."""
+    import rt_global
+    from spmd import PS
+
+    with spmd.set_mesh(ctx.mesh("2x2")):
+        for label, shape, src, dst in rt_global.CASES:
+            def fn(t: torch.Tensor, src: Any = src, dst: Any = dst) -> torch.Tensor:
+                return spmd.redistribute(t, src=src, dst=dst)
+
+            whole = Tensor[PS[(None,) * len(shape)], R["dp", "tp"]]
+            local = spmd.redistribute(torch.zeros(shape, dtype=torch.float64), src=whole, dst=src)
+            seed = f"{name}/{label}/{ctx.rank}"
+            x = values("V", [tuple(local.shape)], seed)[0]
+            out = fn(x)
+            g = values("V", [tuple(out.shape)], f"{seed}/g")[0]
+            xl = x.clone().requires_grad_(True)
+            (ref,) = torch.autograd.grad(fn(xl), xl, g)
+            _same(grad(lambda t: (fn(t) * g).sum())(x), ref, f"{label}: torch.func.grad")
+            _same(vjp(fn, x)[1](g)[0], ref, f"{label}: torch.func.vjp")
+            xb = torch.stack([values("V", [tuple(x.shape)], f"{seed}/b{b}")[0] for b in range(B)])
+            gb = torch.stack([values("V", [tuple(out.shape)], f"{seed}/gb{b}")[0]
+                              for b in range(B)])
+            _same(vmap(fn)(xb), torch.stack([fn(xb[b]) for b in range(B)]), f"{label}: vmap")
+            loop = []
+            for b in range(B):
+                xi = xb[b].clone().requires_grad_(True)
+                loop.append(torch.autograd.grad(fn(xi), xi, gb[b])[0])
+            _same(vmap(grad(lambda t, gg: (fn(t) * gg).sum()))(xb, gb), torch.stack(loop),
+                  f"{label}: vmap(grad)")
+
+
 def _cases(n: int) -> Iterator[tuple[str, dict[str, Any]]]:
     for op, src, dst, expert in transition_cases():
         yield f"{op}({src},{dst})", dict(op=op, src=src, dst=dst, expert=expert)
@@ -253,7 +286,7 @@ def _cases(n: int) -> Iterator[tuple[str, dict[str, Any]]]:
         for src, dst in (("V", "R"), ("S0", "I")):
             yield (f"all_reduce({src},{dst},{reduce_op})",
                    dict(op="all_reduce", src=src, dst=dst, reduce_op=reduce_op))
-    sizes = [1, 3] if n == 2 else [1, 3, 0, 2]
+    sizes = {1: [3], 2: [1, 3], 4: [1, 3, 0, 2]}[n]  # n: the axis size
     uneven = [("all_gather", f"S{i}", d) for i in DIMS for d in ("R", "I")]
     uneven += [("reduce_scatter", "P", f"S{i}") for i in DIMS]
     uneven += [("convert", s, f"S{i}") for i in DIMS for s in ("R", "I")]
@@ -274,10 +307,12 @@ def _lt(t: str) -> LocalType:
 
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     checks: list[tuple[str, Callable[[Ctx], None]]] = []
-    axes = [("1d", "x")] + ([("2x2T", ("dp", "tp"))] if world == 4 else [])
-    for mesh_key, axis in axes:
+    # world 2: also an axis of one rank (dp=1: the backward all-reduce returns its input)
+    axes = [("1d", "x", world)] + ([("1xN", "one", 1)] if world == 2
+                                    else [("2x2T", ("dp", "tp"), 4)])
+    for mesh_key, axis, size in axes:
         where = mesh_key if isinstance(axis, str) else f"{mesh_key}/({','.join(axis)})"
-        for label, kw in _cases(world):
+        for label, kw in _cases(size):
             n = f"w{world}/func/{where}/{label}"
             checks.append((n, functools.partial(check_func_op, name=n, mesh_key=mesh_key,
                                                 axis=axis, **kw)))
@@ -287,6 +322,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     checks += named_checks(world, "func", (check_functional_call_grad,
                                            check_vmap_refuses_scalar_examples,
                                            check_check_mode_grad))
+    if world == 4:
+        checks += named_checks(world, "func", (check_global_redistribute,))
     names = [c[0] for c in checks]
     assert len(names) == len(set(names)), "duplicate check names"
     return checks
