@@ -415,7 +415,16 @@ def _get(t: Any) -> SpmdType | None:
     entry = _TYPES.get(id(t))
     if entry is not None and entry[0]() is t:
         return entry[1]
+    if _functorch_active() and isinstance(t, torch.Tensor) and _is_wrapped(t):
+        # torch.func: a transform's wrapper of a typed tensor (grad's input, vmap's batch
+        # read per example) has the type of the tensor it wraps
+        return _get(_get_unwrapped(t))
     return None
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_get_unwrapped = torch._C._functorch.get_unwrapped
 
 
 def _set(t: torch.Tensor, typ: SpmdType) -> None:

@@ -158,7 +158,7 @@ class _Collective(torch.autograd.Function):
         # Function's backward argument (see _signatures; empty: never in place).
         owned = False
         compiling = step.traced  # traced by torch.compile: never in place
-        if not compiling and step.reduces_in_backward():
+        if not compiling and step.reduces_in_backward() and not _functorch_active():
             sigs = _signatures(_OWNED, grad)
             owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
@@ -191,10 +191,105 @@ _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 _compiling = torch.compiler.is_dynamo_compiling
 
 
-def _apply(x: torch.Tensor, step: _Step, sizes: tuple[int, ...] | None) -> torch.Tensor:
-    if _functorch_active():
-        return _Collective.apply(x, step, sizes)
-    return _C_APPLY(_unwrap_if_dead(x), step, sizes)
+# ------------------------------------------------------------------------------------
+# torch.func (grad, vjp, jacrev, vmap, functional_call): the same steps, another Function
+# ------------------------------------------------------------------------------------
+#
+# functorch's transforms accept only Functions written in the setup_context style
+# (forward without ctx) and need a vmap rule for ops they cannot batch (the c10d calls
+# have none).  _Collective keeps the eager form (its ctx-forward is what _C_APPLY calls:
+# no setup_context call per op, and the forward all-reduce in place via mark_dirty);
+# under a transform the ops go through _FuncCollective instead: the same step, the same
+# table's backward (each backward step through _FuncCollective again, so jacrev and
+# higher derivatives work), never in place (functorch's wrappers have no storage to
+# sign, and what holds them is functorch's business), and a vmap rule.
+#
+# The vmap rule moves the batch dim LAST and writes the step's S dims as non-negative dims
+# of the per-example tensor: every local effect only adds or removes dim 0 (V's stacking
+# dim) or works on the dims it names, so the batch stays the last dim of the result and
+# one collective moves every example at once.  All ranks must vmap over the same batch
+# size (they exchange batch * per-example sizes; different sizes mismatch the messages).
+# A transform is detected by _functorch_active() (one C call, ~26 ns here): once on the
+# differentiable path (as _apply asked it before), and on the no-grad paths, the public ops'
+# fast paths included: there a tensor of a transform may say requires_grad=False and
+# still need the Function: vmap's batched tensors (c10d has no batching rule), jvp's duals
+# (a c10d call on one reduces the primal and leaves the tangent as is: a wrong jacfwd,
+# silently), and a tensor batched inside grad (grad(vmap(f))), whose gradient would be the
+# local effect's derivative, not the table's backward.
+
+class _FuncCollective(torch.autograd.Function):
+    """:class:`_Collective` in torch.func's form: forward, setup_context, backward, vmap."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, step: _Step, sizes: tuple[int, ...] | None) -> torch.Tensor:
+        return step.impl(step, x, sizes)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.step, ctx.sizes = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        sizes = ctx.sizes
+        for step in ctx.step.backward_steps():
+            grad = _FuncCollective.apply(grad, step, sizes)
+        return grad, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: torch.Tensor, *_: Any) -> torch.Tensor:
+        # every step is linear: the tangent goes through the step itself (jacfwd, hessian)
+        return _FuncCollective.apply(tangent, ctx.step, ctx.sizes)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, step: _Step,
+             sizes: tuple[int, ...] | None) -> tuple[torch.Tensor, int | None]:
+        bdim = in_dims[0]
+        if bdim is None:  # the same tensor for every example: one result for all
+            return _FuncCollective.apply(x, step, sizes), None
+        out = _FuncCollective.apply(x.movedim(bdim, -1), _batched_step(step, x.ndim - 1), sizes)
+        return out, out.ndim - 1
+
+
+# The local effects that read dim 0 of the tensor (V's stacking dim, a block split): a
+# per-example tensor of no dims is refused as the effect refuses it unbatched (batched, dim
+# 0 would be the batch dim).
+_NEEDS_DIM_0: frozenset = frozenset()  # filled after _IMPLS
+
+
+def _batched_step(step: _Step, ndim: int) -> _Step:
+    """``step`` for a batch of per-example tensors of ``ndim`` dims, the batch dim last:
+    its S dims non-negative (a negative dim would count the batch dim)."""
+    src_dim, dst_dim = step.src_dim, step.dst_dim
+    if src_dim is not None:
+        src_dim = _dim(step, src_dim, ndim)
+    if dst_dim is not None:
+        dst_dim = _dim(step, dst_dim, ndim)
+    if ndim == 0 and _IMPLS[(step.op, step.src, step.dst)] in _NEEDS_DIM_0:
+        raise ValueError(f"{step.describe()} needs a tensor with at least one dim (under "
+                         f"torch.func.vmap: each example)")
+    return _Step(step.transition, src_dim, dst_dim, step.group, step.scale, step.in_backward)
+
+
+class _FuncReduce(torch.autograd.Function):
+    """all_reduce(op="max" | "min") under torch.func (no gradient; elementwise: vmap
+    reduces the batch as is)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, group: du.AxisGroup, op: Any) -> torch.Tensor:
+        return du.all_reduce(x, group, op)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        raise RuntimeError("all_reduce(op='max' | 'min') has no gradient")
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, group: du.AxisGroup,
+             op: Any) -> tuple[torch.Tensor, int | None]:
+        return _FuncReduce.apply(x, group, op), in_dims[0]
 
 
 # ------------------------------------------------------------------------------------
@@ -748,6 +843,7 @@ for _key in TRANSITIONS:
     if _key[0] == "reinterpret" or (_key[0] == "convert" and TRANSITIONS[_key].alias_of):
         _IMPLS[(TRANSITIONS[_key].forward.op, _key[1], _key[2])] = _identity
         _IMPLS[_key] = _identity
+_NEEDS_DIM_0 = frozenset({_reduce_scatter_unbind, _all_to_all, _take_slot})
 _missing = [k for k in TRANSITIONS if (TRANSITIONS[k].forward.op, k[1], k[2]) not in _IMPLS]
 assert not _missing, f"transitions without a local effect: {_missing}"
 
@@ -969,6 +1065,8 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
             errors = check_collective("all_reduce", UNTYPED, plan.axes or ("<group>",), plan.src,
                                       plan.dst, reduce_op=plan.reduce_op, can_grad=True).errors
             raise SpmdCollectiveError(errors[0])
+        if _functorch_active():
+            return _FuncReduce.apply(x, plan.group, plan.no_grad_op)
         return du.all_reduce(x, plan.group, plan.no_grad_op)
     step = plan.step
     if step is None:  # redistribute to the same type
@@ -978,6 +1076,8 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     if x.requires_grad and torch.is_grad_enabled():
         if plan.traced:  # traced by torch.compile: the plain Function, never in place
             return _Collective.apply(x, step, sizes)
+        if _functorch_active():  # torch.func: its Function, never in place
+            return _FuncCollective.apply(x, step, sizes)
         in_place = plan.in_place
         if in_place is not None:
             # The forward all-reduce in place, as Megatron's, when nothing but this call
@@ -988,10 +1088,15 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
                 _PROBE_SEEN.append(sig)
                 return x.detach().clone()
             if sig in _signatures(_OWNED_INPUTS, x):  # calibrates here, not inside a backward
-                return x if plan.owned_keeps else _apply(x, in_place, sizes)
+                return x if plan.owned_keeps else _C_APPLY(_unwrap_if_dead(x), in_place, sizes)
         else:
             _signatures(_OWNED, x)  # calibrates here, not inside a backward
-        return _apply(x, step, sizes)
+        return _C_APPLY(_unwrap_if_dead(x), step, sizes)
+    if _functorch_active():
+        # torch.func: a tensor vmap batches says requires_grad=False even when a grad
+        # transform outside the vmap tracks it (grad(vmap(f))); the Function gives it
+        # the table's backward (not the derivative of the local effect) and batches it
+        return _FuncCollective.apply(x, step, sizes)
     return step.impl(step, x, sizes)
 
 
@@ -1061,7 +1166,8 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     of the pending sum as is.
     """
     if (src is P and (dst is R or dst is I) and op == "sum" and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1097,7 +1203,8 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     ``convert(I,V)`` / ``convert(I,S(i))`` (each rank keeps its slot/chunk, no comms).
     """
     if (src is _S0 and (dst is R or dst is I) and sizes is None and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1130,7 +1237,8 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     R out: the gradient of a pending sum is the same on every rank).
     """
     if (src is P and dst is _S0 and op == "sum" and sizes is None and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1181,7 +1289,8 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     if sizes is not None or out_sizes is not None:
         return _all_to_all_uneven(x, axis, src, dst, sizes, out_sizes)
     if (src is V and dst is V and not _checking.ACTIVE
-            and not (x.requires_grad and torch.is_grad_enabled())):
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not _functorch_active()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1211,6 +1320,41 @@ class _UnevenAllToAll(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         return _UnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes), None, None, None
+
+
+class _FuncUnevenAllToAll(torch.autograd.Function):
+    """:class:`_UnevenAllToAll` in torch.func's form.  vmap: the batch dim moved last, the
+    rows of dim 0 split and joined as for one example (every rank the same batch size)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, group: du.AxisGroup, sizes: tuple[int, ...],
+                out_sizes: tuple[int, ...]) -> torch.Tensor:
+        return du.all_to_all_uneven(x, group, sizes, out_sizes)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.group, ctx.sizes, ctx.out_sizes = inputs[1], inputs[2], inputs[3]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return (_FuncUnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes),
+                None, None, None)
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: torch.Tensor, *_: Any) -> torch.Tensor:
+        return _FuncUnevenAllToAll.apply(tangent, ctx.group, ctx.sizes, ctx.out_sizes)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, group: du.AxisGroup,
+             sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> tuple[torch.Tensor, int | None]:
+        bdim = in_dims[0]
+        if bdim is None:
+            return _FuncUnevenAllToAll.apply(x, group, sizes, out_sizes), None
+        if x.ndim == 1:
+            raise ValueError("all_to_all(..., sizes=) needs a tensor with at least one dim "
+                             "(under torch.func.vmap: each example)")
+        out = _FuncUnevenAllToAll.apply(x.movedim(bdim, -1), group, sizes, out_sizes)
+        return out, out.ndim - 1
 
 
 def _checked_out_sizes(g: du.AxisGroup, sizes: tuple[int, ...], out_sizes: tuple[int, ...] | None,
@@ -1274,7 +1418,9 @@ def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
     elif out_sizes is None:  # what every rank sends here: one small exchange of the counts
         counts = du.all_to_all(torch.tensor(sizes, dtype=torch.int64, device=x.device), g)
         out_sizes = tuple(int(k) for k in counts.tolist())
-    if x.requires_grad and torch.is_grad_enabled():
+    if _functorch_active():  # torch.func: its Function (batched by its vmap rule)
+        out = _FuncUnevenAllToAll.apply(x, g, sizes, out_sizes)
+    elif x.requires_grad and torch.is_grad_enabled():
         out = _UnevenAllToAll.apply(x, g, sizes, out_sizes)
     else:
         out = du.all_to_all_uneven(x, g, sizes, out_sizes)

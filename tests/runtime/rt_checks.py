@@ -1312,6 +1312,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "dtensor":  # the DTensor boundary: to_local/from_local/local_map (rt_dtensor.py)
         import rt_dtensor
         return rt_dtensor.suite(world)
+    if name == "func":  # torch.func over the typed collectives (rt_func.py)
+        import rt_func
+        return rt_func.suite(world)
     if name == "compile":  # torch.compile over the typed collectives (rt_compile.py)
         import rt_compile
         return rt_compile.suite(world)
