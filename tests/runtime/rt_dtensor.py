@@ -580,6 +580,74 @@ def check_ddp_step(ctx: Ctx, name: str) -> None:
         assert_close(p.detach(), q.detach(), rtol=0, atol=1e-15)
 
 
+class _RowShard(torch.nn.Module):
+    w: Tensor[S[0, "x"]]  # this rank's rows of a global weight
+
+    def __init__(self, ctx: Ctx, full: torch.Tensor) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(full.chunk(ctx.world)[ctx.rank].clone())
+
+
+def check_swap_conversions(ctx: Ctx, name: str) -> None:
+    """With torch's ``set_swap_module_params_on_conversion(True)``, ``m.double()`` /
+    ``m.to(...)`` of a module whose parameter is typed (declared by declare_parameters, its
+    gradient read in the check mode) swap the parameter with torch.utils.swap_tensors, which
+    raised "Cannot swap t1 because it has weakref associated with it" (the check mode's side
+    table), after the block and inside one.  Now the conversions run; the parameter and its
+    gradient keep their S(0) type into the next block, where a wrong collective on the
+    parameter still raises and the right one gives the float64 global weight.  FSDP2's
+    DTensor parameters are swapped by ``_apply`` without the flag: ``model.to(...)`` after a
+    checked step, then a second step, gives the float64 reference."""
+    mesh = ctx.mesh("1d")
+    full = torch.arange(6 * ctx.world, dtype=torch.float32).reshape(2 * ctx.world, 3) / 8
+    flag = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        m = _RowShard(ctx, full)
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            spmd.declare_parameters(m)
+            spmd.reinterpret((m.w * m.w).sum(), AXIS, src=V, dst=P).backward()  # w.grad: S(0)
+            g = m.w.grad
+            assert str(spmd.typeof(g)) == 'Tensor[S[0, "x"]]', spmd.typeof(g)
+        w_id = id(m.w)
+        m.double()  # after the block
+        assert id(m.w) == w_id and m.w.dtype == F64 and m.w.grad.dtype == F64
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            assert str(spmd.typeof(m.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w)
+            assert str(spmd.typeof(m.w.grad)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w.grad)
+            _raises("spmd-src-mismatch", lambda: spmd.all_reduce(m.w, AXIS, src=P, dst=R),
+                    "m.w is S(0)")
+            got = spmd.all_gather(m.w.detach(), AXIS, src=S(0), dst=I)
+            grad = spmd.all_gather(m.w.grad, AXIS, src=S(0), dst=I)
+            m.to(torch.float32).to(F64)  # inside the block
+            assert str(spmd.typeof(m.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w)
+        assert_close(got, full.to(F64), rtol=0, atol=0)
+        assert_close(grad, 2 * full.to(F64), rtol=0, atol=0)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(flag)
+    # FSDP2: one checked step, model.to(...) (swap_tensors of the DTensors), a second step
+    from torch.distributed.fsdp import fully_shard
+
+    xg, ref = _reference_steps(ctx)
+    net = _FsdpNet()
+    for block in (net.a, net.c):
+        fully_shard(block, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = xg.chunk(ctx.world)[ctx.rank]
+    for step in range(2):
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            spmd.declare_parameters(net)
+            opt.zero_grad()
+            loss = net(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
+            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
+            opt.step()
+        if step == 0:
+            net.to(F64)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        assert_close(p.full_tensor().detach(), q.detach(), rtol=0, atol=1e-15)
+
+
 def check_two_axes(ctx: Ctx, name: str) -> None:
     """A 2 x 2 (dp, tp) mesh: each placement types its own axis (a 2-d DTensor and a
     sub-mesh's); from_local checks each axis, the fix names the one that differs; the fixed
@@ -611,7 +679,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_from_local_invariant_as_partial, check_to_local_is_invariant,
         check_to_local_partial_not_rechecked_in_backward, check_local_map_placements,
         check_parallel_style_boundary, check_fsdp2_declare_parameters, check_fsdp2_fused_adam,
-        check_fsdp2_nested, check_ddp_step))
+        check_fsdp2_nested, check_ddp_step, check_swap_conversions))
     if world == 4:
         out += named_checks(world, "dtensor", (check_two_axes,))
     return out
