@@ -814,10 +814,11 @@ class _Mode(TorchFunctionMode):
                     # a hook registered before the check mode started (not wrapped) may have
                     # reduced it: what a collective in it typed, else unknown (gradual)
                     pass
-                elif _reduced_by_ddp(args[0]):
+                elif _reduced_by_ddp(args[0]) or _fsdp1_sharded(args[0]):
                     # torch's DistributedDataParallel averages it in its C++ reducer (over its
                     # group, unless under no_sync), which the mode does not see: unknown
-                    # (gradual; the dual made opt.step a false error whose fix reduced twice)
+                    # (gradual; the dual made opt.step a false error whose fix reduced twice);
+                    # FSDP1's is a slice of its reduce-scattered flat gradient, unseen too
                     _untype(g)
                 else:
                     t = _get(args[0])
@@ -1468,17 +1469,25 @@ def _is_dtensor(t: Any) -> bool:
     return cls is not None and isinstance(t, cls)
 
 
+def _fsdp1_sharded(t: Any) -> bool:
+    """A parameter of torch's FullyShardedDataParallel (FSDP1, ``use_orig_params=True``)
+    between forwards: a flat 1-d slice of this rank's shard of the module's flattened
+    parameters (torch marks it ``_fsdp_flattened``), of no SPMD type its annotation states."""
+    return type(t) is torch.nn.Parameter and getattr(t, "_fsdp_flattened", False) is True
+
+
 def annotated_tensors(module: torch.nn.Module
                       ) -> Iterator[tuple[str, torch.nn.Module, str, torch.Tensor, SpmdType]]:
     """``(submodule path, submodule, name, tensor, type)`` of every parameter and buffer of
-    ``module`` and its submodules whose class annotates it (DTensors skipped)."""
+    ``module`` and its submodules whose class annotates it (DTensors and FSDP1's sharded
+    parameters skipped)."""
     for prefix, sub in module.named_modules():
         types_ = _class_parameter_types(type(sub))
         if not types_:
             continue
         for name, value in [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]:
             want = types_.get(name)
-            if want is not None and not _is_dtensor(value):
+            if want is not None and not _is_dtensor(value) and not _fsdp1_sharded(value):
                 yield prefix, sub, name, value, want
 
 
@@ -1498,12 +1507,19 @@ def _follow_fsdp(module: torch.nn.Module) -> None:
     except Exception:  # noqa: BLE001 - torch without distributed
         return
     for sub in module.modules():
-        if isinstance(sub, FSDPModule) and sub not in _FSDP_FOLLOWED:
+        if sub in _FSDP_FOLLOWED:
+            continue
+        # FSDP2's modules; a module holding FSDP1 parameters (its unsharded views are put in
+        # place by the FullyShardedDataParallel module around it, before this module's forward)
+        fsdp1 = [p for p in sub.parameters(recurse=False) if _fsdp1_sharded(p)]
+        for p in fsdp1:
+            _untype(p)  # a type declared before FSDP1 flattened it: no longer its value's
+        if isinstance(sub, FSDPModule) or (fsdp1 and _class_parameter_types(type(sub))):
             _FSDP_FOLLOWED[sub] = sub.register_forward_pre_hook(_declare_unsharded)
 
 
 def _declare_unsharded(module: torch.nn.Module, args: Any) -> None:
-    """FSDP2's unsharded parameters, at each forward (after FSDP's pre-hook unsharded them)."""
+    """FSDP's unsharded parameters, at each forward (after FSDP unsharded them)."""
     if ACTIVE and not _PAUSED:
         _declare_module_tree(module)
 

@@ -580,6 +580,39 @@ def check_ddp_step(ctx: Ctx, name: str) -> None:
         assert_close(p.detach(), q.detach(), rtol=0, atol=1e-15)
 
 
+def check_fsdp1_step(ctx: Ctx, name: str) -> None:
+    """torch's FullyShardedDataParallel (FSDP1, ``use_orig_params=True``) over "x": its
+    parameters between forwards are flat 1-d slices of this rank's shard (declared R by
+    declare_parameters, their reduce-scattered gradients were read as the dual P: opt.step
+    raised a false spmd-partial-affine, the probes).  Now the sharded parameters and their
+    gradients are unknown (gradual), the unsharded weights each forward uses are declared
+    from the annotations (R), and two SGD steps in the check mode give the float64
+    reference."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    xg, ref = _reference_steps(ctx)
+    mesh = ctx.mesh("1d")
+    for early in (False, True):  # declared after wrapping; declared before it too
+        net = _FsdpNet()
+        if early:
+            with spmd.set_mesh(mesh), spmd.typecheck():
+                spmd.declare_parameters(net)
+        seen: list[str] = []
+        for block in (net.a, net.c):
+            block.register_forward_hook(lambda m, args, out: seen.append(_str(spmd.typeof(m.w))))
+        model = FSDP(net, process_group=mesh.get_group(AXIS), use_orig_params=True,
+                     device_id=torch.device("cpu"))
+        _two_checked_steps(ctx, mesh, model, net, xg)
+        assert seen == ['Tensor[R["x"]]'] * 4, seen
+        with spmd.set_mesh(mesh), spmd.typecheck(strict=True):  # no operand left untyped
+            x = spmd.declare(xg.chunk(ctx.world)[ctx.rank].clone(), Tensor[V[AXIS]])
+            spmd.reinterpret(model(x).pow(2).mean(), AXIS, src=V, dst=P).backward()
+            torch.optim.SGD(model.parameters(), lr=0.0).step()
+        with FSDP.summon_full_params(model):
+            for p, q in zip(net.parameters(), ref.parameters()):
+                assert_close(p.detach(), q.detach(), rtol=0, atol=1e-15)
+
+
 class _RowShard(torch.nn.Module):
     w: Tensor[S[0, "x"]]  # this rank's rows of a global weight
 
@@ -679,7 +712,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_from_local_invariant_as_partial, check_to_local_is_invariant,
         check_to_local_partial_not_rechecked_in_backward, check_local_map_placements,
         check_parallel_style_boundary, check_fsdp2_declare_parameters, check_fsdp2_fused_adam,
-        check_fsdp2_nested, check_ddp_step, check_swap_conversions))
+        check_fsdp2_nested, check_ddp_step, check_swap_conversions,
+        check_fsdp1_step))
     if world == 4:
         out += named_checks(world, "dtensor", (check_two_axes,))
     return out
