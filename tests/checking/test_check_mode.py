@@ -1570,3 +1570,19 @@ def test_swap_of_a_value_sharded_on_another_dim_is_checked() -> None:
         torch.utils.swap_tensors(w, ok)
     assert torch.equal(w, torch.zeros(4, 4)) and spmd.typeof(w) == ty(dp=shard(0))
 
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_swapping_load_state_dict_checks_the_loaded_value(swap_on_conversion, assign: bool) -> None:
+    """Under the flag load_state_dict swaps in ``param.module_load(value)`` where the default
+    path runs ``param.copy_(value)``: checked as that copy (an S(1) value loaded into an S(0)
+    parameter raised nothing, module_load's result was typed V); a value of the parameter's
+    type loads."""
+    m = _RowsNet()
+    with spmd.typecheck():
+        spmd.declare_parameters(m)
+        v = typed(torch.zeros(4, 3), Tensor[S[1, "dp"]])
+        with pytest.raises(RuntimeError, match=r"copy_ would write v .*\[spmd-inplace\]"):
+            m.load_state_dict({"w": v}, assign=assign)
+        m.load_state_dict({"w": typed(torch.ones(4, 3), Tensor[S[0, "dp"]])}, assign=assign)
+    assert torch.equal(m.w.detach(), torch.ones(4, 3)) and spmd.typeof(m.w) == ty(dp=shard(0))
