@@ -651,12 +651,15 @@ def check_swap_conversions(ctx: Ctx, name: str) -> None:
         with spmd.set_mesh(mesh), spmd.typecheck():
             assert str(spmd.typeof(m.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w)
             assert str(spmd.typeof(m.w.grad)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w.grad)
+            # inside the block (before any collective on the gradient: gloo may hold it a
+            # moment after the call returns, and swap_tensors wants no other holder)
+            m.to(torch.float32).to(F64)
+            assert str(spmd.typeof(m.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w)
+            assert str(spmd.typeof(m.w.grad)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w.grad)
             _raises("spmd-src-mismatch", lambda: spmd.all_reduce(m.w, AXIS, src=P, dst=R),
                     "m.w is S(0)")
             got = spmd.all_gather(m.w.detach(), AXIS, src=S(0), dst=I)
             grad = spmd.all_gather(m.w.grad, AXIS, src=S(0), dst=I)
-            m.to(torch.float32).to(F64)  # inside the block
-            assert str(spmd.typeof(m.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w)
         assert_close(got, full.to(F64), rtol=0, atol=0)
         assert_close(grad, 2 * full.to(F64), rtol=0, atol=0)
     finally:
