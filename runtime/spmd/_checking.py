@@ -814,15 +814,18 @@ class _Mode(TorchFunctionMode):
                     # a hook registered before the check mode started (not wrapped) may have
                     # reduced it: what a collective in it typed, else unknown (gradual)
                     pass
-                elif _reduced_by_ddp(args[0]) or _fsdp1_sharded(args[0]):
+                elif _reduced_by_ddp(args[0]):
                     # torch's DistributedDataParallel averages it in its C++ reducer (over its
                     # group, unless under no_sync), which the mode does not see: unknown
-                    # (gradual; the dual made opt.step a false error whose fix reduced twice);
-                    # FSDP1's is a slice of its reduce-scattered flat gradient, unseen too
+                    # (gradual; the dual made opt.step a false error whose fix reduced twice)
                     _untype(g)
                 else:
                     t = _get(args[0])
-                    if t:
+                    if t and _fsdp1_sharded(args[0]):
+                        # FSDP1's parameter typed before the wrapping: its gradient is a slice
+                        # of FSDP's reduce-scattered flat gradient, unseen too: unknown
+                        _untype(g)
+                    elif t:
                         _set(g, t.dual())
             return g
         if kind is Kind.GRAD_HOOK:

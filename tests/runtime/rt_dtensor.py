@@ -532,14 +532,15 @@ def _reference_steps(ctx: Ctx) -> tuple[torch.Tensor, _FsdpNet]:
 
 
 def _two_checked_steps(ctx: Ctx, mesh: Any, model: torch.nn.Module, net: torch.nn.Module,
-                       xg: torch.Tensor) -> None:
+                       xg: torch.Tensor, declare: bool = True) -> None:
     """Two SGD steps of ``model`` (``net`` wrapped by FSDP2 or DDP, or ``net`` itself) on this
     rank's rows of ``xg``, the local-mean loss reinterpreted V -> P, in the check mode with
     ``net``'s parameters declared (as _reference_steps takes them on the whole batch)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = xg.chunk(ctx.world)[ctx.rank]
     with spmd.set_mesh(mesh), spmd.typecheck():
-        spmd.declare_parameters(net)
+        if declare:
+            spmd.declare_parameters(net)
         for _ in range(2):
             opt.zero_grad()
             loss = model(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
@@ -592,10 +593,12 @@ def check_fsdp1_step(ctx: Ctx, name: str) -> None:
 
     xg, ref = _reference_steps(ctx)
     mesh = ctx.mesh("1d")
-    # declared after wrapping; declared before it too; use_orig_params=False (the modules'
-    # weights are plain tensors, not parameters, which declare_parameters does not see: the
-    # forward is untyped, gradual)
-    for early, orig in ((False, True), (True, True), (False, False)):
+    # declared after wrapping; before it too; before it only (the forward's weights are not
+    # declared then, the sharded parameters keep the type: their gradients are still unknown);
+    # use_orig_params=False (the modules' weights are plain tensors, not parameters, which
+    # declare_parameters does not see: the forward is untyped, gradual)
+    for early, orig, after in ((False, True, True), (True, True, True), (True, True, False),
+                               (False, False, True)):
         net = _FsdpNet()
         if early:
             with spmd.set_mesh(mesh), spmd.typecheck():
@@ -605,9 +608,10 @@ def check_fsdp1_step(ctx: Ctx, name: str) -> None:
             block.register_forward_hook(lambda m, args, out: seen.append(_str(spmd.typeof(m.w))))
         model = FSDP(net, process_group=mesh.get_group(AXIS), use_orig_params=orig,
                      device_id=torch.device("cpu"))
-        _two_checked_steps(ctx, mesh, model, net, xg)
-        assert seen == (['Tensor[R["x"]]'] if orig else ["untyped"]) * 4, seen
-        with spmd.set_mesh(mesh), spmd.typecheck(strict=orig):  # no operand left untyped
+        _two_checked_steps(ctx, mesh, model, net, xg, declare=after)
+        typed = orig and after
+        assert seen == (['Tensor[R["x"]]'] if typed else ["untyped"]) * 4, seen
+        with spmd.set_mesh(mesh), spmd.typecheck(strict=typed):  # no operand left untyped
             x = spmd.declare(xg.chunk(ctx.world)[ctx.rank].clone(), Tensor[V[AXIS]])
             spmd.reinterpret(model(x).pow(2).mean(), AXIS, src=V, dst=P).backward()
             torch.optim.SGD(model.parameters(), lr=0.0).step()
