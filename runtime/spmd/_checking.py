@@ -909,7 +909,11 @@ class _Mode(TorchFunctionMode):
                     _untype(g)
                 else:
                     t = _get(args[0])
-                    if t:
+                    if t and _fsdp1_sharded(args[0]):
+                        # FSDP1's parameter typed before the wrapping: its gradient is a slice
+                        # of FSDP's reduce-scattered flat gradient, unseen too: unknown
+                        _untype(g)
+                    elif t:
                         _set(g, t.dual())
             return g
         if kind is Kind.GRAD_HOOK:
@@ -1381,6 +1385,7 @@ class typecheck(contextlib.ContextDecorator):
         mode.__enter__()
         if not _STACK:
             _install_apply()
+            _install_swap()
             _enter_eager_stance()
         _STACK.append(mode)
         self._modes.append(mode)
@@ -1567,17 +1572,25 @@ def _is_dtensor(t: Any) -> bool:
     return cls is not None and isinstance(t, cls)
 
 
+def _fsdp1_sharded(t: Any) -> bool:
+    """A parameter of torch's FullyShardedDataParallel (FSDP1, ``use_orig_params=True``)
+    between forwards: a flat 1-d slice of this rank's shard of the module's flattened
+    parameters (torch marks it ``_fsdp_flattened``), of no SPMD type its annotation states."""
+    return type(t) is torch.nn.Parameter and getattr(t, "_fsdp_flattened", False) is True
+
+
 def annotated_tensors(module: torch.nn.Module
                       ) -> Iterator[tuple[str, torch.nn.Module, str, torch.Tensor, SpmdType]]:
     """``(submodule path, submodule, name, tensor, type)`` of every parameter and buffer of
-    ``module`` and its submodules whose class annotates it (DTensors skipped)."""
+    ``module`` and its submodules whose class annotates it (DTensors and FSDP1's sharded
+    parameters skipped)."""
     for prefix, sub in module.named_modules():
         types_ = _class_parameter_types(type(sub))
         if not types_:
             continue
         for name, value in [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]:
             want = types_.get(name)
-            if want is not None and not _is_dtensor(value):
+            if want is not None and not _is_dtensor(value) and not _fsdp1_sharded(value):
                 yield prefix, sub, name, value, want
 
 
@@ -1597,12 +1610,19 @@ def _follow_fsdp(module: torch.nn.Module) -> None:
     except Exception:  # noqa: BLE001 - torch without distributed
         return
     for sub in module.modules():
-        if isinstance(sub, FSDPModule) and sub not in _FSDP_FOLLOWED:
+        if sub in _FSDP_FOLLOWED:
+            continue
+        # FSDP2's modules; a module holding FSDP1 parameters (its unsharded views are put in
+        # place by the FullyShardedDataParallel module around it, before this module's forward)
+        fsdp1 = [p for p in sub.parameters(recurse=False) if _fsdp1_sharded(p)]
+        for p in fsdp1:
+            _untype(p)  # a type declared before FSDP1 flattened it: no longer its value's
+        if isinstance(sub, FSDPModule) or (fsdp1 and _class_parameter_types(type(sub))):
             _FSDP_FOLLOWED[sub] = sub.register_forward_pre_hook(_declare_unsharded)
 
 
 def _declare_unsharded(module: torch.nn.Module, args: Any) -> None:
-    """FSDP2's unsharded parameters, at each forward (after FSDP's pre-hook unsharded them)."""
+    """FSDP's unsharded parameters, at each forward (after FSDP unsharded them)."""
     if ACTIVE and not _PAUSED:
         _declare_module_tree(module)
 
@@ -2544,6 +2564,106 @@ def _uninstall_apply() -> None:
     if _TORCH_APPLY is not None:
         torch.autograd.Function.apply = _TORCH_APPLY  # type: ignore[method-assign]
         _TORCH_APPLY = None
+
+
+# --------------------------------------------------------------------------------------
+# torch.utils.swap_tensors refuses a tensor any weak reference points to ("Cannot swap t1
+# because it has weakref associated with it"), and the check mode's tables hold weak
+# references to the typed tensors (the side table; assigned, hooked and DDP-reduced
+# gradients' owners).  torch swaps a module's parameters in place of ``p.data = ...`` in
+# ``Module._apply`` (``m.float()``, ``m.to(...)``, ``m.to_empty(...)``, ``m.share_memory()``)
+# under ``torch.__future__.set_swap_module_params_on_conversion(True)`` and, without the
+# flag, for a wrapper-subclass result (FSDP2's DTensor parameters, FakeTensor); in
+# ``load_state_dict`` and parametrize's ``remove_parametrizations`` under the flag; in FSDP2's
+# move of DTensor parameters to the device.  A typed parameter could not be converted there,
+# inside a block or after it.  Installed by the first block and kept (the types outlive the
+# blocks); a tensor none of whose weak references is the check mode's is torch's own case.
+
+_TORCH_SWAP_TENSORS: Any = None
+
+
+def _release(t: Any) -> list[Any]:
+    """Drop the check mode's weak references to ``t``: what :func:`_retake` needs to take
+    them again (no weak reference kept meanwhile)."""
+    key = id(t)
+    held: list[Any] = [_get(t), _ASSIGNED_GRADS.get(key) is t, None, None, [], False]
+    if held[0] is not None:
+        del _TYPES[key]
+    if held[1]:
+        del _ASSIGNED_GRADS[key]
+    _ZEROED.pop(key, None)  # its version counter is swapped too
+    entry = _GRAD_OWNERS.get(key)
+    if entry is not None and entry[0]() is t:
+        held[2] = entry[1]()  # the tensor whose .grad t was assigned to
+        del _GRAD_OWNERS[key]
+    entry = _HOOKED_GRADS.get(key)
+    if entry is not None and entry[0]() is t:
+        held[3] = entry[1]
+        del _HOOKED_GRADS[key]
+    if _GRAD_OWNERS:  # the gradients assigned to t's .grad
+        for k, (g_ref, o_ref) in list(_GRAD_OWNERS.items()):
+            if o_ref() is t:
+                held[4].append(g_ref())
+                del _GRAD_OWNERS[k]
+    entry = _DDP_PARAMS.get(key) if _DDP_PARAMS else None
+    if entry is not None and entry() is t:
+        held[5] = True
+        del _DDP_PARAMS[key]
+    del entry
+    return held
+
+
+def _retake(t: Any, held: list[Any]) -> None:
+    typ, assigned, owner, hooked, grads, ddp = held
+    if typ is not None:
+        _set(t, typ)
+    if assigned:
+        _ASSIGNED_GRADS[id(t)] = t
+    if owner is not None:
+        _assign_grad(owner, t)
+    if hooked is not None:
+        key = id(t)
+        _HOOKED_GRADS[key] = (weakref.ref(t, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), hooked)
+    for g in grads:
+        if g is not None:
+            _GRAD_OWNERS[id(g)] = (weakref.ref(g, lambda _r, k=id(g): _GRAD_OWNERS.pop(k, None)),
+                                   weakref.ref(t))
+    if ddp:
+        _DDP_PARAMS[id(t)] = weakref.ref(t)
+
+
+def _swap_tensors(t1: Any, t2: Any) -> None:
+    """torch.utils.swap_tensors with the check mode's weak references dropped meanwhile.
+    ``t1`` (the module's parameter, which keeps its identity) keeps its type, as ``p.data =
+    v`` leaves it, or takes ``t2``'s when it had none; in a block the pair is checked as
+    ``t1.data = t2`` is (a value sharded on another dim).  ``t2`` (dropped by torch) holds
+    ``t1``'s old value and gets its old type.  The other tables follow the objects."""
+    swap = _TORCH_SWAP_TENSORS
+    if not (weakref.getweakrefcount(t1) or weakref.getweakrefcount(t2)):
+        return swap(t1, t2)
+    if ACTIVE and not _PAUSED and isinstance(t1, torch.Tensor) and isinstance(t2, torch.Tensor):
+        _check_data_assignment(t1, t2)
+    held1, held2 = _release(t1), _release(t2)
+    try:
+        swap(t1, t2)
+    except BaseException:
+        _retake(t1, held1)
+        _retake(t2, held2)
+        raise
+    type1 = held1[0]
+    held1[0] = type1 if type1 else held2[0]
+    held2[0] = type1
+    _retake(t1, held1)
+    _retake(t2, held2)
+    return None
+
+
+def _install_swap() -> None:
+    global _TORCH_SWAP_TENSORS
+    if _TORCH_SWAP_TENSORS is None:
+        import torch.utils
+        _TORCH_SWAP_TENSORS = torch.utils.swap_tensors
+        torch.utils.swap_tensors = _swap_tensors
 
 
 # --------------------------------------------------------------------------------------

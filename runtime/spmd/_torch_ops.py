@@ -456,6 +456,13 @@ def build_plan(func: Any) -> Plan:
         # the check mode takes the zeros these make for zeros (``fill_value`` of a fill)
         return Plan(Kind.FACTORY, name) if name in ZERO_FACTORIES or name in FILL_FACTORIES else (
             FACTORY_PLAN)
+    if func is getattr(torch.Tensor, "module_load", None):
+        # ``param.module_load(value, assign)``: the value load_state_dict swaps into the
+        # parameter under torch.__future__.set_swap_module_params_on_conversion(True), in
+        # place of ``param.copy_(value)``: checked and typed as that copy (the parameter keeps
+        # its type; a value of another type was typed V, unreported)
+        return Plan(Kind.OP, "copy_", spec=classify("copy_"), inplace=True,
+                    params=("self", "src", "non_blocking"))
     if name in VALUE_READS:  # the values read out of the tensor world (Partial: an error)
         return Plan(Kind.VALUE_READ, name)
     swap = False

@@ -7,6 +7,7 @@ test_check_shared_cases.py); these tests cover the machinery around it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import re
@@ -1590,3 +1591,104 @@ def test_nested_blocks_the_innermost_decides() -> None:
             opt.step()
         assert spmd.typeof(w) == ty(dp=REPLICATE)
 
+
+
+# --------------------------------------------------------------------------------------
+# torch.utils.swap_tensors (set_swap_module_params_on_conversion(True)): conversions of typed
+# parameters
+
+
+class _RowsNet(nn.Module):
+    w: Tensor[S[0, "dp"]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 3))
+
+
+class _Doubled(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2 * x
+
+
+def _remove_parametrization(m: nn.Module) -> None:
+    from torch.nn.utils import parametrize
+    parametrize.register_parametrization(m, "w", _Doubled())
+    parametrize.remove_parametrizations(m, "w", leave_parametrized=True)
+
+
+_CONVERSIONS = {
+    "double": lambda m: m.double(),
+    "to": lambda m: m.to(torch.float64),
+    "to_empty": lambda m: m.to_empty(device="cpu"),
+    "share_memory": lambda m: m.share_memory(),
+    "load_state_dict": lambda m: m.load_state_dict({"w": torch.zeros(4, 3)}),
+    "load_state_dict_assign": lambda m: m.load_state_dict({"w": torch.zeros(4, 3)}, assign=True),
+    "remove_parametrizations": _remove_parametrization,
+}
+
+
+@pytest.fixture
+def swap_on_conversion():
+    old = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    yield
+    torch.__future__.set_swap_module_params_on_conversion(old)
+
+
+@pytest.mark.parametrize("in_block", [False, True])
+@pytest.mark.parametrize("how", sorted(_CONVERSIONS))
+def test_swapped_parameters_keep_their_types(swap_on_conversion, how: str, in_block: bool) -> None:
+    """torch swaps the parameters (torch.utils.swap_tensors) in these paths under the flag:
+    a typed parameter raised "Cannot swap t1 because it has weakref associated with it" (the
+    side table's weak reference), inside a block and after it.  The parameter keeps its
+    identity and its declared type; an assigned (typed) gradient keeps its type, the
+    optimizer-facing tables follow the object."""
+    m = _RowsNet()
+    with spmd.typecheck():
+        spmd.declare_parameters(m)
+        m.w.grad = typed(torch.ones(4, 3), Tensor[R["dp"]])  # an assigned gradient: its own type
+    w = m.w
+    with spmd.typecheck() if in_block else contextlib.nullcontext():
+        _CONVERSIONS[how](m)
+    assert m.w is w
+    assert spmd.typeof(m.w) == ty(dp=shard(0))
+    if how.startswith(("double", "to", "share")):
+        assert spmd.typeof(m.w.grad) == ty(dp=REPLICATE)
+    if how.startswith(("double", "to")) and how != "to_empty":
+        assert m.w.dtype == torch.float64
+    with spmd.typecheck():  # the next block sees the type
+        with pytest.raises(SpmdTypeError, match="spmd-"):
+            m.w.detach() + typed(torch.ones(4, 3), Tensor[P["dp"]])
+
+
+def test_swap_of_a_value_sharded_on_another_dim_is_checked() -> None:
+    """In a block a swap is checked as ``p.data = v`` is: an S(1) value swapped into an S(0)
+    parameter misplaces every rank's block (spmd-inplace, before anything is swapped)."""
+    w = nn.Parameter(torch.randn(4, 4))
+    with spmd.typecheck():
+        typed(w, Tensor[S[0, "dp"]])
+        v = nn.Parameter(typed(torch.zeros(4, 4), Tensor[S[1, "dp"]]))
+        with pytest.raises(SpmdTypeError, match="spmd-inplace"):
+            torch.utils.swap_tensors(w, v)
+        assert spmd.typeof(w) == ty(dp=shard(0)) and spmd.typeof(v) == ty(dp=shard(1))
+        ok = nn.Parameter(typed(torch.zeros(4, 4), Tensor[S[0, "dp"]]))
+        torch.utils.swap_tensors(w, ok)
+    assert torch.equal(w, torch.zeros(4, 4)) and spmd.typeof(w) == ty(dp=shard(0))
+
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_swapping_load_state_dict_checks_the_loaded_value(swap_on_conversion, assign: bool) -> None:
+    """Under the flag load_state_dict swaps in ``param.module_load(value)`` where the default
+    path runs ``param.copy_(value)``: checked as that copy (an S(1) value loaded into an S(0)
+    parameter raised nothing, module_load's result was typed V); a value of the parameter's
+    type loads."""
+    m = _RowsNet()
+    with spmd.typecheck():
+        spmd.declare_parameters(m)
+        v = typed(torch.zeros(4, 3), Tensor[S[1, "dp"]])
+        with pytest.raises(RuntimeError, match=r"copy_ would write v .*\[spmd-inplace\]"):
+            m.load_state_dict({"w": v}, assign=assign)
+        m.load_state_dict({"w": typed(torch.ones(4, 3), Tensor[S[0, "dp"]])}, assign=assign)
+    assert torch.equal(m.w.detach(), torch.ones(4, 3)) and spmd.typeof(m.w) == ty(dp=shard(0))

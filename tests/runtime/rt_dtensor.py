@@ -532,14 +532,15 @@ def _reference_steps(ctx: Ctx) -> tuple[torch.Tensor, _FsdpNet]:
 
 
 def _two_checked_steps(ctx: Ctx, mesh: Any, model: torch.nn.Module, net: torch.nn.Module,
-                       xg: torch.Tensor) -> None:
+                       xg: torch.Tensor, declare: bool = True) -> None:
     """Two SGD steps of ``model`` (``net`` wrapped by FSDP2 or DDP, or ``net`` itself) on this
     rank's rows of ``xg``, the local-mean loss reinterpreted V -> P, in the check mode with
     ``net``'s parameters declared (as _reference_steps takes them on the whole batch)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = xg.chunk(ctx.world)[ctx.rank]
     with spmd.set_mesh(mesh), spmd.typecheck():
-        spmd.declare_parameters(net)
+        if declare:
+            spmd.declare_parameters(net)
         for _ in range(2):
             opt.zero_grad()
             loss = model(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
@@ -580,6 +581,116 @@ def check_ddp_step(ctx: Ctx, name: str) -> None:
         assert_close(p.detach(), q.detach(), rtol=0, atol=1e-15)
 
 
+def check_fsdp1_step(ctx: Ctx, name: str) -> None:
+    """torch's FullyShardedDataParallel (FSDP1, ``use_orig_params=True``) over "x": its
+    parameters between forwards are flat 1-d slices of this rank's shard (declared R by
+    declare_parameters, their reduce-scattered gradients were read as the dual P: opt.step
+    raised a false spmd-partial-affine, the probes).  Now the sharded parameters and their
+    gradients are unknown (gradual), the unsharded weights each forward uses are declared
+    from the annotations (R), and two SGD steps in the check mode give the float64
+    reference."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    xg, ref = _reference_steps(ctx)
+    mesh = ctx.mesh("1d")
+    # declared after wrapping; before it too; before it only (the forward's weights are not
+    # declared then, the sharded parameters keep the type: their gradients are still unknown);
+    # use_orig_params=False (the modules' weights are plain tensors, not parameters, which
+    # declare_parameters does not see: the forward is untyped, gradual)
+    for early, orig, after in ((False, True, True), (True, True, True), (True, True, False),
+                               (False, False, True)):
+        net = _FsdpNet()
+        if early:
+            with spmd.set_mesh(mesh), spmd.typecheck():
+                spmd.declare_parameters(net)
+        seen: list[str] = []
+        for block in (net.a, net.c):
+            block.register_forward_hook(lambda m, args, out: seen.append(_str(spmd.typeof(m.w))))
+        model = FSDP(net, process_group=mesh.get_group(AXIS), use_orig_params=orig,
+                     device_id=torch.device("cpu"))
+        _two_checked_steps(ctx, mesh, model, net, xg, declare=after)
+        typed = orig and after
+        assert seen == (['Tensor[R["x"]]'] if typed else ["untyped"]) * 4, seen
+        with spmd.set_mesh(mesh), spmd.typecheck(strict=typed):  # no operand left untyped
+            x = spmd.declare(xg.chunk(ctx.world)[ctx.rank].clone(), Tensor[V[AXIS]])
+            spmd.reinterpret(model(x).pow(2).mean(), AXIS, src=V, dst=P).backward()
+            torch.optim.SGD(model.parameters(), lr=0.0).step()
+        with FSDP.summon_full_params(model):
+            for p, q in zip(net.parameters(), ref.parameters()):
+                assert_close(p.detach(), q.detach(), rtol=0, atol=1e-15)
+
+
+class _RowShard(torch.nn.Module):
+    w: Tensor[S[0, "x"]]  # this rank's rows of a global weight
+
+    def __init__(self, ctx: Ctx, full: torch.Tensor) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(full.chunk(ctx.world)[ctx.rank].clone())
+
+
+def check_swap_conversions(ctx: Ctx, name: str) -> None:
+    """With torch's ``set_swap_module_params_on_conversion(True)``, ``m.double()`` /
+    ``m.to(...)`` of a module whose parameter is typed (declared by declare_parameters, its
+    gradient read in the check mode) swap the parameter with torch.utils.swap_tensors, which
+    raised "Cannot swap t1 because it has weakref associated with it" (the check mode's side
+    table), after the block and inside one.  Now the conversions run; the parameter and its
+    gradient keep their S(0) type into the next block, where a wrong collective on the
+    parameter still raises and the right one gives the float64 global weight.  FSDP2's
+    DTensor parameters are swapped by ``_apply`` without the flag: ``model.to(...)`` after a
+    checked step, then a second step, gives the float64 reference."""
+    mesh = ctx.mesh("1d")
+    full = torch.arange(6 * ctx.world, dtype=torch.float32).reshape(2 * ctx.world, 3) / 8
+    flag = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        m = _RowShard(ctx, full)
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            spmd.declare_parameters(m)
+            spmd.reinterpret((m.w * m.w).sum(), AXIS, src=V, dst=P).backward()  # w.grad: S(0)
+            g = m.w.grad
+            assert str(spmd.typeof(g)) == 'Tensor[S[0, "x"]]', spmd.typeof(g)
+        w_id = id(m.w)
+        m.double()  # after the block
+        assert id(m.w) == w_id and m.w.dtype == F64 and m.w.grad.dtype == F64
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            assert str(spmd.typeof(m.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w)
+            assert str(spmd.typeof(m.w.grad)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w.grad)
+            # inside the block (before any collective on the gradient: gloo may hold it a
+            # moment after the call returns, and swap_tensors wants no other holder)
+            m.to(torch.float32).to(F64)
+            assert str(spmd.typeof(m.w)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w)
+            assert str(spmd.typeof(m.w.grad)) == 'Tensor[S[0, "x"]]', spmd.typeof(m.w.grad)
+            _raises("spmd-src-mismatch", lambda: spmd.all_reduce(m.w, AXIS, src=P, dst=R),
+                    "m.w is S(0)")
+            got = spmd.all_gather(m.w.detach(), AXIS, src=S(0), dst=I)
+            grad = spmd.all_gather(m.w.grad, AXIS, src=S(0), dst=I)
+        assert_close(got, full.to(F64), rtol=0, atol=0)
+        assert_close(grad, 2 * full.to(F64), rtol=0, atol=0)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(flag)
+    # FSDP2: one checked step, model.to(...) (swap_tensors of the DTensors), a second step
+    from torch.distributed.fsdp import fully_shard
+
+    xg, ref = _reference_steps(ctx)
+    net = _FsdpNet()
+    for block in (net.a, net.c):
+        fully_shard(block, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = xg.chunk(ctx.world)[ctx.rank]
+    for step in range(2):
+        with spmd.set_mesh(mesh), spmd.typecheck():
+            spmd.declare_parameters(net)
+            opt.zero_grad()
+            loss = net(spmd.declare(x, Tensor[V[AXIS]])).pow(2).mean()
+            spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
+            opt.step()
+        if step == 0:
+            net.to(F64)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        assert_close(p.full_tensor().detach(), q.detach(), rtol=0, atol=1e-15)
+
+
 def check_two_axes(ctx: Ctx, name: str) -> None:
     """A 2 x 2 (dp, tp) mesh: each placement types its own axis (a 2-d DTensor and a
     sub-mesh's); from_local checks each axis, the fix names the one that differs; the fixed
@@ -611,7 +722,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_from_local_invariant_as_partial, check_to_local_is_invariant,
         check_to_local_partial_not_rechecked_in_backward, check_local_map_placements,
         check_parallel_style_boundary, check_fsdp2_declare_parameters, check_fsdp2_fused_adam,
-        check_fsdp2_nested, check_ddp_step))
+        check_fsdp2_nested, check_ddp_step, check_swap_conversions,
+        check_fsdp1_step))
     if world == 4:
         out += named_checks(world, "dtensor", (check_two_axes,))
     return out
