@@ -2592,6 +2592,7 @@ def _release(t: Any) -> list[Any]:
     if held[1]:
         del _ASSIGNED_GRADS[key]
     _ZEROED.pop(key, None)  # its version counter is swapped too
+    _ZEROS.pop(key, None)  # and its values: no factory's zeros any more
     entry = _GRAD_OWNERS.get(key)
     if entry is not None and entry[0]() is t:
         held[2] = entry[1]()  # the tensor whose .grad t was assigned to

@@ -1662,6 +1662,22 @@ def test_swapped_parameters_keep_their_types(swap_on_conversion, how: str, in_bl
             m.w.detach() + typed(torch.ones(4, 3), Tensor[P["dp"]])
 
 
+def test_zeros_made_in_a_block_can_be_swapped() -> None:
+    """Zeros made in a block (the check mode holds a weak reference to a factory's zeros)
+    swapped by torch.utils.swap_tensors: swapped, and no zeros any more (they hold the other
+    tensor's values now)."""
+    r = torch.randn(4)
+    with spmd.typecheck(strict=True):
+        z, ones = torch.zeros(4), torch.ones(4)
+        torch.utils.swap_tensors(z, ones)
+        typed(r, Tensor[R["dp"]])
+        with pytest.raises(SpmdTypeError, match="spmd-untyped"):
+            z.add_(r)
+        with pytest.raises(SpmdTypeError, match="spmd-untyped"):
+            ones.add_(r)  # (the zeros' values, but another tensor's object: untyped)
+    assert torch.equal(z, torch.ones(4))
+
+
 def test_swap_of_a_value_sharded_on_another_dim_is_checked() -> None:
     """In a block a swap is checked as ``p.data = v`` is: an S(1) value swapped into an S(0)
     parameter misplaces every rank's block (spmd-inplace, before anything is swapped)."""
