@@ -158,7 +158,7 @@ class _Collective(torch.autograd.Function):
         # Function's backward argument (see _signatures; empty: never in place).
         owned = False
         compiling = step.traced  # traced by torch.compile: never in place
-        if not compiling and step.reduces_in_backward() and not _functorch_active():
+        if not compiling and step.reduces_in_backward() and not _transforming():
             sigs = _signatures(_OWNED, grad)
             owned = bool(sigs) and _grad_signature(grad) in sigs
         sizes = ctx.sizes
@@ -181,6 +181,14 @@ class _Collective(torch.autograd.Function):
 # x unwrapped if it is a dead functorch wrapper; under functorch transforms, the real one.
 _C_APPLY = super(torch.autograd.Function, _Collective).apply  # type: ignore[misc]
 _functorch_active = torch._C._are_functorch_transforms_active
+_fwad = torch.autograd.forward_ad
+
+
+def _transforming() -> bool:
+    """A torch.func transform, or eager forward-mode AD (a dual level open: a dual tensor
+    says requires_grad=False, and the c10d call of a no-grad path reduces its primal and
+    leaves its tangent as it is, silently): the ops take the Functions with a jvp."""
+    return _functorch_active() or _fwad._current_level >= 0
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
@@ -209,7 +217,7 @@ _compiling = torch.compiler.is_dynamo_compiling
 # dim) or works on the dims it names, so the batch stays the last dim of the result and
 # one collective moves every example at once.  All ranks must vmap over the same batch
 # size (they exchange batch * per-example sizes; different sizes mismatch the messages).
-# A transform is detected by _functorch_active() (one C call, ~26 ns here): once on the
+# A transform is detected by _transforming() (a C call, ~26 ns, and an attribute): once on the
 # differentiable path (as _apply asked it before), and on the no-grad paths, the public ops'
 # fast paths included: there a tensor of a transform may say requires_grad=False and
 # still need the Function: vmap's batched tensors (c10d has no batching rule), jvp's duals
@@ -544,7 +552,7 @@ def _calibrate_device(device: torch.device) -> None:
     modes or autocast, inside a backward).  Under functorch's transforms (whose state
     cannot be set aside) nothing is calibrated: that call reduces nothing in place and a
     later call calibrates."""
-    if _functorch_active():
+    if _transforming():
         return
     key = device.type
     _OWNED[key] = _OWNED_INPUTS[key] = frozenset()  # while calibrating (and if it raises)
@@ -1065,7 +1073,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
             errors = check_collective("all_reduce", UNTYPED, plan.axes or ("<group>",), plan.src,
                                       plan.dst, reduce_op=plan.reduce_op, can_grad=True).errors
             raise SpmdCollectiveError(errors[0])
-        if _functorch_active():
+        if _transforming():
             return _FuncReduce.apply(x, plan.group, plan.no_grad_op)
         return du.all_reduce(x, plan.group, plan.no_grad_op)
     step = plan.step
@@ -1076,7 +1084,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     if x.requires_grad and torch.is_grad_enabled():
         if plan.traced:  # traced by torch.compile: the plain Function, never in place
             return _Collective.apply(x, step, sizes)
-        if _functorch_active():  # torch.func: its Function, never in place
+        if _transforming():  # torch.func: its Function, never in place
             return _FuncCollective.apply(x, step, sizes)
         in_place = plan.in_place
         if in_place is not None:
@@ -1092,7 +1100,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
         else:
             _signatures(_OWNED, x)  # calibrates here, not inside a backward
         return _C_APPLY(_unwrap_if_dead(x), step, sizes)
-    if _functorch_active():
+    if _transforming():
         # torch.func: a tensor vmap batches says requires_grad=False even when a grad
         # transform outside the vmap tracks it (grad(vmap(f))); the Function gives it
         # the table's backward (not the derivative of the local effect) and batches it
@@ -1167,7 +1175,7 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     """
     if (src is P and (dst is R or dst is I) and op == "sum" and not _checking.ACTIVE
             and not (x.requires_grad and torch.is_grad_enabled())
-            and not _functorch_active()):
+            and not _transforming()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1204,7 +1212,7 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     """
     if (src is _S0 and (dst is R or dst is I) and sizes is None and not _checking.ACTIVE
             and not (x.requires_grad and torch.is_grad_enabled())
-            and not _functorch_active()):
+            and not _transforming()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1238,7 +1246,7 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = P, dst: Any = None,
     """
     if (src is P and dst is _S0 and op == "sum" and sizes is None and not _checking.ACTIVE
             and not (x.requires_grad and torch.is_grad_enabled())
-            and not _functorch_active()):
+            and not _transforming()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1290,7 +1298,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
         return _all_to_all_uneven(x, axis, src, dst, sizes, out_sizes)
     if (src is V and dst is V and not _checking.ACTIVE
             and not (x.requires_grad and torch.is_grad_enabled())
-            and not _functorch_active()):
+            and not _transforming()):
         try:  # the fast path (see _FAST_PATHS)
             g = _mesh.direct_groups.get(axis)
         except TypeError:  # an unhashable axis (a list): the general path
@@ -1418,7 +1426,7 @@ def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
     elif out_sizes is None:  # what every rank sends here: one small exchange of the counts
         counts = du.all_to_all(torch.tensor(sizes, dtype=torch.int64, device=x.device), g)
         out_sizes = tuple(int(k) for k in counts.tolist())
-    if _functorch_active():  # torch.func: its Function (batched by its vmap rule)
+    if _transforming():  # torch.func: its Function (batched by its vmap rule)
         out = _FuncUnevenAllToAll.apply(x, g, sizes, out_sizes)
     elif x.requires_grad and torch.is_grad_enabled():
         out = _UnevenAllToAll.apply(x, g, sizes, out_sizes)

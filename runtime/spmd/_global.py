@@ -49,7 +49,7 @@ from spmd_mypy.engine.types import SpmdType, format_type
 
 from . import _mesh
 from ._collectives import (SpmdCollectiveError, _Collective, _FuncCollective, _Step,
-                           _functorch_active)
+                           _transforming)
 from ._types import spmd_type_of_annotation
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -125,7 +125,7 @@ def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
     ctx = _checking.suspended() if _checking.ACTIVE else contextlib.nullcontext()
     with ctx:
         for step in bound.steps:
-            if _functorch_active():  # torch.func: its Function, batched by its vmap rule
+            if _transforming():  # torch.func: its Function, batched by its vmap rule
                 y = _FuncCollective.apply(y, step, None)
             elif y.requires_grad and torch.is_grad_enabled():
                 y = _Collective.apply(y, step, None)

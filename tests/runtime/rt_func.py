@@ -15,6 +15,7 @@ import functools
 from typing import Any, Callable, Iterator
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch.func import functional_call, grad, jacfwd, jacrev, jvp, vjp, vmap
 
 import spmd
@@ -88,6 +89,15 @@ def check_func_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: s
         y, tangent = jvp(fn, (x,), (v,))
         _same(y, out.detach(), "torch.func.jvp forward")
         _same(tangent, fn(v), "torch.func.jvp")
+        # eager forward mode (torch.autograd.forward_ad), with and without a gradient
+        # tracked beside it: the tangent went through the c10d call's no-grad fast path
+        # untouched (a wrong tangent, silently) or the Function had no jvp
+        for x0 in (x, x.clone().requires_grad_(True)):
+            with fwAD.dual_level():
+                primal, tangent = fwAD.unpack_dual(fn(fwAD.make_dual(x0, v)))
+            _same(primal.detach(), out.detach(), "forward_ad forward")
+            assert tangent is not None, "forward_ad: no tangent"
+            _same(tangent.detach(), fn(v), "torch.autograd.forward_ad")
         # jacrev (vmap over the vjp: every rank the same output size) against autograd's rows
         if len(set(out_shapes)) == 1:
             jac = jacrev(fn)(x)
