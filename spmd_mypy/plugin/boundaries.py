@@ -1078,8 +1078,10 @@ def _formal_of(chk: Any, call: CallExpr, index: int) -> tuple[Type, str | None, 
         return None
     with chk.msg.filter_errors(), chk.local_type_map:
         ct = get_proper_type(ec.accept(callee, None, always_allow_any=True, is_callee=True))
-        if partial:
-            extra = ct.extra_attrs if isinstance(ct, Instance) else None
+        extra = ct.extra_attrs if isinstance(ct, Instance) else None
+        if partial or (extra is not None and "__mypy_partial" in extra.attrs):
+            # a partial's remaining parameters, called where it is made or kept in a
+            # variable (``s = functools.partial(f, k=2.0); s(x)``)
             ct = get_proper_type(extra.attrs.get("__mypy_partial")) if extra is not None else None
         elif isinstance(ct, CallableType) and isinstance(callee, RefExpr):
             # the signature hook mypy applies (dataclasses.replace's), found as mypy finds it
