@@ -44,6 +44,10 @@ def user_form(message: str, types: TypeBuilder) -> str | None:
         if "Tensor[" not in text:
             continue
         shown = _show(text, types)
+        if shown is None and text.startswith("def "):
+            # a signature quoted in a note ("Layer.__call__" has type "def __call__(...)")
+            signature = _unquoted_form(text, types)
+            shown = f'"{signature}"' if signature is not None else None
         if shown is None:
             continue
         parts.append(message[last:m.start()])
