@@ -37,9 +37,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy.argmap import map_actuals_to_formals
 from mypy.expandtype import expand_type_by_instance
 from mypy.maptype import map_instance_to_supertype
 from mypy.nodes import (
+    ARG_NAMED,
     ARG_POS,
     ARG_STAR,
     ARG_STAR2,
@@ -61,6 +63,7 @@ from mypy.nodes import (
     TypeInfo,
 )
 from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
+from mypy.subtypes import is_same_type
 from mypy.typeops import bind_self, make_simplified_union
 from mypy.types import (
     AnyType,
@@ -78,6 +81,7 @@ from mypy.typevars import fill_typevars_with_any
 
 from ..engine.types import UNTYPED
 from .global_calls import classes_in_sight, module_constructor
+from .mypy_types import lookup_type
 from .statements import functions_of, returns, statement_blocks
 
 if TYPE_CHECKING:
@@ -215,14 +219,57 @@ class ModuleCallTyper:
 
     def call_signature_hook(self, ctx: MethodSigContext) -> FunctionLike:
         sig = ctx.default_signature
+        in_union = False
         try:
             self.plugin.promotion.sync(ctx.api)
             bound = self.forward_signature(ctx) if self.plugin.promotion.wanted else None
+            if bound is not None:
+                members = _union_receiver(ctx)
+                if members is not None:
+                    bound, in_union = self._union_member(ctx.context, bound, members)
         except Exception:  # noqa: BLE001 - never crash mypy: the default signature
             bound = None
         if bound is None:
             return self.plugin.calls.relax_signature(sig, ctx.context)
-        return self.plugin.calls.relax_signature(bound, ctx.context)
+        relaxed = self.plugin.calls.relax_signature(bound, ctx.context)
+        if in_union:
+            # one of several classes the receiver may be: only the SPMD check (recorded by
+            # relax_signature) judges the arguments; mypy's own would judge a class the
+            # code may never call with them
+            anything = AnyType(TypeOfAny.implementation_artifact)
+            relaxed = relaxed.copy_modified(arg_types=[anything] * len(relaxed.arg_types))
+        return relaxed
+
+    def _union_member(self, call: object, bound: CallableType,
+                      members: list[Instance]) -> tuple[CallableType | None, bool]:
+        """The call of one class of a union receiver (an item of a ModuleList of several
+        classes, ``layer(x, mask) if layer.needs_mask else layer(x)``): a class whose forward
+        cannot take the call's arguments is left unchecked (None) when another class can take
+        them (the code calls only those with these arguments); the call of a class that takes
+        them keeps its SPMD check only (True), and its result where every class that takes
+        the call returns the same type or a tensor.  When no class takes them, each is
+        checked as declared (whichever runs, the call fails)."""
+        if not isinstance(call, CallExpr):
+            return bound, False
+        if any(k in (ARG_STAR, ARG_STAR2) for k in call.arg_kinds):
+            return bound, False
+        if not _takes(bound, call):
+            others = [self._forward_of(m) for m in members]
+            if any(o is None or _takes(o, call) for o in others):
+                return None, False
+            return bound, False
+        rets: list[Type] = []
+        for m in members:
+            o = self._forward_of(m)
+            if o is None:
+                continue  # untyped: its result is Any
+            if _takes(o, call):
+                rets.append(o.ret_type)
+        types = self.plugin.types
+        if not all(is_same_type(r, bound.ret_type) for r in rets) and not all(
+                types.from_type(r) is not None for r in rets):
+            bound = bound.copy_modified(ret_type=AnyType(TypeOfAny.implementation_artifact))
+        return bound, True
 
     def class_mro_hook(self, ctx: ClassDefContext) -> None:
         """A module class that defines ``forward``: a change of forward's signature is a
@@ -239,6 +286,13 @@ class ModuleCallTyper:
     def forward_signature(self, ctx: MethodSigContext) -> CallableType | None:
         receiver = get_proper_type(ctx.type)
         if not isinstance(receiver, Instance) or not is_module_class(receiver.type):
+            return None
+        return self._forward_of(receiver)
+
+    def _forward_of(self, receiver: Instance) -> CallableType | None:
+        """The signature a call of module ``receiver`` is given (its forward, bound), or None
+        (the call stays torch's ``Callable[..., Any]``)."""
+        if not is_module_class(receiver.type):
             return None
         info = receiver.type
         call = info.get("__call__")
@@ -299,6 +353,42 @@ class ModuleCallTyper:
             return bool(p.variables) or self._mentions_spmd(p.ret_type, depth + 1) or any(
                 self._mentions_spmd(a, depth + 1) for a in p.arg_types)
         return False
+
+
+def _union_receiver(ctx: MethodSigContext) -> list[Instance] | None:
+    """The classes of a call's receiver when mypy checks the call once per member of a union
+    (``layer(x)``, ``layer: Attn | Mlp``); None for any other call."""
+    call = ctx.context
+    if not isinstance(call, CallExpr):
+        return None
+    t = lookup_type(ctx.api, call.callee)
+    p = get_proper_type(t) if t is not None else None
+    if not isinstance(p, UnionType):
+        return None
+    members: list[Instance] = []
+    for item in p.relevant_items():
+        i = get_proper_type(item)
+        if isinstance(i, Instance):
+            members.append(i)
+    return members if len(members) > 1 else None
+
+
+def _takes(sig: CallableType, call: CallExpr) -> bool:
+    """Whether ``sig`` takes the call's arguments (their number, names and kinds)."""
+    anything = AnyType(TypeOfAny.special_form)
+    mapping = map_actuals_to_formals(call.arg_kinds, call.arg_names, sig.arg_kinds,
+                                     sig.arg_names, lambda i: anything)
+    used: set[int] = set()
+    for j, actuals in enumerate(mapping):
+        kind = sig.arg_kinds[j]
+        if kind.is_required() and not actuals:
+            return False
+        if not kind.is_star() and len(actuals) > 1:
+            return False
+        if kind.is_named() and actuals and call.arg_kinds[actuals[0]] != ARG_NAMED:
+            return False
+        used.update(actuals)
+    return len(used) == len(call.args)
 
 
 # -- nn.ModuleList ------------------------------------------------------------------------
