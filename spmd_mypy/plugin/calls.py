@@ -638,7 +638,8 @@ class CallTyper:
             if iterable is not None:
                 item = map_instance_to_supertype(p, iterable).args
                 if item and self.types.from_type(item[0]) is not None:
-                    return [(item[0], expr)]
+                    # a generator's items are named by its element (``q`` of ``(q for q in ps)``)
+                    return [(item[0], expr.left_expr if isinstance(expr, GeneratorExpr) else expr)]
         return [(typ, expr)]
 
     # -- torch ops ---------------------------------------------------------------------
