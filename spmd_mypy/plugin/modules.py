@@ -22,9 +22,17 @@ indexing it with an int give that class, or the union of the classes listed::
 
 The class's own ``append``/``insert``/``extend`` calls on the list are read too, and a
 function without a return annotation builds the class its every ``return`` builds (Megatron's
-``build_layer`` nested in ``__init__``).  A list built elsewhere (another module's class, which
-may come from mypy's cache without its body), extended from a variable, or of items that are
-not constructor calls stays ``Module``.
+``build_layer`` nested in ``__init__``); a list whose type is declared (``make_blocks(n) ->
+list[Blk]``, a parameter ``blocks: list[Blk]``) holds its item class; a class-level
+``layers: nn.ModuleList`` declaration is no value.  ``reversed`` and ``zip`` of the list give
+the class too.  An ``nn.ModuleDict({"a": A(), ...})`` (and ``self.d["b"] = B()``) gives the
+class under a literal key, or of any entry (``values()``, ``items()``); an
+``nn.Sequential(a, b, ...)`` call runs its chain (:meth:`ModuleCallTyper.sequential_hook`).
+A list built elsewhere (another module's class, which may come from mypy's cache without its
+body), extended from an undeclared variable, or of items that are not constructor calls stays
+``Module``.  A list of several classes is their union: a call on it is judged against the
+classes whose forward takes its arguments, by the SPMD check only
+(:meth:`ModuleCallTyper._union_member`).
 
 Left as they were: modules whose ``forward`` is not annotated (or is a decorated function
 mypy has not typed yet) or names no SPMD type (nor a type variable), classes that define their
