@@ -596,12 +596,12 @@ class CallTyper:
             # ``torch.stack(list(xs))``, ``tuple(l)``, ``sorted(l, key=...)``, ``reversed(l)``:
             # mypy typed the call in the parameter's context (list[torch.Tensor]); the items
             # are its first argument's, whose own type says what they are
-            inner = expr.args[0]
-            inner_type = lookup_type(ctx.api, inner)
-            if inner_type is not None:
-                inner_items = self._container_items(inner_type, inner, ctx)
-                if any(t is not None and self.types.from_type(t) for t, _ in inner_items):
-                    return [(t, expr if e is inner else e) for t, e in inner_items]
+            wrapped = expr.args[0]
+            wrapped_type = lookup_type(ctx.api, wrapped)
+            if wrapped_type is not None:
+                wrapped_items = self._container_items(wrapped_type, wrapped, ctx)
+                if any(t is not None and self.types.from_type(t) for t, _ in wrapped_items):
+                    return [(t, expr if e is wrapped else e) for t, e in wrapped_items]
         p = get_proper_type(typ)
         is_container = isinstance(p, TupleType) or (
             isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS)
