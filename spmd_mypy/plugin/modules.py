@@ -372,7 +372,8 @@ class ModuleCallTyper:
                 and b.args and all(k == ARG_POS for k in b.arg_kinds)):
             return default
         arg = call.args[0]
-        arg_type = lookup_type(ctx.api, arg)
+        # the argument's type (a member of a union argument: the hook runs for each)
+        arg_type = ctx.arg_types[0][0] if ctx.arg_types and ctx.arg_types[0] else None
         types = self.plugin.types
         calls = self.plugin.calls
         current = types.from_type(arg_type) if arg_type is not None else None
@@ -751,7 +752,8 @@ def iteration_hook(ctx: FunctionContext) -> Type:
         return default
     zipped = get_proper_type(ret.args[0]) if ret.type.fullname == "builtins.zip" else None
     if isinstance(zipped, TupleType):
-        pairs = [(t, a) for types, args in zip(ctx.arg_types, ctx.args) for t, a in zip(types, args)]
+        pairs = [(t, a) for name, types, args in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args)
+                 if name != "strict" for t, a in zip(types, args)]
         if len(pairs) != len(zipped.items):
             return default
         new = list(zipped.items)
