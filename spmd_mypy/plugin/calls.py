@@ -66,6 +66,7 @@ from mypy.nodes import (
     Var,
     YieldExpr,
 )
+from mypy.maptype import map_instance_to_supertype
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.typeops import make_simplified_union
 from mypy.server.subexpr import get_subexpressions
@@ -125,6 +126,8 @@ SPMD_COLLECTIVES = frozenset(coll.OPS)
 _LIST_ITEM = "[k]"
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 PROCESS_GROUP: Final = "torch._C._distributed_c10d.ProcessGroup"
+# builtins whose result holds their first argument's items (a list op's operand read through)
+_ITEM_KEEPING = frozenset(("builtins.list", "builtins.tuple", "builtins.sorted", "builtins.reversed"))
 _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
 # The kinds the operand scan compares with, as C statics (a bare global is a dict lookup and
@@ -587,6 +590,18 @@ class CallTyper:
             left_type = lookup_type(ctx.api, left)
             if left_type is not None and self.types.from_type(left_type) is not None:
                 return [(left_type, left)]
+        if (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
+                and expr.callee.fullname in _ITEM_KEEPING and expr.args
+                and expr.arg_kinds[0] == ARG_POS):
+            # ``torch.stack(list(xs))``, ``tuple(l)``, ``sorted(l, key=...)``, ``reversed(l)``:
+            # mypy typed the call in the parameter's context (list[torch.Tensor]); the items
+            # are its first argument's, whose own type says what they are
+            wrapped = expr.args[0]
+            wrapped_type = lookup_type(ctx.api, wrapped)
+            if wrapped_type is not None:
+                wrapped_items = self._container_items(wrapped_type, wrapped, ctx)
+                if any(t is not None and self.types.from_type(t) for t, _ in wrapped_items):
+                    return [(t, expr if e is wrapped else e) for t, e in wrapped_items]
         p = get_proper_type(typ)
         is_container = isinstance(p, TupleType) or (
             isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS)
@@ -616,6 +631,15 @@ class CallTyper:
                 # (a homogeneous list typed so is checked as if mixed)
                 return [(i, expr) for i in alternatives]
             return [(p.args[0], expr)]
+        if isinstance(p, Instance) and p.args and p.type.fullname not in _TENSOR_CONTAINERS:
+            # any other iterable of typed tensors (``reversed(l)`` as list()'s argument, a
+            # user's Sequence subclass): the item type of its Iterable base
+            iterable = next((b for b in p.type.mro if b.fullname == "typing.Iterable"), None)
+            if iterable is not None:
+                item = map_instance_to_supertype(p, iterable).args
+                if item and self.types.from_type(item[0]) is not None:
+                    # a generator's items are named by its element (``q`` of ``(q for q in ps)``)
+                    return [(item[0], expr.left_expr if isinstance(expr, GeneratorExpr) else expr)]
         return [(typ, expr)]
 
     # -- torch ops ---------------------------------------------------------------------

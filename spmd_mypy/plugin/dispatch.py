@@ -24,8 +24,8 @@ from . import calls, global_calls, torch_namespaces
 from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS
 from .autograd import is_autograd_function
 from .modules import (
-    INDICES_RESULT_MODULES, MODULE_LIST, TORCH_MODULE_OPS, TUPLE_RESULT_MODULES, enumerate_hook,
-    is_module_class, module_list_method_hook, returns_one_tensor,
+    INDICES_RESULT_MODULES, MODULE_DICT, MODULE_LIST, SEQUENTIAL, TORCH_MODULE_OPS, TUPLE_RESULT_MODULES,
+    is_module_class, iteration_hook, module_list_method_hook, returns_one_tensor,
 )
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS, TORCH_TENSOR_BASES
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
@@ -43,7 +43,8 @@ _BUILTIN_READS = {"builtins.float": "__float__", "builtins.int": "__int__",
                   "builtins.bool": "__bool__", "builtins.complex": "__complex__"}
 # builtins hooked only in modules that meet SPMD types (with the ops above)
 _BUILTIN_HOOKED = (_BUILTIN_OPS | frozenset(_BUILTIN_READS)
-                   | {"builtins.enumerate", "builtins.map", "functools.reduce"})
+                   | {"builtins.enumerate", "builtins.reversed", "builtins.zip", "builtins.map",
+                      "functools.reduce"})
 _TENSOR_CLASSES = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
 _GRAD_ATTRS = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
@@ -224,7 +225,8 @@ class HookDispatch:
         # isinstance narrows the whole value (and an autograd trigger reads the whole
         # Function); reveal prints every member itself; a mapping's argument check splits
         # a union itself (check_arguments_hook)
-        split = (fullname not in ("builtins.isinstance", "spmd.reveal", "functools.partial", "builtins.enumerate")
+        split = (fullname not in ("builtins.isinstance", "spmd.reveal", "functools.partial", "builtins.enumerate",
+                                 "builtins.reversed", "builtins.zip")
                  and fullname not in _BUILTIN_READS and not fullname.startswith(_MEGATRON_MAPPINGS))
         return self._synced(hook, split_unions=split) if hook is not None else None
 
@@ -294,8 +296,8 @@ class HookDispatch:
             return self.plugin.applied.reduce_hook
         if fullname == "builtins.map":  # map(torch.relu, ps): op(item)
             return self.plugin.applied.map_hook
-        if fullname == "builtins.enumerate":  # enumerate(self.layers): the modules' class
-            return enumerate_hook
+        if fullname in ("builtins.enumerate", "builtins.reversed", "builtins.zip"):
+            return iteration_hook  # enumerate(self.layers): the modules' class
         if fullname == "builtins.abs":  # abs(x) is x.__abs__(): torch's abs
             return typer.op_hook("abs", method=False)
         if fullname in _BUILTIN_READS:  # float(x), int(x), bool(x): x's value read out
@@ -429,8 +431,11 @@ class HookDispatch:
         hook: Callable | None = None
         if fullname == "functools.partial.__call__":
             return self._synced(self.plugin.partials.call_hook, split_unions=False)
-        if cls == MODULE_LIST and method in ("__iter__", "__getitem__"):  # the modules' class
-            return self._synced(module_list_method_hook, split_unions=False)
+        if (cls == MODULE_LIST and method in ("__iter__", "__getitem__")
+                or cls == MODULE_DICT and method in ("__getitem__", "values", "items")):
+            return self._synced(module_list_method_hook, split_unions=False)  # the modules' class
+        if method == "__call__" and cls == SEQUENTIAL:  # the chain built in sight
+            return self._synced(self.plugin.modules.sequential_hook)
         if method == "__call__" and cls in TORCH_MODULE_OPS:  # self.norm(x): F.layer_norm
             # the op's own hook; on a global tensor the dims only the module's constructor
             # states are read from it (global_calls.module_params)

@@ -42,6 +42,7 @@ from mypy.nodes import (
     StarExpr,
     Statement,
     StrExpr,
+    TempNode,
     TryStmt,
     TupleExpr,
     TypeInfo,
@@ -596,6 +597,8 @@ def _attribute_values(stmts: Sequence[Statement], attr: str, self_name: str | No
     methods, ``self`` being each one's first parameter; and ``attr = ...`` in the body)."""
     for st in stmts:
         if isinstance(st, AssignmentStmt):
+            if isinstance(st.rvalue, TempNode) and st.rvalue.no_rhs:
+                continue  # ``layers: nn.ModuleList``: a declaration, no value (Megatron, HF)
             for lv in st.lvalues:
                 if self_name is None and isinstance(lv, NameExpr) and lv.name == attr:
                     out.append(st.rvalue)

@@ -22,9 +22,17 @@ indexing it with an int give that class, or the union of the classes listed::
 
 The class's own ``append``/``insert``/``extend`` calls on the list are read too, and a
 function without a return annotation builds the class its every ``return`` builds (Megatron's
-``build_layer`` nested in ``__init__``).  A list built elsewhere (another module's class, which
-may come from mypy's cache without its body), extended from a variable, or of items that are
-not constructor calls stays ``Module``.
+``build_layer`` nested in ``__init__``); a list whose type is declared (``make_blocks(n) ->
+list[Blk]``, a parameter ``blocks: list[Blk]``) holds its item class; a class-level
+``layers: nn.ModuleList`` declaration is no value.  ``reversed`` and ``zip`` of the list give
+the class too.  An ``nn.ModuleDict({"a": A(), ...})`` (and ``self.d["b"] = B()``) gives the
+class under a literal key, or of any entry (``values()``, ``items()``); an
+``nn.Sequential(a, b, ...)`` call runs its chain (:meth:`ModuleCallTyper.sequential_hook`).
+A list built elsewhere (another module's class, which may come from mypy's cache without its
+body), extended from an undeclared variable, or of items that are not constructor calls stays
+``Module``.  A list of several classes is their union: a call on it is judged against the
+classes whose forward takes its arguments, by the SPMD check only
+(:meth:`ModuleCallTyper._union_member`).
 
 Left as they were: modules whose ``forward`` is not annotated (or is a decorated function
 mypy has not typed yet) or names no SPMD type (nor a type variable), classes that define their
@@ -37,14 +45,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy.argmap import map_actuals_to_formals
 from mypy.expandtype import expand_type_by_instance
 from mypy.maptype import map_instance_to_supertype
 from mypy.nodes import (
+    ARG_NAMED,
     ARG_POS,
     ARG_STAR,
     ARG_STAR2,
     CallExpr,
+    AssignmentStmt,
     Decorator,
+    DictExpr,
     Expression,
     ExpressionStmt,
     FuncDef,
@@ -56,11 +68,15 @@ from mypy.nodes import (
     NameExpr,
     RefExpr,
     SliceExpr,
+    StarExpr,
     Statement,
+    StrExpr,
     TupleExpr,
     TypeInfo,
+    Var,
 )
 from mypy.plugin import ClassDefContext, FunctionContext, MethodContext, MethodSigContext
+from mypy.subtypes import is_same_type
 from mypy.typeops import bind_self, make_simplified_union
 from mypy.types import (
     AnyType,
@@ -76,8 +92,12 @@ from mypy.types import (
 )
 from mypy.typevars import fill_typevars_with_any
 
+from ..engine import collectives as coll
+from ..engine.ops import Operand, propagate, variant_formals
 from ..engine.types import UNTYPED
 from .global_calls import classes_in_sight, module_constructor
+from .calls import expr_text
+from .mypy_types import lookup_type
 from .statements import functions_of, returns, statement_blocks
 
 if TYPE_CHECKING:
@@ -85,6 +105,8 @@ if TYPE_CHECKING:
 
 MODULE = "torch.nn.modules.module.Module"
 MODULE_LIST = "torch.nn.modules.container.ModuleList"
+MODULE_DICT = "torch.nn.modules.container.ModuleDict"
+SEQUENTIAL = "torch.nn.modules.container.Sequential"
 
 # torch's own modules that are one functional op on their input: ``self.norm(x)`` with
 # ``self.norm = nn.LayerNorm(d)`` is typed as ``F.layer_norm(x, ...)`` (torch's forward
@@ -215,14 +237,57 @@ class ModuleCallTyper:
 
     def call_signature_hook(self, ctx: MethodSigContext) -> FunctionLike:
         sig = ctx.default_signature
+        in_union = False
         try:
             self.plugin.promotion.sync(ctx.api)
             bound = self.forward_signature(ctx) if self.plugin.promotion.wanted else None
+            if bound is not None:
+                members = _union_receiver(ctx)
+                if members is not None:
+                    bound, in_union = self._union_member(ctx.context, bound, members)
         except Exception:  # noqa: BLE001 - never crash mypy: the default signature
             bound = None
         if bound is None:
             return self.plugin.calls.relax_signature(sig, ctx.context)
-        return self.plugin.calls.relax_signature(bound, ctx.context)
+        relaxed = self.plugin.calls.relax_signature(bound, ctx.context)
+        if in_union:
+            # one of several classes the receiver may be: only the SPMD check (recorded by
+            # relax_signature) judges the arguments; mypy's own would judge a class the
+            # code may never call with them
+            anything = AnyType(TypeOfAny.implementation_artifact)
+            relaxed = relaxed.copy_modified(arg_types=[anything] * len(relaxed.arg_types))
+        return relaxed
+
+    def _union_member(self, call: object, bound: CallableType,
+                      members: list[Instance]) -> tuple[CallableType | None, bool]:
+        """The call of one class of a union receiver (an item of a ModuleList of several
+        classes, ``layer(x, mask) if layer.needs_mask else layer(x)``): a class whose forward
+        cannot take the call's arguments is left unchecked (None) when another class can take
+        them (the code calls only those with these arguments); the call of a class that takes
+        them keeps its SPMD check only (True), and its result where every class that takes
+        the call returns the same type or a tensor.  When no class takes them, each is
+        checked as declared (whichever runs, the call fails)."""
+        if not isinstance(call, CallExpr):
+            return bound, False
+        if any(k in (ARG_STAR, ARG_STAR2) for k in call.arg_kinds):
+            return bound, False
+        if not _takes(bound, call):
+            others = [self._forward_of(m) for m in members]
+            if any(o is None or _takes(o, call) for o in others):
+                return None, False
+            return bound, False
+        rets: list[Type] = []
+        for m in members:
+            o = self._forward_of(m)
+            if o is None:
+                continue  # untyped: its result is Any
+            if _takes(o, call):
+                rets.append(o.ret_type)
+        types = self.plugin.types
+        if not all(is_same_type(r, bound.ret_type) for r in rets) and not all(
+                types.from_type(r) is not None for r in rets):
+            bound = bound.copy_modified(ret_type=AnyType(TypeOfAny.implementation_artifact))
+        return bound, True
 
     def class_mro_hook(self, ctx: ClassDefContext) -> None:
         """A module class that defines ``forward``: a change of forward's signature is a
@@ -239,6 +304,13 @@ class ModuleCallTyper:
     def forward_signature(self, ctx: MethodSigContext) -> CallableType | None:
         receiver = get_proper_type(ctx.type)
         if not isinstance(receiver, Instance) or not is_module_class(receiver.type):
+            return None
+        return self._forward_of(receiver)
+
+    def _forward_of(self, receiver: Instance) -> CallableType | None:
+        """The signature a call of module ``receiver`` is given (its forward, bound), or None
+        (the call stays torch's ``Callable[..., Any]``)."""
+        if not is_module_class(receiver.type):
             return None
         info = receiver.type
         call = info.get("__call__")
@@ -279,6 +351,71 @@ class ModuleCallTyper:
             return expanded
         return None
 
+    def sequential_hook(self, ctx: MethodContext) -> Type:
+        """``self.seq(x)`` with ``self.seq = nn.Sequential(col, nn.GELU(), row)`` built in
+        sight: ``x`` runs through the chain as torch runs it.  A module with a typed forward
+        checks its input (the SPMD check of an argument) and gives its declared result; one of
+        torch's one-op modules (:data:`TORCH_MODULE_OPS`) is typed by its op's rule; the
+        chain's result is the last one's.  A module of another kind (unknown, a forward
+        without SPMD types, a recurrent one, an op whose rule reads the constructor's
+        arguments) ends the check there and leaves the result torch's (Any); so does a
+        ``Sequential`` built otherwise (an ``OrderedDict``, ``add_module``, a ``*`` list, a
+        variable)."""
+        default = ctx.default_return_type
+        call = ctx.context
+        if not (isinstance(call, CallExpr) and len(call.args) == 1 and call.arg_kinds[0] == ARG_POS):
+            return default
+        built = module_constructor(ctx, call.callee)
+        b = built[0] if len(built) == 1 else None
+        if not (isinstance(b, CallExpr) and isinstance(b.callee, RefExpr)
+                and isinstance(b.callee.node, TypeInfo) and b.callee.node.fullname == SEQUENTIAL
+                and b.args and all(k == ARG_POS for k in b.arg_kinds)):
+            return default
+        arg = call.args[0]
+        # the argument's type (a member of a union argument: the hook runs for each)
+        arg_type = ctx.arg_types[0][0] if ctx.arg_types and ctx.arg_types[0] else None
+        types = self.plugin.types
+        calls = self.plugin.calls
+        current = types.from_type(arg_type) if arg_type is not None else None
+        if current is None or current.spec is not None:
+            return default  # not a tensor, or a global tensor (its ops read the shapes)
+        text = expr_text(arg)
+        result: Type | None = None
+        for e in b.args:
+            m = _module_of(e)
+            if m is None:
+                return default
+            op = TORCH_MODULE_OPS.get(m.type.fullname)
+            if op is not None:
+                if (variant_formals(op) or m.type.fullname in TUPLE_RESULT_MODULES
+                        or m.type.fullname in INDICES_RESULT_MODULES):
+                    return default
+                res = propagate(op, [Operand(current, text)], strict=calls.strict(ctx))
+                calls.report(ctx, res.errors)
+                current = res.type
+                result = None
+            else:
+                fwd = self._forward_of(m)
+                if fwd is None or m.type.fullname.startswith("torch.") or not _takes_one(fwd):
+                    return default
+                relaxed = calls._relax(fwd.arg_types[0])
+                if relaxed is not None and current:
+                    name = fwd.arg_names[0]
+                    where = (f'argument {text} (parameter "{name}" of forward of '
+                             f'{m.type.name}, in {expr_text(call.callee)})')
+                    calls.report(ctx, coll.check_argument_any(current, relaxed[1], x_text=text,
+                                                              where=where))
+                next_type = types.from_type(fwd.ret_type)
+                if next_type is None or next_type.spec is not None:
+                    return default  # a forward returning something else than one tensor
+                current = next_type
+                result = fwd.ret_type
+            text = f"{expr_text(e)}(...)"
+        if result is not None:
+            return result
+        inst = types.to_instance(current) if current else None
+        return inst if inst is not None else default
+
     def _mentions_spmd(self, t: Type, depth: int) -> bool:
         """Whether ``t`` holds a typed tensor or a type variable (a generic forward's result
         follows its argument, ``Id[int]``'s ``forward(x: T) -> T``) anywhere: containers,
@@ -301,6 +438,58 @@ class ModuleCallTyper:
         return False
 
 
+def _module_of(e: Expression) -> Instance | None:
+    """The module class an item of ``nn.Sequential(...)`` is: a module built there
+    (``nn.GELU()``, ``Block(c)``), or a name declared a module class (a parameter)."""
+    t = _built_module(e)
+    if t is None and isinstance(e, NameExpr) and isinstance(e.node, Var) and not e.node.is_inferred:
+        t = e.node.type
+    p = get_proper_type(t) if t is not None else None
+    return p if isinstance(p, Instance) and is_module_class(p.type) else None
+
+
+def _takes_one(sig: CallableType) -> bool:
+    """Whether a forward takes one positional argument (what Sequential passes it)."""
+    kinds = sig.arg_kinds
+    return bool(kinds) and kinds[0] == ARG_POS and all(not k.is_required() for k in kinds[1:])
+
+
+def _union_receiver(ctx: MethodSigContext) -> list[Instance] | None:
+    """The classes of a call's receiver when mypy checks the call once per member of a union
+    (``layer(x)``, ``layer: Attn | Mlp``); None for any other call."""
+    call = ctx.context
+    if not isinstance(call, CallExpr):
+        return None
+    t = lookup_type(ctx.api, call.callee)
+    p = get_proper_type(t) if t is not None else None
+    if not isinstance(p, UnionType):
+        return None
+    members: list[Instance] = []
+    for item in p.relevant_items():
+        i = get_proper_type(item)
+        if isinstance(i, Instance):
+            members.append(i)
+    return members if len(members) > 1 else None
+
+
+def _takes(sig: CallableType, call: CallExpr) -> bool:
+    """Whether ``sig`` takes the call's arguments (their number, names and kinds)."""
+    anything = AnyType(TypeOfAny.special_form)
+    mapping = map_actuals_to_formals(call.arg_kinds, call.arg_names, sig.arg_kinds,
+                                     sig.arg_names, lambda i: anything)
+    used: set[int] = set()
+    for j, actuals in enumerate(mapping):
+        kind = sig.arg_kinds[j]
+        if kind.is_required() and not actuals:
+            return False
+        if not kind.is_star() and len(actuals) > 1:
+            return False
+        if kind.is_named() and actuals and call.arg_kinds[actuals[0]] != ARG_NAMED:
+            return False
+        used.update(actuals)
+    return len(used) == len(call.args)
+
+
 # -- nn.ModuleList ------------------------------------------------------------------------
 
 def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> Type | None:
@@ -312,6 +501,7 @@ def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> T
         return None
     values = module_constructor(ctx, lst)
     elements: list[Expression] = []
+    items: list[Type] = []
     for v in values:
         if not (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
                 and isinstance(v.callee.node, TypeInfo) and v.callee.node.fullname == MODULE_LIST):
@@ -320,16 +510,11 @@ def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> T
             continue  # nn.ModuleList(), filled by append (read below)
         if len(v.args) != 1 or v.arg_kinds[0] != ARG_POS:
             return None
-        listed = _listed(v.args[0])
-        if listed is None:
+        if not _listed(v.args[0], elements, items):
             return None
-        elements += listed
     if values and isinstance(lst, MemberExpr):
-        added = _added_items(ctx, lst)
-        if added is None:
+        if not _added_items(ctx, lst, elements, items):
             return None
-        elements += added
-    items: list[Type] = []
     for e in elements:
         t = _built_module(e)
         if t is None:
@@ -338,32 +523,73 @@ def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> T
     return make_simplified_union(items) if items else None
 
 
-def _listed(arg: Expression) -> list[Expression] | None:
-    """The item expressions of a list given to ``nn.ModuleList`` or ``extend``."""
+def _listed(arg: Expression, elements: list[Expression], items: list[Type]) -> bool:
+    """The items of a list given to ``nn.ModuleList`` or ``extend``: the item expressions
+    of a display (to ``elements``), or the module class of a list whose type is declared
+    (``make_blocks(n)`` returning ``list[Blk]``, a parameter ``blocks: list[Blk]``: to
+    ``items``); False when they cannot be read."""
     if isinstance(arg, (ListExpr, TupleExpr)):
-        return list(arg.items)
+        if any(isinstance(i, StarExpr) for i in arg.items):
+            return False
+        elements += arg.items
+        return True
     if isinstance(arg, ListComprehension):
-        return [arg.generator.left_expr]
+        elements.append(arg.generator.left_expr)
+        return True
     if isinstance(arg, GeneratorExpr):
-        return [arg.left_expr]
-    return None
+        elements.append(arg.left_expr)
+        return True
+    declared = _declared_item(arg)
+    if declared is None:
+        return False
+    items.append(declared)
+    return True
 
 
-def _added_items(ctx: MethodContext | FunctionContext, lst: MemberExpr) -> list[Expression] | None:
+def _declared_item(e: Expression) -> Type | None:
+    """The module class of the items of ``e`` where its type is declared: the call of a
+    function with a return annotation, or a name annotated (a parameter)."""
+    declared: Type | None = None
+    if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr):
+        node = e.callee.node
+        sig = node.type if isinstance(node, FuncDef) else node.var.type if isinstance(node, Decorator) else None
+        sig = get_proper_type(sig) if sig is not None else None
+        if isinstance(sig, CallableType) and not sig.variables:
+            declared = sig.ret_type
+    elif isinstance(e, NameExpr) and isinstance(e.node, Var) and not e.node.is_inferred:
+        declared = e.node.type
+    p = get_proper_type(declared) if declared is not None else None
+    if not isinstance(p, Instance):
+        return None
+    iterable = next((b for b in p.type.mro if b.fullname == "typing.Iterable"), None)
+    if iterable is None:
+        return None
+    args = map_instance_to_supertype(p, iterable).args
+    item = get_proper_type(args[0]) if args else None
+    members = item.items if isinstance(item, UnionType) else [item]
+    for m in members:
+        pm = get_proper_type(m)
+        if not isinstance(pm, Instance) or not is_module_class(pm.type):
+            return None
+    return item
+
+
+def _added_items(ctx: MethodContext | FunctionContext, lst: MemberExpr,
+                 elements: list[Expression], items: list[Type]) -> bool:
     """What the class's methods add to ``self.<attr>`` (``append(x)``, ``insert(i, x)``,
-    ``extend([...])``), read where module_constructor reads the list's constructor; None when
-    something is added that cannot be read (``extend(blocks)``)."""
-    out: list[Expression] = []
+    ``extend([...])``), read where module_constructor reads the list's constructor; False
+    when something is added that cannot be read (``extend(blocks)`` of an unannotated list)."""
     for info in classes_in_sight(ctx, lst):
         for st in info.defn.defs.body:
             for f in functions_of(st):
                 if f.arguments and not _adds_in(f.body.body, f.arguments[0].variable.name,
-                                                 lst.name, out):
-                    return None
-    return out
+                                                 lst.name, elements, items):
+                    return False
+    return True
 
 
-def _adds_in(stmts: list[Statement], self_name: str, attr: str, out: list[Expression]) -> bool:
+def _adds_in(stmts: list[Statement], self_name: str, attr: str, out: list[Expression],
+             items: list[Type]) -> bool:
     for st in stmts:
         if isinstance(st, ExpressionStmt) and isinstance(st.expr, CallExpr):
             call = st.expr
@@ -374,13 +600,11 @@ def _adds_in(stmts: list[Statement], self_name: str, attr: str, out: list[Expres
                     out.append(call.args[0])
                 elif c.name == "insert" and len(call.args) == 2:
                     out.append(call.args[1])
-                else:
-                    listed = _listed(call.args[0]) if c.name == "extend" and len(call.args) == 1 else None
-                    if listed is None:
-                        return False  # added in a way not read
-                    out += listed
+                elif not (c.name == "extend" and len(call.args) == 1
+                          and _listed(call.args[0], out, items)):
+                    return False  # added in a way not read
         for block in statement_blocks(st):
-            if not _adds_in(block, self_name, attr, out):
+            if not _adds_in(block, self_name, attr, out, items):
                 return False
     return True
 
@@ -412,12 +636,17 @@ def _built_module(e: Expression, depth: int = 0) -> Type | None:
 
 def module_list_method_hook(ctx: MethodContext) -> Type:
     """``ModuleList.__iter__`` (a ``for`` over it: the context is the iterable) and
-    ``__getitem__`` with an int: the class the list holds, where it is known."""
+    ``__getitem__`` with an int: the class the list holds, where it is known.
+    ``ModuleDict.__getitem__`` with a key, ``values()`` and ``items()``: the class of the
+    dict's module under that key (a string literal key), or of every module it holds."""
     default = ctx.default_return_type
     ret = get_proper_type(default)
     if not isinstance(ret, Instance):
         return default
     context = ctx.context
+    receiver = get_proper_type(ctx.type)
+    if isinstance(receiver, Instance) and receiver.type.fullname == MODULE_DICT:
+        return _module_dict_method(ctx, ret)
     if ret.type.fullname == MODULE and isinstance(context, IndexExpr):  # self.layers[i]
         item = module_list_item(ctx, context.base)
         return item if item is not None else default
@@ -427,12 +656,117 @@ def module_list_method_hook(ctx: MethodContext) -> Type:
     return default
 
 
-def enumerate_hook(ctx: FunctionContext) -> Type:
-    """``enumerate(self.layers)``: enumerate's item type is inferred from the list's
-    ``__iter__`` as a protocol, without the method hook; given here."""
+def _module_dict_method(ctx: MethodContext, ret: Instance) -> Type:
+    default = ctx.default_return_type
+    context = ctx.context
+    if ret.type.fullname == MODULE and isinstance(context, IndexExpr):  # self.named["a"]
+        key = context.index.value if isinstance(context.index, StrExpr) else None
+        item = module_dict_item(ctx, context.base, key)
+        return item if item is not None else default
+    if not (isinstance(context, CallExpr) and isinstance(context.callee, MemberExpr)
+            and ret.args):
+        return default
+    item = module_dict_item(ctx, context.callee.expr, None)
+    if item is None:
+        return default
+    if context.callee.name == "values":  # Iterable[Module]
+        return ret.copy_modified(args=[item])
+    pair = get_proper_type(ret.args[0])  # items(): Iterable[tuple[str, Module]]
+    if context.callee.name == "items" and isinstance(pair, TupleType) and len(pair.items) == 2:
+        return ret.copy_modified(args=[pair.copy_modified(items=[pair.items[0], item])])
+    return default
+
+
+def module_dict_item(ctx: MethodContext, dct: Expression, key: str | None) -> Type | None:
+    """The class of the module the ModuleDict ``dct`` holds under ``key`` (None: of any of
+    them), read where it is built in sight: ``nn.ModuleDict({"a": A(), ...})`` and the
+    class's ``self.named["b"] = B()``; None when unknown (built otherwise, ``update``d,
+    or no entry under a literal key)."""
+    if not isinstance(dct, MemberExpr):
+        return None
+    values = module_constructor(ctx, dct)
+    if not values:
+        return None
+    entries: list[tuple[Expression | None, Expression]] = []
+    for v in values:
+        if not (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
+                and isinstance(v.callee.node, TypeInfo) and v.callee.node.fullname == MODULE_DICT):
+            return None
+        if not v.args:
+            continue
+        if len(v.args) != 1 or v.arg_kinds[0] != ARG_POS or not isinstance(v.args[0], DictExpr):
+            return None
+        for k, e in v.args[0].items:
+            if k is None:
+                return None  # {**other}
+            entries.append((k, e))
+    for info in classes_in_sight(ctx, dct):
+        for st in info.defn.defs.body:
+            for f in functions_of(st):
+                if f.arguments and not _dict_sets_in(f.body.body, f.arguments[0].variable.name,
+                                                     dct.name, entries):
+                    return None
+    if key is not None and all(isinstance(k, StrExpr) for k, _ in entries):
+        entries = [(k, e) for k, e in entries if isinstance(k, StrExpr) and k.value == key]
+    items: list[Type] = []
+    for _, e in entries:
+        t = _built_module(e)
+        if t is None:
+            return None
+        items.append(t)
+    return make_simplified_union(items) if items else None
+
+
+def _dict_sets_in(stmts: list[Statement], self_name: str, attr: str,
+                  out: list[tuple[Expression | None, Expression]]) -> bool:
+    """``self.<attr>[k] = m`` in these statements (to ``out``); False where the dict is
+    filled otherwise (``update``, ``setdefault``)."""
+    for st in stmts:
+        if isinstance(st, AssignmentStmt):
+            for lv in st.lvalues:
+                if (isinstance(lv, IndexExpr) and _is_self_attr(lv.base, self_name, attr)):
+                    out.append((lv.index, st.rvalue))
+        elif isinstance(st, ExpressionStmt) and isinstance(st.expr, CallExpr):
+            c = st.expr.callee
+            if (isinstance(c, MemberExpr) and c.name in ("update", "setdefault")
+                    and _is_self_attr(c.expr, self_name, attr)):
+                return False
+        for block in statement_blocks(st):
+            if not _dict_sets_in(block, self_name, attr, out):
+                return False
+    return True
+
+
+def _is_self_attr(e: Expression, self_name: str, attr: str) -> bool:
+    return (isinstance(e, MemberExpr) and e.name == attr and isinstance(e.expr, NameExpr)
+            and e.expr.name == self_name)
+
+
+def iteration_hook(ctx: FunctionContext) -> Type:
+    """``enumerate(self.layers)``, ``reversed(self.layers)``, ``zip(self.layers, xs)``: the
+    item type is inferred from the list's ``__iter__``/``__getitem__`` as a protocol, without
+    the method hook; given here."""
     default = ctx.default_return_type
     ret = get_proper_type(default)
-    if (not isinstance(ret, Instance) or len(ret.args) != 1 or not ctx.args or not ctx.args[0]):
+    if not isinstance(ret, Instance) or len(ret.args) != 1:
+        return default
+    zipped = get_proper_type(ret.args[0]) if ret.type.fullname == "builtins.zip" else None
+    if isinstance(zipped, TupleType):
+        pairs = [(t, a) for name, types, args in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args)
+                 if name != "strict" for t, a in zip(types, args)]
+        if len(pairs) != len(zipped.items):
+            return default
+        new = list(zipped.items)
+        for k, (t, a) in enumerate(pairs):
+            p = get_proper_type(t)
+            if isinstance(p, Instance) and p.type.fullname == MODULE_LIST:
+                item = module_list_item(ctx, a)
+                if item is not None:
+                    new[k] = item
+        if new == list(zipped.items):
+            return default
+        return ret.copy_modified(args=[zipped.copy_modified(items=new)])
+    if not ctx.args or not ctx.args[0]:
         return default
     arg_type = get_proper_type(ctx.arg_types[0][0])
     if not isinstance(arg_type, Instance) or arg_type.type.fullname != MODULE_LIST:

@@ -17,9 +17,9 @@ from megatron.core.tensor_parallel import (
 )
 
 
-# 1. Were the results typed here, an untyped operand would take the typed operand's type:
-#    F.linear(R, w) would be R although the column-parallel weight w is sharded (the product
-#    is V) and the row-parallel one makes it P.
+# 1. Were the results typed here, an untyped weight beside R makes the product unknown on the
+#    axis (it used to make it R although the column-parallel weight w is sharded, the product
+#    V, and the row-parallel one makes it P): no error, nothing checked past the product.
 def hand_written_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     h = copy_to_tensor_model_parallel_region(x)
     y = F.linear(F.gelu(F.linear(h, w1)), w2)
