@@ -19,19 +19,9 @@ import torch.nn as nn
 import spmd
 from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
-from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, SpmdType, shard
+from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, shard
 
-
-def mk(*shape: int) -> torch.Tensor:
-    return torch.randn(*(shape or (4, 4)), requires_grad=True).clone()
-
-
-def typed(t: torch.Tensor, annotation) -> torch.Tensor:  # noqa: ANN001
-    return spmd.declare(t, annotation)
-
-
-def ty(**axes: object) -> SpmdType:
-    return SpmdType.of(axes)  # type: ignore[arg-type]
+from check_values import mk, ty, typed  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------

@@ -24,17 +24,7 @@ from spmd import _checking
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, SpmdType, shard
 
-def mk(*shape: int) -> torch.Tensor:
-    """A tensor that carries a gradient and accepts in-place ops (a non-leaf)."""
-    return torch.randn(*(shape or (4, 4)), requires_grad=True).clone()
-
-
-def typed(t: torch.Tensor, annotation) -> torch.Tensor:  # noqa: ANN001
-    return spmd.declare(t, annotation)
-
-
-def ty(**axes: object) -> SpmdType:
-    return SpmdType.of(axes)  # type: ignore[arg-type]
+from check_values import mk, ty, typed  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------

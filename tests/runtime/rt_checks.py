@@ -306,6 +306,19 @@ def input_shapes(op: str, src: str, dst: str, n: int, sizes: list[int] | None
 # The checks
 # ------------------------------------------------------------------------------------
 
+
+def collective_kwargs(op: str, src: str, dst: str, *, reduce_op: str = "sum",
+                      expert: bool = False, sizes: list[int] | None = None) -> dict[str, Any]:
+    """The keyword arguments of a typed collective call for one table row."""
+    kwargs: dict[str, Any] = {"src": marker(src), "dst": marker(dst)}
+    if op in ("all_reduce", "reduce_scatter") and reduce_op != "sum":
+        kwargs["op"] = reduce_op
+    if expert:
+        kwargs["expert_mode"] = True
+    if sizes is not None:
+        kwargs["sizes"] = sizes
+    return kwargs
+
 def check_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str, dst: str, *,
              reduce_op: str = "sum", expert: bool = False, sizes: list[int] | None = None,
              pass_group: bool = False, dtype: torch.dtype = F64, double: bool = True) -> None:
@@ -316,13 +329,7 @@ def check_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str, d
         call_axis = mesh.get_group(axis) if pass_group else axis
         shapes = input_shapes(op, src, dst, n, sizes)
         xs = values(src, shapes, f"{name}/x", dtype)
-        kwargs: dict[str, Any] = {"src": marker(src), "dst": marker(dst)}
-        if op in ("all_reduce", "reduce_scatter") and reduce_op != "sum":
-            kwargs["op"] = reduce_op
-        if expert:
-            kwargs["expert_mode"] = True
-        if sizes is not None:
-            kwargs["sizes"] = sizes
+        kwargs = collective_kwargs(op, src, dst, reduce_op=reduce_op, expert=expert, sizes=sizes)
         fn = getattr(spmd, op)
         x = xs[me].clone().requires_grad_(True)
         out = fn(x, call_axis, **kwargs)

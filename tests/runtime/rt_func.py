@@ -21,7 +21,7 @@ from torch.func import functional_call, grad, jacfwd, jacrev, jvp, vjp, vmap
 import spmd
 from spmd import P, R, Tensor, V
 
-from rt_checks import (DIMS, Ctx, dual, input_shapes, marker, named_checks, spec,
+from rt_checks import (DIMS, Ctx, collective_kwargs, dual, input_shapes, named_checks, spec,
                        transition_cases, values)
 from spmd_mypy.engine.collectives import route
 from spmd_mypy.engine.errors import SpmdTypeError
@@ -44,13 +44,7 @@ def check_func_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: s
     mesh = ctx.mesh(mesh_key)
     ranks = ctx.axis_ranks(mesh, axis)
     n, me = len(ranks), ranks.index(ctx.rank)
-    kwargs: dict[str, Any] = {"src": marker(src), "dst": marker(dst)}
-    if reduce_op != "sum":
-        kwargs["op"] = reduce_op
-    if expert:
-        kwargs["expert_mode"] = True
-    if sizes is not None:
-        kwargs["sizes"] = sizes
+    kwargs = collective_kwargs(op, src, dst, reduce_op=reduce_op, expert=expert, sizes=sizes)
     call = getattr(spmd, op)
 
     def fn(t: torch.Tensor) -> torch.Tensor:
