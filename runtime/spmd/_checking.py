@@ -98,7 +98,7 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as
 from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
-from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, ZERO_KEEPING_INPLACE, Operand,
+from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_value_read, partial_op, propagate,
                                   propagate_each)
@@ -155,34 +155,42 @@ def _forget(ref: _Ref) -> None:
 
 
 # Zeros a factory made in the check mode (``torch.zeros_like(p)``: an optimizer's moments,
-# a buffer to accumulate into; engine ZERO_FACTORIES), by id: (a weak reference, the tensor's
-# version then).  While its version is that one (only a zero-keeping in-place op, engine
-# ZERO_KEEPING_INPLACE, moves it on) it is zero everywhere.  An op that writes such a zero
-# (``exp_avg.lerp_(grad, w)``, ``out=``, a fused step's states) reads it as what it is, no
-# term of any type (engine ``Operand.zero``): no untyped operand in a strict block, and the
-# zeros take the result's type (``mutated_by``).  A write of anything else (through a view
-# too: views share the version; a torch.distributed call, which writes without moving the
-# version) makes it an untyped tensor.  Read by any other op it stays an untyped operand as
-# before (the value is still zero, but a stale entry there, a buffer written where no
-# version moves, would type what is unknown).
-_ZEROS: dict[int, tuple[Any, int]] = {}
+# a buffer to accumulate into; engine ZERO_FACTORIES), by id, with a weak reference.  An op
+# that WRITES such a tensor (``exp_avg.lerp_(grad, w)``, ``out=``, a fused step's states)
+# while it is still all zeros reads it as what it is, no term of any type (engine
+# ``Operand.zero``): no untyped operand in a strict block, and the zeros take the result's
+# type (``mutated_by``).  "Still all zeros" is asked of the values (one ``any()`` when such
+# an op comes, then the tensor is typed or forgotten): writes that move no version counter
+# (``.data``, numpy or DLPack views, torch.distributed's receives, a NaN from ``0 * inf``)
+# cannot make a stale zero.  Read by any other op it stays an untyped operand.
+_ZEROS: dict[int, Any] = {}
 
 
 def _forget_zero(ref: _Ref) -> None:
-    entry = _ZEROS.get(ref.key)
-    if entry is not None and entry[0] is ref:
+    if _ZEROS.get(ref.key) is ref:
         del _ZEROS[ref.key]
 
 
-def _fresh_zero(v: torch.Tensor) -> bool:
-    entry = _ZEROS.get(id(v))
-    return entry is not None and entry[0]() is v and entry[1] == v._version
+def _all_zeros(v: torch.Tensor) -> bool:
+    """Whether ``v`` is a factory's zeros made in the check mode and all zeros still (one
+    reduction; a tensor found written is forgotten)."""
+    ref = _ZEROS.get(id(v))
+    if ref is None or ref() is not v:
+        return False
+    try:
+        with torch.no_grad():
+            zero = not bool(v.any())
+    except Exception:  # noqa: BLE001 - a tensor without values (meta, fake): unknown
+        zero = False
+    if not zero:
+        del _ZEROS[id(v)]
+    return zero
 
 
 def _note_zero(plan: Plan, out: Any, args: tuple, kwargs: dict) -> None:
     """A factory's result that is zero everywhere: zeros, or a fill with 0 (not one that
-    requires a gradient: a parameter to be; not an inference tensor: it has no version)."""
-    if type(out) is not torch.Tensor or out.requires_grad or out.is_inference():
+    requires a gradient: a parameter to be)."""
+    if type(out) is not torch.Tensor or out.requires_grad:
         return
     if plan.name in FILL_FACTORIES:
         at = 2 if plan.name == "new_full" else 1  # (self, size, fill_value), (size|input, fill_value)
@@ -191,36 +199,18 @@ def _note_zero(plan: Plan, out: Any, args: tuple, kwargs: dict) -> None:
             return
     ref = _Ref(out, _forget_zero)
     ref.key = id(out)
-    _ZEROS[id(out)] = (ref, out._version)
+    _ZEROS[id(out)] = ref
 
 
 def _written_zeros(ops: list, types: list, written: Sequence[Any]) -> list:
     """``types`` with the factory zeros the op writes read as zeros (None: ``_is_zero``)."""
     out = types
     for i, (v, _) in enumerate(ops):
-        if (types[i] is _UNTYPED and any(v is w for w in written) and _fresh_zero(v)):
+        if types[i] is _UNTYPED and any(v is w for w in written) and _all_zeros(v):
             if out is types:
                 out = list(types)
             out[i] = None
     return out
-
-
-def _unzero(args: tuple, kwargs: dict) -> None:
-    """A torch.distributed call's tensors (written where no version moves): no zeros now."""
-    for a in (*args, *kwargs.values()):
-        for t in (a if isinstance(a, (list, tuple)) else (a,)):
-            if isinstance(t, torch.Tensor):
-                _ZEROS.pop(id(t), None)
-
-
-def _still_zero(func: Any, args: tuple, kwargs: dict, targets: Sequence[Any]) -> Any:
-    """A zero-keeping in-place op (``exp_avg_sq.mul_(beta2)``) with no typed operand: the
-    zeros among its targets are zeros after it too."""
-    fresh = [t for t in targets if isinstance(t, torch.Tensor) and _fresh_zero(t)]
-    result = func(*args, **kwargs)
-    for t in fresh:
-        _ZEROS[id(t)] = (_ZEROS[id(t)][0], t._version)
-    return result
 
 
 # Tensors the user assigned to some ``x.grad`` (typed at the time), by id: their type is
@@ -856,14 +846,10 @@ class _Mode(TorchFunctionMode):
             return self._foreach(plan, func, args, kwargs)
         if kind is Kind.RAW:
             _check_raw_collective(func, plan.name, args, kwargs)
-            if _ZEROS:
-                _unzero(args, kwargs)
             return func(*args, **kwargs)
         if func is _TENSOR_DEEPCOPY:
             return _typed_copy(args[0] if args else None, func(*args, **kwargs))
         if kind is Kind.PASS:
-            if plan.name and _ZEROS:  # torch.distributed's recv, scatter, ...
-                _unzero(args, kwargs)
             return func(*args, **kwargs)
         if kind is Kind.FACTORY:
             if not plan.name:
@@ -978,8 +964,6 @@ class _Mode(TorchFunctionMode):
             types = _written_zeros(ops, types, [ops[0][0], *outs] if plan.inplace else outs)
         if types is None:
             # Nothing typed (gradual): a typed in-place/out= target keeps its type.
-            if _ZEROS and plan.name in ZERO_KEEPING_INPLACE and ops:
-                return _still_zero(func, args, kwargs, (ops[0][0],))
             return func(*args, **kwargs)
         if _global_check.is_global(types):
             return self._global_op(plan, func, args, kwargs, ops, types)
@@ -1090,8 +1074,6 @@ class _Mode(TorchFunctionMode):
             checks.append(checked)
         before = _versions_before([t for c in checks if c is not None for t in c[1]]) if (
             _BACKWARD_VERSIONS) else None
-        if _ZEROS and each.name in ZERO_KEEPING_INPLACE and all(c is None for c in checks):
-            return _still_zero(func, args, kwargs, [a[0] for a, _ in positions if a])
         result = func(*args, **kwargs)
         if before:
             _shift_versions(before)
@@ -1237,7 +1219,14 @@ class _Mode(TorchFunctionMode):
                 err = check(_texts([tgt, *(v for _, v, _ in picked)], defaults))
                 if err is not None:
                     raise SpmdTypeError(err)
-        return (old or _UNTYPED).mutated_by(rtype)
+            return old.mutated_by(rtype)
+        if any(isinstance(v, torch.Tensor) and v is not tgt and v.ndim != tgt.ndim and _get(v)
+               for v, _ in ops):
+            # an untyped (or zeros) tensor takes the result's type, but a value of another
+            # rank written into it (``torch.zeros(4, 6).add_(g)``, a 1-d S(0) g broadcast from
+            # the back: its blocks lie along dim 1) has its shard dims counted in its own dims
+            return rtype.forget_dims()
+        return rtype
 
 
 _UNTYPED = SpmdType()
@@ -1784,7 +1773,7 @@ def _is_zero(v: Any) -> bool:
     """A Python scalar equal to 0, or a factory's zeros still zero (``_ZEROS``): as a summand
     it adds nothing (engine: ops.Operand.zero)."""
     if isinstance(v, torch.Tensor):
-        return bool(_ZEROS) and _fresh_zero(v)
+        return bool(_ZEROS) and _all_zeros(v)
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0
 
 

@@ -426,8 +426,7 @@ def build_plan(func: Any) -> Plan:
         # torch.distributed.all_reduce & co. hand a tensor argument with a torch function
         # to the mode: the raw collectives on typed tensors (spmd-raw-collective)
         name = getattr(func, "__name__", "")
-        # (any other: a pass with its name: it may write its tensors, recv, scatter)
-        return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else Plan(Kind.PASS, name)
+        return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else PASS_PLAN
 
     name, prop = _name_of(func)
     each = foreach_op(name)

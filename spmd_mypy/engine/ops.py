@@ -315,12 +315,10 @@ hann_window hamming_window blackman_window bartlett_window kaiser_window
 # moments, a buffer to accumulate into), and those that fill with a value (zero where the
 # value is 0: Adagrad's ``full_like(p, 0.0)``).  A zero is no term of any type: as a summand
 # it adds nothing and as a factor it makes nothing (``Operand.zero``), so the check mode
-# takes one made in its block as a zero until something other than a scaling writes it (the
-# static checker sees no values: there such a buffer is untyped until annotated).
+# reads one made in its block as a zero where an op writes it while its values are all zero
+# (the static checker sees no values: there such a buffer is untyped until annotated).
 ZERO_FACTORIES = frozenset("zeros zeros_like new_zeros".split())
 FILL_FACTORIES = frozenset("full full_like new_full".split())
-# In-place ops that keep a zero a zero whatever their scalar operands (``exp_avg_sq.mul_(b)``)
-ZERO_KEEPING_INPLACE = frozenset("mul_ div_ zero_ neg_ abs_ sqrt_ relu_".split())
 
 
 # Formals that hold index tensors (``gather(x, dim, index)``, ``x[idx]``, cross_entropy's

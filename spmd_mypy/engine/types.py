@@ -323,6 +323,13 @@ class SpmdType:
             return self
         return SpmdType(tuple((a, t.at_ndim(ndim)) for a, t in self.axes), self.spec, self.failed)
 
+    def forget_dims(self) -> SpmdType:
+        """The same type with every shard dim forgotten (S(i) -> V): where a value's blocks lie
+        in a tensor of another rank is not known."""
+        if all(t.dim is None and t.by_rank is None for _, t in self.axes):
+            return self
+        return SpmdType(tuple((a, t.forget_dim()) for a, t in self.axes), self.spec, self.failed)
+
     def local(self) -> SpmdType:
         """The same type with the partition spec forgotten (local SPMD)."""
         return SpmdType(self.axes, None, self.failed) if self.spec is not None else self

@@ -1508,10 +1508,10 @@ def test_a_strict_block_runs_an_optimizer_whose_states_start_as_zeros(opt_cls, k
 
 
 def test_a_zero_written_by_anything_else_is_untyped_again() -> None:
-    """Only a zero is no term: a zeros tensor written in place by an untyped value (or through
-    a view, or by a torch.distributed call, which moves no version), a ``ones_like``, a fill
-    with 2, zeros that require a gradient (a parameter to be) are untyped targets, an error in
-    a strict block; zeros kept zero by a scaling are still zeros."""
+    """Only a zero is no term: a zeros tensor written in place by an untyped value (through a
+    view, ``.data``, numpy, DLPack too: writes that move no version counter), a ``ones_like``,
+    a fill with 2, zeros that require a gradient (a parameter to be) are untyped targets, an
+    error in a strict block; zeros kept zero by a scaling are still zeros."""
     r = torch.randn(4)
     with spmd.typecheck(strict=True):
         typed(r, Tensor[R["dp"]])
@@ -1531,6 +1531,17 @@ def test_a_zero_written_by_anything_else_is_untyped_again() -> None:
         untouched = torch.zeros(4)
         with pytest.raises(SpmdTypeError, match="spmd-untyped"):
             r + untouched  # read, not written: an untyped operand as before
+        # writes that move no version counter (the regression probe: a stale zero let a
+        # strict block accumulate a Partial into ones and sum them once per rank)
+        for write in (lambda t: setattr(t, "data", torch.ones(4)),
+                      lambda t: t.data.add_(1),
+                      lambda t: t.numpy().__setitem__(slice(None), 1.0),
+                      lambda t: torch.from_dlpack(t).add_(1),
+                      lambda t: t.mul_(float("inf")).mul_(0)):  # NaN
+            stale = torch.zeros(4)
+            write(stale)
+            with pytest.raises(SpmdTypeError, match="spmd-untyped"), torch.no_grad():
+                stale.add_(r)
 
 
 def test_a_zero_takes_the_type_written_into_it() -> None:
@@ -1549,6 +1560,18 @@ def test_a_zero_takes_the_type_written_into_it() -> None:
         assert spmd.typeof(out) == ty(tp=PARTIAL)
         with pytest.raises(SpmdTypeError, match="spmd-partial-nonlinear"):
             torch.relu(out)
+    g = torch.randn(6)
+    with spmd.typecheck():
+        spmd.declare(g, Tensor[S[0, "tp"]])
+        for target in (torch.zeros(4, 6), torch.zeros(3, 4, 6), torch.empty(3, 4, 6)):
+            # g broadcast from the back: its blocks lie along the target's last dim, not dim 0
+            # (the regression probe: typed S(0), a pasted all_gather(src=S(0)) gathered (8, 6)
+            # where (4, 12) was right)
+            target.copy_(g) if target.dim() == 3 else target.add_(g)
+            assert spmd.typeof(target) == ty(tp=VARYING), spmd.typeof(target)
+        same_rank = torch.zeros(6)
+        same_rank.add_(g)
+        assert spmd.typeof(same_rank) == ty(tp=shard(0))
 
 
 def test_nested_blocks_the_innermost_decides() -> None:
