@@ -103,7 +103,7 @@ from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   check_inplace, check_value_read, partial_op, propagate,
                                   propagate_each)
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
-from spmd_mypy.engine.views import DimMove
+from spmd_mypy.engine.views import INPLACE_VIEWS, DimMove
 
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
@@ -461,6 +461,17 @@ def _user_frame() -> Any:
             return f
         f = f.f_back
     return None
+
+
+def _called_by_torch() -> bool:
+    """Whether the op's caller (the first frame outside this package) is torch's own code."""
+    f: Any = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_RUNTIME_DIR + os.sep):
+            return fn.startswith(_TORCH_DIR + os.sep)
+        f = f.f_back
+    return False
 
 
 def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
@@ -1218,6 +1229,11 @@ class _Mode(TorchFunctionMode):
                     return (old or _UNTYPED).mutated_by(rtype)
                 err = check(_texts([tgt, *(v for _, v, _ in picked)], defaults))
                 if err is not None:
+                    if inplace and plan.name in INPLACE_VIEWS and _called_by_torch():
+                        # torch's own in-place view (unpad_sequence's transpose_, Adamax's
+                        # unsqueeze_ of a temporary): the object's layout is the view's, and
+                        # the user has no code to rewrite; the type follows the object
+                        return rtype
                     raise SpmdTypeError(err)
             return old.mutated_by(rtype)
         if any(isinstance(v, torch.Tensor) and v is not tgt and v.ndim != tgt.ndim and _get(v)

@@ -109,8 +109,10 @@ MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
 }
 # The in-place views (x.transpose_(0, 1) makes x its transpose): the result's layout is read
 # as the view's, and the in-place rule (ops.check_inplace) compares it with x's declared type.
-for _op in ("transpose", "swapdims", "swapaxes", "t", "unsqueeze", "squeeze"):
-    MOVES[_op + "_"] = MOVES[_op]
+INPLACE_VIEWS = frozenset(op + "_" for op in ("transpose", "swapdims", "swapaxes", "t",
+                                              "unsqueeze", "squeeze"))
+for _op in INPLACE_VIEWS:
+    MOVES[_op] = MOVES[_op[:-1]]
 
 # The family of the ops of LAYOUT_OPS.
 KEEP = "keep"

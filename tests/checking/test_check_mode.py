@@ -1574,6 +1574,24 @@ def test_a_zero_takes_the_type_written_into_it() -> None:
         assert spmd.typeof(same_rank) == ty(tp=shard(0))
 
 
+def test_torchs_own_inplace_views_retype_the_tensor() -> None:
+    """An in-place view torch's own code makes (unpad_sequence's ``transpose_`` of a [T, B, F]
+    batch; Adamax(differentiable=True)'s ``unsqueeze_`` of a temporary) moves the shard dim of
+    the object: the type follows the object (no error the user could act on; the regression
+    probe's false errors); the same view in the user's code stays spmd-inplace, as the static
+    checker reports it."""
+    from torch.nn.utils.rnn import unpad_sequence
+
+    x = torch.randn(5, 4, 3)
+    with spmd.typecheck():
+        spmd.declare(x, Tensor[S[1, "dp"]])
+        rows = unpad_sequence(x.clone(), torch.tensor([5, 3, 2, 4]), batch_first=False)
+        assert len(rows) == 4
+        y = x.clone()
+        with pytest.raises(SpmdTypeError, match="spmd-inplace"):
+            y.transpose_(0, 1)
+
+
 def test_nested_blocks_the_innermost_decides() -> None:
     """Blocks nest and the innermost one's ``strict`` applies: torch hands an op the inner
     mode ran on to the outer modes, which checked it again under their own strictness (a
