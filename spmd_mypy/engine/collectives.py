@@ -524,8 +524,8 @@ class MadeBy:
         if src.kind is want.kind and shard_dims_match(src, want):
             # reinterpret(y, src=V, dst=P) returned where y's own V is declared: the fix is
             # no op at all (another collective in its place would move data for nothing)
-            return (f"the {self.op}'s input {bare(self.x_text)} fits as it is "
-                    f"({_arg(src)}): drop the {self.op}")
+            return (f"the {self.op}'s input {bare(self.x_text)} (src={_arg(src)}) fits as it "
+                    f"is: drop the {self.op}")
         ax = format_axes(self.axes)
         t = lookup(self.op, src, want)
         if t is not None and not t.expert:
