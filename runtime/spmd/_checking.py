@@ -1559,6 +1559,8 @@ def _class_parameter_types(cls: type) -> dict[str, SpmdType]:
         hints = {}
         for klass in reversed(cls.__mro__):
             hints.update(getattr(klass, "__annotations__", {}))
+    if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+        hints = {**_init_annotations(cls), **hints}  # the class body's first
     out = {}
     for name, ann in hints.items():
         st = _tensor_type_of(ann)  # Optional[Tensor[...]]: Megatron's optional bias
@@ -1568,6 +1570,43 @@ def _class_parameter_types(cls: type) -> dict[str, SpmdType]:
         _CLASS_HINTS[cls] = out
     except TypeError:
         pass
+    return out
+
+
+def _init_annotations(cls: type) -> dict[str, Any]:
+    """The attributes a module's ``__init__`` (its classes', the subclass's last) annotates
+    where it assigns them, ``self.w: Tensor[S[0, "tp"]] = nn.Parameter(...)`` (Python keeps
+    no such annotation; the static checker reads them as it reads the class body's), each
+    evaluated in the module of its ``__init__``; one that does not evaluate is skipped."""
+    import ast
+    import inspect
+    import textwrap
+
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        init = klass.__dict__.get("__init__")
+        code = getattr(init, "__code__", None)
+        if code is None or os.path.abspath(code.co_filename).startswith(_TORCH_DIR + os.sep):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+        except (OSError, TypeError, SyntaxError):  # no source (a REPL, a zip): none read
+            continue
+        fn = tree.body[0] if tree.body else None
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not fn.args.args:
+            continue
+        me = fn.args.args[0].arg
+        for node in ast.walk(fn):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Attribute)
+                    and isinstance(node.target.value, ast.Name) and node.target.value.id == me):
+                try:
+                    ann = eval(compile(ast.Expression(node.annotation), "<annotation>", "eval"),
+                               init.__globals__)
+                    if isinstance(ann, str):  # a quoted annotation
+                        ann = eval(ann, init.__globals__)
+                except Exception:  # noqa: BLE001 - a name only the type checker sees
+                    continue
+                out[node.target.attr] = ann
     return out
 
 

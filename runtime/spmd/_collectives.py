@@ -181,6 +181,7 @@ class _Collective(torch.autograd.Function):
 # x unwrapped if it is a dead functorch wrapper; under functorch transforms, the real one.
 _C_APPLY = super(torch.autograd.Function, _Collective).apply  # type: ignore[misc]
 _functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 _fwad = torch.autograd.forward_ad
 
 
@@ -189,7 +190,6 @@ def _transforming() -> bool:
     says requires_grad=False, and the c10d call of a no-grad path reduces its primal and
     leaves its tangent as it is, silently): the ops take the Functions with a jvp."""
     return _functorch_active() or _fwad._current_level >= 0
-_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
 # True while Dynamo traces (it replaces the call by a constant); in eager mode a call that

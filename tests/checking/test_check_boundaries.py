@@ -55,6 +55,36 @@ def test_declare_parameters_reads_optional_annotations() -> None:
         assert spmd.typeof(m.either) is None  # no error either: the static checker accepts both
 
 
+class _InitAnnotated(nn.Module):
+    """Parameters annotated where ``__init__`` assigns them (the static checker reads these
+    as it reads the class body's): ``declare_parameters`` left them untyped."""
+
+    def __init__(self, bias: bool = True) -> None:
+        super().__init__()
+        self.weight: Tensor[S[0, "tp"]] = nn.Parameter(torch.randn(4, 3))
+        self.bias: Optional[Tensor[S[0, "tp"]]] = nn.Parameter(torch.randn(4)) if bias else None
+        self.scale: "Tensor[R['tp']]" = nn.Parameter(torch.ones(4))
+        self.count: int = 0
+
+
+class _InitAnnotatedChild(_InitAnnotated):
+    def __init__(self) -> None:
+        super().__init__()
+        self.extra: Tensor[I["tp"]] = nn.Parameter(torch.randn(4))
+
+
+def test_declare_parameters_reads_annotations_in_init() -> None:
+    m = _InitAnnotatedChild()
+    with spmd.typecheck():
+        spmd.declare_parameters(m)
+        assert spmd.typeof(m.weight) == ty(tp=shard(0))
+        assert spmd.typeof(m.bias) == ty(tp=shard(0))
+        assert spmd.typeof(m.scale) == ty(tp=REPLICATE)
+        assert spmd.typeof(m.extra) == ty(tp=INVARIANT)
+        with pytest.raises(SpmdTypeError, match="spmd-invariant-mix"):
+            m.extra + m.scale
+
+
 def test_an_optional_bias_added_before_the_reduction_is_an_error() -> None:
     """The row-parallel linear's bias added to the pending sum (each rank adds it: the sum
     counts it tp times) passed the check mode while the Optional bias stayed untyped."""
