@@ -68,6 +68,17 @@ _NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch
                   "torch.testing.", "torch.multiprocessing.", "torch.optim.")
 
 
+def compiled_module_hook(ctx: FunctionContext) -> Type:
+    """``torch.compile(module)``: the module as far as its calls go (the compiled module
+    forwards ``__call__`` to it), so its forward's types are checked (torch's stubs give
+    ``Callable[..., Any]``: every call of it was unchecked).  A function keeps its stubs'
+    type (its own signature)."""
+    t = get_proper_type(ctx.arg_types[0][0]) if ctx.arg_types and ctx.arg_types[0] else None
+    if isinstance(t, Instance) and is_module_class(t.type):
+        return t
+    return ctx.default_return_type
+
+
 def _tuple_of_result(hook: Callable[[FunctionContext], Type], typer: calls.CallTyper,
                      ctx: FunctionContext) -> Type:
     """_unflatten_dense_tensors's result: a tuple of tensors of the op's type (torch returns
@@ -316,6 +327,8 @@ class HookDispatch:
             return None
         if fullname == "torch.utils.checkpoint.checkpoint":  # runs fn(*args): typed as it
             return typer.checkpoint_hook
+        if fullname == "torch.compile":
+            return compiled_module_hook
         if fullname in _DENSE_FLATTENING:  # untyped in torch (no annotations): typed as the op
             hook = typer.op_hook(_DENSE_FLATTENING[fullname], method=False)
             if fullname.endswith("_unflatten_dense_tensors"):
