@@ -359,6 +359,16 @@ def check_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: str, d
             assert_close(gg, spec(op, src, dst, vs, sizes=sizes, reduce_op=reduce_op)[me])
 
 
+def uneven_all_to_all_sizes(n: int) -> tuple[list[list[int]], list[tuple[int, int]],
+                                             list[tuple[int, int]]]:
+    """Per-rank block sizes of an uneven all_to_all over ``n`` ranks (rank r sends
+    ``sizes[r][k]`` rows to rank k; zeros included), the inputs' and the outputs' shapes."""
+    sizes = [[(r + 2 * k) % 3 for k in range(n)] for r in range(n)]
+    shapes = [(sum(sizes[r]), 2) for r in range(n)]
+    out_shapes = [(sum(sizes[k][r] for k in range(n)), 2) for r in range(n)]
+    return sizes, shapes, out_shapes
+
+
 def check_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any, given_out: bool) -> None:
     """all_to_all(V,V) with per-rank block sizes (dropless MoE dispatch): rank ``r`` sends
     ``sizes_r[k]`` rows to rank ``k``.  Forward against the spec, backward by the adjoint
@@ -367,9 +377,7 @@ def check_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any, given
     mesh = ctx.mesh(mesh_key)
     ranks = ctx.axis_ranks(mesh, axis)
     n, me = len(ranks), ranks.index(ctx.rank)
-    sizes = [[(r + 2 * k) % 3 for k in range(n)] for r in range(n)]  # zeros included
-    shapes = [(sum(sizes[r]), 2) for r in range(n)]
-    out_shapes = [(sum(sizes[k][r] for k in range(n)), 2) for r in range(n)]
+    sizes, shapes, out_shapes = uneven_all_to_all_sizes(n)
 
     def forward_spec(xs: list[torch.Tensor]) -> list[torch.Tensor]:
         blocks = [xs[k].split(sizes[k], 0) for k in range(n)]

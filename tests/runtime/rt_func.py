@@ -22,7 +22,7 @@ import spmd
 from spmd import P, R, Tensor, V
 
 from rt_checks import (DIMS, Ctx, collective_kwargs, dual, input_shapes, named_checks, spec,
-                       transition_cases, values)
+                       transition_cases, uneven_all_to_all_sizes, values)
 from spmd_mypy.engine.collectives import route
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import LocalType
@@ -126,9 +126,7 @@ def check_func_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any) 
     mesh = ctx.mesh(mesh_key)
     ranks = ctx.axis_ranks(mesh, axis)
     n, me = len(ranks), ranks.index(ctx.rank)
-    sizes = [[(r + 2 * k) % 3 for k in range(n)] for r in range(n)]  # zeros included
-    shapes = [(sum(sizes[r]), 2) for r in range(n)]
-    out_shapes = [(sum(sizes[k][r] for k in range(n)), 2) for r in range(n)]
+    sizes, shapes, out_shapes = uneven_all_to_all_sizes(n)
 
     def fn(t: torch.Tensor) -> torch.Tensor:
         return spmd.all_to_all(t, axis, src=V, dst=V, sizes=sizes[me])
