@@ -43,7 +43,7 @@ Forward hooks that change the output are invisible to a static checker.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from mypy.argmap import map_actuals_to_formals
 from mypy.expandtype import expand_type_by_instance
@@ -367,8 +367,7 @@ class ModuleCallTyper:
             return default
         built = module_constructor(ctx, call.callee)
         b = built[0] if len(built) == 1 else None
-        if not (isinstance(b, CallExpr) and isinstance(b.callee, RefExpr)
-                and isinstance(b.callee.node, TypeInfo) and b.callee.node.fullname == SEQUENTIAL
+        if not (isinstance(b, CallExpr) and _constructs(b, SEQUENTIAL)
                 and b.args and all(k == ARG_POS for k in b.arg_kinds)):
             return default
         arg = call.args[0]
@@ -503,8 +502,7 @@ def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> T
     elements: list[Expression] = []
     items: list[Type] = []
     for v in values:
-        if not (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
-                and isinstance(v.callee.node, TypeInfo) and v.callee.node.fullname == MODULE_LIST):
+        if not (isinstance(v, CallExpr) and _constructs(v, MODULE_LIST)):
             return None  # assigned something else too (or unreadable): unknown
         if not v.args:
             continue  # nn.ModuleList(), filled by append (read below)
@@ -513,14 +511,40 @@ def module_list_item(ctx: MethodContext | FunctionContext, lst: Expression) -> T
         if not _listed(v.args[0], elements, items):
             return None
     if values and isinstance(lst, MemberExpr):
-        if not _added_items(ctx, lst, elements, items):
+        if not _methods_read(ctx, lst, lambda body, me: _adds_in(body, me, lst.name, elements,
+                                                                  items)):
             return None
+    return _union_of_built(elements, items)
+
+
+def _constructs(call: CallExpr, fullname: str) -> bool:
+    """Whether ``call`` calls the class ``fullname`` (``nn.ModuleList(...)``)."""
+    return (isinstance(call.callee, RefExpr) and isinstance(call.callee.node, TypeInfo)
+            and call.callee.node.fullname == fullname)
+
+
+def _methods_read(ctx: MethodContext | FunctionContext, attr: MemberExpr,
+                  read: Callable[[list[Statement], str], bool]) -> bool:
+    """``read(body, self_name)`` over every method of the classes in sight of ``attr``
+    (where module_constructor reads its constructor); False at the first it cannot read."""
+    for info in classes_in_sight(ctx, attr):
+        for st in info.defn.defs.body:
+            for f in functions_of(st):
+                if f.arguments and not read(f.body.body, f.arguments[0].variable.name):
+                    return False
+    return True
+
+
+def _union_of_built(elements: list[Expression], items: list[Type]) -> Type | None:
+    """The union of ``items`` and of the classes ``elements`` build (``Block(c)``); None
+    when one builds no known module class, or there is none."""
+    out = list(items)
     for e in elements:
         t = _built_module(e)
         if t is None:
             return None
-        items.append(t)
-    return make_simplified_union(items) if items else None
+        out.append(t)
+    return make_simplified_union(out) if out else None
 
 
 def _listed(arg: Expression, elements: list[Expression], items: list[Type]) -> bool:
@@ -574,22 +598,11 @@ def _declared_item(e: Expression) -> Type | None:
     return item
 
 
-def _added_items(ctx: MethodContext | FunctionContext, lst: MemberExpr,
-                 elements: list[Expression], items: list[Type]) -> bool:
-    """What the class's methods add to ``self.<attr>`` (``append(x)``, ``insert(i, x)``,
-    ``extend([...])``), read where module_constructor reads the list's constructor; False
-    when something is added that cannot be read (``extend(blocks)`` of an unannotated list)."""
-    for info in classes_in_sight(ctx, lst):
-        for st in info.defn.defs.body:
-            for f in functions_of(st):
-                if f.arguments and not _adds_in(f.body.body, f.arguments[0].variable.name,
-                                                 lst.name, elements, items):
-                    return False
-    return True
-
-
 def _adds_in(stmts: list[Statement], self_name: str, attr: str, out: list[Expression],
              items: list[Type]) -> bool:
+    """What these statements add to ``self.<attr>`` (``append(x)``, ``insert(i, x)``,
+    ``extend([...])``: to ``out``/``items`` as :func:`_listed` reads them); False when
+    something is added that cannot be read (``extend(blocks)`` of an unannotated list)."""
     for st in stmts:
         if isinstance(st, ExpressionStmt) and isinstance(st.expr, CallExpr):
             call = st.expr
@@ -689,8 +702,7 @@ def module_dict_item(ctx: MethodContext, dct: Expression, key: str | None) -> Ty
         return None
     entries: list[tuple[Expression | None, Expression]] = []
     for v in values:
-        if not (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
-                and isinstance(v.callee.node, TypeInfo) and v.callee.node.fullname == MODULE_DICT):
+        if not (isinstance(v, CallExpr) and _constructs(v, MODULE_DICT)):
             return None
         if not v.args:
             continue
@@ -700,21 +712,11 @@ def module_dict_item(ctx: MethodContext, dct: Expression, key: str | None) -> Ty
             if k is None:
                 return None  # {**other}
             entries.append((k, e))
-    for info in classes_in_sight(ctx, dct):
-        for st in info.defn.defs.body:
-            for f in functions_of(st):
-                if f.arguments and not _dict_sets_in(f.body.body, f.arguments[0].variable.name,
-                                                     dct.name, entries):
-                    return None
+    if not _methods_read(ctx, dct, lambda body, me: _dict_sets_in(body, me, dct.name, entries)):
+        return None
     if key is not None and all(isinstance(k, StrExpr) for k, _ in entries):
         entries = [(k, e) for k, e in entries if isinstance(k, StrExpr) and k.value == key]
-    items: list[Type] = []
-    for _, e in entries:
-        t = _built_module(e)
-        if t is None:
-            return None
-        items.append(t)
-    return make_simplified_union(items) if items else None
+    return _union_of_built([e for _, e in entries], [])
 
 
 def _dict_sets_in(stmts: list[Statement], self_name: str, attr: str,
