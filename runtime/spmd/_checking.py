@@ -232,8 +232,19 @@ def _assign_grad(owner: Any, g: torch.Tensor) -> None:
     _ASSIGNED_GRADS[key] = g
     _ZEROED.pop(key, None)
     if isinstance(owner, torch.Tensor):
-        _GRAD_OWNERS[key] = (weakref.ref(g, lambda _r, k=key: _GRAD_OWNERS.pop(k, None)),
-                             weakref.ref(owner))
+        _note_grad_owner(g, owner)
+
+
+def _note_grad_owner(g: torch.Tensor, owner: torch.Tensor) -> None:
+    key = id(g)
+    _GRAD_OWNERS[key] = (weakref.ref(g, lambda _r, k=key: _GRAD_OWNERS.pop(k, None)),
+                         weakref.ref(owner))
+
+
+def _note_hooked(x: torch.Tensor, t: SpmdType) -> None:
+    """The gradient type a hook gave ``x``'s gradient (``_HOOKED_GRADS``)."""
+    key = id(x)
+    _HOOKED_GRADS[key] = (weakref.ref(x, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), t)
 
 
 def _grad_owner(g: torch.Tensor) -> Any:
@@ -763,8 +774,7 @@ def _typed_grad_hook(name: str, x: torch.Tensor, hook: Any) -> Any:
         owner = ref()
         t = _get(out) if isinstance(out, torch.Tensor) else None
         if owner is not None and t is not None:
-            key = id(owner)
-            _HOOKED_GRADS[key] = (weakref.ref(owner, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), t)
+            _note_hooked(owner, t)
             _assign_grad(owner, out)
 
     def dual_of(g: Any) -> None:
@@ -2667,12 +2677,10 @@ def _retake(t: Any, held: list[Any]) -> None:
     if owner is not None:
         _assign_grad(owner, t)
     if hooked is not None:
-        key = id(t)
-        _HOOKED_GRADS[key] = (weakref.ref(t, lambda _r, k=key: _HOOKED_GRADS.pop(k, None)), hooked)
+        _note_hooked(t, hooked)
     for g in grads:
         if g is not None:
-            _GRAD_OWNERS[id(g)] = (weakref.ref(g, lambda _r, k=id(g): _GRAD_OWNERS.pop(k, None)),
-                                   weakref.ref(t))
+            _note_grad_owner(g, t)
     if ddp:
         _DDP_PARAMS[id(t)] = weakref.ref(t)
 
