@@ -21,6 +21,7 @@ from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, Meth
 from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_proper_type
 
 from . import calls, global_calls, torch_namespaces
+from .custom_ops import CUSTOM_OP_CALL, custom_op_hook
 from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS
 from .autograd import is_autograd_function
 from .modules import (
@@ -464,6 +465,8 @@ class HookDispatch:
                 typed = op_hook(ctx)
                 return typed if returns_one_tensor(ctx) else ctx.default_return_type
             return self._synced(checked_only)
+        if fullname == CUSTOM_OP_CALL:  # a torch.library.custom_op's call: the op rule
+            return self._synced(custom_op_hook(typer))
         tensor_class = self.is_tensor_class(cls)
         if not tensor_class and not fullname.startswith(NO_SIGNATURE_CHECK):
             return self._check_arguments()

@@ -1,0 +1,94 @@
+"""Calls of ``torch.library.custom_op`` operators, typed by the op rule as the check mode types them.
+
+``@torch.library.custom_op("mylib::bias_gelu", mutates_args=())`` turns a function into a
+``CustomOpDef``, whose ``__call__(*args, **kwargs)`` torch leaves unannotated: mypy types
+``bias_gelu(x, b)`` as ``Any`` and a typed input's type was silently dropped.  The check mode
+sees the call as one op named by the schema (``bias_gelu``) and types it by the engine's rule
+(an op the classification does not know: the generic rule, as a non-linear op).  Here the
+same: the call's arguments are regrouped by the decorated function's own parameters (so
+their names play their roles: ``dim`` is no operand), the op's name is the registered one,
+and the result is the function's declared return type with its tensors typed.
+
+Gradual: a call without a typed operand keeps mypy's ``Any``.  Calls through
+``torch.ops.mylib.bias_gelu(...)`` stay ``Any`` (torch's ``__getattr__`` namespaces).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from mypy.argmap import map_actuals_to_formals
+from mypy.nodes import CallExpr, Decorator, Expression, RefExpr, StrExpr
+from mypy.plugin import MethodContext
+from mypy.types import CallableType, Type, get_proper_type
+
+if TYPE_CHECKING:
+    from .calls import CallTyper
+
+CUSTOM_OP_CALL = "torch._library.custom_ops.CustomOpDef.__call__"
+_CUSTOM_OP_DECORATORS = ("torch._library.custom_ops.custom_op", "torch.library.custom_op")
+
+
+def custom_op_definition(call: object) -> tuple[CallableType, str] | None:
+    """(the decorated function's signature, the op's registered name) of a call of a
+    ``@custom_op`` function referred to by name; None for anything else."""
+    if not isinstance(call, CallExpr) or not isinstance(call.callee, RefExpr):
+        return None
+    node = call.callee.node
+    if not isinstance(node, Decorator):
+        return None
+    sig = get_proper_type(node.func.type)
+    if not isinstance(sig, CallableType) or sig.variables:
+        return None
+    for d in node.decorators:
+        if (isinstance(d, CallExpr) and isinstance(d.callee, RefExpr)
+                and d.callee.fullname in _CUSTOM_OP_DECORATORS):
+            name = node.func.name
+            if d.args and isinstance(d.args[0], StrExpr):
+                name = d.args[0].value.split("::")[-1].split(".")[0] or name
+            return sig, name
+    return None
+
+
+def custom_op_hook(typer: CallTyper) -> Callable[[MethodContext], Type]:
+    op_hooks: dict[str, Callable] = {}  # the op rule's hook, by op name
+
+    def hook(ctx: MethodContext) -> Type:
+        found = custom_op_definition(ctx.context)
+        if found is None:
+            return ctx.default_return_type
+        sig, name = found
+        call = ctx.context
+        assert isinstance(call, CallExpr)
+        # each actual's type, as mypy inferred it for CustomOpDef.__call__(*args, **kwargs)
+        inferred: dict[int, Type] = {}
+        for exprs, types in zip(ctx.args, ctx.arg_types):
+            for e, t in zip(exprs, types):
+                inferred[id(e)] = t
+        if any(id(a) not in inferred for a in call.args):
+            return ctx.default_return_type
+        actual_types = [inferred[id(a)] for a in call.args]
+        formal_to_actual = map_actuals_to_formals(
+            call.arg_kinds, call.arg_names, sig.arg_kinds, sig.arg_names,
+            lambda i: actual_types[i])
+        args: list[list[Expression]] = []
+        arg_types: list[list[Type]] = []
+        arg_kinds = []
+        arg_names = []
+        for actuals in formal_to_actual:
+            args.append([call.args[i] for i in actuals])
+            arg_types.append([actual_types[i] for i in actuals])
+            arg_kinds.append([call.arg_kinds[i] for i in actuals])
+            arg_names.append([call.arg_names[i] for i in actuals])
+        regrouped = ctx._replace(args=args, arg_types=arg_types, arg_kinds=arg_kinds,
+                                 arg_names=arg_names, callee_arg_names=list(sig.arg_names),
+                                 default_return_type=sig.ret_type)
+        op_hook = op_hooks.get(name)
+        if op_hook is None:
+            op_hook = op_hooks[name] = typer.op_hook(name, method=False)
+        typed = op_hook(regrouped)
+        if typed is sig.ret_type:  # no typed operand: mypy's Any, as before (gradual)
+            return ctx.default_return_type
+        return typed
+
+    return hook
