@@ -90,7 +90,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
+from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
                                           RAW_FUNCTIONAL_COLLECTIVES, declaration_conflict, declaration_error,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
@@ -2770,15 +2770,13 @@ def _in_autograd_function(f: Any) -> bool:
     return False
 
 
-_RAW_OUTPUT_KWARGS = ("tensor", "output", "output_tensor", "tensor_list", "output_tensor_list",
-                      "tensors")
 
 
 def _raw_written(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensors a raw torch.distributed collective writes: its first argument (the tensor
     of all_reduce, broadcast, reduce; the output of all_gather_into_tensor,
     reduce_scatter_tensor, all_to_all_single; the output list of all_gather, all_to_all)."""
-    first = args[0] if args else next((kwargs[k] for k in _RAW_OUTPUT_KWARGS if k in kwargs), None)
+    first = args[0] if args else next((kwargs[k] for k in RAW_OUTPUT_KWARGS if k in kwargs), None)
     if isinstance(first, torch.Tensor):
         return [first]
     if isinstance(first, (list, tuple)):

@@ -737,6 +737,12 @@ RAW_FUNCTIONAL_COLLECTIVES = frozenset(
     reduce_scatter_single reduce_scatter_single_autograd all_to_all_single
     all_to_all_single_autograd all_to_all_inplace broadcast permute_tensor""".split()
 )
+# The parameters a raw torch.distributed collective writes in place, when passed by name: its
+# first argument is the tensor it writes (all_reduce's, broadcast's, reduce's tensor; the output of
+# all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single; the output list of
+# all_gather, all_to_all).  Inside a custom Function's forward/backward what it wrote is untyped.
+RAW_OUTPUT_KWARGS = ("tensor", "output", "output_tensor", "tensor_list", "output_tensor_list",
+                     "tensors")
 # Where a raw collective's module is reached from (the message names it as users import it).
 RAW_MODULES = {
     "torch.distributed.nn.functional.": ("torch.distributed.nn.functional", RAW_NN_COLLECTIVES),
