@@ -2305,6 +2305,9 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):
             _set(g, t)
+    # backward runs without grad unless create_graph=True: then an R stands for an I and
+    # back in what it returns (engine duality.check_returned)
+    gradient_free = not torch.is_grad_enabled()
     backward = getattr(getattr(node, "_forward_cls", None), "backward", None)
     returns = _ReturnCapture(backward)
     with _in_mode(), returns:
@@ -2327,10 +2330,11 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
         return returned
 
     function = duality.FunctionTypes(name, inputs, None, None, None)
-    errors = duality.check_returned(function, slots(()))
+    errors = duality.check_returned(function, slots(()), gradient_free)
     if errors:  # named as the static checker names them: the return's expressions
         try:
-            errors = duality.check_returned(function, slots(returns.texts(results))) or errors
+            errors = duality.check_returned(function, slots(returns.texts(results)),
+                                            gradient_free) or errors
         except Exception:  # noqa: BLE001 - naming never hides the error
             pass
         raise SpmdTypeError(errors[0])

@@ -1197,6 +1197,55 @@ def test_function_apply_argument_mismatch_is_the_static_error() -> None:
         assert spmd.typeof(s0) == SpmdType.of({"ep": shard(0)})
 
 
+class _ReduceFromTP(torch.autograd.Function):
+    """Megatron's _ReduceFromModelParallelRegion: its backward returns the I gradient as is,
+    where R (the dual of the P input) is due (its forward's all-reduce left out: apply's
+    result has the declared type)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return g
+
+
+class _ReduceFromTPScaled(torch.autograd.Function):
+    """A backward returning a P gradient where R is due: not the same values."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        ctx.x = x
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return ctx.x.detach() * 2
+
+
+def test_function_backward_may_return_i_for_r_without_grad() -> None:
+    """R and I hold the same values: a backward run without grad (no create_graph) may return
+    one where the other is due (engine duality.check_returned, gradient_free), as the static
+    checker accepts it; with create_graph=True the returned gradient is differentiated again
+    and must be of its kind; a P where R is due stays an error."""
+    with spmd.typecheck():
+        x = typed(mk(3), Tensor[P["tp"]])
+        _ReduceFromTP.apply(x).sum().backward()
+        x = typed(mk(3), Tensor[P["tp"]])
+        y = _ReduceFromTP.apply(x).sum()
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(y, x, create_graph=True)
+        assert str(e.value).startswith(
+            '_ReduceFromTP.backward returns g (Tensor[I["tp"]]) as the gradient of input x '
+            '(Tensor[P["tp"]]), which is Tensor[R["tp"]] (I on "tp" where R is needed)'), str(e.value)
+        x = typed(mk(3), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _ReduceFromTPScaled.apply(x).sum().backward()
+        assert e.value.code == "spmd-duality"
+        assert "(P on \"tp\" where R is needed)" in str(e.value), str(e.value)
+
+
 # --------------------------------------------------------------------------------------
 # messages name module attributes; suspended()
 
