@@ -2245,7 +2245,7 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
     node = None
     for r in outs:
         fn = r.grad_fn if isinstance(r, torch.Tensor) else None
-        if fn is not None and getattr(fn, "_forward_cls", None) is cls:
+        if fn is not None and _runs_backward_of(getattr(fn, "_forward_cls", None), cls):
             node = fn
             break
     if node is None:
@@ -2272,9 +2272,29 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
         grads.append(duality.gradient_type(out) if out else (
             annotated[i] if i < len(annotated) else None))
     try:
-        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names))
+        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names, cls))
     except (AttributeError, TypeError):
         pass
+
+
+def _runs_backward_of(node_cls: Any, cls: type) -> bool:
+    """Whether the autograd node of Function class ``node_cls`` runs ``cls``'s backward: ``cls``
+    itself, or under torch.func (grad, vjp: a transform applies a setup_context Function
+    through a class it generates per call, ``<cls>Generated``, whose backward calls
+    ``cls.backward``, torch._functorch.autograd_function.generate_single_level_function)."""
+    if node_cls is cls:
+        return True
+    if node_cls is None or getattr(node_cls, "__name__", None) != f"{cls.__name__}Generated":
+        return False
+    backward = inspect.getattr_static(node_cls, "backward", None)
+    cells = getattr(getattr(backward, "__func__", backward), "__closure__", None) or ()
+    for c in cells:
+        try:
+            if c.cell_contents is cls:
+                return True
+        except ValueError:  # an empty cell
+            pass
+    return False
 
 
 _TORCH_BACKWARD_APPLY: Any = None  # torch's BackwardCFunction.apply while ours is installed
@@ -2301,15 +2321,14 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
             return _TORCH_BACKWARD_APPLY(node, *grads)
         with _in_mode():
             return _TORCH_BACKWARD_APPLY(node, *grads)
-    name, inputs, types, names = info
+    name, inputs, types, names, cls = info
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):
             _set(g, t)
     # backward runs without grad unless create_graph=True: then an R stands for an I and
     # back in what it returns (engine duality.check_returned)
     gradient_free = not torch.is_grad_enabled()
-    backward = getattr(getattr(node, "_forward_cls", None), "backward", None)
-    returns = _ReturnCapture(backward)
+    returns = _ReturnCapture(getattr(cls, "backward", None))
     with _in_mode(), returns:
         result = _TORCH_BACKWARD_APPLY(node, *grads)
     many = isinstance(result, tuple)

@@ -1246,6 +1246,48 @@ def test_function_backward_may_return_i_for_r_without_grad() -> None:
         assert "(P on \"tp\" where R is needed)" in str(e.value), str(e.value)
 
 
+class _ScaleP(torch.autograd.Function):
+    """A linear op of a Partial value in torch.func's form (setup_context)."""
+
+    @staticmethod
+    def forward(x: Tensor[P["tp"]]) -> Tensor[P["tp"]]:
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.x = inputs[0]
+
+    @staticmethod
+    def backward(ctx, g: Tensor[R["tp"]]) -> Tensor[R["tp"]]:
+        return g * 2
+
+
+class _ScalePWrong(_ScaleP):
+    @staticmethod
+    def backward(ctx, g: Tensor[R["tp"]]) -> Tensor[R["tp"]]:
+        return ctx.x.detach() * 2  # the Partial input where its R gradient is due
+
+
+def test_function_under_torch_func_checks_its_backward() -> None:
+    """torch.func.grad and vjp apply a setup_context Function through torch's
+    custom_function_call (which the check mode lets through: Fn.apply checks the arguments and
+    types the result; a Partial argument was a false spmd-partial-nonlinear there) and run its
+    backward through a class they generate: its results are checked by the duality rule as in
+    eager (they came back unchecked)."""
+    with spmd.typecheck():
+        x = typed(torch.ones(3), Tensor[P["tp"]])
+        g = torch.func.grad(lambda t: _ScaleP.apply(t).sum())(x)
+        assert torch.equal(g, torch.full((3,), 2.0))
+        for run in (lambda: torch.func.grad(lambda t: _ScalePWrong.apply(t).sum())(x),
+                    lambda: torch.func.vjp(_ScalePWrong.apply, x)[1](
+                        typed(torch.ones(3), Tensor[R["tp"]]))):
+            with pytest.raises(SpmdTypeError) as e:
+                run()
+            assert str(e.value).startswith(
+                '_ScalePWrong.backward returns (ctx.x.detach() * 2) (Tensor[P["tp"]]) as the '
+                'gradient of input x (Tensor[P["tp"]]), which is Tensor[R["tp"]]'), str(e.value)
+
+
 # --------------------------------------------------------------------------------------
 # messages name module attributes; suspended()
 
