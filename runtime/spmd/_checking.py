@@ -90,7 +90,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
+from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
                                           RAW_FUNCTIONAL_COLLECTIVES, declaration_conflict, declaration_error,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
@@ -2245,7 +2245,7 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
     node = None
     for r in outs:
         fn = r.grad_fn if isinstance(r, torch.Tensor) else None
-        if fn is not None and getattr(fn, "_forward_cls", None) is cls:
+        if fn is not None and _runs_backward_of(getattr(fn, "_forward_cls", None), cls):
             node = fn
             break
     if node is None:
@@ -2272,9 +2272,29 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
         grads.append(duality.gradient_type(out) if out else (
             annotated[i] if i < len(annotated) else None))
     try:
-        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names))
+        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names, cls))
     except (AttributeError, TypeError):
         pass
+
+
+def _runs_backward_of(node_cls: Any, cls: type) -> bool:
+    """Whether the autograd node of Function class ``node_cls`` runs ``cls``'s backward: ``cls``
+    itself, or under torch.func (grad, vjp: a transform applies a setup_context Function
+    through a class it generates per call, ``<cls>Generated``, whose backward calls
+    ``cls.backward``, torch._functorch.autograd_function.generate_single_level_function)."""
+    if node_cls is cls:
+        return True
+    if node_cls is None or getattr(node_cls, "__name__", None) != f"{cls.__name__}Generated":
+        return False
+    backward = inspect.getattr_static(node_cls, "backward", None)
+    cells = getattr(getattr(backward, "__func__", backward), "__closure__", None) or ()
+    for c in cells:
+        try:
+            if c.cell_contents is cls:
+                return True
+        except ValueError:  # an empty cell
+            pass
+    return False
 
 
 _TORCH_BACKWARD_APPLY: Any = None  # torch's BackwardCFunction.apply while ours is installed
@@ -2301,12 +2321,14 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
             return _TORCH_BACKWARD_APPLY(node, *grads)
         with _in_mode():
             return _TORCH_BACKWARD_APPLY(node, *grads)
-    name, inputs, types, names = info
+    name, inputs, types, names, cls = info
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):
             _set(g, t)
-    backward = getattr(getattr(node, "_forward_cls", None), "backward", None)
-    returns = _ReturnCapture(backward)
+    # backward runs without grad unless create_graph=True: then an R stands for an I and
+    # back in what it returns (engine duality.check_returned)
+    gradient_free = not torch.is_grad_enabled()
+    returns = _ReturnCapture(getattr(cls, "backward", None))
     with _in_mode(), returns:
         result = _TORCH_BACKWARD_APPLY(node, *grads)
     many = isinstance(result, tuple)
@@ -2327,10 +2349,11 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
         return returned
 
     function = duality.FunctionTypes(name, inputs, None, None, None)
-    errors = duality.check_returned(function, slots(()))
+    errors = duality.check_returned(function, slots(()), gradient_free)
     if errors:  # named as the static checker names them: the return's expressions
         try:
-            errors = duality.check_returned(function, slots(returns.texts(results))) or errors
+            errors = duality.check_returned(function, slots(returns.texts(results)),
+                                            gradient_free) or errors
         except Exception:  # noqa: BLE001 - naming never hides the error
             pass
         raise SpmdTypeError(errors[0])
@@ -2770,15 +2793,13 @@ def _in_autograd_function(f: Any) -> bool:
     return False
 
 
-_RAW_OUTPUT_KWARGS = ("tensor", "output", "output_tensor", "tensor_list", "output_tensor_list",
-                      "tensors")
 
 
 def _raw_written(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensors a raw torch.distributed collective writes: its first argument (the tensor
     of all_reduce, broadcast, reduce; the output of all_gather_into_tensor,
     reduce_scatter_tensor, all_to_all_single; the output list of all_gather, all_to_all)."""
-    first = args[0] if args else next((kwargs[k] for k in _RAW_OUTPUT_KWARGS if k in kwargs), None)
+    first = args[0] if args else next((kwargs[k] for k in RAW_OUTPUT_KWARGS if k in kwargs), None)
     if isinstance(first, torch.Tensor):
         return [first]
     if isinstance(first, (list, tuple)):

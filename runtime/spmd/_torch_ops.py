@@ -429,6 +429,10 @@ def build_plan(func: Any) -> Plan:
         return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else PASS_PLAN
 
     name, prop = _name_of(func)
+    if name == "custom_function_call" and isinstance(func, torch._ops.HigherOrderOperator):
+        # torch.func applying a custom autograd Function (setup_context style): Fn.apply
+        # in check mode (_checking._apply) checks its arguments and types its result
+        return PASS_PLAN
     each = foreach_op(name)
     if each is not None:
         return _foreach_plan(name, each)

@@ -38,7 +38,7 @@ from typing import Sequence
 
 from .errors import SpmdError
 from .types import (
-    SAME_VALUES, Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis,
+    SAME_VALUES, Kind, LocalType, same_values, SpmdType, axis_words, bare, format_axes, format_axis,
     format_type, receiver, shard_dims_match,
 )
 
@@ -539,7 +539,7 @@ class MadeBy:
 
 
 def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str,
-                   made_by: MadeBy | None = None) -> list[SpmdError]:
+                   made_by: MadeBy | None = None, gradient_free: bool = False) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
@@ -548,6 +548,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     collective's result written in place, ``made_by``: its own ``dst`` where that fits).
     Both global (a partition spec on each side): the layouts must be equal, and the fix
     is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
+    ``gradient_free``: no gradient flows through the value (a custom Function's forward
+    result, :func:`.duality.check_forward_result`), so an R stands for an I and back.
     """
     if actual.spec is not None and expected.spec is not None:  # else the global check is None
         from .global_spmd import check_argument as check_global_argument
@@ -558,7 +560,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     mismatches: list[tuple[str, LocalType, LocalType]] = []
     for axis, want in expected.axes:
         have = actual.get(axis)
-        if have is not None and not shard_dims_match(have, want):
+        if have is not None and not shard_dims_match(have, want) and not (
+                gradient_free and same_values(have, want)):
             mismatches.append((axis, have, want))
     if not mismatches:
         return []
@@ -737,6 +740,12 @@ RAW_FUNCTIONAL_COLLECTIVES = frozenset(
     reduce_scatter_single reduce_scatter_single_autograd all_to_all_single
     all_to_all_single_autograd all_to_all_inplace broadcast permute_tensor""".split()
 )
+# The parameters a raw torch.distributed collective writes in place, when passed by name: its
+# first argument is the tensor it writes (all_reduce's, broadcast's, reduce's tensor; the output of
+# all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single; the output list of
+# all_gather, all_to_all).  Inside a custom Function's forward/backward what it wrote is untyped.
+RAW_OUTPUT_KWARGS = ("tensor", "output", "output_tensor", "tensor_list", "output_tensor_list",
+                     "tensors")
 # Where a raw collective's module is reached from (the message names it as users import it).
 RAW_MODULES = {
     "torch.distributed.nn.functional.": ("torch.distributed.nn.functional", RAW_NN_COLLECTIVES),

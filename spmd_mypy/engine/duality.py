@@ -11,6 +11,15 @@ V <-> V, S(i) <-> S(i)).  So a custom ``torch.autograd.Function`` whose ``forwar
 Megatron's mappings are written this way, and their bugs hide in the backward: a backward that
 "forgets the all-reduce" returns the incoming P gradient where an I one is due.
 
+A Function's ``forward`` always runs without grad, and its ``backward`` too unless the caller
+asks for ``create_graph=True``: what they return carries no gradient of its own, so there an R
+stands for an I and back (``types.SAME_VALUES``, as everywhere no gradient flows).  Megatron's
+``_CopyToModelParallelRegion.forward`` returns its I input as the declared R,
+``_ReduceFromModelParallelRegion.backward`` its I gradient where R is due.  The static
+checker always accepts them (a ``create_graph=True`` double backward through such a
+Function differentiates the returned value itself: declare the kind it has there); the check
+mode only while grad is off inside the backward.
+
 The same rule types ``.grad``, ``torch.autograd.grad`` and the argument of a gradient hook
 (``x.register_hook(fn)``).  This module is pure: the mypy plugin reads the annotations and the
 inferred types into :class:`Slot` values, and reports what these functions return.
@@ -21,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .collectives import lookup, suggest
+from .collectives import MadeBy, check_argument, lookup, suggest
 from .errors import SpmdError
-from .types import PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type, shard_dims_match
+from .types import (PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type, same_values,
+                    shard_dims_match)
 
 # What a position of a signature holds.
 TENSOR = "tensor"  # a tensor (typed, or a plain tensor: UNTYPED)
@@ -81,14 +91,26 @@ def gradient_type(t: SpmdType) -> SpmdType:
     return t.dual()
 
 
-def mismatches(have: SpmdType, want: SpmdType) -> list[tuple[str, LocalType, LocalType]]:
-    """(axis, have, want) for every axis both types know on which they disagree."""
+def mismatches(have: SpmdType, want: SpmdType,
+               gradient_free: bool = False) -> list[tuple[str, LocalType, LocalType]]:
+    """(axis, have, want) for every axis both types know on which they disagree
+    (``gradient_free``: R and I agree, see the module's docstring)."""
     out = []
     for axis, w in want.axes:
         h = have.get(axis)
-        if h is not None and not shard_dims_match(h, w):
+        if h is not None and not shard_dims_match(h, w) and not (gradient_free and same_values(h, w)):
             out.append((axis, h, w))
     return out
+
+
+def check_forward_result(actual: SpmdType, declared: SpmdType, *, x_text: str, where: str,
+                         made_by: MadeBy | None = None) -> list[SpmdError]:
+    """What a custom Function's ``forward`` returns against its declared result: a value
+    passed where a type is declared (:func:`.collectives.check_argument`), without grad
+    (forward runs without it: an I returned as the declared R, Megatron's
+    ``_CopyToModelParallelRegion``)."""
+    return check_argument(actual, declared, x_text=x_text, where=where, made_by=made_by,
+                          gradient_free=True)
 
 
 def _where(bad: list[tuple[str, LocalType, LocalType]]) -> str:
@@ -127,9 +149,10 @@ def _names(slots: Sequence[Slot]) -> str:
     return ", ".join(s.name or f"#{i + 1}" for i, s in enumerate(slots))
 
 
-def check_signature(fn: FunctionTypes) -> list[SpmdError]:
+def check_signature(fn: FunctionTypes, gradient_free: bool = True) -> list[SpmdError]:
     """The declared signatures: backward's parameters are the duals of forward's outputs, and
-    its declared results the duals of forward's inputs (None allowed).  Reported on backward."""
+    its declared results the duals of forward's inputs (None allowed; ``gradient_free``: R for
+    I and back, backward running without grad).  Reported on backward."""
     if not fn.typed:
         return []
     errors: list[SpmdError] = []
@@ -170,11 +193,13 @@ def check_signature(fn: FunctionTypes) -> list[SpmdError]:
                 f"not a tensor or needs no gradient",
             ))
         for i, (inp, ret) in enumerate(zip(ins, rets)):
-            errors.extend(_check_gradient_of_input(name, i, inp, ret, body=False))
+            errors.extend(_check_gradient_of_input(name, i, inp, ret, body=False,
+                                                   gradient_free=gradient_free))
     return errors
 
 
-def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: bool) -> list[SpmdError]:
+def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: bool,
+                             gradient_free: bool) -> list[SpmdError]:
     if not ret.typed:
         return []
     returned = f"{ret.name} ({format_type(ret.type)})" if body else format_type(ret.type)
@@ -187,7 +212,7 @@ def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: boo
     if not inp.typed:
         return []
     want = gradient_type(inp.type)
-    bad = mismatches(ret.type, want)
+    bad = mismatches(ret.type, want, gradient_free)
     if not bad:
         return []
     fix = _fixes(bad, ret.name or "grad", inp.name or "the input", ret.made_by)
@@ -205,8 +230,11 @@ def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: boo
     )]
 
 
-def check_returned(fn: FunctionTypes, returned: Sequence[Slot]) -> list[SpmdError]:
-    """One ``return`` of backward's body: each returned value against the dual of its input.
+def check_returned(fn: FunctionTypes, returned: Sequence[Slot],
+                   gradient_free: bool = True) -> list[SpmdError]:
+    """One ``return`` of backward's body: each returned value against the dual of its input
+    (``gradient_free``: backward runs without grad, so R for I and back; the check mode passes
+    whether grad is off in the backward, False under ``create_graph=True``).
 
     A position whose declared result is a typed tensor that itself disagrees with the dual is
     skipped (:func:`check_signature` reports it on the ``def``)."""
@@ -216,11 +244,13 @@ def check_returned(fn: FunctionTypes, returned: Sequence[Slot]) -> list[SpmdErro
     for i, (inp, ret) in enumerate(zip(fn.inputs, returned)):
         if fn.returns is not None and i < len(fn.returns):
             declared = fn.returns[i]
-            if declared.typed and inp.typed and mismatches(declared.type, gradient_type(inp.type)):
+            if declared.typed and inp.typed and mismatches(declared.type, gradient_type(inp.type),
+                                                           gradient_free):
                 continue
             if declared.typed and inp.kind in (OTHER, NONE):
                 continue
-        errors.extend(_check_gradient_of_input(fn.name, i, inp, ret, body=True))
+        errors.extend(_check_gradient_of_input(fn.name, i, inp, ret, body=True,
+                                               gradient_free=gradient_free))
     return errors
 
 
@@ -277,5 +307,5 @@ def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
 
 __all__ = [
     "TENSOR", "NONE", "OTHER", "UNKNOWN", "Slot", "FunctionTypes", "gradient_type", "mismatches",
-    "check_signature", "check_returned", "check_hook", "check_grad_outputs",
+    "check_forward_result", "check_signature", "check_returned", "check_hook", "check_grad_outputs",
 ]

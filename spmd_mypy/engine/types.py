@@ -39,8 +39,14 @@ _KIND_ORDER = {Kind.R: 0, Kind.I: 1, Kind.V: 2, Kind.P: 3}
 
 # R and I hold the same values on every rank; only the backward tells them apart (I's
 # gradient is I, R's is P).  Where no gradient flows one stands for the other: an in-place
-# op's target under no_grad (ops.check_inplace), a collective's src (collectives).
+# op's target under no_grad (ops.check_inplace), a collective's src (collectives), what a
+# custom autograd Function's forward and backward return (duality: they run without grad).
 SAME_VALUES = frozenset({Kind.R, Kind.I})
+
+
+def same_values(have: LocalType, want: LocalType) -> bool:
+    """``have`` and ``want`` hold the same values (R and I): interchangeable without grad."""
+    return have.kind is not want.kind and {have.kind, want.kind} <= SAME_VALUES
 
 
 # The static checker does not know a tensor's rank.  Where a layout depends on it, it is

@@ -123,9 +123,11 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
+from ..engine import duality
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import refines
+from .autograd import is_autograd_function
 from .calls import expr_text, made_by
 from .codes import ERROR_CODES
 from .messages import user_form
@@ -172,6 +174,8 @@ class BoundaryChecker:
         # the method whose override errors are being judged (file, line, id, supertype):
         # mypy reports them one after the other; any other error ends them
         self._judged_override: tuple[str, int, int, str] | None = None
+        # judging the return of a custom Function's forward (run without grad: R for I)
+        self._forward_result = False
 
     # -- the watcher ----------------------------------------------------------------------
     def watch(self, store: object | None) -> None:
@@ -320,9 +324,14 @@ class BoundaryChecker:
                 if not info.message.endswith(hint):  # mypy reports a loop body's error again
                     info.message += hint
             return False
-        errors = self._compare(actual, declared, value if text is None else None,
-                               expr_text(value) if text is None else text,
-                               self._where(chk, stmt, target_expr))
+        # a custom Function's forward runs without grad: its result may be R for I and back
+        self._forward_result = isinstance(stmt, ReturnStmt) and self._in_function_forward(chk)
+        try:
+            errors = self._compare(actual, declared, value if text is None else None,
+                                   expr_text(value) if text is None else text,
+                                   self._where(chk, stmt, target_expr))
+        finally:
+            self._forward_result = False
         if errors and not self._duality_reports(chk):
             for err, at in errors:
                 chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
@@ -657,6 +666,15 @@ class BoundaryChecker:
         except Exception:  # noqa: BLE001
             return False
 
+    def _in_function_forward(self, chk: Any) -> bool:
+        """The current function is the ``forward`` of a custom autograd Function."""
+        try:
+            fn = chk.scope.current_function()
+            return (isinstance(fn, FuncDef) and fn.name == "forward"
+                    and is_autograd_function(fn.info))
+        except Exception:  # noqa: BLE001
+            return False
+
     def _where(self, chk: Any, stmt: Statement, lvalue: Expression | None) -> Callable[[str], str]:
         if isinstance(stmt, AssignmentStmt) and lvalue is not None:
             target = expr_text(lvalue)
@@ -746,7 +764,8 @@ class BoundaryChecker:
                 raise _Unjudged  # an inferred join of kinds ("R or P"): mypy's error stands
             if not have:
                 return []
-            return [(e, expr) for e in coll.check_argument(
+            check = duality.check_forward_result if self._forward_result else coll.check_argument
+            return [(e, expr) for e in check(
                 have, want, x_text=text, where=where(text), made_by=made_by(expr))]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):

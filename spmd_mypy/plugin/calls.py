@@ -40,6 +40,7 @@ from mypy.nodes import (
     IndexExpr,
     IntExpr,
     LDEF,
+    LITERAL_TYPE,
     LambdaExpr,
     ListComprehension,
     ListExpr,
@@ -66,6 +67,7 @@ from mypy.nodes import (
     Var,
     YieldExpr,
 )
+from mypy.literals import literal
 from mypy.maptype import map_instance_to_supertype
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.typeops import make_simplified_union
@@ -88,7 +90,7 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
-from ..engine.collectives import (RAW_OP_PARAMS, declaration_error, raw_collective,
+from ..engine.collectives import (RAW_OP_PARAMS, RAW_OUTPUT_KWARGS, declaration_error, raw_collective,
                                   raw_collective_error, raw_reduce_op)
 from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
@@ -332,27 +334,6 @@ def is_zero_literal(e: Expression | None, t: Type | None) -> bool:
         p = p.last_known_value
     return isinstance(p, LiteralType) and p.value == 0 and not isinstance(p.value, bool)
 
-
-
-_RAW_TARGETS: dict[int, tuple[FuncDef, Block, frozenset[str]]] = {}
-
-
-def _raw_collective_targets(func: FuncDef) -> frozenset[str]:
-    """The names ``func`` passes to a torch.distributed call (``dist.all_reduce(out)``
-    reduces ``out`` in place: its static type is no longer a fact), computed once per body."""
-    cached = _RAW_TARGETS.get(id(func))
-    if cached is not None and cached[0] is func and cached[1] is func.body:
-        return cached[2]
-    names: set[str] = set()
-    for sub in get_subexpressions(func.body):
-        if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
-                and sub.callee.fullname.startswith("torch.distributed.")):
-            names.update(a.name for a in sub.args if isinstance(a, NameExpr))
-    if len(_RAW_TARGETS) > 10_000:  # bound the memory of a long-lived daemon
-        _RAW_TARGETS.clear()
-    found = frozenset(names)
-    _RAW_TARGETS[id(func)] = (func, func.body, found)
-    return found
 
 
 class CallTyper:
@@ -1387,6 +1368,8 @@ class CallTyper:
                 # forward/backward of a custom autograd Function: the user implements a
                 # collective there (an uneven all_to_all_single, Megatron's mappings); the
                 # Function's annotations type it (SPEC section 5)
+                if module == "torch.distributed" or name.endswith("_inplace"):
+                    self._untype_written(ctx)
                 return ctx.default_return_type
             for types, exprs in zip(ctx.arg_types, ctx.args):
                 for t, e in (item for te in zip(types, exprs)
@@ -1401,6 +1384,43 @@ class CallTyper:
             return ctx.default_return_type
 
         return hook
+
+    def _untype_written(self, ctx: FunctionContext) -> None:
+        """A raw collective in a custom Function's forward or backward writes its first
+        argument in place (the tensor of all_reduce, broadcast, reduce; the output of
+        all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single; the output list of
+        all_gather, all_to_all; the check mode's ``_raw_written``): its static type is no
+        longer a fact.  Its reads after the call are untyped (``Any``: mypy's binder narrows
+        the name, as after an assignment, through branches and loops, until it is assigned
+        again), as the check mode leaves the written tensor untyped."""
+        try:
+            self._untype_arguments(ctx)
+        except Exception:  # noqa: BLE001 - never crash mypy: the written tensor keeps its type
+            pass
+
+    def _untype_arguments(self, ctx: FunctionContext) -> None:
+        binder = getattr(ctx.api, "binder", None)
+        if binder is None:
+            return
+        written: Expression | None = None
+        for formal, kinds, exprs in zip(ctx.callee_arg_names, ctx.arg_kinds, ctx.args):
+            if exprs and (kinds[0] == ARG_POS or formal in RAW_OUTPUT_KWARGS):
+                written = exprs[0]
+                break
+        items = written.items if isinstance(written, (ListExpr, TupleExpr)) else [written]
+        for e in items:
+            if isinstance(e, (NameExpr, MemberExpr, IndexExpr)) and literal(e) >= LITERAL_TYPE:
+                binder.put(e, AnyType(TypeOfAny.special_form))
+                var = e.node if isinstance(e, NameExpr) and e.kind == LDEF else None
+                if isinstance(var, Var) and not isinstance(get_proper_type(var.type), AnyType):
+                    # the local itself too: a branch's or a loop's end joins the binder's Any
+                    # away (mypy keeps the declared type there), and a loop's next pass reads
+                    # the written value before the call (one more pass, as for a variable an
+                    # assignment widened); its next assignment types it again
+                    var.type = AnyType(TypeOfAny.special_form)
+                    widened = getattr(ctx.api, "widened_vars", None)
+                    if isinstance(widened, list):
+                        widened.append(var.name)
 
     def _raw_op(self, ctx: FunctionContext) -> tuple[str | None, bool]:
         """The reduce op a raw collective's call states (op=ReduceOp.AVG, reduceOp="avg":
@@ -1521,9 +1541,7 @@ class CallTyper:
             if isinstance(sub, OpExpr) and sub.op in ("and", "or"):
                 return False
             if isinstance(sub, NameExpr) and sub.kind == LDEF:
-                if sub.name in _raw_collective_targets(func):
-                    return False
-                facts = global_calls.size_names(func)
+                facts = global_calls.size_names(func)  # a raw collective's target: bound twice
                 if facts.bindings.get(sub.name, 0) != 1:
                     return False
                 if any(arg.variable is sub.node for arg in func.arguments):

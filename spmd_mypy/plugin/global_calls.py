@@ -50,6 +50,7 @@ from mypy.nodes import (
     Var,
     WithStmt,
 )
+from mypy.server.subexpr import get_subexpressions
 from mypy.types import (
     AnyType,
     CallableType,
@@ -335,12 +336,36 @@ def size_names(func: FuncDef) -> SizeNames:
         facts.defined_at[arg.variable.name] = func.line
     try:
         _SizeWalk(facts).block(func.body.body)
+        for name in raw_collective_targets(func):  # written in place: not its one value
+            facts.bindings[name] = facts.bindings.get(name, 0) + 1
     except Exception:  # noqa: BLE001 - never crash mypy: nothing known
         facts = SizeNames()
     if len(_SIZE_NAMES) > 10_000:
         _SIZE_NAMES.clear()
     _SIZE_NAMES[id(func)] = (func, func.body, facts)
     return facts
+
+
+_RAW_TARGETS: dict[int, tuple[FuncDef, Block, frozenset[str]]] = {}
+
+
+def raw_collective_targets(func: FuncDef) -> frozenset[str]:
+    """The names ``func`` passes to a torch.distributed call (``dist.all_reduce(out)``
+    reduces ``out`` in place: its static type is no longer a fact, and :func:`size_names`
+    counts the call as one more binding of it), computed once per body."""
+    cached = _RAW_TARGETS.get(id(func))
+    if cached is not None and cached[0] is func and cached[1] is func.body:
+        return cached[2]
+    names: set[str] = set()
+    for sub in get_subexpressions(func.body):
+        if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
+                and sub.callee.fullname.startswith("torch.distributed.")):
+            names.update(a.name for a in sub.args if isinstance(a, NameExpr))
+    if len(_RAW_TARGETS) > 10_000:  # bound the memory of a long-lived daemon
+        _RAW_TARGETS.clear()
+    found = frozenset(names)
+    _RAW_TARGETS[id(func)] = (func, func.body, found)
+    return found
 
 
 def value_bound_once(func: FuncDef, name: str) -> Expression | None:

@@ -1197,6 +1197,97 @@ def test_function_apply_argument_mismatch_is_the_static_error() -> None:
         assert spmd.typeof(s0) == SpmdType.of({"ep": shard(0)})
 
 
+class _ReduceFromTP(torch.autograd.Function):
+    """Megatron's _ReduceFromModelParallelRegion: its backward returns the I gradient as is,
+    where R (the dual of the P input) is due (its forward's all-reduce left out: apply's
+    result has the declared type)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return g
+
+
+class _ReduceFromTPScaled(torch.autograd.Function):
+    """A backward returning a P gradient where R is due: not the same values."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        ctx.x = x
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return ctx.x.detach() * 2
+
+
+def test_function_backward_may_return_i_for_r_without_grad() -> None:
+    """R and I hold the same values: a backward run without grad (no create_graph) may return
+    one where the other is due (engine duality.check_returned, gradient_free), as the static
+    checker accepts it; with create_graph=True the returned gradient is differentiated again
+    and must be of its kind; a P where R is due stays an error."""
+    with spmd.typecheck():
+        x = typed(mk(3), Tensor[P["tp"]])
+        _ReduceFromTP.apply(x).sum().backward()
+        x = typed(mk(3), Tensor[P["tp"]])
+        y = _ReduceFromTP.apply(x).sum()
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(y, x, create_graph=True)
+        assert str(e.value).startswith(
+            '_ReduceFromTP.backward returns g (Tensor[I["tp"]]) as the gradient of input x '
+            '(Tensor[P["tp"]]), which is Tensor[R["tp"]] (I on "tp" where R is needed)'), str(e.value)
+        x = typed(mk(3), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _ReduceFromTPScaled.apply(x).sum().backward()
+        assert e.value.code == "spmd-duality"
+        assert "(P on \"tp\" where R is needed)" in str(e.value), str(e.value)
+
+
+class _ScaleP(torch.autograd.Function):
+    """A linear op of a Partial value in torch.func's form (setup_context)."""
+
+    @staticmethod
+    def forward(x: Tensor[P["tp"]]) -> Tensor[P["tp"]]:
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.x = inputs[0]
+
+    @staticmethod
+    def backward(ctx, g: Tensor[R["tp"]]) -> Tensor[R["tp"]]:
+        return g * 2
+
+
+class _ScalePWrong(_ScaleP):
+    @staticmethod
+    def backward(ctx, g: Tensor[R["tp"]]) -> Tensor[R["tp"]]:
+        return ctx.x.detach() * 2  # the Partial input where its R gradient is due
+
+
+def test_function_under_torch_func_checks_its_backward() -> None:
+    """torch.func.grad and vjp apply a setup_context Function through torch's
+    custom_function_call (which the check mode lets through: Fn.apply checks the arguments and
+    types the result; a Partial argument was a false spmd-partial-nonlinear there) and run its
+    backward through a class they generate: its results are checked by the duality rule as in
+    eager (they came back unchecked)."""
+    with spmd.typecheck():
+        x = typed(torch.ones(3), Tensor[P["tp"]])
+        g = torch.func.grad(lambda t: _ScaleP.apply(t).sum())(x)
+        assert torch.equal(g, torch.full((3,), 2.0))
+        for run in (lambda: torch.func.grad(lambda t: _ScalePWrong.apply(t).sum())(x),
+                    lambda: torch.func.vjp(_ScalePWrong.apply, x)[1](
+                        typed(torch.ones(3), Tensor[R["tp"]]))):
+            with pytest.raises(SpmdTypeError) as e:
+                run()
+            assert str(e.value).startswith(
+                '_ScalePWrong.backward returns (ctx.x.detach() * 2) (Tensor[P["tp"]]) as the '
+                'gradient of input x (Tensor[P["tp"]]), which is Tensor[R["tp"]]'), str(e.value)
+
+
 # --------------------------------------------------------------------------------------
 # messages name module attributes; suspended()
 

@@ -482,9 +482,95 @@ def check_value_reads_in_backward(ctx: Ctx, name: str) -> None:
     assert read == [mine] and mine != want, (read, mine, want)
 
 
+def _coef(ctx: Ctx) -> torch.Tensor:
+    """This rank's own coefficients (V): the gradient of an I input sums them over ranks."""
+    return torch.arange(1.0, 4.0, dtype=F64) * (ctx.rank + 1)
+
+
+def check_megatron_functions(ctx: Ctx, name: str) -> None:
+    """Megatron's Functions as Megatron writes them (rt_megatron_fns.py, which the static
+    checker passes: tests/static/test_megatron_fns_static.py) run in the check mode without
+    error and match float64 references: the copy to the region (its input returned as R, its
+    gradient all-reduced raw into the returned name), the reduce from it (a raw all-reduce in
+    forward, its I gradient returned where R is due: backward runs without grad; it raised
+    spmd-duality), the fused vocab-parallel cross entropy (raw in-place all-reduces; the
+    static checker's old fix, reducing the loss once more, measured: twice the loss)."""
+    import rt_megatron_fns as fns
+
+    n = ctx.world
+    want = sum(torch.arange(1.0, 4.0, dtype=F64) * (r + 1) for r in range(n))
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(5, 4 * n, generator=gen, dtype=F64)
+    target = torch.randint(0, 4 * n, (5,), generator=gen)
+    ref_logits = logits.clone().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(ref_logits, target)
+    ref.backward()
+    mine = slice(4 * ctx.rank, 4 * ctx.rank + 4)
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        x = spmd.declare(torch.zeros(3, dtype=F64, requires_grad=True), Tensor[I["x"]])
+        y = fns.CopyToRegion.apply(x)
+        assert str(spmd.typeof(y)) == 'Tensor[R["x"]]', spmd.typeof(y)
+        coef = spmd.declare(_coef(ctx), Tensor[V["x"]])
+        spmd.reinterpret((y * coef).sum(), "x", src=V, dst=P).backward()
+        x_part = spmd.declare(torch.full((3,), float(ctx.rank + 1), dtype=F64,
+                                         requires_grad=True), Tensor[P["x"]])
+        out = fns.ReduceFromRegion.apply(x_part)
+        assert str(spmd.typeof(out)) == 'Tensor[I["x"]]', spmd.typeof(out)
+        w = spmd.declare(torch.arange(1.0, 4.0, dtype=F64), Tensor[I["x"]])
+        (out * w).sum().backward()
+        part = spmd.declare(logits[:, mine].clone().requires_grad_(), Tensor[S[-1, "x"]])
+        loss = fns.VocabParallelCE.apply(part, spmd.declare(target, Tensor[R["x"]]))
+        assert str(spmd.typeof(loss)) == 'Tensor[I["x"]]', spmd.typeof(loss)
+        loss.backward()
+        with spmd._checking.suspended():
+            assert_close(x.grad, want)
+            assert_close(out, torch.full((3,), float(sum(range(1, n + 1))), dtype=F64))
+            assert_close(x_part.grad, torch.arange(1.0, 4.0, dtype=F64))
+            assert_close(loss, ref.detach())
+            assert_close(part.grad, ref_logits.grad[:, mine])
+            doubled = spmd.all_reduce(spmd.reinterpret(loss.detach(), "x", src=V, dst=P),
+                                      "x", src=P, dst=I)
+    assert_close(doubled, n * ref.detach())
+
+
+def check_function_backward_under_torch_func(ctx: Ctx, name: str) -> None:
+    """torch.func.grad and vjp run a setup_context Function's backward through a class they
+    generate per call: its duality is checked there as in eager (the forgotten all-reduce
+    raises spmd-duality; it came back untyped, each rank's partial gradient), the correct
+    Function matches the reference.  Unchecked, the forgotten one is off."""
+    import rt_megatron_fns as fns
+
+    n = ctx.world
+    want = sum(torch.arange(1.0, 4.0, dtype=F64) * (r + 1) for r in range(n))
+    message = ('CopyToRegionFuncForgot.backward returns grad_output (Tensor[P["x"]]) as the '
+               'gradient of input input_ (Tensor[I["x"]]), which is Tensor[I["x"]] (P on "x" '
+               'where I is needed)')
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        coef = spmd.declare(_coef(ctx), Tensor[V["x"]])
+
+        def loss_of(cls: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+            return lambda x: spmd.reinterpret((cls.apply(x) * coef).sum(), "x", src=V, dst=P)
+
+        x = spmd.declare(torch.zeros(3, dtype=F64), Tensor[I["x"]])
+        gx = torch.func.grad(loss_of(fns.CopyToRegionFunc))(x)
+        _, pull = torch.func.vjp(fns.CopyToRegionFunc.apply, x)
+        (vx,) = pull(spmd.declare(_coef(ctx), Tensor[P["x"]]))
+        with spmd._checking.suspended():
+            assert_close(gx, want)
+            assert_close(vx, want)
+        _raises("spmd-duality", lambda: torch.func.grad(loss_of(fns.CopyToRegionFuncForgot))(x),
+                message)
+        _, pull = torch.func.vjp(fns.CopyToRegionFuncForgot.apply, x)
+        _raises("spmd-duality", lambda: pull(spmd.declare(_coef(ctx), Tensor[P["x"]])), message)
+    wrong = torch.func.grad(lambda x: (fns.CopyToRegionFuncForgot.apply(x) * _coef(ctx)).sum())(
+        torch.zeros(3, dtype=F64))
+    assert float((wrong - want).abs().max()) > 0.5
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "hooks", (
         check_hook_ops_checked, check_hook_reduction_typed, check_function_backward,
         check_function_backward_names, check_function_backward_names_odd_returns,
         check_multi_grad_hook, check_hook_accumulation, check_post_hook_accumulation,
-        check_grad_reduced_every_micro_batch, check_value_reads_in_backward))
+        check_grad_reduced_every_micro_batch, check_value_reads_in_backward,
+        check_megatron_functions, check_function_backward_under_torch_func))
