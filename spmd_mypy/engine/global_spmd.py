@@ -2144,7 +2144,26 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return pad(x, pad=p.get("pad", UNKNOWN), extra=operands[1:], op=op)
     if op == "group_norm":
         return group_norm(x, operands[1:], op=op)
+    if op in ("view_as_real", "view_as_complex"):
+        return complex_view(x, op=op)
     return _finish(op, operands, None, [no_rule_error(op, operands)])
+
+
+def complex_view(x: Operand, *, op: str) -> Result:
+    """``torch.view_as_real(x)`` appends an unsharded dim of size 2 (the real and imaginary
+    parts); ``torch.view_as_complex(x)`` drops that trailing dim, which must be whole on each
+    rank (keeps_spec's error otherwise); every other dim keeps its sharding."""
+    if op == "view_as_complex":
+        kept = keeps_spec(op, x, dims=(-1,))
+        if kept.errors or x.type is None or x.type.spec is None or not x.type.spec:
+            return kept
+        return _finish(op, [x], x.type.spec[:-1], [])
+    early = _enter(op, [x])
+    if early is not None:
+        return early
+    if x.type is None or x.type.spec is None:
+        return Result(SpmdType(), list(local_propagate(op, [x]).errors))
+    return _finish(op, [x], x.type.spec + ((),), [])
 
 
 def no_rule_error(op: str, operands: Sequence[Operand]) -> SpmdError:
