@@ -126,9 +126,9 @@ def send_buffer(x: torch.Tensor) -> torch.Tensor:
     resolved (``c.conj()``, or the gradient autograd hands when a loss reads ``y.conj()``, is a
     lazy view torch.distributed refuses: "view_as_real doesn't work on unresolved conjugated
     tensors"); ``x`` itself when it is already so (no copy)."""
-    if x.is_conj() or x.is_neg():
-        return x.resolve_conj().resolve_neg().contiguous()
-    return x.contiguous()
+    # (resolve_conj / resolve_neg return x itself when the bit is not set; unlike is_conj()
+    # they trace under torch.compile)
+    return x.resolve_conj().resolve_neg().contiguous()
 
 
 def all_reduce(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> torch.Tensor:
@@ -151,8 +151,7 @@ def all_reduce_(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> t
     """
     if x.dtype not in WIRE_DTYPES and group.size > 1:
         _no_reduction(x, "all_reduce")
-    if x.is_conj() or x.is_neg():
-        x = send_buffer(x)  # a lazy view: its resolved copy is reduced (and returned)
+    x = x.resolve_conj().resolve_neg()  # a lazy view: its resolved copy is reduced (returned)
     if group.size > 1:
         dist.all_reduce(x, op=op, group=group.pg)
     return x

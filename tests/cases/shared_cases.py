@@ -1153,6 +1153,14 @@ _WC = 'Tensor[PS[None, "tp"], R["dp"]]'     # column-parallel weight [h, i@tp]
 _WR = 'Tensor[PS["tp", None], R["dp"]]'     # row-parallel weight [i@tp, h]
 _B = 'Tensor[PS[None], R["dp", "tp"]]'      # an unsharded vector
 case("global-einsum-column", {"x": _X, "w": _WC}, 'out = torch.einsum("bi,ih->bh", x, w)', _H)
+# a cast to an integer dtype of a global value Partial on an axis: non-linear, as in local SPMD
+case("global-cast-P-integral", {"a": 'Tensor[PS["dp", None], P["tp"]]'},
+     "out = a.to(torch.int64)", NL)
+case("global-cast-P-floating", {"a": 'Tensor[PS["dp", None], P["tp"]]'},
+     "out = a.to(torch.float16)", 'Tensor[PS["dp", None], P["tp"]]')
+case("global-view-as-real", {"a": _H}, ("c = torch.view_as_complex(a.unflatten(-1, (-1, 2)))",
+                                        "out = torch.view_as_real(c).flatten(-2)"), _H,
+     make={"a": "torch.randn(4, 8, requires_grad=True).clone()"})
 case("global-einsum-contracted-sharded", {"h": _H, "w": _WR},
      'out = torch.einsum("bh,ho->bo", h, w)', GLB)
 case("global-einsum-out-partial", {"h": _H, "w": _WR},

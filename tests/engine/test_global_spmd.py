@@ -920,3 +920,16 @@ def test_view_as_complex_and_real() -> None:
     assert r.errors and "gather it first" in r.errors[0].message
     y = Operand(SpmdType((("tp", VARYING),), (("tp",), (), ())), "y")
     assert gs.propagate("view_as_complex", [y]).type.spec == (("tp",), ())
+
+
+def test_a_cast_to_an_integer_dtype_of_a_global_partial_is_nonlinear() -> None:
+    """x.to(dtype) of a global value Partial on an axis: the dtype (as ops.call_spec reads it)
+    chooses the rule, an integer or bool one non-linear as x.long(); the spec is kept."""
+    t = SpmdType((("dp", VARYING), ("tp", PARTIAL)), (("dp",), ()))
+    for dtype in ("torch.int64", "torch.bool", "torch.LongTensor"):
+        r = gs.propagate("to", [Operand(t, "x")], dtype=dtype)
+        assert [e.code for e in r.errors] == ["spmd-partial-nonlinear"], dtype
+        assert r.type.spec == (("dp",), ()) and r.type.get("tp") is None
+    for params in ({"dtype": "torch.float16"}, {"dtype": None}, {}):
+        r = gs.propagate("to", [Operand(t, "x")], **params)
+        assert not r.errors and r.type.get("tp") == PARTIAL and r.type.spec == (("dp",), ())
