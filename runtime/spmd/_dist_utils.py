@@ -218,11 +218,10 @@ def all_to_all_uneven(x: torch.Tensor, group: AxisGroup, sizes: Sequence[int],
     if x.dtype not in WIRE_DTYPES:
         b = _as_bytes(x)
         if b is not None:  # gloo cannot take the dtype: its bytes, each row its row's bytes
-            row = b.numel() // x.shape[0] if x.shape[0] else 0
-            if row or not x.numel():
-                out = all_to_all_uneven(b, group, [k * row for k in sizes],
-                                        [k * row for k in out_sizes])
-                return out.view(x.dtype).view((sum(out_sizes), *x.shape[1:]))
+            row = torch.Size(x.shape[1:]).numel() * x.element_size()
+            out = all_to_all_uneven(b, group, [k * row for k in sizes],
+                                    [k * row for k in out_sizes])
+            return out.view(x.dtype).view((sum(out_sizes), *x.shape[1:]))
     in_s, out_s = list(sizes), list(out_sizes)
     if group.logical is not None:
         blocks = send.split(in_s, 0)

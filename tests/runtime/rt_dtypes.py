@@ -179,16 +179,16 @@ def check_exotic_dtypes_move_their_bytes(ctx: Ctx, name: str) -> None:
                 got = spmd.all_to_all(wide[0], axis, src=S(0), dst=S(1))
                 want = torch.cat([w.chunk(size, 1)[idx] for w in wide[1:]], 0)
                 assert torch.equal(_exact(got), _exact(want))
-                # uneven: rank r sends r + 1 rows to logical rank 0, one row to the others
-                rows = [(idx + 1) if j == 0 else 1 for j in range(size)]
-                u = _exotic(ctx, dt, idx, sum(rows))
-                got = spmd.all_to_all(u, axis, src=V, dst=V, sizes=rows)
-                want_rows = []
-                for r in range(size):
-                    ur = _exotic(ctx, dt, r, (r + 1) + (size - 1))
-                    lengths = [(r + 1) if j == 0 else 1 for j in range(size)]
-                    want_rows.append(ur.split(lengths)[idx])
-                assert torch.equal(_exact(got), _exact(torch.cat(want_rows)))
+                # uneven: rank r sends r + 1 rows to logical rank 0, `other` rows to the rest
+                for other in (1, 0):
+                    def lengths(r: int) -> list[int]:
+                        return [(r + 1) if j == 0 else other for j in range(size)]
+                    u = _exotic(ctx, dt, idx, sum(lengths(idx)))
+                    got = spmd.all_to_all(u, axis, src=V, dst=V, sizes=lengths(idx))
+                    want = torch.cat([_exotic(ctx, dt, r, sum(lengths(r))).split(lengths(r))[idx]
+                                      for r in range(size)])
+                    assert got.dtype == dt and got.shape == want.shape
+                    assert torch.equal(_exact(got), _exact(want))
     with spmd.set_mesh(ctx.mesh("1d")):
         _in_step(ctx)
 
