@@ -606,9 +606,15 @@ def _group(step: _Step) -> du.AxisGroup:
 
 
 def _check_sizes(step: _Step, sizes: Sequence[int], n: int) -> None:
+    """The checks of ``sizes=`` that read no tensor: the same verdict on every rank (each
+    rank passes the same list), so ``_run`` makes them before any communication (a rank
+    that raised later, at its own entry, would leave the others in the exchange)."""
     if len(sizes) != n:
         raise ValueError(f"{step.describe()}: sizes={list(sizes)} has {len(sizes)} entries, "
                          f"the axis has {n} ranks")
+    if any(k < 0 for k in sizes):
+        raise ValueError(f"{step.describe()}: sizes={list(sizes)} has a negative length; "
+                         f"sizes= are the per-rank lengths of the shard dim, each >= 0")
 
 
 def _every_rank(g: du.AxisGroup, values: list[int], device: torch.device) -> list[list[int]]:
@@ -1058,12 +1064,22 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     if _checking.ACTIVE:  # a src the input is not: the type error, before any shape error
         _checking.before_collective(plan.op, x, plan.axes, plan.src, plan.dst, plan.expert_mode,
                                     plan.reduce_op)
+    if plan.reduce_op == "avg" and not (x.is_floating_point() or x.is_complex()):
+        # torch would divide in float and fail to write it back (all_reduce) or return float32
+        # (reduce_scatter, whose dtype is the input's: SPEC section 7); the same verdict on
+        # every rank, before any communication
+        raise TypeError(f'{plan.op}(..., op="avg") takes a floating or complex tensor, not '
+                        f'{x.dtype}: the average of integer or bool values is not of their '
+                        f'dtype; use op="sum", then divide by the axis size in a floating dtype '
+                        f'(x.float() first) or floor-divide the sum')
     if sizes is not None:
         if not plan.uses_sizes:
             raise ValueError(f"{plan.op}(src={plan.src}, dst={plan.dst}) takes no sizes= (the "
                              f"per-rank lengths of an uneven S(i) shard that is gathered, "
                              f"scattered, cut or padded): it has no shard")
         sizes = tuple(int(s) for s in sizes)
+        if plan.step is not None and plan.step.group is not None:
+            _check_sizes(plan.step, sizes, plan.step.group.size)  # before any communication
     step = plan.step
     if (_checking.ACTIVE and plan.uses_sizes and step is not None and step.group is not None
             and step.group.size > 1 and sizes is not None and not torch.compiler.is_compiling()):
@@ -1305,8 +1321,8 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
             g = None
         if g is not None:
             shape = x.shape
-            if shape and not shape[0] % g.size:
-                send = x.contiguous()
+            if shape and not shape[0] % g.size and x.dtype in du.WIRE_DTYPES:
+                send = du.send_buffer(x)
                 out = torch.empty_like(send)
                 dist.all_to_all_single(out, send, group=g.pg)
                 return out

@@ -90,9 +90,53 @@ class AxisGroup:
         return t
 
 
+# The dtypes gloo (the CPU backend) takes, measured on torch 2.13 (every collective over every
+# dtype torch can make): int16, uint16/32/64 and the float8 formats fail with a bare "Invalid
+# scalar type".  The collectives that only move bytes (all_gather, all_to_all) send those as
+# their bytes (a uint8 view: lossless); the reductions raise naming the dtype and the backend.
+# CUDA tensors (NCCL) go as they are: NCCL takes the float8 formats, and where it does not its
+# own error stands.
+WIRE_DTYPES = frozenset({
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex32,
+    torch.complex64, torch.complex128, torch.int8, torch.uint8, torch.int32, torch.int64,
+    torch.bool,
+})
+
+
+def _as_bytes(x: torch.Tensor) -> torch.Tensor | None:
+    """``x`` (contiguous, resolved) as a flat uint8 tensor when gloo cannot take its dtype;
+    None when it can (or ``x`` is not on the CPU)."""
+    if x.dtype in WIRE_DTYPES or x.device.type != "cpu":
+        return None
+    return send_buffer(x).view(-1).view(torch.uint8)
+
+
+def _no_reduction(x: torch.Tensor, what: str) -> None:
+    """A reduction gloo cannot do on ``x``'s dtype: a clear error (the same on every rank,
+    before any communication) in place of its bare "Invalid scalar type"."""
+    if x.dtype not in WIRE_DTYPES and x.device.type == "cpu":
+        raise TypeError(f"{what} of a {x.dtype} tensor on the CPU: gloo cannot reduce {x.dtype} "
+                        f"(it reduces float16/bfloat16/float32/float64, int8/uint8/int32/int64 "
+                        f"and bool); reduce a copy in one of those (x.to(torch.int32), x.float()) "
+                        f"and cast the result back")
+
+
+def send_buffer(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as torch.distributed can send it: contiguous, its conjugate and negative bits
+    resolved (``c.conj()``, or the gradient autograd hands when a loss reads ``y.conj()``, is a
+    lazy view torch.distributed refuses: "view_as_real doesn't work on unresolved conjugated
+    tensors"); ``x`` itself when it is already so (no copy)."""
+    # (resolve_conj / resolve_neg return x itself when the bit is not set; unlike is_conj()
+    # they trace under torch.compile)
+    return x.resolve_conj().resolve_neg().contiguous()
+
+
 def all_reduce(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> torch.Tensor:
     """A new tensor: the elementwise reduction of ``x`` over the axis."""
-    # (clone() keeps a contiguous layout and is cheaper per call than the memory_format= form)
+    # (clone() keeps a contiguous layout and is cheaper per call than the memory_format= form;
+    # both resolve the conjugate and negative bits)
+    if x.dtype not in WIRE_DTYPES and group.size > 1:
+        _no_reduction(x, "all_reduce")
     y = x.clone() if x.is_contiguous() else x.contiguous()
     if group.size > 1:
         dist.all_reduce(y, op=op, group=group.pg)
@@ -105,6 +149,9 @@ def all_reduce_(x: torch.Tensor, group: AxisGroup, op: dist.ReduceOp = SUM) -> t
     Only for a buffer nobody else can see (a gradient autograd owns alone, see
     ``_collectives._signatures``): Megatron's backward all-reduce, without the copy.
     """
+    if x.dtype not in WIRE_DTYPES and group.size > 1:
+        _no_reduction(x, "all_reduce")
+    x = x.resolve_conj().resolve_neg()  # a lazy view: its resolved copy is reduced (returned)
     if group.size > 1:
         dist.all_reduce(x, op=op, group=group.pg)
     return x
@@ -126,7 +173,11 @@ def all_gather(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     if n == 1:
         out.copy_(x)
         return out
-    _all_gather_flat(out, x.contiguous(), group=group.pg)
+    if x.dtype not in WIRE_DTYPES:
+        b = _as_bytes(x)
+        if b is not None:  # gloo cannot take the dtype: its bytes, block k still rank k's
+            return all_gather(b, group).view(x.dtype).view(out.shape)
+    _all_gather_flat(out, send_buffer(x), group=group.pg)
     if group.physical is not None:
         out = _blocks(out, n).index_select(0, group._perm("physical", out.device)).view(out.shape)
     return out
@@ -134,7 +185,7 @@ def all_gather(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
 
 def _in_logical_block_order(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     """``x`` contiguous, its dim-0 blocks reordered so block ``k`` goes to logical rank ``k``."""
-    send = x.contiguous()
+    send = send_buffer(x)
     if group.logical is not None:
         send = _blocks(send, group.size).index_select(0, group._perm("logical", x.device)).view(x.shape)
     return send
@@ -145,7 +196,9 @@ def reduce_scatter(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     n = group.size
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
-    send = x.contiguous() if group.logical is None else _in_logical_block_order(x, group)
+    if x.dtype not in WIRE_DTYPES:
+        _no_reduction(x, "reduce_scatter")
+    send = send_buffer(x) if group.logical is None else _in_logical_block_order(x, group)
     shape = x.shape
     out = x.new_empty(shape[0] // n) if x.ndim == 1 else x.new_empty(shape[0] // n, *shape[1:])
     _reduce_scatter_flat(out, send, op=SUM, group=group.pg)
@@ -159,9 +212,16 @@ def all_to_all_uneven(x: torch.Tensor, group: AxisGroup, sizes: Sequence[int],
     in the group's rank order (``physical``/``logical``: a flattened group may order its
     ranks otherwise)."""
     n = group.size
-    send = x.contiguous()
+    send = send_buffer(x)
     if n == 1:
         return send.clone()
+    if x.dtype not in WIRE_DTYPES:
+        b = _as_bytes(x)
+        if b is not None:  # gloo cannot take the dtype: its bytes, each row its row's bytes
+            row = torch.Size(x.shape[1:]).numel() * x.element_size()
+            out = all_to_all_uneven(b, group, [k * row for k in sizes],
+                                    [k * row for k in out_sizes])
+            return out.view(x.dtype).view((sum(out_sizes), *x.shape[1:]))
     in_s, out_s = list(sizes), list(out_sizes)
     if group.logical is not None:
         blocks = send.split(in_s, 0)
@@ -182,7 +242,11 @@ def all_to_all(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     n = group.size
     if n == 1:
         return x.clone(memory_format=torch.contiguous_format)
-    send = x.contiguous() if group.logical is None else _in_logical_block_order(x, group)
+    if x.dtype not in WIRE_DTYPES:
+        b = _as_bytes(x)
+        if b is not None:  # gloo cannot take the dtype: its bytes, in N equal blocks alike
+            return all_to_all(b, group).view(x.dtype).view(x.shape)
+    send = send_buffer(x) if group.logical is None else _in_logical_block_order(x, group)
     out = torch.empty_like(send)
     dist.all_to_all_single(out, send, group=group.pg)
     if group.physical is not None:

@@ -25,6 +25,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from spmd_mypy.engine import global_spmd
+from spmd_mypy.engine.ops import CAST_OPS
 from spmd_mypy.engine.types import SpmdType
 
 class OutPartial:
@@ -184,6 +185,9 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
         p["mesh_sizes"] = sizes
     if name in EINSUM_FAMILY and _OUT_PARTIAL and _OUT_PARTIAL[-1].axes is not None:
         p["out_partial_axes"] = _OUT_PARTIAL[-1].axes
+    if name in CAST_OPS:  # a cast's dtype (an integer one is non-linear)
+        from ._torch_ops import _cast_dtype
+        p["dtype"] = _cast_dtype(args, kwargs)
     if name == "einsum":
         eq = b.get("equation")
         if eq is None:

@@ -50,7 +50,8 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, FILL_FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
-    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, OpSpec, Reduction, Role, call_spec,
+    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, CAST_FORMAL, CAST_OPS, OpSpec, Reduction,
+    Role, call_spec,
     FUSED_FIRST_STEP, ZERO_FACTORIES, classify, foreach_op, foreach_writes, is_index_formal,
     normalising_reduction, variant_formals,
 )
@@ -206,6 +207,8 @@ def spec_of(plan: Plan, args: tuple, kwargs: dict) -> OpSpec:
     assert plan.spec is not None
     if at is None:
         return plan.spec
+    if plan.name in CAST_OPS:
+        return call_spec(plan.name, {CAST_FORMAL: _cast_dtype(args, kwargs)})
     if plan.canon is not None:
         args, kwargs = plan.canon(args, kwargs)
     values: dict[str, object] = {}
@@ -217,6 +220,23 @@ def spec_of(plan: Plan, args: tuple, kwargs: dict) -> OpSpec:
         elif k < len(args):
             values[formal] = args[k]
     return call_spec(plan.name, values)
+
+
+def _cast_dtype(args: tuple, kwargs: dict) -> str | None:
+    """The dtype a cast (``x.to(...)``, ``x.type(...)``, ``x.type_as(other)``: engine
+    CAST_OPS) converts to, as text (``torch.int64``, ``torch.LongTensor``), or None (no
+    dtype: ``x.to("cpu")``): a dtype or tensor type among the arguments, or the template
+    tensor's dtype."""
+    for v in (kwargs.get("dtype"), kwargs.get("other"), *args[1:]):
+        if isinstance(v, torch.dtype):
+            return str(v)
+        if isinstance(v, torch.Tensor):
+            return str(v.dtype)
+        if isinstance(v, str) and v.startswith("torch."):  # x.type("torch.LongTensor")
+            return v
+        if isinstance(v, type):  # x.type(torch.LongTensor), x.to(int)
+            return f"{v.__module__}.{v.__name__}"
+    return None
 
 
 def _dims_of(v: Any) -> tuple[int, ...] | None:

@@ -89,7 +89,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .contractions import DimError, parse_equation
 from .errors import SpmdError
-from .ops import OP_SPECS, Operand, Result, Role
+from .ops import CAST_FORMAL, CAST_OPS, OP_SPECS, Operand, Result, Role, call_spec, cast_is_integral
 from .ops import propagate as local_propagate
 from .types import (
     Kind,
@@ -2033,6 +2033,12 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     propagation rule on a global operand is an error (never a guess)."""
     if _all_local(op, operands):
         return local_propagate(op, operands)
+    if op in CAST_OPS and cast_is_integral(params.get("dtype")):
+        # a cast to an integer or bool dtype (``dtype``: as ops.call_spec reads it) is
+        # non-linear: a Partial axis is its error; the layout is kept as by any cast
+        cast = local_propagate(call_spec(op, {CAST_FORMAL: params["dtype"]}), operands[:1])
+        if cast.errors and operands[0].type is not None:
+            return _finish(op, operands[:1], operands[0].type.spec, [], base=cast)
     if op in ("type_as", "to") and len(operands) > 1:
         # x.type_as(y), x.to(y): y lends its dtype and device, the values and layout are x's
         return propagate(op, operands[:1], **params)
@@ -2144,7 +2150,26 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return pad(x, pad=p.get("pad", UNKNOWN), extra=operands[1:], op=op)
     if op == "group_norm":
         return group_norm(x, operands[1:], op=op)
+    if op in ("view_as_real", "view_as_complex"):
+        return complex_view(x, op=op)
     return _finish(op, operands, None, [no_rule_error(op, operands)])
+
+
+def complex_view(x: Operand, *, op: str) -> Result:
+    """``torch.view_as_real(x)`` appends an unsharded dim of size 2 (the real and imaginary
+    parts); ``torch.view_as_complex(x)`` drops that trailing dim, which must be whole on each
+    rank (keeps_spec's error otherwise); every other dim keeps its sharding."""
+    if op == "view_as_complex":
+        kept = keeps_spec(op, x, dims=(-1,))
+        if kept.errors or x.type is None or x.type.spec is None or not x.type.spec:
+            return kept
+        return _finish(op, [x], x.type.spec[:-1], [])
+    early = _enter(op, [x])
+    if early is not None:
+        return early
+    if x.type is None or x.type.spec is None:
+        return Result(SpmdType(), list(local_propagate(op, [x]).errors))
+    return _finish(op, [x], x.type.spec + ((),), [])
 
 
 def no_rule_error(op: str, operands: Sequence[Operand]) -> SpmdError:

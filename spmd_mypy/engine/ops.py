@@ -156,7 +156,7 @@ expand expand_as broadcast_to repeat tile repeat_interleave flip fliplr flipud r
 diagonal diag diag_embed diagflat tril triu
 gather index_select take take_along_dim masked_select __getitem__ __setitem__
 index_add index_copy index_fill index_put scatter scatter_add
-unfold as_strided pad constant_pad_nd
+unfold as_strided pad constant_pad_nd view_as_real view_as_complex
 fold atleast_1d atleast_2d atleast_3d broadcast_tensors
 avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d
 interpolate upsample upsample_nearest upsample_bilinear
@@ -582,8 +582,41 @@ VARIANTS: dict[str, tuple[tuple[str, object, frozenset[object]], ...]] = {
 }
 
 
+# Casts by a dtype argument: ``x.to(dtype)``, ``x.type(dtype)``, ``x.type_as(other)`` (the
+# check mode passes the template's dtype under "dtype").  A cast to a floating or complex
+# dtype is linear, as ``float()`` / ``half()`` are; a cast to an integer or bool dtype
+# truncates (tests nonzero), which does not commute with the pending sum: non-linear, as
+# ``long()`` / ``bool()`` are (0.6 + 0.6 truncated is 1, each rank's 0.6 truncated sums to 0)::
+#
+#     p.to(torch.float16), p.to("cpu"), p.type_as(r_float)    linear: P stays P
+#     p.to(torch.int64), p.to(dtype=torch.bool), p.type(torch.LongTensor)   non-linear
+#
+# The adapters pass the dtype as text (:func:`cast_spec`): the plugin the full name of the
+# argument's expression (``torch.int64``, ``torch.LongTensor``, ``builtins.bool``) or a
+# string literal (``"torch.LongTensor"``), the check mode the real dtype's name.  A dtype the
+# adapter cannot read (a variable, the static ``type_as`` template) keeps the linear rule, as
+# before this rule: the static checker does not guess a dtype (the check mode always reads it).
+CAST_OPS = frozenset({"to", "type", "type_as"})
+CAST_FORMAL = "dtype"
+_INTEGRAL_DTYPES = frozenset("""bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 uint1
+uint2 uint3 uint4 uint5 uint6 uint7 int1 int2 int3 int4 int5 int6 int7 long int short char byte
+qint8 quint8 qint32 quint4x2 quint2x4 bits8 bits16 bits1x8 bits2x4 bits4x2
+BoolTensor ByteTensor CharTensor ShortTensor IntTensor LongTensor""".split())
+
+
+def cast_is_integral(dtype: object) -> bool:
+    """Whether ``dtype`` (text as :data:`CAST_OPS` describes: ``torch.int64``, ``int64``,
+    ``torch.cuda.LongTensor``, ``builtins.bool``) names an integer or bool dtype; False for
+    a floating or complex one and for anything unread."""
+    if not isinstance(dtype, str):
+        return False
+    return dtype.rsplit(".", 1)[-1] in _INTEGRAL_DTYPES
+
+
 def variant_formals(name: str) -> tuple[str, ...]:
     """The formals whose values choose ``name``'s rule (empty: the op has one rule)."""
+    if name in CAST_OPS:
+        return (CAST_FORMAL,)
     return tuple(f for f, _, _ in VARIANTS.get(name, ()))
 
 
@@ -593,6 +626,14 @@ def call_spec(name: str, values: dict[str, object]) -> OpSpec:
     the formal out (its default then).  A formal the call's signature does not name must be
     given as UNREAD_VALUE."""
     spec = classify(name)
+    if name in CAST_OPS:
+        dtype = values.get(CAST_FORMAL)
+        if not cast_is_integral(dtype):
+            return spec  # floating, complex, no dtype (``to("cpu")``) or unread: linear
+        last = str(dtype).rsplit(".", 1)[-1]  # as users write it: torch.int64, bool
+        shown = f"torch.{last}" if str(dtype).startswith("torch.") else last
+        return OpSpec(f"{name} (dtype={shown})", OpClass.NONLINEAR,
+                      (Role.NONLINEAR, *spec.roles[1:]), keeps_shard_dims=True)
     for formal, default, accepted in VARIANTS.get(name, ()):
         value = values.get(formal, default)
         if value is _ANY_VALUE or value is UNREAD_VALUE:

@@ -22,6 +22,9 @@ does not, and the result is plain V::
                                                                  interleaved)
     x: S(0)             x.unflatten(0, (h, d))   ->  S(0)      (the locals' sizes: the
                                                                  outer one is per rank)
+    x: S(1)             view_as_complex(x)       ->  S(1)      (the trailing size-2 dim
+                                                                 goes; S(-1) there: V)
+    x: S(1)             view_as_real(x)          ->  S(1)      (a trailing dim of 2 added)
 
 A contraction (einsum, matmul, linear, attention: :mod:`.contractions`) is read the same
 way, by labels: the shard dim's label goes where the output has it, and a label summed
@@ -106,6 +109,10 @@ MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "flatten": ("flatten", ("start_dim", "end_dim"), (0, -1)),
     "ravel": ("flatten", (), ()),
     "unflatten": ("unflatten", ("dim", "sizes"), ()),
+    # complex views: view_as_complex drops the trailing dim of size 2 (the real and imaginary
+    # parts), view_as_real appends one; every other dim stays in place
+    "view_as_complex": ("complex", (), ()),
+    "view_as_real": ("real", (), ()),
 }
 # The in-place views (x.transpose_(0, 1) makes x its transpose): the result's layout is read
 # as the view's, and the in-place rule (ops.check_inplace) compares it with x's declared type.
@@ -277,6 +284,10 @@ def moved_dim(move: DimMove, d: int, rank: int) -> tuple[int, int | None] | None
         return None if kept is None else (rank, dn if dn in kept else None)
     if f == "index":
         return _index(args[0], dn, rank)  # type: ignore[arg-type]
+    if f == "complex":  # x: S(d) -> S(d), but the trailing (re, im) dim is cut apart
+        return rank - 1, None if dn == rank - 1 else dn
+    if f == "real":
+        return rank + 1, dn
     if f == "flatten":
         start, end = args if args else (0, -1)
         sn, en = _norm(start, rank), _norm(end, rank)  # type: ignore[arg-type]

@@ -63,10 +63,11 @@ from mypy.types import (
 )
 
 from ..engine.errors import SpmdError
-from ..engine.ops import Operand, Result
+from ..engine.ops import CAST_FORMAL, CAST_OPS, Operand, Result
 from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
 from .memo import TreeMemo
+from .reductions import read_variant
 from .mypy_types import lookup_type
 from .statements import functions_of, statement_blocks
 
@@ -876,6 +877,8 @@ def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand],
                 params["sizes_one"] = tuple(ones)
         if params.get("_not_this_overload"):
             return Result(SpmdType(), [])
+        if op in CAST_OPS:  # a cast's dtype (an integer one is non-linear)
+            params["dtype"] = read_variant(ctx, op).get(CAST_FORMAL)
         from_module = module_params(ctx, op)
         if from_module is not None and from_module.get("_not_found"):
             # the kinds still checked (a Partial through a norm), the layout unknown

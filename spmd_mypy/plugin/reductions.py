@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mypy.nodes import (
-    EllipsisExpr, Expression, FloatExpr, IndexExpr, IntExpr, ListExpr, NameExpr, SliceExpr, StrExpr,
-    TupleExpr, UnaryExpr,
+    EllipsisExpr, Expression, FloatExpr, IndexExpr, IntExpr, ListExpr, NameExpr, RefExpr, SliceExpr,
+    StrExpr, TupleExpr, UnaryExpr,
 )
 from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_proper_type
 
 from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from ..engine.ops import (
-    NORMALISING, REDUCTIONS, SCANS, UNREAD_VALUE, Reduction, normalising_reduction,
+    CAST_OPS, NORMALISING, REDUCTIONS, SCANS, UNREAD_VALUE, Reduction, normalising_reduction,
     variant_formals,
 )
 from ..engine.views import (
@@ -187,6 +187,11 @@ def read_variant(ctx: FunctionContext | MethodContext, op: str, module: bool = F
         if not exprs:
             continue  # left out: the default
         e = exprs[0]
+        if op in CAST_OPS and isinstance(e, RefExpr) and e.fullname.startswith(("torch.", "builtins.")):
+            # a cast's dtype as written (``torch.int64``, ``torch.LongTensor``, ``bool``): its
+            # full name for engine cast_is_integral (a variable's name reads as no dtype)
+            values[formal] = e.fullname
+            continue
         if isinstance(e, NameExpr) and e.fullname == "builtins.None":
             values[formal] = None
             continue

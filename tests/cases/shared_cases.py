@@ -411,6 +411,26 @@ for _op in ("type_as", "to", "view_as", "reshape_as", "expand_as"):
     case(f"template-{_op}-R-V", {"a": "R", "b": "V"}, f"out = a.{_op}(b)", "R")
     case(f"template-{_op}-I-V", {"a": "I", "b": "V"}, f"out = a.{_op}(b)", "I")
 case("template-type_as-S0-R", {"a": "S0", "b": "R"}, "out = a.type_as(b)", "S0")
+# casts by a dtype argument: to a floating or complex dtype linear (P stays P), to an integer
+# or bool dtype non-linear (truncation, the nonzero test: 0.6 + 0.6 truncated is 1, each rank's
+# 0.6 truncated sums to 0), as a.long() / a.bool() are; the layout kept either way
+for _i, _cast in enumerate(("a.to(torch.int64)", "a.to(dtype=torch.bool)", 'a.to("cpu", torch.int32)',
+                            "a.type(torch.int64)", "a.to(torch.uint8)")):
+    case(f"cast-P-integral-{_i}", {"a": "P"}, f"out = {_cast}", NL,
+         desc="a cast to an integer or bool dtype does not commute with the pending sum")
+for _i, _cast in enumerate(("a.to(torch.float16)", "a.to(dtype=torch.float64)", "a.to(torch.complex64)",
+                            'a.to("cpu")', "a.type(torch.bfloat16)")):
+    case(f"cast-P-floating-{_i}", {"a": "P"}, f"out = {_cast}", "P")
+case("cast-S0-integral", {"a": "S0"}, "out = a.to(torch.int64)", "S0")
+# view_as_complex drops the trailing (real, imaginary) dim of size 2, view_as_real appends
+# one: both linear, the other dims keep their shard
+_C3 = "torch.randn(4, 3, 2, requires_grad=True).clone()"
+case("view-as-complex-P", {"a": "P"}, "out = torch.view_as_complex(a)", "P", make={"a": _C3})
+case("view-as-complex-S0", {"a": "S0"}, "out = torch.view_as_complex(a)", "S0", make={"a": _C3})
+case("view-as-real-P", {"a": "P"}, ("c = torch.view_as_complex(a)", "out = torch.view_as_real(c)"),
+     "P", make={"a": _C3})
+case("view-as-real-S0", {"a": "S0"}, ("c = torch.view_as_complex(a)", "out = torch.view_as_real(c)"),
+     "S0", make={"a": _C3})
 case("embedding-U-V", {"w": "V"}, ("ids = torch.tensor([0, 3])", "out = F.embedding(ids, w)"),
      "V")
 # quantile's q: a tensor of quantiles is an operand (a Varying q makes the result vary)
@@ -1133,6 +1153,14 @@ _WC = 'Tensor[PS[None, "tp"], R["dp"]]'     # column-parallel weight [h, i@tp]
 _WR = 'Tensor[PS["tp", None], R["dp"]]'     # row-parallel weight [i@tp, h]
 _B = 'Tensor[PS[None], R["dp", "tp"]]'      # an unsharded vector
 case("global-einsum-column", {"x": _X, "w": _WC}, 'out = torch.einsum("bi,ih->bh", x, w)', _H)
+# a cast to an integer dtype of a global value Partial on an axis: non-linear, as in local SPMD
+case("global-cast-P-integral", {"a": 'Tensor[PS["dp", None], P["tp"]]'},
+     "out = a.to(torch.int64)", NL)
+case("global-cast-P-floating", {"a": 'Tensor[PS["dp", None], P["tp"]]'},
+     "out = a.to(torch.float16)", 'Tensor[PS["dp", None], P["tp"]]')
+case("global-view-as-real", {"a": _H}, ("c = torch.view_as_complex(a.unflatten(-1, (-1, 2)))",
+                                        "out = torch.view_as_real(c).flatten(-2)"), _H,
+     make={"a": "torch.randn(4, 8, requires_grad=True).clone()"})
 case("global-einsum-contracted-sharded", {"h": _H, "w": _WR},
      'out = torch.einsum("bh,ho->bo", h, w)', GLB)
 case("global-einsum-out-partial", {"h": _H, "w": _WR},

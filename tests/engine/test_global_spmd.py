@@ -899,3 +899,37 @@ def test_localize_on_every_mesh_axis_drops_the_spec() -> None:
     # the local rule applies inside: a bitwise op of fully local values is the local one
     loc = gs.localize(g, ("dp", "tp"), ("dp", "tp"))
     assert not gs.propagate("bitwise_or", _ops([loc, loc])).errors
+
+
+def test_view_as_complex_and_real() -> None:
+    """view_as_complex drops the trailing (real, imaginary) dim, which must be whole on each
+    rank; view_as_real appends one; the other dims keep their sharding (and P stays P)."""
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(3):
+        # (the simulation holds real arrays: re + 2 im stands for re + i im, the same layout)
+        _run("view_as_complex", [ta], {}, lambda a: a[..., 0] + 2 * a[..., 1], [(6, 12, 2)],
+             counts=counts)
+    rejected = counts["rejected"]
+    assert counts["accepted"] and rejected, counts
+    for ta in types(2):
+        _run("view_as_real", [ta], {}, lambda a: np.stack([a.real, a.imag], -1), [(6, 12)],
+             counts=counts)
+    assert counts["rejected"] == rejected, "view_as_real takes every layout"
+    x = Operand(SpmdType((("tp", VARYING),), ((), ("tp",))), "x")
+    r = gs.propagate("view_as_complex", [x])
+    assert r.errors and "gather it first" in r.errors[0].message
+    y = Operand(SpmdType((("tp", VARYING),), (("tp",), (), ())), "y")
+    assert gs.propagate("view_as_complex", [y]).type.spec == (("tp",), ())
+
+
+def test_a_cast_to_an_integer_dtype_of_a_global_partial_is_nonlinear() -> None:
+    """x.to(dtype) of a global value Partial on an axis: the dtype (as ops.call_spec reads it)
+    chooses the rule, an integer or bool one non-linear as x.long(); the spec is kept."""
+    t = SpmdType((("dp", VARYING), ("tp", PARTIAL)), (("dp",), ()))
+    for dtype in ("torch.int64", "torch.bool", "torch.LongTensor"):
+        r = gs.propagate("to", [Operand(t, "x")], dtype=dtype)
+        assert [e.code for e in r.errors] == ["spmd-partial-nonlinear"], dtype
+        assert r.type.spec == (("dp",), ()) and r.type.get("tp") is None
+    for params in ({"dtype": "torch.float16"}, {"dtype": None}, {}):
+        r = gs.propagate("to", [Operand(t, "x")], **params)
+        assert not r.errors and r.type.get("tp") == PARTIAL and r.type.spec == (("dp",), ())

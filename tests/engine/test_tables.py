@@ -385,3 +385,59 @@ def test_a_suggested_method_call_binds_to_the_whole_operand(text: str, shown: st
                                    reduce_op="max", can_grad=True)
     assert [e.message.rsplit("; ", 1)[1] for e in result.errors] == [
         f"call it on {shown}.detach() or under torch.no_grad()"]
+
+
+def test_every_torch_dtype_casts_by_its_kind() -> None:
+    """A cast by a dtype argument (engine CAST_OPS: ``to``, ``type``, ``type_as``) is
+    non-linear exactly when torch's dtype is neither floating nor complex, for every dtype
+    torch defines (as the check mode passes it, ``str(dtype)``; as the plugin reads it, the
+    name's last part) and the tensor types of ``x.type(torch.LongTensor)``."""
+    import torch
+
+    from spmd_mypy.engine.ops import CAST_FORMAL, cast_is_integral
+
+    dtypes = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    assert len(dtypes) > 20
+    for dt in dtypes:
+        integral = not (dt.is_floating_point or dt.is_complex)
+        for text in (str(dt), "torch._C." + str(dt).split(".")[-1]):
+            assert cast_is_integral(text) is integral, text
+            spec = call_spec("to", {CAST_FORMAL: text})
+            assert (spec.op_class is OpClass.NONLINEAR) is integral, text
+    for cls in ("LongTensor", "IntTensor", "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor"):
+        assert cast_is_integral(f"torch.{cls}") and cast_is_integral(f"torch.cuda.{cls}")
+    for cls in ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor"):
+        assert not cast_is_integral(f"torch.{cls}")
+    assert cast_is_integral("builtins.bool") and cast_is_integral("builtins.int")
+    assert not cast_is_integral("builtins.float")
+
+
+@pytest.mark.parametrize("op,values,op_class", [
+    ("to", {"dtype": "torch.int64"}, OpClass.NONLINEAR),
+    ("to", {"dtype": "torch.bool"}, OpClass.NONLINEAR),
+    ("type", {"dtype": "torch.LongTensor"}, OpClass.NONLINEAR),
+    ("type_as", {"dtype": "torch.int32"}, OpClass.NONLINEAR),
+    ("to", {"dtype": "torch.float16"}, OpClass.LINEAR),
+    ("to", {"dtype": "torch.complex64"}, OpClass.LINEAR),
+    ("to", {}, OpClass.LINEAR),  # to("cpu"): no dtype
+    ("to", {"dtype": UNREAD_VALUE}, OpClass.LINEAR),  # a dtype not read: the rule before casts
+    ("type_as", {}, OpClass.LINEAR),  # the static template: its dtype unknown
+])
+def test_a_cast_to_an_integer_dtype_is_nonlinear(op: str, values: dict, op_class: OpClass) -> None:
+    """p.to(torch.int64) truncates each rank's summand: the sum of the truncations is not the
+    truncation of the sum (0.6 + 0.6), as p.long(); a floating cast stays linear (P kept).
+    The layout is kept either way, and a template keeps its role."""
+    spec = call_spec(op, values)
+    assert spec.op_class is op_class
+    p = SpmdType.of({"tp": PARTIAL})
+    ops = [Operand(p, "p")] + ([Operand(SpmdType.of({"tp": VARYING}), "y")] if op == "type_as" else [])
+    res = propagate(spec, ops)
+    if op_class is OpClass.NONLINEAR:
+        assert res.errors[0].code == "spmd-partial-nonlinear"
+        assert f"cannot go through {op} (dtype=" in res.errors[0].message
+        assert spec.keeps_shard_dims
+        v = SpmdType.of({"tp": LocalType(Kind.V, 1)})
+        shard = propagate(spec, [Operand(v, "x")] + ops[1:])
+        assert not shard.errors and shard.type.get("tp") == LocalType(Kind.V, 1)
+    else:
+        assert not res.errors and res.type.get("tp") == PARTIAL

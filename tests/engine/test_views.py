@@ -241,3 +241,33 @@ def test_inplace_views_are_rejected_exactly_where_the_type_stops_holding(rank: i
                 static_errors += static
                 checked += 1
     assert checked > 0 and (rank == 1 or static_errors > 0)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_complex_views_keep_the_shard_dims_but_the_trailing_pair(rank: int) -> None:
+    """view_as_complex drops the trailing dim of size 2 (a shard of it: V), view_as_real
+    appends one: every other shard dim stays where it is, the locals concatenated on it
+    being the op on the global tensor."""
+    kept = 0
+    for d in range(-rank, rank):
+        g = _global(rank, d)
+        if d % rank != rank - 1:
+            g = g.narrow(-1, 0, 2).contiguous()  # the trailing (re, im) pair, not sharded
+        elif rank == 1:
+            g = g.narrow(-1, 0, 2).contiguous()  # view_as_real of a complex vector (size 2)
+        for op, fn, x in (("view_as_complex", torch.view_as_complex, g),
+                          ("view_as_real", torch.view_as_real, torch.view_as_complex(
+                              torch.stack([g, -g], -1)))):
+            move = make_move(op, {})
+            assert move is not None
+            at = moved_dim(move, d, rank if op == "view_as_complex" else x.dim())
+            assert at is not None
+            if at[1] is None:  # a shard of the (re, im) pair: no complex view of the global
+                assert op == "view_as_complex" and d % rank == rank - 1
+                continue
+            whole = fn(x)
+            assert whole.dim() == at[0]
+            kept += 1
+            parts = [fn(s.contiguous()) for s in x.chunk(2, d)]
+            assert torch.equal(torch.cat(parts, at[1]), whole), (op, d, rank)
+    assert kept >= 2 * rank - 1
