@@ -21,6 +21,7 @@ from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, Meth
 from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_proper_type
 
 from . import calls, global_calls, torch_namespaces
+from .einops_calls import EINOPS_FUNCTIONS, einops_hook, einops_signature_hook
 from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS
 from .autograd import is_autograd_function
 from .modules import (
@@ -260,6 +261,8 @@ class HookDispatch:
 
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
         self._follow_module()
+        if fullname in EINOPS_FUNCTIONS:
+            return self._guard("einops_signature", einops_signature_hook, SIGNATURE)
         if fullname.startswith(NO_SIGNATURE_CHECK):
             return self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
         return self._relax_signature()
@@ -284,6 +287,8 @@ class HookDispatch:
         typer = self.plugin.calls
         if fullname.startswith(_MEGATRON_MAPPINGS):
             return self.megatron_mapping_hook
+        if fullname in EINOPS_FUNCTIONS:  # typed by the pattern, not einops' TypeVar
+            return functools.partial(einops_hook, typer, EINOPS_FUNCTIONS[fullname])
         if not fullname.startswith(NO_SIGNATURE_CHECK):
             return typer.check_arguments_hook
         if fullname.startswith("spmd."):

@@ -1,0 +1,119 @@
+"""einops' ``rearrange``, ``repeat``, ``reduce`` and ``einsum`` typed by the engine's rule
+(:mod:`spmd_mypy.engine.einops_rule`).
+
+einops types them with an unbounded TypeVar (``rearrange(x: T, ...) -> T``): mypy alone gives
+the result the operand's type, shard dim and all, or solves T from the type the call's context
+expects (``return rearrange(q, ...)`` in a function declared to return S(1): q's S(2) was then
+an arg-type error).  The signature hook takes the TypeVar out (Any); the call hook reads the call's pattern (a str
+literal, or a Literal / Final type), reduce's reduction name and a list operand's items, and
+types the result by the engine; a pattern it cannot read types the result by the op rule
+alone (the layout unknown: V), never the operand's own type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mypy.expandtype import expand_type
+from mypy.nodes import ListExpr, TupleExpr
+from mypy.plugin import FunctionContext, FunctionSigContext
+from mypy.types import AnyType, CallableType, Instance, Type, TypeOfAny, get_proper_type
+
+from ..engine.einops_rule import propagate_einops, propagate_einsum
+from ..engine.ops import Operand
+from ..engine.views import UNREAD
+from . import global_calls
+from .calls import expr_text
+from .reductions import _literal
+
+if TYPE_CHECKING:
+    from .calls import CallTyper
+
+# the functions by the fullname mypy gives them (einops re-exports einops.einops')
+EINOPS_FUNCTIONS: dict[str, str] = {}
+for _name in ("rearrange", "repeat", "reduce", "einsum"):
+    EINOPS_FUNCTIONS[f"einops.einops.{_name}"] = _name
+    EINOPS_FUNCTIONS[f"einops.{_name}"] = _name
+
+
+def einops_signature_hook(ctx: FunctionSigContext) -> CallableType:
+    """einops' signature with its type variables replaced by Any: the call hook types the
+    result (as the TypeVar would for an operand with no SPMD type)."""
+    sig = ctx.default_signature
+    if not sig.variables:
+        return sig
+    anys: dict = {v.id: AnyType(TypeOfAny.special_form) for v in sig.variables}
+    relaxed = get_proper_type(expand_type(sig, anys))
+    if not isinstance(relaxed, CallableType):
+        return sig
+    return relaxed.copy_modified(variables=[])
+
+
+def _operand_type(ctx: FunctionContext) -> Type:
+    """What einops' TypeVar would make the result: the (first) operand's type, a list's item
+    type."""
+    for types in ctx.arg_types:
+        if types:
+            p = get_proper_type(types[0])
+            if isinstance(p, Instance) and p.type.fullname in ("builtins.list", "builtins.tuple") \
+                    and p.args:
+                return p.args[0]
+            return types[0]
+    return ctx.default_return_type
+
+
+def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
+    """The hook of a call of einops ``op``."""
+    if not isinstance(get_proper_type(ctx.default_return_type), AnyType):
+        return ctx.default_return_type  # not einops' own signature (a redefinition)
+    ops: list[Operand] = []
+    any_typed = False
+    stacked = False
+    pattern: object = UNREAD
+    reduction: object = UNREAD
+    if op == "einsum":  # einsum(*tensors, pattern): the pattern is the last argument
+        flat = [(e, t) for es, ts in zip(ctx.args, ctx.arg_types) for e, t in zip(es, ts)]
+        if flat:
+            pattern = _literal(flat[-1][0], flat[-1][1])
+            flat = flat[:-1]
+        for e, t in flat:
+            st = typer.types.from_type(t)
+            if st is None:
+                return _operand_type(ctx)  # not a tensor: not a call einops takes
+            any_typed = any_typed or bool(st) or bool(st.failed)
+            ops.append(Operand(st, expr_text(e), typer.can_grad_if_invariant(ctx, e, st)))
+    else:
+        for formal, exprs, types in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types):
+            if not exprs:
+                continue
+            if formal == "pattern":
+                pattern = _literal(exprs[0], types[0])
+            elif formal == "reduction":
+                reduction = _literal(exprs[0], types[0])
+            elif formal == "tensor":
+                e, t = exprs[0], types[0]
+                st = typer.types.from_type(t)
+                if st is not None:
+                    items = [(t, e)]
+                elif isinstance(e, (ListExpr, TupleExpr)):
+                    stacked = True
+                    items = typer._container_items(t, e, ctx)
+                else:
+                    return _operand_type(ctx)  # a list variable: its items unknown
+                for it, ie in items:
+                    ist = typer.types.from_type(it) if it is not None else None
+                    if ist is None:
+                        return _operand_type(ctx)
+                    any_typed = any_typed or bool(ist) or bool(ist.failed)
+                    ops.append(Operand(ist, expr_text(ie), typer.can_grad_if_invariant(ctx, ie, ist)))
+    if not any_typed or not ops or global_calls.any_global(ops):
+        return _operand_type(ctx)
+    strict = typer.strict(ctx)
+    if op == "einsum":
+        result = propagate_einsum(ops, pattern, strict=strict)
+    else:
+        result = propagate_einops(op, ops, pattern, reduction if op == "reduce" else None,
+                                  stacked=stacked, strict=strict)
+    typer.report(ctx, result.errors)
+    inst = typer.types.to_instance(result.type)
+    return inst if inst is not None else _operand_type(ctx)
