@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mypy.expandtype import expand_type
-from mypy.nodes import ListExpr, TupleExpr
+from mypy.nodes import Expression, ListExpr, TupleExpr
 from mypy.plugin import FunctionContext, FunctionSigContext
 from mypy.types import AnyType, CallableType, Instance, Type, TypeOfAny, get_proper_type
 
@@ -93,6 +93,7 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
             elif formal == "tensor":
                 e, t = exprs[0], types[0]
                 st = typer.types.from_type(t)
+                items: list[tuple[Type | None, Expression]]
                 if st is not None:
                     items = [(t, e)]
                 elif isinstance(e, (ListExpr, TupleExpr)):
