@@ -281,6 +281,13 @@ def pattern_layout(p: Pattern, operands: Sequence[tuple[LocalType | None, tuple[
         else:
             layouts[at[0]] = at[1]
     negative = (first.at_high_ranks().dim or 0) < 0
+    if shape is not None and len(layouts) == 1:
+        # check mode: written as the static checker writes it where it states the same dim
+        ((out_rank, d),) = layouts.items()
+        static = pattern_layout(p, [(lt, None) for lt, _ in operands])
+        possible, written = static.at_rank(out_rank)
+        if d is not None and possible and written is not None and written % out_rank == d:
+            return LocalType(Kind.V, written)
     return from_ranks_signed(layouts, negative)
 
 
