@@ -1312,6 +1312,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "layout-ops":  # convolutions, pools, norms keep shard dims (rt_layout_ops.py)
         import rt_layout_ops
         return rt_layout_ops.suite(world)
+    if name == "einops":  # einops typed by its pattern (rt_einops.py)
+        import rt_einops
+        return rt_einops.suite(world)
     if name == "sizes":  # sizes= the same list on every rank, verified in check mode (rt_sizes.py)
         import rt_sizes
         return rt_sizes.suite(world)
