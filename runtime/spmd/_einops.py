@@ -14,7 +14,6 @@ which the mode types by the contraction rule (the static checker translates the 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from typing import Any, Callable
@@ -85,11 +84,11 @@ def _checked_reduce_forward(self: Any, input: Any) -> Any:  # noqa: A002
 def install() -> None:
     """Wrap einops' functions (when einops is importable) while a block is open."""
     global _REDUCE_CODE
-    if _saved or importlib.util.find_spec("einops") is None:
+    if _saved:
         return
     try:
         import einops.einops as core
-    except Exception:  # noqa: BLE001 - a broken einops: nothing to wrap
+    except Exception:  # noqa: BLE001 - einops not installed (or broken): nothing to wrap
         return
     if not callable(getattr(core, "_apply_recipe", None)) or not callable(getattr(core, "reduce", None)):
         return  # another einops than the one this wraps (0.8's internals)

@@ -139,8 +139,13 @@ class Case:
     @property
     def missing(self) -> str | None:
         """The first required module that is not installed, or None."""
-        import importlib.util
-        return next((m for m in self.requires if importlib.util.find_spec(m) is None), None)
+        import importlib
+        for m in self.requires:
+            try:
+                importlib.import_module(m)
+            except ImportError:
+                return m
+        return None
 
     @property
     def module(self) -> str:
