@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mypy.expandtype import expand_type
-from mypy.nodes import Expression, ListExpr, TupleExpr
+from mypy.nodes import Expression, ListExpr
 from mypy.plugin import FunctionContext, FunctionSigContext
 from mypy.types import AnyType, CallableType, Instance, Type, TypeOfAny, get_proper_type
 
@@ -96,7 +96,7 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
                 items: list[tuple[Type | None, Expression]]
                 if st is not None:
                     items = [(t, e)]
-                elif isinstance(e, (ListExpr, TupleExpr)):
+                elif isinstance(e, ListExpr):  # einops stacks a list (not a tuple)
                     stacked = True
                     items = typer._container_items(t, e, ctx)
                 else:
