@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 from mypy.expandtype import expand_type
 from mypy.nodes import Expression, ListExpr
 from mypy.plugin import FunctionContext, FunctionSigContext
-from mypy.types import AnyType, CallableType, Instance, Type, TypeOfAny, get_proper_type
+from mypy.types import (
+    AnyType, CallableType, Instance, TupleType, Type, TypeOfAny, get_proper_type,
+)
 
 from ..engine.einops_rule import propagate_einops, propagate_einsum
-from ..engine.ops import Operand
+from ..engine.ops import OpClass, OpSpec, Operand, propagate
 from ..engine.views import UNREAD
 from . import global_calls
 from .calls import expr_text
@@ -33,6 +35,11 @@ if TYPE_CHECKING:
 EINOPS_FUNCTIONS: dict[str, str] = {}
 for _name in ("rearrange", "repeat", "reduce", "einsum"):
     EINOPS_FUNCTIONS[f"einops.einops.{_name}"] = _name
+    EINOPS_FUNCTIONS[f"einops.{_name}"] = _name
+# pack / unpack: a reshape and a cat / split, typed as one linear op whose layout is unknown
+# (V: pack "* d" of S(0) tensors concatenates them on the shard dim)
+for _name in ("pack", "unpack"):
+    EINOPS_FUNCTIONS[f"einops.packing.{_name}"] = _name
     EINOPS_FUNCTIONS[f"einops.{_name}"] = _name
 
 
@@ -62,8 +69,49 @@ def _operand_type(ctx: FunctionContext) -> Type:
     return ctx.default_return_type
 
 
+def _with_tensor(ctx: FunctionContext, op: str, tensor: Type) -> Type:
+    """pack's ``(Tensor, shapes)`` / unpack's ``list[Tensor]`` with ``tensor`` for einops'
+    TypeVar (Any in the relaxed signature)."""
+    p = get_proper_type(ctx.default_return_type)
+    if op == "pack" and isinstance(p, TupleType) and p.items:
+        return p.copy_modified(items=[tensor, *p.items[1:]])
+    if op == "unpack" and isinstance(p, Instance) and p.args:
+        return p.copy_modified(args=[tensor])
+    return ctx.default_return_type
+
+
+def _pack_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
+    """einops.pack(tensors, pattern) / unpack(tensor, shapes, pattern): linear, the layout
+    unknown (V); untyped operands keep what einops' TypeVar would give."""
+    ops: list[Operand] = []
+    item_type: Type | None = None
+    exprs = ctx.args[0] if ctx.args else []
+    types = ctx.arg_types[0] if ctx.arg_types else []
+    if exprs and types:
+        e, t = exprs[0], types[0]
+        items = typer._container_items(t, e, ctx) if op == "pack" else [(t, e)]
+        for it, ie in items:
+            st = typer.types.from_type(it) if it is not None else None
+            if st is None:
+                ops = []
+                break
+            item_type = item_type or it
+            ops.append(Operand(st, expr_text(ie), typer.can_grad_if_invariant(ctx, ie, st)))
+        if item_type is None:
+            p = get_proper_type(t)
+            item_type = p.args[0] if (op == "pack" and isinstance(p, Instance) and p.args) else t
+    if not ops or not any(o.type for o in ops) or global_calls.any_global(ops):
+        return _with_tensor(ctx, op, item_type) if item_type is not None else ctx.default_return_type
+    result = propagate(OpSpec(op, OpClass.LINEAR), ops, strict=typer.strict(ctx))
+    typer.report(ctx, result.errors)
+    inst = typer.types.to_instance(result.type)
+    return _with_tensor(ctx, op, inst if inst is not None else item_type)  # type: ignore[arg-type]
+
+
 def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
     """The hook of a call of einops ``op``."""
+    if op in ("pack", "unpack"):
+        return _pack_hook(typer, op, ctx)
     if not isinstance(get_proper_type(ctx.default_return_type), AnyType):
         return ctx.default_return_type  # not einops' own signature (a redefinition)
     ops: list[Operand] = []
