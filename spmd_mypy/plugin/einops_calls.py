@@ -148,7 +148,14 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
                     stacked = True
                     items = typer._container_items(t, e, ctx)
                 else:
-                    return _operand_type(ctx)  # a list variable: its items unknown
+                    # a list variable: every item has its item type (stacking n of one type
+                    # lays them out as one does)
+                    p = get_proper_type(t)
+                    if not (isinstance(p, Instance) and p.type.fullname == "builtins.list"
+                            and p.args and typer.types.from_type(p.args[0]) is not None):
+                        return _operand_type(ctx)
+                    stacked = True
+                    items = [(p.args[0], e)]
                 for it, ie in items:
                     ist = typer.types.from_type(it) if it is not None else None
                     if ist is None:
