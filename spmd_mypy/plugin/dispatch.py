@@ -21,7 +21,9 @@ from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, Meth
 from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_proper_type
 
 from . import calls, global_calls, torch_namespaces
-from .einops_calls import EINOPS_FUNCTIONS, einops_hook, einops_signature_hook
+from .einops_calls import (
+    EINOPS_FUNCTIONS, EINOPS_LAYERS, einops_hook, einops_layer_hook, einops_signature_hook,
+)
 from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS
 from .autograd import is_autograd_function
 from .modules import (
@@ -452,6 +454,8 @@ class HookDispatch:
         if (cls == MODULE_LIST and method in ("__iter__", "__getitem__")
                 or cls == MODULE_DICT and method in ("__getitem__", "values", "items")):
             return self._synced(module_list_method_hook, split_unions=False)  # the modules' class
+        if method == "__call__" and cls in EINOPS_LAYERS:  # typed by its constructor's pattern
+            return self._synced(functools.partial(einops_layer_hook, typer, cls))
         if method == "__call__" and cls == SEQUENTIAL:  # the chain built in sight
             return self._synced(self.plugin.modules.sequential_hook)
         if method == "__call__" and cls in TORCH_MODULE_OPS:  # self.norm(x): F.layer_norm

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mypy.expandtype import expand_type
-from mypy.nodes import Expression, ListExpr
-from mypy.plugin import FunctionContext, FunctionSigContext
+from mypy.nodes import ARG_POS, CallExpr, Expression, ListExpr, RefExpr, StrExpr, TypeInfo
+from mypy.plugin import FunctionContext, FunctionSigContext, MethodContext
 from mypy.types import (
     AnyType, CallableType, Instance, TupleType, Type, TypeOfAny, get_proper_type,
 )
@@ -173,3 +173,57 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
     typer.report(ctx, result.errors)
     inst = typer.types.to_instance(result.type)
     return inst if inst is not None else _operand_type(ctx)
+
+
+# einops.layers.torch's modules: a call ``self.split(x)`` is typed by the pattern its
+# constructor states (``self.split = Rearrange("b s (h d) -> b h s d", h=nh)``)
+EINOPS_LAYERS: dict[str, str] = {"einops.layers.torch.Rearrange": "rearrange",
+                                 "einops.layers.torch.Reduce": "reduce"}
+
+
+def _constructor_args(value: Expression, cls: str) -> tuple[object, object] | None:
+    """(pattern, reduction) a constructor call of ``cls`` states as literals (UNREAD where
+    not); None when ``value`` is no call of it."""
+    if not (isinstance(value, CallExpr) and isinstance(value.callee, RefExpr)
+            and isinstance(value.callee.node, TypeInfo) and value.callee.node.fullname == cls):
+        return None
+    pattern: object = UNREAD
+    reduction: object = UNREAD
+    positional = [a for a, k in zip(value.args, value.arg_kinds) if k == ARG_POS]
+    named = {n: a for a, n in zip(value.args, value.arg_names) if n is not None}
+    p = named.get("pattern", positional[0] if positional else None)
+    r = named.get("reduction", positional[1] if len(positional) > 1 else None)
+    if isinstance(p, StrExpr):
+        pattern = p.value
+    if isinstance(r, StrExpr):
+        reduction = r.value
+    return pattern, reduction
+
+
+def einops_layer_hook(typer: CallTyper, cls: str, ctx: MethodContext) -> Type:
+    """``m(x)`` of an einops Rearrange / Reduce module built in sight (an attribute assigned
+    in its class, a local, the constructor call itself): typed by its pattern; a module whose
+    construction is not read gives V (the layout unknown)."""
+    call = ctx.context
+    flat = [(e, t) for es, ts in zip(ctx.args, ctx.arg_types) for e, t in zip(es, ts)]
+    if not isinstance(call, CallExpr) or len(flat) != 1:
+        return ctx.default_return_type
+    e, t = flat[0]
+    st = typer.types.from_type(t)
+    if st is None or not (st or st.failed):
+        return ctx.default_return_type
+    ops = [Operand(st, expr_text(e), typer.can_grad_if_invariant(ctx, e, st))]
+    if global_calls.any_global(ops):
+        return ctx.default_return_type
+    stated = {_constructor_args(v, cls) for v in global_calls.module_constructor(ctx, call.callee)}
+    pattern: object = UNREAD  # no constructor in sight, or several: the layout unknown
+    reduction: object = UNREAD
+    one = stated.pop() if len(stated) == 1 else None
+    if one is not None:
+        pattern, reduction = one
+    op = EINOPS_LAYERS[cls]
+    result = propagate_einops(op, ops, pattern, reduction if op == "reduce" else None,
+                              strict=typer.strict(ctx))
+    typer.report(ctx, result.errors)
+    inst = typer.types.to_instance(result.type)
+    return inst if inst is not None else ctx.default_return_type
