@@ -2566,6 +2566,8 @@ def _install_apply() -> None:
         node_cls.apply = _checked_backward  # type: ignore[method-assign]
     from . import _dtensor
     _dtensor.install()  # DTensor.to_local/from_local at the boundary with DTensor code
+    from . import _einops
+    _einops.install()  # einops' rearrange/repeat/reduce typed by their pattern
     _install_ddp()
     if _TORCH_APPLY is None:
         fn_cls = torch.autograd.Function
@@ -2623,6 +2625,8 @@ def _uninstall_apply() -> None:
     global _TORCH_PARAMETER_DEEPCOPY, _TORCH_PARAMETER_NEW
     from . import _dtensor
     _dtensor.uninstall()
+    from . import _einops
+    _einops.uninstall()
     _uninstall_ddp()
     if _TORCH_PARAMETER_DEEPCOPY is not None:
         torch.nn.Parameter.__deepcopy__ = _TORCH_PARAMETER_DEEPCOPY  # type: ignore[method-assign]

@@ -5,6 +5,7 @@
 - :mod:`.ops`          the classification of torch ops and the local SPMD rule
 - :mod:`.views`        where a view or join (transpose, indexing, cat, ...) puts a shard dim
 - :mod:`.contractions` where einsum, matmul, linear and attention put a shard dim
+- :mod:`.einops_rule`  einops' rearrange / repeat / reduce / einsum, read from the pattern
 - :mod:`.collectives`  the collective/conversion table with each backward
 - :mod:`.duality`      forward/backward duality: autograd Functions, gradients, hooks
 

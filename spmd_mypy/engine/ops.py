@@ -38,10 +38,11 @@ from typing import Sequence
 
 from .contractions import Contraction, contracted_layout
 from .errors import SpmdError, merge_axis_errors
+from .einops_rule import Pattern, pattern_layout
 from .views import MOVES, DimMove, moved_dim, squeezed_dim
 from .types import (
     INVARIANT, RANKS, REPLICATE, SAME_VALUES, VARYING, Kind, LocalType, SpmdType, axis_words, bare,
-    format_axes, format_type, from_ranks, receiver, shard_dims_differ,
+    format_axes, format_type, from_ranks, from_ranks_signed, receiver, shard_dims_differ,
 )
 
 
@@ -1109,10 +1110,7 @@ def _moved_layout(axis: str, tensor_ops: Sequence[tuple[Operand, Role]], move: D
             d = dims.pop() if len(dims) == 1 else None
             at = moved_dim(move, d, rank) if d is not None else None
             layouts[shape_of[0]] = None if at is None else at[1]
-    neg = {r: (None if d is None else d - r) for r, d in layouts.items()}
-    n_pos = len(set(layouts.values()) - {None})
-    n_neg = len(set(neg.values()) - {None})
-    return from_ranks(neg if n_neg < n_pos or (n_neg == n_pos and negative) else layouts)
+    return from_ranks_signed(layouts, negative)
 
 
 # propagate's verdicts that had no error, by what the rule reads (the operands' types,
@@ -1125,7 +1123,7 @@ _VERDICTS_MAX = 50_000
 
 def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool = False,
               reduction: Reduction | None = None,
-              move: DimMove | Contraction | None = None) -> Result:
+              move: DimMove | Contraction | Pattern | None = None) -> Result:
     """Type one op: the result's type per axis, and every violation.
 
     Axes an operand does not mention are skipped for that operand (gradual); an
@@ -1164,7 +1162,7 @@ def propagate_each(spec: OpSpec | str, operands: Sequence[Operand], *,
 
 
 def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
-               reduction: Reduction | None, move: DimMove | Contraction | None) -> Result:
+               reduction: Reduction | None, move: DimMove | Contraction | Pattern | None) -> Result:
     errors: list[SpmdError] = []
     axes: dict[str, None] = {}
     scalar_roles: set[Role] = set()
@@ -1203,6 +1201,9 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
             if isinstance(move, Contraction):
                 lt = contracted_layout(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                               for o, _ in tensor_ops])
+            elif isinstance(move, Pattern):  # an einops call (einops_rule)
+                lt = pattern_layout(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
+                                           for o, _ in tensor_ops])
             elif move is not None:
                 lt = _moved_layout(axis, tensor_ops, move)
             else:

@@ -247,6 +247,16 @@ def from_ranks(layouts: Mapping[int, int | None]) -> LocalType:
     return LocalType(Kind.V, by_rank=tuple(table))
 
 
+def from_ranks_signed(layouts: Mapping[int, int | None], negative: bool) -> LocalType:
+    """:func:`from_ranks` with each dim written counted from the front or the back,
+    whichever stays the same across more ranks (counted from the back on a tie when
+    ``negative``: the operand's own way)."""
+    neg = {r: (None if d is None else d - r) for r, d in layouts.items()}
+    n_pos = len(set(layouts.values()) - {None})
+    n_neg = len(set(neg.values()) - {None})
+    return from_ranks(neg if n_neg < n_pos or (n_neg == n_pos and negative) else layouts)
+
+
 def encode_by_rank(by_rank: ByRank) -> str:
     """The table as text, for a checker that stores types as literals: ``"1:-,2:0"``."""
     return ",".join(f"{r}:{'-' if d is None else d}" for r, d in by_rank)

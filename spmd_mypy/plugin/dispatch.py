@@ -22,6 +22,9 @@ from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_
 
 from . import calls, global_calls, torch_namespaces
 from .custom_ops import CUSTOM_OP_CALL, custom_op_hook
+from .einops_calls import (
+    EINOPS_FUNCTIONS, EINOPS_LAYERS, einops_hook, einops_layer_hook, einops_signature_hook,
+)
 from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS
 from .autograd import is_autograd_function
 from .modules import (
@@ -261,6 +264,8 @@ class HookDispatch:
 
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
         self._follow_module()
+        if fullname in EINOPS_FUNCTIONS:
+            return self._guard("einops_signature", einops_signature_hook, SIGNATURE)
         if fullname.startswith(NO_SIGNATURE_CHECK):
             return self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
         return self._relax_signature()
@@ -285,6 +290,8 @@ class HookDispatch:
         typer = self.plugin.calls
         if fullname.startswith(_MEGATRON_MAPPINGS):
             return self.megatron_mapping_hook
+        if fullname in EINOPS_FUNCTIONS:  # typed by the pattern, not einops' TypeVar
+            return functools.partial(einops_hook, typer, EINOPS_FUNCTIONS[fullname])
         if not fullname.startswith(NO_SIGNATURE_CHECK):
             return typer.check_arguments_hook
         if fullname.startswith("spmd."):
@@ -448,6 +455,8 @@ class HookDispatch:
         if (cls == MODULE_LIST and method in ("__iter__", "__getitem__")
                 or cls == MODULE_DICT and method in ("__getitem__", "values", "items")):
             return self._synced(module_list_method_hook, split_unions=False)  # the modules' class
+        if method == "__call__" and cls in EINOPS_LAYERS:  # typed by its constructor's pattern
+            return self._synced(functools.partial(einops_layer_hook, typer, cls))
         if method == "__call__" and cls == SEQUENTIAL:  # the chain built in sight
             return self._synced(self.plugin.modules.sequential_hook)
         if method == "__call__" and cls in TORCH_MODULE_OPS:  # self.norm(x): F.layer_norm

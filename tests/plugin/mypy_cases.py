@@ -33,6 +33,8 @@ Directives, as comment lines at the top of a case (or of the file, for every cas
     # prelude: none                       do not prepend the file's prelude
     # group: NAME                         run in a mypy run of its own (e.g. a syntax error,
                                           which stops mypy before it checks other modules)
+    # requires: einops                    the case is skipped (and left out of its group's
+                                          run) when that module is not installed
 
 Per-case mypy options go in ``# mypy: ...`` inline comments or ``# mypy-module:``; prefer them to
 ``# flags:``, which changes torch's cached analysis and so needs a cache (and a cold run, about
@@ -70,7 +72,7 @@ DEFAULT_MESH = "dp, tp"
 
 _CASE_RE = re.compile(r"^\[case ([A-Za-z0-9_]+)\]\s*$")
 _SECTION_RE = re.compile(r"^\[(prelude|out)\]\s*$")
-_DIRECTIVE_RE = re.compile(r"^#\s*(flags|mesh|spmd|mypy-module|xfail|prelude|group):\s*(.*?)\s*$")
+_DIRECTIVE_RE = re.compile(r"^#\s*(flags|mesh|spmd|mypy-module|xfail|prelude|group|requires):\s*(.*?)\s*$")
 _MARK_RE = re.compile(r"#\s*(\^?)([ENW]):\s?")
 _OUT_RE = re.compile(r"^(\d+):\s*(error|note|warning):\s?(.*)$")
 _REPORT_RE = re.compile(r"^(.*?):(\d+): (error|note|warning): (.*)$")
@@ -132,6 +134,18 @@ class Case:
     config: Config
     xfail: str | None = None
     module_options: tuple[str, ...] = ()  # lines of the case's [mypy-<module>] section
+    requires: tuple[str, ...] = ()  # modules that must be installed (else skipped)
+
+    @property
+    def missing(self) -> str | None:
+        """The first required module that is not installed, or None."""
+        import importlib
+        for m in self.requires:
+            try:
+                importlib.import_module(m)
+            except ImportError:
+                return m
+        return None
 
     @property
     def module(self) -> str:
@@ -158,6 +172,7 @@ class _Directives:
     xfail: str | None = None
     prelude: bool = True
     group: str = ""
+    requires: list[str] = field(default_factory=list)
 
     def apply(self, key: str, value: str, where: str) -> None:
         if key == "flags":
@@ -172,6 +187,8 @@ class _Directives:
             self.xfail = value or "expected to fail"
         elif key == "group":
             self.group = value
+        elif key == "requires":
+            self.requires += value.replace(",", " ").split()
         elif key == "prelude":
             if value not in ("none", "yes"):
                 raise CaseFileError(f"{where}: '# prelude:' takes none or yes")
@@ -180,7 +197,8 @@ class _Directives:
     def merged(self, base: _Directives) -> _Directives:
         return _Directives(base.flags + self.flags, self.mesh or base.mesh, base.spmd + self.spmd,
                            base.mypy_module + self.mypy_module, self.xfail or base.xfail,
-                           self.prelude and base.prelude, self.group or base.group)
+                           self.prelude and base.prelude, self.group or base.group,
+                           base.requires + self.requires)
 
 
 def _expectations(source: str) -> list[Expected]:
@@ -294,7 +312,8 @@ def _make_case(path: Path, name: str, header_line: int, body: list[str], out_blo
         line = n if n <= len(future) else n + offset - len(future)
         expected.append(Expected(line, om.group(2), om.group(3).rstrip()))
     config = Config(tuple(d.flags), d.mesh or DEFAULT_MESH, tuple(d.spmd), d.group)
-    return Case(name, path, header_line, source, expected, config, d.xfail, tuple(d.mypy_module))
+    return Case(name, path, header_line, source, expected, config, d.xfail, tuple(d.mypy_module),
+                tuple(d.requires))
 
 
 def load_cases(directory: Path = CASES_DIR) -> list[Case]:
@@ -453,5 +472,7 @@ def compare(case: Case, result: GroupResult) -> str | None:
 def group_cases(cases: Iterable[Case]) -> dict[Config, list[Case]]:
     groups: dict[Config, list[Case]] = {}
     for c in cases:
+        if c.missing is not None:
+            continue  # skipped (test_case says why)
         groups.setdefault(c.config, []).append(c)
     return groups

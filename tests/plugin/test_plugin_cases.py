@@ -21,6 +21,8 @@ def _param(case: mypy_cases.Case) -> object:
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_case(case: mypy_cases.Case, case_results) -> None:  # noqa: ANN001
+    if case.missing is not None:
+        pytest.skip(f"{case.missing} is not installed")
     result = case_results.result(case.config)
     problem = mypy_cases.compare(case, result)
     if problem is not None:

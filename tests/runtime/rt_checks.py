@@ -1315,6 +1315,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "dtypes":  # casts, conj bits, op="avg" and gloo's dtypes (rt_dtypes.py)
         import rt_dtypes
         return rt_dtypes.suite(world)
+    if name == "einops":  # einops typed by its pattern (rt_einops.py)
+        import rt_einops
+        return rt_einops.suite(world)
     if name == "sizes":  # sizes= the same list on every rank, verified in check mode (rt_sizes.py)
         import rt_sizes
         return rt_sizes.suite(world)
