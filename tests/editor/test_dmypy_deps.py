@@ -201,8 +201,10 @@ def test_dmypy_sequential_and_module_list_builders_edited_in_another_module(
         project: Path, daemon: Dmypy) -> None:
     """``self.seq(x)`` runs through the forwards of the classes ``nn.Sequential`` was built
     from, and a ModuleList's item class is make_block's declared result: edits of those in
-    layers.py re-check model.py's callers (modules.sequential_hook and module_list_item
-    record what they read, depends.depend_on)."""
+    layers.py re-check model.py's callers.  The Sequential step failed before
+    (modules.sequential_hook now records each member class's ``__call__``,
+    depends.depend_on); the ModuleList step held already (mypy re-checks the methods that
+    iterate ``self.blocks`` when the builder's signature changes) and stays as a guard."""
     files = ["layers.py", "model.py"]
     (project / "layers.py").write_text(LAYERS)
     (project / "model.py").write_text(MODEL)
