@@ -68,6 +68,7 @@ from ..engine.duality import NONE, OTHER, TENSOR, UNKNOWN, FunctionTypes, Slot
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_backward
 from .calls import collective_call, expr_text
+from .depends import class_dependency
 from .mypy_types import TypeBuilder, lookup_type
 from .rewrite import isinstance_trigger
 from .statements import returns
@@ -189,6 +190,7 @@ class AutogradTyper:
         defn = ctx.cls
         if not is_autograd_function(defn.info):
             return
+        self._apply_dependencies(ctx)
         tree = getattr(ctx.api, "cur_mod_node", None)
         module = getattr(ctx.api, "cur_mod_id", None)
         if tree is None or not self.plugin.promotion.uses_spmd_types(tree, module):
@@ -218,6 +220,19 @@ class AutogradTyper:
         bwd.body.body[:] = [try_stmt]
         self._triggers[id(call)] = (call, defn)
         known[1].append(id(call))
+
+    def _apply_dependencies(self, ctx: ClassDefContext) -> None:
+        """``Fn.apply(x)`` is typed by ``forward`` (and whether ``setup_context`` is
+        defined), but the daemon's (dmypy) dependencies tie its callers to ``<Fn.apply>``
+        only: a change of those methods, in the class or a user base class (possibly in
+        another module), is made a change of ``apply``, or the callers' diagnostics stay
+        stale until they are edited themselves."""
+        info = ctx.cls.info
+        for base in info.mro:
+            if base.fullname in _TORCH_FUNCTION_BASES or base.fullname == "builtins.object":
+                break
+            for name in ("forward", "setup_context"):
+                class_dependency(ctx, f"{base.fullname}.{name}", f"{info.fullname}.apply")
 
     def _wrapped(self, bwd: FuncDef) -> bool:
         body = bwd.body.body

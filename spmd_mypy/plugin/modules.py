@@ -97,6 +97,7 @@ from ..engine.ops import Operand, propagate, variant_formals
 from ..engine.types import UNTYPED
 from .global_calls import classes_in_sight, module_constructor
 from .calls import expr_text
+from .depends import class_dependency, depend_on
 from .mypy_types import lookup_type
 from .statements import functions_of, returns, statement_blocks
 
@@ -290,16 +291,21 @@ class ModuleCallTyper:
         return bound, True
 
     def class_mro_hook(self, ctx: ClassDefContext) -> None:
-        """A module class that defines ``forward``: a change of forward's signature is a
-        change of the class's ``__call__`` for the daemon (dmypy), whose fine-grained
-        dependencies know that ``model(x)`` depends on ``__call__`` (Module's), not that
-        the plugin typed it as ``forward``.  Without this, an edit of ``forward``'s return
-        type left the callers' diagnostics stale until they were edited themselves."""
+        """Every module class: a change of the ``forward`` its calls are typed by is a change
+        of the class's ``__call__`` for the daemon (dmypy), whose fine-grained dependencies
+        know that ``model(x)`` depends on ``__call__`` (Module's), not that the plugin typed
+        it as ``forward``.  Without this, an edit of ``forward``'s signature left the callers'
+        diagnostics stale until they were edited themselves.  The forward may be inherited
+        (``class Sub(Row): pass``, Row's forward edited in another module): the ``forward``
+        of each module class of the MRO fires ``<C.__call__>`` (mypy's own base-to-subclass
+        propagation of ``<Row.forward>`` is left out under ``--logical-deps``)."""
         info = ctx.cls.info
         if not is_module_class(info):
             return
-        if any(f.name == "forward" for st in ctx.cls.defs.body for f in functions_of(st)):
-            ctx.api.add_plugin_dependency(f"<{info.fullname}.forward>", f"<{info.fullname}.__call__>")
+        for base in info.mro:
+            if base.fullname == MODULE:
+                break
+            class_dependency(ctx, f"{base.fullname}.forward", f"{info.fullname}.__call__")
 
     def forward_signature(self, ctx: MethodSigContext) -> CallableType | None:
         receiver = get_proper_type(ctx.type)
@@ -370,6 +376,12 @@ class ModuleCallTyper:
         if not (isinstance(b, CallExpr) and _constructs(b, SEQUENTIAL)
                 and b.args and all(k == ARG_POS for k in b.arg_kinds)):
             return default
+        members = [_module_of(e) for e in b.args]
+        for m in members:
+            # read here, not named by the call (which mypy ties to Sequential's __call__): the
+            # daemon re-checks the call when one of them changes (__call__ follows forward)
+            if m is not None and not m.type.fullname.startswith("torch."):
+                depend_on(ctx.api, f"{m.type.fullname}.__call__")
         arg = call.args[0]
         # the argument's type (a member of a union argument: the hook runs for each)
         arg_type = ctx.arg_types[0][0] if ctx.arg_types and ctx.arg_types[0] else None
@@ -380,8 +392,7 @@ class ModuleCallTyper:
             return default  # not a tensor, or a global tensor (its ops read the shapes)
         text = expr_text(arg)
         result: Type | None = None
-        for e in b.args:
-            m = _module_of(e)
+        for e, m in zip(b.args, members):
             if m is None:
                 return default
             op = TORCH_MODULE_OPS.get(m.type.fullname)
