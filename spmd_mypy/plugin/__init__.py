@@ -159,7 +159,8 @@ class SpmdPlugin(Plugin):
             for name in sorted(modules):
                 tree = modules[name]
                 line = _spmd_import_line(tree)
-                if line and tree.path and not self.sources.installed(tree.path):
+                if line and tree.path and not self.sources.installed(tree.path) \
+                        and name != "spmd" and not name.startswith("spmd."):
                     if _report_setup(modules, tree, line):
                         self._setup_told = True
                     return
@@ -310,8 +311,8 @@ def _setup_problem(manager: object, options: Options) -> str | None:
         return (f"mypy reads spmd from {found}, the runtime package, not its stubs "
                 f"(spmd-stubs, shipped with spmd-mypy): the SPMD annotations cannot be read "
                 f"and nothing here is SPMD-checked; install spmd-mypy in the environment mypy "
-                f"runs in and keep the runtime's directory off MYPYPATH and mypy_path (or put "
-                f"the stubs directory before it)")
+                f"runs in, and take the runtime's directory (or a copy of the spmd package) "
+                f"off mypy's path (MYPYPATH, mypy_path, the checked directory)")
     missing = getattr(manager, "missing_modules", None)
     if not isinstance(missing, dict) or "torch" not in missing:
         return None
