@@ -89,4 +89,26 @@ class _BuildExtOrPure(build_ext):
         return [p for p in super().get_outputs() if os.path.exists(p)]
 
 
-setup(ext_modules=_compiled_modules(), cmdclass={"build_ext": _BuildExtOrPure})
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+except ImportError:  # pragma: no cover - setuptools < 64 has no PEP 660 editable installs
+    editable_wheel = None
+
+
+if editable_wheel is not None:
+    class _EditableLinks(editable_wheel):
+        """``pip install -e .`` as ``editable_mode=strict`` unless another mode is asked for:
+        a tree of links to the checkout under build/, named by one ``.pth`` path.  The default
+        mode maps ``spmd``, ``spmd-stubs`` (``runtime/``, ``stubs/``) with an import hook,
+        which mypy does not run: it found no ``spmd`` (import-not-found).  Edits to existing
+        files show at once; a new module needs the install again."""
+
+        def finalize_options(self) -> None:
+            if not self.mode:
+                self.mode = "strict"
+            super().finalize_options()
+
+
+setup(ext_modules=_compiled_modules(),
+      cmdclass={"build_ext": _BuildExtOrPure,
+                **({"editable_wheel": _EditableLinks} if editable_wheel is not None else {})})

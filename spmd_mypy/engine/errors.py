@@ -32,6 +32,7 @@ CODES: dict[str, str] = {
     "spmd-raw-collective": "a raw torch.distributed collective on a typed tensor",
     "spmd-global": "a global SPMD (partition spec) rule violation",
     "spmd-mismatch": "a tensor passed where a different SPMD type is expected",
+    "spmd-setup": "mypy cannot see the types the checks need (torch missing or skipped, spmd's runtime package in place of its stubs)",
     "spmd-internal": "spmd-mypy itself failed on this line (a bug to report); the rest is checked",
 }
 

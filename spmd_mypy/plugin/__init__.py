@@ -19,14 +19,16 @@ Imports only mypy and the stdlib (plus the pure engine): no torch.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
+import re
 import sys
 from typing import Callable
 
 from mypy_extensions import mypyc_attr
-from mypy.nodes import MypyFile
+from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile
 from mypy.plugin import (
     AnalyzeTypeContext,
     AttributeContext,
@@ -107,6 +109,8 @@ class SpmdPlugin(Plugin):
                                    lambda: self._modules)
         self.promotion.correlated = Correlated(self.types, self.dispatch)
         self.annotations = AnnotationHooks(self)
+        self.sources = InstalledSources(options)  # which installed modules name spmd
+        self._setup_told = False  # the spmd-setup error was given (once per run)
         self._parsed = False  # a file was parsed (get_additional_deps): it will be checked
         cls = type(self)
         for name in _DISPATCHED:
@@ -127,19 +131,41 @@ class SpmdPlugin(Plugin):
         # watcher goes on now, so a warm run's first boundary error does not wait for a hook
         if self._parsed:  # else nothing is checked in this build
             self.boundaries.find_store(modules)
+        self.sources.save()  # every cached module's key was asked for by now
+        if not self._setup_told:
+            self._tell_setup(modules)
 
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:
         # Every cached module records the plugin's version: mypy's own plugin check compares
         # one snapshot that any run rewrites, so a module a run left out would otherwise be
         # replayed from an older plugin's cache later.  Only modules with SPMD annotations
-        # depend on the mesh axes: the user's, and the shipped stubs that carry Tensor[...]
-        # types (megatron-stubs).  Keying every module (torch included) on the config would
-        # throw the whole cache away on each config edit.
-        path = ctx.path.replace("\\", "/")
-        if ("site-packages" in path or "typeshed" in path) and "/megatron-stubs/" not in path:
+        # depend on the mesh axes: the user's, the shipped stubs, and an installed library
+        # typed with spmd (its ``Tensor[R["tp"]]`` types are read with the axes of the
+        # config).  Keying every module (torch included) on the config would throw the whole
+        # cache away on each config edit: an installed module that never names ``spmd`` keys
+        # on the version only (a module re-checked because of it is re-checked by mypy
+        # itself when its interface changes).
+        if self.sources.installed_without_spmd(ctx.path):
             return _SOURCE_VERSION
         return [_SOURCE_VERSION, self.config.as_cache_key()]
+
+    def _tell_setup(self, modules: dict[str, MypyFile]) -> None:
+        """One spmd-setup error when a checked file uses spmd but mypy cannot see the types
+        the checks read (every tensor would be Any: the mistakes pass without a word), at the
+        first ``import spmd`` / ``from spmd import`` line of the first such file this run
+        parses (a file from the cache replays its own)."""
+        try:
+            for name in sorted(modules):
+                tree = modules[name]
+                line = _spmd_import_line(tree)
+                if line and tree.path and not self.sources.installed(tree.path) \
+                        and name != "spmd" and not name.startswith("spmd."):
+                    if _report_setup(modules, tree, line):
+                        self._setup_told = True
+                    return
+        except Exception:  # noqa: BLE001 - a diagnostic must never crash mypy
+            pass
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
         self._parsed = True
@@ -174,6 +200,165 @@ class SpmdPlugin(Plugin):
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
         return self.dispatch.get_attribute_hook(fullname)
+
+
+_SPMD_NAME = re.compile(rb"(?<![\w.])spmd(?![\w-])")  # spmd, spmd.x; not torch_xla.distributed.spmd
+_INSTALL_ROOTS = ("/site-packages/", "/dist-packages/", "/typeshed/")
+_SOURCES_FILE = "spmd_mypy_sources.json"
+
+
+class InstalledSources:
+    """Which modules mypy finds in an installed-package directory (mypy's own package path:
+    the interpreter's site directories and its other ``sys.path`` entries, such as a Debian
+    ``dist-packages`` or a ``.pth`` path, outside the current directory; typeshed) and whether
+    their source names ``spmd``.  The answers are kept in mypy's cache directory by path,
+    mtime and size, so a warm run reads no source it read before."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._roots: tuple[str, ...] | None = None
+        self._known: dict[str, list[object]] | None = None  # path -> [mtime_ns, size, names]
+        self._dirty = False
+
+    def roots(self) -> tuple[str, ...]:
+        if self._roots is None:
+            roots: list[str] = []
+            try:
+                from mypy.modulefinder import get_search_dirs
+
+                sys_path, site_dirs = get_search_dirs(self.options.python_executable)
+                here = os.path.abspath(os.getcwd())
+                roots = [d for d in site_dirs] + [
+                    d for d in sys_path if not (here + os.sep).startswith(d + os.sep)
+                    and not (d + os.sep).startswith(here + os.sep)]
+            except Exception:  # noqa: BLE001 - mypy's internals moved: the path test below
+                pass
+            self._roots = tuple(os.path.abspath(r).replace("\\", "/").rstrip("/") + "/"
+                                for r in roots if r)
+        return self._roots
+
+    def installed(self, path: str) -> bool:
+        p = path.replace("\\", "/")
+        if any(root in p for root in _INSTALL_ROOTS):
+            return True
+        full = os.path.abspath(path).replace("\\", "/")
+        return any(full.startswith(root) for root in self.roots())
+
+    def installed_without_spmd(self, path: str) -> bool:
+        if "/megatron-stubs/" in path.replace("\\", "/") or not self.installed(path):
+            return False
+        return not self.names_spmd(path)
+
+    def names_spmd(self, path: str) -> bool:
+        known = self._load()
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True  # unreadable: keyed on the config, never stale
+        entry = known.get(path)
+        if entry is not None and entry[0] == st.st_mtime_ns and entry[1] == st.st_size:
+            return bool(entry[2])
+        try:
+            with open(path, "rb") as f:
+                found = _SPMD_NAME.search(f.read()) is not None
+        except OSError:
+            return True
+        known[path] = [st.st_mtime_ns, st.st_size, found]
+        self._dirty = True
+        return found
+
+    def _file(self) -> str | None:
+        cache_dir = self.options.cache_dir
+        if not self.options.incremental or not cache_dir or cache_dir == os.devnull:
+            return None
+        return os.path.join(cache_dir, _SOURCES_FILE)
+
+    def _load(self) -> dict[str, list[object]]:
+        if self._known is None:
+            self._known = {}
+            name = self._file()
+            if name is not None and os.path.exists(name):
+                try:
+                    with open(name, encoding="utf-8") as f:
+                        data = json.load(f)
+                    if isinstance(data, dict):
+                        self._known = {k: v for k, v in data.items()
+                                       if isinstance(v, list) and len(v) == 3}
+                except (OSError, ValueError):
+                    pass
+        return self._known
+
+    def save(self) -> None:
+        name = self._file()
+        if not self._dirty or name is None or self._known is None:
+            return
+        try:  # atomically: mypy's parallel workers may save at once
+            os.makedirs(os.path.dirname(name), exist_ok=True)
+            tmp = f"{name}.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self._known, f)
+            os.replace(tmp, name)
+            self._dirty = False
+        except OSError:
+            pass
+
+
+def _setup_problem(manager: object, options: Options) -> str | None:
+    """What keeps the checks blind, with what to do; None when torch and spmd's stubs are seen."""
+    finder = getattr(manager, "find_module_cache", None)
+    found = finder.find_module("spmd") if finder is not None else None
+    if isinstance(found, str) and not found.endswith(".pyi"):
+        return (f"mypy reads spmd from {found}, the runtime package, not its stubs "
+                f"(spmd-stubs, shipped with spmd-mypy): the SPMD annotations cannot be read "
+                f"and nothing here is SPMD-checked; install spmd-mypy in the environment mypy "
+                f"runs in, and take the runtime's directory (or a copy of the spmd package) "
+                f"off mypy's path (MYPYPATH, mypy_path, the checked directory)")
+    missing = getattr(manager, "missing_modules", None)
+    if not isinstance(missing, dict) or "torch" not in missing:
+        return None
+    if options.clone_for_module("torch").follow_imports == "skip":
+        return ('torch is imported with follow_imports = "skip": every tensor here is Any and '
+                'nothing is SPMD-checked; use follow_imports = "silent" for torch (its errors '
+                'stay hidden, its types are read; a warm cache makes it as fast)')
+    return ("mypy cannot find torch: every tensor here is Any and nothing is SPMD-checked; "
+            "install torch in the environment mypy runs in (pre-commit: add torch to the mypy "
+            "hook's additional_dependencies; or point mypy at it with --python-executable)")
+
+
+def _spmd_import_line(tree: MypyFile) -> int:
+    """The line of the first ``import spmd`` / ``from spmd[...] import`` of a parsed file, 0
+    if none (a file loaded from the cache has no imports listed)."""
+    for node in tree.imports:
+        if isinstance(node, (ImportFrom, ImportAll)):
+            if node.relative == 0 and (node.id == "spmd" or node.id.startswith("spmd.")):
+                return node.line
+        elif isinstance(node, Import):
+            if any(n == "spmd" or n.startswith("spmd.") for n, _ in node.ids):
+                return node.line
+    return 0
+
+
+def _report_setup(modules: dict[str, MypyFile], tree: MypyFile, line: int) -> bool:
+    """The spmd-setup error, if any, in ``tree``'s file, on mypy's error store (the build
+    manager found from the module table mypy hands the plugin, as boundaries.find_store
+    finds the store).  True when the question was answered."""
+    from mypy.errors import Errors
+
+    from .codes import ERROR_CODES
+
+    for holder in gc.get_referrers(modules):
+        store = getattr(holder, "errors", None)
+        options = getattr(holder, "options", None)
+        if isinstance(store, Errors) and getattr(holder, "modules", None) is modules \
+                and isinstance(options, Options):
+            problem = _setup_problem(holder, options)
+            if problem is not None:
+                previous = (store.file, store.target_module, store.scope, store.options)
+                store.set_file(tree.path, tree.fullname, options.clone_for_module(tree.fullname))
+                store.report(line, 0, problem, code=ERROR_CODES["spmd-setup"])
+                store.set_file(previous[0], previous[1], previous[3], previous[2])
+            return True
+    return False
 
 
 def plugin(version: str) -> type[SpmdPlugin]:

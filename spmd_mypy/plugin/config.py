@@ -45,6 +45,8 @@ class Config:
     problems: tuple[str, ...] = ()
     # (module pattern, strict) per override, most specific first (see strict_for)
     overrides: tuple[tuple[str, bool], ...] = ()
+    axes_given: bool = False  # mesh_axes is set in the config (else the built-in defaults)
+    ignored: str = ""  # a pyproject.toml with [tool.spmd_mypy] that mypy's config hides
 
     def as_cache_key(self) -> dict[str, object]:
         return {"mesh_axes": list(self.mesh_axes), "strict": self.strict,
@@ -54,11 +56,17 @@ class Config:
     def axes_setting(self) -> str:
         """Where ``mesh_axes`` is set (or is to be set), as messages name it."""
         if self.source == "default":
-            return f"[tool.{SECTION}] mesh_axes"
-        name = os.path.basename(self.source)
-        if self.source.endswith(".toml"):
-            return f"[tool.{SECTION}] mesh_axes in {name}"
-        return f"[{SECTION}] mesh_axes in {name}"
+            where = f"[tool.{SECTION}] mesh_axes in pyproject.toml"
+        elif self.source.endswith(".toml"):
+            where = f"[tool.{SECTION}] mesh_axes in {os.path.basename(self.source)}"
+        else:
+            where = f"[{SECTION}] mesh_axes in {os.path.basename(self.source)}"
+        if self.axes_given:
+            return where
+        if self.ignored:
+            return (f"the built-in defaults: mypy reads {os.path.basename(self.source)}, so "
+                    f"[tool.{SECTION}] in {self.ignored} is ignored; set {where}")
+        return f"the built-in defaults; set {where}"
 
     def strict_for(self, module: str) -> bool:
         """``strict`` for ``module``: its most specific override, else the global setting."""
@@ -124,6 +132,7 @@ def load(config_file: str | None) -> Config:
     """Read the section from mypy's config file (whichever mypy itself used)."""
     if not config_file or not os.path.exists(config_file):
         return Config()
+    ignored = _hidden_pyproject(config_file)
     raw: dict[str, object] | None = None
     raw_overrides: list[tuple[str, object, dict[str, object]]] = []  # (where, modules, options)
     try:
@@ -150,7 +159,7 @@ def load(config_file: str | None) -> Config:
     except (OSError, ValueError, configparser.Error) as e:
         return Config(source=config_file, problems=(f"could not read {config_file}: {e}",))
     if raw is None and not raw_overrides:
-        return Config(source=config_file)
+        return Config(source=config_file, ignored=ignored)
     raw = raw if isinstance(raw, dict) else {}
     main = f"[tool.{SECTION}]" if config_file.endswith(".toml") else f"[{SECTION}]"
     problems = []
@@ -200,4 +209,18 @@ def load(config_file: str | None) -> Config:
     strict = _parse_bool(raw.get("strict", False))
     if strict is None:
         problems.append(f"{main}: strict: Not a boolean: {raw['strict']}")
-    return Config(axes, bool(strict), config_file, tuple(problems), ordered)
+    return Config(axes, bool(strict), config_file, tuple(problems), ordered,
+                  axes_given="mesh_axes" in raw, ignored="" if "mesh_axes" in raw else ignored)
+
+
+def _hidden_pyproject(config_file: str) -> str:
+    """``pyproject.toml`` beside an ini config when it holds a ``[tool.spmd_mypy]`` section:
+    mypy reads the ini file first, and the plugin reads mypy's config only."""
+    if config_file.endswith(".toml"):
+        return ""
+    path = os.path.join(os.path.dirname(os.path.abspath(config_file)), "pyproject.toml")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "pyproject.toml" if f"[tool.{SECTION}" in f.read() else ""
+    except OSError:
+        return ""

@@ -168,3 +168,34 @@ def test_config_problems_printed_as_mypy_prints_its_own(tmp_path: Path, capsys) 
     assert f"{tmp_path / 'mypy.ini'}: [mypy-c*]: Patterns must be" in err  # mypy's own
     assert f"{tmp_path / 'mypy.ini'}: [spmd_mypy-c*]: Patterns must be" in err
     assert f"{tmp_path / 'mypy.ini'}: [spmd_mypy-c*]: strict: Not a boolean: maybe" in err
+
+
+def test_default_axes_are_named_as_defaults(tmp_path: Path) -> None:
+    """No mesh_axes in the config (or no config at all, as ``spmd-mypy check`` runs then):
+    messages say the axes are the built-in defaults, not that a setting was read."""
+    assert load(None).axes_setting == \
+        "the built-in defaults; set [tool.spmd_mypy] mesh_axes in pyproject.toml"
+    bare = load(_write(tmp_path / "pyproject.toml", '[tool.mypy]\nplugins = ["spmd_mypy.plugin"]\n'))
+    assert bare.mesh_axes == ("dp", "cp", "tp", "pp", "ep")
+    assert bare.axes_setting == "the built-in defaults; set [tool.spmd_mypy] mesh_axes in pyproject.toml"
+    strict_only = load(_write(tmp_path / "pyproject.toml", TOML.replace('mesh_axes = ["dp", "tp"]\n', "")))
+    assert strict_only.axes_setting.startswith("the built-in defaults; "), strict_only.axes_setting
+    given = load(_write(tmp_path / "pyproject.toml", TOML))
+    assert given.axes_setting == "[tool.spmd_mypy] mesh_axes in pyproject.toml"
+
+
+def test_a_pyproject_section_hidden_by_mypy_ini_is_named(tmp_path: Path) -> None:
+    """mypy reads mypy.ini before pyproject.toml: a [tool.spmd_mypy] there is never read."""
+    for rel, text in FAKE_TORCH.items():
+        f = tmp_path / "fake_torch" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(textwrap.dedent(text))
+    _write(tmp_path / "pyproject.toml", '[tool.spmd_mypy]\nmesh_axes = ["dp", "tp"]\n')
+    c = load(_write(tmp_path / "mypy.ini", f"[mypy]\nplugins = spmd_mypy.plugin\n"
+                    f"mypy_path = {tmp_path / 'fake_torch'}\n"))
+    assert c.mesh_axes == ("dp", "cp", "tp", "pp", "ep")
+    assert c.axes_setting == ("the built-in defaults: mypy reads mypy.ini, so [tool.spmd_mypy] in "
+                              "pyproject.toml is ignored; set [spmd_mypy] mesh_axes in mypy.ini")
+    out, _, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), "--no-incremental", "-c",
+                         'from spmd import R, Tensor\ndef f(x: Tensor[R["mp"]]) -> None: ...\n'])
+    assert "[tool.spmd_mypy] in pyproject.toml is ignored" in out, out

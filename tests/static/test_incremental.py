@@ -12,8 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mypy_project import first_and_warm_runs, run_mypy, write_config  # noqa: E402
+from mypy_project import CONFIG, first_and_warm_runs, run_mypy, write_config  # noqa: E402
 
 A = '''
 from spmd import Tensor, R
@@ -222,3 +224,71 @@ def test_partial_of_a_collective_from_a_cached_module(tmp_path: Path) -> None:
                                    textwrap.dedent(COLLECTIVE_PARTIAL_B)):
         assert 'b.py:6: error: all_reduce(v, "tp", src=P, ...) but v is V on "tp"' in out, out
         assert 'b.py:7: note: Revealed type is Tensor[R["tp"]]' in out, out
+
+
+TYPED_LIB = '''
+import torch.nn.functional as F
+import spmd
+from spmd import P, R, S, Tensor, V
+def col(x: Tensor[R["tp"]], w: Tensor[S[0, "tp"]]) -> Tensor[V["tp"]]:
+    return F.linear(x, w)
+def row(h: Tensor[V["tp"]], w: Tensor[S[1, "tp"]]) -> Tensor[P["tp"]]:
+    return spmd.reinterpret(F.linear(h, w), "tp", src=V, dst=P)
+'''
+PLAIN_LIB = '''
+import torch
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+'''
+USES_LIBS = '''
+import torch
+import torch.nn.functional as F
+import spmd
+from plainlib import scale
+from tplayers import col, row
+def f(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> None:
+    h = col(scale(x), w1)
+    F.relu(row(h, w2))
+    spmd.reveal(h)
+'''
+LIB_ERRORS = ('app.py:9: error: Partial on "tp"', 'app.py:10: note: Revealed type is Tensor[V["tp"]]')
+
+
+def _run_with_libs(root: Path, libs: Path, axes: str) -> tuple[str, str]:
+    (root / "mypy.ini").write_text(CONFIG.replace("dp, tp", axes))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(libs)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    proc = subprocess.run([sys.executable, "-m", "mypy", "-v", "app.py"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert "INTERNAL ERROR" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("install_dir", ["site-packages", "dist-packages", "vendored"])
+def test_mesh_axes_edit_reanalyses_an_installed_typed_library(tmp_path: Path, install_dir: str) -> None:
+    """A team's typed library installed outside the project (site-packages, Debian's
+    dist-packages, a directory on the interpreter's path) is read with the config's axes:
+    after a mesh_axes edit it is analysed again (before, a site-packages library kept the
+    types read with the old axes, and the app's errors were lost), while an installed module
+    that never names spmd (torch, a plain library) stays cached (before, anything under
+    dist-packages, torch included, was analysed again)."""
+    root = tmp_path / "app"
+    root.mkdir()
+    write_config(root)
+    libs = tmp_path / install_dir
+    for name, source in (("tplayers", TYPED_LIB), ("plainlib", PLAIN_LIB)):
+        (libs / name).mkdir(parents=True)
+        (libs / name / "__init__.py").write_text(textwrap.dedent(source))
+        (libs / name / "py.typed").write_text("")
+    (root / "app.py").write_text(textwrap.dedent(USES_LIBS))
+    first, _ = _run_with_libs(root, libs, "dp, model")  # "tp" is no axis: the library untyped
+    assert "error:" not in first and 'Revealed type is Tensor\n' in first, first
+    edited, log = _run_with_libs(root, libs, "dp, tp")
+    for error in LIB_ERRORS:
+        assert error in edited, edited
+    assert "Metadata abandoned for tplayers: plugin configuration differs" in log, log
+    for module in ("plainlib", "torch", "torch.nn.functional"):
+        assert f"Metadata abandoned for {module}:" not in log, (module, log[-3000:])
+    assert "Metadata fresh for torch:" in log
+    again, _ = _run_with_libs(root, libs, "dp, model")
+    assert again == first, again
