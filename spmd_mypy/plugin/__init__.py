@@ -19,7 +19,6 @@ Imports only mypy and the stdlib (plus the pure engine): no torch.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -45,7 +44,7 @@ from ..engine.errors import SpmdError
 from . import calls
 from .annotation_hooks import AnnotationHooks
 from .autograd import AutogradTyper
-from .boundaries import BoundaryChecker
+from .boundaries import BoundaryChecker, build_manager_of
 from .config import Config, load
 from .dispatch import HookDispatch
 from .modules import ModuleCallTyper
@@ -129,11 +128,13 @@ class SpmdPlugin(Plugin):
         super().set_modules(modules)
         # the build's graph is loaded (its changed files parsed), no module checked yet: the
         # watcher goes on now, so a warm run's first boundary error does not wait for a hook
-        if self._parsed:  # else nothing is checked in this build
-            self.boundaries.find_store(modules)
         self.sources.save()  # every cached module's key was asked for by now
+        if not self._parsed:  # nothing is checked in this build
+            return
+        manager = None if self.boundaries.has_store() else build_manager_of(modules)
+        self.boundaries.find_store(manager)
         if not self._setup_told:
-            self._tell_setup(modules)
+            self._tell_setup(modules, manager)
 
     # -- configuration and caches --------------------------------------------------
     def report_config_data(self, ctx: ReportConfigContext) -> object:
@@ -150,7 +151,7 @@ class SpmdPlugin(Plugin):
             return _SOURCE_VERSION
         return [_SOURCE_VERSION, self.config.as_cache_key()]
 
-    def _tell_setup(self, modules: dict[str, MypyFile]) -> None:
+    def _tell_setup(self, modules: dict[str, MypyFile], manager: object | None) -> None:
         """One spmd-setup error when a checked file uses spmd but mypy cannot see the types
         the checks read (every tensor would be Any: the mistakes pass without a word), at the
         first ``import spmd`` / ``from spmd import`` line of the first such file this run
@@ -161,7 +162,9 @@ class SpmdPlugin(Plugin):
                 line = _spmd_import_line(tree)
                 if line and tree.path and not self.sources.installed(tree.path) \
                         and name != "spmd" and not name.startswith("spmd."):
-                    if _report_setup(modules, tree, line):
+                    if manager is None:
+                        manager = build_manager_of(modules)
+                    if _report_setup(manager, tree, line):
                         self._setup_told = True
                     return
         except Exception:  # noqa: BLE001 - a diagnostic must never crash mypy
@@ -338,27 +341,24 @@ def _spmd_import_line(tree: MypyFile) -> int:
     return 0
 
 
-def _report_setup(modules: dict[str, MypyFile], tree: MypyFile, line: int) -> bool:
-    """The spmd-setup error, if any, in ``tree``'s file, on mypy's error store (the build
-    manager found from the module table mypy hands the plugin, as boundaries.find_store
-    finds the store).  True when the question was answered."""
+def _report_setup(manager: object | None, tree: MypyFile, line: int) -> bool:
+    """The spmd-setup error, if any, in ``tree``'s file, on mypy's error store (``manager``:
+    boundaries.build_manager_of).  True when the question was answered."""
     from mypy.errors import Errors
 
     from .codes import ERROR_CODES
 
-    for holder in gc.get_referrers(modules):
-        store = getattr(holder, "errors", None)
-        options = getattr(holder, "options", None)
-        if isinstance(store, Errors) and getattr(holder, "modules", None) is modules \
-                and isinstance(options, Options):
-            problem = _setup_problem(holder, options)
-            if problem is not None:
-                previous = (store.file, store.target_module, store.scope, store.options)
-                store.set_file(tree.path, tree.fullname, options.clone_for_module(tree.fullname))
-                store.report(line, 0, problem, code=ERROR_CODES["spmd-setup"])
-                store.set_file(previous[0], previous[1], previous[3], previous[2])
-            return True
-    return False
+    store = getattr(manager, "errors", None)
+    options = getattr(manager, "options", None)
+    if not isinstance(store, Errors) or not isinstance(options, Options):
+        return False
+    problem = _setup_problem(manager, options)
+    if problem is not None:
+        previous = (store.file, store.target_module, store.scope, store.options)
+        store.set_file(tree.path, tree.fullname, options.clone_for_module(tree.fullname))
+        store.report(line, 0, problem, code=ERROR_CODES["spmd-setup"])
+        store.set_file(previous[0], previous[1], previous[3], previous[2])
+    return True
 
 
 def plugin(version: str) -> type[SpmdPlugin]:

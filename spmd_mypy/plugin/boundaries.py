@@ -155,6 +155,21 @@ _YIELD_FROM_MESSAGE = 'Incompatible types in "yield from"'  # ... of the items o
 _Index = dict[tuple[int, int], tuple[Statement, Expression]]
 
 
+
+def build_manager_of(modules: dict[str, MypyFile]) -> object | None:
+    """The build manager whose module table is ``modules`` (it refers to mypy's error store
+    and options): mypy hands plugins the module table only.  One ``gc.get_referrers`` per
+    table (each costs a walk of the heap)."""
+    try:
+        for holder in gc.get_referrers(modules):
+            if isinstance(getattr(holder, "errors", None), Errors) \
+                    and getattr(holder, "modules", None) is modules:
+                return holder
+    except Exception:  # noqa: BLE001 - never crash mypy: the hooks install the watcher
+        pass
+    return None
+
+
 class BoundaryChecker:
     """Reads mypy's return-value and assignment errors back as SPMD checks (module docstring)."""
 
@@ -197,24 +212,22 @@ class BoundaryChecker:
         watchers.insert(0, watcher)
         self._store, self._watcher = store, watcher
 
-    def find_store(self, modules: dict[str, MypyFile]) -> None:
-        """Put the watcher on the error store of the build whose module table is ``modules``.
+    def find_store(self, manager: object | None) -> None:
+        """Put the watcher on the error store of the build (``manager``: build_manager_of).
 
-        mypy hands plugins the module table only; the build manager that refers to it also
-        refers to the error store.  Without this, a warm run's first checked module might
-        meet a boundary error before any hook ran (a module that uses only imported aliases).
+        Without this, a warm run's first checked module might meet a boundary error before
+        any hook ran (a module that uses only imported aliases).
         """
         if self._store is not None:
             self.rewatch()
             return
-        try:
-            for holder in gc.get_referrers(modules):
-                store = getattr(holder, "errors", None)
-                if isinstance(store, Errors) and getattr(holder, "modules", None) is modules:
-                    self.watch(store)
-                    break
-        except Exception:  # noqa: BLE001 - never crash mypy: the hooks install the watcher
-            pass
+        store = getattr(manager, "errors", None)
+        if isinstance(store, Errors):
+            self.watch(store)
+
+    def has_store(self) -> bool:
+        """Whether the watcher found mypy's error store (find_store or a hook)."""
+        return self._store is not None
 
     def rewatch(self) -> None:
         """The watcher back on the store it was on (mypy's ``Errors.reset`` empties the stack)."""
