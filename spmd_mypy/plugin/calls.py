@@ -32,6 +32,12 @@ from mypy.nodes import (
     DictionaryComprehension,
     EllipsisExpr,
     Expression,
+    ExpressionStmt,
+    ForStmt,
+    IfStmt,
+    TryStmt,
+    WhileStmt,
+    WithStmt,
     FakeInfo,
     FloatExpr,
     FuncBase,
@@ -334,6 +340,54 @@ def is_zero_literal(e: Expression | None, t: Type | None) -> bool:
         p = p.last_known_value
     return isinstance(p, LiteralType) and p.value == 0 and not isinstance(p.value, bool)
 
+
+
+def _no_path_after(block: Block, call: object) -> bool | None:
+    """Where the statement ``call`` sits in ``block``: None if not in it; True if mypy checks
+    no other path of the body after it (it is a statement of the body, or of an ``if`` without
+    ``else``/``elif``, a ``with``, a loop without ``else``, nested so); False if a sibling path
+    is checked after it (the ``else`` of an ``if`` it is in, a ``try``'s handlers) or it is
+    in a nested function or lambda."""
+    for st in block.body:
+        if isinstance(st, ExpressionStmt):
+            if st.expr is call:
+                return True
+        elif isinstance(st, IfStmt):
+            for b in st.body:
+                found = _no_path_after(b, call)
+                if found is not None:
+                    return found and st.else_body is None
+            if st.else_body is not None:
+                found = _no_path_after(st.else_body, call)
+                if found is not None:
+                    return found  # the last path: the if's body was checked before it
+        elif isinstance(st, (ForStmt, WhileStmt)):
+            found = _no_path_after(st.body, call)
+            if found is not None:
+                return found and st.else_body is None
+            if st.else_body is not None:
+                found = _no_path_after(st.else_body, call)
+                if found is not None:
+                    return found
+        elif isinstance(st, WithStmt):
+            found = _no_path_after(st.body, call)
+            if found is not None:
+                return found
+        elif isinstance(st, TryStmt):
+            blocks: list[Block | None] = [st.body, *st.handlers, st.else_body, st.finally_body]
+            for part in blocks:
+                if part is not None and _no_path_after(part, call) is not None:
+                    return False
+    return None
+
+
+def _own_variable(func: FuncDef, var: Var) -> bool:
+    """Whether ``var`` is a parameter of ``func`` or a name its body binds (not a variable
+    of an enclosing function that ``func`` reads as a closure)."""
+    if any(arg.variable is var for arg in func.arguments):
+        return True
+    return any(isinstance(sub, NameExpr) and sub.node is var and (sub.is_new_def or sub.is_inferred_def)
+               for sub in get_subexpressions(func.body))
 
 
 class CallTyper:
@@ -1408,18 +1462,25 @@ class CallTyper:
                 written = exprs[0]
                 break
         items = written.items if isinstance(written, (ListExpr, TupleExpr)) else [written]
+        func = global_calls.current_function(ctx.api)
+        top_level = func is not None and _no_path_after(func.body, ctx.context) is True
         for e in items:
             if isinstance(e, (NameExpr, MemberExpr, IndexExpr)) and literal(e) >= LITERAL_TYPE:
                 binder.put(e, AnyType(TypeOfAny.special_form))
                 var = e.node if isinstance(e, NameExpr) and e.kind == LDEF else None
-                if isinstance(var, Var) and not isinstance(get_proper_type(var.type), AnyType):
-                    # the local itself too: a branch's or a loop's end joins the binder's Any
-                    # away (mypy keeps the declared type there), and a loop's next pass reads
-                    # the written value before the call (one more pass, as for a variable an
-                    # assignment widened); its next assignment types it again
+                if (top_level and func is not None and isinstance(var, Var)
+                        and not isinstance(get_proper_type(var.type), AnyType)
+                        and _own_variable(func, var)):
+                    # the local itself too, so that the reads after it stay untyped where the
+                    # binder's narrowing is joined away (mypy keeps the declared type after
+                    # ``if n > 1: dist.all_reduce(y)``); its next assignment types it again.
+                    # Only for the body's own variable, written where no other path of the
+                    # body is checked after the write (_no_path_after): an ``else`` or an
+                    # ``except`` would read Any too, and an enclosing function's variable
+                    # would be Any for the rest of that function
                     var.type = AnyType(TypeOfAny.special_form)
                     widened = getattr(ctx.api, "widened_vars", None)
-                    if isinstance(widened, list):
+                    if isinstance(widened, list):  # a loop's next pass reads it: one more pass
                         widened.append(var.name)
 
     def _raw_op(self, ctx: FunctionContext) -> tuple[str | None, bool]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from mypy.argmap import map_actuals_to_formals
-from mypy.nodes import CallExpr, Decorator, Expression, RefExpr, StrExpr
+from mypy.nodes import ARG_STAR, ARG_STAR2, CallExpr, Decorator, Expression, RefExpr, StrExpr
 from mypy.plugin import MethodContext
 from mypy.types import CallableType, Type, get_proper_type
 
@@ -65,8 +65,9 @@ def custom_op_hook(typer: CallTyper) -> Callable[[MethodContext], Type]:
         for exprs, types in zip(ctx.args, ctx.arg_types):
             for e, t in zip(exprs, types):
                 inferred[id(e)] = t
-        if any(id(a) not in inferred for a in call.args):
-            return ctx.default_return_type
+        if any(id(a) not in inferred for a in call.args) or any(
+                k in (ARG_STAR, ARG_STAR2) for k in call.arg_kinds):
+            return ctx.default_return_type  # ``*xs`` / ``**kw``: operands not in sight
         actual_types = [inferred[id(a)] for a in call.args]
         formal_to_actual = map_actuals_to_formals(
             call.arg_kinds, call.arg_names, sig.arg_kinds, sig.arg_names,

@@ -62,6 +62,7 @@ from mypy.types import (
     get_proper_type,
 )
 
+from ..engine.collectives import RAW_OUTPUT_KWARGS, raw_collective
 from ..engine.errors import SpmdError
 from ..engine.ops import CAST_FORMAL, CAST_OPS, Operand, Result
 from ..engine.ops import propagate as local_propagate
@@ -351,22 +352,36 @@ _RAW_TARGETS: dict[int, tuple[FuncDef, Block, frozenset[str]]] = {}
 
 
 def raw_collective_targets(func: FuncDef) -> frozenset[str]:
-    """The names ``func`` passes to a torch.distributed call (``dist.all_reduce(out)``
-    reduces ``out`` in place: its static type is no longer a fact, and :func:`size_names`
-    counts the call as one more binding of it), computed once per body."""
+    """The names a raw collective in ``func`` writes in place (``dist.all_reduce(out)``
+    reduces ``out``: its static type is no longer a fact, and :func:`size_names` counts the
+    call as one more binding of it; ``dist.get_world_size(g)``, ``distribute_tensor(q, ...)``
+    write nothing), computed once per body."""
     cached = _RAW_TARGETS.get(id(func))
     if cached is not None and cached[0] is func and cached[1] is func.body:
         return cached[2]
     names: set[str] = set()
     for sub in get_subexpressions(func.body):
         if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
-                and sub.callee.fullname.startswith("torch.distributed.")):
-            names.update(a.name for a in sub.args if isinstance(a, NameExpr))
+                and raw_collective(sub.callee.fullname) is not None):
+            written = raw_written_argument(sub)
+            if isinstance(written, NameExpr):
+                names.add(written.name)
     if len(_RAW_TARGETS) > 10_000:  # bound the memory of a long-lived daemon
         _RAW_TARGETS.clear()
     found = frozenset(names)
     _RAW_TARGETS[id(func)] = (func, func.body, found)
     return found
+
+
+def raw_written_argument(call: CallExpr) -> Expression | None:
+    """What a raw collective writes in place: its first argument (the tensor of all_reduce,
+    broadcast; the output of all_gather_into_tensor, reduce_scatter_tensor,
+    all_to_all_single; the output list of all_gather), or the output keyword (engine
+    ``RAW_OUTPUT_KWARGS``, the check mode's ``_raw_written``)."""
+    for kind, name, arg in zip(call.arg_kinds, call.arg_names, call.args):
+        if kind == ARG_POS or name in RAW_OUTPUT_KWARGS:
+            return arg
+    return None
 
 
 def value_bound_once(func: FuncDef, name: str) -> Expression | None:
