@@ -263,7 +263,9 @@ class InstalledSources:
             return bool(entry[2])
         try:
             with open(path, "rb") as f:
-                found = _SPMD_NAME.search(f.read()) is not None
+                data = f.read()
+            # the plain search first (fast); the pattern only where "spmd" occurs at all
+            found = b"spmd" in data and _SPMD_NAME.search(data) is not None
         except OSError:
             return True
         known[path] = [st.st_mtime_ns, st.st_size, found]
