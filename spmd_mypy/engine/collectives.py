@@ -38,8 +38,8 @@ from typing import Sequence
 
 from .errors import SpmdError
 from .types import (
-    SAME_VALUES, Kind, LocalType, same_values, SpmdType, axis_words, bare, format_axes, format_axis,
-    format_type, receiver, shard_dims_match,
+    SAME_VALUES, Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis,
+    format_type, mismatched_axes, receiver, shard_dims_match,
 )
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -557,12 +557,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
         global_errors = check_global_argument(actual, expected, x_text=x_text, where=where)
         if global_errors is not None:
             return global_errors
-    mismatches: list[tuple[str, LocalType, LocalType]] = []
-    for axis, want in expected.axes:
-        have = actual.get(axis)
-        if have is not None and not shard_dims_match(have, want) and not (
-                gradient_free and same_values(have, want)):
-            mismatches.append((axis, have, want))
+    mismatches = mismatched_axes(actual, expected, gradient_free)
     if not mismatches:
         return []
     # one error per value: the axes with one mistake named together, fixed by one flattened

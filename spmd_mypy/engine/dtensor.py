@@ -28,8 +28,8 @@ from typing import Sequence
 
 from .collectives import check_argument
 from .errors import SpmdError
-from .types import (INVARIANT, PARTIAL, REPLICATE, SAME_VALUES, Kind, LocalType, SpmdType, bare,
-                    format_type, shard)
+from .types import (INVARIANT, PARTIAL, REPLICATE, Kind, LocalType, SpmdType, bare, format_type,
+                    same_values, shard)
 
 REPLICATE_PLACEMENT = "Replicate()"
 PARTIAL_PLACEMENT = "Partial()"
@@ -163,7 +163,7 @@ def _same_values_as(want: SpmdType, have: SpmdType) -> SpmdType:
     rank, and a message names the value's type as it is)."""
     for axis, lt in want.axes:
         new = have.get(axis)
-        if new is not None and new.kind is not lt.kind and {lt.kind, new.kind} <= SAME_VALUES:
+        if new is not None and same_values(new, lt):
             want = want.replace(axis, new)
     return want
 

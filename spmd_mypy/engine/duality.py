@@ -32,8 +32,8 @@ from typing import Sequence
 
 from .collectives import MadeBy, check_argument, lookup, suggest
 from .errors import SpmdError
-from .types import (PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type, same_values,
-                    shard_dims_match)
+from .types import (PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type,
+                    mismatched_axes)
 
 # What a position of a signature holds.
 TENSOR = "tensor"  # a tensor (typed, or a plain tensor: UNTYPED)
@@ -95,12 +95,7 @@ def mismatches(have: SpmdType, want: SpmdType,
                gradient_free: bool = False) -> list[tuple[str, LocalType, LocalType]]:
     """(axis, have, want) for every axis both types know on which they disagree
     (``gradient_free``: R and I agree, see the module's docstring)."""
-    out = []
-    for axis, w in want.axes:
-        h = have.get(axis)
-        if h is not None and not shard_dims_match(h, w) and not (gradient_free and same_values(h, w)):
-            out.append((axis, h, w))
-    return out
+    return mismatched_axes(have, want, gradient_free)
 
 
 def check_forward_result(actual: SpmdType, declared: SpmdType, *, x_text: str, where: str,

@@ -197,6 +197,20 @@ def shard_dims_match(a: LocalType, b: LocalType) -> bool:
     return a.dim == b.dim
 
 
+def mismatched_axes(have: SpmdType, want: SpmdType, gradient_free: bool = False
+                    ) -> list[tuple[str, LocalType, LocalType]]:
+    """(axis, have's, want's) for every axis both types know on which a value of type
+    ``have`` may not stand where ``want`` is declared (:func:`shard_dims_match`;
+    ``gradient_free``: no gradient flows through the value, so R and I agree,
+    :func:`same_values`)."""
+    out = []
+    for axis, w in want.axes:
+        h = have.get(axis)
+        if h is not None and not shard_dims_match(h, w) and not (gradient_free and same_values(h, w)):
+            out.append((axis, h, w))
+    return out
+
+
 def shard_dims_differ(a: LocalType, b: LocalType, rank: int | None = None) -> bool:
     """Whether a tensor laid out ``a`` is sharded on another dim than ``b`` says at every
     rank a tensor of both can have (``rank``: the one rank it has, where the adapter knows

@@ -27,7 +27,7 @@ import sys
 from typing import Callable
 
 from mypy_extensions import mypyc_attr
-from mypy.nodes import Import, ImportAll, ImportFrom, MypyFile
+from mypy.nodes import MypyFile
 from mypy.plugin import (
     AnalyzeTypeContext,
     AttributeContext,
@@ -50,7 +50,7 @@ from .dispatch import HookDispatch
 from .modules import ModuleCallTyper
 from .mypy_types import TypeBuilder
 from .partials import AppliedOps, PartialTyper
-from .promotion import Correlated, Promotion, uses_spmd
+from .promotion import Correlated, Promotion, spmd_import_line, uses_spmd
 from .rewrite import RegionIndex, Renamer
 
 def _source_hash() -> str:
@@ -159,8 +159,8 @@ class SpmdPlugin(Plugin):
         try:
             for name in sorted(modules):
                 tree = modules[name]
-                line = _spmd_import_line(tree)
-                if line and tree.path and not self.sources.installed(tree.path) \
+                line = spmd_import_line(tree)
+                if line is not None and tree.path and not self.sources.installed(tree.path) \
                         and name != "spmd" and not name.startswith("spmd."):
                     if manager is None:
                         manager = build_manager_of(modules)
@@ -328,19 +328,6 @@ def _setup_problem(manager: object, options: Options) -> str | None:
     return ("mypy cannot find torch: every tensor here is Any and nothing is SPMD-checked; "
             "install torch in the environment mypy runs in (pre-commit: add torch to the mypy "
             "hook's additional_dependencies; or point mypy at it with --python-executable)")
-
-
-def _spmd_import_line(tree: MypyFile) -> int:
-    """The line of the first ``import spmd`` / ``from spmd[...] import`` of a parsed file, 0
-    if none (a file loaded from the cache has no imports listed)."""
-    for node in tree.imports:
-        if isinstance(node, (ImportFrom, ImportAll)):
-            if node.relative == 0 and (node.id == "spmd" or node.id.startswith("spmd.")):
-                return node.line
-        elif isinstance(node, Import):
-            if any(n == "spmd" or n.startswith("spmd.") for n, _ in node.ids):
-                return node.line
-    return 0
 
 
 def _report_setup(manager: object | None, tree: MypyFile, line: int) -> bool:

@@ -96,7 +96,7 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
-from ..engine.collectives import (RAW_OP_PARAMS, RAW_OUTPUT_KWARGS, declaration_error, raw_collective,
+from ..engine.collectives import (RAW_OP_PARAMS, declaration_error, raw_collective,
                                   raw_collective_error, raw_reduce_op)
 from ..engine import duality
 from ..engine.annotations import Entry, build, unknown_axis_error
@@ -476,6 +476,11 @@ class CallTyper:
             if watchers:
                 store._watchers = watchers
 
+    def operand(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> Operand:
+        """A tensor operand ``expr`` of type ``t``: named as the code writes it, its gradient
+        read where the rule needs it (can_grad_if_invariant)."""
+        return Operand(t, expr_text(expr), self.can_grad_if_invariant(ctx, expr, t))
+
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
         """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
         if not any(lt.kind is _KIND_I for _, lt in t.axes):
@@ -524,7 +529,7 @@ class CallTyper:
             t = self.types.from_type(receiver_type)
             if t is not None:
                 any_typed = any_typed or bool(t) or bool(t.failed)
-                ops.append(Operand(t, expr_text(receiver), self.can_grad_if_invariant(ctx, receiver, t)))
+                ops.append(self.operand(ctx, receiver, t))
                 sources.append(receiver)
         position = 0
         for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
@@ -1013,7 +1018,7 @@ class CallTyper:
             for it, ie in self._container_items(ctx.arg_types[0][0], items, ctx):
                 t = self.types.from_type(it)
                 if t is not None:
-                    ops.append(Operand(t, expr_text(ie), self.can_grad_if_invariant(ctx, ie, t)))
+                    ops.append(self.operand(ctx, ie, t))
         if not any(o.type for o in ops):  # a generator, an iterable of another class
             # the result is the items' type joined with the start's: the start's own type is
             # its operand below (an item of that type adds nothing the rule could reject)
@@ -1030,7 +1035,7 @@ class CallTyper:
             for start, start_type in zip(ctx.args[1], ctx.arg_types[1]):
                 st = self.types.from_type(start_type)
                 if st is not None:
-                    ops.append(Operand(st, expr_text(start), self.can_grad_if_invariant(ctx, start, st)))
+                    ops.append(self.operand(ctx, start, st))
                 elif _is_scalar(start_type):
                     ops.append(Operand(None, expr_text(start), zero=is_zero_literal(start, start_type)))
         if global_calls.any_global(ops):  # global SPMD: an elementwise add's shard propagation
@@ -1456,11 +1461,8 @@ class CallTyper:
         binder = getattr(ctx.api, "binder", None)
         if binder is None:
             return
-        written: Expression | None = None
-        for formal, kinds, exprs in zip(ctx.callee_arg_names, ctx.arg_kinds, ctx.args):
-            if exprs and (kinds[0] == ARG_POS or formal in RAW_OUTPUT_KWARGS):
-                written = exprs[0]
-                break
+        call = ctx.context
+        written = global_calls.raw_written_argument(call) if isinstance(call, CallExpr) else None
         items = written.items if isinstance(written, (ListExpr, TupleExpr)) else [written]
         func = global_calls.current_function(ctx.api)
         top_level = func is not None and _no_path_after(func.body, ctx.context) is True

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from mypy.argmap import map_actuals_to_formals
-from mypy.nodes import ARG_STAR, ARG_STAR2, CallExpr, Decorator, Expression, RefExpr, StrExpr
+from mypy.nodes import ARG_STAR, ARG_STAR2, CallExpr, Decorator, RefExpr, StrExpr
 from mypy.plugin import MethodContext
 from mypy.types import CallableType, Type, get_proper_type
+
+from .partials import regroup_by_formals
 
 if TYPE_CHECKING:
     from .calls import CallTyper
@@ -58,29 +59,9 @@ def custom_op_hook(typer: CallTyper) -> Callable[[MethodContext], Type]:
         if found is None:
             return ctx.default_return_type
         sig, name = found
-        call = ctx.context
-        assert isinstance(call, CallExpr)
-        # each actual's type, as mypy inferred it for CustomOpDef.__call__(*args, **kwargs)
-        inferred: dict[int, Type] = {}
-        for exprs, types in zip(ctx.args, ctx.arg_types):
-            for e, t in zip(exprs, types):
-                inferred[id(e)] = t
-        if any(id(a) not in inferred for a in call.args) or any(
-                k in (ARG_STAR, ARG_STAR2) for k in call.arg_kinds):
+        if any(k in (ARG_STAR, ARG_STAR2) for kinds in ctx.arg_kinds for k in kinds):
             return ctx.default_return_type  # ``*xs`` / ``**kw``: operands not in sight
-        actual_types = [inferred[id(a)] for a in call.args]
-        formal_to_actual = map_actuals_to_formals(
-            call.arg_kinds, call.arg_names, sig.arg_kinds, sig.arg_names,
-            lambda i: actual_types[i])
-        args: list[list[Expression]] = []
-        arg_types: list[list[Type]] = []
-        arg_kinds = []
-        arg_names = []
-        for actuals in formal_to_actual:
-            args.append([call.args[i] for i in actuals])
-            arg_types.append([actual_types[i] for i in actuals])
-            arg_kinds.append([call.arg_kinds[i] for i in actuals])
-            arg_names.append([call.arg_names[i] for i in actuals])
+        args, arg_types, arg_kinds, arg_names = regroup_by_formals(ctx, sig)
         regrouped = ctx._replace(args=args, arg_types=arg_types, arg_kinds=arg_kinds,
                                  arg_names=arg_names, callee_arg_names=list(sig.arg_names),
                                  default_return_type=sig.ret_type)

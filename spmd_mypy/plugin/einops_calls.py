@@ -25,7 +25,6 @@ from ..engine.einops_rule import propagate_einops, propagate_einsum
 from ..engine.ops import OpClass, OpSpec, Operand, propagate
 from ..engine.views import UNREAD
 from . import global_calls
-from .calls import expr_text
 from .reductions import _literal
 
 if TYPE_CHECKING:
@@ -96,7 +95,7 @@ def _pack_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
                 ops = []
                 break
             item_type = item_type or it
-            ops.append(Operand(st, expr_text(ie), typer.can_grad_if_invariant(ctx, ie, st)))
+            ops.append(typer.operand(ctx, ie, st))
         if item_type is None:
             p = get_proper_type(t)
             item_type = p.args[0] if (op == "pack" and isinstance(p, Instance) and p.args) else t
@@ -129,7 +128,7 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
             if st is None:
                 return _operand_type(ctx)  # not a tensor: not a call einops takes
             any_typed = any_typed or bool(st) or bool(st.failed)
-            ops.append(Operand(st, expr_text(e), typer.can_grad_if_invariant(ctx, e, st)))
+            ops.append(typer.operand(ctx, e, st))
     else:
         for formal, exprs, types in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types):
             if not exprs:
@@ -161,7 +160,7 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
                     if ist is None:
                         return _operand_type(ctx)
                     any_typed = any_typed or bool(ist) or bool(ist.failed)
-                    ops.append(Operand(ist, expr_text(ie), typer.can_grad_if_invariant(ctx, ie, ist)))
+                    ops.append(typer.operand(ctx, ie, ist))
     if not any_typed or not ops or global_calls.any_global(ops):
         return _operand_type(ctx)
     strict = typer.strict(ctx)
@@ -212,7 +211,7 @@ def einops_layer_hook(typer: CallTyper, cls: str, ctx: MethodContext) -> Type:
     st = typer.types.from_type(t)
     if st is None or not (st or st.failed):
         return ctx.default_return_type
-    ops = [Operand(st, expr_text(e), typer.can_grad_if_invariant(ctx, e, st))]
+    ops = [typer.operand(ctx, e, st)]
     if global_calls.any_global(ops):
         return ctx.default_return_type
     stated = {_constructor_args(v, cls) for v in global_calls.module_constructor(ctx, call.callee)}

@@ -184,6 +184,37 @@ def _name_expr(name: str, fullname: str) -> NameExpr:
     return e
 
 
+Groups = tuple[list[list[Expression]], list[list[Type]], list[list[ArgKind]], list[list[str | None]]]
+
+
+def regroup_by_formals(ctx: FunctionContext | MethodContext, callee: CallableType) -> Groups:
+    """The arguments of a call mypy typed through ``(*args, **kwargs)`` (a partial's or a
+    custom op's ``__call__``), regrouped by ``callee``'s own formals: (args, arg_types,
+    arg_kinds, arg_names), one list per formal, as a context of a call of ``callee`` holds
+    them."""
+    kinds: list[ArgKind] = []
+    names: list[str | None] = []
+    types: list[Type] = []
+    exprs: list[Expression] = []
+    seen: set[int] = set()
+    for group in range(len(ctx.args)):
+        for e, k, n, t in zip(ctx.args[group], ctx.arg_kinds[group], ctx.arg_names[group],
+                              ctx.arg_types[group]):
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            exprs.append(e)
+            kinds.append(k)
+            names.append(n)
+            types.append(t)
+    formal_to_actual = map_actuals_to_formals(
+        kinds, names, callee.arg_kinds, callee.arg_names, lambda i: types[i])
+    return ([[exprs[i] for i in actuals] for actuals in formal_to_actual],
+            [[types[i] for i in actuals] for actuals in formal_to_actual],
+            [[kinds[i] for i in actuals] for actuals in formal_to_actual],
+            [[names[i] for i in actuals] for actuals in formal_to_actual])
+
+
 class PartialTyper:
     """The two hooks (see the module docstring)."""
 
@@ -319,27 +350,7 @@ class PartialTyper:
         ``append_bound``: a formal bound positionally (which mypy's bound callable drops, as
         ``partial(spmd.einsum, "ij,jk->ik")``'s equation) is added with its literal, for the
         hooks that read their arguments by formal name."""
-        kinds: list[ArgKind] = []
-        names: list[str | None] = []
-        types: list[Type] = []
-        exprs: list[Expression] = []
-        seen: set[int] = set()
-        for group in range(len(ctx.args)):
-            for e, k, n, t in zip(ctx.args[group], ctx.arg_kinds[group], ctx.arg_names[group],
-                                  ctx.arg_types[group]):
-                if id(e) in seen:
-                    continue
-                seen.add(id(e))
-                exprs.append(e)
-                kinds.append(k)
-                names.append(n)
-                types.append(t)
-        formal_to_actual = map_actuals_to_formals(
-            kinds, names, callee.arg_kinds, callee.arg_names, lambda i: types[i])
-        arg_types = [[types[i] for i in actuals] for actuals in formal_to_actual]
-        arg_kinds = [[kinds[i] for i in actuals] for actuals in formal_to_actual]
-        arg_names = [[names[i] for i in actuals] for actuals in formal_to_actual]
-        args = [[exprs[i] for i in actuals] for actuals in formal_to_actual]
+        args, arg_types, arg_kinds, arg_names = regroup_by_formals(ctx, callee)
         formals: list[str | None] = list(callee.arg_names)
         for at, formal in enumerate(formals):
             if formal is None or formal not in bound or args[at]:

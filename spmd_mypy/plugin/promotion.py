@@ -1150,11 +1150,18 @@ def _is_spmd(module: str) -> bool:
 
 def uses_spmd(file: MypyFile) -> bool:
     """Whether the file imports spmd."""
+    return spmd_import_line(file, absolute_only=False) is not None
+
+
+def spmd_import_line(file: MypyFile, absolute_only: bool = True) -> int | None:
+    """The line of the file's first ``import spmd`` / ``from spmd[...] import`` (a relative
+    ``from .spmd import`` counted unless ``absolute_only``), None if none (a file loaded from
+    the cache lists no imports)."""
     for imp in file.imports:
         if isinstance(imp, Import):
             if any(_is_spmd(i) for i, _ in imp.ids):
-                return True
+                return imp.line
         elif isinstance(imp, (ImportFrom, ImportAll)):
-            if _is_spmd(imp.id):
-                return True
-    return False
+            if _is_spmd(imp.id) and not (absolute_only and imp.relative):
+                return imp.line
+    return None
