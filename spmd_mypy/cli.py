@@ -230,12 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spmd-mypy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="run mypy with the spmd plugin (extra args go to mypy)")
+    check = sub.add_parser("check", help="run mypy with the spmd plugin (extra args go to mypy)",
+                           allow_abbrev=False)
     check.add_argument("paths", nargs="*")
     check.add_argument("--config-file", default=None)
     check.set_defaults(func=cmd_check)
     report = sub.add_parser("report", help="each function's forward and backward collectives "
-                                           "(extra args go to mypy)")
+                                           "(extra args go to mypy)", allow_abbrev=False)
     report.add_argument("paths", nargs="*")
     report.add_argument("--json", action="store_true", help="print JSON (schema: docs/report.md)")
     report.add_argument("--config-file", default=None)
@@ -244,9 +245,34 @@ def main(argv: list[str] | None = None) -> int:
     codes = sub.add_parser("codes", help="list the error codes")
     codes.set_defaults(func=cmd_codes)
     args, extra = parser.parse_known_args(argv)
-    if args.command == "check" and not args.paths:
-        args.paths = []
+    if args.command in _OWN_OPTIONS:
+        # mypy's arguments in the order given: argparse would take the value of an option it
+        # does not know (``--python-executable X``, ``--cache-dir D``) for a path
+        args.paths, extra = [], _mypy_args(argv[1:], _OWN_OPTIONS[args.command])
     return int(args.func(args, extra))
+
+
+# each command's own options (the rest goes to mypy): name -> takes a value
+_OWN_OPTIONS = {"check": {"--config-file": True},
+                "report": {"--config-file": True, "--json": False}}
+
+
+def _mypy_args(argv: list[str], own: dict[str, bool]) -> list[str]:
+    """``argv`` (after the command) without the command's own options, in order."""
+    out: list[str] = []
+    skip = False
+    for k, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--":
+            return out + argv[k:]
+        name, eq, _ = a.partition("=")
+        if name in own:
+            skip = own[name] and not eq
+            continue
+        out.append(a)
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -110,14 +110,14 @@ from spmd_mypy.engine.global_spmd import propagate as global_propagate
 from . import _global_check, _torch_ops
 from ._torch_ops import (Kind, Plan, build_plan, carries_no_gradient, extract, move_of,
                          reduction_of, role_of, spec_of)
-from ._types import local_type_of, spmd_type_of_annotation
+from ._types import local_type_of, spmd_type_of_annotation, unalias
 
 # True while a ``typecheck()`` block is open (the collectives read it before calling
 # on_collective; declare/reveal read it to do nothing outside).
 ACTIVE: bool = False
 
 _T = TypeVar("_T")
-_M = TypeVar("_M", bound=torch.nn.Module)
+_M = TypeVar("_M")
 
 # --------------------------------------------------------------------------------------
 # The side table: id(tensor) -> (weakref to it, its type).
@@ -1529,7 +1529,8 @@ def declare_parameters(module: _M) -> _M:
     """``spmd.declare_parameters(model)``: in check mode, every parameter and buffer of
     ``model`` and its submodules whose class annotates it (``w1: Tensor[S[0, "tp"]]`` in the
     class body, as the static checker reads it) is declared that type, as ``spmd.declare``
-    would.  Without it a parameter is untyped in check mode (its errors go unseen).  Outside
+    would.  Any other object (an optimizer holding its state in annotated attributes): each
+    annotated tensor attribute, and the tensors of one annotated ``list[Tensor[...]]``.  Without it a parameter is untyped in check mode (its errors go unseen).  Outside
     ``spmd.typecheck()`` it does nothing; it returns ``model``::
 
         with spmd.set_mesh(mesh), spmd.typecheck():
@@ -1545,9 +1546,31 @@ def declare_parameters(module: _M) -> _M:
     """
     if not ACTIVE:
         return module
+    if not isinstance(module, torch.nn.Module):
+        _declare_attributes(module)
+        return module
     _declare_module_tree(module)
     _follow_fsdp(module)
     return module
+
+
+def _declare_attributes(obj: Any) -> None:
+    """An object that is no module (an optimizer's state holder): each attribute its class
+    annotates ``Tensor[...]`` (or a list/tuple of one such type) whose value is a tensor (the
+    items: tensors) is declared that type, as the static checker reads the class body."""
+    cls = type(obj)
+    name_of = cls.__name__
+    items = _annotated_item_types(_type_hints(cls))
+    for name, want in {**_class_parameter_types(cls), **items}.items():
+        value = getattr(obj, name, None)
+        if name in items and isinstance(value, (list, tuple)):
+            for k, v in enumerate(value):
+                if isinstance(v, torch.Tensor):
+                    _stamp_declared(v, want, f"spmd.declare({name_of}.{name}[{k}], "
+                                    + format_type(want, _axis_order()) + ")", may_be_cut=True)
+        elif isinstance(value, torch.Tensor) and not _is_dtensor(value):
+            _stamp_declared(value, want, f"spmd.declare({name_of}.{name}, "
+                            + format_type(want, _axis_order()) + ")", may_be_cut=True)
 
 
 _CLASS_HINTS: weakref.WeakKeyDictionary[type, dict[str, SpmdType]] = weakref.WeakKeyDictionary()
@@ -1905,11 +1928,12 @@ def _strip_optional(ann: Any) -> Any:
     either, so the check mode checks neither: no error)."""
     import typing
 
+    ann = unalias(ann)
     if typing.get_origin(ann) not in (typing.Union, types.UnionType):
         return ann
     args = typing.get_args(ann)
     items = [a for a in args if a is not type(None)]
-    return items[0] if len(items) == 1 and len(args) > 1 else ann
+    return unalias(items[0]) if len(items) == 1 and len(args) > 1 else ann
 
 
 def _tensor_type_of(ann: Any) -> SpmdType | None:

@@ -173,9 +173,51 @@ def spmd_type_of_entries(entries: Any) -> SpmdType:
     return t
 
 
+def _is_type_alias(value: Any) -> bool:
+    # typing.TypeAliasType (a ``type X = ...`` statement, 3.12+) or typing_extensions' own
+    return type(value).__name__ == "TypeAliasType" and hasattr(value, "__value__")
+
+
+def unalias(annotation: Any) -> Any:
+    """What a ``type`` alias stands for (``type ColOut = Tensor[V["tp"]]``, a
+    ``TypeAliasType``), followed through chains; a subscripted generic alias with its
+    arguments substituted (``type Pair[T] = tuple[T, T]``: ``Pair[X]`` is ``tuple[X, X]``).
+    Anything else as it is.  (``get_type_hints`` leaves such aliases unevaluated: the value
+    lives in ``__value__``, evaluated when first read.)"""
+    for _ in range(64):  # a chain of aliases (a cycle ends here, unresolved)
+        origin = typing.get_origin(annotation)
+        alias = origin if origin is not None and _is_type_alias(origin) else annotation
+        if not _is_type_alias(alias):
+            return annotation
+        try:
+            value = alias.__value__
+        except Exception:  # noqa: BLE001 - a name in the alias that does not evaluate
+            return annotation
+        if alias is not annotation:  # Pair[X]: the alias's parameters -> the arguments
+            value = _substitute(value, tuple(getattr(alias, "__type_params__", ())),
+                                typing.get_args(annotation))
+        annotation = value
+    return annotation
+
+
+def _substitute(value: Any, params: tuple[Any, ...], args: tuple[Any, ...]) -> Any:
+    if len(params) != len(args):
+        return value
+    if any(p is value for p in params):
+        return args[params.index(value)]
+    used = getattr(value, "__parameters__", ())
+    if not used or not all(p in params for p in used):
+        return value
+    try:
+        return value[tuple(args[params.index(p)] for p in used)]
+    except Exception:  # noqa: BLE001 - a form that does not substitute: left unread
+        return value
+
+
 def spmd_type_of_annotation(annotation: Any) -> SpmdType | None:
-    """The SpmdType carried by ``Tensor[...]``, or None for anything else."""
-    for meta in getattr(annotation, "__metadata__", ()):
+    """The SpmdType carried by ``Tensor[...]`` (or a ``type`` alias of one), or None for
+    anything else."""
+    for meta in getattr(unalias(annotation), "__metadata__", ()):
         if isinstance(meta, SpmdType):
             return meta
     return None
@@ -200,4 +242,4 @@ class grad_type:
 
 
 __all__ = ["R", "I", "V", "P", "S", "Shard", "PS", "Tensor", "grad_type", "local_type_of",
-           "format_type", "spmd_type_of_annotation"]
+           "format_type", "spmd_type_of_annotation", "unalias"]

@@ -318,8 +318,16 @@ def _setup_problem(manager: object, options: Options) -> str | None:
                 f"and nothing here is SPMD-checked; install spmd-mypy in the environment mypy "
                 f"runs in, and take the runtime's directory (or a copy of the spmd package) "
                 f"off mypy's path (MYPYPATH, mypy_path, the checked directory)")
+    # not found: mypy reads packages from another environment (--python-executable) that
+    # lacks spmd-mypy, and --ignore-missing-imports (or the import-not-found error) hides it
+    no_stubs = not isinstance(found, str) and finder is not None
     missing = getattr(manager, "missing_modules", None)
     if not isinstance(missing, dict) or "torch" not in missing:
+        if no_stubs:
+            return ("mypy cannot find spmd's stubs (spmd-stubs, installed with spmd-mypy): the "
+                    "SPMD annotations cannot be read and nothing here is SPMD-checked; install "
+                    "spmd-mypy in the environment mypy reads packages from (with "
+                    "--python-executable, that interpreter's environment, beside torch)")
         return None
     if options.clone_for_module("torch").follow_imports == "skip":
         return ('torch is imported with follow_imports = "skip": every tensor here is Any and '
@@ -327,7 +335,8 @@ def _setup_problem(manager: object, options: Options) -> str | None:
                 'stay hidden, its types are read; a warm cache makes it as fast)')
     return ("mypy cannot find torch: every tensor here is Any and nothing is SPMD-checked; "
             "install torch in the environment mypy runs in (pre-commit: add torch to the mypy "
-            "hook's additional_dependencies; or point mypy at it with --python-executable)")
+            "hook's additional_dependencies; or point mypy at it with --python-executable)"
+            + (", and spmd-mypy beside it (spmd's stubs are not found either)" if no_stubs else ""))
 
 
 def _report_setup(manager: object | None, tree: MypyFile, line: int) -> bool:

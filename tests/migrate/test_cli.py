@@ -232,3 +232,18 @@ def test_diff_applies_with_patch(tmp_path: Path) -> None:
         subprocess.run(["patch", "-s", str(copy)], input=diff, text=True, check=True)
         run(str(path))
         assert copy.read_text() == path.read_text()
+
+
+def test_python_3_12_syntax_is_migrated(tmp_path: Path) -> None:
+    """PEP 695 aliases and generics, PEP 696 defaults, ``match``: libcst parses them from 1.4
+    (the floor in pyproject.toml; 1.0, the old floor, reported "cannot parse")."""
+    head = "type Pair[T] = tuple[T, T]\n\n\nclass Blk[T = int]:\n    def f[U](self, x):\n"
+    body = ("        match x.dim():\n            case 2:\n                pass\n"
+            "        return {call}\n")
+    path = tmp_path / "m.py"
+    path.write_text("from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region\n\n"
+                    + head + body.format(call="copy_to_tensor_model_parallel_region(x)"))
+    code, _, err = run(str(path))
+    assert code == 0, err
+    assert path.read_text().endswith(
+        head + body.format(call='spmd.reinterpret(x, "tp", src=I, dst=R)')), path.read_text()

@@ -213,3 +213,25 @@ def test_check_a_package_with_per_module_codes(tmp_path: Path) -> None:
     assert by_package.stdout == by_path.stdout, by_package.stdout + by_package.stderr
     assert "m1.py:6:" not in by_package.stdout and "m2.py:6:" not in by_package.stdout  # pkg.*
     assert "m1.py:7: error:" in by_package.stdout and "m2.py:7: error:" in by_package.stdout
+
+
+def test_check_passes_mypy_options_with_separate_values(tmp_path: Path) -> None:
+    """``--cache-dir D`` / ``--python-executable X`` (the value a separate argument): argparse
+    took the value for a path, so mypy got ``--cache-dir m1.py`` ("expected one argument");
+    the arguments go to mypy in the order given."""
+    _project(tmp_path / "p", "mypy.ini", with_plugin=False)
+    spaced = _check(tmp_path / "p", "--cache-dir", ".mypy_cache", "--python-executable",
+                    sys.executable, "m1.py", "--config-file", "mypy.ini", "m2.py")
+    joined = _check(tmp_path / "p", "--cache-dir=.mypy_cache", f"--python-executable={sys.executable}",
+                    "--config-file=mypy.ini", "m1.py", "m2.py")
+    assert "m1.py:7: error:" in spaced.stdout and "[spmd-partial-nonlinear]" in spaced.stdout, \
+        spaced.stdout + spaced.stderr
+    assert spaced.stdout == joined.stdout and spaced.returncode == joined.returncode == 1
+
+
+def test_own_options_are_taken_out_of_mypys_arguments() -> None:
+    from spmd_mypy.cli import _OWN_OPTIONS, _mypy_args
+
+    argv = ["--json", "-p", "pkg", "--config-file", "c.ini", "--cache-dir", "D", "--", "--json"]
+    assert _mypy_args(argv, _OWN_OPTIONS["report"]) == ["-p", "pkg", "--cache-dir", "D", "--", "--json"]
+    assert _mypy_args(["--config-file=c.ini", "a.py"], _OWN_OPTIONS["check"]) == ["a.py"]

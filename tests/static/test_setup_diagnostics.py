@@ -94,3 +94,28 @@ def test_spmd_resolved_to_the_runtime_package(tmp_path: Path) -> None:
     # the stubs found: no setup error, the mistakes caught
     out = _mypy(tmp_path)
     assert not _setup_errors(out) and "[spmd-partial-nonlinear]" in out, out
+
+
+def test_spmd_stubs_not_found() -> None:
+    """mypy reads packages from another interpreter (``--python-executable``) that has torch
+    but not spmd-mypy: ``import spmd`` is import-not-found (hidden by
+    ``--ignore-missing-imports``) and every annotation Any; the spmd-setup error said
+    nothing.  (An environment with torch but without spmd-stubs cannot be built here
+    without copying torch: the diagnostic is asked with mypy's answers as they come.)"""
+    from types import SimpleNamespace
+
+    from mypy.modulefinder import ModuleNotFoundReason
+    from mypy.options import Options
+
+    from spmd_mypy.plugin import _setup_problem
+
+    def manager(spmd: object, missing: dict[str, object]) -> object:
+        finder = SimpleNamespace(find_module=lambda name: spmd if name == "spmd" else None)
+        return SimpleNamespace(find_module_cache=finder, missing_modules=missing)
+
+    no_stubs = _setup_problem(manager(ModuleNotFoundReason.NOT_FOUND, {}), Options())
+    assert no_stubs is not None and no_stubs.startswith("mypy cannot find spmd's stubs"), no_stubs
+    assert "--python-executable" in no_stubs
+    both = _setup_problem(manager(ModuleNotFoundReason.NOT_FOUND, {"torch": 1}), Options())
+    assert both is not None and both.startswith("mypy cannot find torch") and "spmd-mypy beside it" in both
+    assert _setup_problem(manager("/x/spmd-stubs/__init__.pyi", {}), Options()) is None
