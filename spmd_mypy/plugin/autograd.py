@@ -63,6 +63,7 @@ from mypy.nodes import (
     MypyFile,
     NameExpr,
     OperatorAssignmentStmt,
+    OverloadedFuncDef,
     OpExpr,
     RefExpr,
     ReturnStmt,
@@ -561,7 +562,8 @@ def _save_calls(source: FuncDef) -> list[CallExpr] | None:
     """The ``ctx.save_for_backward(...)`` statements of forward (setup_context), or None when
     what backward receives cannot be read from them: none, or ``ctx`` used otherwise than by
     its attributes (passed to a helper, aliased: a save there is not seen), or
-    ``ctx.save_for_backward`` not called where it is read."""
+    ``ctx.save_for_backward`` not called where it is read, or a nested function, class or
+    lambda (not walked)."""
     ctx = source.arguments[0].variable
     stmts = nested_statements(source.body.body)
     calls = [st.expr for st in stmts if isinstance(st, ExpressionStmt)
@@ -569,10 +571,12 @@ def _save_calls(source: FuncDef) -> list[CallExpr] | None:
              and st.expr.callee.name == "save_for_backward" and _is_ctx(st.expr.callee.expr, ctx)]
     if not calls:
         return None
+    if any(isinstance(st, (FuncDef, Decorator, ClassDef, OverloadedFuncDef)) for st in stmts):
+        return None  # a nested definition may use ctx: not read
     seen = _Uses(ctx)
     for st in stmts:
         _map_statement(st, seen.visit, targets=True)
-    if seen.names != seen.members or seen.saves != len(calls):
+    if seen.names != seen.members or seen.saves != len(calls) or seen.lambdas:
         return None
     return calls
 
@@ -606,9 +610,12 @@ class _Uses:
         self.names = 0
         self.members = 0
         self.saves = 0
+        self.lambdas = False  # a lambda (not walked) may use ctx
 
     def visit(self, e: Expression) -> Expression:
-        if isinstance(e, NameExpr) and e.node is self.ctx:
+        if isinstance(e, LambdaExpr):
+            self.lambdas = True
+        elif isinstance(e, NameExpr) and e.node is self.ctx:
             self.names += 1
         elif isinstance(e, MemberExpr) and _is_ctx(e.expr, self.ctx):
             self.members += 1
