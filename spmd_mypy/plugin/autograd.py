@@ -17,7 +17,7 @@
   (or ``setup_context``) passed to ``ctx.save_for_backward(...)``: ``ctx`` is Any and mypy has
   no hook on an attribute of Any, so the same semantic-analysis hook rewrites each read into
   ``isinstance(ctx.saved_tensors, object)``, whose ``builtins.isinstance`` hook (recognised
-  by identity) types it from forward's body, checked before backward (a backward checked
+  by identity) types it from forward's body (jvp: what ``ctx.save_for_forward`` got), checked before backward (a backward checked
   first is deferred once).  The rule for each saved value is the engine's
   (``duality.saved_slot``, ``duality.join_saved``), which the check mode applies too.
 - ``Fn.apply(...)`` has ``forward``'s signature without ``ctx`` (arguments checked like any
@@ -144,8 +144,9 @@ class AutogradTyper:
         # triggers were made for and their ids (a re-parsed module drops its old ones)
         self._triggers: dict[int, tuple[CallExpr, ClassDef]] = {}
         self._module_triggers: dict[str, tuple[MypyFile, list[int]]] = {}
-        # id(synthetic call) -> (the call, the Function class): the reads of ctx.saved_tensors
-        self._saved_reads: dict[int, tuple[CallExpr, ClassDef]] = {}
+        # id(synthetic call) -> (the call, the Function class, the method that saves what it
+        # reads): the reads of ctx.saved_tensors
+        self._saved_reads: dict[int, tuple[CallExpr, ClassDef, str]] = {}
 
     @property
     def types(self) -> TypeBuilder:
@@ -271,7 +272,8 @@ class AutogradTyper:
         for f in (_func(st) for st in defn.defs.body):
             if f is None or f.name not in _SAVED_READERS or not f.arguments:
                 continue
-            rewriter = _SavedReads(f.arguments[0].variable.name, self._saved_reads, defn, ids)
+            rewriter = _SavedReads(f.arguments[0].variable.name, self._saved_reads, defn, ids,
+                                   _SAVED_BY.get(f.name, "save_for_backward"))
             for st in nested_statements(f.body.body):
                 _map_statement(st, rewriter.replace, targets=False)
 
@@ -304,17 +306,19 @@ class AutogradTyper:
     def saved_read_hook(self, ctx: FunctionContext) -> Type:
         """A read of ``ctx.saved_tensors`` (the rewritten call): a tuple of what forward saved,
         else Any (as without the plugin)."""
-        defn = self._saved_reads[id(ctx.context)][1]
+        _, defn, save = self._saved_reads[id(ctx.context)]
         unknown = AnyType(TypeOfAny.special_form)
         if getattr(ctx.api, "current_node_deferred", False):
             return unknown
         try:
-            typ = self.saved_tensors_type(ctx.api, defn)
+            typ = self.saved_tensors_type(ctx.api, defn, save)
         except Exception:  # noqa: BLE001 - a checker problem must never crash mypy
             typ = None
         return typ if typ is not None else unknown
 
-    def saved_tensors_type(self, api: Any, defn: ClassDef) -> Type | None:
+    def saved_tensors_type(self, api: Any, defn: ClassDef, save: str) -> Type | None:
+        """``save``: the ctx method whose arguments the read returns (``save_for_backward``;
+        in jvp ``save_for_forward``)."""
         info = defn.info
         read = self.function_types(info)
         if read is None or not read[0].typed:
@@ -324,7 +328,7 @@ class AutogradTyper:
         source = setup if setup is not None else _own_method(info, "forward")
         if source is None or not source.arguments:
             return None
-        calls = _save_calls(source)
+        calls = _save_calls(source, save)
         if calls is None:
             return None
         if any(lookup_type(api, c) is None for c in calls) and _defer(api, source, defn):
@@ -550,16 +554,18 @@ class AutogradTyper:
         return ctx.default_return_type
 
 
-# The methods whose ``ctx.saved_tensors`` reads are typed
+# The methods whose ``ctx.saved_tensors`` reads are typed, and what those return when not
+# save_for_backward's arguments (jvp: save_for_forward's)
 _SAVED_READERS = frozenset({"backward", "vjp", "jvp"})
+_SAVED_BY = {"jvp": "save_for_forward"}
 
 
 def _is_ctx(e: Expression, ctx: Var) -> bool:
     return isinstance(e, NameExpr) and e.node is ctx
 
 
-def _save_calls(source: FuncDef) -> list[CallExpr] | None:
-    """The ``ctx.save_for_backward(...)`` statements of forward (setup_context), or None when
+def _save_calls(source: FuncDef, save: str) -> list[CallExpr] | None:
+    """The ``ctx.<save>(...)`` statements of forward (setup_context), or None when
     what backward receives cannot be read from them: none, or ``ctx`` used otherwise than by
     its attributes (passed to a helper, aliased: a save there is not seen), or
     ``ctx.save_for_backward`` not called where it is read, or a nested function, class or
@@ -568,12 +574,12 @@ def _save_calls(source: FuncDef) -> list[CallExpr] | None:
     stmts = nested_statements(source.body.body)
     calls = [st.expr for st in stmts if isinstance(st, ExpressionStmt)
              and isinstance(st.expr, CallExpr) and isinstance(st.expr.callee, MemberExpr)
-             and st.expr.callee.name == "save_for_backward" and _is_ctx(st.expr.callee.expr, ctx)]
+             and st.expr.callee.name == save and _is_ctx(st.expr.callee.expr, ctx)]
     if not calls:
         return None
     if any(isinstance(st, (FuncDef, Decorator, ClassDef, OverloadedFuncDef)) for st in stmts):
         return None  # a nested definition may use ctx: not read
-    seen = _Uses(ctx)
+    seen = _Uses(ctx, save)
     for st in stmts:
         _map_statement(st, seen.visit, targets=True)
     if seen.names != seen.members or seen.saves != len(calls) or seen.lambdas:
@@ -605,8 +611,9 @@ class _Uses:
     """How ``ctx`` is used in forward: by name, as an attribute's receiver, as the receiver of
     save_for_backward."""
 
-    def __init__(self, ctx: Var) -> None:
+    def __init__(self, ctx: Var, save: str) -> None:
         self.ctx = ctx
+        self.save = save
         self.names = 0
         self.members = 0
         self.saves = 0
@@ -619,7 +626,7 @@ class _Uses:
             self.names += 1
         elif isinstance(e, MemberExpr) and _is_ctx(e.expr, self.ctx):
             self.members += 1
-            if e.name == "save_for_backward":
+            if e.name == self.save:
                 self.saves += 1
         _map_children(e, self.visit)
         return e
@@ -629,9 +636,10 @@ class _SavedReads:
     """Rewrites the reads of ``<ctx>.saved_tensors`` of one method (see
     AutogradTyper._rewrite_saved_reads)."""
 
-    def __init__(self, ctx: str, registry: dict[int, tuple[CallExpr, ClassDef]], defn: ClassDef,
-                 ids: list[int]) -> None:
+    def __init__(self, ctx: str, registry: dict[int, tuple[CallExpr, ClassDef, str]],
+                 defn: ClassDef, ids: list[int], save: str) -> None:
         self.ctx = ctx
+        self.save = save
         self.registry = registry
         self.defn = defn
         self.ids = ids
@@ -648,7 +656,7 @@ class _SavedReads:
             for node in (call, call.callee, obj):
                 node.line, node.column = e.line, e.column
                 node.end_line, node.end_column = e.end_line, e.end_column
-            self.registry[id(call)] = (call, self.defn)
+            self.registry[id(call)] = (call, self.defn, self.save)
             self.ids.append(id(call))
             return call
         _map_children(e, self.replace)
