@@ -326,7 +326,9 @@ class AutogradTyper:
         fn = read[0]
         setup = _own_method(info, "setup_context")
         source = setup if setup is not None else _own_method(info, "forward")
-        if source is None or not source.arguments:
+        if source is None or not source.arguments or source.info is not info:
+            # (a base class's forward, maybe in another module, whose body mypy's cache does
+            # not keep: a warm run would read no save where a cold one reads it)
             return None
         calls = _save_calls(source, save)
         if calls is None:
