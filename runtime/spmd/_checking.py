@@ -2295,8 +2295,10 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
         out = declared[i] if i < len(declared) else None
         grads.append(duality.gradient_type(out) if out else (
             annotated[i] if i < len(annotated) else None))
+    outputs = tuple(duality.Slot.tensor("", t) if t else duality.Slot("") for t in declared)
     try:
-        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names, cls))
+        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names, cls,
+                                       outputs))
     except (AttributeError, TypeError):
         pass
 
@@ -2345,7 +2347,7 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
             return _TORCH_BACKWARD_APPLY(node, *grads)
         with _in_mode():
             return _TORCH_BACKWARD_APPLY(node, *grads)
-    name, inputs, types, names, cls = info
+    name, inputs, types, names, cls, _ = info
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):
             _set(g, t)
@@ -2382,6 +2384,28 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
             pass
         raise SpmdTypeError(errors[0])
     return result
+
+
+# ``ctx.saved_tensors`` while a block is open (``BackwardCFunction.saved_tensors``, a property
+# over torch's): a saved tensor forward made and returned comes back as a new tensor (torch
+# saves an output without its node, to break the cycle), which the mode has never seen; it
+# has forward's declared type there (engine ``duality.saved_slot``, the static checker's rule).
+# The other saved tensors are the objects forward saved, with their own types.
+_TORCH_SAVED_TENSORS: Any = None  # torch's descriptor (torch._C._FunctionBase.saved_tensors)
+
+
+def _checked_saved_tensors(node: Any) -> Any:
+    saved = _TORCH_SAVED_TENSORS.__get__(node)
+    info = getattr(node, _BACKWARD_INFO, None) if ACTIVE else None
+    if info is None:
+        return saved
+    outputs = info[5]
+    for t in saved:
+        if isinstance(t, torch.Tensor) and t.grad_fn is node and not _get(t):
+            slot = duality.saved_slot(duality.Slot.tensor("", _UNTYPED), t.output_nr, outputs)
+            if slot.typed:
+                _set(t, slot.type)
+    return saved
 
 
 class _ReturnCapture:
@@ -2569,7 +2593,7 @@ def _recompute_in_mode(recompute_ctx: Any) -> Iterator[None]:
 
 
 def _install_apply() -> None:
-    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
+    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR, _TORCH_SAVED_TENSORS
     global _TORCH_PARAMETER_DEEPCOPY, _TORCH_PARAMETER_NEW
     import torch.utils.checkpoint as checkpoint_module
     if _TORCH_PARAMETER_DEEPCOPY is None and "__deepcopy__" in vars(torch.nn.Parameter):
@@ -2588,6 +2612,10 @@ def _install_apply() -> None:
         node_cls = torch.autograd.function.BackwardCFunction
         _TORCH_BACKWARD_APPLY = node_cls.__dict__["apply"]
         node_cls.apply = _checked_backward  # type: ignore[method-assign]
+    if _TORCH_SAVED_TENSORS is None:
+        _TORCH_SAVED_TENSORS = torch._C._FunctionBase.__dict__["saved_tensors"]
+        torch.autograd.function.BackwardCFunction.saved_tensors = property(  # type: ignore[attr-defined]
+            _checked_saved_tensors)
     from . import _dtensor
     _dtensor.install()  # DTensor.to_local/from_local at the boundary with DTensor code
     from . import _einops
@@ -2645,7 +2673,7 @@ def _uninstall_ddp() -> None:
 
 
 def _uninstall_apply() -> None:
-    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR
+    global _TORCH_APPLY, _TORCH_BACKWARD_APPLY, _TORCH_CHECKPOINT_GENERATOR, _TORCH_SAVED_TENSORS
     global _TORCH_PARAMETER_DEEPCOPY, _TORCH_PARAMETER_NEW
     from . import _dtensor
     _dtensor.uninstall()
@@ -2666,6 +2694,9 @@ def _uninstall_apply() -> None:
     if _TORCH_BACKWARD_APPLY is not None:
         torch.autograd.function.BackwardCFunction.apply = _TORCH_BACKWARD_APPLY  # type: ignore[method-assign]
         _TORCH_BACKWARD_APPLY = None
+    if _TORCH_SAVED_TENSORS is not None:
+        del torch.autograd.function.BackwardCFunction.saved_tensors  # type: ignore[attr-defined]
+        _TORCH_SAVED_TENSORS = None
     if _TORCH_APPLY is not None:
         torch.autograd.Function.apply = _TORCH_APPLY  # type: ignore[method-assign]
         _TORCH_APPLY = None

@@ -300,7 +300,49 @@ def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
     return errors
 
 
+def saved_slot(own: Slot, output: int | None = None,
+               outputs: Sequence[Slot] | None = None) -> Slot:
+    """What ``ctx.saved_tensors`` hands backward at one position, for the value
+    ``ctx.save_for_backward`` got there (``own``: its type where it was saved).
+
+    - ``None`` saved is None;
+    - one of forward's outputs (``output``: its position) has forward's declared type there,
+      the type ``Fn.apply`` gives the result (torch hands backward a new tensor for a saved
+      output, not the object forward made); unknown when that output is not declared;
+    - any other tensor keeps its own type (a parameter its declared one, a local what it was
+      computed as); a plain tensor, or anything else (torch saves tensors and None only), is
+      unknown: never a guess."""
+    if output is not None:
+        declared = outputs[output] if outputs is not None and 0 <= output < len(outputs) else None
+        if declared is not None and declared.typed:
+            return Slot.tensor(own.name, declared.type)
+        return Slot(own.name, UNKNOWN)
+    if own.typed or own.kind == NONE:
+        return own
+    return Slot(own.name, UNKNOWN)
+
+
+def join_saved(saves: Sequence[Sequence[Slot] | None]) -> tuple[Slot, ...] | None:
+    """``ctx.saved_tensors`` after several ``save_for_backward`` calls (in branches; the last
+    one run wins): a position keeps its slot where every call agrees on it, and is unknown
+    where they differ.  None (nothing known) when there is no call, one whose values are not
+    known, or calls that save different numbers of values."""
+    if not saves or any(s is None for s in saves):
+        return None
+    first = saves[0]
+    assert first is not None
+    if any(len(s) != len(first) for s in saves if s is not None):
+        return None
+    out = []
+    for i, slot in enumerate(first):
+        same = all(s is not None and s[i].kind == slot.kind and s[i].type == slot.type
+                   for s in saves)
+        out.append(slot if same else Slot(slot.name, UNKNOWN))
+    return tuple(out)
+
+
 __all__ = [
     "TENSOR", "NONE", "OTHER", "UNKNOWN", "Slot", "FunctionTypes", "gradient_type", "mismatches",
     "check_forward_result", "check_signature", "check_returned", "check_hook", "check_grad_outputs",
+    "saved_slot", "join_saved",
 ]

@@ -13,6 +13,13 @@
   (a trivial body is left alone: mypy's empty-body check looks at it).  Hooks on
   ``Fn.apply`` alone would miss Functions never applied in their own module, and could not
   report in the defining module.
+- ``ctx.saved_tensors`` in ``backward`` (``vjp``, ``jvp``) has the types of what ``forward``
+  (or ``setup_context``) passed to ``ctx.save_for_backward(...)``: ``ctx`` is Any and mypy has
+  no hook on an attribute of Any, so the same semantic-analysis hook rewrites each read into
+  ``isinstance(ctx.saved_tensors, object)``, whose ``builtins.isinstance`` hook (recognised
+  by identity) types it from forward's body (jvp: what ``ctx.save_for_forward`` got), checked before backward (a backward checked
+  first is deferred once).  The rule for each saved value is the engine's
+  (``duality.saved_slot``, ``duality.join_saved``), which the check mode applies too.
 - ``Fn.apply(...)`` has ``forward``'s signature without ``ctx`` (arguments checked like any
   typed call) and its result type.
 - ``torch.autograd.grad(outputs, inputs)`` returns the duals of the inputs' types, and like
@@ -23,28 +30,54 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from mypy.nodes import (
     ARG_POS,
     ARG_STAR,
     ARG_STAR2,
+    AssertStmt,
+    AssignmentExpr,
+    AssignmentStmt,
+    AwaitExpr,
     Block,
     CallExpr,
+    CastExpr,
     ClassDef,
+    ComparisonExpr,
+    ConditionalExpr,
     Decorator,
+    DictExpr,
     Expression,
     ExpressionStmt,
+    ForStmt,
     FuncDef,
+    GeneratorExpr,
+    IfStmt,
+    IndexExpr,
+    IntExpr,
     LambdaExpr,
+    ListComprehension,
     ListExpr,
+    MemberExpr,
     MypyFile,
     NameExpr,
+    OperatorAssignmentStmt,
+    OverloadedFuncDef,
+    OpExpr,
     RefExpr,
+    ReturnStmt,
+    SetExpr,
+    SliceExpr,
+    StarExpr,
     Statement,
     TryStmt,
     TupleExpr,
     TypeInfo,
+    UnaryExpr,
+    Var,
+    WhileStmt,
+    WithStmt,
 )
 from mypy.semanal import is_trivial_body
 
@@ -71,7 +104,7 @@ from .calls import collective_call, expr_text
 from .depends import class_dependency
 from .mypy_types import TypeBuilder, lookup_type
 from .rewrite import isinstance_trigger
-from .statements import returns
+from .statements import nested_statements, returns
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -111,6 +144,9 @@ class AutogradTyper:
         # triggers were made for and their ids (a re-parsed module drops its old ones)
         self._triggers: dict[int, tuple[CallExpr, ClassDef]] = {}
         self._module_triggers: dict[str, tuple[MypyFile, list[int]]] = {}
+        # id(synthetic call) -> (the call, the Function class, the method that saves what it
+        # reads): the reads of ctx.saved_tensors
+        self._saved_reads: dict[int, tuple[CallExpr, ClassDef, str]] = {}
 
     @property
     def types(self) -> TypeBuilder:
@@ -195,18 +231,14 @@ class AutogradTyper:
         module = getattr(ctx.api, "cur_mod_id", None)
         if tree is None or not self.plugin.promotion.uses_spmd_types(tree, module):
             return
+        ids = self._module_ids(tree, module or "")
+        self._rewrite_saved_reads(defn, ids)
         bwd = next((f for f in (_func(s) for s in defn.defs.body) if f is not None
                     and f.name == "backward"), None)
         if bwd is None or not bwd.body.body or self._wrapped(bwd) or is_trivial_body(bwd.body):
             # (semantic analysis may visit a class more than once; a trivial body - "...",
             # pass, a docstring - must stay trivial for mypy's empty-body check)
             return
-        known = self._module_triggers.get(module or "")
-        if known is None or known[0] is not tree:
-            for i in known[1] if known is not None else ():
-                self._triggers.pop(i, None)
-            known = (tree, [])
-            self._module_triggers[module or ""] = known
         end = bwd.end_line or bwd.line
         call = isinstance_trigger(end, 0)
         finally_body = Block([ExpressionStmt(call)])
@@ -219,7 +251,31 @@ class AutogradTyper:
             node.line, node.column, node.end_line = first.line, first.column, end
         bwd.body.body[:] = [try_stmt]
         self._triggers[id(call)] = (call, defn)
-        known[1].append(id(call))
+        ids.append(id(call))
+
+    def _module_ids(self, tree: MypyFile, module: str) -> list[int]:
+        """The ids of the synthetic calls made for this module's tree (a re-parsed module
+        drops those made for its old tree)."""
+        known = self._module_triggers.get(module)
+        if known is None or known[0] is not tree:
+            for i in known[1] if known is not None else ():
+                self._triggers.pop(i, None)
+                self._saved_reads.pop(i, None)
+            known = (tree, [])
+            self._module_triggers[module] = known
+        return known[1]
+
+    def _rewrite_saved_reads(self, defn: ClassDef, ids: list[int]) -> None:
+        """``ctx.saved_tensors`` in backward (vjp, jvp) -> ``isinstance(ctx.saved_tensors,
+        object)``, a call the ``builtins.isinstance`` hook types (see the module's docstring).
+        A read already rewritten (semantic analysis may visit a class again) is left as is."""
+        for f in (_func(st) for st in defn.defs.body):
+            if f is None or f.name not in _SAVED_READERS or not f.arguments:
+                continue
+            rewriter = _SavedReads(f.arguments[0].variable.name, self._saved_reads, defn, ids,
+                                   _SAVED_BY.get(f.name, "save_for_backward"))
+            for st in nested_statements(f.body.body):
+                _map_statement(st, rewriter.replace, targets=False)
 
     def _apply_dependencies(self, ctx: ClassDefContext) -> None:
         """``Fn.apply(x)`` is typed by ``forward`` (and whether ``setup_context`` is
@@ -241,6 +297,67 @@ class AutogradTyper:
         fin = body[0].finally_body.body
         return (len(fin) == 1 and isinstance(fin[0], ExpressionStmt)
                 and self._triggers.get(id(fin[0].expr), (None,))[0] is fin[0].expr)
+
+    # -- ctx.saved_tensors -------------------------------------------------------------------
+    def is_saved_read(self, ctx: FunctionContext) -> bool:
+        entry = self._saved_reads.get(id(ctx.context))
+        return entry is not None and entry[0] is ctx.context
+
+    def saved_read_hook(self, ctx: FunctionContext) -> Type:
+        """A read of ``ctx.saved_tensors`` (the rewritten call): a tuple of what forward saved,
+        else Any (as without the plugin)."""
+        _, defn, save = self._saved_reads[id(ctx.context)]
+        unknown = AnyType(TypeOfAny.special_form)
+        if getattr(ctx.api, "current_node_deferred", False):
+            return unknown
+        try:
+            typ = self.saved_tensors_type(ctx.api, defn, save)
+        except Exception:  # noqa: BLE001 - a checker problem must never crash mypy
+            typ = None
+        return typ if typ is not None else unknown
+
+    def saved_tensors_type(self, api: Any, defn: ClassDef, save: str) -> Type | None:
+        """``save``: the ctx method whose arguments the read returns (``save_for_backward``;
+        in jvp ``save_for_forward``)."""
+        info = defn.info
+        read = self.function_types(info)
+        if read is None or not read[0].typed:
+            return None  # an unannotated Function: as before
+        fn = read[0]
+        setup = _own_method(info, "setup_context")
+        source = setup if setup is not None else _own_method(info, "forward")
+        if source is None or not source.arguments or source.info is not info:
+            # (a base class's forward, maybe in another module, whose body mypy's cache does
+            # not keep: a warm run would read no save where a cold one reads it)
+            return None
+        calls = _save_calls(source, save)
+        if calls is None:
+            return None
+        if any(lookup_type(api, c) is None for c in calls) and _defer(api, source, defn):
+            return None  # forward is not checked yet: backward is checked again after it
+        fwd = _own_method(info, "forward")
+        fsig = fwd.type if fwd is not None and isinstance(fwd.type, CallableType) else None
+        saver = _Saver(self, api, source, fsig if setup is not None else None, fn)
+        joined = duality.join_saved([saver.slots(c) for c in calls])
+        if joined is None or not any(s.typed for s in joined):
+            return None
+        unknown = AnyType(TypeOfAny.special_form)
+        items: list[Type] = []
+        for s in joined:
+            inst = self.types.to_instance(s.type) if s.typed else None
+            items.append(inst if inst is not None else NoneType() if s.kind == NONE else unknown)
+        return TupleType(items, api.named_generic_type("builtins.tuple", [unknown]))
+
+    def saved_value(self, name: str, typ: Type | None) -> Slot:
+        """A saved value by its static type: a typed tensor, None, or unknown (a plain or
+        Optional tensor, anything else)."""
+        if typ is None:
+            return Slot(name, UNKNOWN)
+        p = get_proper_type(typ)
+        if isinstance(p, NoneType):
+            return Slot(name, NONE)
+        t = self.types.from_type(p)
+        return Slot.tensor(name, t) if t else Slot(name, UNKNOWN)
 
     def is_trigger(self, ctx: FunctionContext) -> bool:
         entry = self._triggers.get(id(ctx.context))
@@ -437,6 +554,309 @@ class AutogradTyper:
         self.plugin.calls.report(ctx, duality.check_hook(
             expr_text(receiver), x, hook_name, param, result))
         return ctx.default_return_type
+
+
+# The methods whose ``ctx.saved_tensors`` reads are typed, and what those return when not
+# save_for_backward's arguments (jvp: save_for_forward's)
+_SAVED_READERS = frozenset({"backward", "vjp", "jvp"})
+_SAVED_BY = {"jvp": "save_for_forward"}
+
+
+def _is_ctx(e: Expression, ctx: Var) -> bool:
+    return isinstance(e, NameExpr) and e.node is ctx
+
+
+def _save_calls(source: FuncDef, save: str) -> list[CallExpr] | None:
+    """The ``ctx.<save>(...)`` statements of forward (setup_context), or None when
+    what backward receives cannot be read from them: none, or ``ctx`` used otherwise than by
+    its attributes (passed to a helper, aliased: a save there is not seen), or
+    ``ctx.save_for_backward`` not called where it is read, or a nested function, class or
+    lambda (not walked)."""
+    ctx = source.arguments[0].variable
+    stmts = nested_statements(source.body.body)
+    calls = [st.expr for st in stmts if isinstance(st, ExpressionStmt)
+             and isinstance(st.expr, CallExpr) and isinstance(st.expr.callee, MemberExpr)
+             and st.expr.callee.name == save and _is_ctx(st.expr.callee.expr, ctx)]
+    if not calls:
+        return None
+    if any(isinstance(st, (FuncDef, Decorator, ClassDef, OverloadedFuncDef)) for st in stmts):
+        return None  # a nested definition may use ctx: not read
+    seen = _Uses(ctx, save)
+    for st in stmts:
+        _map_statement(st, seen.visit, targets=True)
+    if seen.names != seen.members or seen.saves != len(calls) or seen.lambdas:
+        return None
+    return calls
+
+
+def _defer(api: Any, source: FuncDef, defn: ClassDef) -> bool:
+    """Defer the backward being checked when forward (setup_context) is not checked yet: mypy
+    deferred it, or it comes after backward in the class.  Not in mypy's last pass."""
+    pass_num, last_pass = getattr(api, "pass_num", None), getattr(api, "last_pass", None)
+    scope = getattr(api, "scope", None)
+    if not isinstance(pass_num, int) or not isinstance(last_pass, int) or pass_num >= last_pass \
+            or scope is None:
+        return False
+    func = scope.top_level_function()
+    if not isinstance(func, FuncDef):
+        return False
+    later = source.info is defn.info and source.line > func.line
+    pending = any(d.node is source for d in getattr(api, "deferred_nodes", ()))
+    if not (later or pending):
+        return False
+    api.defer_node(func, scope.enclosing_class(func))
+    api.current_node_deferred = True
+    return True
+
+
+class _Uses:
+    """How ``ctx`` is used in forward: by name, as an attribute's receiver, as the receiver of
+    save_for_backward."""
+
+    def __init__(self, ctx: Var, save: str) -> None:
+        self.ctx = ctx
+        self.save = save
+        self.names = 0
+        self.members = 0
+        self.saves = 0
+        self.lambdas = False  # a lambda (not walked) may use ctx
+
+    def visit(self, e: Expression) -> Expression:
+        if isinstance(e, LambdaExpr):
+            self.lambdas = True
+        elif isinstance(e, NameExpr) and e.node is self.ctx:
+            self.names += 1
+        elif isinstance(e, MemberExpr) and _is_ctx(e.expr, self.ctx):
+            self.members += 1
+            if e.name == self.save:
+                self.saves += 1
+        _map_children(e, self.visit)
+        return e
+
+
+class _SavedReads:
+    """Rewrites the reads of ``<ctx>.saved_tensors`` of one method (see
+    AutogradTyper._rewrite_saved_reads)."""
+
+    def __init__(self, ctx: str, registry: dict[int, tuple[CallExpr, ClassDef, str]],
+                 defn: ClassDef, ids: list[int], save: str) -> None:
+        self.ctx = ctx
+        self.save = save
+        self.registry = registry
+        self.defn = defn
+        self.ids = ids
+
+    def replace(self, e: Expression) -> Expression:
+        if isinstance(e, CallExpr):
+            known = self.registry.get(id(e))
+            if known is not None and known[0] is e:
+                return e
+        if isinstance(e, MemberExpr) and e.name == "saved_tensors" and isinstance(e.expr, NameExpr) \
+                and e.expr.name == self.ctx:
+            obj = NameExpr("object")
+            call = CallExpr(NameExpr("isinstance"), [e, obj], [ARG_POS, ARG_POS], [None, None])
+            for node in (call, call.callee, obj):
+                node.line, node.column = e.line, e.column
+                node.end_line, node.end_column = e.end_line, e.end_column
+            self.registry[id(call)] = (call, self.defn, self.save)
+            self.ids.append(id(call))
+            return call
+        _map_children(e, self.replace)
+        return e
+
+
+class _Saver:
+    """The slots of one ``ctx.save_for_backward(...)`` call (engine ``duality.saved_slot``):
+    a parameter of forward by its declared type (setup_context: ``inputs[i]`` and the names
+    unpacked from ``inputs``), an output of forward by forward's declared result (setup_context:
+    ``output``, ``output[i]``), anything else by the type mypy gave it in forward."""
+
+    def __init__(self, typer: AutogradTyper, api: Any, source: FuncDef,
+                 setup: CallableType | None, fn: FunctionTypes) -> None:
+        """``setup``: forward's signature when ``source`` is setup_context."""
+        self.typer = typer
+        self.api = api
+        self.fn = fn
+        self.params: dict[Var, Type | None] = {}
+        self.inputs: dict[Var, int] = {}  # a name unpacked from setup_context's inputs
+        self.outputs: dict[Var, int] = {}  # a returned name, one unpacked from output
+        self.inputs_var: Var | None = None
+        self.output_var: Var | None = None
+        self.input_types: list[Type] = list(setup.arg_types) if setup is not None and not any(
+            k in (ARG_STAR, ARG_STAR2) for k in setup.arg_kinds) else []
+        sig = source.type if isinstance(source.type, CallableType) else None
+        args = source.arguments
+        if setup is not None:
+            self.inputs_var = args[1].variable if len(args) > 1 else None
+            self.output_var = args[2].variable if len(args) > 2 else None
+            for st in nested_statements(source.body.body):
+                if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
+                    self._unpacked(st.lvalues[0], st.rvalue)
+        else:
+            for i, a in enumerate(args[1:], 1):
+                self.params[a.variable] = sig.arg_types[i] if sig is not None and i < len(sig.arg_types) else None
+            for r in returns(source.body.body):
+                items = r.expr.items if isinstance(r.expr, TupleExpr) else [r.expr] if r.expr is not None else []
+                whole = not isinstance(r.expr, TupleExpr)
+                for i, item in enumerate(items):
+                    if isinstance(item, NameExpr) and isinstance(item.node, Var) \
+                            and item.node not in self.params:
+                        self._output(item.node, -1 if whole and self._many() else i)
+
+    def _many(self) -> bool:
+        return self.fn.outputs is None or len(self.fn.outputs) != 1
+
+    def _output(self, var: Var, i: int) -> None:
+        known = self.outputs.get(var)
+        self.outputs[var] = i if known is None or known == i else -1  # returned at two places
+
+    def _unpacked(self, target: Expression, value: Expression) -> None:
+        """``a, b = inputs``, ``a = inputs[0]``, ``y = output``, ``y0, y1 = output``."""
+        source = value.node if isinstance(value, NameExpr) else None
+        index = None
+        if isinstance(value, IndexExpr) and isinstance(value.base, NameExpr) \
+                and isinstance(value.index, IntExpr):
+            source, index = value.base.node, value.index.value
+        if source is None or source not in (self.inputs_var, self.output_var):
+            return
+        into = self.inputs if source is self.inputs_var else self.outputs
+        if isinstance(target, NameExpr) and isinstance(target.node, Var):
+            if index is not None:
+                into[target.node] = index
+            elif source is self.output_var:
+                into[target.node] = -1 if self._many() else 0
+        elif isinstance(target, (TupleExpr, ListExpr)) and index is None:
+            for i, item in enumerate(target.items):
+                if isinstance(item, StarExpr):
+                    break
+                if isinstance(item, NameExpr) and isinstance(item.node, Var):
+                    into[item.node] = i
+
+    def _position(self, e: Expression, var: Var | None, by_name: dict[Var, int],
+                  whole: int) -> int | None:
+        if var is None:
+            return None
+        if isinstance(e, NameExpr):
+            if e.node is var:
+                return whole
+            return by_name.get(e.node) if isinstance(e.node, Var) else None
+        if isinstance(e, IndexExpr) and isinstance(e.base, NameExpr) and e.base.node is var \
+                and isinstance(e.index, IntExpr):
+            return e.index.value
+        return None
+
+    def slots(self, call: CallExpr) -> tuple[Slot, ...] | None:
+        if any(k != ARG_POS for k in call.arg_kinds):
+            return None  # ``*tensors``: how many is not known
+        out = []
+        for e in call.args:
+            name = expr_text(e)
+            if isinstance(e, NameExpr) and e.fullname == "builtins.None":
+                out.append(Slot("None", NONE))
+                continue
+            i = self._position(e, self.inputs_var, self.inputs, -1)
+            if i is not None:
+                typ = self.input_types[i] if 0 <= i < len(self.input_types) else None
+                out.append(duality.saved_slot(self.typer.saved_value(name, typ)))
+                continue
+            if isinstance(e, NameExpr) and isinstance(e.node, Var) and e.node in self.params:
+                out.append(duality.saved_slot(self.typer.saved_value(name, self.params[e.node])))
+                continue
+            if isinstance(e, NameExpr) and isinstance(e.node, Var) and self.output_var is None:
+                position = self.outputs.get(e.node)
+            else:
+                position = self._position(e, self.output_var, self.outputs,
+                                          -1 if self._many() else 0)
+            own = self.typer.saved_value(name, lookup_type(self.api, e))
+            out.append(duality.saved_slot(own, position, self.fn.outputs))
+        return tuple(out)
+
+
+def _map_statement(st: Statement, f: Callable[[Expression], Expression], targets: bool) -> None:
+    """Apply ``f`` to the expressions a statement holds directly (not those of its nested
+    statements), replacing each by what ``f`` returns; assignment targets only if ``targets``."""
+    if isinstance(st, AssignmentStmt):
+        st.rvalue = f(st.rvalue)
+        if targets:
+            st.lvalues[:] = [f(lv) for lv in st.lvalues]
+    elif isinstance(st, OperatorAssignmentStmt):
+        st.rvalue = f(st.rvalue)
+        if targets:
+            st.lvalue = f(st.lvalue)
+    elif isinstance(st, ExpressionStmt):
+        st.expr = f(st.expr)
+    elif isinstance(st, ReturnStmt):
+        if st.expr is not None:
+            st.expr = f(st.expr)
+    elif isinstance(st, AssertStmt):
+        st.expr = f(st.expr)
+        if st.msg is not None:
+            st.msg = f(st.msg)
+    elif isinstance(st, IfStmt):
+        st.expr[:] = [f(e) for e in st.expr]
+    elif isinstance(st, WhileStmt):
+        st.expr = f(st.expr)
+    elif isinstance(st, ForStmt):
+        st.expr = f(st.expr)
+        if targets:
+            st.index = f(st.index)
+    elif isinstance(st, WithStmt):
+        st.expr[:] = [f(e) for e in st.expr]
+        if targets:
+            st.target[:] = [f(t) if t is not None else None for t in st.target]
+
+
+def _map_children(e: Expression, f: Callable[[Expression], Expression]) -> None:
+    """Apply ``f`` to the subexpressions of ``e`` (not into lambdas), replacing each by what
+    ``f`` returns."""
+    if isinstance(e, CallExpr):
+        e.callee = f(e.callee)
+        e.args[:] = [f(a) for a in e.args]
+    elif isinstance(e, MemberExpr):
+        e.expr = f(e.expr)
+    elif isinstance(e, IndexExpr):
+        e.base = f(e.base)
+        e.index = f(e.index)
+    elif isinstance(e, TupleExpr):
+        e.items[:] = [f(i) for i in e.items]
+    elif isinstance(e, ListExpr):
+        e.items[:] = [f(i) for i in e.items]
+    elif isinstance(e, SetExpr):
+        e.items[:] = [f(i) for i in e.items]
+    elif isinstance(e, StarExpr):
+        e.expr = f(e.expr)
+    elif isinstance(e, UnaryExpr):
+        e.expr = f(e.expr)
+    elif isinstance(e, CastExpr):
+        e.expr = f(e.expr)
+    elif isinstance(e, AwaitExpr):
+        e.expr = f(e.expr)
+    elif isinstance(e, OpExpr):
+        e.left = f(e.left)
+        e.right = f(e.right)
+    elif isinstance(e, ComparisonExpr):
+        e.operands[:] = [f(o) for o in e.operands]
+    elif isinstance(e, ConditionalExpr):
+        e.cond = f(e.cond)
+        e.if_expr = f(e.if_expr)
+        e.else_expr = f(e.else_expr)
+    elif isinstance(e, AssignmentExpr):
+        e.value = f(e.value)
+    elif isinstance(e, DictExpr):
+        e.items[:] = [(f(k) if k is not None else None, f(v)) for k, v in e.items]
+    elif isinstance(e, SliceExpr):
+        if e.begin_index is not None:
+            e.begin_index = f(e.begin_index)
+        if e.end_index is not None:
+            e.end_index = f(e.end_index)
+        if e.stride is not None:
+            e.stride = f(e.stride)
+    elif isinstance(e, ListComprehension):
+        _map_children(e.generator, f)
+    elif isinstance(e, GeneratorExpr):
+        e.left_expr = f(e.left_expr)
+        e.sequences[:] = [f(s) for s in e.sequences]
+        e.condlists[:] = [[f(c) for c in cl] for cl in e.condlists]
 
 
 def _func(s: Statement) -> FuncDef | None:

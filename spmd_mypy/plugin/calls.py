@@ -169,6 +169,8 @@ def expr_text(e: Expression | None) -> str:
     if isinstance(e, MemberExpr):
         return f"{expr_text(e.expr)}.{e.name}"
     if isinstance(e, CallExpr):  # x.float() as written: a fix text that quotes it pastes
+        if is_saved_read(e):
+            return expr_text(e.args[0])
         return f"{expr_text(e.callee)}({'...' if e.args else ''})"
     if isinstance(e, IndexExpr):
         return f"{expr_text(e.base)}[...]"
@@ -212,6 +214,15 @@ def expr_text(e: Expression | None) -> str:
     if isinstance(e, AwaitExpr):
         return f"(await {expr_text(e.expr)})"
     return "<expression>"
+
+
+def is_saved_read(e: CallExpr) -> bool:
+    """``isinstance(ctx.saved_tensors, object)``: how the plugin rewrites a read of
+    ``ctx.saved_tensors`` in a custom Function's backward (autograd.py); named as written."""
+    callee = e.callee
+    return (isinstance(callee, NameExpr) and callee.name == "isinstance" and len(e.args) == 2
+            and isinstance(e.args[0], MemberExpr) and e.args[0].name == "saved_tensors"
+            and isinstance(e.args[1], NameExpr) and e.args[1].name == "object")
 
 
 def whole_index(index: Expression) -> bool:

@@ -398,6 +398,8 @@ class HookDispatch:
         autograd = self.plugin.autograd
         if autograd.is_trigger(ctx):
             return autograd.trigger_hook(ctx)
+        if autograd.is_saved_read(ctx):
+            return autograd.saved_read_hook(ctx)
         # A real isinstance: mypy narrows right after typing this call, and it will not
         # narrow a declared torch.Tensor while the gradual promotion is on (narrow_declared_type
         # keeps any class with an alt promotion).  Off for the rest of the function; a return,

@@ -27,7 +27,7 @@
 
 4. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
    ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
-   ``forward`` of custom autograd Functions, where an Invariant operand relaxes
+   ``forward`` and ``backward`` of custom autograd Functions, where an Invariant operand relaxes
    to Replicate (SPEC section 3).  Stored per file for the op hooks.
 """
 
@@ -368,6 +368,10 @@ def _grad_mode(e: Expression) -> bool | None:
 
 # The methods of a custom autograd Function that implement its forward and backward.
 AUTOGRAD_FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp"})
+# Those that run without grad: forward always, backward (vjp, its other name) unless the caller
+# asks for create_graph=True (the check mode reads torch.is_grad_enabled() there; the static
+# checker takes the usual case, as the duality rule does: engine.duality)
+GRADIENT_FREE_METHODS = frozenset({"forward", "backward", "vjp"})
 
 
 def is_no_grad_function(d: Decorator) -> bool:
@@ -660,7 +664,7 @@ class _Walker:
         body_mode = self._body_mode
         self._body_mode = None
         lines = (st.line, st.end_line or st.line)
-        if in_function_class and st.name == "forward":
+        if in_function_class and st.name in GRADIENT_FREE_METHODS:
             self.no_grad.append(lines)
             body_mode = False
         if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:

@@ -1307,6 +1307,46 @@ case("unflatten-dense-tensors-of-P-is-P", {"p": "P", "a": "R", "b": "R"},
      ("parts = torch._utils._unflatten_dense_tensors(p, [a, b])", "out = parts[0] + a"), AFF,
      make={"p": "torch.randn(32, requires_grad=True).clone()"})
 
+# ctx.saved_tensors in a custom Function's backward: what forward saved, with its type (a
+# parameter its declared one, an output forward's declared result: engine duality.saved_slot);
+# backward runs without grad (a saved I mixes with a V gradient).  The error is raised inside
+# backward, so the Function is applied by a class decorator (the class's last line is the
+# case's last).
+_RUN_BACKWARD = ("def run(fn):", "    fn.apply(a).sum().backward()", "    return fn", "@run")
+case("function-saved-input-nonlinear-in-backward", {"a": "P"}, _RUN_BACKWARD + (
+    "class Fn(torch.autograd.Function):",
+    "    @staticmethod",
+    '    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[P["tp"]]:',
+    "        ctx.save_for_backward(x)",
+    "        return x * 2",
+    "    @staticmethod",
+    '    def backward(ctx, g: Tensor[R["tp"]]) -> Tensor[R["tp"]]:',
+    "        (x,) = ctx.saved_tensors",
+    "        return g * torch.exp(x)"), NL)
+case("function-saved-output-nonlinear-in-backward", {"a": "P"}, _RUN_BACKWARD + (
+    "class Fn(torch.autograd.Function):",
+    "    @staticmethod",
+    '    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[P["tp"]]:',
+    "        y = x * 2",
+    "        ctx.save_for_backward(y)",
+    "        return y",
+    "    @staticmethod",
+    '    def backward(ctx, g: Tensor[R["tp"]]) -> Tensor[R["tp"]]:',
+    "        (y,) = ctx.saved_tensors",
+    "        return g * torch.exp(y)"), NL)
+case("function-saved-invariant-with-varying-gradient", {"a": "I", "b": "V"}, (
+    "class Fn(torch.autograd.Function):",
+    "    @staticmethod",
+    '    def forward(ctx, x: Tensor[I["tp"]], w: Tensor[V["tp"]]) -> Tensor[V["tp"]]:',
+    "        ctx.save_for_backward(x)",
+    "        return x * w",
+    "    @staticmethod",
+    '    def backward(ctx, g: Tensor[V["tp"]]) -> tuple[None, Tensor[V["tp"]]]:',
+    "        (x,) = ctx.saved_tensors",
+    "        return None, g * x",
+    "out = Fn.apply(a, b)",
+    'spmd.reinterpret(out.sum(), "tp", src=V, dst=P).backward()'), "V", collective=True)
+
 
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.

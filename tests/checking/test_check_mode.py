@@ -1288,6 +1288,45 @@ def test_function_under_torch_func_checks_its_backward() -> None:
                 'gradient of input x (Tensor[P["tp"]]), which is Tensor[R["tp"]]'), str(e.value)
 
 
+class _SavesEverything(torch.autograd.Function):
+    """Saves its inputs, a local, None and both of its outputs (the second by position)."""
+
+    seen: list = []
+
+    @staticmethod
+    def forward(ctx, x: Tensor[I["tp"]], w: Tensor[V["tp"]]) -> tuple[Tensor[V["tp"]], Tensor[P["tp"]]]:
+        h = x * w
+        y, z = h * 2, h * 3
+        ctx.save_for_backward(x, w, h, None, z, y)
+        return y, z
+
+    @staticmethod
+    def backward(ctx, gy: Tensor[V["tp"]], gz: Tensor[R["tp"]]) -> tuple[None, None]:
+        _SavesEverything.seen.append([spmd.typeof(t) if t is not None else "None"
+                                      for t in ctx.saved_tensors])
+        return None, None
+
+
+def test_function_saved_tensors_have_the_static_types() -> None:
+    """ctx.saved_tensors in backward: the objects forward saved keep their types (inputs the
+    declared ones, a local what it was computed as); an output, which torch hands back as a new
+    tensor, has forward's declared type at its position (engine duality.saved_slot, as
+    statically: tests/plugin/cases/saved_tensors.test).  Outside the block torch's own
+    saved_tensors is in place."""
+    _SavesEverything.seen.clear()
+    with spmd.typecheck():
+        x = typed(mk(), Tensor[I["tp"]])
+        w = typed(mk(), Tensor[V["tp"]])
+        y, z = _SavesEverything.apply(x, w)
+        y.backward(typed(torch.ones_like(y), Tensor[V["tp"]]), retain_graph=True)
+    assert _SavesEverything.seen == [[ty(tp=INVARIANT), ty(tp=VARYING), ty(tp=VARYING), "None",
+                                      ty(tp=PARTIAL), ty(tp=VARYING)]]
+    assert "saved_tensors" not in torch.autograd.function.BackwardCFunction.__dict__
+    _SavesEverything.seen.clear()
+    y.backward(torch.ones_like(y))  # unchecked: the saved output is torch's new tensor, untyped
+    assert _SavesEverything.seen[0][5] is None and _SavesEverything.seen[0][4] is None
+
+
 # --------------------------------------------------------------------------------------
 # messages name module attributes; suspended()
 

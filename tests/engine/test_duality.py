@@ -57,3 +57,34 @@ def test_none_for_a_non_tensor_input() -> None:
                       (Slot.tensor("out", t(REPLICATE)),), (Slot.tensor("g", t(PARTIAL)),),
                       (Slot.tensor("gx", t(INVARIANT)), Slot("none", NONE)))
     assert check_signature(f) == []
+
+
+def test_saved_slot_is_the_value_or_the_declared_output() -> None:
+    """What ctx.saved_tensors hands backward (both checkers apply this rule)."""
+    from spmd_mypy.engine.duality import UNKNOWN, saved_slot
+    from spmd_mypy.engine.types import UNTYPED
+
+    i = SpmdType.of({"tp": INVARIANT})
+    v = SpmdType.of({"tp": VARYING})
+    assert saved_slot(Slot.tensor("x", i)).type == i  # a parameter, a local: its own type
+    assert saved_slot(Slot("n", NONE)).kind == NONE
+    assert saved_slot(Slot("k", OTHER)).kind == UNKNOWN  # torch saves tensors and None only
+    assert saved_slot(Slot.tensor("u", UNTYPED)).kind == UNKNOWN  # a plain tensor: unknown
+    outputs = (Slot.tensor("", v), Slot(""))
+    # an output: forward's declared type at its position, whatever it was computed as
+    assert saved_slot(Slot.tensor("y", i), 0, outputs).type == v
+    assert saved_slot(Slot.tensor("y", i), 1, outputs).kind == UNKNOWN  # not declared
+    assert saved_slot(Slot.tensor("y", i), -1, outputs).kind == UNKNOWN  # position unknown
+    assert saved_slot(Slot.tensor("y", i), 0, None).kind == UNKNOWN
+
+
+def test_join_saved_keeps_what_every_save_agrees_on() -> None:
+    from spmd_mypy.engine.duality import UNKNOWN, join_saved
+
+    i = Slot.tensor("x", SpmdType.of({"tp": INVARIANT}))
+    v = Slot.tensor("w", SpmdType.of({"tp": VARYING}))
+    joined = join_saved([(i, v), (Slot.tensor("x2", i.type), i)])
+    assert joined is not None and joined[0].type == i.type and joined[1].kind == UNKNOWN
+    assert join_saved([(i, v), (i,)]) is None  # different counts
+    assert join_saved([(i,), None]) is None  # a save not read (``*args``)
+    assert join_saved([]) is None

@@ -6,6 +6,7 @@ parameters with the static checker's error; outside check mode nothing changes."
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Optional
 
 import torch
@@ -14,7 +15,7 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx, named_checks
-from spmd import P, R, S, Tensor, V
+from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import REPLICATE, VARYING, SpmdType
 
@@ -202,7 +203,85 @@ def check_prefetch_in_function(ctx: Ctx, name: str) -> None:
             assert_close(g, r)
 
 
+class _ColumnLinearForgot(torch.autograd.Function):
+    """rt_megatron_fns.ColumnLinear with the backward all-reduce of the input's gradient
+    forgotten (statically: tests/plugin/cases/saved_tensors.test)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]], w: Tensor[V["x"]]) -> Tensor[V["x"]]:
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[V["x"]]) -> tuple[Tensor[I["x"]], Tensor[V["x"]]]:
+        x, w = ctx.saved_tensors
+        gx = g @ w
+        return gx, g.t() @ x
+
+
+def _mlp(ctx: Ctx, column: Any, check: bool) -> tuple[torch.Tensor, ...]:
+    """relu(x @ w1.T) @ w2.T through the column- then the row-parallel Function, w1 sharded by
+    rows and w2 by columns over the ranks; (loss, x.grad, w1.grad, w2.grad)."""
+    import rt_megatron_fns as fns
+
+    n, r = ctx.world, ctx.rank
+    gen = torch.Generator().manual_seed(11)
+    x0, w10, w20 = (torch.randn(*s, generator=gen, dtype=F64) for s in ((3, 4), (2 * n, 4), (5, 2 * n)))
+    c = torch.randn(3, 5, generator=gen, dtype=F64)
+    x = x0.clone().requires_grad_()
+    w1 = w10[2 * r:2 * r + 2].clone().requires_grad_()
+    w2 = w20[:, 2 * r:2 * r + 2].clone().requires_grad_()
+    with contextlib.ExitStack() as stack:
+        if check:
+            stack.enter_context(spmd.typecheck())
+            spmd.declare(x, Tensor[I["x"]])
+            spmd.declare(w1, Tensor[V["x"]])
+            spmd.declare(w2, Tensor[V["x"]])
+            c = spmd.declare(c, Tensor[I["x"]])
+        z = fns.RowLinear.apply(torch.relu(column.apply(x, w1)), w2)
+        loss = (z * c).sum()
+        loss.backward()
+    return loss.detach(), x.grad, w1.grad, w2.grad
+
+
+def check_linear_saved_tensors(ctx: Ctx, name: str) -> None:
+    """Megatron's column/row-parallel linear Functions, backward computed on ctx.saved_tensors
+    (rt_megatron_fns.py; the static checker passes them, and reports the forgotten all-reduce):
+    in the check mode and outside, the loss and every gradient are the unsharded float64
+    reference's.  Forgotten, the input's gradient is each rank's partial sum (measured: off the
+    reference), and the check mode raises spmd-duality at the backward."""
+    n, r = ctx.world, ctx.rank
+    gen = torch.Generator().manual_seed(11)
+    x0, w10, w20 = (torch.randn(*s, generator=gen, dtype=F64) for s in ((3, 4), (2 * n, 4), (5, 2 * n)))
+    c = torch.randn(3, 5, generator=gen, dtype=F64)
+    x, w1, w2 = (t.clone().requires_grad_() for t in (x0, w10, w20))
+    ref = ((torch.relu(x @ w1.t()) @ w2.t()) * c).sum()
+    ref.backward()
+    import rt_megatron_fns as fns
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        for check in (False, True):
+            loss, gx, g1, g2 = _mlp(ctx, fns.ColumnLinear, check)
+            with spmd._checking.suspended():
+                assert_close(loss, ref.detach())
+                assert_close(gx, x.grad)
+                assert_close(g1, w1.grad[2 * r:2 * r + 2])
+                assert_close(g2, w2.grad[:, 2 * r:2 * r + 2])
+        _, gx, _, _ = _mlp(ctx, _ColumnLinearForgot, False)
+        off = float((gx - x.grad).abs().max())
+        assert off > 0.1, off
+        try:
+            _mlp(ctx, _ColumnLinearForgot, True)
+        except SpmdTypeError as e:
+            assert e.code == "spmd-duality", e
+            assert str(e).startswith('_ColumnLinearForgot.backward returns gx (Tensor[V["x"]]) as '
+                                     'the gradient of input x (Tensor[I["x"]])'), str(e)
+        else:
+            raise AssertionError("the forgotten backward all-reduce was not caught")
+        dist.barrier()
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "autograd-fn", (
         check_apply_typed, check_apply_argument_mismatch, check_off_untouched,
-        check_prefetch_in_function))
+        check_prefetch_in_function, check_linear_saved_tensors))

@@ -11,6 +11,9 @@ check_megatron_functions: the values against float64 references).
   R is due (``_ReduceFromModelParallelRegion``).
 - torch.func (grad, vjp) runs a setup_context Function's backward: its duality is checked
   there too.
+- The column- and row-parallel linear layers' Functions compute their backward on what forward
+  saved (``ctx.saved_tensors``, typed by both checkers as forward saved it): the saved I input
+  meets the V gradient there, without grad (rt_autograd_fn.check_linear_saved_tensors).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 import spmd
-from spmd import I, P, R, S, Tensor
+from spmd import I, P, R, S, Tensor, V
 
 
 class CopyToRegion(torch.autograd.Function):
@@ -80,6 +83,40 @@ class VocabParallelCE(torch.autograd.Function):
         onehot = torch.zeros_like(sm).scatter_(-1, idx.unsqueeze(-1), 1.0) * inside.unsqueeze(-1)
         n = sm.numel() // sm.shape[-1]
         return g * (sm - onehot) / n, None
+
+
+class ColumnLinear(torch.autograd.Function):
+    """megatron.core.tensor_parallel.layers.LinearWithGradAccumulationAndAsyncCommunication
+    without sequence parallelism: the input's gradient is a partial sum over the sharded output
+    features, all-reduced raw into the name returned."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["x"]], w: Tensor[V["x"]]) -> Tensor[V["x"]]:
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[V["x"]]) -> tuple[Tensor[I["x"]], Tensor[V["x"]]]:
+        x, w = ctx.saved_tensors
+        gx = g @ w
+        dist.all_reduce(gx)
+        return gx, g.t() @ x
+
+
+class RowLinear(torch.autograd.Function):
+    """The row-parallel layer: the partial products all-reduced in forward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[V["x"]], w: Tensor[V["x"]]) -> Tensor[I["x"]]:
+        ctx.save_for_backward(x, w)
+        y = x @ w.t()
+        dist.all_reduce(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[I["x"]]) -> tuple[Tensor[V["x"]], Tensor[V["x"]]]:
+        x, w = ctx.saved_tensors
+        return g @ w, g.t() @ x
 
 
 class CopyToRegionFunc(torch.autograd.Function):
