@@ -799,7 +799,15 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
         return sum(1 for _, sp, dst in ms for d, e in enumerate(sp) for a in e if a not in dst[d])
 
     best: tuple[tuple[int, int, int], list[tuple[Operand, Spec, Spec]]] | None = None
+    # an in-place op (x.addcmul_(a, b)) writes into x: the others take x's layout, never x
+    # the others' (a redistributed x is a new tensor, which would take the update instead)
+    kept = 0 if is_inplace(op) and specs and specs[0][0] == 0 else None
+    if kept is not None:
+        layout = [says[0].get(od, ()) for od in range(r)]
+        best = ((0, 0, 0), moves(layout))
     for n, (k, _) in enumerate(specs):
+        if kept is not None:
+            break
         layout: list[tuple[str, ...]] = [()] * r
         for od in range(r):
             first = next((says[i][od] for i, _ in specs if od in says[i]), ())
@@ -827,6 +835,10 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
         o, d = sharded_here
         fix += (f" (if dim {d} of {o.text} has size 1, show it instead: unsqueeze({d}) or None "
                 f"indexing in the operand broadcasts it; a size-1 dim cannot be sharded)")
+    if kept is not None:
+        return SpmdError(CODE, f"{op}: {why} ({descs}); elementwise ops need the same layout, "
+                               f"here {bare(operands[0].text)}'s ({op} writes into it in place: redistribute "
+                               f"the other operands, not it): {fix}")
     return SpmdError(CODE, f"{op}: {why} ({descs}); elementwise ops need the same layout: {fix}")
 
 
@@ -2022,6 +2034,34 @@ def _index_on_dim(x: Operand, dim: int, key: int | slice, op: str) -> Result:
 ELEMENTWISE = frozenset(
     name for name, spec in OP_SPECS.items() if spec.keeps_shard_dims
 ) - ALONG_DIM - NORMALIZE_TRAILING - {"group_norm"}
+# elementwise ops the table does not list as shape-keeping (where(c, a, b), masked_fill,
+# addcmul, addcdiv and lerp: ternary, each output element from the same elements)
+_ELEMENTWISE_MORE = frozenset({"where", "masked_fill", "addcmul", "addcdiv", "lerp"})
+
+
+def is_inplace(op: str) -> bool:
+    """``x.add_(y)``, ``x.addcmul_(a, b)``: torch's trailing underscore (``_foreach_*`` and
+    other private names, dunders: no)."""
+    return op.endswith("_") and not op.startswith("_")
+
+
+def inplace_base(op: str) -> str:
+    """The out-of-place op whose rule an in-place op follows: ``addcmul_`` -> ``addcmul``,
+    ``sign_`` -> ``sign``; ``op`` itself when it is not in place or its out-of-place op has
+    no elementwise rule.  The in-place op's result is the out-of-place op's, written into
+    ``self``: the result's spec must be ``self``'s (else the in-place error,
+    ``ops.check_inplace``, which both adapters ask for the mutated tensor)."""
+    if is_inplace(op):
+        base = op[:-1]
+        if base in ELEMENTWISE or base in _ELEMENTWISE_MORE:
+            return base
+    return op
+
+
+def is_elementwise(op: str) -> bool:
+    """Whether ``op`` has the elementwise rule (:func:`elementwise`, with broadcasting),
+    in place or not: both adapters ask it to read the dims of size 1."""
+    return op in ELEMENTWISE or op in _ELEMENTWISE_MORE or inplace_base(op) != op
 EINSUM_LIKE = frozenset("matmul mm bmm mv dot inner outer".split())
 _OUTER = {"outer": "i,j->ij", "ger": "i,j->ij", "inner": "...i,...i->..."}
 
@@ -2071,7 +2111,7 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in ALONG_DIM or op in NORMALIZE_TRAILING:
         return along_dim(op, x, dim=p.get("dim"), normalized_ndim=p.get("normalized_ndim"),
                          extra=operands[1:])
-    if op in ELEMENTWISE or op in ("where", "masked_fill", "addcmul", "addcdiv", "lerp"):
+    if is_elementwise(op):
         if opa:
             return _finish(op, operands, None, [SpmdError(CODE, f"{op}: out_partial_axes applies to "
                                                               f"einsum, matmul, linear and sum only")])
@@ -2175,11 +2215,17 @@ def complex_view(x: Operand, *, op: str) -> Result:
 def no_rule_error(op: str, operands: Sequence[Operand]) -> SpmdError:
     """An op without a shard propagation rule on a global operand.  The fix redistributes
     a *sharded* operand to the unsharded spec; when every global operand is already
-    unsharded no redistribute helps (a suggestion is never a no-op): local_map only."""
+    unsharded no redistribute helps (a suggestion is never a no-op): local_map only.  An
+    in-place op's ``self`` is never the one redistributed (the copy would take the update)."""
     globals_ = [o for o in operands if is_global(o.type)]
     g = globals_[0]
     sharded = next((o for o in globals_ if any(o.type.spec or ())), None)  # type: ignore[union-attr]
-    if sharded is not None:
+    if is_inplace(op) and operands and sharded is operands[0]:
+        # x.op_(...) writes into x: spmd.redistribute(x, ...) is a new tensor, which would
+        # take the update while x keeps its old values (an optimizer state never updated)
+        how = (f"wrap the code in spmd.local_map ({op} writes into {bare(sharded.text)} in "
+               f"place, so redistributing it would update a copy: no redistribute helps)")
+    elif sharded is not None:
         sp = sharded.type.spec  # type: ignore[union-attr]
         assert sp is not None
         how = (f"wrap the code in spmd.local_map, or redistribute {sharded.text} to an unsharded "
@@ -2264,6 +2310,7 @@ __all__ = [
     "group_norm", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
+    "is_inplace", "inplace_base", "is_elementwise",
 ]
 
 
