@@ -89,7 +89,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .contractions import DimError, parse_equation
 from .errors import SpmdError
-from .ops import CAST_FORMAL, CAST_OPS, OP_SPECS, Operand, Result, Role, call_spec, cast_is_integral
+from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, Operand, Result, Role, call_spec, cast_is_integral,
+                  classify)
 from .ops import propagate as local_propagate
 from .types import (
     Kind,
@@ -742,7 +743,8 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
         return _finish(op, operands, None, [_layout_error(op, operands, specs, says, conflicts, r,
                                                           sizes_known=sizes_exact)])
     spec = tuple(e or () for e in out)
-    errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
+    errors = _broadcast_errors(op, operands, spec, owner, sizes_one) or _partial_into_blocks(
+        op, operands, spec)
     if errors:
         return _finish(op, operands, None, errors)
     seen: dict[str, int] = {}
@@ -753,6 +755,26 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                     CODE, f'{op}: mesh axis "{a}" would shard dims {seen[a]} and {d} of the result')])
             seen[a] = d
     return _finish(op, operands, spec, [])
+
+
+def _partial_into_blocks(op: str, operands: Sequence[Operand], spec: Spec) -> list[SpmdError]:
+    """A Partial operand on an axis that shards the result: each rank's summand would land in
+    its own block.  The local rule rejects Partial beside the Varying operand that shards it,
+    but an overwritten one (``x.copy_(p)``) is not among its operands."""
+    placed = {a: d for d, e in enumerate(spec) for a in e}
+    roles = classify(op)
+    for i, o in enumerate(operands):
+        if o.type is None or (o.role or roles.role(i)) is Role.OVERWRITTEN:
+            continue
+        for a, lt in o.type.axes:
+            if lt.kind is Kind.P and a in placed:
+                return [SpmdError(
+                    CODE,
+                    f'{op}: {_desc(o)} is Partial on "{a}", which shards dim {placed[a]} of the '
+                    f"result: each rank would write its summand into its own block; reduce it "
+                    f'first (all_reduce({bare(o.text)}, "{a}", src=P, dst=R))',
+                )]
+    return []
 
 
 def _elementwise_dims(o: Operand, r: int, ones: Sequence[bool]) -> dict[int, tuple[str, ...]]:
