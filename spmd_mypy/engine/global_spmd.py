@@ -848,7 +848,8 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
         if not _axes_once(tuple(layout)):
             layout = [()] * r
         best = ((0, 0, 0), moves(layout))
-    fix = " and ".join(redistribute_fix(o.text, sp, dst) for o, sp, dst in best[1])
+    # one call per operand as written (x.addcmul_(g, g): g once)
+    fix = " and ".join(dict.fromkeys(redistribute_fix(o.text, sp, dst) for o, sp, dst in best[1]))
     sharded_here = next(((o, d) for o, sp, dst in best[1] for d, e in enumerate(sp)
                          if not e and dst[d]), None)
     if sharded_here is not None and not sizes_known:
