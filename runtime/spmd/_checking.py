@@ -987,7 +987,7 @@ class _Mode(TorchFunctionMode):
             # Nothing typed (gradual): a typed in-place/out= target keeps its type.
             return func(*args, **kwargs)
         if _global_check.is_global(types):
-            return self._global_op(plan, func, args, kwargs, ops, types)
+            return self._global_op(plan, func, args, kwargs, ops, types, outs)
         if plan.name in PER_OPERAND_OPS:
             return self._per_operand_op(plan, func, args, kwargs, ops, types)
         checked = self._local_check(plan, args, kwargs, ops, outs, types)
@@ -1061,7 +1061,8 @@ class _Mode(TorchFunctionMode):
         """``torch._foreach_add_(params, grads, alpha=-lr)`` (optimizers, clip_grad_norm_):
         the rule of the per-position op (``plan.each``) at each list position, checked before
         the call runs; the mutated tensors and the results typed position by position.
-        A position with a global (partition spec) operand is left untyped."""
+        A position with a global (partition spec) operand takes the global rule
+        (:meth:`_global_check`)."""
         each = plan.each
         positions = _torch_ops.foreach_positions(args, kwargs)
         if each is None or positions is None:
@@ -1078,8 +1079,13 @@ class _Mode(TorchFunctionMode):
                 written = [*(read[:1] if each.inplace else ()), *outs,
                            *(read[j] for j in plan.writes if j < len(read))]
                 types = _written_zeros(ops, types, written)
-            if types is None or _global_check.is_global(types):
+            if types is None:
                 checks.append(None)
+                continue
+            if _global_check.is_global(types):
+                # a partition spec at this position: the global rule, as for one tensor
+                # (torch._foreach_addcmul_(exp_avg_sqs, grads, grads): addcmul_'s)
+                checks.append(self._global_check(each, read, k, ops, types, outs))
                 continue
             checked = self._local_check(each, read, k, ops, outs, types)
             if checked is not None and plan.writes:
@@ -1132,14 +1138,34 @@ class _Mode(TorchFunctionMode):
         return result
 
     def _global_op(self, plan: Plan, func: Any, args: tuple, kwargs: dict, ops: list,
-                   types: list) -> Any:
+                   types: list, outs: Sequence[torch.Tensor] = ()) -> Any:
         """An op with a global (partition spec) operand: the engine's shard propagation."""
+        checked = self._global_check(plan, args, kwargs, ops, types, outs)
+        if checked is None:
+            return func(*args, **kwargs)
+        rtype, targets, new_types = checked
+        result = func(*args, **kwargs)
+        for tgt, t in zip(targets, new_types):
+            if t:
+                _set(tgt, t)
+        if rtype:
+            _stamp_outputs(result, rtype, targets)
+        return result
+
+    def _global_check(self, plan: Plan, args: tuple, kwargs: dict, ops: list, types: list,
+                      outs: Sequence[torch.Tensor] = ()
+                      ) -> tuple[SpmdType, list[torch.Tensor], list[SpmdType]] | None:
+        """The global rule on one call, before it runs: (the result's type, the mutated
+        tensors (self of an in-place op, ``out=``), their types after the op); raises the
+        rule's error, or the in-place error of a mutated tensor whose spec the result would
+        change; None where the call is left untyped (an argument form the reader does not
+        know, the collectives' internals)."""
         grad_on = torch.is_grad_enabled()
         pairs = [(v, t) for (v, _), t in zip(ops, types)]
         try:
             params = _global_check.params_for(plan, args, kwargs, pairs, _get)
         except Exception:  # an argument form the reader does not know: leave it untyped
-            return func(*args, **kwargs)
+            return None
         key = _operand_key(["global", plan.name, self.strict, _global_check.params_key(params)],
                            ops, types, grad_on)
         try:
@@ -1154,7 +1180,7 @@ class _Mode(TorchFunctionMode):
             try:
                 res = self._propagate(plan, ops, types, grad_on, None, params)
             except Exception:  # the rule could not read this call: the result stays untyped
-                return func(*args, **kwargs)
+                return None
             rtype, failed = _canon(res.type), bool(res.errors)
             if key_t is not None:
                 if len(_RESULTS) >= _RESULTS_MAX:
@@ -1162,7 +1188,7 @@ class _Mode(TorchFunctionMode):
                 _RESULTS[key_t] = (rtype, failed)
         if failed:
             if _in_collective_internals():
-                return func(*args, **kwargs)
+                return None
             values = [v for v, _ in ops]
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts, params)
@@ -1172,12 +1198,12 @@ class _Mode(TorchFunctionMode):
             first = ops[0][0] if ops else None
             if isinstance(first, torch.Tensor):
                 targets.append(first)
-        for tgt in targets:
-            self._check_target(plan, tgt, True, rtype, ops, grad_on)
-        result = func(*args, **kwargs)
-        if rtype:
-            _stamp_outputs(result, rtype, targets)
-        return result
+        inplace = len(targets)
+        targets.extend(outs)
+        # an untyped target takes the result's type (the rule placed its dims already)
+        new_types = [self._check_target(plan, tgt, i < inplace, rtype, ops, grad_on)
+                     if _get(tgt) else rtype for i, tgt in enumerate(targets)]
+        return rtype, targets, new_types
 
     def _propagate(self, plan: Plan, ops: list, types: list, grad_on: bool,
                    texts: list[str] | None, params: dict | None = None,

@@ -238,7 +238,7 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
             p["dim"] = None
         if "keepdim" in b:
             p["keepdim"] = bool(b["keepdim"])
-    if name in global_spmd.ELEMENTWISE or name in ("where", "masked_fill", "max", "min"):
+    if global_spmd.is_elementwise(name) or name in ("max", "min"):
         p["sizes_one"] = tuple(
             tuple(s == 1 for s in global_shape(x, t, sizes)) if isinstance(x, torch.Tensor) else ()
             for x, t in tensors)

@@ -89,7 +89,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .contractions import DimError, parse_equation
 from .errors import SpmdError
-from .ops import CAST_FORMAL, CAST_OPS, OP_SPECS, Operand, Result, Role, call_spec, cast_is_integral
+from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, Operand, Result, Role, call_spec, cast_is_integral,
+                  classify)
 from .ops import propagate as local_propagate
 from .types import (
     Kind,
@@ -742,7 +743,8 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
         return _finish(op, operands, None, [_layout_error(op, operands, specs, says, conflicts, r,
                                                           sizes_known=sizes_exact)])
     spec = tuple(e or () for e in out)
-    errors = _broadcast_errors(op, operands, spec, owner, sizes_one)
+    errors = _broadcast_errors(op, operands, spec, owner, sizes_one) or _partial_into_blocks(
+        op, operands, spec)
     if errors:
         return _finish(op, operands, None, errors)
     seen: dict[str, int] = {}
@@ -753,6 +755,26 @@ def elementwise(op: str, operands: Sequence[Operand], *, sizes_one: Sequence[Seq
                     CODE, f'{op}: mesh axis "{a}" would shard dims {seen[a]} and {d} of the result')])
             seen[a] = d
     return _finish(op, operands, spec, [])
+
+
+def _partial_into_blocks(op: str, operands: Sequence[Operand], spec: Spec) -> list[SpmdError]:
+    """A Partial operand on an axis that shards the result: each rank's summand would land in
+    its own block.  The local rule rejects Partial beside the Varying operand that shards it,
+    but an overwritten one (``x.copy_(p)``) is not among its operands."""
+    placed = {a: d for d, e in enumerate(spec) for a in e}
+    roles = classify(op)
+    for i, o in enumerate(operands):
+        if o.type is None or (o.role or roles.role(i)) is Role.OVERWRITTEN:
+            continue
+        for a, lt in o.type.axes:
+            if lt.kind is Kind.P and a in placed:
+                return [SpmdError(
+                    CODE,
+                    f'{op}: {_desc(o)} is Partial on "{a}", which shards dim {placed[a]} of the '
+                    f"result: each rank would write its summand into its own block; reduce it "
+                    f'first (all_reduce({bare(o.text)}, "{a}", src=P, dst=R))',
+                )]
+    return []
 
 
 def _elementwise_dims(o: Operand, r: int, ones: Sequence[bool]) -> dict[int, tuple[str, ...]]:
@@ -799,7 +821,15 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
         return sum(1 for _, sp, dst in ms for d, e in enumerate(sp) for a in e if a not in dst[d])
 
     best: tuple[tuple[int, int, int], list[tuple[Operand, Spec, Spec]]] | None = None
+    # an in-place op (x.addcmul_(a, b)) writes into x: the others take x's layout, never x
+    # the others' (a redistributed x is a new tensor, which would take the update instead)
+    kept = 0 if is_inplace(op) and specs and specs[0][0] == 0 else None
+    if kept is not None:
+        layout = [says[0].get(od, ()) for od in range(r)]
+        best = ((0, 0, 0), moves(layout))
     for n, (k, _) in enumerate(specs):
+        if kept is not None:
+            break
         layout: list[tuple[str, ...]] = [()] * r
         for od in range(r):
             first = next((says[i][od] for i, _ in specs if od in says[i]), ())
@@ -818,7 +848,8 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
         if not _axes_once(tuple(layout)):
             layout = [()] * r
         best = ((0, 0, 0), moves(layout))
-    fix = " and ".join(redistribute_fix(o.text, sp, dst) for o, sp, dst in best[1])
+    # one call per operand as written (x.addcmul_(g, g): g once)
+    fix = " and ".join(dict.fromkeys(redistribute_fix(o.text, sp, dst) for o, sp, dst in best[1]))
     sharded_here = next(((o, d) for o, sp, dst in best[1] for d, e in enumerate(sp)
                          if not e and dst[d]), None)
     if sharded_here is not None and not sizes_known:
@@ -827,6 +858,10 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
         o, d = sharded_here
         fix += (f" (if dim {d} of {o.text} has size 1, show it instead: unsqueeze({d}) or None "
                 f"indexing in the operand broadcasts it; a size-1 dim cannot be sharded)")
+    if kept is not None:
+        return SpmdError(CODE, f"{op}: {why} ({descs}); elementwise ops need the same layout, "
+                               f"here {bare(operands[0].text)}'s ({op} writes into it in place: redistribute "
+                               f"the other operands, not it): {fix}")
     return SpmdError(CODE, f"{op}: {why} ({descs}); elementwise ops need the same layout: {fix}")
 
 
@@ -2022,6 +2057,34 @@ def _index_on_dim(x: Operand, dim: int, key: int | slice, op: str) -> Result:
 ELEMENTWISE = frozenset(
     name for name, spec in OP_SPECS.items() if spec.keeps_shard_dims
 ) - ALONG_DIM - NORMALIZE_TRAILING - {"group_norm"}
+# elementwise ops the table does not list as shape-keeping (where(c, a, b), masked_fill,
+# addcmul, addcdiv and lerp: ternary, each output element from the same elements)
+_ELEMENTWISE_MORE = frozenset({"where", "masked_fill", "addcmul", "addcdiv", "lerp"})
+
+
+def is_inplace(op: str) -> bool:
+    """``x.add_(y)``, ``x.addcmul_(a, b)``: torch's trailing underscore (``_foreach_*`` and
+    other private names, dunders: no)."""
+    return op.endswith("_") and not op.startswith("_")
+
+
+def inplace_base(op: str) -> str:
+    """The out-of-place op whose rule an in-place op follows: ``addcmul_`` -> ``addcmul``,
+    ``sign_`` -> ``sign``; ``op`` itself when it is not in place or its out-of-place op has
+    no elementwise rule.  The in-place op's result is the out-of-place op's, written into
+    ``self``: the result's spec must be ``self``'s (else the in-place error,
+    ``ops.check_inplace``, which both adapters ask for the mutated tensor)."""
+    if is_inplace(op):
+        base = op[:-1]
+        if base in ELEMENTWISE or base in _ELEMENTWISE_MORE:
+            return base
+    return op
+
+
+def is_elementwise(op: str) -> bool:
+    """Whether ``op`` has the elementwise rule (:func:`elementwise`, with broadcasting),
+    in place or not: both adapters ask it to read the dims of size 1."""
+    return op in ELEMENTWISE or op in _ELEMENTWISE_MORE or inplace_base(op) != op
 EINSUM_LIKE = frozenset("matmul mm bmm mv dot inner outer".split())
 _OUTER = {"outer": "i,j->ij", "ger": "i,j->ij", "inner": "...i,...i->..."}
 
@@ -2071,7 +2134,7 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in ALONG_DIM or op in NORMALIZE_TRAILING:
         return along_dim(op, x, dim=p.get("dim"), normalized_ndim=p.get("normalized_ndim"),
                          extra=operands[1:])
-    if op in ELEMENTWISE or op in ("where", "masked_fill", "addcmul", "addcdiv", "lerp"):
+    if is_elementwise(op):
         if opa:
             return _finish(op, operands, None, [SpmdError(CODE, f"{op}: out_partial_axes applies to "
                                                               f"einsum, matmul, linear and sum only")])
@@ -2175,11 +2238,17 @@ def complex_view(x: Operand, *, op: str) -> Result:
 def no_rule_error(op: str, operands: Sequence[Operand]) -> SpmdError:
     """An op without a shard propagation rule on a global operand.  The fix redistributes
     a *sharded* operand to the unsharded spec; when every global operand is already
-    unsharded no redistribute helps (a suggestion is never a no-op): local_map only."""
+    unsharded no redistribute helps (a suggestion is never a no-op): local_map only.  An
+    in-place op's ``self`` is never the one redistributed (the copy would take the update)."""
     globals_ = [o for o in operands if is_global(o.type)]
     g = globals_[0]
     sharded = next((o for o in globals_ if any(o.type.spec or ())), None)  # type: ignore[union-attr]
-    if sharded is not None:
+    if is_inplace(op) and operands and sharded is operands[0]:
+        # x.op_(...) writes into x: spmd.redistribute(x, ...) is a new tensor, which would
+        # take the update while x keeps its old values (an optimizer state never updated)
+        how = (f"wrap the code in spmd.local_map ({op} writes into {bare(sharded.text)} in "
+               f"place, so redistributing it would update a copy: no redistribute helps)")
+    elif sharded is not None:
         sp = sharded.type.spec  # type: ignore[union-attr]
         assert sp is not None
         how = (f"wrap the code in spmd.local_map, or redistribute {sharded.text} to an unsharded "
@@ -2264,6 +2333,7 @@ __all__ = [
     "group_norm", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
+    "is_inplace", "inplace_base", "is_elementwise",
 ]
 
 

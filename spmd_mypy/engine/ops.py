@@ -42,7 +42,7 @@ from .einops_rule import Pattern, pattern_layout
 from .views import MOVES, DimMove, moved_dim, squeezed_dim
 from .types import (
     INVARIANT, RANKS, REPLICATE, SAME_VALUES, VARYING, Kind, LocalType, SpmdType, axis_words, bare,
-    format_axes, format_type, from_ranks, from_ranks_signed, receiver, shard_dims_differ,
+    format_axes, format_spec, format_type, from_ranks, from_ranks_signed, receiver, shard_dims_differ,
 )
 
 
@@ -1280,7 +1280,8 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
             moved.append((axis, lt, new))
     if not changed:
         return (_inplace_shard_error(name, target, result, others, whole_store)
-                or (_inplace_layout_error(name, target, result, moved) if moved else None))
+                or (_inplace_layout_error(name, target, result, moved) if moved else None)
+                or _inplace_spec_error(name, target, result))
     axis, old, new = changed[0]
     culprit = next((o for o in others if o is not target and o.type is not None
                     and (k := o.type.get(axis)) is not None and k.kind is new.kind), None)
@@ -1438,6 +1439,27 @@ def _inplace_layout_error(name: str, target: Operand, result: SpmdType,
             f"cannot change a type: {fix}",
         )
     return None
+
+
+def _inplace_spec_error(name: str, target: Operand, result: SpmdType) -> SpmdError | None:
+    """A global target (partition spec) whose in-place op (or ``out=``) gives a result of
+    another spec, the kinds unchanged (``x.transpose_(0, 1)`` on a ``PS["tp", None]`` x; axes
+    sharding one dim in another order): the type would still name the old layout."""
+    assert target.type is not None
+    old, new = target.type.spec, result.spec
+    if old is None or new is None or old == new or name in _STORES or name in _PART_WRITES:
+        return None
+    base = name.partition("(")[0]
+    if name.endswith("(..., out=)"):
+        fix = "drop out= and give the result a new name"
+    else:
+        fix = f"use the out-of-place {base.rstrip('_')} and a new name"
+    return SpmdError(
+        "spmd-inplace",
+        f"{name} would change the layout of {target.text} from {format_spec(old)} to "
+        f"{format_spec(new)} ({format_type(target.type)} -> {format_type(result)}); an in-place "
+        f"op cannot change a type: {fix}",
+    )
 
 
 def _layout_word(lt: LocalType) -> str:

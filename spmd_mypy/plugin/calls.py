@@ -849,7 +849,10 @@ class CallTyper:
                 ops, _, any_typed = self.operands(pctx, None, None, each)
                 if not any_typed:
                     continue
-                result = propagate(spec, ops, strict=self.strict(ctx))
+                if global_calls.any_global(ops):  # a partition spec: the global rule
+                    result = global_calls.propagate(self, pctx, each, ops)
+                else:
+                    result = propagate(spec, ops, strict=self.strict(ctx))
                 found = list(result.errors)
                 if inplace and found:
                     found = self._reduced_gradient_hint(pctx, found, ops)

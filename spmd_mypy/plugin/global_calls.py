@@ -883,7 +883,7 @@ def propagate(typer: CallTyper, ctx: AnyCtx, op: str, ops: list[Operand],
     operands' expressions, where known, for the dims they make size 1)."""
     try:
         params = op_params(typer, ctx, op, ops[0].text if ops else None)
-        if op in gs.ELEMENTWISE or op in ("where", "masked_fill"):
+        if gs.is_elementwise(op):
             params["sizes_exact"] = False  # only what an operand's expression shows is known
             func = current_function(ctx.api)
             ones = [size_one_dims(e, len(o.type.spec), func) if o.type is not None and o.type.spec

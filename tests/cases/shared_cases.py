@@ -1294,6 +1294,76 @@ case("global-local-map-body-is-local", {"x": _X},
       "    return y.cumsum(-1) * ((y < 0) | (y > 1))",
       "out = g(x)"), _X, collective=True)
 
+# In-place ops on global tensors: what torch.optim's steps (Adam, AdamW, SGD with momentum,
+# single-tensor and foreach) and clip_grad_norm_ run on a parameter declared with a partition
+# spec.  Each follows its out-of-place op's elementwise rule, and the result keeps self's spec
+# (global_spmd.inplace_base; else the in-place error); p is updated, g and q are read.
+_INPLACE_OPS = {
+    "addcmul_": "out = p.addcmul_(g, g, value=0.1)",
+    "addcdiv_": "out = p.addcdiv_(g, g.abs() + 1, value=-0.1)",
+    "lerp_": "out = p.lerp_(g, 0.1)",
+    "lerp_-tensor-weight": "out = p.lerp_(g, q.sigmoid())",
+    "sqrt_": "out = p.sqrt_()",
+    "div_": "out = p.div_(g.abs() + 1)",
+    "mul_": "out = p.mul_(g)",
+    "mul_-scalar": "out = p.mul_(0.9)",
+    "add_": "out = p.add_(g, alpha=-0.1)",
+    "sub_": "out = p.sub_(g)",
+    "clamp_": "out = p.clamp_(-1.0, 1.0)",
+    "clamp_-tensor": "out = p.clamp_(min=g)",
+    "clamp_min_": "out = p.clamp_min_(0.0)",
+    "clamp_max_": "out = p.clamp_max_(1.0)",
+    "copy_": "out = p.copy_(g)",
+    "zero_": "out = p.zero_()",
+    "neg_": "out = p.neg_()",
+    "maximum-out": "out = torch.maximum(p, g, out=p)",
+    "sign_": "out = p.sign_()",
+    "pow_": "out = p.pow_(2)",
+    "exp_": "out = p.exp_()",
+    "abs_": "out = p.abs_()",
+    "reciprocal_": "out = p.reciprocal_()",
+    "chained": "out = p.mul_(0.9).addcmul_(g, g, value=0.1)",
+}
+_FOREACH_OPS = {
+    "_foreach_addcmul_": "torch._foreach_addcmul_([p], [g], [g], value=0.1)",
+    "_foreach_addcdiv_": "torch._foreach_addcdiv_([p], [g], [q], value=-0.1)",
+    "_foreach_lerp_": "torch._foreach_lerp_([p], [g], 0.1)",
+    "_foreach_sqrt_": "torch._foreach_sqrt_([p])",
+    "_foreach_div_": "torch._foreach_div_([p], [q])",
+    "_foreach_mul_": "torch._foreach_mul_([p], 0.9)",
+    "_foreach_mul_-list": "torch._foreach_mul_([p], [g])",
+    "_foreach_add_": "torch._foreach_add_([p], [g], alpha=-0.1)",
+    "_foreach_sub_": "torch._foreach_sub_([p], [g])",
+    "_foreach_clamp_min_": "torch._foreach_clamp_min_([p], 0.0)",
+    "_foreach_copy_": "torch._foreach_copy_([p], [g])",
+    "_foreach_zero_": "torch._foreach_zero_([p])",
+    "_foreach_neg_": "torch._foreach_neg_([p])",
+    "_foreach_maximum_": "torch._foreach_maximum_([p], [g])",
+    "_foreach_sign_": "torch._foreach_sign_([p])",
+    "_foreach_pow_": "torch._foreach_pow_([p], 2.0)",
+    "_foreach_exp_": "torch._foreach_exp_([p])",
+}
+for _lay, _ann in (("row", _WR), ("2d", _H)):
+    _ins = {"p": _ann, "g": _ann, "q": _ann}
+    for _op, _line in _INPLACE_OPS.items():
+        case(f"global-inplace-{_op}-{_lay}", _ins, ("with torch.no_grad():", "    " + _line), _ann)
+    for _op, _line in _FOREACH_OPS.items():
+        case(f"global-inplace-{_op}-{_lay}", _ins,
+             ("with torch.no_grad():", "    " + _line, "out = p"), _ann)
+# an operand of another layout: the operand moves to self's layout (the fix says so), and an
+# in-place op whose result would have another spec than self's is the in-place error
+_FULL = 'Tensor[PS[None, None], R["dp", "tp"]]'
+case("global-inplace-addcmul_-into-replicated", {"r": _FULL, "g": _WR},
+     ("with torch.no_grad():", "    r.addcmul_(g, g)"), GLB)
+case("global-inplace-add_-other-layout", {"p": _WR, "q": _WC},
+     ("with torch.no_grad():", "    p.add_(q)"), GLB)
+case("global-inplace-foreach-addcmul_-other-layout", {"p": _WR, "q": _WC},
+     ("with torch.no_grad():", "    torch._foreach_addcmul_([p], [q], [q])"), GLB)
+case("global-inplace-transpose_-changes-the-spec", {"p": _WR},
+     ("with torch.no_grad():", "    p.transpose_(0, 1)"), INPL)
+case("global-inplace-maximum-out-changes-the-spec", {"r": _FULL, "g": _WR},
+     ("with torch.no_grad():", "    torch.maximum(g, g, out=r)"), INPL)
+
 # torch._utils' flatten-and-cat of a list of tensors (bucketing DDP code) is a cat: linear; the
 # unflatten gives views of the flat tensor, the list only lends shapes (templates)
 case("flatten-dense-tensors-of-P-is-P", {"a": "P", "b": "P"},

@@ -180,3 +180,68 @@ def test_declaring_a_local_type_on_a_global_value_makes_it_local():
         (g,) = _declared(((4, 6), Tensor[PS["dp", None], R["tp"]]))
         with pytest.raises(SpmdTypeError, match="cannot change one"):
             spmd.declare(g, Tensor[S[1, "dp"], R["tp"]])
+
+
+# -- torch.optim on parameters declared global: the in-place ops of their steps -------------
+
+_OPTIMIZERS = [
+    ("AdamW foreach", lambda ps: torch.optim.AdamW(ps, lr=0.1, weight_decay=0.01, foreach=True)),
+    ("AdamW single-tensor", lambda ps: torch.optim.AdamW(ps, lr=0.1, weight_decay=0.01,
+                                                         foreach=False)),
+    ("Adam foreach amsgrad", lambda ps: torch.optim.Adam(ps, lr=0.1, amsgrad=True, foreach=True)),
+    ("Adam single-tensor amsgrad", lambda ps: torch.optim.Adam(ps, lr=0.1, amsgrad=True,
+                                                               foreach=False)),
+    ("SGD momentum foreach", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True,
+                                                        weight_decay=0.01, foreach=True)),
+    ("SGD momentum single-tensor", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9,
+                                                              foreach=False)),
+]
+
+
+@pytest.mark.parametrize("name,make", _OPTIMIZERS, ids=[o[0] for o in _OPTIMIZERS])
+@pytest.mark.parametrize("ann", [Tensor[PS["tp", None], R["dp"]], Tensor[PS["dp", "tp"]]],
+                         ids=["row", "2d"])
+def test_torch_optimizers_step_global_parameters(name, make, ann) -> None:
+    """Adam, AdamW and SGD with momentum (foreach and single-tensor: addcmul_, addcdiv_,
+    lerp_, mul_, add_, sqrt, maximum(out=), their _foreach forms) on parameters declared with
+    a partition spec: no false error, the parameters and states keep their types, and the
+    values are the unchecked optimizer's.  (Their values on real shards against the unsharded
+    optimizer: tests/runtime/rt_global.py, check_torch_optimizers.)"""
+    g = torch.Generator().manual_seed(0)
+    w0 = torch.randn(4, 6, generator=g)
+    grads = [torch.randn(4, 6, generator=g) for _ in range(3)]
+    want = torch.nn.Parameter(w0.clone())
+    ref = make([want])
+    p = torch.nn.Parameter(w0.clone())
+    opt = make([p])
+    with spmd.typecheck():
+        spmd.declare(p, ann)
+        for gr in grads:
+            want.grad = gr.clone()
+            ref.step()
+            p.grad = spmd.declare(gr.clone(), ann)
+            opt.step()
+        assert spmd.typeof(p) == spmd.typeof(spmd.declare(torch.zeros(4, 6), ann))
+        for state in opt.state[p].values():
+            if isinstance(state, torch.Tensor) and state.ndim == 2:
+                assert spmd.typeof(state).spec == spmd.typeof(p).spec, (state, spmd.typeof(state))
+    torch.testing.assert_close(p.detach(), want.detach())
+
+
+def test_inplace_fix_redistributes_the_operand_never_self() -> None:
+    """The probe's Adam line with a replicated state and a sharded gradient: the fix moves the
+    gradient to the state's layout (pasted, the state is still updated in place), never the
+    temporary ``v.mul_(...)`` (redistributing it updates a copy: the state never changes)."""
+    with spmd.typecheck():
+        v = spmd.declare(torch.zeros(4, 6), Tensor[PS[None, None], R["tp"]])
+        gr = spmd.declare(torch.randn(4, 6), Tensor[PS["tp", None]])
+        with torch.no_grad(), pytest.raises(SpmdTypeError) as info:
+            v.mul_(0.99).addcmul_(gr, gr, value=0.01)
+    msg = str(info.value)
+    assert "spmd.redistribute(gr, src=PS[\"tp\", None], dst=PS[None, None])" in msg, msg
+    assert "redistribute(v" not in msg and "writes into it in place" in msg, msg
+    with spmd.typecheck():
+        p = spmd.declare(torch.randn(4, 6), Tensor[PS["tp", None]])
+        with torch.no_grad(), pytest.raises(SpmdTypeError) as info:
+            p.renorm_(2, 0, 1.0)
+    assert "spmd.redistribute" not in str(info.value) and "local_map" in str(info.value)

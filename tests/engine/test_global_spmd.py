@@ -933,3 +933,115 @@ def test_a_cast_to_an_integer_dtype_of_a_global_partial_is_nonlinear() -> None:
     for params in ({"dtype": "torch.float16"}, {"dtype": None}, {}):
         r = gs.propagate("to", [Operand(t, "x")], **params)
         assert not r.errors and r.type.get("tp") == PARTIAL and r.type.spec == (("dp",), ())
+
+
+# -- in-place ops: the out-of-place op's rule, written into self ------------------------------
+
+# the in-place ops torch's optimizers (Adam, AdamW, SGD, single-tensor and foreach: the
+# _foreach ops run these at each list position) and clip_grad_norm_ run, with their operand
+# count and the op on values (numpy)
+INPLACE_OPS: list[tuple[str, int, Callable[..., np.ndarray]]] = [
+    ("addcmul_", 3, lambda a, b, c: a + 0.1 * b * c),
+    ("addcdiv_", 3, lambda a, b, c: a - 0.1 * b / (np.abs(c) + 1)),
+    ("lerp_", 2, lambda a, b: a + 0.1 * (b - a)),
+    ("sqrt_", 1, lambda a: np.sqrt(np.abs(a))),
+    ("div_", 2, lambda a, b: a / (np.abs(b) + 1)),
+    ("mul_", 2, np.multiply),
+    ("add_", 2, np.add),
+    ("sub_", 2, np.subtract),
+    ("clamp_", 1, lambda a: np.clip(a, -0.5, 0.5)),
+    ("clamp_min_", 1, lambda a: np.maximum(a, 0.0)),
+    ("clamp_max_", 1, lambda a: np.minimum(a, 0.0)),
+    ("copy_", 2, lambda a, b: np.broadcast_to(b, a.shape) + 0 * a),
+    ("zero_", 1, lambda a: 0 * a),
+    ("neg_", 1, np.negative),
+    ("sign_", 1, np.sign),
+    ("pow_", 1, np.square),
+    ("exp_", 1, np.exp),
+    ("abs_", 1, np.abs),
+    ("reciprocal_", 1, np.reciprocal),
+]
+
+
+@pytest.mark.parametrize("name,n,np_op", INPLACE_OPS, ids=[o[0] for o in INPLACE_OPS])
+def test_inplace_ops_take_the_out_of_place_rule_and_keep_self_s_spec(name, n, np_op) -> None:
+    """Every layout of self and the other operands (the same type for both of a ternary
+    op's, a matrix or a broadcast vector): an accepted op computes the global result, and
+    its result has self's spec or is the in-place error; a rejected one never redistributes
+    self (a copy would take the update), and its fix, applied, makes the op accepted with
+    self's spec."""
+    from spmd_mypy.engine.ops import check_inplace
+
+    counts = {"accepted": 0, "rejected": 0}
+    kept = 0
+    others: list[tuple[SpmdType, tuple[int, ...]]] = [(t, (6, 12)) for t in types(2)]
+    others += [(t, (12,)) for t in types(1)]
+    for ta in types(2):
+        for tb, shape in (others if n > 1 else [(None, None)]):
+            ts = [ta] if tb is None else [ta] + [tb] * (n - 1)
+            shapes = [(6, 12)] + [shape] * (n - 1)
+            r = gs.propagate(name, _ops(ts))
+            if r.errors:
+                counts["rejected"] += 1
+                for e in r.errors:
+                    assert "redistribute(a," not in e.message, e.message
+                layout = [e.message for e in r.errors if "need the same layout" in e.message]
+                if layout:
+                    msg = layout[0]
+                    calls = re.findall(r"spmd\.redistribute\((\w+), src=(PS\[.*?\]), "
+                                       r"dst=(PS\[.*?\])\)", msg)
+                    assert calls and "writes into it in place" in msg, msg
+                    fixed = dict(zip(("b", "x2"), ts[1:]))
+                    for text, src, dst in calls:
+                        assert eval(src, {"PS": _PS()}) == fixed[text].spec, msg
+                        fixed[text] = _redistributed(fixed[text], eval(dst, {"PS": _PS()}))
+                    after = gs.propagate(name, _ops([ta, *fixed.values()]))
+                    if not after.errors:  # (an error left: the kinds' own, R beside P)
+                        assert after.type.spec == ta.spec, (msg, after.type)
+                        kept += 1
+                continue
+            counts["accepted"] += 1
+            check(np_op, [RNG.standard_normal(s) for s in shapes], ts, r.type)
+            if r.type.spec != ta.spec:
+                err = check_inplace(name, Operand(ta, "a"), r.type)
+                assert err is not None and err.code == "spmd-inplace", (ts, r.type)
+    assert counts["accepted"] > 3, counts
+    if n > 1:
+        assert counts["rejected"] > 3 and kept > 3, (counts, kept)
+
+
+def test_inplace_no_rule_error_never_redistributes_self() -> None:
+    """An in-place op with no global rule on a sharded self: a redistributed self is a new
+    tensor (the update would go to it, the tensor itself keeping its old values), so the fix
+    is local_map, never ``spmd.redistribute(self, ...)``; an unsharded self beside a sharded
+    operand: that operand is the one to redistribute."""
+    row = SpmdType.of({"tp": shard(0), "dp": REPLICATE}, (("tp",), ()))
+    whole = SpmdType.of({"tp": REPLICATE, "dp": REPLICATE}, ((), ()))
+    r = gs.propagate("renorm_", _ops([row]))
+    assert r.errors and "spmd.redistribute" not in r.errors[0].message, r.errors
+    assert "local_map" in r.errors[0].message and "writes into a in place" in r.errors[0].message
+    out_of_place = gs.propagate("renorm", _ops([row]))
+    assert "spmd.redistribute(a, " in out_of_place.errors[0].message
+    r = gs.propagate("index_reduce_", _ops([whole, row]))
+    assert r.errors and "spmd.redistribute(b, " in r.errors[0].message, r.errors
+    assert "redistribute(a," not in r.errors[0].message
+
+
+def test_inplace_spec_change_is_the_inplace_error() -> None:
+    """The result of an in-place op (or out=) with another spec than the tensor written
+    into, the kinds the same on every axis (a view moving the sharded dim; one dim's axes in
+    another order): its type would name the old layout, so it is the in-place error."""
+    from spmd_mypy.engine.ops import check_inplace
+
+    row = SpmdType.of({"tp": shard(0), "dp": REPLICATE}, (("tp",), ()))
+    col = SpmdType.of({"tp": shard(1), "dp": REPLICATE}, ((), ("tp",)))
+    t = gs.propagate("transpose_", _ops([row]), dim0=0, dim1=1).type
+    assert t.spec == col.spec
+    err = check_inplace("transpose_", Operand(row, "w"), t)
+    assert err is not None and err.code == "spmd-inplace"
+    assert 'from PS["tp", None] to PS[None, "tp"]' in err.message, err.message
+    dp_tp = SpmdType.of({"dp": shard(0), "tp": shard(0)}, (("dp", "tp"), ()))
+    tp_dp = SpmdType.of({"dp": shard(0), "tp": shard(0)}, (("tp", "dp"), ()))
+    err = check_inplace("add(..., out=)", Operand(dp_tp, "o"), tp_dp)
+    assert err is not None and "drop out=" in err.message, err
+    assert check_inplace("add_", Operand(row, "w"), row) is None

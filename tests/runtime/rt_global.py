@@ -319,7 +319,55 @@ def suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
     checks += prop_suite(world)
     n = f"w{world}/global/per-axis-collective"
     checks.append((n, functools.partial(check_per_axis_collective_on_global, name=n)))
+    n = f"w{world}/global/torch-optimizers"
+    checks.append((n, functools.partial(check_torch_optimizers, name=n)))
     return checks
+
+
+def check_torch_optimizers(ctx: Any, name: str) -> None:
+    """torch.optim's Adam, AdamW (foreach and single-tensor, amsgrad: addcmul_, addcdiv_,
+    lerp_, maximum(out=), their _foreach forms) and SGD with momentum stepping each rank's
+    shard of a parameter declared with a partition spec, under spmd.typecheck(): no error,
+    the parameter keeps its type, and the shards reassemble to the unsharded optimizer's
+    parameter after three steps."""
+    mesh = mesh_for(ctx)
+    lay = Layout(mesh)
+    makers: list[tuple[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]]] = [
+        ("AdamW foreach", lambda ps: torch.optim.AdamW(ps, lr=0.1, weight_decay=0.01,
+                                                       foreach=True)),
+        ("AdamW single", lambda ps: torch.optim.AdamW(ps, lr=0.1, weight_decay=0.01,
+                                                      foreach=False)),
+        ("Adam foreach amsgrad", lambda ps: torch.optim.Adam(ps, lr=0.1, amsgrad=True,
+                                                             foreach=True)),
+        ("Adam single amsgrad", lambda ps: torch.optim.Adam(ps, lr=0.1, amsgrad=True,
+                                                            foreach=False)),
+        ("SGD momentum foreach", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9,
+                                                            nesterov=True, foreach=True)),
+        ("SGD momentum single", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9,
+                                                           foreach=False)),
+    ]
+    g = torch.Generator().manual_seed(11)
+    W = torch.randn(4, 8, generator=g, dtype=F64)
+    Gs = [torch.randn(4, 8, generator=g, dtype=F64) for _ in range(3)]
+    with spmd.set_mesh(mesh):
+        for ann in (Tensor[PS["tp", None], R["dp"]], Tensor[PS[("dp", "tp"), None]],
+                    Tensor[PS["dp", "tp"]]):
+            t = _type(ann)
+            for what, make in makers:
+                want = torch.nn.Parameter(W.clone())
+                ref = make([want])
+                p = torch.nn.Parameter(lay.chunk(W, t, ctx.rank).clone())
+                opt = make([p])
+                with spmd.typecheck():
+                    spmd.declare(p, ann)
+                    for G in Gs:
+                        want.grad = G.clone()
+                        ref.step()
+                        p.grad = spmd.declare(lay.chunk(G, t, ctx.rank).clone(), ann)
+                        opt.step()
+                    assert spmd.typeof(p) == t, (what, spmd.typeof(p), t)
+                lay.check(_gather_all(p.detach(), ctx.world), want.detach(), t,
+                          f"{what} on {t}")
 
 
 # ------------------------------------------------------------------------------------
