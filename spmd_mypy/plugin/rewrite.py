@@ -646,7 +646,8 @@ class _Walker:
     def _assignment(self, st: AssignmentStmt) -> None:
         # a value computed where gradients are off has none (``with torch.no_grad(): c =
         # cos[pos]``, the body of an ``@torch.no_grad()`` function), wherever it is used
-        value = _NO_GRADIENT if self._modes and not self._modes[-1] else st.rvalue
+        value = (_NO_GRADIENT if self._modes and not self._modes[-1]
+                 and not _asks_for_gradient(st.rvalue) else st.rvalue)
         if self._assigns:
             for lv in st.lvalues:
                 self._bind_items(lv, value)
@@ -765,6 +766,8 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         if callee_cls is not _NameExpr and callee_cls is not _MemberExpr:
             return False
         name = cast("NameExpr | MemberExpr", callee).name
+        if _asks_for_gradient(call):
+            return False
         if name == "detach" and callee_cls is _MemberExpr:
             return True
         if name in INTEGER_RESULTS:
@@ -794,6 +797,25 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         if name not in _ONE_TENSOR_METHODS and not all(_is_literal(a) for a in call.args):
             return False  # d.mul(w), d.add(w): w may carry a gradient
         e = cast(MemberExpr, callee).expr
+
+
+def _asks_for_gradient(e: Expression) -> bool:
+    """``x.detach().requires_grad_()`` (a literal False aside), ``nn.Parameter(t)``: a leaf
+    that carries a gradient from here on, even made where gradients are off (a backward that
+    recomputes under ``torch.enable_grad()``, activation checkpointing's pattern)."""
+    if type(e) is not _CallExpr:
+        return False
+    call = cast(CallExpr, e)
+    callee = call.callee
+    if type(callee) is _MemberExpr and cast(MemberExpr, callee).name == "requires_grad_":
+        return not (call.args and type(call.args[0]) is _NameExpr
+                    and cast(NameExpr, call.args[0]).name == "False")
+    if type(callee) in (_NameExpr, _MemberExpr) and cast(
+            "NameExpr | MemberExpr", callee).name == "Parameter":
+        return not any((n == "requires_grad" or (n is None and k == 1)) and type(a) is _NameExpr
+                       and cast(NameExpr, a).name == "False"
+                       for k, (n, a) in enumerate(zip(call.arg_names, call.args)))
+    return False
 
 
 # Factories that return their tensor argument itself (with its gradient)
