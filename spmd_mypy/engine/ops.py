@@ -1313,11 +1313,11 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
         if culprit is not None and culprit.type is not None:
             # the operand that brings the kind may be the mistake (a norm or a mean of a
             # shard, V, scaling an I gradient): the collective that gives it the target's kind
-            # (from the kind the message names: a loop's join may have forgotten a shard dim
-            # that one iteration knows, and the loop reports what its iterations report)
             from .collectives import suggest  # collectives imports this module's neighbours
 
-            fix = f"{suggest(new.forget_dim(), old, culprit.text, axis)} first, or {fix}"
+            have = culprit.type.get(axis)
+            assert have is not None
+            fix = f"{suggest(have, old, culprit.text, axis)} first, or {fix}"
     return SpmdError(
         "spmd-inplace",
         f'{what} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
