@@ -1310,14 +1310,6 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
             fix = f"{suggest(have, old, culprit.text, axis)} first, or {fix}"
     else:
         fix = "use the out-of-place op and a new name"
-        if culprit is not None and culprit.type is not None:
-            # the operand that brings the kind may be the mistake (a norm or a mean of a
-            # shard, V, scaling an I gradient): the collective that gives it the target's kind
-            from .collectives import suggest  # collectives imports this module's neighbours
-
-            have = culprit.type.get(axis)
-            assert have is not None
-            fix = f"{suggest(have, old, culprit.text, axis)} first, or {fix}"
     return SpmdError(
         "spmd-inplace",
         f'{what} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
