@@ -1582,21 +1582,33 @@ def declare_parameters(module: _M) -> _M:
 
 def _declare_attributes(obj: Any) -> None:
     """An object that is no module (an optimizer's state holder): each attribute its class
-    annotates ``Tensor[...]`` (or a list/tuple of one such type) whose value is a tensor (the
-    items: tensors) is declared that type, as the static checker reads the class body."""
+    annotates ``Tensor[...]`` whose value is a tensor is declared that type, as the static
+    checker reads the class body; so are the items of one annotated ``list[Tensor[...]]`` /
+    ``tuple[Tensor[...], ...]``, the values of a ``dict[..., Tensor[...]]`` and the positions of
+    a ``tuple[Tensor[A], Tensor[B]]``."""
+    import typing
+
     cls = type(obj)
-    name_of = cls.__name__
-    items = _annotated_item_types(_type_hints(cls))
-    for name, want in {**_class_parameter_types(cls), **items}.items():
+    hints = _type_hints(cls) or {}
+    items = _annotated_item_types(hints)
+    for name, ann in hints.items():
         value = getattr(obj, name, None)
-        if name in items and isinstance(value, (list, tuple)):
-            for k, v in enumerate(value):
-                if isinstance(v, torch.Tensor):
-                    _stamp_declared(v, want, f"spmd.declare({name_of}.{name}[{k}], "
-                                    + format_type(want, _axis_order()) + ")", may_be_cut=True)
-        elif isinstance(value, torch.Tensor) and not _is_dtensor(value):
-            _stamp_declared(value, want, f"spmd.declare({name_of}.{name}, "
-                            + format_type(want, _axis_order()) + ")", may_be_cut=True)
+        parts: list[tuple[str, Any, SpmdType | None]]
+        origin, args = typing.get_origin(_strip_optional(ann)), typing.get_args(_strip_optional(ann))
+        if isinstance(value, torch.Tensor):
+            parts = [("", value, _tensor_type_of(ann))]
+        elif name in items and isinstance(value, (list, tuple)):
+            parts = [(f"[{k}]", v, items[name]) for k, v in enumerate(value)]
+        elif isinstance(value, dict) and origin is not None and len(args) == 2:
+            parts = [(f"[{k!r}]", v, _tensor_type_of(args[1])) for k, v in value.items()]
+        elif isinstance(value, tuple) and origin is tuple and len(args) == len(value):
+            parts = [(f"[{k}]", v, _tensor_type_of(a)) for k, (v, a) in enumerate(zip(value, args))]
+        else:
+            continue
+        for where, v, want in parts:
+            if want is not None and isinstance(v, torch.Tensor) and not _is_dtensor(v):
+                _stamp_declared(v, want, f"spmd.declare({cls.__name__}.{name}{where}, "
+                                + format_type(want, _axis_order()) + ")", may_be_cut=True)
 
 
 _CLASS_HINTS: weakref.WeakKeyDictionary[type, dict[str, SpmdType]] = weakref.WeakKeyDictionary()

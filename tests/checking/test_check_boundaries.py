@@ -282,10 +282,14 @@ def test_type_aliases_are_read_at_every_boundary() -> None:
 class _FactoredState:
     col: Tensor[R["tp"]]
     rows: list[Tensor[I["tp"]]]
+    exp_avg: dict[str, Tensor[S[0, "tp"]]]
+    pair: tuple[Tensor[I["tp"]], Tensor[V["tp"]]]
 
     def __init__(self) -> None:
         self.col = torch.zeros(4)
         self.rows = [torch.zeros(4), torch.zeros(4)]
+        self.exp_avg = {"w1": torch.zeros(4, 4)}
+        self.pair = (torch.zeros(4), torch.zeros(4))
         self.step = 0
 
 
@@ -295,6 +299,8 @@ def test_declare_parameters_declares_an_objects_annotated_tensors() -> None:
         assert spmd.declare_parameters(st) is st
         assert spmd.typeof(st.col) == ty(tp=REPLICATE)
         assert all(spmd.typeof(r) == ty(tp=INVARIANT) for r in st.rows)
+        assert spmd.typeof(st.exp_avg["w1"]) == ty(tp=shard(0))
+        assert [spmd.typeof(t) for t in st.pair] == [ty(tp=INVARIANT), ty(tp=VARYING)]
         shard_mean = typed(mk(4, 4), Tensor[S[0, "tp"]]).mean(0)  # V: a mean over the shard
         with pytest.raises(SpmdTypeError):
             st.col.lerp_(shard_mean, 0.1)
