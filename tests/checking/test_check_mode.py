@@ -1134,7 +1134,9 @@ class _TwoOut(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor[I["tp"]], scale: float = 1.0
                 ) -> tuple[Tensor[R["tp"]], Tensor[S[0, "tp"]], int]:
-        return torch.from_numpy(x.detach().numpy()), x.detach().clone() * scale, 3
+        # (both untyped inside, as raw collectives leave them: the declared types given)
+        return (torch.from_numpy(x.detach().numpy()),
+                torch.from_numpy(x.detach().numpy() * scale), 3)
 
     @staticmethod
     def backward(ctx, a: Tensor[P["tp"]], b: Tensor[S[0, "tp"]], c: Any) -> tuple[Tensor[I["tp"]], None]:
@@ -1199,12 +1201,13 @@ def test_function_apply_argument_mismatch_is_the_static_error() -> None:
 
 class _ReduceFromTP(torch.autograd.Function):
     """Megatron's _ReduceFromModelParallelRegion: its backward returns the I gradient as is,
-    where R (the dual of the P input) is due (its forward's all-reduce left out: apply's
-    result has the declared type)."""
+    where R (the dual of the P input) is due (its forward's raw all-reduce stood for by an
+    untyped copy: apply's result has the declared type)."""
 
     @staticmethod
     def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
-        return x.clone()
+        with _checking.suspended():
+            return x.clone()
 
     @staticmethod
     def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
@@ -1217,7 +1220,8 @@ class _ReduceFromTPScaled(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
         ctx.x = x
-        return x.clone()
+        with _checking.suspended():
+            return x.clone()
 
     @staticmethod
     def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
