@@ -60,8 +60,11 @@ Inside autograd
     Function's backward run while a block is open push the mode again
     (:func:`_in_mode`), so the ops there are checked and typed like the rest.
     A typed Function's backward receives the duals of forward's declared
-    output types and its results are checked against the duals of forward's
-    input types (engine ``duality.check_returned``, the static checker's rule).
+    output types; its declared signature (engine ``duality.check_signature``)
+    and its results (``duality.check_returned``) are checked against the duals
+    of forward's types, the static checker's rules.  What forward returns is
+    checked at ``Fn.apply`` against its declared result
+    (``duality.check_forward_result``) before the result is given that type.
 
 Messages
     Operands are named after the caller's variables (``h``, ``self.weight``),
