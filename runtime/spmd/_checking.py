@@ -60,8 +60,11 @@ Inside autograd
     Function's backward run while a block is open push the mode again
     (:func:`_in_mode`), so the ops there are checked and typed like the rest.
     A typed Function's backward receives the duals of forward's declared
-    output types and its results are checked against the duals of forward's
-    input types (engine ``duality.check_returned``, the static checker's rule).
+    output types; its declared signature (engine ``duality.check_signature``)
+    and its results (``duality.check_returned``) are checked against the duals
+    of forward's types, the static checker's rules.  What forward returns is
+    checked at ``Fn.apply`` against its declared result
+    (``duality.check_forward_result``) before the result is given that type.
 
 Messages
     Operands are named after the caller's variables (``h``, ``self.weight``),
@@ -1504,8 +1507,7 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
     if not have:
         _set(x, want)
         return
-    # S(-1) and S(2) of a 3-d tensor are one layout: compared at the tensor's rank
-    have, want = have.at_ndim(x.ndim), want.at_ndim(x.ndim)
+    have, want = _types_at_rank(x, have, want)
     if declaration_conflict(have, want) is not None:
         text = name or _texts([x], ["x"])[0]
         raise SpmdTypeError(declaration_error(  # type: ignore[arg-type]
@@ -1860,6 +1862,15 @@ def before_collective(op: str, x: Any, axes: tuple[str, ...], src: LocalType, ds
         raise SpmdTypeError(res.errors[0])
 
 
+def _types_at_rank(x: torch.Tensor, have: SpmdType, want: SpmdType) -> tuple[SpmdType, SpmdType]:
+    """``x``'s type and the type declared for it at ``x``'s rank: S(-1) and S(2) of a 3-d
+    tensor are one layout, compared as such (``spmd.declare``, ``spmd.checked``, a custom
+    Function's arguments and result)."""
+    with torch._C.DisableTorchFunction():
+        ndim = x.ndim
+    return have.at_ndim(ndim), want.at_ndim(ndim)
+
+
 def _at_rank(x: torch.Tensor, have: SpmdType, src: LocalType | None
              ) -> tuple[SpmdType, LocalType | None]:
     """``x``'s type and a collective's ``src`` at ``x``'s rank: S(-1) and S(2) of a 3-d
@@ -2187,8 +2198,9 @@ def _function_types(cls: type) -> Any:
     forward = getattr(forward, "__func__", forward)  # the staticmethod's function
     if not callable(forward):
         return None
+    hints = _type_hints(forward)
     try:
-        params, rets = _annotated_types(forward)
+        params, rets = _types_from_hints(forward, hints)
     except Exception:  # an annotation that does not evaluate: typed as before
         return None
     if not params and rets is None:
@@ -2202,7 +2214,104 @@ def _function_types(cls: type) -> Any:
     if not _is_setup_context_defined(getattr(cls, "setup_context", None)):
         ps = list(sig.parameters.values())  # forward(ctx, *args): apply passes args
         sig = sig.replace(parameters=ps[1:])
-    return sig, params, rets, f"{cls.__name__}.apply"
+    return sig, params, rets, f"{cls.__name__}.apply", _result_slots(hints), forward
+
+
+def _result_slots(hints: dict[str, Any] | None) -> tuple[duality.Slot, ...] | None:
+    """A function's declared result as the duality rule reads it (the plugin's
+    ``AutogradTyper.result_slots``): one slot, or one per item of a tuple; None when the
+    arity is not known (no annotation, ``Any``, ``tuple[X, ...]``)."""
+    import typing
+
+    if hints is None or "return" not in hints:
+        return None
+    ret = unalias(hints["return"])
+    if ret is Any:
+        return None
+    if typing.get_origin(ret) is tuple:
+        items = typing.get_args(ret)
+        if not items or Ellipsis in items:
+            return None
+        return tuple(_annotation_slot(a) for a in items)
+    return (_annotation_slot(ret),)
+
+
+def _annotation_slot(ann: Any) -> duality.Slot:
+    """One annotated position: a typed tensor, None (no gradient), a plain tensor, or
+    unknown (anything else: only the typed ones are checked)."""
+    st = _tensor_type_of(ann)
+    if st is not None:
+        return duality.Slot.tensor("", st)
+    if ann is None or ann is type(None):
+        return duality.Slot("", duality.NONE)
+    if _strip_optional(ann) is torch.Tensor:
+        return duality.Slot("", duality.TENSOR)
+    return duality.Slot("", duality.UNKNOWN)
+
+
+def _ndim(x: torch.Tensor) -> int:
+    with torch._C.DisableTorchFunction():
+        return x.ndim
+
+
+def _check_forward_result(forward: Any, cls_name: str, declared: Any, result: Any) -> None:
+    """What a typed Function's ``forward`` returned against its declared result, by the
+    static checker's rule (engine ``duality.check_forward_result``, ``spmd-mismatch``;
+    forward runs without grad, so an I returned as the declared R is accepted, Megatron's
+    ``_CopyToModelParallelRegion``), compared at each result's rank.  A result the body left
+    untyped (raw collectives) is not checked: it gets the declared type."""
+    if isinstance(declared, SpmdType):
+        pairs = [(declared, result)] if isinstance(result, torch.Tensor) else []
+        many = False
+    elif declared is not None and isinstance(result, (tuple, list)):
+        pairs = list(zip(declared, result))
+        many = True
+    else:
+        return
+    for k, (want, r) in enumerate(pairs):
+        have = _get(r) if want is not None and isinstance(r, torch.Tensor) else None
+        if not have:
+            continue
+        have, want = _types_at_rank(r, have, want)
+        if not duality.check_forward_result(have, want, x_text="x", where="x"):
+            continue
+        # named as the static checker names it: the expression forward returns
+        texts = _sole_return_texts(forward, len(pairs) if many else 1, many)
+        text = texts[k] if texts else (f"result[{k}]" if many else "result")
+        errors = duality.check_forward_result(
+            have, want, x_text=text, where=f"the return value {text} of {cls_name}.forward")
+        raise SpmdTypeError(errors[0])
+
+
+def _sole_return_texts(fn: Any, n: int, many: bool) -> list[str]:
+    """The texts of the values ``fn``'s one ``return`` statement returns (``n`` of them for a
+    tuple result), [] when the source is not there or ``fn`` has more than one return."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    body = tree.body[0] if tree.body else None
+    if not isinstance(body, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    rets: list[ast.Return] = []
+    todo: list[ast.AST] = list(body.body)
+    while todo:  # the function's own returns, not those of a def or lambda inside it
+        node = todo.pop()
+        if isinstance(node, ast.Return):
+            rets.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                   ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    if len(rets) != 1 or rets[0].value is None:
+        return []
+    value = rets[0].value
+    items = value.elts if many and isinstance(value, ast.Tuple) else [value]
+    if len(items) != n or any(isinstance(i, ast.Starred) for i in items):
+        return []
+    return [_expr_text(i) for i in items]
 
 
 def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, callee: str) -> None:
@@ -2210,10 +2319,11 @@ def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, calle
     then the argument has its declared type (forward's body sees it, like ``spmd.checked``)."""
     have = _get(value)
     if have:
-        errors = check_argument(have, want, x_text="x", where="x")
+        have, at_rank = _types_at_rank(value, have, want)
+        errors = check_argument(have, at_rank, x_text="x", where="x")
         if errors:
             text = _texts([value], ["x"])[0]
-            errors = check_argument(have, want, x_text=text,
+            errors = check_argument(have, at_rank, x_text=text,
                                     where=f'argument {text} (parameter "{param}" of {callee})')
             raise SpmdTypeError(errors[0])
     _stamp_declared(value, want, f"argument {{x}} (parameter {param!r} of {callee}) is "
@@ -2233,7 +2343,7 @@ def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
         info = None
     if info is None:
         return torch_apply(*args, **kwargs)
-    sig, params, rets, callee = info
+    sig, params, rets, callee, outputs, forward = info
     if params:
         try:
             bound = sig.bind(*args, **kwargs)
@@ -2248,8 +2358,9 @@ def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
                 if isinstance(v, torch.Tensor):
                     _check_apply_argument(v, want, name, callee)
     result = torch_apply(*args, **kwargs)
+    _check_forward_result(forward, cls.__name__, rets, result)
     # The result has forward's declared type, as the static checker gives it, whatever the
-    # body computed (raw collectives leave it untyped, or stale after an in-place one).
+    # body computed (raw collectives leave it untyped).
     if isinstance(rets, SpmdType):
         if isinstance(result, torch.Tensor):
             _set(result, rets)
@@ -2257,7 +2368,7 @@ def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
         for st, r in zip(rets, result):
             if st is not None and isinstance(r, torch.Tensor):
                 _set(r, st)
-    _remember_backward(cls, sig, params, rets, args, kwargs, result)
+    _remember_backward(cls, sig, params, rets, outputs, args, kwargs, result)
     return result
 
 
@@ -2270,38 +2381,51 @@ _BACKWARD_INFO = "_spmd_backward_types"
 _BACKWARD_NAMES: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
 
 
-def _backward_types(cls: type) -> tuple[tuple[str, ...], tuple[SpmdType | None, ...]]:
-    """backward's parameter names after ctx and their ``Tensor[...]`` annotations (once per
-    class)."""
+def _backward_types(cls: type) -> tuple[tuple[str, ...], tuple[SpmdType | None, ...],
+                                         tuple[duality.Slot, ...] | None,
+                                         tuple[duality.Slot, ...] | None]:
+    """backward's parameter names after ctx and their ``Tensor[...]`` annotations, and its
+    declared signature as the duality rule reads it (its parameters after ctx, its result;
+    None where not known), once per class."""
     try:
         return _BACKWARD_NAMES[cls]
     except (KeyError, TypeError):
         pass
     names: tuple[str, ...] = ()
     types: tuple[SpmdType | None, ...] = ()
+    grads: tuple[duality.Slot, ...] | None = None
+    returns: tuple[duality.Slot, ...] | None = None
     bwd = inspect.getattr_static(cls, "backward", None)
     bwd = getattr(bwd, "__func__", bwd)
     if callable(bwd):
         try:
             ps = list(inspect.signature(bwd).parameters.values())[1:]
-            ann, _ = _annotated_types(bwd)
+            hints = _type_hints(bwd)
+            ann, _ = _types_from_hints(bwd, hints)
             if not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps):
                 names = tuple(p.name for p in ps)
                 types = tuple(ann.get(n) for n in names)
+                grads = tuple(duality.Slot(p.name, duality.TENSOR, t, p.default is not p.empty)
+                              if t is not None else
+                              duality.Slot(p.name, duality.UNKNOWN, default=p.default is not p.empty)
+                              for p, t in zip(ps, types))
+            returns = _result_slots(hints)
         except Exception:  # an annotation that does not evaluate: names only, untyped
             pass
     try:
-        _BACKWARD_NAMES[cls] = (names, types)
+        _BACKWARD_NAMES[cls] = (names, types, grads, returns)
     except TypeError:
         pass
-    return names, types
+    return names, types, grads, returns
 
 
 def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: Any,
-                       args: tuple, kwargs: dict, result: Any) -> None:
+                       outputs: tuple[duality.Slot, ...] | None, args: tuple, kwargs: dict,
+                       result: Any) -> None:
     """Record on the call's autograd node (forward's ctx) what :func:`_checked_backward`
-    needs: forward's inputs as duality slots (in apply's order: backward returns one gradient
-    per argument) and the type of the gradient of each output."""
+    needs: the Function's signatures as the duality rule reads them (forward's inputs in
+    apply's order: backward returns one gradient per argument; each typed one at the rank of
+    its argument, as its gradient is compared) and the type of the gradient of each output."""
     outs = [result] if isinstance(result, torch.Tensor) else (
         list(result) if isinstance(result, (tuple, list)) else [])
     node = None
@@ -2317,26 +2441,35 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
     except TypeError:
         return
     inputs: list[duality.Slot] = []
+    ndims: list[int | None] = []
     for name, value in bound.arguments.items():
         param = sig.parameters[name]
         if param.kind is param.VAR_KEYWORD:
             return  # apply passes its arguments by position: not read
         for v in (value if param.kind is param.VAR_POSITIONAL else (value,)):
             if isinstance(v, torch.Tensor):
-                inputs.append(duality.Slot.tensor(name, params.get(name) or _UNTYPED))
+                ndims.append(_ndim(v))
+                inputs.append(duality.Slot.tensor(
+                    name, (params.get(name) or _UNTYPED).at_ndim(ndims[-1])))
             else:
+                ndims.append(None)
                 inputs.append(duality.Slot(name, duality.NONE if v is None else duality.OTHER))
-    names, annotated = _backward_types(cls)
+    names, annotated, grad_slots, returns = _backward_types(cls)
+    if returns is not None:  # backward's declared gradient of each input, at its rank
+        returns = tuple(duality.Slot(r.name, r.kind, r.type.at_ndim(d), r.default)
+                        if r.typed and d is not None else r
+                        for r, d in zip(returns, ndims + [None] * len(returns)))
+    function = duality.FunctionTypes(cls.__name__, tuple(inputs), outputs, grad_slots, returns)
     declared = [rets] if isinstance(rets, SpmdType) else list(rets or ())
     grads: list[SpmdType | None] = []
     for i in range(max(len(declared), len(annotated))):
         out = declared[i] if i < len(declared) else None
         grads.append(duality.gradient_type(out) if out else (
             annotated[i] if i < len(annotated) else None))
-    outputs = tuple(duality.Slot.tensor("", t) if t else duality.Slot("") for t in declared)
+    # forward's declared outputs, what a saved output is typed by (_checked_saved_tensors)
+    saved_outputs = tuple(duality.Slot.tensor("", t) if t else duality.Slot("") for t in declared)
     try:
-        setattr(node, _BACKWARD_INFO, (cls.__name__, tuple(inputs), tuple(grads), names, cls,
-                                       outputs))
+        setattr(node, _BACKWARD_INFO, (function, tuple(grads), names, cls, saved_outputs))
     except (AttributeError, TypeError):
         pass
 
@@ -2385,7 +2518,7 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
             return _TORCH_BACKWARD_APPLY(node, *grads)
         with _in_mode():
             return _TORCH_BACKWARD_APPLY(node, *grads)
-    name, inputs, types, names, cls, _ = info
+    function, types, names, cls, _ = info
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):
             _set(g, t)
@@ -2407,17 +2540,30 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
                 text = (texts[i] if i < len(texts) else None) or next(
                     (n for n, g in zip(names, grads) if g is r), None) or (
                     f"result[{i}]" if many else "result")
-                returned.append(duality.Slot.tensor(text, _get(r) or _UNTYPED))
+                returned.append(duality.Slot.tensor(text, (_get(r) or _UNTYPED).at_ndim(_ndim(r))))
             else:
                 returned.append(duality.Slot(repr(r), duality.UNKNOWN))
         return returned
 
-    function = duality.FunctionTypes(name, inputs, None, None, None)
-    errors = duality.check_returned(function, slots(()), gradient_free)
+    def signature(texts: Sequence[str | None]) -> duality.FunctionTypes:
+        # the declared results named by the returned expressions, as the static checker
+        # names them where backward has one return
+        if function.returns is None or len(texts) != len(function.returns):
+            return function
+        return duality.FunctionTypes(function.name, function.inputs, function.outputs,
+                                     function.grads, tuple(
+                                         duality.Slot(t or s.name, s.kind, s.type, s.default)
+                                         for t, s in zip(texts, function.returns)))
+
+    # the declared signature first (the static checker reports it on backward's def), then
+    # what the body returned
+    errors = (duality.check_signature(function, gradient_free)
+              or duality.check_returned(function, slots(()), gradient_free))
     if errors:  # named as the static checker names them: the return's expressions
         try:
-            errors = duality.check_returned(function, slots(returns.texts(results)),
-                                            gradient_free) or errors
+            texts = returns.texts(results)
+            errors = (duality.check_signature(signature(texts), gradient_free)
+                      or duality.check_returned(function, slots(texts), gradient_free) or errors)
         except Exception:  # noqa: BLE001 - naming never hides the error
             pass
         raise SpmdTypeError(errors[0])
@@ -2437,7 +2583,7 @@ def _checked_saved_tensors(node: Any) -> Any:
     info = getattr(node, _BACKWARD_INFO, None) if ACTIVE else None
     if info is None:
         return saved
-    outputs = info[5]
+    outputs = info[4]
     for t in saved:
         if isinstance(t, torch.Tensor) and t.grad_fn is node and not _get(t):
             slot = duality.saved_slot(duality.Slot.tensor("", _UNTYPED), t.output_nr, outputs)

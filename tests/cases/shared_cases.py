@@ -32,6 +32,12 @@ A case is a function body over typed inputs::
   gradient, so in-place ops are allowed); the static checker ignores it.
 - ``xfail``: a known engine issue that makes both checkers give another
   verdict today (the reason names it); remove the field when it is fixed.
+- ``static_line``: for an error the static checker reports inside a body the
+  check mode only runs at a later line (a custom autograd Function's forward
+  result: statically at its ``return``, at run time at ``Fn.apply``, the last
+  line; its backward's declared signature: statically on ``def backward``, at
+  run time at the ``.backward()`` call): the line (1-based in ``lines``) the
+  static checker reports it on.  The check mode's error is still on the last line.
 
 Axes used: ``tp`` (one-axis cases) and ``dp`` (two-axis and collective cases).
 """
@@ -51,9 +57,12 @@ class Case:
     collective: bool = False
     make: dict[str, str] = field(default_factory=dict)
     xfail: str | None = None
+    static_line: int | None = None
 
     def __post_init__(self) -> None:
         assert (self.expect is None) != (self.error is None), self.id
+        assert self.static_line is None or (self.error is not None
+                                            and 1 <= self.static_line < len(self.lines)), self.id
 
 
 DEFAULT_MAKE = "torch.randn(4, 4, requires_grad=True).clone()"
@@ -96,12 +105,13 @@ CASES: list[Case] = []
 
 def case(id: str, inputs: dict[str, str], lines: str | tuple[str, ...], result: str, *,
          desc: str = "", strict: bool = False, collective: bool = False,
-         make: dict[str, str] | None = None, xfail: str | None = None) -> None:
+         make: dict[str, str] | None = None, xfail: str | None = None,
+         static_line: int | None = None) -> None:
     ins = tuple((n, T.get(a, a)) for n, a in inputs.items())
     ls = (lines,) if isinstance(lines, str) else tuple(lines)
     verdict = _verdict(result) if result in T or result.startswith("spmd-") else {"expect": result}
     CASES.append(Case(id, ins, ls, desc=desc, strict=strict, collective=collective,
-                      make=dict(make or {}), xfail=xfail, **verdict))
+                      make=dict(make or {}), xfail=xfail, static_line=static_line, **verdict))
 
 
 # --------------------------------------------------------------------------------------
@@ -1418,17 +1428,71 @@ case("function-saved-invariant-with-varying-gradient", {"a": "I", "b": "V"}, (
     'spmd.reinterpret(out.sum(), "tp", src=V, dst=P).backward()'), "V", collective=True)
 
 
+# --------------------------------------------------------------------------------------
+# Custom autograd Functions: Fn.apply is typed by forward's annotations; what forward returns
+# is checked against its declared result (without grad: an I stands for the declared R), and
+# backward's declared signature against the duals (engine duality).  Statically the errors
+# are in the class's body (static_line), in the check mode at the call that runs it.
+
+_FN = ("class Fn(torch.autograd.Function):", "    @staticmethod")
+case("function-forward-returns-P-for-I", {"a": "P"},
+     (*_FN,
+      '    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:',
+      "        return x * 2",
+      "    @staticmethod",
+      '    def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:',
+      "        return g * 2",
+      "out = Fn.apply(a)"), "spmd-mismatch", static_line=4,
+     desc="a forward that forgot its all-reduce: the Partial value where I is declared")
+case("function-forward-returns-I-for-R", {"a": "I"},
+     (*_FN,
+      '    def forward(ctx, x: Tensor[I["tp"]]) -> Tensor[R["tp"]]:',
+      "        return x",
+      "    @staticmethod",
+      '    def backward(ctx, g: Tensor[P["tp"]]) -> None:',
+      "        return None",
+      "out = Fn.apply(a)"), "R",
+     desc="Megatron's _CopyToModelParallelRegion: forward runs without grad, I is R there")
+case("function-forward-returns-V-for-S1", {"a": "V"},
+     (*_FN,
+      '    def forward(ctx, x: Tensor[V["tp"]]) -> Tensor[S[1, "tp"]]:',
+      "        return x * 2",
+      "    @staticmethod",
+      '    def backward(ctx, g: Tensor[S[1, "tp"]]) -> Tensor[V["tp"]]:',
+      "        return g * 2",
+      "out = Fn.apply(a)"), 'Tensor[S[1, "tp"]]',
+     desc="a V of unknown dim may be declared S(i)")
+case("function-apply-S-minus-1-for-S1-at-rank-2", {"x": "R", "w": "S0"},
+     (*_FN,
+      '    def forward(ctx, y: Tensor[S[1, "tp"]]) -> Tensor[S[1, "tp"]]:',
+      "        return y * 2",
+      "    @staticmethod",
+      '    def backward(ctx, g: Tensor[S[1, "tp"]]) -> Tensor[S[1, "tp"]]:',
+      "        return g * 2",
+      "out = Fn.apply(F.linear(x, w))"), 'Tensor[S[1, "tp"]]',
+     desc="F.linear's output is S(-1): dim 1 of a 2-d tensor, as spmd.checked and declare read it")
+case("function-backward-declares-V-for-the-gradient-of-P", {"a": "P", "b": "P"},
+     (*_FN,
+      '    def forward(ctx, o: Tensor[P["tp"]], aux: Tensor[P["tp"]]) -> Tensor[P["tp"]]:',
+      "        return o + aux",
+      "    @staticmethod",
+      '    def backward(ctx, g: Tensor[R["tp"]]) -> tuple[Tensor[R["tp"]], Tensor[V["tp"]]]:',
+      "        return g, torch.ones_like(g)",
+      "Fn.apply(a, b).sum().backward()"), DUAL, static_line=6,
+     desc="MoE's aux-loss scaler with its aux gradient declared per rank (V) where R is due")
+
+
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.
 
-    The error line (the last one) carries a ``# E: <code>`` comment; an accepted
-    case ends with ``assert_type(out, <expect>)``.
+    The error line (the last one, or ``static_line``) carries a ``# E: <code>`` comment;
+    an accepted case ends with ``assert_type(out, <expect>)``.
     """
     fname = name or "case_" + "".join(ch if ch.isalnum() else "_" for ch in c.id)
     params = ", ".join(f"{n}: {a}" for n, a in c.inputs)
     body = [f"    {line}" for line in c.lines]
     if c.error is not None:
-        body[-1] += f"  # E: {c.error}"
+        body[(c.static_line or len(body)) - 1] += f"  # E: {c.error}"
     else:
         body.append(f"    assert_type(out, {c.expect})")
     return f"def {fname}({params}) -> None:\n" + "\n".join(body) + "\n"

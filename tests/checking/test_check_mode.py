@@ -1134,7 +1134,9 @@ class _TwoOut(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor[I["tp"]], scale: float = 1.0
                 ) -> tuple[Tensor[R["tp"]], Tensor[S[0, "tp"]], int]:
-        return torch.from_numpy(x.detach().numpy()), x.detach().clone() * scale, 3
+        # (both untyped inside, as raw collectives leave them: the declared types given)
+        return (torch.from_numpy(x.detach().numpy()),
+                torch.from_numpy(x.detach().numpy() * scale), 3)
 
     @staticmethod
     def backward(ctx, a: Tensor[P["tp"]], b: Tensor[S[0, "tp"]], c: Any) -> tuple[Tensor[I["tp"]], None]:
@@ -1199,12 +1201,13 @@ def test_function_apply_argument_mismatch_is_the_static_error() -> None:
 
 class _ReduceFromTP(torch.autograd.Function):
     """Megatron's _ReduceFromModelParallelRegion: its backward returns the I gradient as is,
-    where R (the dual of the P input) is due (its forward's all-reduce left out: apply's
-    result has the declared type)."""
+    where R (the dual of the P input) is due (its forward's raw all-reduce stood for by an
+    untyped copy: apply's result has the declared type)."""
 
     @staticmethod
     def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
-        return x.clone()
+        with _checking.suspended():
+            return x.clone()
 
     @staticmethod
     def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
@@ -1217,7 +1220,8 @@ class _ReduceFromTPScaled(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
         ctx.x = x
-        return x.clone()
+        with _checking.suspended():
+            return x.clone()
 
     @staticmethod
     def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
@@ -1296,7 +1300,9 @@ class _SavesEverything(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor[I["tp"]], w: Tensor[V["tp"]]) -> tuple[Tensor[V["tp"]], Tensor[P["tp"]]]:
         h = x * w
-        y, z = h * 2, h * 3
+        with _checking.suspended():  # an untyped result (as a raw all-reduce leaves it): the
+            z = h * 3                # declared P is not contradicted
+        y = h * 2
         ctx.save_for_backward(x, w, h, None, z, y)
         return y, z
 
@@ -1325,6 +1331,141 @@ def test_function_saved_tensors_have_the_static_types() -> None:
     _SavesEverything.seen.clear()
     y.backward(torch.ones_like(y))  # unchecked: the saved output is torch's new tensor, untyped
     assert _SavesEverything.seen[0][5] is None and _SavesEverything.seen[0][4] is None
+
+
+class _ForgotReduce(torch.autograd.Function):
+    """A forward that forgot its all-reduce: the Partial value returned where I is declared."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return g * 2
+
+
+class _Copy(torch.autograd.Function):
+    """Megatron's _CopyToModelParallelRegion: its I input returned as the declared R."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return x
+
+    @staticmethod
+    def backward(ctx, g: Tensor[P["tp"]]) -> None:
+        return None
+
+
+class _Pair(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor[V["tp"]], w: Tensor[I["tp"]]
+                ) -> tuple[Tensor[V["tp"]], Tensor[V["tp"]]]:
+        if x.shape[0] > 100:
+            return x, x
+        return x * 2, w * 2
+
+
+def test_function_forward_result_is_checked_at_apply() -> None:
+    """What forward returns is checked against its declared result at Fn.apply, by the static
+    checker's rule (engine duality.check_forward_result) and with its message (the shared
+    case function-forward-returns-P-for-I): the check mode gave the result the declared type
+    whatever it was (a forward that forgot a reduction gave wrong numbers, silently).  Without
+    grad an I stands for the declared R; an untyped result gets the declared type."""
+    with spmd.typecheck():
+        p = typed(mk(), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _ForgotReduce.apply(p)
+        assert e.value.code == "spmd-mismatch"
+        assert str(e.value).startswith(
+            'the return value (x * 2) of _ForgotReduce.forward is Tensor[P["tp"]] but '
+            'Tensor[I["tp"]] is expected: it is P on "tp" where I is needed; P to I is a '
+            'reduction: use all_reduce(x * 2, "tp", src=P, dst=I)'), str(e.value)
+        assert spmd.typeof(_Copy.apply(typed(mk(), Tensor[I["tp"]]))) == ty(tp=REPLICATE)
+        assert spmd.typeof(_Untyped2Typed.apply(mk(), [4])) == ty(ep=VARYING)
+        # a tuple result: the wrong item, named by position where forward has two returns
+        with pytest.raises(SpmdTypeError) as e:
+            _Pair.apply(typed(mk(), Tensor[V["tp"]]), typed(mk(), Tensor[I["tp"]]))
+        assert str(e.value).startswith(
+            'the return value result[1] of _Pair.forward is Tensor[I["tp"]] but Tensor[V["tp"]] '
+            'is expected'), str(e.value)
+
+
+class _AuxScalerBad(torch.autograd.Function):
+    """MoE's aux-loss scaler with the aux gradient declared per rank (V) where R is due (the
+    probe's alt.py AuxLossAutoScalerBad): the values returned are right, the declaration is
+    not."""
+
+    @staticmethod
+    def forward(ctx, o: Tensor[P["tp"]], aux: Tensor[P["tp"]]) -> Tensor[P["tp"]]:
+        return o + aux
+
+    @staticmethod
+    def backward(ctx, g: Tensor[R["tp"]]) -> tuple[Tensor[R["tp"]], Tensor[V["tp"]]]:
+        return g, torch.ones_like(g)
+
+
+class _GradDeclaredP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor[I["tp"]]) -> Tensor[I["tp"]]:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        return torch.ones_like(g.detach())
+
+
+def test_function_backward_declared_signature_is_checked() -> None:
+    """Backward's declared signature against the duals of forward's (engine
+    duality.check_signature, as the static checker reports it on ``def backward``), when the
+    backward runs: the check mode only checked the values it returned."""
+    with spmd.typecheck():
+        a, b = typed(mk(), Tensor[P["tp"]]), typed(mk(), Tensor[P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _AuxScalerBad.apply(a, b).sum().backward()
+        assert e.value.code == "spmd-duality"
+        assert str(e.value).startswith(
+            '_AuxScalerBad.backward returns Tensor[V["tp"]] for input aux (Tensor[P["tp"]]), whose '
+            'gradient is Tensor[R["tp"]] (V on "tp" where R is needed); V to R is a gather: use '
+            'all_gather(torch.ones_like(...), "tp", src=V, dst=R)'), str(e.value)
+        assert 'and declare the result Tensor[R["tp"]]' in str(e.value)
+        x = typed(mk(), Tensor[I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _GradDeclaredP.apply(x).sum().backward()
+        assert str(e.value).startswith(
+            '_GradDeclaredP.backward takes g as the gradient of forward\'s output '
+            '(Tensor[I["tp"]]), which is Tensor[I["tp"]], not Tensor[P["tp"]]'), str(e.value)
+
+
+class _ShardedCols(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y: Tensor[S[1, "tp"]], x: Tensor[R["tp"]], w: Tensor[S[0, "tp"]]
+                ) -> Tensor[S[1, "tp"]]:
+        ctx.x, ctx.w = x, w
+        return y * 2
+
+    @staticmethod
+    def backward(ctx, g: Tensor[S[1, "tp"]]) -> tuple[Tensor[S[1, "tp"]], None, None]:
+        # F.linear's S(-1): dim 1 of the 2-d input y
+        return F.linear(ctx.x.detach(), ctx.w.detach()) * 2, None, None
+
+
+def test_function_types_are_compared_at_the_tensors_rank() -> None:
+    """An S(-1) value (F.linear's output) for a parameter declared S(1): one layout of a 2-d
+    tensor, accepted at Fn.apply as spmd.checked and spmd.declare accept it (it was an
+    spmd-mismatch), and so is the S(-1) gradient backward returns for it; of a 3-d tensor
+    S(-1) is S(2), still an error."""
+    with spmd.typecheck():
+        x, w = typed(mk(), Tensor[R["tp"]]), typed(mk(4, 4), Tensor[S[0, "tp"]])
+        y = F.linear(x, w)
+        assert spmd.typeof(y) == ty(tp=shard(-1))
+        out = _ShardedCols.apply(y, x, w)
+        assert spmd.typeof(out) == ty(tp=shard(1))
+        out.backward(typed(torch.ones(4, 4), Tensor[S[1, "tp"]]))
+        y3 = typed(torch.randn(2, 4, 4), Tensor[S[-1, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _ShardedCols.apply(y3, x, w)
+        assert e.value.code == "spmd-mismatch"
 
 
 # --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.testing import assert_close
 
 import spmd
@@ -281,7 +282,109 @@ def check_linear_saved_tensors(ctx: Ctx, name: str) -> None:
         dist.barrier()
 
 
+# A Megatron-style fused vocab-parallel cross entropy with label smoothing (typed collectives,
+# a hand-written backward): forward's result is checked against its declared type at
+# Fn.apply.  The mistake: the smoothing term's mean of the log-probs taken over this rank's
+# vocab shard only (a V on "x" returned where the declared I is) gives each rank another
+# loss, off by a few hundredths; the check mode accepted it (it gave the result the declared
+# type) where the static checker reports it.  The logits are F.linear's S(-1) output, passed
+# for forward's S(1) parameter: one dim of a 2-d tensor (Fn.apply rejected it).
+
+def _ce_parts(logits: Tensor[S[1, "x"]], target: torch.Tensor, lo: int, hi: int) -> Any:
+    m = spmd.all_reduce(logits.detach().amax(dim=-1), AXIS, src=V, dst=I, op="max")
+    shifted = logits - m.unsqueeze(-1)
+    outside = (target < lo) | (target >= hi)
+    local_t = torch.where(outside, 0, target - lo)
+    picked = shifted.gather(-1, local_t.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+    tgt = spmd.all_reduce(spmd.reinterpret(picked, AXIS, src=V, dst=P), AXIS, src=P, dst=I)
+    exp = shifted.exp()
+    sum_exp = spmd.all_reduce(spmd.reinterpret(exp.sum(dim=-1), AXIS, src=V, dst=P), AXIS,
+                              src=P, dst=I)
+    probs = exp / sum_exp.unsqueeze(-1)
+    return torch.log(sum_exp) - tgt, probs, local_t, outside
+
+
+class _SmoothedCE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor[S[1, "x"]], target: torch.Tensor, lo: int, hi: int,
+                vocab: int, eps: float) -> Tensor[I["x"]]:
+        nll, probs, local_t, outside = _ce_parts(logits, target, lo, hi)
+        lp = spmd.reinterpret(torch.log(probs).sum(dim=-1), AXIS, src=V, dst=P)
+        mean_log_probs = spmd.all_reduce(lp, AXIS, src=P, dst=I) / vocab
+        loss = (1.0 - eps) * nll - eps * mean_log_probs
+        ctx.save_for_backward(probs, local_t, outside)
+        ctx.eps, ctx.vocab = eps, vocab
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[I["x"]]
+                 ) -> tuple[Tensor[S[1, "x"]], None, None, None, None, None]:
+        probs, local_t, outside = ctx.saved_tensors
+        onehot = torch.zeros_like(probs).scatter_(-1, local_t.unsqueeze(-1), 1.0)
+        onehot = onehot * (~outside).unsqueeze(-1)
+        grad = probs - (1.0 - ctx.eps) * onehot - ctx.eps / ctx.vocab
+        return grad * g.unsqueeze(-1), None, None, None, None, None
+
+
+class _SmoothedCELocalMean(_SmoothedCE):
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor[S[1, "x"]], target: torch.Tensor, lo: int, hi: int,
+                vocab: int, eps: float) -> Tensor[I["x"]]:
+        nll, probs, local_t, outside = _ce_parts(logits, target, lo, hi)
+        mean_log_probs = torch.log(probs).mean(dim=-1)  # this rank's vocab shard only
+        loss = (1.0 - eps) * nll - eps * mean_log_probs
+        ctx.save_for_backward(probs, local_t, outside)
+        ctx.eps, ctx.vocab = eps, vocab
+        return loss
+
+
+def check_fused_ce_result_is_checked(ctx: Ctx, name: str) -> None:
+    tokens, hidden, vloc, eps = 5, 3, 4, 0.1
+    vocab = vloc * ctx.world
+    gen = torch.Generator().manual_seed(7)
+    h = torch.randn(tokens, hidden, dtype=F64, generator=gen)
+    w_full = torch.randn(vocab, hidden, dtype=F64, generator=gen)
+    target = torch.randint(0, vocab, (tokens,), generator=gen)
+    lo, hi = ctx.rank * vloc, (ctx.rank + 1) * vloc
+    # the reference: the whole vocab on one rank (float64)
+    w_ref = w_full.clone().requires_grad_()
+    ref = F.cross_entropy(F.linear(h, w_ref), target, label_smoothing=eps, reduction="none")
+    ref.mean().backward()
+    assert w_ref.grad is not None
+
+    def run(fn: Any, check: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        w = w_full[lo:hi].clone().requires_grad_()
+        with spmd.typecheck() if check else contextlib.nullcontext():
+            hr = spmd.declare(h, Tensor[R["x"]]) if check else h
+            ws = spmd.declare(w, Tensor[S[0, "x"]]) if check else w
+            loss = fn.apply(F.linear(hr, ws), target, lo, hi, vocab, eps)
+            loss.mean().backward()
+        assert w.grad is not None
+        return loss.detach(), w.grad
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        for check in (False, True):  # the correct Function: the reference's numbers, both ways
+            loss, grad = run(_SmoothedCE, check)
+            assert_close(loss, ref.detach())
+            assert_close(grad, w_ref.grad[lo:hi])
+        loss, _ = run(_SmoothedCELocalMean, False)  # outside the check mode: wrong numbers
+        off = (loss - ref.detach()).abs().max().item()
+        assert off > 1e-3, off
+        try:
+            run(_SmoothedCELocalMean, True)
+        except SpmdTypeError as e:
+            assert e.code == "spmd-mismatch", e
+            assert str(e).startswith(
+                'the return value loss of _SmoothedCELocalMean.forward is Tensor[V["x"]] but '
+                'Tensor[I["x"]] is expected: it is V on "x" where I is needed; '), str(e)
+        else:
+            raise AssertionError(f"the local-shard smoothing term (loss off by {off:.4f}) was "
+                                 "accepted")
+        dist.barrier()
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "autograd-fn", (
         check_apply_typed, check_apply_argument_mismatch, check_off_untouched,
-        check_prefetch_in_function, check_linear_saved_tensors))
+        check_prefetch_in_function, check_linear_saved_tensors,
+        check_fused_ce_result_is_checked))

@@ -68,5 +68,6 @@ def test_static_verdict_matches_the_table(case: shared_cases.Case, workdir: str)
     if case.error is None:
         assert not errors, f"{case.id}: expected {case.expect}, got errors {errors}"
     else:
-        assert errors == {end: [case.error]}, (
-            f"{case.id}: expected [{case.error}] on its last line {end}, got {errors}")
+        line = end if case.static_line is None else start + case.static_line
+        assert errors == {line: [case.error]}, (
+            f"{case.id}: expected [{case.error}] on line {line}, got {errors}")
