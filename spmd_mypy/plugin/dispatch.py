@@ -392,6 +392,9 @@ class HookDispatch:
             return UninhabitedType()
         if self._meets_spmd() and not getattr(api, "current_node_deferred", False):
             self.plugin.calls.check_condition(api, conditions)
+            case = self.plugin.regions.match_case(ctx.context)
+            if case is not None:
+                self.plugin.calls.check_value_patterns(ctx, case)
         return ctx.default_return_type
 
     def isinstance_hook(self, ctx: FunctionContext) -> Type:

@@ -34,7 +34,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Container, Final, cast
+from typing import Container, Final, Optional, cast
 
 from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
@@ -92,7 +92,16 @@ from mypy.nodes import (
     UnaryExpr,
     WithStmt,
 )
-from mypy.patterns import AsPattern, ClassPattern, OrPattern, Pattern
+from mypy.patterns import (
+    AsPattern,
+    ClassPattern,
+    MappingPattern,
+    OrPattern,
+    Pattern,
+    SequencePattern,
+    StarredPattern,
+    ValuePattern,
+)
 from mypy.types import (
     CallableArgument,
     CallableType,
@@ -394,6 +403,12 @@ def _is_autograd_function(c: ClassDef) -> bool:
     return False
 
 
+# A condition trigger's entry (section 3): the trigger call, the operands whose truth value
+# the condition reads, and for a ``match`` case (MatchCase) the statement and the case's pattern.
+MatchCase = tuple[MatchStmt, Pattern]
+ConditionEntry = tuple[CallExpr, tuple[Expression, ...], Optional[MatchCase]]
+
+
 @dataclass
 class GradRegions:
     """Where operands cannot carry a gradient, per file."""
@@ -413,8 +428,9 @@ class GradRegions:
     # operand of the in-place op all the same
     augmented_attributes: set[tuple[int, int]] = field(default_factory=set)
     # the condition triggers (section 3), by the trigger call's id: (the call, the operands
-    # whose truth value the condition reads)
-    conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = field(default_factory=dict)
+    # whose truth value the condition reads, and for a ``match`` case the statement and the
+    # case's pattern, whose value patterns compare the subject)
+    conditions: dict[int, ConditionEntry] = field(default_factory=dict)
 
 
 # Attributes whose reads the plugin types (attribute hooks): as ``x.attr += y`` targets they
@@ -462,8 +478,9 @@ class _Walker:
         self.class_matches: list[tuple[list[Statement], MatchStmt]] = []
         # conditions read for their truth value (section 3; rewrite walk, function bodies):
         # (the statement list the trigger goes in, the statement it follows or None for the
-        # list's start, the operands read)
-        self.conditions: list[tuple[list[Statement], Statement | None, list[Expression]]] = []
+        # list's start, the operands read, a match case whose value patterns it checks)
+        self.conditions: list[tuple[list[Statement], Statement | None, list[Expression],
+                                    MatchCase | None]] = []
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
@@ -550,15 +567,20 @@ class _Walker:
             elif cls is _AssertStmt and stmts is not None:
                 self._condition(stmts, st, cast(AssertStmt, st).expr)
 
-    def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression) -> None:
-        """Record condition ``e`` for a trigger in ``stmts`` (section 3), where the trigger
-        calls the builtin: in a function body, ``globals`` not bound in a scope here."""
+    def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression | None,
+                   case: MatchCase | None = None) -> None:
+        """Record condition ``e`` (a ``match`` case's guard, or None) for a trigger in
+        ``stmts`` (section 3), where the trigger calls the builtin: in a function body,
+        ``globals`` not bound in a scope here.  ``case``: a ``match`` case whose pattern
+        compares the subject with a value (``case 0:`` is ``subject == 0``)."""
         if not self.rewrite or not self._depth or (not stmts and after is None) \
                 or any(TRIGGER_NAME in scope for scope in self._defined):
             return
-        operands = truth_operands(e)
-        if operands:
-            self.conditions.append((stmts, after, operands))
+        operands = truth_operands(e) if e is not None else []
+        if case is not None and not has_value_pattern(case[1]):
+            case = None
+        if operands or case is not None:
+            self.conditions.append((stmts, after, operands, case))
 
     def match_in(self, stmts: list[Statement] | None, st: MatchStmt) -> None:
         """Record a ``match`` with a class pattern for its trigger, unless ``isinstance`` is
@@ -638,6 +660,18 @@ class _Walker:
                     self.block(extra.body)
         elif cls is _MatchStmt:
             self.rebinds = True  # its capture patterns define names this walk does not read
+            m = cast(MatchStmt, st)
+            if self.rewrite:
+                _rewrite_call_args(m.subject)
+            for p, g, b in zip(m.patterns, m.guards, m.bodies):
+                for name in pattern_captures(p):  # a capture holds the subject's value
+                    self._bind(name, _OPAQUE)
+                if self.rewrite and g is not None:
+                    _rewrite_call_args(g)
+                self.block(b.body)
+                # the guard's truth value, and the values the pattern compares the subject
+                # with, read when the case is tried (checked where the body starts)
+                self._condition(b.body, None, g, (m, p))
 
     def _assignment(self, st: AssignmentStmt) -> None:
         # a value computed where gradients are off has none (``with torch.no_grad(): c =
@@ -957,16 +991,16 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                     stmts.insert(i, ExpressionStmt(isinstance_trigger(match.line, match.column)))
                     stmts[i].set_line(match.line, match.column, match.line)
                     break
-    conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = {}
+    conditions: dict[int, ConditionEntry] = {}
     if w.conditions and not _rebinds(file, TRIGGER_NAME):
-        for stmts, after, operands in w.conditions:
+        for stmts, after, operands, case in w.conditions:
             at = after if after is not None else stmts[0]
             i = 0 if after is None else next(k for k, st in enumerate(stmts) if st is after) + 1
             call = condition_trigger(at.line, at.column)
             trigger = ExpressionStmt(call)
             trigger.set_line(at.line, at.column, at.line)
             stmts.insert(i, trigger)
-            conditions[id(call)] = (call, tuple(operands))
+            conditions[id(call)] = (call, tuple(operands), case)
     detached = w.detached
     if rebinding:
         _rename_quietly(file, options, rebinding, looping)
@@ -1011,6 +1045,54 @@ def truth_operands(e: Expression) -> list[Expression]:
     if cls is _CallExpr:
         callee = cast(CallExpr, e).callee
         return [] if type(callee) is _NameExpr and cast(NameExpr, callee).name in _BOOL_CALLS else [e]
+    return []
+
+
+def has_value_pattern(p: Pattern) -> bool:
+    """Whether pattern ``p`` compares (a part of) the subject with a value anywhere: a value
+    pattern (``0``, ``Color.RED``), alone or nested in an or, as, sequence, mapping or class
+    pattern.  A capture, a wildcard, ``None``/``True``/``False`` (``is``) and a class test
+    compare nothing."""
+    cls = type(p)
+    if cls is ValuePattern:
+        return True
+    if cls is AsPattern:
+        inner = cast(AsPattern, p).pattern
+        return inner is not None and has_value_pattern(inner)
+    if cls is OrPattern:
+        return any(has_value_pattern(q) for q in cast(OrPattern, p).patterns)
+    if cls is SequencePattern:
+        return any(has_value_pattern(q) for q in cast(SequencePattern, p).patterns)
+    if cls is MappingPattern:
+        return any(has_value_pattern(q) for q in cast(MappingPattern, p).values)
+    if cls is ClassPattern:
+        c = cast(ClassPattern, p)
+        return any(has_value_pattern(q) for q in c.positionals) or any(
+            has_value_pattern(q) for q in c.keyword_values)
+    return False
+
+
+def pattern_captures(p: Pattern) -> list[NameExpr]:
+    """The names pattern ``p`` binds (``case x``, ``[a, *rest]``, ``{**kw}``, ``0 as z``)."""
+    cls = type(p)
+    if cls is AsPattern:
+        a = cast(AsPattern, p)
+        own = [a.name] if a.name is not None else []
+        return own + (pattern_captures(a.pattern) if a.pattern is not None else [])
+    if cls is OrPattern:
+        return [n for q in cast(OrPattern, p).patterns for n in pattern_captures(q)]
+    if cls is SequencePattern:
+        return [n for q in cast(SequencePattern, p).patterns for n in pattern_captures(q)]
+    if cls is StarredPattern:
+        capture = cast(StarredPattern, p).capture
+        return [capture] if capture is not None else []
+    if cls is MappingPattern:
+        m = cast(MappingPattern, p)
+        rest = [m.rest] if m.rest is not None else []
+        return [n for q in m.values for n in pattern_captures(q)] + rest
+    if cls is ClassPattern:
+        c = cast(ClassPattern, p)
+        return [n for q in [*c.positionals, *c.keyword_values] for n in pattern_captures(q)]
     return []
 
 
@@ -1108,7 +1190,7 @@ class RegionIndex:
         # the condition triggers (section 3) of the files prepared last, by the call's id, and
         # their ids by module: not per tree, since the daemon merges a re-parsed file into
         # the old tree object (its statements, triggers included, then are the new tree's)
-        self._conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = {}
+        self._conditions: dict[int, ConditionEntry] = {}
         self._condition_ids: dict[str, list[int]] = {}
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
@@ -1129,6 +1211,11 @@ class RegionIndex:
         for any other call."""
         entry = self._conditions.get(id(call))
         return entry[1] if entry is not None and entry[0] is call else None
+
+    def match_case(self, call: Context) -> MatchCase | None:
+        """The ``match`` case whose value patterns a condition trigger checks, if any."""
+        entry = self._conditions.get(id(call))
+        return entry[2] if entry is not None and entry[0] is call else None
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
         regions = self.regions(tree)
