@@ -76,6 +76,7 @@ from mypy.nodes import (
 )
 from mypy.literals import literal
 from mypy.maptype import map_instance_to_supertype
+from mypy.meet import narrow_declared_type
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.typeops import make_simplified_union
 from mypy.server.subexpr import get_subexpressions
@@ -1218,16 +1219,18 @@ class CallTyper:
         """The type of a ``match``'s subject where a case's body starts: as the binder has
         narrowed it (the subject, or mypy's stand-in for a subject that is no name), else
         as mypy typed the subject."""
-        binder = getattr(api, "binder", None)
         subject = match.subject
+        declared = lookup_type(api, subject)
+        binder = getattr(api, "binder", None)
+        if declared is None or binder is None:
+            return declared
         target = subject.target if isinstance(subject, AssignmentExpr) else subject
-        if binder is not None:
-            for e in (target, match.subject_dummy):
-                if e is not None and literal(e) == LITERAL_TYPE:
-                    t = binder.get(e)
-                    if t is not None:
-                        return t
-        return lookup_type(api, subject)
+        for e in (target, match.subject_dummy):
+            if e is not None and literal(e) == LITERAL_TYPE:
+                restriction = binder.get(e)
+                if restriction is not None:  # as mypy's narrow_type_from_binder
+                    return narrow_declared_type(declared, restriction)
+        return declared
 
     def check_value_read(self, api: Any, read: str, typ: Type, x: Expression | None,
                          at: Context) -> None:

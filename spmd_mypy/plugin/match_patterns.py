@@ -119,7 +119,7 @@ class _Walk:
                         continue
                     from_end = star is not None and i > star
                     at = n - (len(items) - i) if from_end else i
-                    if shown is not None:
+                    if shown is not None and len(shown) == n:
                         self.walk(m.items[at], self.name(shown[at]), shown[at], q, depth + 1)
                     else:
                         shown_at = at - n if from_end else at
@@ -153,10 +153,8 @@ class _Walk:
                 inst = m  # the subject's own (sub)class: its attributes as it types them
             elif isinstance(m, Instance) and info.has_base(m.type.fullname):
                 inst = own  # a base of the class (object): the class's attributes
-            elif isinstance(m, AnyType):
-                inst = own
-            else:
-                continue  # never an instance of the class: the pattern compares nothing of it
+            else:  # never an instance of the class, or Any (gradual)
+                continue
             if p.positionals:
                 if info.fullname in _SELF_MATCH:
                     if len(p.positionals) == 1:
