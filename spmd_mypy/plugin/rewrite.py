@@ -1206,16 +1206,11 @@ class RegionIndex:
             self._conditions.update(regions.conditions)
             self._condition_ids[tree.fullname] = list(regions.conditions)
 
-    def condition(self, call: Context) -> tuple[Expression, ...] | None:
-        """The operands a condition trigger (section 3) reads, when ``call`` is one; None
-        for any other call."""
+    def condition(self, call: Context) -> ConditionEntry | None:
+        """What a condition trigger (section 3) reads, when ``call`` is one; None for any
+        other call."""
         entry = self._conditions.get(id(call))
-        return entry[1] if entry is not None and entry[0] is call else None
-
-    def match_case(self, call: Context) -> MatchCase | None:
-        """The ``match`` case whose value patterns a condition trigger checks, if any."""
-        entry = self._conditions.get(id(call))
-        return entry[2] if entry is not None and entry[0] is call else None
+        return entry if entry is not None and entry[0] is call else None
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
         regions = self.regions(tree)
