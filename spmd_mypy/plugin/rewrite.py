@@ -266,13 +266,19 @@ def _rewrite_index_expr(e: Expression) -> None:
             _rewrite_index_expr(item)
 
 
-def _rewrite_call_args(e: Expression | None) -> None:
+def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = None) -> None:
     """A type as an argument of a call anywhere in an expression (``y = spmd.declare(x,
     Tensor[PS[("dp", "tp"), None]])``, ``f(spmd.declare(x, Tensor[...]))``, ``[spmd.declare(..)]``,
     ``lambda t: spmd.declare(t, ...)``) is a type application to mypy: the same rewrite as an
     alias's right-hand side.  Only expression kinds that can hold a call are entered; names,
     literals and the like end the walk at once.  Dispatch is by exact class (the classes bound
-    above)."""
+    above).
+
+    ``reads``: where the walk also collects the operands whose truth value the expression
+    reads outside a statement's condition (section 3): a conditional expression's condition
+    (``a if p else b``), a comprehension's ``if p``, the left operand of ``and`` / ``or``
+    (``x = p or q``) and the operand of ``not`` (through ``not`` / ``and`` / ``or``, as
+    :func:`truth_operands` reads a condition)."""
     cls = type(e)
     if cls is _NameExpr or cls is _IntExpr or cls is _StrExpr or cls is _FloatExpr or e is None:
         return
@@ -281,55 +287,69 @@ def _rewrite_call_args(e: Expression | None) -> None:
         for a in call.args:
             if type(a) is _IndexExpr:
                 _rewrite_index_expr(a)
-            _rewrite_call_args(a)
-        _rewrite_call_args(call.callee)
+            _rewrite_call_args(a, reads)
+        _rewrite_call_args(call.callee, reads)
     elif cls is _MemberExpr:  # spmd.declare(x, T).float()
-        _rewrite_call_args(cast(MemberExpr, e).expr)
+        _rewrite_call_args(cast(MemberExpr, e).expr, reads)
     elif cls is _OpExpr:
         op = cast(OpExpr, e)
-        _rewrite_call_args(op.left)
-        _rewrite_call_args(op.right)
+        if reads is not None and (op.op == "and" or op.op == "or"):
+            reads.extend(truth_operands(op.left))
+        _rewrite_call_args(op.left, reads)
+        _rewrite_call_args(op.right, reads)
     elif cls is _IndexExpr:
         ie = cast(IndexExpr, e)
-        _rewrite_call_args(ie.base)
-        _rewrite_call_args(ie.index)
+        _rewrite_call_args(ie.base, reads)
+        _rewrite_call_args(ie.index, reads)
     elif cls is _TupleExpr or cls is _ListExpr or cls is _SetExpr:
         for item in cast("TupleExpr | ListExpr | SetExpr", e).items:
-            _rewrite_call_args(item)
+            _rewrite_call_args(item, reads)
     elif cls is _UnaryExpr or cls is _StarExpr:
-        _rewrite_call_args(cast("UnaryExpr | StarExpr", e).expr)
+        inner = cast("UnaryExpr | StarExpr", e).expr
+        if reads is not None and cls is _UnaryExpr and cast(UnaryExpr, e).op == "not":
+            reads.extend(truth_operands(inner))
+        _rewrite_call_args(inner, reads)
     elif cls is _ComparisonExpr:
         for operand in cast(ComparisonExpr, e).operands:
-            _rewrite_call_args(operand)
+            _rewrite_call_args(operand, reads)
     elif cls is _ConditionalExpr:
         ce = cast(ConditionalExpr, e)
-        _rewrite_call_args(ce.cond)
-        _rewrite_call_args(ce.if_expr)
-        _rewrite_call_args(ce.else_expr)
+        if reads is not None:
+            reads.extend(truth_operands(ce.cond))
+        _rewrite_call_args(ce.cond, reads)
+        _rewrite_call_args(ce.if_expr, reads)
+        _rewrite_call_args(ce.else_expr, reads)
     elif cls is _DictExpr:
         for k, v in cast(DictExpr, e).items:
-            _rewrite_call_args(k)
-            _rewrite_call_args(v)
+            _rewrite_call_args(k, reads)
+            _rewrite_call_args(v, reads)
     elif cls is _AssignmentExpr:
-        _rewrite_call_args(cast(AssignmentExpr, e).value)
+        _rewrite_call_args(cast(AssignmentExpr, e).value, reads)
     elif cls is _LambdaExpr:
-        _rewrite_call_args(cast(LambdaExpr, e).expr())
+        _rewrite_call_args(cast(LambdaExpr, e).expr(), reads)
     elif cls is _ListComprehension or cls is _SetComprehension:
-        _rewrite_call_args(cast("ListComprehension | SetComprehension", e).generator)
+        _rewrite_call_args(cast("ListComprehension | SetComprehension", e).generator, reads)
     elif cls is _GeneratorExpr:
         g = cast(GeneratorExpr, e)
-        _rewrite_call_args(g.left_expr)
+        _rewrite_call_args(g.left_expr, reads)
         for seq in g.sequences:
-            _rewrite_call_args(seq)
+            _rewrite_call_args(seq, reads)
         for conds in g.condlists:
             for c in conds:
-                _rewrite_call_args(c)
+                if reads is not None:
+                    reads.extend(truth_operands(c))
+                _rewrite_call_args(c, reads)
     elif cls is _DictionaryComprehension:
         d = cast(DictionaryComprehension, e)
-        _rewrite_call_args(d.key)
-        _rewrite_call_args(d.value)
+        _rewrite_call_args(d.key, reads)
+        _rewrite_call_args(d.value, reads)
         for seq in d.sequences:
-            _rewrite_call_args(seq)
+            _rewrite_call_args(seq, reads)
+        for conds in d.condlists:
+            for c in conds:
+                if reads is not None:
+                    reads.extend(truth_operands(c))
+                _rewrite_call_args(c, reads)
 
 
 def _mark_strings(e: Expression, nested: bool = False) -> None:
@@ -481,6 +501,9 @@ class _Walker:
         # list's start, the operands read, a match case whose value patterns it checks)
         self.conditions: list[tuple[list[Statement], Statement | None, list[Expression],
                                     MatchCase | None]] = []
+        # the truth values the statement being walked reads outside a condition (section 3;
+        # rewrite walk): _rewrite_call_args collects them
+        self.reads: list[Expression] = []
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
@@ -560,23 +583,34 @@ class _Walker:
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
+            self.reads = []
             self.stmt(st, in_function_class)
             cls = type(st)
             if cls is _MatchStmt:
                 self.match_in(stmts, cast(MatchStmt, st))
-            elif cls is _AssertStmt and stmts is not None:
-                self._condition(stmts, st, cast(AssertStmt, st).expr)
+            elif stmts is None:
+                pass
+            elif cls is _AssertStmt:
+                self._condition(stmts, st, cast(AssertStmt, st).expr, extra=self.reads)
+            elif self.reads and (cls is _AssignmentStmt or cls is _ExpressionStmt
+                                 or cls is _OperatorAssignmentStmt):
+                # read when the statement runs: checked once it has (a return's are not)
+                self._condition(stmts, st, None, extra=self.reads)
 
     def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression | None,
-                   case: MatchCase | None = None) -> None:
+                   case: MatchCase | None = None, extra: list[Expression] | None = None) -> None:
         """Record condition ``e`` (a ``match`` case's guard, or None) for a trigger in
         ``stmts`` (section 3), where the trigger calls the builtin: in a function body,
         ``globals`` not bound in a scope here.  ``case``: a ``match`` case whose pattern
-        compares the subject with a value (``case 0:`` is ``subject == 0``)."""
+        compares the subject with a value (``case 0:`` is ``subject == 0``).  ``extra``: the
+        truth values read inside the expressions evaluated before (``a if p else b``)."""
         if not self.rewrite or not self._depth or (not stmts and after is None) \
                 or any(TRIGGER_NAME in scope for scope in self._defined):
             return
         operands = truth_operands(e) if e is not None else []
+        for x in extra or ():
+            if not any(x is o for o in operands):
+                operands.append(x)
         if case is not None and not has_value_pattern(case[1]):
             case = None
         if operands or case is not None:
@@ -595,7 +629,10 @@ class _Walker:
             self._assignment(cast(AssignmentStmt, st))
         elif cls is _ExpressionStmt or cls is _ReturnStmt:
             if self.rewrite:
-                _rewrite_call_args(cast("ExpressionStmt | ReturnStmt", st).expr)
+                _rewrite_call_args(cast("ExpressionStmt | ReturnStmt", st).expr, self.reads)
+        elif cls is _AssertStmt:
+            if self.rewrite:
+                _rewrite_call_args(cast(AssertStmt, st).expr, self.reads)
         elif cls is _FuncDef:
             self._func_def(cast(FuncDef, st), in_function_class)
         elif cls is _Decorator:
@@ -605,26 +642,28 @@ class _Walker:
             self._func_def(d.func, in_function_class)
         elif cls is _IfStmt:
             ifs = cast(IfStmt, st)
+            reads: list[list[Expression]] = [[] for _ in ifs.expr]
             if self.rewrite:
-                for e in ifs.expr:
-                    _rewrite_call_args(e)
-            for e, b in zip(ifs.expr, ifs.body):
+                for e, r in zip(ifs.expr, reads):
+                    _rewrite_call_args(e, r)
+            for e, b, r in zip(ifs.expr, ifs.body, reads):
                 self.block(b.body)
-                self._condition(b.body, None, e)
+                self._condition(b.body, None, e, extra=r)
             if ifs.else_body is not None:
                 self.block(ifs.else_body.body)
         elif cls is _ForStmt or cls is _WhileStmt:
             loop = cast("ForStmt | WhileStmt", st)
+            loop_reads: list[Expression] = []
             if self.rewrite:
-                _rewrite_call_args(loop.expr)
+                _rewrite_call_args(loop.expr, loop_reads)
             if cls is _ForStmt:  # a loop variable: never "only detached"
                 index = cast(ForStmt, st).index
                 self._bind(index, _OPAQUE)
                 self._define(index)
                 self.loop_targets.update(_names_in(index))
             self.block(loop.body.body)
-            if cls is _WhileStmt:
-                self._condition(loop.body.body, None, loop.expr)
+            self._condition(loop.body.body, None, loop.expr if cls is _WhileStmt else None,
+                            extra=loop_reads)
             if loop.else_body is not None:
                 self.block(loop.else_body.body)
         elif cls is _WithStmt:
@@ -637,7 +676,7 @@ class _Walker:
             elif type(lvalue) is _MemberExpr and cast(MemberExpr, lvalue).name in AUGMENTED_ATTRIBUTES:
                 self.augmented.add((lvalue.line, lvalue.column))
             if self.rewrite:
-                _rewrite_call_args(op.rvalue)
+                _rewrite_call_args(op.rvalue, self.reads)
         elif cls is _ClassDef:
             c = cast(ClassDef, st)
             self._defined.append(set())
@@ -661,17 +700,19 @@ class _Walker:
         elif cls is _MatchStmt:
             self.rebinds = True  # its capture patterns define names this walk does not read
             m = cast(MatchStmt, st)
+            subject_reads: list[Expression] = []
             if self.rewrite:
-                _rewrite_call_args(m.subject)
+                _rewrite_call_args(m.subject, subject_reads)
             for p, g, b in zip(m.patterns, m.guards, m.bodies):
                 for name in pattern_captures(p):  # a capture holds the subject's value
                     self._bind(name, _OPAQUE)
+                case_reads = list(subject_reads)
                 if self.rewrite and g is not None:
-                    _rewrite_call_args(g)
+                    _rewrite_call_args(g, case_reads)
                 self.block(b.body)
                 # the guard's truth value, and the values the pattern compares the subject
                 # with, read when the case is tried (checked where the body starts)
-                self._condition(b.body, None, g, (m, p))
+                self._condition(b.body, None, g, (m, p), case_reads)
 
     def _assignment(self, st: AssignmentStmt) -> None:
         # a value computed where gradients are off has none (``with torch.no_grad(): c =
@@ -686,7 +727,7 @@ class _Walker:
             if not self._depth:
                 _rewrite_annotation(st.type, st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
-            _rewrite_call_args(st.rvalue)
+            _rewrite_call_args(st.rvalue, self.reads)
 
     def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
         if self.rewrite:
@@ -720,9 +761,10 @@ class _Walker:
             self.detached.append((lines[0], lines[1], name))
 
     def _with(self, st: WithStmt) -> None:
+        with_reads: list[Expression] = []
         if self.rewrite:
             for e in st.expr:
-                _rewrite_call_args(e)
+                _rewrite_call_args(e, with_reads)
         mode = self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
         for target in st.target:  # ``as`` targets: never "only detached"
             if target is not None:
@@ -733,6 +775,7 @@ class _Walker:
         self.block(st.body.body)
         if mode is not None:
             self._modes.pop()
+        self._condition(st.body.body, None, None, extra=with_reads)
 
 
 # What a local is bound to when assigned where gradients are off: a value
