@@ -1069,7 +1069,8 @@ _BOOL_CALLS = frozenset({"isinstance", "issubclass", "hasattr", "callable", "boo
 
 def truth_operands(e: Expression) -> list[Expression]:
     """The operands of condition ``e`` whose truth value Python reads and that may be
-    tensors: ``e`` itself, or through ``not``, ``and``, ``or`` their operands.  Not a
+    tensors: ``e`` itself, or through ``not``, ``and``, ``or`` their operands (a conditional
+    expression's: its branches').  Not a
     comparison (``p > 0`` is an op, checked as one), a literal, a lambda, a display, a
     ``bool``-returning builtin call."""
     cls = type(e)
@@ -1081,6 +1082,9 @@ def truth_operands(e: Expression) -> list[Expression]:
         if o.op == "and" or o.op == "or":
             return truth_operands(o.left) + truth_operands(o.right)
         return [e]
+    if cls is _ConditionalExpr:  # the value read is one branch's (its condition: a read of its own)
+        ce = cast(ConditionalExpr, e)
+        return truth_operands(ce.if_expr) + truth_operands(ce.else_expr)
     if cls is _NameExpr:
         return [] if cast(NameExpr, e).name in _NOT_TENSOR_NAMES else [e]
     if cls is _MemberExpr or cls is _IndexExpr or cls is _AssignmentExpr:

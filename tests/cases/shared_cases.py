@@ -1129,6 +1129,11 @@ _READS = {
     "assert": "assert {t}",
     "in": "x_{t} = 0.5 in {t}",
     "lambda-key": "x_{t} = max([{t}, {t} + {t}], key=lambda t: t.sum().item())",
+    # the truth values read outside a statement's condition
+    "conditional-expression": "x_{t} = 1 if {t} else 2",
+    "comprehension-if": "x_{t} = [y for y in [{t}] if y]",
+    "or": "x_{t} = {t} or 1",
+    "not": "x_{t} = not {t}",
 }
 for _read, _line in _READS.items():
     case(f"value-read-{_read}", _READ_TYPES, tuple(_line.format(t=n) for n in _READ_TYPES), NL,
