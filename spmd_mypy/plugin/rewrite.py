@@ -91,6 +91,9 @@ from mypy.nodes import (
     TupleExpr,
     UnaryExpr,
     WithStmt,
+    AwaitExpr,
+    YieldExpr,
+    YieldFromExpr,
 )
 from mypy.patterns import (
     AsPattern,
@@ -171,6 +174,9 @@ _UnboundType: Final = UnboundType
 _UnionType: Final = UnionType
 _WhileStmt: Final = WhileStmt
 _WithStmt: Final = WithStmt
+_YieldExpr: Final = YieldExpr
+_YieldFromExpr: Final = YieldFromExpr
+_AwaitExpr: Final = AwaitExpr
 
 
 def _short(name: str) -> str:
@@ -325,6 +331,8 @@ def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = No
             _rewrite_call_args(v, reads)
     elif cls is _AssignmentExpr:
         _rewrite_call_args(cast(AssignmentExpr, e).value, reads)
+    elif cls is _YieldExpr or cls is _YieldFromExpr or cls is _AwaitExpr:
+        _rewrite_call_args(cast("YieldExpr | YieldFromExpr | AwaitExpr", e).expr, reads)
     elif cls is _LambdaExpr:
         _rewrite_call_args(cast(LambdaExpr, e).expr(), reads)
     elif cls is _ListComprehension or cls is _SetComprehension:
