@@ -1209,8 +1209,9 @@ class CallTyper:
                 if t is None and not _is_scalar(m):
                     continue
                 ops = [Operand(t, text) if t is not None else Operand(None, text), value]
-                if global_calls.any_global(ops):
-                    continue
+                if not any(o.type is not None and (bool(o.type) or bool(o.type.failed))
+                           for o in ops) or global_calls.any_global(ops):
+                    continue  # no typed tensor (as the op hook: strict mode asks nothing)
                 errors = propagate(_EQ, ops, strict=self.strict(ctx)).errors
                 if errors:
                     self.report_at(api, errors, vp)
