@@ -149,6 +149,8 @@ class _Walk:
             return
         own = Instance(info, [AnyType(TypeOfAny.special_form)] * len(info.defn.type_vars))
         for m in _members(subject):
+            if isinstance(m, TupleType):  # a named tuple: its class
+                m = m.partial_fallback
             if isinstance(m, Instance) and m.type.has_base(info.fullname):
                 inst = m  # the subject's own (sub)class: its attributes as it types them
             elif isinstance(m, Instance) and info.has_base(m.type.fullname):
