@@ -20,7 +20,17 @@ from __future__ import annotations
 from typing import Callable, Final
 
 from mypy.maptype import map_instance_to_supertype
-from mypy.nodes import Expression, ListExpr, RefExpr, StarExpr, StrExpr, TupleExpr, TypeAlias, TypeInfo
+from mypy.nodes import (
+    Expression,
+    ListExpr,
+    RefExpr,
+    StarExpr,
+    StrExpr,
+    TupleExpr,
+    TypeAlias,
+    TypeInfo,
+    Var,
+)
 from mypy.patterns import (
     AsPattern,
     ClassPattern,
@@ -206,7 +216,9 @@ def _match_args(info: TypeInfo) -> list[str]:
     """The class's ``__match_args__`` as mypy types it (a tuple of literal strings)."""
     sym = info.get("__match_args__")
     node = sym.node if sym is not None else None
-    t = get_proper_type(getattr(node, "type", None))
+    if not isinstance(node, Var) or node.type is None:
+        return []
+    t = get_proper_type(node.type)
     if not isinstance(t, TupleType):
         return []
     names: list[str] = []
