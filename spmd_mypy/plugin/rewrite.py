@@ -23,7 +23,13 @@
    its operands' types (a Partial's truth value is this rank's summand's).  Only such
    conditions: a comparison (already an op), a literal, a known ``bool`` call get none, so
    code pays one cheap call per such condition (no arguments: a third of what mypy spends
-   on ``isinstance(object, object)``), nothing per expression.
+   on ``isinstance(object, object)``), nothing per expression.  The same trigger serves a
+   ``match`` case (at the start of its body): its guard, and its value patterns, which
+   compare the subject (``case 0:`` is ``subject == 0``; :mod:`.match_patterns`); and the
+   truth values read outside a condition (``a if p else b``, a comprehension's ``if p``,
+   ``x = p or q``, ``not p``): after an assignment, expression statement or ``assert``, at
+   the start of the body of the ``if``/``while``/``for``/``with``/``match`` whose header
+   reads them (a ``return``'s or ``raise``'s would follow the statement unreached).
 
 4. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
    ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
