@@ -48,6 +48,7 @@ from mypy.nodes import (
     LDEF,
     LITERAL_TYPE,
     LambdaExpr,
+    MatchStmt,
     ListComprehension,
     ListExpr,
     MemberExpr,
@@ -75,6 +76,7 @@ from mypy.nodes import (
 )
 from mypy.literals import literal
 from mypy.maptype import map_instance_to_supertype
+from mypy.meet import narrow_declared_type
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.typeops import make_simplified_union
 from mypy.server.subexpr import get_subexpressions
@@ -118,7 +120,8 @@ from .statements import nested_statements
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
-from .rewrite import RegionIndex
+from .match_patterns import value_comparisons
+from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
 
@@ -333,6 +336,9 @@ def _is_scalar(t: Type) -> bool:
 # checkpoint's own keywords (the rest of its arguments go to the function it runs)
 _CHECKPOINT_OWN = frozenset(
     {"use_reentrant", "context_fn", "determinism_check", "debug", "preserve_rng_state"})
+
+# A ``match`` value pattern's comparison (``case 0:`` is ``subject == 0``)
+_EQ: Final = classify("eq")
 
 # Python's sum(xs): the items added one by one (elementwise add, named as the user wrote it)
 _BUILTIN_SUM = dataclasses.replace(classify("add"), name="sum")
@@ -1185,6 +1191,61 @@ class CallTyper:
             typ = lookup_type(api, e)
             if typ is not None:
                 self.check_value_read(api, "__bool__", typ, e, e)
+
+    def check_value_patterns(self, ctx: FunctionContext, case: MatchCase) -> None:
+        """A ``match`` case's value patterns: ``case 0:`` is ``subject == 0`` (nested, of the
+        subject's item, value or attribute: match_patterns), the op ``eq`` as ``p == 0`` is;
+        checked where the case's body starts (rewrite section 3), with the subject as this
+        case can see it (narrowed by the earlier cases and this pattern)."""
+        api = ctx.api
+        match, pattern = case
+        subject = self._match_subject_type(api, match)
+        if subject is None:
+            return
+        target = match.subject.target if isinstance(match.subject, AssignmentExpr) else match.subject
+        for typ, text, vp in value_comparisons(subject, expr_text(target), target, pattern,
+                                               expr_text):
+            value_type = lookup_type(api, vp.expr)
+            if value_type is None:
+                continue
+            value_t = self.types.from_type(value_type)
+            if value_t is not None:
+                value = Operand(value_t, expr_text(vp.expr))
+            elif _is_scalar(value_type):
+                value = Operand(None, expr_text(vp.expr), zero=is_zero_literal(vp.expr, value_type))
+            else:
+                continue  # a string, an enum member, ...: a tensor compares unequal, reads nothing
+            members = self.types.alternatives(typ)
+            for m in (members if members is not None else [typ]):
+                t = self.types.from_type(m)
+                if t is None and value.type is None:
+                    continue
+                if t is None and not _is_scalar(m):
+                    continue
+                ops = [Operand(t, text) if t is not None else Operand(None, text), value]
+                if not any(o.type is not None and (bool(o.type) or bool(o.type.failed))
+                           for o in ops) or global_calls.any_global(ops):
+                    continue  # no typed tensor (as the op hook: strict mode asks nothing)
+                errors = propagate(_EQ, ops, strict=self.strict(ctx)).errors
+                if errors:
+                    self.report_at(api, errors, vp)
+
+    def _match_subject_type(self, api: Any, match: MatchStmt) -> Type | None:
+        """The type of a ``match``'s subject where a case's body starts: as the binder has
+        narrowed it (the subject, or mypy's stand-in for a subject that is no name), else
+        as mypy typed the subject."""
+        subject = match.subject
+        declared = lookup_type(api, subject)
+        binder = getattr(api, "binder", None)
+        if declared is None or binder is None:
+            return declared
+        target = subject.target if isinstance(subject, AssignmentExpr) else subject
+        for e in (target, match.subject_dummy):
+            if e is not None and literal(e) == LITERAL_TYPE:
+                restriction = binder.get(e)
+                if restriction is not None:  # as mypy's narrow_type_from_binder
+                    return narrow_declared_type(declared, restriction)
+        return declared
 
     def check_value_read(self, api: Any, read: str, typ: Type, x: Expression | None,
                          at: Context) -> None:

@@ -382,8 +382,8 @@ class HookDispatch:
         """``globals()``: a condition's trigger (rewrite section 3) reads the condition's
         operands; any other call of it is mypy's."""
         api = ctx.api
-        conditions = self.plugin.regions.condition(ctx.context)
-        if conditions is None:
+        entry = self.plugin.regions.condition(ctx.context)
+        if entry is None:
             return ctx.default_return_type
         if getattr(api, "binder", None) is not None and api.binder.is_unreachable():  # type: ignore[attr-defined]
             # an unreachable body: mypy asks whether its first statement is a no-op before it
@@ -391,7 +391,11 @@ class HookDispatch:
             # user's first statement
             return UninhabitedType()
         if self._meets_spmd() and not getattr(api, "current_node_deferred", False):
-            self.plugin.calls.check_condition(api, conditions)
+            _, operands, case = entry
+            calls = self.plugin.calls
+            calls.check_condition(api, operands)
+            if case is not None:
+                calls.check_value_patterns(ctx, case)
         return ctx.default_return_type
 
     def isinstance_hook(self, ctx: FunctionContext) -> Type:

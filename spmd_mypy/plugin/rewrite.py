@@ -23,7 +23,13 @@
    its operands' types (a Partial's truth value is this rank's summand's).  Only such
    conditions: a comparison (already an op), a literal, a known ``bool`` call get none, so
    code pays one cheap call per such condition (no arguments: a third of what mypy spends
-   on ``isinstance(object, object)``), nothing per expression.
+   on ``isinstance(object, object)``), nothing per expression.  The same trigger serves a
+   ``match`` case (at the start of its body): its guard, and its value patterns, which
+   compare the subject (``case 0:`` is ``subject == 0``; :mod:`.match_patterns`); and the
+   truth values read outside a condition (``a if p else b``, a comprehension's ``if p``,
+   ``x = p or q``, ``not p``): after an assignment, expression statement or ``assert``, at
+   the start of the body of the ``if``/``while``/``for``/``with``/``match`` whose header
+   reads them (a ``return``'s or ``raise``'s would follow the statement unreached).
 
 4. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
    ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
@@ -34,7 +40,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Container, Final, cast
+from typing import Container, Final, Optional, cast
 
 from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
@@ -91,8 +97,20 @@ from mypy.nodes import (
     TupleExpr,
     UnaryExpr,
     WithStmt,
+    AwaitExpr,
+    YieldExpr,
+    YieldFromExpr,
 )
-from mypy.patterns import AsPattern, ClassPattern, OrPattern, Pattern
+from mypy.patterns import (
+    AsPattern,
+    ClassPattern,
+    MappingPattern,
+    OrPattern,
+    Pattern,
+    SequencePattern,
+    StarredPattern,
+    ValuePattern,
+)
 from mypy.types import (
     CallableArgument,
     CallableType,
@@ -162,6 +180,9 @@ _UnboundType: Final = UnboundType
 _UnionType: Final = UnionType
 _WhileStmt: Final = WhileStmt
 _WithStmt: Final = WithStmt
+_YieldExpr: Final = YieldExpr
+_YieldFromExpr: Final = YieldFromExpr
+_AwaitExpr: Final = AwaitExpr
 
 
 def _short(name: str) -> str:
@@ -257,13 +278,19 @@ def _rewrite_index_expr(e: Expression) -> None:
             _rewrite_index_expr(item)
 
 
-def _rewrite_call_args(e: Expression | None) -> None:
+def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = None) -> None:
     """A type as an argument of a call anywhere in an expression (``y = spmd.declare(x,
     Tensor[PS[("dp", "tp"), None]])``, ``f(spmd.declare(x, Tensor[...]))``, ``[spmd.declare(..)]``,
     ``lambda t: spmd.declare(t, ...)``) is a type application to mypy: the same rewrite as an
     alias's right-hand side.  Only expression kinds that can hold a call are entered; names,
     literals and the like end the walk at once.  Dispatch is by exact class (the classes bound
-    above)."""
+    above).
+
+    ``reads``: where the walk also collects the operands whose truth value the expression
+    reads outside a statement's condition (section 3): a conditional expression's condition
+    (``a if p else b``), a comprehension's ``if p``, the left operand of ``and`` / ``or``
+    (``x = p or q``) and the operand of ``not`` (through ``not`` / ``and`` / ``or``, as
+    :func:`truth_operands` reads a condition)."""
     cls = type(e)
     if cls is _NameExpr or cls is _IntExpr or cls is _StrExpr or cls is _FloatExpr or e is None:
         return
@@ -272,55 +299,71 @@ def _rewrite_call_args(e: Expression | None) -> None:
         for a in call.args:
             if type(a) is _IndexExpr:
                 _rewrite_index_expr(a)
-            _rewrite_call_args(a)
-        _rewrite_call_args(call.callee)
+            _rewrite_call_args(a, reads)
+        _rewrite_call_args(call.callee, reads)
     elif cls is _MemberExpr:  # spmd.declare(x, T).float()
-        _rewrite_call_args(cast(MemberExpr, e).expr)
+        _rewrite_call_args(cast(MemberExpr, e).expr, reads)
     elif cls is _OpExpr:
         op = cast(OpExpr, e)
-        _rewrite_call_args(op.left)
-        _rewrite_call_args(op.right)
+        if reads is not None and (op.op == "and" or op.op == "or"):
+            reads.extend(truth_operands(op.left))
+        _rewrite_call_args(op.left, reads)
+        _rewrite_call_args(op.right, reads)
     elif cls is _IndexExpr:
         ie = cast(IndexExpr, e)
-        _rewrite_call_args(ie.base)
-        _rewrite_call_args(ie.index)
+        _rewrite_call_args(ie.base, reads)
+        _rewrite_call_args(ie.index, reads)
     elif cls is _TupleExpr or cls is _ListExpr or cls is _SetExpr:
         for item in cast("TupleExpr | ListExpr | SetExpr", e).items:
-            _rewrite_call_args(item)
+            _rewrite_call_args(item, reads)
     elif cls is _UnaryExpr or cls is _StarExpr:
-        _rewrite_call_args(cast("UnaryExpr | StarExpr", e).expr)
+        inner = cast("UnaryExpr | StarExpr", e).expr
+        if reads is not None and cls is _UnaryExpr and cast(UnaryExpr, e).op == "not":
+            reads.extend(truth_operands(inner))
+        _rewrite_call_args(inner, reads)
     elif cls is _ComparisonExpr:
         for operand in cast(ComparisonExpr, e).operands:
-            _rewrite_call_args(operand)
+            _rewrite_call_args(operand, reads)
     elif cls is _ConditionalExpr:
         ce = cast(ConditionalExpr, e)
-        _rewrite_call_args(ce.cond)
-        _rewrite_call_args(ce.if_expr)
-        _rewrite_call_args(ce.else_expr)
+        if reads is not None:
+            reads.extend(truth_operands(ce.cond))
+        _rewrite_call_args(ce.cond, reads)
+        _rewrite_call_args(ce.if_expr, reads)
+        _rewrite_call_args(ce.else_expr, reads)
     elif cls is _DictExpr:
         for k, v in cast(DictExpr, e).items:
-            _rewrite_call_args(k)
-            _rewrite_call_args(v)
+            _rewrite_call_args(k, reads)
+            _rewrite_call_args(v, reads)
     elif cls is _AssignmentExpr:
-        _rewrite_call_args(cast(AssignmentExpr, e).value)
+        _rewrite_call_args(cast(AssignmentExpr, e).value, reads)
+    elif cls is _YieldExpr or cls is _YieldFromExpr or cls is _AwaitExpr:
+        _rewrite_call_args(cast("YieldExpr | YieldFromExpr | AwaitExpr", e).expr, reads)
     elif cls is _LambdaExpr:
-        _rewrite_call_args(cast(LambdaExpr, e).expr())
+        _rewrite_call_args(cast(LambdaExpr, e).expr(), reads)
     elif cls is _ListComprehension or cls is _SetComprehension:
-        _rewrite_call_args(cast("ListComprehension | SetComprehension", e).generator)
+        _rewrite_call_args(cast("ListComprehension | SetComprehension", e).generator, reads)
     elif cls is _GeneratorExpr:
         g = cast(GeneratorExpr, e)
-        _rewrite_call_args(g.left_expr)
+        _rewrite_call_args(g.left_expr, reads)
         for seq in g.sequences:
-            _rewrite_call_args(seq)
+            _rewrite_call_args(seq, reads)
         for conds in g.condlists:
             for c in conds:
-                _rewrite_call_args(c)
+                if reads is not None:
+                    reads.extend(truth_operands(c))
+                _rewrite_call_args(c, reads)
     elif cls is _DictionaryComprehension:
         d = cast(DictionaryComprehension, e)
-        _rewrite_call_args(d.key)
-        _rewrite_call_args(d.value)
+        _rewrite_call_args(d.key, reads)
+        _rewrite_call_args(d.value, reads)
         for seq in d.sequences:
-            _rewrite_call_args(seq)
+            _rewrite_call_args(seq, reads)
+        for conds in d.condlists:
+            for c in conds:
+                if reads is not None:
+                    reads.extend(truth_operands(c))
+                _rewrite_call_args(c, reads)
 
 
 def _mark_strings(e: Expression, nested: bool = False) -> None:
@@ -398,6 +441,12 @@ def _is_autograd_function(c: ClassDef) -> bool:
     return False
 
 
+# A condition trigger's entry (section 3): the trigger call, the operands whose truth value
+# the condition reads, and for a ``match`` case (MatchCase) the statement and the case's pattern.
+MatchCase = tuple[MatchStmt, Pattern]
+ConditionEntry = tuple[CallExpr, tuple[Expression, ...], Optional[MatchCase]]
+
+
 @dataclass
 class GradRegions:
     """Where operands cannot carry a gradient, per file."""
@@ -417,8 +466,9 @@ class GradRegions:
     # operand of the in-place op all the same
     augmented_attributes: set[tuple[int, int]] = field(default_factory=set)
     # the condition triggers (section 3), by the trigger call's id: (the call, the operands
-    # whose truth value the condition reads)
-    conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = field(default_factory=dict)
+    # whose truth value the condition reads, and for a ``match`` case the statement and the
+    # case's pattern, whose value patterns compare the subject)
+    conditions: dict[int, ConditionEntry] = field(default_factory=dict)
 
 
 # Attributes whose reads the plugin types (attribute hooks): as ``x.attr += y`` targets they
@@ -466,8 +516,12 @@ class _Walker:
         self.class_matches: list[tuple[list[Statement], MatchStmt]] = []
         # conditions read for their truth value (section 3; rewrite walk, function bodies):
         # (the statement list the trigger goes in, the statement it follows or None for the
-        # list's start, the operands read)
-        self.conditions: list[tuple[list[Statement], Statement | None, list[Expression]]] = []
+        # list's start, the operands read, a match case whose value patterns it checks)
+        self.conditions: list[tuple[list[Statement], Statement | None, list[Expression],
+                                    MatchCase | None]] = []
+        # the truth values the statement being walked reads outside a condition (section 3;
+        # rewrite walk): _rewrite_call_args collects them
+        self.reads: list[Expression] = []
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
@@ -547,22 +601,38 @@ class _Walker:
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
+            self.reads = []
             self.stmt(st, in_function_class)
             cls = type(st)
             if cls is _MatchStmt:
                 self.match_in(stmts, cast(MatchStmt, st))
-            elif cls is _AssertStmt and stmts is not None:
-                self._condition(stmts, st, cast(AssertStmt, st).expr)
+            elif stmts is None:
+                pass
+            elif cls is _AssertStmt:
+                self._condition(stmts, st, cast(AssertStmt, st).expr, extra=self.reads)
+            elif self.reads and (cls is _AssignmentStmt or cls is _ExpressionStmt
+                                 or cls is _OperatorAssignmentStmt):
+                # read when the statement runs: checked once it has (a return's are not)
+                self._condition(stmts, st, None, extra=self.reads)
 
-    def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression) -> None:
-        """Record condition ``e`` for a trigger in ``stmts`` (section 3), where the trigger
-        calls the builtin: in a function body, ``globals`` not bound in a scope here."""
+    def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression | None,
+                   case: MatchCase | None = None, extra: list[Expression] | None = None) -> None:
+        """Record condition ``e`` (a ``match`` case's guard, or None) for a trigger in
+        ``stmts`` (section 3), where the trigger calls the builtin: in a function body,
+        ``globals`` not bound in a scope here.  ``case``: a ``match`` case whose pattern
+        compares the subject with a value (``case 0:`` is ``subject == 0``).  ``extra``: the
+        truth values read inside the expressions evaluated before (``a if p else b``)."""
         if not self.rewrite or not self._depth or (not stmts and after is None) \
                 or any(TRIGGER_NAME in scope for scope in self._defined):
             return
-        operands = truth_operands(e)
-        if operands:
-            self.conditions.append((stmts, after, operands))
+        operands = truth_operands(e) if e is not None else []
+        for x in extra or ():
+            if not any(x is o for o in operands):
+                operands.append(x)
+        if case is not None and not has_value_pattern(case[1]):
+            case = None
+        if operands or case is not None:
+            self.conditions.append((stmts, after, operands, case))
 
     def match_in(self, stmts: list[Statement] | None, st: MatchStmt) -> None:
         """Record a ``match`` with a class pattern for its trigger, unless ``isinstance`` is
@@ -577,7 +647,10 @@ class _Walker:
             self._assignment(cast(AssignmentStmt, st))
         elif cls is _ExpressionStmt or cls is _ReturnStmt:
             if self.rewrite:
-                _rewrite_call_args(cast("ExpressionStmt | ReturnStmt", st).expr)
+                _rewrite_call_args(cast("ExpressionStmt | ReturnStmt", st).expr, self.reads)
+        elif cls is _AssertStmt:
+            if self.rewrite:
+                _rewrite_call_args(cast(AssertStmt, st).expr, self.reads)
         elif cls is _FuncDef:
             self._func_def(cast(FuncDef, st), in_function_class)
         elif cls is _Decorator:
@@ -587,26 +660,28 @@ class _Walker:
             self._func_def(d.func, in_function_class)
         elif cls is _IfStmt:
             ifs = cast(IfStmt, st)
+            reads: list[list[Expression]] = [[] for _ in ifs.expr]
             if self.rewrite:
-                for e in ifs.expr:
-                    _rewrite_call_args(e)
-            for e, b in zip(ifs.expr, ifs.body):
+                for e, r in zip(ifs.expr, reads):
+                    _rewrite_call_args(e, r)
+            for e, b, r in zip(ifs.expr, ifs.body, reads):
                 self.block(b.body)
-                self._condition(b.body, None, e)
+                self._condition(b.body, None, e, extra=r)
             if ifs.else_body is not None:
                 self.block(ifs.else_body.body)
         elif cls is _ForStmt or cls is _WhileStmt:
             loop = cast("ForStmt | WhileStmt", st)
+            loop_reads: list[Expression] = []
             if self.rewrite:
-                _rewrite_call_args(loop.expr)
+                _rewrite_call_args(loop.expr, loop_reads)
             if cls is _ForStmt:  # a loop variable: never "only detached"
                 index = cast(ForStmt, st).index
                 self._bind(index, _OPAQUE)
                 self._define(index)
                 self.loop_targets.update(_names_in(index))
             self.block(loop.body.body)
-            if cls is _WhileStmt:
-                self._condition(loop.body.body, None, loop.expr)
+            self._condition(loop.body.body, None, loop.expr if cls is _WhileStmt else None,
+                            extra=loop_reads)
             if loop.else_body is not None:
                 self.block(loop.else_body.body)
         elif cls is _WithStmt:
@@ -619,7 +694,7 @@ class _Walker:
             elif type(lvalue) is _MemberExpr and cast(MemberExpr, lvalue).name in AUGMENTED_ATTRIBUTES:
                 self.augmented.add((lvalue.line, lvalue.column))
             if self.rewrite:
-                _rewrite_call_args(op.rvalue)
+                _rewrite_call_args(op.rvalue, self.reads)
         elif cls is _ClassDef:
             c = cast(ClassDef, st)
             self._defined.append(set())
@@ -642,6 +717,20 @@ class _Walker:
                     self.block(extra.body)
         elif cls is _MatchStmt:
             self.rebinds = True  # its capture patterns define names this walk does not read
+            m = cast(MatchStmt, st)
+            subject_reads: list[Expression] = []
+            if self.rewrite:
+                _rewrite_call_args(m.subject, subject_reads)
+            for p, g, b in zip(m.patterns, m.guards, m.bodies):
+                for name in pattern_captures(p):  # a capture holds the subject's value
+                    self._bind(name, _OPAQUE)
+                case_reads = list(subject_reads)
+                if self.rewrite and g is not None:
+                    _rewrite_call_args(g, case_reads)
+                self.block(b.body)
+                # the guard's truth value, and the values the pattern compares the subject
+                # with, read when the case is tried (checked where the body starts)
+                self._condition(b.body, None, g, (m, p), case_reads)
 
     def _assignment(self, st: AssignmentStmt) -> None:
         # a value computed where gradients are off has none (``with torch.no_grad(): c =
@@ -657,7 +746,7 @@ class _Walker:
             if not self._depth:
                 _rewrite_annotation(st.type, st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
-            _rewrite_call_args(st.rvalue)
+            _rewrite_call_args(st.rvalue, self.reads)
 
     def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
         if self.rewrite:
@@ -691,9 +780,10 @@ class _Walker:
             self.detached.append((lines[0], lines[1], name))
 
     def _with(self, st: WithStmt) -> None:
+        with_reads: list[Expression] = []
         if self.rewrite:
             for e in st.expr:
-                _rewrite_call_args(e)
+                _rewrite_call_args(e, with_reads)
         mode = self._mode_region(st.expr, st.body.line, st.body.end_line or st.end_line or st.line)
         for target in st.target:  # ``as`` targets: never "only detached"
             if target is not None:
@@ -704,6 +794,7 @@ class _Walker:
         self.block(st.body.body)
         if mode is not None:
             self._modes.pop()
+        self._condition(st.body.body, None, None, extra=with_reads)
 
 
 # What a local is bound to when assigned where gradients are off: a value
@@ -983,16 +1074,16 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                     stmts.insert(i, ExpressionStmt(isinstance_trigger(match.line, match.column)))
                     stmts[i].set_line(match.line, match.column, match.line)
                     break
-    conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = {}
+    conditions: dict[int, ConditionEntry] = {}
     if w.conditions and not _rebinds(file, TRIGGER_NAME):
-        for stmts, after, operands in w.conditions:
+        for stmts, after, operands, case in w.conditions:
             at = after if after is not None else stmts[0]
             i = 0 if after is None else next(k for k, st in enumerate(stmts) if st is after) + 1
             call = condition_trigger(at.line, at.column)
             trigger = ExpressionStmt(call)
             trigger.set_line(at.line, at.column, at.line)
             stmts.insert(i, trigger)
-            conditions[id(call)] = (call, tuple(operands))
+            conditions[id(call)] = (call, tuple(operands), case)
     detached = w.detached
     if rebinding:
         _rename_quietly(file, options, rebinding, looping)
@@ -1018,7 +1109,8 @@ _BOOL_CALLS = frozenset({"isinstance", "issubclass", "hasattr", "callable", "boo
 
 def truth_operands(e: Expression) -> list[Expression]:
     """The operands of condition ``e`` whose truth value Python reads and that may be
-    tensors: ``e`` itself, or through ``not``, ``and``, ``or`` their operands.  Not a
+    tensors: ``e`` itself, or through ``not``, ``and``, ``or`` their operands (a conditional
+    expression's: its branches').  Not a
     comparison (``p > 0`` is an op, checked as one), a literal, a lambda, a display, a
     ``bool``-returning builtin call."""
     cls = type(e)
@@ -1030,6 +1122,9 @@ def truth_operands(e: Expression) -> list[Expression]:
         if o.op == "and" or o.op == "or":
             return truth_operands(o.left) + truth_operands(o.right)
         return [e]
+    if cls is _ConditionalExpr:  # the value read is one branch's (its condition: a read of its own)
+        ce = cast(ConditionalExpr, e)
+        return truth_operands(ce.if_expr) + truth_operands(ce.else_expr)
     if cls is _NameExpr:
         return [] if cast(NameExpr, e).name in _NOT_TENSOR_NAMES else [e]
     if cls is _MemberExpr or cls is _IndexExpr or cls is _AssignmentExpr:
@@ -1037,6 +1132,54 @@ def truth_operands(e: Expression) -> list[Expression]:
     if cls is _CallExpr:
         callee = cast(CallExpr, e).callee
         return [] if type(callee) is _NameExpr and cast(NameExpr, callee).name in _BOOL_CALLS else [e]
+    return []
+
+
+def has_value_pattern(p: Pattern) -> bool:
+    """Whether pattern ``p`` compares (a part of) the subject with a value anywhere: a value
+    pattern (``0``, ``Color.RED``), alone or nested in an or, as, sequence, mapping or class
+    pattern.  A capture, a wildcard, ``None``/``True``/``False`` (``is``) and a class test
+    compare nothing."""
+    cls = type(p)
+    if cls is ValuePattern:
+        return True
+    if cls is AsPattern:
+        inner = cast(AsPattern, p).pattern
+        return inner is not None and has_value_pattern(inner)
+    if cls is OrPattern:
+        return any(has_value_pattern(q) for q in cast(OrPattern, p).patterns)
+    if cls is SequencePattern:
+        return any(has_value_pattern(q) for q in cast(SequencePattern, p).patterns)
+    if cls is MappingPattern:
+        return any(has_value_pattern(q) for q in cast(MappingPattern, p).values)
+    if cls is ClassPattern:
+        c = cast(ClassPattern, p)
+        return any(has_value_pattern(q) for q in c.positionals) or any(
+            has_value_pattern(q) for q in c.keyword_values)
+    return False
+
+
+def pattern_captures(p: Pattern) -> list[NameExpr]:
+    """The names pattern ``p`` binds (``case x``, ``[a, *rest]``, ``{**kw}``, ``0 as z``)."""
+    cls = type(p)
+    if cls is AsPattern:
+        a = cast(AsPattern, p)
+        own = [a.name] if a.name is not None else []
+        return own + (pattern_captures(a.pattern) if a.pattern is not None else [])
+    if cls is OrPattern:
+        return [n for q in cast(OrPattern, p).patterns for n in pattern_captures(q)]
+    if cls is SequencePattern:
+        return [n for q in cast(SequencePattern, p).patterns for n in pattern_captures(q)]
+    if cls is StarredPattern:
+        capture = cast(StarredPattern, p).capture
+        return [capture] if capture is not None else []
+    if cls is MappingPattern:
+        m = cast(MappingPattern, p)
+        rest = [m.rest] if m.rest is not None else []
+        return [n for q in m.values for n in pattern_captures(q)] + rest
+    if cls is ClassPattern:
+        c = cast(ClassPattern, p)
+        return [n for q in [*c.positionals, *c.keyword_values] for n in pattern_captures(q)]
     return []
 
 
@@ -1134,7 +1277,7 @@ class RegionIndex:
         # the condition triggers (section 3) of the files prepared last, by the call's id, and
         # their ids by module: not per tree, since the daemon merges a re-parsed file into
         # the old tree object (its statements, triggers included, then are the new tree's)
-        self._conditions: dict[int, tuple[CallExpr, tuple[Expression, ...]]] = {}
+        self._conditions: dict[int, ConditionEntry] = {}
         self._condition_ids: dict[str, list[int]] = {}
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
@@ -1150,11 +1293,11 @@ class RegionIndex:
             self._conditions.update(regions.conditions)
             self._condition_ids[tree.fullname] = list(regions.conditions)
 
-    def condition(self, call: Context) -> tuple[Expression, ...] | None:
-        """The operands a condition trigger (section 3) reads, when ``call`` is one; None
-        for any other call."""
+    def condition(self, call: Context) -> ConditionEntry | None:
+        """What a condition trigger (section 3) reads, when ``call`` is one; None for any
+        other call."""
         entry = self._conditions.get(id(call))
-        return entry[1] if entry is not None and entry[0] is call else None
+        return entry if entry is not None and entry[0] is call else None
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
         regions = self.regions(tree)

@@ -1139,10 +1139,32 @@ _READS = {
     "assert": "assert {t}",
     "in": "x_{t} = 0.5 in {t}",
     "lambda-key": "x_{t} = max([{t}, {t} + {t}], key=lambda t: t.sum().item())",
+    # the truth values read outside a statement's condition
+    "conditional-expression": "x_{t} = 1 if {t} else 2",
+    "comprehension-if": "x_{t} = [y for y in [{t}] if y]",
+    "or": "x_{t} = {t} or 1",
+    "not": "x_{t} = not {t}",
 }
 for _read, _line in _READS.items():
     case(f"value-read-{_read}", _READ_TYPES, tuple(_line.format(t=n) for n in _READ_TYPES), NL,
          make=_READ_MAKE, desc="reading a Partial's value gives this rank's summand")
+# a ``match``: a case's guard is a condition (its truth value read); a value pattern compares
+# the subject (``case 0:`` is ``subject == 0``, the op eq), alone or nested in a sequence pattern
+_MATCHES = {
+    "guard": ("match 1:", "    case 1 if {t}: x_{t} = 1"),
+    "value": ("match {t}:", "    case 0 | 1: x_{t} = 1"),
+    "nested-value": ("match (1, {t}):", "    case (1, 0.5): x_{t} = 1"),
+}
+for _read, _lines in _MATCHES.items():
+    case(f"value-read-match-{_read}", _READ_TYPES,
+         tuple(line.format(t=n) for n in _READ_TYPES for line in _lines), NL,
+         make=_READ_MAKE, desc="a match reads the values its guard and value patterns test")
+case("value-read-match-captures-and-types", {"r": "R", "a": "P"},
+     ("match (r, a):", "    case (torch.Tensor(), q) if r: x = q",
+      "match a:", "    case None | torch.Tensor(): y = 1",
+      "match (a, 1):", "    case (_, 0): z = 1", "    case (w, 1): z = 2",
+      "out = a"), "P", make=_READ_MAKE,
+     desc="a capture, a class test, None (an is test), a wildcard read no value")
 case("value-read-metadata-then-item", {"a": "P"},
      ("x = (a.size(), a.shape, a.dtype, a.device, a.numel(), a.dim(), a.stride(), len(a))",
       "y = a.item()"), NL, make={"a": "torch.randn(1, 1, requires_grad=True).clone()"},
