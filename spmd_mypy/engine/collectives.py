@@ -381,9 +381,12 @@ def check_collective(
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             kept = rest[0] if len(rest) == 1 else rest
             reduce_arg = f', op="{reduce_op}"' if reduce_op != "sum" else ""
-            fix = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
-                   f"{format_axis(kept)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant to stay "
-                   f"{have.describe()} there, or" + fix[1:])
+            drop = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
+                    f"{format_axis(kept)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant "
+                    f"to stay {have.describe()} there")
+            # "it is already R: drop the call" is wrong here: the call is still needed on the
+            # other axes, where x is src (a gradient norm's sum, R on "dp" and P on "tp")
+            fix = drop if fix.startswith(_ALREADY) else drop + ", or" + fix[1:]
         errors.append(SpmdError(
             "spmd-src-mismatch",
             f"{call}, src={src}, ...) but {x_text} is {have.describe()} on {axis_words(wrong)} "
@@ -456,6 +459,9 @@ def _other_axis_hint(x: SpmdType, axes: Sequence[str], src: LocalType, x_text: s
     return f"; or did you mean axis {which}? ({x_text} is {what})"
 
 
+_ALREADY = "; it is already "
+
+
 def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
                   axis: str | tuple[str, ...], op: str = "") -> str:
     if have.kind is src.kind:  # shard dims differ
@@ -468,7 +474,17 @@ def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
         return fix
     s = suggest(have, dst, x_text, axis)
     if "needs no op" in s:
-        return f"; it is already {dst}: drop the call"
+        fix = f"{_ALREADY}{dst}: drop the call"
+        if have.kind in (Kind.R, Kind.I) and src.kind is Kind.V and op in ("all_gather", "all_to_all"):
+            # a value that differs per rank by construction (ZeRO-1's fulls[dp_rank]: each rank
+            # works on its own item) is typed R: no checker sees a rank in an index, and
+            # dropping the gather leaves each rank with only its own result
+            x = bare(x_text)
+            fix += (f" if {x} is the same on every rank; if it differs per rank by construction "
+                    f"(computed from a rank index: items[rank], which no checker sees), "
+                    f"reinterpret({x}, {format_axis(axis)}, src={_arg(have)}, dst=V) "
+                    f"before the {op}")
+        return fix
     if op == "all_reduce" and src.kind is Kind.P and have.dim is not None:
         # an expert's gradient sharded on "etp" like its weight, all-reduced like a
         # data-parallel one: the gather is not what is missing, nothing is
