@@ -849,13 +849,32 @@ def _rule_on_axis(
                 f"{why}; {_fix_reduce(who.text, axis)} first",
             )
         if Kind.V in kinds:
-            v_o, _, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)
+            v_o, v_role, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)
+            fix = (f"{_fix_reduce(p0.text, axis)} or "
+                   f'reduce_scatter({bare(p0.text)}, "{axis}", src=P, dst=V) first')
+            if v_role is Role.NONLINEAR and v_lt.dim is None and v_lt.by_rank is None:
+                # a pending sum divided by a per-rank divisor: most often the divisor is this
+                # rank's part of a count or a sum never all-reduced (the tokens of the global
+                # batch); reducing the numerator instead types as V and divides the global
+                # sum by this rank's count
+                v = bare(v_o.text)
+                fix = (f'all_reduce(reinterpret({v}, "{axis}", src=V, dst=P), "{axis}", src=P, '
+                       f"dst=R) first if {v} is this rank's part of a count or a sum (the "
+                       f"tokens of a global batch), so the divisor is the whole; else " + fix)
+            elif (name in ("mul", "multiply") and v_role is Role.FACTOR and v_lt.dim is None
+                  and v_lt.by_rank is None and any(r is Role.FACTOR for _, r in p_ops)):
+                # the factor may be a statistic of the global batch made from this rank's
+                # counts (a MoE router's f_i = counts / tokens): reducing the pending sum then
+                # types as V and multiplies it by this rank's statistic
+                v = bare(v_o.text)
+                fix += (f"; or, if {v} is meant to be the same on every rank (made from this "
+                        f"rank's counts or sums, as a global-batch statistic), all-reduce those "
+                        f"where {v} is made")
             return None, SpmdError(
                 "spmd-partial-varying",
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) cannot mix with '
                 f"{_word(v_lt)} ({_describe(v_o, v_lt, axis)}) in {name}: a pending sum combined "
-                f"with per-rank values has no meaning; {_fix_reduce(p0.text, axis)} or "
-                f'reduce_scatter({bare(p0.text)}, "{axis}", src=P, dst=V) first',
+                f"with per-rank values has no meaning; {fix}",
             )
         factors_p = [o for o, r in p_ops if r is Role.FACTOR]
         if len(factors_p) > 1:
