@@ -785,7 +785,7 @@ def _rule_on_axis(
         # name the operand that makes the mix an error: one that carries a gradient, or is V or
         # P, before an R that carries none (which beside I alone would be fine)
         others = [(o, r, lt) for o, r, lt in eff if lt.kind is not Kind.I]
-        other_o, _, other = next(
+        other_o, other_role, other = next(
             (x for x in others if x[0].can_grad or x[2].kind is not Kind.R), others[0])
         if other.kind is Kind.P and spec.op_class is OpClass.LINEAR:
             fix = (f'{_fix_reduce(other_o.text, axis, "I")} first, or '
@@ -799,6 +799,14 @@ def _rule_on_axis(
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient; or {receiver(inv.text)}.detach() if it needs no gradient "
                    f"(a frozen weight, a count)")
+            if other.kind is Kind.V and other_role is not Role.INDEX:
+                # the V operand may be the mistake: a statistic of this rank's shard (a max
+                # shift, a logsumexp) where the whole's was meant, beside correct I values
+                from .collectives import varying_statistic_fix  # imports this module's neighbours
+
+                first = varying_statistic_fix(other_o.text, other, axis, other_o.can_grad)
+                if first is not None:
+                    fix = f"{first}; else {fix}"
             if other.kind is Kind.R and not other_o.text.startswith("self."):
                 # an R that carries no gradient mixes with I (a data mask, a target): detaching
                 # it keeps the I operand's gradient, where detaching that one loses it (not
