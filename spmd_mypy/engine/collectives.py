@@ -216,6 +216,18 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
             # a max, a mean, a logsumexp (or a non-linear op of one): the ranks' values do
             # not add up to the value over the ranks, so "sum them" is not offered
             text += over_ranks if over_ranks.startswith(",") else f"; {over_ranks}"
+        elif (after is None and src.by_rank is not None and any(d is None for _, d in src.by_rank)
+              and call_chain(x_text) == []):
+            # a name whose layout shows its shard dim reduced (V at some rank): the reduction
+            # is not in the text, and only a sum's per-rank values are summed
+            ax = format_axis(axis)
+            x = bare(x_text)
+            text += (f"; {x} comes from a reduction of the dim sharded on {ax} where its layout "
+                     f"is V: if by a sum, "
+                     f"all_reduce(reinterpret({x}, {ax}, src=V, dst=P), {ax}, src=P, "
+                     f'dst={_arg(dst)}) sums the ranks\' parts; if by a max, all_reduce({x}, {ax}, '
+                     f'src=V, dst={_arg(dst)}, op="max"); a logsumexp, mean or norm is computed '
+                     f"from those (the max, the all-reduced sums), not summed")
         elif after is None:
             ax = format_axis(axis)
             text += (f", or all_reduce(reinterpret({bare(x_text)}, {ax}, src=V, dst=P), {ax}, "
