@@ -211,7 +211,24 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
         # squares), where gathering would stack the parts and their sum is meant
         text += " to stack the ranks' values on a new dim 0 (src=S(i) concatenates them on dim i)"
         after = _nonlinear_result(x_text)
-        if after is None:
+        over_ranks = None if after is not None else _reduced_result(x_text, axis, dst)
+        if over_ranks is not None:
+            # a max, a mean, a logsumexp (or a non-linear op of one): the ranks' values do
+            # not add up to the value over the ranks, so "sum them" is not offered
+            text += over_ranks if over_ranks.startswith(",") else f"; {over_ranks}"
+        elif (after is None and src.by_rank is not None and any(d is None for _, d in src.by_rank)
+              and call_chain(x_text) == []):
+            # a name whose layout shows its shard dim reduced (V at some rank): the reduction
+            # is not in the text, and only a sum's per-rank values are summed
+            ax = format_axis(axis)
+            x = bare(x_text)
+            text += (f"; {x} comes from a reduction of the dim sharded on {ax} where its layout "
+                     f"is V: if by a sum, "
+                     f"all_reduce(reinterpret({x}, {ax}, src=V, dst=P), {ax}, src=P, "
+                     f'dst={_arg(dst)}) sums the ranks\' parts; if by a max, all_reduce({x}, {ax}, '
+                     f'src=V, dst={_arg(dst)}, op="max"); a logsumexp, mean or norm is computed '
+                     f"from those (the max, the all-reduced sums), not summed")
+        elif after is None:
             ax = format_axis(axis)
             text += (f", or all_reduce(reinterpret({bare(x_text)}, {ax}, src=V, dst=P), {ax}, "
                      f"src=P, dst={_arg(dst)}) to sum them (right only when {bare(x_text)} is a "
@@ -259,6 +276,169 @@ def _nonlinear_result(x_text: str) -> str | None:
     if name in _NORMS:
         return "all-reduce the per-rank (V) sums of squares, then take the sqrt, not the norms"
     return f"all-reduce the per-rank (V) partial sums before the {name}, not its result"
+
+
+# Reductions whose per-rank results do not sum to the result over the ranks (a max, a mean,
+# a logsumexp), and the ops that keep a value's meaning (a cast, a view, a scaling by a
+# constant): the text of a V value is read through those to the last reduction it applies.
+SUM_REDUCTIONS = frozenset(("sum", "nansum"))
+MAX_REDUCTIONS = {"amax": "max", "max": "max", "amin": "min", "min": "min"}
+_OTHER_REDUCTIONS = frozenset("""mean nanmean logsumexp std var prod median nanmedian softmax
+log_softmax""".split()) | _NORMS
+_KEEPS_MEANING = frozenset("""float double half bfloat16 to type type_as detach clone contiguous
+view reshape flatten squeeze unsqueeze expand t transpose permute mul div neg values""".split())
+_MODULES = frozenset("torch F torch.nn.functional nn.functional torch.linalg torch.special math".split())
+
+
+def call_chain(x_text: str) -> list[str] | None:
+    """The calls one expression applies, innermost first: ``torch.logsumexp(...).square()``
+    -> ["logsumexp", "square"], ``x.amax(dim=-1)`` -> ["amax"], a name -> []; a function of
+    ``torch`` (``F``, ``torch.linalg``) reads its first argument's calls first.  None for a
+    text with an operator outside brackets (not one chain)."""
+    text = bare(x_text).strip()
+    names: list[str] = []
+    depth = 0
+    start = 0  # where the current dotted segment starts
+    open_at = -1
+    first_call = True
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "([{":
+            if depth == 0:
+                open_at = i
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                return None
+            if depth == 0 and ch == ")" and open_at == 0:
+                names.extend(call_chain(text[1:i]) or [])  # (x.sum(-1)).float()
+            elif depth == 0 and ch == ")":
+                head = text[start:open_at].lstrip(".")
+                name = head.rsplit(".", 1)[-1]
+                if name.isidentifier():
+                    prefix = head.rsplit(".", 1)[0] if "." in head else ""
+                    if first_call and (prefix in _MODULES or not prefix):
+                        # torch.f(arg, ...): the argument's calls come first
+                        inner = _first_argument(text[open_at + 1:i])
+                        sub = call_chain(inner) if inner else None
+                        names.extend(sub or [])
+                    names.append(name)
+                first_call = False
+            if depth == 0:
+                start = i + 1
+        elif depth == 0:
+            if not (ch.isalnum() or ch in "._"):
+                return None
+        i += 1
+    return names if depth == 0 else None
+
+
+def _first_argument(args: str) -> str:
+    """The first positional argument's text in a call's argument text ("" if none)."""
+    depth = 0
+    for i, ch in enumerate(args):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args = args[:i]
+            break
+    args = args.strip()
+    return "" if "=" in args.split("(", 1)[0] or args == "..." else args
+
+
+def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) -> str | None:
+    """For a V value whose text ends in a max, a mean, a logsumexp (or a non-linear op
+    applied to one): how to reduce it over the ranks, which "sum them" does not; None when
+    the text shows no such reduction (a name, a sum, a sum of squares)."""
+    chain = call_chain(x_text)
+    if not chain:
+        return None
+    last = max((k for k, c in enumerate(chain) if c in SUM_REDUCTIONS or c in MAX_REDUCTIONS
+                or c in _OTHER_REDUCTIONS), default=-1)
+    if last < 0:
+        return None
+    red = chain[last]
+    after = [c for c in chain[last + 1:] if c not in _KEEPS_MEANING]
+    ax = format_axis(axis)
+    x = bare(x_text)
+    if red in SUM_REDUCTIONS:
+        if not after:
+            return None  # a sum: the per-rank partial sums do add up
+        return (f"the ranks' values of {after[0]}(...) do not add up to the {after[0]} of their "
+                f"sum: all-reduce the per-rank (V) partial sums (reinterpret(..., {ax}, src=V, "
+                f"dst=P), then all_reduce) before the {after[0]}, not its result")
+    if red in MAX_REDUCTIONS and not after:
+        op = MAX_REDUCTIONS[red]
+        return (f', or all_reduce({x}, {ax}, src=V, dst={_arg(dst)}, op="{op}") to take the {op} '
+                f"over the ranks (no gradient: on {receiver(x_text)}.detach() or under "
+                f"torch.no_grad()); their sum is not their {op}")
+    then = f", then take the {after[0]}" if after else ""
+    return (f"if the {red} reduces a dim sharded on {ax}, {x} covers this rank's shard only, "
+            f"and the ranks' values do not sum to the whole's: {_over_ranks(red, ax)}{then}")
+
+
+def varying_statistic_fix(x_text: str, lt: LocalType, axis: str, can_grad: bool) -> str | None:
+    """The collective that makes a V operand I when it is this rank's statistic of a dim
+    sharded on ``axis`` (a max shift or a logsumexp not all-reduced, beside the I values of
+    the whole): its text ends in a reduction, its layout shows the shard dim reduced
+    (``lt.by_rank``: V at some rank), or it carries no gradient (a statistic made under
+    no_grad); None for any other V, whose mix is the I operand's to fix."""
+    chain = call_chain(x_text) or []
+    reds = [c for c in chain if c in SUM_REDUCTIONS or c in MAX_REDUCTIONS or c in _OTHER_REDUCTIONS]
+    reduced = lt.by_rank is not None and any(d is None for _, d in lt.by_rank)
+    if not reds and not reduced and can_grad:
+        return None
+    x = bare(x_text)
+    ax = format_axis(axis)
+    detached = f"{receiver(x_text)}.detach()" if can_grad and ".detach()" not in x else x
+    # a name is made I where it is made, so that every use sees the whole's (a max shift
+    # used before this op too: the exp of the shifted logits)
+    make = (f"make it I where it is made, before its first use ({x} = the collective): "
+            if x.isidentifier() else "make it I first: ")
+    the_sum = f"all_reduce(reinterpret({x}, {ax}, src=V, dst=P), {ax}, src=P, dst=I)"
+    if reds and chain[-1] == reds[-1] and reds[-1] in MAX_REDUCTIONS:
+        op = MAX_REDUCTIONS[reds[-1]]
+        return (f"if {x} is this rank's {op} over a dim sharded on {ax}, {make}"
+                f'all_reduce({detached}, {ax}, src=V, dst=I, op="{op}")')
+    if reds and chain[-1] == reds[-1] and reds[-1] in SUM_REDUCTIONS:
+        return f"if {x} is this rank's part of a sum over a dim sharded on {ax}, {make}{the_sum}"
+    if reds:
+        return (f"if the {reds[-1]} in {x} reduces a dim sharded on {ax}, {x} covers this "
+                f"rank's shard only: {_over_ranks(reds[-1], ax)} first")
+    return (f"if {x} is this rank's statistic over a dim sharded on {ax} (a max shift, a "
+            f"logsumexp, a count), {make}all_reduce({detached}, {ax}, src=V, dst=I, "
+            f'op="max") for a max, {the_sum} for a sum; a logsumexp, mean or norm from those '
+            f"(the max, then the all-reduced sum of exp(x - max), before the log)")
+
+
+def _over_ranks(red: str, ax: str) -> str:
+    """How reduction ``red`` of ``x`` over dim ``d`` sharded on ``ax`` is computed over the
+    ranks (for a message: x and d stand for its input and dim)."""
+    the_max = f'm = all_reduce(x.detach().amax(d), {ax}, src=V, dst=I, op="max")'
+    the_sum = f"all_reduce(reinterpret(x.sum(d), {ax}, src=V, dst=P), {ax}, src=P, dst=I)"
+    if red in MAX_REDUCTIONS:
+        op = MAX_REDUCTIONS[red]
+        return (f'take the {op} over the ranks first, all_reduce(x.detach().a{op}(d), {ax}, '
+                f'src=V, dst=I, op="{op}")')
+    if red in ("logsumexp", "softmax", "log_softmax"):
+        return (f"compute the logsumexp over the ranks, {the_max}, then "
+                f"all_reduce(reinterpret((x - m.unsqueeze(d)).exp().sum(d), {ax}, src=V, dst=P), "
+                f"{ax}, src=P, dst=I).log() + m (x and d its input and dim)"
+                + (f", and the {red} from it" if red != "logsumexp" else ""))
+    if red in ("mean", "nanmean"):
+        return (f"divide the sum over the ranks, {the_sum}, by the count over the ranks "
+                f"(x and d its input and dim)")
+    if red in _NORMS:
+        return (f"take the sqrt of the sum of squares over the ranks, "
+                f"all_reduce(reinterpret(x.square().sum(d), {ax}, src=V, dst=P), {ax}, src=P, "
+                f"dst=I).sqrt() (x and d its input and dim)")
+    return (f"compute the {red} over the ranks from all-reduced sums ({the_sum}) or maxima "
+            f'(op="max"), x and d its input and dim')
 
 
 @dataclass
@@ -381,9 +561,12 @@ def check_collective(
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             kept = rest[0] if len(rest) == 1 else rest
             reduce_arg = f', op="{reduce_op}"' if reduce_op != "sum" else ""
-            fix = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
-                   f"{format_axis(kept)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant to stay "
-                   f"{have.describe()} there, or" + fix[1:])
+            drop = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
+                    f"{format_axis(kept)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant "
+                    f"to stay {have.describe()} there")
+            # "it is already R: drop the call" is wrong here: the call is still needed on the
+            # other axes, where x is src (a gradient norm's sum, R on "dp" and P on "tp")
+            fix = drop if fix.startswith(_ALREADY) else drop + ", or" + fix[1:]
         errors.append(SpmdError(
             "spmd-src-mismatch",
             f"{call}, src={src}, ...) but {x_text} is {have.describe()} on {axis_words(wrong)} "
@@ -456,6 +639,9 @@ def _other_axis_hint(x: SpmdType, axes: Sequence[str], src: LocalType, x_text: s
     return f"; or did you mean axis {which}? ({x_text} is {what})"
 
 
+_ALREADY = "; it is already "
+
+
 def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
                   axis: str | tuple[str, ...], op: str = "") -> str:
     if have.kind is src.kind:  # shard dims differ
@@ -468,7 +654,17 @@ def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
         return fix
     s = suggest(have, dst, x_text, axis)
     if "needs no op" in s:
-        return f"; it is already {dst}: drop the call"
+        fix = f"{_ALREADY}{dst}: drop the call"
+        if have.kind in (Kind.R, Kind.I) and src.kind is Kind.V and op in ("all_gather", "all_to_all"):
+            # a value that differs per rank by construction (ZeRO-1's fulls[dp_rank]: each rank
+            # works on its own item) is typed R: no checker sees a rank in an index, and
+            # dropping the gather leaves each rank with only its own result
+            x = bare(x_text)
+            fix += (f" if {x} is the same on every rank; if it differs per rank by construction "
+                    f"(computed from a rank index: items[rank], which no checker sees), "
+                    f"reinterpret({x}, {format_axis(axis)}, src={_arg(have)}, dst=V) "
+                    f"before the {op}")
+        return fix
     if op == "all_reduce" and src.kind is Kind.P and have.dim is not None:
         # an expert's gradient sharded on "etp" like its weight, all-reduced like a
         # data-parallel one: the gather is not what is missing, nothing is

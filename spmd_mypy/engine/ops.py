@@ -785,7 +785,7 @@ def _rule_on_axis(
         # name the operand that makes the mix an error: one that carries a gradient, or is V or
         # P, before an R that carries none (which beside I alone would be fine)
         others = [(o, r, lt) for o, r, lt in eff if lt.kind is not Kind.I]
-        other_o, _, other = next(
+        other_o, other_role, other = next(
             (x for x in others if x[0].can_grad or x[2].kind is not Kind.R), others[0])
         if other.kind is Kind.P and spec.op_class is OpClass.LINEAR:
             fix = (f'{_fix_reduce(other_o.text, axis, "I")} first, or '
@@ -799,6 +799,14 @@ def _rule_on_axis(
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient; or {receiver(inv.text)}.detach() if it needs no gradient "
                    f"(a frozen weight, a count)")
+            if other.kind is Kind.V and other_role is not Role.INDEX:
+                # the V operand may be the mistake: a statistic of this rank's shard (a max
+                # shift, a logsumexp) where the whole's was meant, beside correct I values
+                from .collectives import varying_statistic_fix  # imports this module's neighbours
+
+                first = varying_statistic_fix(other_o.text, other, axis, other_o.can_grad)
+                if first is not None:
+                    fix = f"{first}; else {fix}"
             if other.kind is Kind.R and not other_o.text.startswith("self."):
                 # an R that carries no gradient mixes with I (a data mask, a target): detaching
                 # it keeps the I operand's gradient, where detaching that one loses it (not
@@ -849,13 +857,32 @@ def _rule_on_axis(
                 f"{why}; {_fix_reduce(who.text, axis)} first",
             )
         if Kind.V in kinds:
-            v_o, _, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)
+            v_o, v_role, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)
+            fix = (f"{_fix_reduce(p0.text, axis)} or "
+                   f'reduce_scatter({bare(p0.text)}, "{axis}", src=P, dst=V) first')
+            if v_role is Role.NONLINEAR and v_lt.dim is None and v_lt.by_rank is None:
+                # a pending sum divided by a per-rank divisor: most often the divisor is this
+                # rank's part of a count or a sum never all-reduced (the tokens of the global
+                # batch); reducing the numerator instead types as V and divides the global
+                # sum by this rank's count
+                v = bare(v_o.text)
+                fix = (f'all_reduce(reinterpret({v}, "{axis}", src=V, dst=P), "{axis}", src=P, '
+                       f"dst=R) first if {v} is this rank's part of a count or a sum (the "
+                       f"tokens of a global batch), so the divisor is the whole; else " + fix)
+            elif (name in ("mul", "multiply") and v_role is Role.FACTOR and v_lt.dim is None
+                  and v_lt.by_rank is None and any(r is Role.FACTOR for _, r in p_ops)):
+                # the factor may be a statistic of the global batch made from this rank's
+                # counts (a MoE router's f_i = counts / tokens): reducing the pending sum then
+                # types as V and multiplies it by this rank's statistic
+                v = bare(v_o.text)
+                fix += (f"; or, if {v} is meant to be the same on every rank (made from this "
+                        f"rank's counts or sums, as a global-batch statistic), all-reduce those "
+                        f"where {v} is made")
             return None, SpmdError(
                 "spmd-partial-varying",
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) cannot mix with '
                 f"{_word(v_lt)} ({_describe(v_o, v_lt, axis)}) in {name}: a pending sum combined "
-                f"with per-rank values has no meaning; {_fix_reduce(p0.text, axis)} or "
-                f'reduce_scatter({bare(p0.text)}, "{axis}", src=P, dst=V) first',
+                f"with per-rank values has no meaning; {fix}",
             )
         factors_p = [o for o, r in p_ops if r is Role.FACTOR]
         if len(factors_p) > 1:

@@ -1,0 +1,63 @@
+"""Check mode says what the static checker says where the suggested fix decides the numbers
+(the probes' losses: a vocab-parallel logsumexp, a z-loss, a MoE token count).  Each fix
+named first here was pasted into the probe and measured on 4 gloo ranks (dp x tp = 2 x 2)
+against a single-process reference: loss and gradients match (see tests/plugin/cases:
+boundaries.test, messages.test, ops_multilinear.test for the static side).
+
+Single process, no process group: only local ops run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import spmd
+from spmd import I, P, S, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
+
+from check_values import mk, typed  # noqa: E402
+
+
+def _message(fn) -> str:  # noqa: ANN001
+    with pytest.raises(SpmdTypeError) as e:
+        fn()
+    return str(e.value)
+
+
+def test_local_max_shift_is_named_first() -> None:
+    # the max shift of a logsumexp never all-reduced: the V shift is the mistake, not the I log
+    with spmd.typecheck():
+        logits = typed(mk(3, 4), Tensor[S[1, "tp"]])
+        lse_i = typed(mk(3), Tensor[I["tp"]])
+        with torch.no_grad():
+            m = logits.amax(dim=-1)
+        msg = _message(lambda: lse_i + m)
+    assert "spmd-invariant-mix" in msg
+    # m is gradient-free here (the static checker, which does not see no_grad's scope for a
+    # name, writes m.detach())
+    assert 'all_reduce(m, "tp", src=V, dst=I, op="max") for a max' in msg
+    assert msg.index("all_reduce(m") < msg.index('reinterpret(lse_i, "tp", src=I, dst=R)')
+
+
+def test_a_non_linear_op_of_a_local_logsumexp_is_not_summed() -> None:
+    # the message is the engine's (collectives.suggest): check mode names a value by its text
+    # where it has one; a function's result is named by the call, z_loss(...), whose text
+    # shows no reduction, so that message keeps the qualified "sum them"
+    from spmd_mypy.engine.collectives import suggest
+    from spmd_mypy.engine.types import INVARIANT, VARYING
+
+    msg = suggest(VARYING, INVARIANT, "torch.logsumexp(logits, dim=-1).square()", "tp")
+    assert "to sum them" not in msg
+    assert "covers this rank's shard only" in msg and "then take the square" in msg
+    assert "to sum them" in suggest(VARYING, INVARIANT, "torch.logsumexp(x, -1).square().sum()", "tp")
+
+
+def test_divisor_never_reduced_is_named_first() -> None:
+    with spmd.typecheck():
+        num = typed(mk(4), Tensor[P["dp"]])
+        ntok = typed(torch.tensor(6.0), Tensor[V["dp"]])
+        msg = _message(lambda: num / ntok)
+    assert "spmd-partial-varying" in msg
+    assert ('all_reduce(reinterpret(ntok, "dp", src=V, dst=P), "dp", src=P, dst=R) first if '
+            "ntok is this rank's part of a count or a sum") in msg
