@@ -1463,10 +1463,14 @@ def _inplace_layout_error(name: str, target: Operand, result: SpmdType,
 def _inplace_spec_error(name: str, target: Operand, result: SpmdType) -> SpmdError | None:
     """A global target (partition spec) whose in-place op (or ``out=``) gives a result of
     another spec, the kinds unchanged (``x.transpose_(0, 1)`` on a ``PS["tp", None]`` x; axes
-    sharding one dim in another order): the type would still name the old layout."""
+    sharding one dim in another order): the type would still name the old layout.  Not for
+    ``copy_``: its result is read from the source, which may be untyped or broadcast (a
+    checkpoint's tensor, ``zeros_like``, a bias row: each rank's block takes it as it is);
+    the global rule of the copy judges a source laid out otherwise."""
     assert target.type is not None
     old, new = target.type.spec, result.spec
-    if old is None or new is None or old == new or name in _STORES or name in _PART_WRITES:
+    if (old is None or new is None or old == new or name in _STORES or name in _PART_WRITES
+            or name.partition("(")[0].rstrip("_") == "copy"):
         return None
     base = name.partition("(")[0]
     if name.endswith("(..., out=)"):

@@ -817,19 +817,9 @@ def _map_children(e: Expression, f: Callable[[Expression], Expression]) -> None:
     elif isinstance(e, IndexExpr):
         e.base = f(e.base)
         e.index = f(e.index)
-    elif isinstance(e, TupleExpr):
+    elif isinstance(e, (TupleExpr, ListExpr, SetExpr)):
         e.items[:] = [f(i) for i in e.items]
-    elif isinstance(e, ListExpr):
-        e.items[:] = [f(i) for i in e.items]
-    elif isinstance(e, SetExpr):
-        e.items[:] = [f(i) for i in e.items]
-    elif isinstance(e, StarExpr):
-        e.expr = f(e.expr)
-    elif isinstance(e, UnaryExpr):
-        e.expr = f(e.expr)
-    elif isinstance(e, CastExpr):
-        e.expr = f(e.expr)
-    elif isinstance(e, AwaitExpr):
+    elif isinstance(e, (StarExpr, UnaryExpr, CastExpr, AwaitExpr)):
         e.expr = f(e.expr)
     elif isinstance(e, OpExpr):
         e.left = f(e.left)

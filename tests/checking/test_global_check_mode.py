@@ -245,3 +245,23 @@ def test_inplace_fix_redistributes_the_operand_never_self() -> None:
         with torch.no_grad(), pytest.raises(SpmdTypeError) as info:
             p.renorm_(2, 0, 1.0)
     assert "spmd.redistribute" not in str(info.value) and "local_map" in str(info.value)
+
+
+def test_copy_into_a_global_tensor_from_an_untyped_or_broadcast_source() -> None:
+    """copy_'s result is read from the source: an untyped one (a checkpoint's tensor, so
+    ``load_state_dict``), ``zeros_like``, a broadcast bias row or a scalar leave each rank's
+    block as the tensor's own and keep its type (the in-place spec check of b7f1e24 called
+    them a layout change: resuming from a checkpoint raised in check mode); a source laid out
+    otherwise is still the global rule's error."""
+    with spmd.typecheck():
+        x = spmd.declare(torch.randn(4, 6), Tensor[PS["tp", None]])
+        row = spmd.declare(torch.randn(6), Tensor[PS[None]])
+        with torch.no_grad():
+            for src in (torch.ones(4, 6), torch.zeros_like(x), row, torch.tensor(1.0)):
+                x.copy_(src)
+                assert spmd.typeof(x) == spmd.typeof(spmd.declare(torch.zeros(4, 6),
+                                                                  Tensor[PS["tp", None]]))
+            torch._foreach_copy_([x], [torch.ones(4, 6)])
+            full = spmd.declare(torch.randn(4, 6), Tensor[PS[None, None], R["tp"]])
+            with pytest.raises(SpmdTypeError):
+                x.copy_(full)
