@@ -736,7 +736,8 @@ class _Walker:
         # a value computed where gradients are off has none (``with torch.no_grad(): c =
         # cos[pos]``, the body of an ``@torch.no_grad()`` function), wherever it is used
         value = (_NO_GRADIENT if self._modes and not self._modes[-1]
-                 and not _asks_for_gradient(st.rvalue) else st.rvalue)
+                 and not _asks_for_gradient(st.rvalue) and not _saved_tensors(st.rvalue)
+                 else st.rvalue)
         if self._assigns:
             for lv in st.lvalues:
                 self._bind_items(lv, value)
@@ -907,6 +908,15 @@ def _asks_for_gradient(e: Expression) -> bool:
                        and cast(NameExpr, a).name == "False"
                        for k, (n, a) in enumerate(zip(call.arg_names, call.args)))
     return False
+
+
+def _saved_tensors(e: Expression) -> bool:
+    """``ctx.saved_tensors`` (``[i]``): what forward saved, not computed where the backward
+    turned gradients off: an input or activation that may carry a gradient (inside an
+    ``enable_grad()`` block of the backward it does)."""
+    while type(e) is _IndexExpr:
+        e = cast(IndexExpr, e).base
+    return type(e) is _MemberExpr and cast(MemberExpr, e).name in ("saved_tensors", "saved_variables")
 
 
 # Factories that return their tensor argument itself (with its gradient)
