@@ -255,27 +255,12 @@ logsumexp std var softmax log_softmax sigmoid tanh""".split()) | _NORMS
 def _nonlinear_result(x_text: str) -> str | None:
     """For ``torch.sqrt(...)``, ``g.norm()``: what to all-reduce instead of the result of
     a non-linear op that does not distribute over a sum; None for any other text."""
-    text = bare(x_text)
-    if not text.endswith(")"):
+    chain = call_chain(x_text) if bare(x_text).endswith(")") else None
+    if not chain or chain[-1] not in _AFTER_THE_SUM:  # the outermost call
         return None
-    depth = 0
-    open_at = -1
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            if depth == 0:
-                open_at = i
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif depth == 0 and not (ch.isalnum() or ch in "._"):
-            return None  # an operator or a space outside brackets: not one call
-    head = text[:open_at]
-    name = head.rsplit(".", 1)[-1]
-    if not name.isidentifier() or name not in _AFTER_THE_SUM:
-        return None
-    if name in _NORMS:
+    if chain[-1] in _NORMS:
         return "all-reduce the per-rank (V) sums of squares, then take the sqrt, not the norms"
-    return f"all-reduce the per-rank (V) partial sums before the {name}, not its result"
+    return f"all-reduce the per-rank (V) partial sums before the {chain[-1]}, not its result"
 
 
 # Reductions whose per-rank results do not sum to the result over the ranks (a max, a mean,

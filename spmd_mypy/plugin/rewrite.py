@@ -1145,52 +1145,45 @@ def truth_operands(e: Expression) -> list[Expression]:
     return []
 
 
+def _sub_patterns(p: Pattern) -> list[Pattern]:
+    """The patterns nested in ``p``: an as-pattern's, the alternatives of an or, the items of
+    a sequence, the values of a mapping, the arguments of a class pattern."""
+    cls = type(p)
+    if cls is AsPattern:
+        inner = cast(AsPattern, p).pattern
+        return [inner] if inner is not None else []
+    if cls is OrPattern:
+        return list(cast(OrPattern, p).patterns)
+    if cls is SequencePattern:
+        return list(cast(SequencePattern, p).patterns)
+    if cls is MappingPattern:
+        return list(cast(MappingPattern, p).values)
+    if cls is ClassPattern:
+        c = cast(ClassPattern, p)
+        return [*c.positionals, *c.keyword_values]
+    return []
+
+
 def has_value_pattern(p: Pattern) -> bool:
     """Whether pattern ``p`` compares (a part of) the subject with a value anywhere: a value
     pattern (``0``, ``Color.RED``), alone or nested in an or, as, sequence, mapping or class
     pattern.  A capture, a wildcard, ``None``/``True``/``False`` (``is``) and a class test
     compare nothing."""
-    cls = type(p)
-    if cls is ValuePattern:
-        return True
-    if cls is AsPattern:
-        inner = cast(AsPattern, p).pattern
-        return inner is not None and has_value_pattern(inner)
-    if cls is OrPattern:
-        return any(has_value_pattern(q) for q in cast(OrPattern, p).patterns)
-    if cls is SequencePattern:
-        return any(has_value_pattern(q) for q in cast(SequencePattern, p).patterns)
-    if cls is MappingPattern:
-        return any(has_value_pattern(q) for q in cast(MappingPattern, p).values)
-    if cls is ClassPattern:
-        c = cast(ClassPattern, p)
-        return any(has_value_pattern(q) for q in c.positionals) or any(
-            has_value_pattern(q) for q in c.keyword_values)
-    return False
+    return type(p) is ValuePattern or any(has_value_pattern(q) for q in _sub_patterns(p))
 
 
 def pattern_captures(p: Pattern) -> list[NameExpr]:
     """The names pattern ``p`` binds (``case x``, ``[a, *rest]``, ``{**kw}``, ``0 as z``)."""
     cls = type(p)
-    if cls is AsPattern:
-        a = cast(AsPattern, p)
-        own = [a.name] if a.name is not None else []
-        return own + (pattern_captures(a.pattern) if a.pattern is not None else [])
-    if cls is OrPattern:
-        return [n for q in cast(OrPattern, p).patterns for n in pattern_captures(q)]
-    if cls is SequencePattern:
-        return [n for q in cast(SequencePattern, p).patterns for n in pattern_captures(q)]
-    if cls is StarredPattern:
-        capture = cast(StarredPattern, p).capture
-        return [capture] if capture is not None else []
-    if cls is MappingPattern:
-        m = cast(MappingPattern, p)
-        rest = [m.rest] if m.rest is not None else []
-        return [n for q in m.values for n in pattern_captures(q)] + rest
-    if cls is ClassPattern:
-        c = cast(ClassPattern, p)
-        return [n for q in [*c.positionals, *c.keyword_values] for n in pattern_captures(q)]
-    return []
+    own: list[NameExpr] = []
+    rest: list[NameExpr] = []
+    if cls is AsPattern and cast(AsPattern, p).name is not None:
+        own = [cast(NameExpr, cast(AsPattern, p).name)]
+    elif cls is StarredPattern and cast(StarredPattern, p).capture is not None:
+        own = [cast(NameExpr, cast(StarredPattern, p).capture)]
+    elif cls is MappingPattern and cast(MappingPattern, p).rest is not None:
+        rest = [cast(NameExpr, cast(MappingPattern, p).rest)]
+    return own + [n for q in _sub_patterns(p) for n in pattern_captures(q)] + rest
 
 
 def _has_class_pattern(match: MatchStmt) -> bool:
