@@ -1596,7 +1596,8 @@ def _declare_attributes(obj: Any) -> None:
     for name, ann in hints.items():
         value = getattr(obj, name, None)
         parts: list[tuple[str, Any, SpmdType | None]]
-        origin, args = typing.get_origin(_strip_optional(ann)), typing.get_args(_strip_optional(ann))
+        stripped = _strip_optional(ann)
+        origin, args = typing.get_origin(stripped), typing.get_args(stripped)
         if isinstance(value, torch.Tensor):
             parts = [("", value, _tensor_type_of(ann))]
         elif name in items and isinstance(value, (list, tuple)):
