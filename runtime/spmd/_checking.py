@@ -990,13 +990,16 @@ class _Mode(TorchFunctionMode):
             # Nothing typed (gradual): a typed in-place/out= target keeps its type.
             return func(*args, **kwargs)
         if _global_check.is_global(types):
-            return self._global_op(plan, func, args, kwargs, ops, types, outs)
-        if plan.name in PER_OPERAND_OPS:
+            checked = self._global_check(plan, args, kwargs, ops, types, outs)
+        elif plan.name in PER_OPERAND_OPS:
             return self._per_operand_op(plan, func, args, kwargs, ops, types)
-        checked = self._local_check(plan, args, kwargs, ops, outs, types)
+        else:
+            checked = self._local_check(plan, args, kwargs, ops, outs, types)
         if checked is None:
             return func(*args, **kwargs)
         rtype, targets, new_types = checked
+        # an assigned gradient written in place during a backward (a hook scaling another
+        # parameter's gradient): the op's own version bump is no accumulation by autograd
         before = _versions_before(targets) if _BACKWARD_VERSIONS and targets else None
         result = func(*args, **kwargs)
         if before:
@@ -1138,21 +1141,6 @@ class _Mode(TorchFunctionMode):
             for out, res in zip(outs, results):
                 if isinstance(out, torch.Tensor) and res.type:
                     _set(out, _canon(res.type))
-        return result
-
-    def _global_op(self, plan: Plan, func: Any, args: tuple, kwargs: dict, ops: list,
-                   types: list, outs: Sequence[torch.Tensor] = ()) -> Any:
-        """An op with a global (partition spec) operand: the engine's shard propagation."""
-        checked = self._global_check(plan, args, kwargs, ops, types, outs)
-        if checked is None:
-            return func(*args, **kwargs)
-        rtype, targets, new_types = checked
-        result = func(*args, **kwargs)
-        for tgt, t in zip(targets, new_types):
-            if t:
-                _set(tgt, t)
-        if rtype:
-            _stamp_outputs(result, rtype, targets)
         return result
 
     def _global_check(self, plan: Plan, args: tuple, kwargs: dict, ops: list, types: list,

@@ -265,3 +265,32 @@ def test_copy_into_a_global_tensor_from_an_untyped_or_broadcast_source() -> None
             full = spmd.declare(torch.randn(4, 6), Tensor[PS[None, None], R["tp"]])
             with pytest.raises(SpmdTypeError):
                 x.copy_(full)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("ann", [Tensor[PS[None]], Tensor[PS[None], R["dp"]]],
+                         ids=["ps", "ps-r"])
+def test_an_in_place_op_on_an_assigned_global_grad_during_a_backward_is_no_accumulation(
+        foreach: bool, ann: object) -> None:
+    """The global twin of test_check_mode's local test: a hook scaling another parameter's
+    assigned gradient (declared with a partition spec) in place during a backward that does
+    not reach that parameter moves its version by the check mode's own op, not by autograd:
+    no false accumulation error (R["dp"] + autograd's P["dp"]), the type stays."""
+    w = torch.nn.Parameter(torch.randn(4))
+    v = torch.nn.Parameter(torch.randn(4))
+    with spmd.typecheck():
+        spmd.declare(w, ann)
+        spmd.declare(v, ann)
+        x = spmd.declare(torch.randn(2, 4), Tensor[PS[None, None]])
+        (x * v).sum().backward()
+        v.grad = spmd.declare(torch.randn(4), ann)
+
+        def hook(_: torch.Tensor) -> None:
+            with torch.no_grad():
+                if foreach:
+                    torch._foreach_mul_([v.grad], 0.5)
+                else:
+                    v.grad.mul_(0.5)
+        w.register_post_accumulate_grad_hook(hook)
+        (x * w).sum().backward()
+        assert spmd.typeof(v.grad) == spmd.typeof(spmd.declare(torch.zeros(4), ann))
