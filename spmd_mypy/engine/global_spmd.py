@@ -2084,8 +2084,9 @@ _ELEMENTWISE_MORE = frozenset({"where", "masked_fill", "addcmul", "addcdiv", "le
 
 def is_inplace(op: str) -> bool:
     """``x.add_(y)``, ``x.addcmul_(a, b)``: torch's trailing underscore (``_foreach_*`` and
-    other private names, dunders: no)."""
-    return op.endswith("_") and not op.startswith("_")
+    other private names, dunders: no), and ``x[...] = v`` (``__setitem__``), which writes
+    into ``x`` too."""
+    return (op.endswith("_") and not op.startswith("_")) or op == "__setitem__"
 
 
 def inplace_base(op: str) -> str:
@@ -2211,6 +2212,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return stack(operands, dim=p.get("dim", 0), op=op)
     if op == "__getitem__":
         return index(x, p.get("index", UNKNOWN), op=op, extra=operands[1:])
+    if op == "__setitem__":
+        return setitem(x, p.get("index", UNKNOWN), operands)
     if op == "select":
         return select(x, dim=p.get("dim", UNKNOWN), op=op)
     if op == "narrow":
@@ -2236,6 +2239,30 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in ("view_as_real", "view_as_complex"):
         return complex_view(x, op=op)
     return _finish(op, operands, None, [no_rule_error(op, operands)])
+
+
+def setitem(x: Operand, items: Any, operands: Sequence[Operand]) -> Result:
+    """``x[index] = value`` on a global ``x`` (``operands``: ``x``, the index's tensors,
+    ``value``): the value is written into the view ``x[index]`` as ``copy_`` writes it into
+    a tensor.  The view's layout is the index rule's (:func:`index`); the write is the
+    elementwise rule with the view kept (``value`` broadcast into it: an untyped, scalar or
+    broadcast value lands in each rank's block as it is, a value laid out otherwise is the
+    layout error whose fix redistributes the value, never ``x``).  An index the index rule
+    rejects (an int or a partial slice of a sharded dim: each rank would write into its own
+    shard) has no rule: local_map.  The result has ``x``'s layout; the adapters then check
+    the write as any store (``ops.check_inplace``)."""
+    op = "__setitem__"
+    if len(operands) < 2:
+        return _finish(op, operands, None, [no_rule_error(op, operands)])
+    if items is UNKNOWN or (isinstance(items, (tuple, list)) and any(i is UNKNOWN for i in items)):
+        return _finish(op, operands, None, [_nonliteral(op, "index", x)])
+    view = index(x, items, extra=operands[1:-1])
+    if view.errors or view.type.spec is None:
+        return _finish(op, operands, None, [no_rule_error(op, operands)])
+    write = elementwise(op, [replace(x, type=view.type), operands[-1]])
+    if write.errors:
+        return Result(SpmdType(), list(write.errors))
+    return _finish(op, operands, x.type.spec if x.type is not None else None, [])
 
 
 def complex_view(x: Operand, *, op: str) -> Result:

@@ -1243,6 +1243,16 @@ case("global-reshape-as-dim0-back", {"y": _Y3, "x": _X}, "out = y.reshape_as(x)"
      make={"y": "torch.randn(2, 2, 4, requires_grad=True).clone()"})
 case("global-view-as-inner-sharded", {"w": _WC, "y": 'Tensor[PS[None, None, None], R["dp", "tp"]]'},
      "out = w.view_as(y)", GLB, make={"y": "torch.randn(2, 2, 4, requires_grad=True).clone()"})
+# x[index] = value writes value into the view x[index] as copy_ writes (engine setitem): an
+# untyped or broadcast value lands in each rank's block as it is (gradual; both checkers said
+# "__setitem__ has no shard propagation rule"); an index of a sharded dim has no rule
+case("global-setitem-untyped-whole", {"x": _X, "u": "U"}, ("x[:] = u", "out = x"), _X)
+case("global-setitem-untyped-unsharded-dim", {"x": _X, "u": "U"},
+     ("x[:, 0] = u[:, 0]", "x[..., 1:3] = 0.0", "out = x"), _X)
+case("global-setitem-broadcast-row", {"x": _X, "b": _B}, ("x[:] = b", "out = x"), _X, make=_B1)
+case("global-setitem-layout-mismatch", {"x": _X, "f": 'Tensor[PS[None, None], R["dp", "tp"]]'},
+     "x[:] = f", GLB)
+case("global-setitem-sharded-dim", {"x": _X, "u": "U"}, "x[0] = u[0]", GLB)
 case("global-roll-unsharded-dim", {"x": _X}, "out = x.roll(1, 1)", _X)
 case("global-roll-sharded-dim", {"x": _X}, "out = torch.roll(x, 1, 0)", GLB)
 case("global-roll-flattened", {"w": _WC}, "out = w.roll(1)", GLB)
