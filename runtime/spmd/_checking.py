@@ -2261,14 +2261,18 @@ def _check_forward_result(forward: Any, cls_name: str, declared: Any, result: An
         have = _get(r) if want is not None and isinstance(r, torch.Tensor) else None
         if not have:
             continue
-        have, want = _types_at_rank(r, have, want)
-        if not duality.check_forward_result(have, want, x_text="x", where="x"):
+        if not duality.check_forward_result(*_types_at_rank(r, have, want), x_text="x", where="x"):
             continue
-        # named as the static checker names it: the expression forward returns
+        # named as the static checker names it: the expression forward returns, the
+        # declared result as written (S(-1), not S(2))
         texts = _sole_return_texts(forward, len(pairs) if many else 1, many)
         text = texts[k] if texts else (f"result[{k}]" if many else "result")
-        errors = duality.check_forward_result(
-            have, want, x_text=text, where=f"the return value {text} of {cls_name}.forward")
+        ndim = _ndim(r)
+        where = f"the return value {text} of {cls_name}.forward"
+        errors = (duality.check_forward_result(have.written_as(want, ndim), want, x_text=text,
+                                               where=where, ndim=ndim)
+                  or duality.check_forward_result(*_types_at_rank(r, have, want), x_text=text,
+                                                  where=where))
         raise SpmdTypeError(errors[0])
 
 
@@ -2308,12 +2312,17 @@ def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, calle
     then the argument has its declared type (forward's body sees it, like ``spmd.checked``)."""
     have = _get(value)
     if have:
-        have, at_rank = _types_at_rank(value, have, want)
-        errors = check_argument(have, at_rank, x_text="x", where="x")
+        have_r, at_rank = _types_at_rank(value, have, want)
+        errors = check_argument(have_r, at_rank, x_text="x", where="x")
         if errors:
+            # compared at the rank, printed as declared (S(-1), not S(2)), as the static
+            # checker prints it
             text = _texts([value], ["x"])[0]
-            errors = check_argument(have, at_rank, x_text=text,
-                                    where=f'argument {text} (parameter "{param}" of {callee})')
+            where = f'argument {text} (parameter "{param}" of {callee})'
+            ndim = _ndim(value)
+            errors = (check_argument(have.written_as(want, ndim), want, x_text=text, where=where,
+                                     ndim=ndim)
+                      or check_argument(have_r, at_rank, x_text=text, where=where))
             raise SpmdTypeError(errors[0])
     _stamp_declared(value, want, f"argument {{x}} (parameter {param!r} of {callee}) is "
                     f"annotated {_fmt(want)}")
@@ -2430,6 +2439,7 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
     except TypeError:
         return
     inputs: list[duality.Slot] = []
+    shown_inputs: list[duality.Slot] = []
     ndims: list[int | None] = []
     for name, value in bound.arguments.items():
         param = sig.parameters[name]
@@ -2440,15 +2450,27 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
                 ndims.append(_ndim(v))
                 inputs.append(duality.Slot.tensor(
                     name, (params.get(name) or _UNTYPED).at_ndim(ndims[-1])))
+                shown_inputs.append(duality.Slot.tensor(name, params.get(name) or _UNTYPED))
             else:
                 ndims.append(None)
                 inputs.append(duality.Slot(name, duality.NONE if v is None else duality.OTHER))
-    names, annotated, grad_slots, returns = _backward_types(cls)
-    if returns is not None:  # backward's declared gradient of each input, at its rank
+                shown_inputs.append(inputs[-1])
+    names, annotated, grad_slots, declared_returns = _backward_types(cls)
+    returns = shown_returns = declared_returns
+    if declared_returns is not None:  # backward's declared gradient of each input, at its rank
+        at = ndims + [None] * len(declared_returns)
         returns = tuple(duality.Slot(r.name, r.kind, r.type.at_ndim(d), r.default)
                         if r.typed and d is not None else r
-                        for r, d in zip(returns, ndims + [None] * len(returns)))
+                        for r, d in zip(declared_returns, at))
+        # as messages print it: as declared, a dim that is its input's at the rank written
+        # as the input's is (:func:`_shown_gradient`)
+        shown_returns = tuple(_shown_gradient(r, shown_inputs[i] if i < len(shown_inputs) else None, at[i])
+                              for i, r in enumerate(declared_returns))
     function = duality.FunctionTypes(cls.__name__, tuple(inputs), outputs, grad_slots, returns)
+    # the same signature as declared (S(-1), not S(2)): what messages print, as the static
+    # checker prints it; the rule compares at the rank (``function``)
+    shown = duality.FunctionTypes(cls.__name__, tuple(shown_inputs), outputs, grad_slots,
+                                  shown_returns)
     declared = [rets] if isinstance(rets, SpmdType) else list(rets or ())
     grads: list[SpmdType | None] = []
     for i in range(max(len(declared), len(annotated))):
@@ -2458,9 +2480,21 @@ def _remember_backward(cls: Any, sig: Any, params: dict[str, SpmdType], rets: An
     # forward's declared outputs, what a saved output is typed by (_checked_saved_tensors)
     saved_outputs = tuple(duality.Slot.tensor("", t) if t else duality.Slot("") for t in declared)
     try:
-        setattr(node, _BACKWARD_INFO, (function, tuple(grads), names, cls, saved_outputs))
+        setattr(node, _BACKWARD_INFO, (function, tuple(grads), names, cls, saved_outputs, shown))
     except (AttributeError, TypeError):
         pass
+
+
+def _shown_gradient(slot: duality.Slot, inp: duality.Slot | None, ndim: int | None) -> duality.Slot:
+    """A gradient (declared or returned) as the check mode's messages print it: its type
+    with each shard dim that is its input's gradient's at the rank ``ndim`` written as the
+    input is declared (``S(2)`` of a 3-d gradient of an input declared ``S(-1)`` is
+    ``S(-1)``), so a message names the layouts as the user wrote them."""
+    if not slot.typed or inp is None or not inp.typed or ndim is None:
+        return slot
+    return duality.Slot(slot.name, slot.kind,
+                        slot.type.written_as(duality.gradient_type(inp.type), ndim), slot.default,
+                        slot.made_by)
 
 
 def _runs_backward_of(node_cls: Any, cls: type) -> bool:
@@ -2507,7 +2541,7 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
             return _TORCH_BACKWARD_APPLY(node, *grads)
         with _in_mode():
             return _TORCH_BACKWARD_APPLY(node, *grads)
-    function, types, names, cls, _ = info
+    function, types, names, cls, _, shown = info
     for g, t in zip(grads, types):
         if t and isinstance(g, torch.Tensor) and not _get(g):
             _set(g, t)
@@ -2520,8 +2554,9 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
     many = isinstance(result, tuple)
     results = result if many else (result,)
 
-    def slots(texts: Sequence[str | None]) -> list[duality.Slot]:
+    def slots(texts: Sequence[str | None], as_shown: bool = False) -> list[duality.Slot]:
         returned: list[duality.Slot] = []
+        inputs = shown.inputs or ()
         for i, r in enumerate(results):
             if r is None:
                 returned.append(duality.Slot("None", duality.NONE))
@@ -2529,30 +2564,42 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
                 text = (texts[i] if i < len(texts) else None) or next(
                     (n for n, g in zip(names, grads) if g is r), None) or (
                     f"result[{i}]" if many else "result")
-                returned.append(duality.Slot.tensor(text, (_get(r) or _UNTYPED).at_ndim(_ndim(r))))
+                have = _get(r) or _UNTYPED
+                returned.append(
+                    _shown_gradient(duality.Slot.tensor(text, have),
+                                    inputs[i] if i < len(inputs) else None, _ndim(r))
+                    if as_shown else duality.Slot.tensor(text, have.at_ndim(_ndim(r))))
             else:
                 returned.append(duality.Slot(repr(r), duality.UNKNOWN))
         return returned
 
-    def signature(texts: Sequence[str | None]) -> duality.FunctionTypes:
+    def signature(fn: duality.FunctionTypes, texts: Sequence[str | None]) -> duality.FunctionTypes:
         # the declared results named by the returned expressions, as the static checker
         # names them where backward has one return
-        if function.returns is None or len(texts) != len(function.returns):
-            return function
-        return duality.FunctionTypes(function.name, function.inputs, function.outputs,
-                                     function.grads, tuple(
-                                         duality.Slot(t or s.name, s.kind, s.type, s.default)
-                                         for t, s in zip(texts, function.returns)))
+        if fn.returns is None or len(texts) != len(fn.returns):
+            return fn
+        return duality.FunctionTypes(fn.name, fn.inputs, fn.outputs, fn.grads, tuple(
+            duality.Slot(t or s.name, s.kind, s.type, s.default)
+            for t, s in zip(texts, fn.returns)))
 
     # the declared signature first (the static checker reports it on backward's def), then
     # what the body returned
-    errors = (duality.check_signature(function, gradient_free)
-              or duality.check_returned(function, slots(()), gradient_free))
-    if errors:  # named as the static checker names them: the return's expressions
+    in_signature = duality.check_signature(function, gradient_free)
+    errors = in_signature or duality.check_returned(function, slots(()), gradient_free)
+    if errors:
+        # named as the static checker names them: the return's expressions, and the types as
+        # declared (S(-1), not the S(2) the rule compared at the rank); the error found at the
+        # rank where the types as declared do not show it
         try:
             texts = returns.texts(results)
-            errors = (duality.check_signature(signature(texts), gradient_free)
-                      or duality.check_returned(function, slots(texts), gradient_free) or errors)
+            if in_signature:
+                errors = (duality.check_signature(signature(shown, texts), gradient_free)
+                          or duality.check_signature(signature(function, texts), gradient_free)
+                          or errors)
+            else:
+                errors = (duality.check_returned(shown, slots(texts, True), gradient_free)
+                          or duality.check_returned(function, slots(texts), gradient_free)
+                          or errors)
         except Exception:  # noqa: BLE001 - naming never hides the error
             pass
         raise SpmdTypeError(errors[0])

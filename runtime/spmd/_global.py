@@ -45,6 +45,7 @@ from spmd_mypy.engine import redistribute as planner
 from spmd_mypy.engine.annotations import Entry, build
 from spmd_mypy.engine.collectives import TRANSITIONS, form
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
+from spmd_mypy.engine.ops import Operand
 from spmd_mypy.engine.types import SpmdType, format_type
 
 from . import _mesh
@@ -192,7 +193,7 @@ def check_entry(actual: SpmdType, declared: SpmdType, *, what: str,
             "spmd-mismatch",
             f"local_map: {what} is {format_type(actual)} but in_types declares "
             f"{format_type(declared)}; "
-            + global_spmd.redistribute_fix(x_text, actual.spec, declared.spec))]
+            + global_spmd.redistribute_fix(Operand(actual, x_text), actual.spec, declared.spec))]
     return global_spmd.check_local_map_boundary(actual, declared, None, what=what,
                                                 where="in_types") if actual.spec is None else []
 

@@ -210,7 +210,7 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
         p["end_dim"] = b.get("end_dim", -1)
     elif name == "unflatten":
         p["dim"], p["sizes"] = b.get("dim"), _dims(b.get("sizes"))
-    elif name == "__getitem__":
+    elif name in ("__getitem__", "__setitem__"):  # x[index], x[index] = value
         p["index"] = _index_items(b.get("indices", b.get("idx")), types_of)
     elif name in ("expand", "broadcast_to"):
         shape = b.get("size", b.get("shape", b.get("*")))

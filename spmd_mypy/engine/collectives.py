@@ -720,7 +720,8 @@ class MadeBy:
 
 
 def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str,
-                   made_by: MadeBy | None = None, gradient_free: bool = False) -> list[SpmdError]:
+                   made_by: MadeBy | None = None, gradient_free: bool = False,
+                   ndim: int | None = None) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
@@ -731,6 +732,9 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
     ``gradient_free``: no gradient flows through the value (a custom Function's forward
     result, :func:`.duality.check_forward_result`), so an R stands for an I and back.
+    ``ndim``: the value's rank, where the adapter knows it (the check mode, which compares
+    ``S(-1)`` and ``S(2)`` of a 3-d value as one layout and passes the types as written):
+    two shard dims that differ are then different dims, whatever their signs.
     """
     if actual.spec is not None and expected.spec is not None:  # else the global check is None
         from .global_spmd import check_argument as check_global_argument
@@ -766,6 +770,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             op = "redistribute"
             fix = (f"the shard dims differ; redistribute({x_text}, {format_axis(ax)}, "
                    f"src={have.at_high_ranks()}, dst={want})") + (
+                       dims_in_another_order(have, want, x_text, ndim) if ndim is not None else
                        _same_dim_at_one_rank(have, want) or dims_in_another_order(have, want, x_text))
         else:
             r = route(have, want)
@@ -796,7 +801,8 @@ def _same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
             f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
 
 
-def dims_in_another_order(have: LocalType, want: LocalType, x_text: str) -> str:
+def dims_in_another_order(have: LocalType, want: LocalType, x_text: str,
+                          ndim: int | None = None) -> str:
     """S(a) where S(b) is needed (a, b of one sign): the redistribute keeps the global tensor
     and moves its shard; a value whose dims are in another order (Megatron's ``[s, b, h]``
     where ``[b, s, h]`` is meant) needs ``transpose(a, b)`` instead, which moves the shard
@@ -805,7 +811,13 @@ def dims_in_another_order(have: LocalType, want: LocalType, x_text: str) -> str:
         [s/N, b, h] S(0)  --transpose(0, 1)-->  [b, s/N, h] S(1)
     """
     a, b = have.dim, want.dim
-    if a is None or b is None or a == b or (a < 0) != (b < 0):
+    if a is None or b is None or a == b:
+        return ""
+    # the rank known (``ndim``), S(0) and S(-1) of a 3-d value are two dims: transpose(0, -1)
+    if ndim is not None:
+        if not (-ndim <= a < ndim and -ndim <= b < ndim) or a % ndim == b % ndim:
+            return ""
+    elif (a < 0) != (b < 0):
         return ""
     return (f" to shard the same global tensor on dim {b}, or {bare(x_text)}.transpose({a}, {b}) "
             f"if its dims are in another order (a [s, b, h] value where [b, s, h] is meant)")

@@ -99,13 +99,13 @@ def mismatches(have: SpmdType, want: SpmdType,
 
 
 def check_forward_result(actual: SpmdType, declared: SpmdType, *, x_text: str, where: str,
-                         made_by: MadeBy | None = None) -> list[SpmdError]:
+                         made_by: MadeBy | None = None, ndim: int | None = None) -> list[SpmdError]:
     """What a custom Function's ``forward`` returns against its declared result: a value
     passed where a type is declared (:func:`.collectives.check_argument`), without grad
     (forward runs without it: an I returned as the declared R, Megatron's
     ``_CopyToModelParallelRegion``)."""
     return check_argument(actual, declared, x_text=x_text, where=where, made_by=made_by,
-                          gradient_free=True)
+                          gradient_free=True, ndim=ndim)
 
 
 def _where(bad: list[tuple[str, LocalType, LocalType]]) -> str:

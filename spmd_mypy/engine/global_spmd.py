@@ -89,6 +89,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .contractions import DimError, parse_equation
 from .errors import SpmdError
+from .redistribute import check_source, resolve
 from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, Operand, Result, Role, call_spec, cast_is_integral,
                   classify)
 from .ops import propagate as local_propagate
@@ -184,9 +185,28 @@ def _desc(o: Operand, in_parens: bool = False) -> str:
     return f"{text}: {format_type(o.type) if o.type is not None else 'scalar'}"
 
 
-def redistribute_fix(text: str, src: Spec, dst: Spec) -> str:
-    """``spmd.redistribute(x, src=PS[...], dst=PS[...])``."""
-    return f"spmd.redistribute({bare(text)}, src={format_spec(src)}, dst={format_spec(dst)})"
+def _spec_type(spec: Spec) -> SpmdType:
+    """The type ``PS[...]`` alone is (its axes Varying with their dims, as read from the
+    annotation)."""
+    return SpmdType.of({a: shard(d) for d, e in enumerate(spec) for a in e}, spec)
+
+
+def redistribute_fix(x: Operand | str, src: Spec, dst: Spec) -> str:
+    """``spmd.redistribute(x, src=PS[...], dst=PS[...])``.
+
+    ``x`` is the operand (or its text alone).  A bare ``src=PS[...]`` leaves the other mesh
+    axes unsaid, and an axis ``dst`` names is then taken as R (:func:`.redistribute.resolve`);
+    where the operand is P or I there (``Tensor[PS[None, None], P["tp"]]`` to ``PS["tp",
+    None]``) that src would not describe it, so the call checks the text before it offers
+    it (:func:`.redistribute.check_source`, the rule the pasted call meets) and writes the
+    operand's whole type as ``src`` instead."""
+    text, have = (x, None) if isinstance(x, str) else (x.text, x.type)
+    src_text = format_spec(src)
+    if have is not None and have.spec == src:
+        dst_t = _spec_type(dst)
+        if check_source(have, _spec_type(src), dst=dst_t) and not resolve(have, dst_t)[2]:
+            src_text = format_type(have)
+    return f"spmd.redistribute({bare(text)}, src={src_text}, dst={format_spec(dst)})"
 
 
 def _unshard(spec: Spec, dims: Iterable[int]) -> Spec:
@@ -382,8 +402,8 @@ def _align_fix(a: Operand, a_sp: Spec, a_dim: int, b: Operand, b_sp: Spec, b_dim
     for o, sp, d, to in (ways if ea else ways[::-1]):
         dst = tuple(to if i == d else e for i, e in enumerate(sp))
         if _axes_once(dst):
-            return redistribute_fix(o.text, sp, dst)
-    return " and ".join(redistribute_fix(o.text, sp, _unshard(sp, [d])) for o, sp, d, _ in ways)
+            return redistribute_fix(o, sp, dst)
+    return " and ".join(redistribute_fix(o, sp, _unshard(sp, [d])) for o, sp, d, _ in ways)
 
 
 def _axes_once(spec: Spec) -> bool:
@@ -670,7 +690,7 @@ def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *
                 CODE,
                 f"{op} needs {what} whole on each rank, but dim {dd} of {o.text} is "
                 f"{_sharded(sp[dd])} ({_desc(o, True)}); gather it first: "
-                f"{redistribute_fix(o.text, sp, _unshard(sp, [dd]))} (attention over sharded "
+                f"{redistribute_fix(o, sp, _unshard(sp, [dd]))} (attention over sharded "
                 f"keys, ring attention, is explicit communication: write it in spmd.local_map)",
             )])
     call = f"{op}({_texts([q, k, v])})"
@@ -695,7 +715,7 @@ def attention(q: Operand, k: Operand, v: Operand, mask: Operand | None = None, *
             f"({_desc(q, True)}), and the causal mask counts positions from each rank's first query, "
             f"which is the global position only on the first rank; pass an attn_mask sharded "
             f"like the queries instead, or gather the queries first "
-            f"({redistribute_fix(q.text, qsp, _unshard(qsp, [ql]))})",
+            f"({redistribute_fix(q, qsp, _unshard(qsp, [ql]))})",
         )])
     out = einsum("...ls,...sv->...lv", [s_op, v], op=op, call=call)
     if out.errors:
@@ -849,7 +869,7 @@ def _layout_error(op: str, operands: Sequence[Operand], specs: Sequence[tuple[in
             layout = [()] * r
         best = ((0, 0, 0), moves(layout))
     # one call per operand as written (x.addcmul_(g, g): g once)
-    fix = " and ".join(dict.fromkeys(redistribute_fix(o.text, sp, dst) for o, sp, dst in best[1]))
+    fix = " and ".join(dict.fromkeys(redistribute_fix(o, sp, dst) for o, sp, dst in best[1]))
     sharded_here = next(((o, d) for o, sp, dst in best[1] for d, e in enumerate(sp)
                          if not e and dst[d]), None)
     if sharded_here is not None and not sizes_known:
@@ -975,7 +995,7 @@ def reduction(
                 f"each rank sums only its shard; global SPMD never makes Partial implicitly: write "
                 f"{call} (then all_reduce(..., {_fmt_axes(tuple(missing))}, src=P, dst=R) for the "
                 f"full value), or gather {_these(bad)} first: "
-                f"{redistribute_fix(x.text, sp, _unshard(sp, [d for d, _ in bad]))}",
+                f"{redistribute_fix(x, sp, _unshard(sp, [d for d, _ in bad]))}",
             ))
     elif sharded:
         if op in ("mean", "nanmean"):
@@ -987,7 +1007,7 @@ def reduction(
             CODE,
             f"{op} over {_dims_text(sharded)}, sharded on {_fmt_axes(needed)} ({_desc(x, True)}): each "
             f"rank would reduce only its shard; "
-            f"{how}{redistribute_fix(x.text, sp, _unshard(sp, [d for d, _ in sharded]))}",
+            f"{how}{redistribute_fix(x, sp, _unshard(sp, [d for d, _ in sharded]))}",
         ))
     if not errors:
         extra_axes = [a for a in opa if a not in needed]
@@ -1041,7 +1061,7 @@ def along_dim(op: str, x: Operand, *, dim: int | None = None, normalized_ndim: i
         return _finish(op, operands, None, [SpmdError(
             CODE,
             f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x, True)}): it needs the whole "
-            f"dim on each rank; gather it first: {redistribute_fix(x.text, sp, _unshard(sp, bad))}",
+            f"dim on each rank; gather it first: {redistribute_fix(x, sp, _unshard(sp, bad))}",
         )])
     # the extra operands (weights of layer_norm) are elementwise over the trailing dims
     if extra:
@@ -1134,7 +1154,7 @@ def _group_error(op: str, x: Operand, d: int, entry: tuple[str, ...], what: str)
         CODE,
         f"{op} {what} dim {d}, sharded on {_fmt_entry(entry)} ({_desc(x, True)}), but it is not the "
         f"outermost factor: the locals would not be contiguous blocks of the result; gather it "
-        f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))}) or move it outermost",
+        f"first ({redistribute_fix(x, sp, _unshard(sp, [d]))}) or move it outermost",
     )
 
 
@@ -1288,7 +1308,7 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
         return _finish(op, [x], None, [SpmdError(
             CODE, f"{op}() of {_desc(x)} to a scalar: the tensor is sharded on "
                   f"{_fmt_entry(sp[sharded[0]])}, so it has more than one element; gather it "
-                  f"first ({redistribute_fix(x.text, sp, _unshard(sp, sharded))})")])
+                  f"first ({redistribute_fix(x, sp, _unshard(sp, sharded))})")])
     # statically: the kept prefix (x.shape[i] at position i)
     keep = 0
     while keep < min(len(shape), len(sp)) and isinstance(shape[keep], SameDim) \
@@ -1313,7 +1333,7 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
         f"(the sharded dim must stay the outermost of what it is reshaped with); name them: "
         f"keep the dims before it as {t}.{op}({keep_text}, ...) (then dim {d} leads the "
         f"reshaped rest), or write flatten(start_dim, end_dim) / unflatten(dim, sizes); "
-        f"or gather the dim first ({redistribute_fix(t, sp, _unshard(sp, [d]))}). The sizes "
+        f"or gather the dim first ({redistribute_fix(x, sp, _unshard(sp, [d]))}). The sizes "
         f"are the local ones torch receives: for the split of a sharded dim write -1 or the "
         f"global size divided by the mesh axis size, not the global size",
     )])
@@ -1392,7 +1412,7 @@ def _same_layout(op: str, operands: Sequence[Operand]) -> tuple[Spec | None, lis
     for o in specs[1:]:
         sp = o.type.spec  # type: ignore[union-attr]
         if sp != sp0:
-            fix = redistribute_fix(o.text, sp, sp0) if len(sp) == len(sp0) else "make the ranks equal"  # type: ignore[arg-type]
+            fix = redistribute_fix(o, sp, sp0) if len(sp) == len(sp0) else "make the ranks equal"  # type: ignore[arg-type]
             return None, [SpmdError(
                 CODE,
                 f"{op}: {_desc(o)} has a different layout than {_desc(first)}; {op} needs the "
@@ -1417,7 +1437,7 @@ def cat(operands: Sequence[Operand], *, dim: int = 0, op: str = "cat") -> Result
         return _finish(op, operands, None, [SpmdError(
             CODE, f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])}: the locals would concatenate "
                   f"as interleaved blocks, not the global result; gather the dim first "
-                  f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))} for each), or cat along "
+                  f"({redistribute_fix(x, sp, _unshard(sp, [d]))} for each), or cat along "
                   f"another dim")])
     return _finish(op, operands, sp, [])
 
@@ -1467,7 +1487,7 @@ def split(x: Operand, *, dim: int = 0, op: str = "split") -> Result:
             CODE,
             f"{op} along dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x, True)}): each rank would "
             f"split only its own shard, so the pieces are not the global pieces; gather the dim "
-            f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or split another dim",
+            f"first ({redistribute_fix(x, sp, _unshard(sp, [d]))}), or split another dim",
         )])
     if op == "unbind":
         return _finish(op, [x], sp[:d] + sp[d + 1:], [])
@@ -1499,7 +1519,7 @@ def expand(x: Operand, *, shape: Sequence[int], op: str = "expand") -> Result:
                 f"{_fmt_entry(entry)}, so it must keep its size: write -1 there "
                 f"({x.text}.{'expand' if op == 'expand' else op}({sizes})); expanding a size-1 "
                 f"sharded dim would repeat each rank's own values, not the global ones: gather it "
-                f"first ({redistribute_fix(x.text, sp, _unshard(sp, [d]))})",
+                f"first ({redistribute_fix(x, sp, _unshard(sp, [d]))})",
             )])
     return _finish(op, [x], ((),) * new + sp, [], base=local_propagate(op, [x]))
 
@@ -1574,7 +1594,7 @@ def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll
             CODE,
             f"{op} {what}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x, True)}): elements would "
             f"cross shard boundaries (rank to rank communication); gather the dim first "
-            f"({redistribute_fix(x.text, sp, _unshard(sp, bad))}), or {op} unsharded dims",
+            f"({redistribute_fix(x, sp, _unshard(sp, bad))}), or {op} unsharded dims",
         )])
     return _finish(op, [x], sp, [])
 
@@ -1625,7 +1645,7 @@ def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean")
             CODE,
             f"{op} over the class dim {cd}, sharded on {_fmt_entry(sp[cd])} ({_desc(x, True)}): the "
             f"softmax over the classes needs every class on each rank; gather it first "
-            f"({redistribute_fix(x.text, sp, _unshard(sp, [cd]))}), or write a vocab-parallel "
+            f"({redistribute_fix(x, sp, _unshard(sp, [cd]))}), or write a vocab-parallel "
             f"loss in spmd.local_map (max/sum over the classes all_reduced)",
         )])
     rest = sp[:cd] + sp[cd + 1:]
@@ -1641,7 +1661,7 @@ def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean")
             want = ((),) * len(osp)
             what = "class weights"
         if osp != want:
-            fix = (redistribute_fix(o.text, osp, want) if len(osp) == len(want)
+            fix = (redistribute_fix(o, osp, want) if len(osp) == len(want)
                    else f"give it rank {len(want)}")
             errors.append(SpmdError(
                 CODE,
@@ -1702,7 +1722,7 @@ def _index_error(op: str, x: Operand, d: int, what: str) -> SpmdError:
         CODE,
         f"{op}: {what} dim {d}, sharded on {_fmt_entry(sp[d])} ({_desc(x, True)}): each rank holds "
         f"another block, so the local index does not mean the global one; gather the dim first "
-        f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or index an unsharded dim",
+        f"({redistribute_fix(x, sp, _unshard(sp, [d]))}), or index an unsharded dim",
     )
 
 
@@ -1783,7 +1803,7 @@ def _lookup_error(op: str, x: Operand, d: int) -> SpmdError:
         f"{op}: {what} {d} of {x.text} is sharded on {axes} ({_desc(x, True)}): each rank holds "
         f"another block of rows, so a local lookup of the global indices reads the wrong rows "
         f"(the vocab-parallel lookup is communication); gather that dim first "
-        f"({redistribute_fix(x.text, sp, _unshard(sp, [d]))}), or write the masked lookup in "
+        f"({redistribute_fix(x, sp, _unshard(sp, [d]))}), or write the masked lookup in "
         f"spmd.local_map (zero the rows of indices outside the local block, then "
         f"all_reduce(..., {axes}, src=P, dst=R))",
     )
@@ -1822,7 +1842,7 @@ def _gathered_dim(op: str, x: Operand, dim: int, operands: Sequence[Operand]) ->
         return d, _finish(op, operands, None, [SpmdError(
             CODE, f"{op} along dim {d}, sharded on {_fmt_entry(xs[d])} ({_desc(x, True)}): each rank "
                   f"holds only its block of the dim the global indices write into; gather it first: "
-                  f"{redistribute_fix(x.text, xs, _unshard(xs, [d]))}, or write the scatter in "
+                  f"{redistribute_fix(x, xs, _unshard(xs, [d]))}, or write the scatter in "
                   f"spmd.local_map")])
     if xs[d]:
         return d, _finish(op, operands, None, [_lookup_error(op, x, d)])
@@ -1987,7 +2007,7 @@ def keeps_spec(op: str, x: Operand, *, dims: Sequence[int], extra: Sequence[Oper
             CODE,
             f"{op} needs {_dims_text([(d, sp[d]) for d in ds])} whole on each rank, but dim "
             f"{bad[0]} is sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x, True)}); gather it first: "
-            f"{redistribute_fix(x.text, sp, _unshard(sp, bad))}",
+            f"{redistribute_fix(x, sp, _unshard(sp, bad))}",
         )])
     for o in extra:  # a tensor fill value (pad's value is a Python scalar)
         if o.type is not None and o.type.spec is not None and any(o.type.spec):
@@ -2064,8 +2084,9 @@ _ELEMENTWISE_MORE = frozenset({"where", "masked_fill", "addcmul", "addcdiv", "le
 
 def is_inplace(op: str) -> bool:
     """``x.add_(y)``, ``x.addcmul_(a, b)``: torch's trailing underscore (``_foreach_*`` and
-    other private names, dunders: no)."""
-    return op.endswith("_") and not op.startswith("_")
+    other private names, dunders: no), and ``x[...] = v`` (``__setitem__``), which writes
+    into ``x`` too."""
+    return (op.endswith("_") and not op.startswith("_")) or op == "__setitem__"
 
 
 def inplace_base(op: str) -> str:
@@ -2191,6 +2212,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return stack(operands, dim=p.get("dim", 0), op=op)
     if op == "__getitem__":
         return index(x, p.get("index", UNKNOWN), op=op, extra=operands[1:])
+    if op == "__setitem__":
+        return setitem(x, p.get("index", UNKNOWN), operands)
     if op == "select":
         return select(x, dim=p.get("dim", UNKNOWN), op=op)
     if op == "narrow":
@@ -2216,6 +2239,30 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in ("view_as_real", "view_as_complex"):
         return complex_view(x, op=op)
     return _finish(op, operands, None, [no_rule_error(op, operands)])
+
+
+def setitem(x: Operand, items: Any, operands: Sequence[Operand]) -> Result:
+    """``x[index] = value`` on a global ``x`` (``operands``: ``x``, the index's tensors,
+    ``value``): the value is written into the view ``x[index]`` as ``copy_`` writes it into
+    a tensor.  The view's layout is the index rule's (:func:`index`); the write is the
+    elementwise rule with the view kept (``value`` broadcast into it: an untyped, scalar or
+    broadcast value lands in each rank's block as it is, a value laid out otherwise is the
+    layout error whose fix redistributes the value, never ``x``).  An index the index rule
+    rejects (an int or a partial slice of a sharded dim: each rank would write into its own
+    shard) has no rule: local_map.  The result has ``x``'s layout; the adapters then check
+    the write as any store (``ops.check_inplace``)."""
+    op = "__setitem__"
+    if len(operands) < 2:
+        return _finish(op, operands, None, [no_rule_error(op, operands)])
+    if items is UNKNOWN or (isinstance(items, (tuple, list)) and any(i is UNKNOWN for i in items)):
+        return _finish(op, operands, None, [_nonliteral(op, "index", x)])
+    view = index(x, items, extra=operands[1:-1])
+    if view.errors or view.type.spec is None:
+        return _finish(op, operands, None, [no_rule_error(op, operands)])
+    write = elementwise(op, [replace(x, type=view.type), operands[-1]])
+    if write.errors:
+        return Result(SpmdType(), list(write.errors))
+    return _finish(op, operands, x.type.spec if x.type is not None else None, [])
 
 
 def complex_view(x: Operand, *, op: str) -> Result:
@@ -2252,7 +2299,7 @@ def no_rule_error(op: str, operands: Sequence[Operand]) -> SpmdError:
         sp = sharded.type.spec  # type: ignore[union-attr]
         assert sp is not None
         how = (f"wrap the code in spmd.local_map, or redistribute {sharded.text} to an unsharded "
-               f"spec ({redistribute_fix(sharded.text, sp, _unshard(sp, range(len(sp))))}) first")
+               f"spec ({redistribute_fix(sharded, sp, _unshard(sp, range(len(sp))))}) first")
     else:
         how = ("wrap the code in spmd.local_map (the global operands are already unsharded, so "
                "no redistribute helps)")

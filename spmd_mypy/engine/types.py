@@ -353,6 +353,20 @@ class SpmdType:
             return self
         return SpmdType(tuple((a, t.at_ndim(ndim)) for a, t in self.axes), self.spec, self.failed)
 
+    def written_as(self, declared: SpmdType, ndim: int) -> SpmdType:
+        """The type at rank ``ndim`` (:meth:`at_ndim`), each shard dim that is ``declared``'s
+        on its axis written as ``declared`` writes it (``S(2)`` of a 3-d tensor declared
+        ``S(-1)`` is ``S(-1)``): the check mode compares at the rank, but its messages print
+        a declared layout as the user wrote it, as the static checker does."""
+        out = []
+        for a, t in self.at_ndim(ndim).axes:
+            want = declared.get(a)
+            if (want is not None and want.dim is not None and t.dim is not None
+                    and t.dim != want.dim and t.dim == want.at_ndim(ndim).dim):
+                t = LocalType(Kind.V, want.dim)
+            out.append((a, t))
+        return SpmdType(tuple(out), self.spec, self.failed)
+
     def forget_dims(self) -> SpmdType:
         """The same type with every shard dim forgotten (S(i) -> V): where a value's blocks lie
         in a tensor of another rank is not known."""

@@ -791,7 +791,7 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     elif base == "einsum":
         eq = f.get("equation") or f.get("args") or []
         p["equation"] = eq[0].value if eq and isinstance(eq[0], StrExpr) else gs.UNKNOWN
-    elif op == "__getitem__":
+    elif op in ("__getitem__", "__setitem__"):  # x[index], x[index] = value
         c = ctx.context
         p["index"] = _index_items(typer, ctx, c.index) if isinstance(c, IndexExpr) else gs.UNKNOWN
     elif base in ("cat", "concat", "concatenate", "stack"):

@@ -1175,6 +1175,17 @@ case("value-read-after-all-reduce", {"a": "P"},
      desc="the sum's value reads fine, the summand's does not")
 
 
+# nn.Parameter(data) without a declared type to meet has its data's type, as the check mode
+# tracks it (statically it came back untyped, so its ops went unchecked); a Parameter carries
+# a gradient even made under no_grad (the leaf asks for one)
+case("parameter-of-typed-data", {"i": "I"},
+     ("w = torch.nn.Parameter(i.detach().to(torch.float64).contiguous()[0:2])", "out = w"), "I")
+case("parameter-of-clone-mixes-with-varying", {"i": "I", "x": "V"},
+     ("w = torch.nn.Parameter(i.clone())", "out = x * w"), INV)
+case("parameter-made-under-no-grad-carries-a-gradient", {"i": "I", "x": "V"},
+     (_NOGRAD, "    w = torch.nn.Parameter(i.clone())", "    y = x * w", "out = x * w"), INV)
+
+
 # --------------------------------------------------------------------------------------
 # 9. Global SPMD (partition specs, SPEC section 6): shard propagation, both checkers.
 
@@ -1243,6 +1254,16 @@ case("global-reshape-as-dim0-back", {"y": _Y3, "x": _X}, "out = y.reshape_as(x)"
      make={"y": "torch.randn(2, 2, 4, requires_grad=True).clone()"})
 case("global-view-as-inner-sharded", {"w": _WC, "y": 'Tensor[PS[None, None, None], R["dp", "tp"]]'},
      "out = w.view_as(y)", GLB, make={"y": "torch.randn(2, 2, 4, requires_grad=True).clone()"})
+# x[index] = value writes value into the view x[index] as copy_ writes (engine setitem): an
+# untyped or broadcast value lands in each rank's block as it is (gradual; both checkers said
+# "__setitem__ has no shard propagation rule"); an index of a sharded dim has no rule
+case("global-setitem-untyped-whole", {"x": _X, "u": "U"}, ("x[:] = u", "out = x"), _X)
+case("global-setitem-untyped-unsharded-dim", {"x": _X, "u": "U"},
+     ("x[:, 0] = u[:, 0]", "x[..., 1:3] = 0.0", "out = x"), _X)
+case("global-setitem-broadcast-row", {"x": _X, "b": _B}, ("x[:] = b", "out = x"), _X, make=_B1)
+case("global-setitem-layout-mismatch", {"x": _X, "f": 'Tensor[PS[None, None], R["dp", "tp"]]'},
+     "x[:] = f", GLB)
+case("global-setitem-sharded-dim", {"x": _X, "u": "U"}, "x[0] = u[0]", GLB)
 case("global-roll-unsharded-dim", {"x": _X}, "out = x.roll(1, 1)", _X)
 case("global-roll-sharded-dim", {"x": _X}, "out = torch.roll(x, 1, 0)", GLB)
 case("global-roll-flattened", {"w": _WC}, "out = w.roll(1)", GLB)

@@ -1468,6 +1468,75 @@ def test_function_types_are_compared_at_the_tensors_rank() -> None:
         assert e.value.code == "spmd-mismatch"
 
 
+class _GatherLast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor[S[-1, "tp"]]) -> Tensor[I["tp"]]:
+        return torch.zeros(2, 3, 8)  # untyped (a raw gather): the declared I
+
+    @staticmethod
+    def backward(ctx, g: Tensor[I["tp"]]) -> Tensor[S[-1, "tp"]]:
+        return g  # the convert(g, src=I, dst=S(-1)) forgotten
+
+
+class _KeepLast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor[S[-1, "tp"]]) -> Tensor[S[-1, "tp"]]:
+        return x.transpose(0, 2)  # S(0): the shard moved
+
+    @staticmethod
+    def backward(ctx, g: Tensor[S[-1, "tp"]]) -> Tensor[S[-1, "tp"]]:
+        return g
+
+
+class _KeepLastBadReturn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor[S[-1, "tp"]]) -> Tensor[S[-1, "tp"]]:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g: Tensor[S[-1, "tp"]]) -> Tensor[S[-1, "tp"]]:
+        return g.transpose(0, 2).contiguous()
+
+
+def test_function_messages_print_the_declared_layout() -> None:
+    """The check mode compares a Function's types at the tensor's rank (S(-1) of a 3-d tensor
+    is S(2)) but names a declared S[-1] as declared, as the static checker does
+    (duality.test: megatron_gather_last_dim_backward_forgets_the_convert): the argument, the
+    forward result and backward's returned gradient."""
+    with spmd.typecheck():
+        x = typed(torch.randn(2, 3, 4, requires_grad=True), Tensor[S[-1, "tp"]])
+        y = _GatherLast.apply(x)
+        with pytest.raises(SpmdTypeError) as e:
+            y.sum().backward()
+        assert str(e.value) == (
+            '_GatherLast.backward returns g (Tensor[I["tp"]]) as the gradient of input x '
+            '(Tensor[S[-1, "tp"]]), which is Tensor[S[-1, "tp"]] (I on "tp" where S(-1) is '
+            'needed); I to S(-1) is a local conversion: use convert(g, "tp", src=I, dst=S(-1))'
+            '  [spmd-duality]')
+        x0 = typed(torch.randn(2, 3, 4), Tensor[S[0, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _GatherLast.apply(x0)
+        # the rank known: S(0) and S(-1) are two dims, and the fix is written as declared
+        assert str(e.value) == (
+            'argument x0 (parameter "x" of _GatherLast.apply) is Tensor[S[0, "tp"]] but '
+            'Tensor[S[-1, "tp"]] is expected: it is S(0) on "tp" where S(-1) is needed; the '
+            'shard dims differ; redistribute(x0, "tp", src=S(0), dst=S(-1)) to shard the same '
+            'global tensor on dim -1, or x0.transpose(0, -1) if its dims are in another order '
+            '(a [s, b, h] value where [b, s, h] is meant)  [spmd-mismatch]')
+        with pytest.raises(SpmdTypeError) as e:
+            _KeepLast.apply(x)
+        assert str(e.value).startswith(
+            'the return value x.transpose(...) of _KeepLast.forward is Tensor[S[0, "tp"]] but '
+            'Tensor[S[-1, "tp"]] is expected'), str(e.value)
+        assert "dst=S(-1)" in str(e.value) and "S(2)" not in str(e.value)
+        out = _KeepLastBadReturn.apply(x)
+        with pytest.raises(SpmdTypeError) as e:
+            out.backward(typed(torch.ones(2, 3, 4), Tensor[S[-1, "tp"]]))
+        assert "as the gradient of input x (Tensor[S[-1, \"tp\"]]), which is Tensor[S[-1, \"tp\"]] " \
+               "(S(0) on \"tp\" where S(-1) is needed); shard the gradient on dim -1 like x" \
+            in str(e.value), str(e.value)
+
+
 # --------------------------------------------------------------------------------------
 # messages name module attributes; suspended()
 

@@ -164,3 +164,49 @@ def test_a_src_mismatch_is_raised_before_the_op_runs(mesh) -> None:  # noqa: ANN
             spmd.all_to_all(p, "tp", src=V, dst=V, sizes=[1, 1])
         assert e.value.code == "spmd-src-mismatch"
         assert str(e.value).startswith('all_to_all(p, "tp", src=V, ...) but p is P on "tp"')
+
+
+
+def _pasted_fix(msg: str, text: str, scope: dict) -> object:  # noqa: ANN001
+    """The ``spmd.redistribute(text, ...)`` call a message offers, run as pasted."""
+    import re
+
+    fix = re.search(rf"spmd\.redistribute\({text}, [^()]*(\([^()]*\)[^()]*)*\)", msg)
+    assert fix is not None, msg
+    return fix.group(0), eval(fix.group(0), {"spmd": spmd, "Tensor": Tensor, "PS": PS, "P": P,
+                                             "I": I, "R": R, **scope})
+
+
+def test_a_layout_fix_names_an_invariant_operand_on_the_axis_it_shards(mesh) -> None:  # noqa: ANN001
+    """The layout fix that shards an operand on an axis where it is I (or P): a bare
+    ``src=PS[...]`` would take that axis as R (spmd-src-mismatch when pasted), so the fix
+    writes the operand's whole type, as the static checker does (tests/static/
+    test_pasted_fixes.py); pasted, it runs and gives the layout the op wanted."""
+    with spmd.typecheck(), torch.no_grad():  # no_grad: I beside V is no invariant-mix
+        a = spmd.declare(torch.randn(2, 6), Tensor[PS["tp", None]])
+        w = spmd.declare(torch.randn(4, 6), Tensor[PS[None, None], I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            torch.cat([a, w], 1)
+        assert e.value.code == "spmd-global"
+        text, moved = _pasted_fix(str(e.value), "w", {"w": w})
+        assert 'src=Tensor[PS[None, None], I["tp"]]' in text
+        assert spmd.typeof(moved) == spmd.typeof(a)
+        torch.cat([a, moved], 1)
+
+
+def test_a_local_map_entry_fix_names_a_partial_argument(mesh) -> None:  # noqa: ANN001
+    """The same for a ``local_map`` argument whose layout is not its ``in_types``: the P on
+    "tp" is written in src (a reduce-scatter), so the pasted call is accepted."""
+
+    @spmd.local_map(in_types=(Tensor[PS["tp", None]],), out_types=Tensor[PS["tp", None]])
+    def body(x):  # noqa: ANN001, ANN202
+        return x * 2
+
+    with spmd.typecheck():
+        w = spmd.declare(torch.randn(4, 6), Tensor[PS[None, None], P["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            body(w)
+        text, moved = _pasted_fix(str(e.value), "w", {"w": w})
+        assert 'src=Tensor[PS[None, None], P["tp"]]' in text
+        assert spmd.typeof(moved) == spmd_type_of_annotation(Tensor[PS["tp", None]])
+        body(moved)

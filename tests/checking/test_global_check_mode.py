@@ -294,3 +294,30 @@ def test_an_in_place_op_on_an_assigned_global_grad_during_a_backward_is_no_accum
         w.register_post_accumulate_grad_hook(hook)
         (x * w).sum().backward()
         assert spmd.typeof(v.grad) == spmd.typeof(spmd.declare(torch.zeros(4), ann))
+
+
+def test_setitem_into_a_global_tensor_is_a_copy_into_the_view() -> None:
+    """``x[index] = value`` writes value into the view ``x[index]`` as copy_ writes it, the
+    static checker's rule (engine setitem): an untyped, zeros or broadcast value, or a scalar,
+    keeps x's type (it said "__setitem__ has no shard propagation rule"); a value laid out
+    otherwise is the layout error, whose fix redistributes the value, never x; an index of a
+    sharded dim has no rule (local_map)."""
+    with spmd.typecheck():
+        x = spmd.declare(torch.randn(4, 6), Tensor[PS["tp", None]])
+        want = spmd.typeof(x)
+        row = spmd.declare(torch.randn(6), Tensor[PS[None]])
+        with torch.no_grad():
+            x[:] = torch.ones(4, 6)
+            x[...] = torch.zeros_like(x)
+            x[:, 1] = torch.ones(4)
+            x[:, 2:4] = 0.0
+            x[:] = row
+            assert spmd.typeof(x) == want
+            full = spmd.declare(torch.randn(4, 6), Tensor[PS[None, None], R["tp"]])
+            with pytest.raises(SpmdTypeError) as info:
+                x[:] = full
+            assert "spmd.redistribute(full" in str(info.value), str(info.value)
+            assert "spmd.redistribute(x" not in str(info.value)
+            with pytest.raises(SpmdTypeError) as info:
+                x[0] = torch.ones(6)
+            assert "local_map" in str(info.value) and "spmd.redistribute" not in str(info.value)
