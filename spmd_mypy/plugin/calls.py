@@ -1001,7 +1001,7 @@ class CallTyper:
             # index...: the op hooks'), so the parameter's ops are checked; untyped data
             # stays a Parameter (gradual), and so does a frozen one (requires_grad=False: no
             # gradient, which an attribute's reads elsewhere would not know)
-            if not (isinstance(ctx.context, CallExpr) and asks_for_gradient(ctx.context)):
+            if not asks_for_gradient(ctx.context):
                 return ret
             data = self.types.from_type(self._arg(ctx, "data")[1])
             inst = self.types.to_instance(data) if data else None
