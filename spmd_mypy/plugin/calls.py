@@ -121,7 +121,7 @@ from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .match_patterns import value_comparisons
-from .rewrite import MatchCase, RegionIndex, asks_for_gradient
+from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
 
@@ -994,18 +994,6 @@ class CallTyper:
         ret = ctx.default_return_type
         contexts = getattr(getattr(ctx.api, "expr_checker", None), "type_context", None)
         expected = get_proper_type(contexts[-1]) if contexts else None
-        if expected is None or isinstance(expected, AnyType):
-            # no declared type to meet (``wi = nn.Parameter(i.clone())``, an attribute the
-            # class does not declare): the parameter has its data's type, as the check mode
-            # tracks it -- the type mypy gave the data expression (clone, detach, to, an
-            # index...: the op hooks'), so the parameter's ops are checked; untyped data
-            # stays a Parameter (gradual), and so does a frozen one (requires_grad=False: no
-            # gradient, which an attribute's reads elsewhere would not know)
-            if not asks_for_gradient(ctx.context):
-                return ret
-            data = self.types.from_type(self._arg(ctx, "data")[1])
-            inst = self.types.to_instance(data) if data else None
-            return inst if inst is not None else ret
         # the canonical class only: a Parameter, a plain tensor or a type variable (a generic
         # callee's first inference pass) keeps mypy's Parameter
         if not (isinstance(expected, Instance) and expected.type.fullname == TENSOR):

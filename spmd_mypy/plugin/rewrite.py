@@ -891,11 +891,6 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         e = cast(MemberExpr, callee).expr
 
 
-def asks_for_gradient(e: Expression) -> bool:
-    """:func:`_asks_for_gradient`, for the call hooks (``nn.Parameter(t)`` typed)."""
-    return _asks_for_gradient(e)
-
-
 def _asks_for_gradient(e: Expression) -> bool:
     """``x.detach().requires_grad_()`` (a literal False aside), ``nn.Parameter(t)``: a leaf
     that carries a gradient from here on, even made where gradients are off (a backward that

@@ -1175,17 +1175,6 @@ case("value-read-after-all-reduce", {"a": "P"},
      desc="the sum's value reads fine, the summand's does not")
 
 
-# nn.Parameter(data) without a declared type to meet has its data's type, as the check mode
-# tracks it (statically it came back untyped, so its ops went unchecked); a Parameter carries
-# a gradient even made under no_grad (the leaf asks for one)
-case("parameter-of-typed-data", {"i": "I"},
-     ("w = torch.nn.Parameter(i.detach().to(torch.float64).contiguous()[0:2])", "out = w"), "I")
-case("parameter-of-clone-mixes-with-varying", {"i": "I", "x": "V"},
-     ("w = torch.nn.Parameter(i.clone())", "out = x * w"), INV)
-case("parameter-made-under-no-grad-carries-a-gradient", {"i": "I", "x": "V"},
-     (_NOGRAD, "    w = torch.nn.Parameter(i.clone())", "    y = x * w", "out = x * w"), INV)
-
-
 # --------------------------------------------------------------------------------------
 # 9. Global SPMD (partition specs, SPEC section 6): shard propagation, both checkers.
 
