@@ -406,11 +406,18 @@ def _accumulated_type(x: torch.Tensor, g: torch.Tensor, assigned: SpmdType) -> S
             # add_'s own fix (reduce the Partial term first) is no step the user can take
             # here: the fix is where the reduction and the zeroing go
             g_text = texts[0]
+            # optimizer.zero_grad() zeroes its own parameters only: a frozen weight left with
+            # requires_grad=True outside the optimizer keeps accumulating
+            x_text = g_text[:-len(".grad")] if g_text.endswith(".grad") else ""
+            frozen = (f"if {x_text} is frozen, {x_text}.requires_grad_(False)" if x_text
+                      else "a frozen weight: requires_grad_(False)")
             err = SpmdError(err.code, (
                 f"{head} as this backward accumulates into {g_text}: the all-reduce the sum "
                 f"needs would count what {g_text} held once per rank; reduce {g_text} once, "
-                f"after the last micro-batch's backward, or set {g_text} = None "
-                f"(optimizer.zero_grad()) before the next backward"))
+                f"after the last micro-batch's backward, or set {g_text} = None before the "
+                f"next backward (model.zero_grad() for all of a model's parameters; "
+                f"optimizer.zero_grad() only for those it updates); {frozen} (no gradient at "
+                f"all)"))
         raise SpmdTypeError(err)
     return _canon(res.type)
 
@@ -1212,7 +1219,9 @@ class _Mode(TorchFunctionMode):
                 operands.append(Operand(None, text, True, role, zero=_is_zero(v)))
             else:
                 can_grad = not carries_no_gradient(cls) and grad_on and bool(v.requires_grad)
-                operands.append(Operand(t, text, can_grad, role, tuple(v.shape)))
+                # a leaf (no grad_fn: a weight, an input) may be frozen; an activation is not
+                leaf = isinstance(v, torch.nn.Parameter) or (bool(v.requires_grad) and v.grad_fn is None)
+                operands.append(Operand(t, text, can_grad, role, tuple(v.shape), leaf=leaf))
         if params is not None:
             return global_propagate(plan.name, operands, **params)
         if partial_axes is not None:

@@ -367,16 +367,18 @@ def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) ->
             f"and the ranks' values do not sum to the whole's: {_over_ranks(red, ax)}{then}")
 
 
-def varying_statistic_fix(x_text: str, lt: LocalType, axis: str, can_grad: bool) -> str | None:
+def varying_statistic_fix(x_text: str, lt: LocalType, axis: str, can_grad: bool,
+                          leaf: bool = False) -> str | None:
     """The collective that makes a V operand I when it is this rank's statistic of a dim
     sharded on ``axis`` (a max shift or a logsumexp not all-reduced, beside the I values of
     the whole): its text ends in a reduction, its layout shows the shard dim reduced
     (``lt.by_rank``: V at some rank), or it carries no gradient (a statistic made under
-    no_grad); None for any other V, whose mix is the I operand's to fix."""
+    no_grad, not a ``leaf``: a frozen weight carries none either); None for any other V,
+    whose mix is the I operand's to fix."""
     chain = call_chain(x_text) or []
     reds = [c for c in chain if c in SUM_REDUCTIONS or c in MAX_REDUCTIONS or c in _OTHER_REDUCTIONS]
     reduced = lt.by_rank is not None and any(d is None for _, d in lt.by_rank)
-    if not reds and not reduced and can_grad:
+    if not reds and not reduced and (can_grad or leaf):
         return None
     x = bare(x_text)
     ax = format_axis(axis)

@@ -127,6 +127,11 @@ class Operand:
     # ``torch.where(mask, p, 0.0)``, ``p.masked_fill(mask, 0)``, ``p[mask] = 0.0`` (each
     # rank's zeros sum to zero).
     zero: bool = False
+    # A leaf by what it is, which may hold no gradient (a frozen weight, a buffer, a count):
+    # statically a module's (an object's) attribute, in the check mode a tensor without a
+    # grad_fn (or an nn.Parameter).  A computed activation never is: detaching it would cut
+    # the gradient of everything it was made from, so a fix offers .detach() for a leaf only.
+    leaf: bool = False
 
     @property
     def is_scalar(self) -> bool:
@@ -659,6 +664,11 @@ def _describe(op: Operand, lt: LocalType, axis: str) -> str:
     return f"{bare(op.text)}: {format_type(op.type) if op.type is not None else 'scalar'}"
 
 
+# add and sub (and their in-place forms): a Partial plus a Replicate term that convert
+# makes Partial (one rank keeps it) is exact, whatever the sum is for
+_ADD_SUB = frozenset({"add", "sub", "subtract", "rsub"})
+
+
 def _fix_reduce(text: str, axis: str, dst: str = "R") -> str:
     return f'all_reduce({bare(text)}, "{axis}", src=P, dst={dst})'
 
@@ -797,14 +807,17 @@ def _rule_on_axis(
             fix = f'{_fix_reduce(other_o.text, axis, "I")} first'
         else:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
-                   f"all-reduces its gradient; or {receiver(inv.text)}.detach() if it needs no gradient "
-                   f"(a frozen weight, a count)")
+                   f"all-reduces its gradient")
+            if inv.leaf:  # (a computed activation's detach would cut its inputs' gradients)
+                fix += (f"; or {receiver(inv.text)}.detach() if {bare(inv.text)} itself needs no "
+                        f"gradient (a frozen weight, a count)")
             if other.kind is Kind.V and other_role is not Role.INDEX:
                 # the V operand may be the mistake: a statistic of this rank's shard (a max
                 # shift, a logsumexp) where the whole's was meant, beside correct I values
                 from .collectives import varying_statistic_fix  # imports this module's neighbours
 
-                first = varying_statistic_fix(other_o.text, other, axis, other_o.can_grad)
+                first = varying_statistic_fix(other_o.text, other, axis, other_o.can_grad,
+                                              other_o.leaf)
                 if first is not None:
                     fix = f"{first}; else {fix}"
             if other.kind is Kind.R and not other_o.text.startswith("self."):
@@ -860,6 +873,8 @@ def _rule_on_axis(
             v_o, v_role, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)
             fix = (f"{_fix_reduce(p0.text, axis)} or "
                    f'reduce_scatter({bare(p0.text)}, "{axis}", src=P, dst=V) first')
+            if spec.keeps_shard_dims:
+                fix = _scatter_like(p0, v_o, v_lt, axis) or fix
             if v_role is Role.NONLINEAR and v_lt.dim is None and v_lt.by_rank is None:
                 # a pending sum divided by a per-rank divisor: most often the divisor is this
                 # rank's part of a count or a sum never all-reduced (the tokens of the global
@@ -901,11 +916,17 @@ def _rule_on_axis(
         if has_factor_terms:
             desc = "the product" if not product_is_p else factors_p[0].text
             terms.append((desc, product_is_p, "a Replicate value"))
-        for (o, r, lt), (_, _, own) in zip(eff, typed):
+        # the first non-P summand operand of an add or sub (not an in-place op's target) and
+        # its own kind: converting it to P counts it once in the sum (one rank keeps it)
+        summand: tuple[Operand, Kind] | None = None
+        for k, ((o, r, lt), (_, _, own)) in enumerate(zip(eff, typed)):
             if r is Role.SUMMAND:
                 word = ("an Invariant value without a gradient" if own.kind is Kind.I
                         else "a Replicate value")
                 terms.append((_describe(o, lt, axis), lt.kind is Kind.P, word))
+                if (lt.kind is not Kind.P and summand is None and name.rstrip("_") in _ADD_SUB
+                        and not (k == 0 and name.endswith("_"))):
+                    summand = (o, own.kind)
         if Role.SUMMAND in scalar_roles:
             terms.append(("a scalar", False, "a scalar"))
         non_p = [(d, word) for d, is_p, word in terms if not is_p]
@@ -916,11 +937,19 @@ def _rule_on_axis(
             # beside an Invariant term the reduction's result is I too (I + I: an R result would
             # meet the I-to-R reinterpret of the next layer's input)
             dst = "I" if word.startswith("an Invariant") else "R"
+            fix = f"{_fix_reduce(p_text, axis, dst)} first, or add it after the reduction"
+            if summand is not None and not has_factor_terms and len(non_p) == 1:
+                # exact for any add or sub, and the sum stays pending (the reduction the code
+                # makes of it later still applies, no collective added); the reduction first
+                # is exact too, but only where the term is meant to join after it
+                o, kind = summand
+                fix = (f'convert({bare(o.text)}, "{axis}", src={kind.name}, dst=P) first, so '
+                       f"the sum counts it once (one rank keeps it, the others add zeros); or "
+                       f"{fix}")
             return None, SpmdError(
                 "spmd-partial-affine",
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) added to {what} in {name}: '
-                f"the other term would be summed once per rank; {_fix_reduce(p_text, axis, dst)} "
-                f"first, or add it after the reduction",
+                f"the other term would be summed once per rank; {fix}",
             )
         return LocalType(Kind.P), None
 
@@ -936,6 +965,33 @@ def _rule_on_axis(
         (d,) = dims
         return LocalType(Kind.V, d), None
     return VARYING, None
+
+
+def _scatter_like(p: Operand, v: Operand, v_lt: LocalType, axis: str) -> str | None:
+    """The fix of a pending sum ``p`` beside a Varying ``v`` in an elementwise op when the
+    dim ``v`` is sharded on is known (its S(d) type, or the check mode's shapes: the one dim
+    where ``p`` is a whole multiple of ``v``): reduce_scatter to S(d), as ``v`` is (dst=V
+    splits dim 0); or the all_reduce where the shapes agree already (each rank adds its
+    own values to the whole); None when neither is known."""
+    d = v_lt.dim
+    same: bool | None = None
+    ps, vs = p.shape, v.shape
+    if ps is not None and vs is not None and len(ps) == len(vs):
+        diff = [k for k in range(len(ps)) if ps[k] != vs[k] and ps[k] != 1 and vs[k] != 1]
+        if not diff:
+            same = True
+        elif d is None and len(diff) == 1 and vs[diff[0]] > 0 and ps[diff[0]] % vs[diff[0]] == 0:
+            d = diff[0]
+        elif d is not None:
+            same = False
+    if same:
+        return f"{_fix_reduce(p.text, axis)} first (the shapes agree)"
+    if d is None:
+        return None
+    scatter = (f'reduce_scatter({bare(p.text)}, "{axis}", src=P, dst=S({d})) first, to shard '
+               f"it on dim {d} as {bare(v.text)} is")
+    return scatter if same is not None or ps is not None else (
+        f"{scatter}, or {_fix_reduce(p.text, axis)} first if their shapes agree already")
 
 
 def _same_size_on(dim: int, ops: Sequence[Operand]) -> bool:

@@ -111,7 +111,7 @@ from ..engine.ops import (
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
 )
 from ..engine.types import (
-    REPLICATE, Kind, LocalType, SpmdType, UNTYPED, format_type, repeated_axis_message,
+    REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_type, repeated_axis_message,
 )
 from ..engine.views import make_move
 from . import global_calls
@@ -161,6 +161,20 @@ def item_name(container: Expression) -> NameExpr:
     at_k = NameExpr(expr_text(shown) + _LIST_ITEM)
     at_k.set_line(container)
     return at_k
+
+
+def _attribute_if_invariant(ctx: AnyCtx, e: Expression | None, t: SpmdType) -> bool:
+    """An Invariant operand that is an object's attribute (``self.W1``, ``blk.A1``: a module's
+    weight or buffer, which may be frozen), not a tensor's (``h.T``) nor a computed value:
+    Operand.leaf, read by the invariant-mix rule only (the detach it offers)."""
+    if not isinstance(e, MemberExpr) or not any(lt.kind is _KIND_I for _, lt in t.axes):
+        return False
+    owner = lookup_type(ctx.api, e.expr)
+    p = get_proper_type(owner) if owner is not None else None
+    if not isinstance(p, Instance):
+        return False
+    info = p.type
+    return info.fullname != TENSOR and not any(info.has_base(b) for b in TORCH_TENSOR_BASES)
 
 
 def expr_text(e: Expression | None) -> str:
@@ -496,7 +510,8 @@ class CallTyper:
     def operand(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> Operand:
         """A tensor operand ``expr`` of type ``t``: named as the code writes it, its gradient
         read where the rule needs it (can_grad_if_invariant)."""
-        return Operand(t, expr_text(expr), self.can_grad_if_invariant(ctx, expr, t))
+        can_grad = self.can_grad_if_invariant(ctx, expr, t)
+        return Operand(t, expr_text(expr), can_grad, leaf=can_grad and _attribute_if_invariant(ctx, expr, t))
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
         """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
@@ -580,8 +595,9 @@ class CallTyper:
                     # a loss's value target is taken as data: no gradient (the check mode
                     # reads requires_grad)
                     no_grad = is_index or name in GRADFREE_NAMES or value_target
-                    o = Operand(t, text, False if no_grad else self.can_grad_if_invariant(ctx, ie, t),
-                                Role.INDEX if is_index else None)
+                    can_grad = False if no_grad else self.can_grad_if_invariant(ctx, ie, t)
+                    o = Operand(t, text, can_grad, Role.INDEX if is_index else None,
+                                leaf=can_grad and _attribute_if_invariant(ctx, ie, t))
                     if name == "out":
                         out = o
                     else:
@@ -807,7 +823,8 @@ class CallTyper:
                         typ = format_type(declared, self.plugin.config.mesh_axes)
                         listed = o.text[:-len(_LIST_ITEM)] if o.text.endswith(_LIST_ITEM) else None
                         if listed is None:
-                            what, fix = f"{o.text} is a gradient", f"spmd.declare({o.text}, {typ})"
+                            text = bare(o.text)  # spmd.declare(g * lr, ...), not ((g * lr), ...)
+                            what, fix = f"{text} is a gradient", f"spmd.declare({text}, {typ})"
                         else:  # a _foreach op's list variable: declare its items
                             what = f"{listed} holds gradients"
                             fix = f"[spmd.declare(g, {typ}) for g in {listed}]"

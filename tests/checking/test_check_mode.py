@@ -487,8 +487,10 @@ def test_a_gradient_reduced_every_micro_batch_without_zeroing_is_caught_at_the_b
             'Partial on "cp" (autograd\'s new gradient: Tensor[P["cp"]]) added to a Replicate '
             'value (w.grad: Tensor[R["cp"]]) as this backward accumulates into w.grad: the '
             'all-reduce the sum needs would count what w.grad held once per rank; reduce w.grad '
-            'once, after the last micro-batch\'s backward, or set w.grad = None '
-            '(optimizer.zero_grad()) before the next backward  [spmd-partial-affine]'), e.value
+            'once, after the last micro-batch\'s backward, or set w.grad = None before the next '
+            'backward (model.zero_grad() for all of a model\'s parameters; optimizer.zero_grad() '
+            'only for those it updates); if w is frozen, w.requires_grad_(False) (no gradient at '
+            'all)  [spmd-partial-affine]'), e.value
         assert spmd.typeof(w.grad) == ty(cp=PARTIAL)  # no stale R after the error
         # create_graph=True: autograd accumulates out of place (a new tensor in w.grad)
         w.grad = typed(torch.randn(4), Tensor[R["cp"]])

@@ -378,8 +378,8 @@ def test_a_suggested_method_call_binds_to_the_whole_operand(text: str, shown: st
     """``(a + bd).detach()``: ``a + bd.detach()`` would detach ``bd`` only."""
     assert receiver(text) == shown
     i, v = SpmdType.of({"tp": INVARIANT}), SpmdType.of({"tp": VARYING})
-    [error] = propagate("mul", [Operand(i, text, can_grad=True), Operand(v, "v")]).errors
-    assert f"or {shown}.detach() if it needs no gradient" in error.message, error.message
+    [error] = propagate("mul", [Operand(i, text, can_grad=True, leaf=True), Operand(v, "v")]).errors
+    assert f"or {shown}.detach() if {bare(text)} itself needs no gradient" in error.message, error.message
     x = SpmdType.of({"tp": VARYING})
     result = coll.check_collective("all_reduce", x, ["tp"], VARYING, REPLICATE, x_text=text,
                                    reduce_op="max", can_grad=True)

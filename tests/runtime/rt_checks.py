@@ -1324,6 +1324,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "raw-fix":  # the spmd-raw-collective fix, run, equals the raw call (rt_raw_fix.py)
         import rt_raw_fix
         return rt_raw_fix.suite(world)
+    if name == "peft-fixes":  # the peft probe's message fixes, run (rt_peft_fixes.py)
+        import rt_peft_fixes
+        return rt_peft_fixes.suite(world)
     if name == "replicas":  # spmd.check_replicas (rt_replicas.py)
         import rt_replicas
         return rt_replicas.suite(world)
