@@ -68,6 +68,10 @@ class Role(enum.Enum):
     TEMPLATE = "template"
 
 
+# A value named, not computed: ``mask``, ``batch.target``, ``masks[i]`` (no operator, no call).
+_NAMED = re.compile(r"[A-Za-z_][\w.]*(\[[\w.\-, :]*\])*")
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """How an op treats its operands.
@@ -820,10 +824,12 @@ def _rule_on_axis(
                                               other_o.leaf)
                 if first is not None:
                     fix = f"{first}; else {fix}"
-            if other.kind is Kind.R and not other_o.text.startswith("self."):
+            if (other.kind is Kind.R and not other_o.text.startswith("self.")
+                    and _NAMED.fullmatch(bare(other_o.text))):
                 # an R that carries no gradient mixes with I (a data mask, a target): detaching
                 # it keeps the I operand's gradient, where detaching that one loses it (not
-                # offered for a module's attribute: a weight, as a rule)
+                # offered for a module's attribute: a weight, as a rule; nor for a computed
+                # value, ``scale * delta``, whose detach would cut its inputs' gradients)
                 fix += (f"; or {receiver(other_o.text)}.detach() if {bare(other_o.text)} needs "
                         f"none (a mask, a target: an R without a gradient mixes with I)")
             factors_v = [o for o, r, lt in eff if r is Role.FACTOR and lt.kind is Kind.V]
