@@ -380,6 +380,31 @@ def check_compiled_under_typecheck(ctx: Ctx, name: str) -> None:
     torch._dynamo.reset()
 
 
+def check_activation_checkpointing_recomputes_alike(ctx: Ctx, name: str) -> None:
+    """torch.utils.checkpoint restores the generator's state for the recompute: the dropout on
+    an I value is checked in the forward and again in the backward's recompute, and passes;
+    the gradients are those of the plain run."""
+    from torch.utils.checkpoint import checkpoint
+
+    def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.dropout(torch.tanh(x * w), 0.3)
+
+    grads = []
+    with spmd.set_mesh(ctx.mesh("1d")):
+        for check in (False, True):
+            torch.manual_seed(11)
+            x, w = _x(ctx, 3, 4), _x(ctx, 3, 4).requires_grad_(True)
+            with _counted() as calls, (spmd.typecheck() if check else contextlib.nullcontext()):
+                if check:
+                    spmd.declare(x, Tensor[I["x"]])
+                    spmd.declare(w, Tensor[I["x"]])
+                out = checkpoint(block, x, w, use_reentrant=False)
+                F.mse_loss(out, torch.zeros_like(out)).backward()
+            grads.append(w.grad)
+            assert calls[0] == (2 if check else 0), calls
+    assert torch.equal(grads[0], grads[1])
+
+
 def check_two_axes_each_compared(ctx: Ctx, name: str) -> None:
     """On a 2 x 2 mesh with the default seed per dp rank and shared on tp: dropout on a value
     sharded on dp and I on tp passes (only tp is compared); typed R on dp too, it raises naming
@@ -401,7 +426,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_each_random_op_with_equal_seeds_passes, check_no_draw_no_check,
         check_varying_inside_the_fork_passes, check_generator_argument,
         check_sampling_with_per_rank_seeds_raises, check_axis_of_one_rank_unchecked,
-        check_compiled_under_typecheck]
+        check_compiled_under_typecheck, check_activation_checkpointing_recomputes_alike]
     if world == 4:
         checks = [check_two_axes_each_compared, check_mlp_correct_passes_with_unchanged_numbers,
                   check_mlp_hidden_dropout_in_the_fork_raises]
