@@ -88,6 +88,7 @@ import sys
 import threading
 import types
 import weakref
+import zlib
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
@@ -104,15 +105,16 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_value_read, partial_op, propagate,
-                                  propagate_each)
+                                  propagate_each, random_state_error)
+from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import INPLACE_VIEWS, DimMove
 
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
 
-from . import _global_check, _torch_ops
+from . import _dist_utils, _global_check, _torch_ops
 from ._torch_ops import (Kind, Plan, build_plan, carries_no_gradient, extract, move_of,
-                         reduction_of, role_of, spec_of)
+                         random_draw_of, reduction_of, role_of, spec_of)
 from ._types import local_type_of, spmd_type_of_annotation, unalias
 
 # True while a ``typecheck()`` block is open (the collectives read it before calling
@@ -1005,6 +1007,8 @@ class _Mode(TorchFunctionMode):
         if checked is None:
             return func(*args, **kwargs)
         rtype, targets, new_types = checked
+        if plan.random and rtype:
+            _check_random_state(plan, args, kwargs, ops, types, rtype)
         # an assigned gradient written in place during a backward (a hook scaling another
         # parameter's gradient): the op's own version bump is no accumulation by autograd
         before = _versions_before(targets) if _BACKWARD_VERSIONS and targets else None
@@ -1282,6 +1286,74 @@ class _Mode(TorchFunctionMode):
 
 
 _UNTYPED = SpmdType()
+
+
+def _generator_of(gen: Any, ops: list) -> tuple[Any, str]:
+    """The generator a random op draws from (its ``generator`` argument, else the default
+    one of its first tensor operand's device), and the message's words for it; (None, "")
+    for a device whose default generator the check does not know."""
+    if isinstance(gen, torch.Generator):
+        return gen, f"its generator= argument ({gen.device.type})"
+    device = next((v.device for v, _ in ops if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    if device.type == "cpu":
+        return torch.default_generator, "the default CPU generator (torch.get_rng_state())"
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return (torch.cuda.default_generators[index],
+                f"the default generator of cuda:{index} (torch.cuda.get_rng_state())")
+    return None, ""
+
+
+def _check_random_state(plan: Plan, args: tuple, kwargs: dict, ops: list, types: list,
+                        rtype: SpmdType) -> None:
+    """A random op (engine RANDOM_OPS) whose result the rule types R or I on an axis: its
+    generator must be in the same state on every rank of the axis, or the ranks draw different
+    masks (spmd-random). One all_gather of the state's checksums per such axis, before the op
+    draws; nothing cached (every draw moves the state); no check on an axis of one rank."""
+    axes = [a for a, lt in rtype.axes if lt.kind is TKind.R or lt.kind is TKind.I]
+    if not axes or _in_collective_internals():
+        return
+    from . import _mesh
+
+    binding = _mesh._current
+    if binding is None:
+        return
+    axes = [a for a in axes if a in binding.names]
+    if not axes:
+        return
+    draws, gen = random_draw_of(plan, args, kwargs)
+    if not draws:
+        return
+    gen, words = _generator_of(gen, ops)
+    if gen is None:
+        return
+    device = next((v.device for v, _ in ops if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    sums: torch.Tensor | None = None
+    for axis in axes:
+        group = _mesh.resolve_axis(axis)
+        if group.size == 1:
+            continue
+        with torch.no_grad(), suspended():
+            if sums is None:
+                data = gen.get_state().numpy().tobytes()
+                sums = torch.tensor([zlib.crc32(data), zlib.adler32(data), len(data)],
+                                    dtype=torch.int64, device=device)
+            rows = _dist_utils.all_gather(sums, group).view(group.size, 3).cpu()
+        differs = [k for k in range(group.size) if not torch.equal(rows[k], rows[0])]
+        if not differs:
+            continue
+        values = [v for v, _ in ops]
+        texts = _texts(values, [_default_text(i) for i in range(len(values))])
+        at = 0
+        for i, t in enumerate(types):
+            lt = t.get(axis) if t is not None else None
+            if lt is not None and (lt.kind is TKind.R or lt.kind is TKind.I):
+                at = i
+                break
+        t = types[at] if at < len(types) and types[at] is not None else rtype
+        ranks = group.ranks
+        raise SpmdTypeError(random_state_error(plan.name, axis, texts[at] if texts else "x", t,
+                                               words, (ranks[0], ranks[differs[0]])))
 
 
 def _check_data_assignment(x: torch.Tensor, value: torch.Tensor) -> None:

@@ -53,7 +53,7 @@ from spmd_mypy.engine.ops import (
     SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, CAST_FORMAL, CAST_OPS, OpSpec, Reduction,
     Role, call_spec,
     FUSED_FIRST_STEP, ZERO_FACTORIES, classify, foreach_op, foreach_writes, is_index_formal,
-    normalising_reduction, variant_formals,
+    normalising_reduction, variant_formals, RANDOM_OPS, random_draws,
 )
 
 # (Formal-name classes are the engine's: the mypy plugin reads the same names.)
@@ -144,7 +144,7 @@ class Plan:
 
     __slots__ = ("kind", "name", "spec", "swap", "inplace", "positional", "keyword",
                  "varargs", "canon", "inplace_kw", "params", "reduce_at", "each", "variant_at",
-                 "writes", "first_step")
+                 "writes", "first_step", "random")
 
     def __init__(self, kind: Kind, name: str = "", *, spec: OpSpec | None = None,
                  swap: bool = False, inplace: bool = False,
@@ -178,6 +178,9 @@ class Plan:
         if formals and kind is Kind.OP:
             ps = params or ()
             self.variant_at = {f: (ps.index(f) if f in ps else None) for f in formals}
+        # a random op (engine RANDOM_OPS): the check mode compares its generator's state
+        # across each axis its result is R or I on, before it draws
+        self.random = kind is Kind.OP and name in RANDOM_OPS
         # a reduction or scan: the positions of its dim and keepdim arguments
         self.reduce_at: tuple[int, int | None] | None = None
         if name in REDUCTIONS or name in SCANS:
@@ -220,6 +223,24 @@ def spec_of(plan: Plan, args: tuple, kwargs: dict) -> OpSpec:
         elif k < len(args):
             values[formal] = args[k]
     return call_spec(plan.name, values)
+
+
+def random_draw_of(plan: Plan, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+    """(whether this call of a random op draws (engine ``random_draws``), its ``generator``
+    argument or None)."""
+    draw = RANDOM_OPS[plan.name]
+    ps = plan.params or ()
+    values: dict[str, object] = {}
+    for formal in (draw.p, *draw.train, "generator"):
+        if formal is None:
+            continue
+        if formal in kwargs:
+            values[formal] = kwargs[formal]
+        elif formal in ps:
+            k = ps.index(formal)
+            if k < len(args):
+                values[formal] = args[k]
+    return random_draws(plan.name, values), values.get("generator")
 
 
 def _cast_dtype(args: tuple, kwargs: dict) -> str | None:

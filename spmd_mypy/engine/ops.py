@@ -351,6 +351,84 @@ INTEGER_RESULTS = frozenset("""argmax argmin argsort argwhere nonzero bincount h
 searchsorted bucketize count_nonzero eq ne lt le gt ge isnan isinf isfinite isclose isin
 logical_and logical_or logical_xor logical_not long int short bool byte randint randperm
 multinomial""".split())
+# Random ops: each call draws from a generator, its ``generator`` argument or else the default
+# one of its device (CPU: ``torch.default_generator``; CUDA: the device's, whose state
+# Megatron's RNG tracker swaps inside its fork).  Their rule is their op's (dropout keeps its
+# input's type, ``multinomial`` gives its input's type to the indices), which on an axis where
+# the result is R or I holds only if every rank of the axis draws the same numbers: the
+# generator in the same state on each.  No type says so and the static checker cannot see
+# seeds; the check mode compares the generator's state across the axis before the op draws
+# (``random_state_error`` names the mismatch).  By name: when a call draws nothing (no
+# check), from the values of its arguments (a formal the call leaves out has its default).
+@dataclass(frozen=True)
+class RandomDraw:
+    p: str | None = None           # the probability formal: 0 (or 1 for dropout) draws nothing
+    p_default: float = 0.5
+    train: tuple[str, ...] = ()    # the training flag's formals: False draws nothing
+    train_default: bool = True
+
+
+_DROPOUT = RandomDraw("p", 0.5, ("training", "train"), True)
+_ALPHA_DROPOUT = RandomDraw("p", 0.5, ("training", "train"), False)  # F.alpha_dropout: training=False
+_ALWAYS = RandomDraw()
+RANDOM_OPS: dict[str, RandomDraw] = {
+    **{n: _DROPOUT for n in """dropout dropout_ dropout1d dropout2d dropout3d feature_dropout
+       feature_dropout_ native_dropout""".split()},
+    **{n: _ALPHA_DROPOUT for n in """alpha_dropout alpha_dropout_ feature_alpha_dropout
+       feature_alpha_dropout_""".split()},
+    # a random negative slope in training only (F.rrelu: training=False)
+    "rrelu": RandomDraw(None, 0.0, ("training",), False),
+    "rrelu_": RandomDraw(None, 0.0, ("training",), False),
+    # attention dropout: drawn whenever dropout_p > 0 (the caller passes 0 in eval)
+    "scaled_dot_product_attention": RandomDraw("dropout_p", 0.0),
+    **{n: _ALWAYS for n in """bernoulli bernoulli_ multinomial normal normal_ poisson binomial
+       uniform_ exponential_ random_ cauchy_ log_normal_ geometric_ gumbel_softmax""".split()},
+}
+
+
+def random_draws(name: str, values: dict[str, object]) -> bool:
+    """Whether a call of ``name`` draws from a generator (False for an op that is not random),
+    by its arguments' values: formal -> value, a formal left out taking its default."""
+    draw = RANDOM_OPS.get(name)
+    if draw is None:
+        return False
+    for formal in draw.train:
+        if formal in values:
+            if values[formal] is False:
+                return False
+            break
+    else:
+        if draw.train and not draw.train_default:
+            return False
+    if draw.p is not None:
+        p = values.get(draw.p, draw.p_default)
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and (
+                p == 0 or (p == 1 and draw.p != "dropout_p")):
+            return False
+    return True
+
+
+def random_state_error(op: str, axis: str, text: str, t: SpmdType, generator: str,
+                       ranks: tuple[int, int]) -> SpmdError:
+    """The check mode's error for a random op whose result the rule types R or I on ``axis``
+    while its generator's state differs between two ranks of the axis (global ``ranks``)."""
+    lt = t.get(axis)
+    kind = lt.kind.value if lt is not None else "R"
+    word = "Invariant" if kind == "I" else "Replicate"
+    x = bare(text)
+    return SpmdError(
+        "spmd-random",
+        f'{op} on "{axis}" ({x}: {format_type(t)}) draws from {generator}, whose state differs '
+        f"between the ranks of \"{axis}\" (global ranks {ranks[0]} and {ranks[1]}): each rank "
+        f"draws a different mask or sample, so the result is no longer the same on every rank "
+        f'of "{axis}" as {word} says, and a sum or all-reduce downstream silently mixes the '
+        f"ranks' values. Seed that generator the same on every rank of \"{axis}\" (outside the "
+        f"RNG tracker's per-rank fork; torch.manual_seed(seed), not seed + rank), or, if each "
+        f'rank\'s draw is meant to be its own, shard first (convert({x}, "{axis}", src={kind}, '
+        f'dst=S(i)), then {op} on the shard) or reinterpret({x}, "{axis}", src={kind}, dst=V) '
+        f"first")
+
+
 # Ops returning (values, indices): item 1 is the indices
 WITH_INDICES = frozenset("topk sort max min kthvalue mode median nanmedian cummax cummin".split())
 

@@ -27,7 +27,8 @@ from spmd_mypy.plugin.codes import ERROR_CODES, SPMD
 # Codes of features this suite does not cover (SPEC sections 5 and 6: autograd Function duality,
 # global SPMD); a case using one makes the coverage test below see it.
 NOT_IN_THESE_CASES = {"spmd-duality", "spmd-global", "spmd-internal",  # internal: test_guard.py
-                      "spmd-setup"}  # tests/static/test_setup_diagnostics.py
+                      "spmd-setup",  # tests/static/test_setup_diagnostics.py
+                      "spmd-random"}  # the check mode's only (seeds): tests/runtime/rt_random.py
 
 FAKE_TORCH = {
     "torch/__init__.pyi": """

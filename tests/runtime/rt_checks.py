@@ -1330,6 +1330,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "replicas":  # spmd.check_replicas (rt_replicas.py)
         import rt_replicas
         return rt_replicas.suite(world)
+    if name == "random":  # random ops' generators compared across the axis (rt_random.py)
+        import rt_random
+        return rt_random.suite(world)
     if name == "meshes":  # several meshes over the same ranks (rt_meshes.py)
         import rt_meshes
         return rt_meshes.suite(world)

@@ -44,6 +44,7 @@ def _raises(ctx: Ctx, model: nn.Module, needle: str) -> None:
         raise AssertionError("values typed I/R that differ across ranks were accepted")
     assert needle in message, message
     assert "values differ: global rank 0 has checksums" in message, message
+    assert "trained after a random op drawn per rank on a replicated activation" in message, message
 
 
 def check_replicated_pass(ctx: Ctx, name: str) -> None:
@@ -92,8 +93,40 @@ def check_axis_of_another_mesh_skipped(ctx: Ctx, name: str) -> None:
         _raises(ctx, Block(1 + ctx.rank, 2, 0), "model.b2 is typed R or I on 'x'")
 
 
+class WithNorm(nn.Module):
+    """The rng probe's finding: a typed block with an unannotated nn.LayerNorm child."""
+    b: Tensor[I["x"]]
+
+    def __init__(self, noise_seed: int | None) -> None:
+        super().__init__()
+        self.b = nn.Parameter(torch.zeros(3, dtype=F64))
+        self.norm = nn.LayerNorm(3, dtype=F64)
+        if noise_seed is not None:  # a noisy init from a generator seeded per rank
+            with torch.no_grad():
+                self.norm.weight.add_(0.01 * torch.randn(
+                    3, dtype=F64, generator=torch.Generator().manual_seed(noise_seed)))
+
+
+def check_untyped_parameters_reported_or_checked(ctx: Ctx, name: str) -> None:
+    """An unannotated child's parameters have no claim: returned as unchecked (they passed
+    silently before); checked as replicated on the axes untyped_replicated_on names."""
+    with spmd.set_mesh(ctx.mesh("1xN")):
+        bad = Outer(WithNorm(noise_seed=ctx.rank))  # type: ignore[arg-type]
+        assert spmd.check_replicas(bad) == ["model.block.norm.weight", "model.block.norm.bias"]
+        assert spmd.check_replicas(Outer(WithNorm(0)), untyped_replicated_on=("x",)) == []  # type: ignore[arg-type]
+        try:
+            spmd.check_replicas(bad, untyped_replicated_on=("x", "not-an-axis"))
+        except ValueError as e:
+            message = str(e)
+        else:
+            raise AssertionError("an untyped LayerNorm weight that differs per rank passed")
+        assert message.startswith("model.block.norm.weight has no type (checked as replicated on "
+                                  "'x': untyped_replicated_on)"), message
+        assert spmd.check_replicas(Block(1, 2, ctx.rank)) == []  # all typed
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "replicas", (
         check_replicated_pass, check_per_rank_seed_raises,
         check_equal_bits_pass_whatever_the_threads_and_layout,
-        check_axis_of_another_mesh_skipped))
+        check_axis_of_another_mesh_skipped, check_untyped_parameters_reported_or_checked))
