@@ -399,6 +399,7 @@ class Correlated:
             if found is not None:
                 by_root.setdefault(found[0], []).append((key, found[1], found[2], t))
         out: dict[Slot, list[dict[Slot, Type]]] = {}
+        uncertain = False  # set last: the hooks run in between ask groups themselves
         for root, members in by_root.items():
             keys = [m[0] for m in members if m[0] in split]
             if len(members) < 2 or not keys:
@@ -411,8 +412,8 @@ class Correlated:
                      and (m[0] in split or m[0] == (-1, -1) and self._split_by_mypy(ctx, m[1]))}) > 1:
                 # ``for p, g in zip(ps, gs)`` over lists (one item type each, a join): which
                 # item of ``gs`` meets which of ``ps`` is not known
-                self.uncertain = True
-        if not self.uncertain:
+                uncertain = True
+        if not uncertain:
             # ``ps[i].add_(gs[i])``: items read by subscript from lists of several types
             subscripts = 0
             for i, j, _ in slots:
@@ -420,7 +421,8 @@ class Correlated:
                     e = receiver if i < 0 else (ctx.args[i][j] if i < len(ctx.args) and j < len(ctx.args[i]) else None)
                     if isinstance(e, IndexExpr) and self._is_item(ctx, e):
                         subscripts += 1
-            self.uncertain = subscripts > 1
+            uncertain = subscripts > 1
+        self.uncertain = uncertain
         return out
 
     def _is_item(self, ctx: Any, e: IndexExpr) -> bool:
