@@ -629,7 +629,8 @@ class _Walker:
                              or cls is _OperatorAssignmentStmt):
             # read when the statement runs: checked once it has
             self._condition(stmts, st, None, extra=self.reads)
-        elif self.reads and (cls is _ReturnStmt or cls is _RaiseStmt):
+        elif self.reads and (cls is _ReturnStmt or (cls is _RaiseStmt and not _not_implemented(
+                cast(RaiseStmt, st)))):
             # a trigger after it would be unreached: the statement is wrapped as ``try:
             # return ... finally: <trigger>`` (mypy checks the finally block after it)
             self._condition(stmts, st, None, extra=self.reads, wrap=True)
@@ -1240,6 +1241,15 @@ def _has_class_pattern(match: MatchStmt) -> bool:
             return any(has(q) for q in cast(OrPattern, p).patterns)
         return False
     return any(has(p) for p in match.patterns)
+
+
+def _not_implemented(st: RaiseStmt) -> bool:
+    """``raise NotImplementedError(...)``: alone, mypy takes the function's body as trivial
+    (an abstract or protocol method's), which a ``try`` around it would not be."""
+    e = st.expr
+    if type(e) is _CallExpr:
+        e = cast(CallExpr, e).callee
+    return type(e) is _NameExpr and cast(NameExpr, e).name == "NotImplementedError"
 
 
 def _rebinds(file: MypyFile, builtin: str) -> bool:
