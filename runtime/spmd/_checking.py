@@ -1641,14 +1641,40 @@ def declare_parameters(module: _M) -> _M:
     that declares the unsharded parameters at every forward in check mode (it does nothing
     outside; registered once per module).
     """
-    if not ACTIVE:
-        return module
     if not isinstance(module, torch.nn.Module):
-        _declare_attributes(module)
+        _check_declares_attributes(module)
+        if ACTIVE:
+            _declare_attributes(module)
+        return module
+    if not ACTIVE:
         return module
     _declare_module_tree(module)
     _follow_fsdp(module)
     return module
+
+
+def _check_declares_attributes(obj: Any) -> None:
+    """``declare_parameters(obj)`` of an object that is no module: a TypeError (in check mode
+    and outside) when its class annotates no attribute with a typed tensor (``w: Tensor[...]``,
+    a list, tuple or dict of them), which :func:`_declare_attributes` reads: a number, a string,
+    None, a list of modules would declare nothing without a word.  Annotations that do not
+    evaluate are given the benefit of the doubt."""
+    import typing
+
+    hints = _type_hints(type(obj))
+    if hints is None:
+        return
+    for name, ann in hints.items():
+        stripped = _strip_optional(ann)
+        if _tensor_type_of(ann) is not None or any(
+                _tensor_type_of(a) is not None for a in typing.get_args(stripped)):
+            return
+    what = type(obj).__name__
+    raise TypeError(
+        f"declare_parameters() takes a torch.nn.Module (its parameters and buffers annotated in "
+        f"its class) or an object whose class annotates tensor attributes (w: Tensor[...], "
+        f"list[Tensor[...]]), not {what}: nothing would be declared; pass the model (each "
+        f"module of a list), or declare a tensor with spmd.declare(x, Tensor[...])")
 
 
 def _declare_attributes(obj: Any) -> None:

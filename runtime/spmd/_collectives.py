@@ -1068,10 +1068,15 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
         # torch would divide in float and fail to write it back (all_reduce) or return float32
         # (reduce_scatter, whose dtype is the input's: SPEC section 7); the same verdict on
         # every rank, before any communication
-        raise TypeError(f'{plan.op}(..., op="avg") takes a floating or complex tensor, not '
-                        f'{x.dtype}: the average of integer or bool values is not of their '
-                        f'dtype; use op="sum", then divide by the axis size in a floating dtype '
-                        f'(x.float() first) or floor-divide the sum')
+        axes = (f'"{plan.axes[0]}"' if len(plan.axes) == 1
+                else "(" + ", ".join(f'"{a}"' for a in plan.axes) + ")")
+        n = f" ({plan.group.size})" if plan.group is not None else ""
+        rest = f"{axes}, src={plan.src}, dst={plan.dst}, op=\"avg\")"
+        raise TypeError(f'{plan.op}(x, {rest} takes a floating or complex tensor, not {x.dtype} '
+                        f'(a count?): the average of integer or bool values is not of their '
+                        f'dtype; use op="sum" and divide the sum by the number of ranks on '
+                        f'{axes}{n} in a floating dtype (or floor-divide it), or average a '
+                        f'floating copy: {plan.op}(x.float(), {rest}')
     if sizes is not None:
         if not plan.uses_sizes:
             raise ValueError(f"{plan.op}(src={plan.src}, dst={plan.dst}) takes no sizes= (the "

@@ -41,11 +41,13 @@ from mypy.nodes import (
     AssignmentStmt,
     AwaitExpr,
     Block,
+    BreakStmt,
     CallExpr,
     CastExpr,
     ClassDef,
     ComparisonExpr,
     ConditionalExpr,
+    ContinueStmt,
     Decorator,
     DictExpr,
     Expression,
@@ -59,12 +61,14 @@ from mypy.nodes import (
     LambdaExpr,
     ListComprehension,
     ListExpr,
+    MatchStmt,
     MemberExpr,
     MypyFile,
     NameExpr,
     OperatorAssignmentStmt,
     OverloadedFuncDef,
     OpExpr,
+    RaiseStmt,
     RefExpr,
     ReturnStmt,
     SetExpr,
@@ -104,7 +108,7 @@ from .calls import collective_call, expr_text
 from .depends import class_dependency
 from .mypy_types import TypeBuilder, lookup_type
 from .rewrite import isinstance_trigger
-from .statements import nested_statements, returns
+from .statements import nested_statements, returns, statement_blocks
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -333,6 +337,7 @@ class AutogradTyper:
         calls = _save_calls(source, save)
         if calls is None:
             return None
+        calls = last_saves(source.body.body, calls)  # torch keeps the last call's values
         if any(lookup_type(api, c) is None for c in calls) and _defer(api, source, defn):
             return None  # forward is not checked yet: backward is checked again after it
         fwd = _own_method(info, "forward")
@@ -587,6 +592,64 @@ def _save_calls(source: FuncDef, save: str) -> list[CallExpr] | None:
     if seen.names != seen.members or seen.saves != len(calls) or seen.lambdas:
         return None
     return calls
+
+
+def last_saves(body: list[Statement], calls: list[CallExpr]) -> list[CallExpr]:
+    """Those of ``calls`` (the save statements of a forward ``body``) that may be the last one
+    run before forward returns: torch keeps the last call's values, so
+    ``ctx.save_for_backward(x); ...; ctx.save_for_backward(x, w)`` gives backward ``(x, w)``.
+    A call is dropped only where every path from it to the function's end meets another
+    (a loop's body may run no time, a ``try`` block may stop anywhere, ``return``, ``raise``,
+    ``break`` and ``continue`` are taken as leaving the function): the join of those kept is
+    never narrower than torch's value (``join_saved``).  In source order."""
+    ids = {id(c) for c in calls}
+    kept: set[int] = set()
+    _last_saves_in(body, False, ids, kept)
+    return [c for c in calls if id(c) in kept]
+
+
+def _last_saves_in(stmts: list[Statement], covered: bool, ids: set[int], kept: set[int]) -> bool:
+    """Walk ``stmts`` backwards from their end, where ``covered`` says whether every path to
+    the function's end meets a save; add the saves not covered to ``kept``; return whether
+    every path from the start of ``stmts`` meets one."""
+    for st in reversed(stmts):
+        if isinstance(st, ExpressionStmt) and id(st.expr) in ids:
+            if not covered:
+                kept.add(id(st.expr))
+            covered = True
+        elif isinstance(st, (ReturnStmt, RaiseStmt, BreakStmt, ContinueStmt)):
+            covered = False
+        elif isinstance(st, IfStmt):
+            branches = [_last_saves_in(branch.body, covered, ids, kept) for branch in st.body]
+            if st.else_body is not None:
+                branches.append(_last_saves_in(st.else_body.body, covered, ids, kept))
+            else:
+                branches.append(covered)
+            covered = all(branches)
+        elif isinstance(st, (ForStmt, WhileStmt)):  # the body may run no time
+            _last_saves_in(st.body.body, covered, ids, kept)
+            if st.else_body is not None:
+                _last_saves_in(st.else_body.body, covered, ids, kept)
+        elif isinstance(st, WithStmt):
+            covered = _last_saves_in(st.body.body, covered, ids, kept)
+        elif isinstance(st, TryStmt):
+            # the finally block is followed by the rest or by a return: as the end
+            after = _last_saves_in(st.finally_body.body, False, ids, kept) \
+                if st.finally_body is not None else covered
+            handlers = all([_last_saves_in(h.body, after, ids, kept) for h in st.handlers])
+            tail = (_last_saves_in(st.else_body.body, after, ids, kept)
+                    if st.else_body is not None else after)
+            covered = _last_saves_in(st.body.body, tail, ids, kept) and handlers
+            if not handlers:  # a handler may be entered after any save of the body
+                kept.update(id(c.expr) for c in nested_statements(st.body.body)
+                            if isinstance(c, ExpressionStmt) and id(c.expr) in ids)
+        elif isinstance(st, MatchStmt):  # no case may match
+            for case_body in st.bodies:
+                _last_saves_in(case_body.body, covered, ids, kept)
+        else:
+            for block in statement_blocks(st):  # any other block: as a loop's body
+                _last_saves_in(block, covered, ids, kept)
+    return covered
 
 
 def _defer(api: Any, source: FuncDef, defn: ClassDef) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence
+from mypy.errorcodes import ARG_TYPE
+from mypy.messages import format_type as mypy_format_type
 
 from mypy.nodes import (
     ARG_POS,
@@ -419,6 +421,14 @@ def _own_variable(func: FuncDef, var: Var) -> bool:
         return True
     return any(isinstance(sub, NameExpr) and sub.node is var and (sub.is_new_def or sub.is_inferred_def)
                for sub in get_subexpressions(func.body))
+
+
+
+# The argument types spmd.declare_parameters can never declare anything of
+_DECLARES_NOTHING: Final = frozenset({
+    "NoneType", "builtins.int", "builtins.float", "builtins.complex", "builtins.bool",
+    "builtins.str", "builtins.bytes", "builtins.list", "builtins.tuple", "builtins.dict",
+    "builtins.set", "builtins.frozenset"})
 
 
 class CallTyper:
@@ -1715,6 +1725,29 @@ class CallTyper:
             else:
                 shown.append("not a tensor")
         return " | ".join(dict.fromkeys(shown))
+
+    def declare_parameters_hook(self, ctx: FunctionContext) -> Type:
+        """``spmd.declare_parameters(3)``: a value of a builtin type (a number, a string, None, a
+        list, tuple, dict or set) declares nothing: the check mode raises a TypeError, and the
+        argument is mypy's ``arg-type`` here.  An object of any other class is left to the
+        check mode, which reads its class's annotations."""
+        if ctx.arg_types and len(ctx.arg_types[0]) == 1:
+            t = get_proper_type(ctx.arg_types[0][0])
+            if isinstance(t, LiteralType):
+                t = t.fallback
+            elif isinstance(t, TupleType):
+                t = t.partial_fallback
+            name = ("NoneType" if isinstance(t, NoneType) else
+                    t.type.fullname if isinstance(t, Instance) else "")
+            if name in _DECLARES_NOTHING:
+                shown = mypy_format_type(ctx.arg_types[0][0], ctx.api.options)  # type: ignore[attr-defined]
+                ctx.api.fail(
+                    f'Argument 1 to "declare_parameters" has incompatible type {shown}; '
+                    "expected a torch.nn.Module (its parameters and buffers annotated in its "
+                    "class) or an object whose class annotates tensor attributes (w: Tensor[...]): "
+                    "nothing would be declared (the check mode raises a TypeError); pass the "
+                    "model (each module of a list)", ctx.context, code=ARG_TYPE)
+        return ctx.default_return_type
 
     def declare_hook(self, ctx: FunctionContext) -> Type:
         """``spmd.declare(x, Tensor[I["tp"]])`` (or an alias of a tensor type) has that type.

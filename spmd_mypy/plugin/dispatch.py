@@ -304,6 +304,8 @@ class HookDispatch:
                 return typer.reveal_hook
             if fullname == "spmd.declare":
                 return typer.declare_hook
+            if fullname == "spmd.declare_parameters":
+                return typer.declare_parameters_hook
             if fullname == "spmd.local_map":
                 return functools.partial(global_calls.local_map_hook, typer)
             if fullname in _PARTIAL_OPS:

@@ -16,7 +16,8 @@
    (:mod:`.loop_names`) under any redefinition option.
 
 3. Conditions.  ``if x:`` / ``while x:`` / ``assert x`` read ``x``'s truth value
-   (``x.__bool__()``), which mypy types without any plugin hook.  In function bodies, a
+   (``x.__bool__()``), which mypy types without any plugin hook.  In function bodies and at
+   a module's top level (not directly in a class body: a NamedTuple's takes fields only), a
    condition whose operands (through ``not``, ``and``, ``or``) may be tensors gets a
    synthetic ``globals()`` (:func:`condition_trigger`) as the first statement of its body
    (after an ``assert``): by then mypy has typed the condition, and the trigger's hook reads
@@ -29,7 +30,9 @@
    truth values read outside a condition (``a if p else b``, a comprehension's ``if p``,
    ``x = p or q``, ``not p``): after an assignment, expression statement or ``assert``, at
    the start of the body of the ``if``/``while``/``for``/``with``/``match`` whose header
-   reads them (a ``return``'s or ``raise``'s would follow the statement unreached).
+   reads them; a ``return`` or ``raise`` that reads some (a trigger after it would be
+   unreached) is wrapped as ``try: return ... finally: <trigger>``, whose finally block mypy
+   checks after the statement (as ``autograd`` wraps a backward's body).
 
 4. Gradient-free regions.  The line ranges of ``with torch.no_grad():`` /
    ``inference_mode()`` blocks, ``@torch.no_grad()`` functions and the
@@ -92,6 +95,7 @@ from mypy.nodes import (
     NameExpr,
     OperatorAssignmentStmt,
     OverloadedFuncDef,
+    RaiseStmt,
     ReturnStmt,
     StrExpr,
     TupleExpr,
@@ -166,6 +170,7 @@ _NameExpr: Final = NameExpr
 _OpExpr: Final = OpExpr
 _OperatorAssignmentStmt: Final = OperatorAssignmentStmt
 _OverloadedFuncDef: Final = OverloadedFuncDef
+_RaiseStmt: Final = RaiseStmt
 _ReturnStmt: Final = ReturnStmt
 _SetComprehension: Final = SetComprehension
 _SetExpr: Final = SetExpr
@@ -518,7 +523,11 @@ class _Walker:
         # (the statement list the trigger goes in, the statement it follows or None for the
         # list's start, the operands read, a match case whose value patterns it checks)
         self.conditions: list[tuple[list[Statement], Statement | None, list[Expression],
-                                    MatchCase | None]] = []
+                                    MatchCase | None, bool]] = []
+        # whether the module's top level gets triggers too (not a stub's); per scope of
+        # _defined, whether it is a class body (which gets none)
+        self.module_level = True
+        self._class_bodies: list[bool] = []
         # the truth values the statement being walked reads outside a condition (section 3;
         # rewrite walk): _rewrite_call_args collects them
         self.reads: list[Expression] = []
@@ -601,28 +610,45 @@ class _Walker:
 
     def block(self, stmts: list[Statement] | None, in_function_class: bool = False) -> None:
         for st in stmts or ():
-            self.reads = []
-            self.stmt(st, in_function_class)
-            cls = type(st)
-            if cls is _MatchStmt:
-                self.match_in(stmts, cast(MatchStmt, st))
-            elif stmts is None:
-                pass
-            elif cls is _AssertStmt:
-                self._condition(stmts, st, cast(AssertStmt, st).expr, extra=self.reads)
-            elif self.reads and (cls is _AssignmentStmt or cls is _ExpressionStmt
-                                 or cls is _OperatorAssignmentStmt):
-                # read when the statement runs: checked once it has (a return's are not)
-                self._condition(stmts, st, None, extra=self.reads)
+            self.statement_in(stmts, st, in_function_class)
+
+    def statement_in(self, stmts: list[Statement] | None, st: Statement,
+                     in_function_class: bool = False) -> None:
+        """Walk statement ``st`` of the list ``stmts`` (a body, or the module's top level),
+        recording the truth values it reads for a trigger after it (section 3)."""
+        self.reads = []
+        self.stmt(st, in_function_class)
+        cls = type(st)
+        if cls is _MatchStmt:
+            self.match_in(stmts, cast(MatchStmt, st))
+        elif stmts is None:
+            pass
+        elif cls is _AssertStmt:
+            self._condition(stmts, st, cast(AssertStmt, st).expr, extra=self.reads)
+        elif self.reads and (cls is _AssignmentStmt or cls is _ExpressionStmt
+                             or cls is _OperatorAssignmentStmt):
+            # read when the statement runs: checked once it has
+            self._condition(stmts, st, None, extra=self.reads)
+        elif self.reads and (cls is _ReturnStmt or (cls is _RaiseStmt and not _not_implemented(
+                cast(RaiseStmt, st)))):
+            # a trigger after it would be unreached: the statement is wrapped as ``try:
+            # return ... finally: <trigger>`` (mypy checks the finally block after it)
+            self._condition(stmts, st, None, extra=self.reads, wrap=True)
 
     def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression | None,
-                   case: MatchCase | None = None, extra: list[Expression] | None = None) -> None:
+                   case: MatchCase | None = None, extra: list[Expression] | None = None,
+                   wrap: bool = False) -> None:
         """Record condition ``e`` (a ``match`` case's guard, or None) for a trigger in
-        ``stmts`` (section 3), where the trigger calls the builtin: in a function body,
-        ``globals`` not bound in a scope here.  ``case``: a ``match`` case whose pattern
-        compares the subject with a value (``case 0:`` is ``subject == 0``).  ``extra``: the
-        truth values read inside the expressions evaluated before (``a if p else b``)."""
-        if not self.rewrite or not self._depth or (not stmts and after is None) \
+        ``stmts`` (section 3), where the trigger calls the builtin: in a function body or at
+        a module's top level (not a stub's), not directly in a class body (a NamedTuple's or
+        TypedDict's takes fields only), ``globals`` not bound in a scope here.  ``case``: a
+        ``match`` case whose pattern compares the subject with a value (``case 0:`` is
+        ``subject == 0``).  ``extra``: the truth values read inside the expressions
+        evaluated before (``a if p else b``).  ``wrap``: ``after`` (a return or raise) is
+        wrapped in ``try: ... finally:`` with the trigger in the finally block."""
+        if not self.rewrite or (not stmts and after is None) \
+                or (not self._depth and not self.module_level) \
+                or (self._class_bodies and self._class_bodies[-1]) \
                 or any(TRIGGER_NAME in scope for scope in self._defined):
             return
         operands = truth_operands(e) if e is not None else []
@@ -632,7 +658,7 @@ class _Walker:
         if case is not None and not has_value_pattern(case[1]):
             case = None
         if operands or case is not None:
-            self.conditions.append((stmts, after, operands, case))
+            self.conditions.append((stmts, after, operands, case, wrap))
 
     def match_in(self, stmts: list[Statement] | None, st: MatchStmt) -> None:
         """Record a ``match`` with a class pattern for its trigger, unless ``isinstance`` is
@@ -651,6 +677,11 @@ class _Walker:
         elif cls is _AssertStmt:
             if self.rewrite:
                 _rewrite_call_args(cast(AssertStmt, st).expr, self.reads)
+        elif cls is _RaiseStmt:
+            if self.rewrite:
+                raise_stmt = cast(RaiseStmt, st)
+                _rewrite_call_args(raise_stmt.expr, self.reads)
+                _rewrite_call_args(raise_stmt.from_expr, self.reads)
         elif cls is _FuncDef:
             self._func_def(cast(FuncDef, st), in_function_class)
         elif cls is _Decorator:
@@ -698,7 +729,9 @@ class _Walker:
         elif cls is _ClassDef:
             c = cast(ClassDef, st)
             self._defined.append(set())
+            self._class_bodies.append(True)
             self.block(c.defs.body, _is_autograd_function(c))
+            self._class_bodies.pop()
             self._defined.pop()
         elif cls is _OverloadedFuncDef:
             for item in cast(OverloadedFuncDef, st).items:
@@ -771,11 +804,13 @@ class _Walker:
         self._assigns.append({arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
             arg.type_annotation) else _OPAQUE] for arg in st.arguments})
         self._defined.append({arg.variable.name for arg in st.arguments})
+        self._class_bodies.append(False)
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
         self.block(st.body.body)
         self._modes = outer_modes
         self._depth -= 1
+        self._class_bodies.pop()
         self._defined.pop()
         for name in sorted(_gradient_free_names(self._assigns.pop(), self.no_grad_functions)):
             self.detached.append((lines[0], lines[1], name))
@@ -1054,6 +1089,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     them saves the renamer's walk over the others (most functions define each name once).
     A walk that fails renames every definition, as a file never walked would be."""
     w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file))
+    w.module_level = not file.is_stub
     rebinding: list[Statement] = []
     looping: list[Statement] = []  # of those, the ones where a loop variable is bound twice
     spans: list[tuple[int, int]] = []  # each one's slice of w.detached
@@ -1071,9 +1107,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                         looping.append(d)
                     spans.append((first, len(w.detached)))
             else:
-                w.stmt(d)
-                if type(d) is _MatchStmt:  # at module level
-                    w.match_in(file.defs, cast(MatchStmt, d))
+                w.statement_in(file.defs, d)
     except Exception:
         _rename_quietly(file, options, None)
         raise
@@ -1086,13 +1120,22 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                     break
     conditions: dict[int, ConditionEntry] = {}
     if w.conditions and not _rebinds(file, TRIGGER_NAME):
-        for stmts, after, operands, case in w.conditions:
+        for stmts, after, operands, case, wrap in w.conditions:
             at = after if after is not None else stmts[0]
             i = 0 if after is None else next(k for k, st in enumerate(stmts) if st is after) + 1
             call = condition_trigger(at.line, at.column)
             trigger = ExpressionStmt(call)
             trigger.set_line(at.line, at.column, at.line)
-            stmts.insert(i, trigger)
+            if wrap and after is not None:  # try: return ... finally: <trigger>
+                end = after.end_line or after.line
+                body, finally_body = Block([after]), Block([trigger])
+                wrapped = TryStmt(body, [], [], [], None, finally_body)
+                for node in (body, wrapped):
+                    node.set_line(after.line, after.column, end)
+                finally_body.set_line(at.line, at.column, at.line)
+                stmts[i - 1] = wrapped
+            else:
+                stmts.insert(i, trigger)
             conditions[id(call)] = (call, tuple(operands), case)
     detached = w.detached
     if rebinding:
@@ -1198,6 +1241,15 @@ def _has_class_pattern(match: MatchStmt) -> bool:
             return any(has(q) for q in cast(OrPattern, p).patterns)
         return False
     return any(has(p) for p in match.patterns)
+
+
+def _not_implemented(st: RaiseStmt) -> bool:
+    """``raise NotImplementedError(...)``: alone, mypy takes the function's body as trivial
+    (an abstract or protocol method's), which a ``try`` around it would not be."""
+    e = st.expr
+    if type(e) is _CallExpr:
+        e = cast(CallExpr, e).callee
+    return type(e) is _NameExpr and cast(NameExpr, e).name == "NotImplementedError"
 
 
 def _rebinds(file: MypyFile, builtin: str) -> bool:

@@ -1165,6 +1165,12 @@ case("value-read-match-captures-and-types", {"r": "R", "a": "P"},
       "match (a, 1):", "    case (_, 0): z = 1", "    case (w, 1): z = 2",
       "out = a"), "P", make=_READ_MAKE,
      desc="a capture, a class test, None (an is test), a wildcard read no value")
+# a raise's value (the truth value read before the exception exists; the other kinds caught)
+case("value-read-raise", _READ_TYPES,
+     tuple(line.format(t=n) for n in ("r", "i", "v")
+           for line in ("try:", '    raise ValueError("e" if {t} else "f")', "except ValueError:",
+                        "    pass")) + ('raise ValueError("e" if a else "f")',), NL,
+     make=_READ_MAKE, desc="a raise's value reads the truth value before the exception exists")
 case("value-read-metadata-then-item", {"a": "P"},
      ("x = (a.size(), a.shape, a.dtype, a.device, a.numel(), a.dim(), a.stride(), len(a))",
       "y = a.item()"), NL, make={"a": "torch.randn(1, 1, requires_grad=True).clone()"},

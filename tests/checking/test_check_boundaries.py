@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, TypedDict, Union, Unpack
 
+import contextlib
 import pytest
 import torch
 import torch.nn as nn
@@ -304,3 +305,27 @@ def test_declare_parameters_declares_an_objects_annotated_tensors() -> None:
         shard_mean = typed(mk(4, 4), Tensor[S[0, "tp"]]).mean(0)  # V: a mean over the shard
         with pytest.raises(SpmdTypeError):
             st.col.lerp_(shard_mean, 0.1)
+
+
+class _Untyped:
+    def __init__(self) -> None:
+        self.w = torch.zeros(4)  # a tensor, but no annotation: nothing to declare
+
+
+@pytest.mark.parametrize("checking", [True, False])
+def test_declare_parameters_of_something_that_declares_nothing_is_a_type_error(
+        checking: bool) -> None:
+    """``declare_parameters(3)``, of None, of a list of modules, of an object whose class
+    annotates no typed tensor: a TypeError that says what it takes (it did nothing without a
+    word, and every parameter stayed untyped in check mode), in check mode and outside."""
+    with spmd.typecheck() if checking else contextlib.nullcontext():
+        for bad, name in ((3, "int"), (None, "NoneType"), ([torch.nn.Linear(2, 2)], "list"),
+                          (_Untyped(), "_Untyped")):
+            with pytest.raises(TypeError) as e:
+                spmd.declare_parameters(bad)
+            assert f"not {name}: nothing would be declared" in str(e.value)
+            assert "pass the model (each module of a list)" in str(e.value)
+        st = _FactoredState()
+        assert spmd.declare_parameters(st) is st  # annotated: fine
+        lin = torch.nn.Linear(2, 2)
+        assert spmd.declare_parameters(lin) is lin  # a module: fine, annotated or not

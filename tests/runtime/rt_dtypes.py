@@ -124,7 +124,11 @@ def check_avg_of_integers_is_refused_before_any_exchange(ctx: Ctx, name: str) ->
         for call in (lambda: spmd.all_reduce(counts, AXIS, src=P, dst=R, op="avg"),
                      lambda: spmd.reduce_scatter(counts, AXIS, src=P, dst=S(0), op="avg"),
                      lambda: spmd.reduce_scatter(counts > 2, AXIS, src=P, dst=S(0), op="avg")):
-            message = _raises(TypeError, call, 'op="avg"', 'op="sum"')
+            # the message names both fixes as code: the sum divided by the rank count, or
+            # the call on a floating copy
+            message = _raises(TypeError, call, 'op="avg"', 'op="sum" and divide the sum by the '
+                              f'number of ranks on "{AXIS}" ({ctx.world})', '(x.float(), '
+                              f'"{AXIS}", src=P, dst=')
             assert "torch.int64" in message or "torch.bool" in message, message
             _in_step(ctx)
         with spmd.typecheck():
