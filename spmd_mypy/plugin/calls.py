@@ -120,6 +120,7 @@ from .statements import nested_statements
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
+from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
 from .rewrite import MatchCase, RegionIndex
 
@@ -939,12 +940,28 @@ class CallTyper:
         (:mod:`.torch_namespaces`): the op torch names it (``linalg_vector_norm``) where an
         operand is typed; else ``Any``, its type without the plugin (gradual)."""
         hook = self.op_hook(op, method=False)
+        decomposition = DECOMPOSITIONS.get(op)
 
         def typed(ctx: FunctionContext) -> Type:
+            if decomposition is not None:
+                # a tuple of results (torch_namespaces.DECOMPOSITIONS): each typed by the op
+                default = self._decomposition_tuple(*decomposition)
+                if default is not None:
+                    result = hook(ctx._replace(default_return_type=default))
+                    return untyped_result(ctx) if result is default else result
             result = hook(ctx)
             return untyped_result(ctx) if result is ctx.default_return_type else result
 
         return typed
+
+    def _decomposition_tuple(self, n: int, cls: str) -> TupleType | None:
+        """``tuple[Tensor, ...]`` of ``n`` items as torch's named tuple ``cls``, or None when
+        torch's classes are not at hand."""
+        lookup = self.plugin.dispatch.lookup_info
+        info, tensor = lookup(cls), lookup("torch._tensor.Tensor")
+        if info is None or tensor is None:
+            return None
+        return TupleType([Instance(tensor, [])] * n, Instance(info, []))
 
     def _inplace_error(self, ctx: AnyCtx, where: str, target: Operand, result: SpmdType,
                        ops: list[Operand], whole: bool = False) -> SpmdError | None:

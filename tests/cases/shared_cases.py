@@ -443,6 +443,19 @@ case("view-dtype-P-var", {"a": "P"}, ("d = torch.int32", "out = a.view(d)"), NL)
 case("view-shape-P", {"a": "P"}, ("n = 2", "out = a.view(n, -1).view(-1)"), "P")
 for _k in ("R", "I", "V"):
     case(f"view-dtype-{_k}", {"a": _k}, "out = a.view(torch.int32)", _k)
+# torch.linalg's decompositions give a tuple: each result typed by the op's one-result rule
+# (none is linear: R/I/V pass, a Partial is the non-linear error), as torch.qr / Tensor.svd
+_SPD = "(lambda m: m @ m.T + 4 * torch.eye(4))(torch.randn(4, 4)).requires_grad_()"
+case("linalg-qr-R", {"a": "R"}, ("q, _ = torch.linalg.qr(a)", "out = q"), "R")
+case("linalg-svd-V", {"a": "V"}, ("_, sv, _ = torch.linalg.svd(a)", "out = sv"), "V")
+case("linalg-eigh-I", {"a": "I"}, ("w, _ = torch.linalg.eigh(a)", "out = w"), "I", make={"a": _SPD})
+case("linalg-slogdet-R", {"a": "R"}, ("sg, _ = torch.linalg.slogdet(a)", "out = sg"), "R")
+case("linalg-qr-P", {"a": "P"}, "q, _ = torch.linalg.qr(a)", NL)
+# PowerSGD: P = M Q reduced and orthogonalised (R), Q' = M^T P a pending sum (P) the step must
+# all-reduce: forgetting it leaves the product P, where the step needs R
+case("linalg-qr-powersgd-forgot", {"m": "P", "q": "R"},
+     ("pq = spmd.all_reduce(m @ q, \"tp\", src=P, dst=R)", "pr, _ = torch.linalg.qr(pq)",
+      "out = pr @ (m.T @ pr).T"), "P", collective=True)
 # view_as_complex drops the trailing (real, imaginary) dim of size 2, view_as_real appends
 # one: both linear, the other dims keep their shard
 _C3 = "torch.randn(4, 3, 2, requires_grad=True).clone()"
