@@ -128,7 +128,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import refines
 from .autograd import is_autograd_function
-from .calls import expr_text, made_by
+from .calls import expr_text, made_by, rank_max
 from .codes import ERROR_CODES
 from .messages import user_form
 from .statements import statement_blocks
@@ -191,6 +191,8 @@ class BoundaryChecker:
         self._judged_override: tuple[str, int, int, str] | None = None
         # judging the return of a custom Function's forward (run without grad: R for I)
         self._forward_result = False
+        # the function of the value _compare judges (the assignments a fix may read), or None
+        self._func: FuncDef | None = None
 
     # -- the watcher ----------------------------------------------------------------------
     def watch(self, store: object | None) -> None:
@@ -339,12 +341,15 @@ class BoundaryChecker:
             return False
         # a custom Function's forward runs without grad: its result may be R for I and back
         self._forward_result = isinstance(stmt, ReturnStmt) and self._in_function_forward(chk)
+        fn = chk.scope.current_function()
+        self._func = fn if isinstance(fn, FuncDef) else None
         try:
             errors = self._compare(actual, declared, value if text is None else None,
                                    expr_text(value) if text is None else text,
                                    self._where(chk, stmt, target_expr))
         finally:
             self._forward_result = False
+            self._func = None
         if errors and not self._duality_reports(chk):
             for err, at in errors:
                 chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
@@ -571,7 +576,13 @@ class BoundaryChecker:
                 actual = chk.expr_checker.accept(value)
         if actual is None or not self._judges(actual, declared):
             return False
-        for err, at in self._compare(actual, declared, value, expr_text(value), where):
+        fn = chk.scope.current_function()
+        self._func = fn if isinstance(fn, FuncDef) else None
+        try:
+            errors = self._compare(actual, declared, value, expr_text(value), where)
+        finally:
+            self._func = None
+        for err, at in errors:
             chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
         return True
 
@@ -777,9 +788,12 @@ class BoundaryChecker:
                 raise _Unjudged  # an inferred join of kinds ("R or P"): mypy's error stands
             if not have:
                 return []
-            check = duality.check_forward_result if self._forward_result else coll.check_argument
-            return [(e, expr) for e in check(
-                have, want, x_text=text, where=where(text), made_by=made_by(expr))]
+            if self._forward_result:
+                return [(e, expr) for e in duality.check_forward_result(
+                    have, want, x_text=text, where=where(text), made_by=made_by(expr))]
+            return [(e, expr) for e in coll.check_argument(
+                have, want, x_text=text, where=where(text), made_by=made_by(expr),
+                rank_max=rank_max(expr, self._func))]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):
                 displayed = isinstance(expr, TupleExpr) and len(expr.items) == len(a.items)

@@ -2088,7 +2088,9 @@ class CallTyper:
                         # written over several lines)
                         errors = coll.check_argument_any(
                             have, wanted, x_text=x_text, where=where,
-                            made_by=made_by(expr) if index is None and kind == ARG_POS else None)
+                            made_by=made_by(expr) if index is None and kind == ARG_POS else None,
+                            rank_max=rank_max(expr, global_calls.current_function(ctx.api))
+                            if index is None else None)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
@@ -2210,6 +2212,50 @@ def made_by(e: Expression | None) -> coll.MadeBy | None:
     """The collective ``e`` calls, when it is one with literal axes (:class:`coll.MadeBy`)."""
     c = collective_call(e)
     return coll.MadeBy(c[0], c[1], c[2], c[3]) if c is not None else None
+
+
+_MAX_COLLECTIVES = ("spmd.all_reduce", "spmd._collectives.all_reduce")
+
+
+def rank_max(e: Expression | None, func: FuncDef | None) -> coll.RankMax | None:
+    """The local name ``e``'s value is computed from (through the assignments of ``func``
+    before it) that holds this rank's max or min (:class:`coll.RankMax`): assigned a max
+    reduction (``amax = w.detach().abs().amax()``: engine ``max_reduction``) or an
+    ``all_reduce(..., op="max")`` over some axes (V on the others).  None when there is none."""
+    if e is None or func is None:
+        return None
+    assigned: dict[SymbolNode, list[tuple[int, Expression]]] = {}
+    for st in nested_statements(func.body.body):
+        if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
+            lv = st.lvalues[0]
+            if isinstance(lv, NameExpr) and lv.node is not None:
+                assigned.setdefault(lv.node, []).append((st.line, st.rvalue))
+    seen: set[SymbolNode] = set()
+    todo: list[tuple[Expression, int]] = [(e, e.line)]
+    while todo and len(seen) < 16:
+        x, line = todo.pop(0)
+        for sub in get_subexpressions(x):
+            if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
+                continue
+            defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
+            if not defs:
+                continue
+            seen.add(sub.node)
+            at, value = defs[-1]
+            text = expr_text(value)
+            op: str | None = None
+            detached = ".detach()" in text
+            if (isinstance(value, CallExpr) and isinstance(value.callee, RefExpr)
+                    and value.callee.fullname in _MAX_COLLECTIVES):
+                for name, arg in zip(value.arg_names, value.args):
+                    if name == "op" and isinstance(arg, StrExpr) and arg.value in ("max", "min"):
+                        op, detached = arg.value, True
+            else:
+                op = coll.max_reduction(text)
+            if op is not None:
+                return coll.RankMax(sub.name.rstrip("'"), op, text, detached)
+            todo.append((value, at))
+    return None
 
 
 def _is_tensor_list(t: Type) -> bool:
