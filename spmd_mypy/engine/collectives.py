@@ -195,6 +195,9 @@ class RankMax:
     op: str        # "max" or "min"
     source: str    # the name's assigned expression, as written
     detached: bool  # the source carries no gradient (a detach, a max over the ranks)
+    # the name whose assignment holds the max as a part (``name`` is then the max's own
+    # text: ``scale = 127 / w.detach().abs().amax()``), or "" (``name`` is assigned the max)
+    within: str = ""
 
 
 def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, ...],
@@ -357,8 +360,13 @@ def _first_argument(args: str) -> str:
 
 def _rank_max_fix(m: RankMax, x: str, ax: str, dst: str) -> str:
     """The fix of a V value computed from this rank's max ``m`` (:class:`RankMax`)."""
-    arg = m.name if m.detached else f"{m.name}.detach()"
+    arg = m.name if m.detached else f"{receiver(m.name)}.detach()"
     call = f'all_reduce({arg}, {ax}, src=V, dst={dst}, op="{m.op}")'
+    if m.within:
+        return (f"; {x} is computed from {m.within}, which holds {m.name}, this rank's {m.op}: "
+                f"take its {m.op} over the ranks there, {call} in place of {m.name}, then "
+                f"compute {x} from it (summing {x} over the ranks is not its value from the "
+                f"{m.op})")
     if m.name == x:
         return (f", or {call} to take the {m.op} over the ranks ({x} = {m.source} is this "
                 f"rank's {m.op}); their sum is not their {m.op}")

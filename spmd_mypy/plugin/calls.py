@@ -954,6 +954,16 @@ class CallTyper:
 
         return typed
 
+    def type_of_expr(self, ctx: AnyCtx) -> Callable[[Expression], SpmdType | None]:
+        """The SPMD type mypy inferred for an expression already checked (None: unknown)."""
+        lookup = getattr(ctx.api, "lookup_type_or_none", None)
+
+        def type_of(e: Expression) -> SpmdType | None:
+            t = lookup(e) if lookup is not None else None
+            return self.types.from_type(t) if t is not None else None
+
+        return type_of
+
     def _decomposition_tuple(self, n: int, cls: str) -> TupleType | None:
         """``tuple[Tensor, ...]`` of ``n`` items as torch's named tuple ``cls``, or None when
         torch's classes are not at hand."""
@@ -2089,8 +2099,8 @@ class CallTyper:
                         errors = coll.check_argument_any(
                             have, wanted, x_text=x_text, where=where,
                             made_by=made_by(expr) if index is None and kind == ARG_POS else None,
-                            rank_max=rank_max(expr, global_calls.current_function(ctx.api))
-                            if index is None else None)
+                            rank_max=rank_max(expr, global_calls.current_function(ctx.api),
+                                              self.type_of_expr(ctx)) if index is None else None)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
@@ -2217,13 +2227,23 @@ def made_by(e: Expression | None) -> coll.MadeBy | None:
 _MAX_COLLECTIVES = ("spmd.all_reduce", "spmd._collectives.all_reduce")
 
 
-def rank_max(e: Expression | None, func: FuncDef | None) -> coll.RankMax | None:
+def rank_max(e: Expression | None, func: FuncDef | None,
+             type_of: Callable[[Expression], SpmdType | None]) -> coll.RankMax | None:
     """The local name ``e``'s value is computed from (through the assignments of ``func``
     before it) that holds this rank's max or min (:class:`coll.RankMax`): assigned a max
     reduction (``amax = w.detach().abs().amax()``: engine ``max_reduction``) or an
-    ``all_reduce(..., op="max")`` over some axes (V on the others).  None when there is none."""
+    ``all_reduce(..., op="max")`` over some axes (V on the others), or assigned an expression
+    with such a reduction in it.  Only a max whose type (``type_of``) is V with no shard dim
+    on some axis: a max over a dim not sharded (``w.amax(dim=1)`` of an S(0) weight, each
+    rank's own rows) is no statistic of the ranks.  None when there is none."""
     if e is None or func is None:
         return None
+
+    def per_rank(x: Expression) -> bool:
+        t = type_of(x)
+        return t is not None and any(lt.kind is Kind.V and lt.dim is None and lt.by_rank is None
+                                     for _, lt in t.axes)
+
     assigned: dict[SymbolNode, list[tuple[int, Expression]]] = {}
     for st in nested_statements(func.body.body):
         if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
@@ -2252,9 +2272,23 @@ def rank_max(e: Expression | None, func: FuncDef | None) -> coll.RankMax | None:
                         op, detached = arg.value, True
             else:
                 op = coll.max_reduction(text)
-            if op is not None:
+            if op is not None and per_rank(sub):
                 return coll.RankMax(sub.name.rstrip("'"), op, text, detached)
+            inner = _max_call(value)
+            if inner is not None and per_rank(inner):  # scale = 127 / w.abs().amax().clamp(...)
+                call = expr_text(inner)
+                return coll.RankMax(call, coll.max_reduction(call) or "max", call,
+                                    ".detach()" in call, sub.name.rstrip("'"))
             todo.append((value, at))
+    return None
+
+
+def _max_call(e: Expression) -> Expression | None:
+    """The outermost call in ``e`` that is this rank's max or min (engine max_reduction),
+    other than ``e`` itself (``127 / w.detach().abs().amax().clamp(min=eps)``)."""
+    for sub in get_subexpressions(e):
+        if sub is not e and isinstance(sub, CallExpr) and coll.max_reduction(expr_text(sub)):
+            return sub
     return None
 
 
