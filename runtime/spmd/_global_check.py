@@ -101,6 +101,11 @@ _FULL_PARAMS = {"argmax": ("input", "dim", "keepdim"), "argmin": ("input", "dim"
                 "repeat_interleave": ("input", "repeats", "dim", "output_size")}
 
 
+def _view_dtype(args: tuple, kwargs: dict) -> str | None:
+    from ._torch_ops import view_dtype
+    return view_dtype(args, kwargs)
+
+
 def _bind(plan: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's arguments by formal name; extra positionals (``x.permute(1, 0)``,
     ``x.view(2, 3)``) join the last formal as a tuple."""
@@ -200,6 +205,9 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
         p["dim0"], p["dim1"] = b.get("dim0"), b.get("dim1")
     elif name in ("movedim", "moveaxis"):
         p["source"], p["destination"] = _dims(b.get("source")), _dims(b.get("destination"))
+    elif name == "view" and _view_dtype(args, kwargs) is not None:
+        # x.view(dtype): the bits reinterpreted (engine DTYPE_VIEW_OPS), as the static one reads
+        p["dtype_view"], p["dtype"] = True, _view_dtype(args, kwargs)
     elif name in ("reshape", "view"):
         p["shape"] = _shape(b.get("shape"))
         if tensors and isinstance(tensors[0][0], torch.Tensor):

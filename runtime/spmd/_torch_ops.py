@@ -50,7 +50,7 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, FILL_FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
-    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, CAST_FORMAL, CAST_OPS, OpSpec, Reduction,
+    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, CAST_FORMAL, CAST_OPS, DTYPE_VIEW_OPS, OpSpec, Reduction,
     Role, call_spec,
     FUSED_FIRST_STEP, ZERO_FACTORIES, classify, foreach_op, foreach_writes, is_index_formal,
     normalising_reduction, variant_formals, RANDOM_OPS, random_draws,
@@ -212,6 +212,8 @@ def spec_of(plan: Plan, args: tuple, kwargs: dict) -> OpSpec:
         return plan.spec
     if plan.name in CAST_OPS:
         return call_spec(plan.name, {CAST_FORMAL: _cast_dtype(args, kwargs)})
+    if plan.name in DTYPE_VIEW_OPS:  # x.view(dtype): a reinterpretation of the bits
+        return call_spec(plan.name, {CAST_FORMAL: view_dtype(args, kwargs)})
     if plan.canon is not None:
         args, kwargs = plan.canon(args, kwargs)
     values: dict[str, object] = {}
@@ -241,6 +243,13 @@ def random_draw_of(plan: Plan, args: tuple, kwargs: dict) -> tuple[bool, Any]:
             if k < len(args):
                 values[formal] = args[k]
     return random_draws(plan.name, values), values.get("generator")
+
+
+def view_dtype(args: tuple, kwargs: dict) -> str | None:
+    """The dtype of ``x.view(dtype)`` (engine DTYPE_VIEW_OPS) as text (``torch.int32``), or
+    None for a view by a shape."""
+    v = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+    return str(v) if isinstance(v, torch.dtype) else None
 
 
 def _cast_dtype(args: tuple, kwargs: dict) -> str | None:

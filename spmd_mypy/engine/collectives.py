@@ -183,7 +183,25 @@ def _arg(t: LocalType) -> str:
     return str(t)
 
 
-def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, ...]) -> str:
+@dataclass(frozen=True)
+class RankMax:
+    """A V value is computed from a name bound to this rank's max (or min), which the
+    value's own text does not show (the adapter reads the name's assignment: ``amax =
+    w.detach().abs().amax()`` then ``scale = 448.0 / amax.clamp(min=1e-12)``, by
+    :func:`max_reduction`).  Its ranks' values sum to no max: the fix takes the max of
+    ``name`` over the ranks where it is made, not the sum of the value."""
+
+    name: str
+    op: str        # "max" or "min"
+    source: str    # the name's assigned expression, as written
+    detached: bool  # the source carries no gradient (a detach, a max over the ranks)
+    # the name whose assignment holds the max as a part (``name`` is then the max's own
+    # text: ``scale = 127 / w.detach().abs().amax()``), or "" (``name`` is assigned the max)
+    within: str = ""
+
+
+def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, ...],
+            rank_max: RankMax | None = None) -> str:
     """'P to R is a reduction: use all_reduce(x, "tp", src=P, dst=R)'."""
     r = route(src, dst)
     if r is None:
@@ -216,6 +234,10 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
             # a max, a mean, a logsumexp (or a non-linear op of one): the ranks' values do
             # not add up to the value over the ranks, so "sum them" is not offered
             text += over_ranks if over_ranks.startswith(",") else f"; {over_ranks}"
+        elif after is None and rank_max is not None:
+            # computed from this rank's max (a scale from an amax): its max over the ranks,
+            # where it is made, not the sum of the value
+            text += _rank_max_fix(rank_max, bare(x_text), format_axis(axis), _arg(dst))
         elif (after is None and src.by_rank is not None and any(d is None for _, d in src.by_rank)
               and call_chain(x_text) == []):
             # a name whose layout shows its shard dim reduced (V at some rank): the reduction
@@ -336,6 +358,39 @@ def _first_argument(args: str) -> str:
     return "" if "=" in args.split("(", 1)[0] or args == "..." else args
 
 
+def _rank_max_fix(m: RankMax, x: str, ax: str, dst: str) -> str:
+    """The fix of a V value computed from this rank's max ``m`` (:class:`RankMax`)."""
+    arg = m.name if m.detached else f"{receiver(m.name)}.detach()"
+    call = f'all_reduce({arg}, {ax}, src=V, dst={dst}, op="{m.op}")'
+    if m.within:
+        return (f"; {x} is computed from {m.within}, which holds {m.name}, this rank's {m.op}: "
+                f"take its {m.op} over the ranks there, {call} in place of {m.name}, then "
+                f"compute {x} from it (summing {x} over the ranks is not its value from the "
+                f"{m.op})")
+    if m.name == x:
+        return (f", or {call} to take the {m.op} over the ranks ({x} = {m.source} is this "
+                f"rank's {m.op}); their sum is not their {m.op}")
+    return (f"; {x} is computed from {m.name} = {m.source}, this rank's {m.op}: take its "
+            f"{m.op} over the ranks where it is made, {m.name} = {call}, then compute {x} from "
+            f"it (summing {x} over the ranks is not its value from the {m.op})")
+
+
+def max_reduction(x_text: str) -> str | None:
+    """"max" or "min" when ``x_text`` ends in a max or min reduction (``w.detach().abs().amax()``,
+    ``torch.amax(x, 1).float()``: read through the ops that keep a value's meaning), else
+    None."""
+    chain = call_chain(x_text)
+    if not chain:
+        return None
+    last = max((k for k, c in enumerate(chain) if c in SUM_REDUCTIONS or c in MAX_REDUCTIONS
+                or c in _OTHER_REDUCTIONS), default=-1)
+    if last < 0 or chain[last] not in MAX_REDUCTIONS:
+        return None
+    if any(c not in _KEEPS_MEANING for c in chain[last + 1:]):
+        return None
+    return MAX_REDUCTIONS[chain[last]]
+
+
 def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) -> str | None:
     """For a V value whose text ends in a max, a mean, a logsumexp (or a non-linear op
     applied to one): how to reduce it over the ranks, which "sum them" does not; None when
@@ -357,8 +412,8 @@ def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) ->
         return (f"the ranks' values of {after[0]}(...) do not add up to the {after[0]} of their "
                 f"sum: all-reduce the per-rank (V) partial sums (reinterpret(..., {ax}, src=V, "
                 f"dst=P), then all_reduce) before the {after[0]}, not its result")
-    if red in MAX_REDUCTIONS and not after:
-        op = MAX_REDUCTIONS[red]
+    op = max_reduction(x_text)
+    if op is not None:
         return (f', or all_reduce({x}, {ax}, src=V, dst={_arg(dst)}, op="{op}") to take the {op} '
                 f"over the ranks (no gradient: on {receiver(x_text)}.detach() or under "
                 f"torch.no_grad()); their sum is not their {op}")
@@ -542,7 +597,7 @@ def check_collective(
         by_have.setdefault(have, []).append(axis)
     for have, wrong in by_have.items():
         ax: str | tuple[str, ...] = wrong[0] if len(wrong) == 1 else tuple(wrong)
-        fix = _mismatch_fix(have, src, dst, x_text, ax, op)
+        fix = _mismatch_fix(have, src, dst, x_text, ax, op, reduce_op)
         if rest and have.kind is not src.kind and pair_ok:
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
@@ -630,7 +685,14 @@ _ALREADY = "; it is already "
 
 
 def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
-                  axis: str | tuple[str, ...], op: str = "") -> str:
+                  axis: str | tuple[str, ...], op: str = "", reduce_op: str = "sum") -> str:
+    if (op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS and have.kind is Kind.V
+            and have.kind is not src.kind):
+        # all_reduce(a, src=P, op="max") of a V value: the op says what is meant, a max over
+        # the ranks, which takes src=V (the gather or the sum suggest() offers would drop it)
+        out = dst if dst.kind in (Kind.R, Kind.I) and dst.dim is None else LocalType(Kind.R)
+        return (f'; pass src=V: all_reduce({bare(x_text)}, {format_axis(axis)}, src=V, '
+                f'dst={_arg(out)}, op="{reduce_op}")')
     if have.kind is src.kind:  # shard dims differ
         fix = f"; pass src={have.at_high_ranks()}"
         h = have.at_high_ranks().dim
@@ -723,7 +785,7 @@ class MadeBy:
 
 def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str,
                    made_by: MadeBy | None = None, gradient_free: bool = False,
-                   ndim: int | None = None) -> list[SpmdError]:
+                   ndim: int | None = None, rank_max: RankMax | None = None) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
@@ -732,6 +794,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     collective's result written in place, ``made_by``: its own ``dst`` where that fits).
     Both global (a partition spec on each side): the layouts must be equal, and the fix
     is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
+    ``rank_max``: the value is computed from this rank's max (:class:`RankMax`).
     ``gradient_free``: no gradient flows through the value (a custom Function's forward
     result, :func:`.duality.check_forward_result`), so an R stands for an I and back.
     ``ndim``: the value's rank, where the adapter knows it (the check mode, which compares
@@ -778,7 +841,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             r = route(have, want)
             op = r[0] if r is not None else ""
             fix = (made_by.fix(ax, want) if made_by is not None else None) or suggest(
-                have, want, x_text, ax)
+                have, want, x_text, ax, rank_max)
         on = axis_words((ax,) if isinstance(ax, str) else ax)
         fixes.append(fix if len(units) == 1 else f"on {on}: {fix}")
         src = have.at_high_ranks() if have.kind is want.kind else _arg(have)
@@ -889,13 +952,15 @@ _FLAT_SHARD_OPS = ("all_gather", "reduce_scatter", "convert")
 
 
 def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
-                       where: str, made_by: MadeBy | None = None) -> list[SpmdError]:
+                       where: str, made_by: MadeBy | None = None,
+                       rank_max: RankMax | None = None) -> list[SpmdError]:
     """A value passed where one of several types is declared (a union parameter,
     ``Tensor[R["tp"]] | Tensor[V["tp"]]``): no error if it fits one; else the first
     type's errors, with its fix, naming the others the parameter takes."""
     first: list[SpmdError] = []
     for k, expected in enumerate(wanted):
-        errors = check_argument(actual, expected, x_text=x_text, where=where, made_by=made_by)
+        errors = check_argument(actual, expected, x_text=x_text, where=where, made_by=made_by,
+                                rank_max=rank_max)
         if not errors:
             return []
         if k == 0:

@@ -90,8 +90,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .contractions import DimError, parse_equation
 from .errors import SpmdError
 from .redistribute import check_source, resolve
-from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, Operand, Result, Role, call_spec, cast_is_integral,
-                  classify)
+from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, UNREAD_VALUE, Operand, Result, Role, call_spec,
+                  cast_is_integral, classify)
 from .ops import propagate as local_propagate
 from .types import (
     Kind,
@@ -2192,8 +2192,13 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in ("movedim", "moveaxis"):
         return movedim(x, p.get("source", UNKNOWN), p.get("destination", UNKNOWN), op=op)
     if op in ("reshape", "view") and p.get("dtype_view"):
-        # x.view(dtype): the bits reinterpreted, only the last dim's size may change
-        return along_dim(op, x, dim=-1)
+        # x.view(dtype): the bits reinterpreted, only the last dim's size may change; no
+        # linear map (ops.DTYPE_VIEW_OPS): a Partial axis is its error, as for an integer cast
+        viewed = along_dim(op, x, dim=-1)
+        bits = local_propagate(call_spec("view", {CAST_FORMAL: p.get("dtype", UNREAD_VALUE)}), [x])
+        if bits.errors and not viewed.errors and x.type is not None:
+            return _finish(op, [x], viewed.type.spec, [], base=bits)
+        return viewed
     if op in ("reshape", "view"):
         return reshape(x, shape=p.get("shape", UNKNOWN), in_shape=p.get("in_shape"),
                        mesh_sizes=p.get("mesh_sizes"), op=op)

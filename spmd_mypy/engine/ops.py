@@ -701,9 +701,24 @@ def cast_is_integral(dtype: object) -> bool:
     return dtype.rsplit(".", 1)[-1] in _INTEGRAL_DTYPES
 
 
+# A view by a dtype, ``x.view(torch.int32)`` (torch's ``view(dtype)`` overload; the shape
+# overloads ``view(*size)`` / ``view(size)`` name no dtype), reinterprets the bits: no linear
+# map of the values, whatever the two dtypes (the bits of a sum are not the sum of the bits;
+# two fp16 summands packed in one float32 slot sum as a float32)::
+#
+#     p.view(torch.int32), p.flatten().view(torch.float32)    non-linear: a Partial's error
+#     p.view(4, -1), p.view(-1)                               a shape view: linear
+#
+# The adapters pass ``dtype`` as for a cast (:func:`call_spec`): the plugin when mypy's
+# chosen overload is the dtype one (the text of a ``torch.*`` name, else UNREAD_VALUE), the
+# check mode when the argument is a torch.dtype.  ``view_as_real`` / ``view_as_complex`` stay
+# linear (a complex number is the pair of its parts).
+DTYPE_VIEW_OPS = frozenset({"view"})
+
+
 def variant_formals(name: str) -> tuple[str, ...]:
     """The formals whose values choose ``name``'s rule (empty: the op has one rule)."""
-    if name in CAST_OPS:
+    if name in CAST_OPS or name in DTYPE_VIEW_OPS:
         return (CAST_FORMAL,)
     return tuple(f for f, _, _ in VARIANTS.get(name, ()))
 
@@ -714,6 +729,13 @@ def call_spec(name: str, values: dict[str, object]) -> OpSpec:
     the formal out (its default then).  A formal the call's signature does not name must be
     given as UNREAD_VALUE."""
     spec = classify(name)
+    if name in DTYPE_VIEW_OPS:
+        dtype = values.get(CAST_FORMAL)
+        if dtype is None:
+            return spec  # a shape view: linear
+        last = dtype.rsplit(".", 1)[-1] if isinstance(dtype, str) else None
+        shown = f" (dtype=torch.{last})" if last else " (dtype)"
+        return OpSpec(f"{name}{shown}", OpClass.NONLINEAR, (Role.NONLINEAR,))
     if name in CAST_OPS:
         dtype = values.get(CAST_FORMAL)
         if not cast_is_integral(dtype):

@@ -126,9 +126,9 @@ from ..engine import collectives as coll
 from ..engine import duality
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
-from ..engine.types import refines
+from ..engine.types import SpmdType, refines
 from .autograd import is_autograd_function
-from .calls import expr_text, made_by
+from .calls import expr_text, made_by, rank_max
 from .codes import ERROR_CODES
 from .messages import user_form
 from .statements import statement_blocks
@@ -191,6 +191,10 @@ class BoundaryChecker:
         self._judged_override: tuple[str, int, int, str] | None = None
         # judging the return of a custom Function's forward (run without grad: R for I)
         self._forward_result = False
+        # the function of the value _compare judges (the assignments a fix may read), or None,
+        # and the checker's types of its expressions
+        self._func: FuncDef | None = None
+        self._chk: Any = None
 
     # -- the watcher ----------------------------------------------------------------------
     def watch(self, store: object | None) -> None:
@@ -339,12 +343,16 @@ class BoundaryChecker:
             return False
         # a custom Function's forward runs without grad: its result may be R for I and back
         self._forward_result = isinstance(stmt, ReturnStmt) and self._in_function_forward(chk)
+        fn = chk.scope.current_function()
+        self._func = fn if isinstance(fn, FuncDef) else None
+        self._chk = chk
         try:
             errors = self._compare(actual, declared, value if text is None else None,
                                    expr_text(value) if text is None else text,
                                    self._where(chk, stmt, target_expr))
         finally:
             self._forward_result = False
+            self._func = self._chk = None
         if errors and not self._duality_reports(chk):
             for err, at in errors:
                 chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
@@ -571,7 +579,14 @@ class BoundaryChecker:
                 actual = chk.expr_checker.accept(value)
         if actual is None or not self._judges(actual, declared):
             return False
-        for err, at in self._compare(actual, declared, value, expr_text(value), where):
+        fn = chk.scope.current_function()
+        self._func = fn if isinstance(fn, FuncDef) else None
+        self._chk = chk
+        try:
+            errors = self._compare(actual, declared, value, expr_text(value), where)
+        finally:
+            self._func = self._chk = None
+        for err, at in errors:
             chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
         return True
 
@@ -753,6 +768,11 @@ class BoundaryChecker:
         have, want = self.plugin.types.from_type(actual), self.plugin.types.from_type(declared)
         return have is not None and bool(have) and want is not None and refines(have, want)
 
+    def _type_of(self, e: Expression) -> SpmdType | None:
+        """The SPMD type the checker inferred for ``e`` (None: unknown, or no checker)."""
+        t = self._chk.lookup_type_or_none(e) if self._chk is not None else None
+        return self.plugin.types.from_type(t) if t is not None else None
+
     def _compare(self, actual: Type, declared: Type, expr: Expression | None, text: str,
                  where: Callable[[str], str]) -> list[tuple[SpmdError, Expression | None]]:
         """The spmd-mismatch errors of a value of type ``actual`` (written ``text``) where
@@ -777,9 +797,12 @@ class BoundaryChecker:
                 raise _Unjudged  # an inferred join of kinds ("R or P"): mypy's error stands
             if not have:
                 return []
-            check = duality.check_forward_result if self._forward_result else coll.check_argument
-            return [(e, expr) for e in check(
-                have, want, x_text=text, where=where(text), made_by=made_by(expr))]
+            if self._forward_result:
+                return [(e, expr) for e in duality.check_forward_result(
+                    have, want, x_text=text, where=where(text), made_by=made_by(expr))]
+            return [(e, expr) for e in coll.check_argument(
+                have, want, x_text=text, where=where(text), made_by=made_by(expr),
+                rank_max=rank_max(expr, self._func, self._type_of))]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):
                 displayed = isinstance(expr, TupleExpr) and len(expr.items) == len(a.items)

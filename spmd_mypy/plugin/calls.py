@@ -122,6 +122,7 @@ from .statements import nested_statements
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
+from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
 from .rewrite import MatchCase, RegionIndex
 
@@ -1041,12 +1042,38 @@ class CallTyper:
         (:mod:`.torch_namespaces`): the op torch names it (``linalg_vector_norm``) where an
         operand is typed; else ``Any``, its type without the plugin (gradual)."""
         hook = self.op_hook(op, method=False)
+        decomposition = DECOMPOSITIONS.get(op)
 
         def typed(ctx: FunctionContext) -> Type:
+            if decomposition is not None:
+                # a tuple of results (torch_namespaces.DECOMPOSITIONS): each typed by the op
+                default = self._decomposition_tuple(*decomposition)
+                if default is not None:
+                    result = hook(ctx._replace(default_return_type=default))
+                    return untyped_result(ctx) if result is default else result
             result = hook(ctx)
             return untyped_result(ctx) if result is ctx.default_return_type else result
 
         return typed
+
+    def type_of_expr(self, ctx: AnyCtx) -> Callable[[Expression], SpmdType | None]:
+        """The SPMD type mypy inferred for an expression already checked (None: unknown)."""
+        lookup = getattr(ctx.api, "lookup_type_or_none", None)
+
+        def type_of(e: Expression) -> SpmdType | None:
+            t = lookup(e) if lookup is not None else None
+            return self.types.from_type(t) if t is not None else None
+
+        return type_of
+
+    def _decomposition_tuple(self, n: int, cls: str) -> TupleType | None:
+        """``tuple[Tensor, ...]`` of ``n`` items as torch's named tuple ``cls``, or None when
+        torch's classes are not at hand."""
+        lookup = self.plugin.dispatch.lookup_info
+        info, tensor = lookup(cls), lookup("torch._tensor.Tensor")
+        if info is None or tensor is None:
+            return None
+        return TupleType([Instance(tensor, [])] * n, Instance(info, []))
 
     def _inplace_error(self, ctx: AnyCtx, where: str, target: Operand, result: SpmdType,
                        ops: list[Operand], whole: bool = False) -> SpmdError | None:
@@ -2196,7 +2223,9 @@ class CallTyper:
                         # written over several lines)
                         errors = coll.check_argument_any(
                             have, wanted, x_text=x_text, where=where,
-                            made_by=made_by(expr) if index is None and kind == ARG_POS else None)
+                            made_by=made_by(expr) if index is None and kind == ARG_POS else None,
+                            rank_max=rank_max(expr, global_calls.current_function(ctx.api),
+                                              self.type_of_expr(ctx)) if index is None else None)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
@@ -2318,6 +2347,74 @@ def made_by(e: Expression | None) -> coll.MadeBy | None:
     """The collective ``e`` calls, when it is one with literal axes (:class:`coll.MadeBy`)."""
     c = collective_call(e)
     return coll.MadeBy(c[0], c[1], c[2], c[3]) if c is not None else None
+
+
+_MAX_COLLECTIVES = ("spmd.all_reduce", "spmd._collectives.all_reduce")
+
+
+def rank_max(e: Expression | None, func: FuncDef | None,
+             type_of: Callable[[Expression], SpmdType | None]) -> coll.RankMax | None:
+    """The local name ``e``'s value is computed from (through the assignments of ``func``
+    before it) that holds this rank's max or min (:class:`coll.RankMax`): assigned a max
+    reduction (``amax = w.detach().abs().amax()``: engine ``max_reduction``) or an
+    ``all_reduce(..., op="max")`` over some axes (V on the others), or assigned an expression
+    with such a reduction in it.  Only a max whose type (``type_of``) is V with no shard dim
+    on some axis: a max over a dim not sharded (``w.amax(dim=1)`` of an S(0) weight, each
+    rank's own rows) is no statistic of the ranks.  None when there is none."""
+    if e is None or func is None:
+        return None
+
+    def per_rank(x: Expression) -> bool:
+        t = type_of(x)
+        return t is not None and any(lt.kind is Kind.V and lt.dim is None and lt.by_rank is None
+                                     for _, lt in t.axes)
+
+    assigned: dict[SymbolNode, list[tuple[int, Expression]]] = {}
+    for st in nested_statements(func.body.body):
+        if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
+            lv = st.lvalues[0]
+            if isinstance(lv, NameExpr) and lv.node is not None:
+                assigned.setdefault(lv.node, []).append((st.line, st.rvalue))
+    seen: set[SymbolNode] = set()
+    todo: list[tuple[Expression, int]] = [(e, e.line)]
+    while todo and len(seen) < 16:
+        x, line = todo.pop(0)
+        for sub in get_subexpressions(x):
+            if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
+                continue
+            defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
+            if not defs:
+                continue
+            seen.add(sub.node)
+            at, value = defs[-1]
+            text = expr_text(value)
+            op: str | None = None
+            detached = ".detach()" in text
+            if (isinstance(value, CallExpr) and isinstance(value.callee, RefExpr)
+                    and value.callee.fullname in _MAX_COLLECTIVES):
+                for name, arg in zip(value.arg_names, value.args):
+                    if name == "op" and isinstance(arg, StrExpr) and arg.value in ("max", "min"):
+                        op, detached = arg.value, True
+            else:
+                op = coll.max_reduction(text)
+            if op is not None and per_rank(sub):
+                return coll.RankMax(sub.name.rstrip("'"), op, text, detached)
+            inner = _max_call(value)
+            if inner is not None and per_rank(inner):  # scale = 127 / w.abs().amax().clamp(...)
+                call = expr_text(inner)
+                return coll.RankMax(call, coll.max_reduction(call) or "max", call,
+                                    ".detach()" in call, sub.name.rstrip("'"))
+            todo.append((value, at))
+    return None
+
+
+def _max_call(e: Expression) -> Expression | None:
+    """The outermost call in ``e`` that is this rank's max or min (engine max_reduction),
+    other than ``e`` itself (``127 / w.detach().abs().amax().clamp(min=eps)``)."""
+    for sub in get_subexpressions(e):
+        if sub is not e and isinstance(sub, CallExpr) and coll.max_reduction(expr_text(sub)):
+            return sub
+    return None
 
 
 def _is_tensor_list(t: Type) -> bool:

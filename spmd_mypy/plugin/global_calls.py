@@ -65,7 +65,7 @@ from mypy.types import (
 
 from ..engine.collectives import RAW_OUTPUT_KWARGS, raw_collective
 from ..engine.errors import SpmdError
-from ..engine.ops import CAST_FORMAL, CAST_OPS, Operand, Result
+from ..engine.ops import CAST_FORMAL, CAST_OPS, UNREAD_VALUE, Operand, Result
 from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
 from .memo import TreeMemo
@@ -873,7 +873,8 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
                 # mypy trying the view(dtype) overload on x.view(-1): it rejects it, and the
                 # view(*size) overload reports
                 return {"_not_this_overload": True}
-            return {"dtype_view": True}
+            return {"dtype_view": True, "dtype": e.fullname if isinstance(e, RefExpr)
+                    and e.fullname.startswith("torch.") else UNREAD_VALUE}
         p["shape"] = _shape_param(ctx, f.get("shape") or f.get("size"), x_text)
     elif base == "flatten":
         for k, default in (("start_dim", 0), ("end_dim", -1)):

@@ -17,7 +17,7 @@ from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_pro
 
 from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from ..engine.ops import (
-    CAST_OPS, NORMALISING, REDUCTIONS, SCANS, UNREAD_VALUE, Reduction, normalising_reduction,
+    CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCTIONS, SCANS, UNREAD_VALUE, Reduction, normalising_reduction,
     variant_formals,
 )
 from ..engine.views import (
@@ -187,6 +187,13 @@ def read_variant(ctx: FunctionContext | MethodContext, op: str, module: bool = F
         if not exprs:
             continue  # left out: the default
         e = exprs[0]
+        if op in DTYPE_VIEW_OPS:
+            # x.view(dtype): a dtype argument (``x.view(-1)`` tried on this overload is none)
+            pt = get_proper_type(types[0]) if types else None
+            if isinstance(pt, Instance) and pt.type.fullname in ("torch.dtype", "torch._C.dtype"):
+                values[formal] = e.fullname if isinstance(e, RefExpr) and e.fullname.startswith(
+                    "torch.") else UNREAD_VALUE
+            continue
         if op in CAST_OPS and isinstance(e, RefExpr) and e.fullname.startswith(("torch.", "builtins.")):
             # a cast's dtype as written (``torch.int64``, ``torch.LongTensor``, ``bool``): its
             # full name for engine cast_is_integral (a variable's name reads as no dtype)

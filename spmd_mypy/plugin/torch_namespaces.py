@@ -50,6 +50,26 @@ _RESULT = re.compile(r"^\s*(?:->\s*(?P<result>.+?))?\s*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 
 
+# The decompositions among them: their docstrings give a tuple, ``-> (Tensor, Tensor)``, which
+# the signature leaves ``Any``.  A call with a typed operand gives the tuple of its results,
+# each typed by the op's rule for one result (the op torch names it: none of them is linear,
+# so a Partial is the non-linear error and R/I/V pass), as torch's own ``torch.qr`` /
+# ``Tensor.svd`` (``-> torch.return_types.qr``) are typed.  The tuple's class is torch's
+# named tuple of the same fields where ``torch/return_types.pyi`` has one (``Q``/``R``); the
+# others stay ``Any`` (a plain tuple would reject ``lstsq(A, B).solution``)::
+#
+#     p_, _ = torch.linalg.qr(p_r)      p_: Tensor[R["dp"]], as torch.qr(p_r)[0]
+DECOMPOSITIONS: dict[str, tuple[int, str]] = {
+    "linalg_qr": (2, "torch.return_types.qr"),                    # Q, R
+    "linalg_eigh": (2, "torch.return_types._linalg_eigh"),        # eigenvalues, eigenvectors
+    "linalg_eig": (2, "torch.return_types._linalg_eigh"),
+    "linalg_svd": (3, "torch.return_types._linalg_svd"),          # U, S, Vh
+    "linalg_slogdet": (2, "torch.return_types.slogdet"),          # sign, logabsdet
+    "linalg_lu": (3, "torch.return_types.lu_unpack"),             # P, L, U
+    "linalg_lu_factor_ex": (3, "torch.return_types._lu_with_info"),  # LU, pivots, info
+}
+
+
 def namespace_prefix(fullname: str) -> str | None:
     """``linalg_`` for ``torch.linalg.vector_norm``; None outside those namespaces."""
     for namespace, prefix in NAMESPACES.items():

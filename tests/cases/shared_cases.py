@@ -432,6 +432,30 @@ for _i, _cast in enumerate(("a.to(torch.float16)", "a.to(dtype=torch.float64)", 
                             'a.to("cpu")', "a.type(torch.bfloat16)")):
     case(f"cast-P-floating-{_i}", {"a": "P"}, f"out = {_cast}", "P")
 case("cast-S0-integral", {"a": "S0"}, "out = a.to(torch.int64)", "S0")
+# a view by a dtype reinterprets the bits: no linear map (two fp16 summands packed in one
+# float32 slot sum as a float32; the bits of a sum are not the sum of the bits), non-linear
+# on a Partial whatever the dtypes; a view by a shape stays linear; R/I/V as any view
+for _i, _view in enumerate(("a.view(torch.int32)", "a.view(dtype=torch.float16)",
+                            "torch.Tensor.view(a, torch.int32)", "a.flatten().view(torch.float32)")):
+    case(f"view-dtype-P-{_i}", {"a": "P"}, f"out = {_view}", NL,
+         desc="a dtype view of a pending sum reinterprets its summands' bits")
+case("view-dtype-P-var", {"a": "P"}, ("d = torch.int32", "out = a.view(d)"), NL)
+case("view-shape-P", {"a": "P"}, ("n = 2", "out = a.view(n, -1).view(-1)"), "P")
+for _k in ("R", "I", "V"):
+    case(f"view-dtype-{_k}", {"a": _k}, "out = a.view(torch.int32)", _k)
+# torch.linalg's decompositions give a tuple: each result typed by the op's one-result rule
+# (none is linear: R/I/V pass, a Partial is the non-linear error), as torch.qr / Tensor.svd
+_SPD = "(lambda m: m @ m.T + 4 * torch.eye(4))(torch.randn(4, 4)).requires_grad_()"
+case("linalg-qr-R", {"a": "R"}, ("q, _ = torch.linalg.qr(a)", "out = q"), "R")
+case("linalg-svd-V", {"a": "V"}, ("_, sv, _ = torch.linalg.svd(a)", "out = sv"), "V")
+case("linalg-eigh-I", {"a": "I"}, ("w, _ = torch.linalg.eigh(a)", "out = w"), "I", make={"a": _SPD})
+case("linalg-slogdet-R", {"a": "R"}, ("sg, _ = torch.linalg.slogdet(a)", "out = sg"), "R")
+case("linalg-qr-P", {"a": "P"}, "q, _ = torch.linalg.qr(a)", NL)
+# PowerSGD: P = M Q reduced and orthogonalised (R), Q' = M^T P a pending sum (P) the step must
+# all-reduce: forgetting it leaves the product P, where the step needs R
+case("linalg-qr-powersgd-forgot", {"m": "P", "q": "R"},
+     ("pq = spmd.all_reduce(m @ q, \"tp\", src=P, dst=R)", "pr, _ = torch.linalg.qr(pq)",
+      "out = pr @ (m.T @ pr).T"), "P", collective=True)
 # view_as_complex drops the trailing (real, imaginary) dim of size 2, view_as_real appends
 # one: both linear, the other dims keep their shard
 _C3 = "torch.randn(4, 3, 2, requires_grad=True).clone()"
@@ -1194,6 +1218,10 @@ case("global-einsum-column", {"x": _X, "w": _WC}, 'out = torch.einsum("bi,ih->bh
 # a cast to an integer dtype of a global value Partial on an axis: non-linear, as in local SPMD
 case("global-cast-P-integral", {"a": 'Tensor[PS["dp", None], P["tp"]]'},
      "out = a.to(torch.int64)", NL)
+case("global-view-dtype-P", {"a": 'Tensor[PS["dp", None], P["tp"]]'},
+     "out = a.view(torch.int32)", NL)
+case("global-view-dtype-R", {"a": 'Tensor[PS["dp", None], R["tp"]]'},
+     "out = a.view(torch.int32)", 'Tensor[PS["dp", None], R["tp"]]')
 case("global-cast-P-floating", {"a": 'Tensor[PS["dp", None], P["tp"]]'},
      "out = a.to(torch.float16)", 'Tensor[PS["dp", None], P["tp"]]')
 case("global-view-as-real", {"a": _H}, ("c = torch.view_as_complex(a.unflatten(-1, (-1, 2)))",

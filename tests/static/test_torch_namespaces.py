@@ -94,3 +94,23 @@ def test_every_bound_builtin_gets_a_signature(sub: str) -> None:
                     assert positional.index(formal) == params.index(formal), (name, formal)
         checked += 1
     assert checked >= 10
+
+
+def test_decomposition_tuples_match_torch() -> None:
+    """Each typed decomposition (tn.DECOMPOSITIONS) gives torch's number of results, and the
+    named tuple it is typed as has the fields, in order, of the one torch returns."""
+    import re
+
+
+    stub = (pathlib.Path(torch.__file__).parent / "return_types.pyi").read_text()
+    a = torch.randn(4, 4, dtype=torch.float64)
+    spd = a @ a.T + 4 * torch.eye(4, dtype=torch.float64)
+    for op, (n, cls) in tn.DECOMPOSITIONS.items():
+        func = getattr(torch.linalg, op[len("linalg_"):])
+        result = func(spd)
+        assert len(result) == n, op
+        body = re.search(rf"^class {re.escape(cls.rsplit('.', 1)[1])}\(tuple\[.*?n_fields", stub,
+                         re.S | re.M)
+        assert body is not None, cls
+        fields = tuple(re.findall(r"def (\w+)\(self\) ->", body.group(0)))
+        assert fields == type(result).__match_args__, (op, fields)
