@@ -537,8 +537,11 @@ class _FileClasses:
                         self.family[ra] = rb
 
     def root(self, name: str) -> str:
-        while self.family[name] != name:
-            name = self.family[name]
+        """The family's name (a class defined in a function body is its own family)."""
+        parent = self.family.get(name, name)
+        while parent != name:
+            name = parent
+            parent = self.family.get(name, name)
         return name
 
 
@@ -618,7 +621,10 @@ class _Walker:
         """The gradient-free names of the function bodies walked (or ``functions``)."""
         scopes = list(self.functions if functions is None else functions)
         scopes.append(self.module_scope)
-        return _resolve(scopes, self.classes, self.no_grad_functions)
+        try:
+            return _resolve(scopes, self.classes, self.no_grad_functions)
+        except Exception:  # noqa: BLE001 - without the attributes rather than without regions
+            return _resolve(scopes, None, self.no_grad_functions)
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
