@@ -422,6 +422,9 @@ def read_collective(op: str, axes: tuple[str, ...] | None, src: LocalType | None
         step = Step("all_reduce", str(src), str(dst), axes, reduce_op)
         return _Call(axes, src, dst, r_op, f"all_reduce({src},{dst}) {reduce_op}", [step], [],
                      False, None)
+    if (op, coll.form(src), coll.form(dst)) in coll.NO_GRAD_TRANSITIONS:
+        # reinterpret(P,V): the local data kept, no comms, no backward (a gradient-free value)
+        return _Call(axes, src, dst, r_op, f"{op}({src},{dst})", [], [], False, None)
     if op == "redistribute":
         if src == dst:
             return _Call(axes, src, dst, r_op, None, [], [], True, None)  # the identity
@@ -728,8 +731,11 @@ class ReportPlugin(SpmdPlugin):
         lines, regions = self._file(path)
         if raw_op is not None:
             no_gradient: str | None = "raw collective"
-        elif not call.has_gradient_op:
+        elif not call.has_gradient_op and call.reduce_op is not None:
             no_gradient = f'op="{call.reduce_op}"'
+        elif not call.has_gradient_op:  # reinterpret(P,V): accepted on a gradient-free value
+            no_gradient = (self._no_gradient(api, line, operands, regions)
+                           or f"{call.transition} (no backward)")
         else:
             no_gradient = self._no_gradient(api, line, operands, regions)
         site = Site(

@@ -44,7 +44,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from spmd_mypy.engine.collectives import TRANSITIONS, Transition, check_collective, route
+from spmd_mypy.engine.collectives import (NO_GRAD_TRANSITIONS, TRANSITIONS, Transition,
+                                          check_collective, form, route)
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import PARTIAL, REPLICATE, UNTYPED, LocalType
 
@@ -866,6 +867,9 @@ assert not _missing, f"transitions without a local effect: {_missing}"
 # Plans: one validated public call (op, axis, src, dst, ...), cached per mesh
 # ------------------------------------------------------------------------------------
 
+_KEEP_LOCAL = "keep-local"  # a _Plan's no_grad_op: the local data as it is (reinterpret(P,V))
+
+
 class _Plan:
     __slots__ = ("op", "axes", "src", "dst", "expert_mode", "reduce_op", "step", "group",
                  "no_grad_op", "uses_sizes", "passthrough", "in_place", "owned_keeps", "direct",
@@ -939,6 +943,10 @@ def _make_plan(op: str, axis: Any, src: Any, dst: Any, expert_mode: bool, reduce
     if op == "all_reduce" and reduce_op in ("max", "min"):
         return _Plan(op, group.axes, src_lt, dst_lt, expert_mode, reduce_op, None, group,
                      du.MAX if reduce_op == "max" else du.MIN)
+    if (op, form(src_lt), form(dst_lt)) in NO_GRAD_TRANSITIONS:
+        # reinterpret(P,V): the local data as it is, no gradient (checked in _run)
+        return _Plan(op, group.axes, src_lt, dst_lt, expert_mode, reduce_op, None, group,
+                     _KEEP_LOCAL)
     if op == "redistribute":
         routed = route(src_lt, dst_lt)
         if routed is not None and routed[0] == "all_to_all" and {src_lt.dim, dst_lt.dim} == {None, 0}:
@@ -1091,9 +1099,11 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
         _check_same_sizes(step, sizes, x.device)
     if plan.no_grad_op is not None:
         if x.requires_grad and torch.is_grad_enabled():
-            errors = check_collective("all_reduce", UNTYPED, plan.axes or ("<group>",), plan.src,
+            errors = check_collective(plan.op, UNTYPED, plan.axes or ("<group>",), plan.src,
                                       plan.dst, reduce_op=plan.reduce_op, can_grad=True).errors
             raise SpmdCollectiveError(errors[0])
+        if plan.no_grad_op is _KEEP_LOCAL:
+            return x.view_as(x)  # a new tensor object: check mode stamps its type on it
         if _transforming():
             return _FuncReduce.apply(x, plan.group, plan.no_grad_op)
         return du.all_reduce(x, plan.group, plan.no_grad_op)
@@ -1471,6 +1481,10 @@ def reinterpret(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
     ``I -> V``              backward ``reinterpret(V,P)`` then ``all_reduce(P,I)``
     ``I -> P`` (expert)     backward ``reinterpret(R,P)`` then ``all_reduce(P,I)``
     ``V -> P``              the locals become a pending sum; backward ``reinterpret(R,V)``
+    ``P -> V``              this rank's summand as its own value; no backward: only on a
+                            value that carries no gradient (under ``torch.no_grad()``,
+                            detached, a ``.grad``), else ``spmd-no-grad`` (a gradient
+                            compressed before its exchange: quantized codes, top-k)
     ======================  ============================================================
 
     ``R -> P`` and ``I -> P`` multiply the value by the axis size (``[3.0]`` replicated

@@ -140,6 +140,13 @@ TRANSITIONS: dict[tuple[str, Form, Form], Transition] = {
 
 # all_reduce with op="max"/"min": V -> R | I, no gradient.
 NO_GRAD_REDUCE_OPS = ("max", "min")
+# Transitions with no backward, allowed only on a value that carries no gradient (as the
+# max/min all_reduce): reinterpret(P,V) reads a pending sum's local tensor, this rank's
+# summand, as its own per-rank value.  Its dual would be reinterpret(V,R), which no valid op
+# is (the ranks' gradients differ); without a gradient it is the local data as it is: a
+# communication hook's compression of a gradient (quantize or top-k this rank's summand,
+# exchange the codes).  Not in TRANSITIONS: every entry there has a backward.
+NO_GRAD_TRANSITIONS: frozenset[tuple[str, Form, Form]] = frozenset({("reinterpret", "P", "V")})
 REDUCE_OPS = ("sum", "avg") + NO_GRAD_REDUCE_OPS
 # reduce_scatter reduces a pending sum: the sum, or the sum divided by the axis size
 SCATTER_REDUCE_OPS = ("sum", "avg")
@@ -556,12 +563,19 @@ def check_collective(
                 f"src={src}, dst={dst}",
             ))
         elif can_grad:
-            errors.append(SpmdError(
-                "spmd-no-grad",
-                f'all_reduce({bare(x_text)}, {format_axis(axis_arg)}, op="{reduce_op}") has no gradient '
-                f"but {bare(x_text)} can carry one; call it on {receiver(x_text)}.detach() or under "
-                f"torch.no_grad()",
-            ))
+            errors.append(no_grad_error(
+                f'all_reduce({bare(x_text)}, {format_axis(axis_arg)}, op="{reduce_op}")', x_text))
+    elif (op, form(src), form(dst)) in NO_GRAD_TRANSITIONS:
+        transition = None
+        if can_grad and not src_is_wrong:
+            xb = bare(x_text)
+            ax = format_axis(axis_arg)
+            errors.append(no_grad_error(
+                f"{call}, src={src}, dst={dst})", x_text,
+                f" (this rank's summand of a pending sum read as its own value: the gradient of "
+                f"a per-rank value cannot flow back into a sum)",
+                f"; to keep the gradient, all_reduce({xb}, {ax}, src=P, dst=R) or "
+                f"reduce_scatter({xb}, {ax}, src=P, dst=V) first"))
     elif op == "all_reduce" and reduce_op not in REDUCE_OPS:
         return CollectiveResult(x, [SpmdError(
             "spmd-collective", f'all_reduce op="{reduce_op}" is not one of {", ".join(REDUCE_OPS)}')])
@@ -720,6 +734,16 @@ def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
         s += (f", or drop the call if {bare(x_text)} is the gradient of a weight sharded on "
               f"{format_axis(axis)}: each rank's is already the whole gradient of its shard")
     return "; " + s
+
+
+def no_grad_error(call: str, x_text: str, why: str = "", more: str = "") -> SpmdError:
+    """``call`` has no gradient (``all_reduce(..., op="max")``, ``reinterpret(..., src=P,
+    dst=V)``) but ``x`` can carry one: the spmd-no-grad error, one wording for both."""
+    return SpmdError(
+        "spmd-no-grad",
+        f"{call} has no gradient{why} but {bare(x_text)} can carry one; call it on "
+        f"{receiver(x_text)}.detach() or under torch.no_grad(){more}",
+    )
 
 
 def forward_comms(op: str, axes: Sequence[str], src: LocalType, dst: LocalType,

@@ -777,6 +777,30 @@ def _fix_reduce(text: str, axis: str, dst: str = "R") -> str:
     return f'all_reduce({bare(text)}, "{axis}", src=P, dst={dst})'
 
 
+def _divided(text: str) -> str | None:
+    """``a / n`` (one division at the outermost level, by a name or a number): ``a``. A term
+    divided so is most often spread over the ranks by hand (PowerSGD's ``m - approx / n``):
+    its convert to P is of the undivided term."""
+    depth = 0
+    at = -1
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and ch in "+-*/%@<>=&|^,":
+            if ch == "/" and at < 0 and text[i - 1:i + 2] == " / ":
+                at = i
+            else:
+                return None
+    if at < 0:
+        return None
+    num, den = text[:at - 1].strip(), text[at + 2:].strip()
+    if not num or not (den.replace("_", "").replace(".", "").isalnum()):
+        return None
+    return num
+
+
 _KIND_WORD = {Kind.R: "Replicate", Kind.I: "Invariant", Kind.V: "Varying", Kind.P: "Partial"}
 
 
@@ -1049,9 +1073,13 @@ def _rule_on_axis(
                 # makes of it later still applies, no collective added); the reduction first
                 # is exact too, but only where the term is meant to join after it
                 o, kind = summand
+                num = _divided(bare(o.text))
+                spread = ("" if num is None else
+                          f"; if the division spreads {num} over the ranks, "
+                          f'convert({num}, "{axis}", src={kind.name}, dst=P) in its place')
                 fix = (f'convert({bare(o.text)}, "{axis}", src={kind.name}, dst=P) first, so '
-                       f"the sum counts it once (one rank keeps it, the others add zeros); or "
-                       f"{fix}")
+                       f"the sum counts it once (one rank keeps it, the others add zeros)"
+                       f"{spread}; or {fix}")
             return None, SpmdError(
                 "spmd-partial-affine",
                 f'Partial on "{axis}" ({_describe(p0, VARYING, axis)}) added to {what} in {name}: '

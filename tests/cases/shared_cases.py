@@ -347,6 +347,18 @@ case("masked_fill-R-factory-mask-reinterpret-V", {"a": "R"},
      ("m = torch.ones(4, 4, dtype=torch.bool).triu(1)", 'h = a.masked_fill(m, float("-inf"))',
       'out = spmd.reinterpret(h, "tp", src=V, dst=P)'),
      "spmd-src-mismatch", collective=True)
+# reinterpret(P,V): this rank's summand as its own value, no backward: only without a
+# gradient (a gradient compressed in a communication hook), spmd-no-grad on one that has one
+case("reinterpret-P-V-no_grad", {"a": "P"},
+     ("with torch.no_grad():", '    out = spmd.reinterpret(a, "tp", src=P, dst=V)'), "V",
+     collective=True)
+case("reinterpret-P-V-detached", {"a": "P"},
+     'out = spmd.reinterpret(a.detach(), "tp", src=P, dst=V)', "V", collective=True)
+case("reinterpret-P-V-round-no_grad", {"a": "P"},
+     ("with torch.no_grad():", '    out = spmd.reinterpret(a, "tp", src=P, dst=V).round()'), "V",
+     collective=True)
+case("reinterpret-P-V-carries-gradient", {"a": "P"},
+     'out = spmd.reinterpret(a, "tp", src=P, dst=V)', "spmd-no-grad", collective=True)
 case("linear-P-R", {"x": "P", "w": "R"}, "out = F.linear(x, w)", "P")
 case("linear-P-R-biasR", {"x": "P", "w": "R", "b": "R"}, "out = F.linear(x, w, b[0])", AFF)
 case("linear-P-R-biasP", {"x": "P", "w": "R", "b": "P"}, "out = F.linear(x, w, b[0])", "P")

@@ -76,6 +76,9 @@ def pairs_table() -> str:
         f"{quoted(C.SCATTER_REDUCE_OPS)} (default `\"sum\"`; `\"avg\"`: the sum divided by the "
         f"axis size, the same pairs). `all_reduce` with `op=` {quoted(C.NO_GRAD_REDUCE_OPS, ' / ')} "
         f"takes V or S(i) and gives R or I, with no gradient.",
+        *(f"`{op}` {src} -> {dst} keeps the local data and has no gradient: only on a value "
+          f"that carries none (under `torch.no_grad()`, detached, a `.grad`)."
+          for op, src, dst in sorted(C.NO_GRAD_TRANSITIONS)),
     ]
     return "\n".join(lines)
 

@@ -105,6 +105,12 @@ def max_no_grad(v: Tensor[V["tp"]]) -> Tensor[R["tp"]]:
     return m
 
 
+def summand_no_grad(p: Tensor[P["tp"]]) -> None:
+    with torch.no_grad():
+        spmd.reinterpret(p, "tp", src=P, dst=V)
+    spmd.reinterpret(p.detach(), "tp", src=P, dst=V)
+
+
 def flattened(p: Tensor[P["dp", "tp"]]) -> Tensor[R["dp", "tp"]]:
     return spmd.all_reduce(p, ("dp", "tp"), src=P, dst=R)
 
@@ -310,6 +316,11 @@ def test_reduce_ops_axes_and_defaults(report: dict[str, Any]) -> None:
     [mx] = fns["cases.max_no_grad"]["sites"]
     assert _steps(mx["forward"]) == ["all_reduce(V,R) max"] and mx["backward"] == []
     assert (mx["gradient"], mx["no_gradient"]) == (False, 'op="max"')
+    # reinterpret(P,V): no comms, no backward, on a value that carries no gradient
+    summands = fns["cases.summand_no_grad"]["sites"]
+    assert [(s["transition"], s["forward"], s["backward"], s["gradient"], s["no_gradient"])
+            for s in summands] == [("reinterpret(P,V)", [], [], False, "no_grad"),
+                                   ("reinterpret(P,V)", [], [], False, "detached")]
     [flat] = fns["cases.flattened"]["sites"]
     assert flat["axes"] == ["dp", "tp"] and flat["forward"][0]["axes"] == ["dp", "tp"]
     assert fns["cases.flattened"]["totals"]["forward"] == [

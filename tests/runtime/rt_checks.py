@@ -1315,6 +1315,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "dtypes":  # casts, conj bits, op="avg" and gloo's dtypes (rt_dtypes.py)
         import rt_dtypes
         return rt_dtypes.suite(world)
+    if name == "compress":  # a Partial gradient compressed before its exchange (rt_compress.py)
+        import rt_compress
+        return rt_compress.suite(world)
     if name == "einops":  # einops typed by its pattern (rt_einops.py)
         import rt_einops
         return rt_einops.suite(world)
