@@ -791,13 +791,14 @@ class ReportPlugin(SpmdPlugin):
         # (is_gradient_free counts a number literal too: here it is no tensor, read below);
         # the locals only ever assigned gradient-free values count, also inside an inline
         # collective (spmd.all_reduce(lmax, ...) as an argument), as they do for the checker
-        if _is_grad(e):  # (before the gradient-free test, which counts .grad too)
-            return ".grad"
-        if isinstance(e, NameExpr) and regions.only_grad(line, e.name):
-            return ".grad"
         if not isinstance(e, (IntExpr, FloatExpr)) and self.regions.gradient_free(
                 getattr(api, "tree", None), line, e):
             return "detached"
+        if _is_grad(e):
+            return ".grad"
+        if isinstance(e, NameExpr):
+            if regions.only_grad(line, e.name):
+                return ".grad"
         if isinstance(e, (StrExpr, IntExpr)) or (isinstance(e, NameExpr) and e.fullname == "builtins.None"):
             return "not a tensor"
         return None

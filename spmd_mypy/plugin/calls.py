@@ -1079,14 +1079,10 @@ class CallTyper:
                        ops: list[Operand], whole: bool = False) -> SpmdError | None:
         """The in-place op (or ``out=``) changing ``target``'s type, if it does (engine
         ``check_inplace``); where no gradient flows an I target may take an R result (and
-        stays I).  ``whole``: ``x[...] = v`` / ``x[:] = v``, every element written.  No
-        gradient flows where gradients are off, or where no operand can carry one (a ``.grad``
-        scaled by a coefficient computed from gradients: clipping written outside no_grad)."""
+        stays I).  ``whole``: ``x[...] = v`` / ``x[:] = v``, every element written."""
         err = check_inplace(where, target, result, others=ops, whole_store=whole)
-        if err is not None and ((not target.can_grad and not any(
-                o.can_grad and o.type is not None for o in ops))
-                                or self.plugin.regions.in_no_grad(
-                                    getattr(ctx.api, "tree", None), ctx.context.line)):
+        if err is not None and self.plugin.regions.in_no_grad(
+                getattr(ctx.api, "tree", None), ctx.context.line):
             err = check_inplace(where, target, result, gradient_free=True, others=ops,
                                 whole_store=whole)
         return err

@@ -49,7 +49,7 @@ from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
 from ..engine import collectives as coll
-from ..engine.ops import FACTORIES, INTEGER_RESULTS, REDUCTIONS, WITH_INDICES, cast_is_integral
+from ..engine.ops import FACTORIES, INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
 from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
 from .memo import TreeMemo
@@ -87,8 +87,6 @@ from mypy.nodes import (
     IntExpr,
     ListExpr,
     ARG_POS,
-    ARG_STAR,
-    ARG_STAR2,
     Import,
     ImportFrom,
     MatchStmt,
@@ -100,7 +98,6 @@ from mypy.nodes import (
     RaiseStmt,
     ReturnStmt,
     StrExpr,
-    TempNode,
     TupleExpr,
     UnaryExpr,
     WithStmt,
@@ -179,7 +176,6 @@ _SetComprehension: Final = SetComprehension
 _SetExpr: Final = SetExpr
 _StarExpr: Final = StarExpr
 _StrExpr: Final = StrExpr
-_TempNode: Final = TempNode
 _TryStmt: Final = TryStmt
 _TupleExpr: Final = TupleExpr
 _TupleType: Final = TupleType
@@ -467,8 +463,6 @@ class GradRegions:
     detached_names: list[tuple[int, int, str]] = field(default_factory=list)  # (function lines, name)
     # the module-level functions that run with gradients off (``@torch.no_grad()``), by name
     no_grad_functions: frozenset[str] = frozenset()
-    # detached_names by name, built at the first lookup
-    detached_by_name: Optional[dict[str, list[tuple[int, int]]]] = None
     # forward/backward (jvp, vjp) of torch.autograd.Function subclasses: where users implement
     # their own collectives with raw torch.distributed calls (no spmd-raw-collective there)
     function_bodies: list[tuple[int, int]] = field(default_factory=list)
@@ -487,86 +481,6 @@ class GradRegions:
 AUGMENTED_ATTRIBUTES = frozenset({"grad", "data"})
 
 
-class _Scope:
-    """A function body (or the module and class bodies, lines (0, 0)) as the walk saw it, for
-    :meth:`_Walker.resolve`: its locals' assigned values, the names bound to a class of the file
-    (``self`` in a method, a parameter annotated with the class), and the attribute writes it
-    makes: (the written object's name or "", attribute, value), a record class's constructions
-    as (class, field, value)."""
-
-    def __init__(self, lines: tuple[int, int], assigns: dict[str, list[Expression]],
-                 classes: dict[str, str]) -> None:
-        self.lines = lines
-        self.assigns = assigns
-        self.classes = classes
-        self.writes: list[tuple[str, str, Expression]] = []
-        self.fields: list[tuple[str, str, Expression]] = []
-
-
-class _FileClasses:
-    """The classes a file defines, by name: each one's family (the classes of the file it
-    inherits from or that inherit from it share their attributes' writes: a subclass's
-    ``self.x = ...`` reaches a base method's ``self.x``), and the fields of its records
-    (NamedTuple and dataclass classes: a construction ``Grads(a, b)`` writes the fields)."""
-
-    def __init__(self, file: MypyFile) -> None:
-        self.family: dict[str, str] = {}
-        self.fields: dict[str, list[str]] = {}
-        # the records whose positional arguments are their own fields in order (no base class
-        # but NamedTuple: an inherited dataclass's fields come first)
-        self.positional: set[str] = set()
-        bases: list[tuple[str, list[str]]] = []
-        todo: list[Statement] = list(file.defs)
-        while todo:
-            st = todo.pop()
-            if type(st) is _Decorator:
-                st = cast(Decorator, st).func
-            if type(st) is not _ClassDef:
-                continue
-            c = cast(ClassDef, st)
-            self.family[c.name] = c.name
-            names = [_short(b.name) for b in c.base_type_exprs if isinstance(b, (NameExpr, MemberExpr))]
-            bases.append((c.name, names))
-            if "NamedTuple" in names or any(_is_dataclass_decorator(d) for d in c.decorators):
-                self.fields[c.name] = [cast(NameExpr, a.lvalues[0]).name for a in c.defs.body
-                                       if type(a) is _AssignmentStmt and cast(AssignmentStmt, a).type
-                                       is not None and type(cast(AssignmentStmt, a).lvalues[0]) is _NameExpr]
-                if all(n == "NamedTuple" for n in names):
-                    self.positional.add(c.name)
-            todo.extend(c.defs.body)
-        for name, parents in bases:  # union the families (by their roots)
-            for b in parents:
-                if b in self.family:
-                    ra, rb = self.root(name), self.root(b)
-                    if ra != rb:
-                        self.family[ra] = rb
-
-    def root(self, name: str) -> str:
-        """The family's name (a class defined in a function body is its own family)."""
-        parent = self.family.get(name, name)
-        while parent != name:
-            name = parent
-            parent = self.family.get(name, name)
-        return name
-
-
-# The modules whose in-place functions take their target first (``torch.clamp_(x, 0)``,
-# ``nn.init.normal_(w)``)
-_MODULE_ROOTS: Final = frozenset({"torch", "nn", "F", "init", "functional"})
-
-
-def _is_module_path(e: Expression) -> bool:
-    while type(e) is _MemberExpr:
-        e = cast(MemberExpr, e).expr
-    return type(e) is _NameExpr and cast(NameExpr, e).name in _MODULE_ROOTS
-
-
-def _is_dataclass_decorator(d: Expression) -> bool:
-    if type(d) is _CallExpr:
-        d = cast(CallExpr, d).callee
-    return isinstance(d, (NameExpr, MemberExpr)) and d.name == "dataclass"
-
-
 class _Walker:
     """A plain walk over statements (mypy's compiled visitors cannot be subclassed).
 
@@ -575,18 +489,10 @@ class _Walker:
     locals and ``cast()`` are not looked up).  Always: find the gradient-free regions.
     """
 
-    def __init__(self, *, rewrite: bool, no_grad_functions: frozenset[str] = frozenset(),
-                 classes: _FileClasses | None = None) -> None:
+    def __init__(self, *, rewrite: bool, no_grad_functions: frozenset[str] = frozenset()) -> None:
         self.rewrite = rewrite
-        # the file's classes (attribute writes are followed only in a file that defines one)
-        self.classes = classes
-        # the function bodies walked, in order, and the module-level and class-body writes
-        self.functions: list[_Scope] = []
-        self.module_scope = _Scope((0, 0), {}, {})
-        self._scopes: list[_Scope] = []
-        # the class whose body is being walked (its defs are methods), None elsewhere
-        self._method_of: str | None = None
         self.no_grad: list[tuple[int, int]] = []
+        self.detached: list[tuple[int, int, str]] = []
         self.enabled: list[tuple[int, int]] = []
         self.function_bodies: list[tuple[int, int]] = []
         self.augmented: set[tuple[int, int]] = set()
@@ -626,15 +532,6 @@ class _Walker:
         # rewrite walk): _rewrite_call_args collects them
         self.reads: list[Expression] = []
 
-    def resolve(self, functions: list[_Scope] | None = None) -> list[tuple[int, int, str]]:
-        """The gradient-free names of the function bodies walked (or ``functions``)."""
-        scopes = list(self.functions if functions is None else functions)
-        scopes.append(self.module_scope)
-        try:
-            return _resolve(scopes, self.classes, self.no_grad_functions)
-        except Exception:  # noqa: BLE001 - without the attributes rather than without regions
-            return _resolve(scopes, None, self.no_grad_functions)
-
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
         return GradRegions(ranges=self.no_grad, enabled=self.enabled, detached_names=detached,
@@ -662,9 +559,6 @@ class _Walker:
         if cls is _NameExpr:
             self._bind(target, value)
             return
-        if cls is _MemberExpr or cls is _IndexExpr:  # self.buf = v, self.buf[i] = v
-            self._write(target, value)
-            return
         if cls is not _TupleExpr and cls is not _ListExpr:
             self._bind(target, _OPAQUE)
             return
@@ -683,118 +577,6 @@ class _Walker:
             value = _OPAQUE
         for t in items:
             self._bind_items(t, _OPAQUE if type(t) is _StarExpr else value)
-
-    def _write(self, target: Expression, value: Expression) -> None:
-        """``value`` is written into the attribute ``target`` (``self.buf = v``; an item of it,
-        ``self.buf[i] = v``; an in-place op on it): in a file that defines classes."""
-        if self.classes is None:
-            return
-        while type(target) is _IndexExpr:
-            target = cast(IndexExpr, target).base
-        if type(target) is not _MemberExpr:
-            return
-        m = cast(MemberExpr, target)
-        base = cast(NameExpr, m.expr).name if type(m.expr) is _NameExpr else ""
-        (self._scopes[-1] if self._scopes else self.module_scope).writes.append((base, m.name, value))
-
-    def _no_grad_here(self) -> bool:
-        return bool(self._modes) and not self._modes[-1]
-
-    def _scan(self, e: Expression | None) -> None:
-        """The attribute writes inside expression ``e`` (in a file that defines classes): a
-        record's construction (``Grads(a, b)`` writes its fields), ``self.register_buffer("b",
-        t)``, an in-place op on an attribute (``self.buf.mul_(a).add_(b)``,
-        ``torch._foreach_mul_([g.w1, g.w2], c)``) where gradients are on, ``r._replace(f=v)``."""
-        if self.classes is None or e is None:
-            return
-        for call in _calls_in(e):
-            self._call_writes(call)
-
-    def _call_writes(self, call: CallExpr) -> None:
-        assert self.classes is not None
-        callee = call.callee
-        scope = self._scopes[-1] if self._scopes else self.module_scope
-        ccls = type(callee)
-        if ccls is _NameExpr:
-            name = cast(NameExpr, callee).name
-            fields = self.classes.fields.get(name)
-            if fields is None:
-                return
-            if any(k == ARG_STAR or k == ARG_STAR2 for k in call.arg_kinds):
-                for f in fields:  # Grads(*xs): any field may hold anything
-                    scope.fields.append((name, f, _OPAQUE))
-                return
-            positional = name in self.classes.positional
-            for k, (n, a) in enumerate(zip(call.arg_names, call.args)):
-                if n is not None:
-                    scope.fields.append((name, n, a))
-                elif positional and k < len(fields):
-                    scope.fields.append((name, fields[k], a))
-                else:  # a field this walk cannot place (an inherited one first, a ClassVar)
-                    for f in fields:
-                        scope.fields.append((name, f, _OPAQUE))
-            return
-        if ccls is not _MemberExpr:
-            return
-        member = cast(MemberExpr, callee)
-        name = member.name
-        if not self._no_grad_here():  # torch.mul(a, b, out=self.buf)
-            for n, a in zip(call.arg_names, call.args):
-                if n == "out":
-                    self._write(a, call)
-        if name == "_make" and type(member.expr) is _NameExpr:
-            record = cast(NameExpr, member.expr).name
-            for f in self.classes.fields.get(record, ()):
-                scope.fields.append((record, f, _OPAQUE))
-            return
-        if name == "_replace" or name == "replace":  # r._replace(f=v), dataclasses.replace(d, f=v)
-            for n, a in zip(call.arg_names, call.args):
-                if n is not None:
-                    scope.writes.append(("", n, a))
-            return
-        if name == "register_buffer":
-            if call.args and type(call.args[0]) is _StrExpr:
-                value: Expression = _OPAQUE
-                for k, (n, a) in enumerate(zip(call.arg_names, call.args)):
-                    if n == "tensor" or (n is None and k == 1):
-                        value = a
-                if self._no_grad_here() and not _asks_for_gradient(value):
-                    value = _NO_GRADIENT
-                target = MemberExpr(member.expr, cast(StrExpr, call.args[0]).value)
-                self._write(target, value)
-            return
-        if not name.endswith("_") or name.endswith("__"):
-            return
-        if name == "requires_grad_":  # asks for a gradient whatever the grad mode
-            if _asks_for_gradient(call):
-                self._write(member.expr, _OPAQUE)
-            return
-        if self._no_grad_here():
-            return
-        # gradients on: what an in-place op writes into its target may carry one
-        values: list[Expression] = []
-        for a in call.args:
-            if type(a) is _ListExpr or type(a) is _TupleExpr:
-                values.extend(cast("ListExpr | TupleExpr", a).items)
-            else:
-                values.append(a)
-        if name.startswith("_foreach_") or _is_module_path(member.expr):
-            # torch._foreach_mul_(targets, ...), nn.init.normal_(self.w), torch.clamp_(x, ...)
-            if not call.args:
-                return
-            first = call.args[0]
-            targets = (list(cast("ListExpr | TupleExpr", first).items)
-                       if type(first) is _ListExpr or type(first) is _TupleExpr else [first])
-            values = values[len(targets):]
-        else:
-            receiver = member.expr  # the root of x.mul_(a).add_(b)
-            while (type(receiver) is _CallExpr and type(cast(CallExpr, receiver).callee) is _MemberExpr
-                   and cast(MemberExpr, cast(CallExpr, receiver).callee).name.endswith("_")):
-                receiver = cast(MemberExpr, cast(CallExpr, receiver).callee).expr
-            targets = [receiver]
-        for t in targets:
-            for v in values:
-                self._write(t, v)
 
     def _define(self, target: Expression | None) -> None:
         """``target`` defines its names in the current function or class-body scope."""
@@ -892,8 +674,6 @@ class _Walker:
         elif cls is _ExpressionStmt or cls is _ReturnStmt:
             if self.rewrite:
                 _rewrite_call_args(cast("ExpressionStmt | ReturnStmt", st).expr, self.reads)
-            if self.classes is not None:
-                self._scan(cast("ExpressionStmt | ReturnStmt", st).expr)
         elif cls is _AssertStmt:
             if self.rewrite:
                 _rewrite_call_args(cast(AssertStmt, st).expr, self.reads)
@@ -908,12 +688,7 @@ class _Walker:
             d = cast(Decorator, st)
             self._body_mode = self._mode_region(d.original_decorators, d.func.line,
                                                 d.func.end_line or d.func.line)
-            owner = self._method_of
-            if owner is not None and any(isinstance(e, NameExpr) and e.name == "staticmethod"
-                                         for e in d.original_decorators):
-                self._method_of = None  # no self
             self._func_def(d.func, in_function_class)
-            self._method_of = owner
         elif cls is _IfStmt:
             ifs = cast(IfStmt, st)
             reads: list[list[Expression]] = [[] for _ in ifs.expr]
@@ -949,20 +724,13 @@ class _Walker:
                 self._bind(lvalue, op.rvalue)
             elif type(lvalue) is _MemberExpr and cast(MemberExpr, lvalue).name in AUGMENTED_ATTRIBUTES:
                 self.augmented.add((lvalue.line, lvalue.column))
-            if self.classes is not None and type(lvalue) is not _NameExpr:
-                # self.buf += g (in place): g is written into it
-                self._write(lvalue, _NO_GRADIENT if self._no_grad_here() else op.rvalue)
-                self._scan(op.rvalue)
             if self.rewrite:
                 _rewrite_call_args(op.rvalue, self.reads)
         elif cls is _ClassDef:
             c = cast(ClassDef, st)
             self._defined.append(set())
             self._class_bodies.append(True)
-            owner = self._method_of
-            self._method_of = c.name
             self.block(c.defs.body, _is_autograd_function(c))
-            self._method_of = owner
             self._class_bodies.pop()
             self._defined.pop()
         elif cls is _OverloadedFuncDef:
@@ -1003,16 +771,9 @@ class _Walker:
         value = (_NO_GRADIENT if self._modes and not self._modes[-1]
                  and not _asks_for_gradient(st.rvalue) and not _saved_tensors(st.rvalue)
                  else st.rvalue)
-        if self._assigns or self.classes is not None:
+        if self._assigns:
             for lv in st.lvalues:
                 self._bind_items(lv, value)
-            if self.classes is not None:
-                self._scan(st.rvalue)
-                if (self._method_of is not None and type(st.rvalue) is not _TempNode
-                        and len(st.lvalues) == 1 and type(st.lvalues[0]) is _NameExpr):
-                    # a class attribute, a record field's default
-                    self.module_scope.fields.append(
-                        (self._method_of, cast(NameExpr, st.lvalues[0]).name, st.rvalue))
         for lv in st.lvalues:
             self._define(lv)
         if self.rewrite:
@@ -1040,22 +801,8 @@ class _Walker:
             self._defined[-1].add(st.name)
         # a parameter holds the caller's value: never "only detached", unless declared a
         # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
-        assigns: dict[str, list[Expression]] = {arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
-            arg.type_annotation) else _OPAQUE] for arg in st.arguments}
-        self._assigns.append(assigns)
-        # the names bound to a class of the file: a method's first parameter, a parameter
-        # annotated with the class (``g: Grads``)
-        bound: dict[str, str] = {}
-        if self.classes is not None:
-            for k, arg in enumerate(st.arguments):
-                t = arg.type_annotation
-                if k == 0 and self._method_of is not None and t is None:
-                    bound[arg.variable.name] = self._method_of
-                elif type(t) is _UnboundType and _short(cast(UnboundType, t).name) in self.classes.family:
-                    bound[arg.variable.name] = _short(cast(UnboundType, t).name)
-        scope = _Scope(lines, assigns, bound)
-        self._scopes.append(scope)
-        owner, self._method_of = self._method_of, None
+        self._assigns.append({arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
+            arg.type_annotation) else _OPAQUE] for arg in st.arguments})
         self._defined.append({arg.variable.name for arg in st.arguments})
         self._class_bodies.append(False)
         self._depth += 1
@@ -1065,10 +812,8 @@ class _Walker:
         self._depth -= 1
         self._class_bodies.pop()
         self._defined.pop()
-        self._method_of = owner
-        self._scopes.pop()
-        self._assigns.pop()
-        self.functions.append(scope)
+        for name in sorted(_gradient_free_names(self._assigns.pop(), self.no_grad_functions)):
+            self.detached.append((lines[0], lines[1], name))
 
     def _with(self, st: WithStmt) -> None:
         with_reads: list[Expression] = []
@@ -1121,18 +866,8 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         if cls is _NameExpr:
             return cast(NameExpr, e).name in names
         if cls is _MemberExpr:
-            member = cast(MemberExpr, e)
-            name = member.name
-            # x.topk(k).indices; p.grad (what backward() leaves: a leaf without a gradient, the
-            # usual case: not after backward(create_graph=True), which the checker does not
-            # follow, as for a Function's backward)
-            if name == "data" or name == "indices" or name == "grad":
-                return True
-            # an attribute every write of which in the file is gradient-free (a buffer made
-            # under no_grad, a record's field built from .grad): ``self.buf``, ``g.w1`` of a
-            # name bound to the class, an entry the walk adds to ``names`` (_Walker.resolve)
-            base = member.expr
-            return type(base) is _NameExpr and cast(NameExpr, base).name + "." + name in names
+            name = cast(MemberExpr, e).name
+            return name == "data" or name == "indices"  # x.topk(k).indices
         if cls is _IntExpr or cls is _FloatExpr or cls is _ComparisonExpr:  # d += 1.0; a bool tensor
             return True
         if cls is _OpExpr:  # ``am + vocab_start``: each operand gradient-free
@@ -1162,7 +897,7 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
             return False
         if name == "detach" and callee_cls is _MemberExpr:
             return True
-        if name in INTEGER_RESULTS or _integer_dtype(call, name):
+        if name in INTEGER_RESULTS:
             return True
         if name in FACTORIES and name not in _SHARING_FACTORIES:
             # ``torch.full_like(am, 16)``: a new tensor, unless asked for a gradient
@@ -1189,36 +924,6 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         if name not in _ONE_TENSOR_METHODS and not all(_is_literal(a) for a in call.args):
             return False  # d.mul(w), d.add(w): w may carry a gradient
         e = cast(MemberExpr, callee).expr
-
-
-def _dtype_text(e: Expression) -> str | None:
-    """A dtype as written, for engine ``cast_is_integral``: ``torch.long``, ``torch.LongTensor``,
-    ``"torch.LongTensor"``, ``int`` / ``bool`` (None: not a name or a string)."""
-    cls = type(e)
-    if cls is _StrExpr:
-        return cast(StrExpr, e).value
-    if cls is _NameExpr:  # the builtins only (a local may be named like a dtype)
-        name = cast(NameExpr, e).name
-        return name if name == "int" or name == "bool" else None
-    if cls is _MemberExpr:
-        m = cast(MemberExpr, e)
-        root = m.expr
-        while type(root) is _MemberExpr:
-            root = cast(MemberExpr, root).expr
-        if type(root) is _NameExpr and cast(NameExpr, root).name == "torch":
-            return m.name
-    return None
-
-
-def _integer_dtype(call: CallExpr, name: str) -> bool:
-    """A call whose result has an integer dtype: ``dtype=torch.long`` (``mask.sum(dtype=
-    torch.int64)``), ``x.to(torch.int32)``, ``x.type(torch.long)``: no gradient whatever its
-    operands (integer tensors cannot require grad)."""
-    for n, a in zip(call.arg_names, call.args):
-        if n == "dtype" or (n is None and (name == "to" or name == "type")):
-            if cast_is_integral(_dtype_text(a)):
-                return True
-    return False
 
 
 def _asks_for_gradient(e: Expression) -> bool:
@@ -1319,16 +1024,13 @@ _INDICES_OF: Final = "[1]"
 
 
 def _gradient_free_names(assigns: dict[str, list[Expression]],
-                         no_grad_functions: Container[str] = (),
-                         seed: set[str] | None = None) -> set[str]:
+                         no_grad_functions: Container[str] = ()) -> set[str]:
     """The locals every assignment of which is gradient-free, given the others (the least
     fixpoint: ``a = x.detach()`` then ``b = all_reduce(a, ...)`` makes both).  A local only
     ever assigned a (values, indices) pair (``mx = torch.max(x, -1)``) gives the entry
-    ``mx[1]``: its indices item.  ``seed``: entries known already (``self.buf``)."""
+    ``mx[1]``: its indices item."""
     names: set[str] = {n + _INDICES_OF for n, rvalues in assigns.items()
                        if rvalues and all(_indices_item(r) for r in rvalues)}
-    if seed:
-        names |= seed
     while True:
         found = {n for n, rvalues in assigns.items()
                  if n not in names
@@ -1336,140 +1038,6 @@ def _gradient_free_names(assigns: dict[str, list[Expression]],
         if not found:
             return names
         names |= found
-
-
-def _resolve(scopes: list[_Scope], classes: _FileClasses | None,
-             no_grad_functions: Container[str]) -> list[tuple[int, int, str]]:
-    """The gradient-free names of each function body (``scopes``; lines (0, 0): the module and
-    class bodies, which only write attributes), as (function lines, name).
-
-    In a file that defines classes, an attribute of one of them is gradient-free when every
-    write of it in the file is (the value assigned where gradients are off, a construction's
-    argument, a registered buffer, what an in-place op adds where gradients are on), writes to
-    an object of unknown class (``d.x = v``, ``r._replace(x=v)``) counting for every class; its
-    read through a name bound to the class (``self.buf``, ``g.w1`` with ``g: Grads``) is then the
-    entry ``self.buf`` among the names.  The greatest fixpoint: an attribute written only from
-    itself and gradient-free values (``g.w1`` scaled in place by a coefficient computed from
-    the fields) holds no gradient, one reached from a parameter, an input or ``nn.Parameter``
-    does.  Writes from other modules are not seen (NOTES: the same file's writes decide)."""
-    out: list[tuple[int, int, str]] = []
-    if classes is None:
-        for s in scopes:
-            if s.lines[0]:
-                for name in sorted(_gradient_free_names(s.assigns, no_grad_functions)):
-                    out.append((s.lines[0], s.lines[1], name))
-        return out
-    for s in scopes:
-        for n, rvalues in s.assigns.items():
-            if n in s.classes:
-                if len(rvalues) > 1:  # a parameter assigned again
-                    del s.classes[n]
-                continue
-            made = _constructed(rvalues, classes)
-            if made is not None:  # g = Grads(...) (only ever)
-                s.classes[n] = made
-    writes: dict[tuple[str, str], list[tuple[int, Expression]]] = {}
-    for k, s in enumerate(scopes):
-        for base, attr, value in s.writes:
-            c = s.classes.get(base) if base else None
-            writes.setdefault((classes.root(c) if c is not None else "", attr), []).append((k, value))
-        for c, f, value in s.fields:
-            writes.setdefault((classes.root(c), f), []).append((k, value))
-    known = {key for key in writes if key[0]}
-    while True:
-        by_family: dict[str, list[str]] = {}
-        for fam, attr in known:
-            by_family.setdefault(fam, []).append(attr)
-        names = [_gradient_free_names(s.assigns, no_grad_functions, {
-            f"{b}.{a}" for b, c in s.classes.items() for a in by_family.get(classes.root(c), ())})
-            for s in scopes]
-        dropped = {key for key in known
-                   if any(not is_gradient_free(v, names[k], no_grad_functions)
-                          for k, v in writes[key] + writes.get(("", key[1]), []))}
-        if not dropped:
-            break
-        known -= dropped
-    for s, found in zip(scopes, names):
-        if s.lines[0]:
-            for name in sorted(found):
-                out.append((s.lines[0], s.lines[1], name))
-    return out
-
-
-def _constructed(rvalues: list[Expression], classes: _FileClasses) -> str | None:
-    """The class of the file every one of ``rvalues`` constructs (``Grads(...)``), or None."""
-    made: str | None = None
-    for r in rvalues:
-        if type(r) is not _CallExpr or type(cast(CallExpr, r).callee) is not _NameExpr:
-            return None
-        name = cast(NameExpr, cast(CallExpr, r).callee).name
-        if name not in classes.family or (made is not None and made != name):
-            return None
-        made = name
-    return made
-
-
-def _calls_in(e: Expression) -> list[CallExpr]:
-    """Every call inside ``e`` (its callee's and arguments' too)."""
-    out: list[CallExpr] = []
-    todo: list[Expression] = [e]
-    while todo:
-        x = todo.pop()
-        cls = type(x)
-        if cls is _NameExpr or cls is _IntExpr or cls is _StrExpr or cls is _FloatExpr:
-            continue
-        if cls is _CallExpr:
-            call = cast(CallExpr, x)
-            out.append(call)
-            todo.append(call.callee)
-            todo.extend(call.args)
-        elif cls is _MemberExpr:
-            todo.append(cast(MemberExpr, x).expr)
-        elif cls is _OpExpr:
-            todo.append(cast(OpExpr, x).left)
-            todo.append(cast(OpExpr, x).right)
-        elif cls is _IndexExpr:
-            todo.append(cast(IndexExpr, x).base)
-            todo.append(cast(IndexExpr, x).index)
-        elif cls is _TupleExpr or cls is _ListExpr or cls is _SetExpr:
-            todo.extend(cast("TupleExpr | ListExpr | SetExpr", x).items)
-        elif cls is _UnaryExpr or cls is _StarExpr:
-            todo.append(cast("UnaryExpr | StarExpr", x).expr)
-        elif cls is _ComparisonExpr:
-            todo.extend(cast(ComparisonExpr, x).operands)
-        elif cls is _ConditionalExpr:
-            ce = cast(ConditionalExpr, x)
-            todo.extend((ce.cond, ce.if_expr, ce.else_expr))
-        elif cls is _DictExpr:
-            for k, v in cast(DictExpr, x).items:
-                if k is not None:
-                    todo.append(k)
-                todo.append(v)
-        elif cls is _AssignmentExpr:
-            todo.append(cast(AssignmentExpr, x).value)
-        elif cls is _YieldExpr or cls is _YieldFromExpr or cls is _AwaitExpr:
-            inner = cast("YieldExpr | YieldFromExpr | AwaitExpr", x).expr
-            if inner is not None:
-                todo.append(inner)
-        elif cls is _LambdaExpr:
-            todo.append(cast(LambdaExpr, x).expr())
-        elif cls is _ListComprehension or cls is _SetComprehension:
-            todo.append(cast("ListComprehension | SetComprehension", x).generator)
-        elif cls is _GeneratorExpr:
-            g = cast(GeneratorExpr, x)
-            todo.append(g.left_expr)
-            todo.extend(g.sequences)
-            for conds in g.condlists:
-                todo.extend(conds)
-        elif cls is _DictionaryComprehension:
-            d = cast(DictionaryComprehension, x)
-            if d.key is not None:
-                todo.append(d.key)
-            todo.append(d.value)
-            todo.extend(d.sequences)
-            for conds in d.condlists:
-                todo.extend(conds)
-    return out
 
 
 def _names_in(e: Expression) -> list[str]:
@@ -1520,25 +1088,24 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     gradient-free names, which are then the names the checker sees (``h'``).  Renaming only
     them saves the renamer's walk over the others (most functions define each name once).
     A walk that fails renames every definition, as a file never walked would be."""
-    classes = _file_classes(file)
-    w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file), classes=classes)
+    w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file))
     w.module_level = not file.is_stub
     rebinding: list[Statement] = []
     looping: list[Statement] = []  # of those, the ones where a loop variable is bound twice
-    spans: list[tuple[int, int]] = []  # each one's slice of w.functions
+    spans: list[tuple[int, int]] = []  # each one's slice of w.detached
     try:
         for d in file.defs:
             if type(d) in _DEFINITIONS:
                 w.rebinds = False
                 w.rebound.clear()
                 w.loop_targets.clear()
-                first = len(w.functions)
+                first = len(w.detached)
                 w.stmt(d)
                 if w.rebinds:
                     rebinding.append(d)
                     if not w.rebound.isdisjoint(w.loop_targets):
                         looping.append(d)
-                    spans.append((first, len(w.functions)))
+                    spans.append((first, len(w.detached)))
             else:
                 w.statement_in(file.defs, d)
     except Exception:
@@ -1570,22 +1137,19 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             else:
                 stmts.insert(i, trigger)
             conditions[id(call)] = (call, tuple(operands), case)
-    functions = w.functions
+    detached = w.detached
     if rebinding:
         _rename_quietly(file, options, rebinding, looping)
-        # walked again with the names the checker sees; their class-body writes are the
-        # first walk's again (the same values: harmless twice)
-        again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions, classes=classes)
-        again.module_scope = w.module_scope
+        again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions)
         again.block(rebinding)
-        kept: list[_Scope] = []
+        kept: list[tuple[int, int, str]] = []
         start = 0
         for first, end in spans:
-            kept.extend(functions[start:first])
+            kept.extend(detached[start:first])
             start = end
-        kept.extend(functions[start:])
-        functions = kept + again.functions
-    regions = w.regions(w.resolve(functions))
+        kept.extend(detached[start:])
+        detached = kept + again.detached
+    regions = w.regions(detached)
     regions.conditions = conditions
     return regions
 
@@ -1747,16 +1311,9 @@ def grad_regions(file: MypyFile) -> GradRegions:
 
 
 def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
-    w = _Walker(rewrite=rewrite, no_grad_functions=no_grad_functions(file),
-                classes=_file_classes(file))
+    w = _Walker(rewrite=rewrite, no_grad_functions=no_grad_functions(file))
     w.block(file.defs)
-    return w.regions(w.resolve())
-
-
-def _file_classes(file: MypyFile) -> _FileClasses | None:
-    """The file's classes, None when it defines none (no attribute is followed then)."""
-    classes = _FileClasses(file)
-    return classes if classes.family else None
+    return w.regions(w.detached)
 
 
 def _regions_or_none(tree: MypyFile) -> GradRegions:
@@ -1839,14 +1396,8 @@ class RegionIndex:
         regions = self.regions(tree)
         if regions is None:
             return False
-        by_name = regions.detached_by_name
-        if by_name is None:
-            by_name = {}
-            for a, b, n in regions.detached_names:
-                by_name.setdefault(n, []).append((a, b))
-            regions.detached_by_name = by_name
-        for a, b in by_name.get(name, ()):
-            if a <= line <= b:
+        for a, b, n in regions.detached_names:
+            if a <= line <= b and n == name:
                 return True
         return False
 
