@@ -800,9 +800,14 @@ class BoundaryChecker:
             if self._forward_result:
                 return [(e, expr) for e in duality.check_forward_result(
                     have, want, x_text=text, where=where(text), made_by=made_by(expr))]
-            return [(e, expr) for e in coll.check_argument(
-                have, want, x_text=text, where=where(text), made_by=made_by(expr),
-                rank_max=rank_max(expr, self._func, self._type_of))]
+            by = made_by(expr)
+            errors = coll.check_argument(have, want, x_text=text, where=where(text), made_by=by)
+            if errors:  # the fix of a value computed from this rank's max (read for an error)
+                m = rank_max(expr, self._func, self._type_of)
+                if m is not None:
+                    errors = coll.check_argument(have, want, x_text=text, where=where(text),
+                                                 made_by=by, rank_max=m)
+            return [(e, expr) for e in errors]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):
                 displayed = isinstance(expr, TupleExpr) and len(expr.items) == len(a.items)

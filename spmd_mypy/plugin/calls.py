@@ -2221,11 +2221,18 @@ class CallTyper:
                                  else f"argument {i + 1} ({shown}) of {callee}")
                         # at the argument, as mypy's own [arg-type] (its line in a call
                         # written over several lines)
-                        errors = coll.check_argument_any(
-                            have, wanted, x_text=x_text, where=where,
-                            made_by=made_by(expr) if index is None and kind == ARG_POS else None,
-                            rank_max=rank_max(expr, global_calls.current_function(ctx.api),
-                                              self.type_of_expr(ctx)) if index is None else None)
+                        by = made_by(expr) if index is None and kind == ARG_POS else None
+                        errors = coll.check_argument_any(have, wanted, x_text=x_text,
+                                                         where=where, made_by=by)
+                        if errors and index is None:
+                            # the fix of a value computed from this rank's max (read only
+                            # for an error: the walk over the function's assignments)
+                            m = rank_max(expr, global_calls.current_function(ctx.api),
+                                         self.type_of_expr(ctx))
+                            if m is not None:
+                                errors = coll.check_argument_any(
+                                    have, wanted, x_text=x_text, where=where, made_by=by,
+                                    rank_max=m)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
