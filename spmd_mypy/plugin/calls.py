@@ -863,104 +863,64 @@ class CallTyper:
         first_step = FUSED_FIRST_STEP.get(name)
 
         def hook(ctx: FunctionContext) -> Type:
-            found_positions = self._foreach_positions(ctx)
-            if found_positions is None:
+            positions = self._foreach_positions(ctx)
+            if positions is None:
                 return ctx.default_return_type
-            groups, by_position = found_positions
             # SGD's first fused step (is_first_step=True): the states are overwritten unread
             fresh = first_step is not None and any(
                 f == first_step and len(es) == 1 and isinstance(es[0], NameExpr)
                 and es[0].fullname == "builtins.True"
                 for f, es in zip(ctx.callee_arg_names, ctx.args))
             errors: list[SpmdError] = []
-            results: list[list[SpmdType]] = []
-            for combos, uncertain in groups:
-                group_errors: list[list[SpmdError]] = []
-                group_results: list[SpmdType] = []
-                for arg_types, args in combos:
-                    found = self._foreach_position(ctx, each, spec, inplace, writes, fresh,
-                                                   arg_types, args)
-                    if found is None:
-                        group_errors.append([])
-                        continue
-                    group_errors.append(found[0])
-                    group_results.append(found[1])
-                if uncertain and group_errors:
-                    # which of these pairings the lists make is not known (their items have
-                    # different types): an error only of a code every pairing reports, as
-                    # the first pairing reports it
-                    shared = set.intersection(*({e.code for e in found} for found in group_errors))
-                    group_errors = [[e for e in group_errors[0] if e.code in shared]]
-                for found_errors in group_errors:
-                    errors.extend(e for e in found_errors if e not in errors)
-                results.append(group_results)
+            results: list[SpmdType] = []
+            for arg_types, args in positions:
+                if fresh:
+                    pctx = ctx._replace(
+                        arg_types=[[] if j in writes else t for j, t in enumerate(arg_types)],
+                        args=[[] if j in writes else e for j, e in enumerate(args)])
+                else:
+                    pctx = ctx._replace(arg_types=arg_types, args=args)
+                ops, _, any_typed = self.operands(pctx, None, None, each)
+                if not any_typed:
+                    continue
+                if global_calls.any_global(ops):  # a partition spec: the global rule
+                    result = global_calls.propagate(self, pctx, each, ops)
+                else:
+                    result = propagate(spec, ops, strict=self.strict(ctx))
+                found = list(result.errors)
+                if inplace and found:
+                    found = self._reduced_gradient_hint(pctx, found, ops)
+                if inplace and ops and ops[0].type:
+                    err = self._inplace_error(ctx, each, ops[0], result.type, ops)
+                    if err is not None:
+                        found.append(err)
+                for j in writes:  # a fused optimizer's states, written as the parameter is
+                    if j < len(arg_types) and arg_types[j] and args[j]:
+                        state = self.types.from_type(get_proper_type(arg_types[j][0]))
+                        if state:
+                            err = self._inplace_error(
+                                ctx, each, Operand(state, expr_text(args[j][0])), result.type, ops)
+                            if err is not None:
+                                found.append(err)
+                errors.extend(e for e in found if e not in errors)
+                results.append(result.type)
             self.report(ctx, errors)
-            if inplace or not any(results) or errors:
+            if inplace or not results or errors:
                 return ctx.default_return_type
-            insts_at: list[Type] = []
-            for group_results in results:
-                insts = [self.types.to_instance(t) for t in group_results]
-                if not insts or any(i is None for i in insts):
-                    return ctx.default_return_type
-                insts_at.append(make_simplified_union(insts))  # type: ignore[arg-type]
-            union = make_simplified_union(insts_at)
-            tuple_of = ctx.api.named_generic_type("builtins.tuple", [union])  # type: ignore[attr-defined]
-            if by_position:  # the lists' items known one by one: one type per position
-                return TupleType(insts_at, tuple_of)
-            return tuple_of
+            insts = [self.types.to_instance(t) for t in results]
+            if any(i is None for i in insts):
+                return ctx.default_return_type
+            item = make_simplified_union(insts)  # type: ignore[arg-type]
+            return ctx.api.named_generic_type("builtins.tuple", [item])  # type: ignore[attr-defined]
 
         return hook
 
-    def _foreach_position(self, ctx: FunctionContext, each: str, spec: Any, inplace: bool,
-                          writes: Any, fresh: bool, arg_types: list[list[Type]],
-                          args: list[list[Expression]]) -> tuple[list[SpmdError], SpmdType] | None:
-        """The op at one list position (one pairing of the lists' items): its errors and
-        result type, None when nothing there is typed."""
-        if fresh:
-            pctx = ctx._replace(
-                arg_types=[[] if j in writes else t for j, t in enumerate(arg_types)],
-                args=[[] if j in writes else e for j, e in enumerate(args)])
-        else:
-            pctx = ctx._replace(arg_types=arg_types, args=args)
-        ops, _, any_typed = self.operands(pctx, None, None, each)
-        if not any_typed:
-            return None
-        if global_calls.any_global(ops):  # a partition spec: the global rule
-            result = global_calls.propagate(self, pctx, each, ops)
-        else:
-            result = propagate(spec, ops, strict=self.strict(ctx))
-        found = list(result.errors)
-        if inplace and found:
-            found = self._reduced_gradient_hint(pctx, found, ops)
-        if inplace and ops and ops[0].type:
-            err = self._inplace_error(ctx, each, ops[0], result.type, ops)
-            if err is not None:
-                found.append(err)
-        for j in writes:  # a fused optimizer's states, written as the parameter is
-            if j < len(arg_types) and arg_types[j] and args[j]:
-                state = self.types.from_type(get_proper_type(arg_types[j][0]))
-                if state:
-                    err = self._inplace_error(
-                        ctx, each, Operand(state, expr_text(args[j][0])), result.type, ops)
-                    if err is not None:
-                        found.append(err)
-        return found, result.type
-
-    def _foreach_positions(self, ctx: FunctionContext
-                           ) -> tuple[list[tuple[list[tuple[list[list[Type]], list[list[Expression]]]], bool]], bool] | None:
+    def _foreach_positions(self, ctx: FunctionContext) -> list[tuple[list[list[Type]], list[list[Expression]]]] | None:
         """The arguments of a ``_foreach`` call at each list position, or None (no list of
-        tensors): a list display's items by position (also a local list that holds a display
-        and is never changed: :func:`global_calls.fixed_list`); a list variable's item type
-        (each of its kinds, for a join such as ``list[Tensor[R_P]]``) at every position.
-
-        Returned as groups, one per position when some list's items are known one by one
-        (then True beside the groups), else one: each group the pairings of the lists' items
-        it may hold, and whether those are uncertain (a list of several kinds beside a display
-        or another such list: which of its kinds meets which item is not known)."""
+        tensors): a list display's items by position; a list variable's item type (each of
+        its kinds, for a join such as ``list[Tensor[R_P]]``) at every position."""
         lists: dict[tuple[int, int], list[tuple[Type, Expression]]] = {}
-        by_position: set[tuple[int, int]] = set()  # the lists known item by item
         length = None
-        func = global_calls.current_function(ctx.api)
         for i, (types, exprs) in enumerate(zip(ctx.arg_types, ctx.args)):
             for j, (t, e) in enumerate(zip(types, exprs)):
                 p = get_proper_type(t)
@@ -970,20 +930,12 @@ class CallTyper:
                 items = self._container_items(t, e, ctx)
                 if not items or any(self.types.from_type(it) is None for it, _ in items if it is not None):
                     continue  # a list of numbers (scalars=), or nothing typed
-                shown = self._fixed_items(func, e, items, ctx)
-                if shown is not None:  # a never-changed list of several kinds: by position
-                    if length is not None and length != len(shown):
-                        return None
-                    length = len(shown)
-                    lists[(i, j)] = shown
-                    by_position.add((i, j))
-                elif (isinstance(e, (ListExpr, TupleExpr)) and not any(isinstance(it, StarExpr) for it in e.items)
+                if (isinstance(e, (ListExpr, TupleExpr)) and not any(isinstance(it, StarExpr) for it in e.items)
                         or isinstance(p, TupleType)):
                     if length is not None and length != len(items):
                         return None  # torch rejects lists of different lengths
                     length = len(items)
                     lists[(i, j)] = [(it, ie) for it, ie in items if it is not None]
-                    by_position.add((i, j))
                 else:  # a list variable: each kind it may hold, at every position
                     at_k = item_name(e)
                     lists[(i, j)] = [(it, at_k) for it, _ in items if it is not None]
@@ -991,51 +943,24 @@ class CallTyper:
             return None
         combos: list[dict[tuple[int, int], tuple[Type, Expression]]] = [{}]
         if length is not None:  # displays: position k of each display, with the variables' kinds
-            fixed = {key: v for key, v in lists.items() if key in by_position}
+            fixed = {key: v for key, v in lists.items() if len(v) == length}
             combos = [{key: v[k] for key, v in fixed.items()} for k in range(length)]
             free = {key: v for key, v in lists.items() if key not in fixed}
         else:
             free = lists
-        mixed = sum(1 for v in free.values() if len(v) > 1)
-        uncertain = mixed > 1 or (mixed == 1 and length is not None)
-        groups: list[list[dict[tuple[int, int], tuple[Type, Expression]]]] = [[c] for c in combos]
-        count = len(groups)
         for key, options in free.items():
-            groups = [[{**c, key: o} for c in group for o in options] for group in groups]
-            count *= len(options)
-            if count > 64:
+            combos = [{**c, key: o} for c in combos for o in options]
+            if len(combos) > 64:
                 return None
-        out = []
-        for group in groups:
-            positions = []
-            for combo in group:
-                arg_types = [list(g) for g in ctx.arg_types]
-                args = [list(g) for g in ctx.args]
-                for (i, j), (t, e) in combo.items():
-                    arg_types[i][j] = t
-                    args[i][j] = e
-                positions.append((arg_types, args))
-            out.append((positions, uncertain))
-        return out, length is not None
-
-    def _fixed_items(self, func: FuncDef | None, e: Expression, items: list[tuple[Type | None, Expression]],
-                     ctx: FunctionContext) -> list[tuple[Type, Expression]] | None:
-        """A list variable of several kinds that holds a display and is never changed
-        (:func:`global_calls.fixed_list`): the display's items' types by position, named as
-        the list's items (``bufs[k]``); None otherwise."""
-        if func is None or not isinstance(e, NameExpr) or e.kind != LDEF or len(items) < 2:
-            return None
-        display = global_calls.fixed_list(func, e.name)
-        if display is None:
-            return None
-        at_k = item_name(e)
-        shown: list[tuple[Type, Expression]] = []
-        for item in display.items:
-            t = lookup_type(ctx.api, item)
-            if t is None or self.types.from_type(t) is None:
-                return None
-            shown.append((t, at_k))
-        return shown
+        positions = []
+        for combo in combos:
+            arg_types = [list(g) for g in ctx.arg_types]
+            args = [list(g) for g in ctx.args]
+            for (i, j), (t, e) in combo.items():
+                arg_types[i][j] = t
+                args[i][j] = e
+            positions.append((arg_types, args))
+        return positions
 
     def bound_builtin_hook(self, op: str) -> Callable[[FunctionContext], Type]:
         """A torch.linalg / special / fft builtin given its docstring's signature

@@ -26,7 +26,6 @@ from mypy.nodes import (
     Expression,
     ForStmt,
     FuncDef,
-    GeneratorExpr,
     Import,
     ImportFrom,
     IndexExpr,
@@ -307,10 +306,6 @@ class SizeNames:
         # name -> the loop of the function's own body that binds it with other names
         # (``for p, g in ...``: promotion.Correlated splits those names together)
         self.joint_loops: dict[str, ForStmt] = {}
-        # name -> the list display of its assignment in the function's own body
-        # (``bufs = [a, b]``, ``ps, gs = [a, b], [ga, gb]``): :func:`fixed_list` reads it
-        self.displays: dict[str, ListExpr] = {}
-        self.display_targets: list[NameExpr] = []  # the names so assigned, where assigned
 
 
 def current_function(api: object) -> FuncDef | None:
@@ -354,90 +349,6 @@ def size_names(func: FuncDef) -> SizeNames:
 
 
 _RAW_TARGETS: dict[int, tuple[FuncDef, Block, frozenset[str]]] = {}
-
-
-_FIXED_LISTS: dict[int, tuple[FuncDef, Block, dict[str, ListExpr]]] = {}
-# calls that read a list and keep it as it is (its length, its items in their order)
-_LIST_READERS = frozenset(("builtins.zip", "builtins.enumerate", "builtins.len", "spmd.reveal"))
-
-
-def fixed_list(func: FuncDef, name: str) -> ListExpr | None:
-    """The display a local list holds, where the list is never changed: the local is bound
-    once, to a display without ``*`` (``bufs = [self.buf_n, self.buf_w]``), and every other
-    mention of it is read-only (a ``for`` loop's or comprehension's iterable, an argument of
-    ``zip``, ``enumerate``, ``len``, ``spmd.reveal`` or a ``torch._foreach_*`` /
-    ``torch._fused_*`` op, which write the items but not the list).  Such a list's item ``k``
-    has the type of the display's item ``k``, where mypy gives its items one type (the join);
-    any other use (``bufs.append(x)``, ``bufs[0] = x``, passing it to a function) leaves None."""
-    cached = _FIXED_LISTS.get(id(func))
-    if cached is None or cached[0] is not func or cached[1] is not func.body:
-        try:
-            found = _fixed_lists(func)
-        except Exception:  # noqa: BLE001 - never crash mypy: nothing known
-            found = {}
-        if len(_FIXED_LISTS) > 10_000:
-            _FIXED_LISTS.clear()
-        _FIXED_LISTS[id(func)] = (func, func.body, found)
-        return found.get(name)
-    return cached[2].get(name)
-
-
-def _fixed_lists(func: FuncDef) -> dict[str, ListExpr]:
-    facts = size_names(func)
-    candidates = {n: d for n, d in facts.displays.items() if facts.bindings.get(n) == 1
-                  and not any(isinstance(i, StarExpr) for i in d.items)}
-    if not candidates:
-        return {}
-    allowed: set[int] = {id(t) for t in facts.display_targets}
-    stores: set[int] = set()  # ``xs[0] = v``, ``xs[0] += v``, ``del xs[0]``: the subscripts
-    _loop_iterables(func.body.body, allowed, stores)
-    subs = get_subexpressions(func.body)
-    for sub in subs:
-        if isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr):
-            callee = sub.callee.fullname or ""
-            last = callee.rsplit(".", 1)[-1]
-            if (callee in _LIST_READERS or callee.startswith("torch.")
-                    and last.startswith(("_foreach_", "_fused_"))):
-                allowed.update(id(a) for a, k in zip(sub.args, sub.arg_kinds) if k == ARG_POS)
-        elif isinstance(sub, GeneratorExpr):
-            allowed.update(id(s) for s in sub.sequences)
-        elif isinstance(sub, IndexExpr) and id(sub) not in stores:
-            allowed.add(id(sub.base))  # an item read (its own type: the join)
-    for sub in subs:
-        if isinstance(sub, NameExpr) and sub.name in candidates and id(sub) not in allowed:
-            del candidates[sub.name]
-    return candidates
-
-
-def _loop_iterables(stmts: Sequence[Statement], out: set[int], stores: set[int]) -> None:
-    """The iterables of the ``for`` loops in ``stmts`` into ``out``; the subscripts written
-    (assignment and ``del`` targets) into ``stores``."""
-    for st in stmts:
-        if isinstance(st, ForStmt):
-            out.add(id(st.expr))
-            _stored_subscripts(st.index, stores)
-        elif isinstance(st, AssignmentStmt):
-            for lv in st.lvalues:
-                _stored_subscripts(lv, stores)
-        elif isinstance(st, OperatorAssignmentStmt):
-            _stored_subscripts(st.lvalue, stores)
-        elif isinstance(st, DelStmt):
-            _stored_subscripts(st.expr, stores)
-        elif isinstance(st, WithStmt):
-            for t in st.target:
-                _stored_subscripts(t, stores)
-        for block in statement_blocks(st):
-            _loop_iterables(block, out, stores)
-
-
-def _stored_subscripts(target: Expression | None, stores: set[int]) -> None:
-    if isinstance(target, IndexExpr):
-        stores.add(id(target))
-    elif isinstance(target, (TupleExpr, ListExpr)):
-        for item in target.items:
-            _stored_subscripts(item, stores)
-    elif isinstance(target, StarExpr):
-        _stored_subscripts(target.expr, stores)
 
 
 def raw_collective_targets(func: FuncDef) -> frozenset[str]:
@@ -573,8 +484,6 @@ class _SizeWalk:
                         self.walrus(c, depth + 1)
 
     def record(self, target: Expression, value: Expression, line: int) -> None:
-        if not self.depth:
-            self.displays_of(target, value)
         sized = _one_dim_size(value)
         if isinstance(target, NameExpr):
             if not self.depth:
@@ -597,18 +506,6 @@ class _SizeWalk:
                 self.facts.sizes[it.name] = (tensor, start + k, line)
             elif start == 0 and k > stars[0]:
                 self.facts.sizes[it.name] = (tensor, k - len(items), line)
-
-
-    def displays_of(self, target: Expression, value: Expression) -> None:
-        """``name = [a, b]``, or such names assigned in parallel (``ps, gs = [a], [g]``)."""
-        if isinstance(target, NameExpr) and isinstance(value, ListExpr):
-            self.facts.displays[target.name] = value
-            self.facts.display_targets.append(target)
-        elif (isinstance(target, (TupleExpr, ListExpr)) and isinstance(value, (TupleExpr, ListExpr))
-                and len(target.items) == len(value.items)
-                and not any(isinstance(i, StarExpr) for i in target.items + value.items)):
-            for t, v in zip(target.items, value.items):
-                self.displays_of(t, v)
 
 
 # The attributes of mypy's expression nodes that hold sub-expressions (for the walrus walk);

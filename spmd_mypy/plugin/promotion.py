@@ -38,14 +38,12 @@ from mypy.nodes import (
     ImportAll,
     ImportFrom,
     IndexExpr,
-    ListExpr,
     MemberExpr,
     MypyFile,
     NameExpr,
     OpExpr,
     OperatorAssignmentStmt,
     RefExpr,
-    StarExpr,
     Statement,
     TempNode,
     TupleExpr,
@@ -75,9 +73,8 @@ from mypy.util import correct_relative_import
 from .guard import RESULT, recover
 from ..engine.collectives import OPS as COLLECTIVE_OPS
 from ..engine.types import UNTYPED, SpmdType
-from .global_calls import current_function, fixed_list, size_names
+from .global_calls import current_function, size_names
 from .memo import TreeMemo
-from .messages import fold_into_earlier
 from .mypy_types import TENSOR, TypeBuilder, lookup_type
 from .statements import statement_blocks
 
@@ -104,9 +101,6 @@ class Promotion:
         self._imports: TreeMemo[bool] = TreeMemo(uses_spmd)
         self.typed_imports = TypedImports(modules)
         self.correlated: Correlated | None = None  # set by the plugin (it needs the hooks)
-        # the last union_cases: its cases pair items of lists whose pairing is not known
-        # (Correlated.uncertain); Synced then keeps only the errors every case has
-        self.uncertain_cases = False
         # the functions of the module being checked that narrow a tensor (isinstance, hasattr,
         # type(x) is C): the promotion stays off in their bodies (see narrowing_in)
         self._narrowing_functions: dict[FuncDef, bool] = {}
@@ -226,7 +220,6 @@ class Promotion:
         Operands derived from one name split together (:class:`Correlated`): in
         ``for p in (a, b): p.add_(p.grad)`` the receiver and ``p.grad`` are ``a`` and
         ``a.grad``, or ``b`` and ``b.grad``, never ``a`` with ``b.grad``."""
-        self.uncertain_cases = False
         if not self.wanted:
             return None  # a module without SPMD types: nothing is typed
         arg_types: list[list[Type]] = getattr(ctx, "arg_types", None) or []
@@ -250,11 +243,8 @@ class Promotion:
         if not split:
             return None
         joint: dict[tuple[int, int], list[dict[tuple[int, int], Type]]] = {}
-        uncertain = False
         if len(slots) > 1 and self.correlated is not None:
-            self.correlated.uncertain = False
             joint = self.correlated.groups(ctx, slots, split)
-            uncertain = self.correlated.uncertain
         choices: list[list[dict[tuple[int, int], Type]]] = []
         for key, items in split.items():
             if key in joint:  # the first slot of a group of operands derived from one name
@@ -276,7 +266,6 @@ class Promotion:
                 else:
                     new[i][j] = m
             cases.append(ctx._replace(**fields))
-        self.uncertain_cases = uncertain and len(cases) > 1
         return cases
 
     def _has_alternatives(self, receiver: Type | None, arg_types: list[list[Type]]) -> bool:
@@ -354,18 +343,12 @@ class Correlated:
     iteration's items (never ``a`` with ``gb``); a value holding no tensor read off one of
     them (``mp.to(p.dtype)``, ``g.view(p.shape)``) is one value whatever the iteration.
     spmd's collectives are followed as torch's ops are (``g = spmd.all_reduce(p.grad, "dp",
-    src=P, dst=R)`` then ``p.add_(g)``).  Lists by position where their items are known:
-    a display, a local list that holds one and is never changed.  Not followed: subscripts,
-    other lists (their items have one type, a join): where two operands are items of such
-    lists paired (two names of one ``zip`` loop, two subscripts) the pairing is not known,
-    and :attr:`uncertain` says so (only the errors every pairing has are reported)."""
+    src=P, dst=R)`` then ``p.add_(g)``).  Not followed: subscripts, lists (their items have
+    one type)."""
 
     def __init__(self, types: TypeBuilder, hooks: Any) -> None:
         self.types = types
         self.hooks = hooks  # the plugin's HookDispatch: the hooks of attributes and methods
-        # set by groups: two of the operands split are items of lists of several types whose
-        # pairing is not known (two names of one ``zip`` loop over lists, two subscripts)
-        self.uncertain = False
 
     def groups(self, ctx: Any, slots: list[tuple[int, int, Type]],
                split: dict[Slot, list[Type]]) -> dict[Slot, list[dict[Slot, Type]]]:
@@ -399,7 +382,6 @@ class Correlated:
             if found is not None:
                 by_root.setdefault(found[0], []).append((key, found[1], found[2], t))
         out: dict[Slot, list[dict[Slot, Type]]] = {}
-        uncertain = False  # set last: the hooks run in between ask groups themselves
         for root, members in by_root.items():
             keys = [m[0] for m in members if m[0] in split]
             if len(members) < 2 or not keys:
@@ -407,35 +389,7 @@ class Correlated:
             options = self._joint(ctx, root, members, split)
             if options is not None:
                 out[keys[0]] = options
-            elif isinstance(root, ForStmt) and _zips(root.expr) and len(
-                    {m[1].name for m in members if isinstance(m[1], NameExpr)
-                     and (m[0] in split or m[0] == (-1, -1) and self._split_by_mypy(ctx, m[1]))}) > 1:
-                # ``for p, g in zip(ps, gs)`` over lists (one item type each, a join): which
-                # item of ``gs`` meets which of ``ps`` is not known
-                uncertain = True
-        if not uncertain:
-            # ``ps[i].add_(gs[i])``: items read by subscript from lists of several types
-            subscripts = 0
-            for i, j, _ in slots:
-                if (i, j) in split:
-                    e = receiver if i < 0 else (ctx.args[i][j] if i < len(ctx.args) and j < len(ctx.args[i]) else None)
-                    if isinstance(e, IndexExpr) and self._is_item(ctx, e):
-                        subscripts += 1
-            uncertain = subscripts > 1
-        self.uncertain = uncertain
         return out
-
-    def _is_item(self, ctx: Any, e: IndexExpr) -> bool:
-        """Whether ``e`` reads an item of a list or tuple (not a tensor's elements)."""
-        p = get_proper_type(lookup_type(ctx.api, e.base))
-        return isinstance(p, TupleType) or (isinstance(p, Instance) and self.types.from_type(p) is None
-                                            and p.type.has_base("typing.Sequence"))
-
-    def _split_by_mypy(self, ctx: Any, name: NameExpr) -> bool:
-        """Whether mypy split the receiver named ``name`` itself (a method call on a union:
-        the hook sees one member): its own type is a union or a join of typed tensors."""
-        t = lookup_type(ctx.api, name)
-        return t is not None and self.types.alternatives(t) is not None
 
     def _joint(self, ctx: Any, root: object, members: list[tuple[Slot, Expression, Derived, Type]],
                split: dict[Slot, list[Type]]) -> list[dict[Slot, Type]] | None:
@@ -535,9 +489,7 @@ class Correlated:
 
     def _iteration_values(self, ctx: Any, e: Expression) -> list[_Value] | None:
         """What ``for ... in e`` binds in each iteration: ``zip`` of tuples item by item,
-        ``enumerate`` of those with a counter (None: no tensor), a tuple's items, a list
-        display's items, those of a local list that holds a display and is never changed
-        (:func:`fixed_list`: mypy gives a list one item type, the join)."""
+        ``enumerate`` of those with a counter (None: no tensor), a tuple's items."""
         if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr) and e.args:
             callee = e.callee.fullname
             if callee == "builtins.zip":
@@ -556,22 +508,7 @@ class Correlated:
         p = get_proper_type(lookup_type(ctx.api, e))
         if isinstance(p, TupleType) and not any(isinstance(get_proper_type(i), UnpackType) for i in p.items):
             return list(p.items)
-        display: ListExpr | None = None
-        if isinstance(e, ListExpr) and not any(isinstance(i, StarExpr) for i in e.items):
-            display = e  # ``zip([a, b], [ga, gb])``: the display's items
-        elif isinstance(e, NameExpr) and e.kind == LDEF:
-            # a local list that holds a display and is never changed: the display's items
-            func = current_function(ctx.api)
-            display = fixed_list(func, e.name) if func is not None else None
-        if display is None:
-            return None
-        items: list[_Value] = []
-        for item in display.items:
-            t = lookup_type(ctx.api, item)
-            if t is None:
-                return None
-            items.append(t)
-        return items
+        return None
 
     def _plan(self, e: Expression, ctx: Any, roots: list[tuple[object, Expression]],
               depth: int, line: int) -> Derived | None:
@@ -1202,72 +1139,9 @@ class Synced:
                     cases = None
             if cases is None:
                 return self.hook(ctx)
-            if self.promotion.uncertain_cases:
-                return make_simplified_union(_certain_errors(ctx.api, self.hook, cases))
             return make_simplified_union([self.hook(c) for c in cases])
         except Exception as e:  # noqa: BLE001 - never crash mypy (guard.py)
             return recover(ctx, RESULT, e)
-
-
-def _zips(e: Expression) -> bool:
-    """Whether a loop over ``e`` pairs items by position: ``zip(...)``, ``enumerate(zip(...))``."""
-    if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr) and e.args:
-        if e.callee.fullname == "builtins.zip":
-            return True
-        if e.callee.fullname == "builtins.enumerate":
-            return _zips(e.args[0])
-    return False
-
-
-def _certain_errors(api: Any, hook: Callable[[Any], Type], cases: list[Any]) -> list[Type]:
-    """The hook run on each case (:meth:`Promotion.union_cases`) where which case happens is
-    not known (items of lists of several types paired, ``for p, g in zip(ps, gs)``): only
-    the errors whose code every case reports are kept, as the first case reports them.  So an
-    error that holds however the lists' items pair up (a Partial gradient stepped into
-    Replicate parameters on ``dp``) stays, one of a pairing no iteration may make goes.
-    Each case reports into a list of its own in mypy's error store (the hooks report past
-    mypy's error watchers and fold a union's errors into one: :func:`fold_into_earlier`);
-    the kept ones are then reported (folded) in the file's list."""
-    store = getattr(getattr(api, "msg", None), "errors", None)
-    infos: dict[str, list[Any]] | None = getattr(store, "error_info_map", None)
-    file: str | None = getattr(store, "file", None)
-    if infos is None or file is None:
-        return [hook(c) for c in cases]
-    original = infos.get(file)
-    results: list[Type] = []
-    per_case: list[list[Any]] = []
-    try:
-        for c in cases:
-            mine: list[Any] = []
-            infos[file] = mine
-            results.append(hook(c))
-            per_case.append(list(infos.get(file) or []))
-    finally:
-        if original is not None:
-            infos[file] = original
-        elif file in infos:
-            del infos[file]
-    shared: set[object] | None = None
-    for found in per_case:
-        codes = {_code_of(info) for info in found}
-        shared = codes if shared is None else shared & codes
-    if not shared:
-        return results
-    target = original if original is not None else []
-    for info in per_case[0]:  # as the first case reports them
-        code = _code_of(info)
-        if code in shared:
-            if not (isinstance(code, str) and fold_into_earlier(
-                    target, info.line, info.column, code, info.message)):
-                target.append(info)
-    if target and original is None:
-        infos[file] = target
-    return results
-
-
-def _code_of(info: Any) -> object:
-    code = getattr(info, "code", None)
-    return getattr(code, "code", None)
 
 
 def _is_spmd(module: str) -> bool:
