@@ -803,10 +803,10 @@ class BoundaryChecker:
             by = made_by(expr)
             errors = coll.check_argument(have, want, x_text=text, where=where(text), made_by=by)
             if errors:  # the fix of a value computed from this rank's max (read for an error)
-                m = rank_max(expr, self._func, self._type_of)
-                if m is not None:
+                at_max = rank_max(expr, self._func, self._type_of)
+                if at_max is not None:
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
-                                                 made_by=by, rank_max=m)
+                                                 made_by=by, rank_max=at_max)
             return [(e, expr) for e in errors]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):

@@ -2152,12 +2152,12 @@ class CallTyper:
                         if errors and index is None:
                             # the fix of a value computed from this rank's max (read only
                             # for an error: the walk over the function's assignments)
-                            m = rank_max(expr, global_calls.current_function(ctx.api),
-                                         self.type_of_expr(ctx))
-                            if m is not None:
+                            at_max = rank_max(expr, global_calls.current_function(ctx.api),
+                                              self.type_of_expr(ctx))
+                            if at_max is not None:
                                 errors = coll.check_argument_any(
                                     have, wanted, x_text=x_text, where=where, made_by=by,
-                                    rank_max=m)
+                                    rank_max=at_max)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
