@@ -351,24 +351,25 @@ def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = No
     elif cls is _GeneratorExpr:
         g = cast(GeneratorExpr, e)
         _rewrite_call_args(g.left_expr, reads)
-        for seq in g.sequences:
-            _rewrite_call_args(seq, reads)
-        for conds in g.condlists:
-            for c in conds:
-                if reads is not None:
-                    reads.extend(truth_operands(c))
-                _rewrite_call_args(c, reads)
+        _rewrite_clauses(g.sequences, g.condlists, reads)
     elif cls is _DictionaryComprehension:
         d = cast(DictionaryComprehension, e)
         _rewrite_call_args(d.key, reads)
         _rewrite_call_args(d.value, reads)
-        for seq in d.sequences:
-            _rewrite_call_args(seq, reads)
-        for conds in d.condlists:
-            for c in conds:
-                if reads is not None:
-                    reads.extend(truth_operands(c))
-                _rewrite_call_args(c, reads)
+        _rewrite_clauses(d.sequences, d.condlists, reads)
+
+
+def _rewrite_clauses(sequences: list[Expression], condlists: list[list[Expression]],
+                     reads: list[Expression] | None) -> None:
+    """A comprehension's ``for ... in <seq>`` and ``if <cond>`` clauses (a generator's, a
+    dict comprehension's): each walked, each condition's truth operands read."""
+    for seq in sequences:
+        _rewrite_call_args(seq, reads)
+    for conds in condlists:
+        for c in conds:
+            if reads is not None:
+                reads.extend(truth_operands(c))
+            _rewrite_call_args(c, reads)
 
 
 def _mark_strings(e: Expression, nested: bool = False) -> None:
