@@ -39,13 +39,15 @@ from __future__ import annotations
 
 import sys
 import weakref
+import zlib
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
-from spmd_mypy.engine.collectives import (NO_GRAD_TRANSITIONS, TRANSITIONS, Transition,
-                                          check_collective, form, route)
+from spmd_mypy.engine.collectives import (AGREEING_OPS, NO_GRAD_TRANSITIONS, TRANSITIONS,
+                                          RankCall, Transition, check_collective,
+                                          disagreement, form, route)
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import PARTIAL, REPLICATE, UNTYPED, LocalType
 
@@ -621,45 +623,107 @@ def _check_sizes(step: _Step, sizes: Sequence[int], n: int) -> None:
 def _every_rank(g: du.AxisGroup, values: list[int], device: torch.device) -> list[list[int]]:
     """Check mode: every rank's ``values`` (one small all_gather over the axis's group), by
     the rank's index on the axis."""
-    t = torch.tensor(values, dtype=torch.int64, device=device)
     with _checking.suspended():
-        return du.all_gather(t, g).view(g.size, len(values)).tolist()
+        return du.exchange(values, g, device)
 
 
 def _axis_name(g: du.AxisGroup) -> Any:
     return g.axes[0] if len(g.axes) == 1 else g.axes
 
 
-def _check_same_sizes(step: _Step, sizes: tuple[int, ...], device: torch.device) -> None:
-    """Check mode: every rank of the axis passed the same ``sizes=`` (one small all_gather of
-    the lists over the axis's group, once per call).  Each rank checks only its own entry
-    (its length of dim i) and the sum; a list that differs from rank to rank in the others
-    (the list of another step, a list shifted by one) gives wrong shards silently, as the
-    ranks cut and join blocks at different offsets.  Only calls given ``sizes=`` exchange
-    them (an even gather pays nothing, nor a host sync on NCCL): ``sizes=`` on some ranks and
-    none on others is not detected (the collectives then differ in size: gloo aborts or the
-    ranks wait, as without the check mode)."""
-    g = _group(step)
+# Check mode: before a collective that communicates forward (engine AGREEING_OPS, on more
+# than one rank), the ranks of the axis exchange one fixed-length record of the call, the
+# input's dtype and shape, and sizes= (one small all_gather of int64: the same length on
+# every rank, whatever each calls), and each raises the engine's :func:`disagreement` when
+# they differ: the same verdict on every rank, from the same rows, before any rank can wait
+# in (or abort) the real collective.  Layout: op, src, dst, src dim, dst dim, reduce op,
+# dtype, ndim, the first _RECORD_DIMS dims (-1 past ndim), a checksum of the dims past them
+# (0: none), len(sizes) (-1: not given), sizes' first N entries (0 past them).
+_RECORD_OPS = AGREEING_OPS + ("convert",)
+_RECORD_FORMS = ("R", "I", "V", "P", "S")
+_RECORD_REDUCE_OPS = ("sum", "avg", "max", "min")
+_RECORD_DIMS = 8
+_NO_DIM = -(1 << 40)
+_RECORD_DTYPES = tuple(sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)},
+                              key=str))
+_DTYPE_INDEX = {d: k for k, d in enumerate(_RECORD_DTYPES)}
+
+
+def _norm_dim(d: int | None, ndim: int) -> int:
+    if d is None:
+        return _NO_DIM
+    return d % ndim if ndim and -ndim <= d < ndim else d
+
+
+def _agree(g: du.AxisGroup, op: str, src: str, dst: str, src_dim: int | None,
+           dst_dim: int | None, reduce_op: str, x: torch.Tensor,
+           sizes: Sequence[int] | None) -> None:
+    """Check mode: every rank of ``g`` makes this collective on a tensor of one dtype and shape
+    (and sizes=) as the engine's :func:`free_dim` allows, else raise ValueError with the
+    engine's message on every rank."""
     n = g.size
-    every = _every_rank(g, [len(sizes)] + list(sizes[:n]) + [0] * max(0, n - len(sizes)), device)
-    me = every[g.index]
-    other = next((k for k in range(n) if every[k] != me), None)
-    if other is None:
+    shape = tuple(x.shape)
+    ndim = len(shape)
+    given = None if sizes is None else [int(k) for k in sizes]
+    dims = list(shape[:_RECORD_DIMS]) + [-1] * (_RECORD_DIMS - min(ndim, _RECORD_DIMS))
+    rest = zlib.crc32(repr(shape[_RECORD_DIMS:]).encode()) if ndim > _RECORD_DIMS else 0
+    record = [_RECORD_OPS.index(op), _RECORD_FORMS.index(src), _RECORD_FORMS.index(dst),
+              _norm_dim(src_dim, ndim), _norm_dim(dst_dim, ndim),
+              _RECORD_REDUCE_OPS.index(reduce_op), _DTYPE_INDEX.get(x.dtype, -1), ndim,
+              *dims, rest, -1 if given is None else len(given),
+              *(given or [])[:n], *[0] * (n - min(n, len(given or [])))]
+    rows = _every_rank(g, record, x.device)
+    if any(row != rows[0] for row in rows):
+        message = disagreement([_rank_call(row, g) for row in rows], g.ranks,
+                               _axis_name(g), g.index)
+        if message is not None:
+            raise ValueError(message)
+
+
+def _rank_call(row: list[int], g: du.AxisGroup) -> RankCall:
+    """One rank's record, read back for the engine."""
+    op, src, dst = _RECORD_OPS[row[0]], _RECORD_FORMS[row[1]], _RECORD_FORMS[row[2]]
+    src_dim, dst_dim = (None if d == _NO_DIM else d for d in row[3:5])
+    reduce_op = _RECORD_REDUCE_OPS[row[5]]
+    dtype = str(_RECORD_DTYPES[row[6]]).removeprefix("torch.") if row[6] >= 0 else "?"
+    ndim = row[7]
+    shape = tuple(row[8:8 + min(ndim, _RECORD_DIMS)])
+    at = 8 + _RECORD_DIMS
+    more_dims, length = row[at], row[at + 1]
+    n = g.size
+    sizes = None if length < 0 else tuple(row[at + 2:at + 2 + min(length, n)])
+    s = f"S({src_dim})" if src == "S" else src
+    d = f"S({dst_dim})" if dst == "S" else dst
+    shown_op = "" if reduce_op == "sum" else f", op={reduce_op!r}"
+    call = f"{op}(x, {_axis_name(g)!r}, src={s}, dst={d}{shown_op})"
+    return RankCall(call, op, src, dst, src_dim, dtype, shape, more_dims, sizes,
+                    max(0, length - n))
+
+
+def _agree_step(step: _Step, x: torch.Tensor, sizes: Sequence[int] | None,
+                reduce_op: str = "sum") -> None:
+    """:func:`_agree` for a step that communicates forward, and for a convert given sizes=
+    (no comms, but the list must be the same on every rank); nothing for the others, nor on
+    a one-rank axis, nor while torch.compile traces."""
+    g = step.group
+    if (g is None or g.size == 1 or torch.compiler.is_compiling()
+            or (step.op not in AGREEING_OPS and (sizes is None or step.op != "convert"))):
         return
+    _agree(g, step.op, step.src, step.dst, step.src_dim, step.dst_dim, reduce_op, x, sizes)
 
-    def text(row: list[int], k: int) -> str:
-        if k == g.index:
-            return f"sizes={list(sizes)}"
-        shown = row[1:1 + min(row[0], n)]
-        return f"sizes={shown}" + ("" if row[0] <= n else f" and {row[0] - n} more entries")
 
-    raise ValueError(
-        f"{step.describe()}: sizes= differs from rank to rank on axis {_axis_name(g)!r}: this "
-        f"rank (index {g.index} on the axis, global rank {g.ranks[g.index]}) passed "
-        f"{text(me, g.index)}, index {other} (global rank {g.ranks[other]}) passed "
-        f"{text(every[other], other)}; sizes= is the same list on every rank of the axis (entry "
-        f"k the length of dim i on the rank of index k), else the ranks cut and join the "
-        f"blocks at different offsets (wrong shards, no error outside the check mode)")
+def _agree_plan(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> None:
+    """:func:`_agree_step` for a public call's plan (its all_reduce(op="max" | "min") too)."""
+    step = plan.step
+    if step is not None:
+        if not plan.passthrough:
+            _agree_step(step, x, sizes, plan.reduce_op)
+        return
+    g = plan.group
+    if (isinstance(plan.no_grad_op, du.dist.ReduceOp) and g is not None and g.size > 1
+            and not torch.compiler.is_compiling()):
+        _agree(g, "all_reduce", form(plan.src), form(plan.dst), plan.src.dim, plan.dst.dim,
+               plan.reduce_op, x, sizes)
 
 
 def _even(step: _Step, length: int, n: int, dim: int) -> int:
@@ -1072,6 +1136,7 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
     if _checking.ACTIVE:  # a src the input is not: the type error, before any shape error
         _checking.before_collective(plan.op, x, plan.axes, plan.src, plan.dst, plan.expert_mode,
                                     plan.reduce_op)
+        _agree_plan(plan, x, sizes)  # the ranks' dtypes, shapes, sizes=: before any comms
     if plan.reduce_op == "avg" and not (x.is_floating_point() or x.is_complex()):
         # torch would divide in float and fail to write it back (all_reduce) or return float32
         # (reduce_scatter, whose dtype is the input's: SPEC section 7); the same verdict on
@@ -1093,10 +1158,6 @@ def _run(plan: _Plan, x: torch.Tensor, sizes: Sequence[int] | None) -> torch.Ten
         sizes = tuple(int(s) for s in sizes)
         if plan.step is not None and plan.step.group is not None:
             _check_sizes(plan.step, sizes, plan.step.group.size)  # before any communication
-    step = plan.step
-    if (_checking.ACTIVE and plan.uses_sizes and step is not None and step.group is not None
-            and step.group.size > 1 and sizes is not None and not torch.compiler.is_compiling()):
-        _check_same_sizes(step, sizes, x.device)
     if plan.no_grad_op is not None:
         if x.requires_grad and torch.is_grad_enabled():
             errors = check_collective(plan.op, UNTYPED, plan.axes or ("<group>",), plan.src,
@@ -1426,9 +1487,11 @@ def _checked_out_sizes(g: du.AxisGroup, sizes: tuple[int, ...], out_sizes: tuple
 def _all_to_all_uneven(x: torch.Tensor, axis: Any, src: Any, dst: Any,
                        sizes: Sequence[int] | None, out_sizes: Sequence[int] | None) -> torch.Tensor:
     plan = _plan("all_to_all", axis, src, dst, x=x)  # checks src/dst against the table
+    step = plan.step
     if _checking.ACTIVE:  # a src the input is not: the type error, before the sizes' errors
         _checking.before_collective(plan.op, x, plan.axes, plan.src, plan.dst)
-    step = plan.step
+        if step is not None and step.src == "V" and step.dst == "V":  # (else the error below)
+            _agree_step(step, x, sizes)  # dtypes, shapes but dim 0, sizes= given: before comms
     if step is None or step.src != "V" or step.dst != "V":
         raise ValueError(f"all_to_all(src={plan.src}, dst={plan.dst}) takes no sizes=: uneven "
                          f"blocks are for src=V, dst=V (dim 0 split by sizes=, joined by "

@@ -183,6 +183,21 @@ def all_gather(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     return out
 
 
+def exchange(values: Sequence[int], group: AxisGroup, device: torch.device) -> list[list[int]]:
+    """Every rank's ``values`` (the same count on each), by logical index: the check mode's
+    small records (its agreement of the ranks, the lists of ``sizes=``), one all_gather of
+    int64 made here and not through :func:`all_gather`, so that what counts the program's
+    collectives does not count them."""
+    t = torch.tensor(list(values), dtype=torch.int64, device=device)
+    n = group.size
+    if n == 1:
+        return [t.tolist()]
+    out = t.new_empty(n * t.numel())
+    _all_gather_flat(out, t, group=group.pg)
+    rows = out.view(n, t.numel()).tolist()
+    return rows if group.physical is None else [rows[p] for p in group.physical]
+
+
 def _in_logical_block_order(x: torch.Tensor, group: AxisGroup) -> torch.Tensor:
     """``x`` contiguous, its dim-0 blocks reordered so block ``k`` goes to logical rank ``k``."""
     send = send_buffer(x)

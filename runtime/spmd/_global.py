@@ -49,8 +49,8 @@ from spmd_mypy.engine.ops import Operand
 from spmd_mypy.engine.types import SpmdType, format_type
 
 from . import _mesh
-from ._collectives import (SpmdCollectiveError, _Collective, _FuncCollective, _Step,
-                           _transforming)
+from ._collectives import (SpmdCollectiveError, _agree_step, _Collective, _FuncCollective,
+                           _Step, _transforming)
 from ._types import spmd_type_of_annotation
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -123,9 +123,12 @@ def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
             if errors:
                 raise SpmdTypeError(errors[0])
     y = x
-    ctx = _checking.suspended() if _checking.ACTIVE else contextlib.nullcontext()
+    checking = _checking.ACTIVE
+    ctx = _checking.suspended() if checking else contextlib.nullcontext()
     with ctx:
         for step in bound.steps:
+            if checking:  # the ranks' dtypes and shapes agree (each step, its input)
+                _agree_step(step, y, None)
             if _transforming():  # torch.func: its Function, batched by its vmap rule
                 y = _FuncCollective.apply(y, step, None)
             elif y.requires_grad and torch.is_grad_enabled():

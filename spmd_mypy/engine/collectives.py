@@ -1192,3 +1192,190 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
         f"collective is not differentiable (or has a fixed backward) and its result's type is "
         f"unknown; use {replacement}{sync}",
     )
+
+
+# ------------------------------------------------------------------------------------
+# What the ranks of an axis must agree on at a collective (the runtime check mode)
+# ------------------------------------------------------------------------------------
+#
+# A collective exchanges raw buffers: every rank of the axis must make the same call on a
+# tensor of the same dtype and shape, except where the call says how they differ (the
+# shard dim of an uneven all_gather, given by sizes=; dim 0 of an uneven all_to_all).  A
+# mismatch is garbage (fp16 on one rank, bf16 on another), an abort of every gloo rank
+# (element sizes or message sizes that differ) or a wait until the timeout, far from the
+# call.  The check mode exchanges each rank's :class:`RankCall` before the collective and
+# raises :func:`disagreement`'s message on every rank (the same rows, the same verdict).
+
+# The ops that communicate forward (convert and reinterpret never do).
+AGREEING_OPS = COLLECTIVES
+
+
+@dataclass(frozen=True)
+class RankCall:
+    """One rank's side of a collective that communicates, as the check mode exchanges it.
+
+    ``call``: the collective as that rank made it (``all_gather(x, 'tp', src=S(0), dst=R)``);
+    ``op``/``src``/``dst``/``src_dim``: the same, as data; ``dtype``: the input's dtype
+    name; ``shape``: its shape (the first dims of one with many, ``more_dims`` a checksum of
+    the rest, 0 for none); ``sizes``: ``sizes=`` as given (None: not given; its first
+    entries when it has more than the axis has ranks, ``sizes_more`` the count of the rest)."""
+
+    call: str
+    op: str
+    src: Form
+    dst: Form
+    src_dim: int | None
+    dtype: str
+    shape: tuple[int, ...]
+    more_dims: int = 0
+    sizes: tuple[int, ...] | None = None
+    sizes_more: int = 0
+
+    def held(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape) + (", ..." if self.more_dims else "")
+        return f"{self.dtype}[{dims}]"
+
+    def sizes_text(self) -> str:
+        if self.sizes is None:
+            return "no sizes="
+        more = f" and {self.sizes_more} more entries" if self.sizes_more else ""
+        return f"sizes={list(self.sizes)}{more}"
+
+
+def free_dim(op: str, src: Form, dst: Form, src_dim: int | None, uneven: bool) -> int | None:
+    """The one dim of the input whose length may differ from rank to rank at ``op`` (None:
+    every dim agrees): the gathered dim of ``all_gather(S(i), ...)`` given ``sizes=`` (and the
+    padded dim of ``convert(S(i), P)``, whose ``sizes=`` the ranks compare), dim 0
+    of ``all_to_all(V, V)`` given ``sizes=`` (each rank sends its own rows).  A pending sum
+    (all_reduce, reduce_scatter) has its full shape on every rank, and an even gather or
+    all_to_all cuts and joins equal blocks."""
+    if not uneven:
+        return None
+    if (op == "all_gather" or op == "convert") and src == "S":
+        return src_dim  # (convert(S(i), P) pads the uneven shard: no comms, the list agrees)
+    if op == "all_to_all" and src == "V" and dst == "V":
+        return 0
+    return None
+
+
+def _rank_words(ks: Sequence[int], ranks: Sequence[int]) -> str:
+    """``rank 0``, ``ranks 1 and 3``: global ranks, with the index on the axis where it differs."""
+    words = [str(ranks[k]) if ranks[k] == k else f"{ranks[k]} (index {k} on the axis)" for k in ks]
+    if len(words) == 1:
+        return f"rank {words[0]}"
+    return "ranks " + ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _per_value(values: Sequence[object], ranks: Sequence[int], verb: str,
+               shown: Sequence[str] | None = None) -> str:
+    """``rank 0 holds float16[4], rank 1 holds bfloat16[4]``: the ranks grouped by value,
+    in the order of the first rank of each value."""
+    groups: dict[object, list[int]] = {}
+    for k, v in enumerate(values):
+        groups.setdefault(v, []).append(k)
+    texts = shown if shown is not None else [str(v) for v in values]
+    parts = []
+    for ks in groups.values():
+        many = len(ks) > 1
+        parts.append(f"{_rank_words(ks, ranks)} {verb if not many else _plural(verb)} {texts[ks[0]]}")
+    return ", ".join(parts)
+
+
+def _plural(verb: str) -> str:
+    return {"holds": "hold", "calls": "call", "passes": "pass"}[verb]
+
+
+def _most_common(values: Sequence[str]) -> str:
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return max(counts, key=lambda v: (counts[v], -values.index(v)))
+
+
+def disagreement(calls: Sequence[RankCall], ranks: Sequence[int], axis: str,
+                 me: int) -> str | None:
+    """The check mode's message when the ranks of ``axis`` (``calls[k]``: the rank of index
+    ``k``, global rank ``ranks[k]``; this rank is index ``me``) disagree on a collective; None
+    when they agree.  Every rank computes it from the same rows, so every rank raises (the
+    same message but for the sizes= list, which names this rank's and another's).  The first
+    field that differs is named: the call, the dtype, whether ``sizes=`` is given, the shape
+    (outside :func:`free_dim`), the ``sizes=`` list (all_gather, reduce_scatter: one list
+    for every rank; all_to_all's are each rank's own), a shard against its ``sizes=`` entry."""
+    first = calls[0]
+    where = f"{first.call}: the ranks of axis {axis!r}"
+    same = "every rank of the axis must"
+    if any(c.call != first.call for c in calls):
+        return (f"the ranks of axis {axis!r} make different collective calls here: "
+                f"{_per_value([c.call for c in calls], ranks, 'calls')}; {same} make the same "
+                f"call at the same point of the program (a branch on the rank, or on a value "
+                f"that differs by rank, took another path), else the ranks exchange mismatched "
+                f"buffers: garbage, an abort of every gloo rank, or a wait until the timeout")
+    dtypes = [c.dtype for c in calls]
+    if any(d != dtypes[0] for d in dtypes):
+        common = _most_common(dtypes)
+        return (f"{where} disagree on the dtype: "
+                f"{_per_value(dtypes, ranks, 'holds', [c.held() for c in calls])}; {same} pass "
+                f"the same dtype (the collective moves raw elements: mixed dtypes give garbage, "
+                f"and gloo aborts every rank when their element sizes differ); cast to one "
+                f"dtype first on every rank (x.to(torch.{common}))")
+    given = [c.sizes is not None for c in calls]
+    if any(g != given[0] for g in given):
+        return (f"{where} disagree on sizes=: "
+                f"{_per_value(given, ranks, 'passes', ['sizes=' if g else 'none' for g in given])}"
+                f"; {same} pass sizes= or none (the message sizes then differ: gloo aborts every "
+                f"rank, NCCL hangs or corrupts)")
+    free = free_dim(first.op, first.src, first.dst, first.src_dim, given[0])
+    shapes = [(c.shape, c.more_dims) for c in calls]
+    ndims = {len(s) for s, _ in shapes}
+    if free is not None and len(ndims) == 1 and free < len(first.shape):
+        keyed: list[object] = [(s[:free] + s[free + 1:], m) for s, m in shapes]
+    else:
+        keyed = list(shapes)
+        free = None
+    if any(k != keyed[0] for k in keyed):
+        except_dim = (f" except on dim {free}, the uneven dim of sizes=" if free is not None
+                      else "")
+        return (f"{where} disagree on the shape: "
+                f"{_per_value([c.held() for c in calls], ranks, 'holds')}; {same} pass the same "
+                f"shape{except_dim} (the ranks cut and join equal blocks: gloo aborts every rank "
+                f"when the message sizes differ, and equal sizes of different shapes give "
+                f"garbage){_uneven_fix(first, calls)}")
+    if given[0] and first.op != "all_to_all":
+        lists = [(c.sizes, c.sizes_more) for c in calls]
+        other = next((k for k in range(len(calls)) if lists[k] != lists[me]), None)
+        if other is not None:
+            return (f"{first.call}: sizes= differs from rank to rank on axis {axis!r}: this rank "
+                    f"(index {me} on the axis, global rank {ranks[me]}) passed "
+                    f"{calls[me].sizes_text()}, index {other} (global rank {ranks[other]}) passed "
+                    f"{calls[other].sizes_text()}; sizes= is the same list on every rank of the "
+                    f"axis (entry k the length of dim i on the rank of index k), else the ranks "
+                    f"cut and join the blocks at different offsets (wrong shards, no error "
+                    f"outside the check mode)")
+        sizes = first.sizes or ()
+        if free is not None and len(sizes) == len(calls) and not first.sizes_more:
+            for k, c in enumerate(calls):
+                if c.shape[free] != sizes[k]:
+                    return (f"{first.call}: on axis {axis!r}, sizes={list(sizes)} gives the "
+                            f"rank of index {k} {sizes[k]} on dim {free}, but "
+                            f"{_rank_words([k], ranks)} holds {c.held()} ({c.shape[free]} on dim "
+                            f"{free}); entry k of sizes= is the length of dim {free} on the "
+                            f"rank of index k")
+    return None
+
+
+def _uneven_fix(first: RankCall, calls: Sequence[RankCall]) -> str:
+    """The fix of shapes that differ only on the dim an uneven call lets differ."""
+    shapes = [c.shape for c in calls]
+    if first.sizes is not None or len({len(s) for s in shapes}) != 1 or any(
+            c.more_dims != first.more_dims for c in calls):
+        return ""
+    free = free_dim(first.op, first.src, first.dst, first.src_dim, True)
+    if free is None or free >= len(first.shape):
+        return ""
+    if any(s[:free] + s[free + 1:] != first.shape[:free] + first.shape[free + 1:] for s in shapes):
+        return ""
+    if first.op == "all_gather":
+        return (f"; for uneven shards pass sizes={[s[free] for s in shapes]} (each rank's "
+                f"length of dim {free}, the same list on every rank)")
+    return ("; for uneven blocks pass sizes= (the rows of dim 0 this rank sends to each rank "
+            "of the axis; the rows it receives are exchanged, or given as out_sizes=)")

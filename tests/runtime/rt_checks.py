@@ -1324,6 +1324,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "sizes":  # sizes= the same list on every rank, verified in check mode (rt_sizes.py)
         import rt_sizes
         return rt_sizes.suite(world)
+    if name == "agree":  # the ranks agree on each collective's dtype, shape, sizes= (rt_agree.py)
+        import rt_agree
+        return rt_agree.suite(world)
     if name == "raw-fix":  # the spmd-raw-collective fix, run, equals the raw call (rt_raw_fix.py)
         import rt_raw_fix
         return rt_raw_fix.suite(world)

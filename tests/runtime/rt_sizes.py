@@ -120,28 +120,35 @@ def check_convert_shifted(ctx: Ctx, name: str) -> None:
     assert "sizes= differs from rank to rank on axis 'x'" in message, message
 
 
-def check_even_calls_exchange_nothing(ctx: Ctx, name: str) -> None:
-    """Only a call given sizes= exchanges the lists: an even S(0) all_gather / reduce_scatter
-    in the check mode issues its one collective (a regression probe measured the extra small
-    all_gather, a host sync on NCCL, on every even call)."""
+def check_one_record_per_call(ctx: Ctx, name: str) -> None:
+    """The check mode exchanges one small record per collective (the ranks' call, dtype,
+    shape and sizes=: rt_agree.py), sizes= folded into it: a call given sizes= issues no
+    second exchange of the lists (a regression probe measured an extra small all_gather, a
+    host sync on NCCL, on every even call when the lists had their own)."""
     from spmd import _dist_utils as du
     calls: list[str] = []
-    real = du.all_gather
+    real_gather, real_exchange = du.all_gather, du.exchange
 
-    def counting(*a: Any, **k: Any) -> Any:
+    def gather(*a: Any, **k: Any) -> Any:
         calls.append("all_gather")
-        return real(*a, **k)
+        return real_gather(*a, **k)
 
-    x = _row(ctx.rank, 2)
+    def exchange(*a: Any, **k: Any) -> Any:
+        calls.append("exchange")
+        return real_exchange(*a, **k)
+
+    lengths = _lengths(ctx.world)
     with spmd.set_mesh(ctx.mesh("1d")):
         with spmd.typecheck():
-            t = spmd.declare(x, Tensor[S[0, AXIS]])
-            du.all_gather = counting
+            t = spmd.declare(_row(ctx.rank, 2), Tensor[S[0, AXIS]])
+            u = spmd.declare(_row(ctx.rank, lengths[ctx.rank]), Tensor[S[0, AXIS]])
+            du.all_gather, du.exchange = gather, exchange
             try:
                 spmd.all_gather(t, AXIS, src=S(0), dst=R)
+                spmd.all_gather(u, AXIS, src=S(0), dst=R, sizes=lengths)
             finally:
-                du.all_gather = real
-    assert calls == ["all_gather"], calls
+                du.all_gather, du.exchange = real_gather, real_exchange
+    assert calls == ["exchange", "all_gather"] * 2, calls
 
 
 def check_all_to_all_out_sizes_checked(ctx: Ctx, name: str) -> None:
@@ -203,6 +210,6 @@ def check_same_sizes_pass(ctx: Ctx, name: str) -> None:
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "sizes", (
         check_all_gather_shifted, check_redistribute_shifted, check_reduce_scatter_same_sum,
-        check_convert_shifted, check_even_calls_exchange_nothing,
+        check_convert_shifted, check_one_record_per_call,
         check_all_to_all_out_sizes_checked, check_all_to_all_out_sizes_on_some_ranks,
         check_same_sizes_pass))
