@@ -103,7 +103,7 @@ from ..engine import collectives as coll
 from ..engine.collectives import (RAW_OP_PARAMS, declaration_error, raw_collective,
                                   raw_collective_error, raw_reduce_op)
 from ..engine import duality
-from ..engine.annotations import Entry, build, unknown_axis_error
+from ..engine.annotations import Entry, alias_note, build, expand_axes, unknown_axis_error
 from ..engine.contractions import CONTRACTIONS
 from ..engine.errors import SpmdError
 from ..engine.ops import (
@@ -1471,16 +1471,18 @@ class CallTyper:
             )])
             return None
         known = self.plugin.config.mesh_axes
-        bad = [n for n in names if n not in known]
+        aliases = self.plugin.config.aliases
+        expanded = expand_axes(tuple(names), aliases)
+        bad = [n for n in expanded if n not in known]
         if bad:
             self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis",
-                                                 self.plugin.config.axes_setting)])
+                                                 self.plugin.config.axes_setting, tuple(aliases))])
             return None
-        repeated = repeated_axis_message(tuple(names))
+        repeated = repeated_axis_message(expanded)
         if repeated is not None:
-            self.report(ctx, [SpmdError("spmd-axis", repeated)])
+            self.report(ctx, [SpmdError("spmd-axis", repeated + alias_note(names, aliases))])
             return None
-        return tuple(names)
+        return expanded
 
     def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | Literal[False]:
         """R/I/V/P/S(i) from a src/dst expression; None if absent; False if unreadable."""
@@ -1798,7 +1800,8 @@ class CallTyper:
                     "spmd-annotation", f'Tensor[...] takes entries like R["tp"], not {expr_text(item)}')])
                 return None
             entries.append(entry)
-        t, errors = build(entries, self.plugin.config.mesh_axes, self.plugin.config.axes_setting)
+        t, errors = build(entries, self.plugin.config.mesh_axes, self.plugin.config.axes_setting,
+                          self.plugin.config.aliases)
         self.report(ctx, errors)
         return t
 

@@ -199,3 +199,37 @@ def test_a_pyproject_section_hidden_by_mypy_ini_is_named(tmp_path: Path) -> None
     out, _, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), "--no-incremental", "-c",
                          'from spmd import R, Tensor\ndef f(x: Tensor[R["mp"]]) -> None: ...\n'])
     assert "[tool.spmd_mypy] in pyproject.toml is ignored" in out, out
+
+
+def test_flattened_axes_ini_and_toml(tmp_path: Path) -> None:
+    """A flattened mesh dim (mesh["dp_replicate", "dp_shard"]._flatten("dp")) is declared as a
+    name for its component axes, in mesh order whatever order they are written in."""
+    ini = ("[mypy]\n[spmd_mypy]\nmesh_axes = dp_replicate, dp_shard, tp\n"
+           "flattened_axes =\n    dp: dp_shard dp_replicate\n    all = dp_replicate, dp_shard, tp\n")
+    c = load(_write(tmp_path / "mypy.ini", ini))
+    assert c.problems == ()
+    assert c.aliases == {"dp": ("dp_replicate", "dp_shard"),
+                         "all": ("dp_replicate", "dp_shard", "tp")}
+    toml = ('[tool.spmd_mypy]\nmesh_axes = ["dp_replicate", "dp_shard", "tp"]\n'
+            '[tool.spmd_mypy.flattened_axes]\ndp = ["dp_replicate", "dp_shard"]\n')
+    c = load(_write(tmp_path / "pyproject.toml", toml))
+    assert c.problems == () and c.aliases == {"dp": ("dp_replicate", "dp_shard")}
+    assert c.as_cache_key()["flattened_axes"] == {"dp": ["dp_replicate", "dp_shard"]}
+
+
+def test_flattened_axes_problems(tmp_path: Path) -> None:
+    """A flattened name that is a mesh axis, or components that are unknown or repeated: a
+    problem printed when mypy starts, and that entry ignored."""
+    ini = ("[mypy]\n[spmd_mypy]\nmesh_axes = dp_replicate, dp_shard, tp\n"
+           "flattened_axes = dp: dp_replicate dp_shrd; tp: dp_shard; x: tp tp; ok: dp_shard tp\n")
+    c = load(_write(tmp_path / "mypy.ini", ini))
+    assert c.aliases == {"ok": ("dp_shard", "tp")}
+    assert c.problems == (
+        "[spmd_mypy]: flattened_axes 'dp' names the unknown mesh axis 'dp_shrd' (did you mean "
+        "\"dp_shard\"?): it flattens some of the mesh axes (dp_replicate, dp_shard, tp), e.g. "
+        "dp: dp_replicate dp_shard; ignored",
+        "[spmd_mypy]: flattened_axes 'tp' is a mesh axis: a flattened axis needs a name of its "
+        "own (mesh_axes lists dp_replicate, dp_shard, tp)",
+        "[spmd_mypy]: flattened_axes 'x' must name distinct mesh axes: it flattens some of the "
+        "mesh axes (dp_replicate, dp_shard, tp), e.g. x: dp_replicate dp_shard; ignored",
+    )
