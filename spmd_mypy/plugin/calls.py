@@ -1455,7 +1455,8 @@ class CallTyper:
             return None
         if names is None:
             shown = expr_text(expr)
-            quoted = [f'"{a}"' for a in candidates] or ['"tp"']
+            held = self._names_held(ctx, expr)  # DATA = ("dp", "tp") in sight: what it holds
+            quoted = [f'"{a}"' for a in (held or candidates)] or ['"tp"']
             written = quoted[0] if len(quoted) == 1 else "(" + ", ".join(quoted) + ")"
             group = get_proper_type(typ) if typ is not None else None
             why = (f"; {shown} is a ProcessGroup, which names no mesh axis the checker can see "
@@ -1465,9 +1466,10 @@ class CallTyper:
                 "spmd-axis",
                 f"the mesh axis of {what} must be a literal the checker can read: write "
                 f'{what}(..., {written}, ...)'
-                + ("" if candidates else ' or a tuple ("dp", "tp")')
-                + f", or use a Final constant (AXIS: Final = {quoted[0]}), "
-                f"not {shown}{why}",
+                + ("" if candidates or held else ' or a tuple ("dp", "tp")')
+                + (f", or make it a Final constant ({shown}: Final = {written}), "
+                   if held else f", or use a Final constant (AXIS: Final = {quoted[0]}), ")
+                + f"not {shown}{why}",
             )])
             return None
         known = self.plugin.config.mesh_axes
@@ -1483,6 +1485,29 @@ class CallTyper:
             self.report(ctx, [SpmdError("spmd-axis", repeated + alias_note(names, aliases))])
             return None
         return expanded
+
+    def _names_held(self, ctx: AnyCtx, expr: Expression | None) -> list[str] | None:
+        """The axis names a module-level variable that is not Final holds (``DATA = ("dp",
+        "tp")``, assigned once in its module), for the message to write them; else None."""
+        if not isinstance(expr, NameExpr) or not isinstance(expr.node, Var):
+            return None
+        var = expr.node
+        module_name = var.fullname.rsplit(".", 1)[0] if "." in var.fullname else ""
+        modules = getattr(ctx.api, "modules", None)
+        tree = modules.get(module_name) if isinstance(modules, dict) else None
+        if tree is None:
+            return None
+        found: list[str] | None = None
+        for d in tree.defs:
+            if isinstance(d, AssignmentStmt) and any(
+                    isinstance(lv, NameExpr) and lv.name == var.name for lv in d.lvalues):
+                if found is not None:
+                    return None  # assigned twice: no one value
+                items = d.rvalue.items if isinstance(d.rvalue, TupleExpr) else [d.rvalue]
+                if not items or not all(isinstance(i, StrExpr) for i in items):
+                    return None
+                found = [i.value for i in items if isinstance(i, StrExpr)]
+        return found
 
     def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | Literal[False]:
         """R/I/V/P/S(i) from a src/dst expression; None if absent; False if unreadable."""
