@@ -1456,8 +1456,10 @@ class CallTyper:
         if names is None:
             shown = expr_text(expr)
             held = self._names_held(ctx, expr)  # DATA = ("dp", "tp") in sight: what it holds
-            quoted = [f'"{a}"' for a in (held or candidates)] or ['"tp"']
+            quoted = [f'"{a}"' for a in (held[0] if held else candidates)] or ['"tp"']
             written = quoted[0] if len(quoted) == 1 else "(" + ", ".join(quoted) + ")"
+            if held and held[1] and len(quoted) == 1:
+                written = f"({quoted[0]},)"  # AXES = ("tp",): the tuple it holds
             group = get_proper_type(typ) if typ is not None else None
             why = (f"; {shown} is a ProcessGroup, which names no mesh axis the checker can see "
                    f"(at runtime a group of the mesh's axes is accepted)"
@@ -1486,9 +1488,10 @@ class CallTyper:
             return None
         return expanded
 
-    def _names_held(self, ctx: AnyCtx, expr: Expression | None) -> list[str] | None:
+    def _names_held(self, ctx: AnyCtx, expr: Expression | None) -> tuple[list[str], bool] | None:
         """The axis names a module-level variable that is not Final holds (``DATA = ("dp",
-        "tp")``, assigned once in its module), for the message to write them; else None."""
+        "tp")``, assigned once in its module) and whether as a tuple, for the message to write
+        them; else None."""
         if not isinstance(expr, NameExpr) or not isinstance(expr.node, Var):
             return None
         var = expr.node
@@ -1497,7 +1500,7 @@ class CallTyper:
         tree = modules.get(module_name) if isinstance(modules, dict) else None
         if tree is None:
             return None
-        found: list[str] | None = None
+        found: tuple[list[str], bool] | None = None
         for d in tree.defs:
             if isinstance(d, AssignmentStmt) and any(
                     isinstance(lv, NameExpr) and lv.name == var.name for lv in d.lvalues):
@@ -1506,7 +1509,8 @@ class CallTyper:
                 items = d.rvalue.items if isinstance(d.rvalue, TupleExpr) else [d.rvalue]
                 if not items or not all(isinstance(i, StrExpr) for i in items):
                     return None
-                found = [i.value for i in items if isinstance(i, StrExpr)]
+                found = ([i.value for i in items if isinstance(i, StrExpr)],
+                         isinstance(d.rvalue, TupleExpr))
         return found
 
     def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | Literal[False]:

@@ -73,7 +73,7 @@ def test_overrides_are_part_of_the_cache_key(tmp_path: Path) -> None:
 def test_problems_name_the_section_and_the_option(tmp_path: Path) -> None:
     c = load(_write(tmp_path / "mypy.ini", INI.format(extra="strictt = true") + "bogus = 1\n"))
     assert c.problems == (
-        "[spmd_mypy]: unknown option 'strictt' (known: mesh_axes, strict, and per-module overrides)",
+        "[spmd_mypy]: unknown option 'strictt' (known: mesh_axes, strict, flattened_axes, and per-module overrides)",
         "[spmd_mypy-pkg.sub.c]: unknown per-module option 'bogus' (per module: strict)")
     t = load(_write(tmp_path / "pyproject.toml", TOML + '[[tool.spmd_mypy.overrides]]\nmodules = "x"\n'))
     assert t.problems == (
@@ -120,7 +120,7 @@ def test_strict_per_module_and_problems_printed(tmp_path: Path, capsys) -> None:
                      for ln in stdout.splitlines() if ln.endswith("[spmd-untyped]"))
     assert untyped == ["pkg/a.py", "pkg/sub/d.py"], stdout   # pkg.sub.c: its exact override
     assert (f"{tmp_path / 'mypy.ini'}: [spmd_mypy]: unknown option 'strictt' "
-            f"(known: mesh_axes, strict, and per-module overrides)") in capsys.readouterr().err
+            f"(known: mesh_axes, strict, flattened_axes, and per-module overrides)") in capsys.readouterr().err
 
 
 def test_bad_patterns_and_booleans_are_problems(tmp_path: Path) -> None:
