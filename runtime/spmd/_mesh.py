@@ -51,7 +51,7 @@ class _Binding:
     """A mesh made current: its names and the axis -> AxisGroup cache."""
 
     __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "direct", "world",
-                 "_aliases", "_aliases_key", "_parts")
+                 "_aliases", "_aliases_key", "_parts", "named")
 
     def __init__(self, mesh: Any) -> None:
         if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
@@ -83,6 +83,8 @@ class _Binding:
         self._aliases: dict[str, tuple[tuple[str, ...], Any]] = {}
         self._aliases_key: int = -1
         self._parts: dict[str, tuple[str, ...]] = {}
+        # axis -> the names it stands for (axis_names: out_partial_axes at every spmd.linear)
+        self.named: dict[Any, tuple[str, ...]] = {}
 
     def aliases(self) -> dict[str, tuple[tuple[str, ...], Any]]:
         """The flattened dims this mesh can name: name -> (component axes in mesh order, the
@@ -418,8 +420,15 @@ def axis_names(axis: Any) -> tuple[str, ...]:
     if isinstance(axis, dist.ProcessGroup):
         return resolve_axis(axis).axes
     names = (axis,) if isinstance(axis, str) else tuple(axis)
-    if _current is not None:
-        return _current._check_names(names)
+    binding = _current
+    if binding is not None:
+        try:
+            got = binding.named.get(names)
+        except TypeError:  # an unhashable item: not names (the TypeError that says so)
+            return binding._check_names(names)
+        if got is None:  # (a name's meaning never changes: torch refuses to redefine one)
+            got = binding.named[names] = binding._check_names(names)
+        return got
     if not names or not all(isinstance(n, str) for n in names):
         raise TypeError(f"out_partial_axes takes a mesh axis name or a tuple of names, not {axis!r}")
     return names
