@@ -51,7 +51,7 @@ class _Binding:
     """A mesh made current: its names and the axis -> AxisGroup cache."""
 
     __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "direct", "world",
-                 "_aliases", "_aliases_key", "_parts", "named")
+                 "_aliases", "_aliases_key", "_parts", "_all_parts", "named")
 
     def __init__(self, mesh: Any) -> None:
         if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
@@ -83,6 +83,7 @@ class _Binding:
         self._aliases: dict[str, tuple[tuple[str, ...], Any]] = {}
         self._aliases_key: int = -1
         self._parts: dict[str, tuple[str, ...]] = {}
+        self._all_parts: dict[str, tuple[str, ...]] = {}  # every flattened dim of the root
         # axis -> the names it stands for (axis_names: out_partial_axes at every spmd.linear)
         self.named: dict[Any, tuple[str, ...]] = {}
 
@@ -99,22 +100,31 @@ class _Binding:
         if len(mapping) == self._aliases_key:
             return self._aliases
         out: dict[str, tuple[tuple[str, ...], Any]] = {}
+        every: dict[str, tuple[str, ...]] = {}
         for name, flat in list(mapping.items()):
             parts = _components(root, name, flat)
             if parts is None:
                 continue
+            every[name] = parts
             own = self.names == (name,) and flat is self.mesh or (
                 self.names == (name,) and root is not self.mesh and flat == self.mesh)
             if own or (name not in self.names and set(parts) <= set(self.names)):
                 out[name] = (parts, flat)
         self._aliases, self._aliases_key = out, len(mapping)
         self._parts = {n: parts for n, (parts, _) in out.items()}
+        self._all_parts = every
         return out
 
     def alias_parts(self) -> dict[str, tuple[str, ...]]:
         """name -> component axes of :meth:`aliases`."""
         self.aliases()
         return self._parts
+
+    def type_aliases(self) -> dict[str, tuple[str, ...]]:
+        """Every flattened dim of the root mesh -> its components: what "dp" means in a type
+        (under ``mesh["tp"]`` too, where it names no group)."""
+        self.aliases()
+        return self._all_parts
 
     # -- resolution -------------------------------------------------------------------
     def ranks_of(self, names: tuple[str, ...]) -> list[int]:
@@ -402,7 +412,7 @@ def expand_type(t: Any) -> tuple[Any, list[Any]]:
     binding = _current
     if binding is None or not t.axes and t.spec is None:
         return t, []
-    aliases = binding.alias_parts()
+    aliases = binding.type_aliases()
     if not aliases or not any(a in aliases for a, _ in t.axes):
         return t, []
     from spmd_mypy.engine.annotations import build, entries_of

@@ -93,6 +93,9 @@ def check_reduced_over_the_flattened_name_is_R_on_both(ctx: Ctx, name: str) -> N
         r = spmd.declare(r, Tensor[I["tp"], R["dp_replicate", "dp_shard"]])
         r = spmd.declare(r, Tensor[I["tp"], R["dp"]])  # the alias in an annotation
         assert spmd.typeof(r).get("dp") is None, spmd.typeof(r)
+        with spmd.set_mesh(mesh["tp"]):  # a type's "dp" under a slice: the components still
+            r = spmd.declare(r, Tensor[R["dp"]])
+        assert spmd.typeof(r).get("dp") is None, spmd.typeof(r)
         _raises(lambda: spmd.declare(r, Tensor[R["dp"], P["dp_shard"]]), "spmd-annotation",
                 '"dp_shard" appears twice', '"dp" is the flattened "dp_replicate", "dp_shard"')
     assert_close(r, torch.full((3,), 6.0, dtype=F64))
