@@ -115,7 +115,8 @@ from spmd_mypy.engine.global_spmd import propagate as global_propagate
 from . import _dist_utils, _global_check, _torch_ops
 from ._torch_ops import (Kind, Plan, build_plan, carries_no_gradient, extract, move_of,
                          random_draw_of, reduction_of, role_of, spec_of)
-from ._types import local_type_of, spmd_type_of_annotation, unalias
+from ._types import local_type_of, unalias
+from ._types import spmd_type_of_annotation as _declared_type_of
 
 # True while a ``typecheck()`` block is open (the collectives read it before calling
 # on_collective; declare/reveal read it to do nothing outside).
@@ -1539,6 +1540,44 @@ def _exit_eager_stance() -> None:
         _STANCE.pop().__exit__(None, None, None)
 
 
+def spmd_type_of_annotation(annotation: Any) -> SpmdType | None:
+    """The type ``Tensor[...]`` carries, with the current mesh's flattened dims read as their
+    component axes (``R["dp"]`` after ``_flatten("dp")`` is ``R["dp_replicate", "dp_shard"]``,
+    as ``flattened_axes`` makes the static checker read it); a component typed twice is an
+    spmd-annotation error."""
+    t = _declared_type_of(annotation)
+    if t is None:
+        return None
+    from . import _mesh
+
+    if _mesh._current is None:
+        return t
+    t, errors = _mesh.expand_type(t)
+    if errors:
+        raise SpmdTypeError(SpmdError("spmd-annotation", f"{format_type(_declared_type_of(annotation))}: "
+                                      f"{errors[0].message}"))
+    return t
+
+
+def _check_declared_axes(want: SpmdType) -> None:
+    """A declared axis the current mesh (its family: root, flattened dims) does not have is
+    an error, as the static checker's unknown axis: ``R["cp"]`` on a (dp, tp) mesh declares
+    nothing about any group and would be carried silently."""
+    from . import _mesh
+
+    names = _mesh.family_axis_names()
+    if names is None:
+        return
+    for axis, _ in want.axes:
+        if axis not in names:
+            binding = _mesh._current
+            known = binding.names if binding is not None else ()
+            raise SpmdTypeError(SpmdError(
+                "spmd-annotation",
+                f"spmd.declare(x, {format_type(want)}): " + _mesh.unknown_axis_message(
+                    axis, known, _mesh.flattened_names())))
+
+
 def _as_spmd_type(t: Any) -> SpmdType:
     if isinstance(t, SpmdType):
         return t
@@ -1617,6 +1656,7 @@ def declare(x: _T, t: Any) -> _T:
     if not ACTIVE:
         return x
     want = _as_spmd_type(t)
+    _check_declared_axes(want)
     if isinstance(x, torch.Tensor):
         _stamp_declared(x, want, "spmd.declare({x}, " + format_type(want, _axis_order()) + ")")
     return x

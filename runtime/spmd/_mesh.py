@@ -18,6 +18,12 @@ A collective's ``axis`` is resolved here, once per (mesh, axis) and cached:
   so every rank must reach that first use (SPMD code does);
 - a ``torch.distributed.ProcessGroup``: used as is; with a mesh set it must be
   the group of some of the mesh's dims (it is then known by those names).
+
+A flattened dim (``mesh["dp_replicate", "dp_shard"]._flatten("dp")``, kept by torch in the root
+mesh's ``_flatten_mapping``) is a name for its component axes: under the root mesh (or any mesh
+holding all its components), or with the flattened mesh itself set, ``"dp"`` resolves to
+``("dp_replicate", "dp_shard")`` -- the same group, and the same names in every type and
+message -- so a value reduced over the tuple is not reduced again over ``"dp"``.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import itertools
 from typing import Any
 
 import torch.distributed as dist
-from spmd_mypy.engine.annotations import closest
+from spmd_mypy.engine.annotations import alias_note, closest, expand_axes
 from spmd_mypy.engine.types import repeated_axis_message
 
 from ._context import without_user_modes
@@ -44,7 +50,8 @@ _SERIALS = itertools.count(1)
 class _Binding:
     """A mesh made current: its names and the axis -> AxisGroup cache."""
 
-    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "direct", "world")
+    __slots__ = ("mesh", "names", "coordinate", "cache", "plans", "serial", "direct", "world",
+                 "_aliases", "_aliases_key", "_parts", "_all_parts", "named")
 
     def __init__(self, mesh: Any) -> None:
         if DeviceMesh is None or not isinstance(mesh, DeviceMesh):
@@ -72,6 +79,52 @@ class _Binding:
         self.direct: dict[Any, Any] = {}
         # the default process group it was made under (another after destroy/init_process_group)
         self.world: Any = _default_group()
+        # flattened dims -> component axes (see aliases), recomputed when torch's mapping grows
+        self._aliases: dict[str, tuple[tuple[str, ...], Any]] = {}
+        self._aliases_key: int = -1
+        self._parts: dict[str, tuple[str, ...]] = {}
+        self._all_parts: dict[str, tuple[str, ...]] = {}  # every flattened dim of the root
+        # axis -> the names it stands for (axis_names: out_partial_axes at every spmd.linear)
+        self.named: dict[Any, tuple[str, ...]] = {}
+
+    def aliases(self) -> dict[str, tuple[tuple[str, ...], Any]]:
+        """The flattened dims this mesh can name: name -> (component axes in mesh order, the
+        flattened DeviceMesh).  Those of the root mesh whose components are all dims of this
+        mesh, and this mesh's own name when it is a flattened mesh.  Read from torch's
+        ``_flatten_mapping`` (private: without it, no flattened names)."""
+        try:
+            root = self.mesh._get_root_mesh()
+            mapping = root._flatten_mapping
+        except Exception:  # noqa: BLE001 - a DeviceMesh without the private API
+            return self._aliases
+        if len(mapping) == self._aliases_key:
+            return self._aliases
+        out: dict[str, tuple[tuple[str, ...], Any]] = {}
+        every: dict[str, tuple[str, ...]] = {}
+        for name, flat in list(mapping.items()):
+            parts = _components(root, name, flat)
+            if parts is None:
+                continue
+            every[name] = parts
+            own = self.names == (name,) and flat is self.mesh or (
+                self.names == (name,) and root is not self.mesh and flat == self.mesh)
+            if own or (name not in self.names and set(parts) <= set(self.names)):
+                out[name] = (parts, flat)
+        self._aliases, self._aliases_key = out, len(mapping)
+        self._parts = {n: parts for n, (parts, _) in out.items()}
+        self._all_parts = every
+        return out
+
+    def alias_parts(self) -> dict[str, tuple[str, ...]]:
+        """name -> component axes of :meth:`aliases`."""
+        self.aliases()
+        return self._parts
+
+    def type_aliases(self) -> dict[str, tuple[str, ...]]:
+        """Every flattened dim of the root mesh -> its components: what "dp" means in a type
+        (under ``mesh["tp"]`` too, where it names no group)."""
+        self.aliases()
+        return self._all_parts
 
     # -- resolution -------------------------------------------------------------------
     def ranks_of(self, names: tuple[str, ...]) -> list[int]:
@@ -89,6 +142,9 @@ class _Binding:
         if len(names) == 1:
             return self.mesh.get_group(names[0])
         in_mesh_order = tuple(sorted(names, key=self.names.index))
+        for parts, flat in self.aliases().values():  # flattened already: that group
+            if parts == in_mesh_order:
+                return flat.get_group()
         sub = self.mesh[in_mesh_order]
         try:
             flat = sub._flatten()
@@ -105,25 +161,48 @@ class _Binding:
                 group = self._resolve_process_group(axis)
             else:
                 names = self._check_names(axis)
-                group = AxisGroup(self.group_of(names), names, self.ranks_of(names))
+                written = (axis,) if isinstance(axis, str) else tuple(axis)
+                if len(written) == 1 and names != written:  # one flattened dim: its group
+                    own = written[0] in self.names  # the flattened mesh itself is set
+                    group = AxisGroup(
+                        self.group_of(written) if own else self.aliases()[written[0]][1].get_group(),
+                        names, self.ranks_of(written if own else names))
+                else:
+                    group = AxisGroup(self.group_of(names), names, self.ranks_of(names))
         self.cache[axis] = group
         return group
 
     def _check_names(self, axis: Any) -> tuple[str, ...]:
+        """The axis names ``axis`` stands for, flattened dims replaced by their components."""
         names = (axis,) if isinstance(axis, str) else axis
         if not isinstance(names, tuple) or not names or not all(isinstance(n, str) for n in names):
             raise TypeError(f"a collective's axis is a mesh axis name, a tuple of names or a "
                             f"ProcessGroup, not {axis!r}")
+        aliases = self.alias_parts()
         for n in names:
-            if n not in self.names:
-                raise ValueError(unknown_axis_message(n, self.names))
-        repeated = repeated_axis_message(names)
+            if n not in self.names and n not in aliases:
+                raise ValueError(unknown_axis_message(n, self.names, tuple(aliases)))
+        expanded = expand_axes(names, aliases)
+        repeated = repeated_axis_message(expanded)
         if repeated is not None:
-            raise ValueError(repeated)
-        return names
+            raise ValueError(repeated + alias_note(names, aliases))
+        if expanded != names and len(names) > 1:
+            outside = [n for n in expanded if n not in self.names]
+            if outside:  # the flattened mesh set, its name in a tuple with another
+                raise ValueError(unknown_axis_message(outside[0], self.names, tuple(aliases)))
+        return expanded
 
     def _resolve_process_group(self, pg: dist.ProcessGroup) -> AxisGroup:
         pg_ranks = list(dist.get_process_group_ranks(pg))
+        # a flattened dim's group: its components (with size-1 ones the smallest set of
+        # dims with these ranks would drop: a value reduced over the group is reduced
+        # over them too)
+        for name, (parts, flat) in self.aliases().items():
+            try:
+                if flat.get_group() is pg:
+                    return AxisGroup(pg, parts, pg_ranks)
+            except Exception:  # noqa: BLE001 - a flattened mesh without this rank's group
+                continue
         for k in range(1, len(self.names) + 1):
             for names in itertools.combinations(self.names, k):
                 if sorted(self.ranks_of(names)) == sorted(pg_ranks):
@@ -135,17 +214,43 @@ class _Binding:
             f"mesh axis name or a tuple of them, or spmd.set_mesh() a mesh that has this group")
 
 
-def unknown_axis_message(name: str, known: tuple[str, ...]) -> str:
+def unknown_axis_message(name: str, known: tuple[str, ...], flattened: tuple[str, ...] = ()) -> str:
     """With the closest names as the static checker finds them (case-insensitive); a name of
     another mesh set before (an expert mesh's "ep" while the dense mesh is current) is said so,
-    not taken for a misspelling of a current one."""
+    not taken for a misspelling of a current one.  ``flattened``: the mesh's flattened dims."""
     msg = f"unknown mesh axis {name!r}: the current mesh has axes {', '.join(map(repr, known))}"
+    if flattened:
+        msg += f" (and the flattened {', '.join(map(repr, flattened))})"
     for binding in _live_bindings(_default_group()):
         if name in binding.names and binding.names != known:
             return (msg + f"; {name!r} is an axis of the mesh with axes "
                     f"{', '.join(map(repr, binding.names))}: run this under "
                     f"`with spmd.set_mesh(that_mesh):` (docs/meshes.md)")
-    return msg + closest(name, known)
+    return msg + closest(name, known + flattened)
+
+
+def _components(root: Any, name: str, flat: Any) -> tuple[str, ...] | None:
+    """The root mesh's dims the flattened mesh ``flat`` (named ``name``) flattens, in mesh
+    order, from torch's layouts: the dims whose layouts collapse to ``flat``'s.  torch's
+    layouts drop size-1 dims, so where sets differing only in size-1 dims match, the one
+    torch's default name spells (``"dp_replicate_dp_shard"``) is taken, else the one without
+    the size-1 dims.  None when no set matches (not a flattening of the root's dims)."""
+    try:
+        from torch.distributed._mesh_layout import _MeshLayout
+
+        names = tuple(root.mesh_dim_names or ())
+        target = flat._layout[0]
+        found: list[tuple[str, ...]] = []
+        for k in range(1, len(names) + 1):
+            for dims in itertools.combinations(range(len(names)), k):
+                if _MeshLayout([root._layout[d] for d in dims]).collapse() == target:
+                    found.append(tuple(names[d] for d in dims))
+    except Exception:  # noqa: BLE001 - another torch: no flattened names
+        return None
+    for parts in found:
+        if "_".join(parts) == name:
+            return parts
+    return min(found, key=len) if found else None
 
 
 _current: _Binding | None = None
@@ -300,13 +405,40 @@ def resolve_axis(axis: Any) -> AxisGroup:
         f"or pass a ProcessGroup as the axis")
 
 
+def expand_type(t: Any) -> tuple[Any, list[Any]]:
+    """``t`` (an SpmdType) with the current mesh's flattened dims read as their components
+    (``Tensor[R["dp"]]`` is ``Tensor[R["dp_replicate", "dp_shard"]]``), and the annotation
+    errors that makes (a component typed twice); ``t`` itself when it names none."""
+    binding = _current
+    if binding is None or not t.axes and t.spec is None:
+        return t, []
+    aliases = binding.type_aliases()
+    if not aliases or not any(a in aliases for a, _ in t.axes):
+        return t, []
+    from spmd_mypy.engine.annotations import build, entries_of
+
+    return build(entries_of(t), None, aliases=aliases)
+
+
+def flattened_names() -> tuple[str, ...]:
+    """The current mesh's flattened dims (names for several of its axes)."""
+    return tuple(_current.alias_parts()) if _current is not None else ()
+
+
 def axis_names(axis: Any) -> tuple[str, ...]:
     """The names of ``axis`` without resolving a group (validated if a mesh is set)."""
     if isinstance(axis, dist.ProcessGroup):
         return resolve_axis(axis).axes
     names = (axis,) if isinstance(axis, str) else tuple(axis)
-    if _current is not None:
-        return _current._check_names(names)
+    binding = _current
+    if binding is not None:
+        try:
+            got = binding.named.get(names)
+        except TypeError:  # an unhashable item: not names (the TypeError that says so)
+            return binding._check_names(names)
+        if got is None:  # (a name's meaning never changes: torch refuses to redefine one)
+            got = binding.named[names] = binding._check_names(names)
+        return got
     if not names or not all(isinstance(n, str) for n in names):
         raise TypeError(f"out_partial_axes takes a mesh axis name or a tuple of names, not {axis!r}")
     return names

@@ -97,6 +97,13 @@ class S(metaclass=_ShardMeta):
     def __reduce__(self) -> tuple:
         return (S, (self.dim,))
 
+    def __getitem__(self, item: Any) -> Entry:
+        axes = item if isinstance(item, tuple) else (item,)
+        written = ", ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in axes)
+        raise TypeError(f"S({self.dim})[{written}] is not an entry: write S[{self.dim}, {written}] "
+                        f"(S({self.dim}) is the value for src=/dst=, S[dim, axis] the annotation "
+                        f"entry)")
+
     @property
     def local_type(self) -> LocalType:
         return LocalType(Kind.V, self.dim)

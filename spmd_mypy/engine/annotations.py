@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .errors import SpmdError
 from .types import Kind, LocalType, SpmdType, VARYING
@@ -70,14 +70,17 @@ MESH_AXES_SETTING = "[tool.spmd_mypy] mesh_axes"  # where the axes are configure
 
 
 def unknown_axis_error(name: str, known: Sequence[str], code: str = "spmd-annotation",
-                       setting: str = MESH_AXES_SETTING) -> SpmdError:
+                       setting: str = MESH_AXES_SETTING,
+                       flattened: Sequence[str] = ()) -> SpmdError:
     """``setting``: where the axes come from, as the message names it (the plugin's config
-    file: ``[spmd_mypy] mesh_axes in mypy.ini``)."""
+    file: ``[spmd_mypy] mesh_axes in mypy.ini``); ``flattened``: the flattened axes' names."""
     known_text = ", ".join(f'"{a}"' for a in known) if known else "none configured"
+    if flattened:
+        known_text += " (and the flattened " + ", ".join(f'"{a}"' for a in flattened) + ")"
     return SpmdError(
         code,
-        f'unknown mesh axis "{name}"{closest(name, known)}; the mesh axes are {known_text} '
-        f"({setting})",
+        f'unknown mesh axis "{name}"{closest(name, list(known) + list(flattened))}; the mesh '
+        f"axes are {known_text} ({setting})",
     )
 
 
@@ -87,8 +90,50 @@ def _entry_text(e: Entry) -> str:
     return f"{e.marker}[{', '.join(args)}]"
 
 
+Aliases = Mapping[str, tuple[str, ...]]  # a flattened axis name -> its component axes
+
+
+def expand_axes(names: tuple[str, ...], aliases: Aliases | None) -> tuple[str, ...]:
+    """``names`` with each flattened axis (``"dp"`` after ``mesh["dp_replicate", "dp_shard"]
+    ._flatten("dp")``) replaced by its component axes, in place: the one place a flattened
+    name is resolved (annotations, a collective's axes, the runtime's groups)."""
+    if not aliases:
+        return names
+    out: list[str] = []
+    for n in names:
+        parts = aliases.get(n)
+        if parts is None:
+            out.append(n)
+        else:
+            out.extend(parts)
+    return tuple(out)
+
+
+def alias_note(names: Sequence[str], aliases: Aliases | None) -> str:
+    """``' ("dp" is the flattened "dp_replicate", "dp_shard")'`` for the aliases among
+    ``names``, or ''."""
+    if not aliases:
+        return ""
+    used = [n for n in dict.fromkeys(names) if n in aliases]
+    if not used:
+        return ""
+    return " (" + "; ".join(f'"{n}" is the flattened ' + ", ".join(f'"{a}"' for a in aliases[n])
+                            for n in used) + ")"
+
+
+def entries_of(t: SpmdType) -> list[Entry]:
+    """The entries that build ``t`` again (one per axis, the spec as one PS entry)."""
+    in_spec = {a for entry in t.spec or () for a in entry}
+    out = [Entry("S" if lt.dim is not None else lt.kind.value, (a,), dim=lt.dim)
+           for a, lt in t.axes if a not in in_spec]
+    if t.spec is not None:
+        out.append(Entry("PS", spec=t.spec))
+    return out
+
+
 def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
-          setting: str = MESH_AXES_SETTING) -> tuple[SpmdType, list[SpmdError]]:
+          setting: str = MESH_AXES_SETTING,
+          aliases: Aliases | None = None) -> tuple[SpmdType, list[SpmdError]]:
     """The type the entries denote, and the annotation errors.
 
     ``mesh_axes=None`` accepts any axis name (no configuration, e.g. at runtime
@@ -102,7 +147,18 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
     out.  (A declared type left out on an axis is unchecked there, as an axis not
     annotated; ``SpmdType.failed`` would make mypy reject every tensor passed to it.)  (Reading ``PS[None, "dpp"]`` as ``PS[None, None]``
     would report every use of a tensor sharded on dim 1 as a layout mismatch.)
+
+    ``aliases``: the flattened axes (``"dp"`` for ``("dp_replicate", "dp_shard")``), each
+    read as its components (``R["dp"]`` is ``R["dp_replicate", "dp_shard"]``).
     """
+    note = ""
+    if aliases:
+        written = [a for e in entries for a in e.axes + tuple(x for d in e.spec or () for x in d)]
+        note = alias_note(written, aliases)
+        if note:
+            entries = [Entry(e.marker, expand_axes(e.axes, aliases), e.dim,
+                             None if e.spec is None else
+                             tuple(expand_axes(d, aliases) for d in e.spec)) for e in entries]
     errors: list[SpmdError] = []
     seen: dict[str, str] = {}
     # the entry each axis was first claimed by (a local entry's text; PS entries: None)
@@ -114,7 +170,8 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
 
     def claim(axis: str, where: str, entry: Entry | None) -> bool:
         if mesh_axes is not None and axis not in mesh_axes:
-            errors.append(unknown_axis_error(axis, mesh_axes, setting=setting))
+            errors.append(unknown_axis_error(axis, mesh_axes, setting=setting,
+                                             flattened=tuple(aliases or ())))
             return False
         if axis in seen and where.startswith("PS") and seen[axis].startswith("PS"):
             errors.append(SpmdError(
@@ -186,4 +243,6 @@ def build(entries: Sequence[Entry], mesh_axes: Sequence[str] | None,
         spec = None
     for a in unknown:
         types.pop(a, None)
+    if note and errors:
+        errors = [SpmdError(err.code, err.message + note) for err in errors]
     return SpmdType.of(types, spec), errors

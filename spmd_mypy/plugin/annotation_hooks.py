@@ -10,6 +10,8 @@ and ``spmd.grad_type[...]`` have their own hooks.
 
 from __future__ import annotations
 
+import re
+
 from typing import TYPE_CHECKING, Final
 
 from mypy import errorcodes as codes
@@ -79,6 +81,10 @@ class AnnotationHooks:
                 if called is not None and called.startswith(_SUBSCRIPTED):
                     _fail(ctx, called)
                     continue
+                indexed = _indexed_shard(ctx, arg) if isinstance(arg, RawExpressionType) else None
+                if indexed is not None:
+                    _fail(ctx, indexed)
+                    continue
                 shown = called if called is not None else show_unanalyzed(arg)
                 _fail(ctx, f'Tensor[...] takes entries R["axis"], I[...], V[...], P[...], '
                            f'S[dim, "axis"] or PS[...], not {shown}')
@@ -91,7 +97,8 @@ class AnnotationHooks:
         built = self._built.get(key)
         if built is None:
             built = build([Entry(m, axes, dim=dim, spec=spec) for m, axes, dim, spec in entries],
-                          plugin.config.mesh_axes, plugin.config.axes_setting)
+                          plugin.config.mesh_axes, plugin.config.axes_setting,
+                          plugin.config.aliases)
             if len(self._built) > 10_000:
                 self._built.clear()
             self._built[key] = built
@@ -208,6 +215,36 @@ def _call_args(ctx: AnalyzeTypeContext, t: RawExpressionType, name: str) -> str 
         if not rest.startswith(name) or not rest[len(name):].lstrip().startswith("("):
             continue
         return _inside_parens(" ".join([rest.rstrip()] + [line.strip() for line in lines[ln + 1:ln + 10]]))
+    return None
+
+
+def _indexed_shard(ctx: AnalyzeTypeContext, t: RawExpressionType) -> str | None:
+    """The message for ``S(0)["dp_shard"]`` (the src=/dst= value subscripted: mypy keeps no
+    trace of it, so it is read back from the source at ``t``'s position), or None."""
+    if t.literal_value is not None or t.note:
+        return None
+    sem = getattr(ctx.api, "api", None)
+    read = getattr(getattr(sem, "errors", None), "read_source", None)
+    path = getattr(getattr(sem, "cur_mod_node", None), "path", None)
+    if read is None or not path or t.line < 1 or t.column < 0:
+        return None
+    try:
+        lines = read(path) or []
+    except Exception:  # noqa: BLE001 - no message then
+        return None
+    for ln in range(t.line - 1, min(len(lines), t.line + 9)):
+        m = re.match(r"(\w+)\s*\(\s*(-?\d+)\s*\)\s*\[([^\]]*)\]", lines[ln][t.column:])
+        if m is None:
+            continue
+        try:
+            sym = ctx.api.lookup_qualified(m.group(1), ctx.context, suppress_errors=True)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - never crash mypy on a lookup
+            return None
+        if sym is None or sym.node is None or MARKER_FULLNAMES.get(sym.node.fullname) not in ("S", "Shard"):
+            return None
+        name, dim, axes = m.group(1), m.group(2), " ".join(m.group(3).split())
+        return (f"{name}({dim})[{axes}] is not an entry: write {name}[{dim}, {axes}] "
+                f"({name}({dim}) is the value for src=/dst=, {name}[dim, axis] the annotation entry)")
     return None
 
 

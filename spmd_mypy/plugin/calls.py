@@ -103,7 +103,7 @@ from ..engine import collectives as coll
 from ..engine.collectives import (RAW_OP_PARAMS, declaration_error, raw_collective,
                                   raw_collective_error, raw_reduce_op)
 from ..engine import duality
-from ..engine.annotations import Entry, build, unknown_axis_error
+from ..engine.annotations import Entry, alias_note, build, expand_axes, unknown_axis_error
 from ..engine.contractions import CONTRACTIONS
 from ..engine.errors import SpmdError
 from ..engine.ops import (
@@ -1455,8 +1455,11 @@ class CallTyper:
             return None
         if names is None:
             shown = expr_text(expr)
-            quoted = [f'"{a}"' for a in candidates] or ['"tp"']
+            held = self._names_held(ctx, expr)  # DATA = ("dp", "tp") in sight: what it holds
+            quoted = [f'"{a}"' for a in (held[0] if held else candidates)] or ['"tp"']
             written = quoted[0] if len(quoted) == 1 else "(" + ", ".join(quoted) + ")"
+            if held and held[1] and len(quoted) == 1:
+                written = f"({quoted[0]},)"  # AXES = ("tp",): the tuple it holds
             group = get_proper_type(typ) if typ is not None else None
             why = (f"; {shown} is a ProcessGroup, which names no mesh axis the checker can see "
                    f"(at runtime a group of the mesh's axes is accepted)"
@@ -1465,22 +1468,50 @@ class CallTyper:
                 "spmd-axis",
                 f"the mesh axis of {what} must be a literal the checker can read: write "
                 f'{what}(..., {written}, ...)'
-                + ("" if candidates else ' or a tuple ("dp", "tp")')
-                + f", or use a Final constant (AXIS: Final = {quoted[0]}), "
-                f"not {shown}{why}",
+                + ("" if candidates or held else ' or a tuple ("dp", "tp")')
+                + (f", or make it a Final constant ({shown}: Final = {written}), "
+                   if held else f", or use a Final constant (AXIS: Final = {quoted[0]}), ")
+                + f"not {shown}{why}",
             )])
             return None
         known = self.plugin.config.mesh_axes
-        bad = [n for n in names if n not in known]
+        aliases = self.plugin.config.aliases
+        expanded = expand_axes(tuple(names), aliases)
+        bad = [n for n in expanded if n not in known]
         if bad:
             self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis",
-                                                 self.plugin.config.axes_setting)])
+                                                 self.plugin.config.axes_setting, tuple(aliases))])
             return None
-        repeated = repeated_axis_message(tuple(names))
+        repeated = repeated_axis_message(expanded)
         if repeated is not None:
-            self.report(ctx, [SpmdError("spmd-axis", repeated)])
+            self.report(ctx, [SpmdError("spmd-axis", repeated + alias_note(names, aliases))])
             return None
-        return tuple(names)
+        return expanded
+
+    def _names_held(self, ctx: AnyCtx, expr: Expression | None) -> tuple[list[str], bool] | None:
+        """The axis names a module-level variable that is not Final holds (``DATA = ("dp",
+        "tp")``, assigned once in its module) and whether as a tuple, for the message to write
+        them; else None."""
+        if not isinstance(expr, NameExpr) or not isinstance(expr.node, Var):
+            return None
+        var = expr.node
+        module_name = var.fullname.rsplit(".", 1)[0] if "." in var.fullname else ""
+        modules = getattr(ctx.api, "modules", None)
+        tree = modules.get(module_name) if isinstance(modules, dict) else None
+        if tree is None:
+            return None
+        found: tuple[list[str], bool] | None = None
+        for d in tree.defs:
+            if isinstance(d, AssignmentStmt) and any(
+                    isinstance(lv, NameExpr) and lv.name == var.name for lv in d.lvalues):
+                if found is not None:
+                    return None  # assigned twice: no one value
+                items = d.rvalue.items if isinstance(d.rvalue, TupleExpr) else [d.rvalue]
+                if not items or not all(isinstance(i, StrExpr) for i in items):
+                    return None
+                found = ([i.value for i in items if isinstance(i, StrExpr)],
+                         isinstance(d.rvalue, TupleExpr))
+        return found
 
     def _local_type(self, ctx: AnyCtx, expr: Expression | None, which: str) -> LocalType | None | Literal[False]:
         """R/I/V/P/S(i) from a src/dst expression; None if absent; False if unreadable."""
@@ -1798,7 +1829,8 @@ class CallTyper:
                     "spmd-annotation", f'Tensor[...] takes entries like R["tp"], not {expr_text(item)}')])
                 return None
             entries.append(entry)
-        t, errors = build(entries, self.plugin.config.mesh_axes, self.plugin.config.axes_setting)
+        t, errors = build(entries, self.plugin.config.mesh_axes, self.plugin.config.axes_setting,
+                          self.plugin.config.aliases)
         self.report(ctx, errors)
         return t
 

@@ -5,11 +5,16 @@
     mesh_axes = ["dp", "tp"]   # the mesh axis names, in mesh order
     strict = false             # untyped operands of typed ops are errors when true
 
+    [tool.spmd_mypy.flattened_axes]   # mesh[...]._flatten("dp"): "dp" names these axes
+    dp = ["dp_replicate", "dp_shard"]
+
     [[tool.spmd_mypy.overrides]]   # per module, as mypy's own overrides
     module = ["pkg.layers", "pkg.model.*"]
     strict = true
 
-or in mypy.ini / setup.cfg ``[spmd_mypy]`` and ``[spmd_mypy-pkg.layers,pkg.model.*]`` sections.
+or in mypy.ini / setup.cfg ``[spmd_mypy]`` (``flattened_axes = dp: dp_replicate dp_shard``,
+several separated by ``;`` or on lines of their own) and ``[spmd_mypy-pkg.layers,pkg.model.*]``
+sections.
 A module pattern is a module name, ``pkg.*`` for ``pkg`` and every module under it, or
 ``pkg.*.tests`` (a ``*`` component matches zero or more components); as in mypy, an exact
 name wins, then an inner-``*`` pattern (the last in the file), then the longer ``pkg.*``
@@ -23,7 +28,7 @@ import configparser
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,10 +52,14 @@ class Config:
     overrides: tuple[tuple[str, bool], ...] = ()
     axes_given: bool = False  # mesh_axes is set in the config (else the built-in defaults)
     ignored: str = ""  # a pyproject.toml with [tool.spmd_mypy] that mypy's config hides
+    # flattened axes: "dp" -> ("dp_replicate", "dp_shard") (``mesh[...]._flatten("dp")``),
+    # each a name for its component axes wherever an axis name stands
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def as_cache_key(self) -> dict[str, object]:
         return {"mesh_axes": list(self.mesh_axes), "strict": self.strict,
-                "overrides": [list(o) for o in self.overrides]}
+                "overrides": [list(o) for o in self.overrides],
+                "flattened_axes": {k: list(v) for k, v in self.aliases.items()}}
 
     @property
     def axes_setting(self) -> str:
@@ -175,10 +184,12 @@ def load(config_file: str | None) -> Config:
         if len(set(axes)) != len(axes) or not axes:
             problems.append(f"{main}: mesh_axes {list(axes)} must be non-empty and distinct")
             axes = tuple(dict.fromkeys(axes)) or DEFAULT_MESH_AXES
+    aliases = _parse_aliases(raw["flattened_axes"], axes, main, problems) \
+        if "flattened_axes" in raw else {}
     for key in raw:
-        if key not in ("mesh_axes", "strict"):
+        if key not in ("mesh_axes", "strict", "flattened_axes"):
             problems.append(f"{main}: unknown option {key!r} (known: mesh_axes, strict, "
-                            f"and per-module overrides)")
+                            f"flattened_axes, and per-module overrides)")
     overrides: dict[str, bool] = {}
     for where, modules, options in raw_overrides:
         patterns = _parse_names(modules) if modules is not None else ()
@@ -210,7 +221,49 @@ def load(config_file: str | None) -> Config:
     if strict is None:
         problems.append(f"{main}: strict: Not a boolean: {raw['strict']}")
     return Config(axes, bool(strict), config_file, tuple(problems), ordered,
-                  axes_given="mesh_axes" in raw, ignored="" if "mesh_axes" in raw else ignored)
+                  axes_given="mesh_axes" in raw, ignored="" if "mesh_axes" in raw else ignored,
+                  aliases=aliases)
+
+
+def _parse_aliases(value: object, axes: tuple[str, ...], main: str,
+                   problems: list[str]) -> dict[str, tuple[str, ...]]:
+    """``flattened_axes``: a TOML table ``{dp = ["dp_replicate", "dp_shard"]}``, or ini text
+    ``dp: dp_replicate dp_shard`` (``=`` for ``:``; commas or spaces between the axes; several
+    flattened axes separated by ``;`` or newlines).  A name that is itself a mesh axis, or
+    components that are not distinct mesh axes: a problem, and that entry is ignored."""
+    items: list[tuple[str, object]] = []
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    else:
+        for part in str(value).replace(";", "\n").split("\n"):
+            part = part.strip()
+            if not part:
+                continue
+            sep = min((i for i in (part.find(":"), part.find("=")) if i >= 0), default=-1)
+            if sep < 0:
+                problems.append(f"{main}: flattened_axes entry {part!r}: write "
+                                f"NAME: AXIS AXIS ..., e.g. dp: dp_replicate dp_shard")
+                continue
+            items.append((part[:sep].strip(), part[sep + 1:]))
+    out: dict[str, tuple[str, ...]] = {}
+    for name, raw_parts in items:
+        parts = tuple(n for p in _parse_names(raw_parts) for n in p.split())
+        where = f"{main}: flattened_axes {name!r}"
+        if name in axes:
+            problems.append(f"{where} is a mesh axis: a flattened axis needs a name of its own "
+                            f"(mesh_axes lists {', '.join(axes)})")
+            continue
+        unknown = [p for p in parts if p not in axes]
+        if not parts or unknown or len(set(parts)) != len(parts):
+            from ..engine.annotations import closest
+
+            why = (f"names the unknown mesh axis {unknown[0]!r}{closest(unknown[0], axes)}"
+                   if unknown else "must name distinct mesh axes" if parts else "names no axes")
+            problems.append(f"{where} {why}: it flattens some of the mesh axes "
+                            f"({', '.join(axes)}), e.g. {name}: {' '.join(axes[:2])}; ignored")
+            continue
+        out[name] = tuple(sorted(parts, key=axes.index))  # flattened in mesh order
+    return out
 
 
 def _hidden_pyproject(config_file: str) -> str:

@@ -1096,7 +1096,8 @@ def _endpoint(typer: CallTyper, ctx: AnyCtx, e: Expression | None, x: SpmdType,
 def gs_build_spec(typer: CallTyper, spec: tuple[tuple[str, ...], ...]):  # noqa: ANN201
     from ..engine.annotations import Entry, build
 
-    return build([Entry("PS", spec=spec)], typer.plugin.config.mesh_axes, typer.plugin.config.axes_setting)
+    return build([Entry("PS", spec=spec)], typer.plugin.config.mesh_axes, typer.plugin.config.axes_setting,
+                 typer.plugin.config.aliases)
 
 
 def gs_shard(d: int):  # noqa: ANN201

@@ -73,7 +73,7 @@ def test_overrides_are_part_of_the_cache_key(tmp_path: Path) -> None:
 def test_problems_name_the_section_and_the_option(tmp_path: Path) -> None:
     c = load(_write(tmp_path / "mypy.ini", INI.format(extra="strictt = true") + "bogus = 1\n"))
     assert c.problems == (
-        "[spmd_mypy]: unknown option 'strictt' (known: mesh_axes, strict, and per-module overrides)",
+        "[spmd_mypy]: unknown option 'strictt' (known: mesh_axes, strict, flattened_axes, and per-module overrides)",
         "[spmd_mypy-pkg.sub.c]: unknown per-module option 'bogus' (per module: strict)")
     t = load(_write(tmp_path / "pyproject.toml", TOML + '[[tool.spmd_mypy.overrides]]\nmodules = "x"\n'))
     assert t.problems == (
@@ -120,7 +120,7 @@ def test_strict_per_module_and_problems_printed(tmp_path: Path, capsys) -> None:
                      for ln in stdout.splitlines() if ln.endswith("[spmd-untyped]"))
     assert untyped == ["pkg/a.py", "pkg/sub/d.py"], stdout   # pkg.sub.c: its exact override
     assert (f"{tmp_path / 'mypy.ini'}: [spmd_mypy]: unknown option 'strictt' "
-            f"(known: mesh_axes, strict, and per-module overrides)") in capsys.readouterr().err
+            f"(known: mesh_axes, strict, flattened_axes, and per-module overrides)") in capsys.readouterr().err
 
 
 def test_bad_patterns_and_booleans_are_problems(tmp_path: Path) -> None:
@@ -199,3 +199,37 @@ def test_a_pyproject_section_hidden_by_mypy_ini_is_named(tmp_path: Path) -> None
     out, _, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), "--no-incremental", "-c",
                          'from spmd import R, Tensor\ndef f(x: Tensor[R["mp"]]) -> None: ...\n'])
     assert "[tool.spmd_mypy] in pyproject.toml is ignored" in out, out
+
+
+def test_flattened_axes_ini_and_toml(tmp_path: Path) -> None:
+    """A flattened mesh dim (mesh["dp_replicate", "dp_shard"]._flatten("dp")) is declared as a
+    name for its component axes, in mesh order whatever order they are written in."""
+    ini = ("[mypy]\n[spmd_mypy]\nmesh_axes = dp_replicate, dp_shard, tp\n"
+           "flattened_axes =\n    dp: dp_shard dp_replicate\n    all = dp_replicate, dp_shard, tp\n")
+    c = load(_write(tmp_path / "mypy.ini", ini))
+    assert c.problems == ()
+    assert c.aliases == {"dp": ("dp_replicate", "dp_shard"),
+                         "all": ("dp_replicate", "dp_shard", "tp")}
+    toml = ('[tool.spmd_mypy]\nmesh_axes = ["dp_replicate", "dp_shard", "tp"]\n'
+            '[tool.spmd_mypy.flattened_axes]\ndp = ["dp_replicate", "dp_shard"]\n')
+    c = load(_write(tmp_path / "pyproject.toml", toml))
+    assert c.problems == () and c.aliases == {"dp": ("dp_replicate", "dp_shard")}
+    assert c.as_cache_key()["flattened_axes"] == {"dp": ["dp_replicate", "dp_shard"]}
+
+
+def test_flattened_axes_problems(tmp_path: Path) -> None:
+    """A flattened name that is a mesh axis, or components that are unknown or repeated: a
+    problem printed when mypy starts, and that entry ignored."""
+    ini = ("[mypy]\n[spmd_mypy]\nmesh_axes = dp_replicate, dp_shard, tp\n"
+           "flattened_axes = dp: dp_replicate dp_shrd; tp: dp_shard; x: tp tp; ok: dp_shard tp\n")
+    c = load(_write(tmp_path / "mypy.ini", ini))
+    assert c.aliases == {"ok": ("dp_shard", "tp")}
+    assert c.problems == (
+        "[spmd_mypy]: flattened_axes 'dp' names the unknown mesh axis 'dp_shrd' (did you mean "
+        "\"dp_shard\"?): it flattens some of the mesh axes (dp_replicate, dp_shard, tp), e.g. "
+        "dp: dp_replicate dp_shard; ignored",
+        "[spmd_mypy]: flattened_axes 'tp' is a mesh axis: a flattened axis needs a name of its "
+        "own (mesh_axes lists dp_replicate, dp_shard, tp)",
+        "[spmd_mypy]: flattened_axes 'x' must name distinct mesh axes: it flattens some of the "
+        "mesh axes (dp_replicate, dp_shard, tp), e.g. x: dp_replicate dp_shard; ignored",
+    )

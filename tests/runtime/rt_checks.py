@@ -1339,6 +1339,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "random":  # random ops' generators compared across the axis (rt_random.py)
         import rt_random
         return rt_random.suite(world)
+    if name == "flattened":  # a flattened mesh dim is its component axes (rt_flattened.py)
+        import rt_flattened
+        return rt_flattened.suite(world)
     if name == "meshes":  # several meshes over the same ranks (rt_meshes.py)
         import rt_meshes
         return rt_meshes.suite(world)

@@ -20,6 +20,7 @@ import spmd
 from rt_checks import Ctx, named_checks
 from spmd import I, P, R, S, Tensor, V
 from spmd import _mesh
+from spmd_mypy.engine.errors import SpmdTypeError
 
 F64 = torch.float64
 
@@ -57,9 +58,17 @@ def check_declare_keeps_the_current_meshs_axes(ctx: Ctx, name: str) -> None:
     dense, _ = _meshes(ctx)
     with spmd.set_mesh(dense), spmd.typecheck():
         x = spmd.declare(torch.ones(ctx.world, dtype=F64), Tensor[R["tp"]])
-        x = spmd.declare(x, Tensor[I["dp"]])  # "dp": on no current mesh, declared: kept
+        # "dp": on no current mesh: an error, as the static checker's unknown axis (it was
+        # kept silently, and a type on an axis the mesh lacks checks nothing: the mesh-3d probe)
+        try:
+            spmd.declare(x, Tensor[I["dp"]])
+        except SpmdTypeError as e:
+            message = str(e)
+        else:
+            raise AssertionError("an axis the mesh lacks was declared")
         t = spmd.typeof(x)
-    assert str(t.get("tp")) == "R" and str(t.get("dp")) == "I", t
+    assert "unknown mesh axis 'dp': the current mesh has axes 'tp'" in message, message
+    assert str(t.get("tp")) == "R" and t.get("dp") is None, t
 
 
 def check_declare_under_a_submesh_keeps_the_root_meshs_axes(ctx: Ctx, name: str) -> None:

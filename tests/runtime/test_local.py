@@ -5,6 +5,8 @@ Nothing here starts a process group (the gloo worlds are in test_collectives_wor
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,3 +167,13 @@ def test_forward_in_place_calibration(monkeypatch):
     assert len(sigs) == 1 and None not in sigs
     monkeypatch.setattr(_collectives, "_TEMPORARY_REFS", _collectives._TEMPORARY_REFS + 1)
     assert _collectives._calibrate_inputs(cpu) == frozenset()
+
+
+def test_shard_value_subscripted_says_the_entry():
+    """``S(0)["dp_shard"]`` (the src=/dst= value subscripted) was a bare "'S' object is not
+    subscriptable": the message says the entry to write, as the static checker does."""
+    from spmd import Tensor
+
+    with pytest.raises(TypeError, match=re.escape(
+            'S(0)["dp_shard"] is not an entry: write S[0, "dp_shard"]')):
+        Tensor[R["tp"], S(0)["dp_shard"]]
