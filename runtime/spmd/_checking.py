@@ -1562,14 +1562,16 @@ def spmd_type_of_annotation(annotation: Any) -> SpmdType | None:
 def _check_declared_axes(want: SpmdType) -> None:
     """A declared axis the current mesh (its family: root, flattened dims) does not have is
     an error, as the static checker's unknown axis: ``R["cp"]`` on a (dp, tp) mesh declares
-    nothing about any group and would be carried silently."""
+    nothing about any group and would be carried silently.  An axis of another mesh set
+    before (an expert mesh's "ep" declared while the dense mesh is current) is kept, as the
+    static checker's one list of axes has it."""
     from . import _mesh
 
     names = _mesh.family_axis_names()
     if names is None:
         return
     for axis, _ in want.axes:
-        if axis not in names:
+        if axis not in names and not _mesh.is_axis_of_another_mesh(axis):
             binding = _mesh._current
             known = binding.names if binding is not None else ()
             raise SpmdTypeError(SpmdError(

@@ -226,7 +226,13 @@ def unknown_axis_message(name: str, known: tuple[str, ...], flattened: tuple[str
             return (msg + f"; {name!r} is an axis of the mesh with axes "
                     f"{', '.join(map(repr, binding.names))}: run this under "
                     f"`with spmd.set_mesh(that_mesh):` (docs/meshes.md)")
-    return msg + closest(name, known + flattened)
+    return (msg + closest(name, known + flattened) + "; an axis of another mesh needs that "
+            "mesh current: `with spmd.set_mesh(that_mesh):` (docs/meshes.md)")
+
+
+def is_axis_of_another_mesh(name: str) -> bool:
+    """``name`` is an axis of a mesh set before whose groups are alive."""
+    return any(name in b.names for b in _live_bindings(_default_group()))
 
 
 def _components(root: Any, name: str, flat: Any) -> tuple[str, ...] | None:

@@ -106,6 +106,28 @@ def check_unknown_axis_of_another_mesh(ctx: Ctx, name: str) -> None:
     assert "spmd.set_mesh(" in message, message
 
 
+def check_declare_on_another_meshs_axis_is_kept(ctx: Ctx, name: str) -> None:
+    """An axis of another mesh set before is an axis the static checker's one list has: a
+    declaration on it is kept, not an unknown axis; a name of no mesh set yet is unknown, and
+    its message says another mesh's axis needs that mesh current (the docs probe: it only
+    said "did you mean", the mistake docs/meshes.md warns of)."""
+    dense, expert = _meshes(ctx)
+    with spmd.set_mesh(expert):
+        pass  # the expert mesh was set once
+    with spmd.set_mesh(dense), spmd.typecheck():
+        x = spmd.declare(torch.ones(ctx.world, dtype=F64), Tensor[R["tp"], V["ep"]])
+        t = spmd.typeof(x)
+        try:
+            spmd.all_reduce(torch.ones(2, dtype=F64), "tq", src=P, dst=R)
+        except ValueError as e:
+            message = str(e)
+        else:
+            raise AssertionError("an axis of no mesh was accepted")
+    assert str(t.get("tp")) == "R" and str(t.get("ep")) == "V", t
+    assert "unknown mesh axis 'tq': the current mesh has axes 'tp' (did you mean \"tp\"?)" in message, message
+    assert "an axis of another mesh needs that mesh current: `with spmd.set_mesh(that_mesh):`" in message, message
+
+
 def check_equal_submesh_shares_its_binding(ctx: Ctx, name: str) -> None:
     mesh = ctx.mesh("1xN")
     bindings = []
@@ -145,5 +167,6 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "meshes", (
         check_value_back_from_another_mesh, check_declare_keeps_the_current_meshs_axes,
         check_declare_under_a_submesh_keeps_the_root_meshs_axes,
-        check_unknown_axis_of_another_mesh, check_equal_submesh_shares_its_binding,
+        check_unknown_axis_of_another_mesh, check_declare_on_another_meshs_axis_is_kept,
+        check_equal_submesh_shares_its_binding,
         check_a_name_for_other_ranks_warns))
