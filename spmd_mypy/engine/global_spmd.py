@@ -2420,6 +2420,7 @@ def collective(
     dst: LocalType | None,
     *,
     x_text: str = "x",
+    new_dim0: bool = False,
 ) -> tuple[SpmdType, list[SpmdError]]:
     """The partition spec of a per-axis collective's result on a global ``x`` (SPEC
     section 6: a collective on a global axis acts on the innermost axis sharding a dim).
@@ -2432,6 +2433,13 @@ def collective(
                                                                          the innermost axis
         reduce_scatter(p: PS[None, None] P:tp, "tp", src=P, dst=S(0)) ->  PS["tp", None]
         all_to_all(x: PS[None, "tp"], "tp", src=S(1), dst=S(0))        ->  PS["tp", None]
+
+    ``new_dim0``: the op's local effect adds a dim 0 (``all_gather(V, R|I)`` stacks the
+    ranks' values on it, ``convert(V, P)`` pads one with this rank's slot; SPEC section 4):
+    the spec gets a new unsharded dim 0, and the dims after it move up one::
+
+        all_gather(c: PS[None] V:dp, "dp", src=V, dst=R)        ->  PS[None, None]
+        all_gather(x: PS["dp", None], "dp", src=V, dst=R)       ->  PS[None, None, None]
 
     A ``V`` destination (no dim) has no global layout: an error asking for ``S(i)``.
     A local ``x`` (no spec) is returned unchanged."""
@@ -2468,6 +2476,8 @@ def collective(
         if not 0 <= dst.dim < len(spec):
             return SpmdType(), [SpmdError(CODE, f"{call}: dim {dst.dim} is out of range for rank {len(spec)}")]
         spec[dst.dim].extend(a for a in axes if a not in spec[dst.dim])
+    if new_dim0:
+        spec.insert(0, [])
     new_spec = tuple(tuple(e) for e in spec)
     out = dict(result.axes)
     for d2, e in enumerate(new_spec):
