@@ -636,7 +636,9 @@ def check_collective(
             # a global x: the axis moves in the partition spec (innermost axis only)
             from .global_spmd import collective as global_collective
 
-            out, global_errors = global_collective(op, x, out, axes, src, dst, x_text=x_text)
+            lead = _LEADING_DIM.get(transition.forward.render_key(), 0) if transition else 0
+            out, global_errors = global_collective(op, x, out, axes, src, dst, x_text=x_text,
+                                                   new_dim0=lead > 0)
             errors.extend(global_errors)
     elif transition is not None:
         out = _shift_other_shards(out, axes, _LEADING_DIM.get(transition.forward.render_key(), 0))

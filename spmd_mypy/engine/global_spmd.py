@@ -185,6 +185,23 @@ def _desc(o: Operand, in_parens: bool = False) -> str:
     return f"{text}: {format_type(o.type) if o.type is not None else 'scalar'}"
 
 
+def _broadcast_fix(text: str, axis: str, where: str) -> str:
+    """The fix of an operand ``text`` that varies on ``axis`` but is broadcast along
+    ``where`` (a dim or label sharded on ``axis``), for the message after "blocks of one
+    global tensor".  Its values must be one value on every rank of ``axis`` before the
+    broadcast: a per-rank part of a sum is summed (the reinterpret names it a pending sum);
+    values that belong to this rank's block get that dim.  all_gather(V, R) is no fix: it
+    stacks the ranks' values on a new dim 0 (SPEC section 4), so the broadcast would
+    pair the stack with the other operand's dims."""
+    x = bare(text)
+    ax = f'"{axis}"'
+    return (f"; if {x} is this rank's part of a sum, make it Replicate on {ax} first: "
+            f"all_reduce(reinterpret({x}, {ax}, src=V, dst=P), {ax}, src=P, dst=R); if its "
+            f"values belong to this rank's block of {where}, give it that dim sharded on {ax} "
+            f"too (Tensor[PS[...]] with the dim); all_gather({x}, {ax}, src=V, dst=R) is no "
+            f"fix: it stacks the ranks' values on a new dim 0")
+
+
 def _spec_type(spec: Spec) -> SpmdType:
     """The type ``PS[...]`` alone is (its axes Varying with their dims, as read from the
     annotation)."""
@@ -483,8 +500,8 @@ def _einsum_core(
                         f'{op}: {operands[j].text} shards {_label(op, c, labels, operands)} on "{a}", '
                         f'which {o.text} lacks, '
                         f'but {_desc(o)} varies on "{a}": it would be broadcast along a sharded dim '
-                        f"with different values per rank; make it Replicate on \"{a}\" first "
-                        f'(all_gather({o.text}, "{a}", ...))',
+                        f"with different values per rank"
+                        + _broadcast_fix(o.text, a, _label(op, c, labels, operands)),
                     ))
     if errors:
         return None, errors
@@ -915,9 +932,7 @@ def _broadcast_errors(op: str, operands: Sequence[Operand], spec: Spec, owner: S
                     f'{op}: {src.text} shards dim {od} of the result on "{a}", which {o.text} '
                     f'{how} and is broadcast along, but {_desc(o)} varies on "{a}": each rank '
                     f"would broadcast its own values along a sharded dim, so the locals are not "
-                    f'blocks of one global tensor; make {o.text} Replicate on "{a}" first '
-                    f'(all_gather({o.text}, "{a}", src=V, dst=R)), or give it that dim sharded '
-                    f'on "{a}" too (Tensor[PS[...]] with the dim)',
+                    f"blocks of one global tensor" + _broadcast_fix(o.text, a, f"dim {od}"),
                 ))
                 return errors
     return errors
@@ -2420,6 +2435,7 @@ def collective(
     dst: LocalType | None,
     *,
     x_text: str = "x",
+    new_dim0: bool = False,
 ) -> tuple[SpmdType, list[SpmdError]]:
     """The partition spec of a per-axis collective's result on a global ``x`` (SPEC
     section 6: a collective on a global axis acts on the innermost axis sharding a dim).
@@ -2432,6 +2448,13 @@ def collective(
                                                                          the innermost axis
         reduce_scatter(p: PS[None, None] P:tp, "tp", src=P, dst=S(0)) ->  PS["tp", None]
         all_to_all(x: PS[None, "tp"], "tp", src=S(1), dst=S(0))        ->  PS["tp", None]
+
+    ``new_dim0``: the op's local effect adds a dim 0 (``all_gather(V, R|I)`` stacks the
+    ranks' values on it, ``convert(V, P)`` pads one with this rank's slot; SPEC section 4):
+    the spec gets a new unsharded dim 0, and the dims after it move up one::
+
+        all_gather(c: PS[None] V:dp, "dp", src=V, dst=R)        ->  PS[None, None]
+        all_gather(x: PS["dp", None], "dp", src=V, dst=R)       ->  PS[None, None, None]
 
     A ``V`` destination (no dim) has no global layout: an error asking for ``S(i)``.
     A local ``x`` (no spec) is returned unchanged."""
@@ -2468,6 +2491,8 @@ def collective(
         if not 0 <= dst.dim < len(spec):
             return SpmdType(), [SpmdError(CODE, f"{call}: dim {dst.dim} is out of range for rank {len(spec)}")]
         spec[dst.dim].extend(a for a in axes if a not in spec[dst.dim])
+    if new_dim0:
+        spec.insert(0, [])
     new_spec = tuple(tuple(e) for e in spec)
     out = dict(result.axes)
     for d2, e in enumerate(new_spec):

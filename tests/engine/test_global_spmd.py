@@ -1055,3 +1055,61 @@ def test_inplace_spec_change_is_the_inplace_error() -> None:
     err = check_inplace("add(..., out=)", Operand(dp_tp, "o"), tp_dp)
     assert err is not None and "drop out=" in err.message, err
     assert check_inplace("add_", Operand(row, "w"), row) is None
+
+
+def _stack_over(locs: list[np.ndarray], axis: str, op: str) -> list[np.ndarray]:
+    """The local effect of all_gather(V, R|I) (stack the axis' ranks' locals on a new dim 0)
+    or convert(V, P) (a new dim 0 of the axis size, this rank's slot filled) on every rank."""
+    out = []
+    for c, local in zip(COORDS, locs):
+        peers = [locs[COORDS.index(dict(c, **{axis: k}))] for k in range(MESH[axis])]
+        if op == "all_gather":
+            out.append(np.stack(peers))
+        else:
+            padded = np.zeros((MESH[axis],) + local.shape)
+            padded[c[axis]] = local
+            out.append(padded)
+    return out
+
+
+@pytest.mark.parametrize("op,dst", [("all_gather", REPLICATE), ("all_gather", LocalType(Kind.I)),
+                                    ("convert", PARTIAL)], ids=str)
+def test_collectives_adding_dim_0_give_the_global_spec_a_new_dim(op: str, dst: LocalType) -> None:
+    """all_gather(V, R|I) stacks the ranks' values on a new dim 0 and convert(V, P) pads one:
+    on a global x the result's spec has that new dim (unsharded), so its locals are blocks of
+    the stacked values.  Both an axis the spec leaves out (V: each rank its own global value,
+    the broadcast fix the docs once gave) and an axis sharding a dim (S(d) passed as src=V)."""
+    from spmd_mypy.engine.collectives import check_collective
+
+    shape = (6, 12)
+    checked = 0
+    for t in types(2, partial=False):
+        for a in AXES:
+            inside = any(a in e for e in t.spec)
+            if inside:
+                x = RNG.standard_normal(shape)
+                locs = lay_out(x, t)
+                d = next(i for i, e in enumerate(t.spec) if a in e)
+                entry = t.spec[d]
+                if entry[-1] != a:
+                    assert check_collective(op, t, (a,), VARYING, dst).errors
+                    continue
+                n_pre = math.prod(MESH[b] for b in entry[:-1])
+                b_len = shape[d] // (n_pre * MESH[a])
+                split = x.reshape(shape[:d] + (n_pre, MESH[a], b_len) + shape[d + 1:])
+                want = np.moveaxis(split, d + 1, 0).reshape(
+                    (MESH[a],) + shape[:d] + (n_pre * b_len,) + shape[d + 1:])
+                xt = t
+            else:  # V on a, no dim: rank k of a holds its own global value xs[k]
+                xs = [RNG.standard_normal(shape) for _ in range(MESH[a])]
+                per = [lay_out(v, t) for v in xs]
+                locs = [per[c[a]][i] for i, c in enumerate(COORDS)]
+                want = np.stack(xs)
+                xt = t.replace(a, VARYING)
+            r = check_collective(op, xt, (a,), VARYING, dst)
+            assert not r.errors, (format_type(xt), a, r.errors)
+            assert r.type.spec is not None and len(r.type.spec) == want.ndim, format_type(r.type)
+            np.testing.assert_allclose(assemble(_stack_over(locs, a, op), r.type, want.shape), want,
+                                       atol=1e-9)
+            checked += 1
+    assert checked > 15, checked

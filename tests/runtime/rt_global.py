@@ -319,6 +319,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
     checks += prop_suite(world)
     n = f"w{world}/global/per-axis-collective"
     checks.append((n, functools.partial(check_per_axis_collective_on_global, name=n)))
+    n = f"w{world}/global/broadcast fix"
+    checks.append((n, functools.partial(check_broadcast_fix, name=n)))
     n = f"w{world}/global/torch-optimizers"
     checks.append((n, functools.partial(check_torch_optimizers, name=n)))
     return checks
@@ -617,3 +619,49 @@ def check_per_axis_collective_on_global(ctx: Any, name: str) -> None:
                 raise AssertionError("a collective on an outer axis of a dim was not caught")
         lay.check(_gather_all(y, ctx.world), X, t, "all_gather on tp")
         lay.check(_gather_all(z, ctx.world), X, tz, "all_to_all on dp")
+
+
+def check_broadcast_fix(ctx: Any, name: str) -> None:
+    """docs/global.md's broadcast error in check mode: x sharded on "tp" plus c varying on
+    "tp" with no dim.  The first fix the message offers, pasted (c's per-rank parts summed),
+    is typed as x and its locals are x + sum of the ranks' c (the float64 global value).
+    The gather the message once offered stacks the ranks' values on a new dim 0: its type
+    has that dim (the spec's rank is the local's), and x + the gather is an error."""
+    from spmd import all_gather, all_reduce, reinterpret
+    from spmd_mypy.engine.errors import SpmdTypeError
+
+    mesh = mesh_for(ctx)
+    lay = Layout(mesh)
+    xt = Tensor[PS["tp", None], R["dp"]]
+    ct = Tensor[PS[None], V["tp"], R["dp"]]
+    X = torch.randn(4, 3, generator=torch.Generator().manual_seed(7), dtype=F64)
+    n = lay.size("tp")
+    cs = [torch.randn(3, generator=torch.Generator().manual_seed(100 + k), dtype=F64) for k in range(n)]
+    want = X + functools.reduce(torch.add, cs)
+    with spmd.set_mesh(mesh):
+        x = lay.local(X, _type(xt), ctx.rank)
+        c = cs[lay.index(ctx.rank, ("tp",))].clone()
+        with spmd.typecheck():
+            spmd.declare(x, xt)
+            spmd.declare(c, ct)
+            try:
+                x + c
+            except SpmdTypeError as e:
+                msg = str(e)
+                assert 'all_reduce(reinterpret(c, "tp", src=V, dst=P), "tp", src=P, dst=R)' in msg, msg
+                assert 'all_gather(c, "tp", src=V, dst=R) is no fix' in msg, msg
+            else:
+                raise AssertionError("x + c (c varying on the axis sharding x's dim 0) was accepted")
+            y = x + all_reduce(reinterpret(c, "tp", src=V, dst=P), "tp", src=P, dst=R)
+            t = spmd.typeof(y)
+            assert t == _type(xt), t
+            cg = all_gather(c, "tp", src=V, dst=R)
+            tg = spmd.typeof(cg)
+            assert tg is not None and tg.spec is not None and len(tg.spec) == cg.ndim == 2, (tg, cg.shape)
+            try:
+                x + cg
+            except SpmdTypeError:
+                pass
+            else:
+                raise AssertionError(f"x + all_gather(c) ({tg}) was accepted")
+        lay.check(_gather_all(y, ctx.world), want, t, "x + the pasted broadcast fix")

@@ -69,3 +69,56 @@ def test_each_offered_redistribute_pastes(tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text("\n".join(lines) + "\n")
     out = run_mypy(tmp_path, "main.py")
     assert out.startswith("Success"), "\n".join(lines) + "\n" + out
+
+
+BROADCAST_SOURCE = textwrap.dedent('''\
+    import torch
+    import spmd
+    from spmd import Tensor, R, V, P, PS, all_reduce, reinterpret
+
+
+    def add(x: Tensor[PS["dp", None], R["tp"]], c: Tensor[PS[None], V["dp"], R["tp"]]) -> None:
+        spmd.reveal(x + c)
+
+
+    def where(x: Tensor[PS["dp", None], R["tp"]], c: Tensor[PS[None], V["dp"], R["tp"]]) -> None:
+        spmd.reveal(torch.where(x > 0, x, c))
+
+
+    def einsum(x: Tensor[PS["dp", None], R["tp"]], c: Tensor[PS[None], V["dp"], R["tp"]]) -> None:
+        spmd.reveal(torch.einsum("bi,i->bi", x, c))
+''')
+
+_SUM_FIX = re.compile(r"all_reduce\(reinterpret\((\w+), [^()]*\), [^()]*\)")
+
+
+def test_broadcast_operand_fix_pastes(tmp_path: Path) -> None:
+    """An operand varying on an axis that shards a dim it is broadcast along: the first fix
+    offered (the ranks' parts summed) pastes and types the result as the sharded operand.
+    The fix it replaces, all_gather(c, "dp", src=V, dst=R), stacks the ranks' values on a
+    new dim 0: pasted, it must not be typed as a broadcast of one value (it was, with a
+    1-dim spec, and x + cg was accepted while it added the wrong rows)."""
+    write_config(tmp_path)
+    (tmp_path / "main.py").write_text(BROADCAST_SOURCE)
+    errors = _errors(run_mypy(tmp_path, "main.py"))
+    lines = BROADCAST_SOURCE.splitlines()
+    fixes: dict[int, str] = {}
+    for line, msg in errors:
+        assert msg.endswith("[spmd-global]"), msg
+        m = _SUM_FIX.search(msg)
+        assert m is not None, msg
+        assert 'all_gather(c, "dp", src=V, dst=R) is no fix' in msg, msg
+        fixes[line] = m.group(0)
+        lines[line - 1] = re.sub(r"\bc\b", lambda _: m.group(0), lines[line - 1])
+    assert len(fixes) == 3, errors
+    (tmp_path / "main.py").write_text("\n".join(lines) + "\n")
+    out = run_mypy(tmp_path, "main.py")
+    assert "error" not in out, "\n".join(lines) + "\n" + out
+    assert out.count('Revealed type is Tensor[PS["dp", None], R["tp"]]') == 3, out
+    # the gather the message used to offer: a new dim 0, so x + cg is no longer accepted
+    gathered = BROADCAST_SOURCE.splitlines()
+    at = next(n for n, s in enumerate(gathered) if "x + c" in s)
+    gathered[at] = gathered[at].replace("x + c", 'x + spmd.all_gather(c, "dp", src=V, dst=R)')
+    (tmp_path / "main.py").write_text("\n".join(gathered) + "\n")
+    errs = [msg for line, msg in _errors(run_mypy(tmp_path, "main.py")) if line == at + 1]
+    assert errs and "PS[None, None]" in errs[0], errs
