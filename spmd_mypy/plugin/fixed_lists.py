@@ -98,6 +98,10 @@ def _fixed_lists(func: FuncDef) -> dict[str, ListExpr]:
     hidden: set[int] = set()  # mentions inside nested functions and lambdas
     for st in nested:
         hidden.update(id(e) for e in get_subexpressions(st))
+    for sub in subs:  # comprehensions' targets first: ``[... for xs[0] in ys]`` writes xs[0]
+        if isinstance(sub, (GeneratorExpr, DictionaryComprehension)):
+            for index in sub.indices:
+                _stored(index, stores)
     for sub in subs:
         if isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr):
             callee = sub.callee.fullname or ""
@@ -107,14 +111,13 @@ def _fixed_lists(func: FuncDef) -> dict[str, ListExpr]:
             if callee in _READERS:
                 if callee == "builtins.zip":
                     allowed.update(id(a) for a, k in zip(sub.args, sub.arg_kinds) if k == ARG_POS)
-                elif len(sub.args) == 1 and sub.arg_kinds[0] == ARG_POS:
-                    allowed.add(id(sub.args[0]))
+                elif sub.args and sub.arg_kinds[0] == ARG_POS and (
+                        len(sub.args) == 1 or callee == "builtins.enumerate"):
+                    allowed.add(id(sub.args[0]))  # enumerate(xs, 1): xs, not the start
             elif callee.startswith("torch.") and (last.startswith(FOREACH_PREFIX) or last in FUSED_OPS):
                 allowed.update(id(a) for a in sub.args)
         elif isinstance(sub, (GeneratorExpr, DictionaryComprehension)):
             allowed.update(id(s) for s in sub.sequences)
-            for index in sub.indices:
-                _stored(index, stores)
         elif isinstance(sub, IndexExpr) and id(sub) not in stores and not isinstance(sub.index, SliceExpr):
             allowed.add(id(sub.base))  # an item read: the list as it is
         elif isinstance(sub, LambdaExpr):
