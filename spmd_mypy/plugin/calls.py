@@ -117,6 +117,7 @@ from ..engine.types import (
 )
 from ..engine.views import make_move
 from . import global_calls
+from .fixed_lists import fixed_list
 from .messages import fold_into_earlier
 from .statements import nested_statements
 from .codes import ERROR_CODES
@@ -856,70 +857,99 @@ class CallTyper:
             torch._foreach_add_(params, grads, alpha=-lr)  ==  params[k].add_(grads[k], alpha=-lr)
 
         A list variable holds one item type (its positions agree), a display ``[a, b]`` one
-        per position; an in-place op may not change a list's item type."""
+        per position, as does a local list certain to hold its display (``bufs = [a, b]``
+        only read: :mod:`.fixed_lists`), and then an out-of-place op's result (a tuple of one
+        type per position); an in-place op may not change a list's item type."""
         each = foreach_op(name) or name
         spec = classify(each)
         inplace, writes = foreach_writes(name)
         first_step = FUSED_FIRST_STEP.get(name)
 
         def hook(ctx: FunctionContext) -> Type:
-            positions = self._foreach_positions(ctx)
-            if positions is None:
+            found_positions = self._foreach_positions(ctx)
+            if found_positions is None:
                 return ctx.default_return_type
+            groups, by_position = found_positions
             # SGD's first fused step (is_first_step=True): the states are overwritten unread
             fresh = first_step is not None and any(
                 f == first_step and len(es) == 1 and isinstance(es[0], NameExpr)
                 and es[0].fullname == "builtins.True"
                 for f, es in zip(ctx.callee_arg_names, ctx.args))
             errors: list[SpmdError] = []
-            results: list[SpmdType] = []
-            for arg_types, args in positions:
-                if fresh:
-                    pctx = ctx._replace(
-                        arg_types=[[] if j in writes else t for j, t in enumerate(arg_types)],
-                        args=[[] if j in writes else e for j, e in enumerate(args)])
-                else:
-                    pctx = ctx._replace(arg_types=arg_types, args=args)
-                ops, _, any_typed = self.operands(pctx, None, None, each)
-                if not any_typed:
-                    continue
-                if global_calls.any_global(ops):  # a partition spec: the global rule
-                    result = global_calls.propagate(self, pctx, each, ops)
-                else:
-                    result = propagate(spec, ops, strict=self.strict(ctx))
-                found = list(result.errors)
-                if inplace and found:
-                    found = self._reduced_gradient_hint(pctx, found, ops)
-                if inplace and ops and ops[0].type:
-                    err = self._inplace_error(ctx, each, ops[0], result.type, ops)
-                    if err is not None:
-                        found.append(err)
-                for j in writes:  # a fused optimizer's states, written as the parameter is
-                    if j < len(arg_types) and arg_types[j] and args[j]:
-                        state = self.types.from_type(get_proper_type(arg_types[j][0]))
-                        if state:
-                            err = self._inplace_error(
-                                ctx, each, Operand(state, expr_text(args[j][0])), result.type, ops)
-                            if err is not None:
-                                found.append(err)
-                errors.extend(e for e in found if e not in errors)
-                results.append(result.type)
+            results: list[list[SpmdType]] = []  # per group (a position, or all of them)
+            for group in groups:
+                group_results: list[SpmdType] = []
+                for arg_types, args in group:
+                    found = self._foreach_position(ctx, each, spec, inplace, writes, fresh,
+                                                   arg_types, args)
+                    if found is not None:
+                        errors.extend(e for e in found[0] if e not in errors)
+                        group_results.append(found[1])
+                results.append(group_results)
             self.report(ctx, errors)
-            if inplace or not results or errors:
+            if inplace or not any(results) or errors:
                 return ctx.default_return_type
-            insts = [self.types.to_instance(t) for t in results]
-            if any(i is None for i in insts):
-                return ctx.default_return_type
-            item = make_simplified_union(insts)  # type: ignore[arg-type]
-            return ctx.api.named_generic_type("builtins.tuple", [item])  # type: ignore[attr-defined]
+            insts_at: list[Type] = []
+            for group_results in results:
+                insts = [self.types.to_instance(t) for t in group_results]
+                if not insts or any(i is None for i in insts):
+                    return ctx.default_return_type
+                insts_at.append(make_simplified_union(insts))  # type: ignore[arg-type]
+            tuple_of = ctx.api.named_generic_type(  # type: ignore[attr-defined]
+                "builtins.tuple", [make_simplified_union(insts_at)])
+            if by_position:  # the lists' items known by position: one type per position
+                return TupleType(insts_at, tuple_of)
+            return tuple_of
 
         return hook
 
-    def _foreach_positions(self, ctx: FunctionContext) -> list[tuple[list[list[Type]], list[list[Expression]]]] | None:
+    def _foreach_position(self, ctx: FunctionContext, each: str, spec: Any, inplace: bool,
+                          writes: Any, fresh: bool, arg_types: list[list[Type]],
+                          args: list[list[Expression]]) -> tuple[list[SpmdError], SpmdType] | None:
+        """The op at one list position (one pairing of the lists' items): its errors and
+        result type, None when nothing there is typed."""
+        if fresh:
+            pctx = ctx._replace(
+                arg_types=[[] if j in writes else t for j, t in enumerate(arg_types)],
+                args=[[] if j in writes else e for j, e in enumerate(args)])
+        else:
+            pctx = ctx._replace(arg_types=arg_types, args=args)
+        ops, _, any_typed = self.operands(pctx, None, None, each)
+        if not any_typed:
+            return None
+        if global_calls.any_global(ops):  # a partition spec: the global rule
+            result = global_calls.propagate(self, pctx, each, ops)
+        else:
+            result = propagate(spec, ops, strict=self.strict(ctx))
+        found = list(result.errors)
+        if inplace and found:
+            found = self._reduced_gradient_hint(pctx, found, ops)
+        if inplace and ops and ops[0].type:
+            err = self._inplace_error(ctx, each, ops[0], result.type, ops)
+            if err is not None:
+                found.append(err)
+        for j in writes:  # a fused optimizer's states, written as the parameter is
+            if j < len(arg_types) and arg_types[j] and args[j]:
+                state = self.types.from_type(get_proper_type(arg_types[j][0]))
+                if state:
+                    err = self._inplace_error(
+                        ctx, each, Operand(state, expr_text(args[j][0])), result.type, ops)
+                    if err is not None:
+                        found.append(err)
+        return found, result.type
+
+    def _foreach_positions(self, ctx: FunctionContext
+                           ) -> tuple[list[list[tuple[list[list[Type]], list[list[Expression]]]]], bool] | None:
         """The arguments of a ``_foreach`` call at each list position, or None (no list of
-        tensors): a list display's items by position; a list variable's item type (each of
-        its kinds, for a join such as ``list[Tensor[R_P]]``) at every position."""
+        tensors): a list display's items by position, a tuple's, those of a local list certain
+        to hold its display (:func:`fixed_lists.fixed_list`); a list variable's item type (each
+        of its kinds, for a join such as ``list[Tensor[R_P]]``) at every position.
+
+        Returned grouped by position, with True, where some list's items are known by
+        position (a group: that position's items with each kind of the list variables); else
+        one group of every pairing of the variables' kinds, with False."""
         lists: dict[tuple[int, int], list[tuple[Type, Expression]]] = {}
+        by_position: set[tuple[int, int]] = set()  # the lists known item by item
         length = None
         for i, (types, exprs) in enumerate(zip(ctx.arg_types, ctx.args)):
             for j, (t, e) in enumerate(zip(types, exprs)):
@@ -930,37 +960,68 @@ class CallTyper:
                 items = self._container_items(t, e, ctx)
                 if not items or any(self.types.from_type(it) is None for it, _ in items if it is not None):
                     continue  # a list of numbers (scalars=), or nothing typed
-                if (isinstance(e, (ListExpr, TupleExpr)) and not any(isinstance(it, StarExpr) for it in e.items)
+                shown = self._fixed_items(e, items, ctx)
+                if shown is not None or (
+                        isinstance(e, (ListExpr, TupleExpr)) and not any(isinstance(it, StarExpr) for it in e.items)
                         or isinstance(p, TupleType)):
-                    if length is not None and length != len(items):
+                    if shown is None and isinstance(e, (ListExpr, TupleExpr)):
+                        shown = [(it, ie) for it, ie in items if it is not None]
+                    elif shown is None:  # a tuple's items, named as its items (``upd[k]``)
+                        at_k = item_name(e)
+                        shown = [(it, at_k) for it, _ in items if it is not None]
+                    if length is not None and length != len(shown):
                         return None  # torch rejects lists of different lengths
-                    length = len(items)
-                    lists[(i, j)] = [(it, ie) for it, ie in items if it is not None]
+                    length = len(shown)
+                    lists[(i, j)] = shown
+                    by_position.add((i, j))
                 else:  # a list variable: each kind it may hold, at every position
                     at_k = item_name(e)
                     lists[(i, j)] = [(it, at_k) for it, _ in items if it is not None]
         if not lists:
             return None
-        combos: list[dict[tuple[int, int], tuple[Type, Expression]]] = [{}]
-        if length is not None:  # displays: position k of each display, with the variables' kinds
-            fixed = {key: v for key, v in lists.items() if len(v) == length}
-            combos = [{key: v[k] for key, v in fixed.items()} for k in range(length)]
-            free = {key: v for key, v in lists.items() if key not in fixed}
-        else:
-            free = lists
-        for key, options in free.items():
-            combos = [{**c, key: o} for c in combos for o in options]
-            if len(combos) > 64:
+        groups: list[list[dict[tuple[int, int], tuple[Type, Expression]]]] = [[{}]]
+        if length is not None:  # position k of each list known by position
+            groups = [[{key: lists[key][k] for key in by_position}] for k in range(length)]
+        count = len(groups)
+        for key, options in lists.items():
+            if key in by_position:
+                continue
+            groups = [[{**c, key: o} for c in group for o in options] for group in groups]
+            count *= len(options)
+            if count > 64:
                 return None
-        positions = []
-        for combo in combos:
-            arg_types = [list(g) for g in ctx.arg_types]
-            args = [list(g) for g in ctx.args]
-            for (i, j), (t, e) in combo.items():
-                arg_types[i][j] = t
-                args[i][j] = e
-            positions.append((arg_types, args))
-        return positions
+        out = []
+        for group in groups:
+            positions = []
+            for combo in group:
+                arg_types = [list(g) for g in ctx.arg_types]
+                args = [list(g) for g in ctx.args]
+                for (i, j), (t, e) in combo.items():
+                    arg_types[i][j] = t
+                    args[i][j] = e
+                positions.append((arg_types, args))
+            out.append(positions)
+        return out, length is not None
+
+    def _fixed_items(self, e: Expression, items: list[tuple[Type | None, Expression]],
+                     ctx: FunctionContext) -> list[tuple[Type, Expression]] | None:
+        """A local list variable of several kinds certain to hold its display
+        (:func:`fixed_lists.fixed_list`): the display's items' types by position, named as the
+        list's items (``bufs[k]``); None otherwise."""
+        if not isinstance(e, NameExpr) or e.kind != LDEF or len(items) < 2:
+            return None
+        func = global_calls.current_function(ctx.api)
+        display = fixed_list(func, e.name) if func is not None else None
+        if display is None:
+            return None
+        at_k = item_name(e)
+        shown: list[tuple[Type, Expression]] = []
+        for item in display.items:
+            t = lookup_type(ctx.api, item)
+            if t is None or self.types.from_type(t) is None:
+                return None
+            shown.append((t, at_k))
+        return shown
 
     def bound_builtin_hook(self, op: str) -> Callable[[FunctionContext], Type]:
         """A torch.linalg / special / fft builtin given its docstring's signature

@@ -38,12 +38,14 @@ from mypy.nodes import (
     ImportAll,
     ImportFrom,
     IndexExpr,
+    ListExpr,
     MemberExpr,
     MypyFile,
     NameExpr,
     OpExpr,
     OperatorAssignmentStmt,
     RefExpr,
+    StarExpr,
     Statement,
     TempNode,
     TupleExpr,
@@ -73,6 +75,7 @@ from mypy.util import correct_relative_import
 from .guard import RESULT, recover
 from ..engine.collectives import OPS as COLLECTIVE_OPS
 from ..engine.types import UNTYPED, SpmdType
+from .fixed_lists import fixed_list
 from .global_calls import current_function, size_names
 from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder, lookup_type
@@ -489,7 +492,9 @@ class Correlated:
 
     def _iteration_values(self, ctx: Any, e: Expression) -> list[_Value] | None:
         """What ``for ... in e`` binds in each iteration: ``zip`` of tuples item by item,
-        ``enumerate`` of those with a counter (None: no tensor), a tuple's items."""
+        ``enumerate`` of those with a counter (None: no tensor), a tuple's items, a list
+        display's, those of a local list certain to hold its display (:func:`fixed_list`:
+        mypy gives a list one item type, the join)."""
         if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr) and e.args:
             callee = e.callee.fullname
             if callee == "builtins.zip":
@@ -508,7 +513,22 @@ class Correlated:
         p = get_proper_type(lookup_type(ctx.api, e))
         if isinstance(p, TupleType) and not any(isinstance(get_proper_type(i), UnpackType) for i in p.items):
             return list(p.items)
-        return None
+        display: ListExpr | None = None
+        if isinstance(e, ListExpr):
+            display = e  # ``zip([a, b], [ga, gb])``: the display's items
+        elif isinstance(e, NameExpr) and e.kind == LDEF:
+            # a local list certain to hold its display (fixed_lists): the display's items
+            func = current_function(ctx.api)
+            display = fixed_list(func, e.name) if func is not None else None
+        if display is None or any(isinstance(i, StarExpr) for i in display.items):
+            return None
+        items: list[_Value] = []
+        for item in display.items:
+            t = lookup_type(ctx.api, item)
+            if t is None:
+                return None
+            items.append(t)
+        return items
 
     def _plan(self, e: Expression, ctx: Any, roots: list[tuple[object, Expression]],
               depth: int, line: int) -> Derived | None:
