@@ -110,6 +110,11 @@ class SpmdPlugin(Plugin):
         self.annotations = AnnotationHooks(self)
         self.sources = InstalledSources(options)  # which installed modules name spmd
         self._setup_told = False  # the spmd-setup error was given (once per run)
+        # what the modules that may name spmd are keyed on (report_config_data), built once
+        self._config_data: list[object] = [_SOURCE_VERSION, self.config.as_cache_key()]
+        hidden = _torch_hidden(options)
+        if hidden:  # only then: a cache written while torch is seen stays valid
+            self._config_data.append({"torch": hidden})
         self._parsed = False  # a file was parsed (get_additional_deps): it will be checked
         cls = type(self)
         for name in _DISPATCHED:
@@ -149,7 +154,11 @@ class SpmdPlugin(Plugin):
         # itself when its interface changes).
         if self.sources.installed_without_spmd(ctx.path):
             return _SOURCE_VERSION
-        return [_SOURCE_VERSION, self.config.as_cache_key()]
+        # Whether the config hides torch (follow_imports = "skip" / "error") is part of the
+        # key: mypy keeps a module that imports torch fresh when only torch's section changes,
+        # so a warm run would replay checks made with torch's types (a cached "Success")
+        # instead of giving the spmd-setup error, and the reverse.  Built once (__init__).
+        return self._config_data
 
     def _tell_setup(self, modules: dict[str, MypyFile], manager: object | None) -> None:
         """One spmd-setup error when a checked file uses spmd but mypy cannot see the types
@@ -308,6 +317,16 @@ class InstalledSources:
             pass
 
 
+def _torch_hidden(options: Options) -> str:
+    """torch's ``follow_imports`` when the config keeps mypy from reading torch ("skip", or
+    "error"); else ``""``.  Read from mypy's options once per run."""
+    try:
+        follow = options.clone_for_module("torch").follow_imports
+    except Exception:  # noqa: BLE001 - mypy's internals moved: no key, as before
+        return ""
+    return follow if follow in ("skip", "error") else ""
+
+
 def _setup_problem(manager: object, options: Options) -> str | None:
     """What keeps the checks blind, with what to do; None when torch and spmd's stubs are seen."""
     finder = getattr(manager, "find_module_cache", None)
@@ -329,10 +348,11 @@ def _setup_problem(manager: object, options: Options) -> str | None:
                     "spmd-mypy in the environment mypy reads packages from (with "
                     "--python-executable, that interpreter's environment, beside torch)")
         return None
-    if options.clone_for_module("torch").follow_imports == "skip":
-        return ('torch is imported with follow_imports = "skip": every tensor here is Any and '
-                'nothing is SPMD-checked; use follow_imports = "silent" for torch (its errors '
-                'stay hidden, its types are read; a warm cache makes it as fast)')
+    follow = _torch_hidden(options)
+    if follow:
+        return (f'torch is imported with follow_imports = "{follow}": every tensor here is Any '
+                f'and nothing is SPMD-checked; use follow_imports = "silent" for torch (its '
+                f'errors stay hidden, its types are read; a warm cache makes it as fast)')
     return ("mypy cannot find torch: every tensor here is Any and nothing is SPMD-checked; "
             "install torch in the environment mypy runs in (pre-commit: add torch to the mypy "
             "hook's additional_dependencies; or point mypy at it with --python-executable)"

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mypy_project import CONFIG, write_config  # noqa: E402
 
@@ -61,6 +63,48 @@ def test_torch_followed_with_skip(tmp_path: Path) -> None:
     (tmp_path / "mypy.ini").write_text(CONFIG + "[mypy-torch.*]\nfollow_imports = silent\n")
     write_config(tmp_path)  # the seeded cache of torch
     (tmp_path / "mypy.ini").write_text(CONFIG + "[mypy-torch.*]\nfollow_imports = silent\n")
+    out = _mypy(tmp_path)
+    assert not _setup_errors(out) and "[spmd-partial-nonlinear]" in out, out
+
+
+_PYPROJECT = """[tool.mypy]
+plugins = ["spmd_mypy.plugin"]
+
+[tool.spmd_mypy]
+mesh_axes = ["dp", "tp"]
+"""
+# (config file, its text with torch followed, the same with torch hidden, follow_imports)
+_HIDDEN = {
+    "ini-skip": ("mypy.ini", CONFIG, CONFIG + "[mypy-torch.*]\nfollow_imports = skip\n", "skip"),
+    "ini-error": ("mypy.ini", CONFIG, CONFIG + "[mypy-torch]\nfollow_imports = error\n", "error"),
+    "pyproject-skip": ("pyproject.toml", _PYPROJECT, _PYPROJECT + '[[tool.mypy.overrides]]\n'
+                       'module = "torch.*"\nfollow_imports = "skip"\n', "skip"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(_HIDDEN))
+def test_torch_hidden_on_a_warm_cache(tmp_path: Path, form: str) -> None:
+    """torch's follow_imports changed between two runs in one cache: mypy keeps the modules
+    that import torch fresh (only torch's section changed), so the second run replayed the
+    first one's checks ("Success", nothing checked) instead of the spmd-setup error; and the
+    reverse kept the setup error after torch's types came back."""
+    name, seen, hidden, follow = _HIDDEN[form]
+    _project(tmp_path, CONFIG)
+    write_config(tmp_path)  # the seeded cache of torch
+    (tmp_path / "mypy.ini").unlink()
+    config = tmp_path / name
+    config.write_text(seen)
+    out = _mypy(tmp_path)
+    assert not _setup_errors(out) and "[spmd-partial-nonlinear]" in out, out
+    for _ in range(2):  # the change (a.py, b.py from the cache), then a run with no change
+        config.write_text(hidden)
+        out = _mypy(tmp_path)
+        errors = _setup_errors(out)
+        assert len(errors) == 1, out
+        assert errors[0].startswith(f'a.py:3: error: torch is imported with follow_imports = '
+                                    f'"{follow}"'), out
+        assert "[spmd-partial" not in out, out
+    config.write_text(seen)  # torch's types back: the mistakes again, no setup error
     out = _mypy(tmp_path)
     assert not _setup_errors(out) and "[spmd-partial-nonlinear]" in out, out
 
