@@ -1895,6 +1895,16 @@ def _axis_order() -> tuple[str, ...] | None:
     return tuple(binding.names) if binding is not None else None
 
 
+def _revealed(x: Any, depth: int = 0) -> str:
+    """A tensor's type as users write it; a tuple or list item by item (``x.chunk(2)``)."""
+    if isinstance(x, torch.Tensor):
+        return format_type(_get(x) or _UNTYPED, _axis_order())
+    if isinstance(x, (tuple, list)) and x and depth < 4:
+        inner = ", ".join(_revealed(i, depth + 1) for i in x)
+        return f"{type(x).__name__}[{inner}]"
+    return f"not a tensor ({type(x).__name__})"
+
+
 def reveal(x: _T) -> _T:
     """``spmd.reveal(x)``: ``x``; in check mode, prints its live type to stderr.
 
@@ -1905,10 +1915,7 @@ def reveal(x: _T) -> _T:
     """
     if not ACTIVE:
         return x
-    if isinstance(x, torch.Tensor):
-        shown = format_type(_get(x) or _UNTYPED, _axis_order())
-    else:
-        shown = f"not a tensor ({type(x).__name__})"
+    shown = _revealed(x)
     frame = sys._getframe(1)
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     print(f"{where}: spmd.reveal: {shown}", file=sys.stderr)

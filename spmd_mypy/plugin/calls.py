@@ -1762,6 +1762,9 @@ class CallTyper:
             elif (isinstance(p, Instance) and p.type.fullname == "builtins.list" and p.args
                   and depth < 4):
                 shown.append(f"list[{self._revealed(p.args[0], depth + 1)}]")
+            elif (isinstance(p, Instance) and p.type.fullname == "builtins.tuple" and p.args
+                  and depth < 4):  # x.chunk(2), x.split(k): tuple[Tensor[...], ...]
+                shown.append(f"tuple[{self._revealed(p.args[0], depth + 1)}, ...]")
             elif isinstance(p, Instance):
                 shown.append(f"not a tensor ({p.type.name})")  # as the check mode prints it
             elif isinstance(p, AnyType):  # what mypy does not know is not checked either

@@ -101,11 +101,13 @@ def test_reveal_prints_the_live_type_to_stderr(capsys: pytest.CaptureFixture[str
         assert spmd.reveal(x) is x
         spmd.reveal(torch.zeros(2))
         spmd.reveal(3)
+        spmd.reveal(x.chunk(2, dim=1))  # a tuple item by item (the docs probe: "(tuple)")
     err = capsys.readouterr().err.splitlines()
     assert re.fullmatch(r'.*test_check_mode\.py:\d+: spmd\.reveal: Tensor\[R\["tp"\], V\["dp"\]\]',
                         err[0]), err[0]
     assert err[1].endswith("spmd.reveal: Tensor")
     assert err[2].endswith("spmd.reveal: not a tensor (int)")
+    assert err[3].endswith('spmd.reveal: tuple[Tensor[R["tp"], V["dp"]], Tensor[R["tp"], V["dp"]]]'), err[3]
 
 
 def test_types_do_not_pollute_checkpoints() -> None:
