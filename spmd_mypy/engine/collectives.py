@@ -728,6 +728,15 @@ def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
                     f"reinterpret({x}, {format_axis(axis)}, src={_arg(have)}, dst=V) "
                     f"before the {op}")
         return fix
+    if (op == "reduce_scatter" and src.kind is Kind.P and have.kind is Kind.V and have.dim is None
+            and have.by_rank is None and dst.kind is not Kind.P):
+        # a per-rank partial sum typed V (row-wise embedding pooling: each rank's rows' part of
+        # every bag) most often wants the reinterpret the all_reduce(V->R) fix offers too; the
+        # all-to-all would exchange the parts unsummed
+        x, ax = bare(x_text), format_axis(axis)
+        return (f"; if {x} is a per-rank partial sum (each rank's part of the whole), "
+                f"reinterpret it first: reduce_scatter(reinterpret({x}, {ax}, src=V, dst=P), {ax}, "
+                f"src=P, dst={_arg(dst)}); if it is each rank's own values, {s}")
     if op == "all_reduce" and src.kind is Kind.P and have.dim is not None:
         # an expert's gradient sharded on "etp" like its weight, all-reduced like a
         # data-parallel one: the gather is not what is missing, nothing is
