@@ -226,6 +226,14 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
                  f"reinterpret({bare(x_text)}, "
                  f"{format_axis(axis)}, src={_arg(src)}, dst=V) to keep the whole local value "
                  f"(each rank's copy as its own value)")
+    elif (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.dim is not None
+          and bare(x_text).endswith("[...]")):
+        # a subscript that already takes this rank's part (full[r * b:(r + 1) * b] with a rank
+        # the checker does not see: a parameter): converting it would slice it again
+        x, ax = bare(x_text), format_axis(axis)
+        text += (f"; if the index already takes this rank's part (from a rank the checker "
+                 f"does not see, such as a parameter), {x} is V: reinterpret({x}, {ax}, "
+                 f"src={_arg(src)}, dst=V), which S({dst.dim}) may be claimed from")
     elif op == "convert" and src.kind is Kind.V and src.dim is None and dst.kind is Kind.P:
         # a per-rank loss or gradient is most often meant as the sum of the ranks' values
         text += (f" to keep each rank's values apart, or reinterpret({bare(x_text)}, "
