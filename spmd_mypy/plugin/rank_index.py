@@ -59,6 +59,9 @@ _ALL: Final = frozenset({EVERY})
 RANK_QUERIES: Final = frozenset({"get_rank", "get_local_rank", "get_coordinate", "get_group_rank"})
 # calls whose int result carries their arguments' rank dependence
 _INT_CALLS: Final = frozenset({"int", "min", "max", "abs", "range", "divmod", "round"})
+# calls whose int argument is a device or a seed, not an index: x.to(local_rank)
+_DEVICE_CALLS: Final = frozenset({"to", "cuda", "device", "set_device", "manual_seed", "seed",
+                                  "pin_memory"})
 
 
 def _str_arg(call: CallExpr, name: str) -> Optional[str]:
@@ -318,9 +321,13 @@ class _Scan:
                 axes, by = self.taint(c.index), c.index
             else:
                 if isinstance(c, CallExpr):
-                    if query_axes(c, self.helpers) is not None:
+                    callee = c.callee
+                    if query_axes(c, self.helpers) is not None or (
+                            isinstance(callee, (NameExpr, MemberExpr))
+                            and callee.name in _DEVICE_CALLS):
                         continue
-                    parts = c.args
+                    # a device (x.to(rank), device=local_rank) picks no values
+                    parts = [a for a, n in zip(c.args, c.arg_names) if n != "device"]
                 elif isinstance(c, OpExpr):
                     parts = [c.left, c.right]
                 elif isinstance(c, ComparisonExpr):
