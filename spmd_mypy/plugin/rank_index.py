@@ -20,7 +20,7 @@ the source does not name) on every mesh axis (:data:`EVERY`).
 
 from __future__ import annotations
 
-from typing import Final, Optional
+from typing import Final, Optional, cast
 
 from mypy.nodes import (
     AssignmentStmt,
@@ -112,17 +112,28 @@ def query_axes(call: CallExpr, helpers: dict[str, frozenset]) -> Optional[frozen
 
 
 def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
-    """A rank query in an assigned value (shallow: calls, operators, tuples)."""
-    if isinstance(e, CallExpr):
-        if query_axes(e, helpers) is not None:
+    """A rank query in an assigned value (shallow: calls, operators, tuples).  Run at every
+    assignment in a function: exact-class dispatch, a name test before anything else."""
+    cls = type(e)
+    if cls is CallExpr:
+        call = cast(CallExpr, e)
+        callee = call.callee
+        ccls = type(callee)
+        if (ccls is MemberExpr or ccls is NameExpr) and (
+                cast("MemberExpr | NameExpr", callee).name in RANK_QUERIES
+                or cast("MemberExpr | NameExpr", callee).name in helpers):
             return True
-        return any(has_query(a, helpers) for a in e.args)
-    if isinstance(e, OpExpr):
-        return has_query(e.left, helpers) or has_query(e.right, helpers)
-    if isinstance(e, (TupleExpr, ListExpr)):
-        return any(has_query(i, helpers) for i in e.items)
-    if isinstance(e, UnaryExpr):
-        return has_query(e.expr, helpers)
+        for a in call.args:
+            if has_query(a, helpers):
+                return True
+        return False
+    if cls is OpExpr:
+        op = cast(OpExpr, e)
+        return has_query(op.left, helpers) or has_query(op.right, helpers)
+    if cls is TupleExpr or cls is ListExpr:
+        for i in cast("TupleExpr | ListExpr", e).items:
+            if has_query(i, helpers):
+                return True
     return False
 
 
