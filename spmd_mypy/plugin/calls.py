@@ -437,6 +437,8 @@ _DECLARES_NOTHING: Final = frozenset({
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
+        # the plugin's RegionIndex.rank_exprs (set once it exists): tested at every op
+        self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
         # call context id -> (context, declared signature, typed parameters by index)
         self._pending: dict[int, tuple[object, CallableType, dict[int, tuple[SpmdType, ...]]]] = {}
         # call context id -> (context, the hook of the torch op it calls through a name)
@@ -778,7 +780,7 @@ class CallTyper:
             else:
                 result = propagate(spec, ops, strict=self.strict(ctx),
                                    reduction=read_reduction(ctx, op), move=read_move(ctx, op))
-                if self.plugin.regions.rank_exprs:  # only files with a rank query (rank_index)
+                if self.rank_exprs:  # only files with a rank query (rank_index)
                     result = self._rank_derived(ctx, op, spec, ops, result, self.strict(ctx))
             errors = result.errors
             if inplace and method and errors:

@@ -123,9 +123,10 @@ def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
                 cast("MemberExpr | NameExpr", callee).name in RANK_QUERIES
                 or cast("MemberExpr | NameExpr", callee).name in helpers):
             return True
-        for a in call.args:
-            if has_query(a, helpers):
-                return True
+        if ccls is NameExpr and cast(NameExpr, callee).name in _INT_CALLS:  # int(get_rank())
+            for a in call.args:
+                if has_query(a, helpers):
+                    return True
         return False
     if cls is OpExpr:
         op = cast(OpExpr, e)
