@@ -226,6 +226,14 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
                  f"reinterpret({bare(x_text)}, "
                  f"{format_axis(axis)}, src={_arg(src)}, dst=V) to keep the whole local value "
                  f"(each rank's copy as its own value)")
+    elif (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.dim is not None
+          and bare(x_text).endswith("[...]")):
+        # a subscript that already takes this rank's part (full[r * b:(r + 1) * b] with a rank
+        # the checker does not see: a parameter): converting it would slice it again
+        x, ax = bare(x_text), format_axis(axis)
+        text += (f"; if the index already takes this rank's part (from a rank the checker "
+                 f"does not see, such as a parameter), {x} is V: reinterpret({x}, {ax}, "
+                 f"src={_arg(src)}, dst=V), which S({dst.dim}) may be claimed from")
     elif op == "convert" and src.kind is Kind.V and src.dim is None and dst.kind is Kind.P:
         # a per-rank loss or gradient is most often meant as the sum of the ranks' values
         text += (f" to keep each rank's values apart, or reinterpret({bare(x_text)}, "
@@ -730,6 +738,15 @@ def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
                     f"reinterpret({x}, {format_axis(axis)}, src={_arg(have)}, dst=V) "
                     f"before the {op}")
         return fix
+    if (op == "reduce_scatter" and src.kind is Kind.P and have.kind is Kind.V and have.dim is None
+            and have.by_rank is None and dst.kind is not Kind.P):
+        # a per-rank partial sum typed V (row-wise embedding pooling: each rank's rows' part of
+        # every bag) most often wants the reinterpret the all_reduce(V->R) fix offers too; the
+        # all-to-all would exchange the parts unsummed
+        x, ax = bare(x_text), format_axis(axis)
+        return (f"; if {x} is a per-rank partial sum (each rank's part of the whole), "
+                f"reinterpret it first: reduce_scatter(reinterpret({x}, {ax}, src=V, dst=P), {ax}, "
+                f"src=P, dst={_arg(dst)}); if it is each rank's own values, {s}")
     if op == "all_reduce" and src.kind is Kind.P and have.dim is not None:
         # an expert's gradient sharded on "etp" like its weight, all-reduced like a
         # data-parallel one: the gather is not what is missing, nothing is

@@ -765,6 +765,8 @@ def is_known(name: str) -> bool:
 
 
 def _describe(op: Operand, lt: LocalType, axis: str) -> str:
+    if op.text.endswith(RANK_DERIVED):
+        return op.text
     return f"{bare(op.text)}: {format_type(op.type) if op.type is not None else 'scalar'}"
 
 
@@ -1937,3 +1939,19 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
         errors.extend(added.errors)
         t = added.type if not added.errors else t
     return Result(t, merge_axis_errors(errors))
+
+
+
+# An int computed from a rank query (``r = dist.get_rank()``, ``start = r * rows``: the
+# static checker's pre-pass finds them): as an index, slice bound, mask bound or scalar
+# operand it makes the op take something else on each rank, so it is an INDEX operand
+# Varying on the axes the query runs over, and the rule is a Varying index's: an R result
+# becomes V (its backward zero-pads each rank's gradient, a per-rank partial, as
+# ``convert(R->S(i))``'s backward does: V is claimable as S(i)), an I or P one an error.
+RANK_DERIVED = ", computed from the rank"
+
+
+def rank_index_operand(axes: Sequence[str], text: str) -> Operand:
+    """The rank-derived int ``text`` varying on ``axes``, as an operand."""
+    return Operand(SpmdType.of({a: VARYING for a in axes}), text + RANK_DERIVED, can_grad=False,
+                   role=Role.INDEX)

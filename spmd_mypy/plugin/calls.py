@@ -107,10 +107,11 @@ from ..engine.annotations import Entry, alias_note, build, expand_axes, unknown_
 from ..engine.contractions import CONTRACTIONS
 from ..engine.errors import SpmdError
 from ..engine.ops import (
-    FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
+    OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
     SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace,
     check_value_read, classify, foreach_op, foreach_writes, variant_formals, FUSED_FIRST_STEP,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
+    Result, rank_index_operand,
 )
 from ..engine.types import (
     REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_type, repeated_axis_message,
@@ -125,6 +126,7 @@ from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
+from .rank_index import axes_in
 from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
@@ -436,6 +438,8 @@ _DECLARES_NOTHING: Final = frozenset({
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
+        # the plugin's RegionIndex.rank_exprs (set once it exists): tested at every op
+        self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
         # call context id -> (context, declared signature, typed parameters by index)
         self._pending: dict[int, tuple[object, CallableType, dict[int, tuple[SpmdType, ...]]]] = {}
         # call context id -> (context, the hook of the torch op it calls through a name)
@@ -777,6 +781,8 @@ class CallTyper:
             else:
                 result = propagate(spec, ops, strict=self.strict(ctx),
                                    reduction=read_reduction(ctx, op), move=read_move(ctx, op))
+                if self.rank_exprs:  # only files with a rank query (rank_index)
+                    result = self._rank_derived(ctx, op, spec, ops, result, self.strict(ctx))
             errors = result.errors
             if inplace and method and errors:
                 errors = self._reduced_gradient_hint(ctx, errors, ops)
@@ -808,6 +814,27 @@ class CallTyper:
             return self.typed_result(default, rtype)
 
         return hook
+
+    def _rank_derived(self, ctx: AnyCtx, op: str, spec: OpSpec, ops: list[Operand],
+                      result: Result, strict: bool) -> Result:
+        """An op whose index, bound, mask or scalar is computed from a rank query (the
+        pre-pass found it: rank_index): typed again with that value as a Varying index on
+        the axes the query runs over that an operand mentions (engine ``rank_index_operand``)."""
+        found = self.plugin.regions.rank_axes(ctx.context)
+        if found is None:
+            return result
+        axes, by = found
+        typed = {a for o in ops if o.type for a, _ in o.type.axes}
+        mesh = [a for a in axes_in(axes, self.plugin.config.mesh_axes) if a in typed]
+        if not mesh:
+            return result
+        if isinstance(by, SliceExpr):  # r * b:(r + 1) * b
+            text = ":".join("" if p is None else bare(expr_text(p))
+                            for p in (by.begin_index, by.end_index, by.stride)[:3 if by.stride else 2])
+        else:
+            text = expr_text(by)
+        return propagate(spec, [*ops, rank_index_operand(mesh, text)], strict=strict,
+                         reduction=read_reduction(ctx, op), move=read_move(ctx, op))
 
     def _reduced_gradient_hint(self, ctx: AnyCtx, errors: list[SpmdError],
                                ops: list[Operand]) -> list[SpmdError]:

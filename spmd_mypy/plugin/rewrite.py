@@ -52,6 +52,7 @@ from ..engine import collectives as coll
 from ..engine.ops import FACTORIES, INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
 from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
+from .rank_index import has_query, rank_helpers, scan_functions
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -475,6 +476,9 @@ class GradRegions:
     # whose truth value the condition reads, and for a ``match`` case the statement and the
     # case's pattern, whose value patterns compare the subject)
     conditions: dict[int, ConditionEntry] = field(default_factory=dict)
+    # the ops whose argument is computed from a rank query (rank_index), by the node's id:
+    # (the node, the axes its result varies on)
+    rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = field(default_factory=dict)
 
 
 # Attributes whose reads the plugin types (attribute hooks): as ``x.attr += y`` targets they
@@ -532,6 +536,11 @@ class _Walker:
         # the truth values the statement being walked reads outside a condition (section 3;
         # rewrite walk): _rewrite_call_args collects them
         self.reads: list[Expression] = []
+        # the module's own functions returning a rank query (rank_index), and per enclosing
+        # function whether it assigns one; the functions that do
+        self.rank_helpers: dict[str, frozenset] = {}
+        self._rank_flags: list[bool] = []
+        self.rank_functions: list[FuncDef] = []
 
     def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached``."""
@@ -777,6 +786,8 @@ class _Walker:
                 self._bind_items(lv, value)
         for lv in st.lvalues:
             self._define(lv)
+        if self._rank_flags and not self._rank_flags[-1] and has_query(st.rvalue, self.rank_helpers):
+            self._rank_flags[-1] = True
         if self.rewrite:
             if not self._depth:
                 _rewrite_annotation(st.type, st.unanalyzed_type)
@@ -808,7 +819,10 @@ class _Walker:
         self._class_bodies.append(False)
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
+        self._rank_flags.append(False)
         self.block(st.body.body)
+        if self._rank_flags.pop():
+            self.rank_functions.append(st)
         self._modes = outer_modes
         self._depth -= 1
         self._class_bodies.pop()
@@ -1091,6 +1105,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     A walk that fails renames every definition, as a file never walked would be."""
     w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file))
     w.module_level = not file.is_stub
+    w.rank_helpers = rank_helpers(file)
     rebinding: list[Statement] = []
     looping: list[Statement] = []  # of those, the ones where a loop variable is bound twice
     spans: list[tuple[int, int]] = []  # each one's slice of w.detached
@@ -1152,6 +1167,8 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         detached = kept + again.detached
     regions = w.regions(detached)
     regions.conditions = conditions
+    if w.rank_functions:  # after the renaming: a local assigned twice is two names
+        regions.rank_exprs = scan_functions(w.rank_functions, w.rank_helpers)
     return regions
 
 
@@ -1335,6 +1352,10 @@ class RegionIndex:
         # the old tree object (its statements, triggers included, then are the new tree's)
         self._conditions: dict[int, ConditionEntry] = {}
         self._condition_ids: dict[str, list[int]] = {}
+        # the same for the ops computed from a rank query (rank_index): an op hook asks
+        # ``if rank_exprs`` first, so code without rank queries pays a truth test
+        self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
+        self._rank_ids: dict[str, list[int]] = {}
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
         return self._memo.get(tree) if tree is not None else None
@@ -1348,6 +1369,18 @@ class RegionIndex:
         if regions.conditions:
             self._conditions.update(regions.conditions)
             self._condition_ids[tree.fullname] = list(regions.conditions)
+        for old in self._rank_ids.pop(tree.fullname, ()):
+            self.rank_exprs.pop(old, None)
+        if regions.rank_exprs:
+            self.rank_exprs.update(regions.rank_exprs)
+            self._rank_ids[tree.fullname] = list(regions.rank_exprs)
+
+    def rank_axes(self, e: Context) -> tuple[frozenset, Expression] | None:
+        """The axes op node ``e`` varies on because an index or operand is computed from a
+        rank query (rank_index), and that index or operand; None for any other node.
+        Callers test ``rank_exprs`` first."""
+        entry = self.rank_exprs.get(id(e))
+        return (entry[1], entry[2]) if entry is not None and entry[0] is e else None
 
     def condition(self, call: Context) -> ConditionEntry | None:
         """What a condition trigger (section 3) reads, when ``call`` is one; None for any

@@ -32,6 +32,9 @@ A case is a function body over typed inputs::
   gradient, so in-place ops are allowed); the static checker ignores it.
 - ``xfail``: a known engine issue that makes both checkers give another
   verdict today (the reason names it); remove the field when it is fixed.
+- ``static_only``: a rule only the static checker follows (the reason says why the check
+  mode cannot, and where the docs say so): the check mode's verdict differs, so its run is
+  a strict xfail; the static checker must give the table's verdict.
 - ``static_line``: for an error the static checker reports inside a body the
   check mode only runs at a later line (a custom autograd Function's forward
   result: statically at its ``return``, at run time at ``Fn.apply``, the last
@@ -58,6 +61,7 @@ class Case:
     make: dict[str, str] = field(default_factory=dict)
     xfail: str | None = None
     static_line: int | None = None
+    static_only: str | None = None
 
     def __post_init__(self) -> None:
         assert (self.expect is None) != (self.error is None), self.id
@@ -106,12 +110,13 @@ CASES: list[Case] = []
 def case(id: str, inputs: dict[str, str], lines: str | tuple[str, ...], result: str, *,
          desc: str = "", strict: bool = False, collective: bool = False,
          make: dict[str, str] | None = None, xfail: str | None = None,
-         static_line: int | None = None) -> None:
+         static_line: int | None = None, static_only: str | None = None) -> None:
     ins = tuple((n, T.get(a, a)) for n, a in inputs.items())
     ls = (lines,) if isinstance(lines, str) else tuple(lines)
     verdict = _verdict(result) if result in T or result.startswith("spmd-") else {"expect": result}
     CASES.append(Case(id, ins, ls, desc=desc, strict=strict, collective=collective,
-                      make=dict(make or {}), xfail=xfail, static_line=static_line, **verdict))
+                      make=dict(make or {}), xfail=xfail, static_line=static_line,
+                      static_only=static_only, **verdict))
 
 
 # --------------------------------------------------------------------------------------
@@ -1558,6 +1563,21 @@ case("function-backward-declares-V-for-the-gradient-of-P", {"a": "P", "b": "P"},
       "        return g, torch.ones_like(g)",
       "Fn.apply(a, b).sum().backward()"), DUAL, static_line=6,
      desc="MoE's aux-loss scaler with its aux gradient declared per rank (V) where R is due")
+
+
+# --------------------------------------------------------------------------------------
+# An index, slice bound or mask computed from the rank (static only: the check mode sees a
+# plain int; README "Rank-derived indices", docs/soundness.md)
+_RANK_ONLY = "the check mode sees the rank as a plain int (docs/soundness.md: rank-derived indices)"
+case("rank-slice-of-R-is-V", {"a": "R"},
+     ("r = torch.distributed.get_rank()", "out = a[r:r + 1]"), "V", **CX, static_only=_RANK_ONLY,
+     desc="this rank's rows of an R value differ per rank")
+case("rank-mask-of-R-is-V", {"a": "R"},
+     ("start = torch.distributed.get_rank() * 2", "out = a >= start"), "V", **CX,
+     static_only=_RANK_ONLY, desc="a mask of this rank's range")
+case("rank-slice-of-I-is-an-error", {"a": "I"},
+     ("r = torch.distributed.get_rank()", "out = a[r:r + 1]"), "spmd-invariant-mix", **CX,
+     static_only=_RANK_ONLY, desc="an I's gradient would differ per rank")
 
 
 def render_function(c: Case, name: str | None = None) -> str:

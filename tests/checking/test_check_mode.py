@@ -987,6 +987,20 @@ def test_operators_type_their_results() -> None:
 # collectives: on_collective directly (the fake-process-group runs are in the table)
 
 
+def test_reduce_scatter_of_a_varying_value_offers_the_reinterpret_first() -> None:
+    # a per-rank partial sum typed V (probe recsys b7): the fix names reinterpret(V->P) first,
+    # as the static checker does (engine collectives._mismatch_fix); the all-to-all alone crashed
+    with spmd.typecheck():
+        part = typed(mk(), Tensor[V["dp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _checking.on_collective("reduce_scatter", part, ("dp",), P, S(0), torch.empty(2, 4))
+    msg = str(e.value)
+    assert e.value.code == "spmd-src-mismatch"
+    assert ('reinterpret it first: reduce_scatter(reinterpret(part, "dp", src=V, dst=P), "dp", '
+            'src=P, dst=S(0))') in msg
+    assert msg.index("reinterpret it first") < msg.index("all_to_all(part")
+
+
 def test_on_collective_checks_src_and_stamps_dst() -> None:
     with spmd.typecheck():
         x = typed(mk(), Tensor[P["tp"], V["dp"]])

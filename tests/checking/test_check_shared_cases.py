@@ -99,8 +99,8 @@ def _params():
     out = []
     for c in shared.CASES:
         marks = []
-        if c.xfail:
-            marks.append(pytest.mark.xfail(reason=c.xfail, strict=True))
+        if c.xfail or c.static_only:
+            marks.append(pytest.mark.xfail(reason=c.xfail or c.static_only, strict=True))
         out.append(pytest.param(c, id=c.id, marks=marks))
     return out
 
@@ -125,7 +125,8 @@ def test_case(c, request) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("c", [pytest.param(c, id=c.id) for c in shared.CASES if c.collective
-                               and not c.id.startswith("untyped-")])  # the user's own untyped
+                               and not c.id.startswith("untyped-")  # the user's own untyped
+                               and not c.static_only])
 def test_collective_case_strict(c, mesh) -> None:  # noqa: ANN001
     """The same verdicts in strict mode: the collectives' internal buffers (untyped) never
     count as the user's untyped operands."""
