@@ -924,8 +924,10 @@ class CallTyper:
                 insts_at.append(make_simplified_union(insts))  # type: ignore[arg-type]
             tuple_of = ctx.api.named_generic_type(  # type: ignore[attr-defined]
                 "builtins.tuple", [make_simplified_union(insts_at)])
-            if by_position:  # the lists' items known by position: one type per position
-                return TupleType(insts_at, tuple_of)
+            # not one type per position even where the lists' items are known by position:
+            # a name bound to the result and rebound from another list (or in another branch)
+            # would be mypy's [assignment] error (tuple[A, B] vs tuple[C, ...]): the regression
+            # probe of session 35
             return tuple_of
 
         return hook
