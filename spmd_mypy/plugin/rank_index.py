@@ -161,6 +161,11 @@ def _union(a: Optional[frozenset], b: Optional[frozenset]) -> Optional[frozenset
     return a | b
 
 
+# the spmd calls that state a value's conversion: a rank-derived subscript as their operand
+# keeps the type the checker gave it before the rank rule
+_STATED_CALLS: Final = frozenset({"reinterpret", "convert", "declare"})
+
+
 class _Scan:
     """One function's bindings and candidate nodes, then the rank-derived ones."""
 
@@ -168,6 +173,7 @@ class _Scan:
         self.helpers = helpers
         self.binds: list[tuple[Expression, Expression]] = []  # (target, value)
         self.candidates: list[Expression] = []
+        self.stated: set[int] = set()  # subscripts whose conversion the code states
         self.names: dict[str, frozenset] = {}
 
     # -- the int expressions a rank dependence flows through
@@ -291,6 +297,13 @@ class _Scan:
         elif isinstance(e, CallExpr):
             if e.args:
                 self.candidates.append(e)
+                callee = e.callee
+                if (isinstance(e.args[0], IndexExpr) and isinstance(callee, (NameExpr, MemberExpr))
+                        and callee.name in _STATED_CALLS):
+                    # spmd.reinterpret(full[r * b:(r + 1) * b], "dp", src=R, dst=V): the code
+                    # says what the rank's slice is (its src as the checker typed it before this
+                    # rule; the check mode sees the rank as a plain int and agrees)
+                    self.stated.add(id(e.args[0]))
             self.expr(e.callee)
             for a in e.args:
                 self.expr(a)
@@ -327,6 +340,8 @@ class _Scan:
             if not grew:
                 break
         for c in self.candidates:
+            if id(c) in self.stated:
+                continue
             axes: Optional[frozenset] = None
             by: Optional[Expression] = None
             if isinstance(c, IndexExpr):
