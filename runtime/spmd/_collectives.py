@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 from spmd_mypy.engine.collectives import (AGREEING_OPS, NO_GRAD_TRANSITIONS, TRANSITIONS,
                                           RankCall, Transition, check_collective,
-                                          disagreement, form, route)
+                                          disagreement, form, free_dim, route)
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import PARTIAL, REPLICATE, UNTYPED, LocalType
 
@@ -666,7 +666,11 @@ def _agree(g: du.AxisGroup, op: str, src: str, dst: str, src_dim: int | None,
     ndim = len(shape)
     given = None if sizes is None else [int(k) for k in sizes]
     dims = list(shape[:_RECORD_DIMS]) + [-1] * (_RECORD_DIMS - min(ndim, _RECORD_DIMS))
-    rest = zlib.crc32(repr(shape[_RECORD_DIMS:]).encode()) if ndim > _RECORD_DIMS else 0
+    rest = 0
+    if ndim > _RECORD_DIMS:  # the dims past the record's, in a checksum; a free dim there left out
+        free = free_dim(op, src, dst, _norm_dim(src_dim, ndim), sizes is not None)
+        past = [-1 if k == free else d for k, d in enumerate(shape) if k >= _RECORD_DIMS]
+        rest = zlib.crc32(repr(past).encode())
     record = [_RECORD_OPS.index(op), _RECORD_FORMS.index(src), _RECORD_FORMS.index(dst),
               _norm_dim(src_dim, ndim), _norm_dim(dst_dim, ndim),
               _RECORD_REDUCE_OPS.index(reduce_op), _DTYPE_INDEX.get(x.dtype, -1), ndim,

@@ -224,6 +224,13 @@ def check_allowed_differences_pass(ctx: Ctx, name: str) -> None:
     for g, w in zip(got, want):
         assert_close(g, w, rtol=0, atol=0)
     assert got[0].shape == (2, sum(lengths)), got[0].shape
+    # the gathered dim past the record's own dims (9 dims, dim 8): left out of the checksum
+    # of the dims past them (the regression probe: a false shape disagreement)
+    deep = torch.ones(*[1] * 8, lengths[ctx.rank], dtype=F32) * ctx.rank
+    with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
+        out = spmd.all_gather(spmd.declare(deep, Tensor[S[8, AXIS]]), AXIS, src=S(8), dst=R,
+                              sizes=lengths)
+    assert out.shape[8] == sum(lengths), out.shape
 
 
 def check_one_record_in_check_mode_only(ctx: Ctx, name: str) -> None:
