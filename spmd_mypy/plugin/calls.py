@@ -959,7 +959,8 @@ class CallTyper:
                 found.append(err)
         for j in writes:  # a fused optimizer's states, written as the parameter is
             if j < len(arg_types) and arg_types[j] and args[j]:
-                state = self.types.from_type(get_proper_type(arg_types[j][0]))
+                written: Type = arg_types[j][0]  # typed: get_proper_type's overloads on Any
+                state = self.types.from_type(get_proper_type(written))  # picked None in mypyc
                 if state:
                     err = self._inplace_error(
                         ctx, each, Operand(state, expr_text(args[j][0])), result.type, ops)
