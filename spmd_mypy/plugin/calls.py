@@ -885,18 +885,17 @@ class CallTyper:
 
         A list variable holds one item type (its positions agree), a display ``[a, b]`` one
         per position, as does a local list certain to hold its display (``bufs = [a, b]``
-        only read: :mod:`.fixed_lists`), and then an out-of-place op's result (a tuple of one
-        type per position); an in-place op may not change a list's item type."""
+        only read: :mod:`.fixed_lists`); an in-place op may not change a list's item type, an
+        out-of-place one returns ``tuple[T, ...]`` (T: the join of every position's result)."""
         each = foreach_op(name) or name
         spec = classify(each)
         inplace, writes = foreach_writes(name)
         first_step = FUSED_FIRST_STEP.get(name)
 
         def hook(ctx: FunctionContext) -> Type:
-            found_positions = self._foreach_positions(ctx)
-            if found_positions is None:
+            groups = self._foreach_positions(ctx)
+            if groups is None:
                 return ctx.default_return_type
-            groups, by_position = found_positions
             # SGD's first fused step (is_first_step=True): the states are overwritten unread
             fresh = first_step is not None and any(
                 f == first_step and len(es) == 1 and isinstance(es[0], NameExpr)
@@ -969,15 +968,15 @@ class CallTyper:
         return found, result.type
 
     def _foreach_positions(self, ctx: FunctionContext
-                           ) -> tuple[list[list[tuple[list[list[Type]], list[list[Expression]]]]], bool] | None:
+                           ) -> list[list[tuple[list[list[Type]], list[list[Expression]]]]] | None:
         """The arguments of a ``_foreach`` call at each list position, or None (no list of
         tensors): a list display's items by position, a tuple's, those of a local list certain
         to hold its display (:func:`fixed_lists.fixed_list`); a list variable's item type (each
         of its kinds, for a join such as ``list[Tensor[R_P]]``) at every position.
 
-        Returned grouped by position, with True, where some list's items are known by
-        position (a group: that position's items with each kind of the list variables); else
-        one group of every pairing of the variables' kinds, with False."""
+        Returned grouped by position where some list's items are known by position (a group:
+        that position's items with each kind of the list variables); else one group of every
+        pairing of the variables' kinds."""
         lists: dict[tuple[int, int], list[tuple[Type, Expression]]] = {}
         by_position: set[tuple[int, int]] = set()  # the lists known item by item
         length = None
@@ -1031,7 +1030,7 @@ class CallTyper:
                     args[i][j] = e
                 positions.append((arg_types, args))
             out.append(positions)
-        return out, length is not None
+        return out
 
     def _fixed_items(self, e: Expression, items: list[tuple[Type | None, Expression]],
                      ctx: FunctionContext) -> list[tuple[Type, Expression]] | None:
