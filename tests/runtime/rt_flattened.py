@@ -164,6 +164,20 @@ def check_declared_before_the_mesh_is_read_when_it_is_set(ctx: Ctx, name: str) -
     assert_close(r, torch.full((3,), 12.0, dtype=F64))
 
 
+def check_declared_before_a_flattening_made_after_set_mesh(ctx: Ctx, name: str) -> None:
+    """The same when the dim is flattened after the mesh was set: read at its first use."""
+    mesh = init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=NAMES)  # no flattened dims yet
+    with spmd.set_mesh(None), spmd.typecheck():
+        gn = spmd.declare(torch.full((3,), float(ctx.rank), dtype=F64), Tensor[I["tp"], P["dpf"]])
+        with spmd.set_mesh(mesh):
+            mesh[DATA]._flatten("dpf")
+            r = spmd.all_reduce(gn, "dpf", src=P, dst=R)
+            t = spmd.typeof(gn)
+            assert t.get("dpf") is None and str(t.get("dp_replicate")) == "P", t
+            _raises(lambda: spmd.all_reduce(r, DATA, src=P, dst=R), "already R")
+    assert_close(r, torch.full((3,), 6.0, dtype=F64))
+
+
 class _Annotated(torch.nn.Module):
     w: Tensor[I["tp"], R["cp"]]
 
@@ -204,4 +218,5 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_flattened_group_covers_size_one_axes, check_declared_axis_not_on_the_mesh,
         check_redistribute_specs_read_the_flattened_name,
         check_declared_before_the_mesh_is_read_when_it_is_set,
+        check_declared_before_a_flattening_made_after_set_mesh,
         check_declare_parameters_checks_the_axes, check_messages_list_the_names_one_can_write))
