@@ -773,7 +773,8 @@ class ReportPlugin(SpmdPlugin):
         entries = [_entry_from_expression(i) for i in items]
         if any(en is None for en in entries):
             return None
-        t, errors = build(entries, self.config.mesh_axes)  # type: ignore[arg-type]
+        t, errors = build(entries, self.config.mesh_axes,  # type: ignore[arg-type]
+                          aliases=self.config.aliases)  # "dp": its components, as mypy reads it
         return None if errors else t
 
     def _no_gradient(self, api: Any, line: int, operands: list[Expression],

@@ -1559,25 +1559,62 @@ def spmd_type_of_annotation(annotation: Any) -> SpmdType | None:
     return t
 
 
-def _check_declared_axes(want: SpmdType) -> None:
-    """A declared axis the current mesh (its family: root, flattened dims) does not have is
-    an error, as the static checker's unknown axis: ``R["cp"]`` on a (dp, tp) mesh declares
-    nothing about any group and would be carried silently.  An axis of another mesh set
-    before (an expert mesh's "ep" declared while the dense mesh is current) is kept, as the
-    static checker's one list of axes has it."""
+def _declared_here(want: SpmdType, what: Callable[[], str]) -> SpmdType:
+    """A declared type (``spmd.declare``, ``declare_parameters``, a checked function's
+    annotations) as the current mesh reads it: the one place the check mode resolves a
+    declaration's axes.  Flattened dims are read as their components (``P["dp"]``); an axis
+    the current mesh (its family: root, flattened dims) does not have is an error, as the
+    static checker's unknown axis (``R["cp"]`` on a (dp, tp) mesh declares nothing about any
+    group and would be carried silently); an axis of another mesh set before (an expert
+    mesh's "ep" while the dense mesh is current) is kept, as the static checker's one list of
+    axes has it.  With no mesh set, the names are kept for the first mesh that has them
+    (``_mesh._bind_declared``: ``P["dp"]`` declared before ``set_mesh`` is read then).
+    ``what``: the declaration as the message starts (``spmd.declare(x, Tensor[...])``)."""
     from . import _mesh
 
-    names = _mesh.family_axis_names()
-    if names is None:
-        return
-    for axis, _ in want.axes:
+    binding = _mesh._current
+    if not want.axes:
+        return want
+    if binding is None:
+        _mesh.unbound_names.update(a for a, _ in want.axes)
+        return want
+    t, errors = _mesh.expand_type(want)
+    if errors:
+        raise SpmdTypeError(SpmdError("spmd-annotation", f"{what()}: {errors[0].message}"))
+    if all(a in binding.names for a, _ in t.axes):  # the commonest: the mesh's own dims
+        return t
+    names = _mesh.family_axis_names() or frozenset()
+    for axis, _ in t.axes:
         if axis not in names and not _mesh.is_axis_of_another_mesh(axis):
-            binding = _mesh._current
-            known = binding.names if binding is not None else ()
             raise SpmdTypeError(SpmdError(
                 "spmd-annotation",
-                f"spmd.declare(x, {format_type(want)}): " + _mesh.unknown_axis_message(
-                    axis, known, _mesh.flattened_names())))
+                f"{what()}: " + _mesh.unknown_axis_message(axis, binding.names,
+                                                          _mesh.flattened_names())))
+    return t
+
+
+def expand_tracked(aliases: dict[str, tuple[str, ...]]) -> None:
+    """Every tracked type naming one of ``aliases`` (flattened dims, declared before the mesh
+    was set) names its components instead (``_mesh._bind_declared``).  A component typed
+    twice through the name is the declaration's spmd-annotation error, raised once all are
+    read (the axis is left unknown, as a declaration's error leaves it)."""
+    from spmd_mypy.engine.annotations import build, entries_of
+
+    done: dict[int, SpmdType] = {}
+    first: SpmdError | None = None
+    for key, (ref, typ) in list(_TYPES.items()):
+        if not any(a in aliases for a, _ in typ.axes):
+            continue
+        new = done.get(id(typ))
+        if new is None:
+            t, errors = build(entries_of(typ), None, aliases=aliases)
+            if errors and first is None:
+                first = SpmdError("spmd-annotation", f"{format_type(typ)} (declared before "
+                                  f"spmd.set_mesh): {errors[0].message}")
+            new = done[id(typ)] = _canon(t)
+        _TYPES[key] = (ref, new)
+    if first is not None:
+        raise SpmdTypeError(first)
 
 
 def _as_spmd_type(t: Any) -> SpmdType:
@@ -1602,6 +1639,7 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
     check mode types as the whole, R or I, as the static checker does: the message says how
     to cut it so that both checkers follow (None: judged from the name).
     """
+    want = _declared_here(want, lambda: what.format(x=name or _texts([x], ["x"])[0]))
     spec = want.spec
     if spec is not None and len(spec) != x.ndim:
         text = name or _texts([x], ["x"])[0]
@@ -1658,7 +1696,8 @@ def declare(x: _T, t: Any) -> _T:
     if not ACTIVE:
         return x
     want = _as_spmd_type(t)
-    _check_declared_axes(want)
+    if not isinstance(x, torch.Tensor):  # (a tensor's is checked where it is stamped)
+        _declared_here(want, lambda: f"spmd.declare(x, {format_type(want)})")
     if isinstance(x, torch.Tensor):
         _stamp_declared(x, want, "spmd.declare({x}, " + format_type(want, _axis_order()) + ")")
     return x

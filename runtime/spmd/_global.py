@@ -57,19 +57,28 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def global_type_of(value: Any, what: str) -> SpmdType:
-    """A bare ``PS[...]``, a ``Tensor[...]`` annotation or an engine SpmdType -> SpmdType."""
+    """A bare ``PS[...]``, a ``Tensor[...]`` annotation or an engine SpmdType -> SpmdType,
+    the current mesh's flattened dims read as their components (``PS["dp", None]`` after
+    ``_flatten("dp")`` is ``PS[("dp_replicate", "dp_shard"), None]``, as statically)."""
     if isinstance(value, SpmdType):
-        return value
+        return _expanded(value)
     if isinstance(value, Entry):
         t, errors = build([value], None)
         if errors:
             raise SpmdCollectiveError(errors[0])
-        return t
+        return _expanded(t)
     t = spmd_type_of_annotation(value)
     if t is not None:
-        return t
+        return _expanded(t)
     raise TypeError(f"redistribute's {what}= takes PS[...] or Tensor[PS[...], ...] (global SPMD) "
                     f"or, with an axis, one of R, I, V, P, S(i); not {value!r}")
+
+
+def _expanded(t: SpmdType) -> SpmdType:
+    t, errors = _mesh.expand_type(t)
+    if errors:
+        raise SpmdCollectiveError(errors[0])
+    return t
 
 
 class _GlobalPlan:
@@ -93,7 +102,9 @@ def _mesh_names() -> tuple[str, ...] | None:
 
 def plan_for(src: SpmdType, dst: SpmdType) -> planner.Plan:
     """The engine's plan on the current mesh (raises SpmdCollectiveError if there is none)."""
-    p = planner.plan(src, dst, _mesh_names())
+    binding = _mesh._current
+    p = planner.plan(src, dst, _mesh_names(), "the current mesh's dims",
+                     binding.written_aliases() if binding is not None else ())
     if p.errors:
         raise SpmdCollectiveError(p.errors[0])
     return p
@@ -158,7 +169,9 @@ def _types_tuple(types: Any, what: str) -> tuple[SpmdType | None, ...]:
             out.append(None)
             continue
         st = spmd_type_of_annotation(t)
-        if st is None:
+        if st is not None:
+            st = _expanded(st)
+        else:
             if isinstance(t, Entry) and t.marker == "PS":
                 st = global_type_of(t, what)
             else:

@@ -113,12 +113,20 @@ class _Binding:
         self._aliases, self._aliases_key = out, len(mapping)
         self._parts = {n: parts for n, (parts, _) in out.items()}
         self._all_parts = every
+        if unbound_names and self is _current:  # flattened after this mesh was set
+            _bind_declared(self)
         return out
 
     def alias_parts(self) -> dict[str, tuple[str, ...]]:
         """name -> component axes of :meth:`aliases`."""
         self.aliases()
         return self._parts
+
+    def written_aliases(self) -> tuple[str, ...]:
+        """The flattened names of :meth:`aliases` a user made (``_flatten("dp")``, or torch's
+        default name when the user flattened without one), not those ``spmd`` made for a
+        tuple axis: the names messages list."""
+        return tuple(n for n in self.alias_parts() if n not in _made_here)
 
     def type_aliases(self) -> dict[str, tuple[str, ...]]:
         """Every flattened dim of the root mesh -> its components: what "dp" means in a type
@@ -147,9 +155,16 @@ class _Binding:
                 return flat.get_group()
         sub = self.mesh[in_mesh_order]
         try:
+            before = set(self.mesh._get_root_mesh()._flatten_mapping)
+        except Exception:  # noqa: BLE001 - a DeviceMesh without the private API
+            before = set()
+        try:
             flat = sub._flatten()
         except ValueError:  # the default name is taken by a different flattening
             flat = sub._flatten("_spmd_" + "_".join(in_mesh_order))
+        made = tuple(flat.mesh_dim_names or ())
+        if made and made[0] not in before:  # a name spmd made, not the user
+            _made_here.add(made[0])
         return flat.get_group()
 
     def resolve(self, axis: Any) -> AxisGroup:
@@ -181,7 +196,7 @@ class _Binding:
         aliases = self.alias_parts()
         for n in names:
             if n not in self.names and n not in aliases:
-                raise ValueError(unknown_axis_message(n, self.names, tuple(aliases)))
+                raise ValueError(unknown_axis_message(n, self.names, self.written_aliases()))
         expanded = expand_axes(names, aliases)
         repeated = repeated_axis_message(expanded)
         if repeated is not None:
@@ -189,7 +204,8 @@ class _Binding:
         if expanded != names and len(names) > 1:
             outside = [n for n in expanded if n not in self.names]
             if outside:  # the flattened mesh set, its name in a tuple with another
-                raise ValueError(unknown_axis_message(outside[0], self.names, tuple(aliases)))
+                raise ValueError(unknown_axis_message(outside[0], self.names,
+                                                      self.written_aliases()))
         return expanded
 
     def _resolve_process_group(self, pg: dist.ProcessGroup) -> AxisGroup:
@@ -260,6 +276,12 @@ def _components(root: Any, name: str, flat: Any) -> tuple[str, ...] | None:
 
 
 _current: _Binding | None = None
+# Flattened dims spmd made for a tuple axis (torch's default names, "dp_shard_tp"): real
+# names, but not the user's, so no message lists them
+_made_here: set[str] = set()
+# Axis names of the types declared in the check mode while no mesh was current: read as the
+# flattened dims of the first mesh that has them (``_bind_declared``)
+unbound_names: set[str] = set()
 _bare_groups: dict[Any, AxisGroup] = {}  # ProcessGroups used without a mesh
 _bare_plans: dict[Any, Any] = {}  # plans of collectives called without a mesh
 _bare_direct: dict[Any, Any] = {}  # and the direct groups without a mesh
@@ -366,6 +388,21 @@ def _make_current(binding: _Binding | None) -> None:
     global _current, direct_groups
     _current = binding
     direct_groups = binding.direct if binding is not None else _bare_direct
+    if unbound_names and binding is not None:
+        _bind_declared(binding)
+
+
+def _bind_declared(binding: _Binding) -> None:
+    """The types declared before any mesh was set (``P["dp"]``) that name a flattened dim of
+    ``binding``'s family: every tracked type naming it now names its components, as if the
+    mesh had been set first; a mesh dim's name is bound too (it stays itself)."""
+    aliases = binding.type_aliases()
+    names = {n for n in unbound_names if n in aliases}
+    unbound_names.difference_update(names, binding.names)
+    if names:
+        from . import _checking
+
+        _checking.expand_tracked({n: aliases[n] for n in names})
 
 
 def family_axis_names() -> frozenset[str] | None:
@@ -427,8 +464,9 @@ def expand_type(t: Any) -> tuple[Any, list[Any]]:
 
 
 def flattened_names() -> tuple[str, ...]:
-    """The current mesh's flattened dims (names for several of its axes)."""
-    return tuple(_current.alias_parts()) if _current is not None else ()
+    """The current mesh's flattened dims a user made (names for several of its axes), as
+    messages list them."""
+    return _current.written_aliases() if _current is not None else ()
 
 
 def axis_names(axis: Any) -> tuple[str, ...]:

@@ -354,11 +354,14 @@ def _search(start: _Layout, goal: _Layout, movable: tuple[str, ...]) -> tuple | 
     return None  # pragma: no cover - every layout is reachable
 
 
-def plan(src: SpmdType, dst: SpmdType, mesh_axes: Sequence[str] | None = None) -> Plan:
+def plan(src: SpmdType, dst: SpmdType, mesh_axes: Sequence[str] | None = None,
+         setting: str | None = None, flattened: Sequence[str] = ()) -> Plan:
     """The plan from ``src`` to ``dst`` (global types; see :func:`resolve` for missing axes).
 
     ``mesh_axes`` (the mesh's axis order) orders the axes of a flattened all-reduce and
-    the search's tie-breaks; without it, axis names sort alphabetically.
+    the search's tie-breaks; without it, axis names sort alphabetically.  ``setting`` and
+    ``flattened``: where the axes come from and the flattened names, as an unknown axis's
+    message names them (:func:`~spmd_mypy.engine.annotations.unknown_axis_error`).
     """
     rsrc, rdst, errors = resolve(src, dst)
     if errors:
@@ -369,10 +372,11 @@ def plan(src: SpmdType, dst: SpmdType, mesh_axes: Sequence[str] | None = None) -
     if mesh_axes is not None:
         unknown = [a for a in names if a not in order]
         if unknown:
-            from .annotations import unknown_axis_error
+            from .annotations import MESH_AXES_SETTING, unknown_axis_error
 
-            return Plan(rsrc, rdst, (), [unknown_axis_error(unknown[0], list(mesh_axes),
-                                                            "spmd-global")])
+            return Plan(rsrc, rdst, (), [unknown_axis_error(
+                unknown[0], list(mesh_axes), "spmd-global", setting or MESH_AXES_SETTING,
+                flattened)])
     # Axes of the same R/I/P type on both sides never need to move.
     movable = tuple(a for a in names
                     if not (rsrc.get(a) == rdst.get(a) and rsrc.get(a) is not None

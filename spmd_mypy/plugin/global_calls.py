@@ -1075,11 +1075,11 @@ def _endpoint(typer: CallTyper, ctx: AnyCtx, e: Expression | None, x: SpmdType,
     or a full ``Tensor[PS[...], ...]`` type (or an alias)."""
     spec = spec_from_expression(e)
     if spec is not None:
-        _, errors = gs_build_spec(typer, spec)
+        built, errors = gs_build_spec(typer, spec)  # flattened axes read as their components
         typer.report(ctx, errors)
         if errors:
             return None
-        return SpmdType.of({a: gs_shard(d) for d, entry in enumerate(spec) for a in entry}, spec)
+        return built
     t = typer.type_from_expression(ctx, e)
     if t is None or t.spec is None:
         from .calls import expr_text
@@ -1098,12 +1098,6 @@ def gs_build_spec(typer: CallTyper, spec: tuple[tuple[str, ...], ...]):  # noqa:
 
     return build([Entry("PS", spec=spec)], typer.plugin.config.mesh_axes, typer.plugin.config.axes_setting,
                  typer.plugin.config.aliases)
-
-
-def gs_shard(d: int):  # noqa: ANN201
-    from ..engine.types import shard
-
-    return shard(d)
 
 
 @guarded
@@ -1139,7 +1133,8 @@ def redistribute_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
             f"({format_type(src)}) but dst has rank {len(dst.spec or ())} ({format_type(dst)}); "
             f"a redistribute keeps the global shape")])
         return typer.typed_result(ctx.default_return_type, SpmdType())
-    plan = rd.plan(src, dst, typer.plugin.config.mesh_axes)
+    config = typer.plugin.config
+    plan = rd.plan(src, dst, config.mesh_axes, config.axes_setting, tuple(config.aliases))
     if plan.errors:
         typer.report(ctx, plan.errors)
         return typer.typed_result(ctx.default_return_type, SpmdType())

@@ -333,6 +333,12 @@ def test_errors() -> None:
         assert not p.ok and needle in p.errors[0].message, p.errors
     p = plan(SpmdType.of({"xx": shard(0)}, (("xx",), ())), two, NAMES)
     assert "unknown mesh axis" in p.errors[0].message
+    # the message names where the axes come from as the caller says (a mypy.ini project's
+    # section, the run time's mesh), not always pyproject.toml's
+    p = plan(SpmdType.of({"xx": shard(0)}, (("xx",), ())), two, NAMES,
+             "[spmd_mypy] mesh_axes in mypy.ini", ("dq",))
+    assert p.errors[0].message.endswith(
+        '(and the flattened "dq") ([spmd_mypy] mesh_axes in mypy.ini)'), p.errors[0].message
 
 
 def test_resolve_fills_the_unnamed_axes() -> None:

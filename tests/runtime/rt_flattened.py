@@ -18,7 +18,7 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx, named_checks
-from spmd import I, P, R, Tensor
+from spmd import PS, I, P, R, Tensor
 from spmd._mesh import resolve_axis
 from spmd_mypy.engine.errors import SpmdTypeError
 
@@ -129,8 +129,94 @@ def check_declared_axis_not_on_the_mesh(ctx: Ctx, name: str) -> None:
                 'did you mean', '"tp"?)')
 
 
+def check_redistribute_specs_read_the_flattened_name(ctx: Ctx, name: str) -> None:
+    """redistribute(x, src=PS["dp", None], dst=PS[None, None]) is over the components, as the
+    static checker reads it (the planner said "unknown mesh axis" naming pyproject.toml)."""
+    mesh = _mesh(ctx, (2, 2, 1))
+    mesh[DATA]._flatten("dp")
+    x = torch.full((1, 3), float(ctx.rank), dtype=F64)
+    with spmd.set_mesh(mesh):
+        y = spmd.redistribute(x, src=PS["dp", None], dst=PS[None, None])
+        assert_close(y, torch.arange(4, dtype=F64)[:, None].expand(4, 3))
+        with spmd.typecheck():
+            x = spmd.declare(x, Tensor[PS["dp", None], R["tp"]])
+            y = spmd.redistribute(x, src=PS["dp", None], dst=PS[None, None])
+            t = spmd.typeof(y)
+            assert str(t.get("dp_replicate")) == "R" and t.get("dp") is None, t
+        _raises(lambda: spmd.redistribute(x, src=PS["dq", None], dst=PS[None, None]),
+                "unknown mesh axis", "the current mesh")
+
+
+def check_declared_before_the_mesh_is_read_when_it_is_set(ctx: Ctx, name: str) -> None:
+    """P["dp"] declared with no mesh set (and what was computed from it) reads "dp" as its
+    components once the mesh is set (it stayed "dp": an axis no collective names)."""
+    mesh = _mesh(ctx, (2, 2, 1))
+    mesh[DATA]._flatten("dp")
+    with spmd.set_mesh(None), spmd.typecheck():
+        gn = spmd.declare(torch.full((3,), float(ctx.rank), dtype=F64), Tensor[I["tp"], P["dp"]])
+        g2 = gn * 2
+        with spmd.set_mesh(mesh):
+            for v in (gn, g2):
+                t = spmd.typeof(v)
+                assert t.get("dp") is None and str(t.get("dp_shard")) == "P", t
+            r = spmd.all_reduce(g2, DATA, src=P, dst=R)
+            _raises(lambda: spmd.all_reduce(r, "dp", src=P, dst=R), "already R")
+    assert_close(r, torch.full((3,), 12.0, dtype=F64))
+
+
+def check_declared_before_a_flattening_made_after_set_mesh(ctx: Ctx, name: str) -> None:
+    """The same when the dim is flattened after the mesh was set: read at its first use."""
+    mesh = init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=NAMES)  # no flattened dims yet
+    with spmd.set_mesh(None), spmd.typecheck():
+        gn = spmd.declare(torch.full((3,), float(ctx.rank), dtype=F64), Tensor[I["tp"], P["dpf"]])
+        with spmd.set_mesh(mesh):
+            mesh[DATA]._flatten("dpf")
+            r = spmd.all_reduce(gn, "dpf", src=P, dst=R)
+            t = spmd.typeof(gn)
+            assert t.get("dpf") is None and str(t.get("dp_replicate")) == "P", t
+            _raises(lambda: spmd.all_reduce(r, DATA, src=P, dst=R), "already R")
+    assert_close(r, torch.full((3,), 6.0, dtype=F64))
+
+
+class _Annotated(torch.nn.Module):
+    w: Tensor[I["tp"], R["cp"]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3, dtype=F64))
+
+
+def check_declare_parameters_checks_the_axes(ctx: Ctx, name: str) -> None:
+    """declare_parameters checks a parameter's axes as declare does ("cp" on a mesh without it
+    was carried silently)."""
+    mesh = _mesh(ctx, (2, 2, 1))
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        _raises(lambda: spmd.declare_parameters(_Annotated()), "spmd-annotation",
+                "_Annotated.w", "unknown mesh axis 'cp'", 'did you mean')
+
+
+def check_messages_list_the_names_one_can_write(ctx: Ctx, name: str) -> None:
+    """An unknown axis's message lists the mesh's dims and the flattened names the user made,
+    not the one spmd made for a tuple axis (torch's default name, "dp_shard_tp")."""
+    mesh = _mesh(ctx, (2, 2, 1))
+    mesh[DATA]._flatten("dp")
+    with spmd.set_mesh(mesh):
+        spmd.all_reduce(torch.ones(2, dtype=F64), ("dp_shard", "tp"), src=P, dst=R)
+        for fn in (lambda: resolve_axis("dq"),
+                   lambda: spmd.all_reduce(torch.ones(2, dtype=F64), ("dq", "tp"), src=P, dst=R)):
+            text = _raises(fn, "unknown mesh axis 'dq'", "'dp'")
+            assert "dp_shard_tp" not in text, text
+        with spmd.typecheck():
+            text = _raises(lambda: spmd.declare(torch.ones(2), Tensor[R["dq"]]), "'dp'")
+            assert "dp_shard_tp" not in text, text
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "flattened", (
         check_flattened_name_is_the_tuple, check_reduced_twice_through_the_flattened_mesh,
         check_reduced_over_the_flattened_name_is_R_on_both,
-        check_flattened_group_covers_size_one_axes, check_declared_axis_not_on_the_mesh))
+        check_flattened_group_covers_size_one_axes, check_declared_axis_not_on_the_mesh,
+        check_redistribute_specs_read_the_flattened_name,
+        check_declared_before_the_mesh_is_read_when_it_is_set,
+        check_declared_before_a_flattening_made_after_set_mesh,
+        check_declare_parameters_checks_the_axes, check_messages_list_the_names_one_can_write))
