@@ -374,6 +374,14 @@ class SpmdType:
             return self
         return SpmdType(tuple((a, t.forget_dim()) for a, t in self.axes), self.spec, self.failed)
 
+    def as_printed(self) -> SpmdType:
+        """The same type with each rank-dependent layout forgotten (it prints as V, and no
+        annotation can write it): the type as users read it."""
+        if all(t.by_rank is None for _, t in self.axes):
+            return self
+        return SpmdType(tuple((a, t.forget_dim() if t.by_rank is not None else t)
+                              for a, t in self.axes), self.spec, self.failed)
+
     def local(self) -> SpmdType:
         """The same type with the partition spec forgotten (local SPMD)."""
         return SpmdType(self.axes, None, self.failed) if self.spec is not None else self
@@ -483,6 +491,17 @@ def refines(have: SpmdType, want: SpmdType) -> bool:
         if a != b or not (h == w or (w == VARYING and h.kind is Kind.V)):
             return False
     return True
+
+
+def refines_as_printed(have: SpmdType, want: SpmdType) -> bool:
+    """``have`` refines ``want`` read as users see it (:meth:`SpmdType.as_printed`), where
+    ``want`` has a rank-dependent layout :func:`refines` alone would not forget: a V value (of
+    any layout) into a variable that prints V, its layout known by rank only::
+
+        V -> V (S(1) at rank >= 2, V at rank 1)   yes     V -> S(1)   no (a claim)
+    """
+    printed = want.as_printed()
+    return printed is not want and refines(have, printed)
 
 
 def grad_type(t: SpmdType) -> SpmdType:

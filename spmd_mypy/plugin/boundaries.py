@@ -126,7 +126,7 @@ from ..engine import collectives as coll
 from ..engine import duality
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
-from ..engine.types import SpmdType, refines
+from ..engine.types import SpmdType, refines, refines_as_printed
 from .autograd import is_autograd_function
 from .calls import expr_text, made_by, rank_max
 from .codes import ERROR_CODES
@@ -320,6 +320,8 @@ class BoundaryChecker:
         declared, is_declared = target
         if is_declared and self.plugin.promotion.holds_promoted(chk, actual, declared):
             return True  # plain tensors met without the promotion (gradual: accepted)
+        if not is_declared and self._widened_inferred(chk, target_expr, actual, declared):
+            return True
         relaxed, typed = self._relax(declared)
         if not typed:
             return False
@@ -767,6 +769,66 @@ class BoundaryChecker:
             return False
         have, want = self.plugin.types.from_type(actual), self.plugin.types.from_type(declared)
         return have is not None and bool(have) and want is not None and refines(have, want)
+
+    def _widened_inferred(self, chk: Any, lvalue: Expression | None, actual: Type,
+                          declared: Type) -> bool:
+        """A value into an inferred variable whose type prints as the value's does but knows
+        a layout by rank only (``tok = logits.argmax(-1) + 3`` of an S(1) ``logits``, then
+        ``tok = torch.where(done, 3, tok)``: V into "V (S(1) at rank >= 2, V at rank 1)";
+        ``ys = [x.softmax(-1)]`` then ``ys = zs``, a ``list[Tensor[V["tp"]]]``): accepted, as
+        the type printed (engine ``refines_as_printed``; a V of any layout is a V), not mypy's
+        [assignment] error between two types that print the same.  The target takes the
+        value's type from here on, as mypy narrows an assignment it accepts (where branches
+        meet, the variable's type stands again: a rank-dependent layout accepts fewer claims
+        than a V, never more).  A variable whose type prints S(i) keeps mypy's rule (V there
+        is a claim)."""
+        if not isinstance(lvalue, (NameExpr, MemberExpr)):
+            return False
+        types = self.plugin.types
+        d = get_proper_type(declared)
+        if isinstance(d, Instance) and types.is_tensor_info(d.type):
+            if not is_subtype(actual, self._relax(declared)[0]):
+                return False
+            have, want = types.from_type(actual), types.from_type(d)
+            if not have or want is None or not refines_as_printed(have, want):
+                return False
+        else:  # a container, a tuple: the value must fit the type as printed, as it is
+            printed = self._as_printed(declared, 0)
+            if printed is declared or not is_subtype(actual, printed):
+                return False
+        chk.binder.put(lvalue, actual)
+        return True
+
+    def _as_printed(self, t: Type, depth: int) -> Type:
+        """``t`` with each typed tensor's rank-dependent layouts forgotten (V, as printed);
+        ``t`` itself when it has none."""
+        p = get_proper_type(t)
+        types = self.plugin.types
+        if depth > 8:
+            return t
+        if isinstance(p, Instance) and types.is_tensor_info(p.type):
+            st = types.from_type(p)
+            shown = st.as_printed() if st else None
+            if shown is None or shown is st:
+                return t
+            inst = types.to_instance(shown)
+            return inst if inst is not None else t
+        if isinstance(p, Instance) and p.args:
+            args = [self._as_printed(a, depth + 1) for a in p.args]
+            if all(a is b for a, b in zip(args, p.args)):
+                return t
+            return p.copy_modified(args=args)
+        if isinstance(p, TupleType):
+            items = [self._as_printed(a, depth + 1) for a in p.items]
+            if all(a is b for a, b in zip(items, p.items)):
+                return t
+            return p.copy_modified(items=items)
+        if isinstance(p, UnionType):
+            items = [self._as_printed(a, depth + 1) for a in p.items]
+            if all(a is b for a, b in zip(items, p.items)):
+                return t
+            return UnionType(items, p.line, p.column)
+        return t
 
     def _type_of(self, e: Expression) -> SpmdType | None:
         """The SPMD type the checker inferred for ``e`` (None: unknown, or no checker)."""

@@ -22,7 +22,7 @@ import re
 from mypy.errors import ErrorInfo
 from mypy.types import AnyType, Instance, LiteralType, NoneType, TupleType, Type, TypeOfAny
 
-from ..engine.types import SpmdType
+from ..engine.types import SpmdType, decode_by_rank
 from ..engine.types import format_type as format_spmd_type
 from .mypy_types import SLOT_CLASSES, TypeBuilder
 
@@ -39,6 +39,7 @@ def user_form(message: str, types: TypeBuilder) -> str | None:
     changed = False
     parts: list[str] = []
     last = 0
+    printed: list[tuple[str, str]] = []  # (as mypy quoted it, as shown)
     for m in _QUOTED.finditer(message):
         text = m.group(1)
         if "Tensor[" not in text:
@@ -52,12 +53,86 @@ def user_form(message: str, types: TypeBuilder) -> str | None:
             continue
         parts.append(message[last:m.start()])
         parts.append(shown)
+        printed.append((text, shown))
         last = m.end()
         changed = True
     if not changed:
         return _unquoted_form(message, types) if message.lstrip().startswith("def ") else None
     parts.append(message[last:])
-    return "".join(parts)
+    return "".join(parts) + _alike(printed, types)
+
+
+def _alike(printed: list[tuple[str, str]], types: TypeBuilder) -> str:
+    """What tells apart two types of a message that print alike but differ in a layout the
+    user's form does not show (a rank-dependent layout, a join of shard dims, prints V)::
+
+        expected list[Tensor[V["tp"]]], got list[Tensor[V["tp"]]]
+          + (printed alike, they differ in what is not printed: the first is V on "tp" with
+             S(0) at rank >= 2, V at rank 1; the second is V as printed)
+
+    "" when no two differ so (the message is clear as it is)."""
+    for i, (text_i, shown_i) in enumerate(printed):
+        for text_j, shown_j in printed[i + 1:]:
+            if shown_i != shown_j or text_i == text_j:
+                continue
+            first, second = _hidden(text_i, types), _hidden(text_j, types)
+            if first == second:
+                continue
+            return (f" (printed alike, they differ in what is not printed: the first is "
+                    f"{'; '.join(first) or 'V as printed'}; the second is "
+                    f"{'; '.join(second) or 'V as printed'})")
+    return ""
+
+
+def _hidden(text: str, types: TypeBuilder) -> list[str]:
+    """The layouts of the canonical tensors in a quoted type that their printed form (V) does
+    not show: a rank-dependent layout, a join of shard dims (``S[int]``), a join of V and
+    S(i) (``V_S``); one description per tensor axis, in order."""
+    try:
+        tokens = _tokens(text.lstrip("*"))
+        node, _ = _parse_union(tokens, 0)
+    except _Unreadable:
+        return []
+    out: list[str] = []
+
+    def walk(n: _Node) -> None:
+        if _short(n.name) == "Tensor" and len(n.args) == len(types.mesh_axes) + 1:
+            for slot in n.args[:-1]:
+                said = _hidden_slot(slot)
+                if said is not None and said not in out:
+                    out.append(said)
+            return
+        for a in n.args:
+            walk(a)
+
+    walk(node)
+    return out
+
+
+def _hidden_slot(slot: _Node) -> str | None:
+    name = _short(slot.name)
+    axis = _literal(slot.args[-1]) if slot.args else None
+    if not isinstance(axis, str):
+        return None
+    if name == "V_S":
+        return f'V or S(i) on "{axis}" (a join of both)'
+    if name != "S" or len(slot.args) != 2:
+        return None
+    dim = slot.args[0]
+    if _short(dim.name) in ("int", "builtins.int") and not dim.args:
+        return f'S(i) on "{axis}" for a shard dim i not known (a join of shard dims)'
+    table = _literal(dim)
+    lt = decode_by_rank(table) if isinstance(table, str) else None
+    if lt is None:
+        return None
+    return f'V on "{axis}" with {lt.layouts()}'
+
+
+def _literal(n: _Node) -> object:
+    """The value of a printed ``Literal['tp']`` (None for anything else)."""
+    if _short(n.name) == "Literal" and len(n.args) == 1 and n.args[0].is_literal_value:
+        return n.args[0].value
+    return None
 
 
 _UNQUOTED_TENSOR = re.compile(r"(?<![\w.])(?:spmd\._slots\.)?Tensor\[")

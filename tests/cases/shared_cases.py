@@ -605,6 +605,12 @@ case("shard-softmax-S1-own-dim", {"a": "S1"}, "out = torch.softmax(a, dim=1)", "
      desc="normalising over the shard dim")
 # (softmax(dim=-1) of S(0): V statically, where the rank is unknown (-1 is 0 for a 1-d
 # tensor); the check mode knows the rank and keeps S(0). tests/plugin/cases/ops_nonlinear.test)
+case("shard-rebind-rank-layout-to-V", {"a": "S1", "d": "U"},
+     ("if bool(d.sum() > 0):", "    tok = a.argmax(-1) + 3", "else:", "    tok = a.argmax(-1) + 4",
+      "tok = torch.where(d > 0, 3, tok)", "out = tok"), "V",
+     desc="a probe's greedy step, the one name bound again on purpose: argmax(-1) of S(1) is "
+          "S(1) from rank 3, V at rank 2 (statically a rank-dependent layout, printed V); a V "
+          "into that variable is accepted in both modes")
 case("shard-layer_norm-Sm2", {"a": "Sm2"}, "out = F.layer_norm(a, (4,))", "Sm2")
 case("shard-layer_norm-Sm2-two-dims", {"a": "Sm2"}, "out = F.layer_norm(a, (4, 4))", "V")
 case("shard-sum-S0", {"a": "S0"}, "out = a.sum(1)", "S0",

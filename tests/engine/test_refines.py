@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from spmd_mypy.engine.types import VARYING, Kind, LocalType, SpmdType, from_ranks, refines, shard
+from spmd_mypy.engine.types import (VARYING, Kind, LocalType, SpmdType, from_ranks, refines,
+                                    refines_as_printed, shard)
 
 LOCALS = [LocalType(Kind.R), LocalType(Kind.I), LocalType(Kind.P), VARYING, shard(0), shard(1),
           shard(-1), from_ranks({1: None, 2: 0})]
@@ -34,3 +35,19 @@ def test_every_axis_must_refine_and_the_axes_agree():
     assert not refines(SpmdType.of({"dp": shard(0)}), vv)  # an axis missing
     assert not refines(s0v, SpmdType.of({"dp": VARYING, "cp": LocalType(Kind.I)}))
     assert not refines(SpmdType.of({"dp": shard(0)}, failed=("tp",)), SpmdType.of({"dp": VARYING}))
+
+
+def test_as_printed_a_rank_dependent_layout_takes_any_v_and_nothing_else():
+    """A variable inferred with a rank-dependent layout prints V: a V of any layout fits it as
+    printed (a probe's ``tok = torch.where(done, 3, tok)``); another kind does not, and a type
+    without such a layout is left to ``refines``."""
+    ranked = from_ranks({1: None, 2: 1})
+    want = SpmdType.of({"tp": ranked, "dp": LocalType(Kind.R)})
+    assert want.as_printed() == SpmdType.of({"tp": VARYING, "dp": LocalType(Kind.R)})
+    for h in LOCALS:
+        have = SpmdType.of({"tp": h, "dp": LocalType(Kind.R)})
+        assert refines_as_printed(have, want) is (h.kind is Kind.V), h
+    assert not refines_as_printed(SpmdType.of({"tp": VARYING, "dp": LocalType(Kind.I)}), want)
+    plain = SpmdType.of({"tp": shard(0)})
+    assert plain.as_printed() is plain
+    assert not refines_as_printed(SpmdType.of({"tp": VARYING}), plain)  # a claim stays mypy's
