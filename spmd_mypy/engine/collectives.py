@@ -259,9 +259,9 @@ def _index_fix(ix: IndexValue, src: LocalType, dst: LocalType, x: str,
 
     if ix.op in INDEX_OPS and ix.source:
         text = (f"{head}{x} is an index ({ix.op} of this rank's shard of {s}): {not_fix}the "
-                f"{ix.op} over the whole; gather {s} before the {ix.op}: {gather}.{ix.op}(...) "
-                f"in place of {s}.{ix.op}(...){where_d} (an index over the whole dim then: "
-                f"without the offset of this rank's shard)")
+                f"{ix.op} over the whole; gather {s} before the {ix.op}: {gather} in place of {s} "
+                f"in the {ix.op}{where_d} (an index over the whole dim then: without the "
+                f"offset of this rank's shard)")
         if ix.op == "multinomial":
             text += (f", drawn with a generator in the same state on every rank of {ax} (seeded "
                      f"the same)")
