@@ -2286,12 +2286,12 @@ class CallTyper:
                             # for an error: the walk over the function's assignments)
                             at_max = rank_max(expr, global_calls.current_function(ctx.api),
                                               self.type_of_expr(ctx))
-                            index = index_value(expr, global_calls.current_function(ctx.api),
-                                                self.type_of_expr(ctx), expr_text)
-                            if at_max is not None or index is not None:
+                            ix = index_value(expr, global_calls.current_function(ctx.api),
+                                             self.type_of_expr(ctx), expr_text)
+                            if at_max is not None or ix is not None:
                                 errors = coll.check_argument_any(
                                     have, wanted, x_text=x_text, where=where, made_by=by,
-                                    rank_max=at_max, index=index)
+                                    rank_max=at_max, index=ix)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)

@@ -22,7 +22,6 @@ from mypy.nodes import (
     MemberExpr,
     NameExpr,
     OpExpr,
-    RefExpr,
     SymbolNode,
     TupleExpr,
     UnaryExpr,
@@ -74,9 +73,7 @@ def _is_function(callee: MemberExpr, type_of: TypeOf) -> bool:
     """``torch.argmax(x)`` (a module's function: its first argument is the input), not
     ``x.argmax()``."""
     base = callee.expr
-    if isinstance(base, RefExpr) and base.name in _MODULES:
-        return True
-    return False
+    return isinstance(base, (NameExpr, MemberExpr)) and base.name in _MODULES
 
 
 def _input(call: CallExpr, type_of: TypeOf) -> Expression | None:
