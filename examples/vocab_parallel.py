@@ -19,6 +19,11 @@ The backward of ``all_reduce(P,I)`` is ``reinterpret(I,R)`` and that of
 ``reinterpret(V,P)`` is ``reinterpret(R,V)``: no comms, and each rank gets the
 gradient of its own logits (softmax minus one-hot on its columns), as Megatron's
 hand-written backward does.
+
+Token ids are typed R on "tp" where they enter the model (every rank of "tp" looks up the same
+tokens): a local argmax of this rank's vocab shard fed back as the next token is V there, and
+is caught at that annotation only (``greedy_tokens`` below is the idiom that is R: the max
+over the ranks, then the smallest global index that reaches it).
 """
 
 import torch
@@ -47,7 +52,7 @@ class VocabParallelEmbedding(nn.Module):
         self.vocab_start = vocab_start
         self.vocab_end = vocab_end
 
-    def forward(self, ids: torch.Tensor) -> Tensor[I["tp"]]:
+    def forward(self, ids: Tensor[R["tp"]]) -> Tensor[I["tp"]]:
         outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
         local_ids = torch.where(outside, 0, ids - self.vocab_start)
         emb = F.embedding(local_ids, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
@@ -88,7 +93,7 @@ class VocabParallelLM(nn.Module):
         self.b_h = nn.Parameter(b_h)
         self.out_w = nn.Parameter(out_w)
 
-    def forward(self, ids: torch.Tensor, target: torch.Tensor) -> Tensor[I["tp"]]:
+    def forward(self, ids: Tensor[R["tp"]], target: torch.Tensor) -> Tensor[I["tp"]]:
         emb: Tensor[I["tp"]] = self.embedding(ids)
         h = torch.tanh(F.linear(emb, self.w_h, self.b_h))
         logits = F.linear(spmd.reinterpret(h, "tp", src=I, dst=R), self.out_w)
@@ -98,10 +103,24 @@ class VocabParallelLM(nn.Module):
         return per_token.mean()
 
 
-def train_step(model: VocabParallelLM, ids: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def train_step(model: VocabParallelLM, ids: Tensor[R["tp"]], target: torch.Tensor) -> torch.Tensor:
     loss: Tensor[I["tp"]] = model(ids, target)
     loss.backward()
     return loss.detach()
+
+
+@torch.no_grad()
+def greedy_tokens(logits: Tensor[V["tp"]], vocab_start: int) -> Tensor[R["tp"]]:
+    """The argmax over the whole vocab of logits ``[tokens, VOCAB/tp]`` sharded on it: the max
+    over the ranks, then the smallest global index where a rank's max reaches it (argmax's
+    choice on ties).  ``logits.argmax(-1)`` alone is an index into this rank's shard (V);
+    ``spmd.all_gather(logits, "tp", src=S(-1), dst=R).argmax(-1)`` is the other idiom (it
+    moves the whole logits).  Sampling draws from the gathered logits with a generator seeded
+    the same on every rank of "tp"."""
+    local_max, local_idx = logits.max(dim=-1)
+    global_max = spmd.all_reduce(local_max, "tp", src=V, dst=R, op="max")
+    candidate = torch.where(local_max == global_max, local_idx + vocab_start, VOCAB)
+    return spmd.all_reduce(candidate, "tp", src=V, dst=R, op="min")
 
 
 # ---- construction, and the single-process reference ---------------------------------------

@@ -96,6 +96,7 @@ from torch.overrides import TorchFunctionMode
 
 from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RAW_NN_COLLECTIVES as RAW_NN_NAMES,
                                           RAW_FUNCTIONAL_COLLECTIVES, declaration_conflict, declaration_error,
+                                          COMPARE, IndexValue,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op)
@@ -1628,6 +1629,16 @@ def _as_spmd_type(t: Any) -> SpmdType:
     return st
 
 
+def _index_value(x: object) -> IndexValue | None:
+    """An integer or bool tensor (indices, a mask, counts: the check mode sees the dtype, not
+    the op that made it), whose fix is no gather or sum of its values where R is needed
+    (engine ``IndexValue``); None for any other value."""
+    dtype = getattr(x, "dtype", None)
+    if not isinstance(dtype, torch.dtype) or dtype.is_floating_point or dtype.is_complex:
+        return None
+    return IndexValue(COMPARE if dtype is torch.bool else "")
+
+
 def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None,
                     may_be_cut: bool | None = None) -> None:
     """Give ``x`` the declared type ``want``.
@@ -1661,7 +1672,7 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
         raise SpmdTypeError(declaration_error(  # type: ignore[arg-type]
             have, want, x_text=text, what=what.format(x=text), order=_axis_order(),
             # the check mode sees values, not how they were cut: an unnamed one may be
-            may_be_cut=True if may_be_cut or text == "x" else None))
+            may_be_cut=True if may_be_cut or text == "x" else None, index=_index_value(x)))
     # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew
     # on the current mesh's axes (and its root mesh's: under mesh["tp"] a value's "dp" type
     # still holds). Axes of another mesh are dropped: a value back from an expert mesh (ep,
@@ -2515,9 +2526,10 @@ def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, calle
             text = _texts([value], ["x"])[0]
             where = f'argument {text} (parameter "{param}" of {callee})'
             ndim = _ndim(value)
+            index = _index_value(value)
             errors = (check_argument(have.written_as(want, ndim), want, x_text=text, where=where,
-                                     ndim=ndim)
-                      or check_argument(have_r, at_rank, x_text=text, where=where))
+                                     ndim=ndim, index=index)
+                      or check_argument(have_r, at_rank, x_text=text, where=where, index=index))
             raise SpmdTypeError(errors[0])
     _stamp_declared(value, want, f"argument {{x}} (parameter {param!r} of {callee}) is "
                     f"annotated {_fmt(want)}")

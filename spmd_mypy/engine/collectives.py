@@ -207,13 +207,92 @@ class RankMax:
     within: str = ""
 
 
+# Ops whose result is a position in a dim of their input (an argmax, a top-k's indices, a
+# sample): a V one is an index into this rank's shard of that input, and neither the ranks'
+# indices stacked (all_gather) nor summed is the index over the whole.  ARGMAX_OPS: those
+# whose index over the whole is also had from the max over the ranks and an index fix-up.
+INDEX_OPS = frozenset("""argmax argmin argsort topk sort max min kthvalue mode median nanmedian
+cummax cummin multinomial""".split())
+ARGMAX_OPS = {"argmax": "max", "argmin": "min", "max": "max", "min": "min"}
+COMPARE = "compare"
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """A V value that holds indices or integer/bool values, passed where R (or I) is needed:
+    the gather and the sum :func:`suggest` offers for a V stack or add the ranks' indices.
+    ``op``: what made it, an op of :data:`INDEX_OPS` (``logits.argmax(-1)``, ``x.topk(k)
+    .indices``), :data:`COMPARE` (a bool mask: a comparison), or "" (integer values of an
+    origin not seen: the check mode reads only the dtype, the plugin an integer cast).
+    ``source``: that op's input as written (``logits``), "" when not seen; ``source_type``:
+    its type, where known (its shard dim names the gather's src)."""
+
+    op: str = ""
+    source: str = ""
+    source_type: SpmdType | None = None
+
+
+def _max_fixup(m: str, source: str, ax: str, d: str) -> str:
+    """The argmax (argmin) over the ranks from the max over the ranks and an index fix-up."""
+    return (f"or take the {m} over the ranks and fix up the index: m, i = {source}.{m}(dim); "
+            f'gm = all_reduce(m, {ax}, src=V, dst={d}, op="{m}"); '
+            f"all_reduce(torch.where(m == gm, i + offset, n), {ax}, src=V, dst={d}, "
+            'op="min") ' + f"(offset: the first index of this rank's shard, n: the whole dim's "
+            f"size; the smallest index of the {m}, as arg{m} takes; under torch.no_grad())")
+
+
+def _index_fix(ix: IndexValue, src: LocalType, dst: LocalType, x: str,
+               axis: str | tuple[str, ...]) -> str:
+    """The fix of an index (or integer, or bool) V value where ``dst`` is needed: reduce or
+    gather its source before the index op, not its indices (:class:`IndexValue`)."""
+    ax = format_axis(axis)
+    d = _arg(dst)
+    st = ix.source_type.get(axis) if ix.source_type is not None and isinstance(axis, str) else None
+    sd = st.at_high_ranks().dim if st is not None and st.kind is Kind.V else None
+    shard = f"S({sd})" if sd is not None else "S(d)"
+    head = f"{_arg(src)} to {d} is a gather, but "
+    not_fix = ("the ranks' values stacked (all_gather: a new dim 0) or summed (all_reduce of a "
+               "reinterpret to P) are not ")
+    s = ix.source or "logits"
+    where_d = "" if sd is not None else f", d its dim sharded on {ax}"
+    gather = f"all_gather({s}, {ax}, src={shard}, dst={d})"
+
+    if ix.op in INDEX_OPS and ix.source:
+        text = (f"{head}{x} is an index ({ix.op} of this rank's shard of {s}): {not_fix}the "
+                f"{ix.op} over the whole; gather {s} before the {ix.op}: {gather} in place of {s} "
+                f"in the {ix.op}{where_d} (an index over the whole dim then: without the "
+                f"offset of this rank's shard)")
+        if ix.op == "multinomial":
+            text += (f", drawn with a generator in the same state on every rank of {ax} (seeded "
+                     f"the same)")
+        m = ARGMAX_OPS.get(ix.op)
+        return text + (f", {_max_fixup(m, s, ax, d)}" if m is not None else "")
+    if ix.op == COMPARE:
+        of = f"from {ix.source}" if ix.source else "from this rank's values"
+        return (f"{head}{x} is a mask (a comparison) computed {of}: {not_fix}one mask of the "
+                f"whole; compare values that are the same on every rank of {ax} (reduce or "
+                f"gather {ix.source or 'the operands'} first), or all_reduce({receiver(x)}.int(), "
+                f'{ax}, src=V, dst={d}, op="max") ' + "if any rank's is meant "
+                '(op="min": every ' + "rank's)")
+    return (f"{head}{x} holds integer values made on each rank: if they index a dim sharded on "
+            f"{ax} (an argmax or topk of this rank's shard of the logits, say logits), {not_fix}the index over "
+            f"the whole; gather or reduce {s} before the index op, {gather} then the argmax"
+            f"{where_d}, {_max_fixup('max', s, ax, d)}; if they count this rank's part, all_reduce("
+            f"reinterpret({x}, {ax}, src=V, dst=P), {ax}, src=P, dst={d}) sums them")
+
+
 def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, ...],
-            rank_max: RankMax | None = None) -> str:
+            rank_max: RankMax | None = None, index: IndexValue | None = None) -> str:
     """'P to R is a reduction: use all_reduce(x, "tp", src=P, dst=R)'."""
     r = route(src, dst)
     if r is None:
         return f"{_arg(src)} to {_arg(dst)} needs no op"
     op = r[0]
+    if (index is not None and op == "all_gather" and src.kind is Kind.V and src.dim is None
+            and dst.dim is None):
+        # an index (an argmax of this rank's vocab shard), a mask, integer values: the
+        # ranks' indices stacked or summed are no index of the whole
+        return _index_fix(index, src, dst, bare(x_text), axis)
     text = (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
             f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
     if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
@@ -828,7 +907,8 @@ class MadeBy:
 
 def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str,
                    made_by: MadeBy | None = None, gradient_free: bool = False,
-                   ndim: int | None = None, rank_max: RankMax | None = None) -> list[SpmdError]:
+                   ndim: int | None = None, rank_max: RankMax | None = None,
+                   index: IndexValue | None = None) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
@@ -838,6 +918,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     Both global (a partition spec on each side): the layouts must be equal, and the fix
     is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
     ``rank_max``: the value is computed from this rank's max (:class:`RankMax`).
+    ``index``: the value holds indices or integer/bool values (:class:`IndexValue`).
     ``gradient_free``: no gradient flows through the value (a custom Function's forward
     result, :func:`.duality.check_forward_result`), so an R stands for an I and back.
     ``ndim``: the value's rank, where the adapter knows it (the check mode, which compares
@@ -884,7 +965,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             r = route(have, want)
             op = r[0] if r is not None else ""
             fix = (made_by.fix(ax, want) if made_by is not None else None) or suggest(
-                have, want, x_text, ax, rank_max)
+                have, want, x_text, ax, rank_max, index)
         on = axis_words((ax,) if isinstance(ax, str) else ax)
         fixes.append(fix if len(units) == 1 else f"on {on}: {fix}")
         src = have.at_high_ranks() if have.kind is want.kind else _arg(have)
@@ -932,7 +1013,8 @@ def dims_in_another_order(have: LocalType, want: LocalType, x_text: str,
 
 
 def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
-                      order: Sequence[str] = (), may_be_cut: bool | None = None) -> SpmdError | None:
+                      order: Sequence[str] = (), may_be_cut: bool | None = None,
+                      index: IndexValue | None = None) -> SpmdError | None:
     """``spmd.declare(x, want)`` where ``x`` is known to be ``have``: a declaration states a
     type, it never changes one (``reinterpret``/``convert`` do), so the types must agree on
     every axis both name (V may be declared S(i); S(-1) and S(1) compared at the rank the
@@ -942,6 +1024,7 @@ def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
 
     ``may_be_cut``: whether ``x`` may be a part cut from a replicated whole by hand, which
     the message then explains (None: judged from ``x_text``, an index or a split).
+    ``index``: ``x`` holds indices or integer/bool values (:class:`IndexValue`).
     """
     bad = declaration_conflict(have, want)
     if bad is None:
@@ -962,7 +1045,7 @@ def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
         "spmd-annotation",
         f'{what} but {x_text} is {old} on "{axis}", not {new} '
         f"({x_text}: {format_type(have, order)}): a declaration states a type, it "
-        f"cannot change one; {suggest(old, new, x_text, axis)}{hand_cut}",
+        f"cannot change one; {suggest(old, new, x_text, axis, index=index)}{hand_cut}",
     )
 
 
@@ -996,14 +1079,15 @@ _FLAT_SHARD_OPS = ("all_gather", "reduce_scatter", "convert")
 
 def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
                        where: str, made_by: MadeBy | None = None,
-                       rank_max: RankMax | None = None) -> list[SpmdError]:
+                       rank_max: RankMax | None = None,
+                       index: IndexValue | None = None) -> list[SpmdError]:
     """A value passed where one of several types is declared (a union parameter,
     ``Tensor[R["tp"]] | Tensor[V["tp"]]``): no error if it fits one; else the first
     type's errors, with its fix, naming the others the parameter takes."""
     first: list[SpmdError] = []
     for k, expected in enumerate(wanted):
         errors = check_argument(actual, expected, x_text=x_text, where=where, made_by=made_by,
-                                rank_max=rank_max)
+                                rank_max=rank_max, index=index)
         if not errors:
             return []
         if k == 0:

@@ -129,6 +129,7 @@ from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import SpmdType, refines, refines_as_printed
 from .autograd import is_autograd_function
 from .calls import expr_text, made_by, rank_max
+from .index_values import index_value
 from .codes import ERROR_CODES
 from .messages import user_form
 from .statements import statement_blocks
@@ -869,6 +870,10 @@ class BoundaryChecker:
                 if at_max is not None:
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
                                                  made_by=by, rank_max=at_max)
+                index = index_value(expr, self._func, self._type_of, expr_text)
+                if index is not None:  # an argmax of this rank's shard: no gather of it
+                    errors = coll.check_argument(have, want, x_text=text, where=where(text),
+                                                 made_by=by, rank_max=at_max, index=index)
             return [(e, expr) for e in errors]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):

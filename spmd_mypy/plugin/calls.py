@@ -119,6 +119,7 @@ from ..engine.types import (
 from ..engine.views import make_move
 from . import global_calls
 from .fixed_lists import fixed_list
+from .index_values import index_value
 from .messages import fold_into_earlier
 from .statements import nested_statements
 from .codes import ERROR_CODES
@@ -1840,8 +1841,14 @@ class CallTyper:
             if have and not have.failed:
                 text = expr_text(x_expr)
                 order = self.plugin.config.mesh_axes
-                err = declaration_error(have, t, x_text=text, order=order,
-                                        what=f"spmd.declare({text}, {format_type(t, order)})")
+                what = f"spmd.declare({text}, {format_type(t, order)})"
+                err = declaration_error(have, t, x_text=text, order=order, what=what)
+                if err is not None:  # an argmax of this rank's shard: no gather of it
+                    index = index_value(x_expr, global_calls.current_function(ctx.api),
+                                        self.type_of_expr(ctx), expr_text)
+                    if index is not None:
+                        err = declaration_error(have, t, x_text=text, order=order, what=what,
+                                                index=index)
                 if err is not None:
                     self.report(ctx, [err])
         inst = self.types.to_instance(t)
@@ -2279,10 +2286,12 @@ class CallTyper:
                             # for an error: the walk over the function's assignments)
                             at_max = rank_max(expr, global_calls.current_function(ctx.api),
                                               self.type_of_expr(ctx))
-                            if at_max is not None:
+                            ix = index_value(expr, global_calls.current_function(ctx.api),
+                                             self.type_of_expr(ctx), expr_text)
+                            if at_max is not None or ix is not None:
                                 errors = coll.check_argument_any(
                                     have, wanted, x_text=x_text, where=where, made_by=by,
-                                    rank_max=at_max)
+                                    rank_max=at_max, index=ix)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)

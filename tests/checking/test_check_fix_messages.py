@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import spmd
-from spmd import I, P, S, Tensor, V
+from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 
 from check_values import mk, typed  # noqa: E402
@@ -61,3 +61,24 @@ def test_divisor_never_reduced_is_named_first() -> None:
     assert "spmd-partial-varying" in msg
     assert ('all_reduce(reinterpret(ntok, "dp", src=V, dst=P), "dp", src=P, dst=R) first if '
             "ntok is this rank's part of a count or a sum") in msg
+
+
+def test_an_index_of_a_shard_is_not_gathered_or_summed() -> None:
+    # probe-infer b8b: a greedy decode's argmax of this rank's vocab shard, declared R at the
+    # vocab-parallel embedding.  The check mode sees an integer tensor (not the argmax that
+    # made it): the ranks' indices stacked or summed are no token, and the fix named is the
+    # engine's for an index (collectives.IndexValue), as the static checker's
+    with spmd.typecheck():
+        logits = typed(mk(3, 8), Tensor[S[1, "tp"]])
+        with torch.no_grad():
+            tok = logits.argmax(-1) + 4
+        msg = _message(lambda: spmd.declare(tok, Tensor[R["tp"]]))
+        assert "spmd-annotation" in msg
+        assert "all_gather(tok," not in msg and "to sum them" not in msg
+        assert "gather or reduce logits before the index op" in msg
+        assert 'all_reduce(m, "tp", src=V, dst=R, op="max")' in msg
+        # a mask: any (or every) rank's, not a sum of the ranks' masks
+        done = tok == 3
+        msg = _message(lambda: spmd.declare(done, Tensor[R["tp"]]))
+        assert "all_gather(done," not in msg and "to sum them" not in msg
+        assert 'all_reduce(done.int(), "tp", src=V, dst=R, op="max")' in msg

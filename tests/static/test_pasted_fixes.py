@@ -122,3 +122,51 @@ def test_broadcast_operand_fix_pastes(tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text("\n".join(gathered) + "\n")
     errs = [msg for line, msg in _errors(run_mypy(tmp_path, "main.py")) if line == at + 1]
     assert errs and "PS[None, None]" in errs[0], errs
+
+
+INDEX_SOURCE = textwrap.dedent('''\
+    import torch
+    import spmd
+    from spmd import Tensor, R, V, S
+
+
+    def greedy(logits: Tensor[S[-1, "tp"], V["dp"]]) -> Tensor[R["tp"], V["dp"]]:
+        return logits.argmax(-1)
+
+
+    def top(logits: Tensor[S[-1, "tp"]]) -> Tensor[R["tp"]]:
+        return logits.topk(4, dim=-1).indices
+
+
+    def feed(logits: Tensor[S[-1, "tp"]]) -> None:
+        tok = torch.argmax(logits, dim=-1)
+        spmd.declare(tok, Tensor[R["tp"]])
+''')
+
+_GATHER_SOURCE = re.compile(r'all_gather\((\w+), "tp", src=S\(-1\), dst=R\) in place of (\w+) in the')
+
+
+def test_index_fix_pastes(tmp_path: Path) -> None:
+    """An index of this rank's shard (an argmax, topk indices) where R is needed: the message
+    offered the indices gathered (stacked on a new dim 0) or summed, which pasted passed both
+    checkers and decoded garbage (probe-infer b1).  The fix gathers the index op's input
+    before it: pasted in place of that input, the program type-checks."""
+    write_config(tmp_path)
+    (tmp_path / "main.py").write_text(INDEX_SOURCE)
+    errors = _errors(run_mypy(tmp_path, "main.py"))
+    lines = INDEX_SOURCE.splitlines()
+    fixed: set[int] = set()
+    for line, msg in errors:
+        assert "all_gather(logits.argmax" not in msg and "reinterpret(logits" not in msg, msg
+        assert "to sum them" not in msg and "to stack the ranks' values" not in msg, msg
+        m = _GATHER_SOURCE.search(msg)
+        assert m is not None and m.group(1) == m.group(2) == "logits", msg
+        # the line the index op is on: the returned value's, or the declared name's assignment
+        at = line - 1 if "logits" in lines[line - 1] else line - 2
+        lines[at] = re.sub(r"\blogits\b(?!:)", lambda _: "spmd." + m.group(0).split(" in place")[0],
+                           lines[at], count=1)
+        fixed.add(at)
+    assert len(fixed) == 3, errors
+    (tmp_path / "main.py").write_text("\n".join(lines) + "\n")
+    out = run_mypy(tmp_path, "main.py")
+    assert out.startswith("Success"), "\n".join(lines) + "\n" + out
