@@ -299,12 +299,13 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
             and dst.dim is None):
         # convert to V keeps each rank's slot of dim 0 (S(0): its chunk).  A replicated value meant as
         # each rank's own (KV heads replicated for grouped-query attention, a broadcast
-        # weight) is a reinterpret: the local data unchanged
-        text += (f" to keep this rank's slot of dim 0 (x[rank], dim 0 of the axis size; "
-                 f"dst=S(0) keeps its chunk of dim 0 instead, the rows of a batch), or "
-                 f"reinterpret({bare(x_text)}, "
-                 f"{format_axis(axis)}, src={_arg(src)}, dst=V) to keep the whole local value "
-                 f"(each rank's copy as its own value)")
+        # weight) is a reinterpret: the local data unchanged.  Each is right in its case (a
+        # gathered K/V passed to a helper that computes on the whole value: reinterpret;
+        # convert there would cut dim 0, the batch), so the message says when
+        text += (f" if each rank should keep only its slice of dim 0 (x[rank], dim 0 of the "
+                 f"axis size; dst=S(0) keeps its chunk of dim 0 instead, the rows of a batch), "
+                 f"or reinterpret({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst=V) "
+                 f"if the whole value is this rank's own input (unchanged)")
     elif (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.dim is not None
           and bare(x_text).endswith("[...]")):
         # a subscript that already takes this rank's part (full[r * b:(r + 1) * b] with a rank

@@ -33,7 +33,9 @@ that dim's label; the result is sharded on that label's place in the output::
                                                            ->  S(-2)   (the queries; V with
                                                                         is_causal: its mask
                                                                         counts each rank's
-                                                                        queries from 0)
+                                                                        queries from 0, which
+                                                                        the op rule reports:
+                                                                        ops._causal_queries_error)
     q, k, v: S(-2)       F.scaled_dot_product_attention(q, k, v)
                                                            ->  V       (each rank attends to
                                                                         its own keys only)

@@ -119,6 +119,16 @@ def _fixes(bad: list[tuple[str, LocalType, LocalType]], text: str, like: str,
     for axis, h, w in bad:
         if made_by is not None and axis in made_by[1]:
             op, axes, src, x = made_by
+            if (op in ("reinterpret", "convert") and len(axes) == 1 and src is not None
+                    and src.kind is w.kind and (w.dim is None or src.dim == w.dim)):
+                # the returned value is a reinterpret / convert of a value that already has
+                # the gradient's type: the conversion is the mistake (a ring shift's gradient,
+                # V, reinterpreted as P); a reduction around it would sum the ranks' values
+                parts.append(f'remove the {op}: its input {x} is already {src} on "{axis}" '
+                             f"(its src=), the gradient's type there, so return {x}; only if "
+                             f"the ranks' values are partial sums of the gradient: "
+                             f"{suggest(h, w, text, axis)}")
+                continue
             actual_src = src or (PARTIAL if op in ("all_reduce", "reduce_scatter") else None)
             if actual_src is not None and lookup(op, actual_src, w) is not None:
                 src_arg = f", src={src}" if src is not None else ""

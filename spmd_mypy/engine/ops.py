@@ -1416,6 +1416,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                  if (lt := o.type.get(axis)) is not None  # type: ignore[union-attr]
                  and (r is not Role.INDEX or lt.kind is Kind.V or lt.kind is Kind.P)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
+        if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
+            err = _causal_queries_error(spec.name, move, axis, tensor_ops)
         if lt is not None and lt.kind is Kind.V:
             if isinstance(move, Contraction):
                 lt = contracted_layout(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
@@ -1434,6 +1436,48 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
             out[axis] = lt
     return Result(SpmdType.of(out, failed=failed), errors)
 
+
+
+def _causal_queries_error(name: str, c: Contraction, axis: str,
+                          tensor_ops: Sequence[tuple[Operand, Role]]) -> SpmdError | None:
+    """``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` with q sharded on its
+    query dim L (dim -2) on ``axis`` and the keys whole there (k R or I): torch builds the
+    causal mask from the local query positions (each rank's first query is position 0), the
+    global positions only on the axis's first rank: wrong numbers on the others.  An
+    ``is_causal`` that is not a literal may be True.  The same rule as global SPMD's
+    (:func:`.global_spmd.attention`).
+
+    Not an error: q a V of unknown layout (a data-parallel batch is V, and its mask is
+    right; gradual), keys sharded too (each rank's own queries against its own keys: the
+    diagonal block of ring attention, where the local mask is the right one), untyped keys.
+    The static checker, which sees no ranks, reads q at attention's documented 4-d
+    ``[N, H, L, E]`` (so ``S(2)`` is the query dim there; ``S(-2)`` at every rank); the
+    check mode at q's rank."""
+    if c.family != "attention" or c.causal is False or len(tensor_ops) < 2:
+        return None
+    q, k = tensor_ops[0][0], tensor_ops[1][0]
+    qt, kt = q.type.get(axis), k.type.get(axis)  # type: ignore[union-attr]
+    if qt is None or kt is None or qt.kind is not Kind.V or kt.kind not in (Kind.R, Kind.I):
+        return None
+    rank = len(q.shape) if q.shape is not None else 4
+    if rank < 2:
+        return None
+    possible, d = qt.at_rank(rank)
+    if not possible or d is None or d % rank != rank - 2:
+        return None
+    qd = qt.dim if qt.dim is not None else d
+    given = "is_causal=True" if c.causal is True else "an is_causal that may be True"
+    qx, kx = bare(q.text), bare(k.text)
+    gather = f'all_gather({qx}, "{axis}", src=S({qd}), dst=R)'
+    return SpmdError(
+        "spmd-global",
+        f'{name} with {given}: {q.text} is sharded on its query dim {qd} on "{axis}" '
+        f"({_describe(q, qt, axis)}) and {k.text} holds every key ({_describe(k, kt, axis)}); "
+        f"torch builds the causal mask from the local query positions, the global ones only on "
+        f"the first rank: pass attn_mask=q_pos[:, None] >= torch.arange({kx}.size(-2)) instead, "
+        f"q_pos = r * {qx}.size(-2) + torch.arange({qx}.size(-2)) (this rank's global query "
+        f'positions, r its index on "{axis}"), or gather the queries first: {gather}',
+    )
 
 
 def _same_values_kind(lt: LocalType, typed: Sequence[tuple[Operand, Role, LocalType]]) -> bool:

@@ -38,7 +38,7 @@ over (or held whole by an R operand) gives V::
     x: R, w: S(0)       F.linear(x, w)                    ->  S(-1)     (column parallel;
                                                                          check mode: w 2-d)
     q, k, v: S(1)       scaled_dot_product_attention(...) ->  S(1)      (the heads)
-    q: S(-2); k, v: R   scaled_dot_product_attention(...) ->  S(-2)     (V if is_causal)
+    q: S(-2); k, v: R   scaled_dot_product_attention(...) ->  S(-2)     (an error if is_causal)
 
 The static checker does not know the rank, so :func:`moved_dim` answers for one rank
 and the op rule (:func:`.ops.propagate`) folds the answers at every rank into S(j), V or

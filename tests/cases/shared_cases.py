@@ -705,8 +705,18 @@ case("shard-attention-heads", {"q": "S1", "k": "S1", "v": "S1"},
 case("shard-attention-queries", {"q": "Sm2", "k": "R", "v": "R"},
      "out = F.scaled_dot_product_attention(q, k, v)", "Sm2", make=_QKV4)
 case("shard-attention-queries-causal", {"q": "Sm2", "k": "R", "v": "R"},
-     "out = F.scaled_dot_product_attention(q, k, v, None, 0.0, True)", "V", make=_QKV4,
-     desc="the causal mask counts each rank's queries from 0")
+     "out = F.scaled_dot_product_attention(q, k, v, None, 0.0, True)", "spmd-global", make=_QKV4,
+     desc="the causal mask counts each rank's queries from 0: wrong on every rank but the first")
+case("shard-attention-queries-causal-S2", {"q": _S2, "k": "R", "v": "R"},
+     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "spmd-global", make=_QKV4,
+     desc="S(2) of a 4-d [N, H, L, E] q is its query dim")
+case("shard-attention-queries-causal-keys-sharded", {"q": "Sm2", "k": "Sm2", "v": "Sm2"},
+     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "V", make=_QKV4,
+     desc="each rank's own queries against its own keys: ring attention's diagonal block, "
+          "where the local causal mask is the right one")
+case("shard-attention-varying-queries-causal", {"q": "V", "k": "R", "v": "R"},
+     "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "V", make=_QKV4,
+     desc="a V of unknown layout (a data-parallel batch): its own causal mask")
 case("shard-attention-keys", {"q": "Sm2", "k": "Sm2", "v": "Sm2"},
      "out = F.scaled_dot_product_attention(q, k, v)", "V", make=_QKV4,
      desc="each rank attends to its own keys only")

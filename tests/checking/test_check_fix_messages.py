@@ -82,3 +82,23 @@ def test_an_index_of_a_shard_is_not_gathered_or_summed() -> None:
         msg = _message(lambda: spmd.declare(done, Tensor[R["tp"]]))
         assert "all_gather(done," not in msg and "to sum them" not in msg
         assert 'all_reduce(done.int(), "tp", src=V, dst=R, op="max")' in msg
+
+
+@spmd.checked
+def _attend(q: Tensor[V["tp"]], k: Tensor[V["tp"]]) -> Tensor[V["tp"]]:
+    return (q @ k.mT).softmax(-1)
+
+
+def test_r_passed_as_v_says_when_convert_and_when_reinterpret() -> None:
+    # gathered keys (R) passed to a helper that computes on the whole value (its parameter V):
+    # reinterpret is right there, convert would cut dim 0 (the batch); the message says when
+    # each is right, in the static checker's words (collectives.suggest)
+    with spmd.typecheck():
+        q = typed(mk(3, 4), Tensor[V["tp"]])
+        kf = typed(mk(6, 4), Tensor[spmd.R["tp"]])
+        msg = _message(lambda: _attend(q, kf))
+    assert "[spmd-annotation]" in msg and "but kf is R on \"tp\", not V" in msg, msg
+    assert ('use convert(kf, "tp", src=R, dst=V) if each rank should keep only its slice of '
+            "dim 0 (x[rank]") in msg, msg
+    assert ('or reinterpret(kf, "tp", src=R, dst=V) if the whole value is this rank\'s own '
+            "input (unchanged)") in msg, msg
