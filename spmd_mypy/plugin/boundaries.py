@@ -768,6 +768,14 @@ class BoundaryChecker:
         have, want = self.plugin.types.from_type(actual), self.plugin.types.from_type(declared)
         return have is not None and bool(have) and want is not None and refines(have, want)
 
+    def _integer_valued(self, e: Expression | None) -> bool:
+        """Whether the value ``e`` is known to be an integer or bool tensor (rewrite
+        ``is_integer_valued``, with the enclosing function's integer locals)."""
+        if e is None or self._chk is None:
+            return False
+        tree: MypyFile | None = getattr(self._chk, "tree", None)
+        return self.plugin.regions.integer_valued(tree, e.line, e)
+
     def _type_of(self, e: Expression) -> SpmdType | None:
         """The SPMD type the checker inferred for ``e`` (None: unknown, or no checker)."""
         t = self._chk.lookup_type_or_none(e) if self._chk is not None else None
@@ -802,6 +810,11 @@ class BoundaryChecker:
                     have, want, x_text=text, where=where(text), made_by=made_by(expr))]
             by = made_by(expr)
             errors = coll.check_argument(have, want, x_text=text, where=where(text), made_by=by)
+            if errors and self._integer_valued(expr):
+                # an integer or bool value (a token id, a mask) never carries a gradient: its
+                # R and I agree (engine check_argument's gradient_free)
+                errors = coll.check_argument(have, want, x_text=text, where=where(text),
+                                             made_by=by, gradient_free=True)
             if errors:  # the fix of a value computed from this rank's max (read for an error)
                 at_max = rank_max(expr, self._func, self._type_of)
                 if at_max is not None:

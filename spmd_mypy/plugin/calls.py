@@ -542,6 +542,12 @@ class CallTyper:
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
 
+    def integer_valued(self, ctx: AnyCtx, expr: Expression | None) -> bool:
+        """Whether ``expr`` is known to be an integer or bool value (rewrite
+        ``is_integer_valued``: ``argmax``, a comparison, ``.long()``, a local assigned one)."""
+        tree: MypyFile | None = getattr(ctx.api, "tree", None)
+        return self.plugin.regions.integer_valued(tree, ctx.context.line, expr)
+
     def typed_result(self, default: Type, t: SpmdType) -> Type:
         """mypy's result type with every tensor in it given the type ``t``."""
         p = get_proper_type(default)
@@ -1841,7 +1847,8 @@ class CallTyper:
                 text = expr_text(x_expr)
                 order = self.plugin.config.mesh_axes
                 err = declaration_error(have, t, x_text=text, order=order,
-                                        what=f"spmd.declare({text}, {format_type(t, order)})")
+                                        what=f"spmd.declare({text}, {format_type(t, order)})",
+                                        gradient_free=self.integer_valued(ctx, x_expr))
                 if err is not None:
                     self.report(ctx, [err])
         inst = self.types.to_instance(t)
@@ -2274,6 +2281,12 @@ class CallTyper:
                         by = made_by(expr) if index is None and kind == ARG_POS else None
                         errors = coll.check_argument_any(have, wanted, x_text=x_text,
                                                          where=where, made_by=by)
+                        if errors and index is None and self.integer_valued(ctx, expr):
+                            # an integer or bool value (a token id, a mask): no gradient, so
+                            # its R and I agree (engine check_argument's gradient_free)
+                            errors = coll.check_argument_any(have, wanted, x_text=x_text,
+                                                             where=where, made_by=by,
+                                                             gradient_free=True)
                         if errors and index is None:
                             # the fix of a value computed from this rank's max (read only
                             # for an error: the walk over the function's assignments)
