@@ -1639,6 +1639,11 @@ def _index_value(x: object) -> IndexValue | None:
     return IndexValue(COMPARE if dtype is torch.bool else "")
 
 
+def _is_integer(x: torch.Tensor) -> bool:
+    """An integer or bool tensor (a token id, a mask): torch gives it no gradient."""
+    return not (x.is_floating_point() or x.is_complex())
+
+
 def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None,
                     may_be_cut: bool | None = None) -> None:
     """Give ``x`` the declared type ``want``.
@@ -1667,12 +1672,16 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
         _set(x, want)
         return
     have, want = _types_at_rank(x, have, want)
-    if declaration_conflict(have, want) is not None:
+    # an integer or bool tensor never carries a gradient: its R and I agree (engine
+    # check_argument's gradient_free; the static checker reads argmax, a comparison, .long())
+    integer = _is_integer(x)
+    if declaration_conflict(have, want, integer) is not None:
         text = name or _texts([x], ["x"])[0]
         raise SpmdTypeError(declaration_error(  # type: ignore[arg-type]
             have, want, x_text=text, what=what.format(x=text), order=_axis_order(),
             # the check mode sees values, not how they were cut: an unnamed one may be
-            may_be_cut=True if may_be_cut or text == "x" else None, index=_index_value(x)))
+            may_be_cut=True if may_be_cut or text == "x" else None, index=_index_value(x),
+            gradient_free=integer))
     # Knowledge only grows: the declared axes (refining V to S(i)), plus what x already knew
     # on the current mesh's axes (and its root mesh's: under mesh["tp"] a value's "dp" type
     # still holds). Axes of another mesh are dropped: a value back from an expert mesh (ep,
@@ -2519,7 +2528,8 @@ def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, calle
     have = _get(value)
     if have:
         have_r, at_rank = _types_at_rank(value, have, want)
-        errors = check_argument(have_r, at_rank, x_text="x", where="x")
+        integer = _is_integer(value)  # no gradient: R and I agree (as in _stamp_declared)
+        errors = check_argument(have_r, at_rank, x_text="x", where="x", gradient_free=integer)
         if errors:
             # compared at the rank, printed as declared (S(-1), not S(2)), as the static
             # checker prints it
@@ -2528,8 +2538,9 @@ def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, calle
             ndim = _ndim(value)
             index = _index_value(value)
             errors = (check_argument(have.written_as(want, ndim), want, x_text=text, where=where,
-                                     ndim=ndim, index=index)
-                      or check_argument(have_r, at_rank, x_text=text, where=where, index=index))
+                                     ndim=ndim, index=index, gradient_free=integer)
+                      or check_argument(have_r, at_rank, x_text=text, where=where, index=index,
+                                        gradient_free=integer))
             raise SpmdTypeError(errors[0])
     _stamp_declared(value, want, f"argument {{x}} (parameter {param!r} of {callee}) is "
                     f"annotated {_fmt(want)}")

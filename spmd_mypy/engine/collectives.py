@@ -920,8 +920,15 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
     ``rank_max``: the value is computed from this rank's max (:class:`RankMax`).
     ``index``: the value holds indices or integer/bool values (:class:`IndexValue`).
-    ``gradient_free``: no gradient flows through the value (a custom Function's forward
-    result, :func:`.duality.check_forward_result`), so an R stands for an I and back.
+    ``gradient_free``: no gradient flows through the value, so an R stands for an I and back
+    (R and I differ only in what the gradient does): a custom Function's forward result
+    (:func:`.duality.check_forward_result`), and an integer or bool value at any boundary
+    (an argument, a return, an assignment, ``spmd.declare``), which never carries a gradient:
+    a token id from ``argmax`` / ``multinomial`` / ``topk(...).indices``, a comparison's mask,
+    a ``.long()`` (:data:`.ops.INTEGER_RESULTS`; the check mode reads the dtype).  A float
+    value keeps the rule, even one computed without gradients (under ``torch.no_grad()``,
+    ``.detach()``): its declared R or I says what its gradient does once one flows again
+    (a result returned to a caller that differentiates, a ``requires_grad_()``).
     ``ndim``: the value's rank, where the adapter knows it (the check mode, which compares
     ``S(-1)`` and ``S(2)`` of a 3-d value as one layout and passes the types as written):
     two shard dims that differ are then different dims, whatever their signs.
@@ -1015,7 +1022,8 @@ def dims_in_another_order(have: LocalType, want: LocalType, x_text: str,
 
 def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
                       order: Sequence[str] = (), may_be_cut: bool | None = None,
-                      index: IndexValue | None = None) -> SpmdError | None:
+                      index: IndexValue | None = None,
+                      gradient_free: bool = False) -> SpmdError | None:
     """``spmd.declare(x, want)`` where ``x`` is known to be ``have``: a declaration states a
     type, it never changes one (``reinterpret``/``convert`` do), so the types must agree on
     every axis both name (V may be declared S(i); S(-1) and S(1) compared at the rank the
@@ -1027,7 +1035,7 @@ def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
     the message then explains (None: judged from ``x_text``, an index or a split).
     ``index``: ``x`` holds indices or integer/bool values (:class:`IndexValue`).
     """
-    bad = declaration_conflict(have, want)
+    bad = declaration_conflict(have, want, gradient_free)
     if bad is None:
         return None
     axis, old, new = bad
@@ -1050,13 +1058,12 @@ def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
     )
 
 
-def declaration_conflict(have: SpmdType, want: SpmdType) -> tuple[str, LocalType, LocalType] | None:
-    """The first axis where a declared ``want`` disagrees with the known ``have``."""
-    for axis, new in want.axes:
-        old = have.get(axis)
-        if old is not None and not shard_dims_match(old, new):
-            return axis, old, new
-    return None
+def declaration_conflict(have: SpmdType, want: SpmdType, gradient_free: bool = False
+                         ) -> tuple[str, LocalType, LocalType] | None:
+    """The first axis where a declared ``want`` disagrees with the known ``have``
+    (``gradient_free``: an integer or bool value, whose R and I agree: :func:`check_argument`)."""
+    bad = mismatched_axes(have, want, gradient_free)
+    return bad[0] if bad else None
 
 
 def may_be_none(errors: list[SpmdError], x_text: str) -> list[SpmdError]:
@@ -1081,14 +1088,15 @@ _FLAT_SHARD_OPS = ("all_gather", "reduce_scatter", "convert")
 def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
                        where: str, made_by: MadeBy | None = None,
                        rank_max: RankMax | None = None,
-                       index: IndexValue | None = None) -> list[SpmdError]:
+                       index: IndexValue | None = None,
+                       gradient_free: bool = False) -> list[SpmdError]:
     """A value passed where one of several types is declared (a union parameter,
     ``Tensor[R["tp"]] | Tensor[V["tp"]]``): no error if it fits one; else the first
     type's errors, with its fix, naming the others the parameter takes."""
     first: list[SpmdError] = []
     for k, expected in enumerate(wanted):
         errors = check_argument(actual, expected, x_text=x_text, where=where, made_by=made_by,
-                                rank_max=rank_max, index=index)
+                                rank_max=rank_max, index=index, gradient_free=gradient_free)
         if not errors:
             return []
         if k == 0:

@@ -351,6 +351,22 @@ INTEGER_RESULTS = frozenset("""argmax argmin argsort argwhere nonzero bincount h
 searchsorted bucketize count_nonzero eq ne lt le gt ge isnan isinf isfinite isclose isin
 logical_and logical_or logical_xor logical_not long int short bool byte randint randperm
 multinomial""".split())
+# Integer and bool dtypes (``torch.long``, ``torch.int64``, ...): a cast to one (``x.to(torch.long)``,
+# ``torch.zeros(n, dtype=torch.bool)``) is an integer value, which never carries a gradient:
+# at a boundary its R and I agree (collectives.check_argument's gradient_free; the check mode
+# reads the tensor's dtype).
+INTEGER_DTYPES = frozenset("""bool uint8 uint16 uint32 uint64 int8 int16 int32 int64 long int short
+byte""".split())
+# Ops that keep an integer (or bool) operand integer: views, copies, selections, integer
+# arithmetic and reductions that do not divide (``idx.view(-1)``, ``tok.squeeze(-1)``,
+# ``counts.sum()``, ``idx.clamp(max=n - 1)``; not ``mean``, a float cast, ``softmax``).
+INTEGER_KEEPING = frozenset("""view reshape expand expand_as view_as repeat repeat_interleave
+contiguous clone detach cpu cuda squeeze unsqueeze flatten unflatten permute transpose t movedim
+narrow select flip roll tril triu gather index_select masked_select take take_along_dim
+sum cumsum prod cumprod amax amin max min clamp clamp_min clamp_max clip abs neg add sub mul
+remainder fmod floor_divide bitwise_and bitwise_or bitwise_xor bitwise_not masked_fill
+squeeze_ unsqueeze_ add_ sub_ mul_ clamp_ masked_fill_ remainder_ fill_ zero_ cat stack
+concat concatenate hstack vstack chunk split unbind diag diagonal unique""".split())
 # Random ops: each call draws from a generator, its ``generator`` argument or else the default
 # one of its device (CPU: ``torch.default_generator``; CUDA: the device's, whose state
 # Megatron's RNG tracker swaps inside its fork).  Their rule is their op's (dropout keeps its

@@ -831,6 +831,14 @@ class BoundaryChecker:
             return UnionType(items, p.line, p.column)
         return t
 
+    def _integer_valued(self, e: Expression | None) -> bool:
+        """Whether the value ``e`` is known to be an integer or bool tensor (rewrite
+        ``is_integer_valued``, with the enclosing function's integer locals)."""
+        if e is None or self._chk is None:
+            return False
+        tree: MypyFile | None = getattr(self._chk, "tree", None)
+        return self.plugin.regions.integer_valued(tree, e.line, e)
+
     def _type_of(self, e: Expression) -> SpmdType | None:
         """The SPMD type the checker inferred for ``e`` (None: unknown, or no checker)."""
         t = self._chk.lookup_type_or_none(e) if self._chk is not None else None
@@ -865,15 +873,22 @@ class BoundaryChecker:
                     have, want, x_text=text, where=where(text), made_by=made_by(expr))]
             by = made_by(expr)
             errors = coll.check_argument(have, want, x_text=text, where=where(text), made_by=by)
+            free = bool(errors) and self._integer_valued(expr)
+            if free:
+                # an integer or bool value (a token id, a mask) never carries a gradient: its
+                # R and I agree (engine check_argument's gradient_free)
+                errors = coll.check_argument(have, want, x_text=text, where=where(text),
+                                             made_by=by, gradient_free=True)
             if errors:  # the fix of a value computed from this rank's max (read for an error)
                 at_max = rank_max(expr, self._func, self._type_of)
                 if at_max is not None:
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
-                                                 made_by=by, rank_max=at_max)
+                                                 made_by=by, rank_max=at_max, gradient_free=free)
                 index = index_value(expr, self._func, self._type_of, expr_text)
                 if index is not None:  # an argmax of this rank's shard: no gather of it
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
-                                                 made_by=by, rank_max=at_max, index=index)
+                                                 made_by=by, rank_max=at_max, index=index,
+                                                 gradient_free=free)
             return [(e, expr) for e in errors]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):

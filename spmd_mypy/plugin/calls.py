@@ -543,6 +543,12 @@ class CallTyper:
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
 
+    def integer_valued(self, ctx: AnyCtx, expr: Expression | None) -> bool:
+        """Whether ``expr`` is known to be an integer or bool value (rewrite
+        ``is_integer_valued``: ``argmax``, a comparison, ``.long()``, a local assigned one)."""
+        tree: MypyFile | None = getattr(ctx.api, "tree", None)
+        return self.plugin.regions.integer_valued(tree, ctx.context.line, expr)
+
     def typed_result(self, default: Type, t: SpmdType) -> Type:
         """mypy's result type with every tensor in it given the type ``t``."""
         p = get_proper_type(default)
@@ -1843,12 +1849,15 @@ class CallTyper:
                 order = self.plugin.config.mesh_axes
                 what = f"spmd.declare({text}, {format_type(t, order)})"
                 err = declaration_error(have, t, x_text=text, order=order, what=what)
-                if err is not None:  # an argmax of this rank's shard: no gather of it
+                if err is not None:
+                    # an integer value's R and I agree; an argmax of this rank's shard: no
+                    # gather of it (asked only once there is an error)
+                    free = self.integer_valued(ctx, x_expr)
                     index = index_value(x_expr, global_calls.current_function(ctx.api),
                                         self.type_of_expr(ctx), expr_text)
-                    if index is not None:
+                    if free or index is not None:
                         err = declaration_error(have, t, x_text=text, order=order, what=what,
-                                                index=index)
+                                                index=index, gradient_free=free)
                 if err is not None:
                     self.report(ctx, [err])
         inst = self.types.to_instance(t)
@@ -2281,6 +2290,13 @@ class CallTyper:
                         by = made_by(expr) if index is None and kind == ARG_POS else None
                         errors = coll.check_argument_any(have, wanted, x_text=x_text,
                                                          where=where, made_by=by)
+                        free = bool(errors) and index is None and self.integer_valued(ctx, expr)
+                        if free:
+                            # an integer or bool value (a token id, a mask): no gradient, so
+                            # its R and I agree (engine check_argument's gradient_free)
+                            errors = coll.check_argument_any(have, wanted, x_text=x_text,
+                                                             where=where, made_by=by,
+                                                             gradient_free=True)
                         if errors and index is None:
                             # the fix of a value computed from this rank's max (read only
                             # for an error: the walk over the function's assignments)
@@ -2291,7 +2307,7 @@ class CallTyper:
                             if at_max is not None or ix is not None:
                                 errors = coll.check_argument_any(
                                     have, wanted, x_text=x_text, where=where, made_by=by,
-                                    rank_max=at_max, index=ix)
+                                    rank_max=at_max, index=ix, gradient_free=free)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)

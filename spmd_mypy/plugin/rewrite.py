@@ -49,7 +49,8 @@ from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
 from ..engine import collectives as coll
-from ..engine.ops import FACTORIES, INTEGER_RESULTS, REDUCTIONS, WITH_INDICES
+from ..engine.ops import (FACTORIES, INTEGER_DTYPES, INTEGER_KEEPING, INTEGER_RESULTS, REDUCTIONS,
+                          WITH_INDICES)
 from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
 from .rank_index import has_query, rank_helpers, scan_functions
@@ -193,6 +194,13 @@ _AwaitExpr: Final = AwaitExpr
 
 def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
+
+
+# Which of a function's assignment records a binding goes to (_Walker._bind): the gradient-free
+# reading's, the integer reading's, or both
+_GRAD: Final = 1
+_INT: Final = 2
+_BOTH: Final = 3
 
 
 # --- 1. types (function signatures, variable annotations) ---------------------------
@@ -463,6 +471,14 @@ class GradRegions:
     # an enclosing no_grad region (the innermost region decides)
     enabled: list[tuple[int, int]] = field(default_factory=list)
     detached_names: list[tuple[int, int, str]] = field(default_factory=list)  # (function lines, name)
+    # the locals only ever assigned integer or bool values (is_integer_valued), as detached_names
+    integer_names: list[tuple[int, int, str]] = field(default_factory=list)
+    # the module-level names only ever assigned a number (``VOCAB = 32``, ``EPS: Final = 1e-6``):
+    # gradient-free as the literal is (the int ones integer too), in a function that does not
+    # assign the name itself (``shadowed``: (function lines, name) of those that do)
+    module_numbers: frozenset[str] = frozenset()
+    module_ints: frozenset[str] = frozenset()
+    shadowed: list[tuple[int, int, str]] = field(default_factory=list)
     # the module-level functions that run with gradients off (``@torch.no_grad()``), by name
     no_grad_functions: frozenset[str] = frozenset()
     # forward/backward (jvp, vjp) of torch.autograd.Function subclasses: where users implement
@@ -494,10 +510,19 @@ class _Walker:
     locals and ``cast()`` are not looked up).  Always: find the gradient-free regions.
     """
 
-    def __init__(self, *, rewrite: bool, no_grad_functions: frozenset[str] = frozenset()) -> None:
+    def __init__(self, *, rewrite: bool, no_grad_functions: frozenset[str] = frozenset(),
+                 module_numbers: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+                 ) -> None:
         self.rewrite = rewrite
         self.no_grad: list[tuple[int, int]] = []
         self.detached: list[tuple[int, int, str]] = []
+        self.integers: list[tuple[int, int, str]] = []
+        self.shadowed: list[tuple[int, int, str]] = []
+        # (the module-level number names, the int ones among them): module_numbers
+        self.module_numbers, self.module_ints = module_numbers
+        # per enclosing function, its locals' values as the integer reading takes them (the
+        # value itself, also where gradients are off: is_integer_valued)
+        self._int_assigns: list[dict[str, list[Expression]]] = []
         self.enabled: list[tuple[int, int]] = []
         self.function_bodies: list[tuple[int, int]] = []
         self.augmented: set[tuple[int, int]] = set()
@@ -542,51 +567,60 @@ class _Walker:
         self._rank_flags: list[bool] = []
         self.rank_functions: list[FuncDef] = []
 
-    def regions(self, detached: list[tuple[int, int, str]]) -> GradRegions:
-        """What the walk found, with the gradient-free locals ``detached``."""
+    def regions(self, detached: list[tuple[int, int, str]],
+                integers: list[tuple[int, int, str]] | None = None,
+                shadowed: list[tuple[int, int, str]] | None = None) -> GradRegions:
+        """What the walk found, with the gradient-free locals ``detached`` (the integer ones
+        ``integers``, the functions' locals named as a module-level number ``shadowed``)."""
         return GradRegions(ranges=self.no_grad, enabled=self.enabled, detached_names=detached,
+                           integer_names=self.integers if integers is None else integers,
+                           module_numbers=self.module_numbers, module_ints=self.module_ints,
+                           shadowed=self.shadowed if shadowed is None else shadowed,
                            function_bodies=self.function_bodies,
                            augmented_attributes=self.augmented,
                            no_grad_functions=self.no_grad_functions)
 
-    def _bind(self, target: Expression, value: Expression) -> None:
+    def _bind(self, target: Expression, value: Expression, which: int = _BOTH) -> None:
         """Each local named in ``target`` (inside a function) is assigned ``value``: what
-        :func:`_gradient_free_names` reads (``_OPAQUE``: never gradient-free)."""
+        :func:`_gradient_free_names` (``which``: _GRAD) and :func:`_integer_names` (_INT)
+        read (``_OPAQUE``: never gradient-free, never integer)."""
         if self._assigns:
-            assigns = self._assigns[-1]
-            if type(target) is _NameExpr:
-                assigns.setdefault(cast(NameExpr, target).name, []).append(value)
-            else:
-                for n in _names_in(target):
-                    assigns.setdefault(n, []).append(value)
+            for k, assigns in ((_GRAD, self._assigns[-1]), (_INT, self._int_assigns[-1])):
+                if not which & k:
+                    continue
+                if type(target) is _NameExpr:
+                    assigns.setdefault(cast(NameExpr, target).name, []).append(value)
+                else:
+                    for n in _names_in(target):
+                        assigns.setdefault(n, []).append(value)
 
-    def _bind_items(self, target: Expression, value: Expression) -> None:
+    def _bind_items(self, target: Expression, value: Expression, which: int = _BOTH) -> None:
         """``target = value``: a tuple target takes a tuple display item by item (``c, s =
         t.detach(), u``), and any other value whole: every item of a gradient-free value is
         (``cos, sin = rope_table(n)`` of an ``@torch.no_grad()`` function, or assigned
         where gradients are off).  A starred item never is."""
         cls = type(target)
         if cls is _NameExpr:
-            self._bind(target, value)
+            self._bind(target, value, which)
             return
         if cls is not _TupleExpr and cls is not _ListExpr:
-            self._bind(target, _OPAQUE)
+            self._bind(target, _OPAQUE, which)
             return
         items = cast("TupleExpr | ListExpr", target).items
         if len(items) == 2 and _indices_item(value):  # ``vals, idx = logits.max(dim=-1)``
-            self._bind_items(items[0], _OPAQUE)
-            self._bind_items(items[1], _NO_GRADIENT)
+            self._bind_items(items[0], _OPAQUE, which)
+            self._bind_items(items[1], _NO_GRADIENT, which)
             return
         vcls = type(value)
         if vcls is _TupleExpr or vcls is _ListExpr:
             values = cast("TupleExpr | ListExpr", value).items
             if len(values) == len(items) and not any(type(v) is _StarExpr for v in values):
                 for t, v in zip(items, values):
-                    self._bind_items(t, v)
+                    self._bind_items(t, v, which)
                 return
             value = _OPAQUE
         for t in items:
-            self._bind_items(t, _OPAQUE if type(t) is _StarExpr else value)
+            self._bind_items(t, _OPAQUE if type(t) is _StarExpr else value, which)
 
     def _define(self, target: Expression | None) -> None:
         """``target`` defines its names in the current function or class-body scope."""
@@ -731,7 +765,9 @@ class _Walker:
             op = cast(OperatorAssignmentStmt, st)
             lvalue = op.lvalue
             if type(lvalue) is _NameExpr:  # d += g: gradient-free only if g is too
-                self._bind(lvalue, op.rvalue)
+                self._bind(lvalue, op.rvalue, _GRAD)
+                # n //= 2 keeps an integer, n /= 2 does not
+                self._bind(lvalue, _OPAQUE if op.op == "/" else op.rvalue, _INT)
             elif type(lvalue) is _MemberExpr and cast(MemberExpr, lvalue).name in AUGMENTED_ATTRIBUTES:
                 self.augmented.add((lvalue.line, lvalue.column))
             if self.rewrite:
@@ -783,7 +819,8 @@ class _Walker:
                  else st.rvalue)
         if self._assigns:
             for lv in st.lvalues:
-                self._bind_items(lv, value)
+                self._bind_items(lv, value, _GRAD)
+                self._bind_items(lv, st.rvalue, _INT)
         for lv in st.lvalues:
             self._define(lv)
         if self._rank_flags and not self._rank_flags[-1] and has_query(st.rvalue, self.rank_helpers):
@@ -815,6 +852,8 @@ class _Walker:
         # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
         self._assigns.append({arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
             arg.type_annotation) else _OPAQUE] for arg in st.arguments})
+        self._int_assigns.append({arg.variable.name: [_NO_GRADIENT if _is_int_annotation(
+            arg.type_annotation) else _OPAQUE] for arg in st.arguments})
         self._defined.append({arg.variable.name for arg in st.arguments})
         self._class_bodies.append(False)
         self._depth += 1
@@ -827,8 +866,16 @@ class _Walker:
         self._depth -= 1
         self._class_bodies.pop()
         self._defined.pop()
-        for name in sorted(_gradient_free_names(self._assigns.pop(), self.no_grad_functions)):
+        assigns = self._assigns.pop()
+        int_assigns = self._int_assigns.pop()
+        # a module-level number the function does not assign is read as the literal
+        numbers = {n for n in self.module_numbers if n not in assigns}
+        ints = {n for n in self.module_ints if n not in assigns}
+        self.shadowed.extend((lines[0], lines[1], n) for n in sorted(self.module_numbers - numbers))
+        for name in sorted(_gradient_free_names(assigns, self.no_grad_functions, numbers) - numbers):
             self.detached.append((lines[0], lines[1], name))
+        for name in sorted(_integer_names(int_assigns, ints) - ints):
+            self.integers.append((lines[0], lines[1], name))
 
     def _with(self, st: WithStmt) -> None:
         with_reads: list[Expression] = []
@@ -1034,18 +1081,224 @@ def _is_literal(e: Expression) -> bool:
     return False
 
 
+def _is_int_annotation(t: object) -> bool:
+    return type(t) is _UnboundType and cast(UnboundType, t).name in _INT_ANNOTATIONS
+
+
+_INT_ANNOTATIONS = frozenset({"int", "bool", "builtins.int", "builtins.bool"})
+
+
+def _is_integer_dtype(e: Expression) -> bool:
+    """``torch.long``, ``torch.int64``, ``torch.bool`` (engine INTEGER_DTYPES)."""
+    return (type(e) is _MemberExpr and cast(MemberExpr, e).name in INTEGER_DTYPES
+            and type(cast(MemberExpr, e).expr) is _NameExpr)
+
+
+def _names_a_dtype(e: Expression) -> bool:
+    """``torch.float32``, ``torch.long``: a dtype given to a cast (``x.to(torch.float16)``)."""
+    return type(e) is _MemberExpr and type(cast(MemberExpr, e).expr) is _NameExpr and cast(
+        NameExpr, cast(MemberExpr, e).expr).name == "torch" and cast(MemberExpr, e).name not in (
+        "device",)
+
+
+def is_integer_valued(e: Expression | None, names: Container[str] = ()) -> bool:
+    """A value known to be an integer or bool tensor (or number), read from the source: a
+    result of engine INTEGER_RESULTS (``argmax``, ``multinomial``, a comparison, ``.long()``),
+    the indices of a (values, indices) pair, a cast to an integer dtype (``.to(torch.long)``,
+    ``dtype=torch.int64``), an int literal, a name in ``names`` (a local only ever assigned
+    such values, a module-level int), and what INTEGER_KEEPING ops, integer arithmetic (not
+    ``/``), ``torch.where`` and collectives make of them.  Such a value never carries a
+    gradient, so its R and I agree at a boundary (engine ``check_argument``'s gradient_free)."""
+    while True:
+        cls = type(e)
+        if cls is _NameExpr:
+            name = cast(NameExpr, e).name
+            return name in names or name == "True" or name == "False"
+        if cls is _IntExpr or cls is _ComparisonExpr:
+            return True
+        if cls is _MemberExpr:
+            m = cast(MemberExpr, e)
+            if m.name == "indices":  # x.topk(k).indices
+                return True
+            if m.name not in ("data", "T", "mT"):
+                return False
+            e = m.expr
+            continue
+        if cls is _OpExpr:
+            op = cast(OpExpr, e)
+            if op.op == "/" or not is_integer_valued(op.left, names):
+                return False
+            e = op.right
+            continue
+        if cls is _UnaryExpr:
+            e = cast(UnaryExpr, e).expr
+            continue
+        if cls is _IndexExpr:
+            ie = cast(IndexExpr, e)
+            if _is_indices_item(ie, names):
+                return True
+            e = ie.base
+            continue
+        if cls is _ListExpr or cls is _TupleExpr:  # torch.cat([a, b])
+            items = cast("ListExpr | TupleExpr", e).items
+            return bool(items) and all(is_integer_valued(i, names) for i in items)
+        if cls is not _CallExpr:
+            return False
+        call = cast(CallExpr, e)
+        callee = call.callee
+        callee_cls = type(callee)
+        if callee_cls is not _NameExpr and callee_cls is not _MemberExpr:
+            return False
+        name = cast("NameExpr | MemberExpr", callee).name
+        dtypes = [a for n, a in zip(call.arg_names, call.args) if n == "dtype" or (
+            n is None and _names_a_dtype(a))]
+        if dtypes:  # x.to(torch.long), torch.zeros(n, dtype=torch.bool), x.type(torch.int32)
+            return all(_is_integer_dtype(a) for a in dtypes)
+        if name in INTEGER_RESULTS:
+            return True
+        if name == "where" and len(call.args) == 3 and call.arg_names[1:] == [None, None]:
+            if not is_integer_valued(call.args[1], names):
+                return False
+            e = call.args[2]
+            continue
+        if name in ("arange", "full", "full_like", "new_full", "zeros_like", "ones_like",
+                    "empty_like", "new_zeros", "new_ones", "new_empty"):
+            # torch.arange(n), torch.full(s, 3): an integer without a dtype when the numbers
+            # given are integers; a ``*_like`` / ``new_*`` of an integer tensor keeps its dtype
+            like = name.endswith("_like") or name.startswith("new_")
+            if like and callee_cls is _MemberExpr and name.startswith("new_"):
+                if name == "new_full" and not (len(call.args) > 1 and is_integer_valued(call.args[1], names)):
+                    return False
+                e = cast(MemberExpr, callee).expr
+                continue
+            if like:
+                if not call.args:
+                    return False
+                if name == "full_like" and not (len(call.args) > 1 and is_integer_valued(call.args[1], names)):
+                    return False
+                e = call.args[0]
+                continue
+            numbers = [a for n, a in zip(call.arg_names, call.args) if n is None or n in (
+                "start", "end", "step", "fill_value")]
+            if name == "full":
+                numbers = numbers[1:]
+            return bool(numbers) and all(is_integer_valued(a, names) for a in numbers)
+        if name in _COLLECTIVE_NAMES and call.args and call.arg_names[0] is None:
+            e = call.args[0]  # a collective of an integer value
+            continue
+        if name in ("to", "cpu", "cuda", "type") and callee_cls is _MemberExpr:
+            # ``.to(x.device)``, ``.to("cpu")``: the dtype kept (a tensor given to ``.to``
+            # brings its own: not followed)
+            if not all(type(a) is _StrExpr or (type(a) is _MemberExpr and cast(
+                    MemberExpr, a).name == "device") or n in ("device", "non_blocking", "copy")
+                       for n, a in zip(call.arg_names, call.args)):
+                return False
+            e = cast(MemberExpr, callee).expr
+            continue
+        if name not in INTEGER_KEEPING:
+            return False
+        # every tensor or number it is given is an integer: dims, sizes, literal ints are
+        if callee_cls is _MemberExpr:
+            receiver = cast(MemberExpr, callee).expr
+            if type(receiver) is _NameExpr and cast(NameExpr, receiver).name == "torch":
+                if not call.args or call.arg_names[0] is not None:
+                    return False
+                e, rest = call.args[0], call.args[1:]
+            else:
+                e, rest = receiver, call.args
+        else:
+            return False
+        if not all(is_integer_valued(a, names) or type(a) is _StrExpr or (
+                type(a) is _TupleExpr and all(type(i) is _IntExpr or type(i) is _UnaryExpr
+                                              for i in cast(TupleExpr, a).items))
+                   or (type(a) is _NameExpr and cast(NameExpr, a).name == "None") for a in rest):
+            return False
+
+
+def _integer_names(assigns: dict[str, list[Expression]], ints: set[str]) -> set[str]:
+    """The locals every assignment of which is an integer value (:func:`is_integer_valued`),
+    given the others and the module-level ints ``ints`` (the least fixpoint, as
+    :func:`_gradient_free_names`)."""
+    names: set[str] = {n + _INDICES_OF for n, rvalues in assigns.items()
+                       if rvalues and all(_indices_item(r) for r in rvalues)} | ints
+    while True:
+        found = {n for n, rvalues in assigns.items()
+                 if n not in names and all(is_integer_valued(r, names) for r in rvalues)}
+        if not found:
+            return names
+        names |= found
+
+
+def module_numbers(file: MypyFile) -> tuple[frozenset[str], frozenset[str]]:
+    """The file's module-level names only ever assigned a number there (``VOCAB = 32``,
+    ``EPS: Final = 1e-6``, ``HALF = VOCAB // 2``), and the int ones among them: a scalar
+    operand named so is the literal it holds (gradient-free; an int is an integer value)."""
+    values: dict[str, list[Expression]] = {}
+    other: set[str] = set()
+    for d in file.defs:
+        cls = type(d)
+        if cls is _AssignmentStmt:
+            st = cast(AssignmentStmt, d)
+            for lv in st.lvalues:
+                if type(lv) is _NameExpr:
+                    values.setdefault(cast(NameExpr, lv).name, []).append(st.rvalue)
+                else:
+                    other.update(_names_in(lv))
+        elif cls is _FuncDef or cls is _ClassDef:
+            other.add(cast("FuncDef | ClassDef", d).name)
+        elif cls is _Decorator:
+            other.add(cast(Decorator, d).func.name)
+    numbers: set[str] = set()
+    ints: set[str] = set()
+    while True:
+        found = False
+        for n, rvalues in values.items():
+            if n in other or n in numbers:
+                continue
+            if all(_is_number(r, numbers) for r in rvalues):
+                numbers.add(n)
+                found = True
+        if not found:
+            break
+    while True:
+        more = {n for n in numbers if n not in ints
+                and all(is_integer_valued(r, ints) for r in values[n])}
+        if not more:
+            return frozenset(numbers), frozenset(ints)
+        ints |= more
+
+
+def _is_number(e: Expression, numbers: Container[str]) -> bool:
+    """An expression of number literals and module-level numbers (``4 * 1024``, ``-1e9``)."""
+    cls = type(e)
+    if cls is _IntExpr or cls is _FloatExpr:
+        return True
+    if cls is _NameExpr:
+        return cast(NameExpr, e).name in numbers
+    if cls is _UnaryExpr:
+        return _is_number(cast(UnaryExpr, e).expr, numbers)
+    if cls is _OpExpr:
+        op = cast(OpExpr, e)
+        return op.op in ("+", "-", "*", "/", "//", "%", "**") and _is_number(
+            op.left, numbers) and _is_number(op.right, numbers)
+    return False
+
+
 # The suffix of a pair local's entry among the gradient-free names: ``mx[1]`` (never an identifier)
 _INDICES_OF: Final = "[1]"
 
 
 def _gradient_free_names(assigns: dict[str, list[Expression]],
-                         no_grad_functions: Container[str] = ()) -> set[str]:
+                         no_grad_functions: Container[str] = (),
+                         numbers: set[str] | None = None) -> set[str]:
     """The locals every assignment of which is gradient-free, given the others (the least
     fixpoint: ``a = x.detach()`` then ``b = all_reduce(a, ...)`` makes both).  A local only
     ever assigned a (values, indices) pair (``mx = torch.max(x, -1)``) gives the entry
     ``mx[1]``: its indices item."""
     names: set[str] = {n + _INDICES_OF for n, rvalues in assigns.items()
                        if rvalues and all(_indices_item(r) for r in rvalues)}
+    if numbers:
+        names |= numbers
     while True:
         found = {n for n, rvalues in assigns.items()
                  if n not in names
@@ -1103,25 +1356,28 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     gradient-free names, which are then the names the checker sees (``h'``).  Renaming only
     them saves the renamer's walk over the others (most functions define each name once).
     A walk that fails renames every definition, as a file never walked would be."""
-    w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file))
+    w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file),
+                module_numbers=module_numbers(file))
     w.module_level = not file.is_stub
     w.rank_helpers = rank_helpers(file)
     rebinding: list[Statement] = []
     looping: list[Statement] = []  # of those, the ones where a loop variable is bound twice
-    spans: list[tuple[int, int]] = []  # each one's slice of w.detached
+    spans: list[tuple[int, int, int, int, int, int]] = []  # each one's slices of w.detached,
+    # w.integers, w.shadowed
     try:
         for d in file.defs:
             if type(d) in _DEFINITIONS:
                 w.rebinds = False
                 w.rebound.clear()
                 w.loop_targets.clear()
-                first = len(w.detached)
+                first = (len(w.detached), len(w.integers), len(w.shadowed))
                 w.stmt(d)
                 if w.rebinds:
                     rebinding.append(d)
                     if not w.rebound.isdisjoint(w.loop_targets):
                         looping.append(d)
-                    spans.append((first, len(w.detached)))
+                    spans.append((first[0], len(w.detached), first[1], len(w.integers),
+                                  first[2], len(w.shadowed)))
             else:
                 w.statement_in(file.defs, d)
     except Exception:
@@ -1153,23 +1409,33 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             else:
                 stmts.insert(i, trigger)
             conditions[id(call)] = (call, tuple(operands), case)
-    detached = w.detached
+    detached, integers, shadowed = w.detached, w.integers, w.shadowed
     if rebinding:
         _rename_quietly(file, options, rebinding, looping)
-        again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions)
+        again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions,
+                        module_numbers=(w.module_numbers, w.module_ints))
         again.block(rebinding)
-        kept: list[tuple[int, int, str]] = []
-        start = 0
-        for first, end in spans:
-            kept.extend(detached[start:first])
-            start = end
-        kept.extend(detached[start:])
-        detached = kept + again.detached
-    regions = w.regions(detached)
+        detached = _outside(detached, [(a, b) for a, b, _, _, _, _ in spans]) + again.detached
+        integers = _outside(integers, [(a, b) for _, _, a, b, _, _ in spans]) + again.integers
+        shadowed = _outside(shadowed, [(a, b) for _, _, _, _, a, b in spans]) + again.shadowed
+    regions = w.regions(detached, integers, shadowed)
     regions.conditions = conditions
     if w.rank_functions:  # after the renaming: a local assigned twice is two names
         regions.rank_exprs = scan_functions(w.rank_functions, w.rank_helpers)
     return regions
+
+
+def _outside(entries: list[tuple[int, int, str]], spans: list[tuple[int, int]]
+             ) -> list[tuple[int, int, str]]:
+    """``entries`` without the slices ``spans`` (ascending, disjoint): a renamed
+    definition's, which its second walk replaces."""
+    kept: list[tuple[int, int, str]] = []
+    start = 0
+    for first, end in spans:
+        kept.extend(entries[start:first])
+        start = end
+    kept.extend(entries[start:])
+    return kept
 
 
 # Names a condition reads that are never tensors, and calls that return a bool of their own
@@ -1329,7 +1595,8 @@ def grad_regions(file: MypyFile) -> GradRegions:
 
 
 def _walk(file: MypyFile, rewrite: bool) -> GradRegions:
-    w = _Walker(rewrite=rewrite, no_grad_functions=no_grad_functions(file))
+    w = _Walker(rewrite=rewrite, no_grad_functions=no_grad_functions(file),
+                module_numbers=module_numbers(file))
     w.block(file.defs)
     return w.regions(w.detached)
 
@@ -1424,28 +1691,42 @@ class RegionIndex:
         return is_gradient_free(e, _DetachedNames(self, tree, line),
                                 regions.no_grad_functions if regions is not None else ())
 
-    def is_detached_name(self, tree: MypyFile | None, line: int, name: str) -> bool:
+    def is_detached_name(self, tree: MypyFile | None, line: int, name: str,
+                         integer: bool = False) -> bool:
         """A local only ever assigned gradient-free values (:func:`is_gradient_free`: ``<expr>.detach()``,
-        a collective of such a local) in the enclosing function."""
+        a collective of such a local) in the enclosing function, or a module-level number
+        the function does not assign (``integer``: integer values, :func:`is_integer_valued`;
+        a module-level int)."""
         regions = self.regions(tree)
         if regions is None:
             return False
-        for a, b, n in regions.detached_names:
+        for a, b, n in (regions.integer_names if integer else regions.detached_names):
             if a <= line <= b and n == name:
                 return True
+        if name in (regions.module_ints if integer else regions.module_numbers):
+            return not any(a <= line <= b and n == name for a, b, n in regions.shadowed)
         return False
+
+    def integer_valued(self, tree: MypyFile | None, line: int, e: Expression | None) -> bool:
+        """:func:`is_integer_valued` of ``e`` at ``line``: the integer locals of the enclosing
+        function, and the module-level ints."""
+        return is_integer_valued(e, _DetachedNames(self, tree, line, True))
 
 
 class _DetachedNames:
-    """The gradient-free locals at a line, as a container for :func:`is_gradient_free`."""
+    """The gradient-free (``integer``: integer) locals at a line, as a container for
+    :func:`is_gradient_free` (:func:`is_integer_valued`)."""
 
-    def __init__(self, regions: RegionIndex, tree: MypyFile | None, line: int) -> None:
+    def __init__(self, regions: RegionIndex, tree: MypyFile | None, line: int,
+                 integer: bool = False) -> None:
         self.regions = regions
         self.tree = tree
         self.line = line
+        self.integer = integer
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.regions.is_detached_name(self.tree, self.line, name)
+        return isinstance(name, str) and self.regions.is_detached_name(
+            self.tree, self.line, name, self.integer)
 
 
 class Renamer:

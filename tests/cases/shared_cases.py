@@ -973,6 +973,16 @@ case("coll-max-of-argmax", {"a": "V"},
 case("coll-max-of-counts", {"a": "V"},
      ("counts = torch.bincount(a.topk(1).indices.flatten(), minlength=8)",
       'out = spmd.all_reduce(counts.max(), "tp", src=V, dst=R, op="max")'), "R", **CX)
+# an integer or bool value (a token id, a mask) never carries a gradient: at a boundary (a
+# return, an argument, spmd.declare) its R and I agree; a float value keeps the rule
+case("int-argmax-of-I-returned-as-R", {"a": "I"},
+     ("@spmd.checked", 'def g(x: Tensor[I["tp"]]) -> Tensor[R["tp"]]:', "    return x.argmax(-1)",
+      "out = g(a)"), "R")
+case("int-argmax-of-R-passed-as-I", {"a": "R"},
+     ("@spmd.checked", 'def g(t: Tensor[I["tp"]]) -> Tensor[I["tp"]]:', "    return t + 1",
+      "out = g(a.argmax(-1))"), "I")
+case("int-mask-of-I-declared-R", {"a": "I"}, 'out = spmd.declare(a > 0, Tensor[R["tp"]])', "R")
+case("int-long-of-I-declared-R", {"a": "I"}, 'out = spmd.declare(a.long(), Tensor[R["tp"]])', "R")
 # the max trick of a vocab-parallel softmax: the all_reduce(max) result carries no gradient
 case("coll-max-I-minus-V", {"a": "V"},
      ('m = spmd.all_reduce(a.detach().amax(1, keepdim=True), "tp", src=V, dst=I, op="max")',
