@@ -105,7 +105,7 @@ from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
-                                  check_inplace, check_value_read, partial_op, propagate,
+                                  check_inplace, check_send, check_value_read, partial_op, propagate,
                                   propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
@@ -881,6 +881,9 @@ class _Mode(TorchFunctionMode):
             return self._foreach(plan, func, args, kwargs)
         if kind is Kind.RAW:
             _check_raw_collective(func, plan.name, args, kwargs)
+            return func(*args, **kwargs)
+        if kind is Kind.SEND:
+            _check_send(plan.name, args, kwargs)
             return func(*args, **kwargs)
         if func is _TENSOR_DEEPCOPY:
             return _typed_copy(args[0] if args else None, func(*args, **kwargs))
@@ -3357,6 +3360,36 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
         reduce_op, async_op = _raw_op(func, args, kwargs)
     raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st,
                                              reduce_op=reduce_op, async_op=async_op))
+
+
+def _check_send(name: str, args: tuple, kwargs: dict) -> None:
+    """``dist.send(x, dst)``, ``dist.isend(x, dst)`` and the isends of
+    ``batch_isend_irecv([dist.P2POp(dist.isend, x, peer), ...])``: a Partial ``x`` sends
+    this rank's summand (engine ``check_send``, the plugin's rule), raised on the sender
+    before it sends (the receiver's recv then fails when the sender's process ends).  Not
+    inside a custom autograd Function's forward or backward (its annotations type what it
+    sends), nor from the typed collectives or torch's own users of point-to-point."""
+    x = args[0] if args else kwargs.get("tensor")
+    if not isinstance(x, torch.Tensor) or torch.compiler.is_compiling():
+        return
+    st = _get(x)
+    if not st or check_send(name, Operand(st, "x")) is None:
+        return
+    f: Any = sys._getframe(1)
+    while f is not None:  # up to the user's frame
+        fn = os.path.abspath(f.f_code.co_filename)
+        if fn in _INTERNAL_FILES or fn.startswith(_TORCH_COLLECTIVE_USERS):
+            return
+        if not fn.startswith(_SKIP_DIRS):
+            break
+        if fn == _C10D and f.f_code.co_name == "batch_isend_irecv":
+            name = "P2POp"
+        f = f.f_back
+    if f is None or _in_autograd_function(f):
+        return
+    err = check_send(name, Operand(st, _texts([x], ["x"])[0]))
+    assert err is not None
+    raise SpmdTypeError(err)
 
 
 def _raw_op(func: Any, args: tuple, kwargs: dict) -> tuple[str | None, bool]:

@@ -50,7 +50,7 @@ from spmd_mypy.engine.views import (
 )
 from spmd_mypy.engine.ops import (
     FACTORIES, FILL_FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NORMALISING, NOT_OPS, REDUCTIONS,
-    SCALAR_OPERAND_NAMES, SCANS, UNREAD_VALUE, VALUE_READS, CAST_FORMAL, CAST_OPS, DTYPE_VIEW_OPS, OpSpec, Reduction,
+    SCALAR_OPERAND_NAMES, SCANS, SENDS, UNREAD_VALUE, VALUE_READS, CAST_FORMAL, CAST_OPS, DTYPE_VIEW_OPS, OpSpec, Reduction,
     Role, call_spec,
     FUSED_FIRST_STEP, ZERO_FACTORIES, classify, foreach_op, foreach_writes, is_index_formal,
     normalising_reduction, variant_formals, RANDOM_OPS, random_draws,
@@ -117,6 +117,7 @@ class Kind(enum.Enum):
     GRAD_HOOK = "grad hook"  # x.register_hook / register_post_accumulate_grad_hook
     FOREACH = "foreach"      # torch._foreach_*: the op of ``Plan.each`` at every list position
     RAW = "raw collective"   # torch.distributed.all_reduce & co.: not on typed tensors
+    SEND = "send"            # torch.distributed.send / isend: engine check_send
     VALUE_READ = "value read"  # x.item(), float(x), bool(x), ...: engine check_value_read
 
 
@@ -476,6 +477,8 @@ def build_plan(func: Any) -> Plan:
         # torch.distributed.all_reduce & co. hand a tensor argument with a torch function
         # to the mode: the raw collectives on typed tensors (spmd-raw-collective)
         name = getattr(func, "__name__", "")
+        if name in SENDS and name != "P2POp":  # dist.send / isend (batch_isend_irecv's too)
+            return Plan(Kind.SEND, name)
         return Plan(Kind.RAW, name) if name in RAW_COLLECTIVES else PASS_PLAN
 
     name, prop = _name_of(func)

@@ -1910,6 +1910,58 @@ def check_value_read(read: str, x: Operand) -> SpmdError | None:
     )
 
 
+# Point-to-point sends (torch.distributed.send, isend, a P2POp of isend given to
+# batch_isend_irecv), by the name check_send takes: how the message writes the call.
+SENDS: dict[str, str] = {
+    "send": "torch.distributed.send({x})", "isend": "torch.distributed.isend({x})",
+    "P2POp": "torch.distributed.P2POp(torch.distributed.isend, {x}, ...)",
+}
+_SEND_MODULES = ("torch.distributed.", "torch.distributed.distributed_c10d.")
+
+
+def send_call(fullname: str) -> str | None:
+    """The key of SENDS for a send's full name (``torch.distributed.distributed_c10d.isend``:
+    isend; ``torch.distributed.P2POp``: P2POp, a send when its op is isend), else None."""
+    for m in _SEND_MODULES:
+        if fullname.startswith(m) and fullname[len(m):] in SENDS:
+            return fullname[len(m):]
+    return None
+
+
+# What a sent expression usually ends with (a send needs a contiguous buffer with no graph):
+# the fix reduces the value before them.
+_SEND_SUFFIXES = (".detach()", ".contiguous()", ".clone()", ".data")
+
+
+def check_send(call: str, x: Operand) -> SpmdError | None:
+    """``dist.send(x, dst)``, ``dist.isend(x, dst)``, ``dist.P2POp(dist.isend, x, peer)``
+    (``call`` a key of SENDS): the raw buffer goes to another rank, which declares what it
+    receives; a Partial sends this rank's summand, not the value (a read, as ``x.item()``).
+    Only the send side: what a recv writes is untyped until declared.  Inside a custom
+    autograd Function's forward/backward the adapters do not ask (the Function's annotations
+    type what it sends, as for the raw collectives)::
+
+        out: P["tp"]   dist.send(out.detach(), 1)   error: all_reduce(out, "tp", src=P, dst=R) first
+        out: I["tp"]   dist.send(out.detach(), 1)   fine
+    """
+    t = x.type
+    if t is None:
+        return None
+    partial = [a for a, lt in t.axes if lt.kind is Kind.P]
+    if not partial:
+        return None
+    value = bare(x.text)
+    while value.endswith(_SEND_SUFFIXES):
+        value = next(value[: -len(s)] for s in _SEND_SUFFIXES if value.endswith(s))
+    form = SENDS.get(call, "torch.distributed." + call + "({x})").format(x=bare(x.text))
+    return SpmdError(
+        "spmd-partial-nonlinear",
+        f"Partial on {axis_words(partial)} ({_describe(x, LocalType(Kind.P), partial[0])}) cannot "
+        f"be sent as a value: {form} sends this rank's summand, not the sum; all_reduce({value}, {format_axes(partial)}, src=P, dst=R) "
+        f"before the send (dst=I where the receiver declares it I)",
+    )
+
+
 def _shards_without_ranks(op: str, operands: Sequence[Operand], reduction: Reduction | None,
                           move: Contraction | None, t: SpmdType) -> SpmdType:
     """The result's layout as the call alone states it (no operand's rank or shape): where the

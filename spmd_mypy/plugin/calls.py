@@ -109,7 +109,8 @@ from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
     SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace,
-    check_value_read, classify, foreach_op, foreach_writes, variant_formals, FUSED_FIRST_STEP,
+    check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
+    FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
     Result, rank_index_operand,
 )
@@ -1697,6 +1698,40 @@ class CallTyper:
                                                                reduce_op=reduce_op,
                                                                async_op=async_op)])
                         return ctx.default_return_type
+            return ctx.default_return_type
+
+        return hook
+
+    def send_hook(self, call: str) -> Callable[[FunctionContext], Type]:
+        """``dist.send(x, dst)``, ``dist.isend(x, dst)``, ``dist.P2POp(dist.isend, x, peer)``
+        (``call``: engine SENDS): a Partial ``x`` sends this rank's summand (engine
+        ``check_send``), outside a custom autograd Function's forward/backward (whose
+        annotations type what it sends).  mypy's result is kept."""
+
+        def hook(ctx: FunctionContext) -> Type:
+            if self.plugin.regions.in_autograd_function(getattr(ctx.api, "tree", None),
+                                                        ctx.context.line):
+                return ctx.default_return_type
+            position = 0
+            if call == "P2POp":  # P2POp(op, tensor, ...): a send when op is isend
+                ops = ctx.args[0] if ctx.args else []
+                op = ops[0] if len(ops) == 1 else None
+                if not (isinstance(op, RefExpr) and send_call(op.fullname or "") == "isend"):
+                    return ctx.default_return_type
+                position = 1
+            if len(ctx.args) <= position or len(ctx.args[position]) != 1:
+                return ctx.default_return_type
+            e = ctx.args[position][0]
+            typ: Type = ctx.arg_types[position][0]
+            members = self.types.alternatives(typ)
+            for m in (members if members is not None else [typ]):
+                st = self.types.from_type(m)
+                if not st:
+                    continue
+                err = check_send(call, Operand(st, expr_text(e)))
+                if err is not None:
+                    self.report(ctx, [err])
+                    break
             return ctx.default_return_type
 
         return hook

@@ -25,7 +25,7 @@ from .custom_ops import CUSTOM_OP_CALL, custom_op_hook
 from .einops_calls import (
     EINOPS_FUNCTIONS, EINOPS_LAYERS, einops_hook, einops_layer_hook, einops_signature_hook,
 )
-from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS
+from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS, send_call
 from .autograd import is_autograd_function
 from .modules import (
     INDICES_RESULT_MODULES, MODULE_DICT, MODULE_LIST, SEQUENTIAL, TORCH_MODULE_OPS, TUPLE_RESULT_MODULES,
@@ -334,6 +334,9 @@ class HookDispatch:
             raw = calls.raw_collective(fullname)
             if raw is not None:
                 return typer.raw_collective_hook(raw[1], raw[0])
+            send = send_call(fullname)
+            if send is not None:  # dist.send(x), dist.P2POp(dist.isend, x, peer)
+                return typer.send_hook(send)
             return None
         if fullname == "torch.utils.checkpoint.checkpoint":  # runs fn(*args): typed as it
             return typer.checkpoint_hook

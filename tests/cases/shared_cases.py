@@ -1246,6 +1246,20 @@ case("value-read-after-all-reduce", {"a": "P"},
      ('out = spmd.all_reduce(a, "tp", src=P, dst=R)', "x = out.item()", "y = a.item()"), NL,
      collective=True, make={"a": "torch.randn((), requires_grad=True).clone()"},
      desc="the sum's value reads fine, the summand's does not")
+# a point-to-point send (pipeline stages) reads the values too: the receiver gets this rank's
+# summand of a Partial (spmd-partial-nonlinear at the send; a P2POp of isend statically where
+# it is made, at run time at batch_isend_irecv's isend); R, I, V values are sent first
+_SENDS = {
+    "send": ("torch.distributed.send({t}.detach().contiguous(), 1)",),
+    "isend": ("req_{t} = torch.distributed.isend({t}.detach(), 1)",),
+    "P2POp-isend": ("op_{t} = torch.distributed.P2POp(torch.distributed.isend, {t}.detach(), 1)",
+                    "reqs_{t} = torch.distributed.batch_isend_irecv([op_{t}])"),
+}
+for _send, _lines in _SENDS.items():
+    _ls = tuple(line.format(t=n) for n in _READ_TYPES for line in _lines)
+    case(f"send-{_send}", _READ_TYPES, _ls, NL, collective=True,
+         static_line=len(_ls) - 1 if len(_lines) == 2 else None,
+         desc="a Partial sent to another stage: the receiver gets this rank's summand")
 
 
 # --------------------------------------------------------------------------------------

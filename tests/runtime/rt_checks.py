@@ -1330,6 +1330,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "raw-fix":  # the spmd-raw-collective fix, run, equals the raw call (rt_raw_fix.py)
         import rt_raw_fix
         return rt_raw_fix.suite(world)
+    if name == "p2p":  # sends of a Partial between pipeline stages (rt_p2p.py)
+        import rt_p2p
+        return rt_p2p.suite(world)
     if name == "peft-fixes":  # the peft probe's message fixes, run (rt_peft_fixes.py)
         import rt_peft_fixes
         return rt_peft_fixes.suite(world)
