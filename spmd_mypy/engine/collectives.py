@@ -1232,8 +1232,9 @@ def _group_fix(replacement: str, group: str | None, group_is_axis: bool | None) 
     if group_is_axis is False:
         return (f"{group} is the group of no mesh axis, so no typed collective over an axis "
                 f"does this: see {NO_AXIS_GROUP_README}")
-    return (f"if {group} is the group of a mesh axis, use {replacement}; otherwise see "
-            f"{NO_AXIS_GROUP_README}")
+    cond = (f"the ranks {group} are those of a mesh axis" if group[:1] in "[("
+            else f"{group} is the group of a mesh axis")  # funcol's group=[0, 1]
+    return f"if {cond}, use {replacement}; otherwise see {NO_AXIS_GROUP_README}"
 
 
 # ------------------------------------------------------------------------------------
