@@ -27,6 +27,7 @@ inferred types into :class:`Slot` values, and reports what these functions retur
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -293,7 +294,8 @@ def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
         if bad:
             fix = _fixes(bad, g.name, out.name)
             shares = [a for a, h, w in bad if h.kind is Kind.R and w.kind is Kind.P]
-            if shares:
+            if shares and re.fullmatch(r"[A-Za-z_][\w.]*", g.name):  # a value held, not a
+                # call made here (torch.ones_like(y): the whole gradient, convert is right)
                 # an R gradient where P is needed is most often a gradient received from the
                 # next stage (or written by a backward) declared with the value's type: each
                 # rank holds its share, and convert(R->P) keeps one rank's only (a probe:
