@@ -3358,8 +3358,40 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
                                else (None, False))  # the op called directly: not read
     else:
         reduce_op, async_op = _raw_op(func, args, kwargs)
+    group = None
+    if funcol is not None:
+        group = funcol.f_locals.get("group")
+    elif not op:
+        try:
+            group = inspect.signature(func).bind_partial(*args, **kwargs).arguments.get("group")
+        except (TypeError, ValueError):
+            group = kwargs.get("group")
     raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st,
-                                             reduce_op=reduce_op, async_op=async_op))
+                                             reduce_op=reduce_op, async_op=async_op,
+                                             **_raw_group(group)))
+
+
+def _raw_group(group: Any) -> dict[str, Any]:
+    """What a raw collective's message says of its group= (engine ``raw_collective_error``):
+    nothing for none (torch's default group) or a mesh axis's group; a ProcessGroup that is
+    no group of the current mesh's axes (a pipeline's tied-embedding group, ranks 0 and 3
+    of pp=4) is named by its ranks, for which no typed collective over an axis stands."""
+    import torch.distributed as dist
+
+    from . import _mesh
+    if not isinstance(group, dist.ProcessGroup) or _mesh.get_mesh() is None:
+        return {}
+    try:
+        if group is dist.group.WORLD:
+            return {}
+        ranks = list(dist.get_process_group_ranks(group))
+        try:
+            _mesh.resolve_axis(group)
+        except ValueError:
+            return {"group": f"the group passed (ranks {ranks})", "group_is_axis": False}
+    except Exception:  # noqa: BLE001 - a message must not turn into another exception
+        return {}
+    return {}
 
 
 def _check_send(name: str, args: tuple, kwargs: dict) -> None:

@@ -1279,14 +1279,25 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
             f"with src= {x}'s type on that axis and dst= the type wanted{op_arg}")
 
 
+# Where a raw collective's group= is no mesh axis's group (the first and last pipeline stages'
+# tied-embedding group): the README section that says what to do there.
+NO_AXIS_GROUP_README = 'README "Pipeline parallelism" (a group that is no mesh axis)'
+
+
 def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, *,
-                         reduce_op: str | None = "sum", async_op: bool = False) -> SpmdError:
+                         reduce_op: str | None = "sum", async_op: bool = False,
+                         group: str | None = None, group_is_axis: bool | None = None
+                         ) -> SpmdError:
     """``torch.distributed.all_reduce(x)`` with a typed ``x``: not differentiable (or with
     a fixed backward), and its result's type is unknown.  ``reduce_op`` is the reduce op the
     call states (lower-cased: "sum", its default; "avg"; None: an expression not read), which
     the suggested typed call carries; ``async_op`` a call with async_op=True.  The typed
     collectives are synchronous: the message says so for an asynchronous raw call (and for a
-    functional collective, whose result is waited on first use), the overlap the fix drops."""
+    functional collective, whose result is waited on first use), the overlap the fix drops.
+    ``group``: the text of a group= the call passes that the caller could not identify as a
+    mesh axis's group (``group_is_axis`` None) or knows is none (False): the typed call over an
+    axis would then take other ranks (a pipeline's tied-embedding group, ranks 0 and 3 of
+    pp=4: the pasted fix hangs)."""
     typed_name = typed_collective(name)
     replacement = (_raw_replacement(module, name, typed_name, x_text, x_type, reduce_op)
                    if typed_name in OPS and typed_name is not None else "a typed spmd collective")
@@ -1302,8 +1313,21 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
         "spmd-raw-collective",
         f"{module}.{name} on the typed tensor {x_text} ({format_type(x_type)}): a raw "
         f"collective is not differentiable (or has a fixed backward) and its result's type is "
-        f"unknown; use {replacement}{sync}",
+        f"unknown; {_group_fix(replacement, group, group_is_axis)}{sync}",
     )
+
+
+def _group_fix(replacement: str, group: str | None, group_is_axis: bool | None) -> str:
+    """The fix of a raw collective, given what is known of its group= (see
+    :func:`raw_collective_error`)."""
+    if group is None or group_is_axis:
+        return f"use {replacement}"
+    if group_is_axis is False:
+        return (f"{group} is the group of no mesh axis, so no typed collective over an axis "
+                f"does this: see {NO_AXIS_GROUP_README}")
+    cond = (f"the ranks {group} are those of a mesh axis" if group[:1] in "[("
+            else f"{group} is the group of a mesh axis")  # funcol's group=[0, 1]
+    return f"if {cond}, use {replacement}; otherwise see {NO_AXIS_GROUP_README}"
 
 
 # ------------------------------------------------------------------------------------

@@ -27,12 +27,13 @@ inferred types into :class:`Slot` values, and reports what these functions retur
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from .collectives import MadeBy, check_argument, lookup, suggest
 from .errors import SpmdError
-from .types import (PARTIAL, LocalType, SpmdType, UNTYPED, format_axis, format_type,
+from .types import (PARTIAL, Kind, LocalType, SpmdType, UNTYPED, format_axis, format_type,
                     mismatched_axes)
 
 # What a position of a signature holds.
@@ -301,11 +302,25 @@ def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
         want = gradient_type(out.type)
         bad = mismatches(g.type, want)
         if bad:
+            fix = _fixes(bad, g.name, out.name)
+            shares = [a for a, h, w in bad if h.kind is Kind.R and w.kind is Kind.P]
+            if shares and re.fullmatch(r"[A-Za-z_][\w.]*", g.name):  # a value held, not a
+                # call made here (torch.ones_like(y): the whole gradient, convert is right)
+                # an R gradient where P is needed is most often a gradient received from the
+                # next stage (or written by a backward) declared with the value's type: each
+                # rank holds its share, and convert(R->P) keeps one rank's only (a probe:
+                # the pasted convert passed both checkers, a weight's gradient off by 21.7)
+                where = " and ".join(format_axis(a) for a in shares)
+                fix = (f"if {g.name} holds this rank's share of the gradient (received from "
+                       f"another stage, or computed by a backward), its declared type is wrong: "
+                       f"declare it {format_type(want)} (spmd.grad_type of {out.name}'s type) "
+                       f"where it is made; if {g.name} is the whole gradient on every rank of "
+                       f"{where}, {fix}")
             errors.append(SpmdError(
                 "spmd-duality",
                 f"{what}: the gradient {g.name} ({format_type(g.type)}) given for "
                 f"{out.name} ({format_type(out.type)}) must be {format_type(want)} ({_where(bad)}); "
-                + _fixes(bad, g.name, out.name),
+                + fix,
             ))
     return errors
 

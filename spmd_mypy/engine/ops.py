@@ -1856,7 +1856,8 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     means = ("; per-rank means summed are the axis size times the mean over all ranks when "
              "every rank has as many tokens: divide by the axis size first where the loss is "
              "such a mean, else sum this rank's token losses and divide by the all-reduced "
-             "token count")
+             "token count; where one rank holds the whole loss and the others none (a "
+             "pipeline's last stage), reinterpret it as it is")
     if replicate is not None and varying is not None:
         rax, vax = format_axes(replicate), format_axes(varying)
         return [SpmdError(
@@ -1906,7 +1907,10 @@ def check_value_read(read: str, x: Operand) -> SpmdError | None:
         f"Partial on {axis_words(partial)} ({_describe(x, LocalType(Kind.P), partial[0])}) cannot "
         f"be read out as a value: {form} reads this rank's summand, not the sum; "
         f"all_reduce({bare(x.text)}, {format_axes(partial)}, src=P, dst=R) first (dst=I for a "
-        f"value that is also differentiated)",
+        f"value that is also differentiated) where every rank of {axis_words(partial)} runs this "
+        f"line (a collective only some ranks run, such as a pipeline's last stage, hangs); where this rank's summand is the value wanted (this stage's own loss, "
+        f"the other ranks' summands zero), read {_summand(x.text, partial)} instead, "
+        f"with no communication",
     )
 
 
@@ -1960,6 +1964,14 @@ def check_send(call: str, x: Operand) -> SpmdError | None:
         f"be sent as a value: {form} sends this rank's summand, not the sum; all_reduce({value}, {format_axes(partial)}, src=P, dst=R) "
         f"before the send (dst=I where the receiver declares it I)",
     )
+
+
+def _summand(text: str, axes: Sequence[str]) -> str:
+    """This rank's summand of a Partial ``text`` as a value without gradient (README: "A
+    Partial value's summand, without a gradient")."""
+    x = bare(text)
+    detached = x if x.endswith(".detach()") else f"{receiver(text)}.detach()"
+    return f"reinterpret({detached}, {format_axes(axes)}, src=P, dst=V)"
 
 
 def _shards_without_ranks(op: str, operands: Sequence[Operand], reduction: Reduction | None,

@@ -492,12 +492,25 @@ class CallTyper:
         if not names:
             return errors
         declared: dict[str, int] = {}
+        # a name bound to a call of a function with a declared return type (a recv helper
+        # returning the activation's type where its gradient's is meant): that function
+        returned: dict[str, str] = {}
+        module = getattr(getattr(ctx.api, "tree", None), "fullname", "")
         for name in names:
             v = global_calls.value_bound_once(func, name)
-            if (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)
-                    and v.callee.fullname == "spmd.declare"):
+            if not (isinstance(v, CallExpr) and isinstance(v.callee, RefExpr)):
+                continue
+            if v.callee.fullname == "spmd.declare":
                 declared[name] = v.line
-        if not declared:
+                continue
+            node = v.callee.node
+            if isinstance(node, FuncDef) and node.unanalyzed_type is not None:
+                where = f"line {node.line}"
+                home = node.fullname.rsplit(".", 1)[0] if "." in node.fullname else ""
+                if home and home != module and not home.startswith(module + "."):
+                    where += f" of {home}"
+                returned[name] = f"{node.name} ({where})"
+        if not declared and not returned:
             return errors
         out: list[SpmdError] = []
         for err in errors:
@@ -507,6 +520,15 @@ class CallTyper:
                 err = SpmdError(err.code, f"{err.message}; {hit}'s type is its spmd.declare at "
                                           f"line {declared[hit]}: if that declaration is wrong, "
                                           f"correct it instead")
+            elif err.code == "spmd-duality":
+                # a gradient's type from a function's declared return type
+                hit = next((n for n in sorted(returned) if re.search(
+                    rf"the gradient {re.escape(n)} \(", err.message)), None)
+                if hit is not None:
+                    err = SpmdError(err.code, f"{err.message}; {hit}'s type is the return type "
+                                              f"of {returned[hit]}: if that is wrong, correct it "
+                                              f"(a gradient received from elsewhere is usually "
+                                              f"spmd.grad_type[...] of its value's type)")
             out.append(err)
         return out
 
@@ -1696,7 +1718,8 @@ class CallTyper:
                         reduce_op, async_op = self._raw_op(ctx)
                         self.report(ctx, [raw_collective_error(module, name, expr_text(e), st,
                                                                reduce_op=reduce_op,
-                                                               async_op=async_op)])
+                                                               async_op=async_op,
+                                                               group=self._raw_group(ctx))])
                         return ctx.default_return_type
             return ctx.default_return_type
 
@@ -1776,6 +1799,25 @@ class CallTyper:
                     widened = getattr(ctx.api, "widened_vars", None)
                     if isinstance(widened, list):  # a loop's next pass reads it: one more pass
                         widened.append(var.name)
+
+    def _raw_group(self, ctx: FunctionContext) -> str | None:
+        """The text of a raw collective's group= when the checker cannot see it is a mesh
+        axis's group (``mesh.get_group("pp")``, a name bound once to one), else None (no group,
+        torch's default; ``group.WORLD``)."""
+        e = self._arg(ctx, "group")[0]
+        func = global_calls.current_function(ctx.api)
+        if isinstance(e, NameExpr) and func is not None:
+            bound = global_calls.value_bound_once(func, e.name)
+            if bound is not None:
+                e = bound
+        if e is None or (isinstance(e, NameExpr) and e.fullname == "builtins.None"):
+            return None
+        if isinstance(e, MemberExpr) and e.name == "WORLD":
+            return None
+        if (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+                and e.callee.name == "get_group"):
+            return None
+        return expr_text(self._arg(ctx, "group")[0])
 
     def _raw_op(self, ctx: FunctionContext) -> tuple[str | None, bool]:
         """The reduce op a raw collective's call states (op=ReduceOp.AVG, reduceOp="avg":

@@ -102,3 +102,44 @@ def test_r_passed_as_v_says_when_convert_and_when_reinterpret() -> None:
             "dim 0 (x[rank]") in msg, msg
     assert ('or reinterpret(kf, "tp", src=R, dst=V) if the whole value is this rank\'s own '
             "input (unchanged)") in msg, msg
+
+
+# -- pipeline parallelism (a probe of pp x tp; the static side: pipeline_messages.test) ----------
+
+def test_an_r_gradient_where_p_is_needed_leads_with_its_declaration() -> None:
+    # a gradient received from the next stage declared with the activation's type (R on tp):
+    # each tp rank holds its share (P); the pasted convert(R->P) kept tp rank 0's share only
+    # (a weight's gradient off by 21.7), so the message leads with the declared type
+    from spmd import R
+    with spmd.typecheck():
+        out = typed(mk(2, 4), Tensor[R["tp"], V["pp"]])
+        g = typed(torch.ones(2, 4), Tensor[R["tp"], V["pp"]])
+        msg = _message(lambda: out.backward(g))
+    assert "spmd-duality" in msg
+    assert ("if g holds this rank's share of the gradient (received from another stage, or "
+            "computed by a backward), its declared type is wrong: declare it "
+            'Tensor[V["pp"], P["tp"]] (spmd.grad_type of out\'s type) where it is made') in msg
+    assert msg.index("its declared type is wrong") < msg.index('convert(g, "tp", src=R, dst=P)')
+
+
+def test_a_partial_loss_read_names_the_hang_and_the_summand() -> None:
+    # float(loss) on a pipeline's last stage (loss P on pp): all_reduce there hangs (stage 0
+    # never calls it); this rank's summand is the reinterpret(P->V) of the detached loss
+    with spmd.typecheck():
+        loss = typed(mk(), Tensor[I["tp"], P["pp"]]).sum()
+        msg = _message(lambda: float(loss))
+    assert "spmd-partial-nonlinear" in msg
+    assert 'all_reduce(loss, "pp", src=P, dst=R) first' in msg
+    assert "a pipeline's last stage, hangs" in msg
+    assert 'read reinterpret(loss.detach(), "pp", src=P, dst=V) instead' in msg
+
+
+def test_a_varying_loss_held_by_one_rank_is_not_divided() -> None:
+    # a loss V on pp computed by the last stage only (the others none): the sum of the
+    # per-rank losses is that loss, dividing by the axis size would be wrong
+    with spmd.typecheck():
+        loss = typed(mk(), Tensor[I["tp"], V["pp"]]).sum()
+        msg = _message(lambda: loss.backward())
+    assert "spmd-backward" in msg
+    assert ("where one rank holds the whole loss and the others none (a pipeline's last "
+            "stage), reinterpret it as it is") in msg

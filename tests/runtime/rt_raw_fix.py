@@ -214,6 +214,21 @@ def check_raw_collective_through_a_torch_helper_checked(ctx: Ctx, name: str) -> 
                     raise AssertionError("a raw collective through tree_map_ passed the check mode")
 
 
+def check_all_reduce_group_of_no_axis(ctx: Ctx, name: str) -> None:
+    """A raw collective over a group that is no mesh axis's (a pipeline's tied-embedding group:
+    the first and last stages, ranks 0 and 3 of pp=4) has no typed call over an axis: the
+    message says so and points to the README, not spmd.all_reduce over the axis (which would
+    take every rank of the axis: the pasted fix hung where the others never call it)."""
+    group = dist.new_group([0])  # every rank calls new_group; rank 0 is its only member
+    if ctx.rank != 0:
+        return
+    message = _check_mode_error(ctx, Tensor[P["x"]],
+                                lambda x: dist.all_reduce(x, group=group))
+    assert "the group passed (ranks [0]) is the group of no mesh axis" in message, message
+    assert 'README "Pipeline parallelism"' in message, message
+    assert "; use spmd." not in message, message
+
+
 class _FuncolSum(torch.autograd.Function):
     """The user's own functional collective in an annotated Function: the Function's types
     type it (no spmd-raw-collective inside forward or backward)."""
@@ -249,4 +264,5 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_funcol_all_to_all_single_checked,
         check_funcol_all_to_all_single_autograd_checked,
         check_funcol_all_reduce_inplace_checked, check_nn_functional_all_reduce_checked,
-        check_funcol_in_function_allowed, check_raw_collective_through_a_torch_helper_checked))
+        check_funcol_in_function_allowed, check_raw_collective_through_a_torch_helper_checked,
+        check_all_reduce_group_of_no_axis))
