@@ -162,8 +162,8 @@ def _text(e: Expression, budget: int) -> str:
         return e.op + _sub(e.expr, _UNARY, budget - 1)
     if isinstance(e, ComparisonExpr):
         parts = [_sub(e.operands[0], _CMP + 1, budget)]
-        for op, right in zip(e.operators, e.operands[1:]):
-            parts += [op, _sub(right, _CMP + 1, budget - sum(len(p) + 1 for p in parts))]
+        for op, operand in zip(e.operators, e.operands[1:]):
+            parts += [op, _sub(operand, _CMP + 1, budget - sum(len(t) + 1 for t in parts))]
         return " ".join(parts)
     if isinstance(e, ConditionalExpr):
         a = _sub(e.if_expr, _OR, budget)
