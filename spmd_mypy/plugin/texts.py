@@ -334,15 +334,25 @@ def _lambda(e: LambdaExpr, budget: int) -> str:
 def _comprehension(g: GeneratorExpr, room: int) -> str | None:
     """``elt for x in xs if c`` when it fits in ``room`` characters, else None."""
     parts = [_sub(g.left_expr, _COND, room)]
+    used = len(parts[0])
     for k, (target, seq, conds) in enumerate(zip(g.indices, g.sequences, g.condlists)):
+        if used > room:
+            return None  # cut: the rest is not rendered
         target_text = (_items(target.items, room) if isinstance(target, TupleExpr)
                        else _text(target, room))
         if target_text is None:
             return None
         is_async = g.is_async[k] if k < len(g.is_async) else False
-        parts.append(("async for " if is_async else "for ") + target_text + " in "
-                     + _sub(seq, _OR, room))
-        parts.extend("if " + _sub(c, _OR, room) for c in conds)
+        part = (("async for " if is_async else "for ") + target_text + " in "
+                + _sub(seq, _OR, room - used))
+        parts.append(part)
+        used += len(part) + 1
+        for c in conds:
+            if used > room:
+                return None
+            part = "if " + _sub(c, _OR, room - used)
+            parts.append(part)
+            used += len(part) + 1
     text = " ".join(parts)
     return text if len(text) <= room and ELIDED not in text else None
 
@@ -362,14 +372,18 @@ def _fstring(e: CallExpr) -> str | None:
     else:
         return None
     out: list[str] = []
+    used = 0
     for p in pieces:
+        if used > TEXT_LIMIT:
+            return None  # too long to write back: the call's arguments are cut
         if isinstance(p, StrExpr):
             out.append(p.value.replace("{", "{{").replace("}", "}}"))
-            continue
-        field = _format_field(p)
-        if field is None:
-            return None
-        out.append(field)
+        else:
+            field = _format_field(p)
+            if field is None:
+                return None
+            out.append(field)
+        used += len(out[-1])
     text = "".join(out)
     if '"' in text or "\\" in text or "\n" in text:
         return None
