@@ -2892,9 +2892,33 @@ def _expr_text(e: Any) -> str:
     "tp", src=P, dst=R)``), a call's arguments and a subscript's index cut as ``<...>`` past
     48 characters; an operator parenthesized, ``(a + b)``."""
     import ast
+    import copy
 
+    e = _DoubleQuoted().visit(copy.deepcopy(e))
     text = ast.unparse(_cut(e, _TEXT_LIMIT - 2 if _loose(e) else _TEXT_LIMIT))
     return f"({text})" if _loose(e) else text
+
+
+def _double_quoted_class() -> Any:
+    import ast
+
+    class DoubleQuoted(ast.NodeTransformer):
+        """A string constant written "x", as the static checker writes it (ast.unparse
+        writes 'x'); an f-string as unparse writes it."""
+
+        def visit_Constant(self, node: Any) -> Any:
+            v = node.value
+            if isinstance(v, str) and '"' not in v and "\\" not in v and v.isprintable():
+                return ast.Name(id=f'"{v}"')
+            return node
+
+        def visit_JoinedStr(self, node: Any) -> Any:
+            return node
+
+    return DoubleQuoted
+
+
+_DoubleQuoted = _double_quoted_class()
 
 
 _TEXT_LIMIT = 48  # the static checker's (plugin texts.TEXT_LIMIT)
