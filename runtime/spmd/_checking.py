@@ -2366,14 +2366,14 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
                     # named as the call, so that the fix can be pasted where it is called
-                    _stamp_declared(result, rets, what + _fmt(rets), f"{fn.__name__}(...)")
+                    _stamp_declared(result, rets, what + _fmt(rets), f"{fn.__name__}(<...>)")
             elif isinstance(result, (tuple, list)):
                 for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
-                        _stamp_declared(r, st, what + _fmt(st), f"{fn.__name__}(...)[{k}]")
+                        _stamp_declared(r, st, what + _fmt(st), f"{fn.__name__}(<...>)[{k}]")
         if ret_fields is not None:
             _declare_fields(result, ret_fields, f"of the result of {fn.__qualname__}",
-                            f"{fn.__name__}(...)")
+                            f"{fn.__name__}(<...>)")
         return result
 
     return wrapper
@@ -2953,31 +2953,78 @@ def _find_return_frames() -> None:
 
 def _expr_text(e: Any) -> str:
     """Short source text of an expression, as the static checker writes it (plugin
-    ``calls.expr_text``): ``gfull``, ``ctx.g``, ``spmd.all_reduce(...)``, ``gs[...]``."""
+    ``texts.expr_text``): as written (``gs[0]``, ``x.view(b, s, -1)``, ``spmd.all_reduce(g,
+    "tp", src=P, dst=R)``), a call's arguments and a subscript's index cut as ``<...>`` past
+    48 characters; an operator parenthesized, ``(a + b)``."""
+    import ast
+    import copy
+
+    e = _DoubleQuoted().visit(copy.deepcopy(e))
+    text = ast.unparse(_cut(e, _TEXT_LIMIT - 2 if _loose(e) else _TEXT_LIMIT))
+    return f"({text})" if _loose(e) else text
+
+
+def _double_quoted_class() -> Any:
     import ast
 
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute):
-        return f"{_expr_text(e.value)}.{e.attr}"
+    class DoubleQuoted(ast.NodeTransformer):
+        """A string constant written "x", as the static checker writes it (ast.unparse
+        writes 'x'); an f-string as unparse writes it."""
+
+        def visit_Constant(self, node: Any) -> Any:
+            v = node.value
+            if isinstance(v, str) and '"' not in v and "\\" not in v and v.isprintable():
+                return ast.Name(id=f'"{v}"')
+            return node
+
+        def visit_JoinedStr(self, node: Any) -> Any:
+            return node
+
+    return DoubleQuoted
+
+
+_DoubleQuoted = _double_quoted_class()
+
+
+_TEXT_LIMIT = 48  # the static checker's (plugin texts.TEXT_LIMIT)
+_ELIDED = "<...>"
+
+
+def _loose(e: Any) -> bool:
+    import ast
+    return isinstance(e, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Lambda)) or (
+        isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not))
+
+
+def _cut(e: Any, budget: int) -> Any:
+    """``e`` with the arguments of its calls and the indices of its subscripts replaced by
+    ``<...>`` where its text would pass ``budget`` characters (the callee chain kept)."""
+    import ast
+
+    if len(ast.unparse(e)) <= budget:
+        return e
+    elided = ast.Name(id=_ELIDED)
     if isinstance(e, ast.Call):
-        return f"{_expr_text(e.func)}({'...' if e.args or e.keywords else ''})"
+        func = _cut(e.func, budget)
+        room = budget - len(ast.unparse(func)) - 2
+        args = ast.unparse(ast.Call(func=ast.Name(id=""), args=e.args, keywords=e.keywords))[1:-1]
+        if len(args) <= room:
+            return ast.Call(func=func, args=e.args, keywords=e.keywords)
+        return ast.Call(func=func, args=[elided], keywords=[])
     if isinstance(e, ast.Subscript):
-        return f"{_expr_text(e.value)}[...]"
-    if isinstance(e, ast.Constant) and isinstance(e.value, str):
-        return '"' + e.value + '"'
-    if isinstance(e, ast.BinOp) and type(e.op) in _BIN_OPS:
-        return f"({_expr_text(e.left)} {_BIN_OPS[type(e.op)]} {_expr_text(e.right)})"
-    return ast.unparse(e)
-
-
-def _bin_ops() -> dict[type, str]:
-    import ast
-    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
-            ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@"}
-
-
-_BIN_OPS = _bin_ops()
+        value = _cut(e.value, budget)
+        room = budget - len(ast.unparse(value)) - 2
+        index = e.slice if len(ast.unparse(e.slice)) <= room else elided
+        return ast.Subscript(value=value, slice=index, ctx=e.ctx)
+    if isinstance(e, ast.Attribute):
+        return ast.Attribute(value=_cut(e.value, budget - len(e.attr) - 1), attr=e.attr, ctx=e.ctx)
+    if isinstance(e, ast.BinOp):
+        left = _cut(e.left, budget)
+        right = _cut(e.right, budget - len(ast.unparse(left)) - 3)
+        return ast.BinOp(left=left, op=e.op, right=right)
+    if isinstance(e, ast.UnaryOp):
+        return ast.UnaryOp(op=e.op, operand=_cut(e.operand, budget - 1))
+    return e
 
 
 _apply.__name__ = "apply"  # torch.compile recognises an aliased Function.apply by its name

@@ -176,7 +176,7 @@ def _local_map_names(frame: Any) -> tuple[str, str]:
     """(the function under local_map as messages name it, its result's text)."""
     func = frame.f_locals.get("func")
     name = getattr(func, "__name__", None) or "the function"
-    return name, f"{name}(...)"
+    return name, f"{name}(<...>)"
 
 
 def _from_local(local_tensor: Any, device_mesh: Any = None, placements: Any = None,

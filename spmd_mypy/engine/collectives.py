@@ -39,7 +39,7 @@ from typing import Sequence
 from .errors import SpmdError
 from .types import (
     SAME_VALUES, Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis,
-    format_type, mismatched_axes, receiver, shard_dims_match,
+    format_type, is_subscript, mismatched_axes, receiver, shard_dims_match,
 )
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -307,7 +307,7 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
                  f"or reinterpret({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst=V) "
                  f"if the whole value is this rank's own input (unchanged)")
     elif (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.dim is not None
-          and bare(x_text).endswith("[...]")):
+          and is_subscript(x_text)):
         # a subscript that already takes this rank's part (full[r * b:(r + 1) * b] with a rank
         # the checker does not see: a parameter): converting it would slice it again
         x, ax = bare(x_text), format_axis(axis)
@@ -450,7 +450,8 @@ def _first_argument(args: str) -> str:
             args = args[:i]
             break
     args = args.strip()
-    return "" if "=" in args.split("(", 1)[0] or args == "..." else args
+    # "<...>": arguments the text elides (the plugin's texts.ELIDED); "...": an older text's
+    return "" if "=" in args.split("(", 1)[0] or args in ("...", "<...>") else args
 
 
 def _rank_max_fix(m: RankMax, x: str, ax: str, dst: str) -> str:

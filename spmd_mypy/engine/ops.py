@@ -41,7 +41,8 @@ from .errors import SpmdError, merge_axis_errors
 from .einops_rule import Pattern, pattern_layout
 from .views import MOVES, DimMove, moved_dim, squeezed_dim
 from .types import (
-    INVARIANT, RANKS, REPLICATE, SAME_VALUES, VARYING, Kind, LocalType, SpmdType, axis_words, bare,
+    INVARIANT, LIST_ITEM, RANKS, REPLICATE, SAME_VALUES, VARYING, Kind, LocalType, SpmdType,
+    axis_words, bare, each_item,
     format_axes, format_spec, format_type, from_ranks, from_ranks_signed, receiver, shard_dims_differ,
 )
 
@@ -791,8 +792,19 @@ def _describe(op: Operand, lt: LocalType, axis: str) -> str:
 _ADD_SUB = frozenset({"add", "sub", "subtract", "rsub"})
 
 
-def _fix_reduce(text: str, axis: str, dst: str = "R") -> str:
-    return f'all_reduce({bare(text)}, "{axis}", src=P, dst={dst})'
+def _fix_reduce(text: str, axis: str, dst: str = "R",
+                operands: Sequence[tuple[Operand, object, LocalType]] = ()) -> str:
+    """The reduction of P operand ``text``; of each item of a list operand ``xs[k]``
+    (``[all_reduce(t, ...) for t in xs]``), unless ``operands`` (the op's, with their types
+    on ``axis``) show that list holding items of another kind too: then of its Partial items
+    where it is built (the reduction of each item would reduce the others too)."""
+    call = 'all_reduce({}, "%s", src=P, dst=%s)' % (axis, dst)
+    if text.endswith(LIST_ITEM) and any(o.text == text and lt.kind is not Kind.P
+                                        for o, _, lt in operands):
+        xs = bare(text[:-len(LIST_ITEM)])
+        return (f"{call.format('p')} of each Partial item p where {xs} is built (it holds "
+                f"items of other kinds too)")
+    return each_item(text, call)
 
 
 def _divided(text: str) -> str | None:
@@ -944,13 +956,13 @@ def _rule_on_axis(
         other_o, other_role, other = next(
             (x for x in others if x[0].can_grad or x[2].kind is not Kind.R), others[0])
         if other.kind is Kind.P and spec.op_class is OpClass.LINEAR:
-            fix = (f'{_fix_reduce(other_o.text, axis, "I")} first, or '
+            fix = (f'{_fix_reduce(other_o.text, axis, "I", eff)} first, or '
                    f'convert({bare(inv.text)}, "{axis}", src=I, dst=P) to add it into the pending sum')
         elif other.kind is Kind.P and spec.op_class is OpClass.MULTILINEAR:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first (R times P is P, and '
-                   f'the backward all-reduces its gradient), or {_fix_reduce(other_o.text, axis, "I")}')
+                   f'the backward all-reduces its gradient), or {_fix_reduce(other_o.text, axis, "I", eff)}')
         elif other.kind is Kind.P:
-            fix = f'{_fix_reduce(other_o.text, axis, "I")} first'
+            fix = f'{_fix_reduce(other_o.text, axis, "I", eff)} first'
         else:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient")
@@ -1001,7 +1013,7 @@ def _rule_on_axis(
                 "spmd-partial-nonlinear",
                 f'Partial on "{axis}" ({_describe(p_index, VARYING, axis)}) cannot be an index of '
                 f"{name} (its values are a pending sum, not indices); "
-                f"{_fix_reduce(p_index.text, axis)} first",
+                f"{_fix_reduce(p_index.text, axis, operands=eff)} first",
             )
         nonlin = [o for o, r in p_ops if r is Role.NONLINEAR]
         if spec.op_class is OpClass.NONLINEAR or nonlin:
@@ -1015,11 +1027,11 @@ def _rule_on_axis(
             return None, SpmdError(
                 "spmd-partial-nonlinear",
                 f'Partial on "{axis}" ({_describe(who, VARYING, axis)}) cannot go through '
-                f"{why}; {_fix_reduce(who.text, axis)} first",
+                f"{why}; {_fix_reduce(who.text, axis, operands=eff)} first",
             )
         if Kind.V in kinds:
             v_o, v_role, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)
-            fix = (f"{_fix_reduce(p0.text, axis)} or "
+            fix = (f"{_fix_reduce(p0.text, axis, operands=eff)} or "
                    f'reduce_scatter({bare(p0.text)}, "{axis}", src=P, dst=V) first')
             if spec.keeps_shard_dims:
                 fix = _scatter_like(p0, v_o, v_lt, axis) or fix
@@ -1054,7 +1066,7 @@ def _rule_on_axis(
                 "spmd-partial-product",
                 f'Partial * Partial on "{axis}" in {name} ({_describe(a, VARYING, axis)}, '
                 f"{_describe(b, VARYING, axis)}): the product of two pending sums is not the sum "
-                f"of the products; all_reduce one operand first: {_fix_reduce(a.text, axis)}",
+                f"of the products; all_reduce one operand first: {_fix_reduce(a.text, axis, operands=eff)}",
             )
         # Additive terms: every summand, plus the product of the factors if there are any.
         product_is_p = bool(factors_p)
@@ -1085,7 +1097,7 @@ def _rule_on_axis(
             # beside an Invariant term the reduction's result is I too (I + I: an R result would
             # meet the I-to-R reinterpret of the next layer's input)
             dst = "I" if word.startswith("an Invariant") else "R"
-            fix = f"{_fix_reduce(p_text, axis, dst)} first, or add it after the reduction"
+            fix = f"{_fix_reduce(p_text, axis, dst, eff)} first, or add it after the reduction"
             if summand is not None and not has_factor_terms and len(non_p) == 1:
                 # exact for any add or sub, and the sum stays pending (the reduction the code
                 # makes of it later still applies, no collective added); the reduction first
@@ -1137,13 +1149,13 @@ def _scatter_like(p: Operand, v: Operand, v_lt: LocalType, axis: str) -> str | N
         elif d is not None:
             same = False
     if same:
-        return f"{_fix_reduce(p.text, axis)} first (the shapes agree)"
+        return f"{_fix_reduce(p.text, axis, operands=[(v, None, v_lt)])} first (the shapes agree)"
     if d is None:
         return None
     scatter = (f'reduce_scatter({bare(p.text)}, "{axis}", src=P, dst=S({d})) first, to shard '
                f"it on dim {d} as {bare(v.text)} is")
     return scatter if same is not None or ps is not None else (
-        f"{scatter}, or {_fix_reduce(p.text, axis)} first if their shapes agree already")
+        f"{scatter}, or {_fix_reduce(p.text, axis, operands=[(v, None, v_lt)])} first if their shapes agree already")
 
 
 def _same_size_on(dim: int, ops: Sequence[Operand]) -> bool:

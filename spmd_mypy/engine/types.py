@@ -531,6 +531,39 @@ def bare(text: str) -> str:
     return text[1:-1]
 
 
+# How an adapter names each item of a list operand (``torch.cat(xs)``, a _foreach op's
+# list): ``xs[k]``, k not a name of the code
+LIST_ITEM = "[k]"
+
+
+def each_item(text: str, call: str) -> str:
+    """``call`` (a fix, ``all_reduce({}, "tp", src=P, dst=R)``) applied to the operand
+    ``text``; to each item of a list operand ``xs[k]`` as the list's replacement,
+    ``[all_reduce(t, "tp", src=P, dst=R) for t in xs]`` (a collective takes one tensor)."""
+    if text.endswith(LIST_ITEM) and len(text) > len(LIST_ITEM):
+        xs = bare(text[:-len(LIST_ITEM)])
+        return f"[{call.format('t')} for t in {xs}] (in place of {xs})"
+    return call.format(bare(text))
+
+
+def is_subscript(text: str) -> bool:
+    """Whether an operand's text is a subscript, ``full[r * b:(r + 1) * b]``, ``xs[0]``,
+    ``acts[<...>]`` (not a list display ``[a, b]``)."""
+    text = bare(text)
+    if not text.endswith("]"):
+        return False
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        ch = text[i]
+        if ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            depth -= 1
+            if depth == 0:
+                return i > 0
+    return False
+
+
 def receiver(text: str) -> str:
     """An operand's text before a method call: ``x``, ``h.float()``, ``w[0]`` as they are,
     an operator's ``a + b`` parenthesized (``(a + b).detach()``, never ``a + b.detach()``,

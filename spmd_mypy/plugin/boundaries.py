@@ -130,6 +130,7 @@ from ..engine.types import SpmdType, refines, refines_as_printed
 from .autograd import is_autograd_function
 from .calls import expr_text, made_by, rank_max
 from .index_values import index_value
+from .texts import ELIDED
 from .codes import ERROR_CODES
 from .messages import user_form
 from .statements import statement_blocks
@@ -910,7 +911,7 @@ class BoundaryChecker:
                 return []  # its return is judged at the lambda's body (one error, not two)
             if not isinstance(a, CallableType) or a.variables:
                 raise _Unjudged  # a generic function, a callable object: mypy's error stands
-            result = f"{text}(...)"
+            result = f"{text}({ELIDED})"
             return [(e, expr) for e, _ in self._compare(
                 a.ret_type, d.ret_type, None, result, lambda x: f"the result {x} of {where(text)}")]
         if isinstance(d, UnionType):

@@ -115,9 +115,11 @@ from ..engine.ops import (
     Result, rank_index_operand,
 )
 from ..engine.types import (
-    REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_type, repeated_axis_message,
+    LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_type,
+    repeated_axis_message,
 )
 from ..engine.views import make_move
+from .texts import expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
 from . import global_calls
 from .fixed_lists import fixed_list
 from .index_values import index_value
@@ -141,8 +143,8 @@ AnyCtx = FunctionContext | MethodContext
 DUNDERS = OPERATORS  # method -> (op name, reflected), from the engine
 
 SPMD_COLLECTIVES = frozenset(coll.OPS)
-# How messages name an item of a _foreach op's list variable: ``grads[k]``
-_LIST_ITEM = "[k]"
+# How messages name an item of a list variable (a _foreach op's, cat's): ``grads[k]``
+_LIST_ITEM = LIST_ITEM
 _SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 PROCESS_GROUP: Final = "torch._C._distributed_c10d.ProcessGroup"
 # builtins whose result holds their first argument's items (a list op's operand read through)
@@ -183,71 +185,6 @@ def _attribute_if_invariant(ctx: AnyCtx, e: Expression | None, t: SpmdType) -> b
         return False
     info = p.type
     return info.fullname != TENSOR and not any(info.has_base(b) for b in TORCH_TENSOR_BASES)
-
-
-def expr_text(e: Expression | None) -> str:
-    """Short source text of an operand for messages."""
-    if e is None:
-        return "x"
-    if isinstance(e, NameExpr):
-        return e.name.rstrip("'")  # a redefinition renamed h' (rewrite.rename_redefinitions)
-    if isinstance(e, MemberExpr):
-        return f"{expr_text(e.expr)}.{e.name}"
-    if isinstance(e, CallExpr):  # x.float() as written: a fix text that quotes it pastes
-        if is_saved_read(e):
-            return expr_text(e.args[0])
-        return f"{expr_text(e.callee)}({'...' if e.args else ''})"
-    if isinstance(e, IndexExpr):
-        return f"{expr_text(e.base)}[...]"
-    if isinstance(e, (IntExpr, FloatExpr)):
-        return repr(e.value)
-    if isinstance(e, StrExpr):
-        return '"' + e.value + '"'
-    if isinstance(e, OpExpr):
-        return f"({expr_text(e.left)} {e.op} {expr_text(e.right)})"
-    if isinstance(e, TupleExpr):
-        return "(" + ", ".join(expr_text(i) for i in e.items) + ("," if len(e.items) == 1 else "") + ")"
-    if isinstance(e, UnaryExpr):
-        return f"{e.op}{expr_text(e.expr)}"
-    if isinstance(e, YieldExpr):  # the value sent into a generator
-        return f"(yield {expr_text(e.expr)})" if e.expr is not None else "(yield)"
-    if isinstance(e, ConditionalExpr):
-        return f"({expr_text(e.if_expr)} if {expr_text(e.cond)} else {expr_text(e.else_expr)})"
-    if isinstance(e, ComparisonExpr):
-        parts = [expr_text(e.operands[0])]
-        for op, right in zip(e.operators, e.operands[1:]):
-            parts += [op, expr_text(right)]
-        return "(" + " ".join(parts) + ")"
-    if isinstance(e, ListExpr):
-        return "[" + ", ".join(expr_text(i) for i in e.items) + "]"
-    if isinstance(e, StarExpr):
-        return f"*{expr_text(e.expr)}"
-    if isinstance(e, LambdaExpr):
-        return "(lambda ...)"
-    if isinstance(e, SuperExpr):
-        return f"super().{e.name}"
-    if isinstance(e, EllipsisExpr):
-        return "..."
-    if isinstance(e, AssignmentExpr):  # (h := ...): the name it binds
-        return expr_text(e.target)
-    if isinstance(e, GeneratorExpr):
-        return f"({expr_text(e.left_expr)} for ...)"
-    if isinstance(e, ListComprehension):
-        return f"[{expr_text(e.generator.left_expr)} for ...]"
-    if isinstance(e, CastExpr):
-        return expr_text(e.expr)
-    if isinstance(e, AwaitExpr):
-        return f"(await {expr_text(e.expr)})"
-    return "<expression>"
-
-
-def is_saved_read(e: CallExpr) -> bool:
-    """``isinstance(ctx.saved_tensors, object)``: how the plugin rewrites a read of
-    ``ctx.saved_tensors`` in a custom Function's backward (autograd.py); named as written."""
-    callee = e.callee
-    return (isinstance(callee, NameExpr) and callee.name == "isinstance" and len(e.args) == 2
-            and isinstance(e.args[0], MemberExpr) and e.args[0].name == "saved_tensors"
-            and isinstance(e.args[1], NameExpr) and e.args[1].name == "object")
 
 
 def whole_index(index: Expression) -> bool:
@@ -610,6 +547,7 @@ class CallTyper:
                 ops.append(self.operand(ctx, receiver, t))
                 sources.append(receiver)
         position = 0
+        wholes: list[Expression] = []  # containers standing for their items (_container_items)
         for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
             name = formal or ""
             this_position = position
@@ -618,11 +556,13 @@ class CallTyper:
                 continue
             is_index, value_target = self._formal_roles(op, name, this_position == 0)
             for typ, expr in zip(types, exprs):
-                typ_items = self._container_items(typ, expr, ctx)
+                typ_items = self._container_items(typ, expr, ctx, wholes)
                 for it, ie in typ_items:
                     if isinstance(ie, TempNode) and other is not None:
                         ie = other  # an operator's other side, which mypy hands as a TempNode
                     text = expr_text(ie) if not isinstance(ie, TempNode) else "x"
+                    if wholes and any(w is ie for w in wholes):
+                        text += _LIST_ITEM  # an item of the list xs: xs[k]
                     t = self.types.from_type(it)
                     if (t is None and it is not None and not is_index and name != "out"
                             and isinstance(get_proper_type(it), AnyType)):
@@ -688,8 +628,13 @@ class CallTyper:
                     and not self.can_grad(ctx, e)):
                 ops[k] = dataclasses.replace(o, can_grad=False)
 
-    def _container_items(self, typ: Type, expr: Expression, ctx: AnyCtx) -> list[tuple[Type | None, Expression]]:
-        """A list/tuple argument (``torch.cat([a, b])``, ``torch.cat(xs)``) as its items."""
+    def _container_items(self, typ: Type, expr: Expression, ctx: AnyCtx,
+                         wholes: list[Expression] | None = None) -> list[tuple[Type | None, Expression]]:
+        """A list/tuple argument (``torch.cat([a, b])``, ``torch.cat(xs)``) as its items.
+
+        ``wholes``: where the container expressions that stand for their items (``xs`` of
+        ``torch.cat(xs)``, ``list(xs)``, a tuple variable) are collected: messages name their
+        items ``xs[k]``, and a fix applies to each (``[all_reduce(t, ...) for t in xs]``)."""
         if self.types.from_type(typ) is not None:
             return [(typ, expr)]
         if isinstance(expr, (ListExpr, TupleExpr)):
@@ -697,7 +642,7 @@ class CallTyper:
             for i in expr.items:
                 if isinstance(i, StarExpr):  # ``[*xs, a]``: the starred container's items
                     inner = lookup_type(ctx.api, i.expr)
-                    shown.extend(self._container_items(inner, i.expr, ctx) if inner is not None
+                    shown.extend(self._container_items(inner, i.expr, ctx, wholes) if inner is not None
                                  else [(None, i)])
                 else:
                     shown.append((lookup_type(ctx.api, i), i))
@@ -718,8 +663,10 @@ class CallTyper:
             wrapped = expr.args[0]
             wrapped_type = lookup_type(ctx.api, wrapped)
             if wrapped_type is not None:
-                wrapped_items = self._container_items(wrapped_type, wrapped, ctx)
+                wrapped_items = self._container_items(wrapped_type, wrapped, ctx, wholes)
                 if any(t is not None and self.types.from_type(t) for t, _ in wrapped_items):
+                    if wholes is not None and any(w is wrapped for w in wholes):
+                        wholes.append(expr)
                     return [(t, expr if e is wrapped else e) for t, e in wrapped_items]
         p = get_proper_type(typ)
         is_container = isinstance(p, TupleType) or (
@@ -732,11 +679,15 @@ class CallTyper:
                 side_type = lookup_type(ctx.api, side)
                 if side_type is None:
                     return [(typ, expr)]
-                items.extend(self._container_items(side_type, side, ctx))
+                items.extend(self._container_items(side_type, side, ctx, wholes))
             return items
         if isinstance(p, TupleType):
+            if wholes is not None:
+                wholes.append(expr)
             return [(i, expr) for i in p.items]
         if isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
+            if wholes is not None:
+                wholes.append(expr)
             if self.types.is_spec_join(p.args[0]):
                 self.report(ctx, [SpmdError("spmd-global", (
                     f"the items of {expr_text(expr)} are global tensors with different partition "
@@ -758,7 +709,11 @@ class CallTyper:
                 item = map_instance_to_supertype(p, iterable).args
                 if item and self.types.from_type(item[0]) is not None:
                     # a generator's items are named by its element (``q`` of ``(q for q in ps)``)
-                    return [(item[0], expr.left_expr if isinstance(expr, GeneratorExpr) else expr)]
+                    if isinstance(expr, GeneratorExpr):
+                        return [(item[0], expr.left_expr)]
+                    if wholes is not None:
+                        wholes.append(expr)
+                    return [(item[0], expr)]
         return [(typ, expr)]
 
     # -- torch ops ---------------------------------------------------------------------

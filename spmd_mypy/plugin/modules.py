@@ -97,6 +97,7 @@ from ..engine.ops import Operand, propagate, variant_formals
 from ..engine.types import UNTYPED
 from .global_calls import classes_in_sight, module_constructor
 from .calls import expr_text
+from .texts import ELIDED
 from .depends import class_dependency, depend_on
 from .mypy_types import lookup_type
 from .statements import functions_of, returns, statement_blocks
@@ -420,7 +421,7 @@ class ModuleCallTyper:
                     return default  # a forward returning something else than one tensor
                 current = next_type
                 result = fwd.ret_type
-            text = f"{expr_text(e)}(...)"
+            text = f"{expr_text(e)}({ELIDED})"  # its output, from the previous member's
         if result is not None:
             return result
         inst = types.to_instance(current) if current else None

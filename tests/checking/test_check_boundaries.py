@@ -162,7 +162,7 @@ def test_checked_checks_a_namedtuple_results_fields() -> None:
         assert e.value.code == "spmd-annotation"
         assert str(e.value).startswith(
             'field _Out.out of the result of _forward is annotated Tensor[S[1, "tp"]] but '
-            '_forward(...).out is R on "tp"'), str(e.value)
+            '_forward(<...>).out is R on "tp"'), str(e.value)
         with pytest.raises(SpmdTypeError, match="field _Out.loss of the result of _forward"):
             _forward(mk(), typed(mk(()), Tensor[R["tp"]]))
 

@@ -1101,12 +1101,12 @@ def test_checked_decorator() -> None:
         # the return value is named as the call (it was "x", or the caller's argument text;
         # then "the return value", which a pasted fix cannot hold)
         assert str(e.value).startswith(
-            'the result of _bad_return is annotated Tensor[R["tp"]] but _bad_return(...) is V '
-            'on "tp", not R (_bad_return(...): Tensor[V["tp"]])'), str(e.value)
-        assert 'all_gather(_bad_return(...), "tp"' in str(e.value), str(e.value)
+            'the result of _bad_return is annotated Tensor[R["tp"]] but _bad_return(<...>) is V '
+            'on "tp", not R (_bad_return(<...>): Tensor[V["tp"]])'), str(e.value)
+        assert 'all_gather(_bad_return(<...>), "tp"' in str(e.value), str(e.value)
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(typed(torch.randn(2), Tensor[V["tp"]]))
-        assert "but _bad_return(...) is V" in str(e.value) and "randn" not in str(e.value)
+        assert "but _bad_return(<...>) is V" in str(e.value) and "randn" not in str(e.value)
 
 
 @spmd.checked
@@ -1445,7 +1445,7 @@ def test_function_backward_declared_signature_is_checked() -> None:
         assert str(e.value).startswith(
             '_AuxScalerBad.backward returns Tensor[V["tp"]] for input aux (Tensor[P["tp"]]), whose '
             'gradient is Tensor[R["tp"]] (V on "tp" where R is needed); V to R is a gather: use '
-            'all_gather(torch.ones_like(...), "tp", src=V, dst=R)'), str(e.value)
+            'all_gather(torch.ones_like(g), "tp", src=V, dst=R)'), str(e.value)
         assert 'and declare the result Tensor[R["tp"]]' in str(e.value)
         x = typed(mk(), Tensor[I["tp"]])
         with pytest.raises(SpmdTypeError) as e:
@@ -1544,7 +1544,7 @@ def test_function_messages_print_the_declared_layout() -> None:
         with pytest.raises(SpmdTypeError) as e:
             _KeepLast.apply(x)
         assert str(e.value).startswith(
-            'the return value x.transpose(...) of _KeepLast.forward is Tensor[S[0, "tp"]] but '
+            'the return value x.transpose(0, 2) of _KeepLast.forward is Tensor[S[0, "tp"]] but '
             'Tensor[S[-1, "tp"]] is expected'), str(e.value)
         assert "dst=S(-1)" in str(e.value) and "S(2)" not in str(e.value)
         out = _KeepLastBadReturn.apply(x)

@@ -225,13 +225,14 @@ class _Zero3Fn(torch.autograd.Function):
 
 def check_function_backward_names(ctx: Ctx, name: str) -> None:
     """The duality error of a Function's backward names the returned values by the return's
-    expressions, as the static checker does (``gfull``, ``spmd.all_reduce(...)``), so its fix
-    pastes; it said ``result[1]``."""
+    expressions, as the static checker does (``gfull``, ``spmd.all_reduce(gfull, "x", src=P,
+    dst=R)``: as written, arguments included), so its fix pastes; it said ``result[1]``, then
+    ``spmd.all_reduce(...)``."""
     n = ctx.world
     start = "_Zero3Fn.backward returns {} (Tensor[{}]) as the gradient of input shard"
     with spmd.set_mesh(ctx.mesh("1d")), spmd.typecheck():
         for how, text, t in (("name", "gfull", 'P["x"]'), ("with", "gfull", 'P["x"]'),
-                             ("call", "spmd.all_reduce(...)", 'R["x"]')):
+                             ("call", 'spmd.all_reduce(gfull, "x", src=P, dst=R)', 'R["x"]')):
             _Zero3Fn.how = how
             x = spmd.declare(torch.ones(2, 2 * n, dtype=F64) * (ctx.rank + 1), Tensor[V["x"]])
             shard = spmd.declare(torch.ones(2, 2 * n, dtype=F64, requires_grad=True),

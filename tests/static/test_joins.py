@@ -101,4 +101,4 @@ def test_a_join_from_a_cached_module(tmp_path: Path) -> None:
     """The join's kind set is a class of the stubs, so mypy's cache keeps it: a module that
     uses ``a.XS`` sees "R or P" in a warm run as in the first."""
     for out in first_and_warm_runs(tmp_path, textwrap.dedent(JOIN_A), textwrap.dedent(JOIN_B)):
-        assert 'b.py:4: error: Partial on "tp" (XS: Tensor[P["tp"]]) added to a Replicate value' in out, out
+        assert 'b.py:4: error: Partial on "tp" (XS[k]: Tensor[P["tp"]]) added to a Replicate value' in out, out

@@ -170,3 +170,56 @@ def test_index_fix_pastes(tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text("\n".join(lines) + "\n")
     out = run_mypy(tmp_path, "main.py")
     assert out.startswith("Success"), "\n".join(lines) + "\n" + out
+
+
+OPERAND_SOURCE = textwrap.dedent('''\
+    import torch
+    import spmd
+    from spmd import Tensor, R, P, all_reduce
+
+
+    def subscripts(c: Tensor[P["tp"]], h: Tensor[P["tp"]], out: Tensor[P["tp"]], n: int) -> None:
+        c[0].exp()
+        h[:, :n].relu()
+        out[..., 1:].sigmoid()
+
+
+    def calls_with_arguments(mp: Tensor[P["tp"]], x: Tensor[P["tp"]], b: int, s: int) -> None:
+        y: Tensor[R["tp"]] = mp.to(torch.float32)
+        x.view(b, s, -1).exp()
+        x.sum(dim=-1, keepdim=True).sigmoid()
+
+
+    def list_items(xs: list[Tensor[P["tp"]]], r: Tensor[R["tp"]]) -> None:
+        torch.cat(xs + [r])
+''')
+
+# (the operand as written on the line, the fix the message offers for it, pasted in its place)
+_OPERAND_FIXES = [
+    ("c[0]", 'all_reduce(c[0], "tp", src=P, dst=R)'),
+    ("h[:, :n]", 'all_reduce(h[:, :n], "tp", src=P, dst=R)'),
+    ("out[..., 1:]", 'all_reduce(out[..., 1:], "tp", src=P, dst=R)'),
+    ("mp.to(torch.float32)", 'all_reduce(mp.to(torch.float32), "tp", src=P, dst=R)'),
+    ("x.view(b, s, -1)", 'all_reduce(x.view(b, s, -1), "tp", src=P, dst=R)'),
+    ("x.sum(dim=-1, keepdim=True)", 'all_reduce(x.sum(dim=-1, keepdim=True), "tp", src=P, dst=R)'),
+    ("xs", '[all_reduce(t, "tp", src=P, dst=R) for t in xs]'),
+]
+
+
+def test_operand_fixes_paste(tmp_path: Path) -> None:
+    """A fix quoting a subscript or a call with arguments pastes as offered: operands print as
+    written (plugin texts.expr_text; they printed c[...] and mp.to(...), which pasted are
+    the whole tensor and a call with Ellipsis), and a list operand of cat is reduced item by
+    item (it offered all_reduce(xs, ...) on the list, which takes one tensor)."""
+    write_config(tmp_path)
+    (tmp_path / "main.py").write_text(OPERAND_SOURCE)
+    errors = _errors(run_mypy(tmp_path, "main.py"))
+    lines = OPERAND_SOURCE.splitlines()
+    assert len(errors) == len(_OPERAND_FIXES), errors
+    for (line, msg), (operand, fix) in zip(errors, _OPERAND_FIXES):
+        assert fix in msg, msg
+        assert operand in lines[line - 1], (operand, lines[line - 1])
+        lines[line - 1] = lines[line - 1].replace(operand, fix, 1)
+    (tmp_path / "main.py").write_text("\n".join(lines) + "\n")
+    out = run_mypy(tmp_path, "main.py")
+    assert out.startswith("Success"), "\n".join(lines) + "\n" + out
