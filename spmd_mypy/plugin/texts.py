@@ -21,7 +21,7 @@ budget ends the walk into arguments that cannot fit.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 from mypy.nodes import (
     ARG_NAMED,
@@ -99,43 +99,68 @@ def expr_text(e: Expression | None) -> str:
     the parentheses where a call or parenthesis already surrounds it)."""
     if e is None:
         return "x"
+    if type(e) is _NameExpr:  # the common operand: a name
+        return cast(NameExpr, e).name.rstrip("'")
     if _prec(e) < _UNARY:
         return "(" + _text(e, TEXT_LIMIT - 2) + ")"
     return _text(e, TEXT_LIMIT)
 
 
+# Exact node classes as C statics (a ``Final`` module attribute): ``type(e) is _C`` is a
+# pointer comparison, where ``isinstance`` on mypy's classes walks an MRO from this separately
+# compiled module (the static checker names every operand of every typed call: rewrite.py)
+_NameExpr: Final = NameExpr
+_MemberExpr: Final = MemberExpr
+_CallExpr: Final = CallExpr
+_IndexExpr: Final = IndexExpr
+_OpExpr: Final = OpExpr
+_UnaryExpr: Final = UnaryExpr
+_ComparisonExpr: Final = ComparisonExpr
+_ConditionalExpr: Final = ConditionalExpr
+_LambdaExpr: Final = LambdaExpr
+_StrExpr: Final = StrExpr
+_IntExpr: Final = IntExpr
+
+
 def _prec(e: Expression) -> int:
-    if isinstance(e, OpExpr):
-        return _BINARY.get(e.op, _ATOM)
-    if isinstance(e, UnaryExpr):
-        return _NOT if e.op == "not" else _UNARY
-    if isinstance(e, ComparisonExpr):
-        return _CMP
-    if isinstance(e, ConditionalExpr):
-        return _COND
-    if isinstance(e, LambdaExpr):
-        return _LAMBDA
-    if isinstance(e, (CallExpr, IndexExpr, MemberExpr)):
+    cls = type(e)
+    if cls is _NameExpr or cls is _StrExpr or cls is _IntExpr:
+        return _ATOM
+    if cls is _CallExpr or cls is _MemberExpr or cls is _IndexExpr:
         return _PRIMARY
+    if cls is _OpExpr:
+        return _BINARY.get(cast(OpExpr, e).op, _ATOM)
+    if cls is _UnaryExpr:
+        return _NOT if cast(UnaryExpr, e).op == "not" else _UNARY
+    if cls is _ComparisonExpr:
+        return _CMP
+    if cls is _ConditionalExpr:
+        return _COND
+    if cls is _LambdaExpr:
+        return _LAMBDA
     return _ATOM
 
 
 def _sub(e: Expression, least: int, budget: int) -> str:
     """``e``'s text where the context binds at ``least``: parenthesized when ``e`` binds
     looser."""
-    text = _text(e, budget - 2 if _prec(e) < least else budget)
-    return f"({text})" if _prec(e) < least else text
+    if type(e) is _NameExpr:  # the common operand: a name
+        return cast(NameExpr, e).name.rstrip("'")
+    if _prec(e) < least:
+        return "(" + _text(e, budget - 2) + ")"
+    return _text(e, budget)
 
 
 def _text(e: Expression, budget: int) -> str:
     """``e``'s text, its arguments and indices cut where the text would pass ``budget``."""
-    if isinstance(e, NameExpr):
-        return e.name.rstrip("'")  # a redefinition renamed h' (rewrite.rename_redefinitions)
-    if isinstance(e, MemberExpr):
-        base = _sub(e.expr, _PRIMARY, budget - len(e.name) - 1)
-        return f"{base}.{e.name}"
-    if isinstance(e, CallExpr):
-        return _call(e, budget)
+    cls = type(e)
+    if cls is _NameExpr:
+        return cast(NameExpr, e).name.rstrip("'")  # a redefinition renamed h' (rewrite)
+    if cls is _MemberExpr:
+        m = cast(MemberExpr, e)
+        return _sub(m.expr, _PRIMARY, budget - len(m.name) - 1) + "." + m.name
+    if cls is _CallExpr:
+        return _call(cast(CallExpr, e), budget)
     if isinstance(e, IndexExpr):
         base = _sub(e.base, _PRIMARY, budget)
         room = budget - len(base) - 2
