@@ -1487,11 +1487,11 @@ def _bindings_in_stmts(stmts: list[Statement], out: set[str], all_forms: bool,
             w = cast(WithStmt, st)
             for e in w.expr:
                 _bindings_in(e, out, walrus)
-            for t in w.target:
-                if t is not None:
-                    _bindings_in(t, out, walrus)
+            for target in w.target:
+                if target is not None:
+                    _bindings_in(target, out, walrus)
                     if all_forms:
-                        out.update(_target_names(t))
+                        out.update(_target_names(target))
             _bindings_in_stmts(w.body.body, out, all_forms, walrus)
         elif cls is _TryStmt:
             t = cast(TryStmt, st)
