@@ -348,10 +348,17 @@ INDEX_FORMALS_BY_OP: dict[str, frozenset[str]] = {
 # never carries a gradient whatever their operands: ``counts = torch.bincount(idx)`` then
 # ``all_reduce(counts.max(), ..., op="max")`` needs no detach (read by the plugin's
 # rewrite.is_gradient_free; the check mode reads requires_grad).
-INTEGER_RESULTS = frozenset("""argmax argmin argsort argwhere nonzero bincount histc one_hot
+# ``bincount`` with ``weights`` (keyword or second positional) is a float sum of the
+# weights, carrying their gradient: an integer only without them (WEIGHTED_RESULTS).
+INTEGER_RESULTS = frozenset("""argmax argmin argsort argwhere nonzero bincount one_hot
 searchsorted bucketize count_nonzero eq ne lt le gt ge isnan isinf isfinite isclose isin
 logical_and logical_or logical_xor logical_not long int short bool byte randint randperm
 multinomial""".split())
+# Ops of INTEGER_RESULTS that are float with a weights argument: (its formal, its position).
+WEIGHTED_RESULTS: dict[str, tuple[str, int]] = {"bincount": ("weights", 1)}
+# Float results without a gradient (``torch.histc`` is a float histogram, never
+# differentiated): gradient-free, not integer values.
+GRADIENT_FREE_RESULTS = INTEGER_RESULTS | frozenset({"histc"})
 # Integer and bool dtypes (``torch.long``, ``torch.int64``, ...): a cast to one (``x.to(torch.long)``,
 # ``torch.zeros(n, dtype=torch.bool)``) is an integer value, which never carries a gradient:
 # at a boundary its R and I agree (collectives.check_argument's gradient_free; the check mode

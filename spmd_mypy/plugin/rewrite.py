@@ -49,7 +49,8 @@ from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
 from ..engine import collectives as coll
-from ..engine.ops import (FACTORIES, INTEGER_DTYPES, INTEGER_KEEPING, INTEGER_RESULTS, REDUCTIONS,
+from ..engine.ops import (FACTORIES, GRADIENT_FREE_RESULTS, INTEGER_DTYPES, INTEGER_KEEPING,
+                          INTEGER_RESULTS, WEIGHTED_RESULTS, REDUCTIONS,
                           WITH_INDICES)
 from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
@@ -106,6 +107,9 @@ from mypy.nodes import (
     AwaitExpr,
     YieldExpr,
     YieldFromExpr,
+    DelStmt,
+    GlobalDecl,
+    NonlocalDecl,
 )
 from mypy.patterns import (
     AsPattern,
@@ -868,6 +872,18 @@ class _Walker:
         self._defined.pop()
         assigns = self._assigns.pop()
         int_assigns = self._int_assigns.pop()
+        # the bindings the walk does not read (a walrus, a comprehension target, a nonlocal
+        # rebinding, ...): never gradient-free, never integer, never a module-level number
+        # (a walrus of the function itself is assigned its value)
+        hidden: set[str] = set()
+        walrus: list[tuple[str, Expression]] = []
+        _bindings_in_stmts(st.body.body, hidden, False, walrus)
+        for n in hidden:
+            assigns.setdefault(n, []).append(_OPAQUE)
+            int_assigns.setdefault(n, []).append(_OPAQUE)
+        for n, value in walrus:
+            assigns.setdefault(n, []).append(value)
+            int_assigns.setdefault(n, []).append(value)
         # a module-level number the function does not assign is read as the literal
         numbers = {n for n in self.module_numbers if n not in assigns}
         ints = {n for n in self.module_ints if n not in assigns}
@@ -959,8 +975,8 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
             return False
         if name == "detach" and callee_cls is _MemberExpr:
             return True
-        if name in INTEGER_RESULTS:
-            return True
+        if name in GRADIENT_FREE_RESULTS:
+            return not _weighted(call, name)
         if name in FACTORIES and name not in _SHARING_FACTORIES:
             # ``torch.full_like(am, 16)``: a new tensor, unless asked for a gradient
             return not any(n == "requires_grad" and not (type(a) is _NameExpr and cast(
@@ -986,6 +1002,24 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         if name not in _ONE_TENSOR_METHODS and not all(_is_literal(a) for a in call.args):
             return False  # d.mul(w), d.add(w): w may carry a gradient
         e = cast(MemberExpr, callee).expr
+
+
+def _weighted(call: CallExpr, name: str) -> bool:
+    """``torch.bincount(ids, weights=w)``, ``ids.bincount(w)``: an op of engine WEIGHTED_RESULTS
+    given its weights, whose result is float and carries their gradient.  A receiver other
+    than ``torch`` is the first operand, so the weights are one place earlier."""
+    if name not in WEIGHTED_RESULTS:
+        return False
+    formal, position = WEIGHTED_RESULTS[name]
+    callee = call.callee
+    if type(callee) is _MemberExpr and not (type(cast(MemberExpr, callee).expr) is _NameExpr
+                                            and cast(NameExpr, cast(MemberExpr, callee).expr).name == "torch"):
+        position -= 1
+    positional = [a for n, a in zip(call.arg_names, call.args) if n is None]
+    if len(positional) > position or formal in call.arg_names:
+        return True
+    # ``**kwargs`` or ``*args`` may hold them
+    return any(k != ARG_POS and n is None for n, k in zip(call.arg_names, call.arg_kinds))
 
 
 def _asks_for_gradient(e: Expression) -> bool:
@@ -1155,7 +1189,7 @@ def is_integer_valued(e: Expression | None, names: Container[str] = ()) -> bool:
         if dtypes:  # x.to(torch.long), torch.zeros(n, dtype=torch.bool), x.type(torch.int32)
             return all(_is_integer_dtype(a) for a in dtypes)
         if name in INTEGER_RESULTS:
-            return True
+            return not _weighted(call, name)
         if name == "where" and len(call.args) == 3 and call.arg_names[1:] == [None, None]:
             if not is_integer_valued(call.args[1], names):
                 return False
@@ -1234,7 +1268,10 @@ def module_numbers(file: MypyFile) -> tuple[frozenset[str], frozenset[str]]:
     ``EPS: Final = 1e-6``, ``HALF = VOCAB // 2``), and the int ones among them: a scalar
     operand named so is the literal it holds (gradient-free; an int is an integer value)."""
     values: dict[str, list[Expression]] = {}
+    # bound otherwise (a ``for`` target, an import, a walrus, a name a function declares
+    # ``global``, a comprehension target or lambda parameter read at module level): no number
     other: set[str] = set()
+    _global_names(file.defs, other)
     for d in file.defs:
         cls = type(d)
         if cls is _AssignmentStmt:
@@ -1243,11 +1280,17 @@ def module_numbers(file: MypyFile) -> tuple[frozenset[str], frozenset[str]]:
                 if type(lv) is _NameExpr:
                     values.setdefault(cast(NameExpr, lv).name, []).append(st.rvalue)
                 else:
-                    other.update(_names_in(lv))
+                    other.update(_target_names(lv))
+                    _bindings_in(lv, other)
+            _bindings_in(st.rvalue, other)
         elif cls is _FuncDef or cls is _ClassDef:
             other.add(cast("FuncDef | ClassDef", d).name)
         elif cls is _Decorator:
             other.add(cast(Decorator, d).func.name)
+        elif cls is _OverloadedFuncDef:
+            other.add(cast(OverloadedFuncDef, d).name)
+        else:
+            _bindings_in_stmts([d], other, True)
     numbers: set[str] = set()
     ints: set[str] = set()
     while True:
@@ -1306,6 +1349,244 @@ def _gradient_free_names(assigns: dict[str, list[Expression]],
         if not found:
             return names
         names |= found
+
+
+def _bindings_in(e: Expression | None, out: set[str],
+                 walrus: list[tuple[str, Expression]] | None = None) -> None:
+    """The names expression ``e`` binds anywhere in it: walrus targets (``(t := x * 2)``),
+    comprehension and generator targets (``[i * N for N in ns]``), lambda parameters and
+    what the lambda's body binds (each a binding the statement walk does not read).
+    ``walrus``: where the walrus targets of the scope itself go with their values (those in a
+    lambda go to ``out``)."""
+    cls = type(e)
+    if e is None or cls is _NameExpr or cls is _IntExpr or cls is _StrExpr or cls is _FloatExpr:
+        return
+    if cls is _AssignmentExpr:
+        a = cast(AssignmentExpr, e)
+        if walrus is not None:
+            walrus.append((a.target.name, a.value))
+        else:
+            out.add(a.target.name)
+        _bindings_in(a.value, out, walrus)
+    elif cls is _CallExpr:
+        call = cast(CallExpr, e)
+        _bindings_in(call.callee, out, walrus)
+        for arg in call.args:
+            _bindings_in(arg, out, walrus)
+    elif cls is _MemberExpr:
+        _bindings_in(cast(MemberExpr, e).expr, out, walrus)
+    elif cls is _OpExpr:
+        _bindings_in(cast(OpExpr, e).left, out, walrus)
+        _bindings_in(cast(OpExpr, e).right, out, walrus)
+    elif cls is _IndexExpr:
+        _bindings_in(cast(IndexExpr, e).base, out, walrus)
+        _bindings_in(cast(IndexExpr, e).index, out, walrus)
+    elif cls is _TupleExpr or cls is _ListExpr or cls is _SetExpr:
+        for item in cast("TupleExpr | ListExpr | SetExpr", e).items:
+            _bindings_in(item, out, walrus)
+    elif cls is _UnaryExpr or cls is _StarExpr:
+        _bindings_in(cast("UnaryExpr | StarExpr", e).expr, out, walrus)
+    elif cls is _ComparisonExpr:
+        for operand in cast(ComparisonExpr, e).operands:
+            _bindings_in(operand, out, walrus)
+    elif cls is _ConditionalExpr:
+        ce = cast(ConditionalExpr, e)
+        _bindings_in(ce.cond, out, walrus)
+        _bindings_in(ce.if_expr, out, walrus)
+        _bindings_in(ce.else_expr, out, walrus)
+    elif cls is _DictExpr:
+        for k, v in cast(DictExpr, e).items:
+            _bindings_in(k, out, walrus)
+            _bindings_in(v, out, walrus)
+    elif cls is _YieldExpr or cls is _YieldFromExpr or cls is _AwaitExpr:
+        _bindings_in(cast("YieldExpr | YieldFromExpr | AwaitExpr", e).expr, out, walrus)
+    elif cls is _LambdaExpr:
+        lam = cast(LambdaExpr, e)
+        out.update(arg.variable.name for arg in lam.arguments)
+        _bindings_in_stmts(lam.body.body, out, True)
+    elif cls is _ListComprehension or cls is _SetComprehension:
+        _bindings_in(cast("ListComprehension | SetComprehension", e).generator, out, walrus)
+    elif cls is _GeneratorExpr or cls is _DictionaryComprehension:
+        g = cast("GeneratorExpr | DictionaryComprehension", e)
+        if cls is _GeneratorExpr:
+            _bindings_in(cast(GeneratorExpr, e).left_expr, out, walrus)
+        else:
+            _bindings_in(cast(DictionaryComprehension, e).key, out, walrus)
+            _bindings_in(cast(DictionaryComprehension, e).value, out, walrus)
+        for index in g.indices:
+            out.update(_target_names(index))
+        for seq in g.sequences:
+            _bindings_in(seq, out, walrus)
+        for conds in g.condlists:
+            for c in conds:
+                _bindings_in(c, out, walrus)
+
+
+def _target_names(e: Expression) -> list[str]:
+    """The names an assignment target binds (``a``, ``a, *b``, ``[a, (b, c)]``)."""
+    cls = type(e)
+    if cls is _StarExpr:
+        return _target_names(cast(StarExpr, e).expr)
+    if cls is _TupleExpr or cls is _ListExpr:
+        return [n for i in cast("TupleExpr | ListExpr", e).items for n in _target_names(i)]
+    return _names_in(e)
+
+
+def _bindings_in_stmts(stmts: list[Statement], out: set[str], all_forms: bool,
+                       walrus: list[tuple[str, Expression]] | None = None) -> None:
+    """The names statements ``stmts`` (a function's body) bind in ways the walk's per-function
+    assignments do not read: walrus, comprehension and lambda targets (:func:`_bindings_in`),
+    ``except ... as``, imports, ``del``, ``global`` / ``nonlocal`` declarations, the names of
+    nested functions and classes, and every name a nested function or class binds (a
+    ``nonlocal`` rebinding there, or a nested local of the same name: the walk's entries span
+    the whole enclosing function).  ``all_forms``: also assignment, ``for``, ``with`` and
+    ``match`` targets (inside a nested scope).  ``walrus``: as :func:`_bindings_in`."""
+    for st in stmts:
+        cls = type(st)
+        if cls is _AssignmentStmt:
+            a = cast(AssignmentStmt, st)
+            if all_forms:
+                for lv in a.lvalues:
+                    out.update(_target_names(lv))
+            for lv in a.lvalues:
+                _bindings_in(lv, out, walrus)
+            _bindings_in(a.rvalue, out, walrus)
+        elif cls is _OperatorAssignmentStmt:
+            op = cast(OperatorAssignmentStmt, st)
+            if all_forms:
+                out.update(_target_names(op.lvalue))
+            _bindings_in(op.rvalue, out, walrus)
+        elif cls is _ExpressionStmt or cls is _ReturnStmt:
+            _bindings_in(cast("ExpressionStmt | ReturnStmt", st).expr, out, walrus)
+        elif cls is _AssertStmt:
+            _bindings_in(cast(AssertStmt, st).expr, out, walrus)
+            _bindings_in(cast(AssertStmt, st).msg, out, walrus)
+        elif cls is _RaiseStmt:
+            _bindings_in(cast(RaiseStmt, st).expr, out, walrus)
+            _bindings_in(cast(RaiseStmt, st).from_expr, out, walrus)
+        elif cls is _IfStmt:
+            ifs = cast(IfStmt, st)
+            for e in ifs.expr:
+                _bindings_in(e, out, walrus)
+            for b in ifs.body:
+                _bindings_in_stmts(b.body, out, all_forms, walrus)
+            if ifs.else_body is not None:
+                _bindings_in_stmts(ifs.else_body.body, out, all_forms, walrus)
+        elif cls is _ForStmt or cls is _WhileStmt:
+            loop = cast("ForStmt | WhileStmt", st)
+            if cls is _ForStmt:
+                index = cast(ForStmt, st).index
+                _bindings_in(index, out, walrus)
+                if all_forms:
+                    out.update(_target_names(index))
+            _bindings_in(loop.expr, out, walrus)
+            _bindings_in_stmts(loop.body.body, out, all_forms, walrus)
+            if loop.else_body is not None:
+                _bindings_in_stmts(loop.else_body.body, out, all_forms, walrus)
+        elif cls is _WithStmt:
+            w = cast(WithStmt, st)
+            for e in w.expr:
+                _bindings_in(e, out, walrus)
+            for target in w.target:
+                if target is not None:
+                    _bindings_in(target, out, walrus)
+                    if all_forms:
+                        out.update(_target_names(target))
+            _bindings_in_stmts(w.body.body, out, all_forms, walrus)
+        elif cls is _TryStmt:
+            t = cast(TryStmt, st)
+            _bindings_in_stmts(t.body.body, out, all_forms, walrus)
+            for var in t.vars:
+                if var is not None:
+                    out.add(var.name)
+            for typ in t.types:
+                _bindings_in(typ, out, walrus)
+            for h in t.handlers:
+                _bindings_in_stmts(h.body, out, all_forms, walrus)
+            for extra in (t.else_body, t.finally_body):
+                if extra is not None:
+                    _bindings_in_stmts(extra.body, out, all_forms, walrus)
+        elif cls is _MatchStmt:
+            m = cast(MatchStmt, st)
+            _bindings_in(m.subject, out, walrus)
+            for p, g, b in zip(m.patterns, m.guards, m.bodies):
+                if all_forms:
+                    out.update(n.name for n in pattern_captures(p))
+                _bindings_in(g, out, walrus)
+                _bindings_in_stmts(b.body, out, all_forms, walrus)
+        elif cls is _Block:
+            _bindings_in_stmts(cast(Block, st).body, out, all_forms, walrus)
+        elif cls is _FuncDef or cls is _Decorator or cls is _OverloadedFuncDef:
+            funcs = ([cast(FuncDef, st)] if cls is _FuncDef else [cast(Decorator, st).func]
+                     if cls is _Decorator else [cast(FuncDef, i) if type(i) is _FuncDef
+                                                else cast(Decorator, i).func
+                                                for i in cast(OverloadedFuncDef, st).items])
+            if cls is _Decorator:
+                for dec in cast(Decorator, st).original_decorators:
+                    _bindings_in(dec, out)
+            for f in funcs:
+                out.add(f.name)
+                out.update(arg.variable.name for arg in f.arguments)
+                for arg in f.arguments:
+                    _bindings_in(arg.initializer, out)
+                _bindings_in_stmts(f.body.body, out, True)
+        elif cls is _ClassDef:
+            c = cast(ClassDef, st)
+            out.add(c.name)
+            _bindings_in_stmts(c.defs.body, out, True)
+        elif cls is Import:
+            for mod, alias in cast(Import, st).ids:
+                out.add(alias if alias is not None else mod.split(".")[0])
+        elif cls is ImportFrom:
+            for name, alias in cast(ImportFrom, st).names:
+                out.add(alias if alias is not None else name)
+        elif cls is DelStmt:
+            out.update(_target_names(cast(DelStmt, st).expr))
+        elif cls is GlobalDecl or cls is NonlocalDecl:
+            out.update(cast("GlobalDecl | NonlocalDecl", st).names)
+
+
+def _global_names(stmts: list[Statement], out: set[str]) -> None:
+    """The names declared ``global`` anywhere in the functions of ``stmts`` (a module's)."""
+    for st in stmts:
+        cls = type(st)
+        if cls is GlobalDecl:
+            out.update(cast(GlobalDecl, st).names)
+        elif cls is _FuncDef:
+            _global_names(cast(FuncDef, st).body.body, out)
+        elif cls is _Decorator:
+            _global_names(cast(Decorator, st).func.body.body, out)
+        elif cls is _OverloadedFuncDef:
+            for i in cast(OverloadedFuncDef, st).items:
+                _global_names([i], out)
+        elif cls is _ClassDef:
+            _global_names(cast(ClassDef, st).defs.body, out)
+        elif cls is _IfStmt:
+            for b in cast(IfStmt, st).body:
+                _global_names(b.body, out)
+            eb = cast(IfStmt, st).else_body
+            if eb is not None:
+                _global_names(eb.body, out)
+        elif cls is _ForStmt or cls is _WhileStmt:
+            loop = cast("ForStmt | WhileStmt", st)
+            _global_names(loop.body.body, out)
+            if loop.else_body is not None:
+                _global_names(loop.else_body.body, out)
+        elif cls is _WithStmt:
+            _global_names(cast(WithStmt, st).body.body, out)
+        elif cls is _TryStmt:
+            t = cast(TryStmt, st)
+            _global_names(t.body.body, out)
+            for h in t.handlers:
+                _global_names(h.body, out)
+            for extra in (t.else_body, t.finally_body):
+                if extra is not None:
+                    _global_names(extra.body, out)
+        elif cls is _Block:
+            _global_names(cast(Block, st).body, out)
+        elif cls is _MatchStmt:
+            for b in cast(MatchStmt, st).bodies:
+                _global_names(b.body, out)
 
 
 def _names_in(e: Expression) -> list[str]:
