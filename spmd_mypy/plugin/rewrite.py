@@ -43,7 +43,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Container, Final, Optional, cast
+from typing import Container, Final, Optional, TypeVar, cast
 
 from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
@@ -199,6 +199,11 @@ _AwaitExpr: Final = AwaitExpr
 def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
+
+# A function's record for the integer reading (GradRegions.integer_pending): its lines, its
+# locals' assigned values, the module-level ints it does not assign
+_IntRecord = tuple[int, int, dict[str, list[Expression]], set[str]]
+_E = TypeVar("_E")  # an entry of a walk's per-definition lists (_outside)
 
 # Which of a function's assignment records a binding goes to (_Walker._bind): the gradient-free
 # reading's, the integer reading's, or both
@@ -477,6 +482,11 @@ class GradRegions:
     detached_names: list[tuple[int, int, str]] = field(default_factory=list)  # (function lines, name)
     # the locals only ever assigned integer or bool values (is_integer_valued), as detached_names
     integer_names: list[tuple[int, int, str]] = field(default_factory=list)
+    # what integer_names is read from, per function, until the first question: its
+    # assignments as the integer reading takes them, and the module-level ints it does not
+    # assign (:func:`_integer_names` runs only once an error asks: the plugin reads integer
+    # values only to relax a reported R/I mismatch)
+    integer_pending: list[_IntRecord] = field(default_factory=list)
     # the module-level names only ever assigned a number (``VOCAB = 32``, ``EPS: Final = 1e-6``):
     # gradient-free as the literal is (the int ones integer too), in a function that does not
     # assign the name itself (``shadowed``: (function lines, name) of those that do)
@@ -520,7 +530,7 @@ class _Walker:
         self.rewrite = rewrite
         self.no_grad: list[tuple[int, int]] = []
         self.detached: list[tuple[int, int, str]] = []
-        self.integers: list[tuple[int, int, str]] = []
+        self.integers: list[_IntRecord] = []  # read lazily: GradRegions.integer_pending
         self.shadowed: list[tuple[int, int, str]] = []
         # (the module-level number names, the int ones among them): module_numbers
         self.module_numbers, self.module_ints = module_numbers
@@ -572,12 +582,12 @@ class _Walker:
         self.rank_functions: list[FuncDef] = []
 
     def regions(self, detached: list[tuple[int, int, str]],
-                integers: list[tuple[int, int, str]] | None = None,
+                integers: list[_IntRecord] | None = None,
                 shadowed: list[tuple[int, int, str]] | None = None) -> GradRegions:
         """What the walk found, with the gradient-free locals ``detached`` (the integer ones
         ``integers``, the functions' locals named as a module-level number ``shadowed``)."""
         return GradRegions(ranges=self.no_grad, enabled=self.enabled, detached_names=detached,
-                           integer_names=self.integers if integers is None else integers,
+                           integer_pending=self.integers if integers is None else integers,
                            module_numbers=self.module_numbers, module_ints=self.module_ints,
                            shadowed=self.shadowed if shadowed is None else shadowed,
                            function_bodies=self.function_bodies,
@@ -890,8 +900,7 @@ class _Walker:
         self.shadowed.extend((lines[0], lines[1], n) for n in sorted(self.module_numbers - numbers))
         for name in sorted(_gradient_free_names(assigns, self.no_grad_functions, numbers) - numbers):
             self.detached.append((lines[0], lines[1], name))
-        for name in sorted(_integer_names(int_assigns, ints) - ints):
-            self.integers.append((lines[0], lines[1], name))
+        self.integers.append((lines[0], lines[1], int_assigns, ints))
 
     def _with(self, st: WithStmt) -> None:
         with_reads: list[Expression] = []
@@ -1247,6 +1256,14 @@ def is_integer_valued(e: Expression | None, names: Container[str] = ()) -> bool:
                                               for i in cast(TupleExpr, a).items))
                    or (type(a) is _NameExpr and cast(NameExpr, a).name == "None") for a in rest):
             return False
+
+
+def _resolve_integers(regions: GradRegions) -> None:
+    """Fill ``regions.integer_names`` from its pending records (the first question)."""
+    for a, b, assigns, ints in regions.integer_pending:
+        for name in sorted(_integer_names(assigns, ints) - ints):
+            regions.integer_names.append((a, b, name))
+    regions.integer_pending = []
 
 
 def _integer_names(assigns: dict[str, list[Expression]], ints: set[str]) -> set[str]:
@@ -1706,11 +1723,10 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     return regions
 
 
-def _outside(entries: list[tuple[int, int, str]], spans: list[tuple[int, int]]
-             ) -> list[tuple[int, int, str]]:
+def _outside(entries: list[_E], spans: list[tuple[int, int]]) -> list[_E]:
     """``entries`` without the slices ``spans`` (ascending, disjoint): a renamed
     definition's, which its second walk replaces."""
-    kept: list[tuple[int, int, str]] = []
+    kept: list[_E] = []
     start = 0
     for first, end in spans:
         kept.extend(entries[start:first])
@@ -1981,6 +1997,8 @@ class RegionIndex:
         regions = self.regions(tree)
         if regions is None:
             return False
+        if integer and regions.integer_pending:
+            _resolve_integers(regions)
         for a, b, n in (regions.integer_names if integer else regions.detached_names):
             if a <= line <= b and n == name:
                 return True
