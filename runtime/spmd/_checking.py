@@ -901,6 +901,8 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         if kind is Kind.GRAD:
             g = func(*args, **kwargs)
+            if isinstance(g, torch.Tensor):
+                _note_gradient(g)
             if (isinstance(g, torch.Tensor) and args and _BACKWARD_VERSIONS
                     and _ASSIGNED_GRADS.get(id(g)) is g
                     and _BACKWARD_VERSIONS.get(id(g), g._version) != g._version):
@@ -990,6 +992,8 @@ class _Mode(TorchFunctionMode):
             if isinstance(result, (tuple, list)):
                 for x, g in zip(ins, result):
                     t = _get(x) if isinstance(x, torch.Tensor) else None
+                    if isinstance(g, torch.Tensor):
+                        _note_gradient(g)
                     if t and isinstance(g, torch.Tensor):
                         _set(g, t.dual())
             return result
@@ -3441,6 +3445,27 @@ def _raw_group(group: Any) -> dict[str, Any]:
     return {}
 
 
+# Gradients read in the check mode (``x.grad``, ``torch.autograd.grad``'s results), by their
+# data pointer (a ``.detach()`` or ``.contiguous()`` of one shares it), with a weak reference:
+# a send of one is no error (engine ``check_send``'s ``gradient``, the plugin's ``.grad``).
+_GRADIENTS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
+
+
+def _note_gradient(g: torch.Tensor) -> None:
+    try:
+        _GRADIENTS[g.data_ptr()] = g
+    except (RuntimeError, TypeError):  # pragma: no cover - a tensor without storage
+        pass
+
+
+def _is_gradient(x: torch.Tensor) -> bool:
+    try:
+        g = _GRADIENTS.get(x.data_ptr())
+    except (RuntimeError, TypeError):  # pragma: no cover
+        return False
+    return g is not None and g.shape == x.shape
+
+
 def _check_send(name: str, args: tuple, kwargs: dict) -> None:
     """``dist.send(x, dst)``, ``dist.isend(x, dst)`` and the isends of
     ``batch_isend_irecv([dist.P2POp(dist.isend, x, peer), ...])``: a Partial ``x`` sends
@@ -3452,7 +3477,7 @@ def _check_send(name: str, args: tuple, kwargs: dict) -> None:
     if not isinstance(x, torch.Tensor) or torch.compiler.is_compiling():
         return
     st = _get(x)
-    if not st or check_send(name, Operand(st, "x")) is None:
+    if not st or check_send(name, Operand(st, "x"), gradient=_is_gradient(x)) is None:
         return
     f: Any = sys._getframe(1)
     while f is not None:  # up to the user's frame
