@@ -3239,11 +3239,18 @@ def _release(t: Any) -> list[Any]:
         held[5] = True
         del _DDP_PARAMS[key]
     del entry
+    gradient = False
+    for k in [k for k, g in list(_GRADIENTS.items()) if g is t]:
+        del _GRADIENTS[k]
+        gradient = True
+    held.append(gradient)
     return held
 
 
 def _retake(t: Any, held: list[Any]) -> None:
-    typ, assigned, owner, hooked, grads, ddp = held
+    typ, assigned, owner, hooked, grads, ddp, gradient = held
+    if gradient:
+        _note_gradient(t)
     if typ is not None:
         _set(t, typ)
     if assigned:
