@@ -901,6 +901,8 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         if kind is Kind.GRAD:
             g = func(*args, **kwargs)
+            if isinstance(g, torch.Tensor):
+                _note_gradient(g)
             if (isinstance(g, torch.Tensor) and args and _BACKWARD_VERSIONS
                     and _ASSIGNED_GRADS.get(id(g)) is g
                     and _BACKWARD_VERSIONS.get(id(g), g._version) != g._version):
@@ -990,6 +992,8 @@ class _Mode(TorchFunctionMode):
             if isinstance(result, (tuple, list)):
                 for x, g in zip(ins, result):
                     t = _get(x) if isinstance(x, torch.Tensor) else None
+                    if isinstance(g, torch.Tensor):
+                        _note_gradient(g)
                     if t and isinstance(g, torch.Tensor):
                         _set(g, t.dual())
             return result
@@ -3235,11 +3239,18 @@ def _release(t: Any) -> list[Any]:
         held[5] = True
         del _DDP_PARAMS[key]
     del entry
+    gradient = False
+    for k in [k for k, g in list(_GRADIENTS.items()) if g is t]:
+        del _GRADIENTS[k]
+        gradient = True
+    held.append(gradient)
     return held
 
 
 def _retake(t: Any, held: list[Any]) -> None:
-    typ, assigned, owner, hooked, grads, ddp = held
+    typ, assigned, owner, hooked, grads, ddp, gradient = held
+    if gradient:
+        _note_gradient(t)
     if typ is not None:
         _set(t, typ)
     if assigned:
@@ -3441,6 +3452,27 @@ def _raw_group(group: Any) -> dict[str, Any]:
     return {}
 
 
+# Gradients read in the check mode (``x.grad``, ``torch.autograd.grad``'s results), by their
+# data pointer (a ``.detach()`` or ``.contiguous()`` of one shares it), with a weak reference:
+# a send of one is no error (engine ``check_send``'s ``gradient``, the plugin's ``.grad``).
+_GRADIENTS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
+
+
+def _note_gradient(g: torch.Tensor) -> None:
+    try:
+        _GRADIENTS[g.data_ptr()] = g
+    except (RuntimeError, TypeError):  # pragma: no cover - a tensor without storage
+        pass
+
+
+def _is_gradient(x: torch.Tensor) -> bool:
+    try:
+        g = _GRADIENTS.get(x.data_ptr())
+    except (RuntimeError, TypeError):  # pragma: no cover
+        return False
+    return g is not None and g.shape == x.shape
+
+
 def _check_send(name: str, args: tuple, kwargs: dict) -> None:
     """``dist.send(x, dst)``, ``dist.isend(x, dst)`` and the isends of
     ``batch_isend_irecv([dist.P2POp(dist.isend, x, peer), ...])``: a Partial ``x`` sends
@@ -3452,7 +3484,7 @@ def _check_send(name: str, args: tuple, kwargs: dict) -> None:
     if not isinstance(x, torch.Tensor) or torch.compiler.is_compiling():
         return
     st = _get(x)
-    if not st or check_send(name, Operand(st, "x")) is None:
+    if not st or check_send(name, Operand(st, "x"), gradient=_is_gradient(x)) is None:
         return
     f: Any = sys._getframe(1)
     while f is not None:  # up to the user's frame

@@ -230,6 +230,10 @@ class IndexValue:
     op: str = ""
     source: str = ""
     source_type: SpmdType | None = None
+    # the op normalizing over a dim between ``source`` and the index op (``softmax`` of
+    # ``torch.multinomial(logits.softmax(-1), 1)``: source ``logits``), or "": each rank's
+    # softmax is over its own shard, so the fix gathers its input, then the softmax
+    normalized: str = ""
 
 
 def _max_fixup(m: str, source: str, ax: str, d: str) -> str:
@@ -258,10 +262,20 @@ def _index_fix(ix: IndexValue, src: LocalType, dst: LocalType, x: str,
     gather = f"all_gather({s}, {ax}, src={shard}, dst={d})"
 
     if ix.op in INDEX_OPS and ix.source:
-        text = (f"{head}{x} is an index ({ix.op} of this rank's shard of {s}): {not_fix}the "
-                f"{ix.op} over the whole; gather {s} before the {ix.op}: {gather} in place of {s} "
-                f"in the {ix.op}{where_d} (an index over the whole dim then: without the "
-                f"offset of this rank's shard)")
+        if ix.normalized:
+            n, s = ix.normalized, bare(s)
+            gather = f"all_gather({s}, {ax}, src={shard}, dst={d})"
+            text = (f"{head}{x} is an index ({ix.op} of the {n} of this rank's shard of {s}): "
+                    f"{not_fix}the {ix.op} over the whole, and the {n} of a shard is over that "
+                    f"shard alone (gathered, the shards' are not the {n} of the whole); "
+                    f"gather {s} before the {n}: the {ix.op} of the {n} of {gather}{where_d} "
+                    f"(an index over the whole dim then: without the offset of this rank's "
+                    f"shard)")
+        else:
+            text = (f"{head}{x} is an index ({ix.op} of this rank's shard of {s}): {not_fix}the "
+                    f"{ix.op} over the whole; gather {s} before the {ix.op}: {gather} in place of "
+                    f"{s} in the {ix.op}{where_d} (an index over the whole dim then: without the "
+                    f"offset of this rank's shard)")
         if ix.op == "multinomial":
             text += (f", drawn with a generator in the same state on every rank of {ax} (seeded "
                      f"the same)")

@@ -1956,7 +1956,7 @@ def send_call(fullname: str) -> str | None:
 _SEND_SUFFIXES = (".detach()", ".contiguous()", ".clone()", ".data")
 
 
-def check_send(call: str, x: Operand) -> SpmdError | None:
+def check_send(call: str, x: Operand, gradient: bool = False) -> SpmdError | None:
     """``dist.send(x, dst)``, ``dist.isend(x, dst)``, ``dist.P2POp(dist.isend, x, peer)``
     (``call`` a key of SENDS): the raw buffer goes to another rank, which declares what it
     receives; a Partial sends this rank's summand, not the value (a read, as ``x.item()``).
@@ -1966,9 +1966,16 @@ def check_send(call: str, x: Operand) -> SpmdError | None:
 
         out: P["tp"]   dist.send(out.detach(), 1)   error: all_reduce(out, "tp", src=P, dst=R) first
         out: I["tp"]   dist.send(out.detach(), 1)   fine
+        a: R["tp"]     dist.send(a.grad, 0)         fine: a gradient (``gradient``)
+
+    ``gradient``: the adapters know ``x`` is a gradient (``a.grad``, a ``torch.autograd.grad``
+    result, a value declared ``spmd.grad_type[...]``), sent back a stage in a pipeline's
+    backward: the gradient of an R activation is P by design and the receiver declares it so
+    (``spmd.grad_type[Act]``), continuing the sum in its ``backward``; reduced first, every
+    rank's share would be counted tp times.  Not an error.
     """
     t = x.type
-    if t is None:
+    if t is None or gradient:
         return None
     partial = [a for a, lt in t.axes if lt.kind is Kind.P]
     if not partial:

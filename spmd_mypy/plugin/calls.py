@@ -91,6 +91,7 @@ from mypy.types import (
     ProperType,
     CallableType,
     TupleType,
+    UnboundType,
     Type,
     TypeOfAny,
     TypeType,
@@ -229,6 +230,10 @@ def literal_strs(e: Expression | None, t: Type | None) -> list[str] | None:
         names = [literal_str(None, i) for i in p.items]
         return None if any(n is None for n in names) else names  # type: ignore[return-value]
     return None
+
+
+def _ref_fullname(e: Expression) -> str:
+    return e.fullname if isinstance(e, RefExpr) else ""
 
 
 def _entry_from_expression(e: Expression) -> Entry | None:
@@ -1706,13 +1711,52 @@ class CallTyper:
                 st = self.types.from_type(m)
                 if not st:
                     continue
-                err = check_send(call, Operand(st, expr_text(e)))
+                err = check_send(call, Operand(st, expr_text(e)),
+                                 gradient=self._is_gradient(ctx, e))
                 if err is not None:
                     self.report(ctx, [err])
                     break
             return ctx.default_return_type
 
         return hook
+
+    def _is_gradient(self, ctx: FunctionContext, e: Expression) -> bool:
+        """Whether the sent ``e`` is a gradient (engine ``check_send``'s ``gradient``):
+        ``a.grad``, an item of ``torch.autograd.grad(...)``, a call of ``spmd.declare(...,
+        spmd.grad_type[...])``, a parameter annotated ``spmd.grad_type[...]``, a local bound
+        once to one of these; under ``.detach()``, ``.contiguous()``, ``.clone()``."""
+        func = global_calls.current_function(ctx.api)
+        return self._gradient_in(func, e, 0)
+
+    def _gradient_in(self, func: FuncDef | None, e: Expression, depth: int) -> bool:
+        if depth > 4:
+            return False
+        while (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) and not e.args
+               and e.callee.name in ("detach", "contiguous", "clone")):
+            e = e.callee.expr
+        if isinstance(e, MemberExpr) and e.name == "grad":
+            return True
+        if isinstance(e, IndexExpr) and isinstance(e.base, CallExpr) and isinstance(
+                e.base.callee, RefExpr) and e.base.callee.fullname == "torch.autograd.grad":
+            return True
+        if isinstance(e, CallExpr) and isinstance(e.callee, RefExpr) and (
+                e.callee.fullname == "spmd.declare") and len(e.args) == 2:
+            t = e.args[1]
+            return (isinstance(t, (IndexExpr, CallExpr))
+                    and isinstance(t.base if isinstance(t, IndexExpr) else t.callee, RefExpr)
+                    and _ref_fullname(t.base if isinstance(t, IndexExpr) else t.callee)
+                    == "spmd.grad_type")
+        if isinstance(e, NameExpr) and e.kind == LDEF and func is not None:
+            for i, arg in enumerate(func.arguments):
+                if arg.variable is e.node:
+                    ut = func.unanalyzed_type
+                    if isinstance(ut, CallableType) and i < len(ut.arg_types):
+                        a = ut.arg_types[i]
+                        return isinstance(a, UnboundType) and a.name.split(".")[-1] == "grad_type"
+                    return False
+            v = global_calls.value_bound_once(func, e.name)
+            return v is not None and self._gradient_in(func, v, depth + 1)
+        return False
 
     def _untype_written(self, ctx: FunctionContext) -> None:
         """A raw collective in a custom Function's forward or backward writes its first

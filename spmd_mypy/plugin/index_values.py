@@ -45,6 +45,9 @@ _INTEGER_CASTS = frozenset("long int short byte bool".split())
 _KEEPS = frozenset("""squeeze unsqueeze view reshape flatten unflatten clone contiguous detach
 cpu cuda gather t transpose permute expand masked_fill clamp clamp_min clamp_max""".split())
 _MODULES = frozenset("torch F functional nn linalg special".split())
+# ops that normalize over a dim (each rank's shard by itself when that dim is sharded): the
+# fix gathers their input, not them (all_gather of logits.softmax(-1): each shard sums to 1)
+_NORMALIZING = frozenset("softmax log_softmax softmin normalize gumbel_softmax".split())
 
 
 def index_value(e: Expression | None, func: FuncDef | None, type_of: TypeOf,
@@ -84,7 +87,35 @@ def _input(call: CallExpr, type_of: TypeOf) -> Expression | None:
     return call.args[0] if call.args and call.arg_names[0] is None else None
 
 
-def _pair_indices(value: Expression, type_of: TypeOf, text: TextOf) -> coll.IndexValue | None:
+def _before_normalizing(src: Expression, line: int,
+                        assigned: dict[SymbolNode, list[tuple[int, Expression, int]]],
+                        type_of: TypeOf) -> tuple[Expression, str]:
+    """The input of the softmax (any op of :data:`_NORMALIZING`) ``src`` is, directly or
+    through a name assigned one (``probs = logits.softmax(-1)``), repeatedly; else ``src``:
+    what the index fix gathers (``logits``: gathered, then the softmax over the whole), and
+    the outermost normalizing op's name ("" when none)."""
+    name = ""
+    for _ in range(6):
+        e = src
+        if isinstance(e, NameExpr) and e.node is not None:
+            defs = [d for d in assigned.get(e.node, []) if d[0] <= line and d[2] < 0]
+            if not defs:
+                return src, name
+            line, e = defs[-1][0], defs[-1][1]
+        if not (isinstance(e, CallExpr) and isinstance(e.callee, (MemberExpr, NameExpr))
+                and e.callee.name in _NORMALIZING):
+            return src, name
+        inner = _input(e, type_of)
+        if inner is None:
+            return src, name
+        name = name or e.callee.name
+        src = inner
+    return src, name
+
+
+def _pair_indices(value: Expression, type_of: TypeOf, text: TextOf,
+                  assigned: dict[SymbolNode, list[tuple[int, Expression, int]]] | None = None
+                  ) -> coll.IndexValue | None:
     """The indices of ``value``'s (values, indices) pair: ``x.topk(k)``, ``x.max(dim=-1)``."""
     if not isinstance(value, CallExpr):
         return None
@@ -99,7 +130,8 @@ def _pair_indices(value: Expression, type_of: TypeOf, text: TextOf) -> coll.Inde
     src = _input(value, type_of)
     if src is None:
         return coll.IndexValue(name)
-    return coll.IndexValue(name, text(src), type_of(src))
+    src, norm = _before_normalizing(src, value.line, assigned or {}, type_of)
+    return coll.IndexValue(name, text(src), type_of(src), norm)
 
 
 def _walk(e: Expression, line: int, assigned: dict[SymbolNode, list[tuple[int, Expression, int]]],
@@ -136,17 +168,17 @@ def _walk(e: Expression, line: int, assigned: dict[SymbolNode, list[tuple[int, E
             return None
         at, value, item = defs[-1]
         if item == 1:  # ``vals, idx = logits.max(dim=-1)``
-            return _pair_indices(value, type_of, text)
+            return _pair_indices(value, type_of, text, assigned)
         if item >= 0:
             return None
         return _walk(value, at, assigned, type_of, text, depth + 1)
     if isinstance(e, MemberExpr):
         if e.name == "indices":  # ``x.topk(k).indices``
-            return _pair_indices(e.expr, type_of, text)
+            return _pair_indices(e.expr, type_of, text, assigned)
         return None
     if isinstance(e, IndexExpr):
         if isinstance(e.index, IntExpr) and e.index.value == 1:  # ``x.topk(k)[1]``
-            pair = _pair_indices(e.base, type_of, text)
+            pair = _pair_indices(e.base, type_of, text, assigned)
             if pair is not None:
                 return pair
         return _walk(e.base, line, assigned, type_of, text, depth + 1)  # ``tok[:, None]``
@@ -157,7 +189,8 @@ def _walk(e: Expression, line: int, assigned: dict[SymbolNode, list[tuple[int, E
     if name in ("argmax", "argmin", "argsort", "multinomial"):
         if src is None:
             return coll.IndexValue(name)
-        return coll.IndexValue(name, text(src), type_of(src))
+        src, norm = _before_normalizing(src, line, assigned, type_of)
+        return coll.IndexValue(name, text(src), type_of(src), norm)
     if name in _COMPARES:
         if src is None:
             return coll.IndexValue(coll.COMPARE)

@@ -1260,6 +1260,19 @@ for _send, _lines in _SENDS.items():
     case(f"send-{_send}", _READ_TYPES, _ls, NL, collective=True,
          static_line=len(_ls) - 1 if len(_lines) == 2 else None,
          desc="a Partial sent to another stage: the receiver gets this rank's summand")
+# a pipeline's backward sends an R activation's gradient (P by design) back a stage, whose
+# receiver declares it spmd.grad_type[Act] (P) and continues the sum: no error (README:
+# Pipeline parallelism); the forward Partial beside it still is
+_GRAD_SEND = ('loss = spmd.reinterpret((a * w).sum(), "tp", src=V, dst=P)', "loss.backward()",
+              "assert a.grad is not None", "torch.distributed.send(a.grad.contiguous(), 1)",
+              "g = a.grad", "torch.distributed.isend(g.detach(), 1)", "out = a")
+case("send-gradient-of-R", {"a": "R", "w": "V"}, _GRAD_SEND, "R", collective=True,
+     make={"a": _LEAF, "w": _LEAF},
+     desc="the gradient of an R activation sent back a stage: Partial, as its receiver declares")
+case("send-gradient-of-R-then-forward-partial", {"a": "R", "w": "V"},
+     _GRAD_SEND + ('p = spmd.reinterpret(a * w, "tp", src=V, dst=P)',
+                   "torch.distributed.send(p.detach().contiguous(), 1)"), NL, collective=True,
+     make={"a": _LEAF, "w": _LEAF}, desc="a forward Partial is still sent as its summand")
 
 
 # --------------------------------------------------------------------------------------
