@@ -90,7 +90,7 @@ def test_dmypy_inherited_forward_edited_in_another_module(project: Path, daemon:
     checks_clean(daemon, files)
     edit(project / "base.py", ROW_RETURNS_P)  # the result only: f's return
     out = checks_like_plain(project, daemon, files)
-    assert "use.py:10: error: the return value m(...) of f is" in out, out
+    assert "use.py:10: error: the return value m(x) of f is" in out, out
 
 
 FUNCTION = '''\
@@ -212,7 +212,7 @@ def test_dmypy_sequential_and_module_list_builders_edited_in_another_module(
     checks_clean(daemon, files)
     edit(project / "layers.py", LAYERS_COL_RETURNS_I)  # Col's result: the chain's result
     out = checks_like_plain(project, daemon, files)
-    assert "model.py:14: error: the return value self.seq(...) of forward is" in out, out
+    assert "model.py:14: error: the return value self.seq(x) of forward is" in out, out
     edit(project / "layers.py", LAYERS)
     checks_clean(daemon, files)
     # the items are Keep: R where V is due (make_block is read as layers.make_block: a name
