@@ -63,6 +63,10 @@ from mypy.nodes import (
 )
 
 from .rewrite import _RAW_PREFIX  # an axis string in R["tp"], PS[...] the pre-pass marked
+# the exact node classes as C statics (rewrite.py): ``type(e) is _C`` is a pointer comparison,
+# where ``isinstance`` on mypy's classes walks an MRO from this separately compiled module
+from .rewrite import (_CallExpr, _ComparisonExpr, _ConditionalExpr, _IndexExpr, _IntExpr,
+                      _LambdaExpr, _MemberExpr, _NameExpr, _OpExpr, _StrExpr, _UnaryExpr)
 
 # An operand's text shows a call's arguments and a subscript's index while it stays within
 # this many characters.  Fix texts quote the operand up to four times (the V-to-R fix:
@@ -106,20 +110,6 @@ def expr_text(e: Expression | None) -> str:
     return _text(e, TEXT_LIMIT)
 
 
-# Exact node classes as C statics (a ``Final`` module attribute): ``type(e) is _C`` is a
-# pointer comparison, where ``isinstance`` on mypy's classes walks an MRO from this separately
-# compiled module (the static checker names every operand of every typed call: rewrite.py)
-_NameExpr: Final = NameExpr
-_MemberExpr: Final = MemberExpr
-_CallExpr: Final = CallExpr
-_IndexExpr: Final = IndexExpr
-_OpExpr: Final = OpExpr
-_UnaryExpr: Final = UnaryExpr
-_ComparisonExpr: Final = ComparisonExpr
-_ConditionalExpr: Final = ConditionalExpr
-_LambdaExpr: Final = LambdaExpr
-_StrExpr: Final = StrExpr
-_IntExpr: Final = IntExpr
 
 
 def _prec(e: Expression) -> int:
