@@ -125,7 +125,7 @@ from . import global_calls
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
-from .statements import nested_statements
+from .statements import assignments_by_name, nested_statements
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
@@ -2527,12 +2527,8 @@ def rank_max(e: Expression | None, func: FuncDef | None,
         return t is not None and any(lt.kind is Kind.V and lt.dim is None and lt.by_rank is None
                                      for _, lt in t.axes)
 
-    assigned: dict[SymbolNode, list[tuple[int, Expression]]] = {}
-    for st in nested_statements(func.body.body):
-        if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
-            lv = st.lvalues[0]
-            if isinstance(lv, NameExpr) and lv.node is not None:
-                assigned.setdefault(lv.node, []).append((st.line, st.rvalue))
+    assigned = {node: [(line, value) for line, value, k in defs if k < 0]
+                for node, defs in assignments_by_name(func).items()}
     seen: set[SymbolNode] = set()
     todo: list[tuple[Expression, int]] = [(e, e.line)]
     while todo and len(seen) < 16:

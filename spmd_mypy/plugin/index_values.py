@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from mypy.nodes import (
-    AssignmentStmt,
     CallExpr,
     ComparisonExpr,
     Expression,
@@ -23,14 +22,13 @@ from mypy.nodes import (
     NameExpr,
     OpExpr,
     SymbolNode,
-    TupleExpr,
     UnaryExpr,
 )
 
 from ..engine import collectives as coll
 from ..engine.ops import INTEGER_RESULTS, WITH_INDICES, cast_is_integral
 from ..engine.types import SpmdType
-from .statements import nested_statements
+from .statements import Assignments, assignments_by_name
 
 TypeOf = Callable[[Expression], Optional[SpmdType]]
 TextOf = Callable[[Expression], str]
@@ -58,17 +56,7 @@ def index_value(e: Expression | None, func: FuncDef | None, type_of: TypeOf,
     None for any other value (a count, a float)."""
     if e is None:
         return None
-    assigned: dict[SymbolNode, list[tuple[int, Expression, int]]] = {}
-    if func is not None:
-        for st in nested_statements(func.body.body):
-            if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
-                lv = st.lvalues[0]
-                if isinstance(lv, NameExpr) and lv.node is not None:
-                    assigned.setdefault(lv.node, []).append((st.line, st.rvalue, -1))
-                elif isinstance(lv, TupleExpr):
-                    for k, item in enumerate(lv.items):
-                        if isinstance(item, NameExpr) and item.node is not None:
-                            assigned.setdefault(item.node, []).append((st.line, st.rvalue, k))
+    assigned: Assignments = assignments_by_name(func) if func is not None else {}
     return _walk(e, e.line, assigned, type_of, text, 0)
 
 

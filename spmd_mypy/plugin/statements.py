@@ -14,7 +14,12 @@ whether to enter them.
 from __future__ import annotations
 
 from mypy.nodes import (
+    AssignmentStmt,
     Block,
+    Expression,
+    NameExpr,
+    SymbolNode,
+    TupleExpr,
     Decorator,
     ForStmt,
     FuncDef,
@@ -27,6 +32,9 @@ from mypy.nodes import (
     WhileStmt,
     WithStmt,
 )
+
+# a name's assignments in a function: (line, value, the item of a tuple target it takes, or -1)
+Assignments = dict[SymbolNode, list[tuple[int, Expression, int]]]
 
 
 def statement_blocks(st: Statement) -> list[list[Statement]]:
@@ -73,3 +81,20 @@ def functions_of(st: Statement) -> list[FuncDef]:
         return [i.func if isinstance(i, Decorator) else i for i in st.items
                 if isinstance(i, (FuncDef, Decorator))]
     return []
+
+
+def assignments_by_name(func: FuncDef) -> Assignments:
+    """The single-target assignments of ``func``'s body and its compound statements, by the
+    bound name's node, in source order: ``h = x.argmax(-1)`` as (line, value, -1), and each
+    name of a tuple target, ``vals, idx = x.max(-1)``, as (line, value, its position)."""
+    assigned: Assignments = {}
+    for st in nested_statements(func.body.body):
+        if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
+            lv = st.lvalues[0]
+            if isinstance(lv, NameExpr) and lv.node is not None:
+                assigned.setdefault(lv.node, []).append((st.line, st.rvalue, -1))
+            elif isinstance(lv, TupleExpr):
+                for k, item in enumerate(lv.items):
+                    if isinstance(item, NameExpr) and item.node is not None:
+                        assigned.setdefault(item.node, []).append((st.line, st.rvalue, k))
+    return assigned
