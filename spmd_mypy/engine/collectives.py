@@ -1530,3 +1530,87 @@ def _uneven_fix(first: RankCall, calls: Sequence[RankCall]) -> str:
                 f"length of dim {free}, the same list on every rank)")
     return ("; for uneven blocks pass sizes= (the rows of dim 0 this rank sends to each rank "
             "of the axis; the rows it receives are exchanged, or given as out_sizes=)")
+
+
+# --------------------------------------------------------------------------------------
+# Collectives under a rank-dependent condition (spmd-divergent-collective): ``if
+# dist.get_rank() == 0: full = spmd.all_gather(w, "tp", ...)`` runs on rank 0 only; the other
+# ranks of "tp" never join, and the job hangs (or gloo aborts).  The plugin reads the source
+# (which axes a condition varies on, the rank queries it derives from: its rank_index); the
+# rule here decides from axes and texts alone.
+
+# torch.distributed collectives that take no typed tensor (or only lists / objects): the rule
+# covers them besides RAW_COLLECTIVES (point-to-point send/recv are rank-conditional by nature)
+DIVERGENCE_ONLY_COLLECTIVES = frozenset(
+    """barrier monitored_barrier gather scatter all_gather_object gather_object
+    broadcast_object_list scatter_object_list""".split()
+)
+# how the fix names a hoisted collective's result when the code does not name it
+_RESULT_NAMES = {"all_reduce": "reduced", "all_gather": "gathered", "reduce_scatter": "scattered",
+                 "all_to_all": "exchanged", "redistribute": "redistributed"}
+
+
+def hoist_name(op: str, bound: str | None) -> str:
+    """The name the fix binds a hoisted collective's result to: the code's own (``full =
+    spmd.all_gather(...)``), else one for the op (``gathered``)."""
+    return bound or _RESULT_NAMES.get(op, "out")
+
+
+def communicates(op: str, src: LocalType | None, dst: LocalType | None) -> bool:
+    """Whether the typed ``op`` (``src`` -> ``dst``) issues a collective forward: the four
+    collectives always, ``redistribute`` when its route is one of them (``R -> S(0)`` is a
+    local chunk), ``convert`` and ``reinterpret`` never."""
+    if op in COLLECTIVES:
+        return True
+    if op == "redistribute" and src is not None and dst is not None:
+        r = route(src, dst)
+        return r is not None and r[0] in COLLECTIVES
+    return False
+
+
+@dataclass(frozen=True)
+class RankCondition:
+    """A condition a collective runs under, as the plugin read it from the source.
+
+    ``axes``: the mesh axes its value differs on (every mesh axis for ``dist.get_rank()``);
+    ``written``: the condition as written in its statement (``if dist.get_rank() == 0:``,
+    ``if r != 0: return``, ``... if r == 0 else ...``); ``line``: its line; ``before``: the
+    line the fix puts after the hoisted collective (the statement it goes before, as written:
+    ``if dist.get_rank() == 0:``)."""
+
+    axes: tuple[str, ...]
+    written: str
+    line: int
+    before: str
+
+
+def divergent_collective_error(call: str, op: str, axes: Sequence[str],
+                               conditions: Sequence[RankCondition], *, over: str | None = None,
+                               result: str | None = None, returns: bool = True
+                               ) -> SpmdError | None:
+    """The collective ``call`` (``op``: its typed or raw name) over the mesh ``axes`` runs
+    under ``conditions`` (outermost first): an error when one of them differs between the
+    ranks of one of ``axes`` (the first such), None when each varies only on other axes (``if
+    pp_rank == last: all_reduce(loss, "tp", ...)``: every tp rank of that stage agrees).
+    ``over``: how the message names the ranks (default: the axes); ``result``: the name the
+    code binds the result to (None: the fix names it); ``returns``: whether the result is a
+    value to use (a barrier's or an in-place raw collective's is not)."""
+    for c in conditions:
+        shared = [a for a in axes if a in c.axes]
+        if not shared:
+            continue
+        where = over or f"over {axis_words(axes)}"
+        name = hoist_name(op, result)
+        hoisted = f"{name} = {call}" if returns and result != "" else call
+        use = (f", and use {name} in its place inside the branch"
+               if returns and result is None and c.before.find(f"{name} if ") != 0 else "")
+        return SpmdError(
+            "spmd-divergent-collective",
+            f"{call} ({where}) runs only on the ranks where {c.written} (line {c.line}) lets "
+            f"it run, and that condition differs between the ranks of {axis_words(shared)}: "
+            f"the other ranks never reach the collective, so they never join it and the job "
+            f"hangs (gloo aborts or the timeout fires). Run the collective on every rank "
+            f"before the branch and keep only the rank-dependent use inside it: `{hoisted}` "
+            f"then `{c.before}`{use}",
+        )
+    return None

@@ -30,6 +30,7 @@ CODES: dict[str, str] = {
     "spmd-no-grad": "a collective without a gradient on a tensor that carries one",
     "spmd-duality": "an autograd Function whose backward types are not the duals of forward's",
     "spmd-raw-collective": "a raw torch.distributed collective on a typed tensor",
+    "spmd-divergent-collective": "a collective under a condition that differs between the ranks of its axis (some never join: a hang)",
     "spmd-random": "a random op typed R or I on an axis whose generator differs between its ranks (check mode only)",
     "spmd-global": "a global SPMD rule violation (a partition spec, or the global layout a local S(i) states)",
     "spmd-mismatch": "a tensor passed where a different SPMD type is expected",

@@ -105,6 +105,7 @@ class SpmdPlugin(Plugin):
         self.modules = ModuleCallTyper(self)
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
         self.calls.rank_exprs = self.regions.rank_exprs  # the same dict, updated in place
+        self.calls.divergent = self.regions.divergent  # the same dict, updated in place
         self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.dispatch.on_module,
                                    lambda: self._modules)
         self.promotion.correlated = Correlated(self.types, self.dispatch)

@@ -101,7 +101,8 @@ from mypy.types import (
 )
 
 from ..engine import collectives as coll
-from ..engine.collectives import (RAW_OP_PARAMS, declaration_error, raw_collective,
+from ..engine.collectives import (RAW_OP_PARAMS, RankCondition, communicates, declaration_error,
+                                  divergent_collective_error, hoist_name, raw_collective,
                                   raw_collective_error, raw_reduce_op)
 from ..engine import duality
 from ..engine.annotations import Entry, alias_note, build, expand_axes, unknown_axis_error
@@ -120,7 +121,7 @@ from ..engine.types import (
     repeated_axis_message,
 )
 from ..engine.views import make_move
-from .texts import expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
+from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
 from . import global_calls
 from .fixed_lists import fixed_list
 from .index_values import index_value
@@ -131,7 +132,7 @@ from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
-from .rank_index import axes_in
+from .rank_index import Condition, Divergent, axes_in
 from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
@@ -384,6 +385,8 @@ class CallTyper:
         self.plugin = plugin
         # the plugin's RegionIndex.rank_exprs (set once it exists): tested at every op
         self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
+        # the plugin's RegionIndex.divergent: tested at every collective
+        self.divergent: dict[int, Divergent] = {}
         # call context id -> (context, declared signature, typed parameters by index)
         self._pending: dict[int, tuple[object, CallableType, dict[int, tuple[SpmdType, ...]]]] = {}
         # call context id -> (context, the hook of the torch op it calls through a name)
@@ -1611,6 +1614,8 @@ class CallTyper:
         def hook(ctx: FunctionContext) -> Type:
             x_expr, x_type = self._arg(ctx, "x")
             x = self.types.from_type(x_type)
+            if self.divergent:  # only files with a rank query in a condition (rank_index)
+                self._typed_divergence(ctx, op, x)
             if x is None and isinstance(get_proper_type(x_type), AnyType):
                 x = self.types.from_type(self._behind_any(ctx, x_expr))  # all_reduce(p * s, ...)
             if x is None:
@@ -1660,8 +1665,122 @@ class CallTyper:
 
         return hook
 
+    def _typed_divergence(self, ctx: FunctionContext, op: str, x: SpmdType | None) -> None:
+        """``spmd.all_gather(w, "tp", ...)`` under a condition that differs between the ranks
+        of "tp" (engine ``divergent_collective_error``): where it communicates."""
+        entry = self.plugin.regions.divergent_call(ctx.context)
+        if entry is None:
+            return
+        axis_expr, axis_type = self._arg(ctx, "axis")
+        axes = literal_strs(axis_expr, axis_type)
+        if not axes:
+            return
+        src_expr, dst_expr = self._arg(ctx, "src")[0], self._arg(ctx, "dst")[0]
+        src = read_local_type(src_expr) if src_expr is not None else None
+        dst = read_local_type(dst_expr) if dst_expr is not None else None
+        if src is None and src_expr is None and x is not None and len(axes) == 1:
+            src = next((t for a, t in x.axes if a == axes[0]), None)  # redistribute's default
+        if not communicates(op, src, dst):
+            return
+        self._report_divergence(ctx, entry, f"spmd.{op}" if op != "redistribute" else op,
+                                op, tuple(axes), None, True)
+
+    def _raw_divergence(self, ctx: FunctionContext, name: str, module: str) -> None:
+        """``dist.barrier()``, ``dist.all_reduce(t, group=mesh.get_group("tp"))`` under a
+        condition that differs between the ranks of its group: the default group (every
+        rank: every mesh axis) or a mesh axis's; another group is not read (a pipeline's
+        embedding group joins some ranks only, as its condition says)."""
+        entry = self.plugin.regions.divergent_call(ctx.context)
+        if entry is None:
+            return
+        group = self._group_axis(ctx)
+        if group is None:
+            return
+        mesh = tuple(self.plugin.config.mesh_axes)
+        axes = mesh if group == "" else (group,)
+        over = "over the default group: every rank" if group == "" else None
+        self._report_divergence(ctx, entry, name, name, axes, over,
+                                module != "torch.distributed")
+
+    def _group_axis(self, ctx: FunctionContext) -> str | None:
+        """The mesh axis a raw collective's group= is (``mesh.get_group("tp")``,
+        ``mesh["tp"].get_group()``, ``(mesh, "tp")``, a name bound once to one), "" for the
+        default group (none, None, ``group.WORLD``), None for any other."""
+        e = self._arg(ctx, "group")[0]
+        func = global_calls.current_function(ctx.api)
+        if isinstance(e, NameExpr) and func is not None:
+            bound = global_calls.value_bound_once(func, e.name)
+            if bound is not None:
+                e = bound
+        if e is None or (isinstance(e, NameExpr) and e.fullname == "builtins.None"):
+            return ""
+        if isinstance(e, MemberExpr) and e.name == "WORLD":
+            return ""
+        if isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) \
+                and e.callee.name == "get_group":
+            for a, n in zip(e.args, e.arg_names):
+                if (n is None or n == "mesh_dim") and isinstance(a, StrExpr):
+                    return a.value
+            inner = e.callee.expr
+            if not e.args and isinstance(inner, IndexExpr) and isinstance(inner.index, StrExpr):
+                return inner.index.value
+            return None
+        if isinstance(e, TupleExpr) and len(e.items) == 2 and isinstance(e.items[1], StrExpr):
+            return e.items[1].value  # the functional collectives' (mesh, "tp")
+        return None
+
+    def _report_divergence(self, ctx: FunctionContext, entry: Divergent, shown: str, op: str,
+                           axes: tuple[str, ...], over: str | None, returns: bool) -> None:
+        _, conds, bound = entry
+        call = ctx.context
+        if not isinstance(call, CallExpr):
+            return
+        call_text = code_text(call)
+        name = hoist_name(op, bound)
+        mesh = tuple(self.plugin.config.mesh_axes)
+        conditions = [self._rank_condition(c, call_text, name, mesh) for c in conds]
+        err = divergent_collective_error(call_text, op, axes, conditions, over=over,
+                                         result=bound, returns=returns)
+        if err is not None:
+            self.report(ctx, [err])
+
+    @staticmethod
+    def _rank_condition(c: Condition, call_text: str, name: str,
+                        mesh: tuple[str, ...]) -> RankCondition:
+        axes, kind, cond, line, anchor_kind, anchor, _ = c
+        t = code_text(cond)
+        if kind in ("if", "elif", "while", "match"):
+            written = f"`{kind} {t}:`"
+        elif kind == "else":
+            written = f"the else branch of `if {t}:`"
+        elif kind == "case":
+            written = f"`case ... if {t}:`"
+        elif kind == "ternary":
+            written = f"`... if {t} else ...`"
+        else:  # an early exit: the code after it runs where the condition is false
+            written = f"`if {t}: {kind}`"
+        if anchor_kind == "ternary":
+            before = code_text(anchor).replace(call_text, name, 1)
+        elif anchor_kind in ("if", "while", "match"):
+            before = f"{anchor_kind} {code_text(anchor)}:"
+        else:
+            before = f"if {t}: {anchor_kind}"
+        return RankCondition(tuple(axes_in(axes, mesh)), written, line, before)
+
+    def divergence_hook(self, name: str) -> Callable[[FunctionContext], Type]:
+        """``dist.barrier()``, ``dist.gather(...)``: collectives the checker types nothing
+        of; only under a rank-dependent condition (spmd-divergent-collective)."""
+        def hook(ctx: FunctionContext) -> Type:
+            if self.divergent:
+                self._raw_divergence(ctx, name, "torch.distributed")
+            return ctx.default_return_type
+
+        return hook
+
     def raw_collective_hook(self, name: str, module: str = "torch.distributed") -> Callable[[FunctionContext], Type]:
         def hook(ctx: FunctionContext) -> Type:
+            if self.divergent:  # only files with a rank query in a condition (rank_index)
+                self._raw_divergence(ctx, name, module)
             if self.plugin.regions.in_autograd_function(getattr(ctx.api, "tree", None),
                                                         ctx.context.line):
                 # forward/backward of a custom autograd Function: the user implements a

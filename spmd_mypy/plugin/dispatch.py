@@ -25,6 +25,7 @@ from .custom_ops import CUSTOM_OP_CALL, custom_op_hook
 from .einops_calls import (
     EINOPS_FUNCTIONS, EINOPS_LAYERS, einops_hook, einops_layer_hook, einops_signature_hook,
 )
+from ..engine.collectives import DIVERGENCE_ONLY_COLLECTIVES
 from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS, send_call
 from .autograd import is_autograd_function
 from .modules import (
@@ -337,6 +338,8 @@ class HookDispatch:
             send = send_call(fullname)
             if send is not None:  # dist.send(x), dist.P2POp(dist.isend, x, peer)
                 return typer.send_hook(send)
+            if name in DIVERGENCE_ONLY_COLLECTIVES:
+                return typer.divergence_hook(name)  # dist.barrier(): under a rank condition
             return None
         if fullname == "torch.utils.checkpoint.checkpoint":  # runs fn(*args): typed as it
             return typer.checkpoint_hook

@@ -25,7 +25,9 @@ from typing import Final, Optional, cast
 from mypy.nodes import (
     AssignmentStmt,
     Block,
+    BreakStmt,
     CallExpr,
+    ContinueStmt,
     ComparisonExpr,
     ConditionalExpr,
     Decorator,
@@ -36,13 +38,16 @@ from mypy.nodes import (
     IfStmt,
     IndexExpr,
     ListExpr,
+    MatchStmt,
     MemberExpr,
     MypyFile,
     NameExpr,
     OperatorAssignmentStmt,
     OpExpr,
+    RaiseStmt,
     ReturnStmt,
     SliceExpr,
+    StarExpr,
     Statement,
     StrExpr,
     TryStmt,
@@ -51,6 +56,10 @@ from mypy.nodes import (
     WhileStmt,
     WithStmt,
 )
+from mypy.patterns import AsPattern
+
+from ..engine.collectives import (COLLECTIVES, DIVERGENCE_ONLY_COLLECTIVES, RAW_COLLECTIVES,
+                                  RAW_FUNCTIONAL_COLLECTIVES, RAW_NN_COLLECTIVES)
 
 # The axes a value varies on: a frozenset of axis names, or of EVERY (all mesh axes)
 EVERY: Final = "*"
@@ -135,19 +144,34 @@ def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
         for i in cast("TupleExpr | ListExpr", e).items:
             if has_query(i, helpers):
                 return True
+        return False
+    if cls is ComparisonExpr:  # if dist.get_rank() == 0:
+        for o in cast(ComparisonExpr, e).operands:
+            if has_query(o, helpers):
+                return True
+        return False
+    if cls is UnaryExpr:
+        return has_query(cast(UnaryExpr, e).expr, helpers)
+    if cls is ConditionalExpr:
+        c = cast(ConditionalExpr, e)
+        return (has_query(c.cond, helpers) or has_query(c.if_expr, helpers)
+                or has_query(c.else_expr, helpers))
     return False
 
 
 def rank_helpers(file: MypyFile) -> dict[str, frozenset]:
     """The module-level functions that return a rank query (``def my_rank() -> int: return
-    dist.get_rank()``), with its axes."""
+    dist.get_rank()``) or a value computed from one alone (``def is_main() -> bool: return
+    dist.get_rank() == 0``), with its axes."""
     out: dict[str, frozenset] = {}
     for d in file.defs:
         f = d.func if isinstance(d, Decorator) else d
         if isinstance(f, FuncDef) and f.body.body:
             last = f.body.body[-1]
-            if isinstance(last, ReturnStmt) and isinstance(last.expr, CallExpr):
-                axes = query_axes(last.expr, out)
+            if isinstance(last, ReturnStmt) and last.expr is not None:
+                # return dist.get_rank(); return dist.get_rank() == 0 (def is_main())
+                axes = (query_axes(last.expr, out) if isinstance(last.expr, CallExpr)
+                        else _Scan(out).taint(last.expr))
                 if axes is not None:
                     out[f.name] = axes
     return out
@@ -371,14 +395,335 @@ class _Scan:
                 out[id(c)] = (c, axes, by)
 
 
-def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset]
+def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
+                   divergent: Optional[dict[int, Divergent]] = None
                    ) -> dict[int, tuple[Expression, frozenset, Expression]]:
     """The rank-derived op nodes of ``funcs`` (the functions that call a rank query): by id,
-    the node, the axes, and its first rank-derived index or operand."""
+    the node, the axes, and its first rank-derived index or operand.  ``divergent``: where
+    the collectives under a rank-dependent condition go too (:class:`_Divergence`)."""
     out: dict[int, tuple[Expression, frozenset, Expression]] = {}
     for f in funcs:
-        _Scan(helpers).run(f, out)
+        scan = _Scan(helpers)
+        scan.run(f, out)
+        if divergent is not None:
+            _Divergence(scan, divergent).block(f.body.body, ())
     return out
+
+
+# -- collectives under a rank-dependent condition (spmd-divergent-collective) -----------------
+#
+# ``if dist.get_rank() == 0: full = spmd.all_gather(w, "tp", ...)``: the other ranks of "tp"
+# never join.  The same scan's rank-derived names give each condition's axes (``if``/``elif``
+# and its ``else``, ``while``, ``match`` subjects and guards, ``a if c else b``, and ``if c:
+# return`` / ``continue`` / ``break`` / ``raise`` before the call in the same block); each call
+# named as a collective under one or more is recorded by id, with them.  The hooks decide from
+# the resolved callee whether it is one and over which axes (the engine: whether a condition
+# varies on them).
+
+# A condition: (its axes, how it is written: "if", "elif", "else" (the else branch of the if
+# ``expr``), "while", "match", "case" (a guard), "ternary", or the exit of ``if expr: <exit>``
+# ("return", "continue", "break", "raise"); the condition; its line; the fix's anchor: the
+# kind of the statement to hoist the collective before ("if", "while", "match", "ternary",
+# or an exit's "return" ...) and its condition (the chain's first for an elif or else, the
+# ConditionalExpr for "ternary"); the signatures of the collectives every path of the
+# statement runs: not divergent (if/else both all_reduce over "tp"))
+Condition = tuple[frozenset, str, Expression, int, str, Expression, frozenset]
+# A recorded call: (the call, its conditions outermost first, the name its statement binds
+# the call's result to, "" for a statement of the call alone, None otherwise)
+Divergent = tuple[CallExpr, tuple[Condition, ...], Optional[str]]
+
+COLLECTIVE_NAMES: Final = (frozenset(COLLECTIVES) | {"redistribute"} | RAW_COLLECTIVES
+                           | RAW_NN_COLLECTIVES | RAW_FUNCTIONAL_COLLECTIVES
+                           | DIVERGENCE_ONLY_COLLECTIVES)
+_EXITS: Final = {ReturnStmt: "return", ContinueStmt: "continue", BreakStmt: "break",
+                 RaiseStmt: "raise"}
+
+
+def _callee_name(call: CallExpr) -> Optional[str]:
+    callee = call.callee
+    if isinstance(callee, (NameExpr, MemberExpr)):
+        return callee.name
+    return None
+
+
+def _key(e: Optional[Expression]) -> str:
+    """A text of ``e`` that two spellings of one call share (the signature's parts)."""
+    if e is None:
+        return ""
+    if isinstance(e, StrExpr):
+        return repr(e.value)
+    if isinstance(e, NameExpr):
+        return e.name
+    if isinstance(e, MemberExpr):
+        return _key(e.expr) + "." + e.name
+    if isinstance(e, CallExpr):
+        return _key(e.callee) + "(" + ",".join(_key(a) for a in e.args) + ")"
+    if isinstance(e, (TupleExpr, ListExpr)):
+        return "(" + ",".join(_key(i) for i in e.items) + ")"
+    return type(e).__name__ + str(getattr(e, "value", ""))
+
+
+def _signature(call: CallExpr) -> str:
+    """The collective and its axis or group as written: ``spmd.all_reduce|'tp'``."""
+    parts = [_key(call.callee)]
+    for i, (a, n) in enumerate(zip(call.args, call.arg_names)):
+        if n == "axis" or n == "group" or (n is None and i == 1):
+            parts.append(_key(a))
+    return "|".join(parts)
+
+
+def _exit(body: Block) -> Optional[str]:
+    """How ``body`` ends when its last statement leaves it (``return``, ``continue``, ...;
+    a ``return`` the pre-pass wrapped as ``try: return ... finally: <trigger>`` too)."""
+    if not body.body:
+        return None
+    last = body.body[-1]
+    if isinstance(last, TryStmt) and last.finally_body is not None and not last.handlers \
+            and len(last.body.body) == 1:
+        last = last.body.body[0]
+    return _EXITS.get(type(last))
+
+
+def _irrefutable(st: MatchStmt) -> bool:
+    """Whether the last case catches every subject (``case _:``, ``case x:``, no guard)."""
+    if not st.patterns:
+        return False
+    p = st.patterns[-1]
+    return isinstance(p, AsPattern) and p.pattern is None and st.guards[-1] is None
+
+
+class _Divergence:
+    """One function's walk for the collectives under a rank-dependent condition."""
+
+    def __init__(self, scan: _Scan, out: dict[int, Divergent]) -> None:
+        self.scan = scan
+        self.out = out
+
+    # -- the signatures of the collectives a statement runs on every path
+    def calls_in(self, e: Optional[Expression], sigs: set[str]) -> None:
+        for call in self.collectives(e):
+            sigs.add(_signature(call))
+
+    def collectives(self, e: Optional[Expression]) -> list[CallExpr]:
+        found: list[CallExpr] = []
+        stack: list[Optional[Expression]] = [e]
+        while stack:
+            x = stack.pop()
+            if x is None:
+                continue
+            if isinstance(x, CallExpr):
+                if _callee_name(x) in COLLECTIVE_NAMES:
+                    found.append(x)
+                stack.append(x.callee)
+                stack.extend(x.args)
+            elif isinstance(x, MemberExpr):
+                stack.append(x.expr)
+            elif isinstance(x, OpExpr):
+                stack.extend((x.left, x.right))
+            elif isinstance(x, ComparisonExpr):
+                stack.extend(x.operands)
+            elif isinstance(x, (UnaryExpr, StarExpr)):
+                stack.append(x.expr)
+            elif isinstance(x, (TupleExpr, ListExpr)):
+                stack.extend(x.items)
+            elif isinstance(x, IndexExpr):
+                stack.extend((x.base, x.index))
+            elif isinstance(x, ConditionalExpr):
+                stack.extend((x.cond, x.if_expr, x.else_expr))
+        return found
+
+    def always(self, stmts: list[Statement]) -> set[str]:
+        sigs: set[str] = set()
+        for st in stmts:
+            if isinstance(st, AssignmentStmt):
+                self.calls_in(st.rvalue, sigs)
+            elif isinstance(st, OperatorAssignmentStmt):
+                self.calls_in(st.rvalue, sigs)
+            elif isinstance(st, (ExpressionStmt, ReturnStmt)):
+                self.calls_in(st.expr, sigs)
+            elif isinstance(st, IfStmt) and st.else_body is not None:
+                both = self.always(st.body[0].body)
+                sigs |= both & self.always(st.else_body.body)
+            elif isinstance(st, WithStmt):
+                sigs |= self.always(st.body.body)
+            elif isinstance(st, TryStmt):
+                sigs |= self.always(st.body.body)
+            elif isinstance(st, Block):
+                sigs |= self.always(st.body)
+            elif isinstance(st, MatchStmt) and _irrefutable(st):
+                common: Optional[set[str]] = None
+                for b in st.bodies:
+                    got = self.always(b.body)
+                    common = got if common is None else common & got
+                sigs |= common or set()
+            if type(st) in _EXITS:
+                break
+        return sigs
+
+    # -- the walk
+    def record(self, call: CallExpr, conds: tuple[Condition, ...], bound: Optional[str]) -> None:
+        sig = _signature(call)
+        kept = tuple(c for c in conds if sig not in c[6])
+        if kept:
+            self.out[id(call)] = (call, kept, bound)
+
+    def expr(self, e: Optional[Expression], conds: tuple[Condition, ...],
+             bound: Optional[str] = None) -> None:
+        """``bound``: the name the statement binds ``e`` to ("" for a statement of ``e``
+        alone)."""
+        if e is None:
+            return
+        if isinstance(e, ConditionalExpr):
+            self.expr(e.cond, conds)
+            axes = self.scan.taint(e.cond)
+            if axes is not None:
+                both: set[str] = set()
+                self.calls_in(e.if_expr, both)
+                other: set[str] = set()
+                self.calls_in(e.else_expr, other)
+                conds = conds + ((axes, "ternary", e.cond, e.line, "ternary", e,
+                                  frozenset(both & other)),)
+            self.expr(e.if_expr, conds)
+            self.expr(e.else_expr, conds)
+            return
+        if isinstance(e, CallExpr):
+            if conds and _callee_name(e) in COLLECTIVE_NAMES:
+                self.record(e, conds, bound)
+            self.expr(e.callee, conds)
+            for a in e.args:
+                self.expr(a, conds)
+        elif isinstance(e, MemberExpr):
+            self.expr(e.expr, conds)
+        elif isinstance(e, OpExpr):
+            self.expr(e.left, conds)
+            self.expr(e.right, conds)
+        elif isinstance(e, ComparisonExpr):
+            for o in e.operands:
+                self.expr(o, conds)
+        elif isinstance(e, (UnaryExpr, StarExpr)):
+            self.expr(e.expr, conds)
+        elif isinstance(e, (TupleExpr, ListExpr)):
+            for i in e.items:
+                self.expr(i, conds)
+        elif isinstance(e, IndexExpr):
+            self.expr(e.base, conds)
+            self.expr(e.index, conds)
+
+    def block(self, stmts: list[Statement], conds: tuple[Condition, ...]) -> None:
+        for i, st in enumerate(stmts):
+            if isinstance(st, IfStmt):
+                self.if_stmt(st, conds, st, rest=stmts[i + 1:])
+                conds = conds + self.exits(st)  # if r != 0: return  -- the rest: rank 0 only
+            else:
+                self.stmt(st, conds)
+
+    def exits(self, st: IfStmt) -> tuple[Condition, ...]:
+        axes = self.scan.taint(st.expr[0]) if len(st.expr) == 1 else None
+        if axes is None:
+            return ()
+        out: tuple[Condition, ...] = ()
+        for body in (st.body[0], st.else_body):
+            how = _exit(body) if body is not None else None
+            if how is not None:
+                # a call the exiting branch runs too, before it leaves, is on every path
+                out += ((axes, how, st.expr[0], st.line, how, st.expr[0],
+                         frozenset(self.always(body.body))),)
+                break
+        return out
+
+    def stmt(self, st: Statement, conds: tuple[Condition, ...]) -> None:
+        if isinstance(st, AssignmentStmt):
+            lv = st.lvalues[0] if len(st.lvalues) == 1 else None
+            self.expr(st.rvalue, conds, lv.name if isinstance(lv, NameExpr) else None)
+        elif isinstance(st, OperatorAssignmentStmt):
+            self.expr(st.rvalue, conds)
+        elif isinstance(st, ExpressionStmt):
+            self.expr(st.expr, conds, "")
+        elif isinstance(st, ReturnStmt):
+            self.expr(st.expr, conds)
+        elif isinstance(st, IfStmt):
+            self.if_stmt(st, conds, st, [])
+        elif isinstance(st, WhileStmt):
+            self.expr(st.expr, conds)
+            axes = self.scan.taint(st.expr)
+            inner = conds if axes is None else conds + (
+                (axes, "while", st.expr, st.line, "while", st.expr, frozenset()),)
+            self.block(st.body.body, inner)
+            if st.else_body is not None:
+                self.block(st.else_body.body, conds)
+        elif isinstance(st, ForStmt):
+            self.expr(st.expr, conds)
+            self.block(st.body.body, conds)
+            if st.else_body is not None:
+                self.block(st.else_body.body, conds)
+        elif isinstance(st, WithStmt):
+            for e in st.expr:
+                self.expr(e, conds)
+            self.block(st.body.body, conds)
+        elif isinstance(st, TryStmt):
+            self.block(st.body.body, conds)
+            for h in st.handlers:
+                self.block(h.body, conds)
+            for extra in (st.else_body, st.finally_body):
+                if extra is not None:
+                    self.block(extra.body, conds)
+        elif isinstance(st, MatchStmt):
+            self.match_stmt(st, conds)
+        elif isinstance(st, Block):
+            self.block(st.body, conds)
+
+    def if_stmt(self, st: IfStmt, conds: tuple[Condition, ...], top: IfStmt,
+                rest: list[Statement], elif_: bool = False) -> None:
+        """``rest``: the statements after ``st`` in its block, the other path of an ``if``
+        without ``else`` whose body leaves the block (``if r == 0: dist.barrier(); return``
+        then ``dist.barrier()``: every rank runs one)."""
+        for e in st.expr:
+            self.expr(e, conds)
+        axes = self.scan.taint(st.expr[0]) if len(st.expr) == 1 else None
+        if axes is None:
+            inner = conds
+            outer_else = conds
+        else:
+            same: frozenset = frozenset()
+            if st.else_body is not None:
+                same = frozenset(self.always(st.body[0].body) & self.always(st.else_body.body))
+            elif rest and _exit(st.body[0]) is not None:
+                same = frozenset(self.always(st.body[0].body) & self.always(rest))
+            anchor = top.expr[0]
+            inner = conds + ((axes, "elif" if elif_ else "if", st.expr[0], st.line, "if", anchor,
+                              same),)
+            outer_else = conds + ((axes, "else", st.expr[0], st.line, "if", anchor, same),)
+        for b in st.body:
+            self.block(b.body, inner)
+        if st.else_body is not None:
+            body = st.else_body.body
+            nested = body[0] if len(body) == 1 else None
+            if isinstance(nested, IfStmt) and len(nested.expr) == 1 \
+                    and nested.column == nested.expr[0].column:  # elif: the If node starts at its test
+                self.if_stmt(nested, outer_else, top, rest, True)
+            else:
+                self.block(body, outer_else)
+
+    def match_stmt(self, st: MatchStmt, conds: tuple[Condition, ...]) -> None:
+        self.expr(st.subject, conds)
+        axes = self.scan.taint(st.subject)
+        same: frozenset = frozenset()
+        if _irrefutable(st):
+            common: Optional[set[str]] = None
+            for b in st.bodies:
+                got = self.always(b.body)
+                common = got if common is None else common & got
+            same = frozenset(common or ())
+        outer = conds if axes is None else conds + (
+            (axes, "match", st.subject, st.line, "match", st.subject, same),)
+        for g, b in zip(st.guards, st.bodies):
+            inner = outer
+            if g is not None:
+                self.expr(g, outer)
+                gaxes = self.scan.taint(g)
+                if gaxes is not None:
+                    inner = outer + ((gaxes, "case", g, g.line, "match", st.subject, same),)
+            self.block(b.body, inner)
 
 
 def axes_in(axes: frozenset, mesh_axes: tuple[str, ...]) -> list[str]:
@@ -389,4 +734,4 @@ def axes_in(axes: frozenset, mesh_axes: tuple[str, ...]) -> list[str]:
 
 
 __all__ = ["EVERY", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions", "axes_in",
-           "query_axes"]
+           "query_axes", "Condition", "Divergent", "COLLECTIVE_NAMES"]

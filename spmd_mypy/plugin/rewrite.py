@@ -54,7 +54,7 @@ from ..engine.ops import (FACTORIES, GRADIENT_FREE_RESULTS, INTEGER_DTYPES, INTE
                           WITH_INDICES)
 from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
-from .rank_index import has_query, rank_helpers, scan_functions
+from .rank_index import Divergent, has_query, rank_helpers, scan_functions
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -509,6 +509,9 @@ class GradRegions:
     # the ops whose argument is computed from a rank query (rank_index), by the node's id:
     # (the node, the axes its result varies on)
     rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = field(default_factory=dict)
+    # the calls named as collectives under a rank-dependent condition (rank_index), by the
+    # call's id: (the call, the conditions, the name its statement binds the result to)
+    divergent: dict[int, Divergent] = field(default_factory=dict)
 
 
 # Attributes whose reads the plugin types (attribute hooks): as ``x.attr += y`` targets they
@@ -730,6 +733,8 @@ class _Walker:
         if cls is _AssignmentStmt:
             self._assignment(cast(AssignmentStmt, st))
         elif cls is _ExpressionStmt or cls is _ReturnStmt:
+            if self._rank_flags and not self._rank_flags[-1]:  # f(a if dist.get_rank() else b)
+                self._rank_condition(cast("ExpressionStmt | ReturnStmt", st).expr)
             if self.rewrite:
                 _rewrite_call_args(cast("ExpressionStmt | ReturnStmt", st).expr, self.reads)
         elif cls is _AssertStmt:
@@ -753,6 +758,8 @@ class _Walker:
             if self.rewrite:
                 for e, r in zip(ifs.expr, reads):
                     _rewrite_call_args(e, r)
+            for e in ifs.expr:
+                self._rank_condition(e)
             for e, b, r in zip(ifs.expr, ifs.body, reads):
                 self.block(b.body)
                 self._condition(b.body, None, e, extra=r)
@@ -763,6 +770,8 @@ class _Walker:
             loop_reads: list[Expression] = []
             if self.rewrite:
                 _rewrite_call_args(loop.expr, loop_reads)
+            if cls is _WhileStmt:
+                self._rank_condition(loop.expr)
             if cls is _ForStmt:  # a loop variable: never "only detached"
                 index = cast(ForStmt, st).index
                 self._bind(index, _OPAQUE)
@@ -811,6 +820,9 @@ class _Walker:
         elif cls is _MatchStmt:
             self.rebinds = True  # its capture patterns define names this walk does not read
             m = cast(MatchStmt, st)
+            self._rank_condition(m.subject)
+            for g in m.guards:
+                self._rank_condition(g)
             subject_reads: list[Expression] = []
             if self.rewrite:
                 _rewrite_call_args(m.subject, subject_reads)
@@ -844,6 +856,13 @@ class _Walker:
                 _rewrite_annotation(st.type, st.unanalyzed_type)
                 _rewrite_index_expr(st.rvalue)
             _rewrite_call_args(st.rvalue, self.reads)
+
+    def _rank_condition(self, e: Expression | None) -> None:
+        """A condition calling a rank query (``if dist.get_rank() == 0:``) makes the function
+        one the rank scan reads (rank_index: its collectives under such a condition)."""
+        if self._rank_flags and not self._rank_flags[-1] and e is not None \
+                and has_query(e, self.rank_helpers):
+            self._rank_flags[-1] = True
 
     def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
         if self.rewrite:
@@ -1719,7 +1738,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     regions = w.regions(detached, integers, shadowed)
     regions.conditions = conditions
     if w.rank_functions:  # after the renaming: a local assigned twice is two names
-        regions.rank_exprs = scan_functions(w.rank_functions, w.rank_helpers)
+        regions.rank_exprs = scan_functions(w.rank_functions, w.rank_helpers, regions.divergent)
     return regions
 
 
@@ -1920,6 +1939,10 @@ class RegionIndex:
         # ``if rank_exprs`` first, so code without rank queries pays a truth test
         self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
         self._rank_ids: dict[str, list[int]] = {}
+        # and the collectives under a rank-dependent condition (rank_index): a collective's
+        # hook asks ``if divergent`` first
+        self.divergent: dict[int, Divergent] = {}
+        self._divergent_ids: dict[str, list[int]] = {}
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
         return self._memo.get(tree) if tree is not None else None
@@ -1938,6 +1961,11 @@ class RegionIndex:
         if regions.rank_exprs:
             self.rank_exprs.update(regions.rank_exprs)
             self._rank_ids[tree.fullname] = list(regions.rank_exprs)
+        for old in self._divergent_ids.pop(tree.fullname, ()):
+            self.divergent.pop(old, None)
+        if regions.divergent:
+            self.divergent.update(regions.divergent)
+            self._divergent_ids[tree.fullname] = list(regions.divergent)
 
     def rank_axes(self, e: Context) -> tuple[frozenset, Expression] | None:
         """The axes op node ``e`` varies on because an index or operand is computed from a
@@ -1945,6 +1973,12 @@ class RegionIndex:
         Callers test ``rank_exprs`` first."""
         entry = self.rank_exprs.get(id(e))
         return (entry[1], entry[2]) if entry is not None and entry[0] is e else None
+
+    def divergent_call(self, call: Context) -> Divergent | None:
+        """The rank-dependent conditions collective ``call`` runs under (rank_index), or
+        None.  Callers test ``divergent`` first."""
+        entry = self.divergent.get(id(call))
+        return entry if entry is not None and entry[0] is call else None
 
     def condition(self, call: Context) -> ConditionEntry | None:
         """What a condition trigger (section 3) reads, when ``call`` is one; None for any

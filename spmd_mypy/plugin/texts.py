@@ -112,6 +112,12 @@ def expr_text(e: Expression | None) -> str:
 
 
 
+def code_text(e: Expression) -> str:
+    """``e``'s whole text, nothing cut, without outer parentheses: a statement a fix tells
+    users to paste (``full = spmd.all_gather(model.w1.detach(), "tp", src=S(0), dst=I)``)."""
+    return _text(e, 1_000_000)
+
+
 def _prec(e: Expression) -> int:
     cls = type(e)
     if cls is _NameExpr or cls is _StrExpr or cls is _IntExpr:
