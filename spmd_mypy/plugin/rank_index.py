@@ -623,7 +623,9 @@ class _Divergence:
             return ()
         out: tuple[Condition, ...] = ()
         for body in (st.body[0], st.else_body):
-            how = _exit(body) if body is not None else None
+            if body is None:
+                continue
+            how = _exit(body)
             if how is not None:
                 # a call the exiting branch runs too, before it leaves, is on every path
                 out += ((axes, how, st.expr[0], st.line, how, st.expr[0],
