@@ -1,0 +1,52 @@
+"""The rule of spmd-divergent-collective (engine ``divergent_collective_error``): a collective
+under a condition that differs between the ranks of one of its axes; ``communicates``: which
+typed calls issue a collective forward (the plugin's cases: tests/plugin/cases/
+divergent_collectives.test)."""
+
+from __future__ import annotations
+
+from spmd_mypy.engine.collectives import RankCondition, communicates, divergent_collective_error
+from spmd_mypy.engine.types import Kind, LocalType, shard
+
+R, I, P = LocalType(Kind.R), LocalType(Kind.I), LocalType(Kind.P)
+S0 = shard(0)
+
+CALL = 'spmd.all_gather(w, "tp", src=S(0), dst=I)'
+RANK0 = RankCondition(("dp", "tp", "pp"), "`if dist.get_rank() == 0:`", 9,
+                      "if dist.get_rank() == 0:")
+
+
+def test_condition_on_the_axis_is_an_error_with_the_pasted_fix() -> None:
+    e = divergent_collective_error(CALL, "all_gather", ("tp",), [RANK0], result="full")
+    assert e is not None and e.code == "spmd-divergent-collective"
+    assert e.message.startswith(f'{CALL} (over "tp") runs only on the ranks where '
+                                "`if dist.get_rank() == 0:` (line 9)")
+    assert 'differs between the ranks of "tp"' in e.message and "hangs" in e.message
+    assert e.message.endswith(f"`full = {CALL}` then `if dist.get_rank() == 0:`")
+
+
+def test_condition_on_other_axes_only_is_not() -> None:
+    last_stage = RankCondition(("pp",), "`if pp_rank == 3:`", 4, "if pp_rank == 3:")
+    assert divergent_collective_error(CALL, "all_gather", ("tp",), [last_stage]) is None
+    # the first condition that varies on the collective's axes is named
+    e = divergent_collective_error(CALL, "all_gather", ("tp",), [last_stage, RANK0])
+    assert e is not None and "(line 9)" in e.message
+
+
+def test_result_naming() -> None:
+    e = divergent_collective_error(CALL, "all_gather", ("tp",), [RANK0])  # bound to nothing
+    assert e is not None and e.message.endswith(
+        f"`gathered = {CALL}` then `if dist.get_rank() == 0:`, and use gathered in its place "
+        "inside the branch")
+    e = divergent_collective_error("dist.barrier()", "barrier", ("dp", "tp", "pp"), [RANK0],
+                                   over="over the default group: every rank", returns=False)
+    assert e is not None and e.message.endswith("`dist.barrier()` then `if dist.get_rank() == 0:`")
+
+
+def test_which_typed_calls_communicate() -> None:
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert communicates(op, None, None)
+    assert communicates("redistribute", P, R) and communicates("redistribute", S0, I)
+    assert not communicates("redistribute", R, S0)  # a local chunk
+    assert not communicates("redistribute", None, R)  # src unknown: not read
+    assert not communicates("convert", I, S0) and not communicates("reinterpret", I, R)
