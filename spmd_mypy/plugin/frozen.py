@@ -62,13 +62,13 @@ def _frozen_value(e: Expression) -> bool:
         return False
     name = e.callee.name
     if name == _PARAMETER:
-        for k, (a, n) in enumerate(zip(e.args, e.arg_names)):
+        for k, (arg, n) in enumerate(zip(e.args, e.arg_names)):
             if n == "requires_grad" or (n is None and k == 1):
-                return _is_false(a)
+                return _is_false(arg)
         return False
     if name == "requires_grad_" and isinstance(e.callee, MemberExpr):
-        a = _requires_grad_arg(e)
-        return a is not None and _is_false(a)
+        given = _requires_grad_arg(e)
+        return given is not None and _is_false(given)
     return False
 
 
