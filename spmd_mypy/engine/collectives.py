@@ -207,6 +207,49 @@ class RankMax:
     within: str = ""
 
 
+@dataclass(frozen=True)
+class RankEvery:
+    """A value computed from a rank query over every mesh axis (``dist.get_rank()``, a
+    group-less query) where the code around it varies on some axes only (``meant``: an
+    operand there is S(i) or V, the data is split there) and on ``axes`` not at all: it then
+    varies on ``axes`` only because the query counts their ranks too (a CLIP loss offsetting
+    its labels by the global rank on a dp x tp mesh), and no collective or reinterpret of
+    the result is the fix: the rank on the meant axes is (the adapter finds the query on
+    the error path: the static checker's rank_index)."""
+
+    text: str               # the rank-derived value as written (``labels``)
+    query: str | None       # the query as written (``dist.get_rank()``), None: not found
+    axes: tuple[str, ...]   # where it varies only because of the query
+    meant: tuple[str, ...]  # where the operands vary
+
+    def hint(self) -> str:
+        q = self.query or "the rank query it is computed from"
+        if len(self.meant) == 1:
+            m = self.meant[0]
+            use = f'mesh.get_local_rank("{m}") (or dist.get_rank(group) of the {m} group)'
+        else:
+            use = (" and ".join(f'mesh.get_local_rank("{m}")' for m in self.meant)
+                   + f" (the ranks on {axis_words(self.meant)})")
+        return (f"{bare(self.text)} varies on {axis_words(self.axes)} because {q} is the rank "
+                f"over every mesh axis; use {use} in its place")
+
+    def covers(self, axis: str | Sequence[str]) -> bool:
+        axes = (axis,) if isinstance(axis, str) else axis
+        return bool(axes) and all(a in self.axes for a in axes)
+
+    def prefixed(self, errors: Sequence[SpmdError]) -> list[SpmdError]:
+        """An op's errors that name one of ``axes`` (those the query's V there caused), the
+        hint first: the suggested collective or reinterpret would make the program pass
+        with the wrong rank."""
+        out = []
+        for e in errors:
+            if any(f'"{a}"' in e.message for a in self.axes):
+                e = SpmdError(e.code, f"{self.hint()}; if the rank over every axis is meant: "
+                                      f"{e.message}")
+            out.append(e)
+        return out
+
+
 # Ops whose result is a position in a dim of their input (an argmax, a top-k's indices, a
 # sample): a V one is an index into this rank's shard of that input, and neither the ranks'
 # indices stacked (all_gather) nor summed is the index over the whole.  ARGMAX_OPS: those
@@ -924,7 +967,8 @@ class MadeBy:
 def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: str,
                    made_by: MadeBy | None = None, gradient_free: bool = False,
                    ndim: int | None = None, rank_max: RankMax | None = None,
-                   index: IndexValue | None = None) -> list[SpmdError]:
+                   index: IndexValue | None = None,
+                   rank_every: RankEvery | None = None) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
@@ -934,6 +978,9 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     Both global (a partition spec on each side): the layouts must be equal, and the fix
     is the ``spmd.redistribute`` call (:func:`.global_spmd.check_argument`).
     ``rank_max``: the value is computed from this rank's max (:class:`RankMax`).
+    ``rank_every``: the value is computed from a rank query over every mesh axis where only
+    some are meant (:class:`RankEvery`): its V on the others is named first, with the rank to
+    use in its place.
     ``index``: the value holds indices or integer/bool values (:class:`IndexValue`).
     ``gradient_free``: no gradient flows through the value, so an R stands for an I and back
     (R and I differ only in what the gradient does): a custom Function's forward result
@@ -989,6 +1036,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             op = r[0] if r is not None else ""
             fix = (made_by.fix(ax, want) if made_by is not None else None) or suggest(
                 have, want, x_text, ax, rank_max, index)
+            if rank_every is not None and have.kind is Kind.V and rank_every.covers(ax):
+                fix = f"{rank_every.hint()}; if the rank over every axis is meant: {fix}"
         on = axis_words((ax,) if isinstance(ax, str) else ax)
         fixes.append(fix if len(units) == 1 else f"on {on}: {fix}")
         src = have.at_high_ranks() if have.kind is want.kind else _arg(have)
@@ -1104,14 +1153,16 @@ def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: 
                        where: str, made_by: MadeBy | None = None,
                        rank_max: RankMax | None = None,
                        index: IndexValue | None = None,
-                       gradient_free: bool = False) -> list[SpmdError]:
+                       gradient_free: bool = False,
+                       rank_every: RankEvery | None = None) -> list[SpmdError]:
     """A value passed where one of several types is declared (a union parameter,
     ``Tensor[R["tp"]] | Tensor[V["tp"]]``): no error if it fits one; else the first
     type's errors, with its fix, naming the others the parameter takes."""
     first: list[SpmdError] = []
     for k, expected in enumerate(wanted):
         errors = check_argument(actual, expected, x_text=x_text, where=where, made_by=made_by,
-                                rank_max=rank_max, index=index, gradient_free=gradient_free)
+                                rank_max=rank_max, index=index, gradient_free=gradient_free,
+                                rank_every=rank_every)
         if not errors:
             return []
         if k == 0:

@@ -128,7 +128,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import SpmdType, refines, refines_as_printed
 from .autograd import is_autograd_function
-from .calls import expr_text, made_by, rank_max
+from .calls import expr_text, made_by, rank_every, rank_max
 from .index_values import index_value
 from .texts import ELIDED
 from .codes import ERROR_CODES
@@ -886,10 +886,14 @@ class BoundaryChecker:
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
                                                  made_by=by, rank_max=at_max, gradient_free=free)
                 index = index_value(expr, self._func, self._type_of, expr_text)
-                if index is not None:  # an argmax of this rank's shard: no gather of it
+                # a V made by a rank query over every axis where one axis's rank was meant
+                every = rank_every(expr, self._func, self.plugin.regions, self._type_of,
+                                   self.plugin.config.mesh_axes)
+                if index is not None or every is not None:
+                    # an argmax of this rank's shard: no gather of it
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
                                                  made_by=by, rank_max=at_max, index=index,
-                                                 gradient_free=free)
+                                                 gradient_free=free, rank_every=every)
             return [(e, expr) for e in errors]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):

@@ -132,7 +132,7 @@ from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
-from .rank_index import Condition, Divergent, axes_in
+from .rank_index import EVERY, Condition, Divergent, axes_in, every_query
 from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
@@ -826,8 +826,17 @@ class CallTyper:
                             for p in (by.begin_index, by.end_index, by.stride)[:3 if by.stride else 2])
         else:
             text = expr_text(by)
-        return propagate(spec, [*ops, rank_index_operand(mesh, text)], strict=strict,
-                         reduction=read_reduction(ctx, op), move=read_move(ctx, op))
+        typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text)], strict=strict,
+                                 reduction=read_reduction(ctx, op), move=read_move(ctx, op))
+        if EVERY in axes and typed_result.errors != result.errors:
+            # the errors the query's V made: first, whether the query counts axes it should not
+            every = _rank_every(ops, mesh, text, by, global_calls.current_function(ctx.api))
+            if every is not None:
+                new = [e for e in typed_result.errors if e not in result.errors]
+                hinted = every.prefixed(new)
+                return Result(typed_result.type, [hinted[new.index(e)] if e in new else e
+                                                  for e in typed_result.errors])
+        return typed_result
 
     def _reduced_gradient_hint(self, ctx: AnyCtx, errors: list[SpmdError],
                                ops: list[Operand]) -> list[SpmdError]:
@@ -2499,10 +2508,14 @@ class CallTyper:
                                               self.type_of_expr(ctx))
                             ix = index_value(expr, global_calls.current_function(ctx.api),
                                              self.type_of_expr(ctx), expr_text)
-                            if at_max is not None or ix is not None:
+                            every = rank_every(expr, global_calls.current_function(ctx.api),
+                                               self.plugin.regions, self.type_of_expr(ctx),
+                                               self.plugin.config.mesh_axes)
+                            if at_max is not None or ix is not None or every is not None:
                                 errors = coll.check_argument_any(
                                     have, wanted, x_text=x_text, where=where, made_by=by,
-                                    rank_max=at_max, index=ix, gradient_free=free)
+                                    rank_max=at_max, index=ix, gradient_free=free,
+                                    rank_every=every)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
@@ -2678,6 +2691,62 @@ def rank_max(e: Expression | None, func: FuncDef | None,
                 return coll.RankMax(call, coll.max_reduction(call) or "max", call,
                                     ".detach()" in call, sub.name.rstrip("'"))
             todo.append((value, at))
+    return None
+
+
+def _rank_every(ops: Sequence[Operand], mesh: Sequence[str], text: str, by: Expression,
+                func: FuncDef | None) -> coll.RankEvery | None:
+    """The op with operands ``ops`` has an int computed from a rank query over every mesh axis
+    (``by``, written ``text``) making it vary on ``mesh``: a :class:`coll.RankEvery` when the
+    operands vary on some of those axes (S(i) or V: the rank was meant there) and not on
+    others (varying there only because of the query).  Read on an error path only."""
+    varying = {a for o in ops if o.type for a, lt in o.type.axes if lt.kind is Kind.V}
+    meant = tuple(a for a in mesh if a in varying)
+    blamed = tuple(a for a in mesh if a not in varying)
+    if not meant or not blamed:
+        return None
+    query = every_query(by, func) if func is not None else None
+    return coll.RankEvery(text, expr_text(query) if query is not None else None, blamed, meant)
+
+
+def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
+               type_of: Callable[[Expression], SpmdType | None],
+               mesh_axes: Sequence[str]) -> coll.RankEvery | None:
+    """The op ``e``'s value is computed from (through the assignments of ``func`` before it)
+    that has an int computed from a rank query over every mesh axis where its operands vary
+    on some axes only (:func:`_rank_every`): ``labels = torch.arange(b) + dist.get_rank() * b``
+    then ``F.cross_entropy(li, labels)`` with ``li`` S(0) on "dp" and R on "tp".  None when
+    there is none.  Read on an error path only, in files with a rank query."""
+    if e is None or func is None or not regions.rank_exprs:
+        return None
+    assigned = {node: [(line, value) for line, value, k in defs if k < 0]
+                for node, defs in assignments_by_name(func).items()}
+    seen: set[SymbolNode] = set()
+    todo: list[tuple[Expression, int]] = [(e, e.line)]
+    while todo and len(seen) < 16:
+        x, line = todo.pop(0)
+        for sub in get_subexpressions(x):
+            found = regions.rank_axes(sub)
+            if found is not None and EVERY in found[0]:
+                axes, by = found
+                if isinstance(sub, CallExpr):
+                    parts = [a for a in sub.args if a is not by]
+                elif isinstance(sub, OpExpr):
+                    parts = [a for a in (sub.left, sub.right) if a is not by]
+                else:
+                    parts = []
+                ops = [Operand(t, expr_text(a)) for a in parts for t in [type_of(a)] if t]
+                typed = {a for o in ops if o.type for a, _ in o.type.axes}
+                mesh = [a for a in axes_in(axes, tuple(mesh_axes)) if a in typed]
+                every = _rank_every(ops, mesh, expr_text(by), by, func)
+                if every is not None:
+                    return every
+            if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
+                continue
+            defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
+            if defs:
+                seen.add(sub.node)
+                todo.append((defs[-1][1], defs[-1][0]))
     return None
 
 

@@ -57,6 +57,7 @@ from mypy.nodes import (
     WithStmt,
 )
 from mypy.patterns import AsPattern
+from mypy.server.subexpr import get_subexpressions
 
 from ..engine.collectives import (COLLECTIVES, DIVERGENCE_ONLY_COLLECTIVES, RAW_COLLECTIVES,
                                   RAW_FUNCTIONAL_COLLECTIVES, RAW_NN_COLLECTIVES)
@@ -735,5 +736,31 @@ def axes_in(axes: frozenset, mesh_axes: tuple[str, ...]) -> list[str]:
     return [a for a in mesh_axes if a in axes]
 
 
+def every_query(e: Expression, func: FuncDef) -> Optional[CallExpr]:
+    """The rank query over every mesh axis (``dist.get_rank()``) that ``e`` is computed from,
+    through the assignments of ``func``; None when there is none (a helper that returns
+    one: not followed).  Read on the error path only (an error's hint names it)."""
+    scan = _Scan({})
+    scan.block(func.body.body)
+    binds: dict[str, list[Expression]] = {}
+    for target, value in scan.binds:
+        for t in (target.items if isinstance(target, (TupleExpr, ListExpr)) else [target]):
+            if isinstance(t, NameExpr):
+                binds.setdefault(t.name, []).append(value)
+    todo: list[Expression] = [e]
+    seen: set[str] = set()
+    while todo:
+        x = todo.pop(0)
+        for sub in get_subexpressions(x):  # x itself first
+            if isinstance(sub, CallExpr):
+                axes = query_axes(sub, {})
+                if axes is not None and EVERY in axes:
+                    return sub
+            elif isinstance(sub, NameExpr) and sub.name not in seen:
+                seen.add(sub.name)
+                todo.extend(binds.get(sub.name, ()))
+    return None
+
+
 __all__ = ["EVERY", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions", "axes_in",
-           "query_axes", "Condition", "Divergent", "COLLECTIVE_NAMES"]
+           "query_axes", "Condition", "Divergent", "COLLECTIVE_NAMES", "every_query"]

@@ -54,6 +54,7 @@ from ..engine.ops import (FACTORIES, GRADIENT_FREE_RESULTS, INTEGER_DTYPES, INTE
                           WITH_INDICES)
 from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
+from .frozen import frozen_attributes
 from .rank_index import Divergent, has_query, rank_helpers, scan_functions
 from .memo import TreeMemo
 
@@ -972,8 +973,13 @@ def is_gradient_free(e: Expression | None, names: Container[str] = (),
         if cls is _NameExpr:
             return cast(NameExpr, e).name in names
         if cls is _MemberExpr:
-            name = cast(MemberExpr, e).name
-            return name == "data" or name == "indices"  # x.topk(k).indices
+            member = cast(MemberExpr, e)
+            name = member.name
+            if name == "data" or name == "indices":  # x.topk(k).indices
+                return True
+            # a frozen weight of the method's own module: "self.w" (frozen.py)
+            owner = member.expr
+            return type(owner) is _NameExpr and f"{cast(NameExpr, owner).name}.{name}" in names
         if cls is _IntExpr or cls is _FloatExpr or cls is _ComparisonExpr:  # d += 1.0; a bool tensor
             return True
         if cls is _OpExpr:  # ``am + vocab_start``: each operand gradient-free
@@ -1735,6 +1741,9 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         detached = _outside(detached, [(a, b) for a, b, _, _, _, _ in spans]) + again.detached
         integers = _outside(integers, [(a, b) for _, _, a, b, _, _ in spans]) + again.integers
         shadowed = _outside(shadowed, [(a, b) for _, _, _, _, a, b in spans]) + again.shadowed
+    # a frozen weight (nn.Parameter(w, requires_grad=False), a buffer): "self.w" in its
+    # class's methods, after the renaming (which never renames an attribute)
+    detached = detached + frozen_attributes(file, is_gradient_free)
     regions = w.regions(detached, integers, shadowed)
     regions.conditions = conditions
     if w.rank_functions:  # after the renaming: a local assigned twice is two names

@@ -1633,6 +1633,45 @@ case("rank-slice-of-I-is-an-error", {"a": "I"},
      static_only=_RANK_ONLY, desc="an I's gradient would differ per rank")
 
 
+# A frozen weight (nn.Parameter(w, requires_grad=False), frozen in __init__, a buffer) typed
+# I: it carries no gradient, so it mixes with S(i) (probe-contrastive: a frozen teacher's
+# weight; the check mode reads requires_grad, the static checker its class: frozen.py); a
+# requires_grad_(True) on it anywhere in the file keeps it a gradient-carrying I (an error).
+_W_I = 'Tensor[I["dp"], R["tp"]]'
+_X_S = 'Tensor[S[0, "dp"], R["tp"]]'
+
+
+def _frozen_teacher(freeze: tuple[str, ...], body: str = "F.linear(x, self.w)") -> tuple[str, ...]:
+    return ("class Teacher(torch.nn.Module):",
+            f"    w: {_W_I}",
+            f"    def __init__(self, w: {_W_I}) -> None:",
+            "        super().__init__()",
+            *(f"        {line}" for line in freeze),
+            f"    def forward(self, x: {_X_S}) -> {_X_S}:",
+            f"        return {body}",
+            "t = Teacher(w)",
+            "spmd.declare_parameters(t)")
+
+
+_FROZEN_IN = {"w": _W_I, "x": _X_S}
+case("frozen-parameter-I-mixes-with-S", _FROZEN_IN,
+     (*_frozen_teacher(("self.w = torch.nn.Parameter(w, requires_grad=False)",)), "out = t(x)"),
+     _X_S, make={"w": "torch.randn(4, 4)"}, desc="no gradient: nothing to all-reduce")
+case("frozen-in-init-I-mixes-with-S", _FROZEN_IN,
+     (*_frozen_teacher(("self.w = torch.nn.Parameter(w)", "self.w.requires_grad_(False)")),
+      "out = t(x)"),
+     _X_S, make={"w": "torch.randn(4, 4)"})
+case("buffer-I-mixes-with-S", _FROZEN_IN,
+     (*_frozen_teacher(('self.register_buffer("w", w)',)), "out = t(x)"),
+     _X_S, make={"w": "torch.randn(4, 4)"})
+case("frozen-parameter-thawed-is-an-error", _FROZEN_IN,
+     (*_frozen_teacher(("self.w = torch.nn.Parameter(w, requires_grad=False)",), "x"),
+      "t.w.requires_grad_(True)", "out = F.linear(x, t.w)"),
+     "spmd-invariant-mix", make={"w": "torch.randn(4, 4)"},
+     desc="a gradient again: the I weight's would need an all-reduce (a forward's self.w is "
+          "an error too: tests/plugin/cases/frozen_weights.test)")
+
+
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.
 
