@@ -231,6 +231,10 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name == "repeat_interleave":
         p["dim"] = b.get("dim")
         p["int_repeats"] = not isinstance(b.get("repeats"), torch.Tensor)
+    elif name in global_spmd.LAYOUT_OPS:
+        if name == "batch_norm":
+            p["training"] = b.get("training", False)
+        p["groups"] = b.get("groups", 1)
     elif name in global_spmd.ATTENTION:
         p["is_causal"] = bool(b.get("is_causal", False))
     elif name in global_spmd.CLASS_LOSSES:

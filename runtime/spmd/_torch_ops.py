@@ -53,7 +53,7 @@ from spmd_mypy.engine.ops import (
     SCALAR_OPERAND_NAMES, SCANS, SENDS, UNREAD_VALUE, VALUE_READS, CAST_FORMAL, CAST_OPS, DTYPE_VIEW_OPS, OpSpec, Reduction,
     Role, call_spec,
     FUSED_FIRST_STEP, ZERO_FACTORIES, classify, foreach_op, foreach_writes, is_index_formal,
-    normalising_reduction, variant_formals, RANDOM_OPS, random_draws,
+    normalising_reduction, variant_formals, RANDOM_LIKE, RANDOM_OPS, random_draws,
 )
 
 # (Formal-name classes are the engine's: the mypy plugin reads the same names.)
@@ -508,7 +508,7 @@ def build_plan(func: Any) -> Plan:
         if op is None:
             return PASS_PLAN
         return Plan(Kind.OP, op, spec=classify(op), params=("self",))
-    if name in FACTORIES or name in EXTRA_FACTORIES:
+    if (name in FACTORIES and name not in RANDOM_LIKE) or name in EXTRA_FACTORIES:
         # the check mode takes the zeros these make for zeros (``fill_value`` of a fill)
         return Plan(Kind.FACTORY, name) if name in ZERO_FACTORIES or name in FILL_FACTORIES else (
             FACTORY_PLAN)

@@ -48,7 +48,9 @@ never a guess.  Dims may be negative (torch's convention).
   :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss),
   :func:`lookup` / :func:`embedding` (embedding, index_select; ``x[ids]`` through
   :class:`TensorIndex` ``spec``), :func:`keeps_spec` (triu/tril), :func:`repeat_interleave`, :func:`pad`,
-  :func:`group_norm`; an op without a rule gets :func:`no_rule_error`.
+  :func:`group_norm`, :func:`layout_op` (convolutions, pools, interpolation, pixel_shuffle,
+  batch/instance norms: views.LAYOUT_OPS, with ``training`` and ``groups``); an op without a
+  rule gets :func:`no_rule_error`.
 - :func:`is_global`, :func:`rank`, :func:`global_axes`.
 - ``spmd.local_map`` helpers: :func:`localize` (a global type seen inside the
   body, local on some axes), :func:`check_local_map_boundary` (the body's local
@@ -90,9 +92,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .contractions import DimError, parse_equation
 from .errors import SpmdError
 from .redistribute import check_source, resolve
-from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, UNREAD_VALUE, Operand, Result, Role, call_spec,
+from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, RANDOM_LIKE, UNREAD_VALUE, Operand, Result, Role, call_spec,
                   cast_is_integral, classify)
 from .ops import propagate as local_propagate
+from .views import LAYOUT_OPS, layout_kept
 from .types import (
     Kind,
     LocalType,
@@ -2064,6 +2067,127 @@ def group_norm(x: Operand, extra: Sequence[Operand] = (), *, op: str = "group_no
     return keeps_spec(op, x, dims=list(range(1, r)), extra=extra)
 
 
+def _is_conv(op: str) -> bool:
+    return op.startswith("conv") or op == "convolution"
+
+
+def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
+              groups: Any = 1) -> Result:
+    """An op on an ``(N, C, *spatial)`` input (:data:`.views.LAYOUT_OPS`: convolutions, pools,
+    interpolation, pixel_shuffle, the norms), by the local rule's table: a dim the op keeps
+    keeps its sharding (the batch always: a data-parallel CNN stays ``PS["dp", ...]``; the
+    channels of pools and interpolation; every dim of pixel_shuffle), any other sharded dim is
+    an error with the communication it needs: a convolution contracts the channels (a per-rank
+    partial sum), a window along a spatial dim needs the neighbours' rows (a halo), a norm's
+    statistics need the whole dims (batch_norm in training, or a mode the checker cannot read:
+    the batch and the spatial dims; ``training=False`` uses the running statistics).  A
+    convolution's weight may shard its out-channels (column parallel, ``groups=1``): the
+    result's channels are sharded alike, and so must the bias be.  Any other tensor operand
+    (weight, bias, running statistics) must be unsharded."""
+    early = _enter(op, operands, mixing=True)
+    if early is not None:
+        return early
+    x = operands[0]
+    if x.type is None or x.type.spec is None:
+        return _finish(op, operands, None, [no_rule_error(op, operands)])
+    sp = x.type.spec
+    r = len(sp)
+    least, most, _, _ = LAYOUT_OPS[op]
+    batched = r - 2 >= least and (most is None or r - 2 <= most)
+    kept = layout_kept(op, r, training)
+    if kept is None or not batched and r - 1 != most:
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op}: {_desc(x)} has {r} dims, not the (N, C, *spatial) input {op} takes")])
+    c = 1 if batched else 0
+    dims = range(r)
+    bad = [d for d in dims if sp[d] and d not in kept]
+    x_text = bare(x.text)
+    if bad:
+        d = bad[0]
+        fix = redistribute_fix(x, sp, _unshard(sp, [b for b in bad if (b == c) == (d == c)]))
+        on = _fmt_entry(sp[d])
+        if op == "batch_norm":
+            mode = ("in training mode" if training is True else
+                    "in a mode the checker cannot read (taken as training: a module's "
+                    "self.training is not read; F.batch_norm(..., training=False) uses the "
+                    "running statistics)")
+            stats = "(" + ", ".join(str(k) for k in dims if k != c) + ")"
+            msg = (f"batch_norm {mode} computes each channel's mean and variance over dims {stats}, "
+                   f"but dim {d} is sharded on {on} ({_desc(x, True)}): each rank would normalise "
+                   f"with its own block's statistics; the statistics need a reduction over {on} "
+                   f"(SyncBatchNorm's all_reduce of the sums): use the running statistics "
+                   f"(training=False), compute the statistics in spmd.local_map with an "
+                   f"all_reduce over {on}, or gather the dim first: {fix}")
+            if d == c:
+                msg = (f"batch_norm needs the channels (dim {c}) whole on each rank, but they are "
+                       f"sharded on {on} ({_desc(x, True)}): its weight, bias and running "
+                       f"statistics lie along them; gather them first: {fix}")
+        elif d == c and _is_conv(op):
+            msg = (f"{op} contracts the channels of {x_text} (dim {c}, sharded on {on}; "
+                   f"{_desc(x)}): each rank would sum only its own channels' terms, a per-rank "
+                   f"partial sum, and {op} takes no out_partial_axes; gather the channels first "
+                   f"({fix}), or convolve in spmd.local_map (the weight's in-channels sharded "
+                   f"alike) and all_reduce(..., {on}, src=P, dst=R) the partial result")
+        elif d == c:
+            what = ("its weight, bias and statistics lie along them" if op.endswith("_norm")
+                    else "it moves channels between groups")
+            msg = (f"{op} needs the channels (dim {c}) whole on each rank, but they are sharded on "
+                   f"{on} ({_desc(x, True)}): {what}; gather them first: {fix}")
+        elif op.endswith("_norm"):
+            msg = (f"{op} computes its statistics over dim {d}, sharded on {on} ({_desc(x, True)}): "
+                   f"each rank would normalise with its own block's statistics, which need a "
+                   f"reduction over {on}; gather the dim first: {fix}")
+        else:
+            msg = (f"{op} reads a window of neighbouring positions along dim {d}, sharded on {on} "
+                   f"({_desc(x, True)}): the positions at each block's edge need the neighbouring "
+                   f"ranks' rows (a halo), which shard propagation does not exchange; gather the "
+                   f"dim first: {fix}, or exchange the halo in spmd.local_map")
+        return _finish(op, operands, None, [SpmdError(CODE, msg)])
+    out = list(sp)
+    extras = [o for o in operands[1:] if o.type is not None and o.type.spec is not None]
+    if _is_conv(op) and len(operands) > 1 and operands[1].type is not None:
+        w = operands[1]
+        bias = operands[2] if len(operands) > 2 and operands[2].type is not None else None
+        extras = [o for o in extras if o is not w and o is not bias]
+        ws = w.type.spec if w.type is not None else None
+        out_d = None if op == "convolution" else 1 if "transpose" in op else 0
+        axes: tuple[str, ...] = ()
+        if ws is not None:
+            wbad = [d for d, e in enumerate(ws) if e and d != out_d]
+            if wbad:
+                return _finish(op, operands, None, [SpmdError(
+                    CODE, f"{op}: the weight {_desc(w)} is sharded on dim {wbad[0]}: only its "
+                          f"out-channels (dim {out_d}) may be sharded (column parallel), its "
+                          f"in-channels and kernel dims must be whole on each rank; gather them "
+                          f"first: {redistribute_fix(w, ws, _unshard(ws, wbad))}")])
+            axes = ws[out_d] if out_d is not None and out_d < len(ws) else ()
+        used = {a for e in sp for a in e}
+        if axes and (groups != 1 or used & set(axes)):
+            why = (f"groups={groups!r}: each rank's filters would meet the wrong channel groups"
+                   if groups != 1 else f"{_fmt_axes(tuple(sorted(used & set(axes))))} already "
+                   f"shards {x_text}")
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: the weight {_desc(w)} shards its out-channels (dim {out_d}) on "
+                      f"{_fmt_axes(axes)}, which needs groups=1 (a literal) and an axis not "
+                      f"sharding the input; here {why}; gather the weight first: "
+                      f"{redistribute_fix(w, ws or (), _unshard(ws or (), [out_d or 0]))}")])
+        out[c] = axes
+        if bias is not None and bias.type is not None and bias.type.spec is not None \
+                and tuple(bias.type.spec) != (axes,):
+            bs = bias.type.spec
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: the bias {_desc(bias)} must be laid out like the result's channels, "
+                      f"{format_spec((axes,))} (the weight's out-channels); "
+                      f"{redistribute_fix(bias, bs, (axes,))}")])
+    for o in extras:
+        os_ = o.type.spec  # type: ignore[union-attr]
+        if os_ is not None and any(os_):
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: {_desc(o)} is sharded, but its per-channel values must be whole on "
+                      f"each rank; gather it first: {redistribute_fix(o, os_, _unshard(os_, range(len(os_))))}")])
+    return _finish(op, operands, tuple(out), [])
+
+
 def select(x: Operand, *, dim: int, op: str = "select") -> Result:
     """``x.select(dim, i)``: an integer index on ``dim``."""
     return _index_on_dim(x, dim, 0, op)
@@ -2141,6 +2265,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in ("type_as", "to") and len(operands) > 1:
         # x.type_as(y), x.to(y): y lends its dtype and device, the values and layout are x's
         return propagate(op, operands[:1], **params)
+    if op in RANDOM_LIKE:  # torch.randn_like(x): a draw in x's layout
+        return local_propagate(op, operands[:1])
     tensors = [o for o in operands if o.type is not None]
     x = operands[0]
     p = params
@@ -2256,6 +2382,8 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return pad(x, pad=p.get("pad", UNKNOWN), extra=operands[1:], op=op)
     if op == "group_norm":
         return group_norm(x, operands[1:], op=op)
+    if op in LAYOUT_OPS and op != "constant_pad_nd":
+        return layout_op(op, operands, training=p.get("training", False), groups=p.get("groups", 1))
     if op in ("view_as_real", "view_as_complex"):
         return complex_view(x, op=op)
     return _finish(op, operands, None, [no_rule_error(op, operands)])
@@ -2397,7 +2525,7 @@ __all__ = [
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
     "index", "select", "narrow", "lookup", "embedding", "LOOKUPS", "GATHERS", "gather_along", "keeps_spec", "pad",
-    "group_norm", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
+    "group_norm", "layout_op", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
     "is_inplace", "inplace_base", "is_elementwise",

@@ -311,7 +311,8 @@ def is_value_target(op: str, formal: str) -> bool:
     """``target`` of a VALUE_TARGET_OPS loss: an operand, not an index (both adapters ask)."""
     return formal == "target" and op in VALUE_TARGET_OPS
 
-# Factories: no tensor operands; their result is untyped until annotated.
+# Factories: no tensor operands; their result is untyped until annotated (RANDOM_LIKE: typed
+# from their template, below).
 FACTORIES = frozenset(
     """
 zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor
@@ -321,6 +322,21 @@ empty_strided new_empty_strided range tril_indices triu_indices frombuffer asarr
 hann_window hamming_window blackman_window bartlett_window kaiser_window
 """.split()
 )
+
+# Random factories shaped like a template (``torch.randn_like(x)``: diffusion noise, a dropout
+# mask drawn by hand): a new draw laid out as ``x``, none of x's values in it.  They are typed
+# from the template (:func:`random_like_type`), not untyped as the other factories: on an axis
+# where x is R or I the draw is R or I, which holds only if every rank of the axis draws the same
+# numbers (RANDOM_OPS: the check mode compares the generator's state, as for dropout); V and
+# S(i) stay (each rank's own draw, in the template's layout); on a P axis the draw is no
+# pending sum: unknown there.  A global template's partition spec is kept.
+RANDOM_LIKE = frozenset({"rand_like", "randn_like", "randint_like"})
+
+
+def random_like_type(t: SpmdType) -> SpmdType:
+    """The type of ``torch.randn_like(x)`` (RANDOM_LIKE) for a template ``x`` of type ``t``."""
+    return SpmdType.of({a: lt for a, lt in t.axes if lt.kind is not Kind.P}, t.spec)
+
 
 # Factories whose result is zero everywhere (``torch.zeros_like(p)``: an optimizer's fresh
 # moments, a buffer to accumulate into), and those that fill with a value (zero where the
@@ -407,6 +423,7 @@ RANDOM_OPS: dict[str, RandomDraw] = {
     "scaled_dot_product_attention": RandomDraw("dropout_p", 0.0),
     **{n: _ALWAYS for n in """bernoulli bernoulli_ multinomial normal normal_ poisson binomial
        uniform_ exponential_ random_ cauchy_ log_normal_ geometric_ gumbel_softmax""".split()},
+    **{n: _ALWAYS for n in RANDOM_LIKE},
 }
 
 
@@ -1390,6 +1407,9 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
     """
     if isinstance(spec, str):
         spec = classify(spec)
+    if spec.name in RANDOM_LIKE:  # a new draw shaped like its template
+        t = operands[0].type if operands else None
+        return Result(random_like_type(t) if t is not None else SpmdType())
     # a registered spec is keyed by its name (hashing the dataclass costs more)
     key = (spec.name if OP_SPECS.get(spec.name) is spec else spec, strict, reduction, move,
            tuple((o.type, o.can_grad, o.role, o.shape, o.zero) for o in operands))

@@ -329,6 +329,19 @@ def _layout_kept(move: DimMove, rank: int) -> frozenset[int] | None:
     return None
 
 
+def layout_kept(op: str, rank: int, training: object = False) -> frozenset[int] | None:
+    """The dims a :data:`LAYOUT_OPS` op keeps on a batched ``(N, C, *spatial)`` input of
+    ``rank`` (global SPMD's rule reads this table too); ``training``: batch_norm's mode (not a
+    bool: unread, taken as training, which keeps nothing).  None when the op takes no input of
+    that rank."""
+    args: tuple[object, ...] = ()
+    if op == "batch_norm":
+        args = (training if isinstance(training, bool) else True,)
+    elif op in ("pad", "constant_pad_nd"):
+        return None  # by its amounts: global_spmd.pad
+    return _layout_kept(DimMove(op, args), rank)
+
+
 def _kept_dims(kept: str, rank: int, batched: bool) -> frozenset[int]:
     """The dims ``kept`` names ("n" the batch, "c" the channels, "s" every spatial dim) of
     an ``(N, C, *spatial)`` input of ``rank``, or of an unbatched ``(C, *spatial)`` one."""

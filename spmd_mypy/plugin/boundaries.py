@@ -103,13 +103,14 @@ from mypy.nodes import (
     Var,
     YieldFromExpr,
 )
-from mypy.subtypes import is_subtype
+from mypy.subtypes import is_same_type, is_subtype
 from mypy.traverser import YieldFromCollector, all_return_statements, all_yield_expressions
 from mypy.maptype import map_instance_to_supertype
 from mypy.typeops import bind_self
 from mypy.types import (
     AnyType,
     CallableType,
+    Overloaded,
     TypeVarType,
     UninhabitedType,
     NoneType,
@@ -1244,20 +1245,76 @@ def _formal_of(chk: Any, call: CallExpr, index: int) -> tuple[Type, str | None, 
             if fullname:
                 ct = get_proper_type(ec.transform_callee_type(
                     fullname, ct, call.args, call.arg_kinds, call, call.arg_names, object_type))
+    context = _return_context(chk, call)
+    if isinstance(ct, Overloaded) and context is not None:
+        # a generic overloaded callee in return position (``return max(xs, key=f)``): the
+        # items the call's arguments fit by arity, when they agree on the formal
+        found: tuple[Type, str | None, int, str] | None = None
+        arg_types: list[Type] = []
+        for a in call.args:
+            t = chk.lookup_type_or_none(a)
+            arg_types.append(t if t is not None else AnyType(TypeOfAny.special_form))
+        for item in ec.plausible_overload_call_targets(arg_types, call.arg_kinds, call.arg_names, ct):
+            one = _formal_in(chk, call, index, item, context)
+            if one is None:
+                continue
+            if found is not None and not is_same_type(one[0], found[0]):
+                return None  # the items disagree: mypy's error stands
+            if found is None:
+                found = one
+        return found
     if not isinstance(ct, CallableType):
         return None
+    return _formal_in(chk, call, index, ct, context)
+
+
+def _return_context(chk: Any, call: CallExpr) -> Type | None:
+    """The declared return type when ``call`` is a returned value itself (``return f(x)``) and
+    the type context is gone: mypy infers a returned call's type variables from the return type
+    (``checker.infer_context_dependent``) and, when that fails and the call without context is
+    no fit either, reports the errors of the first try after it has left that context."""
+    ctx = chk.expr_checker.type_context
+    if ctx and ctx[-1] is not None:
+        return None  # the context is there (an annotated assignment)
+    fn = chk.scope.current_function()
+    returns = getattr(chk, "return_types", None)
+    if not isinstance(fn, FuncDef) or fn.is_generator or fn.is_coroutine or not returns:
+        return None
+    tree = getattr(chk, "tree", None)
+    if not isinstance(tree, MypyFile):
+        return None
+    index: _Index = {}
+    leaves: list[Statement] = []
+    _collect(tree.defs, index, call.line, leaves)
+    if not any(isinstance(leaf, ReturnStmt) and leaf.expr is call for leaf in leaves):
+        return None
+    declared: Type = returns[-1]
+    return declared
+
+
+def _formal_in(chk: Any, call: CallExpr, index: int, ct: CallableType,
+               context: Type | None) -> tuple[Type, str | None, int, str] | None:
+    """:func:`_formal_of` in the signature ``ct`` (``context``: the type context to infer its
+    type variables from, when mypy's is gone)."""
+    ec = chk.expr_checker
     if ct.unpack_kwargs:
         ct = ct.with_unpacked_kwargs()
-    if ct.variables:
-        ct = ec.infer_function_type_arguments_using_context(ct, call)
-        if ct.variables:
-            return None  # inferred from the arguments: mypy's error stands
     formals = map_actuals_to_formals(call.arg_kinds, call.arg_names, ct.arg_kinds, ct.arg_names,
                                      lambda j: AnyType(TypeOfAny.special_form))
+    if ct.variables:
+        if context is not None:
+            ec.type_context.append(context)
+        try:
+            ct = ec.infer_function_type_arguments_using_context(ct, call)
+        finally:
+            if context is not None:
+                ec.type_context.pop()
+        if ct.variables:
+            return None  # inferred from the arguments: mypy's error stands
     for f, actuals in enumerate(formals):
         if index in actuals and ct.arg_kinds[f] in (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT,
                                                    ARG_STAR, ARG_STAR2):
-            name = (ct.name or "").split(" of ", 1)[0] or expr_text(callee)
+            name = (ct.name or "").split(" of ", 1)[0] or expr_text(call.callee)
             return ct.arg_types[f], ct.arg_names[f], f, name
     return None
 

@@ -26,7 +26,7 @@ from .einops_calls import (
     EINOPS_FUNCTIONS, EINOPS_LAYERS, einops_hook, einops_layer_hook, einops_signature_hook,
 )
 from ..engine.collectives import DIVERGENCE_ONLY_COLLECTIVES
-from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, VALUE_READS, send_call
+from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, RANDOM_LIKE, VALUE_READS, send_call
 from .autograd import is_autograd_function
 from .modules import (
     INDICES_RESULT_MODULES, MODULE_DICT, MODULE_LIST, SEQUENTIAL, TORCH_MODULE_OPS, TUPLE_RESULT_MODULES,
@@ -366,8 +366,8 @@ class HookDispatch:
             return typer.foreach_hook(name)
         if fullname.startswith(_NOT_TORCH_OPS) or not name or name[0].isupper() or name.startswith("_"):
             return None
-        if name in calls.FACTORIES or name in calls.NOT_OPS:
-            return None
+        if (name in calls.FACTORIES and name not in RANDOM_LIKE) or name in calls.NOT_OPS:
+            return None  # a factory's result is untyped; randn_like(x)'s is x's (engine RANDOM_LIKE)
         return typer.op_hook(name, method=False)
 
     def megatron_mapping_hook(self, ctx: FunctionContext) -> Type:

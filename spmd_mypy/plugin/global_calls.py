@@ -819,6 +819,17 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         pad_e = pads[0] if pads else None
         p["pad"] = (lit_ints(pad_e.items) if isinstance(pad_e, (TupleExpr, ListExpr))
                     else gs.UNKNOWN)
+    elif base in gs.LAYOUT_OPS:
+        # batch_norm's mode, a convolution's groups: a module call (nn.BatchNorm2d,
+        # nn.Conv2d) names neither, and is unread (batch_norm then counts as training)
+        names = ctx.callee_arg_names
+        if base == "batch_norm":
+            p["training"] = _bool_param(f.get("training")) if "training" in names else gs.UNKNOWN
+        if "groups" in names:
+            g = f.get("groups")
+            p["groups"] = 1 if not g else (lit_int(g[0]) if lit_int(g[0]) is not None else gs.UNKNOWN)
+        else:
+            p["groups"] = gs.UNKNOWN
     elif base in gs.ATTENTION:
         p["is_causal"] = _bool_param(f.get("is_causal"))
     elif base in gs.CLASS_LOSSES:

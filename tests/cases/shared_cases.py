@@ -1324,6 +1324,36 @@ case("global-cat-unsharded-dim", {"a": _X, "b": _X}, "out = torch.cat([a, b], di
 case("global-cat-sharded-dim", {"a": _X, "b": _X}, "out = torch.cat([a, b], dim=0)", GLB)
 case("global-flatten-outermost", {"x": _X}, "out = x.flatten()", 'Tensor[PS["dp"], R["tp"]]')
 case("global-flatten-inner-sharded", {"w": _WC}, "out = w.flatten()", GLB)
+# ops on an (N, C, *spatial) input (engine views.LAYOUT_OPS, the local rule's table): the batch
+# dim keeps its sharding (a data-parallel CNN), a conv's channels are contracted, a window along a
+# sharded spatial dim needs a halo, batch_norm in training needs the batch's statistics
+_X4 = 'Tensor[PS["dp", None, None, None], R["tp"]]'        # [n@dp, c, h, w]
+_XC4 = 'Tensor[PS["dp", "tp", None, None]]'                 # [n@dp, c@tp, h, w]
+_XS4 = 'Tensor[PS[None, None, "tp", None], R["dp"]]'        # [n, c, h@tp, w]
+_W4 = 'Tensor[PS[None, None, None, None], R["dp", "tp"]]'
+_WO4 = 'Tensor[PS["tp", None, None, None], R["dp"]]'       # out-channels on tp
+_V1 = {"b": "torch.randn(3, requires_grad=True).clone()"}
+_G_CONV = {"x": _NCHW, "w": "torch.randn(3, 4, 3, 3, requires_grad=True).clone()", **_V1}
+_G_BN = {"x": _NCHW, "m": "torch.zeros(4)", "v": "torch.ones(4)"}
+case("global-conv2d-batch", {"x": _X4, "w": _W4, "b": _B}, "out = F.conv2d(x, w, b, padding=1)",
+     _X4, make=_G_CONV, desc="each sample convolved on its own: the batch's sharding kept")
+case("global-conv2d-column-parallel", {"x": _X4, "w": _WO4, "b": 'Tensor[PS["tp"], R["dp"]]'},
+     "out = F.conv2d(x, w, b)", _XC4, make=_G_CONV, desc="the weight's out-channels shard the result's")
+case("global-conv2d-channels-contracted", {"x": _XC4, "w": _W4}, "out = F.conv2d(x, w)", GLB,
+     make=_G_CONV)
+case("global-conv2d-spatial-halo", {"x": _XS4, "w": _W4}, "out = F.conv2d(x, w, padding=1)", GLB,
+     make=_G_CONV)
+case("global-avg_pool2d-batch-channels", {"x": _XC4}, "out = F.avg_pool2d(x, 2)", _XC4,
+     make={"x": _NCHW})
+case("global-max_pool2d-spatial-halo", {"x": _XS4}, "out = F.max_pool2d(x, 2)", GLB,
+     make={"x": _NCHW})
+case("global-interpolate-batch", {"x": _X4}, 'out = F.interpolate(x, scale_factor=2.0, mode="nearest")',
+     _X4, make={"x": _NCHW})
+case("global-batch_norm-eval-batch", {"x": _X4, "m": _B, "v": _B},
+     "out = F.batch_norm(x, m, v, training=False)", _X4, make=_G_BN)
+case("global-batch_norm-training-batch", {"x": _X4, "m": _B, "v": _B},
+     "out = F.batch_norm(x, m, v, training=True)", GLB, make=_G_BN,
+     desc="per-rank statistics: they need a reduction over dp")
 # split/chunk/unbind, expand, roll, cross_entropy (session 3), and an operand broadcast along a
 # sharded dim while varying on its axis
 _T = 'Tensor[PS["dp"], R["tp"]]'            # class indices [b@dp]

@@ -31,6 +31,8 @@ from spmd_mypy.engine.types import INVARIANT, REPLICATE, SpmdType
     ("normal_", {}, True),
     ("relu", {}, False),                                    # not random
     ("randn", {}, False),                                   # factories: no typed operand
+    ("randn_like", {}, True),                               # typed from its template
+    ("randint_like", {}, True),
 ])
 def test_which_calls_draw(name: str, values: dict, draws: bool) -> None:
     assert random_draws(name, values) is draws
@@ -40,7 +42,8 @@ def test_random_ops_named() -> None:
     for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
                  "feature_alpha_dropout", "bernoulli", "bernoulli_", "multinomial", "rrelu",
                  "normal", "normal_", "poisson", "uniform_", "exponential_", "random_",
-                 "scaled_dot_product_attention", "gumbel_softmax"):
+                 "scaled_dot_product_attention", "gumbel_softmax", "rand_like", "randn_like",
+                 "randint_like"):
         assert name in RANDOM_OPS, name
 
 

@@ -194,6 +194,10 @@ def _ops(x_r: torch.Tensor, x_i: torch.Tensor) -> dict[str, Callable[[], Any]]:
         "rrelu": lambda: F.rrelu(x_i, training=True),
         "gumbel_softmax": lambda: F.gumbel_softmax(x_i, tau=1.0, hard=True),
         "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, dropout_p=0.5),
+        # typed from their template (diffusion noise): checked as the other draws
+        "randn_like": lambda: torch.randn_like(x_i),
+        "rand_like": lambda: torch.rand_like(x_r),
+        "randint_like": lambda: torch.randint_like(x_i, 10),
     }
 
 
