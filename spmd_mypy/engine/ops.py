@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from .contractions import Contraction, contracted_layout
 from .errors import SpmdError, merge_axis_errors
@@ -141,6 +141,62 @@ class Operand:
     @property
     def is_scalar(self) -> bool:
         return self.type is None
+
+
+_TEXT_SLOT = Operand.__dict__["text"]  # the slot behind Operand.text
+
+
+class _SourceOperand(Operand):
+    """An :class:`Operand` whose ``text`` is rendered from its source node when first read
+    (:func:`source_operand`).  The static checker makes one per operand of every call it
+    types, and the text is read for a message only: most are never rendered.  Equal to,
+    hashed and copied (``dataclasses.replace``) as the Operand with the rendered text."""
+
+    __slots__ = ("_source", "_render")
+
+    @property  # type: ignore[override]
+    def text(self) -> str:
+        render = self._render
+        if render is not None:
+            _TEXT_SLOT.__set__(self, render(self._source))
+            self._render = None
+            self._source = None
+        return _TEXT_SLOT.__get__(self, Operand)  # type: ignore[no-any-return]
+
+    @text.setter
+    def text(self, value: str) -> None:  # the dataclass __init__ (a replace) sets it
+        _TEXT_SLOT.__set__(self, value)
+        self._render = None
+        self._source = None
+
+    def __eq__(self, other: object) -> bool:  # an Operand's too (its own returns NotImplemented)
+        if not isinstance(other, Operand):
+            return NotImplemented
+        return ((self.type, self.text, self.can_grad, self.role, self.shape, self.zero, self.leaf)
+                == (other.type, other.text, other.can_grad, other.role, other.shape, other.zero,
+                    other.leaf))
+
+    __hash__ = Operand.__hash__
+
+
+def source_operand(type: SpmdType | None, source: object, render: Callable[[Any], str],
+                   can_grad: bool = True, role: Role | None = None, zero: bool = False,
+                   leaf: bool = False) -> Operand:
+    """``Operand(type, render(source), can_grad, role, zero=zero, leaf=leaf)``, the text
+    rendered only when read (``render`` a function of ``source``, a syntax node)."""
+    o = _new_source_operand(_SourceOperand)
+    o.type = type
+    o.can_grad = can_grad
+    o.role = role
+    o.shape = None
+    o.zero = zero
+    o.leaf = leaf
+    o._source = source
+    o._render = render
+    return o
+
+
+_new_source_operand = object.__new__
 
 
 # --------------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ from ..engine.ops import (
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
-    Result, rank_index_operand,
+    Result, rank_index_operand, source_operand,
 )
 from ..engine.types import (
     LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_type,
@@ -157,6 +157,20 @@ _TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typ
 # an attribute read of the enum class at every use)
 _KIND_I: Final = Kind.I
 _KIND_R: Final = Kind.R
+
+
+def _temp_text(e: Expression | None) -> str:
+    """An operand mypy hands as a TempNode (no source): ``x``."""
+    return "x"
+
+
+def _temp_item_text(e: Expression | None) -> str:
+    return "x" + _LIST_ITEM
+
+
+def _item_text(e: Expression | None) -> str:
+    """An item of the list operand ``e``: ``xs[k]``."""
+    return expr_text(e) + _LIST_ITEM
 
 
 def untyped_result(ctx: FunctionContext) -> Type:
@@ -496,7 +510,8 @@ class CallTyper:
         """A tensor operand ``expr`` of type ``t``: named as the code writes it, its gradient
         read where the rule needs it (can_grad_if_invariant)."""
         can_grad = self.can_grad_if_invariant(ctx, expr, t)
-        return Operand(t, expr_text(expr), can_grad, leaf=can_grad and _attribute_if_invariant(ctx, expr, t))
+        return source_operand(t, expr, expr_text, can_grad,
+                              leaf=can_grad and _attribute_if_invariant(ctx, expr, t))
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
         """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
@@ -551,7 +566,7 @@ class CallTyper:
         if receiver_type is not None:
             t = self.types.from_type(receiver_type)
             if t is not None:
-                any_typed = any_typed or bool(t) or bool(t.failed)
+                any_typed = any_typed or bool(t.axes) or bool(t.failed)
                 ops.append(self.operand(ctx, receiver, t))
                 sources.append(receiver)
         position = 0
@@ -568,9 +583,14 @@ class CallTyper:
                 for it, ie in typ_items:
                     if isinstance(ie, TempNode) and other is not None:
                         ie = other  # an operator's other side, which mypy hands as a TempNode
-                    text = expr_text(ie) if not isinstance(ie, TempNode) else "x"
-                    if wholes and any(w is ie for w in wholes):
-                        text += _LIST_ITEM  # an item of the list xs: xs[k]
+                    # the text (rendered when a message reads it): an item of the list xs
+                    # is xs[k]; mypy's TempNode, x
+                    is_item = bool(wholes) and any(w is ie for w in wholes)
+                    render: Callable[[Any], str]
+                    if isinstance(ie, TempNode):
+                        render = _temp_item_text if is_item else _temp_text
+                    else:
+                        render = _item_text if is_item else expr_text
                     t = self.types.from_type(it)
                     if (t is None and it is not None and not is_index and name != "out"
                             and isinstance(get_proper_type(it), AnyType)):
@@ -582,16 +602,16 @@ class CallTyper:
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
-                            ops.append(Operand(None, text, zero=is_zero_literal(ie, it)))
+                            ops.append(source_operand(None, ie, render, zero=is_zero_literal(ie, it)))
                             sources.append(None)
                         continue
-                    any_typed = any_typed or bool(t) or bool(t.failed)
+                    any_typed = any_typed or bool(t.axes) or bool(t.failed)
                     # a loss's value target is taken as data: no gradient (the check mode
                     # reads requires_grad)
                     no_grad = is_index or name in GRADFREE_NAMES or value_target
                     can_grad = False if no_grad else self.can_grad_if_invariant(ctx, ie, t)
-                    o = Operand(t, text, can_grad, Role.INDEX if is_index else None,
-                                leaf=can_grad and _attribute_if_invariant(ctx, ie, t))
+                    o = source_operand(t, ie, render, can_grad, Role.INDEX if is_index else None,
+                                       leaf=can_grad and _attribute_if_invariant(ctx, ie, t))
                     if name == "out":
                         out = o
                     else:
@@ -626,12 +646,12 @@ class CallTyper:
         """Beside an I operand, whether each R operand carries a gradient (a detached one acts
         as I there: engine ``_rule_on_axis``); elsewhere the rule never asks, so neither does
         this (the region lookups cost a hooked call)."""
-        i_axes = {a for o in ops if o.type for a, lt in o.type.axes if lt.kind is _KIND_I}
+        i_axes = {a for o in ops if o.type is not None for a, lt in o.type.axes if lt.kind is _KIND_I}
         if not i_axes:
             return
         for k, o in enumerate(ops):
             e = sources[k]
-            if (e is not None and o.type and o.can_grad
+            if (e is not None and o.type is not None and o.can_grad
                     and any(lt.kind is _KIND_R and a in i_axes for a, lt in o.type.axes)
                     and not self.can_grad(ctx, e)):
                 ops[k] = dataclasses.replace(o, can_grad=False)
@@ -1250,9 +1270,9 @@ class CallTyper:
             for t, e in items:
                 st = self.types.from_type(t)
                 if st is not None:
-                    ops.append(Operand(st, expr_text(e)))
+                    ops.append(source_operand(st, e, expr_text))
                 elif _is_scalar(t):
-                    ops.append(Operand(None, expr_text(e)))
+                    ops.append(source_operand(None, e, expr_text))
             if (len(ops) > 1 and any(o.type for o in ops if o.type is not None)
                     and not global_calls.any_global(ops)):
                 self.report(ctx, propagate(op, ops, strict=self.strict(ctx)).errors)
@@ -2467,10 +2487,8 @@ class CallTyper:
                 kinds = case.arg_kinds[i] if i < len(case.arg_kinds) else []
                 for k, (typ, expr) in enumerate(zip(case.arg_types[i], case.args[i])):
                     kind = kinds[k] if k < len(kinds) else ARG_POS
-                    written = expr_text(expr)
-                    text = written
-                    if kind in (ARG_STAR, ARG_STAR2):  # f(*xs), f(**d): each item is an argument
-                        text = ("*" if kind == ARG_STAR else "**") + written
+                    written = ""  # the argument's text, made for its first typed tensor
+                    text = ""
                     offset = 0  # f(*t), t a fixed tuple: the items before this formal's
                     if kind == ARG_STAR and isinstance(get_proper_type(typ), TupleType):
                         offset = sum(1 for j in range(i) if j < len(case.args)
@@ -2479,8 +2497,13 @@ class CallTyper:
                     for item, index, optional in self._tensor_members(
                             _unpacked_types(typ, kind, offset, star_formal)):
                         have = self.types.from_type(item)
-                        if not have:
+                        if have is None or not have.axes:  # (SpmdType.__bool__, inlined)
                             continue
+                        if not text:
+                            written = expr_text(expr)
+                            text = written
+                            if kind in (ARG_STAR, ARG_STAR2):  # f(*xs), f(**d): each item is an argument
+                                text = ("*" if kind == ARG_STAR else "**") + written
                         x_text = written
                         if index is not None:  # the tuple's item: t[1], or (a, b)'s b
                             x_text = (expr_text(expr.items[index]) if isinstance(expr, TupleExpr)

@@ -102,6 +102,7 @@ class HookDispatch:
         self._function_cache: dict[str, Callable | None] = {}
         self._method_cache: dict[str, Callable | None] = {}
         self._method_sig_cache: dict[str, Callable | None] = {}
+        self._function_sig_cache: dict[str, Callable | None] = {}
         self._tensor_list_cache: dict[str, Callable | None] = {}
         self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
@@ -264,12 +265,20 @@ class HookDispatch:
         self.plugin.promotion.module = None
 
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
+        # mypy asks at every call: the answer for a name is kept (each is made once)
         self._follow_module()
+        cache = self._function_sig_cache
+        if fullname in cache:
+            return cache[fullname]
+        hook: Callable | None
         if fullname in EINOPS_FUNCTIONS:
-            return self._guard("einops_signature", einops_signature_hook, SIGNATURE)
-        if fullname.startswith(NO_SIGNATURE_CHECK):
-            return self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
-        return self._relax_signature()
+            hook = self._guard("einops_signature", einops_signature_hook, SIGNATURE)
+        elif fullname.startswith(NO_SIGNATURE_CHECK):
+            hook = self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
+        else:
+            hook = self._relax_signature()
+        cache[fullname] = hook
+        return hook
 
     def _relax_signature(self) -> Guarded:
         return self._guard("relax", self.plugin.calls.relax_signature_hook, SIGNATURE)

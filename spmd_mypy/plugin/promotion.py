@@ -22,7 +22,7 @@ This module is compiled with the rest of the plugin: the wrapper runs at every h
 
 from __future__ import annotations
 
-from typing import Any, Callable, Final
+from typing import Any, Callable, Final, cast
 
 from mypy.argmap import map_actuals_to_formals
 from mypy.literals import literal_hash
@@ -225,9 +225,21 @@ class Promotion:
         ``a.grad``, or ``b`` and ``b.grad``, never ``a`` with ``b.grad``."""
         if not self.wanted:
             return None  # a module without SPMD types: nothing is typed
-        arg_types: list[list[Type]] = getattr(ctx, "arg_types", None) or []
-        receiver: Type | None = getattr(ctx, "type", None)  # a method's receiver (mypy may
-        # hand a union receiver to a reflected operator: ``b * h`` checks ``h.__rmul__(b)``)
+        # a method's receiver (mypy may hand a union receiver to a reflected operator: ``b *
+        # h`` checks ``h.__rmul__(b)``); read by the context's class first (a getattr with a
+        # default of a field the context lacks raises inside: the common call's cost)
+        arg_types: list[list[Type]]
+        receiver: Type | None
+        cls = type(ctx)
+        if cls is _FunctionContext:
+            arg_types = cast(FunctionContext, ctx).arg_types or []
+            receiver = None
+        elif cls is _MethodContext:
+            arg_types = cast(MethodContext, ctx).arg_types or []
+            receiver = cast(MethodContext, ctx).type
+        else:
+            arg_types = getattr(ctx, "arg_types", None) or []
+            receiver = getattr(ctx, "type", None)
         if not self._has_alternatives(receiver, arg_types):
             return None
         slots: list[tuple[int, int, Type]] = [(-1, -1, receiver)] if receiver is not None else []
@@ -282,6 +294,10 @@ class Promotion:
                     return True
         return False
 
+
+# the hook contexts' classes, compared by identity (C statics in the compiled plugin)
+_FunctionContext: Final = FunctionContext
+_MethodContext: Final = MethodContext
 
 # how an operand is derived from a name (Correlated.derivation)
 _NAME: Final = 0  # the name itself

@@ -584,6 +584,14 @@ class _Walker:
         self.rank_helpers: dict[str, frozenset] = {}
         self._rank_flags: list[bool] = []
         self.rank_functions: list[FuncDef] = []
+        # (rewrite walk) the records of each function that defines no name twice, nested
+        # ones included (what it added to detached, integers, shadowed), by the FuncDef's id;
+        # and (the walk again after the renaming, prepare_file) those records to take for
+        # such a function instead of walking it: the renamer changed nothing in it
+        self.kept: dict[int, tuple[FuncDef, list[tuple[int, int, str]], list[_IntRecord],
+                                   list[tuple[int, int, str]]]] = {}
+        self.reuse: dict[int, tuple[FuncDef, list[tuple[int, int, str]], list[_IntRecord],
+                                    list[tuple[int, int, str]]]] | None = None
 
     def regions(self, detached: list[tuple[int, int, str]],
                 integers: list[_IntRecord] | None = None,
@@ -603,14 +611,16 @@ class _Walker:
         :func:`_gradient_free_names` (``which``: _GRAD) and :func:`_integer_names` (_INT)
         read (``_OPAQUE``: never gradient-free, never integer)."""
         if self._assigns:
-            for k, assigns in ((_GRAD, self._assigns[-1]), (_INT, self._int_assigns[-1])):
-                if not which & k:
-                    continue
-                if type(target) is _NameExpr:
-                    assigns.setdefault(cast(NameExpr, target).name, []).append(value)
-                else:
-                    for n in _names_in(target):
-                        assigns.setdefault(n, []).append(value)
+            names = ([cast(NameExpr, target).name] if type(target) is _NameExpr
+                     else _names_in(target))
+            if which & _GRAD:
+                assigns = self._assigns[-1]
+                for n in names:
+                    assigns.setdefault(n, []).append(value)
+            if which & _INT:
+                assigns = self._int_assigns[-1]
+                for n in names:
+                    assigns.setdefault(n, []).append(value)
 
     def _bind_items(self, target: Expression, value: Expression, which: int = _BOTH) -> None:
         """``target = value``: a tuple target takes a tuple display item by item (``c, s =
@@ -846,11 +856,15 @@ class _Walker:
                  else st.rvalue)
         if self._assigns:
             for lv in st.lvalues:
-                self._bind_items(lv, value, _GRAD)
-                self._bind_items(lv, st.rvalue, _INT)
+                if value is st.rvalue:  # both readings take the value (one walk of the target)
+                    self._bind_items(lv, value, _BOTH)
+                else:
+                    self._bind_items(lv, value, _GRAD)
+                    self._bind_items(lv, st.rvalue, _INT)
         for lv in st.lvalues:
             self._define(lv)
-        if self._rank_flags and not self._rank_flags[-1] and has_query(st.rvalue, self.rank_helpers):
+        if (self.rewrite and self._rank_flags and not self._rank_flags[-1]  # (read of the rewrite walk)
+                and has_query(st.rvalue, self.rank_helpers)):
             self._rank_flags[-1] = True
         if self.rewrite:
             if not self._depth:
@@ -866,6 +880,25 @@ class _Walker:
             self._rank_flags[-1] = True
 
     def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
+        reuse = self.reuse
+        if reuse is not None:
+            kept = reuse.get(id(st))
+            if kept is not None and kept[0] is st:
+                self._body_mode = None
+                self.detached.extend(kept[1])
+                self.integers.extend(kept[2])
+                self.shadowed.extend(kept[3])
+                return
+        starts = (len(self.detached), len(self.integers), len(self.shadowed))
+        outer_rebinds = self.rebinds
+        self.rebinds = False
+        self._function(st, in_function_class)
+        if self.rewrite and not self.rebinds:
+            self.kept[id(st)] = (st, self.detached[starts[0]:], self.integers[starts[1]:],
+                                 self.shadowed[starts[2]:])
+        self.rebinds = self.rebinds or outer_rebinds
+
+    def _function(self, st: FuncDef, in_function_class: bool) -> None:
         if self.rewrite:
             _rewrite_annotation(st.type, st.unanalyzed_type)
         body_mode = self._body_mode
@@ -1737,6 +1770,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         _rename_quietly(file, options, rebinding, looping)
         again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions,
                         module_numbers=(w.module_numbers, w.module_ints))
+        again.reuse = w.kept  # a function the renamer did not change keeps its records
         again.block(rebinding)
         detached = _outside(detached, [(a, b) for a, b, _, _, _, _ in spans]) + again.detached
         integers = _outside(integers, [(a, b) for _, _, a, b, _, _ in spans]) + again.integers

@@ -263,3 +263,65 @@ def test_loop_variables_are_their_own_under_any_redefinition_option(redefinition
     setattr(options, redefinition, True)
     rewrite.prepare_file(tree, options)
     assert "NameExpr(p')" in str(tree)
+
+
+CLASS_SOURCE = textwrap.dedent('''
+    import torch
+    import spmd
+    from spmd import I, R
+
+    class Layer:
+        def rebinds(self, x):
+            m = x.max().detach()
+            m = m + x
+            k = m.argmax(-1)
+            return m, k
+
+        def clean(self, x):
+            g = x.detach()
+            n = spmd.all_reduce(g, "tp", src=R, dst=I)
+
+            def inner(y):
+                h = y.detach()
+                return h
+
+            return n, inner(x)
+
+        @torch.no_grad()
+        def decorated(self, x):
+            c = x * 2
+            i = c.argmax(-1)
+            return c, i
+''')
+
+
+def test_a_method_defining_no_name_twice_is_not_walked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The renamer changes nothing in a function that defines each name once: after renaming
+    a class (one of its methods rebinds a name), only that method is walked again; the
+    others keep their first walk's gradient-free and integer names."""
+    walks: list[list[str]] = []
+    fixpoint = rewrite._gradient_free_names
+
+    def counted(assigns, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        walks.append(sorted(assigns))
+        return fixpoint(assigns, *args, **kwargs)
+
+    ours, options = _parse(CLASS_SOURCE)
+    monkeypatch.setattr(rewrite, "_gradient_free_names", counted)
+    regions = rewrite.prepare_file(ours, options)
+    monkeypatch.undo()
+    # the first walk: rebinds, inner, clean, decorated; again: rebinds only (renamed)
+    assert len(walks) == 5
+    assert walks[0] == ["k", "m", "self", "x"] and walks[-1] == ["k", "m", "m'", "self", "x"]
+
+    reference, _ = _parse(CLASS_SOURCE)
+    rewrite.rename_redefinitions(reference, options)
+    expected = rewrite._walk(reference, rewrite=True)
+    rewrite._resolve_integers(regions)
+    rewrite._resolve_integers(expected)
+    assert str(ours) == str(reference)
+    assert regions.detached_names == expected.detached_names
+    assert regions.integer_names == expected.integer_names
+    assert regions.shadowed == expected.shadowed
+    names = {n for _, _, n in regions.detached_names}
+    assert {"g", "n", "h", "c", "i", "m"} <= names and "m'" not in names
