@@ -1836,7 +1836,7 @@ class CallTyper:
             src = global_calls.value_bound_once(func, src.name) or src
         if isinstance(gs, IntExpr):
             src_index = gs.value
-        elif (isinstance(src, CallExpr) and isinstance(src.callee, RefExpr)
+        elif (isinstance(src, CallExpr) and isinstance(src.callee, (NameExpr, MemberExpr))
               and src.callee.name == "get_global_rank" and len(src.args) == 2
               and isinstance(src.args[1], IntExpr)):
             src_index = src.args[1].value
