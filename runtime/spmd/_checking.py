@@ -81,6 +81,7 @@ Cost
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import os
@@ -99,7 +100,9 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RA
                                           COMPARE, IndexValue,
                                           RAW_OP_PARAMS,
                                           check_argument, check_collective,
-                                          raw_collective_error, raw_reduce_op)
+                                          raw_collective_error, raw_reduce_op,
+                                          RAW_BROADCASTS, raw_broadcast_error,
+                                          mesh_moved_error)
 from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
@@ -136,8 +139,19 @@ _TYPES: dict[int, tuple[weakref.ref, SpmdType]] = {}
 # value, so the engine-result cache can key on ``id(type)`` (hashing an SpmdType walks
 # dataclasses and enums: slow on the per-op path).  Canonical instances live forever;
 # a program has few distinct types.
-_CANON: dict[SpmdType, SpmdType] = {}
+#
+# Types are interned per mesh (the current binding of _mesh): the canonical instance tells
+# the mesh a value's type was made under, at no cost on the per-op path (an operand whose
+# type is not canonical under the current mesh takes the slow path, :func:`_moved`).  Two
+# meshes can name their axes alike ("dp", "tp" of tp=2 and of tp=4, resharding in one
+# program): a value typed on one's "tp" used under the other is an error (spmd-mesh), unless
+# each of its axes means the same there (its V/S/P axes span the same ranks, its R/I axes
+# ranks holding one value under the old mesh).
+_CANON: dict[SpmdType, SpmdType] = {}  # of the current mesh
 _CANON_IDS: set[int] = set()
+_CANONS: dict[Any, tuple[dict[SpmdType, SpmdType], set[int]]] = {None: (_CANON, _CANON_IDS)}
+_OWNER: dict[int, Any] = {}  # id(canonical type) -> the binding it was made under (None: none)
+_MOVES: dict[tuple[int, int], Any] = {}  # (id(type), id(binding)) -> None or the moved axis
 
 
 def _canon(t: SpmdType) -> SpmdType:
@@ -145,9 +159,71 @@ def _canon(t: SpmdType) -> SpmdType:
         return t
     c = _CANON.get(t)
     if c is None:
+        if id(t) in _OWNER:  # canonical under another mesh: a copy of its own here
+            t = dataclasses.replace(t)
         c = _CANON[t] = t
         _CANON_IDS.add(id(t))
+        _OWNER[id(t)] = _BINDING
     return c
+
+
+def _switch_mesh(binding: Any) -> None:
+    """``spmd.set_mesh``: the types made from now on are interned under ``binding``."""
+    global _CANON, _CANON_IDS, _BINDING
+    tables = _CANONS.get(binding)
+    if tables is None:
+        tables = _CANONS[binding] = ({}, set())
+    _CANON, _CANON_IDS = tables
+    _BINDING = binding
+
+
+_BINDING: Any = None
+_INVARIANT_KINDS = (TKind.R, TKind.I)
+
+
+def _moved(x: torch.Tensor, t: SpmdType, op: str | None = None) -> SpmdType:
+    """``x``'s type ``t`` is not canonical under the current mesh: made under another mesh
+    (or before a mesh was set).  Raises spmd-mesh when an axis of ``t`` means other ranks
+    here; else ``x`` is retyped under the current mesh (the next op takes the fast path)."""
+    owner, cur = _OWNER.get(id(t)), _BINDING
+    moved = None
+    if owner is not None and cur is not None and owner is not cur:
+        key = (id(t), id(cur))
+        if key in _MOVES:
+            moved = _MOVES[key]
+        else:
+            moved = _MOVES[key] = _moved_axis(t, owner, cur)
+    if moved is not None:
+        a, then, now = moved
+        raise SpmdTypeError(mesh_moved_error(
+            _texts([x], ["x"])[0], t, a, then, now, owner.names, cur.names, op=op))
+    if moved is None:
+        t = _canon(t)
+        _set(x, t)
+    return t
+
+
+def _moved_axis(t: SpmdType, owner: Any, cur: Any) -> Any:
+    """(axis, its ranks under ``owner``, under ``cur``) for the first axis of ``t`` whose
+    meaning differs between the two meshes, else None."""
+    invariant = [a for a, lt in t.axes if lt.kind in _INVARIANT_KINDS and a in owner.names]
+    span: set[int] | None = None
+    for a, lt in t.axes:
+        if a not in owner.names or a not in cur.names:
+            continue  # an axis one of them does not have: nothing to compare
+        try:
+            then, now = owner.ranks_of((a,)), cur.ranks_of((a,))
+            if then == now:
+                continue
+            if lt.kind in _INVARIANT_KINDS:
+                if span is None:
+                    span = set(owner.ranks_of(tuple(invariant)))
+                if set(now) <= span:
+                    continue  # one value on every rank of the new axis
+        except Exception:  # noqa: BLE001 - a mesh whose groups torch cannot give
+            continue
+        return a, then, now
+    return None
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
@@ -619,10 +695,18 @@ def _written_operands(frame: Any, values: Sequence[Any], named: dict[str, torch.
         text = ast.get_source_segment(source, expr)
         if not text or "\n" in text:
             return {}
-        if isinstance(expr, (ast.Name, ast.Attribute)) and named.get(text) is not values[i]:
+        if isinstance(expr, (ast.Name, ast.Attribute)) and named.get(text) is not values[i] and not (
+                isinstance(expr, ast.Attribute) and expr.attr == "data"
+                and _same_data(named.get(text[:-len(".data")]), values[i])):
             return {}  # not the tensor it pairs with, or not known to be a tensor
         out[i] = text
     return out
+
+
+def _same_data(base: Any, v: Any) -> bool:
+    """``v`` is ``base.data`` (a new tensor at every read, sharing base's storage)."""
+    return (isinstance(base, torch.Tensor) and isinstance(v, torch.Tensor)
+            and v.shape == base.shape and v.data_ptr() == base.data_ptr())
 
 
 def _names_module_or_class(expr: Any, frame: Any) -> bool:
@@ -741,6 +825,8 @@ def _operand_types(ops: list) -> list[SpmdType | None] | None:
                 t = _UNTYPED
             elif t:
                 any_typed = True
+                if id(t) not in _CANON_IDS:  # typed under another mesh
+                    t = _moved(v, t)
             types.append(t)
         else:
             types.append(None)
@@ -2037,7 +2123,10 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     with torch._C.DisableTorchFunction():
         can_grad = torch.is_grad_enabled() and x.requires_grad
     src_lt, dst_lt = _lt(src), _lt(dst)
-    have, src_lt = _at_rank(x, _get(x) or _UNTYPED, src_lt)
+    have = _get(x) or _UNTYPED
+    if have and id(have) not in _CANON_IDS:  # typed under another mesh
+        have = _moved(x, have, op)
+    have, src_lt = _at_rank(x, have, src_lt)
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text="x", can_grad=can_grad)
     if res.errors:
@@ -2061,6 +2150,8 @@ def before_collective(op: str, x: Any, axes: tuple[str, ...], src: LocalType, ds
     have = _get(x) if isinstance(x, torch.Tensor) else None
     if not have:
         return
+    if id(have) not in _CANON_IDS:  # typed under another mesh
+        have = _moved(x, have, op)
     have, src_at = _at_rank(x, have, src)
     assert src_at is not None
     if all(t is None or shard_dims_match(t, src_at) for t in map(have.get, axes)):
@@ -3411,6 +3502,12 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
             _untype(w)
         return
     t, st = typed[0]
+    if not op and name == "broadcast" and f"{module}.{name}" in RAW_BROADCASTS:
+        checked = _check_raw_broadcast(func, args, kwargs, t, st)
+        if checked is None:
+            return  # a replicated value made equal on its ranks: no type changes
+        if checked is not False:
+            raise SpmdTypeError(checked)
     if op:  # the reduce op the functional collective was called with (reduceOp="avg")
         reduce_op, async_op = (_raw_op(None, (), funcol.f_locals) if funcol is not None
                                else (None, False))  # the op called directly: not read
@@ -3427,6 +3524,44 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
     raise SpmdTypeError(raw_collective_error(module, name, _texts([t], ["x"])[0], st,
                                              reduce_op=reduce_op, async_op=async_op,
                                              **_raw_group(group)))
+
+
+def _check_raw_broadcast(func: Any, args: tuple, kwargs: dict, t: torch.Tensor,
+                         st: SpmdType) -> Any:
+    """``dist.broadcast(x, src, group)`` on a typed ``x`` (engine ``raw_broadcast_error``):
+    None when accepted, the error, or False when the group is no mesh axis's (the raw
+    collective's message then)."""
+    import torch.distributed as dist
+
+    from . import _mesh
+    try:
+        bound = inspect.signature(func).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = kwargs
+    group = bound.get("group")
+    axes: tuple[str, ...] | None = None
+    ranks: list[int] | None = None
+    if group is not None and group is not dist.group.WORLD:
+        try:
+            resolved = _mesh.resolve_axis(group)
+        except (ValueError, RuntimeError):
+            return False  # a group that is no mesh axis's (or no mesh set)
+        axes, ranks = resolved.axes or None, list(resolved.ranks)
+        if axes is not None and _mesh.get_mesh() is None:
+            axes = None
+    src_index: int | None = None
+    src = bound.get("src")
+    try:
+        if src is None and bound.get("group_src") is not None:
+            src_index = int(bound["group_src"])
+        elif ranks is not None and src is not None:
+            src_index = ranks.index(int(src))
+        elif ranks is None and src is not None and axes is None:
+            src_index = int(src)
+    except (ValueError, TypeError):
+        src_index = None
+    detached = not torch.is_grad_enabled() or not t.requires_grad
+    return raw_broadcast_error(_texts([t], ["x"])[0], st, axes, detached, src_index=src_index)
 
 
 def _raw_group(group: Any) -> dict[str, Any]:
@@ -3525,6 +3660,14 @@ def _reset_caches() -> None:
     _RESULTS.clear()
     _torch_ops._OVERRIDES = None
 
+
+def _install_mesh_switch() -> None:
+    from . import _mesh
+    _mesh.on_switch = _switch_mesh
+    _switch_mesh(_mesh._current)
+
+
+_install_mesh_switch()
 
 __all__ = ["ACTIVE", "typecheck", "declare", "reveal", "typeof", "checked", "on_collective",
            "suspended"]

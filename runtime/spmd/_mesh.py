@@ -353,8 +353,10 @@ def _warn_if_a_name_means_other_ranks(new: _Binding) -> None:
                     f"spmd.set_mesh: axis {name!r} of the mesh with axes "
                     f"{', '.join(map(repr, new.names))} spans ranks {now} here, but {name!r} of "
                     f"the mesh with axes {', '.join(map(repr, old.names))} spans {before}: a "
-                    f"value typed on {name!r} under one is accepted by a collective over the "
-                    f"other's group. Give the axes different names (docs/meshes.md)",
+                    f"value typed on {name!r} under one means other ranks under the other. "
+                    f"Give the axes different names, or move values between the meshes through "
+                    f"a full tensor or spmd.declare (the check mode raises spmd-mesh on a value "
+                    f"used under the other mesh; docs/meshes.md)",
                     UserWarning, stacklevel=4)  # the caller of set_mesh
                 return
 
@@ -384,9 +386,16 @@ def set_mesh(mesh: DeviceMesh | None) -> _MeshScope:
     return _MeshScope(mesh, previous)
 
 
+# Called with the binding made current (the check mode interns types per mesh: a value
+# typed under one mesh is known as such under another; _checking sets it).
+on_switch: Any = None
+
+
 def _make_current(binding: _Binding | None) -> None:
     global _current, direct_groups
     _current = binding
+    if on_switch is not None:
+        on_switch(binding)
     direct_groups = binding.direct if binding is not None else _bare_direct
     if unbound_names and binding is not None:
         _bind_declared(binding)

@@ -1367,6 +1367,14 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
     typed_name = typed_collective(name)
     replacement = (_raw_replacement(module, name, typed_name, x_text, x_type, reduce_op)
                    if typed_name in OPS and typed_name is not None else "a typed spmd collective")
+    if f"{module}.{name}" in RAW_BROADCASTS:
+        # spmd has no typed broadcast: the raw one in place is accepted where it changes no
+        # type (raw_broadcast_error), which the checker sees with the group of a mesh axis
+        x = _undetached(bare(x_text))
+        replacement = (f"group=mesh.get_group(axis) (the group of a mesh axis, so the checkers "
+                       f"see the axis): a broadcast of {receiver(x)}.data, or under "
+                       f"torch.no_grad(), is accepted where {x} is R or I on the axes "
+                       f"the group spans (it changes no type there)")
     sync = ""
     if typed_name in OPS and typed_name is not None:
         if async_op:
@@ -1380,6 +1388,104 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
         f"{module}.{name} on the typed tensor {x_text} ({format_type(x_type)}): a raw "
         f"collective is not differentiable (or has a fixed backward) and its result's type is "
         f"unknown; {_group_fix(replacement, group, group_is_axis)}{sync}",
+    )
+
+
+# ``torch.distributed.broadcast(x, src, group)`` in place: every rank of the group gets rank
+# src's x.  On a value R (or I) on every axis the group spans it changes no type (how
+# replicas are made truly equal: Megatron's and torchtitan's init sync of the parameters
+# over "dp"), and is accepted when no gradient flows through it (on ``p.data``, a detached
+# value, under torch.no_grad()).  On a value V, S(i) or P on such an axis it makes the
+# value R in place, which an in-place op may not do (spmd-inplace).  spmd has no typed
+# broadcast: the typed way to hand every rank one rank's value is an all_gather indexed.
+RAW_BROADCASTS = frozenset({"torch.distributed.broadcast"})
+
+
+def _undetached(x: str) -> str:
+    """``p.data`` / ``p.detach()`` -> ``p``."""
+    for tail in (".data", ".detach()"):
+        if x.endswith(tail) and len(x) > len(tail):
+            return x[:-len(tail)]
+    return x
+
+
+def raw_broadcast_error(x_text: str, x_type: SpmdType, group_axes: Sequence[str] | None,
+                        detached: bool, *, src_index: int | None = None) -> SpmdError | None:
+    """``torch.distributed.broadcast(x, src, group=g)`` on a typed ``x`` (the caller checked
+    ``g`` is the group of a mesh axis or of several, or the world): None when accepted.
+    ``group_axes``: the axes ``g`` spans (None: the world, or a group the caller cannot read:
+    every axis ``x``'s type names); ``detached``: no gradient flows through ``x`` (``.data``,
+    ``.detach()``, torch.no_grad()); ``src_index``: rank src's index on those axes, if known."""
+    x = bare(x_text)
+    axes = list(group_axes) if group_axes is not None else [a for a, _ in x_type.axes]
+    bad = [(a, t) for a in axes if (t := x_type.get(a)) is not None and t.kind not in (Kind.R, Kind.I)]
+    where = (format_axes(axes) if axes else "the group")
+    if bad:
+        a, t = bad[0]
+        # the typed call on the value itself (x.data / x.detach() broadcast in place: x)
+        v = _undetached(x)
+        over = [b for b, _ in bad]  # R/I elsewhere: rank src's value is that of its index here
+        k = str(src_index) if src_index is not None and over == axes else "k"
+        pick = (f"spmd.all_gather({v}, {format_axes(over)}, src=V, dst=R)[{k}]"
+                + ("" if k != "k" else f" (k: rank src's index on {axis_words(over)})"))
+        if t.kind is Kind.P:
+            held = "a summand of a pending sum"
+            fix = (f"spmd.all_reduce({v}, {format_axis(a)}, src=P, dst=R), which returns the "
+                   f"sum (a broadcast would keep rank src's summand alone)")
+        else:
+            held = ("its block of the value sharded on dim " + str(t.dim) if t.dim is not None
+                    else "its own value")
+            whole = (f"; spmd.all_gather({v}, {format_axis(a)}, src={t}, dst=R) for the whole "
+                     f"value" if t.dim is not None and len(over) == 1 else "")
+            fix = f"{pick}, which returns rank src's value typed R{whole}"
+        return SpmdError(
+            "spmd-inplace",
+            f"torch.distributed.broadcast over {where} overwrites every rank's {x} with rank "
+            f"src's, but {x} is {format_type(x_type)}: {t} on {format_axis(a)}, each rank "
+            f"holding {held}; the broadcast would make it R there in place, and an in-place "
+            f"op may not change a tensor's type; use {fix}",
+        )
+    if not detached:
+        return SpmdError(
+            "spmd-no-grad",
+            f"torch.distributed.broadcast writes {x} ({format_type(x_type)}) in place where "
+            f"autograd does not see it; broadcast {receiver(x)}.data or a detached value, or "
+            f"call it under torch.no_grad() (making the replicas of a value R on {where} equal, "
+            f"as at init, changes no type)",
+        )
+    return None
+
+
+def mesh_moved_error(x_text: str, x_type: SpmdType, axis: str, ranks_then: Sequence[int],
+                     ranks_now: Sequence[int], mesh_then: Sequence[str], mesh_now: Sequence[str],
+                     op: str | None = None) -> SpmdError:
+    """A value typed under one mesh used under another whose axis ``axis`` has the same name
+    but spans other ranks (``ranks_then`` / ``ranks_now``, this rank's groups; the check mode
+    only: the static checker sees names, not meshes).  Two meshes naming their axes alike
+    (tp=2 and tp=4 resharded in one program, the model class annotating "tp"): the type
+    would be read as a layout over the new mesh's ranks."""
+    x = bare(x_text)
+    lt = x_type.get(axis)
+    ax = format_axis(axis)
+    where = "here" if op is None else f"at spmd.{op}"
+    if lt is not None and lt.kind is Kind.P:
+        full = f"spmd.all_reduce({x}, {ax}, src=P, dst=R)"
+    elif lt is not None and lt.kind is Kind.V:
+        full = f"spmd.all_gather({x}, {ax}, src={lt}, dst=R)"
+    else:
+        full = None
+    through = (f"under the mesh it was typed on (with spmd.set_mesh(<that mesh>):) make it the "
+               f"full value, {full}, then use that here (R or I on every axis of a mesh means "
+               f"the same on any other); or, " if full is not None else "")
+    return SpmdError(
+        "spmd-mesh",
+        f"{x} ({format_type(x_type)}) was typed under the mesh with axes "
+        f"{axis_words(mesh_then)}, where {ax} spans ranks {list(ranks_then)}, but under the "
+        f"current mesh (axes {axis_words(mesh_now)}) {ax} spans ranks {list(ranks_now)}; a "
+        f"type names an axis, not its ranks, so {x}'s {lt if lt is not None else 'type'} on "
+        f"{ax} would be read {where} as a layout over the other ranks; "
+        f"{through}if {x} holds what its type says on this mesh's axes, state it: "
+        f"spmd.declare({x}, {format_type(x_type)})",
     )
 
 

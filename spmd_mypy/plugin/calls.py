@@ -1822,6 +1822,12 @@ class CallTyper:
                 for t, e in (item for te in zip(types, exprs)
                              for item in self._container_items(te[0], te[1], ctx)):
                     st = self.types.from_type(t)
+                    if st and module == "torch.distributed" and name == "broadcast":
+                        checked = self._raw_broadcast(ctx, e, st)
+                        if checked is not False:
+                            if checked is not None:
+                                self.report(ctx, [checked])
+                            return ctx.default_return_type
                     if st:
                         reduce_op, async_op = self._raw_op(ctx)
                         self.report(ctx, [raw_collective_error(module, name, expr_text(e), st,
@@ -1946,6 +1952,48 @@ class CallTyper:
                     widened = getattr(ctx.api, "widened_vars", None)
                     if isinstance(widened, list):  # a loop's next pass reads it: one more pass
                         widened.append(var.name)
+
+    def _raw_broadcast(self, ctx: FunctionContext, e: Expression, st: SpmdType) -> Any:
+        """``dist.broadcast(x, src, group=g)`` on a typed ``x`` (engine
+        ``raw_broadcast_error``): None when accepted, the error, or False when ``g`` is not
+        seen to be a mesh axis's group (the raw collective's message then), unless ``x`` is
+        R or I on every axis (the same value on every rank of any group)."""
+        axes: tuple[str, ...] | None = None
+        g = self._arg(ctx, "group")[0]
+        func = global_calls.current_function(ctx.api)
+        if isinstance(g, NameExpr) and func is not None:
+            g = global_calls.value_bound_once(func, g.name) or g
+        if g is None or (isinstance(g, NameExpr) and g.fullname == "builtins.None") or (
+                isinstance(g, MemberExpr) and g.name == "WORLD"):
+            axes = None
+        elif (isinstance(g, CallExpr) and isinstance(g.callee, MemberExpr)
+              and g.callee.name == "get_group"):
+            mesh_dim = g.args[0] if g.args else None
+            if mesh_dim is None and isinstance(g.callee.expr, IndexExpr):
+                mesh_dim = g.callee.expr.index  # mesh["dp"].get_group()
+            names = literal_strs(mesh_dim, None) if mesh_dim is not None else None
+            if not names:
+                return False
+            axes = tuple(names)
+        elif not all(t.kind in (Kind.R, Kind.I) for _, t in st.axes):
+            return False
+        src_index: int | None = None
+        gs = self._arg(ctx, "group_src")[0]
+        src = self._arg(ctx, "src")[0]
+        if isinstance(src, NameExpr) and func is not None:  # src = dist.get_global_rank(g, 0)
+            src = global_calls.value_bound_once(func, src.name) or src
+        if isinstance(gs, IntExpr):
+            src_index = gs.value
+        elif (isinstance(src, CallExpr) and isinstance(src.callee, (NameExpr, MemberExpr))
+              and src.callee.name == "get_global_rank" and len(src.args) == 2
+              and isinstance(src.args[1], IntExpr)):
+            src_index = src.args[1].value
+        detached = ((isinstance(e, MemberExpr) and e.name == "data")
+                    or (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+                        and e.callee.name == "detach")
+                    or self.plugin.regions.in_no_grad(getattr(ctx.api, "tree", None),
+                                                      ctx.context.line))
+        return coll.raw_broadcast_error(expr_text(e), st, axes, detached, src_index=src_index)
 
     def _raw_group(self, ctx: FunctionContext) -> str | None:
         """The text of a raw collective's group= when the checker cannot see it is a mesh

@@ -28,7 +28,8 @@ from spmd_mypy.plugin.codes import ERROR_CODES, SPMD
 # global SPMD); a case using one makes the coverage test below see it.
 NOT_IN_THESE_CASES = {"spmd-duality", "spmd-global", "spmd-internal",  # internal: test_guard.py
                       "spmd-setup",  # tests/static/test_setup_diagnostics.py
-                      "spmd-random"}  # the check mode's only (seeds): tests/runtime/rt_random.py
+                      "spmd-random",  # the check mode's only (seeds): tests/runtime/rt_random.py
+                      "spmd-mesh"}  # the check mode's only (meshes): tests/runtime/rt_bcast_mesh.py
 
 FAKE_TORCH = {
     "torch/__init__.pyi": """

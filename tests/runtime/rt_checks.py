@@ -1345,6 +1345,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "flattened":  # a flattened mesh dim is its component axes (rt_flattened.py)
         import rt_flattened
         return rt_flattened.suite(world)
+    if name == "bcast-mesh":  # raw broadcasts; meshes naming their axes alike (rt_bcast_mesh.py)
+        import rt_bcast_mesh
+        return rt_bcast_mesh.suite(world)
     if name == "meshes":  # several meshes over the same ranks (rt_meshes.py)
         import rt_meshes
         return rt_meshes.suite(world)
