@@ -1555,6 +1555,36 @@ def test_function_messages_print_the_declared_layout() -> None:
             in str(e.value), str(e.value)
 
 
+class _GatherLayerRow(torch.autograd.Function):
+    """A GatherLayer whose backward returns its row of the Partial gradient unreduced."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[V["dp"]]) -> Tensor[R["dp"]]:
+        ctx.rank = 0
+        with _checking.suspended():
+            return torch.stack([x, x])  # a raw all_gather of 2 ranks' rows
+
+    @staticmethod
+    def backward(ctx, g: Tensor[P["dp"]]) -> Tensor[V["dp"]]:
+        return g[ctx.rank]
+
+
+def test_a_gather_layers_row_is_reduce_scattered_whole() -> None:
+    """The fix of a backward returning g[ctx.rank] (P) where V is due is the reduce-scatter of g
+    itself, as the static checker says (duality.test:
+    gather_layer_backward_returns_its_row_unreduced); of g[ctx.rank] it unbinds the row's dim 0
+    (the pasted fix raised at run time)."""
+    with spmd.typecheck():
+        x = typed(mk(4, 4), Tensor[V["dp"]])
+        y = _GatherLayerRow.apply(x)
+        with pytest.raises(SpmdTypeError) as e:
+            y.backward(typed(torch.ones(2, 4, 4), Tensor[P["dp"]]))
+    assert e.value.code == "spmd-duality"
+    assert ('P to V is a reduce-scatter: use reduce_scatter(g, "dp", src=P, dst=V) in place of '
+            "g[ctx.rank] (it sums the ranks' g and keeps this rank's row") in str(e.value), \
+        str(e.value)
+
+
 # --------------------------------------------------------------------------------------
 # messages name module attributes; suspended()
 
