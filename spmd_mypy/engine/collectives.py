@@ -1142,8 +1142,8 @@ def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
         # applied to the cut, would cut it again
         dst = f"S({new.dim})" if new.dim is not None else "V"
         hand_cut = (f"; if {bare(x_text)} is this rank's part cut from the whole by hand "
-                    f"(whole[r * k:(r + 1) * k], torch.split(whole, k, dim)[r]), which no checker "
-                    f'sees, cut it with convert(whole, "{axis}", src={old}, dst={dst}) instead')
+                    f"(whole[r * k:(r + 1) * k], torch.split(whole, k, dim)[r]), which this checker "
+                    f'does not see, cut it with convert(whole, "{axis}", src={old}, dst={dst}) instead')
     return SpmdError(
         "spmd-annotation",
         f'{what} but {x_text} is {old} on "{axis}", not {new} '

@@ -165,7 +165,7 @@ def test_a_parameter_cut_by_hand_is_named_not_its_module() -> None:
         assert "spmd-annotation" in msg
         assert "but _Col.w1 is R on \"tp\"" in msg, msg
         assert "_Col(" not in msg, msg
-        assert 'cut it with convert(whole, "tp", src=R, dst=S(0)) instead' in msg
+        assert 'which this checker does not see, cut it with convert(whole, "tp", src=R, dst=S(0)) instead' in msg
         model = _Col(full[0:2].clone())
         msg = _message(lambda: spmd.declare_parameters(model))
         assert "but model.w1 is R on \"tp\"" in msg, msg

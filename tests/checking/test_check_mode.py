@@ -1813,7 +1813,7 @@ def test_a_parameter_keeps_its_datas_type_and_declare_parameters_checks_it() -> 
         # a parameter may be this rank's rows cut by hand from the whole (Megatron's init):
         # the convert of the fix goes on the whole, not on the cut (the ckpt probe's F8)
         assert ('if m.w is this rank\'s part cut from the whole by hand (whole[r * k:(r + 1) * k], '
-                'torch.split(whole, k, dim)[r]), which no checker sees, cut it with '
+                'torch.split(whole, k, dim)[r]), which this checker does not see, cut it with '
                 'convert(whole, "tp", src=I, dst=S(0)) instead') in str(e.value), e.value
         m.w = nn.Parameter(v.clone())  # V declared S(0): the declaration names the dim
         assert spmd.typeof(spmd.declare_parameters(m).w) == ty(tp=shard(0))
