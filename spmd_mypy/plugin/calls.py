@@ -2703,7 +2703,7 @@ def _cut_dim(node: Context, by: Expression) -> int | None:
         return None
     if (isinstance(node, CallExpr) and isinstance(node.callee, MemberExpr)
             and node.callee.name == "narrow" and len(node.args) == 3
-            and all(k == ARG_POS for k in node.arg_kinds) and isinstance(node.args[0], IntExpr)
-            and node.args[1] is by):
-        return node.args[0].value
+            and all(k == ARG_POS for k in node.arg_kinds) and node.args[1] is by):
+        dim = node.args[0]
+        return dim.value if isinstance(dim, IntExpr) else None
     return None
