@@ -109,7 +109,7 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, partial_op, propagate,
-                                  propagate_each, random_state_error)
+                                  optimizer_state_error, propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import INPLACE_VIEWS, DimMove
@@ -575,16 +575,18 @@ def _called_by_torch() -> bool:
     return False
 
 
-def _texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
+def _texts(values: Sequence[Any], defaults: Sequence[str], written: bool = True) -> list[str]:
     """The names the caller gives ``values`` (for a message); ``defaults`` where none is
-    found.  Never raises: a message must not turn into another exception."""
+    found.  ``written``: else the operands the caller's expression writes (not when the
+    values are not its operands: a module's parameters).  Never raises: a message must not
+    turn into another exception."""
     try:
-        return _named_texts(values, defaults)
+        return _named_texts(values, defaults, written)
     except Exception:  # noqa: BLE001 - an object of the caller's whose attributes raise
         return [d if isinstance(v, torch.Tensor) else repr(v) for v, d in zip(values, defaults)]
 
 
-def _named_texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
+def _named_texts(values: Sequence[Any], defaults: Sequence[str], written: bool = True) -> list[str]:
     frame = _user_frame()
     names: dict[int, str] = {}
     named: list[tuple[str, torch.Tensor]] = []
@@ -630,21 +632,64 @@ def _named_texts(values: Sequence[Any], defaults: Sequence[str]) -> list[str]:
             named.extend((f"{k}.{n}", p) for n, p in m.named_parameters())
         for k, v in named:
             names.setdefault(id(v), k)
+        # an optimizer's state (Adam's moments, written by torch's code): opt.state[m.w]["exp_avg"]
+        for k, opt in _optimizers(frame):
+            for p, st in list(opt.state.items())[:1000]:
+                if isinstance(st, dict):
+                    pname = names.get(id(p), "p")
+                    for key, t in st.items():
+                        if isinstance(t, torch.Tensor):
+                            names.setdefault(id(t), f"{k}.state[{pname}][{key!r}]")
         with suspended():  # reading .grad in the check mode types it: not here
             for k, v in named:
                 g = v.grad if v.is_leaf else None
                 if g is not None:
                     names.setdefault(id(g), f"{k}.grad")
     # a tensor no variable holds (``F.gelu(x @ w)``'s operand): its expression in the call
-    written = _written_operands(frame, values, dict(named)) if frame is not None and any(
+    texts = _written_operands(frame, values, dict(named)) if written and frame is not None and any(
         isinstance(v, torch.Tensor) and id(v) not in names for v in values) else {}
     out = []
     for i, (v, d) in enumerate(zip(values, defaults)):
         if isinstance(v, torch.Tensor):
-            out.append(names.get(id(v)) or written.get(i, d))
+            out.append(names.get(id(v)) or texts.get(i, d))
         else:
             out.append(repr(v))
     return out
+
+
+def _optimizers(frame: Any) -> list[tuple[str, Any]]:
+    """The optimizers the caller's frame holds by name (its locals, then its globals), then
+    one whose ``step`` is running (torch's frame's ``self``), named ``optimizer`` when the
+    caller holds it by no name."""
+    out: list[tuple[str, Any]] = []
+    for scope in (frame.f_locals, frame.f_globals):
+        for k, v in list(scope.items()):
+            if not k.startswith("_") and isinstance(v, torch.optim.Optimizer):
+                out.append((k, v))
+    f: Any = sys._getframe(1)
+    while f is not None and f is not frame:
+        me = f.f_locals.get("self") if "self" in f.f_code.co_varnames else None
+        if isinstance(me, torch.optim.Optimizer) and not any(o is me for _, o in out):
+            out.append(("optimizer", me))
+        f = f.f_back
+    return out
+
+
+def _state_owner(x: torch.Tensor) -> torch.Tensor | None:
+    """The parameter whose optimizer state ``x`` is (``opt.state[p]["exp_avg"] is x``), for
+    an optimizer the caller holds by name; None when none is found.  Only read for a
+    message."""
+    try:
+        frame = _user_frame()
+        if frame is None:
+            return None
+        for _, opt in _optimizers(frame):
+            for p, st in list(opt.state.items())[:1000]:
+                if isinstance(st, dict) and any(t is x for t in st.values()):
+                    return p if isinstance(p, torch.Tensor) else None
+    except Exception:  # noqa: BLE001 - naming never raises
+        return None
+    return None
 
 
 def _written_operands(frame: Any, values: Sequence[Any], named: dict[str, torch.Tensor]) -> dict[int, str]:
@@ -1369,6 +1414,15 @@ class _Mode(TorchFunctionMode):
                         # unsqueeze_ of a temporary): the object's layout is the view's, and
                         # the user has no code to rewrite; the type follows the object
                         return rtype
+                    owner = _state_owner(tgt)
+                    owner_type = _get(owner) if owner is not None else None
+                    if owner is not None and owner_type:
+                        # the target is a parameter's optimizer state (Adam's moment) of
+                        # another layout than its parameter: the state is wrong, not the value
+                        state_text, owner_text = _texts([tgt, owner], ["x", "p"], written=False)
+                        err = optimizer_state_error(
+                            where, Operand(old, state_text, shape=tuple(tgt.shape)),
+                            Operand(owner_type, owner_text, shape=tuple(owner.shape))) or err
                     raise SpmdTypeError(err)
             return old.mutated_by(rtype)
         if any(isinstance(v, torch.Tensor) and v is not tgt and v.ndim != tgt.ndim and _get(v)
@@ -1738,7 +1792,7 @@ def _is_integer(x: torch.Tensor) -> bool:
 
 
 def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None,
-                    may_be_cut: bool | None = None) -> None:
+                    may_be_cut: bool | None = None, unnamed: str | None = None) -> None:
     """Give ``x`` the declared type ``want``.
 
     ``what`` is the start of the message with ``{x}`` for the tensor's name, e.g.
@@ -1746,12 +1800,21 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
     (a function's return value has none in the caller's frame).  ``may_be_cut``: ``x`` may
     be a part cut by hand from a replicated whole (a parameter: Megatron's init), which the
     check mode types as the whole, R or I, as the static checker does: the message says how
-    to cut it so that both checkers follow (None: judged from the name).
+    to cut it so that both checkers follow (None: judged from the name).  ``unnamed``: ``x``
+    is no operand of the caller's expression (a parameter of the module passed): its name
+    where the caller holds none (else the expression's operand would name it).
     """
-    want = _declared_here(want, lambda: what.format(x=name or _texts([x], ["x"])[0]))
+    def text_of() -> str:
+        if name:
+            return name
+        if unnamed is not None:
+            return _texts([x], [unnamed], written=False)[0]
+        return _texts([x], ["x"])[0]
+
+    want = _declared_here(want, lambda: what.format(x=text_of()))
     spec = want.spec
     if spec is not None and len(spec) != x.ndim:
-        text = name or _texts([x], ["x"])[0]
+        text = text_of()
         # PS[("dp", "tp")] is PS["dp", "tp"] in Python (JAX's spelling of one dim on two axes)
         one = (' (PS[("dp", "tp")] is PS["dp", "tp"] in Python: two dims; one dim sharded on '
                'both axes is PS[("dp", "tp"),])') if x.ndim == 1 and len(spec) > 1 else ""
@@ -1769,7 +1832,7 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
     # check_argument's gradient_free; the static checker reads argmax, a comparison, .long())
     integer = _is_integer(x)
     if declaration_conflict(have, want, integer) is not None:
-        text = name or _texts([x], ["x"])[0]
+        text = text_of()
         raise SpmdTypeError(declaration_error(  # type: ignore[arg-type]
             have, want, x_text=text, what=what.format(x=text), order=_axis_order(),
             # the check mode sees values, not how they were cut: an unnamed one may be
@@ -1900,7 +1963,8 @@ def _declare_attributes(obj: Any) -> None:
         for where, v, want in parts:
             if want is not None and isinstance(v, torch.Tensor) and not _is_dtensor(v):
                 _stamp_declared(v, want, f"spmd.declare({cls.__name__}.{name}{where}, "
-                                + format_type(want, _axis_order()) + ")", may_be_cut=True)
+                                + format_type(want, _axis_order()) + ")", may_be_cut=True,
+                                unnamed=f"{cls.__name__}.{name}{where}")
 
 
 _CLASS_HINTS: weakref.WeakKeyDictionary[type, dict[str, SpmdType]] = weakref.WeakKeyDictionary()
@@ -2002,9 +2066,14 @@ def annotated_tensors(module: torch.nn.Module
 
 
 def _declare_module_tree(module: torch.nn.Module) -> None:
-    for _, sub, name, value, want in annotated_tensors(module):
+    for prefix, sub, name, value, want in annotated_tensors(module):
+        # named by the caller's name for it (model.fc.w1), else by its class and path
+        # (Col.w1): never by the expression the caller passed, the module (the call's
+        # operand is not the parameter)
+        path = f"{type(module).__name__}.{prefix + '.' if prefix else ''}{name}"
         _stamp_declared(value, want, f"spmd.declare({type(sub).__name__}.{name}, "
-                        + format_type(want, _axis_order()) + ")", may_be_cut=True)
+                        + format_type(want, _axis_order()) + ")",
+                        may_be_cut=True, unnamed=path)
 
 
 # FSDP2 modules given the re-declaring pre-hook (weakly: a module may go)

@@ -368,6 +368,16 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
         # a subscript that already takes this rank's part (full[r * b:(r + 1) * b] with a rank
         # the checker does not see: a parameter): converting it would slice it again
         x, ax = bare(x_text), format_axis(axis)
+        chunk = chunk_item(x)
+        if chunk is not None and chunk[1] == dst.dim:
+            # this rank's chunk by hand (torch.split(w, k)[r], w.chunk(n)[r]: an item of a
+            # tuple, which no checker sees the rank of): the shard is convert's of the whole
+            return (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: if {chunk[2]} is this rank's "
+                    f"index on {ax} and the chunks are the axis's equal parts, use "
+                    f"convert({chunk[0]}, {ax}, src={_arg(src)}, dst={_arg(dst)}) in place of "
+                    f"{x} (the same chunk; its backward gathers the gradient: convert of {x} "
+                    f"would cut the chunk again); else convert({x}, {ax}, src={_arg(src)}, "
+                    f"dst={_arg(dst)})")
         text += (f"; if the index already takes this rank's part (from a rank the checker "
                  f"does not see, such as a parameter), {x} is V: reinterpret({x}, {ax}, "
                  f"src={_arg(src)}, dst=V), which S({dst.dim}) may be claimed from")
@@ -416,6 +426,75 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
     elif op == "all_gather" and src.dim is not None:
         text += f" to concatenate the ranks' values on dim {src.dim}"
     return text
+
+
+_CHUNKS = frozenset(("split", "chunk", "tensor_split", "split_with_sizes"))
+
+
+def _top_level_args(args: str) -> list[str]:
+    """A call's argument text split at its top-level commas."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(args):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(args[start:i].strip())
+            start = i + 1
+    last = args[start:].strip()
+    return out + [last] if last else out
+
+
+def chunk_item(x_text: str) -> tuple[str, int, str] | None:
+    """(the whole, the dim, the index) of an item of a split: ``torch.split(w, k)[r]``,
+    ``w.chunk(n, dim=1)[r]``, ``torch.chunk(w, n, 1)[r]`` (the dim a literal int, 0 when not
+    given); None for any other text."""
+    text = bare(x_text)
+    if not (text.endswith("]") and is_subscript(text)):
+        return None
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        ch = text[i]
+        if ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            depth -= 1
+            if depth == 0:
+                break
+    call, index = text[:i], text[i + 1:-1].strip()
+    if not call.endswith(")") or not index or any(c in index for c in ":,") or index.isdigit():
+        return None
+    depth = 0
+    for j in range(len(call) - 1, -1, -1):
+        ch = call[j]
+        if ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            depth -= 1
+            if depth == 0:
+                break
+    head, args = call[:j], _top_level_args(call[j + 1:-1])
+    name = head.rsplit(".", 1)[-1]
+    prefix = head.rsplit(".", 1)[0] if "." in head else ""
+    if name not in _CHUNKS or not prefix:
+        return None
+    if prefix == "torch":  # torch.split(w, k, dim)
+        if not args:
+            return None
+        whole, rest = args[0], args[1:]
+    else:  # w.split(k, dim)
+        whole, rest = prefix, args
+    if not rest or "=" in rest[0]:
+        return None
+    dims = [a.split("=", 1)[1].strip() for a in rest[1:] if a.replace(" ", "").startswith("dim=")]
+    positional = [a for a in rest[1:] if "=" not in a]
+    dim_text = dims[0] if dims else positional[0] if positional else "0"
+    try:
+        dim = int(dim_text)
+    except ValueError:
+        return None
+    return whole, dim, index
 
 
 # Ops whose result summed over the ranks is not the op of the ranks' sum, and which users
@@ -1112,8 +1191,8 @@ def declaration_error(have: SpmdType, want: SpmdType, *, x_text: str, what: str,
         # applied to the cut, would cut it again
         dst = f"S({new.dim})" if new.dim is not None else "V"
         hand_cut = (f"; if {bare(x_text)} is this rank's part cut from the whole by hand "
-                    f"(whole[r * k:(r + 1) * k], torch.split(whole, k, dim)[r]), which no checker "
-                    f'sees, cut it with convert(whole, "{axis}", src={old}, dst={dst}) instead')
+                    f"(whole[r * k:(r + 1) * k], torch.split(whole, k, dim)[r]), which this checker "
+                    f'does not see, cut it with convert(whole, "{axis}", src={old}, dst={dst}) instead')
     return SpmdError(
         "spmd-annotation",
         f'{what} but {x_text} is {old} on "{axis}", not {new} '

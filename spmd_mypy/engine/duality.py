@@ -31,10 +31,10 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .collectives import MadeBy, check_argument, lookup, suggest
+from .collectives import MadeBy, check_argument, lookup, route, suggest
 from .errors import SpmdError
-from .types import (PARTIAL, Kind, LocalType, SpmdType, UNTYPED, format_axis, format_type,
-                    mismatched_axes)
+from .types import (PARTIAL, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis,
+                    format_type, is_subscript, mismatched_axes)
 
 # What a position of a signature holds.
 TENSOR = "tensor"  # a tensor (typed, or a plain tensor: UNTYPED)
@@ -113,11 +113,52 @@ def _where(bad: list[tuple[str, LocalType, LocalType]]) -> str:
     return ", ".join(f'{h} on "{a}" where {w} is needed' for a, h, w in bad)
 
 
+# An identifier that names a rank (``rank``, ``ctx.rank``, ``self.tp_rank``, ``local_rank``)
+_RANK_NAME = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*rank\w*$", re.IGNORECASE)
+
+
+def _rank_row(ret: Slot) -> tuple[str, str] | None:
+    """(base, index) when the returned value is this rank's row of a value, ``g[ctx.rank]``:
+    a subscript by one index that names a rank (the check mode sees a plain int; a local
+    computed from the rank is the static checker's spmd-partial-varying before, whose fix
+    is the same reduce-scatter)."""
+    text = bare(ret.name)
+    if not is_subscript(text):
+        return None
+    depth, start = 0, 0
+    for i in range(len(text) - 1, -1, -1):
+        ch = text[i]
+        if ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            depth -= 1
+            if depth == 0:
+                start = i
+                break
+    base, index = text[:start], text[start + 1:-1].strip()
+    if not base or any(c in index for c in ":,[("):
+        return None
+    return (base, index) if _RANK_NAME.match(index) else None
+
+
 def _fixes(bad: list[tuple[str, LocalType, LocalType]], text: str, like: str,
-           made_by: tuple[str, tuple[str, ...], LocalType | None, str] | None = None) -> str:
-    """How to turn a value of the wrong type into the gradient, axis by axis."""
+           made_by: tuple[str, tuple[str, ...], LocalType | None, str] | None = None,
+           rank_row: tuple[str, str] | None = None) -> str:
+    """How to turn a value of the wrong type into the gradient, axis by axis.  ``rank_row``:
+    the value is this rank's row ``base[index]`` of a Partial ``base`` (a gather's backward):
+    P to V is the reduce-scatter of ``base`` itself (which sums the ranks' ``base`` and keeps
+    this rank's row; of the row, it would cut the row's dim 0)."""
     parts = []
     for axis, h, w in bad:
+        r = route(h, w) if rank_row is not None else None
+        if (rank_row is not None and h.kind is Kind.P and w.kind is Kind.V and w.dim is None
+                and r is not None and r[0] == "reduce_scatter"):
+            base, index = rank_row
+            parts.append(f"P to V is a reduce-scatter: use reduce_scatter({base}, "
+                         f"{format_axis(axis)}, src=P, dst=V) in place of {text} (it sums the "
+                         f"ranks' {base} and keeps this rank's row; of {text} it would cut "
+                         f"the row's own dim 0)")
+            continue
         if made_by is not None and axis in made_by[1]:
             op, axes, src, x = made_by
             if (op in ("reinterpret", "convert") and len(axes) == 1 and src is not None
@@ -221,7 +262,8 @@ def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: boo
     bad = mismatches(ret.type, want, gradient_free)
     if not bad:
         return []
-    fix = _fixes(bad, ret.name or "grad", inp.name or "the input", ret.made_by)
+    fix = _fixes(bad, ret.name or "grad", inp.name or "the input", ret.made_by,
+                 _rank_row(ret))
     if body:
         return [SpmdError(
             "spmd-duality",

@@ -137,6 +137,9 @@ class Operand:
     # grad_fn (or an nn.Parameter).  A computed activation never is: detaching it would cut
     # the gradient of everything it was made from, so a fix offers .detach() for a leaf only.
     leaf: bool = False
+    # A rank-derived slice (rank_index_operand): the dim of the operand it cuts
+    # (``w[:, r * k:(r + 1) * k]``: 1), where the adapter reads it
+    cut: int | None = None
 
     @property
     def is_scalar(self) -> bool:
@@ -1046,6 +1049,15 @@ def _rule_on_axis(
         else:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient")
+            if other_role is Role.INDEX and other_o.cut is not None and other.kind is Kind.V:
+                # this rank's part of the whole cut by hand (``full[r * k:(r + 1) * k]``): the
+                # shard is convert's (its backward gathers the gradient), which the check mode
+                # also types (it sees a plain int: the reinterpret's R cut stays R there)
+                x = bare(inv.text)
+                fix = (f'convert({x}, "{axis}", src=I, dst=S({other_o.cut})) in place of the cut '
+                       f"if it takes this rank's equal part of dim {other_o.cut} in rank order "
+                       f"(the shard; its backward gathers the gradient); else {fix} (the "
+                       f"check mode, which sees a plain int, types that cut as the whole)")
             if inv.leaf:  # (a computed activation's detach would cut its inputs' gradients)
                 fix += (f"; or {receiver(inv.text)}.detach() if {bare(inv.text)} itself needs no "
                         f"gradient (a frozen weight, a count)")
@@ -1882,6 +1894,39 @@ def shard_dim_error(what: str, into: str, target: Operand, axis: str, want: Loca
     )
 
 
+def optimizer_state_error(what: str, state: Operand, param: Operand) -> SpmdError | None:
+    """An optimizer's in-place update (``what``: Adam's ``exp_avg.lerp_(grad, ...)``) of a
+    state tensor of parameter ``param`` whose own type is not its parameter's (a moment laid
+    out S(1) for an S(0) weight): the state is what is wrong (a checkpoint's moments paired
+    with the parameters in another order, or made with another layout), not the gradient
+    written into it, so no collective on the gradient is offered.  The check mode finds the
+    pairing (``optimizer.state[p]``); the static checker does not see torch's optimizer code.
+    None when the state's type agrees with the parameter's (R and I alike: no gradient
+    flows through a state)."""
+    from .types import mismatched_axes
+
+    if not state.type or not param.type:
+        return None
+    ndim = len(state.shape) if state.shape is not None else None
+    s_t, p_t = state.type, param.type
+    if ndim is not None and param.shape is not None and len(param.shape) == ndim:
+        s_t, p_t = s_t.at_ndim(ndim), p_t.at_ndim(ndim)
+    bad = mismatched_axes(s_t, p_t, gradient_free=True)
+    if not bad:
+        return None
+    axis, have, want = bad[0]
+    return SpmdError(
+        "spmd-inplace",
+        f"{what} would update {state.text} ({format_type(state.type)}), an optimizer state of "
+        f"{param.text} ({format_type(param.type)}), but the state is {have} on \"{axis}\" where "
+        f"its parameter is {want}: a state tensor of another parameter's layout (a "
+        f"checkpoint's state given to another parameter, or made with another layout), "
+        f"which no shape check catches when the shapes agree; the gradient is not what is "
+        f"wrong: give {param.text} its own state, laid out {want} on \"{axis}\" as the "
+        f"parameter is, where the state is made or loaded",
+    )
+
+
 def check_data_assignment(target: Operand, value: Operand) -> SpmdError | None:
     """``x.data = v`` (``target``: ``x.data``): the tensor keeps its declared type and takes
     ``v``'s values, so a ``v`` sharded on another dim than ``x`` misplaces every rank's block
@@ -2177,7 +2222,8 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
 RANK_DERIVED = ", computed from the rank"
 
 
-def rank_index_operand(axes: Sequence[str], text: str) -> Operand:
-    """The rank-derived int ``text`` varying on ``axes``, as an operand."""
+def rank_index_operand(axes: Sequence[str], text: str, cut: int | None = None) -> Operand:
+    """The rank-derived int ``text`` varying on ``axes``, as an operand; ``cut``: the dim a
+    rank-derived slice cuts (``full[r * k:(r + 1) * k]``: 0), when the adapter reads it."""
     return Operand(SpmdType.of({a: VARYING for a in axes}), text + RANK_DERIVED, can_grad=False,
-                   role=Role.INDEX)
+                   role=Role.INDEX, cut=cut)

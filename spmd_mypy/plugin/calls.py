@@ -841,12 +841,15 @@ class CallTyper:
         mesh = [a for a in axes_in(axes, self.plugin.config.mesh_axes) if a in typed]
         if not mesh:
             return result
+        cut = _cut_dim(ctx.context, by)
+        if isinstance(by, TupleExpr) and cut is not None:  # [:, r * b:(r + 1) * b]
+            by = by.items[cut]
         if isinstance(by, SliceExpr):  # r * b:(r + 1) * b
             text = ":".join("" if p is None else bare(expr_text(p))
                             for p in (by.begin_index, by.end_index, by.stride)[:3 if by.stride else 2])
         else:
             text = expr_text(by)
-        typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text)], strict=strict,
+        typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
                                  reduction=read_reduction(ctx, op), move=read_move(ctx, op))
         if EVERY in axes and typed_result.errors != result.errors:
             # the errors the query's V made: first, whether the query counts axes it should not
@@ -2933,3 +2936,32 @@ def method_op_name(method: str) -> tuple[str, bool] | None:
 
 def unused(*_: object) -> AnyType:
     return AnyType(TypeOfAny.special_form)
+
+
+def _cut_dim(node: Context, by: Expression) -> int | None:
+    """The dim a rank-derived slice cuts: ``full[r * k:(r + 1) * k]`` 0,
+    ``full[:, r * k:(r + 1) * k]`` 1 (one cut, the other items whole ``:``; ``by`` is the
+    rank-derived index, the tuple there), ``full.narrow(1, r * k, k)`` 1; None for anything
+    else (an int index, ``...``, a computed dim)."""
+    if isinstance(node, IndexExpr):
+        if node.index is not by:
+            return None
+        if isinstance(by, SliceExpr):
+            return 0
+        if isinstance(by, TupleExpr):  # the one cut after whole dims only
+            for i, item in enumerate(by.items):
+                if not isinstance(item, SliceExpr):
+                    return None
+                if not (item.begin_index is None and item.end_index is None
+                        and item.stride is None):
+                    rest = by.items[i + 1:]
+                    return i if all(isinstance(x, SliceExpr) and x.begin_index is None
+                                    and x.end_index is None and x.stride is None
+                                    for x in rest) else None
+        return None
+    if (isinstance(node, CallExpr) and isinstance(node.callee, MemberExpr)
+            and node.callee.name == "narrow" and len(node.args) == 3
+            and all(k == ARG_POS for k in node.arg_kinds) and node.args[1] is by):
+        dim = node.args[0]
+        return dim.value if isinstance(dim, IntExpr) else None
+    return None

@@ -1352,11 +1352,7 @@ def module_numbers(file: MypyFile) -> tuple[frozenset[str], frozenset[str]]:
         if cls is _AssignmentStmt:
             st = cast(AssignmentStmt, d)
             for lv in st.lvalues:
-                if type(lv) is _NameExpr:
-                    values.setdefault(cast(NameExpr, lv).name, []).append(st.rvalue)
-                else:
-                    other.update(_target_names(lv))
-                    _bindings_in(lv, other)
+                _module_target(lv, st.rvalue, values, other)
             _bindings_in(st.rvalue, other)
         elif cls is _FuncDef or cls is _ClassDef:
             other.add(cast("FuncDef | ClassDef", d).name)
@@ -1384,6 +1380,30 @@ def module_numbers(file: MypyFile) -> tuple[frozenset[str], frozenset[str]]:
         if not more:
             return frozenset(numbers), frozenset(ints)
         ints |= more
+
+
+def _module_target(lv: Expression, rv: Expression, values: dict[str, list[Expression]],
+                   other: set[str]) -> None:
+    """Record what module-level target ``lv`` is assigned from ``rv``: a name its value; a
+    tuple or list target of a tuple or list display of the same length, neither starred
+    (``B, C = 8, 9``, ``(H, (W, D)) = 4, (8, 2)``), each item its own; else (``a, b = f()``,
+    ``a, *b = 1, 2, 3``, ``x.y = 1``, ``t[0] = 1``) its names are bound otherwise."""
+    cls = type(lv)
+    if cls is _NameExpr:
+        values.setdefault(cast(NameExpr, lv).name, []).append(rv)
+        return
+    rcls = type(rv)
+    if (cls is _TupleExpr or cls is _ListExpr) and (rcls is _TupleExpr or rcls is _ListExpr):
+        targets = cast("TupleExpr | ListExpr", lv).items
+        items = cast("TupleExpr | ListExpr", rv).items
+        if len(targets) == len(items) and not any(
+                type(t) is _StarExpr for t in targets) and not any(
+                type(i) is _StarExpr for i in items):
+            for t, i in zip(targets, items):
+                _module_target(t, i, values, other)
+            return
+    other.update(_target_names(lv))
+    _bindings_in(lv, other)
 
 
 def _is_number(e: Expression, numbers: Container[str]) -> bool:

@@ -1555,6 +1555,36 @@ def test_function_messages_print_the_declared_layout() -> None:
             in str(e.value), str(e.value)
 
 
+class _GatherLayerRow(torch.autograd.Function):
+    """A GatherLayer whose backward returns its row of the Partial gradient unreduced."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor[V["dp"]]) -> Tensor[R["dp"]]:
+        ctx.rank = 0
+        with _checking.suspended():
+            return torch.stack([x, x])  # a raw all_gather of 2 ranks' rows
+
+    @staticmethod
+    def backward(ctx, g: Tensor[P["dp"]]) -> Tensor[V["dp"]]:
+        return g[ctx.rank]
+
+
+def test_a_gather_layers_row_is_reduce_scattered_whole() -> None:
+    """The fix of a backward returning g[ctx.rank] (P) where V is due is the reduce-scatter of g
+    itself, as the static checker says (duality.test:
+    gather_layer_backward_returns_its_row_unreduced); of g[ctx.rank] it unbinds the row's dim 0
+    (the pasted fix raised at run time)."""
+    with spmd.typecheck():
+        x = typed(mk(4, 4), Tensor[V["dp"]])
+        y = _GatherLayerRow.apply(x)
+        with pytest.raises(SpmdTypeError) as e:
+            y.backward(typed(torch.ones(2, 4, 4), Tensor[P["dp"]]))
+    assert e.value.code == "spmd-duality"
+    assert ('P to V is a reduce-scatter: use reduce_scatter(g, "dp", src=P, dst=V) in place of '
+            "g[ctx.rank] (it sums the ranks' g and keeps this rank's row") in str(e.value), \
+        str(e.value)
+
+
 # --------------------------------------------------------------------------------------
 # messages name module attributes; suspended()
 
@@ -1783,7 +1813,7 @@ def test_a_parameter_keeps_its_datas_type_and_declare_parameters_checks_it() -> 
         # a parameter may be this rank's rows cut by hand from the whole (Megatron's init):
         # the convert of the fix goes on the whole, not on the cut (the ckpt probe's F8)
         assert ('if m.w is this rank\'s part cut from the whole by hand (whole[r * k:(r + 1) * k], '
-                'torch.split(whole, k, dim)[r]), which no checker sees, cut it with '
+                'torch.split(whole, k, dim)[r]), which this checker does not see, cut it with '
                 'convert(whole, "tp", src=I, dst=S(0)) instead') in str(e.value), e.value
         m.w = nn.Parameter(v.clone())  # V declared S(0): the declaration names the dim
         assert spmd.typeof(spmd.declare_parameters(m).w) == ty(tp=shard(0))

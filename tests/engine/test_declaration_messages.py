@@ -20,8 +20,8 @@ def _msg(have: LocalType, want: LocalType, x_text: str, may_be_cut: bool | None 
 def test_a_cut_replicated_value_declared_sharded_gets_the_whole_convert():
     for have in (LocalType(Kind.I), LocalType(Kind.R)):
         m = _msg(have, shard(1), "full[r * k:(r + 1) * k]")
-        assert (f'{HINT} (whole[r * k:(r + 1) * k], torch.split(whole, k, dim)[r]), which no '
-                f'checker sees, cut it with convert(whole, "tp", src={have}, dst=S(1)) instead') in m, m
+        assert (f'{HINT} (whole[r * k:(r + 1) * k], torch.split(whole, k, dim)[r]), which this '
+                f'checker does not see, cut it with convert(whole, "tp", src={have}, dst=S(1)) instead') in m, m
         assert f"cut it with convert(whole, \"tp\", src={have}, dst=V)" in _msg(have, VARYING, "w.chunk(2)[r]")
 
 
