@@ -104,12 +104,13 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RA
                                           RAW_BROADCASTS, raw_broadcast_error,
                                           mesh_moved_error)
 from spmd_mypy.engine import duality
-from spmd_mypy.engine.contractions import Contraction
+from spmd_mypy.engine.contractions import Contraction, partial_sum
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
-                                  check_inplace, check_send, check_value_read, partial_op, propagate,
-                                  optimizer_state_error, propagate_each, random_state_error)
+                                  check_inplace, check_send, check_value_read, implicit_partial_error,
+                                  optimizer_state_error, partial_op, propagate,
+                                  propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
 from spmd_mypy.engine.views import INPLACE_VIEWS, DimMove
@@ -858,6 +859,111 @@ def _plan(func: Any) -> Plan:
     return plan
 
 
+# Pending partial sums (engine contractions.partial_sum): a matmul, linear or einsum that sums
+# over a dim sharded on an axis in every operand that varies there makes each rank's part of
+# a sum, which local SPMD never makes implicitly (SPEC section 6).  The static checker exempts
+# a result passed straight to ``reinterpret(..., src=V, dst=P)`` (Megatron's row-parallel
+# idiom) by reading the code around the call; the check mode, which sees one call at a time,
+# types the result V and marks it pending here, by id with a weak reference: the first op or
+# collective that reads it is the error (the message the static checker gives at the call),
+# except reinterpret(V->P) on those axes (and the collectives' own internals).  A local bound
+# to it and read only by that reinterpret is accepted as statically.  Cost: a dict test per
+# operand while a pending tensor is alive.
+_PENDING: dict[int, tuple[Any, tuple[str, ...], tuple]] = {}
+_PENDING_AXES: dict[tuple, tuple[str, ...]] = {}  # by _local_check's key
+
+
+def _partial_axes(c: Contraction, ops: list, types: list, rtype: SpmdType,
+                  declared: Sequence[str]) -> tuple[str, ...]:
+    """The axes where contraction ``c``'s result (``rtype``) is a per-rank partial sum that
+    its call does not declare (``declared``: out_partial_axes)."""
+    tensors = [(t, tuple(v.shape)) for (v, _), t in zip(ops, types) if t is not None]
+    out = []
+    for a, lt in rtype.axes:
+        if lt.kind is TKind.V and a not in declared and partial_sum(
+                c, [(t.get(a), shape) for t, shape in tensors]):
+            out.append(a)
+    return tuple(out)
+
+
+def _mark_pending(result: torch.Tensor, name: str, c: Contraction, axes: tuple[str, ...],
+                  ops: list, types: list) -> None:
+    frame = _user_frame()
+    where = (frame.f_code, frame.f_lasti, frame.f_globals) if frame is not None else None
+    shapes = [(t, tuple(v.shape) if isinstance(v, torch.Tensor) else None)
+              for (v, _), t in zip(ops, types)]
+    ref = _Ref(result, _forget_pending)
+    ref.key = id(result)
+    _PENDING[id(result)] = (ref, axes, (name, c, shapes, where))
+
+
+def _forget_pending(ref: _Ref) -> None:
+    if not isinstance(_PENDING, dict):  # interpreter shutdown: the module is torn down
+        return
+    entry = _PENDING.get(ref.key)
+    if entry is not None and entry[0] is ref:
+        del _PENDING[ref.key]
+
+
+def _check_pending(x: torch.Tensor, collective: tuple | None) -> None:
+    """``x`` is a pending partial sum read by an op (``collective`` None) or a collective
+    ((op, axes, src, dst)): the error, unless that is reinterpret(V->P) on its axes or the
+    collectives' internals."""
+    entry = _PENDING.get(id(x))
+    if entry is None or entry[0]() is not x:
+        return
+    _, axes, (name, c, shapes, where) = entry
+    if collective is not None:
+        op, on, src, dst = collective
+        if (op == "reinterpret" and isinstance(src, LocalType) and src.kind is TKind.V
+                and isinstance(dst, LocalType) and dst.kind is TKind.P and set(axes) <= set(on)):
+            return
+    elif _in_collective_internals():
+        return
+    texts = _contraction_texts(where, sum(1 for t, _ in shapes if t is not None))
+    operands = []
+    k = 0
+    for t, shape in shapes:
+        if t is None:
+            continue
+        text = texts[k] if texts is not None else _default_text(k)
+        k += 1
+        operands.append((Operand(t, text, True, None, shape), None))
+    err = implicit_partial_error(name, c, axes[0], operands)  # type: ignore[arg-type]
+    raise SpmdTypeError(SpmdError(err.code, err.message + (
+        " (raised at the first use of the result other than that reinterpret)")))
+
+
+def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
+    """The source texts of a contraction's ``n`` tensor operands, read from the expression
+    its frame was running (``q @ k.t()``: q, k.t(); ``F.linear(h, w)``: h, w;
+    ``x.matmul(y)``: x, y; an einsum's equation left out); None when not certain."""
+    import ast
+
+    if where is None:
+        return None
+    try:
+        source = _source_at(*where)
+        if source is None:
+            return None
+        source = source.strip()
+        node = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return None
+    if isinstance(node, ast.BinOp):
+        items = [node.left, node.right]
+    elif isinstance(node, ast.Call):
+        items = [a for a in node.args if not (isinstance(a, ast.Constant) and isinstance(a.value, str))]
+        if len(items) < n and isinstance(node.func, ast.Attribute):
+            items.insert(0, node.func.value)
+    else:
+        return None
+    if len(items) != n:
+        return None
+    texts = [ast.get_source_segment(source, it) for it in items]
+    return None if any(not t or "\n" in t for t in texts) else texts  # type: ignore[misc]
+
+
 def _operand_types(ops: list) -> list[SpmdType | None] | None:
     """The operands' types (untyped tensors: the empty type, scalars: None); None when
     no operand is typed (the short path)."""
@@ -865,6 +971,8 @@ def _operand_types(ops: list) -> list[SpmdType | None] | None:
     any_typed = False
     for v, _ in ops:
         if isinstance(v, torch.Tensor):
+            if _PENDING and id(v) in _PENDING:
+                _check_pending(v, None)
             t = _get(v)
             if t is None:
                 t = _UNTYPED
@@ -982,6 +1090,10 @@ class _Mode(TorchFunctionMode):
         super().__init__()
         self.strict = strict
         self.thread = threading.get_ident()
+        # the contraction just checked whose result is a pending partial sum (_PENDING):
+        # (op name, its Contraction, the axes, its operands and their types), marked on
+        # the result once it ran
+        self.pending: tuple | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         if kwargs is None:
@@ -1027,6 +1139,8 @@ class _Mode(TorchFunctionMode):
             _note_zero(plan, out, args, kwargs)
             return out
         if kind is Kind.VALUE_READ:
+            if args and _PENDING and id(args[0]) in _PENDING:
+                _check_pending(args[0], None)
             if args:
                 _check_value_read(plan.name, args[0])
             return func(*args, **kwargs)
@@ -1144,6 +1258,7 @@ class _Mode(TorchFunctionMode):
             return self._per_operand_op(plan, func, args, kwargs, ops, types)
         else:
             checked = self._local_check(plan, args, kwargs, ops, outs, types)
+        pending, self.pending = self.pending, None
         if checked is None:
             return func(*args, **kwargs)
         rtype, targets, new_types = checked
@@ -1160,6 +1275,8 @@ class _Mode(TorchFunctionMode):
                 _set(tgt, t)
         if rtype:
             _stamp_outputs(result, rtype, targets)
+        if pending is not None and isinstance(result, torch.Tensor):
+            _mark_pending(result, *pending)
         return result
 
     def _local_check(self, plan: Plan, args: tuple, kwargs: dict, ops: list, outs: list,
@@ -1180,6 +1297,11 @@ class _Mode(TorchFunctionMode):
         move = move_of(plan, args, kwargs)
         if move is not None:
             key.append(move)
+        declared = move  # the contraction as the call states it (the pending rule reads it)
+        if isinstance(move, Contraction) and move.family != "attention":
+            # a sum over a dim sharded in every varying operand is no error here: the result
+            # is a pending partial sum that only reinterpret(V->P) may take (_PENDING)
+            move = dataclasses.replace(move, partial_axes=("*",))
         partial_axes: tuple[str, ...] | None = None
         rec = _global_check.local_out_partial(plan.name)
         if rec is not None:  # spmd.einsum/matmul/linear/sum(..., out_partial_axes=...)
@@ -1212,6 +1334,15 @@ class _Mode(TorchFunctionMode):
         new_types = [self._check_target(plan, tgt, tgt is inplace_target, rtype, ops, grad_on,
                                         spec, whole)
                      for tgt in targets]
+        if declared is not move and rtype and not targets:
+            pending = _PENDING_AXES.get(key_t)
+            if pending is None:
+                pending = _partial_axes(declared, ops, types, rtype, partial_axes or ())  # type: ignore[arg-type]
+                if len(_PENDING_AXES) >= _RESULTS_MAX:
+                    _PENDING_AXES.clear()
+                _PENDING_AXES[key_t] = pending
+            if pending:
+                self.pending = (spec.name, declared, pending, ops, types)
         return rtype, targets, new_types
 
     def _foreach(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -2206,6 +2337,8 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     rtype = res.type  # a global x: check_collective moved the axes in the partition spec
     if rtype:
         _stamp_outputs(out, rtype)
+    if _PENDING and out is x and id(x) in _PENDING:
+        del _PENDING[id(x)]  # x itself declared Partial (out_partial_axes' reinterpret)
     return out
 
 
@@ -2216,6 +2349,8 @@ def before_collective(op: str, x: Any, axes: tuple[str, ...], src: LocalType, ds
     The op would run on a layout the input does not have (``src=S(1)`` of a 1-d input, the
     blocks cut on the wrong dim), and its shape error would hide the type error.  Only the
     src is compared here (a few axes, no engine call): the rest is checked after the op."""
+    if _PENDING and isinstance(x, torch.Tensor) and id(x) in _PENDING:
+        _check_pending(x, (op, axes, src, dst))
     have = _get(x) if isinstance(x, torch.Tensor) else None
     if not have:
         return

@@ -416,9 +416,11 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
             ax = format_axis(axis)
             text += (f", or all_reduce(reinterpret({bare(x_text)}, {ax}, src=V, dst=P), {ax}, "
                      f"src=P, dst={_arg(dst)}) to sum them (right only when {bare(x_text)} is a "
-                     f"per-rank partial sum, such as a local loss, a sum of squares before its "
-                     f"sqrt, or a plain matmul/linear contracting a dim sharded on {ax}, which "
-                     f"spmd.linear/matmul/einsum(..., out_partial_axes={ax}) type as P)")
+                     f"per-rank part of a sum, such as a loss summed over this rank's own rows or "
+                     f"a sum of squares before its sqrt; not a non-linear function (a loss, a "
+                     f"softmax, a norm) of such parts, e.g. of logits from a matmul over a dim "
+                     f"sharded on {ax}: all-reduce those parts first, "
+                     f"spmd.matmul/linear/einsum(..., out_partial_axes={ax}) makes them P)")
         else:
             # the ranks' values of sqrt(...) (norm(...), exp(...)) do not add up to the value
             # of their sum: what sums over the ranks is the partial sum inside

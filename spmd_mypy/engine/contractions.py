@@ -164,6 +164,11 @@ class Contraction:
     op: str
     equation: str | None = None
     causal: bool | None = False
+    # the mesh axes on which the call's result is declared a partial sum: its
+    # out_partial_axes (spmd.matmul/linear/einsum), or the axes of a
+    # ``reinterpret(..., src=V, dst=P)`` the result is passed straight to ("*": any axis);
+    # there a contracted sharded label is what the call means (:func:`partial_sum`)
+    partial_axes: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:
@@ -301,6 +306,119 @@ def contracted_layout(c: Contraction, operands: Ops) -> LocalType:
         return LocalType(Kind.V, written)
     neg = negative if prefer_negative is None else prefer_negative
     return LocalType(Kind.V, d - out_rank if neg else d)
+
+
+# Whether a call's operands contract a dim sharded in every one of them, by (the contraction,
+# the operands' types and shapes): the static checker asks at thousands of call sites.
+_PARTIAL: dict[tuple, bool] = {}
+
+
+def partial_sum(c: Contraction, operands: Ops) -> bool:
+    """Whether contraction ``c`` sums over a label that every Varying operand is sharded on
+    and no R or I operand holds whole (on one mesh axis; ``operands`` as for
+    :func:`contracted_layout`): each rank's result is
+    then its part of a sum over the ranks, a Partial, which local SPMD never makes implicitly
+    (SPEC section 6, as in global SPMD): the call must say so with ``out_partial_axes`` (or
+    pass the result straight to ``reinterpret(..., src=V, dst=P)``).  ::
+
+        q, k: S(1)     q @ k.t()                   ->  True  ("nk,km": k summed)
+        h: S(-1), w: S(1)   F.linear(h, w)         ->  True  (Megatron's row-parallel matmul)
+        x: S(0), w: R  x @ w                       ->  False (S(0): the rows)
+        x: S(1), w: R  x @ w                       ->  False (w holds the whole k of the
+                                                              local size: no global meaning,
+                                                              but no part of a sum either)
+        x: V           x @ w                       ->  False (no known dim: plain V, gradual)
+
+    Only when every operand is typed and every Varying one has a known dim (the cheap test
+    first).  Attention is left out (its softmax over keys split across the ranks is no sum).
+    The check mode knows the ranks: at those.  The static checker, which does not, says True
+    when at every rank combination where the Varying operands share one sharded label, that
+    label is contracted; it leaves out the 1-d forms of an op that has others (matmul's
+    vectors, linear's 1-d weight) and operands with different counts of broadcast dims (``q:
+    S(1)`` at 4-d against a 3-d ``k.t(): S(0)`` would share a batch dim).  Heads-sharded
+    attention scores, ``q @ k.transpose(-2, -1)`` with ``q, k: S(1)``, contract the sharded
+    dim only read 2-d: no error."""
+    if c.family == "attention" or not operands:
+        return False
+    any_v = False
+    for lt, _ in operands:
+        if lt is None:
+            return False  # an untyped operand may vary
+        if lt.kind is Kind.V:
+            if lt.dim is None and lt.by_rank is None:
+                return False  # plain V: no known dim
+            any_v = True
+    if not any_v:
+        return False
+    key = (c, tuple(operands))
+    hit = _PARTIAL.get(key)
+    if hit is not None:
+        return hit
+    if any(shape is None for _, shape in operands):
+        # the static checker: the op's documented shapes at every rank combination whose
+        # operands have as many broadcast dims each (``q @ k.t()`` read 4-d against 3-d would
+        # share a batch dim), but not the forms with a 1-d operand where the op has others
+        # (matmul's vectors, linear's 1-d weight: F.linear(x, w) of a column-parallel w: S(0)
+        # is not a dot product); where every Varying operand is sharded on one label, each
+        # such combination must contract it (heads-sharded q @ k.transpose(-2, -1) contracts
+        # a sharded dim only read 2-d: no error)
+        forms = [f for f in _forms(c, len(operands)) if f.static]
+        matrix = [f for f in forms if not any(len(t) == 1 for t in f.terms[:2])]
+        verdicts: set[bool] = set()
+        for form in matrix or forms:
+            ells = [(i, len(t) - 3) for i, t in enumerate(form.terms) if "..." in t]
+            for ranks in _rank_combinations(form) or ():
+                if len({ranks[i] - n for i, n in ells}) > 1:
+                    continue  # broadcast dims of different counts
+                at = _contracted_at(form, operands, ranks)
+                if at is not None and at[2] is not None:
+                    verdicts.add(at[1])
+        found = verdicts == {True}
+    else:
+        ranks = [len(shape) for _, shape in operands]  # type: ignore[arg-type]
+        verdicts = {at[1] for form in _forms(c, len(operands)) if _fits(form, ranks)
+                    for at in (_contracted_at(form, operands, ranks),)
+                    if at is not None and at[2] is not None}
+        found = verdicts == {True}
+    if len(_PARTIAL) > 10_000:
+        _PARTIAL.clear()
+    _PARTIAL[key] = found
+    return found
+
+
+def _contracted_at(form: _Form, operands: Ops,
+                   ranks: Sequence[int]) -> tuple[int, bool, str | None] | None:
+    """(the result's rank, whether the label is contracted, the one label every Varying
+    operand is sharded on, once; None when they are not) with the operands at ``ranks``;
+    None when an operand's type cannot have its rank or torch takes no operands of these
+    ranks."""
+    dims: list[int | None] = []
+    for (lt, _), r in zip(operands, ranks):
+        if lt is not None and lt.kind is Kind.V:
+            possible, d = lt.at_rank(r)
+            if not possible:
+                return None
+            dims.append(d)
+        else:
+            dims.append(None)
+    try:
+        labels, out = parse_equation(form.equation, ranks)
+    except DimError:
+        return None
+    label: str | None = None
+    for (lt, _), lab, d, r in zip(operands, labels, dims, ranks):
+        if lt is None or lt.kind is not Kind.V:
+            continue
+        if d is None:
+            return len(out), False, None
+        here = lab[d % r]
+        if lab.count(here) != 1 or (label is not None and here != label):
+            return len(out), False, None
+        label = here
+    if label is not None and any(lt is not None and lt.kind is not Kind.V and label in lab
+                                 for (lt, _), lab in zip(operands, labels)):
+        return len(out), False, None  # an R / I operand holds the whole label: no sum's part
+    return len(out), label is not None and label not in out, label
 
 
 def _static_layout(c: Contraction, operands: Ops, negative: bool) -> LocalType:
@@ -471,4 +589,4 @@ def _sizes_fit(sizes: Sequence[tuple[int, int]], heads: bool) -> bool:
 
 
 __all__ = ["CONTRACTIONS", "Contraction", "DimError", "UNREAD", "contracted_layout",
-           "make_contraction", "parse_equation"]
+           "make_contraction", "parse_equation", "partial_sum"]

@@ -53,6 +53,7 @@ from .types import RANKS, VARYING, Kind, LocalType, from_ranks_signed
 from .views import DimMove, moved_dim
 
 if TYPE_CHECKING:
+    from .contractions import Contraction
     from .ops import Operand, Result
 
 EINOPS_OPS = ("rearrange", "repeat", "reduce")
@@ -361,12 +362,18 @@ def propagate_einops(op: str, operands: Sequence[Operand], pattern: object,
     return propagate(spec, operands, strict=strict, move=move)
 
 
-def propagate_einsum(operands: Sequence[Operand], pattern: object,
-                     strict: bool = False) -> Result:
-    """einops.einsum(*operands, pattern): torch's einsum rule on the translated equation
-    (the layout unknown, V, when the pattern is not a literal einops takes)."""
+def einsum_contraction(pattern: object) -> Contraction | None:
+    """The torch einsum an einops.einsum pattern states (None: not a literal einops takes)."""
     from .contractions import Contraction
-    from .ops import propagate
     eq = einsum_equation(pattern) if isinstance(pattern, str) else None
+    return Contraction("einsum", equation=eq) if eq is not None else None
+
+
+def propagate_einsum(operands: Sequence[Operand], pattern: object,
+                     strict: bool = False, move: Contraction | None = None) -> Result:
+    """einops.einsum(*operands, pattern): torch's einsum rule on the translated equation
+    (the layout unknown, V, when the pattern is not a literal einops takes); ``move``: that
+    contraction as the adapter amended it (the axes its result is declared Partial on)."""
+    from .ops import propagate
     return propagate("einsum", operands, strict=strict,
-                     move=Contraction("einsum", equation=eq) if eq is not None else None)
+                     move=move if move is not None else einsum_contraction(pattern))

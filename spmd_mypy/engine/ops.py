@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from .contractions import Contraction, contracted_layout
+from .contractions import Contraction, contracted_layout, partial_sum
 from .errors import SpmdError, merge_axis_errors
 from .einops_rule import Pattern, pattern_layout
 from .views import MOVES, DimMove, moved_dim, squeezed_dim
@@ -1541,6 +1541,10 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
             err = _causal_queries_error(spec.name, move, axis, tensor_ops)
+            if err is None and axis not in move.partial_axes and "*" not in move.partial_axes \
+                    and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
+                                           for o, _ in tensor_ops]):
+                err = implicit_partial_error(spec.name, move, axis, tensor_ops)
         if lt is not None and lt.kind is Kind.V:
             if isinstance(move, Contraction):
                 lt = contracted_layout(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
@@ -1600,6 +1604,49 @@ def _causal_queries_error(name: str, c: Contraction, axis: str,
         f"the first rank: pass attn_mask=q_pos[:, None] >= torch.arange({kx}.size(-2)) instead, "
         f"q_pos = r * {qx}.size(-2) + torch.arange({qx}.size(-2)) (this rank's global query "
         f'positions, r its index on "{axis}"), or gather the queries first: {gather}',
+    )
+
+
+# The contraction ops' spmd counterparts that take out_partial_axes (SPEC section 6)
+_PARTIAL_COUNTERPARTS = {"linear": "linear", "einsum": "einsum"}
+
+
+def implicit_partial_error(name: str, c: Contraction, axis: str,
+                           tensor_ops: Sequence[tuple[Operand, Role]]) -> SpmdError:
+    """A contraction summing over a dim sharded on ``axis`` in every Varying operand
+    (:func:`.contractions.partial_sum`): each rank's result is its part of a sum over the
+    ranks, a Partial, which local SPMD, as global SPMD (SPEC section 6), never makes
+    implicitly: typed V, a loss or a softmax of it passed both checkers with wrong numbers
+    (CLIP's ``q @ k.t()`` over a tp-sharded embedding dim).  The fix names the call that
+    says so: ``spmd.matmul/linear/einsum(..., out_partial_axes=axis)``, then an all_reduce
+    where the whole value is needed."""
+    ax = f'"{axis}"'
+    texts = [bare(o.text) for o, _ in tensor_ops]
+    described = ", ".join(
+        f"{o.text}: {lt.describe()}" for o, _ in tensor_ops
+        if (lt := o.type.get(axis)) is not None and lt.kind is Kind.V)  # type: ignore[union-attr]
+    spmd_op = _PARTIAL_COUNTERPARTS.get(c.family, "matmul")
+    bias = ""
+    if c.family == "linear" and len(texts) > 2:
+        bias = f" (then add the bias {texts[2]} after the all_reduce)"
+        texts = texts[:2]
+    if c.family == "einsum":
+        args = ", ".join([repr(c.equation).replace("'", '"'), *texts])
+    else:
+        args = ", ".join(texts)
+    call = f"spmd.{spmd_op}({args}, out_partial_axes={ax})"
+    what = "the contraction" if c.family == "einsum" else "the matmul"
+    head = ", ".join(o.text for o, _ in tensor_ops)
+    if c.family == "einsum":
+        head = repr(c.equation).replace("'", '"') + ", " + head
+    return SpmdError(
+        "spmd-global",
+        f"{name}({head}) sums over a dim sharded on {ax} in "
+        f"every operand that varies there ({described}): each rank's result is its part of a "
+        f"sum over the ranks (a Partial), not a value of its own (V), so a loss, a softmax or a "
+        f"norm of it would be wrong; say so: {call}, which is P on {ax}{bias}, then "
+        f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed (or pass {what}'s "
+        f"result straight to spmd.reinterpret(..., {ax}, src=V, dst=P))",
     )
 
 
@@ -2152,6 +2199,8 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
         + bias b: P["tp"]        spmd.linear(h, w, b, out_partial_axes="tp") -> P["tp"]
         + bias b: R["tp"]        error (spmd-partial-affine): b would be summed once per rank
     """
+    if move is not None:  # what the call says: no implicit Partial on those axes
+        move = replace(move, partial_axes=tuple(axes))
     res = propagate(op, operands, strict=strict, reduction=reduction, move=move)
     errors = list(res.errors)
     t = res.type

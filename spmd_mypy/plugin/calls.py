@@ -106,7 +106,7 @@ from ..engine.collectives import (RAW_OP_PARAMS, RankCondition, communicates, de
                                   raw_collective_error, raw_reduce_op)
 from ..engine import duality
 from ..engine.annotations import Entry, alias_note, build, expand_axes, unknown_axis_error
-from ..engine.contractions import CONTRACTIONS
+from ..engine.contractions import CONTRACTIONS, Contraction
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
@@ -127,6 +127,7 @@ from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
 from .statements import assignments_by_name, nested_statements
+from .declared_partials import declared_partial
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
@@ -792,8 +793,11 @@ class CallTyper:
                 exprs = [c.left, c.right] if isinstance(c, OpExpr) and len(ops) == 2 else []
                 result = global_calls.propagate(self, ctx, op, ops, exprs)
             else:
+                move = read_move(ctx, op)
+                if isinstance(move, Contraction):
+                    move = declared_partial(ctx, move, ops)
                 result = propagate(spec, ops, strict=self.strict(ctx),
-                                   reduction=read_reduction(ctx, op), move=read_move(ctx, op))
+                                   reduction=read_reduction(ctx, op), move=move)
                 if self.rank_exprs:  # only files with a rank query (rank_index)
                     result = self._rank_derived(ctx, op, spec, ops, result, self.strict(ctx))
             errors = result.errors
@@ -849,8 +853,11 @@ class CallTyper:
                             for p in (by.begin_index, by.end_index, by.stride)[:3 if by.stride else 2])
         else:
             text = expr_text(by)
+        move = read_move(ctx, op)
+        if isinstance(move, Contraction):
+            move = declared_partial(ctx, move, ops)
         typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
-                                 reduction=read_reduction(ctx, op), move=read_move(ctx, op))
+                                 reduction=read_reduction(ctx, op), move=move)
         if EVERY in axes and typed_result.errors != result.errors:
             # the errors the query's V made: first, whether the query counts axes it should not
             every = _rank_every(ops, mesh, text, by, global_calls.current_function(ctx.api))
@@ -2237,6 +2244,8 @@ class CallTyper:
             move = read_contraction(ctx, op) if op in CONTRACTIONS else None  # spmd.einsum's equation
             reduction = read_reduction(ctx, op) if op == "sum" else None  # spmd.sum's dims
             if no_partial:
+                if isinstance(move, Contraction):
+                    move = declared_partial(ctx, move, ops)
                 res = propagate(op, ops, strict=self.strict(ctx), reduction=reduction, move=move)
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)

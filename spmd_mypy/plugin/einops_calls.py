@@ -21,10 +21,11 @@ from mypy.types import (
     AnyType, CallableType, Instance, TupleType, Type, TypeOfAny, get_proper_type,
 )
 
-from ..engine.einops_rule import propagate_einops, propagate_einsum
+from ..engine.einops_rule import einsum_contraction, propagate_einops, propagate_einsum
 from ..engine.ops import OpClass, OpSpec, Operand, propagate
 from ..engine.views import UNREAD
 from . import global_calls
+from .declared_partials import declared_partial
 from .reductions import _literal
 
 if TYPE_CHECKING:
@@ -165,7 +166,10 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
         return _operand_type(ctx)
     strict = typer.strict(ctx)
     if op == "einsum":
-        result = propagate_einsum(ops, pattern, strict=strict)
+        move = einsum_contraction(pattern)
+        if move is not None:
+            move = declared_partial(ctx, move, ops)
+        result = propagate_einsum(ops, pattern, strict=strict, move=move)
     else:
         result = propagate_einops(op, ops, pattern, reduction if op == "reduce" else None,
                                   stacked=stacked, strict=strict)

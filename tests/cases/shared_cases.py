@@ -700,6 +700,30 @@ case("shard-bmm-S0-R", {"a": "S0", "b": "R"}, "out = torch.bmm(a, b)", "V", make
      desc="b holds a whole batch of the local size")
 case("shard-linear-contracted", {"a": _SM1, "b": "R"}, "out = F.linear(a, b)", "V",
      desc="the in features are summed over")
+# A contraction summing over a dim sharded in every operand that varies there makes each
+# rank's part of a sum: never an implicit Partial (SPEC section 6), so typing it V let a loss
+# of partial logits pass both checkers (CLIP's q @ k.t() over a tp-sharded embedding dim).
+# An error unless the call says so (out_partial_axes) or its result goes straight to
+# reinterpret(V->P) (Megatron's row-parallel matmul; a local bound once and read only there).
+# Statically the error is at the contraction; the check mode, which cannot see the call around
+# it, marks the result a pending partial sum and reports its first other use (the last line).
+case("partial-contraction-matmul-used", {"q": "S1", "k": "S1"},
+     ("logits = q @ k.t()", "out = logits.softmax(-1)"), "spmd-global", static_line=1,
+     desc="the CLIP bug: a softmax of partial logits")
+case("partial-contraction-einsum-used", {"q": "S1", "k": "S1"},
+     ('sims = torch.einsum("be,ce->bc", q, k)', "out = sims * 2"), "spmd-global", static_line=1)
+case("partial-contraction-linear-gathered", {"h": "S1", "w": "S1"},
+     ("y = F.linear(h, w)", 'out = spmd.all_gather(y, "tp", src=V, dst=R)'), "spmd-global",
+     static_line=1, collective=True, desc="gathering the parts stacks them: not their sum")
+case("partial-contraction-row-parallel", {"h": "S1", "w": "S1"},
+     'out = spmd.reinterpret(F.linear(h, w), "tp", src=V, dst=P)', "P", collective=True)
+case("partial-contraction-row-parallel-local", {"h": "S1", "w": "S1"},
+     ("part = h @ w.t()", 'out = spmd.reinterpret(part, "tp", src=V, dst=P)'), "P",
+     collective=True, desc="a local bound once, read only by the reinterpret")
+case("partial-contraction-out-partial-axes", {"q": "S1", "k": "S1"},
+     'out = spmd.matmul(q, k.t(), out_partial_axes="tp")', "P", collective=True)
+case("partial-contraction-einsum-out-partial-axes", {"q": "S1", "k": "S1"},
+     'out = spmd.einsum("be,ce->bc", q, k, out_partial_axes="tp")', "P", collective=True)
 case("shard-attention-heads", {"q": "S1", "k": "S1", "v": "S1"},
      "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "S1", make=_QKV4)
 case("shard-attention-queries", {"q": "Sm2", "k": "R", "v": "R"},

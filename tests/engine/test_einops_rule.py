@@ -11,12 +11,15 @@ concatenated locals gives the global result.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 einops = pytest.importorskip("einops")
 
 from spmd_mypy.engine.einops_rule import (  # noqa: E402
+    einsum_contraction,
     einsum_equation, parse_pattern, PatternError, propagate_einops, propagate_einsum,
 )
 from spmd_mypy.engine.ops import Operand  # noqa: E402
@@ -164,10 +167,14 @@ def test_einsum_translation_and_rule():
     w = torch.randn(4 * W, 5, dtype=torch.float64)
     whole = einops.einsum(x, w, "b s h, h o -> b s o")
     parts = [einops.einsum(a, b, "b s h, h o -> b s o") for a, b in zip(x.chunk(W, 2), w.chunk(W, 0))]
-    assert torch.allclose(sum(parts), whole)  # a per-rank partial sum: V, never S
-    res = propagate_einsum([Operand(_t(Kind.V, 2), "x"), Operand(_t(Kind.V, 0), "w")],
-                           "b s h, h o -> b s o")
-    assert res.type.get("tp") == LocalType(Kind.V)
+    assert torch.allclose(sum(parts), whole)  # a per-rank partial sum: never S, never V
+    ops = [Operand(_t(Kind.V, 2), "x"), Operand(_t(Kind.V, 0), "w")]
+    res = propagate_einsum(ops, "b s h, h o -> b s o")
+    assert [e.code for e in res.errors] == ["spmd-global"]  # no implicit Partial
+    assert 'spmd.einsum("abc,cd->abd", x, w, out_partial_axes="tp")' in res.errors[0].message
+    declared = replace(einsum_contraction("b s h, h o -> b s o"), partial_axes=("tp",))
+    res = propagate_einsum(ops, "b s h, h o -> b s o", move=declared)  # reinterpret(V->P) next
+    assert not res.errors and res.type.get("tp") == LocalType(Kind.V)
     res = propagate_einsum([Operand(_t(Kind.V, 0), "x"), Operand(_t(Kind.R), "w")],
                            "b s h, h o -> b s o")
     assert res.type.get("tp") == LocalType(Kind.V, 0)

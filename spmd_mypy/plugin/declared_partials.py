@@ -1,0 +1,241 @@
+"""Where the code around a contraction declares its result a partial sum.
+
+A matmul, linear or einsum that sums over a dim sharded on an axis in every operand that
+varies there makes each rank's part of a sum: the engine's rule
+(:func:`spmd_mypy.engine.contractions.partial_sum`) reports it unless the call says so
+(``out_partial_axes``, in the engine) or the result goes straight to
+``spmd.reinterpret(..., axis, src=V, dst=P)``, Megatron's row-parallel idiom::
+
+    out = spmd.reinterpret(F.linear(h, w2), "tp", src=V, dst=P)     # the argument itself
+    part = F.linear(h, w2)                                          # a local bound once,
+    out = spmd.reinterpret(part, "tp", src=V, dst=P)                # read only there
+
+Asked only when the rule fires (rarely), so the enclosing function's statements are read
+lazily, once per function: the reinterpret(V->P) calls' first arguments, and the names read
+in it (a local read anywhere else is not exempt: its other reads see a V that is a partial
+sum).  The check mode marks the result a pending partial sum instead (runtime
+``_checking``), which these forms also consume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mypy.plugin import FunctionContext, MethodContext
+from mypy.nodes import (
+    AssertStmt,
+    AssignmentExpr,
+    AwaitExpr,
+    DictionaryComprehension,
+    GeneratorExpr,
+    ListComprehension,
+    SetComprehension,
+    YieldExpr,
+    YieldFromExpr,
+    AssignmentStmt,
+    CallExpr,
+    ComparisonExpr,
+    ConditionalExpr,
+    DictExpr,
+    Expression,
+    ExpressionStmt,
+    ForStmt,
+    FuncDef,
+    IfStmt,
+    IndexExpr,
+    LambdaExpr,
+    ListExpr,
+    MemberExpr,
+    MypyFile,
+    NameExpr,
+    OperatorAssignmentStmt,
+    OpExpr,
+    ReturnStmt,
+    SetExpr,
+    SliceExpr,
+    StarExpr,
+    Statement,
+    StrExpr,
+    TupleExpr,
+    UnaryExpr,
+    WhileStmt,
+    WithStmt,
+)
+
+from ..engine.contractions import Contraction, partial_sum
+from ..engine.ops import Operand
+from .global_calls import current_function
+from .statements import assignments_by_name, nested_statements
+
+# per function (or module), by its id: (the node, the exempt expressions by id -> the axes of
+# their reinterpret, "*" when the axis is not a literal)
+_MEMO: dict[int, tuple[object, dict[int, tuple[str, ...]]]] = {}
+_MEMO_MAX = 2000
+_OPAQUE = "<an expression the scan does not enter>"
+_OPAQUE_KINDS = (ListComprehension, SetComprehension, GeneratorExpr, DictionaryComprehension,
+                 YieldExpr, YieldFromExpr, AwaitExpr, AssignmentExpr)
+
+
+def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None,
+                       node: Expression) -> tuple[str, ...]:
+    """The axes on which ``node`` (a contraction's call or operator expression) is passed
+    straight to ``spmd.reinterpret(..., src=V, dst=P)``, itself or through a local bound to
+    it once and read only there; () when it is not."""
+    owner: object = func if func is not None else tree
+    if owner is None:
+        return ()
+    entry = _MEMO.get(id(owner))
+    if entry is None or entry[0] is not owner:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        entry = (owner, _scan(func, tree))
+        _MEMO[id(owner)] = entry
+    return entry[1].get(id(node), ())
+
+
+def _scan(func: FuncDef | None, tree: MypyFile | None) -> dict[int, tuple[str, ...]]:
+    if func is not None:
+        stmts = nested_statements(func.body.body)
+    elif tree is not None:
+        stmts = [st for st in nested_statements(tree.defs) if not isinstance(st, FuncDef)]
+    else:
+        return {}
+    calls: list[tuple[Expression, tuple[str, ...]]] = []
+    reads: dict[object, int] = {}
+    for st in stmts:
+        for e in _statement_exprs(st):
+            _walk(e, calls, reads)
+    marks: dict[int, tuple[str, ...]] = {}
+    assigned = None
+    opaque = _OPAQUE in reads
+    for arg, axes in calls:
+        marks[id(arg)] = axes
+        if not opaque and isinstance(arg, NameExpr) and arg.node is not None and reads.get(arg.node) == 1:
+            if assigned is None:
+                assigned = assignments_by_name(func) if func is not None else {}
+            bound = assigned.get(arg.node)  # type: ignore[call-overload]
+            if bound is not None and len(bound) == 1 and bound[0][2] == -1:
+                marks[id(bound[0][1])] = axes
+    return marks
+
+
+def _statement_exprs(st: Statement) -> list[Expression]:
+    """The expressions a statement reads itself (not those of its nested blocks)."""
+    if isinstance(st, AssignmentStmt):
+        return [st.rvalue, *(lv for lv in st.lvalues if not isinstance(lv, NameExpr))]
+    if isinstance(st, (ExpressionStmt, ReturnStmt)):
+        return [st.expr] if st.expr is not None else []
+    if isinstance(st, OperatorAssignmentStmt):
+        return [st.lvalue, st.rvalue]
+    if isinstance(st, IfStmt):
+        return list(st.expr)
+    if isinstance(st, WhileStmt):
+        return [st.expr]
+    if isinstance(st, ForStmt):
+        return [st.expr]
+    if isinstance(st, AssertStmt):
+        return [st.expr] + ([st.msg] if st.msg is not None else [])
+    if isinstance(st, WithStmt):
+        return list(st.expr)
+    return []
+
+
+def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
+          reads: dict[object, int]) -> None:
+    if e is None:
+        return
+    if isinstance(e, NameExpr):
+        if e.node is not None:
+            reads[e.node] = reads.get(e.node, 0) + 1
+        return
+    if isinstance(e, CallExpr):
+        axes = _reinterpret_to_partial(e)
+        if axes is not None:
+            calls.append((e.args[0], axes))
+        _walk(e.callee, calls, reads)
+        for a in e.args:
+            _walk(a, calls, reads)
+    elif isinstance(e, MemberExpr):
+        _walk(e.expr, calls, reads)
+    elif isinstance(e, OpExpr):
+        _walk(e.left, calls, reads)
+        _walk(e.right, calls, reads)
+    elif isinstance(e, IndexExpr):
+        _walk(e.base, calls, reads)
+        _walk(e.index, calls, reads)
+    elif isinstance(e, (TupleExpr, ListExpr, SetExpr)):
+        for item in e.items:
+            _walk(item, calls, reads)
+    elif isinstance(e, (UnaryExpr, StarExpr)):
+        _walk(e.expr, calls, reads)
+    elif isinstance(e, ComparisonExpr):
+        for o in e.operands:
+            _walk(o, calls, reads)
+    elif isinstance(e, ConditionalExpr):
+        _walk(e.cond, calls, reads)
+        _walk(e.if_expr, calls, reads)
+        _walk(e.else_expr, calls, reads)
+    elif isinstance(e, DictExpr):
+        for k, v in e.items:
+            _walk(k, calls, reads)
+            _walk(v, calls, reads)
+    elif isinstance(e, SliceExpr):
+        _walk(e.begin_index, calls, reads)
+        _walk(e.end_index, calls, reads)
+        _walk(e.stride, calls, reads)
+    elif isinstance(e, LambdaExpr):
+        _walk(e.expr(), calls, reads)
+    elif isinstance(e, _OPAQUE_KINDS):
+        # a comprehension, a yield, an await, a walrus: its reads are not counted, so a
+        # local read there would look read once: no exemption through a local in this
+        # function (the direct argument still counts)
+        reads[_OPAQUE] = 1
+
+
+def _reinterpret_to_partial(e: CallExpr) -> tuple[str, ...] | None:
+    """For ``spmd.reinterpret(x, axis, src=V, dst=P)``: the axes (("*",) when not literal
+    strings); None for any other call."""
+    callee = e.callee
+    if not isinstance(callee, (NameExpr, MemberExpr)) or callee.name != "reinterpret" or not e.args:
+        return None
+    if callee.fullname and not callee.fullname.startswith("spmd"):
+        return None
+    src = dst = None
+    axis: Expression | None = None
+    for k, (a, name) in enumerate(zip(e.args, e.arg_names)):
+        if name == "src":
+            src = a
+        elif name == "dst":
+            dst = a
+        elif name == "axis" or (name is None and k == 1):
+            axis = a
+    if not (_marker(src, "V") and _marker(dst, "P")):
+        return None
+    if isinstance(axis, StrExpr):
+        return (axis.value,)
+    if isinstance(axis, (TupleExpr, ListExpr)) and axis.items and all(
+            isinstance(i, StrExpr) for i in axis.items):
+        return tuple(i.value for i in axis.items if isinstance(i, StrExpr))
+    return ("*",)
+
+
+def _marker(e: Expression | None, name: str) -> bool:
+    return isinstance(e, (NameExpr, MemberExpr)) and e.name == name
+
+
+def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, ops: list[Operand]) -> Contraction:
+    """``move`` with the axes on which the code around the call declares its result a
+    partial sum (:mod:`.declared_partials`): looked up only when the engine's rule would
+    report an implicit Partial on some axis (:func:`~spmd_mypy.engine.contractions.partial_sum`)."""
+    tensors = [o for o in ops if o.type is not None]
+    axes: dict[str, None] = {}
+    for o in tensors:
+        for a, _ in o.type.axes:  # type: ignore[union-attr]
+            axes[a] = None
+    for a in axes:
+        if partial_sum(move, [(o.type.get(a), o.shape) for o in tensors]):  # type: ignore[union-attr]
+            found = reinterpreted_axes(current_function(ctx.api),
+                                       getattr(ctx.api, "tree", None), ctx.context)  # type: ignore[arg-type]
+            return replace(move, partial_axes=found) if found else move
+    return move
+
