@@ -175,9 +175,10 @@ class _SourceOperand(Operand):
     def __eq__(self, other: object) -> bool:  # an Operand's too (its own returns NotImplemented)
         if not isinstance(other, Operand):
             return NotImplemented
-        return ((self.type, self.text, self.can_grad, self.role, self.shape, self.zero, self.leaf)
+        return ((self.type, self.text, self.can_grad, self.role, self.shape, self.zero, self.leaf,
+                 self.cut)
                 == (other.type, other.text, other.can_grad, other.role, other.shape, other.zero,
-                    other.leaf))
+                    other.leaf, other.cut))
 
     __hash__ = Operand.__hash__
 
@@ -194,6 +195,7 @@ def source_operand(type: SpmdType | None, source: object, render: Callable[[Any]
     o.shape = None
     o.zero = zero
     o.leaf = leaf
+    o.cut = None
     o._source = source
     o._render = render
     return o

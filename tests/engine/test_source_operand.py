@@ -6,7 +6,7 @@ with the rendered text: the rule's answer, its messages, equality, hashing, repl
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from spmd_mypy.engine.ops import Operand, Role, propagate, source_operand
 from spmd_mypy.engine.types import LocalType, Kind, SpmdType
@@ -50,3 +50,14 @@ def test_equal_hashed_and_copied_as_the_operand() -> None:
     moved = replace(lazy, shape=(2, 3))
     assert moved == replace(plain, shape=(2, 3)) and moved.text == "<x>"
     assert render.calls == ["x"]
+
+
+def test_every_field_of_the_operand_is_set_and_compared() -> None:
+    """A field added to Operand must be set by source_operand and compared by its __eq__
+    (it lists the fields by hand, for speed): a missing one raised AttributeError in the
+    plugin (session 37's merge of ``cut``)."""
+    lazy = source_operand(R_TP, "x", _Render())
+    plain = Operand(R_TP, "<x>")
+    for f in fields(Operand):
+        assert getattr(lazy, f.name) == getattr(plain, f.name), f.name
+        assert lazy != replace(plain, **{f.name: object()}), f.name
