@@ -509,10 +509,10 @@ def _init_attributes(init: FuncDef, self_name: str,
             if not grew:
                 break
         found: dict[str, Optional[frozenset]] = {}
-        for name, value in assigns:
+        for name, assigned in assigns:
             if name in found and found[name] is None:
                 continue
-            axes = scan.taint(value) if value is not None else None
+            axes = scan.taint(assigned) if assigned is not None else None
             found[name] = None if axes is None else _union(found.get(name), axes)
         new = {n: a for n, a in found.items() if a is not None}
         if new == attrs:
