@@ -353,20 +353,21 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
     text = (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
             f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
     if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
-            and dst.dim is None):
-        # convert to V keeps each rank's slot of dim 0 (S(0): its chunk).  A replicated value meant as
-        # each rank's own (KV heads replicated for grouped-query attention, a broadcast
-        # weight) is a reinterpret: the local data unchanged.  Each is right in its case (a
-        # gathered K/V passed to a helper that computes on the whole value: reinterpret;
-        # convert there would cut dim 0, the batch), so the message says when
-        text += (f" if each rank should keep only its slice of dim 0 (x[rank], dim 0 of the "
-                 f"axis size; dst=S(0) keeps its chunk of dim 0 instead, the rows of a batch), "
-                 f"or reinterpret({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst=V) "
-                 f"if the whole value is this rank's own input (unchanged)")
-    elif (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.dim is not None
-          and is_subscript(x_text)):
-        # a subscript that already takes this rank's part (full[r * b:(r + 1) * b] with a rank
-        # the checker does not see: a parameter): converting it would slice it again
+            and dst.dim is None and is_subscript(x_text)):
+        # the same for V: the slice kept by a rank the checker does not see is V as it is
+        x, ax = bare(x_text), format_axis(axis)
+        return (f"{_arg(src)} to V: if the slice is this rank's part (its index from a rank "
+                f"the checker does not see, such as a parameter or an attribute set outside "
+                f"__init__), use reinterpret({x}, {ax}, "
+                f"src={_arg(src)}, dst=V) (the local data unchanged); otherwise "
+                f"convert({x}, {ax}, src={_arg(src)}, dst=V) keeps each rank's slice of its "
+                f"dim 0 (a convert of this rank's slice would slice it again)")
+    if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.dim is not None
+            and is_subscript(x_text)):
+        # a subscript that may already take this rank's part (full[r * b:(r + 1) * b] with a
+        # rank the checker does not see: a parameter): converting it would slice it again, so
+        # the reinterpret of the slice leads (probe vision 5: the convert, pasted, re-chunked a
+        # window kept by a rank the checker did not read)
         x, ax = bare(x_text), format_axis(axis)
         chunk = chunk_item(x)
         if chunk is not None and chunk[1] == dst.dim:
@@ -378,9 +379,24 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
                     f"{x} (the same chunk; its backward gathers the gradient: convert of {x} "
                     f"would cut the chunk again); else convert({x}, {ax}, src={_arg(src)}, "
                     f"dst={_arg(dst)})")
-        text += (f"; if the index already takes this rank's part (from a rank the checker "
-                 f"does not see, such as a parameter), {x} is V: reinterpret({x}, {ax}, "
-                 f"src={_arg(src)}, dst=V), which S({dst.dim}) may be claimed from")
+        return (f"{_arg(src)} to {_arg(dst)}: if the slice is this rank's part (its index from "
+                f"a rank the checker does not see, such as a parameter or an attribute set outside "
+                f"__init__), {x} is V: use "
+                f"reinterpret({x}, {ax}, src={_arg(src)}, dst=V), which S({dst.dim}) may be "
+                f"claimed from; otherwise, to keep this rank's chunk of the whole, "
+                f"convert({x}, {ax}, src={_arg(src)}, dst={_arg(dst)}) (a convert of this "
+                f"rank's slice would chunk it again)")
+    if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
+            and dst.dim is None):
+        # convert to V keeps each rank's slot of dim 0 (S(0): its chunk).  A replicated value meant as
+        # each rank's own (KV heads replicated for grouped-query attention, a broadcast
+        # weight) is a reinterpret: the local data unchanged.  Each is right in its case (a
+        # gathered K/V passed to a helper that computes on the whole value: reinterpret;
+        # convert there would cut dim 0, the batch), so the message says when
+        text += (f" if each rank should keep only its slice of dim 0 (x[rank], dim 0 of the "
+                 f"axis size; dst=S(0) keeps its chunk of dim 0 instead, the rows of a batch), "
+                 f"or reinterpret({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst=V) "
+                 f"if the whole value is this rank's own input (unchanged)")
     elif op == "convert" and src.kind is Kind.V and src.dim is None and dst.kind is Kind.P:
         # a per-rank loss or gradient is most often meant as the sum of the ranks' values
         text += (f" to keep each rank's values apart, or reinterpret({bare(x_text)}, "

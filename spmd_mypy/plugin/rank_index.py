@@ -27,6 +27,7 @@ from mypy.nodes import (
     Block,
     BreakStmt,
     CallExpr,
+    ClassDef,
     ContinueStmt,
     ComparisonExpr,
     ConditionalExpr,
@@ -59,6 +60,7 @@ from mypy.nodes import (
 from mypy.patterns import AsPattern
 from mypy.server.subexpr import get_subexpressions
 
+from .statements import functions_of, nested_statements
 from ..engine.collectives import (COLLECTIVES, DIVERGENCE_ONLY_COLLECTIVES, RAW_COLLECTIVES,
                                   RAW_FUNCTIONAL_COLLECTIVES, RAW_NN_COLLECTIVES)
 
@@ -200,6 +202,10 @@ class _Scan:
         self.candidates: list[Expression] = []
         self.stated: set[int] = set()  # subscripts whose conversion the code states
         self.names: dict[str, frozenset] = {}
+        # a method's first argument and the rank-derived attributes of its class
+        # (rank_attributes): ``self.rank`` set from a rank query in ``__init__``
+        self.self_name = ""
+        self.attrs: dict[str, frozenset] = {}
 
     # -- the int expressions a rank dependence flows through
     def taint(self, e: Optional[Expression]) -> Optional[frozenset]:
@@ -235,8 +241,12 @@ class _Scan:
                           self.taint(e.stride))
         if isinstance(e, ConditionalExpr):
             return _union(self.taint(e.if_expr), self.taint(e.else_expr))
+        if isinstance(e, MemberExpr):  # self.rank of a rank-derived attribute
+            if self.attrs and isinstance(e.expr, NameExpr) and e.expr.name == self.self_name:
+                return self.attrs.get(e.name)
+            return None
         if isinstance(e, IndexExpr):  # coords[0] of coords = mesh.get_coordinate()
-            return self.taint(e.base) if isinstance(e.base, NameExpr) else None
+            return self.taint(e.base) if isinstance(e.base, (NameExpr, MemberExpr)) else None
         return None
 
     def _bind(self, target: Expression, value: Expression, item: bool = False) -> bool:
@@ -397,17 +407,173 @@ class _Scan:
 
 
 def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
-                   divergent: Optional[dict[int, Divergent]] = None
+                   divergent: Optional[dict[int, Divergent]] = None,
+                   attrs: Optional[dict[int, tuple[str, dict[str, frozenset]]]] = None
                    ) -> dict[int, tuple[Expression, frozenset, Expression]]:
     """The rank-derived op nodes of ``funcs`` (the functions that call a rank query): by id,
     the node, the axes, and its first rank-derived index or operand.  ``divergent``: where
-    the collectives under a rank-dependent condition go too (:class:`_Divergence`)."""
+    the collectives under a rank-dependent condition go too (:class:`_Divergence`).
+    ``attrs``: by a method's id, its first argument and its class's rank-derived attributes
+    (:func:`rank_attributes`; such methods are in ``funcs``)."""
     out: dict[int, tuple[Expression, frozenset, Expression]] = {}
     for f in funcs:
         scan = _Scan(helpers)
+        if attrs:
+            got = attrs.get(id(f))
+            if got is not None:
+                scan.self_name, scan.attrs = got
         scan.run(f, out)
         if divergent is not None:
             _Divergence(scan, divergent).block(f.body.body, ())
+    return out
+
+
+# -- rank-derived attributes ------------------------------------------------------------------
+#
+# ``self.rank = mesh.get_local_rank("sp")`` in ``__init__``, then ``full[:, :, self.rank * h:]``
+# in ``forward``: the attribute holds this rank's value in every method.  Read only for the
+# top-level classes whose ``__init__`` calls a rank query (the pre-pass flags it): an attribute
+# every assignment of which in ``__init__`` is rank-derived (from a query, a rank-derived local
+# or another such attribute) and which no other method of the class, nor any method of a
+# subclass in the file, assigns.  One assigned elsewhere (``self.rank = 0`` in ``reset``) is not
+# rank-derived (as a parameter is not).  Subclasses in the file that assign none inherit them.
+
+def _self_assigns(stmts: list[Statement], self_name: str,
+                  out: list[tuple[str, Optional[Expression]]]) -> None:
+    """The assignments to ``self_name.X`` in ``stmts`` (nested blocks and functions too): the
+    attribute and its value as the rank scan binds it (None: a value it cannot read)."""
+    for st in nested_statements(stmts):
+        if isinstance(st, AssignmentStmt):
+            for lv in st.lvalues:
+                _self_targets(lv, st.rvalue, self_name, out)
+        elif isinstance(st, OperatorAssignmentStmt):
+            _self_targets(st.lvalue, OpExpr(st.op, st.lvalue, st.rvalue), self_name, out)
+        elif isinstance(st, ForStmt):
+            _self_targets(st.index, None, self_name, out)
+        elif isinstance(st, WithStmt):
+            for t in st.target:
+                if t is not None:
+                    _self_targets(t, None, self_name, out)
+        else:
+            for f in functions_of(st):  # a nested function's self.x = ...
+                _self_assigns(f.body.body, self_name, out)
+
+
+def _self_targets(target: Expression, value: Optional[Expression], self_name: str,
+                  out: list[tuple[str, Optional[Expression]]]) -> None:
+    if isinstance(target, MemberExpr):
+        if isinstance(target.expr, NameExpr) and target.expr.name == self_name:
+            out.append((target.name, value))
+    elif isinstance(target, (TupleExpr, ListExpr)):
+        if isinstance(value, (TupleExpr, ListExpr)) and len(value.items) == len(target.items):
+            for t, v in zip(target.items, value.items):
+                _self_targets(t, v, self_name, out)
+        else:
+            for t in target.items:
+                _self_targets(t, None if isinstance(t, StarExpr) else value, self_name, out)
+    elif isinstance(target, StarExpr):
+        _self_targets(target.expr, None, self_name, out)
+
+
+def _methods(c: ClassDef) -> list[tuple[FuncDef, str]]:
+    """The class's methods with their first argument (not static or class methods)."""
+    out: list[tuple[FuncDef, str]] = []
+    for st in c.defs.body:
+        if isinstance(st, Decorator) and any(
+                isinstance(d, (NameExpr, MemberExpr)) and d.name in ("staticmethod", "classmethod")
+                for d in st.decorators):
+            continue
+        for f in functions_of(st):
+            if f.arguments and not f.is_static and not f.is_class:
+                out.append((f, f.arguments[0].variable.name))
+    return out
+
+
+def _init_attributes(init: FuncDef, self_name: str,
+                     helpers: dict[str, frozenset]) -> dict[str, frozenset]:
+    """The attributes every assignment of which in ``init`` is rank-derived, with their axes."""
+    assigns: list[tuple[str, Optional[Expression]]] = []
+    _self_assigns(init.body.body, self_name, assigns)
+    if not assigns:
+        return {}
+    scan = _Scan(helpers)
+    scan.self_name = self_name
+    scan.block(init.body.body)
+    attrs: dict[str, frozenset] = {}
+    for _ in range(len(assigns) + 1):  # a least fixed point: self.end = self.start + b
+        scan.attrs = attrs
+        for _ in range(len(scan.binds) + 1):
+            grew = False
+            for target, value in scan.binds:
+                grew = scan._bind(target, value) or grew
+            if not grew:
+                break
+        found: dict[str, Optional[frozenset]] = {}
+        for name, assigned in assigns:
+            if name in found and found[name] is None:
+                continue
+            axes = scan.taint(assigned) if assigned is not None else None
+            found[name] = None if axes is None else _union(found.get(name), axes)
+        new = {n: a for n, a in found.items() if a is not None}
+        if new == attrs:
+            break
+        attrs = new
+    return attrs
+
+
+def rank_attributes(file: MypyFile, inits: set[int], helpers: dict[str, frozenset]
+                    ) -> dict[int, tuple[str, dict[str, frozenset]]]:
+    """The methods of the file's top-level classes with rank-derived attributes, by id: the
+    method's first argument and the attributes with their axes.  ``inits``: the ids of the
+    functions that call a rank query (only their classes' ``__init__`` are read)."""
+    by_class: dict[str, dict[str, frozenset]] = {}
+    parents: dict[str, list[str]] = {}
+    methods_of: dict[str, list[tuple[FuncDef, str]]] = {}
+    for d in file.defs:
+        if not isinstance(d, ClassDef):
+            continue
+        bases = [b.name for b in d.base_type_exprs
+                 if isinstance(b, NameExpr) and b.name in by_class]
+        own: dict[str, frozenset] = {}
+        methods: Optional[list[tuple[FuncDef, str]]] = None
+        if bases or any(isinstance(st, FuncDef) and st.name == "__init__" and id(st) in inits
+                        for st in d.defs.body):
+            methods = _methods(d)
+            for f, s in methods:
+                if f.name == "__init__" and id(f) in inits:
+                    own = _init_attributes(f, s, helpers)
+        if methods is None:
+            continue
+        attrs: dict[str, frozenset] = {}
+        for b in bases:
+            for n, a in by_class[b].items():
+                attrs[n] = _union(attrs.get(n), a) or a
+        for n, a in own.items():
+            attrs[n] = _union(attrs.get(n), a) or a
+        # assigned anywhere else in the class (a subclass's __init__ too): not rank-derived
+        elsewhere: set[str] = set()
+        for f, s in methods:
+            assigns: list[tuple[str, Optional[Expression]]] = []
+            _self_assigns(f.body.body, s, assigns)
+            own_init = f.name == "__init__" and id(f) in inits
+            elsewhere.update(n for n, _ in assigns if not (own_init and n in own))
+        for n in elsewhere:
+            attrs.pop(n, None)
+        # ... and in the classes it derives from, whose methods run on its instances
+        todo = list(bases)
+        while todo:
+            b = todo.pop()
+            for n in elsewhere:
+                by_class[b].pop(n, None)
+            todo.extend(parents.get(b, ()))
+        by_class[d.name] = attrs
+        parents[d.name] = bases
+        methods_of[d.name] = methods
+    out: dict[int, tuple[str, dict[str, frozenset]]] = {}
+    for name, attrs in by_class.items():
+        if attrs:
+            for f, s in methods_of[name]:
+                out[id(f)] = (s, attrs)
     return out
 
 
@@ -762,5 +928,6 @@ def every_query(e: Expression, func: FuncDef) -> Optional[CallExpr]:
     return None
 
 
-__all__ = ["EVERY", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions", "axes_in",
+__all__ = ["EVERY", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions",
+           "rank_attributes", "axes_in",
            "query_axes", "Condition", "Divergent", "COLLECTIVE_NAMES", "every_query"]

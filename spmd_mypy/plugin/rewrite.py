@@ -55,7 +55,8 @@ from ..engine.ops import (FACTORIES, GRADIENT_FREE_RESULTS, INTEGER_DTYPES, INTE
 from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
 from .frozen import frozen_attributes
-from .rank_index import Divergent, has_query, rank_helpers, scan_functions
+from .statements import functions_of
+from .rank_index import Divergent, has_query, rank_attributes, rank_helpers, scan_functions
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -1801,7 +1802,16 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     regions = w.regions(detached, integers, shadowed)
     regions.conditions = conditions
     if w.rank_functions:  # after the renaming: a local assigned twice is two names
-        regions.rank_exprs = scan_functions(w.rank_functions, w.rank_helpers, regions.divergent)
+        funcs = w.rank_functions
+        attrs: dict[int, tuple[str, dict[str, frozenset]]] = {}
+        if any(f.name == "__init__" for f in funcs):  # self.rank = dist.get_rank() (rank_index)
+            attrs = rank_attributes(file, {id(f) for f in funcs}, w.rank_helpers)
+            if attrs:
+                scanned = {id(f) for f in funcs}
+                funcs = funcs + [f for d in file.defs if isinstance(d, ClassDef)
+                                 for st in d.defs.body for f in functions_of(st)
+                                 if id(f) in attrs and id(f) not in scanned]
+        regions.rank_exprs = scan_functions(funcs, w.rank_helpers, regions.divergent, attrs)
     return regions
 
 
