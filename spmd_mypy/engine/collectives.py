@@ -350,6 +350,12 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
         # an index (an argmax of this rank's vocab shard), a mask, integer values: the
         # ranks' indices stacked or summed are no index of the whole
         return _index_fix(index, src, dst, bare(x_text), axis)
+    if op == "all_gather" and src.kind is Kind.V and src.dim is None:
+        # a sum or mean (of a dim sharded on the axis, as a rule): its per-rank values are
+        # parts of a sum, and stacking them is not the value; the reduction is the fix
+        summed = _summed_reduction(x_text, axis, dst)
+        if summed is not None:
+            return f"{_arg(src)} to {_arg(dst)}: {summed}"
     text = (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
             f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
     if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
@@ -641,6 +647,65 @@ def max_reduction(x_text: str) -> str | None:
     return MAX_REDUCTIONS[chain[last]]
 
 
+def _reduction_call(text: str, red: str) -> tuple[str, str] | None:
+    """``x.sum((2, 3))`` / ``torch.mean(x, 1)`` -> (``x``, ``(2, 3)`` / ``1``): the input and
+    the arguments of the outermost call ``red`` of ``text``; None for another text."""
+    if not text.endswith(")"):
+        return None
+    depth = 0
+    open_at = -1
+    for i in range(len(text) - 1, -1, -1):
+        ch = text[i]
+        if ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            depth -= 1
+            if depth == 0:
+                open_at = i
+                break
+    if open_at <= 0:
+        return None
+    head, inner = text[:open_at], text[open_at + 1:-1].strip()
+    if not head.endswith("." + red):
+        return None
+    x = head[:-len(red) - 1]
+    if x in _MODULES:  # torch.sum(x, 1)
+        x = _first_argument(inner)
+        if not x:
+            return None
+        inner = inner[len(x):].lstrip().removeprefix(",").strip()
+    if not x or "dtype" in inner or "out=" in inner:
+        return None
+    return bare(x), inner
+
+
+def _summed_reduction(x_text: str, axis: str | tuple[str, ...], dst: LocalType) -> str | None:
+    """For a V value that is a sum or a mean (``x.mean((2, 3))``, its text's outermost call):
+    the reduction over the ranks, with ``spmd.sum(..., out_partial_axes=)`` (which checks the
+    dim it reduces is sharded) and ``dst``; None for any other text."""
+    text = bare(x_text)
+    if "..." in text:
+        return None
+    chain = call_chain(text)
+    if not chain or chain[-1] not in ("sum", "nansum", "mean", "nanmean"):
+        return None
+    red = chain[-1]
+    parsed = _reduction_call(text, red)
+    if parsed is None:
+        return None
+    x, args = parsed
+    ax = format_axis(axis)
+    total = (f"spmd.all_reduce(spmd.sum({x}{', ' + args if args else ''}, out_partial_axes="
+             f"{ax}), {ax}, src=P, dst={_arg(dst)})")
+    if red in SUM_REDUCTIONS:
+        return (f"if {text} reduces a dim sharded on {ax}, each rank holds its part of the sum: "
+                f"{total} sums the parts (spmd.sum checks that a reduced dim is sharded on {ax})")
+    return (f"if {text} reduces a dim sharded on {ax}, each rank's {red} covers its shard only, "
+            f"and the ranks' {red}s do not sum to the whole's: {total} / n, n the count over "
+            f"all the ranks (the product of the reduced dims' global sizes; spmd.sum checks "
+            f"that a reduced dim is sharded on {ax})")
+
+
 def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) -> str | None:
     """For a V value whose text ends in a max, a mean, a logsumexp (or a non-linear op
     applied to one): how to reduce it over the ranks, which "sum them" does not; None when
@@ -844,6 +909,8 @@ def check_collective(
                 f"{format_axis(axis_arg)}; pass expert_mode=True if that is meant, or "
                 f"convert({x_text}, {format_axis(axis_arg)}, src={src}, dst={dst}) to keep the value",
             ))
+    if op == "reinterpret" and form(src) == "V" and form(dst) == "P":
+        errors.extend(_block_claimed_partial(x, [a for a in axes if a not in mismatched], x_text))
     pair_ok = not any(e.code == "spmd-collective" for e in errors)
     # one error per mistake: the axes on which the value has one type src is not are named
     # together (in the order the call lists them), with one fix over them all
@@ -886,6 +953,28 @@ def check_collective(
     elif transition is not None:
         out = _shift_other_shards(out, axes, _LEADING_DIM.get(transition.forward.render_key(), 0))
     return CollectiveResult(out, errors, transition)
+
+
+def _block_claimed_partial(x: SpmdType, axes: Sequence[str], x_text: str) -> list[SpmdError]:
+    """``reinterpret(s, ax, src=V, dst=P)`` where ``s`` is S(i) on ``ax`` with its dim known
+    (``s = x.sum(3)`` of an S(2) ``x``): each rank holds another block of dim i, not a
+    partial sum of one value, so the claim adds different blocks together; the rule of
+    ``spmd.sum/matmul(..., out_partial_axes=ax)`` (:func:`.ops.partial_op`) on a reinterpret."""
+    errors: list[SpmdError] = []
+    for a in axes:
+        lt = x.get(a)
+        if lt is None or lt.kind is not Kind.V or lt.dim is None or lt.by_rank is not None:
+            continue
+        s, ax, d = bare(x_text), format_axis(a), lt.dim
+        errors.append(SpmdError(
+            "spmd-collective",
+            f"reinterpret({s}, {ax}, src=V, dst=P): {x_text} is S({d}) on {ax} (each rank "
+            f"holds another block of its dim {d}, not a partial sum of one value), so the "
+            f"reduction after it would add different blocks together; reduce the sharded dim "
+            f"{d} too where {s} is made (spmd.sum(..., out_partial_axes={ax}) checks it), or "
+            f"all_gather({s}, {ax}, src=S({d}), dst=R) to assemble the blocks; "
+            f"convert({s}, {ax}, src=S({d}), dst=P) if a zero-padded block of the whole is meant"))
+    return errors
 
 
 # Transitions that add or remove the tensor's dim 0 (the others keep every dim):

@@ -2264,6 +2264,78 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
 
 
 
+# The ops whose result adds one operand whole (a bias, addmm's input) to a product of the
+# others, with that operand's position and formal name: under a claim that the result is a
+# per-rank partial sum (reinterpret(..., src=V, dst=P)) that term must itself be one.
+AFFINE_TERMS: dict[str, tuple[int, str]] = {
+    **{c: (2, "bias") for c in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                                "conv_transpose2d", "conv_transpose3d")},
+    "bilinear": (3, "bias"),
+    **{m: (0, "input") for m in ("addmm", "addbmm", "baddbmm", "addmv", "addr")},
+}
+_ADDITIVE = ("add", "sub", "subtract")
+
+
+def claimed_partial_error(op: str, operands: Sequence[Operand], axis: str, arg: str,
+                          rest: str | None = None) -> SpmdError | None:
+    """``reinterpret(arg, axis, src=V, dst=P)`` with ``arg`` an ``op(...)``: the call claims
+    each rank's result is a partial sum; a term of ``op`` that is R or I on ``axis`` (a bias,
+    an added constant) beside a Varying one is the same on every rank, so the reduction after
+    the claim counts it once per rank (``F.conv2d(x, w, b)`` with the input channels sharded:
+    (n - 1) * b too much); ``spmd.linear(..., out_partial_axes=)`` rejects an R bias alike
+    (:func:`partial_op`).
+
+    ``operands``: ``op``'s tensor operands in its positional order (add/sub: the two sides;
+    :data:`AFFINE_TERMS`: the term at its position, the others around it).  ``arg``: the
+    reinterpret's argument text (the expression, or the name bound to it); ``rest``: ``op``'s
+    text without the term, for the fix (the adapter renders it; add/sub: the other side).
+    None when no such term is there."""
+    if op in AFFINE_TERMS:
+        pos = AFFINE_TERMS[op][0]
+        terms = [pos] if pos < len(operands) else []
+    elif op in _ADDITIVE and len(operands) == 2:
+        terms = [0, 1]
+    else:
+        return None
+
+    def kind(o: Operand) -> Kind | None:
+        lt = o.type.get(axis) if o.type is not None else None
+        return lt.kind if lt is not None else None
+
+    for k in terms:
+        term = operands[k]
+        others = [o for j, o in enumerate(operands) if j != k]
+        tk = kind(term)
+        if tk not in (Kind.R, Kind.I) or not any(kind(o) is Kind.V for o in others):
+            continue
+        if tk is Kind.I and term.can_grad:
+            continue  # the op itself reports an I beside a V (spmd-invariant-mix)
+        assert term.type is not None and tk is not None
+        b, ax, x = bare(term.text), f'"{axis}"', bare(arg)
+        if op in _ADDITIVE:
+            rest = bare(others[0].text)
+        what = f"its {AFFINE_TERMS[op][1]}" if op in AFFINE_TERMS else "its term"
+        fix = "add it after the reduction"
+        if rest is not None:
+            reduced = (f"all_reduce(reinterpret({rest}, {ax}, src=V, dst=P), {ax}, src=P, "
+                       f"dst={tk.name})")
+            pending = f"reinterpret({rest}, {ax}, src=V, dst=P)"
+            conv = f"convert({b}, {ax}, src={tk.name}, dst=P)"
+            if op in _ADDITIVE and op != "add" and k == 0:
+                after, kept = f"{b} - {reduced}", f"{conv} - {pending}"
+            else:
+                sign = "-" if op in _ADDITIVE and op != "add" else "+"
+                after, kept = f"{reduced} {sign} {b}", f"{pending} {sign} {conv}"
+            fix = (f"add it after the reduction, {after}; or keep the sum pending, {kept} "
+                   f"(one rank keeps {b}, the others add zeros)")
+        return SpmdError(
+            "spmd-partial-affine",
+            f"reinterpret({x}, {ax}, src=V, dst=P) claims each rank's {x} is a partial sum, "
+            f"but {what} {b} is {tk.name} on {ax} ({term.text}: {format_type(term.type)}), the "
+            f"same on every rank, so it would be summed once per rank; {fix}")
+    return None
+
+
 # An int computed from a rank query (``r = dist.get_rank()``, ``start = r * rows``: the
 # static checker's pre-pass finds them): as an index, slice bound, mask bound or scalar
 # operand it makes the op take something else on each rank, so it is an INDEX operand

@@ -123,6 +123,7 @@ from ..engine.types import (
 from ..engine.views import make_move
 from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
 from . import global_calls
+from .claims import claimed_partial_errors
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
@@ -1700,6 +1701,12 @@ class CallTyper:
                     self._collectives.clear()
                 self._collectives[key] = res
             self.report(ctx, res.errors)
+            if (op == "reinterpret" and not res.errors and src and dst and src.kind is Kind.V
+                    and dst.kind is Kind.P):
+                # the claim that each rank's value is a partial sum, of an affine expression
+                # with an R bias (row-parallel F.conv2d(x, w, b)): the engine decides
+                self.report(ctx, claimed_partial_errors(
+                    x_expr, axes, self.type_of_expr(ctx), lambda e: self.can_grad(ctx, e), ctx.api))
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook

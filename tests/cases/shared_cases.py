@@ -1687,6 +1687,29 @@ case("rank-slice-of-I-is-an-error", {"a": "I"},
      static_only=_RANK_ONLY, desc="an I's gradient would differ per rank")
 
 
+# reinterpret(V->P) claims a per-rank partial sum (probe-vision): an S(i) value with its dim
+# known holds another block on each rank (spmd.sum(..., out_partial_axes=) rejects it alike),
+# and an R bias or summand inside the reinterpreted expression is counted once per rank
+# (static only: the check mode sees the reinterpreted tensor, not the expression it came from)
+case("reinterpret-V-P-of-a-shard-block", {"a": "S1"},
+     ("s = a.sum(0)", 'out = spmd.reinterpret(s, "tp", src=V, dst=P)'), "spmd-collective", **CX,
+     desc="s is S(0): blocks of rows, not partial sums")
+case("reinterpret-V-P-of-a-full-sum", {"a": "S1"},
+     ("s = a.sum((0, 1))", 'out = spmd.reinterpret(s, "tp", src=V, dst=P)'), "P", **CX)
+_EXPR_ONLY = ("the check mode sees the reinterpreted tensor, not the expression it came from "
+              "(README: reinterpret)")
+case("reinterpret-V-P-of-linear-with-R-bias", {"x": "S1", "w": "S1", "b": "R"},
+     'out = spmd.reinterpret(F.linear(x, w, b[0]), "tp", src=V, dst=P)', AFF, **CX,
+     static_only=_EXPR_ONLY, desc="row parallel: the bias summed once per rank")
+case("reinterpret-V-P-of-sum-plus-R", {"a": "S1", "b": "R"},
+     'out = spmd.reinterpret(a.sum(1) + b.sum(1), "tp", src=V, dst=P)', AFF, **CX,
+     static_only=_EXPR_ONLY, desc="a local loss plus a replicated term")
+case("reinterpret-V-P-of-sum-plus-V", {"a": "S1", "b": "V"},
+     'out = spmd.reinterpret(a.sum(1) + b.sum(1), "tp", src=V, dst=P)', "P", **CX)
+case("reinterpret-V-P-of-linear-without-bias-plus-P", {"x": "S1", "w": "S1", "b": "R"},
+     ('bp = spmd.convert(b[0], "tp", src=R, dst=P)',
+      'out = spmd.reinterpret(F.linear(x, w), "tp", src=V, dst=P) + bp'), "P", **CX)
+
 # A frozen weight (nn.Parameter(w, requires_grad=False), frozen in __init__, a buffer) typed
 # I: it carries no gradient, so it mixes with S(i) (probe-contrastive: a frozen teacher's
 # weight; the check mode reads requires_grad, the static checker its class: frozen.py); a

@@ -50,7 +50,9 @@ def test_a_non_linear_op_of_a_local_logsumexp_is_not_summed() -> None:
     msg = suggest(VARYING, INVARIANT, "torch.logsumexp(logits, dim=-1).square()", "tp")
     assert "to sum them" not in msg
     assert "covers this rank's shard only" in msg and "then take the square" in msg
-    assert "to sum them" in suggest(VARYING, INVARIANT, "torch.logsumexp(x, -1).square().sum()", "tp")
+    summed = suggest(VARYING, INVARIANT, "torch.logsumexp(x, -1).square().sum()", "tp")
+    assert ('spmd.all_reduce(spmd.sum(torch.logsumexp(x, -1).square(), out_partial_axes="tp"), '
+            '"tp", src=P, dst=I)' in summed) and "all_gather" not in summed
 
 
 def test_divisor_never_reduced_is_named_first() -> None:

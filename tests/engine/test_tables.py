@@ -102,7 +102,7 @@ def test_a_src_the_input_is_not_is_one_mismatch_from_the_real_type(
 
 @pytest.mark.parametrize("text,sums", [
     ("x", True), ("loss", True), ("F.cross_entropy(...)", True), ("g.pow(...).sum()", True),
-    ("(g * g).sum()", True), ("(torch.sqrt(...) + b)", True), ("x[...]", True),
+    ("(torch.sqrt(...) + b)", True), ("x[...]", True),
     ("torch.sqrt(...)", False), ("(g * g).sum().sqrt()", False), ("g.norm()", False),
     ("torch.linalg.vector_norm(...)", False), ("x.exp()", False), ("(torch.exp(...))", False),
 ])
@@ -114,6 +114,17 @@ def test_the_summing_fix_is_offered_only_where_a_sum_can_be_meant(text: str, sum
     assert ("to sum them (right only when" in fix) is sums
     assert ("to sum over the ranks, all-reduce the per-rank (V)" in fix) is not sums
     assert "concatenate the ranks' values on dim 1" in coll.suggest(shard(1), REPLICATE, "x", "tp")
+
+
+def test_a_sum_or_mean_where_r_is_declared_is_summed_over_the_ranks_not_gathered() -> None:
+    """A V sum or mean (its text's outermost call): the reduction over the ranks with
+    spmd.sum(..., out_partial_axes=) and the declared dst, no all_gather (probe-vision)."""
+    fix = coll.suggest(VARYING, REPLICATE, "(g * g).sum()", "tp")
+    assert 'spmd.all_reduce(spmd.sum(g * g, out_partial_axes="tp"), "tp", src=P, dst=R)' in fix
+    assert "all_gather" not in fix
+    fix = coll.suggest(VARYING, REPLICATE, "x.mean((2, 3))", "sp")
+    assert ('spmd.all_reduce(spmd.sum(x, (2, 3), out_partial_axes="sp"), "sp", src=P, dst=R) / n'
+            in fix) and "all_gather" not in fix and "dst=I" not in fix
 
 
 def test_the_ops_after_a_sum_are_non_linear_in_the_op_table() -> None:
