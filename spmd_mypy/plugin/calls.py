@@ -134,7 +134,7 @@ from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
-from .rank_index import EVERY, Condition, Divergent, axes_in, every_query
+from .rank_index import EVERY, UNNAMED_GROUP, Condition, Divergent, axes_in, every_query
 from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
@@ -859,7 +859,7 @@ class CallTyper:
             move = declared_partial(ctx, move, ops)
         typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
                                  reduction=read_reduction(ctx, op), move=move)
-        if EVERY in axes and typed_result.errors != result.errors:
+        if EVERY in axes and UNNAMED_GROUP not in axes and typed_result.errors != result.errors:
             # the errors the query's V made: first, whether the query counts axes it should not
             every = _rank_every(ops, mesh, text, by, global_calls.current_function(ctx.api))
             if every is not None:
@@ -1811,7 +1811,9 @@ class CallTyper:
             before = f"{anchor_kind} {code_text(anchor)}:"
         else:
             before = f"if {t}: {anchor_kind}"
-        return RankCondition(tuple(axes_in(axes, mesh)), written, line, before)
+        # a group the source does not name may be any one axis: no axis to blame
+        blamed = () if UNNAMED_GROUP in axes else tuple(axes_in(axes, mesh))
+        return RankCondition(blamed, written, line, before)
 
     def divergence_hook(self, name: str) -> Callable[[FunctionContext], Type]:
         """``dist.barrier()``, ``dist.gather(...)``: collectives the checker types nothing
@@ -2817,7 +2819,7 @@ def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
         x, line = todo.pop(0)
         for sub in get_subexpressions(x):
             found = regions.rank_axes(sub)
-            if found is not None and EVERY in found[0]:
+            if found is not None and EVERY in found[0] and UNNAMED_GROUP not in found[0]:
                 axes, by = found
                 if isinstance(sub, CallExpr):
                     parts = [a for a in sub.args if a is not by]

@@ -67,6 +67,11 @@ from ..engine.collectives import (COLLECTIVES, DIVERGENCE_ONLY_COLLECTIVES, RAW_
 # The axes a value varies on: a frozenset of axis names, or of EVERY (all mesh axes)
 EVERY: Final = "*"
 _ALL: Final = frozenset({EVERY})
+# beside EVERY: a query of a group the source does not name (``dist.get_rank(tp_group)``, a
+# local or a parameter): every axis for the rank-index rule (sound), but no condition the
+# divergent-collective rule or the every-axis hint may blame (it may be any one axis)
+UNNAMED_GROUP: Final = "?"
+_UNNAMED: Final = frozenset({EVERY, UNNAMED_GROUP})
 
 RANK_QUERIES: Final = frozenset({"get_rank", "get_local_rank", "get_coordinate", "get_group_rank"})
 # calls whose int result carries their arguments' rank dependence
@@ -85,7 +90,9 @@ def _str_arg(call: CallExpr, name: str) -> Optional[str]:
 
 
 def _group_axes(call: CallExpr) -> frozenset:
-    """``dist.get_rank(mesh.get_group("tp"))``: "tp"; any other group: every axis."""
+    """``dist.get_rank(mesh.get_group("tp"))``, ``mesh["tp"].get_group()``: "tp"; no group
+    or the world: every axis; a group the source does not name here (a local, a parameter,
+    an attribute): every axis, marked UNNAMED_GROUP."""
     for a, n in zip(call.args, call.arg_names):
         if n is None or n == "group":
             if isinstance(a, CallExpr) and isinstance(a.callee, MemberExpr) \
@@ -93,7 +100,15 @@ def _group_axes(call: CallExpr) -> frozenset:
                 axis = _str_arg(a, "mesh_dim")
                 if axis is not None:
                     return frozenset({axis})
-            return _ALL
+            if isinstance(a, CallExpr) and isinstance(a.callee, MemberExpr) \
+                    and a.callee.name == "get_group" and isinstance(a.callee.expr, IndexExpr) \
+                    and isinstance(a.callee.expr.index, StrExpr):  # mesh["tp"].get_group()
+                return frozenset({a.callee.expr.index.value})
+            if isinstance(a, NameExpr) and a.name in ("None", "WORLD"):
+                return _ALL
+            if isinstance(a, MemberExpr) and a.name == "WORLD":  # dist.group.WORLD
+                return _ALL
+            return _UNNAMED
     return _ALL
 
 
@@ -120,6 +135,8 @@ def query_axes(call: CallExpr, helpers: dict[str, frozenset]) -> Optional[frozen
         return _ALL
     if name == "get_rank" or name == "get_group_rank":
         return _group_axes(call)
+    if name == "get_coordinate":  # its items are the mesh dims' ranks, in an order not read here
+        return _UNNAMED
     return _ALL
 
 
@@ -928,6 +945,6 @@ def every_query(e: Expression, func: FuncDef) -> Optional[CallExpr]:
     return None
 
 
-__all__ = ["EVERY", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions",
+__all__ = ["EVERY", "UNNAMED_GROUP", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions",
            "rank_attributes", "axes_in",
            "query_axes", "Condition", "Divergent", "COLLECTIVE_NAMES", "every_query"]
