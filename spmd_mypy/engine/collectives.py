@@ -1663,6 +1663,11 @@ def mesh_moved_error(x_text: str, x_type: SpmdType, axis: str, ranks_then: Seque
     through = (f"under the mesh it was typed on (with spmd.set_mesh(<that mesh>):) make it the "
                f"full value, {full}, then use that here (R or I on every axis of a mesh means "
                f"the same on any other); or, " if full is not None else "")
+    # an op (no collective): local work on that mesh's values (an optimizer step after the
+    # forward and backward ran under it) runs right under that mesh
+    local = ("if this is local work on values of that mesh (an optimizer step, an update), "
+             "run it under that mesh: with spmd.set_mesh(<that mesh>): around it; or, "
+             if op is None else "")
     return SpmdError(
         "spmd-mesh",
         f"{x} ({format_type(x_type)}) was typed under the mesh with axes "
@@ -1670,7 +1675,7 @@ def mesh_moved_error(x_text: str, x_type: SpmdType, axis: str, ranks_then: Seque
         f"current mesh (axes {axis_words(mesh_now)}) {ax} spans ranks {list(ranks_now)}; a "
         f"type names an axis, not its ranks, so {x}'s {lt if lt is not None else 'type'} on "
         f"{ax} would be read {where} as a layout over the other ranks; "
-        f"{through}if {x} holds what its type says on this mesh's axes, state it: "
+        f"{local}{through}if {x} holds what its type says on this mesh's axes, state it: "
         f"spmd.declare({x}, {format_type(x_type)})",
     )
 

@@ -172,6 +172,8 @@ def check_shard_gathered_under_another_mesh_rejected(ctx: Ctx, name: str) -> Non
             x_b = spmd.declare(torch.ones(4, 2, dtype=F64), Tensor[S[0, "tp"], R["dp"]])
             message = _raises(lambda: shard_a + x_b, "spmd-mesh")
             assert "shard_a (" in message, message
+            # local work (an optimizer step) is told to run under the mesh it was typed on
+            assert "with spmd.set_mesh(<that mesh>): around it" in message, message
 
 
 def check_full_value_moves_between_meshes(ctx: Ctx, name: str) -> None:
