@@ -83,7 +83,6 @@ def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_
     """The spmd-partial-affine errors of ``reinterpret(x_expr, axes, src=V, dst=P)``."""
     if x_expr is None:
         return []
-    arg = expr_text(x_expr)
     e: Expression = x_expr
     if isinstance(e, NameExpr):
         func = global_calls.current_function(api)
@@ -101,6 +100,7 @@ def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_
     if found is None:
         return []
     op, operands, rest = found
+    arg = expr_text(x_expr)
     errors: list[SpmdError] = []
     for a in axes:
         err = claimed_partial_error(op, operands, a, arg, rest)

@@ -21,7 +21,7 @@ unfreezing, an attribute reached other than through a method's own first argumen
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Final, Callable, Optional
 
 from mypy.nodes import (
     AssignmentStmt,
@@ -167,12 +167,35 @@ def _thawed(stmts: list[Statement], names: set[str]) -> Optional[set[str]]:
     return thawed
 
 
+# Words every freezing form writes (``requires_grad=False``, ``requires_grad_(False)``,
+# ``.requires_grad = False``, ``register_buffer(...)``, ``nn.Parameter(w, False)``): a file
+# whose source has none of them freezes nothing, and the walk over every statement of every
+# class (~2 M instructions per 400-line file, measured) is skipped.  A file that cannot be
+# read is walked.  A freezing form missed here leaves the weight gradient-carrying: the rule
+# as it was before frozen weights were read (more errors, never fewer).
+_FREEZING_WORDS: Final = (b"requires_grad", b"register_buffer", b", False)", b",False)")
+
+
+def _may_freeze(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except (OSError, ValueError):
+        return True
+    for word in _FREEZING_WORDS:
+        if word in source:
+            return True
+    return False
+
+
 def frozen_attributes(file: MypyFile, gradient_free: Callable[[Expression], bool]
                       ) -> list[tuple[int, int, str]]:
     """The frozen attributes of the file's classes, as gradient-free names over each method's
     lines: ``(first line, last line, "self.w")``.  ``gradient_free``: whether an assigned value
     carries no gradient (rewrite.is_gradient_free).  A class at the top level may be unfrozen
     anywhere in the file; one defined in a function (or another class) only there."""
+    if not _may_freeze(file.path):
+        return []
     every: list[Statement] = []
     scopes: list[list[Statement]] = []  # each top-level statement's, itself first
     for d in file.defs:
