@@ -315,6 +315,10 @@ def _reduction(case: OpCase, static: bool) -> Reduction | None:
     return None
 
 
+# A fragment of engine ops.implicit_partial_error's message (build_tasks)
+_IMPLICIT_PARTIAL = "each rank's result is its part of a sum over the ranks (a Partial)"
+
+
 def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
             partial_axes: Sequence[int] = (), static: bool = False,
             ) -> tuple[bool, tuple[LocalType, ...] | None, tuple[str, ...]]:
@@ -378,7 +382,17 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
         for combo, pa in all_tasks:
             acc, ot, errs = verdict(case, mesh, combo, pa)
             sacc, sot, serrs = verdict(case, mesh, combo, pa, static=True)
-            assert sacc == acc and bool(serrs) == bool(errs), (case.name, combo)
+            # The one rule whose static verdict may differ: a contraction summing over a dim
+            # sharded in every Varying operand (engine contractions.partial_sum).  Without the
+            # operands' ranks the static checker reads the dims at every rank the op takes, so
+            # it may reject (a 2-d reading: F.linear(x: S(1), w: S(1)) contracts in-features)
+            # what the check mode, at the real ranks, accepts (x 3-d: S(1) is the sequence).
+            # The check mode raises its own verdict at the result's first use, not here
+            # (runtime/spmd/_checking.py _PENDING); the task keeps the check mode's verdict.
+            static_only_partial = (acc and not sacc and serrs
+                                   and all(_IMPLICIT_PARTIAL in e for e in serrs))
+            assert static_only_partial or (sacc == acc and bool(serrs) == bool(errs)), \
+                (case.name, combo)
             out.append(Task(mesh_name, case.name, tuple(combo), pa, acc, ot, errs,
                             sot if sot != ot else None))
     return out
