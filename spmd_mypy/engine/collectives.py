@@ -39,7 +39,7 @@ from typing import Sequence
 from .errors import SpmdError
 from .types import (
     SAME_VALUES, Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis,
-    format_type, is_subscript, mismatched_axes, receiver, shard_dims_match,
+    format_type, is_subscript, mismatched_axes, receiver, shard_dims_match, trailing_group_start,
 )
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -477,27 +477,13 @@ def chunk_item(x_text: str) -> tuple[str, int, str] | None:
     text = bare(x_text)
     if not (text.endswith("]") and is_subscript(text)):
         return None
-    depth = 0
-    for i in range(len(text) - 1, -1, -1):
-        ch = text[i]
-        if ch in ")]}":
-            depth += 1
-        elif ch in "([{":
-            depth -= 1
-            if depth == 0:
-                break
+    i = trailing_group_start(text)
     call, index = text[:i], text[i + 1:-1].strip()
     if not call.endswith(")") or not index or any(c in index for c in ":,") or index.isdigit():
         return None
-    depth = 0
-    for j in range(len(call) - 1, -1, -1):
-        ch = call[j]
-        if ch in ")]}":
-            depth += 1
-        elif ch in "([{":
-            depth -= 1
-            if depth == 0:
-                break
+    j = trailing_group_start(call)
+    if j < 0:
+        return None
     head, args = call[:j], _top_level_args(call[j + 1:-1])
     name = head.rsplit(".", 1)[-1]
     prefix = head.rsplit(".", 1)[0] if "." in head else ""
@@ -652,17 +638,7 @@ def _reduction_call(text: str, red: str) -> tuple[str, str] | None:
     the arguments of the outermost call ``red`` of ``text``; None for another text."""
     if not text.endswith(")"):
         return None
-    depth = 0
-    open_at = -1
-    for i in range(len(text) - 1, -1, -1):
-        ch = text[i]
-        if ch in ")]}":
-            depth += 1
-        elif ch in "([{":
-            depth -= 1
-            if depth == 0:
-                open_at = i
-                break
+    open_at = trailing_group_start(text)
     if open_at <= 0:
         return None
     head, inner = text[:open_at], text[open_at + 1:-1].strip()

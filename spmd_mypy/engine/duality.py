@@ -34,7 +34,7 @@ from typing import Sequence
 from .collectives import MadeBy, check_argument, lookup, route, suggest
 from .errors import SpmdError
 from .types import (PARTIAL, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis,
-                    format_type, is_subscript, mismatched_axes)
+                    format_type, is_subscript, mismatched_axes, trailing_group_start)
 
 # What a position of a signature holds.
 TENSOR = "tensor"  # a tensor (typed, or a plain tensor: UNTYPED)
@@ -125,16 +125,7 @@ def _rank_row(ret: Slot) -> tuple[str, str] | None:
     text = bare(ret.name)
     if not is_subscript(text):
         return None
-    depth, start = 0, 0
-    for i in range(len(text) - 1, -1, -1):
-        ch = text[i]
-        if ch in ")]}":
-            depth += 1
-        elif ch in "([{":
-            depth -= 1
-            if depth == 0:
-                start = i
-                break
+    start = max(trailing_group_start(text), 0)
     base, index = text[:start], text[start + 1:-1].strip()
     if not base or any(c in index for c in ":,[("):
         return None

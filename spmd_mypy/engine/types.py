@@ -546,12 +546,9 @@ def each_item(text: str, call: str) -> str:
     return call.format(bare(text))
 
 
-def is_subscript(text: str) -> bool:
-    """Whether an operand's text is a subscript, ``full[r * b:(r + 1) * b]``, ``xs[0]``,
-    ``acts[<...>]`` (not a list display ``[a, b]``)."""
-    text = bare(text)
-    if not text.endswith("]"):
-        return False
+def trailing_group_start(text: str) -> int:
+    """The index of the bracket opening the bracketed group ``text`` ends with (``x.f(a)[i]``:
+    the ``[``; ``f(g(a))``: the first ``(``), -1 when the brackets do not balance."""
     depth = 0
     for i in range(len(text) - 1, -1, -1):
         ch = text[i]
@@ -560,8 +557,15 @@ def is_subscript(text: str) -> bool:
         elif ch in "([{":
             depth -= 1
             if depth == 0:
-                return i > 0
-    return False
+                return i
+    return -1
+
+
+def is_subscript(text: str) -> bool:
+    """Whether an operand's text is a subscript, ``full[r * b:(r + 1) * b]``, ``xs[0]``,
+    ``acts[<...>]`` (not a list display ``[a, b]``)."""
+    text = bare(text)
+    return text.endswith("]") and trailing_group_start(text) > 0
 
 
 def receiver(text: str) -> str:
