@@ -632,8 +632,20 @@ FILL_CONSTANT = (
     "rejects a P x: the out-of-place fill of a P x is rejected too (write torch.full_like)")
 
 
+IMPLICIT_PARTIAL = (
+    "a contraction summing over a dim sharded on an axis in every Varying operand gives each "
+    "rank its part of a sum: V describes that (each rank holds a value of its own), but local "
+    "SPMD, like global (SPEC section 6), makes no Partial implicitly: the call says "
+    "out_partial_axes (or passes the product straight to reinterpret(V->P)), so that a loss, "
+    "a softmax or a norm of partial products is caught (session 37: a CLIP loss of partial "
+    "logits, 2.2 off)")
+
+
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
     """Why a rejection that some result type would survive is deliberate (None: not listed)."""
+    if task.errors and all(e.startswith("spmd-global") and _IMPLICIT_PARTIAL in e
+                           for e in task.errors):
+        return IMPLICIT_PARTIAL
     if task.partial_axes and all(e.startswith("spmd-collective") and "already P on" in e
                                  for e in task.errors):
         return REDUNDANT_PARTIAL
@@ -659,6 +671,8 @@ CONSERVATIVE: list[tuple[str, str]] = [
     ("layer_norm(x, shape, w, b), batch_norm(x, m, v, w, b) with x not P and a P weight and bias",
      AFFINE_NORM_PARAMS),
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
+    ("matmul/mm/bmm/linear/einsum summing over a dim sharded in every Varying operand, "
+     "without out_partial_axes on that axis", IMPLICIT_PARTIAL),
 ]
 
 # A mismatch found in the S(i) reading only (the concatenation), the V reading being
