@@ -586,16 +586,8 @@ def call_chain(x_text: str) -> list[str] | None:
 
 def _first_argument(args: str) -> str:
     """The first positional argument's text in a call's argument text ("" if none)."""
-    depth = 0
-    for i, ch in enumerate(args):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            args = args[:i]
-            break
-    args = args.strip()
+    parts = _top_level_args(args)
+    args = parts[0] if parts else ""
     # "<...>": arguments the text elides (the plugin's texts.ELIDED); "...": an older text's
     return "" if "=" in args.split("(", 1)[0] or args in ("...", "<...>") else args
 

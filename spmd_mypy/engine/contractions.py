@@ -386,12 +386,9 @@ def partial_sum(c: Contraction, operands: Ops) -> bool:
     return found
 
 
-def _contracted_at(form: _Form, operands: Ops,
-                   ranks: Sequence[int]) -> tuple[int, bool, str | None] | None:
-    """(the result's rank, whether the label is contracted, the one label every Varying
-    operand is sharded on, once; None when they are not) with the operands at ``ranks``;
-    None when an operand's type cannot have its rank or torch takes no operands of these
-    ranks."""
+def _varying_dims(operands: Ops, ranks: Sequence[int]) -> list[int | None] | None:
+    """Each Varying operand's shard dim at its rank in ``ranks`` as its type writes it (None
+    for a plain V and for the other operands); None when a type cannot have that rank."""
     dims: list[int | None] = []
     for (lt, _), r in zip(operands, ranks):
         if lt is not None and lt.kind is Kind.V:
@@ -401,6 +398,18 @@ def _contracted_at(form: _Form, operands: Ops,
             dims.append(d)
         else:
             dims.append(None)
+    return dims
+
+
+def _contracted_at(form: _Form, operands: Ops,
+                   ranks: Sequence[int]) -> tuple[int, bool, str | None] | None:
+    """(the result's rank, whether the label is contracted, the one label every Varying
+    operand is sharded on, once; None when they are not) with the operands at ``ranks``;
+    None when an operand's type cannot have its rank or torch takes no operands of these
+    ranks."""
+    dims = _varying_dims(operands, ranks)
+    if dims is None:
+        return None
     try:
         labels, out = parse_equation(form.equation, ranks)
     except DimError:
@@ -502,19 +511,12 @@ def _at_ranks(c: Contraction, form: _Form, operands: Ops,
     """(the result's rank, its shard dim or None, whether to write it counted from the back:
     None for the operand's own way) with the operands at ``ranks``; None when an operand's
     type cannot have its rank or torch takes no operands of these ranks."""
-    dims: list[int | None] = []
-    kept: set[int] = set()  # the sharded operands' dims as written
-    for (lt, _), r in zip(operands, ranks):
-        assert lt is not None
-        if lt.kind is Kind.V:
-            possible, d = lt.at_rank(r)
-            if not possible:
-                return None
-            dims.append(None if d is None else d % r)
-            if d is not None:
-                kept.add(d)
-        else:
-            dims.append(None)
+    assert all(lt is not None for lt, _ in operands)
+    written = _varying_dims(operands, ranks)
+    if written is None:
+        return None
+    kept = {d for d in written if d is not None}  # the sharded operands' dims as written
+    dims = [None if d is None else d % r for d, r in zip(written, ranks)]
     try:
         labels, out = parse_equation(form.equation, ranks)
     except DimError:

@@ -1748,19 +1748,22 @@ class CallTyper:
         self._report_divergence(ctx, entry, name, name, axes, over,
                                 module != "torch.distributed")
 
-    def _group_axis(self, ctx: FunctionContext) -> str | None:
-        """The mesh axis a raw collective's group= is (``mesh.get_group("tp")``,
-        ``mesh["tp"].get_group()``, ``(mesh, "tp")``, a name bound once to one), "" for the
-        default group (none, None, ``group.WORLD``), None for any other."""
+    def _group_expr(self, ctx: FunctionContext) -> Expression | None:
+        """A raw collective's group= expression, a name bound once read as its value."""
         e = self._arg(ctx, "group")[0]
         func = global_calls.current_function(ctx.api)
         if isinstance(e, NameExpr) and func is not None:
             bound = global_calls.value_bound_once(func, e.name)
             if bound is not None:
                 e = bound
-        if e is None or (isinstance(e, NameExpr) and e.fullname == "builtins.None"):
-            return ""
-        if isinstance(e, MemberExpr) and e.name == "WORLD":
+        return e
+
+    def _group_axis(self, ctx: FunctionContext) -> str | None:
+        """The mesh axis a raw collective's group= is (``mesh.get_group("tp")``,
+        ``mesh["tp"].get_group()``, ``(mesh, "tp")``, a name bound once to one), "" for the
+        default group (none, None, ``group.WORLD``), None for any other."""
+        e = self._group_expr(ctx)
+        if _default_group(e):
             return ""
         if isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) \
                 and e.callee.name == "get_group":
@@ -2018,15 +2021,8 @@ class CallTyper:
         """The text of a raw collective's group= when the checker cannot see it is a mesh
         axis's group (``mesh.get_group("pp")``, a name bound once to one), else None (no group,
         torch's default; ``group.WORLD``)."""
-        e = self._arg(ctx, "group")[0]
-        func = global_calls.current_function(ctx.api)
-        if isinstance(e, NameExpr) and func is not None:
-            bound = global_calls.value_bound_once(func, e.name)
-            if bound is not None:
-                e = bound
-        if e is None or (isinstance(e, NameExpr) and e.fullname == "builtins.None"):
-            return None
-        if isinstance(e, MemberExpr) and e.name == "WORLD":
+        e = self._group_expr(ctx)
+        if _default_group(e):
             return None
         if (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
                 and e.callee.name == "get_group"):
@@ -2799,6 +2795,12 @@ def _rank_every(ops: Sequence[Operand], mesh: Sequence[str], text: str, by: Expr
         return None
     query = every_query(by, func) if func is not None else None
     return coll.RankEvery(text, expr_text(query) if query is not None else None, blamed, meant)
+
+
+def _default_group(e: Expression | None) -> bool:
+    """A group= that is torch's default: none given, None, ``group.WORLD``."""
+    return (e is None or (isinstance(e, NameExpr) and e.fullname == "builtins.None")
+            or (isinstance(e, MemberExpr) and e.name == "WORLD"))
 
 
 def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
