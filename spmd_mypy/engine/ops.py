@@ -2047,15 +2047,29 @@ def check_backward(loss: Operand) -> list[SpmdError]:
              "such a mean, else sum this rank's token losses and divide by the all-reduced "
              "token count; where one rank holds the whole loss and the others none (a "
              "pipeline's last stage), reinterpret it as it is")
+    # a Shard(d) loss has a dim: not the scalar backward() seeds, and each rank's block of
+    # its elements is no partial sum (reinterpret(V->P) of a known shard is rejected); the
+    # sum of every rank's elements is spmd.sum(..., out_partial_axes=)
+    sharded = varying is not None and any(
+        lt.dim is not None for a, lt in loss.type.axes if a in varying)
+    if sharded:
+        assert varying is not None
+        v_why = ("each rank holds its block of the loss's elements, not a scalar loss (and "
+                 "not a partial sum of one)")
+        v_sum = f"spmd.sum({x}, out_partial_axes={format_axes(varying)})"
+        means = ("; for a mean, divide by the all-reduced element count")
+    else:
+        v_sum = f"reinterpret({x}, {format_axes(varying or [])}, src=V, dst=P)"
     if replicate is not None and varying is not None:
-        rax, vax = format_axes(replicate), format_axes(varying)
+        rax = format_axes(replicate)
         return [SpmdError(
             "spmd-backward",
             f"{needs}, but it is {v_word} on {axis_words(varying)} and Replicate on "
             f"{axis_words(replicate)} ({format_type(loss.type)}): on {axis_words(varying)} "
             f"{v_why}, and on {axis_words(replicate)} {r_why}; "
-            f"reinterpret(reinterpret({x}, {vax}, src=V, dst=P), {rax}, src=R, dst=I): the sum "
-            f"of the per-rank losses on {axis_words(varying)} (or all_gather it there first), one "
+            f"reinterpret({v_sum}, {rax}, src=R, dst=I): the sum "
+            f"of {'every rank' + chr(39) + 's elements' if sharded else 'the per-rank losses'} on "
+            f"{axis_words(varying)}{'' if sharded else ' (or all_gather it there first)'}, one "
             f"seed on {axis_words(replicate)} (or all_reduce to I instead of R where the loss is "
             f"computed){means}",
         )]
@@ -2066,8 +2080,8 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     else:
         assert varying is not None
         lt_word, why = v_word, v_why
-        fix = (f"reinterpret({x}, {format_axes(varying)}, src=V, dst=P) to mean the sum of the "
-               f"per-rank losses, or all_gather it first{means}")
+        what = "every rank's elements" if sharded else "the per-rank losses"
+        fix = f"{v_sum} to mean the sum of {what}{'' if sharded else ', or all_gather it first'}{means}"
     return [SpmdError("spmd-backward",
                       f"{needs}, but it is {lt_word} ({format_type(loss.type)}): {why}; {fix}")]
 
