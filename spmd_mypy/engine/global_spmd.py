@@ -2102,6 +2102,15 @@ def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
     dims = range(r)
     bad = [d for d in dims if sp[d] and d not in kept]
     x_text = bare(x.text)
+    w_op = operands[1] if _is_conv(op) and len(operands) > 1 else None
+    w_spec = w_op.type.spec if w_op is not None and w_op.type is not None else None
+    if (c in bad and groups != 1 and op.startswith("conv") and "transpose" not in op
+            and w_spec and w_spec[0] == sp[c]):
+        # a grouped convolution (depthwise: groups=C) whose input channels and weight
+        # out-channels are sharded alike: each rank holds whole groups, the input channels
+        # and the filters of the same groups; groups is the local count (as a literal size
+        # is local), which torch checks against the local shapes
+        bad.remove(c)
     if bad:
         d = bad[0]
         fix = redistribute_fix(x, sp, _unshard(sp, [b for b in bad if (b == c) == (d == c)]))
@@ -2122,6 +2131,24 @@ def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
                 msg = (f"batch_norm needs the channels (dim {c}) whole on each rank, but they are "
                        f"sharded on {on} ({_desc(x, True)}): its weight, bias and running "
                        f"statistics lie along them; gather them first: {fix}")
+        elif d == c and _is_conv(op) and groups != 1:
+            wfix = (f"shard the weight's out-channels alike "
+                    f"({redistribute_fix(w_op, w_spec, (sp[c],) + tuple(w_spec[1:]))}: "
+                    f"each rank then holds whole groups and passes its local count of them as "
+                    f"groups, which torch checks), or "
+                    if w_op is not None and w_spec and op.startswith("conv")
+                    and "transpose" not in op else "")
+            grouped = ("each group of channels is convolved with its own filters (no sum across "
+                       "groups), but the weight's filters are not sharded alike, so each rank "
+                       "would convolve its own channels with the filters of other groups")
+            if groups is UNKNOWN:
+                msg = (f"{op} with groups not a literal, on {x_text}'s channels (dim {c}) sharded "
+                       f"on {on} ({_desc(x, True)}): with groups=1 each rank would sum only its "
+                       f"own channels' terms (a per-rank partial sum); with more, {grouped}; "
+                       f"{wfix}gather the channels first ({fix})")
+            else:
+                msg = (f"{op} with groups={groups!r} on {x_text}'s channels (dim {c}) sharded on "
+                       f"{on} ({_desc(x, True)}): {grouped}; {wfix}gather the channels first ({fix})")
         elif d == c and _is_conv(op):
             msg = (f"{op} contracts the channels of {x_text} (dim {c}, sharded on {on}; "
                    f"{_desc(x)}): each rank would sum only its own channels' terms, a per-rank "
@@ -2162,8 +2189,12 @@ def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
                           f"first: {redistribute_fix(w, ws, _unshard(ws, wbad))}")])
             axes = ws[out_d] if out_d is not None and out_d < len(ws) else ()
         used = {a for e in sp for a in e}
-        if axes and (groups != 1 or used & set(axes)):
-            why = (f"groups={groups!r}: each rank's filters would meet the wrong channel groups"
+        alike = groups != 1 and c < len(sp) and sp[c] and tuple(axes) == tuple(sp[c]) \
+            and op.startswith("conv") and "transpose" not in op
+        if axes and not alike and (groups != 1 or used & set(axes)):
+            why = (f"groups={groups!r}: each rank's filters would meet the wrong channel groups "
+                   f"(a grouped convolution takes them with {x_text}'s channels sharded alike: "
+                   f"each rank then holds whole groups)"
                    if groups != 1 else f"{_fmt_axes(tuple(sorted(used & set(axes))))} already "
                    f"shards {x_text}")
             return _finish(op, operands, None, [SpmdError(

@@ -796,7 +796,7 @@ class CallTyper:
             else:
                 move = read_move(ctx, op)
                 if isinstance(move, Contraction):
-                    move = declared_partial(ctx, move, ops)
+                    move = declared_partial(ctx, move, ops, self.types)
                 result = propagate(spec, ops, strict=self.strict(ctx),
                                    reduction=read_reduction(ctx, op), move=move)
                 if self.rank_exprs:  # only files with a rank query (rank_index)
@@ -856,7 +856,7 @@ class CallTyper:
             text = expr_text(by)
         move = read_move(ctx, op)
         if isinstance(move, Contraction):
-            move = declared_partial(ctx, move, ops)
+            move = declared_partial(ctx, move, ops, self.types)
         typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
                                  reduction=read_reduction(ctx, op), move=move)
         if EVERY in axes and UNNAMED_GROUP not in axes and typed_result.errors != result.errors:
@@ -2250,7 +2250,7 @@ class CallTyper:
             reduction = read_reduction(ctx, op) if op == "sum" else None  # spmd.sum's dims
             if no_partial:
                 if isinstance(move, Contraction):
-                    move = declared_partial(ctx, move, ops)
+                    move = declared_partial(ctx, move, ops, self.types)
                 res = propagate(op, ops, strict=self.strict(ctx), reduction=reduction, move=move)
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)

@@ -10,10 +10,17 @@ varies there makes each rank's part of a sum: the engine's rule
     part = F.linear(h, w2)                                          # a local bound once,
     out = spmd.reinterpret(part, "tp", src=V, dst=P)                # read only there
 
+    def part(h, w) -> Tensor[V["tp"]]:                              # returned, declared V:
+        return F.linear(h, w2)                                      # its word to the callers
+
 Asked only when the rule fires (rarely), so the enclosing function's statements are read
-lazily, once per function: the reinterpret(V->P) calls' first arguments, and the names read
-in it (a local read anywhere else is not exempt: its other reads see a V that is a partial
-sum).  The check mode marks the result a pending partial sum instead (runtime
+lazily, once per function: the consumers (the reinterpret(V->P) calls' first arguments, the
+returned values of a function declared V) and every read of each local, nested functions'
+included.  A local bound once is exempt when every read of it is a consumer, however many
+(one in each branch of an if, one in a loop: each declares the same partial sum), with the
+axes all of them declare; a list or tuple display bound once, when every read is
+``parts[k]`` in a consumer.  A local read anywhere else is not: that read sees a V that is a
+partial sum.  The check mode marks the result a pending partial sum instead (runtime
 ``_checking``), which these forms also consume.
 """
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mypy.plugin import FunctionContext, MethodContext
+from mypy.types import CallableType
 from mypy.nodes import (
     AssertStmt,
     AssignmentExpr,
@@ -64,8 +72,10 @@ from mypy.nodes import (
 
 from ..engine.contractions import Contraction, partial_sum
 from ..engine.ops import Operand
+from ..engine.types import Kind
 from .global_calls import current_function
-from .statements import assignments_by_name, nested_statements
+from .mypy_types import TypeBuilder
+from .statements import assignments_by_name, functions_of, nested_statements
 
 # per function (or module), by its id: (the node, the exempt expressions by id -> the axes of
 # their reinterpret, "*" when the axis is not a literal)
@@ -76,11 +86,12 @@ _OPAQUE_KINDS = (ListComprehension, SetComprehension, GeneratorExpr, DictionaryC
                  YieldExpr, YieldFromExpr, AwaitExpr, AssignmentExpr)
 
 
-def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None,
-                       node: Expression) -> tuple[str, ...]:
+def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None, node: Expression,
+                       types: TypeBuilder | None = None) -> tuple[str, ...]:
     """The axes on which ``node`` (a contraction's call or operator expression) is passed
-    straight to ``spmd.reinterpret(..., src=V, dst=P)``, itself or through a local bound to
-    it once and read only there; () when it is not."""
+    straight to ``spmd.reinterpret(..., src=V, dst=P)`` or returned from a function declared
+    V there, itself or through a local bound to it once and read only there; () when it is
+    not."""
     owner: object = func if func is not None else tree
     if owner is None:
         return ()
@@ -88,35 +99,101 @@ def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None,
     if entry is None or entry[0] is not owner:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
-        entry = (owner, _scan(func, tree))
+        entry = (owner, _scan(func, tree, types))
         _MEMO[id(owner)] = entry
     return entry[1].get(id(node), ())
 
 
-def _scan(func: FuncDef | None, tree: MypyFile | None) -> dict[int, tuple[str, ...]]:
+def _declared_v_axes(func: FuncDef, types: TypeBuilder | None) -> tuple[str, ...]:
+    """The axes on which ``func``'s declared return type is a plain V (no shard dim): its
+    claim to its callers that each rank's result is a value of its own, which a partial
+    sum is too (V describes it; the caller's reinterpret(V->P) then takes it on trust)."""
+    sig = func.type
+    if types is None or not isinstance(sig, CallableType) or func.is_generator:
+        return ()
+    declared = types.from_type(sig.ret_type)
+    if not declared:
+        return ()
+    return tuple(a for a, lt in declared.axes
+                 if lt.kind is Kind.V and lt.dim is None and lt.by_rank is None)
+
+
+def _common(found: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The axes every consumer of a value declares ("*": any axis)."""
+    named = [f for f in found if "*" not in f]
+    if not named:
+        return ("*",)
+    return tuple(a for a in named[0] if all(a in f for f in named[1:]))
+
+
+def _scan(func: FuncDef | None, tree: MypyFile | None,
+          types: TypeBuilder | None = None) -> dict[int, tuple[str, ...]]:
     if func is not None:
         stmts = nested_statements(func.body.body)
     elif tree is not None:
         stmts = [st for st in nested_statements(tree.defs) if not isinstance(st, FuncDef)]
     else:
         return {}
+    # the consumers of a partial sum: the reinterpret(V->P) calls' first arguments, and the
+    # values returned from a function declared V (with the axes each declares)
     calls: list[tuple[Expression, tuple[str, ...]]] = []
     reads: dict[object, int] = {}
+    returned: tuple[str, ...] | None = None
     for st in stmts:
         for e in _statement_exprs(st):
             _walk(e, calls, reads)
+        if isinstance(st, ReturnStmt) and st.expr is not None and func is not None:
+            if returned is None:
+                returned = _declared_v_axes(func, types)
+            if returned:
+                calls.append((st.expr, returned))
+        if func is not None:
+            for inner in functions_of(st):  # a closure's reads of the function's locals
+                _inner_reads(inner, reads)
     marks: dict[int, tuple[str, ...]] = {}
-    assigned = None
-    opaque = _OPAQUE in reads
+    # per local: the axes of each consumer that reads it whole (``part``), and of each that
+    # reads an item of it (``parts[0]``, for a list or tuple display bound to it)
+    whole: dict[object, list[tuple[str, ...]]] = {}
+    items: dict[object, list[tuple[str, ...]]] = {}
     for arg, axes in calls:
         marks[id(arg)] = axes
-        if not opaque and isinstance(arg, NameExpr) and arg.node is not None and reads.get(arg.node) == 1:
-            if assigned is None:
-                assigned = assignments_by_name(func) if func is not None else {}
-            bound = assigned.get(arg.node)  # type: ignore[call-overload]
-            if bound is not None and len(bound) == 1 and bound[0][2] == -1:
-                marks[id(bound[0][1])] = axes
+        if isinstance(arg, NameExpr) and arg.node is not None:
+            whole.setdefault(arg.node, []).append(axes)
+        elif isinstance(arg, IndexExpr) and isinstance(arg.base, NameExpr) and arg.base.node is not None:
+            items.setdefault(arg.base.node, []).append(axes)
+    if _OPAQUE in reads or not (whole or items):
+        return marks
+    # a local bound once and read only by consumers (on every path: one in each branch of an
+    # if, or in a loop, each reads the same partial sum and declares it): its value is
+    # declared where it is bound; the axes every consumer declares
+    assigned = assignments_by_name(func) if func is not None else {}
+    for by, kind in ((whole, False), (items, True)):
+        for name, found in by.items():
+            if reads.get(name) != len(found):
+                continue
+            bound = assigned.get(name)  # type: ignore[call-overload]
+            if bound is None or len(bound) != 1 or bound[0][2] != -1:
+                continue
+            axes = _common(found)
+            if not axes:
+                continue
+            value = bound[0][1]
+            if not kind:
+                marks[id(value)] = axes
+            elif isinstance(value, (ListExpr, TupleExpr)):
+                for item in value.items:
+                    marks[id(item)] = axes
     return marks
+
+
+def _inner_reads(inner: FuncDef, reads: dict[object, int]) -> None:
+    """Count the reads in a nested function's body (a closure reads the locals it names)."""
+    ignored: list[tuple[Expression, tuple[str, ...]]] = []
+    for st in nested_statements(inner.body.body):
+        for e in _statement_exprs(st):
+            _walk(e, ignored, reads)
+        for deeper in functions_of(st):
+            _inner_reads(deeper, reads)
 
 
 def _statement_exprs(st: Statement) -> list[Expression]:
@@ -223,7 +300,8 @@ def _marker(e: Expression | None, name: str) -> bool:
     return isinstance(e, (NameExpr, MemberExpr)) and e.name == name
 
 
-def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, ops: list[Operand]) -> Contraction:
+def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, ops: list[Operand],
+                     types: TypeBuilder | None = None) -> Contraction:
     """``move`` with the axes on which the code around the call declares its result a
     partial sum (:mod:`.declared_partials`): looked up only when the engine's rule would
     report an implicit Partial on some axis (:func:`~spmd_mypy.engine.contractions.partial_sum`)."""
@@ -235,7 +313,8 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
     for a in axes:
         if partial_sum(move, [(o.type.get(a), o.shape) for o in tensors]):  # type: ignore[union-attr]
             found = reinterpreted_axes(current_function(ctx.api),
-                                       getattr(ctx.api, "tree", None), ctx.context)  # type: ignore[arg-type]
+                                       getattr(ctx.api, "tree", None), ctx.context,  # type: ignore[arg-type]
+                                       types)
             return replace(move, partial_axes=found) if found else move
     return move
 

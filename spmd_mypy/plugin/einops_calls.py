@@ -168,7 +168,7 @@ def einops_hook(typer: CallTyper, op: str, ctx: FunctionContext) -> Type:
     if op == "einsum":
         move = einsum_contraction(pattern)
         if move is not None:
-            move = declared_partial(ctx, move, ops)
+            move = declared_partial(ctx, move, ops, typer.types)
         result = propagate_einsum(ops, pattern, strict=strict, move=move)
     else:
         result = propagate_einops(op, ops, pattern, reduction if op == "reduce" else None,

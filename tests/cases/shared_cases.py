@@ -1748,6 +1748,25 @@ case("frozen-parameter-thawed-is-an-error", _FROZEN_IN,
      desc="a gradient again: the I weight's would need an all-reduce (a forward's self.w is "
           "an error too: tests/plugin/cases/frozen_weights.test)")
 
+# A row-parallel product (a per-rank part of a sum) read only by reinterpret(V->P), one in each
+# branch of an if (session 37's F3), or returned from a helper declared V and reinterpreted by
+# the caller (F4): the check mode follows the tensor to the reinterpret on either path and
+# through the return, the static checker reads every read of the local and takes the helper's
+# declared V as its word (README "A label summed over ...")
+_ROW = {"h": 'Tensor[S[-1, "tp"]]', "w": 'Tensor[S[1, "tp"]]'}
+case("row-parallel-partial-reinterpreted-in-both-branches", _ROW,
+     ("part = F.linear(h, w)", "if h.shape[0] > 2:",
+      '    out = spmd.reinterpret(part, "tp", src=V, dst=P)', "else:",
+      '    out = spmd.reinterpret(part, "tp", src=V, dst=P)'), "P", collective=True)
+case("row-parallel-partial-returned-declared-V", _ROW,
+     ('def part(a: Tensor[S[-1, "tp"]], b: Tensor[S[1, "tp"]]) -> Tensor[V["tp"]]:',
+      "    return F.linear(a, b)",
+      'out = spmd.reinterpret(part(h, w), "tp", src=V, dst=P)'), "P", collective=True)
+case("row-parallel-partial-read-in-one-branch", _ROW,
+     ("part = F.linear(h, w)", "if h.shape[0] > 5:",
+      '    out = spmd.reinterpret(part, "tp", src=V, dst=P)', "else:",
+      "    out = part.softmax(-1)"), "spmd-global", collective=True, static_line=1)
+
 
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.
@@ -1774,3 +1793,4 @@ PRELUDE = (
 )
 
 __all__ = ["Case", "CASES", "DEFAULT_MAKE", "render_function", "PRELUDE"]
+

@@ -541,6 +541,19 @@ def _prop_cases() -> list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable
           ((4, 6), Tensor[PS["tp", None], R["dp"]])],
          lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m, 0.0, False),
          lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m, 0.0, False)),
+        # a depthwise convolution (groups = the channels; groups is a local count, as a
+        # literal size is local) with the input's channels and the weight's out-channels
+        # sharded alike: each rank holds whole groups, exactly local (no sum across ranks)
+        ("depthwise conv2d, channels sharded", [
+            ((2, 4, 5, 5), Tensor[PS[None, "tp", None, None], R["dp"]]),
+            ((4, 1, 3, 3), Tensor[PS["tp", None, None, None], R["dp"]])],
+         lambda x, w: F.conv2d(x, w, padding=1, groups=x.shape[1]),
+         lambda x, w: F.conv2d(x, w, padding=1, groups=x.shape[1])),
+        ("grouped conv1d, channels sharded", [
+            ((2, 8, 7), Tensor[PS["dp", "tp", None]]),
+            ((4, 2, 3), Tensor[PS["tp", None, None], R["dp"]])],
+         lambda x, w: F.conv1d(x, w, groups=x.shape[1] // 2),
+         lambda x, w: F.conv1d(x, w, groups=x.shape[1] // 2)),
         ("einsum out_partial (dp,tp)", [((4, 8), Tensor[PS[None, ("dp", "tp")]]),
                                          ((8, 6), Tensor[PS[("dp", "tp"), None]])],
          lambda a, b: spmd.einsum("ij,jk->ik", a, b, out_partial_axes=("dp", "tp")),
