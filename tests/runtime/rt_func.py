@@ -1,6 +1,7 @@
 """torch.func over the typed collectives, on real gloo ranks: torch.func.grad, vjp (and its
 vjp: double backward), jvp and jacfwd (forward mode), jacrev, vmap (batch dim first and last), vmap(grad) per-example
-gradients, grad(vmap), and functional_call + grad over the einsum family, for every
+gradients, grad(vmap), torch.autograd.grad(is_grads_batched=True) (torch's legacy vmap over
+the backward, create_graph both ways), and functional_call + grad over the einsum family, for every
 (op, src, dst) of the engine's table (S forms on dims 0, 1, -1), the avg/max/min forms,
 the uneven ``sizes=`` forms, redistribute's routes and the uneven all_to_all.
 
@@ -120,6 +121,37 @@ def check_func_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: s
         want = torch.stack(loop)
         _same(vmap(grad(lambda t, gg: (fn(t) * gg).sum()))(xb, gb), want, "vmap(grad)")
         _same(grad(lambda t: (vmap(fn)(t) * gb).sum())(xb), want, "grad(vmap)")
+        check_grads_batched(fn, x, gb, _batch(src, shapes, f"{name}/vb", me))
+
+
+def check_grads_batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                        gb: torch.Tensor, vb: torch.Tensor) -> None:
+    """``torch.autograd.grad(..., is_grads_batched=True)`` (torch's legacy vmap over the
+    backward: B gradients of ``fn(x)`` at once, ``gb``) against the loop over the batch, and
+    with create_graph: the double backward, batched (``vb``: B gradients of the gradient) and
+    plain (the batched backward's own backward), against their loops."""
+    xl = x.clone().requires_grad_(True)
+    out = fn(xl)
+    loop = [torch.autograd.grad(out, xl, gb[b], retain_graph=True)[0] for b in range(B)]
+    (got,) = torch.autograd.grad(out, xl, gb, retain_graph=True, is_grads_batched=True)
+    _same(got, torch.stack(loop), "autograd.grad(is_grads_batched=True)")
+    # create_graph: the first backward plain, the second batched
+    gl = gb[0].clone().requires_grad_(True)
+    (first,) = torch.autograd.grad(out, xl, gl, create_graph=True)
+    loop = [torch.autograd.grad(first, gl, vb[b], retain_graph=True)[0] for b in range(B)]
+    (got,) = torch.autograd.grad(first, gl, vb, retain_graph=True, is_grads_batched=True)
+    _same(got, torch.stack(loop), "autograd.grad(is_grads_batched=True) of a create_graph grad")
+    # create_graph: the first backward batched, the second plain (through the batched steps)
+    gbl = gb.clone().requires_grad_(True)
+    (firsts,) = torch.autograd.grad(out, xl, gbl, create_graph=True, is_grads_batched=True)
+    (got,) = torch.autograd.grad(firsts, gbl, vb)
+    loop = []
+    for b in range(B):
+        gi = gb[b].clone().requires_grad_(True)
+        (fi,) = torch.autograd.grad(out, xl, gi, create_graph=True)
+        loop.append(torch.autograd.grad(fi, gi, vb[b])[0])
+    _same(got, torch.stack(loop), "the backward of autograd.grad(is_grads_batched=True, "
+                                  "create_graph=True)")
 
 
 def check_func_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any) -> None:
@@ -151,6 +183,7 @@ def check_func_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any) 
             loop.append(torch.autograd.grad(fn(xi), xi, gb[b])[0])
         _same(vmap(grad(lambda t, gg: (fn(t) * gg).sum()))(xb, gb), torch.stack(loop),
               "vmap(grad)")
+        check_grads_batched(fn, x, gb, xb)
 
 
 class _Block(torch.nn.Module):
