@@ -309,6 +309,69 @@ def check_global_redistribute(ctx: Ctx, name: str) -> None:
                   f"{label}: vmap(grad)")
 
 
+def check_grads_batched_model(ctx: Ctx, name: str) -> None:
+    """Hutchinson's K probes at once on a tensor-parallel MLP (w1 S(0), w2 S(1) on the axis):
+    ``torch.autograd.grad(g1, w1, grad_outputs=vs, is_grads_batched=True)`` over the
+    create_graph gradient, plain and under ``spmd.typecheck()`` (the result is S(1): dim 0 is
+    the batch), and ``torch.autograd.functional.jacobian`` / ``hessian`` with vectorize=True
+    (legacy vmap inside), against a float64 single-process reference of the whole model."""
+    import contextlib
+
+    import torch.nn.functional as F
+    from spmd import S
+
+    f64 = torch.float64
+    n, me = ctx.world, ctx.rank
+    gen = torch.Generator().manual_seed(7)
+    W1, W2 = torch.randn(8, 4, dtype=f64, generator=gen), torch.randn(4, 8, dtype=f64, generator=gen)
+    VS = torch.randn(3, 8, 4, dtype=f64, generator=gen)
+    X = torch.linspace(-1, 1, 8, dtype=f64).reshape(2, 4)
+    w = W1.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad((F.linear(torch.tanh(F.linear(X, w)), W2) ** 2).sum(), w,
+                               create_graph=True)
+    (want,) = torch.autograd.grad(g, w, grad_outputs=VS, is_grads_batched=True)
+    rows = slice(me * 8 // n, (me + 1) * 8 // n)
+
+    def loss_of(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        x = spmd.declare(X.clone(), Tensor[R["x"]])
+        a = torch.tanh(F.linear(x, w1))
+        return (spmd.all_reduce(spmd.linear(a, w2, out_partial_axes="x"), "x", src=P,
+                                dst=spmd.I) ** 2).sum()
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        for mode in ("plain", "check"):
+            with spmd.typecheck() if mode == "check" else contextlib.nullcontext():
+                w1 = spmd.declare(W1[rows].clone(), Tensor[S[0, "x"]]).requires_grad_(True)
+                w2 = spmd.declare(W2[:, rows].clone(), Tensor[S[1, "x"]]).requires_grad_(True)
+                vs = spmd.declare(VS[:, rows].clone(), Tensor[S[1, "x"]])
+                (g1,) = torch.autograd.grad(loss_of(w1, w2), (w1,), create_graph=True)
+                (hv,) = torch.autograd.grad(g1, (w1,), grad_outputs=(vs,), is_grads_batched=True)
+                if mode == "check":
+                    assert spmd.typeof(hv) == spmd.typeof(vs), spmd.typeof(hv)
+                full = spmd.all_gather(hv, "x", src=S(1), dst=spmd.I)
+            torch.testing.assert_close(full, want, msg=lambda m: f"{mode}: {m}")
+
+        # jacobian / hessian, vectorized (the backward under torch's legacy vmap)
+        XS = torch.randn(8, dtype=f64, generator=gen)
+
+        def f(t: torch.Tensor) -> torch.Tensor:
+            shard = spmd.convert(t, "x", src=spmd.I, dst=S(0))
+            return spmd.all_gather(torch.sin(shard) * shard, "x", src=S(0), dst=spmd.I)
+
+        def h(t: torch.Tensor) -> torch.Tensor:
+            return spmd.all_reduce(spmd.sum(torch.sin(spmd.convert(t, "x", src=spmd.I,
+                                                                   dst=S(0))) ** 2,
+                                            out_partial_axes="x"), "x", src=P, dst=spmd.I)
+
+        want_j = torch.autograd.functional.jacobian(lambda t: torch.sin(t) * t, XS)
+        want_h = torch.autograd.functional.hessian(lambda t: (torch.sin(t) ** 2).sum(), XS)
+        for vec in (False, True):
+            torch.testing.assert_close(torch.autograd.functional.jacobian(f, XS, vectorize=vec),
+                                       want_j, msg=lambda m: f"jacobian vectorize={vec}: {m}")
+            torch.testing.assert_close(torch.autograd.functional.hessian(h, XS, vectorize=vec),
+                                       want_h, msg=lambda m: f"hessian vectorize={vec}: {m}")
+
+
 def _cases(n: int) -> Iterator[tuple[str, dict[str, Any]]]:
     for op, src, dst, expert in transition_cases():
         yield f"{op}({src},{dst})", dict(op=op, src=src, dst=dst, expert=expert)
@@ -356,7 +419,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                                             mesh_key=mesh_key, axis=axis)))
     checks += named_checks(world, "func", (check_functional_call_grad,
                                            check_vmap_refuses_scalar_examples,
-                                           check_check_mode_grad))
+                                           check_check_mode_grad, check_grads_batched_model))
     if world == 4:
         checks += named_checks(world, "func", (check_global_redistribute,))
     names = [c[0] for c in checks]
