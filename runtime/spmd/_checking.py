@@ -1231,7 +1231,9 @@ class _Mode(TorchFunctionMode):
             outputs = args[0] if args else kwargs.get("outputs")
             inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
             grads = args[2] if len(args) > 2 else kwargs.get("grad_outputs")
-            _check_losses(outputs, grads, "torch.autograd.grad")
+            # is_grads_batched=True: dim 0 of each grad_outputs tensor and result is the batch
+            batched = bool(args[7] if len(args) > 7 else kwargs.get("is_grads_batched", False))
+            _check_losses(outputs, grads, "torch.autograd.grad", batched)
             result = func(*args, **kwargs)
             ins = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
             if isinstance(result, (tuple, list)):
@@ -1240,7 +1242,8 @@ class _Mode(TorchFunctionMode):
                     if isinstance(g, torch.Tensor):
                         _note_gradient(g)
                     if t and isinstance(g, torch.Tensor):
-                        _set(g, t.dual())
+                        gt = t.dual()
+                        _set(g, duality.batched_type(gt) if batched else gt)
             return result
         return func(*args, **kwargs)  # pragma: no cover
 
@@ -1684,7 +1687,10 @@ def _loss_text(loss: torch.Tensor) -> str:
     return _texts([loss], ["loss"])[0]
 
 
-def _check_loss(loss: Any) -> None:
+def _check_loss(loss: Any, what: str | None = None, grads_name: str = "grad_outputs") -> None:
+    """``loss.backward()``; ``what``: the call seeding it instead (``torch.autograd.grad``,
+    given no ``grads_name``), named as the static checker names it: the call with the
+    output's name, or ``(...)`` and "the output" when the caller holds it under none."""
     if not isinstance(loss, torch.Tensor):
         return
     t = _get(loss)
@@ -1692,8 +1698,14 @@ def _check_loss(loss: Any) -> None:
         return
     errors = check_backward(Operand(t, "loss"))
     if errors:
-        errors = check_backward(Operand(t, _loss_text(loss)))
-        raise SpmdTypeError(errors[0])
+        if what is None:
+            errors = check_backward(Operand(t, _loss_text(loss)))
+            raise SpmdTypeError(errors[0])
+        name = _texts([loss], ["the output"])[0]
+        call = f"{what}(...)" if name == "the output" else f"{what}({name}, ...)"
+        e = check_backward(Operand(t, name))[0]
+        raise SpmdTypeError(SpmdError(e.code, e.message.replace(
+            f"{name}.backward()", f"{call} without {grads_name}", 1)))
 
 
 def _check_value_read(read: str, x: Any) -> None:
@@ -1708,12 +1720,13 @@ def _check_value_read(read: str, x: Any) -> None:
         raise SpmdTypeError(err)
 
 
-def _check_losses(tensors: Any, grads: Any, what: str | None) -> None:
+def _check_losses(tensors: Any, grads: Any, what: str | None, batched: bool = False) -> None:
     """The gradients seeding a backward pass: an output given none is a loss (I or P on
     every axis); a given one must be the dual of its output's type on every axis (engine
     ``duality.check_grad_outputs``, the static checker's rule: a Partial gradient given for
     an I output passed, and the I parameter's gradients differed per rank).  ``what`` names
-    the call (None: ``out.backward(gradient)``, named by its receiver)."""
+    the call (None: ``out.backward(gradient)``, named by its receiver); ``batched``:
+    ``is_grads_batched=True`` (each gradient a batch of them on a new dim 0)."""
     ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
     if grads is None:
         gs: list[Any] = [None] * len(ts)
@@ -1723,18 +1736,22 @@ def _check_losses(tensors: Any, grads: Any, what: str | None) -> None:
         gs = list(grads)
     for i, t in enumerate(ts):
         if i >= len(gs) or gs[i] is None:
-            _check_loss(t)
+            _check_loss(t, what, "grad_tensors" if what == "torch.autograd.backward"
+                        else "grad_outputs")
             continue
         g = gs[i]
         if not (isinstance(t, torch.Tensor) and isinstance(g, torch.Tensor)):
             continue
         out_t, g_t = _get(t), _get(g)
-        if not (out_t and g_t) or not duality.mismatches(g_t, duality.gradient_type(out_t)):
+        want = duality.gradient_type(out_t) if out_t else out_t
+        if batched and want:
+            want = duality.batched_type(want)
+        if not (out_t and g_t) or not duality.mismatches(g_t, want):
             continue
         out_text, g_text = _texts([t, g], ["output", "gradient"])
         errors = duality.check_grad_outputs([duality.Slot.tensor(out_text, out_t)],
                                             [duality.Slot.tensor(g_text, g_t)],
-                                            what or f"{out_text}.backward")
+                                            what or f"{out_text}.backward", batched)
         if errors:
             raise SpmdTypeError(errors[0])
 

@@ -155,6 +155,8 @@ class _Collective(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         step = ctx.step
+        if _is_legacy_batched(grad):  # autograd.grad(..., is_grads_batched=True)
+            return _legacy_batched(grad, lambda g: _backward_steps_on(step, g, ctx.sizes)), None, None
         steps = step.backward_steps()
         # Only a backward that all-reduces can reduce in place.  The signature is taken
         # here, on backward's own argument: the counts it compares were calibrated on a
@@ -177,6 +179,68 @@ class _Collective(torch.autograd.Function):
                 owned = not compiling and (owned or not _same_storage(out, grad))
                 grad = out
         return grad, None, None
+
+
+# ``torch.autograd.grad(..., is_grads_batched=True)`` (and autograd.functional's jacobian,
+# hessian with vectorize=True) runs the backward under torch's legacy vmap
+# (torch._vmap_internals): the incoming gradient is a legacy BatchedTensor, with no storage
+# (no signature to take) and no batching rule for the c10d calls; its requires_grad says
+# False even under create_graph (the graph is the physical tensor's).  The backward unwraps
+# it (the batch dim moved last, as the torch.func vmap rule does: one collective moves every
+# probe at once; every rank must batch the same number of grad_outputs), runs the table's
+# backward steps on the physical tensor (through the Function again when that tensor is
+# differentiable: create_graph), and wraps the result back at the same level.
+
+_is_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
+
+
+def _legacy_level() -> int:
+    """The innermost legacy vmap level open on this thread (0: none)."""
+    level = torch._C._vmapmode_increment_nesting()
+    torch._C._vmapmode_decrement_nesting()
+    return level - 1
+
+
+def _legacy_batched(grad: torch.Tensor, run: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``run`` on the physical tensor of a legacy-batched ``grad`` (the batch dim last),
+    the result batched again at ``grad``'s level."""
+    # The level: the innermost one open on this thread (the engine runs a CPU backward on
+    # the caller's thread); else (a device thread of the engine) the first level that
+    # batches grad.  A batch_size of -1 makes _remove_batch_dim refuse a level that does
+    # not batch grad (it would expand grad to a new batch dim).
+    here = _legacy_level()
+    for level in (here, *(k for k in range(1, 65) if k != here)):
+        if level < 1:
+            continue
+        try:
+            physical = torch._remove_batch_dim(grad, level, -1, 0)
+        except RuntimeError:
+            continue
+        break
+    else:
+        raise NotImplementedError("a typed collective's backward got a gradient batched by "
+                                  "torch's legacy vmap at no level it could find")
+    if _is_legacy_batched(physical):
+        raise NotImplementedError("a typed collective's backward under nested "
+                                  "is_grads_batched=True (two legacy vmap levels) is not "
+                                  "supported; batch the probes in one level")
+    out = run(physical.movedim(0, -1))
+    return torch._add_batch_dim(out.movedim(-1, 0), 0, level)
+
+
+def _backward_steps_on(step: "_Step", grad: torch.Tensor, sizes: tuple[int, ...] | None
+                       ) -> torch.Tensor:
+    """The table's backward of ``step`` on ``grad``, a batch of gradients with the batch dim
+    last (never in place: the physical tensor is legacy vmap's)."""
+    ndim = grad.ndim - 1
+    for s in step.backward_steps():
+        s = _batched_step(s, ndim)
+        if grad.requires_grad and torch.is_grad_enabled():  # create_graph: differentiable
+            grad = _Collective.apply(grad, s, sizes)
+        else:
+            grad = s.impl(s, grad, sizes)
+        ndim = grad.ndim - 1
+    return grad
 
 
 # What ``_Collective.apply`` does for these arguments, without its generic Python layer
@@ -1423,6 +1487,9 @@ class _UnevenAllToAll(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        if _is_legacy_batched(grad):  # autograd.grad(..., is_grads_batched=True)
+            return _legacy_batched(grad, lambda g: _UnevenAllToAll.apply(
+                g, ctx.group, ctx.out_sizes, ctx.sizes)), None, None, None
         return _UnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes), None, None, None
 
 

@@ -92,6 +92,28 @@ def gradient_type(t: SpmdType) -> SpmdType:
     return t.dual()
 
 
+def batched_type(t: SpmdType) -> SpmdType:
+    """The type of a batch of tensors of type ``t`` stacked on a new dim 0 (the gradients of
+    ``torch.autograd.grad(..., is_grads_batched=True)``: dim 0 of each ``grad_outputs`` tensor
+    and of each result is the batch): each non-negative shard dim one later (a negative one
+    counts from the end and stays); a partition spec gets an unsharded dim 0."""
+    axes = []
+    changed = False
+    for a, lt in t.axes:
+        if lt.by_rank is not None:
+            lt = LocalType(Kind.V, by_rank=tuple(
+                (r + 1, d + 1 if d is not None and d >= 0 else d) for r, d in lt.by_rank))
+            changed = True
+        elif lt.dim is not None and lt.dim >= 0:
+            lt = LocalType(Kind.V, lt.dim + 1)
+            changed = True
+        axes.append((a, lt))
+    if not changed and t.spec is None:
+        return t
+    spec = None if t.spec is None else ((), *t.spec)
+    return SpmdType(tuple(axes), spec, t.failed)
+
+
 def mismatches(have: SpmdType, want: SpmdType,
                gradient_free: bool = False) -> list[tuple[str, LocalType, LocalType]]:
     """(axis, have, want) for every axis both types know on which they disagree
@@ -324,18 +346,24 @@ def check_hook(x_text: str, x: SpmdType, hook: str, param: Slot | None,
 
 
 def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
-                       what: str = "torch.autograd.grad") -> list[SpmdError]:
+                       what: str = "torch.autograd.grad", batched: bool = False
+                       ) -> list[SpmdError]:
     """``torch.autograd.grad(outputs, inputs, grad_outputs)`` (also ``torch.autograd.backward``
     and ``y.backward(gradient)``): each given gradient of an output is the dual of that output's
-    type."""
+    type.  ``batched`` (``is_grads_batched=True``): each is a batch of such gradients on a new
+    dim 0 (:func:`batched_type`)."""
     errors = []
     for out, g in zip(outputs, grad_outputs):
         if not (out.typed and g.typed):
             continue
         want = gradient_type(out.type)
+        if batched:
+            want = batched_type(want)
         bad = mismatches(g.type, want)
         if bad:
-            fix = _fixes(bad, g.name, out.name)
+            fix = _fixes(bad, g.name, out.name if not batched else
+                         f"{out.name}, one dim later: with is_grads_batched=True dim 0 of "
+                         f"{g.name} is the batch")
             shares = [a for a, h, w in bad if h.kind is Kind.R and w.kind is Kind.P]
             if shares and re.fullmatch(r"[A-Za-z_][\w.]*", g.name):  # a value held, not a
                 # call made here (torch.ones_like(y): the whole gradient, convert is right)
@@ -346,7 +374,8 @@ def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
                 where = " and ".join(format_axis(a) for a in shares)
                 fix = (f"if {g.name} holds this rank's share of the gradient (received from "
                        f"another stage, or computed by a backward), its declared type is wrong: "
-                       f"declare it {format_type(want)} (spmd.grad_type of {out.name}'s type) "
+                       f"declare it {format_type(want)} (spmd.grad_type of {out.name}'s type"
+                       f"{', its shard dims one later for the batch dim' if want != gradient_type(out.type) else ''}) "
                        f"where it is made; if {g.name} is the whole gradient on every rank of "
                        f"{where}, {fix}")
             errors.append(SpmdError(
@@ -402,5 +431,6 @@ def join_saved(saves: Sequence[Sequence[Slot] | None]) -> tuple[Slot, ...] | Non
 __all__ = [
     "TENSOR", "NONE", "OTHER", "UNKNOWN", "Slot", "FunctionTypes", "gradient_type", "mismatches",
     "check_forward_result", "check_signature", "check_returned", "check_hook", "check_grad_outputs",
+    "batched_type",
     "saved_slot", "join_saved",
 ]

@@ -104,6 +104,7 @@ from ..engine import duality
 from ..engine.duality import NONE, OTHER, TENSOR, UNKNOWN, FunctionTypes, Slot
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_backward
+from ..engine.types import SpmdType
 from .calls import collective_call, expr_text
 from .depends import class_dependency
 from .mypy_types import TypeBuilder, lookup_type
@@ -140,6 +141,13 @@ def _own_method(info: TypeInfo, name: str) -> FuncDef | None:
         return None  # an overload, a property, an attribute: not an annotated staticmethod
     return None
 
+
+
+def _grad_of(t: SpmdType, batched: bool) -> SpmdType:
+    """The type of a gradient of a ``t`` tensor (``batched``: a batch of them on a new dim 0,
+    ``torch.autograd.grad(..., is_grads_batched=True)``)."""
+    g = duality.gradient_type(t)
+    return duality.batched_type(g) if batched else g
 
 class AutogradTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
@@ -471,9 +479,22 @@ class AutogradTyper:
             return [self.slot(f"{expr_text(e)}[{i}]", it) for i, it in enumerate(p.items)]
         return None
 
-    def _check_seed(self, ctx: FunctionContext, outputs_name: str, grads_name: str, what: str) -> None:
+    def _grads_batched(self, ctx: FunctionContext) -> bool | None:
+        """``is_grads_batched=``: False when not given or False, True when True, None when
+        not a literal (the gradients' and results' dims are then not known)."""
+        e, _ = self.plugin.calls._arg(ctx, "is_grads_batched")
+        if e is None:
+            return False
+        if isinstance(e, NameExpr) and e.fullname in ("builtins.True", "builtins.False"):
+            return e.fullname == "builtins.True"
+        return None
+
+    def _check_seed(self, ctx: FunctionContext, outputs_name: str, grads_name: str, what: str,
+                    batched: bool | None = False) -> None:
         """The gradients seeding a backward pass: none given needs each output I or P (like
-        ``loss.backward()``); given ones must be the duals of the outputs."""
+        ``loss.backward()``); given ones must be the duals of the outputs (``batched``:
+        ``is_grads_batched=True``, a batch of them on a new dim 0; None: not known, not
+        checked)."""
         calls = self.plugin.calls
         outputs = self._tensor_items(ctx, outputs_name)
         if outputs is None:
@@ -488,8 +509,8 @@ class AutogradTyper:
                         for e in errs])
             return
         grads = self._tensor_items(ctx, grads_name)
-        if grads is not None:
-            calls.report(ctx, duality.check_grad_outputs(outputs, grads, what))
+        if grads is not None and batched is not None:
+            calls.report(ctx, duality.check_grad_outputs(outputs, grads, what, batched))
 
     def autograd_backward_hook(self, ctx: FunctionContext) -> Type:
         """``torch.autograd.backward(tensors, grad_tensors)``."""
@@ -499,16 +520,20 @@ class AutogradTyper:
     def autograd_grad_hook(self, ctx: FunctionContext) -> Type:
         default = ctx.default_return_type
         calls = self.plugin.calls
-        self._check_seed(ctx, "outputs", "grad_outputs", "torch.autograd.grad")
+        batched = self._grads_batched(ctx)
+        self._check_seed(ctx, "outputs", "grad_outputs", "torch.autograd.grad", batched)
         p = get_proper_type(default)
         if not (isinstance(p, Instance) and p.type.fullname == "builtins.tuple" and p.args):
             return default
+        if batched is None:  # is_grads_batched not a literal: the results' dims not known
+            return default
+
         base = p.args[0]
         inputs = self._tensor_items(ctx, "inputs")
         if inputs is not None:
             items: list[Type] = []
             for s in inputs:
-                inst = self.types.to_instance(duality.gradient_type(s.type)) if s.typed else None
+                inst = self.types.to_instance(_grad_of(s.type, batched)) if s.typed else None
                 items.append(inst if inst is not None else base)
             if not any(s.typed for s in inputs):
                 return default
@@ -519,7 +544,7 @@ class AutogradTyper:
                 "builtins.list", "typing.Sequence", "collections.abc.Sequence", "builtins.tuple"):
             st = self.types.from_type(q.args[0])
             if st:
-                inst = self.types.to_instance(duality.gradient_type(st))
+                inst = self.types.to_instance(_grad_of(st, batched))
                 if inst is not None:
                     return p.copy_modified(args=[inst])
         return default

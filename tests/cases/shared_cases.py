@@ -880,6 +880,21 @@ case("autograd-grad-outputs-I-P", {"a": "I", "g": "P"},
      ("y = a * 2", "torch.autograd.grad(y, [a], grad_outputs=g)"), DUAL)
 case("autograd-grad-outputs-R-P", {"a": "R", "g": "P"},
      ("out = a * 2", "torch.autograd.grad(out, [a], grad_outputs=g)"), "R")
+# is_grads_batched=True: dim 0 of each grad_outputs tensor and of each result is the batch,
+# the output's shard dims one later (a negative one counts from the end: the same)
+_BATCH = {"g": "torch.randn(3, 4, 4)"}
+case("autograd-grad-batched-S0-S1", {"a": "S0", "g": "S1"},
+     ("y = a * 2", "(out,) = torch.autograd.grad(y, [a], grad_outputs=g, is_grads_batched=True)"),
+     "S1", make=_BATCH, desc="a batch of S(0) gradients is S(1)")
+case("autograd-grad-batched-S0-S0", {"a": "S0", "g": "S0"},
+     ("y = a * 2", "torch.autograd.grad(y, [a], grad_outputs=g, is_grads_batched=True)"), DUAL,
+     make=_BATCH, desc="dim 0 of a batched gradient is the batch, not the output's dim 0")
+case("autograd-grad-batched-Sm2", {"a": "Sm2", "g": "Sm2"},
+     ("y = a * 2", "(out,) = torch.autograd.grad(y, [a], grad_outputs=g, is_grads_batched=True)"),
+     "Sm2", make=_BATCH)
+case("autograd-grad-batched-P-R", {"a": "P", "g": "R"},
+     ("y = a * 2", "(out,) = torch.autograd.grad(y, [a], grad_outputs=g, is_grads_batched=True)"),
+     "R", make=_BATCH)
 case("2ax-backward-gradient-IR-IP", {"a": 'Tensor[I["dp"], R["tp"]]', "g": 'Tensor[I["dp"], P["tp"]]'},
      ("out = a * 2", "out.backward(g)"), 'Tensor[I["dp"], R["tp"]]')
 case("2ax-backward-gradient-IR-PP", {"a": 'Tensor[I["dp"], R["tp"]]', "g": 'Tensor[P["dp", "tp"]]'},

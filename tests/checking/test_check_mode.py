@@ -697,6 +697,50 @@ def test_autograd_grad_gives_duals_and_checks_the_loss() -> None:
         torch.autograd.backward([(r * 2).sum()], [torch.tensor(1.0)])  # explicit gradient
 
 
+def test_autograd_grad_loss_message_names_the_call() -> None:
+    """The check mode's spmd-backward for ``torch.autograd.grad`` (and
+    ``torch.autograd.backward``) without gradients names the call, as the static checker does,
+    not ``loss.backward()`` (a probe's message named a ``loss`` its code had not): the output's
+    name when the caller holds it, else ``(...)`` and "the output"."""
+    with spmd.typecheck():
+        v = typed(torch.randn(3, requires_grad=True), Tensor[V["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(torch.tanh(v).sum(), v)
+        msg = str(e.value)
+        assert msg.startswith('torch.autograd.grad(...) without grad_outputs needs the loss '
+                              'Invariant or Partial on "tp"'), msg
+        assert "reinterpret(the output, \"tp\", src=V, dst=P)" in msg, msg
+        assert "loss.backward()" not in msg and "reinterpret(loss" not in msg, msg
+        score = torch.tanh(v).sum()
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(score, v)
+        assert str(e.value).startswith("torch.autograd.grad(score, ...) without grad_outputs "
+                                       "needs the loss"), str(e.value)
+        assert "reinterpret(score, " in str(e.value)
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.backward([score])
+        assert str(e.value).startswith("torch.autograd.backward(score, ...) without "
+                                       "grad_tensors needs the loss"), str(e.value)
+        with pytest.raises(SpmdTypeError) as e:
+            score.backward()
+        assert str(e.value).startswith("score.backward() needs the loss"), str(e.value)
+
+
+def test_grads_batched_shift_the_shard_dims() -> None:
+    """``is_grads_batched=True``: dim 0 of each grad_outputs tensor and result is the batch
+    (the shared cases autograd-grad-batched-*); also given positionally."""
+    with spmd.typecheck():
+        w = typed(torch.randn(4, 3, requires_grad=True), Tensor[S[0, "tp"]])
+        out = w * 2.0
+        vs = typed(torch.randn(5, 4, 3), Tensor[S[1, "tp"]])
+        (g,) = torch.autograd.grad(out, w, vs, True, False, True, None, True)
+        assert spmd.typeof(g) == ty(tp=shard(1))
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(out, w, typed(torch.randn(5, 4, 3), Tensor[S[0, "tp"]]),
+                                is_grads_batched=True)
+        assert "with is_grads_batched=True dim 0 of" in str(e.value), str(e.value)
+
+
 def test_an_explicit_gradient_must_be_the_dual_of_its_output() -> None:
     """``out.backward(g)``, ``torch.autograd.backward(outs, gs)``, ``torch.autograd.grad(outs,
     xs, grad_outputs=gs)``: a typed gradient must be the dual of its output on every axis

@@ -1,6 +1,7 @@
 """torch.func over the typed collectives, on real gloo ranks: torch.func.grad, vjp (and its
 vjp: double backward), jvp and jacfwd (forward mode), jacrev, vmap (batch dim first and last), vmap(grad) per-example
-gradients, grad(vmap), and functional_call + grad over the einsum family, for every
+gradients, grad(vmap), torch.autograd.grad(is_grads_batched=True) (torch's legacy vmap over
+the backward, create_graph both ways), and functional_call + grad over the einsum family, for every
 (op, src, dst) of the engine's table (S forms on dims 0, 1, -1), the avg/max/min forms,
 the uneven ``sizes=`` forms, redistribute's routes and the uneven all_to_all.
 
@@ -120,6 +121,37 @@ def check_func_op(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: str, src: s
         want = torch.stack(loop)
         _same(vmap(grad(lambda t, gg: (fn(t) * gg).sum()))(xb, gb), want, "vmap(grad)")
         _same(grad(lambda t: (vmap(fn)(t) * gb).sum())(xb), want, "grad(vmap)")
+        check_grads_batched(fn, x, gb, _batch(src, shapes, f"{name}/vb", me))
+
+
+def check_grads_batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                        gb: torch.Tensor, vb: torch.Tensor) -> None:
+    """``torch.autograd.grad(..., is_grads_batched=True)`` (torch's legacy vmap over the
+    backward: B gradients of ``fn(x)`` at once, ``gb``) against the loop over the batch, and
+    with create_graph: the double backward, batched (``vb``: B gradients of the gradient) and
+    plain (the batched backward's own backward), against their loops."""
+    xl = x.clone().requires_grad_(True)
+    out = fn(xl)
+    loop = [torch.autograd.grad(out, xl, gb[b], retain_graph=True)[0] for b in range(B)]
+    (got,) = torch.autograd.grad(out, xl, gb, retain_graph=True, is_grads_batched=True)
+    _same(got, torch.stack(loop), "autograd.grad(is_grads_batched=True)")
+    # create_graph: the first backward plain, the second batched
+    gl = gb[0].clone().requires_grad_(True)
+    (first,) = torch.autograd.grad(out, xl, gl, create_graph=True)
+    loop = [torch.autograd.grad(first, gl, vb[b], retain_graph=True)[0] for b in range(B)]
+    (got,) = torch.autograd.grad(first, gl, vb, retain_graph=True, is_grads_batched=True)
+    _same(got, torch.stack(loop), "autograd.grad(is_grads_batched=True) of a create_graph grad")
+    # create_graph: the first backward batched, the second plain (through the batched steps)
+    gbl = gb.clone().requires_grad_(True)
+    (firsts,) = torch.autograd.grad(out, xl, gbl, create_graph=True, is_grads_batched=True)
+    (got,) = torch.autograd.grad(firsts, gbl, vb)
+    loop = []
+    for b in range(B):
+        gi = gb[b].clone().requires_grad_(True)
+        (fi,) = torch.autograd.grad(out, xl, gi, create_graph=True)
+        loop.append(torch.autograd.grad(fi, gi, vb[b])[0])
+    _same(got, torch.stack(loop), "the backward of autograd.grad(is_grads_batched=True, "
+                                  "create_graph=True)")
 
 
 def check_func_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any) -> None:
@@ -151,6 +183,7 @@ def check_func_all_to_all_uneven(ctx: Ctx, name: str, mesh_key: str, axis: Any) 
             loop.append(torch.autograd.grad(fn(xi), xi, gb[b])[0])
         _same(vmap(grad(lambda t, gg: (fn(t) * gg).sum()))(xb, gb), torch.stack(loop),
               "vmap(grad)")
+        check_grads_batched(fn, x, gb, xb)
 
 
 class _Block(torch.nn.Module):
@@ -276,6 +309,69 @@ def check_global_redistribute(ctx: Ctx, name: str) -> None:
                   f"{label}: vmap(grad)")
 
 
+def check_grads_batched_model(ctx: Ctx, name: str) -> None:
+    """Hutchinson's K probes at once on a tensor-parallel MLP (w1 S(0), w2 S(1) on the axis):
+    ``torch.autograd.grad(g1, w1, grad_outputs=vs, is_grads_batched=True)`` over the
+    create_graph gradient, plain and under ``spmd.typecheck()`` (the result is S(1): dim 0 is
+    the batch), and ``torch.autograd.functional.jacobian`` / ``hessian`` with vectorize=True
+    (legacy vmap inside), against a float64 single-process reference of the whole model."""
+    import contextlib
+
+    import torch.nn.functional as F
+    from spmd import S
+
+    f64 = torch.float64
+    n, me = ctx.world, ctx.rank
+    gen = torch.Generator().manual_seed(7)
+    W1, W2 = torch.randn(8, 4, dtype=f64, generator=gen), torch.randn(4, 8, dtype=f64, generator=gen)
+    VS = torch.randn(3, 8, 4, dtype=f64, generator=gen)
+    X = torch.linspace(-1, 1, 8, dtype=f64).reshape(2, 4)
+    w = W1.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad((F.linear(torch.tanh(F.linear(X, w)), W2) ** 2).sum(), w,
+                               create_graph=True)
+    (want,) = torch.autograd.grad(g, w, grad_outputs=VS, is_grads_batched=True)
+    rows = slice(me * 8 // n, (me + 1) * 8 // n)
+
+    def loss_of(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        x = spmd.declare(X.clone(), Tensor[R["x"]])
+        a = torch.tanh(F.linear(x, w1))
+        return (spmd.all_reduce(spmd.linear(a, w2, out_partial_axes="x"), "x", src=P,
+                                dst=spmd.I) ** 2).sum()
+
+    with spmd.set_mesh(ctx.mesh("1d")):
+        for mode in ("plain", "check"):
+            with spmd.typecheck() if mode == "check" else contextlib.nullcontext():
+                w1 = spmd.declare(W1[rows].clone(), Tensor[S[0, "x"]]).requires_grad_(True)
+                w2 = spmd.declare(W2[:, rows].clone(), Tensor[S[1, "x"]]).requires_grad_(True)
+                vs = spmd.declare(VS[:, rows].clone(), Tensor[S[1, "x"]])
+                (g1,) = torch.autograd.grad(loss_of(w1, w2), (w1,), create_graph=True)
+                (hv,) = torch.autograd.grad(g1, (w1,), grad_outputs=(vs,), is_grads_batched=True)
+                if mode == "check":
+                    assert spmd.typeof(hv) == spmd.typeof(vs), spmd.typeof(hv)
+                full = spmd.all_gather(hv, "x", src=S(1), dst=spmd.I)
+            torch.testing.assert_close(full, want, msg=lambda m: f"{mode}: {m}")
+
+        # jacobian / hessian, vectorized (the backward under torch's legacy vmap)
+        XS = torch.randn(8, dtype=f64, generator=gen)
+
+        def f(t: torch.Tensor) -> torch.Tensor:
+            shard = spmd.convert(t, "x", src=spmd.I, dst=S(0))
+            return spmd.all_gather(torch.sin(shard) * shard, "x", src=S(0), dst=spmd.I)
+
+        def h(t: torch.Tensor) -> torch.Tensor:
+            return spmd.all_reduce(spmd.sum(torch.sin(spmd.convert(t, "x", src=spmd.I,
+                                                                   dst=S(0))) ** 2,
+                                            out_partial_axes="x"), "x", src=P, dst=spmd.I)
+
+        want_j = torch.autograd.functional.jacobian(lambda t: torch.sin(t) * t, XS)
+        want_h = torch.autograd.functional.hessian(lambda t: (torch.sin(t) ** 2).sum(), XS)
+        for vec in (False, True):
+            torch.testing.assert_close(torch.autograd.functional.jacobian(f, XS, vectorize=vec),
+                                       want_j, msg=lambda m: f"jacobian vectorize={vec}: {m}")
+            torch.testing.assert_close(torch.autograd.functional.hessian(h, XS, vectorize=vec),
+                                       want_h, msg=lambda m: f"hessian vectorize={vec}: {m}")
+
+
 def _cases(n: int) -> Iterator[tuple[str, dict[str, Any]]]:
     for op, src, dst, expert in transition_cases():
         yield f"{op}({src},{dst})", dict(op=op, src=src, dst=dst, expert=expert)
@@ -323,7 +419,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                                             mesh_key=mesh_key, axis=axis)))
     checks += named_checks(world, "func", (check_functional_call_grad,
                                            check_vmap_refuses_scalar_examples,
-                                           check_check_mode_grad))
+                                           check_check_mode_grad, check_grads_batched_model))
     if world == 4:
         checks += named_checks(world, "func", (check_global_redistribute,))
     names = [c[0] for c in checks]
