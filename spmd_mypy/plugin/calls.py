@@ -2868,12 +2868,15 @@ def _with_bindings(ctx: AnyCtx, ops: list[Operand]) -> list[Operand] | None:
     func = global_calls.current_function(ctx.api)
     if func is None:
         return None
+    here = ctx.context
+    if not isinstance(here, Expression):
+        return None
     nodes: dict[str, SymbolNode] = {}
-    for sub in get_subexpressions(ctx.context):
+    for sub in get_subexpressions(here):
         if isinstance(sub, NameExpr) and sub.node is not None:
             nodes.setdefault(sub.name, sub.node)
     assigned = assignments_by_name(func)
-    line = ctx.context.line
+    line = here.line
     out: list[Operand] = []
     changed = False
     for o in ops:
