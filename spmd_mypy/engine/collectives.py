@@ -339,8 +339,24 @@ def _index_fix(ix: IndexValue, src: LocalType, dst: LocalType, x: str,
 
 
 def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, ...],
-            rank_max: RankMax | None = None, index: IndexValue | None = None) -> str:
-    """'P to R is a reduction: use all_reduce(x, "tp", src=P, dst=R)'."""
+            rank_max: RankMax | None = None, index: IndexValue | None = None,
+            norm: LocalNorm | None = None) -> str:
+    """'P to R is a reduction: use all_reduce(x, "tp", src=P, dst=R)'.  ``norm``: the value
+    is computed from a softmax along a dim that may be sharded on ``axis``
+    (:class:`LocalNorm`): its fix leads the sum over the ranks."""
+    # (an index's fix gathers the softmax's input already: _index_fix)
+    hint = norm.hint(axis) if norm is not None and index is None else None
+    if (norm is not None and hint is not None and src.kind is Kind.V and src.dim is None
+            and dst.dim is None):
+        rest = suggest(src, dst, x_text, axis, rank_max, index)
+        if isinstance(axis, str) and axis in norm.sharded:
+            # the dim normalised is the one sharded: the normaliser is the mistake
+            head, _, tail = rest.partition(": ")
+            return f"{head}: {hint}; then, {tail}"
+        if _summed_dim(x_text) == norm.dim:
+            # a dim not known to be sharded, summed after the normalisation along it (an
+            # entropy, a KL): the sum's fix first, then the normaliser's on that condition
+            return f"{rest}; {hint}"
     r = route(src, dst)
     if r is None:
         return f"{_arg(src)} to {_arg(dst)} needs no op"
@@ -437,12 +453,7 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
         elif after is None:
             ax = format_axis(axis)
             text += (f", or all_reduce(reinterpret({bare(x_text)}, {ax}, src=V, dst=P), {ax}, "
-                     f"src=P, dst={_arg(dst)}) to sum them (right only when {bare(x_text)} is a "
-                     f"per-rank part of a sum, such as a loss summed over this rank's own rows or "
-                     f"a sum of squares before its sqrt; not a non-linear function (a loss, a "
-                     f"softmax, a norm) of such parts, e.g. of logits from a matmul over a dim "
-                     f"sharded on {ax}: all-reduce those parts first, "
-                     f"spmd.matmul/linear/einsum(..., out_partial_axes={ax}) makes them P)")
+                     f"src=P, dst={_arg(dst)}) to sum them ({parts_caveat(bare(x_text), ax)})")
         else:
             # the ranks' values of sqrt(...) (norm(...), exp(...)) do not add up to the value
             # of their sum: what sums over the ranks is the partial sum inside
@@ -665,13 +676,80 @@ def _summed_reduction(x_text: str, axis: str | tuple[str, ...], dst: LocalType) 
     ax = format_axis(axis)
     total = (f"spmd.all_reduce(spmd.sum({x}{', ' + args if args else ''}, out_partial_axes="
              f"{ax}), {ax}, src=P, dst={_arg(dst)})")
+    # the caveat of every sum over the ranks (parts_caveat), and what spmd.sum can check: the
+    # reduced dim against its operand's shard dim, which a V operand (a softmax's result,
+    # say: its dim is lost) does not carry
+    checks = (f"spmd.sum checks that a reduced dim is sharded on {ax} only where {x} is S(i) "
+              f"there: a V one (a softmax's result, say) it takes on trust")
     if red in SUM_REDUCTIONS:
         return (f"if {text} reduces a dim sharded on {ax}, each rank holds its part of the sum: "
-                f"{total} sums the parts (spmd.sum checks that a reduced dim is sharded on {ax})")
+                f"{total} sums the parts ({parts_caveat(x, ax)}; {checks})")
     return (f"if {text} reduces a dim sharded on {ax}, each rank's {red} covers its shard only, "
             f"and the ranks' {red}s do not sum to the whole's: {total} / n, n the count over "
-            f"all the ranks (the product of the reduced dims' global sizes; spmd.sum checks "
-            f"that a reduced dim is sharded on {ax})")
+            f"all the ranks (the product of the reduced dims' global sizes; "
+            f"{parts_caveat(x, ax)}; {checks})")
+
+
+def _summed_dim(x_text: str) -> str | None:
+    """The dim of the sum ``x_text`` ends in, as written (``(p * lp).sum(-1)``,
+    ``-(p * lp).sum(dim=-1)``: "-1"); None for another text or a sum over every dim."""
+    text = bare(x_text)
+    parsed = _reduction_call(text, "sum") if text.endswith(")") else None
+    if parsed is None or not parsed[1]:
+        return None
+    first = _top_level_args(parsed[1])[0]
+    return first.split("=", 1)[1].strip() if first.startswith("dim") and "=" in first else first
+
+
+def parts_caveat(x: str, ax: str) -> str:
+    """When summing the ranks' values of ``x`` over ``ax`` is right, and when not: the
+    caveat of every fix that sums per-rank parts (a reinterpret to P and an all_reduce, a
+    ``spmd.sum(..., out_partial_axes=)``)."""
+    return (f"right only when {x} is a per-rank part of a sum, such as a loss summed over this "
+            f"rank's own rows or a sum of squares before its sqrt; not a non-linear function (a "
+            f"loss, a softmax, a norm) of such parts, e.g. of logits from a matmul over a dim "
+            f"sharded on {ax}: all-reduce those parts first, "
+            f"spmd.matmul/linear/einsum(..., out_partial_axes={ax}) makes them P")
+
+
+_NORMALISERS = frozenset(("softmax", "log_softmax", "logsumexp"))
+
+
+@dataclass(frozen=True)
+class LocalNorm:
+    """A V value computed from a softmax, log_softmax or logsumexp along a dim (``lp`` of
+    ``lp = F.log_softmax(logits, -1)``; the adapter reads the name's binding or the
+    value's text): along a dim sharded on an axis, each rank normalises its own block of it,
+    and a sum of the ranks' values (``spmd.sum(lp.exp() * (lp - lr), -1,
+    out_partial_axes=)``) is not the value over the whole dim.  ``sharded``: the axes on which
+    ``input`` is S(``dim``) (known); ``varying``: those on which it is V (a dim not known)."""
+
+    name: str      # the normalised value as written (a name, or the call itself)
+    source: str    # the normalising call as written
+    op: str        # softmax, log_softmax or logsumexp
+    input: str     # its input as written
+    dim: str       # its dim as written
+    sharded: tuple[str, ...] = ()
+    varying: tuple[str, ...] = ()
+
+    def hint(self, axis: str | tuple[str, ...]) -> str | None:
+        """What the fix of a sum of its ranks' values says first on ``axis``, or None."""
+        if not isinstance(axis, str) or axis not in self.sharded + self.varying:
+            return None
+        ax, x, d = format_axis(axis), self.input, self.dim
+        m = f'm = spmd.all_reduce({receiver(x)}.detach().amax({d}), {ax}, src=V, dst=R, op="max")'
+        z = (f"s = {x} - m.unsqueeze({d}); z = spmd.all_reduce(spmd.reinterpret("
+             f"s.exp().sum({d}), {ax}, src=V, dst=P), {ax}, src=P, dst=R)")
+        whole = {"log_softmax": f"s - z.log().unsqueeze({d})",
+                 "softmax": f"s.exp() / z.unsqueeze({d})",
+                 "logsumexp": f"z.log() + m"}[self.op]
+        of = "" if self.name == self.source else f" ({self.name} = {self.source})"
+        block = (f"{self.name} is normalised per rank's block of dim {d}{of}" if axis in self.sharded
+                 else f"if dim {d} of {x} is sharded on {ax}, {self.name} is normalised per "
+                      f"rank's block of it{of}")
+        return (f"{block}: all_reduce the normaliser first (the vocab-parallel {self.op}: the "
+                f"max must be taken over the ranks before shifting, {m}; {z}; then {whole} in "
+                f"place of {self.source})")
 
 
 def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) -> str | None:
@@ -706,19 +784,23 @@ def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) ->
 
 
 def varying_statistic_fix(x_text: str, lt: LocalType, axis: str, can_grad: bool,
-                          leaf: bool = False) -> str | None:
+                          leaf: bool = False, made: str = "") -> str | None:
     """The collective that makes a V operand I when it is this rank's statistic of a dim
     sharded on ``axis`` (a max shift or a logsumexp not all-reduced, beside the I values of
     the whole): its text ends in a reduction, its layout shows the shard dim reduced
     (``lt.by_rank``: V at some rank), or it carries no gradient (a statistic made under
     no_grad, not a ``leaf``: a frozen weight carries none either); None for any other V,
     whose mix is the I operand's to fix."""
-    chain = call_chain(x_text) or []
+    x = bare(x_text)
+    # a name bound once (``lse = torch.logsumexp(logits, dim=-1)``): its binding shows the
+    # reduction (``made``, read by the adapter)
+    named = bool(made) and x.isidentifier() and "..." not in made
+    chain = call_chain(made if named else x_text) or []
     reds = [c for c in chain if c in SUM_REDUCTIONS or c in MAX_REDUCTIONS or c in _OTHER_REDUCTIONS]
     reduced = lt.by_rank is not None and any(d is None for _, d in lt.by_rank)
-    if not reds and not reduced and (can_grad or leaf):
+    picked = named and not reds and any(c in ("gather", "take_along_dim") for c in chain)
+    if not reds and not reduced and not picked and (can_grad or leaf):
         return None
-    x = bare(x_text)
     ax = format_axis(axis)
     detached = f"{receiver(x_text)}.detach()" if can_grad and ".detach()" not in x else x
     # a name is made I where it is made, so that every use sees the whole's (a max shift
@@ -732,6 +814,20 @@ def varying_statistic_fix(x_text: str, lt: LocalType, axis: str, can_grad: bool,
                 f'all_reduce({detached}, {ax}, src=V, dst=I, op="{op}")')
     if reds and chain[-1] == reds[-1] and reds[-1] in SUM_REDUCTIONS:
         return f"if {x} is this rank's part of a sum over a dim sharded on {ax}, {make}{the_sum}"
+    if picked:
+        # the entries of this rank's block picked out (a vocab-parallel log-prob's logit of
+        # the target token, zero where another rank's block holds it): a part of a sum
+        pick = next(c for c in chain if c in ("gather", "take_along_dim"))
+        return (f"if {x} holds this rank's entries of a dim sharded on {ax} (picked by the "
+                f"{pick} in its binding; zeros where another rank's block holds them), it is "
+                f"this rank's part of a sum: {make}{the_sum}")
+    if reds and named and chain[-1] == reds[-1]:
+        parsed = _reduction_call(bare(made), reds[-1])
+        inp, args = parsed if parsed is not None else ("x", "d")
+        d = _top_level_args(args)[0].split("=", 1)[-1].strip() if args else "d"
+        return (f"if {x} = {bare(made)} reduces a dim sharded on {ax}, {x} covers this rank's "
+                f"shard only: {_over_ranks(reds[-1], ax, inp, d)} first, in place of "
+                f"{bare(made)}")
     if reds:
         return (f"if the {reds[-1]} in {x} reduces a dim sharded on {ax}, {x} covers this "
                 f"rank's shard only: {_over_ranks(reds[-1], ax)} first")
@@ -741,29 +837,30 @@ def varying_statistic_fix(x_text: str, lt: LocalType, axis: str, can_grad: bool,
             f"(the max, then the all-reduced sum of exp(x - max), before the log)")
 
 
-def _over_ranks(red: str, ax: str) -> str:
+def _over_ranks(red: str, ax: str, x: str = "x", d: str = "d") -> str:
     """How reduction ``red`` of ``x`` over dim ``d`` sharded on ``ax`` is computed over the
-    ranks (for a message: x and d stand for its input and dim)."""
-    the_max = f'm = all_reduce(x.detach().amax(d), {ax}, src=V, dst=I, op="max")'
-    the_sum = f"all_reduce(reinterpret(x.sum(d), {ax}, src=V, dst=P), {ax}, src=P, dst=I)"
+    ranks (for a message: x and d stand for its input and dim, unless given)."""
+    the_max = f'm = all_reduce({receiver(x)}.detach().amax({d}), {ax}, src=V, dst=I, op="max")'
+    the_sum = f"all_reduce(reinterpret({receiver(x)}.sum({d}), {ax}, src=V, dst=P), {ax}, src=P, dst=I)"
+    its = " (x and d its input and dim)" if (x, d) == ("x", "d") else ""
+    rx = receiver(x)
     if red in MAX_REDUCTIONS:
         op = MAX_REDUCTIONS[red]
-        return (f'take the {op} over the ranks first, all_reduce(x.detach().a{op}(d), {ax}, '
+        return (f'take the {op} over the ranks first, all_reduce({rx}.detach().a{op}({d}), {ax}, '
                 f'src=V, dst=I, op="{op}")')
     if red in ("logsumexp", "softmax", "log_softmax"):
         return (f"compute the logsumexp over the ranks, {the_max}, then "
-                f"all_reduce(reinterpret((x - m.unsqueeze(d)).exp().sum(d), {ax}, src=V, dst=P), "
-                f"{ax}, src=P, dst=I).log() + m (x and d its input and dim)"
+                f"all_reduce(reinterpret(({x} - m.unsqueeze({d})).exp().sum({d}), {ax}, src=V, "
+                f"dst=P), {ax}, src=P, dst=I).log() + m{its}"
                 + (f", and the {red} from it" if red != "logsumexp" else ""))
     if red in ("mean", "nanmean"):
-        return (f"divide the sum over the ranks, {the_sum}, by the count over the ranks "
-                f"(x and d its input and dim)")
+        return (f"divide the sum over the ranks, {the_sum}, by the count over the ranks{its}")
     if red in _NORMS:
         return (f"take the sqrt of the sum of squares over the ranks, "
-                f"all_reduce(reinterpret(x.square().sum(d), {ax}, src=V, dst=P), {ax}, src=P, "
-                f"dst=I).sqrt() (x and d its input and dim)")
+                f"all_reduce(reinterpret({rx}.square().sum({d}), {ax}, src=V, dst=P), {ax}, src=P, "
+                f"dst=I).sqrt(){its}")
     return (f"compute the {red} over the ranks from all-reduced sums ({the_sum}) or maxima "
-            f'(op="max"), x and d its input and dim')
+            f'(op="max"){", " + its[2:-1] if its else ""}')
 
 
 @dataclass
@@ -1122,7 +1219,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
                    made_by: MadeBy | None = None, gradient_free: bool = False,
                    ndim: int | None = None, rank_max: RankMax | None = None,
                    index: IndexValue | None = None,
-                   rank_every: RankEvery | None = None) -> list[SpmdError]:
+                   rank_every: RankEvery | None = None,
+                   norm: LocalNorm | None = None, no_grad: bool = False) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
@@ -1145,6 +1243,10 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     value keeps the rule, even one computed without gradients (under ``torch.no_grad()``,
     ``.detach()``): its declared R or I says what its gradient does once one flows again
     (a result returned to a caller that differentiates, a ``requires_grad_()``).
+    ``norm``: the value is computed from a softmax along a dim that may be sharded
+    (:class:`LocalNorm`): the normaliser's all-reduce leads the fix.
+    ``no_grad``: the value is computed where no gradient is recorded: an R where I is needed
+    there names a mask or token ids declared R as the likely cause.
     ``ndim``: the value's rank, where the adapter knows it (the check mode, which compares
     ``S(-1)`` and ``S(2)`` of a 3-d value as one layout and passes the types as written):
     two shard dims that differ are then different dims, whatever their signs.
@@ -1189,7 +1291,16 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             r = route(have, want)
             op = r[0] if r is not None else ""
             fix = (made_by.fix(ax, want) if made_by is not None else None) or suggest(
-                have, want, x_text, ax, rank_max, index)
+                have, want, x_text, ax, rank_max, index, norm)
+            if no_grad and have.kind is Kind.R and want.kind is Kind.I:
+                # under no_grad an I beside an R without a gradient is R (SAME_VALUES): most
+                # often a bool or integer tensor declared R, a mask or token ids, which the
+                # static checker cannot tell from a float by its type (the check mode can)
+                axw = format_axis(ax)
+                fix += (f"; if {bare(x_text)} is R because of a bool or integer tensor in it "
+                        f"declared R on {axw} (a mask, token ids, data loaded whole), declare "
+                        f"that tensor I on {axw} instead: it carries no gradient, and beside I "
+                        f"values it keeps them I")
             if rank_every is not None and have.kind is Kind.V and rank_every.covers(ax):
                 fix = f"{rank_every.hint()}; if the rank over every axis is meant: {fix}"
         on = axis_words((ax,) if isinstance(ax, str) else ax)
@@ -1308,7 +1419,8 @@ def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: 
                        rank_max: RankMax | None = None,
                        index: IndexValue | None = None,
                        gradient_free: bool = False,
-                       rank_every: RankEvery | None = None) -> list[SpmdError]:
+                       rank_every: RankEvery | None = None,
+                       norm: LocalNorm | None = None, no_grad: bool = False) -> list[SpmdError]:
     """A value passed where one of several types is declared (a union parameter,
     ``Tensor[R["tp"]] | Tensor[V["tp"]]``): no error if it fits one; else the first
     type's errors, with its fix, naming the others the parameter takes."""
@@ -1316,7 +1428,7 @@ def check_argument_any(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: 
     for k, expected in enumerate(wanted):
         errors = check_argument(actual, expected, x_text=x_text, where=where, made_by=made_by,
                                 rank_max=rank_max, index=index, gradient_free=gradient_free,
-                                rank_every=rank_every)
+                                rank_every=rank_every, norm=norm, no_grad=no_grad)
         if not errors:
             return []
         if k == 0:

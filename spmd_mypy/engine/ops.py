@@ -140,6 +140,10 @@ class Operand:
     # A rank-derived slice (rank_index_operand): the dim of the operand it cuts
     # (``w[:, r * k:(r + 1) * k]``: 1), where the adapter reads it
     cut: int | None = None
+    # A local name's value as its one binding before the op writes it (``lse`` of ``lse =
+    # torch.logsumexp(logits, dim=-1)``), where the adapter reads it: the invariant-mix rule's
+    # fix of a V statistic reads the reduction there (static checker only; "" else)
+    made: str = ""
 
     @property
     def is_scalar(self) -> bool:
@@ -176,9 +180,9 @@ class _SourceOperand(Operand):
         if not isinstance(other, Operand):
             return NotImplemented
         return ((self.type, self.text, self.can_grad, self.role, self.shape, self.zero, self.leaf,
-                 self.cut)
+                 self.cut, self.made)
                 == (other.type, other.text, other.can_grad, other.role, other.shape, other.zero,
-                    other.leaf, other.cut))
+                    other.leaf, other.cut, other.made))
 
     __hash__ = Operand.__hash__
 
@@ -196,6 +200,7 @@ def source_operand(type: SpmdType | None, source: object, render: Callable[[Any]
     o.zero = zero
     o.leaf = leaf
     o.cut = None
+    o.made = ""
     o._source = source
     o._render = render
     return o
@@ -1069,7 +1074,7 @@ def _rule_on_axis(
                 from .collectives import varying_statistic_fix  # imports this module's neighbours
 
                 first = varying_statistic_fix(other_o.text, other, axis, other_o.can_grad,
-                                              other_o.leaf)
+                                              other_o.leaf, other_o.made)
                 if first is not None:
                     fix = f"{first}; else {fix}"
             if (other.kind is Kind.R and not other_o.text.startswith("self.")

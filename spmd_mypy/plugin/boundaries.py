@@ -129,7 +129,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import SpmdType, refines, refines_as_printed
 from .autograd import is_autograd_function
-from .calls import expr_text, made_by, rank_every, rank_max
+from .calls import expr_text, local_norm, made_by, rank_every, rank_max
 from .index_values import index_value
 from .texts import ELIDED
 from .codes import ERROR_CODES
@@ -841,6 +841,14 @@ class BoundaryChecker:
         tree: MypyFile | None = getattr(self._chk, "tree", None)
         return self.plugin.regions.integer_valued(tree, e.line, e)
 
+    def _no_grad(self, e: Expression | None) -> bool:
+        """Whether ``e`` is computed where no gradient is recorded (a torch.no_grad() block,
+        a no_grad function)."""
+        if e is None or self._chk is None:
+            return False
+        tree: MypyFile | None = getattr(self._chk, "tree", None)
+        return self.plugin.regions.in_no_grad(tree, e.line)
+
     def _type_of(self, e: Expression) -> SpmdType | None:
         """The SPMD type the checker inferred for ``e`` (None: unknown, or no checker)."""
         t = self._chk.lookup_type_or_none(e) if self._chk is not None else None
@@ -890,11 +898,20 @@ class BoundaryChecker:
                 # a V made by a rank query over every axis where one axis's rank was meant
                 every = rank_every(expr, self._func, self.plugin.regions, self._type_of,
                                    self.plugin.config.mesh_axes)
-                if index is not None or every is not None:
+                # a softmax of this rank's block of a sharded dim: its normaliser first
+                norm = local_norm(expr, self._func, self._type_of)
+                if index is not None or every is not None or norm is not None:
                     # an argmax of this rank's shard: no gather of it
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
                                                  made_by=by, rank_max=at_max, index=index,
-                                                 gradient_free=free, rank_every=every)
+                                                 gradient_free=free, rank_every=every,
+                                                 norm=norm)
+                if errors and self._no_grad(expr):
+                    # an R where I is needed may come of a mask declared R (engine no_grad)
+                    errors = coll.check_argument(have, want, x_text=text, where=where(text),
+                                                 made_by=by, rank_max=at_max, index=index,
+                                                 gradient_free=free, rank_every=every,
+                                                 norm=norm, no_grad=True)
             return [(e, expr) for e in errors]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):

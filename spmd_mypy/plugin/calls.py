@@ -801,6 +801,13 @@ class CallTyper:
                                    reduction=read_reduction(ctx, op), move=move)
                 if self.rank_exprs:  # only files with a rank query (rank_index)
                     result = self._rank_derived(ctx, op, spec, ops, result, self.strict(ctx))
+                if any(e.code == "spmd-invariant-mix" for e in result.errors):
+                    # a V name's binding may show this rank's statistic (a local logsumexp):
+                    # the fix completes that reduction first (engine varying_statistic_fix)
+                    bound = _with_bindings(ctx, ops)
+                    if bound is not None:
+                        result = propagate(spec, bound, strict=self.strict(ctx),
+                                           reduction=read_reduction(ctx, op), move=move)
             errors = result.errors
             if inplace and method and errors:
                 errors = self._reduced_gradient_hint(ctx, errors, ops)
@@ -2589,6 +2596,7 @@ class CallTyper:
                             errors = coll.check_argument_any(have, wanted, x_text=x_text,
                                                              where=where, made_by=by,
                                                              gradient_free=True)
+                        at_max = ix = every = norm = None
                         if errors and index is None:
                             # the fix of a value computed from this rank's max (read only
                             # for an error: the walk over the function's assignments)
@@ -2599,11 +2607,21 @@ class CallTyper:
                             every = rank_every(expr, global_calls.current_function(ctx.api),
                                                self.plugin.regions, self.type_of_expr(ctx),
                                                self.plugin.config.mesh_axes)
-                            if at_max is not None or ix is not None or every is not None:
+                            norm = local_norm(expr, global_calls.current_function(ctx.api),
+                                              self.type_of_expr(ctx))
+                            if (at_max is not None or ix is not None or every is not None
+                                    or norm is not None):
                                 errors = coll.check_argument_any(
                                     have, wanted, x_text=x_text, where=where, made_by=by,
                                     rank_max=at_max, index=ix, gradient_free=free,
-                                    rank_every=every)
+                                    rank_every=every, norm=norm)
+                        if errors and not self.can_grad(ctx, expr):
+                            # under no_grad: an R where I is needed may come of a mask
+                            # declared R (engine check_argument's no_grad)
+                            errors = coll.check_argument_any(
+                                have, wanted, x_text=x_text, where=where, made_by=by,
+                                rank_max=at_max, index=ix, gradient_free=free,
+                                rank_every=every, norm=norm, no_grad=True)
                         if optional:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
@@ -2841,6 +2859,106 @@ def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
             if defs:
                 seen.add(sub.node)
                 todo.append((defs[-1][1], defs[-1][0]))
+    return None
+
+
+def _with_bindings(ctx: AnyCtx, ops: list[Operand]) -> list[Operand] | None:
+    """``ops`` with each local name's binding before the op (``Operand.made``), for the
+    invariant-mix rule's fix of a V statistic; None when no operand is such a name."""
+    func = global_calls.current_function(ctx.api)
+    if func is None:
+        return None
+    here = ctx.context
+    if not isinstance(here, Expression):
+        return None
+    nodes: dict[str, SymbolNode] = {}
+    for sub in get_subexpressions(here):
+        if isinstance(sub, NameExpr) and sub.node is not None:
+            nodes.setdefault(sub.name, sub.node)
+    assigned = assignments_by_name(func)
+    line = here.line
+    out: list[Operand] = []
+    changed = False
+    for o in ops:
+        node = nodes.get(o.text) if o.type else None
+        defs = [v for at, v, k in assigned.get(node, []) if k < 0 and at <= line] if node else []
+        if defs:
+            o = dataclasses.replace(o, made=code_text(defs[-1]))
+            changed = True
+        out.append(o)
+    return out if changed else None
+
+
+_NORMALISERS: Final = ("softmax", "log_softmax", "logsumexp")
+
+
+def _normaliser(e: Expression, type_of: Callable[[Expression], SpmdType | None]
+                ) -> tuple[Expression, str, str] | None:
+    """(input, op, dim text) of ``e`` when it is a softmax, log_softmax or logsumexp along a
+    literal dim (``F.log_softmax(x, -1)``, ``x.softmax(dim=-1)``, ``torch.logsumexp(x, 1)``)."""
+    if not isinstance(e, CallExpr) or not isinstance(e.callee, MemberExpr):
+        return None
+    op = e.callee.name
+    if op not in _NORMALISERS:
+        return None
+    args = [a for a, n in zip(e.args, e.arg_names) if n is None]
+    named = {n: a for a, n in zip(e.args, e.arg_names) if n is not None}
+    base = e.callee.expr
+    method = type_of(base) is not None
+    if not method:  # torch.softmax(x, d), F.log_softmax(x, d)
+        if not args and "input" not in named:
+            return None
+        x: Expression = args[0] if args else named["input"]
+        args = args[1:]
+    else:
+        x = base
+    dim_e = named.get("dim", args[0] if args else None)
+    dim: int | None = None
+    if isinstance(dim_e, IntExpr):
+        dim = dim_e.value
+    elif isinstance(dim_e, UnaryExpr) and dim_e.op == "-" and isinstance(dim_e.expr, IntExpr):
+        dim = -dim_e.expr.value
+    if dim is None:
+        return None
+    return x, op, str(dim)
+
+
+def local_norm(e: Expression | None, func: FuncDef | None,
+               type_of: Callable[[Expression], SpmdType | None]) -> coll.LocalNorm | None:
+    """A softmax, log_softmax or logsumexp along a literal dim that ``e`` is computed from
+    (in its text, or in the binding before it of a name it reads, through names bound once
+    in ``func``) whose input is V on some axis (:class:`coll.LocalNorm`): S(dim) there, each
+    rank normalises its own block of the dim; V, it may.  Read for an error only."""
+    if e is None:
+        return None
+    assigned = ({node: [(line, value) for line, value, k in defs if k < 0]
+                 for node, defs in assignments_by_name(func).items()} if func is not None else {})
+    seen: set[SymbolNode] = set()
+    todo: list[tuple[Expression, int, str | None]] = [(e, e.line, None)]
+    while todo and len(seen) < 16:
+        x, line, bound = todo.pop(0)
+        for sub in get_subexpressions(x):
+            found = _normaliser(sub, type_of)
+            if found is not None:
+                inp, op, dim = found
+                t = type_of(inp)
+                if t is not None:
+                    sharded = tuple(a for a, lt in t.axes
+                                    if lt.kind is Kind.V and lt.dim is not None
+                                    and str(lt.dim) == dim)
+                    varying = tuple(a for a, lt in t.axes if lt.kind is Kind.V and lt.dim is None)
+                    if sharded or varying:
+                        src = expr_text(sub)
+                        name = bound if bound is not None and sub is x else src
+                        return coll.LocalNorm(name, src, op, expr_text(inp), dim, sharded, varying)
+            if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
+                continue
+            defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
+            if not defs:
+                continue
+            seen.add(sub.node)
+            at, value = defs[-1]
+            todo.append((value, at, sub.name.rstrip("'")))
     return None
 
 

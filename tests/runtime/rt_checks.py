@@ -1336,6 +1336,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "peft-fixes":  # the peft probe's message fixes, run (rt_peft_fixes.py)
         import rt_peft_fixes
         return rt_peft_fixes.suite(world)
+    if name == "vocab-fixes":  # vocab-parallel entropy, KL, logsumexp fixes (rt_vocab_fixes.py)
+        import rt_vocab_fixes
+        return rt_vocab_fixes.suite(world)
     if name == "replicas":  # spmd.check_replicas (rt_replicas.py)
         import rt_replicas
         return rt_replicas.suite(world)
