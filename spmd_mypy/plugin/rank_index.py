@@ -13,9 +13,13 @@ comparison whose operand, and call whose argument mentions one is recorded by no
 axes it varies on.  The op hook asks only for a recorded node (by id, ``RegionIndex.rank_exprs``): code without
 rank queries pays a dict truth test per op.
 
-Axes: ``mesh.get_local_rank("tp")`` / ``mesh_dim="tp"`` / ``mesh["tp"].get_local_rank()`` and
-``get_rank(mesh.get_group("tp"))`` vary on "tp"; any other query (no group, a group or mesh dim
-the source does not name) on every mesh axis (:data:`EVERY`).
+Axes (:func:`query_axes`, the one place that decides them for both rules):
+``mesh.get_local_rank("tp")`` / ``mesh_dim="tp"`` / ``mesh["tp"].get_local_rank()``,
+``get_rank(g)`` of a group :func:`group_axis` reads as "tp" (``mesh.get_group("tp")``, a local
+or ``self`` attribute bound to one) and Megatron's ``get_tensor_model_parallel_rank()`` vary on
+"tp"; ``os.environ["RANK"]`` (``LOCAL_RANK``) and any other query (no group, a group or mesh dim
+the source does not name) on every mesh axis (:data:`EVERY`).  A comparison every rank passes
+(``dist.get_rank() >= 0``, ``r < world_size``: :meth:`_Scan.uniform`) varies on none.
 """
 
 from __future__ import annotations
@@ -358,21 +362,21 @@ class _Scan:
             else:
                 pairs.append((target, value))
         groups: dict[str, Optional[str]] = {}
-        for target, value in pairs:
-            if isinstance(target, NameExpr):
-                axis = group_axis(value) if value is not None else None
-                if target.name in groups and groups[target.name] != axis:
+        for name_e, bound in pairs:
+            if isinstance(name_e, NameExpr):
+                axis = group_axis(bound) if bound is not None else None
+                if name_e.name in groups and groups[name_e.name] != axis:
                     axis = None
-                groups[target.name] = axis
+                groups[name_e.name] = axis
         for n, a in groups.items():
             if a is not None:
                 self.groups[n] = a
-        for target, value in pairs:  # after the groups: r = dist.get_rank(tp_group)
-            if isinstance(target, NameExpr):
-                got = self.count(value) if value is not None else None
-                if target.name in self.counts and self.counts[target.name] != got:
+        for name_e, bound in pairs:  # after the groups: r = dist.get_rank(tp_group)
+            if isinstance(name_e, NameExpr):
+                got = self.count(bound) if bound is not None else None
+                if name_e.name in self.counts and self.counts[name_e.name] != got:
                     got = None
-                self.counts[target.name] = got
+                self.counts[name_e.name] = got
 
     def count(self, e: Expression) -> Optional[tuple[str, str]]:
         """("rank", what) when ``e`` is a rank itself, ("size", what) when it is the number of
@@ -1314,7 +1318,7 @@ def axes_in(axes: frozenset, mesh_axes: tuple[str, ...]) -> list[str]:
     return [a for a in mesh_axes if a in axes]
 
 
-def every_query(e: Expression, func: FuncDef) -> Optional[CallExpr]:
+def every_query(e: Expression, func: FuncDef) -> Optional[Expression]:
     """The rank query over every mesh axis (``dist.get_rank()``) that ``e`` is computed from,
     through the assignments of ``func``; None when there is none (a helper that returns
     one: not followed).  Read on the error path only (an error's hint names it)."""
