@@ -349,10 +349,14 @@ class _Scan:
         # None: bound otherwise too
         self.counts: dict[str, Optional[tuple[str, str]]] = {}
 
-    def read_bindings(self) -> None:
+    def read_bindings(self, params: Optional[set[str]] = None) -> None:
         """:attr:`groups` and :attr:`counts` from the function's bindings (once, before the
-        rank-derived names)."""
+        rank-derived names).  ``params``: the function's parameters, bound to any value by
+        the caller (``def f(group=None): if group is None: group = mesh.get_group("tp")``;
+        ``rank >= 0`` of a rank parameter is no range end)."""
         pairs: list[tuple[Expression, Optional[Expression]]] = []
+        for p in params or ():
+            pairs.append((NameExpr(p), None))
         for target, value in self.binds:
             if isinstance(target, (TupleExpr, ListExpr)):
                 if isinstance(value, (TupleExpr, ListExpr)) and len(value.items) == len(target.items):
@@ -615,9 +619,7 @@ class _Scan:
 
     def run(self, func: FuncDef, out: dict[int, tuple[Expression, frozenset, Expression]]) -> None:
         self.block(func.body.body)
-        for arg in func.arguments:  # a parameter is any int: ``rank >= 0`` is no range end
-            self.counts[arg.variable.name] = None
-        self.read_bindings()
+        self.read_bindings({arg.variable.name for arg in func.arguments})
         for _ in range(len(self.binds) + 1):  # a fixed point: each pass binds one more name at least
             grew = False
             for target, value in self.binds:
