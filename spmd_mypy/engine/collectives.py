@@ -1973,6 +1973,17 @@ DIVERGENCE_ONLY_COLLECTIVES = frozenset(
     """barrier monitored_barrier gather scatter all_gather_object gather_object
     broadcast_object_list scatter_object_list""".split()
 )
+# Megatron's parallel-state getters (``parallel_state.get_tensor_model_parallel_rank()``,
+# ``mpu.get_data_parallel_group()``, ``..._world_size()``): the part of the name between
+# ``get_`` and ``_rank`` / ``_group`` / ``_world_size``, and the mesh axis the project names it
+# (docs/megatron.md: the tensor-parallel axis is "tp"; spmd-mypy migrate's default)
+MEGATRON_PARALLEL_AXES: dict[str, str] = {
+    "tensor_model_parallel": "tp",
+    "data_parallel": "dp",
+    "pipeline_model_parallel": "pp",
+    "context_parallel": "cp",
+    "expert_model_parallel": "ep",
+}
 # how the fix names a hoisted collective's result when the code does not name it
 _RESULT_NAMES = {"all_reduce": "reduced", "all_gather": "gathered", "reduce_scatter": "scattered",
                  "all_to_all": "exchanged", "redistribute": "redistributed"}
@@ -2014,15 +2025,17 @@ class RankCondition:
 
 def divergent_collective_error(call: str, op: str, axes: Sequence[str],
                                conditions: Sequence[RankCondition], *, over: str | None = None,
-                               result: str | None = None, returns: bool = True
-                               ) -> SpmdError | None:
+                               result: str | None = None, returns: bool = True,
+                               inner: tuple[str, int] | None = None) -> SpmdError | None:
     """The collective ``call`` (``op``: its typed or raw name) over the mesh ``axes`` runs
     under ``conditions`` (outermost first): an error when one of them differs between the
     ranks of one of ``axes`` (the first such), None when each varies only on other axes (``if
     pp_rank == last: all_reduce(loss, "tp", ...)``: every tp rank of that stage agrees).
     ``over``: how the message names the ranks (default: the axes); ``result``: the name the
     code binds the result to (None: the fix names it); ``returns``: whether the result is a
-    value to use (a barrier's or an in-place raw collective's is not)."""
+    value to use (a barrier's or an in-place raw collective's is not).  ``inner``: the
+    collective as written and its line when ``call`` is a call of a function of the module
+    whose body runs it (``sync_stats(x)`` under ``if rank == 0:``): the fix hoists ``call``."""
     for c in conditions:
         shared = [a for a in axes if a in c.axes]
         if not shared:
@@ -2032,12 +2045,15 @@ def divergent_collective_error(call: str, op: str, axes: Sequence[str],
         hoisted = f"{name} = {call}" if returns and result != "" else call
         use = (f", and use {name} in its place inside the branch"
                if returns and result is None and c.before.find(f"{name} if ") != 0 else "")
+        what, run = f"{call} ({where})", "collective"
+        if inner is not None:
+            what, run = f"{call}, whose body runs {inner[0]} (line {inner[1]}, {where}),", "call"
         return SpmdError(
             "spmd-divergent-collective",
-            f"{call} ({where}) runs only on the ranks where {c.written} (line {c.line}) lets "
+            f"{what} runs only on the ranks where {c.written} (line {c.line}) lets "
             f"it run, and that condition differs between the ranks of {axis_words(shared)}: "
             f"the other ranks never reach the collective, so they never join it and the job "
-            f"hangs (gloo aborts or the timeout fires). Run the collective on every rank "
+            f"hangs (gloo aborts or the timeout fires). Run the {run} on every rank "
             f"before the branch and keep only the rank-dependent use inside it: `{hoisted}` "
             f"then `{c.before}`{use}",
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from spmd_mypy.engine.collectives import MEGATRON_PARALLEL_AXES
 from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, LocalType, shard
 
 
@@ -212,7 +213,7 @@ MEGATRON_MAPPING_MODULES: tuple[str, ...] = (
 # ``all_to_all`` is too common (torch.distributed has one) and is migrated only when traced.
 DISTINCTIVE_NAMES: frozenset[str] = frozenset(m.megatron_name for m in MAPPINGS) - {"all_to_all"}
 
-DEFAULT_TP_AXIS = "tp"
+DEFAULT_TP_AXIS = MEGATRON_PARALLEL_AXES["tensor_model_parallel"]  # one table with the plugin's
 DEFAULT_GROUP_GETTERS: tuple[str, ...] = ("get_tensor_model_parallel_group",)
 
 # The typed collectives and their ``src`` default (used when reading typed calls back).

@@ -134,7 +134,8 @@ from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
-from .rank_index import EVERY, UNNAMED_GROUP, Condition, Divergent, axes_in, every_query
+from .rank_index import (EVERY, UNNAMED_GROUP, Condition, Divergent, axes_in, every_query,
+                         group_axis)
 from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
@@ -1766,39 +1767,45 @@ class CallTyper:
         return e
 
     def _group_axis(self, ctx: FunctionContext) -> str | None:
-        """The mesh axis a raw collective's group= is (``mesh.get_group("tp")``,
-        ``mesh["tp"].get_group()``, ``(mesh, "tp")``, a name bound once to one), "" for the
-        default group (none, None, ``group.WORLD``), None for any other."""
+        """The mesh axis a raw collective's group= is (rank_index ``group_axis``:
+        ``mesh.get_group("tp")``, ``mesh["tp"].get_group()``, ``(mesh, "tp")``, Megatron's
+        ``get_tensor_model_parallel_group()``; a name bound once to one), "" for the default
+        group (none, None, ``group.WORLD``), None for any other."""
         e = self._group_expr(ctx)
-        if _default_group(e):
-            return ""
-        if isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) \
-                and e.callee.name == "get_group":
-            for a, n in zip(e.args, e.arg_names):
-                if (n is None or n == "mesh_dim") and isinstance(a, StrExpr):
-                    return a.value
-            inner = e.callee.expr
-            if not e.args and isinstance(inner, IndexExpr) and isinstance(inner.index, StrExpr):
-                return inner.index.value
-            return None
-        if isinstance(e, TupleExpr) and len(e.items) == 2 and isinstance(e.items[1], StrExpr):
-            return e.items[1].value  # the functional collectives' (mesh, "tp")
-        return None
+        return "" if _default_group(e) else group_axis(e)
 
     def _report_divergence(self, ctx: FunctionContext, entry: Divergent, shown: str, op: str,
                            axes: tuple[str, ...], over: str | None, returns: bool) -> None:
-        _, conds, bound = entry
+        """Under the entry's conditions, and where a call of the function whose body runs
+        the collective is under some (the error at that call, which the fix hoists)."""
+        _, conds, bound, vias = entry
         call = ctx.context
         if not isinstance(call, CallExpr):
             return
-        call_text = code_text(call)
-        name = hoist_name(op, bound)
         mesh = tuple(self.plugin.config.mesh_axes)
-        conditions = [self._rank_condition(c, call_text, name, mesh) for c in conds]
-        err = divergent_collective_error(call_text, op, axes, conditions, over=over,
-                                         result=bound, returns=returns)
-        if err is not None:
-            self.report(ctx, [err])
+        if conds:
+            call_text = code_text(call)
+            name = hoist_name(op, bound)
+            conditions = [self._rank_condition(c, call_text, name, mesh) for c in conds]
+            err = divergent_collective_error(call_text, op, axes, conditions, over=over,
+                                             result=bound, returns=returns)
+            if err is not None:
+                self.report(ctx, [err])
+        if not vias:
+            return
+        func = global_calls.current_function(ctx.api)
+        for outer, outer_conds, outer_bound in vias:
+            callee = outer.callee
+            if func is None or not isinstance(callee, NameExpr) or callee.node is not func:
+                continue  # the name is not (or no longer) that function
+            outer_text = code_text(outer)
+            name = hoist_name("", outer_bound)
+            conditions = [self._rank_condition(c, outer_text, name, mesh) for c in outer_conds]
+            err = divergent_collective_error(outer_text, "", axes, conditions, over=over,
+                                             result=outer_bound, inner=(code_text(call),
+                                                                        call.line))
+            if err is not None:
+                self.report(ctx, [err], outer)
 
     @staticmethod
     def _rank_condition(c: Condition, call_text: str, name: str,

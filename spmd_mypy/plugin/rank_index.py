@@ -13,9 +13,13 @@ comparison whose operand, and call whose argument mentions one is recorded by no
 axes it varies on.  The op hook asks only for a recorded node (by id, ``RegionIndex.rank_exprs``): code without
 rank queries pays a dict truth test per op.
 
-Axes: ``mesh.get_local_rank("tp")`` / ``mesh_dim="tp"`` / ``mesh["tp"].get_local_rank()`` and
-``get_rank(mesh.get_group("tp"))`` vary on "tp"; any other query (no group, a group or mesh dim
-the source does not name) on every mesh axis (:data:`EVERY`).
+Axes (:func:`query_axes`, the one place that decides them for both rules):
+``mesh.get_local_rank("tp")`` / ``mesh_dim="tp"`` / ``mesh["tp"].get_local_rank()``,
+``get_rank(g)`` of a group :func:`group_axis` reads as "tp" (``mesh.get_group("tp")``, a local
+or ``self`` attribute bound to one) and Megatron's ``get_tensor_model_parallel_rank()`` vary on
+"tp"; ``os.environ["RANK"]`` (``LOCAL_RANK``) and any other query (no group, a group or mesh dim
+the source does not name) on every mesh axis (:data:`EVERY`).  A comparison every rank passes
+(``dist.get_rank() >= 0``, ``r < world_size``: :meth:`_Scan.uniform`) varies on none.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from mypy.nodes import (
     ForStmt,
     FuncDef,
     IfStmt,
+    IntExpr,
     IndexExpr,
     ListExpr,
     MatchStmt,
@@ -61,8 +66,8 @@ from mypy.patterns import AsPattern
 from mypy.server.subexpr import get_subexpressions
 
 from .statements import functions_of, nested_statements
-from ..engine.collectives import (COLLECTIVES, DIVERGENCE_ONLY_COLLECTIVES, RAW_COLLECTIVES,
-                                  RAW_FUNCTIONAL_COLLECTIVES, RAW_NN_COLLECTIVES)
+from ..engine.collectives import (COLLECTIVES, DIVERGENCE_ONLY_COLLECTIVES, MEGATRON_PARALLEL_AXES,
+                                  RAW_COLLECTIVES, RAW_FUNCTIONAL_COLLECTIVES, RAW_NN_COLLECTIVES)
 
 # The axes a value varies on: a frozenset of axis names, or of EVERY (all mesh axes)
 EVERY: Final = "*"
@@ -73,7 +78,17 @@ _ALL: Final = frozenset({EVERY})
 UNNAMED_GROUP: Final = "?"
 _UNNAMED: Final = frozenset({EVERY, UNNAMED_GROUP})
 
-RANK_QUERIES: Final = frozenset({"get_rank", "get_local_rank", "get_coordinate", "get_group_rank"})
+# Megatron's getters (``parallel_state.get_tensor_model_parallel_rank()``, ``mpu.*``), by name:
+# the axis (the engine's one table)
+MEGATRON_RANKS: Final = {f"get_{k}_rank": a for k, a in MEGATRON_PARALLEL_AXES.items()}
+MEGATRON_GROUPS: Final = {f"get_{k}_group": a for k, a in MEGATRON_PARALLEL_AXES.items()}
+MEGATRON_SIZES: Final = {f"get_{k}_world_size": a for k, a in MEGATRON_PARALLEL_AXES.items()}
+RANK_QUERIES: Final = frozenset({"get_rank", "get_local_rank", "get_coordinate", "get_group_rank",
+                                 *MEGATRON_RANKS})
+# the environment variables torchrun sets: a rank (read as dist.get_rank(): every mesh axis)
+# and the matching count (``rank < world_size`` holds on every rank)
+ENV_RANKS: Final = frozenset({"RANK", "LOCAL_RANK"})
+_ENV_SIZES: Final = {"WORLD_SIZE": "RANK", "LOCAL_WORLD_SIZE": "LOCAL_RANK"}
 # calls whose int result carries their arguments' rank dependence
 _INT_CALLS: Final = frozenset({"int", "min", "max", "abs", "range", "divmod", "round"})
 # calls whose int argument is a device or a seed, not an index: x.to(local_rank)
@@ -89,31 +104,110 @@ def _str_arg(call: CallExpr, name: str) -> Optional[str]:
     return None
 
 
-def _group_axes(call: CallExpr) -> frozenset:
-    """``dist.get_rank(mesh.get_group("tp"))``, ``mesh["tp"].get_group()``: "tp"; no group
-    or the world: every axis; a group the source does not name here (a local, a parameter,
-    an attribute): every axis, marked UNNAMED_GROUP."""
+def _ref(e: Expression) -> Optional[str]:
+    """A local or an attribute of one as written (``tp_group``, ``self.tp_group``)."""
+    if isinstance(e, NameExpr):
+        return e.name
+    if isinstance(e, MemberExpr) and isinstance(e.expr, NameExpr):
+        return e.expr.name + "." + e.name
+    return None
+
+
+def group_axis(e: Optional[Expression], groups: Optional[dict[str, str]] = None) -> Optional[str]:
+    """The mesh axis a process group expression is: ``mesh.get_group("tp")`` (or
+    ``mesh_dim="tp"``), ``mesh["tp"].get_group()``, Megatron's
+    ``parallel_state.get_tensor_model_parallel_group()``, the functional collectives' ``(mesh,
+    "tp")``, or a local or attribute ``groups`` binds to one (its function's or class's every
+    assignment of it); "" for torch's default group (none, None, ``group.WORLD``); None for
+    any other (a parameter, a group of several axes or of some ranks).  The one reading of a
+    group for the rank queries and the raw collectives."""
+    if e is None:
+        return ""
+    if isinstance(e, NameExpr):
+        if e.name == "None" or e.name == "WORLD":
+            return ""
+    elif isinstance(e, MemberExpr):
+        if e.name == "WORLD":  # dist.group.WORLD
+            return ""
+    elif isinstance(e, CallExpr):
+        callee = e.callee
+        if isinstance(callee, MemberExpr) and callee.name == "get_group":
+            axis = _str_arg(e, "mesh_dim")
+            if axis is not None:
+                return axis
+            inner = callee.expr
+            if not e.args and isinstance(inner, IndexExpr) and isinstance(inner.index, StrExpr):
+                return inner.index.value  # mesh["tp"].get_group()
+            return None
+        if isinstance(callee, (NameExpr, MemberExpr)) and callee.name in MEGATRON_GROUPS:
+            # with_context_parallel=True and the like: a group of several axes
+            return None if e.args else MEGATRON_GROUPS[callee.name]
+        return None
+    elif isinstance(e, TupleExpr):
+        if len(e.items) == 2 and isinstance(e.items[1], StrExpr):
+            return e.items[1].value  # the functional collectives' (mesh, "tp")
+        return None
+    if groups:
+        ref = _ref(e)
+        if ref is not None:
+            return groups.get(ref)
+    return None
+
+
+def _group_arg(call: CallExpr) -> tuple[bool, Optional[Expression]]:
+    """A query's group argument (its first positional or ``group=``): whether given, and it."""
     for a, n in zip(call.args, call.arg_names):
         if n is None or n == "group":
-            if isinstance(a, CallExpr) and isinstance(a.callee, MemberExpr) \
-                    and a.callee.name == "get_group":
-                axis = _str_arg(a, "mesh_dim")
-                if axis is not None:
-                    return frozenset({axis})
-            if isinstance(a, CallExpr) and isinstance(a.callee, MemberExpr) \
-                    and a.callee.name == "get_group" and isinstance(a.callee.expr, IndexExpr) \
-                    and isinstance(a.callee.expr.index, StrExpr):  # mesh["tp"].get_group()
-                return frozenset({a.callee.expr.index.value})
-            if isinstance(a, NameExpr) and a.name in ("None", "WORLD"):
-                return _ALL
-            if isinstance(a, MemberExpr) and a.name == "WORLD":  # dist.group.WORLD
-                return _ALL
-            return _UNNAMED
-    return _ALL
+            return True, a
+    return False, None
 
 
-def query_axes(call: CallExpr, helpers: dict[str, frozenset]) -> Optional[frozenset]:
-    """The axes the rank query ``call`` varies on; None when it is not one."""
+def _group_axes(call: CallExpr, groups: Optional[dict[str, str]]) -> frozenset:
+    """``dist.get_rank(mesh.get_group("tp"))``, ``mesh["tp"].get_group()``, a local or
+    attribute bound to one (:func:`group_axis`): "tp"; no group or the world: every axis; a
+    group the source does not name here (a parameter, a group of several axes): every axis,
+    marked UNNAMED_GROUP."""
+    _, a = _group_arg(call)
+    axis = group_axis(a, groups)
+    if axis is None:
+        return _UNNAMED
+    return _ALL if axis == "" else frozenset({axis})
+
+
+def _environ(e: Expression) -> bool:
+    return ((isinstance(e, MemberExpr) or isinstance(e, NameExpr))
+            and cast("MemberExpr | NameExpr", e).name == "environ")
+
+
+def env_read(e: Expression) -> Optional[str]:
+    """The environment variable ``e`` reads (``os.environ["RANK"]``, ``os.environ.get("RANK",
+    "0")``, ``os.getenv("RANK")``), None for any other expression."""
+    if isinstance(e, IndexExpr):
+        if _environ(e.base) and isinstance(e.index, StrExpr):
+            return e.index.value
+    elif isinstance(e, CallExpr) and e.args and isinstance(e.args[0], StrExpr):
+        callee = e.callee
+        if isinstance(callee, MemberExpr) and (
+                callee.name == "getenv" or (callee.name == "get" and _environ(callee.expr))):
+            return e.args[0].value
+        if isinstance(callee, NameExpr) and callee.name == "getenv":
+            return e.args[0].value
+    return None
+
+
+def query_axes(e: Expression, helpers: dict[str, frozenset],
+               groups: Optional[dict[str, str]] = None) -> Optional[frozenset]:
+    """The axes the rank query ``e`` varies on; None when it is not one.  The one place that
+    decides it, for the rank-index and the divergent-collective rules: ``dist.get_rank()``
+    and ``os.environ["RANK"]`` (``LOCAL_RANK`` too): every axis; ``mesh.get_local_rank("tp")``,
+    ``dist.get_rank(g)`` of a group :func:`group_axis` reads as "tp", Megatron's
+    ``get_tensor_model_parallel_rank()``: "tp"; a group not read: every axis, UNNAMED_GROUP;
+    a module function returning one (``helpers``): its axes."""
+    if not isinstance(e, CallExpr):
+        if isinstance(e, IndexExpr) and env_read(e) in ENV_RANKS:
+            return _ALL
+        return None
+    call = e
     callee = call.callee
     if isinstance(callee, NameExpr):
         if callee.name in helpers:
@@ -124,7 +218,18 @@ def query_axes(call: CallExpr, helpers: dict[str, frozenset]) -> Optional[frozen
     else:
         return None
     if name not in RANK_QUERIES:
+        if (name == "get" or name == "getenv") and env_read(call) in ENV_RANKS:
+            return _ALL
         return None
+    if name in MEGATRON_RANKS:
+        if not call.args:
+            return frozenset({MEGATRON_RANKS[name]})
+        if name == "get_data_parallel_rank" and call.arg_names == ["with_context_parallel"] \
+                and isinstance(call.args[0], NameExpr) and call.args[0].name in ("True", "False"):
+            dp = MEGATRON_PARALLEL_AXES["data_parallel"]
+            return (frozenset({dp, MEGATRON_PARALLEL_AXES["context_parallel"]})
+                    if call.args[0].name == "True" else frozenset({dp}))
+        return _UNNAMED  # a rank in a group of some other ranks
     if name == "get_local_rank":
         axis = _str_arg(call, "mesh_dim")
         if axis is not None:
@@ -134,7 +239,7 @@ def query_axes(call: CallExpr, helpers: dict[str, frozenset]) -> Optional[frozen
             return frozenset({callee.expr.index.value})
         return _ALL
     if name == "get_rank" or name == "get_group_rank":
-        return _group_axes(call)
+        return _group_axes(call, groups)
     if name == "get_coordinate":  # its items are the mesh dims' ranks, in an order not read here
         return _UNNAMED
     return _ALL
@@ -148,15 +253,19 @@ def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
         call = cast(CallExpr, e)
         callee = call.callee
         ccls = type(callee)
-        if (ccls is MemberExpr or ccls is NameExpr) and (
-                cast("MemberExpr | NameExpr", callee).name in RANK_QUERIES
-                or cast("MemberExpr | NameExpr", callee).name in helpers):
-            return True
+        if ccls is MemberExpr or ccls is NameExpr:
+            name = cast("MemberExpr | NameExpr", callee).name
+            if name in RANK_QUERIES or name in helpers:
+                return True
+            if name == "get" or name == "getenv":  # os.environ.get("RANK")
+                return env_read(call) in ENV_RANKS
         if ccls is NameExpr and cast(NameExpr, callee).name in _INT_CALLS:  # int(get_rank())
             for a in call.args:
                 if has_query(a, helpers):
                     return True
         return False
+    if cls is IndexExpr:  # os.environ["RANK"]
+        return env_read(cast(IndexExpr, e)) in ENV_RANKS
     if cls is OpExpr:
         op = cast(OpExpr, e)
         return has_query(op.left, helpers) or has_query(op.right, helpers)
@@ -197,6 +306,15 @@ def rank_helpers(file: MypyFile) -> dict[str, frozenset]:
     return out
 
 
+def _int_value(e: Expression) -> Optional[int]:
+    """An int literal's value (``-1`` too)."""
+    if isinstance(e, IntExpr):
+        return e.value
+    if isinstance(e, UnaryExpr) and e.op == "-" and isinstance(e.expr, IntExpr):
+        return -e.expr.value
+    return None
+
+
 def _union(a: Optional[frozenset], b: Optional[frozenset]) -> Optional[frozenset]:
     if a is None:
         return b
@@ -223,6 +341,118 @@ class _Scan:
         # (rank_attributes): ``self.rank`` set from a rank query in ``__init__``
         self.self_name = ""
         self.attrs: dict[str, frozenset] = {}
+        # the locals (and ``self.x`` attributes, :func:`group_attributes`) bound to a mesh
+        # axis's process group (group_axis: "" the default group)
+        self.groups: dict[str, str] = {}
+        # the locals every binding of which is a rank or a size itself (``r =
+        # dist.get_rank()``, ``n = dist.get_world_size()``): ("rank" or "size", what it counts);
+        # None: bound otherwise too
+        self.counts: dict[str, Optional[tuple[str, str]]] = {}
+
+    def read_bindings(self, params: Optional[set[str]] = None) -> None:
+        """:attr:`groups` and :attr:`counts` from the function's bindings (once, before the
+        rank-derived names).  ``params``: the function's parameters, bound to any value by
+        the caller (``def f(group=None): if group is None: group = mesh.get_group("tp")``;
+        ``rank >= 0`` of a rank parameter is no range end)."""
+        pairs: list[tuple[Expression, Optional[Expression]]] = []
+        for p in params or ():
+            pairs.append((NameExpr(p), None))
+        for target, value in self.binds:
+            if isinstance(target, (TupleExpr, ListExpr)):
+                if isinstance(value, (TupleExpr, ListExpr)) and len(value.items) == len(target.items):
+                    pairs.extend(zip(target.items, value.items))
+                else:
+                    pairs.extend((t, None) for t in target.items)
+            else:
+                pairs.append((target, value))
+        groups: dict[str, Optional[str]] = {}
+        for name_e, bound in pairs:
+            if isinstance(name_e, NameExpr):
+                axis = group_axis(bound) if bound is not None else None
+                if name_e.name in groups and groups[name_e.name] != axis:
+                    axis = None
+                groups[name_e.name] = axis
+        for n, a in groups.items():
+            if a is not None:
+                self.groups[n] = a
+        for name_e, bound in pairs:  # after the groups: r = dist.get_rank(tp_group)
+            if isinstance(name_e, NameExpr):
+                got = self.count(bound) if bound is not None else None
+                if name_e.name in self.counts and self.counts[name_e.name] != got:
+                    got = None
+                self.counts[name_e.name] = got
+
+    def count(self, e: Expression) -> Optional[tuple[str, str]]:
+        """("rank", what) when ``e`` is a rank itself, ("size", what) when it is the number of
+        ranks the same ``what`` counts (``dist.get_world_size()`` for ``dist.get_rank()``,
+        ``mesh["tp"].size()`` for ``mesh.get_local_rank("tp")``); None for anything else."""
+        if isinstance(e, NameExpr):
+            return self.counts.get(e.name)
+        env = env_read(e)
+        if env is not None:
+            if env in ENV_RANKS:
+                return ("rank", env)
+            return ("size", _ENV_SIZES[env]) if env in _ENV_SIZES else None
+        if not isinstance(e, CallExpr):
+            return None
+        callee = e.callee
+        if not isinstance(callee, (NameExpr, MemberExpr)):
+            return None
+        name = callee.name
+        if name == "int" and len(e.args) == 1 and isinstance(callee, NameExpr):
+            return self.count(e.args[0])
+        if name in MEGATRON_RANKS or name in MEGATRON_SIZES:
+            if e.args:
+                return None
+            return (("rank", MEGATRON_RANKS[name]) if name in MEGATRON_RANKS
+                    else ("size", MEGATRON_SIZES[name]))
+        if name == "get_rank" or name == "get_world_size":
+            given, g = _group_arg(e)
+            axis = group_axis(g, self.groups)
+            what = ("RANK" if axis == "" else axis if axis is not None
+                    else "group " + _key(g))
+            return ("rank" if name == "get_rank" else "size", what)
+        if name == "get_local_rank":
+            got = query_axes(e, {})
+            if got is None or len(got) != 1 or EVERY in got or UNNAMED_GROUP in got:
+                return None
+            return ("rank", next(iter(got)))
+        if name == "size" and not e.args and isinstance(callee, MemberExpr):
+            inner = callee.expr  # mesh["tp"].size(), mesh.get_group("tp").size()
+            if isinstance(inner, IndexExpr) and isinstance(inner.index, StrExpr):
+                return ("size", inner.index.value)
+            axis = group_axis(inner, self.groups) if isinstance(inner, CallExpr) else None
+            if axis:
+                return ("size", axis)
+        return None
+
+    def uniform(self, e: ComparisonExpr) -> bool:
+        """Whether every rank passes ``e``: a rank compared with its range's ends
+        (``dist.get_rank() >= 0``, ``r > -1``, ``r < world_size``, ``r <= n - 1``, ``0 <= r <
+        n``), each link of a chain so."""
+        for i, op in enumerate(e.operators):
+            left, right = e.operands[i], e.operands[i + 1]
+            if op in (">", ">="):
+                op, left, right = ("<" if op == ">" else "<="), right, left
+            if op not in ("<", "<="):
+                return False
+            low = self.count(right)
+            high = self.count(left)
+            if low is not None and low[0] == "rank":  # 0 <= r, -1 < r
+                bound = _int_value(left)
+                if bound is not None and (bound <= 0 if op == "<=" else bound < 0):
+                    continue
+            if high is not None and high[0] == "rank":  # r < n, r <= n - 1
+                if op == "<":
+                    size = self.count(right)
+                elif isinstance(right, OpExpr) and right.op == "-" and _int_value(right.right) == 1:
+                    size = self.count(right.left)
+                else:
+                    size = None
+                if size is not None and size[0] == "size" and size[1] == high[1]:
+                    continue
+            return False
+        return True
 
     # -- the int expressions a rank dependence flows through
     def taint(self, e: Optional[Expression]) -> Optional[frozenset]:
@@ -231,12 +461,14 @@ class _Scan:
         if isinstance(e, OpExpr):
             return _union(self.taint(e.left), self.taint(e.right))
         if isinstance(e, ComparisonExpr):
+            if self.uniform(e):  # dist.get_rank() >= 0: true on every rank
+                return None
             out: Optional[frozenset] = None
             for o in e.operands:
                 out = _union(out, self.taint(o))
             return out
         if isinstance(e, CallExpr):
-            axes = query_axes(e, self.helpers)
+            axes = query_axes(e, self.helpers, self.groups)
             if axes is not None:
                 return axes
             callee = e.callee
@@ -263,6 +495,8 @@ class _Scan:
                 return self.attrs.get(e.name)
             return None
         if isinstance(e, IndexExpr):  # coords[0] of coords = mesh.get_coordinate()
+            if env_read(e) in ENV_RANKS:  # os.environ["RANK"]
+                return _ALL
             return self.taint(e.base) if isinstance(e.base, (NameExpr, MemberExpr)) else None
         return None
 
@@ -385,6 +619,7 @@ class _Scan:
 
     def run(self, func: FuncDef, out: dict[int, tuple[Expression, frozenset, Expression]]) -> None:
         self.block(func.body.body)
+        self.read_bindings({arg.variable.name for arg in func.arguments})
         for _ in range(len(self.binds) + 1):  # a fixed point: each pass binds one more name at least
             grew = False
             for target, value in self.binds:
@@ -401,7 +636,7 @@ class _Scan:
             else:
                 if isinstance(c, CallExpr):
                     callee = c.callee
-                    if query_axes(c, self.helpers) is not None or (
+                    if query_axes(c, self.helpers, self.groups) is not None or (
                             isinstance(callee, (NameExpr, MemberExpr))
                             and callee.name in _DEVICE_CALLS):
                         continue
@@ -425,13 +660,17 @@ class _Scan:
 
 def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
                    divergent: Optional[dict[int, Divergent]] = None,
-                   attrs: Optional[dict[int, tuple[str, dict[str, frozenset]]]] = None
+                   attrs: Optional[dict[int, tuple[str, dict[str, frozenset]]]] = None,
+                   groups: Optional[dict[int, dict[str, str]]] = None,
+                   runners: Optional[dict[str, list[CallExpr]]] = None
                    ) -> dict[int, tuple[Expression, frozenset, Expression]]:
     """The rank-derived op nodes of ``funcs`` (the functions that call a rank query): by id,
     the node, the axes, and its first rank-derived index or operand.  ``divergent``: where
     the collectives under a rank-dependent condition go too (:class:`_Divergence`).
     ``attrs``: by a method's id, its first argument and its class's rank-derived attributes
-    (:func:`rank_attributes`; such methods are in ``funcs``)."""
+    (:func:`rank_attributes`; such methods are in ``funcs``).  ``groups``: by a method's id,
+    the group attributes it reads (:func:`group_attributes`).  ``runners``: the module's
+    functions whose body runs a collective (:func:`collective_runners`)."""
     out: dict[int, tuple[Expression, frozenset, Expression]] = {}
     for f in funcs:
         scan = _Scan(helpers)
@@ -439,9 +678,13 @@ def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
             got = attrs.get(id(f))
             if got is not None:
                 scan.self_name, scan.attrs = got
+        if groups:
+            kept = groups.get(id(f))
+            if kept is not None:
+                scan.groups.update(kept)
         scan.run(f, out)
         if divergent is not None:
-            _Divergence(scan, divergent).block(f.body.body, ())
+            _Divergence(scan, divergent, runners or {}).block(f.body.body, ())
     return out
 
 
@@ -516,6 +759,7 @@ def _init_attributes(init: FuncDef, self_name: str,
     scan = _Scan(helpers)
     scan.self_name = self_name
     scan.block(init.body.body)
+    scan.read_bindings()
     attrs: dict[str, frozenset] = {}
     for _ in range(len(assigns) + 1):  # a least fixed point: self.end = self.start + b
         scan.attrs = attrs
@@ -594,6 +838,47 @@ def rank_attributes(file: MypyFile, inits: set[int], helpers: dict[str, frozense
     return out
 
 
+def group_attributes(file: MypyFile, funcs: set[int]) -> dict[int, dict[str, str]]:
+    """The methods in ``funcs`` (by id) of the file's top-level classes that keep a mesh
+    axis's process group on ``self`` (``self.tp_group = mesh.get_group("tp")``, in any method,
+    every assignment of it in the class and in its subclasses in the file reading as that
+    axis: :func:`group_axis`), with those attributes as the method reads them
+    (``{"self.tp_group": "tp"}``)."""
+    classes = [d for d in file.defs if isinstance(d, ClassDef)]
+    out: dict[int, dict[str, str]] = {}
+    assigned: dict[str, dict[str, Optional[str]]] = {}
+    for c in classes:
+        methods = _methods(c)
+        if not any(id(f) in funcs for f, _ in methods):
+            continue
+        for d in [c] + [d for d in classes if any(
+                isinstance(b, NameExpr) and b.name == c.name for b in d.base_type_exprs)]:
+            if d.name in assigned:
+                continue
+            got: dict[str, Optional[str]] = {}
+            for f, self_name in (methods if d is c else _methods(d)):
+                assigns: list[tuple[str, Optional[Expression]]] = []
+                _self_assigns(f.body.body, self_name, assigns)
+                for name, value in assigns:
+                    axis = group_axis(value) if value is not None else None
+                    if name in got and got[name] != axis:
+                        axis = None
+                    got[name] = axis
+            assigned[d.name] = got
+        own = {n: a for n, a in assigned[c.name].items() if a is not None}
+        for d in classes:  # a subclass in the file that assigns one otherwise
+            if d is not c and d.name in assigned and any(
+                    isinstance(b, NameExpr) and b.name == c.name for b in d.base_type_exprs):
+                for n, a in assigned[d.name].items():
+                    if own.get(n, a) != a:
+                        del own[n]
+        if own:
+            for f, self_name in methods:
+                if id(f) in funcs:
+                    out[id(f)] = {self_name + "." + n: a for n, a in own.items()}
+    return out
+
+
 # -- collectives under a rank-dependent condition (spmd-divergent-collective) -----------------
 #
 # ``if dist.get_rank() == 0: full = spmd.all_gather(w, "tp", ...)``: the other ranks of "tp"
@@ -612,9 +897,14 @@ def rank_attributes(file: MypyFile, inits: set[int], helpers: dict[str, frozense
 # ConditionalExpr for "ternary"); the signatures of the collectives every path of the
 # statement runs: not divergent (if/else both all_reduce over "tp"))
 Condition = tuple[frozenset, str, Expression, int, str, Expression, frozenset]
-# A recorded call: (the call, its conditions outermost first, the name its statement binds
-# the call's result to, "" for a statement of the call alone, None otherwise)
-Divergent = tuple[CallExpr, tuple[Condition, ...], Optional[str]]
+# A call of a function of the module whose body runs a collective, under conditions: (the
+# call, its conditions outermost first, the name its statement binds the result to, as below)
+Via = tuple[CallExpr, tuple[Condition, ...], Optional[str]]
+# A recorded call: (the call, its conditions outermost first (none: only called under some),
+# the name its statement binds the call's result to, "" for a statement of the call alone,
+# None otherwise; the calls of its function under conditions, when it runs in a function's
+# body: ``def sync(x): dist.all_reduce(x)`` and ``if rank == 0: sync(x)``)
+Divergent = tuple[CallExpr, tuple[Condition, ...], Optional[str], tuple[Via, ...]]
 
 COLLECTIVE_NAMES: Final = (frozenset(COLLECTIVES) | {"redistribute"} | RAW_COLLECTIVES
                            | RAW_NN_COLLECTIVES | RAW_FUNCTIONAL_COLLECTIVES
@@ -668,6 +958,83 @@ def _exit(body: Block) -> Optional[str]:
     return _EXITS.get(type(last))
 
 
+def _may_leave(stmts: list[Statement]) -> bool:
+    """Whether ``stmts`` hold a ``return``/``raise``/``break``/``continue`` (nested
+    statements too; nested functions not)."""
+    for st in nested_statements(stmts):
+        if type(st) in _EXITS:
+            return True
+    return False
+
+
+def _runs(e: Optional[Expression], out: list[CallExpr]) -> None:
+    """The calls named as collectives that evaluating ``e`` always makes (not the branches of
+    ``a if c else b`` nor the right operand of ``and``/``or``)."""
+    stack: list[Optional[Expression]] = [e]
+    while stack:
+        x = stack.pop()
+        if x is None:
+            continue
+        if isinstance(x, CallExpr):
+            if _callee_name(x) in COLLECTIVE_NAMES:
+                out.append(x)
+            stack.append(x.callee)
+            stack.extend(x.args)
+        elif isinstance(x, MemberExpr):
+            stack.append(x.expr)
+        elif isinstance(x, OpExpr):
+            stack.append(x.left)
+            if x.op != "and" and x.op != "or":
+                stack.append(x.right)
+        elif isinstance(x, ComparisonExpr):
+            stack.extend(x.operands)
+        elif isinstance(x, (UnaryExpr, StarExpr)):
+            stack.append(x.expr)
+        elif isinstance(x, (TupleExpr, ListExpr)):
+            stack.extend(x.items)
+        elif isinstance(x, IndexExpr):
+            stack.extend((x.base, x.index))
+        elif isinstance(x, ConditionalExpr):
+            stack.append(x.cond)
+
+
+def _body_runs(stmts: list[Statement], out: list[CallExpr]) -> bool:
+    """The collectives ``stmts`` run on every path (their statements' own calls and the
+    bodies of ``with``, up to the first statement that may leave): whether one may leave."""
+    for st in stmts:
+        if isinstance(st, AssignmentStmt):
+            _runs(st.rvalue, out)
+        elif isinstance(st, OperatorAssignmentStmt):
+            _runs(st.rvalue, out)
+        elif isinstance(st, ExpressionStmt):
+            _runs(st.expr, out)
+        elif isinstance(st, ReturnStmt):
+            _runs(st.expr, out)
+            return True
+        elif isinstance(st, WithStmt):
+            for e in st.expr:
+                _runs(e, out)
+            if _body_runs(st.body.body, out):
+                return True
+        elif type(st) in _EXITS or _may_leave([st]):
+            return True
+    return False
+
+
+def collective_runners(file: MypyFile) -> dict[str, list[CallExpr]]:
+    """The module-level functions (not decorated: ``@rank_zero_only`` runs the body on some
+    ranks only) whose body runs a collective on every path, by name: those calls (one level:
+    a call of another such function in the body is not followed)."""
+    out: dict[str, list[CallExpr]] = {}
+    for d in file.defs:
+        if isinstance(d, FuncDef):
+            calls: list[CallExpr] = []
+            _body_runs(d.body.body, calls)
+            if calls:
+                out[d.name] = calls
+    return out
+
+
 def _irrefutable(st: MatchStmt) -> bool:
     """Whether the last case catches every subject (``case _:``, ``case x:``, no guard)."""
     if not st.patterns:
@@ -679,14 +1046,27 @@ def _irrefutable(st: MatchStmt) -> bool:
 class _Divergence:
     """One function's walk for the collectives under a rank-dependent condition."""
 
-    def __init__(self, scan: _Scan, out: dict[int, Divergent]) -> None:
+    def __init__(self, scan: _Scan, out: dict[int, Divergent],
+                 runners: dict[str, list[CallExpr]]) -> None:
         self.scan = scan
         self.out = out
+        self.runners = runners
+
+    def runner(self, call: CallExpr) -> Optional[str]:
+        """The module's function ``call`` calls when its body runs a collective."""
+        callee = call.callee
+        if self.runners and isinstance(callee, NameExpr) and callee.name in self.runners:
+            return callee.name
+        return None
+
+    def signature(self, call: CallExpr) -> str:
+        name = self.runner(call)
+        return _signature(call) if name is None else "def " + name
 
     # -- the signatures of the collectives a statement runs on every path
     def calls_in(self, e: Optional[Expression], sigs: set[str]) -> None:
         for call in self.collectives(e):
-            sigs.add(_signature(call))
+            sigs.add(self.signature(call))
 
     def collectives(self, e: Optional[Expression]) -> list[CallExpr]:
         found: list[CallExpr] = []
@@ -696,7 +1076,7 @@ class _Divergence:
             if x is None:
                 continue
             if isinstance(x, CallExpr):
-                if _callee_name(x) in COLLECTIVE_NAMES:
+                if _callee_name(x) in COLLECTIVE_NAMES or self.runner(x) is not None:
                     found.append(x)
                 stack.append(x.callee)
                 stack.extend(x.args)
@@ -749,7 +1129,24 @@ class _Divergence:
         sig = _signature(call)
         kept = tuple(c for c in conds if sig not in c[6])
         if kept:
-            self.out[id(call)] = (call, kept, bound)
+            old = self.out.get(id(call))
+            self.out[id(call)] = (call, kept, bound, old[3] if old is not None else ())
+
+    def record_via(self, call: CallExpr, name: str, conds: tuple[Condition, ...],
+                   bound: Optional[str]) -> None:
+        """``call`` of the module's function ``name``, whose body runs collectives: each of
+        them keeps the call and its conditions (the hook of the collective decides)."""
+        sig = "def " + name
+        kept = tuple(c for c in conds if sig not in c[6])
+        if not kept:
+            return
+        for inner in self.runners[name]:
+            old = self.out.get(id(inner))
+            via: Via = (call, kept, bound)
+            if old is None:
+                self.out[id(inner)] = (inner, (), None, (via,))
+            else:
+                self.out[id(inner)] = (inner, old[1], old[2], old[3] + (via,))
 
     def expr(self, e: Optional[Expression], conds: tuple[Condition, ...],
              bound: Optional[str] = None) -> None:
@@ -773,6 +1170,10 @@ class _Divergence:
         if isinstance(e, CallExpr):
             if conds and _callee_name(e) in COLLECTIVE_NAMES:
                 self.record(e, conds, bound)
+            if conds and self.runners:
+                name = self.runner(e)
+                if name is not None:
+                    self.record_via(e, name, conds, bound)
             self.expr(e.callee, conds)
             for a in e.args:
                 self.expr(a, conds)
@@ -919,7 +1320,7 @@ def axes_in(axes: frozenset, mesh_axes: tuple[str, ...]) -> list[str]:
     return [a for a in mesh_axes if a in axes]
 
 
-def every_query(e: Expression, func: FuncDef) -> Optional[CallExpr]:
+def every_query(e: Expression, func: FuncDef) -> Optional[Expression]:
     """The rank query over every mesh axis (``dist.get_rank()``) that ``e`` is computed from,
     through the assignments of ``func``; None when there is none (a helper that returns
     one: not followed).  Read on the error path only (an error's hint names it)."""
@@ -935,7 +1336,7 @@ def every_query(e: Expression, func: FuncDef) -> Optional[CallExpr]:
     while todo:
         x = todo.pop(0)
         for sub in get_subexpressions(x):  # x itself first
-            if isinstance(sub, CallExpr):
+            if isinstance(sub, (CallExpr, IndexExpr)):  # os.environ["RANK"] too
                 axes = query_axes(sub, {})
                 if axes is not None and EVERY in axes:
                     return sub
@@ -946,5 +1347,6 @@ def every_query(e: Expression, func: FuncDef) -> Optional[CallExpr]:
 
 
 __all__ = ["EVERY", "UNNAMED_GROUP", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions",
-           "rank_attributes", "axes_in",
+           "rank_attributes", "axes_in", "group_axis", "group_attributes", "collective_runners",
+           "env_read", "Via",
            "query_axes", "Condition", "Divergent", "COLLECTIVE_NAMES", "every_query"]

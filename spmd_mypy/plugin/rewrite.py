@@ -56,7 +56,8 @@ from ..engine.views import KEEP, MOVES
 from .loop_names import own_loop_variables
 from .frozen import frozen_attributes
 from .statements import functions_of
-from .rank_index import Divergent, has_query, rank_attributes, rank_helpers, scan_functions
+from .rank_index import (Divergent, collective_runners, group_attributes, has_query,
+                         rank_attributes, rank_helpers, scan_functions)
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -1811,7 +1812,11 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                 funcs = funcs + [f for d in file.defs if isinstance(d, ClassDef)
                                  for st in d.defs.body for f in functions_of(st)
                                  if id(f) in attrs and id(f) not in scanned]
-        regions.rank_exprs = scan_functions(funcs, w.rank_helpers, regions.divergent, attrs)
+        # self.tp_group = mesh.get_group("tp"), then dist.get_rank(self.tp_group)
+        groups = group_attributes(file, {id(f) for f in funcs}) if any(
+            isinstance(d, ClassDef) for d in file.defs) else None
+        regions.rank_exprs = scan_functions(funcs, w.rank_helpers, regions.divergent, attrs,
+                                            groups, collective_runners(file))
     return regions
 
 

@@ -50,3 +50,18 @@ def test_which_typed_calls_communicate() -> None:
     assert not communicates("redistribute", R, S0)  # a local chunk
     assert not communicates("redistribute", None, R)  # src unknown: not read
     assert not communicates("convert", I, S0) and not communicates("reinterpret", I, R)
+
+
+def test_call_of_a_function_that_runs_the_collective() -> None:
+    """``sync(w)`` under the condition, ``sync``'s body running the collective: the error
+    names both, and the fix hoists the call."""
+    e = divergent_collective_error("sync(w)", "", ("tp",), [RANK0], result="",
+                                   inner=(CALL, 3))
+    assert e is not None and e.message.startswith(
+        f'sync(w), whose body runs {CALL} (line 3, over "tp"), runs only on the ranks where '
+        "`if dist.get_rank() == 0:` (line 9)")
+    assert "Run the call on every rank" in e.message
+    assert e.message.endswith("`sync(w)` then `if dist.get_rank() == 0:`")
+    last_stage = RankCondition(("pp",), "`if pp_rank == 3:`", 4, "if pp_rank == 3:")
+    assert divergent_collective_error("sync(w)", "", ("tp",), [last_stage],
+                                      inner=(CALL, 3)) is None
