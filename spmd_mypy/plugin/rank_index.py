@@ -315,6 +315,46 @@ def _int_value(e: Expression) -> Optional[int]:
     return None
 
 
+# A condition on one rank as the ranks it passes: (the rank's key, the int literals, whether
+# it passes the ranks NOT among them): ``r == 0`` -> (r, {0}, False), ``r not in (-1, 0)``
+# -> (r, {-1, 0}, True), ``not c`` flips c's
+RankSet = tuple[str, frozenset, bool]
+
+
+def _rank_set(e: Expression) -> Optional[RankSet]:
+    if isinstance(e, UnaryExpr) and e.op == "not":
+        inner = _rank_set(e.expr)
+        return None if inner is None else (inner[0], inner[1], not inner[2])
+    if not isinstance(e, ComparisonExpr) or len(e.operators) != 1:
+        return None
+    op = e.operators[0]
+    left, right = e.operands
+    if op in ("==", "!="):
+        k = _int_value(right)
+        subject = left
+        if k is None:
+            k, subject = _int_value(left), right
+        if k is None or not isinstance(subject, (NameExpr, MemberExpr, CallExpr)):
+            return None
+        return (_key(subject), frozenset({k}), op == "!=")
+    if op in ("in", "not in") and isinstance(right, (TupleExpr, ListExpr)) \
+            and isinstance(left, (NameExpr, MemberExpr, CallExpr)):
+        values = [_int_value(i) for i in right.items]
+        if not values or any(v is None for v in values):
+            return None
+        return (_key(left), frozenset(cast(list, values)), op == "not in")
+    return None
+
+
+def _splits(a: RankSet, b: RankSet) -> bool:
+    """Each rank (a non-negative int) passes exactly one of the two conditions."""
+    if a[0] != b[0] or a[2] == b[2]:
+        return False
+    pos, neg = (a[1], b[1]) if b[2] else (b[1], a[1])
+    # the ranks neg passes are those outside neg: exactly those outside pos
+    return {v for v in pos if v >= 0} == {v for v in neg if v >= 0}
+
+
 def _union(a: Optional[frozenset], b: Optional[frozenset]) -> Optional[frozenset]:
     if a is None:
         return b
@@ -1194,10 +1234,33 @@ class _Divergence:
             self.expr(e.base, conds)
             self.expr(e.index, conds)
 
+    def partitioned(self, stmts: list[Statement]) -> dict[int, frozenset]:
+        """The collectives two sibling ``if``s (no ``else``, neither leaving) both run where
+        their conditions split the ranks in two, each rank passing exactly one (the
+        "zero first" pattern: ``if rank != 0: dist.barrier()`` ... ``if rank == 0:
+        dist.barrier()``): every rank runs each once, by id of either ``if``."""
+        ifs = [(st, _rank_set(st.expr[0])) for st in stmts
+               if isinstance(st, IfStmt) and st.else_body is None and len(st.expr) == 1
+               and len(st.body) == 1 and _exit(st.body[0]) is None]
+        ifs = [(st, rs) for st, rs in ifs if rs is not None]
+        out: dict[int, frozenset] = {}
+        for i, (a, ra) in enumerate(ifs):
+            for b, rb in ifs[i + 1:]:
+                assert ra is not None and rb is not None
+                if not _splits(ra, rb) or self.scan.taint(a.expr[0]) is None:
+                    continue
+                common = frozenset(self.always(a.body[0].body) & self.always(b.body[0].body))
+                if common:
+                    out[id(a)] = out.get(id(a), frozenset()) | common
+                    out[id(b)] = out.get(id(b), frozenset()) | common
+        return out
+
     def block(self, stmts: list[Statement], conds: tuple[Condition, ...]) -> None:
+        split = self.partitioned(stmts) if sum(isinstance(st, IfStmt) for st in stmts) > 1 \
+            else {}
         for i, st in enumerate(stmts):
             if isinstance(st, IfStmt):
-                self.if_stmt(st, conds, st, rest=stmts[i + 1:])
+                self.if_stmt(st, conds, st, rest=stmts[i + 1:], split=split.get(id(st)))
                 conds = conds + self.exits(st)  # if r != 0: return  -- the rest: rank 0 only
             else:
                 self.stmt(st, conds)
@@ -1260,7 +1323,8 @@ class _Divergence:
             self.block(st.body, conds)
 
     def if_stmt(self, st: IfStmt, conds: tuple[Condition, ...], top: IfStmt,
-                rest: list[Statement], elif_: bool = False) -> None:
+                rest: list[Statement], elif_: bool = False,
+                split: Optional[frozenset] = None) -> None:
         """``rest``: the statements after ``st`` in its block, the other path of an ``if``
         without ``else`` whose body leaves the block (``if r == 0: dist.barrier(); return``
         then ``dist.barrier()``: every rank runs one)."""
@@ -1276,6 +1340,8 @@ class _Divergence:
                 same = frozenset(self.always(st.body[0].body) & self.always(st.else_body.body))
             elif rest and _exit(st.body[0]) is not None:
                 same = frozenset(self.always(st.body[0].body) & self.always(rest))
+            if split:  # a sibling if on the other ranks runs them too (block: partitioned)
+                same = same | split
             anchor = top.expr[0]
             inner = conds + ((axes, "elif" if elif_ else "if", st.expr[0], st.line, "if", anchor,
                               same),)
