@@ -241,11 +241,11 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
             calls.append((e.args[0], axes))
         _walk(e.callee, calls, reads)
         like = (isinstance(e.callee, RefExpr) and e.callee.fullname.startswith("torch.")
-                and e.callee.name in _SHAPE_LIKE)
-        for k, a in enumerate(e.args):
-            if like and k == 0 and isinstance(a, NameExpr):
+                and e.callee.fullname.rsplit(".", 1)[-1] in _SHAPE_LIKE)
+        for at, arg in enumerate(e.args):
+            if like and at == 0 and isinstance(arg, NameExpr):
                 continue  # torch.zeros_like(part): its shape only
-            _walk(a, calls, reads)
+            _walk(arg, calls, reads)
     elif isinstance(e, MemberExpr):
         if e.name in _META_ATTRS and isinstance(e.expr, NameExpr):
             return  # part.shape, part.size(-1): no read of its values
