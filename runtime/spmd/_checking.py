@@ -1293,7 +1293,7 @@ class _Mode(TorchFunctionMode):
             inplace_target = first if isinstance(first, torch.Tensor) else None
         grad_on = torch.is_grad_enabled()
         spec = spec_of(plan, args, kwargs)
-        key = _operand_key([spec.name, self.strict], ops, types, grad_on)
+        key = _operand_key([spec.name, spec.keeps_shard_dims, self.strict], ops, types, grad_on)
         reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
         if reduction is not None:
             key.append(reduction)
@@ -1696,14 +1696,15 @@ def _check_loss(loss: Any, what: str | None = None, grads_name: str = "grad_outp
     t = _get(loss)
     if not t:
         return
-    errors = check_backward(Operand(t, "loss"))
+    scalar = loss.dim() == 0
+    errors = check_backward(Operand(t, "loss"), scalar)
     if errors:
         if what is None:
-            errors = check_backward(Operand(t, _loss_text(loss)))
+            errors = check_backward(Operand(t, _loss_text(loss)), scalar)
             raise SpmdTypeError(errors[0])
         name = _texts([loss], ["the output"])[0]
         call = f"{what}(...)" if name == "the output" else f"{what}({name}, ...)"
-        e = check_backward(Operand(t, name))[0]
+        e = check_backward(Operand(t, name), scalar)[0]
         raise SpmdTypeError(SpmdError(e.code, e.message.replace(
             f"{name}.backward()", f"{call} without {grads_name}", 1)))
 

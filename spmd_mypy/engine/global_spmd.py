@@ -2104,12 +2104,15 @@ def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
     x_text = bare(x.text)
     w_op = operands[1] if _is_conv(op) and len(operands) > 1 else None
     w_spec = w_op.type.spec if w_op is not None and w_op.type is not None else None
-    if (c in bad and groups != 1 and op.startswith("conv") and "transpose" not in op
+    transpose = "transpose" in op
+    if (c in bad and groups != 1 and op.startswith("conv")
             and w_spec and w_spec[0] == sp[c]):
         # a grouped convolution (depthwise: groups=C) whose input channels and weight
         # out-channels are sharded alike: each rank holds whole groups, the input channels
         # and the filters of the same groups; groups is the local count (as a literal size
-        # is local), which torch checks against the local shapes
+        # is local), which torch checks against the local shapes.  A transposed one's weight
+        # is [in, out/groups, *k]: its dim 0 is the in-channels, sharded like the input's,
+        # and each rank's result holds the out-channels of its own groups
         bad.remove(c)
     if bad:
         d = bad[0]
@@ -2137,7 +2140,12 @@ def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
                     f"each rank then holds whole groups and passes its local count of them as "
                     f"groups, which torch checks), or "
                     if w_op is not None and w_spec and op.startswith("conv")
-                    and "transpose" not in op else "")
+                    and not transpose else
+                    f"shard the weight's in-channels (dim 0) alike "
+                    f"({redistribute_fix(w_op, w_spec, (sp[c],) + tuple(w_spec[1:]))}: "
+                    f"each rank then holds whole groups and passes its local count of them as "
+                    f"groups, which torch checks), or "
+                    if w_op is not None and w_spec and op.startswith("conv") else "")
             grouped = ("each group of channels is convolved with its own filters (no sum across "
                        "groups), but the weight's filters are not sharded alike, so each rank "
                        "would convolve its own channels with the filters of other groups")
@@ -2179,8 +2187,12 @@ def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
         ws = w.type.spec if w.type is not None else None
         out_d = None if op == "convolution" else 1 if "transpose" in op else 0
         axes: tuple[str, ...] = ()
+        # a grouped conv_transpose with the weight's in-channels (dim 0) sharded like the
+        # input's channels: each rank holds whole groups (see above)
+        t_alike = (transpose and groups != 1 and c < len(sp) and bool(sp[c]) and ws is not None
+                   and len(ws) > 1 and tuple(ws[0]) == tuple(sp[c]))
         if ws is not None:
-            wbad = [d for d, e in enumerate(ws) if e and d != out_d]
+            wbad = [d for d, e in enumerate(ws) if e and d != out_d and not (t_alike and d == 0)]
             if wbad:
                 return _finish(op, operands, None, [SpmdError(
                     CODE, f"{op}: the weight {_desc(w)} is sharded on dim {wbad[0]}: only its "
@@ -2191,6 +2203,8 @@ def layout_op(op: str, operands: Sequence[Operand], *, training: Any = False,
         used = {a for e in sp for a in e}
         alike = groups != 1 and c < len(sp) and sp[c] and tuple(axes) == tuple(sp[c]) \
             and op.startswith("conv") and "transpose" not in op
+        if t_alike and not axes:  # its out-channels per group whole: the result's alike
+            axes, alike = tuple(sp[c]), True
         if axes and not alike and (groups != 1 or used & set(axes)):
             why = (f"groups={groups!r}: each rank's filters would meet the wrong channel groups "
                    f"(a grouped convolution takes them with {x_text}'s channels sharded alike: "

@@ -823,10 +823,21 @@ def cast_is_integral(dtype: object) -> bool:
 DTYPE_VIEW_OPS = frozenset({"view"})
 
 
+# Elementwise losses: with ``reduction="none"`` each element of the result is the loss of
+# the elements of its operands at the same place, as ``(a - b).pow(2)`` is, so an S(i)
+# input keeps S(i) (every Varying operand S(i) alike); any other reduction (or one the
+# adapter cannot read) reduces every dim: the rule of their name.
+ELEMENTWISE_LOSSES = frozenset("""mse_loss l1_loss smooth_l1_loss huber_loss
+binary_cross_entropy binary_cross_entropy_with_logits""".split())
+LOSS_REDUCTION_FORMAL = "reduction"
+
+
 def variant_formals(name: str) -> tuple[str, ...]:
     """The formals whose values choose ``name``'s rule (empty: the op has one rule)."""
     if name in CAST_OPS or name in DTYPE_VIEW_OPS:
         return (CAST_FORMAL,)
+    if name in ELEMENTWISE_LOSSES:
+        return (LOSS_REDUCTION_FORMAL,)
     return tuple(f for f, _, _ in VARIANTS.get(name, ()))
 
 
@@ -836,6 +847,9 @@ def call_spec(name: str, values: dict[str, object]) -> OpSpec:
     the formal out (its default then).  A formal the call's signature does not name must be
     given as UNREAD_VALUE."""
     spec = classify(name)
+    if name in ELEMENTWISE_LOSSES:
+        none = values.get(LOSS_REDUCTION_FORMAL) == "none"
+        return replace(spec, keeps_shard_dims=True) if none else spec
     if name in DTYPE_VIEW_OPS:
         dtype = values.get(CAST_FORMAL)
         if dtype is None:
@@ -2024,10 +2038,13 @@ def _viewed_tensor(text: str) -> str:
     return text
 
 
-def check_backward(loss: Operand) -> list[SpmdError]:
+def check_backward(loss: Operand, scalar: bool = True) -> list[SpmdError]:
     """``loss.backward()`` seeds a gradient of 1: the loss must be I or P on every axis.
     One error per loss: the axes of one kind merged (one flattened reinterpret fixes them),
-    R axes and V axes each with their reason and the two reinterprets nested in the fix."""
+    R axes and V axes each with their reason and the two reinterprets nested in the fix.
+    ``scalar``: False when the loss is known to have dims (the check mode sees ``dim() > 0``):
+    a V loss then is summed with ``spmd.sum(..., out_partial_axes=)`` as an S(d) one is, since
+    its reinterpret V->P is still no scalar for backward() to seed."""
     assert loss.type is not None
     by_kind: dict[Kind, list[str]] = {}
     words: dict[Kind, set[str]] = {}  # Varying, Shard(0): how the axes' types are named
@@ -2055,12 +2072,15 @@ def check_backward(loss: Operand) -> list[SpmdError]:
     # a Shard(d) loss has a dim: not the scalar backward() seeds, and each rank's block of
     # its elements is no partial sum (reinterpret(V->P) of a known shard is rejected); the
     # sum of every rank's elements is spmd.sum(..., out_partial_axes=)
-    sharded = varying is not None and any(
+    shard_dim = varying is not None and any(
         lt.dim is not None for a, lt in loss.type.axes if a in varying)
+    sharded = varying is not None and (shard_dim or not scalar)
     if sharded:
         assert varying is not None
         v_why = ("each rank holds its block of the loss's elements, not a scalar loss (and "
-                 "not a partial sum of one)")
+                 "not a partial sum of one)" if shard_dim else
+                 "each rank holds its own elements of a loss that is not a scalar (backward() "
+                 "seeds a scalar; the reinterpret to P would leave it one per element)")
         v_sum = f"spmd.sum({x}, out_partial_axes={format_axes(varying)})"
         means = ("; for a mean, divide by the all-reduced element count")
     else:

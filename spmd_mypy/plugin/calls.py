@@ -2798,6 +2798,10 @@ def rank_max(e: Expression | None, func: FuncDef | None,
                 op = coll.max_reduction(text)
             if op is not None and per_rank(sub):
                 return coll.RankMax(sub.name.rstrip("'"), op, text, detached)
+            if _is_max_collective(value):
+                # m = all_reduce(x.amax(-1), "tp", src=V, dst=R, op="max"): the max over the
+                # ranks already, R there; the per-rank max in its argument reaches no further
+                continue
             inner = _max_call(value)
             if inner is not None and per_rank(inner):  # scale = 127 / w.abs().amax().clamp(...)
                 call = expr_text(inner)
@@ -2969,10 +2973,26 @@ def local_norm(e: Expression | None, func: FuncDef | None,
     return None
 
 
+def _is_max_collective(e: Expression) -> bool:
+    """``e`` is an ``all_reduce(..., op="max")`` (or "min"): a max over the ranks."""
+    if not (isinstance(e, CallExpr) and isinstance(e.callee, RefExpr)
+            and e.callee.fullname in _MAX_COLLECTIVES):
+        return False
+    return any(name == "op" and isinstance(arg, StrExpr) and arg.value in ("max", "min")
+               for name, arg in zip(e.arg_names, e.args))
+
+
 def _max_call(e: Expression) -> Expression | None:
     """The outermost call in ``e`` that is this rank's max or min (engine max_reduction),
-    other than ``e`` itself (``127 / w.detach().abs().amax().clamp(min=eps)``)."""
+    other than ``e`` itself (``127 / w.detach().abs().amax().clamp(min=eps)``); none inside
+    an ``all_reduce(..., op="max")``, which takes the max over the ranks."""
+    inside: set[int] = set()
     for sub in get_subexpressions(e):
+        if id(sub) in inside:
+            continue
+        if sub is not e and _is_max_collective(sub):
+            inside.update(id(x) for x in get_subexpressions(sub))
+            continue
         if sub is not e and isinstance(sub, CallExpr) and coll.max_reduction(expr_text(sub)):
             return sub
     return None

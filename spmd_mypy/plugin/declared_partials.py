@@ -27,6 +27,7 @@ partial sum.  The check mode marks the result a pending partial sum instead (run
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Final
 
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import CallableType
@@ -58,6 +59,7 @@ from mypy.nodes import (
     NameExpr,
     OperatorAssignmentStmt,
     OpExpr,
+    RefExpr,
     ReturnStmt,
     SetExpr,
     SliceExpr,
@@ -81,6 +83,14 @@ from .statements import assignments_by_name, functions_of, nested_statements
 # their reinterpret, "*" when the axis is not a literal)
 _MEMO: dict[int, tuple[object, dict[int, tuple[str, ...]]]] = {}
 _MEMO_MAX = 2000
+# Reads of a local's shape, dtype or device only, not of its values (``part.shape``,
+# ``part.size(-1)``, ``torch.zeros_like(part)``, ``part.new_zeros(n)``): no read of the
+# partial sum, so a local read there and by consumers elsewhere is still exempt.
+_META_ATTRS: Final = frozenset("""size dim ndim numel nelement element_size shape dtype device
+is_contiguous is_floating_point is_complex stride get_device nbytes itemsize
+new_zeros new_ones new_empty new_full""".split())
+_SHAPE_LIKE: Final = frozenset("""zeros_like ones_like empty_like full_like rand_like randn_like
+randint_like""".split())
 _OPAQUE = "<an expression the scan does not enter>"
 _OPAQUE_KINDS = (ListComprehension, SetComprehension, GeneratorExpr, DictionaryComprehension,
                  YieldExpr, YieldFromExpr, AwaitExpr, AssignmentExpr)
@@ -230,9 +240,15 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
         if axes is not None:
             calls.append((e.args[0], axes))
         _walk(e.callee, calls, reads)
-        for a in e.args:
-            _walk(a, calls, reads)
+        like = (isinstance(e.callee, RefExpr) and e.callee.fullname.startswith("torch.")
+                and e.callee.fullname.rsplit(".", 1)[-1] in _SHAPE_LIKE)
+        for at, arg in enumerate(e.args):
+            if like and at == 0 and isinstance(arg, NameExpr):
+                continue  # torch.zeros_like(part): its shape only
+            _walk(arg, calls, reads)
     elif isinstance(e, MemberExpr):
+        if e.name in _META_ATTRS and isinstance(e.expr, NameExpr):
+            return  # part.shape, part.size(-1): no read of its values
         _walk(e.expr, calls, reads)
     elif isinstance(e, OpExpr):
         _walk(e.left, calls, reads)

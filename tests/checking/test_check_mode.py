@@ -799,6 +799,25 @@ def test_backward_message_two_axes_one_error() -> None:
         assert 'reinterpret(reinterpret(loss, "dp", src=V, dst=P), "tp", src=R, dst=I)' in str(e.value)
 
 
+def test_backward_of_a_varying_loss_with_dims_offers_the_sum() -> None:
+    # a per-token loss typed V (its shard dim lost by a mean over the last dim): its
+    # reinterpret V->P is no scalar either, and torch refuses to seed it; spmd.sum is the fix
+    with spmd.typecheck():
+        w = typed(torch.randn(4, 4, requires_grad=True), Tensor[R["tp"]])
+        loss = (typed(mk(), Tensor[V["tp"]]) * w).mean(-1)
+        assert loss.dim() == 1
+        with pytest.raises(SpmdTypeError) as e:
+            loss.backward()
+        assert 'spmd.sum(loss, out_partial_axes="tp") to mean the sum of every rank\'s elements' in str(e.value)
+        assert "src=V, dst=P" not in str(e.value)
+        spmd.sum(loss, out_partial_axes="tp").backward()
+        assert w.grad is not None
+        scalar = (typed(mk(), Tensor[V["tp"]]) * w).mean()
+        with pytest.raises(SpmdTypeError) as e:
+            scalar.backward()
+        assert 'reinterpret(scalar, "tp", src=V, dst=P)' in str(e.value)
+
+
 def test_nn_modules_and_functional() -> None:
     lin = nn.Linear(4, 4)
     with spmd.typecheck():

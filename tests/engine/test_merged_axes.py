@@ -188,3 +188,13 @@ def test_argument_shard_scatter_on_two_axes_is_one_flattened_call() -> None:
     (err,) = check_argument(_t(a=VARYING, b=VARYING), _t(a=REPLICATE, b=REPLICATE),
                             x_text="v", where="v")
     assert "together: all_gather(all_gather(v" in err.message
+
+
+def test_backward_of_a_varying_loss_with_dims_is_summed() -> None:
+    # the check mode sees loss.dim() > 0: a V loss's reinterpret V->P is no scalar to seed
+    (err,) = check_backward(Operand(_t(dp=VARYING, tp=REPLICATE), "loss"), scalar=False)
+    assert 'reinterpret(spmd.sum(loss, out_partial_axes="dp"), "tp", src=R, dst=I)' in err.message
+    assert "src=V, dst=P" not in err.message
+    (err,) = check_backward(Operand(_t(tp=VARYING), "loss"), scalar=False)
+    assert 'spmd.sum(loss, out_partial_axes="tp") to mean the sum of every rank\'s elements' in err.message
+    assert "not a scalar" in err.message

@@ -554,6 +554,19 @@ def _prop_cases() -> list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable
             ((4, 2, 3), Tensor[PS["tp", None, None], R["dp"]])],
          lambda x, w: F.conv1d(x, w, groups=x.shape[1] // 2),
          lambda x, w: F.conv1d(x, w, groups=x.shape[1] // 2)),
+        # a grouped conv_transpose: its weight is [in, out/groups, *k], dim 0 the in-channels,
+        # sharded like the input's channels: each rank holds whole groups, exactly local
+        ("depthwise conv_transpose2d, channels sharded", [
+            ((2, 4, 5, 5), Tensor[PS[None, "tp", None, None], R["dp"]]),
+            ((4, 1, 3, 3), Tensor[PS["tp", None, None, None], R["dp"]]),
+            ((4,), Tensor[PS["tp"], R["dp"]])],
+         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, groups=x.shape[1]),
+         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, groups=x.shape[1])),
+        ("grouped conv_transpose1d, channels sharded", [
+            ((2, 8, 7), Tensor[PS["dp", "tp", None]]),
+            ((8, 3, 3), Tensor[PS["tp", None, None], R["dp"]])],
+         lambda x, w: F.conv_transpose1d(x, w, groups=x.shape[1] // 2),
+         lambda x, w: F.conv_transpose1d(x, w, groups=x.shape[1] // 2)),
         ("einsum out_partial (dp,tp)", [((4, 8), Tensor[PS[None, ("dp", "tp")]]),
                                          ((8, 6), Tensor[PS[("dp", "tp"), None]])],
          lambda a, b: spmd.einsum("ij,jk->ik", a, b, out_partial_axes=("dp", "tp")),
