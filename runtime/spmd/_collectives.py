@@ -155,7 +155,7 @@ class _Collective(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         step = ctx.step
-        if _is_legacy_batched(grad):  # autograd.grad(..., is_grads_batched=True)
+        if _legacy_batched_grad(grad):  # autograd.grad(..., is_grads_batched=True)
             return _legacy_batched(grad, lambda g: _backward_steps_on(step, g, ctx.sizes)), None, None
         steps = step.backward_steps()
         # Only a backward that all-reduces can reduce in place.  The signature is taken
@@ -192,6 +192,12 @@ class _Collective(torch.autograd.Function):
 # differentiable: create_graph), and wraps the result back at the same level.
 
 _is_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
+
+
+def _legacy_batched_grad(grad: torch.Tensor) -> bool:
+    """``grad`` is batched by torch's legacy vmap; never while torch.compile traces (dynamo
+    cannot trace the C check, and a traced backward sees no legacy batching)."""
+    return not _compiling() and _is_legacy_batched(grad)
 
 
 def _legacy_level() -> int:
@@ -1487,7 +1493,7 @@ class _UnevenAllToAll(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        if _is_legacy_batched(grad):  # autograd.grad(..., is_grads_batched=True)
+        if _legacy_batched_grad(grad):  # autograd.grad(..., is_grads_batched=True)
             return _legacy_batched(grad, lambda g: _UnevenAllToAll.apply(
                 g, ctx.group, ctx.out_sizes, ctx.sizes)), None, None, None
         return _UnevenAllToAll.apply(grad, ctx.group, ctx.out_sizes, ctx.sizes), None, None, None
