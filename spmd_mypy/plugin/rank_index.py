@@ -1010,21 +1010,31 @@ def _may_leave(stmts: list[Statement]) -> bool:
 def _runs(e: Optional[Expression], out: list[CallExpr]) -> None:
     """The calls named as collectives that evaluating ``e`` always makes (not the branches of
     ``a if c else b`` nor the right operand of ``and``/``or``)."""
+    out.extend(_calls_in(e, None, True))
+
+
+def _calls_in(e: Optional[Expression], runners: Optional[dict[str, list[CallExpr]]],
+              always: bool) -> list[CallExpr]:
+    """The calls in ``e`` named as collectives, or of a function in ``runners`` (the module's
+    functions whose body runs one); ``always``: only those evaluating ``e`` always makes (not
+    the branches of ``a if c else b`` nor the right operand of ``and``/``or``)."""
+    found: list[CallExpr] = []
     stack: list[Optional[Expression]] = [e]
     while stack:
         x = stack.pop()
         if x is None:
             continue
         if isinstance(x, CallExpr):
-            if _callee_name(x) in COLLECTIVE_NAMES:
-                out.append(x)
+            if _callee_name(x) in COLLECTIVE_NAMES or (
+                    runners and isinstance(x.callee, NameExpr) and x.callee.name in runners):
+                found.append(x)
             stack.append(x.callee)
             stack.extend(x.args)
         elif isinstance(x, MemberExpr):
             stack.append(x.expr)
         elif isinstance(x, OpExpr):
             stack.append(x.left)
-            if x.op != "and" and x.op != "or":
+            if not always or (x.op != "and" and x.op != "or"):
                 stack.append(x.right)
         elif isinstance(x, ComparisonExpr):
             stack.extend(x.operands)
@@ -1036,6 +1046,9 @@ def _runs(e: Optional[Expression], out: list[CallExpr]) -> None:
             stack.extend((x.base, x.index))
         elif isinstance(x, ConditionalExpr):
             stack.append(x.cond)
+            if not always:
+                stack.extend((x.if_expr, x.else_expr))
+    return found
 
 
 def _body_runs(stmts: list[Statement], out: list[CallExpr]) -> bool:
@@ -1109,32 +1122,7 @@ class _Divergence:
             sigs.add(self.signature(call))
 
     def collectives(self, e: Optional[Expression]) -> list[CallExpr]:
-        found: list[CallExpr] = []
-        stack: list[Optional[Expression]] = [e]
-        while stack:
-            x = stack.pop()
-            if x is None:
-                continue
-            if isinstance(x, CallExpr):
-                if _callee_name(x) in COLLECTIVE_NAMES or self.runner(x) is not None:
-                    found.append(x)
-                stack.append(x.callee)
-                stack.extend(x.args)
-            elif isinstance(x, MemberExpr):
-                stack.append(x.expr)
-            elif isinstance(x, OpExpr):
-                stack.extend((x.left, x.right))
-            elif isinstance(x, ComparisonExpr):
-                stack.extend(x.operands)
-            elif isinstance(x, (UnaryExpr, StarExpr)):
-                stack.append(x.expr)
-            elif isinstance(x, (TupleExpr, ListExpr)):
-                stack.extend(x.items)
-            elif isinstance(x, IndexExpr):
-                stack.extend((x.base, x.index))
-            elif isinstance(x, ConditionalExpr):
-                stack.extend((x.cond, x.if_expr, x.else_expr))
-        return found
+        return _calls_in(e, self.runners, False)
 
     def always(self, stmts: list[Statement]) -> set[str]:
         sigs: set[str] = set()
