@@ -2755,6 +2755,32 @@ def made_by(e: Expression | None) -> coll.MadeBy | None:
 _MAX_COLLECTIVES = ("spmd.all_reduce", "spmd._collectives.all_reduce")
 
 
+_Bindings = dict[SymbolNode, list[tuple[int, Expression]]]
+
+
+def _plain_bindings(func: FuncDef) -> _Bindings:
+    """``func``'s plain assignments of each local (no item or attribute target): (line,
+    value), in order (statements.assignments_by_name)."""
+    return {node: [(line, value) for line, value, k in defs if k < 0]
+            for node, defs in assignments_by_name(func).items()}
+
+
+def _binding_before(assigned: _Bindings, seen: set[SymbolNode], sub: Expression, line: int,
+                    x: Expression) -> tuple[int, Expression, str] | None:
+    """The last binding before ``line`` of the local ``sub`` names (not ``x`` itself, the
+    value being read), when ``sub`` is a name not followed yet (then marked in ``seen``):
+    the step of the walks that follow a value's names back to where they were made; with the
+    name as written (the redefinition renamer's quote dropped)."""
+    if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
+        return None
+    defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
+    if not defs:
+        return None
+    seen.add(sub.node)
+    at, value = defs[-1]
+    return at, value, sub.name.rstrip("'")
+
+
 def rank_max(e: Expression | None, func: FuncDef | None,
              type_of: Callable[[Expression], SpmdType | None]) -> coll.RankMax | None:
     """The local name ``e``'s value is computed from (through the assignments of ``func``
@@ -2772,20 +2798,16 @@ def rank_max(e: Expression | None, func: FuncDef | None,
         return t is not None and any(lt.kind is Kind.V and lt.dim is None and lt.by_rank is None
                                      for _, lt in t.axes)
 
-    assigned = {node: [(line, value) for line, value, k in defs if k < 0]
-                for node, defs in assignments_by_name(func).items()}
+    assigned = _plain_bindings(func)
     seen: set[SymbolNode] = set()
     todo: list[tuple[Expression, int]] = [(e, e.line)]
     while todo and len(seen) < 16:
         x, line = todo.pop(0)
         for sub in get_subexpressions(x):
-            if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
+            binding = _binding_before(assigned, seen, sub, line, x)
+            if binding is None:
                 continue
-            defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
-            if not defs:
-                continue
-            seen.add(sub.node)
-            at, value = defs[-1]
+            at, value, local = binding
             text = expr_text(value)
             op: str | None = None
             detached = ".detach()" in text
@@ -2797,7 +2819,7 @@ def rank_max(e: Expression | None, func: FuncDef | None,
             else:
                 op = coll.max_reduction(text)
             if op is not None and per_rank(sub):
-                return coll.RankMax(sub.name.rstrip("'"), op, text, detached)
+                return coll.RankMax(local, op, text, detached)
             if _is_max_collective(value):
                 # m = all_reduce(x.amax(-1), "tp", src=V, dst=R, op="max"): the max over the
                 # ranks already, R there; the per-rank max in its argument reaches no further
@@ -2806,7 +2828,7 @@ def rank_max(e: Expression | None, func: FuncDef | None,
             if inner is not None and per_rank(inner):  # scale = 127 / w.abs().amax().clamp(...)
                 call = expr_text(inner)
                 return coll.RankMax(call, coll.max_reduction(call) or "max", call,
-                                    ".detach()" in call, sub.name.rstrip("'"))
+                                    ".detach()" in call, local)
             todo.append((value, at))
     return None
 
@@ -2842,8 +2864,7 @@ def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
     there is none.  Read on an error path only, in files with a rank query."""
     if e is None or func is None or not regions.rank_exprs:
         return None
-    assigned = {node: [(line, value) for line, value, k in defs if k < 0]
-                for node, defs in assignments_by_name(func).items()}
+    assigned = _plain_bindings(func)
     seen: set[SymbolNode] = set()
     todo: list[tuple[Expression, int]] = [(e, e.line)]
     while todo and len(seen) < 16:
@@ -2864,12 +2885,9 @@ def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
                 every = _rank_every(ops, mesh, expr_text(by), by, func)
                 if every is not None:
                     return every
-            if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
-                continue
-            defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
-            if defs:
-                seen.add(sub.node)
-                todo.append((defs[-1][1], defs[-1][0]))
+            binding = _binding_before(assigned, seen, sub, line, x)
+            if binding is not None:
+                todo.append((binding[1], binding[0]))  # (value, its line)
     return None
 
 
@@ -2942,8 +2960,7 @@ def local_norm(e: Expression | None, func: FuncDef | None,
     rank normalises its own block of the dim; V, it may.  Read for an error only."""
     if e is None:
         return None
-    assigned = ({node: [(line, value) for line, value, k in defs if k < 0]
-                 for node, defs in assignments_by_name(func).items()} if func is not None else {})
+    assigned = _plain_bindings(func) if func is not None else {}
     seen: set[SymbolNode] = set()
     todo: list[tuple[Expression, int, str | None]] = [(e, e.line, None)]
     while todo and len(seen) < 16:
@@ -2962,14 +2979,11 @@ def local_norm(e: Expression | None, func: FuncDef | None,
                         src = expr_text(sub)
                         name = bound if bound is not None and sub is x else src
                         return coll.LocalNorm(name, src, op, expr_text(inp), dim, sharded, varying)
-            if not isinstance(sub, NameExpr) or sub.node is None or sub.node in seen:
+            binding = _binding_before(assigned, seen, sub, line, x)
+            if binding is None:
                 continue
-            defs = [d for d in assigned.get(sub.node, []) if d[0] <= line and d[1] is not x]
-            if not defs:
-                continue
-            seen.add(sub.node)
-            at, value = defs[-1]
-            todo.append((value, at, sub.name.rstrip("'")))
+            at, value, local = binding
+            todo.append((value, at, local))
     return None
 
 
