@@ -1749,7 +1749,9 @@ class CallTyper:
             return
         group = self._group_axis(ctx)
         if group is None:
-            return
+            group = entry[4]  # group=self.tp_group of self.tp_group = mesh.get_group("tp")
+            if group is None:
+                return
         mesh = tuple(self.plugin.config.mesh_axes)
         axes = mesh if group == "" else (group,)
         over = "over the default group: every rank" if group == "" else None
@@ -1778,7 +1780,7 @@ class CallTyper:
                            axes: tuple[str, ...], over: str | None, returns: bool) -> None:
         """Under the entry's conditions, and where a call of the function whose body runs
         the collective is under some (the error at that call, which the fix hoists)."""
-        _, conds, bound, vias = entry
+        _, conds, bound, vias, _ = entry
         call = ctx.context
         if not isinstance(call, CallExpr):
             return
@@ -1794,16 +1796,17 @@ class CallTyper:
         if not vias:
             return
         func = global_calls.current_function(ctx.api)
-        for outer, outer_conds, outer_bound in vias:
-            callee = outer.callee
-            if func is None or not isinstance(callee, NameExpr) or callee.node is not func:
+        for outer, outer_conds, outer_bound, mid in vias:
+            if func is None or not _calls(outer if mid is None else mid, func):
                 continue  # the name is not (or no longer) that function
             outer_text = code_text(outer)
             name = hoist_name("", outer_bound)
             conditions = [self._rank_condition(c, outer_text, name, mesh) for c in outer_conds]
+            inner = code_text(call)
+            if mid is not None:  # two levels down
+                inner = f"{code_text(mid)} (line {mid.line}), whose body runs {inner}"
             err = divergent_collective_error(outer_text, "", axes, conditions, over=over,
-                                             result=outer_bound, inner=(code_text(call),
-                                                                        call.line))
+                                             result=outer_bound, inner=(inner, call.line))
             if err is not None:
                 self.report(ctx, [err], outer)
 
@@ -1828,8 +1831,10 @@ class CallTyper:
             before = f"{anchor_kind} {code_text(anchor)}:"
         else:
             before = f"if {t}: {anchor_kind}"
-        # a group the source does not name may be any one axis: no axis to blame
-        blamed = () if UNNAMED_GROUP in axes else tuple(axes_in(axes, mesh))
+        # a group the source does not name may be any one axis, a rank within the node
+        # (LOCAL_RANK) splits the axes with ranks on one node, which the source does not say:
+        # no axis to blame
+        blamed = () if UNNAMED_GROUP in axes else tuple(axes_in(axes, mesh, False))
         return RankCondition(blamed, written, line, before)
 
     def divergence_hook(self, name: str) -> Callable[[FunctionContext], Type]:
@@ -2846,6 +2851,16 @@ def _rank_every(ops: Sequence[Operand], mesh: Sequence[str], text: str, by: Expr
         return None
     query = every_query(by, func) if func is not None else None
     return coll.RankEvery(text, expr_text(query) if query is not None else None, blamed, meant)
+
+
+def _calls(call: CallExpr, func: FuncDef) -> bool:
+    """Whether ``call`` calls ``func`` (its name bound to it, a decorated one's too), or is
+    ``self.m()`` of a method ``m`` of that name (the pre-pass read the class)."""
+    callee = call.callee
+    if isinstance(callee, NameExpr):
+        node = callee.node
+        return node is func or (isinstance(node, Decorator) and node.func is func)
+    return isinstance(callee, MemberExpr) and callee.name == func.name
 
 
 def _default_group(e: Expression | None) -> bool:

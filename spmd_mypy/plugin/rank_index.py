@@ -77,6 +77,12 @@ _ALL: Final = frozenset({EVERY})
 # divergent-collective rule or the every-axis hint may blame (it may be any one axis)
 UNNAMED_GROUP: Final = "?"
 _UNNAMED: Final = frozenset({EVERY, UNNAMED_GROUP})
+# a rank within the node (``LOCAL_RANK``, ``dist.get_node_local_rank()``): it differs between
+# the ranks of an axis only where that axis has several ranks on one node, a placement the
+# source does not say: every axis for the rank-index rule (sound), but no axis the
+# divergent-collective rule blames (an inter-node dp under ``if local_rank == 0:`` is correct)
+NODE_LOCAL: Final = "~"
+_NODE: Final = frozenset({NODE_LOCAL})
 
 # Megatron's getters (``parallel_state.get_tensor_model_parallel_rank()``, ``mpu.*``), by name:
 # the axis (the engine's one table)
@@ -84,9 +90,9 @@ MEGATRON_RANKS: Final = {f"get_{k}_rank": a for k, a in MEGATRON_PARALLEL_AXES.i
 MEGATRON_GROUPS: Final = {f"get_{k}_group": a for k, a in MEGATRON_PARALLEL_AXES.items()}
 MEGATRON_SIZES: Final = {f"get_{k}_world_size": a for k, a in MEGATRON_PARALLEL_AXES.items()}
 RANK_QUERIES: Final = frozenset({"get_rank", "get_local_rank", "get_coordinate", "get_group_rank",
-                                 *MEGATRON_RANKS})
-# the environment variables torchrun sets: a rank (read as dist.get_rank(): every mesh axis)
-# and the matching count (``rank < world_size`` holds on every rank)
+                                 "get_node_local_rank", *MEGATRON_RANKS})
+# the environment variables torchrun sets: a rank (RANK read as dist.get_rank(): every mesh
+# axis; LOCAL_RANK: NODE_LOCAL) and the matching count (``rank < world_size`` holds on every rank)
 ENV_RANKS: Final = frozenset({"RANK", "LOCAL_RANK"})
 _ENV_SIZES: Final = {"WORLD_SIZE": "RANK", "LOCAL_WORLD_SIZE": "LOCAL_RANK"}
 # calls whose int result carries their arguments' rank dependence
@@ -195,6 +201,13 @@ def env_read(e: Expression) -> Optional[str]:
     return None
 
 
+def _env_axes(name: Optional[str]) -> Optional[frozenset]:
+    """The axes torchrun's ``RANK`` (every axis) or ``LOCAL_RANK`` (NODE_LOCAL) varies on."""
+    if name == "RANK":
+        return _ALL
+    return _NODE if name == "LOCAL_RANK" else None
+
+
 def query_axes(e: Expression, helpers: dict[str, frozenset],
                groups: Optional[dict[str, str]] = None) -> Optional[frozenset]:
     """The axes the rank query ``e`` varies on; None when it is not one.  The one place that
@@ -204,9 +217,7 @@ def query_axes(e: Expression, helpers: dict[str, frozenset],
     ``get_tensor_model_parallel_rank()``: "tp"; a group not read: every axis, UNNAMED_GROUP;
     a module function returning one (``helpers``): its axes."""
     if not isinstance(e, CallExpr):
-        if isinstance(e, IndexExpr) and env_read(e) in ENV_RANKS:
-            return _ALL
-        return None
+        return _env_axes(env_read(e)) if isinstance(e, IndexExpr) else None
     call = e
     callee = call.callee
     if isinstance(callee, NameExpr):
@@ -218,8 +229,8 @@ def query_axes(e: Expression, helpers: dict[str, frozenset],
     else:
         return None
     if name not in RANK_QUERIES:
-        if (name == "get" or name == "getenv") and env_read(call) in ENV_RANKS:
-            return _ALL
+        if name == "get" or name == "getenv":
+            return _env_axes(env_read(call))
         return None
     if name in MEGATRON_RANKS:
         if not call.args:
@@ -242,6 +253,8 @@ def query_axes(e: Expression, helpers: dict[str, frozenset],
         return _group_axes(call, groups)
     if name == "get_coordinate":  # its items are the mesh dims' ranks, in an order not read here
         return _UNNAMED
+    if name == "get_node_local_rank":
+        return _NODE
     return _ALL
 
 
@@ -263,9 +276,24 @@ def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
             for a in call.args:
                 if has_query(a, helpers):
                     return True
-        return False
-    if cls is IndexExpr:  # os.environ["RANK"]
-        return env_read(cast(IndexExpr, e)) in ENV_RANKS
+            return False
+        # torch.save(full[dist.get_rank()].clone(), path): the arguments and the receiver
+        for a in call.args:
+            if has_query(a, helpers):
+                return True
+        return ccls is MemberExpr and has_query(cast(MemberExpr, callee).expr, helpers)
+    if cls is IndexExpr:  # os.environ["RANK"], full[dist.get_rank()]
+        index_e = cast(IndexExpr, e)
+        if env_read(index_e) in ENV_RANKS:
+            return True
+        index = index_e.index
+        if type(index) is SliceExpr:
+            s = cast(SliceExpr, index)
+            return (has_query(s.begin_index, helpers) or has_query(s.end_index, helpers)
+                    or has_query(s.stride, helpers))
+        return has_query(index, helpers)
+    if cls is NameExpr:  # a module-level rank (rank_helpers: "=RANK")
+        return bool(helpers) and "=" + cast(NameExpr, e).name in helpers
     if cls is OpExpr:
         op = cast(OpExpr, e)
         return has_query(op.left, helpers) or has_query(op.right, helpers)
@@ -291,19 +319,71 @@ def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
 def rank_helpers(file: MypyFile) -> dict[str, frozenset]:
     """The module-level functions that return a rank query (``def my_rank() -> int: return
     dist.get_rank()``) or a value computed from one alone (``def is_main() -> bool: return
-    dist.get_rank() == 0``), with its axes."""
+    dist.get_rank() == 0``), with its axes; and, under ``"=" + name``, the module-level
+    names every module-level binding of which is rank-derived (``RANK = dist.get_rank()``,
+    ``LOCAL = RANK % 8``), read in a function that binds no local of that name."""
     out: dict[str, frozenset] = {}
+    module_names(file, out)
     for d in file.defs:
         f = d.func if isinstance(d, Decorator) else d
         if isinstance(f, FuncDef) and f.body.body:
             last = f.body.body[-1]
             if isinstance(last, ReturnStmt) and last.expr is not None:
                 # return dist.get_rank(); return dist.get_rank() == 0 (def is_main())
+                scan = _Scan(out)
+                if len(f.body.body) == 1:  # return RANK == 0 of a module-level RANK
+                    scan.locals = {a.variable.name for a in f.arguments}
                 axes = (query_axes(last.expr, out) if isinstance(last.expr, CallExpr)
-                        else _Scan(out).taint(last.expr))
+                        else scan.taint(last.expr))
                 if axes is not None:
                     out[f.name] = axes
     return out
+
+
+def module_names(file: MypyFile, out: dict[str, frozenset]) -> None:
+    """The module-level rank-derived names into ``out`` (as ``"=" + name``): a name every
+    module-level binding of which (nested blocks too: ``if``, ``try``) is a single-name
+    assignment computed from a rank query or another such name; and, as ``"#" + name``, the
+    names that are a rank or a count of ranks themselves (``WORLD = dist.get_world_size()``:
+    ``{"size:RANK"}``, :meth:`_Scan.count`), for ``if RANK < WORLD:`` (every rank passes)."""
+    bound: dict[str, Optional[frozenset]] = {}
+    counted: dict[str, Optional[frozenset]] = {}
+    scan = _Scan(out)
+    scan.locals = set()
+    for st in nested_statements(file.defs):
+        if isinstance(st, AssignmentStmt):
+            rank = has_query(st.rvalue, out)
+            for lv in st.lvalues:
+                for t in (lv.items if isinstance(lv, (TupleExpr, ListExpr)) else [lv]):
+                    if isinstance(t, NameExpr):
+                        axes = scan.taint(st.rvalue) if rank and t is lv else None
+                        old = bound.get(t.name, axes)
+                        got = None if old is None or axes is None else old | axes
+                        bound[t.name] = got
+                        if got is not None:
+                            out["=" + t.name] = got
+                        else:
+                            out.pop("=" + t.name, None)
+                        c = scan.count(st.rvalue) if t is lv else None
+                        kept = None if c is None else frozenset({c[0] + ":" + c[1]})
+                        if counted.get(t.name, kept) != kept:
+                            kept = None
+                        counted[t.name] = kept
+                        if kept is not None:
+                            out["#" + t.name] = kept
+                        else:
+                            out.pop("#" + t.name, None)
+        elif isinstance(st, (ForStmt, OperatorAssignmentStmt, WithStmt)):
+            targets: list[Expression] = (
+                [st.index] if isinstance(st, ForStmt)
+                else [st.lvalue] if isinstance(st, OperatorAssignmentStmt)
+                else [t for t in st.target if t is not None])
+            for t in targets:
+                for n in (t.items if isinstance(t, (TupleExpr, ListExpr)) else [t]):
+                    if isinstance(n, NameExpr):
+                        bound[n.name] = counted[n.name] = None
+                        out.pop("=" + n.name, None)
+                        out.pop("#" + n.name, None)
 
 
 def _int_value(e: Expression) -> Optional[int]:
@@ -388,6 +468,9 @@ class _Scan:
         # dist.get_rank()``, ``n = dist.get_world_size()``): ("rank" or "size", what it counts);
         # None: bound otherwise too
         self.counts: dict[str, Optional[tuple[str, str]]] = {}
+        # the function's parameters and bound locals (read_bindings): the names a module-level
+        # rank (rank_helpers' "=RANK") does not reach; None: not read (no module name reached)
+        self.locals: Optional[set[str]] = None
 
     def read_bindings(self, params: Optional[set[str]] = None) -> None:
         """:attr:`groups` and :attr:`counts` from the function's bindings (once, before the
@@ -405,6 +488,7 @@ class _Scan:
                     pairs.extend((t, None) for t in target.items)
             else:
                 pairs.append((target, value))
+        self.locals = {n.name for n, _ in pairs if isinstance(n, NameExpr)}
         groups: dict[str, Optional[str]] = {}
         for name_e, bound in pairs:
             if isinstance(name_e, NameExpr):
@@ -427,7 +511,14 @@ class _Scan:
         ranks the same ``what`` counts (``dist.get_world_size()`` for ``dist.get_rank()``,
         ``mesh["tp"].size()`` for ``mesh.get_local_rank("tp")``); None for anything else."""
         if isinstance(e, NameExpr):
-            return self.counts.get(e.name)
+            if e.name in self.counts or self.locals is None or not self.helpers \
+                    or e.name in self.locals:
+                return self.counts.get(e.name)
+            kept = self.helpers.get("#" + e.name)  # WORLD = dist.get_world_size() at module level
+            if kept is None:
+                return None
+            kind, _, what = next(iter(kept)).partition(":")
+            return (kind, what)
         env = env_read(e)
         if env is not None:
             if env in ENV_RANKS:
@@ -497,7 +588,11 @@ class _Scan:
     # -- the int expressions a rank dependence flows through
     def taint(self, e: Optional[Expression]) -> Optional[frozenset]:
         if isinstance(e, NameExpr):
-            return self.names.get(e.name)
+            got = self.names.get(e.name)
+            if got is None and self.locals is not None and self.helpers \
+                    and e.name not in self.locals:  # RANK = dist.get_rank() at module level
+                return self.helpers.get("=" + e.name)
+            return got
         if isinstance(e, OpExpr):
             return _union(self.taint(e.left), self.taint(e.right))
         if isinstance(e, ComparisonExpr):
@@ -535,8 +630,9 @@ class _Scan:
                 return self.attrs.get(e.name)
             return None
         if isinstance(e, IndexExpr):  # coords[0] of coords = mesh.get_coordinate()
-            if env_read(e) in ENV_RANKS:  # os.environ["RANK"]
-                return _ALL
+            env = _env_axes(env_read(e))  # os.environ["RANK"]
+            if env is not None:
+                return env
             return self.taint(e.base) if isinstance(e.base, (NameExpr, MemberExpr)) else None
         return None
 
@@ -702,7 +798,8 @@ def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
                    divergent: Optional[dict[int, Divergent]] = None,
                    attrs: Optional[dict[int, tuple[str, dict[str, frozenset]]]] = None,
                    groups: Optional[dict[int, dict[str, str]]] = None,
-                   runners: Optional[dict[str, list[CallExpr]]] = None
+                   runners: Optional[dict[str, list[RunnerCall]]] = None,
+                   owners: Optional[dict[int, tuple[str, str]]] = None
                    ) -> dict[int, tuple[Expression, frozenset, Expression]]:
     """The rank-derived op nodes of ``funcs`` (the functions that call a rank query): by id,
     the node, the axes, and its first rank-derived index or operand.  ``divergent``: where
@@ -710,7 +807,8 @@ def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
     ``attrs``: by a method's id, its first argument and its class's rank-derived attributes
     (:func:`rank_attributes`; such methods are in ``funcs``).  ``groups``: by a method's id,
     the group attributes it reads (:func:`group_attributes`).  ``runners``: the module's
-    functions whose body runs a collective (:func:`collective_runners`)."""
+    functions and methods whose body runs a collective, ``owners``: a method's first argument
+    and class by its id (:func:`collective_runners`)."""
     out: dict[int, tuple[Expression, frozenset, Expression]] = {}
     for f in funcs:
         scan = _Scan(helpers)
@@ -724,7 +822,8 @@ def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
                 scan.groups.update(kept)
         scan.run(f, out)
         if divergent is not None:
-            _Divergence(scan, divergent, runners or {}).block(f.body.body, ())
+            owner = owners.get(id(f), ("", "")) if owners else ("", "")
+            _Divergence(scan, divergent, runners or {}, owner).block(f.body.body, ())
     return out
 
 
@@ -938,13 +1037,21 @@ def group_attributes(file: MypyFile, funcs: set[int]) -> dict[int, dict[str, str
 # statement runs: not divergent (if/else both all_reduce over "tp"))
 Condition = tuple[frozenset, str, Expression, int, str, Expression, frozenset]
 # A call of a function of the module whose body runs a collective, under conditions: (the
-# call, its conditions outermost first, the name its statement binds the result to, as below)
-Via = tuple[CallExpr, tuple[Condition, ...], Optional[str]]
+# call, its conditions outermost first, the name its statement binds the result to, as below;
+# the call in that function's body of the function that runs the collective, two levels down,
+# else None)
+Via = tuple[CallExpr, tuple[Condition, ...], Optional[str], Optional[CallExpr]]
+# A collective a function's body runs on every path (collective_runners): (the collective, the
+# call of the function that runs it two levels down or None, its group= as a mesh axis the
+# pre-pass reads from the class's group attributes, or None)
+RunnerCall = tuple[CallExpr, Optional[CallExpr], Optional[str]]
 # A recorded call: (the call, its conditions outermost first (none: only called under some),
 # the name its statement binds the call's result to, "" for a statement of the call alone,
 # None otherwise; the calls of its function under conditions, when it runs in a function's
-# body: ``def sync(x): dist.all_reduce(x)`` and ``if rank == 0: sync(x)``)
-Divergent = tuple[CallExpr, tuple[Condition, ...], Optional[str], tuple[Via, ...]]
+# body: ``def sync(x): dist.all_reduce(x)`` and ``if rank == 0: sync(x)``; its ``group=``
+# as a mesh axis the pre-pass reads (``self.tp_group`` of ``self.tp_group =
+# mesh.get_group("tp")``: group_attributes), "" the default group, None not read)
+Divergent = tuple[CallExpr, tuple[Condition, ...], Optional[str], tuple[Via, ...], Optional[str]]
 
 COLLECTIVE_NAMES: Final = (frozenset(COLLECTIVES) | {"redistribute"} | RAW_COLLECTIVES
                            | RAW_NN_COLLECTIVES | RAW_FUNCTIONAL_COLLECTIVES
@@ -1007,17 +1114,35 @@ def _may_leave(stmts: list[Statement]) -> bool:
     return False
 
 
-def _runs(e: Optional[Expression], out: list[CallExpr]) -> None:
-    """The calls named as collectives that evaluating ``e`` always makes (not the branches of
-    ``a if c else b`` nor the right operand of ``and``/``or``)."""
-    out.extend(_calls_in(e, None, True))
+def _runs(e: Optional[Expression], out: list[CallExpr],
+          runners: Optional[dict[str, list[RunnerCall]]] = None, self_name: str = "",
+          cls: str = "") -> None:
+    """The calls named as collectives (or of a function in ``runners``) that evaluating ``e``
+    always makes (not the branches of ``a if c else b`` nor the right operand of
+    ``and``/``or``)."""
+    out.extend(_calls_in(e, runners, True, self_name, cls))
 
 
-def _calls_in(e: Optional[Expression], runners: Optional[dict[str, list[CallExpr]]],
-              always: bool) -> list[CallExpr]:
+def runner_key(call: CallExpr, runners: dict[str, list[RunnerCall]], self_name: str,
+               cls: str) -> Optional[str]:
+    """The key in ``runners`` of the function ``call`` calls: a module function by its name,
+    a method of the class ``cls`` called on ``self_name`` (``self.sync()``) as ``"C.sync"``."""
+    callee = call.callee
+    if isinstance(callee, NameExpr):
+        return callee.name if callee.name in runners else None
+    if self_name and isinstance(callee, MemberExpr) and isinstance(callee.expr, NameExpr) \
+            and callee.expr.name == self_name:
+        key = cls + "." + callee.name
+        return key if key in runners else None
+    return None
+
+
+def _calls_in(e: Optional[Expression], runners: Optional[dict[str, list[RunnerCall]]],
+              always: bool, self_name: str = "", cls: str = "") -> list[CallExpr]:
     """The calls in ``e`` named as collectives, or of a function in ``runners`` (the module's
-    functions whose body runs one); ``always``: only those evaluating ``e`` always makes (not
-    the branches of ``a if c else b`` nor the right operand of ``and``/``or``)."""
+    functions and the class's methods whose body runs one: :func:`runner_key`); ``always``:
+    only those evaluating ``e`` always makes (not the branches of ``a if c else b`` nor the
+    right operand of ``and``/``or``)."""
     found: list[CallExpr] = []
     stack: list[Optional[Expression]] = [e]
     while stack:
@@ -1026,7 +1151,7 @@ def _calls_in(e: Optional[Expression], runners: Optional[dict[str, list[CallExpr
             continue
         if isinstance(x, CallExpr):
             if _callee_name(x) in COLLECTIVE_NAMES or (
-                    runners and isinstance(x.callee, NameExpr) and x.callee.name in runners):
+                    runners and runner_key(x, runners, self_name, cls) is not None):
                 found.append(x)
             stack.append(x.callee)
             stack.extend(x.args)
@@ -1051,41 +1176,161 @@ def _calls_in(e: Optional[Expression], runners: Optional[dict[str, list[CallExpr
     return found
 
 
-def _body_runs(stmts: list[Statement], out: list[CallExpr]) -> bool:
-    """The collectives ``stmts`` run on every path (their statements' own calls and the
-    bodies of ``with``, up to the first statement that may leave): whether one may leave."""
+def _body_runs(stmts: list[Statement], out: list[CallExpr],
+               runners: Optional[dict[str, list[RunnerCall]]] = None, self_name: str = "",
+               cls: str = "") -> bool:
+    """The collectives (and calls of ``runners``) ``stmts`` run on every path (their
+    statements' own calls and the bodies of ``with``, up to the first statement that may
+    leave): whether one may leave."""
     for st in stmts:
         if isinstance(st, AssignmentStmt):
-            _runs(st.rvalue, out)
+            _runs(st.rvalue, out, runners, self_name, cls)
         elif isinstance(st, OperatorAssignmentStmt):
-            _runs(st.rvalue, out)
+            _runs(st.rvalue, out, runners, self_name, cls)
         elif isinstance(st, ExpressionStmt):
-            _runs(st.expr, out)
+            _runs(st.expr, out, runners, self_name, cls)
         elif isinstance(st, ReturnStmt):
-            _runs(st.expr, out)
+            _runs(st.expr, out, runners, self_name, cls)
             return True
         elif isinstance(st, WithStmt):
             for e in st.expr:
-                _runs(e, out)
-            if _body_runs(st.body.body, out):
+                _runs(e, out, runners, self_name, cls)
+            if _body_runs(st.body.body, out, runners, self_name, cls):
                 return True
         elif type(st) in _EXITS or _may_leave([st]):
             return True
     return False
 
 
-def collective_runners(file: MypyFile) -> dict[str, list[CallExpr]]:
-    """The module-level functions (not decorated: ``@rank_zero_only`` runs the body on some
-    ranks only) whose body runs a collective on every path, by name: those calls (one level:
-    a call of another such function in the body is not followed)."""
-    out: dict[str, list[CallExpr]] = {}
+# the decorators that run the function they wrap once per call, on every call: torch's grad
+# modes (``@torch.no_grad()``, ``@torch.inference_mode()``, bare ``@torch.no_grad`` too)
+_GRAD_MODES: Final = frozenset({"no_grad", "inference_mode", "enable_grad"})
+
+
+def _wrapping_decorators(file: MypyFile) -> set[str]:
+    """The module's decorators that call the function they wrap on every call: ``def
+    deco(fn)`` defining ``@functools.wraps(fn) def wrapper(...)`` whose body calls ``fn`` on
+    every path (before any statement that may leave) and returning ``wrapper``."""
+    out: set[str] = set()
     for d in file.defs:
-        if isinstance(d, FuncDef):
-            calls: list[CallExpr] = []
-            _body_runs(d.body.body, calls)
-            if calls:
-                out[d.name] = calls
+        if not isinstance(d, FuncDef) or len(d.arguments) != 1 or len(d.body.body) < 2:
+            continue
+        fn = d.arguments[0].variable.name
+        last = d.body.body[-1]
+        if not isinstance(last, ReturnStmt) or not isinstance(last.expr, NameExpr):
+            continue
+        for st in d.body.body[:-1]:
+            if isinstance(st, Decorator) and st.func.name == last.expr.name and any(
+                    isinstance(w, CallExpr) and isinstance(w.callee, (NameExpr, MemberExpr))
+                    and w.callee.name == "wraps" and len(w.args) == 1
+                    and isinstance(w.args[0], NameExpr) and w.args[0].name == fn
+                    for w in st.decorators):
+                calls: list[CallExpr] = []
+                _body_runs(st.func.body.body, calls, {fn: []})
+                if any(isinstance(c.callee, NameExpr) and c.callee.name == fn for c in calls):
+                    out.add(d.name)
     return out
+
+
+def _transparent(d: Expression, wrapping: set[str]) -> bool:
+    """Whether the decorator ``d`` runs its function's body on every call (:data:`_GRAD_MODES`,
+    one of the module's ``wrapping`` decorators)."""
+    if isinstance(d, CallExpr):
+        return not d.args and isinstance(d.callee, (NameExpr, MemberExpr)) \
+            and d.callee.name in _GRAD_MODES
+    if isinstance(d, NameExpr):
+        return d.name in _GRAD_MODES or d.name in wrapping
+    return isinstance(d, MemberExpr) and d.name in _GRAD_MODES
+
+
+def collective_runners(file: MypyFile
+                       ) -> tuple[dict[str, list[RunnerCall]], dict[int, tuple[str, str]]]:
+    """The module-level functions and the top-level classes' methods (``"C.sync"``, one no
+    subclass in the file overrides) whose body runs a collective on every path, by name:
+    those calls (:data:`RunnerCall`).  Decorated ones only with decorators that run the body
+    on every call (``@torch.no_grad()``, a ``functools.wraps`` decorator of the module that
+    always calls the function: ``@rank_zero_only`` runs it on some ranks only).  Two levels:
+    a function whose body calls such a function on every path runs its collectives too; a
+    third level is not followed.  And the methods of the classes with such methods, by id:
+    their first argument and class (what ``self.sync()`` in them calls)."""
+    wrapping: Optional[set[str]] = None
+    funcs: list[tuple[str, FuncDef, str, str]] = []  # key, function, self name, class
+    owners: dict[int, tuple[str, str]] = {}
+    for d in file.defs:
+        if isinstance(d, (FuncDef, Decorator)):
+            if isinstance(d, Decorator):
+                if wrapping is None:
+                    wrapping = _wrapping_decorators(file)
+                if not all(_transparent(x, wrapping) for x in d.decorators):
+                    continue
+                f = d.func
+            else:
+                f = d
+            funcs.append((f.name, f, "", ""))
+        elif isinstance(d, ClassDef):
+            overridden = {f.name for c in file.defs if isinstance(c, ClassDef) and c is not d
+                          and any(isinstance(b, NameExpr) and b.name == d.name
+                                  for b in c.base_type_exprs)
+                          for st in c.defs.body for f in functions_of(st)}
+            for st in d.defs.body:
+                if isinstance(st, Decorator):
+                    if wrapping is None:
+                        wrapping = _wrapping_decorators(file)
+                    if not all(_transparent(x, wrapping) for x in st.decorators):
+                        continue
+                    m = st.func
+                elif isinstance(st, FuncDef):
+                    m = st
+                else:
+                    continue
+                if not m.arguments or m.is_static or m.is_class:
+                    continue
+                self_name = m.arguments[0].variable.name
+                owners[id(m)] = (self_name, d.name)
+                if m.name not in overridden:
+                    funcs.append((d.name + "." + m.name, m, self_name, d.name))
+    out: dict[str, list[RunnerCall]] = {}
+    for key, f, self_name, cls in funcs:
+        calls: list[CallExpr] = []
+        _body_runs(f.body.body, calls)
+        if calls:
+            out[key] = [(c, None, None) for c in calls]
+    if not out:
+        return out, {}
+    second: dict[str, list[RunnerCall]] = {}
+    for key, f, self_name, cls in funcs:
+        if key in out:
+            continue
+        calls = []
+        _body_runs(f.body.body, calls, out, self_name, cls)
+        got: list[RunnerCall] = []
+        for c in calls:
+            k = runner_key(c, out, self_name, cls)
+            if k is not None:
+                got.extend((inner, c, g) for inner, mid, g in out[k] if mid is None)
+        if got:
+            second[key] = got
+    out.update(second)
+    # group=self.tp_group in a method's collective: its class's group attributes
+    methods = {id(f): f for key, f, self_name, _ in funcs if self_name and key in out}
+    kept = group_attributes(file, set(methods)) if methods else {}
+    if kept:
+        for key, f, self_name, _ in funcs:
+            attrs = kept.get(id(f))
+            if attrs is None:
+                continue
+            out[key] = [(c, mid, g if g is not None or mid is not None
+                         else _group_of(c, attrs)) for c, mid, g in out[key]]
+    return out, owners
+
+
+def _group_of(call: CallExpr, groups: dict[str, str]) -> Optional[str]:
+    """The mesh axis of a raw collective's ``group=`` as ``groups`` read it (a local or
+    ``self`` attribute: :func:`group_axis`), None when not given or not read."""
+    for a, n in zip(call.args, call.arg_names):
+        if n == "group":
+            return group_axis(a, groups) if _ref(a) is not None else None
+    return None
 
 
 def _irrefutable(st: MatchStmt) -> bool:
@@ -1100,17 +1345,18 @@ class _Divergence:
     """One function's walk for the collectives under a rank-dependent condition."""
 
     def __init__(self, scan: _Scan, out: dict[int, Divergent],
-                 runners: dict[str, list[CallExpr]]) -> None:
+                 runners: dict[str, list[RunnerCall]], owner: tuple[str, str] = ("", "")) -> None:
         self.scan = scan
         self.out = out
         self.runners = runners
+        self.self_name, self.cls = owner  # a method's first argument and class
 
     def runner(self, call: CallExpr) -> Optional[str]:
-        """The module's function ``call`` calls when its body runs a collective."""
-        callee = call.callee
-        if self.runners and isinstance(callee, NameExpr) and callee.name in self.runners:
-            return callee.name
-        return None
+        """The module's function (or the class's method) ``call`` calls when its body runs a
+        collective: its key in the runners."""
+        if not self.runners:
+            return None
+        return runner_key(call, self.runners, self.self_name, self.cls)
 
     def signature(self, call: CallExpr) -> str:
         name = self.runner(call)
@@ -1122,7 +1368,7 @@ class _Divergence:
             sigs.add(self.signature(call))
 
     def collectives(self, e: Optional[Expression]) -> list[CallExpr]:
-        return _calls_in(e, self.runners, False)
+        return _calls_in(e, self.runners, False, self.self_name, self.cls)
 
     def always(self, stmts: list[Statement]) -> set[str]:
         sigs: set[str] = set()
@@ -1158,7 +1404,9 @@ class _Divergence:
         kept = tuple(c for c in conds if sig not in c[6])
         if kept:
             old = self.out.get(id(call))
-            self.out[id(call)] = (call, kept, bound, old[3] if old is not None else ())
+            group = _group_of(call, self.scan.groups) if self.scan.groups else None
+            self.out[id(call)] = (call, kept, bound, old[3] if old is not None else (),
+                                  group if group is not None or old is None else old[4])
 
     def record_via(self, call: CallExpr, name: str, conds: tuple[Condition, ...],
                    bound: Optional[str]) -> None:
@@ -1168,13 +1416,14 @@ class _Divergence:
         kept = tuple(c for c in conds if sig not in c[6])
         if not kept:
             return
-        for inner in self.runners[name]:
+        for inner, mid, group in self.runners[name]:
             old = self.out.get(id(inner))
-            via: Via = (call, kept, bound)
+            via: Via = (call, kept, bound, mid)
             if old is None:
-                self.out[id(inner)] = (inner, (), None, (via,))
+                self.out[id(inner)] = (inner, (), None, (via,), group)
             else:
-                self.out[id(inner)] = (inner, old[1], old[2], old[3] + (via,))
+                self.out[id(inner)] = (inner, old[1], old[2], old[3] + (via,),
+                                       old[4] if old[4] is not None else group)
 
     def expr(self, e: Optional[Expression], conds: tuple[Condition, ...],
              bound: Optional[str] = None) -> None:
@@ -1367,9 +1616,10 @@ class _Divergence:
             self.block(b.body, inner)
 
 
-def axes_in(axes: frozenset, mesh_axes: tuple[str, ...]) -> list[str]:
-    """The mesh axes a recorded node varies on (EVERY: all of them)."""
-    if EVERY in axes:
+def axes_in(axes: frozenset, mesh_axes: tuple[str, ...], node_local: bool = True) -> list[str]:
+    """The mesh axes a recorded node varies on (EVERY: all of them; NODE_LOCAL: all of them
+    too, or none when ``node_local`` is false: the axes a condition is known to split)."""
+    if EVERY in axes or (node_local and NODE_LOCAL in axes):
         return list(mesh_axes)
     return [a for a in mesh_axes if a in axes]
 
@@ -1400,7 +1650,7 @@ def every_query(e: Expression, func: FuncDef) -> Optional[Expression]:
     return None
 
 
-__all__ = ["EVERY", "UNNAMED_GROUP", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions",
+__all__ = ["EVERY", "UNNAMED_GROUP", "NODE_LOCAL", "RANK_QUERIES", "has_query", "rank_helpers", "scan_functions",
            "rank_attributes", "axes_in", "group_axis", "group_attributes", "collective_runners",
-           "env_read", "Via",
+           "env_read", "Via", "RunnerCall", "runner_key",
            "query_axes", "Condition", "Divergent", "COLLECTIVE_NAMES", "every_query"]

@@ -1815,8 +1815,9 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         # self.tp_group = mesh.get_group("tp"), then dist.get_rank(self.tp_group)
         groups = group_attributes(file, {id(f) for f in funcs}) if any(
             isinstance(d, ClassDef) for d in file.defs) else None
+        runners, owners = collective_runners(file)
         regions.rank_exprs = scan_functions(funcs, w.rank_helpers, regions.divergent, attrs,
-                                            groups, collective_runners(file))
+                                            groups, runners, owners)
     return regions
 
 
