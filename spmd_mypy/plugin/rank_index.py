@@ -17,8 +17,10 @@ Axes (:func:`query_axes`, the one place that decides them for both rules):
 ``mesh.get_local_rank("tp")`` / ``mesh_dim="tp"`` / ``mesh["tp"].get_local_rank()``,
 ``get_rank(g)`` of a group :func:`group_axis` reads as "tp" (``mesh.get_group("tp")``, a local
 or ``self`` attribute bound to one) and Megatron's ``get_tensor_model_parallel_rank()`` vary on
-"tp"; ``os.environ["RANK"]`` (``LOCAL_RANK``) and any other query (no group, a group or mesh dim
-the source does not name) on every mesh axis (:data:`EVERY`).  A comparison every rank passes
+"tp"; ``os.environ["RANK"]`` and any other query (no group, a group or mesh dim the source
+does not name) on every mesh axis (:data:`EVERY`); ``LOCAL_RANK`` and
+``dist.get_node_local_rank()`` on the axes with ranks on one node (:data:`NODE_LOCAL`: every
+axis for the rank-index rule, none the divergent-collective rule blames).  A comparison every rank passes
 (``dist.get_rank() >= 0``, ``r < world_size``: :meth:`_Scan.uniform`) varies on none.
 """
 
@@ -1256,6 +1258,15 @@ def collective_runners(file: MypyFile
     wrapping: Optional[set[str]] = None
     funcs: list[tuple[str, FuncDef, str, str]] = []  # key, function, self name, class
     owners: dict[int, tuple[str, str]] = {}
+    # the methods the subclasses in the file define, by class (self.sync() may run one)
+    defined: dict[str, set[str]] = {}
+    children: dict[str, list[str]] = {}
+    for c in file.defs:
+        if isinstance(c, ClassDef):
+            defined[c.name] = {f.name for st in c.defs.body for f in functions_of(st)}
+            for b in c.base_type_exprs:
+                if isinstance(b, NameExpr):
+                    children.setdefault(b.name, []).append(c.name)
     for d in file.defs:
         if isinstance(d, (FuncDef, Decorator)):
             if isinstance(d, Decorator):
@@ -1268,10 +1279,14 @@ def collective_runners(file: MypyFile
                 f = d
             funcs.append((f.name, f, "", ""))
         elif isinstance(d, ClassDef):
-            overridden = {f.name for c in file.defs if isinstance(c, ClassDef) and c is not d
-                          and any(isinstance(b, NameExpr) and b.name == d.name
-                                  for b in c.base_type_exprs)
-                          for st in c.defs.body for f in functions_of(st)}
+            overridden: set[str] = set()
+            todo, seen = list(children.get(d.name, ())), {d.name}
+            while todo:
+                sub = todo.pop()
+                if sub not in seen:
+                    seen.add(sub)
+                    overridden |= defined.get(sub, set())
+                    todo.extend(children.get(sub, ()))
             for st in d.defs.body:
                 if isinstance(st, Decorator):
                     if wrapping is None:
