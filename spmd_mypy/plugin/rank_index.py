@@ -1261,12 +1261,12 @@ def collective_runners(file: MypyFile
     # the methods the subclasses in the file define, by class (self.sync() may run one)
     defined: dict[str, set[str]] = {}
     children: dict[str, list[str]] = {}
-    for c in file.defs:
-        if isinstance(c, ClassDef):
-            defined[c.name] = {f.name for st in c.defs.body for f in functions_of(st)}
-            for b in c.base_type_exprs:
+    for cdef in file.defs:
+        if isinstance(cdef, ClassDef):
+            defined[cdef.name] = {f.name for st in cdef.defs.body for f in functions_of(st)}
+            for b in cdef.base_type_exprs:
                 if isinstance(b, NameExpr):
-                    children.setdefault(b.name, []).append(c.name)
+                    children.setdefault(b.name, []).append(cdef.name)
     for d in file.defs:
         if isinstance(d, (FuncDef, Decorator)):
             if isinstance(d, Decorator):
