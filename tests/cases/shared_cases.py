@@ -1592,6 +1592,21 @@ case("global-inplace-transpose_-changes-the-spec", {"p": _WR},
 case("global-inplace-maximum-out-changes-the-spec", {"r": _FULL, "g": _WR},
      ("with torch.no_grad():", "    torch.maximum(g, g, out=r)"), INPL)
 
+# segment sums over positions sharded on "tp" (packed sequences with sequence parallelism):
+# each rank adds its own positions into every segment, so the result is P on "tp"; the mean
+# of a segment needs the counts summed over the ranks first (all_reduce), not this rank's
+_SEQ = 'Tensor[PS["tp"], R["dp"]]'
+_SEQ_MAKE = {"sid": "torch.randint(0, 3, (8,))", "lt": "torch.randn(8, requires_grad=True).clone()"}
+case("global-segment-sums-are-partial", {"sid": _SEQ, "lt": _SEQ},
+     ("c = torch.bincount(sid, minlength=3).to(lt.dtype)",
+      "out = torch.zeros(3).index_add(0, sid, lt) + torch.zeros(3).scatter_add(0, sid, lt) + c"),
+     'Tensor[PS[None], R["dp"], P["tp"]]', make=_SEQ_MAKE)
+case("global-segment-mean-over-local-counts", {"sid": _SEQ, "lt": _SEQ},
+     ("c = torch.bincount(sid, minlength=3)", "s = torch.zeros(3).index_add(0, sid, lt)",
+      "out = s / c"), NL, make=_SEQ_MAKE)
+case("global-segment-scatter-overwrite-of-sharded-positions", {"sid": _SEQ, "lt": _SEQ},
+     "out = torch.zeros(3).scatter(0, sid, lt)", GLB, make=_SEQ_MAKE)
+
 # torch._utils' flatten-and-cat of a list of tensors (bucketing DDP code) is a cat: linear; the
 # unflatten gives views of the flat tensor, the list only lends shapes (templates)
 case("flatten-dense-tensors-of-P-is-P", {"a": "P", "b": "P"},
