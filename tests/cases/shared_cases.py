@@ -1811,6 +1811,26 @@ case("row-parallel-partial-read-in-one-branch", _ROW,
       "    out = part.softmax(-1)"), "spmd-global", collective=True, static_line=1)
 
 
+# A value normalised per rank's block of a dim sharded on "tp" (F.log_softmax of S(-1) logits)
+# summed as parts over "tp" (spmd.sum(..., out_partial_axes=), reinterpret(V->P)): the static
+# checker follows the value back to the normaliser (README "Vocab-parallel losses"); the check
+# mode's types do not record that a value was normalised (a local V), so it accepts it
+_NORM_ONLY = ("the check mode's types do not record a per-block normaliser; the static checker "
+              "reads it from the value's bindings (README: Vocab-parallel losses)")
+_VOCAB = {"a": 'Tensor[S[-1, "tp"]]', "b": 'Tensor[S[-1, "tp"]]'}
+case("local-log-softmax-summed-as-parts", _VOCAB,
+     ("lp = F.log_softmax(a, -1)", "lq = F.log_softmax(b, -1)",
+      'out = spmd.sum(lq.exp() * (lq - lp), -1, out_partial_axes="tp")'), NL,
+     static_only=_NORM_ONLY, desc="distillation KL of the local blocks: off by the normaliser")
+case("vocab-parallel-log-softmax-summed-as-parts", _VOCAB,
+     ('m = spmd.all_reduce(a.detach().amax(-1), "tp", src=V, dst=R, op="max")',
+      "s = a - m.unsqueeze(-1)",
+      'z = spmd.all_reduce(spmd.reinterpret(s.exp().sum(-1), "tp", src=V, dst=P), "tp", src=P, dst=R)',
+      "lp = s - z.log().unsqueeze(-1)",
+      'out = spmd.sum(lp.exp() * lp, -1, out_partial_axes="tp")'), "P", collective=True,
+     desc="the normaliser completed over the ranks first: accepted")
+
+
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.
 
