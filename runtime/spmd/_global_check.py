@@ -250,6 +250,10 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
             p["dim"] = None
         if "keepdim" in b:
             p["keepdim"] = bool(b["keepdim"])
+        if name.startswith("scatter_reduce"):
+            p["reduce"] = b.get("reduce")
+        if name.startswith("index_put"):
+            p["accumulate"] = bool(b.get("accumulate", False))
     if global_spmd.is_elementwise(name) or name in ("max", "min"):
         p["sizes_one"] = tuple(
             tuple(s == 1 for s in global_shape(x, t, sizes)) if isinstance(x, torch.Tensor) else ()

@@ -752,6 +752,28 @@ class LocalNorm:
                 f"place of {self.source})")
 
 
+def normalised_parts_error(norm: LocalNorm, axis: str, call: str, x_text: str) -> SpmdError | None:
+    """``call`` ("sum": ``spmd.sum(x, ..., out_partial_axes=axis)``; "reinterpret":
+    ``reinterpret(x, axis, src=V, dst=P)``) claims each rank's value of ``x`` is its part of a sum over ``axis``; ``x`` is
+    computed from ``norm``, a softmax, log_softmax or logsumexp along a dim its input holds
+    sharded on ``axis`` (S(dim) there), with no collective on the way (the adapter's walk):
+    each rank normalised its own block of the dim, so the ranks' values are no parts of the
+    whole's (a distillation KL over vocab-parallel logits with F.log_softmax of the local
+    blocks: off by the missing global normaliser).  None on another axis."""
+    if axis not in norm.sharded:
+        return None
+    hint = norm.hint(axis)
+    if hint is None:
+        return None
+    x, ax = bare(x_text), format_axis(axis)
+    written = (f"spmd.sum({x}, ..., out_partial_axes={ax})" if call == "sum"
+               else f"spmd.reinterpret({x}, {ax}, src=V, dst=P)")
+    return SpmdError(
+        "spmd-partial-nonlinear",
+        f"{written} takes each rank's value as its part of a sum over {ax}, but {hint}; "
+        f"the ranks' per-block normalised values do not sum to the value over the whole dim")
+
+
 def _reduced_result(x_text: str, axis: str | tuple[str, ...], dst: LocalType) -> str | None:
     """For a V value whose text ends in a max, a mean, a logsumexp (or a non-linear op
     applied to one): how to reduce it over the ranks, which "sum them" does not; None when

@@ -48,7 +48,9 @@ never a guess.  Dims may be negative (torch's convention).
   :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss),
   :func:`lookup` / :func:`embedding` (embedding, index_select; ``x[ids]`` through
   :class:`TensorIndex` ``spec``), :func:`keeps_spec` (triu/tril), :func:`repeat_interleave`, :func:`pad`,
-  :func:`group_norm`, :func:`layout_op` (convolutions, pools, interpolation, pixel_shuffle,
+  :func:`group_norm`, :func:`segment_sum` (bincount, index_add, index_put(accumulate=True);
+  scatter_add / scatter_reduce(sum) through :func:`scatter_along`: sharded positions give P),
+  :func:`layout_op` (convolutions, pools, interpolation, pixel_shuffle,
   batch/instance norms: views.LAYOUT_OPS, with ``training`` and ``groups``); an op without a
   rule gets :func:`no_rule_error`.
 - :func:`is_global`, :func:`rank`, :func:`global_axes`.
@@ -74,7 +76,7 @@ end_dim`` (flatten); ``sizes`` (unflatten, local sizes); ``dims`` (roll);
 index items: an ``int`` (value unused), a ``slice`` (full iff ``slice(None)``),
 ``None`` (new axis), ``Ellipsis``, or :class:`TensorIndex`); ``start, length``
 (narrow: unused values; narrowing is a partial slice); ``pad`` (F.pad's literal pad
-tuple); ``mesh_sizes: dict[str, int]``
+tuple); ``reduce`` (scatter_reduce's literal reduction) and ``accumulate`` (index_put); ``mesh_sizes: dict[str, int]``
 (optional, unused by the rules since shapes are local); ``sizes_one:
 tuple[bool, ...]`` per operand dims (optional; which dims are size 1, for
 broadcasting: every dim's at runtime; statically those an operand's own expression makes
@@ -1954,7 +1956,7 @@ SCATTERS = frozenset({"scatter", "scatter_", "scatter_add", "scatter_add_", "sca
 
 
 def scatter_along(op: str, x: Operand, index: Operand, src: Operand | None, *,
-                  dim: int | None) -> Result:
+                  dim: int | None, reduce: Any = None) -> Result:
     """``x.scatter(dim, index, src)`` (scatter_add, scatter_reduce): position ``p`` of
     ``index`` writes ``src[p]`` into ``x`` at ``index[p]`` along ``dim`` and at ``p`` along the
     others: gather's conditions (``dim`` whole in ``x``, the other dims sharded alike in ``x``
@@ -1963,6 +1965,13 @@ def scatter_along(op: str, x: Operand, index: Operand, src: Operand | None, *,
 
         zeros(p: PS["dp", None, None]).scatter(-1, i: PS["dp", None, None], v)  ->  PS["dp", None, None]"""
     operands = [x, index] + ([src] if src is not None else [])
+    ixs = index.type.spec if index.type is not None else None
+    if (isinstance(dim, int) and ixs is not None and (x.type is None or x.type.spec is None)
+            and -len(ixs) <= dim < len(ixs) and ixs[dim]):
+        # an untyped accumulator (torch.zeros(n)) and positions sharded along dim
+        if _enter(op, operands, dim=dim, mixing=True) is None:
+            d = _norm_dim(dim, len(ixs))
+            return _segment_finish(op, operands, x, ixs[d], _unshard(ixs, (d,)), d, reduce=reduce)
     checked = gather_along(op, x, index, dim=dim, operands=operands)
     if checked.errors or x.type is None or x.type.spec is None:
         return checked
@@ -1972,7 +1981,132 @@ def scatter_along(op: str, x: Operand, index: Operand, src: Operand | None, *,
             CODE, f"{op}: {src.text} is laid out unlike the index {index.text} ({_desc(src, True)}, "
                   f"{_desc(index, True)}): position p writes {src.text} at p; redistribute "
                   f"{src.text} to the index's spec")])
+    d = _norm_dim(dim, len(x.type.spec)) if isinstance(dim, int) else 0
+    if ixs is not None and d < len(ixs) and ixs[d]:
+        return _segment_finish(op, operands, x, ixs[d], x.type.spec, d, reduce=reduce)
     return _finish(op, operands, x.type.spec, [])
+
+
+SEGMENT_SUMS = frozenset({"index_add", "index_add_", "bincount", "index_put", "index_put_"})
+
+
+def _segment_finish(op: str, operands: Sequence[Operand], x: Operand | None, axes: tuple[str, ...],
+                    out_spec: Spec, d: int, *, reduce: Any = "sum") -> Result:
+    """A segment sum (index_add, scatter_add, scatter_reduce(sum), bincount, index_put with
+    accumulate=True) whose positions (the index and the source along the summed dim) are
+    sharded on ``axes``: each rank adds only its own positions into the segments, so the
+    result is P on ``axes`` (a per-rank part of each segment's sum: ``all_reduce(...,
+    src=P, dst=R)`` completes it).  An accumulator ``x`` that is R or I on such an axis
+    would be counted once per rank in that sum: an error (accumulate into zeros, add ``x``
+    after the all_reduce).  A reduction other than a sum (scatter's overwrite,
+    scatter_reduce's prod/amax/mean) has no such part: an error."""
+    ax = _fmt_axes(axes)
+    if reduce is UNKNOWN:
+        return _finish(op, operands, None, [_nonliteral(op, "reduce", operands[0])])
+    if reduce != "sum":
+        how = (f'reduce="{reduce}"' if isinstance(reduce, str) else "an overwrite")
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op} along dim {d} with an index sharded on {ax} ({_texts(operands)}): each "
+                  f"rank writes only its own positions, and {how} of the ranks' results is not "
+                  f"a sum of parts; gather the index and the source first, or do it in local "
+                  f"SPMD (spmd.local_map)")])
+    if x is not None and x.type is not None and x.type.spec is not None:
+        if out_spec[d]:
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: dim {d} of {x.text} is sharded on {_fmt_entry(out_spec[d])} "
+                      f"({_desc(x, True)}) and the index on {ax}: each rank's positions may land "
+                      f"in another rank's rows; redistribute {x.text} to hold dim {d} whole")])
+        held = [a for a in axes if a in dict(x.type.axes) and dict(x.type.axes)[a].kind is not Kind.P]
+        if held:
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op} with an index sharded on {ax}: each rank adds only its own positions, "
+                      f"so the result is a per-rank part (P on {ax}), but {x.text} is "
+                      f"{_desc(x, True)}, which every rank would add once: accumulate into "
+                      f"torch.zeros_like({bare(x.text)}) and add {bare(x.text)} after the "
+                      f"all_reduce(..., {ax}, src=P, dst=R)")])
+    if x is not None and (x.type is None or (not x.type.axes and x.type.spec is None)):
+        # an untyped accumulator (torch.zeros(n)): a constant, as a Python scalar is, so
+        # the result's kinds on the other axes are the index's and the source's
+        base = local_propagate(op, [replace(x, type=None) if o is x else o for o in operands])
+    else:
+        base = local_propagate(op, operands)
+    return _finish(op, operands, out_spec, [], partial_axes=axes, base=base)
+
+
+def segment_sum(op: str, operands: Sequence[Operand], *, dim: Any = 0, reduce: Any = "sum",
+                accumulate: Any = False) -> Result:
+    """Segment sums over a sharded dim (``torch.bincount(ids)``, ``x.index_add(dim, ids,
+    src)``, ``x.index_put_((ids,), src, accumulate=True)``): the ids pick a segment for each
+    position of the sharded dim; each rank adds its own positions, so the result is P on
+    the dim's axes (:func:`_segment_finish`)::
+
+        torch.bincount(ids: PS["tp"])                         ->  PS[None], P["tp"]
+        zeros(n).index_add(0, ids: PS["tp"], v: PS["tp"])     ->  PS[None], P["tp"]
+        zeros(n).index_add(0, ids: PS[None], v: PS[None, "dp"]) -> PS[None, "dp"]
+
+    Unsharded positions: shard propagation as usual (the other dims of the source keep
+    their sharding in the result, the accumulator's dims alike)."""
+    early = _enter(op, operands, dim=dim, mixing=True)
+    if early is not None:
+        return early
+    base_op = op.rstrip("_")
+    if base_op == "bincount":
+        ids, weights = operands[0], (operands[1] if len(operands) > 1 else None)
+        sp = ids.type.spec if ids.type is not None else None
+        if sp is None or (weights is not None and weights.type is not None and weights.type.spec is None):
+            return Result(SpmdType(), list(local_propagate(op, operands).errors))
+        if weights is not None and weights.type is not None and weights.type.spec != sp:
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"bincount: the weights {weights.text} are laid out unlike the ids {ids.text} "
+                      f"({_desc(weights, True)}, {_desc(ids, True)}); redistribute the weights "
+                      f"to the ids' spec")])
+        axes = sp[0] if sp else ()
+        if not axes:
+            return _finish(op, operands, ((),), [])
+        return _segment_finish(op, operands, None, axes, ((),), 0)
+    if base_op == "index_put":
+        if accumulate is not True:
+            return _finish(op, operands, None, [no_rule_error(op, operands)])
+        dim = 0
+    x, index = operands[0], operands[1]
+    src = operands[2] if len(operands) > 2 and operands[2].type is not None else None
+    ixs = index.type.spec if index.type is not None else None
+    ss = src.type.spec if src is not None and src.type is not None else None
+    xs = x.type.spec if x.type is not None else None
+    if ixs is None or (src is not None and ss is None):
+        return Result(SpmdType(), list(local_propagate(op, operands).errors))
+    r = len(ss) if ss is not None else (len(xs) if xs is not None else 1)
+    if not isinstance(dim, int):
+        return _finish(op, operands, None, [_nonliteral(op, "dim", index)])
+    d = _norm_dim(dim, r)
+    if len(ixs) != 1:
+        return _finish(op, operands, None, [no_rule_error(op, operands)])
+    axes = ixs[0]
+    if ss is not None and ss[d] != axes:
+        return _finish(op, operands, None, [SpmdError(
+            CODE, f"{op} along dim {d}: the index {index.text} is {_sharded(axes)} but dim {d} of "
+                  f"{src.text if src is not None else ''} is {_sharded(ss[d])} ({_desc(index, True)}, "
+                  f"{_desc(src, True) if src is not None else ''}): position p of the index "
+                  f"picks the segment of that dim's position p, so both must hold the same "
+                  f"block; redistribute one of them to the other's spec")])
+    others = _unshard(ss, (d,)) if ss is not None else None
+    if xs is not None and others is not None:
+        for k in range(min(len(xs), len(others))):
+            if k != d and xs[k] != others[k]:
+                return _finish(op, operands, None, [SpmdError(
+                    CODE, f"{op} along dim {d}: dim {k} is {_sharded(xs[k])} in {x.text} but "
+                          f"{_sharded(others[k])} in {src.text if src is not None else ''} "
+                          f"({_desc(x, True)}): the source adds into the same block of that dim; "
+                          f"redistribute one of them to the other's spec")])
+    out = xs if xs is not None else others if others is not None else ((),)
+    if not axes:
+        if xs is not None and xs[d]:
+            return _finish(op, operands, None, [SpmdError(
+                CODE, f"{op}: dim {d} of {x.text} is sharded on {_fmt_entry(xs[d])} "
+                      f"({_desc(x, True)}): the index picks rows of the whole dim; redistribute "
+                      f"{x.text} to hold dim {d} whole")])
+        return _finish(op, operands, out, [])
+    return _segment_finish(op, operands, x, axes, out, d)
 
 
 def embedding(ids: Operand, table: Operand | None, *, op: str = "embedding") -> Result:
@@ -2413,7 +2547,12 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return embedding(operands[0], operands[1] if len(operands) > 1 else None, op=op)
     if op in SCATTERS and len(operands) >= 2:
         src = operands[2] if len(operands) > 2 and operands[2].type is not None else None
-        return scatter_along(op, operands[0], operands[1], src, dim=p.get("dim", UNKNOWN))
+        reduce = ("sum" if op.startswith("scatter_add") else p.get("reduce", UNKNOWN)
+                  if op.startswith("scatter_reduce") else None)
+        return scatter_along(op, operands[0], operands[1], src, dim=p.get("dim", UNKNOWN),
+                             reduce=reduce)
+    if op in SEGMENT_SUMS and operands:
+        return segment_sum(op, operands, dim=p.get("dim", 0), accumulate=p.get("accumulate", False))
     if op in GATHERS and len(operands) >= 2:
         return gather_along(op, operands[0], operands[1], dim=p.get("dim", UNKNOWN))
     if op == "index_select" and len(operands) >= 2:

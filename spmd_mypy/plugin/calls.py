@@ -1715,6 +1715,7 @@ class CallTyper:
                 # with an R bias (row-parallel F.conv2d(x, w, b)): the engine decides
                 self.report(ctx, claimed_partial_errors(
                     x_expr, axes, self.type_of_expr(ctx), lambda e: self.can_grad(ctx, e), ctx.api))
+                self._normalised_parts(ctx, x_expr, axes, "reinterpret")
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
@@ -2284,9 +2285,27 @@ class CallTyper:
                              reduction=reduction,
                              move=move)
             self.report(ctx, res.errors)
+            if not res.errors and op == "sum" and ctx.args and ctx.args[0]:
+                self._normalised_parts(ctx, ctx.args[0][0], axes, "sum")
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
+
+    def _normalised_parts(self, ctx: FunctionContext, x_expr: Expression | None,
+                          axes: Sequence[str], call: str) -> None:
+        """The claim that ``x_expr``'s values are the ranks' parts of a sum over ``axes``
+        (``call``) when it is normalised per rank's block of a dim sharded there (engine
+        normalised_parts_error)."""
+        if x_expr is None:
+            return
+        func = global_calls.current_function(ctx.api)
+        for a in axes:
+            norm = unfinished_norm(x_expr, func, self.type_of_expr(ctx), a)
+            if norm is None:
+                continue
+            err = coll.normalised_parts_error(norm, a, call, expr_text(x_expr))
+            if err is not None:
+                self.report(ctx, [err])
 
     def _global_partial_op(self, ctx: FunctionContext, op: str, ops: list[Operand],
                            pa_expr: Expression | None, pa_type: Type | None,
@@ -3000,6 +3019,51 @@ def local_norm(e: Expression | None, func: FuncDef | None,
             at, value, local = binding
             todo.append((value, at, local))
     return None
+
+
+_SUMMING_COLLECTIVES: Final = frozenset(
+    f"{m}.{n}" for m in ("spmd", "spmd._collectives", "torch.distributed",
+                          "torch.distributed.distributed_c10d")
+    for n in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "redistribute",
+              "all_gather_into_tensor", "reduce_scatter_tensor"))
+
+
+def unfinished_norm(e: Expression | None, func: FuncDef | None,
+                    type_of: Callable[[Expression], SpmdType | None],
+                    axis: str) -> coll.LocalNorm | None:
+    """A softmax, log_softmax or logsumexp along a literal dim whose input is S(dim) on
+    ``axis`` that ``e`` is computed from (its text, and the bindings of the names it reads,
+    as :func:`local_norm` follows them), when no collective appears on the way: a value
+    normalised per rank's block, its normaliser not completed over the ranks (a collective
+    anywhere on the way may be that completion: a ring-attention merge of the blocks'
+    logsumexps with the all-reduced one; then None).  Read for the claim of a sum of parts."""
+    if e is None:
+        return None
+    assigned = _plain_bindings(func) if func is not None else {}
+    seen: set[SymbolNode] = set()
+    todo: list[tuple[Expression, int, str | None]] = [(e, e.line, None)]
+    found: coll.LocalNorm | None = None
+    while todo and len(seen) < 32:
+        x, line, bound = todo.pop(0)
+        for sub in get_subexpressions(x):
+            if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
+                    and sub.callee.fullname in _SUMMING_COLLECTIVES):
+                return None
+            if found is None:
+                norm = _normaliser(sub, type_of)
+                if norm is not None:
+                    inp, op, dim = norm
+                    t = type_of(inp)
+                    lt = t.get(axis) if t is not None else None
+                    if lt is not None and lt.kind is Kind.V and lt.dim is not None and str(lt.dim) == dim:
+                        src = expr_text(sub)
+                        name = bound if bound is not None and sub is x else src
+                        found = coll.LocalNorm(name, src, op, expr_text(inp), dim, (axis,), ())
+            binding = _binding_before(assigned, seen, sub, line, x)
+            if binding is not None:
+                at, value, local = binding
+                todo.append((value, at, local))
+    return found
 
 
 def _is_max_collective(e: Expression) -> bool:

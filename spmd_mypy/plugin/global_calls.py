@@ -837,8 +837,14 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         if r:
             p["reduction"] = r[0].value if isinstance(r[0], StrExpr) else gs.UNKNOWN
     elif base in ("select", "narrow", "unsqueeze", "index_select", "gather", "take_along_dim",
-                  "scatter", "scatter_add", "scatter_reduce"):
+                  "scatter", "scatter_add", "scatter_reduce", "index_add"):
         p["dim"] = _dim_param(f.get("dim"), many=False)
+        if base == "scatter_reduce":
+            r = f.get("reduce")
+            p["reduce"] = r[0].value if r and isinstance(r[0], StrExpr) else gs.UNKNOWN
+    elif base == "index_put":
+        acc = f.get("accumulate")
+        p["accumulate"] = False if not acc else _bool_param(acc)
     elif base == "squeeze":
         p["dim"] = _dim_param(f.get("dim"))
     elif base in ("max", "min") and "other" in f:

@@ -1592,6 +1592,21 @@ case("global-inplace-transpose_-changes-the-spec", {"p": _WR},
 case("global-inplace-maximum-out-changes-the-spec", {"r": _FULL, "g": _WR},
      ("with torch.no_grad():", "    torch.maximum(g, g, out=r)"), INPL)
 
+# segment sums over positions sharded on "tp" (packed sequences with sequence parallelism):
+# each rank adds its own positions into every segment, so the result is P on "tp"; the mean
+# of a segment needs the counts summed over the ranks first (all_reduce), not this rank's
+_SEQ = 'Tensor[PS["tp"], R["dp"]]'
+_SEQ_MAKE = {"sid": "torch.randint(0, 3, (8,))", "lt": "torch.randn(8, requires_grad=True).clone()"}
+case("global-segment-sums-are-partial", {"sid": _SEQ, "lt": _SEQ},
+     ("c = torch.bincount(sid, minlength=3).to(lt.dtype)",
+      "out = torch.zeros(3).index_add(0, sid, lt) + torch.zeros(3).scatter_add(0, sid, lt) + c"),
+     'Tensor[PS[None], R["dp"], P["tp"]]', make=_SEQ_MAKE)
+case("global-segment-mean-over-local-counts", {"sid": _SEQ, "lt": _SEQ},
+     ("c = torch.bincount(sid, minlength=3)", "s = torch.zeros(3).index_add(0, sid, lt)",
+      "out = s / c"), NL, make=_SEQ_MAKE)
+case("global-segment-scatter-overwrite-of-sharded-positions", {"sid": _SEQ, "lt": _SEQ},
+     "out = torch.zeros(3).scatter(0, sid, lt)", GLB, make=_SEQ_MAKE)
+
 # torch._utils' flatten-and-cat of a list of tensors (bucketing DDP code) is a cat: linear; the
 # unflatten gives views of the flat tensor, the list only lends shapes (templates)
 case("flatten-dense-tensors-of-P-is-P", {"a": "P", "b": "P"},
@@ -1794,6 +1809,26 @@ case("row-parallel-partial-read-in-one-branch", _ROW,
      ("part = F.linear(h, w)", "if h.shape[0] > 5:",
       '    out = spmd.reinterpret(part, "tp", src=V, dst=P)', "else:",
       "    out = part.softmax(-1)"), "spmd-global", collective=True, static_line=1)
+
+
+# A value normalised per rank's block of a dim sharded on "tp" (F.log_softmax of S(-1) logits)
+# summed as parts over "tp" (spmd.sum(..., out_partial_axes=), reinterpret(V->P)): the static
+# checker follows the value back to the normaliser (README "Vocab-parallel losses"); the check
+# mode's types do not record that a value was normalised (a local V), so it accepts it
+_NORM_ONLY = ("the check mode's types do not record a per-block normaliser; the static checker "
+              "reads it from the value's bindings (README: Vocab-parallel losses)")
+_VOCAB = {"a": 'Tensor[S[-1, "tp"]]', "b": 'Tensor[S[-1, "tp"]]'}
+case("local-log-softmax-summed-as-parts", _VOCAB,
+     ("lp = F.log_softmax(a, -1)", "lq = F.log_softmax(b, -1)",
+      'out = spmd.sum(lq.exp() * (lq - lp), -1, out_partial_axes="tp")'), NL,
+     static_only=_NORM_ONLY, desc="distillation KL of the local blocks: off by the normaliser")
+case("vocab-parallel-log-softmax-summed-as-parts", _VOCAB,
+     ('m = spmd.all_reduce(a.detach().amax(-1), "tp", src=V, dst=R, op="max")',
+      "s = a - m.unsqueeze(-1)",
+      'z = spmd.all_reduce(spmd.reinterpret(s.exp().sum(-1), "tp", src=V, dst=P), "tp", src=P, dst=R)',
+      "lp = s - z.log().unsqueeze(-1)",
+      'out = spmd.sum(lp.exp() * lp, -1, out_partial_axes="tp")'), "P", collective=True,
+     desc="the normaliser completed over the ranks first: accepted")
 
 
 def render_function(c: Case, name: str | None = None) -> str:

@@ -379,6 +379,11 @@ def check_torch_optimizers(ctx: Any, name: str) -> None:
 import torch.nn.functional as F  # noqa: E402
 
 # name -> (inputs: [(global shape, type)], fn over the inputs, its single-device reference)
+def _seg(a: torch.Tensor) -> torch.Tensor:
+    """Segment ids (0..2) of a's positions, from its values (the same on every layout)."""
+    return (a.detach().abs() * 7).long() % 3
+
+
 def _prop_cases() -> list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable[..., Any],
                                Callable[..., Any]]]:
     X3 = Tensor[PS[None, "dp", None], R["tp"]]
@@ -500,6 +505,23 @@ def _prop_cases() -> list[tuple[str, list[tuple[tuple[int, ...], Any]], Callable
         ("scatter_add along an unsharded dim", [((4, 8), Acol)],
          lambda a: a.scatter_add(0, a.detach().argsort(0)[:2], a[:2] * 3),
          lambda a: a.scatter_add(0, a.detach().argsort(0)[:2], a[:2] * 3)),
+        # segment sums (packed sequences): ids of the sharded positions pick a segment; each
+        # rank adds its own positions, so the result is P on the positions' axis
+        ("index_add + bincount over sharded positions (P)", [((8,), B1)],
+         lambda a: (torch.zeros(3, dtype=a.dtype).index_add(0, _seg(a), a)
+                    + torch.bincount(_seg(a), minlength=3).to(a.dtype)),
+         lambda a: (torch.zeros(3, dtype=a.dtype).index_add(0, _seg(a), a)
+                    + torch.bincount(_seg(a), minlength=3).to(a.dtype))),
+        ("index_add rows over sharded positions (P)", [((8, 4), Tensor[PS["tp", None], R["dp"]])],
+         lambda a: torch.zeros(3, 4, dtype=a.dtype).index_add(0, _seg(a[:, 0]), a * 2),
+         lambda a: torch.zeros(3, 4, dtype=a.dtype).index_add(0, _seg(a[:, 0]), a * 2)),
+        ("scatter_add, scatter_reduce sum, index_put accumulate (P)", [((8,), B1)],
+         lambda a: (torch.zeros(3, dtype=a.dtype).scatter_add(0, _seg(a), a)
+                    + torch.zeros(3, dtype=a.dtype).scatter_reduce(0, _seg(a), a * 3, "sum")
+                    + torch.zeros(3, dtype=a.dtype).index_put((_seg(a),), a * 5, accumulate=True)),
+         lambda a: (torch.zeros(3, dtype=a.dtype).scatter_add(0, _seg(a), a)
+                    + torch.zeros(3, dtype=a.dtype).scatter_reduce(0, _seg(a), a * 3, "sum")
+                    + torch.zeros(3, dtype=a.dtype).index_put((_seg(a),), a * 5, accumulate=True))),
         ("flip dims tuple", [((4, 4, 8), X3)], lambda a: torch.flip(a, (0, 2)),
          lambda a: torch.flip(a, (0, 2))),
         ("cross_entropy none, probabilities", [((4, 8), Arow), ((4, 8), Arow)],
