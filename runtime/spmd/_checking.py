@@ -1211,6 +1211,8 @@ class _Mode(TorchFunctionMode):
             # (``p.grad = flat[a:b].view_as(p)``, a DDP/ZeRO-style bucket the gradients were
             # copied into) holds autograd's gradient: read as the dual, as before (left
             # untyped, a forgotten all-reduce of the bucket passed the optimizer's step)
+            if len(args) > 1 and isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor):
+                _check_grad_assignment(args[0], args[1])
             if len(args) > 1 and isinstance(args[1], torch.Tensor) and (
                     _get(args[1]) or args[1]._base is None):
                 _assign_grad(args[0], args[1])
@@ -1637,6 +1639,21 @@ def _check_random_state(plan: Plan, args: tuple, kwargs: dict, ops: list, types:
         ranks = group.ranks
         raise SpmdTypeError(random_state_error(plan.name, axis, texts[at] if texts else "x", t,
                                                words, (ranks[0], ranks[differs[0]])))
+
+
+def _check_grad_assignment(x: torch.Tensor, value: torch.Tensor) -> None:
+    """``x.grad = value``: engine ``duality.check_grad_assignment`` (raises): a typed value
+    that is no gradient of ``x`` (a V view of a flat gradient bucket given to an I or R
+    parameter) is reported here, not at the optimizer's step that reads it."""
+    owner, typ = _get(x), _get(value)
+    if not owner or not typ:
+        return
+    if not duality.check_grad_assignment(owner, typ, target="x.grad", value_text="value"):
+        return
+    tx, tv = _texts([x, value], ["x", "value"])
+    errors = duality.check_grad_assignment(owner, typ, target=f"{tx}.grad", value_text=tv)
+    if errors:
+        raise SpmdTypeError(errors[0])
 
 
 def _check_data_assignment(x: torch.Tensor, value: torch.Tensor) -> None:

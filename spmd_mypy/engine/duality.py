@@ -33,8 +33,9 @@ from typing import Sequence
 
 from .collectives import MadeBy, check_argument, lookup, route, suggest
 from .errors import SpmdError
-from .types import (PARTIAL, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis,
-                    format_type, is_subscript, mismatched_axes, trailing_group_start)
+from .types import (PARTIAL, SAME_VALUES, Kind, LocalType, SpmdType, UNTYPED, bare,
+                    format_axis, format_type, is_subscript, mismatched_axes, same_values,
+                    shard_dims_match, trailing_group_start)
 
 # What a position of a signature holds.
 TENSOR = "tensor"  # a tensor (typed, or a plain tensor: UNTYPED)
@@ -58,6 +59,10 @@ class Slot:
     # A returned value made by an spmd collective or conversion: (op, axes, src or None for
     # the op's default, the text of its input); the fix then names the dst to pass.
     made_by: tuple[str, tuple[str, ...], LocalType | None, str] | None = None
+    # A declared result (backward's) whose one returned expression is known: that
+    # expression's own type (the fix of a declaration the expression already meets is the
+    # declaration alone, no conversion).
+    actual: SpmdType | None = None
 
     @staticmethod
     def tensor(name: str, t: SpmdType) -> Slot:
@@ -283,6 +288,18 @@ def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: boo
             f"{fn}.backward returns {returned} as the gradient of {_input_desc(inp, i)} "
             f"({format_type(inp.type)}), which is {format_type(want)} ({_where(bad)}); {fix}",
         )]
+    if ret.actual and ret.name and not mismatches(ret.actual, want, gradient_free):
+        # the returned expression has the gradient's type already (a recomputation's x.grad,
+        # P): the declaration alone is wrong, a conversion of it would be refused
+        fix = (f"{ret.name} is {format_type(ret.actual)} already, the gradient's type: "
+               f"declare the result {format_type(want)} and return {bare(ret.name)} as it is "
+               f"(no conversion)")
+        return [SpmdError(
+            "spmd-duality",
+            f"{fn}.backward returns {returned} for {_input_desc(inp, i)} "
+            f"({format_type(inp.type)}), whose gradient is {format_type(want)} "
+            f"({_where(bad)}); {fix}",
+        )]
     return [SpmdError(
         "spmd-duality",
         f"{fn}.backward returns {returned} for {_input_desc(inp, i)} ({format_type(inp.type)}), "
@@ -434,3 +451,67 @@ __all__ = [
     "batched_type",
     "saved_slot", "join_saved",
 ]
+
+
+def check_grad_assignment(owner: SpmdType, value: SpmdType, *, target: str,
+                          value_text: str) -> list[SpmdError]:
+    """``p.grad = value`` (``target``: ``p.grad``): ``value`` stands for ``p``'s gradient at
+    every later read (the optimizer's step, the next backward accumulating into it), so it
+    must be a gradient of ``p``: per axis the dual of ``p``'s type (:func:`gradient_type`),
+    or its reduced form where the dual is P (R or I: ``all_reduce(p.grad, "dp", src=P,
+    dst=R)``, a DDP-style reduction).  R and I stand for each other (a finished gradient
+    carries no gradient of its own); a V of unknown dim may be claimed as ``p``'s S(i)
+    (a view of a flat buffer).  Untyped values are gradual: nothing to check.
+
+    A V where R, I or P is due is what a view of a flat gradient bucket is (the bucket
+    concatenates the gradients of parameters of different layouts: V on their axes); no
+    declaration or conversion makes a V one of those (the declaration of a typed value must
+    agree with its type): the fix buckets the gradients by layout, or reduces the
+    parameter's own gradient alone.  Any other mismatch is fixed by the collective
+    :func:`.collectives.suggest` names."""
+    if not owner or not value or owner.spec is not None or value.spec is not None:
+        return []
+    want = gradient_type(owner)
+    bad: list[tuple[str, LocalType, LocalType]] = []
+    for axis, w in want.axes:
+        h = value.get(axis)
+        if h is None or shard_dims_match(h, w) or same_values(h, w) or (
+                w.kind is Kind.P and h.kind in SAME_VALUES):
+            continue
+        bad.append((axis, h, w))
+    if not bad:
+        return []
+    text = bare(value_text)
+    reduced = [a for a, w in want.axes if w.kind is Kind.P]
+    also = (f", or R/I on {' and '.join(format_axis(a) for a in reduced)} once all-reduced"
+            if reduced else "")
+    param = target[:-len(".grad")] if target.endswith(".grad") else "the parameter"
+    parts = []
+    varying = [(a, w) for a, h, w in bad if h.kind is Kind.V and w.kind is not Kind.V]
+    if varying:
+        # a view of a flat bucket that concatenates gradients of several layouts: V where
+        # they differ, and no declaration or conversion turns a V into an R/I/P
+        axes = " and ".join(format_axis(a) for a, _ in varying)
+        kinds = "/".join(dict.fromkeys(str(w) for _, w in varying))
+        fix = (f"{text} is V on {axes} (as a view of a flat gradient bucket that also holds "
+               f"gradients sharded there is), and no declaration makes a V {kinds}: put "
+               f"{param}'s gradient in a bucket of gradients that are {kinds} on {axes} only "
+               f"(one bucket per layout: their torch.cat and its views keep the type)")
+        if reduced and len(varying) == len(bad):
+            axis_arg = format_axis(reduced[0] if len(reduced) == 1 else tuple(reduced))
+            fix += (f", or reduce it alone: {target} = spmd.all_reduce({target}, {axis_arg}, "
+                    f"src=P, dst=R)")
+        parts.append(fix)
+    else:
+        for axis, h, w in bad:
+            if h.kind is w.kind:  # shard dims differ
+                parts.append(f"assign a gradient sharded on dim {w.dim} like {param} (this "
+                             f"one is laid out as another parameter is)")
+            else:
+                parts.append(suggest(h, w, text, axis))
+    return [SpmdError(
+        "spmd-duality",
+        f"{target} = {text} assigns {format_type(value)} as the gradient of {param} "
+        f"({format_type(owner)}), which is {format_type(want)}{also} ({_where(bad)}): the "
+        f"optimizer's step and the next backward read {target} as that; " + "; ".join(parts),
+    )]

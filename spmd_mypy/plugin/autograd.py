@@ -401,7 +401,8 @@ class AutogradTyper:
             made = self._returned(ctx, value) if value is not None else None
             if made is not None and len(made) == len(fn.returns):
                 fn = FunctionTypes(fn.name, fn.inputs, fn.outputs, fn.grads, tuple(
-                    Slot(m.name, s.kind, s.type, s.default, m.made_by)
+                    Slot(m.name, s.kind, s.type, s.default, m.made_by,
+                         m.type if m.typed else None)
                     for m, s in zip(made, fn.returns)))
         report = self.plugin.calls.report
         report(ctx, duality.check_signature(fn), bwd)

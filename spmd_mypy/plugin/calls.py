@@ -1377,6 +1377,30 @@ class CallTyper:
             if typ is not None:
                 self.check_value_read(api, "__bool__", typ, e, e)
 
+    def check_grad_assignment(self, api: Any, stmt: AssignmentStmt) -> None:
+        """``p.grad = value``, at the trigger after the statement (rewrite section 3): the
+        value against ``p``'s gradient type (engine ``duality.check_grad_assignment``; the
+        getter reads ``p.grad`` as the dual, the setter takes any tensor).  A plain value,
+        an owner or value of several types (a union: a loop over differently typed
+        parameters) stay unchecked (gradual)."""
+        if len(stmt.lvalues) != 1 or not isinstance(stmt.lvalues[0], MemberExpr):
+            return
+        target = stmt.lvalues[0]
+        if target.name != "grad":
+            return
+        owner_type = lookup_type(api, target.expr)
+        value_type = lookup_type(api, stmt.rvalue)
+        if owner_type is None or value_type is None:
+            return
+        owner = self.types.from_type(owner_type)
+        value = self.types.from_type(value_type)
+        if not owner or not value:
+            return
+        errors = duality.check_grad_assignment(owner, value, target=expr_text(target),
+                                               value_text=expr_text(stmt.rvalue))
+        if errors:
+            self.report_at(api, errors, stmt.rvalue)
+
     def check_value_patterns(self, ctx: FunctionContext, case: MatchCase) -> None:
         """A ``match`` case's value patterns: ``case 0:`` is ``subject == 0`` (nested, of the
         subject's item, value or attribute: match_patterns), the op ``eq`` as ``p == 0`` is;

@@ -413,6 +413,9 @@ class HookDispatch:
             calls.check_condition(api, operands)
             if case is not None:
                 calls.check_value_patterns(ctx, case)
+            grad_set = self.plugin.regions.grad_set(ctx.context)
+            if grad_set is not None:
+                calls.check_grad_assignment(api, grad_set)
         return ctx.default_return_type
 
     def isinstance_hook(self, ctx: FunctionContext) -> Type:

@@ -509,6 +509,9 @@ class GradRegions:
     # whose truth value the condition reads, and for a ``match`` case the statement and the
     # case's pattern, whose value patterns compare the subject)
     conditions: dict[int, ConditionEntry] = field(default_factory=dict)
+    # the ``x.grad = value`` statements (section 3: a trigger after each), by the trigger
+    # call's id: checked once mypy has typed the value (``calls.check_grad_assignment``)
+    grad_sets: dict[int, AssignmentStmt] = field(default_factory=dict)
     # the ops whose argument is computed from a rank query (rank_index), by the node's id:
     # (the node, the axes its result varies on)
     rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = field(default_factory=dict)
@@ -574,6 +577,8 @@ class _Walker:
         # list's start, the operands read, a match case whose value patterns it checks)
         self.conditions: list[tuple[list[Statement], Statement | None, list[Expression],
                                     MatchCase | None, bool]] = []
+        # the ids of the ``x.grad = value`` statements among the conditions' ``after``
+        self.grad_sets: set[int] = set()
         # whether the module's top level gets triggers too (not a stub's); per scope of
         # _defined, whether it is a class body (which gets none)
         self.module_level = True
@@ -699,6 +704,9 @@ class _Walker:
             pass
         elif cls is _AssertStmt:
             self._condition(stmts, st, cast(AssertStmt, st).expr, extra=self.reads)
+        elif cls is _AssignmentStmt and _sets_grad(cast(AssignmentStmt, st)):
+            # ``p.grad = value``: the value against p's gradient type once mypy typed it
+            self._condition(stmts, st, None, extra=self.reads, grad_set=True)
         elif self.reads and (cls is _AssignmentStmt or cls is _ExpressionStmt
                              or cls is _OperatorAssignmentStmt):
             # read when the statement runs: checked once it has
@@ -711,7 +719,7 @@ class _Walker:
 
     def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression | None,
                    case: MatchCase | None = None, extra: list[Expression] | None = None,
-                   wrap: bool = False) -> None:
+                   wrap: bool = False, grad_set: bool = False) -> None:
         """Record condition ``e`` (a ``match`` case's guard, or None) for a trigger in
         ``stmts`` (section 3), where the trigger calls the builtin: in a function body or at
         a module's top level (not a stub's), not directly in a class body (a NamedTuple's or
@@ -731,7 +739,9 @@ class _Walker:
                 operands.append(x)
         if case is not None and not has_value_pattern(case[1]):
             case = None
-        if operands or case is not None:
+        if grad_set and after is not None:
+            self.grad_sets.add(id(after))
+        if operands or case is not None or grad_set:
             self.conditions.append((stmts, after, operands, case, wrap))
 
     def match_in(self, stmts: list[Statement] | None, st: MatchStmt) -> None:
@@ -1769,6 +1779,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                     stmts[i].set_line(match.line, match.column, match.line)
                     break
     conditions: dict[int, ConditionEntry] = {}
+    grad_sets: dict[int, AssignmentStmt] = {}
     if w.conditions and not _rebinds(file, TRIGGER_NAME):
         for stmts, after, operands, case, wrap in w.conditions:
             at = after if after is not None else stmts[0]
@@ -1787,6 +1798,8 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             else:
                 stmts.insert(i, trigger)
             conditions[id(call)] = (call, tuple(operands), case)
+            if after is not None and id(after) in w.grad_sets:
+                grad_sets[id(call)] = cast(AssignmentStmt, after)
     detached, integers, shadowed = w.detached, w.integers, w.shadowed
     if rebinding:
         _rename_quietly(file, options, rebinding, looping)
@@ -1802,6 +1815,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     detached = detached + frozen_attributes(file, is_gradient_free)
     regions = w.regions(detached, integers, shadowed)
     regions.conditions = conditions
+    regions.grad_sets = grad_sets
     if w.rank_functions:  # after the renaming: a local assigned twice is two names
         funcs = w.rank_functions
         attrs: dict[int, tuple[str, dict[str, frozenset]]] = {}
@@ -1950,6 +1964,11 @@ def _rebinds(file: MypyFile, builtin: str) -> bool:
     return False
 
 
+def _sets_grad(st: AssignmentStmt) -> bool:
+    """``x.grad = value`` (a target among chained ones too; not a tuple target)."""
+    return any(type(lv) is MemberExpr and cast(MemberExpr, lv).name == "grad" for lv in st.lvalues)
+
+
 def condition_trigger(line: int, column: int) -> CallExpr:
     """A synthetic ``globals()`` at (line, column), before semantic analysis (so the name
     resolves to the builtin): a call that reaches the ``builtins.globals`` hook
@@ -2013,6 +2032,7 @@ class RegionIndex:
         # their ids by module: not per tree, since the daemon merges a re-parsed file into
         # the old tree object (its statements, triggers included, then are the new tree's)
         self._conditions: dict[int, ConditionEntry] = {}
+        self._grad_sets: dict[int, AssignmentStmt] = {}
         self._condition_ids: dict[str, list[int]] = {}
         # the same for the ops computed from a rank query (rank_index): an op hook asks
         # ``if rank_exprs`` first, so code without rank queries pays a truth test
@@ -2032,8 +2052,10 @@ class RegionIndex:
         self._memo.put(tree, regions)
         for old in self._condition_ids.pop(tree.fullname, ()):
             self._conditions.pop(old, None)
+            self._grad_sets.pop(old, None)
         if regions.conditions:
             self._conditions.update(regions.conditions)
+            self._grad_sets.update(regions.grad_sets)
             self._condition_ids[tree.fullname] = list(regions.conditions)
         for old in self._rank_ids.pop(tree.fullname, ()):
             self.rank_exprs.pop(old, None)
@@ -2064,6 +2086,10 @@ class RegionIndex:
         other call."""
         entry = self._conditions.get(id(call))
         return entry if entry is not None and entry[0] is call else None
+
+    def grad_set(self, call: Context) -> AssignmentStmt | None:
+        """The ``x.grad = value`` statement a condition trigger follows, if any."""
+        return self._grad_sets.get(id(call)) if self._grad_sets else None
 
     def in_no_grad(self, tree: MypyFile | None, line: int) -> bool:
         regions = self.regions(tree)

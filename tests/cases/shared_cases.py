@@ -1831,6 +1831,26 @@ case("vocab-parallel-log-softmax-summed-as-parts", _VOCAB,
      desc="the normaliser completed over the ranks first: accepted")
 
 
+# p.grad = value: the value is p's gradient at every later read, so it must be the dual of
+# p's type per axis, or R/I where the dual is P (reduced); V may be claimed as p's S(i);
+# plain values are gradual (engine duality.check_grad_assignment)
+_LEAF = "torch.randn(4, 4, requires_grad=True)"
+_GRAD = "torch.randn(4, 4)"
+case("grad-assign-V-to-I", {"w": "I", "v": "V"}, "w.grad = v", "spmd-duality",
+     make={"w": _LEAF, "v": _GRAD},
+     desc="a view of a flat gradient bucket mixing layouts given to an Invariant parameter")
+case("grad-assign-P-to-I", {"w": "I", "g": "P"}, "w.grad = g", "spmd-duality",
+     make={"w": _LEAF, "g": _GRAD})
+case("grad-assign-S1-to-S0", {"w": "S0", "g": "S1"}, "w.grad = g", "spmd-duality",
+     make={"w": _LEAF, "g": _GRAD})
+case("grad-assign-R-to-V", {"w": "V", "g": "R"}, "w.grad = g", "spmd-duality",
+     make={"w": _LEAF, "g": _GRAD})
+for _w, _g in (("R", "P"), ("R", "R"), ("R", "I"), ("I", "I"), ("I", "R"), ("P", "R"),
+               ("V", "V"), ("S0", "S0"), ("S0", "V"), ("V", "S0"), ("I", "U")):
+    case(f"grad-assign-{_g}-to-{_w}", {"w": _w, "g": _g}, ("w.grad = g", "out = g"), _g,
+         make={"w": _LEAF, "g": _GRAD})
+
+
 def render_function(c: Case, name: str | None = None) -> str:
     """The case as a typed function for the static checker.
 

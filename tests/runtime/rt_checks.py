@@ -1345,6 +1345,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "random":  # random ops' generators compared across the axis (rt_random.py)
         import rt_random
         return rt_random.suite(world)
+    if name == "grads":  # p.grad = value against p's gradient type (rt_grads.py)
+        import rt_grads
+        return rt_grads.suite(world)
     if name == "flattened":  # a flattened mesh dim is its component axes (rt_flattened.py)
         import rt_flattened
         return rt_flattened.suite(world)
