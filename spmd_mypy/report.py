@@ -71,6 +71,7 @@ from mypy.types import (
 
 from .cli import _is_spmd_plugin
 from .engine import collectives as coll
+from .engine import megatron as meg
 from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
@@ -84,6 +85,11 @@ PARTIAL_CALLS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear"
                  "spmd.sum": "sum"}
 MODULE_SCOPE = "<module>"
 # raw torch.distributed (c10d) calls: not differentiable, the group read from group=
+# Megatron's mapping functions typed by the stub (megatron-stubs): each listed as the typed
+# collective of the engine's table (engine.megatron), on the tensor-parallel axis as the stub
+# types it
+MEGATRON_CALLS = {f"{module}.{name}": m for module in meg.MEGATRON_DEFINING_MODULES
+                  for name, m in meg.TYPED_MAPPINGS.items()}
 RAW_CALLS = {
     "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
     "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
@@ -171,6 +177,9 @@ class Site:
     def op_text(self) -> str:
         op = self.call.removeprefix("spmd.")
         ax = axes_text(self.axes) if self.axes else "?"
+        if self.call in MEGATRON_CALLS:
+            m = MEGATRON_CALLS[self.call]
+            return f"{m.collective}({self.src or '?'},{self.dst or '?'}) on {ax} (megatron)"
         if not self.call.startswith("spmd."):
             return f"{self.call.rsplit('.', 1)[-1]} (raw) on {ax}"
         if self.call in PARTIAL_CALLS:
@@ -670,7 +679,8 @@ class ReportPlugin(SpmdPlugin):
         if fullname in self._wrapped:
             return self._wrapped[fullname]
         hook = super().get_function_hook(fullname)
-        if fullname in COLLECTIVE_CALLS or fullname in PARTIAL_CALLS or raw_call(fullname):
+        if (fullname in COLLECTIVE_CALLS or fullname in PARTIAL_CALLS or raw_call(fullname)
+                or fullname in MEGATRON_CALLS):
             hook = self._recording(fullname, hook)
         self._wrapped[fullname] = hook
         return hook
@@ -706,6 +716,20 @@ class ReportPlugin(SpmdPlugin):
             call = read_partial(tuple(names) if names else None)
             operands = [e for formal, exprs in zip(ctx.callee_arg_names, ctx.args)
                         if formal != "out_partial_axes" and formal != "equation" for e in exprs]
+        elif fullname in MEGATRON_CALLS:
+            mapping = MEGATRON_CALLS[fullname]
+            x_expr = _arg(ctx, "input_")[0]
+            if x_expr is None or meg.TP_AXIS not in self.config.mesh_axes:
+                return  # mypy reports the call; without a tp axis the stub is untyped
+            dst: LocalType | None | bool = mapping.dst
+            if mapping.flag is not None:
+                flag_expr = _arg(ctx, mapping.flag[0])[0]
+                if flag_expr is not None:
+                    value = {"builtins.True": True, "builtins.False": False}.get(
+                        flag_expr.fullname if isinstance(flag_expr, NameExpr) else "")
+                    dst = mapping.dst_for(value) if value is not None else False
+            call = read_collective(mapping.collective, (meg.TP_AXIS,), mapping.src, dst, "sum")
+            operands = [x_expr]
         elif fullname == "spmd.redistribute" and _arg(ctx, "axis")[0] is None:
             x_expr, x_type = _arg(ctx, "x")
             if x_expr is None:
@@ -1048,7 +1072,7 @@ def _may_be_site(call: ast.Call) -> bool:
     name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
     if name in PARTIAL_CALLS.values():
         return any(k.arg == "out_partial_axes" for k in call.keywords)
-    return name in coll.OPS or name in RAW_CALLS
+    return name in coll.OPS or name in RAW_CALLS or name in meg.TYPED_MAPPINGS
 
 
 def main(paths: Sequence[str], *, as_json: bool = False, config_file: str | None = None,
