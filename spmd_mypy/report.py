@@ -58,7 +58,7 @@ from mypy.nodes import (
     TypeInfo,
 )
 from mypy.options import Options
-from mypy.plugin import FunctionContext, ReportConfigContext
+from mypy.plugin import FunctionContext, MethodContext, ReportConfigContext
 from mypy.types import (
     CallableType,
     Instance,
@@ -75,6 +75,7 @@ from .engine import megatron as meg
 from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
+from .plugin.autograd import is_autograd_function
 from .plugin.calls import literal_strs, read_local_type
 from .plugin.mypy_types import TENSOR
 from .plugin import __version__ as _PLUGIN_VERSION
@@ -172,9 +173,14 @@ class Site:
     in_branch: bool
     source: str
     problem: str | None = None  # why the comms are unknown (unreadable or invalid call)
+    # "<Fn>.apply" sites: the Function's qualname in this module (its forward's and backward's
+    # sites fill the columns once every site is recorded)
+    applies: str | None = None
 
     @property
     def op_text(self) -> str:
+        if self.applies is not None:
+            return f"{self.applies}.apply"
         op = self.call.removeprefix("spmd.")
         ax = axes_text(self.axes) if self.axes else "?"
         if self.call in MEGATRON_CALLS:
@@ -237,11 +243,13 @@ class Function:
     def name(self) -> str:
         return f"{self.module}.{self.qualname}"
 
+    # (an ``Fn.apply`` site is not counted: its collectives are the sites of Fn.forward and
+    # Fn.backward, counted there, as a helper's are)
     def forward_totals(self) -> Counter[tuple[str, tuple[str, ...]]]:
-        return _count(s for site in self.sites for s in site.forward_comms())
+        return _count(s for site in self.sites if site.applies is None for s in site.forward_comms())
 
     def backward_totals(self) -> Counter[tuple[str, tuple[str, ...]]]:
-        return _count(s for site in self.sites for s in site.backward_comms())
+        return _count(s for site in self.sites if site.applies is None for s in site.backward_comms())
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -533,6 +541,34 @@ def qualname_of(stack: Sequence[object]) -> str:
     return ".".join(parts) if parts else MODULE_SCOPE
 
 
+def _in_function_backward(stack: Sequence[object]) -> bool:
+    """Whether the innermost function of a scope stack is ``backward`` of an autograd
+    Function class."""
+    funcs = [i for i, e in enumerate(stack) if isinstance(e, FuncItem)]
+    if not funcs:
+        return False
+    k = funcs[-1]
+    fn, owner = stack[k], stack[k - 1] if k > 0 else None
+    return (isinstance(fn, FuncItem) and fn.name == "backward" and isinstance(owner, TypeInfo)
+            and is_autograd_function(owner))
+
+
+def _fill_applies(functions: Sequence[Function]) -> None:
+    """Each ``Fn.apply`` site: the collectives of ``Fn.forward``'s sites forward, of
+    ``Fn.backward``'s backward (the same module's; their own rows stay in those methods)."""
+    by_name = {(f.module, f.qualname): f for f in functions}
+    for f in functions:
+        for site in f.sites:
+            if site.applies is None:
+                continue
+            fwd = by_name.get((f.module, f"{site.applies}.forward"))
+            bwd = by_name.get((f.module, f"{site.applies}.backward"))
+            site.forward = [s for x in (fwd.sites if fwd else []) for s in x.forward_comms()]
+            site.backward = [s for x in (bwd.sites if bwd else []) for s in x.backward_comms()]
+            axes = sorted({a for s in site.forward + site.backward for a in s.axes})
+            site.axes = tuple(axes) if axes else None
+
+
 def _end_line(n: ast.AST) -> int:
     end: int | None = getattr(n, "end_lineno", None)
     return end if end is not None else int(getattr(n, "lineno", 0))
@@ -685,6 +721,47 @@ class ReportPlugin(SpmdPlugin):
         self._wrapped[fullname] = hook
         return hook
 
+    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        hook = super().get_method_hook(fullname)
+        cls, _, method = fullname.rpartition(".")
+        if method != "apply" or not is_autograd_function(self.dispatch.lookup_info(cls)):
+            return hook
+
+        def run(ctx: MethodContext) -> Type:
+            result = hook(ctx) if hook is not None else ctx.default_return_type
+            try:
+                self._record_apply(cls, ctx)
+            except Exception as e:  # noqa: BLE001 - a report problem must never crash mypy
+                self.problems.append(f"{getattr(ctx.api, 'path', '?')}:{ctx.context.line}: "
+                                     f"{type(e).__name__}: {e}")
+            return result
+
+        return run
+
+    def _record_apply(self, cls: str, ctx: MethodContext) -> None:
+        """A ``Fn.apply(...)`` call of a Function defined in a reported file: a site whose
+        columns are the Function's forward and backward sites (filled in build_report)."""
+        api: Any = ctx.api
+        path = getattr(api, "path", None)
+        info = self.dispatch.lookup_info(cls)
+        if path is None or info is None or os.path.abspath(path) not in self.user_paths:
+            return
+        module = info.module_name
+        if module != api.tree.fullname:  # defined elsewhere: its sites are not recorded
+            return
+        qualname = info.fullname[len(module) + 1:] if info.fullname.startswith(module + ".") else info.name
+        line, column = ctx.context.line, ctx.context.column
+        lines, regions = self._file(path)
+        no_grad = "no_grad" if self.in_no_grad(api, line) else None
+        self.sites[(os.path.abspath(path), line, column, f"{info.fullname}.apply")] = Site(
+            path=path, line=line, column=column, module=api.tree.fullname,
+            function=qualname_of(api.scope.stack), call=f"{info.fullname}.apply", axes=None,
+            src=None, dst=None, reduce_op=None, transition=None, forward=[], backward=[],
+            gradient=no_grad is None, no_gradient=no_grad,
+            in_loop=regions.in_loop(line), in_branch=regions.in_branch(line),
+            source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
+            applies=qualname)
+
     def _recording(self, fullname: str, hook: Callable | None) -> Callable[[FunctionContext], Type]:
         def run(ctx: FunctionContext) -> Type:
             result = hook(ctx) if hook is not None else ctx.default_return_type
@@ -772,6 +849,10 @@ class ReportPlugin(SpmdPlugin):
             in_loop=regions.in_loop(line), in_branch=regions.in_branch(line),
             source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
             problem=call.problem)
+        if _in_function_backward(api.scope.stack):
+            # a custom Function's backward: what the call issues runs in the backward pass
+            site.backward, site.forward = site.forward, []
+            site.gradient, site.no_gradient = True, None
         # mypy may type one call more than once (deferred functions, overload inference):
         # the last reading wins
         self.sites[(os.path.abspath(path), line, column, fullname)] = site
@@ -1005,6 +1086,7 @@ def build_report(paths: Sequence[str], *, config_file: str | None = None,
             f.sites.sort(key=lambda s: (s.line, s.column))
         functions.extend(sorted((f for f in by_name.values() if f.typed or f.sites),
                                 key=lambda f: (f.line, f.qualname)))
+    _fill_applies(functions)
     errors = [m for m in messages if ": error:" in m]
     return Report([_display_path(p) for p in user_paths], functions, errors, messages)
 

@@ -626,3 +626,67 @@ def test_megatron_mapping_calls(make_report: MakeReport, project: Path) -> None:
         base + "copy_to_tensor_model_parallel_region"}
     text = r.format_table()
     assert "meg.col_input  meg.py:18\n" in text, text  # no longer "(no collectives)"
+
+
+FUNCTIONS = '''\
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import spmd
+from spmd import I, P, R, Tensor
+
+
+class CopyTo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        return spmd.all_reduce(g, "tp", src=P, dst=I)
+
+
+class ReduceFrom(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        out = x.clone()
+        dist.all_reduce(out, group=ctx.mesh.get_group("tp"))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return g
+
+
+def use(x: Tensor[I["tp"]], p: Tensor[P["tp"]]) -> None:
+    CopyTo.apply(x)
+    ReduceFrom.apply(p)
+'''
+
+
+def test_custom_function_backward_and_apply(make_report: MakeReport, project: Path) -> None:
+    """A custom Function's backward issues its collectives in the backward pass: they are in
+    the backward column of backward()'s rows (they were listed forward).  An ``Fn.apply`` site
+    lists Fn.forward's collectives forward and Fn.backward's backward (nothing was listed
+    there); they are counted in those methods' totals, not again in the caller's."""
+    (project / "fns.py").write_text(FUNCTIONS)
+    r = make_report(["fns.py"], config_file=project / "mypy.ini", cwd=project)
+    assert r.errors == [], r.errors
+    fns = {f.qualname: f for f in r.functions}
+    [bwd] = fns["CopyTo.backward"].sites
+    assert ([s.text() for s in bwd.forward_comms()], [s.text() for s in bwd.backward_comms()]) == (
+        [], ["all_reduce(P,I) on tp"])
+    assert fns["CopyTo.backward"].backward_totals() == {("all_reduce", ("tp",)): 1}
+    [raw] = fns["ReduceFrom.forward"].sites
+    assert [s.text() for s in raw.forward_comms()] == ["all_reduce on tp"]
+    sites = [(s.line, s.op_text, [x.text() for x in s.forward_comms()],
+              [x.text() for x in s.backward_comms()]) for s in fns["use"].sites]
+    assert sites == [
+        (33, "CopyTo.apply", [], ["all_reduce(P,I) on tp"]),
+        (34, "ReduceFrom.apply", ["all_reduce on tp"], []),
+    ], sites
+    assert not fns["use"].forward_totals() and not fns["use"].backward_totals()
+    assert r.forward_totals() == {("all_reduce", ("tp",)): 1}
+    assert r.backward_totals() == {("all_reduce", ("tp",)): 1}
