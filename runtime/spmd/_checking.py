@@ -2980,8 +2980,9 @@ def _megatron_apply(cls: Any, mapping: MappingTypes, torch_apply: Any, args: tup
             return torch_apply(*args, **kwargs)
     src = mapping.src
     want = SpmdType.of({a: src for a in axes})
+    if _PENDING and id(x) in _PENDING:  # an undeclared partial sum: its own message
+        _check_pending(x, (mapping.collective, axes, src, dst))
     _check_apply_argument(x, want, "input_", mapping.name, stamp=False)
-    before_collective(mapping.collective, x, axes, src, dst)
     have = _get(x) or _UNTYPED
     if have and id(have) not in _CANON_IDS:  # typed under another mesh
         have = _moved(x, have, mapping.collective)

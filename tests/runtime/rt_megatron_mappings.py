@@ -101,6 +101,25 @@ def check_partial_into_copy_to_raises(ctx: Ctx, name: str) -> None:
         assert t is not None and (str(t.get("tp")), str(t.get("dp"))) == ("R", "V"), t
 
 
+def check_undeclared_partial_into_reduce_from(ctx: Ctx, name: str) -> None:
+    """A row-parallel product not declared Partial (F.linear, no out_partial_axes) passed to
+    reduce_from_...: the check mode's message for an undeclared partial sum (spmd-global, as
+    for spmd.all_reduce), not a mismatch of its V."""
+    mesh = _mesh()
+    tpr = mesh.get_local_rank("tp")
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        h = spmd.declare(torch.ones(4, 8, dtype=F64).chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
+        w = spmd.declare(torch.ones(3, 8, dtype=F64).chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
+        y = F.linear(h, w)
+        try:
+            reduce_from_tensor_model_parallel_region(y)
+        except SpmdTypeError as e:
+            assert e.code == "spmd-global", e
+            assert 'out_partial_axes="tp"' in e.error.message, e.error.message
+        else:
+            raise AssertionError("an undeclared partial sum passed reduce_from_...")
+
+
 def _sp_mlp(output_grad: bool) -> None:
     """Megatron's sequence-parallel MLP: gather (dim 0), column-parallel, row-parallel,
     reduce-scatter; x.grad compared with a float64 reference."""
@@ -168,6 +187,7 @@ def check_group_names_the_axis(ctx: Ctx, name: str) -> None:
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     assert world == 2
     return named_checks(world, "megatron-mappings", (
-        check_reduce_from_typed, check_partial_into_copy_to_raises, check_sequence_parallel_mlp,
+        check_reduce_from_typed, check_partial_into_copy_to_raises,
+        check_undeclared_partial_into_reduce_from, check_sequence_parallel_mlp,
         check_sequence_parallel_output_grad_false_raises, check_untyped_outside_the_block,
         check_group_names_the_axis))
