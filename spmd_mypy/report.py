@@ -58,7 +58,7 @@ from mypy.nodes import (
     TypeInfo,
 )
 from mypy.options import Options
-from mypy.plugin import FunctionContext, ReportConfigContext
+from mypy.plugin import FunctionContext, MethodContext, ReportConfigContext
 from mypy.types import (
     CallableType,
     Instance,
@@ -71,9 +71,11 @@ from mypy.types import (
 
 from .cli import _is_spmd_plugin
 from .engine import collectives as coll
+from .engine import megatron as meg
 from .engine import redistribute as rd
 from .engine.types import Kind, LocalType, SpmdType, format_entries
 from .plugin import SpmdPlugin
+from .plugin.autograd import is_autograd_function
 from .plugin.calls import literal_strs, read_local_type
 from .plugin.mypy_types import TENSOR
 from .plugin import __version__ as _PLUGIN_VERSION
@@ -84,6 +86,11 @@ PARTIAL_CALLS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear"
                  "spmd.sum": "sum"}
 MODULE_SCOPE = "<module>"
 # raw torch.distributed (c10d) calls: not differentiable, the group read from group=
+# Megatron's mapping functions typed by the stub (megatron-stubs): each listed as the typed
+# collective of the engine's table (engine.megatron), on the tensor-parallel axis as the stub
+# types it
+MEGATRON_CALLS = {f"{module}.{name}": m for module in meg.MEGATRON_DEFINING_MODULES
+                  for name, m in meg.TYPED_MAPPINGS.items()}
 RAW_CALLS = {
     "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
     "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
@@ -166,11 +173,19 @@ class Site:
     in_branch: bool
     source: str
     problem: str | None = None  # why the comms are unknown (unreadable or invalid call)
+    # "<Fn>.apply" sites: the Function's qualname in this module (its forward's and backward's
+    # sites fill the columns once every site is recorded)
+    applies: str | None = None
 
     @property
     def op_text(self) -> str:
+        if self.applies is not None:
+            return f"{self.applies}.apply"
         op = self.call.removeprefix("spmd.")
         ax = axes_text(self.axes) if self.axes else "?"
+        if self.call in MEGATRON_CALLS:
+            m = MEGATRON_CALLS[self.call]
+            return f"{m.collective}({self.src or '?'},{self.dst or '?'}) on {ax} (megatron)"
         if not self.call.startswith("spmd."):
             return f"{self.call.rsplit('.', 1)[-1]} (raw) on {ax}"
         if self.call in PARTIAL_CALLS:
@@ -228,11 +243,13 @@ class Function:
     def name(self) -> str:
         return f"{self.module}.{self.qualname}"
 
+    # (an ``Fn.apply`` site is not counted: its collectives are the sites of Fn.forward and
+    # Fn.backward, counted there, as a helper's are)
     def forward_totals(self) -> Counter[tuple[str, tuple[str, ...]]]:
-        return _count(s for site in self.sites for s in site.forward_comms())
+        return _count(s for site in self.sites if site.applies is None for s in site.forward_comms())
 
     def backward_totals(self) -> Counter[tuple[str, tuple[str, ...]]]:
-        return _count(s for site in self.sites for s in site.backward_comms())
+        return _count(s for site in self.sites if site.applies is None for s in site.backward_comms())
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -524,6 +541,34 @@ def qualname_of(stack: Sequence[object]) -> str:
     return ".".join(parts) if parts else MODULE_SCOPE
 
 
+def _in_function_backward(stack: Sequence[object]) -> bool:
+    """Whether the innermost function of a scope stack is ``backward`` of an autograd
+    Function class."""
+    funcs = [i for i, e in enumerate(stack) if isinstance(e, FuncItem)]
+    if not funcs:
+        return False
+    k = funcs[-1]
+    fn, owner = stack[k], stack[k - 1] if k > 0 else None
+    return (isinstance(fn, FuncItem) and fn.name == "backward" and isinstance(owner, TypeInfo)
+            and is_autograd_function(owner))
+
+
+def _fill_applies(functions: Sequence[Function]) -> None:
+    """Each ``Fn.apply`` site: the collectives of ``Fn.forward``'s sites forward, of
+    ``Fn.backward``'s backward (the same module's; their own rows stay in those methods)."""
+    by_name = {(f.module, f.qualname): f for f in functions}
+    for f in functions:
+        for site in f.sites:
+            if site.applies is None:
+                continue
+            fwd = by_name.get((f.module, f"{site.applies}.forward"))
+            bwd = by_name.get((f.module, f"{site.applies}.backward"))
+            site.forward = [s for x in (fwd.sites if fwd else []) for s in x.forward_comms()]
+            site.backward = [s for x in (bwd.sites if bwd else []) for s in x.backward_comms()]
+            axes = sorted({a for s in site.forward + site.backward for a in s.axes})
+            site.axes = tuple(axes) if axes else None
+
+
 def _end_line(n: ast.AST) -> int:
     end: int | None = getattr(n, "end_lineno", None)
     return end if end is not None else int(getattr(n, "lineno", 0))
@@ -670,10 +715,52 @@ class ReportPlugin(SpmdPlugin):
         if fullname in self._wrapped:
             return self._wrapped[fullname]
         hook = super().get_function_hook(fullname)
-        if fullname in COLLECTIVE_CALLS or fullname in PARTIAL_CALLS or raw_call(fullname):
+        if (fullname in COLLECTIVE_CALLS or fullname in PARTIAL_CALLS or raw_call(fullname)
+                or fullname in MEGATRON_CALLS):
             hook = self._recording(fullname, hook)
         self._wrapped[fullname] = hook
         return hook
+
+    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        hook = super().get_method_hook(fullname)
+        cls, _, method = fullname.rpartition(".")
+        if method != "apply" or not is_autograd_function(self.dispatch.lookup_info(cls)):
+            return hook
+
+        def run(ctx: MethodContext) -> Type:
+            result = hook(ctx) if hook is not None else ctx.default_return_type
+            try:
+                self._record_apply(cls, ctx)
+            except Exception as e:  # noqa: BLE001 - a report problem must never crash mypy
+                self.problems.append(f"{getattr(ctx.api, 'path', '?')}:{ctx.context.line}: "
+                                     f"{type(e).__name__}: {e}")
+            return result
+
+        return run
+
+    def _record_apply(self, cls: str, ctx: MethodContext) -> None:
+        """A ``Fn.apply(...)`` call of a Function defined in a reported file: a site whose
+        columns are the Function's forward and backward sites (filled in build_report)."""
+        api: Any = ctx.api
+        path = getattr(api, "path", None)
+        info = self.dispatch.lookup_info(cls)
+        if path is None or info is None or os.path.abspath(path) not in self.user_paths:
+            return
+        module = info.module_name
+        if module != api.tree.fullname:  # defined elsewhere: its sites are not recorded
+            return
+        qualname = info.fullname[len(module) + 1:] if info.fullname.startswith(module + ".") else info.name
+        line, column = ctx.context.line, ctx.context.column
+        lines, regions = self._file(path)
+        no_grad = "no_grad" if self.in_no_grad(api, line) else None
+        self.sites[(os.path.abspath(path), line, column, f"{info.fullname}.apply")] = Site(
+            path=path, line=line, column=column, module=api.tree.fullname,
+            function=qualname_of(api.scope.stack), call=f"{info.fullname}.apply", axes=None,
+            src=None, dst=None, reduce_op=None, transition=None, forward=[], backward=[],
+            gradient=no_grad is None, no_gradient=no_grad,
+            in_loop=regions.in_loop(line), in_branch=regions.in_branch(line),
+            source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
+            applies=qualname)
 
     def _recording(self, fullname: str, hook: Callable | None) -> Callable[[FunctionContext], Type]:
         def run(ctx: FunctionContext) -> Type:
@@ -706,6 +793,20 @@ class ReportPlugin(SpmdPlugin):
             call = read_partial(tuple(names) if names else None)
             operands = [e for formal, exprs in zip(ctx.callee_arg_names, ctx.args)
                         if formal != "out_partial_axes" and formal != "equation" for e in exprs]
+        elif fullname in MEGATRON_CALLS:
+            mapping = MEGATRON_CALLS[fullname]
+            x_expr = _arg(ctx, "input_")[0]
+            if x_expr is None or meg.TP_AXIS not in self.config.mesh_axes:
+                return  # mypy reports the call; without a tp axis the stub is untyped
+            dst: LocalType | None | bool = mapping.dst
+            if mapping.flag is not None:
+                flag_expr = _arg(ctx, mapping.flag[0])[0]
+                if flag_expr is not None:
+                    value = {"builtins.True": True, "builtins.False": False}.get(
+                        flag_expr.fullname if isinstance(flag_expr, NameExpr) else "")
+                    dst = mapping.dst_for(value) if value is not None else False
+            call = read_collective(mapping.collective, (meg.TP_AXIS,), mapping.src, dst, "sum")
+            operands = [x_expr]
         elif fullname == "spmd.redistribute" and _arg(ctx, "axis")[0] is None:
             x_expr, x_type = _arg(ctx, "x")
             if x_expr is None:
@@ -748,6 +849,10 @@ class ReportPlugin(SpmdPlugin):
             in_loop=regions.in_loop(line), in_branch=regions.in_branch(line),
             source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
             problem=call.problem)
+        if _in_function_backward(api.scope.stack):
+            # a custom Function's backward: what the call issues runs in the backward pass
+            site.backward, site.forward = site.forward, []
+            site.gradient, site.no_gradient = True, None
         # mypy may type one call more than once (deferred functions, overload inference):
         # the last reading wins
         self.sites[(os.path.abspath(path), line, column, fullname)] = site
@@ -981,6 +1086,7 @@ def build_report(paths: Sequence[str], *, config_file: str | None = None,
             f.sites.sort(key=lambda s: (s.line, s.column))
         functions.extend(sorted((f for f in by_name.values() if f.typed or f.sites),
                                 key=lambda f: (f.line, f.qualname)))
+    _fill_applies(functions)
     errors = [m for m in messages if ": error:" in m]
     return Report([_display_path(p) for p in user_paths], functions, errors, messages)
 
@@ -1048,7 +1154,7 @@ def _may_be_site(call: ast.Call) -> bool:
     name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
     if name in PARTIAL_CALLS.values():
         return any(k.arg == "out_partial_axes" for k in call.keywords)
-    return name in coll.OPS or name in RAW_CALLS
+    return name in coll.OPS or name in RAW_CALLS or name in meg.TYPED_MAPPINGS
 
 
 def main(paths: Sequence[str], *, as_json: bool = False, config_file: str | None = None,

@@ -116,6 +116,8 @@ from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_
 from spmd_mypy.engine.views import INPLACE_VIEWS, DimMove
 
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
+from spmd_mypy.engine.megatron import BY_FUNCTION_CLASS as MEGATRON_BY_FUNCTION_CLASS
+from spmd_mypy.engine.megatron import MEGATRON_DEFINING_MODULES, MappingTypes
 
 from . import _dist_utils, _global_check, _torch_ops
 from ._torch_ops import (Kind, Plan, build_plan, carries_no_gradient, extract, move_of,
@@ -555,11 +557,16 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _SKIP_DIRS = (_RUNTIME_DIR + os.sep, _TORCH_DIR + os.sep, os.path.dirname(contextlib.__file__) + os.sep)
 
 
+# Megatron's mappings.py files (seen at a mapping Function's apply): its wrapper frames are
+# skipped too, so a message names the user's tensor, not the wrapper's ``input_``
+_SKIP_FILES: set[str] = set()
+
+
 def _user_frame() -> Any:
     f: Any = sys._getframe(1)
     while f is not None:
         fn = os.path.abspath(f.f_code.co_filename)
-        if not fn.startswith(_SKIP_DIRS):
+        if not fn.startswith(_SKIP_DIRS) and fn not in _SKIP_FILES:
             return f
         f = f.f_back
     return None
@@ -2859,7 +2866,8 @@ def _sole_return_texts(fn: Any, n: int, many: bool) -> list[str]:
     return [_expr_text(i) for i in items]
 
 
-def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, callee: str) -> None:
+def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, callee: str,
+                          stamp: bool = True) -> None:
     """The static checker's rule for an argument (engine ``check_argument``, ``spmd-mismatch``);
     then the argument has its declared type (forward's body sees it, like ``spmd.checked``)."""
     have = _get(value)
@@ -2879,6 +2887,8 @@ def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, calle
                       or check_argument(have_r, at_rank, x_text=text, where=where, index=index,
                                         gradient_free=integer))
             raise SpmdTypeError(errors[0])
+    if not stamp:
+        return
     _stamp_declared(value, want, f"argument {{x}} (parameter {param!r} of {callee}) is "
                     f"annotated {_fmt(want)}")
 
@@ -2888,6 +2898,9 @@ def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
     torch_apply = _TORCH_APPLY.__get__(None, cls)
     if not ACTIVE or _PAUSED:
         return torch_apply(*args, **kwargs)
+    mapping = _megatron_mapping(cls)
+    if mapping is not None:
+        return _megatron_apply(cls, mapping, torch_apply, args, kwargs)
     try:
         info = _FN_TYPES[cls]
     except KeyError:
@@ -2923,6 +2936,87 @@ def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
                 _set(r, st)
     _remember_backward(cls, sig, params, rets, outputs, args, kwargs, result)
     return result
+
+
+# Megatron's mapping functions (``copy_to_tensor_model_parallel_region`` and the others of
+# ``megatron.core.tensor_parallel.mappings``) in check mode: each applies an autograd Function
+# of that module (``_CopyToModelParallelRegion.apply(input_, group)``), which the check mode
+# sees at :func:`_apply` however the function was imported (the module attribute, a name
+# bound by ``from ... import`` before the block opened, Megatron's own layers).  The call is
+# checked and typed as the typed collective it stands for, by the engine's table
+# (:mod:`spmd_mypy.engine.megatron`, the one the stubs are generated from): ``input_``
+# against the table's src on the group's mesh axes (the static checker's message, naming the
+# function), then the result typed as the collective's (the other axes kept).  The forward
+# runs unchecked (its raw collectives implement the table's entry); a group that is no mesh
+# axis, or a ``tensor_parallel_output_grad`` that is not a bool, leaves the result untyped.
+_MEGATRON_SIGS: dict[type, inspect.Signature | None] = {}
+
+
+def _megatron_mapping(cls: Any) -> MappingTypes | None:
+    module = getattr(cls, "__module__", None)
+    if module not in MEGATRON_DEFINING_MODULES:
+        return None
+    return MEGATRON_BY_FUNCTION_CLASS.get(getattr(cls, "__name__", ""))
+
+
+def _megatron_signature(cls: Any) -> inspect.Signature | None:
+    try:
+        return _MEGATRON_SIGS[cls]
+    except KeyError:
+        pass
+    sig: inspect.Signature | None
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]  # without ctx
+        sig = inspect.Signature(params) if len(params) >= 2 else None
+        mod = sys.modules.get(cls.__module__)
+        path = getattr(mod, "__file__", None)
+        if path:
+            _SKIP_FILES.add(os.path.abspath(path))
+    except (TypeError, ValueError):
+        sig = None
+    _MEGATRON_SIGS[cls] = sig
+    return sig
+
+
+def _megatron_apply(cls: Any, mapping: MappingTypes, torch_apply: Any, args: tuple,
+                    kwargs: dict) -> Any:
+    sig = _megatron_signature(cls)
+    try:
+        bound = sig.bind(*args, **kwargs) if sig is not None else None
+    except TypeError:
+        bound = None  # torch reports the call
+    if bound is None:
+        return torch_apply(*args, **kwargs)
+    names = list(sig.parameters)  # type: ignore[union-attr]
+    x, group = bound.arguments.get(names[0]), bound.arguments.get(names[1])
+    flag = (bound.arguments.get(mapping.flag[0], True) if mapping.flag is not None else None)
+    dst = mapping.dst_for(flag)
+    axes = _resolve_axes(group) if group is not None else None
+    if not isinstance(x, torch.Tensor) or dst is None or axes is None:
+        with suspended():
+            return torch_apply(*args, **kwargs)
+    src = mapping.src
+    want = SpmdType.of({a: src for a in axes})
+    if _PENDING and id(x) in _PENDING:  # an undeclared partial sum: its own message
+        _check_pending(x, (mapping.collective, axes, src, dst))
+    _check_apply_argument(x, want, "input_", mapping.name, stamp=False)
+    have = _get(x) or _UNTYPED
+    if have and id(have) not in _CANON_IDS:  # typed under another mesh
+        have = _moved(x, have, mapping.collective)
+    have, src_at = _at_rank(x, have, src)
+    with torch._C.DisableTorchFunction():
+        can_grad = torch.is_grad_enabled() and x.requires_grad
+    with suspended():
+        out = torch_apply(*args, **kwargs)
+    res = check_collective(mapping.collective, have, axes, src_at, dst, x_text=_texts([x], ["x"])[0],
+                           can_grad=can_grad)
+    if res.errors:
+        raise SpmdTypeError(res.errors[0])
+    if res.type:
+        _stamp_outputs(out, res.type)
+    if _PENDING and id(x) in _PENDING:
+        del _PENDING[id(x)]
+    return out
 
 
 # The backward of a typed Function's call (its ctx is the autograd node that runs it): the

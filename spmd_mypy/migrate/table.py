@@ -1,9 +1,9 @@
 """Megatron's tensor-parallel mapping functions and their typed equivalents, as data.
 
 Types are the rule engine's (:class:`spmd_mypy.engine.types.LocalType`; ``S(i)`` is V with a
-dim).  This is the one place the mapping lives.  The types were measured by running Megatron's
-own ``mappings.py`` (megatron-core 0.19.2) on two ranks with rank-dependent inputs and gradients;
-where Megatron's docstrings disagree with its code, the table follows the code.  The rewriter (:mod:`.rewrite`) reads the signatures to match call arguments,
+dim).  Each function's collective, src and dst come from the engine's table
+(:mod:`spmd_mypy.engine.megatron`, which the report and the runtime's check mode read too);
+this module adds what the migrate tool needs: the signatures and the texts.  The rewriter (:mod:`.rewrite`) reads the signatures to match call arguments,
 the annotate pass (:mod:`.annotate`) reads the types, and ``docs/migrate.md`` embeds
 :func:`markdown_table` (a test keeps the two equal).
 
@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass
 
 from spmd_mypy.engine.collectives import MEGATRON_PARALLEL_AXES
+from spmd_mypy.engine.megatron import MAPPING_TYPES_BY_NAME
+from spmd_mypy.engine.megatron import MEGATRON_MAPPING_MODULES as MEGATRON_MAPPING_MODULES
 from spmd_mypy.engine.types import INVARIANT, PARTIAL, REPLICATE, VARYING, LocalType, shard
 
 
@@ -109,49 +111,64 @@ USE_GLOBAL_BUFFER = Param(
     "use_global_buffer", Role.DEFAULT_ONLY, default="False", reason=_GLOBAL_BUFFER_REASON
 )
 
+
+def _types(name: str) -> tuple[str, LocalType, LocalType]:
+    """The engine's collective, src and dst of ``name``."""
+    t = MAPPING_TYPES_BY_NAME[name]
+    return t.collective, t.src, t.dst
+
+
+def _flag_dst(name: str, value: bool) -> LocalType:
+    dst = MAPPING_TYPES_BY_NAME[name].dst_for(value)
+    assert dst is not None
+    return dst
+
+
 MAPPINGS: tuple[Mapping, ...] = (
     Mapping(
         "copy_to_tensor_model_parallel_region",
-        "reinterpret", I, R,
+        *_types("copy_to_tensor_model_parallel_region"),
         forward="identity", backward="all-reduce",
         params=(INPUT, OPTIONAL_GROUP),
     ),
     Mapping(
         "reduce_from_tensor_model_parallel_region",
-        "all_reduce", P, I,
+        *_types("reduce_from_tensor_model_parallel_region"),
         forward="all-reduce", backward="identity",
         params=(INPUT, OPTIONAL_GROUP),
     ),
     Mapping(
         "scatter_to_tensor_model_parallel_region",
-        "convert", I, S(-1),
+        *_types("scatter_to_tensor_model_parallel_region"),
         forward="split last dim", backward="all-gather last dim",
         params=(INPUT, OPTIONAL_GROUP),
         note="Megatron's docstring says reduce-scatter; the code splits without communication.",
     ),
     Mapping(
         "gather_from_tensor_model_parallel_region",
-        "all_gather", S(-1), I,
+        *_types("gather_from_tensor_model_parallel_region"),
         forward="all-gather last dim", backward="split last dim",
         params=(INPUT, OPTIONAL_GROUP),
     ),
     Mapping(
         "scatter_to_sequence_parallel_region",
-        "convert", I, S(0),
+        *_types("scatter_to_sequence_parallel_region"),
         forward="split dim 0", backward="all-gather dim 0",
         params=(INPUT, OPTIONAL_GROUP),
     ),
     Mapping(
         "gather_from_sequence_parallel_region",
-        "all_gather", S(0), R,
+        *_types("gather_from_sequence_parallel_region"),
         forward="all-gather dim 0", backward="reduce-scatter dim 0",
         params=(
             INPUT,
             Param(
                 "tensor_parallel_output_grad", Role.DST_FLAG, default="True",
                 variants=(
-                    FlagVariant("True", R, backward="reduce-scatter dim 0"),
-                    FlagVariant("False", I, backward="split dim 0"),
+                    FlagVariant("True", _flag_dst("gather_from_sequence_parallel_region", True),
+                                backward="reduce-scatter dim 0"),
+                    FlagVariant("False", _flag_dst("gather_from_sequence_parallel_region", False),
+                                backward="split dim 0"),
                 ),
             ),
             OPTIONAL_GROUP,
@@ -163,25 +180,25 @@ MAPPINGS: tuple[Mapping, ...] = (
     ),
     Mapping(
         "reduce_scatter_to_sequence_parallel_region",
-        "reduce_scatter", P, S(0),
+        *_types("reduce_scatter_to_sequence_parallel_region"),
         forward="reduce-scatter dim 0", backward="all-gather dim 0",
         params=(INPUT, OPTIONAL_GROUP, _split_sizes("input_split_sizes"), USE_GLOBAL_BUFFER),
     ),
     Mapping(
         "all_gather_last_dim_from_tensor_parallel_region",
-        "all_gather", S(-1), R,
+        *_types("all_gather_last_dim_from_tensor_parallel_region"),
         forward="all-gather last dim", backward="reduce-scatter last dim",
         params=(INPUT, OPTIONAL_GROUP),
     ),
     Mapping(
         "reduce_scatter_last_dim_to_tensor_parallel_region",
-        "reduce_scatter", P, S(-1),
+        *_types("reduce_scatter_last_dim_to_tensor_parallel_region"),
         forward="reduce-scatter last dim", backward="all-gather last dim",
         params=(INPUT, OPTIONAL_GROUP),
     ),
     Mapping(
         "all_to_all",
-        "all_to_all", V, V,
+        *_types("all_to_all"),
         forward="all-to-all dim 0", backward="all-to-all, splits swapped",
         params=(
             Param("group", Role.GROUP),  # required, and first
@@ -200,14 +217,9 @@ MAPPINGS: tuple[Mapping, ...] = (
 
 MAPPINGS_BY_NAME: dict[str, Mapping] = {m.megatron_name: m for m in MAPPINGS}
 
-# Modules whose attributes of these names are Megatron's mapping functions.  A relative import
-# is resolved against the directory names of the file it is in, and matches by suffix.
-MEGATRON_MAPPING_MODULES: tuple[str, ...] = (
-    "megatron.core.tensor_parallel",
-    "megatron.core.tensor_parallel.mappings",
-    "megatron.mpu",  # Megatron-LM before megatron.core
-    "megatron.mpu.mappings",
-)
+# (MEGATRON_MAPPING_MODULES, imported above: the modules whose attributes of these names are
+# Megatron's mapping functions.  A relative import is resolved against the directory names of
+# the file it is in, and matches by suffix.)
 
 # Names so specific that a call of one not traced to a Megatron module is still reported.
 # ``all_to_all`` is too common (torch.distributed has one) and is migrated only when traced.

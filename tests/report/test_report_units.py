@@ -560,3 +560,133 @@ def test_unannotated_functions_are_reported(make_report: MakeReport, project: Pa
                           mypy_args=["--check-untyped-defs"])
     assert sorted(int(m.split(":")[1]) for m in checked.errors) == [7, 14, 16, 20], checked.errors
     assert [f.qualname for f in checked.functions] == [f.qualname for f in r.functions]
+
+
+MEGATRON = '''\
+import torch
+
+import megatron.core.tensor_parallel.mappings as mappings
+import spmd
+from megatron.core.tensor_parallel import (
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+    reduce_from_tensor_model_parallel_region,
+)
+from spmd import I, S, Tensor
+
+
+def row_parallel(h: Tensor[S[-1, "tp"]], w: Tensor[S[1, "tp"]]) -> Tensor[I["tp"]]:
+    out = spmd.linear(h, w, out_partial_axes="tp")
+    return reduce_from_tensor_model_parallel_region(out)
+
+
+def col_input(x: Tensor[I["tp"]]) -> torch.Tensor:
+    return copy_to_tensor_model_parallel_region(x)
+
+
+def sequence(x: Tensor[S[0, "tp"]], flag: bool) -> None:
+    gather_from_sequence_parallel_region(x)
+    mappings.gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=False)
+    gather_from_sequence_parallel_region(x, flag)
+
+
+def untyped(x):
+    return reduce_from_tensor_model_parallel_region(x)
+'''
+
+
+def test_megatron_mapping_calls(make_report: MakeReport, project: Path) -> None:
+    """Megatron's mapping functions typed by the stub are listed as the table's collective
+    (engine.megatron) on tp, forward and backward: the report left them out (a row-parallel
+    forward reducing with reduce_from_... showed "total forward: -", copy_to_... "(no
+    collectives)"; the probe of session 39, f3).  tensor_parallel_output_grad picks the dst;
+    a flag known only at run time is "?"."""
+    (project / "meg.py").write_text(MEGATRON)
+    r = make_report(["meg.py"], config_file=project / "mypy.ini", cwd=project)
+    assert r.errors == [], r.errors
+    fns = {f.qualname: f for f in r.functions}
+    sites = {q: [(s.line, s.op_text, [x.text() for x in s.forward_comms()],
+                  [x.text() for x in s.backward_comms()], s.problem) for s in f.sites]
+             for q, f in fns.items()}
+    base = "megatron.core.tensor_parallel.mappings."
+    assert sites["row_parallel"][1] == (
+        15, "all_reduce(P,I) on tp (megatron)", ["all_reduce(P,I) on tp"], [], None)
+    assert sites["col_input"] == [
+        (19, "reinterpret(I,R) on tp (megatron)", [], ["all_reduce(P,I) on tp"], None)]
+    assert sites["sequence"] == [
+        (23, "all_gather(S(0),R) on tp (megatron)", ["all_gather(S(0),R) on tp"],
+         ["reduce_scatter(P,S(0)) on tp"], None),
+        (24, "all_gather(S(0),I) on tp (megatron)", ["all_gather(S(0),I) on tp"], [], None),
+        (25, "all_gather(S(0),?) on tp (megatron)", [], [], "src/dst not readable statically"),
+    ], sites["sequence"]
+    # an unannotated function's call is listed too (its input is untyped; it communicates)
+    assert [s[1] for s in sites["untyped"]] == ["all_reduce(P,I) on tp (megatron)"]
+    assert {s.call for f in r.functions for s in f.sites} >= {
+        base + "reduce_from_tensor_model_parallel_region",
+        base + "copy_to_tensor_model_parallel_region"}
+    text = r.format_table()
+    assert "meg.col_input  meg.py:18\n" in text, text  # no longer "(no collectives)"
+
+
+FUNCTIONS = '''\
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import spmd
+from spmd import I, P, R, Tensor
+
+
+class CopyTo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        return spmd.all_reduce(g, "tp", src=P, dst=I)
+
+
+class ReduceFrom(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[P["tp"]]) -> Tensor[I["tp"]]:
+        out = x.clone()
+        dist.all_reduce(out, group=ctx.mesh.get_group("tp"))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[I["tp"]]) -> Tensor[R["tp"]]:
+        return g
+
+
+def use(x: Tensor[I["tp"]], p: Tensor[P["tp"]]) -> None:
+    CopyTo.apply(x)
+    ReduceFrom.apply(p)
+'''
+
+
+def test_custom_function_backward_and_apply(make_report: MakeReport, project: Path) -> None:
+    """A custom Function's backward issues its collectives in the backward pass: they are in
+    the backward column of backward()'s rows (they were listed forward).  An ``Fn.apply`` site
+    lists Fn.forward's collectives forward and Fn.backward's backward (nothing was listed
+    there); they are counted in those methods' totals, not again in the caller's."""
+    (project / "fns.py").write_text(FUNCTIONS)
+    r = make_report(["fns.py"], config_file=project / "mypy.ini", cwd=project)
+    assert r.errors == [], r.errors
+    fns = {f.qualname: f for f in r.functions}
+    [bwd] = fns["CopyTo.backward"].sites
+    assert ([s.text() for s in bwd.forward_comms()], [s.text() for s in bwd.backward_comms()]) == (
+        [], ["all_reduce(P,I) on tp"])
+    assert fns["CopyTo.backward"].backward_totals() == {("all_reduce", ("tp",)): 1}
+    [raw] = fns["ReduceFrom.forward"].sites
+    assert [s.text() for s in raw.forward_comms()] == ["all_reduce on tp"]
+    sites = [(s.line, s.op_text, [x.text() for x in s.forward_comms()],
+              [x.text() for x in s.backward_comms()]) for s in fns["use"].sites]
+    assert sites == [
+        (33, "CopyTo.apply", [], ["all_reduce(P,I) on tp"]),
+        (34, "ReduceFrom.apply", ["all_reduce on tp"], []),
+    ], sites
+    assert not fns["use"].forward_totals() and not fns["use"].backward_totals()
+    assert r.forward_totals() == {("all_reduce", ("tp",)): 1}
+    assert r.backward_totals() == {("all_reduce", ("tp",)): 1}

@@ -1333,6 +1333,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if name == "p2p":  # sends of a Partial between pipeline stages (rt_p2p.py)
         import rt_p2p
         return rt_p2p.suite(world)
+    if name == "megatron-mappings":  # Megatron's mapping calls typed (rt_megatron_mappings.py)
+        import rt_megatron_mappings
+        return rt_megatron_mappings.suite(world)
     if name == "peft-fixes":  # the peft probe's message fixes, run (rt_peft_fixes.py)
         import rt_peft_fixes
         return rt_peft_fixes.suite(world)

@@ -1,0 +1,193 @@
+"""Megatron's mapping functions, called unchanged, in the check mode (checks run by
+test_megatron_mappings_world.py on 2 gloo ranks).
+
+A fake megatron-core on ``sys.path`` (``fake_megatron/``: 0.16.1's mapping Functions as its
+``mappings.py`` writes them, raw torch.distributed inside) stands for the real one.  The check
+mode types each call as the typed collective of the engine's table (spmd_mypy.engine.megatron,
+the table the stub is generated from): before, a result was untyped (``spmd.typeof`` None), a
+Partial passed to ``copy_to_...`` ran, and a sequence-parallel MLP gathering with
+``tensor_parallel_output_grad=False`` before a column-parallel linear gave a wrong ``x.grad``
+with no error (the probe of session 39, f4 and f6).  The functions are bound here by a
+``from ... import`` before any block opens: the check mode sees them at their Function's
+``apply``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.testing import assert_close
+
+import spmd
+from rt_checks import Ctx, named_checks
+from spmd import I, P, S, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_megatron"))
+
+import megatron.core.tensor_parallel as tensor_parallel  # noqa: E402
+from megatron.core.tensor_parallel import mappings  # noqa: E402
+from megatron.core.tensor_parallel.mappings import (  # noqa: E402
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+    reduce_from_tensor_model_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+)
+
+F64 = torch.float64
+_MESHES: dict[str, DeviceMesh] = {}
+
+
+def _mesh() -> DeviceMesh:
+    """dp=1 x tp=2, made once; the fake's tensor-model-parallel group is its tp group."""
+    if "dp_tp" not in _MESHES:
+        _MESHES["dp_tp"] = init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
+        mappings.TP_GROUP = _MESHES["dp_tp"].get_group("tp")
+    return _MESHES["dp_tp"]
+
+
+def _row_parallel(tpr: int) -> tuple[Any, torch.Tensor]:
+    """A row-parallel product, P on tp (V on dp), and its full value."""
+    g = torch.Generator().manual_seed(0)
+    h, w = torch.randn(4, 8, generator=g, dtype=F64), torch.randn(3, 8, generator=g, dtype=F64)
+    ht = spmd.declare(h.chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"], V["dp"]])
+    wt = spmd.declare(w.chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"], V["dp"]])
+    return spmd.linear(ht, wt, out_partial_axes="tp"), F.linear(h, w)
+
+
+def _reduce_from(call: Callable[..., Any], name: str) -> None:
+    mesh = _mesh()
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        y, full = _row_parallel(mesh.get_local_rank("tp"))
+        z = call(y)
+        assert spmd.typeof(z) == spmd.typeof(spmd.declare(full.clone(), Tensor[I["tp"], V["dp"]])), (
+            name, spmd.typeof(z))
+        assert_close(z, full)
+
+
+def check_reduce_from_typed(ctx: Ctx, name: str) -> None:
+    """reduce_from_... is all_reduce(P, I) on tp: its result is I on tp, dp kept, whether the
+    function is a name bound before the block, the module's attribute or the package's, and
+    whether the group is given or defaults to the tensor-model-parallel group."""
+    _reduce_from(reduce_from_tensor_model_parallel_region, "from-import")
+    _reduce_from(lambda y: mappings.reduce_from_tensor_model_parallel_region(y), "module")
+    _reduce_from(lambda y: tensor_parallel.reduce_from_tensor_model_parallel_region(
+        y, group=_mesh().get_group("tp")), "package, group=")
+
+
+def check_partial_into_copy_to_raises(ctx: Ctx, name: str) -> None:
+    """A Partial passed to copy_to_... (I expected) is the static checker's spmd-mismatch, at
+    the call, naming the function and the fix."""
+    mesh = _mesh()
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        y, _ = _row_parallel(mesh.get_local_rank("tp"))
+        try:
+            copy_to_tensor_model_parallel_region(y)
+        except SpmdTypeError as e:
+            assert e.code == "spmd-mismatch", e
+            message = e.error.message
+            assert 'argument y (parameter "input_" of copy_to_tensor_model_parallel_region)' in message, message
+            assert 'all_reduce(y, "tp", src=P, dst=I)' in message, message
+        else:
+            raise AssertionError("a Partial passed to copy_to_... ran in the check mode")
+        # the fix: reduce first; copy_to then gives R (its backward all-reduces)
+        r = copy_to_tensor_model_parallel_region(reduce_from_tensor_model_parallel_region(y))
+        t = spmd.typeof(r)
+        assert t is not None and (str(t.get("tp")), str(t.get("dp"))) == ("R", "V"), t
+
+
+def check_undeclared_partial_into_reduce_from(ctx: Ctx, name: str) -> None:
+    """A row-parallel product not declared Partial (F.linear, no out_partial_axes) passed to
+    reduce_from_...: the check mode's message for an undeclared partial sum (spmd-global, as
+    for spmd.all_reduce), not a mismatch of its V."""
+    mesh = _mesh()
+    tpr = mesh.get_local_rank("tp")
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        h = spmd.declare(torch.ones(4, 8, dtype=F64).chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
+        w = spmd.declare(torch.ones(3, 8, dtype=F64).chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
+        y = F.linear(h, w)
+        try:
+            reduce_from_tensor_model_parallel_region(y)
+        except SpmdTypeError as e:
+            assert e.code == "spmd-global", e
+            assert 'out_partial_axes="tp"' in e.error.message, e.error.message
+        else:
+            raise AssertionError("an undeclared partial sum passed reduce_from_...")
+
+
+def _sp_mlp(output_grad: bool) -> None:
+    """Megatron's sequence-parallel MLP: gather (dim 0), column-parallel, row-parallel,
+    reduce-scatter; x.grad compared with a float64 reference."""
+    mesh = _mesh()
+    r = mesh.get_local_rank("tp")
+    g = torch.Generator().manual_seed(1)
+    X, W1, W2 = (torch.randn(8, 4, generator=g, dtype=F64), torch.randn(6, 4, generator=g, dtype=F64),
+                 torch.randn(4, 6, generator=g, dtype=F64))
+    xr = X.clone().requires_grad_()
+    (F.linear(F.gelu(F.linear(xr, W1)), W2) ** 2).sum().backward()
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        x = spmd.declare(X.chunk(2, 0)[r].clone().requires_grad_(), Tensor[S[0, "tp"]])
+        w1 = spmd.declare(W1.chunk(2, 0)[r].clone(), Tensor[S[0, "tp"]])
+        w2 = spmd.declare(W2.chunk(2, 1)[r].clone(), Tensor[S[1, "tp"]])
+        h = gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=output_grad)
+        a = F.gelu(F.linear(h, w1))
+        y = spmd.linear(a, w2, out_partial_axes="tp")
+        out = reduce_scatter_to_sequence_parallel_region(y)
+        assert str(spmd.typeof(out)) == 'Tensor[S[0, "tp"]]', spmd.typeof(out)
+        loss = spmd.reinterpret((out * out).sum(), "tp", src=V, dst=P)
+        loss.backward()
+    assert x.grad is not None and xr.grad is not None
+    assert_close(x.grad, xr.grad.chunk(2, 0)[r])
+
+
+def check_sequence_parallel_mlp(ctx: Ctx, name: str) -> None:
+    _sp_mlp(True)
+
+
+def check_sequence_parallel_output_grad_false_raises(ctx: Ctx, name: str) -> None:
+    """tensor_parallel_output_grad=False gives I (its backward only splits): the
+    column-parallel linear then raises spmd-invariant-mix, as the static checker reports it,
+    before a wrong x.grad is computed."""
+    try:
+        _sp_mlp(False)
+    except SpmdTypeError as e:
+        assert e.code == "spmd-invariant-mix", e
+        assert 'reinterpret(h, "tp", src=I, dst=R)' in e.error.message, e.error.message
+    else:
+        raise AssertionError("tensor_parallel_output_grad=False before a column-parallel "
+                             "linear passed the check mode")
+
+
+def check_untyped_outside_the_block(ctx: Ctx, name: str) -> None:
+    """Outside a typecheck() block a mapping call is Megatron's own, untouched."""
+    mesh = _mesh()
+    with spmd.set_mesh(mesh):
+        y, full = _row_parallel(mesh.get_local_rank("tp"))
+        z = reduce_from_tensor_model_parallel_region(y.detach().clone())
+        assert spmd.typeof(z) is None, spmd.typeof(z)
+        assert_close(z, full)
+
+
+def check_group_names_the_axis(ctx: Ctx, name: str) -> None:
+    """The check mode reads the group's mesh axis (the static checker assumes tp for every
+    call): copy_to_... on the dp group is reinterpret(I, R) on dp, tp kept."""
+    mesh = _mesh()
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        x = spmd.declare(torch.ones(2, 3, dtype=F64), Tensor[I["tp"], I["dp"]])
+        z = copy_to_tensor_model_parallel_region(x, group=mesh.get_group("dp"))
+        t = spmd.typeof(z)
+        assert t is not None and (str(t.get("dp")), str(t.get("tp"))) == ("R", "I"), t
+
+
+def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
+    assert world == 2
+    return named_checks(world, "megatron-mappings", (
+        check_reduce_from_typed, check_partial_into_copy_to_raises,
+        check_undeclared_partial_into_reduce_from, check_sequence_parallel_mlp,
+        check_sequence_parallel_output_grad_false_raises, check_untyped_outside_the_block,
+        check_group_names_the_axis))
