@@ -58,18 +58,22 @@ from mypy.nodes import (
     StrExpr,
     TupleExpr,
     UnaryExpr,
+    FloatExpr,
+    IntExpr,
+    Var,
     WhileStmt,
     WithStmt,
 )
+from mypy.types import Instance, get_proper_type
 
 from ..engine.contractions import Contraction, partial_sum
-from ..engine.ops import Operand
+from ..engine.ops import SHARD_SUMMING, Operand, Reduction, reduced_partial_sum
 from .global_calls import current_function
 from .statements import assignments_by_name, nested_statements
 
 # per function (or module), by its id: (the node, the exempt expressions by id -> the axes of
 # their reinterpret, "*" when the axis is not a literal)
-_MEMO: dict[int, tuple[object, dict[int, tuple[str, ...]]]] = {}
+_MEMO: dict[int, tuple[object, tuple[dict[int, tuple[str, ...]], dict[int, tuple[str, ...]]]]] = {}
 _MEMO_MAX = 2000
 _OPAQUE = "<an expression the scan does not enter>"
 _OPAQUE_KINDS = (ListComprehension, SetComprehension, GeneratorExpr, DictionaryComprehension,
@@ -77,10 +81,11 @@ _OPAQUE_KINDS = (ListComprehension, SetComprehension, GeneratorExpr, DictionaryC
 
 
 def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None,
-                       node: Expression) -> tuple[str, ...]:
+                       node: Expression, summed: bool = False) -> tuple[str, ...]:
     """The axes on which ``node`` (a contraction's call or operator expression) is passed
     straight to ``spmd.reinterpret(..., src=V, dst=P)``, itself or through a local bound to
-    it once and read only there; () when it is not."""
+    it once and read only there; () when it is not.  ``summed`` (a sum's call): also
+    through + and -, and a number's * or / (a sum of partial sums is one)."""
     owner: object = func if func is not None else tree
     if owner is None:
         return ()
@@ -90,33 +95,84 @@ def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None,
             _MEMO.clear()
         entry = (owner, _scan(func, tree))
         _MEMO[id(owner)] = entry
-    return entry[1].get(id(node), ())
+    return entry[1][1 if summed else 0].get(id(node), ())
 
 
-def _scan(func: FuncDef | None, tree: MypyFile | None) -> dict[int, tuple[str, ...]]:
+def _scan(func: FuncDef | None, tree: MypyFile | None
+          ) -> tuple[dict[int, tuple[str, ...]], dict[int, tuple[str, ...]]]:
     if func is not None:
         stmts = nested_statements(func.body.body)
     elif tree is not None:
         stmts = [st for st in nested_statements(tree.defs) if not isinstance(st, FuncDef)]
     else:
-        return {}
+        return {}, {}
     calls: list[tuple[Expression, tuple[str, ...]]] = []
     reads: dict[object, int] = {}
     for st in stmts:
         for e in _statement_exprs(st):
             _walk(e, calls, reads)
     marks: dict[int, tuple[str, ...]] = {}
+    summed: dict[int, tuple[str, ...]] = {}
     assigned = None
     opaque = _OPAQUE in reads
+
+    def bound_once(e: Expression) -> Expression | None:
+        nonlocal assigned
+        if opaque or not isinstance(e, NameExpr) or e.node is None or reads.get(e.node) != 1:
+            return None
+        if assigned is None:
+            assigned = assignments_by_name(func) if func is not None else {}
+        bound = assigned.get(e.node)  # type: ignore[call-overload]
+        if bound is not None and len(bound) == 1 and bound[0][2] == -1:
+            return bound[0][1]  # type: ignore[no-any-return]
+        return None
+
     for arg, axes in calls:
         marks[id(arg)] = axes
-        if not opaque and isinstance(arg, NameExpr) and arg.node is not None and reads.get(arg.node) == 1:
-            if assigned is None:
-                assigned = assignments_by_name(func) if func is not None else {}
-            bound = assigned.get(arg.node)  # type: ignore[call-overload]
-            if bound is not None and len(bound) == 1 and bound[0][2] == -1:
-                marks[id(bound[0][1])] = axes
-    return marks
+        value = bound_once(arg)
+        if value is not None:
+            marks[id(value)] = axes
+        # a sum's result may also reach it through + and - (and a number's * or /): a sum
+        # of partial sums is one (sam: reinterpret((g1 * g1).sum() + (g2 * g2).sum(), ...))
+        todo = [arg]
+        seen = 0
+        while todo and seen < 64:
+            e = todo.pop()
+            seen += 1
+            summed[id(e)] = axes
+            if isinstance(e, OpExpr) and e.op in ("+", "-"):
+                todo += [e.left, e.right]
+            elif isinstance(e, OpExpr) and e.op in ("*", "/") and _number(e.right):
+                todo.append(e.left)
+            elif isinstance(e, OpExpr) and e.op == "*" and _number(e.left):
+                todo.append(e.right)
+            elif isinstance(e, UnaryExpr) and e.op in ("-", "+"):
+                todo.append(e.expr)
+            elif (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+                  and e.callee.name in _KEEPS_SUMS):
+                todo.append(e.callee.expr)  # lsum.detach(), s.float(), s.unsqueeze(-1)
+            else:
+                value = bound_once(e)
+                if value is not None:
+                    todo.append(value)
+    return marks, summed
+
+
+# methods whose result is a sum of the parts' results (the pending sum stays one)
+_KEEPS_SUMS = frozenset("detach float double half bfloat16 clone contiguous to unsqueeze "
+                        "squeeze reshape view flatten".split())
+
+
+def _number(e: Expression) -> bool:
+    """A Python number: a literal, or a name typed int or float (``/ nglobal``)."""
+    if isinstance(e, (IntExpr, FloatExpr)):
+        return True
+    if isinstance(e, UnaryExpr) and e.op == "-":
+        return _number(e.expr)
+    if isinstance(e, NameExpr) and isinstance(e.node, Var) and e.node.type is not None:
+        t = get_proper_type(e.node.type)
+        return isinstance(t, Instance) and t.type.fullname in ("builtins.int", "builtins.float")
+    return False
 
 
 def _statement_exprs(st: Statement) -> list[Expression]:
@@ -239,3 +295,20 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
             return replace(move, partial_axes=found) if found else move
     return move
 
+
+
+def declared_reduction(ctx: FunctionContext | MethodContext, op: str, reduction: Reduction | None,
+                       ops: list[Operand]) -> Reduction | None:
+    """``reduction`` with the axes on which the code around a sum's call declares its result
+    a partial sum (passed to ``spmd.reinterpret(..., src=V, dst=P)``, alone or added to
+    others): looked up only when the engine's rule would report one
+    (:func:`~spmd_mypy.engine.ops.reduced_partial_sum`)."""
+    if reduction is None or op not in SHARD_SUMMING or not ops or ops[0].type is None:
+        return reduction
+    x = ops[0]
+    for a, lt in x.type.axes:  # type: ignore[union-attr]
+        if reduced_partial_sum(op, lt, a, reduction, x.shape):
+            found = reinterpreted_axes(current_function(ctx.api), getattr(ctx.api, "tree", None),
+                                       ctx.context, summed=True)  # type: ignore[arg-type]
+            return replace(reduction, partial_axes=found) if found else reduction
+    return reduction

@@ -1112,7 +1112,9 @@ def test_checked_decorator() -> None:
 @spmd.checked
 def _sum_squares(sharded: list[Tensor[V["tp"]]], replicated: tuple[Tensor[I["tp"]], ...],
                  pairs: tuple[Tensor[V["tp"]], int]) -> Tensor[V["tp"]]:
-    return torch.stack([g.pow(2).sum() for g in sharded]).sum()
+    # (a sum of squares over each item's own dims, not over a sharded one: that would be a
+    # pending partial sum, ops.reduced_partial_error)
+    return torch.stack([g.pow(2) for g in sharded]).sum(0)
 
 
 def test_checked_declares_each_item_of_a_list_argument() -> None:
@@ -1190,7 +1192,8 @@ def test_function_apply_has_forwards_declared_type() -> None:
         assert spmd.typeof(a) == ty(tp=REPLICATE)
         assert spmd.typeof(b) == SpmdType.of({"tp": shard(0)})
         assert n == 3
-        (a.sum() + b.sum()).backward(torch.ones(()))  # autograd unchanged
+        (a.sum() + b.sum(1)).backward(torch.ones(b.shape[0]))  # autograd unchanged (b.sum()
+        # would be a pending partial sum: ops.reduced_partial_error)
         z = _Plain.apply(typed(mk(), Tensor[R["tp"]]))  # no annotations: as before
         assert spmd.typeof(z) is None
         with spmd.typecheck():  # nested blocks: still installed after the inner one
