@@ -1753,7 +1753,8 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
     return SpmdError("spmd-global", (
         f"{head}: each rank's result is its part of a sum over the ranks (a Partial), not a "
         f"value of its own (V), so a sqrt, a division or a norm of it would be wrong; the "
-        f"whole sum is {total} ({summed} alone is P on {ax}: the form that says so; or pass "
+        f"whole sum is {total} (dst=I where it is differentiated: a loss, an HVP's dot "
+        f"product; {summed} alone is P on {ax}: the form that says so; or pass "
         f"the {name} straight to spmd.reinterpret(..., {ax}, src=V, dst=P), alone or added to "
         f"others)"))
 

@@ -69,7 +69,7 @@ from mypy.types import Instance, get_proper_type
 from ..engine.contractions import Contraction, partial_sum
 from ..engine.ops import SHARD_SUMMING, Operand, Reduction, reduced_partial_sum
 from .global_calls import current_function
-from .statements import assignments_by_name, nested_statements
+from .statements import Assignments, assignments_by_name, nested_statements
 
 # per function (or module), by its id: (the node, the exempt expressions by id -> the axes of
 # their reinterpret, "*" when the axis is not a literal)
@@ -113,23 +113,11 @@ def _scan(func: FuncDef | None, tree: MypyFile | None
             _walk(e, calls, reads)
     marks: dict[int, tuple[str, ...]] = {}
     summed: dict[int, tuple[str, ...]] = {}
-    assigned = None
     opaque = _OPAQUE in reads
-
-    def bound_once(e: Expression) -> Expression | None:
-        nonlocal assigned
-        if opaque or not isinstance(e, NameExpr) or e.node is None or reads.get(e.node) != 1:
-            return None
-        if assigned is None:
-            assigned = assignments_by_name(func) if func is not None else {}
-        bound = assigned.get(e.node)  # type: ignore[call-overload]
-        if bound is not None and len(bound) == 1 and bound[0][2] == -1:
-            return bound[0][1]  # type: ignore[no-any-return]
-        return None
-
+    cache: list[Assignments] = []  # assignments_by_name, read once if needed
     for arg, axes in calls:
         marks[id(arg)] = axes
-        value = bound_once(arg)
+        value = _bound_once(arg, reads, opaque, func, cache)
         if value is not None:
             marks[id(value)] = axes
         # a sum's result may also reach it through + and - (and a number's * or /): a sum
@@ -152,10 +140,24 @@ def _scan(func: FuncDef | None, tree: MypyFile | None
                   and e.callee.name in _KEEPS_SUMS):
                 todo.append(e.callee.expr)  # lsum.detach(), s.float(), s.unsqueeze(-1)
             else:
-                value = bound_once(e)
+                value = _bound_once(e, reads, opaque, func, cache)
                 if value is not None:
                     todo.append(value)
     return marks, summed
+
+
+def _bound_once(e: Expression, reads: dict[object, int], opaque: bool, func: FuncDef | None,
+                cache: list[Assignments]) -> Expression | None:
+    """The value of local ``e`` bound once (at the top of the function) and read only once,
+    else None."""
+    if opaque or not isinstance(e, NameExpr) or e.node is None or reads.get(e.node) != 1:
+        return None
+    if not cache:
+        cache.append(assignments_by_name(func) if func is not None else {})
+    bound = cache[0].get(e.node)  # type: ignore[call-overload]
+    if bound is not None and len(bound) == 1 and bound[0][2] == -1:
+        return bound[0][1]  # type: ignore[no-any-return]
+    return None
 
 
 # methods whose result is a sum of the parts' results (the pending sum stays one)
