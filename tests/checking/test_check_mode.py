@@ -2130,3 +2130,30 @@ def test_swapping_load_state_dict_checks_the_loaded_value(swap_on_conversion, as
             m.load_state_dict({"w": v}, assign=assign)
         m.load_state_dict({"w": typed(torch.ones(4, 3), Tensor[S[0, "dp"]])}, assign=assign)
     assert torch.equal(m.w.detach(), torch.ones(4, 3)) and spmd.typeof(m.w) == ty(dp=shard(0))
+
+
+# --------------------------------------------------------------------------------------
+# sums over a sharded dim are pending partial sums (engine ops.reduced_partial_error)
+
+
+def test_a_sum_over_the_shard_dim_is_pending_until_reinterpreted() -> None:
+    with spmd.typecheck():
+        g1, g2 = typed(mk(), Tensor[S[0, "tp"]]), typed(mk(), Tensor[S[1, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            torch.sqrt((g1 * g1).sum() + (g2 * g2).sum())  # SAM's local gradient norm
+        assert e.value.code == "spmd-global"
+        assert 'spmd.sum(g1 * g1, out_partial_axes="tp")' in str(e.value)
+        with pytest.raises(SpmdTypeError) as e:
+            g1.norm()  # the norm of this rank's block: at the norm itself
+        assert "norm of this rank's block" in str(e.value)
+        assert spmd.typeof(g1.sum(1)) == SpmdType.of({"tp": shard(0)})  # the shard dim kept
+
+
+def test_autograd_grad_of_a_varying_loss_offers_the_replica_copy() -> None:
+    with spmd.typecheck():
+        w1 = typed(torch.randn(3, 3).requires_grad_(), Tensor[R["dp"]])
+        x = typed(torch.randn(2, 3), Tensor[V["dp"]])
+        inner = (x @ w1).pow(2).mean()
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(inner, (w1,), create_graph=True)
+        assert 'w1_v = spmd.reinterpret(w1, "dp", src=R, dst=V)' in str(e.value)
