@@ -171,6 +171,15 @@ def _number(e: Expression) -> bool:
         return True
     if isinstance(e, UnaryExpr) and e.op == "-":
         return _number(e.expr)
+    if isinstance(e, OpExpr) and e.op in ("+", "-", "*", "/", "//", "**"):
+        return _number(e.left) and _number(e.right)
+    if isinstance(e, CallExpr):  # x.numel(), x.size(0), len(xs), math.sqrt(d), float(n)
+        c = e.callee
+        if isinstance(c, MemberExpr) and c.name in ("numel", "size", "dim", "nelement"):
+            return True
+        return isinstance(c, (NameExpr, MemberExpr)) and (
+            c.fullname in ("builtins.len", "builtins.float", "builtins.int")
+            or (c.fullname or "").startswith("math."))
     if isinstance(e, NameExpr) and isinstance(e.node, Var) and e.node.type is not None:
         t = get_proper_type(e.node.type)
         return isinstance(t, Instance) and t.type.fullname in ("builtins.int", "builtins.float")
