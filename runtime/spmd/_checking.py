@@ -951,7 +951,7 @@ def _check_pending_sum(x: torch.Tensor, collective: tuple | None, axes: tuple[st
             return
     elif _in_collective_internals():
         return
-    texts = _contraction_texts(where, 1)
+    texts = _reduced_texts(where)
     t, shape = shapes[0]
     operand = Operand(t, texts[0] if texts is not None else _default_text(0), True, None, shape)
     err = reduced_partial_error(name, operand, axes[0], dataclasses.replace(red, partial_axes=()))
@@ -1028,6 +1028,42 @@ def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
         return None
     texts = [ast.get_source_segment(source, it) for it in items]
     return None if any(not t or "\n" in t for t in texts) else texts  # type: ignore[misc]
+
+
+def _reduced_texts(where: tuple | None) -> list[str] | None:
+    """The source text of a sum's operand, read from the call its frame was running
+    (``x.exp().sum(-1)``: x.exp(); ``torch.sum(g * g, 1)``: g * g); None when not certain
+    (:func:`_contraction_texts` reads a contraction's, whose dims are no operands)."""
+    import ast
+
+    if where is None:
+        return None
+    try:
+        source = _source_at(*where)
+        if source is None:
+            return None
+        source = source.strip()
+        node = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
+        return None
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+    if name not in _PENDING_SUMS:
+        return None
+    base = node.func.value if isinstance(node.func, ast.Attribute) else None
+    # torch.sum(x, ...), torch.mean(x, ...): the first argument; x.sum(...): the receiver
+    function = base is None or (isinstance(base, ast.Name) and base.id in ("torch", "spmd"))
+    if function:
+        item = node.args[0] if node.args else next(
+            (k.value for k in node.keywords if k.arg == "input"), None)
+    else:
+        item = base
+    text = ast.get_source_segment(source, item) if item is not None else None
+    if not text or "\n" in text:
+        return None
+    return [text if isinstance(item, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+            else f"({text})"]
 
 
 def _operand_types(ops: list, carried: bool = False) -> list[SpmdType | None] | None:
@@ -3812,6 +3848,16 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
             written = _raw_written((funcol.f_locals.get(funcol.f_code.co_varnames[0]),), {})
         else:
             written = []
+        if (_PENDING and not op and name == "all_reduce"
+                and _raw_op(func, args, kwargs)[0] == "sum"):
+            # a pending partial sum (a contraction's, a sum over its shard dim) all-reduced
+            # in place with SUM: the sum over the ranks, its resolution (Megatron's vocab-
+            # parallel cross entropy: ``se = ez.sum(-1); dist.all_reduce(se)``); the
+            # static checker's declared_partials._raw_reduced
+            for w in written:
+                entry = _PENDING.get(id(w))
+                if entry is not None and entry[0]() is w:
+                    del _PENDING[id(w)]
         for w in written:
             _untype(w)
         return

@@ -32,6 +32,7 @@ from typing import Final
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import CallableType
 from mypy.nodes import (
+    ARG_POS,
     AssertStmt,
     AssignmentExpr,
     AwaitExpr,
@@ -76,12 +77,14 @@ from mypy.nodes import (
 )
 from mypy.types import Instance, get_proper_type
 
+from ..engine.collectives import raw_collective
 from ..engine.contractions import Contraction, partial_sum
 from ..engine.ops import SHARD_SUMMING, Operand, Reduction, reduced_partial_sum
 from ..engine.types import Kind
 from .global_calls import current_function
 from .mypy_types import TypeBuilder
-from .statements import Assignments, assignments_by_name, functions_of, nested_statements
+from .statements import (Assignments, assignments_by_name, functions_of, nested_statements,
+                         statement_blocks)
 
 # per function (or module), by its id: (the node, the exempt expressions by id -> the axes of
 # their reinterpret, "*" when the axis is not a literal)
@@ -166,6 +169,8 @@ def _scan(func: FuncDef | None, tree: MypyFile | None, types: TypeBuilder | None
         if func is not None:
             for inner in functions_of(st):  # a closure's reads of the function's locals
                 _inner_reads(inner, reads)
+    if func is not None:
+        calls += _raw_reduced(func, stmts)
     # a sum's result is declared by the reinterprets only: a sum over a shard dim returned
     # from a function declared V stays an error (the declared V of a helper's contraction
     # is the row-parallel idiom; a sum's is most often a norm's square or a loss of its own)
@@ -205,6 +210,48 @@ def _scan(func: FuncDef | None, tree: MypyFile | None, types: TypeBuilder | None
                 for item in value.items:
                     marks[id(item)] = axes
     return marks, summed
+
+
+def _raw_reduced(func: FuncDef, stmts: list[Statement]) -> list[tuple[Expression, tuple[str, ...]]]:
+    """The values reduced in place by a raw sum all-reduce right after their binding
+    (Megatron's ``se = ez.sum(-1)`` then ``dist.all_reduce(se)``): the local bound once, the
+    next statement of its block ``torch.distributed.all_reduce(se)`` (op SUM, torch's
+    default): the collective sums the ranks' parts before any read of the name (the check
+    mode: a raw sum all-reduce of a pending partial sum consumes it).  Each value with the
+    axes "*" (the group is not read).  A raw collective outside a custom Function is still
+    reported (spmd-raw-collective)."""
+    found: list[tuple[Expression, tuple[str, ...]]] = []
+    blocks = [func.body.body] + [b for st in stmts for b in statement_blocks(st)]
+    assigned: Assignments | None = None
+    for block in blocks:
+        for st, nxt in zip(block, block[1:]):
+            if not (isinstance(st, AssignmentStmt) and len(st.lvalues) == 1
+                    and isinstance(st.lvalues[0], NameExpr) and st.lvalues[0].node is not None
+                    and isinstance(nxt, ExpressionStmt) and isinstance(nxt.expr, CallExpr)):
+                continue
+            call = nxt.expr
+            callee = call.callee
+            if not (isinstance(callee, RefExpr)
+                    and raw_collective(callee.fullname) == ("torch.distributed", "all_reduce")
+                    and call.args and call.arg_kinds[0] == ARG_POS
+                    and isinstance(call.args[0], NameExpr)
+                    and call.args[0].node is st.lvalues[0].node and _sum_op(call)):
+                continue
+            if assigned is None:
+                assigned = assignments_by_name(func)
+            bound = assigned.get(st.lvalues[0].node)  # type: ignore[call-overload]
+            if bound is None or len(bound) != 1 or bound[0][2] != -1:
+                continue
+            found.append((st.rvalue, ("*",)))
+    return found
+
+
+def _sum_op(call: CallExpr) -> bool:
+    """A raw all_reduce's op is SUM: not passed (torch's default) or ``ReduceOp.SUM``."""
+    for i, (kind, name, arg) in enumerate(zip(call.arg_kinds, call.arg_names, call.args)):
+        if name == "op" or (kind == ARG_POS and i == 1):
+            return isinstance(arg, MemberExpr) and arg.name == "SUM"
+    return True
 
 
 def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],

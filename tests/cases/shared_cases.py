@@ -771,6 +771,18 @@ case("partial-sum-norm", {"g": "S1"}, "out = g.norm(2, dim=1)", "spmd-global",
 case("partial-sum-vector-norm", {"g": "S0"}, "out = torch.linalg.vector_norm(g)", "spmd-global")
 case("partial-sum-plain-v", {"g": "V"}, "out = torch.sqrt(g.sum())", "V",
      desc="no known layout: this rank's own value (gradual)")
+# A raw in-place SUM all-reduce right after the sum, inside a custom Function (Megatron's
+# _VocabParallelCrossEntropy: se = ez.sum(-1); dist.all_reduce(se)) sums the ranks' parts:
+# the pending sum's resolution in both checkers (the check mode failed it at se.log() until
+# session 39).  op=MAX, or a read before it, does not resolve it: tests/plugin/cases/
+# reduced_sums.test and test_check_shared_cases (the check mode raises inside forward).
+case("partial-sum-raw-all-reduce-in-function", {"a": _SM1},
+     ("class Fn(torch.autograd.Function):", "    @staticmethod",
+      '    def forward(ctx, x: Tensor[S[-1, "tp"]]) -> Tensor[I["tp"]]:',
+      "        se = x.exp().sum(-1)", "        torch.distributed.all_reduce(se)",
+      "        return se.log()", "    @staticmethod",
+      '    def backward(ctx, g: Tensor[I["tp"]]) -> None:', "        return None",
+      "out = Fn.apply(a)"), "I", collective=True, desc="Megatron's vocab-parallel cross entropy")
 case("shard-attention-heads", {"q": "S1", "k": "S1", "v": "S1"},
      "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "S1", make=_QKV4)
 case("shard-attention-queries", {"q": "Sm2", "k": "R", "v": "R"},
