@@ -288,8 +288,9 @@ def check_linear_saved_tensors(ctx: Ctx, name: str) -> None:
 # vocab shard only (a V on "x" returned where the declared I is) gives each rank another
 # loss, off by a few hundredths; the check mode accepted it (it gave the result the declared
 # type) where the static checker reports it.  Since session 39 the check mode stops it
-# earlier, at the first use of the mean over the shard dim (a pending partial sum).  The logits are F.linear's S(-1) output, passed
-# for forward's S(1) parameter: one dim of a 2-d tensor (Fn.apply rejected it).
+# earlier, at the first use of the mean over the shard dim (a pending partial sum).  The
+# logits are F.linear's S(-1) output, passed for forward's S(1) parameter: one dim of a 2-d
+# tensor (Fn.apply rejected it).
 
 def _ce_parts(logits: Tensor[S[1, "x"]], target: torch.Tensor, lo: int, hi: int) -> Any:
     m = spmd.all_reduce(logits.detach().amax(dim=-1), AXIS, src=V, dst=I, op="max")
