@@ -1816,6 +1816,12 @@ def _check_loss(loss: Any, what: str | None = None, grads_name: str = "grad_outp
     ``inputs``: ``torch.autograd.grad``'s inputs (engine ``check_backward``'s)."""
     if not isinstance(loss, torch.Tensor):
         return
+    if _PENDING and id(loss) in _PENDING:
+        # a pending partial sum differentiated (``(g * g).sum().backward()`` of an S(0) g):
+        # its first use other than reinterpret(V->P): the sum's own error (spmd-global, the
+        # static checker's at the sum), whose fix (spmd.sum(..., out_partial_axes=), dst=I)
+        # is the loss's, rather than spmd-backward's reinterpret of a V
+        _check_pending(loss, None)
     t = _get(loss)
     if not t:
         return
