@@ -49,7 +49,8 @@ def run_rules(args: argparse.Namespace, out_dir: Path) -> tuple[dict, bool]:
     by_section: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in results:
         by_section[r["section"]][r["status"]] += 1
-    failures = [r for r in results if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative")]
+    failures = [r for r in results if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative",
+                                                    "pending-sum-MISMATCH")]
     static = collections.Counter(r["static_status"] for r in results if "static_status" in r)
     conservative = [r for r in results if r["status"] == "conservative"]
     with open(out_dir / "counterexamples.txt", "w") as f:
@@ -68,6 +69,8 @@ def run_rules(args: argparse.Namespace, out_dir: Path) -> tuple[dict, bool]:
     _print(f"  rejected with counterexample:     {status['rejected-counterexample']}")
     _print(f"  rejected, conservative (listed):  {status['conservative']}")
     _print(f"  rejected, conservative UNLISTED:  {status['UNLISTED-conservative']}")
+    _print(f"  pending sums (a sum, mean or norm over the shard dim), model holds: "
+           f"{status['pending-sum']}, model FAILS: {status['pending-sum-MISMATCH']}")
     _print(f"  the static checker's type where it differs from the check mode's (no shapes, "
            f"no rank): {sum(static.values())} ({static['match']} matching, "
            f"{static['no-global-program']} S(i) over inputs with no global program, "

@@ -109,7 +109,8 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
-                                  optimizer_state_error, partial_op, propagate,
+                                  optimizer_state_error, partial_op, propagate, reduced_partial_error,
+                                  reduced_partial_sum,
                                   propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
@@ -878,6 +879,7 @@ def _plan(func: Any) -> Plan:
 # operand while a pending tensor is alive.
 _PENDING: dict[int, tuple[Any, tuple[str, ...], tuple]] = {}
 _PENDING_AXES: dict[tuple, tuple[str, ...]] = {}  # by _local_check's key
+_PENDING_SUMS = frozenset("sum nansum mean nanmean".split())  # engine ops.PENDING_REDUCTIONS
 
 
 def _partial_axes(c: Contraction, ops: list, types: list, rtype: SpmdType,
@@ -920,6 +922,9 @@ def _check_pending(x: torch.Tensor, collective: tuple | None) -> None:
     if entry is None or entry[0]() is not x:
         return
     _, axes, (name, c, shapes, where) = entry
+    if isinstance(c, Reduction):
+        _check_pending_sum(x, collective, axes, name, c, shapes, where)
+        return
     if collective is not None:
         op, on, src, dst = collective
         if (op == "reinterpret" and isinstance(src, LocalType) and src.kind is TKind.V
@@ -939,6 +944,67 @@ def _check_pending(x: torch.Tensor, collective: tuple | None) -> None:
     err = implicit_partial_error(name, c, axes[0], operands)  # type: ignore[arg-type]
     raise SpmdTypeError(SpmdError(err.code, err.message + (
         " (raised at the first use of the result other than that reinterpret)")))
+
+
+def _check_pending_sum(x: torch.Tensor, collective: tuple | None, axes: tuple[str, ...], name: str,
+                       red: Reduction, shapes: list, where: tuple | None) -> None:
+    """A pending sum (engine ``reduced_partial_error``: a sum or mean over a dim sharded on
+    ``axes``) read by an op or a collective: as a contraction's, except that + and - of
+    pending sums (and a number's * or /) stay pending (:func:`_carried_pending`)."""
+    if collective is not None:
+        op, on, src, dst = collective
+        if (op == "reinterpret" and isinstance(src, LocalType) and src.kind is TKind.V
+                and isinstance(dst, LocalType) and dst.kind is TKind.P and set(axes) <= set(on)):
+            return
+    elif _in_collective_internals():
+        return
+    texts = _reduced_texts(where)
+    t, shape = shapes[0]
+    operand = Operand(t, texts[0] if texts is not None else _default_text(0), True, None, shape)
+    err = reduced_partial_error(name, operand, axes[0], dataclasses.replace(red, partial_axes=()))
+    if err is None:  # pragma: no cover (the mark says it is one)
+        return
+    raise SpmdTypeError(SpmdError(err.code, err.message + (
+        " (raised at the first use of the result other than that reinterpret, or + and - of "
+        "other such sums)")))
+
+
+# the ops through which a pending sum stays pending: + and - of pending sums, a number's * or /
+_LINEAR_ADD = frozenset("add sub __add__ __radd__ __sub__ __rsub__ __iadd__ __isub__".split())
+_LINEAR_SCALE = frozenset("mul div true_divide multiply divide neg negative __mul__ __rmul__ "
+                          "__truediv__ __neg__ __pos__ positive".split())
+
+
+def _carried_pending(plan: Plan, ops: list) -> tuple | None:
+    """For an op that keeps a sum pending (+, -, a number's * or /) whose tensor operands
+    are all pending sums (:func:`_check_pending_sum`): the entry to mark its result with
+    (their axes, the first's payload); None otherwise (each operand is then checked)."""
+    name = plan.name
+    if name not in _LINEAR_ADD and name not in _LINEAR_SCALE:
+        return None
+    tensors = [v for v, _ in ops if isinstance(v, torch.Tensor)]
+    if not tensors or (name in _LINEAR_SCALE and len(tensors) != 1):
+        return None
+    axes: dict[str, None] = {}
+    first = None
+    others = []
+    for v in tensors:
+        entry = _PENDING.get(id(v))
+        if entry is None or entry[0]() is not v:
+            others.append(v)  # + another V term: the reinterpret claims it as part of the sum
+            continue
+        if not isinstance(entry[2][1], Reduction):
+            return None
+        for a in entry[1]:
+            axes[a] = None
+        first = first or entry
+    if first is None or (others and name not in _LINEAR_ADD):
+        return None
+    for v in others:
+        t = _get(v)
+        if not t or any((lt := t.get(a)) is None or lt.kind is not TKind.V for a in axes):
+            return None  # an R, I or P term (added once per rank), or untyped: checked as such
+    return tuple(axes), first[2]
 
 
 def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
@@ -971,14 +1037,51 @@ def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
     return None if any(not t or "\n" in t for t in texts) else texts  # type: ignore[misc]
 
 
-def _operand_types(ops: list) -> list[SpmdType | None] | None:
+def _reduced_texts(where: tuple | None) -> list[str] | None:
+    """The source text of a sum's operand, read from the call its frame was running
+    (``x.exp().sum(-1)``: x.exp(); ``torch.sum(g * g, 1)``: g * g); None when not certain
+    (:func:`_contraction_texts` reads a contraction's, whose dims are no operands)."""
+    import ast
+
+    if where is None:
+        return None
+    try:
+        source = _source_at(*where)
+        if source is None:
+            return None
+        source = source.strip()
+        node = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
+        return None
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+    if name not in _PENDING_SUMS:
+        return None
+    base = node.func.value if isinstance(node.func, ast.Attribute) else None
+    # torch.sum(x, ...), torch.mean(x, ...): the first argument; x.sum(...): the receiver
+    function = base is None or (isinstance(base, ast.Name) and base.id in ("torch", "spmd"))
+    if function:
+        item = node.args[0] if node.args else next(
+            (k.value for k in node.keywords if k.arg == "input"), None)
+    else:
+        item = base
+    text = ast.get_source_segment(source, item) if item is not None else None
+    if not text or "\n" in text:
+        return None
+    return [text if isinstance(item, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+            else f"({text})"]
+
+
+def _operand_types(ops: list, carried: bool = False) -> list[SpmdType | None] | None:
     """The operands' types (untyped tensors: the empty type, scalars: None); None when
-    no operand is typed (the short path)."""
+    no operand is typed (the short path).  ``carried``: the op keeps its pending sums
+    pending (:func:`_carried_pending`), no check of them."""
     types: list[SpmdType | None] = []
     any_typed = False
     for v, _ in ops:
         if isinstance(v, torch.Tensor):
-            if _PENDING and id(v) in _PENDING:
+            if _PENDING and not carried and id(v) in _PENDING:
                 _check_pending(v, None)
             t = _get(v)
             if t is None:
@@ -1242,7 +1345,7 @@ class _Mode(TorchFunctionMode):
             grads = args[2] if len(args) > 2 else kwargs.get("grad_outputs")
             # is_grads_batched=True: dim 0 of each grad_outputs tensor and result is the batch
             batched = bool(args[7] if len(args) > 7 else kwargs.get("is_grads_batched", False))
-            _check_losses(outputs, grads, "torch.autograd.grad", batched)
+            _check_losses(outputs, grads, "torch.autograd.grad", batched, inputs)
             result = func(*args, **kwargs)
             ins = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
             if isinstance(result, (tuple, list)):
@@ -1258,7 +1361,8 @@ class _Mode(TorchFunctionMode):
 
     def _op(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
         ops, outs = extract(plan, args, kwargs)
-        types = _operand_types(ops)
+        carried = _carried_pending(plan, ops) if _PENDING and not outs and not plan.inplace else None
+        types = _operand_types(ops, carried is not None)
         if types is not None and _ZEROS and ops and (plan.inplace or outs):
             types = _written_zeros(ops, types, [ops[0][0], *outs] if plan.inplace else outs)
         if types is None:
@@ -1289,6 +1393,10 @@ class _Mode(TorchFunctionMode):
             _stamp_outputs(result, rtype, targets)
         if pending is not None and isinstance(result, torch.Tensor):
             _mark_pending(result, *pending)
+        elif carried is not None and isinstance(result, torch.Tensor):
+            ref = _Ref(result, _forget_pending)
+            ref.key = id(result)
+            _PENDING[id(result)] = (ref, carried[0], carried[1])
         return result
 
     def _local_check(self, plan: Plan, args: tuple, kwargs: dict, ops: list, outs: list,
@@ -1310,6 +1418,10 @@ class _Mode(TorchFunctionMode):
         if move is not None:
             key.append(move)
         declared = move  # the contraction as the call states it (the pending rule reads it)
+        summed = None  # a sum over a sharded dim, as the call states it (the same rule)
+        if reduction is not None and spec.name in _PENDING_SUMS and not reduction.partial_axes:
+            summed = reduction
+            reduction = dataclasses.replace(reduction, partial_axes=("*",))
         if isinstance(move, Contraction) and move.family != "attention":
             # a sum over a dim sharded in every varying operand is no error here: the result
             # is a pending partial sum that only reinterpret(V->P) may take (_PENDING)
@@ -1355,6 +1467,15 @@ class _Mode(TorchFunctionMode):
                 _PENDING_AXES[key_t] = pending
             if pending:
                 self.pending = (spec.name, declared, pending, ops, types)
+        elif summed is not None and rtype and not targets and ops and isinstance(ops[0][0], torch.Tensor):
+            x_t = types[0]
+            shape = tuple(ops[0][0].shape)
+            pending = tuple(a for a, lt in rtype.axes
+                            if lt.kind is TKind.V and a not in (partial_axes or ())
+                            and x_t is not None
+                            and reduced_partial_sum(spec.name, x_t.get(a), a, summed, shape))
+            if pending:
+                self.pending = (spec.name, summed, pending, ops, types)
         return rtype, targets, new_types
 
     def _foreach(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -1711,24 +1832,35 @@ def _loss_text(loss: torch.Tensor) -> str:
     return _texts([loss], ["loss"])[0]
 
 
-def _check_loss(loss: Any, what: str | None = None, grads_name: str = "grad_outputs") -> None:
+def _check_loss(loss: Any, what: str | None = None, grads_name: str = "grad_outputs",
+                inputs: Sequence[Any] = ()) -> None:
     """``loss.backward()``; ``what``: the call seeding it instead (``torch.autograd.grad``,
     given no ``grads_name``), named as the static checker names it: the call with the
-    output's name, or ``(...)`` and "the output" when the caller holds it under none."""
+    output's name, or ``(...)`` and "the output" when the caller holds it under none.
+    ``inputs``: ``torch.autograd.grad``'s inputs (engine ``check_backward``'s)."""
     if not isinstance(loss, torch.Tensor):
         return
+    if _PENDING and id(loss) in _PENDING:
+        # a pending partial sum differentiated (``(g * g).sum().backward()`` of an S(0) g):
+        # its first use other than reinterpret(V->P): the sum's own error (spmd-global, the
+        # static checker's at the sum), whose fix (spmd.sum(..., out_partial_axes=), dst=I)
+        # is the loss's, rather than spmd-backward's reinterpret of a V
+        _check_pending(loss, None)
     t = _get(loss)
     if not t:
         return
     scalar = loss.dim() == 0
     errors = check_backward(Operand(t, "loss"), scalar)
     if errors:
+        ins = [x for x in inputs if isinstance(x, torch.Tensor) and _get(x)]
+        texts = _texts(ins, [f"input{k}" for k in range(len(ins))]) if ins else []
+        in_ops = [Operand(_get(x), text) for x, text in zip(ins, texts)]
         if what is None:
-            errors = check_backward(Operand(t, _loss_text(loss)), scalar)
+            errors = check_backward(Operand(t, _loss_text(loss)), scalar, in_ops)
             raise SpmdTypeError(errors[0])
         name = _texts([loss], ["the output"])[0]
         call = f"{what}(...)" if name == "the output" else f"{what}({name}, ...)"
-        e = check_backward(Operand(t, name), scalar)[0]
+        e = check_backward(Operand(t, name), scalar, in_ops)[0]
         raise SpmdTypeError(SpmdError(e.code, e.message.replace(
             f"{name}.backward()", f"{call} without {grads_name}", 1)))
 
@@ -1745,7 +1877,8 @@ def _check_value_read(read: str, x: Any) -> None:
         raise SpmdTypeError(err)
 
 
-def _check_losses(tensors: Any, grads: Any, what: str | None, batched: bool = False) -> None:
+def _check_losses(tensors: Any, grads: Any, what: str | None, batched: bool = False,
+                  inputs: Any = ()) -> None:
     """The gradients seeding a backward pass: an output given none is a loss (I or P on
     every axis); a given one must be the dual of its output's type on every axis (engine
     ``duality.check_grad_outputs``, the static checker's rule: a Partial gradient given for
@@ -1762,7 +1895,8 @@ def _check_losses(tensors: Any, grads: Any, what: str | None, batched: bool = Fa
     for i, t in enumerate(ts):
         if i >= len(gs) or gs[i] is None:
             _check_loss(t, what, "grad_tensors" if what == "torch.autograd.backward"
-                        else "grad_outputs")
+                        else "grad_outputs",
+                        [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ()))
             continue
         g = gs[i]
         if not (isinstance(t, torch.Tensor) and isinstance(g, torch.Tensor)):
@@ -3831,6 +3965,16 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
             written = _raw_written((funcol.f_locals.get(funcol.f_code.co_varnames[0]),), {})
         else:
             written = []
+        if (_PENDING and not op and name == "all_reduce"
+                and _raw_op(func, args, kwargs)[0] == "sum"):
+            # a pending partial sum (a contraction's, a sum over its shard dim) all-reduced
+            # in place with SUM: the sum over the ranks, its resolution (Megatron's vocab-
+            # parallel cross entropy: ``se = ez.sum(-1); dist.all_reduce(se)``); the
+            # static checker's declared_partials._raw_reduced
+            for w in written:
+                entry = _PENDING.get(id(w))
+                if entry is not None and entry[0]() is w:
+                    del _PENDING[id(w)]
         for w in written:
             _untype(w)
         return

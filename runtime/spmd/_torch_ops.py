@@ -295,8 +295,8 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
         return normalising_reduction(plan.name, value, args[0].dim())
     dim = kwargs.get("dim", args[dim_at] if dim_at < len(args) else None)
     dims = _dims_of(dim)
-    if dims is None:
-        return None
+    if dims is None and not (dim is None and plan.name in _engine_ops.SHARD_SUMMING):
+        return None  # (no dim: a full reduction, for the sums the engine's pending rule reads)
     keep = kwargs.get("keepdim", args[keep_at] if keep_at is not None and keep_at < len(args) else False)
     if not isinstance(keep, bool):
         return None

@@ -967,6 +967,9 @@ class Reduction:
     dims: tuple[int, ...] | None
     keepdim: bool = False
     ndim: int | None = None
+    # the axes on which the code declares a sum's result a partial sum (reinterpret(V->P) or
+    # spmd.sum's out_partial_axes; "*": every axis): see :func:`reduced_partial_sum`
+    partial_axes: tuple[str, ...] = ()
 
 
 def normalising_reduction(name: str, value: object, ndim: int | None = None) -> Reduction | None:
@@ -1560,6 +1563,9 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                  if (lt := o.type.get(axis)) is not None  # type: ignore[union-attr]
                  and (r is not Role.INDEX or lt.kind is Kind.V or lt.kind is Kind.P)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
+        if (err is None and lt is not None and lt.kind is Kind.V and reduction is not None
+                and spec.name in SHARD_SUMMING and tensor_ops):
+            err = reduced_partial_error(spec.name, tensor_ops[0][0], axis, reduction)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
             err = _causal_queries_error(spec.name, move, axis, tensor_ops)
             if err is None and axis not in move.partial_axes and "*" not in move.partial_axes \
@@ -1669,6 +1675,107 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
         f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed (or pass {what}'s "
         f"result straight to spmd.reinterpret(..., {ax}, src=V, dst=P))",
     )
+
+
+# Sum-like reductions (:func:`reduced_partial_sum`): over a dim sharded on an axis, each rank's
+# result is its part of a sum over the ranks (mean: of a sum of the ranks' means); a norm's is
+# no part of anything (the norm of this rank's block)
+PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split())
+NORM_REDUCTIONS = frozenset("norm linalg_norm linalg_vector_norm".split())
+SHARD_SUMMING = PENDING_REDUCTIONS | NORM_REDUCTIONS
+
+
+def removes_shard_dim(lt: LocalType | None, reduction: Reduction, shape: Sequence[int] | None = None) -> bool:
+    """Whether ``reduction`` reduces the dim ``lt`` (a Varying type with a known layout) is
+    sharded on: a full reduction always; else at the operand's rank (check mode: ``shape``
+    or ``reduction.ndim``), or, the rank unknown (the static checker), at every rank the
+    operand can have (``x.sum(-1)`` of ``S(-1)``: yes; ``x.sum(1)`` of ``S(-1)``: only at rank
+    2, so no)."""
+    if lt is None or lt.kind is not Kind.V or (lt.dim is None and lt.by_rank is None):
+        return False
+    if not reduction.dims:
+        return True  # every dim (an empty tuple too)
+    ndim = reduction.ndim if reduction.ndim is not None else (len(shape) if shape is not None else None)
+    ranks = range(1, RANKS + 1) if ndim is None else (ndim,)
+    verdicts: set[bool] = set()
+    for rank in ranks:
+        if rank < 1 or any(not -rank <= x < rank for x in reduction.dims):
+            continue
+        possible, d = lt.at_rank(rank)
+        if not possible:
+            continue
+        verdicts.add(d is not None and d % rank in {x % rank for x in reduction.dims})
+    return verdicts == {True}
+
+
+def reduced_partial_sum(name: str, lt: LocalType | None, axis: str, reduction: Reduction,
+                        shape: Sequence[int] | None = None) -> bool:
+    """Whether sum-like reduction ``name`` (``SHARD_SUMMING``) of an operand of type ``lt``
+    on ``axis`` reduces its shard dim there and the code does not declare the result a
+    partial sum (``reduction.partial_axes``; a norm never can be one)."""
+    if name not in SHARD_SUMMING or not removes_shard_dim(lt, reduction, shape):
+        return False
+    if name in NORM_REDUCTIONS:
+        return True
+    return axis not in reduction.partial_axes and "*" not in reduction.partial_axes
+
+
+def _dims_text(reduction: Reduction) -> str:
+    dims = reduction.dims
+    if not dims:
+        return ""
+    text = str(dims[0]) if len(dims) == 1 else "(" + ", ".join(str(d) for d in dims) + ")"
+    return ", " + text + (", keepdim=True" if reduction.keepdim else "")
+
+
+def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction) -> SpmdError | None:
+    """A sum, mean or norm (``SHARD_SUMMING``) that reduces the dim ``x`` is sharded on
+    ``axis``: as a contraction over a sharded dim (:func:`implicit_partial_error`), each
+    rank's sum is its part of a sum over the ranks, a Partial, which local SPMD never makes
+    implicitly: typed V, a sqrt or a division of it passed both checkers with wrong numbers
+    (SAM's gradient norm ``sqrt((g1 * g1).sum() + (g2 * g2).sum())`` of tp-sharded
+    gradients, DP-SGD's per-sample norms).  Accepted when the code says so: ``spmd.sum(x,
+    ..., out_partial_axes=axis)``, or the result passed straight (or through + and -) to
+    ``reinterpret(..., axis, src=V, dst=P)`` (``reduction.partial_axes``).  A norm's local
+    value is no part of a sum: always an error, with the norm over the ranks as the fix.
+    The shard dim kept (``x.sum(0)`` of ``S(1)``), a plain V of unknown layout, scans and
+    max/min/logsumexp are not concerned.  None when it is not such a reduction."""
+    t = x.type.get(axis) if x.type is not None else None
+    if not reduced_partial_sum(name, t, axis, reduction, x.shape):
+        return None
+    assert t is not None
+    ax = f'"{axis}"'
+    xt = bare(x.text)
+    dims = _dims_text(reduction)
+    which = "every dim" if not reduction.dims else (
+        f"dim {reduction.dims[0]}" if len(reduction.dims) == 1 else f"dims {reduction.dims}")
+    head = (f"{name} over {which} of {x.text} ({t.describe()} on {ax}) reduces the dim sharded "
+            f"on {ax}")
+    summed = f"spmd.sum({xt}{dims}, out_partial_axes={ax})"
+    total = f"spmd.all_reduce({summed}, {ax}, src=P, dst=R)"
+    if name in NORM_REDUCTIONS:
+        sq = f"{xt} * {xt}" if xt.isidentifier() else f"({xt}) ** 2"
+        norm = f"torch.sqrt(spmd.all_reduce(spmd.sum({sq}{dims}, out_partial_axes={ax}), {ax}, src=P, dst=R))"
+        return SpmdError(
+            "spmd-global",
+            f"{head}: it is the norm of this rank's block only, and the ranks' norms neither "
+            f"are the whole's nor sum to it; the 2-norm over the ranks is {norm} (dst=I where "
+            f"the gradient must flow back to every rank's block; for another p, spmd.sum of "
+            f"{xt}.abs() ** p, then ** (1 / p); for p=inf, all_reduce({xt}.abs().amax(), {ax}, "
+            f'src=V, dst=R, op="max"))',
+        )
+    if name in ("mean", "nanmean"):
+        return SpmdError("spmd-global", (
+            f"{head}: each rank's {name} covers its block only (the ranks' means sum to no "
+            f"mean of the whole); the whole's {name} is {total} / n, n the count over all the "
+            f"ranks (the reduced dims' global sizes multiplied)"))
+    return SpmdError("spmd-global", (
+        f"{head}: each rank's result is its part of a sum over the ranks (a Partial), not a "
+        f"value of its own (V), so a sqrt, a division or a norm of it would be wrong; the "
+        f"whole sum is {total} (dst=I where it is differentiated: a loss, an HVP's dot "
+        f"product; {summed} alone is P on {ax}: the form that says so; or pass "
+        f"the {name} straight to spmd.reinterpret(..., {ax}, src=V, dst=P), alone or added to "
+        f"others)"))
 
 
 def _same_values_kind(lt: LocalType, typed: Sequence[tuple[Operand, Role, LocalType]]) -> bool:
@@ -2038,13 +2145,22 @@ def _viewed_tensor(text: str) -> str:
     return text
 
 
-def check_backward(loss: Operand, scalar: bool = True) -> list[SpmdError]:
+def check_backward(loss: Operand, scalar: bool = True,
+                   inputs: Sequence[Operand] = ()) -> list[SpmdError]:
     """``loss.backward()`` seeds a gradient of 1: the loss must be I or P on every axis.
     One error per loss: the axes of one kind merged (one flattened reinterpret fixes them),
     R axes and V axes each with their reason and the two reinterprets nested in the fix.
     ``scalar``: False when the loss is known to have dims (the check mode sees ``dim() > 0``):
     a V loss then is summed with ``spmd.sum(..., out_partial_axes=)`` as an S(d) one is, since
-    its reinterpret V->P is still no scalar for backward() to seed."""
+    its reinterpret V->P is still no scalar for backward() to seed.
+
+    ``inputs``: ``torch.autograd.grad``'s inputs.  A plain Varying loss differentiated with
+    respect to inputs Replicate on its V axes is most often each rank's own loss of its own
+    copy (MAML's inner loop over dp replicas, each adapting the shared weights on its own
+    task): the fix then leads with making the copy Varying before the loss is computed,
+    ``reinterpret(w, ax, src=R, dst=V)``; the sum of the per-rank losses (reinterpret(V->P))
+    gives each rank the gradient of every rank's loss, and its P gradient all-reduced into a
+    per-replica update is a wrong meta-gradient (a probe: 0.043 off)."""
     assert loss.type is not None
     by_kind: dict[Kind, list[str]] = {}
     words: dict[Kind, set[str]] = {}  # Varying, Shard(0): how the axes' types are named
@@ -2107,8 +2223,33 @@ def check_backward(loss: Operand, scalar: bool = True) -> list[SpmdError]:
         lt_word, why = v_word, v_why
         what = "every rank's elements" if sharded else "the per-rank losses"
         fix = f"{v_sum} to mean the sum of {what}{'' if sharded else ', or all_gather it first'}{means}"
+        own = [i for i in inputs if i.type is not None and any(
+            (lt := i.type.get(a)) is not None and lt.kind is Kind.R for a in varying)]
+        if own and not sharded:
+            axes_r = [a for a in varying if any(
+                (lt := i.type.get(a)) is not None and lt.kind is Kind.R  # type: ignore[union-attr]
+                for i in own)]
+            ax = format_axes(axes_r)
+            names = [bare(i.text) for i in own[:3]]
+            copies = "; ".join(f"{_copy_name(n)} = spmd.reinterpret({n}, {ax}, src=R, dst=V)"
+                               for n in names)
+            fix = (f"if each rank differentiates its own loss with respect to its own copy of "
+                   f"{' and '.join(i.text for i in own[:3])} (a per-replica inner step, as in "
+                   f"MAML), make the copy Varying on {axis_words(axes_r)} before the loss is "
+                   f"computed: {copies}; use {' and '.join(_copy_name(n) for n in names)} in "
+                   f"the loss, in autograd.grad's inputs and in the update, and differentiate "
+                   f"{v_sum} (the sum of the per-rank losses: its gradient with respect to this "
+                   f"rank's copy is this rank's own loss's, V; with {names[0]} itself, R, it "
+                   f"would be every rank's, P, and an update from it a wrong meta-gradient); "
+                   f"otherwise {fix}")
     return [SpmdError("spmd-backward",
                       f"{needs}, but it is {lt_word} ({format_type(loss.type)}): {why}; {fix}")]
+
+
+def _copy_name(text: str) -> str:
+    """A new name for a copy of ``text`` (``w1`` -> ``w1_v``, ``self.w`` -> ``w_v``)."""
+    last = text.rsplit(".", 1)[-1]
+    return f"{last}_v" if last.isidentifier() else "copy_v"
 
 
 def check_value_read(read: str, x: Operand) -> SpmdError | None:
@@ -2242,6 +2383,8 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
     """
     if move is not None:  # what the call says: no implicit Partial on those axes
         move = replace(move, partial_axes=tuple(axes))
+    if reduction is not None:
+        reduction = replace(reduction, partial_axes=tuple(axes))
     res = propagate(op, operands, strict=strict, reduction=reduction, move=move)
     errors = list(res.errors)
     t = res.type

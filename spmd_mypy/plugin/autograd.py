@@ -502,9 +502,13 @@ class AutogradTyper:
             return
         grad_e, _ = calls._arg(ctx, grads_name)
         if grad_e is None or (isinstance(grad_e, NameExpr) and grad_e.fullname == "builtins.None"):
+            ins: list[Operand] = []
+            if outputs_name == "outputs" and any(o.typed for o in outputs):  # autograd.grad
+                ins = [Operand(i.type, i.name) for i in self._tensor_items(ctx, "inputs") or ()
+                       if i.typed]
             for o in outputs:
                 if o.typed:
-                    errs = check_backward(Operand(o.type, o.name))
+                    errs = check_backward(Operand(o.type, o.name), inputs=ins)
                     calls.report(ctx, [SpmdError(e.code, e.message.replace(
                         f"{o.name}.backward()", f"{what}({o.name}, ...) without {grads_name}", 1))
                         for e in errs])

@@ -9,6 +9,8 @@ and cheap).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dataclasses
 import re
 from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence
@@ -128,7 +130,7 @@ from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
 from .statements import assignments_by_name, nested_statements
-from .declared_partials import declared_partial
+from .declared_partials import declared_partial, declared_reduction
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
@@ -798,8 +800,14 @@ class CallTyper:
                 move = read_move(ctx, op)
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
-                result = propagate(spec, ops, strict=self.strict(ctx),
-                                   reduction=read_reduction(ctx, op), move=move)
+                reduction = read_reduction(ctx, op)
+                if reduction is not None and out is not None:
+                    # a sum written into out=: not read as pending (as the check mode, which
+                    # marks no written tensor)
+                    reduction = replace(reduction, partial_axes=("*",))
+                reduction = declared_reduction(ctx, op, reduction, ops, self.types)
+                result = propagate(spec, ops, strict=self.strict(ctx), reduction=reduction,
+                                   move=move)
                 if self.rank_exprs:  # only files with a rank query (rank_index)
                     result = self._rank_derived(ctx, op, spec, ops, result, self.strict(ctx))
                 if any(e.code == "spmd-invariant-mix" for e in result.errors):
@@ -808,7 +816,7 @@ class CallTyper:
                     bound = _with_bindings(ctx, ops)
                     if bound is not None:
                         result = propagate(spec, bound, strict=self.strict(ctx),
-                                           reduction=read_reduction(ctx, op), move=move)
+                                           reduction=reduction, move=move)
             errors = result.errors
             if inplace and method and errors:
                 errors = self._reduced_gradient_hint(ctx, errors, ops)
@@ -865,8 +873,9 @@ class CallTyper:
         move = read_move(ctx, op)
         if isinstance(move, Contraction):
             move = declared_partial(ctx, move, ops, self.types)
+        reduction = declared_reduction(ctx, op, read_reduction(ctx, op), ops, self.types)
         typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
-                                 reduction=read_reduction(ctx, op), move=move)
+                                 reduction=reduction, move=move)
         if EVERY in axes and UNNAMED_GROUP not in axes and typed_result.errors != result.errors:
             # the errors the query's V made: first, whether the query counts axes it should not
             every = _rank_every(ops, mesh, text, by, global_calls.current_function(ctx.api))
@@ -2295,6 +2304,7 @@ class CallTyper:
             if no_partial:
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
+                reduction = declared_reduction(ctx, op, reduction, ops, self.types)
                 res = propagate(op, ops, strict=self.strict(ctx), reduction=reduction, move=move)
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)

@@ -32,6 +32,7 @@ from typing import Final
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import CallableType
 from mypy.nodes import (
+    ARG_POS,
     AssertStmt,
     AssignmentExpr,
     AwaitExpr,
@@ -68,20 +69,26 @@ from mypy.nodes import (
     StrExpr,
     TupleExpr,
     UnaryExpr,
+    FloatExpr,
+    IntExpr,
+    Var,
     WhileStmt,
     WithStmt,
 )
+from mypy.types import Instance, get_proper_type
 
+from ..engine.collectives import raw_collective
 from ..engine.contractions import Contraction, partial_sum
-from ..engine.ops import Operand
+from ..engine.ops import SHARD_SUMMING, Operand, Reduction, reduced_partial_sum
 from ..engine.types import Kind
 from .global_calls import current_function
 from .mypy_types import TypeBuilder
-from .statements import assignments_by_name, functions_of, nested_statements
+from .statements import (Assignments, assignments_by_name, functions_of, nested_statements,
+                         statement_blocks)
 
 # per function (or module), by its id: (the node, the exempt expressions by id -> the axes of
 # their reinterpret, "*" when the axis is not a literal)
-_MEMO: dict[int, tuple[object, dict[int, tuple[str, ...]]]] = {}
+_MEMO: dict[int, tuple[object, tuple[dict[int, tuple[str, ...]], dict[int, tuple[str, ...]]]]] = {}
 _MEMO_MAX = 2000
 # Reads of a local's shape, dtype or device only, not of its values (``part.shape``,
 # ``part.size(-1)``, ``torch.zeros_like(part)``, ``part.new_zeros(n)``): no read of the
@@ -97,11 +104,12 @@ _OPAQUE_KINDS = (ListComprehension, SetComprehension, GeneratorExpr, DictionaryC
 
 
 def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None, node: Expression,
-                       types: TypeBuilder | None = None) -> tuple[str, ...]:
+                       types: TypeBuilder | None = None, summed: bool = False) -> tuple[str, ...]:
     """The axes on which ``node`` (a contraction's call or operator expression) is passed
     straight to ``spmd.reinterpret(..., src=V, dst=P)`` or returned from a function declared
     V there, itself or through a local bound to it once and read only there; () when it is
-    not."""
+    not.  ``summed`` (a sum's call): also through + and -, a number's * or / and
+    value-keeping methods (a sum of partial sums is one)."""
     owner: object = func if func is not None else tree
     if owner is None:
         return ()
@@ -111,7 +119,7 @@ def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None, node: Expres
             _MEMO.clear()
         entry = (owner, _scan(func, tree, types))
         _MEMO[id(owner)] = entry
-    return entry[1].get(id(node), ())
+    return entry[1][1 if summed else 0].get(id(node), ())
 
 
 def _declared_v_axes(func: FuncDef, types: TypeBuilder | None) -> tuple[str, ...]:
@@ -136,17 +144,18 @@ def _common(found: list[tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(a for a in named[0] if all(a in f for f in named[1:]))
 
 
-def _scan(func: FuncDef | None, tree: MypyFile | None,
-          types: TypeBuilder | None = None) -> dict[int, tuple[str, ...]]:
+def _scan(func: FuncDef | None, tree: MypyFile | None, types: TypeBuilder | None = None
+          ) -> tuple[dict[int, tuple[str, ...]], dict[int, tuple[str, ...]]]:
     if func is not None:
         stmts = nested_statements(func.body.body)
     elif tree is not None:
         stmts = [st for st in nested_statements(tree.defs) if not isinstance(st, FuncDef)]
     else:
-        return {}
+        return {}, {}
     # the consumers of a partial sum: the reinterpret(V->P) calls' first arguments, and the
     # values returned from a function declared V (with the axes each declares)
     calls: list[tuple[Expression, tuple[str, ...]]] = []
+    returns: list[tuple[Expression, tuple[str, ...]]] = []
     reads: dict[object, int] = {}
     returned: tuple[str, ...] | None = None
     for st in stmts:
@@ -156,10 +165,17 @@ def _scan(func: FuncDef | None, tree: MypyFile | None,
             if returned is None:
                 returned = _declared_v_axes(func, types)
             if returned:
-                calls.append((st.expr, returned))
+                returns.append((st.expr, returned))
         if func is not None:
             for inner in functions_of(st):  # a closure's reads of the function's locals
                 _inner_reads(inner, reads)
+    if func is not None:
+        calls += _raw_reduced(func, stmts)
+    # a sum's result is declared by the reinterprets only: a sum over a shard dim returned
+    # from a function declared V stays an error (the declared V of a helper's contraction
+    # is the row-parallel idiom; a sum's is most often a norm's square or a loss of its own)
+    summed = _summed_marks(calls, reads, func)
+    calls += returns
     marks: dict[int, tuple[str, ...]] = {}
     # per local: the axes of each consumer that reads it whole (``part``), and of each that
     # reads an item of it (``parts[0]``, for a list or tuple display bound to it)
@@ -172,7 +188,7 @@ def _scan(func: FuncDef | None, tree: MypyFile | None,
         elif isinstance(arg, IndexExpr) and isinstance(arg.base, NameExpr) and arg.base.node is not None:
             items.setdefault(arg.base.node, []).append(axes)
     if _OPAQUE in reads or not (whole or items):
-        return marks
+        return marks, summed
     # a local bound once and read only by consumers (on every path: one in each branch of an
     # if, or in a loop, each reads the same partial sum and declares it): its value is
     # declared where it is bound; the axes every consumer declares
@@ -193,7 +209,139 @@ def _scan(func: FuncDef | None, tree: MypyFile | None,
             elif isinstance(value, (ListExpr, TupleExpr)):
                 for item in value.items:
                     marks[id(item)] = axes
-    return marks
+    return marks, summed
+
+
+def _raw_reduced(func: FuncDef, stmts: list[Statement]) -> list[tuple[Expression, tuple[str, ...]]]:
+    """The values reduced in place by a raw sum all-reduce right after their binding
+    (Megatron's ``se = ez.sum(-1)`` then ``dist.all_reduce(se)``): the local bound once, the
+    next statement of its block ``torch.distributed.all_reduce(se)`` (op SUM, torch's
+    default): the collective sums the ranks' parts before any read of the name (the check
+    mode: a raw sum all-reduce of a pending partial sum consumes it).  Each value with the
+    axes "*" (the group is not read).  A raw collective outside a custom Function is still
+    reported (spmd-raw-collective)."""
+    found: list[tuple[Expression, tuple[str, ...]]] = []
+    blocks = [func.body.body] + [b for st in stmts for b in statement_blocks(st)]
+    assigned: Assignments | None = None
+    for block in blocks:
+        for st, nxt in zip(block, block[1:]):
+            if not (isinstance(st, AssignmentStmt) and len(st.lvalues) == 1
+                    and isinstance(st.lvalues[0], NameExpr) and st.lvalues[0].node is not None
+                    and isinstance(nxt, ExpressionStmt) and isinstance(nxt.expr, CallExpr)):
+                continue
+            call = nxt.expr
+            callee = call.callee
+            if not (isinstance(callee, RefExpr)
+                    and raw_collective(callee.fullname) == ("torch.distributed", "all_reduce")
+                    and call.args and call.arg_kinds[0] == ARG_POS
+                    and isinstance(call.args[0], NameExpr)
+                    and call.args[0].node is st.lvalues[0].node and _sum_op(call)):
+                continue
+            if assigned is None:
+                assigned = assignments_by_name(func)
+            bound = assigned.get(st.lvalues[0].node)  # type: ignore[call-overload]
+            if bound is None or len(bound) != 1 or bound[0][2] != -1:
+                continue
+            found.append((st.rvalue, ("*",)))
+    return found
+
+
+def _sum_op(call: CallExpr) -> bool:
+    """A raw all_reduce's op is SUM: not passed (torch's default) or ``ReduceOp.SUM``."""
+    for i, (kind, name, arg) in enumerate(zip(call.arg_kinds, call.arg_names, call.args)):
+        if name == "op" or (kind == ARG_POS and i == 1):
+            return isinstance(arg, MemberExpr) and arg.name == "SUM"
+    return True
+
+
+def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],
+                  func: FuncDef | None) -> dict[int, tuple[str, ...]]:
+    """The expressions whose value reaches a consumer as a sum's would (a sum of partial sums
+    is one): the consumer's argument, and from it through + and -, a number's * or /, a
+    value-keeping method (``_KEEPS_SUMS``), and a local bound once (at the top of the
+    function) every read of which is such a step (the axes every such read declares: one
+    in each branch of an if, or in a loop), or a list or tuple display bound once every read
+    of which is ``parts[k]`` in one."""
+    summed: dict[int, tuple[str, ...]] = {}
+    opaque = _OPAQUE in reads
+    assigned: Assignments | None = None  # assignments_by_name, read once if needed
+    whole: dict[object, list[tuple[str, ...]]] = {}
+    items: dict[object, list[tuple[str, ...]]] = {}
+    todo: list[tuple[Expression, tuple[str, ...]]] = list(calls)
+    steps = 0
+    while todo and steps < 256:
+        e, axes = todo.pop()
+        steps += 1
+        summed[id(e)] = axes
+        if isinstance(e, OpExpr) and e.op in ("+", "-"):
+            todo += [(e.left, axes), (e.right, axes)]
+        elif isinstance(e, OpExpr) and e.op in ("*", "/") and _number(e.right):
+            todo.append((e.left, axes))
+        elif isinstance(e, OpExpr) and e.op == "*" and _number(e.left):
+            todo.append((e.right, axes))
+        elif isinstance(e, UnaryExpr) and e.op in ("-", "+"):
+            todo.append((e.expr, axes))
+        elif (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+              and e.callee.name in _KEEPS_SUMS):
+            todo.append((e.callee.expr, axes))  # lsum.detach(), s.float(), s.unsqueeze(-1)
+        elif opaque or func is None:
+            continue
+        else:
+            # a local: followed to its value once every read of it is a step here
+            key: object = None
+            found: list[tuple[str, ...]] = []
+            if isinstance(e, NameExpr) and e.node is not None:
+                key = e.node
+                found = whole.setdefault(key, [])
+            elif (isinstance(e, IndexExpr) and isinstance(e.base, NameExpr)
+                  and e.base.node is not None):
+                key = e.base.node
+                found = items.setdefault(key, [])
+            if key is None:
+                continue
+            found.append(axes)
+            if reads.get(key) != len(found):
+                continue
+            if assigned is None:
+                assigned = assignments_by_name(func)
+            bound = assigned.get(key)  # type: ignore[call-overload]
+            if bound is None or len(bound) != 1 or bound[0][2] != -1:
+                continue
+            common = _common(found)
+            if not common:
+                continue
+            value: Expression = bound[0][1]
+            if isinstance(e, NameExpr):
+                todo.append((value, common))
+            elif isinstance(value, (ListExpr, TupleExpr)):
+                todo += [(item, common) for item in value.items]
+    return summed
+
+
+# methods whose result is a sum of the parts' results (the pending sum stays one)
+_KEEPS_SUMS = frozenset("detach float double half bfloat16 clone contiguous to unsqueeze "
+                        "squeeze reshape view flatten".split())
+
+
+def _number(e: Expression) -> bool:
+    """A Python number: a literal, or a name typed int or float (``/ nglobal``)."""
+    if isinstance(e, (IntExpr, FloatExpr)):
+        return True
+    if isinstance(e, UnaryExpr) and e.op == "-":
+        return _number(e.expr)
+    if isinstance(e, OpExpr) and e.op in ("+", "-", "*", "/", "//", "**"):
+        return _number(e.left) and _number(e.right)
+    if isinstance(e, CallExpr):  # x.numel(), x.size(0), len(xs), math.sqrt(d), float(n)
+        c = e.callee
+        if isinstance(c, MemberExpr) and c.name in ("numel", "size", "dim", "nelement"):
+            return True
+        return isinstance(c, (NameExpr, MemberExpr)) and (
+            c.fullname in ("builtins.len", "builtins.float", "builtins.int")
+            or (c.fullname or "").startswith("math."))
+    if isinstance(e, NameExpr) and isinstance(e.node, Var) and e.node.type is not None:
+        t = get_proper_type(e.node.type)
+        return isinstance(t, Instance) and t.type.fullname in ("builtins.int", "builtins.float")
+    return False
 
 
 def _inner_reads(inner: FuncDef, reads: dict[object, int]) -> None:
@@ -334,3 +482,20 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
             return replace(move, partial_axes=found) if found else move
     return move
 
+
+
+def declared_reduction(ctx: FunctionContext | MethodContext, op: str, reduction: Reduction | None,
+                       ops: list[Operand], types: TypeBuilder | None = None) -> Reduction | None:
+    """``reduction`` with the axes on which the code around a sum's call declares its result
+    a partial sum (passed to ``spmd.reinterpret(..., src=V, dst=P)``, alone or added to
+    others): looked up only when the engine's rule would report one
+    (:func:`~spmd_mypy.engine.ops.reduced_partial_sum`)."""
+    if reduction is None or op not in SHARD_SUMMING or not ops or ops[0].type is None:
+        return reduction
+    x = ops[0]
+    for a, lt in x.type.axes:  # type: ignore[union-attr]
+        if reduced_partial_sum(op, lt, a, reduction, x.shape):
+            found = reinterpreted_axes(current_function(ctx.api), getattr(ctx.api, "tree", None),
+                                       ctx.context, types, summed=True)  # type: ignore[arg-type]
+            return replace(reduction, partial_axes=found) if found else reduction
+    return reduction

@@ -403,7 +403,10 @@ class Correlated:
         out: dict[Slot, list[dict[Slot, Type]]] = {}
         for root, members in by_root.items():
             keys = [m[0] for m in members if m[0] in split]
-            if len(members) < 2 or not keys:
+            # one operand alone splits by the members of its join, unless it is computed from
+            # names iterated together: then by iteration, each the iteration's own type (the
+            # join of S(0) and P forgot the dim: g.sum(0) in the S(0) iteration reduces it)
+            if (len(members) < 2 and not isinstance(root, ForStmt)) or not keys:
                 continue
             options = self._joint(ctx, root, members, split)
             if options is not None:

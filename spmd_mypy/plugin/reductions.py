@@ -17,7 +17,8 @@ from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_pro
 
 from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from ..engine.ops import (
-    CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCTIONS, SCANS, UNREAD_VALUE, Reduction, normalising_reduction,
+    CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCTIONS, SCANS, SHARD_SUMMING, UNREAD_VALUE, Reduction,
+    normalising_reduction,
     variant_formals,
 )
 from ..engine.views import (
@@ -85,6 +86,8 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
         if not exprs:
             continue
         if formal in _DIM_NAMES:
+            if isinstance(exprs[0], NameExpr) and exprs[0].fullname == "builtins.None":
+                continue  # dim=None: every dim
             dims = _dims(exprs[0], types[0] if types else None)
             if dims is None:
                 return None
@@ -93,7 +96,11 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
             if not (isinstance(e, NameExpr) and e.fullname in ("builtins.True", "builtins.False")):
                 return None
             keepdim = e.fullname == "builtins.True"
-    return Reduction(dims, keepdim) if dims is not None else None
+    if dims is None:
+        # no dim stated: a full reduction, for the sums the engine's pending rule reads
+        # (ops.SHARD_SUMMING); the other reductions keep their reading (no dims known)
+        return Reduction(None, keepdim) if op in SHARD_SUMMING else None
+    return Reduction(dims, keepdim)
 
 
 def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contraction | None:

@@ -1175,7 +1175,9 @@ def test_checked_decorator() -> None:
 @spmd.checked
 def _sum_squares(sharded: list[Tensor[V["tp"]]], replicated: tuple[Tensor[I["tp"]], ...],
                  pairs: tuple[Tensor[V["tp"]], int]) -> Tensor[V["tp"]]:
-    return torch.stack([g.pow(2).sum() for g in sharded]).sum()
+    # (a sum of squares over each item's own dims, not over a sharded one: that would be a
+    # pending partial sum, ops.reduced_partial_error)
+    return torch.stack([g.pow(2) for g in sharded]).sum(0)
 
 
 def test_checked_declares_each_item_of_a_list_argument() -> None:
@@ -1253,7 +1255,8 @@ def test_function_apply_has_forwards_declared_type() -> None:
         assert spmd.typeof(a) == ty(tp=REPLICATE)
         assert spmd.typeof(b) == SpmdType.of({"tp": shard(0)})
         assert n == 3
-        (a.sum() + b.sum()).backward(torch.ones(()))  # autograd unchanged
+        (a.sum() + b.sum(1)).backward(torch.ones(b.shape[0]))  # autograd unchanged (b.sum()
+        # would be a pending partial sum: ops.reduced_partial_error)
         z = _Plain.apply(typed(mk(), Tensor[R["tp"]]))  # no annotations: as before
         assert spmd.typeof(z) is None
         with spmd.typecheck():  # nested blocks: still installed after the inner one
@@ -2192,3 +2195,30 @@ def test_swapping_load_state_dict_checks_the_loaded_value(swap_on_conversion, as
             m.load_state_dict({"w": v}, assign=assign)
         m.load_state_dict({"w": typed(torch.ones(4, 3), Tensor[S[0, "dp"]])}, assign=assign)
     assert torch.equal(m.w.detach(), torch.ones(4, 3)) and spmd.typeof(m.w) == ty(dp=shard(0))
+
+
+# --------------------------------------------------------------------------------------
+# sums over a sharded dim are pending partial sums (engine ops.reduced_partial_error)
+
+
+def test_a_sum_over_the_shard_dim_is_pending_until_reinterpreted() -> None:
+    with spmd.typecheck():
+        g1, g2 = typed(mk(), Tensor[S[0, "tp"]]), typed(mk(), Tensor[S[1, "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            torch.sqrt((g1 * g1).sum() + (g2 * g2).sum())  # SAM's local gradient norm
+        assert e.value.code == "spmd-global"
+        assert 'spmd.sum(g1 * g1, out_partial_axes="tp")' in str(e.value)
+        with pytest.raises(SpmdTypeError) as e:
+            g1.norm()  # the norm of this rank's block: at the norm itself
+        assert "norm of this rank's block" in str(e.value)
+        assert spmd.typeof(g1.sum(1)) == SpmdType.of({"tp": shard(0)})  # the shard dim kept
+
+
+def test_autograd_grad_of_a_varying_loss_offers_the_replica_copy() -> None:
+    with spmd.typecheck():
+        w1 = typed(torch.randn(3, 3).requires_grad_(), Tensor[R["dp"]])
+        x = typed(torch.randn(2, 3), Tensor[V["dp"]])
+        inner = (x @ w1).pow(2).mean()
+        with pytest.raises(SpmdTypeError) as e:
+            torch.autograd.grad(inner, (w1,), create_graph=True)
+        assert 'w1_v = spmd.reinterpret(w1, "dp", src=R, dst=V)' in str(e.value)

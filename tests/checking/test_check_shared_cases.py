@@ -211,3 +211,43 @@ def test_a_local_map_entry_fix_names_a_partial_argument(mesh) -> None:  # noqa: 
         assert 'src=Tensor[PS[None, None], P["tp"]]' in text
         assert spmd.typeof(moved) == spmd_type_of_annotation(Tensor[PS["tp", None]])
         body(moved)
+
+
+def test_a_raw_sum_all_reduce_in_a_function_resolves_a_pending_sum(mesh) -> None:  # noqa: ANN001
+    """Megatron's vocab-parallel cross entropy sums over its vocab shard, then all-reduces
+    the sum in place with a raw ``dist.all_reduce`` in its Function's forward: the sum over
+    the ranks, the pending sum's resolution (the static checker's declared_partials
+    ``_raw_reduced``; the check mode raised at ``se.log()`` until session 39).  A MAX
+    all-reduce is no sum of the parts, and a read before the all-reduce reads this rank's
+    part: both still raise, at the read (tests/plugin/cases/reduced_sums.test: statically
+    at the sum)."""
+    import torch.distributed as dist
+
+    def fn(op: object, read_first: bool) -> type:
+        class Fn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x: Tensor[S[-1, "tp"]]) -> Tensor[I["tp"]]:  # noqa: ANN001
+                se = x.exp().sum(-1)
+                early = se.log() if read_first else None
+                if op is None:
+                    dist.all_reduce(se)
+                else:
+                    dist.all_reduce(se, op=op)
+                return se.log() if early is None else early
+
+            @staticmethod
+            def backward(ctx, g: Tensor[I["tp"]]) -> None:  # noqa: ANN001
+                return None
+        return Fn
+
+    with spmd.typecheck():
+        x = spmd.declare(torch.randn(3, 4), Tensor[S[-1, "tp"]])
+        for op in (None, dist.ReduceOp.SUM):
+            assert spmd.typeof(fn(op, False).apply(x)) == spmd.typeof(
+                spmd.declare(torch.zeros(3), Tensor[I["tp"]]))
+        for op, read_first in ((dist.ReduceOp.MAX, False), (None, True)):
+            with pytest.raises(SpmdTypeError) as e:
+                fn(op, read_first).apply(x)
+            assert e.value.code == "spmd-global"
+            # the operand as written (not the dim: "of -1" until session 39), its dim at its rank
+            assert str(e.value).startswith('sum over dim -1 of x.exp() (S(1) on "tp") reduces')

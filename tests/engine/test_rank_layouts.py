@@ -41,7 +41,10 @@ def _reduction(name: str, dims: tuple[int, ...], keep: bool, ndim: int | None) -
         r = normalising_reduction(name, dims[0], ndim)
         assert r is not None
         return r
-    return Reduction(dims, keep, ndim)
+    # the layout only: a sum over the shard dim is a pending partial sum (an error unless
+    # declared, ops.reduced_partial_error, tested in tests/engine/test_reduced_sums.py):
+    # declared here, as spmd.sum(..., out_partial_axes=) does
+    return Reduction(dims, keep, ndim, partial_axes=("*",))
 
 
 @pytest.mark.parametrize("name,dims,keep", _ops())

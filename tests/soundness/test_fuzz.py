@@ -141,3 +141,21 @@ def test_ci_slice(fuzzer) -> None:  # noqa: ANN001
     assert fuzzer.programs - programs >= 10, result  # the time bound only cuts a slow machine
     new = {k: fuzzer.counts[k] - before[k] for k in before}
     assert new["accepted-equal"] > 0 and new["rejected-counterexample"] > 0, new
+
+
+def test_only_a_pending_sum_may_be_reported_at_two_lines() -> None:
+    """fuzz.agree: the plugin reports a sum over the shard dim at the sum, the check mode at
+    its result's first use (pending); the pair agrees only for that error, the same sum,
+    and the check mode's line after the plugin's."""
+    from soundness.fuzz import Verdict, agree
+
+    head = 'sum over every dim of t0 (S(0) on "tp") reduces the dim sharded on "tp": each'
+    static = Verdict(3, ("spmd-global",), head)
+    assert agree(static, Verdict(4, ("spmd-global",), head))
+    assert not agree(static, Verdict(2, ("spmd-global",), head))  # before the sum
+    assert not agree(static, Verdict(4, ("spmd-backward",), "t1.backward() needs"))
+    assert agree(static, Verdict(4, ("spmd-global",), head.replace("of t0", "of x")))  # no source
+    other = head.replace("every dim", "dim 0")
+    assert not agree(static, Verdict(4, ("spmd-global",), other))  # another sum
+    assert not agree(Verdict(3, ("spmd-global",), "a contraction"),
+                     Verdict(4, ("spmd-global",), "a contraction"))

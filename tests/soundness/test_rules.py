@@ -72,7 +72,8 @@ def slice_results() -> list[dict]:
 
 def test_every_accepted_combination_matches_and_every_rejected_one_has_a_counterexample(
         slice_results: list[dict]) -> None:
-    bad = [r for r in slice_results if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative")]
+    bad = [r for r in slice_results if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative",
+                                                       "pending-sum-MISMATCH")]
     assert not bad, "\n".join(f"{r['task']}: {r.get('counterexample') or r.get('passing')}"
                               for r in bad[:20])
     status = collections.Counter(r["status"] for r in slice_results)
@@ -102,7 +103,8 @@ def test_a_zero_summand_keeps_a_partial() -> None:
     assert status["[a2] add zero({a:P})"] == "accepted-match"
     assert status["[a2] where zero({a:R}, {a:P})"] == "accepted-match"
     assert status["[a2] add scalar({a:P})"] == "rejected-counterexample"
-    assert not [t for t, s in status.items() if s in ("accepted-MISMATCH", "UNLISTED-conservative")]
+    assert not [t for t, s in status.items()
+                if s in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
 
 
 def test_a_convolution_is_multilinear_with_a_bias_summand() -> None:
@@ -114,7 +116,8 @@ def test_a_convolution_is_multilinear_with_a_bias_summand() -> None:
     assert status["[a2] conv1d({a:P}, {a:R}, {a:R})"] == "rejected-counterexample"
     assert status["[a2] conv1d({a:P}, {a:R}, {a:P})"] == "accepted-match"
     assert status["[a2] conv1d({a:R}, {a:P}, {a:P})"] == "accepted-match"
-    assert not [t for t, s in status.items() if s in ("accepted-MISMATCH", "UNLISTED-conservative")]
+    assert not [t for t, s in status.items()
+                if s in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
 
 
 def test_ops_on_an_nchw_input_keep_the_shard_dims_they_act_along() -> None:
@@ -142,3 +145,19 @@ def test_ops_on_an_nchw_input_keep_the_shard_dims_they_act_along() -> None:
         assert got[f"[a2] {task}"] == (match, engine), (task, got[f"[a2] {task}"])
     bad = [r for r in res if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative")]
     assert not bad, [(r["task"], r.get("counterexample") or r.get("passing")) for r in bad]
+
+
+def test_a_sum_over_the_shard_dim_is_checked_against_the_pending_sum_model() -> None:
+    """A sum over the shard dim (engine ops.reduced_partial_error, session 39) is rejected
+    by the rule (pending until the code says P), and the harness checks its model on the
+    ranks, not a conservative listing: the local sums read as P (spmd.sum's
+    out_partial_axes) are the global sum, a mean's or a norm's read as P are not the whole's."""
+    res = rules.run(world_sizes=(2,), cases=["sum", "sum(-1)", "mean(0)", "linalg.vector_norm"],
+                    timeout=240)
+    status = {r["task"]: r for r in res}
+    for task in ("[a2] sum({a:S(0)})", "[a2] sum(-1)({a:S(1)})", "[a2] mean(0)({a:S(0)})",
+                 "[a2] linalg.vector_norm({a:S(1)})"):
+        assert status[task]["status"] == "pending-sum", status[task]
+    assert "is the global sum" in status["[a2] sum({a:S(0)})"]["model"]
+    assert not [t for t, r in status.items()
+                if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
