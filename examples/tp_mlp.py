@@ -45,11 +45,11 @@ class ParallelMLP(nn.Module):
     """One MLP block, its weights sharded on "tp" (``FFN / tp`` hidden features per rank)."""
 
     w1: Tensor[S[0, "tp"]]  # [FFN/tp, HIDDEN]: column-parallel, output features sharded
-    b1: Tensor[S[0, "tp"]]  # [FFN/tp]
+    b1: Tensor[S[-1, "tp"]]  # [FFN/tp]: 1-d, so S(-1), the dim F.linear adds it to
     w2: Tensor[S[1, "tp"]]  # [HIDDEN, FFN/tp]: row-parallel, input features sharded
     b2: Tensor[I["tp"]]  # [HIDDEN]: whole on every rank, its gradient too
 
-    def __init__(self, w1: Tensor[S[0, "tp"]], b1: Tensor[S[0, "tp"]],
+    def __init__(self, w1: Tensor[S[0, "tp"]], b1: Tensor[S[-1, "tp"]],
                  w2: Tensor[S[1, "tp"]], b2: Tensor[I["tp"]]) -> None:
         super().__init__()
         self.w1 = nn.Parameter(w1)
