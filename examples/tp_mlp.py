@@ -119,7 +119,7 @@ def build(weights: dict[str, torch.Tensor], mesh: DeviceMesh) -> TensorParallelM
         b2: Tensor[I["tp"]] = weights[f"{b}.b2"]
         return ParallelMLP(
             spmd.convert(w1, "tp", src=I, dst=S(0)).clone(),
-            spmd.convert(b1, "tp", src=I, dst=S(0)).clone(),
+            spmd.convert(b1, "tp", src=I, dst=S(-1)).clone(),
             spmd.convert(w2, "tp", src=I, dst=S(1)).clone(),
             b2.clone(),
         )
