@@ -1768,7 +1768,10 @@ class CallTyper:
         axis = self._group_axis(ctx)
         assert axis is not None
         call = ctx.context
-        name = getattr(getattr(call, "callee", None), "name", "")
+        if not isinstance(call, CallExpr):
+            return
+        callee = call.callee
+        name = callee.name if isinstance(callee, (NameExpr, MemberExpr)) else ""
         x = self._arg(ctx, "input_")[0]
         x_text = bare(expr_text(x)) if x is not None else "x"
         mapping = MAPPINGS_BY_NAME.get(name)
