@@ -63,14 +63,14 @@ class SequenceParallelMLPBlock(nn.Module):
     ln_w: Tensor[R["tp"]]  # [HIDDEN]; gradient Partial on "tp"
     ln_b: Tensor[R["tp"]]
     w1: Tensor[S[0, "tp"]]  # [FFN/tp, HIDDEN] column-parallel
-    b1: Tensor[S[0, "tp"]]
+    b1: Tensor[S[-1, "tp"]]
     w2: Tensor[S[1, "tp"]]  # [HIDDEN, FFN/tp] row-parallel
     b2: Tensor[R["tp"]]  # [HIDDEN], added to the reduce-scattered output; gradient Partial
     post_ln_w: Tensor[R["tp"]]
     post_ln_b: Tensor[R["tp"]]
 
     def __init__(self, ln_w: Tensor[R["tp"]], ln_b: Tensor[R["tp"]], w1: Tensor[S[0, "tp"]],
-                 b1: Tensor[S[0, "tp"]], w2: Tensor[S[1, "tp"]], b2: Tensor[R["tp"]],
+                 b1: Tensor[S[-1, "tp"]], w2: Tensor[S[1, "tp"]], b2: Tensor[R["tp"]],
                  post_ln_w: Tensor[R["tp"]], post_ln_b: Tensor[R["tp"]]) -> None:
         super().__init__()
         self.ln_w = nn.Parameter(ln_w)
@@ -188,13 +188,17 @@ def build(weights: dict[str, torch.Tensor], mesh: DeviceMesh) -> SequenceParalle
         t: Tensor[I["tp"]] = weights[name]
         return spmd.convert(t, "tp", src=I, dst=S(0)).clone()
 
+    def last(name: str) -> Tensor[S[-1, "tp"]]:  # a 1-d bias: this rank's chunk of its dim
+        t: Tensor[I["tp"]] = weights[name]
+        return spmd.convert(t, "tp", src=I, dst=S(-1)).clone()
+
     def cols(name: str) -> Tensor[S[1, "tp"]]:  # this rank's chunk of dim 1
         t: Tensor[I["tp"]] = weights[name]
         return spmd.convert(t, "tp", src=I, dst=S(1)).clone()
 
     def block(b: str) -> SequenceParallelMLPBlock:
         return SequenceParallelMLPBlock(
-            whole(f"{b}.ln_w"), whole(f"{b}.ln_b"), rows(f"{b}.w1"), rows(f"{b}.b1"),
+            whole(f"{b}.ln_w"), whole(f"{b}.ln_b"), rows(f"{b}.w1"), last(f"{b}.b1"),
             cols(f"{b}.w2"), whole(f"{b}.b2"), whole(f"{b}.post_ln_w"), whole(f"{b}.post_ln_b"),
         )
 

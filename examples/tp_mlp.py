@@ -45,11 +45,11 @@ class ParallelMLP(nn.Module):
     """One MLP block, its weights sharded on "tp" (``FFN / tp`` hidden features per rank)."""
 
     w1: Tensor[S[0, "tp"]]  # [FFN/tp, HIDDEN]: column-parallel, output features sharded
-    b1: Tensor[S[0, "tp"]]  # [FFN/tp]
+    b1: Tensor[S[-1, "tp"]]  # [FFN/tp]: 1-d, so S(-1), the dim F.linear adds it to
     w2: Tensor[S[1, "tp"]]  # [HIDDEN, FFN/tp]: row-parallel, input features sharded
     b2: Tensor[I["tp"]]  # [HIDDEN]: whole on every rank, its gradient too
 
-    def __init__(self, w1: Tensor[S[0, "tp"]], b1: Tensor[S[0, "tp"]],
+    def __init__(self, w1: Tensor[S[0, "tp"]], b1: Tensor[S[-1, "tp"]],
                  w2: Tensor[S[1, "tp"]], b2: Tensor[I["tp"]]) -> None:
         super().__init__()
         self.w1 = nn.Parameter(w1)
@@ -119,7 +119,7 @@ def build(weights: dict[str, torch.Tensor], mesh: DeviceMesh) -> TensorParallelM
         b2: Tensor[I["tp"]] = weights[f"{b}.b2"]
         return ParallelMLP(
             spmd.convert(w1, "tp", src=I, dst=S(0)).clone(),
-            spmd.convert(b1, "tp", src=I, dst=S(0)).clone(),
+            spmd.convert(b1, "tp", src=I, dst=S(-1)).clone(),
             spmd.convert(w2, "tp", src=I, dst=S(1)).clone(),
             b2.clone(),
         )

@@ -17,11 +17,11 @@ from spmd import I, P, S, Tensor, V
 
 class ParallelMLP(nn.Module):
     w1: Tensor[S[0, "tp"]]  # [FFN/tp, HIDDEN]: column-parallel, output features sharded
-    b1: Tensor[S[0, "tp"]]  # [FFN/tp]
+    b1: Tensor[S[-1, "tp"]]  # [FFN/tp]
     w2: Tensor[S[1, "tp"]]  # [HIDDEN, FFN/tp]: row-parallel, input features sharded
     b2: Tensor[I["tp"]]  # [HIDDEN]: whole on every rank, its gradient too
 
-    def __init__(self, w1: Tensor[S[0, "tp"]], b1: Tensor[S[0, "tp"]],
+    def __init__(self, w1: Tensor[S[0, "tp"]], b1: Tensor[S[-1, "tp"]],
                  w2: Tensor[S[1, "tp"]], b2: Tensor[I["tp"]]) -> None:
         super().__init__()
         self.w1 = nn.Parameter(w1)

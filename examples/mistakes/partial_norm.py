@@ -19,14 +19,14 @@ class SequenceParallelMLPBlock(nn.Module):
     ln_w: Tensor[R["tp"]]  # [HIDDEN]; gradient Partial on "tp"
     ln_b: Tensor[R["tp"]]
     w1: Tensor[S[0, "tp"]]  # [FFN/tp, HIDDEN] column-parallel
-    b1: Tensor[S[0, "tp"]]
+    b1: Tensor[S[-1, "tp"]]
     w2: Tensor[S[1, "tp"]]  # [HIDDEN, FFN/tp] row-parallel
     b2: Tensor[R["tp"]]  # [HIDDEN], added to the reduce-scattered output; gradient Partial
     post_ln_w: Tensor[R["tp"]]
     post_ln_b: Tensor[R["tp"]]
 
     def __init__(self, ln_w: Tensor[R["tp"]], ln_b: Tensor[R["tp"]], w1: Tensor[S[0, "tp"]],
-                 b1: Tensor[S[0, "tp"]], w2: Tensor[S[1, "tp"]], b2: Tensor[R["tp"]],
+                 b1: Tensor[S[-1, "tp"]], w2: Tensor[S[1, "tp"]], b2: Tensor[R["tp"]],
                  post_ln_w: Tensor[R["tp"]], post_ln_b: Tensor[R["tp"]]) -> None:
         super().__init__()
         self.ln_w = nn.Parameter(ln_w)

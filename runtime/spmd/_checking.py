@@ -1007,6 +1007,20 @@ def _carried_pending(plan: Plan, ops: list) -> tuple | None:
     return tuple(axes), first[2]
 
 
+def _pending_type(x: torch.Tensor, t: SpmdType) -> SpmdType:
+    """``x``'s type with P on the axes where it is a pending partial sum (a contraction's
+    result no op has read yet: what a custom Function's backward returns when its all-reduce
+    is missing), so that a message names the reduction it lacks, as the static checker's
+    does; ``t`` unchanged for any other tensor."""
+    entry = _PENDING.get(id(x)) if _PENDING else None
+    if entry is None or entry[0]() is not x:
+        return t
+    for a in entry[1]:
+        if (lt := t.get(a)) is not None and lt.kind is TKind.V:
+            t = t.replace(a, LocalType(TKind.P))
+    return t
+
+
 def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
     """The source texts of a contraction's ``n`` tensor operands, read from the expression
     its frame was running (``q @ k.t()``: q, k.t(); ``F.linear(h, w)``: h, w;
@@ -3347,7 +3361,7 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
                 text = (texts[i] if i < len(texts) else None) or next(
                     (n for n, g in zip(names, grads) if g is r), None) or (
                     f"result[{i}]" if many else "result")
-                have = _get(r) or _UNTYPED
+                have = _pending_type(r, _get(r) or _UNTYPED)
                 returned.append(
                     _shown_gradient(duality.Slot.tensor(text, have),
                                     inputs[i] if i < len(inputs) else None, _ndim(r))

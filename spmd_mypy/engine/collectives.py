@@ -1308,7 +1308,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             fix = (f"the shard dims differ; redistribute({x_text}, {format_axis(ax)}, "
                    f"src={have.at_high_ranks()}, dst={want})") + (
                        dims_in_another_order(have, want, x_text, ndim) if ndim is not None else
-                       _same_dim_at_one_rank(have, want) or dims_in_another_order(have, want, x_text))
+                       same_dim_at_one_rank(have, want) or dims_in_another_order(have, want, x_text))
         else:
             r = route(have, want)
             op = r[0] if r is not None else ""
@@ -1338,7 +1338,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     )]
 
 
-def _same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
+def same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
     """S(-1) and S(1) name one dim of a 2-dim tensor, and the static checker does not know the
     rank (``F.linear``'s output is S(-1)): the clause that says when the redistribute is a no-op."""
     a, b = have.dim, want.dim
@@ -1347,6 +1347,41 @@ def _same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
     rank = max(a, b) - min(a, b)  # the non-negative dim minus the negative one
     return (f" (S({a}) and S({b}) are the same dim only of a {rank}-dim tensor: if the value "
             f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
+
+
+def mixed_shard_dims_hint(axis: str, operands: Sequence[tuple[str, LocalType]]) -> str:
+    """An elementwise op of an S(-k) operand and an S(j) one (Megatron's S(-1) activations plus
+    a 1-d column-parallel bias declared S(0)): broadcasting aligns dims from the back, so they
+    are one dim only where the S(j) operand has j + k dims, which the static checker cannot
+    see (types carry no ranks; the result is V).  The clause that says so and what to
+    declare; "" unless exactly such a pair is there."""
+    neg = [(t, lt.dim) for t, lt in operands if lt.kind is Kind.V and lt.dim is not None and lt.dim < 0]
+    pos = [(t, lt.dim) for t, lt in operands if lt.kind is Kind.V and lt.dim is not None and lt.dim >= 0]
+    if len(neg) != 1 or len(pos) != 1:
+        return ""
+    (a_text, a), (b_text, b) = neg[0], pos[0]
+    rank = b - a
+    b_name = bare(b_text)
+    return (f" (S({a}) of {bare(a_text)} and S({b}) of {b_name} are the same dim only if "
+            f"{b_name} has {rank} dim{'s' if rank != 1 else ''} (broadcasting aligns dims from "
+            f"the back): if it always does, declare it S[{a}, {format_axis(axis)}] where "
+            f"S[{b}, {format_axis(axis)}] is written)")
+
+
+def mapping_group_error(call: str, group_axis: str, axis: str, typed: str | None) -> SpmdError:
+    """A Megatron mapping function (typed by megatron-stubs for the tensor-model-parallel
+    group, ``axis``) called with the group of another mesh axis (``reduce_from_..._region(y,
+    group=mesh.get_group("dp"))``): its result would be typed as the ``axis`` collective's
+    while the call runs over ``group_axis``.  ``typed``: the spmd call doing the mapping's
+    collective over ``group_axis`` (migrate's table), if any."""
+    ax, other = format_axis(axis), format_axis(group_axis)
+    over = f"; or, if it is meant to run over {other}, use {typed}" if typed else ""
+    return SpmdError(
+        "spmd-axis",
+        f"{call} runs on the group of {other}, but the mapping's types "
+        f"are those of its collective over {ax} (the tensor-model-parallel group the Megatron "
+        f"stubs assume), so its result would be typed as if it had run over {ax}: pass the "
+        f"group of {ax} (group=mesh.get_group({ax}), or leave group= out){over}")
 
 
 def dims_in_another_order(have: LocalType, want: LocalType, x_text: str,

@@ -169,6 +169,10 @@ class Contraction:
     # ``reinterpret(..., src=V, dst=P)`` the result is passed straight to ("*": any axis);
     # there a contracted sharded label is what the call means (:func:`partial_sum`)
     partial_axes: tuple[str, ...] = ()
+    # the partial sum on partial_axes is typed P, pending (the static checker: a raw in-place
+    # torch.distributed all_reduce / reduce_scatter_tensor reads the result, as Megatron's
+    # dgrad does; the check mode's pending product, which that call resolves)
+    pending: bool = False
 
     @property
     def family(self) -> str:

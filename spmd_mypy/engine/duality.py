@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .collectives import MadeBy, check_argument, lookup, route, suggest
+from .collectives import MadeBy, check_argument, lookup, route, same_dim_at_one_rank, suggest
 from .errors import SpmdError
 from .types import (PARTIAL, SAME_VALUES, Kind, LocalType, SpmdType, UNTYPED, bare,
                     format_axis, format_type, is_subscript, mismatched_axes, same_values,
@@ -196,7 +196,8 @@ def _fixes(bad: list[tuple[str, LocalType, LocalType]], text: str, like: str,
                              f"{format_axis(axes[0] if len(axes) == 1 else axes)}{src_arg}, dst={w})")
                 continue
         if h.kind is w.kind:  # shard dims differ: the gradient is sharded like the value
-            parts.append(f"shard the gradient on dim {w.dim} like {like}")
+            parts.append(f"shard the gradient on dim {w.dim} like {like}"
+                         f"{same_dim_at_one_rank(h, w)}")
         else:
             parts.append(suggest(h, w, text, axis))
     return "; ".join(parts)

@@ -1320,6 +1320,49 @@ def _broadcast_shard_dim(dim: int, sharded: Sequence[Operand], others: Sequence[
     return dim + widest - n if dim >= 0 else dim
 
 
+def _aligned_shard_dim(axis: str, ops: Sequence[Operand]) -> int | None:
+    """The shard dim of an elementwise result when every operand's shape is known (the check
+    mode): broadcasting aligns the operands' dims from the right, so the Varying operands
+    must be sharded on one dim counted from the back, with one size there (a broadcast S(i)
+    operand of size 1 has no global meaning), and every other operand must have size 1 there
+    or not reach it (:func:`_broadcast_shard_dim`)::
+
+        h: S(-1) [2, 3, 8] + bias: S(0) [8]     -> S(-1)  (a 1-d bias's dim 0 is its dim -1)
+        h: S(2)  [2, 3, 8] + bias: S(-1) [8]    -> S(2)
+        x: S(0)  [4, 8]    + y: S(0) [3, 4, 8]  -> V      (x's dim 0 is y's dim 1)
+
+    The result names its dim as the widest Varying operand does (from the front or the back).
+    None (plain V) where they do not align."""
+    widest = max(len(o.shape) for o in ops)  # type: ignore[arg-type]
+    back: int | None = None  # the shard dim counted from the back
+    size: int | None = None
+    declared: tuple[int, int] | None = None  # (ndim, dim as written) of the widest sharded
+    others: list[tuple[int, ...]] = []
+    for o in ops:
+        sh = o.shape
+        assert sh is not None
+        t = o.type.get(axis)  # type: ignore[union-attr]
+        if t is None or t.kind is not Kind.V:
+            others.append(sh)
+            continue
+        n = len(sh)
+        ok, d = t.at_rank(n) if n > 0 else (False, None)
+        if not ok or d is None or not -n <= d < n:
+            return None
+        b = d % n - n
+        if (back is not None and b != back) or (size is not None and sh[b] != size):
+            return None
+        back, size = b, sh[b]
+        if declared is None or n > declared[0]:
+            declared = (n, d)
+    if back is None or declared is None:
+        return None
+    for sh in others:
+        if len(sh) + back >= 0 and sh[back] != 1:
+            return None
+    return back if declared[1] < 0 else back + widest
+
+
 def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
             dim: int | None, reduction: Reduction | None) -> int | None:
     """The shard dim of a Varying result on ``axis`` (None: plain V, the layout unknown).
@@ -1357,6 +1400,9 @@ def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
         r = reduction if ops[0].shape is None else Reduction(
             reduction.dims, reduction.keepdim, len(ops[0].shape))
         return shard_dim_after(spec.name, first.dim, r)
+    if (spec.keeps_shard_dims and reduction is None and ops
+            and all(o.shape is not None for o in ops)):
+        return _aligned_shard_dim(axis, ops)  # the check mode: the shapes say how they align
     if dim is not None:  # an elementwise op: every Varying operand S(dim)
         if not spec.keeps_shard_dims:
             return None
@@ -1573,7 +1619,11 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                                            for o, _ in tensor_ops]):
                 err = implicit_partial_error(spec.name, move, axis, tensor_ops)
         if lt is not None and lt.kind is Kind.V:
-            if isinstance(move, Contraction):
+            if (isinstance(move, Contraction) and move.pending and axis in move.partial_axes
+                    and err is None and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
+                                                           for o, _ in tensor_ops])):
+                lt = LocalType(Kind.P)  # the pending partial sum a raw reduction reads
+            elif isinstance(move, Contraction):
                 lt = contracted_layout(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                               for o, _ in tensor_ops])
             elif isinstance(move, Pattern):  # an einops call (einops_rule)

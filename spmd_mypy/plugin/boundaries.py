@@ -342,7 +342,8 @@ class BoundaryChecker:
             if not is_declared and isinstance(target_expr, NameExpr):
                 name = target_expr.name.rstrip("'")  # as written (the renamer makes x')
                 hint = (f"; {name} keeps the type of its first assignment: assign to a new "
-                        f"name, or annotate {name} where it is first assigned")
+                        f"name, or annotate {name} where it is first assigned"
+                        f"{self._mixed_shard_dims(chk, value)}")
                 if not info.message.endswith(hint):  # mypy reports a loop body's error again
                     info.message += hint
             return False
@@ -366,6 +367,25 @@ class BoundaryChecker:
                 self._judged_lambda_returns.clear()
             self._judged_lambda_returns.add(id(stmt))
         return True
+
+    def _mixed_shard_dims(self, chk: Any, value: Expression) -> str:
+        """The hint of an elementwise ``h + bias`` of an S(-1) and an S(0) operand (V to the
+        static checker, which sees no ranks): the same dim where the bias is 1-d."""
+        if not isinstance(value, OpExpr) or value.op not in ("+", "-", "*", "/"):
+            return ""
+        types = self.plugin.types
+        left = types.from_type(chk.lookup_type_or_none(value.left))
+        right = types.from_type(chk.lookup_type_or_none(value.right))
+        if left is None or right is None:
+            return ""
+        for axis, lt in left.axes:
+            other = right.get(axis)
+            if other is not None:
+                hint = coll.mixed_shard_dims_hint(axis, [(expr_text(value.left), lt),
+                                                         (expr_text(value.right), other)])
+                if hint:
+                    return hint
+        return ""
 
     def _data_assignment(self, chk: Any, target: MemberExpr, value: Expression,
                          actual: Type, text: str) -> bool:

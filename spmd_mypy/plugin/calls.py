@@ -119,7 +119,7 @@ from ..engine.ops import (
     Result, rank_index_operand, source_operand,
 )
 from ..engine.types import (
-    LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_type,
+    LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis, format_type,
     repeated_axis_message,
 )
 from ..engine.views import make_move
@@ -1791,6 +1791,31 @@ class CallTyper:
         over = "over the default group: every rank" if group == "" else None
         self._report_divergence(ctx, entry, name, name, axes, over,
                                 module != "torch.distributed")
+
+    def check_mapping_group(self, ctx: FunctionContext) -> None:
+        """A Megatron mapping call (megatron-stubs: typed for the tensor-model-parallel
+        group) whose group= is seen to be another mesh axis's (rank_index ``group_axis``:
+        ``mesh.get_group("dp")``, a name bound once to one): reported (engine
+        ``mapping_group_error``); tp's group, the default and a group not read are accepted."""
+        from ..migrate.table import DEFAULT_TP_AXIS, MAPPINGS_BY_NAME, typed_call_code
+        group = self._arg(ctx, "group")[0]
+        if group is None or self._group_axis(ctx) in (None, "", DEFAULT_TP_AXIS):
+            return
+        axis = self._group_axis(ctx)
+        assert axis is not None
+        call = ctx.context
+        if not isinstance(call, CallExpr):
+            return
+        callee = call.callee
+        name = callee.name if isinstance(callee, (NameExpr, MemberExpr)) else ""
+        x = self._arg(ctx, "input_")[0]
+        x_text = bare(expr_text(x)) if x is not None else "x"
+        mapping = MAPPINGS_BY_NAME.get(name)
+        typed = None
+        if mapping is not None:
+            typed = typed_call_code(mapping, format_axis(axis)).replace("(x, ", f"({x_text}, ", 1)
+        shown = f"{name}({x_text}, group={expr_text(group)})" if name else code_text(call)
+        self.report(ctx, [coll.mapping_group_error(shown, axis, DEFAULT_TP_AXIS, typed)])
 
     def _group_expr(self, ctx: FunctionContext) -> Expression | None:
         """A raw collective's group= expression, a name bound once read as its value."""

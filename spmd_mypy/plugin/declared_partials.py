@@ -32,6 +32,7 @@ from typing import Final
 from mypy.plugin import FunctionContext, MethodContext
 from mypy.types import CallableType
 from mypy.nodes import (
+    ARG_NAMED,
     ARG_POS,
     AssertStmt,
     AssignmentExpr,
@@ -77,12 +78,13 @@ from mypy.nodes import (
 )
 from mypy.types import Instance, get_proper_type
 
-from ..engine.collectives import raw_collective
+from ..engine.collectives import raw_collective, raw_reduce_op
 from ..engine.contractions import Contraction, partial_sum
 from ..engine.ops import SHARD_SUMMING, Operand, Reduction, reduced_partial_sum
 from ..engine.types import Kind
-from .global_calls import current_function
+from .global_calls import current_function, value_bound_once
 from .mypy_types import TypeBuilder
+from .rank_index import group_axis
 from .statements import (Assignments, assignments_by_name, functions_of, nested_statements,
                          statement_blocks)
 
@@ -181,18 +183,39 @@ def _scan(func: FuncDef | None, tree: MypyFile | None, types: TypeBuilder | None
     # reads an item of it (``parts[0]``, for a list or tuple display bound to it)
     whole: dict[object, list[tuple[str, ...]]] = {}
     items: dict[object, list[tuple[str, ...]]] = {}
+    # a local a raw reduction sums in place (or reduce-scatters): marked wherever else it
+    # is read, as each read before the call, or on a path without it, sees the partial sum
+    # (P: its own rules apply there) and each read after it sees what the call wrote
+    raw: dict[object, list[tuple[str, ...]]] = {}
     for arg, axes in calls:
+        found_raw = _raw_reduction(arg) if axes == (_RAW,) and isinstance(arg, CallExpr) else None
+        if found_raw is not None:
+            value, group = found_raw
+            axes = _raw_axes(func, group)
+            if isinstance(value, NameExpr) and value.node is not None:
+                raw.setdefault(value.node, []).append(axes)
+            else:
+                marks[id(value)] = axes + (_PENDING,)  # all_reduce(a @ b): the argument itself
+            continue
         marks[id(arg)] = axes
         if isinstance(arg, NameExpr) and arg.node is not None:
             whole.setdefault(arg.node, []).append(axes)
         elif isinstance(arg, IndexExpr) and isinstance(arg.base, NameExpr) and arg.base.node is not None:
             items.setdefault(arg.base.node, []).append(axes)
+    assigned = assignments_by_name(func) if func is not None else {}
+    for name, found in raw.items():
+        bound = assigned.get(name)  # type: ignore[call-overload]
+        if bound is not None and len(bound) == 1 and bound[0][2] == -1:
+            named = [f for f in found if _ANY_PARTIAL not in f]
+            axes = (tuple(a for a in named[0] if all(a in f for f in named[1:])) if named
+                    else (_ANY_PARTIAL,))
+            if axes:
+                marks[id(bound[0][1])] = axes + (_PENDING,)
     if _OPAQUE in reads or not (whole or items):
         return marks, summed
     # a local bound once and read only by consumers (on every path: one in each branch of an
     # if, or in a loop, each reads the same partial sum and declares it): its value is
     # declared where it is bound; the axes every consumer declares
-    assigned = assignments_by_name(func) if func is not None else {}
     for by, kind in ((whole, False), (items, True)):
         for name, found in by.items():
             if reads.get(name) != len(found):
@@ -387,6 +410,8 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
         axes = _reinterpret_to_partial(e)
         if axes is not None:
             calls.append((e.args[0], axes))
+        if _raw_reduction(e) is not None:
+            calls.append((e, (_RAW,)))  # the call itself: _scan reads its group
         _walk(e.callee, calls, reads)
         like = (isinstance(e.callee, RefExpr) and e.callee.fullname.startswith("torch.")
                 and e.callee.fullname.rsplit(".", 1)[-1] in _SHAPE_LIKE)
@@ -431,6 +456,60 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
         # local read there would look read once: no exemption through a local in this
         # function (the direct argument still counts)
         reads[_OPAQUE] = 1
+
+
+# The raw torch.distributed reductions of a pending partial sum in a custom Function's
+# backward (Megatron's dgrad ``handle = torch.distributed.all_reduce(grad_input, group=tp_group,
+# async_op=True)``): the one argument each sums over the group, by position and by name.
+_RAW_REDUCTIONS: Final = {"all_reduce": (0, "tensor"), "reduce_scatter_tensor": (1, "input")}
+_RAW = "<raw>"  # the marker of a raw reduction among a consumer's axes
+_PENDING = "<pending>"  # among a mark's axes: a raw reduction reads it (typed P)
+_ANY_PARTIAL = "+"  # a raw reduction's group not read: P on every axis the product sums over
+
+
+def _raw_reduction(e: CallExpr) -> tuple[Expression, Expression | None] | None:
+    """For a raw ``torch.distributed.all_reduce(x, group=g)`` (in place) or
+    ``reduce_scatter_tensor(out, x, group=g)`` summing (no ``op=`` or ``ReduceOp.SUM``):
+    ``(x, g)`` (g None when not passed); None for any other call."""
+    callee = e.callee
+    if not isinstance(callee, RefExpr) or not callee.fullname.startswith("torch.distributed."):
+        return None
+    found = raw_collective(callee.fullname)
+    if found is None or found[0] != "torch.distributed" or found[1] not in _RAW_REDUCTIONS:
+        return None
+    position, keyword = _RAW_REDUCTIONS[found[1]]
+    value: Expression | None = None
+    group: Expression | None = None
+    at = 0
+    for kind, name, arg in zip(e.arg_kinds, e.arg_names, e.args):
+        if kind == ARG_POS:
+            if at == position:
+                value = arg
+            at += 1
+        elif name == keyword:
+            value = arg
+        elif name == "group":
+            group = arg
+        elif name == "op":
+            op = arg.name if isinstance(arg, (NameExpr, MemberExpr)) else None
+            if op is None or raw_reduce_op(op) != "sum":
+                return None
+        elif kind != ARG_NAMED:
+            return None  # *args, **kwargs: not read
+    if value is None:
+        return None
+    return value, group
+
+
+def _raw_axes(func: FuncDef | None, group: Expression | None) -> tuple[str, ...]:
+    """The axes a raw reduction's group is (rank_index ``group_axis``: ``mesh.get_group("tp")``,
+    a name bound once to one); (_ANY_PARTIAL,) for a group it cannot read (``ctx.tp_group``,
+    torch's default): every axis the product is partial on, where it is then P (the
+    check mode's pending sum, which that call resolves)."""
+    if isinstance(group, NameExpr) and func is not None:
+        group = value_bound_once(func, group.name) or group
+    axis = group_axis(group)
+    return (axis,) if axis else (_ANY_PARTIAL,)
 
 
 def _reinterpret_to_partial(e: CallExpr) -> tuple[str, ...] | None:
@@ -479,7 +558,13 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
             found = reinterpreted_axes(current_function(ctx.api),
                                        getattr(ctx.api, "tree", None), ctx.context,  # type: ignore[arg-type]
                                        types)
-            return replace(move, partial_axes=found) if found else move
+            pending = _PENDING in found  # read by a raw reduction: P, pending
+            if pending:
+                found = tuple(b for b in found if b != _PENDING)
+            if _ANY_PARTIAL in found:  # a raw reduction on a group not read: where partial
+                found = tuple(b for b in axes if partial_sum(
+                    move, [(o.type.get(b), o.shape) for o in tensors]))  # type: ignore[union-attr]
+            return replace(move, partial_axes=found, pending=pending) if found else move
     return move
 
 

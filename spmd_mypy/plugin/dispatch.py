@@ -388,6 +388,7 @@ class HookDispatch:
         tensor, torch's stubs on the result)."""
         result = self.plugin.calls.check_arguments_hook(ctx)
         if self.plugin.promotion.wanted:
+            self.plugin.calls.check_mapping_group(ctx)
             return result
         ret = get_proper_type(ctx.default_return_type)  # the stubs' typed result, which
         # the signature hook has made plain torch.Tensor here (CallTyper.plain_result)

@@ -207,3 +207,33 @@ def test_an_optimizer_state_of_another_parameters_layout_is_named(foreach: bool)
             "of m.w1 (Tensor[S[0, \"tp\"]]), but the state is S(1) on \"tp\" where its parameter "
             "is S(0): a state tensor of another parameter's layout") in msg, msg
     assert "redistribute(" not in msg and "the gradient is not what is wrong" in msg, msg
+
+
+def test_a_forgotten_dgrad_all_reduce_leads_with_the_all_reduce() -> None:
+    # Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward without its
+    # all-reduce of grad_input (the probe's f8): the returned matmul is a pending partial
+    # product on "tp", so the message calls it P and names the all-reduce, as the static
+    # checker does, not "V to I is a gather"
+    class Lin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input: Tensor[I["tp"]], weight: Tensor[S[0, "tp"]]) -> Tensor[S[-1, "tp"]]:  # noqa: ANN001
+            ctx.save_for_backward(input, weight)
+            return torch.matmul(input, weight.t())
+
+        @staticmethod
+        def backward(ctx, grad_output: Tensor[S[-1, "tp"]]) -> tuple[Tensor[I["tp"]], Tensor[S[0, "tp"]]]:  # noqa: ANN001
+            input, weight = ctx.saved_tensors
+            grad_input = grad_output.matmul(weight)  # the all-reduce of it forgotten
+            grad_weight = grad_output.t().matmul(input)
+            return grad_input, grad_weight
+
+    with spmd.typecheck():
+        x = typed(mk(2, 3).requires_grad_(), Tensor[I["tp"]])
+        w = typed(mk(4, 3).requires_grad_(), Tensor[S[0, "tp"]])
+        out = Lin.apply(x, w)
+        g = typed(torch.ones(2, 4), Tensor[S[-1, "tp"]])
+        msg = _message(lambda: out.backward(g))
+    assert "spmd-duality" in msg, msg
+    assert 'returns grad_input (Tensor[P["tp"]])' in msg, msg
+    assert 'P to I is a reduction: use all_reduce(grad_input, "tp", src=P, dst=I)' in msg, msg
+    assert "all_gather" not in msg, msg

@@ -2222,3 +2222,17 @@ def test_autograd_grad_of_a_varying_loss_offers_the_replica_copy() -> None:
         with pytest.raises(SpmdTypeError) as e:
             torch.autograd.grad(inner, (w1,), create_graph=True)
         assert 'w1_v = spmd.reinterpret(w1, "dp", src=R, dst=V)' in str(e.value)
+
+
+def test_a_1d_bias_declared_s0_beside_s_minus1_activations_keeps_s_minus1() -> None:
+    # Megatron's column-parallel ``h + bias``: the 1-d bias's dim 0 is, by broadcasting, the
+    # activations' last dim (engine ops._aligned_shard_dim; the static checker, which sees no
+    # ranks, types it V and says to declare the bias S(-1))
+    with spmd.typecheck():
+        h = typed(mk(2, 3, 4), Tensor[S[-1, "tp"]])
+        b0 = typed(mk(4), Tensor[S[0, "tp"]])
+        b1 = typed(mk(4), Tensor[S[-1, "tp"]])
+        assert spmd.typeof(h + b0) == ty(tp=shard(-1))
+        assert spmd.typeof(h + b1) == ty(tp=shard(-1))
+        rows = typed(mk(4, 4), Tensor[S[0, "tp"]])
+        assert spmd.typeof(rows + b0) == ty(tp=VARYING)  # dim 0 of rows is not the bias's dim

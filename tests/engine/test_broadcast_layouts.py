@@ -67,3 +67,46 @@ def test_named_cases() -> None:
     # no shapes (the static checker): plain V, as before
     assert str(propagate("add", [Operand(_one(shard(1)), "x"), Operand(_one(REPLICATE), "b")]).type) \
         == 'Tensor[V["cp"]]'
+
+
+def test_two_sharded_operands_of_other_ranks() -> None:
+    """Two S operands whose ranks differ (Megatron's 1-d column-parallel bias, S(0), added to
+    the S(-1) activations): broadcasting aligns dims from the right, so S(0) of the 1-d
+    bias is S(-1) of the 3-d activations; every dim the rule keeps is the global layout."""
+    torch.manual_seed(0)
+    kept = checked = 0
+    shapes = [(4,), (3, 4), (2, 3, 4), (1, 4), (3, 1)]
+    for x_shape, y_shape in itertools.product(shapes, repeat=2):
+        for dx, dy in itertools.product(range(-len(x_shape), len(x_shape)),
+                                        range(-len(y_shape), len(y_shape))):
+            xs = [torch.randn(x_shape, dtype=torch.float64) for _ in range(RANKS)]
+            ys = [torch.randn(y_shape, dtype=torch.float64) for _ in range(RANKS)]
+            res = propagate("add", [Operand(_one(shard(dx)), "x", shape=x_shape),
+                                    Operand(_one(shard(dy)), "b", shape=y_shape)])
+            lt = res.type.get("cp")
+            try:
+                global_sum = torch.cat(xs, dim=dx) + torch.cat(ys, dim=dy)
+            except RuntimeError:  # the globals do not broadcast: no layout to keep
+                assert lt is not None and lt.dim is None, (x_shape, dx, y_shape, dy, lt)
+                continue
+            assert lt is not None and lt.kind is Kind.V and not res.errors
+            checked += 1
+            if lt.dim is None:
+                continue
+            kept += 1
+            joined = torch.cat([a + b for a, b in zip(xs, ys)], dim=lt.dim)
+            assert torch.equal(joined, global_sum), (x_shape, dx, y_shape, dy, lt)
+    assert checked > 30 and kept > 10, (checked, kept)
+
+
+def test_one_d_bias_beside_last_dim() -> None:
+    def result(x_shape, dx, y_shape, dy):  # noqa: ANN001, ANN202
+        return str(propagate("add", [Operand(_one(shard(dx)), "h", shape=x_shape),
+                                     Operand(_one(shard(dy)), "bias", shape=y_shape)]).type)
+    assert result((2, 3, 8), -1, (8,), 0) == 'Tensor[S[-1, "cp"]]'   # Megatron's h + bias
+    assert result((2, 3, 8), 2, (8,), 0) == 'Tensor[S[2, "cp"]]'
+    assert result((2, 3, 8), -1, (8,), -1) == 'Tensor[S[-1, "cp"]]'
+    assert result((2, 8), 0, (8,), 0) == 'Tensor[V["cp"]]'           # dim 0 is not the bias's dim
+    # no shapes (the static checker): S(-1) + S(0) is plain V (the ranks are unknown)
+    assert str(propagate("add", [Operand(_one(shard(-1)), "h"),
+                                 Operand(_one(shard(0)), "bias")]).type) == 'Tensor[V["cp"]]'
