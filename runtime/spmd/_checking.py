@@ -111,7 +111,7 @@ from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
                                   reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
-                                  PENDING_REDUCTIONS, PENDING_SCALE,
+                                  PENDING_REDUCTIONS, PENDING_SCALE, keeps_pending_dtype,
                                   propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
@@ -970,13 +970,15 @@ def _check_pending_sum(x: torch.Tensor, collective: tuple | None, axes: tuple[st
         "other such sums)")))
 
 
-def _carried_pending(plan: Plan, ops: list) -> tuple | None:
+def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: dict | None = None
+                     ) -> tuple | None:
     """For an op that keeps a sum pending (engine ``PENDING_ADD``, ``PENDING_SCALE``,
     ``PENDING_JOIN``, ``PENDING_KEEP``: the one list the static checker reads too) whose
     tensor operands are all pending sums (:func:`_check_pending_sum`), or V terms of a + or
     a stack: the entry to mark its result with (their axes, the first's payload); None
     otherwise (each operand is then checked)."""
     name = plan.name
+    plan_kwargs = plan_kwargs or {}
     adds = name in PENDING_ADD or name in PENDING_JOIN
     if not adds and name not in PENDING_SCALE and name not in PENDING_KEEP:
         return None
@@ -985,6 +987,10 @@ def _carried_pending(plan: Plan, ops: list) -> tuple | None:
         return None
     if adds and len(tensors) != len(ops):
         return None  # s + 1.0: a number added once per rank, no part of the sum
+    if name in ("to", "view") and any(
+            isinstance(a, torch.dtype) and not keeps_pending_dtype(name, str(a).rpartition(".")[2])
+            for a in (*plan_args, *plan_kwargs.values())):
+        return None  # s.to(torch.int64), s.view(torch.int32): no linear map
     axes: dict[str, None] = {}
     first = None
     others = []
@@ -1377,7 +1383,7 @@ class _Mode(TorchFunctionMode):
 
     def _op(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
         ops, outs = extract(plan, args, kwargs)
-        carried = _carried_pending(plan, ops) if _PENDING and not outs else None
+        carried = _carried_pending(plan, ops, args, kwargs) if _PENDING and not outs else None
         types = _operand_types(ops, carried is not None)
         if types is not None and _ZEROS and ops and (plan.inplace or outs):
             types = _written_zeros(ops, types, [ops[0][0], *outs] if plan.inplace else outs)
@@ -2206,12 +2212,14 @@ def declare(x: _T, t: Any) -> _T:
         what = "spmd.declare({x}, " + format_type(want, _axis_order()) + ")"
         have = _get(x)
         if have and any(_widens(k, lt) for a, lt in want.axes if (k := have.get(a)) is not None):
-            # a widening of S(i) to V: a new alias typed V, x itself keeps its S(i) (the
-            # static checker types the result V and x unchanged)
+            # a widening of S(i) to V: the result is a new alias typed V (the static checker
+            # types the result V); x itself keeps its S(i), and what else it learns
+            name = _texts([x], ["x"])[0]
+            _stamp_declared(x, want, what, name=name)
             with torch._C.DisableTorchFunction():
                 y = x.view_as(x)
             _set(y, have)
-            _stamp_declared(y, want, what, name=_texts([x], ["x"])[0], widen=True)
+            _stamp_declared(y, want, what, name=name, widen=True)
             return y  # type: ignore[return-value]
         _stamp_declared(x, want, what)
     return x

@@ -1745,6 +1745,15 @@ PENDING_JOIN = frozenset("stack cat concat concatenate hstack vstack".split())
 # the methods that keep each element's value: views, copies, dtype changes, an index.
 PENDING_KEEP = frozenset("detach float double half bfloat16 clone contiguous to unsqueeze squeeze "
                          "reshape view flatten ravel __getitem__".split())
+# ... except a cast to an integer or bool dtype (no linear map: it truncates each summand) and
+# a view by a dtype (it reinterprets the bits): ``to``'s or ``view``'s dtype argument
+PENDING_FLOAT_DTYPES = frozenset("float float16 float32 float64 half double bfloat16".split())
+
+
+def keeps_pending_dtype(method: str, dtype: str) -> bool:
+    """Whether ``method`` (``to`` or ``view``) with the dtype argument named ``dtype``
+    (``torch.float64``: "float64") keeps a pending sum one."""
+    return method != "view" and dtype in PENDING_FLOAT_DTYPES
 NORM_REDUCTIONS = frozenset("norm linalg_norm linalg_vector_norm".split())
 SHARD_SUMMING = PENDING_REDUCTIONS | NORM_REDUCTIONS
 

@@ -81,7 +81,7 @@ from mypy.types import Instance, get_proper_type
 from ..engine.collectives import raw_collective, raw_reduce_op
 from ..engine.contractions import Contraction, partial_sum
 from ..engine.ops import (PENDING_JOIN, PENDING_KEEP, SHARD_SUMMING, Operand, Reduction,
-                          reduced_partial_sum)
+                          keeps_pending_dtype, reduced_partial_sum)
 from ..engine.types import Kind
 from .global_calls import current_function, value_bound_once
 from .mypy_types import TypeBuilder
@@ -330,7 +330,7 @@ def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[ob
         elif isinstance(e, UnaryExpr) and e.op in ("-", "+"):
             todo.append((e.expr, axes))
         elif (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
-              and e.callee.name in _KEEPS_SUMS):
+              and e.callee.name in _KEEPS_SUMS and _keeps_dtype(e)):
             todo.append((e.callee.expr, axes))  # lsum.detach(), s.float(), s.unsqueeze(-1)
         elif (isinstance(e, CallExpr) and isinstance(e.callee, RefExpr)
               and e.callee.fullname.startswith("torch.")
@@ -395,6 +395,19 @@ def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[ob
     failed = {k for k in followed
               if reads.get(k) != len(whole.get(k, [])) + len(items.get(k, []))}
     return summed, failed
+
+
+def _keeps_dtype(e: CallExpr) -> bool:
+    """``s.to(torch.float64)``: yes; ``s.to(torch.int64)``, ``s.view(torch.int32)``: no
+    (engine ``keeps_pending_dtype``); any other call of a value-keeping method: yes."""
+    callee = e.callee
+    if not isinstance(callee, MemberExpr) or callee.name not in ("to", "view"):
+        return True
+    for arg in e.args:
+        if isinstance(arg, MemberExpr) and isinstance(arg.expr, NameExpr) and arg.expr.name == "torch":
+            if not keeps_pending_dtype(callee.name, arg.name):
+                return False
+    return True
 
 
 # methods whose result is a sum of the parts' results (the pending sum stays one)

@@ -652,6 +652,12 @@ case("pending-sum-stack-sqrt", {"a": "S0"},
 case("pending-sum-inplace-mul-by-tensor", {"a": "S0", "b": "S0"},
      ("s = a.sum()", "s *= b[0, 0]"), "spmd-global", static_line=1,
      desc="a tensor factor: the product is no sum")
+case("pending-sum-to-int-reinterpret", {"a": "S0"}, _RP.format("a.sum().to(torch.int64)"),
+     "spmd-global", collective=True, desc="a cast to an integer truncates each summand")
+case("pending-sum-view-dtype-reinterpret", {"a": "S0"}, _RP.format("a.sum().view(torch.int32)"),
+     "spmd-global", collective=True, desc="a view by a dtype reinterprets the summands' bits")
+case("pending-sum-plus-number-reinterpret", {"a": "S0"}, _RP.format("a.sum() + 1.0"),
+     "spmd-global", collective=True, desc="a number added once per rank is no part of the sum")
 # a per-rank statistic over the shard dim (a BatchNorm under DDP): the operand declared V first,
 # a widening both checkers read (the check mode drops the known dim on an alias; x keeps S(0))
 case("pending-sum-declared-V-mean", {"a": "S0"},
