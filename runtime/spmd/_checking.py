@@ -110,7 +110,8 @@ from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
-                                  reduced_partial_sum,
+                                  reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
+                                  PENDING_REDUCTIONS, PENDING_SCALE, keeps_pending_dtype,
                                   propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
@@ -879,7 +880,7 @@ def _plan(func: Any) -> Plan:
 # operand while a pending tensor is alive.
 _PENDING: dict[int, tuple[Any, tuple[str, ...], tuple]] = {}
 _PENDING_AXES: dict[tuple, tuple[str, ...]] = {}  # by _local_check's key
-_PENDING_SUMS = frozenset("sum nansum mean nanmean".split())  # engine ops.PENDING_REDUCTIONS
+_PENDING_SUMS = PENDING_REDUCTIONS
 
 
 def _partial_axes(c: Contraction, ops: list, types: list, rtype: SpmdType,
@@ -969,22 +970,27 @@ def _check_pending_sum(x: torch.Tensor, collective: tuple | None, axes: tuple[st
         "other such sums)")))
 
 
-# the ops through which a pending sum stays pending: + and - of pending sums, a number's * or /
-_LINEAR_ADD = frozenset("add sub __add__ __radd__ __sub__ __rsub__ __iadd__ __isub__".split())
-_LINEAR_SCALE = frozenset("mul div true_divide multiply divide neg negative __mul__ __rmul__ "
-                          "__truediv__ __neg__ __pos__ positive".split())
-
-
-def _carried_pending(plan: Plan, ops: list) -> tuple | None:
-    """For an op that keeps a sum pending (+, -, a number's * or /) whose tensor operands
-    are all pending sums (:func:`_check_pending_sum`): the entry to mark its result with
-    (their axes, the first's payload); None otherwise (each operand is then checked)."""
+def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: dict | None = None
+                     ) -> tuple | None:
+    """For an op that keeps a sum pending (engine ``PENDING_ADD``, ``PENDING_SCALE``,
+    ``PENDING_JOIN``, ``PENDING_KEEP``: the one list the static checker reads too) whose
+    tensor operands are all pending sums (:func:`_check_pending_sum`), or V terms of a + or
+    a stack: the entry to mark its result with (their axes, the first's payload); None
+    otherwise (each operand is then checked)."""
     name = plan.name
-    if name not in _LINEAR_ADD and name not in _LINEAR_SCALE:
+    plan_kwargs = plan_kwargs or {}
+    adds = name in PENDING_ADD or name in PENDING_JOIN
+    if not adds and name not in PENDING_SCALE and name not in PENDING_KEEP:
         return None
     tensors = [v for v, _ in ops if isinstance(v, torch.Tensor)]
-    if not tensors or (name in _LINEAR_SCALE and len(tensors) != 1):
+    if not tensors or (not adds and len(tensors) != 1):
         return None
+    if adds and len(tensors) != len(ops):
+        return None  # s + 1.0: a number added once per rank, no part of the sum
+    if name in ("to", "view") and any(
+            isinstance(a, torch.dtype) and not keeps_pending_dtype(name, str(a).rpartition(".")[2])
+            for a in (*plan_args, *plan_kwargs.values())):
+        return None  # s.to(torch.int64), s.view(torch.int32): no linear map
     axes: dict[str, None] = {}
     first = None
     others = []
@@ -995,10 +1001,12 @@ def _carried_pending(plan: Plan, ops: list) -> tuple | None:
             continue
         if not isinstance(entry[2][1], Reduction):
             return None
+        if first is not None and set(entry[1]) != set(first[1]) and name in PENDING_JOIN:
+            return None  # a stack of sums pending on different axes
         for a in entry[1]:
             axes[a] = None
         first = first or entry
-    if first is None or (others and name not in _LINEAR_ADD):
+    if first is None or (others and not adds):
         return None
     for v in others:
         t = _get(v)
@@ -1375,7 +1383,7 @@ class _Mode(TorchFunctionMode):
 
     def _op(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:
         ops, outs = extract(plan, args, kwargs)
-        carried = _carried_pending(plan, ops) if _PENDING and not outs and not plan.inplace else None
+        carried = _carried_pending(plan, ops, args, kwargs) if _PENDING and not outs else None
         types = _operand_types(ops, carried is not None)
         if types is not None and _ZEROS and ops and (plan.inplace or outs):
             types = _written_zeros(ops, types, [ops[0][0], *outs] if plan.inplace else outs)
@@ -2113,8 +2121,13 @@ def _is_integer(x: torch.Tensor) -> bool:
 
 
 def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None,
-                    may_be_cut: bool | None = None, unnamed: str | None = None) -> None:
+                    may_be_cut: bool | None = None, unnamed: str | None = None,
+                    widen: bool = False) -> None:
     """Give ``x`` the declared type ``want``.
+
+    ``widen`` (``spmd.declare``): a plain V declared of an S(i) drops the known dim (the
+    code means this rank's block as a value of its own: a per-rank BatchNorm's ``x.mean(0)``),
+    as the static checker reads the declaration; else knowledge only grows.
 
     ``what`` is the start of the message with ``{x}`` for the tensor's name, e.g.
     ``"spmd.declare({x}, Tensor[R["tp"]])"``; ``name``: that name when the caller knows it
@@ -2172,7 +2185,7 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
         d = {a: lt for a, lt in d.items() if a in names or a in declared}
     for axis, lt in want.axes:
         known = d.get(axis)
-        if known is None or known.dim is None:
+        if known is None or known.dim is None or (widen and _widens(known, lt)):
             d[axis] = lt
     # a local type declared on a global value: from here the value is local (the static
     # checker reads the declaration so), each sharded axis its S(i), as inside local_map
@@ -2196,8 +2209,26 @@ def declare(x: _T, t: Any) -> _T:
     if not isinstance(x, torch.Tensor):  # (a tensor's is checked where it is stamped)
         _declared_here(want, lambda: f"spmd.declare(x, {format_type(want)})")
     if isinstance(x, torch.Tensor):
-        _stamp_declared(x, want, "spmd.declare({x}, " + format_type(want, _axis_order()) + ")")
+        what = "spmd.declare({x}, " + format_type(want, _axis_order()) + ")"
+        have = _get(x)
+        if have and any(_widens(k, lt) for a, lt in want.axes if (k := have.get(a)) is not None):
+            # a widening of S(i) to V: the result is a new alias typed V (the static checker
+            # types the result V); x itself keeps its S(i), and what else it learns
+            name = _texts([x], ["x"])[0]
+            _stamp_declared(x, want, what, name=name)
+            with torch._C.DisableTorchFunction():
+                y = x.view_as(x)
+            _set(y, have)
+            _stamp_declared(y, want, what, name=name, widen=True)
+            return y  # type: ignore[return-value]
+        _stamp_declared(x, want, what)
     return x
+
+
+def _widens(known: LocalType, lt: LocalType) -> bool:
+    """A plain V declared of a V with a known layout (S(i), or one by rank)."""
+    return (lt.kind is TKind.V and lt.dim is None and lt.by_rank is None
+            and known.kind is TKind.V and (known.dim is not None or known.by_rank is not None))
 
 
 def declare_parameters(module: _M) -> _M:

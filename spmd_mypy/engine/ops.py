@@ -1731,6 +1731,29 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
 # result is its part of a sum over the ranks (mean: of a sum of the ranks' means); a norm's is
 # no part of anything (the norm of this rank's block)
 PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split())
+# The ops through which a pending sum (:func:`reduced_partial_sum`) stays one, read by both
+# adapters (the plugin's declared_partials, the check mode's _carried_pending): each rank's
+# result is then its part of the same kind of sum over the ranks.  + and - of pending sums
+# (a V term added: the reinterpret(V->P) claims it as part of the sum), in place too;
+PENDING_ADD = frozenset("add sub __add__ __radd__ __sub__ __rsub__ __iadd__ __isub__ add_ sub_".split())
+# a Python number's * or / (a tensor factor: no), in place too, and negation;
+PENDING_SCALE = frozenset("mul div true_divide multiply divide neg negative positive __mul__ __rmul__ "
+                          "__truediv__ __neg__ __pos__ __imul__ __itruediv__ mul_ div_ neg_".split())
+# a stack or cat whose tensor items are all pending on the same axes (or V items, as + allows:
+# Megatron's ``torch.stack([(losses * mask).sum(), mask.sum()])``);
+PENDING_JOIN = frozenset("stack cat concat concatenate hstack vstack".split())
+# the methods that keep each element's value: views, copies, dtype changes, an index.
+PENDING_KEEP = frozenset("detach float double half bfloat16 clone contiguous to unsqueeze squeeze "
+                         "reshape view flatten ravel __getitem__".split())
+# ... except a cast to an integer or bool dtype (no linear map: it truncates each summand) and
+# a view by a dtype (it reinterprets the bits): ``to``'s or ``view``'s dtype argument
+PENDING_FLOAT_DTYPES = frozenset("float float16 float32 float64 half double bfloat16".split())
+
+
+def keeps_pending_dtype(method: str, dtype: str) -> bool:
+    """Whether ``method`` (``to`` or ``view``) with the dtype argument named ``dtype``
+    (``torch.float64``: "float64") keeps a pending sum one."""
+    return method != "view" and dtype in PENDING_FLOAT_DTYPES
 NORM_REDUCTIONS = frozenset("norm linalg_norm linalg_vector_norm".split())
 SHARD_SUMMING = PENDING_REDUCTIONS | NORM_REDUCTIONS
 
@@ -1814,18 +1837,22 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
             f"{xt}.abs() ** p, then ** (1 / p); for p=inf, all_reduce({xt}.abs().amax(), {ax}, "
             f'src=V, dst=R, op="max"))',
         )
+    # the operand's own block meant (a per-rank BatchNorm under DDP, a per-rank aux loss):
+    # V declared first, the one widening both checkers read (the check mode drops the dim)
+    own = (f"; if this rank's own {name} is meant (a per-rank statistic), declare the operand "
+           f"V first: spmd.declare({xt}, Tensor[V[{ax}]])")
     if name in ("mean", "nanmean"):
         return SpmdError("spmd-global", (
             f"{head}: each rank's {name} covers its block only (the ranks' means sum to no "
             f"mean of the whole); the whole's {name} is {total} / n, n the count over all the "
-            f"ranks (the reduced dims' global sizes multiplied)"))
+            f"ranks (the reduced dims' global sizes multiplied){own}"))
     return SpmdError("spmd-global", (
         f"{head}: each rank's result is its part of a sum over the ranks (a Partial), not a "
         f"value of its own (V), so a sqrt, a division or a norm of it would be wrong; the "
         f"whole sum is {total} (dst=I where it is differentiated: a loss, an HVP's dot "
         f"product; {summed} alone is P on {ax}: the form that says so; or pass "
         f"the {name} straight to spmd.reinterpret(..., {ax}, src=V, dst=P), alone or added to "
-        f"others)"))
+        f"others){own}"))
 
 
 def _same_values_kind(lt: LocalType, typed: Sequence[tuple[Operand, Role, LocalType]]) -> bool:

@@ -80,7 +80,8 @@ from mypy.types import Instance, get_proper_type
 
 from ..engine.collectives import raw_collective, raw_reduce_op
 from ..engine.contractions import Contraction, partial_sum
-from ..engine.ops import SHARD_SUMMING, Operand, Reduction, reduced_partial_sum
+from ..engine.ops import (PENDING_JOIN, PENDING_KEEP, SHARD_SUMMING, Operand, Reduction,
+                          keeps_pending_dtype, reduced_partial_sum)
 from ..engine.types import Kind
 from .global_calls import current_function, value_bound_once
 from .mypy_types import TypeBuilder
@@ -280,16 +281,39 @@ def _sum_op(call: CallExpr) -> bool:
 def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],
                   func: FuncDef | None) -> dict[int, tuple[str, ...]]:
     """The expressions whose value reaches a consumer as a sum's would (a sum of partial sums
-    is one): the consumer's argument, and from it through + and -, a number's * or /, a
-    value-keeping method (``_KEEPS_SUMS``), and a local bound once (at the top of the
-    function) every read of which is such a step (the axes every such read declares: one
-    in each branch of an if, or in a loop), or a list or tuple display bound once every read
-    of which is ``parts[k]`` in one."""
+    is one): the consumer's argument, and from it through the steps that keep a pending sum
+    one (engine ``PENDING_ADD``, ``PENDING_SCALE``, ``PENDING_JOIN``, ``PENDING_KEEP``, the
+    list the check mode reads too): + and -, a number's * or /, a stack or cat display's
+    items, an index, a value-keeping method, and a local every read of which is such a step
+    (the axes every such read declares: one in each branch of an if, or in a loop), through
+    each of its bindings (``s = losses.sum()``, ``s = s * 0.5`` under an if, ``s /= n``), or
+    a list or tuple display bound once every read of which is ``parts[k]`` in one."""
+    banned: set[object] = set()
+    for _ in range(8):  # a local found not to be followed whole: again without it
+        summed, failed = _summed_pass(calls, reads, func, banned)
+        if not failed:
+            return summed
+        banned |= failed
+    return {id(e): axes for e, axes in calls}  # pragma: no cover
+
+
+def _self_reads(key: object, exprs: list[Expression]) -> int:
+    counted: dict[object, int] = {}
+    for e in exprs:
+        _walk(e, [], counted)
+    return counted.get(key, 0)
+
+
+def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],
+                 func: FuncDef | None, banned: set[object]
+                 ) -> tuple[dict[int, tuple[str, ...]], set[object]]:
     summed: dict[int, tuple[str, ...]] = {}
     opaque = _OPAQUE in reads
     assigned: Assignments | None = None  # assignments_by_name, read once if needed
+    updates: dict[object, list[OperatorAssignmentStmt]] | None = None
     whole: dict[object, list[tuple[str, ...]]] = {}
     items: dict[object, list[tuple[str, ...]]] = {}
+    followed: dict[object, int] = {}  # a local followed -> its reads from its own bindings
     todo: list[tuple[Expression, tuple[str, ...]]] = list(calls)
     steps = 0
     while todo and steps < 256:
@@ -297,7 +321,8 @@ def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[o
         steps += 1
         summed[id(e)] = axes
         if isinstance(e, OpExpr) and e.op in ("+", "-"):
-            todo += [(e.left, axes), (e.right, axes)]
+            if not (_number(e.left) or _number(e.right)):  # a number: added once per rank
+                todo += [(e.left, axes), (e.right, axes)]
         elif isinstance(e, OpExpr) and e.op in ("*", "/") and _number(e.right):
             todo.append((e.left, axes))
         elif isinstance(e, OpExpr) and e.op == "*" and _number(e.left):
@@ -305,12 +330,19 @@ def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[o
         elif isinstance(e, UnaryExpr) and e.op in ("-", "+"):
             todo.append((e.expr, axes))
         elif (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
-              and e.callee.name in _KEEPS_SUMS):
+              and e.callee.name in _KEEPS_SUMS and _keeps_dtype(e)):
             todo.append((e.callee.expr, axes))  # lsum.detach(), s.float(), s.unsqueeze(-1)
+        elif (isinstance(e, CallExpr) and isinstance(e.callee, RefExpr)
+              and e.callee.fullname.startswith("torch.")
+              and e.callee.fullname.rsplit(".", 1)[-1] in PENDING_JOIN
+              and e.args and isinstance(e.args[0], (ListExpr, TupleExpr))):
+            todo += [(item, axes) for item in e.args[0].items]  # torch.stack([a.sum(), b.sum()])
+        elif isinstance(e, IndexExpr) and not isinstance(e.base, NameExpr):
+            todo.append((e.base, axes))  # torch.stack([...])[0]
         elif opaque or func is None:
             continue
         else:
-            # a local: followed to its value once every read of it is a step here
+            # a local: followed to its values once every read of it is a step here
             key: object = None
             found: list[tuple[str, ...]] = []
             if isinstance(e, NameExpr) and e.node is not None:
@@ -320,30 +352,66 @@ def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[o
                   and e.base.node is not None):
                 key = e.base.node
                 found = items.setdefault(key, [])
-            if key is None:
+            if key is None or key in banned:
                 continue
             found.append(axes)
-            if reads.get(key) != len(found):
-                continue
+            if key in followed:
+                continue  # a read in its own binding (s = s * 0.5): counted at the end
             if assigned is None:
                 assigned = assignments_by_name(func)
+                updates = {}
+                for st in nested_statements(func.body.body):
+                    if isinstance(st, OperatorAssignmentStmt) and isinstance(st.lvalue, NameExpr):
+                        updates.setdefault(st.lvalue.node, []).append(st)
             bound = assigned.get(key)  # type: ignore[call-overload]
-            if bound is None or len(bound) != 1 or bound[0][2] != -1:
+            if bound is None or any(b[2] != -1 for b in bound):
+                continue
+            ups = (updates or {}).get(key, [])
+            if ups and (isinstance(e, IndexExpr) or any(
+                    (u.op not in ("+", "-") or _number(u.rvalue))
+                    and not (u.op in ("*", "/") and _number(u.rvalue))
+                    for u in ups)):
+                continue
+            own = _self_reads(key, [b[1] for b in bound] + [u.rvalue for u in ups]) + len(ups)
+            if reads.get(key) != len(found) + own:
                 continue
             common = _common(found)
             if not common:
                 continue
-            value: Expression = bound[0][1]
-            if isinstance(e, NameExpr):
-                todo.append((value, common))
-            elif isinstance(value, (ListExpr, TupleExpr)):
-                todo += [(item, common) for item in value.items]
-    return summed
+            followed[key] = own
+            for b in bound:
+                value: Expression = b[1]
+                if isinstance(e, NameExpr):
+                    todo.append((value, common))
+                elif len(bound) == 1 and isinstance(value, (ListExpr, TupleExpr)):
+                    todo += [(item, common) for item in value.items]
+                elif len(bound) == 1:
+                    todo.append((value, common))  # parts[0] of a stacked tensor
+            for u in ups:
+                found.append(common)  # s /= n, s += t: the update's read of s is a step
+                if u.op in ("+", "-"):
+                    todo.append((u.rvalue, common))
+    # every followed local: each of its reads, those in its own bindings too, was a step
+    failed = {k for k in followed
+              if reads.get(k) != len(whole.get(k, [])) + len(items.get(k, []))}
+    return summed, failed
+
+
+def _keeps_dtype(e: CallExpr) -> bool:
+    """``s.to(torch.float64)``: yes; ``s.to(torch.int64)``, ``s.view(torch.int32)``: no
+    (engine ``keeps_pending_dtype``); any other call of a value-keeping method: yes."""
+    callee = e.callee
+    if not isinstance(callee, MemberExpr) or callee.name not in ("to", "view"):
+        return True
+    for arg in e.args:
+        if isinstance(arg, MemberExpr) and isinstance(arg.expr, NameExpr) and arg.expr.name == "torch":
+            if not keeps_pending_dtype(callee.name, arg.name):
+                return False
+    return True
 
 
 # methods whose result is a sum of the parts' results (the pending sum stays one)
-_KEEPS_SUMS = frozenset("detach float double half bfloat16 clone contiguous to unsqueeze "
-                        "squeeze reshape view flatten".split())
+_KEEPS_SUMS = frozenset(m for m in PENDING_KEEP if not m.startswith("__"))
 
 
 def _number(e: Expression) -> bool:

@@ -521,6 +521,21 @@ class _Scan:
                 return None
             kind, _, what = next(iter(kept)).partition(":")
             return (kind, what)
+        if isinstance(e, ConditionalExpr):
+            # ``dist.get_world_size() if dist.is_initialized() else 1`` (``get_rank() ... else
+            # 0``): the branch taken is the same on every rank; a literal is the one-process
+            # world's (size >= 1, rank 0), or both branches count the same
+            branches: list[object] = [self.count(b) if not isinstance(b, IntExpr) else b.value
+                                      for b in (e.if_expr, e.else_expr)]
+            counts: list[tuple[str, str]] = [b for b in branches if isinstance(b, tuple)]
+            if not counts or any(c != counts[0] for c in counts):
+                return None
+            for b in branches:
+                if isinstance(b, tuple):
+                    continue
+                if not isinstance(b, int) or (b != 0 if counts[0][0] == "rank" else b < 1):
+                    return None
+            return counts[0]
         env = env_read(e)
         if env is not None:
             if env in ENV_RANKS:

@@ -624,6 +624,48 @@ case("shard-sum-S1-keepdim", {"a": "S1"}, "out = a.sum(0, keepdim=True)", "S1")
 case("shard-sum-S1-tuple", {"a": "S1"}, "out = torch.sum(a, dim=(0,))", "S0")
 case("shard-mean-S1-all", {"a": "S1"}, ("m = a.mean()", "out = m.exp()"), "spmd-global",
      static_line=1, desc="a full reduction")
+# the ops through which a pending sum stays one (engine ops.PENDING_ADD / PENDING_SCALE /
+# PENDING_JOIN / PENDING_KEEP, one list read by both checkers; session 39: Megatron's
+# context-parallel loss, a stack of the masked loss sum and the token count, was rejected by both)
+_RP = 'out = spmd.reinterpret({}, "tp", src=V, dst=P)'
+case("pending-sum-stack-reinterpret", {"a": "S0", "b": "S0"},
+     ("both = torch.stack([(a * b).sum(), b.sum()])", _RP.format("both")), "P", collective=True,
+     desc="Megatron's context-parallel loss: [loss sum, token count] in one all-reduce")
+case("pending-sum-cat-view-reinterpret", {"a": "S0", "b": "S0"},
+     ("both = torch.cat([(a * b).sum().view(1), b.sum().view(1)])", _RP.format("both")), "P",
+     collective=True)
+case("pending-sum-stack-index-reinterpret", {"a": "S0", "b": "S0"},
+     ("both = torch.stack([a.sum(), b.sum()])", _RP.format("both[0]")), "P", collective=True)
+case("pending-sum-unsqueeze-reinterpret", {"a": "S0"},
+     ("s = a.sum().unsqueeze(0)", _RP.format("s")), "P", collective=True)
+case("pending-sum-clone-detach-to-reinterpret", {"a": "S0"},
+     ("s = a.sum().clone().detach().to(torch.float64)", _RP.format("s")), "P", collective=True)
+case("pending-sum-inplace-div-reinterpret", {"a": "S0"},
+     ("s = a.sum()", "s /= 4", _RP.format("s")), "P", collective=True,
+     desc="a number's / in place: the sum stays pending")
+case("pending-sum-rebound-scaled-reinterpret", {"a": "S0"},
+     ("s = a.sum()", "if a.shape[0] > 1:", "    s = s * 0.5", _RP.format("s")), "P",
+     collective=True, desc="rebound to a number's multiple under an if")
+case("pending-sum-stack-sqrt", {"a": "S0"},
+     ("both = torch.stack([a.sum(), a.amax()])", "out = both.sqrt()"), "spmd-global",
+     static_line=1, desc="a sqrt of a stack of pending sums is no sum")
+case("pending-sum-inplace-mul-by-tensor", {"a": "S0", "b": "S0"},
+     ("s = a.sum()", "s *= b[0, 0]"), "spmd-global", static_line=1,
+     desc="a tensor factor: the product is no sum")
+case("pending-sum-to-int-reinterpret", {"a": "S0"}, _RP.format("a.sum().to(torch.int64)"),
+     "spmd-global", collective=True, desc="a cast to an integer truncates each summand")
+case("pending-sum-view-dtype-reinterpret", {"a": "S0"}, _RP.format("a.sum().view(torch.int32)"),
+     "spmd-global", collective=True, desc="a view by a dtype reinterprets the summands' bits")
+case("pending-sum-plus-number-reinterpret", {"a": "S0"}, _RP.format("a.sum() + 1.0"),
+     "spmd-global", collective=True, desc="a number added once per rank is no part of the sum")
+# a per-rank statistic over the shard dim (a BatchNorm under DDP): the operand declared V first,
+# a widening both checkers read (the check mode drops the known dim on an alias; x keeps S(0))
+case("pending-sum-declared-V-mean", {"a": "S0"},
+     ('av = spmd.declare(a, Tensor[V["tp"]])', "mu = av.mean(0)", "out = (a - mu) * mu"), "V",
+     desc="this rank's own mean, said so")
+case("pending-sum-declared-V-keeps-operand", {"a": "S0"},
+     ('av = spmd.declare(a, Tensor[V["tp"]])', "m = av.mean(0)", "out = a"), "S0",
+     desc="the declaration widens its result, not the operand")
 case("shard-amax-S0-dim0", {"a": "S0"}, "out = a.amax(0).exp()", "V",
      desc="a max over the shard dim: this rank's max, no pending sum")
 case("shard-amax-S0", {"a": "S0"}, "out = a.amax(1)", "S0")
