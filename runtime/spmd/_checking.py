@@ -1029,10 +1029,9 @@ def _pending_type(x: torch.Tensor, t: SpmdType) -> SpmdType:
     return t
 
 
-def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
-    """The source texts of a contraction's ``n`` tensor operands, read from the expression
-    its frame was running (``q @ k.t()``: q, k.t(); ``F.linear(h, w)``: h, w;
-    ``x.matmul(y)``: x, y; an einsum's equation left out); None when not certain."""
+def _expression_at(where: tuple | None) -> tuple[str, Any] | None:
+    """The source text of the expression a frame was running (``where``: its file and
+    line) and its parsed ``ast`` node; None when it cannot be read or parsed alone."""
     import ast
 
     if where is None:
@@ -1042,9 +1041,21 @@ def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
         if source is None:
             return None
         source = source.strip()
-        node = ast.parse(source, mode="eval").body
+        return source, ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
         return None
+
+
+def _contraction_texts(where: tuple | None, n: int) -> list[str] | None:
+    """The source texts of a contraction's ``n`` tensor operands, read from the expression
+    its frame was running (``q @ k.t()``: q, k.t(); ``F.linear(h, w)``: h, w;
+    ``x.matmul(y)``: x, y; an einsum's equation left out); None when not certain."""
+    import ast
+
+    found = _expression_at(where)
+    if found is None:
+        return None
+    source, node = found
     if isinstance(node, ast.BinOp):
         items = [node.left, node.right]
     elif isinstance(node, ast.Call):
@@ -1065,16 +1076,10 @@ def _reduced_texts(where: tuple | None) -> list[str] | None:
     (:func:`_contraction_texts` reads a contraction's, whose dims are no operands)."""
     import ast
 
-    if where is None:
+    found = _expression_at(where)
+    if found is None:
         return None
-    try:
-        source = _source_at(*where)
-        if source is None:
-            return None
-        source = source.strip()
-        node = ast.parse(source, mode="eval").body
-    except (SyntaxError, ValueError, IndexError, TypeError, UnicodeDecodeError):
-        return None
+    source, node = found
     if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
         return None
     name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
