@@ -364,7 +364,7 @@ def _accumulating(backward: Any, args: Any, kwargs: Any) -> Any:
     not touch keep their type."""
     if not _ASSIGNED_GRADS:
         return backward(*args, **kwargs)
-    versions = [(g, g._version, _ZEROED.get(id(g)) == g._version) for g in _ASSIGNED_GRADS.values()]
+    versions = [(g, g._version, _still_zeroed(g)) for g in _ASSIGNED_GRADS.values()]
     # create_graph=True (Tensor.backward's and torch.autograd.backward's fourth parameter):
     # autograd accumulates out of place, ``p.grad = p.grad + new``: the owners whose grad is
     # an assigned tensor now, to find the new sums after
@@ -436,6 +436,31 @@ _ZEROED: dict[int, int] = {}
 def _zeroed(t: Any) -> None:
     if isinstance(t, torch.Tensor) and _ASSIGNED_GRADS.get(id(t)) is t:
         _ZEROED[id(t)] = t._version
+
+
+def _zero_fill(args: Any, kwargs: Any) -> bool:
+    """``fill_(0)``, ``fill_(0.0)``: an exact zero fill (a tensor value: not counted)."""
+    value = args[1] if len(args) > 1 else kwargs.get("value")
+    return type(value) in (int, float) and value == 0
+
+
+def _still_zeroed(g: torch.Tensor) -> bool:
+    """``g`` (an assigned gradient) was zeroed in place and holds zeros still, when a
+    backward starts.  Its version may have moved since the zeroing without a write to its
+    own elements: views of one flat bucket (DDP-style, ``p.grad = flat[a:b].view_as(p)``)
+    share one version counter, so zeroing the next parameter's gradient moves this one's.
+    A moved version is then checked by value (all zeros: autograd's sum is its gradient),
+    and the entry moved along."""
+    zeroed_at = _ZEROED.get(id(g))
+    if zeroed_at is None:
+        return False
+    if zeroed_at == g._version:
+        return True
+    with suspended(), torch.no_grad():
+        zero = not bool(g.any())
+    if zero:
+        _ZEROED[id(g)] = g._version
+    return zero
 
 
 # While a backward runs: the versions the assigned gradients had when it started, by id (a
@@ -1248,6 +1273,10 @@ class _Mode(TorchFunctionMode):
         kind = plan.kind
         if kind is Kind.OP:
             if plan.name == "zero_" and _ASSIGNED_GRADS and args:
+                out = self._op(plan, func, args, kwargs)
+                _zeroed(args[0])
+                return out
+            if plan.name == "fill_" and _ASSIGNED_GRADS and args and _zero_fill(args, kwargs):
                 out = self._op(plan, func, args, kwargs)
                 _zeroed(args[0])
                 return out

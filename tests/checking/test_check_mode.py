@@ -461,6 +461,44 @@ def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zer
         assert "w.grad" in str(e.value)
 
 
+@pytest.mark.parametrize("zero", ["zero_", "fill_(0)", "fill_(0.0)", "zero_grad(set_to_none=False)",
+                                  "none", "fill_(1)"])
+def test_gradients_that_are_views_of_one_reduced_bucket_zeroed_in_place(zero: str) -> None:
+    """DDP-style: one flat bucket all-reduced, each ``p.grad`` a view of it (the views share
+    one version counter: zeroing ``u.grad`` moves ``w.grad``'s version too).  Zeroed in place
+    before the next backward, each holds autograd's gradient again (accepted, P); not zeroed
+    (or filled with a nonzero value), the next backward still raises spmd-partial-affine."""
+    w = nn.Parameter(torch.randn(4))
+    u = nn.Parameter(torch.randn(4))
+    opt = torch.optim.SGD([w, u], lr=0.1)
+    with spmd.typecheck():
+        typed(w, Tensor[R["cp"]])
+        typed(u, Tensor[R["cp"]])
+        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+        ((x * w).sum() + (x * u).sum()).backward(torch.tensor(1.0))
+        flat = typed(torch.randn(8), Tensor[R["cp"]])  # as all_reduce(cat(grads), ...) gives
+        w.grad = flat[:4].view_as(w)
+        u.grad = flat[4:].view_as(u)
+        assert spmd.typeof(w.grad) == ty(cp=REPLICATE)
+        opt.step()
+        if zero == "zero_grad(set_to_none=False)":
+            opt.zero_grad(set_to_none=False)
+        elif zero != "none":
+            for g in (w.grad, u.grad):
+                if zero == "zero_":
+                    g.zero_()
+                else:
+                    g.fill_(float(zero[6:-1]) if "." in zero else int(zero[6:-1]))
+        if zero in ("none", "fill_(1)"):
+            with pytest.raises(SpmdTypeError) as e:
+                ((x * w).sum() + (x * u).sum()).backward(torch.tensor(1.0))
+            assert e.value.code == "spmd-partial-affine", e.value
+            return
+        ((x * w).sum() + (x * u).sum()).backward(torch.tensor(1.0))
+        assert spmd.typeof(w.grad) == ty(cp=PARTIAL)
+        assert spmd.typeof(u.grad) == ty(cp=PARTIAL)
+
+
 @pytest.mark.parametrize("call", ["backward", "autograd.backward"])
 def test_a_gradient_reduced_every_micro_batch_without_zeroing_is_caught_at_the_backward(
         call: str) -> None:
