@@ -754,7 +754,8 @@ class LocalNorm:
 
 def normalised_parts_error(norm: LocalNorm, axis: str, call: str, x_text: str) -> SpmdError | None:
     """``call`` ("sum": ``spmd.sum(x, ..., out_partial_axes=axis)``; "reinterpret":
-    ``reinterpret(x, axis, src=V, dst=P)``) claims each rank's value of ``x`` is its part of a sum over ``axis``; ``x`` is
+    ``reinterpret(x, axis, src=V, dst=P)``; "matmul", "einsum", "linear": that contraction
+    with ``x`` an operand and ``out_partial_axes=axis``) claims each rank's value of ``x`` is its part of a sum over ``axis``; ``x`` is
     computed from ``norm``, a softmax, log_softmax or logsumexp along a dim its input holds
     sharded on ``axis`` (S(dim) there), with no collective on the way (the adapter's walk):
     each rank normalised its own block of the dim, so the ranks' values are no parts of the
@@ -766,6 +767,16 @@ def normalised_parts_error(norm: LocalNorm, axis: str, call: str, x_text: str) -
     if hint is None:
         return None
     x, ax = bare(x_text), format_axis(axis)
+    if call in ("matmul", "einsum", "linear"):
+        # a contraction with an operand normalised per block (split-KV attention:
+        # spmd.matmul(torch.softmax(s, -1), v, out_partial_axes="tp") of keys sharded on tp)
+        return SpmdError(
+            "spmd-partial-nonlinear",
+            f"spmd.{call}(..., out_partial_axes={ax}) takes each rank's product with {x} as "
+            f"its part of a sum over {ax}, but {hint}; the ranks' products with per-block "
+            f"normalised values do not sum to the product with the value over the whole dim "
+            f"(or merge the blocks' outputs with the all-reduced logsumexp, as ring attention "
+            f"does)")
     written = (f"spmd.sum({x}, ..., out_partial_axes={ax})" if call == "sum"
                else f"spmd.reinterpret({x}, {ax}, src=V, dst=P)")
     return SpmdError(

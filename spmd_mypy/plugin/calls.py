@@ -2346,6 +2346,14 @@ class CallTyper:
             self.report(ctx, res.errors)
             if not res.errors and op == "sum" and ctx.args and ctx.args[0]:
                 self._normalised_parts(ctx, ctx.args[0][0], axes, "sum")
+            elif not res.errors and op in ("matmul", "einsum", "linear"):
+                # an operand normalised per rank's block (split-KV attention's local softmax)
+                for formal, exprs in zip(ctx.callee_arg_names, ctx.args):
+                    if formal in ("equation", "bias", "out_partial_axes"):
+                        continue
+                    for e in exprs:
+                        if not isinstance(e, StrExpr):
+                            self._normalised_parts(ctx, e, axes, op)
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
