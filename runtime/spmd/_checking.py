@@ -948,15 +948,15 @@ def _check_pending(x: torch.Tensor, collective: tuple | None) -> None:
     if entry is None or entry[0]() is not x:
         return
     _, axes, (name, c, shapes, where) = entry
-    if isinstance(c, Reduction):
-        _check_pending_sum(x, collective, axes, name, c, shapes, where)
-        return
     if collective is not None:
         op, on, src, dst = collective
         if (op == "reinterpret" and isinstance(src, LocalType) and src.kind is TKind.V
                 and isinstance(dst, LocalType) and dst.kind is TKind.P and set(axes) <= set(on)):
             return
     elif _in_collective_internals():
+        return
+    if isinstance(c, Reduction):
+        _check_pending_sum(axes, name, c, shapes, where)
         return
     texts = _contraction_texts(where, sum(1 for t, _ in shapes if t is not None))
     operands = []
@@ -972,18 +972,12 @@ def _check_pending(x: torch.Tensor, collective: tuple | None) -> None:
         " (raised at the first use of the result other than that reinterpret)")))
 
 
-def _check_pending_sum(x: torch.Tensor, collective: tuple | None, axes: tuple[str, ...], name: str,
-                       red: Reduction, shapes: list, where: tuple | None) -> None:
+def _check_pending_sum(axes: tuple[str, ...], name: str, red: Reduction, shapes: list,
+                       where: tuple | None) -> None:
     """A pending sum (engine ``reduced_partial_error``: a sum or mean over a dim sharded on
-    ``axes``) read by an op or a collective: as a contraction's, except that + and - of
-    pending sums (and a number's * or /) stay pending (:func:`_carried_pending`)."""
-    if collective is not None:
-        op, on, src, dst = collective
-        if (op == "reinterpret" and isinstance(src, LocalType) and src.kind is TKind.V
-                and isinstance(dst, LocalType) and dst.kind is TKind.P and set(axes) <= set(on)):
-            return
-    elif _in_collective_internals():
-        return
+    ``axes``) read by an op or a collective other than its reinterpret (:func:`_check_pending`
+    returned for those): as a contraction's, except that + and - of pending sums (and a
+    number's * or /) stay pending (:func:`_carried_pending`)."""
     texts = _reduced_texts(where)
     t, shape = shapes[0]
     operand = Operand(t, texts[0] if texts is not None else _default_text(0), True, None, shape)
