@@ -726,17 +726,7 @@ class ReportPlugin(SpmdPlugin):
         cls, _, method = fullname.rpartition(".")
         if method != "apply" or not is_autograd_function(self.dispatch.lookup_info(cls)):
             return hook
-
-        def run(ctx: MethodContext) -> Type:
-            result = hook(ctx) if hook is not None else ctx.default_return_type
-            try:
-                self._record_apply(cls, ctx)
-            except Exception as e:  # noqa: BLE001 - a report problem must never crash mypy
-                self.problems.append(f"{getattr(ctx.api, 'path', '?')}:{ctx.context.line}: "
-                                     f"{type(e).__name__}: {e}")
-            return result
-
-        return run
+        return self._guarded(hook, lambda ctx: self._record_apply(cls, ctx))
 
     def _record_apply(self, cls: str, ctx: MethodContext) -> None:
         """A ``Fn.apply(...)`` call of a Function defined in a reported file: a site whose
@@ -763,10 +753,15 @@ class ReportPlugin(SpmdPlugin):
             applies=qualname)
 
     def _recording(self, fullname: str, hook: Callable | None) -> Callable[[FunctionContext], Type]:
-        def run(ctx: FunctionContext) -> Type:
+        return self._guarded(hook, lambda ctx: self._record(fullname, ctx))
+
+    def _guarded(self, hook: Callable | None, record: Callable[[Any], None]) -> Callable[[Any], Type]:
+        """``hook`` (the plugin's, or mypy's default type when None) followed by ``record`` of
+        the call; a recording problem is kept in ``problems``, never raised into mypy."""
+        def run(ctx: Any) -> Type:
             result = hook(ctx) if hook is not None else ctx.default_return_type
             try:
-                self._record(fullname, ctx)
+                record(ctx)
             except Exception as e:  # noqa: BLE001 - a report problem must never crash mypy
                 self.problems.append(f"{getattr(ctx.api, 'path', '?')}:{ctx.context.line}: "
                                      f"{type(e).__name__}: {e}")
