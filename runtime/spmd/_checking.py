@@ -102,13 +102,14 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RA
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op,
                                           RAW_BROADCASTS, raw_broadcast_error,
-                                          mesh_moved_error)
+                                          mesh_moved_error, pending_left)
 from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction, partial_sum
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
+                                  pending_left_error,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
                                   reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
                                   PENDING_REDUCTIONS, PENDING_SCALE, keeps_pending_dtype,
@@ -940,21 +941,38 @@ def _forget_pending(ref: _Ref) -> None:
         del _PENDING[ref.key]
 
 
-def _check_pending(x: torch.Tensor, collective: tuple | None) -> None:
+def _check_pending(x: torch.Tensor, collective: tuple | None) -> bool:
     """``x`` is a pending partial sum read by an op (``collective`` None) or a collective
-    ((op, axes, src, dst)): the error, unless that is reinterpret(V->P) on its axes or the
-    collectives' internals."""
+    ((op, axes, src, dst, reduce_op)): the error, unless that takes the pending sum on all
+    its axes (engine ``pending_left``: reinterpret(V->P), an all_reduce or reduce_scatter
+    with src=P) or is the collectives' internals.  True when a collective takes it (its
+    input is then P there: :func:`_pending_type`)."""
     entry = _PENDING.get(id(x))
     if entry is None or entry[0]() is not x:
-        return
+        return False
     _, axes, (name, c, shapes, where) = entry
+    left: tuple[str, ...] | None = None
     if collective is not None:
-        op, on, src, dst = collective
-        if (op == "reinterpret" and isinstance(src, LocalType) and src.kind is TKind.V
-                and isinstance(dst, LocalType) and dst.kind is TKind.P and set(axes) <= set(on)):
-            return
+        op, on, src, dst, reduce_op = collective
+        left = pending_left(op, tuple(on), src if isinstance(src, LocalType) else None,
+                            dst if isinstance(dst, LocalType) else None, axes, reduce_op)
+        if left == ():
+            return True
+        if left:
+            axes = left  # the error names an axis the call leaves pending
     elif _in_collective_internals():
-        return
+        return False
+    try:
+        _raise_pending(axes, name, c, shapes, where)
+    except SpmdTypeError as e:
+        if left and collective is not None:
+            raise SpmdTypeError(pending_left_error(e.error, collective[1], left[0])) from None
+        raise
+    return False  # pragma: no cover (raised)
+
+
+def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where: tuple | None
+                   ) -> None:
     if isinstance(c, Reduction):
         _check_pending_sum(axes, name, c, shapes, where)
         return
@@ -969,7 +987,8 @@ def _check_pending(x: torch.Tensor, collective: tuple | None) -> None:
         operands.append((Operand(t, text, True, None, shape), None))
     err = implicit_partial_error(name, c, axes[0], operands)  # type: ignore[arg-type]
     raise SpmdTypeError(SpmdError(err.code, err.message + (
-        " (raised at the first use of the result other than that reinterpret)")))
+        " (raised at the first use of the result other than that reinterpret or an "
+        "all_reduce/reduce_scatter with src=P of it)")))
 
 
 def _check_pending_sum(axes: tuple[str, ...], name: str, red: Reduction, shapes: list,
@@ -985,7 +1004,8 @@ def _check_pending_sum(axes: tuple[str, ...], name: str, red: Reduction, shapes:
     if err is None:  # pragma: no cover (the mark says it is one)
         return
     raise SpmdTypeError(SpmdError(err.code, err.message + (
-        " (raised at the first use of the result other than that reinterpret, or + and - of "
+        " (raised at the first use of the result other than that reinterpret, an "
+        "all_reduce/reduce_scatter with src=P of it, or + and - of "
         "other such sums)")))
 
 
@@ -1032,6 +1052,24 @@ def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: 
         if not t or any((lt := t.get(a)) is None or lt.kind is not TKind.V for a in axes):
             return None  # an R, I or P term (added once per rank), or untyped: checked as such
     return tuple(axes), first[2]
+
+
+def _reduced_pending(x: Any, have: SpmdType, op: str, on: Sequence[str], src: Any, dst: Any,
+                     reduce_op: str) -> SpmdType:
+    """``have`` with P where ``x`` is a pending partial sum that the reduction ``op`` with
+    src=P takes on all its axes (engine ``pending_left``; :func:`_check_pending` has
+    accepted it): the collective types its input as its src says.  ``have`` unchanged
+    otherwise (reinterpret(V->P) reads the V it is)."""
+    if not _PENDING or op == "reinterpret" or not isinstance(x, torch.Tensor):
+        return have
+    entry = _PENDING.get(id(x))
+    if entry is None or entry[0]() is not x or not have:
+        return have
+    src_lt = src if isinstance(src, LocalType) else None
+    if pending_left(op, tuple(on), src_lt, dst if isinstance(dst, LocalType) else None,
+                    entry[1], reduce_op) != ():
+        return have
+    return _pending_type(x, have)
 
 
 def _pending_type(x: torch.Tensor, t: SpmdType) -> SpmdType:
@@ -2575,6 +2613,7 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     have = _get(x) or _UNTYPED
     if have and id(have) not in _CANON_IDS:  # typed under another mesh
         have = _moved(x, have, op)
+    have = _reduced_pending(x, have, op, names, src_lt, dst_lt, reduce_op)
     have, src_lt = _at_rank(x, have, src_lt)
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text="x", can_grad=can_grad)
@@ -2599,12 +2638,13 @@ def before_collective(op: str, x: Any, axes: tuple[str, ...], src: LocalType, ds
     blocks cut on the wrong dim), and its shape error would hide the type error.  Only the
     src is compared here (a few axes, no engine call): the rest is checked after the op."""
     if _PENDING and isinstance(x, torch.Tensor) and id(x) in _PENDING:
-        _check_pending(x, (op, axes, src, dst))
+        _check_pending(x, (op, axes, src, dst, reduce_op))
     have = _get(x) if isinstance(x, torch.Tensor) else None
     if not have:
         return
     if id(have) not in _CANON_IDS:  # typed under another mesh
         have = _moved(x, have, op)
+    have = _reduced_pending(x, have, op, axes, src, dst, reduce_op)
     have, src_at = _at_rank(x, have, src)
     assert src_at is not None
     if all(t is None or shard_dims_match(t, src_at) for t in map(have.get, axes)):
@@ -3074,10 +3114,13 @@ def _sole_return_texts(fn: Any, n: int, many: bool) -> list[str]:
 
 
 def _check_apply_argument(value: torch.Tensor, want: SpmdType, param: str, callee: str,
-                          stamp: bool = True) -> None:
+                          stamp: bool = True, have: SpmdType | None = None) -> None:
     """The static checker's rule for an argument (engine ``check_argument``, ``spmd-mismatch``);
-    then the argument has its declared type (forward's body sees it, like ``spmd.checked``)."""
-    have = _get(value)
+    then the argument has its declared type (forward's body sees it, like ``spmd.checked``).
+    ``have``: the argument's type when not its tracked one (a pending partial sum a mapping
+    reduces: P there)."""
+    if have is None:
+        have = _get(value)
     if have:
         have_r, at_rank = _types_at_rank(value, have, want)
         integer = _is_integer(value)  # no gradient: R and I agree (as in _stamp_declared)
@@ -3205,11 +3248,12 @@ def _megatron_apply(cls: Any, mapping: MappingTypes, torch_apply: Any, args: tup
     src = mapping.src
     want = SpmdType.of({a: src for a in axes})
     if _PENDING and id(x) in _PENDING:  # an undeclared partial sum: its own message
-        _check_pending(x, (mapping.collective, axes, src, dst))
-    _check_apply_argument(x, want, "input_", mapping.name, stamp=False)
+        _check_pending(x, (mapping.collective, axes, src, dst, "sum"))
     have = _get(x) or _UNTYPED
     if have and id(have) not in _CANON_IDS:  # typed under another mesh
         have = _moved(x, have, mapping.collective)
+    have = _reduced_pending(x, have, mapping.collective, axes, src, dst, "sum")
+    _check_apply_argument(x, want, "input_", mapping.name, stamp=False, have=have or None)
     have, src_at = _at_rank(x, have, src)
     with torch._C.DisableTorchFunction():
         can_grad = torch.is_grad_enabled() and x.requires_grad

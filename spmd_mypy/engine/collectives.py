@@ -152,6 +152,48 @@ REDUCE_OPS = ("sum", "avg") + NO_GRAD_REDUCE_OPS
 SCATTER_REDUCE_OPS = ("sum", "avg")
 
 
+# The typed collectives that take a pending partial sum (a contraction's, or a sum's over a
+# shard dim: each rank's value is its part of a sum over the ranks, typed V until the code says
+# so) as what it is, read by both adapters (the plugin's declared_partials, the check mode's
+# _check_pending): reinterpret(V->P) declares it; an all_reduce or reduce_scatter with src=P
+# (summing or averaging: Megatron's reduce_from_tensor_model_parallel_region and
+# reduce_scatter_to_sequence_parallel_region are these) reduces it, its numbers being exactly
+# the per-rank parts src=P describes.  Any other use of a pending value stays an error.
+PENDING_TAKERS = ("reinterpret", "all_reduce", "reduce_scatter")
+
+
+def takes_pending(op: str, src: LocalType | None, dst: LocalType | None,
+                  reduce_op: str = "sum") -> bool:
+    """``op(x, ..., src=src, dst=dst, op=reduce_op)`` takes a pending partial sum ``x``
+    (``src`` None: the op's default, P for the reductions)."""
+    if op == "reinterpret":
+        return (src is not None and src.kind is Kind.V and src.dim is None
+                and dst is not None and dst.kind is Kind.P)
+    if op in ("all_reduce", "reduce_scatter"):
+        return (src is None or src.kind is Kind.P) and reduce_op in SCATTER_REDUCE_OPS
+    return False
+
+
+def pending_left(op: str, on: Sequence[str], src: LocalType | None, dst: LocalType | None,
+                 pending: Sequence[str], reduce_op: str = "sum") -> tuple[str, ...] | None:
+    """The axes of ``pending`` (where a value is a pending partial sum) that the collective
+    ``op`` over ``on`` leaves pending: () when it takes the whole pending sum; None when the
+    collective takes no pending sum at all (:func:`takes_pending`)."""
+    if not takes_pending(op, src, dst, reduce_op):
+        return None
+    return tuple(a for a in pending if a not in on)
+
+
+def pending_left_note(call: str, on: Sequence[str], left: Sequence[str]) -> str:
+    """The words an error on a pending sum left on ``left`` adds when its value goes to a
+    reduction over ``on`` (:func:`pending_left`): which axes the call misses, and the call
+    over them all."""
+    every = tuple(dict.fromkeys((*on, *left)))
+    return (f"; the {call} it goes to takes the parts over {axis_words(list(on))} only, "
+            f"leaving {axis_words(list(left))} a per-rank part: reduce over "
+            f"{format_axis(every if len(every) > 1 else every[0])} in that call")
+
+
 def route(src: LocalType, dst: LocalType) -> tuple[str, Form, Form] | None:
     """Which op implements ``src -> dst`` keeping the meaning (what redistribute runs).
 
@@ -953,6 +995,11 @@ def check_collective(
     # shared by training and generation keeps its reinterpret(h, "tp", src=I, dst=R) under
     # no_grad, where the rule makes an I beside a gradient-free R an R
     relaxed = {a for a, t in known if not can_grad and {t.kind, src.kind} <= SAME_VALUES}
+    # a max/min all_reduce (no gradient) over an axis where the value is already R or I: the
+    # max of equal values is that value, so src=V there claims no more than V's "each rank
+    # its own value" (FP8 amax scaling reduces an amax R on "tp", V on "dp" over both axes)
+    if op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS and src.kind is Kind.V and src.dim is None:
+        relaxed |= {a for a, t in known if t.kind in SAME_VALUES}
     mismatched = [a for a, t in known if not shard_dims_match(t, src) and a not in relaxed]
     rest = tuple(a for a in axes if a not in mismatched)
     # src names a kind the input does not have, on every axis whose type is known: the

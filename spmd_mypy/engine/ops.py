@@ -970,6 +970,10 @@ class Reduction:
     # the axes on which the code declares a sum's result a partial sum (reinterpret(V->P) or
     # spmd.sum's out_partial_axes; "*": every axis): see :func:`reduced_partial_sum`
     partial_axes: tuple[str, ...] = ()
+    # the partial sum on partial_axes is typed P, pending: the result goes (alone, or added to
+    # others) to a typed reduction of it (all_reduce / reduce_scatter with src=P), as a
+    # Contraction's ``pending``
+    pending: bool = False
 
 
 def normalising_reduction(name: str, value: object, ndim: int | None = None) -> Reduction | None:
@@ -1612,17 +1616,26 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         if (err is None and lt is not None and lt.kind is Kind.V and reduction is not None
                 and spec.name in SHARD_SUMMING and tensor_ops):
             err = reduced_partial_error(spec.name, tensor_ops[0][0], axis, reduction)
+            if err is not None and reduction.pending:
+                err = pending_left_error(err, reduction.partial_axes, axis)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
             err = _causal_queries_error(spec.name, move, axis, tensor_ops)
             if err is None and axis not in move.partial_axes and "*" not in move.partial_axes \
                     and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                            for o, _ in tensor_ops]):
                 err = implicit_partial_error(spec.name, move, axis, tensor_ops)
+                if move.pending:
+                    err = pending_left_error(err, move.partial_axes, axis)
         if lt is not None and lt.kind is Kind.V:
             if (isinstance(move, Contraction) and move.pending and axis in move.partial_axes
                     and err is None and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                                            for o, _ in tensor_ops])):
-                lt = LocalType(Kind.P)  # the pending partial sum a raw reduction reads
+                lt = LocalType(Kind.P)  # the pending partial sum a reduction reads
+            elif (reduction is not None and reduction.pending and axis in reduction.partial_axes
+                  and err is None and tensor_ops and spec.name in SHARD_SUMMING
+                  and reduced_partial_sum(spec.name, tensor_ops[0][0].type.get(axis), axis,  # type: ignore[union-attr]
+                                          replace(reduction, partial_axes=()), tensor_ops[0][0].shape)):
+                lt = LocalType(Kind.P)  # the pending sum a typed reduction reads
             elif isinstance(move, Contraction):
                 lt = contracted_layout(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                               for o, _ in tensor_ops])
@@ -1686,6 +1699,19 @@ def _causal_queries_error(name: str, c: Contraction, axis: str,
 
 # The contraction ops' spmd counterparts that take out_partial_axes (SPEC section 6)
 _PARTIAL_COUNTERPARTS = {"linear": "linear", "einsum": "einsum"}
+
+
+def pending_left_error(err: SpmdError, reduced: Sequence[str], axis: str) -> SpmdError:
+    """``err`` (a pending partial sum on ``axis``, :func:`implicit_partial_error` or
+    :func:`reduced_partial_error`) for a value whose reduction (a typed all_reduce or
+    reduce_scatter with src=P, a raw in-place sum all-reduce) takes the parts over
+    ``reduced`` but not ``axis``: it says which axis the reduction misses."""
+    from .collectives import pending_left_note
+
+    on = [a for a in reduced if a != "*"]
+    if not on or axis in on:
+        return err
+    return SpmdError(err.code, err.message + pending_left_note("reduction", on, [axis]))
 
 
 def implicit_partial_error(name: str, c: Contraction, axis: str,

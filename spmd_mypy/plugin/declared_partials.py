@@ -78,7 +78,8 @@ from mypy.nodes import (
 )
 from mypy.types import Instance, get_proper_type
 
-from ..engine.collectives import raw_collective, raw_reduce_op
+from ..engine.collectives import raw_collective, raw_reduce_op, takes_pending
+from ..engine.megatron import TP_AXIS, TYPED_MAPPINGS
 from ..engine.contractions import Contraction, partial_sum
 from ..engine.ops import (PENDING_JOIN, PENDING_KEEP, SHARD_SUMMING, Operand, Reduction,
                           keeps_pending_dtype, reduced_partial_sum)
@@ -476,6 +477,8 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
         return
     if isinstance(e, CallExpr):
         axes = _reinterpret_to_partial(e)
+        if axes is None:
+            axes = _typed_reduction(e)
         if axes is not None:
             calls.append((e.args[0], axes))
         if _raw_reduction(e) is not None:
@@ -607,6 +610,48 @@ def _reinterpret_to_partial(e: CallExpr) -> tuple[str, ...] | None:
     return ("*",)
 
 
+def _typed_reduction(e: CallExpr) -> tuple[str, ...] | None:
+    """For a typed reduction of a pending partial sum (engine ``takes_pending``):
+    ``spmd.all_reduce(x, axes, src=P, ...)`` / ``spmd.reduce_scatter(x, axes, src=P, ...)``
+    (src omitted: P; op "sum" or "avg"), its literal axes, or Megatron's
+    ``reduce_from_tensor_model_parallel_region(x)`` / ``reduce_scatter_to_sequence_parallel_region(x)``
+    (the table's src=P on "tp"): the axes with ``_PENDING`` (the value is typed P there, as
+    the collective's src says); None for any other call."""
+    callee = e.callee
+    if not isinstance(callee, (NameExpr, MemberExpr)) or not e.args or e.arg_kinds[0] != ARG_POS:
+        return None
+    fullname = callee.fullname or ""
+    if fullname.startswith("megatron."):
+        mapping = TYPED_MAPPINGS.get(callee.name)
+        if mapping is None or not takes_pending(mapping.collective, mapping.src, mapping.dst):
+            return None
+        return (TP_AXIS, _PENDING)
+    if callee.name not in ("all_reduce", "reduce_scatter") or not fullname.startswith("spmd"):
+        return None
+    src: Expression | None = None
+    dst: Expression | None = None
+    op = "sum"
+    axis: Expression | None = None
+    for k, (a, name) in enumerate(zip(e.args, e.arg_names)):
+        if name == "src":
+            src = a
+        elif name == "dst":
+            dst = a
+        elif name == "op":
+            op = a.value if isinstance(a, StrExpr) else "?"
+        elif name == "axis" or (name is None and k == 1):
+            axis = a
+    if (src is not None and not _marker(src, "P")) or dst is None or not takes_pending(
+            callee.name, None, None, op):
+        return None
+    if isinstance(axis, StrExpr):
+        return (axis.value, _PENDING)
+    if isinstance(axis, (TupleExpr, ListExpr)) and axis.items and all(
+            isinstance(i, StrExpr) for i in axis.items):
+        return tuple(i.value for i in axis.items if isinstance(i, StrExpr)) + (_PENDING,)
+    return None
+
+
 def _marker(e: Expression | None, name: str) -> bool:
     return isinstance(e, (NameExpr, MemberExpr)) and e.name == name
 
@@ -650,5 +695,8 @@ def declared_reduction(ctx: FunctionContext | MethodContext, op: str, reduction:
         if reduced_partial_sum(op, lt, a, reduction, x.shape):
             found = reinterpreted_axes(current_function(ctx.api), getattr(ctx.api, "tree", None),
                                        ctx.context, types, summed=True)  # type: ignore[arg-type]
-            return replace(reduction, partial_axes=found) if found else reduction
+            pending = _PENDING in found  # a typed reduction reads it: P, pending
+            if pending:
+                found = tuple(b for b in found if b != _PENDING)
+            return replace(reduction, partial_axes=found, pending=pending) if found else reduction
     return reduction

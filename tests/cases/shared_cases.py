@@ -771,6 +771,46 @@ case("partial-contraction-row-parallel", {"h": "S1", "w": "S1"},
 case("partial-contraction-row-parallel-local", {"h": "S1", "w": "S1"},
      ("part = h @ w.t()", 'out = spmd.reinterpret(part, "tp", src=V, dst=P)'), "P",
      collective=True, desc="a local bound once, read only by the reinterpret")
+# A typed reduction with src=P of a pending partial sum takes it as what it is (engine
+# collectives.pending_left; session 40): spmd.all_reduce / reduce_scatter with src=P (the
+# canonical row-parallel forms; Megatron's reduce_from_... / reduce_scatter_to_... are these:
+# tests/plugin/cases/claimed_partials.test and the megatron-mappings world), the result typed
+# as the collective says.  A reduction that misses an axis the sum is pending on, op="max", or
+# any other read of the pending value stays an error.
+case("partial-contraction-all-reduced-src-P", {"h": _SM1, "w": "S1"},
+     'out = spmd.all_reduce(F.linear(h, w), "tp", src=P, dst=R)', "R", collective=True,
+     desc="Megatron's row-parallel linear, typed")
+case("partial-contraction-local-all-reduced-src-P", {"h": _SM1, "w": "S0"},
+     ("y = h @ w", 'out = spmd.all_reduce(y, "tp", src=P, dst=I)'), "I", collective=True,
+     desc="a local bound once, read only by the all_reduce")
+case("partial-contraction-reduce-scattered-src-P", {"h": _SM1, "w": "S1"},
+     'out = spmd.reduce_scatter(F.linear(h, w), "tp", src=P, dst=S(0))', "S0", collective=True,
+     desc="the sequence-parallel row-parallel linear")
+case("partial-contraction-all-reduced-src-P-avg", {"h": _SM1, "w": "S1"},
+     'out = spmd.all_reduce(F.linear(h, w), "tp", src=P, dst=R, op="avg")', "R", collective=True)
+case("partial-contraction-all-reduced-two-axes", {"h": 'Tensor[S[-1, "tp"], S[-1, "dp"]]',
+                                                  "w": 'Tensor[S[1, "tp"], S[1, "dp"]]'},
+     'out = spmd.all_reduce(F.linear(h, w), ("dp", "tp"), src=P, dst=R)', 'Tensor[R["dp", "tp"]]',
+     collective=True, desc="pending on both axes, reduced over both")
+case("partial-contraction-all-reduced-one-of-two-axes", {"h": 'Tensor[S[-1, "tp"], S[-1, "dp"]]',
+                                                         "w": 'Tensor[S[1, "tp"], S[1, "dp"]]'},
+     'out = spmd.all_reduce(F.linear(h, w), "tp", src=P, dst=R)', "spmd-global", collective=True,
+     desc='pending on "dp" too: the message names "dp"')
+case("partial-contraction-all-reduced-and-read", {"h": _SM1, "w": "S1"},
+     ("y = F.linear(h, w)", 'z = spmd.all_reduce(y, "tp", src=P, dst=R)', "out = torch.relu(y)"),
+     "spmd-global", collective=True, static_line=1, desc="another read of the pending value")
+case("partial-contraction-max-all-reduced", {"h": _SM1, "w": "S1"},
+     'out = spmd.all_reduce(F.linear(h, w).detach(), "tp", src=V, dst=R, op="max")',
+     "spmd-global", collective=True, desc="the max of the parts is no reduction of their sum")
+case("partial-sum-all-reduced-src-P", {"g": "S0", "h": "S1"},
+     'out = spmd.all_reduce((g * g).sum() + (h * h).sum(), "tp", src=P, dst=R)', "R",
+     collective=True, desc="SAM's gradient norm squared, typed")
+case("partial-sum-local-all-reduced-src-P", {"g": _SM1},
+     ("sq = g.sum(-1) * 2", 'out = spmd.reduce_scatter(sq, "tp", src=P, dst=S(0))'), "S0",
+     collective=True)
+case("partial-sum-all-reduced-and-read", {"g": "S0"},
+     ("sq = (g * g).sum()", 'total = spmd.all_reduce(sq, "tp", src=P, dst=R)',
+      "out = torch.sqrt(sq)"), "spmd-global", collective=True, static_line=1)
 case("partial-contraction-out-partial-axes", {"q": "S1", "k": "S1"},
      'out = spmd.matmul(q, k.t(), out_partial_axes="tp")', "P", collective=True)
 case("partial-contraction-einsum-out-partial-axes", {"q": "S1", "k": "S1"},
@@ -1108,6 +1148,20 @@ case("coll-clip-coef-not-reduced-over-tp", {"g": 'Tensor[R["tp"], S[0, "dp"]]',
       "    coef = torch.clamp(1.0 / (total.sqrt() + 1e-6), max=1.0)", "    g.mul_(coef)"), INPL, **CX,
      desc="a tp-replicated gradient scaled by a coefficient that varies over tp")
 # integer results (indices, counts, masks) carry no gradient whatever their input
+# a max/min all_reduce over an axis the value is already R (or I) on: the max of equal values is
+# that value (FP8 amax scaling: an amax R on "tp", V on "dp", reduced over both axes)
+case("coll-max-flattened-over-an-R-axis", {"a": 'Tensor[R["tp"], V["dp"]]'},
+     ("with torch.no_grad():", '    out = spmd.all_reduce(a.abs().amax(), ("dp", "tp"), src=V, dst=R, op="max")'),
+     'Tensor[R["dp", "tp"]]', **CX)
+case("coll-min-flattened-over-an-I-axis", {"a": 'Tensor[I["tp"], V["dp"]]'},
+     ("with torch.no_grad():", '    out = spmd.all_reduce(a, ("dp", "tp"), src=V, dst=I, op="min")'),
+     'Tensor[I["dp", "tp"]]', **CX)
+case("coll-max-flattened-over-a-P-axis", {"a": 'Tensor[P["tp"], V["dp"]]'},
+     ("with torch.no_grad():", '    out = spmd.all_reduce(a, ("dp", "tp"), src=V, dst=R, op="max")'),
+     "spmd-src-mismatch", **CX, desc="the max of partial sums is no max of their sum")
+case("coll-sum-flattened-over-an-R-axis", {"a": 'Tensor[R["tp"], P["dp"]]'},
+     ("with torch.no_grad():", '    out = spmd.all_reduce(a, ("dp", "tp"), src=P, dst=R)'),
+     "spmd-src-mismatch", **CX, desc="a sum over an R axis multiplies by its size")
 case("coll-max-of-argmax", {"a": "V"},
      ("idx = a.argmax(1)", 'out = spmd.all_reduce(idx, "tp", src=V, dst=R, op="max")'), "R", **CX)
 case("coll-max-of-counts", {"a": "V"},

@@ -25,7 +25,7 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx, named_checks
-from spmd import I, P, S, Tensor, V
+from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_megatron"))
@@ -102,22 +102,55 @@ def check_partial_into_copy_to_raises(ctx: Ctx, name: str) -> None:
 
 
 def check_undeclared_partial_into_reduce_from(ctx: Ctx, name: str) -> None:
-    """A row-parallel product not declared Partial (F.linear, no out_partial_axes) passed to
-    reduce_from_...: the check mode's message for an undeclared partial sum (spmd-global, as
-    for spmd.all_reduce), not a mismatch of its V."""
+    """Megatron's row-parallel layer as written: a product not declared Partial (F.linear of
+    an S(1) input and an S(1) weight, no out_partial_axes) passed to reduce_from_... (all_reduce
+    src=P on tp), to spmd.all_reduce(..., src=P) and to reduce_scatter_to_sequence_parallel_region
+    is taken as what it is, each rank's part of the sum (session 40: it raised spmd-global):
+    typed as the collective says, its values and the input's gradient those of a
+    single-process float64 reference."""
+    mesh = _mesh()
+    tpr = mesh.get_local_rank("tp")
+    g = torch.Generator().manual_seed(3)
+    H, W = torch.randn(4, 8, generator=g, dtype=F64), torch.randn(6, 8, generator=g, dtype=F64)
+    href = H.clone().requires_grad_()
+    (F.linear(href, W) ** 2).sum().backward()
+    assert href.grad is not None
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        h = spmd.declare(H.chunk(2, 1)[tpr].clone().requires_grad_(), Tensor[S[1, "tp"]])
+        w = spmd.declare(W.chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
+        z = reduce_from_tensor_model_parallel_region(F.linear(h, w))
+        assert str(spmd.typeof(z)) == 'Tensor[I["tp"]]', spmd.typeof(z)
+        assert_close(z, F.linear(H, W))
+        (z ** 2).sum().backward()
+        assert h.grad is not None
+        assert_close(h.grad, href.grad.chunk(2, 1)[tpr])
+        r = spmd.all_reduce(F.linear(h, w), "tp", src=P, dst=R)
+        assert str(spmd.typeof(r)) == 'Tensor[R["tp"]]', spmd.typeof(r)
+        assert_close(r, F.linear(H, W))
+        s = reduce_scatter_to_sequence_parallel_region(F.linear(h, w))
+        assert str(spmd.typeof(s)) == 'Tensor[S[0, "tp"]]', spmd.typeof(s)
+        assert_close(s, F.linear(H, W).chunk(2, 0)[tpr])
+
+
+def check_undeclared_partial_read_beside_its_reduction(ctx: Ctx, name: str) -> None:
+    """Another read of the pending product than its reduction by spmd.all_reduce(..., src=P)
+    (which returns a new tensor) stays the check mode's message for an undeclared partial sum
+    (spmd-global), as statically.  (Megatron's reduce_from_... sums its input in place: after
+    it the input holds the sum, no longer pending, and the check mode reads it so.)"""
     mesh = _mesh()
     tpr = mesh.get_local_rank("tp")
     with spmd.set_mesh(mesh), spmd.typecheck():
         h = spmd.declare(torch.ones(4, 8, dtype=F64).chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
         w = spmd.declare(torch.ones(3, 8, dtype=F64).chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
         y = F.linear(h, w)
+        spmd.all_reduce(y, "tp", src=P, dst=R)
         try:
-            reduce_from_tensor_model_parallel_region(y)
+            y.softmax(-1)
         except SpmdTypeError as e:
             assert e.code == "spmd-global", e
             assert 'out_partial_axes="tp"' in e.error.message, e.error.message
         else:
-            raise AssertionError("an undeclared partial sum passed reduce_from_...")
+            raise AssertionError("a softmax of an undeclared partial sum passed")
 
 
 def _sp_mlp(output_grad: bool) -> None:
@@ -188,6 +221,7 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     assert world == 2
     return named_checks(world, "megatron-mappings", (
         check_reduce_from_typed, check_partial_into_copy_to_raises,
-        check_undeclared_partial_into_reduce_from, check_sequence_parallel_mlp,
+        check_undeclared_partial_into_reduce_from,
+        check_undeclared_partial_read_beside_its_reduction, check_sequence_parallel_mlp,
         check_sequence_parallel_output_grad_false_raises, check_untyped_outside_the_block,
         check_group_names_the_axis))
