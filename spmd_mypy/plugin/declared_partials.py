@@ -13,6 +13,11 @@ varies there makes each rank's part of a sum: the engine's rule
     def part(h, w) -> Tensor[V["tp"]]:                              # returned, declared V:
         return F.linear(h, w2)                                      # its word to the callers
 
+A typed reduction with src=P of the product (``spmd.all_reduce(F.linear(h, w2), "tp", src=P,
+dst=R)``, ``spmd.reduce_scatter``, Megatron's ``reduce_from_tensor_model_parallel_region``;
+engine ``collectives.takes_pending``) is a consumer too, whose value is then typed P on its
+axes (``Contraction.pending``, ``Reduction.pending``), as the collective's src says.
+
 Asked only when the rule fires (rarely), so the enclosing function's statements are read
 lazily, once per function: the consumers (the reinterpret(V->P) calls' first arguments, the
 returned values of a function declared V) and every read of each local, nested functions'
