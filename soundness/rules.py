@@ -44,8 +44,8 @@ from typing import Any, Callable, Sequence
 
 from spmd_mypy.engine.contractions import make_contraction
 from spmd_mypy.engine.ops import (
-    NORM_REDUCTIONS, NORMALISING, PENDING_REDUCTIONS, REDUCTIONS, SCANS, Operand, Reduction,
-    classify, normalising_reduction, partial_op, propagate, reduced_partial_sum,
+    NORM_REDUCTIONS, NORMALISING, PENDING_REDUCTIONS, REDUCTIONS, SCANS, VARIANCE_REDUCTIONS,
+    Operand, Reduction, classify, normalising_reduction, partial_op, propagate, reduced_partial_sum,
 )
 from spmd_mypy.engine.types import (
     INVARIANT, PARTIAL, REPLICATE, VARYING, Kind, LocalType, SpmdType, shard,
@@ -161,6 +161,9 @@ def _cases() -> list[OpCase]:
           lambda a: torch.linalg.vector_norm(a)),
         C("linalg.vector_norm(1)", "reduction", "linalg_vector_norm", (m23,),
           lambda a: torch.linalg.vector_norm(a, dim=1), dims=(1,)),
+        # a variance over the shard dim: this rank's block's own (session 40)
+        C("var(1)", "reduction", "var", (m23,), lambda a: a.var(1), dims=(1,)),
+        C("std", "reduction", "std", (m23,), lambda a: a.std()),
         # views
         C("t", "view", "t", (m23,), lambda a: a.t()),
         C("reshape", "view", "reshape", (m23,), lambda a: a.reshape(3, 2)),
@@ -302,6 +305,10 @@ def local_options(ndim: int) -> list[LocalType]:
     return [REPLICATE, INVARIANT, VARYING, PARTIAL] + [shard(d) for d in range(min(ndim, 2))]
 
 
+# the reductions the engine's rule over a shard dim concerns (ops.SHARD_SUMMING)
+_SHARD_REDUCING = PENDING_REDUCTIONS | NORM_REDUCTIONS | VARIANCE_REDUCTIONS
+
+
 def _reduction(case: OpCase, static: bool) -> Reduction | None:
     """The dims argument as the adapter gives it to the engine: the static checker without
     the rank (plugin/reductions.py), the check mode with it (runtime _torch_ops.py)."""
@@ -309,7 +316,7 @@ def _reduction(case: OpCase, static: bool) -> Reduction | None:
     if case.dims is None:
         # no dim: a full reduction, for the sums the pending rule reads (both adapters:
         # plugin reductions.read_reduction, runtime _torch_ops.reduction_of)
-        if case.engine in PENDING_REDUCTIONS or case.engine in NORM_REDUCTIONS:
+        if case.engine in _SHARD_REDUCING:
             return Reduction(None, False, ndim)
         return None
     if case.engine in NORMALISING:
@@ -665,8 +672,7 @@ def _pending_axes(task: Task) -> list[int]:
     """The mesh axes (indices) on which the task's sum, mean or norm reduces its operand's
     shard dim (engine ``reduced_partial_sum`` at the operand's rank, as the check mode asks)."""
     case = CASES[task.case]
-    if (case.engine not in PENDING_REDUCTIONS and case.engine not in NORM_REDUCTIONS) \
-            or task.partial_axes or not task.in_types:
+    if case.engine not in _SHARD_REDUCING or task.partial_axes or not task.in_types:
         return []
     red = _reduction(case, static=False)
     if red is None:
@@ -689,7 +695,8 @@ def _pending_model(task: Task, passing: list[tuple[LocalType, ...]]) -> tuple[st
     - a mean: the ranks' means sum to no mean of the whole (the axis size times it, blocks
       of one size): read as P it must fail (a "sum of means" that passed would make the
       rule's message wrong);
-    - a norm: the norm of this rank's block, no part of anything: P must fail too.
+    - a norm: the norm of this rank's block, no part of anything: P must fail too; so must
+      a variance's or standard deviation's (this rank's own mean and count).
 
     ("pending-sum", what was checked) when the model holds, ("pending-sum-MISMATCH", why)
     when it does not (a failure, as an accepted mismatch is)."""

@@ -188,7 +188,8 @@ class Plan:
             ps = params or ()
             dim_at = ps.index("dim") if "dim" in ps else 1
             keep_at = ps.index("keepdim") if "keepdim" in ps else (
-                None if name in _KEEPDIM_KEYWORD_ONLY else dim_at + 1)
+                None if name in _KEEPDIM_KEYWORD_ONLY
+                else dim_at + 2 if name in _engine_ops.VARIANCE_REDUCTIONS else dim_at + 1)
             self.reduce_at = (dim_at, keep_at)
         elif name in NORMALISING:  # the normalised dims' formal; keep_at None: keeps every dim
             ps = params or ()
@@ -199,8 +200,9 @@ class Plan:
         return f"Plan({self.kind.value}, {self.name!r}, swap={self.swap}, inplace={self.inplace})"
 
 
-# Reductions whose third positional argument is not keepdim (std(dim, unbiased, keepdim)).
-_KEEPDIM_KEYWORD_ONLY = frozenset({"std", "var", "norm", "count_nonzero"})
+# Reductions whose third positional argument is not keepdim: keyword only, or (the variance
+# ops, engine VARIANCE_REDUCTIONS: var(dim, unbiased, keepdim)) the fourth.
+_KEEPDIM_KEYWORD_ONLY = frozenset({"norm", "count_nonzero"})
 
 
 def spec_of(plan: Plan, args: tuple, kwargs: dict) -> OpSpec:
@@ -294,6 +296,8 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
             value = tuple(value)
         return normalising_reduction(plan.name, value, args[0].dim())
     dim = kwargs.get("dim", args[dim_at] if dim_at < len(args) else None)
+    if isinstance(dim, bool) and plan.name in _engine_ops.VARIANCE_REDUCTIONS:
+        dim = None  # x.var(True): the unbiased flag, every dim
     dims = _dims_of(dim)
     if dims is None and not (dim is None and plan.name in _engine_ops.SHARD_SUMMING):
         return None  # (no dim: a full reduction, for the sums the engine's pending rule reads)

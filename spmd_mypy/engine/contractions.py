@@ -440,9 +440,16 @@ def _static_layout(c: Contraction, operands: Ops, negative: bool) -> LocalType:
     layouts: dict[int, int | None] = {}
     prefer: set[bool | None] = set()
     untyped_shapes = [(lt, None) for lt, _ in operands]
-    for form in _forms(c, len(operands)):
-        if not form.static:
-            continue
+    forms = [f for f in _forms(c, len(operands)) if f.static]
+    w = operands[1][0] if c.family == "linear" and len(operands) > 1 else None
+    if w is not None and w.kind is Kind.V and (w.dim is not None or w.by_rank is not None):
+        # a sharded weight of linear is read 2-d (its 1-d form ``...i,i`` left out, as in
+        # :func:`partial_sum`): a 1-d one's only dim is the contracted one, no layout a
+        # tensor-parallel weight has; read beside the 2-d weight it made F.linear(x_r, w) of
+        # a column-parallel w: S(0) V without a bias (S(-1) with one, where a 1-d weight
+        # needs a 0-d bias).  The check mode reads the weight's real rank.
+        forms = [f for f in forms if len(f.terms[1]) != 1] or forms
+    for form in forms:
         combos = _rank_combinations(form)
         if combos is None:
             return VARYING

@@ -952,8 +952,8 @@ def _word(lt: LocalType) -> str:
 #     x: S(0), x.sum(dim=-1, keepdim=True) ->  S(0) at rank >= 2 (V at rank 1)
 #     x: S(1), x.sum(dim=1)                ->  V        (the shard dim itself is reduced)
 REDUCTIONS = frozenset("""
-sum nansum mean nanmean prod amax amin max min std var logsumexp norm linalg_norm
-linalg_vector_norm argmax argmin all any count_nonzero median nanmedian
+sum nansum mean nanmean prod amax amin max min std var std_mean var_mean logsumexp norm
+linalg_norm linalg_vector_norm argmax argmin all any count_nonzero median nanmedian
 """.split())
 SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin".split())
 
@@ -1781,7 +1781,12 @@ def keeps_pending_dtype(method: str, dtype: str) -> bool:
     (``torch.float64``: "float64") keeps a pending sum one."""
     return method != "view" and dtype in PENDING_FLOAT_DTYPES
 NORM_REDUCTIONS = frozenset("norm linalg_norm linalg_vector_norm".split())
-SHARD_SUMMING = PENDING_REDUCTIONS | NORM_REDUCTIONS
+# A variance or standard deviation (alone or with the mean) over a dim sharded on an axis is
+# this rank's block's own (its own mean, its own count), no part of anything, as a norm's:
+# always an error (:func:`reduced_partial_error`; a manual RMSNorm's ``x.var(-1)`` of a
+# tp-sharded hidden dim was typed V by both checkers until session 40)
+VARIANCE_REDUCTIONS = frozenset("var std var_mean std_mean".split())
+SHARD_SUMMING = PENDING_REDUCTIONS | NORM_REDUCTIONS | VARIANCE_REDUCTIONS
 
 
 def removes_shard_dim(lt: LocalType | None, reduction: Reduction, shape: Sequence[int] | None = None) -> bool:
@@ -1811,10 +1816,10 @@ def reduced_partial_sum(name: str, lt: LocalType | None, axis: str, reduction: R
                         shape: Sequence[int] | None = None) -> bool:
     """Whether sum-like reduction ``name`` (``SHARD_SUMMING``) of an operand of type ``lt``
     on ``axis`` reduces its shard dim there and the code does not declare the result a
-    partial sum (``reduction.partial_axes``; a norm never can be one)."""
+    partial sum (``reduction.partial_axes``; a norm, a variance never can be one)."""
     if name not in SHARD_SUMMING or not removes_shard_dim(lt, reduction, shape):
         return False
-    if name in NORM_REDUCTIONS:
+    if name in NORM_REDUCTIONS or name in VARIANCE_REDUCTIONS:
         return True
     return axis not in reduction.partial_axes and "*" not in reduction.partial_axes
 
@@ -1828,7 +1833,7 @@ def _dims_text(reduction: Reduction) -> str:
 
 
 def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction) -> SpmdError | None:
-    """A sum, mean or norm (``SHARD_SUMMING``) that reduces the dim ``x`` is sharded on
+    """A sum, mean, norm or variance (``SHARD_SUMMING``) that reduces the dim ``x`` is sharded on
     ``axis``: as a contraction over a sharded dim (:func:`implicit_partial_error`), each
     rank's sum is its part of a sum over the ranks, a Partial, which local SPMD never makes
     implicitly: typed V, a sqrt or a division of it passed both checkers with wrong numbers
@@ -1836,8 +1841,10 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
     gradients, DP-SGD's per-sample norms).  Accepted when the code says so: ``spmd.sum(x,
     ..., out_partial_axes=axis)``, or the result passed straight (or through + and -) to
     ``reinterpret(..., axis, src=V, dst=P)`` (``reduction.partial_axes``).  A norm's local
-    value is no part of a sum: always an error, with the norm over the ranks as the fix.
-    The shard dim kept (``x.sum(0)`` of ``S(1)``), a plain V of unknown layout, scans and
+    value is no part of a sum: always an error, with the norm over the ranks as the fix; so
+    is a variance's or standard deviation's (``var``, ``std``, ``var_mean``, ``std_mean``:
+    this rank's own mean and count), with the one over the ranks from the all-reduced sums
+    of x and x * x as the fix.  The shard dim kept (``x.sum(0)`` of ``S(1)``), a plain V of unknown layout, scans and
     max/min/logsumexp are not concerned.  None when it is not such a reduction."""
     t = x.type.get(axis) if x.type is not None else None
     if not reduced_partial_sum(name, t, axis, reduction, x.shape):
@@ -1867,6 +1874,8 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
     # V declared first, the one widening both checkers read (the check mode drops the dim)
     own = (f"; if this rank's own {name} is meant (a per-rank statistic), declare the operand "
            f"V first: spmd.declare({xt}, Tensor[V[{ax}]])")
+    if name in VARIANCE_REDUCTIONS:
+        return SpmdError("spmd-global", _variance_message(name, head, xt, dims, ax) + own)
     if name in ("mean", "nanmean"):
         return SpmdError("spmd-global", (
             f"{head}: each rank's {name} covers its block only (the ranks' means sum to no "
@@ -1879,6 +1888,28 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
         f"product; {summed} alone is P on {ax}: the form that says so; or pass "
         f"the {name} straight to spmd.reinterpret(..., {ax}, src=V, dst=P), alone or added to "
         f"others){own}"))
+
+
+_VARIANCE_WORDS = {"var": "variance", "std": "standard deviation",
+                   "var_mean": "variance and mean", "std_mean": "standard deviation and mean"}
+
+
+def _variance_message(name: str, head: str, xt: str, dims: str, ax: str) -> str:
+    """:func:`reduced_partial_error`'s text for a variance or standard deviation
+    (``VARIANCE_REDUCTIONS``): the whole's from the all-reduced sums of x and of x * x (one
+    all-reduce each, the statements pasted on one line), n the global count."""
+    sq = f"{xt} * {xt}" if xt.isidentifier() else f"({xt}) ** 2"
+    s1 = f"s1 = spmd.all_reduce(spmd.sum({xt}{dims}, out_partial_axes={ax}), {ax}, src=P, dst=R)"
+    s2 = f"s2 = spmd.all_reduce(spmd.sum({sq}{dims}, out_partial_axes={ax}), {ax}, src=P, dst=R)"
+    var = "(s2 - s1 * s1 / n) / (n - 1)"
+    value = {"var": f"var = {var}", "std": f"std = ({var}).sqrt()",
+             "var_mean": f"var, mean = {var}, s1 / n",
+             "std_mean": f"std, mean = ({var}).sqrt(), s1 / n"}[name]
+    return (f"{head}: each rank's {name} is its own block's {_VARIANCE_WORDS[name]} (its own "
+            f"mean, its own count), and the ranks' results neither are the whole's nor sum to it; the "
+            f"whole's is {s1}; {s2}; {value}, n the count over all the ranks (the reduced dims' "
+            f"global sizes multiplied; / n, not / (n - 1), for correction=0 or unbiased=False; "
+            f"dst=I where it is differentiated)")
 
 
 def _same_values_kind(lt: LocalType, typed: Sequence[tuple[Operand, Role, LocalType]]) -> bool:

@@ -17,7 +17,8 @@ from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_pro
 
 from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from ..engine.ops import (
-    CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCTIONS, SCANS, SHARD_SUMMING, UNREAD_VALUE, Reduction,
+    CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCTIONS, SCANS, SHARD_SUMMING, UNREAD_VALUE,
+    VARIANCE_REDUCTIONS, Reduction,
     normalising_reduction,
     variant_formals,
 )
@@ -88,6 +89,9 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
         if formal in _DIM_NAMES:
             if isinstance(exprs[0], NameExpr) and exprs[0].fullname == "builtins.None":
                 continue  # dim=None: every dim
+            if (op in VARIANCE_REDUCTIONS and isinstance(exprs[0], NameExpr)
+                    and exprs[0].fullname in ("builtins.True", "builtins.False")):
+                continue  # x.var(True): the unbiased flag (a bool is an int to mypy), every dim
             dims = _dims(exprs[0], types[0] if types else None)
             if dims is None:
                 return None

@@ -680,6 +680,45 @@ case("shard-linalg-vector_norm-S0-positional", {"a": "S0"},
 case("shard-linalg-vector_norm-S0-own-dim", {"a": "S0"}, "out = torch.linalg.vector_norm(a, dim=0)",
      "spmd-global")
 case("shard-linalg-norm-S1-all", {"a": "S1"}, "out = torch.linalg.norm(a)", "spmd-global")
+# a variance or standard deviation over the shard dim is this rank's block's own (its own mean
+# and count), never part of a sum: an error at the call in both checkers, as a norm's (engine
+# ops.VARIANCE_REDUCTIONS; a manual RMSNorm's x.var(-1) of a tp-sharded hidden dim was V until
+# session 40). Every form: method and function, int, negative, tuple, dim=None, none, the
+# unbiased flag alone, correction=, unbiased=, keepdim positional and by name
+for _i, _line in enumerate((
+        "out = a.var(1)", "out = a.std(dim=1)", "out = torch.var(a, 1)",
+        "out = torch.std(a, dim=1, keepdim=True)", "out = a.var()", "out = a.var(True)",
+        "out = a.std(dim=None)", "out = a.var((0, 1))", "out = a.var(1, unbiased=False)",
+        "out = a.std(1, correction=0)", "out = a.var(1, True, True)",
+        "out = torch.var_mean(a, 1)[0]", "out = torch.std_mean(a, dim=1)[1]",
+        "out = torch.var(a, dim=(1,), correction=0)")):
+    case(f"shard-var-S1-own-dim-{_i}", {"a": "S1"}, _line, "spmd-global",
+         desc="a variance over the shard dim: this rank's block's own")
+case("shard-var-Sm1-own-dim", {"a": 'Tensor[S[-1, "tp"]]'}, "out = a.var(-1, keepdim=True)",
+     "spmd-global", desc="a manual RMSNorm's variance over a tp-sharded hidden dim")
+case("shard-var-S0-dim1", {"a": "S0"}, "out = a.var(1)", "S0",
+     desc="a variance over the dims it does not shard keeps the shard dim")
+case("shard-std-S0-keepdim", {"a": "S0"}, "out = a.std(1, keepdim=True)", "S0")
+case("shard-var-S1-dim0", {"a": "S1"}, "out = torch.var(a, 0)", "S0")
+case("shard-var_mean-S0-dim1", {"a": "S0"}, ("v, m = torch.var_mean(a, 1)", "out = v * m"), "S0")
+case("shard-var-S2-keepdim-positional", {"a": 'Tensor[S[2, "tp"]]'}, "out = a.var(1, True, True)",
+     'Tensor[S[2, "tp"]]', make={"a": "torch.randn(2, 4, 4, requires_grad=True).clone()"},
+     desc="var(dim, unbiased, keepdim): the fourth positional is keepdim (the check mode read "
+          "none until session 40: S(1))")
+case("shard-var-V", {"a": "V"}, "out = a.var()", "V", desc="a plain V: no known layout")
+case("shard-var-declared-V", {"a": "S1"}, ('av = spmd.declare(a, Tensor[V["tp"]])', "out = av.var(1)"),
+     "V", desc="this rank's own variance, said so")
+# column-parallel F.linear(x_r, w) of w: S(0): S(-1) with a bias or without (statically V
+# without one until session 40: linear's 1-d weight form was read beside the 2-d one)
+case("shard-linear-R-S0-column-parallel", {"x": "R", "w": "S0"}, "out = F.linear(x, w)",
+     'Tensor[S[-1, "tp"]]')
+case("shard-linear-R-S0-column-parallel-bias", {"x": "R", "w": "S0"},
+     "out = F.linear(x, w, w[:, 0])", 'Tensor[S[-1, "tp"]]')
+case("shard-var-S1-fixed", {"a": "S1"},
+     ('s1 = spmd.all_reduce(spmd.sum(a, 1, out_partial_axes="tp"), "tp", src=P, dst=R); '
+      's2 = spmd.all_reduce(spmd.sum(a * a, 1, out_partial_axes="tp"), "tp", src=P, dst=R); '
+      'var = (s2 - s1 * s1 / 8) / (8 - 1)', "out = var"), "R", collective=True,
+     desc="the fix the message gives, pasted (n = 8: 4 columns on each of 2 ranks)")
 case("shard-relu-S1", {"a": "S1"}, "out = torch.relu(a)", "S1")
 # views and joins move the shard dim (engine: views.moved_dim); cutting into it gives V
 case("shard-transpose-S0", {"a": "S0"}, "out = a.transpose(0, 1)", "S1")
@@ -1850,15 +1889,18 @@ case("function-forward-returns-V-for-S1", {"a": "V"},
       "        return g * 2",
       "out = Fn.apply(a)"), 'Tensor[S[1, "tp"]]',
      desc="a V of unknown dim may be declared S(i)")
-case("function-apply-S-minus-1-for-S1-at-rank-2", {"x": "R", "w": "S0"},
+case("function-apply-linear-S-minus-1", {"x": "R", "w": "S0"},
      (*_FN,
-      '    def forward(ctx, y: Tensor[S[1, "tp"]]) -> Tensor[S[1, "tp"]]:',
+      '    def forward(ctx, y: Tensor[S[-1, "tp"]]) -> Tensor[S[-1, "tp"]]:',
       "        return y * 2",
       "    @staticmethod",
-      '    def backward(ctx, g: Tensor[S[1, "tp"]]) -> Tensor[S[1, "tp"]]:',
+      '    def backward(ctx, g: Tensor[S[-1, "tp"]]) -> Tensor[S[-1, "tp"]]:',
       "        return g * 2",
-      "out = Fn.apply(F.linear(x, w))"), 'Tensor[S[1, "tp"]]',
-     desc="F.linear's output is S(-1): dim 1 of a 2-d tensor, as spmd.checked and declare read it")
+      "out = Fn.apply(F.linear(x, w))"), 'Tensor[S[-1, "tp"]]',
+     desc="F.linear's column-parallel output is S(-1) in both checkers (session 40: statically V "
+          "before; the check mode's reading of that S(-1) as S(1) at rank 2, which the static "
+          "checker cannot share, is tests/checking/test_check_mode.py::"
+          "test_function_apply_reads_S_minus_1_as_S1_at_rank_2)")
 case("function-backward-declares-V-for-the-gradient-of-P", {"a": "P", "b": "P"},
      (*_FN,
       '    def forward(ctx, o: Tensor[P["tp"]], aux: Tensor[P["tp"]]) -> Tensor[P["tp"]]:',

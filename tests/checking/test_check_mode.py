@@ -1321,6 +1321,30 @@ def test_function_apply_argument_mismatch_is_the_static_error() -> None:
         assert spmd.typeof(s0) == SpmdType.of({"ep": shard(0)})
 
 
+class _Times2S1(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y: Tensor[S[1, "tp"]]) -> Tensor[S[1, "tp"]]:
+        return y * 2
+
+    @staticmethod
+    def backward(ctx, g: Tensor[S[1, "tp"]]) -> Tensor[S[1, "tp"]]:
+        return g * 2
+
+
+def test_function_apply_reads_S_minus_1_as_S1_at_rank_2() -> None:
+    """F.linear's column-parallel output is S(-1): dim 1 of a 2-d tensor, as spmd.checked and
+    declare read it (a shared case until session 40, when the static checker, which sees no
+    rank, typed that output S(-1) too: an S(-1) where S(1) is declared is its spmd-mismatch,
+    tests/plugin/cases/contractions.test)."""
+    with spmd.typecheck():
+        x = typed(mk(), Tensor[R["tp"]])
+        w = typed(mk(), Tensor[S[0, "tp"]])
+        y = F.linear(x, w)
+        assert spmd.typeof(y) == SpmdType.of({"tp": shard(-1)})
+        out = _Times2S1.apply(y)
+        assert spmd.typeof(out) == SpmdType.of({"tp": shard(1)})
+
+
 class _ReduceFromTP(torch.autograd.Function):
     """Megatron's _ReduceFromModelParallelRegion: its backward returns the I gradient as is,
     where R (the dual of the P input) is due (its forward's raw all-reduce stood for by an

@@ -283,7 +283,7 @@ _R = REPLICATE
     ("matmul", {}, [shard(-2), _R], "V (V at rank >= 2, S(-1) at rank 1)", ((2, 3, 4), (4, 5))),
     ("matmul", {}, [shard(1), _R], "V", ((2, 3, 4), (4, 5))),
     ("linear", {}, [shard(1), _R], "V (S(1) at rank >= 3, V at rank 1, 2)", ((2, 3, 4), (5, 4))),
-    ("linear", {}, [_R, shard(0)], "V", ((2, 3, 4), (5, 4))),
+    ("linear", {}, [_R, shard(0)], "S(-1)", ((2, 3, 4), (5, 4))),
     ("scaled_dot_product_attention", {}, [shard(1)] * 3, "S(1)", ((2, 2, 3, 4),) * 3),
     ("scaled_dot_product_attention", {}, [shard(-2), _R, _R], "S(-2)",
      ((2, 2, 3, 4), (2, 4, 5, 4), (2, 4, 5, 4))),

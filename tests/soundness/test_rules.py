@@ -161,3 +161,18 @@ def test_a_sum_over_the_shard_dim_is_checked_against_the_pending_sum_model() -> 
     assert "is the global sum" in status["[a2] sum({a:S(0)})"]["model"]
     assert not [t for t, r in status.items()
                 if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
+
+
+def test_a_variance_over_the_shard_dim_is_checked_against_its_model() -> None:
+    """A variance or standard deviation over the shard dim (engine ops.VARIANCE_REDUCTIONS,
+    session 40; typed V, no error, before) is rejected by the rule, and the harness checks
+    the model on the ranks: each rank's is its own block's (its V reading passes), read as
+    P it is no variance of the whole; over a dim not sharded the shard dim stays."""
+    res = rules.run(world_sizes=(2,), cases=["var(1)", "std"], timeout=240)
+    status = {r["task"]: r for r in res}
+    for task in ("[a2] var(1)({a:S(1)})", "[a2] std({a:S(0)})", "[a2] std({a:S(1)})"):
+        assert status[task]["status"] == "pending-sum", status[task]
+        assert "it is no" in status[task]["model"], status[task]
+    assert status["[a2] var(1)({a:S(0)})"]["status"] == "accepted-match"
+    assert not [t for t, r in status.items()
+                if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
