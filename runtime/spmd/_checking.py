@@ -3473,14 +3473,18 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
                 returned.append(duality.Slot(repr(r), duality.UNKNOWN))
         return returned
 
-    def signature(fn: duality.FunctionTypes, texts: Sequence[str | None]) -> duality.FunctionTypes:
-        # the declared results named by the returned expressions, as the static checker
-        # names them where backward has one return
+    def signature(fn: duality.FunctionTypes, texts: Sequence[str | None],
+                  as_shown: bool = False) -> duality.FunctionTypes:
+        # the declared results named by the returned expressions, with the types those have
+        # (a fix is written from them), as the static checker names them where backward has
+        # one return
         if fn.returns is None or len(texts) != len(fn.returns):
             return fn
+        got = slots(texts, as_shown)
         return duality.FunctionTypes(fn.name, fn.inputs, fn.outputs, fn.grads, tuple(
-            duality.Slot(t or s.name, s.kind, s.type, s.default)
-            for t, s in zip(texts, fn.returns)))
+            duality.Slot(t or s.name, s.kind, s.type, s.default, None,
+                         g.type if t and g.typed else None)
+            for t, s, g in zip(texts, fn.returns, got)))
 
     # the declared signature first (the static checker reports it on backward's def), then
     # what the body returned
@@ -3493,7 +3497,7 @@ def _checked_backward(node: Any, *grads: Any) -> Any:
         try:
             texts = returns.texts(results)
             if in_signature:
-                errors = (duality.check_signature(signature(shown, texts), gradient_free)
+                errors = (duality.check_signature(signature(shown, texts, True), gradient_free)
                           or duality.check_signature(signature(function, texts), gradient_free)
                           or errors)
             else:

@@ -161,13 +161,23 @@ def _rank_row(ret: Slot) -> tuple[str, str] | None:
 
 def _fixes(bad: list[tuple[str, LocalType, LocalType]], text: str, like: str,
            made_by: tuple[str, tuple[str, ...], LocalType | None, str] | None = None,
-           rank_row: tuple[str, str] | None = None) -> str:
+           rank_row: tuple[str, str] | None = None, backward: bool = False) -> str:
     """How to turn a value of the wrong type into the gradient, axis by axis.  ``rank_row``:
     the value is this rank's row ``base[index]`` of a Partial ``base`` (a gather's backward):
     P to V is the reduce-scatter of ``base`` itself (which sums the ranks' ``base`` and keeps
-    this rank's row; of the row, it would cut the row's dim 0)."""
+    this rank's row; of the row, it would cut the row's dim 0).  ``backward``: the value is
+    what a backward returns, where a V due as P is each rank's part of the gradient's sum
+    (Megatron's column-parallel dgrad, ``g @ w``): the reinterpret leads."""
     parts = []
     for axis, h, w in bad:
+        if (backward and h.kind is Kind.V and h.dim is None and h.by_rank is None
+                and w.kind is Kind.P):
+            x, ax = bare(text), format_axis(axis)
+            parts.append(f"V to P: use reinterpret({x}, {ax}, src=V, dst=P) to mean the sum "
+                         f"of the ranks' values (a gradient: each rank's {x} is its part of "
+                         f"the sum), or convert({x}, {ax}, src=V, dst=P) to keep each rank's "
+                         f"values apart")
+            continue
         r = route(h, w) if rank_row is not None else None
         if (rank_row is not None and h.kind is Kind.P and w.kind is Kind.V and w.dim is None
                 and r is not None and r[0] == "reduce_scatter"):
@@ -282,7 +292,7 @@ def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: boo
     if not bad:
         return []
     fix = _fixes(bad, ret.name or "grad", inp.name or "the input", ret.made_by,
-                 _rank_row(ret))
+                 _rank_row(ret), backward=True)
     if body:
         return [SpmdError(
             "spmd-duality",
@@ -301,6 +311,14 @@ def _check_gradient_of_input(fn: str, i: int, inp: Slot, ret: Slot, *, body: boo
             f"({format_type(inp.type)}), whose gradient is {format_type(want)} "
             f"({_where(bad)}); {fix}",
         )]
+    if ret.actual and ret.name and ret.actual != ret.type:
+        # the returned expression has a type of its own (g @ w, V, declared R): the fix is
+        # written on the expression, from its type (from the declared one, its src= would be
+        # refused: spmd-src-mismatch)
+        have = mismatches(ret.actual, want, gradient_free)
+        fix = (f"{bare(ret.name)} is {format_type(ret.actual)} ({_where(have)}): "
+               + _fixes(have, ret.name, inp.name or "the input", ret.made_by, _rank_row(ret),
+                        backward=True))
     return [SpmdError(
         "spmd-duality",
         f"{fn}.backward returns {returned} for {_input_desc(inp, i)} ({format_type(inp.type)}), "

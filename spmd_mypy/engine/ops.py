@@ -144,6 +144,13 @@ class Operand:
     # torch.logsumexp(logits, dim=-1)``), where the adapter reads it: the invariant-mix rule's
     # fix of a V statistic reads the reduction there (static checker only; "" else)
     made: str = ""
+    # Where the op's result goes, where the adapter reads it (static checker only, for a
+    # fix): ``reduced``, the text of the all_reduce call whose argument the op is
+    # (``all_reduce(partial + b, ...)``); ``meets``, (axis, what) for each axis on which the
+    # op's result meets an Invariant value (the other side of the operator it feeds, or the
+    # function's declared I result it is returned as)
+    reduced: str = ""
+    meets: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_scalar(self) -> bool:
@@ -180,9 +187,9 @@ class _SourceOperand(Operand):
         if not isinstance(other, Operand):
             return NotImplemented
         return ((self.type, self.text, self.can_grad, self.role, self.shape, self.zero, self.leaf,
-                 self.cut, self.made)
+                 self.cut, self.made, self.reduced, self.meets)
                 == (other.type, other.text, other.can_grad, other.role, other.shape, other.zero,
-                    other.leaf, other.cut, other.made))
+                    other.leaf, other.cut, other.made, other.reduced, other.meets))
 
     __hash__ = Operand.__hash__
 
@@ -201,6 +208,8 @@ def source_operand(type: SpmdType | None, source: object, render: Callable[[Any]
     o.leaf = leaf
     o.cut = None
     o.made = ""
+    o.reduced = ""
+    o.meets = ()
     o._source = source
     o._render = render
     return o
@@ -1038,6 +1047,60 @@ class Result:
     errors: list[SpmdError] = field(default_factory=list)
 
 
+_ALL_REDUCE_CALL = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?all_reduce\((.*)\)$", re.DOTALL)
+
+
+def _call_args(call: str) -> tuple[str, list[str]] | None:
+    """(the callee text, the top-level argument texts) of an ``all_reduce(...)`` call's text;
+    None for any other text."""
+    from .collectives import _top_level_args  # imports this module
+
+    m = _ALL_REDUCE_CALL.match(call.strip())
+    if m is None:
+        return None
+    return call.strip()[:call.strip().index("(")], _top_level_args(m.group(1))
+
+
+def _dst_i_reduce(o: Operand, axis: str) -> tuple[str, str] | None:
+    """(the call with ``dst=I``, where it is) when the R operand ``o`` is an
+    ``all_reduce(..., "axis", ..., dst=R)``: the call itself, or a local name bound to one
+    (``Operand.made``).  Beside an I value (or returned as one) ``dst=I`` is the one-word fix:
+    a reinterpret of the I operand to R, then of the sum back to I, adds an all-reduce of
+    each to the backward."""
+    text = bare(o.text)
+    call, named = text, False
+    if text.isidentifier() and o.made and "..." not in o.made:
+        call, named = bare(o.made), True
+    parts = _call_args(call)
+    if parts is None:
+        return None
+    callee, args = parts
+    if (args.count("dst=R") != 1
+            or not any(a in (f'"{axis}"', f"'{axis}'") or a.replace(" ", "") in (
+                f'axis="{axis}"', f"axis='{axis}'") for a in args[1:])):
+        return None
+    fixed = f"{callee}({', '.join('dst=I' if a == 'dst=R' else a for a in args)})"
+    return (f"{text} = {fixed}", f"the all_reduce that makes {text}") if named else (
+        fixed, "the all_reduce")
+
+
+def _after_reduction(call: str, p: str, inv: str, name: str) -> str | None:
+    """``all_reduce(p, ...) + inv`` for the op ``p + inv`` (``-``: either order) that is the
+    argument of the all_reduce ``call``; None when the argument is not written so."""
+    parts = _call_args(call)
+    sym = {"add": "+", "sub": "-", "subtract": "-"}.get(name.rstrip("_"))
+    if parts is None or sym is None or not parts[1]:
+        return None
+    callee, args = parts
+    arg = " ".join(args[0].split())
+    reduced = f"{callee}({', '.join([p, *args[1:]])})"
+    if arg == f"{p} {sym} {inv}":
+        return f"{reduced} {sym} {inv}"
+    if arg == f"{inv} {sym} {p}":
+        return f"{inv} {sym} {reduced}"
+    return None
+
+
 def _rule_on_axis(
     spec: OpSpec, axis: str, typed: list[tuple[Operand, Role, LocalType]], scalar_roles: set[Role]
 ) -> tuple[LocalType | None, SpmdError | None]:
@@ -1067,8 +1130,21 @@ def _rule_on_axis(
         other_o, other_role, other = next(
             (x for x in others if x[0].can_grad or x[2].kind is not Kind.R), others[0])
         if other.kind is Kind.P and spec.op_class is OpClass.LINEAR:
-            fix = (f'{_fix_reduce(other_o.text, axis, "I", eff)} first, or '
-                   f'convert({bare(inv.text)}, "{axis}", src=I, dst=P) to add it into the pending sum')
+            b = bare(inv.text)
+            convert = f'convert({b}, "{axis}", src=I, dst=P) to add it into the pending sum'
+            reduced = other_o.reduced or inv.reduced
+            after = (_after_reduction(reduced, bare(other_o.text), b, name)
+                     if reduced else None)
+            if reduced:
+                # the op is the all_reduce's argument: the reduction "first", pasted in
+                # place, would be reduced twice (probe-paste F5)
+                fix = (f"add {b} after the reduction: "
+                       + (after if after is not None else
+                          f"{_fix_reduce(other_o.text, axis, 'I', eff)}, then {b}")
+                       + f" in place of {bare(reduced)}; or {convert}")
+            else:
+                fix = (f'{_fix_reduce(other_o.text, axis, "I", eff)} first, or add it after '
+                       f"the reduction, or {convert}")
         elif other.kind is Kind.P and spec.op_class is OpClass.MULTILINEAR:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first (R times P is P, and '
                    f'the backward all-reduces its gradient), or {_fix_reduce(other_o.text, axis, "I", eff)}')
@@ -1077,6 +1153,13 @@ def _rule_on_axis(
         else:
             fix = (f'reinterpret({bare(inv.text)}, "{axis}", src=I, dst=R) first, so the backward '
                    f"all-reduces its gradient")
+            dst_i = _dst_i_reduce(other_o, axis) if other.kind is Kind.R else None
+            if dst_i is not None:
+                # the R operand is an all_reduce(..., dst=R): dst=I is the one-word fix (the
+                # reinterpret, then the result's back to I, adds two backward all-reduces)
+                fix = (f"pass dst=I to {dst_i[1]}: {dst_i[0]} (its sum is then I, as "
+                       f"{bare(inv.text)} is: no conversion, no all-reduce added to the "
+                       f"backward); or {fix}")
             if other_role is Role.INDEX and other_o.cut is not None and other.kind is Kind.V:
                 # this rank's part of the whole cut by hand (``full[r * k:(r + 1) * k]``): the
                 # shard is convert's (its backward gathers the gradient), which the check mode
@@ -1099,7 +1182,7 @@ def _rule_on_axis(
                 if first is not None:
                     fix = f"{first}; else {fix}"
             if (other.kind is Kind.R and not other_o.text.startswith("self.")
-                    and _NAMED.fullmatch(bare(other_o.text))):
+                    and _NAMED.fullmatch(bare(other_o.text)) and dst_i is None):
                 # an R that carries no gradient mixes with I (a data mask, a target): detaching
                 # it keeps the I operand's gradient, where detaching that one loses it (not
                 # offered for a module's attribute: a weight, as a rule; nor for a computed
@@ -1144,10 +1227,18 @@ def _rule_on_axis(
             else:
                 where = "" if spec.op_class is OpClass.NONLINEAR else " in a non-linear position"
                 why = f"{name}{where} (a non-linear op of a pending sum)"
+            fix = f"{_fix_reduce(who.text, axis, operands=eff)} first"
+            meets = next((w for a, w in who.meets if a == axis), None)
+            if meets is not None:
+                # the result meets an I value (a vocab-parallel loss: log(sum_exp) minus the
+                # I target logit): reduced to R, it would need a reinterpret of that I next
+                # (probe-paste F4)
+                fix = (f"{_fix_reduce(who.text, axis, 'I', eff)} first (the result of {name} "
+                       f'meets {meets}, Invariant on "{axis}": dst=I keeps it Invariant)')
             return None, SpmdError(
                 "spmd-partial-nonlinear",
                 f'Partial on "{axis}" ({_describe(who, VARYING, axis)}) cannot go through '
-                f"{why}; {_fix_reduce(who.text, axis, operands=eff)} first",
+                f"{why}; {fix}",
             )
         if Kind.V in kinds:
             v_o, v_role, v_lt = next((o, r, lt) for o, r, lt in eff if lt.kind is Kind.V)

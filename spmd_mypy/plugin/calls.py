@@ -62,6 +62,7 @@ from mypy.nodes import (
     OperatorAssignmentStmt,
     OverloadedFuncDef,
     RefExpr,
+    ReturnStmt,
     SetComprehension,
     SetExpr,
     StarExpr,
@@ -749,6 +750,64 @@ class CallTyper:
                     return [(item[0], expr)]
         return [(typ, expr)]
 
+    def _with_use(self, ctx: AnyCtx, ops: list[Operand]) -> list[Operand] | None:
+        """``ops`` with where the op's result goes (``Operand.reduced``: the all_reduce call
+        it is the first argument of; ``Operand.meets``: the axes on which it meets an
+        Invariant value, the other side of the operator it feeds or the function's declared
+        result it is returned as); None when neither is known."""
+        func = global_calls.current_function(ctx.api)
+        here = ctx.context
+        if func is None or not isinstance(here, Expression):
+            return None
+        parent: Expression | None = None
+        returned = False
+        for st in nested_statements(func.body.body):
+            root: Expression | None = None
+            if isinstance(st, ReturnStmt):
+                root = st.expr
+            elif isinstance(st, AssignmentStmt):
+                root = st.rvalue
+            elif isinstance(st, (ExpressionStmt, OperatorAssignmentStmt)):
+                root = st.expr if isinstance(st, ExpressionStmt) else st.rvalue
+            if root is None or st.line > here.line or (
+                    st.end_line is not None and st.end_line < here.line):
+                continue
+            for sub in get_subexpressions(root):
+                if sub is here:
+                    returned = returned or (isinstance(st, ReturnStmt) and root is here)
+                elif (isinstance(sub, OpExpr) and (sub.left is here or sub.right is here)) or (
+                        isinstance(sub, CallExpr) and any(a is here for a in sub.args)):
+                    parent = sub
+                    returned = isinstance(st, ReturnStmt) and root is sub
+            if parent is not None or returned:
+                break
+        reduced = ""
+        meets: list[tuple[str, str]] = []
+        if isinstance(parent, CallExpr) and parent.args and parent.args[0] is here:
+            callee = parent.callee
+            name = callee.name if isinstance(callee, (NameExpr, MemberExpr)) else ""
+            if name == "all_reduce":
+                reduced = code_text(parent)
+        elif isinstance(parent, OpExpr):
+            other = parent.right if parent.left is here else parent.left
+            found = lookup_type(ctx.api, other)
+            if found is None and isinstance(other, NameExpr) and isinstance(other.node, Var):
+                found = other.node.type  # the right side, not typed yet when the left is
+            t = self.types.from_type(found) if found is not None else None
+            if t:
+                meets.extend((a, expr_text(other)) for a, lt in t.axes if lt.kind is Kind.I)
+        if returned and not meets:
+            ftype = func.type
+            if isinstance(ftype, CallableType):
+                declared = self.types.from_type(ftype.ret_type)
+                if declared:
+                    meets.extend((a, f"the declared result of {func.name}")
+                                 for a, lt in declared.axes if lt.kind is Kind.I)
+        if not reduced and not meets:
+            return None
+        return [dataclasses.replace(o, reduced=reduced, meets=tuple(meets)) if o.type else o
+                for o in ops]
+
     # -- torch ops ---------------------------------------------------------------------
     def op_hook(self, op: str, *, method: bool, reflected: bool = False,
                 module: bool = False) -> Callable[[AnyCtx], Type]:
@@ -815,7 +874,16 @@ class CallTyper:
                     # the fix completes that reduction first (engine varying_statistic_fix)
                     bound = _with_bindings(ctx, ops)
                     if bound is not None:
+                        ops = bound
                         result = propagate(spec, bound, strict=self.strict(ctx),
+                                           reduction=reduction, move=move)
+                if any(e.code in ("spmd-invariant-mix", "spmd-partial-nonlinear")
+                       for e in result.errors):
+                    # where the result goes (an all_reduce's argument, an I value it meets):
+                    # the fix that pastes there (engine Operand.reduced, Operand.meets)
+                    used = self._with_use(ctx, ops)
+                    if used is not None:
+                        result = propagate(spec, used, strict=self.strict(ctx),
                                            reduction=reduction, move=move)
             errors = result.errors
             if inplace and method and errors:

@@ -237,3 +237,36 @@ def test_a_forgotten_dgrad_all_reduce_leads_with_the_all_reduce() -> None:
     assert 'returns grad_input (Tensor[P["tp"]])' in msg, msg
     assert 'P to I is a reduction: use all_reduce(grad_input, "tp", src=P, dst=I)' in msg, msg
     assert "all_gather" not in msg, msg
+
+
+def test_a_declared_gradient_fix_is_written_from_the_returned_value() -> None:
+    # probe-paste F2: Megatron's column-parallel backward with x's gradient declared R.  The
+    # fix is written from the returned g @ w's own type, V (from the declared R, its
+    # convert(g @ w, "tp", src=R, dst=P) was refused when pasted), the reinterpret first in
+    # a backward; the static checker's words (duality.test:
+    # duality_declared_result_fix_from_the_returned_expression)
+    import torch.nn.functional as F
+
+    class ColLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x: Tensor[R["tp"]], w: Tensor[S[0, "tp"]]) -> Tensor[V["tp"]]:  # noqa: ANN001
+            ctx.save_for_backward(x, w)
+            return F.linear(x, w)
+
+        @staticmethod
+        def backward(ctx, g: Tensor[V["tp"]]) -> tuple[Tensor[R["tp"]], Tensor[S[0, "tp"]]]:  # noqa: ANN001
+            x, w = ctx.saved_tensors
+            return g @ w, g.flatten(0, -2).t() @ x.flatten(0, -2)
+
+    with spmd.typecheck():
+        x = typed(mk(3, 4).requires_grad_(), Tensor[R["tp"]])
+        w = typed(mk(6, 4).requires_grad_(), Tensor[S[0, "tp"]])
+        y = ColLinear.apply(x, w)
+        msg = _message(lambda: y.backward(typed(torch.ones(3, 6), Tensor[V["tp"]])))
+    assert msg == (
+        'ColLinear.backward returns Tensor[R["tp"]] for input x (Tensor[R["tp"]]), whose '
+        'gradient is Tensor[P["tp"]] (R on "tp" where P is needed); g @ w is Tensor[V["tp"]] '
+        '(V on "tp" where P is needed): V to P: use reinterpret(g @ w, "tp", src=V, dst=P) to '
+        "mean the sum of the ranks' values (a gradient: each rank's g @ w is its part of the "
+        'sum), or convert(g @ w, "tp", src=V, dst=P) to keep each rank\'s values apart, and '
+        'declare the result Tensor[P["tp"]]  [spmd-duality]'), msg

@@ -168,6 +168,33 @@ def test_a_src_mismatch_is_raised_before_the_op_runs(mesh) -> None:  # noqa: ANN
 
 
 
+def test_an_all_reduce_to_r_met_by_an_invariant_offers_dst_i(mesh) -> None:  # noqa: ANN001
+    """probe-paste F4/F5, in the static checker's words (messages.test:
+    fix_dst_i_on_an_all_reduce_that_meets_an_invariant, fix_bias_inside_the_all_reduce_is_added_after_it):
+    an all_reduce(..., dst=R) met by an I bias offers dst=I on that all_reduce first (pasted,
+    it runs); a P + I (the check mode does not see the all_reduce the sum is the argument of)
+    offers to add the bias after the reduction, as the R version does."""
+    with spmd.typecheck():
+        partial = spmd.declare(torch.randn(3, 4, requires_grad=True), Tensor[P["tp"]])
+        b2 = spmd.declare(torch.randn(4, requires_grad=True), Tensor[I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            spmd.all_reduce(partial, "tp", src=P, dst=R) + b2
+        # (b2, a tensor without a grad_fn, is a leaf here: the check mode adds its detach)
+        assert str(e.value).startswith(
+            'Invariant on "tp" (b2: Tensor[I["tp"]]) cannot mix with Replicate '
+            '(spmd.all_reduce(partial, "tp", src=P, dst=R): Tensor[R["tp"]]) in add: its gradient '
+            "would need an all-reduce that add never issues; pass dst=I to the all_reduce: "
+            'spmd.all_reduce(partial, "tp", src=P, dst=I) (its sum is then I, as b2 is: no '
+            'conversion, no all-reduce added to the backward); or reinterpret(b2, "tp", src=I, '
+            'dst=R) first, so the backward all-reduces its gradient'), str(e.value)
+        out = spmd.all_reduce(partial, "tp", src=P, dst=I) + b2  # the fix, pasted
+        assert spmd.typeof(out) == spmd.typeof(b2)
+        with pytest.raises(SpmdTypeError) as e:
+            partial + b2
+        assert ('all_reduce(partial, "tp", src=P, dst=I) first, or add it after the reduction, '
+                'or convert(b2, "tp", src=I, dst=P) to add it into the pending sum') in str(e.value)
+
+
 def _pasted_fix(msg: str, text: str, scope: dict) -> object:  # noqa: ANN001
     """The ``spmd.redistribute(text, ...)`` call a message offers, run as pasted."""
     import re
