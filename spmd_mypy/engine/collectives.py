@@ -1667,12 +1667,15 @@ _RAW_SCATTER_DIM0 = frozenset({"torch.distributed.reduce_scatter_tensor",
 
 
 def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
-                     x_type: SpmdType, reduce_op: str | None = "sum") -> str:
+                     x_type: SpmdType, reduce_op: str | None = "sum",
+                     assign_to: str | None = None) -> str:
     """The typed call for a raw one: concrete where the tensor's type says the axis and src
     (one P axis for an all-reduce or torch's reduce_scatter_tensor, one V axis for an
     all-reduce with op="max"/"min", one V or S(i) axis for an all-gather whose layout the raw
     op fixes), else in words; with the raw call's reduce op (op="avg": the typed call
-    without it sums, a result n times too large)."""
+    without it sums, a result n times too large).  ``assign_to``: the raw call is a statement
+    of its own writing this tensor in place: the fix assigns the typed call's result to it
+    (the typed call as a statement would discard it, spmd-discarded-result)."""
     x = bare(x_text)
     op_arg, cannot = _raw_typed_op(typed_name, reduce_op)
     if cannot:
@@ -1699,11 +1702,14 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
     dst = "R"
     if len(axes) == 1 and f"{module}.{name}" in _RAW_SCATTER_DIM0:
         src, dst = axes[0][1], "S(0)"  # the sum, chunked on dim 0
+    in_place = module == "torch.distributed" or name.endswith("_inplace")
     if src is not None and (reduce_op is not None or typed_name not in _OP_TYPED):
-        in_place = module == "torch.distributed" or name.endswith("_inplace")
-        return (f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst}{op_arg})"
-                + (", which returns the result (the raw op writes it into a tensor passed to it)"
-                   if in_place else ""))
+        call = f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst}{op_arg})"
+        if in_place and assign_to:
+            return (f"{assign_to} = {call} (the typed call returns the result, which the raw "
+                    f"op wrote into {assign_to}; as a statement of its own it would be dropped)")
+        return call + (", which returns the result (the raw op writes it into a tensor passed "
+                       "to it)" if in_place else "")
     if not axes and typed_name == "all_reduce" and want == (Kind.P,):
         # no pending sum: a V value summed by the raw call is each rank's part of a sum (a
         # local loss, a sum of squares), which reinterpret(V,P) states before the reduction;
@@ -1714,16 +1720,19 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
             over = ("" if len(parts) == 1 else
                     f" over the mesh axis its process group spans ({x} is V on "
                     + " and ".join(format_axis(a) for a in parts) + ")")
-            return (f"spmd.all_reduce(spmd.reinterpret({x}, {ax}, src=V, dst=P), {ax}, src=P, "
-                    f"dst=R{op_arg}){over} where its ranks' values "
+            assign = f"{assign_to} = " if in_place and assign_to else ""
+            return (f"{assign}spmd.all_reduce(spmd.reinterpret({x}, {ax}, src=V, dst=P), {ax}, "
+                    f"src=P, dst=R{op_arg}){over} where its ranks' values "
                     f"{'on ' + ax if len(parts) == 1 else 'there'} are the parts of one "
                     f"sum (a local loss, a sum of squares), which returns the result")
     where = ""
     if len(axes) > 1:
         where = (f" ({x} is {want[0].value} on "
                  + " and ".join(format_axis(a) for a, _ in axes) + ")")
+    assign = (f", assigning its result to {assign_to} (the typed call returns it; the raw op "
+              f"wrote it into {assign_to})" if in_place and assign_to else "")
     return (f"spmd.{typed_name} on {x} over the mesh axis its process group spans{where}, "
-            f"with src= {x}'s type on that axis and dst= the type wanted{op_arg}")
+            f"with src= {x}'s type on that axis and dst= the type wanted{op_arg}{assign}")
 
 
 # Where a raw collective's group= is no mesh axis's group (the first and last pipeline stages'
@@ -1733,8 +1742,8 @@ NO_AXIS_GROUP_README = 'README "Pipeline parallelism" (a group that is no mesh a
 
 def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, *,
                          reduce_op: str | None = "sum", async_op: bool = False,
-                         group: str | None = None, group_is_axis: bool | None = None
-                         ) -> SpmdError:
+                         group: str | None = None, group_is_axis: bool | None = None,
+                         assign_to: str | None = None) -> SpmdError:
     """``torch.distributed.all_reduce(x)`` with a typed ``x``: not differentiable (or with
     a fixed backward), and its result's type is unknown.  ``reduce_op`` is the reduce op the
     call states (lower-cased: "sum", its default; "avg"; None: an expression not read), which
@@ -1744,9 +1753,13 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
     ``group``: the text of a group= the call passes that the caller could not identify as a
     mesh axis's group (``group_is_axis`` None) or knows is none (False): the typed call over an
     axis would then take other ranks (a pipeline's tied-embedding group, ranks 0 and 3 of
-    pp=4: the pasted fix hangs)."""
+    pp=4: the pasted fix hangs).  ``assign_to``: the raw call is a statement of its own
+    (the static checker sees it; the check mode does not) and writes this tensor in place:
+    the typed fix assigns its result there, ``g = spmd.all_reduce(g, ...)`` (the typed call
+    pasted as the statement would drop it)."""
     typed_name = typed_collective(name)
-    replacement = (_raw_replacement(module, name, typed_name, x_text, x_type, reduce_op)
+    replacement = (_raw_replacement(module, name, typed_name, x_text, x_type, reduce_op,
+                                    assign_to)
                    if typed_name in OPS and typed_name is not None else "a typed spmd collective")
     if f"{module}.{name}" in RAW_BROADCASTS:
         # spmd has no typed broadcast: the raw one in place is accepted where it changes no
@@ -1770,6 +1783,36 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
         f"collective is not differentiable (or has a fixed backward) and its result's type is "
         f"unknown; {_group_fix(replacement, group, group_is_axis)}{sync}",
     )
+
+
+def discarded_result_error(call: str, x_text: str | None, x_type: SpmdType | None,
+                           target: str | None, *, mapping: bool = False) -> SpmdError:
+    """A typed collective (``spmd.all_reduce``, ..., ``spmd.redistribute``; ``mapping``: a
+    Megatron mapping function the stubs type as one) as a statement of its own: its result
+    is dropped.  The spmd collectives are out of place (they return a new tensor and leave
+    their input as it was), so the statement changes nothing (a probe pasted
+    ``spmd.all_reduce(g, "dp", src=P, dst=R)`` over ``dist.all_reduce(g)``, ``g`` stayed
+    each rank's summand and the step was 0.245 off; a conversion returns a view typed anew,
+    the statement leaves the input's type as it was).  A Megatron mapping may write its input
+    in place (``reduce_from_...``'s all-reduce), but its input keeps its type: only the
+    result is typed.  ``call``: the call's text; ``x_text`` / ``x_type``: its input's text
+    and type (None: untyped, gradual code: a dropped result is a mistake all the same);
+    ``target``: the input's text where it can be assigned (a name, an attribute, an item),
+    the fix's target; else the fix binds a new name.  The static checker only: the check
+    mode cannot see that a result is dropped."""
+    x = bare(x_text) if x_text is not None else None
+    held = f" ({format_type(x_type)})" if x_type else ""
+    if mapping:
+        why = (f"the checkers type the tensor it returns, and {x}{held} keeps its type "
+               f"whatever the call did to it" if target else
+               "the checkers type the tensor it returns")
+    else:
+        why = ("spmd's collectives and conversions are out of place: they return the result "
+               f"and leave {x if target else 'their input'}{held if target else ''} as it was "
+               "(its values and its type), so this statement changes nothing")
+    fix = (f"assign the result: {target} = {call}" if target else
+           f"assign the result and use it: y = {call}")
+    return SpmdError("spmd-discarded-result", f"{call} discards its result: {why}; {fix}")
 
 
 # ``torch.distributed.broadcast(x, src, group)`` in place: every rank of the group gets rank

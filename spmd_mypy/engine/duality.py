@@ -473,7 +473,7 @@ __all__ = [
 
 
 def check_grad_assignment(owner: SpmdType, value: SpmdType, *, target: str,
-                          value_text: str) -> list[SpmdError]:
+                          value_text: str, narrowed: str | None = None) -> list[SpmdError]:
     """``p.grad = value`` (``target``: ``p.grad``): ``value`` stands for ``p``'s gradient at
     every later read (the optimizer's step, the next backward accumulating into it), so it
     must be a gradient of ``p``: per axis the dual of ``p``'s type (:func:`gradient_type`),
@@ -486,7 +486,9 @@ def check_grad_assignment(owner: SpmdType, value: SpmdType, *, target: str,
     concatenates the gradients of parameters of different layouts: V on their axes); no
     declaration or conversion makes a V one of those (the declaration of a typed value must
     agree with its type): the fix buckets the gradients by layout, or reduces the
-    parameter's own gradient alone.  Any other mismatch is fixed by the collective
+    parameter's own gradient alone: of ``narrowed``, the local the code narrowed ``p.grad``
+    into (``g = p.grad; assert g is not None``), else of ``p.grad`` after an assert (it is
+    Optional: ``spmd.all_reduce(p.grad, ...)`` alone fails mypy's arg-type).  Any other mismatch is fixed by the collective
     :func:`.collectives.suggest` names."""
     if not owner or not value or owner.spec is not None or value.spec is not None:
         return []
@@ -518,8 +520,12 @@ def check_grad_assignment(owner: SpmdType, value: SpmdType, *, target: str,
                f"(one bucket per layout: their torch.cat and its views keep the type)")
         if reduced and len(varying) == len(bad):
             axis_arg = format_axis(reduced[0] if len(reduced) == 1 else tuple(reduced))
-            fix += (f", or reduce it alone: {target} = spmd.all_reduce({target}, {axis_arg}, "
-                    f"src=P, dst=R)")
+            if narrowed:
+                fix += (f", or reduce it alone: {target} = spmd.all_reduce({narrowed}, "
+                        f"{axis_arg}, src=P, dst=R)")
+            else:
+                fix += (f", or reduce it alone: assert {target} is not None; {target} = "
+                        f"spmd.all_reduce({target}, {axis_arg}, src=P, dst=R)")
         parts.append(fix)
     else:
         for axis, h, w in bad:

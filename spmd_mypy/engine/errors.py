@@ -30,6 +30,7 @@ CODES: dict[str, str] = {
     "spmd-no-grad": "a collective without a gradient on a tensor that carries one",
     "spmd-duality": "an autograd Function whose backward types are not the duals of forward's",
     "spmd-raw-collective": "a raw torch.distributed collective on a typed tensor",
+    "spmd-discarded-result": "a typed collective as a statement of its own: its result (the only thing it changes) is dropped",
     "spmd-divergent-collective": "a collective under a condition that differs between the ranks of its axis (some never join: a hang)",
     "spmd-random": "a random op typed R or I on an axis whose generator differs between its ranks (check mode only)",
     "spmd-mesh": "a value typed under one mesh used under another whose axis of that name spans other ranks (check mode only)",

@@ -105,8 +105,8 @@ from mypy.types import (
 
 from ..engine import collectives as coll
 from ..engine.collectives import (RAW_OP_PARAMS, RankCondition, communicates, declaration_error,
-                                  divergent_collective_error, hoist_name, raw_collective,
-                                  raw_collective_error, raw_reduce_op)
+                                  discarded_result_error, divergent_collective_error, hoist_name,
+                                  raw_collective, raw_collective_error, raw_reduce_op)
 from ..engine import duality
 from ..engine.annotations import Entry, alias_note, build, expand_axes, unknown_axis_error
 from ..engine.contractions import CONTRACTIONS, Contraction
@@ -126,6 +126,7 @@ from ..engine.types import (
 from ..engine.views import make_move
 from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
 from . import global_calls
+from .discarded import assign_target, errors_at, is_statement_call, narrowed_local
 from .claims import claimed_partial_errors
 from .fixed_lists import fixed_list
 from .index_values import index_value
@@ -426,6 +427,9 @@ class CallTyper:
         # (op, formal name, first position?) -> (an index, a loss's value target): asked of
         # every argument of every typed op (the engine's answer is an interpreted call each)
         self._formals: dict[tuple[str, str, bool], tuple[bool, bool]] = {}
+        # how many reports were made (report_at): a hook compares it before and after a
+        # call's own checks (a dropped result is reported only for a call without an error)
+        self.reported = 0
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -499,6 +503,7 @@ class CallTyper:
 
     def report_at(self, api: Any, errors: Sequence[SpmdError], at: Context) -> None:
         """:meth:`report` through the checker ``api``, at ``at``."""
+        self.reported += 1
         store = api.msg.errors
         watchers = getattr(store, "_watchers", None)
         if watchers:
@@ -1474,7 +1479,8 @@ class CallTyper:
         if not owner or not value:
             return
         errors = duality.check_grad_assignment(owner, value, target=expr_text(target),
-                                               value_text=expr_text(stmt.rvalue))
+                                               value_text=expr_text(stmt.rvalue),
+                                               narrowed=narrowed_local(api, target, stmt.rvalue))
         if errors:
             self.report_at(api, errors, stmt.rvalue)
 
@@ -1761,6 +1767,18 @@ class CallTyper:
 
     def collective_hook(self, op: str) -> Callable[[FunctionContext], Type]:
         def hook(ctx: FunctionContext) -> Type:
+            if not is_statement_call(ctx.api, ctx.context):
+                return check(ctx)
+            # a statement of its own: its result dropped (typed or not), reported where the
+            # call itself is right (its own error first: its fix rewrites the call)
+            before = self.reported
+            result = check(ctx)
+            if self.reported == before and not errors_at(ctx.api, ctx.context):
+                x_expr, x_type = self._arg(ctx, "x")
+                self.report_discarded(ctx, x_expr, self.types.from_type(x_type))
+            return result
+
+        def check(ctx: FunctionContext) -> Type:
             x_expr, x_type = self._arg(ctx, "x")
             x = self.types.from_type(x_type)
             if self.divergent:  # only files with a rank query in a condition (rank_index)
@@ -1820,6 +1838,18 @@ class CallTyper:
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
+
+    def report_discarded(self, ctx: FunctionContext, x_expr: Expression | None,
+                         x: SpmdType | None, mapping: bool = False) -> None:
+        """A typed collective (``mapping``: a Megatron mapping function) as a statement of
+        its own: its result is dropped (engine ``discarded_result_error``)."""
+        call = ctx.context
+        if not isinstance(call, CallExpr):
+            return
+        self.report(ctx, [discarded_result_error(
+            code_text(call),
+            expr_text(x_expr) if x_expr is not None else None, x, assign_target(x_expr),
+            mapping=mapping)])
 
     def _typed_divergence(self, ctx: FunctionContext, op: str, x: SpmdType | None) -> None:
         """``spmd.all_gather(w, "tp", ...)`` under a condition that differs between the ranks
@@ -2001,11 +2031,28 @@ class CallTyper:
                         self.report(ctx, [raw_collective_error(module, name, expr_text(e), st,
                                                                reduce_op=reduce_op,
                                                                async_op=async_op,
-                                                               group=self._raw_group(ctx))])
+                                                               group=self._raw_group(ctx),
+                                                               assign_to=self._raw_written(ctx, module, name))])
                         return ctx.default_return_type
             return ctx.default_return_type
 
         return hook
+
+    def _raw_written(self, ctx: FunctionContext, module: str, name: str) -> str | None:
+        """A raw collective that is a statement of its own and writes its first argument in
+        place (torch.distributed's, the functional ``*_inplace`` ones): that tensor's text,
+        where it can be assigned, the typed fix's target (``g = spmd.all_reduce(g, ...)``);
+        None elsewhere (a list it writes: the typed fix's result is one tensor)."""
+        if not (module == "torch.distributed" or name.endswith("_inplace")):
+            return None
+        if not ctx.args or len(ctx.args[0]) != 1 or not is_statement_call(ctx.api, ctx.context):
+            return None
+        written: Type = ctx.arg_types[0][0]
+        proper = get_proper_type(written)
+        if not (self.types.from_type(written) or (
+                isinstance(proper, Instance) and proper.type.fullname in TORCH_TENSOR_BASES)):
+            return None
+        return assign_target(ctx.args[0][0])
 
     def send_hook(self, call: str) -> Callable[[FunctionContext], Type]:
         """``dist.send(x, dst)``, ``dist.isend(x, dst)``, ``dist.P2POp(dist.isend, x, peer)``

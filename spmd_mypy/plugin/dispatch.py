@@ -21,6 +21,7 @@ from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, Meth
 from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_proper_type
 
 from . import calls, global_calls, torch_namespaces
+from .discarded import errors_at, is_statement_call
 from .custom_ops import CUSTOM_OP_CALL, custom_op_hook
 from .einops_calls import (
     EINOPS_FUNCTIONS, EINOPS_LAYERS, einops_hook, einops_layer_hook, einops_signature_hook,
@@ -386,9 +387,19 @@ class HookDispatch:
         without the stubs (it has no py.typed): gradual, such code gets no new error (a
         variable joining a mapping call's result and a plain tensor, a tuple returned as a
         tensor, torch's stubs on the result)."""
-        result = self.plugin.calls.check_arguments_hook(ctx)
+        typer = self.plugin.calls
+        before = typer.reported
+        result = typer.check_arguments_hook(ctx)
         if self.plugin.promotion.wanted:
-            self.plugin.calls.check_mapping_group(ctx)
+            typer.check_mapping_group(ctx)
+            if (typer.reported == before and is_statement_call(ctx.api, ctx.context)
+                    and not errors_at(ctx.api, ctx.context)):
+                # its result dropped (reported where the call itself is right)
+                x_expr = ctx.args[0][0] if ctx.args and len(ctx.args[0]) == 1 else None
+                x_type: Type | None = ctx.arg_types[0][0] if x_expr is not None else None
+                typer.report_discarded(
+                    ctx, x_expr, self.plugin.types.from_type(x_type) if x_type is not None else None,
+                    mapping=True)
             return result
         ret = get_proper_type(ctx.default_return_type)  # the stubs' typed result, which
         # the signature hook has made plain torch.Tensor here (CallTyper.plain_result)

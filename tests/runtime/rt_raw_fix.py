@@ -74,6 +74,30 @@ def _check_mode_fix(ctx: Ctx, declared: Any, raw: Callable[[torch.Tensor], torch
     return message
 
 
+def check_all_reduce_statement_fix_assigns(ctx: Ctx, name: str) -> None:
+    """``dist.all_reduce(x)`` as a statement: the static fix (the plugin's message) assigns
+    the typed call's result, ``x = spmd.all_reduce(x, ...)``; run as that statement, x holds
+    the raw call's sum.  The bare call pasted over the statement (session 40's probe) left x
+    each rank's summand: run so, x is unchanged (spmd-discarded-result reports it)."""
+    from spmd_mypy.engine.types import PARTIAL
+    message = raw_collective_error("torch.distributed", "all_reduce", "x",
+                                   SpmdType.of({AXIS: PARTIAL}), assign_to="x").message
+    m = re.search(r"; use (x = spmd\.\w+\((?:[^()]|\([^()]*\))*\))", message)
+    assert m is not None, message
+    expected = _values(ctx)
+    dist.all_reduce(expected, group=_group(ctx))
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            ns = {"spmd": spmd, "P": P, "R": R, "V": V, "S": S,
+                  "x": spmd.declare(_values(ctx), Tensor[P["x"]])}
+            exec(m.group(1), ns)
+            bare = {**ns, "x": spmd.declare(_values(ctx), Tensor[P["x"]])}
+            exec(m.group(1).split(" = ", 1)[1], bare)
+    assert_close(ns["x"], expected)
+    assert_close(bare["x"], _values(ctx))  # the dropped result: x as it was
+    assert not torch.equal(bare["x"], expected)
+
+
 def _group(ctx: Ctx) -> Any:
     return ctx.mesh("1d").get_group(AXIS)
 
@@ -265,4 +289,4 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_funcol_all_to_all_single_autograd_checked,
         check_funcol_all_reduce_inplace_checked, check_nn_functional_all_reduce_checked,
         check_funcol_in_function_allowed, check_raw_collective_through_a_torch_helper_checked,
-        check_all_reduce_group_of_no_axis))
+        check_all_reduce_group_of_no_axis, check_all_reduce_statement_fix_assigns))
