@@ -2865,7 +2865,7 @@ def _plain_bindings(func: FuncDef) -> _Bindings:
     return plain
 
 
-_PLAIN_BINDINGS: dict[int, tuple[Assignments, _Bindings]] = {}
+_PLAIN_BINDINGS: Final[dict[int, tuple[Assignments, _Bindings]]] = {}
 
 
 def _binding_before(assigned: _Bindings, seen: set[SymbolNode], sub: Expression, line: int,

@@ -115,6 +115,10 @@ _OpExpr: Final = OpExpr
 _SliceExpr: Final = SliceExpr
 _TupleExpr: Final = TupleExpr
 _UnaryExpr: Final = UnaryExpr
+_AssignmentStmt: Final = AssignmentStmt
+_ForStmt: Final = ForStmt
+_OperatorAssignmentStmt: Final = OperatorAssignmentStmt
+_WithStmt: Final = WithStmt
 # calls whose int argument is a device or a seed, not an index: x.to(local_rank)
 _DEVICE_CALLS: Final = frozenset({"to", "cuda", "device", "set_device", "manual_seed", "seed",
                                   "pin_memory"})
@@ -369,11 +373,11 @@ def module_names(file: MypyFile, out: dict[str, frozenset]) -> None:
     scan = _Scan(out)
     scan.locals = set()
     for st in nested_statements(file.defs):
-        if isinstance(st, AssignmentStmt):
+        if isinstance(st, _AssignmentStmt):
             rank = has_query(st.rvalue, out)
             for lv in st.lvalues:
-                for t in (lv.items if isinstance(lv, (TupleExpr, ListExpr)) else [lv]):
-                    if isinstance(t, NameExpr):
+                for t in (lv.items if isinstance(lv, (_TupleExpr, _ListExpr)) else [lv]):
+                    if isinstance(t, _NameExpr):
                         axes = scan.taint(st.rvalue) if rank and t is lv else None
                         old = bound.get(t.name, axes)
                         got = None if old is None or axes is None else old | axes
@@ -391,14 +395,14 @@ def module_names(file: MypyFile, out: dict[str, frozenset]) -> None:
                             out["#" + t.name] = kept
                         else:
                             out.pop("#" + t.name, None)
-        elif isinstance(st, (ForStmt, OperatorAssignmentStmt, WithStmt)):
+        elif isinstance(st, (_ForStmt, _OperatorAssignmentStmt, _WithStmt)):
             targets: list[Expression] = (
-                [st.index] if isinstance(st, ForStmt)
-                else [st.lvalue] if isinstance(st, OperatorAssignmentStmt)
+                [st.index] if isinstance(st, _ForStmt)
+                else [st.lvalue] if isinstance(st, _OperatorAssignmentStmt)
                 else [t for t in st.target if t is not None])
             for t in targets:
-                for n in (t.items if isinstance(t, (TupleExpr, ListExpr)) else [t]):
-                    if isinstance(n, NameExpr):
+                for n in (t.items if isinstance(t, (_TupleExpr, _ListExpr)) else [t]):
+                    if isinstance(n, _NameExpr):
                         bound[n.name] = counted[n.name] = None
                         out.pop("=" + n.name, None)
                         out.pop("#" + n.name, None)

@@ -1966,7 +1966,7 @@ def _rebinds(file: MypyFile, builtin: str) -> bool:
 
 def _sets_grad(st: AssignmentStmt) -> bool:
     """``x.grad = value`` (a target among chained ones too; not a tuple target)."""
-    return any(type(lv) is MemberExpr and cast(MemberExpr, lv).name == "grad" for lv in st.lvalues)
+    return any(type(lv) is _MemberExpr and cast(MemberExpr, lv).name == "grad" for lv in st.lvalues)
 
 
 def condition_trigger(line: int, column: int) -> CallExpr:

@@ -41,6 +41,13 @@ from mypy.nodes import (
 _AssignmentStmt: Final = AssignmentStmt
 _ExpressionStmt: Final = ExpressionStmt
 _ReturnStmt: Final = ReturnStmt
+_Block: Final = Block
+_ForStmt: Final = ForStmt
+_IfStmt: Final = IfStmt
+_MatchStmt: Final = MatchStmt
+_TryStmt: Final = TryStmt
+_WhileStmt: Final = WhileStmt
+_WithStmt: Final = WithStmt
 
 # a name's assignments in a function: (line, value, the item of a tuple target it takes, or -1)
 Assignments = dict[SymbolNode, list[tuple[int, Expression, int]]]
@@ -48,7 +55,7 @@ Assignments = dict[SymbolNode, list[tuple[int, Expression, int]]]
 
 # assignments_by_name's results: (the function, its body, the result, its first assigned
 # name and the node it was bound to), by the function's id
-_ASSIGNED: dict[int, tuple[FuncDef, Block, Assignments, "NameExpr | None", "SymbolNode | None"]] = {}
+_ASSIGNED: Final[dict[int, tuple[FuncDef, Block, Assignments, "NameExpr | None", "SymbolNode | None"]]] = {}
 
 
 def statement_blocks(st: Statement) -> list[list[Statement]]:
@@ -56,18 +63,18 @@ def statement_blocks(st: Statement) -> list[list[Statement]]:
     cls = type(st)
     if cls is _AssignmentStmt or cls is _ExpressionStmt or cls is _ReturnStmt:
         return []  # the common simple statements first, by exact class (mypy's, never subclassed)
-    if isinstance(st, IfStmt):
+    if isinstance(st, _IfStmt):
         return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
-    if isinstance(st, (ForStmt, WhileStmt)):
+    if isinstance(st, (_ForStmt, _WhileStmt)):
         return [st.body.body] + ([st.else_body.body] if st.else_body else [])
-    if isinstance(st, WithStmt):
+    if isinstance(st, _WithStmt):
         return [st.body.body]
-    if isinstance(st, TryStmt):
+    if isinstance(st, _TryStmt):
         return ([st.body.body] + [h.body for h in st.handlers]
                 + [b.body for b in (st.else_body, st.finally_body) if b is not None])
-    if isinstance(st, MatchStmt):
+    if isinstance(st, _MatchStmt):
         return [b.body for b in st.bodies]
-    if isinstance(st, Block):
+    if isinstance(st, _Block):
         return [st.body]
     return []
 
