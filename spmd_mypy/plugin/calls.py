@@ -131,7 +131,7 @@ from .claims import claimed_partial_errors
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
-from .statements import assignments_by_name, nested_statements
+from .statements import Assignments, assignments_by_name, nested_statements
 from .declared_partials import declared_partial, declared_reduction
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
@@ -149,16 +149,16 @@ if TYPE_CHECKING:
 
 AnyCtx = FunctionContext | MethodContext
 
-DUNDERS = OPERATORS  # method -> (op name, reflected), from the engine
+DUNDERS: Final = OPERATORS  # method -> (op name, reflected), from the engine
 
-SPMD_COLLECTIVES = frozenset(coll.OPS)
+SPMD_COLLECTIVES: Final = frozenset(coll.OPS)
 # How messages name an item of a list variable (a _foreach op's, cat's): ``grads[k]``
-_LIST_ITEM = LIST_ITEM
-_SEQUENCE_RESULTS = frozenset("split split_with_sizes chunk unbind tensor_split".split())
+_LIST_ITEM: Final = LIST_ITEM
+_SEQUENCE_RESULTS: Final = frozenset("split split_with_sizes chunk unbind tensor_split".split())
 PROCESS_GROUP: Final = "torch._C._distributed_c10d.ProcessGroup"
 # builtins whose result holds their first argument's items (a list op's operand read through)
-_ITEM_KEEPING = frozenset(("builtins.list", "builtins.tuple", "builtins.sorted", "builtins.reversed"))
-_TENSOR_CONTAINERS = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
+_ITEM_KEEPING: Final = frozenset(("builtins.list", "builtins.tuple", "builtins.sorted", "builtins.reversed"))
+_TENSOR_CONTAINERS: Final = ("builtins.list", "builtins.tuple", "typing.Sequence", "typing.List",
                       "collections.abc.Sequence", "typing.Iterable", "typing.Iterator")
 # The kinds the operand scan compares with, as C statics (a bare global is a dict lookup and
 # an attribute read of the enum class at every use)
@@ -320,14 +320,14 @@ def _is_scalar(t: Type) -> bool:
 
 
 # checkpoint's own keywords (the rest of its arguments go to the function it runs)
-_CHECKPOINT_OWN = frozenset(
+_CHECKPOINT_OWN: Final = frozenset(
     {"use_reentrant", "context_fn", "determinism_check", "debug", "preserve_rng_state"})
 
 # A ``match`` value pattern's comparison (``case 0:`` is ``subject == 0``)
 _EQ: Final = classify("eq")
 
 # Python's sum(xs): the items added one by one (elementwise add, named as the user wrote it)
-_BUILTIN_SUM = dataclasses.replace(classify("add"), name="sum")
+_BUILTIN_SUM: Final = dataclasses.replace(classify("add"), name="sum")
 
 
 def is_zero_literal(e: Expression | None, t: Type | None) -> bool:
@@ -2899,7 +2899,7 @@ def _same_signature(a: CallableType, b: CallableType) -> bool:
 
 
 # src=R and the like, read at every collective call: one (immutable) LocalType each
-_MARKER_TYPES = {f"spmd.{k}": LocalType(Kind(k)) for k in ("R", "I", "V", "P")}
+_MARKER_TYPES: Final = {f"spmd.{k}": LocalType(Kind(k)) for k in ("R", "I", "V", "P")}
 
 
 def read_local_type(expr: Expression) -> LocalType | None:
@@ -2958,7 +2958,7 @@ def made_by(e: Expression | None) -> coll.MadeBy | None:
     return coll.MadeBy(c[0], c[1], c[2], c[3]) if c is not None else None
 
 
-_MAX_COLLECTIVES = ("spmd.all_reduce", "spmd._collectives.all_reduce")
+_MAX_COLLECTIVES: Final = ("spmd.all_reduce", "spmd._collectives.all_reduce")
 
 
 _Bindings = dict[SymbolNode, list[tuple[int, Expression]]]
@@ -2966,9 +2966,21 @@ _Bindings = dict[SymbolNode, list[tuple[int, Expression]]]
 
 def _plain_bindings(func: FuncDef) -> _Bindings:
     """``func``'s plain assignments of each local (no item or attribute target): (line,
-    value), in order (statements.assignments_by_name)."""
-    return {node: [(line, value) for line, value, k in defs if k < 0]
-            for node, defs in assignments_by_name(func).items()}
+    value), in order (statements.assignments_by_name).  Made once per result of that
+    (kept while it is: callers only read it)."""
+    assigned = assignments_by_name(func)
+    cached = _PLAIN_BINDINGS.get(id(func))
+    if cached is not None and cached[0] is assigned:
+        return cached[1]
+    plain = {node: [(line, value) for line, value, k in defs if k < 0]
+             for node, defs in assigned.items()}
+    if len(_PLAIN_BINDINGS) > 10_000:
+        _PLAIN_BINDINGS.clear()
+    _PLAIN_BINDINGS[id(func)] = (assigned, plain)
+    return plain
+
+
+_PLAIN_BINDINGS: Final[dict[int, tuple[Assignments, _Bindings]]] = {}
 
 
 def _binding_before(assigned: _Bindings, seen: set[SymbolNode], sub: Expression, line: int,

@@ -13,7 +13,7 @@ where they do not depend on the class.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Final
 
 from mypy.checker_state import checker_state
 from mypy.nodes import SymbolNode, TypeInfo, Var
@@ -41,35 +41,38 @@ from .rewrite import TRIGGER_FULLNAME
 if TYPE_CHECKING:
     from . import SpmdPlugin
 
-_MEGATRON_MAPPINGS = "megatron.core.tensor_parallel.mappings."
+# mypy's shared checker state, read at every hook question (_follow_module): a Final module
+# attribute is a C static to this compiled module, an imported name a dict lookup at each use
+_checker_state: Final = checker_state
+_MEGATRON_MAPPINGS: Final = "megatron.core.tensor_parallel.mappings."
 # Python builtins typed as torch ops on tensors (only in modules that meet SPMD types)
-_BUILTIN_OPS = frozenset(("builtins.abs", "builtins.sum", "builtins.max", "builtins.min"))
+_BUILTIN_OPS: Final = frozenset(("builtins.abs", "builtins.sum", "builtins.max", "builtins.min"))
 # Python's conversions of a tensor's value, by the dunder they call (engine VALUE_READS)
-_BUILTIN_READS = {"builtins.float": "__float__", "builtins.int": "__int__",
+_BUILTIN_READS: Final = {"builtins.float": "__float__", "builtins.int": "__int__",
                   "builtins.bool": "__bool__", "builtins.complex": "__complex__"}
 # builtins hooked only in modules that meet SPMD types (with the ops above)
-_BUILTIN_HOOKED = (_BUILTIN_OPS | frozenset(_BUILTIN_READS)
+_BUILTIN_HOOKED: Final = (_BUILTIN_OPS | frozenset(_BUILTIN_READS)
                    | {"builtins.enumerate", "builtins.reversed", "builtins.zip", "builtins.map",
                       "functools.reduce"})
-_TENSOR_CLASSES = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
-_GRAD_ATTRS = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
-_TRANSPOSE_ATTRS = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
-_DATA_ATTRS = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
+_TENSOR_CLASSES: Final = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
+_GRAD_ATTRS: Final = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
+_TRANSPOSE_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
+_DATA_ATTRS: Final = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
 # mypy builds a context for each).  The standard library modules training code calls most.
-NO_SIGNATURE_CHECK = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
+NO_SIGNATURE_CHECK: Final = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
                       "collections.", "functools.", "itertools.", "abc.", "enum.", "_typeshed.",
                       "math.", "dataclasses.", "os.", "sys.", "re.", "json.", "logging.",
                       "warnings.", "time.", "random.", "copy.", "inspect.", "operator.",
                       "contextlib.", "pathlib.", "argparse.", "datetime.", "pickle.",
                       "threading.", "weakref.", "statistics.")
-_PARTIAL_OPS = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
+_PARTIAL_OPS: Final = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
                 "spmd.sum": "sum"}
 # torch._utils' flatten/unflatten of a list of tensors (the bucketing DDP code calls): torch
 # does not annotate them (Any); the hook types them as the engine's ops of those names
-_DENSE_FLATTENING = {"torch._utils._flatten_dense_tensors": "flatten_dense_tensors",
+_DENSE_FLATTENING: Final = {"torch._utils._flatten_dense_tensors": "flatten_dense_tensors",
                      "torch._utils._unflatten_dense_tensors": "unflatten_dense_tensors"}
-_NOT_TORCH_OPS = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch.utils.",
+_NOT_TORCH_OPS: Final = ("torch.distributed.", "torch.autograd.", "torch.cuda.", "torch.utils.",
                   "torch.jit.", "torch.compile", "torch.fx.", "torch.onnx.", "torch.backends.",
                   "torch.testing.", "torch.multiprocessing.", "torch.optim.")
 
@@ -253,7 +256,7 @@ class HookDispatch:
         arguments: mypy asks for a call's signature hook first, and a module whose first
         calls run no hook (``outs.append(a)`` ... ``torch.cat(outs)``) would otherwise be
         checked with the previous module's setting (results depended on the order of files)."""
-        chk = checker_state.type_checker
+        chk = _checker_state.type_checker
         if chk is not self._module_checker:
             self._module_checker = chk
             if chk is not None:

@@ -10,7 +10,7 @@ engine asks for a literal instead of guessing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Final, Sequence
 
 from mypy.nodes import (
     ARG_POS,
@@ -314,7 +314,7 @@ def current_function(api: object) -> FuncDef | None:
     return func if isinstance(func, FuncDef) else None
 
 
-_SIZE_NAMES: dict[int, tuple[FuncDef, Block, SizeNames]] = {}
+_SIZE_NAMES: Final[dict[int, tuple[FuncDef, Block, SizeNames]]] = {}
 
 
 def size_names(func: FuncDef) -> SizeNames:
@@ -348,7 +348,7 @@ def size_names(func: FuncDef) -> SizeNames:
     return facts
 
 
-_RAW_TARGETS: dict[int, tuple[FuncDef, Block, frozenset[str]]] = {}
+_RAW_TARGETS: Final[dict[int, tuple[FuncDef, Block, frozenset[str]]]] = {}
 
 
 def raw_collective_targets(func: FuncDef) -> frozenset[str]:
@@ -468,19 +468,19 @@ class _SizeWalk:
         the attributes that hold sub-expressions)."""
         if depth > 60:
             raise ValueError("expression too deep")
-        if isinstance(node, AssignmentExpr):
+        if isinstance(node, _AssignmentExpr):
             self.bind(node.target, node.line)
         for attr in _child_attrs(type(node)):
             child = getattr(node, attr, None)
-            if isinstance(child, Expression):
+            if isinstance(child, _Expression):
                 self.walrus(child, depth + 1)
             elif isinstance(child, (list, tuple)):
                 for c in child:
                     if isinstance(c, (list, tuple)):
                         for cc in c:
-                            if isinstance(cc, Expression):
+                            if isinstance(cc, _Expression):
                                 self.walrus(cc, depth + 1)
-                    elif isinstance(c, Expression):
+                    elif isinstance(c, _Expression):
                         self.walrus(c, depth + 1)
 
     def record(self, target: Expression, value: Expression, line: int) -> None:
@@ -510,11 +510,15 @@ class _SizeWalk:
 
 # The attributes of mypy's expression nodes that hold sub-expressions (for the walrus walk);
 # statements' own expressions too (``return``, ``if`` conditions, assignment values, ...).
-_CHILD_ATTRS = ("expr", "rvalue", "lvalues", "callee", "args", "left", "right", "operands",
+_CHILD_ATTRS: Final = ("expr", "rvalue", "lvalues", "callee", "args", "left", "right", "operands",
                 "base", "index", "items", "cond", "if_expr", "else_expr", "value", "left_expr",
                 "right_expr", "sequences", "condlists", "begin_index", "end_index", "stride",
                 "key", "generator", "indices", "msg", "from_expr", "analyzed")
-_CHILD_ATTRS_OF: dict[type, tuple[str, ...]] = {}
+_CHILD_ATTRS_OF: Final[dict[type, tuple[str, ...]]] = {}
+# bound once (a Final module attribute is a C static to this compiled module; an imported
+# name, a dict lookup at each use): the walrus walk tests every sub-expression
+_AssignmentExpr: Final = AssignmentExpr
+_Expression: Final = Expression
 
 
 def _child_attrs(cls: type) -> tuple[str, ...]:

@@ -37,22 +37,22 @@ from mypy.types import (
 from ..engine.types import UNTYPED, VARYING, Kind, LocalType, SpmdType, decode_by_rank, encode_by_rank
 from .rewrite import axis_from_raw
 
-TENSOR = "spmd._slots.Tensor"  # the canonical class (a TypeInfo)
-TENSOR_ALIAS = "spmd.Tensor"  # what users write: the alias (and the runtime class)
-MARKER_FULLNAMES = {f"spmd.{k}": k for k in ("R", "I", "V", "P", "S", "Shard", "PS")}
-MARKER_NAME_TO_FULLNAME = {k: "spmd.S" if k == "Shard" else f"spmd.{k}" for k in MARKER_FULLNAMES.values()}
-TORCH_TENSOR_BASES = ("torch._tensor.Tensor", "torch._C.TensorBase")
-KINDS = ("R", "I", "V", "P")
+TENSOR: Final = "spmd._slots.Tensor"  # the canonical class (a TypeInfo)
+TENSOR_ALIAS: Final = "spmd.Tensor"  # what users write: the alias (and the runtime class)
+MARKER_FULLNAMES: Final = {f"spmd.{k}": k for k in ("R", "I", "V", "P", "S", "Shard", "PS")}
+MARKER_NAME_TO_FULLNAME: Final = {k: "spmd.S" if k == "Shard" else f"spmd.{k}" for k in MARKER_FULLNAMES.values()}
+TORCH_TENSOR_BASES: Final = ("torch._tensor.Tensor", "torch._C.TensorBase")
+KINDS: Final = ("R", "I", "V", "P")
 # The sets of kinds mypy's joins produce on one axis (``_slots.R_P``: see _slots.pyi), by name
-MIXED_KINDS = {"_".join(c): c for n in range(2, len(KINDS) + 1) for c in itertools.combinations(KINDS, n)}
+MIXED_KINDS: Final = {"_".join(c): c for n in range(2, len(KINDS) + 1) for c in itertools.combinations(KINDS, n)}
 # Every class of spmd._slots a canonical Tensor's slot may hold (V_S: the join of S and V)
-SLOT_CLASSES = (*KINDS, "S", "PS", "V_S", *MIXED_KINDS)
-MEMBERS_MAX = 16  # a join with more combinations than this stays unknown on its mixed axes
+SLOT_CLASSES: Final = (*KINDS, "S", "PS", "V_S", *MIXED_KINDS)
+MEMBERS_MAX: Final = 16  # a join with more combinations than this stays unknown on its mixed axes
 # The trailing slot of a local tensor unknown on some axes after an error (SpmdType.failed):
 # ``Literal["spmd-failed:dp,tp"]`` where a local tensor has Any, so the value still fits any
 # declared tensor (whose trailing slot is Any) while mypy, and every cache keyed by the
 # instance, tells it from an unannotated axis (all Any slots compare equal).
-FAILED_PREFIX = "spmd-failed:"
+FAILED_PREFIX: Final = "spmd-failed:"
 # mypy's Instance as a C static: the hooks ask from_type/members of every argument (see
 # rewrite.py: a bare imported name is a dict lookup per use, isinstance walks the MRO)
 _Instance: Final = Instance

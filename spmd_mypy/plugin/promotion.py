@@ -81,10 +81,10 @@ from .memo import TreeMemo
 from .mypy_types import TENSOR, TypeBuilder, lookup_type
 from .statements import statement_blocks
 
-_PROMOTED = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
+_PROMOTED: Final = ("torch._tensor.Tensor", "torch.nn.parameter.Parameter")
 # spmd's collectives, followed by Correlated like torch's ops (their hooks type each member)
-_SPMD_COLLECTIVES = frozenset(f"spmd.{name}" for name in COLLECTIVE_OPS)
-UNION_CASES_MAX = 16
+_SPMD_COLLECTIVES: Final = frozenset(f"spmd.{name}" for name in COLLECTIVE_OPS)
+UNION_CASES_MAX: Final = 16
 
 
 class Promotion:

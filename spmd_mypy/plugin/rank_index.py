@@ -99,6 +99,26 @@ ENV_RANKS: Final = frozenset({"RANK", "LOCAL_RANK"})
 _ENV_SIZES: Final = {"WORLD_SIZE": "RANK", "LOCAL_WORLD_SIZE": "LOCAL_RANK"}
 # calls whose int result carries their arguments' rank dependence
 _INT_CALLS: Final = frozenset({"int", "min", "max", "abs", "range", "divmod", "round"})
+
+# mypy's node classes has_query dispatches on, bound once: mypy is compiled in its own mypyc
+# group, so to this compiled module a bare imported name is a dict lookup at every use (a
+# ``Final`` module attribute is a C static; as rewrite.py binds them).  has_query runs at
+# every assignment in a function (the pre-pass): ~200k such lookups on the 20k-line corpus.
+_CallExpr: Final = CallExpr
+_ComparisonExpr: Final = ComparisonExpr
+_ConditionalExpr: Final = ConditionalExpr
+_IndexExpr: Final = IndexExpr
+_ListExpr: Final = ListExpr
+_MemberExpr: Final = MemberExpr
+_NameExpr: Final = NameExpr
+_OpExpr: Final = OpExpr
+_SliceExpr: Final = SliceExpr
+_TupleExpr: Final = TupleExpr
+_UnaryExpr: Final = UnaryExpr
+_AssignmentStmt: Final = AssignmentStmt
+_ForStmt: Final = ForStmt
+_OperatorAssignmentStmt: Final = OperatorAssignmentStmt
+_WithStmt: Final = WithStmt
 # calls whose int argument is a device or a seed, not an index: x.to(local_rank)
 _DEVICE_CALLS: Final = frozenset({"to", "cuda", "device", "set_device", "manual_seed", "seed",
                                   "pin_memory"})
@@ -264,17 +284,17 @@ def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
     """A rank query in an assigned value (shallow: calls, operators, tuples).  Run at every
     assignment in a function: exact-class dispatch, a name test before anything else."""
     cls = type(e)
-    if cls is CallExpr:
+    if cls is _CallExpr:
         call = cast(CallExpr, e)
         callee = call.callee
         ccls = type(callee)
-        if ccls is MemberExpr or ccls is NameExpr:
+        if ccls is _MemberExpr or ccls is _NameExpr:
             name = cast("MemberExpr | NameExpr", callee).name
             if name in RANK_QUERIES or name in helpers:
                 return True
             if name == "get" or name == "getenv":  # os.environ.get("RANK")
                 return env_read(call) in ENV_RANKS
-        if ccls is NameExpr and cast(NameExpr, callee).name in _INT_CALLS:  # int(get_rank())
+        if ccls is _NameExpr and cast(NameExpr, callee).name in _INT_CALLS:  # int(get_rank())
             for a in call.args:
                 if has_query(a, helpers):
                     return True
@@ -283,35 +303,35 @@ def has_query(e: Optional[Expression], helpers: dict[str, frozenset]) -> bool:
         for a in call.args:
             if has_query(a, helpers):
                 return True
-        return ccls is MemberExpr and has_query(cast(MemberExpr, callee).expr, helpers)
-    if cls is IndexExpr:  # os.environ["RANK"], full[dist.get_rank()]
+        return ccls is _MemberExpr and has_query(cast(MemberExpr, callee).expr, helpers)
+    if cls is _IndexExpr:  # os.environ["RANK"], full[dist.get_rank()]
         index_e = cast(IndexExpr, e)
         if env_read(index_e) in ENV_RANKS:
             return True
         index = index_e.index
-        if type(index) is SliceExpr:
+        if type(index) is _SliceExpr:
             s = cast(SliceExpr, index)
             return (has_query(s.begin_index, helpers) or has_query(s.end_index, helpers)
                     or has_query(s.stride, helpers))
         return has_query(index, helpers)
-    if cls is NameExpr:  # a module-level rank (rank_helpers: "=RANK")
+    if cls is _NameExpr:  # a module-level rank (rank_helpers: "=RANK")
         return bool(helpers) and "=" + cast(NameExpr, e).name in helpers
-    if cls is OpExpr:
+    if cls is _OpExpr:
         op = cast(OpExpr, e)
         return has_query(op.left, helpers) or has_query(op.right, helpers)
-    if cls is TupleExpr or cls is ListExpr:
+    if cls is _TupleExpr or cls is _ListExpr:
         for i in cast("TupleExpr | ListExpr", e).items:
             if has_query(i, helpers):
                 return True
         return False
-    if cls is ComparisonExpr:  # if dist.get_rank() == 0:
+    if cls is _ComparisonExpr:  # if dist.get_rank() == 0:
         for o in cast(ComparisonExpr, e).operands:
             if has_query(o, helpers):
                 return True
         return False
-    if cls is UnaryExpr:
+    if cls is _UnaryExpr:
         return has_query(cast(UnaryExpr, e).expr, helpers)
-    if cls is ConditionalExpr:
+    if cls is _ConditionalExpr:
         c = cast(ConditionalExpr, e)
         return (has_query(c.cond, helpers) or has_query(c.if_expr, helpers)
                 or has_query(c.else_expr, helpers))
@@ -353,11 +373,11 @@ def module_names(file: MypyFile, out: dict[str, frozenset]) -> None:
     scan = _Scan(out)
     scan.locals = set()
     for st in nested_statements(file.defs):
-        if isinstance(st, AssignmentStmt):
+        if isinstance(st, _AssignmentStmt):
             rank = has_query(st.rvalue, out)
             for lv in st.lvalues:
-                for t in (lv.items if isinstance(lv, (TupleExpr, ListExpr)) else [lv]):
-                    if isinstance(t, NameExpr):
+                for t in (lv.items if isinstance(lv, (_TupleExpr, _ListExpr)) else [lv]):
+                    if isinstance(t, _NameExpr):
                         axes = scan.taint(st.rvalue) if rank and t is lv else None
                         old = bound.get(t.name, axes)
                         got = None if old is None or axes is None else old | axes
@@ -375,14 +395,14 @@ def module_names(file: MypyFile, out: dict[str, frozenset]) -> None:
                             out["#" + t.name] = kept
                         else:
                             out.pop("#" + t.name, None)
-        elif isinstance(st, (ForStmt, OperatorAssignmentStmt, WithStmt)):
+        elif isinstance(st, (_ForStmt, _OperatorAssignmentStmt, _WithStmt)):
             targets: list[Expression] = (
-                [st.index] if isinstance(st, ForStmt)
-                else [st.lvalue] if isinstance(st, OperatorAssignmentStmt)
+                [st.index] if isinstance(st, _ForStmt)
+                else [st.lvalue] if isinstance(st, _OperatorAssignmentStmt)
                 else [t for t in st.target if t is not None])
             for t in targets:
-                for n in (t.items if isinstance(t, (TupleExpr, ListExpr)) else [t]):
-                    if isinstance(n, NameExpr):
+                for n in (t.items if isinstance(t, (_TupleExpr, _ListExpr)) else [t]):
+                    if isinstance(n, _NameExpr):
                         bound[n.name] = counted[n.name] = None
                         out.pop("=" + n.name, None)
                         out.pop("#" + n.name, None)

@@ -135,8 +135,8 @@ from mypy.types import (
     UnionType,
 )
 
-MARKER_NAMES = frozenset({"R", "I", "V", "P", "S", "PS", "Shard"})
-NO_GRAD_CALLS = frozenset({"no_grad", "inference_mode"})
+MARKER_NAMES: Final = frozenset({"R", "I", "V", "P", "S", "PS", "Shard"})
+NO_GRAD_CALLS: Final = frozenset({"no_grad", "inference_mode"})
 # A condition's trigger (section 3): a call of this builtin, recognised by identity; the
 # builtins a trigger calls (a local binding of one keeps the triggers out of its scope)
 TRIGGER_NAME: Final = "globals"
@@ -285,7 +285,7 @@ def _raw_axis(a: Type) -> Type:
 
 # --- alias right-hand sides are expressions --------------------------------------------
 
-_RAW_PREFIX = "\x00spmd-axis:"  # not a valid expression: mypy keeps it as a raw literal
+_RAW_PREFIX: Final = "\x00spmd-axis:"  # not a valid expression: mypy keeps it as a raw literal
 
 
 def _rewrite_index_expr(e: Expression) -> None:
@@ -437,11 +437,11 @@ def _grad_mode(e: Expression) -> bool | None:
 
 
 # The methods of a custom autograd Function that implement its forward and backward.
-AUTOGRAD_FUNCTION_METHODS = frozenset({"forward", "backward", "jvp", "vjp"})
+AUTOGRAD_FUNCTION_METHODS: Final = frozenset({"forward", "backward", "jvp", "vjp"})
 # Those that run without grad: forward always, backward (vjp, its other name) unless the caller
 # asks for create_graph=True (the check mode reads torch.is_grad_enabled() there; the static
 # checker takes the usual case, as the duality rule does: engine.duality)
-GRADIENT_FREE_METHODS = frozenset({"forward", "backward", "vjp"})
+GRADIENT_FREE_METHODS: Final = frozenset({"forward", "backward", "vjp"})
 
 
 def is_no_grad_function(d: Decorator) -> bool:
@@ -522,7 +522,7 @@ class GradRegions:
 
 # Attributes whose reads the plugin types (attribute hooks): as ``x.attr += y`` targets they
 # are read too
-AUGMENTED_ATTRIBUTES = frozenset({"grad", "data"})
+AUGMENTED_ATTRIBUTES: Final = frozenset({"grad", "data"})
 
 
 class _Walker:
@@ -987,7 +987,7 @@ class _Walker:
 
 # What a local is bound to when assigned where gradients are off: a value
 # :func:`is_gradient_free` takes as such (a literal number).
-_NO_GRADIENT = IntExpr(0)
+_NO_GRADIENT: Final = IntExpr(0)
 # What a local is bound to where its value is unknown to the walk (a parameter, a loop or
 # ``with ... as`` variable, a tuple target's item): never gradient-free.
 _OPAQUE: Final[Expression] = TupleExpr([])
@@ -995,8 +995,8 @@ _OPAQUE: Final[Expression] = TupleExpr([])
 
 # Collectives by name (spmd's, and torch.distributed's functional ones): the result carries a
 # gradient only if the input does; all_reduce with op="max"/"min" never carries one.
-_COLLECTIVE_NAMES = frozenset(coll.OPS)
-_NO_GRAD_REDUCE_OPS = frozenset(coll.NO_GRAD_REDUCE_OPS)
+_COLLECTIVE_NAMES: Final = frozenset(coll.OPS)
+_NO_GRAD_REDUCE_OPS: Final = frozenset(coll.NO_GRAD_REDUCE_OPS)
 
 
 def is_gradient_free(e: Expression | None, names: Container[str] = (),
@@ -1130,7 +1130,7 @@ def _saved_tensors(e: Expression) -> bool:
 
 
 # Factories that return their tensor argument itself (with its gradient)
-_SHARING_FACTORIES = frozenset({"as_tensor", "asarray"})
+_SHARING_FACTORIES: Final = frozenset({"as_tensor", "asarray"})
 
 
 def _indices_item(value: Expression) -> bool:
@@ -1155,7 +1155,7 @@ def _indices_item(value: Expression) -> bool:
 # (dims, sizes, dtypes) never bring a gradient in, so ``d.view(b, s, -1)`` of a gradient-free ``d``
 # is gradient-free.  Any other method is followed only with literal arguments (``d.add(w)`` is
 # not, ``d.max(-1)`` is).
-_ONE_TENSOR_METHODS = frozenset(op for op, m in MOVES.items() if m[0] != KEEP) | (REDUCTIONS - {"max", "min"}) | frozenset("""view reshape expand repeat
+_ONE_TENSOR_METHODS: Final = frozenset(op for op, m in MOVES.items() if m[0] != KEEP) | (REDUCTIONS - {"max", "min"}) | frozenset("""view reshape expand repeat
 contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
 
 
@@ -1173,7 +1173,7 @@ def _is_indices_item(e: IndexExpr, names: Container[str] = ()) -> bool:
 
 
 # A parameter annotated so holds a Python number: no gradient
-_NUMBER_ANNOTATIONS = frozenset({"int", "float", "bool", "builtins.int", "builtins.float",
+_NUMBER_ANNOTATIONS: Final = frozenset({"int", "float", "bool", "builtins.int", "builtins.float",
                                  "builtins.bool"})
 
 
@@ -1198,7 +1198,7 @@ def _is_int_annotation(t: object) -> bool:
     return type(t) is _UnboundType and cast(UnboundType, t).name in _INT_ANNOTATIONS
 
 
-_INT_ANNOTATIONS = frozenset({"int", "bool", "builtins.int", "builtins.bool"})
+_INT_ANNOTATIONS: Final = frozenset({"int", "bool", "builtins.int", "builtins.bool"})
 
 
 def _is_integer_dtype(e: Expression) -> bool:
@@ -1848,8 +1848,8 @@ def _outside(entries: list[_E], spans: list[tuple[int, int]]) -> list[_E]:
 
 
 # Names a condition reads that are never tensors, and calls that return a bool of their own
-_NOT_TENSOR_NAMES = frozenset({"True", "False", "None", "TYPE_CHECKING", "__debug__"})
-_BOOL_CALLS = frozenset({"isinstance", "issubclass", "hasattr", "callable", "bool", "len",
+_NOT_TENSOR_NAMES: Final = frozenset({"True", "False", "None", "TYPE_CHECKING", "__debug__"})
+_BOOL_CALLS: Final = frozenset({"isinstance", "issubclass", "hasattr", "callable", "bool", "len",
                          "all", "any"})
 
 
@@ -1966,7 +1966,7 @@ def _rebinds(file: MypyFile, builtin: str) -> bool:
 
 def _sets_grad(st: AssignmentStmt) -> bool:
     """``x.grad = value`` (a target among chained ones too; not a tuple target)."""
-    return any(type(lv) is MemberExpr and cast(MemberExpr, lv).name == "grad" for lv in st.lvalues)
+    return any(type(lv) is _MemberExpr and cast(MemberExpr, lv).name == "grad" for lv in st.lvalues)
 
 
 def condition_trigger(line: int, column: int) -> CallExpr:

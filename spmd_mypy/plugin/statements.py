@@ -13,8 +13,11 @@ whether to enter them.
 
 from __future__ import annotations
 
+from typing import Final
+
 from mypy.nodes import (
     AssignmentStmt,
+    ExpressionStmt,
     Block,
     Expression,
     NameExpr,
@@ -33,24 +36,45 @@ from mypy.nodes import (
     WithStmt,
 )
 
+# mypy's classes of the common simple statements, bound once (a Final module attribute is a C
+# static to this compiled module; an imported name, a dict lookup at each use)
+_AssignmentStmt: Final = AssignmentStmt
+_ExpressionStmt: Final = ExpressionStmt
+_ReturnStmt: Final = ReturnStmt
+_Block: Final = Block
+_ForStmt: Final = ForStmt
+_IfStmt: Final = IfStmt
+_MatchStmt: Final = MatchStmt
+_TryStmt: Final = TryStmt
+_WhileStmt: Final = WhileStmt
+_WithStmt: Final = WithStmt
+
 # a name's assignments in a function: (line, value, the item of a tuple target it takes, or -1)
 Assignments = dict[SymbolNode, list[tuple[int, Expression, int]]]
 
 
+# assignments_by_name's results: (the function, its body, the result, its first assigned
+# name and the node it was bound to), by the function's id
+_ASSIGNED: Final[dict[int, tuple[FuncDef, Block, Assignments, "NameExpr | None", "SymbolNode | None"]]] = {}
+
+
 def statement_blocks(st: Statement) -> list[list[Statement]]:
     """The statement lists nested in a compound statement (not in nested definitions)."""
-    if isinstance(st, IfStmt):
+    cls = type(st)
+    if cls is _AssignmentStmt or cls is _ExpressionStmt or cls is _ReturnStmt:
+        return []  # the common simple statements first, by exact class (mypy's, never subclassed)
+    if isinstance(st, _IfStmt):
         return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
-    if isinstance(st, (ForStmt, WhileStmt)):
+    if isinstance(st, (_ForStmt, _WhileStmt)):
         return [st.body.body] + ([st.else_body.body] if st.else_body else [])
-    if isinstance(st, WithStmt):
+    if isinstance(st, _WithStmt):
         return [st.body.body]
-    if isinstance(st, TryStmt):
+    if isinstance(st, _TryStmt):
         return ([st.body.body] + [h.body for h in st.handlers]
                 + [b.body for b in (st.else_body, st.finally_body) if b is not None])
-    if isinstance(st, MatchStmt):
+    if isinstance(st, _MatchStmt):
         return [b.body for b in st.bodies]
-    if isinstance(st, Block):
+    if isinstance(st, _Block):
         return [st.body]
     return []
 
@@ -86,15 +110,32 @@ def functions_of(st: Statement) -> list[FuncDef]:
 def assignments_by_name(func: FuncDef) -> Assignments:
     """The single-target assignments of ``func``'s body and its compound statements, by the
     bound name's node, in source order: ``h = x.argmax(-1)`` as (line, value, -1), and each
-    name of a tuple target, ``vals, idx = x.max(-1)``, as (line, value, its position)."""
+    name of a tuple target, ``vals, idx = x.max(-1)``, as (line, value, its position).
+
+    Computed once per function body (the hooks of one function ask again and again; callers
+    only read it): kept by the function's id, checked by the identity of the function, of its
+    body, and of the node its first assigned name is bound to (the daemon re-analyses a
+    function in place, binding its locals to new nodes: then computed again)."""
+    cached = _ASSIGNED.get(id(func))
+    if cached is not None and cached[0] is func and cached[1] is func.body and (
+            cached[3] is None or cached[3].node is cached[4]):
+        return cached[2]
     assigned: Assignments = {}
+    first: NameExpr | None = None
     for st in nested_statements(func.body.body):
         if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1:
             lv = st.lvalues[0]
             if isinstance(lv, NameExpr) and lv.node is not None:
                 assigned.setdefault(lv.node, []).append((st.line, st.rvalue, -1))
+                if first is None:
+                    first = lv
             elif isinstance(lv, TupleExpr):
                 for k, item in enumerate(lv.items):
                     if isinstance(item, NameExpr) and item.node is not None:
                         assigned.setdefault(item.node, []).append((st.line, st.rvalue, k))
+                        if first is None:
+                            first = item
+    if len(_ASSIGNED) > 10_000:
+        _ASSIGNED.clear()
+    _ASSIGNED[id(func)] = (func, func.body, assigned, first, first.node if first is not None else None)
     return assigned
