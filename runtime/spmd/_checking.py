@@ -2659,8 +2659,13 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     rtype = res.type  # a global x: check_collective moved the axes in the partition spec
     if rtype:
         _stamp_outputs(out, rtype)
-    if _PENDING and out is x and id(x) in _PENDING:
-        del _PENDING[id(x)]  # x itself declared Partial (out_partial_axes' reinterpret)
+    if _PENDING and isinstance(out, torch.Tensor) and id(out) in _PENDING:
+        # x itself declared Partial (out_partial_axes' reinterpret), or the result of a
+        # reduction that took a pending value, scaled by its internals (op="avg": the pending
+        # mark carried by the scale): typed by the collective, no longer pending
+        entry = _PENDING[id(out)]
+        if entry[0]() is out:
+            del _PENDING[id(out)]
     return out
 
 

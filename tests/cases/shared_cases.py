@@ -823,6 +823,12 @@ case("partial-mean-reinterpreted-to-P", {"x": "S1"},
 case("partial-mean-all-reduced-src-P-avg", {"x": "S1"},
      'out = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "R", collective=True,
      desc="the mean of equal blocks' means is the whole's")
+case("partial-mean-avg-result-read", {"x": "S1"},
+     ('m = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "out = m.exp()"), "R",
+     collective=True, desc="the averaged result is no longer pending (its scale carried the mark)")
+case("partial-contraction-all-reduced-avg-result-read", {"h": _SM1, "w": "S1"},
+     ('y = spmd.all_reduce(F.linear(h, w), "tp", src=P, dst=R, op="avg")', "out = y.exp()"), "R",
+     collective=True)
 case("partial-mean-torch-keepdim-tuple-avg", {"x": "S1"},
      'out = spmd.all_reduce(torch.mean(x, (0, 1), keepdim=True), "tp", src=P, dst=I, op="avg")',
      "I", collective=True)
