@@ -102,14 +102,14 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RA
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op,
                                           RAW_BROADCASTS, raw_broadcast_error,
-                                          mesh_moved_error, pending_left)
+                                          mesh_moved_error, pending_left, pending_refusal)
 from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction, partial_sum
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
-                                  pending_left_error,
+                                  pending_left_error, pending_kind, MEAN_REDUCTIONS,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
                                   reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
                                   PENDING_REDUCTIONS, PENDING_SCALE, keeps_pending_dtype,
@@ -904,7 +904,11 @@ def _plan(func: Any) -> Plan:
 # except reinterpret(V->P) on those axes (and the collectives' own internals).  A local bound
 # to it and read only by that reinterpret is accepted as statically.  Cost: a dict test per
 # operand while a pending tensor is alive.
-_PENDING: dict[int, tuple[Any, tuple[str, ...], tuple]] = {}
+# An entry: (the weak reference, the pending axes, the payload its error is made of:
+# (op name, its Contraction or Reduction, its operands' types and shapes, where), the payloads
+# of the reductions it is made of, one per kind: a sum's and a mean's, added: its
+# :func:`_pending_kind_of`).
+_PENDING: dict[int, tuple[Any, tuple[str, ...], tuple, tuple]] = {}
 _PENDING_AXES: dict[tuple, tuple[str, ...]] = {}  # by _local_check's key
 _PENDING_SUMS = PENDING_REDUCTIONS
 
@@ -930,7 +934,8 @@ def _mark_pending(result: torch.Tensor, name: str, c: Contraction, axes: tuple[s
               for (v, _), t in zip(ops, types)]
     ref = _Ref(result, _forget_pending)
     ref.key = id(result)
-    _PENDING[id(result)] = (ref, axes, (name, c, shapes, where))
+    payload = (name, c, shapes, where)
+    _PENDING[id(result)] = (ref, axes, payload, (payload,))
 
 
 def _forget_pending(ref: _Ref) -> None:
@@ -941,29 +946,42 @@ def _forget_pending(ref: _Ref) -> None:
         del _PENDING[ref.key]
 
 
+def _pending_kind_of(entry: tuple) -> str:
+    """The kind of a pending value (engine ``collectives.PENDING_REDUCE_OPS``): "product"
+    (a contraction's), "sum", "mean" or "mixed" (engine ``ops.pending_kind``)."""
+    if not isinstance(entry[2][1], Reduction):
+        return "product"
+    return pending_kind([p[0] for p in entry[3]])
+
+
 def _check_pending(x: torch.Tensor, collective: tuple | None) -> bool:
-    """``x`` is a pending partial sum read by an op (``collective`` None) or a collective
-    ((op, axes, src, dst, reduce_op)): the error, unless that takes the pending sum on all
-    its axes (engine ``pending_left``: reinterpret(V->P), an all_reduce or reduce_scatter
-    with src=P) or is the collectives' internals.  True when a collective takes it (its
-    input is then P there: :func:`_pending_type`)."""
+    """``x`` is a pending partial sum (or mean) read by an op (``collective`` None) or a
+    collective ((op, axes, src, dst, reduce_op)): the error, unless that takes the pending
+    value on all its axes (engine ``pending_left``: reinterpret(V->P), an all_reduce or
+    reduce_scatter with src=P, as its kind allows) or is the collectives' internals.  True
+    when a collective takes it (its input is then P there: :func:`_pending_type`)."""
     entry = _PENDING.get(id(x))
     if entry is None or entry[0]() is not x:
         return False
-    _, axes, (name, c, shapes, where) = entry
+    _, axes, (name, c, shapes, where), parts = entry
+    kind = _pending_kind_of(entry)
     left: tuple[str, ...] | None = None
     if collective is not None:
         op, on, src, dst, reduce_op = collective
-        left = pending_left(op, tuple(on), src if isinstance(src, LocalType) else None,
-                            dst if isinstance(dst, LocalType) else None, axes, reduce_op)
+        src_lt = src if isinstance(src, LocalType) else None
+        dst_lt = dst if isinstance(dst, LocalType) else None
+        left = pending_left(op, tuple(on), src_lt, dst_lt, axes, reduce_op, kind)
         if left == ():
             return True
         if left:
             axes = left  # the error names an axis the call leaves pending
+        refused = pending_refusal(op, src_lt, dst_lt, reduce_op, kind)
+        if refused:  # a mean reinterpreted or summed, a sum averaged
+            _raise_refused(axes, parts, refused, op)
     elif _in_collective_internals():
         return False
     try:
-        _raise_pending(axes, name, c, shapes, where)
+        _raise_pending(axes, name, c, shapes, where, kind)
     except SpmdTypeError as e:
         if left and collective is not None:
             raise SpmdTypeError(pending_left_error(e.error, collective[1], left[0])) from None
@@ -971,10 +989,22 @@ def _check_pending(x: torch.Tensor, collective: tuple | None) -> bool:
     return False  # pragma: no cover (raised)
 
 
-def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where: tuple | None
-                   ) -> None:
+def _raise_refused(axes: tuple[str, ...], parts: tuple, refused: str, op: str) -> None:
+    """The error of a pending value's reduction that the collective ``op`` it goes to does
+    not take (engine ``pending_refusal``): a mean's when ``refused`` is "sum", a sum's when
+    "avg"."""
+    for name, red, shapes, where in parts:
+        if (name in MEAN_REDUCTIONS) == (refused == "sum"):
+            _check_pending_sum(axes, name, dataclasses.replace(red, refused=refused), shapes,
+                               where, f" (raised at the {op} it goes to)")
+
+
+def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where: tuple | None,
+                   kind: str = "sum") -> None:
     if isinstance(c, Reduction):
-        _check_pending_sum(axes, name, c, shapes, where)
+        _check_pending_sum(axes, name, c, shapes, where, _MEAN_RAISED if kind == "mean" else (
+            " (raised at the first use of the result other than that reinterpret, an "
+            "all_reduce/reduce_scatter with src=P of it, or + and - of other such sums)"))
         return
     texts = _contraction_texts(where, sum(1 for t, _ in shapes if t is not None))
     operands = []
@@ -991,8 +1021,12 @@ def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where
         "all_reduce/reduce_scatter with src=P of it)")))
 
 
+_MEAN_RAISED = (' (raised at the first use of the result other than an all_reduce/reduce_scatter '
+                'with src=P, op="avg" of it, or + and - of other such means)')
+
+
 def _check_pending_sum(axes: tuple[str, ...], name: str, red: Reduction, shapes: list,
-                       where: tuple | None) -> None:
+                       where: tuple | None, raised: str) -> None:
     """A pending sum (engine ``reduced_partial_error``: a sum or mean over a dim sharded on
     ``axes``) read by an op or a collective other than its reinterpret (:func:`_check_pending`
     returned for those): as a contraction's, except that + and - of pending sums (and a
@@ -1003,10 +1037,7 @@ def _check_pending_sum(axes: tuple[str, ...], name: str, red: Reduction, shapes:
     err = reduced_partial_error(name, operand, axes[0], dataclasses.replace(red, partial_axes=()))
     if err is None:  # pragma: no cover (the mark says it is one)
         return
-    raise SpmdTypeError(SpmdError(err.code, err.message + (
-        " (raised at the first use of the result other than that reinterpret, an "
-        "all_reduce/reduce_scatter with src=P of it, or + and - of "
-        "other such sums)")))
+    raise SpmdTypeError(SpmdError(err.code, err.message + raised))
 
 
 def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: dict | None = None
@@ -1032,6 +1063,7 @@ def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: 
         return None  # s.to(torch.int64), s.view(torch.int32): no linear map
     axes: dict[str, None] = {}
     first = None
+    parts: dict[bool, tuple] = {}  # a mean's payload and a sum's, the first of each
     others = []
     for v in tensors:
         entry = _PENDING.get(id(v))
@@ -1045,13 +1077,15 @@ def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: 
         for a in entry[1]:
             axes[a] = None
         first = first or entry
+        for p in entry[3]:
+            parts.setdefault(p[0] in MEAN_REDUCTIONS, p)
     if first is None or (others and not adds):
         return None
     for v in others:
         t = _get(v)
         if not t or any((lt := t.get(a)) is None or lt.kind is not TKind.V for a in axes):
             return None  # an R, I or P term (added once per rank), or untyped: checked as such
-    return tuple(axes), first[2]
+    return tuple(axes), first[2], tuple(parts.values())
 
 
 def _reduced_pending(x: Any, have: SpmdType, op: str, on: Sequence[str], src: Any, dst: Any,
@@ -1067,7 +1101,7 @@ def _reduced_pending(x: Any, have: SpmdType, op: str, on: Sequence[str], src: An
         return have
     src_lt = src if isinstance(src, LocalType) else None
     if pending_left(op, tuple(on), src_lt, dst if isinstance(dst, LocalType) else None,
-                    entry[1], reduce_op) != ():
+                    entry[1], reduce_op, _pending_kind_of(entry)) != ():
         return have
     return _pending_type(x, have)
 
@@ -1484,7 +1518,7 @@ class _Mode(TorchFunctionMode):
         elif carried is not None and isinstance(result, torch.Tensor):
             ref = _Ref(result, _forget_pending)
             ref.key = id(result)
-            _PENDING[id(result)] = (ref, carried[0], carried[1])
+            _PENDING[id(result)] = (ref, carried[0], carried[1], carried[2])
         return result
 
     def _local_check(self, plan: Plan, args: tuple, kwargs: dict, ops: list, outs: list,
@@ -2625,8 +2659,13 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     rtype = res.type  # a global x: check_collective moved the axes in the partition spec
     if rtype:
         _stamp_outputs(out, rtype)
-    if _PENDING and out is x and id(x) in _PENDING:
-        del _PENDING[id(x)]  # x itself declared Partial (out_partial_axes' reinterpret)
+    if _PENDING and isinstance(out, torch.Tensor) and id(out) in _PENDING:
+        # x itself declared Partial (out_partial_axes' reinterpret), or the result of a
+        # reduction that took a pending value, scaled by its internals (op="avg": the pending
+        # mark carried by the scale): typed by the collective, no longer pending
+        entry = _PENDING[id(out)]
+        if entry[0]() is out:
+            del _PENDING[id(out)]
     return out
 
 
@@ -4095,6 +4134,8 @@ def _check_raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> No
             for w in written:
                 entry = _PENDING.get(id(w))
                 if entry is not None and entry[0]() is w:
+                    if _pending_kind_of(entry) in ("mean", "mixed"):  # the ranks' means summed
+                        _raise_refused(entry[1], entry[3], "sum", "all_reduce")
                     del _PENDING[id(w)]
         for w in written:
             _untype(w)

@@ -156,30 +156,53 @@ SCATTER_REDUCE_OPS = ("sum", "avg")
 # shard dim: each rank's value is its part of a sum over the ranks, typed V until the code says
 # so) as what it is, read by both adapters (the plugin's declared_partials, the check mode's
 # _check_pending): reinterpret(V->P) declares it; an all_reduce or reduce_scatter with src=P
-# (summing or averaging: Megatron's reduce_from_tensor_model_parallel_region and
+# (Megatron's reduce_from_tensor_model_parallel_region and
 # reduce_scatter_to_sequence_parallel_region are these) reduces it, its numbers being exactly
 # the per-rank parts src=P describes.  Any other use of a pending value stays an error.
 PENDING_TAKERS = ("reinterpret", "all_reduce", "reduce_scatter")
+# What each kind of pending value (ops.pending_kind) lets a src=P reduction do with it:
+# a contraction's product ("product"): op "sum" or "avg" (the scale may sit in its operands:
+# a gradient x.T @ dy whose dy carries this rank's 1 / batch, DDP's average); a sum over the
+# shard dim ("sum"): op "sum" only (an average of the ranks' parts is the sum / the axis size,
+# neither the sum nor a mean of the whole); a mean over it ("mean": each rank's block mean, no
+# part of a sum): op "avg" only (the mean of equal blocks' means is the whole's mean; their
+# sum is the axis size times it), and never reinterpret(V->P); a sum and a mean added
+# ("mixed"): nothing.
+PENDING_REDUCE_OPS: dict[str, tuple[str, ...]] = {
+    "product": ("sum", "avg"), "sum": ("sum",), "mean": ("avg",), "mixed": ()}
 
 
 def takes_pending(op: str, src: LocalType | None, dst: LocalType | None,
-                  reduce_op: str = "sum") -> bool:
-    """``op(x, ..., src=src, dst=dst, op=reduce_op)`` takes a pending partial sum ``x``
-    (``src`` None: the op's default, P for the reductions)."""
+                  reduce_op: str = "sum", kind: str = "product") -> bool:
+    """``op(x, ..., src=src, dst=dst, op=reduce_op)`` takes a pending value ``x`` of
+    ``kind`` (:data:`PENDING_REDUCE_OPS`; ``src`` None: the op's default, P for the
+    reductions)."""
     if op == "reinterpret":
         return (src is not None and src.kind is Kind.V and src.dim is None
-                and dst is not None and dst.kind is Kind.P)
+                and dst is not None and dst.kind is Kind.P and kind in ("product", "sum"))
     if op in ("all_reduce", "reduce_scatter"):
-        return (src is None or src.kind is Kind.P) and reduce_op in SCATTER_REDUCE_OPS
+        return (src is None or src.kind is Kind.P) and reduce_op in PENDING_REDUCE_OPS.get(kind, ())
     return False
 
 
+def pending_refusal(op: str, src: LocalType | None, dst: LocalType | None,
+                    reduce_op: str = "sum", kind: str = "product") -> str:
+    """Why a collective that takes some pending value does not take one of ``kind``: "sum"
+    (a reinterpret(V->P) or a summing reduction of a mean: the ranks' block means summed),
+    "avg" (an averaging reduction of a sum: the sum / the axis size); "" when it takes it,
+    or takes no pending value at all."""
+    if not takes_pending(op, src, dst, reduce_op) or takes_pending(op, src, dst, reduce_op, kind):
+        return ""
+    return "avg" if op != "reinterpret" and reduce_op == "avg" else "sum"
+
+
 def pending_left(op: str, on: Sequence[str], src: LocalType | None, dst: LocalType | None,
-                 pending: Sequence[str], reduce_op: str = "sum") -> tuple[str, ...] | None:
-    """The axes of ``pending`` (where a value is a pending partial sum) that the collective
-    ``op`` over ``on`` leaves pending: () when it takes the whole pending sum; None when the
-    collective takes no pending sum at all (:func:`takes_pending`)."""
-    if not takes_pending(op, src, dst, reduce_op):
+                 pending: Sequence[str], reduce_op: str = "sum", kind: str = "product"
+                 ) -> tuple[str, ...] | None:
+    """The axes of ``pending`` (where a value of ``kind`` is pending) that the collective
+    ``op`` over ``on`` leaves pending: () when it takes the whole pending value; None when
+    the collective takes no such value at all (:func:`takes_pending`)."""
+    if not takes_pending(op, src, dst, reduce_op, kind):
         return None
     return tuple(a for a in pending if a not in on)
 

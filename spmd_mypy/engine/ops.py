@@ -983,6 +983,10 @@ class Reduction:
     # others) to a typed reduction of it (all_reduce / reduce_scatter with src=P), as a
     # Contraction's ``pending``
     pending: bool = False
+    # the consumer the result goes to and that does not take it (collectives.pending_refusal):
+    # "sum" (a reinterpret(V->P) or a summing reduction of a mean), "avg" (an averaging
+    # reduction of a sum); its error says why
+    refused: str = ""
 
 
 def normalising_reduction(name: str, value: object, ndim: int | None = None) -> Reduction | None:
@@ -1848,6 +1852,18 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
 # result is its part of a sum over the ranks (mean: of a sum of the ranks' means); a norm's is
 # no part of anything (the norm of this rank's block)
 PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split())
+# ... of which the means: each rank's block mean is no part of a sum (the ranks' means sum to
+# the axis size times the whole's mean, blocks of one size): a reinterpret(V->P) or a summing
+# reduction of one is an error, an averaging one (op="avg") its resolution
+MEAN_REDUCTIONS = frozenset("mean nanmean".split())
+
+
+def pending_kind(names: Sequence[str]) -> str:
+    """The kind of a pending value made of the pending reductions ``names`` (one, or those
+    added, stacked, scaled into it), as ``collectives.PENDING_REDUCE_OPS`` reads it: "mean"
+    (means only), "sum" (no mean), "mixed" (both)."""
+    means = sum(1 for n in names if n in MEAN_REDUCTIONS)
+    return "sum" if not means else "mean" if means == len(names) else "mixed"
 # The ops through which a pending sum (:func:`reduced_partial_sum`) stays one, read by both
 # adapters (the plugin's declared_partials, the check mode's _carried_pending): each rank's
 # result is then its part of the same kind of sum over the ranks.  + and - of pending sums
@@ -1967,11 +1983,25 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
            f"V first: spmd.declare({xt}, Tensor[V[{ax}]])")
     if name in VARIANCE_REDUCTIONS:
         return SpmdError("spmd-global", _variance_message(name, head, xt, dims, ax) + own)
-    if name in ("mean", "nanmean"):
+    if name in MEAN_REDUCTIONS:
+        avg = f'spmd.all_reduce(torch.{name}({xt}{dims}), {ax}, src=P, dst=R, op="avg")'
+        why = ("the ranks' means sum to no mean of the whole" if reduction.refused != "sum" else
+               f"the reinterpret(..., src=V, dst=P) or summing reduction it goes to adds the "
+               f"ranks' block means, {ax}'s size times the whole's {name} (blocks of one size), "
+               f"no mean of the whole")
         return SpmdError("spmd-global", (
-            f"{head}: each rank's {name} covers its block only (the ranks' means sum to no "
-            f"mean of the whole); the whole's {name} is {total} / n, n the count over all the "
-            f"ranks (the reduced dims' global sizes multiplied){own}"))
+            f"{head}: each rank's {name} covers its block only ({why}); the whole's {name} "
+            f"is {total} / n, n the count over all the ranks (the reduced dims' global sizes "
+            f"multiplied), or {avg} when every rank's block has the same size (the mean of "
+            f"equal blocks' means){own}"))
+    if reduction.refused == "avg":
+        return SpmdError("spmd-global", (
+            f"{head}: each rank's result is its part of a sum over the ranks, and the "
+            f'op="avg" reduction it goes to divides their sum by {ax}\'s size: neither the '
+            f'whole sum nor a mean of the whole; the whole sum is {total} (op="sum"); the '
+            f"whole's mean is {total} / n, n the count over all the ranks, or "
+            f'spmd.all_reduce(torch.mean({xt}{dims}), {ax}, src=P, dst=R, op="avg") when '
+            f"every rank's block has the same size{own}"))
     return SpmdError("spmd-global", (
         f"{head}: each rank's result is its part of a sum over the ranks (a Partial), not a "
         f"value of its own (V), so a sqrt, a division or a norm of it would be wrong; the "

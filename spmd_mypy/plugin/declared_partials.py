@@ -83,11 +83,12 @@ from mypy.nodes import (
 )
 from mypy.types import Instance, get_proper_type
 
-from ..engine.collectives import raw_collective, raw_reduce_op, takes_pending
+from ..engine.collectives import pending_refusal, raw_collective, raw_reduce_op, takes_pending
 from ..engine.megatron import TP_AXIS, TYPED_MAPPINGS
 from ..engine.contractions import Contraction, partial_sum
 from ..engine.ops import (PENDING_JOIN, PENDING_KEEP, SHARD_SUMMING, Operand, Reduction,
-                          keeps_pending_dtype, reduced_partial_sum)
+                          keeps_pending_dtype, pending_kind, reduced_partial_sum)
+from ..engine.types import LocalType
 from ..engine.types import Kind
 from .global_calls import current_function, value_bound_once
 from .mypy_types import TypeBuilder
@@ -146,11 +147,14 @@ def _declared_v_axes(func: FuncDef, types: TypeBuilder | None) -> tuple[str, ...
 
 
 def _common(found: list[tuple[str, ...]]) -> tuple[str, ...]:
-    """The axes every consumer of a value declares ("*": any axis)."""
+    """The axes every consumer of a value declares ("*": any axis); with ``_MIXED`` when
+    some of them average (``_AVG``) and some sum: no pending sum or mean is taken by both."""
+    avg = [_AVG in f for f in found]
+    mixed = (_MIXED,) if any(avg) and not all(avg) else ()
     named = [f for f in found if "*" not in f]
     if not named:
-        return ("*",)
-    return tuple(a for a in named[0] if all(a in f for f in named[1:]))
+        return ("*",) + mixed
+    return tuple(a for a in named[0] if all(a in f for f in named[1:])) + mixed
 
 
 def _scan(func: FuncDef | None, tree: MypyFile | None, types: TypeBuilder | None = None
@@ -540,6 +544,8 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
 _RAW_REDUCTIONS: Final = {"all_reduce": (0, "tensor"), "reduce_scatter_tensor": (1, "input")}
 _RAW = "<raw>"  # the marker of a raw reduction among a consumer's axes
 _PENDING = "<pending>"  # among a mark's axes: a raw reduction reads it (typed P)
+_AVG = "<avg>"  # among a mark's axes: the typed reduction reading it averages (op="avg")
+_MIXED = "<mixed>"  # among a mark's axes: read by averaging and by summing consumers
 _ANY_PARTIAL = "+"  # a raw reduction's group not read: P on every axis the product sums over
 
 
@@ -649,12 +655,26 @@ def _typed_reduction(e: CallExpr) -> tuple[str, ...] | None:
     if (src is not None and not _marker(src, "P")) or dst is None or not takes_pending(
             callee.name, None, None, op):
         return None
+    marks = (_PENDING, _AVG) if op == "avg" else (_PENDING,)
     if isinstance(axis, StrExpr):
-        return (axis.value, _PENDING)
+        return (axis.value,) + marks
     if isinstance(axis, (TupleExpr, ListExpr)) and axis.items and all(
             isinstance(i, StrExpr) for i in axis.items):
-        return tuple(i.value for i in axis.items if isinstance(i, StrExpr)) + (_PENDING,)
+        return tuple(i.value for i in axis.items if isinstance(i, StrExpr)) + marks
     return None
+
+
+_P = LocalType(Kind.P)
+
+
+def _refusal(found: tuple[str, ...], kind: str) -> str:
+    """Why the consumers ``found`` (a mark's axes and markers) do not take a pending value
+    of ``kind`` (engine ``pending_refusal``): "" when they do."""
+    if _MIXED in found:  # some average, some sum: the one that does not fit
+        return "sum" if kind == "mean" else "avg" if kind == "sum" else ""
+    if _PENDING not in found:  # reinterpret(V->P), a raw sum all-reduce
+        return pending_refusal("reinterpret", LocalType(Kind.V), _P, "sum", kind)
+    return pending_refusal("all_reduce", _P, None, "avg" if _AVG in found else "sum", kind)
 
 
 def _marker(e: Expression | None, name: str) -> bool:
@@ -677,8 +697,9 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
                                        getattr(ctx.api, "tree", None), ctx.context,  # type: ignore[arg-type]
                                        types)
             pending = _PENDING in found  # read by a raw reduction: P, pending
-            if pending:
-                found = tuple(b for b in found if b != _PENDING)
+            if _refusal(found, "product"):
+                return move
+            found = tuple(b for b in found if b not in (_PENDING, _AVG, _MIXED))
             if _ANY_PARTIAL in found:  # a raw reduction on a group not read: where partial
                 found = tuple(b for b in axes if partial_sum(
                     move, [(o.type.get(b), o.shape) for o in tensors]))  # type: ignore[union-attr]
@@ -701,7 +722,9 @@ def declared_reduction(ctx: FunctionContext | MethodContext, op: str, reduction:
             found = reinterpreted_axes(current_function(ctx.api), getattr(ctx.api, "tree", None),
                                        ctx.context, types, summed=True)  # type: ignore[arg-type]
             pending = _PENDING in found  # a typed reduction reads it: P, pending
-            if pending:
-                found = tuple(b for b in found if b != _PENDING)
+            refused = _refusal(found, pending_kind([op])) if found else ""
+            if refused:  # a mean reinterpreted or summed, a sum averaged: its own message
+                return replace(reduction, refused=refused)
+            found = tuple(b for b in found if b not in (_PENDING, _AVG, _MIXED))
             return replace(reduction, partial_axes=found, pending=pending) if found else reduction
     return reduction

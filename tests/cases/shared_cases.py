@@ -850,6 +850,51 @@ case("partial-sum-local-all-reduced-src-P", {"g": _SM1},
 case("partial-sum-all-reduced-and-read", {"g": "S0"},
      ("sq = (g * g).sum()", 'total = spmd.all_reduce(sq, "tp", src=P, dst=R)',
       "out = torch.sqrt(sq)"), "spmd-global", collective=True, static_line=1)
+# A mean over the shard dim is each rank's block mean, no part of a sum (the ranks' means sum
+# to tp times the whole's mean, equal blocks): a reinterpret(V->P), a summing src=P reduction
+# of it is an error; op="avg" is its reduction (the mean of equal blocks' means), and only its:
+# an averaged pending SUM is the sum / tp (session 40, engine collectives.PENDING_REDUCE_OPS).
+case("partial-mean-all-reduced-src-P-sum", {"x": "S1"},
+     'out = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R)', "spmd-global", collective=True,
+     desc="the sum of the block means: tp x the mean")
+case("partial-mean-reinterpreted-to-P", {"x": "S1"},
+     'out = spmd.reinterpret(x.mean(1), "tp", src=V, dst=P)', "spmd-global", collective=True)
+case("partial-mean-all-reduced-src-P-avg", {"x": "S1"},
+     'out = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "R", collective=True,
+     desc="the mean of equal blocks' means is the whole's")
+case("partial-mean-avg-result-read", {"x": "S1"},
+     ('m = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "out = m.exp()"), "R",
+     collective=True, desc="the averaged result is no longer pending (its scale carried the mark)")
+case("partial-contraction-all-reduced-avg-result-read", {"h": _SM1, "w": "S1"},
+     ('y = spmd.all_reduce(F.linear(h, w), "tp", src=P, dst=R, op="avg")', "out = y.exp()"), "R",
+     collective=True)
+case("partial-mean-torch-keepdim-tuple-avg", {"x": "S1"},
+     'out = spmd.all_reduce(torch.mean(x, (0, 1), keepdim=True), "tp", src=P, dst=I, op="avg")',
+     "I", collective=True)
+case("partial-mean-scaled-added-avg", {"x": "S1", "y": "S0"},
+     'out = spmd.all_reduce(x.mean() * 2 - y.mean(), "tp", src=P, dst=R, op="avg")', "R",
+     collective=True, desc="means added and scaled stay a pending mean")
+case("partial-mean-local-reduce-scattered-avg", {"x": "S1"},
+     ("m = x.mean(1) / 4", 'out = spmd.reduce_scatter(m, "tp", src=P, dst=S(0), op="avg")'), "S0",
+     collective=True)
+case("partial-mean-scaled-all-reduced-sum", {"x": "S1"},
+     'out = spmd.all_reduce(-(x.mean() * 2), "tp", src=P, dst=R)', "spmd-global",
+     collective=True)
+case("partial-mean-keepdim-reinterpreted", {"x": "S1"},
+     'out = spmd.reinterpret(torch.mean(x, 1, keepdim=True), "tp", src=V, dst=P)', "spmd-global",
+     collective=True)
+case("partial-mean-plus-sum-avg", {"x": "S1", "y": "S1"},
+     'out = spmd.all_reduce(x.mean(1) + y.sum(1), "tp", src=P, dst=R, op="avg")', "spmd-global",
+     collective=True, desc="a mean added to a sum: neither op takes both")
+case("partial-mean-plus-sum-sum", {"x": "S1", "y": "S1"},
+     'out = spmd.all_reduce(x.mean(1) + y.sum(1), "tp", src=P, dst=R)', "spmd-global",
+     collective=True)
+case("partial-sum-all-reduced-src-P-avg", {"x": "S1"},
+     'out = spmd.all_reduce(x.sum(1), "tp", src=P, dst=R, op="avg")', "spmd-global",
+     collective=True, desc="the average of the parts is the sum / tp")
+case("partial-sum-reduce-scattered-avg", {"x": "S1"},
+     ("s = x.sum(1) * 2", 'out = spmd.reduce_scatter(s, "tp", src=P, dst=S(0), op="avg")'),
+     "spmd-global", collective=True, static_line=1)
 case("partial-contraction-out-partial-axes", {"q": "S1", "k": "S1"},
      'out = spmd.matmul(q, k.t(), out_partial_axes="tp")', "P", collective=True)
 case("partial-contraction-einsum-out-partial-axes", {"q": "S1", "k": "S1"},

@@ -153,6 +153,81 @@ def check_undeclared_partial_read_beside_its_reduction(ctx: Ctx, name: str) -> N
             raise AssertionError("a softmax of an undeclared partial sum passed")
 
 
+def check_pending_mean_averaged(ctx: Ctx, name: str) -> None:
+    """A mean over the shard dim is each rank's block mean (session 40): spmd.all_reduce(...,
+    src=P, op="avg") of it (blocks of one size: torch.chunk of a divisible dim) is the whole's
+    mean, forward and backward, against a single-process float64 reference; so is a mean
+    scaled and added to another, and torch.mean over a tuple of dims with keepdim."""
+    mesh = _mesh()
+    tpr = mesh.get_local_rank("tp")
+    g = torch.Generator().manual_seed(5)
+    X, Y = torch.randn(4, 8, generator=g, dtype=F64), torch.randn(6, 4, generator=g, dtype=F64)
+    xref, yref = X.clone().requires_grad_(), Y.clone().requires_grad_()
+    ref = xref.mean(1)
+    ref2 = torch.mean(xref, (0, 1), keepdim=True) * 2 - yref.mean()
+    ((ref ** 2).sum() + (ref2 ** 2).sum()).backward()
+    assert xref.grad is not None and yref.grad is not None
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        x = spmd.declare(X.chunk(2, 1)[tpr].clone().requires_grad_(), Tensor[S[1, "tp"]])
+        y = spmd.declare(Y.chunk(2, 0)[tpr].clone().requires_grad_(), Tensor[S[0, "tp"]])
+        m = spmd.all_reduce(x.mean(1), "tp", src=P, dst=I, op="avg")
+        assert str(spmd.typeof(m)) == 'Tensor[I["tp"]]', spmd.typeof(m)
+        assert_close(m, X.mean(1))
+        m2 = spmd.all_reduce(torch.mean(x, (0, 1), keepdim=True) * 2 - y.mean(), "tp", src=P,
+                             dst=I, op="avg")
+        assert_close(m2, ref2.detach())
+        ((m ** 2).sum() + (m2 ** 2).sum()).backward()
+        assert x.grad is not None and y.grad is not None
+        assert_close(x.grad, xref.grad.chunk(2, 1)[tpr])
+        assert_close(y.grad, yref.grad.chunk(2, 0)[tpr])
+        r = spmd.all_reduce(spmd.sum(x.detach(), 1, out_partial_axes="tp"), "tp", src=P, dst=R) / 8
+        assert_close(r, X.mean(1))  # the fix for unequal blocks: the sum over the global count
+
+
+def _raises(f: Callable[[], Any], what: str, words: str) -> None:
+    try:
+        f()
+    except SpmdTypeError as e:
+        assert e.code == "spmd-global", e
+        assert words in e.error.message, e.error.message
+    else:
+        raise AssertionError(f"{what} passed")
+
+
+class _RawMeanSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor[S[-1, "tp"]]) -> Tensor[I["tp"]]:
+        se = x.exp().mean(-1)
+        torch.distributed.all_reduce(se, group=mappings.TP_GROUP)
+        return se.log()
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor[I["tp"]]) -> None:
+        return None
+
+
+def check_pending_mean_summed_raises(ctx: Ctx, name: str) -> None:
+    """A mean over the shard dim summed over the ranks is tp x the whole's mean (session 40):
+    spmd.all_reduce(..., src=P) (op="sum"), reinterpret(V->P), Megatron's reduce_from_... and a
+    raw SUM all-reduce in a Function raise spmd-global, the message offering op="avg"; an
+    op="avg" reduction of a pending SUM (the sum / tp) raises too."""
+    mesh = _mesh()
+    tpr = mesh.get_local_rank("tp")
+    X = torch.arange(32, dtype=F64).reshape(4, 8)
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        x = spmd.declare(X.chunk(2, 1)[tpr].clone(), Tensor[S[1, "tp"]])
+        avg = 'op="avg"'
+        _raises(lambda: spmd.all_reduce(x.mean(1), "tp", src=P, dst=R), "a summed mean", avg)
+        _raises(lambda: spmd.reinterpret(x.mean(1) * 2, "tp", src=V, dst=P), "a reinterpreted mean",
+                avg)
+        _raises(lambda: reduce_from_tensor_model_parallel_region(x.mean(-1)),
+                "reduce_from_ of a mean", avg)
+        _raises(lambda: _RawMeanSum.apply(x), "a raw SUM all-reduce of a mean", avg)
+        _raises(lambda: spmd.all_reduce(x.sum(1), "tp", src=P, dst=R, op="avg"),
+                "an averaged sum", "divides their sum")
+        assert_close(spmd.all_reduce(x.sum(1), "tp", src=P, dst=R), X.sum(1))
+
+
 def _sp_mlp(output_grad: bool) -> None:
     """Megatron's sequence-parallel MLP: gather (dim 0), column-parallel, row-parallel,
     reduce-scatter; x.grad compared with a float64 reference."""
@@ -224,4 +299,5 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_undeclared_partial_into_reduce_from,
         check_undeclared_partial_read_beside_its_reduction, check_sequence_parallel_mlp,
         check_sequence_parallel_output_grad_false_raises, check_untyped_outside_the_block,
-        check_group_names_the_axis))
+        check_group_names_the_axis, check_pending_mean_averaged,
+        check_pending_mean_summed_raises))
