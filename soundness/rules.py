@@ -687,8 +687,9 @@ def _pending_axes(task: Task) -> list[int]:
 def _implicit_partial_axes(task: Task) -> list[int]:
     """The mesh axes (indices) on which a rejected contraction's result is an implicit partial
     sum (its only errors spmd-global's implicit partial, naming the axes): what a typed
-    reduction with src=P takes as P (:func:`_taken_model`)."""
-    if task.accepted or not task.errors or not all(
+    reduction with src=P takes as P (:func:`_taken_model`).  Not with out_partial_axes (its
+    P there is declared; the forward reads the undeclared axes as lists)."""
+    if task.accepted or task.partial_axes or not task.errors or not all(
             e.startswith("spmd-global") and _IMPLICIT_PARTIAL in e for e in task.errors):
         return []
     return [k for k, a in enumerate(MESHES[task.mesh].axes)
