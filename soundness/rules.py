@@ -672,14 +672,28 @@ def _pending_axes(task: Task) -> list[int]:
     """The mesh axes (indices) on which the task's sum, mean or norm reduces its operand's
     shard dim (engine ``reduced_partial_sum`` at the operand's rank, as the check mode asks)."""
     case = CASES[task.case]
-    if case.engine not in _SHARD_REDUCING or task.partial_axes or not task.in_types:
+    if task.partial_axes or not task.in_types:
         return []
+    if case.engine not in _SHARD_REDUCING:
+        return _implicit_partial_axes(task)
     red = _reduction(case, static=False)
     if red is None:
         return []
     mesh = MESHES[task.mesh]
     return [k for k, lt in enumerate(task.in_types[0])
             if reduced_partial_sum(case.engine, lt, mesh.axes[k], red, case.shapes[0])]
+
+
+def _implicit_partial_axes(task: Task) -> list[int]:
+    """The mesh axes (indices) on which a rejected contraction's result is an implicit partial
+    sum (its only errors spmd-global's implicit partial, naming the axes): what a typed
+    reduction with src=P takes as P (:func:`_taken_model`).  Not with out_partial_axes (its
+    P there is declared; the forward reads the undeclared axes as lists)."""
+    if task.accepted or task.partial_axes or not task.errors or not all(
+            e.startswith("spmd-global") and _IMPLICIT_PARTIAL in e for e in task.errors):
+        return []
+    return [k for k, a in enumerate(MESHES[task.mesh].axes)
+            if any(f'sharded on "{a}"' in e for e in task.errors)]
 
 
 def _pending_model(task: Task, passing: list[tuple[LocalType, ...]]) -> tuple[str, str] | None:
@@ -730,6 +744,68 @@ def _pending_model(task: Task, passing: list[tuple[LocalType, ...]]) -> tuple[st
                 f"global one: the rule's message (no sum over the ranks) is wrong here")
     return ("pending-sum", f"each rank's {case.engine} is its block's (V); read as P on "
                            f"{names} it is no {case.engine} of the whole")
+
+
+# The typed reductions that take a pending partial sum as P (engine collectives.takes_pending):
+# spmd.all_reduce / reduce_scatter with src=P, and Megatron's mappings that are those
+# (reduce_from_tensor_model_parallel_region, reduce_scatter_to_sequence_parallel_region).
+def _takers() -> list[tuple[str, str, LocalType | None, LocalType | None]]:
+    from spmd_mypy.engine.collectives import takes_pending
+    from spmd_mypy.engine.megatron import TYPED_MAPPINGS
+
+    out: list[tuple[str, str, LocalType | None, LocalType | None]] = [
+        ("spmd.all_reduce", "all_reduce", PARTIAL, REPLICATE),
+        ("spmd.reduce_scatter", "reduce_scatter", PARTIAL, shard(0))]
+    out += [(name, m.collective, m.src, m.dst) for name, m in sorted(TYPED_MAPPINGS.items())
+            if takes_pending(m.collective, m.src, m.dst)]
+    return out
+
+
+def _taken_model(task: Task, passing: list[tuple[LocalType, ...]]) -> tuple[str, str] | None:
+    """A contraction's implicit partial sum (rejected, spmd-global: the call does not say P)
+    passed to a typed reduction with src=P (:func:`_takers`): the engine's rule for that
+    (collectives ``pending_left``; ops ``claimed_partial_error``, an R or I term of an affine
+    op, ``F.linear(h, w, b)``'s bias, summed once per rank) checked against the ranks: when a
+    reduction takes it, the local results read as P on the pending axes must be the sum
+    (a candidate with P there passes forward and backward); when the rule rejects it, no
+    such candidate may pass (session 40: an R bias was taken, 1.34 off on 2 ranks).
+    ("taken", what was checked) when the model holds, ("pending-sum-MISMATCH", why) when
+    not; None for other tasks."""
+    from spmd_mypy.engine.collectives import pending_left
+    from spmd_mypy.engine.ops import claimed_partial_error
+
+    case = CASES[task.case]
+    mesh = MESHES[task.mesh]
+    pending = _implicit_partial_axes(task)
+    if not pending or case.engine in _SHARD_REDUCING or any(s is None for s in case.operands):
+        return None
+    names = tuple(mesh.axes[k] for k in pending)
+    operands = [Operand(SpmdType.of(dict(zip(mesh.axes, t))), f"x{j}")
+                for j, t in enumerate(task.in_types)]
+    verdicts: dict[str, list[str]] = {}
+    for call, op, src, dst in _takers():
+        if pending_left(op, names, src, dst, names) != ():
+            return ("pending-sum-MISMATCH", f"{call} over {', '.join(names)} does not take it")
+        errs = [e.code for a in names if (e := claimed_partial_error(
+            case.engine, operands, a, "x0", None, (f"{call}(", ")"), dst)) is not None]
+        verdicts.setdefault(",".join(errs) or "takes", []).append(call)
+    if len(verdicts) != 1:
+        return ("pending-sum-MISMATCH", f"the reductions disagree: {verdicts}")
+    (verdict_, calls), = verdicts.items()
+    summed = [c for c in passing if all(c[k].kind is Kind.P for k in pending)]
+    where = f"P on {', '.join(names)}"
+    if verdict_ == "takes" and not summed:
+        return ("pending-sum-MISMATCH",
+                f"{', '.join(calls)} take it, but the local results read as {where} are not "
+                f"the sum")
+    if verdict_ != "takes" and summed:
+        return ("pending-sum-MISMATCH",
+                f"{', '.join(calls)} reject it ({verdict_}), but read as "
+                f"{_type_text(summed[0], mesh.axes)} the local results are the sum")
+    if verdict_ == "takes":
+        return ("taken", f"{', '.join(calls)} take it: read as {where} it is the sum")
+    return ("taken", f"{', '.join(calls)} reject it ({verdict_}): read as {where} it is "
+                     f"not the sum")
 
 
 def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> str | None:
@@ -865,8 +941,17 @@ def evaluate(task: Task, index: int, fwd: dict, bwd: dict) -> dict:
             rec["counterexample"] = note
             rec["inputs"] = _inputs_text(task, index)
         return rec
-    reason = _conservative_reason(task, passing)
     rec["passing"] = [_type_text(c, axes) for c in passing]
+    taken = _taken_model(task, passing)
+    if taken is not None:  # an implicit partial sum: what the typed reductions make of it
+        status, note = taken
+        rec["taken"] = note
+        if status != "taken":
+            rec["status"] = status
+            rec["counterexample"] = note
+            rec["inputs"] = _inputs_text(task, index)
+            return rec
+    reason = _conservative_reason(task, passing)
     rec["status"] = "conservative" if reason else "UNLISTED-conservative"
     if reason:
         rec["reason"] = reason

@@ -110,12 +110,13 @@ from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
                                   pending_left_error, pending_kind, MEAN_REDUCTIONS,
+                                  AFFINE_TERMS, claimed_partial_error,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
                                   reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
                                   PENDING_REDUCTIONS, PENDING_SCALE, keeps_pending_dtype,
                                   propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
-from spmd_mypy.engine.types import LocalType, SpmdType, format_type, shard_dims_match
+from spmd_mypy.engine.types import LocalType, SpmdType, format_axes, format_type, shard_dims_match
 from spmd_mypy.engine.views import INPLACE_VIEWS, DimMove
 
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
@@ -954,12 +955,16 @@ def _pending_kind_of(entry: tuple) -> str:
     return pending_kind([p[0] for p in entry[3]])
 
 
-def _check_pending(x: torch.Tensor, collective: tuple | None) -> bool:
+def _check_pending(x: torch.Tensor, collective: tuple | None,
+                   call: tuple[str, str] | None = None) -> bool:
     """``x`` is a pending partial sum (or mean) read by an op (``collective`` None) or a
     collective ((op, axes, src, dst, reduce_op)): the error, unless that takes the pending
     value on all its axes (engine ``pending_left``: reinterpret(V->P), an all_reduce or
     reduce_scatter with src=P, as its kind allows) or is the collectives' internals.  True
-    when a collective takes it (its input is then P there: :func:`_pending_type`)."""
+    when a collective takes it (its input is then P there: :func:`_pending_type`).  A
+    reduction that takes it raises when its value adds an R term (F.linear(h, w, b):
+    :func:`_check_taken_affine`; ``call``: the call's text around its argument, when not
+    spmd.<op>'s)."""
     entry = _PENDING.get(id(x))
     if entry is None or entry[0]() is not x:
         return False
@@ -972,6 +977,9 @@ def _check_pending(x: torch.Tensor, collective: tuple | None) -> bool:
         dst_lt = dst if isinstance(dst, LocalType) else None
         left = pending_left(op, tuple(on), src_lt, dst_lt, axes, reduce_op, kind)
         if left == ():
+            if op != "reinterpret":
+                _check_taken_affine(axes, name, shapes, where, call or _call_around(*collective),
+                                    dst if isinstance(dst, LocalType) else None)
             return True
         if left:
             axes = left  # the error names an axis the call leaves pending
@@ -997,6 +1005,68 @@ def _raise_refused(axes: tuple[str, ...], parts: tuple, refused: str, op: str) -
         if (name in MEAN_REDUCTIONS) == (refused == "sum"):
             _check_pending_sum(axes, name, dataclasses.replace(red, refused=refused), shapes,
                                where, f" (raised at the {op} it goes to)")
+
+
+def _call_around(op: str, on: Sequence[str], src: Any, dst: Any, reduce_op: str
+                 ) -> tuple[str, str]:
+    """A typed reduction's text before and after its argument, for a message."""
+    how = f', op="{reduce_op}"' if reduce_op != "sum" else ""
+    return f"spmd.{op}(", f", {format_axes(tuple(on))}, src=P, dst={dst}{how})"
+
+
+def _check_taken_affine(axes: tuple[str, ...], name: str, shapes: list, where: tuple | None,
+                        around: tuple[str, str], dst: LocalType | None) -> None:
+    """A pending partial sum that a typed reduction with src=P takes (``around``: its text
+    before and after the argument) made by an affine op (``F.linear(h, w, b)``, engine
+    ``AFFINE_TERMS``) whose added term is R or I there: summed once per rank, the static
+    checker's spmd-partial-affine (engine ``claimed_partial_error``, reinterpret(V->P)'s)."""
+    if name not in AFFINE_TERMS:
+        return
+    texts = _affine_texts(where, name, len(shapes))
+    arg, rest = (texts[0], texts[2]) if texts is not None else (f"{name}(...)", None)
+    operands = [Operand(t, texts[1][k] if texts is not None else _default_text(k), True, None,
+                        shape) for k, (t, shape) in enumerate(shapes)]
+    for a in axes:
+        err = claimed_partial_error(name, operands, a, arg, rest, around, dst)
+        if err is not None:
+            raise SpmdTypeError(err)
+
+
+def _affine_texts(where: tuple | None, name: str, n: int
+                  ) -> tuple[str, list[str], str | None] | None:
+    """For an affine call ``F.linear(h, w, b)`` (its frame's expression, ``name`` its op):
+    its text, its ``n`` tensor operands' texts in order, and its text without the added
+    term (``F.linear(h, w)``; None for the addmm family, whose rest is no call); None
+    when not certain."""
+    import ast
+
+    found = _expression_at(where)
+    if found is None:
+        return None
+    source, node = found
+    if not isinstance(node, ast.Call) or any(isinstance(a, ast.Starred) for a in node.args) \
+            or any(k.arg is None for k in node.keywords):
+        return None
+    func = node.func
+    if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) != name:
+        return None
+    pos, formal = AFFINE_TERMS[name]
+    items = list(node.args)
+    named = {k.arg: k.value for k in node.keywords}
+    if formal in named and len(items) == pos:
+        items.append(named.pop(formal))
+    if len(items) != n or any(k in named for k in ("input", "weight")):
+        return None
+    seg = [ast.get_source_segment(source, it) for it in items]
+    whole = ast.get_source_segment(source, node)
+    callee = ast.get_source_segment(source, func)
+    if not whole or not callee or any(not t or "\n" in t for t in seg):
+        return None
+    kept = [t for k, t in enumerate(seg) if k != pos] + [
+        f"{k}={ast.get_source_segment(source, v)}" for k, v in named.items()]
+    rest = f"{callee}({', '.join(kept)})" if name not in ("addmm", "addbmm", "baddbmm", "addmv",
+                                                          "addr") else None
+    return whole, seg, rest  # type: ignore[return-value]
 
 
 def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where: tuple | None,
@@ -3287,7 +3357,7 @@ def _megatron_apply(cls: Any, mapping: MappingTypes, torch_apply: Any, args: tup
     src = mapping.src
     want = SpmdType.of({a: src for a in axes})
     if _PENDING and id(x) in _PENDING:  # an undeclared partial sum: its own message
-        _check_pending(x, (mapping.collective, axes, src, dst, "sum"))
+        _check_pending(x, (mapping.collective, axes, src, dst, "sum"), (f"{mapping.name}(", ")"))
     have = _get(x) or _UNTYPED
     if have and id(have) not in _CANON_IDS:  # typed under another mesh
         have = _moved(x, have, mapping.collective)

@@ -2714,7 +2714,9 @@ _ADDITIVE = ("add", "sub", "subtract")
 
 
 def claimed_partial_error(op: str, operands: Sequence[Operand], axis: str, arg: str,
-                          rest: str | None = None) -> SpmdError | None:
+                          rest: str | None = None,
+                          taken_by: tuple[str, str] | None = None,
+                          taken_dst: LocalType | None = None) -> SpmdError | None:
     """``reinterpret(arg, axis, src=V, dst=P)`` with ``arg`` an ``op(...)``: the call claims
     each rank's result is a partial sum; a term of ``op`` that is R or I on ``axis`` (a bias,
     an added constant) beside a Varying one is the same on every rank, so the reduction after
@@ -2726,7 +2728,14 @@ def claimed_partial_error(op: str, operands: Sequence[Operand], axis: str, arg: 
     :data:`AFFINE_TERMS`: the term at its position, the others around it).  ``arg``: the
     reinterpret's argument text (the expression, or the name bound to it); ``rest``: ``op``'s
     text without the term, for the fix (the adapter renders it; add/sub: the other side).
-    None when no such term is there."""
+    None when no such term is there.
+
+    ``taken_by``: the claim is a typed reduction's instead, ``all_reduce(arg, axis, src=P,
+    ...)`` (reduce_scatter, Megatron's reduce_from_/reduce_scatter_to_ mappings) of a pending
+    partial sum (:func:`~spmd_mypy.engine.collectives.takes_pending`): the text before and
+    after ``arg`` in that call; the numbers are the same (the term summed once per rank),
+    the fix adds the term after that call (``taken_dst``: the call's dst; I: its result
+    reinterpreted R before an R term is added)."""
     if op in AFFINE_TERMS:
         pos = AFFINE_TERMS[op][0]
         terms = [pos] if pos < len(operands) else []
@@ -2753,6 +2762,26 @@ def claimed_partial_error(op: str, operands: Sequence[Operand], axis: str, arg: 
             rest = bare(others[0].text)
         what = f"its {AFFINE_TERMS[op][1]}" if op in AFFINE_TERMS else "its term"
         fix = "add it after the reduction"
+        if taken_by is not None:
+            call = f"{taken_by[0]}{arg}{taken_by[1]}"
+            if tk is Kind.R and taken_dst is not None and taken_dst.kind is Kind.I:
+                # an I result beside an R term mixes: the result as R first (its backward
+                # all-reduces nothing the I did not)
+                taken_by = (f"spmd.reinterpret({taken_by[0]}", f"{taken_by[1]}, {ax}, src=I, dst=R)")
+            if rest is not None:
+                fix = f"add it after the reduction, {_added_after(op, k, taken_by, rest, b)}"
+                counterpart = _PARTIAL_COUNTERPARTS.get(op)
+                if counterpart is not None and op in AFFINE_TERMS and rest.endswith(")") \
+                        and "(" in rest:
+                    inner = rest[rest.index("(") + 1:-1]
+                    declared = f"spmd.{counterpart}({inner}, out_partial_axes={ax})"
+                    fix += (f" (or, declared, "
+                            f"{_added_after(op, k, taken_by, declared, b)})")
+            return SpmdError(
+                "spmd-partial-affine",
+                f"{call} takes each rank's {x} as a partial sum (src=P), but {what} {b} is "
+                f"{tk.name} on {ax} ({term.text}: {format_type(term.type)}), the same on every "
+                f"rank, so it would be summed once per rank; {fix}")
         if rest is not None:
             reduced = (f"all_reduce(reinterpret({rest}, {ax}, src=V, dst=P), {ax}, src=P, "
                        f"dst={tk.name})")
@@ -2771,6 +2800,15 @@ def claimed_partial_error(op: str, operands: Sequence[Operand], axis: str, arg: 
             f"but {what} {b} is {tk.name} on {ax} ({term.text}: {format_type(term.type)}), the "
             f"same on every rank, so it would be summed once per rank; {fix}")
     return None
+
+
+def _added_after(op: str, k: int, taken_by: tuple[str, str], rest: str, term: str) -> str:
+    """The reduction ``taken_by`` of ``rest`` with ``term`` added after it (subtracted for a
+    sub, on its side)."""
+    reduced = f"{taken_by[0]}{rest}{taken_by[1]}"
+    if op in _ADDITIVE and op != "add" and k == 0:
+        return f"{term} - {reduced}"
+    return f"{reduced} {'-' if op in _ADDITIVE and op != 'add' else '+'} {term}"
 
 
 # An int computed from a rank query (``r = dist.get_rank()``, ``start = r * rows``: the

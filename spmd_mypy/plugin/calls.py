@@ -127,7 +127,7 @@ from ..engine.views import make_move
 from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
 from . import global_calls
 from .discarded import assign_target, errors_at, is_statement_call, narrowed_local
-from .claims import claimed_partial_errors
+from .claims import call_around, claimed_partial_errors
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
@@ -1835,9 +1835,27 @@ class CallTyper:
                 self.report(ctx, claimed_partial_errors(
                     x_expr, axes, self.type_of_expr(ctx), lambda e: self.can_grad(ctx, e), ctx.api))
                 self._normalised_parts(ctx, x_expr, axes, "reinterpret")
+            elif (op in ("all_reduce", "reduce_scatter") and not res.errors
+                  and isinstance(ctx.context, CallExpr) and x_expr is not None
+                  and coll.takes_pending(op, src or None, dst or None, reduce_op)):
+                # a reduction of F.linear(h, w, b) summing each rank's part: the same claim
+                # as reinterpret(V->P)'s, an R bias summed once per rank (engine decides)
+                self.report_taken_partial(ctx, ctx.context, x_expr, axes, dst or None)
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
+
+    def report_taken_partial(self, ctx: FunctionContext, call: CallExpr, x_expr: Expression,
+                             axes: Sequence[str], dst: LocalType | None) -> None:
+        """A typed reduction with src=P (``call``: spmd.all_reduce/reduce_scatter, a Megatron
+        mapping) of an affine expression: its R bias summed once per rank (engine
+        ``claimed_partial_error``, as for reinterpret(V->P))."""
+        around = call_around(call, x_expr)
+        if around is None:
+            return
+        self.report(ctx, claimed_partial_errors(
+            x_expr, axes, self.type_of_expr(ctx), lambda e: self.can_grad(ctx, e), ctx.api,
+            around, dst))
 
     def report_discarded(self, ctx: FunctionContext, x_expr: Expression | None,
                          x: SpmdType | None, mapping: bool = False) -> None:

@@ -16,9 +16,9 @@ from mypy.nodes import ARG_NAMED, ARG_POS, CallExpr, Expression, MemberExpr, Myp
 
 from ..engine.errors import SpmdError
 from ..engine.ops import AFFINE_TERMS, Operand, claimed_partial_error
-from ..engine.types import SpmdType
+from ..engine.types import LocalType, SpmdType
 from . import global_calls
-from .texts import expr_text
+from .texts import code_text, expr_text
 
 TypeOf = Callable[[Expression], "SpmdType | None"]
 CanGrad = Callable[[Expression], bool]
@@ -48,6 +48,8 @@ def _affine_call(e: CallExpr, type_of: TypeOf, can_grad: CanGrad) -> tuple[str, 
             named[name] = a
         else:
             return None  # *args, **kwargs: not read
+    if "out_partial_axes" in named:
+        return None  # spmd.linear(h, w, b, out_partial_axes=...): its own rule (partial_op)
     method = (isinstance(callee, MemberExpr) and not (
         isinstance(callee.expr, RefExpr) and isinstance(callee.expr.node, MypyFile)))
     if method:
@@ -79,8 +81,12 @@ def _affine_call(e: CallExpr, type_of: TypeOf, can_grad: CanGrad) -> tuple[str, 
 
 
 def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_of: TypeOf,
-                           can_grad: CanGrad, api: object) -> list[SpmdError]:
-    """The spmd-partial-affine errors of ``reinterpret(x_expr, axes, src=V, dst=P)``."""
+                           can_grad: CanGrad, api: object,
+                           taken_by: tuple[str, str] | None = None,
+                           taken_dst: LocalType | None = None) -> list[SpmdError]:
+    """The spmd-partial-affine errors of ``reinterpret(x_expr, axes, src=V, dst=P)``, or
+    (``taken_by``: the call's text around ``x_expr``, :func:`call_around`) of a typed
+    reduction with src=P of ``x_expr``, which takes it as the same claim."""
     if x_expr is None:
         return []
     e: Expression = x_expr
@@ -103,7 +109,24 @@ def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_
     arg = expr_text(x_expr)
     errors: list[SpmdError] = []
     for a in axes:
-        err = claimed_partial_error(op, operands, a, arg, rest)
+        err = claimed_partial_error(op, operands, a, arg, rest, taken_by, taken_dst)
         if err is not None:
             errors.append(err)
     return errors
+
+
+def call_around(call: CallExpr, x_expr: Expression) -> tuple[str, str] | None:
+    """``call``'s text before and after its argument ``x_expr`` (``spmd.all_reduce(``,
+    ``, "tp", src=P, dst=R)``); None for a call with ``*args`` or ``**kwargs``."""
+    parts: list[str] = []
+    mark = "\0"
+    for a, kind, name in zip(call.args, call.arg_kinds, call.arg_names):
+        text = mark if a is x_expr else code_text(a)
+        if kind == ARG_NAMED and name is not None:
+            parts.append(f"{name}={text}")
+        elif kind == ARG_POS:
+            parts.append(text)
+        else:
+            return None
+    before, found, after = f"{code_text(call.callee)}({', '.join(parts)})".partition(mark)
+    return (before, after) if found else None

@@ -486,10 +486,12 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
         return
     if isinstance(e, CallExpr):
         axes = _reinterpret_to_partial(e)
-        if axes is None:
-            axes = _typed_reduction(e)
         if axes is not None:
             calls.append((e.args[0], axes))
+        else:
+            taken = _typed_reduction(e)
+            if taken is not None:
+                calls.append(taken)
         if _raw_reduction(e) is not None:
             calls.append((e, (_RAW,)))  # the call itself: _scan reads its group
         _walk(e.callee, calls, reads)
@@ -621,30 +623,36 @@ def _reinterpret_to_partial(e: CallExpr) -> tuple[str, ...] | None:
     return ("*",)
 
 
-def _typed_reduction(e: CallExpr) -> tuple[str, ...] | None:
+def _typed_reduction(e: CallExpr) -> tuple[Expression, tuple[str, ...]] | None:
     """For a typed reduction of a pending partial sum (engine ``takes_pending``):
     ``spmd.all_reduce(x, axes, src=P, ...)`` / ``spmd.reduce_scatter(x, axes, src=P, ...)``
-    (src omitted: P; op "sum" or "avg"), its literal axes, or Megatron's
-    ``reduce_from_tensor_model_parallel_region(x)`` / ``reduce_scatter_to_sequence_parallel_region(x)``
-    (the table's src=P on "tp"): the axes with ``_PENDING`` (the value is typed P there, as
-    the collective's src says); None for any other call."""
+    (src omitted: P; op "sum" or "avg"), its argument and its axes (literal strings or
+    Final names), or Megatron's ``reduce_from_tensor_model_parallel_region(input_)`` /
+    ``reduce_scatter_to_sequence_parallel_region(input_)`` (the table's src=P on "tp"); the
+    arguments matched by position or name, the axes with ``_PENDING`` (the value is typed P
+    there, as the collective's src says); None for any other call."""
     callee = e.callee
-    if not isinstance(callee, (NameExpr, MemberExpr)) or not e.args or e.arg_kinds[0] != ARG_POS:
+    if not isinstance(callee, (NameExpr, MemberExpr)) or not e.args:
         return None
     fullname = callee.fullname or ""
-    if fullname.startswith("megatron."):
+    megatron = fullname.startswith("megatron.")
+    if megatron:
         mapping = TYPED_MAPPINGS.get(callee.name)
         if mapping is None or not takes_pending(mapping.collective, mapping.src, mapping.dst):
             return None
-        return (TP_AXIS, _PENDING)
-    if callee.name not in ("all_reduce", "reduce_scatter") or not fullname.startswith("spmd"):
+    elif callee.name not in ("all_reduce", "reduce_scatter") or not fullname.startswith("spmd"):
         return None
+    x: Expression | None = None
     src: Expression | None = None
     dst: Expression | None = None
     op = "sum"
     axis: Expression | None = None
-    for k, (a, name) in enumerate(zip(e.args, e.arg_names)):
-        if name == "src":
+    for k, (a, kind, name) in enumerate(zip(e.args, e.arg_kinds, e.arg_names)):
+        if kind != ARG_POS and kind != ARG_NAMED:
+            return None  # *args, **kwargs: not read
+        if name == ("input_" if megatron else "x") or (name is None and k == 0):
+            x = a
+        elif name == "src":
             src = a
         elif name == "dst":
             dst = a
@@ -652,15 +660,32 @@ def _typed_reduction(e: CallExpr) -> tuple[str, ...] | None:
             op = a.value if isinstance(a, StrExpr) else "?"
         elif name == "axis" or (name is None and k == 1):
             axis = a
+    if x is None:
+        return None
+    if megatron:
+        return x, (TP_AXIS, _PENDING)
     if (src is not None and not _marker(src, "P")) or dst is None or not takes_pending(
             callee.name, None, None, op):
         return None
     marks = (_PENDING, _AVG) if op == "avg" else (_PENDING,)
-    if isinstance(axis, StrExpr):
-        return (axis.value,) + marks
-    if isinstance(axis, (TupleExpr, ListExpr)) and axis.items and all(
-            isinstance(i, StrExpr) for i in axis.items):
-        return tuple(i.value for i in axis.items if isinstance(i, StrExpr)) + marks
+    one = _axis_name(axis)
+    if one is not None:
+        return x, (one,) + marks
+    if isinstance(axis, (TupleExpr, ListExpr)) and axis.items:
+        names = [_axis_name(i) for i in axis.items]
+        if all(n is not None for n in names):
+            return x, tuple(n for n in names if n is not None) + marks
+    return None
+
+
+def _axis_name(e: Expression | None) -> str | None:
+    """A mesh axis written as a string literal or a Final name bound to one (``TP: Final =
+    "tp"``), as the collectives' axis reader (calls ``literal_str``) takes it."""
+    if isinstance(e, StrExpr):
+        return e.value
+    if isinstance(e, RefExpr) and isinstance(e.node, Var) and e.node.is_final \
+            and isinstance(e.node.final_value, str):
+        return e.node.final_value
     return None
 
 

@@ -16,7 +16,7 @@ import functools
 from typing import TYPE_CHECKING, Callable, Final
 
 from mypy.checker_state import checker_state
-from mypy.nodes import SymbolNode, TypeInfo, Var
+from mypy.nodes import CallExpr, MemberExpr, NameExpr, SymbolNode, TypeInfo, Var
 from mypy.plugin import AttributeContext, ClassDefContext, FunctionContext, MethodContext
 from mypy.types import AnyType, Instance, Type, TypeOfAny, UninhabitedType, get_proper_type
 
@@ -26,7 +26,8 @@ from .custom_ops import CUSTOM_OP_CALL, custom_op_hook
 from .einops_calls import (
     EINOPS_FUNCTIONS, EINOPS_LAYERS, einops_hook, einops_layer_hook, einops_signature_hook,
 )
-from ..engine.collectives import DIVERGENCE_ONLY_COLLECTIVES
+from ..engine.collectives import DIVERGENCE_ONLY_COLLECTIVES, takes_pending
+from ..engine.megatron import TP_AXIS, TYPED_MAPPINGS
 from ..engine.ops import FOREACH_PREFIX, FUSED_OPS, RANDOM_LIKE, VALUE_READS, send_call
 from .autograd import is_autograd_function
 from .modules import (
@@ -394,6 +395,8 @@ class HookDispatch:
         before = typer.reported
         result = typer.check_arguments_hook(ctx)
         if self.plugin.promotion.wanted:
+            if typer.reported == before:
+                self._taken_partial(ctx)
             typer.check_mapping_group(ctx)
             if (typer.reported == before and is_statement_call(ctx.api, ctx.context)
                     and not errors_at(ctx.api, ctx.context)):
@@ -409,6 +412,21 @@ class HookDispatch:
         if isinstance(ret, Instance) and ret.type.fullname in (TENSOR, "torch._tensor.Tensor"):
             return AnyType(TypeOfAny.special_form)
         return result
+
+    def _taken_partial(self, ctx: FunctionContext) -> None:
+        """A mapping that reduces its P input on tp (engine ``TYPED_MAPPINGS``, ``takes_pending``:
+        reduce_from_..., reduce_scatter_to_...) of F.linear(h, w, b): an R bias summed once per
+        rank, as in spmd.all_reduce (CallTyper.report_taken_partial)."""
+        call = ctx.context
+        callee = call.callee if isinstance(call, CallExpr) else None
+        if not isinstance(call, CallExpr) or not isinstance(callee, (NameExpr, MemberExpr)):
+            return
+        mapping = TYPED_MAPPINGS.get(callee.name)
+        x_expr = ctx.args[0][0] if ctx.args and len(ctx.args[0]) == 1 else None
+        if mapping is None or x_expr is None or not takes_pending(
+                mapping.collective, mapping.src, mapping.dst):
+            return
+        self.plugin.calls.report_taken_partial(ctx, call, x_expr, (TP_AXIS,), mapping.dst)
 
     def condition_trigger_hook(self, ctx: FunctionContext) -> Type:
         """``globals()``: a condition's trigger (rewrite section 3) reads the condition's

@@ -841,6 +841,22 @@ case("partial-contraction-all-reduced-and-read", {"h": _SM1, "w": "S1"},
 case("partial-contraction-max-all-reduced", {"h": _SM1, "w": "S1"},
      'out = spmd.all_reduce(F.linear(h, w).detach(), "tp", src=V, dst=R, op="max")',
      "spmd-global", collective=True, desc="the max of the parts is no reduction of their sum")
+# ... of F.linear(h, w, b) with an R bias: each rank adds the whole bias to its part, so the
+# reduction counts it once per rank (reinterpret(V->P)'s rule, engine ops.claimed_partial_error;
+# session 40 probe: 1.34 off on 2 ranks, accepted by both checkers since the reductions took
+# pending sums); the keyword forms are taken as the positional ones
+case("partial-contraction-biased-all-reduced-src-P", {"h": _SM1, "w": "S1", "b": "R"},
+     'out = spmd.all_reduce(F.linear(h, w, b), "tp", src=P, dst=R)', "spmd-partial-affine",
+     collective=True, desc="an R bias summed once per rank")
+case("partial-contraction-biased-local-reduce-scattered-src-P", {"h": _SM1, "w": "S1", "b": "R"},
+     ("y = F.linear(h, w, bias=b)", 'out = spmd.reduce_scatter(y, "tp", src=P, dst=S(0))'),
+     "spmd-partial-affine", collective=True, desc="a local bound once, the bias by keyword")
+case("partial-contraction-bias-added-after-all-reduce", {"h": _SM1, "w": "S1", "b": "R"},
+     'out = spmd.all_reduce(F.linear(h, w), "tp", src=P, dst=R) + b', "R", collective=True,
+     desc="the fix: the bias added after the reduction")
+case("partial-contraction-all-reduced-keywords", {"h": _SM1, "w": "S1"},
+     'out = spmd.all_reduce(x=F.linear(h, w), axis="tp", src=P, dst=R)', "R", collective=True,
+     desc="x= and axis= by keyword (static: spmd-global before)")
 case("partial-sum-all-reduced-src-P", {"g": "S0", "h": "S1"},
      'out = spmd.all_reduce((g * g).sum() + (h * h).sum(), "tp", src=P, dst=R)', "R",
      collective=True, desc="SAM's gradient norm squared, typed")

@@ -176,3 +176,23 @@ def test_a_variance_over_the_shard_dim_is_checked_against_its_model() -> None:
     assert status["[a2] var(1)({a:S(0)})"]["status"] == "accepted-match"
     assert not [t for t, r in status.items()
                 if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
+
+
+def test_an_implicit_partial_sum_is_checked_against_the_reductions_that_take_it() -> None:
+    """A contraction's implicit partial sum (spmd-global) passed to a typed reduction with
+    src=P (spmd.all_reduce / reduce_scatter, Megatron's reduce_from_... and
+    reduce_scatter_to_...: engine collectives.takes_pending) is taken as P: the harness checks
+    the engine's verdict for each reduction on the ranks (session 40): matmul's is taken and
+    read as P is the sum; F.linear(h, w, b) with an R bias is rejected (spmd-partial-affine,
+    ops.claimed_partial_error) and read as P is not the sum (the bias once per rank)."""
+    res = rules.run(world_sizes=(2,), cases=["linear", "matmul"], timeout=240)
+    status = {r["task"]: r for r in res}
+    biased = status["[a2] linear({a:S(1)}, {a:S(1)}, {a:R})"]
+    assert biased["status"] == "conservative", biased
+    assert "reject it (spmd-partial-affine)" in biased["taken"], biased
+    assert "reduce_from_tensor_model_parallel_region" in biased["taken"], biased
+    assert "reduce_scatter_to_sequence_parallel_region" in biased["taken"], biased
+    product = status["[a2] matmul({a:S(1)}, {a:S(0)})"]
+    assert "take it: read as P on a it is the sum" in product["taken"], product
+    assert not [t for t, r in status.items()
+                if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
