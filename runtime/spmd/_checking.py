@@ -977,9 +977,8 @@ def _check_pending(x: torch.Tensor, collective: tuple | None,
         dst_lt = dst if isinstance(dst, LocalType) else None
         left = pending_left(op, tuple(on), src_lt, dst_lt, axes, reduce_op, kind)
         if left == ():
-            if op != "reinterpret":
-                _check_taken_affine(axes, name, shapes, where, call or _call_around(*collective),
-                                    dst if isinstance(dst, LocalType) else None)
+            _check_taken_affine(axes, name, shapes, where, None if op == "reinterpret" else (
+                call or _call_around(*collective)), dst_lt)
             return True
         if left:
             axes = left  # the error names an axis the call leaves pending
@@ -1015,9 +1014,9 @@ def _call_around(op: str, on: Sequence[str], src: Any, dst: Any, reduce_op: str
 
 
 def _check_taken_affine(axes: tuple[str, ...], name: str, shapes: list, where: tuple | None,
-                        around: tuple[str, str], dst: LocalType | None) -> None:
+                        around: tuple[str, str] | None, dst: LocalType | None) -> None:
     """A pending partial sum that a typed reduction with src=P takes (``around``: its text
-    before and after the argument) made by an affine op (``F.linear(h, w, b)``, engine
+    before and after the argument; None: a reinterpret(V->P) claims it) made by an affine op (``F.linear(h, w, b)``, engine
     ``AFFINE_TERMS``) whose added term is R or I there: summed once per rank, the static
     checker's spmd-partial-affine (engine ``claimed_partial_error``, reinterpret(V->P)'s)."""
     if name not in AFFINE_TERMS:

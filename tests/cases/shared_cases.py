@@ -2001,7 +2001,7 @@ _EXPR_ONLY = ("the check mode sees the reinterpreted tensor, not the expression 
               "(README: reinterpret)")
 case("reinterpret-V-P-of-linear-with-R-bias", {"x": "S1", "w": "S1", "b": "R"},
      'out = spmd.reinterpret(F.linear(x, w, b[0]), "tp", src=V, dst=P)', AFF, **CX,
-     static_only=_EXPR_ONLY, desc="row parallel: the bias summed once per rank")
+     desc="row parallel: the bias summed once per rank")
 case("reinterpret-V-P-of-sum-plus-R", {"a": "S1", "b": "R"},
      'out = spmd.reinterpret(a.sum(1) + b.sum(1), "tp", src=V, dst=P)', AFF, **CX,
      static_only=_EXPR_ONLY, desc="a local loss plus a replicated term")
