@@ -424,6 +424,23 @@ def test_an_untyped_bucket_view_assigned_as_grad_reads_as_autograds_gradient() -
         assert e.value.code == "spmd-partial-affine", e.value
 
 
+def _two_replicated_parameters() -> tuple[nn.Parameter, nn.Parameter, torch.optim.SGD]:
+    """Two parameters and their SGD optimizer, for the gradient-assignment tests below."""
+    w = nn.Parameter(torch.randn(4))
+    u = nn.Parameter(torch.randn(4))
+    return w, u, torch.optim.SGD([w, u], lr=0.1)
+
+
+def _first_backward(w: nn.Parameter, u: nn.Parameter) -> torch.Tensor:
+    """Under spmd.typecheck(): w and u typed R on "cp", one backward of a V input through
+    both (their .grad autograd's, P); the input returned for the next backward."""
+    typed(w, Tensor[R["cp"]])
+    typed(u, Tensor[R["cp"]])
+    x = typed(torch.randn(2, 4), Tensor[V["cp"]])
+    ((x * w).sum() + (x * u).sum()).backward(torch.tensor(1.0))
+    return x
+
+
 @pytest.mark.parametrize("zero", ["zero_", "zero_grad(set_to_none=False)"])
 def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zero: str) -> None:
     """``w.grad = all_reduce(w.grad, ...)`` one step, the tensor zeroed in place (not set to
@@ -431,14 +448,9 @@ def test_an_assigned_grad_accumulated_into_reads_as_autograds_gradient_again(zer
     again, so a forgotten reduction that step is caught by the optimizer's step (the R it
     was assigned with was read back: the replicas diverged silently).  A gradient this
     backward did not touch keeps its assigned type; in-place ops before it (clipping) too."""
-    w = nn.Parameter(torch.randn(4))
-    u = nn.Parameter(torch.randn(4))  # not in the second backward
-    opt = torch.optim.SGD([w, u], lr=0.1)
+    w, u, opt = _two_replicated_parameters()  # u: not in the second backward
     with spmd.typecheck():
-        typed(w, Tensor[R["cp"]])
-        typed(u, Tensor[R["cp"]])
-        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
-        ((x * w).sum() + (x * u).sum()).backward(torch.tensor(1.0))
+        x = _first_backward(w, u)
         w.grad = typed(torch.randn(4), Tensor[R["cp"]])  # as all_reduce(w.grad, ...) gives
         u.grad = typed(torch.randn(4), Tensor[R["cp"]])
         nn.utils.clip_grad_norm_([w, u], 1.0)  # in place on both: their types kept
@@ -468,14 +480,9 @@ def test_gradients_that_are_views_of_one_reduced_bucket_zeroed_in_place(zero: st
     one version counter: zeroing ``u.grad`` moves ``w.grad``'s version too).  Zeroed in place
     before the next backward, each holds autograd's gradient again (accepted, P); not zeroed
     (or filled with a nonzero value), the next backward still raises spmd-partial-affine."""
-    w = nn.Parameter(torch.randn(4))
-    u = nn.Parameter(torch.randn(4))
-    opt = torch.optim.SGD([w, u], lr=0.1)
+    w, u, opt = _two_replicated_parameters()
     with spmd.typecheck():
-        typed(w, Tensor[R["cp"]])
-        typed(u, Tensor[R["cp"]])
-        x = typed(torch.randn(2, 4), Tensor[V["cp"]])
-        ((x * w).sum() + (x * u).sum()).backward(torch.tensor(1.0))
+        x = _first_backward(w, u)
         flat = typed(torch.randn(8), Tensor[R["cp"]])  # as all_reduce(cat(grads), ...) gives
         w.grad = flat[:4].view_as(w)
         u.grad = flat[4:].view_as(u)
