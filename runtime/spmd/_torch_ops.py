@@ -348,6 +348,11 @@ def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | Contraction | No
         idx = kwargs.get("indices", rest[0] if rest else None)
         items = tuple(_index_item(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         values["index"] = UNREAD if None in items else items
+    elif family == "reshape":  # x.view(2, -1), x.view((2, -1)), torch.reshape(x, shape)
+        shape = kwargs.get("shape", kwargs.get("size"))
+        if shape is None:
+            shape = rest[0] if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)) else rest
+        values["shape"] = _move_value(shape)
     elif family in ("permute", "squeeze") and (len(rest) > 1 or family == "permute" and rest
                                                 and isinstance(rest[0], int)):
         values[formals[0]] = _move_value(rest)  # x.permute(1, 0), x.squeeze(0, 1)

@@ -97,7 +97,8 @@ from .redistribute import check_source, resolve
 from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, RANDOM_LIKE, UNREAD_VALUE, Operand, Result, Role, call_spec,
                   cast_is_integral, classify)
 from .ops import propagate as local_propagate
-from .views import LAYOUT_OPS, layout_kept
+from .views import (ANY_SIZE, LAYOUT_OPS, SameDim, SamePrefix, _AnySize, expand_target, is_literal_size,
+                    kept_prefix, layout_kept, reshape_runs, resolve_sizes, run_shard_dim)
 from .types import (
     Kind,
     LocalType,
@@ -1216,69 +1217,6 @@ def unflatten(x: Operand, *, dim: int, sizes: Sequence[int],
     return _finish(op, [x], sp[:d] + new + sp[d + 1:], [])
 
 
-class SameDim(int):
-    """A target size written as the input's own ``x.shape[i]`` / ``x.size(i)`` (static
-    reshape), or a local bound to it (``b, s, h = x.shape``; ``name``: that local, for
-    messages): dim ``i`` is kept.  ``int`` so it passes for a size; ``dim`` is ``i``."""
-
-    dim: int
-    name: str | None
-
-    def __new__(cls, dim: int, name: str | None = None) -> SameDim:
-        v = super().__new__(cls, -2)
-        v.dim = dim
-        v.name = name
-        return v
-
-    def __repr__(self) -> str:
-        return f"x.shape[{self.dim}]"
-
-
-class _AnySize(int):
-    """A target size that is an int expression the plugin cannot read."""
-
-    def __repr__(self) -> str:
-        return "n"
-
-
-ANY_SIZE: Any = int.__new__(_AnySize, -3)
-
-
-def _resolve(shape: Sequence[int], total: int | None) -> list[int] | None:
-    shape = list(shape)
-    if -1 in shape:
-        if total is None:
-            return None
-        known = math.prod(s for s in shape if s != -1)
-        shape[shape.index(-1)] = total // known if known else 0
-    return shape
-
-
-def _groups(ins: Sequence[int], outs: Sequence[int]) -> list[tuple[list[int], list[int]]]:
-    """Runs of input dims whose product equals a run of output dims (row-major reshape)."""
-    groups = []
-    i = j = 0
-    while i < len(ins) or j < len(outs):
-        gi, gj = [i], [j]
-        pi = ins[i] if i < len(ins) else 1
-        pj = outs[j] if j < len(outs) else 1
-        i += 1
-        j += 1
-        while pi != pj:
-            if pi < pj and i < len(ins):
-                pi *= ins[i]
-                gi.append(i)
-                i += 1
-            elif j < len(outs):
-                pj *= outs[j]
-                gj.append(j)
-                j += 1
-            else:
-                break
-        groups.append(([d for d in gi if d < len(ins)], [d for d in gj if d < len(outs)]))
-    return groups
-
-
 def _shape_text(shape: Sequence[Any], text: str) -> str:
     return ", ".join((v.name or f"{text}.shape[{v.dim}]") if isinstance(v, SameDim) else
                      "n" if isinstance(v, _AnySize) else str(v) for v in shape)
@@ -1317,12 +1255,16 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
         return _finish(op, [x], None, [_nonliteral(op, "shape", x)])
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
-    shape = list(shape)
+    expanded = expand_target(shape, len(sp))
+    if expanded is None:
+        return _finish(op, [x], None, [SpmdError(
+            CODE, f"{op}: the target drops more dims than {_desc(x)} has")])
+    shape = expanded
     if not any(sp):
         return _finish(op, [x], ((),) * len(shape), [])
     sharded = [d for d, e in enumerate(sp) if e]
     if in_shape is not None and all(isinstance(s, int) for s in in_shape) and all(
-            isinstance(v, int) and not isinstance(v, (SameDim, _AnySize)) for v in shape):
+            is_literal_size(v) for v in shape):
         return _reshape_known(op, x, [int(s) for s in in_shape], shape)  # type: ignore[arg-type]
     if not shape:
         return _finish(op, [x], None, [SpmdError(
@@ -1330,10 +1272,7 @@ def reshape(x: Operand, *, shape: Sequence[int], in_shape: Sequence[int | None] 
                   f"{_fmt_entry(sp[sharded[0]])}, so it has more than one element; gather it "
                   f"first ({redistribute_fix(x, sp, _unshard(sp, sharded))})")])
     # statically: the kept prefix (x.shape[i] at position i)
-    keep = 0
-    while keep < min(len(shape), len(sp)) and isinstance(shape[keep], SameDim) \
-            and shape[keep].dim % len(sp) == keep:
-        keep += 1
+    keep = kept_prefix(shape, len(sp))
     inner = [d for d in sharded if d > keep]
     if not inner:
         if keep == len(sp):  # every dim kept: the rest of the target is size-1 dims
@@ -1366,24 +1305,24 @@ def _reshape_known(op: str, x: Operand, ins: list[int], shape: list[int]) -> Res
     if len(ins) != len(sp):
         return _finish(op, [x], None, [SpmdError(CODE, f"{op}: the input has {len(ins)} dims, its type {len(sp)}")])
     total = math.prod(ins)
-    outs = _resolve(shape, total)
+    outs = resolve_sizes(shape, total)
     assert outs is not None
     if math.prod(outs) != total:
         return _finish(op, [x], None, [SpmdError(CODE, f"{op}: shape {tuple(shape)} does not fit {tuple(ins)}")])
     out_spec: list[tuple[str, ...]] = [()] * len(outs)
-    for gi, gj in _groups(ins, outs):
+    for gi, gj in reshape_runs(ins, outs):
         sharded = [d for d in gi if sp[d]]
         if not sharded:
             continue
         d = sharded[0]
-        before = [e for e in gi if e < d]
-        if len(sharded) > 1 or any(ins[e] != 1 for e in before):
+        to = run_shard_dim(ins, (gi, gj), d)
+        if len(sharded) > 1 or (to is None and gj):
             bad = sharded[1] if len(sharded) > 1 else d
             what = "merges" if len(gi) > 1 else "splits"
             return _finish(op, [x], None, [_group_error(op, x, bad, sp[bad], what)])
-        if not gj:
+        if to is None:
             return _finish(op, [x], None, [_group_error(op, x, d, sp[d], "drops")])
-        out_spec[gj[0]] = sp[d]
+        out_spec[to] = sp[d]
     return _finish(op, [x], tuple(out_spec), [])
 
 
@@ -2710,7 +2649,7 @@ __all__ = [
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
     "index", "select", "narrow", "lookup", "embedding", "LOOKUPS", "GATHERS", "gather_along", "keeps_spec", "pad",
     "group_norm", "layout_op", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
-    "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "ANY_SIZE",
+    "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "SamePrefix", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
     "is_inplace", "inplace_base", "is_elementwise",
 ]

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 from .contractions import Contraction, contracted_layout, partial_sum
 from .errors import SpmdError, merge_axis_errors
 from .einops_rule import Pattern, pattern_layout
-from .views import MOVES, DimMove, moved_dim, squeezed_dim
+from .views import MOVES, DimMove, SamePrefix, moved_dim, squeezed_dim
 from .types import (
     INVARIANT, LIST_ITEM, RANKS, REPLICATE, SAME_VALUES, VARYING, Kind, LocalType, SpmdType,
     axis_words, bare, each_item,
@@ -1600,8 +1600,15 @@ def _moved_layout(axis: str, tensor_ops: Sequence[tuple[Operand, Role]], move: D
     ranks = range(1, RANKS + 1) if shape is None else (len(shape),)
     layouts: dict[int, int | None] = {}
     negative = (first.at_high_ranks().dim or 0) < 0
+    if shape is None and move.family == "reshape" and not any(
+            isinstance(v, SamePrefix) for v in move.args[0]):  # type: ignore[attr-defined]
+        # x.view(b, s, -1, hd): the target's length is the result's rank, so the dim counted
+        # from the front holds at every rank the operand can have, and the positive dims the
+        # code goes on with (transpose(1, 2)) stay rank-free (the check mode knows the rank:
+        # the operand's own way, as every view)
+        negative = False
     for rank in ranks:
-        shape_of = moved_dim(move, 0, rank)
+        shape_of = moved_dim(move, 0, rank, shape)
         if shape_of is None or shape_of[0] < 1:
             continue  # the op takes no operand of this rank, or leaves a scalar
         dims: set[int | None] = set()
@@ -1616,8 +1623,11 @@ def _moved_layout(axis: str, tensor_ops: Sequence[tuple[Operand, Role]], move: D
             dims.add(d)
         else:
             d = dims.pop() if len(dims) == 1 else None
-            at = moved_dim(move, d, rank) if d is not None else None
-            layouts[shape_of[0]] = None if at is None else at[1]
+            at = moved_dim(move, d, rank, shape) if d is not None else None
+            j = None if at is None else at[1]
+            if shape_of[0] in layouts and layouts[shape_of[0]] != j:
+                j = None  # operands of two ranks give this result rank (a reshape): either way
+            layouts[shape_of[0]] = j
     return from_ranks_signed(layouts, negative)
 
 

@@ -25,6 +25,16 @@ does not, and the result is plain V::
     x: S(1)             view_as_complex(x)       ->  S(1)      (the trailing size-2 dim
                                                                  goes; S(-1) there: V)
     x: S(1)             view_as_real(x)          ->  S(1)      (a trailing dim of 2 added)
+    x: S(-1)            x.view(*x.shape[:-1], h, d)  ->  S(-2)  (the split's outer factor)
+    x: S(-2)            x.reshape(*x.shape[:-2], -1) ->  S(-1)  (merged: the outer one)
+    x: S(-1)            x.reshape(*x.shape[:-2], -1) ->  V      (merged under dim -2)
+    x: S(0)             x.view(-1), x.reshape(n, -1) ->  S(0)   (dim 0 leads every target)
+
+A reshape/view keeps the shard where global SPMD's rule keeps a sharding (:func:`reshaped_dim`,
+the run computation shared with :func:`.global_spmd.reshape`): from the local sizes in check
+mode; statically when the dims before the shard dim are written as the input's own sizes
+(``x.shape[i]``, ``*x.shape[:-k]``, names unpacked from ``x.shape``), which makes the shard dim
+lead the rest.  Sizes of another tensor, or not read, before it: V.
 
 A contraction (einsum, matmul, linear, attention: :mod:`.contractions`) is read the same
 way, by labels: the shard dim's label goes where the output has it, and a label summed
@@ -64,6 +74,7 @@ a dim it cannot read leaves no DimMove, and the result is V.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
@@ -109,6 +120,9 @@ MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "flatten": ("flatten", ("start_dim", "end_dim"), (0, -1)),
     "ravel": ("flatten", (), ()),
     "unflatten": ("unflatten", ("dim", "sizes"), ()),
+    # a target shape: literal sizes (-1 for one), SameDim / SamePrefix (the input's own
+    # sizes), ANY_SIZE (an int the static checker cannot read); see reshaped_dim
+    "view": ("reshape", ("shape",), ()), "reshape": ("reshape", ("shape",), ()),
     # complex views: view_as_complex drops the trailing dim of size 2 (the real and imaginary
     # parts), view_as_real appends one; every other dim stays in place
     "view_as_complex": ("complex", (), ()),
@@ -192,6 +206,194 @@ FORMAL_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+
+# -- reshape / view to a target shape --------------------------------------------------------
+#
+# The rule is global SPMD's (:func:`.global_spmd.reshape`), here for the local S(i): the
+# locals, each laid out row-major, are for each index of the dims before i one contiguous run
+# of the flattening of the dims from i on.  A reshape that keeps the dims before i and leaves
+# dim i the outermost of the run of dims it reshapes into a run of target dims concatenates
+# the same way on the first dim of that run: the result is a shard there.  Splitting a sharded
+# dim thus puts the shard on the OUTER factor; merging keeps it only when the sharded dim is
+# the outer one of those merged (an inner one interleaves: V).  The runs are computed from the
+# local sizes (:func:`reshape_runs`) where they are known (the check mode); statically from the
+# target's entries written as the input's own sizes (:class:`SameDim`, :class:`SamePrefix`).
+
+
+class SameDim(int):
+    """A target size written as the input's own ``x.shape[i]`` / ``x.size(i)`` (static
+    reshape), or a local bound to it (``b, s, h = x.shape``; ``name``: that local, for
+    messages): dim ``i`` is kept.  ``int`` so it passes for a size; ``dim`` is ``i``;
+    ``rank``: the input's rank when the binding shows it (an unpack of the whole shape
+    without a star), else None."""
+
+    dim: int
+    name: str | None
+    rank: int | None
+
+    def __new__(cls, dim: int, name: str | None = None, rank: int | None = None) -> SameDim:
+        v = super().__new__(cls, -2)
+        v.dim = dim
+        v.name = name
+        v.rank = rank
+        return v
+
+    def __repr__(self) -> str:
+        return f"x.shape[{self.dim}]"
+
+    # equal by what they state, not by the placeholder int (a DimMove is a cache key)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SameDim) and (self.dim, self.rank) == (other.dim, other.rank)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(("SameDim", self.dim, self.rank))
+
+
+class SamePrefix(int):
+    """Target sizes written as the input's own leading sizes, all but its last ``drop`` dims
+    (``*x.shape[:-1]``, ``x.size()[:-2] + (...)``, ``*x.shape`` with drop 0): as many entries
+    as the rank leaves, :func:`expand_target` makes them :class:`SameDim` at a known rank."""
+
+    drop: int
+
+    def __new__(cls, drop: int) -> SamePrefix:
+        v = super().__new__(cls, -4)
+        v.drop = drop
+        return v
+
+    def __repr__(self) -> str:
+        return f"*x.shape[:-{self.drop}]" if self.drop else "*x.shape"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SamePrefix) and self.drop == other.drop
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(("SamePrefix", self.drop))
+
+
+class _AnySize(int):
+    """A target size that is an int expression the plugin cannot read."""
+
+    def __repr__(self) -> str:
+        return "n"
+
+
+ANY_SIZE: object = int.__new__(_AnySize, -3)
+
+
+def is_literal_size(v: object) -> bool:
+    """A target entry that is a plain int (a literal, or a size the check mode read)."""
+    return isinstance(v, int) and not isinstance(v, (bool, SameDim, SamePrefix, _AnySize))
+
+
+def expand_target(shape: Sequence[int], rank: int) -> list[int] | None:
+    """``shape`` for an input of ``rank``, each :class:`SamePrefix` written out as the
+    :class:`SameDim` entries it stands for; None when the input has fewer dims than it drops."""
+    out: list[int] = []
+    for v in shape:
+        if isinstance(v, SamePrefix):
+            if v.drop > rank:
+                return None
+            out.extend(SameDim(i) for i in range(rank - v.drop))
+        else:
+            out.append(v)
+    return out
+
+
+def kept_prefix(shape: Sequence[int], rank: int) -> int:
+    """How many leading dims of an input of ``rank`` the (expanded) target keeps in place:
+    the leading entries written as the input's own size of the dim at their position."""
+    keep = 0
+    while keep < min(len(shape), rank) and isinstance(shape[keep], SameDim) \
+            and shape[keep].dim % rank == keep:
+        keep += 1
+    return keep
+
+
+def resolve_sizes(shape: Sequence[int], total: int | None) -> list[int] | None:
+    """The target ``shape`` with its -1 worked out from the input's number of elements."""
+    shape = list(shape)
+    if -1 in shape:
+        if total is None:
+            return None
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = total // known if known else 0
+    return shape
+
+
+def reshape_runs(ins: Sequence[int], outs: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """Runs of input dims whose product equals a run of output dims (row-major reshape)."""
+    groups = []
+    i = j = 0
+    while i < len(ins) or j < len(outs):
+        gi, gj = [i], [j]
+        pi = ins[i] if i < len(ins) else 1
+        pj = outs[j] if j < len(outs) else 1
+        i += 1
+        j += 1
+        while pi != pj:
+            if pi < pj and i < len(ins):
+                pi *= ins[i]
+                gi.append(i)
+                i += 1
+            elif j < len(outs):
+                pj *= outs[j]
+                gj.append(j)
+                j += 1
+            else:
+                break
+        groups.append(([d for d in gi if d < len(ins)], [d for d in gj if d < len(outs)]))
+    return groups
+
+
+def run_shard_dim(ins: Sequence[int], run: tuple[list[int], list[int]], d: int) -> int | None:
+    """The output dim a reshape run (input dims, output dims) puts input dim ``d``'s shard
+    on: the run's first output dim, when ``d`` is the outermost of the run's input dims that
+    are not of size 1; None when it is an inner factor (the blocks interleave) or the run
+    has no output dim."""
+    gi, gj = run
+    if any(ins[e] != 1 for e in gi if e < d) or not gj:
+        return None
+    return gj[0]
+
+
+def reshaped_dim(target: Sequence[int], d: int, rank: int,
+                 in_shape: Sequence[int] | None = None) -> tuple[int, int | None] | None:
+    """An input of ``rank`` sharded on dim ``d`` (non-negative) reshaped to ``target``:
+    (the result's rank, its shard dim or None).  With ``in_shape``, the input's local shape
+    (the check mode), the runs come from the sizes; without it (statically) the dims before
+    ``d`` must be kept as the input's own sizes, and ``d`` then leads the rest of the target.
+    None when the target does not fit the input."""
+    if in_shape is not None:
+        ins = [int(s) for s in in_shape]
+        if len(ins) != rank or not all(is_literal_size(v) for v in target):
+            return None
+        total = math.prod(ins)
+        outs = resolve_sizes(target, total)
+        if outs is None or math.prod(outs) != total or any(v < 0 for v in outs):
+            return None
+        run = next(r for r in reshape_runs(ins, outs) if d in r[0])
+        return len(outs), run_shard_dim(ins, run, d)
+    if any(isinstance(v, SameDim) and (v.rank is not None and v.rank != rank
+                                       or not -rank <= v.dim < rank) for v in target):
+        return None  # x.shape[i] needs dim i; b, s, h = x.shape: x has 3 dims
+    full = expand_target(target, rank)
+    if full is None or not full:
+        return None
+    keep = kept_prefix(full, rank)
+    if d < keep:
+        return len(full), d
+    if d == keep and keep < len(full):
+        return len(full), keep  # d leads the rest of the input, reshaped into the rest
+    return len(full), None
+
+
 @dataclass(frozen=True)
 class DimMove:
     """A view's or join's literal dims as the call states them (``args`` in the order of
@@ -234,6 +436,10 @@ def make_move(op: str, values: Mapping[str, object], ndim: int | None = None) ->
                 a = tuple(a)
             if not _is_dims(a, True) or isinstance(a, int) or len(a) % 2:  # type: ignore[arg-type]
                 return None
+        elif formal == "shape":
+            if not isinstance(a, tuple) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in a):
+                return None
         elif formal == "sizes":
             if not isinstance(a, tuple) or not a:
                 return None
@@ -256,10 +462,12 @@ def _norm(d: int, rank: int) -> int | None:
     return d % rank if -rank <= d < rank else None
 
 
-def moved_dim(move: DimMove, d: int, rank: int) -> tuple[int, int | None] | None:
+def moved_dim(move: DimMove, d: int, rank: int,
+              shape: Sequence[int] | None = None) -> tuple[int, int | None] | None:
     """For an operand of ``rank`` sharded on dim ``d``: (the result's rank, the result's
     shard dim, non-negative, or None when the op cuts into dim d); None when the op
-    cannot take an operand of that rank (or d is not one of its dims)."""
+    cannot take an operand of that rank (or d is not one of its dims).  ``shape``: the
+    operand's local shape where known (the check mode; read by reshape/view only)."""
     dn = _norm(d, rank)
     if dn is None:
         return None
@@ -284,6 +492,8 @@ def moved_dim(move: DimMove, d: int, rank: int) -> tuple[int, int | None] | None
         return None if kept is None else (rank, dn if dn in kept else None)
     if f == "index":
         return _index(args[0], dn, rank)  # type: ignore[arg-type]
+    if f == "reshape":
+        return reshaped_dim(args[0], dn, rank, shape)  # type: ignore[arg-type]
     if f == "complex":  # x: S(d) -> S(d), but the trailing (re, im) dim is cut apart
         return rank - 1, None if dn == rank - 1 else dn
     if f == "real":

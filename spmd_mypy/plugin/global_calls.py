@@ -35,6 +35,7 @@ from mypy.nodes import (
     MemberExpr,
     MypyFile,
     NameExpr,
+    OpExpr,
     OperatorAssignmentStmt,
     OverloadedFuncDef,
     RefExpr,
@@ -210,20 +211,51 @@ def _same_dim(e: Expression, x_text: str | None, ctx: AnyCtx | None = None) -> i
     return i if expr_text(base) == x_text else None
 
 
-def _shape_prefix(e: Expression, x_text: str | None) -> range | None:
-    """The dims of ``*x.shape[a:b]`` (starred, in a call or a tuple display) with literal
-    non-negative bounds, of the reshaped tensor ``x``."""
+def _shape_prefix(e: Expression, x_text: str | None) -> list[Any] | None:
+    """The target entries of ``*x.shape[a:b]`` (starred, in a call or a tuple display; or
+    an operand of a ``+`` of shapes) of the reshaped tensor ``x``: :class:`SameDim` for
+    literal non-negative bounds, a rank-free :class:`SamePrefix` for ``x.shape[:-k]``,
+    ``x.size()[:-k]`` and ``x.shape`` itself (all its dims)."""
     from .calls import expr_text
 
     if isinstance(e, StarExpr):
         e = e.expr
-    sliced = _shape_slice(e) if isinstance(e, IndexExpr) else None  # (x.shape itself: all dims)
+    sliced = _shape_slice(e)
     if x_text is None or sliced is None:
         return None
     tensor, lo, hi = sliced
-    if hi is None or hi < lo or expr_text(tensor) != x_text:
+    if expr_text(tensor) != x_text:
         return None
-    return range(lo, hi)
+    open_end = not (isinstance(e, IndexExpr) and isinstance(e.index, SliceExpr)
+                    and e.index.end_index is not None)
+    if open_end and lo == 0:
+        return [gs.SamePrefix(0)]  # x.shape, x.shape[:], x.size()
+    if hi is None:
+        return None
+    if hi < 0:
+        return [gs.SamePrefix(-hi)] if lo == 0 else None
+    if hi < lo:
+        return None
+    return [gs.SameDim(i) for i in range(lo, hi)]
+
+
+def _shape_sum(e: Expression) -> list[Expression] | None:
+    """The operands of a ``+`` of shapes and tuple displays (``x.shape[:-1] + (nh, hd)``),
+    tuple displays opened; None when ``e`` is no such sum."""
+    if not (isinstance(e, OpExpr) and e.op == "+"):
+        return None
+    out: list[Expression] = []
+    for side in (e.left, e.right):
+        if isinstance(side, OpExpr):
+            inner = _shape_sum(side)
+            if inner is None:
+                return None
+            out.extend(inner)
+        elif isinstance(side, (TupleExpr, ListExpr)):
+            out.extend(side.items)
+        else:
+            out.append(side)  # a shape slice, read by _shape_prefix (else not readable)
+    return out
 
 
 def _shape_slice(e: Expression) -> tuple[Expression, int, int | None] | None:
@@ -293,6 +325,15 @@ def _named_same_dim(e: NameExpr, ctx: AnyCtx) -> int | None:
     return dim
 
 
+def _named_rank(e: Expression, ctx: AnyCtx) -> int | None:
+    """The reshaped tensor's rank when ``e`` names one of its sizes (:func:`_named_same_dim`)
+    bound by unpacking its whole shape (``b, s, h = x.shape``: 3)."""
+    func = current_function(ctx.api)
+    if not isinstance(e, NameExpr) or func is None:
+        return None
+    return size_names(func).ranks.get(e.name)
+
+
 class SizeNames:
     """A function's locals bound to one dim's size of a local tensor (:func:`size_names`)."""
 
@@ -300,6 +341,9 @@ class SizeNames:
         self.sizes: dict[str, tuple[str, int, int]] = {}  # name -> (tensor, dim, line)
         self.bindings: dict[str, int] = {}  # every local name -> times bound (parameters: 1)
         self.defined_at: dict[str, int] = {}  # name -> the line of its first binding
+        # name -> the rank of its tensor, when the name comes from unpacking its whole shape
+        # without a star (``b, s, h = x.shape``: x has 3 dims)
+        self.ranks: dict[str, int] = {}
         # name -> the value of its plain assignment ``name = value`` in the function's own
         # body (not a nested definition's); the last one if there are several
         self.values: dict[str, Expression] = {}
@@ -504,6 +548,8 @@ class _SizeWalk:
                 continue
             if not stars or k < stars[0]:
                 self.facts.sizes[it.name] = (tensor, start + k, line)
+                if not stars and not isinstance(value, IndexExpr):  # b, s, h = x.shape: rank 3
+                    self.facts.ranks[it.name] = len(items)
             elif start == 0 and k > stars[0]:
                 self.facts.sizes[it.name] = (tensor, k - len(items), line)
 
@@ -537,8 +583,13 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
     if not exprs:
         return gs.UNKNOWN
     items = list(exprs)
-    if len(items) == 1 and isinstance(items[0], (TupleExpr, ListExpr)):
+    summed = _shape_sum(items[0]) if len(items) == 1 else None
+    if summed is not None:  # x.view(x.shape[:-1] + (nh, hd))
+        items = summed
+    elif len(items) == 1 and isinstance(items[0], (TupleExpr, ListExpr)):
         items = list(items[0].items)
+    elif len(items) == 1 and _shape_prefix(items[0], x_text) is not None:
+        items = [StarExpr(items[0])]  # x.view(x.shape), x.view(x.size()[:2])
     elif len(items) == 1 and lit_int(items[0]) is None and _same_dim(items[0], x_text, ctx) is None:
         t = lookup_type(ctx.api, items[0])
         p = get_proper_type(t) if t is not None else None
@@ -553,12 +604,13 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
             out.append(v)
             continue
         kept = _shape_prefix(it, x_text)
-        if kept is not None:  # x.view(*x.shape[:2], heads, -1)
-            out.extend(gs.SameDim(i) for i in kept)
+        if kept is not None:  # x.view(*x.shape[:2], heads, -1), x.view(*x.shape[:-1], nh, hd)
+            out.extend(kept)
             continue
         d = _same_dim(it, x_text, ctx)
         if d is not None:
-            out.append(gs.SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None))
+            out.append(gs.SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None,
+                                  _named_rank(it, ctx)))
             continue
         t = lookup_type(ctx.api, it)
         p = get_proper_type(t) if t is not None else None
@@ -569,6 +621,27 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
             continue
         return gs.UNKNOWN
     return tuple(out)
+
+
+def reshape_target(ctx: AnyCtx) -> tuple[Any, ...] | None:
+    """A local ``x.view(...)`` / ``x.reshape(...)`` / ``torch.reshape(x, ...)`` target for
+    the engine's S(i) rule (engine ``views.reshaped_dim``), read as for global SPMD
+    (:func:`_shape_param`); None for ``x.view(dtype)`` or a target not written out."""
+    from .calls import expr_text
+
+    c = ctx.context
+    x: Expression | None = None
+    if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr) and not (
+            isinstance(c.callee.expr, (NameExpr, MemberExpr)) and c.callee.expr.fullname == "torch"):
+        x = c.callee.expr
+    else:
+        args = getattr(ctx, "args", ())
+        x = args[0][0] if args and args[0] else None
+    f = _by_formal(ctx)
+    if "dtype" in f or x is None:
+        return None
+    shape = _shape_param(ctx, f.get("shape") or f.get("size"), expr_text(x))
+    return shape if isinstance(shape, tuple) else None
 
 
 # -- torch modules whose constructor states the op's dims ---------------------------------
@@ -784,7 +857,9 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     elif base == "unflatten":
         p["dim"] = _dim_param(f.get("dim"), many=False)
         # only how many: a sharding goes to the outermost new dim whatever the sizes
-        p["sizes"] = _shape_param(ctx, f.get("sizes"), x_text)
+        sizes = _shape_param(ctx, f.get("sizes"), x_text)
+        p["sizes"] = gs.UNKNOWN if isinstance(sizes, tuple) and any(
+            isinstance(v, gs.SamePrefix) for v in sizes) else sizes
     elif base in ("layer_norm", "rms_norm"):
         ns = f.get("normalized_shape")
         if ns and isinstance(ns[0], (TupleExpr, ListExpr)):

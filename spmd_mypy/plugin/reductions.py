@@ -117,6 +117,11 @@ def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contra
         return read_contraction(ctx, op) if op in CONTRACTIONS else None
     family, formals, _ = entry
     values: dict[str, object] = {}
+    if family == "reshape":  # x.view(b, s, -1, hd): the target as global SPMD reads it
+        from .global_calls import reshape_target
+
+        target = reshape_target(ctx)
+        return None if target is None else make_move(op, {"shape": target})
     if family == "index":
         c = ctx.context
         if isinstance(c, IndexExpr):

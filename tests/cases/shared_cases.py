@@ -477,6 +477,41 @@ case("linalg-qr-powersgd-forgot", {"m": "P", "q": "R"},
 # one: both linear, the other dims keep their shard
 _C3 = "torch.randn(4, 3, 2, requires_grad=True).clone()"
 case("view-as-complex-P", {"a": "P"}, "out = torch.view_as_complex(a)", "P", make={"a": _C3})
+# a reshape/view of a local S(i) (engine views.reshaped_dim): a shard when the target keeps
+# the dims before the shard dim as the input's own sizes and the shard dim leads the rest
+# (a split puts it on the outer factor); merged under another dim it interleaves: V
+_BSH = "torch.randn(2, 3, 8, requires_grad=True).clone()"
+_BSNH = "torch.randn(2, 3, 2, 4, requires_grad=True).clone()"
+_SM1 = 'Tensor[S[-1, "tp"]]'
+case("reshape-split-heads-Sm1", {"x": _SM1}, "out = x.view(*x.shape[:-1], 2, 4)", 'Tensor[S[-2, "tp"]]',
+     make={"x": _BSH})
+case("reshape-split-heads-sum-Sm1", {"x": _SM1}, "out = x.view(x.size()[:-1] + (2, 4))",
+     'Tensor[S[-2, "tp"]]', make={"x": _BSH})
+case("reshape-split-heads-named-S2", {"x": 'Tensor[S[2, "tp"]]'},
+     ("b, s, _ = x.shape", "out = x.view(b, s, -1, 4)"), 'Tensor[S[2, "tp"]]', make={"x": _BSH})
+case("reshape-split-outer-factor-Sm1", {"x": _SM1}, "out = x.reshape(*x.shape[:-1], 4, 2)",
+     'Tensor[S[-2, "tp"]]', make={"x": _BSH}, desc="a split sharded dim: the shard on the outer factor")
+case("reshape-merge-heads-Sm2", {"x": "Sm2"}, "out = x.reshape(x.shape[:-2] + (-1,))", _SM1,
+     make={"x": _BSNH})
+case("reshape-merge-inner-Sm1", {"x": _SM1}, "out = x.reshape(*x.shape[:-2], -1)", "V",
+     make={"x": _BSNH}, desc="the shard dim merged under another: interleaved")
+# Megatron's attention: column-parallel qkv, heads split, SDPA per head, heads merged back,
+# row-parallel output reduced by a typed all_reduce (src=P)
+_ATTN = {"h": "R", "w_qkv": "S0", "w_o": "S1"}
+_ATTN_MAKE = {"h": "torch.randn(2, 3, 8)", "w_qkv": "torch.randn(12, 8)", "w_o": "torch.randn(8, 4)"}
+case("reshape-attention-rank-free", _ATTN,
+     ("qkv = F.linear(h, w_qkv)",
+      "q, k, v = qkv.view(*qkv.shape[:-1], -1, 6).transpose(-3, -2).chunk(3, dim=-1)",
+      "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(-3, -2)",
+      "o = F.linear(ctx.reshape(ctx.shape[:-2] + (-1,)), w_o)",
+      'out = spmd.all_reduce(o, "tp", src=P, dst=I)'), "I", collective=True, make=_ATTN_MAKE)
+case("reshape-attention-named", _ATTN,
+     ("qkv = F.linear(h, w_qkv)",
+      "b, s, _ = qkv.shape",
+      "q, k, v = qkv.view(b, s, -1, 6).transpose(1, 2).chunk(3, dim=-1)",
+      "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)",
+      "o = F.linear(ctx.flatten(2), w_o)",
+      'out = spmd.all_reduce(o, "tp", src=P, dst=I)'), "I", collective=True, make=_ATTN_MAKE)
 case("view-as-complex-S0", {"a": "S0"}, "out = torch.view_as_complex(a)", "S0", make={"a": _C3})
 case("view-as-real-P", {"a": "P"}, ("c = torch.view_as_complex(a)", "out = torch.view_as_real(c)"),
      "P", make={"a": _C3})

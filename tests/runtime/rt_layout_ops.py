@@ -20,7 +20,7 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx, named_checks
-from spmd import P, R, S, Tensor, V
+from spmd import I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import VARYING, SpmdType, shard
 
@@ -112,7 +112,52 @@ def check_batch_norm_training_is_not_a_batch_shard(ctx: Ctx, name: str) -> None:
     assert not torch.allclose(gathered, F.batch_norm(whole, None, None, training=True))
 
 
+def _attention(h: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, b: int, s: int, hd: int,
+               rank_free: bool) -> torch.Tensor:
+    """Megatron's attention block: fused qkv heads split, SDPA per head, heads merged back."""
+    qkv = F.linear(h, w_qkv)
+    if rank_free:
+        q, k, v = qkv.view(*qkv.shape[:-1], -1, 3 * hd).transpose(-3, -2).chunk(3, dim=-1)
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(-3, -2)
+        return F.linear(ctx.reshape(ctx.shape[:-2] + (-1,)), w_o)
+    q, k, v = qkv.view(b, s, -1, 3 * hd).transpose(1, 2).chunk(3, dim=-1)
+    ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.linear(ctx.transpose(1, 2).reshape(b, s, -1), w_o)
+
+
+def check_megatron_attention_heads_through_view_and_reshape(ctx: Ctx, name: str) -> None:
+    """Tensor-parallel attention with F.linear: qkv column parallel (S(-1)), its view into
+    heads S on the heads (engine views.reshaped_dim, from the local sizes), the merge back S
+    on the last dim, the row-parallel output a partial sum the typed all_reduce(src=P) sums:
+    the unsharded block's output and the weights' gradients, on each rank's shard."""
+    b, s, nh, hd, hidden = 2, 5, 4, 3, 8
+    h = _global(b, s, hidden)
+    # fused per head: [q_h k_h v_h] rows for each head h, so a shard of whole heads
+    w_qkv = _global(nh * 3 * hd, hidden).requires_grad_()
+    w_o = _global(hidden, nh * hd).requires_grad_()
+    for rank_free in (False, True):
+        expected = _attention(h, w_qkv, w_o, b, s, hd, rank_free)
+        (expected * expected).sum().backward()
+        want_qkv, want_o = w_qkv.grad.clone(), w_o.grad.clone()
+        w_qkv.grad = w_o.grad = None
+        with spmd.set_mesh(ctx.mesh("1d")):
+            with spmd.typecheck():
+                hl = spmd.declare(h.clone(), Tensor[R["x"]])
+                wq = spmd.declare(w_qkv.detach().chunk(ctx.world)[ctx.rank].clone().requires_grad_(),
+                                  Tensor[S[0, "x"]])
+                wo = spmd.declare(w_o.detach().chunk(ctx.world, dim=1)[ctx.rank].clone().requires_grad_(),
+                                  Tensor[S[1, "x"]])
+                partial = _attention(hl, wq, wo, b, s, hd, rank_free)
+                # a pending partial sum (V until a reduction reads it: ops.Contraction.pending)
+                out = spmd.all_reduce(partial, AXIS, src=P, dst=I)
+                (out * out).sum().backward()
+        assert_close(out.detach(), expected.detach())
+        assert_close(wq.grad, want_qkv.chunk(ctx.world)[ctx.rank])
+        assert_close(wo.grad, want_o.chunk(ctx.world, dim=1)[ctx.rank])
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "layout-ops", (
         check_cnn_batch_shard, check_channel_shard,
-        check_batch_norm_training_is_not_a_batch_shard))
+        check_batch_norm_training_is_not_a_batch_shard,
+        check_megatron_attention_heads_through_view_and_reshape))
