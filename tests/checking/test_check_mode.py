@@ -253,9 +253,11 @@ def test_views_and_joins_move_the_shard_dim() -> None:
         assert tp(torch.stack([x, y], dim=1)) == shard(2)
         z = typed(torch.randn(1, 3, 1), Tensor[S[1, "tp"]])
         assert tp(z.squeeze()) == shard(0) and tp(z.squeeze(-1)) == shard(1)
-        # cutting into the shard dim, or a dim not known: V
+        # a reshape from the local sizes (views.reshaped_dim): dim 1 leads the merged (3, 4)
+        assert tp(x.reshape(2, 12)) == shard(1) and tp(x.view(2, 3, 2, 2)) == shard(1)
+        # cutting into the shard dim, merging it under another (6 = 2 x 3), or a dim not known: V
         for cut in (x[:, 0], x[:, :2], x.select(1, 0), x.narrow(1, 0, 2),
-                    torch.cat([x, y], dim=1), x[:, torch.tensor([0, 1])], x.reshape(2, 12)):
+                    torch.cat([x, y], dim=1), x[:, torch.tensor([0, 1])], x.reshape(6, 4)):
             assert tp(cut) == VARYING
         # beside a tensor that is not S(1): V
         r = typed(torch.randn(2, 3, 4), Tensor[R["tp"]])
