@@ -102,7 +102,9 @@ from spmd_mypy.engine.collectives import (RAW_COLLECTIVES, RAW_OUTPUT_KWARGS, RA
                                           check_argument, check_collective,
                                           raw_collective_error, raw_reduce_op,
                                           RAW_BROADCASTS, raw_broadcast_error,
-                                          mesh_moved_error, pending_left, pending_refusal)
+                                          mesh_moved_error, pending_left, pending_refusal,
+                                          duplicated_operand_error, duplicates_harmless,
+                                          summed_blocks_error, sums_blocks)
 from spmd_mypy.engine import duality
 from spmd_mypy.engine.contractions import Contraction, partial_sum
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
@@ -116,7 +118,7 @@ from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   PENDING_REDUCTIONS, PENDING_SCALE, keeps_pending_dtype,
                                   propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
-from spmd_mypy.engine.types import LocalType, SpmdType, format_axes, format_type, shard_dims_match
+from spmd_mypy.engine.types import VARYING, LocalType, SpmdType, format_axes, format_type, shard_dims_match
 from spmd_mypy.engine.views import INPLACE_VIEWS, DimMove
 
 from spmd_mypy.engine.global_spmd import propagate as global_propagate
@@ -207,6 +209,8 @@ def _moved(x: torch.Tensor, t: SpmdType, op: str | None = None) -> SpmdType:
     if moved is None:
         t = _canon(t)
         _set(x, t)
+        if owner is not None and owner is not cur:
+            _ORIGIN.setdefault(id(t), owner)
     return t
 
 
@@ -231,6 +235,113 @@ def _moved_axis(t: SpmdType, owner: Any, cur: Any) -> Any:
             continue
         return a, then, now
     return None
+
+
+# (id(type), id(current binding), collective axes, id(owner binding), number of meshes) ->
+# the duplicates of :func:`_duplicates` (types and bindings live for the program)
+_DUPLICATES: dict[tuple, list] = {}
+# id(canonical type) -> the binding a value of that type came from when it was retyped under
+# the current mesh (:func:`_moved`): the mesh its axes that the current mesh lacks belong to
+_ORIGIN: dict[int, Any] = {}
+
+
+def _foreign(a: str, lt: LocalType, names: tuple[str, ...], cur: Any) -> str | None:
+    """"same" when ``lt`` says the ranks of ``a`` hold one value (R, I), "blocks" when they
+    hold different blocks of one (S(i)), for an axis ``a`` that the current mesh lacks."""
+    if a in cur.names or a in names:
+        return None
+    if lt.kind in _INVARIANT_KINDS:
+        return "same"
+    return "blocks" if lt.kind is TKind.V and lt.dim is not None else None
+
+
+def _duplicates(t: SpmdType, names: tuple[str, ...], owner: Any) -> list:
+    """A collective over ``names`` of the current mesh on a value of type ``t`` (interned;
+    made under ``owner``), R, I or S(i) on axes another mesh has and the current one lacks:
+    per such mesh and kind, ``(kind, that mesh, those axes, their group of ranks there, the
+    group of names here)`` when the group here holds two or more of those ranks.  Kind
+    "same" (R, I): they hold the same data, which the collective would take once per rank;
+    "blocks" (S): different blocks of one value, which a sum would add (docs/meshes.md)."""
+    cur = _BINDING
+    if cur is None or not t.axes:
+        return []
+    if all(_foreign(a, lt, (), cur) is None for a, lt in t.axes):
+        return []  # the common case: every R, I, S axis is the current mesh's
+    from . import _mesh
+    key = (id(t), id(cur), names, id(owner), len(_mesh._bindings))
+    found = _DUPLICATES.get(key)
+    if found is not None:
+        return found
+    found = []
+    try:
+        group = cur.ranks_of(names) if all(n in cur.names for n in names) else None
+    except Exception:  # noqa: BLE001 - a mesh whose groups torch cannot give
+        group = None
+    if group is not None and len(group) > 1:
+        meshes = ([owner] if owner is not None and owner is not cur else []) + [
+            b for b in _mesh._live_bindings(cur.world) if b is not cur and b is not owner]
+        by_mesh: dict[tuple[str, int], tuple[Any, list[str]]] = {}
+        for a, lt in t.axes:
+            kind = _foreign(a, lt, names, cur)
+            if kind is None:
+                continue
+            having = [b for b in meshes if a in b.names]
+            if not having:
+                continue
+            if having[0] is not owner and len(having) > 1:
+                try:  # meshes naming an axis alike: whose it is is not known, unless all agree
+                    if len({tuple(b.ranks_of((a,))) for b in having}) > 1:
+                        continue
+                except Exception:  # noqa: BLE001 - a dead mesh: nothing to compare
+                    continue
+            by_mesh.setdefault((kind, id(having[0])), (having[0], []))[1].append(a)
+        for (kind, _), (b, axes) in by_mesh.items():
+            try:
+                holders = b.ranks_of(tuple(axes))
+            except Exception:  # noqa: BLE001 - a dead mesh: nothing to compare
+                continue
+            if len(set(group) & set(holders)) > 1:
+                found.append((kind, b, tuple(axes), holders, group))
+    _DUPLICATES[key] = found
+    return found
+
+
+def _check_duplicates(x: torch.Tensor, t: SpmdType, op: str, names: tuple[str, ...],
+                      owner: Any, reduce_op: str) -> list:
+    """:func:`_duplicates`; raises spmd-mesh when ``op`` is not right on the duplicated data
+    (or sums different blocks).  Returns the duplicates (kind "same")."""
+    if owner is None or owner is _BINDING:
+        owner = _ORIGIN.get(id(t))
+    found = _duplicates(t, names, owner)
+    if not found:
+        return found
+    for kind, b, axes, holders, group in found:
+        if kind == "same" and not duplicates_harmless(op, reduce_op):
+            raise SpmdTypeError(duplicated_operand_error(
+                op, _texts([x], ["x"])[0], t, names, axes, holders, group, b.names,
+                _BINDING.names, reduce_op=reduce_op))
+        if kind == "blocks" and sums_blocks(op, reduce_op):
+            raise SpmdTypeError(summed_blocks_error(
+                op, _texts([x], ["x"])[0], t, names, axes, holders, group, b.names,
+                _BINDING.names))
+    return [f for f in found if f[0] == "same"]
+
+
+def _no_longer_invariant(rtype: SpmdType, op: str, reduce_op: str, found: list) -> SpmdType:
+    """The result of a collective (or convert) over an axis whose group held several ranks of
+    one value: those ranks no longer hold one value (each cut its own block, or took its own
+    group's max), so the result is V on those axes; a reinterpret moves no data, and a max
+    (min) over a group holding every rank of the value gives them one value still."""
+    if op == "reinterpret":
+        return rtype
+    for _kind, _b, same, holders, group in found:
+        if op == "all_reduce" and set(holders) <= set(group):
+            continue
+        for a in same:
+            lt = rtype.get(a)
+            if lt is not None and lt.kind in _INVARIANT_KINDS:
+                rtype = rtype.replace(a, VARYING)
+    return rtype
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
@@ -2714,8 +2825,10 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
         can_grad = torch.is_grad_enabled() and x.requires_grad
     src_lt, dst_lt = _lt(src), _lt(dst)
     have = _get(x) or _UNTYPED
+    owner = _OWNER.get(id(have))
     if have and id(have) not in _CANON_IDS:  # typed under another mesh
         have = _moved(x, have, op)
+    found = _check_duplicates(x, have, op, names, owner, reduce_op) if have else []
     have = _reduced_pending(x, have, op, names, src_lt, dst_lt, reduce_op)
     have, src_lt = _at_rank(x, have, src_lt)
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
@@ -2726,6 +2839,8 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
                                reduce_op=reduce_op, x_text=text, can_grad=can_grad)
         raise SpmdTypeError(res.errors[0])
     rtype = res.type  # a global x: check_collective moved the axes in the partition spec
+    if rtype and found:
+        rtype = _no_longer_invariant(rtype, op, reduce_op, found)
     if rtype:
         _stamp_outputs(out, rtype)
     if _PENDING and isinstance(out, torch.Tensor) and id(out) in _PENDING:
@@ -2750,8 +2865,10 @@ def before_collective(op: str, x: Any, axes: tuple[str, ...], src: LocalType, ds
     have = _get(x) if isinstance(x, torch.Tensor) else None
     if not have:
         return
+    owner = _OWNER.get(id(have))
     if id(have) not in _CANON_IDS:  # typed under another mesh
         have = _moved(x, have, op)
+    _check_duplicates(x, have, op, axes, owner, reduce_op)
     have = _reduced_pending(x, have, op, axes, src, dst, reduce_op)
     have, src_at = _at_rank(x, have, src)
     assert src_at is not None

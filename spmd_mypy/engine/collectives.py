@@ -1941,6 +1941,104 @@ def mesh_moved_error(x_text: str, x_type: SpmdType, axis: str, ranks_then: Seque
     )
 
 
+# ------------------------------------------------------------------------------------
+# Duplicated data across meshes (the check mode: "parallel folding")
+# ------------------------------------------------------------------------------------
+#
+# Two meshes over the same ranks (dense dp x tp = 2 x 2, experts on an "ep" spanning the 4
+# ranks): a value R or I on the dense "tp" is the same on both ranks of a tp group, and "ep"'s
+# group holds both.  A collective over "ep" takes each rank's data as its own contribution:
+# an all_to_all sends every token twice (each expert sees it twice, its gradient doubles), a
+# sum counts each summand twice, a gather holds each block twice.  The check mode knows both
+# meshes' rank layouts; the static checker sees axis names only (docs/meshes.md).
+
+
+def duplicates_harmless(op: str, reduce_op: str = "sum") -> bool:
+    """Whether ``op`` over an axis whose group holds several ranks with one value is right
+    on such duplicates: a conversion (no communication: each rank keeps or cuts its own
+    data) and an idempotent reduction (max, min)."""
+    return op in CONVERSIONS or (op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS)
+
+
+def duplicated_operand_error(op: str, x_text: str, x_type: SpmdType, axes: Sequence[str],
+                             same: Sequence[str], holders: Sequence[int], group: Sequence[int],
+                             mesh_then: Sequence[str], mesh_now: Sequence[str],
+                             reduce_op: str = "sum") -> SpmdError:
+    """``op`` over ``axes`` (of the current mesh, axes ``mesh_now``), whose group here is the
+    ranks ``group``, on ``x`` that is R or I on ``same`` (axes of the mesh with axes
+    ``mesh_then``, where the ranks ``holders`` hold one value): the group holds two or more
+    of them, so the collective sends, sums or gathers the same data more than once."""
+    x = bare(x_text)
+    ax = format_axis(axes[0] if len(axes) == 1 else tuple(axes))
+    on = axis_words(same)
+    kinds = [x_type.get(a) for a in same]
+    shared = [r for r in group if r in set(holders)]
+    what = {"all_to_all": "sends every value of it once per such rank (each receiver gets it "
+                          "that many times: an expert sees every token twice and its gradients "
+                          "double)",
+            "all_gather": "gathers each block of it once per such rank (the result holds "
+                          "every block that many times)",
+            "reduce_scatter": "sums it once per such rank (the result is that many times the "
+                              "sum)"}.get(op, "sums it once per such rank (the result is that "
+                                              "many times the sum)" if reduce_op != "avg" else
+                              "averages it with each value counted once per such rank")
+    b = same[0]
+    src = kinds[0] if kinds[0] is not None else "I"
+    split = (f"{x} = spmd.convert({x}, {format_axis(b)}, src={src}, dst=S(0)) (or dst=V) under "
+             f"the mesh with axes {axis_words(mesh_then)}, so that each rank holds its own part, "
+             f"and all_gather the result over {format_axis(b)} after")
+    sums = op == "all_reduce" or op == "reduce_scatter"
+    other = (f"; or, if the summands are one per group of {on}, reduce over an axis whose group "
+             f"holds one rank of each such group (an axis of the mesh with axes "
+             f"{axis_words(mesh_then)}, not {ax})" if sums else "")
+    return SpmdError(
+        "spmd-mesh",
+        f"{op} over {ax} on duplicated data: {x} ({format_type(x_type)}) is "
+        f"{'/'.join(str(k) for k in kinds)} on {on} of the mesh with axes "
+        f"{axis_words(mesh_then)}: ranks {list(holders)} hold the same value; but {ax}'s group "
+        f"here (the mesh with axes {axis_words(mesh_now)}), ranks {list(group)}, holds ranks "
+        f"{shared} of them, so the {op} {what}; split {x} over {on} first: {split}{other}",
+    )
+
+
+def sums_blocks(op: str, reduce_op: str = "sum") -> bool:
+    """Whether ``op`` adds the ranks' data (a sum or an average over the axis)."""
+    return op in ("all_reduce", "reduce_scatter") and reduce_op in SCATTER_REDUCE_OPS
+
+
+def summed_blocks_error(op: str, x_text: str, x_type: SpmdType, axes: Sequence[str],
+                        sharded: Sequence[str], holders: Sequence[int], group: Sequence[int],
+                        mesh_then: Sequence[str], mesh_now: Sequence[str]) -> SpmdError:
+    """A sum over ``axes`` (of the current mesh, axes ``mesh_now``; its group here is the
+    ranks ``group``) of ``x``, S(i) on ``sharded`` (axes of the mesh with axes ``mesh_then``,
+    over the ranks ``holders``): the group holds two or more of those ranks, which hold
+    different blocks of one value; the sum adds them (an expert gradient, S on the expert
+    mesh's "ep", all-reduced over the dense "dp": each rank's experts get the others')."""
+    x = bare(x_text)
+    ax = format_axis(axes[0] if len(axes) == 1 else tuple(axes))
+    on = axis_words(sharded)
+    kinds = [x_type.get(a) for a in sharded]
+    shared = [r for r in group if r in set(holders)]
+    rest = [a for a in mesh_then if a not in sharded]
+    if rest:
+        fix = (f"reduce it where its type says it is partial: under the mesh with axes "
+               f"{axis_words(mesh_then)} (with spmd.set_mesh(<that mesh>):), over "
+               f"{axis_words(rest)} if the ranks there hold summands of one block (an expert "
+               f"gradient: over the expert data-parallel axis, where it is P)")
+    else:
+        fix = (f"that mesh has no other axis, so each block is on one rank and whole: it needs "
+               f"no reduction (an expert gradient on an \"ep\" spanning every rank)")
+    return SpmdError(
+        "spmd-mesh",
+        f"{op} over {ax} sums different blocks: {x} ({format_type(x_type)}) is "
+        f"{'/'.join(str(k) for k in kinds)} on {on} of the mesh with axes "
+        f"{axis_words(mesh_then)}: ranks {list(holders)} hold different blocks of it; but "
+        f"{ax}'s group here (the mesh with axes {axis_words(mesh_now)}), ranks {list(group)}, "
+        f"holds ranks {shared} of them, so the {op} adds different blocks (an expert gradient "
+        f"reduced over the dense data-parallel axis adds other experts' gradients); {fix}",
+    )
+
+
 def _group_fix(replacement: str, group: str | None, group_is_axis: bool | None) -> str:
     """The fix of a raw collective, given what is known of its group= (see
     :func:`raw_collective_error`)."""

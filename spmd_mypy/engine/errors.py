@@ -33,7 +33,7 @@ CODES: dict[str, str] = {
     "spmd-discarded-result": "a typed collective as a statement of its own: its result (the only thing it changes) is dropped",
     "spmd-divergent-collective": "a collective under a condition that differs between the ranks of its axis (some never join: a hang)",
     "spmd-random": "a random op typed R or I on an axis whose generator differs between its ranks (check mode only)",
-    "spmd-mesh": "a value typed under one mesh used under another whose axis of that name spans other ranks (check mode only)",
+    "spmd-mesh": "a value typed under one mesh used under another whose axis of that name spans other ranks, or a collective whose group holds ranks of another mesh's value that are alike or different blocks (check mode only)",
     "spmd-global": "a global SPMD rule violation (a partition spec, or the global layout a local S(i) states)",
     "spmd-mismatch": "a tensor passed where a different SPMD type is expected",
     "spmd-setup": "mypy cannot see the types the checks need (torch missing or skipped, spmd's runtime package in place of its stubs)",

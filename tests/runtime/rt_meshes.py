@@ -163,10 +163,122 @@ def check_a_name_for_other_ranks_warns(ctx: Ctx, name: str) -> None:
     assert "Give the axes different names" in texts[0], texts
 
 
+def _fold_data(ctx: Ctx) -> tuple[Any, Any, torch.Tensor, torch.Tensor, int]:
+    """Parallel folding (the dsv3 probe's f1): the dense mesh dp x tp = 2 x 2, the expert mesh
+    "ep" over the 4 ranks (it spans both ranks of each tp group); each dp rank's 8 tokens of
+    width 4, one expert (a 4 x 4 weight) per ep rank."""
+    dense, expert = ctx.mesh("2x2"), _meshes(ctx)[1]
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randn(2, 8, 4, generator=g, dtype=F64)
+    weights = torch.randn(4, 4, 4, generator=g, dtype=F64)
+    return dense, expert, tokens, weights, dense.get_local_rank("dp")
+
+
+def check_fold_dispatch_of_a_tp_invariant_value_is_rejected(ctx: Ctx, name: str) -> None:
+    """Tokens I on the dense "tp" (the same on both tp ranks) dispatched over "ep", whose group
+    holds both: every token was sent twice, each expert saw it twice, the expert gradients
+    came out 2x, and both checkers accepted (the dsv3 probe's f1).  The check mode knows the
+    two meshes' layouts: spmd-mesh, with the split-first fix."""
+    if ctx.world != 4:
+        return
+    dense, expert, tokens, _, dp = _fold_data(ctx)
+    messages = []
+    with spmd.set_mesh(dense), spmd.typecheck():
+        h = spmd.declare(tokens[dp].clone(), Tensor[I["tp"], V["dp"]])
+        with spmd.set_mesh(expert):
+            for call in (lambda: spmd.all_to_all(h, "ep", src=V, dst=V),
+                         lambda: spmd.all_reduce(h.sum(), "ep", src=P, dst=R),
+                         lambda: spmd.all_gather(h, "ep", src=S(0), dst=R)):
+                try:
+                    call()
+                except SpmdTypeError as e:
+                    messages.append(str(e))
+                else:
+                    raise AssertionError("a collective over 'ep' of a tp-invariant value was accepted")
+            # a max of one value on both tp ranks is that value: fine, and one value on "tp"
+            # still (the ep group holds every rank); a convert cuts each rank's own block: the
+            # tp ranks hold different blocks after it, V on "tp"
+            m = spmd.all_reduce(torch.amax(h), "ep", src=V, dst=R, op="max")
+            c = spmd.convert(h, "ep", src=I, dst=S(0))
+            types = spmd.typeof(m), spmd.typeof(c)
+    tp_ranks = [2 * dp, 2 * dp + 1]
+    a2a = messages[0]
+    assert a2a.startswith('all_to_all over "ep" on duplicated data: h (Tensor[I["tp"], V["dp"]]) '
+                          'is I on "tp" of the mesh with axes "dp" and "tp": '
+                          f'ranks {tp_ranks} hold the same value'), a2a
+    assert "ranks [0, 1, 2, 3], holds ranks " + str(tp_ranks) in a2a, a2a
+    assert 'h = spmd.convert(h, "tp", src=I, dst=S(0)) (or dst=V)' in a2a, a2a
+    assert a2a.endswith("[spmd-mesh]"), a2a
+    assert messages[1].startswith('all_reduce over "ep" on duplicated data: h.sum()'), messages[1]
+    assert "reduce over an axis whose group holds one rank of each such group" in messages[1], messages[1]
+    assert messages[2].startswith('all_gather over "ep" on duplicated data'), messages[2]
+    assert str(types[0].get("tp")) == "I", types[0]
+    assert str(types[1].get("tp")) == "V", types[1]
+
+
+def check_fold_dispatch_split_over_tp_first(ctx: Ctx, name: str) -> None:
+    """The fix: split the tokens over "tp" first, dispatch, combine, gather over "tp": each
+    expert sees each token once (its gradient matches a single-process reference)."""
+    if ctx.world != 4:
+        return
+    dense, expert, tokens, weights, dp = _fold_data(ctx)
+    w = weights[ctx.rank:ctx.rank + 1].clone().requires_grad_(True)
+    with spmd.set_mesh(dense), spmd.typecheck():
+        with spmd.set_mesh(expert):
+            w_t = spmd.declare(w, Tensor[S[0, "ep"]])
+        h = spmd.declare(tokens[dp].clone(), Tensor[I["tp"], V["dp"]])
+        h_tp = spmd.convert(h, "tp", src=I, dst=S(0))
+        with spmd.set_mesh(expert):
+            routed = spmd.all_to_all(h_tp, "ep", src=V, dst=V)   # block e -> expert e
+            out = spmd.all_to_all(routed @ w_t[0], "ep", src=V, dst=V)
+        out = spmd.declare(out, Tensor[S[0, "tp"], V["dp"]])
+        y = spmd.all_gather(out, "tp", src=S(0), dst=I)
+        loss = spmd.reinterpret(y.pow(2).sum() / 2, "dp", src=V, dst=P)
+        loss.backward()
+    ref_w = weights.clone().requires_grad_(True)  # rank (d, t) sends block e of its half to e
+    ref = torch.stack([(tokens[d].chunk(2)[t].chunk(4)[e] @ ref_w[e]).pow(2).sum() / 2
+                       for d in range(2) for t in range(2) for e in range(4)]).sum()
+    ref.backward()
+    assert w.grad is not None and ref_w.grad is not None
+    assert_close(w.grad[0], ref_w.grad[ctx.rank])
+    full = torch.cat([tokens[dp].chunk(2)[t].chunk(4)[e] @ weights[e] for t in range(2)
+                      for e in range(4)])
+    assert_close(y.detach(), full)
+
+
+def check_fold_expert_gradient_reduced_over_dense_dp_is_rejected(ctx: Ctx, name: str) -> None:
+    """An expert gradient (S(0) on the expert mesh's "ep", one expert per rank) all-reduced
+    over the dense "dp" by mistake: the sum adds other experts' gradients (docs/meshes.md,
+    "Gradients of expert parameters"; the dsv3 probe's e1).  It has no type on "dp" (unknown,
+    unchecked), and both checkers accepted it; the check mode knows "dp"'s group holds two
+    ranks of one "ep" group, which hold different blocks."""
+    if ctx.world != 4:
+        return
+    dense, expert, _, weights, dp = _fold_data(ctx)
+    with spmd.set_mesh(dense), spmd.typecheck():
+        with spmd.set_mesh(expert):
+            grad = spmd.declare(weights[ctx.rank:ctx.rank + 1].clone(), Tensor[S[0, "ep"]])
+        try:
+            spmd.all_reduce(grad, "dp", src=P, dst=R)
+        except SpmdTypeError as e:
+            message = str(e)
+        else:
+            raise AssertionError("an expert gradient all-reduced over the dense 'dp' was accepted")
+    dp_ranks = [ctx.rank % 2, ctx.rank % 2 + 2]
+    assert message.startswith('all_reduce over "dp" sums different blocks: grad '
+                              '(Tensor[S[0, "ep"]]) is S(0) on "ep" of the mesh with axes "ep": '
+                              'ranks [0, 1, 2, 3] hold different blocks of it'), message
+    assert f"ranks {dp_ranks}, holds ranks {dp_ranks} of them" in message, message
+    assert "it needs no reduction" in message and message.endswith("[spmd-mesh]"), message
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "meshes", (
         check_value_back_from_another_mesh, check_declare_keeps_the_current_meshs_axes,
         check_declare_under_a_submesh_keeps_the_root_meshs_axes,
         check_unknown_axis_of_another_mesh, check_declare_on_another_meshs_axis_is_kept,
         check_equal_submesh_shares_its_binding,
-        check_a_name_for_other_ranks_warns))
+        check_a_name_for_other_ranks_warns,
+        check_fold_dispatch_of_a_tp_invariant_value_is_rejected,
+        check_fold_dispatch_split_over_tp_first,
+        check_fold_expert_gradient_reduced_over_dense_dp_is_rejected))
