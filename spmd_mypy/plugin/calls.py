@@ -634,7 +634,8 @@ class CallTyper:
 
     def _behind_any(self, ctx: AnyCtx, e: Expression | None) -> Type | None:
         """The type of an operator expression mypy typed Any (Correlated.type_behind_any)."""
-        if not isinstance(e, (OpExpr, UnaryExpr, NameExpr)):
+        if not isinstance(e, (OpExpr, UnaryExpr, NameExpr)) and not (
+                isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)):
             return None
         correlated = self.plugin.promotion.correlated
         return correlated.type_behind_any(ctx, e) if correlated is not None else None

@@ -38,6 +38,7 @@ from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS, TORCH_TENSOR_BAS
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
 from .promotion import Synced
 from .rewrite import TRIGGER_FULLNAME
+from .scalar_powers import POWERS, REFLECTED_POWERS, power_hook, reflected_power_hook
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -115,6 +116,9 @@ class HookDispatch:
         # torch.linalg/special/fft functions given a signature from their docstring
         # (torch_namespaces): their result stays Any where no SPMD type is met
         self._bound_builtins: set[str] = set()
+        # the hooks of int ** float (scalar_powers), compared by identity in get_method_hook
+        self._power_hooks: tuple[Guarded, Guarded] = (Guarded(power_hook, RESULT),
+                                                      Guarded(reflected_power_hook, RESULT))
 
     def lookup_node(self, fullname: str) -> SymbolNode | None:
         """The module-level definition named ``fullname`` among the modules mypy has loaded."""
@@ -499,7 +503,12 @@ class HookDispatch:
         hook = cache[fullname]
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
-        return hook if self._meets_spmd() else None  # a tensor method's hook
+        if not self._meets_spmd():
+            return None
+        if hook is self._power_hooks[0] or hook is self._power_hooks[1]:
+            # int ** float: a float only where the module uses SPMD types (scalar_powers)
+            return hook if self.plugin.promotion.wanted else None
+        return hook  # a tensor method's hook
 
     def _method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         """The hook of a method call: the argument check of a user method, a tensor method's."""
@@ -533,6 +542,8 @@ class HookDispatch:
                 typed = op_hook(ctx)
                 return typed if returns_one_tensor(ctx) else ctx.default_return_type
             return self._synced(checked_only)
+        if fullname in POWERS or fullname in REFLECTED_POWERS:  # int ** float: Any -> float
+            return self._power_hooks[0 if fullname in POWERS else 1]
         if fullname == CUSTOM_OP_CALL:  # a torch.library.custom_op's call: the op rule
             return self._synced(custom_op_hook(typer))
         tensor_class = self.is_tensor_class(cls)

@@ -54,7 +54,7 @@ from mypy.nodes import (
 )
 from mypy.operators import op_methods, reverse_op_methods
 from mypy.plugin import AttributeContext, FunctionContext, MethodContext
-from mypy.subtypes import is_subtype
+from mypy.subtypes import find_member, is_subtype
 from mypy.typeops import make_simplified_union
 from mypy.types import (
     AnyType,
@@ -781,6 +781,8 @@ class Correlated:
             if hook is None or inner is None:
                 return None
             return self._typed(_unary(hook, api, e, inner))
+        if isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr):
+            return self._method_behind_any(ctx, e, e.callee, depth)
         if isinstance(e, NameExpr) and e.kind == LDEF:
             # a local bound once in the function, from such an operator: its only value
             func = current_function(api)
@@ -792,6 +794,38 @@ class Correlated:
                 return None
             return self._behind_any(ctx, value, depth + 1)
         return None
+
+    def _method_behind_any(self, ctx: Any, e: CallExpr, callee: MemberExpr, depth: int) -> Type | None:
+        """A tensor method called on such an operator (``(p * self.scale).softmax(-1)``, or on
+        a local assigned one): mypy calls no hook for a method of an ``Any``, so the method's
+        hook runs here on the typed side's type (its error reported at the call), with the
+        arguments as mypy typed them and mapped to the method's parameters."""
+        api = ctx.api
+        receiver = self._behind_any(ctx, callee.expr, depth + 1)
+        if receiver is None:
+            return None
+        instance = get_proper_type(receiver)
+        if not isinstance(instance, Instance):
+            return None
+        hook = _unwrap(self.hooks.get_method_hook(f"{TENSOR}.{callee.name}"))
+        if hook is None:
+            return None
+        actual: list[Type] = []
+        for a in e.args:
+            t = lookup_type(api, a)
+            if t is None:
+                return None
+            actual.append(t)
+        formals = _formals(find_member(callee.name, instance, instance), e, actual)
+        if formals is None:
+            return None
+        names, mapping = formals
+        arg_types = [[actual[i] for i in m] for m in mapping]
+        arg_kinds = [[e.arg_kinds[i] for i in m] for m in mapping]
+        arg_names = [[e.arg_names[i] for i in m] for m in mapping]
+        args = [[e.args[i] for i in m] for m in mapping]
+        return self._typed(hook(MethodContext(instance, arg_types, arg_kinds, names, arg_names,
+                                              receiver, args, e, api)))
 
     def derive(self, ctx: Any, member: dict[object, Type], plan: Derived) -> tuple[SpmdType, Type] | None:
         """The SPMD type (and mypy type) of the operand ``plan`` computes when its names
