@@ -348,9 +348,9 @@ def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | Contraction | No
         idx = kwargs.get("indices", rest[0] if rest else None)
         items = tuple(_index_item(i) for i in (idx if isinstance(idx, tuple) else (idx,)))
         values["index"] = UNREAD if None in items else items
-    elif family in ("permute", "squeeze") and (len(rest) > 1 or family == "permute" and rest
-                                                and isinstance(rest[0], int)):
-        values[formals[0]] = _move_value(rest)  # x.permute(1, 0), x.squeeze(0, 1)
+    elif (family in ("permute", "squeeze") or plan.name == "flip") and (
+            len(rest) > 1 or family == "permute" and rest and isinstance(rest[0], int)):
+        values[formals[0]] = _move_value(rest)  # x.permute(1, 0), x.squeeze(0, 1), x.flip(0, 1)
     else:
         params = plan.params
         for formal in formals:
