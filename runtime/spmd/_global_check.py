@@ -223,9 +223,15 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
     elif name in ("expand", "broadcast_to"):
         shape = b.get("size", b.get("shape", b.get("*")))
         p["shape"] = _shape(shape)
-    elif name in ("roll", "flip"):
+    elif name in ("roll", "flip", "rot90"):
         d = b.get("dims")
         p["dims"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
+    elif name in global_spmd.FOURIER:
+        d = b.get("dim")
+        p["dim"] = _dims(d) if isinstance(d, (tuple, list, torch.Size)) else d
+        sizes = b.get("s")
+        if sizes is not None:  # an n-d transform's sizes: only how many
+            p["s"] = len(sizes) if isinstance(sizes, (tuple, list, torch.Size)) else global_spmd.UNKNOWN
     elif name == "pad":
         p["pad"] = _dims(b.get("pad"))
     elif name == "repeat_interleave":

@@ -353,9 +353,9 @@ def move_of(plan: Plan, args: tuple, kwargs: dict) -> DimMove | Contraction | No
         if shape is None:
             shape = rest[0] if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)) else rest
         values["shape"] = _move_value(shape)
-    elif family in ("permute", "squeeze") and (len(rest) > 1 or family == "permute" and rest
-                                                and isinstance(rest[0], int)):
-        values[formals[0]] = _move_value(rest)  # x.permute(1, 0), x.squeeze(0, 1)
+    elif (family in ("permute", "squeeze") or plan.name == "flip") and (
+            len(rest) > 1 or family == "permute" and rest and isinstance(rest[0], int)):
+        values[formals[0]] = _move_value(rest)  # x.permute(1, 0), x.squeeze(0, 1), x.flip(0, 1)
     else:
         params = plan.params
         for formal in formals:

@@ -45,7 +45,8 @@ never a guess.  Dims may be negative (torch's convention).
   :func:`squeeze`, :func:`unsqueeze`, :func:`cat`, :func:`stack`,
   :func:`index` (``x[...]``), :func:`select`, :func:`narrow`, :func:`split`
   (split/chunk/tensor_split/unbind: the type of each piece), :func:`expand`,
-  :func:`expand_as`, :func:`reshape_as`, :func:`roll`, :func:`class_loss` (cross_entropy/nll_loss),
+  :func:`expand_as`, :func:`reshape_as`, :func:`roll` (also flip, fliplr, flipud, rot90, diff),
+  :func:`fourier` (torch.fft's transforms and shifts), :func:`class_loss` (cross_entropy/nll_loss),
   :func:`lookup` / :func:`embedding` (embedding, index_select; ``x[ids]`` through
   :class:`TensorIndex` ``spec``), :func:`keeps_spec` (triu/tril), :func:`repeat_interleave`, :func:`pad`,
   :func:`group_norm`, :func:`segment_sum` (bincount, index_add, index_put(accumulate=True);
@@ -70,7 +71,7 @@ shape of reshape/view/expand/broadcast_to as torch receives it, i.e. *local* siz
 may be -1; statically an entry may be :class:`SameDim` (``x.shape[i]``) or
 :data:`ANY_SIZE` (an int the plugin cannot read)) with optional ``in_shape`` (the
 input's local shape: the runtime knows it, the plugin does not); ``start_dim,
-end_dim`` (flatten); ``sizes`` (unflatten, local sizes); ``dims`` (roll);
+end_dim`` (flatten); ``sizes`` (unflatten, local sizes); ``dims`` (roll, flip, rot90); ``s`` (an n-d fft's sizes: their number);
 ``reduction`` (cross_entropy/nll_loss: "none", "mean", "sum"); ``normalized_ndim``
 (layer_norm/rms_norm: how many trailing dims are normalized); ``index`` (a tuple of
 index items: an ``int`` (value unused), a ``slice`` (full iff ``slice(None)``),
@@ -97,8 +98,9 @@ from .redistribute import check_source, resolve
 from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, RANDOM_LIKE, UNREAD_VALUE, Operand, Result, Role, call_spec,
                   cast_is_integral, classify)
 from .ops import propagate as local_propagate
-from .views import (ANY_SIZE, LAYOUT_OPS, SameDim, SamePrefix, _AnySize, expand_target, is_literal_size,
-                    kept_prefix, layout_kept, reshape_runs, resolve_sizes, run_shard_dim)
+from .views import (ALONG_FIXED, ALONG_OPS, ANY_SIZE, LAYOUT_OPS, SameDim, SamePrefix, _AnySize,
+                    expand_target, is_literal_size, kept_prefix, layout_kept, reshape_runs,
+                    resolve_sizes, run_shard_dim)
 from .types import (
     Kind,
     LocalType,
@@ -1536,16 +1538,19 @@ def reshape_as(x: Operand, other: Operand, *, op: str = "view_as") -> Result:
 
 @_dim_errors
 def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll") -> Result:
-    """``roll(x, shifts, dims)`` (and ``flip(x, dims)``) along unsharded dims keeps the
-    spec; along a sharded dim (or ``dims=None``, which rolls the flattened tensor) the
-    elements cross shard boundaries: an error naming the redistribute that unshards the
-    dims."""
+    """``roll(x, shifts, dims)`` (and ``flip(x, dims)``, ``fliplr``, ``flipud``,
+    ``rot90(x, k, dims)``, ``diff(x, n, dim)``) along unsharded dims keeps the spec; along a
+    sharded dim (or ``dims=None``, which rolls the flattened tensor) the elements cross shard
+    boundaries: an error naming the redistribute that unshards the dims."""
+    if op in ALONG_FIXED:
+        dims = ALONG_FIXED[op]
     early = _enter(op, [x], dims=dims)
     if early is not None:
         return early
     sp = x.type.spec  # type: ignore[union-attr]
     assert sp is not None
-    ds = list(range(len(sp))) if dims is None else [_norm_dim(d, len(sp)) for d in _dims_tuple(dims)]
+    ds = list(range(len(sp))) if dims is None or dims == () else [
+        _norm_dim(d, len(sp)) for d in _dims_tuple(dims)]
     bad = [d for d in ds if sp[d]]
     if bad:
         what = "without dims (the flattened tensor)" if dims is None else f"along dim {bad[0]}"
@@ -1556,6 +1561,67 @@ def roll(x: Operand, *, dims: int | Sequence[int] | None = None, op: str = "roll
             f"({redistribute_fix(x, sp, _unshard(sp, bad))}), or {op} unsharded dims",
         )])
     return _finish(op, [x], sp, [])
+
+
+# torch.fft's transforms and shifts (views.ALONG_OPS): fft_fft, fft_rfft2, fft_fftn, fft_fftshift...
+FOURIER = frozenset(op for op in ALONG_OPS if op.startswith("fft_"))
+
+
+@_dim_errors
+def fourier(op: str, x: Operand, *, dim: Any = None, s: Any = None) -> Result:
+    """A transform of ``torch.fft`` (``fft_fft``, ``fft_rfft2``, ``fft_fftn``, ...,
+    ``fft_fftshift``) along unsharded dims keeps the spec: each rank transforms whole lines
+    of its block (a size change along them, ``n=`` / ``s=``, rfft's halved last dim, is the
+    same on every rank).  ``dim`` as the call states it (None: the op's default, every dim for
+    the n-d ones and the shifts, the last len(s) given ``s``); ``s``: the sizes of an n-d
+    transform, read for their number only.  Along a sharded dim each rank would transform only
+    its block (a Fourier transform mixes the whole dim): an error whose fix moves the shard
+    to a dim not transformed first (an all_to_all, as a slab FFT does), or gathers it::
+
+        u: PS["tp", None]   torch.fft.fft(u, dim=1)     ->  PS["tp", None]
+        u: PS["tp", None]   torch.fft.fft(u, dim=0)     ->  error: spmd.redistribute(u,
+                                                            src=PS["tp", None], dst=PS[None, "tp"])
+    """
+    early = _enter(op, [x], dim=dim, s=s)
+    if early is not None:
+        return early
+    sp = x.type.spec  # type: ignore[union-attr]
+    assert sp is not None
+    r = len(sp)
+    formals, defaults = ALONG_OPS[op]
+    if dim is None and formals == ("dim",):
+        dim = defaults[0]
+    if dim is None:
+        n = r if s is None else (s if isinstance(s, int) else len(s))
+        if n > r:
+            raise DimError(f"s has {n} sizes for a tensor of rank {r}")
+        ds = list(range(r - n, r))
+    else:
+        ds = [_norm_dim(d, r) for d in _dims_tuple(dim)]
+    bad = [d for d in ds if sp[d]]
+    if not bad:
+        return _finish(op, [x], sp, [])
+    free = [d for d in range(r) if d not in ds and not sp[d]]
+    gather = redistribute_fix(x, sp, _unshard(sp, bad))
+    if len(free) >= len(bad):
+        moved = list(_unshard(sp, bad))
+        for d, f in zip(bad, free):
+            moved[f] = sp[d]
+        fix = (f"move the shard to a dim not transformed first (an all_to_all, as a slab FFT "
+               f"does): {redistribute_fix(x, sp, tuple(moved))}, or gather the dim: {gather}")
+    else:
+        fix = f"gather the dim first: {gather}"
+        if len(ds) > len(bad) and op not in ("fft_fftshift", "fft_ifftshift"):
+            fix += (" (or, as a slab FFT does, transform the unsharded dims first, move the shard "
+                    "to one of them with spmd.redistribute, an all_to_all, then transform the rest)")
+    what = ("shift only its block (elements would cross shard boundaries)"
+            if op in ("fft_fftshift", "fft_ifftshift")
+            else "transform only its block (a Fourier transform mixes the whole dim)")
+    return _finish(op, [x], None, [SpmdError(
+        CODE,
+        f"{op} along dim {bad[0]}, sharded on {_fmt_entry(sp[bad[0]])} ({_desc(x, True)}): each "
+        f"rank would {what}; {fix}",
+    )])
 
 
 # --------------------------------------------------------------------------------------
@@ -2428,8 +2494,15 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
         return expand_as(operands[0], operands[1], op=op)
     if op in ("view_as", "reshape_as") and len(operands) >= 2:
         return reshape_as(operands[0], operands[1], op=op)
-    if op in ("roll", "flip"):
-        return roll(x, dims=p.get("dims", UNKNOWN) if op == "flip" else p.get("dims"), op=op)
+    if op in ("roll", "flip", "fliplr", "flipud", "rot90"):
+        dims = p.get("dims")
+        if dims is None:  # not stated: flip has no default, rot90 turns dims 0 and 1
+            dims = UNKNOWN if op == "flip" else (0, 1) if op == "rot90" else None
+        return roll(x, dims=dims, op=op)
+    if op == "diff" and not any(o.type is not None for o in operands[1:]):
+        return roll(x, dims=-1 if p.get("dim") is None else p["dim"], op=op)
+    if op in FOURIER:
+        return fourier(op, x, dim=p.get("dim"), s=p.get("s"))
     if op in CLASS_LOSSES:
         return class_loss(op, operands, reduction=p.get("reduction", "mean"))
     if op in ATTENTION:
@@ -2648,7 +2721,7 @@ __all__ = [
     "reduction", "along_dim", "permute", "transpose", "reverse_dims", "matrix_transpose",
     "movedim", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "cat", "stack",
     "index", "select", "narrow", "lookup", "embedding", "LOOKUPS", "GATHERS", "gather_along", "keeps_spec", "pad",
-    "group_norm", "layout_op", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
+    "group_norm", "layout_op", "no_rule_error", "split", "expand", "expand_as", "reshape_as", "roll", "fourier", "FOURIER", "class_loss", "attention", "ATTENTION", "is_global", "rank", "global_axes", "localize", "globalize",
     "check_local_map_boundary", "redistribute_fix", "local_shape", "parse_equation", "SameDim", "SamePrefix", "ANY_SIZE",
     "ELEMENTWISE", "REDUCTIONS", "ALONG_DIM", "LINEAR_REDUCTIONS", "check_argument",
     "is_inplace", "inplace_base", "is_elementwise",

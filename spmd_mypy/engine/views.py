@@ -67,6 +67,24 @@ others::
     x: S(0)             F.pad(x, (1, 1))                  ->  S(0)      (rank >= 2; V at 1)
     x: S(0)             F.batch_norm(x, m, v, training=True)  ->  V     (batch statistics)
 
+An op that works along some dims and leaves every other in place, at the input's rank (the
+family ``"along"``, :data:`ALONG_OPS`: torch.fft's transforms and shifts, ``roll``, ``flip``,
+``fliplr``, ``flipud``, ``rot90``, ``diff``), keeps S(i) when i is not one of those dims: the
+op on each shard is the shard of the op on the whole (a size change along the dims the op
+works on, ``n=`` / ``s=``, rfft's halved last dim, diff's shorter one, changes no sharding).
+Along the shard dim it gives V: the local fft of a shard is a new value per rank (the
+transform of that block alone), not a block of the whole's fft, and a roll, flip or diff of
+each block alone takes the wrong neighbours (a halo or an all_to_all first)::
+
+    u: S(0)             torch.fft.fft(u, dim=1)           ->  S(0)
+    u: S(0)             torch.fft.rfft2(u)                ->  S(0) at rank >= 3 (dims -2, -1)
+    u: S(0)             torch.fft.fft(u, dim=0)           ->  V         (a block's own fft)
+    u: S(0)             torch.fft.fftn(u), fftshift(u)    ->  V         (every dim)
+    u: S(0)             torch.roll(u, 1, 1), u.flip(1)    ->  S(0)
+    u: S(0)             torch.roll(u, 1, 0), u.diff(dim=0) ->  V        (wrong neighbours)
+    u: S(0)             torch.roll(u, 1)                  ->  V         (the flattened tensor)
+    u: S(2)             torch.rot90(u), u.fliplr()        ->  S(2)      (dims 0, 1 / dim 1)
+
 Each adapter reads the call's literal dims into a :class:`DimMove` by the formal names
 of :data:`MOVES` (the mypy plugin from the source text, the check mode from the values);
 a dim it cannot read leaves no DimMove, and the result is V.
@@ -94,7 +112,8 @@ INDEX_ITEMS = frozenset({INT, FULL, SLICE, NEW, ELLIPSIS})
 # "cat" (joins on a dim), "stack" (joins on a new dim), "flatten" (merges start_dim..end_dim
 # into one: also ``ravel``), "unflatten" (splits a dim in len(sizes); only the number of
 # sizes is read, so an adapter may pass a tuple of Nones of that length), "keep" (an op on
-# an (N, C, *spatial) input that keeps some of its dims in place: :data:`LAYOUT_OPS`).
+# an (N, C, *spatial) input that keeps some of its dims in place: :data:`LAYOUT_OPS`),
+# "along" (works along some dims, keeps the others in place: :data:`ALONG_OPS`).
 MOVES: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "transpose": ("swap", ("dim0", "dim1"), ()),
     "swapdims": ("swap", ("dim0", "dim1"), ()),
@@ -194,6 +213,30 @@ _LAYOUT_FORMALS: dict[str, tuple[tuple[str, ...], tuple[object, ...]]] = {
 }
 for _op in LAYOUT_OPS:
     MOVES[_op] = (KEEP, *_LAYOUT_FORMALS.get(_op, ((), ())))
+
+# The family of the ops of ALONG_OPS.
+ALONG = "along"
+
+# Ops that work along some dims of their input, at its rank, and keep every other dim in place
+# (:func:`along_dims`): op -> (the formals naming those dims, their defaults).  A dims value
+# None is every dim (``fftn``, ``fftshift``; ``roll`` without dims rolls the flattened tensor),
+# but for the n-d transforms given ``s`` without ``dim``: the last len(s) dims (torch's rule);
+# ``s`` is read as its length only, so an adapter may pass a tuple of Nones of that length.
+# fliplr and flipud take no dims: :data:`ALONG_FIXED`.
+_FFT_1D = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")
+ALONG_OPS: dict[str, tuple[tuple[str, ...], tuple[object, ...]]] = {}
+for _f in _FFT_1D:
+    ALONG_OPS[f"fft_{_f}"] = (("dim",), (-1,))
+    ALONG_OPS[f"fft_{_f}2"] = (("dim",), ((-2, -1),))
+    ALONG_OPS[f"fft_{_f}n"] = (("dim", "s"), (None, None))
+ALONG_OPS.update({
+    "fft_fftshift": (("dim",), (None,)), "fft_ifftshift": (("dim",), (None,)),
+    "roll": (("dims",), (None,)), "flip": (("dims",), ()), "rot90": (("dims",), ((0, 1),)),
+    "diff": (("dim",), (-1,)), "fliplr": ((), ()), "flipud": ((), ()),
+})
+ALONG_FIXED: dict[str, tuple[int, ...]] = {"fliplr": (1,), "flipud": (0,)}
+for _op, (_formals, _defaults) in ALONG_OPS.items():
+    MOVES[_op] = (ALONG, _formals, _defaults)
 
 Dims = Union[int, tuple[int, ...], None]
 
@@ -440,12 +483,15 @@ def make_move(op: str, values: Mapping[str, object], ndim: int | None = None) ->
             if not isinstance(a, tuple) or not all(
                     isinstance(v, int) and not isinstance(v, bool) for v in a):
                 return None
-        elif formal == "sizes":
-            if not isinstance(a, tuple) or not a:
+        elif formal == "sizes" or formal == "s":
+            if formal == "s" and a is None:
+                pass  # no sizes given: the default dims
+            elif not isinstance(a, (tuple, list)) or not a:
                 return None
-            a = len(a)
-        elif not (family == "squeeze" and a is None) and not _is_dims(
-                a, family in ("permute", "movedim", "squeeze")):
+            else:
+                a = len(a)
+        elif not (family in ("squeeze", ALONG) and a is None) and not _is_dims(
+                a, family in ("permute", "movedim", "squeeze", ALONG)):
             return None
         args.append(a)
     return DimMove(op, tuple(args), ndim)
@@ -490,6 +536,9 @@ def moved_dim(move: DimMove, d: int, rank: int,
     if f == KEEP:
         kept = _layout_kept(move, rank)
         return None if kept is None else (rank, dn if dn in kept else None)
+    if f == ALONG:
+        along = along_dims(move, rank)
+        return None if along is None else (rank, None if dn in along else dn)
     if f == "index":
         return _index(args[0], dn, rank)  # type: ignore[arg-type]
     if f == "reshape":
@@ -514,6 +563,29 @@ def moved_dim(move: DimMove, d: int, rank: int,
             return None
         return rank + n - 1, dn if dn <= at else dn + n - 1
     return None  # squeeze: see squeezed_dim
+
+
+def along_dims(move: DimMove, rank: int) -> frozenset[int] | None:
+    """The dims (non-negative) an :data:`ALONG_OPS` op works along on an input of ``rank``
+    (every other dim keeps its place); None when the op takes no input of that rank."""
+    fixed = ALONG_FIXED.get(move.op)
+    if fixed is not None:
+        listed: tuple[int, ...] = fixed
+    else:
+        dims = move.args[0]
+        if dims is None:
+            n = move.args[1] if len(move.args) > 1 else None
+            if n is None:
+                return frozenset(range(rank))
+            assert isinstance(n, int)
+            return frozenset(range(rank - n, rank)) if n <= rank else None
+        listed = dims if isinstance(dims, tuple) else (dims,)  # type: ignore[assignment]
+        if not listed:
+            return frozenset(range(rank))  # roll(x, s, dims=()): the flattened tensor
+    ns = [_norm(x, rank) for x in listed]
+    if None in ns:
+        return None
+    return frozenset(ns)  # type: ignore[arg-type]
 
 
 def _layout_kept(move: DimMove, rank: int) -> frozenset[int] | None:

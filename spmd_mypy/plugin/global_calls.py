@@ -883,8 +883,15 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
     elif base in ("expand", "broadcast_to"):
         exprs = f.get("size") or f.get("shape") or f.get("sizes")
         p["shape"] = lit_ints(exprs) if exprs else gs.UNKNOWN
-    elif base in ("roll", "flip"):
+    elif base in ("roll", "flip", "rot90"):
         p["dims"] = _dim_param(f.get("dims"))
+    elif base == "diff":
+        p["dim"] = _dim_param(f.get("dim"), many=False)
+    elif base in gs.FOURIER:
+        p["dim"] = _dim_param(f.get("dim"))
+        sizes = f.get("s")
+        if sizes and not is_none(sizes[0]):  # an n-d transform's sizes: only how many
+            p["s"] = len(sizes[0].items) if isinstance(sizes[0], (TupleExpr, ListExpr)) else gs.UNKNOWN
     elif base == "repeat_interleave":
         p["dim"] = _dim_param(f.get("dim"), many=False)
         for formal, types in zip(ctx.callee_arg_names, ctx.arg_types):

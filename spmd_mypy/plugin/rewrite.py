@@ -52,7 +52,7 @@ from ..engine import collectives as coll
 from ..engine.ops import (FACTORIES, GRADIENT_FREE_RESULTS, INTEGER_DTYPES, INTEGER_KEEPING,
                           INTEGER_RESULTS, WEIGHTED_RESULTS, REDUCTIONS,
                           WITH_INDICES)
-from ..engine.views import KEEP, MOVES
+from ..engine.views import ALONG, KEEP, MOVES
 from .loop_names import own_loop_variables
 from .frozen import frozen_attributes
 from .statements import functions_of
@@ -1155,7 +1155,7 @@ def _indices_item(value: Expression) -> bool:
 # (dims, sizes, dtypes) never bring a gradient in, so ``d.view(b, s, -1)`` of a gradient-free ``d``
 # is gradient-free.  Any other method is followed only with literal arguments (``d.add(w)`` is
 # not, ``d.max(-1)`` is).
-_ONE_TENSOR_METHODS: Final = frozenset(op for op, m in MOVES.items() if m[0] != KEEP) | (REDUCTIONS - {"max", "min"}) | frozenset("""view reshape expand repeat
+_ONE_TENSOR_METHODS: Final = frozenset(op for op, m in MOVES.items() if m[0] != KEEP and m[0] != ALONG) | (REDUCTIONS - {"max", "min"}) | frozenset("""view reshape expand repeat
 contiguous clone float half double bfloat16 to type cpu cuda detach""".split())
 
 

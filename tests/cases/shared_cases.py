@@ -185,6 +185,21 @@ case("fft-rfft-P", {"a": "P"}, "out = torch.fft.rfft(a)", "P",
 case("fft-irfft-P", {"a": "P"}, "out = torch.fft.irfft(torch.fft.rfft(a, dim=0), dim=0)", "P")
 case("fft-fft-V-plus-R", {"a": "V", "b": "R"}, "out = torch.fft.fft(a) + b", "V")
 case("fft-fftshift-P-abs", {"a": "P"}, "out = torch.fft.fftshift(a).abs()", NL)
+# torch.fft, roll, flip, diff along a dim other than the shard dim keep S(i) (engine
+# views.ALONG_OPS); along the shard dim each block is transformed (rolled, ...) alone: V
+case("fft-fft-S0-other-dim", {"a": "S0"}, "out = torch.fft.fft(a, dim=1)", "S0",
+     desc="the transform of each row block along the whole rows: a shard of the whole's")
+case("fft-fft-S0-shard-dim", {"a": "S0"}, "out = torch.fft.fft(a, dim=0)", "V")
+case("fft-rfft-irfft-S0", {"a": "S0"}, "out = torch.fft.irfft(torch.fft.rfft(a, dim=1), n=4, dim=1)",
+     "S0")
+case("fft-slab-all_to_all-swapped", {"a": "S0"},
+     ("uh = torch.fft.fft(a, dim=1)", 'out = spmd.all_to_all(uh, "tp", src=S(1), dst=S(0))'),
+     "spmd-src-mismatch", collective=True,
+     desc="a slab fft2's transpose with src and dst swapped: uh is still S(0)")
+case("roll-S0-other-dim", {"a": "S0"}, "out = torch.roll(a, 1, 1)", "S0")
+case("roll-S0-shard-dim", {"a": "S0"}, "out = torch.roll(a, 1, 0)", "V",
+     desc="each block rolled alone: the wrong neighbours")
+case("flip-diff-S1-other-dim", {"a": "S1"}, "out = torch.diff(a.flip(0), dim=0)", "S1")
 
 # torch._foreach_* (optimizers' and clip_grad_norm_'s multi-tensor ops): the op of their
 # name at each list position (engine foreach_op)

@@ -61,6 +61,15 @@ REJECTED = [
      "accumulate into torch.zeros_like(acc)"),
     ("roll along a sharded dim", [((4, 4, 6), H3)], lambda h: h.roll(1, -1), "spmd.redistribute(h"),
     ("flip along a sharded dim", [((4, 4, 6), H3)], lambda h: h.flip(-1), "spmd.redistribute(h"),
+    ("fft along a sharded dim", [((4, 4, 6), H3)], lambda h: torch.fft.fft(h, dim=2),
+     'move the shard to a dim not transformed first (an all_to_all, as a slab FFT does): '
+     'spmd.redistribute(h, src=PS[None, "dp", "tp"], dst=PS["tp", "dp", None])'),
+    ("rfft2 over a sharded dim", [((4, 4, 6), H3)], lambda h: torch.fft.rfft2(h),
+     'gather the dim first: spmd.redistribute(h, src=PS[None, "dp", "tp"], dst=PS[None, None, None])'),
+    ("fftn with s over the last sharded dims", [((4, 4, 6), H3)],
+     lambda h: torch.fft.fftn(h, s=(6,)), "fft_fftn along dim 2"),
+    ("diff along a sharded dim", [((4, 4, 6), H3)], lambda h: h.diff(dim=1), "diff along dim 1"),
+    ("rot90 of a sharded dim", [((4, 4, 6), H3)], lambda h: h.rot90(1, (0, 1)), "rot90 along dim 1"),
     ("gather along a sharded dim", [((4, 4, 6), H3)],
      lambda h: torch.gather(h, 2, torch.zeros(4, 4, 6, dtype=torch.long)), "gathered dim 2"),
     ("cross_entropy mean over a sharded batch",
@@ -85,6 +94,16 @@ def test_rejected(case, inputs, fn, needle):
             fn(*xs)
     assert info.value.code in ("spmd-global", "spmd-mismatch"), info.value
     assert needle in str(info.value), str(info.value)
+
+
+def test_fft_along_unsharded_dims_keeps_the_spec():
+    """torch.fft, fftshift, flip, diff along unsharded dims: the spec kept, the local result
+    (rfft's halved last dim, n=) of each rank's whole lines."""
+    with spmd.typecheck():
+        (u,) = _declared(((4, 6), Tensor[PS["tp", None], R["dp"]]))
+        for y in (torch.fft.fft(u, dim=1), torch.fft.rfft(u), torch.fft.irfft(u, n=8),
+                  torch.fft.fftshift(u, dim=-1), torch.fft.fftn(u, dim=(1,)), u.fliplr(), u.diff()):
+            assert str(spmd.typeof(y)) == 'Tensor[PS["tp", None], R["dp"]]', (y.shape, spmd.typeof(y))
 
 
 def test_out_partial_axes_gives_partial_in_global_mode():

@@ -687,6 +687,42 @@ def test_roll_along_unsharded_dims(dims) -> None:
     assert counts["accepted"] and counts["rejected"], counts
 
 
+FOURIER_CASES = [
+    ("fft_fft", {"dim": 1}, lambda a: np.fft.fft(a, axis=1)),
+    ("fft_fft", {}, lambda a: np.fft.fft(a, axis=-1)),
+    ("fft_rfft", {"dim": 0}, lambda a: np.fft.rfft(a, axis=0)),
+    ("fft_irfft", {"dim": 1}, lambda a: np.fft.irfft(a, axis=1)),
+    ("fft_fft2", {}, lambda a: np.fft.fft2(a)),
+    ("fft_rfftn", {"s": 1}, lambda a: np.fft.rfftn(a, s=(12,), axes=(1,))),
+    ("fft_ifftn", {"dim": (0,)}, lambda a: np.fft.ifftn(a, axes=(0,))),
+    ("fft_fftshift", {"dim": 1}, lambda a: np.fft.fftshift(a, axes=1)),
+    ("fft_ifftshift", {}, lambda a: np.fft.ifftshift(a)),
+]
+
+
+@pytest.mark.parametrize("op,params,np_op", FOURIER_CASES, ids=[f"{c[0]}-{c[1]}" for c in FOURIER_CASES])
+def test_fourier_along_unsharded_dims(op: str, params: dict, np_op) -> None:
+    """torch.fft along unsharded dims is each rank's transform of whole lines: the spec is kept
+    (rfft's halved last dim, s= sizes: the same on every rank); along a sharded dim an error."""
+    counts = {"accepted": 0, "rejected": 0}
+    for ta in types(2):
+        for part in (np.real, np.imag):  # the layouts are assembled as real arrays
+            _run(op, [ta], params, lambda a, part=part: part(np_op(a)), [(6, 12)], counts=counts)
+    assert counts["rejected"], counts
+    assert counts["accepted"] or op in ("fft_fft2", "fft_ifftshift"), counts
+
+
+def test_fourier_fix_moves_the_shard_to_a_dim_not_transformed() -> None:
+    u = SpmdType.of({"tp": shard(0)}, (("tp",), ()))
+    bad = gs.propagate("fft_fft", _ops([u]), dim=0)
+    assert bad.errors and "dst=PS[None, \"tp\"]" in bad.errors[0].message, bad.errors
+    assert "all_to_all" in bad.errors[0].message
+    moved = gs.propagate("fft_fft", _ops([SpmdType.of({"tp": shard(1)}, ((), ("tp",)))]), dim=0)
+    assert not moved.errors and moved.type.spec == ((), ("tp",))
+    ok = gs.propagate("fft_rfft", _ops([u]))
+    assert not ok.errors and ok.type.spec == (("tp",), ())
+
+
 def _ce(logits: np.ndarray, target: np.ndarray, reduction: str) -> np.ndarray:
     """cross_entropy over dim 1 (numpy): target class indices (floats holding ints) or
     probabilities shaped like logits."""

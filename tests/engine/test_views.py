@@ -271,3 +271,93 @@ def test_complex_views_keep_the_shard_dims_but_the_trailing_pair(rank: int) -> N
             parts = [fn(s.contiguous()) for s in x.chunk(2, d)]
             assert torch.equal(torch.cat(parts, at[1]), whole), (op, d, rank)
     assert kept >= 2 * rank - 1
+
+
+def _along_calls(rank: int) -> list[tuple[DimMove, Callable[[torch.Tensor], torch.Tensor]]]:
+    """(move, the op) of views.ALONG_OPS for every dims argument at ``rank``."""
+    dims = range(-rank, rank)
+    pairs = [p for p in itertools.permutations(range(rank), 2)] + [(-1, 0)] * (rank > 1)
+    out: list[tuple[DimMove, Callable[[torch.Tensor], torch.Tensor]]] = []
+
+    def add(op: str, values: dict, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        m = make_move(op, values)
+        assert m is not None, (op, values)
+        out.append((m, fn))
+
+    fft = torch.fft
+    for name in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft"):
+        one, two, n_d = (getattr(fft, name + k) for k in ("", "2", "n"))
+        add(f"fft_{name}", {}, one)
+        add(f"fft_{name}2", {}, two)
+        add(f"fft_{name}n", {}, n_d)
+        for k in dims:
+            add(f"fft_{name}", {"dim": k}, lambda x, f=one, k=k: f(x, n=6, dim=k))
+        for p in pairs:
+            add(f"fft_{name}2", {"dim": p}, lambda x, f=two, p=p: f(x, dim=p))
+            add(f"fft_{name}n", {"dim": p}, lambda x, f=n_d, p=p: f(x, dim=p))
+        for m in range(1, rank + 1):  # s without dim: the last m dims, at their sizes (+1)
+            add(f"fft_{name}n", {"s": (None,) * m},
+                lambda x, f=n_d, m=m: f(x, s=tuple(n + 1 for n in x.shape[-m:])))
+    for shift in ("fftshift", "ifftshift"):
+        add(f"fft_{shift}", {}, getattr(fft, shift))
+        for k in dims:
+            add(f"fft_{shift}", {"dim": k}, lambda x, f=getattr(fft, shift), k=k: f(x, dim=k))
+    add("roll", {}, lambda x: torch.roll(x, 1))
+    add("fliplr", {}, torch.fliplr)
+    add("flipud", {}, torch.flipud)
+    add("rot90", {}, torch.rot90)
+    add("diff", {}, torch.diff)
+    for k in dims:
+        add("roll", {"dims": k}, lambda x, k=k: x.roll(1, k))
+        add("flip", {"dims": k}, lambda x, k=k: x.flip(k))
+        add("diff", {"dim": k}, lambda x, k=k: x.diff(n=2, dim=k))
+    for p in pairs:
+        add("roll", {"dims": p}, lambda x, p=p: x.roll((1, 2), p))
+        add("flip", {"dims": p}, lambda x, p=p: x.flip(p))
+        add("rot90", {"dims": p}, lambda x, p=p: x.rot90(1, p))
+    return out
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_along_ops_keep_every_other_dim(rank: int) -> None:
+    """torch.fft's transforms and shifts, roll, flip, fliplr/flipud, rot90, diff (views.ALONG_OPS):
+    wherever the rule keeps the shard dim the op on the shards, concatenated, is the op on the
+    whole (sizes changed along the other dims: n=, s=, rfft, diff); along the shard dim it is V,
+    and there the shards' results are not the whole's (each block transformed alone)."""
+    kept = along = 0
+    for move, fn in _along_calls(rank):
+        for d in range(-rank, rank):
+            at = moved_dim(move, d, rank)
+            g = _global(rank, d).double() + 1.0
+            whole = _apply(fn, [g])
+            if at is None:
+                continue
+            assert whole is not None and whole.dim() == at[0] == rank, (move, d, rank)
+            parts = [_apply(fn, [s]) for s in g.chunk(2, d)]
+            if at[1] is None:
+                along += 1
+                continue
+            kept += 1
+            assert at[1] == d % rank
+            assert all(p is not None for p in parts), (move, d, rank)
+            torch.testing.assert_close(torch.cat(parts, at[1]), whole, msg=str((move, d, rank)))  # type: ignore[arg-type]
+    assert (kept > 0 or rank == 1) and along > 0
+
+
+def test_along_ops_lose_the_shard_dim_where_views_says_so() -> None:
+    def at(op: str, values: dict, d: int, rank: int) -> int | None:
+        m = make_move(op, values)
+        assert m is not None
+        r = moved_dim(m, d, rank)
+        return None if r is None else r[1]
+
+    assert at("fft_fft", {"dim": 1}, 0, 2) == 0 and at("fft_fft", {"dim": 0}, 0, 2) is None
+    assert at("fft_fft", {}, 0, 2) == 0 and at("fft_fft", {}, 0, 1) is None
+    assert at("fft_rfft2", {}, 0, 3) == 0 and at("fft_rfft2", {}, 0, 2) is None
+    assert at("fft_fftn", {}, 0, 3) is None and at("fft_fftn", {"s": (4, 4)}, 0, 3) == 0
+    assert at("fft_fftshift", {}, 0, 2) is None and at("fft_fftshift", {"dim": -1}, 0, 2) == 0
+    assert at("roll", {}, 0, 2) is None and at("roll", {"dims": ()}, 0, 2) is None
+    assert at("roll", {"dims": 1}, 0, 2) == 0 and at("diff", {"dim": 0}, 0, 2) is None
+    assert at("fliplr", {}, 0, 2) == 0 and at("flipud", {}, 0, 2) is None
+    assert at("rot90", {}, 2, 3) == 2 and at("rot90", {}, 1, 3) is None
+    assert make_move("flip", {}) is None  # flip has no default dims

@@ -6,7 +6,9 @@ ops run on the shard, the result's type is read, and ``all_gather(..., src=<that
 dst=R)`` must give the ops on the global input (and the input's gradient, for a loss summed
 over the ranks, the shard of the global gradient).  A src naming another dim is the type error
 the static checker reports.  batch_norm in training is V: the gathered result is not the
-global batch_norm (each rank normalised with its own batch's statistics).
+global batch_norm (each rank normalised with its own batch's statistics).  The ops along some
+dims (views.ALONG_OPS: torch.fft, roll, flip, diff) keep the shard of the other dims: a slab
+fft2 (fft, typed all_to_all, fft), local and global, forward and backward, is torch.fft.fft2.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch.testing import assert_close
 
 import spmd
 from rt_checks import Ctx, named_checks
-from spmd import I, P, R, S, Tensor, V
+from spmd import PS, I, P, R, S, Tensor, V
 from spmd_mypy.engine.errors import SpmdTypeError
 from spmd_mypy.engine.types import VARYING, SpmdType, shard
 
@@ -156,8 +158,91 @@ def check_megatron_attention_heads_through_view_and_reshape(ctx: Ctx, name: str)
         assert_close(wo.grad, want_o.chunk(ctx.world, dim=1)[ctx.rank])
 
 
+def _whole_fft2(whole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.fft.fft2 of the whole field and the gradient of sum |fft2|^2 by the field."""
+    w = whole.clone().requires_grad_()
+    out = torch.fft.fft2(w)
+    (out.abs() ** 2).sum().backward()
+    assert w.grad is not None
+    return out.detach(), w.grad
+
+
+def check_slab_fft2(ctx: Ctx, name: str) -> None:
+    """A slab fft2 (engine views.ALONG_OPS): the fft along the unsharded dim keeps S(0), the
+    typed all_to_all moves the shard to dim 1, the fft along dim 0 keeps S(1); the gathered
+    result is torch.fft.fft2 of the whole, and the field's gradient (the backward all_to_all)
+    the shard of the whole's.  The transpose with src and dst swapped is the type error."""
+    whole = _global(4 * ctx.world, 6 * ctx.world)
+    expected, grad = _whole_fft2(whole)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            u = spmd.declare(whole.chunk(ctx.world)[ctx.rank].clone().requires_grad_(),
+                             Tensor[S[0, "x"]])
+            uh = torch.fft.fft(u, dim=1)
+            assert spmd.typeof(uh) == SpmdType.of({AXIS: shard(0)}), spmd.typeof(uh)
+            try:
+                spmd.all_to_all(uh, AXIS, src=S(1), dst=S(0))
+            except SpmdTypeError as e:
+                assert e.code == "spmd-src-mismatch" and "pass src=S(0)" in str(e), e
+            else:
+                raise AssertionError("all_to_all with src=S(1) of the S(0) uh was accepted")
+            y = torch.fft.fft(spmd.all_to_all(uh, AXIS, src=S(0), dst=S(1)), dim=0)
+            assert spmd.typeof(y) == SpmdType.of({AXIS: shard(1)}), spmd.typeof(y)
+            along = torch.fft.fft(u, dim=0)  # each block's own transform
+            assert spmd.typeof(along) == SpmdType.of({AXIS: VARYING}), spmd.typeof(along)
+            gathered = spmd.all_gather(y, AXIS, src=S(1), dst=R)
+            loss = spmd.reinterpret((y.abs() ** 2).sum(), AXIS, src=V, dst=P)
+            loss.backward()
+    assert_close(gathered.detach(), expected)
+    assert_close(u.grad, grad.chunk(ctx.world)[ctx.rank])
+
+
+def check_global_slab_fft2(ctx: Ctx, name: str) -> None:
+    """The same slab fft2 in global SPMD: the ffts along unsharded dims keep the spec, the
+    redistribute is the all_to_all; along the sharded dim the fft is rejected."""
+    whole = _global(4 * ctx.world, 6 * ctx.world)
+    expected, grad = _whole_fft2(whole)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            u = spmd.declare(whole.chunk(ctx.world)[ctx.rank].clone().requires_grad_(),
+                             Tensor[PS["x", None]])
+            try:
+                torch.fft.fft(u, dim=0)
+            except SpmdTypeError as e:
+                assert 'dst=PS[None, "x"]' in str(e), e
+            else:
+                raise AssertionError("fft along the sharded dim 0 was accepted")
+            uh = torch.fft.fft(u, dim=1)
+            assert spmd.typeof(uh) == SpmdType.of({AXIS: shard(0)}, ((AXIS,), ())), spmd.typeof(uh)
+            y = torch.fft.fft(spmd.redistribute(uh, src=PS["x", None], dst=PS[None, "x"]), dim=0)
+            full = spmd.redistribute(y, src=PS[None, "x"], dst=PS[None, None])
+            loss = spmd.reinterpret((full.abs() ** 2).sum(), AXIS, src=R, dst=I)
+            loss.backward()
+    assert_close(full.detach(), expected)
+    assert_close(u.grad, grad.chunk(ctx.world)[ctx.rank])
+
+
+def check_roll_flip_diff_keep_the_other_dims(ctx: Ctx, name: str) -> None:
+    """roll, flip, diff, rfft along a dim other than the shard dim keep S(i): gathered, the
+    ops on the whole."""
+    def ops(t: torch.Tensor) -> torch.Tensor:
+        h = torch.roll(t, 2, 2).flip(1).diff(dim=2)
+        return torch.fft.irfft(torch.fft.rfft(h, dim=1), n=5, dim=1)
+
+    whole = _global(2, 5, 7 * ctx.world)
+    with spmd.set_mesh(ctx.mesh("1d")):
+        with spmd.typecheck():
+            x = spmd.declare(whole.chunk(ctx.world, 0)[ctx.rank].clone(), Tensor[S[0, "x"]])
+            y = ops(x)
+            assert spmd.typeof(y) == SpmdType.of({AXIS: shard(0)}), spmd.typeof(y)
+            _src_rejected(y, 1, 0)
+            gathered = spmd.all_gather(y, AXIS, src=S(0), dst=R)
+    assert_close(gathered, ops(whole))
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "layout-ops", (
         check_cnn_batch_shard, check_channel_shard,
         check_batch_norm_training_is_not_a_batch_shard,
-        check_megatron_attention_heads_through_view_and_reshape))
+        check_megatron_attention_heads_through_view_and_reshape, check_slab_fft2,
+        check_global_slab_fft2, check_roll_flip_diff_keep_the_other_dims))
