@@ -793,6 +793,19 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
             p["normalized_ndim"] = 1
         else:
             p["normalized_ndim"] = gs.UNKNOWN
+    elif base == "tensordot":  # an int, or a pair of dim lists
+        d = f.get("dims")
+        if d is None:
+            p["dims"] = 2
+        elif lit_int(d[0]) is not None:
+            p["dims"] = lit_int(d[0])
+        elif isinstance(d[0], (TupleExpr, ListExpr)) and len(d[0].items) == 2:
+            p["dims"] = tuple(lit_ints([i]) for i in d[0].items)
+        else:
+            p["dims"] = gs.UNKNOWN
+    elif base == "linalg_vecdot":
+        d = f.get("dim")
+        p["dim"] = -1 if d is None else (lit_int(d[0]) if lit_int(d[0]) is not None else gs.UNKNOWN)
     elif base == "einsum":
         eq = f.get("equation") or f.get("args") or []
         p["equation"] = eq[0].value if eq and isinstance(eq[0], StrExpr) else gs.UNKNOWN
