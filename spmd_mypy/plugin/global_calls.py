@@ -794,18 +794,21 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
         else:
             p["normalized_ndim"] = gs.UNKNOWN
     elif base == "tensordot":  # an int, or a pair of dim lists
-        d = f.get("dims")
-        if d is None:
+        # (names of their own: mypyc types a local by its first assignment, and the other
+        # branches' ``d`` holds what _dim_param returns)
+        summed = f.get("dims")
+        if summed is None:
             p["dims"] = 2
-        elif lit_int(d[0]) is not None:
-            p["dims"] = lit_int(d[0])
-        elif isinstance(d[0], (TupleExpr, ListExpr)) and len(d[0].items) == 2:
-            p["dims"] = tuple(lit_ints([i]) for i in d[0].items)
+        elif lit_int(summed[0]) is not None:
+            p["dims"] = lit_int(summed[0])
+        elif isinstance(summed[0], (TupleExpr, ListExpr)) and len(summed[0].items) == 2:
+            p["dims"] = tuple(lit_ints([i]) for i in summed[0].items)
         else:
             p["dims"] = gs.UNKNOWN
     elif base == "linalg_vecdot":
-        d = f.get("dim")
-        p["dim"] = -1 if d is None else (lit_int(d[0]) if lit_int(d[0]) is not None else gs.UNKNOWN)
+        along = f.get("dim")
+        p["dim"] = -1 if along is None else (lit_int(along[0]) if lit_int(along[0]) is not None
+                                             else gs.UNKNOWN)
     elif base == "einsum":
         eq = f.get("equation") or f.get("args") or []
         p["equation"] = eq[0].value if eq and isinstance(eq[0], StrExpr) else gs.UNKNOWN

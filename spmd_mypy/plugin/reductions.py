@@ -211,7 +211,7 @@ def _operand_exprs(ctx: FunctionContext | MethodContext) -> list[Expression | No
         return [c.left, c.right]
     if not isinstance(c, CallExpr):
         return []
-    positional = []
+    positional: list[Expression | None] = []
     for kind, arg in zip(c.arg_kinds, c.args):
         if kind != ARG_POS:
             break
