@@ -889,17 +889,22 @@ def _written_operands(frame: Any, values: Sequence[Any], named: dict[str, torch.
         if not text or "\n" in text:
             return {}
         if isinstance(expr, (ast.Name, ast.Attribute)) and named.get(text) is not values[i] and not (
-                isinstance(expr, ast.Attribute) and expr.attr == "data"
-                and _same_data(named.get(text[:-len(".data")]), values[i])):
+                isinstance(expr, ast.Attribute) and expr.attr in ("data", "real", "imag")
+                and _same_data(named.get(text[:-len(expr.attr) - 1]), values[i], expr.attr)):
             return {}  # not the tensor it pairs with, or not known to be a tensor
         out[i] = text
     return out
 
 
-def _same_data(base: Any, v: Any) -> bool:
-    """``v`` is ``base.data`` (a new tensor at every read, sharing base's storage)."""
-    return (isinstance(base, torch.Tensor) and isinstance(v, torch.Tensor)
-            and v.shape == base.shape and v.data_ptr() == base.data_ptr())
+def _same_data(base: Any, v: Any, attr: str = "data") -> bool:
+    """``v`` is ``base.data`` (a new tensor at every read, sharing base's storage), or
+    ``base.real`` / ``base.imag`` (of a complex base: a view of its real or imaginary parts,
+    a new tensor at every read too; of a real one, ``.real`` is base itself)."""
+    if not (isinstance(base, torch.Tensor) and isinstance(v, torch.Tensor) and v.shape == base.shape):
+        return False
+    if attr == "data" or not base.is_complex():
+        return attr != "imag" and v.data_ptr() == base.data_ptr()
+    return v.data_ptr() == base.data_ptr() + (v.element_size() if attr == "imag" else 0)
 
 
 def _names_module_or_class(expr: Any, frame: Any) -> bool:

@@ -199,6 +199,10 @@ def params_for(plan: Any, args: tuple, kwargs: dict, tensors: Sequence[tuple[Any
             star = b.get("*") or b.get("args") or ()
             eq = star[0] if star and isinstance(star[0], str) else None
         p["equation"] = eq
+    elif name == "tensordot":  # an int, or a pair of dim lists
+        d = b.get("dims", 2)
+        p["dims"] = (tuple(_dims(x) if isinstance(x, (tuple, list)) else x for x in d)
+                     if isinstance(d, (tuple, list)) else d)
     elif name == "permute":
         p["dims"] = _dims(b.get("dims", b.get("dim")))
     elif name in ("transpose", "swapaxes", "swapdims", "transpose_"):

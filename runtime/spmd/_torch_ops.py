@@ -384,6 +384,12 @@ def contraction_of(plan: Plan, args: tuple, kwargs: dict) -> Contraction | None:
             values[formal] = args[params.index(formal)]
         elif formal == "equation" and args and isinstance(args[0], str):
             values[formal] = args[0]  # torch.einsum(*args)
+    dim = values.get("dim")
+    if (plan.name == "linalg_vecdot" and isinstance(dim, int) and not isinstance(dim, bool)
+            and dim >= 0 and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2])):
+        # vecdot's dim counted from the front of the broadcast shape: the rule reads it
+        # from the back
+        values["dim"] = dim - max(args[0].dim(), args[1].dim())
     return make_contraction(plan.name, values)
 
 

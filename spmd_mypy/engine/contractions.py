@@ -40,6 +40,14 @@ that dim's label; the result is sharded on that label's place in the output::
                                                            ->  V       (each rank attends to
                                                                         its own keys only)
     v: S(-1); q, k: R    F.scaled_dot_product_attention(q, k, v)  ->  S(-1)
+    a: S(0), b: R        torch.inner(a, b)                 ->  S(0) in check mode at a 2-d a
+                                                                (V statically: a 1-d a has its
+                                                                only dim summed)
+    a: S(0), b: R        torch.tensordot(a, b, dims=([1], [1]))
+                                                           ->  S(0)
+    a, b: S(-1)          torch.linalg.vecdot(a, b, dim=-2) ->  S(-1)
+    a, b: S(0)           torch.dot(a, b)                   ->  V, a sum over the shard
+                                                                (:func:`partial_sum`: an error)
 
 S(j) says the locals, concatenated on dim j, are the op applied to the global operands.
 The result keeps the shard label when:
@@ -152,6 +160,14 @@ CONTRACTIONS: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = {
     "mv": ("matmul", (), ()), "outer": ("matmul", (), ()), "ger": ("matmul", (), ()),
     "linear": ("linear", (), ()),
     "scaled_dot_product_attention": ("attention", ("is_causal",), (False,)),
+    # vector products: dot / vdot "k,k->" (vdot conjugates its first operand: the same dims);
+    # inner over the last dim of each (a.shape[:-1] + b.shape[:-1]); tensordot over ``dims``
+    # (an int n: a's last n dims with b's first n; or a pair of dim lists, literals);
+    # linalg.vecdot over ``dim`` (a negative literal; batch dims broadcast)
+    "dot": ("dot", (), ()), "vdot": ("dot", (), ()),
+    "inner": ("inner", (), ()),
+    "tensordot": ("tensordot", ("dims",), (2,)),
+    "linalg_vecdot": ("vecdot", ("dim",), (-1,)),
 }
 
 
@@ -173,6 +189,13 @@ class Contraction:
     # torch.distributed all_reduce / reduce_scatter_tensor reads the result, as Megatron's
     # dgrad does; the check mode's pending product, which that call resolves)
     pending: bool = False
+    # tensordot's dims (an int, or a pair of tuples of dims), vecdot's dim (a negative int)
+    dims: object = None
+    # each tensor operand's rank where the call's text tells it (the static checker:
+    # ``x.flatten()``, ``x.ravel()``, ``x.view(-1)``, ``x.reshape(-1)`` are 1-d), None where
+    # it does not; () when none is known.  The static checker reads only the forms and rank
+    # combinations that fit them (``r.flatten() @ p.flatten()`` is a dot product, "k,k->")
+    ranks: tuple[int | None, ...] = ()
 
     @property
     def family(self) -> str:
@@ -193,7 +216,35 @@ def make_contraction(op: str, values: Mapping[str, object]) -> Contraction | Non
     if family == "attention":
         causal = values.get("is_causal", False)
         return Contraction(op, causal=causal if isinstance(causal, bool) else None)
+    if family == "tensordot":
+        dims = _tensordot_dims(values.get("dims", 2))
+        return Contraction(op, dims=dims) if dims is not None else None
+    if family == "vecdot":
+        dim = values.get("dim", -1)
+        if isinstance(dim, int) and not isinstance(dim, bool) and dim < 0:
+            return Contraction(op, dims=dim)
+        return None  # not a literal, or counted from the front of the broadcast shape
     return Contraction(op)
+
+
+def _tensordot_dims(v: object) -> int | tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """tensordot's ``dims`` as the rule reads it: an int n >= 0, or a pair of equally long
+    dim lists; None for anything else (a tensor, a value no adapter could read)."""
+    def ints(x: object) -> tuple[int, ...] | None:
+        if isinstance(x, int) and not isinstance(x, bool):
+            return (x,)
+        if isinstance(x, (tuple, list)) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                for i in x):
+            return tuple(x)
+        return None
+
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if 0 <= v <= RANKS else None
+    if isinstance(v, (tuple, list)) and len(v) == 2:
+        a, b = ints(v[0]), ints(v[1])
+        if a is not None and b is not None and len(a) == len(b) <= RANKS:
+            return a, b
+    return None
 
 
 @dataclass(frozen=True)
@@ -234,6 +285,7 @@ _FORMS: dict[tuple[str, int], tuple[_Form, ...]] = {
     ("bmm", 2): (_f("bnk,bkm", "bnm"),),
     ("mv", 2): (_f("nk,k", "n"),),
     ("outer", 2): (_f("i,j", "ij"),), ("ger", 2): (_f("i,j", "ij"),),
+    ("dot", 2): (_f("k,k", ""),),  # dot, vdot: 1-d only
     # F.linear: weight (out, in) or (in); bias (out) or (); other biases torch broadcasts
     # (the check mode only)
     ("linear", 2): (_f("...i,oi", "...o"), _f("...i,i", "...")),
@@ -258,7 +310,73 @@ def _forms(c: Contraction, n: int) -> tuple[_Form, ...]:
                                   for t in (*terms, out)):
             return ()  # torch refuses it
         return (_Form(terms, out if arrow else None),)
-    return _FORMS.get((c.op, n)) or _FORMS.get((c.family, n), ())
+    if c.family in ("inner", "tensordot", "vecdot"):
+        forms = _generated_forms(c) if n == 2 else ()
+    else:
+        forms = _FORMS.get((c.op, n)) or _FORMS.get((c.family, n), ())
+    if c.ranks:
+        forms = tuple(f for f in forms if _fits(f, c.ranks))
+    return forms
+
+
+# the labels of the generated forms: a's own dims, the summed ones, b's own (RANKS each)
+_OWN_A, _SUMMED, _OWN_B = "abcdefgh", "ijklmnop", "qrstuvwx"
+_GENERATED: dict[tuple[str, object], tuple[_Form, ...]] = {}
+
+
+def _generated_forms(c: Contraction) -> tuple[_Form, ...]:
+    """The forms of the ops whose dims depend on the operands' ranks, one per rank pair up
+    to RANKS: inner (the last dims summed; a 0-d operand scales the other), tensordot (its
+    dims; each a's own dims, then b's), and vecdot's one broadcast form (its negative dim)."""
+    key = (c.family, c.dims)
+    hit = _GENERATED.get(key)
+    if hit is not None:
+        return hit
+    forms: list[_Form] = []
+    if c.family == "vecdot":
+        k = -c.dims  # type: ignore[operator]
+        rest = _OWN_A[:k - 1]
+        forms.append(_f(f"...{_SUMMED[0]}{rest},...{_SUMMED[0]}{rest}", "..." + rest))
+    # every rank pair whose result has at most RANKS dims (the static checker folds per
+    # result rank: a pair left out, that result rank would read fewer pairs than it has)
+    if c.family == "inner":
+        pairs: list[tuple[tuple[int, ...], tuple[int, ...]]] = [((-1,), (-1,))]
+    elif c.family == "tensordot" and isinstance(c.dims, int):
+        pairs = [(tuple(range(-c.dims, 0)), tuple(range(c.dims)))]
+    elif c.family == "tensordot":
+        pairs = [c.dims]  # type: ignore[list-item]
+    else:
+        pairs = []
+    for da, db in pairs:
+        n = len(da)
+        for ra, rb in itertools.product(range(RANKS + n + 1), repeat=2):
+            if c.family == "inner" and (ra == 0 or rb == 0):
+                if ra + rb <= RANKS:  # a 0-d operand scales the other
+                    forms.append(_f(f"{_OWN_A[:ra]},{_OWN_B[:rb]}", _OWN_A[:ra] + _OWN_B[:rb]))
+                continue
+            if ra + rb - 2 * n > RANKS or any(not -ra <= d < ra for d in da) \
+                    or any(not -rb <= d < rb for d in db):
+                continue
+            ia, ib = [d % ra for d in da], [d % rb for d in db]
+            if len(set(ia)) != n or len(set(ib)) != n:
+                continue  # torch refuses a dim summed twice
+            own_a, own_b = iter(_OWN_A), iter(_OWN_B)
+            ta = [_SUMMED[ia.index(i)] if i in ia else next(own_a) for i in range(ra)]
+            tb = [_SUMMED[ib.index(i)] if i in ib else next(own_b) for i in range(rb)]
+            out = "".join(ch for ch in ta + tb if ch not in _SUMMED)
+            forms.append(_f(f"{''.join(ta)},{''.join(tb)}", out))
+    _GENERATED[key] = found = tuple(forms)
+    return found
+
+
+def equation_at(c: Contraction, ranks: Sequence[int | None]) -> str | None:
+    """The einsum equation of contraction ``c`` with its operands at ``ranks`` (a fix's
+    ``spmd.einsum(...)``), where one form of the op fits them; None where a rank is unknown
+    and more than one would."""
+    fits = [f for f in _forms(c, len(ranks)) if _fits(f, ranks)]
+    if len(fits) != 1 or fits[0].out is None:
+        return None
+    return fits[0].equation
 
 
 # --------------------------------------------------------------------------------------
@@ -371,7 +489,7 @@ def partial_sum(c: Contraction, operands: Ops) -> bool:
         verdicts: set[bool] = set()
         for form in matrix or forms:
             ells = [(i, len(t) - 3) for i, t in enumerate(form.terms) if "..." in t]
-            for ranks in _rank_combinations(form) or ():
+            for ranks in _rank_combinations(form, c.ranks) or ():
                 if len({ranks[i] - n for i, n in ells}) > 1:
                     continue  # broadcast dims of different counts
                 at = _contracted_at(form, operands, ranks)
@@ -450,7 +568,7 @@ def _static_layout(c: Contraction, operands: Ops, negative: bool) -> LocalType:
         # needs a 0-d bias).  The check mode reads the weight's real rank.
         forms = [f for f in forms if len(f.terms[1]) != 1] or forms
     for form in forms:
-        combos = _rank_combinations(form)
+        combos = _rank_combinations(form, c.ranks)
         if combos is None:
             return VARYING
         for ranks in combos:
@@ -476,8 +594,10 @@ def _static_layout(c: Contraction, operands: Ops, negative: bool) -> LocalType:
     return from_ranks(neg if n_neg < n_pos or (n_neg == n_pos and negative) else layouts)
 
 
-def _fits(form: _Form, ranks: Sequence[int]) -> bool:
+def _fits(form: _Form, ranks: Sequence[int | None]) -> bool:
     for term, r in zip(form.terms, ranks):
+        if r is None:
+            continue  # not known (Contraction.ranks)
         if "..." in term:
             if r < len(term) - 3:
                 return False
@@ -486,10 +606,11 @@ def _fits(form: _Form, ranks: Sequence[int]) -> bool:
     return True
 
 
-def _rank_combinations(form: _Form) -> list[list[int]] | None:
+def _rank_combinations(form: _Form, known: Sequence[int | None] = ()) -> list[list[int]] | None:
     """Every rank combination of the form's operands the static checker considers: a term
     without ``...`` has its length; one with it every count of broadcast dims from 0 to
-    RANKS (the tied operands one count, from ``tied_min``)."""
+    RANKS (the tied operands one count, from ``tied_min``); those where an operand's rank is
+    ``known`` (:attr:`Contraction.ranks`) only at it."""
     free: list[int] = []  # operands with a count of their own
     for i, term in enumerate(form.terms):
         if "..." not in term:
@@ -513,7 +634,8 @@ def _rank_combinations(form: _Form) -> list[list[int]] | None:
                 continue
             e = ells[form.tied[0]] if i in form.tied else ells[i]
             ranks.append(len(term) - 3 + e)
-        out.append(ranks)
+        if not known or all(k is None or k == r for k, r in zip(known, ranks)):
+            out.append(ranks)
     return out
 
 
@@ -602,4 +724,4 @@ def _sizes_fit(sizes: Sequence[tuple[int, int]], heads: bool) -> bool:
 
 
 __all__ = ["CONTRACTIONS", "Contraction", "DimError", "UNREAD", "contracted_layout",
-           "make_contraction", "parse_equation", "partial_sum"]
+           "equation_at", "make_contraction", "parse_equation", "partial_sum"]

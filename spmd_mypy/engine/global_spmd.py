@@ -92,7 +92,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .contractions import DimError, parse_equation
+from .contractions import DimError, equation_at, make_contraction, parse_equation
 from .errors import SpmdError
 from .redistribute import check_source, resolve
 from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, RANDOM_LIKE, UNREAD_VALUE, Operand, Result, Role, call_spec,
@@ -107,6 +107,7 @@ from .types import (
     PARTIAL,
     SpmdType,
     bare,
+    receiver,
     format_spec,
     format_type,
     shard,
@@ -599,6 +600,24 @@ def einsum(
     return _finish(op, operands, out_spec, errors, partial_axes=opa if out_spec is not None else ())
 
 
+def _vector_product_equation(op: str, operands: Sequence[Operand], p: Mapping[str, Any]) -> str | None:
+    """inner / tensordot / linalg.vecdot as an einsum at the operands' ranks (their specs);
+    None where a rank or the dims are unknown (then the op has no rule here)."""
+    ranks = [rank(o.type) if o.type is not None else None for o in operands]
+    if None in ranks:
+        return None
+    values: dict[str, object] = {}
+    if op == "tensordot":
+        values["dims"] = p.get("dims", 2)
+    elif op == "linalg_vecdot":
+        dim = p.get("dim", -1)
+        if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0:
+            dim -= max(ranks)  # type: ignore[type-var]  # counted from the broadcast front
+        values["dim"] = dim
+    c = make_contraction(op, values)
+    return equation_at(c, ranks) if c is not None else None
+
+
 def _matmul_equation(ra: int, rb: int) -> str:
     if ra == 0 or rb == 0:
         raise DimError("matmul needs operands of rank >= 1")
@@ -631,8 +650,9 @@ def matmul(
         return _finish(op, operands, None, [SpmdError(CODE, str(e))])
     fix = {"matmul": "spmd.matmul", "mm": "spmd.matmul", "bmm": "spmd.matmul",
            "mv": "spmd.matmul", "dot": "spmd.matmul"}.get(op, "spmd.matmul")
+    first = receiver(a.text) + ".conj()" if op == "vdot" else a.text  # vdot conjugates a
     return einsum(eq, operands, out_partial_axes=out_partial_axes, op=op,
-                  call=f"{fix}({a.text}, {b.text})")
+                  call=f"{fix}({first}, {b.text})")
 
 
 def linear(
@@ -2430,7 +2450,10 @@ def is_elementwise(op: str) -> bool:
     in place or not: both adapters ask it to read the dims of size 1."""
     return op in ELEMENTWISE or op in _ELEMENTWISE_MORE or inplace_base(op) != op
 EINSUM_LIKE = frozenset("matmul mm bmm mv dot inner outer".split())
-_OUTER = {"outer": "i,j->ij", "ger": "i,j->ij", "inner": "...i,...i->..."}
+_OUTER = {"outer": "i,j->ij", "ger": "i,j->ij"}
+# the vector products whose equation depends on the operands' ranks (engine
+# contractions.equation_at): inner, tensordot (its dims), linalg.vecdot (its dim)
+_VECTOR_PRODUCTS = frozenset({"inner", "tensordot", "linalg_vecdot"})
 
 
 def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
@@ -2462,6 +2485,12 @@ def propagate(op: str, operands: Sequence[Operand], **params: Any) -> Result:
     if op in _OUTER:
         return einsum(_OUTER[op], operands, out_partial_axes=opa, op=op,
                       call=f"spmd.einsum(\"{_OUTER[op]}\", {_texts(operands)})")
+    if op in _VECTOR_PRODUCTS and len(operands) == 2:
+        eq = _vector_product_equation(op, operands, p)
+        if eq is not None:
+            a = receiver(operands[0].text) + ".conj()" if op == "linalg_vecdot" else operands[0].text
+            return einsum(eq, operands, out_partial_axes=opa, op=op,
+                          call=f"spmd.einsum(\"{eq}\", {a}, {operands[1].text})")
     if op == "linear":
         return linear(operands[0], operands[1], operands[2] if len(operands) > 2 else None,
                       out_partial_axes=opa)

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from .contractions import Contraction, contracted_layout, partial_sum
+from .contractions import Contraction, contracted_layout, equation_at, partial_sum
 from .errors import SpmdError, merge_axis_errors
 from .einops_rule import Pattern, pattern_layout
 from .views import MOVES, DimMove, SamePrefix, moved_dim, squeezed_dim
@@ -1838,23 +1838,40 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
     if c.family == "linear" and len(texts) > 2:
         bias = f" (then add the bias {texts[2]} after the all_reduce)"
         texts = texts[:2]
-    if c.family == "einsum":
-        args = ", ".join([repr(c.equation).replace("'", '"'), *texts])
+    if c.op in ("vdot", "linalg_vecdot") and texts:
+        texts[0] = receiver(texts[0]) + ".conj()"  # their first operand conjugated
+    equation = c.equation
+    if c.family in ("inner", "tensordot", "vecdot"):
+        # spmd.einsum at the operands' ranks, where known (the check mode; a static 1-d
+        # x.flatten()); elsewhere the reinterpret of the call's result
+        equation = equation_at(c, [len(o.shape) if o.shape is not None
+                                   else (c.ranks[i] if i < len(c.ranks) else None)
+                                   for i, (o, _) in enumerate(tensor_ops)])
+        spmd_op = "einsum"
+    if spmd_op == "einsum" and equation is not None:
+        args = ", ".join([repr(equation).replace("'", '"'), *texts])
     else:
         args = ", ".join(texts)
-    call = f"spmd.{spmd_op}({args}, out_partial_axes={ax})"
-    what = "the contraction" if c.family == "einsum" else "the matmul"
+    what = {"einsum": "the contraction", "inner": "the contraction", "dot": "the dot product",
+            "tensordot": "the contraction", "vecdot": "the contraction"}.get(c.family, "the matmul")
     head = ", ".join(o.text for o, _ in tensor_ops)
     if c.family == "einsum":
         head = repr(c.equation).replace("'", '"') + ", " + head
+    reinterpret = f"spmd.reinterpret(..., {ax}, src=V, dst=P)"
+    if spmd_op == "einsum" and equation is None:
+        fix = f"pass {what}'s result straight to {reinterpret}, which is P on {ax}"
+        alternative = (f"or spmd.einsum(<its equation at the operands' ranks>, {', '.join(texts)}, "
+                       f"out_partial_axes={ax})")
+    else:
+        fix = f"spmd.{spmd_op}({args}, out_partial_axes={ax}), which is P on {ax}{bias}"
+        alternative = f"or pass {what}'s result straight to {reinterpret}"
     return SpmdError(
         "spmd-global",
         f"{name}({head}) sums over a dim sharded on {ax} in "
         f"every operand that varies there ({described}): each rank's result is its part of a "
         f"sum over the ranks (a Partial), not a value of its own (V), so a loss, a softmax or a "
-        f"norm of it would be wrong; say so: {call}, which is P on {ax}{bias}, then "
-        f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed (or pass {what}'s "
-        f"result straight to spmd.reinterpret(..., {ax}, src=V, dst=P))",
+        f"norm of it would be wrong; say so: {fix}, then "
+        f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed ({alternative})",
     )
 
 

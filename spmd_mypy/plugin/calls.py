@@ -1683,6 +1683,23 @@ class CallTyper:
         inst = self.types.to_instance(res.type)
         return inst if inst is not None else ctx.default_attr_type
 
+    def complex_part_attribute_hook(self, ctx) -> Type:  # noqa: ANN001 - .real / .imag
+        """``x.real`` / ``x.imag``: the linear ops torch.real / torch.imag (a view of each
+        element's part: the layout kept, a Partial stays one), as the check mode types them."""
+        t = self.types.from_type(ctx.type)
+        if not t:
+            return ctx.default_attr_type
+        c = ctx.context
+        name = c.name if isinstance(c, MemberExpr) and c.name in ("real", "imag") else "real"
+        operand = Operand(t, expr_text(c.expr) if isinstance(c, MemberExpr) else "x")
+        if t.spec is not None:
+            res = global_calls.propagate(self, ctx, name, [operand])
+            self.report(ctx, res.errors)
+        else:
+            res = propagate(name, [operand])
+        inst = self.types.to_instance(res.type)
+        return inst if inst is not None else ctx.default_attr_type
+
     # -- spmd collectives --------------------------------------------------------------
     def _arg(self, ctx: AnyCtx, name: str) -> tuple[Expression | None, Type | None]:
         for formal, exprs, types in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types):

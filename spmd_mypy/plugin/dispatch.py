@@ -60,6 +60,7 @@ _TENSOR_CLASSES: Final = ("torch._C.TensorBase", "torch._tensor.Tensor", TENSOR)
 _GRAD_ATTRS: Final = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
 _DATA_ATTRS: Final = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
+_COMPLEX_PART_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("real", "imag"))
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
 # mypy builds a context for each).  The standard library modules training code calls most.
 NO_SIGNATURE_CHECK: Final = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
@@ -576,6 +577,8 @@ class HookDispatch:
             hook = self.plugin.calls.transpose_attribute_hook
         elif fullname in _DATA_ATTRS:
             hook = self.plugin.calls.data_attribute_hook
+        elif fullname in _COMPLEX_PART_ATTRS:
+            hook = self.plugin.calls.complex_part_attribute_hook
         elif fullname.startswith("torch.return_types."):
             hook = self.plugin.calls.structseq_attribute_hook
         else:

@@ -868,6 +868,22 @@ def op_params(typer: CallTyper, ctx: AnyCtx, op: str, x_text: str | None = None)
             p["normalized_ndim"] = 1
         else:
             p["normalized_ndim"] = gs.UNKNOWN
+    elif base == "tensordot":  # an int, or a pair of dim lists
+        # (names of their own: mypyc types a local by its first assignment, and the other
+        # branches' ``d`` holds what _dim_param returns)
+        summed = f.get("dims")
+        if summed is None:
+            p["dims"] = 2
+        elif lit_int(summed[0]) is not None:
+            p["dims"] = lit_int(summed[0])
+        elif isinstance(summed[0], (TupleExpr, ListExpr)) and len(summed[0].items) == 2:
+            p["dims"] = tuple(lit_ints([i]) for i in summed[0].items)
+        else:
+            p["dims"] = gs.UNKNOWN
+    elif base == "linalg_vecdot":
+        along = f.get("dim")
+        p["dim"] = -1 if along is None else (lit_int(along[0]) if lit_int(along[0]) is not None
+                                             else gs.UNKNOWN)
     elif base == "einsum":
         eq = f.get("equation") or f.get("args") or []
         p["equation"] = eq[0].value if eq and isinstance(eq[0], StrExpr) else gs.UNKNOWN

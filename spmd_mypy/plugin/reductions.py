@@ -7,11 +7,12 @@ contraction states (einsum's equation, attention's ``is_causal``: :func:`read_co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mypy.nodes import (
-    EllipsisExpr, Expression, FloatExpr, IndexExpr, IntExpr, ListExpr, NameExpr, RefExpr, SliceExpr,
-    StrExpr, TupleExpr, UnaryExpr,
+    ARG_POS, CallExpr, EllipsisExpr, Expression, FloatExpr, IndexExpr, IntExpr, ListExpr, MemberExpr,
+    NameExpr, OpExpr, RefExpr, SliceExpr, StrExpr, TupleExpr, UnaryExpr,
 )
 from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_proper_type
 
@@ -25,6 +26,7 @@ from ..engine.ops import (
 from ..engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
+from .mypy_types import TENSOR, TORCH_TENSOR_BASES, lookup_type
 
 if TYPE_CHECKING:
     from mypy.plugin import FunctionContext, MethodContext
@@ -180,8 +182,73 @@ def read_contraction(ctx: FunctionContext | MethodContext, op: str) -> Contracti
         exprs, types = ctx.args[k], ctx.arg_types[k]
         if not exprs:
             continue  # left out: the default
-        values[formal] = _literal(exprs[0], types[0] if types else None)
-    return make_contraction(op, values)
+        t = types[0] if types else None
+        if formal in ("dims", "dim"):  # tensordot's dims, vecdot's dim
+            values[formal] = _contraction_dims(exprs[0], t)
+        else:
+            values[formal] = _literal(exprs[0], t)
+    c = make_contraction(op, values)
+    if c is not None and c.family in ("matmul", "inner", "tensordot"):
+        ranks = tuple(1 if e is not None and _flat(ctx, e) else None for e in _operand_exprs(ctx))
+        if any(r is not None for r in ranks):
+            c = replace(c, ranks=ranks)
+    return c
+
+
+def _contraction_dims(e: Expression, t: Type | None) -> object:
+    """tensordot's dims (an int literal, or a pair of lists of int literals) or vecdot's dim
+    (an int literal); UNREAD for anything else."""
+    one = _int(e, t)
+    if one is not None:
+        return one
+    if isinstance(e, (TupleExpr, ListExpr)) and len(e.items) == 2:
+        a, b = _dims(e.items[0], None), _dims(e.items[1], None)
+        if a is not None and b is not None:
+            return a, b
+    return UNREAD
+
+
+def _operand_exprs(ctx: FunctionContext | MethodContext) -> list[Expression | None]:
+    """The expressions of a two-operand contraction's tensors in order (``a @ b``,
+    ``a.dot(b)``, ``torch.inner(a, b)``: positional); [] where they cannot be told."""
+    c = ctx.context
+    if isinstance(c, OpExpr):
+        return [c.left, c.right]
+    if not isinstance(c, CallExpr):
+        return []
+    positional: list[Expression | None] = []
+    for kind, arg in zip(c.arg_kinds, c.args):
+        if kind != ARG_POS:
+            break
+        positional.append(arg)
+    if hasattr(ctx, "type") and isinstance(c.callee, MemberExpr):  # a method: self first
+        positional.insert(0, c.callee.expr)
+    return positional[:2]
+
+
+def _flat(ctx: FunctionContext | MethodContext, e: Expression) -> bool:
+    """Whether ``e`` is a tensor made 1-d by its call: ``x.flatten()``, ``x.ravel()``,
+    ``x.view(-1)``, ``x.reshape(-1)`` (no other arguments), ``torch.flatten(x)``,
+    ``torch.ravel(x)``."""
+    if not isinstance(e, CallExpr):
+        return False
+    callee = e.callee
+    if isinstance(callee, RefExpr) and callee.fullname in ("torch.flatten", "torch.ravel"):
+        return len(e.args) == 1 and e.arg_kinds[0] == ARG_POS
+    if not isinstance(callee, MemberExpr):
+        return False
+    if callee.name in ("flatten", "ravel"):
+        if e.args:
+            return False
+    elif callee.name in ("view", "reshape"):
+        if len(e.args) != 1 or e.arg_kinds[0] != ARG_POS or _dims(e.args[0], None) != (-1,):
+            return False
+    else:
+        return False
+    t = lookup_type(ctx.api, callee.expr)
+    p = get_proper_type(t) if t is not None else None
+    return isinstance(p, Instance) and (p.type.fullname == TENSOR or any(
+        p.type.has_base(b) for b in TORCH_TENSOR_BASES))
 
 
 def read_variant(ctx: FunctionContext | MethodContext, op: str, module: bool = False) -> dict[str, object]:

@@ -888,6 +888,41 @@ case("partial-contraction-all-reduced-one-of-two-axes", {"h": 'Tensor[S[-1, "tp"
 case("partial-contraction-all-reduced-and-read", {"h": _SM1, "w": "S1"},
      ("y = F.linear(h, w)", 'z = spmd.all_reduce(y, "tp", src=P, dst=R)', "out = torch.relu(y)"),
      "spmd-global", collective=True, static_line=1, desc="another read of the pending value")
+# ... of the vector products (session 41 probe, a CG step size from torch.dot of two
+# row-sharded fields: 0.82 off, typed V by both checkers): dot / vdot ("k,k->"), inner (the
+# last dims), tensordot (its literal dims), linalg.vecdot (dim=-1, broadcast); and ``@`` of two
+# operands flattened in the call (x.flatten(), x.ravel(), x.view(-1), x.reshape(-1): 1-d, so a
+# dot product statically too; x.view(-1) / x.reshape(-1) of an S(0) are V in both checkers: no
+# known dim).  Each summing over a dim sharded on "tp" in both operands.
+_FLAT = {n: "torch.randn(8, requires_grad=True).clone()" for n in ("a", "b")}
+for _id, _line, _ins, _make in (
+        ("dot", "torch.dot(a, b)", ("S0", "S0"), _FLAT),
+        ("dot-method", "a.dot(b)", ("S0", "S0"), _FLAT),
+        ("vdot", "torch.vdot(a, b)", ("S0", "S0"), _FLAT),
+        ("dot-flattened", "torch.dot(a.flatten(), b.flatten())", ("S0", "S0"), None),
+        ("inner-flattened", "torch.inner(a.flatten(), b.ravel())", ("S0", "S0"), None),
+        ("inner-last-dims", "torch.inner(a, b)", (_SM1, _SM1), None),
+        ("inner-method", "a.inner(b)", (_SM1, _SM1), None),
+        ("tensordot-int", "torch.tensordot(a, b, dims=2)", ("S0", "S0"), None),
+        ("tensordot-lists", "torch.tensordot(a, b, dims=([1, 0], [1, 0]))", ("S0", "S0"), None),
+        ("vecdot", "torch.linalg.vecdot(a, b)", (_SM1, _SM1), None),
+        ("matmul-flattened", "a.flatten() @ b.flatten()", ("S0", "S0"), None),
+        ("matmul-raveled", "torch.matmul(a.ravel(), torch.flatten(b))", ("S0", "S0"), None)):
+    case(f"partial-contraction-{_id}-used", {"a": _ins[0], "b": _ins[1]},
+         (f"d = {_line}", "out = d * 2"), "spmd-global", static_line=1, make=_make)
+case("partial-contraction-dot-declared", {"a": "S0", "b": "S0"},
+     'out = spmd.reinterpret(torch.dot(a, b), "tp", src=V, dst=P)', "P", collective=True,
+     make=_FLAT)
+case("partial-contraction-tensordot-all-reduced-src-P", {"a": "S0", "b": "S0"},
+     'out = spmd.all_reduce(torch.tensordot(a, b, dims=2), "tp", src=P, dst=R)', "R",
+     collective=True)
+# not sums over the shard: V, or S(i) where the sharded dim stays in the result
+case("shard-tensordot-rows-kept", {"a": "S0", "b": "R"},
+     "out = torch.tensordot(a, b, dims=([1], [1]))", "S0")
+case("shard-dot-replicated", {"a": "S0", "b": "R"}, "out = torch.dot(a, b)", "V", make=_FLAT,
+     desc="b holds the whole k of the local size: no sum's part")
+case("shard-matmul-flattened-replicated", {"a": "S0", "b": "R"},
+     "out = a.flatten() @ b.flatten()", "V")
 case("partial-contraction-max-all-reduced", {"h": _SM1, "w": "S1"},
      'out = spmd.all_reduce(F.linear(h, w).detach(), "tp", src=V, dst=R, op="max")',
      "spmd-global", collective=True, desc="the max of the parts is no reduction of their sum")

@@ -270,3 +270,18 @@ def test_a_declared_gradient_fix_is_written_from_the_returned_value() -> None:
         "mean the sum of the ranks' values (a gradient: each rank's g @ w is its part of the "
         'sum), or convert(g @ w, "tp", src=V, dst=P) to keep each rank\'s values apart, and '
         'declare the result Tensor[P["tp"]]  [spmd-duality]'), msg
+
+
+def test_the_real_and_imag_attributes_are_named_as_written() -> None:
+    # session 41 probe (a channel-parallel FNO's |spectrum|^2 of a Partial): the message named
+    # the operand x, no name of the caller's; it names oh.real / oh.imag as the static checker
+    # does (tests/plugin/cases/casts_complex.test), and S(i) goes through them
+    with spmd.typecheck():
+        oh = typed(torch.randn(2, 5, 3, dtype=torch.complex128), Tensor[P["tp"]])
+        msg = _message(lambda: oh.real ** 2)
+        assert '(oh.real: Tensor[P["tp"]]) cannot go through pow' in msg
+        assert 'all_reduce(oh.real, "tp", src=P, dst=R) first' in msg
+        msg = _message(lambda: oh.imag.exp())
+        assert '(oh.imag: Tensor[P["tp"]]) cannot go through exp' in msg
+        xs = typed(torch.randn(4, 3, dtype=torch.complex64), Tensor[S[0, "tp"]])
+        assert str(spmd.typeof(xs.real)) == str(spmd.typeof(xs.imag)) == str(spmd.typeof(xs))

@@ -78,6 +78,19 @@ REJECTED = [
     ("add, different layouts", [((4, 6), Tensor[PS["dp", None], R["tp"]]),
                                 ((4, 6), Tensor[PS[None, "dp"], R["tp"]])],
      lambda a, b: a + b, "spmd.redistribute("),
+    # the vector products (session 41): the fix is the einsum at the operands' ranks
+    ("dot of sharded vectors", [((8,), Tensor[PS["tp"]]), ((8,), Tensor[PS["tp"]])],
+     lambda a, b: torch.dot(a, b), 'spmd.matmul(a, b, out_partial_axes="tp")'),
+    ("vdot of sharded vectors", [((8,), Tensor[PS["tp"]]), ((8,), Tensor[PS["tp"]])],
+     lambda a, b: torch.vdot(a, b), 'spmd.matmul(a.conj(), b, out_partial_axes="tp")'),
+    ("inner over a sharded last dim", [((4, 6), Tensor[PS[None, "tp"]]), ((3, 6), Tensor[PS[None, "tp"]])],
+     lambda a, b: torch.inner(a, b), 'spmd.einsum("ai,qi->aq", a, b, out_partial_axes="tp")'),
+    ("tensordot over a sharded dim", [((4, 6), Tensor[PS["tp", None]]), ((4, 6), Tensor[PS["tp", None]])],
+     lambda a, b: torch.tensordot(a, b, dims=2), 'spmd.einsum("ij,ij->", a, b, out_partial_axes="tp")'),
+    ("tensordot with dim lists", [((4, 6), Tensor[PS["tp", None]]), ((4, 3), Tensor[PS["tp", None]])],
+     lambda a, b: torch.tensordot(a, b, dims=([0], [0])), 'spmd.einsum("ia,iq->aq", a, b'),
+    ("vecdot over a sharded last dim", [((4, 6), Tensor[PS[None, "tp"]]), ((4, 6), Tensor[PS[None, "tp"]])],
+     lambda a, b: torch.linalg.vecdot(a, b), 'spmd.einsum("...i,...i->...", a.conj(), b'),
 ]
 
 
@@ -104,6 +117,17 @@ def test_fft_along_unsharded_dims_keeps_the_spec():
         for y in (torch.fft.fft(u, dim=1), torch.fft.rfft(u), torch.fft.irfft(u, n=8),
                   torch.fft.fftshift(u, dim=-1), torch.fft.fftn(u, dim=(1,)), u.fliplr(), u.diff()):
             assert str(spmd.typeof(y)) == 'Tensor[PS["tp", None], R["dp"]]', (y.shape, spmd.typeof(y))
+
+
+def test_vector_products_keep_an_uncontracted_shard():
+    """inner / tensordot / vecdot read at the operands' ranks (inner was read as a broadcast
+    "...i,...i->...": inner(a, w) of a row-sharded a and a replicated w was an error)."""
+    with spmd.typecheck():
+        a, w = _declared(((4, 6), Tensor[PS["tp", None]]), ((3, 6), Tensor[PS[None, None]]))
+        assert str(spmd.typeof(torch.inner(a, w))) == 'Tensor[PS["tp", None]]'
+        assert str(spmd.typeof(torch.tensordot(a, w, dims=([1], [1])))) == 'Tensor[PS["tp", None]]'
+        m, n = _declared(((4, 6), Tensor[PS[None, "tp"]]), ((4, 6), Tensor[PS[None, "tp"]]))
+        assert str(spmd.typeof(torch.linalg.vecdot(m, n, dim=0))) == 'Tensor[PS["tp"]]'
 
 
 def test_out_partial_axes_gives_partial_in_global_mode():

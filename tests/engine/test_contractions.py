@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from spmd_mypy.engine.contractions import (
-    Contraction, DimError, contracted_layout, make_contraction, parse_equation,
+    UNREAD, Contraction, DimError, contracted_layout, make_contraction, parse_equation,
 )
 from spmd_mypy.engine.ops import Operand, propagate
 from spmd_mypy.engine.types import REPLICATE, VARYING, Kind, LocalType, SpmdType, shard
@@ -59,6 +59,24 @@ def _equation(c: Contraction, ranks: Sequence[int]) -> str | None:
         x, w = ("...i,oi", "...o") if ranks[1] == 2 else ("...i,i", "...")
         bias = "" if n == 2 else ",..." if ranks[1] == 1 else ",...o" if ranks[2] >= 1 else ","
         return f"{x}{bias}->{w}"
+    if c.op in ("dot", "vdot"):
+        return "k,k->"
+    if c.op == "linalg_vecdot":
+        return "...k,...k->..."
+    if c.op in ("inner", "tensordot"):
+        ra, rb = ranks
+        if c.op == "inner":
+            if ra == 0 or rb == 0:
+                return f"{'abc'[:ra]},{'xyz'[:rb]}->{'abc'[:ra]}{'xyz'[:rb]}"
+            da, db = [ra - 1], [rb - 1]
+        elif isinstance(c.dims, int):
+            da, db = list(range(ra - c.dims, ra)), list(range(c.dims))
+        else:
+            da, db = [d % ra for d in c.dims[0]], [d % rb for d in c.dims[1]]  # type: ignore[index]
+        a = ["ABCDEFG"[da.index(i)] if i in da else "abcdefg"[i] for i in range(ra)]
+        b = ["ABCDEFG"[db.index(i)] if i in db else "tuvwxyz"[i] for i in range(rb)]
+        out = [ch for ch in a + b if ch.islower()]
+        return f"{''.join(a)},{''.join(b)}->{''.join(out)}"
     mask = "" if n == 3 else ",...ls"
     return f"...le,...se,...sv{mask}->...lv"
 
@@ -187,6 +205,37 @@ def test_matmul_family_against_torch(op: str) -> None:
             if any(t.kind is Kind.V for t in types):
                 _check(c, fn, ranks, types, gen)
     assert CLAIMS[0] > before, "no claim was checked"
+
+
+_VECTOR_PRODUCTS: dict[str, tuple[dict[str, object], Callable[..., torch.Tensor],
+                                  list[tuple[int, int]]]] = {
+    "dot": ({}, torch.dot, [(1, 1)]),
+    "vdot": ({}, torch.vdot, [(1, 1)]),
+    "inner": ({}, torch.inner, [(a, b) for a in range(0, 4) for b in range(0, 4)]),
+    "tensordot-2": ({"dims": 2}, lambda a, b: torch.tensordot(a, b, dims=2),
+                    [(a, b) for a in range(2, 5) for b in range(2, 5)]),
+    "tensordot-0": ({"dims": 0}, lambda a, b: torch.tensordot(a, b, dims=0), [(1, 1), (2, 1)]),
+    "tensordot-lists": ({"dims": ([1, 0], [0, -1])},
+                        lambda a, b: torch.tensordot(a, b, dims=([1, 0], [0, -1])),
+                        [(2, 2), (3, 2), (2, 3), (3, 3)]),
+    "linalg_vecdot": ({}, torch.linalg.vecdot, [(a, b) for a in range(1, 4) for b in range(1, 4)]),
+}
+
+
+@pytest.mark.parametrize("name", list(_VECTOR_PRODUCTS))
+def test_vector_products_against_torch(name: str) -> None:
+    """dot, vdot, inner, tensordot, linalg.vecdot (session 41): S(j) claims hold, statically
+    and in the check mode."""
+    before = CLAIMS[0]
+    gen = torch.Generator().manual_seed(6)
+    values, fn, ranks_list = _VECTOR_PRODUCTS[name]
+    c = make_contraction(name.split("-")[0], values)
+    assert c is not None
+    for ranks in ranks_list:
+        for types in itertools.product(*(_types(r) for r in ranks)):
+            if any(t.kind is Kind.V for t in types):
+                _check(c, fn, ranks, types, gen)
+    assert CLAIMS[0] > before or name in ("dot", "vdot"), "no claim was checked"
 
 
 def test_linear_against_torch() -> None:
@@ -339,3 +388,91 @@ def test_through_propagate() -> None:
     res = propagate("linear", [Operand(t(shard(0)), "x", shape=(4, 3)),
                                Operand(t(REPLICATE), "w", shape=(5, 3))], move=lin)
     assert res.type == t(shard(0))
+
+
+# --------------------------------------------------------------------------------------
+# Sums over a sharded dim (partial_sum) of the vector products (session 41: a CG step size
+# from torch.dot of two row-sharded fields, 0.82 off, typed V by both checkers)
+
+_S0, _SL = shard(0), shard(-1)
+
+
+@pytest.mark.parametrize("op,values,ranks,types,static,checked,exact", [
+    ("dot", {}, (), [_S0, _S0], True, ((4,), (4,)), True),
+    ("vdot", {}, (), [_SL, _SL], True, ((4,), (4,)), True),
+    ("dot", {}, (), [_S0, _R], False, ((4,), (4,)), False),  # R holds the whole k: no sum's part
+    ("inner", {}, (), [_SL, _SL], True, ((2, 4), (3, 4)), True),  # the last dims, any rank
+    ("inner", {}, (), [_S0, _S0], False, ((2, 4), (3, 4)), False),  # rows kept unless 1-d
+    ("inner", {}, (), [_S0, _S0], False, ((4,), (4,)), True),  # the check mode sees 1-d
+    ("inner", {}, (1, 1), [_S0, _S0], True, ((4,), (4,)), True),  # x.flatten(): 1-d
+    ("tensordot", {"dims": 2}, (), [_S0, _S0], True, ((2, 4), (2, 4)), True),
+    ("tensordot", {"dims": ([0], [0])}, (), [_S0, _S0], True, ((2, 4), (2, 3)), True),
+    ("tensordot", {"dims": ([1], [1])}, (), [_S0, _R], False, ((2, 4), (3, 4)), False),
+    ("tensordot", {"dims": 1}, (), [_S0, _S0], False, ((2, 4), (4, 3)), False),  # rows kept
+    ("linalg_vecdot", {}, (), [_SL, _SL], True, ((2, 4), (2, 4)), True),
+    ("linalg_vecdot", {"dim": -2}, (), [_S0, _S0], False, ((2, 4, 3), (2, 4, 3)), False),
+    ("linalg_vecdot", {"dim": -2}, (), [shard(-2), shard(-2)], True, ((2, 4, 3), (2, 4, 3)), True),
+    ("matmul", {}, (), [_S0, _S0], False, ((4,), (4,)), True),  # statically maybe 2-d
+    ("matmul", {}, (1, 1), [_S0, _S0], True, ((4,), (4,)), True),  # a.flatten() @ b.flatten()
+])
+def test_vector_products_sum_over_the_shard(op, values, ranks, types, static, checked,  # noqa: ANN001
+                                            exact) -> None:  # noqa: ANN001
+    from dataclasses import replace
+
+    from spmd_mypy.engine.contractions import partial_sum
+
+    c = make_contraction(op, values)
+    assert c is not None
+    c = replace(c, ranks=ranks)
+    assert partial_sum(c, [(t, None) for t in types]) is static
+    assert partial_sum(c, list(zip(types, checked))) is exact
+
+
+def test_vector_products_not_read() -> None:
+    """dims / dim the rule cannot read: no contraction (a plain V, as before)."""
+    assert make_contraction("tensordot", {"dims": UNREAD}) is None
+    assert make_contraction("tensordot", {"dims": ([0, 1], [0])}) is None
+    assert make_contraction("tensordot", {"dims": -1}) is None
+    assert make_contraction("linalg_vecdot", {"dim": 0}) is None  # from the front: unknown
+    assert make_contraction("linalg_vecdot", {"dim": UNREAD}) is None
+    assert make_contraction("tensordot", {}) == make_contraction("tensordot", {"dims": 2})
+
+
+def test_vector_product_errors_name_a_fix() -> None:
+    """The error's fix: spmd.matmul for dot (vdot's first operand conjugated), spmd.einsum at
+    known ranks for the others, else the reinterpret of the result."""
+    from spmd_mypy.engine.contractions import equation_at
+
+    t = lambda lt: SpmdType.of({"tp": lt})  # noqa: E731
+
+    def message(op: str, values: dict, shapes: Sequence | None, ranks: tuple = ()) -> str:  # type: ignore[type-arg]
+        from dataclasses import replace
+
+        c = make_contraction(op, values)
+        assert c is not None
+        c = replace(c, ranks=ranks)
+        ops = [Operand(t(_S0 if op in ("dot", "vdot", "tensordot") else _SL), n,
+                       shape=None if shapes is None else shapes[i]) for i, n in enumerate("ab")]
+        res = propagate(op, ops, move=c)
+        assert [e.code for e in res.errors] == ["spmd-global"], (op, res)
+        return res.errors[0].message
+
+    assert 'spmd.matmul(a, b, out_partial_axes="tp")' in message("dot", {}, None)
+    assert 'spmd.matmul(a.conj(), b, out_partial_axes="tp")' in message("vdot", {}, None)
+    assert 'spmd.einsum("ij,ij->", a, b, out_partial_axes="tp")' in message(
+        "tensordot", {"dims": 2}, [(2, 4), (2, 4)])
+    assert 'spmd.einsum("ai,qi->aq", a, b, out_partial_axes="tp")' in message(
+        "inner", {}, [(2, 4), (3, 4)])
+    assert 'spmd.einsum("i,i->", a, b, out_partial_axes="tp")' in message("inner", {}, None, (1, 1))
+    assert 'spmd.einsum("...i,...i->...", a.conj(), b, out_partial_axes="tp")' in message(
+        "linalg_vecdot", {}, None)
+    unknown = message("tensordot", {"dims": 2}, None)
+    assert 'pass the contraction\'s result straight to spmd.reinterpret(..., "tp", src=V, dst=P)' in unknown
+    # the equations are torch's: each runs
+    for op, values, ranks in [("inner", {}, (2, 3)), ("tensordot", {"dims": ([1], [0])}, (3, 2))]:
+        c = make_contraction(op, values)
+        eq = equation_at(c, ranks)  # type: ignore[arg-type]
+        assert eq is not None
+        a, b = torch.randn(*[2] * ranks[0]), torch.randn(*[2] * ranks[1])
+        fn = torch.inner if op == "inner" else lambda x, y: torch.tensordot(x, y, dims=([1], [0]))
+        assert torch.allclose(torch.einsum(eq, a, b), fn(a, b))
