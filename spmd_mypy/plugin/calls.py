@@ -130,6 +130,7 @@ from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exporte
 from . import global_calls
 from .discarded import assign_target, errors_at, is_statement_call, narrowed_local
 from .claims import call_around, claimed_partial_errors
+from .buffers import BufferTypes, zero_buffers
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
@@ -437,6 +438,8 @@ class CallTyper:
         # how many reports were made (report_at): a hook compares it before and after a
         # call's own checks (a dropped result is reported only for a call without an error)
         self.reported = 0
+        # the types typed stores gave zero buffers (buffers.py), by store position
+        self.buffer_types = BufferTypes()
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -540,6 +543,9 @@ class CallTyper:
     def can_grad(self, ctx: AnyCtx, expr: Expression | None) -> bool:
         tree: MypyFile | None = getattr(ctx.api, "tree", None)
         regions = self.plugin.regions
+        stored = self._buffer_gradient(ctx, expr) if isinstance(expr, NameExpr) else None
+        if stored is not None:  # a zero buffer: what was stored into it, not the factory
+            return stored and not regions.in_no_grad(tree, ctx.context.line)
         if regions.gradient_free(tree, ctx.context.line, expr):
             return False
         return not regions.in_no_grad(tree, ctx.context.line)
@@ -568,6 +574,37 @@ class CallTyper:
             return p.copy_modified(items=items)
         return default
 
+    # -- zero buffers (buffers.py) ------------------------------------------------------
+    def zero_buffer(self, ctx: AnyCtx, expr: Expression | None) -> tuple[FuncDef, str] | None:
+        """(the function, the name) when ``expr`` names a local the current function binds
+        once to a factory's zeros (buffers.zero_buffers)."""
+        if not isinstance(expr, NameExpr) or expr.kind != LDEF:
+            return None
+        func = global_calls.current_function(ctx.api)
+        if func is None or expr.name not in zero_buffers(func):
+            return None
+        return func, expr.name
+
+    def buffer_read(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> SpmdType:
+        """``t`` (a plain tensor's: untyped), or the type of the zero buffer ``expr`` names
+        after its last typed store before this read."""
+        if not isinstance(expr, NameExpr) or t.axes or t.failed:
+            return t
+        found = self.zero_buffer(ctx, expr)
+        if found is None:
+            return t
+        stored = self.buffer_types.before(found[0], found[1], (expr.line, expr.column))
+        return stored[0] if stored is not None else t
+
+    def _buffer_gradient(self, ctx: AnyCtx, expr: NameExpr) -> bool | None:
+        """Whether the zero buffer ``expr`` may carry a gradient at this read (a value that
+        does was stored into it), or None when ``expr`` is no buffer read after a store."""
+        found = self.zero_buffer(ctx, expr)
+        if found is None:
+            return None
+        stored = self.buffer_types.before(found[0], found[1], (expr.line, expr.column))
+        return stored[1] if stored is not None else None
+
     # -- operands --------------------------------------------------------------------
     def operands(self, ctx: AnyCtx, receiver: Expression | None, receiver_type: Type | None,
                  op: str = "", dunder: bool = False, other: Expression | None = None,
@@ -584,6 +621,8 @@ class CallTyper:
         if receiver_type is not None:
             t = self.types.from_type(receiver_type)
             if t is not None:
+                if not t.axes and isinstance(receiver, NameExpr):
+                    t = self.buffer_read(ctx, receiver, t)
                 any_typed = any_typed or bool(t.axes) or bool(t.failed)
                 ops.append(self.operand(ctx, receiver, t))
                 sources.append(receiver)
@@ -617,6 +656,8 @@ class CallTyper:
                         # attribute set in an unannotated __init__) may be a tensor of any
                         # type, so it is an untyped operand (gradual)
                         t = self.types.from_type(self._behind_any(ctx, ie)) or UNTYPED
+                    elif t is not None and not t.axes and isinstance(ie, NameExpr):
+                        t = self.buffer_read(ctx, ie, t)  # a zero buffer's stored type
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
@@ -859,6 +900,21 @@ class CallTyper:
             ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other)
             if not any_typed:
                 return ctx.default_return_type
+            # a typed store into a zero buffer (buffers.py): before its first store the
+            # buffer is zeros, no term of any type (engine Operand.zero, as the check mode)
+            stored_name = receiver if isinstance(receiver, NameExpr) else (
+                receiver.base if isinstance(receiver, IndexExpr)  # x[i] += v: x's __setitem__
+                and isinstance(ctx.context, OperatorAssignmentStmt)
+                and ctx.context.lvalue is receiver else None)
+            buffer = (self.zero_buffer(ctx, stored_name) if inplace and method and ops
+                      and stored_name is not None else None)
+            if buffer is not None:
+                first = ops[0].type
+                if first is not None and not first.axes and not first.failed:
+                    if global_calls.any_global(ops):
+                        buffer = None  # a partition spec stored: left to the global rule
+                    else:
+                        ops[0] = source_operand(None, receiver, expr_text, zero=True)
             if reflected and len(ops) == 2:
                 ops = [ops[1], ops[0]]
             if op in PER_OPERAND_OPS and not global_calls.any_global(ops):
@@ -911,6 +967,16 @@ class CallTyper:
                 if err is not None:
                     self.report(ctx, [err])
                     return self.typed_result(ctx.default_return_type, target.type)
+            if buffer is not None and stored_name is not None and not result.errors:
+                held = ops[0].type
+                stored = held.mutated_by(result.type) if held else result.type
+                if stored:
+                    # it may carry a gradient once a value that may is stored (the zeros
+                    # carry none; an operand's is read for an I one, else taken as may)
+                    grad = any(o.type is not None and o.role is not Role.INDEX and o.can_grad
+                               for o in ops)
+                    self.buffer_types.record(buffer[0], buffer[1],
+                                             (stored_name.line, stored_name.column), stored, grad)
             if op == "__setitem__":
                 return ctx.default_return_type
             # x.add_(b), x += b, torch.add(a, b, out=o): the value is the target, its type kept
@@ -1806,6 +1872,8 @@ class CallTyper:
         def check(ctx: FunctionContext) -> Type:
             x_expr, x_type = self._arg(ctx, "x")
             x = self.types.from_type(x_type)
+            if x is not None and not x.axes and isinstance(x_expr, NameExpr):
+                x = self.buffer_read(ctx, x_expr, x)  # a zero buffer's stored type
             if self.divergent:  # only files with a rank query in a condition (rank_index)
                 self._typed_divergence(ctx, op, x)
             if x is None and isinstance(get_proper_type(x_type), AnyType):
@@ -2438,6 +2506,13 @@ class CallTyper:
             if behind is not None:
                 ctx.api.msg.note(f"Revealed type is {self._revealed(behind)} (mypy: Any)", ctx.context)  # type: ignore[attr-defined]
                 return x_type
+        if isinstance(x_expr, NameExpr):
+            plain = self.types.from_type(x_type)
+            stored = self.buffer_read(ctx, x_expr, plain) if plain is not None and not plain.axes else None
+            inst = self.types.to_instance(stored) if stored else None
+            if inst is not None:  # a zero buffer typed by its stores (buffers.py)
+                ctx.api.msg.note(f"Revealed type is {self._revealed(inst)} (stored; mypy: Tensor)", ctx.context)  # type: ignore[attr-defined]
+                return x_type
         ctx.api.msg.note(f"Revealed type is {self._revealed(x_type)}", ctx.context)  # type: ignore[attr-defined]
         return x_type
 
@@ -2971,6 +3046,8 @@ class CallTyper:
                     for item, index, optional in self._tensor_members(
                             _unpacked_types(typ, kind, offset, star_formal)):
                         have = self.types.from_type(item)
+                        if have is not None and not have.axes and index is None:
+                            have = self.buffer_read(ctx, expr, have)  # a zero buffer's
                         if have is None or not have.axes:  # (SpmdType.__bool__, inlined)
                             continue
                         if not text:

@@ -1248,6 +1248,21 @@ case("untyped-linear-R-U-out-partial", {"x": "R", "w": "U"},
 case("strict-add-U-P", {"u": "U", "a": "P"}, "out = torch.add(u, a)", UNT, strict=True)
 case("strict-factory-R", {"a": "R"}, "out = torch.add(torch.zeros(4, 4), a)", UNT, strict=True)
 case("strict-typed-R-V", {"a": "R", "b": "V"}, "out = torch.add(a, b)", "V", strict=True)
+# a zero buffer takes the type of what typed stores write into it (engine ZERO_FACTORIES; the
+# plugin's buffers.py): a projector output left P spliced into a zeros buffer (HF LLaVA's merge),
+# a routed MoE part accumulated into zeros_like (DeepSeek-V3's inference MoE)
+case("zero-buffer-store-P", {"a": "P"},
+     ("buf = torch.zeros(4, 4)", "buf[1:3] = a[1:3]", "out = buf.clone()"), "P")
+case("zero-buffer-store-P-into-I", {"a": "P", "b": "I"},
+     ("buf = torch.zeros(4, 4)", "buf[0:2] = b[0:2]", "buf[2:4] = a[2:4]"), "spmd-invariant-mix")
+case("zero-buffer-add-store-V", {"v": "V", "r": "R"},
+     ("y = torch.zeros_like(r)", "y[0:2] += v[0:2] * 2", "out = y + r"), "V")
+case("zero-buffer-new-zeros-P-mix-I", {"a": "P", "b": "I"},
+     ("dense = b.new_zeros(4, 4)", "dense[1:3] = a[1:3]", "out = torch.where(b > 0, dense, b)"),
+     "spmd-invariant-mix")
+case("zero-buffer-strict", {"a": "P"},
+     ("buf = torch.zeros(4, 4)", "buf.index_add_(0, torch.tensor([0, 2]), a[0:2])",
+      "out = buf.clone()"), "P", strict=True)
 
 # --------------------------------------------------------------------------------------
 # 12. Two axes.
