@@ -13,7 +13,9 @@ that dim's label; the result is sharded on that label's place in the output::
     x: S(2)              einsum("bsh,hd->bsd", x, w)       ->  V       (h contracted: a
                                                                         per-rank partial sum)
     x: S(0), y: S(1)     einsum("bi,jb->bij", x, y)        ->  S(0)    (both on b)
-    x: S(0), y: S(1)     einsum("bi,bj->bij", x, y)        ->  V       (on b and on j)
+    x: S(0), y: S(1)     einsum("bi,bj->bij", x, y)        ->  error   (on b and on j: a
+                                                                        diagonal block,
+                                                                        diagonal_block)
     x: S(0), w: R        einsum("bi,bj->bij", x, w)        ->  V       (w holds a whole b of
                                                                         the local size)
     x: S(0)              einsum("ii->i", x)                ->  V       (a diagonal)
@@ -50,6 +52,11 @@ that dim's label; the result is sharded on that label's place in the output::
                                                                 (:func:`partial_sum`: an error)
 
 S(j) says the locals, concatenated on dim j, are the op applied to the global operands.
+Operands sharded on one axis on two different labels that both stay in the output (a
+sequence-parallel ``x: S(1)`` in ``F.linear(x, w)`` of a column-parallel ``w: S(0)``; ring
+attention's first ``q @ k.transpose(-2, -1)`` of ``q, k: S(-2)``) give each rank one diagonal
+block of the result: an error in both checkers (:func:`diagonal_block`; V until session 41);
+one operand declared a plain V (``spmd.declare(k, Tensor[V["cp"]])``) says the block is meant.
 The result keeps the shard label when:
 
 - every Varying operand has a known dim, and all their dims are the same label, which
@@ -508,6 +515,113 @@ def partial_sum(c: Contraction, operands: Ops) -> bool:
     return found
 
 
+# Whether a call's operands are sharded on two different kept labels, by (the contraction, the
+# operands' types and shapes): the static checker asks at every contraction call site.
+_BLOCKS: dict[tuple, tuple[tuple[int, int], tuple[int, int]] | None] = {}
+
+
+def diagonal_block(c: Contraction, operands: Ops) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """Two Varying operands sharded on one mesh axis on two DIFFERENT labels that both stay in
+    the output, as ((operand index, its shard dim as written at its rank), (the other's)); None
+    when no such pair is certain (``operands`` as for :func:`contracted_layout`).  Each rank's
+    result is then one diagonal block of the global result (its own rows of one operand
+    against its own of the other: ``F.linear(x, w)`` of a sequence-sharded ``x: S(1)`` and a
+    column-parallel ``w: S(0)`` holds this rank's positions times this rank's features), not
+    its shard of the whole nor anything a later op can use as one: local SPMD, as global SPMD
+    (a mesh axis shards one dim), reports it (:func:`.ops.diagonal_block_error`).  ::
+
+        x: S(1), w: S(0)     F.linear(x, w)                    ->  (0, 1), (1, 0)
+        x: S(0), y: S(1)     einsum("bi,bj->bij", x, y)        ->  (0, 0), (1, 1)
+        q, k: S(-2)          q @ k.transpose(-2, -1)           ->  (0, -2), (1, -1)
+        x: S(0), y: S(1)     einsum("bi,jb->bij", x, y)        ->  None (both on b)
+        q, k, v: S(-2)       F.scaled_dot_product_attention(q, k, v)
+                                                               ->  None (k's and v's keys
+                                                                         are summed over)
+
+    Only when every operand is typed and every Varying one has a known dim.  The check mode
+    knows the ranks: at those (every form that fits them must say so).  The static checker
+    asks every rank combination of the op's documented shapes (linear's sharded weight read
+    2-d, as :func:`_static_layout` reads it): each must show the pair, except one torch refuses whatever the sizes, where a contracted label (a letter, not a
+    broadcast dim) is sharded in one Varying operand and whole in another sharded elsewhere
+    (their local sizes differ: ``F.linear(x: S(1), w: S(0))`` read with a 2-d x contracts x's
+    in-features chunk with w's whole rows).  So ``F.linear(x: S(1), w: S(0))`` (x at rank >= 3
+    in every combination torch takes) and ``q: S(-2) @ k.transpose(-2, -1): S(-1)`` are
+    reported, heads-sharded scores ``q: S(1) @ k.transpose(-2, -1): S(1)`` (one label at
+    equal ranks) are not."""
+    if not operands:
+        return None
+    n_dims = 0
+    for lt, _ in operands:
+        if lt is None:
+            return None
+        if lt.kind is Kind.V:
+            if lt.dim is None and lt.by_rank is None:
+                return None  # plain V: no known dim
+            n_dims += 1
+    if n_dims < 2:
+        return None
+    key = (c, tuple(operands))
+    if key in _BLOCKS:
+        return _BLOCKS[key]
+    found: list[tuple[tuple[int, int], tuple[int, int]] | None] = []
+    if any(shape is None for _, shape in operands):
+        forms = [f for f in _forms(c, len(operands)) if f.static]
+        if c.family == "linear":  # a sharded weight is read 2-d (see _static_layout)
+            forms = [f for f in forms if len(f.terms[1]) != 1] or forms
+        for form in forms:
+            combos = _rank_combinations(form)
+            if combos is None:
+                return None
+            for ranks in combos:
+                at = _block_at(form, operands, ranks, static=True)
+                if at is not False:
+                    found.append(at)
+    else:
+        ranks = [len(shape) for _, shape in operands]  # type: ignore[arg-type]
+        for form in _forms(c, len(operands)):
+            if _fits(form, ranks):
+                at = _block_at(form, operands, ranks)
+                if at is not False:
+                    found.append(at)
+    pair = found[0] if found and all(p is not None for p in found) else None
+    if len(_BLOCKS) > 10_000:
+        _BLOCKS.clear()
+    _BLOCKS[key] = pair
+    return pair
+
+
+def _block_at(form: _Form, operands: Ops, ranks: Sequence[int], static: bool = False
+              ) -> tuple[tuple[int, int], tuple[int, int]] | None | bool:
+    """:func:`diagonal_block` with the operands at ``ranks``: the pair, None when there is
+    none, False when an operand's type cannot have its rank or torch takes no such ranks
+    (``static``: nor operands of the sizes their types give, see :func:`diagonal_block`)."""
+    dims = _varying_dims(operands, ranks)
+    if dims is None:
+        return False
+    try:
+        labels, out = parse_equation(form.equation, ranks)
+    except DimError:
+        return False
+    kept: dict[str, tuple[int, int]] = {}  # a kept sharded label -> (operand, written dim)
+    varying: list[tuple[str, str]] = []  # each Varying operand's (labels, sharded label)
+    for i, ((lt, _), lab, d, r) in enumerate(zip(operands, labels, dims, ranks)):
+        if lt is None or lt.kind is not Kind.V:
+            continue
+        if d is None:
+            return None
+        here = lab[d % r]
+        varying.append((lab, here))
+        if here in out and here not in kept:
+            kept[here] = (i, lt.dim if lt.dim is not None else d)
+    if len(kept) < 2:
+        if static and any(here not in out and here in _LETTERS and here in lab and on != here
+                          for _, here in varying for lab, on in varying):
+            return False  # a chunk of a contracted dim against the whole dim: torch refuses
+        return None
+    first, second = list(kept.values())[:2]
+    return first, second
+
+
 def _varying_dims(operands: Ops, ranks: Sequence[int]) -> list[int | None] | None:
     """Each Varying operand's shard dim at its rank in ``ranks`` as its type writes it (None
     for a plain V and for the other operands); None when a type cannot have that rank."""
@@ -724,4 +838,4 @@ def _sizes_fit(sizes: Sequence[tuple[int, int]], heads: bool) -> bool:
 
 
 __all__ = ["CONTRACTIONS", "Contraction", "DimError", "UNREAD", "contracted_layout",
-           "equation_at", "make_contraction", "parse_equation", "partial_sum"]
+           "diagonal_block", "equation_at", "make_contraction", "parse_equation", "partial_sum"]

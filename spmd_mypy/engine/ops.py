@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from .contractions import Contraction, contracted_layout, equation_at, partial_sum
+from .contractions import Contraction, contracted_layout, diagonal_block, equation_at, partial_sum
 from .errors import SpmdError, merge_axis_errors
 from .einops_rule import Pattern, pattern_layout
 from .views import MOVES, DimMove, SamePrefix, moved_dim, squeezed_dim
@@ -1725,6 +1725,11 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                 err = pending_left_error(err, reduction.partial_axes, axis)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
             err = _causal_queries_error(spec.name, move, axis, tensor_ops)
+            if err is None:
+                block = diagonal_block(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
+                                              for o, _ in tensor_ops])
+                if block is not None:
+                    err = diagonal_block_error(spec.name, move, axis, tensor_ops, block)
             if err is None and axis not in move.partial_axes and "*" not in move.partial_axes \
                     and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                            for o, _ in tensor_ops]):
@@ -1799,6 +1804,70 @@ def _causal_queries_error(name: str, c: Contraction, axis: str,
         f"the first rank: pass attn_mask=q_pos[:, None] >= torch.arange({kx}.size(-2)) instead, "
         f"q_pos = r * {qx}.size(-2) + torch.arange({qx}.size(-2)) (this rank's global query "
         f'positions, r its index on "{axis}"), or gather the queries first: {gather}',
+    )
+
+
+def diagonal_block_error(name: str, c: Contraction, axis: str,
+                         tensor_ops: Sequence[tuple[Operand, Role]],
+                         block: tuple[tuple[int, int], tuple[int, int]]) -> SpmdError:
+    """A contraction whose operands are sharded on ``axis`` on two different dims that both
+    stay in the result (:func:`.contractions.diagonal_block`): each rank holds one diagonal
+    block (its own rows of one operand against its own of the other), no shard of the whole;
+    typed V it passed both checkers with wrong numbers (a cross-attention K projection of the
+    sequence-parallel encoder output, ``F.linear(enc_s: S(1), wk: S(0))``, the all_gather
+    forgotten; the LM head alike).  Global SPMD says the same (a mesh axis shards one dim).
+
+    The fix gathers the activation, not the weight: ``F.linear``'s input, else the operand
+    that is no leaf (a module's attribute, a parameter) when the other is one, else the one of
+    more dims (an activation has batch dims a weight lacks; einsum's terms say it statically),
+    else the first.  Gathering it
+    keeps the weight sharded (the tensor-parallel layout: each rank its own features for
+    every position, Megatron's sequence-parallel all_gather before a column-parallel linear);
+    gathering the weight would copy it whole to every rank.  A block on purpose (ring
+    attention's first ``q @ k.transpose(-2, -1)`` with q and k both sharded on the sequence,
+    before the keys rotate) widens one operand to a plain V first: ``spmd.declare(k, ...V)``
+    (both checkers type the result a plain V, as they do a V of unknown layout)."""
+    (i, di), (j, dj) = block
+    a, b = tensor_ops[i][0], tensor_ops[j][0]
+    ax = f'"{axis}"'
+
+    terms = (c.equation or "").replace(" ", "").split("->")[0].split(",")
+
+    def rank_of(k: int) -> int:  # the shape's, else einsum's term's (``...`` as one dim)
+        o = tensor_ops[k][0]
+        if o.shape is not None:
+            return len(o.shape)
+        if c.family == "einsum" and k < len(terms):
+            return len(terms[k].replace("...", "."))
+        return -1
+
+    if c.family == "linear":
+        g = i if i == 0 else (j if j == 0 else i)
+    elif a.leaf != b.leaf:
+        g = j if a.leaf else i
+    elif rank_of(i) != rank_of(j) and min(rank_of(i), rank_of(j)) >= 0:
+        g = i if rank_of(i) > rank_of(j) else j
+    else:
+        g = i
+    o, d = (a, di) if g == i else (b, dj)
+    other = b if g == i else a
+    lta, ltb = a.type.get(axis), b.type.get(axis)  # type: ignore[union-attr]
+    assert lta is not None and ltb is not None  # diagonal_block: both Varying there
+    texts = ", ".join(x.text for x, _ in tensor_ops)
+    if c.family == "einsum":
+        texts = repr(c.equation).replace("'", '"') + ", " + texts
+    gx, ox = bare(o.text), bare(other.text)
+    return SpmdError(
+        "spmd-global",
+        f"{name}({texts}): mesh axis {ax} shards dim {di} of {a.text} "
+        f"({_describe(a, lta, axis)}) and dim {dj} of {b.text} ({_describe(b, ltb, axis)}), "
+        f"two dims that both stay in the result: each rank holds one diagonal block (its own "
+        f"part of each), no shard of the whole result nor anything a later op can use as one; "
+        f'gather {gx} first: all_gather({gx}, {ax}, src=S({d}), dst=R) ({ox} stays sharded: each '
+        f"rank computes its own part of {ox} against all of {gx}, the tensor-parallel layout; "
+        f"gather the activation, not a weight, which would be copied whole to every rank); a "
+        f"block meant (ring attention's q @ k.transpose(-2, -1) before the keys rotate): pass "
+        f"spmd.declare({ox}, Tensor[V[{ax}]]) in its place (a plain V: no layout to mix)",
     )
 
 

@@ -824,7 +824,29 @@ case("shard-einsum-list-operands", {"a": "S0", "b": "R"}, 'out = torch.einsum("i
 case("shard-einsum-both-on-one-label", {"a": "S0", "b": "S1"},
      'out = torch.einsum("bi,jb->bij", a, b)', "S0")
 case("shard-einsum-two-labels", {"a": "S0", "b": "S1"}, 'out = torch.einsum("bi,bj->bij", a, b)',
-     "V", desc="a on b, b on j: each rank holds a diagonal block")
+     "spmd-global", desc="a on b, b on j: each rank holds a diagonal block, no shard of the "
+     "result (V until session 41; contractions.diagonal_block)")
+# Two different dims sharded on one axis that both stay in the result (session 41): each
+# rank holds its own positions x its own features, one diagonal block; typed V, the
+# cross-attention K projection of the sequence-parallel encoder output (all_gather forgotten)
+# passed both checkers with wrong numbers (Whisper 2x2: loss 6.5310 vs 6.4100).  A block meant
+# (ring attention's first scores before the keys rotate) passes one operand declared plain V.
+_ENC = {"enc": "torch.randn(2, 6, 4, requires_grad=True).clone()",
+        "wk": "torch.randn(2, 4, requires_grad=True).clone()"}
+case("shard-linear-sequence-and-column-parallel", {"enc": "S1", "wk": "S0"},
+     "out = F.linear(enc, wk)", "spmd-global", make=_ENC,
+     desc="enc's positions and wk's out features both on tp: a diagonal block")
+case("shard-einsum-sequence-and-column-parallel", {"enc": "S1", "wk": "S0"},
+     'out = torch.einsum("bsh,oh->bso", enc, wk)', "spmd-global", make=_ENC)
+case("shard-linear-gathered-then-column-parallel", {"enc": "S1", "wk": "S0"},
+     'out = F.linear(spmd.all_gather(enc, "tp", src=S(1), dst=R), wk)', 'Tensor[S[-1, "tp"]]',
+     make=_ENC, collective=True, desc="the fix the error gives")
+case("shard-ring-scores-block-declared", {"q": "Sm2", "k": "Sm2"},
+     'out = q @ spmd.declare(k, Tensor[V["tp"]]).transpose(-2, -1)', "V",
+     make={n: "torch.randn(2, 2, 6, 4, requires_grad=True).clone()" for n in "qk"},
+     desc="ring attention's first block of scores, meant: one operand declared plain V")
+case("shard-ring-scores-block", {"q": "Sm2", "k": "Sm2"}, "out = q @ k.transpose(-2, -1)",
+     "spmd-global", make={n: "torch.randn(2, 2, 6, 4, requires_grad=True).clone()" for n in "qk"})
 case("shard-einsum-R-holds-the-label", {"a": "S0", "b": "R"},
      'out = torch.einsum("bi,bj->bij", a, b)', "V", desc="b has the whole b label, of the local size")
 case("shard-einsum-diagonal", {"a": "S0"}, 'out = torch.einsum("ii->i", a)', "V")

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from spmd_mypy.engine.contractions import (
-    UNREAD, Contraction, DimError, contracted_layout, make_contraction, parse_equation,
+    UNREAD, Contraction, DimError, contracted_layout, diagonal_block, make_contraction, parse_equation,
 )
 from spmd_mypy.engine.ops import Operand, propagate
 from spmd_mypy.engine.types import REPLICATE, VARYING, Kind, LocalType, SpmdType, shard
@@ -476,3 +476,149 @@ def test_vector_product_errors_name_a_fix() -> None:
         a, b = torch.randn(*[2] * ranks[0]), torch.randn(*[2] * ranks[1])
         fn = torch.inner if op == "inner" else lambda x, y: torch.tensordot(x, y, dims=([1], [0]))
         assert torch.allclose(torch.einsum(eq, a, b), fn(a, b))
+
+
+# Two operands sharded on one axis on two different dims that stay in the result
+# (contractions.diagonal_block): each rank holds one diagonal block, no shard of the whole.
+# Typed V, F.linear(enc_s: S(1), wk: S(0)) (a cross-attention K projection of the
+# sequence-parallel encoder output, the all_gather forgotten) passed both checkers with wrong
+# numbers; now an error (spmd-global, as global SPMD's "a mesh axis shards one dim").
+
+_BLOCKS_CHECKED = [0]
+
+
+def _check_block(c: Contraction, fn: Callable[..., torch.Tensor], ranks: Sequence[int],
+                 types: Sequence[LocalType], gen: torch.Generator, static_too: bool = True) -> None:
+    """Where the rule sees a block (check mode: the shapes known) no dim of the ranks'
+    concatenated results is the global result; where the static checker sees one, the check
+    mode sees one too at any ranks whose locals run."""
+    parsed = _labels(c, ranks)
+    if parsed is None:
+        return
+    labels, _ = parsed
+    dims = [None if t.kind is not Kind.V else t.dim % r  # type: ignore[operator]
+            for t, r in zip(types, ranks)]
+    sharded = {lab[d] for lab, d in zip(labels, dims) if d is not None}
+    size: dict[str, int] = {}
+    for lab in labels:
+        for ch in lab:
+            if ch not in size:
+                size[ch] = SHARDED if ch in sharded else _SIZES[len(size) % len(_SIZES)]
+    gs = [torch.randn(tuple(size[ch] for ch in lab), generator=gen, dtype=torch.float64)
+          for lab in labels]
+    exact = diagonal_block(c, [(t, tuple(g.shape)) for t, g in zip(types, gs)])
+    static = diagonal_block(c, [(t, None) for t in types]) if static_too else None
+    if exact is None and static is None:
+        return
+    try:
+        ref = fn(*gs)
+        outs = [fn(*[g if d is None else g.chunk(2, d)[k] for g, d in zip(gs, dims)])
+                for k in range(2)]
+    except (RuntimeError, IndexError):
+        return  # torch takes no operands (or locals) of these ranks
+    assert exact is not None, (c, ranks, types, "static block, none at these ranks")
+    _BLOCKS_CHECKED[0] += 1
+    for j in range(ref.dim()):
+        try:
+            cat = torch.cat(outs, j)
+        except RuntimeError:
+            continue
+        assert not (cat.shape == ref.shape and torch.allclose(cat, ref)), (c, ranks, types, j)
+
+
+def test_diagonal_blocks_against_torch() -> None:
+    gen = torch.Generator().manual_seed(6)
+    for eq in _EQUATIONS:
+        c = make_contraction("einsum", {"equation": eq})
+        assert c is not None
+        for ranks in _einsum_ranks(eq):
+            for types in itertools.product(*(_types(r) for r in ranks)):
+                if sum(t.kind is Kind.V for t in types) >= 2:
+                    _check_block(c, lambda *xs, eq=eq: torch.einsum(eq, *xs), ranks, types, gen)
+    for op, (fn, ranks_list) in _MATMULS.items():
+        c = make_contraction(op, {})
+        assert c is not None
+        for ranks in ranks_list:
+            for types in itertools.product(*(_types(r) for r in ranks)):
+                if all(t.kind is Kind.V for t in types):
+                    _check_block(c, fn, ranks, types, gen)
+    c = make_contraction("linear", {})
+    assert c is not None
+    for rx in range(1, 5):
+        for rw in (1, 2):
+            for types in itertools.product(_types(rx), _types(rw)):
+                if all(t.kind is Kind.V for t in types):
+                    # statically a sharded weight is read 2-d (a 1-d one's only dim is the
+                    # contracted one, no layout a tensor-parallel weight has)
+                    _check_block(c, lambda *xs: F.linear(*xs), [rx, rw], types, gen,
+                                 static_too=rw == 2)
+    for rank in (2, 3, 4):
+        c = make_contraction("scaled_dot_product_attention", {})
+        assert c is not None
+        for types in itertools.product(*(_types(rank) for _ in range(3))):
+            if sum(t.kind is Kind.V for t in types) >= 2:
+                _check_block(c, _attention(False), [rank] * 3, types, gen, static_too=rank >= 4)
+    assert _BLOCKS_CHECKED[0] > 50
+
+
+_LIN = make_contraction("linear", {})
+_MM = make_contraction("matmul", {})
+_SDPA = make_contraction("scaled_dot_product_attention", {"is_causal": True})
+
+
+@pytest.mark.parametrize("c,types,shapes,want", [
+    # the probe's cross-attention K projection: sequence-parallel enc_s, column-parallel wk
+    (_LIN, [shard(1), shard(0)], ((2, 6, 4), (2, 4)), ((0, 1), (1, 0))),
+    (make_contraction("einsum", {"equation": "bsh,oh->bso"}), [shard(1), shard(0)],
+     ((2, 6, 4), (2, 4)), ((0, 1), (1, 0))),
+    (make_contraction("einsum", {"equation": "bi,bj->bij"}), [shard(0), shard(1)],
+     ((2, 3), (2, 4)), ((0, 0), (1, 1))),
+    # ring attention's first block of scores, q and k sharded on the sequence
+    (_MM, [shard(-2), shard(-1)], ((2, 2, 3, 4), (2, 2, 4, 3)), ((0, -2), (1, -1))),
+    # not blocks: one label; a contracted label (a partial sum); the keys summed over
+    (make_contraction("einsum", {"equation": "bi,jb->bij"}), [shard(0), shard(1)],
+     ((2, 3), (4, 2)), None),
+    (_MM, [shard(1), shard(1)], ((2, 2, 3, 4), (2, 2, 4, 3)), None),
+    (_MM, [shard(-1), shard(-2)], ((2, 3, 4), (2, 4, 3)), None),
+    (_SDPA, [shard(-2)] * 3, ((2, 2, 3, 4),) * 3, None),
+    (_LIN, [shard(1), _R], ((2, 6, 4), (4, 4)), None),
+    (_LIN, [shard(1), VARYING], ((2, 6, 4), (4, 4)), None),  # plain V: declared on purpose
+])
+def test_diagonal_block_cases(c, types, shapes, want) -> None:  # noqa: ANN001
+    assert c is not None
+    assert diagonal_block(c, list(zip(types, shapes))) == want
+    assert diagonal_block(c, [(t, None) for t in types]) == want  # the static checker alike
+
+
+def test_diagonal_block_static_rank_ambiguity() -> None:
+    """Statically x: S(1) of F.linear is in_features at rank 2: against a column-parallel
+    w: S(0) that reading contracts x's chunk of in_features with w's whole rows, which torch
+    refuses, so every reading torch takes is a block.  x @ w of x: S(1), w: S(0) is no block
+    at every rank (a 2-d x, a 3-d w: the same label k, a partial sum), so it stays V
+    statically; the check mode sees it."""
+    assert diagonal_block(_LIN, [(shard(1), None), (shard(0), None)]) == ((0, 1), (1, 0))  # type: ignore[arg-type]
+    assert diagonal_block(_MM, [(shard(1), None), (shard(0), None)]) is None  # type: ignore[arg-type]
+    assert diagonal_block(_MM, [(shard(1), (2, 6, 4)), (shard(1), (4, 2))]) == ((0, 1), (1, 1))  # type: ignore[arg-type]
+
+
+def test_diagonal_block_error_through_propagate() -> None:
+    """Both checkers report the block (spmd-global) with both operands' shard dims, the
+    gather of the activation (F.linear's input) and the declared-V form of a block on
+    purpose; a plain V operand (so declared) passes as V."""
+    t = lambda lt: SpmdType.of({"tp": lt})  # noqa: E731
+    for shape_x, shape_w in ((None, None), ((2, 6, 4), (2, 4))):
+        res = propagate("linear", [Operand(t(shard(1)), "enc_s", shape=shape_x),
+                                   Operand(t(shard(0)), "wk", shape=shape_w)], move=_LIN)
+        assert [e.code for e in res.errors] == ["spmd-global"]
+        msg = res.errors[0].message
+        assert 'shards dim 1 of enc_s (enc_s: Tensor[S[1, "tp"]]) and dim 0 of wk' in msg
+        assert 'all_gather(enc_s, "tp", src=S(1), dst=R)' in msg
+        assert 'spmd.declare(wk, Tensor[V["tp"]])' in msg
+        res = propagate("linear", [Operand(t(shard(1)), "enc_s", shape=shape_x),
+                                   Operand(t(VARYING), "wk", shape=shape_w)], move=_LIN)
+        assert not res.errors and res.type == t(VARYING)
+    # the weight first in an einsum: the leaf (a module's attribute) is not the one gathered
+    c = make_contraction("einsum", {"equation": "oh,bsh->bso"})
+    res = propagate("einsum", [Operand(t(shard(0)), "self.wk", leaf=True),
+                               Operand(t(shard(1)), "enc_s")], move=c)
+    assert 'all_gather(enc_s, "tp", src=S(1), dst=R)' in res.errors[0].message
