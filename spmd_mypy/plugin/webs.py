@@ -121,6 +121,15 @@ def _definition(d: Statement) -> None:
 
 def _function(f: FuncDef) -> None:
     walk = _Walk()
+    counts: dict[str, int] = {a.variable.name: 1 for a in f.arguments}
+    _count_bindings(f.body.body, counts, walk.nested)
+    walk.names = {n for n, k in counts.items() if k > 1}
+    walk.all_bound = set(counts)
+    if not walk.names:  # no name bound twice (mypy's renamer took those of one block)
+        for d in walk.nested:
+            _definition(d)
+        return
+    walk.nested.clear()  # found again by the walk
     try:
         state: State = {}
         for a in f.arguments:
@@ -180,6 +189,8 @@ class _Walk:
         self.nested: list[Statement] = []
         self.loops: list[_Loop] = []
         self.catchers: list[State] = []  # with / try bodies: every state met inside
+        self.names: set[str] = set()  # the names bound twice: the only ones followed
+        self.all_bound: set[str] = set()  # every name bound (a fresh name is none of them)
 
     # --- union-find ---
     def _find(self, k: int) -> int:
@@ -242,6 +253,8 @@ class _Walk:
                 self._use(sub, state)
 
     def _use(self, e: NameExpr, state: State) -> None:
+        if e.name not in self.names:
+            return
         reaching = state.get(e.name)
         if reaching:
             k = self._node(e)
@@ -251,6 +264,8 @@ class _Walk:
     def bind(self, target: Expression, state: State) -> None:
         """``target`` binds its names (and reads the bases of its items and attributes)."""
         if isinstance(target, NameExpr):
+            if target.name not in self.names:
+                return
             k = self._node(target)
             if k not in self.order:
                 self.order[k] = len(self.order)
@@ -460,7 +475,7 @@ class _Walk:
                 plan.append((exprs, name))
         if not plan:
             return
-        used = {e.name for e in self.nodes.values()} | self.blocked | set(self.params)
+        used = self.all_bound | self.blocked | set(self.params)
         for exprs, n in plan:
             fresh = n
             for _ in range(_MAX_QUOTES):
@@ -482,6 +497,32 @@ def _target_names(target: Expression) -> list[str]:
     if isinstance(target, StarExpr):
         return _target_names(target.expr)
     return []
+
+
+def _count_bindings(stmts: list[Statement], counts: dict[str, int],
+                    nested: list[Statement]) -> None:
+    """How many times each name is bound by an assignment, loop or ``with`` of ``stmts``
+    (nested blocks included; ``nested``: the nested definitions met)."""
+    for st in stmts:
+        names: list[str] = []
+        if isinstance(st, AssignmentStmt):
+            for lv in st.lvalues:
+                names.extend(_target_names(lv))
+        elif isinstance(st, ForStmt):
+            names = _target_names(st.index)
+        elif isinstance(st, WithStmt):
+            for t in st.target:
+                if t is not None:
+                    names.extend(_target_names(t))
+        elif isinstance(st, OperatorAssignmentStmt):
+            names = _target_names(st.lvalue)
+        elif isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
+            nested.append(st)
+            continue
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+        for b in statement_blocks(st):
+            _count_bindings(b, counts, nested)
 
 
 def _bound_names(stmts: list[Statement]) -> list[str]:
