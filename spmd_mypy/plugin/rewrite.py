@@ -54,6 +54,7 @@ from ..engine.ops import (FACTORIES, GRADIENT_FREE_RESULTS, INTEGER_DTYPES, INTE
                           WITH_INDICES)
 from ..engine.views import ALONG, KEEP, MOVES
 from .loop_names import own_loop_variables
+from .webs import own_webs
 from .frozen import frozen_attributes
 from .statements import functions_of
 from .rank_index import (Divergent, RunnerCall, collective_runners, group_attributes, has_query,
@@ -1753,6 +1754,9 @@ def rename_redefinitions(file: MypyFile, options: Options,
     # then a loop variable reused by a later loop in another block (mypy renames in one
     # block only): each loop's variables its own, under any redefinition option
     own_loop_variables(defs if loops is None else loops)
+    if not options.allow_redefinition and not options.allow_redefinition_old:
+        # and bindings in other blocks that no read joins (.webs): each its own variable
+        own_webs(defs)
 
 
 def prepare_file(file: MypyFile, options: Options) -> GradRegions:

@@ -325,3 +325,58 @@ def test_a_method_defining_no_name_twice_is_not_walked_again(monkeypatch: pytest
     assert regions.shadowed == expected.shadowed
     names = {n for _, _, n in regions.detached_names}
     assert {"g", "n", "h", "c", "i", "m"} <= names and "m'" not in names
+
+
+WEBS = textwrap.dedent('''
+    def split(a, b, c, how):
+        if how:
+            flat = a
+            return flat
+        if c:
+            flat = b
+            return flat
+        x = a
+        if c:
+            x = b
+            return x
+        return x
+
+    def joined(a, b, c, n):
+        x = a
+        if c:
+            x = b
+        print(x)
+        y = a
+        for _ in range(n):
+            print(y)
+            y = b
+        z = a
+        with ctx():
+            z = b
+        print(z)
+        w = a
+        if c:
+            w = b
+            f = lambda: w
+        return f
+''')
+
+
+def _web_names(function: str) -> list[str]:
+    tree, options = _parse(WEBS)
+    rewrite.prepare_file(tree, options)
+    f = next(d for d in tree.defs if _name(d) == function)
+    return [n.name for n in get_subexpressions(f) if isinstance(n, NameExpr)]
+
+
+def test_bindings_no_read_joins_are_variables_of_their_own() -> None:
+    names = _web_names("split")
+    # the first binding keeps the name; the later branch's flat, the branch's x, their own
+    assert names.count("flat") == 2 and names.count("flat'") == 2
+    assert names.count("x") == 2 and names.count("x'") == 2
+
+
+def test_bindings_a_read_may_join_stay_one_variable() -> None:
+    # after a branch, in the next iteration, after a with body (left at any point), through
+    # a lambda: one variable, as mypy has it
+    assert not any(n.endswith("'") for n in _web_names("joined"))
