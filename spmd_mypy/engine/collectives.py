@@ -2197,7 +2197,10 @@ def disagreement(calls: Sequence[RankCall], ranks: Sequence[int], axis: str,
                 f"{_per_value([c.held() for c in calls], ranks, 'holds')}; {same} pass the same "
                 f"shape{except_dim} (the ranks cut and join equal blocks: gloo aborts every rank "
                 f"when the message sizes differ, and equal sizes of different shapes give "
-                f"garbage){_uneven_fix(first, calls)}")
+                f"garbage), or a rank skipped a collective the others issued (e.g. a parameter "
+                f"without a gradient on one rank, its all_reduce skipped by `if p.grad is not "
+                f"None`), and this call pairs different tensors: every rank must issue the same "
+                f"collectives in the same order{_uneven_fix(first, calls)}")
     if given[0] and first.op != "all_to_all":
         lists = [(c.sizes, c.sizes_more) for c in calls]
         other = next((k for k in range(len(calls)) if lists[k] != lists[me]), None)
