@@ -2400,7 +2400,8 @@ def _is_integer(x: torch.Tensor) -> bool:
     return not (x.is_floating_point() or x.is_complex())
 
 
-def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None,
+def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str,
+                    name: str | Callable[[], str] | None = None,
                     may_be_cut: bool | None = None, unnamed: str | None = None,
                     widen: bool = False) -> None:
     """Give ``x`` the declared type ``want``.
@@ -2419,6 +2420,8 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
     where the caller holds none (else the expression's operand would name it).
     """
     def text_of() -> str:
+        if callable(name):  # read on an error only (a function's returned expression)
+            return name()
         if name:
             return name
         if unnamed is not None:
@@ -3179,17 +3182,58 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
                     # named as the call, so that the fix can be pasted where it is called
-                    _stamp_declared(result, rets, what + _fmt(rets), f"{fn.__name__}(<...>)")
+                    _stamp_declared(result, rets, what + _fmt(rets),
+                                    lambda: _returned_text(fn, None, f"{fn.__name__}(<...>)"))
             elif isinstance(result, (tuple, list)):
                 for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
-                        _stamp_declared(r, st, what + _fmt(st), f"{fn.__name__}(<...>)[{k}]")
+                        _stamp_declared(r, st, what + _fmt(st),
+                                        lambda k=k: _returned_text(  # type: ignore[misc]
+                                            fn, k, f"{fn.__name__}(<...>)[{k}]"))
         if ret_fields is not None:
             _declare_fields(result, ret_fields, f"of the result of {fn.__qualname__}",
                             f"{fn.__name__}(<...>)")
         return result
 
     return wrapper
+
+
+def _returned_text(fn: Any, k: int | None, default: str) -> str:
+    """The expression ``fn`` returns (item ``k`` of a returned tuple display), as the static
+    checker names a return value (``aux`` of ``return shared + routed, aux, counts``): the
+    fix can then be pasted at the return.  Read on an error only; ``default`` (the call,
+    ``forward(<...>)[1]``) where the source is not available or the function's returns
+    write the value differently."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn))))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return default
+    top = tree.body[0] if tree.body else None
+    if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return default
+    rets: list[ast.Return] = []
+    todo: list[ast.AST] = list(top.body)
+    while todo:  # the function's own returns: not those of a nested def, lambda or class
+        n = todo.pop()
+        if isinstance(n, ast.Return):
+            rets.append(n)
+        elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(n))
+    texts: set[str] = set()
+    for r in rets:
+        v = r.value
+        if v is None:
+            continue
+        if k is not None:
+            if not isinstance(v, ast.Tuple) or k >= len(v.elts) or any(
+                    isinstance(e, ast.Starred) for e in v.elts):
+                return default
+            v = v.elts[k]
+        texts.add(_expr_text(v))
+    return texts.pop() if len(texts) == 1 else default
 
 
 # --------------------------------------------------------------------------------------

@@ -2976,6 +2976,19 @@ def made_by(e: Expression | None) -> coll.MadeBy | None:
     return coll.MadeBy(c[0], c[1], c[2], c[3]) if c is not None else None
 
 
+def made_by_binding(e: Expression | None, func: FuncDef | None) -> coll.MadeBy | None:
+    """:func:`made_by` of the one binding of the local name ``e`` in ``func`` (``aux =
+    spmd.all_reduce(...)``, then ``return aux``), its name in ``MadeBy.bound``; None when ``e``
+    is no such name or the name is bound more than once."""
+    if not isinstance(e, NameExpr) or e.node is None or func is None:
+        return None
+    defs = assignments_by_name(func).get(e.node, [])
+    if len(defs) != 1 or defs[0][2] >= 0 or defs[0][0] > e.line:
+        return None
+    c = collective_call(defs[0][1])
+    return coll.MadeBy(c[0], c[1], c[2], c[3], e.name) if c is not None else None
+
+
 _MAX_COLLECTIVES: Final = ("spmd.all_reduce", "spmd._collectives.all_reduce")
 
 
