@@ -131,7 +131,7 @@ from .claims import call_around, claimed_partial_errors
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
-from .statements import Assignments, assignments_by_name, nested_statements
+from .statements import Assignments, assignments_by_name, nested_statements, returns
 from .declared_partials import declared_partial, declared_reduction
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
@@ -3150,6 +3150,25 @@ def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
     return None
 
 
+def _returned_all_reduce(e: Expression) -> tuple[Expression, str] | None:
+    """(the call, the function's name) when ``e`` calls a function whose one return is an
+    ``spmd.all_reduce(...)`` written in place (``img = project(f, w)``): the dst=I fix of its
+    result beside an I value is written there (engine ``Operand.made_in``)."""
+    if not isinstance(e, CallExpr) or not isinstance(e.callee, RefExpr):
+        return None
+    node = e.callee.node
+    fn = node.func if isinstance(node, Decorator) else node
+    if not isinstance(fn, FuncDef):
+        return None
+    rets = returns(fn.body.body)
+    if len(rets) != 1 or rets[0].expr is None:
+        return None
+    c = collective_call(rets[0].expr)
+    if c is None or c[0] != "all_reduce":
+        return None
+    return rets[0].expr, fn.name
+
+
 def _with_bindings(ctx: AnyCtx, ops: list[Operand]) -> list[Operand] | None:
     """``ops`` with each local name's binding before the op (``Operand.made``), for the
     invariant-mix rule's fix of a V statistic; None when no operand is such a name."""
@@ -3171,7 +3190,9 @@ def _with_bindings(ctx: AnyCtx, ops: list[Operand]) -> list[Operand] | None:
         node = nodes.get(o.text) if o.type else None
         defs = [v for at, v, k in assigned.get(node, []) if k < 0 and at <= line] if node else []
         if defs:
-            o = dataclasses.replace(o, made=code_text(defs[-1]))
+            returned = _returned_all_reduce(defs[-1])
+            o = (dataclasses.replace(o, made=code_text(returned[0]), made_in=returned[1])
+                 if returned is not None else dataclasses.replace(o, made=code_text(defs[-1])))
             changed = True
         out.append(o)
     return out if changed else None
