@@ -778,6 +778,8 @@ def _named_texts(values: Sequence[Any], defaults: Sequence[str], written: bool =
         named.extend(held)
         for k, m in modules:
             named.extend((f"{k}.{n}", p) for n, p in m.named_parameters())
+        for k, m in modules:  # then its buffers: moe.e_bias (a router's bias, updated in place)
+            named.extend((f"{k}.{n}", b) for n, b in m.named_buffers())
         for k, v in named:
             names.setdefault(id(v), k)
         # an optimizer's state (Adam's moments, written by torch's code): opt.state[m.w]["exp_avg"]

@@ -136,6 +136,38 @@ def test_side_table_forgets_dead_tensors() -> None:
 # ops: results, errors, messages
 
 
+class _Router(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("e_bias", torch.zeros(4))
+
+
+@torch.no_grad()
+def _update_bias(moe: _Router, counts: torch.Tensor) -> None:
+    moe.e_bias.add_(0.1 * torch.sign(counts.mean() - counts))
+
+
+def _update_bias_with(moe: _Router, counts: torch.Tensor) -> None:
+    with torch.no_grad():
+        moe.e_bias.add_(0.1 * torch.sign(counts.mean() - counts))
+
+
+def test_inplace_on_a_module_buffer_names_it_as_written() -> None:
+    # probe-dsv3 f3: a buffer of a module the caller holds (moe.e_bias) was named "x", and the
+    # value added "value"; the static checker names both as written
+    with spmd.typecheck():
+        moe = _Router()
+        spmd.declare(moe.e_bias, Tensor[R["dp"]])
+        counts = typed(torch.arange(4.0), Tensor[V["dp"]])
+        for update in (_update_bias, _update_bias_with):
+            with pytest.raises(SpmdTypeError) as e:
+                update(moe, counts)
+            assert str(e.value).startswith(
+                'add_ would change moe.e_bias on "dp" from Replicate to Varying (Tensor[R["dp"]] '
+                '-> Tensor[V["dp"]]); 0.1 * torch.sign(counts.mean() - counts) (Tensor[V["dp"]]) '
+                'is Varying on "dp"'), str(e.value)
+
+
 def test_error_is_raised_before_the_op_runs_and_names_the_operands() -> None:
     with spmd.typecheck():
         hidden = typed(mk(), Tensor[R["tp"]])
