@@ -807,6 +807,37 @@ def _named_texts(values: Sequence[Any], defaults: Sequence[str], written: bool =
     return out
 
 
+def _enclosing_all_reduce() -> str:
+    """The source text of the ``all_reduce(...)`` call whose first argument is the expression
+    the caller's frame is running (``spmd.all_reduce(self.shared(h) + routed, "tp", src=P,
+    dst=I)`` while the add runs); "" when there is none, or the source cannot be read.  Read
+    on an error only."""
+    import ast
+    import linecache
+
+    try:
+        frame = _user_frame()
+        if frame is None:
+            return ""
+        code = frame.f_code
+        pos = list(code.co_positions())[frame.f_lasti // 2]
+        if None in pos:
+            return ""
+        source = "".join(linecache.getlines(code.co_filename, frame.f_globals))
+        tree = ast.parse(source)
+    except Exception:  # noqa: BLE001 - naming never raises
+        return ""
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Call) and n.args and getattr(n.func, "attr", getattr(
+                n.func, "id", None)) == "all_reduce"):
+            continue
+        a = n.args[0]
+        if (a.lineno, a.end_lineno, a.col_offset, a.end_col_offset) == tuple(pos):
+            text = ast.get_source_segment(source, n)
+            return " ".join(text.split()) if text else ""
+    return ""
+
+
 def _optimizers(frame: Any) -> list[tuple[str, Any]]:
     """The optimizers the caller's frame holds by name (its locals, then its globals), then
     one whose ``step`` is running (torch's frame's ``self``), named ``optimizer`` when the
@@ -1752,6 +1783,16 @@ class _Mode(TorchFunctionMode):
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction,
                                   partial_axes=partial_axes, move=move, spec=spec)
+            if res.errors and res.errors[0].code == "spmd-invariant-mix":
+                # the op written as an all_reduce's argument: the fix that pastes there, as
+                # the static checker's (engine Operand.reduced)
+                reduced = _enclosing_all_reduce()
+                if reduced:
+                    again = self._propagate(plan, ops, types, grad_on, texts,
+                                            reduction=reduction, partial_axes=partial_axes,
+                                            move=move, spec=spec, reduced=reduced)
+                    if again.errors:
+                        res = again
             raise SpmdTypeError(res.errors[0])
         targets: list[torch.Tensor] = []
         if inplace_target is not None:
@@ -1920,7 +1961,7 @@ class _Mode(TorchFunctionMode):
                    reduction: Reduction | None = None,
                    partial_axes: tuple[str, ...] | None = None,
                    move: DimMove | Contraction | None = None,
-                   spec: OpSpec | None = None) -> Any:
+                   spec: OpSpec | None = None, reduced: str = "") -> Any:
         spec = spec or plan.spec
         assert spec is not None
         operands = []
@@ -1928,12 +1969,14 @@ class _Mode(TorchFunctionMode):
             text = texts[i] if texts is not None else _default_text(i)
             role = role_of(spec, i, cls)
             if t is None:
-                operands.append(Operand(None, text, True, role, zero=_is_zero(v)))
+                operands.append(Operand(None, text, True, role, zero=_is_zero(v),
+                                        reduced=reduced))
             else:
                 can_grad = not carries_no_gradient(cls) and grad_on and bool(v.requires_grad)
                 # a leaf (no grad_fn: a weight, an input) may be frozen; an activation is not
                 leaf = isinstance(v, torch.nn.Parameter) or (bool(v.requires_grad) and v.grad_fn is None)
-                operands.append(Operand(t, text, can_grad, role, tuple(v.shape), leaf=leaf))
+                operands.append(Operand(t, text, can_grad, role, tuple(v.shape), leaf=leaf,
+                                        reduced=reduced))
         if params is not None:
             return global_propagate(plan.name, operands, **params)
         if partial_axes is not None:

@@ -168,6 +168,25 @@ def test_inplace_on_a_module_buffer_names_it_as_written() -> None:
                 'is Varying on "dp"'), str(e.value)
 
 
+def _shared_in_the_sum(shared: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
+    return spmd.all_reduce(shared + routed, "tp", src=P, dst=I)
+
+
+def test_invariant_mix_inside_an_all_reduce_gets_the_static_fix() -> None:
+    # probe-dsv3 f4: "all_reduce(shared, ...) first", pasted inside the all_reduce, reduces
+    # twice; the check mode gives the static checker's rewrite of the whole call
+    with spmd.typecheck():
+        shared, routed = typed(mk(), Tensor[P["tp"]]), typed(mk(), Tensor[I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _shared_in_the_sum(shared, routed)
+        assert e.value.code == "spmd-invariant-mix"
+        assert str(e.value).endswith(
+            'add routed after the reduction: spmd.all_reduce(shared, "tp", src=P, dst=I) + '
+            'routed in place of spmd.all_reduce(shared + routed, "tp", src=P, dst=I); or '
+            'convert(routed, "tp", src=I, dst=P) to add it into the pending sum  '
+            '[spmd-invariant-mix]'), str(e.value)
+
+
 def test_error_is_raised_before_the_op_runs_and_names_the_operands() -> None:
     with spmd.typecheck():
         hidden = typed(mk(), Tensor[R["tp"]])
