@@ -1294,6 +1294,9 @@ class MadeBy:
     # the local name the result is bound to once (``aux = spmd.all_reduce(...)``, then ``aux``
     # returned): only the dropped all_reduce's fix is read through it ("" : written in place)
     bound: str = ""
+    # the V value the sum is taken of, where the input is ``reinterpret(part, ax, src=V,
+    # dst=P)`` (read by the adapter: x_text may be cut short); "" else
+    part: str = ""
 
     def _dropped_sum(self, axes: tuple[str, ...], want: LocalType) -> str | None:
         """A src=P all_reduce's result where V (this rank's share) is declared (an aux loss
@@ -1309,16 +1312,18 @@ class MadeBy:
         args = _top_level_args(x[x.index("(") + 1:-1]) if x.endswith(")") and "(" in x else []
         callee = x[:x.index("(")] if args else ""
         norm = [a.replace(" ", "") for a in args]
-        part: str | None = None
-        if (callee.rsplit(".", 1)[-1] == "reinterpret" and len(args) >= 2
+        part: str | None = self.part or None
+        if part is None and (callee.rsplit(".", 1)[-1] == "reinterpret" and len(args) >= 2
                 and "src=V" in norm and "dst=P" in norm):
             part = args[0]  # reinterpret(aux_local, "dp", src=V, dst=P): aux_local is V
         result = self.bound or "the all_reduce's result"
         why = (f"the sum, returned as this rank's share, is counted once per rank where the "
                f"ranks' shares are summed; to log the sum, all_reduce a detached copy")
         if part is not None:
-            return (f"drop the all_reduce: the value before it is this rank's part: {bare(part)} "
-                    f"(V on {ax}) in place of {result} ({why})")
+            what = (f"{bare(part)} (V on {ax})" if "<...>" not in part else
+                    f"the input of its reinterpret(..., src=V, dst=P) (V on {ax})")
+            return (f"drop the all_reduce: the value before it is this rank's part: {what} "
+                    f"in place of {result} ({why})")
         return (f"drop the all_reduce if the caller sums the ranks' shares: the value before it, "
                 f"{x}, is this rank's part (P on {ax}: declare it P where V is declared; {why})")
 
@@ -1459,7 +1464,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     together = f"; together: {nested}" if len(units) > 1 and nested is not None else ""
     return [SpmdError(
         "spmd-mismatch",
-        f"{where} is {format_type(actual)} but {format_type(expected)} is expected: it is "
+        f"{where} is {format_type(actual)} but {format_type(expected, like=actual)} is expected: it is "
         f"{', and '.join(what)}; {'; '.join(fixes)}{together}",
     )]
 

@@ -2181,7 +2181,7 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     return SpmdError(
         "spmd-inplace",
         f'{what} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
-        f"({format_type(target.type)} -> {format_type(result)}){brings}; an in-place op cannot "
+        f"({format_type(target.type)} -> {format_type(result, like=target.type)}){brings}; an in-place op cannot "
         f"change a type: {fix}",
     )
 
@@ -2293,7 +2293,7 @@ def _inplace_layout_error(name: str, target: Operand, result: SpmdType,
         return SpmdError(
             "spmd-inplace",
             f'{name} would change {target.text} on "{axis}" from {_layout_word(want)} to '
-            f"{_layout_word(new)} ({format_type(target.type)} -> {format_type(result)}): its "
+            f"{_layout_word(new)} ({format_type(target.type)} -> {format_type(result, like=target.type)}): its "
             f"type would still name {_layout_dim(want)} where each rank's block lies along "
             f"{_layout_dim(new)}, and every later op would read the wrong dim; an in-place op "
             f"cannot change a type: {fix}",
@@ -2321,7 +2321,7 @@ def _inplace_spec_error(name: str, target: Operand, result: SpmdType) -> SpmdErr
     return SpmdError(
         "spmd-inplace",
         f"{name} would change the layout of {target.text} from {format_spec(old)} to "
-        f"{format_spec(new)} ({format_type(target.type)} -> {format_type(result)}); an in-place "
+        f"{format_spec(new)} ({format_type(target.type)} -> {format_type(result, like=target.type)}); an in-place "
         f"op cannot change a type: {fix}",
     )
 

@@ -2973,7 +2973,24 @@ def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalTy
 def made_by(e: Expression | None) -> coll.MadeBy | None:
     """The collective ``e`` calls, when it is one with literal axes (:class:`coll.MadeBy`)."""
     c = collective_call(e)
-    return coll.MadeBy(c[0], c[1], c[2], c[3]) if c is not None else None
+    return coll.MadeBy(c[0], c[1], c[2], c[3], part=_v_part(e)) if c is not None else None
+
+
+def _v_part(e: Expression | None) -> str:
+    """``aux_local`` of ``spmd.all_reduce(spmd.reinterpret(aux_local, "dp", src=V, dst=P),
+    ...)``: the V value whose sum the all_reduce takes (MadeBy.part); "" else."""
+    if not isinstance(e, CallExpr) or not e.args:
+        return ""
+    x = next((a for a, n in zip(e.args, e.arg_names) if n is None or n == "x"), None)
+    c = collective_call(x)
+    if c is None or c[0] != "reinterpret" or c[2] is None or c[2].kind is not Kind.V:
+        return ""
+    assert isinstance(x, CallExpr)
+    dst = next((read_local_type(a) for a, n in zip(x.args, x.arg_names) if n == "dst"), None)
+    if dst is None or dst.kind is not Kind.P:
+        return ""
+    inner = next((a for a, n in zip(x.args, x.arg_names) if n is None or n == "x"), None)
+    return expr_text(inner) if inner is not None else ""
 
 
 def made_by_binding(e: Expression | None, func: FuncDef | None) -> coll.MadeBy | None:
@@ -2986,7 +3003,7 @@ def made_by_binding(e: Expression | None, func: FuncDef | None) -> coll.MadeBy |
     if len(defs) != 1 or defs[0][2] >= 0 or defs[0][0] > e.line:
         return None
     c = collective_call(defs[0][1])
-    return coll.MadeBy(c[0], c[1], c[2], c[3], e.name) if c is not None else None
+    return coll.MadeBy(c[0], c[1], c[2], c[3], e.name, _v_part(defs[0][1])) if c is not None else None
 
 
 _MAX_COLLECTIVES: Final = ("spmd.all_reduce", "spmd._collectives.all_reduce")
