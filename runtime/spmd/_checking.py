@@ -778,6 +778,8 @@ def _named_texts(values: Sequence[Any], defaults: Sequence[str], written: bool =
         named.extend(held)
         for k, m in modules:
             named.extend((f"{k}.{n}", p) for n, p in m.named_parameters())
+        for k, m in modules:  # then its buffers: moe.e_bias (a router's bias, updated in place)
+            named.extend((f"{k}.{n}", b) for n, b in m.named_buffers())
         for k, v in named:
             names.setdefault(id(v), k)
         # an optimizer's state (Adam's moments, written by torch's code): opt.state[m.w]["exp_avg"]
@@ -803,6 +805,37 @@ def _named_texts(values: Sequence[Any], defaults: Sequence[str], written: bool =
         else:
             out.append(repr(v))
     return out
+
+
+def _enclosing_all_reduce() -> str:
+    """The source text of the ``all_reduce(...)`` call whose first argument is the expression
+    the caller's frame is running (``spmd.all_reduce(self.shared(h) + routed, "tp", src=P,
+    dst=I)`` while the add runs); "" when there is none, or the source cannot be read.  Read
+    on an error only."""
+    import ast
+    import linecache
+
+    try:
+        frame = _user_frame()
+        if frame is None:
+            return ""
+        code = frame.f_code
+        pos = list(code.co_positions())[frame.f_lasti // 2]
+        if None in pos:
+            return ""
+        source = "".join(linecache.getlines(code.co_filename, frame.f_globals))
+        tree = ast.parse(source)
+    except Exception:  # noqa: BLE001 - naming never raises
+        return ""
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Call) and n.args and getattr(n.func, "attr", getattr(
+                n.func, "id", None)) == "all_reduce"):
+            continue
+        a = n.args[0]
+        if (a.lineno, a.end_lineno, a.col_offset, a.end_col_offset) == tuple(pos):
+            text = ast.get_source_segment(source, n)
+            return " ".join(text.split()) if text else ""
+    return ""
 
 
 def _optimizers(frame: Any) -> list[tuple[str, Any]]:
@@ -1755,6 +1788,16 @@ class _Mode(TorchFunctionMode):
             texts = _texts(values, [_default_text(i) for i in range(len(values))])
             res = self._propagate(plan, ops, types, grad_on, texts, reduction=reduction,
                                   partial_axes=partial_axes, move=move, spec=spec)
+            if res.errors and res.errors[0].code == "spmd-invariant-mix":
+                # the op written as an all_reduce's argument: the fix that pastes there, as
+                # the static checker's (engine Operand.reduced)
+                reduced = _enclosing_all_reduce()
+                if reduced:
+                    again = self._propagate(plan, ops, types, grad_on, texts,
+                                            reduction=reduction, partial_axes=partial_axes,
+                                            move=move, spec=spec, reduced=reduced)
+                    if again.errors:
+                        res = again
             raise SpmdTypeError(res.errors[0])
         targets: list[torch.Tensor] = []
         if inplace_target is not None:
@@ -1923,7 +1966,7 @@ class _Mode(TorchFunctionMode):
                    reduction: Reduction | None = None,
                    partial_axes: tuple[str, ...] | None = None,
                    move: DimMove | Contraction | None = None,
-                   spec: OpSpec | None = None) -> Any:
+                   spec: OpSpec | None = None, reduced: str = "") -> Any:
         spec = spec or plan.spec
         assert spec is not None
         operands = []
@@ -1931,12 +1974,14 @@ class _Mode(TorchFunctionMode):
             text = texts[i] if texts is not None else _default_text(i)
             role = role_of(spec, i, cls)
             if t is None:
-                operands.append(Operand(None, text, True, role, zero=_is_zero(v)))
+                operands.append(Operand(None, text, True, role, zero=_is_zero(v),
+                                        reduced=reduced))
             else:
                 can_grad = not carries_no_gradient(cls) and grad_on and bool(v.requires_grad)
                 # a leaf (no grad_fn: a weight, an input) may be frozen; an activation is not
                 leaf = isinstance(v, torch.nn.Parameter) or (bool(v.requires_grad) and v.grad_fn is None)
-                operands.append(Operand(t, text, can_grad, role, tuple(v.shape), leaf=leaf))
+                operands.append(Operand(t, text, can_grad, role, tuple(v.shape), leaf=leaf,
+                                        reduced=reduced))
         if params is not None:
             return global_propagate(plan.name, operands, **params)
         if partial_axes is not None:
@@ -2405,7 +2450,8 @@ def _is_integer(x: torch.Tensor) -> bool:
     return not (x.is_floating_point() or x.is_complex())
 
 
-def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None = None,
+def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str,
+                    name: str | Callable[[], str] | None = None,
                     may_be_cut: bool | None = None, unnamed: str | None = None,
                     widen: bool = False) -> None:
     """Give ``x`` the declared type ``want``.
@@ -2424,6 +2470,8 @@ def _stamp_declared(x: torch.Tensor, want: SpmdType, what: str, name: str | None
     where the caller holds none (else the expression's operand would name it).
     """
     def text_of() -> str:
+        if callable(name):  # read on an error only (a function's returned expression)
+            return name()
         if name:
             return name
         if unnamed is not None:
@@ -3184,17 +3232,58 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
                     # named as the call, so that the fix can be pasted where it is called
-                    _stamp_declared(result, rets, what + _fmt(rets), f"{fn.__name__}(<...>)")
+                    _stamp_declared(result, rets, what + _fmt(rets),
+                                    lambda: _returned_text(fn, None, f"{fn.__name__}(<...>)"))
             elif isinstance(result, (tuple, list)):
                 for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
-                        _stamp_declared(r, st, what + _fmt(st), f"{fn.__name__}(<...>)[{k}]")
+                        _stamp_declared(r, st, what + _fmt(st),
+                                        lambda k=k: _returned_text(  # type: ignore[misc]
+                                            fn, k, f"{fn.__name__}(<...>)[{k}]"))
         if ret_fields is not None:
             _declare_fields(result, ret_fields, f"of the result of {fn.__qualname__}",
                             f"{fn.__name__}(<...>)")
         return result
 
     return wrapper
+
+
+def _returned_text(fn: Any, k: int | None, default: str) -> str:
+    """The expression ``fn`` returns (item ``k`` of a returned tuple display), as the static
+    checker names a return value (``aux`` of ``return shared + routed, aux, counts``): the
+    fix can then be pasted at the return.  Read on an error only; ``default`` (the call,
+    ``forward(<...>)[1]``) where the source is not available or the function's returns
+    write the value differently."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn))))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return default
+    top = tree.body[0] if tree.body else None
+    if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return default
+    rets: list[ast.Return] = []
+    todo: list[ast.AST] = list(top.body)
+    while todo:  # the function's own returns: not those of a nested def, lambda or class
+        n = todo.pop()
+        if isinstance(n, ast.Return):
+            rets.append(n)
+        elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(n))
+    texts: set[str] = set()
+    for r in rets:
+        v = r.value
+        if v is None:
+            continue
+        if k is not None:
+            if not isinstance(v, ast.Tuple) or k >= len(v.elts) or any(
+                    isinstance(e, ast.Starred) for e in v.elts):
+                return default
+            v = v.elts[k]
+        texts.add(_expr_text(v))
+    return texts.pop() if len(texts) == 1 else default
 
 
 # --------------------------------------------------------------------------------------

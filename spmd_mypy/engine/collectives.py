@@ -1291,6 +1291,41 @@ class MadeBy:
     axes: tuple[str, ...]
     src: LocalType | None  # None: the op's default
     x_text: str = "..."  # its input as written
+    # the local name the result is bound to once (``aux = spmd.all_reduce(...)``, then ``aux``
+    # returned): only the dropped all_reduce's fix is read through it ("" : written in place)
+    bound: str = ""
+    # the V value the sum is taken of, where the input is ``reinterpret(part, ax, src=V,
+    # dst=P)`` (read by the adapter: x_text may be cut short); "" else
+    part: str = ""
+
+    def _dropped_sum(self, axes: tuple[str, ...], want: LocalType) -> str | None:
+        """A src=P all_reduce's result where V (this rank's share) is declared (an aux loss
+        summed over "dp" to log it, returned as this rank's share): the value before the sum
+        is this rank's part, and the sum, reinterpreted as V, is counted once per rank when
+        the caller sums the ranks' shares (probe-dsv3 f2: the aux loss dp times)."""
+        src = self.src or _default_src(self.op)
+        if (self.op != "all_reduce" or src is None or src.kind is not Kind.P
+                or want.kind is not Kind.V or want.dim is not None):
+            return None
+        ax = format_axes(self.axes)
+        x = bare(self.x_text)
+        args = _top_level_args(x[x.index("(") + 1:-1]) if x.endswith(")") and "(" in x else []
+        callee = x[:x.index("(")] if args else ""
+        norm = [a.replace(" ", "") for a in args]
+        part: str | None = self.part or None
+        if part is None and (callee.rsplit(".", 1)[-1] == "reinterpret" and len(args) >= 2
+                and "src=V" in norm and "dst=P" in norm):
+            part = args[0]  # reinterpret(aux_local, "dp", src=V, dst=P): aux_local is V
+        result = self.bound or "the all_reduce's result"
+        why = (f"the sum, returned as this rank's share, is counted once per rank where the "
+               f"ranks' shares are summed; to log the sum, all_reduce a detached copy")
+        if part is not None:
+            what = (f"{bare(part)} (V on {ax})" if "<...>" not in part else
+                    f"the input of its reinterpret(..., src=V, dst=P) (V on {ax})")
+            return (f"drop the all_reduce: the value before it is this rank's part: {what} "
+                    f"in place of {result} ({why})")
+        return (f"drop the all_reduce if the caller sums the ranks' shares: the value before it, "
+                f"{x}, is this rank's part (P on {ax}: declare it P where V is declared; {why})")
 
     def fix(self, axis: str | tuple[str, ...], want: LocalType) -> str | None:
         """The fix on ``axis`` (one axis, or the axes of one mismatch merged): only where
@@ -1298,6 +1333,18 @@ class MadeBy:
         axes = (axis,) if isinstance(axis, str) else axis
         if sorted(self.axes) != sorted(axes):
             return None
+        dropped = self._dropped_sum(axes, want)
+        if dropped is not None or self.bound:
+            if dropped is not None and not self.bound and not dropped.startswith(
+                    "drop the all_reduce:"):
+                # a P of no known V part: the reduce-scatter in its place stays an option
+                rest = self._own_fix(axes, want)
+                return f"{dropped}; else {rest}" if rest is not None else dropped
+            return dropped
+        return self._own_fix(axes, want)
+
+    def _own_fix(self, axes: tuple[str, ...], want: LocalType) -> str | None:
+        """The collective's own dst, or another collective in its place."""
         src = self.src or _default_src(self.op)
         if src is None:
             return None
@@ -1395,6 +1442,9 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             op = r[0] if r is not None else ""
             fix = (made_by.fix(ax, want) if made_by is not None else None) or suggest(
                 have, want, x_text, ax, rank_max, index, norm)
+            if made_by is not None and made_by.bound and fix.startswith("drop the all_reduce"):
+                # a name bound to the sum: the dropped all_reduce leads, the conversions after
+                fix += f"; if not, {suggest(have, want, x_text, ax, rank_max, index, norm)}"
             if no_grad and have.kind is Kind.R and want.kind is Kind.I:
                 # under no_grad an I beside an R without a gradient is R (SAME_VALUES): most
                 # often a bool or integer tensor declared R, a mask or token ids, which the
@@ -1414,7 +1464,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     together = f"; together: {nested}" if len(units) > 1 and nested is not None else ""
     return [SpmdError(
         "spmd-mismatch",
-        f"{where} is {format_type(actual)} but {format_type(expected)} is expected: it is "
+        f"{where} is {format_type(actual)} but {format_type(expected, like=actual)} is expected: it is "
         f"{', and '.join(what)}; {'; '.join(fixes)}{together}",
     )]
 
@@ -2197,7 +2247,10 @@ def disagreement(calls: Sequence[RankCall], ranks: Sequence[int], axis: str,
                 f"{_per_value([c.held() for c in calls], ranks, 'holds')}; {same} pass the same "
                 f"shape{except_dim} (the ranks cut and join equal blocks: gloo aborts every rank "
                 f"when the message sizes differ, and equal sizes of different shapes give "
-                f"garbage){_uneven_fix(first, calls)}")
+                f"garbage), or a rank skipped a collective the others issued (e.g. a parameter "
+                f"without a gradient on one rank, its all_reduce skipped by `if p.grad is not "
+                f"None`), and this call pairs different tensors: every rank must issue the same "
+                f"collectives in the same order{_uneven_fix(first, calls)}")
     if given[0] and first.op != "all_to_all":
         lists = [(c.sizes, c.sizes_more) for c in calls]
         other = next((k for k in range(len(calls)) if lists[k] != lists[me]), None)

@@ -144,6 +144,10 @@ class Operand:
     # torch.logsumexp(logits, dim=-1)``), where the adapter reads it: the invariant-mix rule's
     # fix of a V statistic reads the reduction there (static checker only; "" else)
     made: str = ""
+    # ``made`` is the all_reduce the function ``made_in`` returns (``img = project(f, w)``,
+    # ``project`` ending ``return spmd.all_reduce(..., dst=R)``): its dst=I fix is written
+    # there, with the function's return type (static checker only; "" else)
+    made_in: str = ""
     # Where the op's result goes, where the adapter reads it (static checker only, for a
     # fix): ``reduced``, the text of the all_reduce call whose argument the op is
     # (``all_reduce(partial + b, ...)``); ``meets``, (axis, what) for each axis on which the
@@ -187,9 +191,9 @@ class _SourceOperand(Operand):
         if not isinstance(other, Operand):
             return NotImplemented
         return ((self.type, self.text, self.can_grad, self.role, self.shape, self.zero, self.leaf,
-                 self.cut, self.made, self.reduced, self.meets)
+                 self.cut, self.made, self.made_in, self.reduced, self.meets)
                 == (other.type, other.text, other.can_grad, other.role, other.shape, other.zero,
-                    other.leaf, other.cut, other.made, other.reduced, other.meets))
+                    other.leaf, other.cut, other.made, other.made_in, other.reduced, other.meets))
 
     __hash__ = Operand.__hash__
 
@@ -208,6 +212,7 @@ def source_operand(type: SpmdType | None, source: object, render: Callable[[Any]
     o.leaf = leaf
     o.cut = None
     o.made = ""
+    o.made_in = ""
     o.reduced = ""
     o.meets = ()
     o._source = source
@@ -1065,6 +1070,37 @@ def _call_args(call: str) -> tuple[str, list[str]] | None:
     return call.strip()[:call.strip().index("(")], _top_level_args(m.group(1))
 
 
+# the ops whose result carries its inputs' gradient by design: a detach of it would stop
+# training what made it (a projector's all_reduce, a matmul chain)
+_CALLEE = re.compile(r"([A-Za-z_][\w.]*)\(")
+_GRADIENT_OPS: frozenset[str] = frozenset({
+    "linear", "matmul", "mm", "bmm", "einsum", "conv1d", "conv2d", "all_reduce", "all_gather",
+    "reduce_scatter", "all_to_all", "convert", "reinterpret", "redistribute"})
+
+
+def _gradient_path(made: str) -> bool:
+    """``made`` (a name's one binding) is a value whose gradient the code plainly wants: a
+    function's or a module's result (``project(f, w)``, ``self.proj(x)``), a differentiable
+    collective's or a matmul's (``x @ w``); a mask, a count, a ``.float()`` of one is not."""
+    text = bare(made.strip())
+    if not text:
+        return False
+    if " @ " in text:
+        return True
+    m = _CALLEE.match(text)
+    if m is None or not text.endswith(")"):
+        return False
+    depth = 0
+    for k in range(m.end() - 1, len(text)):
+        depth += (text[k] in "([{") - (text[k] in ")]}")
+        if depth == 0 and k != len(text) - 1:
+            return False  # not one call (``f(a) + g(b)``, ``f(a)[0]``)
+    callee = m.group(1)
+    last = callee.rsplit(".", 1)[-1]
+    return ("." not in callee and callee.isidentifier()) or callee.startswith("self.") or (
+        last in _GRADIENT_OPS)
+
+
 def _dst_i_reduce(o: Operand, axis: str) -> tuple[str, str] | None:
     """(the call with ``dst=I``, where it is) when the R operand ``o`` is an
     ``all_reduce(..., "axis", ..., dst=R)``: the call itself, or a local name bound to one
@@ -1084,6 +1120,11 @@ def _dst_i_reduce(o: Operand, axis: str) -> tuple[str, str] | None:
                 f'axis="{axis}"', f"axis='{axis}'") for a in args[1:])):
         return None
     fixed = f"{callee}({', '.join('dst=I' if a == 'dst=R' else a for a in args)})"
+    if o.made_in and o.type is not None:
+        # the all_reduce a function returns: dst=I there, and I in its return type
+        ret = format_type(SpmdType.of({**o.type.as_dict(), axis: INVARIANT}))
+        return (f"return {fixed}",
+                f"the all_reduce {o.made_in} returns (and declare {o.made_in} -> {ret})")
     return (f"{text} = {fixed}", f"the all_reduce that makes {text}") if named else (
         fixed, "the all_reduce")
 
@@ -1186,7 +1227,8 @@ def _rule_on_axis(
                 if first is not None:
                     fix = f"{first}; else {fix}"
             if (other.kind is Kind.R and not other_o.text.startswith("self.")
-                    and _NAMED.fullmatch(bare(other_o.text)) and dst_i is None):
+                    and _NAMED.fullmatch(bare(other_o.text)) and dst_i is None
+                    and not _gradient_path(other_o.made)):
                 # an R that carries no gradient mixes with I (a data mask, a target): detaching
                 # it keeps the I operand's gradient, where detaching that one loses it (not
                 # offered for a module's attribute: a weight, as a rule; nor for a computed
@@ -2225,7 +2267,7 @@ def check_inplace(name: str, target: Operand, result: SpmdType,
     return SpmdError(
         "spmd-inplace",
         f'{what} would change {target.text} on "{axis}" from {_word(old)} to {_word(new)} '
-        f"({format_type(target.type)} -> {format_type(result)}){brings}; an in-place op cannot "
+        f"({format_type(target.type)} -> {format_type(result, like=target.type)}){brings}; an in-place op cannot "
         f"change a type: {fix}",
     )
 
@@ -2337,7 +2379,7 @@ def _inplace_layout_error(name: str, target: Operand, result: SpmdType,
         return SpmdError(
             "spmd-inplace",
             f'{name} would change {target.text} on "{axis}" from {_layout_word(want)} to '
-            f"{_layout_word(new)} ({format_type(target.type)} -> {format_type(result)}): its "
+            f"{_layout_word(new)} ({format_type(target.type)} -> {format_type(result, like=target.type)}): its "
             f"type would still name {_layout_dim(want)} where each rank's block lies along "
             f"{_layout_dim(new)}, and every later op would read the wrong dim; an in-place op "
             f"cannot change a type: {fix}",
@@ -2365,7 +2407,7 @@ def _inplace_spec_error(name: str, target: Operand, result: SpmdType) -> SpmdErr
     return SpmdError(
         "spmd-inplace",
         f"{name} would change the layout of {target.text} from {format_spec(old)} to "
-        f"{format_spec(new)} ({format_type(target.type)} -> {format_type(result)}); an in-place "
+        f"{format_spec(new)} ({format_type(target.type)} -> {format_type(result, like=target.type)}); an in-place "
         f"op cannot change a type: {fix}",
     )
 

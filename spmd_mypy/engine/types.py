@@ -18,6 +18,8 @@ checker both translate their own representation to and from these classes.
 
 from __future__ import annotations
 
+import re
+
 import enum
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -425,12 +427,20 @@ def _quote(axis: str) -> str:
     return '"' + axis + '"'
 
 
-def format_entries(t: SpmdType, axis_order: Iterable[str] | None = None) -> list[str]:
+def format_entries(t: SpmdType, axis_order: Iterable[str] | None = None,
+                   like: SpmdType | None = None) -> list[str]:
     """The entries of a type as users write them, grouped by local type.
 
     ``{tp: R, dp: V}`` prints ``R["tp"], V["dp"]``; ``{dp: R, cp: R}`` prints
-    ``R["dp", "cp"]`` (axes in mesh order when ``axis_order`` is given).
+    ``R["dp", "cp"]`` (axes in mesh order when ``axis_order`` is given).  ``like``: the
+    entries in the order ``like``'s axes print in (a type printed beside it).
     """
+    if like is not None and like.axes and like.spec is None and t.spec is None:
+        seen = [a for e in format_entries(like, axis_order) for a in _entry_axes(e)]
+        at = {a: i for i, a in enumerate(seen)}
+        plain = format_entries(t, axis_order)
+        return sorted(plain, key=lambda e: min((at.get(a, len(at)) for a in _entry_axes(e)),
+                                               default=len(at)))
     order = {a: i for i, a in enumerate(axis_order or ())}
     groups: dict[LocalType, list[str]] = {}
     in_spec = {a for entry in t.spec or () for a in entry}
@@ -454,6 +464,11 @@ def format_entries(t: SpmdType, axis_order: Iterable[str] | None = None) -> list
     return out
 
 
+def _entry_axes(entry: str) -> list[str]:
+    """The axis names of one printed entry (``R["dp", "cp"]``: dp, cp)."""
+    return re.findall(r'"([^"]*)"', entry)
+
+
 def format_spec(spec: tuple[tuple[str, ...], ...]) -> str:
     """``PS[None, "tp"]``, ``PS[("dp", "tp"), None]``."""
 
@@ -471,10 +486,18 @@ def format_spec(spec: tuple[tuple[str, ...], ...]) -> str:
     return "PS[" + ", ".join(entry(e) for e in spec) + "]" if spec else "PS[()]"
 
 
-def format_type(t: SpmdType, axis_order: Iterable[str] | None = None) -> str:
-    """``Tensor[R["tp"], V["dp"]]``; an untyped tensor prints ``Tensor``."""
-    entries = format_entries(t, axis_order)
+def format_type(t: SpmdType, axis_order: Iterable[str] | None = None,
+                like: SpmdType | None = None) -> str:
+    """``Tensor[R["tp"], V["dp"]]``; an untyped tensor prints ``Tensor``.  ``like``: a type
+    printed beside this one (``Tensor[R["dp"], I["tp"]] -> Tensor[V["dp"], I["tp"]]``): the
+    entries follow the order its axes print in, so that both read in one order."""
+    entries = format_entries(t, axis_order, like)
     return f"Tensor[{', '.join(entries)}]" if entries else "Tensor"
+
+
+def format_types(a: SpmdType, b: SpmdType) -> tuple[str, str]:
+    """Two types printed side by side, ``b``'s entries in the order ``a``'s axes print in."""
+    return format_type(a), format_type(b, like=a)
 
 
 def refines(have: SpmdType, want: SpmdType) -> bool:

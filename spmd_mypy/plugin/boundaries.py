@@ -129,7 +129,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import SpmdType, refines, refines_as_printed
 from .autograd import is_autograd_function
-from .calls import expr_text, local_norm, made_by, rank_every, rank_max
+from .calls import expr_text, local_norm, made_by, made_by_binding, rank_every, rank_max
 from .index_values import index_value
 from .texts import ELIDED
 from .codes import ERROR_CODES
@@ -901,7 +901,7 @@ class BoundaryChecker:
             if self._forward_result:
                 return [(e, expr) for e in duality.check_forward_result(
                     have, want, x_text=text, where=where(text), made_by=made_by(expr))]
-            by = made_by(expr)
+            by = made_by(expr) or made_by_binding(expr, self._func)
             errors = coll.check_argument(have, want, x_text=text, where=where(text), made_by=by)
             free = bool(errors) and self._integer_valued(expr)
             if free:

@@ -134,7 +134,7 @@ from .buffers import BufferTypes, zero_buffers
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
-from .statements import Assignments, assignments_by_name, nested_statements
+from .statements import Assignments, assignments_by_name, nested_statements, returns
 from .declared_partials import declared_partial, declared_reduction
 from .codes import ERROR_CODES
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
@@ -3221,7 +3221,37 @@ def collective_call(e: Expression | None) -> tuple[str, tuple[str, ...], LocalTy
 def made_by(e: Expression | None) -> coll.MadeBy | None:
     """The collective ``e`` calls, when it is one with literal axes (:class:`coll.MadeBy`)."""
     c = collective_call(e)
-    return coll.MadeBy(c[0], c[1], c[2], c[3]) if c is not None else None
+    return coll.MadeBy(c[0], c[1], c[2], c[3], part=_v_part(e)) if c is not None else None
+
+
+def _v_part(e: Expression | None) -> str:
+    """``aux_local`` of ``spmd.all_reduce(spmd.reinterpret(aux_local, "dp", src=V, dst=P),
+    ...)``: the V value whose sum the all_reduce takes (MadeBy.part); "" else."""
+    if not isinstance(e, CallExpr) or not e.args:
+        return ""
+    x = next((a for a, n in zip(e.args, e.arg_names) if n is None or n == "x"), None)
+    c = collective_call(x)
+    if c is None or c[0] != "reinterpret" or c[2] is None or c[2].kind is not Kind.V:
+        return ""
+    assert isinstance(x, CallExpr)
+    dst = next((read_local_type(a) for a, n in zip(x.args, x.arg_names) if n == "dst"), None)
+    if dst is None or dst.kind is not Kind.P:
+        return ""
+    inner = next((a for a, n in zip(x.args, x.arg_names) if n is None or n == "x"), None)
+    return expr_text(inner) if inner is not None else ""
+
+
+def made_by_binding(e: Expression | None, func: FuncDef | None) -> coll.MadeBy | None:
+    """:func:`made_by` of the one binding of the local name ``e`` in ``func`` (``aux =
+    spmd.all_reduce(...)``, then ``return aux``), its name in ``MadeBy.bound``; None when ``e``
+    is no such name or the name is bound more than once."""
+    if not isinstance(e, NameExpr) or e.node is None or func is None:
+        return None
+    defs = assignments_by_name(func).get(e.node, [])
+    if len(defs) != 1 or defs[0][2] >= 0 or defs[0][0] > e.line:
+        return None
+    c = collective_call(defs[0][1])
+    return coll.MadeBy(c[0], c[1], c[2], c[3], e.name, _v_part(defs[0][1])) if c is not None else None
 
 
 _MAX_COLLECTIVES: Final = ("spmd.all_reduce", "spmd._collectives.all_reduce")
@@ -3397,6 +3427,25 @@ def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
     return None
 
 
+def _returned_all_reduce(e: Expression) -> tuple[Expression, str] | None:
+    """(the call, the function's name) when ``e`` calls a function whose one return is an
+    ``spmd.all_reduce(...)`` written in place (``img = project(f, w)``): the dst=I fix of its
+    result beside an I value is written there (engine ``Operand.made_in``)."""
+    if not isinstance(e, CallExpr) or not isinstance(e.callee, RefExpr):
+        return None
+    node = e.callee.node
+    fn = node.func if isinstance(node, Decorator) else node
+    if not isinstance(fn, FuncDef):
+        return None
+    rets = returns(fn.body.body)
+    if len(rets) != 1 or rets[0].expr is None:
+        return None
+    c = collective_call(rets[0].expr)
+    if c is None or c[0] != "all_reduce":
+        return None
+    return rets[0].expr, fn.name
+
+
 def _with_bindings(ctx: AnyCtx, ops: list[Operand]) -> list[Operand] | None:
     """``ops`` with each local name's binding before the op (``Operand.made``), for the
     invariant-mix rule's fix of a V statistic; None when no operand is such a name."""
@@ -3418,7 +3467,9 @@ def _with_bindings(ctx: AnyCtx, ops: list[Operand]) -> list[Operand] | None:
         node = nodes.get(o.text) if o.type else None
         defs = [v for at, v, k in assigned.get(node, []) if k < 0 and at <= line] if node else []
         if defs:
-            o = dataclasses.replace(o, made=code_text(defs[-1]))
+            returned = _returned_all_reduce(defs[-1])
+            o = (dataclasses.replace(o, made=code_text(returned[0]), made_in=returned[1])
+                 if returned is not None else dataclasses.replace(o, made=code_text(defs[-1])))
             changed = True
         out.append(o)
     return out if changed else None

@@ -136,6 +136,57 @@ def test_side_table_forgets_dead_tensors() -> None:
 # ops: results, errors, messages
 
 
+class _Router(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("e_bias", torch.zeros(4))
+
+
+@torch.no_grad()
+def _update_bias(moe: _Router, counts: torch.Tensor) -> None:
+    moe.e_bias.add_(0.1 * torch.sign(counts.mean() - counts))
+
+
+def _update_bias_with(moe: _Router, counts: torch.Tensor) -> None:
+    with torch.no_grad():
+        moe.e_bias.add_(0.1 * torch.sign(counts.mean() - counts))
+
+
+def test_inplace_on_a_module_buffer_names_it_as_written() -> None:
+    # probe-dsv3 f3: a buffer of a module the caller holds (moe.e_bias) was named "x", and the
+    # value added "value"; the static checker names both as written
+    with spmd.typecheck():
+        moe = _Router()
+        spmd.declare(moe.e_bias, Tensor[R["dp"]])
+        counts = typed(torch.arange(4.0), Tensor[V["dp"]])
+        for update in (_update_bias, _update_bias_with):
+            with pytest.raises(SpmdTypeError) as e:
+                update(moe, counts)
+            assert str(e.value).startswith(
+                'add_ would change moe.e_bias on "dp" from Replicate to Varying (Tensor[R["dp"]] '
+                '-> Tensor[V["dp"]]); 0.1 * torch.sign(counts.mean() - counts) (Tensor[V["dp"]]) '
+                'is Varying on "dp"'), str(e.value)
+
+
+def _shared_in_the_sum(shared: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
+    return spmd.all_reduce(shared + routed, "tp", src=P, dst=I)
+
+
+def test_invariant_mix_inside_an_all_reduce_gets_the_static_fix() -> None:
+    # probe-dsv3 f4: "all_reduce(shared, ...) first", pasted inside the all_reduce, reduces
+    # twice; the check mode gives the static checker's rewrite of the whole call
+    with spmd.typecheck():
+        shared, routed = typed(mk(), Tensor[P["tp"]]), typed(mk(), Tensor[I["tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _shared_in_the_sum(shared, routed)
+        assert e.value.code == "spmd-invariant-mix"
+        assert str(e.value).endswith(
+            'add routed after the reduction: spmd.all_reduce(shared, "tp", src=P, dst=I) + '
+            'routed in place of spmd.all_reduce(shared + routed, "tp", src=P, dst=I); or '
+            'convert(routed, "tp", src=I, dst=P) to add it into the pending sum  '
+            '[spmd-invariant-mix]'), str(e.value)
+
+
 def test_error_is_raised_before_the_op_runs_and_names_the_operands() -> None:
     with spmd.typecheck():
         hidden = typed(mk(), Tensor[R["tp"]])
@@ -1211,15 +1262,53 @@ def test_checked_decorator() -> None:
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(h)
         assert "the result of _bad_return" in str(e.value)
-        # the return value is named as the call (it was "x", or the caller's argument text;
-        # then "the return value", which a pasted fix cannot hold)
+        # the return value is named as returned, as the static checker names it (it was "x",
+        # or the caller's argument text; then "the return value", which a pasted fix cannot
+        # hold; then the call, _bad_return(<...>), which cannot be pasted either)
         assert str(e.value).startswith(
-            'the result of _bad_return is annotated Tensor[R["tp"]] but _bad_return(<...>) is V '
-            'on "tp", not R (_bad_return(<...>): Tensor[V["tp"]])'), str(e.value)
-        assert 'all_gather(_bad_return(<...>), "tp"' in str(e.value), str(e.value)
+            'the result of _bad_return is annotated Tensor[R["tp"]] but (h * 2) is V '
+            'on "tp", not R ((h * 2): Tensor[V["tp"]])'), str(e.value)
+        assert 'all_gather(h * 2, "tp"' in str(e.value), str(e.value)
         with pytest.raises(SpmdTypeError) as e:
             _bad_return(typed(torch.randn(2), Tensor[V["tp"]]))
-        assert "but _bad_return(<...>) is V" in str(e.value) and "randn" not in str(e.value)
+        assert "but (h * 2) is V" in str(e.value) and "randn" not in str(e.value)
+
+
+@spmd.checked
+def _aux_returned(h: Tensor[V["dp"]], total: Tensor[R["dp"]], many: bool = False
+                  ) -> tuple[Tensor[V["dp"]], Tensor[V["dp"]]]:
+    aux = total * 2
+    if many:
+        return h, aux + 1
+    return h * 2, aux
+
+
+@spmd.checked
+def _aux_one_return(h: Tensor[V["dp"]], total: Tensor[R["dp"]]
+                    ) -> tuple[Tensor[V["dp"]], Tensor[V["dp"]]]:
+    aux = total * 2
+
+    def inner() -> int:
+        return 3
+
+    return h * inner(), aux
+
+
+def test_checked_names_the_returned_item_as_written() -> None:
+    # probe-dsv3 f2: a tuple's item was named forward(<...>)[1] (unpasteable), and its fix
+    # spoke of "the slice": the returned expression names it, as the static checker does
+    with spmd.typecheck():
+        h, total = typed(mk(), Tensor[V["dp"]]), typed(mk(), Tensor[R["dp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            _aux_one_return(h, total)
+        m = str(e.value)
+        assert m.startswith('the result of _aux_one_return is annotated Tensor[V["dp"]] but aux '
+                            'is R on "dp", not V (aux: Tensor[R["dp"]])'), m
+        assert "(<...>)" not in m and "the slice" not in m, m
+        # two returns writing the item differently: the call names it, as before
+        with pytest.raises(SpmdTypeError) as e:
+            _aux_returned(h, total)
+        assert "but _aux_returned(<...>)[1] is R" in str(e.value), str(e.value)
 
 
 @spmd.checked

@@ -97,3 +97,13 @@ def test_different_calls_come_first():
     assert m is not None
     assert m.startswith("the ranks of axis 'tp' make different collective calls here: rank 0 "
                         f"calls {GATHER}, rank 1 calls all_reduce(x, 'tp', src=P, dst=R); "), m
+
+
+def test_shape_names_a_skipped_collective():
+    # probe-vlm: a dp rank without images skipped a gradient's all_reduce (`if p.grad is not
+    # None`), so its next all_reduce paired another parameter's gradient with the others'
+    calls = [_gather("float32", (8, 8)), _gather("float32", (4, 8))]
+    m = disagreement(calls, [0, 1], "dp", 0)
+    assert m is not None and "disagree on the shape" in m
+    assert ("or a rank skipped a collective the others issued (e.g. a parameter without a "
+            "gradient on one rank, its all_reduce skipped by `if p.grad is not None`)") in m, m
