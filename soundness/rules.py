@@ -331,6 +331,7 @@ def _reduction(case: OpCase, static: bool) -> Reduction | None:
 _IMPLICIT_PARTIAL = "each rank's result is its part of a sum over the ranks (a Partial)"
 _PENDING_SUM = "reduces the dim sharded on"
 _BLOCK_NORM = "it is the norm of this rank's block only"
+_DIAGONAL_BLOCK = "each rank holds one diagonal block"
 
 
 def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
@@ -403,8 +404,13 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
             # what the check mode, at the real ranks, accepts (x 3-d: S(1) is the sequence).
             # The check mode raises its own verdict at the result's first use, not here
             # (runtime/spmd/_checking.py _PENDING); the task keeps the check mode's verdict.
+            # A diagonal block too: statically F.linear(x: S(1), w: S(0)) skips the 2-d
+            # reading (x's chunk of the in-features against w's whole rows, which no
+            # consistent global program gives) and reports the block of the 3-d one; the
+            # check mode, at sizes that happen to fit locally, runs the 2-d reading as a V.
             static_only_partial = (acc and not sacc and serrs
-                                   and all(_IMPLICIT_PARTIAL in e for e in serrs))
+                                   and all(_IMPLICIT_PARTIAL in e or _DIAGONAL_BLOCK in e
+                                           for e in serrs))
             # The other way round for a sum, mean or norm over the shard dim (engine
             # ops.reduced_partial_error): the static checker reports it only where the dim
             # reduced is the shard dim at every rank the op takes (x.sum(-1) of S(1) is the
@@ -413,6 +419,13 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
             # mode's verdict (the static claim, V, is each rank's own block's value).
             check_only_pending = (not acc and sacc and errs
                                   and all(_PENDING_SUM in e or _BLOCK_NORM in e for e in errs))
+            # A diagonal block (engine ops.diagonal_block_error: two operands sharded on one
+            # axis on two dims that both stay in the result): the check mode sees it at the
+            # real ranks (x: S(0) @ w: S(1), both 2-d); the static checker only where every
+            # rank the op takes shows it (x @ w of unknown ranks may contract x's shard dim),
+            # else a plain V.  The task keeps the check mode's verdict.
+            check_only_pending = check_only_pending or (
+                not acc and sacc and errs and all(_DIAGONAL_BLOCK in e for e in errs))
             assert static_only_partial or check_only_pending or (
                 sacc == acc and bool(serrs) == bool(errs)), (case.name, combo)
             out.append(Task(mesh_name, case.name, tuple(combo), pa, acc, ot, errs,
