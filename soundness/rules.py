@@ -681,6 +681,15 @@ IMPLICIT_PARTIAL = (
     "logits, 2.2 off)")
 
 
+DIAGONAL_BLOCK = (
+    "a contraction whose operands are sharded on one axis on two dims that both stay in the "
+    "result gives each rank one diagonal block: V describes that (a value of its own), and P "
+    "its sum, but no later op can use it as a shard of the whole (session 41: cross-attention "
+    "K/V from a sequence-sharded encoder output with a column-parallel weight, loss 6.531 vs "
+    "6.410, typed V by both checkers); rejected by design (engine ops.diagonal_block_error), "
+    "a block meant passes one operand declared plain V")
+
+
 def _pending_axes(task: Task) -> list[int]:
     """The mesh axes (indices) on which the task's sum, mean or norm reduces its operand's
     shard dim (engine ``reduced_partial_sum`` at the operand's rank, as the check mode asks)."""
@@ -826,6 +835,10 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
     if task.errors and all(e.startswith("spmd-global") and _IMPLICIT_PARTIAL in e
                            for e in task.errors):
         return IMPLICIT_PARTIAL
+    if task.errors and all(e.startswith("spmd-global") and (_DIAGONAL_BLOCK in e
+                                                            or _IMPLICIT_PARTIAL in e)
+                           for e in task.errors) and any(_DIAGONAL_BLOCK in e for e in task.errors):
+        return DIAGONAL_BLOCK
     # (beside it, a sum over a dim sharded on another axis not in out_partial_axes: that
     # axis's pending sum, or a contraction's implicit partial sum, whose V reading the
     # passing type has: spmd.sum(x: {a:P, b:S(0)}, out_partial_axes=a), spmd.linear(x: {a:R,
@@ -862,6 +875,8 @@ CONSERVATIVE: list[tuple[str, str]] = [
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
     ("matmul/mm/bmm/linear/einsum summing over a dim sharded in every Varying operand, "
      "without out_partial_axes on that axis", IMPLICIT_PARTIAL),
+    ("matmul/bmm/linear/einsum/attention sharding two dims that stay in the result on one axis "
+     "(with or without out_partial_axes)", DIAGONAL_BLOCK),
 ]
 
 # A mismatch found in the S(i) reading only (the concatenation), the V reading being

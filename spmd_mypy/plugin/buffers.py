@@ -35,6 +35,13 @@ takes the store's type: where the store did not run the buffer holds zeros, whic
 of every type.  Stores in exclusive branches are read in source order (the later one is
 judged against the earlier one's type).  Code without annotations stores nothing typed:
 nothing changes there.
+
+A buffer that escapes the function's own statements is not a buffer (:func:`_escaping`):
+passed to a call that is not torch's or spmd's (``scatter_into(out, idx, v)`` may store
+into it where no hook sees), bound to another name or put in a container (``h = out``,
+``bufs = [out]``: stores through the alias), or read in a nested function or lambda (a
+store there runs whenever it is called).  Its type would be a confident guess: it stays
+plain, as before.
 """
 
 from __future__ import annotations
@@ -43,21 +50,50 @@ from typing import Final
 
 from mypy.nodes import (
     ARG_NAMED,
+    AssertStmt,
+    AssignmentExpr,
+    AssignmentStmt,
     CallExpr,
+    CastExpr,
+    ClassDef,
+    ComparisonExpr,
+    ConditionalExpr,
+    DelStmt,
+    DictExpr,
+    ExpressionStmt,
+    ForStmt,
+    IfStmt,
+    IndexExpr,
+    MatchStmt,
+    OperatorAssignmentStmt,
+    OpExpr,
+    RaiseStmt,
+    ReturnStmt,
+    SliceExpr,
+    StarExpr,
+    Statement,
+    WhileStmt,
+    WithStmt,
     Expression,
     FloatExpr,
     FuncDef,
     IntExpr,
+    LambdaExpr,
+    ListExpr,
     MemberExpr,
     MypyFile,
     NameExpr,
     RefExpr,
+    SetExpr,
+    TupleExpr,
     UnaryExpr,
 )
+from mypy.traverser import all_name_and_member_expressions
 
 from ..engine.ops import FILL_FACTORIES, ZERO_FACTORIES
 from ..engine.types import SpmdType
 from .global_calls import size_names
+from .statements import functions_of, nested_statements
 
 _BUFFERS: Final[dict[int, tuple[FuncDef, object, frozenset[str]]]] = {}
 # a buffer after a store: its type, and whether it may carry a gradient
@@ -106,6 +142,8 @@ def zero_buffers(func: FuncDef) -> frozenset[str]:
     facts = size_names(func)
     found = frozenset(name for name, value in facts.values.items()
                       if facts.bindings.get(name) == 1 and is_zero_factory(value))
+    if found:
+        found = found - _escaping(func, found)
     if len(_BUFFERS) > 10_000:  # bound the memory of a long-lived daemon
         _BUFFERS.clear()
     _BUFFERS[id(func)] = (func, func.body, found)
@@ -149,3 +187,155 @@ class BufferTypes:
             if pos < at and (best is None or pos > best):
                 best = pos
         return stores[best] if best is not None else None
+
+
+
+# Callees a buffer may be passed to without escaping: they neither keep it nor store into it
+# where no hook sees (an out= target is an in-place op the hooks see)
+_OWN_CALLEES: Final = ("torch.", "spmd.", "builtins.")
+
+
+def _escaping(func: FuncDef, names: frozenset[str]) -> frozenset[str]:
+    """The buffers of ``names`` that leave the function's own statements: passed to a call
+    that is not torch's or spmd's, bound to another name or put in a container, or read in a
+    nested function, class or lambda.  Only for functions with a buffer; an expression
+    without a buffer's name is not walked further."""
+    esc: set[str] = set()
+    passed: list[tuple[str, int]] = []  # (buffer, line) of a call argument
+    last: dict[str, int] = {}  # the last line a buffer is named on
+    loops: list[tuple[int, int]] = []
+    for st in nested_statements(func.body.body):
+        nested = functions_of(st)
+        if nested or isinstance(st, ClassDef):
+            _all_in(_definition_exprs(st, nested), names, esc)
+            continue
+        if isinstance(st, (ForStmt, WhileStmt)):
+            loops.append((st.line, st.end_line or st.line))
+        for e in _statement_exprs(st):
+            if e is None:
+                continue
+            found, _ = all_name_and_member_expressions(e)
+            mentioned = [n for n in found if n.name in names]
+            if mentioned:
+                for n in mentioned:
+                    last[n.name] = max(last.get(n.name, 0), n.line)
+                _scan(e, names, esc, passed)
+        if isinstance(st, AssignmentStmt) and _is_buffer(st.rvalue, names):
+            esc.add(st.rvalue.name)  # type: ignore[union-attr]  # h = out: an alias
+    for name, line in passed:
+        # passed to a call that may store into it: its type after the call is unknown, so
+        # it is no buffer unless nothing reads it afterwards (``return block(final)``): no
+        # later line, and no loop around the call that names it again
+        if last.get(name, 0) > line or any(
+                a <= line <= b and any(a <= n <= b for n in _lines_of(func, name)) for a, b in loops):
+            esc.add(name)
+    return frozenset(esc)
+
+
+def _lines_of(func: FuncDef, name: str) -> list[int]:
+    out: list[int] = []
+    for st in nested_statements(func.body.body):
+        for e in _statement_exprs(st):
+            if e is not None:
+                found, _ = all_name_and_member_expressions(e)
+                out.extend(n.line for n in found if n.name == name)
+    return out
+
+
+def _statement_exprs(st: Statement) -> list[Expression | None]:
+    if isinstance(st, AssignmentStmt):
+        return [*st.lvalues, st.rvalue]
+    if isinstance(st, OperatorAssignmentStmt):
+        return [st.lvalue, st.rvalue]
+    if isinstance(st, (ExpressionStmt, ReturnStmt, WhileStmt, DelStmt)):
+        return [st.expr]
+    if isinstance(st, IfStmt):
+        return list(st.expr)
+    if isinstance(st, ForStmt):
+        return [st.index, st.expr]
+    if isinstance(st, WithStmt):
+        return [*st.expr, *st.target]
+    if isinstance(st, AssertStmt):
+        return [st.expr, st.msg]
+    if isinstance(st, RaiseStmt):
+        return [st.expr, st.from_expr]
+    if isinstance(st, MatchStmt):
+        return [st.subject, *st.guards]
+    return []
+
+
+def _definition_exprs(st: Statement, funcs: list[FuncDef]) -> list[Expression]:
+    """Every expression of a nested definition's statements (a class's too)."""
+    out: list[Expression] = []
+    bodies = [f.body.body for f in funcs] or ([st.defs.body] if isinstance(st, ClassDef) else [])
+    for body in bodies:
+        for inner in nested_statements(body):
+            inner_funcs = functions_of(inner)
+            if inner_funcs or isinstance(inner, ClassDef):
+                out.extend(_definition_exprs(inner, inner_funcs))
+            else:
+                out.extend(e for e in _statement_exprs(inner) if e is not None)
+    return out
+
+
+def _all_in(exprs: list[Expression], names: frozenset[str], esc: set[str]) -> None:
+    for e in exprs:
+        found, _ = all_name_and_member_expressions(e)
+        esc.update(n.name for n in found if n.name in names)
+
+
+def _is_buffer(e: Expression | None, names: frozenset[str]) -> bool:
+    return isinstance(e, NameExpr) and e.name in names
+
+
+def _scan(e: Expression | None, names: frozenset[str], esc: set[str],
+          passed: list[tuple[str, int]]) -> None:
+    """Where the buffers ``e`` mentions go: a read as an operand stays; an argument of a
+    call that is not torch's or spmd's, an item of a container, a walrus's value or a name
+    in a lambda escapes; an expression of another kind escapes whatever buffer it names."""
+    if e is None or isinstance(e, NameExpr):
+        return
+    if isinstance(e, CallExpr):
+        callee = e.callee
+        full = callee.fullname if isinstance(callee, RefExpr) else ""
+        if not (full and full.startswith(_OWN_CALLEES)):
+            passed.extend((a.name, e.line) for a in e.args
+                          if isinstance(a, NameExpr) and a.name in names)
+        _scan(callee, names, esc, passed)
+        for a in e.args:
+            _scan(a, names, esc, passed)
+    elif isinstance(e, (ListExpr, TupleExpr, SetExpr)):
+        esc.update(i.name for i in e.items if isinstance(i, NameExpr) and i.name in names)
+        for i in e.items:
+            _scan(i, names, esc, passed)
+    elif isinstance(e, DictExpr):
+        for k, v in e.items:
+            if _is_buffer(v, names):
+                esc.add(v.name)  # type: ignore[union-attr]
+            _scan(k, names, esc, passed)
+            _scan(v, names, esc, passed)
+    elif isinstance(e, MemberExpr):
+        _scan(e.expr, names, esc, passed)
+    elif isinstance(e, IndexExpr):
+        _scan(e.base, names, esc, passed)
+        _scan(e.index, names, esc, passed)
+    elif isinstance(e, OpExpr):
+        _scan(e.left, names, esc, passed)
+        _scan(e.right, names, esc, passed)
+    elif isinstance(e, ComparisonExpr):
+        for o in e.operands:
+            _scan(o, names, esc, passed)
+    elif isinstance(e, (UnaryExpr, CastExpr, StarExpr)):
+        _scan(e.expr, names, esc, passed)
+    elif isinstance(e, ConditionalExpr):
+        for x in (e.cond, e.if_expr, e.else_expr):
+            _scan(x, names, esc, passed)
+    elif isinstance(e, SliceExpr):
+        for x in (e.begin_index, e.end_index, e.stride):
+            _scan(x, names, esc, passed)
+    elif isinstance(e, AssignmentExpr):
+        if _is_buffer(e.value, names):
+            esc.add(e.value.name)  # type: ignore[union-attr]
+        _scan(e.value, names, esc, passed)
+    else:  # a lambda, a comprehension, ...: conservative
+        _all_in([e], names, esc)
