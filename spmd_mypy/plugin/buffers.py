@@ -220,8 +220,9 @@ def _escaping(func: FuncDef, names: frozenset[str]) -> frozenset[str]:
                 for n in mentioned:
                     last[n.name] = max(last.get(n.name, 0), n.line)
                 _scan(e, names, esc, passed)
-        if isinstance(st, AssignmentStmt) and _is_buffer(st.rvalue, names):
-            esc.add(st.rvalue.name)  # type: ignore[union-attr]  # h = out: an alias
+        alias = _buffer_name(st.rvalue, names) if isinstance(st, AssignmentStmt) else None
+        if alias is not None:
+            esc.add(alias)  # h = out: an alias
     for name, line in passed:
         # passed to a call that may store into it: its type after the call is unknown, so
         # it is no buffer unless nothing reads it afterwards (``return block(final)``): no
@@ -284,8 +285,8 @@ def _all_in(exprs: list[Expression], names: frozenset[str], esc: set[str]) -> No
         esc.update(n.name for n in found if n.name in names)
 
 
-def _is_buffer(e: Expression | None, names: frozenset[str]) -> bool:
-    return isinstance(e, NameExpr) and e.name in names
+def _buffer_name(e: Expression | None, names: frozenset[str]) -> str | None:
+    return e.name if isinstance(e, NameExpr) and e.name in names else None
 
 
 def _scan(e: Expression | None, names: frozenset[str], esc: set[str],
@@ -310,8 +311,9 @@ def _scan(e: Expression | None, names: frozenset[str], esc: set[str],
             _scan(i, names, esc, passed)
     elif isinstance(e, DictExpr):
         for k, v in e.items:
-            if _is_buffer(v, names):
-                esc.add(v.name)  # type: ignore[union-attr]
+            item = _buffer_name(v, names)
+            if item is not None:
+                esc.add(item)
             _scan(k, names, esc, passed)
             _scan(v, names, esc, passed)
     elif isinstance(e, MemberExpr):
@@ -328,14 +330,17 @@ def _scan(e: Expression | None, names: frozenset[str], esc: set[str],
     elif isinstance(e, (UnaryExpr, CastExpr, StarExpr)):
         _scan(e.expr, names, esc, passed)
     elif isinstance(e, ConditionalExpr):
-        for x in (e.cond, e.if_expr, e.else_expr):
-            _scan(x, names, esc, passed)
+        _scan(e.cond, names, esc, passed)
+        _scan(e.if_expr, names, esc, passed)
+        _scan(e.else_expr, names, esc, passed)
     elif isinstance(e, SliceExpr):
-        for x in (e.begin_index, e.end_index, e.stride):
-            _scan(x, names, esc, passed)
+        _scan(e.begin_index, names, esc, passed)
+        _scan(e.end_index, names, esc, passed)
+        _scan(e.stride, names, esc, passed)
     elif isinstance(e, AssignmentExpr):
-        if _is_buffer(e.value, names):
-            esc.add(e.value.name)  # type: ignore[union-attr]
+        walrus = _buffer_name(e.value, names)
+        if walrus is not None:
+            esc.add(walrus)
         _scan(e.value, names, esc, passed)
     else:  # a lambda, a comprehension, ...: conservative
         _all_in([e], names, esc)
