@@ -202,7 +202,7 @@ def _escaping(func: FuncDef, names: frozenset[str]) -> frozenset[str]:
     without a buffer's name is not walked further."""
     esc: set[str] = set()
     passed: list[tuple[str, int]] = []  # (buffer, line) of a call argument
-    last: dict[str, int] = {}  # the last line a buffer is named on
+    lines: dict[str, list[int]] = {}  # the lines a buffer is named on
     loops: list[tuple[int, int]] = []
     for st in nested_statements(func.body.body):
         nested = functions_of(st)
@@ -218,7 +218,7 @@ def _escaping(func: FuncDef, names: frozenset[str]) -> frozenset[str]:
             mentioned = [n for n in found if n.name in names]
             if mentioned:
                 for n in mentioned:
-                    last[n.name] = max(last.get(n.name, 0), n.line)
+                    lines.setdefault(n.name, []).append(n.line)
                 _scan(e, names, esc, passed)
         alias = _buffer_name(st.rvalue, names) if isinstance(st, AssignmentStmt) else None
         if alias is not None:
@@ -227,20 +227,11 @@ def _escaping(func: FuncDef, names: frozenset[str]) -> frozenset[str]:
         # passed to a call that may store into it: its type after the call is unknown, so
         # it is no buffer unless nothing reads it afterwards (``return block(final)``): no
         # later line, and no loop around the call that names it again
-        if last.get(name, 0) > line or any(
-                a <= line <= b and any(a <= n <= b for n in _lines_of(func, name)) for a, b in loops):
+        named = lines.get(name, [])
+        if max(named, default=0) > line or any(
+                a <= line <= b and any(a <= n <= b for n in named) for a, b in loops):
             esc.add(name)
     return frozenset(esc)
-
-
-def _lines_of(func: FuncDef, name: str) -> list[int]:
-    out: list[int] = []
-    for st in nested_statements(func.body.body):
-        for e in _statement_exprs(st):
-            if e is not None:
-                found, _ = all_name_and_member_expressions(e)
-                out.extend(n.line for n in found if n.name == name)
-    return out
 
 
 def _statement_exprs(st: Statement) -> list[Expression | None]:

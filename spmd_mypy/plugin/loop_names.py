@@ -68,7 +68,7 @@ from mypy.nodes import (
 )
 from mypy.server.subexpr import get_subexpressions
 
-from .statements import functions_of, statement_blocks
+from .statements import each_function, statement_blocks
 
 _MAX_QUOTES: Final = 50
 
@@ -88,17 +88,7 @@ _WithStmt: Final = WithStmt
 def own_loop_variables(defs: list[Statement]) -> None:
     """Give each loop's variables their own names in the functions of ``defs`` (methods
     and nested functions included), as the module docstring says."""
-    for d in defs:
-        _definition(d)
-
-
-def _definition(d: Statement) -> None:
-    if isinstance(d, ClassDef):
-        for st in d.defs.body:
-            _definition(st)
-        return
-    for f in functions_of(d):
-        _function(f)
+    each_function(defs, _function)
 
 
 def _function(f: FuncDef) -> None:
@@ -112,8 +102,7 @@ def _function(f: FuncDef) -> None:
             walk = None
         if walk is not None:
             walk.rename({a.variable.name for a in f.arguments})
-    for d in nested:  # each nested function is a scope of its own
-        _definition(d)
+    each_function(nested, _function)  # each nested function is a scope of its own
 
 
 def _reused_loop_names(stmts: list[Statement], nested: list[Statement]) -> bool:

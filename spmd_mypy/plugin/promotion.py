@@ -27,6 +27,7 @@ from typing import Any, Callable, Final, cast
 from mypy.argmap import map_actuals_to_formals
 from mypy.literals import literal_hash
 from mypy.nodes import (
+    ArgKind,
     ARG_POS,
     LDEF,
     AssignmentStmt,
@@ -820,10 +821,7 @@ class Correlated:
         if formals is None:
             return None
         names, mapping = formals
-        arg_types = [[actual[i] for i in m] for m in mapping]
-        arg_kinds = [[e.arg_kinds[i] for i in m] for m in mapping]
-        arg_names = [[e.arg_names[i] for i in m] for m in mapping]
-        args = [[e.args[i] for i in m] for m in mapping]
+        arg_types, arg_kinds, arg_names, args = _by_formal(e, actual, mapping)
         return self._typed(hook(MethodContext(instance, arg_types, arg_kinds, names, arg_names,
                                               receiver, args, e, api)))
 
@@ -898,10 +896,7 @@ class Correlated:
         if formals is None:
             return None
         names, mapping = formals
-        arg_types = [[actual[i] for i in m] for m in mapping]
-        arg_kinds = [[node.arg_kinds[i] for i in m] for m in mapping]
-        arg_names = [[node.arg_names[i] for i in m] for m in mapping]
-        args = [[node.args[i] for i in m] for m in mapping]
+        arg_types, arg_kinds, arg_names, args = _by_formal(node, actual, mapping)
         typed = [t for t in [receiver] + actual if t is not None and self.types.from_type(t) is not None]
         if not typed:
             return None
@@ -1061,6 +1056,17 @@ def _bind(target: Expression, value: _Value, binding: dict[object, Type]) -> boo
             return False
         return all(_bind(t, v, binding) for t, v in zip(target.items, value))
     return False
+
+
+def _by_formal(call: CallExpr, actual: list[Type], mapping: list[list[int]]
+               ) -> tuple[list[list[Type]], list[list[ArgKind]], list[list[str | None]],
+                          list[list[Expression]]]:
+    """The call's argument types, kinds, names and expressions grouped by parameter (the
+    ``mapping`` of :func:`_formals`), as a hook's context holds them."""
+    return ([[actual[i] for i in m] for m in mapping],
+            [[call.arg_kinds[i] for i in m] for m in mapping],
+            [[call.arg_names[i] for i in m] for m in mapping],
+            [[call.args[i] for i in m] for m in mapping])
 
 
 def _formals(callee: Type | None, call: CallExpr, actual: list[Type]

@@ -13,12 +13,13 @@ whether to enter them.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Callable, Final
 
 from mypy.nodes import (
     AssignmentStmt,
     ExpressionStmt,
     Block,
+    ClassDef,
     Expression,
     NameExpr,
     SymbolNode,
@@ -105,6 +106,17 @@ def functions_of(st: Statement) -> list[FuncDef]:
         return [i.func if isinstance(i, Decorator) else i for i in st.items
                 if isinstance(i, (FuncDef, Decorator))]
     return []
+
+
+def each_function(defs: list[Statement], visit: Callable[[FuncDef], None]) -> None:
+    """``visit`` each function ``defs`` define: module-level functions, the methods of their
+    classes (nested classes too), a decorated function's and an overload's items."""
+    for d in defs:
+        if isinstance(d, ClassDef):
+            each_function(d.defs.body, visit)
+        else:
+            for f in functions_of(d):
+                visit(f)
 
 
 def assignments_by_name(func: FuncDef) -> Assignments:

@@ -88,7 +88,7 @@ from mypy.nodes import (
 )
 from mypy.server.subexpr import get_subexpressions
 
-from .statements import functions_of, statement_blocks
+from .statements import each_function, statement_blocks
 
 _MAX_QUOTES: Final = 50
 # calls that read a function's locals by name: its names are left alone
@@ -106,17 +106,7 @@ State = dict[str, set[int]]
 def own_webs(defs: list[Statement]) -> None:
     """Split the independent bindings of the functions of ``defs`` (methods and nested
     functions included), as the module docstring says."""
-    for d in defs:
-        _definition(d)
-
-
-def _definition(d: Statement) -> None:
-    if isinstance(d, ClassDef):
-        for st in d.defs.body:
-            _definition(st)
-        return
-    for f in functions_of(d):
-        _function(f)
+    each_function(defs, _function)
 
 
 def _function(f: FuncDef) -> None:
@@ -126,8 +116,7 @@ def _function(f: FuncDef) -> None:
     walk.names = {n for n, k in counts.items() if k > 1}
     walk.all_bound = set(counts)
     if not walk.names:  # no name bound twice (mypy's renamer took those of one block)
-        for d in walk.nested:
-            _definition(d)
+        each_function(walk.nested, _function)
         return
     walk.nested.clear()  # found again by the walk
     try:
@@ -142,8 +131,7 @@ def _function(f: FuncDef) -> None:
         pass
     else:
         walk.rename()
-    for d in walk.nested:  # each nested function is a scope of its own
-        _definition(d)
+    each_function(walk.nested, _function)  # each nested function is a scope of its own
 
 
 class _NotKnown(Exception):
@@ -163,13 +151,18 @@ def _join(a: State | None, b: State | None) -> State | None:
     if b is None:
         return _copy(a)
     out: State = {k: set(v) for k, v in a.items()}
-    for k, v in b.items():
-        got = out.get(k)
+    _add(out, b)
+    return out
+
+
+def _add(into: State, s: State) -> None:
+    """Every binding of ``s`` into ``into``, by name (``s`` not changed)."""
+    for k, v in s.items():
+        got = into.get(k)
         if got is None:
-            out[k] = set(v)
+            into[k] = set(v)
         else:
             got.update(v)
-    return out
 
 
 class _Loop:
@@ -220,12 +213,7 @@ class _Walk:
         if state is None:
             return
         for c in self.catchers:
-            for k, v in state.items():
-                got = c.get(k)
-                if got is None:
-                    c[k] = set(v)
-                else:
-                    got.update(v)
+            _add(c, state)
 
     def read(self, e: Node | None, state: State) -> None:
         """The names ``e`` reads join the bindings that reach them."""
