@@ -128,7 +128,7 @@ from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exporte
 from . import global_calls
 from .discarded import assign_target, errors_at, is_statement_call, narrowed_local
 from .claims import call_around, claimed_partial_errors
-from .buffers import BufferTypes, zero_buffers
+from .buffers import BufferTypes, Stored, zero_buffers
 from .fixed_lists import fixed_list
 from .index_values import index_value
 from .messages import fold_into_earlier
@@ -583,20 +583,29 @@ class CallTyper:
         after its last typed store before this read."""
         if not isinstance(expr, NameExpr) or t.axes or t.failed:
             return t
-        found = self.zero_buffer(ctx, expr)
-        if found is None:
-            return t
-        stored = self.buffer_types.before(found[0], found[1], (expr.line, expr.column))
+        stored = self._buffer_store(ctx, expr)
         return stored[0] if stored is not None else t
 
     def _buffer_gradient(self, ctx: AnyCtx, expr: NameExpr) -> bool | None:
         """Whether the zero buffer ``expr`` may carry a gradient at this read (a value that
         does was stored into it), or None when ``expr`` is no buffer read after a store."""
-        found = self.zero_buffer(ctx, expr)
-        if found is None:
-            return None
-        stored = self.buffer_types.before(found[0], found[1], (expr.line, expr.column))
+        stored = self._buffer_store(ctx, expr)
         return stored[1] if stored is not None else None
+
+    def _buffer_store(self, ctx: AnyCtx, expr: NameExpr) -> Stored | None:
+        """The last store before this read into the zero buffer ``expr`` names, None when it
+        names no buffer or none was stored before.  The stores are looked up first: most
+        reads follow none, and then the function's buffers (a walk of its body, once per
+        function) are not needed (a store is only ever recorded for a buffer)."""
+        if expr.kind != LDEF:
+            return None
+        func = global_calls.current_function(ctx.api)
+        if func is None:
+            return None
+        stored = self.buffer_types.before(func, expr.name, (expr.line, expr.column))
+        if stored is None or expr.name not in zero_buffers(func):
+            return None
+        return stored
 
     # -- operands --------------------------------------------------------------------
     def operands(self, ctx: AnyCtx, receiver: Expression | None, receiver_type: Type | None,
