@@ -1027,7 +1027,7 @@ class CallTyper:
             t = o.type
             if t is None or o.role is Role.INDEX:
                 continue
-            if all((lt := t.get(a)) is not None and lt.kind is _KIND_V for a in placed):
+            if all((here := t.get(a)) is not None and here.kind is _KIND_V for a in placed):
                 continue  # varies wherever another operand is placed: its rank is not read
             if regions.zero_dim(tree, ctx.context.line, exprs[k]):
                 ops[k] = replace(o, ndim=0)
