@@ -1416,9 +1416,19 @@ def _non_tensor(e: Expression) -> bool:
         cls is _MemberExpr and (_names_a_dtype(e) or cast(MemberExpr, e).name == "device"))
 
 
-def _is_module(e: Expression) -> bool:
-    """``torch``, ``torch.linalg``, ``spmd``, ``math``: a module named (a function's receiver)."""
-    return isinstance(e, (NameExpr, MemberExpr)) and isinstance(e.node, MypyFile)
+def _module_name(e: Expression) -> str | None:
+    """The module ``e`` names (``torch``, ``torch.linalg``, ``spmd``, ``math``: a function's
+    receiver), or None for any other receiver (a tensor, an object)."""
+    if isinstance(e, (NameExpr, MemberExpr)):
+        node = e.node
+        if isinstance(node, MypyFile):
+            return node.fullname
+    return None
+
+
+# The modules whose functions the 0-d reading knows by name (a user's own ``dot`` is not read)
+_TORCH_MODULES: Final = frozenset(("torch", "torch.linalg", "torch.special", "spmd",
+                                   "torch.distributed._functional_collectives"))
 
 
 def is_zero_dim(e: Expression | None, names: Container[str] = (), depth: int = 0) -> bool:
@@ -1473,26 +1483,31 @@ def is_zero_dim(e: Expression | None, names: Container[str] = (), depth: int = 0
         return False
     m = cast(MemberExpr, callee)
     name = m.name
-    if _is_module(m.expr):  # torch.sum(x), spmd.all_reduce(x, ...), math.sqrt(x)
-        if cast("NameExpr | MemberExpr", m.expr).name == "math":
+    module = _module_name(m.expr)
+    if module is not None:  # torch.sum(x), spmd.all_reduce(x, ...), math.sqrt(x)
+        if module == "math":
             return True  # a Python number
-        if not positional:
+        if module not in _TORCH_MODULES or not positional:
             return False
         receiver: Expression = positional[0]
         rest = positional[1:]
     else:
         receiver, rest = m.expr, positional
+        if type(receiver) is _NameExpr and cast(NameExpr, receiver).name in ("self", "cls"):
+            return False  # the object's own method (``self.dot(a, b)``, ``self.norm()``)
     if name in _ALWAYS_0D:
-        return True
-    if name in ("tensor", "as_tensor", "scalar_tensor", "new_tensor"):
-        data = positional[0] if name == "new_tensor" and positional else receiver
-        return not (name == "new_tensor" and not positional) and is_zero_dim(data, names, depth + 1)
+        # x.dot(y), torch.dot(x, y), x.item(), torch.trace(x): the operands and nothing else
+        return len(rest) == (1 if name in ("dot", "vdot") else 0) and not keywords
+    if name in ("tensor", "as_tensor", "scalar_tensor"):
+        return module is not None and is_zero_dim(receiver, names, depth + 1)
+    if name == "new_tensor":
+        return module is None and len(positional) == 1 and is_zero_dim(positional[0], names, depth + 1)
     if name in _SHAPE_KEEPING_COLLECTIVES:
-        return _is_module(m.expr) and is_zero_dim(receiver, names, depth + 1)
+        return module is not None and is_zero_dim(receiver, names, depth + 1)
     if name in _FULL_REDUCTIONS:
         if name in ("max", "min") and rest:
             # torch.max(a, b): elementwise; x.max(1): a dim
-            return _is_module(m.expr) and len(rest) == 1 and not keywords and is_zero_dim(
+            return module is not None and len(rest) == 1 and not keywords and is_zero_dim(
                 receiver, names, depth + 1) and is_zero_dim(rest[0], names, depth + 1)
         if rest and not (name in _ORDER_FIRST and len(rest) == 1 and (
                 type(rest[0]) in (_IntExpr, _FloatExpr, _StrExpr))):
