@@ -155,6 +155,12 @@ class Operand:
     # function's declared I result it is returned as)
     reduced: str = ""
     meets: tuple[tuple[str, str], ...] = ()
+    # The operand's rank where the adapter knows it without its shape (the static checker:
+    # 0 for a value evidently 0-d, a full reduction ``x.sum()`` / ``torch.dot(a, b)``, a
+    # collective or elementwise op of such values, a local only ever bound to one); the
+    # broadcast alignment of an elementwise op reads it (:func:`_known_rank`), as it reads
+    # ``shape`` in the check mode.  None: unknown
+    ndim: int | None = None
 
     @property
     def is_scalar(self) -> bool:
@@ -191,9 +197,10 @@ class _SourceOperand(Operand):
         if not isinstance(other, Operand):
             return NotImplemented
         return ((self.type, self.text, self.can_grad, self.role, self.shape, self.zero, self.leaf,
-                 self.cut, self.made, self.made_in, self.reduced, self.meets)
+                 self.cut, self.made, self.made_in, self.reduced, self.meets, self.ndim)
                 == (other.type, other.text, other.can_grad, other.role, other.shape, other.zero,
-                    other.leaf, other.cut, other.made, other.made_in, other.reduced, other.meets))
+                    other.leaf, other.cut, other.made, other.made_in, other.reduced, other.meets,
+                    other.ndim))
 
     __hash__ = Operand.__hash__
 
@@ -215,6 +222,7 @@ def source_operand(type: SpmdType | None, source: object, render: Callable[[Any]
     o.made_in = ""
     o.reduced = ""
     o.meets = ()
+    o.ndim = None
     o._source = source
     o._render = render
     return o
@@ -1461,6 +1469,28 @@ def _broadcast_shard_dim(dim: int, sharded: Sequence[Operand], others: Sequence[
     return dim + widest - n if dim >= 0 else dim
 
 
+def _known_rank(o: Operand) -> int | None:
+    """The operand's rank: its shape's (the check mode), or the rank the adapter knows
+    without it (``Operand.ndim``: the static checker's 0-d values); None when unknown."""
+    return len(o.shape) if o.shape is not None else o.ndim
+
+
+def _short_of(dim: int, o: Operand) -> bool:
+    """Whether broadcasting provably keeps the operand ``o`` (of no shard dim: R, I,
+    untyped) off the shard dim ``dim`` of the others, whatever their rank, by its rank
+    alone: broadcasting aligns dims from the right, so a 0-d operand reaches no dim, and
+    one of rank k no dim before the last k (``dim`` counted from the back below -k)::
+
+        p: S(0) * alpha: R, 0-d              -> S(0)   (``cat(alpha * p_r) == alpha * cat(p_r)``)
+        h: S(-2) + bias: R, rank 1          -> S(-2)
+        p: S(0) * w: R, rank unknown        -> V      (w may have the size of p's dim 0)
+
+    A per-rank 0-d value (V) is no such operand: ``cat(a_r * p_r)`` scales each block by
+    its own rank's number, which is no global tensor's block (V)."""
+    k = _known_rank(o)
+    return k is not None and (k == 0 or (dim < 0 and k < -dim))
+
+
 def _aligned_shard_dim(axis: str, ops: Sequence[Operand]) -> int | None:
     """The shard dim of an elementwise result when every operand's shape is known (the check
     mode): broadcasting aligns the operands' dims from the right, so the Varying operands
@@ -1557,9 +1587,12 @@ def _layout(spec: OpSpec, axis: str, tensor_ops: Sequence[tuple[Operand, Role]],
                 sharded.append(o)
             else:
                 others.append(o)
-        if others:  # beside R, I or untyped tensors: where their shapes say so
+        # beside R, I or untyped tensors: where their shapes say so; one of a known rank
+        # that does not reach the shard dim (a 0-d value: ``alpha * p``) is left out
+        others = [o for o in others if not _short_of(dim, o)]
+        if others:
             return _broadcast_shard_dim(dim, sharded, others)
-        return dim if _same_size_on(dim, ops) else None
+        return dim if _same_size_on(dim, sharded) else None
     if reduction is not None:
         dims = {t.dim for o in ops if (t := o.type.get(axis)) is not None  # type: ignore[union-attr]
                 and t.kind is Kind.V}
@@ -1701,7 +1734,7 @@ def propagate(spec: OpSpec | str, operands: Sequence[Operand], *, strict: bool =
         return Result(random_like_type(t) if t is not None else SpmdType())
     # a registered spec is keyed by its name (hashing the dataclass costs more)
     key = (spec.name if OP_SPECS.get(spec.name) is spec else spec, strict, reduction, move,
-           tuple((o.type, o.can_grad, o.role, o.shape, o.zero) for o in operands))
+           tuple((o.type, o.can_grad, o.role, o.shape, o.zero, o.ndim) for o in operands))
     hit = _VERDICTS.get(key)
     if hit is not None:
         return Result(hit)

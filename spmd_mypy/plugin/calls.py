@@ -164,6 +164,7 @@ _TENSOR_CONTAINERS: Final = ("builtins.list", "builtins.tuple", "typing.Sequence
 # The kinds the operand scan compares with, as C statics (a bare global is a dict lookup and
 # an attribute read of the enum class at every use)
 _KIND_I: Final = Kind.I
+_KIND_V: Final = Kind.V
 _KIND_R: Final = Kind.R
 
 
@@ -610,11 +611,13 @@ class CallTyper:
     # -- operands --------------------------------------------------------------------
     def operands(self, ctx: AnyCtx, receiver: Expression | None, receiver_type: Type | None,
                  op: str = "", dunder: bool = False, other: Expression | None = None,
+                 operand_exprs: list[Expression | None] | None = None,
                  ) -> tuple[list[Operand], Operand | None, bool]:
         """(operands in formal order, the out= target, whether any operand is typed).
 
         Dims, shapes, dtypes are not operands; Python scalars are, where they are
         summands or factors (``x + 1``); index tensors are operands of role INDEX.
+        ``operand_exprs``, when given, receives each operand's expression (in their order).
         """
         ops: list[Operand] = []
         sources: list[Expression | None] = []  # each operand's expression
@@ -628,6 +631,8 @@ class CallTyper:
                 any_typed = any_typed or bool(t.axes) or bool(t.failed)
                 ops.append(self.operand(ctx, receiver, t))
                 sources.append(receiver)
+                if operand_exprs is not None:
+                    operand_exprs.append(receiver)
         position = 0
         wholes: list[Expression] = []  # containers standing for their items (_container_items)
         for formal, types, exprs in zip(ctx.callee_arg_names, ctx.arg_types, ctx.args):
@@ -665,6 +670,8 @@ class CallTyper:
                                 name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
                             ops.append(source_operand(None, ie, render, zero=is_zero_literal(ie, it)))
                             sources.append(None)
+                            if operand_exprs is not None:
+                                operand_exprs.append(ie)
                         continue
                     any_typed = any_typed or bool(t.axes) or bool(t.failed)
                     # a loss's value target is taken as data: no gradient (the check mode
@@ -678,6 +685,8 @@ class CallTyper:
                     else:
                         ops.append(o)
                         sources.append(None if no_grad else ie)
+                        if operand_exprs is not None:
+                            operand_exprs.append(ie)
         if any_typed and len(ops) > 1:
             self._gradient_free_replicates(ctx, ops, sources)
         return ops, out, any_typed
@@ -899,7 +908,9 @@ class CallTyper:
                     receiver = c.base
                 elif isinstance(c, UnaryExpr):
                     receiver = c.expr
-            ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other)
+            exprs: list[Expression | None] = []
+            ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other,
+                                                exprs)
             if not any_typed:
                 return ctx.default_return_type
             # a typed store into a zero buffer (buffers.py): before its first store the
@@ -936,6 +947,9 @@ class CallTyper:
                     # marks no written tensor)
                     reduction = replace(reduction, partial_axes=("*",))
                 reduction = declared_reduction(ctx, op, reduction, ops, self.types)
+                if (spec.keeps_shard_dims and move is None and reduction is None
+                        and len(ops) > 1 and len(exprs) == len(ops)):
+                    self._zero_dim_operands(ctx, ops, exprs, reflected)
                 result = propagate(spec, ops, strict=self.strict(ctx), reduction=reduction,
                                    move=move)
                 if self.rank_exprs:  # only files with a rank query (rank_index)
@@ -997,6 +1011,35 @@ class CallTyper:
             return self.typed_result(default, rtype)
 
         return hook
+
+    def _zero_dim_operands(self, ctx: AnyCtx, ops: list[Operand], exprs: list[Expression | None],
+                           reflected: bool) -> None:
+        """Beside an operand sharded on an axis (S(i), or a rank-dependent layout), each
+        operand that does not vary there gets the rank 0 where its expression is evidently
+        0-d (rewrite ``is_zero_dim``: ``alpha`` of ``alpha = rs / all_reduce(spmd.sum(p *
+        ap, ...), ...)``): the engine's broadcast alignment keeps S(i) beside it (engine
+        ``Operand.ndim``).  ``ops`` is in the op's order (``reflected``: ``exprs`` is not)."""
+        placed: list[str] = []
+        for o in ops:
+            t = o.type
+            if t is not None:
+                for a, lt in t.axes:
+                    if lt.kind is _KIND_V and (lt.dim is not None or lt.by_rank is not None):
+                        placed.append(a)
+        if not placed:
+            return
+        if reflected and len(exprs) == 2:
+            exprs = [exprs[1], exprs[0]]
+        tree: MypyFile | None = getattr(ctx.api, "tree", None)
+        regions = self.plugin.regions
+        for k, o in enumerate(ops):
+            t = o.type
+            if t is None or o.role is Role.INDEX:
+                continue
+            if all((here := t.get(a)) is not None and here.kind is _KIND_V for a in placed):
+                continue  # varies wherever another operand is placed: its rank is not read
+            if regions.zero_dim(tree, ctx.context.line, exprs[k]):
+                ops[k] = replace(o, ndim=0)
 
     def _rank_derived(self, ctx: AnyCtx, op: str, spec: OpSpec, ops: list[Operand],
                       result: Result, strict: bool) -> Result:

@@ -62,6 +62,7 @@ from .rank_index import (Divergent, collective_runners, group_attributes, has_qu
 from .memo import TreeMemo
 
 from mypy.nodes import (
+    Argument,
     AssertStmt,
     AssignmentExpr,
     Context,
@@ -491,6 +492,10 @@ class GradRegions:
     # assign (:func:`_integer_names` runs only once an error asks: the plugin reads integer
     # values only to relax a reported R/I mismatch)
     integer_pending: list[_IntRecord] = field(default_factory=list)
+    # the same records, kept for the 0-d reading (:func:`is_zero_dim`), and what it found
+    # per record, read once an elementwise op asks (RegionIndex.zero_dim)
+    value_records: list[_IntRecord] = field(default_factory=list)
+    zero_dim_names: dict[int, frozenset[str]] = field(default_factory=dict)
     # the module-level names only ever assigned a number (``VOCAB = 32``, ``EPS: Final = 1e-6``):
     # gradient-free as the literal is (the int ones integer too), in a function that does not
     # assign the name itself (``shadowed``: (function lines, name) of those that do)
@@ -608,6 +613,7 @@ class _Walker:
         ``integers``, the functions' locals named as a module-level number ``shadowed``)."""
         return GradRegions(ranges=self.no_grad, enabled=self.enabled, detached_names=detached,
                            integer_pending=self.integers if integers is None else integers,
+                           value_records=self.integers if integers is None else integers,
                            module_numbers=self.module_numbers, module_ints=self.module_ints,
                            shadowed=self.shadowed if shadowed is None else shadowed,
                            function_bodies=self.function_bodies,
@@ -932,8 +938,10 @@ class _Walker:
         # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
         self._assigns.append({arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
             arg.type_annotation) else _OPAQUE] for arg in st.arguments})
-        self._int_assigns.append({arg.variable.name: [_NO_GRADIENT if _is_int_annotation(
-            arg.type_annotation) else _OPAQUE] for arg in st.arguments})
+        # (the integer reading's: an int one an integer, a float one a number, both of which
+        # the 0-d reading takes as 0-d; a ``*args: int`` holds integers in a tuple: not 0-d)
+        self._int_assigns.append({arg.variable.name: [_parameter_value(arg)]
+                                  for arg in st.arguments})
         self._defined.append({arg.variable.name for arg in st.arguments})
         self._class_bodies.append(False)
         self._depth += 1
@@ -989,6 +997,10 @@ class _Walker:
 # What a local is bound to when assigned where gradients are off: a value
 # :func:`is_gradient_free` takes as such (a literal number).
 _NO_GRADIENT: Final = IntExpr(0)
+# What a parameter declared a number is bound to in the integer reading (which the 0-d reading,
+# :func:`is_zero_dim`, shares): an int one is an integer (and 0-d), a float one 0-d only
+_INT_PARAMETER: Final = IntExpr(0)
+_NUMBER_PARAMETER: Final = FloatExpr(0.0)
 # What a local is bound to where its value is unknown to the walk (a parameter, a loop or
 # ``with ... as`` variable, a tuple target's item): never gradient-free.
 _OPAQUE: Final[Expression] = TupleExpr([])
@@ -1195,6 +1207,18 @@ def _is_literal(e: Expression) -> bool:
     return False
 
 
+def _parameter_value(arg: Argument) -> Expression:
+    """What parameter ``arg`` is bound to in the integer reading (``_INT_PARAMETER``,
+    ``_NUMBER_PARAMETER``; ``_NO_GRADIENT`` for ``*args: int``, integers no 0-d reading takes;
+    else ``_OPAQUE``)."""
+    t = arg.type_annotation
+    if _is_int_annotation(t):
+        return _NO_GRADIENT if arg.kind.is_star() else _INT_PARAMETER
+    if _is_number_annotation(t) and not arg.kind.is_star():
+        return _NUMBER_PARAMETER
+    return _OPAQUE
+
+
 def _is_int_annotation(t: object) -> bool:
     return type(t) is _UnboundType and cast(UnboundType, t).name in _INT_ANNOTATIONS
 
@@ -1349,6 +1373,168 @@ def _integer_names(assigns: dict[str, list[Expression]], ints: set[str]) -> set[
         if not found:
             return names
         names |= found
+
+
+# The 0-d reading (engine ``Operand.ndim``): a value evidently 0-d, read from the source.
+# Reductions over every dim when called without one (``x.sum()``, ``torch.mean(x)``,
+# ``x.norm()``, ``torch.linalg.vector_norm(x)``, ``spmd.sum(x, out_partial_axes=...)``)
+_FULL_REDUCTIONS: Final = frozenset("""
+sum nansum mean nanmean max min amax amin prod norm vector_norm std var all any count_nonzero
+median nanmedian argmax argmin
+""".split())
+# ... the first positional argument of which (after the input) is the norm's order, no dim
+_ORDER_FIRST: Final = frozenset(("norm", "vector_norm"))
+# always 0-d (1-d or 2-d inputs only); ``.item()`` is a Python number
+_ALWAYS_0D: Final = frozenset(("dot", "vdot", "trace", "item", "numel", "dim", "ndimension",
+                               "nelement", "element_size"))
+# elementwise: as many dims as the widest tensor given (every tensor given 0-d: 0-d)
+_RANK_KEEPING: Final = frozenset("""
+add sub subtract rsub mul multiply div divide true_divide floor_divide neg negative positive
+abs sqrt rsqrt exp exp2 log log2 log10 log1p expm1 square pow float_power reciprocal sign sgn
+clamp clip clamp_min clamp_max maximum minimum fmax fmin where tanh sigmoid relu sin cos
+atan2 eq ne lt le gt ge logical_and logical_or logical_not floor ceil round trunc remainder
+fmod nan_to_num lerp addcmul addcdiv
+""".split())
+# the receiver's (the input's) shape kept whatever else is given (a dtype, a device, a template)
+_RECEIVER_SHAPE: Final = frozenset("""
+to type type_as float double half bfloat16 long int bool cpu cuda detach clone contiguous
+real imag conj resolve_conj resolve_neg requires_grad_ detach_
+""".split())
+# collectives that keep the local shape (spmd's, and the functional all_reduce)
+_SHAPE_KEEPING_COLLECTIVES: Final = frozenset(("all_reduce", "reinterpret", "declare"))
+# non-tensor keywords of the calls read above
+_NON_TENSOR_KEYWORDS: Final = frozenset((
+    "dtype", "device", "non_blocking", "copy", "memory_format", "out_partial_axes", "p", "ord",
+    "correction", "unbiased", "rounding_mode", "src", "dst", "op", "group", "axis_name",
+    "requires_grad", "async_op"))
+
+
+def _non_tensor(e: Expression) -> bool:
+    """An argument that is no tensor: a string, ``None``, a dtype, ``x.device``."""
+    cls = type(e)
+    return cls is _StrExpr or (cls is _NameExpr and cast(NameExpr, e).name == "None") or (
+        cls is _MemberExpr and (_names_a_dtype(e) or cast(MemberExpr, e).name == "device"))
+
+
+def _module_name(e: Expression) -> str | None:
+    """The module ``e`` names (``torch``, ``torch.linalg``, ``spmd``, ``math``: a function's
+    receiver), or None for any other receiver (a tensor, an object)."""
+    if isinstance(e, (NameExpr, MemberExpr)):
+        node = e.node
+        if isinstance(node, MypyFile):
+            return node.fullname
+    return None
+
+
+# The modules whose functions the 0-d reading knows by name (a user's own ``dot`` is not read)
+_TORCH_MODULES: Final = frozenset(("torch", "torch.linalg", "torch.special", "spmd",
+                                   "torch.distributed._functional_collectives"))
+
+
+def is_zero_dim(e: Expression | None, names: Container[str] = (), depth: int = 0) -> bool:
+    """A value evidently 0-d (a 0-d tensor or a Python number), read from the source: a
+    number literal, a name in ``names`` (a local every binding of which is such a value, a
+    module-level number), a reduction over every dim (``x.sum()``, ``torch.mean(x)``,
+    ``x.norm()``, ``spmd.sum(x, out_partial_axes="tp")``, no dim given), ``torch.dot`` /
+    ``vdot``, ``.item()``, ``torch.tensor(<such a value>)``, a shape-keeping collective
+    (``all_reduce``, ``reinterpret``, ``declare``) or an elementwise op (operators,
+    ``sqrt``, ``where``, ``clamp``, casts) of such values.  False where unknown (a call of
+    a function, a parameter, ``torch.inner``, ``matmul``: their operands' ranks are not
+    known statically)."""
+    if e is None or e is _NO_GRADIENT or depth > 40:
+        return False
+    cls = type(e)
+    if cls is _NameExpr:
+        name = cast(NameExpr, e).name
+        return name in names or name == "True" or name == "False"
+    if cls is _IntExpr or cls is _FloatExpr:
+        return True
+    if cls is _UnaryExpr:
+        return is_zero_dim(cast(UnaryExpr, e).expr, names, depth + 1)
+    if cls is _OpExpr:
+        op = cast(OpExpr, e)
+        return op.op != "@" and is_zero_dim(op.left, names, depth + 1) and is_zero_dim(
+            op.right, names, depth + 1)
+    if cls is _ComparisonExpr:
+        return all(is_zero_dim(x, names, depth + 1) for x in cast(ComparisonExpr, e).operands)
+    if cls is _ConditionalExpr:
+        c = cast(ConditionalExpr, e)
+        return is_zero_dim(c.if_expr, names, depth + 1) and is_zero_dim(c.else_expr, names, depth + 1)
+    if cls is _MemberExpr:
+        m = cast(MemberExpr, e)
+        return m.name in ("data", "real", "imag") and is_zero_dim(m.expr, names, depth + 1)
+    if cls is not _CallExpr:
+        return False
+    call = cast(CallExpr, e)
+    callee = call.callee
+    args, kinds, arg_names = call.args, call.arg_kinds, call.arg_names
+    if any(k != ARG_POS and n is None for k, n in zip(kinds, arg_names)):
+        return False  # *args / **kwargs
+    positional = [a for a, n in zip(args, arg_names) if n is None]
+    keywords = [(n, a) for a, n in zip(args, arg_names) if n is not None]
+    if type(callee) is _NameExpr:  # builtins
+        name = cast(NameExpr, callee).name
+        if name in ("float", "int", "bool", "len"):
+            return True
+        if name in ("abs", "max", "min") and positional and not keywords:
+            return all(is_zero_dim(a, names, depth + 1) for a in positional)
+        return False
+    if type(callee) is not _MemberExpr:
+        return False
+    m = cast(MemberExpr, callee)
+    name = m.name
+    module = _module_name(m.expr)
+    if module is not None:  # torch.sum(x), spmd.all_reduce(x, ...), math.sqrt(x)
+        if module == "math":
+            return True  # a Python number
+        if module not in _TORCH_MODULES or not positional:
+            return False
+        receiver: Expression = positional[0]
+        rest = positional[1:]
+    else:
+        receiver, rest = m.expr, positional
+        if type(receiver) is _NameExpr and cast(NameExpr, receiver).name in ("self", "cls"):
+            return False  # the object's own method (``self.dot(a, b)``, ``self.norm()``)
+    if name in _ALWAYS_0D:
+        # x.dot(y), torch.dot(x, y), x.item(), torch.trace(x): the operands and nothing else
+        return len(rest) == (1 if name in ("dot", "vdot") else 0) and not keywords
+    if name in ("tensor", "as_tensor", "scalar_tensor"):
+        return module is not None and is_zero_dim(receiver, names, depth + 1)
+    if name == "new_tensor":
+        return module is None and len(positional) == 1 and is_zero_dim(positional[0], names, depth + 1)
+    if name in _SHAPE_KEEPING_COLLECTIVES:
+        return module is not None and is_zero_dim(receiver, names, depth + 1)
+    if name in _FULL_REDUCTIONS:
+        if name in ("max", "min") and rest:
+            # torch.max(a, b): elementwise; x.max(1): a dim
+            return module is not None and len(rest) == 1 and not keywords and is_zero_dim(
+                receiver, names, depth + 1) and is_zero_dim(rest[0], names, depth + 1)
+        if rest and not (name in _ORDER_FIRST and len(rest) == 1 and (
+                type(rest[0]) in (_IntExpr, _FloatExpr, _StrExpr))):
+            return False  # a dim given
+        return all(n in _NON_TENSOR_KEYWORDS or (n == "keepdim" and type(a) is _NameExpr
+                                                 and cast(NameExpr, a).name == "False")
+                   for n, a in keywords)
+    if name in _RECEIVER_SHAPE:
+        return is_zero_dim(receiver, names, depth + 1)
+    if name in _RANK_KEEPING:
+        return is_zero_dim(receiver, names, depth + 1) and all(
+            is_zero_dim(a, names, depth + 1) or _non_tensor(a) for a in rest) and all(
+            n in _NON_TENSOR_KEYWORDS or is_zero_dim(a, names, depth + 1) for n, a in keywords)
+    return False
+
+
+def _zero_dim_locals(assigns: dict[str, list[Expression]], numbers: set[str]) -> frozenset[str]:
+    """The locals every binding of which is 0-d (:func:`is_zero_dim`), given the module-level
+    numbers ``numbers`` the function does not assign: the greatest such set (``rs = rs_new``,
+    ``s = s * 0.5``: a local read is bound, so by induction over the run each value is)."""
+    names = {n for n, values in assigns.items() if values}
+    while True:
+        within = names | numbers
+        drop = {n for n in names if not all(is_zero_dim(v, within) for v in assigns[n])}
+        if not drop:
+            return frozenset(names)
+        names -= drop
 
 
 def module_numbers(file: MypyFile) -> tuple[frozenset[str], frozenset[str]]:
@@ -2032,6 +2218,8 @@ class RegionIndex:
 
     def __init__(self) -> None:
         self._memo: TreeMemo[GradRegions] = TreeMemo(_regions_or_none)
+        # is_zero_dim per expression node (RegionIndex.zero_dim), keeping the node
+        self._zero_memo: dict[int, tuple[Expression, bool]] = {}
         # the condition triggers (section 3) of the files prepared last, by the call's id, and
         # their ids by module: not per tree, since the daemon merges a re-parsed file into
         # the old tree object (its statements, triggers included, then are the new tree's)
@@ -2149,10 +2337,71 @@ class RegionIndex:
             return not any(a <= line <= b and n == name for a, b, n in regions.shadowed)
         return False
 
+    def zero_dim(self, tree: MypyFile | None, line: int, e: Expression | None) -> bool:
+        """:func:`is_zero_dim` of ``e`` at ``line``: with the 0-d locals of the innermost
+        function holding the line, and the module-level numbers it does not assign;
+        memoised per expression node."""
+        if e is None:
+            return False
+        key = id(e)
+        known = self._zero_memo.get(key)
+        if known is not None and known[0] is e:
+            return known[1]
+        regions = self.regions(tree)
+        found = is_zero_dim(e, _ZeroDimNames(regions, line) if regions is not None else ())
+        if len(self._zero_memo) > 100_000:
+            self._zero_memo.clear()
+        self._zero_memo[key] = (e, found)
+        return found
+
     def integer_valued(self, tree: MypyFile | None, line: int, e: Expression | None) -> bool:
         """:func:`is_integer_valued` of ``e`` at ``line``: the integer locals of the enclosing
         function, and the module-level ints."""
         return is_integer_valued(e, _DetachedNames(self, tree, line, True))
+
+
+class _ZeroDimNames:
+    """The 0-d locals at a line (:func:`_zero_dim_locals` of the innermost function record
+    holding it, computed once per record), as a container for :func:`is_zero_dim`."""
+
+    def __init__(self, regions: GradRegions, line: int) -> None:
+        self.regions = regions
+        self.line = line
+        self._names: frozenset[str] | None = None
+        self._assigned: dict[str, list[Expression]] | None = None
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if self._names is None:
+            self._resolve()
+        assert self._names is not None
+        if name in self._names:
+            return True
+        if self._assigned is not None and name in self._assigned:
+            return False
+        regions = self.regions
+        return name in regions.module_numbers and not any(
+            a <= self.line <= b and n == name for a, b, n in regions.shadowed)
+
+    def _resolve(self) -> None:
+        regions = self.regions
+        inner: tuple[int, int] | None = None
+        index = -1
+        for k, (a, b, _, _) in enumerate(regions.value_records):
+            if a <= self.line <= b and (inner is None or b - a < inner[1] - inner[0]):
+                inner, index = (a, b), k
+        if index < 0:
+            self._names = frozenset()
+            return
+        assigns = regions.value_records[index][2]
+        self._assigned = assigns
+        known = regions.zero_dim_names.get(index)
+        if known is None:
+            numbers = {n for n in regions.module_numbers if n not in assigns}
+            known = _zero_dim_locals(assigns, numbers)
+            regions.zero_dim_names[index] = known
+        self._names = known
 
 
 class _DetachedNames:

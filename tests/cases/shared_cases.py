@@ -647,6 +647,18 @@ case("shard-add-S0-S1", {"a": "S0", "b": "S1"}, "out = torch.add(a, b)", "V")
 case("shard-mul-S0-R", {"a": "S0", "b": "R"}, "out = torch.mul(a, b)", "V",
      desc="beside an R tensor the S(0) layout is unknown")
 case("shard-add-S0-U", {"a": "S0", "b": "U"}, "out = torch.add(a, b)", "V")
+# a 0-d operand reaches no dim (broadcasting aligns from the right): beside it S(i) stays, where
+# the static checker sees the value is 0-d (a full reduction, a collective or elementwise op of
+# such values); a per-rank 0-d V scales each block by its own number: V (session 42, fix-0d)
+case("shard-mul-S0-R-0d", {"a": "S0", "b": "R"}, ("s = b.sum()", "out = torch.mul(s, a)"), "S0",
+     desc="cat(s * a_r) == s * cat(a_r) for a 0-d R s")
+case("shard-cg-step-S0", {"r": "S0", "a": "S0"},
+     ('rs = spmd.all_reduce(spmd.sum(r * r, out_partial_axes="tp"), "tp", src=P, dst=R)',
+      'alpha = rs / spmd.all_reduce(spmd.sum(r * a, out_partial_axes="tp"), "tp", src=P, dst=R)',
+      "out = r - alpha * a"), "S0", collective=True,
+     desc="a conjugate-gradient step: alpha an all-reduced full sum (0-d R)")
+case("shard-mul-S0-V-0d", {"a": "S0", "v": "V"}, ("s = v.sum()", "out = s * a"), "V",
+     desc="a per-rank 0-d V beside S(0): each block scaled by its own rank's number")
 case("shard-mul-S0-scalar", {"a": "S0"}, "out = torch.mul(a, 2.0)", "S0")
 case("shard-where-S0-R-cond", {"a": "S0", "b": "S0", "c": "R"}, "out = torch.where(c > 0, a, b)",
      "V", desc="an R condition beside S(0) operands")

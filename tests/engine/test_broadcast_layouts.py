@@ -10,7 +10,7 @@ import itertools
 import torch
 
 from spmd_mypy.engine.ops import Operand, propagate
-from spmd_mypy.engine.types import REPLICATE, Kind, SpmdType, shard
+from spmd_mypy.engine.types import REPLICATE, Kind, LocalType, SpmdType, shard
 
 RANKS = 2
 
@@ -110,3 +110,44 @@ def test_one_d_bias_beside_last_dim() -> None:
     # no shapes (the static checker): S(-1) + S(0) is plain V (the ranks are unknown)
     assert str(propagate("add", [Operand(_one(shard(-1)), "h"),
                                  Operand(_one(shard(0)), "bias")]).type) == 'Tensor[V["cp"]]'
+
+
+def test_a_known_rank_without_shapes() -> None:
+    """The static checker knows no shapes, but a rank where the source makes it evident
+    (``Operand.ndim``: 0 for ``alpha`` of a CG step, a full reduction all-reduced): an
+    operand of no shard dim reaches no dim when 0-d, and none before its last k dims when
+    of rank k; every dim the rule keeps is the global layout for any rank of the sharded
+    operand (checked against torch).  A 0-d V (each rank's own number) stays V, and so does
+    an R of unknown rank."""
+    def result(dim: int, other, ndim: int | None) -> LocalType:  # noqa: ANN001
+        res = propagate("mul", [Operand(_one(other), "a", ndim=ndim),
+                                Operand(_one(shard(dim)), "p")])
+        lt = res.type.get("cp")
+        assert lt is not None and not res.errors
+        return lt
+
+    assert result(0, REPLICATE, 0) == shard(0)
+    assert result(-1, REPLICATE, 0) == shard(-1)
+    assert result(-2, REPLICATE, 1) == shard(-2)          # a bias of the last dim
+    assert result(-1, REPLICATE, 1).dim is None           # the bias meets the shard dim
+    assert result(0, REPLICATE, 1).dim is None            # rank of p unknown: dim 0 may be -1
+    assert result(0, REPLICATE, None).dim is None         # rank unknown
+    assert result(0, LocalType(Kind.V), 0).dim is None    # a per-rank scalar
+    torch.manual_seed(0)
+    for n in (1, 2, 3):
+        x_shape = tuple(range(2, 2 + n))
+        for dim in range(-n, n):
+            locals_ = [torch.randn(x_shape, dtype=torch.float64) for _ in range(RANKS)]
+            global_x = torch.cat(locals_, dim=dim)
+            for k in range(0, n + 1):
+                lt = result(dim, REPLICATE, k)
+                if lt.dim is None:
+                    continue
+                y = torch.randn(x_shape[n - k:], dtype=torch.float64)
+                joined = torch.cat([y * xl for xl in locals_], dim=lt.dim)
+                assert torch.equal(joined, y * global_x), (x_shape, dim, k, lt)
+    # per-rank scalars scale each block by their own number: no global tensor's block
+    s = [torch.tensor(1.0), torch.tensor(2.0)]
+    blocks = [torch.ones(2), torch.ones(2)]
+    assert not any(torch.equal(torch.cat([s[r] * blocks[r] for r in range(RANKS)]), c * torch.ones(4))
+                   for c in (1.0, 2.0))
