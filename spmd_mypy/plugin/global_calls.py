@@ -409,10 +409,8 @@ def _lead_step(e: Expression, ctx: AnyCtx) -> tuple[Expression, str] | None:
         return None
     callee = e.callee
     fullname = callee.fullname if isinstance(callee, RefExpr) else ""
-    if fullname:
+    if fullname.startswith("torch."):  # F.linear(x, w), torch.relu(x), F.dropout(x, p)
         name = fullname.rsplit(".", 1)[-1]
-        if not fullname.startswith("torch."):
-            return None
         inner = _first_operand(e)
         if inner is None:
             return None
@@ -518,28 +516,28 @@ def _lead_sizes(e: Expression, leads: Sequence[_Lead], ctx: AnyCtx) -> list[Any]
         found = facts.sizes.get(e.name)
         if found is None or facts.bindings.get(e.name) != 1:
             return None
-        tensor, dim, line = found
-        if facts.bindings.get(tensor, 0) > 1 or facts.defined_at.get(tensor, line) > line:
+        tensor_name, dim, line = found
+        if facts.bindings.get(tensor_name, 0) > 1 or facts.defined_at.get(tensor_name, line) > line:
             return None
-        for lead in leads:
-            if isinstance(lead.expr, NameExpr) and lead.expr.name == tensor \
-                    and lead.expr.kind == LDEF:
-                return [_kept_size(dim, facts.ranks.get(e.name), lead.keep,
+        for named in leads:
+            if isinstance(named.expr, NameExpr) and named.expr.name == tensor_name \
+                    and named.expr.kind == LDEF:
+                return [_kept_size(dim, facts.ranks.get(e.name), named.keep,
                                    e.name.rstrip("'"))]
         return None
     one = _one_dim_size(e)
     if one is not None:
-        lead = lead_of(one[0])
-        return None if lead is None else [_kept_size(one[1], None, lead.keep, None)]
+        found_lead = lead_of(one[0])
+        return None if found_lead is None else [_kept_size(one[1], None, found_lead.keep, None)]
     # *h.shape[a:b] (a call's star argument is the slice itself, as in _shape_prefix)
     sliced = _shape_slice(e.expr if isinstance(e, StarExpr) else e)
     if sliced is None or not isinstance(e.expr if isinstance(e, StarExpr) else e, IndexExpr):
         return None  # h.shape, h.size(): every dim, the last one too
     tensor, lo, hi = sliced
-    lead = lead_of(tensor)
-    if lead is None or hi is None or hi < lo:
+    sliced_lead = lead_of(tensor)
+    if sliced_lead is None or hi is None or hi < lo:
         return None
-    return [_kept_size(i, None, lead.keep, None) for i in range(lo, hi)]
+    return [_kept_size(i, None, sliced_lead.keep, None) for i in range(lo, hi)]
 
 
 def _bound_once(t: Expression, ctx: AnyCtx) -> bool:
