@@ -34,7 +34,11 @@ A reshape/view keeps the shard where global SPMD's rule keeps a sharding (:func:
 the run computation shared with :func:`.global_spmd.reshape`): from the local sizes in check
 mode; statically when the dims before the shard dim are written as the input's own sizes
 (``x.shape[i]``, ``*x.shape[:-k]``, names unpacked from ``x.shape``), which makes the shard dim
-lead the rest.  Sizes of another tensor, or not read, before it: V.
+lead the rest; or as the sizes of a tensor ``x`` was made of by ops that keep its leading dims
+(``F.linear(h, w).view(b, n, ...)`` with ``b, n, _ = h.shape``: the plugin reads which, and
+marks a size that holds only before the input's last dim, :class:`SameDim` ``last_free``).  A
+target that keeps every input dim and has a literal size above 1 after them fits no (non-empty)
+input of that rank.  Sizes of another tensor, or not read, before it: V.
 
 A contraction (einsum, matmul, linear, attention: :mod:`.contractions`) is read the same
 way, by labels: the shard dim's label goes where the output has it, and a label summed
@@ -268,17 +272,23 @@ class SameDim(int):
     reshape), or a local bound to it (``b, s, h = x.shape``; ``name``: that local, for
     messages): dim ``i`` is kept.  ``int`` so it passes for a size; ``dim`` is ``i``;
     ``rank``: the input's rank when the binding shows it (an unpack of the whole shape
-    without a star), else None."""
+    without a star), else None.  ``last_free``: the size is read from a tensor the input was
+    made of by an op that keeps every dim but maybe the last (``F.linear(h, w).view(h.shape[0],
+    ...)``): it is the input's dim ``i`` only at ranks where ``i`` comes before the input's last
+    dim, and an unknown size at the others."""
 
     dim: int
     name: str | None
     rank: int | None
+    last_free: bool
 
-    def __new__(cls, dim: int, name: str | None = None, rank: int | None = None) -> SameDim:
+    def __new__(cls, dim: int, name: str | None = None, rank: int | None = None,
+                last_free: bool = False) -> SameDim:
         v = super().__new__(cls, -2)
         v.dim = dim
         v.name = name
         v.rank = rank
+        v.last_free = last_free
         return v
 
     def __repr__(self) -> str:
@@ -286,13 +296,14 @@ class SameDim(int):
 
     # equal by what they state, not by the placeholder int (a DimMove is a cache key)
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SameDim) and (self.dim, self.rank) == (other.dim, other.rank)
+        return isinstance(other, SameDim) and (self.dim, self.rank, self.last_free) == (
+            other.dim, other.rank, other.last_free)
 
     def __ne__(self, other: object) -> bool:
         return not self == other
 
     def __hash__(self) -> int:
-        return hash(("SameDim", self.dim, self.rank))
+        return hash(("SameDim", self.dim, self.rank, self.last_free))
 
 
 class SamePrefix(int):
@@ -423,6 +434,10 @@ def reshaped_dim(target: Sequence[int], d: int, rank: int,
             return None
         run = next(r for r in reshape_runs(ins, outs) if d in r[0])
         return len(outs), run_shard_dim(ins, run, d)
+    # a size of the tensor the input was made of (last_free): unknown where dim i is not
+    # before the input's last dim
+    target = [ANY_SIZE if isinstance(v, SameDim) and v.last_free  # type: ignore[misc]
+              and not (-rank <= v.dim < rank and v.dim % rank < rank - 1) else v for v in target]
     if any(isinstance(v, SameDim) and (v.rank is not None and v.rank != rank
                                        or not -rank <= v.dim < rank) for v in target):
         return None  # x.shape[i] needs dim i; b, s, h = x.shape: x has 3 dims
@@ -430,6 +445,10 @@ def reshaped_dim(target: Sequence[int], d: int, rank: int,
     if full is None or not full:
         return None
     keep = kept_prefix(full, rank)
+    if keep == rank and any(is_literal_size(v) and v > 1 for v in full[keep:]):
+        # every dim kept, and more sizes after them: no (non-empty) input of this rank has
+        # that many elements (x.view(x.shape[0], x.shape[1], -1, 3, hd) of a 2-d x)
+        return None
     if d < keep:
         return len(full), d
     if d == keep and keep < len(full):

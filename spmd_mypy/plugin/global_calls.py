@@ -24,6 +24,7 @@ from mypy.nodes import (
     DelStmt,
     EllipsisExpr,
     Expression,
+    FloatExpr,
     ForStmt,
     FuncDef,
     Import,
@@ -278,9 +279,12 @@ def _shape_slice(e: Expression) -> tuple[Expression, int, int | None] | None:
 
 
 def _one_dim_size(e: Expression) -> tuple[Expression, int] | None:
-    """``(x, i)`` for ``x.shape[i]`` and ``x.size(i)`` with a literal ``i``."""
+    """``(x, i)`` for ``x.shape[i]``, ``x.size(i)`` and ``x.size()[i]`` with a literal ``i``."""
     if isinstance(e, IndexExpr) and isinstance(e.base, MemberExpr) and e.base.name == "shape":
         base, idx = e.base.expr, e.index
+    elif (isinstance(e, IndexExpr) and isinstance(e.base, CallExpr) and not e.base.args
+          and isinstance(e.base.callee, MemberExpr) and e.base.callee.name == "size"):
+        base, idx = e.base.callee.expr, e.index
     elif (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr) and e.callee.name == "size"
           and len(e.args) == 1 and e.arg_names[0] in (None, "dim")):
         base, idx = e.callee.expr, e.args[0]
@@ -332,6 +336,216 @@ def _named_rank(e: Expression, ctx: AnyCtx) -> int | None:
     if not isinstance(e, NameExpr) or func is None:
         return None
     return size_names(func).ranks.get(e.name)
+
+
+# -- sizes of the tensor a reshaped tensor was made of (local S(i) through view/reshape) ------
+#
+#     b, n, _ = x.shape
+#     q = F.linear(x, w).view(b, n, -1, 3, hd)      b, n: dims 0, 1 of F.linear(x, w) too
+#     q = self.act(x).view(x.shape[0], x.shape[1], ...)   (self.act an nn.GELU)
+#
+# An op that keeps its input's dims in place, every one (elementwise with a number, unary
+# activations, dropout, norms, casts, and torch's modules of those ops) or all but the last
+# (F.linear, whose weight may be 1-d: the last dim changed or dropped), makes a tensor whose
+# leading sizes are its input's.  (nn.Linear's result is V: its weight is untyped.)  Not
+# followed: an elementwise op with another tensor (broadcasting may add or widen leading
+# dims), matmul (the weight's rank is unknown: a 1-d or batched one moves the dims).  A chain of such ops (and locals bound once to one) is
+# followed down from the reshaped tensor; a size read from a tensor met on the way (directly,
+# or a local bound once to it, :func:`size_names`) is a SameDim of the reshaped tensor where the
+# ops keep that dim.  Anything else stays an unknown size (V past it: the sound default).
+
+# what an op keeps of its input's dims: every dim at the same rank; every dim but the last,
+# the last changed or dropped (F.linear)
+_KEEP_ALL: Final = "all"
+_KEEP_DROP: Final = "drop"
+
+# torch functions and tensor methods whose result has their first tensor operand's shape
+_SAME_SHAPE_OPS: Final = frozenset({
+    "relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "mish", "hardswish", "hardsigmoid",
+    "elu", "selu", "celu", "leaky_relu", "softplus", "logsigmoid", "softsign", "tanhshrink",
+    "hardtanh", "dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d",
+    "dropout2d", "dropout3d", "layer_norm", "rms_norm", "identity", "softmax", "log_softmax",
+    "exp", "log", "neg", "abs", "sqrt", "rsqrt", "square", "float", "half", "bfloat16",
+    "double", "contiguous", "clone", "detach", "type_as", "to"})
+_NUMBERS: Final = ("builtins.int", "builtins.float", "builtins.bool")
+
+
+def _is_number(e: Expression, ctx: AnyCtx) -> bool:
+    if isinstance(e, (IntExpr, FloatExpr)):
+        return True
+    t = lookup_type(ctx.api, e)
+    p = get_proper_type(t) if t is not None else None
+    if isinstance(p, LiteralType):
+        p = p.fallback
+    return isinstance(p, Instance) and p.type.fullname in _NUMBERS
+
+
+def _is_tensor(e: Expression, ctx: AnyCtx) -> bool:
+    t = lookup_type(ctx.api, e)
+    p = get_proper_type(t) if t is not None else None
+    return isinstance(p, Instance) and p.type.has_base("torch._tensor.Tensor")
+
+
+def _first_operand(call: CallExpr) -> Expression | None:
+    for name, kind, arg in zip(call.arg_names, call.arg_kinds, call.args):
+        if (name is None and kind == ARG_POS) or name == "input":
+            return arg
+    return None
+
+
+def _lead_step(e: Expression, ctx: AnyCtx) -> tuple[Expression, str] | None:
+    """The tensor ``e`` is made of by an op that keeps its leading dims, and what it keeps."""
+    from .modules import TORCH_MODULE_OPS
+
+    if isinstance(e, OpExpr) and e.op in ("+", "-", "*", "/", "**"):
+        if _is_number(e.right, ctx):
+            return e.left, _KEEP_ALL
+        if _is_number(e.left, ctx):
+            return e.right, _KEEP_ALL
+        return None  # with another tensor: broadcasting may add or widen leading dims
+    if isinstance(e, UnaryExpr) and e.op == "-":
+        return e.expr, _KEEP_ALL
+    if not isinstance(e, CallExpr):
+        return None
+    callee = e.callee
+    fullname = callee.fullname if isinstance(callee, RefExpr) else ""
+    if fullname.startswith("torch."):  # F.linear(x, w), torch.relu(x), F.dropout(x, p)
+        name = fullname.rsplit(".", 1)[-1]
+        inner = _first_operand(e)
+        if inner is None:
+            return None
+        if name == "linear" and fullname in ("torch._C._nn.linear", "torch.nn.functional.linear"):
+            return inner, _KEEP_DROP
+        return (inner, _KEEP_ALL) if name in _SAME_SHAPE_OPS else None
+    if isinstance(callee, MemberExpr) and callee.name in _SAME_SHAPE_OPS \
+            and _is_tensor(callee.expr, ctx):
+        return callee.expr, _KEEP_ALL  # x.float(), x.to(dtype), x.type_as(y)
+    t = lookup_type(ctx.api, callee)  # a module call: self.qkv(x)
+    p = get_proper_type(t) if t is not None else None
+    inner = _first_operand(e)
+    if not isinstance(p, Instance) or inner is None or len(e.args) != 1:
+        return None
+    op = TORCH_MODULE_OPS.get(p.type.fullname)
+    return (inner, _KEEP_ALL) if op is not None and op in _SAME_SHAPE_OPS else None
+
+
+class _Lead:
+    """A tensor the reshaped tensor was made of (:func:`reshape_leads`): its expression and
+    text, what the ops between keep of its dims, and whether a local's binding was followed
+    to reach it (then its sizes count only when it is a local bound once)."""
+
+    def __init__(self, expr: Expression, text: str, keep: str, followed: bool) -> None:
+        self.expr = expr
+        self.text = text
+        self.keep = keep
+        self.followed = followed
+
+
+def reshape_leads(x: Expression, ctx: AnyCtx) -> list[_Lead]:
+    """The tensors whose leading sizes the reshaped tensor ``x`` keeps (see above), nearest
+    first; a few steps at most, locals followed only when bound once in the function."""
+    from .calls import expr_text
+
+    out: list[_Lead] = []
+    keep = _KEEP_ALL
+    followed = False
+    e = x
+    facts: SizeNames | None = None
+    for _ in range(8):
+        step = _lead_step(e, ctx)
+        if step is None:
+            if not (isinstance(e, NameExpr) and e.kind == LDEF):
+                break
+            if facts is None:
+                func = current_function(ctx.api)
+                if func is None:
+                    break
+                facts = size_names(func)
+            value = facts.values.get(e.name)
+            if value is None or facts.bindings.get(e.name) != 1:
+                break
+            e, followed = value, True
+            continue
+        inner, m = step
+        if keep == _KEEP_ALL:
+            keep = m
+        elif m != _KEEP_ALL:
+            break  # two ops that may drop a dim: the leading dims are not followed
+        out.append(_Lead(inner, expr_text(inner), keep, followed))
+        e = inner
+    return out
+
+
+def _kept_size(dim: int, rank: int | None, keep: str, name: str | None) -> Any:
+    """The target entry for a size of dim ``dim`` of a tensor of ``rank`` (when known) the
+    reshaped tensor keeps by ``keep``: a SameDim, or ANY_SIZE where it is not kept."""
+    if keep == _KEEP_ALL:
+        return gs.SameDim(dim, name, rank)
+    if rank is not None:
+        if not -rank <= dim < rank or dim % rank == rank - 1:
+            return gs.ANY_SIZE  # the last dim: not the reshaped tensor's
+        # the result has that rank or one less, and the dim is before both lasts
+        return gs.SameDim(dim % rank, name)
+    if dim < 0:
+        return gs.ANY_SIZE  # counted from a last dim that may be dropped
+    return gs.SameDim(dim, name, None, True)
+
+
+def _lead_sizes(e: Expression, leads: Sequence[_Lead], ctx: AnyCtx) -> list[Any] | None:
+    """The target entries of ``e`` when it reads a size of a tensor of ``leads``:
+    ``h.shape[i]``, ``h.size(i)``, ``*h.shape[a:b]`` (literal bounds), a local bound once to
+    one (``b, n, _ = h.shape``); None when it reads none."""
+    from .calls import expr_text
+
+    def lead_of(t: Expression) -> _Lead | None:
+        text = expr_text(t)
+        for lead in leads:
+            if lead.text == text:
+                if lead.followed and not _bound_once(t, ctx):
+                    return None
+                return lead
+        return None
+
+    if isinstance(e, NameExpr):
+        if e.kind != LDEF:
+            return None
+        func = current_function(ctx.api)
+        if func is None:
+            return None
+        facts = size_names(func)
+        found = facts.sizes.get(e.name)
+        if found is None or facts.bindings.get(e.name) != 1:
+            return None
+        tensor_name, dim, line = found
+        if facts.bindings.get(tensor_name, 0) > 1 or facts.defined_at.get(tensor_name, line) > line:
+            return None
+        for named in leads:
+            if isinstance(named.expr, NameExpr) and named.expr.name == tensor_name \
+                    and named.expr.kind == LDEF:
+                return [_kept_size(dim, facts.ranks.get(e.name), named.keep,
+                                   e.name.rstrip("'"))]
+        return None
+    one = _one_dim_size(e)
+    if one is not None:
+        found_lead = lead_of(one[0])
+        return None if found_lead is None else [_kept_size(one[1], None, found_lead.keep, None)]
+    # *h.shape[a:b] (a call's star argument is the slice itself, as in _shape_prefix)
+    sliced = _shape_slice(e.expr if isinstance(e, StarExpr) else e)
+    if sliced is None or not isinstance(e.expr if isinstance(e, StarExpr) else e, IndexExpr):
+        return None  # h.shape, h.size(): every dim, the last one too
+    tensor, lo, hi = sliced
+    sliced_lead = lead_of(tensor)
+    if sliced_lead is None or hi is None or hi < lo:
+        return None
+    return [_kept_size(i, None, sliced_lead.keep, None) for i in range(lo, hi)]
+
+
+def _bound_once(t: Expression, ctx: AnyCtx) -> bool:
+    """``t`` is a local (or parameter) bound once in the enclosing function."""
+    if not (isinstance(t, NameExpr) and t.kind == LDEF):
+        return False
+    func = current_function(ctx.api)
+    return func is not None and size_names(func).bindings.get(t.name) == 1
 
 
 class SizeNames:
@@ -577,9 +791,11 @@ def _child_attrs(cls: type) -> tuple[str, ...]:
 
 
 def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
-                 x_text: str | None) -> Any:
+                 x_text: str | None, x: Expression | None = None) -> Any:
     """A reshape/view target: literal ints, ``x.shape[i]`` (SameDim), other int expressions
-    (ANY_SIZE); UNKNOWN when the shape itself is not written out (``x.view(shape)``)."""
+    (ANY_SIZE); UNKNOWN when the shape itself is not written out (``x.view(shape)``).
+    ``x``: the reshaped tensor (a local reshape), whose makers' sizes count too
+    (:func:`reshape_leads`, read only for an entry nothing else reads)."""
     if not exprs:
         return gs.UNKNOWN
     items = list(exprs)
@@ -598,6 +814,7 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
         if not (isinstance(p, Instance) and p.type.fullname == "builtins.int"):
             return gs.UNKNOWN  # a tuple/Size/list variable: its length is unknown
     out: list[Any] = []
+    leads: list[_Lead] | None = None
     for it in items:
         v = lit_int(it)
         if v is not None:
@@ -611,6 +828,12 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
         if d is not None:
             out.append(gs.SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None,
                                   _named_rank(it, ctx)))
+            continue
+        if x is not None and leads is None:
+            leads = reshape_leads(x, ctx)
+        kept = _lead_sizes(it, leads, ctx) if leads else None
+        if kept is not None:  # F.linear(x, w).view(b, n, -1, 3, hd) with b, n, _ = x.shape
+            out.extend(kept)
             continue
         t = lookup_type(ctx.api, it)
         p = get_proper_type(t) if t is not None else None
@@ -640,7 +863,7 @@ def reshape_target(ctx: AnyCtx) -> tuple[Any, ...] | None:
     f = _by_formal(ctx)
     if "dtype" in f or x is None:
         return None
-    shape = _shape_param(ctx, f.get("shape") or f.get("size"), expr_text(x))
+    shape = _shape_param(ctx, f.get("shape") or f.get("size"), expr_text(x), x)
     return shape if isinstance(shape, tuple) else None
 
 

@@ -1136,6 +1136,18 @@ case("shard-ulysses", _ULYSSES_IN,
 case("shard-ulysses-missing-transpose", _ULYSSES_IN,
      _ULYSSES + ('out = spmd.all_to_all(o, "tp", src=S(2), dst=S(1))',), "spmd-src-mismatch",
      make=_ULYSSES_MAKE, collective=True, desc="o is S(1): its heads, not the sequence, on dim 2")
+# the DiT/Megatron qkv idiom: sizes unpacked from x, F.linear keeps x's leading dims, the view
+# splits the last into (heads, 3, hd) and keeps S(1); all_to_all with src and dst swapped
+_ULYSSES_QKV_MAKE = {"x": "torch.randn(2, 4, 8, requires_grad=True).clone()",
+                     "w": "torch.randn(24, 8, requires_grad=True).clone()"}
+_ULYSSES_QKV = ("b, n, _ = x.shape", "q = F.linear(x, w).view(b, n, -1, 3, 2).unbind(3)[0]")
+case("shard-ulysses-qkv-view", _ULYSSES_IN,
+     _ULYSSES_QKV + ('out = spmd.all_to_all(q, "tp", src=S(1), dst=S(2))',), 'Tensor[S[2, "tp"]]',
+     make=_ULYSSES_QKV_MAKE, collective=True)
+case("shard-ulysses-qkv-view-swapped", _ULYSSES_IN,
+     _ULYSSES_QKV + ('out = spmd.all_to_all(q, "tp", src=S(2), dst=S(1))',), "spmd-src-mismatch",
+     make=_ULYSSES_QKV_MAKE, collective=True,
+     desc="q is S(1) (the view keeps b, n as x's sizes): src and dst swapped")
 
 # --------------------------------------------------------------------------------------
 # 9. No-gradient relaxation: an I operand that cannot carry a gradient acts as R.

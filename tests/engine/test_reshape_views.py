@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from spmd_mypy.engine.ops import Operand, propagate
-from spmd_mypy.engine.types import SpmdType, shard
+from spmd_mypy.engine.types import Kind, LocalType, SpmdType, shard
 from spmd_mypy.engine.views import (
     ANY_SIZE, SameDim, SamePrefix, expand_target, make_move, moved_dim, reshaped_dim,
 )
@@ -79,7 +79,8 @@ def _static_targets(rank: int) -> list[tuple[int, ...]]:
         heads.append(tuple(SameDim(i - rank) if i % 2 else SameDim(i) for i in range(k)))
     heads += [(SamePrefix(m),) for m in range(rank + 1)]
     heads.append((SameDim(1),) if rank > 1 else ())  # not in place: kept nothing
-    tails = [(), (-1,), (ANY_SIZE, -1), (-1, ANY_SIZE), (ANY_SIZE,), (ANY_SIZE, ANY_SIZE)]
+    tails = [(), (-1,), (ANY_SIZE, -1), (-1, ANY_SIZE), (ANY_SIZE,), (ANY_SIZE, ANY_SIZE),
+             (-1, 2), (2, -1)]
     return [h + t for h in heads for t in tails]
 
 
@@ -170,3 +171,36 @@ def test_an_inner_factor_or_an_unknown_prefix_is_V() -> None:
     assert _dim(2, {"shape": (2, 3, 6, 4)}, (2, 3, 24), 4) == 2
     # a view(dtype), or a shape the adapter could not read: no move
     assert make_move("view", {"shape": "torch.float16"}) is None
+
+
+def test_every_dim_kept_and_sizes_after_them_is_no_input_of_that_rank() -> None:
+    # x.view(x.shape[0], x.shape[1], -1, 3, hd): a 2-d x cannot hold 3 * hd times its elements
+    assert reshaped_dim((SameDim(0), SameDim(1), -1, 3, 4), 1, 2) is None
+    assert reshaped_dim((SameDim(0), SameDim(1), -1, 3, 4), 1, 3) == (5, 1)
+    assert reshaped_dim((SameDim(0), SameDim(1), -1), 1, 2) == (3, 1)  # -1 may be 1
+    assert reshaped_dim((SameDim(0), SameDim(1), ANY_SIZE), 1, 2) == (3, 1)
+    # so F.linear(x, w) of an x: S(1) (V at rank 1, 2: a 2-d x's dim 1 is contracted) viewed
+    # so keeps S(1): the ranks where it is V give no result of rank 5
+    lin = LocalType(Kind.V, by_rank=((1, None), (2, None), (3, 1)))
+    ops = [Operand(SpmdType.of({"tp": lin}), "qkv")]
+    target = (SameDim(0), SameDim(1), -1, 3, 4)
+    res = propagate("view", ops, move=make_move("view", {"shape": target}))
+    assert res.type.get("tp") == shard(1)
+    res = propagate("view", ops, move=make_move("view", {"shape": (SameDim(0), SameDim(1), -1, ANY_SIZE)}))
+    assert res.type.get("tp") == LocalType(Kind.V)  # rank 2 (V) and 3 (S(1)) both give rank 4
+
+
+def test_a_size_of_the_tensor_the_input_was_made_of_counts_before_its_last_dim() -> None:
+    # F.linear(h, w).view(h.shape[0], h.shape[1], ...): h's dim i is the input's where i comes
+    # before the input's last dim (F.linear changes or drops the last), an unknown size else
+    lf = [SameDim(i, None, None, True) for i in range(3)]
+    assert reshaped_dim((lf[0], lf[1], -1, ANY_SIZE), 1, 3) == (4, 1)
+    assert reshaped_dim((lf[0], lf[1], -1, ANY_SIZE), 2, 3) is not None
+    assert reshaped_dim((lf[0], lf[1], -1, ANY_SIZE), 1, 2) == (4, 1)  # dim 1 leads the rest
+    assert reshaped_dim((lf[1], lf[0], -1, ANY_SIZE), 1, 3) == (4, None)  # not in place
+    # at rank 2, h.shape[1] is not the input's dim 1 (F.linear's out features): the input may
+    # be 2-d, so unlike the input's own sizes this rank stays possible
+    assert reshaped_dim((lf[0], lf[1], -1, 3, 4), 1, 2) == (5, 1)
+    assert reshaped_dim((lf[0], lf[2], -1), 2, 3) == (3, None)  # the last: unknown
+    assert reshaped_dim((lf[2], -1), 1, 2) == (2, None)  # beyond the rank: unknown, not None
+    assert SameDim(1, None, None, True) != SameDim(1)
