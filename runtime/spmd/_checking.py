@@ -111,7 +111,7 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
-                                  pending_left_error, pending_kind, MEAN_REDUCTIONS,
+                                  pending_left_error, pending_kind, MEAN_REDUCTIONS, loss_reduction,
                                   AFFINE_TERMS, claimed_partial_error,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
                                   reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
@@ -1752,6 +1752,8 @@ class _Mode(TorchFunctionMode):
         spec = spec_of(plan, args, kwargs)
         key = _operand_key([spec.name, spec.keeps_shard_dims, self.strict], ops, types, grad_on)
         reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
+        if reduction is None and args and isinstance(args[0], torch.Tensor):
+            reduction = loss_reduction(spec.name, args[0].dim())  # a loss's own mean or sum
         if reduction is not None:
             key.append(reduction)
         move = move_of(plan, args, kwargs)

@@ -113,7 +113,7 @@ from ..engine.contractions import CONTRACTIONS, Contraction
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace,
+    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction,
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
@@ -922,11 +922,16 @@ class CallTyper:
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
                 reduction = read_reduction(ctx, op)
+                summing = op
+                if reduction is None:  # a loss's own mean or sum (engine loss_reduction)
+                    reduction = loss_reduction(spec.name)
+                    if reduction is not None:
+                        summing = spec.name
                 if reduction is not None and out is not None:
                     # a sum written into out=: not read as pending (as the check mode, which
                     # marks no written tensor)
                     reduction = replace(reduction, partial_axes=("*",))
-                reduction = declared_reduction(ctx, op, reduction, ops, self.types)
+                reduction = declared_reduction(ctx, summing, reduction, ops, self.types)
                 result = propagate(spec, ops, strict=self.strict(ctx), reduction=reduction,
                                    move=move)
                 if self.rank_exprs:  # only files with a rank query (rank_index)
@@ -1013,7 +1018,11 @@ class CallTyper:
         move = read_move(ctx, op)
         if isinstance(move, Contraction):
             move = declared_partial(ctx, move, ops, self.types)
-        reduction = declared_reduction(ctx, op, read_reduction(ctx, op), ops, self.types)
+        reduction = read_reduction(ctx, op)
+        summing = op
+        if reduction is None and loss_reduction(spec.name) is not None:
+            reduction, summing = loss_reduction(spec.name), spec.name
+        reduction = declared_reduction(ctx, summing, reduction, ops, self.types)
         typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
                                  reduction=reduction, move=move)
         if EVERY in axes and UNNAMED_GROUP not in axes and typed_result.errors != result.errors:
