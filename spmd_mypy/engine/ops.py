@@ -93,6 +93,9 @@ class OpSpec:
     known: bool = True
     # the role of the operands past ``roles`` where it is not the class's default
     rest: Role | None = None
+    # a loss's reduction (call_spec; REDUCED_LOSSES): the name its pending rule reads
+    # (LOSS_MEANS, LOSS_SUMS, CLASS_LOSSES_NONE), the spec's own name kept for messages
+    reduced_as: str = ""
 
     @property
     def default_role(self) -> Role:
@@ -875,11 +878,17 @@ def loss_of(name: str) -> tuple[str, str] | None:
     return (loss, rest.strip('")')) if loss in REDUCED_LOSSES else None
 
 
-def loss_reduction(name: str, ndim: int | None = None) -> Reduction | None:
+def summing_name(spec: OpSpec) -> str:
+    """The name the pending rule reads for a call of ``spec`` (:func:`reduced_partial_sum`,
+    :func:`pending_kind`): a loss's reduction (LOSS_MEANS, LOSS_SUMS), else the op's name."""
+    return spec.reduced_as or spec.name
+
+
+def loss_reduction(spec: OpSpec, ndim: int | None = None) -> Reduction | None:
     """The full reduction a loss spec of a pending reduction (LOSS_MEANS, LOSS_SUMS) makes
     (``ndim``: its input's rank, in check mode), for the pending rule as a ``.mean()``'s;
     None for another op."""
-    if name in LOSS_MEANS or name in LOSS_SUMS:
+    if spec.reduced_as in LOSS_MEANS or spec.reduced_as in LOSS_SUMS:
         return Reduction(None, False, ndim)
     return None
 
@@ -903,10 +912,10 @@ def call_spec(name: str, values: dict[str, object]) -> OpSpec:
         value = values.get(LOSS_REDUCTION_FORMAL, "mean")
         if value == "none":
             if name in CLASS_LOSSES:  # the batch dim kept (_class_loss_layout)
-                return replace(spec, name=_loss_name(name, "none"))
+                return replace(spec, reduced_as=_loss_name(name, "none"))
             return replace(spec, keeps_shard_dims=True)  # each element's loss
         if value in ("mean", "sum") or (value == "batchmean" and name == "kl_div"):
-            return replace(spec, name=_loss_name(name, value))  # type: ignore[arg-type]
+            return replace(spec, reduced_as=_loss_name(name, value))  # type: ignore[arg-type]
         return spec  # a reduction the adapter cannot read: V, as before (gradual)
     if name in DTYPE_VIEW_OPS:
         dtype = values.get(CAST_FORMAL)
@@ -1797,6 +1806,9 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                 ))
                 break
     out: dict[str, LocalType] = {}
+    summing = summing_name(spec)
+    if reduction is None:
+        reduction = loss_reduction(spec)  # a loss's own mean or sum, as a .mean()'s
     for axis in sorted(axes):
         if axis in failed:  # unknown after an earlier error: no second error here
             continue
@@ -1805,8 +1817,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                  and (r is not Role.INDEX or lt.kind is Kind.V or lt.kind is Kind.P)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if (err is None and lt is not None and lt.kind is Kind.V and reduction is not None
-                and spec.name in SHARD_SUMMING and tensor_ops):
-            err = reduced_partial_error(spec.name, tensor_ops[0][0], axis, reduction)
+                and summing in SHARD_SUMMING and tensor_ops):
+            err = reduced_partial_error(summing, tensor_ops[0][0], axis, reduction)
             if err is not None and reduction.pending:
                 err = pending_left_error(err, reduction.partial_axes, axis)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
@@ -1828,8 +1840,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                                                            for o, _ in tensor_ops])):
                 lt = LocalType(Kind.P)  # the pending partial sum a reduction reads
             elif (reduction is not None and reduction.pending and axis in reduction.partial_axes
-                  and err is None and tensor_ops and spec.name in SHARD_SUMMING
-                  and reduced_partial_sum(spec.name, tensor_ops[0][0].type.get(axis), axis,  # type: ignore[union-attr]
+                  and err is None and tensor_ops and summing in SHARD_SUMMING
+                  and reduced_partial_sum(summing, tensor_ops[0][0].type.get(axis), axis,  # type: ignore[union-attr]
                                           replace(reduction, partial_axes=()), tensor_ops[0][0].shape)):
                 lt = LocalType(Kind.P)  # the pending sum a typed reduction reads
             elif isinstance(move, Contraction):
@@ -1840,7 +1852,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                                            for o, _ in tensor_ops])
             elif move is not None:
                 lt = _moved_layout(axis, tensor_ops, move)
-            elif spec.name in CLASS_LOSSES_NONE:
+            elif spec.reduced_as in CLASS_LOSSES_NONE:
                 lt = _class_loss_layout(axis, tensor_ops)
             else:
                 lt = _result_layout(spec, axis, tensor_ops, lt.dim, reduction)

@@ -113,7 +113,7 @@ from ..engine.contractions import CONTRACTIONS, Contraction
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction,
+    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction, summing_name,
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
@@ -924,9 +924,9 @@ class CallTyper:
                 reduction = read_reduction(ctx, op)
                 summing = op
                 if reduction is None:  # a loss's own mean or sum (engine loss_reduction)
-                    reduction = loss_reduction(spec.name)
+                    reduction = loss_reduction(spec)
                     if reduction is not None:
-                        summing = spec.name
+                        summing = summing_name(spec)
                 if reduction is not None and out is not None:
                     # a sum written into out=: not read as pending (as the check mode, which
                     # marks no written tensor)
@@ -1020,8 +1020,8 @@ class CallTyper:
             move = declared_partial(ctx, move, ops, self.types)
         reduction = read_reduction(ctx, op)
         summing = op
-        if reduction is None and loss_reduction(spec.name) is not None:
-            reduction, summing = loss_reduction(spec.name), spec.name
+        if reduction is None and loss_reduction(spec) is not None:
+            reduction, summing = loss_reduction(spec), summing_name(spec)
         reduction = declared_reduction(ctx, summing, reduction, ops, self.types)
         typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
                                  reduction=reduction, move=move)

@@ -1852,7 +1852,9 @@ case("global-roll-flattened", {"w": _WC}, "out = w.roll(1)", GLB)
 case("global-cross-entropy-none", {"x": _X, "t": _T}, 'out = F.cross_entropy(x, t, reduction="none")',
      _T, make=_TI)
 # an elementwise loss with reduction="none" is elementwise ((a - b).pow(2) for mse_loss): an
-# S(i) input keeps S(i); reduced (the default mean, a sum) it is V (engine ELEMENTWISE_LOSSES)
+# S(i) input keeps S(i) (engine ELEMENTWISE_LOSSES); reduced (the default mean, a sum) it is a
+# pending mean or sum over the shard dim (engine REDUCED_LOSSES, session 42: V until then), an
+# error where it is read otherwise than by its reduction
 case("mse-loss-none-S0", {"a": "S0", "b": "S0"}, 'out = F.mse_loss(a, b, reduction="none")', "S0")
 case("l1-loss-none-S0", {"a": "S0", "b": "S0"}, 'out = F.l1_loss(a, b, reduction="none")', "S0")
 case("smooth-l1-loss-none-S0", {"a": "S0", "b": "S0"},
@@ -1861,8 +1863,12 @@ case("huber-loss-none-S0", {"a": "S0", "b": "S0"},
      'out = F.huber_loss(a, b, reduction="none", delta=0.5)', "S0")
 case("bce-logits-none-S0", {"a": "S0", "b": "S0"},
      'out = F.binary_cross_entropy_with_logits(a, b, reduction="none")', "S0")
-case("mse-loss-mean-S0", {"a": "S0", "b": "S0"}, "out = F.mse_loss(a, b)", "V")
-case("mse-loss-sum-S0", {"a": "S0", "b": "S0"}, 'out = F.mse_loss(a, b, reduction="sum")', "V")
+case("mse-loss-mean-S0", {"a": "S0", "b": "S0"}, ("m = F.mse_loss(a, b)", "out = m.exp()"),
+     "spmd-global", static_line=1)
+case("mse-loss-sum-S0", {"a": "S0", "b": "S0"},
+     ('m = F.mse_loss(a, b, reduction="sum")', "out = m.sqrt()"), "spmd-global", static_line=1)
+case("mse-loss-mean-V", {"a": "V", "b": "V"}, "out = F.mse_loss(a, b)", "V",
+     desc="a plain V batch (no layout): this rank's own loss, as before")
 case("mse-loss-none-S0-S1", {"a": "S0", "b": "S1"}, 'out = F.mse_loss(a, b, reduction="none")', "V")
 case("global-cross-entropy-mean-sharded-batch", {"x": _X, "t": _T}, "out = F.cross_entropy(x, t)", GLB,
      make=_TI)
