@@ -111,7 +111,7 @@ from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   OpSpec, Reduction, Role, check_backward, check_data_assignment,
                                   check_inplace, check_send, check_value_read, implicit_partial_error,
-                                  pending_left_error, pending_kind, MEAN_REDUCTIONS,
+                                  pending_left_error, pending_kind, MEAN_REDUCTIONS, loss_reduction, summing_name,
                                   AFFINE_TERMS, claimed_partial_error,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
                                   reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
@@ -1750,8 +1750,12 @@ class _Mode(TorchFunctionMode):
             inplace_target = first if isinstance(first, torch.Tensor) else None
         grad_on = torch.is_grad_enabled()
         spec = spec_of(plan, args, kwargs)
-        key = _operand_key([spec.name, spec.keeps_shard_dims, self.strict], ops, types, grad_on)
+        key = _operand_key([spec.name, spec.keeps_shard_dims, spec.reduced_as, self.strict], ops,
+                           types, grad_on)
+        summing = summing_name(spec)  # a loss's reduction: the name the pending rule reads
         reduction = reduction_of(plan, args, kwargs) if plan.reduce_at is not None else None
+        if reduction is None and args and isinstance(args[0], torch.Tensor):
+            reduction = loss_reduction(spec, args[0].dim())  # a loss's own mean or sum
         if reduction is not None:
             key.append(reduction)
         move = move_of(plan, args, kwargs)
@@ -1759,7 +1763,7 @@ class _Mode(TorchFunctionMode):
             key.append(move)
         declared = move  # the contraction as the call states it (the pending rule reads it)
         summed = None  # a sum over a sharded dim, as the call states it (the same rule)
-        if reduction is not None and spec.name in _PENDING_SUMS and not reduction.partial_axes:
+        if reduction is not None and summing in _PENDING_SUMS and not reduction.partial_axes:
             summed = reduction
             reduction = dataclasses.replace(reduction, partial_axes=("*",))
         if isinstance(move, Contraction) and move.family != "attention":
@@ -1823,9 +1827,9 @@ class _Mode(TorchFunctionMode):
             pending = tuple(a for a, lt in rtype.axes
                             if lt.kind is TKind.V and a not in (partial_axes or ())
                             and x_t is not None
-                            and reduced_partial_sum(spec.name, x_t.get(a), a, summed, shape))
+                            and reduced_partial_sum(summing, x_t.get(a), a, summed, shape))
             if pending:
-                self.pending = (spec.name, summed, pending, ops, types)
+                self.pending = (summing, summed, pending, ops, types)
         return rtype, targets, new_types
 
     def _foreach(self, plan: Plan, func: Any, args: tuple, kwargs: dict) -> Any:

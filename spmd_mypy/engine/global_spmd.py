@@ -95,8 +95,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .contractions import DimError, equation_at, make_contraction, parse_equation
 from .errors import SpmdError
 from .redistribute import check_source, resolve
-from .ops import (CAST_FORMAL, CAST_OPS, OP_SPECS, RANDOM_LIKE, UNREAD_VALUE, Operand, Result, Role, call_spec,
-                  cast_is_integral, classify)
+from .ops import (CAST_FORMAL, CAST_OPS, CLASS_LOSSES, OP_SPECS, RANDOM_LIKE, UNREAD_VALUE, Operand,
+                  Result, Role, call_spec, cast_is_integral, classify)
 from .ops import propagate as local_propagate
 from .views import (ALONG_FIXED, ALONG_OPS, ANY_SIZE, LAYOUT_OPS, SameDim, SamePrefix, _AnySize,
                     expand_target, is_literal_size, kept_prefix, layout_kept, reshape_runs,
@@ -1647,7 +1647,8 @@ def fourier(op: str, x: Operand, *, dim: Any = None, s: Any = None) -> Result:
 # --------------------------------------------------------------------------------------
 # losses over class scores
 
-CLASS_LOSSES = frozenset({"cross_entropy", "nll_loss"})
+# CLASS_LOSSES (cross_entropy, nll_loss): the one set local SPMD's loss rule reads too
+# (ops.CLASS_LOSSES, imported above)
 
 
 def class_loss(op: str, operands: Sequence[Operand], *, reduction: str = "mean") -> Result:

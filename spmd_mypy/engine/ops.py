@@ -93,6 +93,9 @@ class OpSpec:
     known: bool = True
     # the role of the operands past ``roles`` where it is not the class's default
     rest: Role | None = None
+    # a loss's reduction (call_spec; REDUCED_LOSSES): the name its pending rule reads
+    # (LOSS_MEANS, LOSS_SUMS, CLASS_LOSSES_NONE), the spec's own name kept for messages
+    reduced_as: str = ""
 
     @property
     def default_role(self) -> Role:
@@ -852,13 +855,57 @@ DTYPE_VIEW_OPS = frozenset({"view"})
 ELEMENTWISE_LOSSES = frozenset("""mse_loss l1_loss smooth_l1_loss huber_loss
 binary_cross_entropy binary_cross_entropy_with_logits""".split())
 LOSS_REDUCTION_FORMAL = "reduction"
+# Class losses: ``input`` [N, C, d1...] against class ids [N, d1...]; with reduction="none"
+# the class dim 1 is reduced and the batch dim kept (an S(0) input keeps S(0)); an input
+# sharded on its class dim is vocab-parallel (not this rule's: it stays V).
+CLASS_LOSSES = frozenset({"cross_entropy", "nll_loss"})
+# The losses whose ``reduction`` chooses their rule: "none" keeps the batch shard (every dim
+# for the elementwise ones and kl_div), "mean" (the default) is a pending MEAN over the shard
+# dim, "sum" a pending SUM (:data:`MEAN_REDUCTIONS`, :data:`PENDING_REDUCTIONS`: a local SPMD
+# loss of a dp-sharded batch made P by reinterpret(V->P) was dp-size times the loss, in both
+# checkers, until session 42); kl_div's "batchmean" (the sum / the local batch size) is a mean.
+REDUCED_LOSSES = ELEMENTWISE_LOSSES | CLASS_LOSSES | {"kl_div"}
+
+
+def _loss_name(name: str, reduction: str) -> str:
+    return f'{name} (reduction="{reduction}")'
+
+
+# The spec names of the losses' pending reductions (call_spec gives them), by kind
+LOSS_MEANS = frozenset([_loss_name(n, "mean") for n in REDUCED_LOSSES] + [_loss_name("kl_div", "batchmean")])
+LOSS_SUMS = frozenset(_loss_name(n, "sum") for n in REDUCED_LOSSES)
+# ... and of the class losses' reduction="none" (the batch dim kept, the class dim reduced)
+CLASS_LOSSES_NONE = frozenset(_loss_name(n, "none") for n in CLASS_LOSSES)
+
+
+def loss_of(name: str) -> tuple[str, str] | None:
+    """(the loss, its reduction) of a loss spec name call_spec gives; None for another op."""
+    if " (reduction=" not in name:
+        return None
+    loss, _, rest = name.partition(" (reduction=")
+    return (loss, rest.strip('")')) if loss in REDUCED_LOSSES else None
+
+
+def summing_name(spec: OpSpec) -> str:
+    """The name the pending rule reads for a call of ``spec`` (:func:`reduced_partial_sum`,
+    :func:`pending_kind`): a loss's reduction (LOSS_MEANS, LOSS_SUMS), else the op's name."""
+    return spec.reduced_as or spec.name
+
+
+def loss_reduction(spec: OpSpec, ndim: int | None = None) -> Reduction | None:
+    """The full reduction a loss spec of a pending reduction (LOSS_MEANS, LOSS_SUMS) makes
+    (``ndim``: its input's rank, in check mode), for the pending rule as a ``.mean()``'s;
+    None for another op."""
+    if spec.reduced_as in LOSS_MEANS or spec.reduced_as in LOSS_SUMS:
+        return Reduction(None, False, ndim)
+    return None
 
 
 def variant_formals(name: str) -> tuple[str, ...]:
     """The formals whose values choose ``name``'s rule (empty: the op has one rule)."""
     if name in CAST_OPS or name in DTYPE_VIEW_OPS:
         return (CAST_FORMAL,)
-    if name in ELEMENTWISE_LOSSES:
+    if name in REDUCED_LOSSES:
         return (LOSS_REDUCTION_FORMAL,)
     return tuple(f for f, _, _ in VARIANTS.get(name, ()))
 
@@ -869,9 +916,15 @@ def call_spec(name: str, values: dict[str, object]) -> OpSpec:
     the formal out (its default then).  A formal the call's signature does not name must be
     given as UNREAD_VALUE."""
     spec = classify(name)
-    if name in ELEMENTWISE_LOSSES:
-        none = values.get(LOSS_REDUCTION_FORMAL) == "none"
-        return replace(spec, keeps_shard_dims=True) if none else spec
+    if name in REDUCED_LOSSES:
+        value = values.get(LOSS_REDUCTION_FORMAL, "mean")
+        if value == "none":
+            if name in CLASS_LOSSES:  # the batch dim kept (_class_loss_layout)
+                return replace(spec, reduced_as=_loss_name(name, "none"))
+            return replace(spec, keeps_shard_dims=True)  # each element's loss
+        if value in ("mean", "sum") or (value == "batchmean" and name == "kl_div"):
+            return replace(spec, reduced_as=_loss_name(name, value))  # type: ignore[arg-type]
+        return spec  # a reduction the adapter cannot read: V, as before (gradual)
     if name in DTYPE_VIEW_OPS:
         dtype = values.get(CAST_FORMAL)
         if dtype is None:
@@ -1786,6 +1839,9 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                 ))
                 break
     out: dict[str, LocalType] = {}
+    summing = summing_name(spec)
+    if reduction is None:
+        reduction = loss_reduction(spec)  # a loss's own mean or sum, as a .mean()'s
     for axis in sorted(axes):
         if axis in failed:  # unknown after an earlier error: no second error here
             continue
@@ -1794,8 +1850,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                  and (r is not Role.INDEX or lt.kind is Kind.V or lt.kind is Kind.P)]
         lt, err = _rule_on_axis(spec, axis, typed, scalar_roles)
         if (err is None and lt is not None and lt.kind is Kind.V and reduction is not None
-                and spec.name in SHARD_SUMMING and tensor_ops):
-            err = reduced_partial_error(spec.name, tensor_ops[0][0], axis, reduction)
+                and summing in SHARD_SUMMING and tensor_ops):
+            err = reduced_partial_error(summing, tensor_ops[0][0], axis, reduction)
             if err is not None and reduction.pending:
                 err = pending_left_error(err, reduction.partial_axes, axis)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
@@ -1817,8 +1873,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                                                            for o, _ in tensor_ops])):
                 lt = LocalType(Kind.P)  # the pending partial sum a reduction reads
             elif (reduction is not None and reduction.pending and axis in reduction.partial_axes
-                  and err is None and tensor_ops and spec.name in SHARD_SUMMING
-                  and reduced_partial_sum(spec.name, tensor_ops[0][0].type.get(axis), axis,  # type: ignore[union-attr]
+                  and err is None and tensor_ops and summing in SHARD_SUMMING
+                  and reduced_partial_sum(summing, tensor_ops[0][0].type.get(axis), axis,  # type: ignore[union-attr]
                                           replace(reduction, partial_axes=()), tensor_ops[0][0].shape)):
                 lt = LocalType(Kind.P)  # the pending sum a typed reduction reads
             elif isinstance(move, Contraction):
@@ -1829,6 +1885,8 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
                                            for o, _ in tensor_ops])
             elif move is not None:
                 lt = _moved_layout(axis, tensor_ops, move)
+            elif spec.reduced_as in CLASS_LOSSES_NONE:
+                lt = _class_loss_layout(axis, tensor_ops)
             else:
                 lt = _result_layout(spec, axis, tensor_ops, lt.dim, reduction)
         if err is not None:
@@ -2022,11 +2080,11 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
 # Sum-like reductions (:func:`reduced_partial_sum`): over a dim sharded on an axis, each rank's
 # result is its part of a sum over the ranks (mean: of a sum of the ranks' means); a norm's is
 # no part of anything (the norm of this rank's block)
-PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split())
+PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split()) | LOSS_MEANS | LOSS_SUMS
 # ... of which the means: each rank's block mean is no part of a sum (the ranks' means sum to
 # the axis size times the whole's mean, blocks of one size): a reinterpret(V->P) or a summing
 # reduction of one is an error, an averaging one (op="avg") its resolution
-MEAN_REDUCTIONS = frozenset("mean nanmean".split())
+MEAN_REDUCTIONS = frozenset("mean nanmean".split()) | LOSS_MEANS
 
 
 def pending_kind(names: Sequence[str]) -> str:
@@ -2097,9 +2155,71 @@ def reduced_partial_sum(name: str, lt: LocalType | None, axis: str, reduction: R
     partial sum (``reduction.partial_axes``; a norm, a variance never can be one)."""
     if name not in SHARD_SUMMING or not removes_shard_dim(lt, reduction, shape):
         return False
+    loss = loss_of(name)
+    if loss is not None and loss[0] in CLASS_LOSSES and not _batch_sharded(lt, shape):
+        return False  # the class dim sharded: vocab-parallel, not this rule's
     if name in NORM_REDUCTIONS or name in VARIANCE_REDUCTIONS:
         return True
     return axis not in reduction.partial_axes and "*" not in reduction.partial_axes
+
+
+def _batch_sharded(lt: LocalType | None, shape: Sequence[int] | None) -> bool:
+    """A class loss's input sharded on its batch dim 0 (a batched input: rank >= 2)."""
+    if lt is None or lt.kind is not Kind.V:
+        return False
+    if shape is not None:
+        return len(shape) >= 2 and lt.at_rank(len(shape)) == (True, 0)
+    return lt.dim == 0
+
+
+def _class_loss_layout(axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> LocalType:
+    """``F.cross_entropy(x, t, reduction="none")`` (CLASS_LOSSES_NONE): the per-sample loss
+    keeps the input's batch shard (x S(0), batched; the targets S(0) or not varying), the
+    class dim reduced; else plain V."""
+    if not tensor_ops:
+        return VARYING
+    x = tensor_ops[0][0]
+    if not _batch_sharded(x.type.get(axis), x.shape):  # type: ignore[union-attr]
+        return VARYING
+    for o, _ in tensor_ops[1:]:
+        t = o.type.get(axis)  # type: ignore[union-attr]
+        if t is not None and t.kind is Kind.V and t.dim != 0:
+            return VARYING
+    return LocalType(Kind.V, 0)
+
+
+def _loss_mean_error(loss: str, red: str, head: str, x: Operand, ax: str, refused: str) -> SpmdError:
+    """:func:`reduced_partial_error`'s text for a loss's own reduction (LOSS_MEANS, LOSS_SUMS)."""
+    xt = bare(x.text)
+    own = (f"; if this rank's own loss is meant (a per-rank loss), declare the input V first: "
+           f"spmd.declare({xt}, Tensor[V[{ax}]])")
+    call = f"F.{loss}({xt}, ...)"
+    summed = f'F.{loss}({xt}, ..., reduction="sum")'
+    if red == "sum":
+        total = f"spmd.all_reduce(spmd.reinterpret({summed}, {ax}, src=V, dst=P), {ax}, src=P, dst=R)"
+        if refused == "avg":
+            why = (f'the op="avg" reduction it goes to divides the ranks\' sums by {ax}\'s size: '
+                   f"neither the whole sum nor a mean of the whole")
+        else:
+            why = ("each rank's sum is its part of a sum over the ranks (a Partial), not a value "
+                   "of its own (V), so a division or a non-linear function of it would be wrong")
+        return SpmdError("spmd-global", (
+            f"{head}: {why}; say so: spmd.reinterpret({summed}, {ax}, src=V, dst=P) (divided "
+            f"by the global count n for the whole's mean), or {total} where the whole sum is "
+            f"needed{own}"))
+    count = {"batchmean": "this rank's batch size"}.get(red, (
+        "this rank's count of targets other than ignore_index (weighted by weight= when given)"
+        if loss in CLASS_LOSSES else "this rank's element count"))
+    why = ("the ranks' means sum to no mean of the whole" if refused != "sum" else
+           f"the reinterpret(..., src=V, dst=P) or summing reduction it goes to adds the "
+           f"ranks' block means: {ax}'s size times the whole's mean (blocks of one size)")
+    avg = f'spmd.all_reduce({call}, {ax}, src=P, dst=R, op="avg")'
+    return SpmdError("spmd-global", (
+        f"{head}: each rank's mean divides by {count} ({why}); the whole's mean is "
+        f"spmd.reinterpret({summed} / n, {ax}, src=V, dst=P), n the global count (the "
+        f"batch over all the ranks: a reinterpret(V->P) sums the ranks' parts), or {avg} "
+        f"only when every rank's count is the same (the mean of equal blocks' means; a "
+        f"padded or ignore_index target makes them unequal){own}"))
 
 
 def _dims_text(reduction: Reduction) -> str:
@@ -2129,6 +2249,12 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
         return None
     assert t is not None
     ax = f'"{axis}"'
+    loss = loss_of(name)
+    if loss is not None:
+        return _loss_mean_error(loss[0], loss[1], (
+            f'{loss[0]} with reduction="{loss[1]}" of {x.text} ({t.describe()} on {ax}) '
+            f"reduces the {'batch ' if loss[0] in CLASS_LOSSES else ''}dim sharded on {ax}"),
+            x, ax, reduction.refused)
     xt = bare(x.text)
     dims = _dims_text(reduction)
     which = "every dim" if not reduction.dims else (

@@ -113,7 +113,7 @@ from ..engine.contractions import CONTRACTIONS, Contraction
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace,
+    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction, summing_name,
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
@@ -942,11 +942,16 @@ class CallTyper:
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
                 reduction = read_reduction(ctx, op)
+                summing = op
+                if reduction is None:  # a loss's own mean or sum (engine loss_reduction)
+                    reduction = loss_reduction(spec)
+                    if reduction is not None:
+                        summing = summing_name(spec)
                 if reduction is not None and out is not None:
                     # a sum written into out=: not read as pending (as the check mode, which
                     # marks no written tensor)
                     reduction = replace(reduction, partial_axes=("*",))
-                reduction = declared_reduction(ctx, op, reduction, ops, self.types)
+                reduction = declared_reduction(ctx, summing, reduction, ops, self.types)
                 if (spec.keeps_shard_dims and move is None and reduction is None
                         and len(ops) > 1 and len(exprs) == len(ops)):
                     self._zero_dim_operands(ctx, ops, exprs, reflected)
@@ -1065,7 +1070,11 @@ class CallTyper:
         move = read_move(ctx, op)
         if isinstance(move, Contraction):
             move = declared_partial(ctx, move, ops, self.types)
-        reduction = declared_reduction(ctx, op, read_reduction(ctx, op), ops, self.types)
+        reduction = read_reduction(ctx, op)
+        summing = op
+        if reduction is None and loss_reduction(spec) is not None:
+            reduction, summing = loss_reduction(spec), summing_name(spec)
+        reduction = declared_reduction(ctx, summing, reduction, ops, self.types)
         typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
                                  reduction=reduction, move=move)
         if EVERY in axes and UNNAMED_GROUP not in axes and typed_result.errors != result.errors:

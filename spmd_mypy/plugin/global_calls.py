@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, Sequence
 
 from mypy.nodes import (
+    ARG_NAMED,
     ARG_POS,
     LDEF,
     AssignmentExpr,
@@ -968,6 +969,39 @@ def _constructor_arg(call: CallExpr, formal: str, position: int) -> Expression |
         if name is None and kind == ARG_POS and k == position:
             return arg
     return None
+
+
+# Where torch's loss modules take ``reduction`` positionally (after the deprecated
+# size_average / reduce, and CrossEntropyLoss's weight and ignore_index); 2 for the others
+_LOSS_REDUCTION_AT: Final = {"HuberLoss": 0, "CrossEntropyLoss": 4, "NLLLoss": 4, "BCELoss": 3,
+                             "BCEWithLogitsLoss": 3}
+_WEIGHT_FIRST: Final = frozenset({"CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss"})
+
+
+def module_reduction(ctx: AnyCtx) -> tuple[bool, object]:
+    """The ``reduction`` of a loss module's call (``self.crit(x, y)``, ``crit =
+    nn.CrossEntropyLoss(reduction="sum")``) read from its constructor, for engine
+    ``call_spec``: (False, None) when the constructor leaves it out (its default, "mean"),
+    (True, value) when it states it, (True, UNREAD_VALUE) when it cannot be read (no
+    constructor in sight, a value not a literal, the deprecated size_average / reduce)."""
+    unread = (True, UNREAD_VALUE)
+    module = _is_torch_module_call(ctx)
+    t = getattr(ctx, "type", None)
+    p = get_proper_type(t) if t is not None else None
+    if module is None or not isinstance(p, Instance):
+        return unread
+    values = module_constructor(ctx, module)
+    call = values[0] if len(values) == 1 and isinstance(values[0], CallExpr) else None
+    if call is None or any(k not in (ARG_POS, ARG_NAMED) for k in call.arg_kinds):
+        return unread
+    cls = p.type.name
+    e = _constructor_arg(call, "reduction", _LOSS_REDUCTION_AT.get(cls, 2))
+    if e is not None:
+        return (True, e.value) if isinstance(e, StrExpr) else unread
+    if any(n in ("size_average", "reduce") for n in call.arg_names):
+        return unread
+    positional = sum(1 for n in call.arg_names if n is None)
+    return (False, None) if positional <= (1 if cls in _WEIGHT_FIRST else 0) else unread
 
 
 def module_params(ctx: AnyCtx, op: str) -> dict[str, Any] | None:

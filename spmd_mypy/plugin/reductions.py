@@ -18,7 +18,7 @@ from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_pro
 
 from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from ..engine.ops import (
-    CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCTIONS, SCANS, SHARD_SUMMING, UNREAD_VALUE,
+    CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCED_LOSSES, REDUCTIONS, SCANS, SHARD_SUMMING, UNREAD_VALUE,
     VARIANCE_REDUCTIONS, Reduction,
     normalising_reduction,
     variant_formals,
@@ -260,6 +260,13 @@ def read_variant(ctx: FunctionContext | MethodContext, op: str, module: bool = F
     those values: each is UNREAD_VALUE."""
     values: dict[str, object] = {}
     for formal in variant_formals(op):
+        if module and op in REDUCED_LOSSES:  # a loss module: its constructor's reduction
+            from .global_calls import module_reduction
+
+            stated, value = module_reduction(ctx)
+            if stated:
+                values[formal] = value
+            continue
         if module:
             values[formal] = UNREAD_VALUE
             continue

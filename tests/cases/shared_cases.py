@@ -1006,6 +1006,49 @@ case("partial-contraction-all-reduced-avg-result-read", {"h": _SM1, "w": "S1"},
 case("partial-mean-torch-keepdim-tuple-avg", {"x": "S1"},
      'out = spmd.all_reduce(torch.mean(x, (0, 1), keepdim=True), "tp", src=P, dst=I, op="avg")',
      "I", collective=True)
+# A loss's own reduction over a batch sharded on the axis (session 42): reduction="mean" (the
+# default) is a pending mean, "sum" a pending sum, "none" keeps the batch shard.  open_clip's
+# per-rank F.cross_entropy(logits, labels) made P by reinterpret(V->P) was dp x the loss (8.81
+# for 4.40 on 2 ranks), accepted by both checkers.
+_LAB = {"lab": "torch.randint(0, 4, (4,))"}
+case("loss-ce-mean-reinterpreted-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.cross_entropy(x, lab), "tp", src=V, dst=P)', "spmd-global",
+     collective=True, make=_LAB, desc="the ranks' block means summed: tp x the loss")
+case("loss-ce-mean-local-reinterpreted-to-P", {"x": "S0", "lab": "U"},
+     ("loss = F.cross_entropy(x, lab, label_smoothing=0.1)",
+      'out = spmd.reinterpret(loss, "tp", src=V, dst=P)'), "spmd-global", collective=True,
+     make=_LAB, static_line=1)
+case("loss-ce-mean-avg", {"x": "S0", "lab": "U"},
+     'out = spmd.all_reduce(F.cross_entropy(x, lab), "tp", src=P, dst=R, op="avg")', "R",
+     collective=True, make=_LAB, desc="the mean of equal blocks' means")
+case("loss-ce-sum-over-n-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.cross_entropy(x, lab, reduction="sum") / 8, "tp", src=V, dst=P)',
+     "P", collective=True, make=_LAB, desc="the fix: the sum over the global count")
+case("loss-ce-sum-avg", {"x": "S0", "lab": "U"},
+     'out = spmd.all_reduce(F.cross_entropy(x, lab, reduction="sum"), "tp", src=P, dst=R, op="avg")',
+     "spmd-global", collective=True, make=_LAB)
+case("loss-ce-none-keeps-S0", {"x": "S0", "lab": "U"},
+     'out = F.cross_entropy(x, lab, reduction="none")', "S0", make=_LAB)
+case("loss-ce-none-mean-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.cross_entropy(x, lab, reduction="none").mean(), "tp", src=V, dst=P)',
+     "spmd-global", collective=True, make=_LAB)
+case("loss-nll-mean-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.nll_loss(x, lab), "tp", src=V, dst=P)', "spmd-global",
+     collective=True, make=_LAB)
+case("loss-ce-vocab-parallel-S1", {"x": "S1", "lab": "U"},
+     "out = F.cross_entropy(x, lab)", "V", make=_LAB,
+     desc="the class dim sharded: not a batch mean (vocab-parallel), V as before")
+case("loss-mse-mean-to-P", {"x": "S0", "y": "S0"},
+     'out = spmd.reinterpret(F.mse_loss(x, y), "tp", src=V, dst=P)', "spmd-global",
+     collective=True)
+case("loss-bce-logits-sum-to-P", {"x": "S0", "y": "S0"},
+     'out = spmd.reinterpret(F.binary_cross_entropy_with_logits(x, y, reduction="sum"), "tp", src=V, dst=P)',
+     "P", collective=True)
+case("loss-kl-batchmean-to-P", {"x": "S0", "y": "S0"},
+     'out = spmd.reinterpret(F.kl_div(x, y, reduction="batchmean"), "tp", src=V, dst=P)',
+     "spmd-global", collective=True)
+case("loss-kl-none-keeps-S0", {"x": "S0", "y": "S0"},
+     'out = F.kl_div(x, y, reduction="none")', "S0")
 case("partial-mean-scaled-added-avg", {"x": "S1", "y": "S0"},
      'out = spmd.all_reduce(x.mean() * 2 - y.mean(), "tp", src=P, dst=R, op="avg")', "R",
      collective=True, desc="means added and scaled stay a pending mean")
@@ -1833,7 +1876,9 @@ case("global-roll-flattened", {"w": _WC}, "out = w.roll(1)", GLB)
 case("global-cross-entropy-none", {"x": _X, "t": _T}, 'out = F.cross_entropy(x, t, reduction="none")',
      _T, make=_TI)
 # an elementwise loss with reduction="none" is elementwise ((a - b).pow(2) for mse_loss): an
-# S(i) input keeps S(i); reduced (the default mean, a sum) it is V (engine ELEMENTWISE_LOSSES)
+# S(i) input keeps S(i) (engine ELEMENTWISE_LOSSES); reduced (the default mean, a sum) it is a
+# pending mean or sum over the shard dim (engine REDUCED_LOSSES, session 42: V until then), an
+# error where it is read otherwise than by its reduction
 case("mse-loss-none-S0", {"a": "S0", "b": "S0"}, 'out = F.mse_loss(a, b, reduction="none")', "S0")
 case("l1-loss-none-S0", {"a": "S0", "b": "S0"}, 'out = F.l1_loss(a, b, reduction="none")', "S0")
 case("smooth-l1-loss-none-S0", {"a": "S0", "b": "S0"},
@@ -1842,8 +1887,12 @@ case("huber-loss-none-S0", {"a": "S0", "b": "S0"},
      'out = F.huber_loss(a, b, reduction="none", delta=0.5)', "S0")
 case("bce-logits-none-S0", {"a": "S0", "b": "S0"},
      'out = F.binary_cross_entropy_with_logits(a, b, reduction="none")', "S0")
-case("mse-loss-mean-S0", {"a": "S0", "b": "S0"}, "out = F.mse_loss(a, b)", "V")
-case("mse-loss-sum-S0", {"a": "S0", "b": "S0"}, 'out = F.mse_loss(a, b, reduction="sum")', "V")
+case("mse-loss-mean-S0", {"a": "S0", "b": "S0"}, ("m = F.mse_loss(a, b)", "out = m.exp()"),
+     "spmd-global", static_line=1)
+case("mse-loss-sum-S0", {"a": "S0", "b": "S0"},
+     ('m = F.mse_loss(a, b, reduction="sum")', "out = m.sqrt()"), "spmd-global", static_line=1)
+case("mse-loss-mean-V", {"a": "V", "b": "V"}, "out = F.mse_loss(a, b)", "V",
+     desc="a plain V batch (no layout): this rank's own loss, as before")
 case("mse-loss-none-S0-S1", {"a": "S0", "b": "S1"}, 'out = F.mse_loss(a, b, reduction="none")', "V")
 case("global-cross-entropy-mean-sharded-batch", {"x": _X, "t": _T}, "out = F.cross_entropy(x, t)", GLB,
      make=_TI)
