@@ -422,8 +422,12 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
             # A diagonal block (engine ops.diagonal_block_error: two operands sharded on one
             # axis on two dims that both stay in the result): the check mode sees it at the
             # real ranks (x: S(0) @ w: S(1), both 2-d); the static checker only where every
-            # rank the op takes shows it (x @ w of unknown ranks may contract x's shard dim),
-            # else a plain V.  The task keeps the check mode's verdict.
+            # rank the op takes shows it or is otherwise wrong (since session 42 an undeclared
+            # partial sum counts as wrong: fi: S(0) @ ft.T: S(-1) read 1-d is a dot product;
+            # x @ w of unknown ranks may still contract x's shard dim in a legal reading),
+            # else a plain V.  No new conservative verdict: each reading it rejects is one
+            # the check mode rejects at those ranks (a block, listed below, or an implicit
+            # partial sum).  The task keeps the check mode's verdict.
             check_only_pending = check_only_pending or (
                 not acc and sacc and errs and all(_DIAGONAL_BLOCK in e for e in errs))
             assert static_only_partial or check_only_pending or (

@@ -923,10 +923,26 @@ def _written_operands(frame: Any, values: Sequence[Any], named: dict[str, torch.
             return {}
         if isinstance(expr, (ast.Name, ast.Attribute)) and named.get(text) is not values[i] and not (
                 isinstance(expr, ast.Attribute) and expr.attr in ("data", "real", "imag")
-                and _same_data(named.get(text[:-len(expr.attr) - 1]), values[i], expr.attr)):
+                and _same_data(named.get(text[:-len(expr.attr) - 1]), values[i], expr.attr)) and not (
+                isinstance(expr, ast.Attribute) and expr.attr in _TRANSPOSES
+                and _transposed(named.get(text[:-len(expr.attr) - 1]), values[i], expr.attr)):
             return {}  # not the tensor it pairs with, or not known to be a tensor
         out[i] = text
     return out
+
+
+# the transposing attributes (a new view at every read): ``fi @ ft.T`` names ``ft.T``
+_TRANSPOSES = frozenset({"T", "mT", "H", "mH"})
+
+
+def _transposed(base: Any, v: Any, attr: str) -> bool:
+    """``v`` is ``base.T`` / ``.H`` (its dims reversed) or ``base.mT`` / ``.mH`` (its last two
+    swapped): a view of base's storage with those sizes."""
+    if not (isinstance(base, torch.Tensor) and isinstance(v, torch.Tensor)):
+        return False
+    shape = tuple(base.shape)
+    want = shape[::-1] if attr in ("T", "H") else shape[:-2] + shape[:-3:-1]
+    return tuple(v.shape) == want and v.data_ptr() == base.data_ptr()
 
 
 def _same_data(base: Any, v: Any, attr: str = "data") -> bool:

@@ -520,7 +520,8 @@ def partial_sum(c: Contraction, operands: Ops) -> bool:
 _BLOCKS: dict[tuple, tuple[tuple[int, int], tuple[int, int]] | None] = {}
 
 
-def diagonal_block(c: Contraction, operands: Ops) -> tuple[tuple[int, int], tuple[int, int]] | None:
+def diagonal_block(c: Contraction, operands: Ops, partial_ok: bool = True
+                   ) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """Two Varying operands sharded on one mesh axis on two DIFFERENT labels that both stay in
     the output, as ((operand index, its shard dim as written at its rank), (the other's)); None
     when no such pair is certain (``operands`` as for :func:`contracted_layout`).  Each rank's
@@ -547,7 +548,17 @@ def diagonal_block(c: Contraction, operands: Ops) -> tuple[tuple[int, int], tupl
     in-features chunk with w's whole rows).  So ``F.linear(x: S(1), w: S(0))`` (x at rank >= 3
     in every combination torch takes) and ``q: S(-2) @ k.transpose(-2, -1): S(-1)`` are
     reported, heads-sharded scores ``q: S(1) @ k.transpose(-2, -1): S(1)`` (one label at
-    equal ranks) are not."""
+    equal ranks) are not.
+
+    ``partial_ok`` False (the call does not declare its result a partial sum on the axis:
+    no ``out_partial_axes``, no ``reinterpret(..., src=V, dst=P)`` around it): statically a
+    reading that sums over the shard label of every Varying operand (:func:`partial_sum` at
+    those ranks) is wrong too, an implicit partial sum, so it does not clear the block.
+    ``fi: S(0) @ ft.T: S(-1)`` of unknown ranks (CLIP's logits, the gather forgotten) is
+    then a block: read 2-d or batched both keep their shard dims, one side 1-d contracts a
+    chunk against a whole dim (torch refuses), both 1-d is a dot product over the shard
+    (probe-contrast, session 42: V before, 0.915 off on 2 ranks).  Declared, the dot reading
+    is what the call means: no block (V, as before)."""
     if not operands:
         return None
     n_dims = 0
@@ -560,7 +571,7 @@ def diagonal_block(c: Contraction, operands: Ops) -> tuple[tuple[int, int], tupl
             n_dims += 1
     if n_dims < 2:
         return None
-    key = (c, tuple(operands))
+    key = (c, tuple(operands), partial_ok)
     if key in _BLOCKS:
         return _BLOCKS[key]
     found: list[tuple[tuple[int, int], tuple[int, int]] | None] = []
@@ -574,6 +585,8 @@ def diagonal_block(c: Contraction, operands: Ops) -> tuple[tuple[int, int], tupl
                 return None
             for ranks in combos:
                 at = _block_at(form, operands, ranks, static=True)
+                if at is None and not partial_ok and _summed_at(form, operands, ranks):
+                    continue  # an implicit partial sum at these ranks: wrong too
                 if at is not False:
                     found.append(at)
     else:
@@ -620,6 +633,69 @@ def _block_at(form: _Form, operands: Ops, ranks: Sequence[int], static: bool = F
         return None
     first, second = list(kept.values())[:2]
     return first, second
+
+
+# Whether some static reading of a call sums over its operands' shard label, by (the
+# contraction, the operands' types): asked where partial_sum says no, for two sharded operands.
+_SUMMED_SOMEWHERE: dict[tuple, bool] = {}
+
+
+def may_sum(c: Contraction, operands: Ops) -> bool:
+    """:func:`partial_sum`, or, statically (a shape unknown), whether at SOME rank
+    combination of the op's documented shapes two or more Varying operands are all sharded
+    on one label the op sums over: ``a: S(0) @ b: S(-1)`` read 1-d is a dot product.  The
+    adapters look up a partial sum the code declares around the call (``out_partial_axes``,
+    ``reinterpret(..., src=V, dst=P)``) where this holds: declared, that reading is what the
+    call means and :func:`diagonal_block` does not count it wrong."""
+    if partial_sum(c, operands):
+        return True
+    if c.family == "attention" or all(shape is not None for _, shape in operands):
+        return False
+    n_dims = 0
+    for lt, _ in operands:
+        if lt is None:
+            return False
+        if lt.kind is Kind.V:
+            if lt.dim is None and lt.by_rank is None:
+                return False
+            n_dims += 1
+    if n_dims < 2:
+        return False
+    key = (c, tuple(operands))
+    hit = _SUMMED_SOMEWHERE.get(key)
+    if hit is not None:
+        return hit
+    found = False
+    for form in _forms(c, len(operands)):
+        if not form.static:
+            continue
+        for ranks in _rank_combinations(form, c.ranks) or ():
+            if _summed_at(form, operands, ranks):
+                found = True
+                break
+        if found:
+            break
+    if len(_SUMMED_SOMEWHERE) > 10_000:
+        _SUMMED_SOMEWHERE.clear()
+    _SUMMED_SOMEWHERE[key] = found
+    return found
+
+
+def summed_at_ranks(c: Contraction, operands: Ops, ranks: Sequence[int]) -> bool:
+    """Whether contraction ``c`` with its operands at ``ranks`` (their shapes ignored) sums
+    over the one label every Varying operand is sharded on (:func:`partial_sum`'s reading
+    there): a static message's reading of a ``matmul`` of unknown ranks (``x: S(1) @ w:
+    S(0)`` read 2-d is Megatron's row-parallel matmul, a partial sum; ``a @ b`` read 1-d a
+    dot product)."""
+    fits = [f for f in _forms(c, len(operands)) if _fits(f, ranks)]
+    return bool(fits) and all(_summed_at(f, operands, ranks) for f in fits)
+
+
+def _summed_at(form: _Form, operands: Ops, ranks: Sequence[int]) -> bool:
+    """Whether every Varying operand is sharded on one label that the form at ``ranks``
+    sums over, none held whole by an R / I operand (:func:`partial_sum`'s reading)."""
+    at = _contracted_at(form, operands, ranks)
+    return at is not None and at[1] and at[2] is not None
 
 
 def _varying_dims(operands: Ops, ranks: Sequence[int]) -> list[int | None] | None:
@@ -838,4 +914,5 @@ def _sizes_fit(sizes: Sequence[tuple[int, int]], heads: bool) -> bool:
 
 
 __all__ = ["CONTRACTIONS", "Contraction", "DimError", "UNREAD", "contracted_layout",
-           "diagonal_block", "equation_at", "make_contraction", "parse_equation", "partial_sum"]
+           "diagonal_block", "equation_at", "make_contraction", "parse_equation", "partial_sum",
+           "may_sum", "summed_at_ranks"]

@@ -36,7 +36,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from .contractions import Contraction, contracted_layout, diagonal_block, equation_at, partial_sum
+from .contractions import (Contraction, contracted_layout, diagonal_block, equation_at, partial_sum,
+                           summed_at_ranks)
 from .errors import SpmdError, merge_axis_errors
 from .einops_rule import Pattern, pattern_layout
 from .views import MOVES, DimMove, SamePrefix, moved_dim, squeezed_dim
@@ -1857,10 +1858,12 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
             err = _causal_queries_error(spec.name, move, axis, tensor_ops)
             if err is None:
-                block = diagonal_block(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
-                                              for o, _ in tensor_ops])
+                declared = axis in move.partial_axes or "*" in move.partial_axes
+                at_axis = [(o.type.get(axis), o.shape) for o, _ in tensor_ops]  # type: ignore[union-attr]
+                block = diagonal_block(move, at_axis, partial_ok=declared)
                 if block is not None:
-                    err = diagonal_block_error(spec.name, move, axis, tensor_ops, block)
+                    err = _rank_free_error(spec.name, move, axis, tensor_ops, block, at_axis,
+                                           declared)
             if err is None and axis not in move.partial_axes and "*" not in move.partial_axes \
                     and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                            for o, _ in tensor_ops]):
@@ -2002,6 +2005,29 @@ def diagonal_block_error(name: str, c: Contraction, axis: str,
         f"block meant (ring attention's q @ k.transpose(-2, -1) before the keys rotate): pass "
         f"spmd.declare({ox}, Tensor[V[{ax}]]) in its place (a plain V: no layout to mix)",
     )
+
+
+def _rank_free_error(name: str, c: Contraction, axis: str,
+                     tensor_ops: Sequence[tuple[Operand, Role]],
+                     block: tuple[tuple[int, int], tuple[int, int]],
+                     at_axis: Sequence[tuple[LocalType | None, tuple[int, ...] | None]],
+                     declared: bool) -> SpmdError:
+    """The error of a contraction :func:`.contractions.diagonal_block` finds a block in.
+    Statically a ``matmul`` (``a @ b``) of unknown ranks may be a block read 2-d or batched
+    and an undeclared dot product read 1-d, every reading wrong (``fi: S(0) @ ft.T: S(-1)``,
+    CLIP's logits with the gather forgotten): the message says what the 1-d reading would
+    be, and how to declare it if it is meant."""
+    err = diagonal_block_error(name, c, axis, tensor_ops, block)
+    if c.op != "matmul" or declared or any(shape is not None for _, shape in at_axis):
+        return err
+    ax = f'"{axis}"'
+    if summed_at_ranks(c, at_axis, [1] * len(at_axis)):
+        texts = ", ".join(bare(o.text) for o, _ in tensor_ops)
+        err = SpmdError(err.code, err.message + (
+            f" (the operands' ranks are not known here: read 1-d, {name}({texts}) is a dot "
+            f"product over the dim sharded on {ax}, a partial sum; if that is meant, pass its "
+            f"result straight to spmd.reinterpret(..., {ax}, src=V, dst=P))"))
+    return err
 
 
 # The contraction ops' spmd counterparts that take out_partial_axes (SPEC section 6)

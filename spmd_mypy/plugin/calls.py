@@ -117,13 +117,13 @@ from ..engine.ops import (
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
-    Result, rank_index_operand, source_operand,
+    Reduction, Result, rank_index_operand, source_operand,
 )
 from ..engine.types import (
     LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis, format_type,
     repeated_axis_message,
 )
-from ..engine.views import make_move
+from ..engine.views import DimMove, make_move
 from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
 from . import global_calls
 from .discarded import assign_target, errors_at, is_statement_call, narrowed_local
@@ -955,26 +955,29 @@ class CallTyper:
                 if (spec.keeps_shard_dims and move is None and reduction is None
                         and len(ops) > 1 and len(exprs) == len(ops)):
                     self._zero_dim_operands(ctx, ops, exprs, reflected)
-                result = propagate(spec, ops, strict=self.strict(ctx), reduction=reduction,
-                                   move=move)
-                if self.rank_exprs:  # only files with a rank query (rank_index)
-                    result = self._rank_derived(ctx, op, spec, ops, result, self.strict(ctx))
+                strict = self.strict(ctx)
+                # an index, bound, mask or scalar computed from a rank query (rank_index):
+                # every propagation below keeps it (the re-propagations with a binding's or a
+                # use's fix once dropped it, and its error with them: a local's logits)
+                ranked = (self._rank_derived(ctx, ops) if self.rank_exprs  # files with a query
+                          else None)
+                result = self._propagate_ranked(ctx, spec, ops, strict, reduction, move, ranked)
                 if any(e.code == "spmd-invariant-mix" for e in result.errors):
                     # a V name's binding may show this rank's statistic (a local logsumexp):
                     # the fix completes that reduction first (engine varying_statistic_fix)
                     bound = _with_bindings(ctx, ops)
                     if bound is not None:
                         ops = bound
-                        result = propagate(spec, bound, strict=self.strict(ctx),
-                                           reduction=reduction, move=move)
+                        result = self._propagate_ranked(ctx, spec, bound, strict, reduction,
+                                                        move, ranked)
                 if any(e.code in ("spmd-invariant-mix", "spmd-partial-nonlinear")
                        for e in result.errors):
                     # where the result goes (an all_reduce's argument, an I value it meets):
                     # the fix that pastes there (engine Operand.reduced, Operand.meets)
                     used = self._with_use(ctx, ops)
                     if used is not None:
-                        result = propagate(spec, used, strict=self.strict(ctx),
-                                           reduction=reduction, move=move)
+                        result = self._propagate_ranked(ctx, spec, used, strict, reduction,
+                                                        move, ranked)
             errors = result.errors
             if inplace and method and errors:
                 errors = self._reduced_gradient_hint(ctx, errors, ops)
@@ -1046,19 +1049,21 @@ class CallTyper:
             if regions.zero_dim(tree, ctx.context.line, exprs[k]):
                 ops[k] = replace(o, ndim=0)
 
-    def _rank_derived(self, ctx: AnyCtx, op: str, spec: OpSpec, ops: list[Operand],
-                      result: Result, strict: bool) -> Result:
+    def _rank_derived(self, ctx: AnyCtx, ops: list[Operand]
+                      ) -> tuple[Operand, list[str], str, Expression, bool] | None:
         """An op whose index, bound, mask or scalar is computed from a rank query (the
-        pre-pass found it: rank_index): typed again with that value as a Varying index on
-        the axes the query runs over that an operand mentions (engine ``rank_index_operand``)."""
+        pre-pass found it: rank_index): that value as a Varying index operand on the axes the
+        query runs over that an operand mentions (engine ``rank_index_operand``), its text,
+        the expression, and whether the query runs over every mesh axis; None for any other
+        op (:meth:`_propagate_ranked` types the op with it)."""
         found = self.plugin.regions.rank_axes(ctx.context)
         if found is None:
-            return result
+            return None
         axes, by = found
         typed = {a for o in ops if o.type for a, _ in o.type.axes}
         mesh = [a for a in axes_in(axes, self.plugin.config.mesh_axes) if a in typed]
         if not mesh:
-            return result
+            return None
         cut = _cut_dim(ctx.context, by)
         if isinstance(by, TupleExpr) and cut is not None:  # [:, r * b:(r + 1) * b]
             by = by.items[cut]
@@ -1067,17 +1072,24 @@ class CallTyper:
                             for p in (by.begin_index, by.end_index, by.stride)[:3 if by.stride else 2])
         else:
             text = expr_text(by)
-        move = read_move(ctx, op)
-        if isinstance(move, Contraction):
-            move = declared_partial(ctx, move, ops, self.types)
-        reduction = read_reduction(ctx, op)
-        summing = op
-        if reduction is None and loss_reduction(spec) is not None:
-            reduction, summing = loss_reduction(spec), summing_name(spec)
-        reduction = declared_reduction(ctx, summing, reduction, ops, self.types)
-        typed_result = propagate(spec, [*ops, rank_index_operand(mesh, text, cut)], strict=strict,
-                                 reduction=reduction, move=move)
-        if EVERY in axes and UNNAMED_GROUP not in axes and typed_result.errors != result.errors:
+        every = EVERY in axes and UNNAMED_GROUP not in axes
+        return rank_index_operand(mesh, text, cut), mesh, text, by, every
+
+    def _propagate_ranked(self, ctx: AnyCtx, spec: OpSpec, ops: list[Operand], strict: bool,
+                          reduction: Reduction | None, move: DimMove | Contraction | None,
+                          ranked: tuple[Operand, list[str], str, Expression, bool] | None
+                          ) -> Result:
+        """The op typed with operands ``ops``, and with the rank-derived index ``ranked``
+        (:meth:`_rank_derived`) beside them; the errors that index adds first say, where the
+        query runs over every mesh axis but the operands vary on some only, that it counts
+        axes it should not (``dist.get_rank()`` where ``mesh.get_local_rank("dp")`` is meant)."""
+        result = propagate(spec, ops, strict=strict, reduction=reduction, move=move)
+        if ranked is None:
+            return result
+        operand, mesh, text, by, every_axis = ranked
+        typed_result = propagate(spec, [*ops, operand], strict=strict, reduction=reduction,
+                                 move=move)
+        if every_axis and typed_result.errors != result.errors:
             # the errors the query's V made: first, whether the query counts axes it should not
             every = _rank_every(ops, mesh, text, by, global_calls.current_function(ctx.api))
             if every is not None:

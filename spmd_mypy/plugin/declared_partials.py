@@ -85,7 +85,7 @@ from mypy.types import Instance, get_proper_type
 
 from ..engine.collectives import pending_refusal, raw_collective, raw_reduce_op, takes_pending
 from ..engine.megatron import TP_AXIS, TYPED_MAPPINGS
-from ..engine.contractions import Contraction, partial_sum
+from ..engine.contractions import Contraction, may_sum
 from ..engine.ops import (PENDING_JOIN, PENDING_KEEP, SHARD_SUMMING, Operand, Reduction,
                           keeps_pending_dtype, pending_kind, reduced_partial_sum)
 from ..engine.types import LocalType
@@ -717,7 +717,8 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
         for a, _ in o.type.axes:  # type: ignore[union-attr]
             axes[a] = None
     for a in axes:
-        if partial_sum(move, [(o.type.get(a), o.shape) for o in tensors]):  # type: ignore[union-attr]
+        # a partial sum, or one at some ranks of a static ``a @ b`` (its 1-d dot reading)
+        if may_sum(move, [(o.type.get(a), o.shape) for o in tensors]):  # type: ignore[union-attr]
             found = reinterpreted_axes(current_function(ctx.api),
                                        getattr(ctx.api, "tree", None), ctx.context,  # type: ignore[arg-type]
                                        types)
@@ -726,7 +727,7 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
                 return move
             found = tuple(b for b in found if b not in (_PENDING, _AVG, _MIXED))
             if _ANY_PARTIAL in found:  # a raw reduction on a group not read: where partial
-                found = tuple(b for b in axes if partial_sum(
+                found = tuple(b for b in axes if may_sum(
                     move, [(o.type.get(b), o.shape) for o in tensors]))  # type: ignore[union-attr]
             return replace(move, partial_axes=found, pending=pending) if found else move
     return move

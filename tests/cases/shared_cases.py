@@ -859,6 +859,21 @@ case("shard-ring-scores-block-declared", {"q": "Sm2", "k": "Sm2"},
      desc="ring attention's first block of scores, meant: one operand declared plain V")
 case("shard-ring-scores-block", {"q": "Sm2", "k": "Sm2"}, "out = q @ k.transpose(-2, -1)",
      "spmd-global", make={n: "torch.randn(2, 2, 6, 4, requires_grad=True).clone()" for n in "qk"})
+# CLIP's logits with the gather forgotten (probe-contrast, session 42: 0.915 off on 2 ranks):
+# fi @ ft.T of two S(0) features is S(0) against S(-1) on one axis, a diagonal block read 2-d
+# or batched and an undeclared dot product read 1-d, wrong at every rank of the operands; V
+# statically before (the 1-d reading), now spmd-global in both checkers.  The gathered form
+# keeps the rows (S(0)); S(0) @ R keeps them too.
+_FEATS = {n: "torch.randn(4, 3, requires_grad=True).clone()" for n in ("fi", "ft")}
+case("shard-matmul-features-no-gather", {"fi": "S0", "ft": "S0"}, "out = fi @ ft.T",
+     "spmd-global", make=_FEATS,
+     desc="each rank scores its own rows against its own columns: a diagonal block")
+case("shard-matmul-features-no-gather-transpose", {"fi": "S0", "ft": "S0"},
+     "out = torch.matmul(fi, ft.t())", "spmd-global", make=_FEATS)
+case("shard-matmul-features-gathered", {"fi": "S0", "ft": "S0"},
+     'out = torch.mm(fi, spmd.all_gather(ft, "tp", src=S(0), dst=R).t())', "S0", make=_FEATS,
+     collective=True, desc="the fix: this rank's rows against every column (fi @ ... .T: V "
+     "statically, the ranks unknown; tests/plugin/cases/contractions.test)")
 case("shard-einsum-R-holds-the-label", {"a": "S0", "b": "R"},
      'out = torch.einsum("bi,bj->bij", a, b)', "V", desc="b has the whole b label, of the local size")
 case("shard-einsum-diagonal", {"a": "S0"}, 'out = torch.einsum("ii->i", a)', "V")

@@ -251,6 +251,28 @@ def test_operands_no_variable_holds_are_named_by_their_expression() -> None:
         assert "self.fc.weight" in str(e.value) and "(self.fc:" not in str(e.value)
 
 
+def test_a_matmul_names_its_transposed_operand_as_written() -> None:
+    """``scale * fi @ ft.T`` (probe-contrast, session 42): ``ft.T`` is a new view at every
+    read, no variable holds it, so the pairing of the source's operands with the values
+    failed and the message named the matmul's internal arguments (``matmul(x, y)``, a fix
+    ``spmd.declare(y, ...)`` naming nothing in the code).  ``.T``, ``.mT`` of a named tensor
+    now pair with the view they make."""
+    with spmd.typecheck():
+        fi = typed(torch.randn(4, 3), Tensor[S[0, "tp"]])
+        ft = typed(torch.randn(4, 3), Tensor[S[0, "tp"]])
+        scale = typed(torch.tensor(2.0), Tensor[R["tp"]])
+        with pytest.raises(SpmdTypeError, match="diagonal block") as e:
+            scale * fi @ ft.T
+        assert str(e.value).startswith("matmul(scale * fi, ft.T): ")
+        assert 'spmd.declare(ft.T, Tensor[V["tp"]])' in str(e.value)
+        with pytest.raises(SpmdTypeError, match="diagonal block") as e:
+            fi @ ft.mT
+        assert str(e.value).startswith("matmul(fi, ft.mT): ")
+        with pytest.raises(SpmdTypeError, match="diagonal block") as e:
+            torch.mm(fi, ft.T)
+        assert str(e.value).startswith("mm(fi, ft.T): ")
+
+
 def test_every_output_is_typed() -> None:
     with spmd.typecheck():
         x = typed(mk(), Tensor[P["tp"]])

@@ -22,6 +22,7 @@ ranks are fixed.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import pytest
@@ -29,7 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from spmd_mypy.engine.contractions import (
-    UNREAD, Contraction, DimError, contracted_layout, diagonal_block, make_contraction, parse_equation,
+    UNREAD, Contraction, DimError, contracted_layout, diagonal_block, make_contraction, may_sum,
+    parse_equation, partial_sum, summed_at_ranks,
 )
 from spmd_mypy.engine.ops import Operand, propagate
 from spmd_mypy.engine.types import REPLICATE, VARYING, Kind, LocalType, SpmdType, shard
@@ -599,6 +601,32 @@ def test_diagonal_block_static_rank_ambiguity() -> None:
     assert diagonal_block(_LIN, [(shard(1), None), (shard(0), None)]) == ((0, 1), (1, 0))  # type: ignore[arg-type]
     assert diagonal_block(_MM, [(shard(1), None), (shard(0), None)]) is None  # type: ignore[arg-type]
     assert diagonal_block(_MM, [(shard(1), (2, 6, 4)), (shard(1), (4, 2))]) == ((0, 1), (1, 1))  # type: ignore[arg-type]
+
+
+def test_matmul_of_unknown_ranks_wrong_at_every_rank() -> None:
+    """CLIP's logits with the gather forgotten, ``fi: S(0) @ ft.T: S(-1)`` (probe-contrast,
+    session 42): statically a block read 2-d or batched, refused by torch with one side 1-d,
+    a dot product over the shard read 1-d.  Undeclared (partial_ok False) that dot product is
+    wrong too: a block; declared, it is what the call means: None.  may_sum says the dot
+    reading exists, so the adapters look for the declaration."""
+    ops = [(shard(0), None), (shard(-1), None)]
+    assert diagonal_block(_MM, ops) is None  # type: ignore[arg-type]
+    assert diagonal_block(_MM, ops, partial_ok=False) == ((0, 0), (1, -1))  # type: ignore[arg-type]
+    assert may_sum(_MM, ops) and not partial_sum(_MM, ops)  # type: ignore[arg-type]
+    assert summed_at_ranks(_MM, ops, [1, 1]) and not summed_at_ranks(_MM, ops, [2, 2])  # type: ignore[arg-type]
+    # a reading that is right (a batch dim of both: fi 3-d against ft.transpose(0, 1) 4-d)
+    assert diagonal_block(_MM, [(shard(0), None), (shard(1), None)], partial_ok=False) is None  # type: ignore[arg-type]
+    # the check mode, at 1-d: a dot product (partial_sum's error), no block
+    assert diagonal_block(_MM, [(shard(0), (4,)), (shard(-1), (4,))], partial_ok=False) is None  # type: ignore[arg-type]
+    assert partial_sum(_MM, [(shard(0), (4,)), (shard(-1), (4,))])  # type: ignore[arg-type]
+    t = lambda lt: SpmdType.of({"dp": lt})  # noqa: E731
+    res = propagate("matmul", [Operand(t(shard(0)), "fi"), Operand(t(shard(-1)), "ft.T")], move=_MM)
+    assert [e.code for e in res.errors] == ["spmd-global"]
+    assert "diagonal block" in res.errors[0].message and "read 1-d" in res.errors[0].message
+    declared = replace(_MM, partial_axes=("dp",))  # type: ignore[arg-type]
+    res = propagate("matmul", [Operand(t(shard(0)), "fi"), Operand(t(shard(-1)), "ft.T")],
+                    move=declared)
+    assert not res.errors and res.type == t(VARYING)
 
 
 def test_diagonal_block_error_through_propagate() -> None:
