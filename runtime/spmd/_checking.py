@@ -2128,10 +2128,13 @@ def _check_grad_assignment(x: torch.Tensor, value: torch.Tensor) -> None:
     owner, typ = _get(x), _get(value)
     if not owner or not typ:
         return
-    if not duality.check_grad_assignment(owner, typ, target="x.grad", value_text="value"):
+    ndim = _ndim(x)
+    if not duality.check_grad_assignment(owner, typ, target="x.grad", value_text="value",
+                                         ndim=ndim):
         return
     tx, tv = _texts([x, value], ["x", "value"])
-    errors = duality.check_grad_assignment(owner, typ, target=f"{tx}.grad", value_text=tv)
+    errors = duality.check_grad_assignment(owner, typ, target=f"{tx}.grad", value_text=tv,
+                                           ndim=ndim)
     if errors:
         raise SpmdTypeError(errors[0])
 
@@ -2257,12 +2260,13 @@ def _check_losses(tensors: Any, grads: Any, what: str | None, batched: bool = Fa
         want = duality.gradient_type(out_t) if out_t else out_t
         if batched and want:
             want = duality.batched_type(want)
-        if not (out_t and g_t) or not duality.mismatches(g_t, want):
+        ndim = _ndim(g)
+        if not (out_t and g_t) or not duality.mismatches(g_t, want, ndim=ndim):
             continue
         out_text, g_text = _texts([t, g], ["output", "gradient"])
         errors = duality.check_grad_outputs([duality.Slot.tensor(out_text, out_t)],
                                             [duality.Slot.tensor(g_text, g_t)],
-                                            what or f"{out_text}.backward", batched)
+                                            what or f"{out_text}.backward", batched, ndim)
         if errors:
             raise SpmdTypeError(errors[0])
 

@@ -426,6 +426,34 @@ def test_an_assigned_grad_keeps_its_type_and_the_optimizer_steps() -> None:
         assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
 
 
+def test_an_assigned_grad_is_compared_at_the_parameters_rank() -> None:
+    """``p.grad = all_reduce(g, "dp", src=P, dst=R)`` of a 1-d bias declared ``S[-1, "tp"]``
+    (examples/sequence_parallel.py's b1): the runtime's collectives count a negative shard
+    dim from the front, so the reduced gradient is S(0), the same layout as S(-1) at rank 1.
+    It raised a false spmd-duality "S(0) on tp where S(-1) is needed", as did such a
+    gradient given to ``y.backward(g)``.  On a 2-d tensor S(0) and S(-1) are two dims: still
+    an error."""
+    b = nn.Parameter(torch.randn(4))
+    w = nn.Parameter(torch.randn(4, 4))
+    with spmd.typecheck():
+        typed(b, Tensor[S[-1, "tp"], R["dp"]])
+        b.grad = typed(torch.randn(4), Tensor[S[0, "tp"], R["dp"]])  # as all_reduce returns it
+        assert spmd.typeof(b.grad) == ty(tp=shard(0), dp=REPLICATE)
+        typed(w, Tensor[S[-1, "tp"], R["dp"]])
+        w.grad = typed(torch.randn(4, 4), Tensor[S[1, "tp"], R["dp"]])  # dim 1 is dim -1
+        with pytest.raises(SpmdTypeError) as e:
+            w.grad = typed(torch.randn(4, 4), Tensor[S[0, "tp"], R["dp"]])
+        assert e.value.code == "spmd-duality", e.value
+        assert 'S(0) on "tp" where S(-1) is needed' in str(e.value), e.value
+        # the gradient given to a backward: the same comparison at the rank
+        y = typed(mk(4), Tensor[S[-1, "tp"], R["dp"]]) * 2
+        y.backward(typed(torch.ones(4), Tensor[S[0, "tp"], P["dp"]]))
+        y = typed(mk(4, 4), Tensor[S[-1, "tp"], R["dp"]]) * 2
+        with pytest.raises(SpmdTypeError) as e:
+            y.backward(typed(torch.ones(4, 4), Tensor[S[0, "tp"], P["dp"]]))
+        assert e.value.code == "spmd-duality", e.value
+
+
 def test_an_untyped_assigned_grad_stays_untyped_until_autograd_accumulates_into_it() -> None:
     """``p.grad = torch.zeros_like(p)`` (priming Adam's state before loading an optimizer
     checkpoint): an untyped value put in ``.grad`` stays untyped (gradual) at later reads,
