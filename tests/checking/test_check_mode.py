@@ -1322,6 +1322,40 @@ def _aux_one_return(h: Tensor[V["dp"]], total: Tensor[R["dp"]]
     return h * inner(), aux
 
 
+@spmd.checked
+def _own_block(x: Tensor[S[0, "tp"]], y: Tensor[V["tp"]], *more: Tensor[V["tp"]],
+               **named: Tensor[V["tp"]]) -> Tensor[V["tp"]]:
+    seen = [spmd.typeof(y)] + [spmd.typeof(t) for t in more] + [spmd.typeof(t) for t in named.values()]
+    assert all(t == ty(tp=VARYING) for t in seen), seen
+    return x @ y.T
+
+
+@spmd.checked
+def _touch_grad(p: Tensor[V["tp"]]) -> None:
+    assert spmd.typeof(p) == ty(tp=shard(0))  # a parameter: passed as is
+    p.grad = None
+
+
+def test_checked_widens_an_s_argument_to_a_declared_plain_v() -> None:
+    """A parameter declared plain V takes an S(i) argument as V inside the function, as the
+    static checker types it (SigLIP's ``_loss(fi, ft: Tensor[V["dp"]])`` given this rank's
+    S(0) text features: the diagonal block raised spmd-global in check mode, probe-contrast
+    f5); the caller's tensor keeps its S(0) (the function gets a view of it: the gradient
+    flows back, the SigLIP probe's matched to 1e-16 on 2 gloo ranks); *args and **kwargs
+    items too.  A leaf that requires grad (a parameter) is passed as is."""
+    with spmd.typecheck():
+        q, k = typed(mk(), Tensor[S[0, "tp"]]), typed(mk(), Tensor[S[0, "tp"]])
+        out = _own_block(q, k, k, z=k)
+        assert spmd.typeof(out) == ty(tp=VARYING)
+        assert spmd.typeof(k) == ty(tp=shard(0))
+        with pytest.raises(SpmdTypeError) as e:
+            q @ k.T  # the caller's k is still S(0): its diagonal block is the error
+        assert e.value.code == "spmd-global"
+        w = nn.Parameter(torch.randn(4, 4))
+        typed(w, Tensor[S[0, "tp"]])
+        _touch_grad(w)
+
+
 def test_checked_names_the_returned_item_as_written() -> None:
     # probe-dsv3 f2: a tuple's item was named forward(<...>)[1] (unpasteable), and its fix
     # spoke of "the slice": the returned expression names it, as the static checker does
