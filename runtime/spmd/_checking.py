@@ -2808,7 +2808,15 @@ def _axis_order() -> tuple[str, ...] | None:
 def _revealed(x: Any, depth: int = 0) -> str:
     """A tensor's type as users write it; a tuple or list item by item (``x.chunk(2)``)."""
     if isinstance(x, torch.Tensor):
-        return format_type(_get(x) or _UNTYPED, _axis_order())
+        shown = format_type(_get(x) or _UNTYPED, _axis_order())
+        entry = _PENDING.get(id(x)) if _PENDING else None
+        if entry is not None and entry[0]() is x:  # a read here would be its error: say so
+            what = "mean" if _pending_kind_of(entry) == "mean" else "sum"
+            axes = format_axes(entry[1])
+            shown += (f" (pending: this rank's part of a {what} over {axes}, until "
+                      f"spmd.reinterpret(..., {axes}, src=V, dst=P) or a reduction with src=P "
+                      f"takes it)")
+        return shown
     if isinstance(x, (tuple, list)) and x and depth < 4:
         inner = ", ".join(_revealed(i, depth + 1) for i in x)
         return f"{type(x).__name__}[{inner}]"

@@ -110,6 +110,24 @@ def test_reveal_prints_the_live_type_to_stderr(capsys: pytest.CaptureFixture[str
     assert err[3].endswith('spmd.reveal: tuple[Tensor[R["tp"], V["dp"]], Tensor[R["tp"], V["dp"]]]'), err[3]
 
 
+def test_reveal_says_a_sum_is_pending_and_leaves_it_pending(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``spmd.reveal(local_sum)`` of a sum over a shard dim: the type and its pending state
+    (the reinterpret(V->P) that follows still takes it; probe-dit f5); reveal is no read of
+    its value: the next op's error is still the one without the reveal."""
+    with spmd.typecheck():
+        err = typed(mk(), Tensor[S[1, "tp"]])
+        local_sum = (err ** 2).sum()
+        assert spmd.reveal(local_sum) is local_sum
+        with pytest.raises(SpmdTypeError) as e:
+            local_sum.sqrt()
+        assert e.value.code == "spmd-global", e.value
+    shown = capsys.readouterr().err.splitlines()[0]
+    assert shown.endswith(
+        'spmd.reveal: Tensor[V["tp"]] (pending: this rank\'s part of a sum over "tp", until '
+        'spmd.reinterpret(..., "tp", src=V, dst=P) or a reduction with src=P takes it)'), shown
+
+
 def test_types_do_not_pollute_checkpoints() -> None:
     with spmd.typecheck():
         p = typed(nn.Parameter(torch.randn(3)), Tensor[I["tp"]])
