@@ -2148,10 +2148,13 @@ def _check_grad_assignment(x: torch.Tensor, value: torch.Tensor) -> None:
     owner, typ = _get(x), _get(value)
     if not owner or not typ:
         return
-    if not duality.check_grad_assignment(owner, typ, target="x.grad", value_text="value"):
+    ndim = _ndim(x)
+    if not duality.check_grad_assignment(owner, typ, target="x.grad", value_text="value",
+                                         ndim=ndim):
         return
     tx, tv = _texts([x, value], ["x", "value"])
-    errors = duality.check_grad_assignment(owner, typ, target=f"{tx}.grad", value_text=tv)
+    errors = duality.check_grad_assignment(owner, typ, target=f"{tx}.grad", value_text=tv,
+                                           ndim=ndim)
     if errors:
         raise SpmdTypeError(errors[0])
 
@@ -2277,12 +2280,13 @@ def _check_losses(tensors: Any, grads: Any, what: str | None, batched: bool = Fa
         want = duality.gradient_type(out_t) if out_t else out_t
         if batched and want:
             want = duality.batched_type(want)
-        if not (out_t and g_t) or not duality.mismatches(g_t, want):
+        ndim = _ndim(g)
+        if not (out_t and g_t) or not duality.mismatches(g_t, want, ndim=ndim):
             continue
         out_text, g_text = _texts([t, g], ["output", "gradient"])
         errors = duality.check_grad_outputs([duality.Slot.tensor(out_text, out_t)],
                                             [duality.Slot.tensor(g_text, g_t)],
-                                            what or f"{out_text}.backward", batched)
+                                            what or f"{out_text}.backward", batched, ndim)
         if errors:
             raise SpmdTypeError(errors[0])
 
@@ -2824,7 +2828,15 @@ def _axis_order() -> tuple[str, ...] | None:
 def _revealed(x: Any, depth: int = 0) -> str:
     """A tensor's type as users write it; a tuple or list item by item (``x.chunk(2)``)."""
     if isinstance(x, torch.Tensor):
-        return format_type(_get(x) or _UNTYPED, _axis_order())
+        shown = format_type(_get(x) or _UNTYPED, _axis_order())
+        entry = _PENDING.get(id(x)) if _PENDING else None
+        if entry is not None and entry[0]() is x:  # a read here would be its error: say so
+            what = "mean" if _pending_kind_of(entry) == "mean" else "sum"
+            axes = format_axes(entry[1])
+            shown += (f" (pending: this rank's part of a {what} over {axes}, until "
+                      f"spmd.reinterpret(..., {axes}, src=V, dst=P) or a reduction with src=P "
+                      f"takes it)")
+        return shown
     if isinstance(x, (tuple, list)) and x and depth < 4:
         inner = ", ".join(_revealed(i, depth + 1) for i in x)
         return f"{type(x).__name__}[{inner}]"
@@ -3221,22 +3233,36 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
         if any_args:
             qual = fn.__qualname__
             bound = sig.bind(*args, **kwargs)
+            widened: dict[str, Any] = {}  # the arguments passed on as a widened alias
             for name, value in bound.arguments.items():
                 st = params.get(name)
                 if st is not None:
                     if name == star:  # *args: Tensor[...]: each item
+                        out = list(value)
                         for k, item in enumerate(value):
                             if isinstance(item, torch.Tensor):
-                                _stamp_declared(item, st, f"item {k} of argument '*{name}' of "
-                                                f"{qual} is annotated {_fmt(st)}")
+                                what = (f"item {k} of argument '*{name}' of {qual} is "
+                                        f"annotated {_fmt(st)}")
+                                _stamp_declared(item, st, what)
+                                out[k] = _widened_argument(item, st, what)
+                        if any(a is not b for a, b in zip(out, value)):
+                            widened[name] = tuple(out)
                     elif name == dstar:  # **kwargs: Tensor[...]: each value, by its keyword
+                        kw = dict(value)
                         for key, item in value.items():
                             if isinstance(item, torch.Tensor):
-                                _stamp_declared(item, st, f"argument {key!r} (in '**{name}') of "
-                                                f"{qual} is annotated {_fmt(st)}")
-                    elif isinstance(value, torch.Tensor):
-                        _stamp_declared(value, st, f"argument {name!r} of {qual} is "
+                                what = (f"argument {key!r} (in '**{name}') of {qual} is "
                                         f"annotated {_fmt(st)}")
+                                _stamp_declared(item, st, what)
+                                kw[key] = _widened_argument(item, st, what)
+                        if any(kw[key] is not item for key, item in value.items()):
+                            widened[name] = kw
+                    elif isinstance(value, torch.Tensor):
+                        what = f"argument {name!r} of {qual} is annotated {_fmt(st)}"
+                        _stamp_declared(value, st, what)
+                        alias = _widened_argument(value, st, what)
+                        if alias is not value:
+                            widened[name] = alias
                 st = items.get(name)
                 if st is not None and isinstance(value, (list, tuple)):
                     for k, item in enumerate(value):
@@ -3246,6 +3272,9 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
                 fields = records.get(name)
                 if fields is not None:
                     _declare_fields(value, fields, f"of argument {name!r} of {qual}", name)
+            if widened:
+                bound.arguments.update(widened)
+                args, kwargs = bound.args, bound.kwargs
         result = fn(*args, **kwargs)
         if rets is not None:
             what = f"the result of {fn.__qualname__} is annotated "
@@ -3266,6 +3295,27 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
         return result
 
     return wrapper
+
+
+def _widened_argument(x: torch.Tensor, want: SpmdType, what: str) -> torch.Tensor:
+    """What a ``@spmd.checked`` function receives for the argument ``x`` declared ``want``:
+    where ``want`` is a plain V on an axis ``x`` is S(i) on (or V of a layout by rank), an
+    alias typed V there, as the static checker types the parameter (the declared type, to
+    which the argument widens: ``ft: Tensor[V["dp"]]`` given this rank's S(0) block is each
+    rank's own value inside, SigLIP's diagonal chunk); ``x`` itself keeps its S(i), as
+    ``spmd.declare`` widens.  A declared type never narrows: else ``x`` itself.  A leaf that
+    requires grad (a parameter) is passed as is: the function may read or set its ``.grad``,
+    which a view does not hold (its S(i) stays inside: declare it V there if needed)."""
+    have = _get(x)
+    if not have or not any(_widens(k, lt) for a, lt in want.axes if (k := have.get(a)) is not None):
+        return x
+    with torch._C.DisableTorchFunction():
+        if x.is_leaf and x.requires_grad:
+            return x
+        y = x.view_as(x)
+    _set(y, have)
+    _stamp_declared(y, want, what, widen=True)
+    return y
 
 
 def _returned_text(fn: Any, k: int | None, default: str) -> str:

@@ -119,11 +119,12 @@ def batched_type(t: SpmdType) -> SpmdType:
     return SpmdType(tuple(axes), spec, t.failed)
 
 
-def mismatches(have: SpmdType, want: SpmdType,
-               gradient_free: bool = False) -> list[tuple[str, LocalType, LocalType]]:
+def mismatches(have: SpmdType, want: SpmdType, gradient_free: bool = False,
+               ndim: int | None = None) -> list[tuple[str, LocalType, LocalType]]:
     """(axis, have, want) for every axis both types know on which they disagree
-    (``gradient_free``: R and I agree, see the module's docstring)."""
-    return mismatched_axes(have, want, gradient_free)
+    (``gradient_free``: R and I agree, see the module's docstring; ``ndim``: the value's
+    rank where the adapter knows it, the shard dims compared at it)."""
+    return mismatched_axes(have, want, gradient_free, ndim)
 
 
 def check_forward_result(actual: SpmdType, declared: SpmdType, *, x_text: str, where: str,
@@ -382,12 +383,14 @@ def check_hook(x_text: str, x: SpmdType, hook: str, param: Slot | None,
 
 
 def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
-                       what: str = "torch.autograd.grad", batched: bool = False
-                       ) -> list[SpmdError]:
+                       what: str = "torch.autograd.grad", batched: bool = False,
+                       ndim: int | None = None) -> list[SpmdError]:
     """``torch.autograd.grad(outputs, inputs, grad_outputs)`` (also ``torch.autograd.backward``
     and ``y.backward(gradient)``): each given gradient of an output is the dual of that output's
     type.  ``batched`` (``is_grads_batched=True``): each is a batch of such gradients on a new
-    dim 0 (:func:`batched_type`)."""
+    dim 0 (:func:`batched_type`).  ``ndim``: the gradients' rank, where the adapter knows it
+    (the check mode, one gradient at a time): shard dims compared at it, so ``S(0)`` given
+    for a 1-d ``S(-1)`` output is its gradient."""
     errors = []
     for out, g in zip(outputs, grad_outputs):
         if not (out.typed and g.typed):
@@ -395,7 +398,7 @@ def check_grad_outputs(outputs: Sequence[Slot], grad_outputs: Sequence[Slot],
         want = gradient_type(out.type)
         if batched:
             want = batched_type(want)
-        bad = mismatches(g.type, want)
+        bad = mismatches(g.type, want, ndim=ndim)
         if bad:
             fix = _fixes(bad, g.name, out.name if not batched else
                          f"{out.name}, one dim later: with is_grads_batched=True dim 0 of "
@@ -473,7 +476,8 @@ __all__ = [
 
 
 def check_grad_assignment(owner: SpmdType, value: SpmdType, *, target: str,
-                          value_text: str, narrowed: str | None = None) -> list[SpmdError]:
+                          value_text: str, narrowed: str | None = None,
+                          ndim: int | None = None) -> list[SpmdError]:
     """``p.grad = value`` (``target``: ``p.grad``): ``value`` stands for ``p``'s gradient at
     every later read (the optimizer's step, the next backward accumulating into it), so it
     must be a gradient of ``p``: per axis the dual of ``p``'s type (:func:`gradient_type`),
@@ -489,14 +493,18 @@ def check_grad_assignment(owner: SpmdType, value: SpmdType, *, target: str,
     parameter's own gradient alone: of ``narrowed``, the local the code narrowed ``p.grad``
     into (``g = p.grad; assert g is not None``), else of ``p.grad`` after an assert (it is
     Optional: ``spmd.all_reduce(p.grad, ...)`` alone fails mypy's arg-type).  Any other mismatch is fixed by the collective
-    :func:`.collectives.suggest` names."""
+    :func:`.collectives.suggest` names.
+
+    ``ndim``: the parameter's rank, where the adapter knows it (the check mode): shard dims
+    are compared at that rank, so ``S(-1)`` and ``S(0)`` of a 1-d bias are one layout (the
+    runtime's collectives return a negative shard dim counted from the front)."""
     if not owner or not value or owner.spec is not None or value.spec is not None:
         return []
     want = gradient_type(owner)
     bad: list[tuple[str, LocalType, LocalType]] = []
     for axis, w in want.axes:
         h = value.get(axis)
-        if h is None or shard_dims_match(h, w) or same_values(h, w) or (
+        if h is None or shard_dims_match(h, w, ndim) or same_values(h, w) or (
                 w.kind is Kind.P and h.kind in SAME_VALUES):
             continue
         bad.append((axis, h, w))

@@ -173,9 +173,11 @@ def dual(t: LocalType) -> LocalType:
     return t
 
 
-def shard_dims_match(a: LocalType, b: LocalType) -> bool:
+def shard_dims_match(a: LocalType, b: LocalType, ndim: int | None = None) -> bool:
     """Whether a tensor of type ``a`` may be used where ``b`` is claimed (``src=b``, a
-    declared argument, return or variable type).
+    declared argument, return or variable type).  ``ndim``: the tensor's rank, where the
+    adapter knows it (the check mode): both compared at that rank (:meth:`LocalType.at_ndim`:
+    ``S(-1)`` and ``S(0)`` of a 1-d tensor are one layout).
 
     V and S(i) are both Varying: a V of unknown dim may be claimed as S(i)
     (the user tells which dim), an S(i) may be claimed as V, but S(i) is not S(j).
@@ -187,6 +189,8 @@ def shard_dims_match(a: LocalType, b: LocalType) -> bool:
     """
     if a.kind is not b.kind:
         return False
+    if ndim is not None:
+        a, b = a.at_ndim(ndim), b.at_ndim(ndim)
     if a.by_rank is not None and b.dim is not None:
         top = max(a.by_rank[-1][0], b.dim + 1, -b.dim)
         for rank in range(1, top + 1):
@@ -199,16 +203,17 @@ def shard_dims_match(a: LocalType, b: LocalType) -> bool:
     return a.dim == b.dim
 
 
-def mismatched_axes(have: SpmdType, want: SpmdType, gradient_free: bool = False
-                    ) -> list[tuple[str, LocalType, LocalType]]:
+def mismatched_axes(have: SpmdType, want: SpmdType, gradient_free: bool = False,
+                    ndim: int | None = None) -> list[tuple[str, LocalType, LocalType]]:
     """(axis, have's, want's) for every axis both types know on which a value of type
-    ``have`` may not stand where ``want`` is declared (:func:`shard_dims_match`;
-    ``gradient_free``: no gradient flows through the value, so R and I agree,
-    :func:`same_values`)."""
+    ``have`` may not stand where ``want`` is declared (:func:`shard_dims_match`, at the
+    value's rank ``ndim`` where known; ``gradient_free``: no gradient flows through the
+    value, so R and I agree, :func:`same_values`)."""
     out = []
     for axis, w in want.axes:
         h = have.get(axis)
-        if h is not None and not shard_dims_match(h, w) and not (gradient_free and same_values(h, w)):
+        if h is not None and not shard_dims_match(h, w, ndim) and not (
+                gradient_free and same_values(h, w)):
             out.append((axis, h, w))
     return out
 

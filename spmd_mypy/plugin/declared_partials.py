@@ -108,6 +108,9 @@ is_contiguous is_floating_point is_complex stride get_device nbytes itemsize
 new_zeros new_ones new_empty new_full""".split())
 _SHAPE_LIKE: Final = frozenset("""zeros_like ones_like empty_like full_like rand_like randn_like
 randint_like""".split())
+# Calls that show a local's type, not its values (``spmd.reveal(part)`` prints what the
+# checker holds: adding one must not change it)
+_REVEALS: Final = frozenset(("spmd.reveal", "spmd.typeof"))
 _OPAQUE = "<an expression the scan does not enter>"
 _OPAQUE_KINDS = (ListComprehension, SetComprehension, GeneratorExpr, DictionaryComprehension,
                  YieldExpr, YieldFromExpr, AwaitExpr, AssignmentExpr)
@@ -495,11 +498,13 @@ def _walk(e: Expression | None, calls: list[tuple[Expression, tuple[str, ...]]],
         if _raw_reduction(e) is not None:
             calls.append((e, (_RAW,)))  # the call itself: _scan reads its group
         _walk(e.callee, calls, reads)
-        like = (isinstance(e.callee, RefExpr) and e.callee.fullname.startswith("torch.")
-                and e.callee.fullname.rsplit(".", 1)[-1] in _SHAPE_LIKE)
+        callee = e.callee
+        like = (isinstance(callee, RefExpr) and callee.fullname.startswith("torch.")
+                and callee.fullname.rsplit(".", 1)[-1] in _SHAPE_LIKE)
+        revealed = isinstance(callee, RefExpr) and callee.fullname in _REVEALS
         for at, arg in enumerate(e.args):
-            if like and at == 0 and isinstance(arg, NameExpr):
-                continue  # torch.zeros_like(part): its shape only
+            if (like and at == 0 or revealed) and isinstance(arg, NameExpr):
+                continue  # torch.zeros_like(part): its shape only; spmd.reveal(part): its type
             _walk(arg, calls, reads)
     elif isinstance(e, MemberExpr):
         if e.name in _META_ATTRS and isinstance(e.expr, NameExpr):

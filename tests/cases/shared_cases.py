@@ -853,6 +853,22 @@ case("shard-einsum-sequence-and-column-parallel", {"enc": "S1", "wk": "S0"},
 case("shard-linear-gathered-then-column-parallel", {"enc": "S1", "wk": "S0"},
      'out = F.linear(spmd.all_gather(enc, "tp", src=S(1), dst=R), wk)', 'Tensor[S[-1, "tp"]]',
      make=_ENC, collective=True, desc="the fix the error gives")
+# a parameter declared plain V takes an S(i) argument as V (the static checker types the
+# parameter by its declaration): SigLIP's diagonal chunk, this rank's own text features passed
+# to ``_loss(fi, ft: Tensor[V["dp"]])``; the check mode kept S(0) in a @spmd.checked function
+# and raised the diagonal block (session 42)
+case("shard-block-of-a-checked-V-parameter", {"q": "S0", "k": "S0"},
+     ("@spmd.checked", 'def block(x: Tensor[S[0, "tp"]], y: Tensor[V["tp"]]) -> Tensor[V["tp"]]:',
+      "    return x @ y.T", "out = block(q, k)"), "V",
+     desc="y is V inside: each rank's own rows against its own columns, as declared")
+case("shard-einsum-block-of-a-checked-V-parameter", {"q": "S0", "k": "S0"},
+     ("@spmd.checked", 'def block(x: Tensor[S[0, "tp"]], y: Tensor[V["tp"]]) -> Tensor[V["tp"]]:',
+      '    return torch.einsum("ik,jk->ij", x, y)', "out = block(q, k)"), "V",
+     desc="the static checker's diagonal block needs the ranks an einsum states")
+case("shard-block-after-a-checked-V-parameter", {"q": "S0", "k": "S0"},
+     ("@spmd.checked", 'def twice(y: Tensor[V["tp"]]) -> Tensor[V["tp"]]:', "    return y * 2",
+      "k2 = twice(k)", 'out = torch.einsum("ik,jk->ij", q, k)'), "spmd-global",
+     desc="the caller's k keeps its S(0): only the parameter is widened")
 case("shard-ring-scores-block-declared", {"q": "Sm2", "k": "Sm2"},
      'out = q @ spmd.declare(k, Tensor[V["tp"]]).transpose(-2, -1)', "V",
      make={n: "torch.randn(2, 2, 6, 4, requires_grad=True).clone()" for n in "qk"},

@@ -110,6 +110,24 @@ def test_reveal_prints_the_live_type_to_stderr(capsys: pytest.CaptureFixture[str
     assert err[3].endswith('spmd.reveal: tuple[Tensor[R["tp"], V["dp"]], Tensor[R["tp"], V["dp"]]]'), err[3]
 
 
+def test_reveal_says_a_sum_is_pending_and_leaves_it_pending(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``spmd.reveal(local_sum)`` of a sum over a shard dim: the type and its pending state
+    (the reinterpret(V->P) that follows still takes it; probe-dit f5); reveal is no read of
+    its value: the next op's error is still the one without the reveal."""
+    with spmd.typecheck():
+        err = typed(mk(), Tensor[S[1, "tp"]])
+        local_sum = (err ** 2).sum()
+        assert spmd.reveal(local_sum) is local_sum
+        with pytest.raises(SpmdTypeError) as e:
+            local_sum.sqrt()
+        assert e.value.code == "spmd-global", e.value
+    shown = capsys.readouterr().err.splitlines()[0]
+    assert shown.endswith(
+        'spmd.reveal: Tensor[V["tp"]] (pending: this rank\'s part of a sum over "tp", until '
+        'spmd.reinterpret(..., "tp", src=V, dst=P) or a reduction with src=P takes it)'), shown
+
+
 def test_types_do_not_pollute_checkpoints() -> None:
     with spmd.typecheck():
         p = typed(nn.Parameter(torch.randn(3)), Tensor[I["tp"]])
@@ -446,6 +464,34 @@ def test_an_assigned_grad_keeps_its_type_and_the_optimizer_steps() -> None:
         g = w.grad
         (x @ wt).sum().backward()
         assert w.grad is g and spmd.typeof(w.grad) == ty(dp=PARTIAL)
+
+
+def test_an_assigned_grad_is_compared_at_the_parameters_rank() -> None:
+    """``p.grad = all_reduce(g, "dp", src=P, dst=R)`` of a 1-d bias declared ``S[-1, "tp"]``
+    (examples/sequence_parallel.py's b1): the runtime's collectives count a negative shard
+    dim from the front, so the reduced gradient is S(0), the same layout as S(-1) at rank 1.
+    It raised a false spmd-duality "S(0) on tp where S(-1) is needed", as did such a
+    gradient given to ``y.backward(g)``.  On a 2-d tensor S(0) and S(-1) are two dims: still
+    an error."""
+    b = nn.Parameter(torch.randn(4))
+    w = nn.Parameter(torch.randn(4, 4))
+    with spmd.typecheck():
+        typed(b, Tensor[S[-1, "tp"], R["dp"]])
+        b.grad = typed(torch.randn(4), Tensor[S[0, "tp"], R["dp"]])  # as all_reduce returns it
+        assert spmd.typeof(b.grad) == ty(tp=shard(0), dp=REPLICATE)
+        typed(w, Tensor[S[-1, "tp"], R["dp"]])
+        w.grad = typed(torch.randn(4, 4), Tensor[S[1, "tp"], R["dp"]])  # dim 1 is dim -1
+        with pytest.raises(SpmdTypeError) as e:
+            w.grad = typed(torch.randn(4, 4), Tensor[S[0, "tp"], R["dp"]])
+        assert e.value.code == "spmd-duality", e.value
+        assert 'S(0) on "tp" where S(-1) is needed' in str(e.value), e.value
+        # the gradient given to a backward: the same comparison at the rank
+        y = typed(mk(4), Tensor[S[-1, "tp"], R["dp"]]) * 2
+        y.backward(typed(torch.ones(4), Tensor[S[0, "tp"], P["dp"]]))
+        y = typed(mk(4, 4), Tensor[S[-1, "tp"], R["dp"]]) * 2
+        with pytest.raises(SpmdTypeError) as e:
+            y.backward(typed(torch.ones(4, 4), Tensor[S[0, "tp"], P["dp"]]))
+        assert e.value.code == "spmd-duality", e.value
 
 
 def test_an_untyped_assigned_grad_stays_untyped_until_autograd_accumulates_into_it() -> None:
@@ -1314,6 +1360,40 @@ def _aux_one_return(h: Tensor[V["dp"]], total: Tensor[R["dp"]]
         return 3
 
     return h * inner(), aux
+
+
+@spmd.checked
+def _own_block(x: Tensor[S[0, "tp"]], y: Tensor[V["tp"]], *more: Tensor[V["tp"]],
+               **named: Tensor[V["tp"]]) -> Tensor[V["tp"]]:
+    seen = [spmd.typeof(y)] + [spmd.typeof(t) for t in more] + [spmd.typeof(t) for t in named.values()]
+    assert all(t == ty(tp=VARYING) for t in seen), seen
+    return x @ y.T
+
+
+@spmd.checked
+def _touch_grad(p: Tensor[V["tp"]]) -> None:
+    assert spmd.typeof(p) == ty(tp=shard(0))  # a parameter: passed as is
+    p.grad = None
+
+
+def test_checked_widens_an_s_argument_to_a_declared_plain_v() -> None:
+    """A parameter declared plain V takes an S(i) argument as V inside the function, as the
+    static checker types it (SigLIP's ``_loss(fi, ft: Tensor[V["dp"]])`` given this rank's
+    S(0) text features: the diagonal block raised spmd-global in check mode, probe-contrast
+    f5); the caller's tensor keeps its S(0) (the function gets a view of it: the gradient
+    flows back, the SigLIP probe's matched to 1e-16 on 2 gloo ranks); *args and **kwargs
+    items too.  A leaf that requires grad (a parameter) is passed as is."""
+    with spmd.typecheck():
+        q, k = typed(mk(), Tensor[S[0, "tp"]]), typed(mk(), Tensor[S[0, "tp"]])
+        out = _own_block(q, k, k, z=k)
+        assert spmd.typeof(out) == ty(tp=VARYING)
+        assert spmd.typeof(k) == ty(tp=shard(0))
+        with pytest.raises(SpmdTypeError) as e:
+            q @ k.T  # the caller's k is still S(0): its diagonal block is the error
+        assert e.value.code == "spmd-global"
+        w = nn.Parameter(torch.randn(4, 4))
+        typed(w, Tensor[S[0, "tp"]])
+        _touch_grad(w)
 
 
 def test_checked_names_the_returned_item_as_written() -> None:

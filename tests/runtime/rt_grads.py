@@ -153,6 +153,34 @@ def check_partial_gradient_of_an_invariant_parameter_raises(ctx: Ctx, name: str)
                 'all_reduce(g, "tp", src=P, dst=I)')
 
 
+def check_reduced_gradient_of_an_s_minus1_bias_runs_the_step(ctx: Ctx, name: str) -> None:
+    """A 1-d bias declared ``S[-1, "tp"]`` (examples/sequence_parallel.py's b1): its gradient
+    all-reduced over "dp" comes back S(0) (the collectives count a negative shard dim from the
+    front), the same layout at rank 1.  ``p.grad = all_reduce(g, ...)`` raised a false
+    spmd-duality "S(0) on tp where S(-1) is needed"; now it and the SGD step run."""
+    mesh = ctx.mesh("2x2")
+    tp = mesh.get_local_rank("tp")
+    g0 = torch.Generator().manual_seed(0)
+    w = nn.Parameter(torch.randn(8, 4, generator=g0, dtype=torch.float64).chunk(2, 0)[tp].clone())
+    b = nn.Parameter(torch.randn(8, generator=g0, dtype=torch.float64).chunk(2, 0)[tp].clone())
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1 + mesh.get_local_rank("dp")),
+                    dtype=torch.float64)
+    opt = torch.optim.SGD([w, b], lr=0.1)
+    with spmd.set_mesh(mesh), spmd.typecheck():
+        spmd.declare(w, Tensor[S[0, "tp"], R["dp"]])
+        spmd.declare(b, Tensor[S[-1, "tp"], R["dp"]])
+        xx = spmd.declare(x, Tensor[R["tp"], V["dp"]])
+        y = F.linear(xx, w, b)  # S(-1) on tp
+        loss = spmd.reinterpret(y.pow(2).sum(), ("dp", "tp"), src=V, dst=P)
+        loss.backward()
+        for p in (w, b):
+            g = p.grad
+            assert g is not None
+            p.grad = spmd.all_reduce(g, "dp", src=P, dst=R)
+        assert spmd.typeof(b.grad) is not None
+        opt.step()
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     if world != 4:
         return []
@@ -160,4 +188,5 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_bucket_view_of_another_layout_raises_at_the_assignment,
         check_bucket_per_layout_runs_the_step,
         check_reduced_and_unreduced_gradients_accepted,
-        check_partial_gradient_of_an_invariant_parameter_raises))
+        check_partial_gradient_of_an_invariant_parameter_raises,
+        check_reduced_gradient_of_an_s_minus1_bias_runs_the_step))
