@@ -2365,25 +2365,32 @@ class RankCondition:
     # an exit of a loop the collective runs in (``if c: break`` after it in the body): the
     # ranks that take it leave, the others run the collective again
     loop: bool = False
+    # the value read may carry a gradient (not under torch.no_grad(), not detached): the
+    # fix's max all_reduce, which has none, takes it ``.detach()``ed (spmd-no-grad)
+    detach: bool = False
 
 
 def agreed_condition(code: str, operand: str, axes: Sequence[str],
-                     srcs: Sequence[tuple[str, str]]) -> str | None:
+                     srcs: Sequence[tuple[str, str]], detach: bool = False) -> str | None:
     """``code`` (a condition's statement) with ``operand`` (a value differing between the
     ranks of ``axes``) replaced by its maximum over them, the same on every rank
     (``spmd.all_reduce(x, "tp", src=V, dst=R, op="max")``); None when ``code`` does not show
     ``operand`` as written."""
     if not operand or operand not in code:
         return None
-    return code.replace(operand, agreed_value(operand, axes, srcs), 1)
+    return code.replace(operand, agreed_value(operand, axes, srcs, detach), 1)
 
 
-def agreed_value(operand: str, axes: Sequence[str], srcs: Sequence[tuple[str, str]]) -> str:
+def agreed_value(operand: str, axes: Sequence[str], srcs: Sequence[tuple[str, str]],
+                 detach: bool = False) -> str:
     """``operand``'s maximum over ``axes``: ``spmd.all_reduce(x, "tp", src=V, dst=R,
-    op="max")`` (``src``: its local type there, V where the axes differ)."""
+    op="max")`` (``src``: its local type there, V where the axes differ); ``detach``: the
+    value may carry a gradient, which a max all-reduce has none of (``x.detach()``: the
+    condition needs none; spmd-no-grad otherwise)."""
     kinds = {src for a, src in srcs if a in axes}
     src = kinds.pop() if len(kinds) == 1 else "V"
-    return f'spmd.all_reduce({operand}, {format_axes(list(axes))}, src={src}, dst=R, op="max")'
+    x = f"{receiver(operand)}.detach()" if detach else operand
+    return f'spmd.all_reduce({x}, {format_axes(list(axes))}, src={src}, dst=R, op="max")'
 
 
 
@@ -2423,9 +2430,9 @@ def divergent_collective_error(call: str, op: str, axes: Sequence[str],
             runs = f"{what} runs only on the ranks where {c.written} (line {c.line}) lets it run"
         if c.reads is not None and all(a in c.value_axes for a in shared):
             text, typ = c.reads
-            fixed = agreed_condition(c.code, text, shared, c.reads_src)
+            fixed = agreed_condition(c.code, text, shared, c.reads_src, c.detach)
             fix = (f"`{fixed}`" if fixed is not None else
-                   f"compute {text} as `{agreed_value(text, shared, c.reads_src)}`")
+                   f"compute {text} as `{agreed_value(text, shared, c.reads_src, c.detach)}`")
             fix += f" (or test a value all-reduced over {axis_words(shared)}, such as a norm)"
             return SpmdError(
                 "spmd-divergent-collective",

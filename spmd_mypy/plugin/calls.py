@@ -2172,6 +2172,7 @@ class CallTyper:
         value_axes: list[str] = []
         shown: tuple[str, str] | None = None
         srcs: tuple[tuple[str, str], ...] = ()
+        detach = False
         for e, st in reads:
             varying = [(a, lt) for a, lt in st.axes if lt.kind is Kind.V and a in mesh]
             for a, _ in varying:
@@ -2180,9 +2181,15 @@ class CallTyper:
             if shown is None and any(a in over for a, _ in varying):
                 shown = (code_text(e), format_type(st, mesh))
                 srcs = tuple((a, str(lt.at_high_ranks())) for a, lt in varying)
+                # the fix's max all_reduce has no gradient: a value that may carry one is
+                # detached there (spmd-no-grad)
+                tree: MypyFile | None = getattr(api, "tree", None)
+                regions = self.plugin.regions
+                detach = not (regions.in_no_grad(tree, e.line)
+                              or regions.gradient_free(tree, e.line, e))
         value_only = tuple(a for a in value_axes if a not in blamed)
         return RankCondition(blamed + value_only, written, line, before, value_only, shown,
-                             srcs, code, loop)
+                             srcs, code, loop, detach)
 
     def _value_reads(self, api: Any, cond: Expression
                      ) -> list[tuple[Expression, SpmdType]] | None:

@@ -26,9 +26,10 @@ axis for the rank-index rule, none the divergent-collective rule blames).  A com
 
 from __future__ import annotations
 
-from typing import Final, Optional, cast
+from typing import Final, Optional, Sequence, cast
 
 from mypy.nodes import (
+    Argument,
     AssignmentStmt,
     Block,
     BreakStmt,
@@ -872,15 +873,51 @@ def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
 
 
 def scan_values(funcs: list[FuncDef], helpers: dict[str, frozenset],
-                divergent: dict[int, Divergent],
+                divergent: dict[int, Divergent], file: MypyFile,
                 runners: Optional[dict[str, list[RunnerCall]]] = None,
                 owners: Optional[dict[int, tuple[str, str]]] = None) -> None:
-    """The collectives of ``funcs`` (functions that call no rank query) under a condition that
-    may read a tensor's value (VALUE; ``if r.abs().max() < tol: break``), into ``divergent``
-    as :func:`scan_functions` records them: the hooks read the condition's types."""
+    """The collectives of ``funcs`` (functions that call no rank query, with a condition that
+    may read a tensor's value: the rewrite walk's flag) under such a condition (VALUE; ``if
+    r.abs().max() < tol: break``), into ``divergent`` as :func:`scan_functions` records
+    them: the hooks read the condition's types.  ``runners`` (the module's functions whose
+    body runs a collective, :func:`collective_runners`, a walk of every function) are read
+    only where such a condition controls a call of a function of the module (its name among
+    :func:`runner_names`): that function's walk is then done again with them."""
+    names: Optional[tuple[frozenset, dict[int, tuple[str, str]]]] = None
     for f in funcs:
+        if runners is None:
+            if names is None:
+                names = runner_names(file)
+            walk = _Divergence(_Scan(helpers), divergent, {}, names[1].get(id(f), ("", "")),
+                               names[0])
+            walk.block(f.body.body, ())
+            if not walk.wants_runners:
+                continue
+            runners, owners = collective_runners(file)
         owner = owners.get(id(f), ("", "")) if owners else ("", "")
-        _Divergence(_Scan(helpers), divergent, runners or {}, owner).block(f.body.body, ())
+        _Divergence(_Scan(helpers), divergent, runners, owner).block(f.body.body, ())
+
+
+def runner_names(file: MypyFile) -> tuple[frozenset, dict[int, tuple[str, str]]]:
+    """What a call of a function of the module is named as (``sync``, ``"C.sync"`` for
+    ``self.sync()`` in a method of class ``C``), and the methods' first argument and class,
+    by id: from the module's top level only (the cheap test before
+    :func:`collective_runners`, which walks the bodies)."""
+    names: set[str] = set()
+    owners: dict[int, tuple[str, str]] = {}
+    for d in file.defs:
+        if isinstance(d, FuncDef):
+            names.add(d.name)
+        elif isinstance(d, Decorator):
+            names.add(d.func.name)
+        elif isinstance(d, ClassDef):
+            for st in d.defs.body:
+                m = st.func if isinstance(st, Decorator) else st
+                if isinstance(m, FuncDef):
+                    names.add(d.name + "." + m.name)
+                    if m.arguments and not m.is_static and not m.is_class:
+                        owners[id(m)] = (m.arguments[0].variable.name, d.name)
+    return frozenset(names), owners
 
 
 # -- rank-derived attributes ------------------------------------------------------------------
@@ -1420,21 +1457,28 @@ _NO_VALUE_CALLS: Final = frozenset({"isinstance", "issubclass", "hasattr", "call
                                     "is_initialized", "is_available", "get_world_size"})
 
 
-def may_read_value(e: Expression) -> bool:
-    """Whether condition ``e`` may read a tensor's value (the hook reads the types): not a
-    literal, a ``x is None`` test, an ``isinstance``/``hasattr``/``len`` call."""
-    if isinstance(e, (IntExpr, StrExpr, FloatExpr)):
+def may_read_value(e: Expression, params: Optional[Sequence[Argument]] = None) -> bool:
+    """Whether condition ``e`` may read a tensor's value (the hook reads the types): a
+    comparison, a call (``x.item()``, ``bool(x)``, ``torch.isnan(x).any()``), a name (a
+    local bound once: ``done = bool(r.norm() < tol)``; not one of ``params``, the function's
+    parameters, when given: a flag such as ``training``), an index or an arithmetic
+    operation; not a literal, a ``x is None`` test, an attribute (``self.training``), an
+    ``isinstance``/``hasattr``/``len`` call.  Syntax only: cheap enough for every condition
+    of every function (the rewrite walk flags the functions it scans, scan_values)."""
+    if isinstance(e, (IntExpr, StrExpr, FloatExpr, MemberExpr)):
         return False
     if isinstance(e, NameExpr):
-        return e.name not in ("True", "False", "None", "__debug__", "TYPE_CHECKING")
+        if e.name in ("True", "False", "None", "__debug__", "TYPE_CHECKING"):
+            return False
+        return params is None or not any(a.variable.name == e.name for a in params)
     if isinstance(e, UnaryExpr):
-        return may_read_value(e.expr)
+        return may_read_value(e.expr, params)
     if isinstance(e, OpExpr) and e.op in ("and", "or"):
-        return may_read_value(e.left) or may_read_value(e.right)
+        return may_read_value(e.left, params) or may_read_value(e.right, params)
     if isinstance(e, ComparisonExpr):
         if all(op in ("is", "is not") for op in e.operators):
             return False
-        return any(may_read_value(o) for o in e.operands)
+        return True
     if isinstance(e, CallExpr):
         name = _callee_name(e)
         return name not in _NO_VALUE_CALLS
@@ -1454,11 +1498,17 @@ class _Divergence:
     """One function's walk for the collectives under a rank-dependent condition."""
 
     def __init__(self, scan: _Scan, out: dict[int, Divergent],
-                 runners: dict[str, list[RunnerCall]], owner: tuple[str, str] = ("", "")) -> None:
+                 runners: dict[str, list[RunnerCall]], owner: tuple[str, str] = ("", ""),
+                 names: Optional[frozenset] = None) -> None:
         self.scan = scan
         self.out = out
         self.runners = runners
         self.self_name, self.cls = owner  # a method's first argument and class
+        # (a walk without the runners, scan_values) the names of the module's functions
+        # (runner_names), and whether a call of one runs under a condition: the walk is
+        # then done again with the runners
+        self.names = names
+        self.wants_runners = False
 
     def axes(self, e: Optional[Expression]) -> Optional[frozenset]:
         """The axes condition ``e`` varies on as read from the source (``scan.taint``); a
@@ -1601,6 +1651,14 @@ class _Divergence:
                 name = self.runner(e)
                 if name is not None:
                     self.record_via(e, name, conds, bound)
+            elif conds and self.names is not None and not self.wants_runners:
+                callee = e.callee
+                if isinstance(callee, NameExpr):
+                    self.wants_runners = callee.name in self.names
+                elif self.self_name and isinstance(callee, MemberExpr) \
+                        and isinstance(callee.expr, NameExpr) \
+                        and callee.expr.name == self.self_name:
+                    self.wants_runners = self.cls + "." + callee.name in self.names
             self.expr(e.callee, conds)
             for a in e.args:
                 self.expr(a, conds)

@@ -58,10 +58,12 @@ from .webs import own_webs
 from .frozen import frozen_attributes
 from .statements import functions_of
 from .rank_index import (Divergent, RunnerCall, collective_runners, group_attributes, has_query,
-                         rank_attributes, rank_helpers, scan_functions, scan_values)
+                         rank_attributes, rank_helpers, scan_functions, scan_values,
+                         may_read_value)
 from .memo import TreeMemo
 
 from mypy.nodes import (
+    Argument,
     AssertStmt,
     BreakStmt,
     AssignmentExpr,
@@ -309,6 +311,12 @@ def _rewrite_index_expr(e: Expression) -> None:
             _rewrite_index_expr(item)
 
 
+# the conditions of the conditional expressions (``a if c else b``) the rewrite walk met in
+# statements (_rewrite_call_args with ``reads``): a function with one that may read a tensor's
+# value is flagged for rank_index.scan_values (_Walker._function); emptied per module
+_TERNARY_TESTS: Final[list[Expression]] = []
+
+
 def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = None) -> None:
     """A type as an argument of a call anywhere in an expression (``y = spmd.declare(x,
     Tensor[PS[("dp", "tp"), None]])``, ``f(spmd.declare(x, Tensor[...]))``, ``[spmd.declare(..)]``,
@@ -359,6 +367,7 @@ def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = No
         ce = cast(ConditionalExpr, e)
         if reads is not None:
             reads.extend(truth_operands(ce.cond))
+            _TERNARY_TESTS.append(ce.cond)
         _rewrite_call_args(ce.cond, reads)
         _rewrite_call_args(ce.if_expr, reads)
         _rewrite_call_args(ce.else_expr, reads)
@@ -598,9 +607,13 @@ class _Walker:
         self.rank_helpers: dict[str, frozenset] = {}
         self._rank_flags: list[bool] = []
         self.rank_functions: list[FuncDef] = []
-        # every function walked (the collectives under a condition reading a tensor's value:
-        # rank_index.scan_values), and how many loops enclose the statement being walked
-        self.functions: list[FuncDef] = []
+        # the functions with a condition that may read a tensor's value (rank_index
+        # may_read_value: the collectives under it, rank_index.scan_values), a flag per
+        # function being walked, its parameters (a flag such as ``training`` is no value),
+        # and how many loops enclose the statement being walked
+        self.value_functions: list[FuncDef] = []
+        self._value_flags: list[bool] = []
+        self._params: list[list[Argument]] = []
         self._loops = 0
         # (rewrite walk) the records of each function that defines no name twice, nested
         # ones included (what it added to detached, integers, shadowed), by the FuncDef's id;
@@ -799,8 +812,9 @@ class _Walker:
                 self._rank_condition(e)
             for e, b, r in zip(ifs.expr, ifs.body, reads):
                 self.block(b.body)
-                self._condition(b.body, None, e, extra=r, exit_of=e if self._loops and b.body
-                                and type(b.body[-1]) in _LOOP_EXITS else None)
+                value = self._value_condition(e)
+                self._condition(b.body, None, e, extra=r, exit_of=e if value and self._loops
+                                and b.body and type(b.body[-1]) in _LOOP_EXITS else None)
             if ifs.else_body is not None:
                 self.block(ifs.else_body.body)
         elif cls is _ForStmt or cls is _WhileStmt:
@@ -810,6 +824,7 @@ class _Walker:
                 _rewrite_call_args(loop.expr, loop_reads)
             if cls is _WhileStmt:
                 self._rank_condition(loop.expr)
+                self._value_condition(loop.expr)
             if cls is _ForStmt:  # a loop variable: never "only detached"
                 index = cast(ForStmt, st).index
                 self._bind(index, _OPAQUE)
@@ -908,6 +923,16 @@ class _Walker:
                 and has_query(e, self.rank_helpers):
             self._rank_flags[-1] = True
 
+    def _value_condition(self, e: Expression) -> bool:
+        """Whether condition ``e`` may read a tensor's value (syntax only: rank_index
+        may_read_value); such a condition flags the function for rank_index.scan_values."""
+        if not self._value_flags or not self.rewrite:
+            return False
+        if not may_read_value(e, self._params[-1]):
+            return False
+        self._value_flags[-1] = True
+        return True
+
     def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
         reuse = self.reuse
         if reuse is not None:
@@ -955,10 +980,16 @@ class _Walker:
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
         self._rank_flags.append(False)
+        self._value_flags.append(False)
+        self._params.append(st.arguments)
         outer_loops, self._loops = self._loops, 0
+        ternaries = len(_TERNARY_TESTS)
         self.block(st.body.body)
         self._loops = outer_loops
-        self.functions.append(st)
+        self._params.pop()
+        if self._value_flags.pop() or (len(_TERNARY_TESTS) > ternaries and any(
+                may_read_value(t, st.arguments) for t in _TERNARY_TESTS[ternaries:])):
+            self.value_functions.append(st)
         if self._rank_flags.pop():
             self.rank_functions.append(st)
         self._modes = outer_modes
@@ -1767,6 +1798,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     gradient-free names, which are then the names the checker sees (``h'``).  Renaming only
     them saves the renamer's walk over the others (most functions define each name once).
     A walk that fails renames every definition, as a file never walked would be."""
+    _TERNARY_TESTS.clear()
     w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file),
                 module_numbers=module_numbers(file))
     w.module_level = not file.is_stub
@@ -1858,15 +1890,14 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         runners, owners = collective_runners(file)
         regions.rank_exprs = scan_functions(funcs, w.rank_helpers, regions.divergent, attrs,
                                             groups, runners, owners)
-    if w.functions and w.rewrite:
-        # conditions reading a tensor's value (``if r.abs().max() < tol: break``): the hooks
-        # read their types; the rank functions' walk above recorded theirs
+    if w.value_functions and w.rewrite:
+        # conditions that may read a tensor's value (``if r.abs().max() < tol: break``): the
+        # hooks read their types; the rank functions' walk above recorded theirs
         scanned = {id(f) for f in funcs}
-        rest = [f for f in w.functions if id(f) not in scanned]
+        rest = [f for f in w.value_functions if id(f) not in scanned]
         if rest:
-            if runners is None:
-                runners, owners = collective_runners(file)
-            scan_values(rest, w.rank_helpers, regions.divergent, runners, owners)
+            scan_values(rest, w.rank_helpers, regions.divergent, file, runners, owners)
+    _TERNARY_TESTS.clear()
     return regions
 
 

@@ -108,3 +108,17 @@ def test_agreed_condition() -> None:
                             (("dp", "V"), ("tp", "S(0)"))) == \
         'while float(spmd.all_reduce(y.max(), ("dp", "tp"), src=V, dst=R, op="max")) > 1.0:'
     assert agreed_condition("if done:", "r.norm()", ("tp",), (("tp", "V"),)) is None
+
+
+def test_agreed_value_detached_where_it_may_carry_a_gradient() -> None:
+    """A max all-reduce has no gradient (spmd-no-grad): the fix detaches a value that may
+    carry one (an operator's text parenthesized first)."""
+    assert agreed_condition("if r.abs().max() < tol: break", "r.abs().max()", ("tp",),
+                            (("tp", "V"),), detach=True) == \
+        'if spmd.all_reduce(r.abs().max().detach(), "tp", src=V, dst=R, op="max") < tol: break'
+    cond = RankCondition(("tp",), "`if done: break`", 5, "if done: break", value_axes=("tp",),
+                         reads=("a - b", 'Tensor[V["tp"]]'), reads_src=(("tp", "V"),),
+                         code="if done: break", detach=True)
+    e = divergent_collective_error("dist.barrier()", "barrier", ("tp",), [cond], returns=False)
+    assert e is not None and 'compute a - b as `spmd.all_reduce((a - b).detach(), "tp", ' \
+        'src=V, dst=R, op="max")`' in e.message
