@@ -868,7 +868,8 @@ def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
         scan.run(f, out)
         if divergent is not None:
             owner = owners.get(id(f), ("", "")) if owners else ("", "")
-            _Divergence(scan, divergent, runners or {}, owner).block(f.body.body, ())
+            _Divergence(scan, divergent, runners or {}, owner,
+                        params=f.arguments).block(f.body.body, ())
     return out
 
 
@@ -889,13 +890,14 @@ def scan_values(funcs: list[FuncDef], helpers: dict[str, frozenset],
             if names is None:
                 names = runner_names(file)
             walk = _Divergence(_Scan(helpers), divergent, {}, names[1].get(id(f), ("", "")),
-                               names[0])
+                               names[0], f.arguments)
             walk.block(f.body.body, ())
             if not walk.wants_runners:
                 continue
             runners, owners = collective_runners(file)
         owner = owners.get(id(f), ("", "")) if owners else ("", "")
-        _Divergence(_Scan(helpers), divergent, runners, owner).block(f.body.body, ())
+        _Divergence(_Scan(helpers), divergent, runners, owner,
+                    params=f.arguments).block(f.body.body, ())
 
 
 def runner_names(file: MypyFile) -> tuple[frozenset, dict[int, tuple[str, str]]]:
@@ -1499,8 +1501,9 @@ class _Divergence:
 
     def __init__(self, scan: _Scan, out: dict[int, Divergent],
                  runners: dict[str, list[RunnerCall]], owner: tuple[str, str] = ("", ""),
-                 names: Optional[frozenset] = None) -> None:
+                 names: Optional[frozenset] = None, params: Sequence[Argument] = ()) -> None:
         self.scan = scan
+        self.params = params  # the function's: a flag tested alone is no value (may_read_value)
         self.out = out
         self.runners = runners
         self.self_name, self.cls = owner  # a method's first argument and class
@@ -1515,7 +1518,7 @@ class _Divergence:
         condition derived from no rank query, VALUE when it may read a tensor's value (the
         hook decides from the types)."""
         axes = self.scan.taint(e)
-        if axes is None and e is not None and may_read_value(e):
+        if axes is None and e is not None and may_read_value(e, self.params):
             return _VALUE
         return axes
 
