@@ -67,6 +67,7 @@ from mypy.nodes import (
     WithStmt,
 )
 from mypy.patterns import AsPattern
+from mypy.types import UnboundType
 from mypy.server.subexpr import get_subexpressions
 
 from .statements import functions_of, nested_statements
@@ -1461,12 +1462,13 @@ _NO_VALUE_CALLS: Final = frozenset({"isinstance", "issubclass", "hasattr", "call
 
 def may_read_value(e: Expression, params: Optional[Sequence[Argument]] = None) -> bool:
     """Whether condition ``e`` may read a tensor's value (the hook reads the types): a
-    comparison, a call (``x.item()``, ``bool(x)``, ``torch.isnan(x).any()``), a name (a
-    local bound once: ``done = bool(r.norm() < tol)``; not one of ``params``, the function's
-    parameters, when given: a flag such as ``training``), an index or an arithmetic
-    operation; not a literal, a ``x is None`` test, an attribute (``self.training``), an
-    ``isinstance``/``hasattr``/``len`` call.  Syntax only: cheap enough for every condition
-    of every function (the rewrite walk flags the functions it scans, scan_values)."""
+    comparison of an operand that may be a tensor (:func:`_may_hold_tensor`), a call
+    (``x.item()``, ``bool(x)``, ``torch.isnan(x).any()``), a name (a local bound once:
+    ``done = bool(r.norm() < tol)``; not one of ``params``, the function's parameters, when
+    given: a flag such as ``training``), an index or an arithmetic operation; not a literal,
+    a ``x is None`` test, an attribute (``self.training``), an ``isinstance``/``hasattr``/
+    ``len`` call.  Syntax only: cheap enough for every condition of every function (the
+    rewrite walk flags the functions it scans, scan_values)."""
     if isinstance(e, (IntExpr, StrExpr, FloatExpr, MemberExpr)):
         return False
     if isinstance(e, NameExpr):
@@ -1480,11 +1482,43 @@ def may_read_value(e: Expression, params: Optional[Sequence[Argument]] = None) -
     if isinstance(e, ComparisonExpr):
         if all(op in ("is", "is not") for op in e.operators):
             return False
-        return True
+        return any(_may_hold_tensor(o, params) for o in e.operands)
     if isinstance(e, CallExpr):
         name = _callee_name(e)
         return name not in _NO_VALUE_CALLS
     return True
+
+
+# the annotations of a parameter that holds no tensor (``step: int``, ``p: float``)
+_NUMBER_ANNOTATIONS: Final = frozenset({"int", "float", "bool", "builtins.int", "builtins.float",
+                                        "builtins.bool"})
+
+
+def _may_hold_tensor(e: Expression, params: Optional[Sequence[Argument]]) -> bool:
+    """Whether a comparison's operand may be a tensor: not a literal, an attribute, a
+    parameter annotated as a number (``step < warmup`` with ``step: int``)."""
+    if isinstance(e, (IntExpr, StrExpr, FloatExpr, MemberExpr)):
+        return False
+    if isinstance(e, NameExpr):
+        if e.name in ("True", "False", "None"):
+            return False
+        if params is not None:
+            for a in params:
+                if a.variable.name == e.name:
+                    t = a.type_annotation
+                    return not (isinstance(t, UnboundType) and t.name in _NUMBER_ANNOTATIONS)
+        return True
+    if isinstance(e, UnaryExpr):
+        return _may_hold_tensor(e.expr, params)
+    return True
+
+
+def ternary_may_diverge(e: ConditionalExpr, params: Optional[Sequence[Argument]]) -> bool:
+    """Whether ``a if c else b`` may choose a collective by a value: ``c`` may read one
+    (:func:`may_read_value`) and a branch is more than a literal or a name (``1 if rank <
+    extra else 0`` runs no call)."""
+    return any(not isinstance(b, (IntExpr, StrExpr, FloatExpr, NameExpr, MemberExpr))
+               for b in (e.if_expr, e.else_expr)) and may_read_value(e.cond, params)
 
 
 def _shown(conds: tuple[Condition, ...]) -> tuple[Condition, ...]:

@@ -59,7 +59,7 @@ from .frozen import frozen_attributes
 from .statements import functions_of
 from .rank_index import (Divergent, RunnerCall, collective_runners, group_attributes, has_query,
                          rank_attributes, rank_helpers, scan_functions, scan_values,
-                         may_read_value)
+                         may_read_value, ternary_may_diverge)
 from .memo import TreeMemo
 
 from mypy.nodes import (
@@ -311,10 +311,10 @@ def _rewrite_index_expr(e: Expression) -> None:
             _rewrite_index_expr(item)
 
 
-# the conditions of the conditional expressions (``a if c else b``) the rewrite walk met in
+# the conditional expressions (``a if c else b``) the rewrite walk met in
 # statements (_rewrite_call_args with ``reads``): a function with one that may read a tensor's
 # value is flagged for rank_index.scan_values (_Walker._function); emptied per module
-_TERNARY_TESTS: Final[list[Expression]] = []
+_TERNARY_TESTS: Final[list[ConditionalExpr]] = []
 
 
 def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = None) -> None:
@@ -367,7 +367,7 @@ def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = No
         ce = cast(ConditionalExpr, e)
         if reads is not None:
             reads.extend(truth_operands(ce.cond))
-            _TERNARY_TESTS.append(ce.cond)
+            _TERNARY_TESTS.append(ce)
         _rewrite_call_args(ce.cond, reads)
         _rewrite_call_args(ce.if_expr, reads)
         _rewrite_call_args(ce.else_expr, reads)
@@ -988,7 +988,7 @@ class _Walker:
         self._loops = outer_loops
         self._params.pop()
         if self._value_flags.pop() or (len(_TERNARY_TESTS) > ternaries and any(
-                may_read_value(t, st.arguments) for t in _TERNARY_TESTS[ternaries:])):
+                ternary_may_diverge(t, st.arguments) for t in _TERNARY_TESTS[ternaries:])):
             self.value_functions.append(st)
         if self._rank_flags.pop():
             self.rank_functions.append(st)
