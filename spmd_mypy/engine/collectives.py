@@ -2353,6 +2353,45 @@ class RankCondition:
     written: str
     line: int
     before: str
+    # a condition that reads a tensor's value (``if r.abs().max() < tol: break``): the axes
+    # ``axes`` has from that value (not from a rank query), the operand read as written and
+    # its type as users write it (``r.abs().max()``, ``Tensor[V["tp"]]``), its local type on
+    # each of those axes as a ``src=`` (``(("tp", "V"),)``), and the condition's statement as
+    # code (``if r.abs().max() < tol: break``), which the fix rewrites
+    value_axes: tuple[str, ...] = ()
+    reads: tuple[str, str] | None = None
+    reads_src: tuple[tuple[str, str], ...] = ()
+    code: str = ""
+    # an exit of a loop the collective runs in (``if c: break`` after it in the body): the
+    # ranks that take it leave, the others run the collective again
+    loop: bool = False
+    # the value read may carry a gradient (not under torch.no_grad(), not detached): the
+    # fix's max all_reduce, which has none, takes it ``.detach()``ed (spmd-no-grad)
+    detach: bool = False
+
+
+def agreed_condition(code: str, operand: str, axes: Sequence[str],
+                     srcs: Sequence[tuple[str, str]], detach: bool = False) -> str | None:
+    """``code`` (a condition's statement) with ``operand`` (a value differing between the
+    ranks of ``axes``) replaced by its maximum over them, the same on every rank
+    (``spmd.all_reduce(x, "tp", src=V, dst=R, op="max")``); None when ``code`` does not show
+    ``operand`` as written."""
+    if not operand or operand not in code:
+        return None
+    return code.replace(operand, agreed_value(operand, axes, srcs, detach), 1)
+
+
+def agreed_value(operand: str, axes: Sequence[str], srcs: Sequence[tuple[str, str]],
+                 detach: bool = False) -> str:
+    """``operand``'s maximum over ``axes``: ``spmd.all_reduce(x, "tp", src=V, dst=R,
+    op="max")`` (``src``: its local type there, V where the axes differ); ``detach``: the
+    value may carry a gradient, which a max all-reduce has none of (``x.detach()``: the
+    condition needs none; spmd-no-grad otherwise)."""
+    kinds = {src for a, src in srcs if a in axes}
+    src = kinds.pop() if len(kinds) == 1 else "V"
+    x = f"{receiver(operand)}.detach()" if detach else operand
+    return f'spmd.all_reduce({x}, {format_axes(list(axes))}, src={src}, dst=R, op="max")'
+
 
 
 def divergent_collective_error(call: str, op: str, axes: Sequence[str],
@@ -2367,7 +2406,11 @@ def divergent_collective_error(call: str, op: str, axes: Sequence[str],
     code binds the result to (None: the fix names it); ``returns``: whether the result is a
     value to use (a barrier's or an in-place raw collective's is not).  ``inner``: the
     collective as written and its line when ``call`` is a call of a function of the module
-    whose body runs it (``sync_stats(x)`` under ``if rank == 0:``): the fix hoists ``call``."""
+    whose body runs it (``sync_stats(x)`` under ``if rank == 0:``): the fix hoists ``call``.
+    A condition that varies on an axis by the value it reads (``c.reads``: ``if
+    r.abs().max() < tol: break``, r V on "tp") gets the fix that makes that value the same
+    on every rank (:func:`agreed_condition`); a loop's exit after the collective (``c.loop``)
+    says the ranks that stayed run it again."""
     for c in conditions:
         shared = [a for a in axes if a in c.axes]
         if not shared:
@@ -2380,6 +2423,33 @@ def divergent_collective_error(call: str, op: str, axes: Sequence[str],
         what, run = f"{call} ({where})", "collective"
         if inner is not None:
             what, run = f"{call}, whose body runs {inner[0]} (line {inner[1]}, {where}),", "call"
+        if c.loop:
+            runs = (f"{what} runs again in the loop's next iteration only on the ranks where "
+                    f"{c.written} (line {c.line}) did not leave the loop")
+        else:
+            runs = f"{what} runs only on the ranks where {c.written} (line {c.line}) lets it run"
+        if c.reads is not None and all(a in c.value_axes for a in shared):
+            text, typ = c.reads
+            fixed = agreed_condition(c.code, text, shared, c.reads_src, c.detach)
+            fix = (f"`{fixed}`" if fixed is not None else
+                   f"compute {text} as `{agreed_value(text, shared, c.reads_src, c.detach)}`")
+            fix += f" (or test a value all-reduced over {axis_words(shared)}, such as a norm)"
+            return SpmdError(
+                "spmd-divergent-collective",
+                f"{runs}, and that condition reads {text} ({typ}), whose value differs between "
+                f"the ranks of {axis_words(shared)}: the other ranks never reach the "
+                f"collective, so they never join it and the job hangs (gloo aborts or the "
+                f"timeout fires). Make the condition's value the same on every rank of "
+                f"{axis_words(shared)} first: {fix}",
+            )
+        if c.loop:
+            return SpmdError(
+                "spmd-divergent-collective",
+                f"{runs}, and that condition differs between the ranks of {axis_words(shared)}: "
+                f"the ranks that left never join it again and the job hangs (gloo aborts or "
+                f"the timeout fires). Leave the loop on every rank of {axis_words(shared)} at "
+                f"the same iteration: decide `{c.code}` from a value they all agree on",
+            )
         return SpmdError(
             "spmd-divergent-collective",
             f"{what} runs only on the ranks where {c.written} (line {c.line}) lets "

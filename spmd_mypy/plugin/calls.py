@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import dataclasses
 import re
+import functools
 from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence
 from mypy.errorcodes import ARG_TYPE
 from mypy.messages import format_type as mypy_format_type
@@ -113,7 +114,9 @@ from ..engine.contractions import CONTRACTIONS, Contraction
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction, summing_name,
+    VALUE_READS,
+    SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction,
+    summing_name,
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
@@ -139,8 +142,8 @@ from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
-from .rank_index import (EVERY, UNNAMED_GROUP, Condition, Divergent, axes_in, every_query,
-                         group_axis)
+from .rank_index import (EVERY, UNNAMED_GROUP, VALUE, Condition, Divergent, axes_in,
+                         every_query, group_axis)
 from .rewrite import MatchCase, RegionIndex
 
 _UNTYPED_CODE: Final = ERROR_CODES["spmd-untyped"]  # enabled for a module: strict there (CallTyper.strict)
@@ -414,6 +417,11 @@ class CallTyper:
         self._pending: dict[int, tuple[object, CallableType, dict[int, tuple[SpmdType, ...]]]] = {}
         # call context id -> (context, the hook of the torch op it calls through a name)
         self._pending_ops: dict[int, tuple[object, Callable[[AnyCtx], Type]]] = {}
+        # spmd-divergent-collective checks waiting for a condition that reads a tensor's value
+        # to be typed, by the id of the node whose hook comes once it is: a loop's ``if c:
+        # break`` after the collective (``c``: the trigger in its body), a call of a function
+        # of the module whose body runs the collective, checked before the caller (the call)
+        self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
         # each function's ``x.grad = value`` targets (_assigns_grad), read once
         self._grad_assignments: dict[FuncDef, list[MemberExpr]] = {}
@@ -2067,6 +2075,28 @@ class CallTyper:
         self._report_divergence(ctx, entry, name, name, axes, over,
                                 module != "torch.distributed")
 
+    def mapping_divergence(self, ctx: FunctionContext) -> None:
+        """A Megatron mapping call that communicates forward (engine ``TYPED_MAPPINGS``:
+        ``reduce_from_tensor_model_parallel_region`` is an all-reduce) under a condition that
+        differs between the ranks of its group's axis: "tp" by default, or the mesh axis of
+        the group= the source names (one it does not name: not read)."""
+        from ..engine.megatron import TP_AXIS, TYPED_MAPPINGS
+        entry = self.plugin.regions.divergent_call(ctx.context)
+        call = ctx.context
+        if entry is None or not isinstance(call, CallExpr) \
+                or not isinstance(call.callee, (NameExpr, MemberExpr)):
+            return
+        m = TYPED_MAPPINGS.get(call.callee.name)
+        if m is None or not communicates(m.collective, m.src, m.dst):
+            return
+        group = self._arg(ctx, "group")[0]
+        axis = TP_AXIS if group is None or (isinstance(group, NameExpr)
+                                            and group.fullname == "builtins.None") \
+            else self._group_axis(ctx)
+        if not axis or axis not in self.plugin.config.mesh_axes:
+            return
+        self._report_divergence(ctx, entry, m.name, m.collective, (axis,), None, True)
+
     def check_mapping_group(self, ctx: FunctionContext) -> None:
         """A Megatron mapping call (megatron-stubs: typed for the tensor-model-parallel
         group) whose group= is seen to be another mesh axis's (rank_index ``group_axis``:
@@ -2118,15 +2148,12 @@ class CallTyper:
         call = ctx.context
         if not isinstance(call, CallExpr):
             return
-        mesh = tuple(self.plugin.config.mesh_axes)
         if conds:
             call_text = code_text(call)
-            name = hoist_name(op, bound)
-            conditions = [self._rank_condition(c, call_text, name, mesh) for c in conds]
-            err = divergent_collective_error(call_text, op, axes, conditions, over=over,
-                                             result=bound, returns=returns)
-            if err is not None:
-                self.report(ctx, [err])
+            self._divergence_job(ctx, conds, call, call_text, hoist_name(op, bound), axes,
+                                 lambda conditions: divergent_collective_error(
+                                     call_text, op, axes, conditions, over=over, result=bound,
+                                     returns=returns), None)
         if not vias:
             return
         func = global_calls.current_function(ctx.api)
@@ -2134,42 +2161,173 @@ class CallTyper:
             if func is None or not _calls(outer if mid is None else mid, func):
                 continue  # the name is not (or no longer) that function
             outer_text = code_text(outer)
-            name = hoist_name("", outer_bound)
-            conditions = [self._rank_condition(c, outer_text, name, mesh) for c in outer_conds]
             inner = code_text(call)
             if mid is not None:  # two levels down
                 inner = f"{code_text(mid)} (line {mid.line}), whose body runs {inner}"
-            err = divergent_collective_error(outer_text, "", axes, conditions, over=over,
-                                             result=outer_bound, inner=(inner, call.line))
-            if err is not None:
-                self.report(ctx, [err], outer)
+            self._divergence_job(
+                ctx, outer_conds, outer, outer_text, hoist_name("", outer_bound), axes,
+                functools.partial(divergent_collective_error, outer_text, "", axes, over=over,
+                                  result=outer_bound, inner=(inner, call.line)), outer)
 
-    @staticmethod
-    def _rank_condition(c: Condition, call_text: str, name: str,
-                        mesh: tuple[str, ...]) -> RankCondition:
+    def _divergence_job(self, ctx: FunctionContext, conds: Sequence[Condition], at: CallExpr,
+                        call_text: str, name: str, axes: tuple[str, ...],
+                        error: Callable[[list[RankCondition]], SpmdError | None],
+                        outer: CallExpr | None) -> None:
+        """Report ``error`` of the conditions ``conds`` at ``at``.  A condition reading a
+        tensor's value that mypy has not typed yet (a loop's ``if c: break`` after the
+        collective, the caller's condition when the body of the function that runs the
+        collective is checked first): without an error from the others, the check waits
+        for the hook that comes once it is typed (:attr:`waiting`)."""
+        mesh = tuple(self.plugin.config.mesh_axes)
+
+        def run() -> None:
+            conditions: list[RankCondition] = []
+            untyped: Condition | None = None
+            for c in conds:
+                rc = self._rank_condition(ctx.api, c, call_text, name, mesh, axes)
+                if rc is None:
+                    untyped = untyped or c
+                else:
+                    conditions.append(rc)
+            err = error(conditions)
+            if err is not None:
+                self.report(ctx, [err], at)
+            elif untyped is not None:
+                key = untyped[2] if untyped[1].startswith("loop-") else outer
+                if key is not None:
+                    self.waiting.setdefault(id(key), []).append(run)
+
+        run()
+
+    def condition_typed(self, api: Any, node: Context) -> None:
+        """mypy typed the condition (or reached the call) ``node`` some divergence checks
+        wait for (:attr:`waiting`): run them."""
+        jobs = self.waiting.pop(id(node), None)
+        for job in jobs or ():
+            job()
+
+    def _rank_condition(self, api: Any, c: Condition, call_text: str, name: str,
+                        mesh: tuple[str, ...], over: tuple[str, ...]) -> RankCondition | None:
+        """The condition as the engine reads it; None while it reads a tensor's value
+        mypy has not typed yet."""
         axes, kind, cond, line, anchor_kind, anchor, _ = c
         t = code_text(cond)
+        loop = kind.startswith("loop-")
         if kind in ("if", "elif", "while", "match"):
-            written = f"`{kind} {t}:`"
+            code = f"{kind} {t}:"
+            written = f"`{code}`"
         elif kind == "else":
-            written = f"the else branch of `if {t}:`"
+            code = f"if {t}:"
+            written = f"the else branch of `{code}`"
         elif kind == "case":
-            written = f"`case ... if {t}:`"
+            code = f"case ... if {t}:"
+            written = f"`{code}`"
         elif kind == "ternary":
-            written = f"`... if {t} else ...`"
+            code = f"... if {t} else ..."
+            written = f"`{code}`"
         else:  # an early exit: the code after it runs where the condition is false
-            written = f"`if {t}: {kind}`"
+            code = f"if {t}: {kind[5:] if loop else kind}"
+            written = f"`{code}`"
         if anchor_kind == "ternary":
             before = code_text(anchor).replace(call_text, name, 1)
         elif anchor_kind in ("if", "while", "match"):
             before = f"{anchor_kind} {code_text(anchor)}:"
         else:
-            before = f"if {t}: {anchor_kind}"
+            before = code
         # a group the source does not name may be any one axis, a rank within the node
         # (LOCAL_RANK) splits the axes with ranks on one node, which the source does not say:
         # no axis to blame
         blamed = () if UNNAMED_GROUP in axes else tuple(axes_in(axes, mesh, False))
-        return RankCondition(blamed, written, line, before)
+        if VALUE not in axes:
+            return RankCondition(blamed, written, line, before, code=code, loop=loop)
+        reads = self._value_reads(api, cond)
+        if reads is None:
+            return None
+        value_axes: list[str] = []
+        shown: tuple[str, str] | None = None
+        srcs: tuple[tuple[str, str], ...] = ()
+        detach = False
+        for e, st in reads:
+            varying = [(a, lt) for a, lt in st.axes if lt.kind is Kind.V and a in mesh]
+            for a, _ in varying:
+                if a not in value_axes:
+                    value_axes.append(a)
+            if shown is None and any(a in over for a, _ in varying):
+                shown = (code_text(e), format_type(st, mesh))
+                srcs = tuple((a, str(lt.at_high_ranks())) for a, lt in varying)
+                # the fix's max all_reduce has no gradient: a value that may carry one is
+                # detached there (spmd-no-grad)
+                tree: MypyFile | None = getattr(api, "tree", None)
+                regions = self.plugin.regions
+                detach = not (regions.in_no_grad(tree, e.line)
+                              or regions.gradient_free(tree, e.line, e))
+        value_only = tuple(a for a in value_axes if a not in blamed)
+        return RankCondition(blamed + value_only, written, line, before, value_only, shown,
+                             srcs, code, loop, detach)
+
+    def _value_reads(self, api: Any, cond: Expression
+                     ) -> list[tuple[Expression, SpmdType]] | None:
+        """The tensors a condition reads the values of that differ between the ranks of some
+        axis (V or S(i) there; a P is an error of its own), outermost first; None when mypy
+        has not typed ``cond`` yet.  Read through operators, comparisons, value reads
+        (``x.item()``, ``float(x)``, ``bool(x)``), tensor methods, torch's, math's and the
+        builtins' functions, and a local bound once; not through a call of another function
+        (its result may be reduced over the ranks: ``if global_norm(g) > c:``) nor metadata
+        (``x.shape``, ``x.dim()``, ``x is None``)."""
+        if lookup_type(api, cond) is None:
+            return None
+        func = global_calls.current_function(api)
+        if func is not None and not func.line <= cond.line <= (func.end_line or func.line):
+            func = None  # a caller's condition, read in the body of the function it calls
+        found: list[tuple[Expression, SpmdType]] = []
+        seen: set[str] = set()
+        todo: list[Expression] = [cond]
+        while todo:
+            x = todo.pop(0)
+            if isinstance(x, ComparisonExpr):  # r.abs().max() < tol: the value compared
+                if not all(o in ("is", "is not") for o in x.operators):
+                    todo.extend(x.operands)
+                continue
+            t = lookup_type(api, x)
+            st = self.types.from_type(t) if t is not None else None
+            if st is not None and (st.axes or st.failed):
+                # a typed tensor: what it holds decides, not its parts (one an error left
+                # unknown somewhere: reported already)
+                if not st.failed and any(lt.kind is Kind.V for _, lt in st.axes):
+                    found.append((x, st))
+                continue
+            if isinstance(x, NameExpr):
+                if func is not None and x.name not in seen:
+                    seen.add(x.name)
+                    bound = global_calls.value_bound_once(func, x.name)
+                    if bound is not None:
+                        todo.append(bound)
+            elif isinstance(x, CallExpr):
+                callee = x.callee
+                if isinstance(callee, MemberExpr):
+                    if callee.name in _METADATA:
+                        continue
+                    if not (isinstance(callee.expr, RefExpr) and isinstance(callee.expr.node,
+                                                                            MypyFile)):
+                        todo.append(callee.expr)  # x.item(): the receiver's values
+                        todo.extend(x.args)
+                        continue
+                if isinstance(callee, (NameExpr, MemberExpr)) \
+                        and callee.fullname.startswith(_VALUE_MODULES) \
+                        and callee.name not in _METADATA \
+                        and callee.fullname not in _NO_VALUE_FUNCTIONS:
+                    todo.extend(x.args)
+            elif isinstance(x, OpExpr):
+                todo.extend((x.left, x.right))
+            elif isinstance(x, UnaryExpr):
+                todo.append(x.expr)
+            elif isinstance(x, IndexExpr):
+                todo.append(x.base)
+            elif isinstance(x, ConditionalExpr):
+                todo.extend((x.cond, x.if_expr, x.else_expr))
+            elif isinstance(x, (TupleExpr, ListExpr)):
+                todo.extend(x.items)
+        return found
 
     def divergence_hook(self, name: str) -> Callable[[FunctionContext], Type]:
         """``dist.barrier()``, ``dist.gather(...)``: collectives the checker types nothing
@@ -2924,17 +3082,20 @@ class CallTyper:
     def has_pending(self) -> bool:
         """A call with a relaxed signature is being checked (its arguments to be judged), or a
         torch op called through a name (to be typed by its rule)."""
-        return bool(self._pending) or bool(self._pending_ops)
+        return bool(self._pending) or bool(self._pending_ops) or bool(self.waiting)
 
     def forget_pending(self) -> None:
         self._pending.clear()
         self._pending_ops.clear()
+        self.waiting.clear()
 
     def check_arguments_hook(self, ctx: AnyCtx) -> Type:
         """The call of a relaxed signature: each typed argument judged against its declared
         type; or the call of a torch op through a name: the op's hook.  Given the whole call
         (dispatch runs it without splitting unions): a union argument is judged member by
         member here, and the op's hook splits it itself."""
+        if self.waiting:  # sync(x) under ``if r.max() > 0:``, sync's body checked first
+            self.condition_typed(ctx.api, ctx.context)
         op = self._pending_ops.pop(id(ctx.context), None)
         if op is not None and op[0] is ctx.context:
             return op[1](ctx)
@@ -3280,6 +3441,18 @@ def _rank_every(ops: Sequence[Operand], mesh: Sequence[str], text: str, by: Expr
         return None
     query = every_query(by, func) if func is not None else None
     return coll.RankEvery(text, expr_text(query) if query is not None else None, blamed, meant)
+
+
+# a condition's reads (CallTyper._value_reads): the metadata of a tensor (the engine's
+# non-ops that read no value: ``x.dim()``, ``x.size(0)``), the modules whose functions compute
+# from their arguments' values, and their functions that read none
+_METADATA: Final = frozenset(NOT_OPS - frozenset(VALUE_READS))
+_VALUE_MODULES: Final = ("torch.", "builtins.", "math.", "numpy.", "operator.")
+_NO_VALUE_FUNCTIONS: Final = frozenset({
+    "builtins.len", "builtins.isinstance", "builtins.issubclass", "builtins.hasattr",
+    "builtins.callable", "builtins.type", "builtins.id", "builtins.getattr",
+    "torch.is_tensor", "torch.is_floating_point", "torch.is_complex", "torch.numel",
+    "torch.distributed.is_initialized", "torch.distributed.get_world_size"})
 
 
 def _calls(call: CallExpr, func: FuncDef) -> bool:

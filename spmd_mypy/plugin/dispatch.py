@@ -399,6 +399,8 @@ class HookDispatch:
         typer = self.plugin.calls
         before = typer.reported
         result = typer.check_arguments_hook(ctx)
+        if typer.divergent:  # under a condition that differs between the ranks of "tp"
+            typer.mapping_divergence(ctx)
         if self.plugin.promotion.wanted:
             if typer.reported == before:
                 self._taken_partial(ctx)
@@ -446,9 +448,11 @@ class HookDispatch:
             # user's first statement
             return UninhabitedType()
         if self._meets_spmd() and not getattr(api, "current_node_deferred", False):
-            _, operands, case = entry
+            _, operands, case, exit_of = entry
             calls = self.plugin.calls
             calls.check_condition(api, operands)
+            if exit_of is not None and calls.waiting:  # if c: break, c typed now
+                calls.condition_typed(api, exit_of)
             if case is not None:
                 calls.check_value_patterns(ctx, case)
             grad_set = self.plugin.regions.grad_set(ctx.context)

@@ -26,9 +26,10 @@ axis for the rank-index rule, none the divergent-collective rule blames).  A com
 
 from __future__ import annotations
 
-from typing import Final, Optional, cast
+from typing import Final, Optional, Sequence, cast
 
 from mypy.nodes import (
+    Argument,
     AssignmentStmt,
     Block,
     BreakStmt,
@@ -43,6 +44,7 @@ from mypy.nodes import (
     ForStmt,
     FuncDef,
     IfStmt,
+    FloatExpr,
     IntExpr,
     IndexExpr,
     ListExpr,
@@ -65,9 +67,11 @@ from mypy.nodes import (
     WithStmt,
 )
 from mypy.patterns import AsPattern
+from mypy.types import UnboundType
 from mypy.server.subexpr import get_subexpressions
 
 from .statements import functions_of, nested_statements
+from ..engine.megatron import TYPED_MAPPINGS
 from ..engine.collectives import (COLLECTIVES, DIVERGENCE_ONLY_COLLECTIVES, MEGATRON_PARALLEL_AXES,
                                   RAW_COLLECTIVES, RAW_FUNCTIONAL_COLLECTIVES, RAW_NN_COLLECTIVES)
 
@@ -85,6 +89,11 @@ _UNNAMED: Final = frozenset({EVERY, UNNAMED_GROUP})
 # divergent-collective rule blames (an inter-node dp under ``if local_rank == 0:`` is correct)
 NODE_LOCAL: Final = "~"
 _NODE: Final = frozenset({NODE_LOCAL})
+# beside the axes of a condition: it may read a tensor's value (``if r.abs().max() < tol:``,
+# ``if loss.item() > 3:``), whose axes only the types tell (the hook: a V or S(i) read on an
+# axis makes the condition differ between that axis's ranks)
+VALUE: Final = "<value>"
+_VALUE: Final = frozenset({VALUE})
 
 # Megatron's getters (``parallel_state.get_tensor_model_parallel_rank()``, ``mpu.*``), by name:
 # the axis (the engine's one table)
@@ -860,8 +869,58 @@ def scan_functions(funcs: list[FuncDef], helpers: dict[str, frozenset],
         scan.run(f, out)
         if divergent is not None:
             owner = owners.get(id(f), ("", "")) if owners else ("", "")
-            _Divergence(scan, divergent, runners or {}, owner).block(f.body.body, ())
+            _Divergence(scan, divergent, runners or {}, owner,
+                        params=f.arguments).block(f.body.body, ())
     return out
+
+
+def scan_values(funcs: list[FuncDef], helpers: dict[str, frozenset],
+                divergent: dict[int, Divergent], file: MypyFile,
+                runners: Optional[dict[str, list[RunnerCall]]] = None,
+                owners: Optional[dict[int, tuple[str, str]]] = None) -> None:
+    """The collectives of ``funcs`` (functions that call no rank query, with a condition that
+    may read a tensor's value: the rewrite walk's flag) under such a condition (VALUE; ``if
+    r.abs().max() < tol: break``), into ``divergent`` as :func:`scan_functions` records
+    them: the hooks read the condition's types.  ``runners`` (the module's functions whose
+    body runs a collective, :func:`collective_runners`, a walk of every function) are read
+    only where such a condition controls a call of a function of the module (its name among
+    :func:`runner_names`): that function's walk is then done again with them."""
+    names: Optional[tuple[frozenset, dict[int, tuple[str, str]]]] = None
+    for f in funcs:
+        if runners is None:
+            if names is None:
+                names = runner_names(file)
+            walk = _Divergence(_Scan(helpers), divergent, {}, names[1].get(id(f), ("", "")),
+                               names[0], f.arguments)
+            walk.block(f.body.body, ())
+            if not walk.wants_runners:
+                continue
+            runners, owners = collective_runners(file)
+        owner = owners.get(id(f), ("", "")) if owners else ("", "")
+        _Divergence(_Scan(helpers), divergent, runners, owner,
+                    params=f.arguments).block(f.body.body, ())
+
+
+def runner_names(file: MypyFile) -> tuple[frozenset, dict[int, tuple[str, str]]]:
+    """What a call of a function of the module is named as (``sync``, ``"C.sync"`` for
+    ``self.sync()`` in a method of class ``C``), and the methods' first argument and class,
+    by id: from the module's top level only (the cheap test before
+    :func:`collective_runners`, which walks the bodies)."""
+    names: set[str] = set()
+    owners: dict[int, tuple[str, str]] = {}
+    for d in file.defs:
+        if isinstance(d, FuncDef):
+            names.add(d.name)
+        elif isinstance(d, Decorator):
+            names.add(d.func.name)
+        elif isinstance(d, ClassDef):
+            for st in d.defs.body:
+                m = st.func if isinstance(st, Decorator) else st
+                if isinstance(m, FuncDef):
+                    names.add(d.name + "." + m.name)
+                    if m.arguments and not m.is_static and not m.is_class:
+                        owners[id(m)] = (m.arguments[0].variable.name, d.name)
+    return frozenset(names), owners
 
 
 # -- rank-derived attributes ------------------------------------------------------------------
@@ -1057,6 +1116,9 @@ def group_attributes(file: MypyFile, funcs: set[int]) -> dict[int, dict[str, str
 
 # -- collectives under a rank-dependent condition (spmd-divergent-collective) -----------------
 #
+# (And under a condition that may read a tensor's value, VALUE in its axes: ``if
+# r.abs().max() < tol: break`` with r V on "tp"; the hook reads which axes from the types.)
+#
 # ``if dist.get_rank() == 0: full = spmd.all_gather(w, "tp", ...)``: the other ranks of "tp"
 # never join.  The same scan's rank-derived names give each condition's axes (``if``/``elif``
 # and its ``else``, ``while``, ``match`` subjects and guards, ``a if c else b``, and ``if c:
@@ -1067,9 +1129,11 @@ def group_attributes(file: MypyFile, funcs: set[int]) -> dict[int, dict[str, str
 
 # A condition: (its axes, how it is written: "if", "elif", "else" (the else branch of the if
 # ``expr``), "while", "match", "case" (a guard), "ternary", or the exit of ``if expr: <exit>``
-# ("return", "continue", "break", "raise"); the condition; its line; the fix's anchor: the
-# kind of the statement to hoist the collective before ("if", "while", "match", "ternary",
-# or an exit's "return" ...) and its condition (the chain's first for an elif or else, the
+# ("return", "continue", "break", "raise"), or an exit of an enclosing loop's body ("loop-break",
+# "loop-return", "loop-raise": the ranks that take it leave, the others run the body again);
+# the condition; its line; the fix's anchor: the kind of the statement to hoist the
+# collective before ("if", "while", "match", "ternary", or an exit's "return" ..., "loop" for
+# a loop's exit) and its condition (the chain's first for an elif or else, the
 # ConditionalExpr for "ternary"); the signatures of the collectives every path of the
 # statement runs: not divergent (if/else both all_reduce over "tp"))
 Condition = tuple[frozenset, str, Expression, int, str, Expression, frozenset]
@@ -1092,7 +1156,7 @@ Divergent = tuple[CallExpr, tuple[Condition, ...], Optional[str], tuple[Via, ...
 
 COLLECTIVE_NAMES: Final = (frozenset(COLLECTIVES) | {"redistribute"} | RAW_COLLECTIVES
                            | RAW_NN_COLLECTIVES | RAW_FUNCTIONAL_COLLECTIVES
-                           | DIVERGENCE_ONLY_COLLECTIVES)
+                           | DIVERGENCE_ONLY_COLLECTIVES | frozenset(TYPED_MAPPINGS))
 _EXITS: Final = {ReturnStmt: "return", ContinueStmt: "continue", BreakStmt: "break",
                  RaiseStmt: "raise"}
 
@@ -1391,15 +1455,106 @@ def _irrefutable(st: MatchStmt) -> bool:
     return isinstance(p, AsPattern) and p.pattern is None and st.guards[-1] is None
 
 
+# what a condition reads that holds no tensor's value: a literal, ``x is None``, isinstance ...
+_NO_VALUE_CALLS: Final = frozenset({"isinstance", "issubclass", "hasattr", "callable", "len",
+                                    "is_initialized", "is_available", "get_world_size"})
+
+
+def may_read_value(e: Expression, params: Optional[Sequence[Argument]] = None) -> bool:
+    """Whether condition ``e`` may read a tensor's value (the hook reads the types): a
+    comparison of an operand that may be a tensor (:func:`_may_hold_tensor`), a call
+    (``x.item()``, ``bool(x)``, ``torch.isnan(x).any()``), a name (a local bound once:
+    ``done = bool(r.norm() < tol)``; not one of ``params``, the function's parameters, when
+    given: a flag such as ``training``), an index or an arithmetic operation; not a literal,
+    a ``x is None`` test, an attribute (``self.training``), an ``isinstance``/``hasattr``/
+    ``len`` call.  Syntax only: cheap enough for every condition of every function (the
+    rewrite walk flags the functions it scans, scan_values)."""
+    if isinstance(e, (IntExpr, StrExpr, FloatExpr, MemberExpr)):
+        return False
+    if isinstance(e, NameExpr):
+        if e.name in ("True", "False", "None", "__debug__", "TYPE_CHECKING"):
+            return False
+        return params is None or not any(a.variable.name == e.name for a in params)
+    if isinstance(e, UnaryExpr):
+        return may_read_value(e.expr, params)
+    if isinstance(e, OpExpr) and e.op in ("and", "or"):
+        return may_read_value(e.left, params) or may_read_value(e.right, params)
+    if isinstance(e, ComparisonExpr):
+        if all(op in ("is", "is not") for op in e.operators):
+            return False
+        return any(_may_hold_tensor(o, params) for o in e.operands)
+    if isinstance(e, CallExpr):
+        name = _callee_name(e)
+        return name not in _NO_VALUE_CALLS
+    return True
+
+
+# the annotations of a parameter that holds no tensor (``step: int``, ``p: float``)
+_NUMBER_ANNOTATIONS: Final = frozenset({"int", "float", "bool", "builtins.int", "builtins.float",
+                                        "builtins.bool"})
+
+
+def _may_hold_tensor(e: Expression, params: Optional[Sequence[Argument]]) -> bool:
+    """Whether a comparison's operand may be a tensor: not a literal, an attribute, a
+    parameter annotated as a number (``step < warmup`` with ``step: int``)."""
+    if isinstance(e, (IntExpr, StrExpr, FloatExpr, MemberExpr)):
+        return False
+    if isinstance(e, NameExpr):
+        if e.name in ("True", "False", "None"):
+            return False
+        if params is not None:
+            for a in params:
+                if a.variable.name == e.name:
+                    t = a.type_annotation
+                    return not (isinstance(t, UnboundType) and t.name in _NUMBER_ANNOTATIONS)
+        return True
+    if isinstance(e, UnaryExpr):
+        return _may_hold_tensor(e.expr, params)
+    return True
+
+
+def ternary_may_diverge(e: ConditionalExpr, params: Optional[Sequence[Argument]]) -> bool:
+    """Whether ``a if c else b`` may choose a collective by a value: ``c`` may read one
+    (:func:`may_read_value`) and a branch is more than a literal or a name (``1 if rank <
+    extra else 0`` runs no call)."""
+    return any(not isinstance(b, (IntExpr, StrExpr, FloatExpr, NameExpr, MemberExpr))
+               for b in (e.if_expr, e.else_expr)) and may_read_value(e.cond, params)
+
+
+def _shown(conds: tuple[Condition, ...]) -> tuple[Condition, ...]:
+    """``conds`` without a loop's exit (kind "loop-break" ...) whose condition is an exit of
+    the collective's own block too (``if c: break`` before it: that one is named)."""
+    if not any(c[1].startswith("loop-") for c in conds):
+        return conds
+    exits = {id(c[2]) for c in conds if not c[1].startswith("loop-")}
+    return tuple(c for c in conds if not (c[1].startswith("loop-") and id(c[2]) in exits))
+
+
 class _Divergence:
     """One function's walk for the collectives under a rank-dependent condition."""
 
     def __init__(self, scan: _Scan, out: dict[int, Divergent],
-                 runners: dict[str, list[RunnerCall]], owner: tuple[str, str] = ("", "")) -> None:
+                 runners: dict[str, list[RunnerCall]], owner: tuple[str, str] = ("", ""),
+                 names: Optional[frozenset] = None, params: Sequence[Argument] = ()) -> None:
         self.scan = scan
+        self.params = params  # the function's: a flag tested alone is no value (may_read_value)
         self.out = out
         self.runners = runners
         self.self_name, self.cls = owner  # a method's first argument and class
+        # (a walk without the runners, scan_values) the names of the module's functions
+        # (runner_names), and whether a call of one runs under a condition: the walk is
+        # then done again with the runners
+        self.names = names
+        self.wants_runners = False
+
+    def axes(self, e: Optional[Expression]) -> Optional[frozenset]:
+        """The axes condition ``e`` varies on as read from the source (``scan.taint``); a
+        condition derived from no rank query, VALUE when it may read a tensor's value (the
+        hook decides from the types)."""
+        axes = self.scan.taint(e)
+        if axes is None and e is not None and may_read_value(e, self.params):
+            return _VALUE
+        return axes
 
     def runner(self, call: CallExpr) -> Optional[str]:
         """The module's function (or the class's method) ``call`` calls when its body runs a
@@ -1448,10 +1603,42 @@ class _Divergence:
                 break
         return sigs
 
+    def loop_exits(self, body: list[Statement]) -> tuple[Condition, ...]:
+        """The loop body's ``if c: break`` (``return``, a rank-derived ``raise``; nested in
+        its ``if``s, ``with``s and ``try``s, not in an inner loop): where ``c`` differs
+        between the ranks of an axis, some of them leave the loop while the others run its
+        body again, every collective in it included (kind "loop-break" ...: the collectives
+        after the exit in its block have it as an exit of their block too, which their
+        message names)."""
+        out: list[Condition] = []
+        stack: list[Statement] = list(body)
+        while stack:
+            st = stack.pop()
+            if isinstance(st, IfStmt):
+                for e, b in zip(st.expr, st.body):
+                    how = _exit(b)
+                    if how is not None and how != "continue":
+                        axes = self.axes(e)
+                        if axes is not None and not (how == "raise" and axes is _VALUE):
+                            out.append((axes, "loop-" + how, e, e.line, "loop", e, frozenset()))
+                    stack.extend(b.body)
+                if st.else_body is not None:
+                    stack.extend(st.else_body.body)
+            elif isinstance(st, (WithStmt, Block)):
+                stack.extend(st.body.body if isinstance(st, WithStmt) else st.body)
+            elif isinstance(st, TryStmt):
+                blocks: list[Optional[Block]] = [st.body, *st.handlers, st.else_body,
+                                                 st.finally_body]
+                for tb in blocks:
+                    if tb is not None:
+                        stack.extend(tb.body)
+        out.sort(key=lambda c: c[3])
+        return tuple(out)
+
     # -- the walk
     def record(self, call: CallExpr, conds: tuple[Condition, ...], bound: Optional[str]) -> None:
         sig = _signature(call)
-        kept = tuple(c for c in conds if sig not in c[6])
+        kept = _shown(tuple(c for c in conds if sig not in c[6]))
         if kept:
             old = self.out.get(id(call))
             group = _group_of(call, self.scan.groups) if self.scan.groups else None
@@ -1463,7 +1650,7 @@ class _Divergence:
         """``call`` of the module's function ``name``, whose body runs collectives: each of
         them keeps the call and its conditions (the hook of the collective decides)."""
         sig = "def " + name
-        kept = tuple(c for c in conds if sig not in c[6])
+        kept = _shown(tuple(c for c in conds if sig not in c[6]))
         if not kept:
             return
         for inner, mid, group in self.runners[name]:
@@ -1483,7 +1670,7 @@ class _Divergence:
             return
         if isinstance(e, ConditionalExpr):
             self.expr(e.cond, conds)
-            axes = self.scan.taint(e.cond)
+            axes = self.axes(e.cond)
             if axes is not None:
                 both: set[str] = set()
                 self.calls_in(e.if_expr, both)
@@ -1501,6 +1688,14 @@ class _Divergence:
                 name = self.runner(e)
                 if name is not None:
                     self.record_via(e, name, conds, bound)
+            elif conds and self.names is not None and not self.wants_runners:
+                callee = e.callee
+                if isinstance(callee, NameExpr):
+                    self.wants_runners = callee.name in self.names
+                elif self.self_name and isinstance(callee, MemberExpr) \
+                        and isinstance(callee.expr, NameExpr) \
+                        and callee.expr.name == self.self_name:
+                    self.wants_runners = self.cls + "." + callee.name in self.names
             self.expr(e.callee, conds)
             for a in e.args:
                 self.expr(a, conds)
@@ -1553,7 +1748,7 @@ class _Divergence:
                 self.stmt(st, conds)
 
     def exits(self, st: IfStmt) -> tuple[Condition, ...]:
-        axes = self.scan.taint(st.expr[0]) if len(st.expr) == 1 else None
+        axes = self.axes(st.expr[0]) if len(st.expr) == 1 else None
         if axes is None:
             return ()
         out: tuple[Condition, ...] = ()
@@ -1561,6 +1756,10 @@ class _Divergence:
             if body is None:
                 continue
             how = _exit(body)
+            if how == "raise" and axes is _VALUE:
+                # a sanity check (``if torch.isnan(loss).any(): raise``): the launcher
+                # (torchrun) ends the other ranks when one fails
+                break
             if how is not None:
                 # a call the exiting branch runs too, before it leaves, is on every path
                 out += ((axes, how, st.expr[0], st.line, how, st.expr[0],
@@ -1582,15 +1781,15 @@ class _Divergence:
             self.if_stmt(st, conds, st, [])
         elif isinstance(st, WhileStmt):
             self.expr(st.expr, conds)
-            axes = self.scan.taint(st.expr)
+            axes = self.axes(st.expr)
             inner = conds if axes is None else conds + (
                 (axes, "while", st.expr, st.line, "while", st.expr, frozenset()),)
-            self.block(st.body.body, inner)
+            self.block(st.body.body, inner + self.loop_exits(st.body.body))
             if st.else_body is not None:
                 self.block(st.else_body.body, conds)
         elif isinstance(st, ForStmt):
             self.expr(st.expr, conds)
-            self.block(st.body.body, conds)
+            self.block(st.body.body, conds + self.loop_exits(st.body.body))
             if st.else_body is not None:
                 self.block(st.else_body.body, conds)
         elif isinstance(st, WithStmt):
@@ -1617,7 +1816,7 @@ class _Divergence:
         then ``dist.barrier()``: every rank runs one)."""
         for e in st.expr:
             self.expr(e, conds)
-        axes = self.scan.taint(st.expr[0]) if len(st.expr) == 1 else None
+        axes = self.axes(st.expr[0]) if len(st.expr) == 1 else None
         if axes is None:
             inner = conds
             outer_else = conds
@@ -1646,7 +1845,7 @@ class _Divergence:
 
     def match_stmt(self, st: MatchStmt, conds: tuple[Condition, ...]) -> None:
         self.expr(st.subject, conds)
-        axes = self.scan.taint(st.subject)
+        axes = self.axes(st.subject)
         same: frozenset = frozenset()
         if _irrefutable(st):
             common: Optional[set[str]] = None
@@ -1660,7 +1859,7 @@ class _Divergence:
             inner = outer
             if g is not None:
                 self.expr(g, outer)
-                gaxes = self.scan.taint(g)
+                gaxes = self.axes(g)
                 if gaxes is not None:
                     inner = outer + ((gaxes, "case", g, g.line, "match", st.subject, same),)
             self.block(b.body, inner)

@@ -57,13 +57,15 @@ from .loop_names import own_loop_variables
 from .webs import own_webs
 from .frozen import frozen_attributes
 from .statements import functions_of
-from .rank_index import (Divergent, collective_runners, group_attributes, has_query,
-                         rank_attributes, rank_helpers, scan_functions)
+from .rank_index import (Divergent, RunnerCall, collective_runners, group_attributes, has_query,
+                         rank_attributes, rank_helpers, scan_functions, scan_values,
+                         may_read_value, ternary_may_diverge)
 from .memo import TreeMemo
 
 from mypy.nodes import (
     Argument,
     AssertStmt,
+    BreakStmt,
     AssignmentExpr,
     Context,
     AssignmentStmt,
@@ -138,6 +140,9 @@ from mypy.types import (
 )
 
 MARKER_NAMES: Final = frozenset({"R", "I", "V", "P", "S", "PS", "Shard"})
+# the statements that leave a loop's body for good (an ``if c: <one>`` in a loop gets a
+# trigger; a ``raise`` on a value is not followed: rank_index ``loop_exits``)
+_LOOP_EXITS: Final = (BreakStmt, ReturnStmt)
 NO_GRAD_CALLS: Final = frozenset({"no_grad", "inference_mode"})
 # A condition's trigger (section 3): a call of this builtin, recognised by identity; the
 # builtins a trigger calls (a local binding of one keeps the triggers out of its scope)
@@ -306,6 +311,12 @@ def _rewrite_index_expr(e: Expression) -> None:
             _rewrite_index_expr(item)
 
 
+# the conditional expressions (``a if c else b``) the rewrite walk met in
+# statements (_rewrite_call_args with ``reads``): a function with one that may read a tensor's
+# value is flagged for rank_index.scan_values (_Walker._function); emptied per module
+_TERNARY_TESTS: Final[list[ConditionalExpr]] = []
+
+
 def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = None) -> None:
     """A type as an argument of a call anywhere in an expression (``y = spmd.declare(x,
     Tensor[PS[("dp", "tp"), None]])``, ``f(spmd.declare(x, Tensor[...]))``, ``[spmd.declare(..)]``,
@@ -356,6 +367,7 @@ def _rewrite_call_args(e: Expression | None, reads: list[Expression] | None = No
         ce = cast(ConditionalExpr, e)
         if reads is not None:
             reads.extend(truth_operands(ce.cond))
+            _TERNARY_TESTS.append(ce)
         _rewrite_call_args(ce.cond, reads)
         _rewrite_call_args(ce.if_expr, reads)
         _rewrite_call_args(ce.else_expr, reads)
@@ -471,9 +483,11 @@ def _is_autograd_function(c: ClassDef) -> bool:
 
 
 # A condition trigger's entry (section 3): the trigger call, the operands whose truth value
-# the condition reads, and for a ``match`` case (MatchCase) the statement and the case's pattern.
+# the condition reads, for a ``match`` case (MatchCase) the statement and the case's pattern,
+# and for the body of an ``if c: break`` (``return``, ``raise``) in a loop its condition ``c``
+# (typed by then: the collectives before it in the loop wait for it, spmd-divergent-collective)
 MatchCase = tuple[MatchStmt, Pattern]
-ConditionEntry = tuple[CallExpr, tuple[Expression, ...], Optional[MatchCase]]
+ConditionEntry = tuple[CallExpr, tuple[Expression, ...], Optional[MatchCase], Optional[Expression]]
 
 
 @dataclass
@@ -582,7 +596,7 @@ class _Walker:
         # (the statement list the trigger goes in, the statement it follows or None for the
         # list's start, the operands read, a match case whose value patterns it checks)
         self.conditions: list[tuple[list[Statement], Statement | None, list[Expression],
-                                    MatchCase | None, bool]] = []
+                                    MatchCase | None, bool, Expression | None]] = []
         # the ids of the ``x.grad = value`` statements among the conditions' ``after``
         self.grad_sets: set[int] = set()
         # whether the module's top level gets triggers too (not a stub's); per scope of
@@ -597,6 +611,14 @@ class _Walker:
         self.rank_helpers: dict[str, frozenset] = {}
         self._rank_flags: list[bool] = []
         self.rank_functions: list[FuncDef] = []
+        # the functions with a condition that may read a tensor's value (rank_index
+        # may_read_value: the collectives under it, rank_index.scan_values), a flag per
+        # function being walked, its parameters (a flag such as ``training`` is no value),
+        # and how many loops enclose the statement being walked
+        self.value_functions: list[FuncDef] = []
+        self._value_flags: list[bool] = []
+        self._params: list[list[Argument]] = []
+        self._loops = 0
         # (rewrite walk) the records of each function that defines no name twice, nested
         # ones included (what it added to detached, integers, shadowed), by the FuncDef's id;
         # and (the walk again after the renaming, prepare_file) those records to take for
@@ -726,7 +748,8 @@ class _Walker:
 
     def _condition(self, stmts: list[Statement], after: Statement | None, e: Expression | None,
                    case: MatchCase | None = None, extra: list[Expression] | None = None,
-                   wrap: bool = False, grad_set: bool = False) -> None:
+                   wrap: bool = False, grad_set: bool = False,
+                   exit_of: Expression | None = None) -> None:
         """Record condition ``e`` (a ``match`` case's guard, or None) for a trigger in
         ``stmts`` (section 3), where the trigger calls the builtin: in a function body or at
         a module's top level (not a stub's), not directly in a class body (a NamedTuple's or
@@ -734,7 +757,9 @@ class _Walker:
         ``match`` case whose pattern compares the subject with a value (``case 0:`` is
         ``subject == 0``).  ``extra``: the truth values read inside the expressions
         evaluated before (``a if p else b``).  ``wrap``: ``after`` (a return or raise) is
-        wrapped in ``try: ... finally:`` with the trigger in the finally block."""
+        wrapped in ``try: ... finally:`` with the trigger in the finally block.  ``exit_of``:
+        the condition of an ``if`` in a loop whose body ``stmts`` leaves it (a trigger even
+        where ``e`` reads no truth value: ``if r.abs().max() < tol: break``)."""
         if not self.rewrite or (not stmts and after is None) \
                 or (not self._depth and not self.module_level) \
                 or (self._class_bodies and self._class_bodies[-1]) \
@@ -748,8 +773,8 @@ class _Walker:
             case = None
         if grad_set and after is not None:
             self.grad_sets.add(id(after))
-        if operands or case is not None or grad_set:
-            self.conditions.append((stmts, after, operands, case, wrap))
+        if operands or case is not None or grad_set or exit_of is not None:
+            self.conditions.append((stmts, after, operands, case, wrap, exit_of))
 
     def match_in(self, stmts: list[Statement] | None, st: MatchStmt) -> None:
         """Record a ``match`` with a class pattern for its trigger, unless ``isinstance`` is
@@ -792,7 +817,9 @@ class _Walker:
                 self._rank_condition(e)
             for e, b, r in zip(ifs.expr, ifs.body, reads):
                 self.block(b.body)
-                self._condition(b.body, None, e, extra=r)
+                value = self._value_condition(e)
+                self._condition(b.body, None, e, extra=r, exit_of=e if value and self._loops
+                                and b.body and type(b.body[-1]) in _LOOP_EXITS else None)
             if ifs.else_body is not None:
                 self.block(ifs.else_body.body)
         elif cls is _ForStmt or cls is _WhileStmt:
@@ -802,12 +829,15 @@ class _Walker:
                 _rewrite_call_args(loop.expr, loop_reads)
             if cls is _WhileStmt:
                 self._rank_condition(loop.expr)
+                self._value_condition(loop.expr)
             if cls is _ForStmt:  # a loop variable: never "only detached"
                 index = cast(ForStmt, st).index
                 self._bind(index, _OPAQUE)
                 self._define(index)
                 self.loop_targets.update(_names_in(index))
+            self._loops += 1
             self.block(loop.body.body)
+            self._loops -= 1
             self._condition(loop.body.body, None, loop.expr if cls is _WhileStmt else None,
                             extra=loop_reads)
             if loop.else_body is not None:
@@ -898,6 +928,16 @@ class _Walker:
                 and has_query(e, self.rank_helpers):
             self._rank_flags[-1] = True
 
+    def _value_condition(self, e: Expression) -> bool:
+        """Whether condition ``e`` may read a tensor's value (syntax only: rank_index
+        may_read_value); such a condition flags the function for rank_index.scan_values."""
+        if not self._value_flags or not self.rewrite:
+            return False
+        if not may_read_value(e, self._params[-1]):
+            return False
+        self._value_flags[-1] = True
+        return True
+
     def _func_def(self, st: FuncDef, in_function_class: bool) -> None:
         reuse = self.reuse
         if reuse is not None:
@@ -947,7 +987,16 @@ class _Walker:
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
         self._rank_flags.append(False)
+        self._value_flags.append(False)
+        self._params.append(st.arguments)
+        outer_loops, self._loops = self._loops, 0
+        ternaries = len(_TERNARY_TESTS)
         self.block(st.body.body)
+        self._loops = outer_loops
+        self._params.pop()
+        if self._value_flags.pop() or (len(_TERNARY_TESTS) > ternaries and any(
+                ternary_may_diverge(t, st.arguments) for t in _TERNARY_TESTS[ternaries:])):
+            self.value_functions.append(st)
         if self._rank_flags.pop():
             self.rank_functions.append(st)
         self._modes = outer_modes
@@ -1934,6 +1983,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     gradient-free names, which are then the names the checker sees (``h'``).  Renaming only
     them saves the renamer's walk over the others (most functions define each name once).
     A walk that fails renames every definition, as a file never walked would be."""
+    _TERNARY_TESTS.clear()
     w = _Walker(rewrite=True, no_grad_functions=no_grad_functions(file),
                 module_numbers=module_numbers(file))
     w.module_level = not file.is_stub
@@ -1971,7 +2021,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     conditions: dict[int, ConditionEntry] = {}
     grad_sets: dict[int, AssignmentStmt] = {}
     if w.conditions and not _rebinds(file, TRIGGER_NAME):
-        for stmts, after, operands, case, wrap in w.conditions:
+        for stmts, after, operands, case, wrap, exit_of in w.conditions:
             at = after if after is not None else stmts[0]
             i = 0 if after is None else next(k for k, st in enumerate(stmts) if st is after) + 1
             call = condition_trigger(at.line, at.column)
@@ -1987,7 +2037,7 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                 stmts[i - 1] = wrapped
             else:
                 stmts.insert(i, trigger)
-            conditions[id(call)] = (call, tuple(operands), case)
+            conditions[id(call)] = (call, tuple(operands), case, exit_of)
             if after is not None and id(after) in w.grad_sets:
                 grad_sets[id(call)] = cast(AssignmentStmt, after)
     detached, integers, shadowed = w.detached, w.integers, w.shadowed
@@ -2006,6 +2056,9 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
     regions = w.regions(detached, integers, shadowed)
     regions.conditions = conditions
     regions.grad_sets = grad_sets
+    funcs: list[FuncDef] = []
+    runners: dict[str, list[RunnerCall]] | None = None
+    owners: dict[int, tuple[str, str]] = {}
     if w.rank_functions:  # after the renaming: a local assigned twice is two names
         funcs = w.rank_functions
         attrs: dict[int, tuple[str, dict[str, frozenset]]] = {}
@@ -2022,6 +2075,14 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
         runners, owners = collective_runners(file)
         regions.rank_exprs = scan_functions(funcs, w.rank_helpers, regions.divergent, attrs,
                                             groups, runners, owners)
+    if w.value_functions and w.rewrite:
+        # conditions that may read a tensor's value (``if r.abs().max() < tol: break``): the
+        # hooks read their types; the rank functions' walk above recorded theirs
+        scanned = {id(f) for f in funcs}
+        rest = [f for f in w.value_functions if id(f) not in scanned]
+        if rest:
+            scan_values(rest, w.rank_helpers, regions.divergent, file, runners, owners)
+    _TERNARY_TESTS.clear()
     return regions
 
 

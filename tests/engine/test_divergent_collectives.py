@@ -5,7 +5,10 @@ divergent_collectives.test)."""
 
 from __future__ import annotations
 
-from spmd_mypy.engine.collectives import RankCondition, communicates, divergent_collective_error
+import dataclasses
+
+from spmd_mypy.engine.collectives import (RankCondition, agreed_condition, communicates,
+                                         divergent_collective_error)
 from spmd_mypy.engine.types import Kind, LocalType, shard
 
 R, I, P = LocalType(Kind.R), LocalType(Kind.I), LocalType(Kind.P)
@@ -65,3 +68,57 @@ def test_call_of_a_function_that_runs_the_collective() -> None:
     last_stage = RankCondition(("pp",), "`if pp_rank == 3:`", 4, "if pp_rank == 3:")
     assert divergent_collective_error("sync(w)", "", ("tp",), [last_stage],
                                       inner=(CALL, 3)) is None
+
+
+def test_condition_reading_a_varying_value() -> None:
+    """``if r.abs().max() < tol: break`` with r V on "tp": the fix makes the value the same on
+    every rank (its maximum over the axis), pasted into the condition as written."""
+    cond = RankCondition(("tp",), "`if r.abs().max() < tol: break`", 21,
+                         "if r.abs().max() < tol: break", value_axes=("tp",),
+                         reads=("r.abs().max()", 'Tensor[V["tp"]]'), reads_src=(("tp", "V"),),
+                         code="if r.abs().max() < tol: break")
+    e = divergent_collective_error("dot(r, r)", "", ("tp",), [cond], result="rr_new")
+    assert e is not None and e.code == "spmd-divergent-collective"
+    assert 'reads r.abs().max() (Tensor[V["tp"]]), whose value differs between the ranks of "tp"' \
+        in e.message
+    assert e.message.endswith(
+        '`if spmd.all_reduce(r.abs().max(), "tp", src=V, dst=R, op="max") < tol: break` (or '
+        'test a value all-reduced over "tp", such as a norm)')
+    # a loop's exit after the collective: it runs again on the ranks that stayed
+    loop = dataclasses.replace(cond, loop=True)
+    e = divergent_collective_error("dot(p, ap)", "", ("tp",), [loop])
+    assert e is not None and "runs again in the loop's next iteration only on the ranks where " \
+        "`if r.abs().max() < tol: break` (line 21) did not leave the loop" in e.message
+    # varying on "tp" only: a collective over "dp" is run by all of its group or none
+    assert divergent_collective_error("spmd.all_reduce(h, \"dp\", src=P, dst=R)", "all_reduce",
+                                      ("dp",), [cond]) is None
+    # the value bound to a local the condition tests: the fix computes it reduced
+    done = dataclasses.replace(cond, written="`if done: break`", code="if done: break",
+                               reads=("r.norm()", 'Tensor[S[0, "tp"]]'),
+                               reads_src=(("tp", "S(0)"),))
+    e = divergent_collective_error("dist.barrier()", "barrier", ("dp", "tp"), [done],
+                                   returns=False)
+    assert e is not None and e.message.endswith(
+        'compute r.norm() as `spmd.all_reduce(r.norm(), "tp", src=S(0), dst=R, op="max")` (or '
+        'test a value all-reduced over "tp", such as a norm)')
+
+
+def test_agreed_condition() -> None:
+    assert agreed_condition("while float(y.max()) > 1.0:", "y.max()", ("dp", "tp"),
+                            (("dp", "V"), ("tp", "S(0)"))) == \
+        'while float(spmd.all_reduce(y.max(), ("dp", "tp"), src=V, dst=R, op="max")) > 1.0:'
+    assert agreed_condition("if done:", "r.norm()", ("tp",), (("tp", "V"),)) is None
+
+
+def test_agreed_value_detached_where_it_may_carry_a_gradient() -> None:
+    """A max all-reduce has no gradient (spmd-no-grad): the fix detaches a value that may
+    carry one (an operator's text parenthesized first)."""
+    assert agreed_condition("if r.abs().max() < tol: break", "r.abs().max()", ("tp",),
+                            (("tp", "V"),), detach=True) == \
+        'if spmd.all_reduce(r.abs().max().detach(), "tp", src=V, dst=R, op="max") < tol: break'
+    cond = RankCondition(("tp",), "`if done: break`", 5, "if done: break", value_axes=("tp",),
+                         reads=("a - b", 'Tensor[V["tp"]]'), reads_src=(("tp", "V"),),
+                         code="if done: break", detach=True)
+    e = divergent_collective_error("dist.barrier()", "barrier", ("tp",), [cond], returns=False)
+    assert e is not None and 'compute a - b as `spmd.all_reduce((a - b).detach(), "tp", ' \
+        'src=V, dst=R, op="max")`' in e.message
