@@ -1741,14 +1741,15 @@ _RAW_SCATTER_DIM0 = frozenset({"torch.distributed.reduce_scatter_tensor",
 
 def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
                      x_type: SpmdType, reduce_op: str | None = "sum",
-                     assign_to: str | None = None) -> str:
+                     assign_to: str | None = None, gathered_into: str | None = None) -> str:
     """The typed call for a raw one: concrete where the tensor's type says the axis and src
     (one P axis for an all-reduce or torch's reduce_scatter_tensor, one V axis for an
     all-reduce with op="max"/"min", one V or S(i) axis for an all-gather whose layout the raw
     op fixes), else in words; with the raw call's reduce op (op="avg": the typed call
     without it sums, a result n times too large).  ``assign_to``: the raw call is a statement
     of its own writing this tensor in place: the fix assigns the typed call's result to it
-    (the typed call as a statement would discard it, spmd-discarded-result)."""
+    (the typed call as a statement would discard it, spmd-discarded-result).
+    ``gathered_into``: the list a raw all_gather fills, as written (the static checker)."""
     x = bare(x_text)
     op_arg, cannot = _raw_typed_op(typed_name, reduce_op)
     if cannot:
@@ -1776,6 +1777,26 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
     if len(axes) == 1 and f"{module}.{name}" in _RAW_SCATTER_DIM0:
         src, dst = axes[0][1], "S(0)"  # the sum, chunked on dim 0
     in_place = module == "torch.distributed" or name.endswith("_inplace")
+    if (src is not None and src.dim is not None and typed_name == "all_gather"
+            and f"{module}.{name}" in _RAW_GATHER_LISTS):
+        # a list of the ranks' tensors (open_clip's gather_features: filled by the raw op,
+        # this rank's own put back for its gradient, then torch.cat): the typed gather is
+        # that concatenation already and carries the gradient, so the list, the re-insertion
+        # and the cat all go (the typed call pasted over the raw one alone broke the lines
+        # after it: spmd-inplace at the re-insertion, arg-type at the cat; probe-contrast 4)
+        call = f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst})"
+        res = f"all_{x}" if x.isidentifier() else "gathered"
+        lst = gathered_into if gathered_into is not None and gathered_into.isidentifier() else None
+        if lst is not None:
+            parts = (f"the list {lst}, the re-insertion {lst}[rank] = {x} and the "
+                     f"torch.cat({lst}, dim={src.dim}) together: use {res} in place of "
+                     f"torch.cat({lst}, ...)")
+        else:
+            parts = (f"the list, any re-insertion of {x} into it and the torch.cat of it "
+                     f"together: use {res} in place of the torch.cat")
+        return (f"{res} = {call}: it returns the ranks' tensors already concatenated on dim "
+                f"{src.dim} (one tensor, not a list) and its backward hands each rank the "
+                f"gradient of its own {x}, so it replaces {parts}")
     if src is not None and (reduce_op is not None or typed_name not in _OP_TYPED):
         call = f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst}{op_arg})"
         if in_place and assign_to:
@@ -1816,7 +1837,8 @@ NO_AXIS_GROUP_README = 'README "Pipeline parallelism" (a group that is no mesh a
 def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, *,
                          reduce_op: str | None = "sum", async_op: bool = False,
                          group: str | None = None, group_is_axis: bool | None = None,
-                         assign_to: str | None = None) -> SpmdError:
+                         assign_to: str | None = None,
+                         gathered_into: str | None = None) -> SpmdError:
     """``torch.distributed.all_reduce(x)`` with a typed ``x``: not differentiable (or with
     a fixed backward), and its result's type is unknown.  ``reduce_op`` is the reduce op the
     call states (lower-cased: "sum", its default; "avg"; None: an expression not read), which
@@ -1829,10 +1851,11 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
     pp=4: the pasted fix hangs).  ``assign_to``: the raw call is a statement of its own
     (the static checker sees it; the check mode does not) and writes this tensor in place:
     the typed fix assigns its result there, ``g = spmd.all_reduce(g, ...)`` (the typed call
-    pasted as the statement would drop it)."""
+    pasted as the statement would drop it).  ``gathered_into``: the list a raw
+    ``dist.all_gather(tensor_list, x)`` fills, as written: the fix names it."""
     typed_name = typed_collective(name)
     replacement = (_raw_replacement(module, name, typed_name, x_text, x_type, reduce_op,
-                                    assign_to)
+                                    assign_to, gathered_into)
                    if typed_name in OPS and typed_name is not None else "a typed spmd collective")
     if f"{module}.{name}" in RAW_BROADCASTS:
         # spmd has no typed broadcast: the raw one in place is accepted where it changes no

@@ -537,6 +537,19 @@ def random_state_error(op: str, axis: str, text: str, t: SpmdType, generator: st
     kind = lt.kind.value if lt is not None else "R"
     word = "Invariant" if kind == "I" else "Replicate"
     x = bare(text)
+    # the axes the value may differ on (S(i), V: a dp-sharded batch's noise) keep a seed of
+    # their own rank: "not seed + rank" there would draw the same noise for every dp rank's
+    # samples (probe-dit 7)
+    vary = [a for a, l in t.axes if l.kind is Kind.V]
+    same = [a for a, l in t.axes if l.kind is not Kind.V]
+    if vary:
+        plus = " + ".join(f'mesh.get_local_rank("{a}")' for a in vary)
+        seed = (f"torch.manual_seed(seed + {plus}): the same on every rank of "
+                f"{axis_words(same)}, where {x} is one value, and its own on "
+                f"{axis_words(vary)}, where {x} differs (not seed + dist.get_rank(), the "
+                f"rank over every axis)")
+    else:
+        seed = "torch.manual_seed(seed), not seed + rank"
     return SpmdError(
         "spmd-random",
         f'{op} on "{axis}" ({x}: {format_type(t)}) draws from {generator}, whose state differs '
@@ -544,7 +557,7 @@ def random_state_error(op: str, axis: str, text: str, t: SpmdType, generator: st
         f"draws a different mask or sample, so the result is no longer the same on every rank "
         f'of "{axis}" as {word} says, and a sum or all-reduce downstream silently mixes the '
         f"ranks' values. Seed that generator the same on every rank of \"{axis}\" (outside the "
-        f"RNG tracker's per-rank fork; torch.manual_seed(seed), not seed + rank), or, if each "
+        f"RNG tracker's per-rank fork; {seed}), or, if each "
         f'rank\'s draw is meant to be its own, shard first (convert({x}, "{axis}", src={kind}, '
         f'dst=S(i)), then {op} on the shard) or reinterpret({x}, "{axis}", src={kind}, dst=V) '
         f"first")

@@ -2136,11 +2136,20 @@ class CallTyper:
                                                                reduce_op=reduce_op,
                                                                async_op=async_op,
                                                                group=self._raw_group(ctx),
-                                                               assign_to=self._raw_written(ctx, module, name))])
+                                                               assign_to=self._raw_written(ctx, module, name),
+                                                               gathered_into=self._raw_list(ctx, module, name))])
                         return ctx.default_return_type
             return ctx.default_return_type
 
         return hook
+
+    def _raw_list(self, ctx: FunctionContext, module: str, name: str) -> str | None:
+        """The list ``dist.all_gather(tensor_list, x)`` fills, as written (a name: the
+        typed fix replaces it, its re-insertion and its torch.cat); None elsewhere."""
+        if module != "torch.distributed" or name != "all_gather" or not ctx.args:
+            return None
+        first = ctx.args[0]
+        return first[0].name if len(first) == 1 and isinstance(first[0], NameExpr) else None
 
     def _raw_written(self, ctx: FunctionContext, module: str, name: str) -> str | None:
         """A raw collective that is a statement of its own and writes its first argument in
