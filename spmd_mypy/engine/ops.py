@@ -529,6 +529,24 @@ def random_draws(name: str, values: dict[str, object]) -> bool:
     return True
 
 
+_SLICED = re.compile(r"([A-Za-z_][\w.]*)(\[[^\[\]]*\])")
+
+
+def _leading_slice(text: str) -> tuple[str, str] | None:
+    """(the base, the slice) of an operand written as a slice of dim 0 of a name, maybe
+    followed by a view (``lam[:hl].view(1, hl, 1, 1)``: ("lam", "lam[:hl]")); None else."""
+    m = _SLICED.match(bare(text))
+    if m is None:
+        return None
+    index = m.group(2)[1:-1]
+    if ":" not in index or "," in index:
+        return None
+    rest = bare(text)[m.end():]
+    if rest and not rest.startswith("."):
+        return None  # ``lam[:k] * 2``: an operator after the slice
+    return m.group(1), m.group(0)
+
+
 def random_state_error(op: str, axis: str, text: str, t: SpmdType, generator: str,
                        ranks: tuple[int, int]) -> SpmdError:
     """The check mode's error for a random op whose result the rule types R or I on ``axis``
@@ -1237,7 +1255,23 @@ def _rule_on_axis(
 
                 first = varying_statistic_fix(other_o.text, other, axis, other_o.can_grad,
                                               other_o.leaf, other_o.made)
-                if first is not None:
+                cut = _leading_slice(inv.text)
+                if cut is not None:
+                    # an I slice beside a V (a per-head lambda ``lam[:hl]`` of differential
+                    # attention beside this rank's heads): the same rows on every rank, where
+                    # each rank's own were meant, most often; a statistic's fix follows
+                    # (probe-heads 2: its softmax recipe led, over the key dim, unsharded)
+                    base, piece = cut
+                    fix = (f"if {base} holds a value per index of a dim sharded on \"{axis}\" (a "
+                           f"per-head weight beside this rank's heads), {piece} takes the same "
+                           f"rows on every rank: declare {base} S(0) on \"{axis}\" with that dim "
+                           f"(each rank holds its own chunk) and use it whole in place of "
+                           f"{piece}, or slice it by the {axis} rank after "
+                           f'reinterpret({base}, "{axis}", src=I, dst=R) '
+                           f'(r = mesh.get_local_rank("{axis}"): '
+                           f'reinterpret({base}, "{axis}", src=I, dst=R)[r * k:(r + 1) * k]); '
+                           f"else {fix}") + (f"; or, {first}" if first is not None else "")
+                elif first is not None:
                     fix = f"{first}; else {fix}"
             if (other.kind is Kind.R and not other_o.text.startswith("self.")
                     and _NAMED.fullmatch(bare(other_o.text)) and dst_i is None
@@ -2551,6 +2585,14 @@ def _viewed_tensor(text: str) -> str:
     return text
 
 
+# The R of a loss comes of the collective that made it (an all_reduce of the sum, or an
+# all_gather of the prediction before the loss, xDiT's gather-then-unpatchify): dst=I there
+# (probe-dit 8: "all_reduce to I" was named where the code had an all_gather(..., dst=R))
+_dst_i_instead = ("pass dst=I instead of dst=R to the collective that makes it R where the "
+                  "loss is computed (the all_reduce of a sum, or the all_gather of a prediction "
+                  "before the loss: all_gather(..., src=S(i), dst=I))")
+
+
 def check_backward(loss: Operand, scalar: bool = True,
                    inputs: Sequence[Operand] = ()) -> list[SpmdError]:
     """``loss.backward()`` seeds a gradient of 1: the loss must be I or P on every axis.
@@ -2617,12 +2659,12 @@ def check_backward(loss: Operand, scalar: bool = True,
             f"reinterpret({v_sum}, {rax}, src=R, dst=I): the sum "
             f"of {'every rank' + chr(39) + 's elements' if sharded else 'the per-rank losses'} on "
             f"{axis_words(varying)}{'' if sharded else ' (or all_gather it there first)'}, one "
-            f"seed on {axis_words(replicate)} (or all_reduce to I instead of R where the loss is "
-            f"computed){means}",
+            f"seed on {axis_words(replicate)} (or {_dst_i_instead})"
+            f"{means}",
         )]
     if replicate is not None:
         lt_word, why = "Replicate", r_why
-        fix = (f"all_reduce to I instead of R where the loss is computed, or "
+        fix = (f"{_dst_i_instead}, or "
                f"reinterpret({x}, {format_axes(replicate)}, src=R, dst=I)")
     else:
         assert varying is not None
