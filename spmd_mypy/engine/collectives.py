@@ -315,6 +315,77 @@ class RankEvery:
         return out
 
 
+@dataclass(frozen=True)
+class SliceIndex:
+    """What the adapter knows of the index of a subscript ``full[...]`` passed R (or I)
+    where S(i) (or V) is needed on an axis: ``axes``, the mesh axes of the rank query the
+    index is computed from (``self.dp_rank = mesh.get_local_rank("dp")``), or () when the
+    index holds no rank at all (literals, sizes, locals and ``self`` attributes bound in
+    ``__init__`` from no rank query: ``slopes[:self.hl]``); ``query``: the rank-derived
+    name or call as written.  Unknown (a parameter, an attribute set outside ``__init__``):
+    no SliceIndex.  A slice that is no rank's part takes the same rows on every rank of the
+    axis: neither its reinterpret to V nor its convert is this rank's part (probe-heads 1:
+    both, pasted, passed both checkers with wrong losses)."""
+
+    axes: tuple[str, ...] = ()
+    query: str = ""
+
+
+def subscript_base(x_text: str) -> str | None:
+    """``slopes`` of ``slopes[:hl]`` (a slice, a ``:`` in the index at its top level);
+    None for any other text (``xs[0]`` drops a dim: its base is no stand-in for it)."""
+    text = bare(x_text)
+    if not is_subscript(text):
+        return None
+    i = trailing_group_start(text)
+    index = text[i + 1:-1]
+    depth = 0
+    for ch in index:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            return None  # a slice of another dim too: not one dim's chunk
+    if ":" not in index:
+        return None
+    base = text[:i]
+    return base if base else None
+
+
+def _slice_fix(src: LocalType, dst: LocalType, x: str, ax: str, axis: str | tuple[str, ...],
+               sl: SliceIndex | None) -> str:
+    """The fix of a slice ``x`` passed R or I where S(i) or V (``dst``) is needed on ``axis``
+    (``ax`` as written), by what the adapter knows of its index (``sl``)."""
+    d = dst.dim if dst.dim is not None else 0
+    base = subscript_base(x) if d == 0 else None  # (the slice is of dim 0)
+    tag = f"{_arg(src)} to {_arg(dst)}"
+    whole = (f"convert({base}, {ax}, src={_arg(src)}, dst=S({d})) in place of {x} (this "
+             f"rank's chunk of dim {d} of the whole {base}; a convert of the slice would chunk "
+             f"the slice)" if base is not None else
+             f"convert({x}, {ax}, src={_arg(src)}, dst={_arg(dst)}) (a convert of this "
+             f"rank's slice would chunk it again)")
+    words = axis if isinstance(axis, str) else "_".join(axis)
+    rank = f'mesh.get_local_rank({ax})' if isinstance(axis, str) else "this rank's index on " + ax
+    by_rank = (f"slice {base if base is not None else 'it'} by the {words} rank ({rank}) "
+               f"in its place")
+    if sl is not None and not sl.axes:
+        return (f"{tag}: {x} takes the same slice on every rank of {ax} (its index holds no "
+                f"rank), which is no rank's part: to keep this rank's chunk of the whole, "
+                f"{whole}, or {by_rank}")
+    if sl is not None:
+        other = axis_words(sl.axes)
+        names = " and ".join(f"the {a} rank" for a in sl.axes)
+        q = f" ({sl.query})" if sl.query else ""
+        return (f"{tag}: its index is {names}{q}, which varies on {other}, not on {ax}: "
+                f"{by_rank}, or {whole}")
+    return (f"{tag}: if the slice is this rank's part (its index from "
+            f"a rank the checker does not see, such as a parameter or an attribute set outside "
+            f"__init__), {x} is V: use "
+            f"reinterpret({x}, {ax}, src={_arg(src)}, dst=V)"
+            + (f", which S({dst.dim}) may be claimed from" if dst.dim is not None else
+               " (the local data unchanged)")
+            + f"; otherwise, to keep this rank's chunk of the whole, {whole}")
+
+
 # Ops whose result is a position in a dim of their input (an argmax, a top-k's indices, a
 # sample): a V one is an index into this rank's shard of that input, and neither the ranks'
 # indices stacked (all_gather) nor summed is the index over the whole.  ARGMAX_OPS: those
@@ -405,10 +476,11 @@ def _index_fix(ix: IndexValue, src: LocalType, dst: LocalType, x: str,
 
 def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, ...],
             rank_max: RankMax | None = None, index: IndexValue | None = None,
-            norm: LocalNorm | None = None) -> str:
+            norm: LocalNorm | None = None, slice_index: SliceIndex | None = None) -> str:
     """'P to R is a reduction: use all_reduce(x, "tp", src=P, dst=R)'.  ``norm``: the value
     is computed from a softmax along a dim that may be sharded on ``axis``
-    (:class:`LocalNorm`): its fix leads the sum over the ranks."""
+    (:class:`LocalNorm`): its fix leads the sum over the ranks.  ``slice_index``: what the
+    adapter knows of a subscript's index (:class:`SliceIndex`)."""
     # (an index's fix gathers the softmax's input already: _index_fix)
     hint = norm.hint(axis) if norm is not None and index is None else None
     if (norm is not None and hint is not None and src.kind is Kind.V and src.dim is None
@@ -440,6 +512,11 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
     text = (f"{_arg(src)} to {_arg(dst)} is {_PURPOSE[op]}: use "
             f"{op}({bare(x_text)}, {format_axis(axis)}, src={_arg(src)}, dst={_arg(dst)})")
     if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
+            and dst.dim is None and is_subscript(x_text)
+            and (slice_index is not None or subscript_base(x_text) is not None)):
+        # a slice (full[:k], full[r * k:(r + 1) * k]): by what the adapter knows of its index
+        return _slice_fix(src, dst, bare(x_text), format_axis(axis), axis, slice_index)
+    if (op == "convert" and src.kind in (Kind.R, Kind.I) and dst.kind is Kind.V
             and dst.dim is None and is_subscript(x_text)):
         # the same for V: the slice kept by a rank the checker does not see is V as it is
         x, ax = bare(x_text), format_axis(axis)
@@ -466,6 +543,8 @@ def suggest(src: LocalType, dst: LocalType, x_text: str, axis: str | tuple[str, 
                     f"{x} (the same chunk; its backward gathers the gradient: convert of {x} "
                     f"would cut the chunk again); else convert({x}, {ax}, src={_arg(src)}, "
                     f"dst={_arg(dst)})")
+        if slice_index is not None or (subscript_base(x) is not None and dst.dim == 0):
+            return _slice_fix(src, dst, x, ax, axis, slice_index)
         return (f"{_arg(src)} to {_arg(dst)}: if the slice is this rank's part (its index from "
                 f"a rank the checker does not see, such as a parameter or an attribute set outside "
                 f"__init__), {x} is V: use "
@@ -1370,7 +1449,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
                    ndim: int | None = None, rank_max: RankMax | None = None,
                    index: IndexValue | None = None,
                    rank_every: RankEvery | None = None,
-                   norm: LocalNorm | None = None, no_grad: bool = False) -> list[SpmdError]:
+                   norm: LocalNorm | None = None, no_grad: bool = False,
+                   slice_index: SliceIndex | None = None) -> list[SpmdError]:
     """A value of type ``actual`` passed where ``expected`` is declared (a call's argument).
 
     Per axis both types know: the kinds must agree; S(i) may stand where V is expected and
@@ -1397,6 +1477,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     (:class:`LocalNorm`): the normaliser's all-reduce leads the fix.
     ``no_grad``: the value is computed where no gradient is recorded: an R where I is needed
     there names a mask or token ids declared R as the likely cause.
+    ``slice_index``: what the adapter knows of the index of a subscript passed R where S(i)
+    is needed (:class:`SliceIndex`): no reinterpret is offered for a slice that is no rank's.
     ``ndim``: the value's rank, where the adapter knows it (the check mode, which compares
     ``S(-1)`` and ``S(2)`` of a 3-d value as one layout and passes the types as written):
     two shard dims that differ are then different dims, whatever their signs.
@@ -1441,7 +1523,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
             r = route(have, want)
             op = r[0] if r is not None else ""
             fix = (made_by.fix(ax, want) if made_by is not None else None) or suggest(
-                have, want, x_text, ax, rank_max, index, norm)
+                have, want, x_text, ax, rank_max, index, norm, slice_index)
             if made_by is not None and made_by.bound and fix.startswith("drop the all_reduce"):
                 # a name bound to the sum: the dropped all_reduce leads, the conversions after
                 fix += f"; if not, {suggest(have, want, x_text, ax, rank_max, index, norm)}"
@@ -1741,14 +1823,15 @@ _RAW_SCATTER_DIM0 = frozenset({"torch.distributed.reduce_scatter_tensor",
 
 def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
                      x_type: SpmdType, reduce_op: str | None = "sum",
-                     assign_to: str | None = None) -> str:
+                     assign_to: str | None = None, gathered_into: str | None = None) -> str:
     """The typed call for a raw one: concrete where the tensor's type says the axis and src
     (one P axis for an all-reduce or torch's reduce_scatter_tensor, one V axis for an
     all-reduce with op="max"/"min", one V or S(i) axis for an all-gather whose layout the raw
     op fixes), else in words; with the raw call's reduce op (op="avg": the typed call
     without it sums, a result n times too large).  ``assign_to``: the raw call is a statement
     of its own writing this tensor in place: the fix assigns the typed call's result to it
-    (the typed call as a statement would discard it, spmd-discarded-result)."""
+    (the typed call as a statement would discard it, spmd-discarded-result).
+    ``gathered_into``: the list a raw all_gather fills, as written (the static checker)."""
     x = bare(x_text)
     op_arg, cannot = _raw_typed_op(typed_name, reduce_op)
     if cannot:
@@ -1776,6 +1859,26 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
     if len(axes) == 1 and f"{module}.{name}" in _RAW_SCATTER_DIM0:
         src, dst = axes[0][1], "S(0)"  # the sum, chunked on dim 0
     in_place = module == "torch.distributed" or name.endswith("_inplace")
+    if (src is not None and src.dim is not None and typed_name == "all_gather"
+            and f"{module}.{name}" in _RAW_GATHER_LISTS):
+        # a list of the ranks' tensors (open_clip's gather_features: filled by the raw op,
+        # this rank's own put back for its gradient, then torch.cat): the typed gather is
+        # that concatenation already and carries the gradient, so the list, the re-insertion
+        # and the cat all go (the typed call pasted over the raw one alone broke the lines
+        # after it: spmd-inplace at the re-insertion, arg-type at the cat; probe-contrast 4)
+        call = f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst})"
+        res = f"all_{x}" if x.isidentifier() else "gathered"
+        lst = gathered_into if gathered_into is not None and gathered_into.isidentifier() else None
+        if lst is not None:
+            parts = (f"the list {lst}, the re-insertion {lst}[rank] = {x} and the "
+                     f"torch.cat({lst}, dim={src.dim}) together: use {res} in place of "
+                     f"torch.cat({lst}, ...)")
+        else:
+            parts = (f"the list, any re-insertion of {x} into it and the torch.cat of it "
+                     f"together: use {res} in place of the torch.cat")
+        return (f"{res} = {call}: it returns the ranks' tensors already concatenated on dim "
+                f"{src.dim} (one tensor, not a list) and its backward hands each rank the "
+                f"gradient of its own {x}, so it replaces {parts}")
     if src is not None and (reduce_op is not None or typed_name not in _OP_TYPED):
         call = f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst}{op_arg})"
         if in_place and assign_to:
@@ -1816,7 +1919,8 @@ NO_AXIS_GROUP_README = 'README "Pipeline parallelism" (a group that is no mesh a
 def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, *,
                          reduce_op: str | None = "sum", async_op: bool = False,
                          group: str | None = None, group_is_axis: bool | None = None,
-                         assign_to: str | None = None) -> SpmdError:
+                         assign_to: str | None = None,
+                         gathered_into: str | None = None) -> SpmdError:
     """``torch.distributed.all_reduce(x)`` with a typed ``x``: not differentiable (or with
     a fixed backward), and its result's type is unknown.  ``reduce_op`` is the reduce op the
     call states (lower-cased: "sum", its default; "avg"; None: an expression not read), which
@@ -1829,10 +1933,11 @@ def raw_collective_error(module: str, name: str, x_text: str, x_type: SpmdType, 
     pp=4: the pasted fix hangs).  ``assign_to``: the raw call is a statement of its own
     (the static checker sees it; the check mode does not) and writes this tensor in place:
     the typed fix assigns its result there, ``g = spmd.all_reduce(g, ...)`` (the typed call
-    pasted as the statement would drop it)."""
+    pasted as the statement would drop it).  ``gathered_into``: the list a raw
+    ``dist.all_gather(tensor_list, x)`` fills, as written: the fix names it."""
     typed_name = typed_collective(name)
     replacement = (_raw_replacement(module, name, typed_name, x_text, x_type, reduce_op,
-                                    assign_to)
+                                    assign_to, gathered_into)
                    if typed_name in OPS and typed_name is not None else "a typed spmd collective")
     if f"{module}.{name}" in RAW_BROADCASTS:
         # spmd has no typed broadcast: the raw one in place is accepted where it changes no

@@ -541,6 +541,24 @@ def random_draws(name: str, values: dict[str, object]) -> bool:
     return True
 
 
+_SLICED = re.compile(r"([A-Za-z_][\w.]*)(\[[^\[\]]*\])")
+
+
+def _leading_slice(text: str) -> tuple[str, str] | None:
+    """(the base, the slice) of an operand written as a slice of dim 0 of a name, maybe
+    followed by a view (``lam[:hl].view(1, hl, 1, 1)``: ("lam", "lam[:hl]")); None else."""
+    m = _SLICED.match(bare(text))
+    if m is None:
+        return None
+    index = m.group(2)[1:-1]
+    if ":" not in index or "," in index:
+        return None
+    rest = bare(text)[m.end():]
+    if rest and not rest.startswith("."):
+        return None  # ``lam[:k] * 2``: an operator after the slice
+    return m.group(1), m.group(0)
+
+
 def random_state_error(op: str, axis: str, text: str, t: SpmdType, generator: str,
                        ranks: tuple[int, int]) -> SpmdError:
     """The check mode's error for a random op whose result the rule types R or I on ``axis``
@@ -549,6 +567,19 @@ def random_state_error(op: str, axis: str, text: str, t: SpmdType, generator: st
     kind = lt.kind.value if lt is not None else "R"
     word = "Invariant" if kind == "I" else "Replicate"
     x = bare(text)
+    # the axes the value may differ on (S(i), V: a dp-sharded batch's noise) keep a seed of
+    # their own rank: "not seed + rank" there would draw the same noise for every dp rank's
+    # samples (probe-dit 7)
+    vary = [a for a, l in t.axes if l.kind is Kind.V]
+    same = [a for a, l in t.axes if l.kind is not Kind.V]
+    if vary:
+        plus = " + ".join(f'mesh.get_local_rank("{a}")' for a in vary)
+        seed = (f"torch.manual_seed(seed + {plus}): the same on every rank of "
+                f"{axis_words(same)}, where {x} is one value, and its own on "
+                f"{axis_words(vary)}, where {x} differs (not seed + dist.get_rank(), the "
+                f"rank over every axis)")
+    else:
+        seed = "torch.manual_seed(seed), not seed + rank"
     return SpmdError(
         "spmd-random",
         f'{op} on "{axis}" ({x}: {format_type(t)}) draws from {generator}, whose state differs '
@@ -556,7 +587,7 @@ def random_state_error(op: str, axis: str, text: str, t: SpmdType, generator: st
         f"draws a different mask or sample, so the result is no longer the same on every rank "
         f'of "{axis}" as {word} says, and a sum or all-reduce downstream silently mixes the '
         f"ranks' values. Seed that generator the same on every rank of \"{axis}\" (outside the "
-        f"RNG tracker's per-rank fork; torch.manual_seed(seed), not seed + rank), or, if each "
+        f"RNG tracker's per-rank fork; {seed}), or, if each "
         f'rank\'s draw is meant to be its own, shard first (convert({x}, "{axis}", src={kind}, '
         f'dst=S(i)), then {op} on the shard) or reinterpret({x}, "{axis}", src={kind}, dst=V) '
         f"first")
@@ -1286,7 +1317,23 @@ def _rule_on_axis(
 
                 first = varying_statistic_fix(other_o.text, other, axis, other_o.can_grad,
                                               other_o.leaf, other_o.made)
-                if first is not None:
+                cut = _leading_slice(inv.text)
+                if cut is not None:
+                    # an I slice beside a V (a per-head lambda ``lam[:hl]`` of differential
+                    # attention beside this rank's heads): the same rows on every rank, where
+                    # each rank's own were meant, most often; a statistic's fix follows
+                    # (probe-heads 2: its softmax recipe led, over the key dim, unsharded)
+                    base, piece = cut
+                    fix = (f"if {base} holds a value per index of a dim sharded on \"{axis}\" (a "
+                           f"per-head weight beside this rank's heads), {piece} takes the same "
+                           f"rows on every rank: declare {base} S(0) on \"{axis}\" with that dim "
+                           f"(each rank holds its own chunk) and use it whole in place of "
+                           f"{piece}, or slice it by the {axis} rank after "
+                           f'reinterpret({base}, "{axis}", src=I, dst=R) '
+                           f'(r = mesh.get_local_rank("{axis}"): '
+                           f'reinterpret({base}, "{axis}", src=I, dst=R)[r * k:(r + 1) * k]); '
+                           f"else {fix}") + (f"; or, {first}" if first is not None else "")
+                elif first is not None:
                     fix = f"{first}; else {fix}"
             if (other.kind is Kind.R and not other_o.text.startswith("self.")
                     and _NAMED.fullmatch(bare(other_o.text)) and dst_i is None
@@ -2723,6 +2770,14 @@ def _viewed_tensor(text: str) -> str:
     return text
 
 
+# The R of a loss comes of the collective that made it (an all_reduce of the sum, or an
+# all_gather of the prediction before the loss, xDiT's gather-then-unpatchify): dst=I there
+# (probe-dit 8: "all_reduce to I" was named where the code had an all_gather(..., dst=R))
+_dst_i_instead = ("pass dst=I instead of dst=R to the collective that makes it R where the "
+                  "loss is computed (the all_reduce of a sum, or the all_gather of a prediction "
+                  "before the loss: all_gather(..., src=S(i), dst=I))")
+
+
 def check_backward(loss: Operand, scalar: bool = True,
                    inputs: Sequence[Operand] = ()) -> list[SpmdError]:
     """``loss.backward()`` seeds a gradient of 1: the loss must be I or P on every axis.
@@ -2789,12 +2844,12 @@ def check_backward(loss: Operand, scalar: bool = True,
             f"reinterpret({v_sum}, {rax}, src=R, dst=I): the sum "
             f"of {'every rank' + chr(39) + 's elements' if sharded else 'the per-rank losses'} on "
             f"{axis_words(varying)}{'' if sharded else ' (or all_gather it there first)'}, one "
-            f"seed on {axis_words(replicate)} (or all_reduce to I instead of R where the loss is "
-            f"computed){means}",
+            f"seed on {axis_words(replicate)} (or {_dst_i_instead})"
+            f"{means}",
         )]
     if replicate is not None:
         lt_word, why = "Replicate", r_why
-        fix = (f"all_reduce to I instead of R where the loss is computed, or "
+        fix = (f"{_dst_i_instead}, or "
                f"reinterpret({x}, {format_axes(replicate)}, src=R, dst=I)")
     else:
         assert varying is not None

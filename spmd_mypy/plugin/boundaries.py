@@ -129,7 +129,8 @@ from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
 from ..engine.types import SpmdType, refines, refines_as_printed
 from .autograd import is_autograd_function
-from .calls import expr_text, local_norm, made_by, made_by_binding, rank_every, rank_max
+from .calls import (expr_text, local_norm, made_by, made_by_binding, rank_every, rank_max,
+                    slice_index)
 from .index_values import index_value
 from .texts import ELIDED
 from .codes import ERROR_CODES
@@ -920,18 +921,21 @@ class BoundaryChecker:
                                    self.plugin.config.mesh_axes)
                 # a softmax of this rank's block of a sharded dim: its normaliser first
                 norm = local_norm(expr, self._func, self._type_of)
-                if index is not None or every is not None or norm is not None:
+                # a slice: what its index holds (no rank, another axis's rank)
+                sl = slice_index(expr, self._func, self.plugin.regions,
+                                 self.plugin.config.mesh_axes)
+                if index is not None or every is not None or norm is not None or sl is not None:
                     # an argmax of this rank's shard: no gather of it
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
                                                  made_by=by, rank_max=at_max, index=index,
                                                  gradient_free=free, rank_every=every,
-                                                 norm=norm)
+                                                 norm=norm, slice_index=sl)
                 if errors and self._no_grad(expr):
                     # an R where I is needed may come of a mask declared R (engine no_grad)
                     errors = coll.check_argument(have, want, x_text=text, where=where(text),
                                                  made_by=by, rank_max=at_max, index=index,
                                                  gradient_free=free, rank_every=every,
-                                                 norm=norm, no_grad=True)
+                                                 norm=norm, no_grad=True, slice_index=sl)
             return [(e, expr) for e in errors]
         if isinstance(d, TupleType):
             if isinstance(a, TupleType) and len(a.items) == len(d.items):

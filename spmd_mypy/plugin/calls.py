@@ -47,6 +47,7 @@ from mypy.nodes import (
     FloatExpr,
     FuncBase,
     FuncDef,
+    GDEF,
     GeneratorExpr,
     IndexExpr,
     IntExpr,
@@ -2367,11 +2368,20 @@ class CallTyper:
                                                                reduce_op=reduce_op,
                                                                async_op=async_op,
                                                                group=self._raw_group(ctx),
-                                                               assign_to=self._raw_written(ctx, module, name))])
+                                                               assign_to=self._raw_written(ctx, module, name),
+                                                               gathered_into=self._raw_list(ctx, module, name))])
                         return ctx.default_return_type
             return ctx.default_return_type
 
         return hook
+
+    def _raw_list(self, ctx: FunctionContext, module: str, name: str) -> str | None:
+        """The list ``dist.all_gather(tensor_list, x)`` fills, as written (a name: the
+        typed fix replaces it, its re-insertion and its torch.cat); None elsewhere."""
+        if module != "torch.distributed" or name != "all_gather" or not ctx.args:
+            return None
+        first = ctx.args[0]
+        return first[0].name if len(first) == 1 and isinstance(first[0], NameExpr) else None
 
     def _raw_written(self, ctx: FunctionContext, module: str, name: str) -> str | None:
         """A raw collective that is a statement of its own and writes its first argument in
@@ -3506,6 +3516,110 @@ def rank_every(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
             if binding is not None:
                 todo.append((binding[1], binding[0]))  # (value, its line)
     return None
+
+
+# Calls whose result is the same on every rank (a size, a count): an index built of them
+# holds no rank
+_SIZE_CALLS: Final = frozenset({"size", "numel", "dim", "len", "get_world_size", "int", "min",
+                                "max", "abs", "ndimension"})
+_SIZE_ATTRS: Final = frozenset({"shape", "ndim"})
+
+
+def slice_index(e: Expression | None, func: FuncDef | None, regions: RegionIndex,
+                mesh_axes: Sequence[str]) -> coll.SliceIndex | None:
+    """What the checker knows of the index of the subscript ``e`` (engine
+    :class:`~..engine.collectives.SliceIndex`): the axes of a rank query it is computed from
+    (rank_index recorded it), or none at all when every name in it is known to hold no rank
+    (:func:`_rankless`); None when it is not a subscript or its index may hold a rank the
+    checker does not see (a parameter, an attribute set outside ``__init__``).  Read on an
+    error path only."""
+    if not isinstance(e, IndexExpr) or func is None:
+        return None
+    if regions.rank_exprs:
+        found = regions.rank_axes(e)
+        if found is not None:
+            axes = found[0]
+            if UNNAMED_GROUP in axes or EVERY in axes:
+                return None  # the rank over every axis: rank_every's hint
+            named = tuple(axes_in(axes, tuple(mesh_axes), False))
+            return coll.SliceIndex(named) if named else None
+    return coll.SliceIndex() if _rankless(e.index, func, 0) else None
+
+
+def _rankless(e: Expression, func: FuncDef, depth: int) -> bool:
+    """Whether ``e`` (an index, in ``func``) is known to hold no rank: literals, sizes
+    (``x.size(0)``, ``len(xs)``, ``x.shape[0]``, ``mesh["tp"].size()``), module names, locals
+    whose every binding holds none, ``self`` attributes bound in the class's ``__init__``
+    to a value that holds none."""
+    if depth > 6:
+        return False
+    if isinstance(e, (IntExpr, FloatExpr, StrExpr)):
+        return True
+    if isinstance(e, SliceExpr):
+        return all(_rankless(p, func, depth) for p in (e.begin_index, e.end_index, e.stride)
+                   if p is not None)
+    if isinstance(e, OpExpr):
+        return _rankless(e.left, func, depth) and _rankless(e.right, func, depth)
+    if isinstance(e, UnaryExpr):
+        return _rankless(e.expr, func, depth)
+    if isinstance(e, TupleExpr):
+        return all(_rankless(i, func, depth) for i in e.items)
+    if isinstance(e, CallExpr):
+        callee = e.callee
+        name = callee.name if isinstance(callee, (NameExpr, MemberExpr)) else None
+        if name not in _SIZE_CALLS:
+            return False
+        if name in ("size", "numel", "dim", "len", "get_world_size", "ndimension"):
+            return True  # the same on every rank (a size), whatever it is of
+        return all(_rankless(a, func, depth + 1) for a in e.args)
+    if isinstance(e, IndexExpr):
+        base = e.base
+        return (isinstance(base, MemberExpr) and base.name in _SIZE_ATTRS
+                and _rankless(e.index, func, depth + 1))
+    if isinstance(e, MemberExpr):
+        if e.name in _SIZE_ATTRS:
+            return True
+        return _self_attribute_rankless(e, func, depth)
+    if isinstance(e, NameExpr):
+        if e.kind == GDEF:
+            return isinstance(e.node, Var)  # a module constant (a rank bound there is recorded)
+        if e.kind != LDEF:
+            return False
+        if e.node is None or any(a.variable is e.node for a in func.arguments):
+            return False  # a parameter: any value
+        defs = assignments_by_name(func).get(e.node, [])
+        if not defs or any(k >= 0 for _, _, k in defs) or _augmented(func, e.name):
+            return False
+        return all(_rankless(v, func, depth + 1) for _, v, _ in defs)
+    return False
+
+
+def _augmented(func: FuncDef, name: str) -> bool:
+    """``name += ...`` (or a for loop's target ``name``) somewhere in ``func``."""
+    for st in nested_statements(func.body.body):
+        if isinstance(st, OperatorAssignmentStmt) and isinstance(st.lvalue, NameExpr) and (
+                st.lvalue.name == name):
+            return True
+        if isinstance(st, ForStmt) and isinstance(st.index, NameExpr) and st.index.name == name:
+            return True
+    return False
+
+
+def _self_attribute_rankless(e: MemberExpr, func: FuncDef, depth: int) -> bool:
+    """``self.hl`` bound in the class's ``__init__`` (every binding there) to values that
+    hold no rank (an attribute bound elsewhere may hold a rank the checker does not see)."""
+    if not (isinstance(e.expr, NameExpr) and func.arguments
+            and e.expr.node is func.arguments[0].variable and func.info is not None):
+        return False
+    init = func.info.get_method("__init__")
+    if not isinstance(init, FuncDef) or not init.arguments:
+        return False
+    me = init.arguments[0].variable
+    values = [st.rvalue for st in nested_statements(init.body.body)
+              if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1
+              and isinstance(st.lvalues[0], MemberExpr) and st.lvalues[0].name == e.name
+              and isinstance(st.lvalues[0].expr, NameExpr) and st.lvalues[0].expr.node is me]
+    return bool(values) and all(_rankless(v, init, depth + 1) for v in values)
 
 
 def _returned_all_reduce(e: Expression) -> tuple[Expression, str] | None:

@@ -285,3 +285,17 @@ def test_the_real_and_imag_attributes_are_named_as_written() -> None:
         assert '(oh.imag: Tensor[P["tp"]]) cannot go through exp' in msg
         xs = typed(torch.randn(4, 3, dtype=torch.complex64), Tensor[S[0, "tp"]])
         assert str(spmd.typeof(xs.real)) == str(spmd.typeof(xs.imag)) == str(spmd.typeof(xs))
+
+
+def test_an_invariant_slice_beside_varying_heads_leads_with_the_per_head_fix() -> None:
+    # probe-heads 2: a per-head lambda declared I and sliced the same on every rank, beside
+    # this rank's heads; the static message led with a softmax recipe over the key dim
+    with spmd.typecheck():
+        s2 = typed(mk(1, 2, 3, 3), Tensor[V["tp"]])
+        lam = typed(mk(4), Tensor[I["tp"]])
+        a2 = torch.softmax(s2, dim=-1)
+        msg = _message(lambda: lam[:2].view(1, 2, 1, 1) * a2)
+    assert "spmd-invariant-mix" in msg
+    assert ('if lam holds a value per index of a dim sharded on "tp" (a per-head weight beside '
+            "this rank's heads), lam[:2] takes the same rows on every rank: declare lam S(0)"
+            ) in msg, msg

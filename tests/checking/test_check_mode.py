@@ -1992,6 +1992,23 @@ def test_a_raw_collective_on_a_typed_tensor_is_an_error() -> None:
             assert not isinstance(other.value, SpmdTypeError)
 
 
+def test_a_raw_list_gather_fix_replaces_the_list_and_the_cat() -> None:
+    """open_clip's gather_features (probe-contrast 4): the typed gather pasted over
+    ``dist.all_gather(gathered, f)`` alone broke the re-insertion and the torch.cat after it;
+    the fix says the typed gather is the concatenation and carries the gradient."""
+    import torch.distributed as dist
+
+    with spmd.typecheck():
+        feats = typed(mk(2, 3), Tensor[S[0, "dp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            dist.all_gather([torch.empty(2, 3), torch.empty(2, 3)], feats)
+        assert ('use all_feats = spmd.all_gather(feats, "dp", src=S(0), dst=R): it returns the '
+                "ranks' tensors already concatenated on dim 0 (one tensor, not a list) and its "
+                "backward hands each rank the gradient of its own feats, so it replaces the "
+                "list, any re-insertion of feats into it and the torch.cat of it together"
+                ) in str(e.value), str(e.value)
+
+
 def test_a_raw_collective_names_the_typed_call_of_its_type() -> None:
     """The fix is the concrete typed call where the tensor's type says the axis and src (one
     P axis for an all-reduce), as the plugin prints it: no "<axis>" placeholder."""

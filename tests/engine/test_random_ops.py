@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spmd_mypy.engine.ops import RANDOM_OPS, random_draws, random_state_error
-from spmd_mypy.engine.types import INVARIANT, REPLICATE, SpmdType
+from spmd_mypy.engine.types import INVARIANT, REPLICATE, Kind, LocalType, SpmdType
 
 
 @pytest.mark.parametrize("name, values, draws", [
@@ -59,3 +59,15 @@ def test_message() -> None:
                  'convert(h + b, "tp", src=I, dst=S(i)), then dropout on the shard',
                  'reinterpret(h + b, "tp", src=I, dst=V) first  [spmd-random]'):
         assert part in text, (part, text)
+
+
+def test_message_names_the_axes_the_seed_may_vary_on() -> None:
+    # probe-dit 7: noise for a dp-sharded batch on a dp x sp mesh, seeded with the global
+    # rank: the fix must keep a per-dp-rank seed (seed + the dp rank), the same on sp and tp
+    t = SpmdType((("dp", LocalType(Kind.V, 0)), ("sp", REPLICATE), ("tp", INVARIANT)))
+    e = random_state_error("randn_like", "sp", "randn_like(x0)", t, "the default CPU generator",
+                           (0, 1))
+    text = str(e)
+    assert ('torch.manual_seed(seed + mesh.get_local_rank("dp")): the same on every rank of '
+            '"sp" and "tp", where randn_like(x0) is one value, and its own on "dp"') in text, text
+    assert "not seed + rank)" not in text, text
