@@ -434,8 +434,11 @@ def _fsdp_step(ctx: Ctx, strict: bool) -> tuple[torch.Tensor, list[str]]:
     with spmd.set_mesh(mesh), spmd.typecheck(strict=strict):
         spmd.declare_parameters(model)
         for foreach in (True, False):
-            x = spmd.declare(xg[rows].clone(), Tensor[S[0, AXIS]])
-            y = spmd.declare(yg[rows].clone(), Tensor[S[0, AXIS]])
+            # this rank's own rows, typed V (docs/dtensor.md): its mean is this rank's loss,
+            # FSDP averages the gradients (typed S(0), the mean would be a pending mean: an
+            # error in both checkers since sessions 40/42)
+            x = spmd.declare(xg[rows].clone(), Tensor[V[AXIS]])
+            y = spmd.declare(yg[rows].clone(), Tensor[V[AXIS]])
             loss = F.mse_loss(model(x), y)  # this rank's mean: FSDP averages the gradients
             spmd.reinterpret(loss, AXIS, src=V, dst=P).backward()
             opt = torch.optim.SGD(model.parameters(), lr=0.5, foreach=foreach)
@@ -485,8 +488,8 @@ def check_fsdp2_fused_adam(ctx: Ctx, name: str) -> None:
             if check:
                 spmd.declare_parameters(model)
             for _ in range(2):
-                x = spmd.declare(xg[rows].clone(), Tensor[S[0, AXIS]])
-                y = spmd.declare(yg[rows].clone(), Tensor[S[0, AXIS]])
+                x = spmd.declare(xg[rows].clone(), Tensor[V[AXIS]])  # this rank's rows: V
+                y = spmd.declare(yg[rows].clone(), Tensor[V[AXIS]])
                 loss = F.mse_loss(model(x), y)
                 (spmd.reinterpret(loss, AXIS, src=V, dst=P) if check else loss).backward()
                 opt.step()
