@@ -87,7 +87,7 @@ from ..engine.collectives import pending_refusal, raw_collective, raw_reduce_op,
 from ..engine.megatron import TP_AXIS, TYPED_MAPPINGS
 from ..engine.contractions import Contraction, may_sum
 from ..engine.ops import (PENDING_JOIN, PENDING_KEEP, SHARD_SUMMING, Operand, Reduction,
-                          keeps_pending_dtype, pending_kind, reduced_partial_sum)
+                          keeps_pending_dtype, pending_kind, reduced_partial_sum, scales_pending)
 from ..engine.types import LocalType
 from ..engine.types import Kind
 from .global_calls import current_function, value_bound_once
@@ -190,7 +190,7 @@ def _scan(func: FuncDef | None, tree: MypyFile | None, types: TypeBuilder | None
     # a sum's result is declared by the reinterprets only: a sum over a shard dim returned
     # from a function declared V stays an error (the declared V of a helper's contraction
     # is the row-parallel idiom; a sum's is most often a norm's square or a loss of its own)
-    summed = _summed_marks(calls, reads, func)
+    summed = _summed_marks(calls, reads, func, types)
     calls += returns
     marks: dict[int, tuple[str, ...]] = {}
     # per local: the axes of each consumer that reads it whole (``part``), and of each that
@@ -292,18 +292,19 @@ def _sum_op(call: CallExpr) -> bool:
 
 
 def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],
-                  func: FuncDef | None) -> dict[int, tuple[str, ...]]:
+                  func: FuncDef | None, types: TypeBuilder | None = None) -> dict[int, tuple[str, ...]]:
     """The expressions whose value reaches a consumer as a sum's would (a sum of partial sums
     is one): the consumer's argument, and from it through the steps that keep a pending sum
     one (engine ``PENDING_ADD``, ``PENDING_SCALE``, ``PENDING_JOIN``, ``PENDING_KEEP``, the
-    list the check mode reads too): + and -, a number's * or /, a stack or cat display's
+    list the check mode reads too): + and -, a number's * or / (or a tensor's, the same on
+    every rank of the axes: :func:`_same_factor`), a stack or cat display's
     items, an index, a value-keeping method, and a local every read of which is such a step
     (the axes every such read declares: one in each branch of an if, or in a loop), through
     each of its bindings (``s = losses.sum()``, ``s = s * 0.5`` under an if, ``s /= n``), or
     a list or tuple display bound once every read of which is ``parts[k]`` in one."""
     banned: set[object] = set()
     for _ in range(8):  # a local found not to be followed whole: again without it
-        summed, failed = _summed_pass(calls, reads, func, banned)
+        summed, failed = _summed_pass(calls, reads, func, banned, types)
         if not failed:
             return summed
         banned |= failed
@@ -318,7 +319,7 @@ def _self_reads(key: object, exprs: list[Expression]) -> int:
 
 
 def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],
-                 func: FuncDef | None, banned: set[object]
+                 func: FuncDef | None, banned: set[object], types: TypeBuilder | None = None
                  ) -> tuple[dict[int, tuple[str, ...]], set[object]]:
     summed: dict[int, tuple[str, ...]] = {}
     opaque = _OPAQUE in reads
@@ -339,6 +340,11 @@ def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[ob
         elif isinstance(e, OpExpr) and e.op in ("*", "/") and _number(e.right):
             todo.append((e.left, axes))
         elif isinstance(e, OpExpr) and e.op == "*" and _number(e.left):
+            todo.append((e.right, axes))
+        elif isinstance(e, OpExpr) and e.op in ("*", "/") and _same_factor(
+                e.right, "__mul__" if e.op == "*" else "__truediv__", True, axes, types):
+            todo.append((e.left, axes))  # s / n_tok, n_tok all-reduced: R on the axes
+        elif isinstance(e, OpExpr) and e.op == "*" and _same_factor(e.left, "__mul__", False, axes, types):
             todo.append((e.right, axes))
         elif isinstance(e, UnaryExpr) and e.op in ("-", "+"):
             todo.append((e.expr, axes))
@@ -383,6 +389,8 @@ def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[ob
             if ups and (isinstance(e, IndexExpr) or any(
                     (u.op not in ("+", "-") or _number(u.rvalue))
                     and not (u.op in ("*", "/") and _number(u.rvalue))
+                    and not (u.op in ("*", "/") and _same_factor(
+                        u.rvalue, "__imul__" if u.op == "*" else "__itruediv__", True, axes, types))
                     for u in ups)):
                 continue
             own = _self_reads(key, [b[1] for b in bound] + [u.rvalue for u in ups]) + len(ups)
@@ -425,6 +433,24 @@ def _keeps_dtype(e: CallExpr) -> bool:
 
 # methods whose result is a sum of the parts' results (the pending sum stays one)
 _KEEPS_SUMS = frozenset(m for m in PENDING_KEEP if not m.startswith("__"))
+
+
+def _same_factor(e: Expression, op: str, pending_left: bool, axes: tuple[str, ...],
+                 types: TypeBuilder | None) -> bool:
+    """``e`` a tensor factor of a pending sum on ``axes`` that keeps it pending (engine
+    ``scales_pending``: R or I there, or a plain ``torch.Tensor``, the gradual rule): a
+    local or parameter whose type is known when the scan runs (a local inferred later, any
+    other expression, a raw reduction's group not read: no, as before)."""
+    if types is None or not isinstance(e, NameExpr) or not isinstance(e.node, Var):
+        return False
+    typ = e.node.type
+    named = [a for a in axes if a not in (_PENDING, _AVG, _MIXED)]
+    if typ is None or not named or "*" in named or _ANY_PARTIAL in named:
+        return False
+    t = types.from_type(typ)
+    if t is None:
+        return False  # not known to be a tensor (a number is _number's)
+    return scales_pending(op, pending_left, [t.get(a) for a in named])
 
 
 def _number(e: Expression) -> bool:
