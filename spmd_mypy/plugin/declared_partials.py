@@ -100,6 +100,10 @@ from .statements import (Assignments, assignments_by_name, functions_of, nested_
 # their reinterpret, "*" when the axis is not a literal)
 _MEMO: dict[int, tuple[object, tuple[dict[int, tuple[str, ...]], dict[int, tuple[str, ...]]]]] = {}
 _MEMO_MAX = 2000
+# set by a scan that met a tensor factor of a pending sum whose local had no type yet (bound
+# after the statement the scan was asked at, :func:`_same_factor`): its result is not memoized,
+# the next lookup (a later statement, the local bound by then) scans again
+_FACTOR_UNKNOWN: list[bool] = [False]
 # Reads of a local's shape, dtype or device only, not of its values (``part.shape``,
 # ``part.size(-1)``, ``torch.zeros_like(part)``, ``part.new_zeros(n)``): no read of the
 # partial sum, so a local read there and by consumers elsewhere is still exempt.
@@ -130,8 +134,10 @@ def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None, node: Expres
     if entry is None or entry[0] is not owner:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
+        _FACTOR_UNKNOWN[0] = False
         entry = (owner, _scan(func, tree, types))
-        _MEMO[id(owner)] = entry
+        if not _FACTOR_UNKNOWN[0]:
+            _MEMO[id(owner)] = entry
     return entry[1][1 if summed else 0].get(id(node), ())
 
 
@@ -439,13 +445,16 @@ def _same_factor(e: Expression, op: str, pending_left: bool, axes: tuple[str, ..
                  types: TypeBuilder | None) -> bool:
     """``e`` a tensor factor of a pending sum on ``axes`` that keeps it pending (engine
     ``scales_pending``: R or I there, or a plain ``torch.Tensor``, the gradual rule): a
-    local or parameter whose type is known when the scan runs (a local inferred later, any
-    other expression, a raw reduction's group not read: no, as before)."""
+    local or parameter (a local not inferred yet when the scan runs: no, and the scan is
+    not kept; any other expression, a raw reduction's group not read: no, as before)."""
     if types is None or not isinstance(e, NameExpr) or not isinstance(e.node, Var):
         return False
     typ = e.node.type
     named = [a for a in axes if a not in (_PENDING, _AVG, _MIXED)]
-    if typ is None or not named or "*" in named or _ANY_PARTIAL in named:
+    if not named or "*" in named or _ANY_PARTIAL in named:
+        return False
+    if typ is None:  # a local not inferred yet: asked again later (reinterpreted_axes)
+        _FACTOR_UNKNOWN[0] = True
         return False
     t = types.from_type(typ)
     if t is None:
