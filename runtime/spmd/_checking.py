@@ -115,7 +115,8 @@ from spmd_mypy.engine.ops import (FILL_FACTORIES, PER_OPERAND_OPS, Operand,
                                   AFFINE_TERMS, claimed_partial_error,
                                   optimizer_state_error, partial_op, propagate, reduced_partial_error,
                                   reduced_partial_sum, PENDING_ADD, PENDING_JOIN, PENDING_KEEP,
-                                  PENDING_REDUCTIONS, PENDING_SCALE, keeps_pending_dtype,
+                                  PENDING_REDUCTIONS, PENDING_SCALE, PENDING_TENSOR_SCALE,
+                                  keeps_pending_dtype, scales_pending,
                                   propagate_each, random_state_error)
 from spmd_mypy.engine.types import Kind as TKind
 from spmd_mypy.engine.types import VARYING, LocalType, SpmdType, format_axes, format_type, shard_dims_match
@@ -1287,6 +1288,8 @@ def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: 
     if not adds and name not in PENDING_SCALE and name not in PENDING_KEEP:
         return None
     tensors = [v for v, _ in ops if isinstance(v, torch.Tensor)]
+    if not adds and len(tensors) == 2 and name in PENDING_TENSOR_SCALE:
+        tensors = _scaled_pending(name, tensors, plan_kwargs)  # s / n_tok, n_tok all-reduced
     if not tensors or (not adds and len(tensors) != 1):
         return None
     if adds and len(tensors) != len(ops):
@@ -1320,6 +1323,20 @@ def _carried_pending(plan: Plan, ops: list, plan_args: tuple = (), plan_kwargs: 
         if not t or any((lt := t.get(a)) is None or lt.kind is not TKind.V for a in axes):
             return None  # an R, I or P term (added once per rank), or untyped: checked as such
     return tuple(axes), first[2], tuple(parts.values())
+
+
+def _scaled_pending(name: str, tensors: list, kwargs: dict) -> list:
+    """``s * c``, ``c * s``, ``s / c`` (engine ``scales_pending``) of a pending sum ``s`` and
+    a tensor ``c`` the same on every rank of its pending axes: ``[s]``; ``tensors``
+    otherwise (each operand is then checked)."""
+    entries = [_PENDING.get(id(v)) for v in tensors]
+    pending = [e is not None and e[0]() is v for e, v in zip(entries, tensors)]
+    if pending.count(True) != 1 or kwargs.get("rounding_mode") is not None:
+        return tensors  # two pending sums (a product of sums), or a floor division
+    k = pending.index(True)
+    t = _get(tensors[1 - k])
+    factor = [t.get(a) if t else None for a in entries[k][1]]  # type: ignore[index]
+    return [tensors[k]] if scales_pending(name, k == 0, factor) else tensors
 
 
 def _reduced_pending(x: Any, have: SpmdType, op: str, on: Sequence[str], src: Any, dst: Any,

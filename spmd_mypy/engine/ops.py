@@ -2174,6 +2174,25 @@ PENDING_ADD = frozenset("add sub __add__ __radd__ __sub__ __rsub__ __iadd__ __is
 # a Python number's * or / (a tensor factor: no), in place too, and negation;
 PENDING_SCALE = frozenset("mul div true_divide multiply divide neg negative positive __mul__ __rmul__ "
                           "__truediv__ __neg__ __pos__ __imul__ __itruediv__ mul_ div_ neg_".split())
+# ... and a tensor's * or / when that tensor is the same on every rank of the pending axes
+# (:func:`scales_pending`): (sum_r x_r) / c = sum_r (x_r / c), the global-token mean of
+# torchtitan and Megatron, ``(per * mask).sum() / n_tok`` with ``n_tok`` all-reduced
+PENDING_TENSOR_SCALE = frozenset("mul div true_divide multiply divide __mul__ __rmul__ __truediv__ "
+                                 "__imul__ __itruediv__ mul_ div_".split())
+_PENDING_DIVIDES = frozenset("div true_divide divide __truediv__ __itruediv__ div_".split())
+
+
+def scales_pending(name: str, pending_left: bool, factor: Sequence[LocalType | None]) -> bool:
+    """Whether op ``name`` (``PENDING_TENSOR_SCALE``, in the engine's operand order) of a
+    pending sum and a tensor ``c`` keeps the sum pending: ``s * c``, ``c * s``, ``s / c``
+    (``pending_left``: the sum is the left operand; ``c / s`` is no linear map of it), in
+    place too, with ``factor`` ``c``'s type on each of the pending axes R or I (the same
+    on every rank), or unknown there (None: an untyped ``c``, the gradual rule: no error
+    from what is not known).  V or P there: no (each rank's ``x_r / c_r`` is no part of
+    the sum, or a product of two sums)."""
+    if name not in PENDING_TENSOR_SCALE or (not pending_left and name in _PENDING_DIVIDES):
+        return False
+    return all(lt is None or lt.kind in (Kind.R, Kind.I) for lt in factor)
 # a stack or cat whose tensor items are all pending on the same axes (or V items, as + allows:
 # Megatron's ``torch.stack([(losses * mask).sum(), mask.sum()])``);
 PENDING_JOIN = frozenset("stack cat concat concatenate hstack vstack".split())

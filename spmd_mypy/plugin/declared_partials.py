@@ -87,7 +87,7 @@ from ..engine.collectives import pending_refusal, raw_collective, raw_reduce_op,
 from ..engine.megatron import TP_AXIS, TYPED_MAPPINGS
 from ..engine.contractions import Contraction, may_sum
 from ..engine.ops import (PENDING_JOIN, PENDING_KEEP, SHARD_SUMMING, Operand, Reduction,
-                          keeps_pending_dtype, pending_kind, reduced_partial_sum)
+                          keeps_pending_dtype, pending_kind, reduced_partial_sum, scales_pending)
 from ..engine.types import LocalType
 from ..engine.types import Kind
 from .global_calls import current_function, value_bound_once
@@ -100,6 +100,10 @@ from .statements import (Assignments, assignments_by_name, functions_of, nested_
 # their reinterpret, "*" when the axis is not a literal)
 _MEMO: dict[int, tuple[object, tuple[dict[int, tuple[str, ...]], dict[int, tuple[str, ...]]]]] = {}
 _MEMO_MAX = 2000
+# set by a scan that met a tensor factor of a pending sum whose local had no type yet (bound
+# after the statement the scan was asked at, :func:`_same_factor`): its result is not memoized,
+# the next lookup (a later statement, the local bound by then) scans again
+_FACTOR_UNKNOWN: list[bool] = [False]
 # Reads of a local's shape, dtype or device only, not of its values (``part.shape``,
 # ``part.size(-1)``, ``torch.zeros_like(part)``, ``part.new_zeros(n)``): no read of the
 # partial sum, so a local read there and by consumers elsewhere is still exempt.
@@ -130,8 +134,10 @@ def reinterpreted_axes(func: FuncDef | None, tree: MypyFile | None, node: Expres
     if entry is None or entry[0] is not owner:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
+        _FACTOR_UNKNOWN[0] = False
         entry = (owner, _scan(func, tree, types))
-        _MEMO[id(owner)] = entry
+        if not _FACTOR_UNKNOWN[0]:
+            _MEMO[id(owner)] = entry
     return entry[1][1 if summed else 0].get(id(node), ())
 
 
@@ -190,7 +196,7 @@ def _scan(func: FuncDef | None, tree: MypyFile | None, types: TypeBuilder | None
     # a sum's result is declared by the reinterprets only: a sum over a shard dim returned
     # from a function declared V stays an error (the declared V of a helper's contraction
     # is the row-parallel idiom; a sum's is most often a norm's square or a loss of its own)
-    summed = _summed_marks(calls, reads, func)
+    summed = _summed_marks(calls, reads, func, types)
     calls += returns
     marks: dict[int, tuple[str, ...]] = {}
     # per local: the axes of each consumer that reads it whole (``part``), and of each that
@@ -292,18 +298,19 @@ def _sum_op(call: CallExpr) -> bool:
 
 
 def _summed_marks(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],
-                  func: FuncDef | None) -> dict[int, tuple[str, ...]]:
+                  func: FuncDef | None, types: TypeBuilder | None = None) -> dict[int, tuple[str, ...]]:
     """The expressions whose value reaches a consumer as a sum's would (a sum of partial sums
     is one): the consumer's argument, and from it through the steps that keep a pending sum
     one (engine ``PENDING_ADD``, ``PENDING_SCALE``, ``PENDING_JOIN``, ``PENDING_KEEP``, the
-    list the check mode reads too): + and -, a number's * or /, a stack or cat display's
+    list the check mode reads too): + and -, a number's * or / (or a tensor's, the same on
+    every rank of the axes: :func:`_same_factor`), a stack or cat display's
     items, an index, a value-keeping method, and a local every read of which is such a step
     (the axes every such read declares: one in each branch of an if, or in a loop), through
     each of its bindings (``s = losses.sum()``, ``s = s * 0.5`` under an if, ``s /= n``), or
     a list or tuple display bound once every read of which is ``parts[k]`` in one."""
     banned: set[object] = set()
     for _ in range(8):  # a local found not to be followed whole: again without it
-        summed, failed = _summed_pass(calls, reads, func, banned)
+        summed, failed = _summed_pass(calls, reads, func, banned, types)
         if not failed:
             return summed
         banned |= failed
@@ -318,7 +325,7 @@ def _self_reads(key: object, exprs: list[Expression]) -> int:
 
 
 def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[object, int],
-                 func: FuncDef | None, banned: set[object]
+                 func: FuncDef | None, banned: set[object], types: TypeBuilder | None = None
                  ) -> tuple[dict[int, tuple[str, ...]], set[object]]:
     summed: dict[int, tuple[str, ...]] = {}
     opaque = _OPAQUE in reads
@@ -339,6 +346,11 @@ def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[ob
         elif isinstance(e, OpExpr) and e.op in ("*", "/") and _number(e.right):
             todo.append((e.left, axes))
         elif isinstance(e, OpExpr) and e.op == "*" and _number(e.left):
+            todo.append((e.right, axes))
+        elif isinstance(e, OpExpr) and e.op in ("*", "/") and _same_factor(
+                e.right, "__mul__" if e.op == "*" else "__truediv__", True, axes, types):
+            todo.append((e.left, axes))  # s / n_tok, n_tok all-reduced: R on the axes
+        elif isinstance(e, OpExpr) and e.op == "*" and _same_factor(e.left, "__mul__", False, axes, types):
             todo.append((e.right, axes))
         elif isinstance(e, UnaryExpr) and e.op in ("-", "+"):
             todo.append((e.expr, axes))
@@ -383,6 +395,8 @@ def _summed_pass(calls: list[tuple[Expression, tuple[str, ...]]], reads: dict[ob
             if ups and (isinstance(e, IndexExpr) or any(
                     (u.op not in ("+", "-") or _number(u.rvalue))
                     and not (u.op in ("*", "/") and _number(u.rvalue))
+                    and not (u.op in ("*", "/") and _same_factor(
+                        u.rvalue, "__imul__" if u.op == "*" else "__itruediv__", True, axes, types))
                     for u in ups)):
                 continue
             own = _self_reads(key, [b[1] for b in bound] + [u.rvalue for u in ups]) + len(ups)
@@ -425,6 +439,27 @@ def _keeps_dtype(e: CallExpr) -> bool:
 
 # methods whose result is a sum of the parts' results (the pending sum stays one)
 _KEEPS_SUMS = frozenset(m for m in PENDING_KEEP if not m.startswith("__"))
+
+
+def _same_factor(e: Expression, op: str, pending_left: bool, axes: tuple[str, ...],
+                 types: TypeBuilder | None) -> bool:
+    """``e`` a tensor factor of a pending sum on ``axes`` that keeps it pending (engine
+    ``scales_pending``: R or I there, or a plain ``torch.Tensor``, the gradual rule): a
+    local or parameter (a local not inferred yet when the scan runs: no, and the scan is
+    not kept; any other expression, a raw reduction's group not read: no, as before)."""
+    if types is None or not isinstance(e, NameExpr) or not isinstance(e.node, Var):
+        return False
+    typ = e.node.type
+    named = [a for a in axes if a not in (_PENDING, _AVG, _MIXED)]
+    if not named or "*" in named or _ANY_PARTIAL in named:
+        return False
+    if typ is None:  # a local not inferred yet: asked again later (reinterpreted_axes)
+        _FACTOR_UNKNOWN[0] = True
+        return False
+    t = types.from_type(typ)
+    if t is None:
+        return False  # not known to be a tensor (a number is _number's)
+    return scales_pending(op, pending_left, [t.get(a) for a in named])
 
 
 def _number(e: Expression) -> bool:

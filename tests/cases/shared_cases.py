@@ -1066,6 +1066,33 @@ case("loss-ce-none-mean-to-P", {"x": "S0", "lab": "U"},
 case("loss-nll-mean-to-P", {"x": "S0", "lab": "U"},
      'out = spmd.reinterpret(F.nll_loss(x, lab), "tp", src=V, dst=P)', "spmd-global",
      collective=True, make=_LAB)
+# The global-token mean of torchtitan and Megatron: each rank's masked sum over the token count
+# all-reduced (R) is its share of the mean; a pending sum stays pending through a tensor's * or /
+# when that tensor is the same on every rank of the axis (R or I there, or untyped: gradual;
+# engine scales_pending).  Rejected by both checkers in session 42 until fix-scale.
+_TOK = {"lab": "torch.randint(0, 4, (4,))", "m": "torch.rand(4)"}
+case("loss-global-token-mean-over-all-reduced-count", {"x": "S0", "lab": "U", "m": "S0"},
+     ('per = F.cross_entropy(x, lab, reduction="none")',
+      'n = spmd.all_reduce(spmd.sum(m, out_partial_axes="tp"), "tp", src=P, dst=R)',
+      "share = (per * m).sum() / n",
+      'out = spmd.reinterpret(share, "tp", src=V, dst=P)'), "P", collective=True, make=_TOK,
+     desc="(sum_r x_r) / n = sum_r (x_r / n): each rank's share of the global mean")
+_CNT = {"lab": "torch.randint(0, 4, (4,))", "n": "torch.tensor(8.0)"}
+case("loss-sum-over-R-tensor-to-P", {"x": "S0", "lab": "U", "n": "R"},
+     'out = spmd.reinterpret(F.cross_entropy(x, lab, reduction="sum") / n, "tp", src=V, dst=P)',
+     "P", collective=True, make=_CNT)
+case("loss-sum-times-R-tensor-to-P", {"x": "S0", "lab": "U", "n": "R"},
+     'out = spmd.reinterpret(n * F.cross_entropy(x, lab, reduction="sum"), "tp", src=V, dst=P)',
+     "P", collective=True, make=_CNT)
+case("untyped-count-divides-a-pending-loss-sum", {"x": "S0", "lab": "U", "n": "U"},
+     'out = spmd.reinterpret(F.cross_entropy(x, lab, reduction="sum") / n, "tp", src=V, dst=P)',
+     "P", collective=True, make=_CNT, desc="gradual: an untyped count is taken as it may be")
+case("loss-sum-over-V-tensor-to-P", {"x": "S0", "lab": "U", "n": "V"},
+     'out = spmd.reinterpret(F.cross_entropy(x, lab, reduction="sum") / n, "tp", src=V, dst=P)',
+     "spmd-global", collective=True, make=_CNT, desc="each rank's own count: no share of a sum")
+case("loss-R-tensor-over-sum-to-P", {"x": "S0", "lab": "U", "n": "R"},
+     'out = spmd.reinterpret(n / F.cross_entropy(x, lab, reduction="sum"), "tp", src=V, dst=P)',
+     "spmd-global", collective=True, make=_CNT, desc="1 / a sum: no linear map of it")
 case("loss-ce-vocab-parallel-S1", {"x": "S1", "lab": "U"},
      "out = F.cross_entropy(x, lab)", "V", make=_LAB,
      desc="the class dim sharded: not a batch mean (vocab-parallel), V as before")
