@@ -515,6 +515,20 @@ def partial_sum(c: Contraction, operands: Ops) -> bool:
     return found
 
 
+def _placed_count(operands: Ops) -> int:
+    """How many operands are Varying with a known shard dim (S(i), or a rank-dependent one);
+    0 where an operand is untyped or a plain V (no dim known: nothing to compare)."""
+    n_dims = 0
+    for lt, _ in operands:
+        if lt is None:
+            return 0
+        if lt.kind is Kind.V:
+            if lt.dim is None and lt.by_rank is None:
+                return 0  # plain V: no known dim
+            n_dims += 1
+    return n_dims
+
+
 # Whether a call's operands are sharded on two different kept labels, by (the contraction, the
 # operands' types and shapes): the static checker asks at every contraction call site.
 _BLOCKS: dict[tuple, tuple[tuple[int, int], tuple[int, int]] | None] = {}
@@ -559,17 +573,7 @@ def diagonal_block(c: Contraction, operands: Ops, partial_ok: bool = True
     chunk against a whole dim (torch refuses), both 1-d is a dot product over the shard
     (probe-contrast, session 42: V before, 0.915 off on 2 ranks).  Declared, the dot reading
     is what the call means: no block (V, as before)."""
-    if not operands:
-        return None
-    n_dims = 0
-    for lt, _ in operands:
-        if lt is None:
-            return None
-        if lt.kind is Kind.V:
-            if lt.dim is None and lt.by_rank is None:
-                return None  # plain V: no known dim
-            n_dims += 1
-    if n_dims < 2:
+    if not operands or _placed_count(operands) < 2:
         return None
     key = (c, tuple(operands), partial_ok)
     if key in _BLOCKS:
@@ -651,15 +655,7 @@ def may_sum(c: Contraction, operands: Ops) -> bool:
         return True
     if c.family == "attention" or all(shape is not None for _, shape in operands):
         return False
-    n_dims = 0
-    for lt, _ in operands:
-        if lt is None:
-            return False
-        if lt.kind is Kind.V:
-            if lt.dim is None and lt.by_rank is None:
-                return False
-            n_dims += 1
-    if n_dims < 2:
+    if _placed_count(operands) < 2:
         return False
     key = (c, tuple(operands))
     hit = _SUMMED_SOMEWHERE.get(key)

@@ -314,20 +314,32 @@ def _named_same_dim(e: NameExpr, ctx: AnyCtx) -> int | None:
     ``x.shape[i]`` (or an item of ``x.shape`` unpacked), where ``x`` is the reshaped tensor's
     own local, bound at most once (a parameter, or assigned before): so the size still is
     that of ``x``'s dim ``i`` wherever ``e`` is read."""
+    x = _reshaped_name(ctx)
+    if x is None or x.kind != LDEF:
+        return None
+    read = _size_local(e, ctx)
+    if read is None or read[0] != x.name:
+        return None
+    return read[1]
+
+
+def _size_local(e: NameExpr, ctx: AnyCtx) -> tuple[str, int, SizeNames] | None:
+    """(the tensor's name, its dim, the function's size facts) when ``e`` is a local of the
+    enclosing function bound exactly once to a size of a tensor (``x.shape[i]``, an item of
+    ``x.shape`` unpacked) that is itself bound at most once, before that size is read."""
     if e.kind != LDEF:
         return None
-    x = _reshaped_name(ctx)
     func = current_function(ctx.api)
-    if x is None or x.kind != LDEF or func is None:
+    if func is None:
         return None
     facts = size_names(func)
     found = facts.sizes.get(e.name)
     if found is None or facts.bindings.get(e.name) != 1:
         return None
     tensor, dim, line = found
-    if tensor != x.name or facts.bindings.get(tensor, 0) > 1 or facts.defined_at.get(tensor, line) > line:
+    if facts.bindings.get(tensor, 0) > 1 or facts.defined_at.get(tensor, line) > line:
         return None
-    return dim
+    return tensor, dim, facts
 
 
 def _named_rank(e: Expression, ctx: AnyCtx) -> int | None:
@@ -508,18 +520,10 @@ def _lead_sizes(e: Expression, leads: Sequence[_Lead], ctx: AnyCtx) -> list[Any]
         return None
 
     if isinstance(e, NameExpr):
-        if e.kind != LDEF:
+        read = _size_local(e, ctx)
+        if read is None:
             return None
-        func = current_function(ctx.api)
-        if func is None:
-            return None
-        facts = size_names(func)
-        found = facts.sizes.get(e.name)
-        if found is None or facts.bindings.get(e.name) != 1:
-            return None
-        tensor_name, dim, line = found
-        if facts.bindings.get(tensor_name, 0) > 1 or facts.defined_at.get(tensor_name, line) > line:
-            return None
+        tensor_name, dim, facts = read
         for named in leads:
             if isinstance(named.expr, NameExpr) and named.expr.name == tensor_name \
                     and named.expr.kind == LDEF:
