@@ -2283,7 +2283,10 @@ def _class_loss_layout(axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) ->
 def _loss_mean_error(loss: str, red: str, head: str, x: Operand, ax: str, refused: str) -> SpmdError:
     """:func:`reduced_partial_error`'s text for a loss's own reduction (LOSS_MEANS, LOSS_SUMS)."""
     xt = bare(x.text)
-    own = (f"; if this rank's own loss is meant (a per-rank loss), declare the input V first: "
+    # DDP/FSDP average the gradients over the ranks: there this rank's mean is the loss to
+    # backward, and the sum-over-the-global-count fix, pasted, would give 1/size gradients
+    own = (f"; if this rank's own loss is meant (a per-rank loss; DDP and FSDP, which average "
+           f"the gradients over the ranks, want this rank's mean), declare the input V first: "
            f"spmd.declare({xt}, Tensor[V[{ax}]])")
     call = f"F.{loss}({xt}, ...)"
     summed = f'F.{loss}({xt}, ..., reduction="sum")'
