@@ -68,9 +68,8 @@ from mypy.nodes import (
 )
 from mypy.server.subexpr import get_subexpressions
 
-from .statements import each_function, statement_blocks
+from .statements import each_function, rename_fresh, statement_blocks
 
-_MAX_QUOTES: Final = 50
 
 # mypy's classes bound once (a C static in the compiled plugin: see rewrite.py)
 _AssignmentStmt: Final = AssignmentStmt
@@ -274,17 +273,7 @@ class _Walk:
         if not plan:
             return
         used = set(self.names) | self.blocked | parameters
-        for exprs, n in plan:
-            fresh = n
-            for _ in range(_MAX_QUOTES):
-                fresh += "'"
-                if fresh not in used:
-                    break
-            else:
-                continue
-            used.add(fresh)
-            for e in exprs:
-                e.name = fresh
+        rename_fresh(plan, used)
 
     def _owned(self, k: int, loop: _Loop, n: str) -> list[NameExpr]:
         """The occurrences of ``n`` loop ``k`` binds, when no other occurrence can read

@@ -151,3 +151,25 @@ def assignments_by_name(func: FuncDef) -> Assignments:
         _ASSIGNED.clear()
     _ASSIGNED[id(func)] = (func, func.body, assigned, first, first.node if first is not None else None)
     return assigned
+
+
+# how many quotes a fresh name may take before a rename is given up (a name taken that often)
+_MAX_QUOTES: Final = 50
+
+
+def rename_fresh(plan: list[tuple[list[NameExpr], str]], used: set[str]) -> None:
+    """Give each group of occurrences in ``plan`` (occurrences, their name) a fresh name: the
+    name with quotes added (``x'``, ``x''``) until one is not in ``used``; each name given is
+    added to ``used``.  A group that finds none within ``_MAX_QUOTES`` keeps its name.  Shared
+    by the loop renamer (loop_names) and the independent-bindings renamer (webs)."""
+    for exprs, n in plan:
+        fresh = n
+        for _ in range(_MAX_QUOTES):
+            fresh += "'"
+            if fresh not in used:
+                break
+        else:
+            continue
+        used.add(fresh)
+        for e in exprs:
+            e.name = fresh

@@ -88,9 +88,8 @@ from mypy.nodes import (
 )
 from mypy.server.subexpr import get_subexpressions
 
-from .statements import each_function, statement_blocks
+from .statements import each_function, rename_fresh, statement_blocks
 
-_MAX_QUOTES: Final = 50
 # calls that read a function's locals by name: its names are left alone
 _INTROSPECTION: Final = frozenset({"locals", "vars", "eval", "exec"})
 
@@ -338,13 +337,8 @@ class _Walk:
             for t in st.target:
                 if t is not None:
                     self.bind(t, state)
-            catcher = _copy(state)  # a manager may swallow an exception: any point inside
-            assert catcher is not None
-            self.catchers.append(catcher)
-            try:
-                end = self.block(st.body.body, _copy(state))
-            finally:
-                self.catchers.pop()
+            # a manager may swallow an exception: any point inside
+            end, catcher = self._guarded(st.body, state)
             return _join(end, catcher)
         if isinstance(st, TryStmt):
             return self._try(st, state)
@@ -405,17 +399,24 @@ class _Walk:
             return _join(after, loop.breaks)
         return _join(out, loop.breaks)
 
-    def _try(self, st: TryStmt, state: State) -> State | None:
-        for v in st.vars:
-            if v is not None:
-                self.blocked.add(v.name)
+    def _guarded(self, body: Block, state: State) -> tuple[State | None, State]:
+        """``body`` walked from ``state`` with a catcher that collects the state at every
+        point an exception may leave it (:meth:`_caught`; a ``with`` manager's swallow, a
+        ``try``'s handlers): (the state at its end, the catcher)."""
         catcher = _copy(state)
         assert catcher is not None
         self.catchers.append(catcher)
         try:
-            end = self.block(st.body.body, _copy(state))
+            end = self.block(body.body, _copy(state))
         finally:
             self.catchers.pop()
+        return end, catcher
+
+    def _try(self, st: TryStmt, state: State) -> State | None:
+        for v in st.vars:
+            if v is not None:
+                self.blocked.add(v.name)
+        end, catcher = self._guarded(st.body, state)
         # the handlers and ``finally`` may start from any point of the body; ``else`` and
         # the handlers may raise too, and every path (a return's, a break's) runs ``finally``
         everywhere = _copy(catcher)
@@ -464,17 +465,7 @@ class _Walk:
         if not plan:
             return
         used = self.all_bound | self.blocked | set(self.params)
-        for exprs, n in plan:
-            fresh = n
-            for _ in range(_MAX_QUOTES):
-                fresh += "'"
-                if fresh not in used:
-                    break
-            else:
-                continue
-            used.add(fresh)
-            for e in exprs:
-                e.name = fresh
+        rename_fresh(plan, used)
 
 
 def _target_names(target: Expression) -> list[str]:
