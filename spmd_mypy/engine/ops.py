@@ -2376,6 +2376,11 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
     if name in VARIANCE_REDUCTIONS:
         return SpmdError("spmd-global", _variance_message(name, head, xt, dims, ax) + own)
     if name in MEAN_REDUCTIONS:
+        # a per-sample loss's mean under DDP/FSDP (they average the gradients over the ranks):
+        # this rank's mean is the loss to backward there, as for a loss's own reduction
+        own = (f"; if this rank's own {name} is meant (a per-rank statistic, or a per-rank "
+               f"loss: DDP and FSDP, which average the gradients over the ranks, want this "
+               f"rank's mean), declare the operand V first: spmd.declare({xt}, Tensor[V[{ax}]])")
         avg = f'spmd.all_reduce(torch.{name}({xt}{dims}), {ax}, src=P, dst=R, op="avg")'
         why = ("the ranks' means sum to no mean of the whole" if reduction.refused != "sum" else
                f"the reinterpret(..., src=V, dst=P) or summing reduction it goes to adds the "
