@@ -77,6 +77,14 @@ class TypeBuilder:
         self._newtype_bases: dict[TypeInfo, Instance] = {}  # a NewType of a typed tensor: its base
         self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
         self._members: dict[Instance, list[Instance] | None] = {}  # joins read (members)
+        # the last instance each of from_type / members read and its answer, by identity: a
+        # hook hands the same type object to both several times in a row (union_cases, then
+        # operands, typed_result), and a dict lookup by value compares an equal but distinct
+        # key deep (~0.5-1k instructions).  Reset with the dict it stands in front of.
+        self._last_read: Instance | None = None
+        self._last_read_type: SpmdType | None = None
+        self._last_members: Instance | None = None
+        self._last_members_found: list[Instance] | None = None
 
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
@@ -99,6 +107,8 @@ class TypeBuilder:
         self._to_cache = {}
         self._to_cache_by_id = {}
         self._members = {}
+        self._last_members = None
+        self._last_members_found = None
         return found
 
     def is_tensor_info(self, info: TypeInfo) -> bool:
@@ -180,12 +190,16 @@ class TypeBuilder:
             # (mypy copies types); Instance caches its hash, and the same object compares
             # by identity first.  No entry per object: a hook allocates as little as it can
             # (each allocation brings mypy's next garbage collection closer)
+            if p is self._last_read:
+                return self._last_read_type
             known = self._by_value.get(p)
             if known is None:
                 known = self.read_slots(p.args)
                 if len(self._by_value) > 10_000:  # bound the memory of a long-lived daemon
                     self._by_value.clear()
                 self._by_value[p] = known
+            self._last_read = cast(Instance, p)
+            self._last_read_type = known
             return known
         tensor_class = self._tensor_classes.get(info)
         if tensor_class is None:
@@ -218,13 +232,19 @@ class TypeBuilder:
         p = typ if type(typ) is _Instance else get_proper_type(typ)
         if type(p) is not _Instance or cast(Instance, p).type.fullname != TENSOR:
             return None
+        if p is self._last_members:
+            return self._last_members_found
         known = self._members.get(p, _UNREAD)  # one lookup (an Instance key hashes and compares deep)
         if known is not _UNREAD:
+            self._last_members = cast(Instance, p)
+            self._last_members_found = known
             return known
         found = self._expand(p)
         if len(self._members) > 10_000:  # bound the memory of a long-lived daemon
             self._members.clear()
         self._members[p] = found
+        self._last_members = cast(Instance, p)
+        self._last_members_found = found
         return found
 
     def has_alternatives(self, t: Type) -> bool:
