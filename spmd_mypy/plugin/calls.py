@@ -170,6 +170,14 @@ _TENSOR_CONTAINERS: Final = ("builtins.list", "builtins.tuple", "typing.Sequence
 _KIND_I: Final = Kind.I
 _KIND_V: Final = Kind.V
 _KIND_R: Final = Kind.R
+# bound once for the operand loop (CallTyper.operands, at every hooked call): a Final module
+# attribute is a C static of this compiled module, an imported name a dict lookup at each use;
+# TempNode (mypy's, never subclassed) told by its exact class
+_TempNode: Final = TempNode
+_NON_OPERAND_NAMES: Final = NON_OPERAND_NAMES
+_GRADFREE_NAMES: Final = GRADFREE_NAMES
+_SCALAR_OPERAND_NAMES: Final = SCALAR_OPERAND_NAMES
+_source_operand: Final = source_operand
 
 
 def _temp_text(e: Expression | None) -> str:
@@ -410,6 +418,10 @@ _DECLARES_NOTHING: Final = frozenset({
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
+        # the plugin's TypeBuilder (made before this typer, never replaced): read at every
+        # operand, a native attribute here where the plugin's (a Python class) is a
+        # generic attribute lookup
+        self._types: TypeBuilder = plugin.types
         # the plugin's RegionIndex.rank_exprs (set once it exists): tested at every op
         self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
         # the plugin's RegionIndex.divergent: tested at every collective
@@ -424,6 +436,9 @@ class CallTyper:
         # of the module whose body runs the collective, checked before the caller (the call)
         self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
+        # the same, by the ids of its engine types (the entry holds those types)
+        self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
+                                                   coll.CollectiveResult]] = {}
         # each function's ``x.grad = value`` targets (_assigns_grad), read once
         self._grad_assignments: dict[FuncDef, list[MemberExpr]] = {}
         # overloaded function id -> (it, do its variants declare different SPMD types?)
@@ -447,7 +462,7 @@ class CallTyper:
     # -- helpers ---------------------------------------------------------------------
     @property
     def types(self) -> TypeBuilder:
-        return self.plugin.types
+        return self._types
 
     def report(self, ctx: AnyCtx, errors: Sequence[SpmdError], context: Context | None = None) -> None:
         """Report past mypy's error watchers: for ``1 + x`` mypy tries ``int.__add__`` and
@@ -648,19 +663,19 @@ class CallTyper:
             name = formal or ""
             this_position = position
             position += 1
-            if name in NON_OPERAND_NAMES:
+            if name in _NON_OPERAND_NAMES:
                 continue
             is_index, value_target = self._formal_roles(op, name, this_position == 0)
             for typ, expr in zip(types, exprs):
                 typ_items = self._container_items(typ, expr, ctx, wholes)
                 for it, ie in typ_items:
-                    if isinstance(ie, TempNode) and other is not None:
+                    if type(ie) is _TempNode and other is not None:
                         ie = other  # an operator's other side, which mypy hands as a TempNode
                     # the text (rendered when a message reads it): an item of the list xs
                     # is xs[k]; mypy's TempNode, x
                     is_item = bool(wholes) and any(w is ie for w in wholes)
                     render: Callable[[Any], str]
-                    if isinstance(ie, TempNode):
+                    if type(ie) is _TempNode:
                         render = _temp_item_text if is_item else _temp_text
                     else:
                         render = _item_text if is_item else expr_text
@@ -676,8 +691,8 @@ class CallTyper:
                         t = self.buffer_read(ctx, ie, t)  # a zero buffer's stored type
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
-                                name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
-                            ops.append(source_operand(None, ie, render, zero=is_zero_literal(ie, it)))
+                                name in _SCALAR_OPERAND_NAMES or (formal is None and dunder))):
+                            ops.append(_source_operand(None, ie, render, zero=is_zero_literal(ie, it)))
                             sources.append(None)
                             if operand_exprs is not None:
                                 operand_exprs.append(ie)
@@ -685,9 +700,9 @@ class CallTyper:
                     any_typed = any_typed or bool(t.axes) or bool(t.failed)
                     # a loss's value target is taken as data: no gradient (the check mode
                     # reads requires_grad)
-                    no_grad = is_index or name in GRADFREE_NAMES or value_target
+                    no_grad = is_index or name in _GRADFREE_NAMES or value_target
                     can_grad = False if no_grad else self.can_grad_if_invariant(ctx, ie, t)
-                    o = source_operand(t, ie, render, can_grad, Role.INDEX if is_index else None,
+                    o = _source_operand(t, ie, render, can_grad, Role.INDEX if is_index else None,
                                        leaf=can_grad and _attribute_if_invariant(ctx, ie, t))
                     if name == "out":
                         out = o
@@ -1985,16 +2000,33 @@ class CallTyper:
                 return ctx.default_return_type  # mypy reports the op against the stub's Literal
             # the engine's answer depends on these values only, and the same few collectives
             # recur all over a code base: remembered (its result is only read)
-            key = (op, x, axes, src or None, dst or None, expert, reduce_op, expr_text(x_expr),
-                   self.can_grad(ctx, x_expr))
-            res = self._collectives.get(key)
-            if res is None:
-                res = coll.check_collective(
-                    op, x, axes, key[3], key[4], expert_mode=expert, reduce_op=reduce_op,
-                    x_text=key[7], can_grad=key[8])
-                if len(self._collectives) > 10_000:
-                    self._collectives.clear()
-                self._collectives[key] = res
+            src_key = src or None
+            dst_key = dst or None
+            x_text = expr_text(x_expr)
+            can_grad = self.can_grad(ctx, x_expr)
+            # looked up by the identity of the engine's types first (the same few objects
+            # recur: from_type's, the markers'); hashing them by value runs their
+            # interpreted __hash__ (~8k instructions a lookup).  The entry holds them, so
+            # their ids are not reused while it is there.
+            by_id = (op, id(x), axes, id(src_key), id(dst_key), expert, reduce_op, x_text,
+                     can_grad)
+            same = self._collectives_by_id.get(by_id)
+            if same is not None and same[0] is x and same[1] is src_key and same[2] is dst_key:
+                res = same[3]
+            else:
+                key = (op, x, axes, src_key, dst_key, expert, reduce_op, x_text, can_grad)
+                found = self._collectives.get(key)
+                if found is None:
+                    found = coll.check_collective(
+                        op, x, axes, src_key, dst_key, expert_mode=expert, reduce_op=reduce_op,
+                        x_text=x_text, can_grad=can_grad)
+                    if len(self._collectives) > 10_000:
+                        self._collectives.clear()
+                    self._collectives[key] = found
+                if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
+                    self._collectives_by_id.clear()
+                self._collectives_by_id[by_id] = (x, src_key, dst_key, found)
+                res = found
             self.report(ctx, res.errors)
             if (op == "reinterpret" and not res.errors and src and dst and src.kind is Kind.V
                     and dst.kind is Kind.P):

@@ -184,14 +184,14 @@ class TypeBuilder:
             if type(p) is TypeVarType:  # ``x: TB``, TB bound to a typed tensor: at least that
                 return self.from_type(cast(TypeVarType, p).upper_bound)
             return None
+        if p is self._last_read:  # (a canonical tensor: told before reading its class)
+            return self._last_read_type
         info = cast(Instance, p).type
         if info.fullname == TENSOR:
             # keyed by value: ~10 distinct canonical types stand behind thousands of objects
             # (mypy copies types); Instance caches its hash, and the same object compares
             # by identity first.  No entry per object: a hook allocates as little as it can
             # (each allocation brings mypy's next garbage collection closer)
-            if p is self._last_read:
-                return self._last_read_type
             known = self._by_value.get(p)
             if known is None:
                 known = self.read_slots(p.args)
@@ -230,10 +230,10 @@ class TypeBuilder:
         if typ is None:
             return None
         p = typ if type(typ) is _Instance else get_proper_type(typ)
+        if p is self._last_members:  # (a canonical tensor: told before reading its class)
+            return self._last_members_found
         if type(p) is not _Instance or cast(Instance, p).type.fullname != TENSOR:
             return None
-        if p is self._last_members:
-            return self._last_members_found
         known = self._members.get(p, _UNREAD)  # one lookup (an Instance key hashes and compares deep)
         if known is not _UNREAD:
             self._last_members = cast(Instance, p)
