@@ -3789,6 +3789,8 @@ def unfinished_norm(e: Expression | None, func: FuncDef | None,
     logsumexps with the all-reduced one; then None).  Read for the claim of a sum of parts."""
     if e is None:
         return None
+    if not _may_normalise(func, e):
+        return None  # no normaliser written where the walk below reads: nothing found
     assigned = _plain_bindings(func) if func is not None else {}
     seen: set[SymbolNode] = set()
     todo: list[tuple[Expression, int, str | None]] = [(e, e.line, None)]
@@ -3814,6 +3816,35 @@ def unfinished_norm(e: Expression | None, func: FuncDef | None,
                 at, value, local = binding
                 todo.append((value, at, local))
     return found
+
+
+def _is_normaliser_call(e: Expression) -> bool:
+    """A call :func:`_normaliser` may read (it reads no other expression)."""
+    return (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
+            and e.callee.name in _NORMALISERS)
+
+
+_NORMALISER_CALLS: Final[dict[int, tuple[FuncDef, Block, bool]]] = {}
+
+
+def _may_normalise(func: FuncDef | None, e: Expression) -> bool:
+    """Whether a softmax, log_softmax or logsumexp call is written in ``e`` or anywhere in
+    ``func``'s body (nested definitions too): where :func:`unfinished_norm`'s walk (``e``,
+    then the values of ``func``'s assignments) can find one; when not, that walk finds
+    nothing.  The body's answer is computed once per body (kept by the function's id,
+    checked by the identity of the function and of its body: the daemon merges a re-parsed
+    function into the old object with the new body)."""
+    if any(_is_normaliser_call(sub) for sub in get_subexpressions(e)):
+        return True
+    if func is None:
+        return False
+    cached = _NORMALISER_CALLS.get(id(func))
+    if cached is None or cached[0] is not func or cached[1] is not func.body:
+        found = any(_is_normaliser_call(sub) for sub in get_subexpressions(func.body))
+        if len(_NORMALISER_CALLS) > 10_000:  # bound the memory of a long-lived daemon
+            _NORMALISER_CALLS.clear()
+        cached = _NORMALISER_CALLS[id(func)] = (func, func.body, found)
+    return cached[2]
 
 
 def _is_max_collective(e: Expression) -> bool:

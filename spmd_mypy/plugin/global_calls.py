@@ -573,7 +573,12 @@ class SizeNames:
 
 def current_function(api: object) -> FuncDef | None:
     """The function the checker is in (None at module or class level, in a lambda)."""
-    func = getattr(getattr(api, "scope", None), "current_function", lambda: None)()
+    scope = getattr(api, "scope", None)
+    if scope is None:
+        return None
+    # (no default callable made at each call: a hook asks several times)
+    get = getattr(scope, "current_function", None)
+    func = get() if get is not None else None
     return func if isinstance(func, FuncDef) else None
 
 
