@@ -13,7 +13,7 @@ where they do not depend on the class.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable, Final
+from typing import TYPE_CHECKING, Callable, Final, cast
 
 from mypy.checker_state import checker_state
 from mypy.nodes import CallExpr, MemberExpr, NameExpr, SymbolNode, TypeInfo, Var
@@ -61,6 +61,19 @@ _GRAD_ATTRS: Final = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
 _DATA_ATTRS: Final = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
 _COMPLEX_PART_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("real", "imag"))
+# the four sets above by kind in one dict, tested in that order where names were in several
+# (one lookup where four set tests were: mypy asks for every attribute read)
+_GRAD_KIND: Final = 1
+_TRANSPOSE_KIND: Final = 2
+_DATA_KIND: Final = 3
+_COMPLEX_PART_KIND: Final = 4
+_ATTRIBUTE_KINDS: Final[dict[str, int]] = {}
+for _kind, _names in ((_COMPLEX_PART_KIND, _COMPLEX_PART_ATTRS), (_DATA_KIND, _DATA_ATTRS),
+                      (_TRANSPOSE_KIND, _TRANSPOSE_ATTRS), (_GRAD_KIND, _GRAD_ATTRS)):
+    for _name in _names:
+        _ATTRIBUTE_KINDS[_name] = _kind
+# a hook cache's answer not known yet (a hook may be None)
+_UNSET: Final = object()
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
 # mypy builds a context for each).  The standard library modules training code calls most.
 NO_SIGNATURE_CHECK: Final = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
@@ -221,9 +234,11 @@ class HookDispatch:
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         cache = self._function_cache
-        if fullname not in cache:
+        known = cache.get(fullname, _UNSET)  # one lookup (mypy asks at every call)
+        if known is _UNSET:
             cache[fullname] = self._new_function_hook(fullname)
-        hook = cache[fullname]
+            known = cache[fullname]
+        hook = cast("Callable[[FunctionContext], Type] | None", known)
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
         if (fullname.startswith("torch.") or fullname in _BUILTIN_HOOKED) \
@@ -278,8 +293,9 @@ class HookDispatch:
         # mypy asks at every call: the answer for a name is kept (each is made once)
         self._follow_module()
         cache = self._function_sig_cache
-        if fullname in cache:
-            return cache[fullname]
+        known = cache.get(fullname, _UNSET)  # one lookup
+        if known is not _UNSET:
+            return cast("Callable | None", known)
         hook: Callable | None
         if fullname in EINOPS_FUNCTIONS:
             hook = self._guard("einops_signature", einops_signature_hook, SIGNATURE)
@@ -482,8 +498,9 @@ class HookDispatch:
         # __call__ and apply, which depend on the class (a module, an autograd Function)
         self._follow_module()
         cache = self._method_sig_cache
-        if fullname in cache:
-            return cache[fullname]
+        known = cache.get(fullname, _UNSET)  # one lookup
+        if known is not _UNSET:
+            return cast("Callable | None", known)
         cls, _, method = fullname.rpartition(".")
         if method == "__call__" and is_module_class(self.lookup_info(cls)):
             return self._guard("module_call", self.plugin.modules.call_signature_hook, SIGNATURE)  # torch's too
@@ -503,9 +520,11 @@ class HookDispatch:
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         cache = self._method_cache
-        if fullname not in cache:
+        known = cache.get(fullname, _UNSET)  # one lookup (mypy asks at every method call)
+        if known is _UNSET:
             cache[fullname] = self._method_hook(fullname)
-        hook = cache[fullname]
+            known = cache[fullname]
+        hook = cast("Callable[[MethodContext], Type] | None", known)
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
         if not self._meets_spmd():
@@ -571,13 +590,14 @@ class HookDispatch:
         return self._synced(hook) if hook is not None else None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
-        if fullname in _GRAD_ATTRS:
+        kind = _ATTRIBUTE_KINDS.get(fullname)  # one lookup (mypy asks at every attribute)
+        if kind == _GRAD_KIND:
             hook = self.plugin.calls.grad_attribute_hook
-        elif fullname in _TRANSPOSE_ATTRS:
+        elif kind == _TRANSPOSE_KIND:
             hook = self.plugin.calls.transpose_attribute_hook
-        elif fullname in _DATA_ATTRS:
+        elif kind == _DATA_KIND:
             hook = self.plugin.calls.data_attribute_hook
-        elif fullname in _COMPLEX_PART_ATTRS:
+        elif kind == _COMPLEX_PART_KIND:
             hook = self.plugin.calls.complex_part_attribute_hook
         elif fullname.startswith("torch.return_types."):
             hook = self.plugin.calls.structseq_attribute_hook
