@@ -14,7 +14,7 @@ from dataclasses import replace
 import dataclasses
 import re
 import functools
-from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence, cast
 from mypy.errorcodes import ARG_TYPE
 from mypy.messages import format_type as mypy_format_type
 
@@ -178,6 +178,16 @@ _NON_OPERAND_NAMES: Final = NON_OPERAND_NAMES
 _GRADFREE_NAMES: Final = GRADFREE_NAMES
 _SCALAR_OPERAND_NAMES: Final = SCALAR_OPERAND_NAMES
 _source_operand: Final = source_operand
+_expr_text: Final = expr_text
+_ListExpr: Final = ListExpr
+_TupleExpr: Final = TupleExpr
+_ListComprehension: Final = ListComprehension
+_CallExpr: Final = CallExpr
+_OpExpr: Final = OpExpr
+_MemberExpr: Final = MemberExpr
+_TupleType: Final = TupleType
+_Instance: Final = Instance
+_get_proper_type: Final = get_proper_type
 
 
 def _temp_text(e: Expression | None) -> str:
@@ -214,8 +224,9 @@ def _attribute_if_invariant(ctx: AnyCtx, e: Expression | None, t: SpmdType) -> b
     """An Invariant operand that is an object's attribute (``self.W1``, ``blk.A1``: a module's
     weight or buffer, which may be frozen), not a tensor's (``h.T``) nor a computed value:
     Operand.leaf, read by the invariant-mix rule only (the detach it offers)."""
-    if not isinstance(e, MemberExpr) or not any(lt.kind is _KIND_I for _, lt in t.axes):
-        return False
+    if type(e) is not _MemberExpr or not any(lt.kind is _KIND_I for _, lt in t.axes):
+        return False  # (mypy's MemberExpr, never subclassed: told by its class)
+    assert isinstance(e, MemberExpr)
     owner = lookup_type(ctx.api, e.expr)
     p = get_proper_type(owner) if owner is not None else None
     if not isinstance(p, Instance):
@@ -552,7 +563,7 @@ class CallTyper:
         """A tensor operand ``expr`` of type ``t``: named as the code writes it, its gradient
         read where the rule needs it (can_grad_if_invariant)."""
         can_grad = self.can_grad_if_invariant(ctx, expr, t)
-        return source_operand(t, expr, expr_text, can_grad,
+        return _source_operand(t, expr, _expr_text, can_grad,
                               leaf=can_grad and _attribute_if_invariant(ctx, expr, t))
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
@@ -681,7 +692,7 @@ class CallTyper:
                     if type(ie) is _TempNode:
                         render = _temp_item_text if is_item else _temp_text
                     else:
-                        render = _item_text if is_item else expr_text
+                        render = _item_text if is_item else _expr_text
                     t = self.types.from_type(it)
                     if (t is None and it is not None and not is_index and name != "out"
                             and isinstance(get_proper_type(it), AnyType)):
@@ -763,7 +774,9 @@ class CallTyper:
         items ``xs[k]``, and a fix applies to each (``[all_reduce(t, ...) for t in xs]``)."""
         if self.types.from_type(typ) is not None:
             return [(typ, expr)]
-        if isinstance(expr, (ListExpr, TupleExpr)):
+        cls = type(expr)  # mypy's expression classes, never subclassed: told by class
+        if cls is _ListExpr or cls is _TupleExpr:
+            assert isinstance(expr, (ListExpr, TupleExpr))
             shown: list[tuple[Type | None, Expression]] = []
             for i in expr.items:
                 if isinstance(i, StarExpr):  # ``[*xs, a]``: the starred container's items
@@ -773,14 +786,15 @@ class CallTyper:
                 else:
                     shown.append((lookup_type(ctx.api, i), i))
             return shown
-        if isinstance(expr, ListComprehension):
+        if cls is _ListComprehension:
+            assert isinstance(expr, ListComprehension)
             # ``torch.cat([f(c) for c in chunks])``: mypy typed the list in the parameter's
             # context (list[torch.Tensor]); the element expression keeps its own type
             left = expr.generator.left_expr
             left_type = lookup_type(ctx.api, left)
             if left_type is not None and self.types.from_type(left_type) is not None:
                 return [(left_type, left)]
-        if (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
+        if (cls is _CallExpr and isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
                 and expr.callee.fullname in _ITEM_KEEPING and expr.args
                 and expr.arg_kinds[0] == ARG_POS):
             # ``torch.stack(list(xs))``, ``tuple(l)``, ``sorted(l, key=...)``, ``reversed(l)``:
@@ -794,10 +808,10 @@ class CallTyper:
                     if wholes is not None and any(w is wrapped for w in wholes):
                         wholes.append(expr)
                     return [(t, expr if e is wrapped else e) for t, e in wrapped_items]
-        p = get_proper_type(typ)
-        is_container = isinstance(p, TupleType) or (
-            isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS)
-        if isinstance(expr, OpExpr) and expr.op == "+" and is_container:
+        p = _get_proper_type(typ)
+        is_container = isinstance(p, _TupleType) or (
+            isinstance(p, _Instance) and p.type.fullname in _TENSOR_CONTAINERS)
+        if cls is _OpExpr and isinstance(expr, OpExpr) and expr.op == "+" and is_container:
             # ``torch.cat(xs + [a])``: mypy typed the sum in the parameter's context
             # (list[torch.Tensor]); its two sides still have their own types
             items: list[tuple[Type | None, Expression]] = []
@@ -807,11 +821,11 @@ class CallTyper:
                     return [(typ, expr)]
                 items.extend(self._container_items(side_type, side, ctx, wholes))
             return items
-        if isinstance(p, TupleType):
+        if isinstance(p, _TupleType):
             if wholes is not None:
                 wholes.append(expr)
             return [(i, expr) for i in p.items]
-        if isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
+        if isinstance(p, _Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
             if wholes is not None:
                 wholes.append(expr)
             if self.types.is_spec_join(p.args[0]):
@@ -827,7 +841,7 @@ class CallTyper:
                 # (a homogeneous list typed so is checked as if mixed)
                 return [(i, expr) for i in alternatives]
             return [(p.args[0], expr)]
-        if isinstance(p, Instance) and p.args and p.type.fullname not in _TENSOR_CONTAINERS:
+        if isinstance(p, _Instance) and p.args and p.type.fullname not in _TENSOR_CONTAINERS:
             # any other iterable of typed tensors (``reversed(l)`` as list()'s argument, a
             # user's Sequence subclass): the item type of its Iterable base
             iterable = next((b for b in p.type.mro if b.fullname == "typing.Iterable"), None)
@@ -3840,9 +3854,12 @@ def unfinished_norm(e: Expression | None, func: FuncDef | None,
 
 
 def _is_normaliser_call(e: Expression) -> bool:
-    """A call :func:`_normaliser` may read (it reads no other expression)."""
-    return (isinstance(e, CallExpr) and isinstance(e.callee, MemberExpr)
-            and e.callee.name in _NORMALISERS)
+    """A call :func:`_normaliser` may read (it reads no other expression); mypy's classes,
+    never subclassed, told by class (asked of every sub-expression of a function)."""
+    if type(e) is not _CallExpr:
+        return False
+    callee = cast(CallExpr, e).callee
+    return type(callee) is _MemberExpr and cast(MemberExpr, callee).name in _NORMALISERS
 
 
 _NORMALISER_CALLS: Final[dict[int, tuple[FuncDef, Block, bool]]] = {}
