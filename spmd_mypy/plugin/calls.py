@@ -447,9 +447,6 @@ class CallTyper:
         # of the module whose body runs the collective, checked before the caller (the call)
         self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
-        # check_arguments_hook's engine verdicts (_check_argument)
-        self._arguments: dict[tuple[int, int, str, str],
-                              tuple[SpmdType, tuple[SpmdType, ...], tuple[SpmdError, ...]]] = {}
         # the same, by the ids of its engine types (the entry holds those types)
         self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
                                                    coll.CollectiveResult]] = {}
@@ -3206,7 +3203,8 @@ class CallTyper:
                         # at the argument, as mypy's own [arg-type] (its line in a call
                         # written over several lines)
                         by = made_by(expr) if index is None and kind == ARG_POS else None
-                        errors = self._check_argument(have, wanted, x_text, where, by)
+                        errors = coll.check_argument_any(have, wanted, x_text=x_text,
+                                                         where=where, made_by=by)
                         free = bool(errors) and index is None and self.integer_valued(ctx, expr)
                         if free:
                             # an integer or bool value (a token id, a mask): no gradient, so
@@ -3244,25 +3242,6 @@ class CallTyper:
                             errors = coll.may_be_none(errors, x_text)
                         self.report(ctx, errors, context=expr if expr.line > 0 else None)
         return ctx.default_return_type
-
-    def _check_argument(self, have: SpmdType, wanted: tuple[SpmdType, ...], x_text: str,
-                        where: str, by: coll.MadeBy | None) -> list[SpmdError]:
-        """The engine's ``check_argument_any`` of an argument, remembered for one not made
-        by a collective (the answer depends on these values only; the same arguments recur
-        across a code base's calls and union members).  Kept by the identity of the engine's
-        types (hashing them by value runs their interpreted ``__hash__``); the entry holds
-        them, so their ids are not reused while it is there.  A copy of the list is given."""
-        if by is not None:
-            return coll.check_argument_any(have, wanted, x_text=x_text, where=where, made_by=by)
-        key = (id(have), id(wanted), x_text, where)
-        known = self._arguments.get(key)
-        if known is not None and known[0] is have and known[1] is wanted:
-            return list(known[2])
-        errors = coll.check_argument_any(have, wanted, x_text=x_text, where=where)
-        if len(self._arguments) > 10_000:  # bound the memory of a long-lived daemon
-            self._arguments.clear()
-        self._arguments[key] = (have, wanted, tuple(errors))
-        return errors
 
     def _tensor_members(self, items: list[tuple[Type, int | None]]
                         ) -> list[tuple[Type, int | None, bool]]:
