@@ -61,17 +61,6 @@ _GRAD_ATTRS: Final = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
 _DATA_ATTRS: Final = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
 _COMPLEX_PART_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("real", "imag"))
-# the four sets above by kind in one dict, tested in that order where names were in several
-# (one lookup where four set tests were: mypy asks for every attribute read)
-_GRAD_KIND: Final = 1
-_TRANSPOSE_KIND: Final = 2
-_DATA_KIND: Final = 3
-_COMPLEX_PART_KIND: Final = 4
-_ATTRIBUTE_KINDS: Final[dict[str, int]] = {}
-for _kind, _names in ((_COMPLEX_PART_KIND, _COMPLEX_PART_ATTRS), (_DATA_KIND, _DATA_ATTRS),
-                      (_TRANSPOSE_KIND, _TRANSPOSE_ATTRS), (_GRAD_KIND, _GRAD_ATTRS)):
-    for _name in _names:
-        _ATTRIBUTE_KINDS[_name] = _kind
 # a hook cache's answer not known yet (a hook may be None)
 _UNSET: Final = object()
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
@@ -590,14 +579,13 @@ class HookDispatch:
         return self._synced(hook) if hook is not None else None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
-        kind = _ATTRIBUTE_KINDS.get(fullname)  # one lookup (mypy asks at every attribute)
-        if kind == _GRAD_KIND:
+        if fullname in _GRAD_ATTRS:
             hook = self.plugin.calls.grad_attribute_hook
-        elif kind == _TRANSPOSE_KIND:
+        elif fullname in _TRANSPOSE_ATTRS:
             hook = self.plugin.calls.transpose_attribute_hook
-        elif kind == _DATA_KIND:
+        elif fullname in _DATA_ATTRS:
             hook = self.plugin.calls.data_attribute_hook
-        elif kind == _COMPLEX_PART_KIND:
+        elif fullname in _COMPLEX_PART_ATTRS:
             hook = self.plugin.calls.complex_part_attribute_hook
         elif fullname.startswith("torch.return_types."):
             hook = self.plugin.calls.structseq_attribute_hook

@@ -57,7 +57,6 @@ FAILED_PREFIX: Final = "spmd-failed:"
 # rewrite.py: a bare imported name is a dict lookup per use, isinstance walks the MRO)
 _Instance: Final = Instance
 _UnionType: Final = UnionType
-_RECENT: Final = 8  # TypeBuilder: the instances each of from_type / members remembers by identity
 _UNREAD: Final[list[Instance]] = []  # TypeBuilder.members: a join not read yet
 
 
@@ -78,17 +77,14 @@ class TypeBuilder:
         self._newtype_bases: dict[TypeInfo, Instance] = {}  # a NewType of a typed tensor: its base
         self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
         self._members: dict[Instance, list[Instance] | None] = {}  # joins read (members)
-        # the last _RECENT instances each of from_type / members read and their answers, by
-        # identity (a ring, no allocation): a hook hands the same type objects to both several
-        # times (union_cases, then operands, typed_result), and a dict lookup by value
-        # compares an equal but distinct key deep (~0.5-1k instructions).  Reset with the
-        # dict it stands in front of.
-        self._read_keys: list[Instance | None] = [None] * _RECENT
-        self._read_types: list[SpmdType | None] = [None] * _RECENT
-        self._read_next = 0
-        self._members_keys: list[Instance | None] = [None] * _RECENT
-        self._members_found: list[list[Instance] | None] = [None] * _RECENT
-        self._members_next = 0
+        # the last instance each of from_type / members read and its answer, by identity: a
+        # hook hands the same type object to both several times in a row (union_cases, then
+        # operands, typed_result), and a dict lookup by value compares an equal but distinct
+        # key deep (~0.5-1k instructions).  Reset with the dict it stands in front of.
+        self._last_read: Instance | None = None
+        self._last_read_type: SpmdType | None = None
+        self._last_members: Instance | None = None
+        self._last_members_found: list[Instance] | None = None
 
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
@@ -111,8 +107,8 @@ class TypeBuilder:
         self._to_cache = {}
         self._to_cache_by_id = {}
         self._members = {}
-        self._members_keys = [None] * _RECENT
-        self._members_found = [None] * _RECENT
+        self._last_members = None
+        self._last_members_found = None
         return found
 
     def is_tensor_info(self, info: TypeInfo) -> bool:
@@ -188,10 +184,8 @@ class TypeBuilder:
             if type(p) is TypeVarType:  # ``x: TB``, TB bound to a typed tensor: at least that
                 return self.from_type(cast(TypeVarType, p).upper_bound)
             return None
-        keys = self._read_keys  # (canonical tensors: told before reading their class)
-        for k in range(_RECENT):
-            if keys[k] is p:
-                return self._read_types[k]
+        if p is self._last_read:  # (a canonical tensor: told before reading its class)
+            return self._last_read_type
         info = cast(Instance, p).type
         if info.fullname == TENSOR:
             # keyed by value: ~10 distinct canonical types stand behind thousands of objects
@@ -204,10 +198,8 @@ class TypeBuilder:
                 if len(self._by_value) > 10_000:  # bound the memory of a long-lived daemon
                     self._by_value.clear()
                 self._by_value[p] = known
-            k = self._read_next
-            keys[k] = cast(Instance, p)
-            self._read_types[k] = known
-            self._read_next = (k + 1) % _RECENT
+            self._last_read = cast(Instance, p)
+            self._last_read_type = known
             return known
         tensor_class = self._tensor_classes.get(info)
         if tensor_class is None:
@@ -238,28 +230,22 @@ class TypeBuilder:
         if typ is None:
             return None
         p = typ if type(typ) is _Instance else get_proper_type(typ)
-        keys = self._members_keys  # (canonical tensors: told before reading their class)
-        for k in range(_RECENT):
-            if keys[k] is p:
-                return self._members_found[k]
+        if p is self._last_members:  # (a canonical tensor: told before reading its class)
+            return self._last_members_found
         if type(p) is not _Instance or cast(Instance, p).type.fullname != TENSOR:
             return None
         known = self._members.get(p, _UNREAD)  # one lookup (an Instance key hashes and compares deep)
         if known is not _UNREAD:
-            self._recent_members(cast(Instance, p), known)
+            self._last_members = cast(Instance, p)
+            self._last_members_found = known
             return known
         found = self._expand(p)
         if len(self._members) > 10_000:  # bound the memory of a long-lived daemon
             self._members.clear()
         self._members[p] = found
-        self._recent_members(cast(Instance, p), found)
+        self._last_members = cast(Instance, p)
+        self._last_members_found = found
         return found
-
-    def _recent_members(self, p: Instance, found: list[Instance] | None) -> None:
-        k = self._members_next
-        self._members_keys[k] = p
-        self._members_found[k] = found
-        self._members_next = (k + 1) % _RECENT
 
     def has_alternatives(self, t: Type) -> bool:
         """A union, or a join of typed tensors: what :meth:`alternatives` expands (asked of
