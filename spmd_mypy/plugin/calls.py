@@ -14,7 +14,7 @@ from dataclasses import replace
 import dataclasses
 import re
 import functools
-from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Sequence, cast
 from mypy.errorcodes import ARG_TYPE
 from mypy.messages import format_type as mypy_format_type
 
@@ -170,6 +170,24 @@ _TENSOR_CONTAINERS: Final = ("builtins.list", "builtins.tuple", "typing.Sequence
 _KIND_I: Final = Kind.I
 _KIND_V: Final = Kind.V
 _KIND_R: Final = Kind.R
+# bound once for the operand loop (CallTyper.operands, at every hooked call): a Final module
+# attribute is a C static of this compiled module, an imported name a dict lookup at each use;
+# TempNode (mypy's, never subclassed) told by its exact class
+_TempNode: Final = TempNode
+_NON_OPERAND_NAMES: Final = NON_OPERAND_NAMES
+_GRADFREE_NAMES: Final = GRADFREE_NAMES
+_SCALAR_OPERAND_NAMES: Final = SCALAR_OPERAND_NAMES
+_source_operand: Final = source_operand
+_expr_text: Final = expr_text
+_ListExpr: Final = ListExpr
+_TupleExpr: Final = TupleExpr
+_ListComprehension: Final = ListComprehension
+_CallExpr: Final = CallExpr
+_OpExpr: Final = OpExpr
+_MemberExpr: Final = MemberExpr
+_TupleType: Final = TupleType
+_Instance: Final = Instance
+_get_proper_type: Final = get_proper_type
 
 
 def _temp_text(e: Expression | None) -> str:
@@ -206,8 +224,9 @@ def _attribute_if_invariant(ctx: AnyCtx, e: Expression | None, t: SpmdType) -> b
     """An Invariant operand that is an object's attribute (``self.W1``, ``blk.A1``: a module's
     weight or buffer, which may be frozen), not a tensor's (``h.T``) nor a computed value:
     Operand.leaf, read by the invariant-mix rule only (the detach it offers)."""
-    if not isinstance(e, MemberExpr) or not any(lt.kind is _KIND_I for _, lt in t.axes):
-        return False
+    if type(e) is not _MemberExpr or not any(lt.kind is _KIND_I for _, lt in t.axes):
+        return False  # (mypy's MemberExpr, never subclassed: told by its class)
+    assert isinstance(e, MemberExpr)
     owner = lookup_type(ctx.api, e.expr)
     p = get_proper_type(owner) if owner is not None else None
     if not isinstance(p, Instance):
@@ -410,6 +429,10 @@ _DECLARES_NOTHING: Final = frozenset({
 class CallTyper:
     def __init__(self, plugin: SpmdPlugin) -> None:
         self.plugin = plugin
+        # the plugin's TypeBuilder (made before this typer, never replaced): read at every
+        # operand, a native attribute here where the plugin's (a Python class) is a
+        # generic attribute lookup
+        self._types: TypeBuilder = plugin.types
         # the plugin's RegionIndex.rank_exprs (set once it exists): tested at every op
         self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
         # the plugin's RegionIndex.divergent: tested at every collective
@@ -424,6 +447,9 @@ class CallTyper:
         # of the module whose body runs the collective, checked before the caller (the call)
         self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
+        # the same, by the ids of its engine types (the entry holds those types)
+        self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
+                                                   coll.CollectiveResult]] = {}
         # each function's ``x.grad = value`` targets (_assigns_grad), read once
         self._grad_assignments: dict[FuncDef, list[MemberExpr]] = {}
         # overloaded function id -> (it, do its variants declare different SPMD types?)
@@ -447,7 +473,7 @@ class CallTyper:
     # -- helpers ---------------------------------------------------------------------
     @property
     def types(self) -> TypeBuilder:
-        return self.plugin.types
+        return self._types
 
     def report(self, ctx: AnyCtx, errors: Sequence[SpmdError], context: Context | None = None) -> None:
         """Report past mypy's error watchers: for ``1 + x`` mypy tries ``int.__add__`` and
@@ -534,7 +560,7 @@ class CallTyper:
         """A tensor operand ``expr`` of type ``t``: named as the code writes it, its gradient
         read where the rule needs it (can_grad_if_invariant)."""
         can_grad = self.can_grad_if_invariant(ctx, expr, t)
-        return source_operand(t, expr, expr_text, can_grad,
+        return _source_operand(t, expr, _expr_text, can_grad,
                               leaf=can_grad and _attribute_if_invariant(ctx, expr, t))
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
@@ -648,22 +674,22 @@ class CallTyper:
             name = formal or ""
             this_position = position
             position += 1
-            if name in NON_OPERAND_NAMES:
+            if name in _NON_OPERAND_NAMES:
                 continue
             is_index, value_target = self._formal_roles(op, name, this_position == 0)
             for typ, expr in zip(types, exprs):
                 typ_items = self._container_items(typ, expr, ctx, wholes)
                 for it, ie in typ_items:
-                    if isinstance(ie, TempNode) and other is not None:
+                    if type(ie) is _TempNode and other is not None:
                         ie = other  # an operator's other side, which mypy hands as a TempNode
                     # the text (rendered when a message reads it): an item of the list xs
                     # is xs[k]; mypy's TempNode, x
                     is_item = bool(wholes) and any(w is ie for w in wholes)
                     render: Callable[[Any], str]
-                    if isinstance(ie, TempNode):
+                    if type(ie) is _TempNode:
                         render = _temp_item_text if is_item else _temp_text
                     else:
-                        render = _item_text if is_item else expr_text
+                        render = _item_text if is_item else _expr_text
                     t = self.types.from_type(it)
                     if (t is None and it is not None and not is_index and name != "out"
                             and isinstance(get_proper_type(it), AnyType)):
@@ -676,8 +702,8 @@ class CallTyper:
                         t = self.buffer_read(ctx, ie, t)  # a zero buffer's stored type
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
-                                name in SCALAR_OPERAND_NAMES or (formal is None and dunder))):
-                            ops.append(source_operand(None, ie, render, zero=is_zero_literal(ie, it)))
+                                name in _SCALAR_OPERAND_NAMES or (formal is None and dunder))):
+                            ops.append(_source_operand(None, ie, render, zero=is_zero_literal(ie, it)))
                             sources.append(None)
                             if operand_exprs is not None:
                                 operand_exprs.append(ie)
@@ -685,9 +711,9 @@ class CallTyper:
                     any_typed = any_typed or bool(t.axes) or bool(t.failed)
                     # a loss's value target is taken as data: no gradient (the check mode
                     # reads requires_grad)
-                    no_grad = is_index or name in GRADFREE_NAMES or value_target
+                    no_grad = is_index or name in _GRADFREE_NAMES or value_target
                     can_grad = False if no_grad else self.can_grad_if_invariant(ctx, ie, t)
-                    o = source_operand(t, ie, render, can_grad, Role.INDEX if is_index else None,
+                    o = _source_operand(t, ie, render, can_grad, Role.INDEX if is_index else None,
                                        leaf=can_grad and _attribute_if_invariant(ctx, ie, t))
                     if name == "out":
                         out = o
@@ -745,7 +771,9 @@ class CallTyper:
         items ``xs[k]``, and a fix applies to each (``[all_reduce(t, ...) for t in xs]``)."""
         if self.types.from_type(typ) is not None:
             return [(typ, expr)]
-        if isinstance(expr, (ListExpr, TupleExpr)):
+        cls = type(expr)  # mypy's expression classes, never subclassed: told by class
+        if cls is _ListExpr or cls is _TupleExpr:
+            assert isinstance(expr, (ListExpr, TupleExpr))
             shown: list[tuple[Type | None, Expression]] = []
             for i in expr.items:
                 if isinstance(i, StarExpr):  # ``[*xs, a]``: the starred container's items
@@ -755,14 +783,15 @@ class CallTyper:
                 else:
                     shown.append((lookup_type(ctx.api, i), i))
             return shown
-        if isinstance(expr, ListComprehension):
+        if cls is _ListComprehension:
+            assert isinstance(expr, ListComprehension)
             # ``torch.cat([f(c) for c in chunks])``: mypy typed the list in the parameter's
             # context (list[torch.Tensor]); the element expression keeps its own type
             left = expr.generator.left_expr
             left_type = lookup_type(ctx.api, left)
             if left_type is not None and self.types.from_type(left_type) is not None:
                 return [(left_type, left)]
-        if (isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
+        if (cls is _CallExpr and isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr)
                 and expr.callee.fullname in _ITEM_KEEPING and expr.args
                 and expr.arg_kinds[0] == ARG_POS):
             # ``torch.stack(list(xs))``, ``tuple(l)``, ``sorted(l, key=...)``, ``reversed(l)``:
@@ -776,10 +805,10 @@ class CallTyper:
                     if wholes is not None and any(w is wrapped for w in wholes):
                         wholes.append(expr)
                     return [(t, expr if e is wrapped else e) for t, e in wrapped_items]
-        p = get_proper_type(typ)
-        is_container = isinstance(p, TupleType) or (
-            isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS)
-        if isinstance(expr, OpExpr) and expr.op == "+" and is_container:
+        p = _get_proper_type(typ)
+        is_container = isinstance(p, _TupleType) or (
+            isinstance(p, _Instance) and p.type.fullname in _TENSOR_CONTAINERS)
+        if cls is _OpExpr and isinstance(expr, OpExpr) and expr.op == "+" and is_container:
             # ``torch.cat(xs + [a])``: mypy typed the sum in the parameter's context
             # (list[torch.Tensor]); its two sides still have their own types
             items: list[tuple[Type | None, Expression]] = []
@@ -789,11 +818,11 @@ class CallTyper:
                     return [(typ, expr)]
                 items.extend(self._container_items(side_type, side, ctx, wholes))
             return items
-        if isinstance(p, TupleType):
+        if isinstance(p, _TupleType):
             if wholes is not None:
                 wholes.append(expr)
             return [(i, expr) for i in p.items]
-        if isinstance(p, Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
+        if isinstance(p, _Instance) and p.type.fullname in _TENSOR_CONTAINERS and p.args:
             if wholes is not None:
                 wholes.append(expr)
             if self.types.is_spec_join(p.args[0]):
@@ -809,7 +838,7 @@ class CallTyper:
                 # (a homogeneous list typed so is checked as if mixed)
                 return [(i, expr) for i in alternatives]
             return [(p.args[0], expr)]
-        if isinstance(p, Instance) and p.args and p.type.fullname not in _TENSOR_CONTAINERS:
+        if isinstance(p, _Instance) and p.args and p.type.fullname not in _TENSOR_CONTAINERS:
             # any other iterable of typed tensors (``reversed(l)`` as list()'s argument, a
             # user's Sequence subclass): the item type of its Iterable base
             iterable = next((b for b in p.type.mro if b.fullname == "typing.Iterable"), None)
@@ -1985,16 +2014,33 @@ class CallTyper:
                 return ctx.default_return_type  # mypy reports the op against the stub's Literal
             # the engine's answer depends on these values only, and the same few collectives
             # recur all over a code base: remembered (its result is only read)
-            key = (op, x, axes, src or None, dst or None, expert, reduce_op, expr_text(x_expr),
-                   self.can_grad(ctx, x_expr))
-            res = self._collectives.get(key)
-            if res is None:
-                res = coll.check_collective(
-                    op, x, axes, key[3], key[4], expert_mode=expert, reduce_op=reduce_op,
-                    x_text=key[7], can_grad=key[8])
-                if len(self._collectives) > 10_000:
-                    self._collectives.clear()
-                self._collectives[key] = res
+            src_key = src or None
+            dst_key = dst or None
+            x_text = expr_text(x_expr)
+            can_grad = self.can_grad(ctx, x_expr)
+            # looked up by the identity of the engine's types first (the same few objects
+            # recur: from_type's, the markers'); hashing them by value runs their
+            # interpreted __hash__ (~8k instructions a lookup).  The entry holds them, so
+            # their ids are not reused while it is there.
+            by_id = (op, id(x), axes, id(src_key), id(dst_key), expert, reduce_op, x_text,
+                     can_grad)
+            same = self._collectives_by_id.get(by_id)
+            if same is not None and same[0] is x and same[1] is src_key and same[2] is dst_key:
+                res = same[3]
+            else:
+                key = (op, x, axes, src_key, dst_key, expert, reduce_op, x_text, can_grad)
+                found = self._collectives.get(key)
+                if found is None:
+                    found = coll.check_collective(
+                        op, x, axes, src_key, dst_key, expert_mode=expert, reduce_op=reduce_op,
+                        x_text=x_text, can_grad=can_grad)
+                    if len(self._collectives) > 10_000:
+                        self._collectives.clear()
+                    self._collectives[key] = found
+                if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
+                    self._collectives_by_id.clear()
+                self._collectives_by_id[by_id] = (x, src_key, dst_key, found)
+                res = found
             self.report(ctx, res.errors)
             if (op == "reinterpret" and not res.errors and src and dst and src.kind is Kind.V
                     and dst.kind is Kind.P):
@@ -3757,6 +3803,8 @@ def unfinished_norm(e: Expression | None, func: FuncDef | None,
     logsumexps with the all-reduced one; then None).  Read for the claim of a sum of parts."""
     if e is None:
         return None
+    if not _may_normalise(func, e):
+        return None  # no normaliser written where the walk below reads: nothing found
     assigned = _plain_bindings(func) if func is not None else {}
     seen: set[SymbolNode] = set()
     todo: list[tuple[Expression, int, str | None]] = [(e, e.line, None)]
@@ -3782,6 +3830,38 @@ def unfinished_norm(e: Expression | None, func: FuncDef | None,
                 at, value, local = binding
                 todo.append((value, at, local))
     return found
+
+
+def _is_normaliser_call(e: Expression) -> bool:
+    """A call :func:`_normaliser` may read (it reads no other expression); mypy's classes,
+    never subclassed, told by class (asked of every sub-expression of a function)."""
+    if type(e) is not _CallExpr:
+        return False
+    callee = cast(CallExpr, e).callee
+    return type(callee) is _MemberExpr and cast(MemberExpr, callee).name in _NORMALISERS
+
+
+_NORMALISER_CALLS: Final[dict[int, tuple[FuncDef, Block, bool]]] = {}
+
+
+def _may_normalise(func: FuncDef | None, e: Expression) -> bool:
+    """Whether a softmax, log_softmax or logsumexp call is written in ``e`` or anywhere in
+    ``func``'s body (nested definitions too): where :func:`unfinished_norm`'s walk (``e``,
+    then the values of ``func``'s assignments) can find one; when not, that walk finds
+    nothing.  The body's answer is computed once per body (kept by the function's id,
+    checked by the identity of the function and of its body: the daemon merges a re-parsed
+    function into the old object with the new body)."""
+    if any(_is_normaliser_call(sub) for sub in get_subexpressions(e)):
+        return True
+    if func is None:
+        return False
+    cached = _NORMALISER_CALLS.get(id(func))
+    if cached is None or cached[0] is not func or cached[1] is not func.body:
+        found = any(_is_normaliser_call(sub) for sub in get_subexpressions(func.body))
+        if len(_NORMALISER_CALLS) > 10_000:  # bound the memory of a long-lived daemon
+            _NORMALISER_CALLS.clear()
+        cached = _NORMALISER_CALLS[id(func)] = (func, func.body, found)
+    return cached[2]
 
 
 def _is_max_collective(e: Expression) -> bool:

@@ -80,6 +80,15 @@ def _affine_call(e: CallExpr, type_of: TypeOf, can_grad: CanGrad) -> tuple[str, 
     return op, ops, rest
 
 
+def _may_be_affine(e: Expression | None) -> bool:
+    """What the test below reads as an affine op: an ``+``/``-`` or a call of an
+    :data:`AFFINE_TERMS` name (the syntax :func:`_affine_call` requires first)."""
+    if isinstance(e, OpExpr):
+        return e.op in _OPERATORS
+    return (isinstance(e, CallExpr) and isinstance(e.callee, (MemberExpr, NameExpr))
+            and e.callee.name in AFFINE_TERMS)
+
+
 def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_of: TypeOf,
                            can_grad: CanGrad, api: object,
                            taken_by: tuple[str, str] | None = None,
@@ -92,7 +101,11 @@ def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_
     e: Expression = x_expr
     if isinstance(e, NameExpr):
         func = global_calls.current_function(api)
-        bound = global_calls.value_bound_once(func, e.name) if func is not None else None
+        if func is None or not _may_be_affine(global_calls.plain_value(func, e.name)):
+            # not bound to an affine op in its last plain assignment (a parameter, most
+            # names): none read below, without value_bound_once's walk of the function
+            return []
+        bound = global_calls.value_bound_once(func, e.name)
         if bound is None:
             return []
         e = bound

@@ -13,7 +13,7 @@ where they do not depend on the class.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable, Final
+from typing import TYPE_CHECKING, Callable, Final, cast
 
 from mypy.checker_state import checker_state
 from mypy.nodes import CallExpr, MemberExpr, NameExpr, SymbolNode, TypeInfo, Var
@@ -61,6 +61,8 @@ _GRAD_ATTRS: Final = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
 _DATA_ATTRS: Final = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
 _COMPLEX_PART_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("real", "imag"))
+# a hook cache's answer not known yet (a hook may be None)
+_UNSET: Final = object()
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
 # mypy builds a context for each).  The standard library modules training code calls most.
 NO_SIGNATURE_CHECK: Final = ("torch.", "spmd.", "builtins.", "typing.", "typing_extensions.",
@@ -221,9 +223,11 @@ class HookDispatch:
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         cache = self._function_cache
-        if fullname not in cache:
+        known = cache.get(fullname, _UNSET)  # one lookup (mypy asks at every call)
+        if known is _UNSET:
             cache[fullname] = self._new_function_hook(fullname)
-        hook = cache[fullname]
+            known = cache[fullname]
+        hook = cast("Callable[[FunctionContext], Type] | None", known)
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
         if (fullname.startswith("torch.") or fullname in _BUILTIN_HOOKED) \
@@ -278,8 +282,9 @@ class HookDispatch:
         # mypy asks at every call: the answer for a name is kept (each is made once)
         self._follow_module()
         cache = self._function_sig_cache
-        if fullname in cache:
-            return cache[fullname]
+        known = cache.get(fullname, _UNSET)  # one lookup
+        if known is not _UNSET:
+            return cast("Callable | None", known)
         hook: Callable | None
         if fullname in EINOPS_FUNCTIONS:
             hook = self._guard("einops_signature", einops_signature_hook, SIGNATURE)
@@ -482,8 +487,9 @@ class HookDispatch:
         # __call__ and apply, which depend on the class (a module, an autograd Function)
         self._follow_module()
         cache = self._method_sig_cache
-        if fullname in cache:
-            return cache[fullname]
+        known = cache.get(fullname, _UNSET)  # one lookup
+        if known is not _UNSET:
+            return cast("Callable | None", known)
         cls, _, method = fullname.rpartition(".")
         if method == "__call__" and is_module_class(self.lookup_info(cls)):
             return self._guard("module_call", self.plugin.modules.call_signature_hook, SIGNATURE)  # torch's too
@@ -503,9 +509,11 @@ class HookDispatch:
 
     def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         cache = self._method_cache
-        if fullname not in cache:
+        known = cache.get(fullname, _UNSET)  # one lookup (mypy asks at every method call)
+        if known is _UNSET:
             cache[fullname] = self._method_hook(fullname)
-        hook = cache[fullname]
+            known = cache[fullname]
+        hook = cast("Callable[[MethodContext], Type] | None", known)
         if hook is None or hook is self._checker:
             return self._when_pending(hook)
         if not self._meets_spmd():

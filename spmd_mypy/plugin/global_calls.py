@@ -73,7 +73,7 @@ from ..engine.types import SpmdType, format_type
 from .memo import TreeMemo
 from .reductions import read_variant
 from .mypy_types import lookup_type
-from .statements import functions_of, statement_blocks
+from .statements import functions_of, nested_statements, statement_blocks
 
 
 class _OnFirstUse:
@@ -573,7 +573,12 @@ class SizeNames:
 
 def current_function(api: object) -> FuncDef | None:
     """The function the checker is in (None at module or class level, in a lambda)."""
-    func = getattr(getattr(api, "scope", None), "current_function", lambda: None)()
+    scope = getattr(api, "scope", None)
+    if scope is None:
+        return None
+    # (no default callable made at each call: a hook asks several times)
+    get = getattr(scope, "current_function", None)
+    func = get() if get is not None else None
     return func if isinstance(func, FuncDef) else None
 
 
@@ -652,6 +657,32 @@ def value_bound_once(func: FuncDef, name: str) -> Expression | None:
     a parameter, a loop target, a second assignment...), else None."""
     facts = size_names(func)
     return facts.values.get(name) if facts.bindings.get(name, 0) == 1 else None
+
+
+_PLAIN_VALUES: Final[dict[int, tuple[FuncDef, Block, dict[str, Expression]]]] = {}
+
+
+def plain_value(func: FuncDef, name: str) -> Expression | None:
+    """The value of the last plain ``name = value`` of ``func``'s own body (not a nested
+    definition's), however often ``name`` is bound: what :func:`size_names` records for
+    it when its walk succeeds, read from the statements alone (no walk of their
+    expressions).  A cheap test before :func:`value_bound_once`, whose answer is this
+    value or None.  Computed once per body (keyed as :func:`size_names`)."""
+    cached = _PLAIN_VALUES.get(id(func))
+    if cached is None or cached[0] is not func or cached[1] is not func.body:
+        values: dict[str, Expression] = {}
+        for st in nested_statements(func.body.body):
+            if type(st) is _AssignmentStmt and len(st.lvalues) == 1:
+                target = st.lvalues[0]
+                if isinstance(target, NameExpr):
+                    values[target.name] = st.rvalue
+        if len(_PLAIN_VALUES) > 10_000:  # bound the memory of a long-lived daemon
+            _PLAIN_VALUES.clear()
+        cached = _PLAIN_VALUES[id(func)] = (func, func.body, values)
+    return cached[2].get(name)
+
+
+_AssignmentStmt: Final = AssignmentStmt
 
 
 def _tuple_names(target: Expression) -> list[str]:

@@ -22,11 +22,18 @@ class TreeMemo(Generic[T]):
         self.compute = compute
         self.limit = limit
         self._by_tree: dict[int, tuple[MypyFile, list[Statement], T]] = {}
+        # the entry asked last (hooks ask for the file being checked again and again): the
+        # same test, without the dict lookup
+        self._last: tuple[MypyFile, list[Statement], T] | None = None
 
     def get(self, tree: MypyFile) -> T:
+        last = self._last
+        if last is not None and last[0] is tree and last[1] is tree.defs:
+            return last[2]
         cached = self._by_tree.get(id(tree))
         if cached is None or cached[0] is not tree or cached[1] is not tree.defs:
             return self.put(tree, self.compute(tree))
+        self._last = cached
         return cached[2]
 
     def put(self, tree: MypyFile, value: T) -> T:
@@ -34,5 +41,7 @@ class TreeMemo(Generic[T]):
         with another fact)."""
         if len(self._by_tree) > self.limit:
             self._by_tree.clear()
-        self._by_tree[id(tree)] = (tree, tree.defs, value)
+        entry = (tree, tree.defs, value)
+        self._by_tree[id(tree)] = entry
+        self._last = entry
         return value

@@ -77,6 +77,14 @@ class TypeBuilder:
         self._newtype_bases: dict[TypeInfo, Instance] = {}  # a NewType of a typed tensor: its base
         self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
         self._members: dict[Instance, list[Instance] | None] = {}  # joins read (members)
+        # the last instance each of from_type / members read and its answer, by identity: a
+        # hook hands the same type object to both several times in a row (union_cases, then
+        # operands, typed_result), and a dict lookup by value compares an equal but distinct
+        # key deep (~0.5-1k instructions).  Reset with the dict it stands in front of.
+        self._last_read: Instance | None = None
+        self._last_read_type: SpmdType | None = None
+        self._last_members: Instance | None = None
+        self._last_members_found: list[Instance] | None = None
 
     # -- TypeInfos ---------------------------------------------------------------------
     def infos(self) -> dict[str, TypeInfo] | None:
@@ -99,6 +107,8 @@ class TypeBuilder:
         self._to_cache = {}
         self._to_cache_by_id = {}
         self._members = {}
+        self._last_members = None
+        self._last_members_found = None
         return found
 
     def is_tensor_info(self, info: TypeInfo) -> bool:
@@ -174,6 +184,8 @@ class TypeBuilder:
             if type(p) is TypeVarType:  # ``x: TB``, TB bound to a typed tensor: at least that
                 return self.from_type(cast(TypeVarType, p).upper_bound)
             return None
+        if p is self._last_read:  # (a canonical tensor: told before reading its class)
+            return self._last_read_type
         info = cast(Instance, p).type
         if info.fullname == TENSOR:
             # keyed by value: ~10 distinct canonical types stand behind thousands of objects
@@ -186,6 +198,8 @@ class TypeBuilder:
                 if len(self._by_value) > 10_000:  # bound the memory of a long-lived daemon
                     self._by_value.clear()
                 self._by_value[p] = known
+            self._last_read = cast(Instance, p)
+            self._last_read_type = known
             return known
         tensor_class = self._tensor_classes.get(info)
         if tensor_class is None:
@@ -216,15 +230,21 @@ class TypeBuilder:
         if typ is None:
             return None
         p = typ if type(typ) is _Instance else get_proper_type(typ)
+        if p is self._last_members:  # (a canonical tensor: told before reading its class)
+            return self._last_members_found
         if type(p) is not _Instance or cast(Instance, p).type.fullname != TENSOR:
             return None
         known = self._members.get(p, _UNREAD)  # one lookup (an Instance key hashes and compares deep)
         if known is not _UNREAD:
+            self._last_members = cast(Instance, p)
+            self._last_members_found = known
             return known
         found = self._expand(p)
         if len(self._members) > 10_000:  # bound the memory of a long-lived daemon
             self._members.clear()
         self._members[p] = found
+        self._last_members = cast(Instance, p)
+        self._last_members_found = found
         return found
 
     def has_alternatives(self, t: Type) -> bool:
