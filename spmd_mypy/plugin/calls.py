@@ -139,6 +139,7 @@ from .messages import fold_into_earlier
 from .statements import Assignments, assignments_by_name, nested_statements, returns
 from .declared_partials import declared_partial, declared_reduction
 from .codes import ERROR_CODES
+from .memo import FunctionMemo
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
@@ -3841,27 +3842,21 @@ def _is_normaliser_call(e: Expression) -> bool:
     return type(callee) is _MemberExpr and cast(MemberExpr, callee).name in _NORMALISERS
 
 
-_NORMALISER_CALLS: Final[dict[int, tuple[FuncDef, Block, bool]]] = {}
-
-
 def _may_normalise(func: FuncDef | None, e: Expression) -> bool:
     """Whether a softmax, log_softmax or logsumexp call is written in ``e`` or anywhere in
     ``func``'s body (nested definitions too): where :func:`unfinished_norm`'s walk (``e``,
     then the values of ``func``'s assignments) can find one; when not, that walk finds
-    nothing.  The body's answer is computed once per body (kept by the function's id,
-    checked by the identity of the function and of its body: the daemon merges a re-parsed
-    function into the old object with the new body)."""
+    nothing.  The body's answer is computed once per body (a :class:`~.memo.FunctionMemo`)."""
     if any(_is_normaliser_call(sub) for sub in get_subexpressions(e)):
         return True
-    if func is None:
-        return False
-    cached = _NORMALISER_CALLS.get(id(func))
-    if cached is None or cached[0] is not func or cached[1] is not func.body:
-        found = any(_is_normaliser_call(sub) for sub in get_subexpressions(func.body))
-        if len(_NORMALISER_CALLS) > 10_000:  # bound the memory of a long-lived daemon
-            _NORMALISER_CALLS.clear()
-        cached = _NORMALISER_CALLS[id(func)] = (func, func.body, found)
-    return cached[2]
+    return func is not None and _NORMALISER_CALLS.get(func)
+
+
+def _body_normalises(func: FuncDef) -> bool:
+    return any(_is_normaliser_call(sub) for sub in get_subexpressions(func.body))
+
+
+_NORMALISER_CALLS: Final = FunctionMemo(_body_normalises)
 
 
 def _is_max_collective(e: Expression) -> bool:

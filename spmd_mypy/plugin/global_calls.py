@@ -18,7 +18,6 @@ from mypy.nodes import (
     LDEF,
     AssignmentExpr,
     AssignmentStmt,
-    Block,
     CallExpr,
     ClassDef,
     Decorator,
@@ -70,7 +69,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import CAST_FORMAL, CAST_OPS, UNREAD_VALUE, Operand, Result
 from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
-from .memo import TreeMemo
+from .memo import FunctionMemo, TreeMemo
 from .reductions import read_variant
 from .mypy_types import lookup_type
 from .statements import functions_of, nested_statements, statement_blocks
@@ -582,7 +581,6 @@ def current_function(api: object) -> FuncDef | None:
     return func if isinstance(func, FuncDef) else None
 
 
-_SIZE_NAMES: Final[dict[int, tuple[FuncDef, Block, SizeNames]]] = {}
 
 
 def size_names(func: FuncDef) -> SizeNames:
@@ -597,9 +595,10 @@ def size_names(func: FuncDef) -> SizeNames:
     and how often each local is bound anywhere in the body (assignments, loop and ``with``
     targets, ``del``, imports, nested definitions, walrus), so that a name bound twice, or a
     tensor rebound, is not read as a size."""
-    cached = _SIZE_NAMES.get(id(func))
-    if cached is not None and cached[0] is func and cached[1] is func.body:
-        return cached[2]
+    return _SIZE_NAMES.get(func)
+
+
+def _size_names(func: FuncDef) -> SizeNames:
     facts = SizeNames()
     for arg in func.arguments:
         facts.bindings[arg.variable.name] = 1
@@ -610,13 +609,10 @@ def size_names(func: FuncDef) -> SizeNames:
             facts.bindings[name] = facts.bindings.get(name, 0) + 1
     except Exception:  # noqa: BLE001 - never crash mypy: nothing known
         facts = SizeNames()
-    if len(_SIZE_NAMES) > 10_000:
-        _SIZE_NAMES.clear()
-    _SIZE_NAMES[id(func)] = (func, func.body, facts)
     return facts
 
 
-_RAW_TARGETS: Final[dict[int, tuple[FuncDef, Block, frozenset[str]]]] = {}
+_SIZE_NAMES: Final = FunctionMemo(_size_names)
 
 
 def raw_collective_targets(func: FuncDef) -> frozenset[str]:
@@ -624,9 +620,10 @@ def raw_collective_targets(func: FuncDef) -> frozenset[str]:
     reduces ``out``: its static type is no longer a fact, and :func:`size_names` counts the
     call as one more binding of it; ``dist.get_world_size(g)``, ``distribute_tensor(q, ...)``
     write nothing), computed once per body."""
-    cached = _RAW_TARGETS.get(id(func))
-    if cached is not None and cached[0] is func and cached[1] is func.body:
-        return cached[2]
+    return _RAW_TARGETS.get(func)
+
+
+def _raw_collective_targets(func: FuncDef) -> frozenset[str]:
     names: set[str] = set()
     for sub in get_subexpressions(func.body):
         if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
@@ -634,11 +631,10 @@ def raw_collective_targets(func: FuncDef) -> frozenset[str]:
             written = raw_written_argument(sub)
             if isinstance(written, NameExpr):
                 names.add(written.name)
-    if len(_RAW_TARGETS) > 10_000:  # bound the memory of a long-lived daemon
-        _RAW_TARGETS.clear()
-    found = frozenset(names)
-    _RAW_TARGETS[id(func)] = (func, func.body, found)
-    return found
+    return frozenset(names)
+
+
+_RAW_TARGETS: Final = FunctionMemo(_raw_collective_targets)
 
 
 def raw_written_argument(call: CallExpr) -> Expression | None:
@@ -659,30 +655,27 @@ def value_bound_once(func: FuncDef, name: str) -> Expression | None:
     return facts.values.get(name) if facts.bindings.get(name, 0) == 1 else None
 
 
-_PLAIN_VALUES: Final[dict[int, tuple[FuncDef, Block, dict[str, Expression]]]] = {}
-
-
 def plain_value(func: FuncDef, name: str) -> Expression | None:
     """The value of the last plain ``name = value`` of ``func``'s own body (not a nested
     definition's), however often ``name`` is bound: what :func:`size_names` records for
     it when its walk succeeds, read from the statements alone (no walk of their
     expressions).  A cheap test before :func:`value_bound_once`, whose answer is this
     value or None.  Computed once per body (keyed as :func:`size_names`)."""
-    cached = _PLAIN_VALUES.get(id(func))
-    if cached is None or cached[0] is not func or cached[1] is not func.body:
-        values: dict[str, Expression] = {}
-        for st in nested_statements(func.body.body):
-            if type(st) is _AssignmentStmt and len(st.lvalues) == 1:
-                target = st.lvalues[0]
-                if isinstance(target, NameExpr):
-                    values[target.name] = st.rvalue
-        if len(_PLAIN_VALUES) > 10_000:  # bound the memory of a long-lived daemon
-            _PLAIN_VALUES.clear()
-        cached = _PLAIN_VALUES[id(func)] = (func, func.body, values)
-    return cached[2].get(name)
+    return _PLAIN_VALUES.get(func).get(name)
+
+
+def _plain_values(func: FuncDef) -> dict[str, Expression]:
+    values: dict[str, Expression] = {}
+    for st in nested_statements(func.body.body):
+        if type(st) is _AssignmentStmt and len(st.lvalues) == 1:
+            target = st.lvalues[0]
+            if isinstance(target, NameExpr):
+                values[target.name] = st.rvalue
+    return values
 
 
 _AssignmentStmt: Final = AssignmentStmt
+_PLAIN_VALUES: Final = FunctionMemo(_plain_values)
 
 
 def _tuple_names(target: Expression) -> list[str]:

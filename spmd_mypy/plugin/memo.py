@@ -1,5 +1,7 @@
-"""One value per parsed file, computed once: the plugin's per-file facts (gradient-free
-regions, whether the file imports spmd, its renamed redefinitions, ...).
+"""One value per parsed file (:class:`TreeMemo`) or per function body (:class:`FunctionMemo`),
+computed once: the plugin's per-file facts (gradient-free regions, whether the file imports
+spmd, its renamed redefinitions, ...) and per-function ones (the sizes its locals hold, the
+names a raw collective writes, ...).
 
 Keyed by the tree's id and checked by identity, so a tree freed and its id reused by a new
 tree is computed again; and by the identity of the tree's statement list, because the daemon
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Generic, TypeVar
 
-from mypy.nodes import MypyFile, Statement
+from mypy.nodes import Block, FuncDef, MypyFile, Statement
 
 T = TypeVar("T")
 
@@ -44,4 +46,26 @@ class TreeMemo(Generic[T]):
         entry = (tree, tree.defs, value)
         self._by_tree[id(tree)] = entry
         self._last = entry
+        return value
+
+
+class FunctionMemo(Generic[T]):
+    """One value per function body: :class:`TreeMemo`'s keying for a ``FuncDef``.  Keyed by
+    the function's id and checked by the identity of the function and of its body (the daemon
+    merges a re-parsed function into the old object with the new body: computed again).
+    Bounded, for a long-lived daemon; the entry keeps its function alive."""
+
+    def __init__(self, compute: Callable[[FuncDef], T], limit: int = 10_000) -> None:
+        self.compute = compute
+        self.limit = limit
+        self._by_func: dict[int, tuple[FuncDef, Block, T]] = {}
+
+    def get(self, func: FuncDef) -> T:
+        cached = self._by_func.get(id(func))
+        if cached is not None and cached[0] is func and cached[1] is func.body:
+            return cached[2]
+        value = self.compute(func)
+        if len(self._by_func) > self.limit:
+            self._by_func.clear()
+        self._by_func[id(func)] = (func, func.body, value)
         return value
