@@ -66,6 +66,12 @@ class SpmdTypeError(Exception):
         self.error = error
         self.code = error.code
 
+    def __reduce__(self) -> tuple[type[SpmdTypeError], tuple[SpmdError]]:
+        """Pickled as its error (the constructor's argument, not the message ``Exception``
+        would pass): an error raised in a worker of ``torch.multiprocessing.spawn`` or a
+        ``concurrent.futures`` process pool reaches the parent with its code and message."""
+        return (type(self), (self.error,))
+
 
 # Where a per-axis message names its axis outside the operands' type texts: the reason
 # (``Partial on "tp" (p: ...)``) and the fix's axis argument (``all_reduce(p, "tp", src=P``).

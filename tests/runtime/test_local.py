@@ -57,6 +57,24 @@ def test_invalid_pairs_are_type_errors_from_the_engine(call, needle):
     assert "[spmd-" in str(info.value)  # the engine's error code
 
 
+def test_errors_survive_pickling():
+    """A check-mode or collective error raised in a spawned worker reaches the parent whole
+    (torch.multiprocessing and process pools pickle it): same class, code and message."""
+    import pickle
+
+    from spmd_mypy.engine.errors import SpmdTypeError
+
+    with pytest.raises(TypeError) as info:
+        spmd.all_reduce(X, "tp", src=V, dst=R)
+    x = torch.zeros(2, requires_grad=True)
+    with pytest.raises(SpmdTypeError) as checked, spmd.typecheck():
+        torch.relu(spmd.declare(x, spmd.Tensor[P["tp"]]))
+    for raised in (info.value, checked.value):
+        back = pickle.loads(pickle.dumps(raised))
+        assert type(back) is type(raised)
+        assert (back.code, back.error, str(back)) == (raised.code, raised.error, str(raised))
+
+
 def test_src_dst_must_be_types():
     with pytest.raises(TypeError, match="src= takes one of R, I, V, P, S"):
         spmd.all_gather(X, "tp", src="V", dst=R)
