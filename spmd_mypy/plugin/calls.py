@@ -140,6 +140,7 @@ from .statements import Assignments, assignments_by_name, nested_statements, ret
 from .declared_partials import declared_partial, declared_reduction
 from .codes import ERROR_CODES
 from .memo import FunctionMemo
+from .verdicts import check_argument_memo, partial_op_memo, propagate_memo
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
@@ -221,11 +222,31 @@ def item_name(container: Expression) -> NameExpr:
     return at_k
 
 
+# id(type) -> (the type, kept alive; its I axes; its R axes): the operand hooks ask of every
+# operand whether it is Invariant anywhere (an interpreted attribute read per axis)
+_KIND_AXES: Final[dict[int, tuple[SpmdType, frozenset[str], frozenset[str]]]] = {}
+
+
+def _kind_axes(t: SpmdType) -> tuple[SpmdType, frozenset[str], frozenset[str]]:
+    """(``t``, the axes on which ``t`` is I, those on which it is R), memoised by identity
+    (SpmdType is frozen; the TypeBuilder hands out the same objects again and again)."""
+    hit = _KIND_AXES.get(id(t))
+    if hit is not None and hit[0] is t:
+        return hit
+    axes = t.axes
+    entry = (t, frozenset([a for a, lt in axes if lt.kind is _KIND_I]),
+             frozenset([a for a, lt in axes if lt.kind is _KIND_R]))
+    if len(_KIND_AXES) >= 20_000:
+        _KIND_AXES.clear()
+    _KIND_AXES[id(t)] = entry
+    return entry
+
+
 def _attribute_if_invariant(ctx: AnyCtx, e: Expression | None, t: SpmdType) -> bool:
     """An Invariant operand that is an object's attribute (``self.W1``, ``blk.A1``: a module's
     weight or buffer, which may be frozen), not a tensor's (``h.T``) nor a computed value:
     Operand.leaf, read by the invariant-mix rule only (the detach it offers)."""
-    if type(e) is not _MemberExpr or not any(lt.kind is _KIND_I for _, lt in t.axes):
+    if type(e) is not _MemberExpr or not _kind_axes(t)[1]:
         return False  # (mypy's MemberExpr, never subclassed: told by its class)
     assert isinstance(e, MemberExpr)
     owner = lookup_type(ctx.api, e.expr)
@@ -566,7 +587,7 @@ class CallTyper:
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
         """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
-        if not any(lt.kind is _KIND_I for _, lt in t.axes):
+        if not _kind_axes(t)[1]:
             return True
         return self.can_grad(ctx, expr)
 
@@ -753,14 +774,21 @@ class CallTyper:
         """Beside an I operand, whether each R operand carries a gradient (a detached one acts
         as I there: engine ``_rule_on_axis``); elsewhere the rule never asks, so neither does
         this (the region lookups cost a hooked call)."""
-        i_axes = {a for o in ops if o.type is not None for a, lt in o.type.axes if lt.kind is _KIND_I}
+        kinds: list[tuple[SpmdType, frozenset[str], frozenset[str]] | None] = []
+        i_axes: set[str] = set()
+        for o in ops:
+            t = o.type
+            entry = _kind_axes(t) if t is not None else None
+            kinds.append(entry)
+            if entry is not None:
+                i_axes.update(entry[1])
         if not i_axes:
             return
         for k, o in enumerate(ops):
             e = sources[k]
-            if (e is not None and o.type is not None and o.can_grad
-                    and any(lt.kind is _KIND_R and a in i_axes for a, lt in o.type.axes)
-                    and not self.can_grad(ctx, e)):
+            entry = kinds[k]
+            if (e is not None and entry is not None and not entry[2].isdisjoint(i_axes)
+                    and o.can_grad and not self.can_grad(ctx, e)):
                 ops[k] = dataclasses.replace(o, can_grad=False)
 
     def _container_items(self, typ: Type, expr: Expression, ctx: AnyCtx,
@@ -1122,12 +1150,11 @@ class CallTyper:
         (:meth:`_rank_derived`) beside them; the errors that index adds first say, where the
         query runs over every mesh axis but the operands vary on some only, that it counts
         axes it should not (``dist.get_rank()`` where ``mesh.get_local_rank("dp")`` is meant)."""
-        result = propagate(spec, ops, strict=strict, reduction=reduction, move=move)
+        result = propagate_memo(spec, ops, strict, reduction, move)
         if ranked is None:
             return result
         operand, mesh, text, by, every_axis = ranked
-        typed_result = propagate(spec, [*ops, operand], strict=strict, reduction=reduction,
-                                 move=move)
+        typed_result = propagate_memo(spec, [*ops, operand], strict, reduction, move)
         if every_axis and typed_result.errors != result.errors:
             # the errors the query's V made: first, whether the query counts axes it should not
             every = _rank_every(ops, mesh, text, by, global_calls.current_function(ctx.api))
@@ -2844,7 +2871,7 @@ class CallTyper:
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
                 reduction = declared_reduction(ctx, op, reduction, ops, self.types)
-                res = propagate(op, ops, strict=self.strict(ctx), reduction=reduction, move=move)
+                res = propagate_memo(classify(op), ops, self.strict(ctx), reduction, move)
                 self.report(ctx, res.errors)
                 return self.typed_result(ctx.default_return_type, res.type)
             axes = self._axis_names(ctx, pa_expr, pa_type, f"spmd.{op} out_partial_axes")
@@ -2852,11 +2879,8 @@ class CallTyper:
                 return self.typed_result(ctx.default_return_type, UNTYPED)
             b_text = expr_text(b_expr) if b_expr is not None else None
             core = [o for o in ops if b_text is None or o.text != b_text]
-            res = partial_op(op, core, axes,
-                             bias=Operand(bias, b_text or "") if bias is not None else None,
-                             strict=self.strict(ctx),
-                             reduction=reduction,
-                             move=move)
+            res = partial_op_memo(op, core, axes, bias, b_text or "", self.strict(ctx),
+                                  reduction, move)
             self.report(ctx, res.errors)
             if not res.errors and op == "sum" and ctx.args and ctx.args[0]:
                 self._normalised_parts(ctx, ctx.args[0][0], axes, "sum")
@@ -3204,13 +3228,13 @@ class CallTyper:
                         # at the argument, as mypy's own [arg-type] (its line in a call
                         # written over several lines)
                         by = made_by(expr) if index is None and kind == ARG_POS else None
-                        errors = coll.check_argument_any(have, wanted, x_text=x_text,
+                        errors = check_argument_memo(have, wanted, x_text=x_text,
                                                          where=where, made_by=by)
                         free = bool(errors) and index is None and self.integer_valued(ctx, expr)
                         if free:
                             # an integer or bool value (a token id, a mask): no gradient, so
                             # its R and I agree (engine check_argument's gradient_free)
-                            errors = coll.check_argument_any(have, wanted, x_text=x_text,
+                            errors = check_argument_memo(have, wanted, x_text=x_text,
                                                              where=where, made_by=by,
                                                              gradient_free=True)
                         at_max = ix = every = norm = None
@@ -3228,14 +3252,14 @@ class CallTyper:
                                               self.type_of_expr(ctx))
                             if (at_max is not None or ix is not None or every is not None
                                     or norm is not None):
-                                errors = coll.check_argument_any(
+                                errors = check_argument_memo(
                                     have, wanted, x_text=x_text, where=where, made_by=by,
                                     rank_max=at_max, index=ix, gradient_free=free,
                                     rank_every=every, norm=norm)
                         if errors and not self.can_grad(ctx, expr):
                             # under no_grad: an R where I is needed may come of a mask
                             # declared R (engine check_argument's no_grad)
-                            errors = coll.check_argument_any(
+                            errors = check_argument_memo(
                                 have, wanted, x_text=x_text, where=where, made_by=by,
                                 rank_max=at_max, index=ix, gradient_free=free,
                                 rank_every=every, norm=norm, no_grad=True)

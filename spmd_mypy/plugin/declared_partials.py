@@ -92,6 +92,7 @@ from ..engine.types import LocalType
 from ..engine.types import Kind
 from .global_calls import current_function, value_bound_once
 from .mypy_types import TypeBuilder
+from .verdicts import first_summed_axis
 from .rank_index import group_axis
 from .statements import (Assignments, assignments_by_name, functions_of, nested_statements,
                          statement_blocks)
@@ -752,25 +753,25 @@ def declared_partial(ctx: FunctionContext | MethodContext, move: Contraction, op
     partial sum (:mod:`.declared_partials`): looked up only when the engine's rule would
     report an implicit Partial on some axis (:func:`~spmd_mypy.engine.contractions.partial_sum`)."""
     tensors = [o for o in ops if o.type is not None]
-    axes: dict[str, None] = {}
-    for o in tensors:
-        for a, _ in o.type.axes:  # type: ignore[union-attr]
-            axes[a] = None
-    for a in axes:
-        # a partial sum, or one at some ranks of a static ``a @ b`` (its 1-d dot reading)
-        if may_sum(move, [(o.type.get(a), o.shape) for o in tensors]):  # type: ignore[union-attr]
-            found = reinterpreted_axes(current_function(ctx.api),
-                                       getattr(ctx.api, "tree", None), ctx.context,  # type: ignore[arg-type]
-                                       types)
-            pending = _PENDING in found  # read by a raw reduction: P, pending
-            if _refusal(found, "product"):
-                return move
-            found = tuple(b for b in found if b not in (_PENDING, _AVG, _MIXED))
-            if _ANY_PARTIAL in found:  # a raw reduction on a group not read: where partial
-                found = tuple(b for b in axes if may_sum(
-                    move, [(o.type.get(b), o.shape) for o in tensors]))  # type: ignore[union-attr]
-            return replace(move, partial_axes=found, pending=pending) if found else move
-    return move
+    # a partial sum on some axis, or one at some ranks of a static ``a @ b`` (its 1-d dot
+    # reading): the first such axis (memoised: the engine's rule, interpreted, per axis)
+    if first_summed_axis(move, tensors) is None:
+        return move
+    found = reinterpreted_axes(current_function(ctx.api),
+                               getattr(ctx.api, "tree", None), ctx.context,  # type: ignore[arg-type]
+                               types)
+    pending = _PENDING in found  # read by a raw reduction: P, pending
+    if _refusal(found, "product"):
+        return move
+    found = tuple(b for b in found if b not in (_PENDING, _AVG, _MIXED))
+    if _ANY_PARTIAL in found:  # a raw reduction on a group not read: where partial
+        axes: dict[str, None] = {}
+        for o in tensors:
+            for a, _ in o.type.axes:  # type: ignore[union-attr]
+                axes[a] = None
+        found = tuple(b for b in axes if may_sum(
+            move, [(o.type.get(b), o.shape) for o in tensors]))  # type: ignore[union-attr]
+    return replace(move, partial_axes=found, pending=pending) if found else move
 
 
 

@@ -8,7 +8,7 @@ contraction states (einsum's equation, attention's ``is_causal``: :func:`read_co
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from mypy.nodes import (
     ARG_POS, CallExpr, EllipsisExpr, Expression, FloatExpr, IndexExpr, IntExpr, ListExpr, MemberExpr,
@@ -187,12 +187,43 @@ def read_contraction(ctx: FunctionContext | MethodContext, op: str) -> Contracti
             values[formal] = _contraction_dims(exprs[0], t)
         else:
             values[formal] = _literal(exprs[0], t)
-    c = make_contraction(op, values)
-    if c is not None and c.family in ("matmul", "inner", "tensordot"):
+    c, ranked = _made_contraction(op, values)
+    if ranked and c is not None:
         ranks = tuple(1 if e is not None and _flat(ctx, e) else None for e in _operand_exprs(ctx))
         if any(r is not None for r in ranks):
             c = replace(c, ranks=ranks)
     return c
+
+
+# (op, then each formal read: its name, the value's class, the value) -> (make_contraction's
+# Contraction, frozen, shared; whether its family reads the operands' ranks)
+_MADE: Final[dict[tuple[object, ...], tuple[Contraction | None, bool]]] = {}
+
+
+def _made_contraction(op: str, values: dict[str, object]) -> tuple[Contraction | None, bool]:
+    """``make_contraction(op, values)`` (the engine's, interpreted: a pure rule of the
+    literals a call states, asked by every contraction's call), memoised; and whether the
+    Contraction's family (matmul, inner, tensordot) reads its operands' ranks."""
+    key: list[object] = [op]
+    for name, value in values.items():
+        key.append(name)
+        key.append(type(value))  # True is not 1 here
+        key.append(value)
+    k = tuple(key)
+    try:
+        hit = _MADE.get(k)
+    except TypeError:  # an unhashable value: the engine as it is
+        hit = None
+        k = ()
+    if hit is not None:
+        return hit
+    c = make_contraction(op, values)
+    made = (c, c is not None and c.family in ("matmul", "inner", "tensordot"))
+    if k:
+        if len(_MADE) >= 10_000:
+            _MADE.clear()
+        _MADE[k] = made
+    return made
 
 
 def _contraction_dims(e: Expression, t: Type | None) -> object:

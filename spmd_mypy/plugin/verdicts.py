@@ -1,0 +1,204 @@
+"""Compiled memos in front of the interpreted engine's pure rules, for the call hooks.
+
+The engine (:mod:`spmd_mypy.engine`) stays interpreted, and its own memos hash its frozen
+dataclasses (``SpmdType.__hash__``, ~9k instructions each): the hooks ask the same rule about
+the same types thousands of times.  The TypeBuilder hands out the same ``SpmdType`` objects
+again and again, so these memos key the types by identity (the entry keeps them alive, so an
+id is never reused while its entry lives) and everything else by value, and answer a repeat
+without entering the engine.  Only an answer without errors is kept (an error's message names
+the operands' texts, which the keys leave out), as the engine's own verdict memo does.
+Bounded, for a long-lived daemon.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final, Sequence
+
+from ..engine import collectives as coll
+from ..engine.contractions import Contraction, may_sum
+from ..engine.errors import SpmdError
+from ..engine.ops import OP_SPECS, Operand, OpSpec, Reduction, Result, partial_op, propagate
+from ..engine.types import SpmdType
+
+_LIMIT: Final = 20_000
+
+# a dataclass -> the names of the fields its ``==`` compares
+_FIELDS: Final[dict[type, tuple[str, ...]]] = {}
+
+
+def value_key(x: object) -> object:
+    """A key equal for two engine values (a Reduction, a DimMove, a Contraction, an OpSpec)
+    exactly when they are ``==`` (a dataclass compares its class and its compared fields),
+    read without running the dataclass's interpreted ``__hash__`` and ``__eq__`` (an adapter
+    makes a fresh one per call).  Anything else (None, a str) is its own key."""
+    if x is None or isinstance(x, str):
+        return x
+    cls = type(x)
+    names = _FIELDS.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(cls):
+            return x
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.compare)
+        _FIELDS[cls] = names
+    return (cls, tuple([getattr(x, n) for n in names]))
+
+# (spec, strict, reduction, move, then per operand: id(type), can_grad, id(role), shape,
+# zero, ndim): the fields engine ops.propagate keys its own verdicts by (its ``key``; keep
+# the two in step), the type by identity -> (the operands' types, kept alive; the result type)
+_VERDICTS: Final[dict[tuple[object, ...], tuple[list[object], SpmdType]]] = {}
+
+
+def _operands_key(key: list[object], keep: list[object], ops: Sequence[Operand]) -> None:
+    """Each operand's fields a verdict reads (ops.propagate's key), the type by identity."""
+    for o in ops:
+        t = o.type
+        role = o.role
+        keep.append(t)
+        keep.append(role)
+        key.append(id(t))
+        key.append(o.can_grad)
+        key.append(id(role))
+        key.append(o.shape)
+        key.append(o.zero)
+        key.append(o.ndim)
+
+
+def propagate_memo(spec: OpSpec, ops: Sequence[Operand], strict: bool,
+                   reduction: Reduction | None, move: object) -> Result:
+    """``engine.ops.propagate(spec, ops, strict=strict, reduction=reduction, move=move)``,
+    answered from the memo where the same op met the same operands without an error."""
+    name = spec.name
+    key: list[object] = [name if OP_SPECS.get(name) is spec else value_key(spec), strict,
+                         value_key(reduction), value_key(move)]
+    keep: list[object] = []
+    _operands_key(key, keep, ops)
+    k = tuple(key)
+    try:
+        hit = _VERDICTS.get(k)
+    except TypeError:  # an unhashable dims value: the engine as it is
+        return propagate(spec, ops, strict=strict, reduction=reduction, move=move)  # type: ignore[arg-type]
+    if hit is not None:
+        return Result(hit[1])
+    result = propagate(spec, ops, strict=strict, reduction=reduction, move=move)  # type: ignore[arg-type]
+    if not result.errors:
+        if len(_VERDICTS) >= _LIMIT:
+            _VERDICTS.clear()
+        _VERDICTS[k] = (keep, result.type)
+    return result
+
+
+# (id(actual), made_by, rank_max, index, gradient_free, rank_every, norm, no_grad, then the
+# ids of the wanted types) -> (the types, kept alive): check_argument_any found no error.
+# Every argument but the texts (x_text, where), which only the messages read: a local
+# check_argument finds an error where mismatched_axes(actual, expected, gradient_free) finds
+# one (a global type's rule is left to the engine)
+_FITS: Final[dict[tuple[object, ...], list[object]]] = {}
+
+
+def check_argument_memo(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
+                        where: str, made_by: object = None, rank_max: object = None,
+                        index: object = None, gradient_free: bool = False,
+                        rank_every: object = None, norm: object = None,
+                        no_grad: bool = False) -> list[SpmdError]:
+    """``engine.collectives.check_argument_any`` with these arguments, answered from the
+    memo where the same types fitted before (with the same other arguments but the texts,
+    which only its messages read)."""
+    key: list[object] = [id(actual), made_by, rank_max, index, gradient_free, rank_every,
+                         norm, no_grad]
+    keep: list[object] = [actual]
+    global_ = actual.spec is not None  # a partition spec: the global rule reads the texts too
+    for w in wanted:
+        key.append(id(w))
+        keep.append(w)
+        global_ = global_ or w.spec is not None
+    k: tuple[object, ...] = () if global_ else tuple(key)
+    hit = None
+    if k:
+        try:
+            hit = _FITS.get(k)
+        except TypeError:  # an unhashable argument: the engine as it is
+            k = ()
+    if hit is not None:
+        return []
+    errors = coll.check_argument_any(
+        actual, wanted, x_text=x_text, where=where, made_by=made_by,  # type: ignore[arg-type]
+        rank_max=rank_max, index=index, gradient_free=gradient_free,  # type: ignore[arg-type]
+        rank_every=rank_every, norm=norm, no_grad=no_grad)  # type: ignore[arg-type]
+    if not errors and k:
+        if len(_FITS) >= _LIMIT:
+            _FITS.clear()
+        _FITS[k] = keep
+    return errors
+
+
+# ("partial", op, strict, reduction, move, axes, id(bias type), then the core operands' key)
+# -> (the types, kept alive; the result type): partial_op found no error
+_PARTIALS: Final[dict[tuple[object, ...], tuple[list[object], SpmdType]]] = {}
+
+
+def partial_op_memo(op: str, operands: Sequence[Operand], axes: Sequence[str],
+                    bias: SpmdType | None, bias_text: str, strict: bool,
+                    reduction: Reduction | None, move: Contraction | None) -> Result:
+    """``engine.ops.partial_op(op, operands, axes, bias=Operand(bias, bias_text), ...)``
+    (no bias where ``bias`` is None), answered from the memo where the same call met the same
+    types without an error (the texts only name things in its messages)."""
+    key: list[object] = [op, strict, value_key(reduction), value_key(move), tuple(axes),
+                         id(bias)]
+    keep: list[object] = [bias]
+    _operands_key(key, keep, operands)
+    k = tuple(key)
+    try:
+        hit = _PARTIALS.get(k)
+    except TypeError:  # an unhashable dims value: the engine as it is
+        hit = None
+        k = ()
+    if hit is not None:
+        return Result(hit[1])
+    result = partial_op(op, operands, axes,
+                        bias=Operand(bias, bias_text) if bias is not None else None,
+                        strict=strict, reduction=reduction, move=move)
+    if not result.errors and k:
+        if len(_PARTIALS) >= _LIMIT:
+            _PARTIALS.clear()
+        _PARTIALS[k] = (keep, result.type)
+    return result
+
+
+# (move, then per tensor operand: id(type), shape) -> (the types, kept alive; the axis)
+_SUMMED: Final[dict[tuple[object, ...], tuple[list[object], str | None]]] = {}
+
+
+def first_summed_axis(move: Contraction, tensors: Sequence[Operand]) -> str | None:
+    """The first mesh axis (in the order the operands name them) on which
+    ``engine.contractions.may_sum(move, ...)`` holds for ``tensors`` (operands with a type),
+    None where it holds on none; a pure rule of the call and the types, memoised."""
+    key: list[object] = [value_key(move)]
+    keep: list[object] = []
+    for o in tensors:
+        t = o.type
+        keep.append(t)
+        key.append(id(t))
+        key.append(o.shape)
+    k = tuple(key)
+    try:
+        hit = _SUMMED.get(k)
+    except TypeError:
+        hit = None
+        k = ()
+    if hit is not None:
+        return hit[1]
+    axes: dict[str, None] = {}
+    for o in tensors:
+        for a, _ in o.type.axes:  # type: ignore[union-attr]
+            axes[a] = None
+    found: str | None = None
+    for a in axes:
+        if may_sum(move, [(o.type.get(a), o.shape) for o in tensors]):  # type: ignore[union-attr]
+            found = a
+            break
+    if k:
+        if len(_SUMMED) >= _LIMIT:
+            _SUMMED.clear()
+        _SUMMED[k] = (keep, found)
+    return found
