@@ -140,7 +140,7 @@ from .statements import Assignments, assignments_by_name, nested_statements, ret
 from .declared_partials import declared_partial, declared_reduction
 from .codes import ERROR_CODES
 from .memo import FunctionMemo
-from .verdicts import check_argument_memo, partial_op_memo, propagate_memo
+from .verdicts import check_argument_memo, known_fit, partial_op_memo, propagate_memo
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
 from .reductions import read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
@@ -2904,6 +2904,8 @@ class CallTyper:
         if x_expr is None:
             return
         func = global_calls.current_function(ctx.api)
+        if not _may_normalise(func, x_expr):
+            return  # no normaliser where unfinished_norm reads, on any axis (asked once)
         for a in axes:
             norm = unfinished_norm(x_expr, func, self.type_of_expr(ctx), a)
             if norm is None:
@@ -3212,6 +3214,8 @@ class CallTyper:
                             have = self.buffer_read(ctx, expr, have)  # a zero buffer's
                         if have is None or not have.axes:  # (SpmdType.__bool__, inlined)
                             continue
+                        if known_fit(have, wanted):
+                            continue  # fitted before: no error, whatever the texts
                         if not text:
                             written = expr_text(expr)
                             text = written

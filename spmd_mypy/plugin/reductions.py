@@ -123,13 +123,13 @@ def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contra
         from .global_calls import reshape_target
 
         target = reshape_target(ctx)
-        return None if target is None else make_move(op, {"shape": target})
+        return None if target is None else _made_move(op, {"shape": target})
     if family == "index":
         c = ctx.context
         if isinstance(c, IndexExpr):
             values["index"] = _index_items(c.index, ctx.arg_types[0][0] if ctx.arg_types
                                            and ctx.arg_types[0] else None)
-        return make_move(op, values)
+        return _made_move(op, values)
     for formal in formals:
         names = [n for n in FORMAL_ALIASES.get(formal, (formal,)) if n in ctx.callee_arg_names]
         if not names:
@@ -161,7 +161,7 @@ def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contra
                 values[formal] = dims[0]
             else:
                 values[formal] = dims
-    return make_move(op, values)
+    return _made_move(op, values)
 
 
 def read_contraction(ctx: FunctionContext | MethodContext, op: str) -> Contraction | None:
@@ -195,7 +195,44 @@ def read_contraction(ctx: FunctionContext | MethodContext, op: str) -> Contracti
     return c
 
 
-# (op, then each formal read: its name, the value's class, the value) -> (make_contraction's
+def _typed(value: object) -> object:
+    """A key of a value an adapter read, equal only for values of the same classes (the
+    engine tells True from 1, in a tuple too): a tuple's items each with theirs."""
+    if isinstance(value, tuple):
+        return (tuple, tuple([_typed(v) for v in value]))
+    return (type(value), value)
+
+
+def _values_key(op: str, values: dict[str, object]) -> tuple[object, ...]:
+    key: list[object] = [op]
+    for name, value in values.items():
+        key.append(name)
+        key.append(_typed(value))
+    return tuple(key)
+
+
+# (op, then each formal read: its name, the value, typed) -> make_move's
+# DimMove (frozen, shared)
+_MOVES_MADE: Final[dict[tuple[object, ...], DimMove | None]] = {}
+
+
+def _made_move(op: str, values: dict[str, object]) -> DimMove | None:
+    """``make_move(op, values)`` (the engine's, interpreted: a pure rule of the literals a
+    call states, asked by every view's and join's call), memoised."""
+    k = _values_key(op, values)
+    try:
+        if k in _MOVES_MADE:
+            return _MOVES_MADE[k]
+    except TypeError:  # an unhashable value (a list): the engine as it is
+        return make_move(op, values)
+    made = make_move(op, values)
+    if len(_MOVES_MADE) >= 10_000:
+        _MOVES_MADE.clear()
+    _MOVES_MADE[k] = made
+    return made
+
+
+# (op, then each formal read: its name, the value, typed) -> (make_contraction's
 # Contraction, frozen, shared; whether its family reads the operands' ranks)
 _MADE: Final[dict[tuple[object, ...], tuple[Contraction | None, bool]]] = {}
 
@@ -204,12 +241,7 @@ def _made_contraction(op: str, values: dict[str, object]) -> tuple[Contraction |
     """``make_contraction(op, values)`` (the engine's, interpreted: a pure rule of the
     literals a call states, asked by every contraction's call), memoised; and whether the
     Contraction's family (matmul, inner, tensordot) reads its operands' ranks."""
-    key: list[object] = [op]
-    for name, value in values.items():
-        key.append(name)
-        key.append(type(value))  # True is not 1 here
-        key.append(value)
-    k = tuple(key)
+    k = _values_key(op, values)
     try:
         hit = _MADE.get(k)
     except TypeError:  # an unhashable value: the engine as it is

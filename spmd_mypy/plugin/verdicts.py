@@ -88,12 +88,34 @@ def propagate_memo(spec: OpSpec, ops: Sequence[Operand], strict: bool,
     return result
 
 
-# (id(actual), made_by, rank_max, index, gradient_free, rank_every, norm, no_grad, then the
-# ids of the wanted types) -> (the types, kept alive): check_argument_any found no error.
-# Every argument but the texts (x_text, where), which only the messages read: a local
-# check_argument finds an error where mismatched_axes(actual, expected, gradient_free) finds
-# one (a global type's rule is left to the engine)
+# (id(actual), gradient_free, then the ids of the wanted types) -> (the types, kept alive):
+# check_argument_any found no error.  Its other arguments (the texts, made_by, rank_max,
+# index, rank_every, norm, no_grad) only shape an error's message: a local check_argument
+# returns [] exactly where mismatched_axes(actual, expected, gradient_free) finds nothing,
+# else one error.  A global type (a partition spec) is left to the engine.
 _FITS: Final[dict[tuple[object, ...], list[object]]] = {}
+
+
+def _fit_key(actual: SpmdType, wanted: Sequence[SpmdType], gradient_free: bool,
+             keep: list[object] | None) -> tuple[object, ...] | None:
+    if actual.spec is not None:
+        return None
+    key: list[object] = [id(actual), gradient_free]
+    for w in wanted:
+        if w.spec is not None:
+            return None
+        key.append(id(w))
+        if keep is not None:
+            keep.append(w)
+    return tuple(key)
+
+
+def known_fit(actual: SpmdType, wanted: Sequence[SpmdType]) -> bool:
+    """Whether ``check_argument_any(actual, wanted, ...)`` (gradient_free=False) found no
+    error before: then it finds none again, whatever the texts (the caller need not build
+    them)."""
+    k = _fit_key(actual, wanted, False, None)
+    return k is not None and k in _FITS
 
 
 def check_argument_memo(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
@@ -102,30 +124,16 @@ def check_argument_memo(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text:
                         rank_every: object = None, norm: object = None,
                         no_grad: bool = False) -> list[SpmdError]:
     """``engine.collectives.check_argument_any`` with these arguments, answered from the
-    memo where the same types fitted before (with the same other arguments but the texts,
-    which only its messages read)."""
-    key: list[object] = [id(actual), made_by, rank_max, index, gradient_free, rank_every,
-                         norm, no_grad]
+    memo where the same types fitted before."""
     keep: list[object] = [actual]
-    global_ = actual.spec is not None  # a partition spec: the global rule reads the texts too
-    for w in wanted:
-        key.append(id(w))
-        keep.append(w)
-        global_ = global_ or w.spec is not None
-    k: tuple[object, ...] = () if global_ else tuple(key)
-    hit = None
-    if k:
-        try:
-            hit = _FITS.get(k)
-        except TypeError:  # an unhashable argument: the engine as it is
-            k = ()
-    if hit is not None:
+    k = _fit_key(actual, wanted, gradient_free, keep)
+    if k is not None and k in _FITS:
         return []
     errors = coll.check_argument_any(
         actual, wanted, x_text=x_text, where=where, made_by=made_by,  # type: ignore[arg-type]
         rank_max=rank_max, index=index, gradient_free=gradient_free,  # type: ignore[arg-type]
         rank_every=rank_every, norm=norm, no_grad=no_grad)  # type: ignore[arg-type]
-    if not errors and k:
+    if not errors and k is not None:
         if len(_FITS) >= _LIMIT:
             _FITS.clear()
         _FITS[k] = keep

@@ -67,6 +67,10 @@ def test_check_argument_memo_keys_every_argument() -> None:
             want = coll.check_argument_any(have, wanted, x_text="x", where="argument x",
                                            gradient_free=free)
             assert [e.message for e in got] == [e.message for e in want]
+            # a fit, once found, is known (the hook then builds no texts); a misfit never is
+            assert verdicts.known_fit(have, wanted) == (not want and not free)
+    fresh = SpmdType((("tp", LocalType(Kind.V)),))  # equal to V, another object: not yet known
+    assert not verdicts.known_fit(fresh, [fresh])
 
 
 def test_partial_op_memo_and_first_summed_axis() -> None:
@@ -86,3 +90,23 @@ def test_partial_op_memo_and_first_summed_axis() -> None:
             expected = next((a for a, _ in ops[0].type.axes if may_sum(
                 c, [(o.type.get(a), o.shape) for o in ops])), None)
             assert verdicts.first_summed_axis(c, ops) == expected
+
+
+def test_made_move_and_contraction_tell_true_from_one() -> None:
+    from spmd_mypy.engine.contractions import make_contraction
+    from spmd_mypy.engine.views import UNREAD, make_move
+    from spmd_mypy.plugin import reductions
+
+    moves = [("view", {"shape": (1, 2)}), ("view", {"shape": (True, 2)}),
+             ("transpose", {"dim0": 0, "dim1": 1}), ("transpose", {"dim0": False, "dim1": 1}),
+             ("transpose", {"dim0": UNREAD, "dim1": 1}), ("squeeze", {"dim": None})]
+    for _ in range(2):
+        for op, values in moves:
+            assert reductions._made_move(op, dict(values)) == make_move(op, values), (op, values)
+    contractions = [("tensordot", {"dims": ((1,), (0,))}), ("tensordot", {"dims": ((True,), (0,))}),
+                    ("tensordot", {"dims": 1}), ("tensordot", {"dims": True}),
+                    ("einsum", {"equation": "ij,jk->ik"}), ("einsum", {"equation": UNREAD})]
+    for _ in range(2):
+        for op, values in contractions:
+            c, _ranked = reductions._made_contraction(op, dict(values))
+            assert c == make_contraction(op, values), (op, values)
