@@ -79,7 +79,7 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
         for formal, exprs, types in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types):
             if formal == norm[0] and exprs:
                 value = _normalised_value(exprs[0], types[0] if types else None, norm[1])
-                return normalising_reduction(op, value)
+                return _reduction(op, value, False, True)
         return None
     if op not in REDUCTIONS and op not in SCANS:
         return None
@@ -105,8 +105,31 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
     if dims is None:
         # no dim stated: a full reduction, for the sums the engine's pending rule reads
         # (ops.SHARD_SUMMING); the other reductions keep their reading (no dims known)
-        return Reduction(None, keepdim) if op in SHARD_SUMMING else None
-    return Reduction(dims, keepdim)
+        return _reduction(op, None, keepdim, False) if op in SHARD_SUMMING else None
+    return _reduction(op, dims, keepdim, False)
+
+
+# (op, the value read, typed; keepdim; normalising) -> the Reduction (frozen, shared)
+_REDUCTIONS_MADE: Final[dict[tuple[object, ...], Reduction | None]] = {}
+
+
+def _reduction(op: str, value: object, keepdim: bool, normalising: bool) -> Reduction | None:
+    """``normalising_reduction(op, value)`` where ``normalising``, else ``Reduction(value,
+    keepdim)``: made once per value (a frozen dataclass's interpreted ``__init__`` sets each
+    field through ``object.__setattr__``; every reduction's call asks)."""
+    k: tuple[object, ...] = (op if normalising else "", _typed(value), keepdim, normalising)
+    try:
+        if k in _REDUCTIONS_MADE:
+            return _REDUCTIONS_MADE[k]
+    except TypeError:  # an unhashable value: made afresh
+        k = ()
+    made = (normalising_reduction(op, value) if normalising
+            else Reduction(value, keepdim))  # type: ignore[arg-type]
+    if k:
+        if len(_REDUCTIONS_MADE) >= 10_000:
+            _REDUCTIONS_MADE.clear()
+        _REDUCTIONS_MADE[k] = made
+    return made
 
 
 def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contraction | None:

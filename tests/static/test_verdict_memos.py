@@ -110,3 +110,18 @@ def test_made_move_and_contraction_tell_true_from_one() -> None:
         for op, values in contractions:
             c, _ranked = reductions._made_contraction(op, dict(values))
             assert c == make_contraction(op, values), (op, values)
+
+
+def test_made_reductions_tell_their_values_apart() -> None:
+    from spmd_mypy.engine.ops import normalising_reduction
+    from spmd_mypy.plugin import reductions
+
+    for _ in range(2):
+        for dims, keepdim in [((1,), False), ((1,), True), ((True,), False), (None, False),
+                              ((0, 1), False)]:
+            assert reductions._reduction("sum", dims, keepdim, False) == Reduction(dims, keepdim)
+        for op, value in [("softmax", 1), ("softmax", -1), ("softmax", True), ("layer_norm", (None,)),
+                          ("layer_norm", (None, None)), ("softmax", None)]:
+            got = reductions._reduction(op, value, False, True)
+            assert got == normalising_reduction(op, value), (op, value)
+            assert type(got) is type(normalising_reduction(op, value))
