@@ -36,7 +36,7 @@ from .modules import (
 )
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS, TORCH_TENSOR_BASES
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
-from .promotion import Synced
+from .promotion import Promotion, Synced
 from .rewrite import TRIGGER_FULLNAME
 from .scalar_powers import POWERS, REFLECTED_POWERS, power_hook, reflected_power_hook
 
@@ -61,6 +61,15 @@ _GRAD_ATTRS: Final = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
 _DATA_ATTRS: Final = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
 _COMPLEX_PART_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("real", "imag"))
+# the hooked tensor attributes by kind (one dict lookup per attribute question)
+_NOT_HOOKED: Final = 0
+_GRAD: Final = 1
+_TRANSPOSE: Final = 2
+_DATA: Final = 3
+_COMPLEX_PART: Final = 4
+_ATTRIBUTE_KINDS: Final[dict[str, int]] = {
+    **{n: _COMPLEX_PART for n in _COMPLEX_PART_ATTRS}, **{n: _DATA for n in _DATA_ATTRS},
+    **{n: _TRANSPOSE for n in _TRANSPOSE_ATTRS}, **{n: _GRAD for n in _GRAD_ATTRS}}
 # a hook cache's answer not known yet (a hook may be None)
 _UNSET: Final = object()
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
@@ -115,6 +124,7 @@ class HookDispatch:
         self._tensor_list_cache: dict[str, Callable | None] = {}
         self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
+        self._promotion: Promotion | None = None  # the plugin's, read at each hook question
         self._guards: dict[str, Guarded] = {}  # the guarded hooks that are not Synced, by name
         # torch.linalg/special/fft functions given a signature from their docstring
         # (torch_namespaces): their result stays Any where no SPMD type is met
@@ -219,7 +229,10 @@ class HookDispatch:
         its torch calls, tensor methods and attributes get no hook, as without the plugin
         (mypy builds a context for every hook it gets, and the hook would find nothing typed)."""
         self._follow_module()
-        return self.plugin.promotion.promoted
+        promotion = self._promotion
+        if promotion is None:  # (made after this dispatch, with the plugin; never replaced)
+            promotion = self._promotion = self.plugin.promotion
+        return promotion.promoted
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         cache = self._function_cache
@@ -579,18 +592,20 @@ class HookDispatch:
         return self._synced(hook) if hook is not None else None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
-        if fullname in _GRAD_ATTRS:
-            hook = self.plugin.calls.grad_attribute_hook
-        elif fullname in _TRANSPOSE_ATTRS:
-            hook = self.plugin.calls.transpose_attribute_hook
-        elif fullname in _DATA_ATTRS:
-            hook = self.plugin.calls.data_attribute_hook
-        elif fullname in _COMPLEX_PART_ATTRS:
-            hook = self.plugin.calls.complex_part_attribute_hook
-        elif fullname.startswith("torch.return_types."):
+        # mypy asks at every attribute access: one lookup (of the name's hash) for the kinds
+        kind = _ATTRIBUTE_KINDS.get(fullname, _NOT_HOOKED)
+        if kind == _NOT_HOOKED:
+            if not fullname.startswith("torch.return_types."):
+                return None
             hook = self.plugin.calls.structseq_attribute_hook
+        elif kind == _GRAD:
+            hook = self.plugin.calls.grad_attribute_hook
+        elif kind == _TRANSPOSE:
+            hook = self.plugin.calls.transpose_attribute_hook
+        elif kind == _DATA:
+            hook = self.plugin.calls.data_attribute_hook
         else:
-            return None
+            hook = self.plugin.calls.complex_part_attribute_hook
         return self._synced(hook) if self._meets_spmd() else None
 
 

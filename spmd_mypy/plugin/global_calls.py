@@ -69,6 +69,7 @@ from ..engine.errors import SpmdError
 from ..engine.ops import CAST_FORMAL, CAST_OPS, UNREAD_VALUE, Operand, Result
 from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
+from ..engine.views import ANY_SIZE, SameDim, SamePrefix
 from .memo import FunctionMemo, TreeMemo
 from .reductions import read_variant
 from .mypy_types import lookup_type
@@ -94,6 +95,11 @@ class _OnFirstUse:
 # takes the TYPE_CHECKING branch for the code it compiles.
 gs: Any = _OnFirstUse("spmd_mypy.engine.global_spmd", "gs")
 rd: Any = _OnFirstUse("spmd_mypy.engine.redistribute", "rd")
+# A local reshape's target (reshape_target) is written with the views' own size markers (the
+# global engine's are the same objects): a local .view loads no global engine.
+_SameDim: Final = SameDim
+_SamePrefix: Final = SamePrefix
+_ANY_SIZE: Final = ANY_SIZE
 
 if TYPE_CHECKING:
     from .calls import AnyCtx, CallTyper
@@ -230,14 +236,14 @@ def _shape_prefix(e: Expression, x_text: str | None) -> list[Any] | None:
     open_end = not (isinstance(e, IndexExpr) and isinstance(e.index, SliceExpr)
                     and e.index.end_index is not None)
     if open_end and lo == 0:
-        return [gs.SamePrefix(0)]  # x.shape, x.shape[:], x.size()
+        return [_SamePrefix(0)]  # x.shape, x.shape[:], x.size()
     if hi is None:
         return None
     if hi < 0:
-        return [gs.SamePrefix(-hi)] if lo == 0 else None
+        return [_SamePrefix(-hi)] if lo == 0 else None
     if hi < lo:
         return None
-    return [gs.SameDim(i) for i in range(lo, hi)]
+    return [_SameDim(i) for i in range(lo, hi)]
 
 
 def _shape_sum(e: Expression) -> list[Expression] | None:
@@ -492,15 +498,15 @@ def _kept_size(dim: int, rank: int | None, keep: str, name: str | None) -> Any:
     """The target entry for a size of dim ``dim`` of a tensor of ``rank`` (when known) the
     reshaped tensor keeps by ``keep``: a SameDim, or ANY_SIZE where it is not kept."""
     if keep == _KEEP_ALL:
-        return gs.SameDim(dim, name, rank)
+        return _SameDim(dim, name, rank)
     if rank is not None:
         if not -rank <= dim < rank or dim % rank == rank - 1:
-            return gs.ANY_SIZE  # the last dim: not the reshaped tensor's
+            return _ANY_SIZE  # the last dim: not the reshaped tensor's
         # the result has that rank or one less, and the dim is before both lasts
-        return gs.SameDim(dim % rank, name)
+        return _SameDim(dim % rank, name)
     if dim < 0:
-        return gs.ANY_SIZE  # counted from a last dim that may be dropped
-    return gs.SameDim(dim, name, None, True)
+        return _ANY_SIZE  # counted from a last dim that may be dropped
+    return _SameDim(dim, name, None, True)
 
 
 def _lead_sizes(e: Expression, leads: Sequence[_Lead], ctx: AnyCtx) -> list[Any] | None:
@@ -604,8 +610,15 @@ def _size_names(func: FuncDef) -> SizeNames:
         facts.bindings[arg.variable.name] = 1
         facts.defined_at[arg.variable.name] = func.line
     try:
-        _SizeWalk(facts).block(func.body.body)
-        for name in raw_collective_targets(func):  # written in place: not its one value
+        subs = get_subexpressions(func.body)
+        # The walrus walk only binds (n := ...) targets, and gives up on an expression
+        # nested deeper than 60: not needed where mypy's traverser, which reaches every
+        # expression the walk does (and more: lambda bodies, decorators), finds no walrus, and
+        # the body has too few expressions for such a nesting (a chain of 61 expressions
+        # holds at least 60 that the traverser lists).
+        walrus = len(subs) >= 60 or any(type(sub) is _AssignmentExpr for sub in subs)
+        _SizeWalk(facts, walrus).block(func.body.body)
+        for name in _raw_targets(subs):  # written in place: not its one value
             facts.bindings[name] = facts.bindings.get(name, 0) + 1
     except Exception:  # noqa: BLE001 - never crash mypy: nothing known
         facts = SizeNames()
@@ -619,22 +632,26 @@ def raw_collective_targets(func: FuncDef) -> frozenset[str]:
     """The names a raw collective in ``func`` writes in place (``dist.all_reduce(out)``
     reduces ``out``: its static type is no longer a fact, and :func:`size_names` counts the
     call as one more binding of it; ``dist.get_world_size(g)``, ``distribute_tensor(q, ...)``
-    write nothing), computed once per body."""
-    return _RAW_TARGETS.get(func)
+    write nothing)."""
+    return _raw_targets(get_subexpressions(func.body))
 
 
-def _raw_collective_targets(func: FuncDef) -> frozenset[str]:
+def _raw_targets(subs: list[Expression]) -> frozenset[str]:
+    """:func:`raw_collective_targets` of a body's sub-expressions."""
     names: set[str] = set()
-    for sub in get_subexpressions(func.body):
-        if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
-                and raw_collective(sub.callee.fullname) is not None):
-            written = raw_written_argument(sub)
-            if isinstance(written, NameExpr):
-                names.add(written.name)
+    for sub in subs:
+        if type(sub) is _CallExpr:
+            callee = sub.callee
+            # (every raw collective's name starts so: engine raw_collective, asked less)
+            if (isinstance(callee, RefExpr) and callee.fullname.startswith("torch.distributed.")
+                    and raw_collective(callee.fullname) is not None):
+                written = raw_written_argument(sub)
+                if isinstance(written, NameExpr):
+                    names.add(written.name)
     return frozenset(names)
 
 
-_RAW_TARGETS: Final = FunctionMemo(_raw_collective_targets)
+_CallExpr: Final = CallExpr
 
 
 def raw_written_argument(call: CallExpr) -> Expression | None:
@@ -690,9 +707,10 @@ def _tuple_names(target: Expression) -> list[str]:
 class _SizeWalk:
     """The walk behind :func:`size_names` (mypy's compiled visitors cannot be subclassed)."""
 
-    def __init__(self, facts: SizeNames) -> None:
+    def __init__(self, facts: SizeNames, walrus: bool = True) -> None:
         self.facts = facts
         self.depth = 0  # nested definitions entered
+        self.walrus_walk = walrus  # False: the body has no walrus, nor a deep expression
 
     def bind(self, target: Expression | None, line: int) -> None:
         if isinstance(target, NameExpr):
@@ -713,7 +731,8 @@ class _SizeWalk:
 
     def stmt(self, st: Statement) -> None:
         line = st.line
-        self.walrus(st)
+        if self.walrus_walk:
+            self.walrus(st)
         if isinstance(st, AssignmentStmt):
             for lv in st.lvalues:
                 self.bind(lv, line)
@@ -825,8 +844,16 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
     (ANY_SIZE); UNKNOWN when the shape itself is not written out (``x.view(shape)``).
     ``x``: the reshaped tensor (a local reshape), whose makers' sizes count too
     (:func:`reshape_leads`, read only for an entry nothing else reads)."""
+    items = _shape_items(ctx, exprs, x_text, x)
+    return gs.UNKNOWN if items is None else items
+
+
+def _shape_items(ctx: AnyCtx, exprs: list[Expression] | None,
+                 x_text: str | None, x: Expression | None = None) -> tuple[Any, ...] | None:
+    """:func:`_shape_param`'s target, None where it is UNKNOWN: written with the views' size
+    markers only, so that a local reshape (:func:`reshape_target`) loads no global engine."""
     if not exprs:
-        return gs.UNKNOWN
+        return None
     items = list(exprs)
     summed = _shape_sum(items[0]) if len(items) == 1 else None
     if summed is not None:  # x.view(x.shape[:-1] + (nh, hd))
@@ -841,7 +868,7 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
         if isinstance(p, LiteralType):
             p = p.fallback
         if not (isinstance(p, Instance) and p.type.fullname == "builtins.int"):
-            return gs.UNKNOWN  # a tuple/Size/list variable: its length is unknown
+            return None  # a tuple/Size/list variable: its length is unknown
     out: list[Any] = []
     leads: list[_Lead] | None = None
     for it in items:
@@ -855,8 +882,8 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
             continue
         d = _same_dim(it, x_text, ctx)
         if d is not None:
-            out.append(gs.SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None,
-                                  _named_rank(it, ctx)))
+            out.append(_SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None,
+                                _named_rank(it, ctx)))
             continue
         if x is not None and leads is None:
             leads = reshape_leads(x, ctx)
@@ -869,9 +896,9 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
         if isinstance(p, LiteralType):
             p = p.fallback
         if isinstance(p, Instance) and p.type.fullname == "builtins.int":
-            out.append(gs.ANY_SIZE)
+            out.append(_ANY_SIZE)
             continue
-        return gs.UNKNOWN
+        return None
     return tuple(out)
 
 
@@ -892,8 +919,7 @@ def reshape_target(ctx: AnyCtx) -> tuple[Any, ...] | None:
     f = _by_formal(ctx)
     if "dtype" in f or x is None:
         return None
-    shape = _shape_param(ctx, f.get("shape") or f.get("size"), expr_text(x), x)
-    return shape if isinstance(shape, tuple) else None
+    return _shape_items(ctx, f.get("shape") or f.get("size"), expr_text(x), x)
 
 
 # -- torch modules whose constructor states the op's dims ---------------------------------
