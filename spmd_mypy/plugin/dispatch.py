@@ -80,6 +80,17 @@ NO_SIGNATURE_CHECK: Final = ("torch.", "spmd.", "builtins.", "typing.", "typing_
                       "warnings.", "time.", "random.", "copy.", "inspect.", "operator.",
                       "contextlib.", "pathlib.", "argparse.", "datetime.", "pickle.",
                       "threading.", "weakref.", "statistics.")
+# NO_SIGNATURE_CHECK by the first part of a name (each prefix is a top-level module and a dot):
+# one set lookup where the prefixes' startswith tested each in turn (first questions of a name)
+_NO_SIGNATURE_ROOTS: Final = frozenset(p[:-1] for p in NO_SIGNATURE_CHECK)
+
+
+def _unchecked_callee(fullname: str) -> bool:
+    """``fullname.startswith(NO_SIGNATURE_CHECK)``."""
+    root, dot, _ = fullname.partition(".")
+    return bool(dot) and root in _NO_SIGNATURE_ROOTS
+
+
 _PARTIAL_OPS: Final = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
                 "spmd.sum": "sum"}
 # torch._utils' flatten/unflatten of a list of tensors (the bucketing DDP code calls): torch
@@ -125,6 +136,7 @@ class HookDispatch:
         self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
         self._promotion: Promotion | None = None  # the plugin's, read at each hook question
+        self._typer: calls.CallTyper | None = None  # the plugin's call typer, alike
         self._guards: dict[str, Guarded] = {}  # the guarded hooks that are not Synced, by name
         # torch.linalg/special/fft functions given a signature from their docstring
         # (torch_namespaces): their result stays Any where no SPMD type is met
@@ -184,8 +196,12 @@ class HookDispatch:
         context for every hook it gets (~1 us a call).  Most calls of user functions and
         methods (of classes without typed tensor parameters, ``[a, b]`` displays, ``math``)
         have nothing pending: the check would do nothing, so mypy gets no hook."""
-        if hook is self._checker and not self.plugin.calls.has_pending():
-            return None
+        if hook is not None and hook is self._checker:
+            typer = self._typer
+            if typer is None:  # (made after this dispatch, with the plugin; never replaced)
+                typer = self._typer = self.plugin.calls
+            if not typer.has_pending():
+                return None
         return hook
 
     def on_module(self, store: object | None) -> None:
@@ -301,7 +317,7 @@ class HookDispatch:
         hook: Callable | None
         if fullname in EINOPS_FUNCTIONS:
             hook = self._guard("einops_signature", einops_signature_hook, SIGNATURE)
-        elif fullname.startswith(NO_SIGNATURE_CHECK):
+        elif _unchecked_callee(fullname):
             hook = self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
         else:
             hook = self._relax_signature()
@@ -330,7 +346,7 @@ class HookDispatch:
             return self.megatron_mapping_hook
         if fullname in EINOPS_FUNCTIONS:  # typed by the pattern, not einops' TypeVar
             return functools.partial(einops_hook, typer, EINOPS_FUNCTIONS[fullname])
-        if not fullname.startswith(NO_SIGNATURE_CHECK):
+        if not _unchecked_callee(fullname):
             return typer.check_arguments_hook
         if fullname.startswith("spmd."):
             name = fullname[5:]
@@ -510,7 +526,7 @@ class HookDispatch:
         tensor_class = self.is_tensor_class(cls)
         if method == "register_hook" and tensor_class:
             hook = self._guard("register_hook", self.plugin.autograd.register_hook_signature_hook, SIGNATURE)
-        elif tensor_class or fullname.startswith(NO_SIGNATURE_CHECK):
+        elif tensor_class or _unchecked_callee(fullname):
             hook = None
         elif method == "apply" and is_autograd_function(self.lookup_info(cls)):
             return self._guard("apply", self.plugin.autograd.apply_signature_hook, SIGNATURE)
@@ -573,7 +589,7 @@ class HookDispatch:
         if fullname == CUSTOM_OP_CALL:  # a torch.library.custom_op's call: the op rule
             return self._synced(custom_op_hook(typer))
         tensor_class = self.is_tensor_class(cls)
-        if not tensor_class and not fullname.startswith(NO_SIGNATURE_CHECK):
+        if not tensor_class and not _unchecked_callee(fullname):
             return self._check_arguments()
         elif tensor_class:
             if method == "backward":

@@ -16,6 +16,15 @@ from mypy.nodes import (
     ARG_NAMED,
     ARG_POS,
     LDEF,
+    AssertStmt,
+    BreakStmt,
+    ContinueStmt,
+    ExpressionStmt,
+    IfStmt,
+    PassStmt,
+    RaiseStmt,
+    ReturnStmt,
+    WhileStmt,
     AssignmentExpr,
     AssignmentStmt,
     CallExpr,
@@ -52,6 +61,7 @@ from mypy.nodes import (
     Var,
     WithStmt,
 )
+from mypy.checker_shared import CheckerScope
 from mypy.server.subexpr import get_subexpressions
 from mypy.types import (
     AnyType,
@@ -74,6 +84,7 @@ from .memo import FunctionMemo, TreeMemo
 from .reductions import read_variant
 from .mypy_types import lookup_type
 from .statements import functions_of, nested_statements, statement_blocks
+from .texts import expr_text
 
 
 class _OnFirstUse:
@@ -107,7 +118,11 @@ if TYPE_CHECKING:
 
 def any_global(ops: Sequence[Operand]) -> bool:
     # gs.is_global, without loading the global engine for local code
-    return any(o.type is not None and o.type.spec is not None for o in ops)
+    for o in ops:
+        t = o.type  # (an engine Operand's field: read once)
+        if t is not None and t.spec is not None:
+            return True
+    return False
 
 
 # -- literals ---------------------------------------------------------------------------
@@ -205,8 +220,6 @@ def _index_items(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
 def _same_dim(e: Expression, x_text: str | None, ctx: AnyCtx | None = None) -> int | None:
     """``i`` when ``e`` is ``x.shape[i]`` or ``x.size(i)`` of the reshaped tensor ``x``, or a
     local name bound once to one (:func:`size_names`: ``b, s, h = x.shape``)."""
-    from .calls import expr_text
-
     if x_text is None:
         return None
     if isinstance(e, NameExpr):
@@ -223,8 +236,6 @@ def _shape_prefix(e: Expression, x_text: str | None) -> list[Any] | None:
     an operand of a ``+`` of shapes) of the reshaped tensor ``x``: :class:`SameDim` for
     literal non-negative bounds, a rank-free :class:`SamePrefix` for ``x.shape[:-k]``,
     ``x.size()[:-k]`` and ``x.shape`` itself (all its dims)."""
-    from .calls import expr_text
-
     if isinstance(e, StarExpr):
         e = e.expr
     sliced = _shape_slice(e)
@@ -462,8 +473,6 @@ class _Lead:
 def reshape_leads(x: Expression, ctx: AnyCtx) -> list[_Lead]:
     """The tensors whose leading sizes the reshaped tensor ``x`` keeps (see above), nearest
     first; a few steps at most, locals followed only when bound once in the function."""
-    from .calls import expr_text
-
     out: list[_Lead] = []
     keep = _KEEP_ALL
     followed = False
@@ -513,8 +522,6 @@ def _lead_sizes(e: Expression, leads: Sequence[_Lead], ctx: AnyCtx) -> list[Any]
     """The target entries of ``e`` when it reads a size of a tensor of ``leads``:
     ``h.shape[i]``, ``h.size(i)``, ``*h.shape[a:b]`` (literal bounds), a local bound once to
     one (``b, n, _ = h.shape``); None when it reads none."""
-    from .calls import expr_text
-
     def lead_of(t: Expression) -> _Lead | None:
         text = expr_text(t)
         for lead in leads:
@@ -581,10 +588,17 @@ def current_function(api: object) -> FuncDef | None:
     scope = getattr(api, "scope", None)
     if scope is None:
         return None
+    if type(scope) is _CheckerScope:  # mypy's checker: a method call, no bound method made
+        func = scope.current_function()
+        return func if type(func) is _FuncDef else None
     # (no default callable made at each call: a hook asks several times)
     get = getattr(scope, "current_function", None)
     func = get() if get is not None else None
     return func if isinstance(func, FuncDef) else None
+
+
+_CheckerScope: Final = CheckerScope
+_FuncDef: Final = FuncDef
 
 
 
@@ -733,6 +747,11 @@ class _SizeWalk:
         line = st.line
         if self.walrus_walk:
             self.walrus(st)
+        cls = type(st)
+        if cls in _BINDING_FREE:  # the common statements that bind nothing themselves
+            for block in statement_blocks(st):
+                self.block(block)
+            return
         if isinstance(st, AssignmentStmt):
             for lv in st.lvalues:
                 self.bind(lv, line)
@@ -823,6 +842,10 @@ _CHILD_ATTRS: Final = ("expr", "rvalue", "lvalues", "callee", "args", "left", "r
                 "right_expr", "sequences", "condlists", "begin_index", "end_index", "stride",
                 "key", "generator", "indices", "msg", "from_expr", "analyzed")
 _CHILD_ATTRS_OF: Final[dict[type, tuple[str, ...]]] = {}
+# statements that bind no name themselves (their blocks may), by exact class (mypy's
+# statement classes are not subclassed): the size walk skips its isinstance tests for them
+_BINDING_FREE: Final = frozenset({ExpressionStmt, ReturnStmt, IfStmt, WhileStmt, PassStmt,
+                                  AssertStmt, RaiseStmt, BreakStmt, ContinueStmt})
 # bound once (a Final module attribute is a C static to this compiled module; an imported
 # name, a dict lookup at each use): the walrus walk tests every sub-expression
 _AssignmentExpr: Final = AssignmentExpr
@@ -906,8 +929,6 @@ def reshape_target(ctx: AnyCtx) -> tuple[Any, ...] | None:
     """A local ``x.view(...)`` / ``x.reshape(...)`` / ``torch.reshape(x, ...)`` target for
     the engine's S(i) rule (engine ``views.reshaped_dim``), read as for global SPMD
     (:func:`_shape_param`); None for ``x.view(dtype)`` or a target not written out."""
-    from .calls import expr_text
-
     c = ctx.context
     x: Expression | None = None
     if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr) and not (
@@ -1108,8 +1129,6 @@ def _normalized_ndim(ctx: AnyCtx, e: Expression) -> Any:
 
 
 def module_unread_error(ctx: AnyCtx, op: str, ops: Sequence[Operand], params: dict[str, Any]) -> SpmdError:
-    from .calls import expr_text
-
     c = ctx.context
     module = expr_text(c.callee) if isinstance(c, CallExpr) else "the module"
     what = next(formal for param, formal, _, _ in _MODULE_DIMS[op] if params.get(param) is gs.UNKNOWN)
@@ -1512,8 +1531,6 @@ def _endpoint(typer: CallTyper, ctx: AnyCtx, e: Expression | None, x: SpmdType,
         return built
     t = typer.type_from_expression(ctx, e)
     if t is None or t.spec is None:
-        from .calls import expr_text
-
         typer.report(ctx, [SpmdError(
             "spmd-global",
             f"spmd.redistribute({which}={expr_text(e)}): {which} is a partition spec PS[...] or a "
@@ -1535,8 +1552,6 @@ def redistribute_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
     """Statically: ``src`` must describe ``x``; the planner must find a plan (else its
     reason); the result is ``dst`` (resolved: the axes ``dst`` leaves unsaid keep
     ``x``'s type, see :func:`spmd_mypy.engine.redistribute.resolve`)."""
-    from .calls import expr_text
-
     f = {n: (es[0], ts[0]) for n, es, ts in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types) if es}
     x_e, x_t = f.get("x", (None, None))
     x = typer.types.from_type(x_t) if x_t is not None else None
