@@ -36,7 +36,7 @@ from .modules import (
 )
 from .mypy_types import MARKER_FULLNAMES, TENSOR, TENSOR_ALIAS, TORCH_TENSOR_BASES
 from .guard import ANNOTATION, NOTHING, RESULT, SIGNATURE, Guarded
-from .promotion import Synced
+from .promotion import Promotion, Synced
 from .rewrite import TRIGGER_FULLNAME
 from .scalar_powers import POWERS, REFLECTED_POWERS, power_hook, reflected_power_hook
 
@@ -61,6 +61,15 @@ _GRAD_ATTRS: Final = frozenset(f"{c}.grad" for c in _TENSOR_CLASSES)
 _TRANSPOSE_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("T", "mT", "H", "mH"))
 _DATA_ATTRS: Final = frozenset(f"{c}.data" for c in _TENSOR_CLASSES)
 _COMPLEX_PART_ATTRS: Final = frozenset(f"{c}.{a}" for c in _TENSOR_CLASSES for a in ("real", "imag"))
+# the hooked tensor attributes by kind (one dict lookup per attribute question)
+_NOT_HOOKED: Final = 0
+_GRAD: Final = 1
+_TRANSPOSE: Final = 2
+_DATA: Final = 3
+_COMPLEX_PART: Final = 4
+_ATTRIBUTE_KINDS: Final[dict[str, int]] = {
+    **{n: _COMPLEX_PART for n in _COMPLEX_PART_ATTRS}, **{n: _DATA for n in _DATA_ATTRS},
+    **{n: _TRANSPOSE for n in _TRANSPOSE_ATTRS}, **{n: _GRAD for n in _GRAD_ATTRS}}
 # a hook cache's answer not known yet (a hook may be None)
 _UNSET: Final = object()
 # Callees whose parameters are not user annotations: no argument check there (nor a hook:
@@ -71,6 +80,17 @@ NO_SIGNATURE_CHECK: Final = ("torch.", "spmd.", "builtins.", "typing.", "typing_
                       "warnings.", "time.", "random.", "copy.", "inspect.", "operator.",
                       "contextlib.", "pathlib.", "argparse.", "datetime.", "pickle.",
                       "threading.", "weakref.", "statistics.")
+# NO_SIGNATURE_CHECK by the first part of a name (each prefix is a top-level module and a dot):
+# one set lookup where the prefixes' startswith tested each in turn (first questions of a name)
+_NO_SIGNATURE_ROOTS: Final = frozenset(p[:-1] for p in NO_SIGNATURE_CHECK)
+
+
+def _unchecked_callee(fullname: str) -> bool:
+    """``fullname.startswith(NO_SIGNATURE_CHECK)``."""
+    root, dot, _ = fullname.partition(".")
+    return bool(dot) and root in _NO_SIGNATURE_ROOTS
+
+
 _PARTIAL_OPS: Final = {"spmd.einsum": "einsum", "spmd.matmul": "matmul", "spmd.linear": "linear",
                 "spmd.sum": "sum"}
 # torch._utils' flatten/unflatten of a list of tensors (the bucketing DDP code calls): torch
@@ -115,6 +135,8 @@ class HookDispatch:
         self._tensor_list_cache: dict[str, Callable | None] = {}
         self._module_checker: object | None = None  # mypy's TypeChecker the promotion follows
         self._checker: Synced | None = None  # the argument check of user callees (shared)
+        self._promotion: Promotion | None = None  # the plugin's, read at each hook question
+        self._typer: calls.CallTyper | None = None  # the plugin's call typer, alike
         self._guards: dict[str, Guarded] = {}  # the guarded hooks that are not Synced, by name
         # torch.linalg/special/fft functions given a signature from their docstring
         # (torch_namespaces): their result stays Any where no SPMD type is met
@@ -174,8 +196,12 @@ class HookDispatch:
         context for every hook it gets (~1 us a call).  Most calls of user functions and
         methods (of classes without typed tensor parameters, ``[a, b]`` displays, ``math``)
         have nothing pending: the check would do nothing, so mypy gets no hook."""
-        if hook is self._checker and not self.plugin.calls.has_pending():
-            return None
+        if hook is not None and hook is self._checker:
+            typer = self._typer
+            if typer is None:  # (made after this dispatch, with the plugin; never replaced)
+                typer = self._typer = self.plugin.calls
+            if not typer.has_pending():
+                return None
         return hook
 
     def on_module(self, store: object | None) -> None:
@@ -219,7 +245,10 @@ class HookDispatch:
         its torch calls, tensor methods and attributes get no hook, as without the plugin
         (mypy builds a context for every hook it gets, and the hook would find nothing typed)."""
         self._follow_module()
-        return self.plugin.promotion.promoted
+        promotion = self._promotion
+        if promotion is None:  # (made after this dispatch, with the plugin; never replaced)
+            promotion = self._promotion = self.plugin.promotion
+        return promotion.promoted
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         cache = self._function_cache
@@ -288,7 +317,7 @@ class HookDispatch:
         hook: Callable | None
         if fullname in EINOPS_FUNCTIONS:
             hook = self._guard("einops_signature", einops_signature_hook, SIGNATURE)
-        elif fullname.startswith(NO_SIGNATURE_CHECK):
+        elif _unchecked_callee(fullname):
             hook = self._tensor_list_hook(fullname) if fullname.startswith("torch.") else None
         else:
             hook = self._relax_signature()
@@ -317,7 +346,7 @@ class HookDispatch:
             return self.megatron_mapping_hook
         if fullname in EINOPS_FUNCTIONS:  # typed by the pattern, not einops' TypeVar
             return functools.partial(einops_hook, typer, EINOPS_FUNCTIONS[fullname])
-        if not fullname.startswith(NO_SIGNATURE_CHECK):
+        if not _unchecked_callee(fullname):
             return typer.check_arguments_hook
         if fullname.startswith("spmd."):
             name = fullname[5:]
@@ -497,7 +526,7 @@ class HookDispatch:
         tensor_class = self.is_tensor_class(cls)
         if method == "register_hook" and tensor_class:
             hook = self._guard("register_hook", self.plugin.autograd.register_hook_signature_hook, SIGNATURE)
-        elif tensor_class or fullname.startswith(NO_SIGNATURE_CHECK):
+        elif tensor_class or _unchecked_callee(fullname):
             hook = None
         elif method == "apply" and is_autograd_function(self.lookup_info(cls)):
             return self._guard("apply", self.plugin.autograd.apply_signature_hook, SIGNATURE)
@@ -560,7 +589,7 @@ class HookDispatch:
         if fullname == CUSTOM_OP_CALL:  # a torch.library.custom_op's call: the op rule
             return self._synced(custom_op_hook(typer))
         tensor_class = self.is_tensor_class(cls)
-        if not tensor_class and not fullname.startswith(NO_SIGNATURE_CHECK):
+        if not tensor_class and not _unchecked_callee(fullname):
             return self._check_arguments()
         elif tensor_class:
             if method == "backward":
@@ -579,18 +608,20 @@ class HookDispatch:
         return self._synced(hook) if hook is not None else None
 
     def get_attribute_hook(self, fullname: str) -> Callable[[AttributeContext], Type] | None:
-        if fullname in _GRAD_ATTRS:
-            hook = self.plugin.calls.grad_attribute_hook
-        elif fullname in _TRANSPOSE_ATTRS:
-            hook = self.plugin.calls.transpose_attribute_hook
-        elif fullname in _DATA_ATTRS:
-            hook = self.plugin.calls.data_attribute_hook
-        elif fullname in _COMPLEX_PART_ATTRS:
-            hook = self.plugin.calls.complex_part_attribute_hook
-        elif fullname.startswith("torch.return_types."):
+        # mypy asks at every attribute access: one lookup (of the name's hash) for the kinds
+        kind = _ATTRIBUTE_KINDS.get(fullname, _NOT_HOOKED)
+        if kind == _NOT_HOOKED:
+            if not fullname.startswith("torch.return_types."):
+                return None
             hook = self.plugin.calls.structseq_attribute_hook
+        elif kind == _GRAD:
+            hook = self.plugin.calls.grad_attribute_hook
+        elif kind == _TRANSPOSE:
+            hook = self.plugin.calls.transpose_attribute_hook
+        elif kind == _DATA:
+            hook = self.plugin.calls.data_attribute_hook
         else:
-            return None
+            hook = self.plugin.calls.complex_part_attribute_hook
         return self._synced(hook) if self._meets_spmd() else None
 
 

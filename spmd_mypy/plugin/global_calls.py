@@ -16,6 +16,15 @@ from mypy.nodes import (
     ARG_NAMED,
     ARG_POS,
     LDEF,
+    AssertStmt,
+    BreakStmt,
+    ContinueStmt,
+    ExpressionStmt,
+    IfStmt,
+    PassStmt,
+    RaiseStmt,
+    ReturnStmt,
+    WhileStmt,
     AssignmentExpr,
     AssignmentStmt,
     CallExpr,
@@ -52,6 +61,7 @@ from mypy.nodes import (
     Var,
     WithStmt,
 )
+from mypy.checker_shared import CheckerScope
 from mypy.server.subexpr import get_subexpressions
 from mypy.types import (
     AnyType,
@@ -69,10 +79,12 @@ from ..engine.errors import SpmdError
 from ..engine.ops import CAST_FORMAL, CAST_OPS, UNREAD_VALUE, Operand, Result
 from ..engine.ops import propagate as local_propagate
 from ..engine.types import SpmdType, format_type
+from ..engine.views import ANY_SIZE, SameDim, SamePrefix
 from .memo import FunctionMemo, TreeMemo
 from .reductions import read_variant
 from .mypy_types import lookup_type
 from .statements import functions_of, nested_statements, statement_blocks
+from .texts import expr_text
 
 
 class _OnFirstUse:
@@ -94,6 +106,11 @@ class _OnFirstUse:
 # takes the TYPE_CHECKING branch for the code it compiles.
 gs: Any = _OnFirstUse("spmd_mypy.engine.global_spmd", "gs")
 rd: Any = _OnFirstUse("spmd_mypy.engine.redistribute", "rd")
+# A local reshape's target (reshape_target) is written with the views' own size markers (the
+# global engine's are the same objects): a local .view loads no global engine.
+_SameDim: Final = SameDim
+_SamePrefix: Final = SamePrefix
+_ANY_SIZE: Final = ANY_SIZE
 
 if TYPE_CHECKING:
     from .calls import AnyCtx, CallTyper
@@ -101,7 +118,11 @@ if TYPE_CHECKING:
 
 def any_global(ops: Sequence[Operand]) -> bool:
     # gs.is_global, without loading the global engine for local code
-    return any(o.type is not None and o.type.spec is not None for o in ops)
+    for o in ops:
+        t = o.type  # (an engine Operand's field: read once)
+        if t is not None and t.spec is not None:
+            return True
+    return False
 
 
 # -- literals ---------------------------------------------------------------------------
@@ -199,8 +220,6 @@ def _index_items(typer: CallTyper, ctx: AnyCtx, e: Expression) -> Any:
 def _same_dim(e: Expression, x_text: str | None, ctx: AnyCtx | None = None) -> int | None:
     """``i`` when ``e`` is ``x.shape[i]`` or ``x.size(i)`` of the reshaped tensor ``x``, or a
     local name bound once to one (:func:`size_names`: ``b, s, h = x.shape``)."""
-    from .calls import expr_text
-
     if x_text is None:
         return None
     if isinstance(e, NameExpr):
@@ -217,8 +236,6 @@ def _shape_prefix(e: Expression, x_text: str | None) -> list[Any] | None:
     an operand of a ``+`` of shapes) of the reshaped tensor ``x``: :class:`SameDim` for
     literal non-negative bounds, a rank-free :class:`SamePrefix` for ``x.shape[:-k]``,
     ``x.size()[:-k]`` and ``x.shape`` itself (all its dims)."""
-    from .calls import expr_text
-
     if isinstance(e, StarExpr):
         e = e.expr
     sliced = _shape_slice(e)
@@ -230,14 +247,14 @@ def _shape_prefix(e: Expression, x_text: str | None) -> list[Any] | None:
     open_end = not (isinstance(e, IndexExpr) and isinstance(e.index, SliceExpr)
                     and e.index.end_index is not None)
     if open_end and lo == 0:
-        return [gs.SamePrefix(0)]  # x.shape, x.shape[:], x.size()
+        return [_SamePrefix(0)]  # x.shape, x.shape[:], x.size()
     if hi is None:
         return None
     if hi < 0:
-        return [gs.SamePrefix(-hi)] if lo == 0 else None
+        return [_SamePrefix(-hi)] if lo == 0 else None
     if hi < lo:
         return None
-    return [gs.SameDim(i) for i in range(lo, hi)]
+    return [_SameDim(i) for i in range(lo, hi)]
 
 
 def _shape_sum(e: Expression) -> list[Expression] | None:
@@ -456,8 +473,6 @@ class _Lead:
 def reshape_leads(x: Expression, ctx: AnyCtx) -> list[_Lead]:
     """The tensors whose leading sizes the reshaped tensor ``x`` keeps (see above), nearest
     first; a few steps at most, locals followed only when bound once in the function."""
-    from .calls import expr_text
-
     out: list[_Lead] = []
     keep = _KEEP_ALL
     followed = False
@@ -492,23 +507,21 @@ def _kept_size(dim: int, rank: int | None, keep: str, name: str | None) -> Any:
     """The target entry for a size of dim ``dim`` of a tensor of ``rank`` (when known) the
     reshaped tensor keeps by ``keep``: a SameDim, or ANY_SIZE where it is not kept."""
     if keep == _KEEP_ALL:
-        return gs.SameDim(dim, name, rank)
+        return _SameDim(dim, name, rank)
     if rank is not None:
         if not -rank <= dim < rank or dim % rank == rank - 1:
-            return gs.ANY_SIZE  # the last dim: not the reshaped tensor's
+            return _ANY_SIZE  # the last dim: not the reshaped tensor's
         # the result has that rank or one less, and the dim is before both lasts
-        return gs.SameDim(dim % rank, name)
+        return _SameDim(dim % rank, name)
     if dim < 0:
-        return gs.ANY_SIZE  # counted from a last dim that may be dropped
-    return gs.SameDim(dim, name, None, True)
+        return _ANY_SIZE  # counted from a last dim that may be dropped
+    return _SameDim(dim, name, None, True)
 
 
 def _lead_sizes(e: Expression, leads: Sequence[_Lead], ctx: AnyCtx) -> list[Any] | None:
     """The target entries of ``e`` when it reads a size of a tensor of ``leads``:
     ``h.shape[i]``, ``h.size(i)``, ``*h.shape[a:b]`` (literal bounds), a local bound once to
     one (``b, n, _ = h.shape``); None when it reads none."""
-    from .calls import expr_text
-
     def lead_of(t: Expression) -> _Lead | None:
         text = expr_text(t)
         for lead in leads:
@@ -575,10 +588,17 @@ def current_function(api: object) -> FuncDef | None:
     scope = getattr(api, "scope", None)
     if scope is None:
         return None
+    if type(scope) is _CheckerScope:  # mypy's checker: a method call, no bound method made
+        func = scope.current_function()
+        return func if type(func) is _FuncDef else None
     # (no default callable made at each call: a hook asks several times)
     get = getattr(scope, "current_function", None)
     func = get() if get is not None else None
     return func if isinstance(func, FuncDef) else None
+
+
+_CheckerScope: Final = CheckerScope
+_FuncDef: Final = FuncDef
 
 
 
@@ -604,8 +624,15 @@ def _size_names(func: FuncDef) -> SizeNames:
         facts.bindings[arg.variable.name] = 1
         facts.defined_at[arg.variable.name] = func.line
     try:
-        _SizeWalk(facts).block(func.body.body)
-        for name in raw_collective_targets(func):  # written in place: not its one value
+        subs = get_subexpressions(func.body)
+        # The walrus walk only binds (n := ...) targets, and gives up on an expression
+        # nested deeper than 60: not needed where mypy's traverser, which reaches every
+        # expression the walk does (and more: lambda bodies, decorators), finds no walrus, and
+        # the body has too few expressions for such a nesting (a chain of 61 expressions
+        # holds at least 60 that the traverser lists).
+        walrus = len(subs) >= 60 or any(type(sub) is _AssignmentExpr for sub in subs)
+        _SizeWalk(facts, walrus).block(func.body.body)
+        for name in _raw_targets(subs):  # written in place: not its one value
             facts.bindings[name] = facts.bindings.get(name, 0) + 1
     except Exception:  # noqa: BLE001 - never crash mypy: nothing known
         facts = SizeNames()
@@ -619,22 +646,26 @@ def raw_collective_targets(func: FuncDef) -> frozenset[str]:
     """The names a raw collective in ``func`` writes in place (``dist.all_reduce(out)``
     reduces ``out``: its static type is no longer a fact, and :func:`size_names` counts the
     call as one more binding of it; ``dist.get_world_size(g)``, ``distribute_tensor(q, ...)``
-    write nothing), computed once per body."""
-    return _RAW_TARGETS.get(func)
+    write nothing)."""
+    return _raw_targets(get_subexpressions(func.body))
 
 
-def _raw_collective_targets(func: FuncDef) -> frozenset[str]:
+def _raw_targets(subs: list[Expression]) -> frozenset[str]:
+    """:func:`raw_collective_targets` of a body's sub-expressions."""
     names: set[str] = set()
-    for sub in get_subexpressions(func.body):
-        if (isinstance(sub, CallExpr) and isinstance(sub.callee, RefExpr)
-                and raw_collective(sub.callee.fullname) is not None):
-            written = raw_written_argument(sub)
-            if isinstance(written, NameExpr):
-                names.add(written.name)
+    for sub in subs:
+        if type(sub) is _CallExpr:
+            callee = sub.callee
+            # (every raw collective's name starts so: engine raw_collective, asked less)
+            if (isinstance(callee, RefExpr) and callee.fullname.startswith("torch.distributed.")
+                    and raw_collective(callee.fullname) is not None):
+                written = raw_written_argument(sub)
+                if isinstance(written, NameExpr):
+                    names.add(written.name)
     return frozenset(names)
 
 
-_RAW_TARGETS: Final = FunctionMemo(_raw_collective_targets)
+_CallExpr: Final = CallExpr
 
 
 def raw_written_argument(call: CallExpr) -> Expression | None:
@@ -690,9 +721,10 @@ def _tuple_names(target: Expression) -> list[str]:
 class _SizeWalk:
     """The walk behind :func:`size_names` (mypy's compiled visitors cannot be subclassed)."""
 
-    def __init__(self, facts: SizeNames) -> None:
+    def __init__(self, facts: SizeNames, walrus: bool = True) -> None:
         self.facts = facts
         self.depth = 0  # nested definitions entered
+        self.walrus_walk = walrus  # False: the body has no walrus, nor a deep expression
 
     def bind(self, target: Expression | None, line: int) -> None:
         if isinstance(target, NameExpr):
@@ -713,7 +745,13 @@ class _SizeWalk:
 
     def stmt(self, st: Statement) -> None:
         line = st.line
-        self.walrus(st)
+        if self.walrus_walk:
+            self.walrus(st)
+        cls = type(st)
+        if cls in _BINDING_FREE:  # the common statements that bind nothing themselves
+            for block in statement_blocks(st):
+                self.block(block)
+            return
         if isinstance(st, AssignmentStmt):
             for lv in st.lvalues:
                 self.bind(lv, line)
@@ -804,6 +842,10 @@ _CHILD_ATTRS: Final = ("expr", "rvalue", "lvalues", "callee", "args", "left", "r
                 "right_expr", "sequences", "condlists", "begin_index", "end_index", "stride",
                 "key", "generator", "indices", "msg", "from_expr", "analyzed")
 _CHILD_ATTRS_OF: Final[dict[type, tuple[str, ...]]] = {}
+# statements that bind no name themselves (their blocks may), by exact class (mypy's
+# statement classes are not subclassed): the size walk skips its isinstance tests for them
+_BINDING_FREE: Final = frozenset({ExpressionStmt, ReturnStmt, IfStmt, WhileStmt, PassStmt,
+                                  AssertStmt, RaiseStmt, BreakStmt, ContinueStmt})
 # bound once (a Final module attribute is a C static to this compiled module; an imported
 # name, a dict lookup at each use): the walrus walk tests every sub-expression
 _AssignmentExpr: Final = AssignmentExpr
@@ -825,8 +867,16 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
     (ANY_SIZE); UNKNOWN when the shape itself is not written out (``x.view(shape)``).
     ``x``: the reshaped tensor (a local reshape), whose makers' sizes count too
     (:func:`reshape_leads`, read only for an entry nothing else reads)."""
+    items = _shape_items(ctx, exprs, x_text, x)
+    return gs.UNKNOWN if items is None else items
+
+
+def _shape_items(ctx: AnyCtx, exprs: list[Expression] | None,
+                 x_text: str | None, x: Expression | None = None) -> tuple[Any, ...] | None:
+    """:func:`_shape_param`'s target, None where it is UNKNOWN: written with the views' size
+    markers only, so that a local reshape (:func:`reshape_target`) loads no global engine."""
     if not exprs:
-        return gs.UNKNOWN
+        return None
     items = list(exprs)
     summed = _shape_sum(items[0]) if len(items) == 1 else None
     if summed is not None:  # x.view(x.shape[:-1] + (nh, hd))
@@ -841,7 +891,7 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
         if isinstance(p, LiteralType):
             p = p.fallback
         if not (isinstance(p, Instance) and p.type.fullname == "builtins.int"):
-            return gs.UNKNOWN  # a tuple/Size/list variable: its length is unknown
+            return None  # a tuple/Size/list variable: its length is unknown
     out: list[Any] = []
     leads: list[_Lead] | None = None
     for it in items:
@@ -855,8 +905,8 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
             continue
         d = _same_dim(it, x_text, ctx)
         if d is not None:
-            out.append(gs.SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None,
-                                  _named_rank(it, ctx)))
+            out.append(_SameDim(d, it.name.rstrip("'") if isinstance(it, NameExpr) else None,
+                                _named_rank(it, ctx)))
             continue
         if x is not None and leads is None:
             leads = reshape_leads(x, ctx)
@@ -869,9 +919,9 @@ def _shape_param(ctx: AnyCtx, exprs: list[Expression] | None,
         if isinstance(p, LiteralType):
             p = p.fallback
         if isinstance(p, Instance) and p.type.fullname == "builtins.int":
-            out.append(gs.ANY_SIZE)
+            out.append(_ANY_SIZE)
             continue
-        return gs.UNKNOWN
+        return None
     return tuple(out)
 
 
@@ -879,8 +929,6 @@ def reshape_target(ctx: AnyCtx) -> tuple[Any, ...] | None:
     """A local ``x.view(...)`` / ``x.reshape(...)`` / ``torch.reshape(x, ...)`` target for
     the engine's S(i) rule (engine ``views.reshaped_dim``), read as for global SPMD
     (:func:`_shape_param`); None for ``x.view(dtype)`` or a target not written out."""
-    from .calls import expr_text
-
     c = ctx.context
     x: Expression | None = None
     if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr) and not (
@@ -892,8 +940,7 @@ def reshape_target(ctx: AnyCtx) -> tuple[Any, ...] | None:
     f = _by_formal(ctx)
     if "dtype" in f or x is None:
         return None
-    shape = _shape_param(ctx, f.get("shape") or f.get("size"), expr_text(x), x)
-    return shape if isinstance(shape, tuple) else None
+    return _shape_items(ctx, f.get("shape") or f.get("size"), expr_text(x), x)
 
 
 # -- torch modules whose constructor states the op's dims ---------------------------------
@@ -1082,8 +1129,6 @@ def _normalized_ndim(ctx: AnyCtx, e: Expression) -> Any:
 
 
 def module_unread_error(ctx: AnyCtx, op: str, ops: Sequence[Operand], params: dict[str, Any]) -> SpmdError:
-    from .calls import expr_text
-
     c = ctx.context
     module = expr_text(c.callee) if isinstance(c, CallExpr) else "the module"
     what = next(formal for param, formal, _, _ in _MODULE_DIMS[op] if params.get(param) is gs.UNKNOWN)
@@ -1486,8 +1531,6 @@ def _endpoint(typer: CallTyper, ctx: AnyCtx, e: Expression | None, x: SpmdType,
         return built
     t = typer.type_from_expression(ctx, e)
     if t is None or t.spec is None:
-        from .calls import expr_text
-
         typer.report(ctx, [SpmdError(
             "spmd-global",
             f"spmd.redistribute({which}={expr_text(e)}): {which} is a partition spec PS[...] or a "
@@ -1509,8 +1552,6 @@ def redistribute_hook(typer: CallTyper, ctx: AnyCtx) -> Type:
     """Statically: ``src`` must describe ``x``; the planner must find a plan (else its
     reason); the result is ``dst`` (resolved: the axes ``dst`` leaves unsaid keep
     ``x``'s type, see :func:`spmd_mypy.engine.redistribute.resolve`)."""
-    from .calls import expr_text
-
     f = {n: (es[0], ts[0]) for n, es, ts in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types) if es}
     x_e, x_t = f.get("x", (None, None))
     x = typer.types.from_type(x_t) if x_t is not None else None

@@ -16,7 +16,19 @@ from __future__ import annotations
 from typing import Callable, Final
 
 from mypy.nodes import (
+    AssertStmt,
     AssignmentStmt,
+    BreakStmt,
+    ContinueStmt,
+    DelStmt,
+    GlobalDecl,
+    Import,
+    ImportAll,
+    ImportFrom,
+    NonlocalDecl,
+    OperatorAssignmentStmt,
+    PassStmt,
+    RaiseStmt,
     ExpressionStmt,
     Block,
     ClassDef,
@@ -49,6 +61,11 @@ _MatchStmt: Final = MatchStmt
 _TryStmt: Final = TryStmt
 _WhileStmt: Final = WhileStmt
 _WithStmt: Final = WithStmt
+# the other statements without nested blocks (nested definitions are not compound here)
+_NO_BLOCKS: Final = frozenset({
+    AssertStmt, BreakStmt, ContinueStmt, DelStmt, GlobalDecl, Import, ImportAll, ImportFrom,
+    NonlocalDecl, OperatorAssignmentStmt, PassStmt, RaiseStmt, FuncDef, Decorator,
+    OverloadedFuncDef, ClassDef})
 
 # a name's assignments in a function: (line, value, the item of a tuple target it takes, or -1)
 Assignments = dict[SymbolNode, list[tuple[int, Expression, int]]]
@@ -64,6 +81,15 @@ def statement_blocks(st: Statement) -> list[list[Statement]]:
     cls = type(st)
     if cls is _AssignmentStmt or cls is _ExpressionStmt or cls is _ReturnStmt:
         return []  # the common simple statements first, by exact class (mypy's, never subclassed)
+    # the compound ones by exact class too (an isinstance of a mypy class is a generic call)
+    if type(st) is _IfStmt:
+        return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
+    if type(st) is _ForStmt or type(st) is _WhileStmt:
+        return [st.body.body] + ([st.else_body.body] if st.else_body else [])
+    if type(st) is _WithStmt:
+        return [st.body.body]
+    if cls in _NO_BLOCKS:
+        return []
     if isinstance(st, _IfStmt):
         return [b.body for b in st.body] + ([st.else_body.body] if st.else_body else [])
     if isinstance(st, (_ForStmt, _WhileStmt)):

@@ -97,6 +97,12 @@ _INTROSPECTION: Final = frozenset({"locals", "vars", "eval", "exec"})
 _SCOPES: Final = (LambdaExpr, GeneratorExpr, ListComprehension, SetComprehension,
                   DictionaryComprehension)
 
+_SCOPE_CLASSES: Final = frozenset(_SCOPES)
+_NameExpr: Final = NameExpr
+_MemberExpr: Final = MemberExpr
+_AssignmentExpr: Final = AssignmentExpr
+_CallExpr: Final = CallExpr
+
 # name -> the binding nodes (ids) that may hold its value here; None: this point is not
 # reached (after return, raise, break, continue)
 State = dict[str, set[int]]
@@ -221,11 +227,16 @@ class _Walk:
         found = get_subexpressions(e)
         scoped = False
         for sub in found:
-            if isinstance(sub, _SCOPES):
+            # by exact class (mypy's expression classes are not subclassed; an isinstance of
+            # one is a generic call): the common names and attributes fall through at once
+            cls = type(sub)
+            if cls is _NameExpr or cls is _MemberExpr:
+                continue
+            if cls in _SCOPE_CLASSES:
                 scoped = True
-            elif isinstance(sub, AssignmentExpr):
+            elif type(sub) is _AssignmentExpr:
                 self.blocked.update(_target_names(sub.target))
-            elif isinstance(sub, CallExpr) and isinstance(sub.callee, NameExpr) and (
+            elif type(sub) is _CallExpr and type(sub.callee) is _NameExpr and (
                     sub.callee.name in _INTROSPECTION):
                 raise _NotKnown()
         if scoped:  # a nested scope's names (its targets, lazy reads): one variable each
@@ -236,7 +247,7 @@ class _Walk:
                     if isinstance(sub, LambdaExpr):
                         self.blocked.update(a.variable.name for a in sub.arguments)
         for sub in found:
-            if isinstance(sub, NameExpr):
+            if type(sub) is _NameExpr:
                 self._use(sub, state)
 
     def _use(self, e: NameExpr, state: State) -> None:
@@ -279,7 +290,7 @@ class _Walk:
         return state
 
     def stmt(self, st: Statement, state: State) -> State | None:
-        if isinstance(st, AssignmentStmt):
+        if type(st) is AssignmentStmt:
             self.read(st.rvalue, state)
             if st.type is not None or st.unanalyzed_type is not None or isinstance(
                     st.rvalue, TempNode):
@@ -288,38 +299,38 @@ class _Walk:
             for lv in st.lvalues:
                 self.bind(lv, state)
             return state
-        if isinstance(st, OperatorAssignmentStmt):
+        if type(st) is OperatorAssignmentStmt:
             self.read(st.rvalue, state)
             self.read(st.lvalue, state)  # the name read and bound is one node: one web
             if isinstance(st.lvalue, NameExpr):
                 self.bind(st.lvalue, state)
             return state
-        if isinstance(st, (ExpressionStmt, AssertStmt)):
+        if (type(st) is ExpressionStmt or type(st) is AssertStmt):
             self.read(st.expr, state)
-            if isinstance(st, AssertStmt):
+            if type(st) is AssertStmt:
                 self.read(st.msg, state)
             return state
-        if isinstance(st, ReturnStmt):
+        if type(st) is ReturnStmt:
             self.read(st.expr, state)
             self._caught(state)
             return None
-        if isinstance(st, RaiseStmt):
+        if type(st) is RaiseStmt:
             self.read(st.expr, state)
             self.read(st.from_expr, state)
             self._caught(state)
             return None
-        if isinstance(st, (BreakStmt, ContinueStmt)):
+        if (type(st) is BreakStmt or type(st) is ContinueStmt):
             if not self.loops:
                 raise _NotKnown()
             loop = self.loops[-1]
-            if isinstance(st, BreakStmt):
+            if type(st) is BreakStmt:
                 loop.breaks = _join(loop.breaks, state)
             else:
                 loop.continues = _join(loop.continues, state)
             return None
-        if isinstance(st, PassStmt):
+        if type(st) is PassStmt:
             return state
-        if isinstance(st, IfStmt):
+        if type(st) is IfStmt:
             out: State | None = None
             for e, b in zip(st.expr, st.body):
                 self.read(e, state)
@@ -329,9 +340,9 @@ class _Walk:
             else:
                 out = _join(out, state)
             return out
-        if isinstance(st, (ForStmt, WhileStmt)):
+        if (type(st) is ForStmt or type(st) is WhileStmt):
             return self._loop(st, state)
-        if isinstance(st, WithStmt):
+        if type(st) is WithStmt:
             for e in st.expr:
                 self.read(e, state)
             for t in st.target:
@@ -340,28 +351,29 @@ class _Walk:
             # a manager may swallow an exception: any point inside
             end, catcher = self._guarded(st.body, state)
             return _join(end, catcher)
-        if isinstance(st, TryStmt):
+        if type(st) is TryStmt:
             return self._try(st, state)
-        if isinstance(st, Block):
+        if type(st) is Block:
             return self.block(st.body, state)
-        if isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
+        if (type(st) is FuncDef or type(st) is Decorator or type(st) is OverloadedFuncDef
+                or type(st) is ClassDef):
             # a nested scope: every name it mentions may be this function's (a closure)
             self.nested.append(st)
             self.blocked.add(st.name)
             self.blocked.update(e.name for e in get_subexpressions(st) if isinstance(e, NameExpr))
-            if isinstance(st, FuncDef):
+            if type(st) is FuncDef:
                 self.blocked.update(a.variable.name for a in st.arguments)
             return state
-        if isinstance(st, (GlobalDecl, NonlocalDecl)):
+        if (type(st) is GlobalDecl or type(st) is NonlocalDecl):
             self.blocked.update(st.names)
             return state
-        if isinstance(st, Import):
+        if type(st) is Import:
             self.blocked.update((alias or name).split(".")[0] for name, alias in st.ids)
             return state
-        if isinstance(st, ImportFrom):
+        if type(st) is ImportFrom:
             self.blocked.update(alias or name for name, alias in st.names)
             return state
-        if isinstance(st, DelStmt):
+        if type(st) is DelStmt:
             self.blocked.update(_target_names(st.expr))
             self.read(st.expr, state)
             return state
@@ -484,18 +496,19 @@ def _count_bindings(stmts: list[Statement], counts: dict[str, int],
     (nested blocks included; ``nested``: the nested definitions met)."""
     for st in stmts:
         names: list[str] = []
-        if isinstance(st, AssignmentStmt):
+        if type(st) is AssignmentStmt:
             for lv in st.lvalues:
                 names.extend(_target_names(lv))
-        elif isinstance(st, ForStmt):
+        elif type(st) is ForStmt:
             names = _target_names(st.index)
-        elif isinstance(st, WithStmt):
+        elif type(st) is WithStmt:
             for t in st.target:
                 if t is not None:
                     names.extend(_target_names(t))
-        elif isinstance(st, OperatorAssignmentStmt):
+        elif type(st) is OperatorAssignmentStmt:
             names = _target_names(st.lvalue)
-        elif isinstance(st, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
+        elif (type(st) is FuncDef or type(st) is Decorator or type(st) is OverloadedFuncDef
+              or type(st) is ClassDef):
             nested.append(st)
             continue
         for n in names:
