@@ -117,6 +117,7 @@ from mypy.nodes import (
     DelStmt,
     GlobalDecl,
     NonlocalDecl,
+    PassStmt,
 )
 from mypy.patterns import (
     AsPattern,
@@ -586,6 +587,11 @@ class _Walker:
         # loop variable reused elsewhere: loop_names may give the loop its own)
         self.rebound: set[str] = set()
         self.loop_targets: set[str] = set()
+        # whether the class body being walked defines a name twice in its own scope (not in
+        # its methods'), and the classes whose body does (by id): the others are renamed
+        # method by method (prepare_file)
+        self._class_rebinds = False
+        self.rebinding_classes: set[int] = set()
         # the file's module-level functions that run with gradients off, by name: a local
         # assigned one's result holds no gradient
         self.no_grad_functions = no_grad_functions
@@ -697,6 +703,8 @@ class _Walker:
             if name in scope:
                 self.rebinds = True
                 self.rebound.add(name)
+                if self._class_bodies[-1]:
+                    self._class_rebinds = True
             else:
                 scope.add(name)
         elif cls is _TupleExpr or cls is _ListExpr:
@@ -859,7 +867,11 @@ class _Walker:
             c = cast(ClassDef, st)
             self._defined.append(set())
             self._class_bodies.append(True)
+            outer_class_rebinds, self._class_rebinds = self._class_rebinds, False
             self.block(c.defs.body, _is_autograd_function(c))
+            if self._class_rebinds:
+                self.rebinding_classes.add(id(c))
+            self._class_rebinds = outer_class_rebinds
             self._class_bodies.pop()
             self._defined.pop()
         elif cls is _OverloadedFuncDef:
@@ -879,6 +891,8 @@ class _Walker:
                     self.block(extra.body)
         elif cls is _MatchStmt:
             self.rebinds = True  # its capture patterns define names this walk does not read
+            if self._class_bodies and self._class_bodies[-1]:
+                self._class_rebinds = True
             m = cast(MatchStmt, st)
             self._rank_condition(m.subject)
             for g in m.guards:
@@ -2042,7 +2056,8 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                 grad_sets[id(call)] = cast(AssignmentStmt, after)
     detached, integers, shadowed = w.detached, w.integers, w.shadowed
     if rebinding:
-        _rename_quietly(file, options, rebinding, looping)
+        _rename_quietly(file, options, _rebinding_parts(rebinding, w),
+                        _rebinding_parts(looping, w))
         again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions,
                         module_numbers=(w.module_numbers, w.module_ints))
         again.reuse = w.kept  # a function the renamer did not change keeps its records
@@ -2084,6 +2099,34 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             scan_values(rest, w.rank_helpers, regions.divergent, file, runners, owners)
     _TERNARY_TESTS.clear()
     return regions
+
+
+# The statements of a class body that need no renaming of their own: mypy's renamer changes
+# nothing at the class's level unless a name is defined twice there (_Walker.rebinding_classes)
+_CLASS_MEMBERS: Final = frozenset({FuncDef, Decorator, OverloadedFuncDef, AssignmentStmt,
+                                   ExpressionStmt, PassStmt})
+
+
+def _rebinding_parts(defs: list[Statement], w: _Walker) -> list[Statement]:
+    """What of the top-level definitions ``defs`` the renamer is given: a class whose body
+    defines no name twice in its own scope, and holds only functions and simple statements,
+    gives its methods that define a name twice (each function is a scope of its own to
+    mypy's renamer, to .webs and to .loop_names: a method is renamed alone as it is in its
+    class); anything else whole.  Saves the renamer's walk over the class's other methods."""
+    parts: list[Statement] = []
+    kept = w.kept
+    for d in defs:
+        if type(d) is not _ClassDef or id(d) in w.rebinding_classes \
+                or not all(type(st) in _CLASS_MEMBERS for st in cast(ClassDef, d).defs.body):
+            parts.append(d)
+            continue
+        for st in cast(ClassDef, d).defs.body:
+            for f in functions_of(st):
+                k = kept.get(id(f))
+                if k is None or k[0] is not f:  # defines a name twice (or was not walked)
+                    parts.append(st)
+                    break
+    return parts
 
 
 def _outside(entries: list[_E], spans: list[tuple[int, int]]) -> list[_E]:
