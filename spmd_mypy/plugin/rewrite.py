@@ -200,6 +200,7 @@ _TypeList: Final = TypeList
 _UnaryExpr: Final = UnaryExpr
 _UnboundType: Final = UnboundType
 _UnionType: Final = UnionType
+_RawExpressionType: Final = RawExpressionType
 _WhileStmt: Final = WhileStmt
 _WithStmt: Final = WithStmt
 _YieldExpr: Final = YieldExpr
@@ -238,11 +239,15 @@ def rewrite_type(t: Type | None) -> None:
         name = u.name
         if name in MARKER_NAMES or ("." in name and _short(name) in MARKER_NAMES):
             new_args = []
+            changed = False
             for a in args:
-                a = _raw_axis(a)
-                rewrite_type(a)
-                new_args.append(a)
-            u.args = tuple(new_args)
+                raw = _raw_axis(a)
+                if raw is not a:
+                    changed = True
+                rewrite_type(raw)
+                new_args.append(raw)
+            if changed:  # (a list or tuple of axes is rewritten in place)
+                u.args = tuple(new_args)
         else:
             for a in args:
                 rewrite_type(a)
@@ -282,8 +287,9 @@ def _raw_axis(a: Type) -> Type:
     cls = type(a)
     if cls is _UnboundType:
         u = cast(UnboundType, a)
-        if u.original_str_expr is not None and not u.args:
-            return RawExpressionType(u.original_str_expr, "builtins.str", u.line, u.column)
+        raw = u.original_str_expr
+        if raw is not None and not u.args:
+            return _RawExpressionType(raw, "builtins.str", u.line, u.column)
     elif cls is _TypeList or cls is _TupleType:  # PS[("dp", "tp"), None]
         items = cast("TypeList | TupleType", a).items
         for i, item in enumerate(items):
@@ -976,40 +982,52 @@ class _Walker:
             _rewrite_annotation(st.type, st.unanalyzed_type)
         body_mode = self._body_mode
         self._body_mode = None
-        lines = (st.line, st.end_line or st.line)
-        if in_function_class and st.name in GRADIENT_FREE_METHODS:
+        line = st.line
+        lines = (line, st.end_line or line)
+        name = st.name
+        if in_function_class and name in GRADIENT_FREE_METHODS:
             self.no_grad.append(lines)
             body_mode = False
-        if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:
+        if in_function_class and name in AUTOGRAD_FUNCTION_METHODS:
             self.function_bodies.append(lines)
         if body_mode is None and self._modes and not self._modes[-1]:
             # a function defined where gradients are off runs wherever it is called,
             # maybe with them on: its body is not part of the enclosing region
             self.enabled.append(lines)
-        if st.name in _TRIGGER_NAMES and self._defined:  # a local def binds it (see match_in)
-            self._defined[-1].add(st.name)
-        # a parameter holds the caller's value: never "only detached", unless declared a
-        # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
-        self._assigns.append({arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
-            arg.type_annotation) else _OPAQUE] for arg in st.arguments})
-        # (the integer reading's: an int one an integer, a float one a number, both of which
-        # the 0-d reading takes as 0-d; a ``*args: int`` holds integers in a tuple: not 0-d)
-        self._int_assigns.append({arg.variable.name: [_parameter_value(arg)]
-                                  for arg in st.arguments})
-        self._defined.append({arg.variable.name for arg in st.arguments})
+        if name in _TRIGGER_NAMES and self._defined:  # a local def binds it (see match_in)
+            self._defined[-1].add(name)
+        arguments = st.arguments
+        assigns: dict[str, list[Expression]] = {}
+        int_assigns: dict[str, list[Expression]] = {}
+        defined: set[str] = set()
+        for arg in arguments:
+            arg_name = arg.variable.name
+            # a parameter holds the caller's value: never "only detached", unless declared a
+            # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
+            assigns[arg_name] = [_NO_GRADIENT if _is_number_annotation(arg.type_annotation)
+                                 else _OPAQUE]
+            # (the integer reading's: an int one an integer, a float one a number, both of
+            # which the 0-d reading takes as 0-d; a ``*args: int`` holds integers in a tuple:
+            # not 0-d)
+            int_assigns[arg_name] = [_parameter_value(arg)]
+            defined.add(arg_name)
+        self._assigns.append(assigns)
+        self._int_assigns.append(int_assigns)
+        self._defined.append(defined)
         self._class_bodies.append(False)
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
         self._rank_flags.append(False)
         self._value_flags.append(False)
-        self._params.append(st.arguments)
+        self._params.append(arguments)
         outer_loops, self._loops = self._loops, 0
         ternaries = len(_TERNARY_TESTS)
-        self.block(st.body.body)
+        body = st.body.body
+        self.block(body)
         self._loops = outer_loops
         self._params.pop()
         if self._value_flags.pop() or (len(_TERNARY_TESTS) > ternaries and any(
-                ternary_may_diverge(t, st.arguments) for t in _TERNARY_TESTS[ternaries:])):
+                ternary_may_diverge(t, arguments) for t in _TERNARY_TESTS[ternaries:])):
             self.value_functions.append(st)
         if self._rank_flags.pop():
             self.rank_functions.append(st)
@@ -1017,14 +1035,14 @@ class _Walker:
         self._depth -= 1
         self._class_bodies.pop()
         self._defined.pop()
-        assigns = self._assigns.pop()
-        int_assigns = self._int_assigns.pop()
+        self._assigns.pop()  # (assigns and int_assigns: the dicts the body's walk filled)
+        self._int_assigns.pop()
         # the bindings the walk does not read (a walrus, a comprehension target, a nonlocal
         # rebinding, ...): never gradient-free, never integer, never a module-level number
         # (a walrus of the function itself is assigned its value)
         hidden: set[str] = set()
         walrus: list[tuple[str, Expression]] = []
-        _bindings_in_stmts(st.body.body, hidden, False, walrus)
+        _bindings_in_stmts(body, hidden, False, walrus)
         for n in hidden:
             assigns.setdefault(n, []).append(_OPAQUE)
             int_assigns.setdefault(n, []).append(_OPAQUE)
