@@ -217,6 +217,16 @@ def _short(name: str) -> str:
 _IntRecord = tuple[int, int, dict[str, list[Expression]], set[str]]
 _E = TypeVar("_E")  # an entry of a walk's per-definition lists (_outside)
 
+def _append(values: dict[str, list[Expression]], name: str, value: Expression) -> None:
+    """``values.setdefault(name, []).append(value)``, without the KeyError a compiled
+    ``setdefault`` raises and clears for each new name."""
+    known = values.get(name)
+    if known is None:
+        values[name] = [value]
+    else:
+        known.append(value)
+
+
 # Which of a function's assignment records a binding goes to (_Walker._bind): the gradient-free
 # reading's, the integer reading's, or both
 _GRAD: Final = 1
@@ -664,11 +674,11 @@ class _Walker:
             if which & _GRAD:
                 assigns = self._assigns[-1]
                 for n in names:
-                    assigns.setdefault(n, []).append(value)
+                    _append(assigns, n, value)
             if which & _INT:
                 assigns = self._int_assigns[-1]
                 for n in names:
-                    assigns.setdefault(n, []).append(value)
+                    _append(assigns, n, value)
 
     def _bind_items(self, target: Expression, value: Expression, which: int = _BOTH) -> None:
         """``target = value``: a tuple target takes a tuple display item by item (``c, s =
@@ -1044,17 +1054,22 @@ class _Walker:
         walrus: list[tuple[str, Expression]] = []
         _bindings_in_stmts(body, hidden, False, walrus)
         for n in hidden:
-            assigns.setdefault(n, []).append(_OPAQUE)
-            int_assigns.setdefault(n, []).append(_OPAQUE)
+            _append(assigns, n, _OPAQUE)
+            _append(int_assigns, n, _OPAQUE)
         for n, value in walrus:
-            assigns.setdefault(n, []).append(value)
-            int_assigns.setdefault(n, []).append(value)
+            _append(assigns, n, value)
+            _append(int_assigns, n, value)
         # a module-level number the function does not assign is read as the literal
         numbers = {n for n in self.module_numbers if n not in assigns}
         ints = {n for n in self.module_ints if n not in assigns}
-        self.shadowed.extend((lines[0], lines[1], n) for n in sorted(self.module_numbers - numbers))
-        for name in sorted(_gradient_free_names(assigns, self.no_grad_functions, numbers) - numbers):
-            self.detached.append((lines[0], lines[1], name))
+        shadowing = [n for n in self.module_numbers if n in assigns]  # (most: none)
+        if shadowing:
+            self.shadowed.extend((lines[0], lines[1], n) for n in sorted(shadowing))
+        free = [n for n in _gradient_free_names(assigns, self.no_grad_functions, numbers)
+                if n not in numbers]
+        if free:
+            for name in sorted(free):
+                self.detached.append((lines[0], lines[1], name))
         self.integers.append((lines[0], lines[1], int_assigns, ints))
 
     def _with(self, st: WithStmt) -> None:
@@ -1670,7 +1685,7 @@ def _module_target(lv: Expression, rv: Expression, values: dict[str, list[Expres
     ``a, *b = 1, 2, 3``, ``x.y = 1``, ``t[0] = 1``) its names are bound otherwise."""
     cls = type(lv)
     if cls is _NameExpr:
-        values.setdefault(cast(NameExpr, lv).name, []).append(rv)
+        _append(values, cast(NameExpr, lv).name, rv)
         return
     rcls = type(rv)
     if (cls is _TupleExpr or cls is _ListExpr) and (rcls is _TupleExpr or rcls is _ListExpr):
