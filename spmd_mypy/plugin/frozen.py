@@ -182,10 +182,9 @@ def _may_freeze(path: str) -> bool:
             source = f.read()
     except (OSError, ValueError):
         return True
-    for word in _FREEZING_WORDS:
-        if word in source:
-            return True
-    return False
+    # (one search for b"False)" where two would look for ", False)" and ",False)")
+    return b"requires_grad" in source or b"register_buffer" in source or (
+        b"False)" in source and any(word in source for word in _FREEZING_WORDS[2:]))
 
 
 def frozen_attributes(file: MypyFile, gradient_free: Callable[[Expression], bool]

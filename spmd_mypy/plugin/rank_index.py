@@ -128,6 +128,9 @@ _AssignmentStmt: Final = AssignmentStmt
 _ForStmt: Final = ForStmt
 _OperatorAssignmentStmt: Final = OperatorAssignmentStmt
 _WithStmt: Final = WithStmt
+_Decorator: Final = Decorator
+_FuncDef: Final = FuncDef
+_ReturnStmt: Final = ReturnStmt
 # calls whose int argument is a device or a seed, not an index: x.to(local_rank)
 _DEVICE_CALLS: Final = frozenset({"to", "cuda", "device", "set_device", "manual_seed", "seed",
                                   "pin_memory"})
@@ -355,19 +358,24 @@ def rank_helpers(file: MypyFile) -> dict[str, frozenset]:
     ``LOCAL = RANK % 8``), read in a function that binds no local of that name."""
     out: dict[str, frozenset] = {}
     module_names(file, out)
-    for d in file.defs:
-        f = d.func if isinstance(d, Decorator) else d
-        if isinstance(f, FuncDef) and f.body.body:
-            last = f.body.body[-1]
-            if isinstance(last, ReturnStmt) and last.expr is not None:
+    for d in file.defs:  # (exact classes: mypy does not subclass its nodes)
+        f = cast(Decorator, d).func if type(d) is _Decorator else d
+        if type(f) is not _FuncDef:
+            continue
+        func = cast(FuncDef, f)
+        body = func.body.body
+        if body:
+            last = body[-1]
+            if type(last) is _ReturnStmt and cast(ReturnStmt, last).expr is not None:
                 # return dist.get_rank(); return dist.get_rank() == 0 (def is_main())
+                value = cast(Expression, cast(ReturnStmt, last).expr)
                 scan = _Scan(out)
-                if len(f.body.body) == 1:  # return RANK == 0 of a module-level RANK
-                    scan.locals = {a.variable.name for a in f.arguments}
-                axes = (query_axes(last.expr, out) if isinstance(last.expr, CallExpr)
-                        else scan.taint(last.expr))
+                if len(body) == 1:  # return RANK == 0 of a module-level RANK
+                    scan.locals = {a.variable.name for a in func.arguments}
+                axes = (query_axes(cast(CallExpr, value), out) if type(value) is _CallExpr
+                        else scan.taint(value))
                 if axes is not None:
-                    out[f.name] = axes
+                    out[func.name] = axes
     return out
 
 
@@ -382,7 +390,9 @@ def module_names(file: MypyFile, out: dict[str, frozenset]) -> None:
     scan = _Scan(out)
     scan.locals = set()
     for st in nested_statements(file.defs):
-        if isinstance(st, _AssignmentStmt):
+        cls = type(st)  # (exact classes: mypy does not subclass its statements)
+        if cls is _AssignmentStmt:
+            st = cast(AssignmentStmt, st)
             rank = has_query(st.rvalue, out)
             for lv in st.lvalues:
                 for t in (lv.items if isinstance(lv, (_TupleExpr, _ListExpr)) else [lv]):
@@ -404,11 +414,11 @@ def module_names(file: MypyFile, out: dict[str, frozenset]) -> None:
                             out["#" + t.name] = kept
                         else:
                             out.pop("#" + t.name, None)
-        elif isinstance(st, (_ForStmt, _OperatorAssignmentStmt, _WithStmt)):
+        elif cls is _ForStmt or cls is _OperatorAssignmentStmt or cls is _WithStmt:
             targets: list[Expression] = (
-                [st.index] if isinstance(st, _ForStmt)
-                else [st.lvalue] if isinstance(st, _OperatorAssignmentStmt)
-                else [t for t in st.target if t is not None])
+                [cast(ForStmt, st).index] if cls is _ForStmt
+                else [cast(OperatorAssignmentStmt, st).lvalue] if cls is _OperatorAssignmentStmt
+                else [t for t in cast(WithStmt, st).target if t is not None])
             for t in targets:
                 for n in (t.items if isinstance(t, (_TupleExpr, _ListExpr)) else [t]):
                     if isinstance(n, _NameExpr):

@@ -117,6 +117,7 @@ from mypy.nodes import (
     DelStmt,
     GlobalDecl,
     NonlocalDecl,
+    PassStmt,
 )
 from mypy.patterns import (
     AsPattern,
@@ -199,6 +200,7 @@ _TypeList: Final = TypeList
 _UnaryExpr: Final = UnaryExpr
 _UnboundType: Final = UnboundType
 _UnionType: Final = UnionType
+_RawExpressionType: Final = RawExpressionType
 _WhileStmt: Final = WhileStmt
 _WithStmt: Final = WithStmt
 _YieldExpr: Final = YieldExpr
@@ -214,6 +216,16 @@ def _short(name: str) -> str:
 # locals' assigned values, the module-level ints it does not assign
 _IntRecord = tuple[int, int, dict[str, list[Expression]], set[str]]
 _E = TypeVar("_E")  # an entry of a walk's per-definition lists (_outside)
+
+def _append(values: dict[str, list[Expression]], name: str, value: Expression) -> None:
+    """``values.setdefault(name, []).append(value)``, without the KeyError a compiled
+    ``setdefault`` raises and clears for each new name."""
+    known = values.get(name)
+    if known is None:
+        values[name] = [value]
+    else:
+        known.append(value)
+
 
 # Which of a function's assignment records a binding goes to (_Walker._bind): the gradient-free
 # reading's, the integer reading's, or both
@@ -237,11 +249,15 @@ def rewrite_type(t: Type | None) -> None:
         name = u.name
         if name in MARKER_NAMES or ("." in name and _short(name) in MARKER_NAMES):
             new_args = []
+            changed = False
             for a in args:
-                a = _raw_axis(a)
-                rewrite_type(a)
-                new_args.append(a)
-            u.args = tuple(new_args)
+                raw = _raw_axis(a)
+                if raw is not a:
+                    changed = True
+                rewrite_type(raw)
+                new_args.append(raw)
+            if changed:  # (a list or tuple of axes is rewritten in place)
+                u.args = tuple(new_args)
         else:
             for a in args:
                 rewrite_type(a)
@@ -281,8 +297,9 @@ def _raw_axis(a: Type) -> Type:
     cls = type(a)
     if cls is _UnboundType:
         u = cast(UnboundType, a)
-        if u.original_str_expr is not None and not u.args:
-            return RawExpressionType(u.original_str_expr, "builtins.str", u.line, u.column)
+        raw = u.original_str_expr
+        if raw is not None and not u.args:
+            return _RawExpressionType(raw, "builtins.str", u.line, u.column)
     elif cls is _TypeList or cls is _TupleType:  # PS[("dp", "tp"), None]
         items = cast("TypeList | TupleType", a).items
         for i, item in enumerate(items):
@@ -586,6 +603,11 @@ class _Walker:
         # loop variable reused elsewhere: loop_names may give the loop its own)
         self.rebound: set[str] = set()
         self.loop_targets: set[str] = set()
+        # whether the class body being walked defines a name twice in its own scope (not in
+        # its methods'), and the classes whose body does (by id): the others are renamed
+        # method by method (prepare_file)
+        self._class_rebinds = False
+        self.rebinding_classes: set[int] = set()
         # the file's module-level functions that run with gradients off, by name: a local
         # assigned one's result holds no gradient
         self.no_grad_functions = no_grad_functions
@@ -652,11 +674,11 @@ class _Walker:
             if which & _GRAD:
                 assigns = self._assigns[-1]
                 for n in names:
-                    assigns.setdefault(n, []).append(value)
+                    _append(assigns, n, value)
             if which & _INT:
                 assigns = self._int_assigns[-1]
                 for n in names:
-                    assigns.setdefault(n, []).append(value)
+                    _append(assigns, n, value)
 
     def _bind_items(self, target: Expression, value: Expression, which: int = _BOTH) -> None:
         """``target = value``: a tuple target takes a tuple display item by item (``c, s =
@@ -697,6 +719,8 @@ class _Walker:
             if name in scope:
                 self.rebinds = True
                 self.rebound.add(name)
+                if self._class_bodies[-1]:
+                    self._class_rebinds = True
             else:
                 scope.add(name)
         elif cls is _TupleExpr or cls is _ListExpr:
@@ -859,7 +883,11 @@ class _Walker:
             c = cast(ClassDef, st)
             self._defined.append(set())
             self._class_bodies.append(True)
+            outer_class_rebinds, self._class_rebinds = self._class_rebinds, False
             self.block(c.defs.body, _is_autograd_function(c))
+            if self._class_rebinds:
+                self.rebinding_classes.add(id(c))
+            self._class_rebinds = outer_class_rebinds
             self._class_bodies.pop()
             self._defined.pop()
         elif cls is _OverloadedFuncDef:
@@ -879,6 +907,8 @@ class _Walker:
                     self.block(extra.body)
         elif cls is _MatchStmt:
             self.rebinds = True  # its capture patterns define names this walk does not read
+            if self._class_bodies and self._class_bodies[-1]:
+                self._class_rebinds = True
             m = cast(MatchStmt, st)
             self._rank_condition(m.subject)
             for g in m.guards:
@@ -962,40 +992,52 @@ class _Walker:
             _rewrite_annotation(st.type, st.unanalyzed_type)
         body_mode = self._body_mode
         self._body_mode = None
-        lines = (st.line, st.end_line or st.line)
-        if in_function_class and st.name in GRADIENT_FREE_METHODS:
+        line = st.line
+        lines = (line, st.end_line or line)
+        name = st.name
+        if in_function_class and name in GRADIENT_FREE_METHODS:
             self.no_grad.append(lines)
             body_mode = False
-        if in_function_class and st.name in AUTOGRAD_FUNCTION_METHODS:
+        if in_function_class and name in AUTOGRAD_FUNCTION_METHODS:
             self.function_bodies.append(lines)
         if body_mode is None and self._modes and not self._modes[-1]:
             # a function defined where gradients are off runs wherever it is called,
             # maybe with them on: its body is not part of the enclosing region
             self.enabled.append(lines)
-        if st.name in _TRIGGER_NAMES and self._defined:  # a local def binds it (see match_in)
-            self._defined[-1].add(st.name)
-        # a parameter holds the caller's value: never "only detached", unless declared a
-        # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
-        self._assigns.append({arg.variable.name: [_NO_GRADIENT if _is_number_annotation(
-            arg.type_annotation) else _OPAQUE] for arg in st.arguments})
-        # (the integer reading's: an int one an integer, a float one a number, both of which
-        # the 0-d reading takes as 0-d; a ``*args: int`` holds integers in a tuple: not 0-d)
-        self._int_assigns.append({arg.variable.name: [_parameter_value(arg)]
-                                  for arg in st.arguments})
-        self._defined.append({arg.variable.name for arg in st.arguments})
+        if name in _TRIGGER_NAMES and self._defined:  # a local def binds it (see match_in)
+            self._defined[-1].add(name)
+        arguments = st.arguments
+        assigns: dict[str, list[Expression]] = {}
+        int_assigns: dict[str, list[Expression]] = {}
+        defined: set[str] = set()
+        for arg in arguments:
+            arg_name = arg.variable.name
+            # a parameter holds the caller's value: never "only detached", unless declared a
+            # number (``vocab_start: int``: ``argmax + vocab_start`` carries no gradient)
+            assigns[arg_name] = [_NO_GRADIENT if _is_number_annotation(arg.type_annotation)
+                                 else _OPAQUE]
+            # (the integer reading's: an int one an integer, a float one a number, both of
+            # which the 0-d reading takes as 0-d; a ``*args: int`` holds integers in a tuple:
+            # not 0-d)
+            int_assigns[arg_name] = [_parameter_value(arg)]
+            defined.add(arg_name)
+        self._assigns.append(assigns)
+        self._int_assigns.append(int_assigns)
+        self._defined.append(defined)
         self._class_bodies.append(False)
         self._depth += 1
         outer_modes, self._modes = self._modes, ([] if body_mode is None else [body_mode])
         self._rank_flags.append(False)
         self._value_flags.append(False)
-        self._params.append(st.arguments)
+        self._params.append(arguments)
         outer_loops, self._loops = self._loops, 0
         ternaries = len(_TERNARY_TESTS)
-        self.block(st.body.body)
+        body = st.body.body
+        self.block(body)
         self._loops = outer_loops
         self._params.pop()
         if self._value_flags.pop() or (len(_TERNARY_TESTS) > ternaries and any(
-                ternary_may_diverge(t, st.arguments) for t in _TERNARY_TESTS[ternaries:])):
+                ternary_may_diverge(t, arguments) for t in _TERNARY_TESTS[ternaries:])):
             self.value_functions.append(st)
         if self._rank_flags.pop():
             self.rank_functions.append(st)
@@ -1003,26 +1045,31 @@ class _Walker:
         self._depth -= 1
         self._class_bodies.pop()
         self._defined.pop()
-        assigns = self._assigns.pop()
-        int_assigns = self._int_assigns.pop()
+        self._assigns.pop()  # (assigns and int_assigns: the dicts the body's walk filled)
+        self._int_assigns.pop()
         # the bindings the walk does not read (a walrus, a comprehension target, a nonlocal
         # rebinding, ...): never gradient-free, never integer, never a module-level number
         # (a walrus of the function itself is assigned its value)
         hidden: set[str] = set()
         walrus: list[tuple[str, Expression]] = []
-        _bindings_in_stmts(st.body.body, hidden, False, walrus)
+        _bindings_in_stmts(body, hidden, False, walrus)
         for n in hidden:
-            assigns.setdefault(n, []).append(_OPAQUE)
-            int_assigns.setdefault(n, []).append(_OPAQUE)
+            _append(assigns, n, _OPAQUE)
+            _append(int_assigns, n, _OPAQUE)
         for n, value in walrus:
-            assigns.setdefault(n, []).append(value)
-            int_assigns.setdefault(n, []).append(value)
+            _append(assigns, n, value)
+            _append(int_assigns, n, value)
         # a module-level number the function does not assign is read as the literal
         numbers = {n for n in self.module_numbers if n not in assigns}
         ints = {n for n in self.module_ints if n not in assigns}
-        self.shadowed.extend((lines[0], lines[1], n) for n in sorted(self.module_numbers - numbers))
-        for name in sorted(_gradient_free_names(assigns, self.no_grad_functions, numbers) - numbers):
-            self.detached.append((lines[0], lines[1], name))
+        shadowing = [n for n in self.module_numbers if n in assigns]  # (most: none)
+        if shadowing:
+            self.shadowed.extend((lines[0], lines[1], n) for n in sorted(shadowing))
+        free = [n for n in _gradient_free_names(assigns, self.no_grad_functions, numbers)
+                if n not in numbers]
+        if free:
+            for name in sorted(free):
+                self.detached.append((lines[0], lines[1], name))
         self.integers.append((lines[0], lines[1], int_assigns, ints))
 
     def _with(self, st: WithStmt) -> None:
@@ -1638,7 +1685,7 @@ def _module_target(lv: Expression, rv: Expression, values: dict[str, list[Expres
     ``a, *b = 1, 2, 3``, ``x.y = 1``, ``t[0] = 1``) its names are bound otherwise."""
     cls = type(lv)
     if cls is _NameExpr:
-        values.setdefault(cast(NameExpr, lv).name, []).append(rv)
+        _append(values, cast(NameExpr, lv).name, rv)
         return
     rcls = type(rv)
     if (cls is _TupleExpr or cls is _ListExpr) and (rcls is _TupleExpr or rcls is _ListExpr):
@@ -2042,7 +2089,8 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
                 grad_sets[id(call)] = cast(AssignmentStmt, after)
     detached, integers, shadowed = w.detached, w.integers, w.shadowed
     if rebinding:
-        _rename_quietly(file, options, rebinding, looping)
+        _rename_quietly(file, options, _rebinding_parts(rebinding, w),
+                        _rebinding_parts(looping, w))
         again = _Walker(rewrite=False, no_grad_functions=w.no_grad_functions,
                         module_numbers=(w.module_numbers, w.module_ints))
         again.reuse = w.kept  # a function the renamer did not change keeps its records
@@ -2084,6 +2132,34 @@ def prepare_file(file: MypyFile, options: Options) -> GradRegions:
             scan_values(rest, w.rank_helpers, regions.divergent, file, runners, owners)
     _TERNARY_TESTS.clear()
     return regions
+
+
+# The statements of a class body that need no renaming of their own: mypy's renamer changes
+# nothing at the class's level unless a name is defined twice there (_Walker.rebinding_classes)
+_CLASS_MEMBERS: Final = frozenset({FuncDef, Decorator, OverloadedFuncDef, AssignmentStmt,
+                                   ExpressionStmt, PassStmt})
+
+
+def _rebinding_parts(defs: list[Statement], w: _Walker) -> list[Statement]:
+    """What of the top-level definitions ``defs`` the renamer is given: a class whose body
+    defines no name twice in its own scope, and holds only functions and simple statements,
+    gives its methods that define a name twice (each function is a scope of its own to
+    mypy's renamer, to .webs and to .loop_names: a method is renamed alone as it is in its
+    class); anything else whole.  Saves the renamer's walk over the class's other methods."""
+    parts: list[Statement] = []
+    kept = w.kept
+    for d in defs:
+        if type(d) is not _ClassDef or id(d) in w.rebinding_classes \
+                or not all(type(st) in _CLASS_MEMBERS for st in cast(ClassDef, d).defs.body):
+            parts.append(d)
+            continue
+        for st in cast(ClassDef, d).defs.body:
+            for f in functions_of(st):
+                k = kept.get(id(f))
+                if k is None or k[0] is not f:  # defines a name twice (or was not walked)
+                    parts.append(st)
+                    break
+    return parts
 
 
 def _outside(entries: list[_E], spans: list[tuple[int, int]]) -> list[_E]:

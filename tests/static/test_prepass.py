@@ -113,10 +113,30 @@ SOURCE = textwrap.dedent('''
         n = spmd.all_reduce(m, "tp", src=R, dst=I)
         m = m + x
         return n, m
+
+    class Mixed:
+        scale = 2
+
+        def quiet(self, x):
+            y = x * self.scale
+            return y
+
+        @torch.no_grad()
+        def loud(self, x):
+            d = x.detach()
+            d = d * 2
+            return d
+
+        def loops(self, xs):
+            for a in xs:
+                print(a)
+            for a in xs:
+                print(a)
+            return a
 ''')
 
 REBINDING = {"reassigns_param", "two_excepts", "two_withs", "two_loops", "starred", "matches",
-             "ClassLevel", "Nested", "decorated", "detached_then_not"}
+             "ClassLevel", "Nested", "decorated", "detached_then_not", "Mixed"}
 
 
 def _parse(source: str) -> tuple[MypyFile, Options]:
@@ -325,6 +345,30 @@ def test_a_method_defining_no_name_twice_is_not_walked_again(monkeypatch: pytest
     assert regions.shadowed == expected.shadowed
     names = {n for _, _, n in regions.detached_names}
     assert {"g", "n", "h", "c", "i", "m"} <= names and "m'" not in names
+
+
+def test_a_class_gives_the_renamer_only_its_methods_that_define_a_name_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each function is a scope of its own to mypy's renamer (and to .webs, .loop_names): a
+    class whose body defines no name twice hands over only its rebinding methods; a class
+    whose body does (ClassLevel) is renamed whole."""
+    given: list[list[str]] = []
+    rename = rewrite.rename_redefinitions
+
+    def recorded(file, options, defs=None, loops=None):  # noqa: ANN001, ANN202
+        given.append([_name(d) for d in defs or ()])
+        given.append([_name(d) for d in loops or ()])
+        return rename(file, options, defs, loops)
+
+    tree, options = _parse(SOURCE)
+    monkeypatch.setattr(rewrite, "rename_redefinitions", recorded)
+    rewrite.prepare_file(tree, options)
+    monkeypatch.undo()
+    defs, loops = given
+    assert "quiet" not in defs and "Mixed" not in defs and "Nested" not in defs
+    assert {"loud", "loops", "meth", "ClassLevel", "two_loops"} <= set(defs)
+    assert "loops" in loops and "two_loops" in loops and "quiet" not in loops
+    assert "NameExpr(d')" in str(tree) and "NameExpr(a')" in str(tree)
 
 
 WEBS = textwrap.dedent('''
