@@ -473,6 +473,10 @@ class CallTyper:
         # the same, by the ids of its engine types (the entry holds those types)
         self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
                                                    coll.CollectiveResult]] = {}
+        # the same, by (op, x, axes, src, dst, expert_mode, op=) alone: the answer where it
+        # has no errors whether a gradient flows or not; None where it has some for either
+        self._collectives_any_grad: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
+                                                      coll.CollectiveResult | None]] = {}
         # each function's ``x.grad = value`` targets (_assigns_grad), read once
         self._grad_assignments: dict[FuncDef, list[MemberExpr]] = {}
         # overloaded function id -> (it, do its variants declare different SPMD types?)
@@ -2054,35 +2058,34 @@ class CallTyper:
             # recur all over a code base: remembered (its result is only read)
             src_key = src or None
             dst_key = dst or None
-            can_grad = self.can_grad(ctx, x_expr)
             # looked up by the identity of the engine's types first (the same few objects
             # recur: from_type's, the markers'); hashing them by value runs their
-            # interpreted __hash__ (~8k instructions a lookup).  The entry holds them, so
-            # their ids are not reused while it is there.  Keyed without the operand's text:
-            # only the errors read it (check_collective: whether there are any, the result
-            # type and the transition do not), so an answer without errors serves every
-            # operand (each module names its own); one with errors is looked up (or made)
-            # with the text, its messages naming this operand.
-            by_id = (op, id(x), axes, id(src_key), id(dst_key), expert, reduce_op, can_grad)
-            same = self._collectives_by_id.get(by_id)
-            if (same is not None and not same[3].errors and same[0] is x and same[1] is src_key
-                    and same[2] is dst_key):
-                res = same[3]
+            # interpreted __hash__ (~8k instructions a lookup).  The entries hold them, so
+            # their ids are not reused while they are there.  Keyed without the operand's
+            # text: only the errors read it (check_collective: whether there are any, the
+            # result type and the transition do not), so an answer without errors serves
+            # every operand (each module names its own); one with errors is looked up (or
+            # made) with the text, its messages naming this operand.  Whether a gradient
+            # flows (can_grad) changes the errors only, too: where neither value gives an
+            # error the answer is one and the same, and can_grad is not read at all.
+            any_grad_key = (op, id(x), axes, id(src_key), id(dst_key), expert, reduce_op)
+            any_grad = self._collectives_any_grad.get(any_grad_key)
+            if (any_grad is not None and any_grad[3] is not None and any_grad[0] is x
+                    and any_grad[1] is src_key and any_grad[2] is dst_key):
+                res = any_grad[3]
             else:
-                x_text = expr_text(x_expr)
-                key = (op, x, axes, src_key, dst_key, expert, reduce_op, x_text, can_grad)
-                found = self._collectives.get(key)
-                if found is None:
-                    found = coll.check_collective(
-                        op, x, axes, src_key, dst_key, expert_mode=expert, reduce_op=reduce_op,
-                        x_text=x_text, can_grad=can_grad)
-                    if len(self._collectives) > 10_000:
-                        self._collectives.clear()
-                    self._collectives[key] = found
-                if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
-                    self._collectives_by_id.clear()
-                self._collectives_by_id[by_id] = (x, src_key, dst_key, found)
-                res = found
+                can_grad = self.can_grad(ctx, x_expr)
+                res = self._collective_answer(op, x, axes, src_key, dst_key, expert, reduce_op,
+                                              x_expr, can_grad)
+                if (any_grad is None or any_grad[0] is not x or any_grad[1] is not src_key
+                        or any_grad[2] is not dst_key):
+                    both = (not res.errors and not self._collective_answer(
+                        op, x, axes, src_key, dst_key, expert, reduce_op, x_expr,
+                        not can_grad).errors)
+                    if len(self._collectives_any_grad) > 10_000:  # bound a daemon's memory
+                        self._collectives_any_grad.clear()
+                    self._collectives_any_grad[any_grad_key] = (
+                        x, src_key, dst_key, res if both else None)
             self.report(ctx, res.errors)
             if (op == "reinterpret" and not res.errors and src and dst and src.kind is Kind.V
                     and dst.kind is Kind.P):
@@ -2100,6 +2103,33 @@ class CallTyper:
             return self.typed_result(ctx.default_return_type, res.type)
 
         return hook
+
+    def _collective_answer(self, op: str, x: SpmdType, axes: tuple[str, ...],
+                           src: LocalType | None, dst: LocalType | None, expert: bool,
+                           reduce_op: str, x_expr: Expression | None,
+                           can_grad: bool) -> coll.CollectiveResult:
+        """The engine's check_collective of a typed collective, remembered (its result is
+        only read): by the identity of its engine types without the operand's text for an
+        answer without errors (see collective_hook), else by value with the text."""
+        by_id = (op, id(x), axes, id(src), id(dst), expert, reduce_op, can_grad)
+        same = self._collectives_by_id.get(by_id)
+        if (same is not None and not same[3].errors and same[0] is x and same[1] is src
+                and same[2] is dst):
+            return same[3]
+        x_text = expr_text(x_expr)
+        key = (op, x, axes, src, dst, expert, reduce_op, x_text, can_grad)
+        found = self._collectives.get(key)
+        if found is None:
+            found = coll.check_collective(
+                op, x, axes, src, dst, expert_mode=expert, reduce_op=reduce_op,
+                x_text=x_text, can_grad=can_grad)
+            if len(self._collectives) > 10_000:
+                self._collectives.clear()
+            self._collectives[key] = found
+        if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
+            self._collectives_by_id.clear()
+        self._collectives_by_id[by_id] = (x, src, dst, found)
+        return found
 
     def report_taken_partial(self, ctx: FunctionContext, call: CallExpr, x_expr: Expression,
                              axes: Sequence[str], dst: LocalType | None) -> None:
