@@ -131,7 +131,7 @@ from ..engine.views import DimMove, make_move
 from .texts import code_text, expr_text, is_saved_read  # noqa: F401 (re-exported: from .calls import expr_text)
 from . import global_calls
 from .discarded import assign_target, errors_at, is_statement_call, narrowed_local
-from .claims import call_around, claimed_partial_errors
+from .claims import claimed_partial_errors
 from .buffers import BufferTypes, Stored, zero_buffers
 from .fixed_lists import fixed_list
 from .index_values import index_value
@@ -159,6 +159,7 @@ AnyCtx = FunctionContext | MethodContext
 DUNDERS: Final = OPERATORS  # method -> (op name, reflected), from the engine
 
 SPMD_COLLECTIVES: Final = frozenset(coll.OPS)
+_NO_ARG: Final[tuple[Expression | None, Type | None]] = (None, None)  # CallTyper._args: absent
 # How messages name an item of a list variable (a _foreach op's, cat's): ``grads[k]``
 _LIST_ITEM: Final = LIST_ITEM
 _SEQUENCE_RESULTS: Final = frozenset("split split_with_sizes chunk unbind tensor_split".split())
@@ -472,6 +473,10 @@ class CallTyper:
         # the same, by the ids of its engine types (the entry holds those types)
         self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
                                                    coll.CollectiveResult]] = {}
+        # the same, by (op, x, axes, src, dst, expert_mode, op=) alone: the answer where it
+        # has no errors whether a gradient flows or not; None where it has some for either
+        self._collectives_any_grad: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
+                                                      coll.CollectiveResult | None]] = {}
         # each function's ``x.grad = value`` targets (_assigns_grad), read once
         self._grad_assignments: dict[FuncDef, list[MemberExpr]] = {}
         # overloaded function id -> (it, do its variants declare different SPMD types?)
@@ -1905,6 +1910,14 @@ class CallTyper:
                 return exprs[0], types[0]
         return None, None
 
+    def _args(self, ctx: AnyCtx) -> dict[str, tuple[Expression | None, Type | None]]:
+        """Every formal's first argument and its type (:meth:`_arg` of each, read at once)."""
+        found: dict[str, tuple[Expression | None, Type | None]] = {}
+        for formal, exprs, types in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types):
+            if formal is not None and exprs and formal not in found:
+                found[formal] = (exprs[0], types[0])
+        return found
+
     def _axis_names(self, ctx: AnyCtx, expr: Expression | None, typ: Type | None,
                     what: str, candidates: Sequence[str] = ()) -> tuple[str, ...] | None:
         """The literal axis names, or None after reporting what to write (``candidates``:
@@ -2002,7 +2015,8 @@ class CallTyper:
             return result
 
         def check(ctx: FunctionContext) -> Type:
-            x_expr, x_type = self._arg(ctx, "x")
+            args = self._args(ctx)  # (each formal's argument: the ctx's fields read once)
+            x_expr, x_type = args.get("x", _NO_ARG)
             x = self.types.from_type(x_type)
             if x is not None and not x.axes and isinstance(x_expr, NameExpr):
                 x = self.buffer_read(ctx, x_expr, x)  # a zero buffer's stored type
@@ -2012,13 +2026,13 @@ class CallTyper:
                 x = self.types.from_type(self._behind_any(ctx, x_expr))  # all_reduce(p * s, ...)
             if x is None:
                 return ctx.default_return_type
-            axis_expr, axis_type = self._arg(ctx, "axis")
+            axis_expr, axis_type = args.get("axis", _NO_ARG)
             if op == "redistribute" and axis_expr is None:  # the partition-spec form
                 return global_calls.redistribute_hook(self, ctx)
-            dst_expr = self._arg(ctx, "dst")[0]
+            dst_expr = args.get("dst", _NO_ARG)[0]
             if axis_expr is None or (dst_expr is None and op != "redistribute"):
                 return ctx.default_return_type  # mypy already reports the missing argument
-            src_expr = self._arg(ctx, "src")[0]
+            src_expr = args.get("src", _NO_ARG)[0]
             if src_expr is dst_expr and dst_expr is not None:  # both from one **kwargs
                 self.report(ctx, [SpmdError(
                     "spmd-collective",
@@ -2034,9 +2048,9 @@ class CallTyper:
                 a for a, t in x.axes if src and t.kind is src.kind])
             if axes is None:
                 return self.typed_result(ctx.default_return_type, UNTYPED)
-            expert_expr = self._arg(ctx, "expert_mode")[0]
+            expert_expr = args.get("expert_mode", _NO_ARG)[0]
             expert = isinstance(expert_expr, NameExpr) and expert_expr.fullname == "builtins.True"
-            op_expr = self._arg(ctx, "op")[0]
+            op_expr = args.get("op", _NO_ARG)[0]
             reduce_op = op_expr.value if isinstance(op_expr, StrExpr) else "sum"
             if reduce_op not in (coll.SCATTER_REDUCE_OPS if op == "reduce_scatter" else coll.REDUCE_OPS):
                 return ctx.default_return_type  # mypy reports the op against the stub's Literal
@@ -2044,31 +2058,34 @@ class CallTyper:
             # recur all over a code base: remembered (its result is only read)
             src_key = src or None
             dst_key = dst or None
-            x_text = expr_text(x_expr)
-            can_grad = self.can_grad(ctx, x_expr)
             # looked up by the identity of the engine's types first (the same few objects
             # recur: from_type's, the markers'); hashing them by value runs their
-            # interpreted __hash__ (~8k instructions a lookup).  The entry holds them, so
-            # their ids are not reused while it is there.
-            by_id = (op, id(x), axes, id(src_key), id(dst_key), expert, reduce_op, x_text,
-                     can_grad)
-            same = self._collectives_by_id.get(by_id)
-            if same is not None and same[0] is x and same[1] is src_key and same[2] is dst_key:
-                res = same[3]
+            # interpreted __hash__ (~8k instructions a lookup).  The entries hold them, so
+            # their ids are not reused while they are there.  Keyed without the operand's
+            # text: only the errors read it (check_collective: whether there are any, the
+            # result type and the transition do not), so an answer without errors serves
+            # every operand (each module names its own); one with errors is looked up (or
+            # made) with the text, its messages naming this operand.  Whether a gradient
+            # flows (can_grad) changes the errors only, too: where neither value gives an
+            # error the answer is one and the same, and can_grad is not read at all.
+            any_grad_key = (op, id(x), axes, id(src_key), id(dst_key), expert, reduce_op)
+            any_grad = self._collectives_any_grad.get(any_grad_key)
+            if (any_grad is not None and any_grad[3] is not None and any_grad[0] is x
+                    and any_grad[1] is src_key and any_grad[2] is dst_key):
+                res = any_grad[3]
             else:
-                key = (op, x, axes, src_key, dst_key, expert, reduce_op, x_text, can_grad)
-                found = self._collectives.get(key)
-                if found is None:
-                    found = coll.check_collective(
-                        op, x, axes, src_key, dst_key, expert_mode=expert, reduce_op=reduce_op,
-                        x_text=x_text, can_grad=can_grad)
-                    if len(self._collectives) > 10_000:
-                        self._collectives.clear()
-                    self._collectives[key] = found
-                if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
-                    self._collectives_by_id.clear()
-                self._collectives_by_id[by_id] = (x, src_key, dst_key, found)
-                res = found
+                can_grad = self.can_grad(ctx, x_expr)
+                res = self._collective_answer(op, x, axes, src_key, dst_key, expert, reduce_op,
+                                              x_expr, can_grad)
+                if (any_grad is None or any_grad[0] is not x or any_grad[1] is not src_key
+                        or any_grad[2] is not dst_key):
+                    both = (not res.errors and not self._collective_answer(
+                        op, x, axes, src_key, dst_key, expert, reduce_op, x_expr,
+                        not can_grad).errors)
+                    if len(self._collectives_any_grad) > 10_000:  # bound a daemon's memory
+                        self._collectives_any_grad.clear()
+                    self._collectives_any_grad[any_grad_key] = (
+                        x, src_key, dst_key, res if both else None)
             self.report(ctx, res.errors)
             if (op == "reinterpret" and not res.errors and src and dst and src.kind is Kind.V
                     and dst.kind is Kind.P):
@@ -2087,17 +2104,41 @@ class CallTyper:
 
         return hook
 
+    def _collective_answer(self, op: str, x: SpmdType, axes: tuple[str, ...],
+                           src: LocalType | None, dst: LocalType | None, expert: bool,
+                           reduce_op: str, x_expr: Expression | None,
+                           can_grad: bool) -> coll.CollectiveResult:
+        """The engine's check_collective of a typed collective, remembered (its result is
+        only read): by the identity of its engine types without the operand's text for an
+        answer without errors (see collective_hook), else by value with the text."""
+        by_id = (op, id(x), axes, id(src), id(dst), expert, reduce_op, can_grad)
+        same = self._collectives_by_id.get(by_id)
+        if (same is not None and not same[3].errors and same[0] is x and same[1] is src
+                and same[2] is dst):
+            return same[3]
+        x_text = expr_text(x_expr)
+        key = (op, x, axes, src, dst, expert, reduce_op, x_text, can_grad)
+        found = self._collectives.get(key)
+        if found is None:
+            found = coll.check_collective(
+                op, x, axes, src, dst, expert_mode=expert, reduce_op=reduce_op,
+                x_text=x_text, can_grad=can_grad)
+            if len(self._collectives) > 10_000:
+                self._collectives.clear()
+            self._collectives[key] = found
+        if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
+            self._collectives_by_id.clear()
+        self._collectives_by_id[by_id] = (x, src, dst, found)
+        return found
+
     def report_taken_partial(self, ctx: FunctionContext, call: CallExpr, x_expr: Expression,
                              axes: Sequence[str], dst: LocalType | None) -> None:
         """A typed reduction with src=P (``call``: spmd.all_reduce/reduce_scatter, a Megatron
         mapping) of an affine expression: its R bias summed once per rank (engine
         ``claimed_partial_error``, as for reinterpret(V->P))."""
-        around = call_around(call, x_expr)
-        if around is None:
-            return
         self.report(ctx, claimed_partial_errors(
             x_expr, axes, self.type_of_expr(ctx), lambda e: self.can_grad(ctx, e), ctx.api,
-            around, dst))
+            taken_dst=dst, taken_in=call))
 
     def report_discarded(self, ctx: FunctionContext, x_expr: Expression | None,
                          x: SpmdType | None, mapping: bool = False) -> None:

@@ -92,10 +92,13 @@ def _may_be_affine(e: Expression | None) -> bool:
 def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_of: TypeOf,
                            can_grad: CanGrad, api: object,
                            taken_by: tuple[str, str] | None = None,
-                           taken_dst: LocalType | None = None) -> list[SpmdError]:
+                           taken_dst: LocalType | None = None,
+                           taken_in: CallExpr | None = None) -> list[SpmdError]:
     """The spmd-partial-affine errors of ``reinterpret(x_expr, axes, src=V, dst=P)``, or
     (``taken_by``: the call's text around ``x_expr``, :func:`call_around`) of a typed
-    reduction with src=P of ``x_expr``, which takes it as the same claim."""
+    reduction with src=P of ``x_expr``, which takes it as the same claim.  ``taken_in``:
+    that reduction's call, its text read (``taken_by``) only where ``x_expr`` is affine
+    (none for a call with ``*args`` or ``**kwargs``)."""
     if x_expr is None:
         return []
     e: Expression = x_expr
@@ -119,6 +122,10 @@ def claimed_partial_errors(x_expr: Expression | None, axes: Sequence[str], type_
     if found is None:
         return []
     op, operands, rest = found
+    if taken_in is not None:
+        taken_by = call_around(taken_in, x_expr)
+        if taken_by is None:
+            return []
     arg = expr_text(x_expr)
     errors: list[SpmdError] = []
     for a in axes:
