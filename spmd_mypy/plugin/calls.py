@@ -488,9 +488,10 @@ class CallTyper:
                                        tuple[int, ...]]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result
         self._plain_results: dict[int, tuple[CallableType, CallableType]] = {}
-        # (op, formal name, first position?) -> (an index, a loss's value target): asked of
-        # every argument of every typed op (the engine's answer is an interpreted call each)
-        self._formals: dict[tuple[str, str, bool], tuple[bool, bool]] = {}
+        # op -> formal name -> (an index, a loss's value target): asked of every argument of
+        # every typed op (the engine's answer is an interpreted call each); two lookups by
+        # str, no key tuple to build and hash (the first position is told apart after)
+        self._formals: dict[str, dict[str, tuple[bool, bool]]] = {}
         # how many reports were made (report_at): a hook compares it before and after a
         # call's own checks (a dropped result is reported only for a call without an error)
         self.reported = 0
@@ -587,8 +588,8 @@ class CallTyper:
         """A tensor operand ``expr`` of type ``t``: named as the code writes it, its gradient
         read where the rule needs it (can_grad_if_invariant)."""
         can_grad = self.can_grad_if_invariant(ctx, expr, t)
-        return _source_operand(t, expr, _expr_text, can_grad,
-                              leaf=can_grad and _attribute_if_invariant(ctx, expr, t))
+        return _source_operand(t, expr, _expr_text, can_grad, None, False,
+                               can_grad and _attribute_if_invariant(ctx, expr, t))
 
     def can_grad_if_invariant(self, ctx: AnyCtx, expr: Expression | None, t: SpmdType) -> bool:
         """The rule reads can_grad only for Invariant operands: skip the region lookup else."""
@@ -681,16 +682,19 @@ class CallTyper:
         summands or factors (``x + 1``); index tensors are operands of role INDEX.
         ``operand_exprs``, when given, receives each operand's expression (in their order).
         """
+        typer = self.types
         ops: list[Operand] = []
         sources: list[Expression | None] = []  # each operand's expression
         out: Operand | None = None
         any_typed = False
+        any_invariant = False  # an operand Invariant on some axis (_gradient_free_replicates)
         if receiver_type is not None:
-            t = self.types.from_type(receiver_type)
+            t = typer.from_type(receiver_type)
             if t is not None:
                 if not t.axes and isinstance(receiver, NameExpr):
                     t = self.buffer_read(ctx, receiver, t)
                 any_typed = any_typed or bool(t.axes) or bool(t.failed)
+                any_invariant = bool(_kind_axes(t)[1])
                 ops.append(self.operand(ctx, receiver, t))
                 sources.append(receiver)
                 if operand_exprs is not None:
@@ -705,7 +709,10 @@ class CallTyper:
                 continue
             is_index, value_target = self._formal_roles(op, name, this_position == 0)
             for typ, expr in zip(types, exprs):
-                typ_items = self._container_items(typ, expr, ctx, wholes)
+                # a tensor argument stands for itself (_container_items' first answer, told
+                # here without the call and its list)
+                typ_items = ([(typ, expr)] if typer.from_type(typ) is not None
+                             else self._container_items(typ, expr, ctx, wholes))
                 for it, ie in typ_items:
                     if type(ie) is _TempNode and other is not None:
                         ie = other  # an operator's other side, which mypy hands as a TempNode
@@ -717,20 +724,22 @@ class CallTyper:
                         render = _temp_item_text if is_item else _temp_text
                     else:
                         render = _item_text if is_item else _expr_text
-                    t = self.types.from_type(it)
+                    t = typer.from_type(it)
                     if (t is None and it is not None and not is_index and name != "out"
                             and isinstance(get_proper_type(it), AnyType)):
                         # Any: an operator with an Any side (p * self.scale: mypy gives up
                         # before any hook) is typed from its typed side; anything else (an
                         # attribute set in an unannotated __init__) may be a tensor of any
                         # type, so it is an untyped operand (gradual)
-                        t = self.types.from_type(self._behind_any(ctx, ie)) or UNTYPED
+                        t = typer.from_type(self._behind_any(ctx, ie)) or UNTYPED
                     elif t is not None and not t.axes and isinstance(ie, NameExpr):
                         t = self.buffer_read(ctx, ie, t)  # a zero buffer's stored type
                     if t is None:
                         if (it is not None and not is_index and _is_scalar(it) and (
                                 name in _SCALAR_OPERAND_NAMES or (formal is None and dunder))):
-                            ops.append(_source_operand(None, ie, render, zero=is_zero_literal(ie, it)))
+                            # (positional: an interpreted call matches no keyword names)
+                            ops.append(_source_operand(None, ie, render, True, None,
+                                                       is_zero_literal(ie, it)))
                             sources.append(None)
                             if operand_exprs is not None:
                                 operand_exprs.append(ie)
@@ -739,18 +748,23 @@ class CallTyper:
                     # a loss's value target is taken as data: no gradient (the check mode
                     # reads requires_grad)
                     no_grad = is_index or name in _GRADFREE_NAMES or value_target
-                    can_grad = False if no_grad else self.can_grad_if_invariant(ctx, ie, t)
+                    # can_grad_if_invariant and _attribute_if_invariant, the I axes read once
+                    invariant = bool(_kind_axes(t)[1])
+                    can_grad = (False if no_grad else
+                                self.can_grad(ctx, ie) if invariant else True)
                     o = _source_operand(t, ie, render, can_grad, Role.INDEX if is_index else None,
-                                       leaf=can_grad and _attribute_if_invariant(ctx, ie, t))
+                                       False, can_grad and invariant
+                                       and _attribute_if_invariant(ctx, ie, t))
                     if name == "out":
                         out = o
                     else:
+                        any_invariant = any_invariant or invariant
                         ops.append(o)
                         sources.append(None if no_grad else ie)
                         if operand_exprs is not None:
                             operand_exprs.append(ie)
-        if any_typed and len(ops) > 1:
-            self._gradient_free_replicates(ctx, ops, sources)
+        if any_typed and any_invariant and len(ops) > 1:  # (else the replicates' gradients
+            self._gradient_free_replicates(ctx, ops, sources)  # are never read)
         return ops, out, any_typed
 
     def _behind_any(self, ctx: AnyCtx, e: Expression | None) -> Type | None:
@@ -765,13 +779,15 @@ class CallTyper:
         """Whether parameter ``name`` of ``op`` holds an index (x[i] / x[i] = v: the
         subscript is an index, never a scalar operand) and whether it is a loss's value
         target (engine ``is_index_formal`` / ``is_value_target``)."""
-        key = (op, name, first)
-        known = self._formals.get(key)
+        by_name = self._formals.get(op)
+        if by_name is None:
+            by_name = self._formals[op] = {}
+        known = by_name.get(name)
         if known is None:
-            is_index = (is_index_formal(op, name)
-                        or (first and op in ("__getitem__", "__setitem__")))
-            known = (is_index, is_value_target(op, name))
-            self._formals[key] = known
+            known = (is_index_formal(op, name), is_value_target(op, name))
+            by_name[name] = known
+        if first and not known[0] and op in ("__getitem__", "__setitem__"):
+            return True, known[1]
         return known
 
     def _gradient_free_replicates(self, ctx: AnyCtx, ops: list[Operand],

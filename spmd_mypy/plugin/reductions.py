@@ -237,17 +237,19 @@ def _values_key(op: str, values: dict[str, object]) -> tuple[object, ...]:
 # (op, then each formal read: its name, the value, typed) -> make_move's
 # DimMove (frozen, shared)
 _MOVES_MADE: Final[dict[tuple[object, ...], DimMove | None]] = {}
+_NOT_MADE: Final = object()  # no entry (an entry may be None)
 
 
 def _made_move(op: str, values: dict[str, object]) -> DimMove | None:
     """``make_move(op, values)`` (the engine's, interpreted: a pure rule of the literals a
     call states, asked by every view's and join's call), memoised."""
     k = _values_key(op, values)
-    try:
-        if k in _MOVES_MADE:
-            return _MOVES_MADE[k]
+    try:  # one lookup (the key, nested tuples, is hashed and compared once)
+        hit = _MOVES_MADE.get(k, _NOT_MADE)
     except TypeError:  # an unhashable value (a list): the engine as it is
         return make_move(op, values)
+    if hit is not _NOT_MADE:
+        return hit  # type: ignore[return-value]
     made = make_move(op, values)
     if len(_MOVES_MADE) >= 10_000:
         _MOVES_MADE.clear()
