@@ -23,6 +23,12 @@ from mypy.server.subexpr import get_subexpressions
 
 from spmd_mypy.plugin import rewrite
 
+# A test that counts calls by replacing a function of rewrite.py: the compiled plugin calls its
+# own functions directly (a module attribute set from outside is not what it calls)
+_counts_calls = pytest.mark.skipif(
+    rewrite.__file__.endswith((".so", ".pyd")),
+    reason="the compiled rewrite.py calls its functions directly: replacing one counts nothing")
+
 SOURCE = textwrap.dedent('''
     import torch
     import spmd
@@ -315,6 +321,7 @@ CLASS_SOURCE = textwrap.dedent('''
 ''')
 
 
+@_counts_calls
 def test_a_method_defining_no_name_twice_is_not_walked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The renamer changes nothing in a function that defines each name once: after renaming
     a class (one of its methods rebinds a name), only that method is walked again; the
@@ -347,6 +354,7 @@ def test_a_method_defining_no_name_twice_is_not_walked_again(monkeypatch: pytest
     assert {"g", "n", "h", "c", "i", "m"} <= names and "m'" not in names
 
 
+@_counts_calls
 def test_a_class_gives_the_renamer_only_its_methods_that_define_a_name_twice(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each function is a scope of its own to mypy's renamer (and to .webs, .loop_names): a
