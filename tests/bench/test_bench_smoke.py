@@ -5,6 +5,7 @@ elsewhere (a renamed private function, a changed signature, a table that no long
 
 - ``bench/runtime_overhead.py --smoke``: 2 gloo ranks on 127.0.0.1, every part and variant,
   two rounds of one call (~15 s); ``--only all_to_all``: the subset mode (~10 s).
+- ``bench/compare_builds.py --smoke``: one module, one round, the importable plugin as both builds.
 - ``bench/static_overhead.py --smoke``: corpora of 1 and 2 modules, one round, with this
   interpreter's mypy and the installed spmd_mypy (the mypy runs start in the corpus's
   directory, not in the checkout); the cold runs analyse torch (~10-30 s each).
@@ -113,3 +114,22 @@ def test_static_overhead_reads_callgrinds_count():
            "==2201== I   refs:      7,777,779,147\n")
     assert static_overhead.collected_instructions(err) == 7_777_779_147
     assert static_overhead.collected_instructions("valgrind: command not found\n") is None
+
+
+@pytest.mark.timeout(240)
+def test_compare_builds_smoke():
+    """``bench/compare_builds.py --smoke``: one module, one round, the importable plugin as both
+    builds (two caches filled cold, then warm): every step and line of its table."""
+    pytest.importorskip("torch")  # the corpus imports torch: mypy analyses it
+    out = _run("compare_builds.py", "--smoke", "--base", "", timeout=220)
+    for needle in ("two plugin builds compared (smoke run", "filling the caches",
+                   "measuring: 1 rounds", "per round, ratio to plain mypy", "base build per module",
+                   "new build  per module", "new / base, per round: module time",
+                   "mean module time: base"):
+        assert needle in out, (needle, out)
+
+
+def test_compare_builds_refuses_a_directory_without_a_build(tmp_path: Path):
+    proc = subprocess.run([sys.executable, str(BENCH / "compare_builds.py"), "--base", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no spmd_mypy package there" in proc.stderr, proc.stderr
