@@ -91,28 +91,31 @@ def _compare(workdir: Path, base: str, new: str, n_modules: int, rounds: int, sm
     print("filling the caches (cold, then one warm run each) ...", flush=True)
     stats = workdir / "timing-stats.txt"
     stamp = 0
+
+    def edited_run(v: so.Variant, build: str) -> so.Run | None:
+        """One run with every corpus module edited; None (said why) when it failed or mypy
+        wrote no module times."""
+        nonlocal stamp
+        stamp += 1
+        so.edit_all(v, v.files(n_modules), stamp)
+        run, out, valid = _with_build(build, so.run_mypy, v, v.files(n_modules), stats)
+        if not valid or not run.modules:
+            why = "mypy failed" if not valid else "no module times in mypy's --timing-stats output"
+            print(f"\n  ! {v.name}: {why}:\n" + so._indent(out[-2000:]))
+            return None
+        return run
+
     for v, build in variants:
         for _ in range(2):
-            stamp += 1
-            so.edit_all(v, v.files(n_modules), stamp)
-            _, out, valid = _with_build(build, so.run_mypy, v, v.files(n_modules), stats)
-            if not valid:
-                print(f"  ! {v.name}: mypy failed:\n" + so._indent(out[-2000:]))
+            if edited_run(v, build) is None:
                 return 1
     runs: dict[str, list[so.Run]] = {v.name: [] for v, _ in variants}
     print(f"measuring: {rounds} rounds, the three variants interleaved", end="", flush=True)
     t0 = time.perf_counter()
     for r in range(rounds):
         for v, build in (variants if r % 2 == 0 else variants[::-1]):
-            stamp += 1
-            so.edit_all(v, v.files(n_modules), stamp)
-            run, out, valid = _with_build(build, so.run_mypy, v, v.files(n_modules), stats)
-            if not valid:
-                print(f"\n  ! {v.name}: mypy failed:\n" + so._indent(out[-2000:]))
-                return 1
-            if not run.modules:
-                print(f"\n  ! {v.name}: no module times in mypy's --timing-stats output:\n"
-                      + so._indent(out[-2000:]))
+            run = edited_run(v, build)
+            if run is None:
                 return 1
             runs[v.name].append(run)
         print(".", end="", flush=True)
