@@ -1740,6 +1740,8 @@ RAW_FUNCTIONAL_COLLECTIVES = frozenset(
 RAW_OUTPUT_KWARGS = ("tensor", "output", "output_tensor", "tensor_list", "output_tensor_list",
                      "tensors")
 # Where a raw collective's module is reached from (the message names it as users import it).
+# Every raw collective's module is under this one (RAW_MODULES' too): a name outside it is none
+RAW_ROOT = "torch.distributed."
 RAW_MODULES = {
     "torch.distributed.nn.functional.": ("torch.distributed.nn.functional", RAW_NN_COLLECTIVES),
     "torch.distributed._functional_collectives.": ("torch.distributed._functional_collectives",
@@ -1759,7 +1761,7 @@ def raw_collective(fullname: str) -> tuple[str, str] | None:
         if fullname.startswith(prefix):
             name = fullname[len(prefix):]
             return (module, name) if name in names else None
-    if fullname.startswith("torch.distributed."):
+    if fullname.startswith(RAW_ROOT):
         name = fullname.rsplit(".", 1)[-1]
         if name in RAW_COLLECTIVES:
             return "torch.distributed", name

@@ -470,7 +470,8 @@ class CallTyper:
         # of the module whose body runs the collective, checked before the caller (the call)
         self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
-        # the same, by the ids of its engine types (the entry holds those types)
+        # the answers without errors, by the ids of the engine types and without the operand's
+        # text (the entry holds those types)
         self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
                                                    coll.CollectiveResult]] = {}
         # the same, by (op, x, axes, src, dst, expert_mode, op=) alone: the answer where it
@@ -2129,9 +2130,8 @@ class CallTyper:
         answer without errors (see collective_hook), else by value with the text."""
         by_id = (op, id(x), axes, id(src), id(dst), expert, reduce_op, can_grad)
         same = self._collectives_by_id.get(by_id)
-        if (same is not None and not same[3].errors and same[0] is x and same[1] is src
-                and same[2] is dst):
-            return same[3]
+        if same is not None and same[0] is x and same[1] is src and same[2] is dst:
+            return same[3]  # (an answer without errors: only those are kept here)
         x_text = expr_text(x_expr)
         key = (op, x, axes, src, dst, expert, reduce_op, x_text, can_grad)
         found = self._collectives.get(key)
@@ -2142,9 +2142,10 @@ class CallTyper:
             if len(self._collectives) > 10_000:
                 self._collectives.clear()
             self._collectives[key] = found
-        if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
-            self._collectives_by_id.clear()
-        self._collectives_by_id[by_id] = (x, src, dst, found)
+        if not found.errors:
+            if len(self._collectives_by_id) > 10_000:  # bound a long-lived daemon's memory
+                self._collectives_by_id.clear()
+            self._collectives_by_id[by_id] = (x, src, dst, found)
         return found
 
     def report_taken_partial(self, ctx: FunctionContext, call: CallExpr, x_expr: Expression,

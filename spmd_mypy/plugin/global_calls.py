@@ -74,7 +74,7 @@ from mypy.types import (
     get_proper_type,
 )
 
-from ..engine.collectives import RAW_OUTPUT_KWARGS, raw_collective
+from ..engine.collectives import RAW_OUTPUT_KWARGS, RAW_ROOT, raw_collective
 from ..engine.errors import SpmdError
 from ..engine.ops import CAST_FORMAL, CAST_OPS, UNREAD_VALUE, Operand, Result
 from ..engine.ops import propagate as local_propagate
@@ -657,7 +657,7 @@ def _raw_targets(subs: list[Expression]) -> frozenset[str]:
         if type(sub) is _CallExpr:
             callee = sub.callee
             # (every raw collective's name starts so: engine raw_collective, asked less)
-            if (isinstance(callee, RefExpr) and callee.fullname.startswith("torch.distributed.")
+            if (isinstance(callee, RefExpr) and callee.fullname.startswith(_RAW_ROOT)
                     and raw_collective(callee.fullname) is not None):
                 written = raw_written_argument(sub)
                 if isinstance(written, NameExpr):
@@ -666,6 +666,7 @@ def _raw_targets(subs: list[Expression]) -> frozenset[str]:
 
 
 _CallExpr: Final = CallExpr
+_RAW_ROOT: Final = RAW_ROOT
 
 
 def raw_written_argument(call: CallExpr) -> Expression | None:

@@ -12,11 +12,13 @@ Bounded, for a long-lived daemon.  The entry keeps its tree alive.
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Final, Generic, TypeVar
 
 from mypy.nodes import Block, FuncDef, MypyFile, Statement
 
 T = TypeVar("T")
+
+MISSING: Final = object()  # ValueMemo.get: no answer kept for the key
 
 
 class TreeMemo(Generic[T]):
@@ -68,4 +70,31 @@ class FunctionMemo(Generic[T]):
         if len(self._by_func) > self.limit:
             self._by_func.clear()
         self._by_func[id(func)] = (func, func.body, value)
+        return value
+
+
+class ValueMemo(Generic[T]):
+    """Answers of a pure rule by a key of plain values (the literals a call states, engine
+    types by their ids with the types kept in the answer): :meth:`get` gives :data:`MISSING`
+    where none is kept.  A key with an unhashable part (a list read from a call) is never
+    kept: the rule answers afresh.  Bounded (cleared when full), for a long-lived daemon."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._table: dict[object, T] = {}
+
+    def get(self, key: object) -> object:
+        try:
+            return self._table.get(key, MISSING)
+        except TypeError:  # an unhashable part
+            return MISSING
+
+    def put(self, key: object, value: T) -> T:
+        table = self._table
+        if len(table) >= self.limit:
+            table.clear()
+        try:
+            table[key] = value
+        except TypeError:  # an unhashable part: not kept
+            pass
         return value

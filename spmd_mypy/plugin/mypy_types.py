@@ -77,6 +77,10 @@ class TypeBuilder:
         self._newtype_bases: dict[TypeInfo, Instance] = {}  # a NewType of a typed tensor: its base
         self._by_value: dict[Instance, SpmdType] = {}  # canonical instances read
         self._members: dict[Instance, list[Instance] | None] = {}  # joins read (members)
+        # the same, by identity first: the same instances recur (a name's declared type), and
+        # the lookup by value hashes and compares an instance deep; the entry keeps its
+        # instance, so its id is not reused while it is there
+        self._members_by_id: dict[int, tuple[Instance, list[Instance] | None]] = {}
         # the last instance each of from_type / members read and its answer, by identity: a
         # hook hands the same type object to both several times in a row (union_cases, then
         # operands, typed_result), and a dict lookup by value compares an equal but distinct
@@ -107,6 +111,7 @@ class TypeBuilder:
         self._to_cache = {}
         self._to_cache_by_id = {}
         self._members = {}
+        self._members_by_id = {}
         self._last_members = None
         self._last_members_found = None
         return found
@@ -234,15 +239,20 @@ class TypeBuilder:
             return self._last_members_found
         if type(p) is not _Instance or cast(Instance, p).type.fullname != TENSOR:
             return None
+        same = self._members_by_id.get(id(p))
+        if same is not None and same[0] is p:
+            self._last_members = same[0]
+            self._last_members_found = same[1]
+            return same[1]
         known = self._members.get(p, _UNREAD)  # one lookup (an Instance key hashes and compares deep)
-        if known is not _UNREAD:
-            self._last_members = cast(Instance, p)
-            self._last_members_found = known
-            return known
-        found = self._expand(p)
-        if len(self._members) > 10_000:  # bound the memory of a long-lived daemon
-            self._members.clear()
-        self._members[p] = found
+        found = self._expand(p) if known is _UNREAD else known
+        if known is _UNREAD:
+            if len(self._members) > 10_000:  # bound the memory of a long-lived daemon
+                self._members.clear()
+            self._members[p] = found
+        if len(self._members_by_id) > 10_000:
+            self._members_by_id.clear()
+        self._members_by_id[id(p)] = (cast(Instance, p), found)
         self._last_members = cast(Instance, p)
         self._last_members_found = found
         return found

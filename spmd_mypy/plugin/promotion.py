@@ -108,11 +108,6 @@ class Promotion:
         # the functions of the module being checked that narrow a tensor (isinstance, hasattr,
         # type(x) is C): the promotion stays off in their bodies (see narrowing_in)
         self._narrowing_functions: dict[FuncDef, bool] = {}
-        # instances told to be no union and no join (_has_alternatives), by id: each
-        # entry holds its instance (the id is not reused while it is there); read again
-        # while the TypeBuilder's classes are those it was told with
-        self._plain: dict[int, Instance] = {}
-        self._plain_infos: object = None
 
     def sync(self, api: object) -> None:
         tree = getattr(api, "tree", None)
@@ -290,36 +285,21 @@ class Promotion:
         return cases
 
     def _has_alternatives(self, receiver: Type | None, arg_types: list[list[Type]]) -> bool:
-        """Whether any argument (or the receiver) is a union or a join of typed tensors.
-
-        The same instances recur (a name's declared type): one told plain is remembered by
-        identity, not asked again (TypeBuilder.members hashes a tensor instance deep)."""
+        """Whether any argument (or the receiver) is a union or a join of typed tensors
+        (TypeBuilder.members tells an instance seen before by its identity)."""
         types = self.types
-        infos: object = types._infos
-        if infos is not self._plain_infos or len(self._plain) > 10_000:
-            self._plain = {}  # the classes changed (a new build): told again
-            self._plain_infos = infos
-        plain = self._plain
-        if receiver is not None and plain.get(id(receiver)) is not receiver:
-            if types.has_alternatives(receiver):
-                return True
-            if type(receiver) is _Instance:
-                plain[id(receiver)] = cast(Instance, receiver)
+        if receiver is not None and types.has_alternatives(receiver):
+            return True
         for group in arg_types:
             for t in group:
-                if plain.get(id(t)) is t:
-                    continue
                 if types.has_alternatives(t):
                     return True
-                if type(t) is _Instance:
-                    plain[id(t)] = cast(Instance, t)
         return False
 
 
 # the hook contexts' classes, compared by identity (C statics in the compiled plugin)
 _FunctionContext: Final = FunctionContext
 _MethodContext: Final = MethodContext
-_Instance: Final = Instance
 
 # how an operand is derived from a name (Correlated.derivation)
 _NAME: Final = 0  # the name itself

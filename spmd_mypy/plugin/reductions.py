@@ -8,7 +8,7 @@ contraction states (einsum's equation, attention's ``is_causal``: :func:`read_co
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from mypy.nodes import (
     ARG_POS, CallExpr, EllipsisExpr, Expression, FloatExpr, IndexExpr, IntExpr, ListExpr, MemberExpr,
@@ -27,6 +27,7 @@ from ..engine.views import (
     ELLIPSIS, FORMAL_ALIASES, FULL, INT, MOVES, NEW, SLICE, UNREAD, DimMove, make_move,
 )
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, lookup_type
+from .memo import MISSING, ValueMemo
 
 if TYPE_CHECKING:
     from mypy.plugin import FunctionContext, MethodContext
@@ -110,26 +111,19 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
 
 
 # (op, the value read, typed; keepdim; normalising) -> the Reduction (frozen, shared)
-_REDUCTIONS_MADE: Final[dict[tuple[object, ...], Reduction | None]] = {}
+_REDUCTIONS_MADE: Final[ValueMemo[Reduction | None]] = ValueMemo()
 
 
 def _reduction(op: str, value: object, keepdim: bool, normalising: bool) -> Reduction | None:
     """``normalising_reduction(op, value)`` where ``normalising``, else ``Reduction(value,
     keepdim)``: made once per value (a frozen dataclass's interpreted ``__init__`` sets each
     field through ``object.__setattr__``; every reduction's call asks)."""
-    k: tuple[object, ...] = (op if normalising else "", _typed(value), keepdim, normalising)
-    try:
-        if k in _REDUCTIONS_MADE:
-            return _REDUCTIONS_MADE[k]
-    except TypeError:  # an unhashable value: made afresh
-        k = ()
-    made = (normalising_reduction(op, value) if normalising
-            else Reduction(value, keepdim))  # type: ignore[arg-type]
-    if k:
-        if len(_REDUCTIONS_MADE) >= 10_000:
-            _REDUCTIONS_MADE.clear()
-        _REDUCTIONS_MADE[k] = made
-    return made
+    k = (op if normalising else "", _typed(value), keepdim, normalising)
+    hit = _REDUCTIONS_MADE.get(k)
+    if hit is not MISSING:
+        return cast("Reduction | None", hit)
+    return _REDUCTIONS_MADE.put(k, normalising_reduction(op, value) if normalising
+                                else Reduction(value, keepdim))  # type: ignore[arg-type]
 
 
 def read_move(ctx: FunctionContext | MethodContext, op: str) -> DimMove | Contraction | None:
@@ -236,30 +230,22 @@ def _values_key(op: str, values: dict[str, object]) -> tuple[object, ...]:
 
 # (op, then each formal read: its name, the value, typed) -> make_move's
 # DimMove (frozen, shared)
-_MOVES_MADE: Final[dict[tuple[object, ...], DimMove | None]] = {}
-_NOT_MADE: Final = object()  # no entry (an entry may be None)
+_MOVES_MADE: Final[ValueMemo[DimMove | None]] = ValueMemo()
 
 
 def _made_move(op: str, values: dict[str, object]) -> DimMove | None:
     """``make_move(op, values)`` (the engine's, interpreted: a pure rule of the literals a
     call states, asked by every view's and join's call), memoised."""
     k = _values_key(op, values)
-    try:  # one lookup (the key, nested tuples, is hashed and compared once)
-        hit = _MOVES_MADE.get(k, _NOT_MADE)
-    except TypeError:  # an unhashable value (a list): the engine as it is
-        return make_move(op, values)
-    if hit is not _NOT_MADE:
-        return hit  # type: ignore[return-value]
-    made = make_move(op, values)
-    if len(_MOVES_MADE) >= 10_000:
-        _MOVES_MADE.clear()
-    _MOVES_MADE[k] = made
-    return made
+    hit = _MOVES_MADE.get(k)  # one lookup (the key, nested tuples, is hashed and compared once)
+    if hit is not MISSING:
+        return cast("DimMove | None", hit)
+    return _MOVES_MADE.put(k, make_move(op, values))
 
 
 # (op, then each formal read: its name, the value, typed) -> (make_contraction's
 # Contraction, frozen, shared; whether its family reads the operands' ranks)
-_MADE: Final[dict[tuple[object, ...], tuple[Contraction | None, bool]]] = {}
+_MADE: Final[ValueMemo[tuple[Contraction | None, bool]]] = ValueMemo()
 
 
 def _made_contraction(op: str, values: dict[str, object]) -> tuple[Contraction | None, bool]:
@@ -267,20 +253,11 @@ def _made_contraction(op: str, values: dict[str, object]) -> tuple[Contraction |
     literals a call states, asked by every contraction's call), memoised; and whether the
     Contraction's family (matmul, inner, tensordot) reads its operands' ranks."""
     k = _values_key(op, values)
-    try:
-        hit = _MADE.get(k)
-    except TypeError:  # an unhashable value: the engine as it is
-        hit = None
-        k = ()
-    if hit is not None:
-        return hit
+    hit = _MADE.get(k)
+    if hit is not MISSING:
+        return cast("tuple[Contraction | None, bool]", hit)
     c = make_contraction(op, values)
-    made = (c, c is not None and c.family in ("matmul", "inner", "tensordot"))
-    if k:
-        if len(_MADE) >= 10_000:
-            _MADE.clear()
-        _MADE[k] = made
-    return made
+    return _MADE.put(k, (c, c is not None and c.family in ("matmul", "inner", "tensordot")))
 
 
 def _contraction_dims(e: Expression, t: Type | None) -> object:

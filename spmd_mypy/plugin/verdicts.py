@@ -13,13 +13,14 @@ Bounded, for a long-lived daemon.
 from __future__ import annotations
 
 import dataclasses
-from typing import Final, Sequence
+from typing import Final, Sequence, cast
 
 from ..engine import collectives as coll
 from ..engine.contractions import Contraction, may_sum
 from ..engine.errors import SpmdError
 from ..engine.ops import OP_SPECS, Operand, OpSpec, Reduction, Result, partial_op, propagate
 from ..engine.types import SpmdType
+from .memo import MISSING, ValueMemo
 
 _LIMIT: Final = 20_000
 
@@ -46,7 +47,7 @@ def value_key(x: object) -> object:
 # (spec, strict, reduction, move, then per operand: id(type), can_grad, id(role), shape,
 # zero, ndim): the fields engine ops.propagate keys its own verdicts by (its ``key``; keep
 # the two in step), the type by identity -> (the operands' types, kept alive; the result type)
-_VERDICTS: Final[dict[tuple[object, ...], tuple[list[object], SpmdType]]] = {}
+_VERDICTS: Final[ValueMemo[tuple[list[object], SpmdType]]] = ValueMemo(_LIMIT)
 
 
 def _operands_key(key: list[object], keep: list[object], ops: Sequence[Operand]) -> None:
@@ -74,17 +75,12 @@ def propagate_memo(spec: OpSpec, ops: Sequence[Operand], strict: bool,
     keep: list[object] = []
     _operands_key(key, keep, ops)
     k = tuple(key)
-    try:
-        hit = _VERDICTS.get(k)
-    except TypeError:  # an unhashable dims value: the engine as it is
-        return propagate(spec, ops, strict=strict, reduction=reduction, move=move)  # type: ignore[arg-type]
-    if hit is not None:
-        return Result(hit[1])
+    hit = _VERDICTS.get(k)
+    if hit is not MISSING:
+        return Result(cast("tuple[list[object], SpmdType]", hit)[1])
     result = propagate(spec, ops, strict=strict, reduction=reduction, move=move)  # type: ignore[arg-type]
     if not result.errors:
-        if len(_VERDICTS) >= _LIMIT:
-            _VERDICTS.clear()
-        _VERDICTS[k] = (keep, result.type)
+        _VERDICTS.put(k, (keep, result.type))
     return result
 
 
@@ -93,7 +89,7 @@ def propagate_memo(spec: OpSpec, ops: Sequence[Operand], strict: bool,
 # index, rank_every, norm, no_grad) only shape an error's message: a local check_argument
 # returns [] exactly where mismatched_axes(actual, expected, gradient_free) finds nothing,
 # else one error.  A global type (a partition spec) is left to the engine.
-_FITS: Final[dict[tuple[object, ...], list[object]]] = {}
+_FITS: Final[ValueMemo[list[object]]] = ValueMemo(_LIMIT)
 
 
 def _fit_key(actual: SpmdType, wanted: Sequence[SpmdType], gradient_free: bool,
@@ -115,7 +111,7 @@ def known_fit(actual: SpmdType, wanted: Sequence[SpmdType]) -> bool:
     error before: then it finds none again, whatever the texts (the caller need not build
     them)."""
     k = _fit_key(actual, wanted, False, None)
-    return k is not None and k in _FITS
+    return k is not None and _FITS.get(k) is not MISSING
 
 
 def check_argument_memo(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
@@ -127,22 +123,20 @@ def check_argument_memo(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text:
     memo where the same types fitted before."""
     keep: list[object] = [actual]
     k = _fit_key(actual, wanted, gradient_free, keep)
-    if k is not None and k in _FITS:
+    if k is not None and _FITS.get(k) is not MISSING:
         return []
     errors = coll.check_argument_any(
         actual, wanted, x_text=x_text, where=where, made_by=made_by,  # type: ignore[arg-type]
         rank_max=rank_max, index=index, gradient_free=gradient_free,  # type: ignore[arg-type]
         rank_every=rank_every, norm=norm, no_grad=no_grad)  # type: ignore[arg-type]
     if not errors and k is not None:
-        if len(_FITS) >= _LIMIT:
-            _FITS.clear()
-        _FITS[k] = keep
+        _FITS.put(k, keep)
     return errors
 
 
 # ("partial", op, strict, reduction, move, axes, id(bias type), then the core operands' key)
 # -> (the types, kept alive; the result type): partial_op found no error
-_PARTIALS: Final[dict[tuple[object, ...], tuple[list[object], SpmdType]]] = {}
+_PARTIALS: Final[ValueMemo[tuple[list[object], SpmdType]]] = ValueMemo(_LIMIT)
 
 
 def partial_op_memo(op: str, operands: Sequence[Operand], axes: Sequence[str],
@@ -156,25 +150,19 @@ def partial_op_memo(op: str, operands: Sequence[Operand], axes: Sequence[str],
     keep: list[object] = [bias]
     _operands_key(key, keep, operands)
     k = tuple(key)
-    try:
-        hit = _PARTIALS.get(k)
-    except TypeError:  # an unhashable dims value: the engine as it is
-        hit = None
-        k = ()
-    if hit is not None:
-        return Result(hit[1])
+    hit = _PARTIALS.get(k)
+    if hit is not MISSING:
+        return Result(cast("tuple[list[object], SpmdType]", hit)[1])
     result = partial_op(op, operands, axes,
                         bias=Operand(bias, bias_text) if bias is not None else None,
                         strict=strict, reduction=reduction, move=move)
-    if not result.errors and k:
-        if len(_PARTIALS) >= _LIMIT:
-            _PARTIALS.clear()
-        _PARTIALS[k] = (keep, result.type)
+    if not result.errors:
+        _PARTIALS.put(k, (keep, result.type))
     return result
 
 
 # (move, then per tensor operand: id(type), shape) -> (the types, kept alive; the axis)
-_SUMMED: Final[dict[tuple[object, ...], tuple[list[object], str | None]]] = {}
+_SUMMED: Final[ValueMemo[tuple[list[object], str | None]]] = ValueMemo(_LIMIT)
 
 
 def first_summed_axis(move: Contraction, tensors: Sequence[Operand]) -> str | None:
@@ -189,13 +177,9 @@ def first_summed_axis(move: Contraction, tensors: Sequence[Operand]) -> str | No
         key.append(id(t))
         key.append(o.shape)
     k = tuple(key)
-    try:
-        hit = _SUMMED.get(k)
-    except TypeError:
-        hit = None
-        k = ()
-    if hit is not None:
-        return hit[1]
+    hit = _SUMMED.get(k)
+    if hit is not MISSING:
+        return cast("tuple[list[object], str | None]", hit)[1]
     axes: dict[str, None] = {}
     for o in tensors:
         for a, _ in o.type.axes:  # type: ignore[union-attr]
@@ -205,8 +189,5 @@ def first_summed_axis(move: Contraction, tensors: Sequence[Operand]) -> str | No
         if may_sum(move, [(o.type.get(a), o.shape) for o in tensors]):  # type: ignore[union-attr]
             found = a
             break
-    if k:
-        if len(_SUMMED) >= _LIMIT:
-            _SUMMED.clear()
-        _SUMMED[k] = (keep, found)
+    _SUMMED.put(k, (keep, found))
     return found
