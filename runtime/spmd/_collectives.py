@@ -1122,6 +1122,16 @@ class _TracedPlans:
 _TRACED_PLANS = _TracedPlans()
 
 
+def _assume_constant_result(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compiler.assume_constant_result`` without its ``import torch._dynamo``: that
+    import is most of ``import spmd`` (~0.8 s of ~1.6 s on every rank at startup), and the
+    decorator only marks the function, which Dynamo reads when it traces a call (torch
+    marks its own ``justknobs_check`` the same way, in torch/_dynamo/decorators.py).
+    tests/runtime/test_local.py checks the mark equals the decorator's."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
 def _plain(t: Any) -> Any:
     if isinstance(t, _Marker):
         return t.kind.value
@@ -1138,7 +1148,7 @@ def _unplain(t: Any) -> Any:
     return t
 
 
-@torch.compiler.assume_constant_result
+@_assume_constant_result
 def _traced_plan_name(serial: int, op: str, axis: Any, src: Any, dst: Any, expert_mode: bool,
                       reduce_op: str) -> str:
     key = (serial, op, axis, src, dst, expert_mode, reduce_op)

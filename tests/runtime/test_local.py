@@ -75,6 +75,35 @@ def test_errors_survive_pickling():
         assert (back.code, back.error, str(back)) == (raised.code, raised.error, str(raised))
 
 
+def test_import_spmd_leaves_dynamo_unloaded():
+    """`import spmd` on a rank does not pay for torch._dynamo (~0.8 s: half of the import):
+    the one torch.compile decorator it used is applied without importing Dynamo."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys, spmd; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_constant_result_mark_is_the_compiler_decorator_s():
+    """_assume_constant_result marks a function exactly as torch.compiler's decorator does
+    (the attributes Dynamo reads), and the traced plan's name function carries the mark."""
+    from spmd import _collectives
+
+    def ours() -> None: ...
+
+    def torchs() -> None: ...
+
+    _collectives._assume_constant_result(ours)
+    torch.compiler.assume_constant_result(torchs)
+    assert vars(ours) == vars(torchs) and vars(ours)
+    assert vars(_collectives._traced_plan_name) == vars(torchs)
+
+
 def test_src_dst_must_be_types():
     with pytest.raises(TypeError, match="src= takes one of R, I, V, P, S"):
         spmd.all_gather(X, "tp", src="V", dst=R)
