@@ -1066,6 +1066,24 @@ case("loss-ce-none-mean-to-P", {"x": "S0", "lab": "U"},
 case("loss-nll-mean-to-P", {"x": "S0", "lab": "U"},
      'out = spmd.reinterpret(F.nll_loss(x, lab), "tp", src=V, dst=P)', "spmd-global",
      collective=True, make=_LAB)
+# nll_loss of a log_softmax over dim -1 (the class dim at rank >= 2; at rank 1 the shard dim):
+# statically V (S(0) at rank >= 2, V at rank 1), a class loss's input is batched, so S(0)
+# there: the same pending mean as cross_entropy's (missed statically until session 45)
+case("loss-nll-of-log-softmax-mean-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.nll_loss(F.log_softmax(x, -1), lab), "tp", src=V, dst=P)',
+     "spmd-global", collective=True, make=_LAB)
+case("loss-nll-of-log-softmax-local-mean-to-P", {"x": "S0", "lab": "U"},
+     ("lp = F.log_softmax(x, dim=-1)", "loss = F.nll_loss(lp, lab)",
+      'out = spmd.reinterpret(loss, "tp", src=V, dst=P)'), "spmd-global", collective=True,
+     make=_LAB, static_line=2)
+case("loss-nll-of-log-softmax-sum-over-n-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.nll_loss(F.log_softmax(x, -1), lab, reduction="sum") / 8, "tp", src=V, dst=P)',
+     "P", collective=True, make=_LAB, desc="the fix")
+case("loss-nll-of-log-softmax-none-keeps-S0", {"x": "S0", "lab": "U"},
+     'out = F.nll_loss(x.log_softmax(-1), lab, reduction="none")', "S0", make=_LAB)
+case("loss-nll-of-log-softmax-over-the-shard-dim", {"x": "S0", "lab": "U"},
+     "out = F.nll_loss(F.log_softmax(x, 0), lab)", "V", make=_LAB,
+     desc="a softmax over the batch dim sharded: V (its own error where it is used), no mean")
 # The global-token mean of torchtitan and Megatron: each rank's masked sum over the token count
 # all-reduced (R) is its share of the mean; a pending sum stays pending through a tensor's * or /
 # when that tensor is the same on every rank of the axis (R or I there, or untyped: gradual;
