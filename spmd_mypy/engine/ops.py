@@ -2123,6 +2123,11 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
                                    else (c.ranks[i] if i < len(c.ranks) else None)
                                    for i, (o, _) in enumerate(tensor_ops)])
         spmd_op = "einsum"
+    elif c.family == "dot":
+        # 1-d operands only: "k,k->", which the static checker reads 0-d whatever the
+        # operands (spmd.matmul(r, p, ...) is 0-d only where both are seen 1-d: an all-reduced
+        # p @ Ap of CG beside an S(0) r then stayed V, and r's reassignment an [assignment])
+        equation, spmd_op = "k,k->", "einsum"
     if spmd_op == "einsum" and equation is not None:
         args = ", ".join([repr(equation).replace("'", '"'), *texts])
     else:

@@ -1028,6 +1028,17 @@ case("partial-mean-reinterpreted-to-P", {"x": "S1"},
 case("partial-mean-all-reduced-src-P-avg", {"x": "S1"},
      'out = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "R", collective=True,
      desc="the mean of equal blocks' means is the whole's")
+# A CG step with torch.dot's fix (session 45): spmd.einsum("k,k->", ...) and spmd.matmul(r, r,
+# out_partial_axes=...) of 1-d vectors are 0-d, so their all-reduced R scales an S(0) vector
+# keeping S(0) (statically V until fix-leftovers; the check mode sees the ranks)
+_VEC = {"r": "torch.randn(8, requires_grad=True).clone()",
+        "p": "torch.randn(8, requires_grad=True).clone()",
+        "c": "torch.randn(8, requires_grad=True).clone()"}
+case("cg-step-with-dot-products-said-partial-keeps-S0", {"r": "S0", "p": "S0", "c": "S0"},
+     ('rs = spmd.all_reduce(spmd.matmul(r, r, out_partial_axes="tp"), "tp", src=P, dst=R)',
+      "ap = c * p",
+      'alpha = rs / spmd.all_reduce(spmd.einsum("k,k->", p, ap, out_partial_axes="tp"), "tp", src=P, dst=R)',
+      "out = r - alpha * ap"), "S0", collective=True, make=_VEC)
 case("partial-mean-avg-result-read", {"x": "S1"},
      ('m = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "out = m.exp()"), "R",
      collective=True, desc="the averaged result is no longer pending (its scale carried the mark)")
