@@ -1086,9 +1086,14 @@ class CallTyper:
                 stored = held.mutated_by(result.type) if held else result.type
                 if stored:
                     # it may carry a gradient once a value that may is stored (the zeros
-                    # carry none; an operand's is read for an I one, else taken as may)
-                    grad = any(o.type is not None and o.role is not Role.INDEX and o.can_grad
-                               for o in ops)
+                    # carry none; an operand's is read for an I one, else taken as may); the
+                    # buffer itself (ops[0], a declared one typed) carries what its last store
+                    # did, none before one (AMP's ``found_inf.fill_(1.0)`` of a declared
+                    # ``torch.zeros(1)``, then all-reduced with op="max": no spmd-no-grad)
+                    grad = (isinstance(stored_name, NameExpr)
+                            and bool(self._buffer_gradient(ctx, stored_name))) or any(
+                        o.type is not None and o.role is not Role.INDEX and o.can_grad
+                        for o in ops[1:])
                     self.buffer_types.record(buffer[0], buffer[1],
                                              (stored_name.line, stored_name.column), stored, grad)
             if op == "__setitem__":
