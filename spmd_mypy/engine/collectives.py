@@ -1768,6 +1768,21 @@ def raw_collective(fullname: str) -> tuple[str, str] | None:
     return None
 
 
+def raw_writes_in_place(module: str, name: str) -> bool:
+    """Whether a raw collective writes its first argument in place (torch.distributed's; the
+    functional ``*_inplace`` ones): the tensor of all_reduce, broadcast, reduce; the output of
+    all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single; the output list of
+    all_gather, all_to_all (``RAW_OUTPUT_KWARGS`` by name).  What such a call wrote is
+    untyped after it, in both checkers: inside a custom autograd Function's forward or
+    backward (the Function's annotations type the result), and after a typed tensor's raw
+    call outside one, whose spmd-raw-collective error is then the only one: the type its
+    reads would see (the type before the call, or a guess at the typed fix's result over an
+    axis its group may not be) would make a second error of the same mistake (AMP's
+    ``dist.all_reduce(found_inf, op=MAX)`` then ``if found_inf.item() > 0: continue``:
+    spmd-divergent-collective on a found_inf still read V).  Untyped is gradual: no error."""
+    return module == "torch.distributed" or name.endswith("_inplace")
+
+
 def typed_collective(name: str) -> str | None:
     """The spmd collective doing what a raw one does (all_gather_tensor_autograd -> all_gather)."""
     if name in _TYPED_COLLECTIVE:
@@ -1860,7 +1875,7 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
     dst = "R"
     if len(axes) == 1 and f"{module}.{name}" in _RAW_SCATTER_DIM0:
         src, dst = axes[0][1], "S(0)"  # the sum, chunked on dim 0
-    in_place = module == "torch.distributed" or name.endswith("_inplace")
+    in_place = raw_writes_in_place(module, name)
     if (src is not None and src.dim is not None and typed_name == "all_gather"
             and f"{module}.{name}" in _RAW_GATHER_LISTS):
         # a list of the ranks' tensors (open_clip's gather_features: filled by the raw op,

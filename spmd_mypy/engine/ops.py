@@ -2123,6 +2123,11 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
                                    else (c.ranks[i] if i < len(c.ranks) else None)
                                    for i, (o, _) in enumerate(tensor_ops)])
         spmd_op = "einsum"
+    elif c.family == "dot":
+        # 1-d operands only: "k,k->", which the static checker reads 0-d whatever the
+        # operands (spmd.matmul(r, p, ...) is 0-d only where both are seen 1-d: an all-reduced
+        # p @ Ap of CG beside an S(0) r then stayed V, and r's reassignment an [assignment])
+        equation, spmd_op = "k,k->", "einsum"
     if spmd_op == "einsum" and equation is not None:
         args = ", ".join([repr(equation).replace("'", '"'), *texts])
     else:
@@ -2256,12 +2261,23 @@ def reduced_partial_sum(name: str, lt: LocalType | None, axis: str, reduction: R
 
 
 def _batch_sharded(lt: LocalType | None, shape: Sequence[int] | None) -> bool:
-    """A class loss's input sharded on its batch dim 0 (a batched input: rank >= 2)."""
+    """A class loss's input sharded on its batch dim 0 (a batched input: rank >= 2).  The
+    rank unknown (the static checker), at every rank >= 2 the input can have: S(0), and a
+    rank-dependent layout that is S(0) there, ``F.log_softmax(x, -1)`` of an S(0) ``x`` (V at
+    rank 1, where dim -1 is the shard dim: the unbatched form, whose one dim is the class
+    dim, no batch to shard, as an S(0) input's rank 1 is not read either)."""
     if lt is None or lt.kind is not Kind.V:
         return False
     if shape is not None:
         return len(shape) >= 2 and lt.at_rank(len(shape)) == (True, 0)
-    return lt.dim == 0
+    if lt.by_rank is None:
+        return lt.dim == 0
+    top = max(RANKS, lt.by_rank[-1][0])
+    for rank in range(2, top + 1):
+        possible, d = lt.at_rank(rank)
+        if possible and d != 0:
+            return False
+    return True
 
 
 def _class_loss_layout(axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> LocalType:

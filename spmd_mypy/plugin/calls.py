@@ -108,7 +108,8 @@ from mypy.types import (
 from ..engine import collectives as coll
 from ..engine.collectives import (RAW_OP_PARAMS, RankCondition, communicates, declaration_error,
                                   discarded_result_error, divergent_collective_error, hoist_name,
-                                  raw_collective, raw_collective_error, raw_reduce_op)
+                                  raw_collective, raw_collective_error, raw_reduce_op,
+                                  raw_writes_in_place)
 from ..engine import duality
 from ..engine.annotations import Entry, alias_note, build, expand_axes, unknown_axis_error
 from ..engine.contractions import CONTRACTIONS, Contraction
@@ -1085,9 +1086,14 @@ class CallTyper:
                 stored = held.mutated_by(result.type) if held else result.type
                 if stored:
                     # it may carry a gradient once a value that may is stored (the zeros
-                    # carry none; an operand's is read for an I one, else taken as may)
-                    grad = any(o.type is not None and o.role is not Role.INDEX and o.can_grad
-                               for o in ops)
+                    # carry none; an operand's is read for an I one, else taken as may); the
+                    # buffer itself (ops[0], a declared one typed) carries what its last store
+                    # did, none before one (AMP's ``found_inf.fill_(1.0)`` of a declared
+                    # ``torch.zeros(1)``, then all-reduced with op="max": no spmd-no-grad)
+                    grad = (isinstance(stored_name, NameExpr)
+                            and bool(self._buffer_gradient(ctx, stored_name))) or any(
+                        o.type is not None and o.role is not Role.INDEX and o.can_grad
+                        for o in ops[1:])
                     self.buffer_types.record(buffer[0], buffer[1],
                                              (stored_name.line, stored_name.column), stored, grad)
             if op == "__setitem__":
@@ -2481,7 +2487,7 @@ class CallTyper:
                 # forward/backward of a custom autograd Function: the user implements a
                 # collective there (an uneven all_to_all_single, Megatron's mappings); the
                 # Function's annotations type it (SPEC section 5)
-                if module == "torch.distributed" or name.endswith("_inplace"):
+                if raw_writes_in_place(module, name):
                     self._untype_written(ctx)
                 return ctx.default_return_type
             for types, exprs in zip(ctx.arg_types, ctx.args):
@@ -2502,6 +2508,11 @@ class CallTyper:
                                                                group=self._raw_group(ctx),
                                                                assign_to=self._raw_written(ctx, module, name),
                                                                gathered_into=self._raw_list(ctx, module, name))])
+                        if raw_writes_in_place(module, name):
+                            # one mistake, one error: what the raw call wrote is untyped
+                            # after it (engine raw_writes_in_place), so its reads (AMP's
+                            # ``if found_inf.item() > 0``) add none of their own
+                            self._untype_written(ctx)
                         return ctx.default_return_type
             return ctx.default_return_type
 
@@ -2520,7 +2531,7 @@ class CallTyper:
         place (torch.distributed's, the functional ``*_inplace`` ones): that tensor's text,
         where it can be assigned, the typed fix's target (``g = spmd.all_reduce(g, ...)``);
         None elsewhere (a list it writes: the typed fix's result is one tensor)."""
-        if not (module == "torch.distributed" or name.endswith("_inplace")):
+        if not raw_writes_in_place(module, name):
             return None
         if not ctx.args or len(ctx.args[0]) != 1 or not is_statement_call(ctx.api, ctx.context):
             return None

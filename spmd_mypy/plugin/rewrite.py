@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Container, Final, Optional, TypeVar, cast
 
+from mypy.literals import literal_hash
 from mypy.options import Options
 from mypy.renaming import VariableRenameVisitor
 
@@ -1527,6 +1528,55 @@ _TORCH_MODULES: Final = frozenset(("torch", "torch.linalg", "torch.special", "sp
                                    "torch.distributed._functional_collectives"))
 
 
+def _one_dim(e: Expression) -> bool:
+    """A tensor evidently 1-d by its call (the static contraction rule's reading, reductions
+    ``_flat``, without the receiver's type): ``x.flatten()``, ``x.ravel()``, ``x.view(-1)``,
+    ``x.reshape(-1)``, ``torch.flatten(x)``, ``torch.ravel(x)``."""
+    if type(e) is not _CallExpr:
+        return False
+    call = cast(CallExpr, e)
+    callee = call.callee
+    if type(callee) is not _MemberExpr or any(k != ARG_POS for k in call.arg_kinds):
+        return False
+    name = cast(MemberExpr, callee).name
+    if name not in ("flatten", "ravel", "view", "reshape"):
+        return False
+    module = _module_name(cast(MemberExpr, callee).expr)
+    if module is not None:
+        return module == "torch" and name in ("flatten", "ravel") and len(call.args) == 1
+    if name in ("flatten", "ravel"):
+        return not call.args
+    arg = call.args[0] if len(call.args) == 1 else None
+    if type(arg) is _IntExpr:
+        return cast(IntExpr, arg).value == -1
+    return (type(arg) is _UnaryExpr and cast(UnaryExpr, arg).op == "-"
+            and type(cast(UnaryExpr, arg).expr) is _IntExpr
+            and cast(IntExpr, cast(UnaryExpr, arg).expr).value == 1)
+
+
+def _zero_dim_product(module: str | None, a: Expression, b: Expression,
+                      keywords: list[tuple[str, Expression]]) -> bool:
+    """``matmul(a, b)`` (``a @ b``, ``torch.matmul``, ``spmd.matmul``) is 0-d: both operands
+    evidently 1-d (:func:`_one_dim`), or ``spmd.matmul(r, r, out_partial_axes=...)``, the
+    same tensor twice declared a partial sum (torch.dot's fix, written with a matmul): a sum
+    over a dim sharded in both operands, which one tensor's two roles contract alike only at
+    rank 1 (at rank >= 2 the left operand contracts its last dim, the right its dim -2)."""
+    if _one_dim(a) and _one_dim(b):
+        return True
+    if module != "spmd" or not any(n == "out_partial_axes" for n, _ in keywords):
+        return False
+    key = literal_hash(a)
+    return key is not None and key == literal_hash(b)
+
+
+def _zero_dim_equation(e: Expression) -> bool:
+    """An einsum equation with an empty output (``"k,k->"``, ``"ij,ij->"``): 0-d."""
+    if type(e) is not _StrExpr:
+        return False
+    lhs, arrow, out = cast(StrExpr, e).value.replace(" ", "").partition("->")
+    return bool(arrow) and bool(lhs) and not out
+
+
 def is_zero_dim(e: Expression | None, names: Container[str] = (), depth: int = 0) -> bool:
     """A value evidently 0-d (a 0-d tensor or a Python number), read from the source: a
     number literal, a name in ``names`` (a local every binding of which is such a value, a
@@ -1549,8 +1599,9 @@ def is_zero_dim(e: Expression | None, names: Container[str] = (), depth: int = 0
         return is_zero_dim(cast(UnaryExpr, e).expr, names, depth + 1)
     if cls is _OpExpr:
         op = cast(OpExpr, e)
-        return op.op != "@" and is_zero_dim(op.left, names, depth + 1) and is_zero_dim(
-            op.right, names, depth + 1)
+        if op.op == "@":
+            return _zero_dim_product(None, op.left, op.right, [])
+        return is_zero_dim(op.left, names, depth + 1) and is_zero_dim(op.right, names, depth + 1)
     if cls is _ComparisonExpr:
         return all(is_zero_dim(x, names, depth + 1) for x in cast(ComparisonExpr, e).operands)
     if cls is _ConditionalExpr:
@@ -1591,6 +1642,13 @@ def is_zero_dim(e: Expression | None, names: Container[str] = (), depth: int = 0
         receiver, rest = m.expr, positional
         if type(receiver) is _NameExpr and cast(NameExpr, receiver).name in ("self", "cls"):
             return False  # the object's own method (``self.dot(a, b)``, ``self.norm()``)
+    if name == "matmul":
+        # torch.matmul(a, b), spmd.matmul(a, b, out_partial_axes=...), a.matmul(b)
+        return (len(rest) == 1 and all(n in _NON_TENSOR_KEYWORDS for n, _ in keywords)
+                and _zero_dim_product(module, receiver, rest[0], keywords))
+    if name == "einsum":
+        # torch.einsum("k,k->", a, b), spmd.einsum(..., out_partial_axes=...): the equation
+        return module is not None and _zero_dim_equation(receiver)
     if name in _ALWAYS_0D:
         # x.dot(y), torch.dot(x, y), x.item(), torch.trace(x): the operands and nothing else
         return len(rest) == (1 if name in ("dot", "vdot") else 0) and not keywords

@@ -1028,6 +1028,17 @@ case("partial-mean-reinterpreted-to-P", {"x": "S1"},
 case("partial-mean-all-reduced-src-P-avg", {"x": "S1"},
      'out = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "R", collective=True,
      desc="the mean of equal blocks' means is the whole's")
+# A CG step with torch.dot's fix (session 45): spmd.einsum("k,k->", ...) and spmd.matmul(r, r,
+# out_partial_axes=...) of 1-d vectors are 0-d, so their all-reduced R scales an S(0) vector
+# keeping S(0) (statically V until fix-leftovers; the check mode sees the ranks)
+_VEC = {"r": "torch.randn(8, requires_grad=True).clone()",
+        "p": "torch.randn(8, requires_grad=True).clone()",
+        "c": "torch.randn(8, requires_grad=True).clone()"}
+case("cg-step-with-dot-products-said-partial-keeps-S0", {"r": "S0", "p": "S0", "c": "S0"},
+     ('rs = spmd.all_reduce(spmd.matmul(r, r, out_partial_axes="tp"), "tp", src=P, dst=R)',
+      "ap = c * p",
+      'alpha = rs / spmd.all_reduce(spmd.einsum("k,k->", p, ap, out_partial_axes="tp"), "tp", src=P, dst=R)',
+      "out = r - alpha * ap"), "S0", collective=True, make=_VEC)
 case("partial-mean-avg-result-read", {"x": "S1"},
      ('m = spmd.all_reduce(x.mean(1), "tp", src=P, dst=R, op="avg")', "out = m.exp()"), "R",
      collective=True, desc="the averaged result is no longer pending (its scale carried the mark)")
@@ -1066,6 +1077,24 @@ case("loss-ce-none-mean-to-P", {"x": "S0", "lab": "U"},
 case("loss-nll-mean-to-P", {"x": "S0", "lab": "U"},
      'out = spmd.reinterpret(F.nll_loss(x, lab), "tp", src=V, dst=P)', "spmd-global",
      collective=True, make=_LAB)
+# nll_loss of a log_softmax over dim -1 (the class dim at rank >= 2; at rank 1 the shard dim):
+# statically V (S(0) at rank >= 2, V at rank 1), a class loss's input is batched, so S(0)
+# there: the same pending mean as cross_entropy's (missed statically until session 45)
+case("loss-nll-of-log-softmax-mean-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.nll_loss(F.log_softmax(x, -1), lab), "tp", src=V, dst=P)',
+     "spmd-global", collective=True, make=_LAB)
+case("loss-nll-of-log-softmax-local-mean-to-P", {"x": "S0", "lab": "U"},
+     ("lp = F.log_softmax(x, dim=-1)", "loss = F.nll_loss(lp, lab)",
+      'out = spmd.reinterpret(loss, "tp", src=V, dst=P)'), "spmd-global", collective=True,
+     make=_LAB, static_line=2)
+case("loss-nll-of-log-softmax-sum-over-n-to-P", {"x": "S0", "lab": "U"},
+     'out = spmd.reinterpret(F.nll_loss(F.log_softmax(x, -1), lab, reduction="sum") / 8, "tp", src=V, dst=P)',
+     "P", collective=True, make=_LAB, desc="the fix")
+case("loss-nll-of-log-softmax-none-keeps-S0", {"x": "S0", "lab": "U"},
+     'out = F.nll_loss(x.log_softmax(-1), lab, reduction="none")', "S0", make=_LAB)
+case("loss-nll-of-log-softmax-over-the-shard-dim", {"x": "S0", "lab": "U"},
+     "out = F.nll_loss(F.log_softmax(x, 0), lab)", "V", make=_LAB,
+     desc="a softmax over the batch dim sharded: V (its own error where it is used), no mean")
 # The global-token mean of torchtitan and Megatron: each rank's masked sum over the token count
 # all-reduced (R) is its share of the mean; a pending sum stays pending through a tensor's * or /
 # when that tensor is the same on every rank of the axis (R or I there, or untyped: gradual;

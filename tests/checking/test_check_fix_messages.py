@@ -299,3 +299,19 @@ def test_an_invariant_slice_beside_varying_heads_leads_with_the_per_head_fix() -
     assert ('if lam holds a value per index of a dim sharded on "tp" (a per-head weight beside '
             "this rank's heads), lam[:2] takes the same rows on every rank: declare lam S(0)"
             ) in msg, msg
+
+
+def test_a_dot_product_over_the_shard_names_the_zero_dim_einsum() -> None:
+    # torch.dot / vdot of S(0) vectors: the fix is spmd.einsum("k,k->", ...) (the engine's
+    # implicit_partial_error, as statically: an einsum with an empty output is read 0-d there,
+    # so its all-reduced R keeps an S(0) vector it scales S(0), where spmd.matmul(r, p, ...)
+    # of two tensors of unknown rank was not); raised at the product's first use
+    with spmd.typecheck():
+        r = typed(mk(4), Tensor[S[0, "tp"]])
+        p = typed(mk(4), Tensor[S[0, "tp"]])
+        d = torch.dot(r, p)
+        msg = _message(lambda: d.exp())
+        assert 'spmd.einsum("k,k->", r, p, out_partial_axes="tp")' in msg, msg
+        dv = torch.vdot(r, p)
+        msg = _message(lambda: dv.exp())
+        assert 'spmd.einsum("k,k->", r.conj(), p, out_partial_axes="tp")' in msg, msg

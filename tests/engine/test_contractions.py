@@ -441,8 +441,9 @@ def test_vector_products_not_read() -> None:
 
 
 def test_vector_product_errors_name_a_fix() -> None:
-    """The error's fix: spmd.matmul for dot (vdot's first operand conjugated), spmd.einsum at
-    known ranks for the others, else the reinterpret of the result."""
+    """The error's fix: spmd.einsum("k,k->") for dot (vdot's first operand conjugated; read
+    0-d statically whatever the operands, as spmd.matmul of two is not), spmd.einsum at known
+    ranks for the others, else the reinterpret of the result."""
     from spmd_mypy.engine.contractions import equation_at
 
     t = lambda lt: SpmdType.of({"tp": lt})  # noqa: E731
@@ -459,8 +460,8 @@ def test_vector_product_errors_name_a_fix() -> None:
         assert [e.code for e in res.errors] == ["spmd-global"], (op, res)
         return res.errors[0].message
 
-    assert 'spmd.matmul(a, b, out_partial_axes="tp")' in message("dot", {}, None)
-    assert 'spmd.matmul(a.conj(), b, out_partial_axes="tp")' in message("vdot", {}, None)
+    assert 'spmd.einsum("k,k->", a, b, out_partial_axes="tp")' in message("dot", {}, None)
+    assert 'spmd.einsum("k,k->", a.conj(), b, out_partial_axes="tp")' in message("vdot", {}, None)
     assert 'spmd.einsum("ij,ij->", a, b, out_partial_axes="tp")' in message(
         "tensordot", {"dims": 2}, [(2, 4), (2, 4)])
     assert 'spmd.einsum("ai,qi->aq", a, b, out_partial_axes="tp")' in message(
