@@ -732,7 +732,15 @@ case("shard-amax-S0-dim0", {"a": "S0"}, "out = a.amax(0).exp()", "V",
      desc="a max over the shard dim: this rank's max, no pending sum")
 case("shard-amax-S0", {"a": "S0"}, "out = a.amax(1)", "S0")
 case("shard-cumsum-S1", {"a": "S1"}, "out = a.cumsum(0)", "S1", desc="a scan keeps every dim")
-case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "V")
+# a scan along the shard dim scans this rank's block only (engine ops.scan_along_shard_error,
+# session 45: a sequence-parallel cumsum passed as the global prefix sum); declared V first,
+# this rank's own scan (a chunked scan's first step) is accepted
+case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "spmd-global",
+     desc="the carry from the earlier ranks is missing")
+case("shard-cummax-S1-own-dim", {"a": "S1"}, "out = torch.cummax(a, dim=1).values", "spmd-global")
+case("shard-cumsum-S1-declared-V", {"a": "S1"},
+     ('av = spmd.declare(a, Tensor[V["tp"]])', "out = av.cumsum(1)"), "V",
+     desc="this rank's own scan, said so")
 case("shard-linalg-vector_norm-S0", {"a": "S0"}, "out = torch.linalg.vector_norm(a, dim=1)", "S0",
      desc="a norm over the dims it does not shard keeps the shard dim")
 case("shard-linalg-vector_norm-S0-positional", {"a": "S0"},
