@@ -1154,7 +1154,7 @@ def _check_pending(x: torch.Tensor, collective: tuple | None,
     elif _in_collective_internals():
         return False
     try:
-        _raise_pending(axes, name, c, shapes, where, kind)
+        _raise_pending(axes, name, c, shapes, where, kind, own=collective is None)
     except SpmdTypeError as e:
         if left and collective is not None:
             raise SpmdTypeError(pending_left_error(e.error, collective[1], left[0])) from None
@@ -1235,7 +1235,9 @@ def _affine_texts(where: tuple | None, name: str, n: int
 
 
 def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where: tuple | None,
-                   kind: str = "sum") -> None:
+                   kind: str = "sum", own: bool = True) -> None:
+    """A pending partial sum's error; ``own`` False where a collective reads it (the value is
+    meant as the sum: the engine's message then offers no per-rank reading, as statically)."""
     if isinstance(c, Reduction):
         _check_pending_sum(axes, name, c, shapes, where, _MEAN_RAISED if kind == "mean" else (
             " (raised at the first use of the result other than that reinterpret, an "
@@ -1250,7 +1252,7 @@ def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where
         text = texts[k] if texts is not None else _default_text(k)
         k += 1
         operands.append((Operand(t, text, True, None, shape), None))
-    err = implicit_partial_error(name, c, axes[0], operands)  # type: ignore[arg-type]
+    err = implicit_partial_error(name, c, axes[0], operands, own=own)  # type: ignore[arg-type]
     raise SpmdTypeError(SpmdError(err.code, err.message + (
         " (raised at the first use of the result other than that reinterpret or an "
         "all_reduce/reduce_scatter with src=P of it)")))

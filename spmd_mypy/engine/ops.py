@@ -1917,7 +1917,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
             if err is None and axis not in move.partial_axes and "*" not in move.partial_axes \
                     and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                            for o, _ in tensor_ops]):
-                err = implicit_partial_error(spec.name, move, axis, tensor_ops)
+                err = implicit_partial_error(spec.name, move, axis, tensor_ops, own=not move.pending)
                 if move.pending:
                     err = pending_left_error(err, move.partial_axes, axis)
         if lt is not None and lt.kind is Kind.V:
@@ -2098,14 +2098,15 @@ def pending_left_error(err: SpmdError, reduced: Sequence[str], axis: str) -> Spm
 
 
 def implicit_partial_error(name: str, c: Contraction, axis: str,
-                           tensor_ops: Sequence[tuple[Operand, Role]]) -> SpmdError:
+                           tensor_ops: Sequence[tuple[Operand, Role]], own: bool = True) -> SpmdError:
     """A contraction summing over a dim sharded on ``axis`` in every Varying operand
     (:func:`.contractions.partial_sum`): each rank's result is its part of a sum over the
     ranks, a Partial, which local SPMD, as global SPMD (SPEC section 6), never makes
     implicitly: typed V, a loss or a softmax of it passed both checkers with wrong numbers
     (CLIP's ``q @ k.t()`` over a tp-sharded embedding dim).  The fix names the call that
     says so: ``spmd.matmul/linear/einsum(..., out_partial_axes=axis)``, then an all_reduce
-    where the whole value is needed."""
+    where the whole value is needed; ``own`` (not where the result goes to a typed reduction,
+    which means the sum): last, the operand declared V for this rank's own block's value."""
     ax = f'"{axis}"'
     texts = [bare(o.text) for o, _ in tensor_ops]
     described = ", ".join(
@@ -2149,8 +2150,24 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
         f"every operand that varies there ({described}): each rank's result is its part of a "
         f"sum over the ranks (a Partial), not a value of its own (V), so a loss, a softmax or a "
         f"norm of it would be wrong; say so: {fix}, then "
-        f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed ({alternative})",
+        f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed ({alternative})"
+        f"{_own_contraction(what, axis, tensor_ops) if own else ''}",
     )
+
+
+def _own_contraction(what: str, axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> str:
+    """:func:`implicit_partial_error`'s last alternative: this rank's own block's contraction
+    meant (a chunked linear attention's per-rank state, passed to the later ranks by an
+    exclusive scan of the ranks' totals: session 45's probe, where the all_reduce fix pasted
+    would give every rank the whole's state), an operand declared plain V first, the widening
+    the pending-sum rule offers too; "" when no operand has a known shard layout there."""
+    for o, _ in tensor_ops:
+        lt = o.type.get(axis) if o.type is not None else None
+        if lt is not None and lt.kind is Kind.V and (lt.dim is not None or lt.by_rank is not None):
+            return (f"; if this rank's own {what.partition(' ')[2]} is meant (a per-rank state "
+                    f"or total, as a chunked scan passes to the later ranks), declare an operand "
+                    f'V first: spmd.declare({bare(o.text)}, Tensor[V["{axis}"]])')
+    return ""
 
 
 # Sum-like reductions (:func:`reduced_partial_sum`): over a dim sharded on an axis, each rank's

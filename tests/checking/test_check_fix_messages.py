@@ -299,3 +299,18 @@ def test_an_invariant_slice_beside_varying_heads_leads_with_the_per_head_fix() -
     assert ('if lam holds a value per index of a dim sharded on "tp" (a per-head weight beside '
             "this rank's heads), lam[:2] takes the same rows on every rank: declare lam S(0)"
             ) in msg, msg
+
+
+def test_a_partial_contraction_offers_this_ranks_own_value() -> None:
+    # session 45: a chunked linear attention's per-rank state (fk, v: S(1) on the sequence)
+    # passed to the later ranks is this rank's own value; the message ends with the operand
+    # declared V, which then passes (the probe matched float64 on 2 and 4 gloo ranks)
+    with spmd.typecheck():
+        fk = typed(mk(2, 4, 3), Tensor[S[1, "tp"]])
+        v = typed(mk(2, 4, 3), Tensor[S[1, "tp"]])
+        msg = _message(lambda: torch.einsum("btd,bte->bde", fk, v).exp())
+        assert ("if this rank's own contraction is meant (a per-rank state or total, as a "
+                "chunked scan passes to the later ranks), declare an operand V first: "
+                'spmd.declare(fk, Tensor[V["tp"]])') in msg, msg
+        own = torch.einsum("btd,bte->bde", spmd.declare(fk, Tensor[V["tp"]]), v)
+        assert spmd.typeof(own) == spmd.typeof(typed(mk(2, 3, 3), Tensor[V["tp"]]))
