@@ -749,6 +749,7 @@ def _spec_table() -> dict[str, OpSpec]:
                  "pow", "relu",
                  "index_fill", "index_copy", "index_put", "masked_scatter", "lerp",
                  "zero", "neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "copy", "fill",
+                 "cumsum", "cumprod",
                  "normal", "uniform", "transpose", "t", "unsqueeze", "squeeze", "clip",
                  "addmm", "baddbmm", "silu", "gelu", "bitwise_and", "bitwise_or", "bitwise_xor",
                  "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "logical_and",
@@ -1062,7 +1063,9 @@ REDUCTIONS = frozenset("""
 sum nansum mean nanmean prod amax amin max min std var std_mean var_mean logsumexp norm
 linalg_norm linalg_vector_norm argmax argmin all any count_nonzero median nanmedian
 """.split())
-SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin".split())
+# (the in-place cumsum_ and cumprod_ too: along the shard dim they are
+# ops.scan_along_shard_error's, else they keep the target's layout, as their out-of-place forms)
+SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin cumsum_ cumprod_".split())
 
 
 @dataclass(frozen=True)
@@ -2461,7 +2464,7 @@ def scan_along_shard_error(name: str, x: Operand, axis: str, reduction: Reductio
     ax = f'"{axis}"'
     xt = bare(x.text)
     d = reduction.dims[0]
-    what, carry = _SCAN_CARRY[name]
+    what, carry = _SCAN_CARRY[name.rstrip("_")]
     local = f"spmd.declare({xt}, Tensor[V[{ax}]]).{name}({d})" + (
         ".values" if name in ("cummax", "cummin") else "")
     return SpmdError("spmd-global", (

@@ -738,6 +738,9 @@ case("shard-cumsum-S1", {"a": "S1"}, "out = a.cumsum(0)", "S1", desc="a scan kee
 case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "spmd-global",
      desc="the carry from the earlier ranks is missing")
 case("shard-cummax-S1-own-dim", {"a": "S1"}, "out = torch.cummax(a, dim=1).values", "spmd-global")
+case("shard-cumsum_-S1-own-dim", {"a": "S1"}, ("c = a.clone()", "out = c.cumsum_(1)"), "spmd-global",
+     desc="in place: the target kept its S(1) silently until session 45")
+case("shard-cumsum_-S1-other-dim", {"a": "S1"}, ("c = a.clone()", "out = c.cumsum_(0)"), "S1")
 case("shard-cumsum-S1-declared-V", {"a": "S1"},
      ('av = spmd.declare(a, Tensor[V["tp"]])', "out = av.cumsum(1)"), "V",
      desc="this rank's own scan, said so")
