@@ -925,11 +925,19 @@ def summing_name(spec: OpSpec) -> str:
     return spec.reduced_as or spec.name
 
 
+# Segment sums whose every element is summed into some bin: ``torch.bincount(ids)`` of an
+# S(0) index counts this rank's block only, its part of the counts over the ranks (a GNN's
+# node degrees from an edge list sharded over the ranks: session 45's probe, 1.15 off on 2
+# ranks with the local degree never summed, accepted by both checkers): a full reduction of
+# the index for the pending rule (:func:`reduced_partial_error`), as a ``.sum()``'s
+SEGMENT_SUMS = frozenset({"bincount"})
+
+
 def loss_reduction(spec: OpSpec, ndim: int | None = None) -> Reduction | None:
-    """The full reduction a loss spec of a pending reduction (LOSS_MEANS, LOSS_SUMS) makes
-    (``ndim``: its input's rank, in check mode), for the pending rule as a ``.mean()``'s;
-    None for another op."""
-    if spec.reduced_as in LOSS_MEANS or spec.reduced_as in LOSS_SUMS:
+    """The full reduction a loss spec of a pending reduction (LOSS_MEANS, LOSS_SUMS) or a
+    segment sum (SEGMENT_SUMS) makes (``ndim``: its input's rank, in check mode), for the
+    pending rule as a ``.mean()``'s or ``.sum()``'s; None for another op."""
+    if spec.reduced_as in LOSS_MEANS or spec.reduced_as in LOSS_SUMS or spec.name in SEGMENT_SUMS:
         return Reduction(None, False, ndim)
     return None
 
@@ -2176,7 +2184,7 @@ def _own_contraction(what: str, axis: str, tensor_ops: Sequence[tuple[Operand, R
 # Sum-like reductions (:func:`reduced_partial_sum`): over a dim sharded on an axis, each rank's
 # result is its part of a sum over the ranks (mean: of a sum of the ranks' means); a norm's is
 # no part of anything (the norm of this rank's block)
-PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split()) | LOSS_MEANS | LOSS_SUMS
+PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split()) | LOSS_MEANS | LOSS_SUMS | SEGMENT_SUMS
 # ... of which the means: each rank's block mean is no part of a sum (the ranks' means sum to
 # the axis size times the whole's mean, blocks of one size): a reinterpret(V->P) or a summing
 # reduction of one is an error, an averaging one (op="avg") its resolution
@@ -2374,6 +2382,19 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
             f"reduces the {'batch ' if loss[0] in CLASS_LOSSES else ''}dim sharded on {ax}"),
             x, ax, reduction.refused)
     xt = bare(x.text)
+    if name in SEGMENT_SUMS:
+        counted = f"torch.{name}({xt}, minlength=n)"
+        return SpmdError("spmd-global", (
+            f"{name} of {x.text} ({t.describe()} on {ax}) counts this rank's block of the "
+            f"dim sharded on {ax} only: each rank's counts are its part of the counts over "
+            f"the ranks (a Partial), not a value of its own (V), so a division by them, a "
+            f"rsqrt or a clamp (a degree normalisation) would be wrong; the whole's counts are "
+            f"spmd.all_reduce(spmd.reinterpret({counted}, {ax}, src=V, dst=P), {ax}, src=P, "
+            f"dst=R) (n the number of bins; .to(dtype) may stand between; or pass the "
+            f"{name} straight to spmd.reinterpret(..., {ax}, src=V, dst=P)); if this rank's "
+            f"own counts are meant (a per-rank load, such as a MoE rank's tokens per expert "
+            f"for its all_to_all splits), declare the operand V first: "
+            f"spmd.declare({xt}, Tensor[V[{ax}]])"))
     dims = _dims_text(reduction)
     which = "every dim" if not reduction.dims else (
         f"dim {reduction.dims[0]}" if len(reduction.dims) == 1 else f"dims {reduction.dims}")
