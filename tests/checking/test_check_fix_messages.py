@@ -314,3 +314,24 @@ def test_a_partial_contraction_offers_this_ranks_own_value() -> None:
                 'spmd.declare(fk, Tensor[V["tp"]])') in msg, msg
         own = torch.einsum("btd,bte->bde", spmd.declare(fk, Tensor[V["tp"]]), v)
         assert spmd.typeof(own) == spmd.typeof(typed(mk(2, 3, 3), Tensor[V["tp"]]))
+
+
+@spmd.checked
+def _gated(z: Tensor[S[-1, "tp"]], out: Tensor[R["tp"]]) -> Tensor[I["tp"]]:
+    return out * z.mean(-1, keepdim=True)  # the mean over the tp-sharded channels: pending
+
+
+@spmd.checked
+def _row_parallel(h: Tensor[S[-1, "tp"]], w: Tensor[S[1, "tp"]]) -> Tensor[I["tp"]]:
+    return torch.nn.functional.linear(h, w)
+
+
+def test_a_pending_sum_returned_as_whole_names_its_reduction() -> None:
+    # session 45 (a Mamba block's gate): the static checker reports the mean at the mean; the
+    # check mode said "V to I is a gather" at the return, whose fix (an all_gather) is wrong
+    with spmd.typecheck():
+        msg = _message(lambda: _gated(mk(2, 4), mk(2, 1)))
+        assert 'mean over dim -1 of z (S(-1) on "tp") reduces the dim sharded on "tp"' in msg, msg
+        assert "all_gather" not in msg
+        msg = _message(lambda: _row_parallel(mk(2, 4), mk(3, 4)))
+        assert 'sums over a dim sharded on "tp"' in msg and "all_gather" not in msg, msg
