@@ -332,6 +332,8 @@ _IMPLICIT_PARTIAL = "each rank's result is its part of a sum over the ranks (a P
 _PENDING_SUM = "reduces the dim sharded on"
 _BLOCK_NORM = "it is the norm of this rank's block only"
 _DIAGONAL_BLOCK = "each rank holds one diagonal block"
+# ... and of ops.scan_along_shard_error's (a cumsum, cumprod, ... along the shard dim)
+_SCAN_ALONG = "scans the dim sharded on"
 
 
 def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
@@ -419,6 +421,10 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
             # mode's verdict (the static claim, V, is each rank's own block's value).
             check_only_pending = (not acc and sacc and errs
                                   and all(_PENDING_SUM in e or _BLOCK_NORM in e for e in errs))
+            # So for a scan along the shard dim (engine ops.scan_along_shard_error): cumsum(1)
+            # of S(-1) is along the shard dim of a 2-d operand only
+            check_only_pending = check_only_pending or (
+                not acc and sacc and errs and all(_SCAN_ALONG in e for e in errs))
             # A diagonal block (engine ops.diagonal_block_error: two operands sharded on one
             # axis on two dims that both stay in the result): the check mode sees it at the
             # real ranks (x: S(0) @ w: S(1), both 2-d); the static checker only where every
@@ -676,6 +682,15 @@ FILL_CONSTANT = (
     "rejects a P x: the out-of-place fill of a P x is rejected too (write torch.full_like)")
 
 
+SCAN_ALONG_SHARD = (
+    "a scan along the dim its operand is sharded on gives each rank the scan of its own block: V "
+    "describes that (a value of its own), but not the shard of the whole's scan the S(i) claim "
+    "would make of it (the carry from the earlier ranks is missing; session 45: a "
+    "sequence-parallel cumsum, 1.8 off, typed V and claimed S(1) by both checkers); rejected by "
+    "design (engine ops.scan_along_shard_error), a per-rank scan meant passes the operand "
+    "declared plain V")
+
+
 IMPLICIT_PARTIAL = (
     "a contraction summing over a dim sharded on an axis in every Varying operand gives each "
     "rank its part of a sum: V describes that (each rank holds a value of its own), but local "
@@ -859,6 +874,18 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
             for e in task.errors) and any("another block of its dim" in e for e in task.errors):
         return FREE_SHARD_PARTIAL
     case = CASES[task.case]
+    if task.errors and all(e.startswith("spmd-global") and _SCAN_ALONG in e for e in task.errors):
+        # its model: this rank's own scan (V) passes, and no reading of it as the operand's
+        # shard of the whole scan (S(i), the claim the rule refuses) does
+        n = len(case.shapes[0])
+        axes = MESHES[task.mesh].axes
+        flagged = [k for k, a in enumerate(axes) if any(f'sharded on "{a}"' in e for e in task.errors)]
+        ins = task.in_types[0]
+        if flagged and not any(
+                all(c[k].kind is Kind.V and c[k].dim is not None and ins[k].dim is not None
+                    and c[k].dim % n == ins[k].dim % n for k in flagged) for c in passing):
+            return SCAN_ALONG_SHARD
+        return None
     if case.engine == "fill" and all(e.startswith("spmd-partial-affine") for e in task.errors):
         return FILL_CONSTANT
     if case.name in ("layer_norm w b", "batch_norm eval") and all(e.startswith("spmd-partial-nonlinear")
@@ -877,6 +904,8 @@ CONSERVATIVE: list[tuple[str, str]] = [
     ("layer_norm(x, shape, w, b), batch_norm(x, m, v, w, b) with x not P and a P weight and bias",
      AFFINE_NORM_PARAMS),
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
+    ("cumsum/cumprod/logcumsumexp/cummax/cummin along the dim the operand is sharded on",
+     SCAN_ALONG_SHARD),
     ("matmul/mm/bmm/linear/einsum summing over a dim sharded in every Varying operand, "
      "without out_partial_axes on that axis", IMPLICIT_PARTIAL),
     ("matmul/bmm/linear/einsum/attention sharding two dims that stay in the result on one axis "

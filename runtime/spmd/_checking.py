@@ -1154,7 +1154,7 @@ def _check_pending(x: torch.Tensor, collective: tuple | None,
     elif _in_collective_internals():
         return False
     try:
-        _raise_pending(axes, name, c, shapes, where, kind)
+        _raise_pending(axes, name, c, shapes, where, kind, own=collective is None)
     except SpmdTypeError as e:
         if left and collective is not None:
             raise SpmdTypeError(pending_left_error(e.error, collective[1], left[0])) from None
@@ -1235,7 +1235,9 @@ def _affine_texts(where: tuple | None, name: str, n: int
 
 
 def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where: tuple | None,
-                   kind: str = "sum") -> None:
+                   kind: str = "sum", own: bool = True) -> None:
+    """A pending partial sum's error; ``own`` False where a collective reads it (the value is
+    meant as the sum: the engine's message then offers no per-rank reading, as statically)."""
     if isinstance(c, Reduction):
         _check_pending_sum(axes, name, c, shapes, where, _MEAN_RAISED if kind == "mean" else (
             " (raised at the first use of the result other than that reinterpret, an "
@@ -1250,7 +1252,7 @@ def _raise_pending(axes: tuple[str, ...], name: str, c: Any, shapes: list, where
         text = texts[k] if texts is not None else _default_text(k)
         k += 1
         operands.append((Operand(t, text, True, None, shape), None))
-    err = implicit_partial_error(name, c, axes[0], operands)  # type: ignore[arg-type]
+    err = implicit_partial_error(name, c, axes[0], operands, own=own)  # type: ignore[arg-type]
     raise SpmdTypeError(SpmdError(err.code, err.message + (
         " (raised at the first use of the result other than that reinterpret or an "
         "all_reduce/reduce_scatter with src=P of it)")))
@@ -3028,6 +3030,20 @@ def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bo
 # Function boundaries (optional): @spmd.checked
 
 
+def _returned_pending(x: torch.Tensor, declared: SpmdType) -> None:
+    """A ``@spmd.checked`` function's result that is a pending partial sum (``_PENDING``: a
+    sum, mean or contraction over a sharded dim, never declared) returned where the whole is
+    declared (R or I on a pending axis): the pending value's own error, as the static checker
+    reports it at the reduction (session 45's Mamba probe: a gate's mean over the tp-sharded
+    channels returned as I got the generic "V to I is a gather" there).  A declared V keeps
+    the mark (raised at the caller's first use)."""
+    entry = _PENDING.get(id(x)) if _PENDING else None
+    if entry is None or entry[0]() is not x:
+        return
+    if any((lt := declared.get(a)) is not None and lt.kind in (TKind.R, TKind.I) for a in entry[1]):
+        _check_pending(x, None)
+
+
 def _is_zero(v: Any) -> bool:
     """A Python scalar equal to 0, or a factory's zeros still zero (``_ZEROS``): as a summand
     it adds nothing (engine: ops.Operand.zero)."""
@@ -3297,12 +3313,14 @@ def checked(fn: Callable[..., _T]) -> Callable[..., _T]:
             what = f"the result of {fn.__qualname__} is annotated "
             if isinstance(rets, SpmdType):
                 if isinstance(result, torch.Tensor):
+                    _returned_pending(result, rets)
                     # named as the call, so that the fix can be pasted where it is called
                     _stamp_declared(result, rets, what + _fmt(rets),
                                     lambda: _returned_text(fn, None, f"{fn.__name__}(<...>)"))
             elif isinstance(result, (tuple, list)):
                 for k, (st, r) in enumerate(zip(rets, result)):
                     if st is not None and isinstance(r, torch.Tensor):
+                        _returned_pending(r, st)
                         _stamp_declared(r, st, what + _fmt(st),
                                         lambda k=k: _returned_text(  # type: ignore[misc]
                                             fn, k, f"{fn.__name__}(<...>)[{k}]"))

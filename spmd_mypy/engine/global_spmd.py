@@ -96,7 +96,8 @@ from .contractions import DimError, equation_at, make_contraction, parse_equatio
 from .errors import SpmdError
 from .redistribute import check_source, resolve
 from .ops import (CAST_FORMAL, CAST_OPS, CLASS_LOSSES, OP_SPECS, RANDOM_LIKE, UNREAD_VALUE, Operand,
-                  Result, Role, call_spec, cast_is_integral, classify)
+                  Reduction, Result, Role, call_spec, cast_is_integral, classify)
+from .ops import SEGMENT_SUMS as _LOCAL_SEGMENT_SUMS
 from .ops import propagate as local_propagate
 from .views import (ALONG_FIXED, ALONG_OPS, ANY_SIZE, LAYOUT_OPS, SameDim, SamePrefix, _AnySize,
                     expand_target, is_literal_size, kept_prefix, layout_kept, reshape_runs,
@@ -2054,6 +2055,10 @@ def _segment_finish(op: str, operands: Sequence[Operand], x: Operand | None, axe
         # an untyped accumulator (torch.zeros(n)): a constant, as a Python scalar is, so
         # the result's kinds on the other axes are the index's and the source's
         base = local_propagate(op, [replace(x, type=None) if o is x else o for o in operands])
+    elif op.rstrip("_") in _LOCAL_SEGMENT_SUMS:
+        # the local pending rule (ops.reduced_partial_error: a local bincount of an S(0) index
+        # counts this rank's block) reads the partial sum declared on these axes: P here
+        base = local_propagate(op, operands, reduction=Reduction(None, partial_axes=tuple(axes)))
     else:
         base = local_propagate(op, operands)
     return _finish(op, operands, out_spec, [], partial_axes=axes, base=base)

@@ -749,6 +749,7 @@ def _spec_table() -> dict[str, OpSpec]:
                  "pow", "relu",
                  "index_fill", "index_copy", "index_put", "masked_scatter", "lerp",
                  "zero", "neg", "exp", "log", "sqrt", "abs", "sigmoid", "tanh", "copy", "fill",
+                 "cumsum", "cumprod",
                  "normal", "uniform", "transpose", "t", "unsqueeze", "squeeze", "clip",
                  "addmm", "baddbmm", "silu", "gelu", "bitwise_and", "bitwise_or", "bitwise_xor",
                  "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "logical_and",
@@ -924,11 +925,19 @@ def summing_name(spec: OpSpec) -> str:
     return spec.reduced_as or spec.name
 
 
+# Segment sums whose every element is summed into some bin: ``torch.bincount(ids)`` of an
+# S(0) index counts this rank's block only, its part of the counts over the ranks (a GNN's
+# node degrees from an edge list sharded over the ranks: session 45's probe, 1.15 off on 2
+# ranks with the local degree never summed, accepted by both checkers): a full reduction of
+# the index for the pending rule (:func:`reduced_partial_error`), as a ``.sum()``'s
+SEGMENT_SUMS = frozenset({"bincount"})
+
+
 def loss_reduction(spec: OpSpec, ndim: int | None = None) -> Reduction | None:
-    """The full reduction a loss spec of a pending reduction (LOSS_MEANS, LOSS_SUMS) makes
-    (``ndim``: its input's rank, in check mode), for the pending rule as a ``.mean()``'s;
-    None for another op."""
-    if spec.reduced_as in LOSS_MEANS or spec.reduced_as in LOSS_SUMS:
+    """The full reduction a loss spec of a pending reduction (LOSS_MEANS, LOSS_SUMS) or a
+    segment sum (SEGMENT_SUMS) makes (``ndim``: its input's rank, in check mode), for the
+    pending rule as a ``.mean()``'s or ``.sum()``'s; None for another op."""
+    if spec.reduced_as in LOSS_MEANS or spec.reduced_as in LOSS_SUMS or spec.name in SEGMENT_SUMS:
         return Reduction(None, False, ndim)
     return None
 
@@ -1062,7 +1071,9 @@ REDUCTIONS = frozenset("""
 sum nansum mean nanmean prod amax amin max min std var std_mean var_mean logsumexp norm
 linalg_norm linalg_vector_norm argmax argmin all any count_nonzero median nanmedian
 """.split())
-SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin".split())
+# (the in-place cumsum_ and cumprod_ too: along the shard dim they are
+# ops.scan_along_shard_error's, else they keep the target's layout, as their out-of-place forms)
+SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin cumsum_ cumprod_".split())
 
 
 @dataclass(frozen=True)
@@ -1902,6 +1913,9 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
             err = reduced_partial_error(summing, tensor_ops[0][0], axis, reduction)
             if err is not None and reduction.pending:
                 err = pending_left_error(err, reduction.partial_axes, axis)
+        if (err is None and lt is not None and lt.kind is Kind.V and reduction is not None
+                and summing in SCANS and tensor_ops):
+            err = scan_along_shard_error(summing, tensor_ops[0][0], axis, reduction)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
             err = _causal_queries_error(spec.name, move, axis, tensor_ops)
             if err is None:
@@ -1914,7 +1928,7 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
             if err is None and axis not in move.partial_axes and "*" not in move.partial_axes \
                     and partial_sum(move, [(o.type.get(axis), o.shape)  # type: ignore[union-attr]
                                            for o, _ in tensor_ops]):
-                err = implicit_partial_error(spec.name, move, axis, tensor_ops)
+                err = implicit_partial_error(spec.name, move, axis, tensor_ops, own=not move.pending)
                 if move.pending:
                     err = pending_left_error(err, move.partial_axes, axis)
         if lt is not None and lt.kind is Kind.V:
@@ -2095,14 +2109,15 @@ def pending_left_error(err: SpmdError, reduced: Sequence[str], axis: str) -> Spm
 
 
 def implicit_partial_error(name: str, c: Contraction, axis: str,
-                           tensor_ops: Sequence[tuple[Operand, Role]]) -> SpmdError:
+                           tensor_ops: Sequence[tuple[Operand, Role]], own: bool = True) -> SpmdError:
     """A contraction summing over a dim sharded on ``axis`` in every Varying operand
     (:func:`.contractions.partial_sum`): each rank's result is its part of a sum over the
     ranks, a Partial, which local SPMD, as global SPMD (SPEC section 6), never makes
     implicitly: typed V, a loss or a softmax of it passed both checkers with wrong numbers
     (CLIP's ``q @ k.t()`` over a tp-sharded embedding dim).  The fix names the call that
     says so: ``spmd.matmul/linear/einsum(..., out_partial_axes=axis)``, then an all_reduce
-    where the whole value is needed."""
+    where the whole value is needed; ``own`` (not where the result goes to a typed reduction,
+    which means the sum): last, the operand declared V for this rank's own block's value."""
     ax = f'"{axis}"'
     texts = [bare(o.text) for o, _ in tensor_ops]
     described = ", ".join(
@@ -2151,14 +2166,30 @@ def implicit_partial_error(name: str, c: Contraction, axis: str,
         f"every operand that varies there ({described}): each rank's result is its part of a "
         f"sum over the ranks (a Partial), not a value of its own (V), so a loss, a softmax or a "
         f"norm of it would be wrong; say so: {fix}, then "
-        f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed ({alternative})",
+        f"all_reduce(..., {ax}, src=P, dst=R) where the whole value is needed ({alternative})"
+        f"{_own_contraction(what, axis, tensor_ops) if own else ''}",
     )
+
+
+def _own_contraction(what: str, axis: str, tensor_ops: Sequence[tuple[Operand, Role]]) -> str:
+    """:func:`implicit_partial_error`'s last alternative: this rank's own block's contraction
+    meant (a chunked linear attention's per-rank state, passed to the later ranks by an
+    exclusive scan of the ranks' totals: session 45's probe, where the all_reduce fix pasted
+    would give every rank the whole's state), an operand declared plain V first, the widening
+    the pending-sum rule offers too; "" when no operand has a known shard layout there."""
+    for o, _ in tensor_ops:
+        lt = o.type.get(axis) if o.type is not None else None
+        if lt is not None and lt.kind is Kind.V and (lt.dim is not None or lt.by_rank is not None):
+            return (f"; if this rank's own {what.partition(' ')[2]} is meant (a per-rank state "
+                    f"or total, as a chunked scan passes to the later ranks), declare an operand "
+                    f'V first: spmd.declare({bare(o.text)}, Tensor[V["{axis}"]])')
+    return ""
 
 
 # Sum-like reductions (:func:`reduced_partial_sum`): over a dim sharded on an axis, each rank's
 # result is its part of a sum over the ranks (mean: of a sum of the ranks' means); a norm's is
 # no part of anything (the norm of this rank's block)
-PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split()) | LOSS_MEANS | LOSS_SUMS
+PENDING_REDUCTIONS = frozenset("sum nansum mean nanmean".split()) | LOSS_MEANS | LOSS_SUMS | SEGMENT_SUMS
 # ... of which the means: each rank's block mean is no part of a sum (the ranks' means sum to
 # the axis size times the whole's mean, blocks of one size): a reinterpret(V->P) or a summing
 # reduction of one is an error, an averaging one (op="avg") its resolution
@@ -2367,6 +2398,19 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
             f"reduces the {'batch ' if loss[0] in CLASS_LOSSES else ''}dim sharded on {ax}"),
             x, ax, reduction.refused)
     xt = bare(x.text)
+    if name in SEGMENT_SUMS:
+        counted = f"torch.{name}({xt}, minlength=n)"
+        return SpmdError("spmd-global", (
+            f"{name} of {x.text} ({t.describe()} on {ax}) counts this rank's block of the "
+            f"dim sharded on {ax} only: each rank's counts are its part of the counts over "
+            f"the ranks (a Partial), not a value of its own (V), so a division by them, a "
+            f"rsqrt or a clamp (a degree normalisation) would be wrong; the whole's counts are "
+            f"spmd.all_reduce(spmd.reinterpret({counted}, {ax}, src=V, dst=P), {ax}, src=P, "
+            f"dst=R) (n the number of bins; .to(dtype) may stand between; or pass the "
+            f"{name} straight to spmd.reinterpret(..., {ax}, src=V, dst=P)); if this rank's "
+            f"own counts are meant (a per-rank load, such as a MoE rank's tokens per expert "
+            f"for its all_to_all splits), declare the operand V first: "
+            f"spmd.declare({xt}, Tensor[V[{ax}]])"))
     dims = _dims_text(reduction)
     which = "every dim" if not reduction.dims else (
         f"dim {reduction.dims[0]}" if len(reduction.dims) == 1 else f"dims {reduction.dims}")
@@ -2422,6 +2466,53 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
         f"product; {summed} alone is P on {ax}: the form that says so; or pass "
         f"the {name} straight to spmd.reinterpret(..., {ax}, src=V, dst=P), alone or added to "
         f"others){own}"))
+
+
+# What a scan along the shard dim misses, per scan: the carry from the ranks before this one
+# (their blocks' totals combined, an exclusive scan over the axis) and how it joins the local scan
+_SCAN_CARRY = {
+    "cumsum": ("prefix sum", "the sum of the earlier ranks' totals, added"),
+    "cumprod": ("prefix product", "the product of the earlier ranks' totals, multiplied in"),
+    "logcumsumexp": ("log-cumulative-sum-exp",
+                     "the logsumexp of the earlier ranks' totals, joined by torch.logaddexp"),
+    "cummax": ("running max", "the max of the earlier ranks' maxima, joined by torch.maximum"),
+    "cummin": ("running min", "the min of the earlier ranks' minima, joined by torch.minimum"),
+}
+
+
+def scan_along_shard_error(name: str, x: Operand, axis: str, reduction: Reduction) -> SpmdError | None:
+    """A scan (``SCANS``: cumsum, cumprod, logcumsumexp, cummax, cummin) along the dim ``x``
+    is sharded on ``axis`` (an S(i) operand, the dim it scans the shard dim at every rank it can
+    have, as :func:`removes_shard_dim` reads a reduction's): each rank scans its own block, so
+    its result lacks the carry from the ranks before it (a sequence-parallel cumsum of an S(1)
+    sequence shard is no prefix sum of the sequence).  Typed V, the local scan was claimed
+    S(i) again (a V may be) and passed both checkers with wrong numbers (session 45's scans
+    probe: 1.8 off the float64 prefix sum on 2 ranks).  Accepted where the code says the
+    per-rank scan is meant (the first step of a chunked scan, its carry combined after): the
+    operand declared V first, ``spmd.declare(x, Tensor[V[axis]])``, the widening the
+    reductions' rule (:func:`reduced_partial_error`) reads too.  None when it is not such a
+    scan."""
+    if name not in SCANS or not reduction.dims:
+        return None
+    t = x.type.get(axis) if x.type is not None else None
+    if not removes_shard_dim(t, reduction, x.shape):
+        return None
+    assert t is not None
+    ax = f'"{axis}"'
+    xt = bare(x.text)
+    d = reduction.dims[0]
+    what, carry = _SCAN_CARRY[name.rstrip("_")]
+    local = f"spmd.declare({xt}, Tensor[V[{ax}]]).{name}({d})" + (
+        ".values" if name in ("cummax", "cummin") else "")
+    return SpmdError("spmd-global", (
+        f"{name} along dim {d} of {x.text} ({t.describe()} on {ax}) scans the dim sharded on "
+        f"{ax}: each rank scans its own block only, so the result lacks the ranks before it "
+        f"and is no {what} of the whole; the whole's joins a carry to this rank's scan "
+        f"({carry}): local = {local}, then spmd.all_gather of the blocks' totals (local's "
+        f"last item along dim {d}) over {ax} with src=V, dst=R, those of the ranks before "
+        f"this one (below mesh.get_local_rank({ax})) combined and joined to local; where this "
+        f"rank's own scan is meant (a chunked scan's first step), declare the operand V "
+        f"first, as local does"))
 
 
 _VARIANCE_WORDS = {"var": "variance", "std": "standard deviation",

@@ -732,7 +732,28 @@ case("shard-amax-S0-dim0", {"a": "S0"}, "out = a.amax(0).exp()", "V",
      desc="a max over the shard dim: this rank's max, no pending sum")
 case("shard-amax-S0", {"a": "S0"}, "out = a.amax(1)", "S0")
 case("shard-cumsum-S1", {"a": "S1"}, "out = a.cumsum(0)", "S1", desc="a scan keeps every dim")
-case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "V")
+# a scan along the shard dim scans this rank's block only (engine ops.scan_along_shard_error,
+# session 45: a sequence-parallel cumsum passed as the global prefix sum); declared V first,
+# this rank's own scan (a chunked scan's first step) is accepted
+case("shard-cumsum-S1-own-dim", {"a": "S1"}, "out = a.cumsum(1)", "spmd-global",
+     desc="the carry from the earlier ranks is missing")
+case("shard-cummax-S1-own-dim", {"a": "S1"}, "out = torch.cummax(a, dim=1).values", "spmd-global")
+case("shard-cumsum_-S1-own-dim", {"a": "S1"}, ("c = a.clone()", "out = c.cumsum_(1)"), "spmd-global",
+     desc="in place: the target kept its S(1) silently until session 45")
+case("shard-cumsum_-S1-other-dim", {"a": "S1"}, ("c = a.clone()", "out = c.cumsum_(0)"), "S1")
+# a bincount of an index sharded on the axis counts this rank's block, its part of the counts
+# (engine ops.SEGMENT_SUMS, session 45: a GNN's degrees from a sharded edge list never summed)
+case("shard-bincount-S0-then-rsqrt", {"a": "S0"},
+     ("ids = a.long()", "deg = torch.bincount(ids.flatten(), minlength=8).float()",
+      "out = deg.clamp(min=1).rsqrt()"), "spmd-global", make={"a": "torch.randint(0, 4, (4, 4))"},
+     static_line=2, desc="the local degree: its rsqrt is no part of anything (statically at the count)")
+case("shard-bincount-S0-summed", {"a": "S0"},
+     ("ids = a.long()", "deg = torch.bincount(ids.flatten(), minlength=8).float()",
+      'out = spmd.all_reduce(spmd.reinterpret(deg, "tp", src=V, dst=P), "tp", src=P, dst=R)'),
+     "R", make={"a": "torch.randint(0, 4, (4, 4))"}, collective=True)
+case("shard-cumsum-S1-declared-V", {"a": "S1"},
+     ('av = spmd.declare(a, Tensor[V["tp"]])', "out = av.cumsum(1)"), "V",
+     desc="this rank's own scan, said so")
 case("shard-linalg-vector_norm-S0", {"a": "S0"}, "out = torch.linalg.vector_norm(a, dim=1)", "S0",
      desc="a norm over the dims it does not shard keeps the shard dim")
 case("shard-linalg-vector_norm-S0-positional", {"a": "S0"},

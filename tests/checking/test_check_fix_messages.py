@@ -315,3 +315,39 @@ def test_a_dot_product_over_the_shard_names_the_zero_dim_einsum() -> None:
         dv = torch.vdot(r, p)
         msg = _message(lambda: dv.exp())
         assert 'spmd.einsum("k,k->", r.conj(), p, out_partial_axes="tp")' in msg, msg
+
+
+def test_a_partial_contraction_offers_this_ranks_own_value() -> None:
+    # session 45: a chunked linear attention's per-rank state (fk, v: S(1) on the sequence)
+    # passed to the later ranks is this rank's own value; the message ends with the operand
+    # declared V, which then passes (the probe matched float64 on 2 and 4 gloo ranks)
+    with spmd.typecheck():
+        fk = typed(mk(2, 4, 3), Tensor[S[1, "tp"]])
+        v = typed(mk(2, 4, 3), Tensor[S[1, "tp"]])
+        msg = _message(lambda: torch.einsum("btd,bte->bde", fk, v).exp())
+        assert ("if this rank's own contraction is meant (a per-rank state or total, as a "
+                "chunked scan passes to the later ranks), declare an operand V first: "
+                'spmd.declare(fk, Tensor[V["tp"]])') in msg, msg
+        own = torch.einsum("btd,bte->bde", spmd.declare(fk, Tensor[V["tp"]]), v)
+        assert spmd.typeof(own) == spmd.typeof(typed(mk(2, 3, 3), Tensor[V["tp"]]))
+
+
+@spmd.checked
+def _gated(z: Tensor[S[-1, "tp"]], out: Tensor[R["tp"]]) -> Tensor[I["tp"]]:
+    return out * z.mean(-1, keepdim=True)  # the mean over the tp-sharded channels: pending
+
+
+@spmd.checked
+def _row_parallel(h: Tensor[S[-1, "tp"]], w: Tensor[S[1, "tp"]]) -> Tensor[I["tp"]]:
+    return torch.nn.functional.linear(h, w)
+
+
+def test_a_pending_sum_returned_as_whole_names_its_reduction() -> None:
+    # session 45 (a Mamba block's gate): the static checker reports the mean at the mean; the
+    # check mode said "V to I is a gather" at the return, whose fix (an all_gather) is wrong
+    with spmd.typecheck():
+        msg = _message(lambda: _gated(mk(2, 4), mk(2, 1)))
+        assert 'mean over dim -1 of z (S(-1) on "tp") reduces the dim sharded on "tp"' in msg, msg
+        assert "all_gather" not in msg
+        msg = _message(lambda: _row_parallel(mk(2, 4), mk(3, 4)))
+        assert 'sums over a dim sharded on "tp"' in msg and "all_gather" not in msg, msg

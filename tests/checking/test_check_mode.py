@@ -317,7 +317,10 @@ def test_reductions_keep_the_shard_dim_they_do_not_reduce() -> None:
         assert spmd.typeof(x.sum(2)) == ty(tp=VARYING, dp=REPLICATE)
         assert spmd.typeof(x.sum(-1)) == ty(tp=VARYING, dp=REPLICATE)
         assert spmd.typeof(x.sum()) == ty(tp=VARYING, dp=REPLICATE)
-        assert spmd.typeof(x.cumsum(2)) == ty(tp=VARYING, dp=REPLICATE)
+        # a scan along the shard dim: an error (ops.scan_along_shard_error); declared V, this rank's
+        assert spmd.typeof(spmd.declare(x, Tensor[V["tp"], R["dp"]]).cumsum(2)) == ty(tp=VARYING, dp=REPLICATE)
+        with pytest.raises(SpmdTypeError, match="scans the dim sharded"):
+            x.cumsum(2)
         # std(dim, unbiased): the third positional argument is not keepdim
         assert spmd.typeof(x.std(0, True)) == ty(tp=shard(1), dp=REPLICATE)
         assert spmd.typeof(x.std(0, keepdim=True)) == ty(tp=shard(2), dp=REPLICATE)

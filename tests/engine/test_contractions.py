@@ -651,3 +651,26 @@ def test_diagonal_block_error_through_propagate() -> None:
     res = propagate("einsum", [Operand(t(shard(0)), "self.wk", leaf=True),
                                Operand(t(shard(1)), "enc_s")], move=c)
     assert 'all_gather(enc_s, "tp", src=S(1), dst=R)' in res.errors[0].message
+
+
+def test_a_partial_contraction_offers_this_ranks_own_value_last() -> None:
+    """Session 45: a chunked linear attention's per-rank state, ``einsum("btd,bte->bde", fk,
+    v)`` over the cp-sharded sequence, passed to the later ranks (an exclusive scan of the
+    ranks' totals) is this rank's own value: the fixes offered (out_partial_axes, then the
+    all_reduce) pasted would give every rank the whole's state.  The message ends with the
+    operand declared V (which both checkers accept: the probe then matched float64); not
+    where the result goes to a typed reduction (move.pending: the sum is meant)."""
+    from dataclasses import replace
+
+    t = lambda lt: SpmdType.of({"cp": lt})  # noqa: E731
+    c = make_contraction("einsum", {"equation": "btd,bte->bde"})
+    ops = [Operand(t(shard(1)), "fk"), Operand(t(shard(1)), "v")]
+    msg = propagate("einsum", ops, move=c).errors[0].message
+    assert msg.endswith("if this rank's own contraction is meant (a per-rank state or total, as a "
+                        "chunked scan passes to the later ranks), declare an operand V first: "
+                        'spmd.declare(fk, Tensor[V["cp"]])')
+    declared = [Operand(t(LocalType(Kind.V)), "fk"), ops[1]]
+    res = propagate("einsum", declared, move=c)
+    assert not res.errors and res.type == t(LocalType(Kind.V))
+    taken = propagate("einsum", ops, move=replace(c, pending=True, partial_axes=("dp",)))
+    assert "this rank's own" not in taken.errors[0].message
