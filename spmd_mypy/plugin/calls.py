@@ -3245,8 +3245,7 @@ class CallTyper:
             return ctx.default_return_type
         _, sig, expected = entry
         c = ctx.context
-        callee = (sig.name or "").split(" of ", 1)[0] or (
-            expr_text(c.callee) if isinstance(c, CallExpr) else "the callee")
+        callee = ""  # the callee's name, made for the first argument not known to fit
         try:
             cases = self.plugin.promotion.union_cases(ctx, drop_none=False) or [ctx]
         except Exception:  # noqa: BLE001 - never crash mypy: judge the union as a whole
@@ -3284,6 +3283,9 @@ class CallTyper:
                             x_text = (expr_text(expr.items[index]) if isinstance(expr, TupleExpr)
                                       and index < len(expr.items) else f"{written}[{index}]")
                         param = sig.arg_names[i] if i < len(sig.arg_names) else None
+                        if not callee:
+                            callee = (sig.name or "").split(" of ", 1)[0] or (
+                                expr_text(c.callee) if isinstance(c, CallExpr) else "the callee")
                         shown = text if index is None else f"{x_text} (from {text})"
                         where = (f'argument {shown} (parameter "{param}" of {callee})' if param
                                  else f"argument {i + 1} ({shown}) of {callee}")
@@ -3390,6 +3392,20 @@ def _same_signature(a: CallableType, b: CallableType) -> bool:
 
 # src=R and the like, read at every collective call: one (immutable) LocalType each
 _MARKER_TYPES: Final = {f"spmd.{k}": LocalType(Kind(k)) for k in ("R", "I", "V", "P")}
+# S(i) by its dim, made once (an immutable value, as the markers): a collective's answer is
+# remembered by the identity of its src and dst (collective_hook), which a fresh S(1) per
+# call defeated (its by-value lookup hashes the types: ~9k instructions a call)
+_SHARD_TYPES: Final[dict[int, LocalType]] = {}
+
+
+def _shard_type(dim: int) -> LocalType:
+    """``LocalType(Kind.V, dim)``, the same object for the same dim."""
+    found = _SHARD_TYPES.get(dim)
+    if found is None:
+        if len(_SHARD_TYPES) > 1_000:  # (bounded: a dim is a literal of the source)
+            _SHARD_TYPES.clear()
+        found = _SHARD_TYPES[dim] = LocalType(Kind.V, dim)
+    return found
 
 
 def read_local_type(expr: Expression) -> LocalType | None:
@@ -3402,9 +3418,9 @@ def read_local_type(expr: Expression) -> LocalType | None:
             and expr.callee.fullname in ("spmd.S", "spmd.Shard") and len(expr.args) == 1):
         a = expr.args[0]
         if isinstance(a, IntExpr):
-            return LocalType(Kind.V, a.value)
+            return _shard_type(a.value)
         if isinstance(a, UnaryExpr) and a.op == "-" and isinstance(a.expr, IntExpr):
-            return LocalType(Kind.V, -a.expr.value)
+            return _shard_type(-a.expr.value)
     return None
 
 

@@ -76,3 +76,29 @@ def test_plain_value_of_a_replaced_body_is_computed_again() -> None:
     after = global_calls.plain_value(func, "h")
     assert after is not before
     assert after is global_calls.size_names(func).values["h"]
+
+
+def _expr(source: str):  # noqa: ANN202 - an expression node as mypy parses it
+    options = Options()
+    tree = parse(f"x = {source}\n", "m.py", "m", Errors(options), options, eager=True)
+    return tree.defs[0].rvalue  # type: ignore[attr-defined]
+
+
+def test_read_local_type_gives_one_shard_type_per_dim() -> None:
+    """S(i) read from a collective's src=/dst= is one object per dim (the collective hooks
+    remember answers by the identity of src and dst), equal to the LocalType it stands for."""
+    from mypy.nodes import RefExpr
+
+    from spmd_mypy.engine.types import Kind, LocalType
+    from spmd_mypy.plugin.calls import read_local_type
+
+    def shard(source: str) -> object:
+        e = _expr(source)
+        e.callee.fullname = "spmd.S"  # (as semantic analysis resolves it)
+        assert isinstance(e.callee, RefExpr)
+        return read_local_type(e)
+
+    a, b, c, d = shard("S(1)"), shard("S(1)"), shard("S(0)"), shard("S(-1)")
+    assert a is b and a == LocalType(Kind.V, 1)
+    assert c is not a and c == LocalType(Kind.V, 0)
+    assert d == LocalType(Kind.V, -1) and d is shard("S(-1)")
