@@ -191,6 +191,15 @@ _MemberExpr: Final = MemberExpr
 _TupleType: Final = TupleType
 _Instance: Final = Instance
 _get_proper_type: Final = get_proper_type
+# the op hook's context and operand expressions, told by their exact classes (mypy's, never
+# subclassed): an imported class is a dict lookup and a generic isinstance at each use
+_ComparisonExpr: Final = ComparisonExpr
+_OperatorAssignmentStmt: Final = OperatorAssignmentStmt
+_IndexExpr: Final = IndexExpr
+_UnaryExpr: Final = UnaryExpr
+_NameExpr: Final = NameExpr
+_IntExpr: Final = IntExpr
+_FloatExpr: Final = FloatExpr
 
 
 def _temp_text(e: Expression | None) -> str:
@@ -980,23 +989,28 @@ class CallTyper:
             if method:
                 receiver_type = ctx.type  # type: ignore[union-attr]
                 c = ctx.context
-                if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr):
-                    receiver = c.callee.expr
-                elif isinstance(c, OpExpr):
-                    receiver = c.right if reflected else c.left
-                    other = c.left if reflected else c.right
-                elif isinstance(c, ComparisonExpr) and len(c.operands) == 2:
+                cls = type(c)
+                if cls is _CallExpr:
+                    callee = cast(CallExpr, c).callee
+                    if type(callee) is _MemberExpr:
+                        receiver = cast(MemberExpr, callee).expr
+                elif cls is _OpExpr:
+                    receiver = cast(OpExpr, c).right if reflected else cast(OpExpr, c).left
+                    other = cast(OpExpr, c).left if reflected else cast(OpExpr, c).right
+                elif cls is _ComparisonExpr and len(cast(ComparisonExpr, c).operands) == 2:
                     # ``p > 0``; ``0 < p`` is p's ``__gt__`` (int's own comparison fails)
-                    left, right = c.operands
-                    swapped = isinstance(left, (IntExpr, FloatExpr)) and not isinstance(
-                        right, (IntExpr, FloatExpr))
+                    left, right = cast(ComparisonExpr, c).operands
+                    lc, rc = type(left), type(right)
+                    swapped = (lc is _IntExpr or lc is _FloatExpr) and not (
+                        rc is _IntExpr or rc is _FloatExpr)
                     receiver, other = (right, left) if swapped else (left, right)
-                elif isinstance(c, OperatorAssignmentStmt):
-                    receiver, other = c.lvalue, c.rvalue
-                elif isinstance(c, IndexExpr):
-                    receiver = c.base
-                elif isinstance(c, UnaryExpr):
-                    receiver = c.expr
+                elif cls is _OperatorAssignmentStmt:
+                    receiver = cast(OperatorAssignmentStmt, c).lvalue
+                    other = cast(OperatorAssignmentStmt, c).rvalue
+                elif cls is _IndexExpr:
+                    receiver = cast(IndexExpr, c).base
+                elif cls is _UnaryExpr:
+                    receiver = cast(UnaryExpr, c).expr
             exprs: list[Expression | None] = []
             ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other,
                                                 exprs)
@@ -1004,12 +1018,15 @@ class CallTyper:
                 return ctx.default_return_type
             # a typed store into a zero buffer (buffers.py): before its first store the
             # buffer is zeros, no term of any type (engine Operand.zero, as the check mode)
-            stored_name = receiver if isinstance(receiver, NameExpr) else (
-                receiver.base if isinstance(receiver, IndexExpr)  # x[i] += v: x's __setitem__
-                and isinstance(ctx.context, OperatorAssignmentStmt)
-                and ctx.context.lvalue is receiver else None)
-            buffer = (self.zero_buffer(ctx, stored_name) if inplace and method and ops
-                      and stored_name is not None else None)
+            buffer: tuple[FuncDef, str] | None = None
+            stored_name: Expression | None = None
+            if inplace and method and ops:
+                stored_name = receiver if type(receiver) is _NameExpr else (
+                    cast(IndexExpr, receiver).base if type(receiver) is _IndexExpr  # x[i] += v:
+                    and isinstance(ctx.context, OperatorAssignmentStmt)
+                    and ctx.context.lvalue is receiver else None)  # (x's __setitem__)
+                if stored_name is not None:
+                    buffer = self.zero_buffer(ctx, stored_name)
             if buffer is not None:
                 first = ops[0].type
                 if first is not None and not first.axes and not first.failed:
