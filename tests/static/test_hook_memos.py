@@ -102,3 +102,86 @@ def test_read_local_type_gives_one_shard_type_per_dim() -> None:
     assert a is b and a == LocalType(Kind.V, 1)
     assert c is not a and c == LocalType(Kind.V, 0)
     assert d == LocalType(Kind.V, -1) and d is shard("S(-1)")
+
+
+class _Builder:
+    """A TypeBuilder's two answers typed_result reads, counting the questions."""
+
+    def __init__(self, tensor: object, inst: object) -> None:
+        self.tensor = tensor
+        self.inst = inst
+        self.asked = 0
+
+    def to_instance(self, t: object) -> object:
+        self.asked += 1
+        return self.inst
+
+    def from_type(self, typ: object) -> object:
+        return "typed" if typ is self.tensor else None
+
+
+def test_typed_result_is_kept_by_the_identity_of_its_arguments() -> None:
+    """CallTyper.typed_result answers a repeat (the same default type and SPMD type objects)
+    from its memo, and only where its answer is one of them: an equal but new default is
+    asked again, and a container's result is made fresh each time (never kept)."""
+    from mypy.nodes import Block, ClassDef, SymbolTable, TypeInfo
+    from mypy.types import Instance
+
+    from spmd_mypy.engine.types import Kind, LocalType, SpmdType
+    from spmd_mypy.plugin.calls import CallTyper
+
+    def info(fullname: str) -> TypeInfo:
+        name = fullname.rsplit(".", 1)[-1]
+        i = TypeInfo(SymbolTable(), ClassDef(name, Block([])), fullname.rsplit(".", 1)[0])
+        i._fullname = fullname
+        return i
+
+    tensor_info, list_info = info("torch._tensor.Tensor"), info("builtins.list")
+    default = Instance(tensor_info, [])
+    inst = Instance(tensor_info, [])
+    typer = object.__new__(CallTyper)
+    builder = _Builder(default, inst)
+    typer._types = builder  # type: ignore[assignment]
+    typer._typed_results = {}
+    t = SpmdType((("tp", LocalType(Kind.V)),))
+    assert typer.typed_result(default, t) is inst and builder.asked == 1
+    assert typer.typed_result(default, t) is inst and builder.asked == 1  # kept
+    other = SpmdType((("tp", LocalType(Kind.V)),))  # equal, another object: asked again
+    assert typer.typed_result(default, other) is inst and builder.asked == 2
+    fresh = Instance(tensor_info, [])  # an equal but new default: asked again
+    builder.tensor = fresh
+    assert typer.typed_result(fresh, t) is inst and builder.asked == 3
+    plain = Instance(list_info, [])  # not a tensor, no tensor items: the default itself
+    assert typer.typed_result(plain, t) is plain and builder.asked == 4
+    assert typer.typed_result(plain, t) is plain and builder.asked == 4
+    items = Instance(list_info, [fresh])  # list[Tensor]: a new list type each time
+    first = typer.typed_result(items, t)
+    second = typer.typed_result(items, t)
+    assert first is not items and first is not second and first == second
+    assert builder.asked == 6
+
+
+def test_members_tells_a_seen_instance_by_identity() -> None:
+    """TypeBuilder.members answers an instance seen before from its identity memo, a plain
+    (not a tensor) instance too: None again, and a tensor's answer is not taken for it."""
+    from mypy.nodes import Block, ClassDef, SymbolTable, TypeInfo
+    from mypy.types import Instance
+
+    from spmd_mypy.plugin.mypy_types import TypeBuilder
+
+    def info(fullname: str) -> TypeInfo:
+        name = fullname.rsplit(".", 1)[-1]
+        i = TypeInfo(SymbolTable(), ClassDef(name, Block([])), fullname.rsplit(".", 1)[0])
+        i._fullname = fullname
+        return i
+
+    builder = TypeBuilder(("tp",), lambda name: None)
+    plain = Instance(info("builtins.int"), [])
+    tensor = Instance(info("torch._tensor.Tensor"), [])  # no slots: no join
+    for _ in range(2):
+        assert builder.members(plain) is None
+        assert builder.members(tensor) is None
+        assert builder.members(plain) is None
+    kept = builder._members_by_id
+    assert kept[id(plain)] == (plain, None) and kept[id(plain)][0] is plain
+    assert kept[id(tensor)][0] is tensor
