@@ -480,10 +480,10 @@ class CallTyper:
         self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
         # typed_result's answers that are the default type or the tensor type itself (not a
-        # new container type), by the ids of (default, t): mypy hands the same declared result
+        # new container type), by the ids of (default, t) as one int: mypy hands the same declared result
         # types again and again (the corpus: 67 pairs behind 4,131 calls).  The entry holds
         # both, so their ids are not reused while it lives
-        self._typed_results: dict[tuple[int, int], tuple[Type, SpmdType, Type]] = {}
+        self._typed_results: dict[int, tuple[Type, SpmdType, Type]] = {}
         # the answers without errors, by the ids of the engine types and without the operand's
         # text (the entry holds those types)
         self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
@@ -501,6 +501,10 @@ class CallTyper:
         # and the indices of its plain list[Tensor] parameters
         self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, tuple[SpmdType, ...]],
                                        tuple[int, ...]]] = {}
+        # parameter type id -> (the type, _relax's answer): a generic callee's signature is
+        # a new object at every call, its parameters' types the same ones (its declared
+        # types), and the one answer makes the wanted types one tuple (known_fit by identity)
+        self._relaxed_types: dict[int, tuple[Instance, tuple[Type, tuple[SpmdType, ...]] | None]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result
         self._plain_results: dict[int, tuple[CallableType, CallableType]] = {}
         # op -> formal name -> (an index, a loss's value target): asked of every argument of
@@ -630,7 +634,9 @@ class CallTyper:
 
     def typed_result(self, default: Type, t: SpmdType) -> Type:
         """mypy's result type with every tensor in it given the type ``t``."""
-        key = (id(default), id(t))
+        # one int for the pair (a collision is told by the identities below): a tuple key
+        # hashes and compares two ints and is allocated at each call
+        key = id(default) * 31 + id(t)
         same = self._typed_results.get(key)
         if same is not None and same[0] is default and same[1] is t:
             return same[2]
@@ -651,7 +657,7 @@ class CallTyper:
             return p.copy_modified(items=items)
         return default
 
-    def _typed_result_kept(self, key: tuple[int, int], default: Type, t: SpmdType,
+    def _typed_result_kept(self, key: int, default: Type, t: SpmdType,
                            result: Type) -> Type:
         """``result``, typed_result's answer for (default, t), remembered by their ids."""
         if len(self._typed_results) > 10_000:  # bound the memory of a long-lived daemon
@@ -3235,7 +3241,22 @@ class CallTyper:
     def _relax(self, t: Type) -> tuple[Type, tuple[SpmdType, ...]] | None:
         """``t`` with each typed tensor (at the top or in a union) replaced by plain
         ``torch.Tensor``, and the SPMD types an argument may have: one, or one per typed
-        member of a union (``Tensor[R["tp"]] | Tensor[V["tp"]]``: either fits)."""
+        member of a union (``Tensor[R["tp"]] | Tensor[V["tp"]]``: either fits).  An instance
+        is remembered by its identity (kept in the entry); a union or an alias, which the
+        daemon may point at other types in place, is relaxed afresh."""
+        if type(t) is not _Instance:
+            return self._relax_type(t)
+        same = self._relaxed_types.get(id(t))
+        if same is not None and same[0] is t:
+            return same[1]
+        found = self._relax_type(t)
+        if len(self._relaxed_types) > 10_000:  # bound the memory of a long-lived daemon
+            self._relaxed_types.clear()
+        self._relaxed_types[id(t)] = (t, found)
+        return found
+
+    def _relax_type(self, t: Type) -> tuple[Type, tuple[SpmdType, ...]] | None:
+        """:meth:`_relax`'s answer, made."""
         p = get_proper_type(t)
         if isinstance(p, Instance) and p.type.fullname == TENSOR:
             st = self.types.from_type(p)
@@ -3285,20 +3306,23 @@ class CallTyper:
             cases = self.plugin.promotion.union_cases(ctx, drop_none=False) or [ctx]
         except Exception:  # noqa: BLE001 - never crash mypy: judge the union as a whole
             cases = [ctx]
+        sig_kinds = sig.arg_kinds
         for case in cases:
+            # (the context's fields read once a case, not once a parameter)
+            case_types, case_kinds, case_args = case.arg_types, case.arg_kinds, case.args
             for i, wanted in expected.items():
-                if i >= len(case.arg_types):
+                if i >= len(case_types):
                     continue
-                kinds = case.arg_kinds[i] if i < len(case.arg_kinds) else []
-                for k, (typ, expr) in enumerate(zip(case.arg_types[i], case.args[i])):
+                kinds = case_kinds[i] if i < len(case_kinds) else []
+                star_formal = i < len(sig_kinds) and sig_kinds[i] == ARG_STAR
+                for k, (typ, expr) in enumerate(zip(case_types[i], case_args[i])):
                     kind = kinds[k] if k < len(kinds) else ARG_POS
                     written = ""  # the argument's text, made for its first typed tensor
                     text = ""
                     offset = 0  # f(*t), t a fixed tuple: the items before this formal's
                     if kind == ARG_STAR and isinstance(get_proper_type(typ), TupleType):
-                        offset = sum(1 for j in range(i) if j < len(case.args)
-                                     and any(e is expr for e in case.args[j]))
-                    star_formal = i < len(sig.arg_kinds) and sig.arg_kinds[i] == ARG_STAR
+                        offset = sum(1 for j in range(i) if j < len(case_args)
+                                     and any(e is expr for e in case_args[j]))
                     for item, index, optional in self._tensor_members(
                             _unpacked_types(typ, kind, offset, star_formal)):
                         have = self.types.from_type(item)

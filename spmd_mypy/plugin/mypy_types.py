@@ -237,20 +237,13 @@ class TypeBuilder:
         p = typ if type(typ) is _Instance else get_proper_type(typ)
         if p is self._last_members:  # (a canonical tensor: told before reading its class)
             return self._last_members_found
-        if type(p) is not _Instance:
+        if type(p) is not _Instance or cast(Instance, p).type.fullname != TENSOR:
             return None
-        # an instance seen before, by identity (a tensor or not: told before reading its
-        # class, two attribute reads across mypy's compiled module)
         same = self._members_by_id.get(id(p))
         if same is not None and same[0] is p:
             self._last_members = same[0]
             self._last_members_found = same[1]
             return same[1]
-        if cast(Instance, p).type.fullname != TENSOR:
-            if len(self._members_by_id) > 10_000:
-                self._members_by_id.clear()
-            self._members_by_id[id(p)] = (cast(Instance, p), None)
-            return None
         known = self._members.get(p, _UNREAD)  # one lookup (an Instance key hashes and compares deep)
         found = self._expand(p) if known is _UNREAD else known
         if known is _UNREAD:

@@ -161,13 +161,16 @@ def test_typed_result_is_kept_by_the_identity_of_its_arguments() -> None:
     assert builder.asked == 6
 
 
-def test_members_tells_a_seen_instance_by_identity() -> None:
-    """TypeBuilder.members answers an instance seen before from its identity memo, a plain
-    (not a tensor) instance too: None again, and a tensor's answer is not taken for it."""
+def test_relax_keeps_an_instance_answer_by_identity() -> None:
+    """CallTyper._relax answers a parameter type object it relaxed before from its memo (a
+    generic callee's new signature at each call keeps its declared parameter types), so the
+    wanted types are one tuple; a union is relaxed afresh (the daemon may repoint it)."""
     from mypy.nodes import Block, ClassDef, SymbolTable, TypeInfo
-    from mypy.types import Instance
+    from mypy.types import Instance, UnionType
 
-    from spmd_mypy.plugin.mypy_types import TypeBuilder
+    from spmd_mypy.engine.types import Kind, LocalType, SpmdType
+    from spmd_mypy.plugin.calls import CallTyper
+    from spmd_mypy.plugin.mypy_types import TENSOR
 
     def info(fullname: str) -> TypeInfo:
         name = fullname.rsplit(".", 1)[-1]
@@ -175,13 +178,27 @@ def test_members_tells_a_seen_instance_by_identity() -> None:
         i._fullname = fullname
         return i
 
-    builder = TypeBuilder(("tp",), lambda name: None)
-    plain = Instance(info("builtins.int"), [])
-    tensor = Instance(info("torch._tensor.Tensor"), [])  # no slots: no join
-    for _ in range(2):
-        assert builder.members(plain) is None
-        assert builder.members(tensor) is None
-        assert builder.members(plain) is None
-    kept = builder._members_by_id
-    assert kept[id(plain)] == (plain, None) and kept[id(plain)][0] is plain
-    assert kept[id(tensor)][0] is tensor
+    tensor_info = info(TENSOR)
+    base = Instance(info("torch._tensor.Tensor"), [])
+    tensor_info.bases = [base]
+    st = SpmdType((("tp", LocalType(Kind.R)),))
+
+    class Builder:
+        asked = 0
+
+        def from_type(self, typ: object) -> object:
+            Builder.asked += 1
+            return st
+
+    typer = object.__new__(CallTyper)
+    typer._types = Builder()  # type: ignore[assignment]
+    typer._relaxed_types = {}
+    declared = Instance(tensor_info, [])
+    first = typer._relax(declared)
+    assert first == (base, (st,)) and Builder.asked == 1
+    assert typer._relax(declared) is first and Builder.asked == 1  # kept
+    other = Instance(tensor_info, [])  # an equal but new type: relaxed again
+    assert typer._relax(other) == first and Builder.asked == 2
+    union = UnionType([declared, Instance(info("builtins.int"), [])])
+    a, b = typer._relax(union), typer._relax(union)
+    assert a is not None and b is not None and a is not b and a[1] == b[1] == (st,)
