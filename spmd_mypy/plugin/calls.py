@@ -505,6 +505,9 @@ class CallTyper:
         # a new object at every call, its parameters' types the same ones (its declared
         # types), and the one answer makes the wanted types one tuple (known_fit by identity)
         self._relaxed_types: dict[int, tuple[Instance, tuple[Type, tuple[SpmdType, ...]] | None]] = {}
+        # the axis names a collective or spmd op writes -> (the config read, the axes they
+        # name): _axis_names' answer where they name known axes once each (no error)
+        self._axis_tuples: dict[tuple[str, ...], tuple[object, tuple[str, ...]]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result
         self._plain_results: dict[int, tuple[CallableType, CallableType]] = {}
         # op -> formal name -> (an index, a loss's value target): asked of every argument of
@@ -890,6 +893,10 @@ class CallTyper:
                         wholes.append(expr)
                     return [(t, expr if e is wrapped else e) for t, e in wrapped_items]
         p = _get_proper_type(typ)
+        if type(p) is _Instance and not cast(Instance, p).args and cls is not _OpExpr:
+            # a scalar's int, float, bool (no type arguments: no items, whatever its class;
+            # told before the container tests below read its class twice)
+            return [(typ, expr)]
         is_container = isinstance(p, _TupleType) or (
             isinstance(p, _Instance) and p.type.fullname in _TENSOR_CONTAINERS)
         if cls is _OpExpr and isinstance(expr, OpExpr) and expr.op == "+" and is_container:
@@ -2006,9 +2013,14 @@ class CallTyper:
                 + f"not {shown}{why}",
             )])
             return None
-        known = self.plugin.config.mesh_axes
-        aliases = self.plugin.config.aliases
-        expanded = expand_axes(tuple(names), aliases)
+        config = self.plugin.config
+        names_key = tuple(names)
+        same = self._axis_tuples.get(names_key)
+        if same is not None and same[0] is config:
+            return same[1]  # (read before without an error)
+        known = config.mesh_axes
+        aliases = config.aliases
+        expanded = expand_axes(names_key, aliases)
         bad = [n for n in expanded if n not in known]
         if bad:
             self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis",
@@ -2018,6 +2030,9 @@ class CallTyper:
         if repeated is not None:
             self.report(ctx, [SpmdError("spmd-axis", repeated + alias_note(names, aliases))])
             return None
+        if len(self._axis_tuples) > 10_000:  # bound the memory of a long-lived daemon
+            self._axis_tuples.clear()
+        self._axis_tuples[names_key] = (config, expanded)
         return expanded
 
     def _names_held(self, ctx: AnyCtx, expr: Expression | None) -> tuple[list[str], bool] | None:

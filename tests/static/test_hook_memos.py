@@ -78,6 +78,18 @@ def test_plain_value_of_a_replaced_body_is_computed_again() -> None:
     assert after is global_calls.size_names(func).values["h"]
 
 
+def _pure_call_typer():  # noqa: ANN202
+    """An empty CallTyper whose fields a test sets (the pure plugin: a compiled class takes no
+    stand-ins for its typed fields)."""
+    import pytest
+
+    from spmd_mypy.plugin.calls import CallTyper
+
+    if not isinstance(CallTyper.__dict__.get("typed_result"), type(_pure_call_typer)):
+        pytest.skip("the compiled plugin: its fields take no stand-ins")
+    return object.__new__(CallTyper)
+
+
 def _expr(source: str):  # noqa: ANN202 - an expression node as mypy parses it
     options = Options()
     tree = parse(f"x = {source}\n", "m.py", "m", Errors(options), options, eager=True)
@@ -128,7 +140,6 @@ def test_typed_result_is_kept_by_the_identity_of_its_arguments() -> None:
     from mypy.types import Instance
 
     from spmd_mypy.engine.types import Kind, LocalType, SpmdType
-    from spmd_mypy.plugin.calls import CallTyper
 
     def info(fullname: str) -> TypeInfo:
         name = fullname.rsplit(".", 1)[-1]
@@ -139,7 +150,7 @@ def test_typed_result_is_kept_by_the_identity_of_its_arguments() -> None:
     tensor_info, list_info = info("torch._tensor.Tensor"), info("builtins.list")
     default = Instance(tensor_info, [])
     inst = Instance(tensor_info, [])
-    typer = object.__new__(CallTyper)
+    typer = _pure_call_typer()
     builder = _Builder(default, inst)
     typer._types = builder  # type: ignore[assignment]
     typer._typed_results = {}
@@ -169,7 +180,6 @@ def test_relax_keeps_an_instance_answer_by_identity() -> None:
     from mypy.types import Instance, UnionType
 
     from spmd_mypy.engine.types import Kind, LocalType, SpmdType
-    from spmd_mypy.plugin.calls import CallTyper
     from spmd_mypy.plugin.mypy_types import TENSOR
 
     def info(fullname: str) -> TypeInfo:
@@ -190,7 +200,7 @@ def test_relax_keeps_an_instance_answer_by_identity() -> None:
             Builder.asked += 1
             return st
 
-    typer = object.__new__(CallTyper)
+    typer = _pure_call_typer()
     typer._types = Builder()  # type: ignore[assignment]
     typer._relaxed_types = {}
     declared = Instance(tensor_info, [])
@@ -202,3 +212,31 @@ def test_relax_keeps_an_instance_answer_by_identity() -> None:
     union = UnionType([declared, Instance(info("builtins.int"), [])])
     a, b = typer._relax(union), typer._relax(union)
     assert a is not None and b is not None and a is not b and a[1] == b[1] == (st,)
+
+
+def test_axis_names_keeps_a_read_without_error() -> None:
+    """CallTyper._axis_names answers axis names read before without an error from its memo
+    (for the same config); an unknown or repeated axis is reported at every call."""
+    from types import SimpleNamespace
+
+    from mypy.nodes import StrExpr, TupleExpr
+
+
+    reported: list[str] = []
+    typer = _pure_call_typer()
+    config = SimpleNamespace(mesh_axes=("dp", "tp"), aliases={}, axes_setting="mesh_axes")
+    typer.plugin = SimpleNamespace(config=config)  # type: ignore[assignment]
+    typer.report = lambda ctx, errors, context=None: reported.extend(  # type: ignore[method-assign]
+        e.code for e in errors)
+    typer._axis_tuples = {}
+    both = TupleExpr([StrExpr("dp"), StrExpr("tp")])
+    first = typer._axis_names(None, both, None, "all_reduce")  # type: ignore[arg-type]
+    assert first == ("dp", "tp") and typer._axis_tuples[("dp", "tp")] == (config, first)
+    assert typer._axis_names(None, both, None, "all_reduce") is first  # type: ignore[arg-type]
+    for bad in (StrExpr("ep"), TupleExpr([StrExpr("tp"), StrExpr("tp")])):
+        for _ in range(2):
+            assert typer._axis_names(None, bad, None, "all_reduce") is None  # type: ignore[arg-type]
+    assert reported == ["spmd-axis"] * 4 and len(typer._axis_tuples) == 1
+    typer.plugin = SimpleNamespace(config=SimpleNamespace(  # type: ignore[assignment]
+        mesh_axes=("tp",), aliases={}, axes_setting="mesh_axes"))  # another config: read again
+    assert typer._axis_names(None, both, None, "all_reduce") is None  # type: ignore[arg-type]
