@@ -232,20 +232,24 @@ def item_name(container: Expression) -> NameExpr:
     return at_k
 
 
-# id(type) -> (the type, kept alive; its I axes; its R axes): the operand hooks ask of every
-# operand whether it is Invariant anywhere (an interpreted attribute read per axis)
-_KIND_AXES: Final[dict[int, tuple[SpmdType, frozenset[str], frozenset[str]]]] = {}
+# id(type) -> (the type, kept alive; its I axes; its R axes; its placed axes): the operand
+# hooks ask of every operand whether it is Invariant anywhere, and where it is placed
+# (_zero_dim_operands), an interpreted attribute read per axis
+_KIND_AXES: Final[dict[int, tuple[SpmdType, frozenset[str], frozenset[str], tuple[str, ...]]]] = {}
 
 
-def _kind_axes(t: SpmdType) -> tuple[SpmdType, frozenset[str], frozenset[str]]:
-    """(``t``, the axes on which ``t`` is I, those on which it is R), memoised by identity
+def _kind_axes(t: SpmdType) -> tuple[SpmdType, frozenset[str], frozenset[str], tuple[str, ...]]:
+    """(``t``, the axes on which ``t`` is I, those on which it is R, those on which it is
+    placed: V with a shard dim or a rank-dependent layout, in its order), memoised by identity
     (SpmdType is frozen; the TypeBuilder hands out the same objects again and again)."""
     hit = _KIND_AXES.get(id(t))
     if hit is not None and hit[0] is t:
         return hit
     axes = t.axes
     entry = (t, frozenset([a for a, lt in axes if lt.kind is _KIND_I]),
-             frozenset([a for a, lt in axes if lt.kind is _KIND_R]))
+             frozenset([a for a, lt in axes if lt.kind is _KIND_R]),
+             tuple([a for a, lt in axes if lt.kind is _KIND_V
+                    and (lt.dim is not None or lt.by_rank is not None)]))
     if len(_KIND_AXES) >= 20_000:
         _KIND_AXES.clear()
     _KIND_AXES[id(t)] = entry
@@ -479,6 +483,8 @@ class CallTyper:
         # of the module whose body runs the collective, checked before the caller (the call)
         self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
+        # strict's last answer: (the checker, its Options, strict there)
+        self._last_strict: tuple[object, object, bool] | None = None
         # typed_result's answers that are the default type or the tensor type itself (not a
         # new container type), by the ids of (default, t) as one int: mypy hands the same declared result
         # types again and again (the corpus: 67 pairs behind 4,131 calls).  The entry holds
@@ -832,7 +838,7 @@ class CallTyper:
         """Beside an I operand, whether each R operand carries a gradient (a detached one acts
         as I there: engine ``_rule_on_axis``); elsewhere the rule never asks, so neither does
         this (the region lookups cost a hooked call)."""
-        kinds: list[tuple[SpmdType, frozenset[str], frozenset[str]] | None] = []
+        kinds: list[tuple[SpmdType, frozenset[str], frozenset[str], tuple[str, ...]] | None] = []
         i_axes: set[str] = set()
         for o in ops:
             t = o.type
@@ -1168,9 +1174,7 @@ class CallTyper:
         for o in ops:
             t = o.type
             if t is not None:
-                for a, lt in t.axes:
-                    if lt.kind is _KIND_V and (lt.dim is not None or lt.by_rank is not None):
-                        placed.append(a)
+                placed.extend(_kind_axes(t)[3])  # (read once a type)
         if not placed:
             return
         if reflected and len(exprs) == 2:
@@ -1834,6 +1838,19 @@ class CallTyper:
         the code ``spmd-untyped`` enabled for it as mypy enables codes (``--enable-error-code
         spmd-untyped``, ``enable_error_code`` in the config, an inline ``# mypy:`` comment):
         the code is on by default, so enabling it can only mean asking for strict mode."""
+        api = ctx.api
+        options = getattr(api, "options", None)
+        # the module being checked has one checker and one Options: its answer, kept for the
+        # calls that follow in it (the objects held, so never another module's by a reused id)
+        last = self._last_strict
+        if last is not None and last[0] is api and last[1] is options:
+            return last[2]
+        found = self._strict_of(ctx, options)
+        self._last_strict = (api, options, found)
+        return found
+
+    def _strict_of(self, ctx: AnyCtx, options: object) -> bool:
+        """:meth:`strict`'s answer, made."""
         config = self.plugin.config
         if config.overrides:
             tree = getattr(ctx.api, "tree", None)
@@ -1841,8 +1858,7 @@ class CallTyper:
                 return True
         elif config.strict:
             return True
-        options = getattr(ctx.api, "options", None)
-        return options is not None and _UNTYPED_CODE in options.enabled_error_codes
+        return options is not None and _UNTYPED_CODE in options.enabled_error_codes  # type: ignore[attr-defined]
 
     def _augmented(self, ctx) -> bool:  # noqa: ANN001 - AttributeContext
         """``p.grad += g``: mypy reads the target as an assignment target, but the in-place op

@@ -46,8 +46,9 @@ def value_key(x: object) -> object:
 
 # (spec, strict, reduction, move, then per operand (id(type), can_grad, id(role), shape,
 # zero, ndim)): the fields engine ops.propagate keys its own verdicts by (its ``key``; keep
-# the two in step), the type by identity -> (the operands' types, kept alive; the result type)
-_VERDICTS: Final[ValueMemo[tuple[list[object], SpmdType]]] = ValueMemo(_LIMIT)
+# the two in step), the type by identity -> (the operands' types, kept alive; the Result,
+# without errors: handed to every repeat, read only)
+_VERDICTS: Final[ValueMemo[tuple[list[object], Result]]] = ValueMemo(_LIMIT)
 
 
 def _operands_key(key: list[object], ops: Sequence[Operand]) -> None:
@@ -69,7 +70,9 @@ def _kept(keep: list[object], ops: Sequence[Operand]) -> list[object]:
 def propagate_memo(spec: OpSpec, ops: Sequence[Operand], strict: bool,
                    reduction: Reduction | None, move: object) -> Result:
     """``engine.ops.propagate(spec, ops, strict=strict, reduction=reduction, move=move)``,
-    answered from the memo where the same op met the same operands without an error."""
+    answered from the memo where the same op met the same operands without an error: the
+    one Result made then (no error), shared by every repeat, so a caller never changes it
+    (each makes its own Result where it needs another)."""
     name = spec.name
     key: list[object] = [name if OP_SPECS.get(name) is spec else value_key(spec), strict,
                          value_key(reduction), value_key(move)]
@@ -77,10 +80,10 @@ def propagate_memo(spec: OpSpec, ops: Sequence[Operand], strict: bool,
     k = tuple(key)
     hit = _VERDICTS.get(k)
     if hit is not MISSING:
-        return Result(cast("tuple[list[object], SpmdType]", hit)[1])
+        return cast("tuple[list[object], Result]", hit)[1]
     result = propagate(spec, ops, strict=strict, reduction=reduction, move=move)  # type: ignore[arg-type]
     if not result.errors:
-        _VERDICTS.put(k, (_kept([], ops), result.type))
+        _VERDICTS.put(k, (_kept([], ops), result))
     return result
 
 

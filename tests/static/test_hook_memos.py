@@ -240,3 +240,42 @@ def test_axis_names_keeps_a_read_without_error() -> None:
     typer.plugin = SimpleNamespace(config=SimpleNamespace(  # type: ignore[assignment]
         mesh_axes=("tp",), aliases={}, axes_setting="mesh_axes"))  # another config: read again
     assert typer._axis_names(None, both, None, "all_reduce") is None  # type: ignore[arg-type]
+
+
+def test_strict_is_kept_for_the_checker_and_options_asked_last() -> None:
+    """CallTyper.strict keeps its answer for the last (checker, Options) pair asked: another
+    module's checker, or the same checker with other Options, is asked again."""
+    from types import SimpleNamespace
+
+    from spmd_mypy.plugin.calls import _UNTYPED_CODE
+
+    typer = _pure_call_typer()
+    typer.plugin = SimpleNamespace(config=SimpleNamespace(  # type: ignore[assignment]
+        overrides=[], strict=False))
+    typer._last_strict = None
+    plain = SimpleNamespace(enabled_error_codes=set())
+    enabled = SimpleNamespace(enabled_error_codes={_UNTYPED_CODE})
+    a = SimpleNamespace(options=plain, tree=None)
+    b = SimpleNamespace(options=enabled, tree=None)
+    assert typer.strict(SimpleNamespace(api=a)) is False  # type: ignore[arg-type]
+    assert typer._last_strict == (a, plain, False)
+    assert typer.strict(SimpleNamespace(api=b)) is True  # type: ignore[arg-type]
+    assert typer.strict(SimpleNamespace(api=a)) is False  # type: ignore[arg-type]
+    a.options = enabled  # (the same checker with other Options)
+    assert typer.strict(SimpleNamespace(api=a)) is True  # type: ignore[arg-type]
+
+
+def test_kind_axes_tells_the_placed_axes() -> None:
+    """_kind_axes (by identity) gives the axes a type is placed on (V with a shard dim or a
+    rank-dependent layout, in its order), which _zero_dim_operands reads."""
+    from spmd_mypy.engine.types import Kind, LocalType, SpmdType
+    from spmd_mypy.plugin.calls import _kind_axes
+
+    t = SpmdType((("dp", LocalType(Kind.V, 0)), ("cp", LocalType(Kind.V)),
+                  ("tp", LocalType(Kind.V, by_rank=((1, None), (2, 0)))),
+                  ("ep", LocalType(Kind.I))))
+    entry = _kind_axes(t)
+    assert entry[0] is t and entry[1] == {"ep"} and entry[2] == frozenset()
+    assert entry[3] == ("dp", "tp")
+    assert _kind_axes(t) is entry
+    assert _kind_axes(SpmdType((("tp", LocalType(Kind.R)),)))[3] == ()

@@ -144,3 +144,17 @@ def test_known_fit_tells_the_same_objects_by_identity() -> None:
     assert verdicts.check_argument_memo(partial, wanted, x_text="x", where="w")
     assert not verdicts.known_fit(partial, wanted)
     assert id(partial) * 31 + id(wanted) not in verdicts._FIT_BY_ID
+
+
+def test_propagate_memo_hands_one_result_without_errors_to_repeats() -> None:
+    """A repeat gets the Result made the first time (without errors, read only): the same
+    object, its type the engine's; one with errors is made afresh at every call."""
+    spec = classify("add")
+    a, b = SpmdType((("tp", LocalType(Kind.V)),)), SpmdType((("tp", LocalType(Kind.R)),))
+    first = verdicts.propagate_memo(spec, [Operand(a), Operand(b)], False, None, None)
+    again = verdicts.propagate_memo(spec, [Operand(a, "y"), Operand(b, "z")], False, None, None)
+    assert again is first and first.errors == [] and first.type == V
+    p = SpmdType((("tp", LocalType(Kind.P)),))
+    bad = verdicts.propagate_memo(classify("tanh"), [Operand(p)], False, None, None)
+    worse = verdicts.propagate_memo(classify("tanh"), [Operand(p)], False, None, None)
+    assert bad.errors and worse.errors and bad is not worse
