@@ -122,7 +122,9 @@ from ..engine.ops import (
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
     Reduction, Result, rank_index_operand, source_operand,
+    NORMALISING, REDUCTIONS, SCANS,
 )
+from ..engine.views import MOVES
 from ..engine.types import (
     LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis, format_type,
     repeated_axis_message,
@@ -1018,6 +1020,12 @@ class CallTyper:
         dunder = method and (op in ("__getitem__", "__setitem__") or any(
             op == v[0] for v in DUNDERS.values()))
         inplace = op.endswith("_") and not op.startswith("__") or op == "__setitem__"
+        # what the op may read from its call, told once (read_move and read_reduction answer
+        # None for any other op; loss_reduction of the op's own spec is one answer)
+        may_move = op in MOVES or op in CONTRACTIONS
+        may_reduce = op in NORMALISING or op in REDUCTIONS or op in SCANS
+        own_loss = loss_reduction(own_spec) is not None
+        per_operand = op in PER_OPERAND_OPS
 
         def hook(ctx: AnyCtx) -> Type:
             receiver = None
@@ -1073,7 +1081,7 @@ class CallTyper:
                         ops[0] = source_operand(None, receiver, expr_text, zero=True)
             if reflected and len(ops) == 2:
                 ops = [ops[1], ops[0]]
-            if op in PER_OPERAND_OPS and not global_calls.any_global(ops):
+            if per_operand and not global_calls.any_global(ops):
                 return self.per_operand_result(ctx, op, ops)
             spec = call_spec(op, read_variant(ctx, op, module)) if variant else own_spec
             if global_calls.any_global(ops):  # global SPMD: shard propagation
@@ -1081,12 +1089,13 @@ class CallTyper:
                 exprs = [c.left, c.right] if isinstance(c, OpExpr) and len(ops) == 2 else []
                 result = global_calls.propagate(self, ctx, op, ops, exprs)
             else:
-                move = read_move(ctx, op)
+                move = read_move(ctx, op) if may_move else None
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
-                reduction = read_reduction(ctx, op)
+                reduction = read_reduction(ctx, op) if may_reduce else None
                 summing = op
-                if reduction is None:  # a loss's own mean or sum (engine loss_reduction)
+                if reduction is None and (own_loss or spec is not own_spec):
+                    # a loss's own mean or sum (engine loss_reduction)
                     reduction = loss_reduction(spec)
                     if reduction is not None:
                         summing = summing_name(spec)
