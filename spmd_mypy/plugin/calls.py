@@ -234,24 +234,20 @@ def item_name(container: Expression) -> NameExpr:
     return at_k
 
 
-# id(type) -> (the type, kept alive; its I axes; its R axes; its placed axes): the operand
-# hooks ask of every operand whether it is Invariant anywhere, and where it is placed
-# (_zero_dim_operands), an interpreted attribute read per axis
-_KIND_AXES: Final[dict[int, tuple[SpmdType, frozenset[str], frozenset[str], tuple[str, ...]]]] = {}
+# id(type) -> (the type, kept alive; its I axes; its R axes): the operand hooks ask of every
+# operand whether it is Invariant anywhere (an interpreted attribute read per axis)
+_KIND_AXES: Final[dict[int, tuple[SpmdType, frozenset[str], frozenset[str]]]] = {}
 
 
-def _kind_axes(t: SpmdType) -> tuple[SpmdType, frozenset[str], frozenset[str], tuple[str, ...]]:
-    """(``t``, the axes on which ``t`` is I, those on which it is R, those on which it is
-    placed: V with a shard dim or a rank-dependent layout, in its order), memoised by identity
+def _kind_axes(t: SpmdType) -> tuple[SpmdType, frozenset[str], frozenset[str]]:
+    """(``t``, the axes on which ``t`` is I, those on which it is R), memoised by identity
     (SpmdType is frozen; the TypeBuilder hands out the same objects again and again)."""
     hit = _KIND_AXES.get(id(t))
     if hit is not None and hit[0] is t:
         return hit
     axes = t.axes
     entry = (t, frozenset([a for a, lt in axes if lt.kind is _KIND_I]),
-             frozenset([a for a, lt in axes if lt.kind is _KIND_R]),
-             tuple([a for a, lt in axes if lt.kind is _KIND_V
-                    and (lt.dim is not None or lt.by_rank is not None)]))
+             frozenset([a for a, lt in axes if lt.kind is _KIND_R]))
     if len(_KIND_AXES) >= 20_000:
         _KIND_AXES.clear()
     _KIND_AXES[id(t)] = entry
@@ -840,7 +836,7 @@ class CallTyper:
         """Beside an I operand, whether each R operand carries a gradient (a detached one acts
         as I there: engine ``_rule_on_axis``); elsewhere the rule never asks, so neither does
         this (the region lookups cost a hooked call)."""
-        kinds: list[tuple[SpmdType, frozenset[str], frozenset[str], tuple[str, ...]] | None] = []
+        kinds: list[tuple[SpmdType, frozenset[str], frozenset[str]] | None] = []
         i_axes: set[str] = set()
         for o in ops:
             t = o.type
@@ -1183,7 +1179,9 @@ class CallTyper:
         for o in ops:
             t = o.type
             if t is not None:
-                placed.extend(_kind_axes(t)[3])  # (read once a type)
+                for a, lt in t.axes:
+                    if lt.kind is _KIND_V and (lt.dim is not None or lt.by_rank is not None):
+                        placed.append(a)
         if not placed:
             return
         if reflected and len(exprs) == 2:

@@ -264,18 +264,3 @@ def test_strict_is_kept_for_the_checker_and_options_asked_last() -> None:
     a.options = enabled  # (the same checker with other Options)
     assert typer.strict(SimpleNamespace(api=a)) is True  # type: ignore[arg-type]
 
-
-def test_kind_axes_tells_the_placed_axes() -> None:
-    """_kind_axes (by identity) gives the axes a type is placed on (V with a shard dim or a
-    rank-dependent layout, in its order), which _zero_dim_operands reads."""
-    from spmd_mypy.engine.types import Kind, LocalType, SpmdType
-    from spmd_mypy.plugin.calls import _kind_axes
-
-    t = SpmdType((("dp", LocalType(Kind.V, 0)), ("cp", LocalType(Kind.V)),
-                  ("tp", LocalType(Kind.V, by_rank=((1, None), (2, 0)))),
-                  ("ep", LocalType(Kind.I))))
-    entry = _kind_axes(t)
-    assert entry[0] is t and entry[1] == {"ep"} and entry[2] == frozenset()
-    assert entry[3] == ("dp", "tp")
-    assert _kind_axes(t) is entry
-    assert _kind_axes(SpmdType((("tp", LocalType(Kind.R)),)))[3] == ()
