@@ -123,7 +123,9 @@ from ..engine.ops import (
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
     Reduction, Result, rank_index_operand, source_operand,
+    NORMALISING, REDUCTIONS, SCANS,
 )
+from ..engine.views import MOVES
 from ..engine.types import (
     LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis, format_type,
     repeated_axis_message,
@@ -192,6 +194,15 @@ _MemberExpr: Final = MemberExpr
 _TupleType: Final = TupleType
 _Instance: Final = Instance
 _get_proper_type: Final = get_proper_type
+# the op hook's context and operand expressions, told by their exact classes (mypy's, never
+# subclassed): an imported class is a dict lookup and a generic isinstance at each use
+_ComparisonExpr: Final = ComparisonExpr
+_OperatorAssignmentStmt: Final = OperatorAssignmentStmt
+_IndexExpr: Final = IndexExpr
+_UnaryExpr: Final = UnaryExpr
+_NameExpr: Final = NameExpr
+_IntExpr: Final = IntExpr
+_FloatExpr: Final = FloatExpr
 
 
 def _temp_text(e: Expression | None) -> str:
@@ -471,6 +482,13 @@ class CallTyper:
         # of the module whose body runs the collective, checked before the caller (the call)
         self.waiting: dict[int, list[Callable[[], None]]] = {}
         self._collectives: dict[tuple, coll.CollectiveResult] = {}
+        # strict's last answer: (the checker, its Options, strict there)
+        self._last_strict: tuple[object, object, bool] | None = None
+        # typed_result's answers that are the default type or the tensor type itself (not a
+        # new container type), by the ids of (default, t) as one int: mypy hands the same declared result
+        # types again and again (the corpus: 67 pairs behind 4,131 calls).  The entry holds
+        # both, so their ids are not reused while it lives
+        self._typed_results: dict[int, tuple[Type, SpmdType, Type]] = {}
         # the answers without errors, by the ids of the engine types and without the operand's
         # text (the entry holds those types)
         self._collectives_by_id: dict[tuple, tuple[SpmdType, LocalType | None, LocalType | None,
@@ -488,6 +506,13 @@ class CallTyper:
         # and the indices of its plain list[Tensor] parameters
         self._relaxed: dict[int, tuple[CallableType, CallableType | None, dict[int, tuple[SpmdType, ...]],
                                        tuple[int, ...]]] = {}
+        # parameter type id -> (the type, _relax's answer): a generic callee's signature is
+        # a new object at every call, its parameters' types the same ones (its declared
+        # types), and the one answer makes the wanted types one tuple (known_fit by identity)
+        self._relaxed_types: dict[int, tuple[Instance, tuple[Type, tuple[SpmdType, ...]] | None]] = {}
+        # the axis names a collective or spmd op writes -> (the config read, the axes they
+        # name): _axis_names' answer where they name known axes once each (no error)
+        self._axis_tuples: dict[tuple[str, ...], tuple[object, tuple[str, ...]]] = {}
         # signature id -> (signature, the same with a plain result): see plain_result
         self._plain_results: dict[int, tuple[CallableType, CallableType]] = {}
         # op -> formal name -> (an index, a loss's value target): asked of every argument of
@@ -617,21 +642,36 @@ class CallTyper:
 
     def typed_result(self, default: Type, t: SpmdType) -> Type:
         """mypy's result type with every tensor in it given the type ``t``."""
+        # one int for the pair (a collision is told by the identities below): a tuple key
+        # hashes and compares two ints and is allocated at each call
+        key = id(default) * 31 + id(t)
+        same = self._typed_results.get(key)
+        if same is not None and same[0] is default and same[1] is t:
+            return same[2]
         p = get_proper_type(default)
         inst = self.types.to_instance(t)
         if inst is None:
             return default
         if isinstance(p, Instance):
+            # (kept where ``default`` is the instance itself, not an alias of one)
             if self.types.from_type(p) is not None:
-                return inst
+                return self._typed_result_kept(key, default, t, inst) if p is default else inst
             if p.type.fullname in _TENSOR_CONTAINERS and p.args:
                 if self.types.from_type(p.args[0]) is not None:
                     return p.copy_modified(args=[inst])
-            return default
+            return self._typed_result_kept(key, default, t, default) if p is default else default
         if isinstance(p, TupleType):
             items = [inst if self.types.from_type(i) is not None else i for i in p.items]
             return p.copy_modified(items=items)
         return default
+
+    def _typed_result_kept(self, key: int, default: Type, t: SpmdType,
+                           result: Type) -> Type:
+        """``result``, typed_result's answer for (default, t), remembered by their ids."""
+        if len(self._typed_results) > 10_000:  # bound the memory of a long-lived daemon
+            self._typed_results.clear()
+        self._typed_results[key] = (default, t, result)
+        return result
 
     # -- zero buffers (buffers.py) ------------------------------------------------------
     def zero_buffer(self, ctx: AnyCtx, expr: Expression | None) -> tuple[FuncDef, str] | None:
@@ -858,6 +898,10 @@ class CallTyper:
                         wholes.append(expr)
                     return [(t, expr if e is wrapped else e) for t, e in wrapped_items]
         p = _get_proper_type(typ)
+        if type(p) is _Instance and not cast(Instance, p).args and cls is not _OpExpr:
+            # a scalar's int, float, bool (no type arguments: no items, whatever its class;
+            # told before the container tests below read its class twice)
+            return [(typ, expr)]
         is_container = isinstance(p, _TupleType) or (
             isinstance(p, _Instance) and p.type.fullname in _TENSOR_CONTAINERS)
         if cls is _OpExpr and isinstance(expr, OpExpr) and expr.op == "+" and is_container:
@@ -973,6 +1017,12 @@ class CallTyper:
         dunder = method and (op in ("__getitem__", "__setitem__") or any(
             op == v[0] for v in DUNDERS.values()))
         inplace = op.endswith("_") and not op.startswith("__") or op == "__setitem__"
+        # what the op may read from its call, told once (read_move and read_reduction answer
+        # None for any other op; loss_reduction of the op's own spec is one answer)
+        may_move = op in MOVES or op in CONTRACTIONS
+        may_reduce = op in NORMALISING or op in REDUCTIONS or op in SCANS
+        own_loss = loss_reduction(own_spec) is not None
+        per_operand = op in PER_OPERAND_OPS
 
         def hook(ctx: AnyCtx) -> Type:
             receiver = None
@@ -981,23 +1031,28 @@ class CallTyper:
             if method:
                 receiver_type = ctx.type  # type: ignore[union-attr]
                 c = ctx.context
-                if isinstance(c, CallExpr) and isinstance(c.callee, MemberExpr):
-                    receiver = c.callee.expr
-                elif isinstance(c, OpExpr):
-                    receiver = c.right if reflected else c.left
-                    other = c.left if reflected else c.right
-                elif isinstance(c, ComparisonExpr) and len(c.operands) == 2:
+                cls = type(c)
+                if cls is _CallExpr:
+                    callee = cast(CallExpr, c).callee
+                    if type(callee) is _MemberExpr:
+                        receiver = cast(MemberExpr, callee).expr
+                elif cls is _OpExpr:
+                    receiver = cast(OpExpr, c).right if reflected else cast(OpExpr, c).left
+                    other = cast(OpExpr, c).left if reflected else cast(OpExpr, c).right
+                elif cls is _ComparisonExpr and len(cast(ComparisonExpr, c).operands) == 2:
                     # ``p > 0``; ``0 < p`` is p's ``__gt__`` (int's own comparison fails)
-                    left, right = c.operands
-                    swapped = isinstance(left, (IntExpr, FloatExpr)) and not isinstance(
-                        right, (IntExpr, FloatExpr))
+                    left, right = cast(ComparisonExpr, c).operands
+                    lc, rc = type(left), type(right)
+                    swapped = (lc is _IntExpr or lc is _FloatExpr) and not (
+                        rc is _IntExpr or rc is _FloatExpr)
                     receiver, other = (right, left) if swapped else (left, right)
-                elif isinstance(c, OperatorAssignmentStmt):
-                    receiver, other = c.lvalue, c.rvalue
-                elif isinstance(c, IndexExpr):
-                    receiver = c.base
-                elif isinstance(c, UnaryExpr):
-                    receiver = c.expr
+                elif cls is _OperatorAssignmentStmt:
+                    receiver = cast(OperatorAssignmentStmt, c).lvalue
+                    other = cast(OperatorAssignmentStmt, c).rvalue
+                elif cls is _IndexExpr:
+                    receiver = cast(IndexExpr, c).base
+                elif cls is _UnaryExpr:
+                    receiver = cast(UnaryExpr, c).expr
             exprs: list[Expression | None] = []
             ops, out, any_typed = self.operands(ctx, receiver, receiver_type, op, dunder, other,
                                                 exprs)
@@ -1005,12 +1060,15 @@ class CallTyper:
                 return ctx.default_return_type
             # a typed store into a zero buffer (buffers.py): before its first store the
             # buffer is zeros, no term of any type (engine Operand.zero, as the check mode)
-            stored_name = receiver if isinstance(receiver, NameExpr) else (
-                receiver.base if isinstance(receiver, IndexExpr)  # x[i] += v: x's __setitem__
-                and isinstance(ctx.context, OperatorAssignmentStmt)
-                and ctx.context.lvalue is receiver else None)
-            buffer = (self.zero_buffer(ctx, stored_name) if inplace and method and ops
-                      and stored_name is not None else None)
+            buffer: tuple[FuncDef, str] | None = None
+            stored_name: Expression | None = None
+            if inplace and method and ops:
+                stored_name = receiver if type(receiver) is _NameExpr else (
+                    cast(IndexExpr, receiver).base if type(receiver) is _IndexExpr  # x[i] += v:
+                    and isinstance(ctx.context, OperatorAssignmentStmt)
+                    and ctx.context.lvalue is receiver else None)  # (x's __setitem__)
+                if stored_name is not None:
+                    buffer = self.zero_buffer(ctx, stored_name)
             if buffer is not None:
                 first = ops[0].type
                 if first is not None and not first.axes and not first.failed:
@@ -1020,7 +1078,7 @@ class CallTyper:
                         ops[0] = source_operand(None, receiver, expr_text, zero=True)
             if reflected and len(ops) == 2:
                 ops = [ops[1], ops[0]]
-            if op in PER_OPERAND_OPS and not global_calls.any_global(ops):
+            if per_operand and not global_calls.any_global(ops):
                 return self.per_operand_result(ctx, op, ops)
             spec = call_spec(op, read_variant(ctx, op, module)) if variant else own_spec
             if global_calls.any_global(ops):  # global SPMD: shard propagation
@@ -1028,12 +1086,13 @@ class CallTyper:
                 exprs = [c.left, c.right] if isinstance(c, OpExpr) and len(ops) == 2 else []
                 result = global_calls.propagate(self, ctx, op, ops, exprs)
             else:
-                move = read_move(ctx, op)
+                move = read_move(ctx, op) if may_move else None
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
-                reduction = read_reduction(ctx, op)
+                reduction = read_reduction(ctx, op) if may_reduce else None
                 summing = op
-                if reduction is None:  # a loss's own mean or sum (engine loss_reduction)
+                if reduction is None and (own_loss or spec is not own_spec):
+                    # a loss's own mean or sum (engine loss_reduction)
                     reduction = loss_reduction(spec)
                     if reduction is not None:
                         summing = summing_name(spec)
@@ -1792,6 +1851,19 @@ class CallTyper:
         the code ``spmd-untyped`` enabled for it as mypy enables codes (``--enable-error-code
         spmd-untyped``, ``enable_error_code`` in the config, an inline ``# mypy:`` comment):
         the code is on by default, so enabling it can only mean asking for strict mode."""
+        api = ctx.api
+        options = getattr(api, "options", None)
+        # the module being checked has one checker and one Options: its answer, kept for the
+        # calls that follow in it (the objects held, so never another module's by a reused id)
+        last = self._last_strict
+        if last is not None and last[0] is api and last[1] is options:
+            return last[2]
+        found = self._strict_of(ctx, options)
+        self._last_strict = (api, options, found)
+        return found
+
+    def _strict_of(self, ctx: AnyCtx, options: object) -> bool:
+        """:meth:`strict`'s answer, made."""
         config = self.plugin.config
         if config.overrides:
             tree = getattr(ctx.api, "tree", None)
@@ -1799,8 +1871,7 @@ class CallTyper:
                 return True
         elif config.strict:
             return True
-        options = getattr(ctx.api, "options", None)
-        return options is not None and _UNTYPED_CODE in options.enabled_error_codes
+        return options is not None and _UNTYPED_CODE in options.enabled_error_codes  # type: ignore[attr-defined]
 
     def _augmented(self, ctx) -> bool:  # noqa: ANN001 - AttributeContext
         """``p.grad += g``: mypy reads the target as an assignment target, but the in-place op
@@ -1971,9 +2042,14 @@ class CallTyper:
                 + f"not {shown}{why}",
             )])
             return None
-        known = self.plugin.config.mesh_axes
-        aliases = self.plugin.config.aliases
-        expanded = expand_axes(tuple(names), aliases)
+        config = self.plugin.config
+        names_key = tuple(names)
+        same = self._axis_tuples.get(names_key)
+        if same is not None and same[0] is config:
+            return same[1]  # (read before without an error)
+        known = config.mesh_axes
+        aliases = config.aliases
+        expanded = expand_axes(names_key, aliases)
         bad = [n for n in expanded if n not in known]
         if bad:
             self.report(ctx, [unknown_axis_error(bad[0], known, "spmd-axis",
@@ -1983,6 +2059,9 @@ class CallTyper:
         if repeated is not None:
             self.report(ctx, [SpmdError("spmd-axis", repeated + alias_note(names, aliases))])
             return None
+        if len(self._axis_tuples) > 10_000:  # bound the memory of a long-lived daemon
+            self._axis_tuples.clear()
+        self._axis_tuples[names_key] = (config, expanded)
         return expanded
 
     def _names_held(self, ctx: AnyCtx, expr: Expression | None) -> tuple[list[str], bool] | None:
@@ -3211,7 +3290,22 @@ class CallTyper:
     def _relax(self, t: Type) -> tuple[Type, tuple[SpmdType, ...]] | None:
         """``t`` with each typed tensor (at the top or in a union) replaced by plain
         ``torch.Tensor``, and the SPMD types an argument may have: one, or one per typed
-        member of a union (``Tensor[R["tp"]] | Tensor[V["tp"]]``: either fits)."""
+        member of a union (``Tensor[R["tp"]] | Tensor[V["tp"]]``: either fits).  An instance
+        is remembered by its identity (kept in the entry); a union or an alias, which the
+        daemon may point at other types in place, is relaxed afresh."""
+        if type(t) is not _Instance:
+            return self._relax_type(t)
+        same = self._relaxed_types.get(id(t))
+        if same is not None and same[0] is t:
+            return same[1]
+        found = self._relax_type(t)
+        if len(self._relaxed_types) > 10_000:  # bound the memory of a long-lived daemon
+            self._relaxed_types.clear()
+        self._relaxed_types[id(t)] = (t, found)
+        return found
+
+    def _relax_type(self, t: Type) -> tuple[Type, tuple[SpmdType, ...]] | None:
+        """:meth:`_relax`'s answer, made."""
         p = get_proper_type(t)
         if isinstance(p, Instance) and p.type.fullname == TENSOR:
             st = self.types.from_type(p)
@@ -3256,26 +3350,28 @@ class CallTyper:
             return ctx.default_return_type
         _, sig, expected = entry
         c = ctx.context
-        callee = (sig.name or "").split(" of ", 1)[0] or (
-            expr_text(c.callee) if isinstance(c, CallExpr) else "the callee")
+        callee = ""  # the callee's name, made for the first argument not known to fit
         try:
             cases = self.plugin.promotion.union_cases(ctx, drop_none=False) or [ctx]
         except Exception:  # noqa: BLE001 - never crash mypy: judge the union as a whole
             cases = [ctx]
+        sig_kinds = sig.arg_kinds
         for case in cases:
+            # (the context's fields read once a case, not once a parameter)
+            case_types, case_kinds, case_args = case.arg_types, case.arg_kinds, case.args
             for i, wanted in expected.items():
-                if i >= len(case.arg_types):
+                if i >= len(case_types):
                     continue
-                kinds = case.arg_kinds[i] if i < len(case.arg_kinds) else []
-                for k, (typ, expr) in enumerate(zip(case.arg_types[i], case.args[i])):
+                kinds = case_kinds[i] if i < len(case_kinds) else []
+                star_formal = i < len(sig_kinds) and sig_kinds[i] == ARG_STAR
+                for k, (typ, expr) in enumerate(zip(case_types[i], case_args[i])):
                     kind = kinds[k] if k < len(kinds) else ARG_POS
                     written = ""  # the argument's text, made for its first typed tensor
                     text = ""
                     offset = 0  # f(*t), t a fixed tuple: the items before this formal's
                     if kind == ARG_STAR and isinstance(get_proper_type(typ), TupleType):
-                        offset = sum(1 for j in range(i) if j < len(case.args)
-                                     and any(e is expr for e in case.args[j]))
-                    star_formal = i < len(sig.arg_kinds) and sig.arg_kinds[i] == ARG_STAR
+                        offset = sum(1 for j in range(i) if j < len(case_args)
+                                     and any(e is expr for e in case_args[j]))
                     for item, index, optional in self._tensor_members(
                             _unpacked_types(typ, kind, offset, star_formal)):
                         have = self.types.from_type(item)
@@ -3295,6 +3391,9 @@ class CallTyper:
                             x_text = (expr_text(expr.items[index]) if isinstance(expr, TupleExpr)
                                       and index < len(expr.items) else f"{written}[{index}]")
                         param = sig.arg_names[i] if i < len(sig.arg_names) else None
+                        if not callee:
+                            callee = (sig.name or "").split(" of ", 1)[0] or (
+                                expr_text(c.callee) if isinstance(c, CallExpr) else "the callee")
                         shown = text if index is None else f"{x_text} (from {text})"
                         where = (f'argument {shown} (parameter "{param}" of {callee})' if param
                                  else f"argument {i + 1} ({shown}) of {callee}")
@@ -3401,6 +3500,20 @@ def _same_signature(a: CallableType, b: CallableType) -> bool:
 
 # src=R and the like, read at every collective call: one (immutable) LocalType each
 _MARKER_TYPES: Final = {f"spmd.{k}": LocalType(Kind(k)) for k in ("R", "I", "V", "P")}
+# S(i) by its dim, made once (an immutable value, as the markers): a collective's answer is
+# remembered by the identity of its src and dst (collective_hook), which a fresh S(1) per
+# call defeated (its by-value lookup hashes the types: ~9k instructions a call)
+_SHARD_TYPES: Final[dict[int, LocalType]] = {}
+
+
+def _shard_type(dim: int) -> LocalType:
+    """``LocalType(Kind.V, dim)``, the same object for the same dim."""
+    found = _SHARD_TYPES.get(dim)
+    if found is None:
+        if len(_SHARD_TYPES) > 1_000:  # (bounded: a dim is a literal of the source)
+            _SHARD_TYPES.clear()
+        found = _SHARD_TYPES[dim] = LocalType(Kind.V, dim)
+    return found
 
 
 def read_local_type(expr: Expression) -> LocalType | None:
@@ -3413,9 +3526,9 @@ def read_local_type(expr: Expression) -> LocalType | None:
             and expr.callee.fullname in ("spmd.S", "spmd.Shard") and len(expr.args) == 1):
         a = expr.args[0]
         if isinstance(a, IntExpr):
-            return LocalType(Kind.V, a.value)
+            return _shard_type(a.value)
         if isinstance(a, UnaryExpr) and a.op == "-" and isinstance(a.expr, IntExpr):
-            return LocalType(Kind.V, -a.expr.value)
+            return _shard_type(-a.expr.value)
     return None
 
 

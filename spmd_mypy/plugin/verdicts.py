@@ -44,43 +44,46 @@ def value_key(x: object) -> object:
         _FIELDS[cls] = names
     return (cls, tuple([getattr(x, n) for n in names]))
 
-# (spec, strict, reduction, move, then per operand: id(type), can_grad, id(role), shape,
-# zero, ndim): the fields engine ops.propagate keys its own verdicts by (its ``key``; keep
-# the two in step), the type by identity -> (the operands' types, kept alive; the result type)
-_VERDICTS: Final[ValueMemo[tuple[list[object], SpmdType]]] = ValueMemo(_LIMIT)
+# (spec, strict, reduction, move, then per operand (id(type), can_grad, id(role), shape,
+# zero, ndim)): the fields engine ops.propagate keys its own verdicts by (its ``key``; keep
+# the two in step), the type by identity -> (the operands' types, kept alive; the Result,
+# without errors: handed to every repeat, read only)
+_VERDICTS: Final[ValueMemo[tuple[list[object], Result]]] = ValueMemo(_LIMIT)
 
 
-def _operands_key(key: list[object], keep: list[object], ops: Sequence[Operand]) -> None:
-    """Each operand's fields a verdict reads (ops.propagate's key), the type by identity."""
+def _operands_key(key: list[object], ops: Sequence[Operand]) -> None:
+    """Each operand's fields a verdict reads (ops.propagate's key), the type by identity:
+    one tuple an operand (read once, on every lookup: a hit builds nothing else)."""
     for o in ops:
-        t = o.type
-        role = o.role
-        keep.append(t)
-        keep.append(role)
-        key.append(id(t))
-        key.append(o.can_grad)
-        key.append(id(role))
-        key.append(o.shape)
-        key.append(o.zero)
-        key.append(o.ndim)
+        key.append((id(o.type), o.can_grad, id(o.role), o.shape, o.zero, o.ndim))
+
+
+def _kept(keep: list[object], ops: Sequence[Operand]) -> list[object]:
+    """``keep`` with the objects :func:`_operands_key` keys by identity (an entry holds them,
+    so their ids are not reused while it lives): made for a new entry only."""
+    for o in ops:
+        keep.append(o.type)
+        keep.append(o.role)
+    return keep
 
 
 def propagate_memo(spec: OpSpec, ops: Sequence[Operand], strict: bool,
                    reduction: Reduction | None, move: object) -> Result:
     """``engine.ops.propagate(spec, ops, strict=strict, reduction=reduction, move=move)``,
-    answered from the memo where the same op met the same operands without an error."""
+    answered from the memo where the same op met the same operands without an error: the
+    one Result made then (no error), shared by every repeat, so a caller never changes it
+    (each makes its own Result where it needs another)."""
     name = spec.name
     key: list[object] = [name if OP_SPECS.get(name) is spec else value_key(spec), strict,
                          value_key(reduction), value_key(move)]
-    keep: list[object] = []
-    _operands_key(key, keep, ops)
+    _operands_key(key, ops)
     k = tuple(key)
     hit = _VERDICTS.get(k)
     if hit is not MISSING:
-        return Result(cast("tuple[list[object], SpmdType]", hit)[1])
+        return cast("tuple[list[object], Result]", hit)[1]
     result = propagate(spec, ops, strict=strict, reduction=reduction, move=move)  # type: ignore[arg-type]
     if not result.errors:
-        _VERDICTS.put(k, (keep, result.type))
+        _VERDICTS.put(k, (_kept([], ops), result))
     return result
 
 
@@ -106,12 +109,28 @@ def _fit_key(actual: SpmdType, wanted: Sequence[SpmdType], gradient_free: bool,
     return tuple(key)
 
 
+# id(actual) * 31 + id(wanted) -> (actual, wanted): known_fit's yes for these very objects (a
+# relaxed signature hands the same tuple of wanted types at every call), told without reading
+# each wanted type's spec; only a tuple is kept (never changed).  Bounded, for a daemon.
+_FIT_BY_ID: Final[dict[int, tuple[SpmdType, tuple[SpmdType, ...]]]] = {}
+
+
 def known_fit(actual: SpmdType, wanted: Sequence[SpmdType]) -> bool:
     """Whether ``check_argument_any(actual, wanted, ...)`` (gradient_free=False) found no
     error before: then it finds none again, whatever the texts (the caller need not build
     them)."""
+    by_id = id(actual) * 31 + id(wanted)  # (one int: a collision is told by identity)
+    same = _FIT_BY_ID.get(by_id)
+    if same is not None and same[0] is actual and same[1] is wanted:
+        return True
     k = _fit_key(actual, wanted, False, None)
-    return k is not None and _FITS.get(k) is not MISSING
+    if k is None or _FITS.get(k) is MISSING:
+        return False
+    if isinstance(wanted, tuple):
+        if len(_FIT_BY_ID) >= _LIMIT:
+            _FIT_BY_ID.clear()
+        _FIT_BY_ID[by_id] = (actual, wanted)
+    return True
 
 
 def check_argument_memo(actual: SpmdType, wanted: Sequence[SpmdType], *, x_text: str,
@@ -147,8 +166,7 @@ def partial_op_memo(op: str, operands: Sequence[Operand], axes: Sequence[str],
     types without an error (the texts only name things in its messages)."""
     key: list[object] = [op, strict, value_key(reduction), value_key(move), tuple(axes),
                          id(bias)]
-    keep: list[object] = [bias]
-    _operands_key(key, keep, operands)
+    _operands_key(key, operands)
     k = tuple(key)
     hit = _PARTIALS.get(k)
     if hit is not MISSING:
@@ -157,7 +175,7 @@ def partial_op_memo(op: str, operands: Sequence[Operand], axes: Sequence[str],
                         bias=Operand(bias, bias_text) if bias is not None else None,
                         strict=strict, reduction=reduction, move=move)
     if not result.errors:
-        _PARTIALS.put(k, (keep, result.type))
+        _PARTIALS.put(k, (_kept([bias], operands), result.type))
     return result
 
 

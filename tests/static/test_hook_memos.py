@@ -76,3 +76,191 @@ def test_plain_value_of_a_replaced_body_is_computed_again() -> None:
     after = global_calls.plain_value(func, "h")
     assert after is not before
     assert after is global_calls.size_names(func).values["h"]
+
+
+def _pure_call_typer():  # noqa: ANN202
+    """An empty CallTyper whose fields a test sets (the pure plugin: a compiled class takes no
+    stand-ins for its typed fields)."""
+    import pytest
+
+    from spmd_mypy.plugin.calls import CallTyper
+
+    if not isinstance(CallTyper.__dict__.get("typed_result"), type(_pure_call_typer)):
+        pytest.skip("the compiled plugin: its fields take no stand-ins")
+    return object.__new__(CallTyper)
+
+
+def _expr(source: str):  # noqa: ANN202 - an expression node as mypy parses it
+    options = Options()
+    tree = parse(f"x = {source}\n", "m.py", "m", Errors(options), options, eager=True)
+    return tree.defs[0].rvalue  # type: ignore[attr-defined]
+
+
+def test_read_local_type_gives_one_shard_type_per_dim() -> None:
+    """S(i) read from a collective's src=/dst= is one object per dim (the collective hooks
+    remember answers by the identity of src and dst), equal to the LocalType it stands for."""
+    from mypy.nodes import RefExpr
+
+    from spmd_mypy.engine.types import Kind, LocalType
+    from spmd_mypy.plugin.calls import read_local_type
+
+    def shard(source: str) -> object:
+        e = _expr(source)
+        e.callee.fullname = "spmd.S"  # (as semantic analysis resolves it)
+        assert isinstance(e.callee, RefExpr)
+        return read_local_type(e)
+
+    a, b, c, d = shard("S(1)"), shard("S(1)"), shard("S(0)"), shard("S(-1)")
+    assert a is b and a == LocalType(Kind.V, 1)
+    assert c is not a and c == LocalType(Kind.V, 0)
+    assert d == LocalType(Kind.V, -1) and d is shard("S(-1)")
+
+
+class _Builder:
+    """A TypeBuilder's two answers typed_result reads, counting the questions."""
+
+    def __init__(self, tensor: object, inst: object) -> None:
+        self.tensor = tensor
+        self.inst = inst
+        self.asked = 0
+
+    def to_instance(self, t: object) -> object:
+        self.asked += 1
+        return self.inst
+
+    def from_type(self, typ: object) -> object:
+        return "typed" if typ is self.tensor else None
+
+
+def test_typed_result_is_kept_by_the_identity_of_its_arguments() -> None:
+    """CallTyper.typed_result answers a repeat (the same default type and SPMD type objects)
+    from its memo, and only where its answer is one of them: an equal but new default is
+    asked again, and a container's result is made fresh each time (never kept)."""
+    from mypy.nodes import Block, ClassDef, SymbolTable, TypeInfo
+    from mypy.types import Instance
+
+    from spmd_mypy.engine.types import Kind, LocalType, SpmdType
+
+    def info(fullname: str) -> TypeInfo:
+        name = fullname.rsplit(".", 1)[-1]
+        i = TypeInfo(SymbolTable(), ClassDef(name, Block([])), fullname.rsplit(".", 1)[0])
+        i._fullname = fullname
+        return i
+
+    tensor_info, list_info = info("torch._tensor.Tensor"), info("builtins.list")
+    default = Instance(tensor_info, [])
+    inst = Instance(tensor_info, [])
+    typer = _pure_call_typer()
+    builder = _Builder(default, inst)
+    typer._types = builder  # type: ignore[assignment]
+    typer._typed_results = {}
+    t = SpmdType((("tp", LocalType(Kind.V)),))
+    assert typer.typed_result(default, t) is inst and builder.asked == 1
+    assert typer.typed_result(default, t) is inst and builder.asked == 1  # kept
+    other = SpmdType((("tp", LocalType(Kind.V)),))  # equal, another object: asked again
+    assert typer.typed_result(default, other) is inst and builder.asked == 2
+    fresh = Instance(tensor_info, [])  # an equal but new default: asked again
+    builder.tensor = fresh
+    assert typer.typed_result(fresh, t) is inst and builder.asked == 3
+    plain = Instance(list_info, [])  # not a tensor, no tensor items: the default itself
+    assert typer.typed_result(plain, t) is plain and builder.asked == 4
+    assert typer.typed_result(plain, t) is plain and builder.asked == 4
+    items = Instance(list_info, [fresh])  # list[Tensor]: a new list type each time
+    first = typer.typed_result(items, t)
+    second = typer.typed_result(items, t)
+    assert first is not items and first is not second and first == second
+    assert builder.asked == 6
+
+
+def test_relax_keeps_an_instance_answer_by_identity() -> None:
+    """CallTyper._relax answers a parameter type object it relaxed before from its memo (a
+    generic callee's new signature at each call keeps its declared parameter types), so the
+    wanted types are one tuple; a union is relaxed afresh (the daemon may repoint it)."""
+    from mypy.nodes import Block, ClassDef, SymbolTable, TypeInfo
+    from mypy.types import Instance, UnionType
+
+    from spmd_mypy.engine.types import Kind, LocalType, SpmdType
+    from spmd_mypy.plugin.mypy_types import TENSOR
+
+    def info(fullname: str) -> TypeInfo:
+        name = fullname.rsplit(".", 1)[-1]
+        i = TypeInfo(SymbolTable(), ClassDef(name, Block([])), fullname.rsplit(".", 1)[0])
+        i._fullname = fullname
+        return i
+
+    tensor_info = info(TENSOR)
+    base = Instance(info("torch._tensor.Tensor"), [])
+    tensor_info.bases = [base]
+    st = SpmdType((("tp", LocalType(Kind.R)),))
+
+    class Builder:
+        asked = 0
+
+        def from_type(self, typ: object) -> object:
+            Builder.asked += 1
+            return st
+
+    typer = _pure_call_typer()
+    typer._types = Builder()  # type: ignore[assignment]
+    typer._relaxed_types = {}
+    declared = Instance(tensor_info, [])
+    first = typer._relax(declared)
+    assert first == (base, (st,)) and Builder.asked == 1
+    assert typer._relax(declared) is first and Builder.asked == 1  # kept
+    other = Instance(tensor_info, [])  # an equal but new type: relaxed again
+    assert typer._relax(other) == first and Builder.asked == 2
+    union = UnionType([declared, Instance(info("builtins.int"), [])])
+    a, b = typer._relax(union), typer._relax(union)
+    assert a is not None and b is not None and a is not b and a[1] == b[1] == (st,)
+
+
+def test_axis_names_keeps_a_read_without_error() -> None:
+    """CallTyper._axis_names answers axis names read before without an error from its memo
+    (for the same config); an unknown or repeated axis is reported at every call."""
+    from types import SimpleNamespace
+
+    from mypy.nodes import StrExpr, TupleExpr
+
+
+    reported: list[str] = []
+    typer = _pure_call_typer()
+    config = SimpleNamespace(mesh_axes=("dp", "tp"), aliases={}, axes_setting="mesh_axes")
+    typer.plugin = SimpleNamespace(config=config)  # type: ignore[assignment]
+    typer.report = lambda ctx, errors, context=None: reported.extend(  # type: ignore[method-assign]
+        e.code for e in errors)
+    typer._axis_tuples = {}
+    both = TupleExpr([StrExpr("dp"), StrExpr("tp")])
+    first = typer._axis_names(None, both, None, "all_reduce")  # type: ignore[arg-type]
+    assert first == ("dp", "tp") and typer._axis_tuples[("dp", "tp")] == (config, first)
+    assert typer._axis_names(None, both, None, "all_reduce") is first  # type: ignore[arg-type]
+    for bad in (StrExpr("ep"), TupleExpr([StrExpr("tp"), StrExpr("tp")])):
+        for _ in range(2):
+            assert typer._axis_names(None, bad, None, "all_reduce") is None  # type: ignore[arg-type]
+    assert reported == ["spmd-axis"] * 4 and len(typer._axis_tuples) == 1
+    typer.plugin = SimpleNamespace(config=SimpleNamespace(  # type: ignore[assignment]
+        mesh_axes=("tp",), aliases={}, axes_setting="mesh_axes"))  # another config: read again
+    assert typer._axis_names(None, both, None, "all_reduce") is None  # type: ignore[arg-type]
+
+
+def test_strict_is_kept_for_the_checker_and_options_asked_last() -> None:
+    """CallTyper.strict keeps its answer for the last (checker, Options) pair asked: another
+    module's checker, or the same checker with other Options, is asked again."""
+    from types import SimpleNamespace
+
+    from spmd_mypy.plugin.calls import _UNTYPED_CODE
+
+    typer = _pure_call_typer()
+    typer.plugin = SimpleNamespace(config=SimpleNamespace(  # type: ignore[assignment]
+        overrides=[], strict=False))
+    typer._last_strict = None
+    plain = SimpleNamespace(enabled_error_codes=set())
+    enabled = SimpleNamespace(enabled_error_codes={_UNTYPED_CODE})
+    a = SimpleNamespace(options=plain, tree=None)
+    b = SimpleNamespace(options=enabled, tree=None)
+    assert typer.strict(SimpleNamespace(api=a)) is False  # type: ignore[arg-type]
+    assert typer._last_strict == (a, plain, False)
+    assert typer.strict(SimpleNamespace(api=b)) is True  # type: ignore[arg-type]
+    assert typer.strict(SimpleNamespace(api=a)) is False  # type: ignore[arg-type]
+    a.options = enabled  # (the same checker with other Options)
+    assert typer.strict(SimpleNamespace(api=a)) is True  # type: ignore[arg-type]
+

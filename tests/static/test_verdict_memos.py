@@ -125,3 +125,36 @@ def test_made_reductions_tell_their_values_apart() -> None:
             got = reductions._reduction(op, value, False, True)
             assert got == normalising_reduction(op, value), (op, value)
             assert type(got) is type(normalising_reduction(op, value))
+
+
+def test_known_fit_tells_the_same_objects_by_identity() -> None:
+    """known_fit's yes for the very objects asked before (a relaxed signature's tuple of
+    wanted types) is kept by identity; a list is never kept (it may change), an error never
+    becomes a fit."""
+    have = SpmdType((("tp", LocalType(Kind.R)),))
+    wanted = (SpmdType((("tp", LocalType(Kind.R)),)),)
+    assert not verdicts.known_fit(have, wanted)  # never checked: not known
+    assert verdicts.check_argument_memo(have, wanted, x_text="x", where="w") == []
+    assert verdicts.known_fit(have, wanted)
+    assert verdicts._FIT_BY_ID[id(have) * 31 + id(wanted)] == (have, wanted)
+    assert verdicts.known_fit(have, wanted)  # (from the identity memo)
+    as_list = list(wanted)
+    assert verdicts.known_fit(have, as_list) and id(have) * 31 + id(as_list) not in verdicts._FIT_BY_ID
+    partial = SpmdType((("tp", LocalType(Kind.P)),))
+    assert verdicts.check_argument_memo(partial, wanted, x_text="x", where="w")
+    assert not verdicts.known_fit(partial, wanted)
+    assert id(partial) * 31 + id(wanted) not in verdicts._FIT_BY_ID
+
+
+def test_propagate_memo_hands_one_result_without_errors_to_repeats() -> None:
+    """A repeat gets the Result made the first time (without errors, read only): the same
+    object, its type the engine's; one with errors is made afresh at every call."""
+    spec = classify("add")
+    a, b = SpmdType((("tp", LocalType(Kind.V)),)), SpmdType((("tp", LocalType(Kind.R)),))
+    first = verdicts.propagate_memo(spec, [Operand(a), Operand(b)], False, None, None)
+    again = verdicts.propagate_memo(spec, [Operand(a, "y"), Operand(b, "z")], False, None, None)
+    assert again is first and first.errors == [] and first.type == V
+    p = SpmdType((("tp", LocalType(Kind.P)),))
+    bad = verdicts.propagate_memo(classify("tanh"), [Operand(p)], False, None, None)
+    worse = verdicts.propagate_memo(classify("tanh"), [Operand(p)], False, None, None)
+    assert bad.errors and worse.errors and bad is not worse
