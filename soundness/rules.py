@@ -334,6 +334,8 @@ _BLOCK_NORM = "it is the norm of this rank's block only"
 _DIAGONAL_BLOCK = "each rank holds one diagonal block"
 # ... and of ops.scan_along_shard_error's (a cumsum, cumprod, ... along the shard dim)
 _SCAN_ALONG = "scans the dim sharded on"
+# ... and of ops.normalised_along_shard_error's (a softmax, normalize, layer_norm ... over it)
+_NORM_ALONG = "normalises the dim sharded on"
 
 
 def verdict(case: OpCase, mesh: Mesh, in_types: Sequence[Sequence[LocalType]],
@@ -425,6 +427,10 @@ def build_tasks(mesh_name: str, sections: Sequence[str] | None = None,
             # of S(-1) is along the shard dim of a 2-d operand only
             check_only_pending = check_only_pending or (
                 not acc and sacc and errs and all(_SCAN_ALONG in e for e in errs))
+            # and for a normalisation over it (engine ops.normalised_along_shard_error):
+            # softmax(-1) of S(1) normalises the shard dim of a 2-d operand only
+            check_only_pending = check_only_pending or (
+                not acc and sacc and errs and all(_NORM_ALONG in e for e in errs))
             # A diagonal block (engine ops.diagonal_block_error: two operands sharded on one
             # axis on two dims that both stay in the result): the check mode sees it at the
             # real ranks (x: S(0) @ w: S(1), both 2-d); the static checker only where every
@@ -691,6 +697,16 @@ SCAN_ALONG_SHARD = (
     "declared plain V")
 
 
+NORMALISED_ALONG_SHARD = (
+    "a softmax, log_softmax, softmin, normalize, layer_norm or rms_norm over the dim its operand "
+    "is sharded on gives each rank its own block normalised by that block's statistics: V "
+    "describes that (a value of its own), but not the shard of the whole's the S(i) claim would "
+    "make of it (session 45: a softmax over a sequence- or vocab-sharded dim, typed V and "
+    "claimed S(i) by both checkers); rejected by design (engine "
+    "ops.normalised_along_shard_error), a per-rank op meant (ring attention's block softmax) "
+    "passes the operand declared plain V")
+
+
 IMPLICIT_PARTIAL = (
     "a contraction summing over a dim sharded on an axis in every Varying operand gives each "
     "rank its part of a sum: V describes that (each rank holds a value of its own), but local "
@@ -886,6 +902,18 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
                     and c[k].dim % n == ins[k].dim % n for k in flagged) for c in passing):
             return SCAN_ALONG_SHARD
         return None
+    if task.errors and all(e.startswith("spmd-global") and _NORM_ALONG in e for e in task.errors):
+        # its model, as a scan's: this rank's own normalised block (V) passes, and no reading
+        # of it as the operand's shard of the whole's (S(i), the claim the rule refuses) does
+        n = len(case.shapes[0])
+        axes = MESHES[task.mesh].axes
+        flagged = [k for k, a in enumerate(axes) if any(f'sharded on "{a}"' in e for e in task.errors)]
+        ins = task.in_types[0]
+        if flagged and not any(
+                all(c[k].kind is Kind.V and c[k].dim is not None and ins[k].dim is not None
+                    and c[k].dim % n == ins[k].dim % n for k in flagged) for c in passing):
+            return NORMALISED_ALONG_SHARD
+        return None
     if case.engine == "fill" and all(e.startswith("spmd-partial-affine") for e in task.errors):
         return FILL_CONSTANT
     if case.name in ("layer_norm w b", "batch_norm eval") and all(e.startswith("spmd-partial-nonlinear")
@@ -906,6 +934,8 @@ CONSERVATIVE: list[tuple[str, str]] = [
     ("fill(x, c) of a P x with a non-zero scalar c", FILL_CONSTANT),
     ("cumsum/cumprod/logcumsumexp/cummax/cummin along the dim the operand is sharded on",
      SCAN_ALONG_SHARD),
+    ("softmax/log_softmax/softmin/normalize along, layer_norm/rms_norm over, the dim the "
+     "operand is sharded on", NORMALISED_ALONG_SHARD),
     ("matmul/mm/bmm/linear/einsum summing over a dim sharded in every Varying operand, "
      "without out_partial_axes on that axis", IMPLICIT_PARTIAL),
     ("matmul/bmm/linear/einsum/attention sharding two dims that stay in the result on one axis "

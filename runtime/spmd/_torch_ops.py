@@ -291,7 +291,8 @@ def reduction_of(plan: Plan, args: tuple, kwargs: dict) -> Reduction | None:
     dim_at, keep_at = at
     norm = NORMALISING.get(plan.name)
     if norm is not None:
-        value = kwargs.get(norm[0], args[dim_at] if dim_at < len(args) else None)
+        value = kwargs.get(norm[0], args[dim_at] if dim_at < len(args)
+                           else _engine_ops.NORMALISING_DEFAULTS.get(plan.name))
         if isinstance(value, torch.Size):
             value = tuple(value)
         return normalising_reduction(plan.name, value, args[0].dim())

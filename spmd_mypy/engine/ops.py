@@ -636,6 +636,9 @@ NORMALISING: dict[str, tuple[str, str]] = {
     "normalize": ("dim", "dim"),
     "layer_norm": ("normalized_shape", "shape"), "rms_norm": ("normalized_shape", "shape"),
 }
+# The normalised dims a call that leaves NORMALISING's formal out normalises over (its
+# default): ``F.normalize(x)`` along dim 1.  Both adapters read it.
+NORMALISING_DEFAULTS: dict[str, object] = {"normalize": 1}
 # Normalising ops whose dims the rule does not read (group_norm normalises dim 1 and every
 # spatial dim, local_response_norm a window of channels): a Shard input gives plain V.
 _NORMALISING_OTHER = frozenset({"group_norm", "local_response_norm", "batch_norm",
@@ -1916,6 +1919,9 @@ def _propagate(spec: OpSpec, operands: Sequence[Operand], strict: bool,
         if (err is None and lt is not None and lt.kind is Kind.V and reduction is not None
                 and summing in SCANS and tensor_ops):
             err = scan_along_shard_error(summing, tensor_ops[0][0], axis, reduction)
+        if (err is None and lt is not None and lt.kind is Kind.V and reduction is not None
+                and spec.name in NORMALISING and tensor_ops):
+            err = normalised_along_shard_error(spec.name, tensor_ops[0][0], axis, reduction)
         if err is None and lt is not None and lt.kind is Kind.V and isinstance(move, Contraction):
             err = _causal_queries_error(spec.name, move, axis, tensor_ops)
             if err is None:
@@ -2513,6 +2519,68 @@ def scan_along_shard_error(name: str, x: Operand, axis: str, reduction: Reductio
         f"this one (below mesh.get_local_rank({ax})) combined and joined to local; where this "
         f"rank's own scan is meant (a chunked scan's first step), declare the operand V "
         f"first, as local does"))
+
+
+# What a normalising op (NORMALISING) computes over the dims it normalises: the per-rank
+# statistics a shard of those dims gives, and the whole's name
+_NORMALISED_STATS = {
+    "softmax": ("max and sum of exponentials", "softmax"),
+    "log_softmax": ("max and sum of exponentials", "log_softmax"),
+    "softmin": ("min and sum of exponentials", "softmin"),
+    "normalize": ("norm", "normalization"),
+    "layer_norm": ("mean and variance", "layer norm"),
+    "rms_norm": ("root mean square", "RMS norm"),
+}
+
+
+def normalised_along_shard_error(name: str, x: Operand, axis: str,
+                                 reduction: Reduction) -> SpmdError | None:
+    """A normalising op (``NORMALISING``: softmax, log_softmax, softmin, normalize along its
+    ``dim``; layer_norm, rms_norm over the trailing ``normalized_shape``) whose normalised dims
+    take in the dim ``x`` is sharded on ``axis`` (an S(i) operand, the dim the shard dim at every
+    rank it can have, as :func:`removes_shard_dim` reads a reduction's): each rank computes the
+    statistics (a softmax's max and sum of exponentials, a layer norm's mean and variance) over
+    its own block only, so its result is no block of the whole's (softmax over a vocab- or
+    sequence-sharded last dim).  Typed V, the local result was claimed S(i) again (a V may be)
+    and passed both checkers.  Accepted where the code says a per-rank op is meant (ring
+    attention's local block softmax, merged by its logsumexp after): the operand declared V
+    first, ``spmd.declare(x, Tensor[V[axis]])``, the widening the scans' and the reductions'
+    rules read too.  Normalising another dim (the hidden dim of a sequence-parallel S(0)
+    activation, Megatron's LayerNorm) is not concerned.  None when it is not such an op."""
+    if name not in NORMALISING or not reduction.dims:
+        return None
+    t = x.type.get(axis) if x.type is not None else None
+    if not removes_shard_dim(t, reduction, x.shape):
+        return None
+    assert t is not None
+    ax = f'"{axis}"'
+    xt = bare(x.text)
+    stats, whole = _NORMALISED_STATS[name]
+    if NORMALISING[name][1] == "shape":
+        over = f"over the last {len(reduction.dims)} dim{'s' if len(reduction.dims) > 1 else ''}"
+    else:
+        over = f"along dim {', '.join(str(d) for d in reduction.dims)}"
+    sd = t.dim if t.dim is not None else t.at_high_ranks().dim
+    src = f"S({sd})" if sd is not None else "V"
+    kept = ""
+    if name in ("softmax", "log_softmax") and len(reduction.dims) == 1:
+        # the vocab-parallel form keeps the dim sharded: the statistics all-reduced
+        d = reduction.dims[0]
+        then = f"s.exp() / z.unsqueeze({d})" if name == "softmax" else f"s - z.log().unsqueeze({d})"
+        kept = (f"; or keep it sharded and all-reduce the statistics (the vocab-parallel "
+                f"{name}): m = spmd.all_reduce({receiver(x.text)}.detach().amax({d}), {ax}, "
+                f'src=V, dst=R, op="max"); s = {x.text} - m.unsqueeze({d}); z = spmd.all_reduce('
+                f"spmd.reinterpret(s.exp().sum({d}), {ax}, src=V, dst=P), {ax}, src=P, dst=R); "
+                f"then {then}")
+    return SpmdError("spmd-global", (
+        f"{name} {over} of {x.text} ({format_type(x.type)}) normalises the dim sharded on "
+        f"{ax}: each rank computes the {stats} over its own block only (per-rank statistics), "
+        f"so the result is no {whole} of the whole, nor a shard of it; gather the dim first: "
+        f"the {name} of spmd.all_gather({xt}, {ax}, src={src}, dst=R) (or of "
+        f"spmd.all_to_all({xt}, {ax}, src={src}, dst=S(j)), sharding a dim j it does not "
+        f"normalise instead, as Ulysses moves the sequence shard to the heads){kept}; where "
+        f"this rank's own {name} is meant (ring attention's local block softmax, merged by "
+        f"its logsumexp after), declare the operand V first: spmd.declare({xt}, Tensor[V[{ax}]])"))
 
 
 _VARIANCE_WORDS = {"var": "variance", "std": "standard deviation",

@@ -116,7 +116,7 @@ from ..engine.contractions import CONTRACTIONS, Contraction
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    VALUE_READS,
+    VALUE_READS, NORMALISING,
     SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction,
     summing_name,
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
@@ -145,7 +145,7 @@ from .codes import ERROR_CODES
 from .memo import FunctionMemo
 from .verdicts import check_argument_memo, known_fit, partial_op_memo, propagate_memo
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
-from .reductions import read_contraction, read_move, read_reduction, read_variant
+from .reductions import module_reduction, read_contraction, read_move, read_reduction, read_variant
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
 from .rank_index import (EVERY, UNNAMED_GROUP, VALUE, Condition, Divergent, axes_in,
@@ -1090,6 +1090,9 @@ class CallTyper:
                 if isinstance(move, Contraction):
                     move = declared_partial(ctx, move, ops, self.types)
                 reduction = read_reduction(ctx, op) if may_reduce else None
+                if reduction is None and module and op in NORMALISING:
+                    # self.norm(x) of an nn.LayerNorm / nn.Softmax: the dims its constructor states
+                    reduction = module_reduction(ctx, op)
                 summing = op
                 if reduction is None and (own_loss or spec is not own_spec):
                     # a loss's own mean or sum (engine loss_reduction)
@@ -3980,9 +3983,11 @@ def local_norm(e: Expression | None, func: FuncDef | None,
                 inp, op, dim = found
                 t = type_of(inp)
                 if t is not None:
+                    # (a softmax, log_softmax of an S(dim) input is an error at the call itself,
+                    # ops.normalised_along_shard_error: reported once, there)
                     sharded = tuple(a for a, lt in t.axes
                                     if lt.kind is Kind.V and lt.dim is not None
-                                    and str(lt.dim) == dim)
+                                    and str(lt.dim) == dim and op not in NORMALISING)
                     varying = tuple(a for a, lt in t.axes if lt.kind is Kind.V and lt.dim is None)
                     if sharded or varying:
                         src = expr_text(sub)
@@ -4032,7 +4037,9 @@ def unfinished_norm(e: Expression | None, func: FuncDef | None,
                     inp, op, dim = norm
                     t = type_of(inp)
                     lt = t.get(axis) if t is not None else None
-                    if lt is not None and lt.kind is Kind.V and lt.dim is not None and str(lt.dim) == dim:
+                    if (lt is not None and lt.kind is Kind.V and lt.dim is not None
+                            and str(lt.dim) == dim and op not in NORMALISING):
+                        # (a softmax's is reported at the call: ops.normalised_along_shard_error)
                         src = expr_text(sub)
                         name = bound if bound is not None and sub is x else src
                         found = coll.LocalNorm(name, src, op, expr_text(inp), dim, (axis,), ())

@@ -19,6 +19,7 @@ from mypy.types import Instance, LiteralType, NoneType, TupleType, Type, get_pro
 from ..engine.contractions import CONTRACTIONS, Contraction, make_contraction
 from ..engine.ops import (
     CAST_OPS, DTYPE_VIEW_OPS, NORMALISING, REDUCED_LOSSES, REDUCTIONS, SCANS, SHARD_SUMMING, UNREAD_VALUE,
+    NORMALISING_DEFAULTS,
     VARIANCE_REDUCTIONS, Reduction,
     normalising_reduction,
     variant_formals,
@@ -77,10 +78,15 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
     the dims it normalises over (:func:`~spmd_mypy.engine.ops.normalising_reduction`)."""
     norm = NORMALISING.get(op)
     if norm is not None:
+        has_formal = False
         for formal, exprs, types in zip(ctx.callee_arg_names, ctx.args, ctx.arg_types):
-            if formal == norm[0] and exprs:
-                value = _normalised_value(exprs[0], types[0] if types else None, norm[1])
-                return _reduction(op, value, False, True)
+            if formal == norm[0]:
+                has_formal = True
+                if exprs:
+                    value = _normalised_value(exprs[0], types[0] if types else None, norm[1])
+                    return _reduction(op, value, False, True)
+        if has_formal and op in NORMALISING_DEFAULTS:  # F.normalize(x): its default dim=1
+            return _reduction(op, NORMALISING_DEFAULTS[op], False, True)
         return None
     if op not in REDUCTIONS and op not in SCANS:
         return None
@@ -108,6 +114,27 @@ def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction |
         # (ops.SHARD_SUMMING); the other reductions keep their reading (no dims known)
         return _reduction(op, None, keepdim, False) if op in SHARD_SUMMING else None
     return _reduction(op, dims, keepdim, False)
+
+
+def module_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction | None:
+    """The dims the call of one of torch's normalising modules (``self.norm(x)`` of an
+    ``nn.LayerNorm(h)``, ``nn.Softmax(dim=-1)``) normalises over, read from its constructor
+    (global_calls.module_params); None where the constructor is not in sight or unread."""
+    from .global_calls import module_params  # imports this module
+    from ..engine import global_spmd as gs
+
+    p = module_params(ctx, op)
+    if not p or p.get("_not_found"):
+        return None
+    if "normalized_ndim" in p:
+        n = p["normalized_ndim"]
+        if not isinstance(n, int) or isinstance(n, bool) or n is gs.UNKNOWN:
+            return None
+        return _reduction(op, (None,) * n, False, True)
+    d = p.get("dim")
+    if not isinstance(d, int) or isinstance(d, bool) or d is gs.UNKNOWN:
+        return None
+    return _reduction(op, d, False, True)
 
 
 # (op, the value read, typed; keepdim; normalising) -> the Reduction (frozen, shared)

@@ -663,8 +663,25 @@ case("shard-mul-S0-scalar", {"a": "S0"}, "out = torch.mul(a, 2.0)", "S0")
 case("shard-where-S0-R-cond", {"a": "S0", "b": "S0", "c": "R"}, "out = torch.where(c > 0, a, b)",
      "V", desc="an R condition beside S(0) operands")
 case("shard-softmax-S0-dim1", {"a": "S0"}, "out = torch.softmax(a, dim=1)", "S0")
-case("shard-softmax-S1-own-dim", {"a": "S1"}, "out = torch.softmax(a, dim=1)", "V",
-     desc="normalising over the shard dim")
+# normalising over the shard dim: each rank's statistics cover its own block only (engine
+# ops.normalised_along_shard_error, session 45: typed V, the local softmax was claimed S(i)
+# again); declared V first, this rank's own softmax (ring attention's block) is accepted
+case("shard-softmax-S1-own-dim", {"a": "S1"}, "out = torch.softmax(a, dim=1)", "spmd-global",
+     desc="normalising over the shard dim: per-rank statistics")
+case("shard-softmax-method-S1-own-dim", {"a": "S1"}, "out = a.softmax(1)", "spmd-global")
+case("shard-log_softmax-F-S1-own-dim", {"a": "S1"}, "out = F.log_softmax(a, dim=1)", "spmd-global")
+case("shard-normalize-S1-default-dim", {"a": "S1"}, "out = F.normalize(a)", "spmd-global",
+     desc="F.normalize's default dim=1 is the shard dim")
+case("shard-normalize-S0-other-dim", {"a": "S0"}, "out = F.normalize(a, dim=1)", "S0")
+case("shard-rms_norm-Sm1", {"a": _SM1}, "out = F.rms_norm(a, (4,))", "spmd-global")
+case("shard-layer_norm-Sm1", {"a": _SM1}, "out = F.layer_norm(a, [4])", "spmd-global",
+     desc="a layer norm over a hidden dim sharded on tp")
+case("shard-softmax-S1-declared-V", {"a": "S1"},
+     ('av = spmd.declare(a, Tensor[V["tp"]])', "out = torch.softmax(av, dim=1)"), "V",
+     desc="this rank's own softmax, said so")
+case("shard-layer_norm-S0-sequence-parallel", {"a": "S0"},
+     ('h: Tensor[S[0, "tp"]] = F.layer_norm(a, (4,))', "out = h"), "S0",
+     desc="Megatron's LayerNorm over the hidden dim of a sequence-parallel S(0) activation")
 # (softmax(dim=-1) of S(0): V statically, where the rank is unknown (-1 is 0 for a 1-d
 # tensor); the check mode knows the rank and keeps S(0). tests/plugin/cases/ops_nonlinear.test)
 case("shard-rebind-rank-layout-to-V", {"a": "S1", "d": "U"},
@@ -674,7 +691,7 @@ case("shard-rebind-rank-layout-to-V", {"a": "S1", "d": "U"},
           "S(1) from rank 3, V at rank 2 (statically a rank-dependent layout, printed V); a V "
           "into that variable is accepted in both modes")
 case("shard-layer_norm-Sm2", {"a": "Sm2"}, "out = F.layer_norm(a, (4,))", "Sm2")
-case("shard-layer_norm-Sm2-two-dims", {"a": "Sm2"}, "out = F.layer_norm(a, (4, 4))", "V")
+case("shard-layer_norm-Sm2-two-dims", {"a": "Sm2"}, "out = F.layer_norm(a, (4, 4))", "spmd-global")
 case("shard-sum-S0", {"a": "S0"}, "out = a.sum(1)", "S0",
      desc="a reduction keeps the shard dim it does not reduce")
 # the shard dim reduced by a sum or mean: each rank's part of a sum (pending: an error at its
@@ -2374,15 +2391,13 @@ case("row-parallel-partial-read-in-one-branch", _ROW,
 
 # A value normalised per rank's block of a dim sharded on "tp" (F.log_softmax of S(-1) logits)
 # summed as parts over "tp" (spmd.sum(..., out_partial_axes=), reinterpret(V->P)): the static
-# checker follows the value back to the normaliser (README "Vocab-parallel losses"); the check
-# mode's types do not record that a value was normalised (a local V), so it accepts it
-_NORM_ONLY = ("the check mode's types do not record a per-block normaliser; the static checker "
-              "reads it from the value's bindings (README: Vocab-parallel losses)")
+# checker follows the value back to the normaliser (README "Vocab-parallel losses")
 _VOCAB = {"a": 'Tensor[S[-1, "tp"]]', "b": 'Tensor[S[-1, "tp"]]'}
+# (since session 45 both checkers reject the local log_softmax itself:
+# ops.normalised_along_shard_error)
 case("local-log-softmax-summed-as-parts", _VOCAB,
-     ("lp = F.log_softmax(a, -1)", "lq = F.log_softmax(b, -1)",
-      'out = spmd.sum(lq.exp() * (lq - lp), -1, out_partial_axes="tp")'), NL,
-     static_only=_NORM_ONLY, desc="distillation KL of the local blocks: off by the normaliser")
+     'out = spmd.sum(F.log_softmax(a, -1).exp() * b, -1, out_partial_axes="tp")',
+     "spmd-global", desc="distillation KL of the local blocks: off by the normaliser")
 case("vocab-parallel-log-softmax-summed-as-parts", _VOCAB,
      ('m = spmd.all_reduce(a.detach().amax(-1), "tp", src=V, dst=R, op="max")',
       "s = a - m.unsqueeze(-1)",

@@ -326,6 +326,29 @@ def test_reductions_keep_the_shard_dim_they_do_not_reduce() -> None:
         assert spmd.typeof(x.std(0, keepdim=True)) == ty(tp=shard(2), dp=REPLICATE)
 
 
+def test_normalising_the_shard_dim_is_an_error() -> None:
+    """ops.normalised_along_shard_error in the check mode: a softmax, normalize, layer_norm or
+    rms_norm (functional, method or module) over the dim sharded on an axis computes per-rank
+    statistics; declared V first it is this rank's own; over another dim the layout is kept."""
+    with spmd.typecheck():
+        x = typed(torch.randn(2, 3, 4), Tensor[S[2, "tp"], R["dp"]])
+        for call in (lambda: F.softmax(x, -1), lambda: x.softmax(2), lambda: torch.log_softmax(x, 2),
+                     lambda: F.normalize(x, dim=-1), lambda: F.layer_norm(x, (4,)),
+                     lambda: F.rms_norm(x, [4]), lambda: nn.LayerNorm(4)(x),
+                     lambda: nn.Softmax(dim=-1)(x)):
+            with pytest.raises(SpmdTypeError, match='normalises the dim sharded on "tp"'):
+                call()
+        h = typed(torch.randn(3, 4), Tensor[S[1, "tp"]])
+        with pytest.raises(SpmdTypeError, match="per-rank statistics"):
+            F.normalize(h)  # its default dim=1
+        assert spmd.typeof(spmd.declare(x, Tensor[V["tp"], R["dp"]]).softmax(-1)) == ty(tp=VARYING, dp=REPLICATE)
+        assert spmd.typeof(F.softmax(x, 1)) == ty(tp=shard(2), dp=REPLICATE)
+        # Megatron's LayerNorm over the hidden dim of a sequence-parallel S(0) activation
+        s0 = typed(torch.randn(3, 2, 4), Tensor[S[0, "tp"], R["dp"]])
+        assert spmd.typeof(F.layer_norm(s0, (4,))) == ty(tp=shard(0), dp=REPLICATE)
+        assert spmd.typeof(nn.LayerNorm(4)(s0)).get("tp") == shard(0)  # (its weight untyped)
+
+
 def test_views_and_joins_move_the_shard_dim() -> None:
     """The engine's rule (views.moved_dim), as the static checker applies it; the rank (and
     for squeeze the sizes of 1) is known here."""

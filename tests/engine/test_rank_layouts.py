@@ -19,6 +19,8 @@ from spmd_mypy.engine.types import (
 )
 
 DIMS = range(-3, 3)
+# the ops that are an error along the shard dim (the scans', the normalisations' rule)
+_ALONG_SHARD_ERRORS = ("cumsum", "softmax", "log_softmax")
 
 
 def _one(lt: LocalType) -> SpmdType:
@@ -52,9 +54,10 @@ def _reduction(name: str, dims: tuple[int, ...], keep: bool, ndim: int | None) -
 def test_static_table_is_the_check_modes_layout_at_every_rank(name, dims, keep, shard_dim) -> None:
     static = propagate(name, [Operand(_one(shard(shard_dim)), "x")],
                        reduction=_reduction(name, dims, keep, None))
-    if name == "cumsum" and static.errors:
+    if name in _ALONG_SHARD_ERRORS and static.errors:
         # a scan along the shard dim at every rank (ops.scan_along_shard_error, its own tests in
-        # tests/engine/test_scans_along_shard.py): the check mode reports it at every rank too
+        # tests/engine/test_scans_along_shard.py), a softmax's (ops.normalised_along_shard_error,
+        # tests/engine/test_normalising_along_shard.py): the check mode reports it at every rank too
         assert [e.code for e in static.errors] == ["spmd-global"]
         for rank in range(1, 7):
             if -rank <= shard_dim < rank and -rank <= dims[0] < rank:
@@ -72,7 +75,7 @@ def test_static_table_is_the_check_modes_layout_at_every_rank(name, dims, keep, 
             continue  # the same dim twice: torch refuses the call
         checked = propagate(name, [Operand(_one(shard(shard_dim)), "x", shape=(3,) * rank)],
                             reduction=_reduction(name, dims, keep, rank))
-        if name == "cumsum" and checked.errors:
+        if name in _ALONG_SHARD_ERRORS and checked.errors:
             # along the shard dim at this rank only: the static table says V there
             assert st.at_rank(rank) == (True, None), (dims, shard_dim, rank, st.layouts())
             continue

@@ -3,9 +3,10 @@ check mode on a gloo world with the logits' last dim sharded on "x": README's en
 (the max all-reduced with op="max", the sum of exps all-reduced to R, then spmd.sum over the
 shards) and the logsumexp over the ranks that the spmd-invariant-mix message offers for a
 local logsumexp give the values and the gradients of a single-process float64 reference.
-The wrong versions the messages caution against (each rank's own log_softmax, summed over the
-ranks) type-check in the check mode but do not match the reference: checked too, so the
-reference is known to tell them apart."""
+The wrong version the messages caution against (each rank's own log_softmax, summed over the
+ranks) is rejected by the check mode since session 45; written through the per-rank escape
+(declared V) it type-checks but does not match the reference: checked too, so the reference
+is known to tell them apart."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch.testing import assert_close
 import spmd
 from rt_checks import Ctx, named_checks
 from spmd import I, P, R, S, Tensor, V
+from spmd_mypy.engine.errors import SpmdTypeError
 
 F64 = torch.float64
 AXIS = "x"
@@ -50,8 +52,18 @@ def vp_logsumexp(logits: Tensor[S[-1, "x"]]) -> Tensor[I["x"]]:
 
 
 def local_kl_summed(logits: Tensor[S[-1, "x"]], ref_logits: Tensor[S[-1, "x"]]) -> Tensor[I["x"]]:
-    # the mistake: each rank's own log_softmax; its KL summed over the ranks type-checks
+    # the mistake: each rank's own log_softmax, its KL summed over the ranks (since session 45
+    # the check mode rejects the local log_softmax itself: ops.normalised_along_shard_error)
     lp, lr = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    return spmd.all_reduce(spmd.sum(lp.exp() * (lp - lr), -1, out_partial_axes="x"), "x",
+                           src=P, dst=I)
+
+
+def local_kl_summed_declared(logits: Tensor[S[-1, "x"]], ref_logits: Tensor[S[-1, "x"]]) -> Tensor[I["x"]]:
+    # the same mistake written through the per-rank escape (the operands declared V): it
+    # type-checks in the check mode, which does not follow a value back to its normaliser
+    lp = spmd.declare(logits, Tensor[V["x"]]).log_softmax(-1)
+    lr = spmd.declare(ref_logits, Tensor[V["x"]]).log_softmax(-1)
     return spmd.all_reduce(spmd.sum(lp.exp() * (lp - lr), -1, out_partial_axes="x"), "x",
                            src=P, dst=I)
 
@@ -113,7 +125,13 @@ def check_logsumexp_fix(ctx: Ctx, name: str) -> None:
 
 
 def check_local_kl_summed_is_wrong(ctx: Ctx, name: str) -> None:
-    out, _ = _run(ctx, local_kl_summed, 2)
+    try:
+        _run(ctx, local_kl_summed, 2)
+    except SpmdTypeError as e:
+        assert "normalises the dim sharded on" in str(e), e
+    else:
+        raise AssertionError("the local log_softmax of an S(-1) shard was accepted")
+    out, _ = _run(ctx, local_kl_summed_declared, 2)
     ref, _ = _reference("kl")
     assert (out - ref).abs().max() > 1e-3, "the sum of per-block KLs matched the KL"
 
