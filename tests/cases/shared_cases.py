@@ -1131,8 +1131,11 @@ case("loss-nll-of-log-softmax-sum-over-n-to-P", {"x": "S0", "lab": "U"},
 case("loss-nll-of-log-softmax-none-keeps-S0", {"x": "S0", "lab": "U"},
      'out = F.nll_loss(x.log_softmax(-1), lab, reduction="none")', "S0", make=_LAB)
 case("loss-nll-of-log-softmax-over-the-shard-dim", {"x": "S0", "lab": "U"},
-     "out = F.nll_loss(F.log_softmax(x, 0), lab)", "V", make=_LAB,
-     desc="a softmax over the batch dim sharded: V (its own error where it is used), no mean")
+     "out = F.nll_loss(F.log_softmax(x, 0), lab)", "spmd-global", make=_LAB,
+     desc="a softmax over the batch dim sharded: per-rank statistics (the normalising rule)")
+case("loss-nll-of-own-log-softmax-over-the-shard-dim", {"x": "S0", "lab": "U"},
+     ('xv = spmd.declare(x, Tensor[V["tp"]])', "out = F.nll_loss(F.log_softmax(xv, 0), lab)"),
+     "V", make=_LAB, desc="this rank's own softmax over its block (declared V): V, no mean")
 # The global-token mean of torchtitan and Megatron: each rank's masked sum over the token count
 # all-reduced (R) is its share of the mean; a pending sum stays pending through a tensor's * or /
 # when that tensor is the same on every rank of the axis (R or I there, or untyped: gradual;
