@@ -890,30 +890,20 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
             for e in task.errors) and any("another block of its dim" in e for e in task.errors):
         return FREE_SHARD_PARTIAL
     case = CASES[task.case]
-    if task.errors and all(e.startswith("spmd-global") and _SCAN_ALONG in e for e in task.errors):
-        # its model: this rank's own scan (V) passes, and no reading of it as the operand's
-        # shard of the whole scan (S(i), the claim the rule refuses) does
-        n = len(case.shapes[0])
-        axes = MESHES[task.mesh].axes
-        flagged = [k for k, a in enumerate(axes) if any(f'sharded on "{a}"' in e for e in task.errors)]
-        ins = task.in_types[0]
-        if flagged and not any(
-                all(c[k].kind is Kind.V and c[k].dim is not None and ins[k].dim is not None
-                    and c[k].dim % n == ins[k].dim % n for k in flagged) for c in passing):
-            return SCAN_ALONG_SHARD
-        return None
-    if task.errors and all(e.startswith("spmd-global") and _NORM_ALONG in e for e in task.errors):
-        # its model, as a scan's: this rank's own normalised block (V) passes, and no reading
-        # of it as the operand's shard of the whole's (S(i), the claim the rule refuses) does
-        n = len(case.shapes[0])
-        axes = MESHES[task.mesh].axes
-        flagged = [k for k, a in enumerate(axes) if any(f'sharded on "{a}"' in e for e in task.errors)]
-        ins = task.in_types[0]
-        if flagged and not any(
-                all(c[k].kind is Kind.V and c[k].dim is not None and ins[k].dim is not None
-                    and c[k].dim % n == ins[k].dim % n for k in flagged) for c in passing):
-            return NORMALISED_ALONG_SHARD
-        return None
+    for marker, listed in ((_SCAN_ALONG, SCAN_ALONG_SHARD), (_NORM_ALONG, NORMALISED_ALONG_SHARD)):
+        if task.errors and all(e.startswith("spmd-global") and marker in e for e in task.errors):
+            # its model (a scan's, a normalising op's): this rank's own op on its block (V)
+            # passes, and no reading of it as the operand's shard of the whole's (S(i), the
+            # claim the rule refuses) does
+            n = len(case.shapes[0])
+            axes = MESHES[task.mesh].axes
+            flagged = [k for k, a in enumerate(axes) if any(f'sharded on "{a}"' in e for e in task.errors)]
+            ins = task.in_types[0]
+            if flagged and not any(
+                    all(c[k].kind is Kind.V and c[k].dim is not None and ins[k].dim is not None
+                        and c[k].dim % n == ins[k].dim % n for k in flagged) for c in passing):
+                return listed
+            return None
     if case.engine == "fill" and all(e.startswith("spmd-partial-affine") for e in task.errors):
         return FILL_CONSTANT
     if case.name in ("layer_norm w b", "batch_norm eval") and all(e.startswith("spmd-partial-nonlinear")

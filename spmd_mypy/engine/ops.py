@@ -2474,6 +2474,16 @@ def reduced_partial_error(name: str, x: Operand, axis: str, reduction: Reduction
         f"others){own}"))
 
 
+def _shard_dim_taken(applies: bool, x: Operand, axis: str, reduction: Reduction) -> LocalType | None:
+    """``x``'s type on ``axis`` where the op (``applies``: a scan, a normalising op) takes in,
+    along ``reduction``'s dims, the dim ``x`` is sharded on there at every rank it can have
+    (:func:`removes_shard_dim`); None otherwise."""
+    if not applies or not reduction.dims:
+        return None
+    t = x.type.get(axis) if x.type is not None else None
+    return t if t is not None and removes_shard_dim(t, reduction, x.shape) else None
+
+
 # What a scan along the shard dim misses, per scan: the carry from the ranks before this one
 # (their blocks' totals combined, an exclusive scan over the axis) and how it joins the local scan
 _SCAN_CARRY = {
@@ -2498,12 +2508,9 @@ def scan_along_shard_error(name: str, x: Operand, axis: str, reduction: Reductio
     operand declared V first, ``spmd.declare(x, Tensor[V[axis]])``, the widening the
     reductions' rule (:func:`reduced_partial_error`) reads too.  None when it is not such a
     scan."""
-    if name not in SCANS or not reduction.dims:
+    t = _shard_dim_taken(name in SCANS, x, axis, reduction)
+    if t is None:
         return None
-    t = x.type.get(axis) if x.type is not None else None
-    if not removes_shard_dim(t, reduction, x.shape):
-        return None
-    assert t is not None
     ax = f'"{axis}"'
     xt = bare(x.text)
     d = reduction.dims[0]
@@ -2547,12 +2554,9 @@ def normalised_along_shard_error(name: str, x: Operand, axis: str,
     first, ``spmd.declare(x, Tensor[V[axis]])``, the widening the scans' and the reductions'
     rules read too.  Normalising another dim (the hidden dim of a sequence-parallel S(0)
     activation, Megatron's LayerNorm) is not concerned.  None when it is not such an op."""
-    if name not in NORMALISING or not reduction.dims:
+    t = _shard_dim_taken(name in NORMALISING, x, axis, reduction)
+    if t is None:
         return None
-    t = x.type.get(axis) if x.type is not None else None
-    if not removes_shard_dim(t, reduction, x.shape):
-        return None
-    assert t is not None
     ax = f'"{axis}"'
     xt = bare(x.text)
     stats, whole = _NORMALISED_STATS[name]
