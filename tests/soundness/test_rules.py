@@ -196,3 +196,25 @@ def test_an_implicit_partial_sum_is_checked_against_the_reductions_that_take_it(
     assert "take it: read as P on a it is the sum" in product["taken"], product
     assert not [t for t, r in status.items()
                 if r["status"] in ("accepted-MISMATCH", "UNLISTED-conservative", "pending-sum-MISMATCH")]
+
+
+def test_a_diagonal_block_beside_a_redundant_partial_is_listed() -> None:
+    """The quick run's one unlisted rejection (sessions 44-45): spmd.matmul({a:P, b:S(0)},
+    {a:R, b:S(1)}, out_partial_axes=a,b) gets the diagonal-block error on b and the redundant
+    out_partial_axes error on a, each a listed deliberate rejection: listed together too."""
+    from types import SimpleNamespace
+
+    from soundness import rules
+
+    errors = ['spmd-global: matmul(x0, x1): mesh axis "b" shards dim 0 of x0 (x0: Tensor[P["a"], '
+              'S[0, "b"]]) and dim 1 of x1 (x1: Tensor[R["a"], S[1, "b"]]), two dims that both '
+              "stay in the result: each rank holds one diagonal block (its own part of each), no "
+              "shard of the whole result nor anything a later op can use as one",
+              'spmd-collective: spmd.matmul(..., out_partial_axes="a"): the local result is '
+              'already P on "a" (an operand is Partial); drop "a" from out_partial_axes']
+    assert rules._DIAGONAL_BLOCK in errors[0]
+    task = SimpleNamespace(errors=errors, partial_axes=("a", "b"))
+    assert rules._conservative_reason(task, []) == rules.DIAGONAL_BLOCK
+    # the redundant declaration alone is not the diagonal block's
+    alone = SimpleNamespace(errors=errors[1:], partial_axes=("a", "b"), case=None)
+    assert rules._conservative_reason(alone, []) != rules.DIAGONAL_BLOCK
