@@ -116,16 +116,15 @@ from ..engine.contractions import CONTRACTIONS, Contraction
 from ..engine.errors import SpmdError
 from ..engine.ops import (
     OpSpec, FACTORIES, GRADFREE_NAMES, NON_OPERAND_NAMES, NOT_OPS, OPERATORS, PER_OPERAND_OPS,
-    VALUE_READS, NORMALISING,
+    VALUE_READS,
     SCALAR_OPERAND_NAMES, Operand, Role, call_spec, check_backward, check_inplace, loss_reduction,
     summing_name,
     check_send, check_value_read, classify, foreach_op, foreach_writes, variant_formals,
     FUSED_FIRST_STEP, send_call,
     is_index_formal, is_known, is_value_target, partial_op, propagate, propagate_each,
     Reduction, Result, rank_index_operand, source_operand,
-    NORMALISING, REDUCTIONS, SCANS,
+    NORMALISING,
 )
-from ..engine.views import MOVES
 from ..engine.types import (
     LIST_ITEM, REPLICATE, Kind, LocalType, SpmdType, UNTYPED, bare, format_axis, format_type,
     repeated_axis_message,
@@ -145,7 +144,8 @@ from .codes import ERROR_CODES
 from .memo import FunctionMemo
 from .verdicts import check_argument_memo, known_fit, partial_op_memo, propagate_memo
 from .mypy_types import TENSOR, TORCH_TENSOR_BASES, TypeBuilder, lookup_type
-from .reductions import module_reduction, read_contraction, read_move, read_reduction, read_variant
+from .reductions import (may_read_move, may_read_reduction, module_reduction, read_contraction,
+                         read_move, read_reduction, read_variant)
 from .torch_namespaces import DECOMPOSITIONS
 from .match_patterns import value_comparisons
 from .rank_index import (EVERY, UNNAMED_GROUP, VALUE, Condition, Divergent, axes_in,
@@ -1019,8 +1019,8 @@ class CallTyper:
         inplace = op.endswith("_") and not op.startswith("__") or op == "__setitem__"
         # what the op may read from its call, told once (read_move and read_reduction answer
         # None for any other op; loss_reduction of the op's own spec is one answer)
-        may_move = op in MOVES or op in CONTRACTIONS
-        may_reduce = op in NORMALISING or op in REDUCTIONS or op in SCANS
+        may_move = may_read_move(op)
+        may_reduce = may_read_reduction(op)
         own_loss = loss_reduction(own_spec) is not None
         per_operand = op in PER_OPERAND_OPS
 

@@ -72,6 +72,18 @@ def _normalised_value(e: Expression, t: Type | None, kind: str) -> object:
     return None
 
 
+def may_read_move(op: str) -> bool:
+    """Whether :func:`read_move` can answer anything but None for ``op`` (a view, a join, a
+    contraction): told once per op hook, which asks it of no other op."""
+    return op in MOVES or op in CONTRACTIONS
+
+
+def may_read_reduction(op: str) -> bool:
+    """Whether :func:`read_reduction` can answer anything but None for ``op`` (a normalising
+    op, a reduction, a scan): told once per op hook, which asks it of no other op."""
+    return op in NORMALISING or op in REDUCTIONS or op in SCANS
+
+
 def read_reduction(ctx: FunctionContext | MethodContext, op: str) -> Reduction | None:
     """The literal dims (and keepdim) of reduction ``op``'s call; None if the op is not a
     reduction, states no dim, or states one the checker cannot read.  For a normalising op,
