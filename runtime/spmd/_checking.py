@@ -3019,8 +3019,13 @@ def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bo
     except TypeError:
         return None
     have, src_lt = _at_rank(x, have, src_lt)
+    # whether a gradient can flow decides whether an I read as R is a wrong src (the
+    # engine's SAME_VALUES relaxation): the tensor's own, as before_collective and the
+    # static checker (an annotated parameter may carry one) read it
+    with torch._C.DisableTorchFunction():
+        can_grad = torch.is_grad_enabled() and x.requires_grad
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
-                           reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=False)
+                           reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=can_grad)
     if res.errors and res.errors[0].code == "spmd-src-mismatch":
         return res.errors[0]
     return None

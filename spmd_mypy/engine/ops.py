@@ -3227,7 +3227,10 @@ def partial_op(op: str, operands: Sequence[Operand], axes: Sequence[str], *,
     res = propagate(op, operands, strict=strict, reduction=reduction, move=move)
     errors = list(res.errors)
     t = res.type
-    shards = _shards_without_ranks(op, operands, reduction, move, t) if not errors else t
+    # rank-free even after an error in the local op: a second error must not come from
+    # what only the ranks tell (the check mode's diagonal block on one axis made the other
+    # axis's S(1) a redundant-partial error the static checker, reading no ranks, never gives)
+    shards = _shards_without_ranks(op, operands, reduction, move, t)
     for a in axes:
         lt = t.get(a)
         sl = shards.get(a)

@@ -218,3 +218,21 @@ def test_a_diagonal_block_beside_a_redundant_partial_is_listed() -> None:
     # the redundant declaration alone is not the diagonal block's
     alone = SimpleNamespace(errors=errors[1:], partial_axes=("a", "b"), case=None)
     assert rules._conservative_reason(alone, []) != rules.DIAGONAL_BLOCK
+
+
+def test_a_diagonal_block_does_not_make_the_other_axis_a_redundant_partial() -> None:
+    """The full run's task building stopped on spmd.matmul({a:R, b:S(0)}, {a:S(1), b:S(1)},
+    out_partial_axes=a) (session 46, 8 combinations on a2xb2): the check mode's diagonal
+    block on b made partial_op read the ranked layout on a (S(1): a redundant-partial error)
+    while the static checker, with no error, reads a rank-free V there and accepts the claim.
+    A second error must not come from what only the ranks tell: the check mode now gives the
+    diagonal block alone, which the harness lists as a check-mode-only rejection."""
+    from soundness import rules
+
+    tasks = rules.build_tasks("a2xb2", cases=["spmd.matmul"])
+    assert tasks
+    pair = [t for t in tasks
+            if [[str(lt) for lt in op] for op in t.in_types] == [["R", "S(0)"], ["S(1)", "S(1)"]]]
+    assert pair, [t.in_types for t in tasks[:3]]
+    for t in pair:
+        assert t.errors and all(rules._DIAGONAL_BLOCK in e for e in t.errors), t.errors
