@@ -870,13 +870,16 @@ def _conservative_reason(task: Task, passing: list[tuple[LocalType, ...]]) -> st
     if task.errors and all(e.startswith("spmd-global") and _IMPLICIT_PARTIAL in e
                            for e in task.errors):
         return IMPLICIT_PARTIAL
-    # (beside it, an operand already P on an axis in out_partial_axes: the redundant
-    # declaration's own listed error; spmd.matmul({a:P, b:S(0)}, {a:R, b:S(1)},
-    # out_partial_axes=a,b), unlisted in the quick run until session 45)
+    # (beside it, an operand already P on an axis in out_partial_axes, or a local result
+    # S(i) there: the redundant declaration's own listed errors (REDUNDANT_PARTIAL,
+    # FREE_SHARD_PARTIAL); spmd.matmul({a:P, b:S(0)}, {a:R, b:S(1)}, out_partial_axes=a,b),
+    # unlisted in the quick run until session 45; spmd.einsum / spmd.linear({a:R, b:S(0)},
+    # {a:S(1) / S(0), b:S(1) / S(0)}, out_partial_axes=a), 12 unlisted in session 46's full
+    # run, the first to finish since session 29)
     if task.errors and all((e.startswith("spmd-global") and (_DIAGONAL_BLOCK in e
                                                              or _IMPLICIT_PARTIAL in e))
                            or (task.partial_axes and e.startswith("spmd-collective")
-                               and "already P on" in e)
+                               and ("already P on" in e or "another block of its dim" in e))
                            for e in task.errors) and any(_DIAGONAL_BLOCK in e for e in task.errors):
         return DIAGONAL_BLOCK
     # (beside it, a sum over a dim sharded on another axis not in out_partial_axes: that

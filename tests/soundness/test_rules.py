@@ -236,3 +236,25 @@ def test_a_diagonal_block_does_not_make_the_other_axis_a_redundant_partial() -> 
     assert pair, [t.in_types for t in tasks[:3]]
     for t in pair:
         assert t.errors and all(rules._DIAGONAL_BLOCK in e for e in t.errors), t.errors
+
+
+def test_a_diagonal_block_beside_a_free_shard_partial_is_listed() -> None:
+    """Session 46's full run: spmd.einsum("ij,jk->ik", {a:R, b:S(0)}, {a:S(1), b:S(1)},
+    out_partial_axes=a) gets the diagonal block on b and, in both checkers (the equation
+    gives the ranks), the free-shard declaration on a (the local result is S(1) there): each
+    a listed rejection alone, 12 such pairs (spmd.einsum, spmd.linear) were unlisted."""
+    from types import SimpleNamespace
+
+    from soundness import rules
+
+    tasks = rules.build_tasks("a2xb2", cases=["spmd.einsum", "spmd.linear"])
+    pairs = [t for t in tasks if len(t.errors) == 2
+             and any(rules._DIAGONAL_BLOCK in e for e in t.errors)
+             and any("another block of its dim" in e for e in t.errors)]
+    assert len(pairs) >= 12, len(pairs)
+    for t in pairs:
+        assert rules._conservative_reason(t, []) == rules.DIAGONAL_BLOCK, t
+    # the free-shard declaration alone stays its own listing
+    alone = SimpleNamespace(errors=[e for e in pairs[0].errors if "another block" in e],
+                            partial_axes=pairs[0].partial_axes, case=pairs[0].case)
+    assert rules._conservative_reason(alone, []) == rules.FREE_SHARD_PARTIAL
