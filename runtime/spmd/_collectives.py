@@ -1484,7 +1484,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any = None, dst: Any = None,
             if shape and not shape[0] % g.size and x.dtype in du.WIRE_DTYPES:
                 send = du.send_buffer(x)
                 out = torch.empty_like(send)
-                dist.all_to_all_single(out, send, group=g.pg)
+                du.all_to_all_single(out, send, g.pg)
                 return out
     plan = _plan("all_to_all", axis, src, dst, x=x)
     out = _run(plan, x, None)
