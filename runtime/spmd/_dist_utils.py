@@ -21,7 +21,7 @@ with ``new_empty``/``empty_like`` and the same code runs on gloo (CPU) and NCCL
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -64,7 +64,7 @@ _view_as_real = torch.view_as_real
 _COALESCING = c10d._world.pg_coalesce_state  # (a dict, cleared in place, never replaced)
 
 
-def _options(cls: type, **fields: object) -> object:
+def _options(cls: type, **fields: object) -> Any:
     opts = cls()
     opts.asyncOp = False
     for k, v in fields.items():
