@@ -497,6 +497,102 @@ def check_no_grad_fast_path(ctx: Ctx, name: str, mesh_key: str, axis: Any, op: s
                     lambda: call(torch.tensor(1.0, dtype=F64), axis, src=marker(src), dst=marker(dst)))
 
 
+# The fast forms' raw twins: the torch.distributed function the typed op's fast path stands
+# for, on the same group and input (out-of-place, as the typed op returns a new tensor).
+def _raw_fast(op: str, x: torch.Tensor, pg: Any) -> torch.Tensor:
+    n = dist.get_world_size(pg)
+    x = x.contiguous()
+    if op == "all_reduce":
+        out = x.clone()
+        dist.all_reduce(out, group=pg)
+    elif op == "all_gather":
+        out = x.new_empty(n * x.shape[0], *x.shape[1:])
+        dist.all_gather_single(out, x, group=pg)
+    elif op == "reduce_scatter":
+        out = x.new_empty(x.shape[0] // n, *x.shape[1:])
+        dist.reduce_scatter_single(out, x, group=pg)
+    else:
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x, group=pg)
+    return out
+
+
+# the ProcessGroup method each fast form calls, and torch.distributed's Python wrapper of it
+_DIRECT_CALLS = {"all_reduce": ("allreduce", "all_reduce"),
+                 "all_gather": ("all_gather_single", "all_gather_single"),
+                 "reduce_scatter": ("reduce_scatter_single", "reduce_scatter_single"),
+                 "all_to_all": ("all_to_all_single", "all_to_all_single")}
+
+
+def _calls_made(fn: Callable[[], Any]) -> tuple[list[str], list[str]]:
+    """(the Python functions of torch.distributed.distributed_c10d called, the names of the C
+    functions called: a ProcessGroup's methods among them) while ``fn`` runs on this thread."""
+    import sys
+
+    py: list[str] = []
+    c_calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("distributed_c10d.py"):
+            py.append(frame.f_code.co_name)
+        elif event == "c_call":
+            c_calls.append(getattr(arg, "__name__", ""))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return py, c_calls
+
+
+def check_fast_path_direct_call(ctx: Ctx, name: str, op: str, src: str, dst: str) -> None:
+    """The no-grad fast path of ``op(src, dst)`` calls the ProcessGroup itself, not
+    torch.distributed's Python wrapper (_dist_utils' direct forms), with the raw call's
+    result, real and complex; a tensor under a user's TorchFunctionMode still goes through
+    torch.distributed, so the mode sees the collective (and the result is the same)."""
+    from torch.overrides import TorchFunctionMode
+
+    mesh = ctx.mesh("1d")
+    n, me = ctx.world, ctx.rank
+    pg = mesh.get_group("x")
+    method, wrapper = _DIRECT_CALLS[op]
+    call = getattr(spmd, op)
+    kw = {"src": marker(src), "dst": marker(dst)}
+    with spmd.set_mesh(mesh):
+        x = values(src, input_shapes(op, src, dst, n, None), f"{name}/x")[me]
+        z = torch.complex(x, 2.0 * x)  # complex128: sent as its real view
+        call(x, "x", **kw)  # the first call finds the group (the general path)
+        for t in (x, z) if op != "reduce_scatter" else (x,):
+            out = None
+
+            def typed() -> None:
+                nonlocal out
+                out = call(t, "x", **kw)
+
+            py, c_calls = _calls_made(typed)
+            assert wrapper not in py, f"{op} {t.dtype}: the fast path called dist.{wrapper} ({py})"
+            assert c_calls.count(method) == 1, (op, t.dtype, method, c_calls)
+            assert out is not None and out.dtype == t.dtype
+            raw = _raw_fast(op, t, pg)
+            assert torch.equal(out, raw), f"{op} {t.dtype}: {out} != the raw call's {raw}"
+
+        class Seen(TorchFunctionMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.funcs: list[str] = []
+
+            def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                                   kwargs: Any = None) -> Any:
+                self.funcs.append(getattr(func, "__name__", str(func)))
+                return func(*args, **(kwargs or {}))
+
+        with Seen() as mode:
+            out = call(x, "x", **kw)
+        assert wrapper in mode.funcs, f"{op}: the mode did not see dist.{wrapper}: {mode.funcs}"
+        assert torch.equal(out, _raw_fast(op, x, pg)), op
+
+
 # ------------------------------------------------------------------------------------
 # Mesh behaviour and errors (in a world)
 # ------------------------------------------------------------------------------------
@@ -1399,6 +1495,9 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         fast_axes += [("2x2", "tp", True), ("2x2", ("dp", "tp"), True),
                       ("2x2", ("tp", "dp"), False), ("2x2T", ("dp", "tp"), False),
                       ("2x2T", "dp", True)]
+    for op, src, dst in FAST_FORMS:  # ... issue the ProcessGroup's call themselves
+        add(f"{p}/1d/x/{op}({src},{dst})-no-grad-direct-call".replace("'", ""),
+            check_fast_path_direct_call, op=op, src=src, dst=dst)
     for key, axis, direct in fast_axes:
         for op, src, dst in FAST_FORMS:
             add(f"{p}/{key}/{axis}/{op}({src},{dst})-no-grad".replace("'", "").replace(" ", ""),

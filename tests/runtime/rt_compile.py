@@ -143,6 +143,47 @@ def check_compiled_under_typecheck(ctx: Ctx, name: str) -> None:
     assert eval_frame._stance.stance == "default", eval_frame._stance
 
 
+def check_compiled_fast_paths(ctx: Ctx, name: str) -> None:
+    """The no-grad fast paths (which call the ProcessGroup itself in eager mode: Dynamo cannot
+    trace that call) compile with fullgraph=True to a graph of functional collectives (the
+    torch.distributed twin each direct call names in _torchdynamo_inline) and give the raw
+    call's numbers."""
+    from rt_checks import FAST_FORMS, _raw_fast
+
+    from spmd import _dist_utils
+
+    for fn in (_dist_utils.all_to_all_single, _dist_utils.all_reduce_sum,
+               _dist_utils.all_gather_single, _dist_utils.reduce_scatter_sum):
+        assert fn._torchdynamo_inline is not fn, fn  # the eager body is not what is traced
+    mesh = ctx.mesh("1d")
+    pg = mesh.get_group("x")
+    n, me = ctx.world, ctx.rank
+    with spmd.set_mesh(mesh), torch.no_grad():
+        for op, src, dst in FAST_FORMS:
+            call = getattr(spmd, op)
+            kw = {"src": marker(src), "dst": marker(dst)}
+            x = values(src, input_shapes(op, src, dst, n, None), f"{name}/{op}{src}{dst}")[me]
+            call(x, "x", **kw)  # eager first: the fast path's group is found
+            # complex: not all_to_all (torch's functional all_to_all_single hands gloo the
+            # complex tensor, which it refuses: "Invalid scalar type", before the direct calls
+            # too) nor reduce_scatter (torch's wrapper takes no real view of it either)
+            complex_ok = op in ("all_reduce", "all_gather")
+            for t in (x, x.float()) + ((torch.complex(x, -x),) if complex_ok else ()):
+                graphs: list[torch.fx.GraphModule] = []
+
+                def backend(gm: torch.fx.GraphModule, inputs: Any) -> Any:
+                    graphs.append(gm)
+                    return gm.forward
+
+                torch._dynamo.reset()
+                out = torch.compile(lambda y: call(y, "x", **kw) * 2, backend=backend,
+                                    fullgraph=True)(t)
+                assert len(graphs) == 1, (op, len(graphs))
+                targets = {str(node.target) for node in graphs[0].graph.nodes}
+                assert any("_c10d_functional" in t_ for t_ in targets), (op, targets)
+                assert_close(out, _raw_fast(op, t, pg) * 2, msg=lambda m: f"{op} {t.dtype}: {m}")
+
+
 def _compare(program: Callable[..., torch.Tensor], xs: list[torch.Tensor], backend: str,
              name: str) -> None:
     torch._dynamo.reset()
@@ -180,6 +221,8 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     for op in OPS:
         n = f"w{world}/compile/{op}"
         out.append((n, functools.partial(check_compiled_op, name=n, op=op)))
+    n = f"w{world}/compile/no-grad-fast-paths"
+    out.append((n, functools.partial(check_compiled_fast_paths, name=n)))
     n = f"w{world}/compile/mesh-change-traces-again"
     out.append((n, functools.partial(check_compiled_follows_the_mesh, name=n)))
     n = f"w{world}/compile/under-typecheck"
