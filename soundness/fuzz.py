@@ -567,12 +567,26 @@ CATEGORIES = ("accepted-equal", "accepted-no-reference", "rejected-counterexampl
 
 
 def agree(m: Verdict, c: Verdict) -> bool:
+    if m.accepted and not c.accepted:
+        return along_shard_at_rank(c)
     if m.accepted or c.accepted:
         return m.accepted and c.accepted
     return (m.line == c.line and bool(set(c.codes) & set(m.codes))) or pending_sum_pair(m, c)
 
 
 _REDUCES = " reduces the dim sharded on "
+# The scans and normalisations along a shard dim (engine ops.scan_along_shard_error,
+# normalised_along_shard_error): their messages' verbs
+_ALONG_SHARD = (" scans the dim sharded on ", " normalises the dim sharded on ")
+
+
+def along_shard_at_rank(c: Verdict) -> bool:
+    """The check mode's rejection the plugin cannot make by design: a scan or normalisation
+    along a negative dim (``F.softmax(x, dim=-1)`` of an S(1) x) is along the shard dim only
+    at some ranks (2-d here; a 4-d S(1) is head-parallel attention's scores, whose softmax
+    over the keys is right), and the plugin reads no rank, so it keeps V; the check mode,
+    at the real rank, rejects it (the rules suite's check-only verdicts alike)."""
+    return c.codes == ("spmd-global",) and any(v in c.note for v in _ALONG_SHARD)
 
 
 def pending_sum_pair(m: Verdict, c: Verdict) -> bool:

@@ -159,3 +159,21 @@ def test_only_a_pending_sum_may_be_reported_at_two_lines() -> None:
     assert not agree(static, Verdict(4, ("spmd-global",), other))  # another sum
     assert not agree(Verdict(3, ("spmd-global",), "a contraction"),
                      Verdict(4, ("spmd-global",), "a contraction"))
+
+
+def test_only_a_scan_or_normalisation_along_the_shard_dim_is_check_mode_only() -> None:
+    """fuzz.agree: ``F.softmax(x0, dim=-1)`` of an S(1) x0 is along the shard dim only at
+    rank 2 (a 4-d S(1) is head-parallel attention's scores): the plugin, reading no rank,
+    accepts; the check mode, at the real rank, rejects (session 46's fuzz run, seed 0,
+    regression d584bec162). No other check-mode-only rejection agrees."""
+    from soundness.fuzz import Verdict, agree
+
+    accepted = Verdict()
+    norm = ('softmax along dim -1 of x0 (Tensor[S[1, "tp"]]) normalises the dim sharded on '
+            '"tp": each rank computes the max')
+    scan = 'cumsum along dim -1 of x0 (Tensor[S[1, "tp"]]) scans the dim sharded on "tp"'
+    assert agree(accepted, Verdict(2, ("spmd-global",), norm))
+    assert agree(accepted, Verdict(2, ("spmd-global",), scan))
+    assert not agree(accepted, Verdict(2, ("spmd-global",), "a contraction of x0"))
+    assert not agree(accepted, Verdict(2, ("spmd-collective",), norm))
+    assert not agree(Verdict(2, ("spmd-global",), norm), accepted)  # the plugin's alone
