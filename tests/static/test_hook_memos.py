@@ -358,3 +358,41 @@ def test_boundary_fits_only_where_the_rule_finds_no_error(tmp_path, monkeypatch)
     assert "a: Tensor[V[\"tp\"]] = x" not in flagged and "y: Tensor[V[\"tp\"]] = x" not in flagged, out
     assert len([n for n in lines if source[n - 1].strip() == "return x"]) == 3, out  # p_for_r, shards_differ, two_axes
 
+
+def test_promotion_reads_the_module_once_a_checker() -> None:
+    """Promotion.sync reads the module of a checker it did not sync last (as it read it at
+    every sync before), and again after forget (a file parsed again)."""
+    from types import SimpleNamespace
+
+    from spmd_mypy.plugin.mypy_types import TypeBuilder
+    from spmd_mypy.plugin.promotion import Promotion
+
+    options = Options()
+
+    def tree(name: str, source: str) -> object:
+        t = parse(source, f"{name}.py", name, Errors(options), options, eager=True)
+        t._fullname = name
+        return t
+
+    told: list[object] = []
+    a = SimpleNamespace(tree=tree("a", "import spmd\nx = 1\n"), msg=SimpleNamespace(errors="ea"))
+    b = SimpleNamespace(tree=tree("b", "import os\nx = 1\n"), msg=SimpleNamespace(errors="eb"))
+    p = Promotion(TypeBuilder(("tp",), lambda name: None), lambda name: None, told.append,
+                  lambda: {})
+    for api, module, wanted, new in [(a, "a", True, True), (a, "a", True, False),
+                                     (b, "b", False, True), (b, "b", False, False),
+                                     (a, "a", True, True), (a, "a", True, False)]:
+        before = len(told)
+        p.sync(api)
+        assert (p.module, p.wanted, len(told) - before) == (module, wanted, int(new))
+        fresh = Promotion(TypeBuilder(("tp",), lambda name: None), lambda name: None,
+                          lambda errors: None, lambda: {})
+        fresh.sync(api)
+        assert (fresh.module, fresh.wanted, fresh.promoted) == (p.module, p.wanted, p.promoted)
+    p.forget()
+    assert p.module is None
+    p.sync(a)
+    assert told[-1] == "ea" and p.module == "a" and len(told) == 4
+    # a checker without a module (no tree): read again at each sync, nothing changes
+    p.sync(SimpleNamespace())
+    assert p.module == "a" and len(told) == 4
