@@ -127,7 +127,7 @@ from ..engine import collectives as coll
 from ..engine import duality
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
-from ..engine.types import SpmdType, refines, refines_as_printed
+from ..engine.types import SpmdType, mismatched_axes, refines, refines_as_printed
 from .autograd import is_autograd_function
 from .calls import (expr_text, local_norm, made_by, made_by_binding, rank_every, rank_max,
                     slice_index)
@@ -349,17 +349,21 @@ class BoundaryChecker:
                     info.message += hint
             return False
         # a custom Function's forward runs without grad: its result may be R for I and back
-        self._forward_result = isinstance(stmt, ReturnStmt) and self._in_function_forward(chk)
-        fn = chk.scope.current_function()
-        self._func = fn if isinstance(fn, FuncDef) else None
-        self._chk = chk
-        try:
-            errors = self._compare(actual, declared, value if text is None else None,
-                                   expr_text(value) if text is None else text,
-                                   self._where(chk, stmt, target_expr))
-        finally:
-            self._forward_result = False
-            self._func = self._chk = None
+        forward_result = isinstance(stmt, ReturnStmt) and self._in_function_forward(chk)
+        if not forward_result and self._fits(actual, declared):
+            errors: list[tuple[SpmdError, Expression | None]] = []  # (no text rendered)
+        else:
+            self._forward_result = forward_result
+            fn = chk.scope.current_function()
+            self._func = fn if isinstance(fn, FuncDef) else None
+            self._chk = chk
+            try:
+                errors = self._compare(actual, declared, value if text is None else None,
+                                       expr_text(value) if text is None else text,
+                                       self._where(chk, stmt, target_expr))
+            finally:
+                self._forward_result = False
+                self._func = self._chk = None
         if errors and not self._duality_reports(chk):
             for err, at in errors:
                 chk.msg.fail(err.message, at if at is not None else value, code=ERROR_CODES[err.code])
@@ -368,6 +372,26 @@ class BoundaryChecker:
                 self._judged_lambda_returns.clear()
             self._judged_lambda_returns.add(id(stmt))
         return True
+
+    def _fits(self, actual: Type, declared: Type) -> bool:
+        """Whether :meth:`_compare` finds no error for a value of type ``actual`` where the
+        typed tensor ``declared`` is expected, told without the texts its messages read (most
+        errors mypy reports at a boundary are values the rule accepts, ``S(0)`` where ``V``
+        is declared): both one local tensor type, and no axis mismatched (engine
+        ``check_argument`` answers [] exactly then).  False: ask _compare."""
+        types = self.plugin.types
+        a = get_proper_type(actual)
+        d = get_proper_type(declared)
+        if not isinstance(d, Instance) or not types.is_tensor_info(d.type):
+            return False
+        if types.alternatives(a) is not None:
+            return False
+        have, want = types.from_type(a), types.from_type(d)
+        if want is None or have is None:
+            return False
+        if have.spec is not None and want.spec is not None:
+            return False  # global: the engine's own check
+        return not have or not mismatched_axes(have, want, False)
 
     def _mixed_shard_dims(self, chk: Any, value: Expression) -> str:
         """The hint of an elementwise ``h + bias`` of an S(-1) and an S(0) operand (V to the

@@ -305,7 +305,7 @@ class HookDispatch:
         """A file was parsed (again): the next hook finds out afresh what the module being
         checked meets, even if it is the same module as last time (dmypy, one file edited)."""
         self._module_checker = None
-        self.plugin.promotion.module = None
+        self.plugin.promotion.forget()
 
     def get_function_signature_hook(self, fullname: str) -> Callable | None:
         # mypy asks at every call: the answer for a name is kept (each is made once)

@@ -98,6 +98,11 @@ class Promotion:
         self.lookup_info = lookup_info
         self.on_module = on_module  # called with mypy's error store when the module changes
         self.module: str | None = None  # the module the last sync saw
+        # the checker that sync last read ``module`` from (kept alive: compared by identity):
+        # a module's hooks all hand its one checker, so the module is read once a checker
+        # (two attribute reads and a comparison at every hook were its cost); None: read it
+        # at the next sync (set with ``module = None`` by forget, the daemon's re-parse)
+        self._api: object | None = None
         self.wanted = False  # that module uses SPMD types
         self.promoted = False  # that module meets SPMD types (uses them or imports them)
         self.on = False
@@ -110,16 +115,19 @@ class Promotion:
         self._narrowing_functions: dict[FuncDef, bool] = {}
 
     def sync(self, api: object) -> None:
-        tree = getattr(api, "tree", None)
-        module = getattr(tree, "fullname", None)
-        if module is not None and module != self.module:
-            self.module = module
-            self._narrowing_functions = {}
-            msg = getattr(api, "msg", None)
-            self.on_module(getattr(msg, "errors", None))
-            self.wanted = module in self.typed_modules or (
-                isinstance(tree, MypyFile) and self.imports_spmd(tree))
-            self.promoted = self.wanted or self.typed_imports.reaches_spmd(module)
+        if api is not self._api:
+            tree = getattr(api, "tree", None)
+            module = getattr(tree, "fullname", None)
+            if module is not None and module != self.module:
+                self.module = module
+                self._narrowing_functions = {}
+                msg = getattr(api, "msg", None)
+                self.on_module(getattr(msg, "errors", None))
+                self.wanted = module in self.typed_modules or (
+                    isinstance(tree, MypyFile) and self.imports_spmd(tree))
+                self.promoted = self.wanted or self.typed_imports.reaches_spmd(module)
+            # (a checker's tree, and so its module, never changes)
+            self._api = api if module is not None else None
         if self._narrowing_functions and self.promoted:
             func = current_function(api)
             if func is not None and func in self._narrowing_functions:
@@ -129,6 +137,12 @@ class Promotion:
                 self._off(parameters)  # (a class already in that state: no cache reset)
                 return
         self.set(self.promoted)
+
+    def forget(self) -> None:
+        """The next sync reads the module afresh, even from the same checker (a file was
+        parsed again: dmypy, one file edited)."""
+        self.module = None
+        self._api = None
 
     def set(self, on: bool) -> None:
         if on == self.on:

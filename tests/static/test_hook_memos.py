@@ -264,3 +264,135 @@ def test_strict_is_kept_for_the_checker_and_options_asked_last() -> None:
     a.options = enabled  # (the same checker with other Options)
     assert typer.strict(SimpleNamespace(api=a)) is True  # type: ignore[arg-type]
 
+
+
+# -- the boundary watcher's and the promotion's shortcuts ----------------------------------
+
+BOUNDARIES = textwrap.dedent('''
+    from typing import Optional, Tuple
+
+    import torch
+    import spmd
+    from spmd import I, P, R, S, V, Tensor
+
+
+    def shard_for_v(x: Tensor[S[0, "tp"]]) -> Tensor[V["tp"]]:
+        return x
+
+
+    def v_for_shard(x: Tensor[V["tp"]]) -> Tensor[S[1, "tp"]]:
+        return x
+
+
+    def p_for_r(x: Tensor[P["tp"]]) -> Tensor[R["tp"]]:
+        return x
+
+
+    def shards_differ(x: Tensor[S[0, "tp"]]) -> Tensor[S[1, "tp"]]:
+        return x
+
+
+    def two_axes(x: Tensor[S[0, "tp"], R["dp"]]) -> Tensor[V["tp"], I["dp"]]:
+        return x
+
+
+    def pair(x: Tensor[S[0, "tp"]], y: Tensor[P["tp"]]) -> Tuple[Tensor[V["tp"]], Tensor[R["tp"]]]:
+        return x, y
+
+
+    def maybe(x: Optional[Tensor[S[0, "tp"]]]) -> Tensor[V["tp"]]:
+        assert x is not None
+        y: Tensor[V["tp"]] = x
+        return y
+
+
+    def assigned(x: Tensor[S[0, "tp"]], p: Tensor[P["tp"]]) -> None:
+        a: Tensor[V["tp"]] = x
+        b: Tensor[R["tp"]] = p
+        c: Tensor[V["tp"]] = 3  # not a tensor: mypy's error stands
+''')
+
+
+def test_boundary_fits_only_where_the_rule_finds_no_error(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """BoundaryChecker._fits (a boundary's verdict without the texts of its messages) says
+    yes only where _compare, asked with any texts, finds no error."""
+    import sys
+
+    import pytest
+    from mypy import api
+
+    from spmd_mypy.plugin import boundaries
+
+    if not isinstance(boundaries.BoundaryChecker.__dict__.get("_fits"), type(_function)):
+        pytest.skip("the compiled plugin: its methods cannot be wrapped")
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    from mypy_project import write_config
+
+    write_config(tmp_path)
+    (tmp_path / "m.py").write_text(BOUNDARIES)
+    original = boundaries.BoundaryChecker._fits
+    answers: list[bool] = []
+
+    def checked(self, actual, declared):  # noqa: ANN001, ANN202
+        fits = original(self, actual, declared)
+        try:
+            errors = self._compare(actual, declared, None, "x", lambda s: f"the value {s}")
+        except boundaries._Unjudged:
+            errors = None
+        assert not fits or errors == [], (actual, declared, errors)
+        answers.append(fits)
+        return fits
+
+    monkeypatch.setattr(boundaries.BoundaryChecker, "_fits", checked)
+    monkeypatch.chdir(tmp_path)
+    out, err, _ = api.run(["--config-file", "mypy.ini", "m.py"])
+    assert "INTERNAL ERROR" not in out + err, out + err
+    assert True in answers and False in answers, answers
+    lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    source = BOUNDARIES.splitlines()
+    flagged = {source[n - 1].strip() for n in lines}
+    # the rule's rejections (and mypy's own error for a value that is no tensor) stand; the
+    # values the rule accepts have none
+    assert {"return x", "b: Tensor[R[\"tp\"]] = p", "c: Tensor[V[\"tp\"]] = 3  # not a tensor: mypy's error stands",
+            "return x, y"} <= flagged, out
+    assert "a: Tensor[V[\"tp\"]] = x" not in flagged and "y: Tensor[V[\"tp\"]] = x" not in flagged, out
+    assert len([n for n in lines if source[n - 1].strip() == "return x"]) == 3, out  # p_for_r, shards_differ, two_axes
+
+
+def test_promotion_reads_the_module_once_a_checker() -> None:
+    """Promotion.sync reads the module of a checker it did not sync last (as it read it at
+    every sync before), and again after forget (a file parsed again)."""
+    from types import SimpleNamespace
+
+    from spmd_mypy.plugin.mypy_types import TypeBuilder
+    from spmd_mypy.plugin.promotion import Promotion
+
+    options = Options()
+
+    def tree(name: str, source: str) -> object:
+        t = parse(source, f"{name}.py", name, Errors(options), options, eager=True)
+        t._fullname = name
+        return t
+
+    told: list[object] = []
+    a = SimpleNamespace(tree=tree("a", "import spmd\nx = 1\n"), msg=SimpleNamespace(errors="ea"))
+    b = SimpleNamespace(tree=tree("b", "import os\nx = 1\n"), msg=SimpleNamespace(errors="eb"))
+    p = Promotion(TypeBuilder(("tp",), lambda name: None), lambda name: None, told.append,
+                  lambda: {})
+    for api, module, wanted, new in [(a, "a", True, True), (a, "a", True, False),
+                                     (b, "b", False, True), (b, "b", False, False),
+                                     (a, "a", True, True), (a, "a", True, False)]:
+        before = len(told)
+        p.sync(api)
+        assert (p.module, p.wanted, len(told) - before) == (module, wanted, int(new))
+        fresh = Promotion(TypeBuilder(("tp",), lambda name: None), lambda name: None,
+                          lambda errors: None, lambda: {})
+        fresh.sync(api)
+        assert (fresh.module, fresh.wanted, fresh.promoted) == (p.module, p.wanted, p.promoted)
+    p.forget()
+    assert p.module is None
+    p.sync(a)
+    assert told[-1] == "ea" and p.module == "a" and len(told) == 4
+    # a checker without a module (no tree): read again at each sync, nothing changes
+    p.sync(SimpleNamespace())
+    assert p.module == "a" and len(told) == 4
