@@ -57,6 +57,11 @@ DIST_OPS = {
     "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
     "send": "send", "recv": "recv", "isend": "send", "irecv": "recv",
 }
+# spmd._dist_utils' direct forms (the ProcessGroup's own call, no torch.distributed wrapper:
+# the typed ops' fast paths and the general path's sums, gathers and all_to_all), the group
+# their last argument
+DIRECT_OPS = {"all_to_all_single": "all_to_all", "all_reduce_sum": "all_reduce",
+              "all_gather_single": "all_gather", "reduce_scatter_sum": "reduce_scatter"}
 SPMD_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "reinterpret",
                     "convert", "redistribute")
 SPMD_PARTIAL = ("einsum", "matmul", "linear", "sum")
@@ -73,6 +78,7 @@ class Counters:
         self.grad_sites: Counter[tuple[str, int, str]] = Counter()
         self.functions: Counter[tuple[str, str]] = Counter()
         self._undo: list[Callable[[], None]] = []
+        self._direct = 0  # inside a direct form (its torch.distributed fallback: counted once)
 
     def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         original = getattr(owner, name)
@@ -86,17 +92,28 @@ class Counters:
         import spmd
         import spmd._dist_utils as du
 
-        def comm(op: str, name: str) -> Callable[[Any], Any]:
+        def comm(op: str, name: str, direct: bool = False) -> Callable[[Any], Any]:
             def make(original: Any) -> Any:
                 def counted(*args: Any, **kwargs: Any) -> Any:
+                    if direct:
+                        self._direct += 1
+                        try:
+                            return counted_call(args, kwargs, args[-1])
+                        finally:
+                            self._direct -= 1
+                    if self._direct:
+                        return original(*args, **kwargs)
+                    return counted_call(args, kwargs, kwargs.get("group"))
+
+                def counted_call(args: tuple, kwargs: dict, group: Any) -> Any:
                     if self.active:
-                        group = kwargs.get("group")
                         axes = self.groups.get(id(group), "world" if group is None else "?")
                         phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
                         self.comms[(op, axes, phase)] += 1
-                        caller = sys._getframe(1).f_code.co_filename
+                        frame = sys._getframe(2)  # counted's caller
+                        caller = frame.f_code.co_filename
                         if Path(caller).parent == EXAMPLES:  # a raw call in the example itself
-                            key = (caller, sys._getframe(1).f_lineno, f"torch.distributed.{name}")
+                            key = (caller, frame.f_lineno, f"torch.distributed.{name}")
                             self.sites[key] += 1
                     return original(*args, **kwargs)
 
@@ -117,6 +134,8 @@ class Counters:
             assert replacement is not None, f"spmd._dist_utils.{name} is not a torch.distributed function"
             setattr(du, name, replacement)
             self._undo.append(functools.partial(setattr, du, name, original))
+        for name, op in DIRECT_OPS.items():
+            self._patch(du, name, comm(op, name, direct=True))
 
         def site(call: str, partial: bool) -> Callable[[Any], Any]:
             def make(original: Any) -> Any:
