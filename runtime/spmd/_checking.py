@@ -2912,6 +2912,14 @@ def _lt(value: Any) -> LocalType | None:
     return local_type_of(value)
 
 
+def _grad_flows(x: torch.Tensor) -> bool:
+    """Whether a gradient can flow into ``x`` here (grad mode on and ``x`` requiring one),
+    read with torch functions off: what decides whether an I read as R is a wrong src (the
+    engine's SAME_VALUES relaxation), as the static checker reads it of an annotated value."""
+    with torch._C.DisableTorchFunction():
+        return torch.is_grad_enabled() and x.requires_grad
+
+
 def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
                   expert_mode: bool = False, reduce_op: str = "sum") -> Any:
     """Type a typed collective/conversion that ran in check mode; returns ``out``.
@@ -2925,8 +2933,7 @@ def on_collective(op: str, x: Any, axes: Any, src: Any, dst: Any, out: Any,
     names = _resolve_axes(axes)
     if names is None or not isinstance(x, torch.Tensor):
         return out  # an axis the checker cannot name: the result stays untyped
-    with torch._C.DisableTorchFunction():
-        can_grad = torch.is_grad_enabled() and x.requires_grad
+    can_grad = _grad_flows(x)
     src_lt, dst_lt = _lt(src), _lt(dst)
     have = _get(x) or _UNTYPED
     owner = _OWNER.get(id(have))
@@ -2978,8 +2985,7 @@ def before_collective(op: str, x: Any, axes: tuple[str, ...], src: LocalType, ds
     assert src_at is not None
     if all(t is None or shard_dims_match(t, src_at) for t in map(have.get, axes)):
         return
-    with torch._C.DisableTorchFunction():
-        can_grad = torch.is_grad_enabled() and x.requires_grad
+    can_grad = _grad_flows(x)
     res = check_collective(op, have, axes, src_at, dst, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=can_grad)
     if res.errors:
@@ -3019,11 +3025,7 @@ def src_mismatch(op: str, x: Any, axes: Any, src: Any, dst: Any, expert_mode: bo
     except TypeError:
         return None
     have, src_lt = _at_rank(x, have, src_lt)
-    # whether a gradient can flow decides whether an I read as R is a wrong src (the
-    # engine's SAME_VALUES relaxation): the tensor's own, as before_collective and the
-    # static checker (an annotated parameter may carry one) read it
-    with torch._C.DisableTorchFunction():
-        can_grad = torch.is_grad_enabled() and x.requires_grad
+    can_grad = _grad_flows(x)  # as before_collective reads it
     res = check_collective(op, have, names, src_lt, dst_lt, expert_mode=expert_mode,
                            reduce_op=reduce_op, x_text=_texts([x], ["x"])[0], can_grad=can_grad)
     if res.errors and res.errors[0].code == "spmd-src-mismatch":
@@ -3684,8 +3686,7 @@ def _megatron_apply(cls: Any, mapping: MappingTypes, torch_apply: Any, args: tup
     have = _reduced_pending(x, have, mapping.collective, axes, src, dst, "sum")
     _check_apply_argument(x, want, "input_", mapping.name, stamp=False, have=have or None)
     have, src_at = _at_rank(x, have, src)
-    with torch._C.DisableTorchFunction():
-        can_grad = torch.is_grad_enabled() and x.requires_grad
+    can_grad = _grad_flows(x)
     with suspended():
         out = torch_apply(*args, **kwargs)
     res = check_collective(mapping.collective, have, axes, src_at, dst, x_text=_texts([x], ["x"])[0],

@@ -94,7 +94,7 @@ def all_to_all_single(out: torch.Tensor, send: torch.Tensor, pg: dist.ProcessGro
     """``dist.all_to_all_single(out, send, group=pg)`` (equal blocks) by the ProcessGroup's
     own call; ``pg`` holds this rank, ``out`` has ``send``'s dtype."""
     if _has_torch_function((send,)):
-        return dist.all_to_all_single(out, send, group=pg)
+        return _all_to_all_dist(out, send, pg)
     if send.is_complex():
         send, out = _view_as_real(send), _view_as_real(out)
     work = pg.all_to_all_single(out, send, [], [], _A2A_OPTS)
@@ -111,7 +111,7 @@ def all_reduce_sum(t: torch.Tensor, pg: dist.ProcessGroup) -> None:
     """``dist.all_reduce(t, group=pg)`` (the sum, in place) by the ProcessGroup's own call;
     ``pg`` holds this rank."""
     if _has_torch_function((t,)) or pg in _COALESCING:
-        return dist.all_reduce(t, group=pg)
+        return _all_reduce_dist(t, pg)
     work = pg.allreduce([_view_as_real(t) if t.is_complex() else t], _AR_SUM_OPTS)
     if work is not None:
         work.wait()
@@ -126,7 +126,7 @@ def all_gather_single(out: torch.Tensor, send: torch.Tensor, pg: dist.ProcessGro
     """``dist.all_gather_single(out, send, group=pg)`` by the ProcessGroup's own call; ``pg``
     holds this rank, ``out`` has ``send``'s dtype."""
     if _has_torch_function((send,)) or pg in _COALESCING:
-        return _all_gather_flat(out, send, group=pg)
+        return _all_gather_dist(out, send, pg)
     if send.is_complex():
         send, out = _view_as_real(send), _view_as_real(out)
     work = pg.all_gather_single(out, send, _AG_OPTS)
@@ -144,7 +144,7 @@ def reduce_scatter_sum(out: torch.Tensor, send: torch.Tensor, pg: dist.ProcessGr
     call; ``pg`` holds this rank, ``out`` has ``send``'s dtype (torch's wrapper takes no real
     view of a complex tensor here: neither does this)."""
     if _has_torch_function((send,)) or pg in _COALESCING:
-        return _reduce_scatter_flat(out, send, op=SUM, group=pg)
+        return _reduce_scatter_dist(out, send, pg)
     work = pg.reduce_scatter_single(out, send, _RS_SUM_OPTS)
     if work is not None:
         work.wait()
