@@ -6,6 +6,8 @@ elsewhere (a renamed private function, a changed signature, a table that no long
 - ``bench/runtime_overhead.py --smoke``: 2 gloo ranks on 127.0.0.1, every part and variant,
   two rounds of one call (~15 s); ``--only all_to_all``: the subset mode (~10 s).
 - ``bench/compare_builds.py --smoke``: one module, one round, the importable plugin as both builds.
+- ``bench/overhead_parts.py --smoke``: one module, one round, the plugin's stand-ins
+  (bench/plugin_standins.py) and the plugin.
 - ``bench/static_overhead.py --smoke``: corpora of 1 and 2 modules, one round, with this
   interpreter's mypy and the installed spmd_mypy (the mypy runs start in the corpus's
   directory, not in the checkout); the cold runs analyse torch (~10-30 s each).
@@ -149,5 +151,29 @@ def test_compare_builds_smoke():
 
 def test_compare_builds_refuses_a_directory_without_a_build(tmp_path: Path):
     proc = subprocess.run([sys.executable, str(BENCH / "compare_builds.py"), "--base", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no spmd_mypy package there" in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_overhead_parts_smoke():
+    """``bench/overhead_parts.py --smoke``: one module, one round; the stand-ins of
+    bench/plugin_standins.py load in mypy (as a path:entry plugin), and the corpus is clean
+    under each (a stand-in that leaves mypy's own errors would time error reporting)."""
+    pytest.importorskip("torch")  # the corpus imports torch: mypy analyses it
+    out = _run("overhead_parts.py", "--smoke", timeout=280)
+    for needle in ("the per-module overhead in parts (smoke run", "filling the caches",
+                   "measuring: 1 rounds", "per module (--timing-stats sum), per round ratio to plain",
+                   "mean module time: plain"):
+        assert needle in out, (needle, out)
+    parts = _rows(out, "per module (--timing-stats sum)", "mean module time")
+    for name in ("annotations only", "+ mypy's hook calls", "+ the rules (the plugin)"):
+        line = next((line for line in parts if line.strip().startswith(name)), None)
+        assert line is not None and " adds " in line, (name, out)
+    assert "NOT clean" not in out, out
+
+
+def test_overhead_parts_refuses_a_directory_without_a_build(tmp_path: Path):
+    proc = subprocess.run([sys.executable, str(BENCH / "overhead_parts.py"), "--build", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no spmd_mypy package there" in proc.stderr, proc.stderr
