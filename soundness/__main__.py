@@ -189,6 +189,21 @@ def run_robustness(args: argparse.Namespace) -> tuple[dict, bool]:
     return out, ok
 
 
+def code_proven() -> dict[str, str]:
+    """Where the runtime, the plugin and the stubs under proof come from (a directory), as
+    this process and mypy's search path find them."""
+    import importlib.util
+
+    found = {}
+    for name in ("spmd", "spmd_mypy"):
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        found[name] = str(Path(origin).resolve().parent.parent) if origin else "(not found)"
+    stubs = next((Path(p) for p in sys.path if p and (Path(p) / "spmd-stubs").is_dir()), None)
+    found["spmd-stubs"] = str(stubs.resolve()) if stubs is not None else "(not found)"
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m soundness", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the CI-sized run")
@@ -220,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.json.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict = {"args": {k: (str(v) if isinstance(v, Path) else v)
-                              for k, v in vars(args).items()}}
+                              for k, v in vars(args).items()}, "code": code_proven()}
+    _print("proving: " + ", ".join(f"{k} from {v}" for k, v in summary["code"].items()))
     ok = True
     t0 = time.perf_counter()
     crashes = 0
@@ -255,4 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from soundness import run_from_checkout
+
+    run_from_checkout("soundness")
     sys.exit(main())

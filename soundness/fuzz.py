@@ -828,4 +828,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from soundness import run_from_checkout
+
+    run_from_checkout("soundness.fuzz")
     sys.exit(main())
