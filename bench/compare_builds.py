@@ -49,6 +49,54 @@ def _with_build(build: str, fn, *args):  # noqa: ANN001, ANN002, ANN202
             os.environ["PYTHONPATH"] = saved
 
 
+def module_sum(run: so.Run) -> float:
+    """A run's --timing-stats sum over the corpus modules (seconds)."""
+    return sum(run.modules.values())
+
+
+class Interleaved:
+    """Warm runs of several variants (each with its build: a directory first on PYTHONPATH,
+    or ""), every corpus module edited before each run: the caches filled (two runs each),
+    then ``rounds`` rounds of one run per variant, the order reversed every other round."""
+
+    def __init__(self, n_modules: int, stats: Path) -> None:
+        self.n_modules = n_modules
+        self.stats = stats
+        self.stamp = 0
+        self.clean: dict[str, bool] = {}  # variant -> its last run type-checked clean
+
+    def run(self, v: so.Variant, build: str) -> so.Run | None:
+        """One run with every corpus module edited; None (said why) when it failed or mypy
+        wrote no module times."""
+        self.stamp += 1
+        so.edit_all(v, v.files(self.n_modules), self.stamp)
+        run, out, valid = _with_build(build, so.run_mypy, v, v.files(self.n_modules), self.stats)
+        if not valid or not run.modules:
+            why = "mypy failed" if not valid else "no module times in mypy's --timing-stats output"
+            print(f"\n  ! {v.name}: {why}:\n" + so._indent(out[-2000:]))
+            return None
+        self.clean[v.name] = "Success" in out
+        return run
+
+    def measure(self, variants: list[tuple[so.Variant, str]], rounds: int) -> dict[str, list[so.Run]] | None:
+        for v, build in variants:
+            for _ in range(2):
+                if self.run(v, build) is None:
+                    return None
+        runs: dict[str, list[so.Run]] = {v.name: [] for v, _ in variants}
+        print(f"measuring: {rounds} rounds, the {len(variants)} variants interleaved", end="", flush=True)
+        t0 = time.perf_counter()
+        for r in range(rounds):
+            for v, build in (variants if r % 2 == 0 else variants[::-1]):
+                run = self.run(v, build)
+                if run is None:
+                    return None
+                runs[v.name].append(run)
+            print(".", end="", flush=True)
+        print(f" {time.perf_counter() - t0:.0f} s; load average now {os.getloadavg()[0]:.1f}")
+        return runs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help='the base build\'s directory ("" = the importable plugin)')
@@ -89,40 +137,9 @@ def _compare(workdir: Path, base: str, new: str, n_modules: int, rounds: int, sm
     print(f"  corpus: {n_modules} modules of bench/gen_corpus.py; {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
     print("filling the caches (cold, then one warm run each) ...", flush=True)
-    stats = workdir / "timing-stats.txt"
-    stamp = 0
-
-    def edited_run(v: so.Variant, build: str) -> so.Run | None:
-        """One run with every corpus module edited; None (said why) when it failed or mypy
-        wrote no module times."""
-        nonlocal stamp
-        stamp += 1
-        so.edit_all(v, v.files(n_modules), stamp)
-        run, out, valid = _with_build(build, so.run_mypy, v, v.files(n_modules), stats)
-        if not valid or not run.modules:
-            why = "mypy failed" if not valid else "no module times in mypy's --timing-stats output"
-            print(f"\n  ! {v.name}: {why}:\n" + so._indent(out[-2000:]))
-            return None
-        return run
-
-    for v, build in variants:
-        for _ in range(2):
-            if edited_run(v, build) is None:
-                return 1
-    runs: dict[str, list[so.Run]] = {v.name: [] for v, _ in variants}
-    print(f"measuring: {rounds} rounds, the three variants interleaved", end="", flush=True)
-    t0 = time.perf_counter()
-    for r in range(rounds):
-        for v, build in (variants if r % 2 == 0 else variants[::-1]):
-            run = edited_run(v, build)
-            if run is None:
-                return 1
-            runs[v.name].append(run)
-        print(".", end="", flush=True)
-    print(f" {time.perf_counter() - t0:.0f} s; load average now {os.getloadavg()[0]:.1f}")
-
-    def module_sum(run: so.Run) -> float:
-        return sum(run.modules.values())
+    runs = Interleaved(n_modules, workdir / "timing-stats.txt").measure(variants, rounds)
+    if runs is None:
+        return 1
 
     plain = runs["plain, no plugin"]
     print("\nper round, ratio to plain mypy (median over the rounds; the rounds' range):")

@@ -32,7 +32,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,40 +98,11 @@ def _parts(workdir: Path, build: str, n_modules: int, rounds: int, smoke: bool) 
     print(f"  corpus: {n_modules} modules of bench/gen_corpus.py; {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
     print("filling the caches (cold, then one warm run each) ...", flush=True)
-    stats = workdir / "timing-stats.txt"
-    stamp = 0
-    clean: dict[str, bool] = {}
-
-    def edited_run(v: so.Variant) -> so.Run | None:
-        nonlocal stamp
-        stamp += 1
-        so.edit_all(v, v.files(n_modules), stamp)
-        run, out, valid = cb._with_build(build, so.run_mypy, v, v.files(n_modules), stats)
-        if not valid or not run.modules:
-            why = "mypy failed" if not valid else "no module times in mypy's --timing-stats output"
-            print(f"\n  ! {v.name}: {why}:\n" + so._indent(out[-2000:]))
-            return None
-        clean[v.name] = "Success" in out
-        return run
-
-    for v in variants:
-        for _ in range(2):
-            if edited_run(v) is None:
-                return 1
-    runs: dict[str, list[so.Run]] = {v.name: [] for v in variants}
-    print(f"measuring: {rounds} rounds, the four variants interleaved", end="", flush=True)
-    t0 = time.perf_counter()
-    for r in range(rounds):
-        for v in (variants if r % 2 == 0 else variants[::-1]):
-            run = edited_run(v)
-            if run is None:
-                return 1
-            runs[v.name].append(run)
-        print(".", end="", flush=True)
-    print(f" {time.perf_counter() - t0:.0f} s; load average now {os.getloadavg()[0]:.1f}")
-
-    def module_sum(run: so.Run) -> float:
-        return sum(run.modules.values())
+    interleaved = cb.Interleaved(n_modules, workdir / "timing-stats.txt")
+    runs = interleaved.measure([(v, build) for v in variants], rounds)
+    if runs is None:
+        return 1
+    module_sum, clean = cb.module_sum, interleaved.clean
 
     plain = runs[PARTS[0][0]]
     print("\nper module (--timing-stats sum), per round ratio to plain mypy: median [the rounds' range]")
