@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # what ``make soundness`` puts first on PYTHONPATH: the checkout's plugin and engine, its
-# runtime (``spmd``) and its stubs (``spmd-stubs``, found by mypy on the path)
+# runtime (``spmd``) and its stubs (``spmd-stubs``, found by mypy on the path); the gloo
+# worlds (world.run_world) start their ranks with the same paths
 CHECKOUT_PATHS = (ROOT, ROOT / "runtime", ROOT / "stubs")
 
 

@@ -29,7 +29,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from soundness import CHECKOUT_PATHS, ROOT
+
 COLLECTIVE_TIMEOUT = 3600.0  # the world deadline (run_world) is what bounds a run
 
 
@@ -48,7 +49,7 @@ def run_world(world_size: int, job: str, arg: object, timeout: float) -> object:
     with tempfile.TemporaryDirectory(prefix="spmd-soundness-") as tmp:
         (Path(tmp) / "arg.pkl").write_bytes(pickle.dumps(arg))
         env = dict(os.environ)
-        paths = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "stubs")]
+        paths = [str(p) for p in CHECKOUT_PATHS]
         env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
         env.setdefault("OMP_NUM_THREADS", "1")
         env["PYTHONWARNINGS"] = "ignore"
