@@ -108,6 +108,7 @@ class SpmdPlugin(Plugin):
         self.regions = RegionIndex()  # the gradient-free regions of each checked file
         self.calls.rank_exprs = self.regions.rank_exprs  # the same dict, updated in place
         self.calls.divergent = self.regions.divergent  # the same dict, updated in place
+        self.boundaries.returned = self.regions.returned  # the same dict, updated in place
         self.promotion = Promotion(self.types, self.dispatch.lookup_info, self.dispatch.on_module,
                                    lambda: self._modules)
         self.promotion.correlated = Correlated(self.types, self.dispatch)

@@ -180,13 +180,14 @@ class HookDispatch:
         return g
 
     def _synced(self, hook: Callable, split_unions: bool = True) -> Callable:
-        return Synced(self.plugin.promotion, hook, split_unions)
+        return Synced(self.plugin.promotion, hook, split_unions, self.plugin.boundaries.settled_return)
 
     def _check_arguments(self) -> Synced:
         checker = self._checker
         if checker is None:
             checker = self._checker = Synced(self.plugin.promotion, self.plugin.calls.check_arguments_hook,
-                                             split_unions=False)  # it splits them itself
+                                             False,  # it splits them itself
+                                             self.plugin.boundaries.settled_return)
         return checker
 
     def _when_pending(self, hook: Callable | None) -> Callable | None:

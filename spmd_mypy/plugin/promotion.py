@@ -1217,10 +1217,14 @@ class Synced:
     """A check-time hook run after syncing the promotion, a union operand typed member by
     member (unless ``split_unions`` is off: a boundary compares the whole value)."""
 
-    def __init__(self, promotion: Promotion, hook: Callable[[Any], Type], split_unions: bool = True) -> None:
+    def __init__(self, promotion: Promotion, hook: Callable[[Any], Type], split_unions: bool = True,
+                 settle: Callable[[Any, Type], Type] | None = None) -> None:
         self.promotion = promotion
         self.hook = hook
         self.split_unions = split_unions
+        # the result of a call returned by its function, settled against the declared
+        # return type (boundaries.BoundaryChecker.settled_return)
+        self.settle = settle
 
     def __call__(self, ctx: Any) -> Type:
         try:
@@ -1231,11 +1235,17 @@ class Synced:
                     cases = self.promotion.union_cases(ctx)
                 except Exception:  # noqa: BLE001 - never crash mypy: type the union as a whole
                     cases = None
-            if cases is None:
-                return self.hook(ctx)
-            return make_simplified_union([self.hook(c) for c in cases])
+            result = (self.hook(ctx) if cases is None
+                      else make_simplified_union([self.hook(c) for c in cases]))
         except Exception as e:  # noqa: BLE001 - never crash mypy (guard.py)
             return recover(ctx, RESULT, e)
+        settle = self.settle
+        if settle is None:
+            return result
+        try:
+            return settle(ctx, result)
+        except Exception:  # noqa: BLE001 - never crash mypy: the result as the rule gave it
+            return result
 
 
 def _is_spmd(module: str) -> bool:

@@ -550,6 +550,9 @@ class GradRegions:
     # the ``x.grad = value`` statements (section 3: a trigger after each), by the trigger
     # call's id: checked once mypy has typed the value (``calls.check_grad_assignment``)
     grad_sets: dict[int, AssignmentStmt] = field(default_factory=dict)
+    # the values of the file's return statements (nested functions' too), by id: a hook asks
+    # whether its call is one (boundaries.BoundaryChecker.settled_return) before anything else
+    returned: dict[int, Expression] = field(default_factory=dict)
     # the ops whose argument is computed from a rank query (rank_index), by the node's id:
     # (the node, the axes its result varies on)
     rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = field(default_factory=dict)
@@ -650,6 +653,8 @@ class _Walker:
                                    list[tuple[int, int, str]]]] = {}
         self.reuse: dict[int, tuple[FuncDef, list[tuple[int, int, str]], list[_IntRecord],
                                     list[tuple[int, int, str]]]] | None = None
+        # the values of the file's return statements, by id (RegionIndex.returned)
+        self.returned: dict[int, Expression] = {}
 
     def regions(self, detached: list[tuple[int, int, str]],
                 integers: list[_IntRecord] | None = None,
@@ -663,7 +668,7 @@ class _Walker:
                            shadowed=self.shadowed if shadowed is None else shadowed,
                            function_bodies=self.function_bodies,
                            augmented_attributes=self.augmented,
-                           no_grad_functions=self.no_grad_functions)
+                           no_grad_functions=self.no_grad_functions, returned=self.returned)
 
     def _bind(self, target: Expression, value: Expression, which: int = _BOTH) -> None:
         """Each local named in ``target`` (inside a function) is assigned ``value``: what
@@ -813,6 +818,10 @@ class _Walker:
         if cls is _AssignmentStmt:
             self._assignment(cast(AssignmentStmt, st))
         elif cls is _ExpressionStmt or cls is _ReturnStmt:
+            if cls is _ReturnStmt:
+                returned = cast(ReturnStmt, st).expr
+                if returned is not None:
+                    self.returned[id(returned)] = returned
             if self._rank_flags and not self._rank_flags[-1]:  # f(a if dist.get_rank() else b)
                 self._rank_condition(cast("ExpressionStmt | ReturnStmt", st).expr)
             if self.rewrite:
@@ -2429,6 +2438,9 @@ class RegionIndex:
         # hook asks ``if divergent`` first
         self.divergent: dict[int, Divergent] = {}
         self._divergent_ids: dict[str, list[int]] = {}
+        # and the values returned by the functions of those files (GradRegions.returned)
+        self.returned: dict[int, Expression] = {}
+        self._returned_ids: dict[str, list[int]] = {}
 
     def regions(self, tree: MypyFile | None) -> GradRegions | None:
         return self._memo.get(tree) if tree is not None else None
@@ -2454,6 +2466,11 @@ class RegionIndex:
         if regions.divergent:
             self.divergent.update(regions.divergent)
             self._divergent_ids[tree.fullname] = list(regions.divergent)
+        for old in self._returned_ids.pop(tree.fullname, ()):
+            self.returned.pop(old, None)
+        if regions.returned:
+            self.returned.update(regions.returned)
+            self._returned_ids[tree.fullname] = list(regions.returned)
 
     def rank_axes(self, e: Context) -> tuple[frozenset, Expression] | None:
         """The axes op node ``e`` varies on because an index or operand is computed from a
