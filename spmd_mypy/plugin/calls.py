@@ -4064,55 +4064,20 @@ def _is_normaliser_call(e: Expression) -> bool:
 
 
 def _may_normalise(func: FuncDef | None, e: Expression) -> bool:
-    """Whether :func:`unfinished_norm`'s walk (``e``, then the values of the plain bindings
-    of ``func``'s locals it reads, and of theirs) can meet a softmax, log_softmax or
-    logsumexp call: one is written in ``e``, or ``e`` reads a local whose bindings lead to
-    one (:func:`_normalising_names`); when not, that walk finds nothing.  A body without
-    any such call (most) is told by a memo first; each answer is computed once per body
-    (a :class:`~.memo.FunctionMemo`)."""
-    subs = get_subexpressions(e)
-    if any(_is_normaliser_call(sub) for sub in subs):
+    """Whether a softmax, log_softmax or logsumexp call is written in ``e`` or anywhere in
+    ``func``'s body (nested definitions too): where :func:`unfinished_norm`'s walk (``e``,
+    then the values of ``func``'s assignments) can find one; when not, that walk finds
+    nothing.  The body's answer is computed once per body (a :class:`~.memo.FunctionMemo`)."""
+    if any(_is_normaliser_call(sub) for sub in get_subexpressions(e)):
         return True
-    if func is None or not _NORMALISER_CALLS.get(func):
-        return False
-    names = _NORMALISING_NAMES.get(func)
-    return bool(names) and any(type(sub) is _NameExpr and cast(NameExpr, sub).node in names
-                               for sub in subs)
+    return func is not None and _NORMALISER_CALLS.get(func)
 
 
 def _body_normalises(func: FuncDef) -> bool:
     return any(_is_normaliser_call(sub) for sub in get_subexpressions(func.body))
 
 
-def _normalising_names(func: FuncDef) -> frozenset[SymbolNode]:
-    """The locals of ``func`` a normaliser call is reachable from by the walks that follow a
-    value's names back through plain bindings (:func:`_binding_before`): a binding's value
-    holds a softmax, log_softmax or logsumexp call, or reads such a local.  Any binding,
-    whatever its line: a superset of what a walk from one point can reach."""
-    reach: set[SymbolNode] = set()
-    reads: list[tuple[SymbolNode, list[SymbolNode]]] = []
-    for node, defs in _plain_bindings(func).items():
-        names: list[SymbolNode] = []
-        for _, value in defs:
-            for sub in get_subexpressions(value):
-                if _is_normaliser_call(sub):
-                    reach.add(node)
-                elif type(sub) is _NameExpr and cast(NameExpr, sub).node is not None:
-                    names.append(cast(SymbolNode, cast(NameExpr, sub).node))
-        if names:
-            reads.append((node, names))
-    grown = bool(reach)
-    while grown:  # (a few rounds: each adds the locals one more binding away)
-        grown = False
-        for node, names in reads:
-            if node not in reach and any(n in reach for n in names):
-                reach.add(node)
-                grown = True
-    return frozenset(reach)
-
-
 _NORMALISER_CALLS: Final = FunctionMemo(_body_normalises)
-_NORMALISING_NAMES: Final = FunctionMemo(_normalising_names)
 
 
 def _is_max_collective(e: Expression) -> bool:
