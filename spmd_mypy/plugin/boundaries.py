@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import gc
 import re
-from typing import TYPE_CHECKING, Any, Callable, Final
+from typing import TYPE_CHECKING, Any, Callable
 
 from mypy.argmap import map_actuals_to_formals
 from mypy.checker_state import checker_state
@@ -136,8 +136,7 @@ from .index_values import index_value
 from .texts import ELIDED
 from .codes import ERROR_CODES
 from .messages import user_form
-from .memo import FunctionMemo
-from .statements import returns, statement_blocks
+from .statements import statement_blocks
 
 if TYPE_CHECKING:
     from . import SpmdPlugin
@@ -430,11 +429,10 @@ class BoundaryChecker:
         returns = getattr(chk, "return_types", None)
         if not returns or returns[-1] is not declared:
             return result  # the value of something else than a return (an argument's context)
-        fn = chk.scope.current_function()
+        fn = chk.scope.current_function()  # (the function whose return this is: mypy checks
+        # a return's value inside its own function, with its return type as the context)
         if type(fn) is not FuncDef or fn.is_generator or fn.is_coroutine:
             return result
-        if _RETURNED.get(fn).get(id(context)) is not context:
-            return result  # the value of another function's return (a nested one's)
         if not isinstance(fn.info, FakeInfo) and is_autograd_function(fn.info):
             # a custom Function's forward (run without grad: R for I) and backward (the
             # duality check reads the types of the gradients it returns)
@@ -1543,15 +1541,6 @@ def _collect(stmts: list[Statement], index: _Index, line: int, leaves: list[Stat
         else:
             for body in statement_blocks(st):
                 _collect(body, index, line, leaves)
-
-
-def _returned_values(fn: FuncDef) -> dict[int, Expression]:
-    """The values ``fn``'s return statements return (not those of nested functions, classes
-    or lambdas), by id (the function keeps them alive)."""
-    return {id(r.expr): r.expr for r in returns(fn.body.body) if r.expr is not None}
-
-
-_RETURNED: Final = FunctionMemo(_returned_values)
 
 
 def _only_abstract(d: Decorator) -> bool:

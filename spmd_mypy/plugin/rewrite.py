@@ -216,7 +216,7 @@ def _short(name: str) -> str:
 # A function's record for the integer reading (GradRegions.integer_pending): its lines, its
 # locals' assigned values, the module-level ints it does not assign
 _IntRecord = tuple[int, int, dict[str, list[Expression]], set[str]]
-_E = TypeVar("_E")  # an entry of a walk's per-definition lists (_outside)
+_E = TypeVar("_E")  # an entry of a walk's per-definition lists (_outside), of its maps (_renew)
 
 def _append(values: dict[str, list[Expression]], name: str, value: Expression) -> None:
     """``values.setdefault(name, []).append(value)``, without the KeyError a compiled
@@ -2416,6 +2416,17 @@ def _regions_or_none(tree: MypyFile) -> GradRegions:
         return GradRegions()
 
 
+def _renew(store: dict[int, _E], ids: dict[str, list[int]], module: str,
+           found: dict[int, _E]) -> None:
+    """``store``'s entries of ``module`` (their keys kept in ``ids``, by module) replaced by
+    ``found``, what the module's pre-pass found (RegionIndex.record)."""
+    for old in ids.pop(module, ()):
+        store.pop(old, None)
+    if found:
+        store.update(found)
+        ids[module] = list(found)
+
+
 class RegionIndex:
     """Each checked file's gradient-free regions, computed once per tree (hooks ask for the
     file being checked at every Invariant operand)."""
@@ -2428,8 +2439,9 @@ class RegionIndex:
         # their ids by module: not per tree, since the daemon merges a re-parsed file into
         # the old tree object (its statements, triggers included, then are the new tree's)
         self._conditions: dict[int, ConditionEntry] = {}
-        self._grad_sets: dict[int, AssignmentStmt] = {}
         self._condition_ids: dict[str, list[int]] = {}
+        self._grad_sets: dict[int, AssignmentStmt] = {}
+        self._grad_set_ids: dict[str, list[int]] = {}
         # the same for the ops computed from a rank query (rank_index): an op hook asks
         # ``if rank_exprs`` first, so code without rank queries pays a truth test
         self.rank_exprs: dict[int, tuple[Expression, frozenset, Expression]] = {}
@@ -2449,28 +2461,12 @@ class RegionIndex:
         """The regions found by :func:`prepare_file` (so the check does not walk the file
         again; a tree the daemon merged or mypy re-parsed without it is walked then)."""
         self._memo.put(tree, regions)
-        for old in self._condition_ids.pop(tree.fullname, ()):
-            self._conditions.pop(old, None)
-            self._grad_sets.pop(old, None)
-        if regions.conditions:
-            self._conditions.update(regions.conditions)
-            self._grad_sets.update(regions.grad_sets)
-            self._condition_ids[tree.fullname] = list(regions.conditions)
-        for old in self._rank_ids.pop(tree.fullname, ()):
-            self.rank_exprs.pop(old, None)
-        if regions.rank_exprs:
-            self.rank_exprs.update(regions.rank_exprs)
-            self._rank_ids[tree.fullname] = list(regions.rank_exprs)
-        for old in self._divergent_ids.pop(tree.fullname, ()):
-            self.divergent.pop(old, None)
-        if regions.divergent:
-            self.divergent.update(regions.divergent)
-            self._divergent_ids[tree.fullname] = list(regions.divergent)
-        for old in self._returned_ids.pop(tree.fullname, ()):
-            self.returned.pop(old, None)
-        if regions.returned:
-            self.returned.update(regions.returned)
-            self._returned_ids[tree.fullname] = list(regions.returned)
+        module = tree.fullname
+        _renew(self._conditions, self._condition_ids, module, regions.conditions)
+        _renew(self._grad_sets, self._grad_set_ids, module, regions.grad_sets)
+        _renew(self.rank_exprs, self._rank_ids, module, regions.rank_exprs)
+        _renew(self.divergent, self._divergent_ids, module, regions.divergent)
+        _renew(self.returned, self._returned_ids, module, regions.returned)
 
     def rank_axes(self, e: Context) -> tuple[frozenset, Expression] | None:
         """The axes op node ``e`` varies on because an index or operand is computed from a
