@@ -59,9 +59,10 @@ class Interleaved:
     or ""), every corpus module edited before each run: the caches filled (two runs each),
     then ``rounds`` rounds of one run per variant, the order reversed every other round."""
 
-    def __init__(self, n_modules: int, stats: Path) -> None:
+    def __init__(self, n_modules: int, stats: Path, seeds: Path | None = None) -> None:
         self.n_modules = n_modules
         self.stats = stats
+        self.seeds = seeds  # --seed-caches (static_overhead.restore_seed)
         self.stamp = 0
         self.clean: dict[str, bool] = {}  # variant -> its last run type-checked clean
 
@@ -79,10 +80,17 @@ class Interleaved:
         return run
 
     def measure(self, variants: list[tuple[so.Variant, str]], rounds: int) -> dict[str, list[so.Run]] | None:
+        seeded = []
         for v, build in variants:
-            for _ in range(2):
+            if so.restore_seed(self.seeds, v, build):  # (a variant may seed the next one)
+                seeded.append(v.name)
+            for i in range(2):
                 if self.run(v, build) is None:
                     return None
+                if i == 0:
+                    so.keep_seed(self.seeds, v, build)
+        if seeded:
+            print(f"  (from --seed-caches, not cold: {', '.join(seeded)})")
         runs: dict[str, list[so.Run]] = {v.name: [] for v, _ in variants}
         print(f"measuring: {rounds} rounds, the {len(variants)} variants interleaved", end="", flush=True)
         t0 = time.perf_counter()
@@ -103,6 +111,7 @@ def main() -> int:
     ap.add_argument("--new", default="", help='the new build\'s directory (default "": the importable plugin)')
     ap.add_argument("--rounds", type=int, default=12, help="interleaved rounds (default 12)")
     ap.add_argument("--workdir", type=Path, help="keep the corpus and caches here (default: a temp dir)")
+    ap.add_argument("--seed-caches", type=Path, metavar="DIR", help=so.SEED_HELP)
     ap.add_argument("--smoke", action="store_true", help="1 module, 1 round: every step, figures meaningless")
     args = ap.parse_args()
     for build in (args.base, args.new):
@@ -113,13 +122,16 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-compare-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _compare(workdir, args.base, args.new, n_modules, rounds, args.smoke)
+        if args.seed_caches:
+            args.seed_caches.mkdir(parents=True, exist_ok=True)
+        return _compare(workdir, args.base, args.new, n_modules, rounds, args.smoke, args.seed_caches)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _compare(workdir: Path, base: str, new: str, n_modules: int, rounds: int, smoke: bool) -> int:
+def _compare(workdir: Path, base: str, new: str, n_modules: int, rounds: int, smoke: bool,
+             seeds: Path | None = None) -> int:
     corpus = workdir / "corpus"
     if corpus.exists():
         shutil.rmtree(corpus)
@@ -137,7 +149,7 @@ def _compare(workdir: Path, base: str, new: str, n_modules: int, rounds: int, sm
     print(f"  corpus: {n_modules} modules of bench/gen_corpus.py; {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
     print("filling the caches (cold, then one warm run each) ...", flush=True)
-    runs = Interleaved(n_modules, workdir / "timing-stats.txt").measure(variants, rounds)
+    runs = Interleaved(n_modules, workdir / "timing-stats.txt", seeds).measure(variants, rounds)
     if runs is None:
         return 1
 

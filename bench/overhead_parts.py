@@ -61,6 +61,7 @@ def main() -> int:
     ap.add_argument("--build", default="", help='a build directory holding spmd_mypy ("": the importable plugin)')
     ap.add_argument("--rounds", type=int, default=12, help="interleaved rounds (default 12)")
     ap.add_argument("--workdir", type=Path, help="keep the corpus and caches here (default: a temp dir)")
+    ap.add_argument("--seed-caches", type=Path, metavar="DIR", help=so.SEED_HELP)
     ap.add_argument("--smoke", action="store_true", help="1 module, 1 round: every step, figures meaningless")
     args = ap.parse_args()
     if args.build and not (Path(args.build) / "spmd_mypy").is_dir():
@@ -70,13 +71,16 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-parts-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _parts(workdir, args.build, n_modules, rounds, args.smoke)
+        if args.seed_caches:
+            args.seed_caches.mkdir(parents=True, exist_ok=True)
+        return _parts(workdir, args.build, n_modules, rounds, args.smoke, args.seed_caches)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _parts(workdir: Path, build: str, n_modules: int, rounds: int, smoke: bool) -> int:
+def _parts(workdir: Path, build: str, n_modules: int, rounds: int, smoke: bool,
+           seeds: Path | None = None) -> int:
     corpus = workdir / "corpus"
     if corpus.exists():
         shutil.rmtree(corpus)
@@ -98,7 +102,7 @@ def _parts(workdir: Path, build: str, n_modules: int, rounds: int, smoke: bool) 
     print(f"  corpus: {n_modules} modules of bench/gen_corpus.py; {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
     print("filling the caches (cold, then one warm run each) ...", flush=True)
-    interleaved = cb.Interleaved(n_modules, workdir / "timing-stats.txt")
+    interleaved = cb.Interleaved(n_modules, workdir / "timing-stats.txt", seeds)
     runs = interleaved.measure([(v, build) for v in variants], rounds)
     if runs is None:
         return 1

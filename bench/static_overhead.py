@@ -62,6 +62,9 @@ import gen_corpus  # noqa: E402
 
 SIZES = (10_000, 20_000, 40_000)
 MAIN_SIZE = 20_000
+SEED_HELP = ("start each empty cache from a copy of a cache a run of this or another bench left "
+             "in DIR for the same config, plugin build and interpreter (torch's analysis is not "
+             "redone: the first runs are then not cold); DIR is created and filled as needed")
 TARGET_WHOLE = 1.10
 TARGET_MODULE = 1.5
 RUN_TIMEOUT_S = 600
@@ -112,6 +115,48 @@ def plugin_fingerprint() -> str:
         for path in sorted(Path(base).rglob("*.py")):
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def _cache_dir(variant: Variant) -> Path:
+    for line in variant.config.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "cache_dir":
+            return Path(value.strip())
+    raise ValueError(f"{variant.config}: no cache_dir line")
+
+
+def _seed_key(variant: Variant, build: str) -> str:
+    """What torch's cached analysis depends on: the config without its cache_dir line, the
+    plugin build and its sources, the interpreter (mypy checks the rest itself: a seed from
+    another mypy or plugin version is re-analysed, as any stale cache)."""
+    text = "\n".join(line for line in variant.config.read_text().splitlines()
+                     if line.partition("=")[0].strip() != "cache_dir")
+    h = hashlib.sha256("\0".join((text, build, sys.executable)).encode())
+    if variant.uses_plugin:
+        h.update(plugin_fingerprint().encode())
+    return h.hexdigest()[:16]
+
+
+def restore_seed(seeds: Path | None, variant: Variant, build: str = "") -> bool:
+    """``--seed-caches``: an empty cache of ``variant`` starts as a copy of the one a run
+    with the same key left in ``seeds`` (torch's analysis, ~10-30 s a variant, not redone)."""
+    cache = _cache_dir(variant)
+    seed = seeds / _seed_key(variant, build) if seeds else None
+    if seed is None or not seed.is_dir() or cache.exists():
+        return False
+    shutil.copytree(seed, cache)
+    return True
+
+
+def keep_seed(seeds: Path | None, variant: Variant, build: str = "") -> None:
+    """``--seed-caches``: a copy of ``variant``'s cache, after its first run, for later runs."""
+    if seeds is None:
+        return
+    seed = seeds / _seed_key(variant, build)
+    if not seed.exists():
+        partial = seeds / f"{seed.name}.partial-{os.getpid()}"
+        shutil.copytree(_cache_dir(variant), partial)
+        partial.rename(seed)
 
 
 def run_mypy(variant: Variant, files: list[Path], stats: Path) -> tuple[Run, str, bool]:
@@ -188,6 +233,8 @@ def main() -> int:
     ap.add_argument("--instructions", action="store_true",
                     help="also count each variant's instructions in one warm run at the main size "
                          "(valgrind's callgrind; deterministic where times are noisy)")
+    ap.add_argument("--seed-caches", type=Path, metavar="DIR",
+                    help=SEED_HELP)
     ap.add_argument("--smoke", action="store_true",
                     help="a smoke run: corpora of 1 and 2 modules, 1 round (unless --rounds): "
                          "every step (cold caches, edited and unedited runs, per-module stats, "
@@ -204,14 +251,18 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _bench(workdir, rounds, t_start, sizes, main_size, args.smoke, args.instructions)
+        if args.seed_caches:
+            args.seed_caches.mkdir(parents=True, exist_ok=True)
+        return _bench(workdir, rounds, t_start, sizes, main_size, args.smoke, args.instructions,
+                      args.seed_caches)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _bench(workdir: Path, rounds: int, t_start: float, all_sizes: tuple[int, ...] = SIZES,
-           main_size: int = MAIN_SIZE, smoke: bool = False, instructions: bool = False) -> int:
+           main_size: int = MAIN_SIZE, smoke: bool = False, instructions: bool = False,
+           seeds: Path | None = None) -> int:
     n_max = gen_corpus.modules_for(max(all_sizes))
     corpus = workdir / "corpus"
     if corpus.exists():
@@ -241,9 +292,15 @@ def _bench(workdir: Path, rounds: int, t_start: float, all_sizes: tuple[int, ...
     print()
 
     # Fill the caches (cold: torch analysed) with the whole corpus, once per variant.
-    was_cold = not any((workdir / f"cache-{v.root.name}").exists() for v in variants)
+    kept = [v.name for v in variants if _cache_dir(v).exists()]
+    seeded = [v.name for v in variants if restore_seed(seeds, v)]
+    was_cold = not kept and not seeded
     print("filling the caches" + (" (cold runs: torch analysed too; one sample each, for information):"
-                                  if was_cold else " (caches kept from an earlier run in --workdir):"))
+                                  if was_cold else
+                                  f" (first runs: {', '.join(kept)} kept from an earlier run in --workdir"
+                                  if kept else " (first runs:")
+                                  + (f"{'; ' if kept else ' '}{', '.join(seeded)} from --seed-caches"
+                                     if seeded else "") + ("" if was_cold else "):"))
     cold: dict[str, Run] = {}
     for v in variants:
         files = v.files(n_max)
@@ -253,6 +310,7 @@ def _bench(workdir: Path, rounds: int, t_start: float, all_sizes: tuple[int, ...
         if not valid:
             print(f"  {v.name}: mypy failed; nothing to measure")
             return 2
+        keep_seed(seeds, v)
         cold[v.name] = run
         status = "clean" if "Success" in out else "NOT CLEAN"
         print(f"  {v.name:18s} {run.wall:7.2f} s wall {run.cpu:7.2f} s cpu  ({status})")

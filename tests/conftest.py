@@ -32,3 +32,19 @@ if importlib.util.find_spec("spmd_mypy") is None:
     _on_pythonpath(_ROOT)
 if not any((Path(p) / "spmd-stubs").is_dir() for p in sys.path if p) and (_STUBS / "spmd-stubs").is_dir():
     _on_pythonpath(_STUBS)
+
+
+import pytest  # noqa: E402
+
+import run_once  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """run_once's directory: the run's base temporary directory, the parent of each xdist
+    worker's own (``pytest-N/popen-gwK``); a run without workers uses its own."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ[run_once.SHARED_DIR_VAR] = str(shared / "run-once")
+    (shared / "run-once").mkdir(exist_ok=True)
+

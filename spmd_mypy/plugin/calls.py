@@ -3872,13 +3872,20 @@ def _augmented(func: FuncDef, name: str) -> bool:
 def _self_attribute_rankless(e: MemberExpr, func: FuncDef, depth: int) -> bool:
     """``self.hl`` bound in the class's ``__init__`` (every binding there) to values that
     hold no rank (an attribute bound elsewhere may hold a rank the checker does not see)."""
-    if not (isinstance(e.expr, NameExpr) and func.arguments
-            and e.expr.node is func.arguments[0].variable and func.info is not None):
-        return False
+    if not (isinstance(e.expr, NameExpr) and func.arguments and not func.is_static
+            and not func.is_class and e.expr.node is func.arguments[0].variable
+            and func.info is not None):
+        return False  # (a static method's first parameter, a Function's ctx, is no self)
     init = func.info.get_method("__init__")
-    if not isinstance(init, FuncDef) or not init.arguments:
+    if not isinstance(init, FuncDef):
         return False
-    me = init.arguments[0].variable
+    # an __init__ of a module loaded from mypy's cache (a base class in torch: Function's)
+    # has no parameters or body: nothing to read (reading them raised: the boundary's
+    # error stood as mypy's [return-value] on a warm run only)
+    params = getattr(init, "arguments", None)
+    if not params:
+        return False
+    me = params[0].variable
     values = [st.rvalue for st in nested_statements(init.body.body)
               if isinstance(st, AssignmentStmt) and len(st.lvalues) == 1
               and isinstance(st.lvalues[0], MemberExpr) and st.lvalues[0].name == e.name

@@ -11,6 +11,9 @@ elsewhere (a renamed private function, a changed signature, a table that no long
 - ``bench/static_overhead.py --smoke``: corpora of 1 and 2 modules, one round, with this
   interpreter's mypy and the installed spmd_mypy (the mypy runs start in the corpus's
   directory, not in the checkout); the cold runs analyse torch (~10-30 s each).
+
+The three static benches share one ``--seed-caches`` directory: a variant's cache is filled
+cold once (the static bench's run, first in this file) and copied for the others.
 """
 
 from __future__ import annotations
@@ -83,10 +86,17 @@ def test_runtime_overhead_only():
     assert rows and {line.split()[0] for line in rows} == {"all_to_all(V,V)"}, "\n".join(part3)
 
 
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ``--seed-caches`` directory for the static benches' smoke runs: the first fills a
+    variant's cache cold (torch analysed, ~10-15 s), the later ones start from its copy."""
+    return tmp_path_factory.mktemp("bench-seed-caches")
+
+
 @pytest.mark.timeout(240)
-def test_static_overhead_smoke():
+def test_static_overhead_smoke(seeds: Path):
     pytest.importorskip("torch")  # the corpus imports torch: mypy analyses it
-    out = _run("static_overhead.py", "--smoke", timeout=220)
+    out = _run("static_overhead.py", "--smoke", "--seed-caches", str(seeds), timeout=220)
     for needle in ("spmd-mypy static overhead (smoke run", "filling the caches",
                    "measuring: 1 rounds", "whole run,", "the plugin on the unannotated (plain) corpus",
                    "per module (--timing-stats", "per-module ratios over 2 modules",
@@ -137,11 +147,17 @@ def test_edits_in_one_second_are_seen_by_mypy(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_compare_builds_smoke():
+def test_compare_builds_smoke(seeds: Path):
     """``bench/compare_builds.py --smoke``: one module, one round, the importable plugin as both
-    builds (two caches filled cold, then warm): every step and line of its table."""
+    builds (its caches filled, then warm): every step and line of its table.  Its caches
+    start from the seeds the static bench's smoke run left (when it ran first: one file)."""
     pytest.importorskip("torch")  # the corpus imports torch: mypy analyses it
-    out = _run("compare_builds.py", "--smoke", "--base", "", timeout=220)
+    # the new build's cache starts from the base build's (one build: one key), and every
+    # cache from the static bench's seeds when it ran first
+    seeded = "base build, new build, plain, no plugin" if len(list(seeds.iterdir())) >= 2 \
+        else "new build"
+    out = _run("compare_builds.py", "--smoke", "--base", "", "--seed-caches", str(seeds), timeout=220)
+    assert f"(from --seed-caches, not cold: {seeded})" in out, out
     for needle in ("two plugin builds compared (smoke run", "filling the caches",
                    "measuring: 1 rounds", "per round, ratio to plain mypy", "base build per module",
                    "new build  per module", "new / base, per round: module time",
@@ -156,12 +172,12 @@ def test_compare_builds_refuses_a_directory_without_a_build(tmp_path: Path):
 
 
 @pytest.mark.timeout(300)
-def test_overhead_parts_smoke():
+def test_overhead_parts_smoke(seeds: Path):
     """``bench/overhead_parts.py --smoke``: one module, one round; the stand-ins of
     bench/plugin_standins.py load in mypy (as a path:entry plugin), and the corpus is clean
     under each (a stand-in that leaves mypy's own errors would time error reporting)."""
     pytest.importorskip("torch")  # the corpus imports torch: mypy analyses it
-    out = _run("overhead_parts.py", "--smoke", timeout=280)
+    out = _run("overhead_parts.py", "--smoke", "--seed-caches", str(seeds), timeout=280)
     for needle in ("the per-module overhead in parts (smoke run", "filling the caches",
                    "measuring: 1 rounds", "per module (--timing-stats sum), per round ratio to plain",
                    "mean module time: plain"):

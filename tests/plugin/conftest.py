@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
+
+from run_once import locked, mypy_seed_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mypy_cases  # noqa: E402
@@ -34,13 +37,20 @@ class CaseResults:
 def _cache_root(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # mypy's incremental cache (torch's analysis is the costly part) is kept across sessions
     # in pytest's cache dir; mypy itself invalidates it when mypy, torch or the plugin change.
+    # The cache of the groups without global flags starts from the run's seed (run_once).
+    root: Path | None = None
     cache = getattr(config, "cache", None)
     if cache is not None:
         try:
-            return Path(cache.mkdir("spmd-mypy-plugin-cases"))
+            root = Path(cache.mkdir("spmd-mypy-plugin-cases"))
         except OSError:
-            pass
-    return tmp_path_factory.mktemp("mypy-cache")
+            root = None
+    if root is None:
+        root = tmp_path_factory.mktemp("mypy-cache")
+    with locked(root / ".seed.lock"):  # the xdist workers share pytest's cache dir
+        if not (root / "default").exists():
+            shutil.copytree(mypy_seed_cache(), root / "default")
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -2,24 +2,21 @@
 plugin's config, and a run that never lets an internal error pass.
 
 A project starts with mypy's cache of the modules it does not write (torch, typeshed, the
-spmd stubs) already filled: analysing torch takes ~15 s of CPU, once per test process
-instead of once per test.  The tests are about the project's own modules, which are new to
-that cache: their first run checks them as a cold run does (torch from a cache, as in any
-run after a user's first)."""
+spmd stubs) already filled: analysing torch takes ~15 s of CPU, once per test run (shared by
+its xdist workers: tests/run_once.py) instead of once per test.  The tests are about the
+project's own modules, which are new to that cache: their first run checks them as a cold run
+does (torch from a cache, as in any run after a user's first)."""
 
 from __future__ import annotations
 
-import atexit
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-CONFIG = "[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n"
-# what the seed run imports: the modules the tests' projects use
-_SEED_SOURCE = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport spmd\n"
-_seed: Path | None = None
+from run_once import SEED_CONFIG, mypy_seed_cache
+
+CONFIG = SEED_CONFIG
 
 
 def write_config(root: Path, seed: bool = True) -> None:
@@ -30,17 +27,9 @@ def write_config(root: Path, seed: bool = True) -> None:
 
 
 def _seed_cache() -> Path:
-    """A cache with torch, typeshed and the spmd stubs analysed under CONFIG (built once)."""
-    global _seed
-    if _seed is None:
-        root = Path(tempfile.mkdtemp(prefix="spmd-mypy-seed-"))
-        atexit.register(shutil.rmtree, root, ignore_errors=True)
-        (root / "mypy.ini").write_text(CONFIG)
-        (root / "seed.py").write_text(_SEED_SOURCE)
-        out = run_mypy(root, "seed.py")
-        assert out.startswith("Success"), out
-        _seed = root / ".mypy_cache"
-    return _seed
+    """A cache with torch, typeshed and the spmd stubs analysed under CONFIG (built once per
+    test run, for all its workers: run_once)."""
+    return mypy_seed_cache()
 
 
 def run_mypy(root: Path, *files: str) -> str:
