@@ -88,7 +88,10 @@ def _concat_matches(locals_: list[torch.Tensor], whole: torch.Tensor) -> list[in
                          ids=[f"{c[0]}:{c[1]}:{c[2]}" for c in CASES])
 def test_pattern_against_einops(op, pattern, reduction, sizes, shape, expected):
     numel = torch.Size(shape).numel()
-    g = torch.randperm(numel).reshape(shape).to(torch.float64)
+    # fixed numbers: by chance, the local results concatenated can equal the whole one where
+    # they must not (reduce "b (k s) -> b s" max of a (2, 8) permutation: 19 in 20000 did)
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randperm(numel, generator=gen).reshape(shape).to(torch.float64)
     for d in range(len(shape)):
         if shape[d] % W:
             continue
