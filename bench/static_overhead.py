@@ -1,7 +1,7 @@
 """What the plugin costs mypy: an annotated Megatron-style corpus checked with the plugin,
 against the same code with plain ``torch.Tensor`` annotations checked without it.
 
-    python bench/static_overhead.py [--rounds 7] [--workdir DIR] [--instructions]
+    python bench/static_overhead.py [--rounds 7] [--workdir DIR] [--seed-caches DIR] [--instructions]
     python bench/static_overhead.py --smoke     # 1- and 2-module corpora, 1 round: every step
                                                 # and table, in about a minute (figures meaningless)
 
@@ -156,7 +156,10 @@ def keep_seed(seeds: Path | None, variant: Variant, build: str = "") -> None:
     if not seed.exists():
         partial = seeds / f"{seed.name}.partial-{os.getpid()}"
         shutil.copytree(_cache_dir(variant), partial)
-        partial.rename(seed)
+        try:
+            partial.rename(seed)
+        except OSError:  # another run kept one meanwhile
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def run_mypy(variant: Variant, files: list[Path], stats: Path) -> tuple[Run, str, bool]:
@@ -295,12 +298,10 @@ def _bench(workdir: Path, rounds: int, t_start: float, all_sizes: tuple[int, ...
     kept = [v.name for v in variants if _cache_dir(v).exists()]
     seeded = [v.name for v in variants if restore_seed(seeds, v)]
     was_cold = not kept and not seeded
+    sources = ([f"{', '.join(kept)} kept from an earlier run in --workdir"] if kept else []) + (
+        [f"{', '.join(seeded)} from --seed-caches"] if seeded else [])
     print("filling the caches" + (" (cold runs: torch analysed too; one sample each, for information):"
-                                  if was_cold else
-                                  f" (first runs: {', '.join(kept)} kept from an earlier run in --workdir"
-                                  if kept else " (first runs:")
-                                  + (f"{'; ' if kept else ' '}{', '.join(seeded)} from --seed-caches"
-                                     if seeded else "") + ("" if was_cold else "):"))
+                                  if was_cold else f" (first runs: {'; '.join(sources)}):"))
     cold: dict[str, Run] = {}
     for v in variants:
         files = v.files(n_max)
