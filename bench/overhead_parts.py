@@ -71,8 +71,6 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-parts-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        if args.seed_caches:
-            args.seed_caches.mkdir(parents=True, exist_ok=True)
         return _parts(workdir, args.build, n_modules, rounds, args.smoke, args.seed_caches)
     finally:
         if args.workdir is None:

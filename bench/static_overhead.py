@@ -254,8 +254,6 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spmd-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        if args.seed_caches:
-            args.seed_caches.mkdir(parents=True, exist_ok=True)
         return _bench(workdir, rounds, t_start, sizes, main_size, args.smoke, args.instructions,
                       args.seed_caches)
     finally:

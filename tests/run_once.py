@@ -77,8 +77,14 @@ SEED_SOURCE = "import torch\nimport torch.nn as nn\nimport torch.nn.functional a
 
 def mypy_seed_cache() -> Path:
     """A mypy cache with torch, typeshed and the spmd stubs analysed under SEED_CONFIG, built
-    once per test run: copy it (``shutil.copytree``) into a project's empty cache directory."""
+    once per test run (copied into a project's cache by :func:`seed_mypy_cache`)."""
     return built_once("mypy-seed", _fill_seed) / ".mypy_cache"
+
+
+def seed_mypy_cache(cache_dir: Path) -> None:
+    """``cache_dir``, unless it exists, starts as a copy of the run's seed (mypy_seed_cache)."""
+    if not cache_dir.exists():
+        shutil.copytree(mypy_seed_cache(), cache_dir)
 
 
 def _fill_seed(root: Path) -> None:

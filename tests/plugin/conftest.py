@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from run_once import locked, mypy_seed_cache
+from run_once import locked, seed_mypy_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mypy_cases  # noqa: E402
@@ -48,8 +47,7 @@ def _cache_root(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory)
     if root is None:
         root = tmp_path_factory.mktemp("mypy-cache")
     with locked(root / ".seed.lock"):  # the xdist workers share pytest's cache dir
-        if not (root / "default").exists():
-            shutil.copytree(mypy_seed_cache(), root / "default")
+        seed_mypy_cache(root / "default")
     return root
 
 

@@ -9,12 +9,11 @@ does (torch from a cache, as in any run after a user's first)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from run_once import SEED_CONFIG, mypy_seed_cache
+from run_once import SEED_CONFIG, seed_mypy_cache
 
 CONFIG = SEED_CONFIG
 
@@ -22,14 +21,8 @@ CONFIG = SEED_CONFIG
 def write_config(root: Path, seed: bool = True) -> None:
     """The plugin's config in ``root``, and (``seed``) mypy's cache of torch in it."""
     (root / "mypy.ini").write_text(CONFIG)
-    if seed and not (root / ".mypy_cache").exists():
-        shutil.copytree(_seed_cache(), root / ".mypy_cache")
-
-
-def _seed_cache() -> Path:
-    """A cache with torch, typeshed and the spmd stubs analysed under CONFIG (built once per
-    test run, for all its workers: run_once)."""
-    return mypy_seed_cache()
+    if seed:
+        seed_mypy_cache(root / ".mypy_cache")
 
 
 def run_mypy(root: Path, *files: str) -> str:

@@ -19,7 +19,8 @@ import pytest
 from spmd_mypy.cli import _config_with_plugin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mypy_project import _seed_cache, run_mypy  # noqa: E402
+from mypy_project import run_mypy  # noqa: E402
+from run_once import seed_mypy_cache  # noqa: E402
 
 M1 = '''import torch
 from spmd import Tensor, R, P
@@ -77,7 +78,7 @@ def _project(root: Path, name: str, with_plugin: bool) -> None:
     (root / name).write_text(template.format(plugins=plugins if with_plugin else ""))
     (root / "m1.py").write_text(M1)
     (root / "m2.py").write_text(M2)
-    shutil.copytree(_seed_cache(), root / ".mypy_cache")
+    seed_mypy_cache(root / ".mypy_cache")
 
 
 def _check(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -202,7 +203,7 @@ def test_check_a_package_with_per_module_codes(tmp_path: Path) -> None:
     (root / "pkg" / "__init__.py").write_text("")
     (root / "pkg" / "m1.py").write_text(M1)
     (root / "pkg" / "m2.py").write_text(M2)
-    shutil.copytree(_seed_cache(), root / ".mypy_cache")
+    seed_mypy_cache(root / ".mypy_cache")
     # the package importable (installed, or on PYTHONPATH): where mypy's search reads the
     # per-module options
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(

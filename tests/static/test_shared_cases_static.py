@@ -8,7 +8,6 @@ adapters that agree).  mypy runs once per configuration (strict or not) for all 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from functools import lru_cache
@@ -18,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cases"))
 import shared_cases  # noqa: E402
-from run_once import mypy_seed_cache  # noqa: E402
+from run_once import seed_mypy_cache  # noqa: E402
 
 ERROR = re.compile(r"^cases_(?P<strict>\w+)\.py:(?P<line>\d+): error: .*\[(?P<code>[a-z-]+)\]$")
 
@@ -42,8 +41,7 @@ def _run(strict: bool, workdir: str) -> tuple[dict[str, tuple[int, int]], dict[i
     (root / f"{name}.ini").write_text(
         "[mypy]\nplugins = spmd_mypy.plugin\n[spmd_mypy]\nmesh_axes = dp, tp\n"
         f"strict = {'true' if strict else 'false'}\n")
-    if not (root / f".cache-{name}").exists():  # torch's analysis from the run's seed
-        shutil.copytree(mypy_seed_cache(), root / f".cache-{name}")
+    seed_mypy_cache(root / f".cache-{name}")  # torch's analysis from the run's seed
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", f"{name}.ini", "--cache-dir",
          f".cache-{name}", "--no-error-summary", f"{name}.py"],
