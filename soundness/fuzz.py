@@ -635,7 +635,7 @@ def pending_sum_pair(m: Verdict, c: Verdict) -> bool:
     (m_sum, m_form, m_axis), (c_sum, c_form, c_axis) = (
         _sum_head(v.note.split(_REDUCES)[0]) for v in (m, c))
     return (m_sum == c_sum and m_axis == c_axis
-            and (m_form == c_form or f"{c_form} at rank" in m_form))
+            and (m_form == c_form or bool(c_form) and f"{c_form} at rank" in m_form))
 
 
 def _sum_head(head: str) -> tuple[str, str, str]:
@@ -644,14 +644,15 @@ def _sum_head(head: str) -> tuple[str, str, str]:
     write a layout that depends on it (``V (S(0) at rank >= 2, V at rank 1)``: a softmax
     along dim -1 of an S(0) value), the check mode the one at the real rank (``S(0)``):
     the same operand (seed 5012 of session 50)."""
-    depth, start = 0, len(head)
+    if not head.endswith(")"):
+        return head.split(" of ")[0], "", ""
+    depth, start = 0, 0
     for i in range(len(head) - 1, -1, -1):  # the parenthesised group that ends the head
         depth += {")": 1, "(": -1}.get(head[i], 0)
         if depth == 0:
             start = i
             break
-    inside = head[start + 1:-1] if head.endswith(")") else ""
-    form, _, axis = inside.rpartition(" on ")
+    form, _, axis = head[start + 1:-1].rpartition(" on ")
     return head[:start].split(" of ")[0], form, axis
 
 
