@@ -206,3 +206,9 @@ def test_only_a_scan_or_normalisation_along_the_shard_dim_is_check_mode_only() -
     assert not agree(accepted, Verdict(2, ("spmd-global",), "a contraction of x0"))
     assert not agree(accepted, Verdict(2, ("spmd-collective",), norm))
     assert not agree(Verdict(2, ("spmd-global",), norm), accepted)  # the plugin's alone
+    # both reject the statement, the plugin for another error of it (a Partial into the
+    # softmax: session 50's seed 5014, regression ca5c33d7e6); at another line they differ
+    partial = Verdict(2, ("spmd-partial-nonlinear",), "Partial on \"tp\" cannot go through softmax")
+    assert agree(partial, Verdict(2, ("spmd-global",), norm))
+    assert not agree(partial, Verdict(3, ("spmd-global",), norm))
+    assert not agree(partial, Verdict(2, ("spmd-global",), "a contraction of x0"))
