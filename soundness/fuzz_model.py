@@ -106,6 +106,12 @@ class Stmt:
         x = self.args[0] + (".detach()" if self.extra == "max" else "")
         return f'{self.target} = spmd.{self.name}({x}, "{self.axis}", {kw})'
 
+    def all_to_all_dims(self) -> tuple[int, int]:
+        """An all_to_all's (split, concat) dims, as runtime/spmd/_collectives.py documents:
+        split on the dst's dim, concatenate on the src's, V meaning dim 0."""
+        return (int(self.dst[1:]) if self.dst.startswith("S") else 0,
+                int(self.src[1:]) if self.src.startswith("S") else 0)
+
 
 def _form_src(form: str) -> str:
     return f"S({form[1:]})" if form.startswith("S") else form

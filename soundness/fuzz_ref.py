@@ -244,8 +244,7 @@ def _all_to_all_meaning(s: Stmt, x: Val) -> Val:
     (V: a list; S(j): concatenated on j).  S(i) -> S(j), i != j, keeps the global tensor;
     on one dim (V <-> S(0), S(i) -> S(i), V -> V) the blocks are permuted."""
     a, n = s.axis, SIZES[s.axis]
-    split = int(s.dst[1:]) if s.dst.startswith("S") else 0
-    concat = int(s.src[1:]) if s.src.startswith("S") else 0
+    split, concat = s.all_to_all_dims()
 
     def pieces(xs: list[torch.Tensor]) -> list[torch.Tensor]:
         if s.src.startswith("S"):  # one global tensor (each entry, if misused on a list)
