@@ -212,3 +212,33 @@ def test_only_a_scan_or_normalisation_along_the_shard_dim_is_check_mode_only() -
     assert agree(partial, Verdict(2, ("spmd-global",), norm))
     assert not agree(partial, Verdict(3, ("spmd-global",), norm))
     assert not agree(partial, Verdict(2, ("spmd-global",), "a contraction of x0"))
+
+
+def test_a_varying_loss_and_a_pending_sum_at_the_backward_agree() -> None:
+    """fuzz.agree: ``torch.add(torch.stack([x, x]), x)`` of an S(0) x, summed, then
+    backpropagated. The plugin, reading no rank, cannot align the 3-d S(1) with the 2-d
+    S(0), decays the sum to V and reports the backward of a Varying loss; the check mode
+    has the sum of an S(1) and reports the pending partial sum at its first use, the same
+    backward (session 50's seed 5014, regression test_fuzz_varying_loss_of_a_broadcast).
+    Only that pair: the same line, the same axis, a sharded operand, a Varying loss."""
+    from soundness.fuzz import Verdict, agree
+
+    pending = Verdict(5, ("spmd-global",), 'sum over every dim of x (S(1) on "tp") reduces the '
+                      'dim sharded on "tp": each rank\'s result is its part of a sum')
+    loss = ('t2.backward() needs the loss Invariant or Partial on "tp", but it is Varying '
+            '(Tensor[V["tp"]]): each rank holds a different loss')
+    assert agree(Verdict(5, ("spmd-backward",), loss), pending)
+    assert not agree(Verdict(4, ("spmd-backward",), loss), pending)  # another line
+    assert not agree(Verdict(5, ("spmd-backward",), loss.replace('"tp"', '"dp"')), pending)
+    assert not agree(Verdict(5, ("spmd-backward",), loss.replace(  # the loss Replicate
+        "Varying (", "Replicate (")), pending)
+    assert not agree(Verdict(5, ("spmd-backward",), loss), Verdict(  # a V operand: the plugin
+        5, ("spmd-global",), pending.note.replace("(S(1) on", "(V on")))  # would see the sum
+    assert not agree(Verdict(5, ("spmd-backward",), loss), Verdict(5, ("spmd-global",),
+                                                                   "a contraction of x"))
+    # a loss Varying on tp and Replicate on dp: its Varying axes are named
+    mixed = ('t2.backward() needs the loss Invariant or Partial on "dp" and "tp", but it is '
+             'Varying on "tp" and Replicate on "dp" (Tensor[R["dp"], V["tp"]]): on "tp"')
+    assert agree(Verdict(5, ("spmd-backward",), mixed), pending)
+    assert not agree(Verdict(5, ("spmd-backward",), mixed), Verdict(
+        5, ("spmd-global",), pending.note.replace('on "tp")', 'on "dp")')))
