@@ -37,7 +37,7 @@ class OpSpec:
     name: str
     template: str  # Python expression over {0}, {1}, {2}
     arity: int
-    klass: str  # linear / affine / multilinear / nonlinear / reduction / view / nograd
+    klass: str  # linear / affine / multilinear / nonlinear / reduction / scan / view / nograd
 
 
 OPS: dict[str, OpSpec] = {o.name: o for o in [
@@ -60,6 +60,25 @@ OPS: dict[str, OpSpec] = {o.name: o for o in [
     OpSpec("flatten", "{0}.reshape(-1)", 1, "view"),
     OpSpec("row0", "{0}[0]", 1, "view"),
     OpSpec("detach", "{0}.detach()", 1, "nograd"),
+    # (session 51) more of a training step's ops: activations, reductions along the last
+    # dim, scans, normalisations along dim 0, views that move or reorder a dim
+    OpSpec("exp", "torch.exp({0})", 1, "nonlinear"),
+    OpSpec("gelu", "F.gelu({0})", 1, "nonlinear"),
+    OpSpec("abs", "{0}.abs()", 1, "nonlinear"),
+    OpSpec("clone", "{0}.clone()", 1, "linear"),
+    OpSpec("mean_last", "{0}.mean(-1)", 1, "reduction"),
+    OpSpec("sum_keep", "{0}.sum(-1, keepdim=True)", 1, "reduction"),
+    OpSpec("amax0", "{0}.amax(0)", 1, "reduction"),
+    OpSpec("logsumexp", "torch.logsumexp({0}, dim=-1)", 1, "reduction"),
+    OpSpec("cumsum0", "torch.cumsum({0}, dim=0)", 1, "scan"),
+    OpSpec("cumsum_last", "{0}.cumsum(-1)", 1, "scan"),
+    OpSpec("softmax0", "F.softmax({0}, dim=0)", 1, "nonlinear"),
+    OpSpec("unsqueeze0", "{0}.unsqueeze(0)", 1, "view"),
+    OpSpec("t", "{0}.t()", 1, "view"),
+    OpSpec("chunk0", "{0}.chunk(2)[0]", 1, "view"),
+    OpSpec("cols", "{0}[:, :2]", 1, "view"),
+    OpSpec("flip0", "torch.flip({0}, [0])", 1, "view"),
+    OpSpec("roll0", "torch.roll({0}, 1, 0)", 1, "view"),
     # binary
     OpSpec("add", "torch.add({0}, {1})", 2, "linear"),
     OpSpec("sub", "{0} - {1}", 2, "linear"),
@@ -69,6 +88,13 @@ OPS: dict[str, OpSpec] = {o.name: o for o in [
     OpSpec("einsum", 'torch.einsum("ij,jk->ik", {0}, {1})', 2, "multilinear"),
     OpSpec("cat0", "torch.cat([{0}, {1}], dim=0)", 2, "view"),
     OpSpec("stack", "torch.stack([{0}, {1}])", 2, "view"),
+    OpSpec("div", "{0} / {1}", 2, "nonlinear"),
+    OpSpec("linear", "F.linear({0}, {1})", 2, "multilinear"),
+    # the target detached: the static checker reads a value-target loss's target as data
+    # without a gradient (engine ops.VALUE_TARGET_OPS), the check mode its requires_grad
+    # (seed 5104 of session 51: an I input against an R target that carries a gradient)
+    OpSpec("mse", "F.mse_loss({0}, {1}.detach())", 2, "reduction"),
+    OpSpec("cat1", "torch.cat([{0}, {1}], dim=1)", 2, "view"),
     # ternary
     OpSpec("where", "torch.where({0} > 0, {1}, {2})", 3, "nonlinear"),
 ]}

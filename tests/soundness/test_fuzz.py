@@ -242,3 +242,37 @@ def test_a_varying_loss_and_a_pending_sum_at_the_backward_agree() -> None:
     assert agree(Verdict(5, ("spmd-backward",), mixed), pending)
     assert not agree(Verdict(5, ("spmd-backward",), mixed), Verdict(
         5, ("spmd-global",), pending.note.replace('on "tp")', 'on "dp")')))
+
+
+def test_a_matmuls_diagonal_block_is_check_mode_only() -> None:
+    """fuzz.agree: ``x2 @ x0`` of an S(0) x2 and an S(1) x0 on one axis is a diagonal block
+    when both are 2-d and a batch-sharded matmul at other ranks: the plugin, reading no rank,
+    types V; the check mode, at the real ranks, rejects (session 51's seed 5101, regression
+    test_fuzz_matmul_diagonal_block). An einsum states its ranks: both checkers report it."""
+    from soundness.fuzz import Verdict, agree
+
+    block = ('matmul(x2, x0): mesh axis "dp" shards dim 0 of x2 (x2: Tensor[S[0, "dp"]]) and '
+             'dim 1 of x0 (x0: Tensor[S[1, "dp"]]), two dims that both stay in the result: '
+             'each rank holds one diagon')
+    assert agree(Verdict(), Verdict(2, ("spmd-global",), block))
+    assert not agree(Verdict(), Verdict(2, ("spmd-global",), block.replace("matmul(", "einsum(")))
+    assert not agree(Verdict(), Verdict(2, ("spmd-global",), block.split(",")[0]))
+    assert not agree(Verdict(2, ("spmd-global",), block), Verdict())  # the plugin's alone
+
+
+def test_a_negative_dim_claimed_positive_is_the_plugins_conservative_rejection() -> None:
+    """fuzz.agree: ``x.t()`` of an S(0) x is S(-1) to the plugin (S(0) at rank 1, S(1) at
+    rank 2); returned as S(1) it is the same layout only at rank 2, which the plugin cannot
+    read: it rejects and says so, the check mode accepts (session 51's seed 5103, regression
+    test_fuzz_t_returned_as_s1). Only with that hint, and only where the check mode accepts."""
+    from soundness.fuzz import Verdict, agree
+
+    note = ('the return value t0 of prog is Tensor[S[-1, "tp"]] but Tensor[S[1, "tp"]] is '
+            'expected: it is S(-1) on "tp" where S(1) is needed; the shard dims differ; '
+            'redistribute(t0, "tp", src=S(-1), dst=S(1)) (S(-1) and S(1) are the same dim only '
+            'of a 2-dim tensor: if the value always has 2 dims, write S(-1) where S(1) is written')
+    assert agree(Verdict(3, ("return",), note), Verdict())
+    assert not agree(Verdict(3, ("return",), note.split(" (S(-1)")[0]), Verdict())
+    assert not agree(Verdict(3, ("spmd-global",), note), Verdict())
+    assert not agree(Verdict(3, ("return",), note), Verdict(2, ("spmd-global",), "another"))
+    assert "same dim only" not in str(Verdict(3, ("return",), note))  # reports keep 200 chars
