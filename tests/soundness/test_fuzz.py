@@ -188,6 +188,15 @@ def test_only_a_pending_sum_may_be_reported_at_two_lines() -> None:
                      Verdict(4, ("spmd-global",), head.replace("S(0)", "S(1)")))
     assert not agree(Verdict(3, ("spmd-global",), by_rank),
                      Verdict(4, ("spmd-global",), head.replace('on "tp"', 'on "dp"')))
+    # the plugin's S(-1) of x.t() is the check mode's S(1) at rank 2 (session 51's seed 5105,
+    # regression test_fuzz_sum_of_a_transpose); S(-1) is never S(-2), nor S(1) S(0)
+    back = head.replace("S(0)", "S(-1)")
+    assert agree(Verdict(3, ("spmd-global",), back),
+                 Verdict(4, ("spmd-global",), head.replace("S(0)", "S(1)")))
+    assert not agree(Verdict(3, ("spmd-global",), back),
+                     Verdict(4, ("spmd-global",), head.replace("S(0)", "S(-2)")))
+    assert not agree(Verdict(3, ("spmd-global",), head.replace("S(0)", "S(1)")),
+                     Verdict(4, ("spmd-global",), head))
 
 
 def test_only_a_scan_or_normalisation_along_the_shard_dim_is_check_mode_only() -> None:
