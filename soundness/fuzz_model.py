@@ -95,6 +95,9 @@ OPS: dict[str, OpSpec] = {o.name: o for o in [
     # (seed 5104 of session 51: an I input against an R target that carries a gradient)
     OpSpec("mse", "F.mse_loss({0}, {1}.detach())", 2, "reduction"),
     OpSpec("cat1", "torch.cat([{0}, {1}], dim=1)", 2, "view"),
+    # in place, on a copy (an in-place op may not change its target's type)
+    OpSpec("add_", "{0}.clone().add_({1})", 2, "linear"),
+    OpSpec("mul_", "{0}.clone().mul_({1})", 2, "multilinear"),
     # ternary
     OpSpec("where", "torch.where({0} > 0, {1}, {2})", 3, "nonlinear"),
 ]}
