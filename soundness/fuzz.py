@@ -601,7 +601,7 @@ def agree(m: Verdict, c: Verdict) -> bool:
         # another error of the same statement (softmax(-1) of x: Tensor[P["tp"], S[1, "dp"]]:
         # a Partial into a non-linear op; seed 5014 of session 50)
         return True
-    if c.accepted and one_dim_at_rank_two(m):
+    if c.accepted and same_dim_at_one_rank(m):
         return True
     if m.accepted or c.accepted:
         return m.accepted and c.accepted
@@ -636,16 +636,17 @@ def along_shard_at_rank(c: Verdict) -> bool:
 _BOTH_STAY = " two dims that both stay in the result"
 
 
-def one_dim_at_rank_two(m: Verdict) -> bool:
-    """The plugin's conservative rejection by design: a value ``S(-1)`` where ``S(1)`` is
-    declared (``x.t()`` of an S(0) x: S(0) at rank 1, S(1) at rank 2, so S(-1) at both) is
-    the same layout only at rank 2, which the plugin cannot read, so it rejects the return
-    and says to write ``S(-1)`` if the value always has 2 dims; the check mode, at the real
-    rank, accepts (seed 5103 of session 51; docs/soundness.md, "Conservative")."""
+def same_dim_at_one_rank(m: Verdict) -> bool:
+    """The plugin's conservative rejection by design: a shard dim counted from the back
+    where one counted from the front is declared (or the other way round) is the same layout
+    at one rank only: ``x.t()`` of an S(0) x is ``S(-1)`` (S(0) at rank 1, S(1) at rank 2),
+    returned as ``S(1)``.  The plugin cannot read the rank, so it rejects the return and says
+    to write ``S(-1)`` if the value always has 2 dims; the check mode, at the real rank,
+    accepts (seed 5103 of session 51; docs/soundness.md, "Conservative")."""
     return m.codes == ("return",) and _SAME_DIM_AT_ONE_RANK.search(m.note) is not None
 
 
-# engine ops' mismatch hint (``S(-1) and S(1) are the same dim only of a 2-dim tensor``)
+# engine collectives' mismatch hint (``S(-1) and S(1) are the same dim only of a 2-dim tensor``)
 _SAME_DIM_AT_ONE_RANK = re.compile(r"S\(-?\d+\) and S\(-?\d+\) are the same dim only of a \d+-dim")
 
 

@@ -11,7 +11,7 @@ Found as::
       numerics    : equal
 
 The plugin's conservative rejection by design (docs/soundness.md, "Conservative"): it reads no
-rank, and S(-1) is S(1) only at rank 2 (fuzz.one_dim_at_rank_two).
+rank, and S(-1) is S(1) only at rank 2 (fuzz.same_dim_at_one_rank).
 """
 
 from soundness.fuzz_replay import replay
