@@ -1120,6 +1120,7 @@ def check_collective(
         elif can_grad:
             errors.append(no_grad_error(
                 f'all_reduce({bare(x_text)}, {format_axis(axis_arg)}, op="{reduce_op}")', x_text))
+        errors.extend(_extreme_of_summands(x, axes, axis_arg, reduce_op, x_text))
     elif (op, form(src), form(dst)) in NO_GRAD_TRANSITIONS:
         transition = None
         if can_grad and not src_is_wrong:
@@ -1169,7 +1170,9 @@ def check_collective(
     for have, wrong in by_have.items():
         ax: str | tuple[str, ...] = wrong[0] if len(wrong) == 1 else tuple(wrong)
         fix = _mismatch_fix(have, src, dst, x_text, ax, op, reduce_op)
-        if rest and have.kind is not src.kind and pair_ok:
+        extreme_of_partial = (op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS
+                              and have.kind is Kind.P)  # (_extreme_of_summands: no drop)
+        if rest and have.kind is not src.kind and pair_ok and not extreme_of_partial:
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             kept = rest[0] if len(rest) == 1 else rest
@@ -1200,6 +1203,33 @@ def check_collective(
     elif transition is not None:
         out = _shift_other_shards(out, axes, _LEADING_DIM.get(transition.forward.render_key(), 0))
     return CollectiveResult(out, errors, transition)
+
+
+def _extreme_of_summands(x: SpmdType, axes: Sequence[str], axis_arg: str | tuple[str, ...],
+                         reduce_op: str, x_text: str) -> list[SpmdError]:
+    """An all_reduce with op="max"/"min" over ``axes`` of a value Partial on another axis:
+    each rank takes the max of its own summands, and the sum over the other axis of those
+    maxes is not the max of the sum (a max is not linear), so the result is no pending sum
+    there, nor any value of the types'::
+
+        x: Tensor[V["tp"], P["dp"]]        rank (dp, tp) holds x_dp,tp; the value is
+                                           [sum over dp of x_dp,tp for each tp]
+        all_reduce(x, "tp", op="max")      max over tp of x_dp,tp: summing it over dp
+                                           is not max over tp of the sums
+
+    One error per such axis, as a Partial into a non-linear op (``ops``)."""
+    errors = []
+    for a, t in x.axes:
+        if t.kind is Kind.P and a not in axes:
+            xb, ax = bare(x_text), format_axis(a)
+            errors.append(SpmdError(
+                "spmd-partial-nonlinear",
+                f"Partial on {ax} ({x_text}: {format_type(x)}) cannot go through "
+                f'all_reduce({xb}, {format_axis(axis_arg)}, op="{reduce_op}"): each rank takes '
+                f"the {reduce_op} of its own summand, and the sum of those over {ax} is not the "
+                f"{reduce_op} of the sum (a non-linear op of a pending sum); "
+                f"all_reduce({xb}, {ax}, src=P, dst=R) first"))
+    return errors
 
 
 def _block_claimed_partial(x: SpmdType, axes: Sequence[str], x_text: str) -> list[SpmdError]:

@@ -1576,6 +1576,15 @@ case("coll-min-flattened-over-an-I-axis", {"a": 'Tensor[I["tp"], V["dp"]]'},
 case("coll-max-flattened-over-a-P-axis", {"a": 'Tensor[P["tp"], V["dp"]]'},
      ("with torch.no_grad():", '    out = spmd.all_reduce(a, ("dp", "tp"), src=V, dst=R, op="max")'),
      "spmd-src-mismatch", **CX, desc="the max of partial sums is no max of their sum")
+# a max/min over one axis of a value Partial on another: each rank's max of its own summand,
+# whose sum is not the max of the sum (session 51's fuzzer, seed 5112: both checkers accepted)
+case("coll-max-of-a-value-partial-on-another-axis", {"a": 'Tensor[V["tp"], P["dp"]]'},
+     ("with torch.no_grad():", '    out = spmd.all_reduce(a, "tp", src=V, dst=R, op="max")'),
+     "spmd-partial-nonlinear", **CX, desc="the max of partial sums is no max of their sum")
+case("coll-min-after-the-partial-is-reduced", {"a": 'Tensor[V["tp"], P["dp"]]'},
+     ("with torch.no_grad():", '    r = spmd.all_reduce(a, "dp", src=P, dst=R)',
+      '    out = spmd.all_reduce(r, "tp", src=V, dst=I, op="min")'),
+     'Tensor[I["tp"], R["dp"]]', **CX)
 case("coll-sum-flattened-over-an-R-axis", {"a": 'Tensor[R["tp"], P["dp"]]'},
      ("with torch.no_grad():", '    out = spmd.all_reduce(a, ("dp", "tp"), src=P, dst=R)'),
      "spmd-src-mismatch", **CX, desc="a sum over an R axis multiplies by its size")
