@@ -1218,7 +1218,7 @@ def _extreme_of_summands(x: SpmdType, axes: Sequence[str], axis_arg: str | tuple
                                            is not max over tp of the sums
 
     One error per such axis, as a Partial into a non-linear op (``ops``)."""
-    errors = []
+    errors: list[SpmdError] = []
     for a, t in x.axes:
         if t.kind is Kind.P and a not in axes:
             xb, ax = bare(x_text), format_axis(a)
