@@ -1927,7 +1927,15 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
                 f"{src.dim} (one tensor, not a list) and its backward hands each rank the "
                 f"gradient of its own {x}, so it replaces {parts}")
     if src is not None and (reduce_op is not None or typed_name not in _OP_TYPED):
-        call = f"spmd.{typed_name}({x}, {format_axis(axes[0][0])}, src={src}, dst={dst}{op_arg})"
+        operand = x
+        if typed_name == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
+            # a max/min of a value Partial on other axes: those sums first
+            # (_extreme_of_summands)
+            for a, t in x_type.axes:
+                if t.kind is Kind.P:
+                    operand = f"spmd.all_reduce({operand}, {format_axis(a)}, src=P, dst=R)"
+        call = (f"spmd.{typed_name}({operand}, {format_axis(axes[0][0])}, src={src}, "
+                f"dst={dst}{op_arg})")
         if in_place and assign_to:
             return (f"{assign_to} = {call} (the typed call returns the result, which the raw "
                     f"op wrote into {assign_to}; as a statement of its own it would be dropped)")
