@@ -1219,17 +1219,23 @@ def _extreme_of_summands(x: SpmdType, axes: Sequence[str], axis_arg: str | tuple
 
     One error per such axis, as a Partial into a non-linear op (``ops``)."""
     errors: list[SpmdError] = []
-    for a, t in x.axes:
-        if t.kind is Kind.P and a not in axes:
-            xb, ax = bare(x_text), format_axis(a)
-            errors.append(SpmdError(
-                "spmd-partial-nonlinear",
-                f"Partial on {ax} ({x_text}: {format_type(x)}) cannot go through "
-                f'all_reduce({xb}, {format_axis(axis_arg)}, op="{reduce_op}"): each rank takes '
-                f"the {reduce_op} of its own summand, and the sum of those over {ax} is not the "
-                f"{reduce_op} of the sum (a non-linear op of a pending sum); "
-                f"all_reduce({xb}, {ax}, src=P, dst=R) first"))
+    for a in _partial_elsewhere(x, axes):
+        xb, ax = bare(x_text), format_axis(a)
+        errors.append(SpmdError(
+            "spmd-partial-nonlinear",
+            f"Partial on {ax} ({x_text}: {format_type(x)}) cannot go through "
+            f'all_reduce({xb}, {format_axis(axis_arg)}, op="{reduce_op}"): each rank takes '
+            f"the {reduce_op} of its own summand, and the sum of those over {ax} is not the "
+            f"{reduce_op} of the sum (a non-linear op of a pending sum); "
+            f"all_reduce({xb}, {ax}, src=P, dst=R) first"))
     return errors
+
+
+def _partial_elsewhere(x: SpmdType, axes: Sequence[str]) -> list[str]:
+    """The axes outside ``axes`` on which ``x`` is Partial: a max/min all_reduce over
+    ``axes`` needs their sums first (:func:`_extreme_of_summands`, and the typed call a raw
+    max names)."""
+    return [a for a, t in x.axes if t.kind is Kind.P and a not in axes]
 
 
 def _block_claimed_partial(x: SpmdType, axes: Sequence[str], x_text: str) -> list[SpmdError]:
@@ -1931,9 +1937,8 @@ def _raw_replacement(module: str, name: str, typed_name: str, x_text: str,
         if typed_name == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS:
             # a max/min of a value Partial on other axes: those sums first
             # (_extreme_of_summands)
-            for a, t in x_type.axes:
-                if t.kind is Kind.P:
-                    operand = f"spmd.all_reduce({operand}, {format_axis(a)}, src=P, dst=R)"
+            for a in _partial_elsewhere(x_type, (axes[0][0],)):
+                operand = f"spmd.all_reduce({operand}, {format_axis(a)}, src=P, dst=R)"
         call = (f"spmd.{typed_name}({operand}, {format_axis(axes[0][0])}, src={src}, "
                 f"dst={dst}{op_arg})")
         if in_place and assign_to:
