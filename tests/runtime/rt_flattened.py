@@ -211,6 +211,22 @@ def check_messages_list_the_names_one_can_write(ctx: Ctx, name: str) -> None:
             assert "dp_shard_tp" not in text, text
 
 
+def check_a_group_made_late_on_half_the_ranks(ctx: Ctx, name: str) -> None:
+    """The world's last check: ranks 2 and 3 make their flattened group a second after ranks 0
+    and 1 have made theirs and finished (``new_group`` has no barrier).  Rank 0 hosts the
+    store the late ranks still read, so it must not leave before them (rt_world waits for
+    every rank); it left first now and then on a loaded host, and the late ranks failed with
+    "DistNetworkError: Connection reset by peer"."""
+    import time
+
+    mesh = _mesh(ctx, (2, 1, 2))
+    if ctx.rank >= 2:
+        time.sleep(1.0)
+    with spmd.set_mesh(mesh):
+        r = spmd.all_reduce(torch.ones(2, dtype=F64), ("dp_shard", "tp"), src=P, dst=R)
+    assert_close(r, torch.full((2,), 2.0, dtype=F64))
+
+
 def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
     return named_checks(world, "flattened", (
         check_flattened_name_is_the_tuple, check_reduced_twice_through_the_flattened_mesh,
@@ -219,4 +235,5 @@ def suite(world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
         check_redistribute_specs_read_the_flattened_name,
         check_declared_before_the_mesh_is_read_when_it_is_set,
         check_declared_before_a_flattening_made_after_set_mesh,
-        check_declare_parameters_checks_the_axes, check_messages_list_the_names_one_can_write))
+        check_declare_parameters_checks_the_axes, check_messages_list_the_names_one_can_write,
+        check_a_group_made_late_on_half_the_ranks))
