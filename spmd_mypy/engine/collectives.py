@@ -1170,12 +1170,11 @@ def check_collective(
     for have, wrong in by_have.items():
         ax: str | tuple[str, ...] = wrong[0] if len(wrong) == 1 else tuple(wrong)
         fix = _mismatch_fix(have, src, dst, x_text, ax, op, reduce_op)
-        extreme_of_partial = (op == "all_reduce" and reduce_op in NO_GRAD_REDUCE_OPS
-                              and have.kind is Kind.P)  # (_extreme_of_summands: no drop)
-        if rest and have.kind is not src.kind and pair_ok and not extreme_of_partial:
+        kept = rest[0] if len(rest) == 1 else rest
+        if rest and have.kind is not src.kind and pair_ok and _adds_no_error(
+                op, x, rest, src, dst, reduce_op, x_text, axis_arg, errors):
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
-            kept = rest[0] if len(rest) == 1 else rest
             reduce_arg = f', op="{reduce_op}"' if reduce_op != "sum" else ""
             drop = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
                     f"{format_axis(kept)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant "
@@ -1203,6 +1202,27 @@ def check_collective(
     elif transition is not None:
         out = _shift_other_shards(out, axes, _LEADING_DIM.get(transition.forward.render_key(), 0))
     return CollectiveResult(out, errors, transition)
+
+
+def _adds_no_error(op: str, x: SpmdType, kept: Sequence[str], src: LocalType, dst: LocalType,
+                   reduce_op: str, x_text: str, axis_arg: str | tuple[str, ...],
+                   errors: Sequence[SpmdError]) -> bool:
+    """The call over ``kept`` (the flattened call's axes where ``x`` is ``src``) reports
+    nothing the whole call's ``errors`` do not report already, so dropping the other axes is
+    a fix to offer.  Its gates (no gradient, expert_mode) are left out: they do not depend
+    on the axes.  A max all_reduce of a value P on a dropped axis is such a new error (the
+    max of summands, :func:`_extreme_of_summands`)::
+
+        x: Tensor[R["dp"], P["ep"]]
+        all_reduce(x, ("dp", "ep"), src=V, dst=R, op="max")
+        all_reduce(x, "dp", src=V, dst=R, op="max")     <- no fix: P on "ep" through a max
+    """
+    kept_arg = kept[0] if len(kept) == 1 else tuple(kept)
+    whole = {str(e) for e in errors}
+    as_kept, as_whole = (f"{bare(x_text)}, {format_axis(a)}" for a in (kept_arg, axis_arg))
+    result = check_collective(op, x, kept, src, dst, expert_mode=True, reduce_op=reduce_op,
+                              x_text=x_text, can_grad=False)
+    return all(str(e).replace(as_kept, as_whole) in whole for e in result.errors)
 
 
 def _extreme_of_summands(x: SpmdType, axes: Sequence[str], axis_arg: str | tuple[str, ...],
