@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from .fuzz_model import (AXES, COLLECTIVES, FORMS, OPS, PRELUDE, PRELUDE_LINES, Program, Stmt,
-                         Type, dual, render_type)
+                         Type, collective_extras, dual, render_type)
 
 ROOT = Path(__file__).resolve().parents[1]
 REGRESSIONS = ROOT / "tests" / "soundness" / "regressions"
@@ -508,13 +508,8 @@ def _draw_stmt(draw: Any, st: Any, prog: Program, probe: Probe, k: int) -> Stmt:
     else:
         src = draw(st.sampled_from(srcs))
     dst = draw(st.sampled_from(dsts))
-    extra = ""
-    if name == "all_reduce" and src == "P" and draw(st.integers(0, 5)) == 0:
-        extra = "avg"
-    elif name == "all_reduce" and src in ("V", "R") and draw(st.booleans()):
-        extra = "max"
-    elif name == "reinterpret" and draw(st.integers(0, 2)) == 0:
-        extra = "expert"
+    extras = collective_extras(name, src)
+    extra = draw(st.sampled_from(extras)) if extras and draw(st.integers(0, 2)) == 0 else ""
     return Stmt(target, "coll", name, (x,), axis, src, dst, extra)
 
 

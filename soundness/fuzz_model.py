@@ -113,6 +113,14 @@ COLLECTIVES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+def collective_extras(name: str, src: str) -> tuple[str, ...]:
+    """What a collective of :data:`COLLECTIVES` may take besides its axis, src and dst (a
+    Stmt's ``extra``): op="avg" for a sum, op="max" for a per-rank value, expert_mode."""
+    if name == "all_reduce":
+        return ("avg",) if src == "P" else ("max",) if src in ("V", "R") else ()
+    return ("expert",) if name == "reinterpret" else ()
+
+
 @dataclass(frozen=True)
 class Stmt:
     target: str

@@ -298,15 +298,14 @@ def test_every_collective_beside_every_type_on_the_other_axis(fuzzer) -> None:  
     import itertools
 
     from soundness.fuzz import check_mode, numerics, outside_the_model, value_seed
-    from soundness.fuzz_model import COLLECTIVES, FORMS
+    from soundness.fuzz_model import COLLECTIVES, FORMS, collective_extras
 
     judged, wrong = 0, []
     for name, (srcs, dsts) in sorted(COLLECTIVES.items()):
-        extras = {"all_reduce": ["", "avg", "max"], "reinterpret": ["", "expert"]}.get(name, [""])
-        for src, dst, extra, axis, other in itertools.product(srcs, dsts, extras, ("tp", "dp"),
-                                                              FORMS):
-            if (extra == "avg" and src != "P") or (extra == "max" and src not in ("V", "R")):
-                continue
+        cases = ((src, dst, extra, axis, other)
+                 for src, dst, axis, other in itertools.product(srcs, dsts, ("tp", "dp"), FORMS)
+                 for extra in ("", *collective_extras(name, src)))
+        for src, dst, extra, axis, other in cases:
             if src.startswith("S") and src == other:
                 continue  # two axes on one dim: no global value
             x = ("x0", {axis: src, "dp" if axis == "tp" else "tp": other}, (4, 4))
