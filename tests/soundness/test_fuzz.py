@@ -287,6 +287,38 @@ def test_a_negative_dim_claimed_positive_is_the_plugins_conservative_rejection()
     assert "same dim only" not in str(Verdict(3, ("return",), note))  # reports keep 200 chars
 
 
+def test_an_inplace_write_of_a_lower_shard_dim_is_check_mode_only() -> None:
+    """fuzz.agree: ``b.add_(x)`` of an S(1) b and an S(0) x may be a lower-rank x broadcast
+    from the back (its dim 0 is b's dim 1), so the plugin, reading no rank, accepts; the check
+    mode rejects the same-rank write (session 52's seed 5203, regression
+    test_fuzz_inplace_write_of_a_lower_dim). A higher dim written into a lower one is the
+    plugin's error too (broadcasting only moves a value's dims right): no such pair."""
+    from soundness.fuzz import Verdict, agree
+
+    def stored(value: int, target: int) -> str:
+        return (f'add_ would write x2 (Tensor[R["dp"], S[{value}, "tp"]]), Shard({value}) on "tp", '
+                f'into x (Tensor[R["dp"], S[{target}, "tp"]]), Shard({target}) there: each '
+                f"rank's block of dim {value} would be stored as its block of dim {target}, "
+                f"which no shape check catches when the two dims have one size (a square weight)")
+    assert agree(Verdict(), Verdict(2, ("spmd-inplace",), stored(0, 1)))
+    assert not agree(Verdict(), Verdict(2, ("spmd-inplace",), stored(1, 0)))
+    assert not agree(Verdict(), Verdict(2, ("spmd-global",), stored(0, 1)))
+    assert not agree(Verdict(), Verdict(2, ("spmd-inplace",), "add_ would change x on \"tp\""))
+
+
+def test_the_check_modes_line_is_read_whole() -> None:
+    """fuzz.check_mode keeps the error's first line whole (it was cut at 200 characters, past
+    which the in-place write's dims fall when both axes are typed)."""
+    from soundness.fuzz import Verdict, agree, check_mode
+
+    xs = [("x1", {"dp": "R", "tp": "S1"}, (4, 4)), ("x2", {"dp": "R", "tp": "S0"}, (4, 4))]
+    probe = check_mode(Program(("dp", "tp"), xs, [Stmt("t0", "op", "add_", ("x1", "x2"))],
+                               ("return", "t0")))
+    assert probe.verdict.codes == ("spmd-inplace",)
+    assert len(probe.verdict.note) > 200 and "stored as its block of dim 1" in probe.verdict.note
+    assert agree(Verdict(), probe.verdict)
+
+
 def test_every_collective_beside_every_type_on_the_other_axis(fuzzer) -> None:  # noqa: ANN001
     """Each collective of the fuzzer's table (every src/dst pair it draws, op="avg"/"max",
     expert_mode) on one axis of the 2 x 2 mesh, with each type on the other axis: what the
