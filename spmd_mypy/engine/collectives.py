@@ -1609,11 +1609,15 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
 
 def same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
     """S(-1) and S(1) name one dim of a 2-dim tensor, and the static checker does not know the
-    rank (``F.linear``'s output is S(-1)): the clause that says when the redistribute is a no-op."""
-    a, b = have.dim, want.dim
+    rank (``F.linear``'s output is S(-1)): the clause that says when the redistribute is a no-op.
+    A rank-dependent layout (``torch.flip(x.t(), [0])`` of an S(0) x: ``V (S(-1) at rank >= 2,
+    V at rank 1)``) by its layout at the highest ranks, where that is its layout at that rank."""
+    a, b = have.at_high_ranks().dim, want.dim
     if a is None or b is None or (a < 0) == (b < 0):
         return ""
     rank = max(a, b) - min(a, b)  # the non-negative dim minus the negative one
+    if have.by_rank is not None and have.at_ndim(rank) != want.at_ndim(rank):
+        return ""
     return (f" (S({a}) and S({b}) are the same dim only of a {rank}-dim tensor: if the value "
             f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
 

@@ -132,3 +132,19 @@ def test_elementwise_ops_carry_the_table_rank_by_rank() -> None:
     assert both is not None and both.by_rank == ((1, None), (2, 0))
     other = propagate("mul", [Operand(soft, "a"), Operand(_one(shard(1)), "b")]).type.get("tp")
     assert other == VARYING  # S(0) beside S(1) at every rank >= 2
+
+
+def test_a_rank_dependent_layout_gets_the_one_rank_hint_where_it_holds() -> None:
+    """collectives.same_dim_at_one_rank: ``V (S(-1) at rank >= 2, V at rank 1)`` (a flip along
+    dim 0 of ``x.t()``) where S(1) is needed is S(1) at rank 2, as a plain S(-1) is; a table
+    whose layout at that rank is another one gets no hint."""
+    from spmd_mypy.engine.collectives import same_dim_at_one_rank
+
+    plain = same_dim_at_one_rank(shard(-1), shard(1))
+    assert "same dim only of a 2-dim tensor" in plain
+    flipped = LocalType(Kind.V, by_rank=((1, None), (2, -1)))
+    assert same_dim_at_one_rank(flipped, shard(1)) == plain
+    # S(-1) from rank 3 only (V at ranks 1 and 2): at rank 2 it is not S(1)
+    late = LocalType(Kind.V, by_rank=((1, None), (2, None), (3, -1)))
+    assert same_dim_at_one_rank(late, shard(1)) == ""
+    assert same_dim_at_one_rank(LocalType(Kind.V, by_rank=((1, None), (2, 0))), shard(1)) == ""
