@@ -538,10 +538,19 @@ def _exchanges_a_dim_another_axis_shards(before: Probe, s: Stmt) -> bool:
     S[1, "tp"]]`` splits dim 0 inside each dp shard): the result is two axes on one dim as
     in :func:`_same_dim_twice`, with the second hidden by V.  Its global value is not defined
     either: the reference exchanges blocks of the dp-global tensor, the ranks of each dp
-    shard's, so the rows come out in another order (seed 5011 of session 50)."""
-    if s.kind != "coll" or s.name != "all_to_all":
+    shard's, so the rows come out in another order (seed 5011 of session 50).  So does any
+    collective from S(i) (an all_gather: ``all_gather(x, "tp", src=S(0), dst=R)`` of ``x:
+    Tensor[V["tp"], S[0, "dp"]]`` concatenates the tp blocks inside each dp shard, dp-major,
+    where the reference concatenates the tp ranks' dp-global tensors; seed 5208 of session
+    52)."""
+    if s.kind != "coll":
         return False
-    dims = set(s.all_to_all_dims())
+    if s.name == "all_to_all":
+        dims = set(s.all_to_all_dims())
+    elif s.src.startswith("S"):
+        dims = {int(s.src[1:])}
+    else:
+        return False
     others = before.types.get(s.args[0]) or {}
     return any(axis != s.axis and form.startswith("S") and int(form[1:]) in dims
                for axis, form in others.items())

@@ -98,6 +98,27 @@ def test_an_all_to_all_on_a_dim_another_axis_shards_is_not_drawn(dp: str, src: s
     assert _exchanges_a_dim_another_axis_shards(probe, s) is kept_out
 
 
+@pytest.mark.parametrize(("name", "dp", "src", "kept_out"), [
+    ("all_gather", "S0", "S0", True),   # seed 5208 of session 52: the tp blocks inside dp's
+    ("convert", "S0", "S0", True),
+    ("all_gather", "S1", "S0", False),  # dp shards another dim: one order
+    ("all_gather", "S0", "V", False),   # a V gathers along a new dim
+    ("all_gather", "S0", "P", False),
+])
+def test_a_gather_of_a_dim_another_axis_shards_is_not_drawn(name: str, dp: str, src: str,
+                                                            kept_out: bool) -> None:
+    """A gather from S(i) where another axis shards dim i concatenates each dp shard's tp
+    blocks (dp-major), the reference the tp ranks' dp-global tensors (tp-major): no global
+    value without a partition spec, as for the all_to_all above."""
+    from soundness.fuzz import _exchanges_a_dim_another_axis_shards, check_mode
+
+    prog = Program(("dp", "tp"), [("x0", {"dp": dp, "tp": "V"}, (4, 4))],
+                   [Stmt("t0", "op", "neg", ("x0",))])
+    probe = check_mode(prog, all_vars=True)
+    s = Stmt("t1", "coll", name, ("x0",), "tp", src, "R")
+    assert _exchanges_a_dim_another_axis_shards(probe, s) is kept_out
+
+
 # --------------------------------------------------------------------------------------
 # gloo: the three verdicts, and the CI slice (one shared world for the session)
 
