@@ -1170,14 +1170,13 @@ def check_collective(
     for have, wrong in by_have.items():
         ax: str | tuple[str, ...] = wrong[0] if len(wrong) == 1 else tuple(wrong)
         fix = _mismatch_fix(have, src, dst, x_text, ax, op, reduce_op)
-        kept = rest[0] if len(rest) == 1 else rest
         if rest and have.kind is not src.kind and pair_ok and _adds_no_error(
                 op, x, rest, src, dst, reduce_op, x_text, axis_arg, errors):
             # a flattened collective over an axis the value does not have src on (an expert's
             # gradient, V on "ep", all-reduced over ("dp", "ep")): most often the axis is extra
             reduce_arg = f', op="{reduce_op}"' if reduce_op != "sum" else ""
             drop = (f"; drop {axis_words(wrong)} from the axes ({op}({bare(x_text)}, "
-                    f"{format_axis(kept)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant "
+                    f"{format_axes(rest)}, src={src}, dst={dst}{reduce_arg})) if {x_text} is meant "
                     f"to stay {have.describe()} there")
             # "it is already R: drop the call" is wrong here: the call is still needed on the
             # other axes, where x is src (a gradient norm's sum, R on "dp" and P on "tp")
@@ -1217,9 +1216,9 @@ def _adds_no_error(op: str, x: SpmdType, kept: Sequence[str], src: LocalType, ds
         all_reduce(x, ("dp", "ep"), src=V, dst=R, op="max")
         all_reduce(x, "dp", src=V, dst=R, op="max")     <- no fix: P on "ep" through a max
     """
-    kept_arg = kept[0] if len(kept) == 1 else tuple(kept)
     whole = {str(e) for e in errors}
-    as_kept, as_whole = (f"{bare(x_text)}, {format_axis(a)}" for a in (kept_arg, axis_arg))
+    xb = bare(x_text)
+    as_kept, as_whole = f"{xb}, {format_axes(kept)}", f"{xb}, {format_axis(axis_arg)}"
     result = check_collective(op, x, kept, src, dst, expert_mode=True, reduce_op=reduce_op,
                               x_text=x_text, can_grad=False)
     return all(str(e).replace(as_kept, as_whole) in whole for e in result.errors)
