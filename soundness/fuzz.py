@@ -517,7 +517,7 @@ def outside_the_model(before: Probe, after: Probe, s: Stmt) -> bool:
     """A statement whose result the reference cannot denote (the three tests below): the
     generator keeps out of it, and so does the collective sweep (tests/soundness)."""
     return (_forgets_shard(before, after, s) or _same_dim_twice(after, s)
-            or _exchanges_a_dim_another_axis_shards(before, s))
+            or _collective_on_a_dim_another_axis_shards(before, s))
 
 
 def _forgets_shard(before: Probe, after: Probe, s: Stmt) -> bool:
@@ -532,10 +532,11 @@ def _forgets_shard(before: Probe, after: Probe, s: Stmt) -> bool:
     return False
 
 
-def _exchanges_a_dim_another_axis_shards(before: Probe, s: Stmt) -> bool:
-    """An all_to_all whose split or concat dim (V: dim 0, S(i): dim i) another axis of its
-    operand shards (``all_to_all(x, "tp", src=S(1), dst=V)`` on ``x: Tensor[S[0, "dp"],
-    S[1, "tp"]]`` splits dim 0 inside each dp shard): the result is two axes on one dim as
+def _collective_on_a_dim_another_axis_shards(before: Probe, s: Stmt) -> bool:
+    """A collective that splits, concatenates or gathers a dim another axis of its operand
+    shards.  An all_to_all whose split or concat dim (V: dim 0, S(i): dim i) is one
+    (``all_to_all(x, "tp", src=S(1), dst=V)`` on ``x: Tensor[S[0, "dp"], S[1, "tp"]]``
+    splits dim 0 inside each dp shard): the result is two axes on one dim as
     in :func:`_same_dim_twice`, with the second hidden by V.  Its global value is not defined
     either: the reference exchanges blocks of the dp-global tensor, the ranks of each dp
     shard's, so the rows come out in another order (seed 5011 of session 50).  So does any
@@ -611,17 +612,19 @@ def agree(m: Verdict, c: Verdict) -> bool:
         # another error of the same statement (softmax(-1) of x: Tensor[P["tp"], S[1, "dp"]]:
         # a Partial into a non-linear op; seed 5014 of session 50)
         return True
-    if c.accepted and same_dim_at_one_rank(m):
+    if same_dim_at_one_rank(m) and (c.accepted or (m.codes != ("return",) and c.line > m.line)):
         return True
     if m.accepted and written_below_at_one_rank(c):
         return True
     if m.accepted or c.accepted:
         return m.accepted and c.accepted
     return ((m.line == c.line and bool(set(c.codes) & set(m.codes))) or pending_sum_pair(m, c)
-            or varying_loss_pair(m, c))
+            or pending_sum_used_in_its_statement(m, c) or varying_loss_pair(m, c))
 
 
 _REDUCES = " reduces the dim sharded on "
+# engine ops' reduction messages: "var over dim -1 of x0 (S(1) on "tp") reduces the dim ..."
+_REDUCED_DIM = re.compile(r" over dim (?P<dim>-?\d+) of .*?\(S\((?P<shard>-?\d+)\) on ")
 # The scans and normalisations along a shard dim (engine ops.scan_along_shard_error,
 # normalised_along_shard_error): their messages' verbs
 _ALONG_SHARD = (" scans the dim sharded on ", " normalises the dim sharded on ")
@@ -633,11 +636,25 @@ def along_shard_at_rank(c: Verdict) -> bool:
     at some ranks (2-d here; a 4-d S(1) is head-parallel attention's scores, whose softmax
     over the keys is right), and the plugin reads no rank, so it keeps V; the check mode,
     at the real rank, rejects it (the rules suite's check-only verdicts alike).  So is a
-    matmul's diagonal block (below; seed 5101 of session 51)."""
+    matmul's diagonal block (below; seed 5101 of session 51), and a reduction along a dim
+    counted from the other end (:func:`reduced_at_one_rank`)."""
     if c.codes != ("spmd-global",):
         return False
     return any(v in c.note for v in _ALONG_SHARD) or (
-        c.note.startswith("matmul(") and _BOTH_STAY in c.note)
+        c.note.startswith("matmul(") and _BOTH_STAY in c.note) or reduced_at_one_rank(c)
+
+
+def reduced_at_one_rank(c: Verdict) -> bool:
+    """A reduction along a dim counted from the other end than the shard dim (``x.var(-1)``
+    or ``x.pow(2).mean(-1)`` under an rsqrt, of an S(1) x) reduces the shard dim only at
+    one rank (2 here): the plugin reads no rank and keeps each rank's own block's value, V
+    (``V (S(1) at rank >= 2, V at rank 1)``: README, "Pending sums" in docs/soundness.md),
+    where the check mode, at the real rank, rejects the variance at once and a pending mean
+    or sum at its first non-linear use (session 53's one-statement sweep of its new ops)."""
+    if _REDUCES not in c.note:
+        return False
+    found = _REDUCED_DIM.search(c.note)
+    return found is not None and (int(found["dim"]) < 0) != (int(found["shard"]) < 0)
 
 
 # The diagonal block (engine ops.diagonal_block_error): ``x @ w`` of an S(0) x and an S(1) w
@@ -652,10 +669,13 @@ def same_dim_at_one_rank(m: Verdict) -> bool:
     """The plugin's conservative rejection by design: a shard dim counted from the back
     where one counted from the front is declared (or the other way round) is the same layout
     at one rank only: ``x.t()`` of an S(0) x is ``S(-1)`` (S(0) at rank 1, S(1) at rank 2),
-    returned as ``S(1)``.  The plugin cannot read the rank, so it rejects the return and says
-    to write ``S(-1)`` if the value always has 2 dims; the check mode, at the real rank,
-    accepts (seed 5103 of session 51; docs/soundness.md, "Conservative")."""
-    return m.codes == ("return",) and _SAME_DIM_AT_ONE_RANK.search(m.note) is not None
+    returned as ``S(1)`` (seed 5103 of session 51) or gathered with ``src=S(1)`` (seed 5302
+    of session 53).  The plugin cannot read the rank, so it rejects the return or the
+    collective and says to write ``S(-1)`` if the value always has 2 dims; the check mode,
+    at the real rank, accepts that line: the program, or its first error is a later line's
+    (docs/soundness.md, "Conservative")."""
+    return (m.codes in (("return",), ("spmd-src-mismatch",))
+            and _SAME_DIM_AT_ONE_RANK.search(m.note) is not None)
 
 
 # engine collectives' mismatch hint (``S(-1) and S(1) are the same dim only of a 2-dim tensor``)
@@ -698,6 +718,22 @@ def pending_sum_pair(m: Verdict, c: Verdict) -> bool:
     (m_sum, m_form, m_axis), (c_sum, c_form, c_axis) = (
         _sum_head(v.note.split(_REDUCES)[0]) for v in (m, c))
     return m_sum == c_sum and m_axis == c_axis and _one_layout(m_form, c_form)
+
+
+def pending_sum_used_in_its_statement(m: Verdict, c: Verdict) -> bool:
+    """A sum over the shard dim used in its own statement (``x0 * x1.sum(0)`` of an I x0 and
+    an S(0) x1): the plugin reports the sum and types its result unknown after the error, so
+    it reports nothing more there; the check mode, which reports a pending sum at its first
+    use, reports this use by the use's own rule where that comes first (an I beside the
+    pending sum, a V to it: spmd-invariant-mix).  One line, the plugin's pending sum on an
+    axis the check mode's message finds a V on (session 53's one-statement sweep of its new
+    ops, ``mul_colsum``)."""
+    if m.line is None or m.line != c.line or m.codes != ("spmd-global",):
+        return False
+    if _REDUCES not in m.note or _REDUCES in c.note:
+        return False
+    _, _, axis = _sum_head(m.note.split(_REDUCES)[0])
+    return bool(axis) and f"V[{axis}]" in c.note
 
 
 def _one_layout(m_form: str, c_form: str) -> bool:

@@ -79,6 +79,30 @@ OPS: dict[str, OpSpec] = {o.name: o for o in [
     OpSpec("cols", "{0}[:, :2]", 1, "view"),
     OpSpec("flip0", "torch.flip({0}, [0])", 1, "view"),
     OpSpec("roll0", "torch.roll({0}, 1, 0)", 1, "view"),
+    # (session 53) a transformer block's other ops: gates and norms over the last dim,
+    # reductions that keep a dim or return values and indices, views that pick, permute,
+    # repeat or expand, and ops that read positions (tril, index_select)
+    OpSpec("sigmoid", "torch.sigmoid({0})", 1, "nonlinear"),
+    OpSpec("silu", "F.silu({0})", 1, "nonlinear"),
+    OpSpec("log_softmax", "F.log_softmax({0}, dim=-1)", 1, "nonlinear"),
+    OpSpec("layer_norm", "F.layer_norm({0}, {0}.shape[-1:])", 1, "nonlinear"),
+    OpSpec("rms_norm", "{0} * torch.rsqrt({0}.pow(2).mean(-1, keepdim=True) + 1e-6)", 1,
+           "nonlinear"),
+    OpSpec("clamp", "{0}.clamp(min=0.0)", 1, "nonlinear"),
+    OpSpec("pow3", "{0}.pow(3)", 1, "nonlinear"),
+    OpSpec("masked_fill", "{0}.masked_fill({0} < 0, 0.0)", 1, "nonlinear"),
+    OpSpec("var_last", "{0}.var(-1)", 1, "reduction"),
+    OpSpec("norm", "{0}.norm()", 1, "reduction"),
+    OpSpec("max_last", "{0}.max(dim=-1).values", 1, "reduction"),
+    OpSpec("min0", "{0}.min(0)[0]", 1, "reduction"),
+    OpSpec("mean_all", "{0}.mean()", 1, "reduction"),
+    OpSpec("permute", "{0}.permute(1, 0)", 1, "view"),
+    OpSpec("narrow_last", "{0}.narrow(-1, 1, 2)", 1, "view"),
+    OpSpec("repeat0", "{0}.repeat(2, 1)", 1, "view"),
+    OpSpec("expand", "{0}.unsqueeze(0).expand(2, -1, -1)", 1, "view"),
+    OpSpec("flip_last", "{0}.flip(-1)", 1, "view"),
+    OpSpec("tril", "torch.tril({0})", 1, "view"),
+    OpSpec("index_select0", "{0}.index_select(0, torch.tensor([1, 0]))", 1, "view"),
     # binary
     OpSpec("add", "torch.add({0}, {1})", 2, "linear"),
     OpSpec("sub", "{0} - {1}", 2, "linear"),
@@ -98,8 +122,21 @@ OPS: dict[str, OpSpec] = {o.name: o for o in [
     # in place, on a copy (an in-place op may not change its target's type)
     OpSpec("add_", "{0}.clone().add_({1})", 2, "linear"),
     OpSpec("mul_", "{0}.clone().mul_({1})", 2, "multilinear"),
+    # (session 53) contractions a backward or an attention writes, and more binary ops
+    OpSpec("minimum", "torch.minimum({0}, {1})", 2, "nonlinear"),
+    OpSpec("matmul_t", "{0} @ {1}.t()", 2, "multilinear"),
+    OpSpec("einsum_wgrad", 'torch.einsum("ij,ik->jk", {0}, {1})', 2, "multilinear"),
+    OpSpec("einsum_rowdot", 'torch.einsum("ij,ij->i", {0}, {1})', 2, "multilinear"),
+    OpSpec("bmm", "torch.bmm({0}.unsqueeze(0), {1}.unsqueeze(0))", 2, "multilinear"),
+    OpSpec("mul_colsum", "{0} * {1}.sum(0)", 2, "multilinear"),
+    OpSpec("lerp", "torch.lerp({0}, {1}, 0.25)", 2, "linear"),
+    OpSpec("cat_last", "torch.cat([{0}, {1}], dim=-1)", 2, "view"),
+    OpSpec("sub_", "{0}.clone().sub_({1})", 2, "linear"),
+    OpSpec("soft_ce", "F.cross_entropy({0}, {1}.detach().softmax(-1))", 2, "reduction"),
     # ternary
     OpSpec("where", "torch.where({0} > 0, {1}, {2})", 3, "nonlinear"),
+    OpSpec("addmm", "torch.addmm({2}, {0}, {1})", 3, "multilinear"),
+    OpSpec("lerp_w", "torch.lerp({0}, {1}, {2})", 3, "nonlinear"),
 ]}
 
 # collective ops and the src/dst forms the generator draws from (valid and invalid pairs)

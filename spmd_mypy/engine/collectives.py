@@ -1344,7 +1344,8 @@ def _mismatch_fix(have: LocalType, src: LocalType, dst: LocalType, x_text: str,
         return (f'; pass src=V: all_reduce({bare(x_text)}, {format_axis(axis)}, src=V, '
                 f'dst={_arg(out)}, op="{reduce_op}")')
     if have.kind is src.kind:  # shard dims differ
-        fix = f"; pass src={have.at_high_ranks()}"
+        # src=S(1) of a transposed S(0) (S(-1)) is right at rank 2 only: say why it is refused
+        fix = f"; pass src={have.at_high_ranks()}{same_dim_at_one_rank(have, src)}"
         h = have.at_high_ranks().dim
         if op == "all_to_all" and h is not None and src.dim is not None and (h < 0) == (src.dim < 0):
             # Ulysses: the heads dim moved back next to the sequence before the exchange
@@ -1618,7 +1619,8 @@ def same_dim_at_one_rank(have: LocalType, want: LocalType) -> str:
     if have.by_rank is not None and have.at_ndim(rank) != want.at_ndim(rank):
         return ""
     return (f" (S({a}) and S({b}) are the same dim only of a {rank}-dim tensor: if the value "
-            f"always has {rank} dims, write S({a}) where S({b}) is written instead)")
+            f"always has {rank} dim{'s' if rank != 1 else ''}, write S({a}) where S({b}) is "
+            f"written instead)")
 
 
 def mixed_shard_dims_hint(axis: str, operands: Sequence[tuple[str, LocalType]]) -> str:

@@ -32,6 +32,10 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported inside the worker only
+    from torch.distributed import Store
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVE_TIMEOUT = 30.0  # seconds a rank waits in one collective before gloo gives up
@@ -229,7 +233,7 @@ def _worker_main(rank: int, world_size: int, init_method: str, suite_name: str, 
     dist.destroy_process_group()
 
 
-def _wait_for_every_rank(store, world_size: int) -> None:
+def _wait_for_every_rank(store: Store, world_size: int) -> None:
     """Leave only when every rank has run its last check (or after ``COLLECTIVE_TIMEOUT``).
 
     Rank 0 hosts the TCP store, and a group is made without a barrier

@@ -89,13 +89,13 @@ def test_an_all_to_all_on_a_dim_another_axis_shards_is_not_drawn(dp: str, src: s
                                                                    kept_out: bool) -> None:
     """The global value of such a result is not defined without a partition spec (which axis
     is major on the dim): the generator keeps out of it, as of two S(i) on one dim."""
-    from soundness.fuzz import _exchanges_a_dim_another_axis_shards, check_mode
+    from soundness.fuzz import _collective_on_a_dim_another_axis_shards, check_mode
 
     x = {"dp": dp, "tp": "S1" if src == "S1" else "V"}
     prog = Program(("dp", "tp"), [("x0", x, (4, 4))], [Stmt("t0", "op", "neg", ("x0",))])
     probe = check_mode(prog, all_vars=True)
     s = Stmt("t1", "coll", "all_to_all", ("x0",), "tp", src, dst)
-    assert _exchanges_a_dim_another_axis_shards(probe, s) is kept_out
+    assert _collective_on_a_dim_another_axis_shards(probe, s) is kept_out
 
 
 @pytest.mark.parametrize(("name", "dp", "src", "kept_out"), [
@@ -110,13 +110,13 @@ def test_a_gather_of_a_dim_another_axis_shards_is_not_drawn(name: str, dp: str, 
     """A gather from S(i) where another axis shards dim i concatenates each dp shard's tp
     blocks (dp-major), the reference the tp ranks' dp-global tensors (tp-major): no global
     value without a partition spec, as for the all_to_all above."""
-    from soundness.fuzz import _exchanges_a_dim_another_axis_shards, check_mode
+    from soundness.fuzz import _collective_on_a_dim_another_axis_shards, check_mode
 
     prog = Program(("dp", "tp"), [("x0", {"dp": dp, "tp": "V"}, (4, 4))],
                    [Stmt("t0", "op", "neg", ("x0",))])
     probe = check_mode(prog, all_vars=True)
     s = Stmt("t1", "coll", name, ("x0",), "tp", src, "R")
-    assert _exchanges_a_dim_another_axis_shards(probe, s) is kept_out
+    assert _collective_on_a_dim_another_axis_shards(probe, s) is kept_out
 
 
 # --------------------------------------------------------------------------------------
@@ -306,6 +306,62 @@ def test_a_negative_dim_claimed_positive_is_the_plugins_conservative_rejection()
     assert not agree(Verdict(3, ("spmd-global",), note), Verdict())
     assert not agree(Verdict(3, ("return",), note), Verdict(2, ("spmd-global",), "another"))
     assert "same dim only" not in str(Verdict(3, ("return",), note))  # reports keep 200 chars
+
+
+def test_a_gathers_src_counted_from_the_other_end_is_the_plugins_conservative_rejection() -> None:
+    """fuzz.agree: ``all_gather(x.t(), "tp", src=S(1), dst=R)`` of an S(0) x: the plugin's
+    S(-1) is S(1) only at rank 2, so it refuses the src and says why; the check mode accepts
+    the gather and reports the program's next error, if any (session 53's seed 5302,
+    regression test_fuzz_gather_of_a_transpose_with_src_s1). Not with the check mode's error
+    at the gather's line or before it."""
+    from soundness.fuzz import Verdict, agree
+
+    note = ('all_gather(t0, "tp", src=S(1), ...) but t0 is S(-1) on "tp" (t0: Tensor[S[-1, '
+            '"tp"]]); pass src=S(-1) (S(-1) and S(1) are the same dim only of a 2-dim tensor: '
+            'if the value always has 2 dims, write S(-1) where S(1) is written instead)')
+    later = Verdict(4, ("spmd-partial-nonlinear",), 'Partial on "dp" (t1: ...) cannot go')
+    assert agree(Verdict(3, ("spmd-src-mismatch",), note), Verdict())
+    assert agree(Verdict(3, ("spmd-src-mismatch",), note), later)
+    assert not agree(Verdict(3, ("spmd-src-mismatch",), note), Verdict(3, ("spmd-global",), "x"))
+    assert not agree(Verdict(3, ("spmd-src-mismatch",), note), Verdict(2, ("spmd-global",), "x"))
+    assert not agree(Verdict(3, ("spmd-src-mismatch",), note.split(" (S(-1)")[0]), later)
+    assert not agree(Verdict(3, ("return",), note), later)  # a return is the last line
+
+
+def test_a_reduction_along_a_dim_counted_from_the_other_end_is_check_mode_only() -> None:
+    """fuzz.agree: ``x.var(-1)`` of an S(1) x reduces the shard dim only at rank 2: the
+    plugin, reading no rank, keeps V; the check mode, at the real rank, rejects (session 53's
+    one-statement sweep of its new ops). A reduction whose dim and shard dim are counted from
+    one end is the plugin's error too: no such pair."""
+    from soundness.fuzz import Verdict, agree
+
+    def var(dim: int, shard: int) -> str:
+        return (f'var over dim {dim} of x0 (S({shard}) on "tp") reduces the dim sharded on "tp": '
+                f"each rank's var is its own block's variance")
+    assert agree(Verdict(), Verdict(2, ("spmd-global",), var(-1, 1)))
+    assert agree(Verdict(), Verdict(2, ("spmd-global",), var(0, -2)))
+    assert not agree(Verdict(), Verdict(2, ("spmd-global",), var(1, 1)))
+    assert not agree(Verdict(), Verdict(2, ("spmd-global",), var(-1, -1)))
+    assert not agree(Verdict(), Verdict(2, ("spmd-inplace",), var(-1, 1)))
+    assert not agree(Verdict(2, ("spmd-global",), var(-1, 1)), Verdict())  # the plugin's alone
+
+
+def test_a_pending_sum_used_in_its_statement_may_break_the_uses_rule_first() -> None:
+    """fuzz.agree: ``x0 * x1.sum(0)`` of an I x0 and an S(0) x1: the plugin reports the sum
+    and types its result unknown after the error; the check mode reports the pending sum's
+    use by the use's rule, an I beside a V (session 53's one-statement sweep, mul_colsum).
+    Only on that line, and only where the check mode finds a V on the sum's axis."""
+    from soundness.fuzz import Verdict, agree
+
+    pending = Verdict(2, ("spmd-global",), 'sum over dim 0 of x1 (S(0) on "tp") reduces the dim '
+                      'sharded on "tp": each rank\'s result is its part of a sum')
+    mix = ('Invariant on "tp" (x0: Tensor[I["tp"]]) cannot mix with Varying (y: Tensor[V["tp"]])'
+           " in mul: its gradient would need an all-reduce that mul never issues")
+    assert agree(pending, Verdict(2, ("spmd-invariant-mix",), mix))
+    assert not agree(pending, Verdict(3, ("spmd-invariant-mix",), mix))  # another line
+    assert not agree(pending, Verdict(2, ("spmd-invariant-mix",), mix.replace('"tp"', '"dp"')))
+    assert not agree(Verdict(2, ("spmd-global",), "a contraction of x1"),
+                     Verdict(2, ("spmd-invariant-mix",), mix))
 
 
 def test_an_inplace_write_of_a_lower_shard_dim_is_check_mode_only() -> None:

@@ -16,12 +16,12 @@ Found as::
 Not a wrong verdict: the gather concatenates the tp blocks inside each dp shard (dp-major),
 the reference the tp ranks' dp-global tensors (tp-major); with dp sharding dim 1 instead the
 numbers agree. Local types do not say which axis is major on a dim two axes shard, so the
-generator keeps out of such a gather (fuzz._exchanges_a_dim_another_axis_shards), as of the
+generator keeps out of such a gather (fuzz._collective_on_a_dim_another_axis_shards), as of the
 all_to_all of seed 5011. The replay judges the program as the generator now sees it: the
 statement is outside the model.
 """
 
-from soundness.fuzz import _exchanges_a_dim_another_axis_shards, check_mode
+from soundness.fuzz import _collective_on_a_dim_another_axis_shards, check_mode
 from soundness.fuzz_model import Program
 
 PROGRAM = ('{"axes": ["dp", "tp"], "ending": ["return", "t3"], "inputs": ['
@@ -35,4 +35,4 @@ PROGRAM = ('{"axes": ["dp", "tp"], "ending": ["return", "t3"], "inputs": ['
 def test_the_gather_is_outside_the_model() -> None:
     prog = Program.from_json(PROGRAM)
     before = check_mode(Program(prog.axes, prog.inputs, prog.stmts[:2]), all_vars=True)
-    assert _exchanges_a_dim_another_axis_shards(before, prog.stmts[2])
+    assert _collective_on_a_dim_another_axis_shards(before, prog.stmts[2])
