@@ -185,6 +185,21 @@ def test_ci_slice(fuzzer) -> None:  # noqa: ANN001
     assert new["accepted-equal"] > 0 and new["rejected-counterexample"] > 0, new
 
 
+def test_op_sweep_of_a_reduction_along_the_last_dim(fuzzer) -> None:  # noqa: ANN001
+    """soundness.op_sweep: ``x.var(-1)`` over the six input forms on "tp": each returned, and
+    summed and backpropagated where the check mode accepts it (R, I, V, S(0): 8 programs;
+    a P into a variance and the S(1) form are rejected: 2). The S(1) form is the pair of
+    ``fuzz.reduced_at_one_rank``; ``mean_last`` of S(1) is a statement the generator keeps
+    out of (its result V where its operand is S(1))."""
+    from soundness.op_sweep import one_statement_programs, sweep
+
+    assert len(one_statement_programs("var_last")) == 6
+    assert len(one_statement_programs("mul_colsum")) == 36
+    result = sweep(["var_last", "mean_last"], fuzzer)
+    assert result.disagreements == [], "\n".join(o.report() for o in result.disagreements)
+    assert result.outside_the_model >= 1 and result.programs >= 10, result
+
+
 def test_only_a_pending_sum_may_be_reported_at_two_lines() -> None:
     """fuzz.agree: the plugin reports a sum over the shard dim at the sum, the check mode at
     its result's first use (pending); the pair agrees only for that error, the same sum,
