@@ -233,6 +233,13 @@ def test_only_a_pending_sum_may_be_reported_at_two_lines() -> None:
                      Verdict(4, ("spmd-global",), head.replace("S(0)", "S(-2)")))
     assert not agree(Verdict(3, ("spmd-global",), head.replace("S(0)", "S(1)")),
                      Verdict(4, ("spmd-global",), head))
+    # a V alternative at rank 2 stands for a shard dim the plugin cannot place: x0 @ x1 of an
+    # R x0 and an S(1) x1 (session 53's op sweep); a V at rank 1 only is not one at rank 2
+    v_at_2 = head.replace("(S(0) on", "(V (V at rank >= 2, S(0) at rank 1) on")
+    assert agree(Verdict(3, ("spmd-global",), v_at_2),
+                 Verdict(4, ("spmd-global",), head.replace("S(0)", "S(1)")))
+    assert not agree(Verdict(3, ("spmd-global",), v_at_2.replace("rank >= 2", "rank >= 3")),
+                     Verdict(4, ("spmd-global",), head.replace("S(0)", "S(1)")))
 
 
 def test_only_a_scan_or_normalisation_along_the_shard_dim_is_check_mode_only() -> None:
