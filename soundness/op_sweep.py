@@ -57,11 +57,11 @@ def sweep(names: list[str], fuzzer: Any, verbose: bool = False) -> SweepResult:
     result = SweepResult()
     for name in names:
         for base, stmt in one_statement_programs(name):
-            before = check_mode(Program(AXES, base.inputs), all_vars=True)
             after = check_mode(base, all_vars=True)
             if after.runtime_error is not None:
                 continue
-            if after.verdict.accepted and outside_the_model(before, after, stmt):
+            if after.verdict.accepted and outside_the_model(
+                    check_mode(Program(AXES, base.inputs), all_vars=True), after, stmt):
                 result.outside_the_model += 1
                 continue
             progs = [Program(AXES, base.inputs, base.stmts, base.ending, after.types.get("t0"))]
