@@ -3,9 +3,11 @@
 The parent (pytest) calls :func:`run_world`; it starts one ``python rt_world.py``
 launcher (in its own session), which imports torch once and forks N ranks; each
 initialises gloo on 127.0.0.1 and a free port, runs every check of the suite in
-order and appends one JSON line per check to its result file.  The parent waits with a deadline: a world that has not finished in time
-is killed and every check without a result on every rank fails with the ranks'
-stderr tails.  A check passes when it passed on every rank.
+order and appends one JSON line per check to its result file.  The parent waits while the
+world makes progress: a world in which no check has finished for ``timeout`` seconds (a
+hang, not a slow machine: a world of 23 checks takes 40 s on a quiet host and over 120 s on
+a slow CI machine) is killed, and every check without a result on every rank fails with the
+ranks' stderr tails.  A check passes when it passed on every rank.
 
 A suite of :data:`FRESH_SUITES` runs each check in fresh ranks: the launcher forks N new
 ranks per check (a new process group, met through a file store in the world's directory:
@@ -39,9 +41,10 @@ if TYPE_CHECKING:  # torch is imported inside the worker only
 
 HERE = Path(__file__).resolve().parent
 COLLECTIVE_TIMEOUT = 30.0  # seconds a rank waits in one collective before gloo gives up
-SELFTEST_TIMEOUT = 20.0  # the deadline of the harness's own test world (it has a hang); it
-# covers the launcher's torch import and warm-up: 10 s was missed twice on 2 shared cores at
-# load 7 (no rank had started a check), so the failing-rank half failed too
+SELFTEST_TIMEOUT = 20.0  # the stall deadline of the harness's own test world (it has a
+# hang); below COLLECTIVE_TIMEOUT, so that the hung barrier's own error is no progress. Its first
+# stretch covers the launcher's torch import and warm-up: 10 s was missed twice on 2 shared
+# cores at load 7 (no rank had started a check), so the failing-rank half failed too
 FRESH_SUITES = frozenset({"first-call"})  # suites whose every check runs in fresh ranks
 
 
@@ -101,8 +104,9 @@ def run_world(world_size: int, suite: str, timeout: float = 150.0) -> dict[str, 
             final[name] = CheckResult(False, "\n".join(failures))
         elif missing:
             tails = "\n".join(f"--- rank {r} stderr (tail) ---\n{stderr[r][-3000:]}" for r in missing)
-            final[name] = CheckResult(False, f"no result from ranks {missing} (crashed or timed "
-                                             f"out after {timeout:.0f} s)\n{tails}")
+            final[name] = CheckResult(False, f"no result from ranks {missing} (crashed, or timed "
+                                             f"out: no check finished for {timeout:.0f} s)"
+                                             f"\n{tails}")
         else:
             final[name] = CheckResult(True)
     return final
@@ -123,9 +127,7 @@ def _launch(world_size: int, suite: str, timeout: float
                 stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=str(HERE),
                 start_new_session=True)
             try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
+                _wait_while_progressing(proc, Path(tmp), timeout)
             finally:
                 try:  # the launcher and every rank it forked (a rank may outlive a crash)
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -149,6 +151,20 @@ def _launch(world_size: int, suite: str, timeout: float
     retry = (all(not r for r in results) and any("address already in use" in s.lower()
                                                   for s in stderr))
     return results, stderr, retry
+
+
+def _wait_while_progressing(proc: subprocess.Popen, tmp: Path, stall: float) -> None:
+    """Wait for the launcher until it exits or no result line has been written for ``stall``
+    seconds (the first stretch covers the launcher's torch import and warm-up)."""
+    written, last_progress = -1, time.monotonic()
+    while proc.poll() is None:
+        now = time.monotonic()
+        size = sum(p.stat().st_size for p in tmp.glob("rank*.jsonl"))
+        if size != written:
+            written, last_progress = size, now
+        elif now - last_progress > stall:
+            return
+        time.sleep(0.2)
 
 
 def _launcher_main(world_size: int, port: int, suite_name: str, tmp: str) -> None:
