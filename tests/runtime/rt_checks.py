@@ -1393,6 +1393,12 @@ def suite(name: str, world: int) -> list[tuple[str, Callable[[Ctx], None]]]:
                 time.sleep(3600)
 
         return [("fails-on-rank-1", fails_on_rank_1), ("hangs", hangs)]
+    if name == "selftest-slow":  # the harness itself: a world slower than its deadline
+        def takes_two_seconds(ctx: Ctx) -> None:
+            import time
+            time.sleep(2.0)
+
+        return [(f"takes-two-seconds-{i}", takes_two_seconds) for i in range(3)]
     if name == "global":  # global SPMD: redistribute plans, local_map (rt_global.py)
         import rt_global
         return rt_global.suite(world)

@@ -42,9 +42,10 @@ if TYPE_CHECKING:  # torch is imported inside the worker only
 HERE = Path(__file__).resolve().parent
 COLLECTIVE_TIMEOUT = 30.0  # seconds a rank waits in one collective before gloo gives up
 SELFTEST_TIMEOUT = 20.0  # the stall deadline of the harness's own test world (it has a
-# hang); below COLLECTIVE_TIMEOUT, so that the hung barrier's own error is no progress. Its first
-# stretch covers the launcher's torch import and warm-up: 10 s was missed twice on 2 shared
-# cores at load 7 (no rank had started a check), so the failing-rank half failed too
+# hang); below COLLECTIVE_TIMEOUT, so that the hung barrier's own error is no progress
+STARTUP_ALLOWANCE = 60.0  # the least time a world has for its first result: the launcher's
+# torch import and warm-up come first (a 10 s deadline for the whole selftest world was missed
+# twice on 2 shared cores at load 7, no rank having started a check)
 FRESH_SUITES = frozenset({"first-call"})  # suites whose every check runs in fresh ranks
 
 
@@ -155,14 +156,15 @@ def _launch(world_size: int, suite: str, timeout: float
 
 def _wait_while_progressing(proc: subprocess.Popen, tmp: Path, stall: float) -> None:
     """Wait for the launcher until it exits or no result line has been written for ``stall``
-    seconds (the first stretch covers the launcher's torch import and warm-up)."""
-    written, last_progress = -1, time.monotonic()
+    seconds; before the first result, for ``max(stall, STARTUP_ALLOWANCE)`` seconds."""
+    written, last_progress = 0, time.monotonic()
     while proc.poll() is None:
         now = time.monotonic()
         size = sum(p.stat().st_size for p in tmp.glob("rank*.jsonl"))
+        allowed = stall if written else max(stall, STARTUP_ALLOWANCE)
         if size != written:
             written, last_progress = size, now
-        elif now - last_progress > stall:
+        elif now - last_progress > allowed:
             return
         time.sleep(0.2)
 
