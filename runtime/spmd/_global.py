@@ -46,7 +46,7 @@ from spmd_mypy.engine.annotations import Entry, build
 from spmd_mypy.engine.collectives import TRANSITIONS, form
 from spmd_mypy.engine.errors import SpmdError, SpmdTypeError
 from spmd_mypy.engine.ops import Operand
-from spmd_mypy.engine.types import SpmdType, format_type
+from spmd_mypy.engine.types import SpmdType, format_spec, format_type
 
 from . import _mesh
 from ._collectives import (SpmdCollectiveError, _agree_step, _Collective, _FuncCollective,
@@ -126,11 +126,17 @@ def redistribute_global(x: torch.Tensor, src: Any, dst: Any) -> torch.Tensor:
 
     src_t, dst_t = global_type_of(src, "src"), global_type_of(dst, "dst")
     bound = _bound_plan(src_t, dst_t)
+    rank = len(bound.plan.src.spec or ())
+    if x.ndim != rank:  # a local tensor has the global rank: else the steps move wrong dims
+        raise SpmdCollectiveError(SpmdError(
+            "spmd-global",
+            f"spmd.redistribute(x, src={format_spec(bound.plan.src.spec or ())}, ...): src "
+            f"states rank {rank} but x has {x.ndim} dims; give src one entry per dim of x"))
     if _checking.ACTIVE:
         have = _checking.typeof(x)
         if have:
             text = _checking._texts([x], ["x"])[0]
-            errors = planner.check_source(have, bound.plan.src, x_text=text)
+            errors = planner.check_source(have, src_t, x_text=text, dst=dst_t)
             if errors:
                 raise SpmdTypeError(errors[0])
     y = x

@@ -1537,7 +1537,8 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
     is needed (:class:`SliceIndex`): no reinterpret is offered for a slice that is no rank's.
     ``ndim``: the value's rank, where the adapter knows it (the check mode, which compares
     ``S(-1)`` and ``S(2)`` of a 3-d value as one layout and passes the types as written):
-    two shard dims that differ are then different dims, whatever their signs.
+    two shard dims that differ are then different dims, whatever their signs.  Where one
+    side is global and the other local, the spec's length is the rank.
     """
     if actual.spec is not None and expected.spec is not None:  # else the global check is None
         from .global_spmd import check_argument as check_global_argument
@@ -1545,7 +1546,13 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
         global_errors = check_global_argument(actual, expected, x_text=x_text, where=where)
         if global_errors is not None:
             return global_errors
-    mismatches = mismatched_axes(actual, expected, gradient_free)
+    stated = None
+    if ndim is None and (actual.spec is None) != (expected.spec is None):
+        # one side global: its spec states the rank (a local S(-1) where PS[None, "tp"] is
+        # declared is S(1)), so the dims compare at it, as the check mode compares at its
+        # tensor's rank
+        ndim = stated = len(actual.spec if actual.spec is not None else expected.spec or ())
+    mismatches = mismatched_axes(actual, expected, gradient_free, stated)
     if not mismatches:
         return []
     # one error per value: the axes with one mistake named together, fixed by one flattened

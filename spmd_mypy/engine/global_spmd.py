@@ -2720,21 +2720,25 @@ def check_local_map_boundary(local: SpmdType, declared: SpmdType, axes: Iterable
     """The body's local type ``local`` against the declared global type ``declared``
     (an ``out_types`` or ``in_types`` entry) seen locally on ``axes``.
 
-    Per axis: the same R/I/P; an axis the spec shards on dim d is V (or S(d)) locally.
-    An axis either side does not mention is unchecked (gradual)."""
+    Per axis: the same R/I/P; an axis the spec shards on dim d is V (or S(d)) locally,
+    the dims compared at the rank the spec states (``S(-1)`` is ``S(1)`` where ``PS[None,
+    "tp"]`` is declared).  An axis either side does not mention is unchecked (gradual)."""
     want = localize(declared, axes)
+    rank = len(declared.spec) if declared.spec is not None else None
     errors = []
     for a, lt in want.axes:
         got = local.get(a)
         if got is None:
             continue
-        ok = shard_dims_match(got, lt)
+        ok = shard_dims_match(got, lt, rank)
         if not ok:
             if lt.kind is Kind.V:
                 need = f"V (it shards dim {lt.dim} in {format_spec(declared.spec or ())})"
             else:
                 need = lt.kind.value
             fix = ""
+            if rank is not None and lt.kind is Kind.V and got.dim is not None and -rank <= got.dim < 0:
+                fix = f" ({got} is dim {got.dim % rank} at the rank {rank} the spec states)"
             if got.kind is Kind.V and lt.kind is Kind.P:
                 fix = f'; reinterpret(..., "{a}", src=V, dst=P) if the locals are summands'
             elif got.kind is Kind.P and lt.kind is Kind.R:

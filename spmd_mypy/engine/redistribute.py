@@ -71,8 +71,10 @@ from .types import (
     LocalType,
     SpmdType,
     format_axis,
+    format_spec,
     format_type,
     shard,
+    shard_dims_match,
 )
 
 Spec = tuple[tuple[str, ...], ...]
@@ -410,12 +412,21 @@ def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
     """``src`` must describe ``x`` (its static or tracked type): the same partition spec if
     ``x`` has one, and the same local type on every axis both name (V may be claimed S(i)).
 
+    A local-typed ``x`` (no spec) is read at the rank ``src``'s spec states, as the check
+    mode reads it at its tensor's rank: ``S(-1)`` is the last dim::
+
+        x: Tensor[S[-1, "tp"]]     src=PS[None, "tp"]        yes (rank 2: S(-1) is S(1))
+                                   src=PS["tp", None]        no  (S(1), not S(0))
+                                   src=PS[None, None, "tp"]  yes (rank 3: S(-1) is S(2))
+
     With ``dst``, ``src`` is first resolved against it (:func:`resolve`) as the runtime
     resolves it -- the runtime sees only what the call writes -- so an axis ``src`` leaves
     unsaid but ``dst`` names is R: if ``x`` is P there, the call must say so.  Both
-    adapters call this before :func:`plan`; the message gives the ``src`` to pass.
+    adapters call this before :func:`plan`; the message gives the ``src`` to pass, a
+    global type (the call is global): ``x``'s own, or its shard dims put in a spec of
+    ``src``'s rank.
     """
-    call = f"redistribute({x_text}, src={format_type(src)}, ...)"
+    call = f"redistribute({x_text}, src={_format_endpoint(src)}, ...)"
     written = {a for a, _ in src.axes}
     if dst is not None:
         rsrc, _, errs = resolve(src, dst)
@@ -425,21 +436,84 @@ def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
         return [SpmdError(
             "spmd-src-mismatch",
             f"{call} but {x_text} is {format_type(x)}: the partition specs differ; pass "
-            f"src={format_type(x)}")]
+            f"src={_format_endpoint(x)}")]
+    spec = src.spec if src.spec is not None else x.spec
+    rank = len(spec) if spec is not None else None
     for a, want in src.axes:
         have = x.get(a)
-        if have is None:
+        if have is None or shard_dims_match(have, want, rank):
             continue
-        if have.kind is not want.kind or (have.dim is not None and want.dim is not None
-                                          and have.dim != want.dim):
-            implied = ("" if a in written else
-                       f' (src does not name "{a}", which dst does: it is taken as {want}, as the '
-                       f"runtime sees only what the call says)")
-            return [SpmdError(
-                "spmd-src-mismatch",
-                f'{call} but {x_text} is {have} on "{a}", not {want}{implied} ({x_text}: '
-                f"{format_type(x)}); pass src={format_type(x)}")]
+        implied = ("" if a in written else
+                   f' (src does not name "{a}", which dst does: it is taken as {want}, as the '
+                   f"runtime sees only what the call says)")
+        fix = _source_of(x, src)
+        if fix is not None:
+            advice = f"pass src={_format_endpoint(fix)}"
+        else:  # a dim of x beyond the rank src states
+            advice = (f"give src {x_text}'s rank and its shard dims (PS[...] with one entry "
+                      f"per dim of {x_text}, each mesh axis at the dim it shards)")
+        return [SpmdError(
+            "spmd-src-mismatch",
+            f'{call} but {x_text} is {have.describe()} on "{a}"{_at_rank(have, rank)}, not '
+            f"{want}{implied} ({x_text}: {format_type(x.as_printed())}); {advice}")]
     return []
+
+
+def _at_rank(have: LocalType, rank: int | None) -> str:
+    """`` (S(1) at the rank 2 src states)``: a layout written from the back or rank-dependent,
+    read at the rank a global ``src`` states ("" where that reads as written)."""
+    if rank is None or (have.dim is None and have.by_rank is None):
+        return ""
+    possible, d = have.at_rank(rank)
+    if not possible:
+        return f" (beyond the rank {rank} src states)"
+    if have.dim is not None and have.dim >= 0:
+        return ""
+    return f" ({'V' if d is None else f'S({d % rank})'} at the rank {rank} src states)"
+
+
+def _source_of(x: SpmdType, src: SpmdType) -> SpmdType | None:
+    """The global type that describes ``x`` for a redistribute whose ``src`` was found not
+    to: ``x`` itself if it has a spec; else ``x``'s shard dims read at the rank ``src``
+    states and put in a spec of that rank (axes sharing a dim in ``src``'s order, the
+    outermost first; a V of unknown dim where ``src`` places it, else left out, as the
+    call then takes ``x``'s type there), its I and P axes as they are (R left out: a bare
+    spec leaves it R, or ``x``'s type where ``dst`` does not name it).  None where no spec
+    of that rank holds ``x`` (a dim beyond it)."""
+    if x.spec is not None or src.spec is None:
+        return x
+    rank = len(src.spec)
+    placed_by_src = {a: d for d, entry in enumerate(src.spec) for a in entry}
+    entries: list[list[str]] = [[] for _ in range(rank)]
+    rest: dict[str, LocalType] = {}
+    for a, lt in x.axes:
+        if lt.kind is Kind.R:
+            continue  # a bare spec leaves it R, or x's type where dst does not name it
+        if lt.kind is not Kind.V:
+            rest[a] = lt
+            continue
+        possible, d = lt.at_rank(rank)
+        if not possible:
+            return None
+        if d is None:
+            d = placed_by_src.get(a)
+            if d is None:
+                continue  # x's V stays; outside a spec it has no global meaning (plan says so)
+        entries[d % rank].append(a)
+    order = {a: i for i, a in enumerate(a for e in src.spec for a in e)}
+    for entry in entries:
+        entry.sort(key=lambda a: (order.get(a, len(order)), a))
+    spec = tuple(tuple(e) for e in entries)
+    return SpmdType.of({**rest, **{a: shard(d) for d, e in enumerate(spec) for a in e}}, spec)
+
+
+def _format_endpoint(t: SpmdType) -> str:
+    """A redistribute endpoint as a call writes it: a bare ``PS[...]`` where the type is its
+    spec alone, else ``Tensor[PS[...], P["dp"]]`` (``Tensor[...]`` for a local type)."""
+    if t.spec is not None and all(lt.kind is Kind.V for _, lt in t.axes) \
+            and {a for a, _ in t.axes} == {a for e in t.spec for a in e}:
+        return format_spec(t.spec)
+    return format_type(t)
 
 
 __all__ = ["PlanStep", "Plan", "plan", "resolve", "check_source"]

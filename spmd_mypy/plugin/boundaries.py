@@ -395,7 +395,8 @@ class BoundaryChecker:
             return False
         if have.spec is not None and want.spec is not None:
             return False  # global: the engine's own check
-        return not have or not mismatched_axes(have, want, False)
+        spec = have.spec if have.spec is not None else want.spec  # one side's: the rank
+        return not have or not mismatched_axes(have, want, False, None if spec is None else len(spec))
 
     def settled_return(self, ctx: Any, result: Type) -> Type:
         """A call's result where the call is the value of its function's ``return``: the

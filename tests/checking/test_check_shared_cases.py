@@ -9,6 +9,7 @@ last line.  Collective cases run on the ``fake`` process group (one process, a
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import pathlib
 import sys
@@ -220,6 +221,51 @@ def test_a_layout_fix_names_an_invariant_operand_on_the_axis_it_shards(mesh) -> 
         assert 'src=Tensor[PS[None, None], I["tp"]]' in text
         assert spmd.typeof(moved) == spmd.typeof(a)
         torch.cat([a, moved], 1)
+
+
+def test_a_local_typed_source_is_read_at_the_rank_src_states(mesh) -> None:  # noqa: ANN001
+    """A global redistribute of a local-typed value (no spec): its shard dims are read at
+    the rank ``src``'s PS states, as the static checker reads them (tests/plugin/cases/
+    global_redistribute.test): ``S(-1)`` of a 2-d tensor is claimed ``PS[None, "tp"]``.  A
+    wrong claim offers a global src, which pasted runs; a src whose rank is not the
+    tensor's is refused with or without the check mode (the steps would move other dims)."""
+    with spmd.typecheck():
+        x = spmd.declare(torch.randn(4, 6), Tensor[S[-1, "tp"], R["dp"]])
+        y = spmd.redistribute(x, src=PS[None, "tp"], dst=PS[None, None])
+        assert spmd.typeof(y) == spmd_type_of_annotation(Tensor[PS[None, None], R["dp", "tp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            spmd.redistribute(x, src=PS["tp", None], dst=PS[None, None])
+        assert e.value.code == "spmd-src-mismatch"
+        assert '(S(1) at the rank 2 src states), not S(0)' in str(e.value), str(e.value)
+        assert "; pass src=PS[None, \"tp\"]  [spmd-src-mismatch]" in str(e.value), str(e.value)
+        z = spmd.declare(torch.randn(4, 6), Tensor[S[-2, "tp"], P["dp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            spmd.redistribute(z, src=PS["tp", None], dst=PS["dp", None])
+        assert 'src does not name "dp"' in str(e.value), str(e.value)
+        text, moved = _pasted_fix(str(e.value).replace("pass src=", "spmd.redistribute(z, src=")
+                                  .replace("  [spmd-src-mismatch]", ", dst=PS[\"dp\", None])"),
+                                  "z", {"z": z})
+        assert 'src=Tensor[PS["tp", None], P["dp"]]' in text
+        assert spmd.typeof(moved) == spmd_type_of_annotation(Tensor[PS["dp", None], R["tp"]])
+
+    @spmd.local_map(in_types=(Tensor[PS[None, "tp"], R["dp"]],), out_types=Tensor[PS[None, "tp"], R["dp"]],
+                    axes=("tp",))
+    def body(v):  # noqa: ANN001, ANN202
+        return v * 2
+
+    with spmd.typecheck():  # a local_map boundary reads the local S(-1) at the spec's rank too
+        x = spmd.declare(torch.randn(4, 6), Tensor[S[-1, "tp"], R["dp"]])
+        assert spmd.typeof(body(x)) == spmd_type_of_annotation(Tensor[PS[None, "tp"], R["dp"]])
+        with pytest.raises(SpmdTypeError) as e:
+            body(spmd.declare(torch.randn(4, 6), Tensor[S[0, "tp"], R["dp"]]))
+        assert e.value.code == "spmd-mismatch"
+    for check in (spmd.typecheck, contextlib.nullcontext):
+        with check():
+            w = spmd.declare(torch.randn(4, 6, 2), Tensor[S[-1, "tp"], R["dp"]])
+            with pytest.raises(SpmdTypeError) as e:
+                spmd.redistribute(w, src=PS[None, "tp"], dst=PS[None, None])
+            assert e.value.code == "spmd-global"
+            assert "src states rank 2 but x has 3 dims" in str(e.value), str(e.value)
 
 
 def test_a_local_map_entry_fix_names_a_partial_argument(mesh) -> None:  # noqa: ANN001

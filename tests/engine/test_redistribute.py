@@ -369,3 +369,35 @@ def test_check_source() -> None:
     errs = check_source(SpmdType.of({"tp": shard(1)}, ((), ("tp",))),
                         SpmdType.of({"tp": shard(0)}, (("tp",), ())))
     assert errs and "partition specs differ" in errs[0].message
+
+
+def test_check_source_reads_a_local_type_at_the_rank_src_states() -> None:
+    """A local-typed x (no spec) is read at the rank of src's spec: S(-1) is S(1) at rank
+    2; a rank-dependent layout is read at that rank; the fix is a global src."""
+    from spmd_mypy.engine.redistribute import check_source
+    from spmd_mypy.engine.types import LocalType, Kind
+
+    def spec_type(*spec: tuple[str, ...]) -> SpmdType:
+        return SpmdType.of({a: shard(d) for d, e in enumerate(spec) for a in e}, tuple(spec))
+
+    last = SpmdType.of({"tp": shard(-1), "dp": REPLICATE})
+    assert check_source(last, spec_type((), ("tp",))) == []
+    assert check_source(last, spec_type((), (), ("tp",))) == []
+    errs = check_source(last, spec_type(("tp",), ()))
+    assert errs and errs[0].code == "spmd-src-mismatch"
+    assert errs[0].message.endswith('pass src=PS[None, "tp"]'), errs[0].message
+    # S(0) at rank >= 2, V at rank 1 (a softmax over the last dim of an S(0) value)
+    ranked = SpmdType.of({"tp": LocalType(Kind.V, by_rank=((1, None), (2, 0)))})
+    assert check_source(ranked, spec_type(("tp",), ())) == []
+    assert check_source(ranked, spec_type(("tp",))) == []
+    errs = check_source(ranked, spec_type((), ("tp",)))
+    assert errs and '(S(0) at the rank 2 src states), not S(1)' in errs[0].message, errs
+    assert errs[0].message.endswith('pass src=PS["tp", None]'), errs[0].message
+    # beyond the rank: no spec of that rank holds x
+    errs = check_source(SpmdType.of({"tp": shard(2)}), spec_type(("tp",), ()))
+    assert errs and "(beyond the rank 2 src states)" in errs[0].message
+    assert "pass src=" not in errs[0].message and "give src x's rank" in errs[0].message
+    # a P axis stays in the fix; an I one too; R is left to the bare spec
+    errs = check_source(SpmdType.of({"tp": shard(0), "dp": PARTIAL, "cp": INVARIANT}),
+                        spec_type((), ("tp",)))
+    assert errs[0].message.endswith('pass src=Tensor[PS["tp", None], I["cp"], P["dp"]]'), errs

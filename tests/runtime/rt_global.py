@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch.testing import assert_close
 
 import spmd
-from spmd import I, P, PS, R, Tensor, V
+from spmd import I, P, PS, R, S, Tensor, V
 from spmd_mypy.engine.redistribute import plan as engine_plan
 from spmd_mypy.engine.types import Kind, SpmdType, dual
 
@@ -183,7 +183,10 @@ def mesh_for(ctx: Any) -> Any:
 
 
 def check_redistribute(ctx: Any, name: str, case: str, shape: tuple[int, ...], src: Any,
-                       dst: Any, checked: bool) -> None:
+                       dst: Any, checked: bool, declared: Any = None) -> None:
+    """The plan's steps on gloo against the global tensor, forward and backward, with the
+    collective counts the planner states.  ``declared``: the type x is declared with in
+    check mode where not src itself (a local type src's spec describes)."""
     mesh = mesh_for(ctx)
     lay = Layout(mesh)
     g = torch.Generator().manual_seed(hash(case) % 2**31)
@@ -197,10 +200,12 @@ def check_redistribute(ctx: Any, name: str, case: str, shape: tuple[int, ...], s
         with _Counter() as fwd:
             if checked:
                 with spmd.typecheck():
-                    spmd.declare(x, _annotation(src_t))
+                    spmd.declare(x, declared if declared is not None else _annotation(src_t))
                     y = spmd.redistribute(x, src=src, dst=dst)
                     got = spmd.typeof(y)
-                    assert got == dst_t, f"typeof(y) = {got}, expected {dst_t}"
+                    want = dst_t if declared is None else SpmdType.of(  # + axes only x names
+                        {**_type(declared).as_dict(), **dst_t.as_dict()}, dst_t.spec)
+                    assert got == want, f"typeof(y) = {got}, expected {want}"
             else:
                 y = spmd.redistribute(x, src=src, dst=dst)
         assert fwd.count == p.collectives, (fwd.count, p.collectives, p.render())
@@ -312,6 +317,11 @@ def suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
             n = f"w{world}/global/redistribute/{case}" + ("/typecheck" if checked else "")
             checks.append((n, functools.partial(check_redistribute, name=n, case=case, shape=shape,
                                                 src=src, dst=dst, checked=checked)))
+    # a local-typed x: S(-1) of a rank-2 tensor is the S(1) that PS[None, "tp"] states
+    n = f"w{world}/global/redistribute/local-S(-1)-as-PS[None, tp]/typecheck"
+    checks.append((n, functools.partial(
+        check_redistribute, name=n, case="local-S(-1)", shape=(4, 8), src=PS[None, "tp"],
+        dst=PS[None, None], checked=True, declared=Tensor[S[-1, "tp"], R["dp"]])))
     n = f"w{world}/global/redistribute-errors"
     checks.append((n, functools.partial(check_redistribute_errors, name=n)))
     n = f"w{world}/global/local_map"
