@@ -96,6 +96,8 @@ def run_world(world_size: int, suite: str, timeout: float = 150.0) -> dict[str, 
         if not retry:
             break
     final: dict[str, CheckResult] = {}
+    # the stall the wait allowed (_wait_while_progressing): before any result, the startup's
+    waited = timeout if any(results) else max(timeout, STARTUP_ALLOWANCE)
     for name in names:
         per_rank = [results[r].get(name) for r in range(world_size)]
         failures = [f"rank {r}:\n{res['error']}" for r, res in enumerate(per_rank)
@@ -106,7 +108,7 @@ def run_world(world_size: int, suite: str, timeout: float = 150.0) -> dict[str, 
         elif missing:
             tails = "\n".join(f"--- rank {r} stderr (tail) ---\n{stderr[r][-3000:]}" for r in missing)
             final[name] = CheckResult(False, f"no result from ranks {missing} (crashed, or timed "
-                                             f"out: no check finished for {timeout:.0f} s)"
+                                             f"out: no check finished for {waited:.0f} s)"
                                              f"\n{tails}")
         else:
             final[name] = CheckResult(True)

@@ -51,6 +51,8 @@ def test_the_harness_reports_a_failing_rank_and_kills_a_hanging_world(selftest_w
     assert not failed.ok and "rank 1" in failed.message and "deliberate failure" in failed.message
     hung = results["hangs"]
     assert not hung.ok and "timed out" in hung.message
+    # results were written before the hang: the stall allowed was the world's deadline
+    assert f"no check finished for {rt_world.SELFTEST_TIMEOUT:.0f} s" in hung.message, hung.message
 
 
 def test_the_harness_lets_a_world_run_past_its_deadline_while_checks_finish():
