@@ -317,11 +317,17 @@ def suite(world: int) -> list[tuple[str, Callable[[Any], None]]]:
             n = f"w{world}/global/redistribute/{case}" + ("/typecheck" if checked else "")
             checks.append((n, functools.partial(check_redistribute, name=n, case=case, shape=shape,
                                                 src=src, dst=dst, checked=checked)))
-    # a local-typed x: S(-1) of a rank-2 tensor is the S(1) that PS[None, "tp"] states
-    n = f"w{world}/global/redistribute/local-S(-1)-as-PS[None, tp]/typecheck"
-    checks.append((n, functools.partial(
-        check_redistribute, name=n, case="local-S(-1)", shape=(4, 8), src=PS[None, "tp"],
-        dst=PS[None, None], checked=True, declared=Tensor[S[-1, "tp"], R["dp"]])))
+    # a local-typed x: its dims read at the rank src's spec states (S(-1) of a rank-2 tensor
+    # is the S(1) that PS[None, "tp"] states; S(-2) of a rank-3 one is dim 1)
+    for case, shape, src, dst, declared in (
+            ("local-S(-1)-as-PS[None, tp]", (4, 8), PS[None, "tp"], PS[None, None],
+             Tensor[S[-1, "tp"], R["dp"]]),
+            ("local-S(0)-S(-2)-as-PS[dp, tp, None]", (4, 8, 2), PS["dp", "tp", None],
+             PS[None, None, "dp"], Tensor[S[0, "dp"], S[-2, "tp"]])):
+        n = f"w{world}/global/redistribute/{case}/typecheck"
+        checks.append((n, functools.partial(
+            check_redistribute, name=n, case=case, shape=shape, src=src, dst=dst, checked=True,
+            declared=declared)))
     n = f"w{world}/global/redistribute-errors"
     checks.append((n, functools.partial(check_redistribute_errors, name=n)))
     n = f"w{world}/global/local_map"
