@@ -39,7 +39,8 @@ from typing import Sequence
 from .errors import SpmdError
 from .types import (
     SAME_VALUES, Kind, LocalType, SpmdType, axis_words, bare, format_axes, format_axis,
-    format_type, is_subscript, mismatched_axes, receiver, shard_dims_match, trailing_group_start,
+    format_type, is_subscript, mismatched_axes, receiver, shard_dims_match, stated_rank,
+    trailing_group_start,
 )
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -1551,7 +1552,7 @@ def check_argument(actual: SpmdType, expected: SpmdType, *, x_text: str, where: 
         # one side global: its spec states the rank (a local S(-1) where PS[None, "tp"] is
         # declared is S(1)), so the dims compare at it, as the check mode compares at its
         # tensor's rank
-        ndim = stated = len(actual.spec if actual.spec is not None else expected.spec or ())
+        ndim = stated = stated_rank(actual, expected)
     mismatches = mismatched_axes(actual, expected, gradient_free, stated)
     if not mismatches:
         return []

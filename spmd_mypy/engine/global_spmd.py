@@ -111,8 +111,10 @@ from .types import (
     receiver,
     format_spec,
     format_type,
+    at_stated_rank,
     shard,
     shard_dims_match,
+    stated_rank,
 )
 
 Spec = tuple[tuple[str, ...], ...]
@@ -2724,7 +2726,7 @@ def check_local_map_boundary(local: SpmdType, declared: SpmdType, axes: Iterable
     the dims compared at the rank the spec states (``S(-1)`` is ``S(1)`` where ``PS[None,
     "tp"]`` is declared).  An axis either side does not mention is unchecked (gradual)."""
     want = localize(declared, axes)
-    rank = len(declared.spec) if declared.spec is not None else None
+    rank = stated_rank(declared)
     errors = []
     for a, lt in want.axes:
         got = local.get(a)
@@ -2736,9 +2738,7 @@ def check_local_map_boundary(local: SpmdType, declared: SpmdType, axes: Iterable
                 need = f"V (it shards dim {lt.dim} in {format_spec(declared.spec or ())})"
             else:
                 need = lt.kind.value
-            fix = ""
-            if rank is not None and lt.kind is Kind.V and got.dim is not None and -rank <= got.dim < 0:
-                fix = f" ({got} is dim {got.dim % rank} at the rank {rank} the spec states)"
+            fix = at_stated_rank(got, rank) if lt.kind is Kind.V else ""
             if got.kind is Kind.V and lt.kind is Kind.P:
                 fix = f'; reinterpret(..., "{a}", src=V, dst=P) if the locals are summands'
             elif got.kind is Kind.P and lt.kind is Kind.R:

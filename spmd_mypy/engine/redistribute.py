@@ -73,8 +73,10 @@ from .types import (
     format_axis,
     format_spec,
     format_type,
+    at_stated_rank,
     shard,
     shard_dims_match,
+    stated_rank,
 )
 
 Spec = tuple[tuple[str, ...], ...]
@@ -437,8 +439,7 @@ def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
             "spmd-src-mismatch",
             f"{call} but {x_text} is {format_type(x)}: the partition specs differ; pass "
             f"src={_format_endpoint(x)}")]
-    spec = src.spec if src.spec is not None else x.spec
-    rank = len(spec) if spec is not None else None
+    rank = stated_rank(src, x)
     for a, want in src.axes:
         have = x.get(a)
         if have is None or shard_dims_match(have, want, rank):
@@ -454,22 +455,9 @@ def check_source(x: SpmdType, src: SpmdType, *, x_text: str = "x",
                       f"per dim of {x_text}, each mesh axis at the dim it shards)")
         return [SpmdError(
             "spmd-src-mismatch",
-            f'{call} but {x_text} is {have.describe()} on "{a}"{_at_rank(have, rank)}, not '
+            f'{call} but {x_text} is {have.describe()} on "{a}"{at_stated_rank(have, rank, "src")}, not '
             f"{want}{implied} ({x_text}: {format_type(x.as_printed())}); {advice}")]
     return []
-
-
-def _at_rank(have: LocalType, rank: int | None) -> str:
-    """`` (S(1) at the rank 2 src states)``: a layout written from the back or rank-dependent,
-    read at the rank a global ``src`` states ("" where that reads as written)."""
-    if rank is None or (have.dim is None and have.by_rank is None):
-        return ""
-    possible, d = have.at_rank(rank)
-    if not possible:
-        return f" (beyond the rank {rank} src states)"
-    if have.dim is not None and have.dim >= 0:
-        return ""
-    return f" ({'V' if d is None else f'S({d % rank})'} at the rank {rank} src states)"
 
 
 def _source_of(x: SpmdType, src: SpmdType) -> SpmdType | None:

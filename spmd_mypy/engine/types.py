@@ -428,6 +428,34 @@ class SpmdType:
 UNTYPED = SpmdType()
 
 
+def stated_rank(*types: SpmdType) -> int | None:
+    """The rank the first global type of ``types`` states (its spec's length); None where
+    none is global.  A local value met at a global type is read at that rank::
+
+        S[-1, "tp"]   where PS[None, "tp"] is stated      S(1)  (rank 2)
+        S[-1, "tp"]   where PS[None, None, "tp"]          S(2)  (rank 3)
+    """
+    for t in types:
+        if t.spec is not None:
+            return len(t.spec)
+    return None
+
+
+def at_stated_rank(have: LocalType, rank: int | None, stater: str = "the spec") -> str:
+    """`` (S(1) at the rank 2 the spec states)``: a layout written from the back or
+    rank-dependent, read at the rank ``stater`` (a global type's spec, a ``src``) states;
+    `` (beyond the rank 2 the spec states)`` for a dim no tensor of that rank has; "" where
+    the layout reads as written."""
+    if rank is None or (have.dim is None and have.by_rank is None):
+        return ""
+    possible, d = have.at_rank(rank)
+    if not possible:
+        return f" (beyond the rank {rank} {stater} states)"
+    if have.dim is not None and have.dim >= 0:
+        return ""
+    return f" ({'V' if d is None else f'S({d % rank})'} at the rank {rank} {stater} states)"
+
+
 def _quote(axis: str) -> str:
     return '"' + axis + '"'
 

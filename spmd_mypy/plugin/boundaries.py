@@ -128,7 +128,7 @@ from ..engine import collectives as coll
 from ..engine import duality
 from ..engine.errors import SpmdError
 from ..engine.ops import Operand, check_data_assignment
-from ..engine.types import SpmdType, mismatched_axes, refines, refines_as_printed
+from ..engine.types import SpmdType, mismatched_axes, refines, refines_as_printed, stated_rank
 from .autograd import is_autograd_function
 from .calls import (expr_text, local_norm, made_by, made_by_binding, rank_every, rank_max,
                     slice_index)
@@ -395,8 +395,7 @@ class BoundaryChecker:
             return False
         if have.spec is not None and want.spec is not None:
             return False  # global: the engine's own check
-        spec = have.spec if have.spec is not None else want.spec  # one side's: the rank
-        return not have or not mismatched_axes(have, want, False, None if spec is None else len(spec))
+        return not have or not mismatched_axes(have, want, False, stated_rank(have, want))
 
     def settled_return(self, ctx: Any, result: Type) -> Type:
         """A call's result where the call is the value of its function's ``return``: the

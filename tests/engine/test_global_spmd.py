@@ -1149,3 +1149,18 @@ def test_collectives_adding_dim_0_give_the_global_spec_a_new_dim(op: str, dst: L
                                        atol=1e-9)
             checked += 1
     assert checked > 15, checked
+
+
+def test_a_local_value_at_a_local_map_boundary_is_read_at_the_rank_the_spec_states() -> None:
+    """S(-1) where PS["tp", None] is declared is S(1) at the spec's rank 2: refused, and the
+    message says which dim it is there; a dim beyond the spec's rank says so; S(-1) where
+    PS[None, "tp"] is declared is the same dim and fits."""
+    declared = SpmdType.of({"tp": shard(0)}, (("tp",), ()))
+    back = SpmdType.of({"tp": shard(-1)})
+    errs = gs.check_local_map_boundary(back, declared, ("tp",))
+    assert len(errs) == 1 and "(S(1) at the rank 2 the spec states)" in errs[0].message, errs
+    beyond = SpmdType.of({"tp": shard(3)})
+    errs = gs.check_local_map_boundary(beyond, declared, ("tp",))
+    assert len(errs) == 1 and "(beyond the rank 2 the spec states)" in errs[0].message, errs
+    last = SpmdType.of({"tp": shard(1)}, ((), ("tp",)))
+    assert gs.check_local_map_boundary(back, last, ("tp",)) == []

@@ -148,3 +148,21 @@ def test_a_rank_dependent_layout_gets_the_one_rank_hint_where_it_holds() -> None
     late = LocalType(Kind.V, by_rank=((1, None), (2, None), (3, -1)))
     assert same_dim_at_one_rank(late, shard(1)) == ""
     assert same_dim_at_one_rank(LocalType(Kind.V, by_rank=((1, None), (2, 0))), shard(1)) == ""
+
+
+def test_the_stated_rank_is_the_first_global_types_and_reads_a_layout_at_it() -> None:
+    from spmd_mypy.engine.types import at_stated_rank, stated_rank
+
+    local = SpmdType.of({"tp": shard(-1)})
+    two = SpmdType.of({"tp": shard(1)}, ((), ("tp",)))
+    three = SpmdType.of({"tp": shard(2)}, ((), (), ("tp",)))
+    assert stated_rank(local) is None
+    assert stated_rank(local, two) == 2
+    assert stated_rank(three, two) == 3
+    assert at_stated_rank(shard(-1), 2) == " (S(1) at the rank 2 the spec states)"
+    assert at_stated_rank(shard(-1), 3, "src") == " (S(2) at the rank 3 src states)"
+    assert at_stated_rank(shard(1), 2) == ""  # reads as written
+    assert at_stated_rank(shard(2), 2) == " (beyond the rank 2 the spec states)"
+    assert at_stated_rank(VARYING, 2) == "" and at_stated_rank(shard(-1), None) == ""
+    by_rank = from_ranks({1: None, 2: 0, 3: 0})
+    assert at_stated_rank(by_rank, 1) == " (V at the rank 1 the spec states)"
