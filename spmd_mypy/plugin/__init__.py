@@ -72,6 +72,29 @@ def _source_hash() -> str:
 _SOURCE_VERSION = _source_hash()
 __version__ = _SOURCE_VERSION
 
+# the [spmd_mypy] config a daemon process started with (_daemon_version)
+_DAEMON_START_CONFIG: list[bytes] = []
+
+
+def _daemon_version(config: Config) -> str:
+    """The plugin's version under dmypy: the plain version for the config the daemon started
+    with, the config folded in for any other.
+
+    mypy reads a plugin's ``__version__`` after its ``__init__`` twice: into the snapshot that
+    keys every cached module, and, on each ``dmypy run``, from a new instance built with the
+    current config, to restart the daemon when it differs from the start's.  So a daemon
+    loads the cache plain mypy wrote (torch's analysis does not depend on the section: the
+    modules that name spmd are keyed on it by report_config_data), and an edited
+    ``[tool.spmd_mypy]`` section makes the next ``dmypy run`` restart it ("plugins changed")
+    into a new process, whose start config is the new one."""
+    key = json.dumps(config.as_cache_key(), sort_keys=True).encode()
+    if not _DAEMON_START_CONFIG:
+        _DAEMON_START_CONFIG.append(key)
+    if key == _DAEMON_START_CONFIG[0]:
+        return _SOURCE_VERSION
+    return f"{_SOURCE_VERSION}+{hashlib.sha256(key).hexdigest()[:8]}"
+
+
 # mypy's hook questions answered in compiled code (dispatch.py): instance attributes bound
 # in SpmdPlugin.__init__ shadow these methods unless a subclass overrides them (report.py)
 _DISPATCHED = ("get_type_analyze_hook", "get_customize_class_mro_hook", "get_function_hook",
@@ -89,13 +112,7 @@ class SpmdPlugin(Plugin):
         for problem in self.config.problems:  # as mypy prints the problems of its own sections
             print(f"{self.config.source}: {problem}", file=sys.stderr)
         if "mypy.dmypy_server" in sys.modules:
-            # Under dmypy, mypy compares the plugin's __version__ (read after this __init__) on
-            # each `dmypy run`: folding the config in makes a changed [tool.spmd_mypy] section
-            # restart the daemon by itself.  Not for plain mypy, where the version keys every
-            # cached module (torch included) and a config edit would discard them all.
-            config_key = json.dumps(self.config.as_cache_key(), sort_keys=True).encode()
-            setattr(sys.modules[__name__], "__version__",
-                    f"{_SOURCE_VERSION}+{hashlib.sha256(config_key).hexdigest()[:8]}")
+            setattr(sys.modules[__name__], "__version__", _daemon_version(self.config))
         self.dispatch = HookDispatch(self)
         self.types = TypeBuilder(self.config.mesh_axes, self.dispatch.lookup_info)
         self.calls = calls.CallTyper(self)

@@ -30,6 +30,7 @@ from editor_util import (  # noqa: E402
     V1_ERRORS,
     V2_ERRORS,
     Dmypy,
+    add_cached_module,
     copy_cache,
     diagnostic_lines,
     errors,
@@ -50,6 +51,7 @@ def project(tmp_path: Path, warm_cache: Path) -> Path:
     copy_cache(warm_cache, tmp_path / "daemon-cache")
     copy_cache(warm_cache, tmp_path / "plain-cache")
     write_project(tmp_path, tmp_path / "daemon-cache", "dp, tp")
+    add_cached_module(tmp_path)
     (tmp_path / "m.py").write_text(SOURCE_V1)
     return tmp_path
 
@@ -68,15 +70,15 @@ def plain(project: Path) -> str:
 
 
 def check_across_an_edit(project: Path, daemon: Dmypy, before: tuple[str, set[tuple[int, str]]],
-                         after: tuple[str, set[tuple[int, str]]]) -> str:
-    """Start the daemon on m.py = before's source, check, edit m.py to after's, check again:
-    each check's (line, code) errors as given, the second like plain mypy's; its output."""
+                         after: tuple[str, set[tuple[int, str]]], files: tuple[str, ...] = ("m.py",)) -> str:
+    """Start the daemon on m.py = before's source, check ``files``, edit m.py to after's, check
+    again: each check's (line, code) errors as given, the second like plain mypy's; its output."""
     (project / "m.py").write_text(before[0])
     assert daemon("start", *DAEMON_ARGS).returncode == 0
-    first = daemon("check", "m.py")
+    first = daemon("check", *files)
     assert errors(first.stdout) == before[1], first.stdout + daemon.log()
     (project / "m.py").write_text(after[0])
-    second = daemon("check", "m.py")
+    second = daemon("check", *files)
     assert errors(second.stdout) == after[1], second.stdout + daemon.log()
     assert diagnostic_lines(second.stdout) == diagnostic_lines(plain(project))
     return second.stdout
@@ -228,9 +230,46 @@ def test_dmypy_alias_only_module_edits(project: Path, daemon: Dmypy) -> None:
     daemon's error store when the edit is parsed (get_additional_deps), so S(0) where V is
     declared stays accepted and R where V is declared stays spmd-mismatch."""
     (project / "aliases.py").write_text(ALIASES)
+    # aliases.py named before m.py: see the next test
     second = check_across_an_edit(project, daemon, (ALIAS_ONLY_V1, {(9, "spmd-mismatch")}),
-                                  (ALIAS_ONLY_V2, {(9, "spmd-mismatch")}))
+                                  (ALIAS_ONLY_V2, {(9, "spmd-mismatch")}), ("aliases.py", "m.py"))
     assert "the return value x of renamed is" in second
+
+
+def test_a_daemon_started_from_the_cache_misses_a_new_module_imported_by_another(project: Path,
+                                                                                daemon: Dmypy) -> None:
+    """mypy's behaviour, documented in docs/editor.md (section 6): in a daemon's first check
+    from a fine-grained cache, a module the cache lacks that only another such module imports
+    sees the names it imports from cached modules as Any (mypy's update processes it as
+    "newly imported" without loading those modules' trees), so its errors are missed, here
+    the alias-only module's spmd-mismatch, which the previous test sees when both files are
+    named.  Plain mypy and a daemon without the cache report it (the test before)."""
+    (project / "aliases.py").write_text(ALIASES)
+    (project / "m.py").write_text(ALIAS_ONLY_V1)
+    assert daemon("start", *DAEMON_ARGS).returncode == 0
+    missed = daemon("check", "m.py")
+    assert (9, "spmd-mismatch") in errors(plain(project))
+    assert errors(missed.stdout) == set(), (
+        "mypy now reports a module a new module imports in a daemon started from the cache: "
+        "update docs/editor.md, section 6\n" + missed.stdout)
+
+
+def test_a_daemon_loads_the_cache_plain_mypy_wrote(project: Path) -> None:
+    """The plugin's version under dmypy is plain mypy's for the config the daemon started with
+    (plugin/__init__.py, _daemon_version): mypy keys every cached module on it, so a daemon's
+    first check loads torch from the cache instead of analysing it ("Metadata abandoned for
+    ...: plugins differ" was logged for every module before)."""
+    d = Dmypy(project)
+    try:
+        assert d("start", "--", "--use-fine-grained-cache", "-v").returncode == 0
+        first = d("check", "m.py")
+        assert errors(first.stdout) == V1_ERRORS, first.stdout
+    finally:
+        d.stop()
+    log = first.stderr  # the daemon sends a command's log to its client
+    assert "plugins differ" not in log, log[-3000:]
+    assert "Redoing load_graph without cache" not in log, log[-3000:]
+    assert "Metadata fresh for torch:" in log, log[-3000:]
 
 
 UNTYPED_V1 = '''\

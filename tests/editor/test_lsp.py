@@ -51,7 +51,9 @@ def settings(status_file: Path) -> dict[str, Any]:
         "dmypy": True,
         "dmypy_status_file": str(status_file),
         "report_progress": False,
-        # appended to pylsp-mypy's own mypy flags (True = keep them): load the warm cache
+        # appended to pylsp-mypy's own mypy flags (True = keep them).  The daemon's first
+        # check names only the document, which the cache lacks, so mypy drops the cache and
+        # analyses torch (docs/editor.md, section 6); kept as a user would set it
         "overrides": [True, "--use-fine-grained-cache"],
     }
     return {"pylsp": {"plugins": plugins}}
