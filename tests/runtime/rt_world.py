@@ -96,8 +96,7 @@ def run_world(world_size: int, suite: str, timeout: float = 150.0) -> dict[str, 
         if not retry:
             break
     final: dict[str, CheckResult] = {}
-    # the stall the wait allowed (_wait_while_progressing): before any result, the startup's
-    waited = timeout if any(results) else max(timeout, STARTUP_ALLOWANCE)
+    waited = allowed_stall(timeout, any(results))  # the stall the wait allowed
     for name in names:
         per_rank = [results[r].get(name) for r in range(world_size)]
         failures = [f"rank {r}:\n{res['error']}" for r, res in enumerate(per_rank)
@@ -156,14 +155,20 @@ def _launch(world_size: int, suite: str, timeout: float
     return results, stderr, retry
 
 
+def allowed_stall(stall: float, started: bool) -> float:
+    """How long a world may write no result: ``stall`` seconds once a check has finished,
+    before that at least STARTUP_ALLOWANCE (the launcher's torch import and warm-up)."""
+    return stall if started else max(stall, STARTUP_ALLOWANCE)
+
+
 def _wait_while_progressing(proc: subprocess.Popen, tmp: Path, stall: float) -> None:
-    """Wait for the launcher until it exits or no result line has been written for ``stall``
-    seconds; before the first result, for ``max(stall, STARTUP_ALLOWANCE)`` seconds."""
+    """Wait for the launcher until it exits or no result line has been written for as long
+    as :func:`allowed_stall` allows."""
     written, last_progress = 0, time.monotonic()
     while proc.poll() is None:
         now = time.monotonic()
         size = sum(p.stat().st_size for p in tmp.glob("rank*.jsonl"))
-        allowed = stall if written else max(stall, STARTUP_ALLOWANCE)
+        allowed = allowed_stall(stall, written > 0)
         if size != written:
             written, last_progress = size, now
         elif now - last_progress > allowed:
