@@ -161,7 +161,8 @@ def is_global(t: SpmdType | None) -> bool:
 
 
 def rank(t: SpmdType) -> int | None:
-    return len(t.spec) if t.spec is not None else None
+    """The rank ``t``'s spec states (types.stated_rank of one type); None for a local type."""
+    return stated_rank(t)
 
 
 def global_axes(t: SpmdType) -> set[str]:
